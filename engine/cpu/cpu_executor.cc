@@ -1,0 +1,213 @@
+#include "engine/cpu/cpu_executor.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::engine {
+namespace {
+
+// Dot product with four partial sums (fixed order: deterministic).
+inline float Dot(const float* a, const float* b, int n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+// y[t, :] = x[t, :] W^T (+ bias) for t in [0, T). W is [out, in].
+void Linear(const Matrix& w, const Matrix* bias, const float* x, int T, float* y) {
+  const int in = w.cols, out = w.rows;
+  for (int o = 0; o < out; ++o) {
+    const float* row = w.row(o);
+    const float b = (bias != nullptr && !bias->data.empty()) ? bias->data[o] : 0.0f;
+    for (int t = 0; t < T; ++t) y[static_cast<size_t>(t) * out + o] = Dot(row, x + static_cast<size_t>(t) * in, in) + b;
+  }
+}
+
+// HF LlamaRMSNorm: x / sqrt(mean(x^2) + eps) * weight, in float32.
+void RmsNorm(const float* x, const Matrix& w, double eps, int n, float* y) {
+  float ss = 0.0f;
+  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + static_cast<float>(eps));
+  for (int i = 0; i < n; ++i) y[i] = w.data[i] * (x[i] * inv);
+}
+
+}  // namespace
+
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> f(half);
+  for (int i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    f[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
+  }
+  if (c.rope_scaling) {
+    // Llama 3.1 rule (transformers' _compute_llama3_parameters): keep high
+    // frequencies, divide low ones by `factor`, interpolate in between.
+    const auto& r = *c.rope_scaling;
+    const double old_len = r.original_max_position_embeddings;
+    const double low_wavelen = old_len / r.low_freq_factor;
+    const double high_wavelen = old_len / r.high_freq_factor;
+    for (int i = 0; i < half; ++i) {
+      const double wavelen = 2.0 * M_PI / f[i];
+      const float scaled = static_cast<float>(f[i] / r.factor);
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        f[i] = scaled;
+      } else {
+        const double smooth =
+            (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+        f[i] = static_cast<float>((1.0 - smooth) * scaled + smooth * f[i]);
+      }
+    }
+  }
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
+    const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv) {
+  const KvLayout& l = kv->layout();
+  if (l.num_layers != config.num_hidden_layers || l.num_kv_heads != config.num_key_value_heads ||
+      l.head_dim != config.head_dim) {
+    return absl::InvalidArgumentError("KV layout does not match the model config");
+  }
+  if (static_cast<int>(weights->layers.size()) != config.num_hidden_layers) {
+    return absl::InvalidArgumentError("weights do not match the model config");
+  }
+  return std::unique_ptr<CpuExecutor>(new CpuExecutor(config, std::move(weights), kv));
+}
+
+CpuExecutor::CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights,
+                         KvCache* kv)
+    : config_(config), weights_(std::move(weights)), kv_(kv),
+      inv_freq_(RopeInverseFrequencies(config)) {}
+
+void CpuExecutor::ApplyRope(float* vec, int num_heads, int pos) const {
+  // HF rotate_half convention: pairs (i, i + d/2).
+  const int d = config_.head_dim, half = d / 2;
+  for (int i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq_[i];
+    const float c = std::cos(angle), s = std::sin(angle);
+    for (int h = 0; h < num_heads; ++h) {
+      float* x = vec + static_cast<size_t>(h) * d;
+      const float x1 = x[i], x2 = x[i + half];
+      x[i] = x1 * c - x2 * s;
+      x[i + half] = x2 * c + x1 * s;
+    }
+  }
+}
+
+absl::Status CpuExecutor::Forward(absl::Span<const SequenceChunk> batch,
+                                  std::vector<float>* logits) {
+  const ModelConfig& c = config_;
+  const ModelWeights& w = *weights_;
+  const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size;
+  const int d = c.head_dim, group = c.num_attention_heads / c.num_key_value_heads;
+  // Flatten the batch: token t belongs to chunk owner[t] at position pos[t].
+  std::vector<int> tok, pos, owner;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const SequenceChunk& ch = batch[b];
+    const int end = ch.start_pos + static_cast<int>(ch.tokens.size());
+    if (ch.kv->capacity_tokens(kv_->layout().block_tokens) < end) {
+      return absl::InternalError(absl::StrCat("chunk ", b, ": KV capacity below position ", end));
+    }
+    for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      const int id = ch.tokens[i];
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary"));
+      }
+      tok.push_back(id);
+      pos.push_back(ch.start_pos + static_cast<int>(i));
+      owner.push_back(static_cast<int>(b));
+    }
+  }
+  const int T = static_cast<int>(tok.size());
+  std::vector<float> x(static_cast<size_t>(T) * H), h(x.size()), q(static_cast<size_t>(T) * Q),
+      k(static_cast<size_t>(T) * KV), v(k.size()), attn(q.size()), proj(x.size()),
+      gate(static_cast<size_t>(T) * I), up(gate.size());
+  for (int t = 0; t < T; ++t) std::copy_n(w.embed.row(tok[t]), H, x.data() + static_cast<size_t>(t) * H);
+
+  std::vector<float> kbuf(d), vbuf(d), scores;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    for (int t = 0; t < T; ++t) RmsNorm(&x[static_cast<size_t>(t) * H], L.input_norm, c.rms_norm_eps, H, &h[static_cast<size_t>(t) * H]);
+    Linear(L.q, &L.q_bias, h.data(), T, q.data());
+    Linear(L.k, &L.k_bias, h.data(), T, k.data());
+    Linear(L.v, &L.v_bias, h.data(), T, v.data());
+    for (int t = 0; t < T; ++t) {
+      ApplyRope(&q[static_cast<size_t>(t) * Q], c.num_attention_heads, pos[t]);
+      ApplyRope(&k[static_cast<size_t>(t) * KV], c.num_key_value_heads, pos[t]);
+      kv_->Write(*batch[owner[t]].kv, l, pos[t], &k[static_cast<size_t>(t) * KV], &v[static_cast<size_t>(t) * KV]);
+    }
+    // Causal attention: token at position p attends to positions [0, p].
+    for (int t = 0; t < T; ++t) {
+      const SequenceKv& seq = *batch[owner[t]].kv;
+      const int n = pos[t] + 1;
+      scores.resize(n);
+      for (int head = 0; head < c.num_attention_heads; ++head) {
+        const int kvh = head / group;
+        const float* qh = &q[static_cast<size_t>(t) * Q + static_cast<size_t>(head) * d];
+        float mx = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+          kv_->ReadK(seq, l, j, kvh, kbuf.data());
+          scores[j] = Dot(qh, kbuf.data(), d) * scale;
+          mx = std::max(mx, scores[j]);
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < n; ++j) {
+          scores[j] = std::exp(scores[j] - mx);
+          sum += scores[j];
+        }
+        float* out = &attn[static_cast<size_t>(t) * Q + static_cast<size_t>(head) * d];
+        std::fill_n(out, d, 0.0f);
+        for (int j = 0; j < n; ++j) {
+          kv_->ReadV(seq, l, j, kvh, vbuf.data());
+          const float p = scores[j] / sum;
+          for (int e = 0; e < d; ++e) out[e] += p * vbuf[e];
+        }
+      }
+    }
+    Linear(L.o, &L.o_bias, attn.data(), T, proj.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+    for (int t = 0; t < T; ++t) RmsNorm(&x[static_cast<size_t>(t) * H], L.post_norm, c.rms_norm_eps, H, &h[static_cast<size_t>(t) * H]);
+    Linear(L.gate, nullptr, h.data(), T, gate.data());
+    Linear(L.up, nullptr, h.data(), T, up.data());
+    for (size_t i = 0; i < gate.size(); ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
+    }
+    Linear(L.down, nullptr, gate.data(), T, proj.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+  }
+
+  // Final norm + LM head for the requested rows only.
+  const Matrix& head = w.output_matrix();
+  logits->clear();
+  std::vector<float> normed(H);
+  int t0 = 0;
+  for (const SequenceChunk& ch : batch) {
+    const int n = static_cast<int>(ch.tokens.size());
+    int first = t0 + n, last = t0 + n;
+    if (ch.logits == LogitsMode::kLast && n > 0) first = t0 + n - 1;
+    if (ch.logits == LogitsMode::kAll) first = t0;
+    for (int t = first; t < last; ++t) {
+      RmsNorm(&x[static_cast<size_t>(t) * H], w.final_norm, c.rms_norm_eps, H, normed.data());
+      const size_t base = logits->size();
+      logits->resize(base + c.vocab_size);
+      Linear(head, nullptr, normed.data(), 1, logits->data() + base);
+    }
+    t0 += n;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::engine

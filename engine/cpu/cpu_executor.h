@@ -1,0 +1,42 @@
+// CpuExecutor: the reference backend. Plain C++ with float32 arithmetic,
+// single-threaded; every per-token computation (projections, attention over
+// the cached prefix) is done the same way whatever the batch, so results do
+// not depend on batching, chunking or the KV block size.
+//
+// Thread-safety: driven by one thread at a time (see Executor).
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/executor.h"
+#include "engine/kv_cache.h"
+#include "engine/weights.h"
+
+namespace ballast::engine {
+
+class CpuExecutor final : public Executor {
+ public:
+  // `kv` must outlive the executor.
+  static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(
+      const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv);
+
+  absl::Status Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) override;
+  const ModelConfig& config() const override { return config_; }
+
+ private:
+  CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights,
+              KvCache* kv);
+  void ApplyRope(float* vec, int num_heads, int pos) const;
+
+  ModelConfig config_;
+  std::shared_ptr<const ModelWeights> weights_;
+  KvCache* kv_;
+  std::vector<float> inv_freq_;  // [head_dim / 2], Llama-3 scaling applied
+};
+
+// Inverse RoPE frequencies, as transformers computes them (float32),
+// including Llama-3 frequency scaling when configured.
+std::vector<float> RopeInverseFrequencies(const ModelConfig& config);
+
+}  // namespace ballast::engine

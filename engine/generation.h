@@ -1,0 +1,87 @@
+// Generation requests, results and the sink through which an engine reports
+// tokens, plus OutputText: stop-string matching with hold-back, so streamed
+// text never contains a stop string or a prefix of one that later matches.
+//
+// Thread-safety: plain data, except GenerationSink, which engines call from
+// their step thread (implementations must be thread-safe with respect to
+// their consumers).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+namespace ballast::engine {
+
+struct GenerationParams {
+  int max_tokens = 16;
+  SamplingOptions sampling;
+  std::optional<uint64_t> seed;  // unset: seeded from std::random_device
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
+struct GenerationRequest {
+  std::string id;
+  // Whole prompt: the session's history, then this turn's tokens.
+  std::vector<int> prompt;
+  // How many leading prompt tokens are session history (0: new session).
+  int history_tokens = 0;
+  std::string session_id;  // empty: do not keep KV after the request
+  GenerationParams params;
+  int priority = 0;
+  absl::Time arrival = absl::InfinitePast();  // InfinitePast: set on Submit
+};
+
+enum class FinishReason { kLength, kEos, kStop, kContext };
+enum class KvSource { kNone, kDevice, kRecomputed };
+
+struct GenerationResult {
+  FinishReason reason = FinishReason::kLength;
+  int prompt_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens whose KV was reused
+  std::vector<int> output_tokens;
+  std::string text;
+  KvSource kv_source = KvSource::kNone;
+  int preemptions = 0;
+  double queue_ms = 0, ttft_ms = 0, mean_tpot_ms = 0, e2e_ms = 0;
+};
+
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  // One call per generated token, in order; `text` is the text released
+  // with it (possibly empty).
+  virtual void OnToken(int id, const std::string& text) = 0;
+  // Exactly one call, last: the result, or CANCELLED / another error.
+  virtual void OnDone(absl::StatusOr<GenerationResult> result) = 0;
+};
+
+// Detokenizes a request's output and applies its stop strings.
+class OutputText {
+ public:
+  OutputText(const Tokenizer* tokenizer, std::vector<std::string> stop);
+  // Adds a token. Returns the text to release now. Sets *stopped when a stop
+  // string matched (the text is then cut before it and nothing follows).
+  std::string Add(int id, bool* stopped);
+  // Ends the output: releases everything held back.
+  std::string Finish();
+  // Everything released so far.
+  const std::string& released() const { return released_; }
+
+ private:
+  std::string Release(size_t upto);
+  StreamDecoder decoder_;
+  std::vector<std::string> stop_;
+  size_t max_stop_ = 0;
+  std::string text_;      // decoded output so far
+  std::string released_;  // prefix of text_ already released
+};
+
+}  // namespace ballast::engine

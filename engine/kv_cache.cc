@@ -1,0 +1,61 @@
+#include "engine/kv_cache.h"
+
+#include <cassert>
+
+namespace ballast::engine {
+
+KvCache::KvCache(const KvLayout& layout, memory::BlockAllocator* allocator)
+    : layout_(layout), allocator_(allocator) {
+  assert(allocator_->block_bytes() >= layout_.block_bytes());
+}
+
+int KvCache::BlocksNeeded(const SequenceKv& seq, int tokens) const {
+  const int have = seq.blocks.empty() ? 0 : static_cast<int>(seq.blocks[0].size());
+  const int want = (tokens + layout_.block_tokens - 1) / layout_.block_tokens;
+  return want > have ? (want - have) * layout_.num_layers : 0;
+}
+
+absl::Status KvCache::Reserve(SequenceKv* seq, int tokens) {
+  const int n = BlocksNeeded(*seq, tokens);
+  if (n == 0) return absl::OkStatus();
+  auto got = allocator_->Allocate(n);
+  if (!got.ok()) return got.status();
+  if (seq->blocks.empty()) seq->blocks.resize(layout_.num_layers);
+  const int per_layer = n / layout_.num_layers;
+  size_t k = 0;
+  for (int l = 0; l < layout_.num_layers; ++l) {
+    for (int i = 0; i < per_layer; ++i) seq->blocks[l].push_back((*got)[k++]);
+  }
+  return absl::OkStatus();
+}
+
+void KvCache::Release(SequenceKv* seq) {
+  for (const auto& layer : seq->blocks) allocator_->Free(layer);
+  seq->blocks.clear();
+}
+
+uint8_t* KvCache::Slot(const SequenceKv& seq, int layer, int pos, bool value) const {
+  const int T = layout_.block_tokens;
+  memory::BlockId b = seq.blocks[layer][pos / T];
+  uint8_t* base = allocator_->Address(b);
+  const size_t half = static_cast<size_t>(T) * layout_.token_bytes();
+  return base + (value ? half : 0) + static_cast<size_t>(pos % T) * layout_.token_bytes();
+}
+
+void KvCache::Write(const SequenceKv& seq, int layer, int pos, const float* k, const float* v) {
+  const size_t n = static_cast<size_t>(layout_.num_kv_heads) * layout_.head_dim;
+  FromFloat(layout_.dtype, k, Slot(seq, layer, pos, false), n);
+  FromFloat(layout_.dtype, v, Slot(seq, layer, pos, true), n);
+}
+
+void KvCache::ReadK(const SequenceKv& seq, int layer, int pos, int head, float* out) const {
+  const size_t off = static_cast<size_t>(head) * layout_.head_dim * DTypeSize(layout_.dtype);
+  ToFloat(layout_.dtype, Slot(seq, layer, pos, false) + off, out, layout_.head_dim);
+}
+
+void KvCache::ReadV(const SequenceKv& seq, int layer, int pos, int head, float* out) const {
+  const size_t off = static_cast<size_t>(head) * layout_.head_dim * DTypeSize(layout_.dtype);
+  ToFloat(layout_.dtype, Slot(seq, layer, pos, true) + off, out, layout_.head_dim);
+}
+
+}  // namespace ballast::engine

@@ -1,0 +1,81 @@
+// KvCache: paged KV storage of one model, over a BlockAllocator.
+//
+// Layout. A block holds ONE layer's K and V for `block_tokens` consecutive
+// positions of one sequence: K as [block_tokens][kv_heads][head_dim], then V
+// with the same shape, in `dtype`, contiguous. A sequence's block table
+// (SequenceKv) lists, per layer, the blocks covering positions
+// [0, capacity). Keeping layers in separate blocks lets a session's KV be
+// resident for some layers and not others; keeping a block contiguous keeps
+// attention reads sequential. With block_tokens equal to the context
+// window the cache degenerates to one contiguous buffer per layer.
+//
+// Thread-safety: KvCache is thread-compatible; the engine's step thread
+// owns it. The allocator underneath is thread-safe.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/dtype.h"
+#include "memory/block_allocator.h"
+
+namespace ballast::engine {
+
+struct KvLayout {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_tokens = 16;
+  DType dtype = DType::kF32;
+
+  size_t token_bytes() const {
+    return static_cast<size_t>(num_kv_heads) * head_dim * DTypeSize(dtype);
+  }
+  // Bytes of one block: K and V of block_tokens positions of one layer.
+  size_t block_bytes() const { return 2 * static_cast<size_t>(block_tokens) * token_bytes(); }
+};
+
+// Block table of one sequence.
+struct SequenceKv {
+  std::vector<std::vector<memory::BlockId>> blocks;  // [layer][logical block]
+  int capacity_tokens(int block_tokens) const {
+    return blocks.empty() ? 0 : static_cast<int>(blocks[0].size()) * block_tokens;
+  }
+  int64_t num_blocks() const {
+    int64_t n = 0;
+    for (const auto& l : blocks) n += static_cast<int64_t>(l.size());
+    return n;
+  }
+};
+
+class KvCache {
+ public:
+  // `allocator` must outlive the cache and hand out blocks of at least
+  // layout.block_bytes() bytes.
+  KvCache(const KvLayout& layout, memory::BlockAllocator* allocator);
+
+  const KvLayout& layout() const { return layout_; }
+  memory::BlockAllocator* allocator() const { return allocator_; }
+
+  // Blocks that Reserve(seq, tokens) would allocate.
+  int BlocksNeeded(const SequenceKv& seq, int tokens) const;
+  // Grows `seq` so every layer covers `tokens` positions. All or nothing:
+  // on RESOURCE_EXHAUSTED `seq` is unchanged.
+  absl::Status Reserve(SequenceKv* seq, int tokens);
+  // Frees all blocks of `seq` and clears it.
+  void Release(SequenceKv* seq);
+
+  // Stores K and V ([kv_heads * head_dim] floats each) of position `pos`.
+  void Write(const SequenceKv& seq, int layer, int pos, const float* k, const float* v);
+  // Loads K or V of position `pos`, head `head` ([head_dim] floats).
+  void ReadK(const SequenceKv& seq, int layer, int pos, int head, float* out) const;
+  void ReadV(const SequenceKv& seq, int layer, int pos, int head, float* out) const;
+
+ private:
+  uint8_t* Slot(const SequenceKv& seq, int layer, int pos, bool value) const;
+
+  KvLayout layout_;
+  memory::BlockAllocator* allocator_;
+};
+
+}  // namespace ballast::engine

@@ -1,0 +1,60 @@
+// ModelConfig: the hyper-parameters of a Llama-family decoder, read from a
+// Hugging Face `config.json` (LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM) and written back by `ballast make-model`.
+// Plain value type; thread-compatible.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/dtype.h"
+
+namespace ballast::engine {
+
+struct RopeScaling {
+  // Only "llama3" is supported (Llama 3.1+). Other types are rejected.
+  std::string type;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture = "LlamaForCausalLM";  // architectures[0]
+  std::string model_type = "llama";
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;  // defaults to hidden_size / num_attention_heads
+  int vocab_size = 0;
+  int max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::optional<RopeScaling> rope_scaling;
+  bool tie_word_embeddings = false;
+  // Bias on q/k/v projections (Qwen2 always; Llama when attention_bias).
+  bool qkv_bias = false;
+  // Bias on o_proj (Llama's attention_bias only).
+  bool o_bias = false;
+  DType torch_dtype = DType::kBF16;
+  int bos_token_id = 256;
+  int eos_token_id = 257;
+
+  // Parses config.json at `path`. Errors name the file and the key.
+  static absl::StatusOr<ModelConfig> Load(const std::string& path);
+  static absl::StatusOr<ModelConfig> Parse(const std::string& json_text,
+                                           const std::string& origin);
+  // HF-compatible config.json text.
+  std::string ToJson() const;
+
+  int q_dim() const { return num_attention_heads * head_dim; }
+  int kv_dim() const { return num_key_value_heads * head_dim; }
+  // Number of weight parameters (for memory accounting).
+  int64_t NumParameters() const;
+};
+
+}  // namespace ballast::engine

@@ -1,0 +1,453 @@
+#include "engine/model_engine.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/cpu_executor.h"
+#include "memory/host_block_pool.h"
+
+namespace ballast::engine {
+
+struct ModelEngine::Sequence {
+  GenerationRequest req;
+  GenerationSink* sink = nullptr;
+  std::vector<int> tokens;  // prompt, then generated tokens
+  int prompt_len = 0;
+  int num_computed = 0;  // leading tokens whose KV is written
+  SequenceKv kv;
+  bool admitted_once = false;
+  std::mt19937_64 rng;
+  std::unique_ptr<OutputText> out;
+  GenerationResult result;
+  absl::Time first_scheduled = absl::InfinitePast();
+  absl::Time first_token = absl::InfinitePast();
+  absl::Time last_token = absl::InfinitePast();
+  int take = 0;  // tokens scheduled in the current step
+  int outputs() const { return static_cast<int>(tokens.size()) - prompt_len; }
+};
+
+namespace {
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngineOptions& o,
+                                                                 std::function<void()> wake) {
+  if (o.backend != "cpu") {
+    return absl::UnimplementedError(absl::StrCat("model ", o.name, ": backend \"", o.backend,
+                                                 "\" is not available in this build (use cpu)"));
+  }
+  if (o.block_tokens <= 0 || o.max_batch_tokens <= 0 || o.max_seqs <= 0 || o.kv_cache_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", o.name, ": block_tokens, max_batch_tokens, max_seqs, kv_cache_bytes must be > 0"));
+  }
+  std::unique_ptr<ModelEngine> e(new ModelEngine(o, std::move(wake)));
+  auto cfg = ModelConfig::Load((std::filesystem::path(o.path) / "config.json").string());
+  if (!cfg.ok()) return cfg.status();
+  e->config_ = *cfg;
+  for (const char* f : {"tokenizer.json", "tokenizer.model"}) {
+    if (std::filesystem::exists(std::filesystem::path(o.path) / f)) {
+      return absl::UnimplementedError(absl::StrCat(
+          o.path, "/", f, ": checkpoint tokenizers are not supported yet; only synthetic models ",
+          "(byte tokenizer, no tokenizer file) can be served"));
+    }
+  }
+  if (e->config_.vocab_size < ByteTokenizer::kMinVocab) {
+    return absl::InvalidArgumentError(absl::StrCat(o.path, "/config.json: vocab_size ",
+                                                   e->config_.vocab_size, " < ",
+                                                   ByteTokenizer::kMinVocab,
+                                                   " needed by the byte tokenizer"));
+  }
+  e->tokenizer_ = std::make_unique<ByteTokenizer>();
+  auto w = ModelWeights::Load(o.path, e->config_);
+  if (!w.ok()) return w.status();
+  e->weights_ = std::make_shared<const ModelWeights>(std::move(*w));
+  e->context_window_ = e->config_.max_position_embeddings;
+  if (o.max_context > 0) e->context_window_ = std::min(e->context_window_, o.max_context);
+
+  KvLayout layout;
+  layout.num_layers = e->config_.num_hidden_layers;
+  layout.num_kv_heads = e->config_.num_key_value_heads;
+  layout.head_dim = e->config_.head_dim;
+  layout.block_tokens = o.block_tokens;
+  if (o.kv_dtype != "auto") {
+    auto dt = DTypeFromConfig(o.kv_dtype);
+    if (!dt.ok()) return absl::InvalidArgumentError(absl::StrCat("model ", o.name, ": kv_dtype: ", dt.status().message()));
+    layout.dtype = *dt;
+  }
+  const int64_t blocks = o.kv_cache_bytes / static_cast<int64_t>(layout.block_bytes());
+  if (blocks < layout.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", o.name, ": kv_cache_bytes ", o.kv_cache_bytes, " holds ", blocks,
+        " blocks of ", layout.block_bytes(), " bytes; at least one per layer (",
+        layout.num_layers, ") is needed"));
+  }
+  auto pool = memory::HostBlockPool::Create(layout.block_bytes(), blocks);
+  if (!pool.ok()) return pool.status();
+  e->allocator_ = std::move(*pool);
+  e->kv_ = std::make_unique<KvCache>(layout, e->allocator_.get());
+  auto ex = CpuExecutor::Create(e->config_, e->weights_, e->kv_.get());
+  if (!ex.ok()) return ex.status();
+  e->executor_ = std::move(*ex);
+  e->PublishStats();
+  return e;
+}
+
+ModelEngine::ModelEngine(const ModelEngineOptions& options, std::function<void()> wake)
+    : options_(options), wake_(std::move(wake)) {}
+
+ModelEngine::~ModelEngine() {
+  AbortAll(absl::UnavailableError(absl::StrCat("model ", options_.name, " unloaded")));
+  for (auto& [id, s] : sessions_) kv_->Release(&s.kv);
+}
+
+std::string ModelEngine::kv_dtype_name() const { return std::string(ConfigName(kv_->layout().dtype)); }
+
+absl::Status ModelEngine::Submit(GenerationRequest req, GenerationSink* sink) {
+  const GenerationParams& p = req.params;
+  if (req.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  if (p.max_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be > 0 (got ", p.max_tokens, ")"));
+  }
+  const int64_t n = static_cast<int64_t>(req.prompt.size());
+  if (n >= context_window_) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt is ", n, " tokens; model ", options_.name,
+                                                   " has a context window of ", context_window_));
+  }
+  if (n + p.max_tokens > context_window_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", n, " tokens) + max_tokens (", p.max_tokens, ") exceeds the context window of ",
+        context_window_, "; use max_tokens <= ", context_window_ - n));
+  }
+  for (int id : req.prompt) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  if (p.sampling.temperature < 0 || p.sampling.top_p < 0 || p.sampling.top_p > 1 ||
+      p.sampling.top_k < 0) {
+    return absl::InvalidArgumentError(
+        "sampling: temperature must be >= 0, top_p in [0, 1], top_k >= 0");
+  }
+  auto seq = std::make_unique<Sequence>();
+  if (req.arrival == absl::InfinitePast()) req.arrival = absl::Now();
+  seq->tokens = req.prompt;
+  seq->prompt_len = static_cast<int>(req.prompt.size());
+  seq->rng.seed(p.seed ? *p.seed : std::random_device{}());
+  seq->out = std::make_unique<OutputText>(tokenizer_.get(), p.stop);
+  seq->result.prompt_tokens = seq->prompt_len;
+  seq->result.kv_source = req.history_tokens > 0 ? KvSource::kRecomputed : KvSource::kNone;
+  seq->sink = sink;
+  seq->req = std::move(req);
+  {
+    absl::MutexLock lock(&mu_);
+    inbox_.push_back(std::move(seq));
+    ++active_;
+  }
+  if (wake_) wake_();
+  return absl::OkStatus();
+}
+
+void ModelEngine::Cancel(const std::string& request_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    cancels_.insert(request_id);
+  }
+  if (wake_) wake_();
+}
+
+void ModelEngine::DropSession(const std::string& session_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    drop_sessions_.push_back(session_id);
+  }
+  if (wake_) wake_();
+}
+
+bool ModelEngine::HasWork() const {
+  if (active_.load() > 0) return true;
+  absl::MutexLock lock(&mu_);
+  return !cancels_.empty() || !drop_sessions_.empty();
+}
+
+EngineStats ModelEngine::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void ModelEngine::PublishStats() {
+  EngineStats s;
+  s.waiting = static_cast<int>(waiting_.size());
+  s.running = static_cast<int>(running_.size());
+  s.kv_blocks_total = allocator_->num_total();
+  s.kv_blocks_free = allocator_->num_free();
+  s.cached_sessions = static_cast<int>(sessions_.size());
+  s.preemptions = preemptions_;
+  s.tokens_generated = tokens_generated_;
+  s.steps = steps_;
+  absl::MutexLock lock(&mu_);
+  s.waiting += static_cast<int>(inbox_.size());
+  stats_ = s;
+}
+
+void ModelEngine::DrainInbox() {
+  std::vector<std::unique_ptr<Sequence>> in;
+  absl::flat_hash_set<std::string> cancels;
+  std::vector<std::string> drops;
+  {
+    absl::MutexLock lock(&mu_);
+    in.swap(inbox_);
+    cancels.swap(cancels_);
+    drops.swap(drop_sessions_);
+  }
+  for (auto& s : in) waiting_.push_back(std::move(s));
+  for (const auto& sid : drops) {
+    if (auto it = sessions_.find(sid); it != sessions_.end()) {
+      kv_->Release(&it->second.kv);
+      sessions_.erase(it);
+    }
+  }
+  if (cancels.empty()) return;
+  auto cancel_from = [&](auto& container) {
+    for (auto it = container.begin(); it != container.end();) {
+      if (cancels.contains((*it)->req.id)) {
+        auto seq = std::move(*it);
+        it = container.erase(it);
+        Fail(std::move(seq), absl::CancelledError("request cancelled"));
+      } else {
+        ++it;
+      }
+    }
+  };
+  cancel_from(waiting_);
+  cancel_from(running_);
+}
+
+void ModelEngine::Admit(Sequence* seq) {
+  if (seq->admitted_once) return;
+  seq->admitted_once = true;
+  if (seq->req.session_id.empty()) return;
+  auto it = sessions_.find(seq->req.session_id);
+  if (it == sessions_.end()) return;
+  // Reuse the longest common prefix; at least one token must be computed
+  // to produce logits.
+  const auto& cached = it->second.tokens;
+  size_t common = 0;
+  while (common < cached.size() && common < seq->tokens.size() &&
+         cached[common] == seq->tokens[common]) {
+    ++common;
+  }
+  common = std::min(common, seq->tokens.size() - 1);
+  seq->kv = std::move(it->second.kv);
+  sessions_.erase(it);
+  seq->num_computed = static_cast<int>(common);
+  seq->result.cached_tokens = static_cast<int>(common);
+  if (common > 0) seq->result.kv_source = KvSource::kDevice;
+}
+
+bool ModelEngine::EvictOneCachedSession() {
+  if (sessions_.empty()) return false;
+  auto victim = sessions_.begin();
+  for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+    if (it->second.last_use < victim->second.last_use) victim = it;
+  }
+  kv_->Release(&victim->second.kv);
+  sessions_.erase(victim);
+  return true;
+}
+
+void ModelEngine::Preempt(Sequence* seq) {
+  kv_->Release(&seq->kv);
+  seq->num_computed = 0;
+  ++seq->result.preemptions;
+  ++preemptions_;
+}
+
+bool ModelEngine::ReserveOrReclaim(Sequence* seq, int tokens, bool may_preempt) {
+  while (true) {
+    if (kv_->Reserve(&seq->kv, tokens).ok()) return true;
+    if (EvictOneCachedSession()) continue;
+    if (!may_preempt || running_.empty()) return false;
+    // Preempt the newest running sequence (possibly `seq` itself).
+    std::unique_ptr<Sequence> victim = std::move(running_.back());
+    running_.pop_back();
+    Sequence* v = victim.get();
+    Preempt(v);
+    waiting_.push_front(std::move(victim));
+    if (v == seq) return false;
+  }
+}
+
+bool ModelEngine::Step() {
+  DrainInbox();
+  if (running_.empty() && waiting_.empty()) {
+    PublishStats();
+    return false;
+  }
+  int budget = options_.max_batch_tokens;
+  std::vector<Sequence*> plan;
+  // 1. Running sequences, oldest first.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i].get();
+    const int take = std::min(static_cast<int>(s->tokens.size()) - s->num_computed, budget);
+    if (!ReserveOrReclaim(s, s->num_computed + take, /*may_preempt=*/true)) break;
+    s->take = take;
+    budget -= take;
+    plan.push_back(s);
+  }
+  // 2. Waiting requests, without preempting anyone.
+  while (budget > 0 && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < options_.max_seqs) {
+    Sequence* s = waiting_.front().get();
+    Admit(s);
+    const int take = std::min(static_cast<int>(s->tokens.size()) - s->num_computed, budget);
+    if (!ReserveOrReclaim(s, s->num_computed + take, /*may_preempt=*/false)) {
+      if (running_.empty() && plan.empty()) {
+        // Nothing else holds blocks: this request can never fit.
+        auto seq = std::move(waiting_.front());
+        waiting_.pop_front();
+        Fail(std::move(seq), absl::ResourceExhaustedError(absl::StrCat(
+                                 "model ", options_.name, ": KV pool (", allocator_->num_total(),
+                                 " blocks) cannot hold this request; raise kv_cache_bytes")));
+        continue;
+      }
+      break;
+    }
+    s->take = take;
+    budget -= take;
+    plan.push_back(s);
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  if (plan.empty()) {
+    PublishStats();
+    return !waiting_.empty();
+  }
+  // 3. Forward.
+  std::vector<SequenceChunk> chunks;
+  chunks.reserve(plan.size());
+  const absl::Time now = absl::Now();
+  for (Sequence* s : plan) {
+    if (s->first_scheduled == absl::InfinitePast()) s->first_scheduled = now;
+    SequenceChunk c;
+    c.kv = &s->kv;
+    c.start_pos = s->num_computed;
+    c.tokens = absl::MakeConstSpan(s->tokens).subspan(s->num_computed, s->take);
+    c.logits = s->num_computed + s->take == static_cast<int>(s->tokens.size()) ? LogitsMode::kLast
+                                                                              : LogitsMode::kNone;
+    chunks.push_back(c);
+  }
+  std::vector<float> logits;
+  absl::Status st = executor_->Forward(chunks, &logits);
+  ++steps_;
+  if (!st.ok()) {
+    AbortAll(st);
+    PublishStats();
+    return true;
+  }
+  size_t row = 0;
+  for (Sequence* s : plan) {
+    s->num_computed += s->take;
+    if (s->num_computed == static_cast<int>(s->tokens.size())) {
+      AfterForward(s, logits.data() + row * config_.vocab_size);
+      ++row;
+    }
+  }
+  // Retire finished sequences (AfterForward marks them with take = -1).
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->take == -1) {
+      auto seq = std::move(*it);
+      it = running_.erase(it);
+      const FinishReason reason = seq->result.reason;
+      Finish(std::move(seq), reason);
+    } else {
+      ++it;
+    }
+  }
+  PublishStats();
+  return true;
+}
+
+void ModelEngine::AfterForward(Sequence* s, const float* logits) {
+  const int id = SampleToken(logits, config_.vocab_size, s->req.params.sampling, s->rng);
+  const absl::Time now = absl::Now();
+  if (s->first_token == absl::InfinitePast()) s->first_token = now;
+  s->last_token = now;
+  s->tokens.push_back(id);
+  ++tokens_generated_;
+  bool done = false;
+  std::string text;
+  if (id == tokenizer_->eos_id() && !s->req.params.ignore_eos) {
+    s->result.reason = FinishReason::kEos;
+    text = s->out->Finish();
+    done = true;
+  } else {
+    bool stopped = false;
+    text = s->out->Add(id, &stopped);
+    if (stopped) {
+      s->result.reason = FinishReason::kStop;
+      done = true;
+    } else if (s->outputs() >= s->req.params.max_tokens) {
+      s->result.reason = FinishReason::kLength;
+      done = true;
+    } else if (static_cast<int>(s->tokens.size()) >= context_window_) {
+      s->result.reason = FinishReason::kContext;
+      done = true;
+    }
+    if (done && !stopped) text += s->out->Finish();
+  }
+  s->sink->OnToken(id, text);
+  if (done) s->take = -1;
+}
+
+void ModelEngine::Finish(std::unique_ptr<Sequence> s, FinishReason reason) {
+  GenerationResult& r = s->result;
+  r.reason = reason;
+  r.output_tokens.assign(s->tokens.begin() + s->prompt_len, s->tokens.end());
+  r.text = s->out->released();
+  const absl::Time now = absl::Now();
+  r.queue_ms = Ms(s->first_scheduled - s->req.arrival);
+  r.ttft_ms = Ms(s->first_token - s->req.arrival);
+  r.e2e_ms = Ms(now - s->req.arrival);
+  const int n = static_cast<int>(r.output_tokens.size());
+  r.mean_tpot_ms = n > 1 ? Ms(s->last_token - s->first_token) / (n - 1) : 0.0;
+  if (!s->req.session_id.empty()) {
+    // Keep the KV of every token but the last generated one (never fed).
+    auto& slot = sessions_[s->req.session_id];
+    kv_->Release(&slot.kv);
+    slot.kv = std::move(s->kv);
+    slot.tokens.assign(s->tokens.begin(), s->tokens.begin() + s->num_computed);
+    slot.last_use = ++use_clock_;
+  } else {
+    kv_->Release(&s->kv);
+  }
+  --active_;
+  s->sink->OnDone(std::move(r));
+}
+
+void ModelEngine::Fail(std::unique_ptr<Sequence> s, const absl::Status& status) {
+  kv_->Release(&s->kv);
+  --active_;
+  s->sink->OnDone(status);
+}
+
+void ModelEngine::AbortAll(const absl::Status& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& s : inbox_) waiting_.push_back(std::move(s));
+    inbox_.clear();
+  }
+  while (!running_.empty()) {
+    auto s = std::move(running_.back());
+    running_.pop_back();
+    Fail(std::move(s), why);
+  }
+  while (!waiting_.empty()) {
+    auto s = std::move(waiting_.front());
+    waiting_.pop_front();
+    Fail(std::move(s), why);
+  }
+}
+
+}  // namespace ballast::engine

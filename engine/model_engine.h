@@ -1,0 +1,160 @@
+// ModelEngine: one resident model's runtime. It owns the model's weights,
+// executor, KV cache and tokenizer, and runs continuous batching with
+// chunked prefill.
+//
+// Step rule (one call of Step()):
+//   1. Running sequences, oldest first, each take min(remaining, budget)
+//      tokens: a decode takes 1, an unfinished prefill the next chunk.
+//      If KV blocks run out: drop cached session KV (least recently used
+//      first), then preempt the newest running sequence (its blocks are
+//      freed and it is recomputed later from its tokens).
+//   2. Waiting requests, in arrival order (preempted ones first), are
+//      admitted while budget and max_seqs allow and blocks can be reserved
+//      without preempting anyone.
+//   3. One Executor::Forward over the flat batch; each sequence whose
+//      tokens are all computed samples its next token.
+// A sequence is "tokens + how many have KV"; decode and prefill are the
+// same operation, and preemption just resets the computed count.
+//
+// Session KV: when a request with a session id finishes, its blocks are
+// kept, keyed by the session. The next request of the session reuses the
+// longest common prefix of its prompt with the kept tokens.
+//
+// Thread-safety: Submit, Cancel, DropSession, HasWork and stats are
+// thread-safe. Step must be called from one thread (the device's worker).
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/executor.h"
+#include "engine/generation.h"
+#include "engine/kv_cache.h"
+#include "engine/tokenizer.h"
+#include "engine/weights.h"
+#include "memory/block_allocator.h"
+
+namespace ballast::engine {
+
+struct ModelEngineOptions {
+  std::string name;
+  std::string path;  // directory with config.json and *.safetensors
+  // Backend: "cpu" (the only one in this build).
+  std::string backend = "cpu";
+  // KV cache element type; "auto" = f32 on the CPU backend.
+  std::string kv_dtype = "auto";
+  // Positions per KV block. Default 16; smaller wastes less, costs more
+  // block-table entries.
+  int block_tokens = 16;
+  // KV pool size in bytes for this model. Default 64 MiB.
+  int64_t kv_cache_bytes = 64ll << 20;
+  // Token budget per step (decode tokens + prefill chunk). Default 256.
+  int max_batch_tokens = 256;
+  // Most sequences running at once. Default 64.
+  int max_seqs = 64;
+  // Context window cap; 0 = the model's max_position_embeddings.
+  int max_context = 0;
+};
+
+struct EngineStats {
+  int waiting = 0;
+  int running = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_free = 0;
+  int cached_sessions = 0;
+  int64_t preemptions = 0;
+  int64_t tokens_generated = 0;
+  int64_t steps = 0;
+};
+
+class ModelEngine {
+ public:
+  // Loads the model. `wake` is called (from any thread) when work arrives.
+  static absl::StatusOr<std::unique_ptr<ModelEngine>> Create(const ModelEngineOptions& options,
+                                                             std::function<void()> wake = {});
+  ~ModelEngine();
+
+  const std::string& name() const { return options_.name; }
+  const ModelEngineOptions& options() const { return options_; }
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  int context_window() const { return context_window_; }
+  int64_t weight_bytes() const { return weights_->stored_bytes; }
+  std::string kv_dtype_name() const;
+
+  // Validates and queues a request; `sink` must live until its OnDone.
+  // INVALID_ARGUMENT for an empty prompt, max_tokens <= 0, tokens outside
+  // the vocabulary, or prompt + max_tokens beyond the context window.
+  absl::Status Submit(GenerationRequest request, GenerationSink* sink);
+  // Cancels a queued or running request; its sink gets CANCELLED.
+  void Cancel(const std::string& request_id);
+  // Forgets a session's kept KV.
+  void DropSession(const std::string& session_id);
+
+  bool HasWork() const;
+  // Runs one step; returns false if there was nothing to do.
+  bool Step();
+  // Fails every queued and running request (shutdown, eviction).
+  void AbortAll(const absl::Status& why);
+
+  EngineStats stats() const;
+
+ private:
+  struct Sequence;
+  struct CachedSession {
+    SequenceKv kv;
+    std::vector<int> tokens;  // tokens whose KV is in kv
+    uint64_t last_use = 0;
+  };
+
+  ModelEngine(const ModelEngineOptions& options, std::function<void()> wake);
+  void DrainInbox();
+  void Admit(Sequence* seq);
+  bool ReserveOrReclaim(Sequence* seq, int tokens, bool may_preempt);
+  bool EvictOneCachedSession();
+  void Preempt(Sequence* seq);
+  void Finish(std::unique_ptr<Sequence> seq, FinishReason reason);
+  void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
+  void AfterForward(Sequence* seq, const float* logits);
+  void PublishStats();
+
+  ModelEngineOptions options_;
+  std::function<void()> wake_;
+  ModelConfig config_;
+  int context_window_ = 0;
+  std::shared_ptr<const ModelWeights> weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<memory::BlockAllocator> allocator_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<Executor> executor_;
+
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Sequence>> inbox_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> cancels_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> drop_sessions_ ABSL_GUARDED_BY(mu_);
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> active_{0};  // sequences queued or running
+
+  // Owned by the step thread.
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  std::map<std::string, CachedSession> sessions_;
+  uint64_t use_clock_ = 0;
+  int64_t preemptions_ = 0;
+  int64_t tokens_generated_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace ballast::engine

@@ -1,0 +1,149 @@
+#include "engine/synthetic_model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/safetensors.h"
+#include "engine/tokenizer.h"
+
+namespace ballast::engine {
+namespace {
+
+// Deterministic normal samples (Box-Muller over mt19937_64, which the
+// standard fixes bit for bit, unlike std::normal_distribution).
+class Gaussian {
+ public:
+  explicit Gaussian(uint64_t seed) : rng_(seed) {}
+  double Next() {
+    const double u1 = (static_cast<double>(rng_() >> 11) + 1.0) * 0x1.0p-53;
+    const double u2 = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+OwnedTensor MakeTensor(const std::string& name, std::vector<int64_t> shape, DType dt, Gaussian& g,
+                       double mean, double std) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = static_cast<float>(mean + std * g.Next());
+  OwnedTensor t;
+  t.name = name;
+  t.dtype = dt;
+  t.shape = std::move(shape);
+  t.bytes.resize(static_cast<size_t>(n) * DTypeSize(dt));
+  FromFloat(dt, v.data(), t.bytes.data(), v.size());
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& s) {
+  ModelConfig c;
+  if (s.architecture == "llama") {
+    c.architecture = "LlamaForCausalLM";
+    c.model_type = "llama";
+  } else if (s.architecture == "qwen2") {
+    c.architecture = "Qwen2ForCausalLM";
+    c.model_type = "qwen2";
+  } else if (s.architecture == "mistral") {
+    c.architecture = "MistralForCausalLM";
+    c.model_type = "mistral";
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("architecture \"", s.architecture,
+                                                   "\": expected llama, qwen2 or mistral"));
+  }
+  if (s.layers <= 0 || s.hidden <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.intermediate <= 0) {
+    return absl::InvalidArgumentError("layers, hidden, heads, kv-heads, intermediate must be > 0");
+  }
+  if (s.hidden % s.heads != 0 || (s.hidden / s.heads) % 2 != 0) {
+    return absl::InvalidArgumentError("hidden / heads must be an even integer (the head size)");
+  }
+  if (s.heads % s.kv_heads != 0) return absl::InvalidArgumentError("kv-heads must divide heads");
+  if (s.vocab < ByteTokenizer::kMinVocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab must be >= ", ByteTokenizer::kMinVocab, " (byte tokenizer)"));
+  }
+  auto dt = DTypeFromConfig(s.dtype);
+  if (!dt.ok()) return dt.status();
+  c.hidden_size = s.hidden;
+  c.intermediate_size = s.intermediate;
+  c.num_hidden_layers = s.layers;
+  c.num_attention_heads = s.heads;
+  c.num_key_value_heads = s.kv_heads;
+  c.head_dim = s.hidden / s.heads;
+  c.vocab_size = s.vocab;
+  c.max_position_embeddings = s.max_position;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = s.rope_theta;
+  c.tie_word_embeddings = s.tie_embeddings;
+  c.qkv_bias = s.architecture == "qwen2";
+  c.torch_dtype = *dt;
+  c.bos_token_id = ByteTokenizer::kBos;
+  c.eos_token_id = ByteTokenizer::kEos;
+  if (s.llama3_rope_scaling) {
+    RopeScaling r;
+    r.type = "llama3";
+    r.factor = 8.0;
+    r.low_freq_factor = 1.0;
+    r.high_freq_factor = 4.0;
+    r.original_max_position_embeddings = std::max(16, s.max_position / 8);
+    c.rope_scaling = r;
+  }
+  return c;
+}
+
+absl::Status WriteSyntheticModel(const SyntheticModelSpec& s, const std::string& dir) {
+  auto cfg = SyntheticConfig(s);
+  if (!cfg.ok()) return cfg.status();
+  const ModelConfig& c = *cfg;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  Gaussian g(s.seed);
+  const DType dt = c.torch_dtype;
+  const int64_t h = c.hidden_size;
+  const double sd = s.init_std;
+  std::vector<OwnedTensor> ts;
+  ts.push_back(MakeTensor("model.embed_tokens.weight", {c.vocab_size, h}, dt, g, 0, 1.0));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    ts.push_back(MakeTensor(p + "input_layernorm.weight", {h}, dt, g, 1.0, 0.1));
+    ts.push_back(MakeTensor(p + "self_attn.q_proj.weight", {c.q_dim(), h}, dt, g, 0, sd * 4));
+    ts.push_back(MakeTensor(p + "self_attn.k_proj.weight", {c.kv_dim(), h}, dt, g, 0, sd * 4));
+    ts.push_back(MakeTensor(p + "self_attn.v_proj.weight", {c.kv_dim(), h}, dt, g, 0, sd * 4));
+    if (c.qkv_bias) {
+      ts.push_back(MakeTensor(p + "self_attn.q_proj.bias", {c.q_dim()}, dt, g, 0, 0.1));
+      ts.push_back(MakeTensor(p + "self_attn.k_proj.bias", {c.kv_dim()}, dt, g, 0, 0.1));
+      ts.push_back(MakeTensor(p + "self_attn.v_proj.bias", {c.kv_dim()}, dt, g, 0, 0.1));
+    }
+    ts.push_back(MakeTensor(p + "self_attn.o_proj.weight", {h, c.q_dim()}, dt, g, 0, sd));
+    ts.push_back(MakeTensor(p + "post_attention_layernorm.weight", {h}, dt, g, 1.0, 0.1));
+    ts.push_back(MakeTensor(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, dt, g, 0, sd));
+    ts.push_back(MakeTensor(p + "mlp.up_proj.weight", {c.intermediate_size, h}, dt, g, 0, sd));
+    ts.push_back(MakeTensor(p + "mlp.down_proj.weight", {h, c.intermediate_size}, dt, g, 0, sd));
+  }
+  ts.push_back(MakeTensor("model.norm.weight", {h}, dt, g, 1.0, 0.1));
+  if (!c.tie_word_embeddings) {
+    ts.push_back(MakeTensor("lm_head.weight", {c.vocab_size, h}, dt, g, 0, sd * 4));
+  }
+  const std::filesystem::path d(dir);
+  if (auto st = WriteSafetensors((d / "model.safetensors").string(), ts, {{"format", "pt"}});
+      !st.ok()) {
+    return st;
+  }
+  std::ofstream cj(d / "config.json", std::ios::trunc);
+  cj << c.ToJson();
+  cj.close();
+  if (!cj) return absl::DataLossError(absl::StrCat("cannot write ", (d / "config.json").string()));
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::engine

@@ -1,0 +1,40 @@
+// Synthetic checkpoints: writes a Llama-family model with seeded random
+// weights as real HF-format files (config.json + model.safetensors), loadable
+// by Ballast and by transformers alike. Used by `ballast make-model`, the
+// embedded default and the tests. Pure function of the spec: the same spec
+// writes the same bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/model_config.h"
+
+namespace ballast::engine {
+
+struct SyntheticModelSpec {
+  std::string architecture = "llama";  // llama | qwen2 | mistral
+  int layers = 2;
+  int hidden = 64;
+  int heads = 4;
+  int kv_heads = 2;
+  int intermediate = 128;
+  int vocab = 258;  // at least 258 for the byte tokenizer
+  int max_position = 1024;
+  std::string dtype = "bf16";  // bf16 | fp16 | f32
+  uint64_t seed = 1;
+  bool tie_embeddings = false;
+  bool llama3_rope_scaling = false;
+  double rope_theta = 10000.0;
+  // Standard deviation of the random projection weights.
+  double init_std = 0.05;
+};
+
+// The ModelConfig that `spec` describes (validated).
+absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec);
+
+// Writes the model into `dir` (created if missing).
+absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& dir);
+
+}  // namespace ballast::engine

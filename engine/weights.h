@@ -1,0 +1,49 @@
+// ModelWeights: a Llama-family checkpoint loaded from a directory of
+// safetensors files into float32 matrices for the CPU backend.
+//
+// Every tensor is checked against the ModelConfig (name present, shape,
+// finite values); errors name the tensor and the file. Immutable after
+// Load; safe to share across threads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model_config.h"
+
+namespace ballast::engine {
+
+// Row-major float32 matrix [rows, cols]; a vector has rows == 1.
+struct Matrix {
+  int rows = 0;
+  int cols = 0;
+  std::vector<float> data;
+  const float* row(int r) const { return data.data() + static_cast<size_t>(r) * cols; }
+};
+
+struct LayerWeights {
+  Matrix input_norm;               // [1, hidden]
+  Matrix q, k, v, o;               // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
+  Matrix q_bias, k_bias, v_bias;   // [1, q_dim], [1, kv_dim] x2 (empty unless qkv_bias)
+  Matrix o_bias;                   // [1, hidden] (empty unless o_bias)
+  Matrix post_norm;                // [1, hidden]
+  Matrix gate, up;                 // [intermediate, hidden]
+  Matrix down;                     // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  Matrix embed;     // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  Matrix final_norm;  // [1, hidden]
+  Matrix lm_head;     // [vocab, hidden]; empty when tied (use embed)
+  // Bytes of the checkpoint's tensors in their stored dtype.
+  int64_t stored_bytes = 0;
+
+  const Matrix& output_matrix() const { return lm_head.data.empty() ? embed : lm_head; }
+
+  // Loads every *.safetensors file in `dir` (sharded checkpoints included).
+  static absl::StatusOr<ModelWeights> Load(const std::string& dir, const ModelConfig& config);
+};
+
+}  // namespace ballast::engine

@@ -1,0 +1,43 @@
+// BlockAllocator: the small interface through which engines get KV cache
+// blocks. A block is an opaque, fixed-size, contiguous byte range holding one
+// layer's K and V for a fixed number of tokens; the engine keeps the block
+// tables (which blocks belong to which sequence), the allocator only the
+// free/used state and the block -> address map.
+//
+// Implementations: HostBlockPool (a fixed pool in host memory, used by the
+// CPU backend). The slab arena of the elastic memory layer implements the
+// same interface.
+//
+// Thread-safety: implementations are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ballast::memory {
+
+using BlockId = int32_t;
+
+class BlockAllocator {
+ public:
+  virtual ~BlockAllocator() = default;
+
+  // Allocates `n` blocks, all or nothing: on failure nothing is allocated
+  // and the status is RESOURCE_EXHAUSTED.
+  virtual absl::StatusOr<std::vector<BlockId>> Allocate(int n) = 0;
+  // Returns blocks to the allocator. Freeing a block twice is a bug and
+  // aborts in debug builds.
+  virtual void Free(absl::Span<const BlockId> blocks) = 0;
+  // Address of a block's first byte; O(1). Valid until the block is freed.
+  virtual uint8_t* Address(BlockId id) = 0;
+
+  virtual size_t block_bytes() const = 0;
+  virtual int64_t num_total() const = 0;
+  virtual int64_t num_free() const = 0;
+};
+
+}  // namespace ballast::memory

@@ -1,0 +1,60 @@
+#include "memory/host_block_pool.h"
+
+#include <cassert>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace ballast::memory {
+
+absl::StatusOr<std::unique_ptr<HostBlockPool>> HostBlockPool::Create(size_t block_bytes,
+                                                                     int64_t num_blocks) {
+  if (block_bytes == 0 || num_blocks <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("HostBlockPool needs block_bytes > 0 and ",
+                                                   "num_blocks > 0 (got ", block_bytes, ", ",
+                                                   num_blocks, ")"));
+  }
+  return std::unique_ptr<HostBlockPool>(new HostBlockPool(block_bytes, num_blocks));
+}
+
+HostBlockPool::HostBlockPool(size_t block_bytes, int64_t num_blocks)
+    : block_bytes_(block_bytes),
+      num_blocks_(num_blocks),
+      storage_(new uint8_t[block_bytes * static_cast<size_t>(num_blocks)]) {
+  free_.reserve(static_cast<size_t>(num_blocks));
+  for (int64_t i = num_blocks - 1; i >= 0; --i) free_.push_back(static_cast<BlockId>(i));
+  used_.assign(static_cast<size_t>(num_blocks), false);
+}
+
+absl::StatusOr<std::vector<BlockId>> HostBlockPool::Allocate(int n) {
+  absl::MutexLock lock(&mu_);
+  if (n < 0 || static_cast<size_t>(n) > free_.size()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV pool: ", n, " blocks wanted, ", free_.size(), " free"));
+  }
+  std::vector<BlockId> out(free_.end() - n, free_.end());
+  free_.resize(free_.size() - n);
+  for (BlockId b : out) used_[b] = true;
+  return out;
+}
+
+void HostBlockPool::Free(absl::Span<const BlockId> blocks) {
+  absl::MutexLock lock(&mu_);
+  for (BlockId b : blocks) {
+    assert(b >= 0 && b < num_blocks_ && used_[b] && "double free or foreign block");
+    used_[b] = false;
+    free_.push_back(b);
+  }
+}
+
+uint8_t* HostBlockPool::Address(BlockId id) {
+  return storage_.get() + static_cast<size_t>(id) * block_bytes_;
+}
+
+int64_t HostBlockPool::num_free() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(free_.size());
+}
+
+}  // namespace ballast::memory

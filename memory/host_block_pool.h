@@ -1,0 +1,41 @@
+// HostBlockPool: a BlockAllocator over one host allocation of
+// `num_blocks * block_bytes` bytes with a LIFO free list (recently freed
+// blocks are reused first, which keeps them warm in cache).
+//
+// Thread-safety: all methods are thread-safe (one mutex).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "memory/block_allocator.h"
+
+namespace ballast::memory {
+
+class HostBlockPool final : public BlockAllocator {
+ public:
+  // block_bytes > 0 and num_blocks > 0, else INVALID_ARGUMENT.
+  static absl::StatusOr<std::unique_ptr<HostBlockPool>> Create(size_t block_bytes,
+                                                               int64_t num_blocks);
+
+  absl::StatusOr<std::vector<BlockId>> Allocate(int n) override;
+  void Free(absl::Span<const BlockId> blocks) override;
+  uint8_t* Address(BlockId id) override;
+  size_t block_bytes() const override { return block_bytes_; }
+  int64_t num_total() const override { return num_blocks_; }
+  int64_t num_free() const override;
+
+ private:
+  HostBlockPool(size_t block_bytes, int64_t num_blocks);
+
+  const size_t block_bytes_;
+  const int64_t num_blocks_;
+  std::unique_ptr<uint8_t[]> storage_;
+  mutable absl::Mutex mu_;
+  std::vector<BlockId> free_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> used_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ballast::memory

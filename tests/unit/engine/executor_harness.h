@@ -1,0 +1,60 @@
+// Runs prompts through a CpuExecutor with a chosen KV block size and prefill
+// chunk size; shared by the executor and golden-logit tests.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_executor.h"
+#include "engine/model_config.h"
+#include "engine/weights.h"
+#include "gtest/gtest.h"
+#include "memory/host_block_pool.h"
+
+namespace ballast::engine::testing {
+
+class ExecutorHarness {
+ public:
+  ExecutorHarness(const std::string& model_dir, int block_tokens, DType kv_dtype = DType::kF32) {
+    auto cfg = ModelConfig::Load(model_dir + "/config.json");
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    config = *cfg;
+    auto w = ModelWeights::Load(model_dir, config);
+    EXPECT_TRUE(w.ok()) << w.status();
+    KvLayout layout{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
+                    block_tokens, kv_dtype};
+    pool = *memory::HostBlockPool::Create(layout.block_bytes(), 4096);
+    kv = std::make_unique<KvCache>(layout, pool.get());
+    executor = *CpuExecutor::Create(config, std::make_shared<ModelWeights>(std::move(*w)), kv.get());
+  }
+
+  // Logits of every prompt token ([n, vocab]), prefilling `chunk` tokens per
+  // step (0 = all at once).
+  std::vector<float> PromptLogits(const std::vector<int>& tokens, int chunk = 0) {
+    SequenceKv seq;
+    EXPECT_TRUE(kv->Reserve(&seq, static_cast<int>(tokens.size())).ok());
+    std::vector<float> all;
+    const int n = static_cast<int>(tokens.size());
+    if (chunk <= 0) chunk = n;
+    for (int start = 0; start < n; start += chunk) {
+      SequenceChunk c;
+      c.kv = &seq;
+      c.start_pos = start;
+      c.tokens = absl::MakeConstSpan(tokens).subspan(start, std::min(chunk, n - start));
+      c.logits = LogitsMode::kAll;
+      std::vector<float> out;
+      EXPECT_TRUE(executor->Forward({c}, &out).ok());
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    kv->Release(&seq);
+    return all;
+  }
+
+  ModelConfig config;
+  std::unique_ptr<memory::HostBlockPool> pool;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<CpuExecutor> executor;
+};
+
+}  // namespace ballast::engine::testing

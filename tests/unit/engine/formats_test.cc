@@ -1,0 +1,129 @@
+// dtype conversions, config.json parsing and safetensors reading/writing.
+#include <fstream>
+
+#include "engine/dtype.h"
+#include "engine/model_config.h"
+#include "engine/safetensors.h"
+#include "engine/weights.h"
+#include "gtest/gtest.h"
+#include "tests/unit/engine/test_util.h"
+
+namespace ballast::engine {
+namespace {
+
+using testing::TempDir;
+
+TEST(DType, KnownEncodings) {
+  EXPECT_EQ(FloatToBF16(1.0f), 0x3F80);
+  EXPECT_EQ(FloatToBF16(-2.0f), 0xC000);
+  EXPECT_EQ(BF16ToFloat(0x3F80), 1.0f);
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3C00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xC000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7C00);           // overflow to inf
+  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(HalfToFloat(0x3555), 0.333251953125f);
+  // Round to nearest even: 1 + 2^-11 is halfway between two halves.
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3C00);
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);
+  for (float f : {0.1f, -3.7f, 1234.5f, 6.1e-5f}) {
+    EXPECT_NEAR(HalfToFloat(FloatToHalf(f)), f, std::abs(f) * 1e-3);
+    EXPECT_NEAR(BF16ToFloat(FloatToBF16(f)), f, std::abs(f) * 8e-3);
+  }
+}
+
+TEST(ModelConfig, ParsesLlama3AndDefaults) {
+  auto c = ModelConfig::Parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,
+    "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":300,
+    "rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
+    "high_freq_factor":4.0,"original_max_position_embeddings":8192}})", "x/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_key_value_heads, 4);
+  EXPECT_EQ(c->head_dim, 16);
+  ASSERT_TRUE(c->rope_scaling.has_value());
+  EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 8192);
+}
+
+TEST(ModelConfig, ErrorsNameFileAndKey) {
+  auto c = ModelConfig::Parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64})",
+                              "m/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("m/config.json"), std::string::npos);
+  EXPECT_NE(c.status().message().find("intermediate_size"), std::string::npos);
+  auto d = ModelConfig::Parse(R"({"architectures":["GPT2LMHeadModel"]})", "m/config.json");
+  EXPECT_NE(d.status().message().find("GPT2LMHeadModel"), std::string::npos);
+  auto e = ModelConfig::Parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":"big"})",
+                              "m/config.json");
+  EXPECT_NE(e.status().message().find("hidden_size"), std::string::npos);
+}
+
+TEST(Safetensors, RoundTrip) {
+  TempDir dir;
+  OwnedTensor t{"w", DType::kBF16, {2, 3}, std::vector<uint8_t>(12, 0)};
+  OwnedTensor u{"b", DType::kF32, {3}, std::vector<uint8_t>(12, 1)};
+  ASSERT_TRUE(WriteSafetensors(dir.sub("a.safetensors"), {t, u}).ok());
+  auto f = SafetensorsFile::Open(dir.sub("a.safetensors"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_NE((*f)->Find("w"), nullptr);
+  EXPECT_EQ((*f)->Find("w")->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ((*f)->Find("b")->data[0], 1);
+}
+
+TEST(Safetensors, TruncatedFileNamesTheTensor) {
+  TempDir dir;
+  const std::string model = testing::WriteTinyModel(dir, "m");
+  const std::string file = model + "/model.safetensors";
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 100);
+  auto f = SafetensorsFile::Open(file);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(f.status().message().find("tensor \"lm_head.weight\""), std::string::npos)
+      << f.status();
+  EXPECT_NE(f.status().message().find("truncated"), std::string::npos);
+}
+
+TEST(Weights, CorruptValuesNameTheTensor) {
+  TempDir dir;
+  const std::string model = testing::WriteTinyModel(dir, "m");
+  const std::string file = model + "/model.safetensors";
+  // Overwrite the first value of model.norm.weight with a bf16 NaN.
+  auto f = SafetensorsFile::Open(file);
+  ASSERT_TRUE(f.ok());
+  const TensorView* v = (*f)->Find("model.norm.weight");
+  ASSERT_NE(v, nullptr);
+  // make-model writes embed_tokens first, at the start of the data section.
+  const TensorView* first = (*f)->Find("model.embed_tokens.weight");
+  uint64_t hlen = 0;
+  {
+    std::ifstream in(file, std::ios::binary);
+    in.read(reinterpret_cast<char*>(&hlen), 8);
+  }
+  const std::streamoff where = 8 + static_cast<std::streamoff>(hlen) + (v->data - first->data);
+  f->reset();
+  {
+    std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(where);
+    const uint16_t nan = 0x7FC0;
+    io.write(reinterpret_cast<const char*>(&nan), 2);
+  }
+  auto cfg = ModelConfig::Load(model + "/config.json");
+  ASSERT_TRUE(cfg.ok());
+  auto w = ModelWeights::Load(model, *cfg);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("model.norm.weight"), std::string::npos) << w.status();
+}
+
+TEST(Weights, ShapeMismatchNamesTheTensor) {
+  TempDir dir;
+  const std::string model = testing::WriteTinyModel(dir, "m");
+  auto cfg = ModelConfig::Load(model + "/config.json");
+  ASSERT_TRUE(cfg.ok());
+  cfg->intermediate_size = 96;
+  auto w = ModelWeights::Load(model, *cfg);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("model.layers.0.mlp.gate_proj.weight"), std::string::npos)
+      << w.status();
+}
+
+}  // namespace
+}  // namespace ballast::engine
