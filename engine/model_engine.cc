@@ -322,7 +322,7 @@ bool ModelEngine::Step() {
   }
   if (plan.empty()) {
     PublishStats();
-    return !waiting_.empty();
+    return false;
   }
   // 3. Forward.
   std::vector<SequenceChunk> chunks;

@@ -132,7 +132,20 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& s, const std::string&
   }
   ts.push_back(MakeTensor("model.norm.weight", {h}, dt, g, 1.0, 0.1));
   if (!c.tie_word_embeddings) {
-    ts.push_back(MakeTensor("lm_head.weight", {c.vocab_size, h}, dt, g, 0, sd * 4));
+    OwnedTensor head = MakeTensor("lm_head.weight", {c.vocab_size, h}, dt, g, 0, sd * 4);
+    if (s.printable_prior) {
+      // Shrink the rows of tokens other than printable ASCII, space and EOS
+      // so random models mostly emit readable characters.
+      std::vector<float> row(static_cast<size_t>(h));
+      for (int id = 0; id < c.vocab_size; ++id) {
+        if ((id >= 32 && id < 127) || id == ByteTokenizer::kEos) continue;
+        uint8_t* p = head.bytes.data() + static_cast<size_t>(id) * h * DTypeSize(dt);
+        ToFloat(dt, p, row.data(), row.size());
+        for (float& x : row) x *= 0.25f;
+        FromFloat(dt, row.data(), p, row.size());
+      }
+    }
+    ts.push_back(std::move(head));
   }
   const std::filesystem::path d(dir);
   if (auto st = WriteSafetensors((d / "model.safetensors").string(), ts, {{"format", "pt"}});

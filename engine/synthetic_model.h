@@ -29,6 +29,9 @@ struct SyntheticModelSpec {
   double rope_theta = 10000.0;
   // Standard deviation of the random projection weights.
   double init_std = 0.05;
+  // Scale down the output rows of non-printable tokens (untied models only)
+  // so generated text is mostly readable ASCII. Weights stay random.
+  bool printable_prior = true;
 };
 
 // The ModelConfig that `spec` describes (validated).

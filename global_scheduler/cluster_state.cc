@@ -1,0 +1,143 @@
+#include "global_scheduler/cluster_state.h"
+
+#include <algorithm>
+
+namespace ballast::global_scheduler {
+
+ClusterState::ClusterState(absl::Duration heartbeat_timeout, Clock clock)
+    : timeout_(heartbeat_timeout), clock_(std::move(clock)) {}
+
+void ClusterState::Register(const v1::RegisterNodeRequest& req) {
+  absl::MutexLock lock(&mu_);
+  NodeInfo& n = nodes_[req.node_id()];
+  const int inflight = n.inflight;
+  n = NodeInfo();
+  n.node_id = req.node_id();
+  n.address = req.address();
+  n.alive = true;
+  n.last_heartbeat = clock_();
+  n.devices.assign(req.devices().begin(), req.devices().end());
+  n.models.assign(req.models().begin(), req.models().end());
+  n.inflight = inflight;
+  n.generation = ++generation_;
+}
+
+bool ClusterState::Heartbeat(const v1::HeartbeatRequest& req) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(req.node_id());
+  if (it == nodes_.end() || !it->second.alive) return false;
+  NodeInfo& n = it->second;
+  n.last_heartbeat = clock_();
+  n.devices.assign(req.devices().begin(), req.devices().end());
+  n.models.assign(req.models().begin(), req.models().end());
+  n.reported_inflight = req.inflight_requests();
+  return true;
+}
+
+std::vector<std::string> ClusterState::SweepDead() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> dead;
+  const absl::Time now = clock_();
+  for (auto& [id, n] : nodes_) {
+    if (n.alive && now - n.last_heartbeat > timeout_) {
+      n.alive = false;
+      n.models.clear();
+      dead.push_back(id);
+    }
+  }
+  return dead;
+}
+
+void ClusterState::AddResident(const std::string& node_id, const v1::ResidentModel& m) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return;
+  auto& models = it->second.models;
+  for (auto& existing : models) {
+    if (existing.name() == m.name()) {
+      existing = m;
+      return;
+    }
+  }
+  models.push_back(m);
+}
+
+void ClusterState::RemoveResident(const std::string& node_id, const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return;
+  auto& models = it->second.models;
+  models.erase(std::remove_if(models.begin(), models.end(),
+                              [&](const v1::ResidentModel& m) { return m.name() == model; }),
+               models.end());
+}
+
+std::vector<std::string> ClusterState::NodesWithModel(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, n] : nodes_) {
+    if (!n.alive) continue;
+    for (const auto& m : n.models) {
+      if (m.name() == model && m.state() == "READY") {
+        out.push_back(id);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> ClusterState::LeastLoaded(
+    const std::vector<std::string>& candidates) const {
+  absl::MutexLock lock(&mu_);
+  std::optional<std::string> best;
+  int best_load = 0;
+  for (const auto& id : candidates) {
+    auto it = nodes_.find(id);
+    if (it == nodes_.end() || !it->second.alive) continue;
+    int queued = 0;
+    for (const auto& d : it->second.devices) queued += d.queue_length();
+    const int load = it->second.inflight + queued;
+    if (!best || load < best_load || (load == best_load && id < *best)) {
+      best = id;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> ClusterState::LiveNodes() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, n] : nodes_)
+    if (n.alive) out.push_back(id);
+  return out;
+}
+
+bool ClusterState::IsAlive(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  return it != nodes_.end() && it->second.alive;
+}
+
+std::optional<NodeInfo> ClusterState::Get(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<NodeInfo> ClusterState::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<NodeInfo> out;
+  for (const auto& [id, n] : nodes_) out.push_back(n);
+  return out;
+}
+
+void ClusterState::AddInflight(const std::string& node_id, int delta) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end()) it->second.inflight += delta;
+}
+
+}  // namespace ballast::global_scheduler

@@ -1,0 +1,77 @@
+// ClusterState: the scheduler's view of its nodes — address, liveness,
+// last reported statistics, resident models — and the scheduler-side count
+// of requests in flight on each node.
+//
+// Liveness rule: a node is alive from Register until no heartbeat has
+// arrived for `heartbeat_timeout`; SweepDead() (called periodically) then
+// marks it dead and forgets its replicas. A heartbeat from a dead or
+// unknown node is answered with "register again".
+//
+// Thread-safety: all methods are thread-safe (one mutex). The clock is
+// injected so tests control time.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ballast/v1/node.pb.h"
+
+namespace ballast::global_scheduler {
+
+using Clock = std::function<absl::Time()>;
+
+struct NodeInfo {
+  std::string node_id;
+  std::string address;
+  bool alive = false;
+  absl::Time last_heartbeat;
+  std::vector<v1::DeviceState> devices;
+  std::vector<v1::ResidentModel> models;
+  int inflight = 0;           // counted by the scheduler
+  int reported_inflight = 0;  // from the node's heartbeat
+  int64_t generation = 0;     // bumps on every (re-)registration
+};
+
+class ClusterState {
+ public:
+  ClusterState(absl::Duration heartbeat_timeout, Clock clock);
+
+  // Adds or replaces a node; it is alive from now.
+  void Register(const v1::RegisterNodeRequest& req);
+  // Returns false if the node is unknown or dead (it must register again).
+  bool Heartbeat(const v1::HeartbeatRequest& req);
+  // Marks nodes whose last heartbeat is older than the timeout dead.
+  // Returns the ids of the nodes newly marked dead.
+  std::vector<std::string> SweepDead();
+  // Records a model loaded by a LoadModel call (before the next heartbeat).
+  void AddResident(const std::string& node_id, const v1::ResidentModel& m);
+  void RemoveResident(const std::string& node_id, const std::string& model);
+
+  // Live nodes where `model` is resident and READY.
+  std::vector<std::string> NodesWithModel(const std::string& model) const;
+  // Among `candidates`, the live node with the fewest requests in flight
+  // (scheduler's count plus the node's reported queue); ties by id.
+  std::optional<std::string> LeastLoaded(const std::vector<std::string>& candidates) const;
+  std::vector<std::string> LiveNodes() const;
+  bool IsAlive(const std::string& node_id) const;
+  std::optional<NodeInfo> Get(const std::string& node_id) const;
+  std::vector<NodeInfo> Snapshot() const;
+
+  void AddInflight(const std::string& node_id, int delta);
+
+ private:
+  const absl::Duration timeout_;
+  Clock clock_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ballast::global_scheduler

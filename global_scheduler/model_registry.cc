@@ -1,0 +1,83 @@
+#include "global_scheduler/model_registry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::global_scheduler {
+
+absl::Status ModelRegistry::Add(const ModelSpec& spec) {
+  if (spec.name.empty()) return absl::InvalidArgumentError("model name is empty");
+  if (spec.path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", spec.name, ": path is empty"));
+  }
+  if (spec.replicas < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", spec.name, ": replicas must be >= 1"));
+  }
+  if (spec.kv_dtype != "auto" && spec.kv_dtype != "f32" && spec.kv_dtype != "bf16" &&
+      spec.kv_dtype != "fp16") {
+    return absl::InvalidArgumentError(absl::StrCat("model ", spec.name, ": kv_dtype \"",
+                                                   spec.kv_dtype,
+                                                   "\" (expected auto, f32, bf16 or fp16)"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(spec.name);
+  if (it != models_.end()) {
+    const ModelSpec& old = it->second.spec;
+    if (old.path != spec.path || old.kv_dtype != spec.kv_dtype || old.replicas != spec.replicas ||
+        old.ttft_ms != spec.ttft_ms || old.tpot_ms != spec.tpot_ms) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "model ", spec.name, " is already registered with a different spec; unregister it first"));
+    }
+    return absl::OkStatus();
+  }
+  models_[spec.name].spec = spec;
+  return absl::OkStatus();
+}
+
+absl::Status ModelRegistry::Remove(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (models_.erase(name) == 0) {
+    return absl::NotFoundError(absl::StrCat("model ", name, " is not registered"));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<ModelStatus> ModelRegistry::Get(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<ModelStatus> ModelRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ModelStatus> out;
+  for (const auto& [n, m] : models_) out.push_back(m);
+  return out;
+}
+
+bool ModelRegistry::Contains(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  return models_.count(name) > 0;
+}
+
+void ModelRegistry::RecordLoaded(const std::string& name, const std::string& architecture,
+                                 int context_window, int64_t weight_bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) return;
+  it->second.architecture = architecture;
+  it->second.context_window = context_window;
+  it->second.weight_bytes = weight_bytes;
+  it->second.last_error.clear();
+}
+
+void ModelRegistry::RecordLoadError(const std::string& name, const std::string& error,
+                                    absl::Time retry_after) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) return;
+  it->second.last_error = error;
+  it->second.retry_after = retry_after;
+}
+
+}  // namespace ballast::global_scheduler

@@ -1,0 +1,57 @@
+// ModelRegistry: the scheduler's model catalogue — what should be served,
+// from where, with which SLOs and how many replicas — plus what nodes have
+// reported about each model (context window, weight size, last load error).
+//
+// Thread-safety: all methods are thread-safe.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace ballast::global_scheduler {
+
+struct ModelSpec {
+  std::string name;
+  std::string path;               // directory readable by the nodes
+  std::string kv_dtype = "auto";  // auto | f32 | bf16 | fp16
+  uint32_t ttft_ms = 0;           // 0: the scheduler's default SLO
+  uint32_t tpot_ms = 0;
+  int replicas = 1;               // nodes that keep it resident
+};
+
+struct ModelStatus {
+  ModelSpec spec;
+  std::string architecture;
+  int context_window = 0;  // 0 until a node has loaded it
+  int64_t weight_bytes = 0;
+  std::string last_error;  // last failed load, if any
+  absl::Time retry_after = absl::InfinitePast();
+};
+
+class ModelRegistry {
+ public:
+  // INVALID_ARGUMENT for an empty name or path or replicas < 1;
+  // ALREADY_EXISTS if the name is registered with a different spec.
+  absl::Status Add(const ModelSpec& spec);
+  absl::Status Remove(const std::string& name);
+  std::optional<ModelStatus> Get(const std::string& name) const;
+  std::vector<ModelStatus> List() const;
+  bool Contains(const std::string& name) const;
+
+  void RecordLoaded(const std::string& name, const std::string& architecture,
+                    int context_window, int64_t weight_bytes);
+  void RecordLoadError(const std::string& name, const std::string& error, absl::Time retry_after);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, ModelStatus> models_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ballast::global_scheduler

@@ -1,0 +1,356 @@
+#include "global_scheduler/scheduler.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "global_scheduler/placement.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::global_scheduler {
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options,
+                                                             Clock clock) {
+  if (options.heartbeat_timeout <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError("heartbeat_timeout must exceed heartbeat_interval");
+  }
+  std::unique_ptr<Scheduler> s(new Scheduler(options, std::move(clock)));
+  for (const auto& m : options.models) {
+    if (auto st = s->registry_.Add(m); !st.ok()) return st;
+  }
+  return s;
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options, Clock clock)
+    : options_(options), clock_(clock), cluster_(options.heartbeat_timeout, clock) {}
+
+Scheduler::~Scheduler() { Stop(); }
+
+void Scheduler::Start() {
+  if (control_.joinable()) return;
+  control_ = std::thread([this] { ControlLoop(); });
+}
+
+void Scheduler::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (control_.joinable()) control_.join();
+  std::vector<Worker> workers;
+  {
+    absl::MutexLock lock(&mu_);
+    workers.swap(workers_);
+  }
+  for (auto& w : workers) w.thread.join();
+}
+
+void Scheduler::RunAsync(std::function<void()> fn) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([fn = std::move(fn), done] {
+    fn();
+    done->store(true);
+  });
+  absl::MutexLock lock(&mu_);
+  workers_.push_back({std::move(t), done});
+}
+
+void Scheduler::ControlLoop() {
+  while (!stop_.WaitForNotificationWithTimeout(options_.control_interval)) ControlTick();
+}
+
+void Scheduler::ControlTick() {
+  // Reap finished load/evict calls.
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = workers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& id : cluster_.SweepDead()) {
+    spdlog::warn("node {} missed heartbeats for {}: marked dead", id,
+                 absl::FormatDuration(options_.heartbeat_timeout));
+    sessions_.ForgetNode(id);
+  }
+  const auto nodes = cluster_.Snapshot();
+  const absl::Time now = clock_();
+  for (const ModelStatus& m : registry_.List()) {
+    std::set<std::string> exclude;
+    int have = 0;
+    for (const auto& n : nodes) {
+      if (!n.alive) continue;
+      for (const auto& r : n.models) {
+        if (r.name() == m.spec.name) {
+          exclude.insert(n.node_id);
+          ++have;
+        }
+      }
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [model, node] : pending_) {
+        if (model == m.spec.name && !exclude.count(node)) {
+          exclude.insert(node);
+          ++have;
+        }
+      }
+    }
+    if (have >= m.spec.replicas || now < m.retry_after) continue;
+    if (auto target = ChooseNodeForLoad(nodes, exclude)) StartLoad(m.spec, *target);
+  }
+  // Models that nodes hold but the catalogue no longer lists.
+  for (const auto& n : nodes) {
+    if (!n.alive) continue;
+    for (const auto& r : n.models) {
+      if (!registry_.Contains(r.name())) StartEvict(r.name(), n.node_id);
+    }
+  }
+}
+
+void Scheduler::StartLoad(const ModelSpec& spec, const std::string& node_id) {
+  auto stub = Stub(node_id);
+  if (!stub) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!pending_.insert({spec.name, node_id}).second) return;
+  }
+  spdlog::info("loading model {} on node {}", spec.name, node_id);
+  RunAsync([this, spec, node_id, stub] {
+    v1::LoadModelRequest req;
+    req.set_name(spec.name);
+    req.set_path(spec.path);
+    req.set_kv_dtype(spec.kv_dtype);
+    v1::LoadModelResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.load_timeout));
+    grpc::Status st = stub->LoadModel(&ctx, req, &resp);
+    if (st.ok()) {
+      cluster_.AddResident(node_id, resp.model());
+      registry_.RecordLoaded(spec.name, resp.model().architecture(),
+                             resp.model().context_window(), resp.model().weight_bytes());
+      spdlog::info("model {} ready on node {} ({})", spec.name, node_id, resp.model().device());
+    } else {
+      const std::string err = absl::StrCat("load on node ", node_id, " failed: ",
+                                           st.error_message());
+      spdlog::error("model {}: {}", spec.name, err);
+      registry_.RecordLoadError(spec.name, err, clock_() + options_.load_retry);
+    }
+    absl::MutexLock lock(&mu_);
+    pending_.erase({spec.name, node_id});
+  });
+}
+
+void Scheduler::StartEvict(const std::string& model, const std::string& node_id) {
+  auto stub = Stub(node_id);
+  if (!stub) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!pending_.insert({"evict:" + model, node_id}).second) return;
+  }
+  RunAsync([this, model, node_id, stub] {
+    v1::EvictModelRequest req;
+    req.set_name(model);
+    v1::EvictModelResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    grpc::Status st = stub->EvictModel(&ctx, req, &resp);
+    if (st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) {
+      cluster_.RemoveResident(node_id, model);
+      spdlog::info("model {} evicted from node {}", model, node_id);
+    } else {
+      spdlog::warn("evicting {} from node {} failed: {}", model, node_id, st.error_message());
+    }
+    absl::MutexLock lock(&mu_);
+    pending_.erase({"evict:" + model, node_id});
+  });
+}
+
+std::shared_ptr<v1::Node::StubInterface> Scheduler::Stub(const std::string& node_id) {
+  auto info = cluster_.Get(node_id);
+  if (!info) return nullptr;
+  absl::MutexLock lock(&mu_);
+  auto& slot = stubs_[node_id];
+  if (!slot.second || slot.first != info->address) {
+    auto channel = grpc::CreateChannel(info->address, grpc::InsecureChannelCredentials());
+    slot = {info->address, std::shared_ptr<v1::Node::StubInterface>(v1::Node::NewStub(channel))};
+  }
+  return slot.second;
+}
+
+v1::RegisterNodeResponse Scheduler::RegisterNode(const v1::RegisterNodeRequest& req) {
+  cluster_.Register(req);
+  for (const auto& m : req.models()) {
+    registry_.RecordLoaded(m.name(), m.architecture(), m.context_window(), m.weight_bytes());
+  }
+  spdlog::info("node {} registered at {} with {} device(s), {} model(s)", req.node_id(),
+               req.address(), req.devices_size(), req.models_size());
+  v1::RegisterNodeResponse resp;
+  resp.set_heartbeat_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  return resp;
+}
+
+v1::HeartbeatResponse Scheduler::Heartbeat(const v1::HeartbeatRequest& req) {
+  v1::HeartbeatResponse resp;
+  resp.set_reregister(!cluster_.Heartbeat(req));
+  return resp;
+}
+
+absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
+  if (auto st = registry_.Add(spec); !st.ok()) return st;
+  spdlog::info("model {} registered ({})", spec.name, spec.path);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::UnregisterModel(const std::string& name) {
+  return registry_.Remove(name);  // the control loop evicts its replicas
+}
+
+v1::ModelInfo Scheduler::ToModelInfo(const ModelStatus& m) const {
+  v1::ModelInfo info;
+  info.set_name(m.spec.name);
+  info.set_path(m.spec.path);
+  info.set_architecture(m.architecture);
+  info.set_context_window(m.context_window);
+  info.set_kv_dtype(m.spec.kv_dtype);
+  info.set_weight_bytes(m.weight_bytes);
+  info.mutable_slo()->set_ttft_ms(m.spec.ttft_ms ? m.spec.ttft_ms : options_.default_ttft_ms);
+  info.mutable_slo()->set_tpot_ms(m.spec.tpot_ms ? m.spec.tpot_ms : options_.default_tpot_ms);
+  for (const auto& n : cluster_.Snapshot()) {
+    if (!n.alive) continue;
+    for (const auto& r : n.models) {
+      if (r.name() != m.spec.name) continue;
+      auto* rep = info.add_replicas();
+      rep->set_node_id(n.node_id);
+      rep->set_device(r.device());
+      rep->set_state(r.state());
+    }
+  }
+  if (info.replicas_size() == 0 && !m.last_error.empty()) {
+    auto* rep = info.add_replicas();
+    rep->set_state("FAILED: " + m.last_error);
+  }
+  return info;
+}
+
+v1::ListModelsResponse Scheduler::ListModels() const {
+  v1::ListModelsResponse resp;
+  for (const auto& m : registry_.List()) *resp.add_models() = ToModelInfo(m);
+  return resp;
+}
+
+v1::ClusterState Scheduler::GetClusterState() const {
+  v1::ClusterState state;
+  const absl::Time now = clock_();
+  for (const auto& n : cluster_.Snapshot()) {
+    auto* ns = state.add_nodes();
+    ns->set_node_id(n.node_id);
+    ns->set_address(n.address);
+    ns->set_alive(n.alive);
+    ns->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - n.last_heartbeat));
+    ns->set_inflight_requests(n.inflight);
+    for (const auto& d : n.devices) *ns->add_devices() = d;
+  }
+  for (const auto& m : registry_.List()) *state.add_models() = ToModelInfo(m);
+  state.set_sessions(sessions_.size());
+  return state;
+}
+
+absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
+                                              const std::function<bool()>& cancelled) {
+  auto model = registry_.Get(req.model());
+  if (!model) {
+    return absl::NotFoundError(absl::StrCat("model \"", req.model(),
+                                            "\" is not registered (ListModels shows the catalogue)"));
+  }
+  if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
+  const auto& s = req.sampling();
+  if (s.max_tokens() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.max_tokens must be > 0 (got ", s.max_tokens(), ")"));
+  }
+  if (model->context_window > 0 && s.max_tokens() >= model->context_window) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.max_tokens ", s.max_tokens(),
+                                                   " does not fit the context window of ",
+                                                   model->context_window));
+  }
+  if (s.temperature() < 0 || s.top_p() < 0 || s.top_p() > 1 || s.top_k() < 0) {
+    return absl::InvalidArgumentError(
+        "sampling: temperature must be >= 0, top_p in [0, 1], top_k >= 0");
+  }
+  Route route;
+  route.session_id = req.session_id();
+  route.ttft_ms = req.slo().ttft_ms() ? req.slo().ttft_ms()
+                  : model->spec.ttft_ms ? model->spec.ttft_ms
+                                        : options_.default_ttft_ms;
+  route.tpot_ms = req.slo().tpot_ms() ? req.slo().tpot_ms()
+                  : model->spec.tpot_ms ? model->spec.tpot_ms
+                                        : options_.default_tpot_ms;
+  std::string affinity;
+  if (!route.session_id.empty()) {
+    auto turn = sessions_.Begin(route.session_id, req.model());
+    if (!turn.ok()) return turn.status();
+    route.history = std::move(turn->history);
+    affinity = turn->node_id;
+  }
+  const absl::Time deadline = clock_() + options_.route_wait;
+  while (true) {
+    auto nodes = cluster_.NodesWithModel(req.model());
+    std::optional<std::string> pick;
+    if (!affinity.empty() && std::find(nodes.begin(), nodes.end(), affinity) != nodes.end()) {
+      pick = affinity;
+    } else {
+      pick = cluster_.LeastLoaded(nodes);
+    }
+    if (pick) {
+      route.stub = Stub(*pick);
+      if (route.stub) {
+        route.node_id = *pick;
+        break;
+      }
+    }
+    if (clock_() >= deadline || cancelled()) {
+      if (!route.session_id.empty()) sessions_.Abort(route.session_id);
+      auto m = registry_.Get(req.model());
+      return absl::UnavailableError(absl::StrCat(
+          "model ", req.model(), " has no live replica",
+          m && !m->last_error.empty() ? absl::StrCat(" (", m->last_error, ")")
+                                      : std::string(" (no node has loaded it yet)")));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  cluster_.AddInflight(route.node_id, 1);
+  return route;
+}
+
+void Scheduler::Complete(const Route& route, bool ok, const std::vector<int>& prompt_tokens,
+                         const std::vector<int>& output_tokens) {
+  cluster_.AddInflight(route.node_id, -1);
+  if (route.session_id.empty()) return;
+  if (ok) {
+    sessions_.Commit(route.session_id, route.node_id, prompt_tokens, output_tokens);
+  } else {
+    sessions_.Abort(route.session_id);
+  }
+}
+
+bool Scheduler::EndSession(const std::string& session_id) {
+  bool existed = false;
+  auto node = sessions_.End(session_id, &existed);
+  if (node && cluster_.IsAlive(*node)) {
+    if (auto stub = Stub(*node)) {
+      RunAsync([stub, session_id] {
+        v1::DropSessionRequest req;
+        req.set_session_id(session_id);
+        v1::DropSessionResponse resp;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+        stub->DropSession(&ctx, req, &resp);
+      });
+    }
+  }
+  return existed;
+}
+
+}  // namespace ballast::global_scheduler

@@ -1,0 +1,127 @@
+// Scheduler: the global scheduler's core. It owns the model registry, the
+// cluster state and the session directory; routes each request to a node
+// where its model is resident (session affinity first, then least loaded);
+// and runs a control loop that declares silent nodes dead and keeps every
+// registered model at its replica count (loading it on the node chosen by
+// placement, evicting models that were unregistered).
+//
+// gRPC plumbing (services, stream proxying) lives in server/; this class
+// only decides. Thread-safety: all public methods are thread-safe.
+// Shutdown order: Stop() ends the control loop and joins load/evict calls.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "ballast/v1/admin.pb.h"
+#include "ballast/v1/inference.pb.h"
+#include "ballast/v1/node.grpc.pb.h"
+#include "global_scheduler/cluster_state.h"
+#include "global_scheduler/model_registry.h"
+#include "global_scheduler/session_directory.h"
+
+namespace ballast::global_scheduler {
+
+struct SchedulerOptions {
+  // A node with no heartbeat for this long is dead. Default 3 s.
+  absl::Duration heartbeat_timeout = absl::Seconds(3);
+  // Interval nodes are told to heartbeat at. Default 1 s.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Control-loop period (liveness sweep, replica reconciliation). 200 ms.
+  absl::Duration control_interval = absl::Milliseconds(200);
+  // How long a request waits for a replica of its model to become ready
+  // (e.g. while the model loads) before failing UNAVAILABLE. Default 30 s.
+  absl::Duration route_wait = absl::Seconds(30);
+  // Wait before retrying a failed model load. Default 10 s.
+  absl::Duration load_retry = absl::Seconds(10);
+  // Deadline of one LoadModel call. Default 300 s.
+  absl::Duration load_timeout = absl::Seconds(300);
+  // SLOs used when neither the request nor the model sets one.
+  uint32_t default_ttft_ms = 5000;
+  uint32_t default_tpot_ms = 500;
+  std::vector<ModelSpec> models;
+};
+
+// A request bound to a node.
+struct Route {
+  std::string node_id;
+  std::shared_ptr<v1::Node::StubInterface> stub;
+  std::string session_id;
+  std::vector<int> history;
+  uint32_t ttft_ms = 0, tpot_ms = 0;  // effective SLOs
+};
+
+class Scheduler {
+ public:
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options,
+                                                           Clock clock = absl::Now);
+  ~Scheduler();
+
+  void Start();  // starts the control loop
+  void Stop();
+
+  // NodeRegistry.
+  v1::RegisterNodeResponse RegisterNode(const v1::RegisterNodeRequest& req);
+  v1::HeartbeatResponse Heartbeat(const v1::HeartbeatRequest& req);
+
+  // Admin.
+  absl::Status RegisterModel(const ModelSpec& spec);
+  absl::Status UnregisterModel(const std::string& name);
+  v1::ClusterState GetClusterState() const;
+  v1::ListModelsResponse ListModels() const;
+
+  // Inference: validates `req`, begins the session turn and picks a node.
+  // `cancelled` is polled while waiting for a replica.
+  absl::StatusOr<Route> RouteRequest(const v1::GenerateRequest& req,
+                                     const std::function<bool()>& cancelled);
+  // Ends a routed request. On success the session history grows by the
+  // turn's prompt and output tokens; otherwise it is left as it was.
+  void Complete(const Route& route, bool ok, const std::vector<int>& prompt_tokens,
+                const std::vector<int>& output_tokens);
+  // EndSession: forgets the history and drops the KV on its node.
+  bool EndSession(const std::string& session_id);
+
+  ClusterState& cluster() { return cluster_; }
+  SessionDirectory& sessions() { return sessions_; }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  Scheduler(const SchedulerOptions& options, Clock clock);
+  void ControlLoop();
+  void ControlTick();
+  void StartLoad(const ModelSpec& spec, const std::string& node_id);
+  void StartEvict(const std::string& model, const std::string& node_id);
+  void RunAsync(std::function<void()> fn);
+  std::shared_ptr<v1::Node::StubInterface> Stub(const std::string& node_id);
+  v1::ModelInfo ToModelInfo(const ModelStatus& m) const;
+
+  const SchedulerOptions options_;
+  Clock clock_;
+  ModelRegistry registry_;
+  ClusterState cluster_;
+  SessionDirectory sessions_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::pair<std::string, std::shared_ptr<v1::Node::StubInterface>>> stubs_
+      ABSL_GUARDED_BY(mu_);  // node id -> (address, stub)
+  std::set<std::pair<std::string, std::string>> pending_ ABSL_GUARDED_BY(mu_);  // (model, node)
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
+
+  absl::Notification stop_;
+  std::thread control_;
+};
+
+}  // namespace ballast::global_scheduler

@@ -1,0 +1,115 @@
+#include "node_manager/device_worker.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::node_manager {
+
+DeviceWorker::DeviceWorker(std::string name, int64_t memory_bytes)
+    : name_(std::move(name)), memory_bytes_(memory_bytes) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+DeviceWorker::~DeviceWorker() { Stop(); }
+
+void DeviceWorker::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    stop_ = true;
+    cv_.Signal();
+  }
+  thread_.join();
+  std::map<std::string, std::shared_ptr<engine::ModelEngine>> engines;
+  std::vector<std::shared_ptr<engine::ModelEngine>> retiring;
+  {
+    absl::MutexLock lock(&mu_);
+    engines.swap(engines_);
+    retiring.swap(retiring_);
+  }
+  for (auto& [n, e] : engines) e->AbortAll(absl::UnavailableError("node shutting down"));
+  for (auto& e : retiring) e->AbortAll(absl::UnavailableError("node shutting down"));
+}
+
+void DeviceWorker::Wake() {
+  absl::MutexLock lock(&mu_);
+  wake_ = true;
+  cv_.Signal();
+}
+
+absl::Status DeviceWorker::Add(std::shared_ptr<engine::ModelEngine> engine) {
+  absl::MutexLock lock(&mu_);
+  if (engines_.count(engine->name())) {
+    return absl::AlreadyExistsError(absl::StrCat("model ", engine->name(), " already on ", name_));
+  }
+  engines_[engine->name()] = std::move(engine);
+  wake_ = true;
+  cv_.Signal();
+  return absl::OkStatus();
+}
+
+bool DeviceWorker::Remove(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  auto it = engines_.find(model);
+  if (it == engines_.end()) return false;
+  retiring_.push_back(std::move(it->second));
+  engines_.erase(it);
+  wake_ = true;
+  cv_.Signal();
+  return true;
+}
+
+std::shared_ptr<engine::ModelEngine> DeviceWorker::Find(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  auto it = engines_.find(model);
+  return it == engines_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Engines() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<engine::ModelEngine>> out;
+  for (const auto& [n, e] : engines_) out.push_back(e);
+  return out;
+}
+
+DeviceUsage DeviceWorker::Usage() const {
+  DeviceUsage u;
+  u.memory_total_bytes = memory_bytes_;
+  for (const auto& e : Engines()) {
+    const engine::EngineStats s = e->stats();
+    u.memory_used_bytes += e->weight_bytes() + e->options().kv_cache_bytes;
+    u.kv_blocks_total += s.kv_blocks_total;
+    u.kv_blocks_free += s.kv_blocks_free;
+    u.waiting += s.waiting;
+    u.running += s.running;
+    u.preemptions += s.preemptions;
+    u.models.push_back(e->name());
+  }
+  return u;
+}
+
+void DeviceWorker::Loop() {
+  while (true) {
+    std::vector<std::shared_ptr<engine::ModelEngine>> engines, retiring;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      for (const auto& [n, e] : engines_) engines.push_back(e);
+      retiring.swap(retiring_);
+    }
+    for (auto& e : retiring) {
+      e->AbortAll(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
+    }
+    retiring.clear();
+    bool did = false;
+    for (auto& e : engines) {
+      if (e->HasWork()) did |= e->Step();
+    }
+    if (!did) {
+      absl::MutexLock lock(&mu_);
+      if (!wake_ && !stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+      wake_ = false;
+    }
+  }
+}
+
+}  // namespace ballast::node_manager

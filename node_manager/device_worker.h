@@ -1,0 +1,70 @@
+// DeviceWorker: one device's engine pool and its step thread. It holds the
+// ModelEngines resident on the device and steps every engine that has work,
+// round robin, one step each per pass; it sleeps when none has work and is
+// woken by Submit/Cancel through the engines' wake callback.
+//
+// Removing a model hands its engine to the step thread, which fails the
+// engine's outstanding requests (UNAVAILABLE) before dropping it, so no
+// request waits forever and no engine is touched by two threads.
+//
+// Thread-safety: all public methods are thread-safe. Shutdown: Stop()
+// (also run by the destructor) aborts all requests and joins the thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/model_engine.h"
+
+namespace ballast::node_manager {
+
+struct DeviceUsage {
+  int64_t memory_total_bytes = 0;
+  int64_t memory_used_bytes = 0;  // weights + KV pools of resident models
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_free = 0;
+  int waiting = 0;
+  int running = 0;
+  int64_t preemptions = 0;
+  std::vector<std::string> models;
+};
+
+class DeviceWorker {
+ public:
+  DeviceWorker(std::string name, int64_t memory_bytes);
+  ~DeviceWorker();
+
+  const std::string& name() const { return name_; }
+  int64_t memory_bytes() const { return memory_bytes_; }
+  // Called by engines when work arrives; wakes the step thread.
+  void Wake();
+
+  // Adds a loaded engine. ALREADY_EXISTS if the name is taken.
+  absl::Status Add(std::shared_ptr<engine::ModelEngine> engine);
+  // Removes an engine; false if absent.
+  bool Remove(const std::string& model);
+  std::shared_ptr<engine::ModelEngine> Find(const std::string& model) const;
+  std::vector<std::shared_ptr<engine::ModelEngine>> Engines() const;
+  DeviceUsage Usage() const;
+  void Stop();
+
+ private:
+  void Loop();
+
+  const std::string name_;
+  const int64_t memory_bytes_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::shared_ptr<engine::ModelEngine>> engines_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<engine::ModelEngine>> retiring_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace ballast::node_manager

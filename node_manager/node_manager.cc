@@ -1,0 +1,262 @@
+#include "node_manager/node_manager.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::node_manager {
+
+absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptions& options) {
+  if (options.node_id.empty()) return absl::InvalidArgumentError("node_id is empty");
+  if (options.devices.empty()) return absl::InvalidArgumentError("a node needs at least one device");
+  for (const auto& d : options.devices) {
+    if (d.memory_bytes <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("device ", d.name, ": memory must be > 0"));
+    }
+  }
+  if (options.engine.backend != "cpu") {
+    return absl::UnimplementedError(absl::StrCat("engine.backend \"", options.engine.backend,
+                                                 "\" is not available in this build (use cpu)"));
+  }
+  return std::unique_ptr<NodeManager>(new NodeManager(options));
+}
+
+NodeManager::NodeManager(const NodeOptions& options) : options_(options) {
+  for (const auto& d : options.devices) {
+    devices_.push_back(std::make_unique<DeviceWorker>(d.name, d.memory_bytes));
+  }
+}
+
+NodeManager::~NodeManager() { Shutdown(); }
+
+void NodeManager::Shutdown() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  for (auto& d : devices_) d->Stop();
+}
+
+std::vector<DeviceWorker*> NodeManager::devices() const {
+  std::vector<DeviceWorker*> out;
+  for (const auto& d : devices_) out.push_back(d.get());
+  return out;
+}
+
+void NodeManager::AddInflight(int delta) {
+  absl::MutexLock lock(&mu_);
+  inflight_ += delta;
+}
+
+int NodeManager::inflight() const {
+  absl::MutexLock lock(&mu_);
+  return inflight_;
+}
+
+absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name,
+                                                         const std::string& path,
+                                                         const std::string& kv_dtype,
+                                                         const std::string& device) {
+  if (name.empty() || path.empty()) return absl::InvalidArgumentError("model name and path are required");
+  absl::MutexLock serial(&load_mu_);
+  std::string where;
+  if (FindEngine(name, &where)) {
+    return absl::AlreadyExistsError(absl::StrCat("model ", name, " is already resident on ", where));
+  }
+  DeviceWorker* target = nullptr;
+  int64_t best_free = -1;
+  for (auto& d : devices_) {
+    if (!device.empty() && d->name() != device) continue;
+    const DeviceUsage u = d->Usage();
+    const int64_t free = u.memory_total_bytes - u.memory_used_bytes;
+    if (free > best_free) {
+      best_free = free;
+      target = d.get();
+    }
+  }
+  if (target == nullptr) return absl::NotFoundError(absl::StrCat("no device named ", device));
+  engine::ModelEngineOptions o;
+  o.name = name;
+  o.path = path;
+  o.backend = options_.engine.backend;
+  o.kv_dtype = kv_dtype.empty() ? "auto" : kv_dtype;
+  o.block_tokens = options_.engine.block_tokens;
+  o.kv_cache_bytes = options_.engine.kv_cache_bytes;
+  o.max_batch_tokens = options_.engine.max_batch_tokens;
+  o.max_seqs = options_.engine.max_seqs;
+  o.max_context = options_.engine.max_context;
+  const absl::Time t0 = absl::Now();
+  auto e = engine::ModelEngine::Create(o, [target] { target->Wake(); });
+  if (!e.ok()) return e.status();
+  const int64_t need = (*e)->weight_bytes() + o.kv_cache_bytes;
+  if (need > best_free) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model ", name, " needs ", need, " bytes (weights + KV pool) but device ",
+        target->name(), " has ", best_free, " free"));
+  }
+  std::shared_ptr<engine::ModelEngine> engine = std::move(*e);
+  v1::ResidentModel m;
+  m.set_name(name);
+  m.set_device(target->name());
+  m.set_state("READY");
+  m.set_architecture(engine->config().architecture);
+  m.set_context_window(engine->context_window());
+  m.set_weight_bytes(engine->weight_bytes());
+  m.set_kv_dtype(engine->kv_dtype_name());
+  if (auto st = target->Add(std::move(engine)); !st.ok()) return st;
+  spdlog::info("loaded model {} from {} on {} in {}", name, path, target->name(),
+               absl::FormatDuration(absl::Now() - t0));
+  return m;
+}
+
+absl::Status NodeManager::EvictModel(const std::string& name) {
+  for (auto& d : devices_) {
+    if (d->Remove(name)) {
+      spdlog::info("evicted model {} from {}", name, d->name());
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("model ", name, " is not resident on this node"));
+}
+
+std::shared_ptr<engine::ModelEngine> NodeManager::FindEngine(const std::string& model,
+                                                             std::string* device) const {
+  for (const auto& d : devices_) {
+    if (auto e = d->Find(model)) {
+      if (device) *device = d->name();
+      return e;
+    }
+  }
+  return nullptr;
+}
+
+absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req,
+                                              engine::GenerationSink* sink) {
+  Admission a;
+  a.engine = FindEngine(req.model(), &a.device);
+  if (!a.engine) {
+    return absl::NotFoundError(absl::StrCat("model ", req.model(), " is not resident on node ",
+                                            options_.node_id));
+  }
+  if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
+  const engine::Tokenizer& tok = a.engine->tokenizer();
+  if (req.history_tokens().empty()) a.turn_tokens.push_back(tok.bos_id());
+  const auto text = tok.Encode(req.prompt());
+  a.turn_tokens.insert(a.turn_tokens.end(), text.begin(), text.end());
+
+  engine::GenerationRequest g;
+  g.id = req.request_id();
+  g.prompt.assign(req.history_tokens().begin(), req.history_tokens().end());
+  g.history_tokens = static_cast<int>(g.prompt.size());
+  g.prompt.insert(g.prompt.end(), a.turn_tokens.begin(), a.turn_tokens.end());
+  g.session_id = req.session_id();
+  g.priority = req.priority();
+  const auto& s = req.sampling();
+  g.params.max_tokens = s.max_tokens();
+  g.params.sampling.temperature = s.temperature();
+  g.params.sampling.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
+  g.params.sampling.top_k = s.top_k();
+  if (s.has_seed()) g.params.seed = s.seed();
+  g.params.stop.assign(s.stop().begin(), s.stop().end());
+  g.params.ignore_eos = s.ignore_eos();
+  g.arrival = absl::Now() - absl::Milliseconds(req.scheduler_ms());
+  if (auto st = a.engine->Submit(std::move(g), sink); !st.ok()) return st;
+  return a;
+}
+
+void NodeManager::DropSession(const std::string& session_id) {
+  for (const auto& d : devices_)
+    for (const auto& e : d->Engines()) e->DropSession(session_id);
+}
+
+std::vector<v1::DeviceState> NodeManager::DeviceStates() const {
+  std::vector<v1::DeviceState> out;
+  for (const auto& d : devices_) {
+    const DeviceUsage u = d->Usage();
+    v1::DeviceState s;
+    s.set_name(d->name());
+    s.set_memory_total_bytes(u.memory_total_bytes);
+    s.set_memory_used_bytes(u.memory_used_bytes);
+    s.set_kv_blocks_total(u.kv_blocks_total);
+    s.set_kv_blocks_used(u.kv_blocks_total - u.kv_blocks_free);
+    s.set_queue_length(u.waiting);
+    s.set_running(u.running);
+    for (const auto& m : u.models) s.add_resident_models(m);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<v1::ResidentModel> NodeManager::ResidentModels() const {
+  std::vector<v1::ResidentModel> out;
+  for (const auto& d : devices_) {
+    for (const auto& e : d->Engines()) {
+      v1::ResidentModel m;
+      m.set_name(e->name());
+      m.set_device(d->name());
+      m.set_state("READY");
+      m.set_architecture(e->config().architecture);
+      m.set_context_window(e->context_window());
+      m.set_weight_bytes(e->weight_bytes());
+      m.set_kv_dtype(e->kv_dtype_name());
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
+}
+
+void NodeManager::StartHeartbeats(const std::string& address) {
+  if (options_.scheduler_address.empty() || heartbeat_.joinable()) return;
+  advertise_ = address;
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+bool NodeManager::RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* interval) {
+  v1::RegisterNodeRequest req;
+  req.set_node_id(options_.node_id);
+  req.set_address(advertise_);
+  for (auto& d : DeviceStates()) *req.add_devices() = d;
+  for (auto& m : ResidentModels()) *req.add_models() = m;
+  v1::RegisterNodeResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::Status st = stub->Register(&ctx, req, &resp);
+  if (!st.ok()) {
+    spdlog::warn("registering with scheduler {} failed: {}", options_.scheduler_address,
+                 st.error_message());
+    return false;
+  }
+  if (resp.heartbeat_interval_ms() > 0) *interval = absl::Milliseconds(resp.heartbeat_interval_ms());
+  spdlog::info("registered with scheduler {} as {}", options_.scheduler_address, options_.node_id);
+  return true;
+}
+
+void NodeManager::HeartbeatLoop() {
+  auto channel = grpc::CreateChannel(options_.scheduler_address, grpc::InsecureChannelCredentials());
+  auto stub = v1::NodeRegistry::NewStub(channel);
+  bool registered = false;
+  absl::Duration interval = absl::Seconds(1);
+  while (!stop_.HasBeenNotified()) {
+    if (!registered) {
+      registered = RegisterOnce(stub.get(), &interval);
+    } else {
+      v1::HeartbeatRequest req;
+      req.set_node_id(options_.node_id);
+      for (auto& d : DeviceStates()) *req.add_devices() = d;
+      for (auto& m : ResidentModels()) *req.add_models() = m;
+      req.set_inflight_requests(inflight());
+      v1::HeartbeatResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + interval));
+      grpc::Status st = stub->Heartbeat(&ctx, req, &resp);
+      if (st.ok() && resp.reregister()) {
+        spdlog::warn("scheduler asked node {} to register again", options_.node_id);
+        registered = RegisterOnce(stub.get(), &interval);
+      } else if (!st.ok()) {
+        spdlog::debug("heartbeat failed: {}", st.error_message());
+      }
+    }
+    stop_.WaitForNotificationWithTimeout(registered ? interval : absl::Milliseconds(500));
+  }
+}
+
+}  // namespace ballast::node_manager

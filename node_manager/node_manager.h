@@ -1,0 +1,105 @@
+// NodeManager: everything one `ballast node` owns — its devices (each a
+// DeviceWorker with an engine pool), model loading and eviction, request
+// submission with tokenization, and the registration + heartbeat client
+// that keeps the scheduler informed.
+//
+// Thread-safety: all public methods are thread-safe. Shutdown order: stop
+// the heartbeat thread, then the device workers (which fail in-flight
+// requests with UNAVAILABLE).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "ballast/v1/node.grpc.pb.h"
+#include "engine/model_engine.h"
+#include "node_manager/device_worker.h"
+
+namespace ballast::node_manager {
+
+struct DeviceOptions {
+  std::string name = "cpu:0";
+  // Memory budget of the device for weights + KV. Default 4 GiB.
+  int64_t memory_bytes = 4ll << 30;
+};
+
+struct EngineDefaults {
+  std::string backend = "cpu";
+  int block_tokens = 16;
+  int64_t kv_cache_bytes = 64ll << 20;
+  int max_batch_tokens = 256;
+  int max_seqs = 64;
+  int max_context = 0;
+};
+
+struct NodeOptions {
+  std::string node_id = "node-0";
+  // host:port the scheduler and peers use to reach this node.
+  std::string advertise_address;
+  // host:port of the scheduler; empty runs the node unregistered (tests).
+  std::string scheduler_address;
+  std::vector<DeviceOptions> devices = {DeviceOptions{}};
+  EngineDefaults engine;
+};
+
+// One admitted request: its engine and the prompt tokens of this turn.
+struct Admission {
+  std::shared_ptr<engine::ModelEngine> engine;
+  std::string device;
+  std::vector<int> turn_tokens;
+};
+
+class NodeManager {
+ public:
+  static absl::StatusOr<std::unique_ptr<NodeManager>> Create(const NodeOptions& options);
+  ~NodeManager();
+
+  // Starts registering and heartbeating (no-op without a scheduler address),
+  // advertising `address` (the bound host:port) to the scheduler.
+  void StartHeartbeats(const std::string& address);
+  void Shutdown();
+
+  // Loads a model on `device` (or the device with the most free memory).
+  // RESOURCE_EXHAUSTED if no device has room; ALREADY_EXISTS if resident.
+  absl::StatusOr<v1::ResidentModel> LoadModel(const std::string& name, const std::string& path,
+                                              const std::string& kv_dtype,
+                                              const std::string& device);
+  absl::Status EvictModel(const std::string& name);
+
+  // Tokenizes the turn (BOS first when the history is empty), appends it to
+  // the history and submits it. `sink` must live until OnDone.
+  absl::StatusOr<Admission> Submit(const v1::NodeGenerateRequest& req,
+                                   engine::GenerationSink* sink);
+  void DropSession(const std::string& session_id);
+
+  std::vector<v1::DeviceState> DeviceStates() const;
+  std::vector<v1::ResidentModel> ResidentModels() const;
+  const NodeOptions& options() const { return options_; }
+  std::vector<DeviceWorker*> devices() const;
+  void AddInflight(int delta);
+  int inflight() const;
+
+ private:
+  explicit NodeManager(const NodeOptions& options);
+  void HeartbeatLoop();
+  bool RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* interval);
+  std::shared_ptr<engine::ModelEngine> FindEngine(const std::string& model,
+                                                  std::string* device) const;
+
+  const NodeOptions options_;
+  std::string advertise_;  // set once by StartHeartbeats
+  std::vector<std::unique_ptr<DeviceWorker>> devices_;
+  mutable absl::Mutex mu_;
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Mutex load_mu_;  // serialises loads so two cannot overcommit a device
+  absl::Notification stop_;
+  std::thread heartbeat_;
+};
+
+}  // namespace ballast::node_manager

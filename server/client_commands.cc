@@ -1,0 +1,219 @@
+#include "server/client_commands.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "ballast/v1/admin.grpc.pb.h"
+#include "ballast/v1/inference.grpc.pb.h"
+#include "server/status_util.h"
+
+namespace ballast::server {
+namespace {
+
+std::shared_ptr<grpc::Channel> Connect(const std::string& target) {
+  return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+}
+
+int PrintError(const grpc::Status& st) {
+  std::cerr << "error: " << CodeName(st.error_code()) << ": " << st.error_message() << "\n";
+  return st.error_code() == grpc::StatusCode::UNAVAILABLE ? 3 : 2;
+}
+
+const char* KvSourceName(v1::KvSource s) {
+  switch (s) {
+    case v1::KV_SOURCE_NONE: return "none";
+    case v1::KV_SOURCE_DEVICE: return "device";
+    case v1::KV_SOURCE_RECOMPUTED: return "recomputed";
+    case v1::KV_SOURCE_HOST_DRAM: return "dram";
+    case v1::KV_SOURCE_SSD: return "ssd";
+    case v1::KV_SOURCE_PEER: return "peer";
+    default: return "?";
+  }
+}
+
+std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
+
+}  // namespace
+
+int RunGenerate(const GenerateFlags& f) {
+  auto stub = v1::Inference::NewStub(Connect(f.target));
+  v1::GenerateRequest req;
+  req.set_model(f.model);
+  req.set_prompt(f.prompt);
+  req.set_session_id(f.session);
+  auto* s = req.mutable_sampling();
+  s->set_max_tokens(f.max_tokens);
+  s->set_temperature(f.temperature);
+  s->set_top_p(f.top_p);
+  s->set_top_k(f.top_k);
+  if (f.seed) s->set_seed(*f.seed);
+  for (const auto& x : f.stop) s->add_stop(x);
+  s->set_ignore_eos(f.ignore_eos);
+  req.mutable_slo()->set_ttft_ms(f.ttft_ms);
+  req.mutable_slo()->set_tpot_ms(f.tpot_ms);
+  req.set_priority(f.priority);
+  grpc::ClientContext ctx;
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  std::optional<v1::Final> final;
+  while (reader->Read(&resp)) {
+    if (resp.has_token()) {
+      std::cout << resp.token().text() << std::flush;
+    } else if (resp.has_final()) {
+      final = resp.final();
+    }
+  }
+  grpc::Status st = reader->Finish();
+  std::cout << "\n";
+  if (!st.ok()) return PrintError(st);
+  if (f.stats && final) {
+    const auto& t = final->timings();
+    std::cerr << absl::StrFormat(
+        "[%s on %s/%s] prompt %d tokens (%d cached, kv %s), %d generated, finish %s; "
+        "queue %.1f ms, ttft %.1f ms, tpot %.2f ms, total %.1f ms\n",
+        f.model, final->node_id(), final->device(), final->usage().prompt_tokens(),
+        final->usage().cached_prompt_tokens(), KvSourceName(final->kv_source()),
+        final->usage().completion_tokens(), v1::FinishReason_Name(final->finish_reason()),
+        t.queue_ms(), t.ttft_ms(), t.mean_tpot_ms(), t.e2e_ms());
+  }
+  return 0;
+}
+
+int RunModels(const std::string& target) {
+  auto stub = v1::Inference::NewStub(Connect(target));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ListModelsResponse resp;
+  grpc::Status st = stub->ListModels(&ctx, v1::ListModelsRequest(), &resp);
+  if (!st.ok()) return PrintError(st);
+  std::cout << absl::StrFormat("%-20s %-18s %8s %10s %-6s %s\n", "MODEL", "ARCHITECTURE", "CONTEXT",
+                               "WEIGHTS", "KV", "RESIDENT ON");
+  for (const auto& m : resp.models()) {
+    std::string where;
+    for (const auto& r : m.replicas()) {
+      if (!where.empty()) where += ", ";
+      where += r.node_id().empty() ? r.state() : absl::StrCat(r.node_id(), "/", r.device(), " ", r.state());
+    }
+    if (where.empty()) where = "(not resident)";
+    std::cout << absl::StrFormat("%-20s %-18s %8d %10s %-6s %s\n", m.name(), m.architecture(),
+                                 m.context_window(), Mib(m.weight_bytes()), m.kv_dtype(), where);
+  }
+  return 0;
+}
+
+int RunCluster(const std::string& target) {
+  auto stub = v1::Admin::NewStub(Connect(target));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ClusterState state;
+  grpc::Status st = stub->GetClusterState(&ctx, v1::GetClusterStateRequest(), &state);
+  if (!st.ok()) return PrintError(st);
+  for (const auto& n : state.nodes()) {
+    std::cout << absl::StrFormat("node %s at %s: %s (heartbeat %.1fs ago), %d in flight\n",
+                                 n.node_id(), n.address(), n.alive() ? "alive" : "DEAD",
+                                 n.last_heartbeat_age_s(), n.inflight_requests());
+    for (const auto& d : n.devices()) {
+      std::string models;
+      for (const auto& m : d.resident_models()) models += (models.empty() ? "" : ", ") + m;
+      std::cout << absl::StrFormat(
+          "  %s: memory %s / %s, KV blocks %d / %d used, queue %d, running %d, models [%s]\n",
+          d.name(), Mib(d.memory_used_bytes()), Mib(d.memory_total_bytes()), d.kv_blocks_used(),
+          d.kv_blocks_total(), d.queue_length(), d.running(), models);
+    }
+  }
+  std::cout << state.sessions() << " session(s)\n";
+  return 0;
+}
+
+int RunDemo(const std::string& target, const std::string& prompt, int max_tokens) {
+  auto channel = Connect(target);
+  auto inference = v1::Inference::NewStub(channel);
+  v1::ListModelsResponse models;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status st = inference->ListModels(&ctx, v1::ListModelsRequest(), &models);
+    if (!st.ok()) return PrintError(st);
+  }
+  const int n = models.models_size();
+  if (n == 0) {
+    std::cerr << "error: the server has no models\n";
+    return 2;
+  }
+  struct Line {
+    std::string model, text, status = "waiting", summary;
+  };
+  std::vector<Line> lines(n);
+  std::mutex mu;
+  const bool tty = isatty(STDOUT_FILENO);
+  auto printable = [](const std::string& s) {
+    std::string out;
+    for (unsigned char c : s) out += (c < 32 || c == 127) ? ' ' : static_cast<char>(c);
+    return out;
+  };
+  auto draw = [&](bool final_draw) {
+    if (!tty && !final_draw) return;
+    if (tty) std::cout << "\033[" << n << "A";  // back to the first line
+    for (const auto& l : lines) {
+      std::string t = printable(l.text);
+      if (t.size() > 60) t = "…" + t.substr(t.size() - 59);
+      std::cout << (tty ? "\033[2K" : "")
+                << absl::StrFormat("%-14s %-9s | %s\n", l.model, l.status, t);
+    }
+    std::cout << std::flush;
+  };
+  std::cout << "prompt: \"" << prompt << "\" — one concurrent stream per model\n";
+  if (tty) std::cout << std::string(n, '\n');
+  std::vector<std::thread> threads;
+  int failures = 0;
+  for (int i = 0; i < n; ++i) {
+    lines[i].model = models.models(i).name();
+    threads.emplace_back([&, i] {
+      v1::GenerateRequest req;
+      req.set_model(lines[i].model);
+      req.set_prompt(prompt);
+      req.mutable_sampling()->set_max_tokens(max_tokens);
+      req.mutable_sampling()->set_ignore_eos(true);
+      grpc::ClientContext ctx;
+      auto reader = inference->Generate(&ctx, req);
+      v1::GenerateResponse resp;
+      while (reader->Read(&resp)) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (resp.has_token()) {
+          lines[i].text += resp.token().text();
+          lines[i].status = "streaming";
+        } else if (resp.has_final()) {
+          const auto& f = resp.final();
+          const double secs = f.timings().e2e_ms() / 1000.0;
+          lines[i].summary = absl::StrFormat(
+              "%d tokens on %s/%s, ttft %.0f ms, %.1f tokens/s", f.usage().completion_tokens(),
+              f.node_id(), f.device(), f.timings().ttft_ms(),
+              secs > 0 ? f.usage().completion_tokens() / secs : 0.0);
+        }
+        draw(false);
+      }
+      grpc::Status st = reader->Finish();
+      std::lock_guard<std::mutex> lock(mu);
+      lines[i].status = st.ok() ? "done" : "FAILED";
+      if (!st.ok()) {
+        lines[i].summary = absl::StrCat(CodeName(st.error_code()), ": ", st.error_message());
+        ++failures;
+      }
+      draw(false);
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!tty) draw(true);
+  for (const auto& l : lines) std::cout << absl::StrFormat("%-14s %s\n", l.model, l.summary);
+  return failures == 0 ? 0 : 2;
+}
+
+}  // namespace ballast::server

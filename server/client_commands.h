@@ -1,0 +1,36 @@
+// Client subcommands that talk to a running scheduler over the public API:
+// `generate` (streams one reply to stdout), `models` (catalogue and where
+// each model is resident), `cluster` (nodes and devices) and `demo` (one
+// concurrent stream per model, drawn side by side).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ballast::server {
+
+struct GenerateFlags {
+  std::string target = "127.0.0.1:50051";
+  std::string model;
+  std::string prompt;
+  std::string session;
+  int max_tokens = 64;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  uint32_t ttft_ms = 0, tpot_ms = 0;
+  int priority = 0;
+  bool stats = false;  // print usage and timings to stderr
+};
+
+int RunGenerate(const GenerateFlags& f);
+int RunModels(const std::string& target);
+int RunCluster(const std::string& target);
+int RunDemo(const std::string& target, const std::string& prompt, int max_tokens);
+
+}  // namespace ballast::server

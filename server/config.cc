@@ -1,0 +1,271 @@
+#include "server/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "yaml-cpp/yaml.h"
+
+namespace ballast::server {
+namespace {
+
+// Reads the keys of one YAML mapping, remembering which were read, so that
+// Finish() can reject the rest by name.
+class Section {
+ public:
+  Section(const YAML::Node& node, std::string path, const std::string* file)
+      : node_(node), path_(std::move(path)), file_(file) {}
+
+  absl::Status Check() const {
+    if (!node_.IsMap()) return Error(path_, "expected a mapping");
+    return absl::OkStatus();
+  }
+
+  template <typename T>
+  absl::Status Get(const std::string& key, T* out) {
+    seen_.insert(key);
+    const YAML::Node v = node_[key];
+    if (!v) return absl::OkStatus();
+    try {
+      *out = v.as<T>();
+    } catch (const YAML::Exception&) {
+      return Error(Key(key), absl::StrCat("wrong type (got \"", YAML::Dump(v), "\")"));
+    }
+    return absl::OkStatus();
+  }
+
+  // A nested mapping (absent -> a null node).
+  YAML::Node Child(const std::string& key) {
+    seen_.insert(key);
+    return node_[key];
+  }
+
+  absl::Status Finish() const {
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      const std::string k = it->first.as<std::string>();
+      if (!seen_.count(k)) return Error(Key(k), "unknown key");
+    }
+    return absl::OkStatus();
+  }
+
+  std::string Key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  absl::Status Error(const std::string& key, const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(*file_, ": ", key, ": ", what));
+  }
+
+ private:
+  YAML::Node node_;
+  std::string path_;
+  const std::string* file_;
+  std::set<std::string> seen_;
+};
+
+#define RETURN_IF_ERROR(expr)        \
+  do {                               \
+    absl::Status _st = (expr);       \
+    if (!_st.ok()) return _st;       \
+  } while (0)
+
+absl::Status ParseSlo(Section& parent, uint32_t* ttft, uint32_t* tpot, const std::string* file) {
+  YAML::Node n = parent.Child("slo");
+  if (!n) return absl::OkStatus();
+  Section s(n, parent.Key("slo"), file);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(s.Get("ttft_ms", ttft));
+  RETURN_IF_ERROR(s.Get("tpot_ms", tpot));
+  return s.Finish();
+}
+
+absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, SchedulerSection* out) {
+  Section s(n, "scheduler", file);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(s.Get("listen", &out->listen));
+  RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
+  auto& o = out->options;
+  auto ms = [&](const std::string& key, absl::Duration* d) -> absl::Status {
+    int64_t v = absl::ToInt64Milliseconds(*d);
+    RETURN_IF_ERROR(s.Get(key, &v));
+    if (v <= 0) return s.Error(s.Key(key), "must be > 0");
+    *d = absl::Milliseconds(v);
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ms("heartbeat_timeout_ms", &o.heartbeat_timeout));
+  RETURN_IF_ERROR(ms("heartbeat_interval_ms", &o.heartbeat_interval));
+  RETURN_IF_ERROR(ms("route_wait_ms", &o.route_wait));
+  RETURN_IF_ERROR(ms("load_retry_ms", &o.load_retry));
+  RETURN_IF_ERROR(ms("load_timeout_ms", &o.load_timeout));
+  RETURN_IF_ERROR(ParseSlo(s, &o.default_ttft_ms, &o.default_tpot_ms, file));
+  if (YAML::Node models = s.Child("models")) {
+    if (!models.IsSequence()) return s.Error(s.Key("models"), "expected a list");
+    for (size_t i = 0; i < models.size(); ++i) {
+      Section m(models[i], absl::StrCat("scheduler.models[", i, "]"), file);
+      RETURN_IF_ERROR(m.Check());
+      global_scheduler::ModelSpec spec;
+      RETURN_IF_ERROR(m.Get("name", &spec.name));
+      RETURN_IF_ERROR(m.Get("path", &spec.path));
+      RETURN_IF_ERROR(m.Get("kv_dtype", &spec.kv_dtype));
+      RETURN_IF_ERROR(m.Get("replicas", &spec.replicas));
+      RETURN_IF_ERROR(ParseSlo(m, &spec.ttft_ms, &spec.tpot_ms, file));
+      RETURN_IF_ERROR(m.Finish());
+      if (spec.name.empty()) return m.Error(m.Key("name"), "missing");
+      if (spec.path.empty()) return m.Error(m.Key("path"), "missing");
+      o.models.push_back(spec);
+    }
+  }
+  RETURN_IF_ERROR(s.Finish());
+  RETURN_IF_ERROR(ValidateAddress(out->listen, *file + ": scheduler.listen"));
+  if (o.heartbeat_timeout <= o.heartbeat_interval) {
+    return s.Error("scheduler.heartbeat_timeout_ms", "must exceed heartbeat_interval_ms");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection* out) {
+  Section s(n, "node", file);
+  RETURN_IF_ERROR(s.Check());
+  auto& o = out->options;
+  RETURN_IF_ERROR(s.Get("node_id", &o.node_id));
+  RETURN_IF_ERROR(s.Get("listen", &out->listen));
+  RETURN_IF_ERROR(s.Get("advertise", &o.advertise_address));
+  RETURN_IF_ERROR(s.Get("scheduler", &o.scheduler_address));
+  RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
+  if (YAML::Node devices = s.Child("devices")) {
+    if (!devices.IsSequence() || devices.size() == 0) {
+      return s.Error(s.Key("devices"), "expected a non-empty list");
+    }
+    o.devices.clear();
+    for (size_t i = 0; i < devices.size(); ++i) {
+      Section d(devices[i], absl::StrCat("node.devices[", i, "]"), file);
+      RETURN_IF_ERROR(d.Check());
+      node_manager::DeviceOptions dev;
+      int64_t mib = dev.memory_bytes >> 20;
+      RETURN_IF_ERROR(d.Get("name", &dev.name));
+      RETURN_IF_ERROR(d.Get("memory_mib", &mib));
+      RETURN_IF_ERROR(d.Finish());
+      if (mib <= 0) return d.Error(d.Key("memory_mib"), "must be > 0");
+      dev.memory_bytes = mib << 20;
+      o.devices.push_back(dev);
+    }
+  }
+  if (YAML::Node e = s.Child("engine")) {
+    Section es(e, "node.engine", file);
+    RETURN_IF_ERROR(es.Check());
+    auto& eo = o.engine;
+    int64_t kv_mib = eo.kv_cache_bytes >> 20;
+    RETURN_IF_ERROR(es.Get("backend", &eo.backend));
+    RETURN_IF_ERROR(es.Get("block_tokens", &eo.block_tokens));
+    RETURN_IF_ERROR(es.Get("kv_cache_mib", &kv_mib));
+    RETURN_IF_ERROR(es.Get("max_batch_tokens", &eo.max_batch_tokens));
+    RETURN_IF_ERROR(es.Get("max_seqs", &eo.max_seqs));
+    RETURN_IF_ERROR(es.Get("max_context", &eo.max_context));
+    RETURN_IF_ERROR(es.Finish());
+    if (eo.backend != "cpu") {
+      return es.Error("node.engine.backend", absl::StrCat("\"", eo.backend,
+                                                          "\" is not available in this build (cpu)"));
+    }
+    if (eo.block_tokens <= 0) return es.Error("node.engine.block_tokens", "must be > 0");
+    if (kv_mib <= 0) return es.Error("node.engine.kv_cache_mib", "must be > 0");
+    if (eo.max_batch_tokens <= 0) return es.Error("node.engine.max_batch_tokens", "must be > 0");
+    if (eo.max_seqs <= 0) return es.Error("node.engine.max_seqs", "must be > 0");
+    eo.kv_cache_bytes = kv_mib << 20;
+  }
+  RETURN_IF_ERROR(s.Finish());
+  RETURN_IF_ERROR(ValidateAddress(out->listen, *file + ": node.listen"));
+  if (o.advertise_address.empty()) o.advertise_address = out->listen;
+  return absl::OkStatus();
+}
+
+absl::Status ParseServe(const YAML::Node& n, const std::string* file, ServeSection* out) {
+  Section s(n, "serve", file);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(s.Get("cache_dir", &out->cache_dir));
+  if (YAML::Node models = s.Child("models")) {
+    if (!models.IsSequence()) return s.Error(s.Key("models"), "expected a list");
+    for (size_t i = 0; i < models.size(); ++i) {
+      Section m(models[i], absl::StrCat("serve.models[", i, "]"), file);
+      RETURN_IF_ERROR(m.Check());
+      SyntheticModelEntry e;
+      auto& sp = e.spec;
+      RETURN_IF_ERROR(m.Get("name", &e.name));
+      RETURN_IF_ERROR(m.Get("architecture", &sp.architecture));
+      RETURN_IF_ERROR(m.Get("layers", &sp.layers));
+      RETURN_IF_ERROR(m.Get("hidden", &sp.hidden));
+      RETURN_IF_ERROR(m.Get("heads", &sp.heads));
+      RETURN_IF_ERROR(m.Get("kv_heads", &sp.kv_heads));
+      RETURN_IF_ERROR(m.Get("intermediate", &sp.intermediate));
+      RETURN_IF_ERROR(m.Get("vocab", &sp.vocab));
+      RETURN_IF_ERROR(m.Get("max_position", &sp.max_position));
+      RETURN_IF_ERROR(m.Get("dtype", &sp.dtype));
+      RETURN_IF_ERROR(m.Get("seed", &sp.seed));
+      RETURN_IF_ERROR(m.Get("tie_embeddings", &sp.tie_embeddings));
+      RETURN_IF_ERROR(m.Get("kv_dtype", &e.kv_dtype));
+      RETURN_IF_ERROR(m.Get("replicas", &e.replicas));
+      RETURN_IF_ERROR(m.Finish());
+      if (e.name.empty()) return m.Error(m.Key("name"), "missing");
+      if (auto c = engine::SyntheticConfig(sp); !c.ok()) {
+        return m.Error(m.Key("architecture"), std::string(c.status().message()));
+      }
+      out->models.push_back(e);
+    }
+  }
+  return s.Finish();
+}
+
+}  // namespace
+
+absl::Status ValidateAddress(const std::string& value, const std::string& what) {
+  const auto colon = value.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == value.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": \"", value, "\" is not host:port"));
+  }
+  for (size_t i = colon + 1; i < value.size(); ++i) {
+    if (!isdigit(static_cast<unsigned char>(value[i]))) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": \"", value, "\" has a bad port"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Config> ParseConfig(const std::string& text, const std::string& source) {
+  Config c;
+  c.source = source;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": invalid YAML: ", e.what()));
+  }
+  if (!root || root.IsNull()) return c;
+  Section s(root, "", &c.source);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(s.Get("log_level", &c.log_level));
+  if (YAML::Node n = s.Child("scheduler")) {
+    c.has_scheduler = true;
+    RETURN_IF_ERROR(ParseScheduler(n, &c.source, &c.scheduler));
+  }
+  if (YAML::Node n = s.Child("node")) {
+    c.has_node = true;
+    RETURN_IF_ERROR(ParseNode(n, &c.source, &c.node));
+  }
+  if (YAML::Node n = s.Child("serve")) {
+    c.has_serve = true;
+    RETURN_IF_ERROR(ParseServe(n, &c.source, &c.serve));
+  }
+  RETURN_IF_ERROR(s.Finish());
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
+  if (!kLevels.count(c.log_level)) {
+    return s.Error("log_level", "expected trace, debug, info, warn, error or off");
+  }
+  return c;
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open config file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path);
+}
+
+}  // namespace ballast::server

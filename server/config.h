@@ -1,0 +1,61 @@
+// Ballast's YAML configuration, parsed once at start into plain structs.
+//
+// One file may hold any of the sections `scheduler`, `node` and `serve`
+// (plus `log_level`); each subcommand requires the sections it runs.
+// Unknown keys are errors naming the file and the key path (for example
+// "configs/node.yaml: node.engine.kv_cache_mb: unknown key"), as are values
+// of the wrong type. Nothing below server/ reads YAML.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/synthetic_model.h"
+#include "global_scheduler/scheduler.h"
+#include "node_manager/node_manager.h"
+
+namespace ballast::server {
+
+struct SchedulerSection {
+  std::string listen = "127.0.0.1:50051";
+  // Prometheus /metrics; empty disables it.
+  std::string metrics_listen = "127.0.0.1:9400";
+  global_scheduler::SchedulerOptions options;
+};
+
+struct NodeSection {
+  std::string listen = "127.0.0.1:50061";
+  std::string metrics_listen = "127.0.0.1:9401";
+  node_manager::NodeOptions options;  // advertise defaults to listen
+};
+
+struct SyntheticModelEntry {
+  std::string name;
+  engine::SyntheticModelSpec spec;
+  std::string kv_dtype = "auto";
+  int replicas = 1;
+};
+
+struct ServeSection {
+  // Where generated models are cached; "~" expands to $HOME.
+  std::string cache_dir = "~/.cache/ballast/models";
+  std::vector<SyntheticModelEntry> models;
+};
+
+struct Config {
+  std::string source;  // file the config came from ("<defaults>" if none)
+  std::string log_level = "info";
+  bool has_scheduler = false, has_node = false, has_serve = false;
+  SchedulerSection scheduler;
+  NodeSection node;
+  ServeSection serve;
+};
+
+absl::StatusOr<Config> LoadConfig(const std::string& path);
+absl::StatusOr<Config> ParseConfig(const std::string& yaml_text, const std::string& source);
+
+// "host:port" check for listen/advertise addresses.
+absl::Status ValidateAddress(const std::string& value, const std::string& what);
+
+}  // namespace ballast::server

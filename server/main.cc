@@ -1,0 +1,203 @@
+// The `ballast` binary: daemons (serve, scheduler, node), client commands
+// (generate, models, cluster, demo) and tools (make-model).
+#include <signal.h>
+
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "engine/synthetic_model.h"
+#include "server/client_commands.h"
+#include "server/config.h"
+#include "server/processes.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+using ballast::server::Config;
+
+// Daemon flags that override the config file.
+struct DaemonFlags {
+  std::string config;
+  std::string log_level;
+  std::string listen, metrics_listen;
+  std::string scheduler, node_id, advertise;
+  int64_t heartbeat_timeout_ms = 0;
+  std::string cache_dir;
+};
+
+void AddDaemonFlags(CLI::App* cmd, DaemonFlags* f, bool node, bool scheduler) {
+  cmd->add_option("--config,-c", f->config, "YAML config file");
+  cmd->add_option("--log-level", f->log_level, "trace|debug|info|warn|error|off");
+  cmd->add_option("--listen", f->listen, "gRPC listen address host:port");
+  cmd->add_option("--metrics-listen", f->metrics_listen, "Prometheus /metrics address ('' = off)");
+  if (node) {
+    cmd->add_option("--scheduler", f->scheduler, "scheduler address host:port");
+    cmd->add_option("--node-id", f->node_id, "this node's id");
+    cmd->add_option("--advertise", f->advertise, "address the scheduler uses to reach this node");
+  }
+  if (scheduler) {
+    cmd->add_option("--heartbeat-timeout-ms", f->heartbeat_timeout_ms,
+                    "declare a node dead after this long without heartbeats");
+  }
+}
+
+// Loads the config (or defaults), checks the needed sections, applies flags.
+int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool need_scheduler,
+                  bool need_node, bool serve, Config* out) {
+  const std::string path = f.config.empty() ? default_path : f.config;
+  absl::StatusOr<Config> c = path.empty() ? ballast::server::ParseConfig("", "<defaults>")
+                                          : ballast::server::LoadConfig(path);
+  if (!c.ok()) {
+    std::cerr << "error: " << c.status().message() << "\n";
+    return 2;
+  }
+  if (need_scheduler && !c->has_scheduler && !path.empty()) {
+    std::cerr << "error: " << path << ": section \"scheduler\" is missing\n";
+    return 2;
+  }
+  if (need_node && !c->has_node && !path.empty()) {
+    std::cerr << "error: " << path << ": section \"node\" is missing\n";
+    return 2;
+  }
+  if (!f.log_level.empty()) c->log_level = f.log_level;
+  if (!f.listen.empty()) (serve || need_scheduler ? c->scheduler.listen : c->node.listen) = f.listen;
+  if (!f.metrics_listen.empty() || f.metrics_listen != "") {
+    (serve || need_scheduler ? c->scheduler.metrics_listen : c->node.metrics_listen) = f.metrics_listen;
+  }
+  if (!f.scheduler.empty()) c->node.options.scheduler_address = f.scheduler;
+  if (!f.node_id.empty()) c->node.options.node_id = f.node_id;
+  if (!f.advertise.empty()) c->node.options.advertise_address = f.advertise;
+  if (f.heartbeat_timeout_ms > 0) {
+    c->scheduler.options.heartbeat_timeout = absl::Milliseconds(f.heartbeat_timeout_ms);
+    if (c->scheduler.options.heartbeat_interval >= c->scheduler.options.heartbeat_timeout) {
+      c->scheduler.options.heartbeat_interval = c->scheduler.options.heartbeat_timeout / 3;
+    }
+  }
+  if (!f.cache_dir.empty()) c->serve.cache_dir = f.cache_dir;
+  for (const auto& [what, addr] : {std::pair{"--listen", c->scheduler.listen},
+                                   std::pair{"--listen", c->node.listen}}) {
+    if (auto st = ballast::server::ValidateAddress(addr, what); !st.ok()) {
+      std::cerr << "error: " << st.message() << "\n";
+      return 2;
+    }
+  }
+  spdlog::set_level(spdlog::level::from_str(c->log_level));
+  *out = std::move(*c);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Daemons wait for these with sigwait(); block them in every thread.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ballast"));
+
+  CLI::App app{"Ballast: multi-model LLM serving with elastic GPU memory"};
+  app.require_subcommand(1);
+
+  DaemonFlags serve_f, sched_f, node_f;
+  auto* serve = app.add_subcommand("serve", "embedded default: scheduler + one CPU node + "
+                                            "synthetic models, on localhost");
+  AddDaemonFlags(serve, &serve_f, false, false);
+  serve->add_option("--cache-dir", serve_f.cache_dir, "where generated models are kept");
+  auto* sched = app.add_subcommand("scheduler", "run the global scheduler");
+  AddDaemonFlags(sched, &sched_f, false, true);
+  auto* node = app.add_subcommand("node", "run a node manager");
+  AddDaemonFlags(node, &node_f, true, false);
+
+  ballast::server::GenerateFlags gen;
+  uint64_t seed = 0;
+  auto* generate = app.add_subcommand("generate", "stream one completion to stdout");
+  generate->add_option("--target", gen.target, "scheduler address")->capture_default_str();
+  generate->add_option("--model,-m", gen.model, "model name")->required();
+  generate->add_option("--prompt,-p", gen.prompt, "prompt text ('-' reads stdin)")->required();
+  generate->add_option("--session,-s", gen.session, "multi-turn session id");
+  generate->add_option("--max-tokens,-n", gen.max_tokens, "tokens to generate")->capture_default_str();
+  generate->add_option("--temperature", gen.temperature, "0 = greedy")->capture_default_str();
+  generate->add_option("--top-p", gen.top_p, "nucleus threshold")->capture_default_str();
+  generate->add_option("--top-k", gen.top_k, "keep the k most likely (0 = off)");
+  auto* seed_opt = generate->add_option("--seed", seed, "sampling seed");
+  generate->add_option("--stop", gen.stop, "stop string (repeatable)");
+  generate->add_flag("--ignore-eos", gen.ignore_eos, "keep going past end-of-sequence");
+  generate->add_option("--ttft-ms", gen.ttft_ms, "TTFT SLO in ms");
+  generate->add_option("--tpot-ms", gen.tpot_ms, "TPOT SLO in ms");
+  generate->add_option("--priority", gen.priority, "request priority");
+  generate->add_flag("--stats", gen.stats, "print usage and timings to stderr");
+
+  std::string target = "127.0.0.1:50051";
+  auto* models = app.add_subcommand("models", "list models and where they are resident");
+  models->add_option("--target", target, "scheduler address")->capture_default_str();
+  auto* cluster = app.add_subcommand("cluster", "show nodes, devices and memory");
+  cluster->add_option("--target", target, "scheduler address")->capture_default_str();
+  std::string demo_prompt = "Once upon a time";
+  int demo_tokens = 48;
+  auto* demo = app.add_subcommand("demo", "stream from every model at once");
+  demo->add_option("--target", target, "scheduler address")->capture_default_str();
+  demo->add_option("--prompt", demo_prompt, "prompt for every model");
+  demo->add_option("--max-tokens", demo_tokens, "tokens per model");
+
+  ballast::engine::SyntheticModelSpec spec;
+  std::string out_dir;
+  auto* mk = app.add_subcommand("make-model", "write a synthetic model (safetensors + config.json)");
+  mk->add_option("--out", out_dir, "output directory")->required();
+  mk->add_option("--architecture", spec.architecture, "llama | qwen2 | mistral")->capture_default_str();
+  mk->add_option("--layers", spec.layers)->capture_default_str();
+  mk->add_option("--hidden", spec.hidden)->capture_default_str();
+  mk->add_option("--heads", spec.heads)->capture_default_str();
+  mk->add_option("--kv-heads", spec.kv_heads)->capture_default_str();
+  mk->add_option("--intermediate", spec.intermediate)->capture_default_str();
+  mk->add_option("--vocab", spec.vocab)->capture_default_str();
+  mk->add_option("--max-position", spec.max_position)->capture_default_str();
+  mk->add_option("--dtype", spec.dtype, "bf16 | fp16 | f32")->capture_default_str();
+  mk->add_option("--seed", spec.seed)->capture_default_str();
+  mk->add_flag("--tie-embeddings", spec.tie_embeddings);
+  mk->add_flag("--llama3-rope-scaling", spec.llama3_rope_scaling);
+  mk->add_option("--init-std", spec.init_std)->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+
+  Config config;
+  if (serve->parsed()) {
+    if (int rc = PrepareConfig(serve_f, "", true, true, true, &config)) return rc;
+    if (!config.has_serve && serve_f.config.empty()) {
+      std::cerr << "error: ballast serve needs a config with a serve section "
+                   "(try --config configs/ballast.yaml)\n";
+      return 2;
+    }
+    return ballast::server::RunServe(config);
+  }
+  if (sched->parsed()) {
+    if (int rc = PrepareConfig(sched_f, "", true, false, false, &config)) return rc;
+    return ballast::server::RunScheduler(config);
+  }
+  if (node->parsed()) {
+    if (int rc = PrepareConfig(node_f, "", false, true, false, &config)) return rc;
+    return ballast::server::RunNode(config);
+  }
+  if (generate->parsed()) {
+    if (*seed_opt) gen.seed = seed;
+    if (gen.prompt == "-") {
+      gen.prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
+    }
+    return ballast::server::RunGenerate(gen);
+  }
+  if (models->parsed()) return ballast::server::RunModels(target);
+  if (cluster->parsed()) return ballast::server::RunCluster(target);
+  if (demo->parsed()) return ballast::server::RunDemo(target, demo_prompt, demo_tokens);
+  if (mk->parsed()) {
+    if (auto st = ballast::engine::WriteSyntheticModel(spec, out_dir); !st.ok()) {
+      std::cerr << "error: " << st.message() << "\n";
+      return 2;
+    }
+    std::cout << "wrote " << out_dir << "/config.json and model.safetensors\n";
+    return 0;
+  }
+  return 1;
+}

@@ -1,0 +1,120 @@
+#include "server/metrics.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+// Latency buckets from 1 ms to 60 s.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return *b;
+}
+
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      sched_requests_(BuildCounter().Name("ballast_scheduler_requests_total")
+                          .Help("Generate requests by model and final gRPC status")
+                          .Register(*registry_)),
+      sched_ttft_(BuildHistogram().Name("ballast_scheduler_ttft_seconds")
+                      .Help("Time to first token seen by the scheduler, per model")
+                      .Register(*registry_)),
+      sched_tpot_(BuildHistogram().Name("ballast_scheduler_tpot_seconds")
+                      .Help("Mean time per output token of each request, per model")
+                      .Register(*registry_)),
+      sched_tokens_(BuildCounter().Name("ballast_scheduler_tokens_generated_total")
+                        .Help("Tokens streamed to clients, per model")
+                        .Register(*registry_)),
+      sched_nodes_(BuildGauge().Name("ballast_scheduler_nodes")
+                       .Help("Registered nodes by state (alive, dead)")
+                       .Register(*registry_)),
+      sched_sessions_(BuildGauge().Name("ballast_scheduler_sessions")
+                          .Help("Multi-turn sessions the scheduler tracks")
+                          .Register(*registry_)),
+      node_requests_(BuildCounter().Name("ballast_node_requests_total")
+                         .Help("Requests served by this node, by model and gRPC status")
+                         .Register(*registry_)),
+      node_ttft_(BuildHistogram().Name("ballast_node_ttft_seconds")
+                     .Help("Time to first token measured on the node, per model")
+                     .Register(*registry_)),
+      node_tpot_(BuildHistogram().Name("ballast_node_tpot_seconds")
+                     .Help("Mean time per output token on the node, per model")
+                     .Register(*registry_)),
+      node_tokens_(BuildCounter().Name("ballast_node_tokens_generated_total")
+                       .Help("Tokens generated on this node, per model")
+                       .Register(*registry_)),
+      kv_blocks_(BuildGauge().Name("ballast_node_kv_blocks")
+                     .Help("KV cache blocks per device by state (used, free)")
+                     .Register(*registry_)),
+      memory_used_(BuildGauge().Name("ballast_node_memory_used_bytes")
+                       .Help("Device memory held by weights and KV pools")
+                       .Register(*registry_)),
+      queue_length_(BuildGauge().Name("ballast_node_queue_length")
+                        .Help("Requests waiting for admission per device")
+                        .Register(*registry_)),
+      running_(BuildGauge().Name("ballast_node_running_sequences")
+                   .Help("Sequences in the running batch per device")
+                   .Register(*registry_)),
+      preemptions_(BuildCounter().Name("ballast_node_preemptions_total")
+                       .Help("Sequences preempted (recomputed) for lack of KV blocks")
+                       .Register(*registry_)) {}
+
+void Metrics::Record(prometheus::Family<prometheus::Counter>& requests,
+                     prometheus::Family<prometheus::Histogram>& ttft,
+                     prometheus::Family<prometheus::Histogram>& tpot,
+                     prometheus::Family<prometheus::Counter>& tokens, const RequestOutcome& o) {
+  requests.Add({{"model", o.model}, {"status", o.status}}).Increment();
+  if (o.ttft_s >= 0) ttft.Add({{"model", o.model}}, LatencyBuckets()).Observe(o.ttft_s);
+  if (o.tpot_s >= 0) tpot.Add({{"model", o.model}}, LatencyBuckets()).Observe(o.tpot_s);
+  if (o.tokens > 0) tokens.Add({{"model", o.model}}).Increment(static_cast<double>(o.tokens));
+}
+
+void Metrics::SchedulerRequest(const RequestOutcome& o) {
+  Record(sched_requests_, sched_ttft_, sched_tpot_, sched_tokens_, o);
+}
+
+void Metrics::NodeRequest(const RequestOutcome& o) {
+  Record(node_requests_, node_ttft_, node_tpot_, node_tokens_, o);
+}
+
+void Metrics::SetNodes(int alive, int dead) {
+  sched_nodes_.Add({{"state", "alive"}}).Set(alive);
+  sched_nodes_.Add({{"state", "dead"}}).Set(dead);
+}
+
+void Metrics::SetSessions(int n) { sched_sessions_.Add({}).Set(n); }
+
+void Metrics::SetDevice(const DeviceGauges& g) {
+  kv_blocks_.Add({{"device", g.device}, {"state", "used"}}).Set(static_cast<double>(g.kv_blocks_used));
+  kv_blocks_.Add({{"device", g.device}, {"state", "free"}}).Set(static_cast<double>(g.kv_blocks_free));
+  memory_used_.Add({{"device", g.device}}).Set(static_cast<double>(g.memory_used_bytes));
+  queue_length_.Add({{"device", g.device}}).Set(g.queue_length);
+  running_.Add({{"device", g.device}}).Set(g.running);
+  auto& c = preemptions_.Add({{"device", g.device}});
+  absl::MutexLock lock(&mu_);
+  int64_t& seen = preemptions_seen_[g.device];
+  // Engines restart their counts when models are evicted: count only growth.
+  if (g.preemptions_total > seen) c.Increment(static_cast<double>(g.preemptions_total - seen));
+  seen = g.preemptions_total;
+}
+
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(
+    const std::string& address, const std::shared_ptr<prometheus::Registry>& registry) {
+  try {
+    auto exposer = std::make_unique<prometheus::Exposer>(address);
+    exposer->RegisterCollectable(registry);
+    return exposer;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve /metrics on ", address, ": ", e.what()));
+  }
+}
+
+}  // namespace ballast::server

@@ -1,0 +1,84 @@
+// Metrics: every Prometheus family Ballast exports, built in one place with
+// the shared prefix `ballast_` and unit suffixes (`_seconds`, `_total`).
+// Scheduler families are `ballast_scheduler_*`, node families
+// `ballast_node_*`; the embedded `serve` exports both from one registry.
+//
+// Thread-safety: all methods are thread-safe (prometheus-cpp metrics are;
+// the preemption delta bookkeeping has its own mutex).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace ballast::server {
+
+struct RequestOutcome {
+  std::string model;
+  std::string status;   // gRPC status code name, e.g. "OK", "NOT_FOUND"
+  double ttft_s = -1;   // < 0: no token was produced
+  double tpot_s = -1;   // < 0: fewer than two tokens
+  int64_t tokens = 0;
+};
+
+struct DeviceGauges {
+  std::string device;
+  int64_t kv_blocks_used = 0, kv_blocks_free = 0;
+  int64_t memory_used_bytes = 0;
+  int queue_length = 0, running = 0;
+  int64_t preemptions_total = 0;  // cumulative, as the engines count it
+};
+
+class Metrics {
+ public:
+  Metrics();
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+
+  void SchedulerRequest(const RequestOutcome& o);
+  void SetNodes(int alive, int dead);
+  void SetSessions(int n);
+  void NodeRequest(const RequestOutcome& o);
+  void SetDevice(const DeviceGauges& g);
+
+ private:
+  void Record(prometheus::Family<prometheus::Counter>& requests,
+              prometheus::Family<prometheus::Histogram>& ttft,
+              prometheus::Family<prometheus::Histogram>& tpot,
+              prometheus::Family<prometheus::Counter>& tokens, const RequestOutcome& o);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& sched_requests_;
+  prometheus::Family<prometheus::Histogram>& sched_ttft_;
+  prometheus::Family<prometheus::Histogram>& sched_tpot_;
+  prometheus::Family<prometheus::Counter>& sched_tokens_;
+  prometheus::Family<prometheus::Gauge>& sched_nodes_;
+  prometheus::Family<prometheus::Gauge>& sched_sessions_;
+  prometheus::Family<prometheus::Counter>& node_requests_;
+  prometheus::Family<prometheus::Histogram>& node_ttft_;
+  prometheus::Family<prometheus::Histogram>& node_tpot_;
+  prometheus::Family<prometheus::Counter>& node_tokens_;
+  prometheus::Family<prometheus::Gauge>& kv_blocks_;
+  prometheus::Family<prometheus::Gauge>& memory_used_;
+  prometheus::Family<prometheus::Gauge>& queue_length_;
+  prometheus::Family<prometheus::Gauge>& running_;
+  prometheus::Family<prometheus::Counter>& preemptions_;
+
+  absl::Mutex mu_;
+  std::map<std::string, int64_t> preemptions_seen_ ABSL_GUARDED_BY(mu_);
+};
+
+// Serves `registry` on http://<address>/metrics. Errors name the address.
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(
+    const std::string& address, const std::shared_ptr<prometheus::Registry>& registry);
+
+}  // namespace ballast::server

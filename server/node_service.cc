@@ -1,0 +1,164 @@
+#include "server/node_service.h"
+
+#include <deque>
+#include <optional>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/status_util.h"
+
+namespace ballast::server {
+namespace {
+
+// Hands engine events from the device thread to the RPC thread.
+class StreamSink final : public engine::GenerationSink {
+ public:
+  struct Token {
+    int id;
+    std::string text;
+  };
+  using Event = std::variant<Token, absl::StatusOr<engine::GenerationResult>>;
+
+  void OnToken(int id, const std::string& text) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(Token{id, text});
+  }
+  void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(std::move(r));
+  }
+  // Next event, or nullopt after `timeout` without one.
+  std::optional<Event> Pop(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    if (events_.empty()) return std::nullopt;
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+v1::FinishReason ToProto(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kEos: return v1::FINISH_REASON_EOS;
+    case engine::FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kContext: return v1::FINISH_REASON_CONTEXT;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+v1::KvSource ToProto(engine::KvSource s) {
+  switch (s) {
+    case engine::KvSource::kNone: return v1::KV_SOURCE_NONE;
+    case engine::KvSource::kDevice: return v1::KV_SOURCE_DEVICE;
+    case engine::KvSource::kRecomputed: return v1::KV_SOURCE_RECOMPUTED;
+  }
+  return v1::KV_SOURCE_UNSPECIFIED;
+}
+
+grpc::Status NodeService::LoadModel(grpc::ServerContext*, const v1::LoadModelRequest* req,
+                                    v1::LoadModelResponse* resp) {
+  auto m = node_->LoadModel(req->name(), req->path(), req->kv_dtype(), req->device());
+  if (!m.ok()) return ToGrpc(m.status());
+  *resp->mutable_model() = *m;
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::EvictModel(grpc::ServerContext*, const v1::EvictModelRequest* req,
+                                     v1::EvictModelResponse*) {
+  return ToGrpc(node_->EvictModel(req->name()));
+}
+
+grpc::Status NodeService::DropSession(grpc::ServerContext*, const v1::DropSessionRequest* req,
+                                      v1::DropSessionResponse*) {
+  node_->DropSession(req->session_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::FetchKv(grpc::ServerContext*, const v1::FetchKvRequest*,
+                                  grpc::ServerWriter<v1::KvChunk>*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "peer KV fetch arrives with session KV tiering; sessions whose KV is not "
+                      "on their node are recomputed from their token history");
+}
+
+grpc::Status NodeService::Generate(grpc::ServerContext* ctx, const v1::NodeGenerateRequest* req,
+                                   grpc::ServerWriter<v1::NodeGenerateResponse>* writer) {
+  StreamSink sink;
+  RequestOutcome outcome;
+  outcome.model = req->model();
+  auto admitted = node_->Submit(*req, &sink);
+  if (!admitted.ok()) {
+    outcome.status = absl::StatusCodeToString(admitted.status().code());
+    metrics_->NodeRequest(outcome);
+    return ToGrpc(admitted.status());
+  }
+  node_->AddInflight(1);
+  bool cancelled = false;
+  grpc::Status result;
+  while (true) {
+    auto ev = sink.Pop(absl::Milliseconds(25));
+    if (!ev) {
+      if (!cancelled && ctx->IsCancelled()) {
+        cancelled = true;
+        admitted->engine->Cancel(req->request_id());
+      }
+      continue;
+    }
+    if (auto* tok = std::get_if<StreamSink::Token>(&*ev)) {
+      if (cancelled) continue;
+      v1::NodeGenerateResponse r;
+      r.mutable_token()->set_id(tok->id);
+      r.mutable_token()->set_text(tok->text);
+      if (!writer->Write(r)) {
+        cancelled = true;
+        admitted->engine->Cancel(req->request_id());
+      }
+      continue;
+    }
+    auto& done = std::get<absl::StatusOr<engine::GenerationResult>>(*ev);
+    if (!done.ok()) {
+      result = ToGrpc(done.status());
+      outcome.status = absl::StatusCodeToString(done.status().code());
+      break;
+    }
+    const engine::GenerationResult& g = *done;
+    v1::NodeGenerateResponse r;
+    v1::NodeFinal* nf = r.mutable_final();
+    v1::Final* f = nf->mutable_final();
+    f->set_finish_reason(ToProto(g.reason));
+    f->mutable_usage()->set_prompt_tokens(g.prompt_tokens);
+    f->mutable_usage()->set_cached_prompt_tokens(g.cached_tokens);
+    f->mutable_usage()->set_completion_tokens(static_cast<int>(g.output_tokens.size()));
+    f->mutable_timings()->set_queue_ms(g.queue_ms);
+    f->mutable_timings()->set_ttft_ms(g.ttft_ms);
+    f->mutable_timings()->set_mean_tpot_ms(g.mean_tpot_ms);
+    f->mutable_timings()->set_e2e_ms(g.e2e_ms);
+    f->set_kv_source(ToProto(g.kv_source));
+    f->set_node_id(node_->options().node_id);
+    f->set_device(admitted->device);
+    f->set_text(g.text);
+    for (int t : admitted->turn_tokens) nf->add_prompt_tokens(t);
+    for (int t : g.output_tokens) nf->add_output_tokens(t);
+    writer->Write(r);
+    outcome.status = "OK";
+    outcome.ttft_s = g.ttft_ms / 1000.0;
+    if (g.output_tokens.size() > 1) outcome.tpot_s = g.mean_tpot_ms / 1000.0;
+    outcome.tokens = static_cast<int64_t>(g.output_tokens.size());
+    break;
+  }
+  node_->AddInflight(-1);
+  metrics_->NodeRequest(outcome);
+  return result;
+}
+
+}  // namespace ballast::server

@@ -1,0 +1,246 @@
+#include "server/processes.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "server/metrics.h"
+#include "server/node_service.h"
+#include "server/scheduler_service.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::server {
+namespace {
+
+// Blocks until SIGINT or SIGTERM (which main() blocked in every thread).
+void WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("received signal {}, shutting down", sig);
+}
+
+std::string ExpandHome(const std::string& p) {
+  if (p.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    return std::string(home ? home : ".") + p.substr(1);
+  }
+  return p;
+}
+
+// A gRPC server with the health service; `bound` gets host:port as bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
+    const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound,
+    const std::string& what) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  for (auto* s : services) b.RegisterService(s);
+  auto server = b.BuildAndStart();
+  if (!server || port == 0) {
+    return absl::UnavailableError(absl::StrCat(what, ": cannot listen on ", listen,
+                                               " (address in use or invalid)"));
+  }
+  *bound = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  server->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+struct SchedulerParts {
+  std::unique_ptr<global_scheduler::Scheduler> scheduler;
+  std::unique_ptr<InferenceService> inference;
+  std::unique_ptr<AdminService> admin;
+  std::unique_ptr<RegistryService> registry;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  std::thread gauges;
+  absl::Notification stop_gauges;
+
+  void Shutdown() {
+    server->GetHealthCheckService()->SetServingStatus(false);
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    stop_gauges.Notify();
+    if (gauges.joinable()) gauges.join();
+    scheduler->Stop();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSection& cfg,
+                                                                Metrics* metrics) {
+  auto p = std::make_unique<SchedulerParts>();
+  auto s = global_scheduler::Scheduler::Create(cfg.options);
+  if (!s.ok()) return s.status();
+  p->scheduler = std::move(*s);
+  p->inference = std::make_unique<InferenceService>(p->scheduler.get(), metrics);
+  p->admin = std::make_unique<AdminService>(p->scheduler.get());
+  p->registry = std::make_unique<RegistryService>(p->scheduler.get());
+  auto server = StartGrpc(cfg.listen, {p->inference.get(), p->admin.get(), p->registry.get()},
+                          &p->address, "scheduler");
+  if (!server.ok()) return server.status();
+  p->server = std::move(*server);
+  p->scheduler->Start();
+  p->gauges = std::thread([raw = p.get(), metrics] {
+    do {
+      int alive = 0, dead = 0;
+      for (const auto& n : raw->scheduler->cluster().Snapshot()) (n.alive ? alive : dead)++;
+      metrics->SetNodes(alive, dead);
+      metrics->SetSessions(raw->scheduler->sessions().size());
+    } while (!raw->stop_gauges.WaitForNotificationWithTimeout(absl::Seconds(1)));
+  });
+  spdlog::info("scheduler listening on {}", p->address);
+  return p;
+}
+
+struct NodeParts {
+  std::unique_ptr<node_manager::NodeManager> node;
+  std::unique_ptr<NodeService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  std::thread gauges;
+  absl::Notification stop_gauges;
+
+  void Shutdown() {
+    server->GetHealthCheckService()->SetServingStatus(false);
+    stop_gauges.Notify();
+    if (gauges.joinable()) gauges.join();
+    node->Shutdown();  // heartbeats, then device workers (fails in-flight requests)
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+};
+
+absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Metrics* metrics) {
+  auto p = std::make_unique<NodeParts>();
+  auto n = node_manager::NodeManager::Create(cfg.options);
+  if (!n.ok()) return n.status();
+  p->node = std::move(*n);
+  p->service = std::make_unique<NodeService>(p->node.get(), metrics);
+  auto server = StartGrpc(cfg.listen, {p->service.get()}, &p->address, "node");
+  if (!server.ok()) return server.status();
+  p->server = std::move(*server);
+  std::string advertise = cfg.options.advertise_address;
+  if (advertise.empty() || advertise == cfg.listen) advertise = p->address;
+  p->node->StartHeartbeats(advertise);
+  p->gauges = std::thread([raw = p.get(), metrics] {
+    do {
+      for (auto* d : raw->node->devices()) {
+        const auto u = d->Usage();
+        metrics->SetDevice({d->name(), u.kv_blocks_total - u.kv_blocks_free, u.kv_blocks_free,
+                            u.memory_used_bytes, u.waiting, u.running, u.preemptions});
+      }
+    } while (!raw->stop_gauges.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+  });
+  spdlog::info("node {} listening on {} (scheduler {})", cfg.options.node_id, p->address,
+               cfg.options.scheduler_address.empty() ? "none" : cfg.options.scheduler_address);
+  return p;
+}
+
+int Fail(const absl::Status& st) {
+  spdlog::error("{}", std::string(st.message()));
+  return 1;
+}
+
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> MaybeExpose(const std::string& listen,
+                                                                  Metrics& metrics) {
+  if (listen.empty()) return std::unique_ptr<prometheus::Exposer>();
+  auto e = StartExposer(listen, metrics.registry());
+  if (e.ok()) spdlog::info("metrics on http://{}/metrics", listen);
+  return e;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<global_scheduler::ModelSpec>> PrepareSyntheticModels(
+    const ServeSection& serve) {
+  std::vector<global_scheduler::ModelSpec> out;
+  const std::filesystem::path cache = ExpandHome(serve.cache_dir);
+  for (const auto& m : serve.models) {
+    auto cfg = engine::SyntheticConfig(m.spec);
+    if (!cfg.ok()) return cfg.status();
+    // The directory name carries a hash of the spec so edits regenerate.
+    const std::string key = absl::StrCat(m.name, "-", absl::Hex(std::hash<std::string>{}(
+                                                          absl::StrCat(cfg->ToJson(), m.spec.seed, m.spec.init_std)) & 0xffffffffu));
+    const std::filesystem::path dir = cache / key;
+    if (!std::filesystem::exists(dir / "config.json")) {
+      const std::filesystem::path tmp = cache / (key + ".tmp");
+      std::error_code ec;
+      std::filesystem::remove_all(tmp, ec);
+      if (auto st = engine::WriteSyntheticModel(m.spec, tmp.string()); !st.ok()) return st;
+      std::filesystem::rename(tmp, dir, ec);
+      if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+      spdlog::info("generated synthetic model {} in {}", m.name, dir.string());
+    }
+    global_scheduler::ModelSpec spec;
+    spec.name = m.name;
+    spec.path = dir.string();
+    spec.kv_dtype = m.kv_dtype;
+    spec.replicas = m.replicas;
+    out.push_back(spec);
+  }
+  return out;
+}
+
+int RunScheduler(const Config& config) {
+  Metrics metrics;
+  auto exposer = MaybeExpose(config.scheduler.metrics_listen, metrics);
+  if (!exposer.ok()) return Fail(exposer.status());
+  auto s = StartScheduler(config.scheduler, &metrics);
+  if (!s.ok()) return Fail(s.status());
+  WaitForSignal();
+  (*s)->Shutdown();
+  return 0;
+}
+
+int RunNode(const Config& config) {
+  if (config.node.options.scheduler_address.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat(config.source, ": node.scheduler: missing (use --scheduler HOST:PORT)")));
+  }
+  Metrics metrics;
+  auto exposer = MaybeExpose(config.node.metrics_listen, metrics);
+  if (!exposer.ok()) return Fail(exposer.status());
+  auto n = StartNode(config.node, &metrics);
+  if (!n.ok()) return Fail(n.status());
+  WaitForSignal();
+  (*n)->Shutdown();
+  return 0;
+}
+
+int RunServe(const Config& config) {
+  Config c = config;
+  auto models = PrepareSyntheticModels(c.serve);
+  if (!models.ok()) return Fail(models.status());
+  for (auto& m : *models) c.scheduler.options.models.push_back(m);
+  Metrics metrics;  // one registry, scheduler and node families
+  auto exposer = MaybeExpose(c.scheduler.metrics_listen, metrics);
+  if (!exposer.ok()) return Fail(exposer.status());
+  auto s = StartScheduler(c.scheduler, &metrics);
+  if (!s.ok()) return Fail(s.status());
+  c.node.options.scheduler_address = (*s)->address;
+  auto n = StartNode(c.node, &metrics);
+  if (!n.ok()) {
+    (*s)->Shutdown();
+    return Fail(n.status());
+  }
+  std::string names;
+  for (const auto& m : *models) names += (names.empty() ? "" : ", ") + m.name;
+  spdlog::info("ballast serve ready on {}: models {}. Try: ballast generate --target {} --model {} "
+               "--prompt 'Hello'",
+               (*s)->address, names, (*s)->address, models->empty() ? "M" : models->front().name);
+  WaitForSignal();
+  (*n)->Shutdown();
+  (*s)->Shutdown();
+  return 0;
+}
+
+}  // namespace ballast::server

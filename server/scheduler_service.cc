@@ -1,0 +1,211 @@
+#include "server/scheduler_service.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "server/status_util.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::server {
+namespace {
+
+std::string NewRequestId() {
+  static std::atomic<uint64_t> counter{0};
+  thread_local absl::BitGen gen;
+  return absl::StrCat("req-", counter.fetch_add(1), "-",
+                      absl::Hex(absl::Uniform<uint32_t>(gen), absl::kZeroPad8));
+}
+
+// Cancels the upstream (node) call when the downstream client goes away.
+class CancelWatcher {
+ public:
+  CancelWatcher(grpc::ServerContext* down, grpc::ClientContext* up)
+      : thread_([this, down, up] {
+          while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+            if (down->IsCancelled()) {
+              up->TryCancel();
+              return;
+            }
+          }
+        }) {}
+  ~CancelWatcher() {
+    done_.Notify();
+    thread_.join();
+  }
+
+ private:
+  absl::Notification done_;
+  std::thread thread_;
+};
+
+double MsSince(absl::Time t) { return absl::ToDoubleMilliseconds(absl::Now() - t); }
+
+}  // namespace
+
+grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                                        grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  const absl::Time t0 = absl::Now();
+  RequestOutcome outcome;
+  outcome.model = req->model();
+  auto finish = [&](const grpc::Status& st) {
+    outcome.status = CodeName(st.error_code());
+    metrics_->SchedulerRequest(outcome);
+    return st;
+  };
+  auto route = sched_->RouteRequest(*req, [ctx] { return ctx->IsCancelled(); });
+  if (!route.ok()) return finish(ToGrpc(route.status()));
+
+  v1::NodeGenerateRequest nreq;
+  nreq.set_request_id(NewRequestId());
+  nreq.set_model(req->model());
+  for (int t : route->history) nreq.add_history_tokens(t);
+  nreq.set_prompt(req->prompt());
+  nreq.set_session_id(req->session_id());
+  *nreq.mutable_sampling() = req->sampling();
+  nreq.mutable_slo()->set_ttft_ms(route->ttft_ms);
+  nreq.mutable_slo()->set_tpot_ms(route->tpot_ms);
+  nreq.set_priority(req->priority());
+  nreq.set_reject_if_slo_unmet(req->reject_if_slo_unmet());
+  nreq.set_scheduler_ms(MsSince(t0));
+
+  grpc::ClientContext up;
+  std::optional<v1::NodeFinal> final;
+  double ttft_ms = -1;
+  bool client_gone = false;
+  grpc::Status st;
+  {
+    CancelWatcher watcher(ctx, &up);
+    auto reader = route->stub->Generate(&up, nreq);
+    v1::NodeGenerateResponse resp;
+    while (reader->Read(&resp)) {
+      if (resp.has_token()) {
+        if (ttft_ms < 0) ttft_ms = MsSince(t0);
+        v1::GenerateResponse out;
+        *out.mutable_token() = resp.token();
+        if (!client_gone && !writer->Write(out)) {
+          client_gone = true;
+          up.TryCancel();
+        }
+      } else if (resp.has_final()) {
+        final = resp.final();
+      }
+    }
+    st = reader->Finish();
+  }
+  const bool ok = st.ok() && final.has_value() && !client_gone && !ctx->IsCancelled();
+  sched_->Complete(*route, ok,
+                   ok ? std::vector<int>(final->prompt_tokens().begin(), final->prompt_tokens().end())
+                      : std::vector<int>{},
+                   ok ? std::vector<int>(final->output_tokens().begin(), final->output_tokens().end())
+                      : std::vector<int>{});
+  if (client_gone || ctx->IsCancelled()) {
+    return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
+  }
+  if (!st.ok()) {
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      st = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("node ", route->node_id, " failed during the request: ",
+                                     st.error_message(), "; retry (sessions are recomputed)"));
+    }
+    return finish(st);
+  }
+  if (!final) return finish(grpc::Status(grpc::StatusCode::INTERNAL, "node sent no final message"));
+  v1::GenerateResponse out;
+  v1::Final* f = out.mutable_final();
+  *f = final->final();
+  f->mutable_timings()->set_ttft_ms(ttft_ms >= 0 ? ttft_ms : MsSince(t0));
+  f->mutable_timings()->set_e2e_ms(MsSince(t0));
+  writer->Write(out);
+  outcome.ttft_s = f->timings().ttft_ms() / 1000.0;
+  if (f->usage().completion_tokens() > 1) outcome.tpot_s = f->timings().mean_tpot_ms() / 1000.0;
+  outcome.tokens = f->usage().completion_tokens();
+  return finish(grpc::Status::OK);
+}
+
+grpc::Status InferenceService::CheckSessionAndModel(const std::string& session_id,
+                                                    const std::string& model) {
+  if (session_id.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "session_id is required");
+  }
+  if (!model.empty()) {
+    for (const auto& m : sched_->ListModels().models())
+      if (m.name() == model) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("model \"", model, "\" is not registered"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::Advise(grpc::ServerContext*, const v1::AdviseRequest* req,
+                                      v1::AdviseResponse*) {
+  if (auto st = CheckSessionAndModel(req->session_id(), req->model()); !st.ok()) return st;
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "Advise (KV prefetch) arrives with session KV tiering; the request was "
+                      "valid but no prefetch was started");
+}
+
+grpc::Status InferenceService::Invalidate(grpc::ServerContext*, const v1::InvalidateRequest* req,
+                                          v1::InvalidateResponse*) {
+  if (auto st = CheckSessionAndModel(req->session_id(), req->model()); !st.ok()) return st;
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "Invalidate arrives with session KV tiering; there is no prefetch to drop");
+}
+
+grpc::Status InferenceService::EndSession(grpc::ServerContext*, const v1::EndSessionRequest* req,
+                                          v1::EndSessionResponse* resp) {
+  if (req->session_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "session_id is required");
+  }
+  resp->set_existed(sched_->EndSession(req->session_id()));
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+                                          v1::ListModelsResponse* resp) {
+  *resp = sched_->ListModels();
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::RegisterModel(grpc::ServerContext*, const v1::RegisterModelRequest* req,
+                                         v1::RegisterModelResponse*) {
+  global_scheduler::ModelSpec spec;
+  spec.name = req->name();
+  spec.path = req->path();
+  spec.kv_dtype = req->kv_dtype().empty() ? "auto" : req->kv_dtype();
+  spec.ttft_ms = req->slo().ttft_ms();
+  spec.tpot_ms = req->slo().tpot_ms();
+  spec.replicas = req->replicas() == 0 ? 1 : req->replicas();
+  return ToGrpc(sched_->RegisterModel(spec));
+}
+
+grpc::Status AdminService::UnregisterModel(grpc::ServerContext*,
+                                           const v1::UnregisterModelRequest* req,
+                                           v1::UnregisterModelResponse*) {
+  return ToGrpc(sched_->UnregisterModel(req->name()));
+}
+
+grpc::Status AdminService::GetClusterState(grpc::ServerContext*, const v1::GetClusterStateRequest*,
+                                           v1::ClusterState* resp) {
+  *resp = sched_->GetClusterState();
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterNodeRequest* req,
+                                       v1::RegisterNodeResponse* resp) {
+  if (req->node_id().empty() || req->address().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node_id and address are required");
+  }
+  *resp = sched_->RegisterNode(*req);
+  return grpc::Status::OK;
+}
+
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                                        v1::HeartbeatResponse* resp) {
+  *resp = sched_->Heartbeat(*req);
+  return grpc::Status::OK;
+}
+
+}  // namespace ballast::server

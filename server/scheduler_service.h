@@ -1,0 +1,65 @@
+// The scheduler's gRPC services: the public Inference API (Generate proxies
+// the token stream from the chosen node), Admin, and the NodeRegistry that
+// nodes register and heartbeat with. Decisions are the Scheduler's; this
+// file only moves messages and maps statuses.
+//
+// Thread-safety: handlers run concurrently; shared state lives in the
+// thread-safe Scheduler and Metrics.
+#pragma once
+
+#include "ballast/v1/admin.grpc.pb.h"
+#include "ballast/v1/inference.grpc.pb.h"
+#include "ballast/v1/node.grpc.pb.h"
+#include "global_scheduler/scheduler.h"
+#include "server/metrics.h"
+
+namespace ballast::server {
+
+class InferenceService final : public v1::Inference::Service {
+ public:
+  InferenceService(global_scheduler::Scheduler* s, Metrics* m) : sched_(s), metrics_(m) {}
+
+  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status Advise(grpc::ServerContext* ctx, const v1::AdviseRequest* req,
+                      v1::AdviseResponse* resp) override;
+  grpc::Status Invalidate(grpc::ServerContext* ctx, const v1::InvalidateRequest* req,
+                          v1::InvalidateResponse* resp) override;
+  grpc::Status EndSession(grpc::ServerContext* ctx, const v1::EndSessionRequest* req,
+                          v1::EndSessionResponse* resp) override;
+  grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
+                          v1::ListModelsResponse* resp) override;
+
+ private:
+  grpc::Status CheckSessionAndModel(const std::string& session_id, const std::string& model);
+  global_scheduler::Scheduler* sched_;
+  Metrics* metrics_;
+};
+
+class AdminService final : public v1::Admin::Service {
+ public:
+  explicit AdminService(global_scheduler::Scheduler* s) : sched_(s) {}
+  grpc::Status RegisterModel(grpc::ServerContext* ctx, const v1::RegisterModelRequest* req,
+                             v1::RegisterModelResponse* resp) override;
+  grpc::Status UnregisterModel(grpc::ServerContext* ctx, const v1::UnregisterModelRequest* req,
+                               v1::UnregisterModelResponse* resp) override;
+  grpc::Status GetClusterState(grpc::ServerContext* ctx, const v1::GetClusterStateRequest* req,
+                               v1::ClusterState* resp) override;
+
+ private:
+  global_scheduler::Scheduler* sched_;
+};
+
+class RegistryService final : public v1::NodeRegistry::Service {
+ public:
+  explicit RegistryService(global_scheduler::Scheduler* s) : sched_(s) {}
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterNodeRequest* req,
+                        v1::RegisterNodeResponse* resp) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override;
+
+ private:
+  global_scheduler::Scheduler* sched_;
+};
+
+}  // namespace ballast::server
