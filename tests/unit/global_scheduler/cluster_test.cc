@@ -1,0 +1,128 @@
+// ClusterState liveness, SessionDirectory turns, ModelRegistry checks and
+// the baseline placement rule.
+#include "global_scheduler/cluster_state.h"
+#include "global_scheduler/model_registry.h"
+#include "global_scheduler/placement.h"
+#include "global_scheduler/session_directory.h"
+#include "gtest/gtest.h"
+
+namespace ballast::global_scheduler {
+namespace {
+
+struct FakeClock {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  Clock fn() {
+    return [this] { return now; };
+  }
+};
+
+v1::RegisterNodeRequest Node(const std::string& id, std::vector<std::string> models,
+                             int64_t total = 1000, int64_t used = 0) {
+  v1::RegisterNodeRequest r;
+  r.set_node_id(id);
+  r.set_address(id + ":1");
+  auto* d = r.add_devices();
+  d->set_name("cpu:0");
+  d->set_memory_total_bytes(total);
+  d->set_memory_used_bytes(used);
+  for (const auto& m : models) {
+    auto* rm = r.add_models();
+    rm->set_name(m);
+    rm->set_state("READY");
+  }
+  return r;
+}
+
+TEST(ClusterState, NodesDieAfterTheHeartbeatTimeoutAndCanComeBack) {
+  FakeClock clock;
+  ClusterState c(absl::Seconds(3), clock.fn());
+  c.Register(Node("a", {"m"}));
+  c.Register(Node("b", {"m"}));
+  clock.now += absl::Seconds(2);
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  *hb.add_models() = Node("a", {"m"}).models(0);
+  EXPECT_TRUE(c.Heartbeat(hb));
+  EXPECT_TRUE(c.SweepDead().empty());
+  clock.now += absl::Seconds(2);  // b silent for 4 s, a for 2 s
+  EXPECT_EQ(c.SweepDead(), std::vector<std::string>{"b"});
+  EXPECT_EQ(c.NodesWithModel("m"), std::vector<std::string>{"a"});
+  hb.set_node_id("b");
+  EXPECT_FALSE(c.Heartbeat(hb));  // dead nodes must register again
+  c.Register(Node("b", {"m"}));
+  EXPECT_TRUE(c.IsAlive("b"));
+  hb.set_node_id("ghost");
+  EXPECT_FALSE(c.Heartbeat(hb));
+}
+
+TEST(ClusterState, LeastLoadedCountsInflightAndQueues) {
+  FakeClock clock;
+  ClusterState c(absl::Seconds(3), clock.fn());
+  c.Register(Node("a", {"m"}));
+  c.Register(Node("b", {"m"}));
+  EXPECT_EQ(c.LeastLoaded({"a", "b"}), "a");  // tie -> lower id
+  c.AddInflight("a", 2);
+  EXPECT_EQ(c.LeastLoaded({"a", "b"}), "b");
+  c.AddInflight("b", 3);
+  EXPECT_EQ(c.LeastLoaded({"a", "b"}), "a");
+  EXPECT_FALSE(c.LeastLoaded({}).has_value());
+}
+
+TEST(SessionDirectory, OneTurnAtATimeAndHistoryGrowsOnCommit) {
+  SessionDirectory d;
+  auto t1 = d.Begin("s", "m");
+  ASSERT_TRUE(t1.ok());
+  EXPECT_TRUE(t1->history.empty());
+  EXPECT_EQ(d.Begin("s", "m").status().code(), absl::StatusCode::kFailedPrecondition);
+  d.Commit("s", "node-a", {1, 2}, {3});
+  auto t2 = d.Begin("s", "m");
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(t2->history, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(t2->node_id, "node-a");
+  d.Abort("s");  // failed turn: history unchanged
+  EXPECT_EQ(d.Begin("s", "other").status().code(), absl::StatusCode::kInvalidArgument);
+  d.ForgetNode("node-a");
+  auto t3 = d.Begin("s", "m");
+  EXPECT_EQ(t3->node_id, "");
+  EXPECT_EQ(t3->history.size(), 3u);
+  d.Abort("s");
+  bool existed = false;
+  d.End("s", &existed);
+  EXPECT_TRUE(existed);
+  EXPECT_EQ(d.size(), 0);
+  // A first turn that fails leaves no session behind.
+  ASSERT_TRUE(d.Begin("t", "m").ok());
+  d.Abort("t");
+  EXPECT_EQ(d.size(), 0);
+}
+
+TEST(ModelRegistry, ValidatesSpecs) {
+  ModelRegistry r;
+  EXPECT_EQ(r.Add({"", "/p"}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Add({"m", ""}).code(), absl::StatusCode::kInvalidArgument);
+  ModelSpec bad{"m", "/p"};
+  bad.kv_dtype = "int3";
+  EXPECT_EQ(r.Add(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(r.Add({"m", "/p"}).ok());
+  EXPECT_TRUE(r.Add({"m", "/p"}).ok());  // idempotent
+  EXPECT_EQ(r.Add({"m", "/q"}).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(r.Remove("m").ok());
+  EXPECT_EQ(r.Remove("m").code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Placement, MostFreeMemoryThenFewestModels) {
+  FakeClock clock;
+  ClusterState c(absl::Seconds(3), clock.fn());
+  c.Register(Node("a", {"x"}, 1000, 600));
+  c.Register(Node("b", {}, 1000, 100));
+  c.Register(Node("c", {"y", "z"}, 1000, 100));
+  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {}), "b");
+  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {"b"}), "c");
+  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {"a", "b", "c"}), std::nullopt);
+  clock.now += absl::Seconds(10);
+  c.SweepDead();
+  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {}), std::nullopt);  // dead nodes never chosen
+}
+
+}  // namespace
+}  // namespace ballast::global_scheduler

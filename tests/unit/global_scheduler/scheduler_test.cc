@@ -1,0 +1,124 @@
+// Scheduler routing: validation, session affinity, waiting for a replica,
+// and the control loop's dead-node handling. No node is contacted: routes
+// are only decided (stubs connect lazily).
+#include "global_scheduler/scheduler.h"
+
+#include "gtest/gtest.h"
+
+namespace ballast::global_scheduler {
+namespace {
+
+v1::RegisterNodeRequest Node(const std::string& id, const std::string& model) {
+  v1::RegisterNodeRequest r;
+  r.set_node_id(id);
+  r.set_address("127.0.0.1:1");
+  auto* m = r.add_models();
+  m->set_name(model);
+  m->set_state("READY");
+  m->set_context_window(128);
+  return r;
+}
+
+v1::GenerateRequest Req(const std::string& model, const std::string& prompt, int max_tokens,
+                        const std::string& session = "") {
+  v1::GenerateRequest r;
+  r.set_model(model);
+  r.set_prompt(prompt);
+  r.set_session_id(session);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  return r;
+}
+
+std::unique_ptr<Scheduler> Make(absl::Duration route_wait = absl::Milliseconds(100)) {
+  SchedulerOptions o;
+  o.route_wait = route_wait;
+  o.models = {{"m", "/models/m"}, {"n", "/models/n"}};
+  return *Scheduler::Create(o);
+}
+
+const auto kNever = [] { return false; };
+
+TEST(Scheduler, RejectsBadRequestsWithActionableCodes) {
+  auto s = Make();
+  s->RegisterNode(Node("a", "m"));
+  EXPECT_EQ(s->RouteRequest(Req("nope", "hi", 4), kNever).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->RouteRequest(Req("m", "", 4), kNever).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->RouteRequest(Req("m", "hi", 0), kNever).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->RouteRequest(Req("m", "hi", 500), kNever).status().code(),
+            absl::StatusCode::kInvalidArgument);  // context window 128 reported by the node
+  auto bad = Req("m", "hi", 4);
+  bad.mutable_sampling()->set_top_p(1.5f);
+  EXPECT_EQ(s->RouteRequest(bad, kNever).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Scheduler, NoReplicaMeansUnavailableAfterTheWait) {
+  auto s = Make(absl::Milliseconds(50));
+  auto r = s->RouteRequest(Req("n", "hi", 4), kNever);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("no live replica"), std::string::npos);
+}
+
+TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
+  SchedulerOptions o;
+  o.models = {{"m", "/models/m"}};
+  o.heartbeat_timeout = absl::Milliseconds(300);
+  o.heartbeat_interval = absl::Milliseconds(100);
+  o.control_interval = absl::Milliseconds(20);
+  o.route_wait = absl::Milliseconds(100);
+  auto s = *Scheduler::Create(o);
+  s->RegisterNode(Node("a", "m"));
+  s->RegisterNode(Node("b", "m"));
+  auto r1 = s->RouteRequest(Req("m", "hi", 4, "s1"), kNever);
+  ASSERT_TRUE(r1.ok());
+  EXPECT_EQ(r1->node_id, "a");
+  s->Complete(*r1, true, {256, 'h', 'i'}, {7, 8});
+  // Load on a: a session-less request goes to b, the session stays on a.
+  auto busy = s->RouteRequest(Req("m", "x", 4), kNever);
+  ASSERT_TRUE(busy.ok());
+  auto free_pick = s->RouteRequest(Req("m", "x", 4), kNever);
+  EXPECT_NE(free_pick->node_id, busy->node_id);
+  auto r2 = s->RouteRequest(Req("m", "more", 4, "s1"), kNever);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->node_id, "a");
+  EXPECT_EQ(r2->history, (std::vector<int>{256, 'h', 'i', 7, 8}));
+  s->Complete(*r2, false, {}, {});
+  s->Complete(*busy, true, {}, {});
+  s->Complete(*free_pick, true, {}, {});
+  // Only b heartbeats; a is declared dead and the session moves to b.
+  s->Start();
+  for (int i = 0; i < 10; ++i) {
+    v1::HeartbeatRequest hb;
+    hb.set_node_id("b");
+    *hb.add_models() = Node("b", "m").models(0);
+    EXPECT_FALSE(s->Heartbeat(hb).reregister());
+    absl::SleepFor(absl::Milliseconds(60));
+  }
+  EXPECT_FALSE(s->cluster().IsAlive("a"));
+  auto r3 = s->RouteRequest(Req("m", "again", 4, "s1"), kNever);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(r3->node_id, "b");
+  EXPECT_EQ(r3->history.size(), 5u);  // history survives the node
+  s->Complete(*r3, true, {}, {});
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  EXPECT_TRUE(s->Heartbeat(hb).reregister());
+  s->Stop();
+}
+
+TEST(Scheduler, ListModelsShowsReplicasAndState) {
+  auto s = Make();
+  s->RegisterNode(Node("a", "m"));
+  auto list = s->ListModels();
+  ASSERT_EQ(list.models_size(), 2);
+  EXPECT_EQ(list.models(0).name(), "m");
+  ASSERT_EQ(list.models(0).replicas_size(), 1);
+  EXPECT_EQ(list.models(0).replicas(0).node_id(), "a");
+  EXPECT_EQ(list.models(1).replicas_size(), 0);
+  EXPECT_EQ(s->GetClusterState().nodes_size(), 1);
+}
+
+}  // namespace
+}  // namespace ballast::global_scheduler

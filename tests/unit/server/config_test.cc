@@ -1,0 +1,60 @@
+// YAML config parsing: shipped files parse, unknown keys and bad values are
+// rejected naming the file and the key.
+#include "server/config.h"
+
+#include "gtest/gtest.h"
+
+namespace ballast::server {
+namespace {
+
+std::string Msg(const std::string& yaml) {
+  auto c = ParseConfig(yaml, "test.yaml");
+  EXPECT_FALSE(c.ok()) << yaml;
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(Config, ShippedConfigsParse) {
+  for (const char* f : {"ballast.yaml", "scheduler.yaml", "node.yaml"}) {
+    auto c = LoadConfig(std::string(BALLAST_SOURCE_DIR) + "/configs/" + f);
+    EXPECT_TRUE(c.ok()) << f << ": " << c.status();
+  }
+  auto c = LoadConfig(std::string(BALLAST_SOURCE_DIR) + "/configs/ballast.yaml");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->has_scheduler && c->has_node && c->has_serve);
+  EXPECT_EQ(c->serve.models.size(), 3u);
+  EXPECT_EQ(c->node.options.engine.kv_cache_bytes, 32ll << 20);
+  EXPECT_EQ(c->scheduler.options.heartbeat_timeout, absl::Seconds(3));
+}
+
+TEST(Config, UnknownKeysAreNamed) {
+  EXPECT_EQ(Msg("schedulr: {}"), "test.yaml: schedulr: unknown key");
+  EXPECT_EQ(Msg("node: {engine: {kv_cache_mb: 3}}"), "test.yaml: node.engine.kv_cache_mb: unknown key");
+  EXPECT_EQ(Msg("scheduler: {models: [{name: a, path: /p, replica: 2}]}"),
+            "test.yaml: scheduler.models[0].replica: unknown key");
+}
+
+TEST(Config, BadValuesAreNamed) {
+  EXPECT_NE(Msg("scheduler: {heartbeat_timeout_ms: soon}").find("scheduler.heartbeat_timeout_ms"),
+            std::string::npos);
+  EXPECT_NE(Msg("node: {devices: [{name: cpu:0, memory_mib: 0}]}").find("node.devices[0].memory_mib"),
+            std::string::npos);
+  EXPECT_NE(Msg("node: {engine: {backend: tpu}}").find("node.engine.backend"), std::string::npos);
+  EXPECT_NE(Msg("node: {listen: nowhere}").find("node.listen"), std::string::npos);
+  EXPECT_NE(Msg("scheduler: {heartbeat_timeout_ms: 100, heartbeat_interval_ms: 500}")
+                .find("heartbeat_timeout_ms"),
+            std::string::npos);
+  EXPECT_NE(Msg("serve: {models: [{name: x, architecture: gpt2}]}").find("serve.models[0]"),
+            std::string::npos);
+  EXPECT_NE(Msg("log_level: loud").find("log_level"), std::string::npos);
+  EXPECT_NE(Msg("scheduler: [1, 2]").find("scheduler: expected a mapping"), std::string::npos);
+  EXPECT_NE(Msg("a: [").find("invalid YAML"), std::string::npos);
+}
+
+TEST(Config, MissingFileIsNamed) {
+  auto c = LoadConfig("/nonexistent/ballast.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("/nonexistent/ballast.yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ballast::server
