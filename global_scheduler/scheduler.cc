@@ -73,7 +73,9 @@ void Scheduler::ControlTick() {
                  absl::FormatDuration(options_.heartbeat_timeout));
     sessions_.ForgetNode(id);
   }
-  const auto nodes = cluster_.Snapshot();
+  // A working copy: loads started in this tick count against their node, so
+  // several models registered at once spread over the nodes.
+  auto nodes = cluster_.Snapshot();
   const absl::Time now = clock_();
   for (const ModelStatus& m : registry_.List()) {
     std::set<std::string> exclude;
@@ -97,7 +99,20 @@ void Scheduler::ControlTick() {
       }
     }
     if (have >= m.spec.replicas || now < m.retry_after) continue;
-    if (auto target = ChooseNodeForLoad(nodes, exclude)) StartLoad(m.spec, *target);
+    if (auto target = ChooseNodeForLoad(nodes, exclude)) {
+      StartLoad(m.spec, *target);
+      for (auto& n : nodes) {
+        if (n.node_id != *target) continue;
+        v1::ResidentModel placeholder;
+        placeholder.set_name(m.spec.name);
+        placeholder.set_state("LOADING");
+        n.models.push_back(placeholder);
+        if (!n.devices.empty()) {
+          auto& d = n.devices.front();
+          d.set_memory_used_bytes(d.memory_used_bytes() + m.weight_bytes);
+        }
+      }
+    }
   }
   // Models that nodes hold but the catalogue no longer lists.
   for (const auto& n : nodes) {

@@ -231,7 +231,13 @@ bool NodeManager::RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* int
 }
 
 void NodeManager::HeartbeatLoop() {
-  auto channel = grpc::CreateChannel(options_.scheduler_address, grpc::InsecureChannelCredentials());
+  // Reconnect quickly when the scheduler (re)starts: heartbeats are due every
+  // interval, so gRPC's default 1 s+ exponential backoff would cost liveness.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(options_.scheduler_address,
+                                           grpc::InsecureChannelCredentials(), args);
   auto stub = v1::NodeRegistry::NewStub(channel);
   bool registered = false;
   absl::Duration interval = absl::Seconds(1);

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "ballast/v1/admin.grpc.pb.h"
 #include "ballast/v1/inference.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "server/status_util.h"
 
 namespace ballast::server {
@@ -131,6 +132,19 @@ int RunCluster(const std::string& target) {
   }
   std::cout << state.sessions() << " session(s)\n";
   return 0;
+}
+
+int RunHealth(const std::string& target, const std::string& service) {
+  auto stub = grpc::health::v1::Health::NewStub(Connect(target));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status st = stub->Check(&ctx, req, &resp);
+  if (!st.ok()) return PrintError(st);
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()) << "\n";
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
 }
 
 int RunDemo(const std::string& target, const std::string& prompt, int max_tokens) {

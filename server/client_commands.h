@@ -31,6 +31,8 @@ struct GenerateFlags {
 int RunGenerate(const GenerateFlags& f);
 int RunModels(const std::string& target);
 int RunCluster(const std::string& target);
+// grpc.health.v1 Check; exit 0 when SERVING (for probes and scripts).
+int RunHealth(const std::string& target, const std::string& service);
 int RunDemo(const std::string& target, const std::string& prompt, int max_tokens);
 
 }  // namespace ballast::server

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <iostream>
+#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "engine/synthetic_model.h"
@@ -20,7 +21,8 @@ using ballast::server::Config;
 struct DaemonFlags {
   std::string config;
   std::string log_level;
-  std::string listen, metrics_listen;
+  std::string listen;
+  std::optional<std::string> metrics_listen;  // set and empty: disabled
   std::string scheduler, node_id, advertise;
   int64_t heartbeat_timeout_ms = 0;
   std::string cache_dir;
@@ -62,8 +64,9 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
   }
   if (!f.log_level.empty()) c->log_level = f.log_level;
   if (!f.listen.empty()) (serve || need_scheduler ? c->scheduler.listen : c->node.listen) = f.listen;
-  if (!f.metrics_listen.empty() || f.metrics_listen != "") {
-    (serve || need_scheduler ? c->scheduler.metrics_listen : c->node.metrics_listen) = f.metrics_listen;
+  if (f.metrics_listen) {
+    (serve || need_scheduler ? c->scheduler.metrics_listen : c->node.metrics_listen) =
+        *f.metrics_listen;
   }
   if (!f.scheduler.empty()) c->node.options.scheduler_address = f.scheduler;
   if (!f.node_id.empty()) c->node.options.node_id = f.node_id;
@@ -136,6 +139,10 @@ int main(int argc, char** argv) {
   models->add_option("--target", target, "scheduler address")->capture_default_str();
   auto* cluster = app.add_subcommand("cluster", "show nodes, devices and memory");
   cluster->add_option("--target", target, "scheduler address")->capture_default_str();
+  std::string health_service;
+  auto* health = app.add_subcommand("health", "grpc.health.v1 check (exit 0 if SERVING)");
+  health->add_option("--target", target, "server address")->capture_default_str();
+  health->add_option("--service", health_service, "service name ('' = the whole server)");
   std::string demo_prompt = "Once upon a time";
   int demo_tokens = 48;
   auto* demo = app.add_subcommand("demo", "stream from every model at once");
@@ -190,6 +197,7 @@ int main(int argc, char** argv) {
   }
   if (models->parsed()) return ballast::server::RunModels(target);
   if (cluster->parsed()) return ballast::server::RunCluster(target);
+  if (health->parsed()) return ballast::server::RunHealth(target, health_service);
   if (demo->parsed()) return ballast::server::RunDemo(target, demo_prompt, demo_tokens);
   if (mk->parsed()) {
     if (auto st = ballast::engine::WriteSyntheticModel(spec, out_dir); !st.ok()) {

@@ -131,7 +131,8 @@ grpc::Status InferenceService::CheckSessionAndModel(const std::string& session_i
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "session_id is required");
   }
   if (!model.empty()) {
-    for (const auto& m : sched_->ListModels().models())
+    const v1::ListModelsResponse list = sched_->ListModels();
+    for (const auto& m : list.models())
       if (m.name() == model) return grpc::Status::OK;
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("model \"", model, "\" is not registered"));

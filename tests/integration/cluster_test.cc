@@ -1,0 +1,359 @@
+// Multi-process integration: `ballast scheduler` and two `ballast node`
+// processes on loopback ports, driven over the public gRPC API like a
+// frontend would. Greedy outputs are compared with an in-process
+// ModelEngine on the same checkpoints.
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "ballast/v1/admin.grpc.pb.h"
+#include "ballast/v1/inference.grpc.pb.h"
+#include "engine/model_engine.h"
+#include "engine/synthetic_model.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process.h"
+
+namespace ballast {
+namespace {
+
+using testing::ChildProcess;
+
+struct StreamResult {
+  grpc::Status status;
+  std::vector<int> ids;
+  std::string text;
+  v1::Final final;
+};
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("ballast_cluster_", getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    engine::SyntheticModelSpec a;
+    a.architecture = "llama";
+    a.layers = 2;
+    a.hidden = 64;
+    a.heads = 4;
+    a.kv_heads = 2;
+    a.intermediate = 128;
+    a.max_position = 256;
+    a.seed = 21;
+    engine::SyntheticModelSpec b = a;
+    b.architecture = "qwen2";
+    b.seed = 22;
+    ASSERT_TRUE(engine::WriteSyntheticModel(a, Model("alpha")).ok());
+    ASSERT_TRUE(engine::WriteSyntheticModel(b, Model("beta")).ok());
+
+    sched_port_ = testing::FreePort();
+    sched_metrics_ = testing::FreePort();
+    const std::string bin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
+    scheduler_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{bin, "scheduler", "--listen", Addr(sched_port_),
+                                 "--metrics-listen", Addr(sched_metrics_),
+                                 "--heartbeat-timeout-ms", "1500"},
+        (dir_ / "scheduler.log").string());
+    for (int i = 0; i < 2; ++i) {
+      const std::string id = absl::StrCat("n", i + 1);
+      node_ports_[i] = testing::FreePort();
+      nodes_[i] = std::make_unique<ChildProcess>(
+          std::vector<std::string>{bin, "node", "--node-id", id, "--listen", Addr(node_ports_[i]),
+                                   "--scheduler", Addr(sched_port_), "--metrics-listen", ""},
+          (dir_ / (id + ".log")).string());
+    }
+    ASSERT_TRUE(testing::WaitForPort(sched_port_, 20000)) << Logs();
+    grpc::ChannelArguments args;  // retry fast while the scheduler starts
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
+    channel_ = grpc::CreateCustomChannel(Addr(sched_port_), grpc::InsecureChannelCredentials(), args);
+    inference_ = v1::Inference::NewStub(channel_);
+    admin_ = v1::Admin::NewStub(channel_);
+    ASSERT_TRUE(WaitFor([&] { return AliveNodes() == 2; }, absl::Seconds(20)))
+        << "nodes did not register\n" << Logs();
+    for (const char* m : {"alpha", "beta"}) {
+      v1::RegisterModelRequest req;
+      req.set_name(m);
+      req.set_path(Model(m));
+      grpc::ClientContext ctx;
+      v1::RegisterModelResponse resp;
+      ASSERT_TRUE(admin_->RegisterModel(&ctx, req, &resp).ok());
+    }
+    ASSERT_TRUE(WaitFor([&] { return ReadyReplicas("alpha") == 1 && ReadyReplicas("beta") == 1; },
+                        absl::Seconds(20)))
+        << Logs();
+  }
+
+  void TearDown() override {
+    inference_.reset();
+    admin_.reset();
+    channel_.reset();
+    for (auto& n : nodes_) n->Stop(SIGTERM);
+    scheduler_->Stop(SIGTERM);
+    if (HasFailure() || getenv("BALLAST_TEST_LOGS")) std::cerr << Logs();
+    std::filesystem::remove_all(dir_);
+  }
+
+  static std::string Addr(int port) { return absl::StrCat("127.0.0.1:", port); }
+  std::string Model(const std::string& name) const { return (dir_ / name).string(); }
+  std::string Logs() const {
+    std::string out = "--- scheduler log\n" + scheduler_->Log();
+    for (int i = 0; i < 2; ++i) out += absl::StrCat("--- node ", i + 1, " log\n", nodes_[i]->Log());
+    return out;
+  }
+
+  template <typename F>
+  static bool WaitFor(F cond, absl::Duration limit) {
+    const absl::Time end = absl::Now() + limit;
+    while (absl::Now() < end) {
+      if (cond()) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return cond();
+  }
+
+  v1::ClusterState State() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::ClusterState s;
+    admin_->GetClusterState(&ctx, v1::GetClusterStateRequest(), &s);
+    return s;
+  }
+  int AliveNodes() {
+    int n = 0;
+    const auto state = State();
+    for (const auto& node : state.nodes()) n += node.alive();
+    return n;
+  }
+  int ReadyReplicas(const std::string& model) {
+    int n = 0;
+    const auto state = State();
+    for (const auto& m : state.models())
+      if (m.name() == model)
+        for (const auto& r : m.replicas()) n += r.state() == "READY";
+    return n;
+  }
+  std::string NodeOf(const std::string& model) {
+    const auto state = State();
+    for (const auto& m : state.models())
+      if (m.name() == model && m.replicas_size() > 0) return m.replicas(0).node_id();
+    return "";
+  }
+
+  StreamResult Generate(const std::string& model, const std::string& prompt, int max_tokens,
+                        const std::string& session = "") {
+    v1::GenerateRequest req;
+    req.set_model(model);
+    req.set_prompt(prompt);
+    req.set_session_id(session);
+    req.mutable_sampling()->set_max_tokens(max_tokens);
+    req.mutable_sampling()->set_ignore_eos(true);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = inference_->Generate(&ctx, req);
+    StreamResult r;
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) {
+      if (resp.has_token()) {
+        r.ids.push_back(resp.token().id());
+        r.text += resp.token().text();
+      } else {
+        r.final = resp.final();
+      }
+    }
+    r.status = reader->Finish();
+    return r;
+  }
+
+  // Greedy tokens from an in-process engine on the same checkpoint.
+  std::vector<int> Reference(const std::string& model, std::vector<int> prompt, int n) {
+    engine::ModelEngineOptions o;
+    o.name = model;
+    o.path = Model(model);
+    auto e = engine::ModelEngine::Create(o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    struct Sink : engine::GenerationSink {
+      void OnToken(int, const std::string&) override {}
+      void OnDone(absl::StatusOr<engine::GenerationResult> r) override { result = std::move(r); }
+      absl::StatusOr<engine::GenerationResult> result = absl::UnknownError("not done");
+    } sink;
+    engine::GenerationRequest r;
+    r.id = "ref";
+    r.prompt = std::move(prompt);
+    r.params.max_tokens = n;
+    r.params.ignore_eos = true;
+    EXPECT_TRUE((*e)->Submit(r, &sink).ok());
+    while ((*e)->HasWork()) (*e)->Step();
+    EXPECT_TRUE(sink.result.ok());
+    return sink.result.ok() ? sink.result->output_tokens : std::vector<int>{};
+  }
+
+  static std::vector<int> Bytes(const std::string& s, bool bos) {
+    std::vector<int> t;
+    if (bos) t.push_back(engine::ByteTokenizer::kBos);
+    for (unsigned char c : s) t.push_back(c);
+    return t;
+  }
+
+  std::filesystem::path dir_;
+  int sched_port_ = 0, sched_metrics_ = 0;
+  int node_ports_[2] = {0, 0};
+  std::unique_ptr<ChildProcess> scheduler_;
+  std::unique_ptr<ChildProcess> nodes_[2];
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Inference::Stub> inference_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+};
+
+TEST_F(ClusterTest, ConcurrentStreamsOnTwoModelsMatchTheInProcessEngine) {
+  // The two models were registered together and land on different nodes.
+  EXPECT_NE(NodeOf("alpha"), NodeOf("beta"));
+  const std::vector<std::string> prompts = {"Hello", "The cat sat on", "x", "Ballast!"};
+  std::vector<StreamResult> results(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = Generate(i % 2 ? "beta" : "alpha", prompts[i / 2], 24);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 8; ++i) {
+    const std::string model = i % 2 ? "beta" : "alpha";
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+    EXPECT_EQ(results[i].ids, Reference(model, Bytes(prompts[i / 2], true), 24)) << model << " " << i;
+    EXPECT_EQ(results[i].final.usage().completion_tokens(), 24);
+    EXPECT_EQ(results[i].final.text(), results[i].text);
+    EXPECT_EQ(results[i].final.node_id(), NodeOf(model));
+    EXPECT_GT(results[i].final.timings().ttft_ms(), 0.0);
+  }
+}
+
+TEST_F(ClusterTest, MultiTurnSessionsKeepHistoryAndReuseKv) {
+  std::vector<int> history;
+  const std::vector<std::string> turns = {"Hi there", " and again", " one more"};
+  for (size_t k = 0; k < turns.size(); ++k) {
+    StreamResult r = Generate("alpha", turns[k], 12, "sess-1");
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    std::vector<int> prompt = history;
+    auto turn = Bytes(turns[k], history.empty());
+    prompt.insert(prompt.end(), turn.begin(), turn.end());
+    EXPECT_EQ(r.ids, Reference("alpha", prompt, 12)) << "turn " << k;
+    EXPECT_EQ(r.final.usage().prompt_tokens(), static_cast<int>(prompt.size()));
+    if (k == 0) {
+      EXPECT_EQ(r.final.kv_source(), v1::KV_SOURCE_NONE);
+    } else {
+      EXPECT_EQ(r.final.kv_source(), v1::KV_SOURCE_DEVICE);
+      EXPECT_EQ(r.final.usage().cached_prompt_tokens(), static_cast<int>(history.size()) - 1);
+    }
+    history = prompt;
+    history.insert(history.end(), r.ids.begin(), r.ids.end());
+  }
+  // A second, interleaved session on the other model is independent.
+  StreamResult other = Generate("beta", "Hi there", 12, "sess-2");
+  ASSERT_TRUE(other.status.ok());
+  EXPECT_EQ(other.ids, Reference("beta", Bytes("Hi there", true), 12));
+  // Ending a session forgets it: the same id starts afresh.
+  grpc::ClientContext ctx;
+  v1::EndSessionRequest end;
+  end.set_session_id("sess-1");
+  v1::EndSessionResponse resp;
+  ASSERT_TRUE(inference_->EndSession(&ctx, end, &resp).ok());
+  EXPECT_TRUE(resp.existed());
+  StreamResult fresh = Generate("alpha", turns[0], 12, "sess-1");
+  EXPECT_EQ(fresh.final.usage().prompt_tokens(), static_cast<int>(turns[0].size()) + 1);
+}
+
+TEST_F(ClusterTest, BadInputGetsClearStatusesAndTheServerKeepsServing) {
+  auto code = [&](const std::string& model, const std::string& prompt, int n) {
+    return Generate(model, prompt, n).status.error_code();
+  };
+  EXPECT_EQ(code("nope", "hi", 4), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(code("alpha", "", 4), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code("alpha", "hi", 0), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code("alpha", "hi", -3), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code("alpha", "hi", 300), grpc::StatusCode::INVALID_ARGUMENT);  // window 256
+  EXPECT_EQ(code("alpha", std::string(300, 'a'), 4), grpc::StatusCode::INVALID_ARGUMENT);
+  StreamResult r = Generate("alpha", std::string(250, 'a'), 10);  // 251 + 10 > 256
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(r.status.error_message().find("context window"), std::string::npos);
+  grpc::ClientContext ctx;
+  v1::AdviseRequest adv;
+  adv.set_session_id("s");
+  adv.set_model("alpha");
+  v1::AdviseResponse ar;
+  EXPECT_EQ(inference_->Advise(&ctx, adv, &ar).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_TRUE(Generate("alpha", "still fine", 4).status.ok());
+}
+
+TEST_F(ClusterTest, ClientCancellationFreesTheSequenceOnTheNode) {
+  v1::GenerateRequest req;
+  req.set_model("alpha");
+  req.set_prompt("a long one");
+  req.mutable_sampling()->set_max_tokens(240);
+  req.mutable_sampling()->set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  auto reader = inference_->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));  // first token arrived: it is running
+  ctx.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  auto idle = [&] {
+    const auto state = State();
+    for (const auto& n : state.nodes())
+      for (const auto& d : n.devices())
+        if (d.running() != 0 || d.kv_blocks_used() != 0) return false;
+    return true;
+  };
+  EXPECT_TRUE(WaitFor(idle, absl::Seconds(5))) << State().DebugString();
+}
+
+TEST_F(ClusterTest, HealthAndMetricsEndpoints) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckResponse hr;
+  ASSERT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &hr).ok());
+  EXPECT_EQ(hr.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  ASSERT_TRUE(Generate("alpha", "metrics", 5).status.ok());
+  EXPECT_EQ(Generate("nope", "x", 1).status.error_code(), grpc::StatusCode::NOT_FOUND);
+  const std::string body = testing::HttpGet(sched_metrics_, "/metrics");
+  EXPECT_NE(body.find("ballast_scheduler_requests_total{model=\"alpha\",status=\"OK\"} 1"),
+            std::string::npos) << body;
+  EXPECT_NE(body.find("ballast_scheduler_requests_total{model=\"nope\",status=\"NOT_FOUND\"} 1"),
+            std::string::npos);
+  EXPECT_NE(body.find("ballast_scheduler_ttft_seconds_count{model=\"alpha\"} 1"), std::string::npos);
+  EXPECT_NE(body.find("ballast_scheduler_tokens_generated_total{model=\"alpha\"} 5"),
+            std::string::npos);
+}
+
+TEST_F(ClusterTest, KilledNodeIsDeclaredDeadAndTheOtherModelKeepsServing) {
+  const std::string beta_node = NodeOf("beta");
+  const std::string alpha_node = NodeOf("alpha");
+  ASSERT_NE(beta_node, alpha_node);
+  const int victim = beta_node == "n1" ? 0 : 1;
+  nodes_[victim]->Stop(SIGKILL);
+  auto dead = [&] {
+    const auto state = State();
+    for (const auto& n : state.nodes())
+      if (n.node_id() == beta_node) return !n.alive();
+    return false;
+  };
+  ASSERT_TRUE(WaitFor(dead, absl::Seconds(5))) << "node not declared dead";
+  StreamResult r = Generate("alpha", "still here?", 8);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.ids, Reference("alpha", Bytes("still here?", true), 8));
+  EXPECT_EQ(r.final.node_id(), alpha_node);
+  // The lost model is placed again on the surviving node and served.
+  ASSERT_TRUE(WaitFor([&] { return NodeOf("beta") == alpha_node; }, absl::Seconds(10)));
+  StreamResult b = Generate("beta", "back?", 8);
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  EXPECT_EQ(b.ids, Reference("beta", Bytes("back?", true), 8));
+}
+
+}  // namespace
+}  // namespace ballast
