@@ -54,7 +54,17 @@ class ChildProcess {
     pid_ = -1;
     return exit_status_;
   }
-  bool running() const { return pid_ > 0 && kill(pid_, 0) == 0; }
+  // Reaps the child if it has exited (a zombie still answers kill(pid, 0)).
+  bool running() {
+    if (pid_ <= 0) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      exit_status_ = status;
+      return false;
+    }
+    return true;
+  }
   std::string Log() const {
     std::ifstream in(log_path_);
     std::stringstream ss;
