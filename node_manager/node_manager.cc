@@ -6,6 +6,22 @@
 #include "spdlog/spdlog.h"
 
 namespace ballast::node_manager {
+namespace {
+
+// What the scheduler learns about a resident model.
+v1::ResidentModel Describe(const engine::ModelEngine& e, const std::string& device) {
+  v1::ResidentModel m;
+  m.set_name(e.name());
+  m.set_device(device);
+  m.set_state("READY");
+  m.set_architecture(e.config().architecture);
+  m.set_context_window(e.context_window());
+  m.set_weight_bytes(e.weight_bytes());
+  m.set_kv_dtype(e.kv_dtype_name());
+  return m;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptions& options) {
   if (options.node_id.empty()) return absl::InvalidArgumentError("node_id is empty");
@@ -94,14 +110,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
         target->name(), " has ", best_free, " free"));
   }
   std::shared_ptr<engine::ModelEngine> engine = std::move(*e);
-  v1::ResidentModel m;
-  m.set_name(name);
-  m.set_device(target->name());
-  m.set_state("READY");
-  m.set_architecture(engine->config().architecture);
-  m.set_context_window(engine->context_window());
-  m.set_weight_bytes(engine->weight_bytes());
-  m.set_kv_dtype(engine->kv_dtype_name());
+  v1::ResidentModel m = Describe(*engine, target->name());
   if (auto st = target->Add(std::move(engine)); !st.ok()) return st;
   spdlog::info("loaded model {} from {} on {} in {}", name, path, target->name(),
                absl::FormatDuration(absl::Now() - t0));
@@ -189,17 +198,7 @@ std::vector<v1::DeviceState> NodeManager::DeviceStates() const {
 std::vector<v1::ResidentModel> NodeManager::ResidentModels() const {
   std::vector<v1::ResidentModel> out;
   for (const auto& d : devices_) {
-    for (const auto& e : d->Engines()) {
-      v1::ResidentModel m;
-      m.set_name(e->name());
-      m.set_device(d->name());
-      m.set_state("READY");
-      m.set_architecture(e->config().architecture);
-      m.set_context_window(e->context_window());
-      m.set_weight_bytes(e->weight_bytes());
-      m.set_kv_dtype(e->kv_dtype_name());
-      out.push_back(std::move(m));
-    }
+    for (const auto& e : d->Engines()) out.push_back(Describe(*e, d->name()));
   }
   return out;
 }
