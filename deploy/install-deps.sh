@@ -10,7 +10,7 @@ PKGS=(
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
   prometheus-cpp-dev libcivetweb-dev civetweb libssl-dev zlib1g-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev
+  nlohmann-json3-dev libcli11-dev gnuplot-nox
   python3
 )
 

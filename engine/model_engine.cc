@@ -119,6 +119,15 @@ absl::Status ModelEngine::Submit(GenerationRequest req, GenerationSink* sink) {
         "prompt (", n, " tokens) + max_tokens (", p.max_tokens, ") exceeds the context window of ",
         context_window_, "; use max_tokens <= ", context_window_ - n));
   }
+  // The sequence must fit the KV pool on its own, or it could never finish
+  // (it would be preempted and recomputed forever).
+  const int positions = static_cast<int>(n) + p.max_tokens - 1;
+  if (kv_->BlocksNeeded(SequenceKv{}, positions) > allocator_->num_total()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompt (", n, " tokens) + max_tokens (", p.max_tokens, ") needs ",
+        kv_->BlocksNeeded(SequenceKv{}, positions), " KV blocks; model ", options_.name,
+        "'s pool has ", allocator_->num_total(), " (raise kv_cache_mib or lower max_tokens)"));
+  }
   for (int id : req.prompt) {
     if (id < 0 || id >= config_.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary [0, ",
@@ -302,7 +311,12 @@ bool ModelEngine::Step() {
     Sequence* s = waiting_.front().get();
     Admit(s);
     const int take = std::min(static_cast<int>(s->tokens.size()) - s->num_computed, budget);
-    if (!ReserveOrReclaim(s, s->num_computed + take, /*may_preempt=*/false)) {
+    // Watermark: admit only if every running sequence can still grow by one
+    // block per layer afterwards; otherwise the newcomer would be preempted
+    // at the next block boundary and its prefill wasted (thrashing).
+    const int64_t headroom = static_cast<int64_t>(running_.size()) * config_.num_hidden_layers;
+    const bool fits = allocator_->num_free() - kv_->BlocksNeeded(s->kv, s->num_computed + take) >= headroom;
+    if (!fits || !ReserveOrReclaim(s, s->num_computed + take, /*may_preempt=*/false)) {
       if (running_.empty() && plan.empty()) {
         // Nothing else holds blocks: this request can never fit.
         auto seq = std::move(waiting_.front());

@@ -10,7 +10,9 @@
 //      freed and it is recomputed later from its tokens).
 //   2. Waiting requests, in arrival order (preempted ones first), are
 //      admitted while budget and max_seqs allow and blocks can be reserved
-//      without preempting anyone.
+//      without preempting anyone, leaving a watermark of one more block per
+//      layer for every running sequence (else the newcomer would be
+//      preempted at the next block boundary: thrashing).
 //   3. One Executor::Forward over the flat batch; each sequence whose
 //      tokens are all computed samples its next token.
 // A sequence is "tokens + how many have KV"; decode and prefill are the
@@ -96,7 +98,8 @@ class ModelEngine {
 
   // Validates and queues a request; `sink` must live until its OnDone.
   // INVALID_ARGUMENT for an empty prompt, max_tokens <= 0, tokens outside
-  // the vocabulary, or prompt + max_tokens beyond the context window.
+  // the vocabulary, or prompt + max_tokens beyond the context window;
+  // RESOURCE_EXHAUSTED if the request alone needs more KV than the pool.
   absl::Status Submit(GenerationRequest request, GenerationSink* sink);
   // Cancels a queued or running request; its sink gets CANCELLED.
   void Cancel(const std::string& request_id);

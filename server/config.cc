@@ -172,7 +172,6 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
   }
   RETURN_IF_ERROR(s.Finish());
   RETURN_IF_ERROR(ValidateAddress(out->listen, *file + ": node.listen"));
-  if (o.advertise_address.empty()) o.advertise_address = out->listen;
   return absl::OkStatus();
 }
 

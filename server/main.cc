@@ -7,6 +7,7 @@
 
 #include "CLI/CLI.hpp"
 #include "engine/synthetic_model.h"
+#include "server/bench_cli.h"
 #include "server/client_commands.h"
 #include "server/config.h"
 #include "server/processes.h"
@@ -26,6 +27,7 @@ struct DaemonFlags {
   std::string scheduler, node_id, advertise;
   int64_t heartbeat_timeout_ms = 0;
   std::string cache_dir;
+  std::string node_listen;  // serve only
 };
 
 void AddDaemonFlags(CLI::App* cmd, DaemonFlags* f, bool node, bool scheduler) {
@@ -78,6 +80,7 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
     }
   }
   if (!f.cache_dir.empty()) c->serve.cache_dir = f.cache_dir;
+  if (!f.node_listen.empty()) c->node.listen = f.node_listen;
   for (const auto& [what, addr] : {std::pair{"--listen", c->scheduler.listen},
                                    std::pair{"--listen", c->node.listen}}) {
     if (auto st = ballast::server::ValidateAddress(addr, what); !st.ok()) {
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
                                             "synthetic models, on localhost");
   AddDaemonFlags(serve, &serve_f, false, false);
   serve->add_option("--cache-dir", serve_f.cache_dir, "where generated models are kept");
+  serve->add_option("--node-listen", serve_f.node_listen, "the embedded node's listen address");
   auto* sched = app.add_subcommand("scheduler", "run the global scheduler");
   AddDaemonFlags(sched, &sched_f, false, true);
   auto* node = app.add_subcommand("node", "run a node manager");
@@ -168,7 +172,10 @@ int main(int argc, char** argv) {
   mk->add_flag("--llama3-rope-scaling", spec.llama3_rope_scaling);
   mk->add_option("--init-std", spec.init_std)->capture_default_str();
 
+  ballast::server::BenchCli bench_cli(&app);
+
   CLI11_PARSE(app, argc, argv);
+  if (int rc = 0; bench_cli.RunParsed(&rc)) return rc;
 
   Config config;
   if (serve->parsed()) {

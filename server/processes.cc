@@ -129,7 +129,7 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
   if (!server.ok()) return server.status();
   p->server = std::move(*server);
   std::string advertise = cfg.options.advertise_address;
-  if (advertise.empty() || advertise == cfg.listen) advertise = p->address;
+  if (advertise.empty()) advertise = p->address;  // the bound listen address
   p->node->StartHeartbeats(advertise);
   p->gauges = std::thread([raw = p.get(), metrics] {
     do {

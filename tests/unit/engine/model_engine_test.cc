@@ -134,9 +134,14 @@ TEST_F(ModelEngineTest, RequestLargerThanThePoolFailsClearly) {
   const size_t block_bytes = 2 * 4 * 2 * 16 * 4;
   auto e = Make(static_cast<int64_t>(block_bytes) * 4, 64, 4);  // 8 positions
   Collect c;
-  ASSERT_TRUE(e->Submit(Req("big", Prompt(20, 0), 4), &c).ok());
+  auto st = e->Submit(Req("big", Prompt(20, 0), 4), &c);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("KV blocks"), std::string::npos);
+  // 6 + 3 - 1 = 8 positions fit exactly; one more token does not.
+  EXPECT_TRUE(e->Submit(Req("fits", Prompt(6, 0), 3), &c).ok());
+  EXPECT_FALSE(e->Submit(Req("over", Prompt(6, 0), 4), &c).ok());
   RunUntilIdle(*e);
-  EXPECT_EQ(c.result.status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(c.result.ok()) << c.result.status();
 }
 
 TEST_F(ModelEngineTest, SessionTurnReusesKeptKv) {

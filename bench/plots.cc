@@ -1,0 +1,146 @@
+#include "bench/plots.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ballast::bench {
+namespace {
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& dir,
+                                                     const std::vector<ReplayResult>& runs,
+                                                     const std::vector<Report>& reports,
+                                                     size_t detail_run) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  std::vector<std::string> pngs;
+  std::string script = "set terminal pngcairo size 960,540 font ',10'\nset grid\nset key outside right\n";
+  // 1. Attainment vs rate scale.
+  if (!reports.empty()) {
+    std::set<std::string> models;
+    for (const auto& r : reports)
+      for (const auto& [m, g] : r.per_model) models.insert(m);
+    std::ofstream dat(fs::path(dir) / "attainment.dat");
+    dat << "# rate_scale ttft_total tpot_total";
+    for (const auto& m : models) dat << " ttft_" << m;
+    dat << "\n";
+    std::vector<size_t> order(reports.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return reports[a].rate_scale < reports[b].rate_scale; });
+    for (size_t i : order) {
+      const Report& r = reports[i];
+      dat << absl::StrFormat("%g %g %g", r.rate_scale, 100 * r.total.ttft_attainment,
+                             100 * r.total.tpot_attainment);
+      for (const auto& m : models) {
+        auto it = r.per_model.find(m);
+        dat << " " << (it == r.per_model.end() ? 0.0 : 100 * it->second.ttft_attainment);
+      }
+      dat << "\n";
+    }
+    script += absl::StrCat(
+        "set output ", Quote((fs::path(dir) / "attainment.png").string()), "\n",
+        "set title 'SLO attainment vs rate scale'\nset xlabel 'rate scale'\n",
+        "set ylabel 'attainment (%)'\nset yrange [0:105]\nset xrange [*:*]\n",
+        "plot 'attainment.dat' using 1:2 with linespoints lw 2 title 'TTFT (all)', ",
+        "'' using 1:3 with linespoints lw 2 title 'TPOT (all)'");
+    int col = 4;
+    for (const auto& m : models) {
+      script += absl::StrCat(", '' using 1:", col++, " with linespoints dt 2 title 'TTFT ", m, "'");
+    }
+    script += "\nset yrange [*:*]\n";
+    pngs.push_back((fs::path(dir) / "attainment.png").string());
+  }
+  // 2. Latency CDFs and 3. timeline, from one run.
+  if (detail_run < runs.size()) {
+    const ReplayResult& run = runs[detail_run];
+    std::map<std::string, std::vector<double>> ttft, e2e;
+    for (const auto& r : run.requests) {
+      if (r.status != "OK") continue;
+      ttft[r.model].push_back(r.ttft_ms());
+      e2e[r.model].push_back(r.e2e_ms());
+    }
+    std::string plot_ttft, plot_e2e;
+    int block = 0;
+    {
+      std::ofstream dat(fs::path(dir) / "latency_cdf.dat");
+      for (auto& [m, v] : ttft) {
+        auto& e = e2e[m];
+        std::sort(v.begin(), v.end());
+        std::sort(e.begin(), e.end());
+        dat << "# " << m << "\n";
+        for (size_t i = 0; i < v.size(); ++i) {
+          dat << v[i] << " " << e[i] << " " << static_cast<double>(i + 1) / v.size() << "\n";
+        }
+        dat << "\n\n";
+        const std::string sep = block ? ", " : "";
+        plot_ttft += absl::StrCat(sep, "'latency_cdf.dat' index ", block, " using 1:3 with steps lw 2 title ", Quote(m));
+        plot_e2e += absl::StrCat(sep, "'latency_cdf.dat' index ", block, " using 2:3 with steps lw 2 title ", Quote(m));
+        ++block;
+      }
+    }
+    if (block > 0) {
+      script += absl::StrCat(
+          "set output ", Quote((fs::path(dir) / "latency_cdf.png").string()), "\n",
+          "set multiplot layout 1,2 title ", Quote(absl::StrFormat("latency CDFs (rate scale %g)", run.rate_scale)), "\n",
+          "set logscale x\nset title 'TTFT'\nset xlabel 'TTFT (ms)'\nset ylabel 'fraction of requests'\n",
+          "set yrange [0:1]\nplot ", plot_ttft,
+          "\nset title 'end to end'\nset xlabel 'end-to-end latency (ms)'\nplot ", plot_e2e,
+          "\nunset multiplot\nunset logscale x\nset yrange [*:*]\n");
+      pngs.push_back((fs::path(dir) / "latency_cdf.png").string());
+    }
+    // Timeline: in-flight requests per model, sampled every 0.1 s.
+    std::map<std::string, std::vector<std::pair<double, double>>> spans;
+    double end = 0;
+    for (const auto& r : run.requests) {
+      if (r.send_s < 0) continue;
+      spans[r.model].push_back({r.send_s, r.end_s});
+      end = std::max(end, r.end_s);
+    }
+    if (!spans.empty()) {
+      std::ofstream dat(fs::path(dir) / "timeline.dat");
+      dat << "# t";
+      for (const auto& [m, s] : spans) dat << " " << m;
+      dat << "\n";
+      for (double t = 0; t <= end + 0.1; t += 0.1) {
+        dat << absl::StrFormat("%.1f", t);
+        for (const auto& [m, s] : spans) {
+          int n = 0;
+          for (const auto& [a, b] : s) n += a <= t && t < b;
+          dat << " " << n;
+        }
+        dat << "\n";
+      }
+      script += absl::StrCat("set output ", Quote((fs::path(dir) / "timeline.png").string()), "\n",
+                             "set title ", Quote(absl::StrFormat("requests in flight per model (rate scale %g)", run.rate_scale)),
+                             "\nset xlabel 'time (s)'\nset ylabel 'requests in flight'\nplot ");
+      int col = 2;
+      for (const auto& [m, s] : spans) {
+        script += absl::StrCat(col > 2 ? ", " : "", "'timeline.dat' using 1:", col, " with steps lw 2 title ", Quote(m));
+        ++col;
+      }
+      script += "\n";
+      pngs.push_back((fs::path(dir) / "timeline.png").string());
+    }
+  }
+  const fs::path gp = fs::path(dir) / "plots.gp";
+  std::ofstream(gp) << script;
+  const std::string cmd = absl::StrCat("cd ", Quote(dir), " && gnuplot plots.gp 2> gnuplot.log");
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("gnuplot failed (is gnuplot-nox installed?); see ",
+                                               (fs::path(dir) / "gnuplot.log").string()));
+  }
+  return pngs;
+}
+
+}  // namespace ballast::bench

@@ -1,0 +1,217 @@
+#include "bench/report.h"
+
+#include <algorithm>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ballast::bench {
+namespace {
+
+LatencySummary LatencyOf(std::vector<double> v) {
+  LatencySummary s;
+  s.n = static_cast<int>(v.size());
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  auto pct = [&](double p) {
+    const size_t k = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
+    return v[std::min(k, v.size() - 1)];
+  };
+  s.p50 = pct(0.50);
+  s.p90 = pct(0.90);
+  s.p99 = pct(0.99);
+  s.max = v.back();
+  return s;
+}
+
+struct Slo {
+  double ttft_ms, tpot_ms;
+};
+
+Slo SloFor(const RequestOutcome& r, const ReplayResult& res, double scale) {
+  ModelSlo m;
+  if (auto it = res.model_slos.find(r.model); it != res.model_slos.end()) m = it->second;
+  const double ttft = r.ttft_slo_ms ? r.ttft_slo_ms : m.ttft_ms;
+  const double tpot = r.tpot_slo_ms ? r.tpot_slo_ms : m.tpot_ms;
+  // A model with no SLO at all (unknown model): nothing can meet it.
+  return {ttft > 0 ? ttft * scale : -1, tpot > 0 ? tpot * scale : -1};
+}
+
+nlohmann::json ToJson(const LatencySummary& s) {
+  return {{"n", s.n}, {"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}};
+}
+
+nlohmann::json ToJson(const GroupReport& g) {
+  return {{"total", g.total},
+          {"completed", g.completed},
+          {"rejected", g.rejected},
+          {"failed", g.failed},
+          {"ttft_attainment", g.ttft_attainment},
+          {"tpot_attainment", g.tpot_attainment},
+          {"slo_attainment", g.slo_attainment},
+          {"output_tokens", g.output_tokens},
+          {"ttft_ms", ToJson(g.ttft_ms)},
+          {"tpot_ms", ToJson(g.tpot_ms)},
+          {"e2e_ms", ToJson(g.e2e_ms)},
+          {"queue_ms", ToJson(g.queue_ms)}};
+}
+
+}  // namespace
+
+Outcome Classify(const RequestOutcome& r) {
+  if (r.status == "OK") return Outcome::kCompleted;
+  static const char* kRejected[] = {"INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED",
+                                    "FAILED_PRECONDITION", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                    "PERMISSION_DENIED"};
+  if (!r.any_token) {
+    for (const char* c : kRejected)
+      if (r.status == c) return Outcome::kRejected;
+  }
+  return Outcome::kFailed;
+}
+
+Report Summarize(const ReplayResult& res, double slo_scale) {
+  Report rep;
+  rep.rate_scale = res.rate_scale;
+  rep.slo_scale = slo_scale;
+  rep.wall_s = res.wall_s;
+  rep.trace_requests = res.trace_requests;
+  rep.excluded_by_duration = res.excluded_by_duration;
+  rep.client_delayed = res.client_delayed;
+  rep.advisories_sent = res.advisories_sent;
+  rep.advisories_skipped = res.advisories_skipped;
+  rep.advise_status = res.advise_status;
+  struct Acc {
+    std::vector<double> ttft, tpot, e2e, queue;
+  };
+  std::map<std::string, Acc> acc;
+  Acc all;
+  auto add = [&](GroupReport& g, Acc& a, const RequestOutcome& r, Outcome o, bool ttft_ok,
+                 bool tpot_ok) {
+    ++g.total;
+    if (o == Outcome::kCompleted) ++g.completed;
+    if (o == Outcome::kRejected) ++g.rejected;
+    if (o == Outcome::kFailed) ++g.failed;
+    g.met_ttft += ttft_ok;
+    g.met_tpot += tpot_ok;
+    g.met_both += ttft_ok && tpot_ok;
+    g.output_tokens += r.output_tokens;
+    if (o == Outcome::kCompleted) {
+      a.ttft.push_back(r.ttft_ms());
+      a.tpot.push_back(r.tpot_ms());
+      a.e2e.push_back(r.e2e_ms());
+      if (r.server_queue_ms >= 0) a.queue.push_back(r.server_queue_ms);
+    }
+  };
+  for (const auto& r : res.requests) {
+    const Outcome o = Classify(r);
+    const Slo slo = SloFor(r, res, slo_scale);
+    const bool done = o == Outcome::kCompleted;
+    const bool ttft_ok = done && slo.ttft_ms >= 0 && r.ttft_ms() <= slo.ttft_ms;
+    const bool tpot_ok = done && slo.tpot_ms >= 0 && r.tpot_ms() <= slo.tpot_ms;
+    add(rep.total, all, r, o, ttft_ok, tpot_ok);
+    add(rep.per_model[r.model], acc[r.model], r, o, ttft_ok, tpot_ok);
+    ++rep.by_status[r.status];
+  }
+  auto finish = [](GroupReport& g, Acc& a) {
+    const double n = std::max(1, g.total);
+    g.ttft_attainment = g.met_ttft / n;
+    g.tpot_attainment = g.met_tpot / n;
+    g.slo_attainment = g.met_both / n;
+    g.ttft_ms = LatencyOf(a.ttft);
+    g.tpot_ms = LatencyOf(a.tpot);
+    g.e2e_ms = LatencyOf(a.e2e);
+    g.queue_ms = LatencyOf(a.queue);
+  };
+  finish(rep.total, all);
+  for (auto& [m, g] : rep.per_model) finish(g, acc[m]);
+  if (rep.wall_s > 0) {
+    rep.goodput_rps = rep.total.met_both / rep.wall_s;
+    rep.token_throughput = static_cast<double>(rep.total.output_tokens) / rep.wall_s;
+  }
+  int by_status = 0;
+  for (const auto& [s, n] : rep.by_status) by_status += n;
+  rep.accounting_ok =
+      rep.total.completed + rep.total.rejected + rep.total.failed == rep.total.total &&
+      rep.total.total + rep.excluded_by_duration == rep.trace_requests &&
+      by_status == rep.total.total && rep.by_status.count("NOT_SENT") == 0;
+  return rep;
+}
+
+nlohmann::json ToJson(const Report& r) {
+  nlohmann::json per_model = nlohmann::json::object();
+  for (const auto& [m, g] : r.per_model) per_model[m] = ToJson(g);
+  return {{"rate_scale", r.rate_scale},
+          {"slo_scale", r.slo_scale},
+          {"wall_s", r.wall_s},
+          {"trace_requests", r.trace_requests},
+          {"excluded_by_duration", r.excluded_by_duration},
+          {"client_delayed", r.client_delayed},
+          {"total", ToJson(r.total)},
+          {"per_model", per_model},
+          {"by_status", r.by_status},
+          {"goodput_rps", r.goodput_rps},
+          {"token_throughput", r.token_throughput},
+          {"advisories", {{"sent", r.advisories_sent},
+                          {"skipped", r.advisories_skipped},
+                          {"by_status", r.advise_status}}},
+          {"accounting_ok", r.accounting_ok}};
+}
+
+std::string FormatReport(const Report& r) {
+  std::string out = absl::StrFormat(
+      "rate scale %g, SLO scale %g: %d requests (%d completed, %d rejected, %d failed; %d excluded "
+      "by --duration) in %.1f s\n",
+      r.rate_scale, r.slo_scale, r.total.total, r.total.completed, r.total.rejected, r.total.failed,
+      r.excluded_by_duration, r.wall_s);
+  out += absl::StrFormat("%-16s %6s %8s %8s %8s %10s %10s %10s\n", "MODEL", "REQS", "TTFT-OK",
+                         "TPOT-OK", "BOTH", "TTFT p50", "TTFT p99", "TPOT p50");
+  auto row = [&](const std::string& name, const GroupReport& g) {
+    out += absl::StrFormat("%-16s %6d %7.1f%% %7.1f%% %7.1f%% %8.1fms %8.1fms %8.2fms\n", name,
+                           g.total, 100 * g.ttft_attainment, 100 * g.tpot_attainment,
+                           100 * g.slo_attainment, g.ttft_ms.p50, g.ttft_ms.p99, g.tpot_ms.p50);
+  };
+  for (const auto& [m, g] : r.per_model) row(m, g);
+  row("TOTAL", r.total);
+  out += absl::StrFormat("goodput %.2f req/s, throughput %.1f tokens/s; advisories sent %d",
+                         r.goodput_rps, r.token_throughput, r.advisories_sent);
+  for (const auto& [s, n] : r.advise_status) out += absl::StrFormat(" [%s: %d]", s, n);
+  out += "\n";
+  if (!r.by_status.empty()) {
+    out += "by status:";
+    for (const auto& [s, n] : r.by_status) out += absl::StrFormat(" %s=%d", s, n);
+    out += "\n";
+  }
+  if (!r.accounting_ok) out += "ACCOUNTING MISMATCH: counts do not add up\n";
+  return out;
+}
+
+absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, double slo_scale) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  out << "id,model,session,turn,status,class,release_s,send_s,ttft_ms,tpot_ms,e2e_ms,queue_ms,"
+         "prompt_tokens,cached_tokens,output_tokens,kv_source,ttft_slo_ms,tpot_slo_ms,ttft_met,"
+         "tpot_met\n";
+  for (const auto& r : res.requests) {
+    const Outcome o = Classify(r);
+    const Slo slo = SloFor(r, res, slo_scale);
+    const bool done = o == Outcome::kCompleted;
+    const char* cls = done ? "completed" : o == Outcome::kRejected ? "rejected" : "failed";
+    out << absl::StrFormat("%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%d\n",
+                           r.id, r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s,
+                           r.ttft_ms(), r.tpot_ms(), r.e2e_ms(), r.server_queue_ms,
+                           r.prompt_tokens, r.cached_tokens, r.output_tokens, r.kv_source,
+                           slo.ttft_ms, slo.tpot_ms,
+                           done && slo.ttft_ms >= 0 && r.ttft_ms() <= slo.ttft_ms,
+                           done && slo.tpot_ms >= 0 && r.tpot_ms() <= slo.tpot_ms);
+  }
+  out.close();
+  return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));
+}
+
+}  // namespace ballast::bench

@@ -1,0 +1,59 @@
+// SLO attainment report of one replay: every request of the trace ends as
+// completed (OK), rejected (the server refused it up front: INVALID_ARGUMENT,
+// NOT_FOUND, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, OUT_OF_RANGE,
+// UNIMPLEMENTED, PERMISSION_DENIED with no token streamed) or failed (any
+// other status, ABORTED dependents included), or was excluded by --duration;
+// the counts add up to the trace's requests, and `accounting_ok` says so.
+//
+// Attainment: a request meets its TTFT SLO if it completed and its
+// client-side TTFT <= SLO x slo_scale; TPOT likewise with its mean time per
+// output token; fractions are over all requests sent or aborted. The SLO
+// is the trace's per-request value, else the model's from ListModels.
+// Goodput: requests meeting both SLOs per second of replay.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "bench/replay.h"
+#include "nlohmann/json.hpp"
+
+namespace ballast::bench {
+
+struct LatencySummary {
+  int n = 0;
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
+};
+
+struct GroupReport {
+  int total = 0, completed = 0, rejected = 0, failed = 0;
+  int met_ttft = 0, met_tpot = 0, met_both = 0;
+  double ttft_attainment = 0, tpot_attainment = 0, slo_attainment = 0;
+  int64_t output_tokens = 0;
+  LatencySummary ttft_ms, tpot_ms, e2e_ms, queue_ms;
+};
+
+struct Report {
+  double rate_scale = 1, slo_scale = 1, wall_s = 0;
+  int trace_requests = 0, excluded_by_duration = 0, client_delayed = 0;
+  GroupReport total;
+  std::map<std::string, GroupReport> per_model;
+  std::map<std::string, int> by_status;
+  double goodput_rps = 0, token_throughput = 0;
+  int advisories_sent = 0, advisories_skipped = 0;
+  std::map<std::string, int> advise_status;
+  bool accounting_ok = false;
+};
+
+enum class Outcome { kCompleted, kRejected, kFailed };
+Outcome Classify(const RequestOutcome& r);
+
+Report Summarize(const ReplayResult& result, double slo_scale);
+nlohmann::json ToJson(const Report& r);
+std::string FormatReport(const Report& r);
+// One row per request: id, model, session, turn, status, class, times, SLO verdicts.
+absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& result,
+                              double slo_scale);
+
+}  // namespace ballast::bench

@@ -1,0 +1,244 @@
+#include "server/bench_commands.h"
+
+#include <grpcpp/grpcpp.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "ballast/v1/inference.grpc.pb.h"
+#include "bench/plots.h"
+#include "bench/replay.h"
+#include "bench/report.h"
+#include "server/config.h"
+
+namespace ballast::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+int Error(const std::string& msg) {
+  std::cerr << "error: " << msg << "\n";
+  return 2;
+}
+
+// Replays `trace` at every rate scale against `target`; writes result.json,
+// requests-<scale>.csv and plots into `out`. Returns the reports.
+// `server_for` returns the scheduler address to use at rate scale k (and may
+// start a server); `after_each` runs after each replay.
+absl::StatusOr<std::vector<bench::Report>> ReplayAll(
+    const std::vector<bench::TraceRecord>& trace, const BenchFlags& f, const std::string& out,
+    const std::function<absl::StatusOr<std::string>(double)>& server_for,
+    const std::function<void()>& after_each = {}) {
+  fs::create_directories(out);
+  std::vector<bench::ReplayResult> runs;
+  std::vector<bench::Report> reports;
+  nlohmann::json json = {{"trace", f.trace}, {"runs", nlohmann::json::array()}};
+  for (double k : f.rate_scales) {
+    auto target = server_for(k);
+    if (!target.ok()) return target.status();
+    bench::ReplayOptions o;
+    o.target = *target;
+    o.rate_scale = k;
+    o.duration_s = f.duration_s;
+    o.max_inflight = f.max_inflight;
+    auto res = bench::Replay(trace, o);
+    if (after_each) after_each();
+    if (!res.ok()) return res.status();
+    bench::Report rep = bench::Summarize(*res, f.slo_scale);
+    std::cout << bench::FormatReport(rep) << "\n";
+    if (auto st = bench::WriteRequestsCsv((fs::path(out) / absl::StrCat("requests-", k, ".csv")).string(),
+                                          *res, f.slo_scale);
+        !st.ok()) {
+      return st;
+    }
+    json["runs"].push_back(bench::ToJson(rep));
+    runs.push_back(std::move(*res));
+    reports.push_back(rep);
+  }
+  std::ofstream(fs::path(out) / "result.json") << json.dump(2) << "\n";
+  if (f.plots) {
+    // Detail plots from the run closest to rate scale 1.
+    size_t detail = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (std::abs(runs[i].rate_scale - 1) < std::abs(runs[detail].rate_scale - 1)) detail = i;
+    }
+    auto pngs = bench::RenderPlots(out, runs, reports, detail);
+    if (!pngs.ok()) return pngs.status();
+    std::cout << "plots: " << absl::StrJoin(*pngs, ", ") << "\n";
+  }
+  std::cout << "results: " << (fs::path(out) / "result.json").string() << "\n";
+  return reports;
+}
+
+// `ballast serve` under one config, on its own ports, for compare runs.
+class ServeProcess {
+ public:
+  ~ServeProcess() { Stop(); }
+  absl::Status Start(const std::string& config, const std::string& log, std::string* target) {
+    auto cfg = LoadConfig(config);
+    if (!cfg.ok()) return cfg.status();
+    std::vector<std::string> models;
+    for (const auto& m : cfg->serve.models) models.push_back(m.name);
+    for (const auto& m : cfg->scheduler.options.models) models.push_back(m.name);
+    // A free loopback port for the scheduler; the node takes any.
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    const int port = ntohs(addr.sin_port);
+    close(fd);
+    *target = absl::StrCat("127.0.0.1:", port);
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    std::vector<std::string> argv = {self, "serve", "--config", config, "--listen", *target,
+                                     "--metrics-listen", "", "--node-listen", "127.0.0.1:0"};
+    pid_ = fork();
+    if (pid_ == 0) {
+      int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, 1);
+      dup2(out, 2);
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    // Ready when every configured model has a READY replica.
+    auto stub = v1::Inference::NewStub(grpc::CreateChannel(*target, grpc::InsecureChannelCredentials()));
+    const absl::Time deadline = absl::Now() + absl::Seconds(120);
+    while (absl::Now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return absl::InternalError(absl::StrCat("ballast serve --config ", config, " exited; see ", log));
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      v1::ListModelsResponse list;
+      if (stub->ListModels(&ctx, v1::ListModelsRequest(), &list).ok()) {
+        size_t ready = 0;
+        for (const auto& m : list.models())
+          for (const auto& r : m.replicas())
+            if (r.state() == "READY") {
+              ++ready;
+              break;
+            }
+        if (ready >= models.size() && !models.empty()) return absl::OkStatus();
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return absl::DeadlineExceededError(absl::StrCat("ballast serve --config ", config,
+                                                    " not ready in 120 s; see ", log));
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+}  // namespace
+
+int RunTraceGenerate(const std::vector<bench::TraceRecord>& trace, const std::string& out) {
+  if (auto st = bench::WriteTrace(out, trace); !st.ok()) return Error(std::string(st.message()));
+  std::cout << "wrote " << out << "\n" << bench::FormatStats(bench::ComputeStats(trace));
+  return 0;
+}
+
+int RunTraceStats(const std::string& path) {
+  auto trace = bench::ReadTrace(path);
+  if (!trace.ok()) return Error(std::string(trace.status().message()));
+  std::cout << bench::FormatStats(bench::ComputeStats(*trace));
+  return 0;
+}
+
+int RunBench(const BenchFlags& f) {
+  auto trace = bench::ReadTrace(f.trace);
+  if (!trace.ok()) return Error(std::string(trace.status().message()));
+  auto reports = ReplayAll(*trace, f, f.out,
+                           [&](double) -> absl::StatusOr<std::string> { return f.target; });
+  if (!reports.ok()) return Error(std::string(reports.status().message()));
+  for (const auto& r : *reports)
+    if (!r.accounting_ok) return Error("accounting mismatch (see the report)");
+  return 0;
+}
+
+int RunBenchCompare(const BenchFlags& f) {
+  if (f.configs.empty()) return Error("--configs needs at least one config file");
+  auto trace = bench::ReadTrace(f.trace);
+  if (!trace.ok()) return Error(std::string(trace.status().message()));
+  nlohmann::json table = nlohmann::json::array();
+  std::vector<double> best_scale;
+  std::vector<std::vector<bench::Report>> all;
+  for (const auto& config : f.configs) {
+    const std::string name = fs::path(config).stem().string();
+    const std::string out = (fs::path(f.out) / name).string();
+    fs::create_directories(out);
+    std::cout << "=== " << name << " (" << config << ")\n";
+    ServeProcess serve;
+    // A fresh server for every rate scale: runs do not share caches or state.
+    auto reports = ReplayAll(
+        *trace, f, out,
+        [&](double k) -> absl::StatusOr<std::string> {
+          serve.Stop();
+          std::string target;
+          auto st = serve.Start(config, (fs::path(out) / absl::StrCat("serve-", k, ".log")).string(),
+                                &target);
+          if (!st.ok()) return st;
+          return target;
+        },
+        [&] { serve.Stop(); });
+    if (!reports.ok()) return Error(absl::StrCat(config, ": ", reports.status().message()));
+    double best = 0;
+    for (const auto& r : *reports)
+      if (r.total.ttft_attainment >= 0.99) best = std::max(best, r.rate_scale);
+    best_scale.push_back(best);
+    all.push_back(*reports);
+  }
+  std::string md = "| config |";
+  for (double k : f.rate_scales) md += absl::StrFormat(" TTFT@%gx |", k);
+  md += " max rate scale with ≥99% TTFT | ratio to first |\n|---|";
+  for (size_t i = 0; i < f.rate_scales.size() + 2; ++i) md += "---|";
+  md += "\n";
+  for (size_t c = 0; c < f.configs.size(); ++c) {
+    nlohmann::json row = {{"config", f.configs[c]}, {"attainment", nlohmann::json::array()}};
+    md += "| " + fs::path(f.configs[c]).stem().string() + " |";
+    for (const auto& r : all[c]) {
+      md += absl::StrFormat(" %.1f%% |", 100 * r.total.ttft_attainment);
+      row["attainment"].push_back({{"rate_scale", r.rate_scale},
+                                   {"ttft", r.total.ttft_attainment},
+                                   {"tpot", r.total.tpot_attainment}});
+    }
+    const double ratio = best_scale[0] > 0 ? best_scale[c] / best_scale[0] : 0;
+    md += absl::StrFormat(" %g | %s |\n", best_scale[c],
+                          best_scale[0] > 0 ? absl::StrFormat("%.2f", ratio) : std::string("n/a"));
+    row["max_rate_scale_99_ttft"] = best_scale[c];
+    row["ratio_to_first"] = ratio;
+    table.push_back(row);
+  }
+  std::ofstream(fs::path(f.out) / "compare.md") << md;
+  std::ofstream(fs::path(f.out) / "compare.json") << table.dump(2) << "\n";
+  std::cout << md << "written: " << (fs::path(f.out) / "compare.md").string() << "\n";
+  return 0;
+}
+
+}  // namespace ballast::server
