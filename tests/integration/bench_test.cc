@@ -1,0 +1,172 @@
+// The workload harness end to end on the CPU backend: `ballast trace`
+// writes traces, `ballast bench` replays them against `ballast serve` and
+// reports; every request is accounted for and the report files have the
+// documented shape. Assertions are on accounting and shape, never speed.
+#include <grpcpp/grpcpp.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "ballast/v1/inference.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/process.h"
+
+namespace ballast {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
+
+class BenchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           absl::StrCat("ballast_bench_", getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    WriteConfig("tiny.yaml", 8);
+    WriteConfig("tinier-kv.yaml", 1);
+  }
+  void TearDown() override {
+    if (serve_) serve_->Stop(SIGTERM);
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  void WriteConfig(const std::string& name, int kv_mib) {
+    std::ofstream(dir_ / name) << "log_level: warn\n"
+        "scheduler: {listen: 127.0.0.1:50051, metrics_listen: '', slo: {ttft_ms: 2000, tpot_ms: 200}}\n"
+        "node:\n  node_id: bench\n  listen: 127.0.0.1:0\n  metrics_listen: ''\n"
+        "  engine: {block_tokens: 16, kv_cache_mib: " << kv_mib << ", max_batch_tokens: 128}\n"
+        "serve:\n  cache_dir: " << (dir_ / "cache").string() << "\n  models:\n"
+        "    - {name: a, architecture: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2,"
+        " intermediate: 128, max_position: 4096, seed: 1}\n"
+        "    - {name: b, architecture: qwen2, layers: 2, hidden: 64, heads: 4, kv_heads: 1,"
+        " intermediate: 128, max_position: 4096, seed: 2}\n";
+  }
+
+  // Runs the binary to completion; returns its exit code.
+  int Run(const std::vector<std::string>& args, const std::string& log) {
+    std::vector<std::string> argv = {kBin};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::ChildProcess p(argv, (dir_ / log).string());
+    for (int i = 0; i < 12000 && p.running(); ++i) usleep(10000);
+    const int status = p.Stop(SIGKILL);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) std::cerr << p.Log();
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  std::string StartServe() {
+    const int port = testing::FreePort();
+    const std::string target = absl::StrCat("127.0.0.1:", port);
+    serve_ = std::make_unique<testing::ChildProcess>(
+        std::vector<std::string>{kBin, "serve", "--config", (dir_ / "tiny.yaml").string(), "--listen",
+                                 target, "--metrics-listen", ""},
+        (dir_ / "serve.log").string());
+    auto stub = v1::Inference::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    const absl::Time end = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < end) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+      v1::ListModelsResponse list;
+      int ready = 0;
+      if (stub->ListModels(&ctx, v1::ListModelsRequest(), &list).ok()) {
+        for (const auto& m : list.models()) ready += m.replicas_size() > 0;
+        if (ready == 2) return target;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    ADD_FAILURE() << "serve not ready\n" << serve_->Log();
+    return target;
+  }
+
+  static nlohmann::json ReadJson(const fs::path& p) {
+    std::ifstream in(p);
+    return nlohmann::json::parse(in);
+  }
+  static int Lines(const fs::path& p) {
+    std::ifstream in(p);
+    int n = 0;
+    std::string line;
+    while (std::getline(in, line)) ++n;
+    return n;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<testing::ChildProcess> serve_;
+};
+
+TEST_F(BenchTest, ChatTraceReplayAccountsForEveryRequest) {
+  ASSERT_EQ(Run({"trace", "chat", "--out", (dir_ / "chat.jsonl").string(), "--models", "a,b",
+                 "--duration", "6", "--session-rate", "1.5", "--length-scale", "0.2",
+                 "--typing-mean", "0.4", "--reading-speed", "400", "--seed", "7"},
+                "trace.log"),
+            0);
+  // A request for an unknown model (rejected) and a turn that depends on it
+  // (aborted, never sent).
+  std::ofstream(dir_ / "chat.jsonl", std::ios::app)
+      << R"({"type":"request","id":"ghost-1","model":"ghost","arrival_s":0.5,"prompt":"hi","output_tokens":4,"session":"g","turn":1})" "\n"
+      << R"({"type":"request","id":"ghost-2","model":"ghost","arrival_s":1.0,"after":"ghost-1","delay_s":0.1,"prompt":"again","output_tokens":4,"session":"g","turn":2})" "\n";
+  const std::string target = StartServe();
+  const fs::path out = dir_ / "out";
+  ASSERT_EQ(Run({"bench", "--trace", (dir_ / "chat.jsonl").string(), "--target", target,
+                 "--rate-scale", "1,2", "--duration", "4", "--out", out.string()},
+                "bench.log"),
+            0);
+  const auto result = ReadJson(out / "result.json");
+  ASSERT_EQ(result["runs"].size(), 2u);
+  for (const auto& run : result["runs"]) {
+    EXPECT_TRUE(run["accounting_ok"].get<bool>());
+    const auto& t = run["total"];
+    const int total = t["total"];
+    EXPECT_EQ(t["completed"].get<int>() + t["rejected"].get<int>() + t["failed"].get<int>(), total);
+    EXPECT_EQ(total + run["excluded_by_duration"].get<int>(), run["trace_requests"].get<int>());
+    int by_status = 0;
+    for (const auto& [code, n] : run["by_status"].items()) by_status += n.get<int>();
+    EXPECT_EQ(by_status, total);
+    EXPECT_EQ(run["by_status"]["NOT_FOUND"], 1);
+    EXPECT_EQ(run["by_status"]["ABORTED"], 1);
+    EXPECT_EQ(t["rejected"], 1);
+    EXPECT_GT(t["completed"].get<int>(), 0);
+    EXPECT_GT(run["advisories"]["sent"].get<int>(), 0);
+    // Advise answers UNIMPLEMENTED until tiering lands; the replay counts it.
+    EXPECT_GT(run["advisories"]["by_status"]["UNIMPLEMENTED"].get<int>(), 0);
+    EXPECT_EQ(Lines(out / absl::StrCat("requests-", run["rate_scale"].get<double>(), ".csv")),
+              total + 1);
+  }
+  for (const char* png : {"attainment.png", "latency_cdf.png", "timeline.png"}) {
+    ASSERT_TRUE(fs::exists(out / png)) << png;
+    EXPECT_GT(fs::file_size(out / png), 1000u) << png;
+  }
+}
+
+TEST_F(BenchTest, CompareRunsEveryConfigOnTheSameTrace) {
+  ASSERT_EQ(Run({"trace", "bursty", "--out", (dir_ / "bursty.jsonl").string(), "--models", "a,b",
+                 "--duration", "3", "--persistent-rate", "3", "--burst-rate", "4",
+                 "--group-interval", "1", "--on-mean", "1", "--length-scale", "0.1"},
+                "trace.log"),
+            0);
+  const fs::path out = dir_ / "cmp";
+  ASSERT_EQ(Run({"bench", "compare", "--trace", (dir_ / "bursty.jsonl").string(), "--configs",
+                 (dir_ / "tiny.yaml").string() + "," + (dir_ / "tinier-kv.yaml").string(),
+                 "--rate-scale", "1", "--out", out.string(), "--no-plots"},
+                "compare.log"),
+            0);
+  const auto table = ReadJson(out / "compare.json");
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(table[0]["ratio_to_first"], table[0]["max_rate_scale_99_ttft"].get<double>() > 0 ? 1.0 : 0.0);
+  for (const auto& row : table) EXPECT_EQ(row["attainment"].size(), 1u);
+  EXPECT_EQ(Lines(out / "compare.md"), 4);  // header, rule, two configs
+  for (const char* cfg : {"tiny", "tinier-kv"}) {
+    const auto r = ReadJson(out / cfg / "result.json");
+    EXPECT_TRUE(r["runs"][0]["accounting_ok"].get<bool>()) << cfg;
+  }
+}
+
+}  // namespace
+}  // namespace ballast

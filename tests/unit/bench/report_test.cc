@@ -1,0 +1,97 @@
+// Report accounting on hand-made outcomes: classification, attainment
+// against per-request and per-model SLOs, and the counts adding up.
+#include "bench/report.h"
+
+#include "gtest/gtest.h"
+
+namespace ballast::bench {
+namespace {
+
+RequestOutcome Done(const std::string& model, double ttft_ms, double tpot_ms, int tokens) {
+  RequestOutcome r;
+  r.id = model + std::to_string(ttft_ms);
+  r.model = model;
+  r.status = "OK";
+  r.any_token = true;
+  r.send_s = 1.0;
+  r.first_token_s = 1.0 + ttft_ms / 1e3;
+  r.output_tokens = tokens;
+  r.end_s = r.first_token_s + tpot_ms * (tokens - 1) / 1e3;
+  return r;
+}
+
+RequestOutcome Failed(const std::string& model, const std::string& status, bool token) {
+  RequestOutcome r;
+  r.id = model + status;
+  r.model = model;
+  r.status = status;
+  r.any_token = token;
+  r.send_s = 1.0;
+  r.end_s = 1.1;
+  return r;
+}
+
+ReplayResult Result() {
+  ReplayResult res;
+  res.rate_scale = 2;
+  res.wall_s = 10;
+  res.model_slos["a"] = {100, 10};
+  res.model_slos["b"] = {50, 5};
+  res.requests = {Done("a", 80, 8, 5),    // meets both
+                  Done("a", 120, 8, 5),   // misses TTFT
+                  Done("a", 20, 12, 5),   // misses TPOT
+                  Done("b", 40, 4, 3),    // meets both
+                  Failed("b", "RESOURCE_EXHAUSTED", false),
+                  Failed("b", "UNAVAILABLE", true),
+                  Failed("a", "ABORTED", false)};
+  res.trace_requests = 9;
+  res.excluded_by_duration = 2;
+  return res;
+}
+
+TEST(Report, ClassifiesAndCountsEveryRequest) {
+  const Report r = Summarize(Result(), 1.0);
+  EXPECT_TRUE(r.accounting_ok);
+  EXPECT_EQ(r.total.total, 7);
+  EXPECT_EQ(r.total.completed, 4);
+  EXPECT_EQ(r.total.rejected, 1);
+  EXPECT_EQ(r.total.failed, 2);  // UNAVAILABLE mid-stream, ABORTED dependent
+  EXPECT_EQ(r.by_status.at("OK"), 4);
+  EXPECT_EQ(r.per_model.at("a").total + r.per_model.at("b").total, 7);
+}
+
+TEST(Report, AttainmentUsesModelSlosAndTheScale) {
+  Report r = Summarize(Result(), 1.0);
+  EXPECT_NEAR(r.total.ttft_attainment, 3.0 / 7, 1e-9);  // a80, a20, b40
+  EXPECT_NEAR(r.total.tpot_attainment, 3.0 / 7, 1e-9);  // a80, a120, b40
+  EXPECT_NEAR(r.total.slo_attainment, 2.0 / 7, 1e-9);
+  EXPECT_NEAR(r.goodput_rps, 0.2, 1e-9);
+  EXPECT_NEAR(r.token_throughput, 1.8, 1e-9);
+  r = Summarize(Result(), 2.0);  // doubled SLOs: all completed requests meet both
+  EXPECT_NEAR(r.total.slo_attainment, 4.0 / 7, 1e-9);
+  // A per-request SLO overrides the model's.
+  ReplayResult res = Result();
+  res.requests[1].ttft_slo_ms = 200;
+  EXPECT_NEAR(Summarize(res, 1.0).total.ttft_attainment, 4.0 / 7, 1e-9);
+}
+
+TEST(Report, DetectsAccountingMismatch) {
+  ReplayResult res = Result();
+  res.requests.push_back(RequestOutcome{});  // never sent, never ended
+  EXPECT_FALSE(Summarize(res, 1.0).accounting_ok);
+  res = Result();
+  res.trace_requests = 10;  // one request unaccounted for
+  EXPECT_FALSE(Summarize(res, 1.0).accounting_ok);
+}
+
+TEST(Report, JsonHasTheDocumentedShape) {
+  const auto j = ToJson(Summarize(Result(), 1.0));
+  for (const char* k : {"rate_scale", "slo_scale", "total", "per_model", "by_status", "goodput_rps",
+                        "token_throughput", "advisories", "accounting_ok"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_EQ(j["total"]["ttft_ms"]["n"], 4);
+}
+
+}  // namespace
+}  // namespace ballast::bench
