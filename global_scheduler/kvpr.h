@@ -1,0 +1,59 @@
+// KVPR model placement (Prism §6.1, Algorithm 1; bound in Appendix A.2).
+//
+// Definitions (written here because the paper leaves them symbolic):
+//   demand d_m   = SLO-weighted KV growth rate of model m
+//                = (prompt + decode tokens/s over the window) x KV bytes per
+//                  token / TPOT SLO in seconds          [bytes / s^2]
+//   KVPR_g       = sum of d_m of the models on device g
+//                  / (capacity_g - sum of their weight bytes)
+//                  (+infinity when the weights do not fit)
+// Algorithm 1: models in descending d_m (ties: name); each goes to the
+// device whose KVPR after adding it is lowest (ties: lower index). A model
+// already placed stays on its current device unless the best device's
+// resulting KVPR is lower by more than `migration_threshold` (a fraction of
+// the current device's resulting KVPR) — this stops flapping under
+// oscillating load. Because the greedy re-runs in a new demand order each
+// time, a per-model check alone still shuffles models; so when every model
+// is placed, the current placement is kept unless its max KVPR exceeds the
+// new placement's by more than the same threshold (Prism's Line 8 applied
+// to the whole placement). Pure and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ballast::global_scheduler {
+
+struct ModelDemand {
+  std::string name;
+  double demand = 0;          // d_m
+  int64_t weight_bytes = 0;
+  int current_device = -1;    // index into the devices, -1 if not placed
+};
+
+struct DeviceCapacity {
+  std::string name;
+  int64_t memory_bytes = 0;   // budget for weights + KV
+};
+
+struct KvprPlacement {
+  std::vector<int> device_of;  // per model (input order); -1 if it fits nowhere
+  std::vector<double> kvpr;    // per device, final
+  double max_kvpr = 0;
+  int migrations = 0;          // placed models that changed device
+};
+
+// KV bytes/s^2 demand from measured rates (see the definition above).
+double KvDemand(double prompt_tokens_per_s, double decode_tokens_per_s, double kv_bytes_per_token,
+                double tpot_slo_s);
+
+KvprPlacement PlaceKvpr(const std::vector<ModelDemand>& models,
+                        const std::vector<DeviceCapacity>& devices, double migration_threshold);
+
+// Max KVPR of a given assignment (device index per model).
+double MaxKvpr(const std::vector<ModelDemand>& models, const std::vector<DeviceCapacity>& devices,
+               const std::vector<int>& device_of);
+
+}  // namespace ballast::global_scheduler

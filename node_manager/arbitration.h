@@ -1,0 +1,72 @@
+// Local request arbitration for one device's shared queue (Prism §6.2
+// Algorithm 2, FineServe §6.3 Algorithm 2), as pure functions over
+// request estimates so the policies are unit-tested against brute force.
+//
+// Policies:
+//  * kFcfs: arrival order.
+//  * kEdf: ascending TTFT deadline.
+//  * kMooreHodgson (Prism): requests in ascending deadline are appended to
+//    the schedule; whenever the running completion time (now + sum of
+//    costs) passes the newest request's deadline, the request with the
+//    longest cost in the schedule is dropped. Accepted requests are served
+//    in deadline order, dropped ones after them (late, never discarded), in
+//    deadline order. With chunked prefill a request's completion is the
+//    sum of the costs queued before it, which makes this exactly the
+//    single-machine problem Moore-Hodgson solves optimally (fewest misses).
+//  * kFineServeBatch: requests that cannot meet their deadline even alone
+//    (now + cost >= deadline) are set aside; the rest, in deadline order,
+//    form a tentative batch from which the longest request is removed until
+//    the whole batch's chunked-prefill time meets the earliest deadline
+//    (the anchor); the batch is then trimmed to max_requests / max_tokens.
+//    Order: the batch, then the other feasible requests, then the ones set
+//    aside — all by deadline.
+// Ties break by lower id, so results are deterministic. Thread-safe (pure).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ballast::node_manager {
+
+enum class ArbitrationPolicy { kFcfs, kEdf, kMooreHodgson, kFineServeBatch };
+
+absl::StatusOr<ArbitrationPolicy> ParseArbitrationPolicy(const std::string& name);
+
+struct PendingRequest {
+  uint64_t id = 0;
+  double arrival_s = 0;
+  double deadline_s = 0;  // arrival + TTFT SLO
+  double cost_s = 0;      // estimated prefill time (PrefillCostModel)
+  int tokens = 0;         // prompt tokens still to prefill
+};
+
+struct Arbitration {
+  std::vector<uint64_t> order;  // serve order, all requests exactly once
+  int on_time = 0;              // requests expected to meet their deadline
+  // kFineServeBatch only: how many leading entries of `order` form the batch.
+  int batch = 0;
+};
+
+struct BatchLimits {
+  int max_requests = 256;
+  int max_tokens = 8192;
+};
+
+// Chunked-prefill time of a set of requests served together; defaults to
+// the sum of their costs.
+using BatchCost = std::function<double(absl::Span<const PendingRequest>)>;
+
+Arbitration Arbitrate(ArbitrationPolicy policy, std::vector<PendingRequest> requests, double now_s,
+                      const BatchLimits& limits = {}, const BatchCost& batch_cost = {});
+
+// Requests of `order` that finish by their deadline when served back to
+// back from `now_s` (the objective Moore-Hodgson maximises).
+int CountOnTime(absl::Span<const PendingRequest> requests, absl::Span<const uint64_t> order,
+                double now_s);
+
+}  // namespace ballast::node_manager
