@@ -38,6 +38,9 @@ class BlockAllocator {
   virtual size_t block_bytes() const = 0;
   virtual int64_t num_total() const = 0;
   virtual int64_t num_free() const = 0;
+  // Most blocks this allocator could ever hold (the whole pool, were every
+  // other user's memory free). A request needing more can never run.
+  virtual int64_t num_max() const { return num_total(); }
 };
 
 }  // namespace ballast::memory

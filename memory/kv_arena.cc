@@ -1,0 +1,258 @@
+#include "memory/kv_arena.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::memory {
+
+size_t ChooseSlabBytes(const std::vector<size_t>& block_sizes, size_t page_bytes,
+                       size_t max_slab_bytes) {
+  size_t lcm = page_bytes;
+  for (size_t b : block_sizes) {
+    lcm = std::lcm(lcm, b);
+    if (lcm > max_slab_bytes) break;
+  }
+  if (lcm <= max_slab_bytes) return lcm;  // zero tail waste
+  for (size_t s = page_bytes; s <= max_slab_bytes; s += page_bytes) {
+    bool ok = true;
+    for (size_t b : block_sizes) ok = ok && b <= s && static_cast<double>(s % b) < 0.03 * static_cast<double>(s);
+    if (ok) return s;
+  }
+  return max_slab_bytes;
+}
+
+// The per-model BlockAllocator: a block size class of the arena.
+class KvArena::View final : public BlockAllocator {
+ public:
+  View(KvArena* arena, int cls, size_t block_bytes) : arena_(arena), cls_(cls), block_bytes_(block_bytes) {}
+  ~View() override {
+    absl::MutexLock lock(&arena_->mu_);
+    --arena_->classes_[cls_].views;
+  }
+  absl::StatusOr<std::vector<BlockId>> Allocate(int n) override { return arena_->Allocate(cls_, n); }
+  void Free(absl::Span<const BlockId> blocks) override { arena_->Free(cls_, blocks); }
+  uint8_t* Address(BlockId id) override { return arena_->Address(cls_, id); }
+  size_t block_bytes() const override { return block_bytes_; }
+  int64_t num_total() const override { return arena_->Capacity(cls_, false); }
+  int64_t num_free() const override {
+    return arena_->Capacity(cls_, false) - UsedBlocks();
+  }
+  int64_t num_max() const override { return arena_->Capacity(cls_, true); }
+
+ private:
+  int64_t UsedBlocks() const {
+    absl::MutexLock lock(&arena_->mu_);
+    return arena_->classes_[cls_].used;
+  }
+  KvArena* arena_;
+  int cls_;
+  size_t block_bytes_;
+};
+
+absl::StatusOr<std::unique_ptr<KvArena>> KvArena::Create(PagePool* pool, const KvArenaOptions& o) {
+  if (o.slab_bytes == 0 || o.slab_bytes % pool->page_bytes() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("slab_bytes ", o.slab_bytes,
+                                                   " must be a multiple of the page size ", pool->page_bytes()));
+  }
+  const size_t slabs = o.reserve_bytes / o.slab_bytes;
+  if (slabs == 0 || slabs > static_cast<size_t>(INT32_MAX / kMaxBlocksPerSlab)) {
+    return absl::InvalidArgumentError("reserve_bytes / slab_bytes must be between 1 and 32767");
+  }
+  auto base = pool->Reserve(slabs * o.slab_bytes);
+  if (!base.ok()) return base.status();
+  return std::unique_ptr<KvArena>(new KvArena(pool, o, *base));
+}
+
+KvArena::KvArena(PagePool* pool, const KvArenaOptions& o, uint8_t* base)
+    : pool_(pool), options_(o), base_(base) {
+  const int n = static_cast<int>(o.reserve_bytes / o.slab_bytes);
+  slabs_.resize(n);
+  for (int i = n - 1; i >= 0; --i) unmapped_.push_back(i);  // carve from the low end
+}
+
+KvArena::~KvArena() {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < slabs_.size(); ++i) {
+    if (slabs_[i].state != Slab::State::kUnmapped) {
+      pool_->Unmap(base_ + i * options_.slab_bytes, options_.slab_bytes);
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<BlockAllocator>> KvArena::CreateAllocator(size_t block_bytes) {
+  if (block_bytes < 64 || block_bytes > options_.slab_bytes ||
+      options_.slab_bytes / block_bytes > static_cast<size_t>(kMaxBlocksPerSlab)) {
+    return absl::InvalidArgumentError(absl::StrCat("block size ", block_bytes, " does not fit slabs of ",
+                                                   options_.slab_bytes, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  int cls = -1;
+  for (size_t i = 0; i < classes_.size(); ++i)
+    if (classes_[i].block_bytes == block_bytes) cls = static_cast<int>(i);
+  if (cls < 0) {
+    if (classes_.size() >= static_cast<size_t>(kMaxBlockSizes)) {
+      return absl::ResourceExhaustedError("KV arena: too many distinct block sizes");
+    }
+    block_bytes_of_[classes_.size()].store(block_bytes);
+    Class c;
+    c.block_bytes = block_bytes;
+    c.blocks_per_slab = static_cast<int>(options_.slab_bytes / block_bytes);
+    classes_.push_back(c);
+    cls = static_cast<int>(classes_.size()) - 1;
+  }
+  ++classes_[cls].views;
+  return std::unique_ptr<BlockAllocator>(new View(this, cls, block_bytes));
+}
+
+absl::StatusOr<int> KvArena::TakeSlab(int cls, std::vector<int>* carved) {
+  int slab;
+  if (!empty_.empty()) {
+    slab = empty_.back();
+    empty_.pop_back();
+    --stats_.slabs_empty;
+  } else {
+    if (unmapped_.empty()) return absl::ResourceExhaustedError("KV arena: address range exhausted");
+    slab = unmapped_.back();
+    absl::Status st = pool_->Map(base_ + static_cast<size_t>(slab) * options_.slab_bytes, options_.slab_bytes);
+    if (!st.ok()) return st;
+    unmapped_.pop_back();
+    carved->push_back(slab);
+    ++stats_.carves;
+    ++stats_.slabs_mapped;
+  }
+  Slab& s = slabs_[slab];
+  const Class& c = classes_[cls];
+  s.state = Slab::State::kFormatted;
+  s.cls = cls;
+  s.used = 0;
+  s.free.resize(c.blocks_per_slab);
+  for (int i = 0; i < c.blocks_per_slab; ++i) s.free[i] = static_cast<uint16_t>(c.blocks_per_slab - 1 - i);
+  ++stats_.slabs_formatted;
+  classes_[cls].partial.insert({0, slab});
+  return slab;
+}
+
+void KvArena::ReleaseSlab(int slab, bool keep_in_buffer) {
+  Slab& s = slabs_[slab];
+  if (s.state == Slab::State::kFormatted) {
+    classes_[s.cls].partial.erase({-s.used, slab});
+    --stats_.slabs_formatted;
+  } else if (s.state == Slab::State::kEmpty) {
+    empty_.erase(std::find(empty_.begin(), empty_.end(), slab));
+    --stats_.slabs_empty;
+  }
+  s.cls = -1;
+  s.used = 0;
+  s.free.clear();
+  if (keep_in_buffer && static_cast<int>(empty_.size()) < options_.free_slab_buffer) {
+    s.state = Slab::State::kEmpty;
+    empty_.push_back(slab);
+    ++stats_.slabs_empty;
+    return;
+  }
+  pool_->Unmap(base_ + static_cast<size_t>(slab) * options_.slab_bytes, options_.slab_bytes);
+  s.state = Slab::State::kUnmapped;
+  unmapped_.push_back(slab);
+  --stats_.slabs_mapped;
+  ++stats_.releases;
+}
+
+absl::StatusOr<std::vector<BlockId>> KvArena::Allocate(int cls, int n) {
+  absl::MutexLock lock(&mu_);
+  std::vector<BlockId> out;
+  std::vector<int> carved;
+  Class& c = classes_[cls];
+  out.reserve(static_cast<size_t>(std::max(n, 0)));
+  while (static_cast<int>(out.size()) < n) {
+    int slab;
+    if (!c.partial.empty()) {
+      slab = c.partial.begin()->second;  // the fullest slab with room
+    } else {
+      auto taken = TakeSlab(cls, &carved);
+      if (!taken.ok()) {
+        // All or nothing: give back what this call took, unmap what it carved.
+        for (BlockId b : out) FreeOne(cls, b);
+        for (int s : carved) {
+          if (slabs_[s].state != Slab::State::kUnmapped) ReleaseSlab(s, /*keep_in_buffer=*/false);
+        }
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "KV arena: ", n, " blocks of ", c.block_bytes, " bytes do not fit (",
+            taken.status().message(), ")"));
+      }
+      slab = *taken;
+    }
+    Slab& s = slabs_[slab];
+    c.partial.erase({-s.used, slab});
+    const uint16_t idx = s.free.back();
+    s.free.pop_back();
+    ++s.used;
+    if (!s.free.empty()) c.partial.insert({-s.used, slab});
+    ++c.used;
+    ++stats_.blocks_used;
+    out.push_back(static_cast<BlockId>(slab * kMaxBlocksPerSlab + idx));
+  }
+  return out;
+}
+
+void KvArena::FreeOne(int cls, BlockId id) {
+  const int slab = static_cast<int>(id / kMaxBlocksPerSlab);
+  Slab& s = slabs_[slab];
+  Class& c = classes_[cls];
+  c.partial.erase({-s.used, slab});
+  s.free.push_back(static_cast<uint16_t>(id % kMaxBlocksPerSlab));
+  --s.used;
+  --c.used;
+  --stats_.blocks_used;
+  if (s.used == 0) {
+    ReleaseSlab(slab, /*keep_in_buffer=*/true);
+  } else {
+    c.partial.insert({-s.used, slab});
+  }
+}
+
+void KvArena::Free(int cls, absl::Span<const BlockId> ids) {
+  absl::MutexLock lock(&mu_);
+  for (BlockId id : ids) FreeOne(cls, id);
+}
+
+uint8_t* KvArena::Address(int cls, BlockId id) const {
+  // Lock-free: slab size and class block size never change while a block
+  // is allocated.
+  const size_t slab = static_cast<size_t>(id / kMaxBlocksPerSlab);
+  const size_t idx = static_cast<size_t>(id % kMaxBlocksPerSlab);
+  return base_ + slab * options_.slab_bytes + idx * block_bytes_of_[cls].load(std::memory_order_relaxed);
+}
+
+int64_t KvArena::Capacity(int cls, bool max) const {
+  absl::MutexLock lock(&mu_);
+  const Class& c = classes_[cls];
+  const PagePoolStats ps = pool_->stats();
+  const int64_t slab = static_cast<int64_t>(options_.slab_bytes);
+  if (max) return (ps.budget_bytes / slab) * c.blocks_per_slab;
+  // Used + free room in this class's partial slabs + slabs it could take.
+  int64_t free_in_partial = 0;
+  for (const auto& [neg_used, s] : c.partial) free_in_partial += static_cast<int64_t>(slabs_[s].free.size());
+  const int64_t mappable = std::max<int64_t>(0, (ps.budget_bytes - ps.mapped_bytes) / slab);
+  const int64_t takeable = std::min<int64_t>(mappable, static_cast<int64_t>(unmapped_.size())) +
+                           static_cast<int64_t>(empty_.size());
+  return c.used + free_in_partial + takeable * c.blocks_per_slab;
+}
+
+int64_t KvArena::ReclaimFreeSlabs() {
+  absl::MutexLock lock(&mu_);
+  int64_t bytes = 0;
+  while (!empty_.empty()) {
+    ReleaseSlab(empty_.back(), /*keep_in_buffer=*/false);
+    bytes += static_cast<int64_t>(options_.slab_bytes);
+  }
+  return bytes;
+}
+
+KvArenaStats KvArena::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace ballast::memory

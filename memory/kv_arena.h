@@ -1,0 +1,119 @@
+// KvArena: one reserved virtual range per device for the KV blocks of all
+// resident models (FineServe §5 KV slab, over Prism §5-style elastic pages).
+//
+// The range is cut into equal slabs of `slab_bytes` (a multiple of the page
+// size). A slab is UNMAPPED (no memory), EMPTY (mapped, unformatted, kept in
+// a small buffer for reuse) or FORMATTED to exactly one block size, with a
+// free list of its blocks (PARTIAL or FULL). Allocation takes blocks from
+// the fullest PARTIAL slab of the size first, then formats an EMPTY slab,
+// and only then maps ("carves") a new slab — the only driver call, one per
+// slab, never per block. A slab whose last block is freed becomes EMPTY;
+// EMPTY slabs beyond `free_slab_buffer` are unmapped at once, and
+// ReclaimFreeSlabs() unmaps them all, returning their pages to the pool's
+// budget where another model's weights can use them.
+//
+// Block ids: slab * kMaxBlocksPerSlab + index; address = base + slab *
+// slab_bytes + index * block_bytes (O(1), no lookup). A block is contiguous,
+// so kernels read it sequentially.
+//
+// Allocation is all or nothing: a failed request frees what it took and
+// unmaps the slabs it carved. Thread-safety: all methods thread-safe.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "memory/block_allocator.h"
+#include "memory/page_pool.h"
+
+namespace ballast::memory {
+
+struct KvArenaOptions {
+  // Slab size; a multiple of the pool's page size. Default 2 MiB. See
+  // ChooseSlabBytes for the tail-waste rule.
+  size_t slab_bytes = 2u << 20;
+  // Virtual address space reserved for KV; bounds the slab count. Default
+  // 64 GiB (reservation costs no memory).
+  size_t reserve_bytes = 64ull << 30;
+  // EMPTY slabs kept mapped for reuse before unmapping. Default 2.
+  int free_slab_buffer = 2;
+};
+
+struct KvArenaStats {
+  int64_t slabs_mapped = 0, slabs_empty = 0, slabs_formatted = 0;
+  int64_t blocks_used = 0;
+  int64_t carves = 0;  // slabs mapped over the arena's life
+  int64_t releases = 0;  // slabs unmapped
+};
+
+// Smallest multiple of `page_bytes` (up to max_slab_bytes) whose tail waste
+// for every block size is under 3%: the LCM of the block sizes when that is
+// a page multiple within the cap (zero waste), else the first multiple that
+// meets the bound, else max_slab_bytes.
+size_t ChooseSlabBytes(const std::vector<size_t>& block_sizes, size_t page_bytes,
+                       size_t max_slab_bytes);
+
+class KvArena {
+ public:
+  static constexpr int64_t kMaxBlocksPerSlab = 1 << 16;
+  static constexpr int kMaxBlockSizes = 64;  // distinct block sizes per arena
+
+  // `pool` must outlive the arena.
+  static absl::StatusOr<std::unique_ptr<KvArena>> Create(PagePool* pool,
+                                                         const KvArenaOptions& options);
+  ~KvArena();
+
+  // A BlockAllocator for blocks of `block_bytes` (>= 64, <= slab_bytes);
+  // one per resident model. It must be destroyed (all blocks freed) before
+  // the arena.
+  absl::StatusOr<std::unique_ptr<BlockAllocator>> CreateAllocator(size_t block_bytes);
+  // Unmaps every EMPTY slab; returns the bytes given back.
+  int64_t ReclaimFreeSlabs();
+  KvArenaStats stats() const;
+  size_t slab_bytes() const { return options_.slab_bytes; }
+
+ private:
+  class View;
+  struct Slab {
+    enum class State { kUnmapped, kEmpty, kFormatted } state = State::kUnmapped;
+    int cls = -1;
+    int used = 0;
+    std::vector<uint16_t> free;  // free block indexes (formatted slabs)
+  };
+  struct Class {
+    size_t block_bytes = 0;
+    int blocks_per_slab = 0;
+    int64_t used = 0;
+    std::set<std::pair<int, int>> partial;  // (-used, slab): fullest first
+    int views = 0;
+  };
+
+  KvArena(PagePool* pool, const KvArenaOptions& o, uint8_t* base);
+  absl::StatusOr<std::vector<BlockId>> Allocate(int cls, int n);
+  void Free(int cls, absl::Span<const BlockId> ids);
+  uint8_t* Address(int cls, BlockId id) const;
+  int64_t Capacity(int cls, bool max) const;
+  // REQUIRES: mu_ held.
+  absl::StatusOr<int> TakeSlab(int cls, std::vector<int>* carved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseSlab(int slab, bool keep_in_buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeOne(int cls, BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  PagePool* const pool_;
+  const KvArenaOptions options_;
+  uint8_t* const base_;
+  mutable absl::Mutex mu_;
+  std::vector<Slab> slabs_ ABSL_GUARDED_BY(mu_);
+  std::vector<Class> classes_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> empty_ ABSL_GUARDED_BY(mu_);     // EMPTY slabs (buffer)
+  std::vector<int> unmapped_ ABSL_GUARDED_BY(mu_);  // UNMAPPED slabs, next carve at back
+  KvArenaStats stats_ ABSL_GUARDED_BY(mu_);
+  // Block size per class, readable without the lock (Address is hot).
+  std::array<std::atomic<size_t>, kMaxBlockSizes> block_bytes_of_{};
+};
+
+}  // namespace ballast::memory

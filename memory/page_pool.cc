@@ -1,0 +1,72 @@
+#include "memory/page_pool.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::memory {
+
+absl::StatusOr<std::unique_ptr<HostPagePool>> HostPagePool::Create(size_t page_bytes,
+                                                                   int64_t budget_bytes) {
+  if (page_bytes == 0 || page_bytes % 4096 != 0) {
+    return absl::InvalidArgumentError("page size must be a positive multiple of 4 KiB");
+  }
+  return std::unique_ptr<HostPagePool>(new HostPagePool(page_bytes, budget_bytes));
+}
+
+HostPagePool::~HostPagePool() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [p, n] : reservations_) munmap(p, n);
+}
+
+absl::StatusOr<uint8_t*> HostPagePool::Reserve(size_t bytes) {
+  if (bytes == 0 || bytes % page_bytes_ != 0) {
+    return absl::InvalidArgumentError("reservation must be a positive multiple of the page size");
+  }
+  void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", bytes, " bytes: ", std::strerror(errno)));
+  }
+  absl::MutexLock lock(&mu_);
+  reservations_.push_back({static_cast<uint8_t*>(p), bytes});
+  return static_cast<uint8_t*>(p);
+}
+
+absl::Status HostPagePool::Map(uint8_t* addr, size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (stats_.mapped_bytes + static_cast<int64_t>(bytes) > stats_.budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("page pool: mapping ", bytes, " bytes would pass the budget (",
+                                                     stats_.mapped_bytes, " of ", stats_.budget_bytes, " mapped)"));
+  }
+  if (mprotect(addr, bytes, PROT_READ | PROT_WRITE) != 0) {
+    return absl::InternalError(absl::StrCat("mprotect: ", std::strerror(errno)));
+  }
+  stats_.mapped_bytes += static_cast<int64_t>(bytes);
+  ++stats_.map_calls;
+  return absl::OkStatus();
+}
+
+void HostPagePool::Unmap(uint8_t* addr, size_t bytes) {
+  // Drop the pages (the next Map sees zeros) and make the range unusable.
+  madvise(addr, bytes, MADV_DONTNEED);
+  mprotect(addr, bytes, PROT_NONE);
+  absl::MutexLock lock(&mu_);
+  stats_.mapped_bytes -= static_cast<int64_t>(bytes);
+  ++stats_.unmap_calls;
+}
+
+void HostPagePool::SetBudget(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  stats_.budget_bytes = bytes;
+}
+
+PagePoolStats HostPagePool::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace ballast::memory
