@@ -75,16 +75,23 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
     if (!dt.ok()) return absl::InvalidArgumentError(absl::StrCat("model ", o.name, ": kv_dtype: ", dt.status().message()));
     layout.dtype = *dt;
   }
-  const int64_t blocks = o.kv_cache_bytes / static_cast<int64_t>(layout.block_bytes());
-  if (blocks < layout.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", o.name, ": kv_cache_bytes ", o.kv_cache_bytes, " holds ", blocks,
-        " blocks of ", layout.block_bytes(), " bytes; at least one per layer (",
-        layout.num_layers, ") is needed"));
+  if (o.kv_arena) {
+    auto view = o.kv_arena->CreateAllocator(layout.block_bytes());
+    if (!view.ok()) return view.status();
+    e->arena_ = o.kv_arena;
+    e->allocator_ = std::move(*view);
+  } else {
+    const int64_t blocks = o.kv_cache_bytes / static_cast<int64_t>(layout.block_bytes());
+    if (blocks < layout.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", o.name, ": kv_cache_bytes ", o.kv_cache_bytes, " holds ", blocks,
+          " blocks of ", layout.block_bytes(), " bytes; at least one per layer (",
+          layout.num_layers, ") is needed"));
+    }
+    auto pool = memory::HostBlockPool::Create(layout.block_bytes(), blocks);
+    if (!pool.ok()) return pool.status();
+    e->allocator_ = std::move(*pool);
   }
-  auto pool = memory::HostBlockPool::Create(layout.block_bytes(), blocks);
-  if (!pool.ok()) return pool.status();
-  e->allocator_ = std::move(*pool);
   e->kv_ = std::make_unique<KvCache>(layout, e->allocator_.get());
   auto ex = CpuExecutor::Create(e->config_, e->weights_, e->kv_.get());
   if (!ex.ok()) return ex.status();
@@ -99,6 +106,12 @@ ModelEngine::ModelEngine(const ModelEngineOptions& options, std::function<void()
 ModelEngine::~ModelEngine() {
   AbortAll(absl::UnavailableError(absl::StrCat("model ", options_.name, " unloaded")));
   for (auto& [id, s] : sessions_) kv_->Release(&s.kv);
+}
+
+int64_t ModelEngine::kv_bytes() const {
+  if (!arena_) return options_.kv_cache_bytes;
+  return (allocator_->num_total() - allocator_->num_free()) *
+         static_cast<int64_t>(allocator_->block_bytes());
 }
 
 std::string ModelEngine::kv_dtype_name() const { return std::string(ConfigName(kv_->layout().dtype)); }
@@ -122,11 +135,11 @@ absl::Status ModelEngine::Submit(GenerationRequest req, GenerationSink* sink) {
   // The sequence must fit the KV pool on its own, or it could never finish
   // (it would be preempted and recomputed forever).
   const int positions = static_cast<int>(n) + p.max_tokens - 1;
-  if (kv_->BlocksNeeded(SequenceKv{}, positions) > allocator_->num_total()) {
+  if (kv_->BlocksNeeded(SequenceKv{}, positions) > allocator_->num_max()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "prompt (", n, " tokens) + max_tokens (", p.max_tokens, ") needs ",
         kv_->BlocksNeeded(SequenceKv{}, positions), " KV blocks; model ", options_.name,
-        "'s pool has ", allocator_->num_total(), " (raise kv_cache_mib or lower max_tokens)"));
+        " can have at most ", allocator_->num_max(), " (raise the KV memory or lower max_tokens)"));
   }
   for (int id : req.prompt) {
     if (id < 0 || id >= config_.vocab_size) {

@@ -47,6 +47,7 @@
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
 #include "memory/block_allocator.h"
+#include "memory/kv_arena.h"
 
 namespace ballast::engine {
 
@@ -60,8 +61,11 @@ struct ModelEngineOptions {
   // Positions per KV block. Default 16; smaller wastes less, costs more
   // block-table entries.
   int block_tokens = 16;
-  // KV pool size in bytes for this model. Default 64 MiB.
+  // Static mode: KV pool size in bytes for this model. Default 64 MiB.
   int64_t kv_cache_bytes = 64ll << 20;
+  // Elastic mode: the device's shared KV arena (kv_cache_bytes unused).
+  // Null: static mode, a private pool of kv_cache_bytes.
+  std::shared_ptr<memory::KvArena> kv_arena;
   // Token budget per step (decode tokens + prefill chunk). Default 256.
   int max_batch_tokens = 256;
   // Most sequences running at once. Default 64.
@@ -94,6 +98,8 @@ class ModelEngine {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   int context_window() const { return context_window_; }
   int64_t weight_bytes() const { return weights_->stored_bytes; }
+  // Bytes this model's KV holds: its private pool (static) or its blocks.
+  int64_t kv_bytes() const;
   std::string kv_dtype_name() const;
 
   // Validates and queues a request; `sink` must live until its OnDone.
@@ -139,6 +145,7 @@ class ModelEngine {
   int context_window_ = 0;
   std::shared_ptr<const ModelWeights> weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<memory::KvArena> arena_;  // keeps the arena alive (elastic)
   std::unique_ptr<memory::BlockAllocator> allocator_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<Executor> executor_;

@@ -51,7 +51,8 @@ class KvArena::View final : public BlockAllocator {
   size_t block_bytes_;
 };
 
-absl::StatusOr<std::unique_ptr<KvArena>> KvArena::Create(PagePool* pool, const KvArenaOptions& o) {
+absl::StatusOr<std::unique_ptr<KvArena>> KvArena::Create(std::shared_ptr<PagePool> pool,
+                                                         const KvArenaOptions& o) {
   if (o.slab_bytes == 0 || o.slab_bytes % pool->page_bytes() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("slab_bytes ", o.slab_bytes,
                                                    " must be a multiple of the page size ", pool->page_bytes()));
@@ -62,11 +63,11 @@ absl::StatusOr<std::unique_ptr<KvArena>> KvArena::Create(PagePool* pool, const K
   }
   auto base = pool->Reserve(slabs * o.slab_bytes);
   if (!base.ok()) return base.status();
-  return std::unique_ptr<KvArena>(new KvArena(pool, o, *base));
+  return std::unique_ptr<KvArena>(new KvArena(std::move(pool), o, *base));
 }
 
-KvArena::KvArena(PagePool* pool, const KvArenaOptions& o, uint8_t* base)
-    : pool_(pool), options_(o), base_(base) {
+KvArena::KvArena(std::shared_ptr<PagePool> pool, const KvArenaOptions& o, uint8_t* base)
+    : pool_(std::move(pool)), options_(o), base_(base) {
   const int n = static_cast<int>(o.reserve_bytes / o.slab_bytes);
   slabs_.resize(n);
   for (int i = n - 1; i >= 0; --i) unmapped_.push_back(i);  // carve from the low end

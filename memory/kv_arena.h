@@ -63,19 +63,20 @@ class KvArena {
   static constexpr int64_t kMaxBlocksPerSlab = 1 << 16;
   static constexpr int kMaxBlockSizes = 64;  // distinct block sizes per arena
 
-  // `pool` must outlive the arena.
-  static absl::StatusOr<std::unique_ptr<KvArena>> Create(PagePool* pool,
+  // The arena keeps `pool` alive.
+  static absl::StatusOr<std::unique_ptr<KvArena>> Create(std::shared_ptr<PagePool> pool,
                                                          const KvArenaOptions& options);
   ~KvArena();
 
   // A BlockAllocator for blocks of `block_bytes` (>= 64, <= slab_bytes);
-  // one per resident model. It must be destroyed (all blocks freed) before
-  // the arena.
+  // one per resident model. Free its blocks before dropping it; the arena
+  // must outlive it (engines hold the arena by shared_ptr).
   absl::StatusOr<std::unique_ptr<BlockAllocator>> CreateAllocator(size_t block_bytes);
   // Unmaps every EMPTY slab; returns the bytes given back.
   int64_t ReclaimFreeSlabs();
   KvArenaStats stats() const;
   size_t slab_bytes() const { return options_.slab_bytes; }
+  PagePool* pool() const { return pool_.get(); }
 
  private:
   class View;
@@ -93,7 +94,7 @@ class KvArena {
     int views = 0;
   };
 
-  KvArena(PagePool* pool, const KvArenaOptions& o, uint8_t* base);
+  KvArena(std::shared_ptr<PagePool> pool, const KvArenaOptions& o, uint8_t* base);
   absl::StatusOr<std::vector<BlockId>> Allocate(int cls, int n);
   void Free(int cls, absl::Span<const BlockId> ids);
   uint8_t* Address(int cls, BlockId id) const;
@@ -103,7 +104,7 @@ class KvArena {
   void ReleaseSlab(int slab, bool keep_in_buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeOne(int cls, BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  PagePool* const pool_;
+  const std::shared_ptr<PagePool> pool_;
   const KvArenaOptions options_;
   uint8_t* const base_;
   mutable absl::Mutex mu_;

@@ -1,12 +1,39 @@
 #include "node_manager/device_worker.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "memory/page_pool.h"
 
 namespace ballast::node_manager {
 
+absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
+    std::string name, int64_t memory_bytes, const DeviceMemoryOptions& memory) {
+  std::unique_ptr<DeviceWorker> w(new DeviceWorker(std::move(name), memory_bytes));
+  if (memory.elastic) {
+    auto pool = memory::HostPagePool::Create(memory.page_bytes, memory_bytes);
+    if (!pool.ok()) return pool.status();
+    memory::KvArenaOptions o;
+    o.slab_bytes = memory.slab_bytes;
+    // Reserve address space for the whole device, rounded up to slabs.
+    o.reserve_bytes = ((static_cast<size_t>(memory_bytes) + memory.slab_bytes - 1) / memory.slab_bytes) *
+                      memory.slab_bytes;
+    auto arena = memory::KvArena::Create(std::shared_ptr<memory::PagePool>(std::move(*pool)), o);
+    if (!arena.ok()) return arena.status();
+    w->arena_ = std::move(*arena);
+  }
+  w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
+  return w;
+}
+
 DeviceWorker::DeviceWorker(std::string name, int64_t memory_bytes)
-    : name_(std::move(name)), memory_bytes_(memory_bytes) {
-  thread_ = std::thread([this] { Loop(); });
+    : name_(std::move(name)), memory_bytes_(memory_bytes) {}
+
+void DeviceWorker::UpdateKvBudget() {
+  if (!arena_) return;
+  int64_t weights = 0;
+  for (const auto& [n, e] : engines_) weights += e->weight_bytes();
+  arena_->pool()->SetBudget(std::max<int64_t>(0, memory_bytes_ - weights));
 }
 
 DeviceWorker::~DeviceWorker() { Stop(); }
@@ -42,6 +69,7 @@ absl::Status DeviceWorker::Add(std::shared_ptr<engine::ModelEngine> engine) {
     return absl::AlreadyExistsError(absl::StrCat("model ", engine->name(), " already on ", name_));
   }
   engines_[engine->name()] = std::move(engine);
+  UpdateKvBudget();
   wake_ = true;
   cv_.Signal();
   return absl::OkStatus();
@@ -53,6 +81,7 @@ bool DeviceWorker::Remove(const std::string& model) {
   if (it == engines_.end()) return false;
   retiring_.push_back(std::move(it->second));
   engines_.erase(it);
+  UpdateKvBudget();
   wake_ = true;
   cv_.Signal();
   return true;
@@ -76,7 +105,7 @@ DeviceUsage DeviceWorker::Usage() const {
   u.memory_total_bytes = memory_bytes_;
   for (const auto& e : Engines()) {
     const engine::EngineStats s = e->stats();
-    u.memory_used_bytes += e->weight_bytes() + e->options().kv_cache_bytes;
+    u.memory_used_bytes += e->weight_bytes() + (arena_ ? 0 : e->options().kv_cache_bytes);
     u.kv_blocks_total += s.kv_blocks_total;
     u.kv_blocks_free += s.kv_blocks_free;
     u.waiting += s.waiting;
@@ -84,6 +113,7 @@ DeviceUsage DeviceWorker::Usage() const {
     u.preemptions += s.preemptions;
     u.models.push_back(e->name());
   }
+  if (arena_) u.memory_used_bytes += arena_->pool()->stats().mapped_bytes;
   return u;
 }
 

@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/model_engine.h"
+#include "memory/kv_arena.h"
 
 namespace ballast::node_manager {
 
@@ -34,13 +35,27 @@ struct DeviceUsage {
   std::vector<std::string> models;
 };
 
+// How a device holds KV: one shared elastic arena, or a static pool per model.
+struct DeviceMemoryOptions {
+  bool elastic = true;
+  size_t page_bytes = 2u << 20;  // physical page (the CUDA VMM granularity)
+  size_t slab_bytes = 2u << 20;  // KV slab, a multiple of page_bytes
+};
+
 class DeviceWorker {
  public:
-  DeviceWorker(std::string name, int64_t memory_bytes);
+  // Fails only if the elastic arena cannot be reserved.
+  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Create(std::string name,
+                                                              int64_t memory_bytes,
+                                                              const DeviceMemoryOptions& memory);
   ~DeviceWorker();
 
   const std::string& name() const { return name_; }
   int64_t memory_bytes() const { return memory_bytes_; }
+  // The shared KV arena (elastic mode), else null.
+  const std::shared_ptr<memory::KvArena>& arena() const { return arena_; }
+  // Gives empty KV slabs back so weights can use their memory.
+  int64_t ReclaimKv() { return arena_ ? arena_->ReclaimFreeSlabs() : 0; }
   // Called by engines when work arrives; wakes the step thread.
   void Wake();
 
@@ -54,10 +69,14 @@ class DeviceWorker {
   void Stop();
 
  private:
+  DeviceWorker(std::string name, int64_t memory_bytes);
   void Loop();
+  // REQUIRES: mu_ held. KV may use what the resident weights leave.
+  void UpdateKvBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
   const int64_t memory_bytes_;
+  std::shared_ptr<memory::KvArena> arena_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;

@@ -31,18 +31,30 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
       return absl::InvalidArgumentError(absl::StrCat("device ", d.name, ": memory must be > 0"));
     }
   }
+  if (options.memory_mode != "elastic" && options.memory_mode != "static") {
+    return absl::InvalidArgumentError(absl::StrCat("memory mode \"", options.memory_mode,
+                                                   "\" (expected elastic or static)"));
+  }
+  if (options.slab_bytes == 0 || options.slab_bytes % (2u << 20) != 0) {
+    return absl::InvalidArgumentError("slab size must be a positive multiple of 2 MiB");
+  }
   if (options.engine.backend != "cpu") {
     return absl::UnimplementedError(absl::StrCat("engine.backend \"", options.engine.backend,
                                                  "\" is not available in this build (use cpu)"));
   }
-  return std::unique_ptr<NodeManager>(new NodeManager(options));
+  std::unique_ptr<NodeManager> n(new NodeManager(options));
+  DeviceMemoryOptions mem;
+  mem.elastic = options.memory_mode == "elastic";
+  mem.slab_bytes = options.slab_bytes;
+  for (const auto& d : options.devices) {
+    auto w = DeviceWorker::Create(d.name, d.memory_bytes, mem);
+    if (!w.ok()) return w.status();
+    n->devices_.push_back(std::move(*w));
+  }
+  return n;
 }
 
-NodeManager::NodeManager(const NodeOptions& options) : options_(options) {
-  for (const auto& d : options.devices) {
-    devices_.push_back(std::make_unique<DeviceWorker>(d.name, d.memory_bytes));
-  }
-}
+NodeManager::NodeManager(const NodeOptions& options) : options_(options) {}
 
 NodeManager::~NodeManager() { Shutdown(); }
 
@@ -100,13 +112,22 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.max_batch_tokens = options_.engine.max_batch_tokens;
   o.max_seqs = options_.engine.max_seqs;
   o.max_context = options_.engine.max_context;
+  o.kv_arena = target->arena();
   const absl::Time t0 = absl::Now();
   auto e = engine::ModelEngine::Create(o, [target] { target->Wake(); });
   if (!e.ok()) return e.status();
-  const int64_t need = (*e)->weight_bytes() + o.kv_cache_bytes;
+  // Elastic: the weights need room now, KV grows into what is left; empty
+  // KV slabs are given back first. Static: weights plus the private pool.
+  const int64_t need = (*e)->weight_bytes() + (o.kv_arena ? 0 : o.kv_cache_bytes);
+  if (need > best_free && o.kv_arena) {
+    target->ReclaimKv();
+    const DeviceUsage u = target->Usage();
+    best_free = u.memory_total_bytes - u.memory_used_bytes;
+  }
   if (need > best_free) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "model ", name, " needs ", need, " bytes (weights + KV pool) but device ",
+        "model ", name, " needs ", need, " bytes (", o.kv_arena ? "weights" : "weights + KV pool",
+        ") but device ",
         target->name(), " has ", best_free, " free"));
   }
   std::shared_ptr<engine::ModelEngine> engine = std::move(*e);

@@ -39,6 +39,11 @@ struct EngineDefaults {
 };
 
 struct NodeOptions {
+  // "elastic": models on a device share one KV slab arena whose memory is
+  // what their weights leave; "static": a private KV pool of
+  // engine.kv_cache_bytes per model (the baseline). Default elastic.
+  std::string memory_mode = "elastic";
+  size_t slab_bytes = 2u << 20;
   std::string node_id = "node-0";
   // host:port the scheduler and peers use to reach this node.
   std::string advertise_address;

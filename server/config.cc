@@ -148,6 +148,19 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
       o.devices.push_back(dev);
     }
   }
+  if (YAML::Node m = s.Child("memory")) {
+    Section ms(m, "node.memory", file);
+    RETURN_IF_ERROR(ms.Check());
+    int64_t slab_mib = static_cast<int64_t>(o.slab_bytes >> 20);
+    RETURN_IF_ERROR(ms.Get("mode", &o.memory_mode));
+    RETURN_IF_ERROR(ms.Get("slab_mib", &slab_mib));
+    RETURN_IF_ERROR(ms.Finish());
+    if (o.memory_mode != "elastic" && o.memory_mode != "static") {
+      return ms.Error("node.memory.mode", "expected elastic or static");
+    }
+    if (slab_mib <= 0 || slab_mib % 2 != 0) return ms.Error("node.memory.slab_mib", "must be a positive multiple of 2");
+    o.slab_bytes = static_cast<size_t>(slab_mib) << 20;
+  }
   if (YAML::Node e = s.Child("engine")) {
     Section es(e, "node.engine", file);
     RETURN_IF_ERROR(es.Check());

@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "memory/kv_arena.h"
+#include "memory/page_pool.h"
 #include "tests/unit/engine/executor_harness.h"
 #include "tests/unit/engine/test_util.h"
 
@@ -238,6 +240,62 @@ TEST_F(ModelEngineTest, SeededSamplingIsReproducibleAndStopStringsCut) {
   EXPECT_EQ(s.result->reason, FinishReason::kStop);
   EXPECT_EQ(s.result->text, text.substr(0, text.find(stop)));
   EXPECT_EQ(s.streamed, s.result->text);
+}
+
+}  // namespace
+}  // namespace ballast::engine
+
+namespace ballast::engine {
+namespace {
+
+// Elastic mode: two models of different shapes share one KV arena; each
+// can use the memory the other leaves, and outputs stay exact.
+TEST_F(ModelEngineTest, ModelsShareOneKvArena) {
+  SyntheticModelSpec other;
+  other.architecture = "qwen2";
+  other.hidden = 48;
+  other.heads = 3;
+  other.kv_heads = 1;
+  other.seed = 9;
+  const std::string model2 = testing::WriteTinyModel(dir_, "m2", other);
+  auto pool = std::shared_ptr<memory::HostPagePool>(
+      *memory::HostPagePool::Create(64 << 10, 4 * (64 << 10)));  // 4 pages of KV in all
+  memory::KvArenaOptions ao;
+  ao.slab_bytes = 64 << 10;
+  ao.reserve_bytes = 16 * (64 << 10);
+  std::shared_ptr<memory::KvArena> arena(*memory::KvArena::Create(pool, ao));
+  auto make = [&](const std::string& name, const std::string& path) {
+    ModelEngineOptions o;
+    o.name = name;
+    o.path = path;
+    o.block_tokens = 4;
+    o.kv_arena = arena;
+    return std::move(*ModelEngine::Create(o));
+  };
+  auto a = make("a", model_), b = make("b", model2);
+  // a: 2 layers x (K+V) x 4 tokens x 2 heads x 16 x f32 = 1 KiB blocks; 64 per page.
+  EXPECT_EQ(a->stats().kv_blocks_total, 4 * 64);
+  Collect ca, cb;
+  ASSERT_TRUE(a->Submit(Req("a1", Prompt(300, 1), 20), &ca).ok());  // ~160 blocks of a
+  a->Step();  // a 256-token prefill chunk: 128 of a's blocks, 2 of the 4 pages
+  b->Step();  // idle step: refreshes b's view of the arena
+  // b (512-byte blocks) now sees only the 2 pages a left.
+  EXPECT_EQ(b->stats().kv_blocks_total, 2 * (64 << 10) / 512);
+  ASSERT_TRUE(b->Submit(Req("b1", Prompt(40, 2), 10), &cb).ok());
+  for (int i = 0; i < 10000 && (a->HasWork() || b->HasWork()); ++i) {
+    a->Step();
+    b->Step();
+  }
+  ASSERT_TRUE(ca.result.ok()) << ca.result.status();
+  ASSERT_TRUE(cb.result.ok()) << cb.result.status();
+  EXPECT_EQ(ca.result->output_tokens, ReferenceGreedy(model_, Prompt(300, 1), 20));
+  EXPECT_EQ(cb.result->output_tokens, ReferenceGreedy(model2, Prompt(40, 2), 10));
+  // Everything freed; the arena keeps at most its free-slab buffer mapped.
+  EXPECT_EQ(arena->stats().blocks_used, 0);
+  EXPECT_LE(pool->stats().mapped_bytes, 2 * (64 << 10));
+  // A request larger than the whole arena is refused up front.
+  EXPECT_EQ(a->Submit(Req("huge", Prompt(900, 3), 100), &ca).code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace

@@ -16,14 +16,14 @@ constexpr size_t kPage = 64 << 10;  // small pages keep the test fast
 
 struct Fixture {
   explicit Fixture(int64_t budget_pages, int buffer = 1) {
-    pool = *HostPagePool::Create(kPage, budget_pages * static_cast<int64_t>(kPage));
+    pool = std::shared_ptr<HostPagePool>(*HostPagePool::Create(kPage, budget_pages * static_cast<int64_t>(kPage)));
     KvArenaOptions o;
     o.slab_bytes = kPage;
     o.reserve_bytes = 256 * kPage;
     o.free_slab_buffer = buffer;
-    arena = *KvArena::Create(pool.get(), o);
+    arena = *KvArena::Create(pool, o);
   }
-  std::unique_ptr<HostPagePool> pool;
+  std::shared_ptr<HostPagePool> pool;
   std::unique_ptr<KvArena> arena;
 };
 
