@@ -19,5 +19,5 @@ cmake -S . -B "$BUILD" -G "${GENERATOR:-Unix Makefiles}" -DCMAKE_BUILD_TYPE=Rele
   -DProtobuf_LIBRARY="$D/usr/lib/x86_64-linux-gnu/libprotobuf.so" \
   -DgRPC_CPP_PLUGIN_EXECUTABLE="$D/usr/bin/grpc_cpp_plugin" \
   -DCMAKE_CUDA_ARCHITECTURES="$ARCH"
-cmake --build "$BUILD" -j "$(nproc)"
+cmake --build "$BUILD" -j "$(nproc)" ${TARGETS:+--target $TARGETS}  # TARGETS="a b": only those
 echo "built $BUILD/server/ballast"

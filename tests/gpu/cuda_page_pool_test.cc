@@ -1,0 +1,61 @@
+// CUDA VMM page pool on a real GPU (label gpu; skips without one): the KV
+// arena over it hands out device memory kernels can use, handles are pooled
+// (no cuMemCreate after warm-up), the budget is enforced.
+#include "memory/cuda/cuda_page_pool.h"
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "memory/kv_arena.h"
+
+namespace ballast::memory {
+namespace {
+
+std::shared_ptr<CudaPagePool> MakePool(int64_t budget) {
+  auto p = CudaPagePool::Create(0, 2u << 20, budget);
+  if (!p.ok()) return nullptr;
+  return std::shared_ptr<CudaPagePool>(std::move(*p));
+}
+
+TEST(CudaPagePool, ArenaBlocksAreUsableDeviceMemory) {
+  auto pool = MakePool(256ll << 20);
+  if (!pool) GTEST_SKIP() << "no usable CUDA device";
+  KvArenaOptions o;
+  o.reserve_bytes = 1ull << 30;
+  auto arena = *KvArena::Create(pool, o);
+  auto view = *arena->CreateAllocator(64 << 10);
+  auto blocks = *view->Allocate(100);  // 6.25 MiB: 4 slabs
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    ASSERT_EQ(cudaMemset(view->Address(blocks[i]), static_cast<int>(i & 0xff), 64 << 10), cudaSuccess);
+  }
+  std::vector<uint8_t> host(64 << 10);
+  for (size_t i = 0; i < blocks.size(); i += 7) {
+    ASSERT_EQ(cudaMemcpy(host.data(), view->Address(blocks[i]), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(host[0], i & 0xff);
+    EXPECT_EQ(host.back(), i & 0xff);
+  }
+  EXPECT_EQ(pool->driver_calls().create, 4);
+  view->Free(blocks);
+  arena->ReclaimFreeSlabs();
+  EXPECT_EQ(pool->stats().mapped_bytes, 0);
+  // Mapping again reuses the pooled handles: no cuMemCreate.
+  auto again = *view->Allocate(100);
+  EXPECT_EQ(pool->driver_calls().create, 4);
+  EXPECT_GT(pool->driver_calls().map, 4);
+  view->Free(again);
+}
+
+TEST(CudaPagePool, BudgetIsEnforcedAllOrNothing) {
+  auto pool = MakePool(8ll << 20);
+  if (!pool) GTEST_SKIP() << "no usable CUDA device";
+  auto base = *pool->Reserve(32ull << 20);
+  EXPECT_TRUE(pool->Map(base, 8u << 20).ok());
+  EXPECT_EQ(pool->Map(base + (8u << 20), 2u << 20).code(), absl::StatusCode::kResourceExhausted);
+  pool->Unmap(base, 8u << 20);
+  EXPECT_EQ(pool->stats().mapped_bytes, 0);
+}
+
+}  // namespace
+}  // namespace ballast::memory
