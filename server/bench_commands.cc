@@ -128,7 +128,9 @@ class ServeProcess {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        return absl::InternalError(absl::StrCat("ballast serve --config ", config, " exited; see ", log));
+        const std::string how = WIFSIGNALED(status) ? absl::StrCat("was killed by signal ", WTERMSIG(status))
+                                                    : absl::StrCat("exited with status ", WEXITSTATUS(status));
+        return absl::InternalError(absl::StrCat("ballast serve --config ", config, " ", how, "; see ", log));
       }
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
