@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -24,17 +25,6 @@ std::string CodeName(grpc::StatusCode c) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(c));
 }
 
-const char* KvSourceName(v1::KvSource s) {
-  switch (s) {
-    case v1::KV_SOURCE_NONE: return "none";
-    case v1::KV_SOURCE_DEVICE: return "device";
-    case v1::KV_SOURCE_RECOMPUTED: return "recomputed";
-    case v1::KV_SOURCE_HOST_DRAM: return "dram";
-    case v1::KV_SOURCE_SSD: return "ssd";
-    case v1::KV_SOURCE_PEER: return "peer";
-    default: return "";
-  }
-}
 
 class Runner {
  public:
@@ -303,6 +293,13 @@ class Runner {
 };
 
 }  // namespace
+
+std::string KvSourceName(v1::KvSource s) {
+  std::string name = v1::KvSource_Name(s);
+  if (name.rfind("KV_SOURCE_", 0) == 0) name = name.substr(10);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
 
 absl::StatusOr<ReplayResult> Replay(const std::vector<TraceRecord>& trace,
                                     const ReplayOptions& options) {

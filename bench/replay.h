@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ballast/v1/inference.pb.h"
 #include "bench/trace.h"
 
 namespace ballast::bench {
@@ -66,6 +67,10 @@ struct ReplayResult {
   std::map<std::string, int> advise_status;  // code name -> count
   std::map<std::string, ModelSlo> model_slos;  // from ListModels at start
 };
+
+// "device", "recomputed", ...: a KvSource's enum name without its prefix,
+// lower case (CSV columns and CLI output).
+std::string KvSourceName(v1::KvSource source);
 
 absl::StatusOr<ReplayResult> Replay(const std::vector<TraceRecord>& trace,
                                     const ReplayOptions& options);

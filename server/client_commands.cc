@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "ballast/v1/admin.grpc.pb.h"
 #include "ballast/v1/inference.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "bench/replay.h"
 #include "server/status_util.h"
 
 namespace ballast::server {
@@ -28,17 +30,6 @@ int PrintError(const grpc::Status& st) {
   return st.error_code() == grpc::StatusCode::UNAVAILABLE ? 3 : 2;
 }
 
-const char* KvSourceName(v1::KvSource s) {
-  switch (s) {
-    case v1::KV_SOURCE_NONE: return "none";
-    case v1::KV_SOURCE_DEVICE: return "device";
-    case v1::KV_SOURCE_RECOMPUTED: return "recomputed";
-    case v1::KV_SOURCE_HOST_DRAM: return "dram";
-    case v1::KV_SOURCE_SSD: return "ssd";
-    case v1::KV_SOURCE_PEER: return "peer";
-    default: return "?";
-  }
-}
 
 std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
 
@@ -81,7 +72,7 @@ int RunGenerate(const GenerateFlags& f) {
         "[%s on %s/%s] prompt %d tokens (%d cached, kv %s), %d generated, finish %s; "
         "queue %.1f ms, ttft %.1f ms, tpot %.2f ms, total %.1f ms\n",
         f.model, final->node_id(), final->device(), final->usage().prompt_tokens(),
-        final->usage().cached_prompt_tokens(), KvSourceName(final->kv_source()),
+        final->usage().cached_prompt_tokens(), bench::KvSourceName(final->kv_source()),
         final->usage().completion_tokens(), v1::FinishReason_Name(final->finish_reason()),
         t.queue_ms(), t.ttft_ms(), t.mean_tpot_ms(), t.e2e_ms());
   }
