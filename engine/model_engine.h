@@ -100,6 +100,7 @@ class ModelEngine {
   int64_t weight_bytes() const { return weights_->stored_bytes; }
   // Bytes this model's KV holds: its private pool (static) or its blocks.
   int64_t kv_bytes() const;
+  size_t kv_block_bytes() const { return allocator_->block_bytes(); }
   std::string kv_dtype_name() const;
 
   // Validates and queues a request; `sink` must live until its OnDone.

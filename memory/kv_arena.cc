@@ -253,7 +253,20 @@ int64_t KvArena::ReclaimFreeSlabs() {
 
 KvArenaStats KvArena::stats() const {
   absl::MutexLock lock(&mu_);
-  return stats_;
+  KvArenaStats s = stats_;
+  const int64_t slab = static_cast<int64_t>(options_.slab_bytes);
+  for (const Class& c : classes_) {
+    int64_t free_blocks = 0;
+    for (const auto& [neg_used, i] : c.partial) free_blocks += static_cast<int64_t>(slabs_[i].free.size());
+    s.blocks_free_formatted += free_blocks;
+    s.bytes_used += c.used * static_cast<int64_t>(c.block_bytes);
+    s.bytes_free += free_blocks * static_cast<int64_t>(c.block_bytes);
+  }
+  const PagePoolStats ps = pool_->stats();
+  const int64_t mappable = std::min<int64_t>(std::max<int64_t>(0, (ps.budget_bytes - ps.mapped_bytes) / slab),
+                                             static_cast<int64_t>(unmapped_.size()));
+  s.bytes_free += (mappable + static_cast<int64_t>(empty_.size())) * slab;
+  return s;
 }
 
 }  // namespace ballast::memory

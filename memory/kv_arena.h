@@ -47,6 +47,9 @@ struct KvArenaOptions {
 struct KvArenaStats {
   int64_t slabs_mapped = 0, slabs_empty = 0, slabs_formatted = 0;
   int64_t blocks_used = 0;
+  int64_t blocks_free_formatted = 0;  // free blocks inside formatted slabs
+  int64_t bytes_used = 0;             // bytes of allocated blocks
+  int64_t bytes_free = 0;             // room left: formatted free + empty slabs + unmapped budget
   int64_t carves = 0;  // slabs mapped over the arena's life
   int64_t releases = 0;  // slabs unmapped
 };

@@ -106,14 +106,30 @@ DeviceUsage DeviceWorker::Usage() const {
   for (const auto& e : Engines()) {
     const engine::EngineStats s = e->stats();
     u.memory_used_bytes += e->weight_bytes() + (arena_ ? 0 : e->options().kv_cache_bytes);
-    u.kv_blocks_total += s.kv_blocks_total;
-    u.kv_blocks_free += s.kv_blocks_free;
+    if (!arena_) {
+      u.kv_blocks_total += s.kv_blocks_total;
+      u.kv_blocks_free += s.kv_blocks_free;
+      u.kv_bytes_used += e->kv_bytes() - s.kv_blocks_free * static_cast<int64_t>(e->kv_block_bytes());
+      u.kv_bytes_free += s.kv_blocks_free * static_cast<int64_t>(e->kv_block_bytes());
+    }
     u.waiting += s.waiting;
     u.running += s.running;
     u.preemptions += s.preemptions;
     u.models.push_back(e->name());
   }
-  if (arena_) u.memory_used_bytes += arena_->pool()->stats().mapped_bytes;
+  if (arena_) {
+    const memory::PagePoolStats ps = arena_->pool()->stats();
+    const memory::KvArenaStats as = arena_->stats();
+    u.memory_used_bytes += ps.mapped_bytes;
+    u.page_map_calls = ps.map_calls;
+    u.page_unmap_calls = ps.unmap_calls;
+    u.slabs_formatted = as.slabs_formatted;
+    u.slabs_empty = as.slabs_empty;
+    u.kv_blocks_total = as.blocks_used + as.blocks_free_formatted;
+    u.kv_blocks_free = as.blocks_free_formatted;
+    u.kv_bytes_used = as.bytes_used;
+    u.kv_bytes_free = as.bytes_free;
+  }
   return u;
 }
 

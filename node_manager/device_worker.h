@@ -27,12 +27,19 @@ namespace ballast::node_manager {
 struct DeviceUsage {
   int64_t memory_total_bytes = 0;
   int64_t memory_used_bytes = 0;  // weights + KV pools of resident models
+  // Static mode: the models' private pools. Elastic mode: blocks in use and
+  // free blocks inside formatted slabs (unformatted room is in kv_bytes_free;
+  // block counts of different sizes are not comparable).
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_free = 0;
+  int64_t kv_bytes_used = 0, kv_bytes_free = 0;
   int waiting = 0;
   int running = 0;
   int64_t preemptions = 0;
   std::vector<std::string> models;
+  // Elastic mode: KV arena state and page-pool driver calls (cumulative).
+  int64_t slabs_formatted = 0, slabs_empty = 0;
+  int64_t page_map_calls = 0, page_unmap_calls = 0;
 };
 
 // How a device holds KV: one shared elastic arena, or a static pool per model.

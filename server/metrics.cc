@@ -64,7 +64,16 @@ Metrics::Metrics()
                    .Register(*registry_)),
       preemptions_(BuildCounter().Name("ballast_node_preemptions_total")
                        .Help("Sequences preempted (recomputed) for lack of KV blocks")
-                       .Register(*registry_)) {}
+                       .Register(*registry_)),
+      kv_slabs_(BuildGauge().Name("ballast_node_kv_slabs")
+                    .Help("KV arena slabs per device by state (formatted, empty)")
+                    .Register(*registry_)),
+      kv_bytes_(BuildGauge().Name("ballast_node_kv_bytes")
+                    .Help("KV memory per device by state (used, free)")
+                    .Register(*registry_)),
+      driver_calls_(BuildCounter().Name("ballast_node_page_driver_calls_total")
+                        .Help("Page map/unmap calls (driver calls) per device")
+                        .Register(*registry_)) {}
 
 void Metrics::Record(prometheus::Family<prometheus::Counter>& requests,
                      prometheus::Family<prometheus::Histogram>& ttft,
@@ -97,12 +106,21 @@ void Metrics::SetDevice(const DeviceGauges& g) {
   memory_used_.Add({{"device", g.device}}).Set(static_cast<double>(g.memory_used_bytes));
   queue_length_.Add({{"device", g.device}}).Set(g.queue_length);
   running_.Add({{"device", g.device}}).Set(g.running);
-  auto& c = preemptions_.Add({{"device", g.device}});
+  kv_bytes_.Add({{"device", g.device}, {"state", "used"}}).Set(static_cast<double>(g.kv_bytes_used));
+  kv_bytes_.Add({{"device", g.device}, {"state", "free"}}).Set(static_cast<double>(g.kv_bytes_free));
+  kv_slabs_.Add({{"device", g.device}, {"state", "formatted"}}).Set(static_cast<double>(g.slabs_formatted));
+  kv_slabs_.Add({{"device", g.device}, {"state", "empty"}}).Set(static_cast<double>(g.slabs_empty));
   absl::MutexLock lock(&mu_);
-  int64_t& seen = preemptions_seen_[g.device];
   // Engines restart their counts when models are evicted: count only growth.
-  if (g.preemptions_total > seen) c.Increment(static_cast<double>(g.preemptions_total - seen));
-  seen = g.preemptions_total;
+  auto grow = [&](prometheus::Counter& c, const std::string& key, int64_t total) {
+    int64_t& seen = seen_[key];
+    if (total > seen) c.Increment(static_cast<double>(total - seen));
+    seen = total;
+  };
+  grow(preemptions_.Add({{"device", g.device}}), "preempt/" + g.device, g.preemptions_total);
+  grow(driver_calls_.Add({{"device", g.device}, {"call", "map"}}), "map/" + g.device, g.page_map_calls);
+  grow(driver_calls_.Add({{"device", g.device}, {"call", "unmap"}}), "unmap/" + g.device,
+       g.page_unmap_calls);
 }
 
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(

@@ -37,6 +37,9 @@ struct DeviceGauges {
   int64_t memory_used_bytes = 0;
   int queue_length = 0, running = 0;
   int64_t preemptions_total = 0;  // cumulative, as the engines count it
+  int64_t slabs_formatted = 0, slabs_empty = 0;      // elastic KV arena
+  int64_t kv_bytes_used = 0, kv_bytes_free = 0;
+  int64_t page_map_calls = 0, page_unmap_calls = 0;  // cumulative driver calls
 };
 
 class Metrics {
@@ -72,9 +75,13 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& queue_length_;
   prometheus::Family<prometheus::Gauge>& running_;
   prometheus::Family<prometheus::Counter>& preemptions_;
+  prometheus::Family<prometheus::Gauge>& kv_slabs_;
+  prometheus::Family<prometheus::Gauge>& kv_bytes_;
+  prometheus::Family<prometheus::Counter>& driver_calls_;
 
   absl::Mutex mu_;
-  std::map<std::string, int64_t> preemptions_seen_ ABSL_GUARDED_BY(mu_);
+  // Last cumulative value seen per series, to turn totals into increments.
+  std::map<std::string, int64_t> seen_ ABSL_GUARDED_BY(mu_);
 };
 
 // Serves `registry` on http://<address>/metrics. Errors name the address.

@@ -136,7 +136,9 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
       for (auto* d : raw->node->devices()) {
         const auto u = d->Usage();
         metrics->SetDevice({d->name(), u.kv_blocks_total - u.kv_blocks_free, u.kv_blocks_free,
-                            u.memory_used_bytes, u.waiting, u.running, u.preemptions});
+                            u.memory_used_bytes, u.waiting, u.running, u.preemptions,
+                            u.slabs_formatted, u.slabs_empty, u.kv_bytes_used, u.kv_bytes_free,
+                            u.page_map_calls, u.page_unmap_calls});
       }
     } while (!raw->stop_gauges.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
   });
