@@ -329,18 +329,9 @@ bool ModelEngine::Step() {
     // at the next block boundary and its prefill wasted (thrashing).
     const int64_t headroom = static_cast<int64_t>(running_.size()) * config_.num_hidden_layers;
     const bool fits = allocator_->num_free() - kv_->BlocksNeeded(s->kv, s->num_computed + take) >= headroom;
-    if (!fits || !ReserveOrReclaim(s, s->num_computed + take, /*may_preempt=*/false)) {
-      if (running_.empty() && plan.empty()) {
-        // Nothing else holds blocks: this request can never fit.
-        auto seq = std::move(waiting_.front());
-        waiting_.pop_front();
-        Fail(std::move(seq), absl::ResourceExhaustedError(absl::StrCat(
-                                 "model ", options_.name, ": KV pool (", allocator_->num_total(),
-                                 " blocks) cannot hold this request; raise kv_cache_bytes")));
-        continue;
-      }
-      break;
-    }
+    // No room now: wait. Submit() refused requests that could never fit;
+    // in elastic mode other models may hold the memory for a while.
+    if (!fits || !ReserveOrReclaim(s, s->num_computed + take, /*may_preempt=*/false)) break;
     s->take = take;
     budget -= take;
     plan.push_back(s);

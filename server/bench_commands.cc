@@ -107,8 +107,11 @@ class ServeProcess {
     const int port = ntohs(addr.sin_port);
     close(fd);
     *target = absl::StrCat("127.0.0.1:", port);
-    const std::string self = fs::read_symlink("/proc/self/exe").string();
-    std::vector<std::string> argv = {self, "serve", "--config", config, "--listen", *target,
+    // Exec this very binary through an fd opened now: a rebuild that replaces
+    // the file mid-comparison must not change (or break) what runs.
+    static const int self_fd = open("/proc/self/exe", O_RDONLY);
+    if (self_fd < 0) return absl::InternalError("cannot open /proc/self/exe");
+    std::vector<std::string> argv = {"ballast", "serve", "--config", config, "--listen", *target,
                                      "--metrics-listen", "", "--node-listen", "127.0.0.1:0"};
     pid_ = fork();
     if (pid_ == 0) {
@@ -118,7 +121,7 @@ class ServeProcess {
       std::vector<char*> args;
       for (auto& a : argv) args.push_back(a.data());
       args.push_back(nullptr);
-      execv(args[0], args.data());
+      fexecve(self_fd, args.data(), environ);
       _exit(127);
     }
     // Ready when every configured model has a READY replica.
