@@ -18,6 +18,16 @@ namespace {
 
 using ballast::server::Config;
 
+// Daemons wait for SIGINT/SIGTERM with sigwait(): block them in every
+// thread, before any is started. Client commands keep the default action.
+void BlockShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
 // Daemon flags that override the config file.
 struct DaemonFlags {
   std::string config;
@@ -96,12 +106,6 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Daemons wait for these with sigwait(); block them in every thread.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   spdlog::set_default_logger(spdlog::stderr_color_mt("ballast"));
 
@@ -185,14 +189,17 @@ int main(int argc, char** argv) {
                    "(try --config configs/ballast.yaml)\n";
       return 2;
     }
+    BlockShutdownSignals();
     return ballast::server::RunServe(config);
   }
   if (sched->parsed()) {
     if (int rc = PrepareConfig(sched_f, "", true, false, false, &config)) return rc;
+    BlockShutdownSignals();
     return ballast::server::RunScheduler(config);
   }
   if (node->parsed()) {
     if (int rc = PrepareConfig(node_f, "", false, true, false, &config)) return rc;
+    BlockShutdownSignals();
     return ballast::server::RunNode(config);
   }
   if (generate->parsed()) {
