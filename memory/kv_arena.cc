@@ -132,6 +132,7 @@ absl::StatusOr<int> KvArena::TakeSlab(int cls, std::vector<int>* carved) {
   for (int i = 0; i < c.blocks_per_slab; ++i) s.free[i] = static_cast<uint16_t>(c.blocks_per_slab - 1 - i);
   ++stats_.slabs_formatted;
   classes_[cls].partial.insert({0, slab});
+  ++classes_[cls].formatted;
   return slab;
 }
 
@@ -139,6 +140,7 @@ void KvArena::ReleaseSlab(int slab, bool keep_in_buffer) {
   Slab& s = slabs_[slab];
   if (s.state == Slab::State::kFormatted) {
     classes_[s.cls].partial.erase({-s.used, slab});
+    --classes_[s.cls].formatted;
     --stats_.slabs_formatted;
   } else if (s.state == Slab::State::kEmpty) {
     empty_.erase(std::find(empty_.begin(), empty_.end(), slab));
@@ -233,8 +235,7 @@ int64_t KvArena::Capacity(int cls, bool max) const {
   const int64_t slab = static_cast<int64_t>(options_.slab_bytes);
   if (max) return (ps.budget_bytes / slab) * c.blocks_per_slab;
   // Used + free room in this class's partial slabs + slabs it could take.
-  int64_t free_in_partial = 0;
-  for (const auto& [neg_used, s] : c.partial) free_in_partial += static_cast<int64_t>(slabs_[s].free.size());
+  const int64_t free_in_partial = c.free_formatted();
   const int64_t mappable = std::max<int64_t>(0, (ps.budget_bytes - ps.mapped_bytes) / slab);
   const int64_t takeable = std::min<int64_t>(mappable, static_cast<int64_t>(unmapped_.size())) +
                            static_cast<int64_t>(empty_.size());
@@ -256,8 +257,7 @@ KvArenaStats KvArena::stats() const {
   KvArenaStats s = stats_;
   const int64_t slab = static_cast<int64_t>(options_.slab_bytes);
   for (const Class& c : classes_) {
-    int64_t free_blocks = 0;
-    for (const auto& [neg_used, i] : c.partial) free_blocks += static_cast<int64_t>(slabs_[i].free.size());
+    const int64_t free_blocks = c.free_formatted();
     s.blocks_free_formatted += free_blocks;
     s.bytes_used += c.used * static_cast<int64_t>(c.block_bytes);
     s.bytes_free += free_blocks * static_cast<int64_t>(c.block_bytes);

@@ -93,7 +93,10 @@ class KvArena {
     size_t block_bytes = 0;
     int blocks_per_slab = 0;
     int64_t used = 0;
+    int64_t formatted = 0;  // slabs formatted to this size
     std::set<std::pair<int, int>> partial;  // (-used, slab): fullest first
+    // Free blocks inside this class's formatted slabs; O(1).
+    int64_t free_formatted() const { return formatted * blocks_per_slab - used; }
     int views = 0;
   };
 
