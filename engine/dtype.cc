@@ -12,6 +12,7 @@ const char* SafetensorsName(DType t) {
     case DType::kF32: return "F32";
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
+    case DType::kFP8E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -20,8 +21,9 @@ absl::StatusOr<DType> DTypeFromSafetensors(std::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "BF16") return DType::kBF16;
   if (name == "F16") return DType::kF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unsupported dtype \"", std::string(name), "\" (supported: F32, BF16, F16)"));
+  if (name == "F8_E4M3") return DType::kFP8E4M3;
+  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype \"", std::string(name),
+                                                 "\" (supported: F32, BF16, F16, F8_E4M3)"));
 }
 
 const char* ConfigName(DType t) {
@@ -29,6 +31,7 @@ const char* ConfigName(DType t) {
     case DType::kF32: return "f32";
     case DType::kBF16: return "bf16";
     case DType::kF16: return "fp16";
+    case DType::kFP8E4M3: return "fp8_e4m3";
   }
   return "?";
 }
@@ -37,8 +40,9 @@ absl::StatusOr<DType> DTypeFromConfig(std::string_view name) {
   if (name == "f32" || name == "float32" || name == "fp32") return DType::kF32;
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   if (name == "fp16" || name == "f16" || name == "float16") return DType::kF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype \"", std::string(name), "\" (expected f32, bf16 or fp16)"));
+  if (name == "fp8" || name == "fp8_e4m3" || name == "float8_e4m3fn") return DType::kFP8E4M3;
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", std::string(name),
+                                                 "\" (expected f32, bf16, fp16 or fp8_e4m3)"));
 }
 
 float HalfToFloat(uint16_t h) {
@@ -77,6 +81,39 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
+float Fp8E4M3ToFloat(uint8_t v) {
+  const uint32_t sign = v >> 7, exp = (v >> 3) & 0xfu, mant = v & 0x7u;
+  float r;
+  if (exp == 0xf && mant == 0x7) {
+    r = std::nanf("");
+  } else if (exp == 0) {
+    r = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant * 2^-6 / 8
+  } else {
+    r = std::ldexp(static_cast<float>(mant | 0x8u), static_cast<int>(exp) - 10);
+  }
+  return sign ? -r : r;
+}
+
+uint8_t FloatToFp8E4M3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;  // saturate (E4M3FN has no infinity)
+  // Quantum of a's binade: 2^(e-3) for normals (e >= -6), 2^-9 below.
+  int e;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  const int exp = std::max(e - 1, -6);
+  const float q = std::ldexp(1.0f, exp - 3);
+  const float r = std::nearbyint(a / q) * q;  // round to nearest even
+  if (r == 0.0f) return sign;
+  int re;
+  std::frexp(r, &re);
+  const int rexp = re - 1;
+  if (rexp < -6) return sign | static_cast<uint8_t>(r / std::ldexp(1.0f, -9));  // subnormal
+  const uint8_t mant = static_cast<uint8_t>(r / std::ldexp(1.0f, rexp - 3)) & 0x7u;
+  return sign | static_cast<uint8_t>((rexp + 7) << 3) | mant;
+}
+
 void ToFloat(DType t, const void* src, float* dst, size_t n) {
   switch (t) {
     case DType::kF32:
@@ -90,6 +127,11 @@ void ToFloat(DType t, const void* src, float* dst, size_t n) {
     case DType::kF16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = HalfToFloat(s[i]);
+      return;
+    }
+    case DType::kFP8E4M3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = Fp8E4M3ToFloat(s[i]);
       return;
     }
   }
@@ -108,6 +150,11 @@ void FromFloat(DType t, const float* src, void* dst, size_t n) {
     case DType::kF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = FloatToHalf(src[i]);
+      return;
+    }
+    case DType::kFP8E4M3: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = FloatToFp8E4M3(src[i]);
       return;
     }
   }

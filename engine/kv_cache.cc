@@ -44,6 +44,15 @@ uint8_t* KvCache::Slot(const SequenceKv& seq, int layer, int pos, bool value) co
 
 void KvCache::Write(const SequenceKv& seq, int layer, int pos, const float* k, const float* v) {
   const size_t n = static_cast<size_t>(layout_.num_kv_heads) * layout_.head_dim;
+  if (layout_.dtype == DType::kFP8E4M3) {
+    uint8_t* ks = Slot(seq, layer, pos, false);
+    uint8_t* vs = Slot(seq, layer, pos, true);
+    for (size_t i = 0; i < n; ++i) {
+      ks[i] = FloatToFp8E4M3(k[i] / layout_.k_scale);
+      vs[i] = FloatToFp8E4M3(v[i] / layout_.v_scale);
+    }
+    return;
+  }
   FromFloat(layout_.dtype, k, Slot(seq, layer, pos, false), n);
   FromFloat(layout_.dtype, v, Slot(seq, layer, pos, true), n);
 }
@@ -51,11 +60,17 @@ void KvCache::Write(const SequenceKv& seq, int layer, int pos, const float* k, c
 void KvCache::ReadK(const SequenceKv& seq, int layer, int pos, int head, float* out) const {
   const size_t off = static_cast<size_t>(head) * layout_.head_dim * DTypeSize(layout_.dtype);
   ToFloat(layout_.dtype, Slot(seq, layer, pos, false) + off, out, layout_.head_dim);
+  if (layout_.dtype == DType::kFP8E4M3) {
+    for (int i = 0; i < layout_.head_dim; ++i) out[i] *= layout_.k_scale;
+  }
 }
 
 void KvCache::ReadV(const SequenceKv& seq, int layer, int pos, int head, float* out) const {
   const size_t off = static_cast<size_t>(head) * layout_.head_dim * DTypeSize(layout_.dtype);
   ToFloat(layout_.dtype, Slot(seq, layer, pos, true) + off, out, layout_.head_dim);
+  if (layout_.dtype == DType::kFP8E4M3) {
+    for (int i = 0; i < layout_.head_dim; ++i) out[i] *= layout_.v_scale;
+  }
 }
 
 }  // namespace ballast::engine

@@ -27,6 +27,10 @@ struct KvLayout {
   int head_dim = 0;
   int block_tokens = 16;
   DType dtype = DType::kF32;
+  // FP8 only: values are stored as x / scale and read as q * scale, so
+  // scale should be about max|x| / 448. Default 1 (vLLM's default too).
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 
   size_t token_bytes() const {
     return static_cast<size_t>(num_kv_heads) * head_dim * DTypeSize(dtype);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_executor.h"
+#include "engine/gpu_backend.h"
 #include "memory/host_block_pool.h"
 
 namespace ballast::engine {
@@ -17,7 +18,8 @@ struct ModelEngine::Sequence {
   int num_computed = 0;  // leading tokens whose KV is written
   SequenceKv kv;
   bool admitted_once = false;
-  std::mt19937_64 rng;
+  std::mt19937_64 rng;  // host sampling
+  uint64_t seed = 0;    // device sampling: draw i is Philox(seed, i)
   std::unique_ptr<OutputText> out;
   GenerationResult result;
   absl::Time first_scheduled = absl::InfinitePast();
@@ -33,10 +35,11 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngineOptions& o,
                                                                  std::function<void()> wake) {
-  if (o.backend != "cpu") {
-    return absl::UnimplementedError(absl::StrCat("model ", o.name, ": backend \"", o.backend,
-                                                 "\" is not available in this build (use cpu)"));
+  if (o.backend != "cpu" && o.backend != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("model ", o.name, ": backend \"", o.backend,
+                                                   "\" is unknown (expected cpu or cuda)"));
   }
+  const bool gpu = o.backend == "cuda";
   if (o.block_tokens <= 0 || o.max_batch_tokens <= 0 || o.max_seqs <= 0 || o.kv_cache_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model ", o.name, ": block_tokens, max_batch_tokens, max_seqs, kv_cache_bytes must be > 0"));
@@ -59,9 +62,6 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
                                                    " needed by the byte tokenizer"));
   }
   e->tokenizer_ = std::make_unique<ByteTokenizer>();
-  auto w = ModelWeights::Load(o.path, e->config_);
-  if (!w.ok()) return w.status();
-  e->weights_ = std::make_shared<const ModelWeights>(std::move(*w));
   e->context_window_ = e->config_.max_position_embeddings;
   if (o.max_context > 0) e->context_window_ = std::min(e->context_window_, o.max_context);
 
@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
   layout.num_kv_heads = e->config_.num_key_value_heads;
   layout.head_dim = e->config_.head_dim;
   layout.block_tokens = o.block_tokens;
+  if (gpu) layout.dtype = GpuAutoKvDType(e->config_);
   if (o.kv_dtype != "auto") {
     auto dt = DTypeFromConfig(o.kv_dtype);
     if (!dt.ok()) return absl::InvalidArgumentError(absl::StrCat("model ", o.name, ": kv_dtype: ", dt.status().message()));
@@ -88,14 +89,34 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
           " blocks of ", layout.block_bytes(), " bytes; at least one per layer (",
           layout.num_layers, ") is needed"));
     }
-    auto pool = memory::HostBlockPool::Create(layout.block_bytes(), blocks);
-    if (!pool.ok()) return pool.status();
-    e->allocator_ = std::move(*pool);
+    if (gpu) {
+      auto pool = CreateGpuBlockPool(o.device, layout.block_bytes(), blocks);
+      if (!pool.ok()) return pool.status();
+      e->allocator_ = std::move(*pool);
+    } else {
+      auto pool = memory::HostBlockPool::Create(layout.block_bytes(), blocks);
+      if (!pool.ok()) return pool.status();
+      e->allocator_ = std::move(*pool);
+    }
   }
   e->kv_ = std::make_unique<KvCache>(layout, e->allocator_.get());
-  auto ex = CpuExecutor::Create(e->config_, e->weights_, e->kv_.get());
-  if (!ex.ok()) return ex.status();
-  e->executor_ = std::move(*ex);
+  if (gpu) {
+    GpuExecutorOptions g;
+    g.device = o.device;
+    g.max_batch_tokens = o.max_batch_tokens;
+    g.max_context = e->context_window_;
+    g.cuda_graphs = o.cuda_graphs;
+    auto ex = CreateGpuExecutor(e->config_, o.path, e->kv_.get(), g);
+    if (!ex.ok()) return ex.status();
+    e->executor_ = std::move(*ex);
+  } else {
+    auto w = ModelWeights::Load(o.path, e->config_);
+    if (!w.ok()) return w.status();
+    auto ex = CpuExecutor::Create(e->config_, std::make_shared<const ModelWeights>(std::move(*w)),
+                                  e->kv_.get());
+    if (!ex.ok()) return ex.status();
+    e->executor_ = std::move(*ex);
+  }
   e->PublishStats();
   return e;
 }
@@ -156,7 +177,8 @@ absl::Status ModelEngine::Submit(GenerationRequest req, GenerationSink* sink) {
   if (req.arrival == absl::InfinitePast()) req.arrival = absl::Now();
   seq->tokens = req.prompt;
   seq->prompt_len = static_cast<int>(req.prompt.size());
-  seq->rng.seed(p.seed ? *p.seed : std::random_device{}());
+  seq->seed = p.seed ? *p.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
+  seq->rng.seed(seq->seed);
   seq->out = std::make_unique<OutputText>(tokenizer_.get(), p.stop);
   seq->result.prompt_tokens = seq->prompt_len;
   seq->result.kv_source = req.history_tokens > 0 ? KvSource::kRecomputed : KvSource::kNone;
@@ -357,7 +379,19 @@ bool ModelEngine::Step() {
     chunks.push_back(c);
   }
   std::vector<float> logits;
-  absl::Status st = executor_->Forward(chunks, &logits);
+  std::vector<int> sampled;
+  absl::Status st;
+  if (executor_->samples_on_device()) {
+    std::vector<DeviceSampling> sampling;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (chunks[i].logits == LogitsMode::kNone) continue;
+      const Sequence* s = plan[i];
+      sampling.push_back({s->req.params.sampling, s->seed, static_cast<uint64_t>(s->outputs())});
+    }
+    st = executor_->ForwardSample(chunks, sampling, &sampled);
+  } else {
+    st = executor_->Forward(chunks, &logits);
+  }
   ++steps_;
   if (!st.ok()) {
     AbortAll(st);
@@ -368,11 +402,15 @@ bool ModelEngine::Step() {
   for (Sequence* s : plan) {
     s->num_computed += s->take;
     if (s->num_computed == static_cast<int>(s->tokens.size())) {
-      AfterForward(s, logits.data() + row * config_.vocab_size);
+      const int id = executor_->samples_on_device()
+                         ? sampled[row]
+                         : SampleToken(logits.data() + row * config_.vocab_size,
+                                       config_.vocab_size, s->req.params.sampling, s->rng);
+      AfterToken(s, id);
       ++row;
     }
   }
-  // Retire finished sequences (AfterForward marks them with take = -1).
+  // Retire finished sequences (AfterToken marks them with take = -1).
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->take == -1) {
       auto seq = std::move(*it);
@@ -387,8 +425,7 @@ bool ModelEngine::Step() {
   return true;
 }
 
-void ModelEngine::AfterForward(Sequence* s, const float* logits) {
-  const int id = SampleToken(logits, config_.vocab_size, s->req.params.sampling, s->rng);
+void ModelEngine::AfterToken(Sequence* s, int id) {
   const absl::Time now = absl::Now();
   if (s->first_token == absl::InfinitePast()) s->first_token = now;
   s->last_token = now;

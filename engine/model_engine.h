@@ -54,9 +54,14 @@ namespace ballast::engine {
 struct ModelEngineOptions {
   std::string name;
   std::string path;  // directory with config.json and *.safetensors
-  // Backend: "cpu" (the only one in this build).
+  // Backend: "cpu" (reference, float32) or "cuda" (needs a CUDA build).
   std::string backend = "cpu";
-  // KV cache element type; "auto" = f32 on the CPU backend.
+  // CUDA device ordinal (cuda backend). Default 0.
+  int device = 0;
+  // Replay decode steps from CUDA graphs (cuda backend). Default on.
+  bool cuda_graphs = true;
+  // KV cache element type; "auto" = f32 on the CPU backend, the model's
+  // dtype (bf16/fp16) on cuda; "fp8_e4m3" stores KV in 8 bits (scale 1).
   std::string kv_dtype = "auto";
   // Positions per KV block. Default 16; smaller wastes less, costs more
   // block-table entries.
@@ -97,7 +102,7 @@ class ModelEngine {
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   int context_window() const { return context_window_; }
-  int64_t weight_bytes() const { return weights_->stored_bytes; }
+  int64_t weight_bytes() const { return executor_->weight_bytes(); }
   // Bytes this model's KV holds: its private pool (static) or its blocks.
   int64_t kv_bytes() const;
   size_t kv_block_bytes() const { return allocator_->block_bytes(); }
@@ -137,14 +142,13 @@ class ModelEngine {
   void Preempt(Sequence* seq);
   void Finish(std::unique_ptr<Sequence> seq, FinishReason reason);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
-  void AfterForward(Sequence* seq, const float* logits);
+  void AfterToken(Sequence* seq, int id);
   void PublishStats();
 
   ModelEngineOptions options_;
   std::function<void()> wake_;
   ModelConfig config_;
   int context_window_ = 0;
-  std::shared_ptr<const ModelWeights> weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::shared_ptr<memory::KvArena> arena_;  // keeps the arena alive (elastic)
   std::unique_ptr<memory::BlockAllocator> allocator_;

@@ -2,89 +2,47 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <map>
-#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "engine/safetensors.h"
+#include "engine/checkpoint.h"
 
 namespace ballast::engine {
 namespace {
 
-class TensorIndex {
- public:
-  absl::Status Open(const std::string& dir) {
-    std::vector<std::string> paths;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      if (e.path().extension() == ".safetensors") paths.push_back(e.path().string());
+// Converts tensor `name` to float32 ({rows, cols}, or {cols} for a vector
+// when rows == 0), checking that every value is finite.
+absl::StatusOr<Matrix> GetMatrix(const CheckpointIndex& idx, const std::string& name, int rows,
+                                 int cols, int64_t* stored_bytes) {
+  auto view = idx.Get(name, rows, cols);
+  if (!view.ok()) return view.status();
+  const TensorView* v = *view;
+  Matrix m;
+  m.rows = rows == 0 ? 1 : rows;
+  m.cols = cols;
+  m.data.resize(static_cast<size_t>(v->numel()));
+  ToFloat(v->dtype, v->data, m.data.data(), m.data.size());
+  for (float x : m.data) {
+    if (!std::isfinite(x)) {
+      return absl::DataLossError(absl::StrCat(idx.FileOf(name), ": tensor \"", name,
+                                              "\" holds non-finite values: corrupt file?"));
     }
-    if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
-    if (paths.empty()) return absl::NotFoundError(absl::StrCat(dir, ": no *.safetensors files"));
-    std::sort(paths.begin(), paths.end());
-    for (const auto& p : paths) {
-      auto f = SafetensorsFile::Open(p);
-      if (!f.ok()) return f.status();
-      for (const auto& [name, view] : (*f)->tensors()) index_[name] = {f->get(), &view};
-      files_.push_back(std::move(*f));
-    }
-    return absl::OkStatus();
   }
-
-  bool Has(const std::string& name) const { return index_.count(name) > 0; }
-
-  // Converts tensor `name` to float32, checking its shape ({rows, cols}, or
-  // {cols} for a vector when rows == 0) and that every value is finite.
-  absl::StatusOr<Matrix> Get(const std::string& name, int rows, int cols) {
-    auto it = index_.find(name);
-    if (it == index_.end()) {
-      return absl::NotFoundError(absl::StrCat("tensor \"", name, "\" is missing from the checkpoint"));
-    }
-    const auto& [file, view] = it->second;
-    std::vector<int64_t> want = rows == 0 ? std::vector<int64_t>{cols}
-                                          : std::vector<int64_t>{rows, cols};
-    if (view->shape != want) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file->path(), ": tensor \"", name, "\" has shape [",
-                       absl::StrJoin(view->shape, ", "), "], config.json implies [",
-                       absl::StrJoin(want, ", "), "]"));
-    }
-    Matrix m;
-    m.rows = rows == 0 ? 1 : rows;
-    m.cols = cols;
-    m.data.resize(static_cast<size_t>(view->numel()));
-    ToFloat(view->dtype, view->data, m.data.data(), m.data.size());
-    for (float x : m.data) {
-      if (!std::isfinite(x)) {
-        return absl::DataLossError(absl::StrCat(file->path(), ": tensor \"", name,
-                                                "\" holds non-finite values: corrupt file?"));
-      }
-    }
-    stored_bytes_ += static_cast<int64_t>(view->nbytes);
-    return m;
-  }
-
-  int64_t stored_bytes() const { return stored_bytes_; }
-
- private:
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, std::pair<SafetensorsFile*, const TensorView*>> index_;
-  int64_t stored_bytes_ = 0;
-};
+  *stored_bytes += static_cast<int64_t>(v->nbytes);
+  return m;
+}
 
 }  // namespace
 
 absl::StatusOr<ModelWeights> ModelWeights::Load(const std::string& dir, const ModelConfig& c) {
-  TensorIndex idx;
+  CheckpointIndex idx;
   if (auto s = idx.Open(dir); !s.ok()) return s;
   ModelWeights w;
+  int64_t stored = 0;
   absl::Status status;
   auto get = [&](const std::string& name, int rows, int cols, Matrix* out) {
     if (!status.ok()) return;
-    auto m = idx.Get(name, rows, cols);
+    auto m = GetMatrix(idx, name, rows, cols, &stored);
     if (!m.ok()) {
       status = m.status();
       return;
@@ -116,7 +74,7 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const std::string& dir, const Mo
   get("model.norm.weight", 0, h, &w.final_norm);
   if (!c.tie_word_embeddings) get("lm_head.weight", c.vocab_size, h, &w.lm_head);
   if (!status.ok()) return status;
-  w.stored_bytes = idx.stored_bytes();
+  w.stored_bytes = stored;
   return w;
 }
 

@@ -4,8 +4,8 @@
 // tables (which blocks belong to which sequence), the allocator only the
 // free/used state and the block -> address map.
 //
-// Implementations: HostBlockPool (a fixed pool in host memory, used by the
-// CPU backend). The slab arena of the elastic memory layer implements the
+// Implementations: HostBlockPool (a fixed pool over one buffer: host memory
+// for the CPU backend, device memory for the CUDA backend's static mode). The slab arena of the elastic memory layer implements the
 // same interface.
 //
 // Thread-safety: implementations are thread-safe.
@@ -22,6 +22,16 @@ namespace ballast::memory {
 
 using BlockId = int32_t;
 
+// The block -> address rule as data, for device kernels that cannot call
+// Address(): address(id) = base + (id >> slab_shift) * slab_bytes +
+// (id & ((1 << slab_shift) - 1)) * block_bytes.
+struct BlockAddressing {
+  uint8_t* base = nullptr;
+  int slab_shift = 31;
+  size_t slab_bytes = 0;
+  size_t block_bytes = 0;
+};
+
 class BlockAllocator {
  public:
   virtual ~BlockAllocator() = default;
@@ -36,6 +46,8 @@ class BlockAllocator {
   virtual uint8_t* Address(BlockId id) = 0;
 
   virtual size_t block_bytes() const = 0;
+  // Agrees with Address() for every live block.
+  virtual BlockAddressing addressing() const = 0;
   virtual int64_t num_total() const = 0;
   virtual int64_t num_free() const = 0;
   // Most blocks this allocator could ever hold (the whole pool, were every

@@ -15,13 +15,25 @@ absl::StatusOr<std::unique_ptr<HostBlockPool>> HostBlockPool::Create(size_t bloc
                                                    "num_blocks > 0 (got ", block_bytes, ", ",
                                                    num_blocks, ")"));
   }
-  return std::unique_ptr<HostBlockPool>(new HostBlockPool(block_bytes, num_blocks));
+  return std::unique_ptr<HostBlockPool>(new HostBlockPool(block_bytes, num_blocks, nullptr));
 }
 
-HostBlockPool::HostBlockPool(size_t block_bytes, int64_t num_blocks)
+absl::StatusOr<std::unique_ptr<HostBlockPool>> HostBlockPool::CreateOver(uint8_t* storage,
+                                                                         size_t block_bytes,
+                                                                         int64_t num_blocks) {
+  if (storage == nullptr || block_bytes == 0 || num_blocks <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HostBlockPool needs storage, block_bytes > 0 and num_blocks > 0 (got ", block_bytes,
+        ", ", num_blocks, ")"));
+  }
+  return std::unique_ptr<HostBlockPool>(new HostBlockPool(block_bytes, num_blocks, storage));
+}
+
+HostBlockPool::HostBlockPool(size_t block_bytes, int64_t num_blocks, uint8_t* external)
     : block_bytes_(block_bytes),
       num_blocks_(num_blocks),
-      storage_(new uint8_t[block_bytes * static_cast<size_t>(num_blocks)]) {
+      storage_(external ? nullptr : new uint8_t[block_bytes * static_cast<size_t>(num_blocks)]),
+      base_(external ? external : storage_.get()) {
   free_.reserve(static_cast<size_t>(num_blocks));
   for (int64_t i = num_blocks - 1; i >= 0; --i) free_.push_back(static_cast<BlockId>(i));
   used_.assign(static_cast<size_t>(num_blocks), false);
@@ -49,7 +61,7 @@ void HostBlockPool::Free(absl::Span<const BlockId> blocks) {
 }
 
 uint8_t* HostBlockPool::Address(BlockId id) {
-  return storage_.get() + static_cast<size_t>(id) * block_bytes_;
+  return base_ + static_cast<size_t>(id) * block_bytes_;
 }
 
 int64_t HostBlockPool::num_free() const {

@@ -35,6 +35,10 @@ class KvArena::View final : public BlockAllocator {
   void Free(absl::Span<const BlockId> blocks) override { arena_->Free(cls_, blocks); }
   uint8_t* Address(BlockId id) override { return arena_->Address(cls_, id); }
   size_t block_bytes() const override { return block_bytes_; }
+  BlockAddressing addressing() const override {
+    static_assert(kMaxBlocksPerSlab == 1 << 16, "slab_shift below");
+    return {arena_->base_, 16, arena_->options_.slab_bytes, block_bytes_};
+  }
   int64_t num_total() const override { return arena_->Capacity(cls_, false); }
   int64_t num_free() const override {
     return arena_->Capacity(cls_, false) - UsedBlocks();

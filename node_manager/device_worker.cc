@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/gpu_backend.h"
 #include "memory/page_pool.h"
 
 namespace ballast::node_manager {
@@ -10,15 +11,19 @@ namespace ballast::node_manager {
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
     std::string name, int64_t memory_bytes, const DeviceMemoryOptions& memory) {
   std::unique_ptr<DeviceWorker> w(new DeviceWorker(std::move(name), memory_bytes));
+  w->gpu_ = memory.gpu;
   if (memory.elastic) {
-    auto pool = memory::HostPagePool::Create(memory.page_bytes, memory_bytes);
+    absl::StatusOr<std::shared_ptr<memory::PagePool>> pool =
+        memory.gpu >= 0 ? engine::CreateGpuPagePool(memory.gpu, memory.page_bytes, memory_bytes)
+                        : absl::StatusOr<std::shared_ptr<memory::PagePool>>(
+                              memory::HostPagePool::Create(memory.page_bytes, memory_bytes));
     if (!pool.ok()) return pool.status();
     memory::KvArenaOptions o;
     o.slab_bytes = memory.slab_bytes;
     // Reserve address space for the whole device, rounded up to slabs.
     o.reserve_bytes = ((static_cast<size_t>(memory_bytes) + memory.slab_bytes - 1) / memory.slab_bytes) *
                       memory.slab_bytes;
-    auto arena = memory::KvArena::Create(std::shared_ptr<memory::PagePool>(std::move(*pool)), o);
+    auto arena = memory::KvArena::Create(std::move(*pool), o);
     if (!arena.ok()) return arena.status();
     w->arena_ = std::move(*arena);
   }

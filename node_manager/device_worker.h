@@ -47,6 +47,9 @@ struct DeviceMemoryOptions {
   bool elastic = true;
   size_t page_bytes = 2u << 20;  // physical page (the CUDA VMM granularity)
   size_t slab_bytes = 2u << 20;  // KV slab, a multiple of page_bytes
+  // CUDA ordinal whose memory backs the arena (CUDA VMM pages); -1: host
+  // pages (the cpu backend).
+  int gpu = -1;
 };
 
 class DeviceWorker {
@@ -59,6 +62,8 @@ class DeviceWorker {
 
   const std::string& name() const { return name_; }
   int64_t memory_bytes() const { return memory_bytes_; }
+  // CUDA ordinal, or -1 for a host (cpu backend) device.
+  int gpu() const { return gpu_; }
   // The shared KV arena (elastic mode), else null.
   const std::shared_ptr<memory::KvArena>& arena() const { return arena_; }
   // Gives empty KV slabs back so weights can use their memory.
@@ -83,6 +88,7 @@ class DeviceWorker {
 
   const std::string name_;
   const int64_t memory_bytes_;
+  int gpu_ = -1;
   std::shared_ptr<memory::KvArena> arena_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;

@@ -2,7 +2,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/gpu_backend.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::node_manager {
@@ -38,15 +41,30 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
   if (options.slab_bytes == 0 || options.slab_bytes % (2u << 20) != 0) {
     return absl::InvalidArgumentError("slab size must be a positive multiple of 2 MiB");
   }
-  if (options.engine.backend != "cpu") {
-    return absl::UnimplementedError(absl::StrCat("engine.backend \"", options.engine.backend,
-                                                 "\" is not available in this build (use cpu)"));
+  const bool gpu = options.engine.backend == "cuda";
+  if (!gpu && options.engine.backend != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("engine.backend \"", options.engine.backend,
+                                                   "\" is unknown (expected cpu or cuda)"));
+  }
+  if (gpu && !engine::GpuBackendBuilt()) {
+    return absl::UnimplementedError(
+        "engine.backend cuda: this ballast was built without CUDA; use backend cpu");
   }
   std::unique_ptr<NodeManager> n(new NodeManager(options));
   DeviceMemoryOptions mem;
   mem.elastic = options.memory_mode == "elastic";
   mem.slab_bytes = options.slab_bytes;
   for (const auto& d : options.devices) {
+    mem.gpu = -1;
+    if (gpu) {
+      int ordinal = -1;
+      if (!absl::StartsWith(d.name, "cuda:") || !absl::SimpleAtoi(d.name.substr(5), &ordinal) ||
+          ordinal < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "device \"", d.name, "\": with engine.backend cuda, devices are named cuda:N"));
+      }
+      mem.gpu = ordinal;
+    }
     auto w = DeviceWorker::Create(d.name, d.memory_bytes, mem);
     if (!w.ok()) return w.status();
     n->devices_.push_back(std::move(*w));
@@ -106,6 +124,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.name = name;
   o.path = path;
   o.backend = options_.engine.backend;
+  o.device = std::max(target->gpu(), 0);
   o.kv_dtype = kv_dtype.empty() ? "auto" : kv_dtype;
   o.block_tokens = options_.engine.block_tokens;
   o.kv_cache_bytes = options_.engine.kv_cache_bytes;

@@ -24,6 +24,7 @@
 namespace ballast::node_manager {
 
 struct DeviceOptions {
+  // "cpu:N" for the cpu backend, "cuda:N" (N = CUDA ordinal) for cuda.
   std::string name = "cpu:0";
   // Memory budget of the device for weights + KV. Default 4 GiB.
   int64_t memory_bytes = 4ll << 30;

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "engine/executor.h"
 #include "engine/kv_cache.h"
+#include "engine/rope.h"
 #include "engine/weights.h"
 
 namespace ballast::engine {
@@ -23,6 +24,7 @@ class CpuExecutor final : public Executor {
 
   absl::Status Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) override;
   const ModelConfig& config() const override { return config_; }
+  int64_t weight_bytes() const override { return weights_->stored_bytes; }
 
  private:
   CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights,
@@ -34,9 +36,5 @@ class CpuExecutor final : public Executor {
   KvCache* kv_;
   std::vector<float> inv_freq_;  // [head_dim / 2], Llama-3 scaling applied
 };
-
-// Inverse RoPE frequencies, as transformers computes them (float32),
-// including Llama-3 frequency scaling when configured.
-std::vector<float> RopeInverseFrequencies(const ModelConfig& config);
 
 }  // namespace ballast::engine

@@ -32,6 +32,31 @@ TEST(DType, KnownEncodings) {
   }
 }
 
+TEST(DType, Fp8E4M3Encodings) {
+  EXPECT_EQ(FloatToFp8E4M3(1.0f), 0x38);
+  EXPECT_EQ(FloatToFp8E4M3(-2.0f), 0xC0);
+  EXPECT_EQ(FloatToFp8E4M3(448.0f), 0x7E);
+  EXPECT_EQ(FloatToFp8E4M3(1e6f), 0x7E);                // saturates
+  EXPECT_EQ(FloatToFp8E4M3(std::ldexp(1.0f, -9)), 0x01);  // smallest subnormal
+  EXPECT_EQ(FloatToFp8E4M3(0.0f), 0x00);
+  EXPECT_EQ(Fp8E4M3ToFloat(0x7E), 448.0f);
+  EXPECT_EQ(Fp8E4M3ToFloat(0x01), std::ldexp(1.0f, -9));
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToFloat(0x7F)));
+  // 1 + 1/16 is halfway between 1 and 1.125: ties to even (1.0).
+  EXPECT_EQ(FloatToFp8E4M3(1.0625f), 0x38);
+  EXPECT_EQ(FloatToFp8E4M3(1.1875f), 0x3A);  // halfway 1.125/1.25 -> 1.25 (even)
+  // Every code round-trips exactly.
+  for (int c = 0; c < 256; ++c) {
+    const float f = Fp8E4M3ToFloat(static_cast<uint8_t>(c));
+    if (std::isnan(f)) continue;
+    if (f == 0.0f) continue;  // -0 and +0
+    EXPECT_EQ(FloatToFp8E4M3(f), c) << c;
+  }
+  for (float f : {0.013f, -3.7f, 100.0f, 0.4f}) {
+    EXPECT_NEAR(Fp8E4M3ToFloat(FloatToFp8E4M3(f)), f, std::abs(f) / 16);
+  }
+}
+
 TEST(ModelConfig, ParsesLlama3AndDefaults) {
   auto c = ModelConfig::Parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,
     "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":300,

@@ -1,0 +1,52 @@
+#include "engine/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ballast::engine {
+
+absl::Status CheckpointIndex::Open(const std::string& dir) {
+  std::vector<std::string> paths;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".safetensors") paths.push_back(e.path().string());
+  }
+  if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  if (paths.empty()) return absl::NotFoundError(absl::StrCat(dir, ": no *.safetensors files"));
+  std::sort(paths.begin(), paths.end());
+  for (const auto& p : paths) {
+    auto f = SafetensorsFile::Open(p);
+    if (!f.ok()) return f.status();
+    for (const auto& [name, view] : (*f)->tensors()) index_[name] = {f->get(), &view};
+    files_.push_back(std::move(*f));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const TensorView*> CheckpointIndex::Get(const std::string& name, int rows,
+                                                       int cols) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    return absl::NotFoundError(absl::StrCat("tensor \"", name, "\" is missing from the checkpoint"));
+  }
+  const auto& [file, view] = it->second;
+  const std::vector<int64_t> want =
+      rows == 0 ? std::vector<int64_t>{cols} : std::vector<int64_t>{rows, cols};
+  if (view->shape != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file->path(), ": tensor \"", name, "\" has shape [",
+                     absl::StrJoin(view->shape, ", "), "], config.json implies [",
+                     absl::StrJoin(want, ", "), "]"));
+  }
+  return view;
+}
+
+std::string CheckpointIndex::FileOf(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? "" : it->second.first->path();
+}
+
+}  // namespace ballast::engine

@@ -1,0 +1,110 @@
+// Device-side helpers shared by the kernels: element conversions and
+// 8-wide vector loads/stores, warp and block reductions. Device code only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "engine/cuda/kernels.h"
+
+namespace ballast::engine::cuda {
+
+__device__ __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToF(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ToF(float x) { return x; }
+__device__ __forceinline__ float ToF(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+
+template <typename T>
+__device__ __forceinline__ T FromF(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half FromF<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ float FromF<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 FromF<__nv_fp8_e4m3>(float x) {
+  return __nv_fp8_e4m3(x);  // round to nearest even, saturating (satfinite)
+}
+
+// Loads 8 consecutive elements (16-byte aligned for 2-byte types, 8-byte
+// aligned for FP8) as floats.
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float out[8]) {
+  static_assert(sizeof(T) == 2, "2-byte types");
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = ToF(e[i]);
+}
+template <>
+__device__ __forceinline__ void Load8<__nv_fp8_e4m3>(const __nv_fp8_e4m3* p, float out[8]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const __nv_fp8_e4m3* e = reinterpret_cast<const __nv_fp8_e4m3*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = ToF(e[i]);
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds 32 floats.
+// blockDim.x must be a multiple of 32.
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = WarpSum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  return WarpSum(v);
+}
+__device__ __forceinline__ float BlockMax(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  return WarpMax(v);
+}
+
+// Address of element 0 of (position pos, kv head h) of sequence row `seq`,
+// in the K (value = false) or V half of the block holding pos.
+__device__ __forceinline__ uint8_t* KvSlot(const PagedKv& kv, int seq, int pos, int h, bool value,
+                                           size_t esz) {
+  const unsigned id = static_cast<unsigned>(
+      kv.block_ids[static_cast<size_t>(seq) * kv.max_blocks + pos / kv.block_tokens]);
+  const unsigned mask = (1u << kv.slab_shift) - 1u;
+  uint8_t* block = kv.base + static_cast<size_t>(id >> kv.slab_shift) * kv.slab_bytes +
+                   static_cast<size_t>(id & mask) * kv.block_bytes;
+  const size_t row = static_cast<size_t>(kv.num_kv_heads) * kv.head_dim * esz;
+  return block + (value ? kv.block_tokens * row : 0) + (pos % kv.block_tokens) * row +
+         static_cast<size_t>(h) * kv.head_dim * esz;
+}
+
+// Switch-based dispatch from the runtime activation type to a template.
+#define BALLAST_DISPATCH_ACT(type, T, ...)      \
+  switch (type) {                               \
+    case ActType::kBF16: {                      \
+      using T = __nv_bfloat16;                  \
+      __VA_ARGS__;                              \
+    } break;                                    \
+    case ActType::kF16: {                       \
+      using T = __half;                         \
+      __VA_ARGS__;                              \
+    } break;                                    \
+  }
+
+}  // namespace ballast::engine::cuda

@@ -1,0 +1,77 @@
+// engine/gpu_backend.h for builds with CUDA.
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/cuda_executor.h"
+#include "engine/cuda/cuda_status.h"
+#include "engine/gpu_backend.h"
+#include "memory/cuda/cuda_page_pool.h"
+#include "memory/host_block_pool.h"
+
+namespace ballast::engine {
+namespace {
+
+// A HostBlockPool's bookkeeping over one cudaMalloc'd range it owns.
+class GpuBlockPool final : public memory::BlockAllocator {
+ public:
+  GpuBlockPool(cuda::DeviceBuffer storage, std::unique_ptr<memory::HostBlockPool> pool)
+      : storage_(std::move(storage)), pool_(std::move(pool)) {}
+  absl::StatusOr<std::vector<memory::BlockId>> Allocate(int n) override { return pool_->Allocate(n); }
+  void Free(absl::Span<const memory::BlockId> blocks) override { pool_->Free(blocks); }
+  uint8_t* Address(memory::BlockId id) override { return pool_->Address(id); }
+  size_t block_bytes() const override { return pool_->block_bytes(); }
+  memory::BlockAddressing addressing() const override { return pool_->addressing(); }
+  int64_t num_total() const override { return pool_->num_total(); }
+  int64_t num_free() const override { return pool_->num_free(); }
+
+ private:
+  cuda::DeviceBuffer storage_;
+  std::unique_ptr<memory::HostBlockPool> pool_;
+};
+
+}  // namespace
+
+bool GpuBackendBuilt() { return true; }
+
+absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const ModelConfig& config,
+                                                            const std::string& model_dir,
+                                                            KvCache* kv,
+                                                            const GpuExecutorOptions& options) {
+  auto e = cuda::CudaExecutor::Create(config, model_dir, kv, options);
+  if (!e.ok()) return e.status();
+  return std::unique_ptr<Executor>(std::move(*e));
+}
+
+DType GpuAutoKvDType(const ModelConfig& config) {
+  return cuda::CudaExecutor::ActivationType(config) == cuda::ActType::kF16 ? DType::kF16
+                                                                           : DType::kBF16;
+}
+
+absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int device,
+                                                                           size_t block_bytes,
+                                                                           int64_t num_blocks) {
+  BALLAST_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
+  cuda::DeviceBuffer buf;
+  if (auto s = buf.Allocate(block_bytes * static_cast<size_t>(num_blocks), "KV pool"); !s.ok()) {
+    return s;
+  }
+  auto pool = memory::HostBlockPool::CreateOver(buf.get<uint8_t>(), block_bytes, num_blocks);
+  if (!pool.ok()) return pool.status();
+  return std::unique_ptr<memory::BlockAllocator>(new GpuBlockPool(std::move(buf), std::move(*pool)));
+}
+
+absl::StatusOr<std::shared_ptr<memory::PagePool>> CreateGpuPagePool(int device, size_t page_bytes,
+                                                                    int64_t budget_bytes) {
+  auto p = memory::CudaPagePool::Create(device, page_bytes, budget_bytes);
+  if (!p.ok()) return p.status();
+  return std::shared_ptr<memory::PagePool>(std::move(*p));
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int device) {
+  BALLAST_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
+  size_t free_b = 0, total_b = 0;
+  BALLAST_CUDA_RETURN(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  return std::make_pair(static_cast<int64_t>(free_b), static_cast<int64_t>(total_b));
+}
+
+}  // namespace ballast::engine

@@ -1,0 +1,371 @@
+#include "engine/cuda/cuda_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/rope.h"
+
+namespace ballast::engine::cuda {
+namespace {
+
+int NextPow2(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+absl::StatusOr<KvType> KvTypeOf(DType t, ActType act) {
+  switch (t) {
+    case DType::kFP8E4M3: return KvType::kFP8E4M3;
+    case DType::kBF16:
+      if (act == ActType::kBF16) return KvType::kBF16;
+      break;
+    case DType::kF16:
+      if (act == ActType::kF16) return KvType::kF16;
+      break;
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kv_dtype ", ConfigName(t), " is not supported by the CUDA backend for a ",
+      act == ActType::kBF16 ? "bf16" : "fp16", " model (use auto, fp8_e4m3 or the model's dtype)"));
+}
+
+}  // namespace
+
+ActType CudaExecutor::ActivationType(const ModelConfig& config) {
+  return config.torch_dtype == DType::kF16 ? ActType::kF16 : ActType::kBF16;
+}
+
+absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
+    const ModelConfig& config, const std::string& model_dir, KvCache* kv,
+    const CudaExecutorOptions& options) {
+  const KvLayout& l = kv->layout();
+  if (l.num_layers != config.num_hidden_layers || l.num_kv_heads != config.num_key_value_heads ||
+      l.head_dim != config.head_dim) {
+    return absl::InvalidArgumentError("KV layout does not match the model config");
+  }
+  const int d = config.head_dim;
+  if (d != 8 && d != 16 && d != 32 && d != 64 && d != 128 && d != 256) {
+    return absl::UnimplementedError(
+        absl::StrCat("head_dim ", d, " is not supported by the CUDA backend (8..256, powers of two)"));
+  }
+  if (options.max_batch_tokens <= 0 || options.max_context <= 0) {
+    return absl::InvalidArgumentError("max_batch_tokens and max_context must be > 0");
+  }
+  std::unique_ptr<CudaExecutor> e(new CudaExecutor(config, kv, options));
+  if (auto s = e->Init(model_dir); !s.ok()) return s;
+  return e;
+}
+
+CudaExecutor::CudaExecutor(const ModelConfig& config, KvCache* kv,
+                           const CudaExecutorOptions& options)
+    : config_(config), kv_(kv), options_(options) {}
+
+CudaExecutor::~CudaExecutor() {
+  cudaSetDevice(options_.device);
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (host_meta_) cudaFreeHost(host_meta_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaExecutor::Init(const std::string& model_dir) {
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  BALLAST_CUDA_RETURN(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device),
+                      "device query");
+  BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+  act_ = ActivationType(config_);
+  auto kt = KvTypeOf(kv_->layout().dtype, act_);
+  if (!kt.ok()) return kt.status();
+  kv_type_ = *kt;
+  auto w = DeviceWeights::Load(model_dir, config_, act_, stream_);
+  if (!w.ok()) return w.status();
+  weights_ = std::move(*w);
+  auto g = Gemm::Create(32u << 20);
+  if (!g.ok()) return g.status();
+  gemm_ = std::move(*g);
+
+  const ModelConfig& c = config_;
+  const size_t T = options_.max_batch_tokens, a = ActSize(act_);
+  const size_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size;
+  inv_freq_host_ = RopeInverseFrequencies(c);
+  struct Alloc {
+    DeviceBuffer* buf;
+    size_t bytes;
+    const char* what;
+  };
+  size_t ws = 0;
+  for (int t = 1; t <= options_.max_batch_tokens; ++t) {
+    const AttentionPlan p = PlanPagedAttention(t, c.num_attention_heads, c.num_key_value_heads,
+                                               options_.max_context, num_sms_);
+    ws = std::max(ws, PagedAttentionWorkspaceBytes(t, c.num_attention_heads, c.head_dim, p));
+  }
+  const Alloc allocs[] = {
+      {&inv_freq_, inv_freq_host_.size() * sizeof(float), "rope table"},
+      {&resid_, T * H * sizeof(float), "residual stream"},
+      {&x_, T * H * a, "activations"},
+      {&qkv_, T * (Q + 2 * KV) * a, "qkv"},
+      {&q_, T * Q * a, "queries"},
+      {&attn_, T * Q * a, "attention output"},
+      {&o_, T * H * a, "projections"},
+      {&gate_up_, T * 2 * I * a, "gate/up"},
+      {&act_buf_, T * I * a, "mlp activations"},
+      {&x_sel_, T * H * a, "logit rows"},
+      {&logits_, T * static_cast<size_t>(c.vocab_size) * sizeof(float), "logits"},
+      {&attn_ws_, ws, "attention workspace"},
+  };
+  for (const Alloc& al : allocs) {
+    if (auto s = al.buf->Allocate(al.bytes, al.what); !s.ok()) return s;
+  }
+  BALLAST_CUDA_RETURN(cudaMemcpy(inv_freq_.get(), inv_freq_host_.data(),
+                                 inv_freq_host_.size() * sizeof(float), cudaMemcpyHostToDevice),
+                      "rope table");
+  max_table_blocks_ = (options_.max_context + kv_->layout().block_tokens - 1) / kv_->layout().block_tokens;
+  params_offset_ = 4 * T * sizeof(int);
+  out_offset_ = params_offset_ + T * sizeof(SampleParams);
+  table_offset_ = (out_offset_ + T * sizeof(int) + 255) / 256 * 256;
+  meta_bytes_ = table_offset_ + static_cast<size_t>(c.num_hidden_layers) * T * max_table_blocks_ * sizeof(int);
+  if (auto s = meta_.Allocate(meta_bytes_, "step metadata"); !s.ok()) return s;
+  BALLAST_CUDA_RETURN(cudaMallocHost(&host_meta_, meta_bytes_), "pinned step metadata");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
+    absl::Span<const SequenceChunk> batch, absl::Span<const DeviceSampling> sampling, bool sample) {
+  const int Tmax = options_.max_batch_tokens, BT = kv_->layout().block_tokens;
+  StepShape sh;
+  sh.sample = sample;
+  int need_blocks = 0;
+  bool decode_only = options_.cuda_graphs;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const SequenceChunk& ch = batch[b];
+    const int n = static_cast<int>(ch.tokens.size());
+    const int end = ch.start_pos + n;
+    if (ch.kv->capacity_tokens(BT) < end) {
+      return absl::InternalError(absl::StrCat("chunk ", b, ": KV capacity below position ", end));
+    }
+    if (end > options_.max_context) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", b, " reaches position ", end,
+                                                     "; the executor was sized for ",
+                                                     options_.max_context));
+    }
+    for (int id : ch.tokens) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary"));
+      }
+    }
+    sh.tokens += n;
+    sh.max_context = std::max(sh.max_context, end);
+    need_blocks = std::max(need_blocks, (end + BT - 1) / BT);
+    if (n != 1 || ch.logits != LogitsMode::kLast) decode_only = false;
+    sh.real_rows += ch.logits == LogitsMode::kAll ? n : ch.logits == LogitsMode::kLast && n > 0;
+  }
+  if (sh.tokens > Tmax) {
+    return absl::InvalidArgumentError(absl::StrCat("step of ", sh.tokens, " tokens; the executor was sized for ", Tmax));
+  }
+  if (sample && sampling.size() != static_cast<size_t>(sh.real_rows)) {
+    return absl::InvalidArgumentError(absl::StrCat(sampling.size(), " sampling entries for ", sh.real_rows, " rows"));
+  }
+  const int real_tokens = sh.tokens;
+  sh.graph = decode_only && sh.tokens > 0;
+  if (sh.graph) {
+    sh.tokens = std::min(NextPow2(sh.tokens), Tmax);
+    sh.max_blocks = std::min(NextPow2(need_blocks), max_table_blocks_);
+    sh.max_context = std::min(sh.max_blocks * BT, options_.max_context);
+    sh.seqs = sh.tokens;
+    sh.rows = sh.tokens;
+  } else {
+    sh.max_blocks = std::max(need_blocks, 1);
+    sh.seqs = static_cast<int>(batch.size());
+    sh.rows = sh.real_rows;
+  }
+  auto* base = static_cast<uint8_t*>(host_meta_);
+  int* tok = reinterpret_cast<int*>(base);
+  int* seq = tok + Tmax;
+  int* pos = seq + Tmax;
+  int* rows = pos + Tmax;
+  auto* params = reinterpret_cast<SampleParams*>(base + params_offset_);
+  int t = 0, r = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const SequenceChunk& ch = batch[b];
+    const int n = static_cast<int>(ch.tokens.size());
+    for (int i = 0; i < n; ++i, ++t) {
+      tok[t] = ch.tokens[i];
+      seq[t] = static_cast<int>(b);
+      pos[t] = ch.start_pos + i;
+      if (ch.logits == LogitsMode::kAll || (ch.logits == LogitsMode::kLast && i == n - 1)) rows[r++] = t;
+    }
+  }
+  for (; t < sh.tokens; ++t) {  // graph padding
+    tok[t] = 0;
+    seq[t] = 0;
+    pos[t] = -1;
+    rows[r++] = t;
+  }
+  (void)real_tokens;
+  for (int i = 0; i < sh.rows; ++i) {
+    SampleParams p;
+    if (sample && i < sh.real_rows) {
+      const DeviceSampling& s = sampling[i];
+      p.temperature = s.options.temperature;
+      p.top_p = s.options.top_p;
+      p.top_k = s.options.top_k;
+      p.seed = s.seed;
+      p.counter = s.counter;
+    }
+    params[i] = p;
+  }
+  int* table = reinterpret_cast<int*>(base + table_offset_);
+  const int L = config_.num_hidden_layers;
+  for (int l = 0; l < L; ++l) {
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const auto& ids = batch[b].kv->blocks[l];
+      const size_t n = std::min(ids.size(), static_cast<size_t>(sh.max_blocks));
+      std::memcpy(table + (static_cast<size_t>(l) * sh.seqs + b) * sh.max_blocks, ids.data(), n * sizeof(int));
+    }
+  }
+  BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get(), host_meta_, out_offset_, cudaMemcpyHostToDevice, stream_),
+                      "step upload");
+  const size_t table_bytes = static_cast<size_t>(L) * sh.seqs * sh.max_blocks * sizeof(int);
+  BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get<uint8_t>() + table_offset_, base + table_offset_,
+                                      table_bytes, cudaMemcpyHostToDevice, stream_),
+                      "block table upload");
+  return sh;
+}
+
+absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
+  const ModelConfig& c = config_;
+  const int Tmax = options_.max_batch_tokens;
+  const int T = sh.tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(),
+            I = c.intermediate_size;
+  int* tok = meta_.get<int>();
+  TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
+  const int* rows = tok + 3 * Tmax;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const KvLayout& lay = kv_->layout();
+  const memory::BlockAddressing addr = kv_->allocator()->addressing();
+  PagedKv kv;
+  kv.max_blocks = sh.max_blocks;
+  kv.base = addr.base;
+  kv.slab_shift = addr.slab_shift;
+  kv.slab_bytes = addr.slab_bytes;
+  kv.block_bytes = addr.block_bytes;
+  kv.block_tokens = lay.block_tokens;
+  kv.num_kv_heads = lay.num_kv_heads;
+  kv.head_dim = lay.head_dim;
+  kv.dtype = kv_type_;
+  kv.k_scale = lay.k_scale;
+  kv.v_scale = lay.v_scale;
+  const int* table = reinterpret_cast<const int*>(meta_.get<uint8_t>() + table_offset_);
+  const AttentionPlan plan =
+      PlanPagedAttention(T, c.num_attention_heads, c.num_key_value_heads, sh.max_context, num_sms_);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const DeviceWeights& w = *weights_;
+
+  BALLAST_CUDA_RETURN(LaunchEmbedding(w.embed(), act_, tok, T, H, resid_.get<float>(), stream_), "embedding");
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const DeviceLayer& L = w.layer(l);
+    BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr,
+                                         L.input_norm, eps, T, H, x_.get(), act_, stream_),
+                        "input norm");
+    if (auto s = gemm_->Run(x_.get(), L.qkv, qkv_.get(), T, Q + 2 * KV, H, act_, false, stream_); !s.ok()) return s;
+    kv.block_ids = table + static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
+    BALLAST_CUDA_RETURN(LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, inv_freq_.get<float>(), tm,
+                                          c.num_attention_heads, kv, q_.get(), act_, stream_),
+                        "rope/kv write");
+    BALLAST_CUDA_RETURN(LaunchPagedAttention(q_.get(), tm, c.num_attention_heads, kv, scale, plan,
+                                             attn_ws_.get(), attn_.get(), act_, stream_),
+                        "attention");
+    if (auto s = gemm_->Run(attn_.get(), L.o, o_.get(), T, H, Q, act_, false, stream_); !s.ok()) return s;
+    BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), L.o_bias, L.post_norm, eps,
+                                         T, H, x_.get(), act_, stream_),
+                        "post-attention norm");
+    if (auto s = gemm_->Run(x_.get(), L.gate_up, gate_up_.get(), T, 2 * I, H, act_, false, stream_); !s.ok()) return s;
+    BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_), "silu");
+    // The down projection's output feeds the next layer's input norm.
+    if (auto s = gemm_->Run(act_buf_.get(), L.down, o_.get(), T, H, I, act_, false, stream_); !s.ok()) return s;
+  }
+  BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), nullptr, w.final_norm(), eps,
+                                       T, H, x_.get(), act_, stream_),
+                      "final norm");
+  BALLAST_CUDA_RETURN(LaunchGatherRows(x_.get(), rows, sh.rows, H * ActSize(act_), x_sel_.get(), stream_),
+                      "row gather");
+  if (auto s = gemm_->Run(x_sel_.get(), w.lm_head(), logits_.get(), sh.rows, c.vocab_size, H, act_,
+                          true, stream_);
+      !s.ok()) {
+    return s;
+  }
+  if (sh.sample) {
+    auto* meta = meta_.get<uint8_t>();
+    BALLAST_CUDA_RETURN(LaunchSample(logits_.get<float>(), sh.rows, c.vocab_size,
+                                     reinterpret_cast<const SampleParams*>(meta + params_offset_),
+                                     reinterpret_cast<int*>(meta + out_offset_), stream_),
+                        "sampling");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::Run(const StepShape& sh) {
+  if (!sh.graph) return Enqueue(sh);
+  const auto key = std::make_tuple(sh.tokens, sh.max_blocks, sh.sample);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    // Plans (cuBLASLt heuristics) are made on a first, uncaptured run.
+    if (auto s = Enqueue(sh); !s.ok()) return s;
+    BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "warm-up step");
+    BALLAST_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "graph capture");
+    absl::Status st = Enqueue(sh);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (!st.ok()) {
+      if (graph) cudaGraphDestroy(graph);
+      return st;
+    }
+    BALLAST_CUDA_RETURN(end, "graph capture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    BALLAST_CUDA_RETURN(inst, "graph instantiate");
+    graphs_.emplace(key, exec);
+    return absl::OkStatus();  // the warm-up run already computed this step
+  }
+  BALLAST_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
+  ++graph_replays_;
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) {
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  auto sh = Stage(batch, {}, false);
+  if (!sh.ok()) return sh.status();
+  if (auto s = Run(*sh); !s.ok()) return s;
+  const size_t n = static_cast<size_t>(sh->real_rows) * config_.vocab_size;
+  logits->resize(n);
+  BALLAST_CUDA_RETURN(cudaMemcpyAsync(logits->data(), logits_.get(), n * sizeof(float),
+                                      cudaMemcpyDeviceToHost, stream_),
+                      "logits download");
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "step");
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::ForwardSample(absl::Span<const SequenceChunk> batch,
+                                         absl::Span<const DeviceSampling> sampling,
+                                         std::vector<int>* tokens) {
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  auto sh = Stage(batch, sampling, true);
+  if (!sh.ok()) return sh.status();
+  if (auto s = Run(*sh); !s.ok()) return s;
+  auto* host_out = static_cast<uint8_t*>(host_meta_) + out_offset_;
+  BALLAST_CUDA_RETURN(cudaMemcpyAsync(host_out, meta_.get<uint8_t>() + out_offset_,
+                                      sh->real_rows * sizeof(int), cudaMemcpyDeviceToHost, stream_),
+                      "token download");
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "step");
+  const int* out = reinterpret_cast<const int*>(host_out);
+  tokens->assign(out, out + sh->real_rows);
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::engine::cuda

@@ -1,0 +1,109 @@
+// CudaExecutor: the GPU backend of the Executor interface (one model on one
+// device). Per step: embedding, then per layer fused residual+RMSNorm, one
+// QKV GEMM (cuBLASLt), fused bias+RoPE+paged KV append, paged attention
+// (prefill chunks and decode tokens in one launch), O GEMM, residual+RMSNorm,
+// one gate/up GEMM, SiLU-and-multiply, down GEMM; then the final norm over
+// the rows that need logits, the LM head, and (ForwardSample) sampling on
+// the GPU so only token ids cross to the host.
+//
+// Decode-only steps are replayed from CUDA graphs captured per (batch
+// bucket, block-table bucket): the batch is padded to a power of two with
+// tokens at position -1 that touch nothing.
+//
+// KV blocks come from the KvCache's allocator, which must hand out device
+// memory (a HostBlockPool over cudaMalloc'd storage, or a KvArena over a
+// CudaPagePool); the kernels map block ids to addresses with the
+// allocator's affine rule (BlockAddressing).
+//
+// Thread-safety: one thread at a time (see Executor).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/cuda/cuda_status.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
+#include "engine/executor.h"
+#include "engine/gpu_backend.h"
+#include "engine/kv_cache.h"
+
+namespace ballast::engine::cuda {
+
+using CudaExecutorOptions = GpuExecutorOptions;
+
+class CudaExecutor final : public Executor {
+ public:
+  // `kv` must outlive the executor; its dtype must be the activation type
+  // (BF16, FP16 for FP16 checkpoints) or FP8-E4M3.
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(const ModelConfig& config,
+                                                              const std::string& model_dir,
+                                                              KvCache* kv,
+                                                              const CudaExecutorOptions& options);
+  ~CudaExecutor() override;
+
+  absl::Status Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) override;
+  bool samples_on_device() const override { return true; }
+  absl::Status ForwardSample(absl::Span<const SequenceChunk> batch,
+                             absl::Span<const DeviceSampling> sampling,
+                             std::vector<int>* tokens) override;
+  const ModelConfig& config() const override { return config_; }
+  int64_t weight_bytes() const override { return weights_->bytes(); }
+
+  // The activation type this model runs in (from its torch_dtype).
+  static ActType ActivationType(const ModelConfig& config);
+  // Steps replayed from graphs so far (for tests and benchmarks).
+  int64_t graph_replays() const { return graph_replays_; }
+
+ private:
+  struct StepShape {
+    int tokens = 0;       // T (padded in graph mode)
+    int seqs = 0;         // block-table rows
+    int max_blocks = 0;   // block-table stride
+    int max_context = 0;  // longest context in the step (bucketed in graph mode)
+    int rows = 0;         // logits rows (padded in graph mode)
+    int real_rows = 0;    // logits rows of real tokens (the first ones)
+    bool sample = false;
+    bool graph = false;
+  };
+  CudaExecutor(const ModelConfig& config, KvCache* kv, const CudaExecutorOptions& options);
+  absl::Status Init(const std::string& model_dir);
+  // Stages the batch into pinned memory and copies it to the device.
+  absl::StatusOr<StepShape> Stage(absl::Span<const SequenceChunk> batch,
+                                  absl::Span<const DeviceSampling> sampling, bool sample);
+  absl::Status Run(const StepShape& shape);
+  absl::Status Enqueue(const StepShape& shape);
+
+  ModelConfig config_;
+  KvCache* kv_;
+  CudaExecutorOptions options_;
+  ActType act_ = ActType::kBF16;
+  KvType kv_type_ = KvType::kBF16;
+  int num_sms_ = 0;
+  int max_table_blocks_ = 0;  // ceil(max_context / block_tokens)
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceWeights> weights_;
+  std::unique_ptr<Gemm> gemm_;
+  std::vector<float> inv_freq_host_;
+
+  // Activations, sized for max_batch_tokens rows.
+  DeviceBuffer inv_freq_, resid_, x_, qkv_, q_, attn_, o_, gate_up_, act_buf_, x_sel_, logits_,
+      attn_ws_;
+  // Step metadata: tokens, seq, pos, rows (int32 x max_batch_tokens each),
+  // sampling params, output tokens, then the block table.
+  DeviceBuffer meta_;
+  void* host_meta_ = nullptr;  // pinned mirror of meta_
+  size_t meta_bytes_ = 0;
+  size_t table_offset_ = 0, params_offset_ = 0, out_offset_ = 0;
+
+  // (tokens, max_blocks, sample) -> instantiated graph
+  std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;
+  int64_t graph_replays_ = 0;
+};
+
+}  // namespace ballast::engine::cuda

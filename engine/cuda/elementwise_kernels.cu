@@ -1,0 +1,140 @@
+// Embedding gather, fused residual-add + RMSNorm, SiLU-and-multiply, row
+// gather and weight conversion.
+#include "engine/cuda/common.cuh"
+
+namespace ballast::engine::cuda {
+namespace {
+
+template <typename S, typename D>
+__global__ void ConvertKernel(const S* __restrict__ src, D* __restrict__ dst, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = FromF<D>(ToF(src[i]));
+  }
+}
+
+template <typename T>
+__global__ void EmbeddingKernel(const T* __restrict__ table, const int* __restrict__ tokens,
+                                int hidden, float* __restrict__ resid) {
+  const int t = blockIdx.x;
+  const T* row = table + static_cast<size_t>(tokens[t]) * hidden;
+  float* out = resid + static_cast<size_t>(t) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = ToF(row[i]);
+}
+
+// One block per row. The row is re-read from L1/L2 for the second pass; rows
+// are at most a few tens of KB.
+template <typename T>
+__global__ void AddRmsNormKernel(float* __restrict__ resid, const T* __restrict__ delta,
+                                 const T* __restrict__ bias, const T* __restrict__ weight,
+                                 float eps, int hidden, T* __restrict__ out) {
+  __shared__ float scratch[32];
+  const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
+  float* r = resid + base;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float x = r[i];
+    if (delta != nullptr) {
+      x += ToF(delta[base + i]);
+      if (bias != nullptr) x += ToF(bias[i]);
+      r[i] = x;
+    }
+    ss += x * x;
+  }
+  ss = BlockSum(ss, scratch);
+  const float inv = rsqrtf(ss / static_cast<float>(hidden) + eps);
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    out[base + i] = FromF<T>(ToF(weight[i]) * (r[i] * inv));
+  }
+}
+
+template <typename T>
+__global__ void SiluMulKernel(const T* __restrict__ gate_up, int inter, T* __restrict__ out) {
+  const size_t t = blockIdx.y;
+  const T* g = gate_up + t * 2 * inter;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < inter; i += gridDim.x * blockDim.x) {
+    const float a = ToF(g[i]);
+    out[t * inter + i] = FromF<T>(a / (1.0f + __expf(-a)) * ToF(g[inter + i]));
+  }
+}
+
+__global__ void GatherRowsKernel(const uint8_t* __restrict__ in, const int* __restrict__ rows,
+                                 size_t row_bytes, uint8_t* __restrict__ out) {
+  const uint8_t* src = in + static_cast<size_t>(rows[blockIdx.x]) * row_bytes;
+  uint8_t* dst = out + static_cast<size_t>(blockIdx.x) * row_bytes;
+  for (size_t i = threadIdx.x; i < row_bytes; i += blockDim.x) dst[i] = src[i];
+}
+
+int RowThreads(int hidden) {
+  int t = 128;
+  while (t < 1024 && t < hidden / 4) t *= 2;
+  return t;
+}
+
+}  // namespace
+
+cudaError_t LaunchConvert(const void* src, SrcType src_type, void* dst, ActType dst_type,
+                          size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<size_t>((n + threads - 1) / threads, 65535));
+  BALLAST_DISPATCH_ACT(dst_type, T, {
+    T* d = static_cast<T*>(dst);
+    switch (src_type) {
+      case SrcType::kF32:
+        ConvertKernel<<<blocks, threads, 0, stream>>>(static_cast<const float*>(src), d, n);
+        break;
+      case SrcType::kBF16:
+        ConvertKernel<<<blocks, threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(src), d, n);
+        break;
+      case SrcType::kF16:
+        ConvertKernel<<<blocks, threads, 0, stream>>>(static_cast<const __half*>(src), d, n);
+        break;
+    }
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbedding(const void* table, ActType type, const int* tokens, int num_tokens,
+                            int hidden, float* resid, cudaStream_t stream) {
+  if (num_tokens == 0) return cudaSuccess;
+  BALLAST_DISPATCH_ACT(type, T, {
+    EmbeddingKernel<<<num_tokens, RowThreads(hidden), 0, stream>>>(static_cast<const T*>(table),
+                                                                   tokens, hidden, resid);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias,
+                             const void* weight, float eps, int num_tokens, int hidden,
+                             void* out, ActType type, cudaStream_t stream) {
+  if (num_tokens == 0) return cudaSuccess;
+  BALLAST_DISPATCH_ACT(type, T, {
+    AddRmsNormKernel<<<num_tokens, RowThreads(hidden), 0, stream>>>(
+        resid, static_cast<const T*>(delta), static_cast<const T*>(bias),
+        static_cast<const T*>(weight), eps, hidden, static_cast<T*>(out));
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRows(const void* in, const int* rows, int n, size_t row_bytes, void* out,
+                             cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  GatherRowsKernel<<<n, 256, 0, stream>>>(static_cast<const uint8_t*>(in), rows, row_bytes,
+                                          static_cast<uint8_t*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* out, ActType type,
+                          cudaStream_t stream) {
+  if (num_tokens == 0) return cudaSuccess;
+  const int threads = 256;
+  const dim3 grid(std::min((inter + threads - 1) / threads, 64), num_tokens);
+  BALLAST_DISPATCH_ACT(type, T, {
+    SiluMulKernel<<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up), inter,
+                                                static_cast<T*>(out));
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace ballast::engine::cuda

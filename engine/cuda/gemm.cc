@@ -1,0 +1,160 @@
+#include "engine/cuda/gemm.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::engine::cuda {
+namespace {
+
+// cuBLASLt is loaded at run time, not linked: its 94 KiB of static TLS
+// would make every thread with a small stack (civetweb's, under
+// prometheus-cpp) fail to start, and CPU-only hosts need not have it.
+struct LtApi {
+#define BALLAST_LT_FN(name) decltype(&::name) name = nullptr;
+  BALLAST_LT_FN(cublasLtCreate)
+  BALLAST_LT_FN(cublasLtDestroy)
+  BALLAST_LT_FN(cublasLtMatmulDescCreate)
+  BALLAST_LT_FN(cublasLtMatmulDescDestroy)
+  BALLAST_LT_FN(cublasLtMatmulDescSetAttribute)
+  BALLAST_LT_FN(cublasLtMatrixLayoutCreate)
+  BALLAST_LT_FN(cublasLtMatrixLayoutDestroy)
+  BALLAST_LT_FN(cublasLtMatmulPreferenceCreate)
+  BALLAST_LT_FN(cublasLtMatmulPreferenceDestroy)
+  BALLAST_LT_FN(cublasLtMatmulPreferenceSetAttribute)
+  BALLAST_LT_FN(cublasLtMatmulAlgoGetHeuristic)
+  BALLAST_LT_FN(cublasLtMatmul)
+#undef BALLAST_LT_FN
+  std::string error;
+};
+
+const LtApi& Lt() {
+  static const LtApi* api = [] {
+    auto* a = new LtApi();
+    void* h = nullptr;
+    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so", BALLAST_CUBLASLT_PATH}) {
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (h != nullptr) break;
+    }
+    if (h == nullptr) {
+      a->error = absl::StrCat("cannot load cuBLASLt (libcublasLt.so.13): ", dlerror());
+      return a;
+    }
+#define BALLAST_LT_LOAD(name)                                              \
+  a->name = reinterpret_cast<decltype(a->name)>(dlsym(h, #name));          \
+  if (a->name == nullptr) a->error = absl::StrCat("cuBLASLt lacks " #name);
+    BALLAST_LT_LOAD(cublasLtCreate)
+    BALLAST_LT_LOAD(cublasLtDestroy)
+    BALLAST_LT_LOAD(cublasLtMatmulDescCreate)
+    BALLAST_LT_LOAD(cublasLtMatmulDescDestroy)
+    BALLAST_LT_LOAD(cublasLtMatmulDescSetAttribute)
+    BALLAST_LT_LOAD(cublasLtMatrixLayoutCreate)
+    BALLAST_LT_LOAD(cublasLtMatrixLayoutDestroy)
+    BALLAST_LT_LOAD(cublasLtMatmulPreferenceCreate)
+    BALLAST_LT_LOAD(cublasLtMatmulPreferenceDestroy)
+    BALLAST_LT_LOAD(cublasLtMatmulPreferenceSetAttribute)
+    BALLAST_LT_LOAD(cublasLtMatmulAlgoGetHeuristic)
+    BALLAST_LT_LOAD(cublasLtMatmul)
+#undef BALLAST_LT_LOAD
+    return a;
+  }();
+  return *api;
+}
+
+}  // namespace
+
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (c) Lt().cublasLtMatrixLayoutDestroy(c);
+    if (b) Lt().cublasLtMatrixLayoutDestroy(b);
+    if (a) Lt().cublasLtMatrixLayoutDestroy(a);
+    if (op) Lt().cublasLtMatmulDescDestroy(op);
+  }
+};
+
+namespace {
+
+absl::Status Check(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("cuBLASLt ", what, ": status ", static_cast<int>(s)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
+  if (!Lt().error.empty()) return absl::UnavailableError(Lt().error);
+  std::unique_ptr<Gemm> g(new Gemm());
+  cublasLtHandle_t h;
+  if (auto s = Check(Lt().cublasLtCreate(&h), "create"); !s.ok()) return s;
+  g->handle_ = h;
+  if (cudaMalloc(&g->workspace_, workspace_bytes) != cudaSuccess) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the ", workspace_bytes, "-byte cuBLASLt workspace"));
+  }
+  g->workspace_bytes_ = workspace_bytes;
+  return g;
+}
+
+Gemm::~Gemm() {
+  plans_.clear();
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) Lt().cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, bool out_f32) {
+  const Key key{m, n, k, static_cast<int>(type), out_f32};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+  auto p = std::make_unique<Plan>();
+  const cudaDataType_t in = type == ActType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType_t out = out_f32 ? CUDA_R_32F : in;
+  if (auto s = Check(Lt().cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+      !s.ok()) {
+    return s;
+  }
+  // Column-major view: D[n x m] = W^T(op T of a k x n matrix) * X(k x m).
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->a, in, k, n, k), "layout a"); !s.ok()) return s;
+  if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->b, in, k, m, k), "layout b"); !s.ok()) return s;
+  if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->c, out, n, m, n), "layout c"); !s.ok()) return s;
+  cublasLtMatmulPreference_t pref;
+  Lt().cublasLtMatmulPreferenceCreate(&pref);
+  Lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                       &workspace_bytes_, sizeof(workspace_bytes_));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t hs = Lt().cublasLtMatmulAlgoGetHeuristic(
+      static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c, p->c, pref, 1, &result,
+      &found);
+  Lt().cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for [", m, " x ", k,
+                                            "] x [", n, " x ", k, "]^T"));
+  }
+  p->algo = result.algo;
+  Plan* raw = p.get();
+  plans_.emplace(key, std::move(p));
+  return raw;
+}
+
+absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int k, ActType type,
+                       bool out_f32, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  auto plan = GetPlan(m, n, k, type, out_f32);
+  if (!plan.ok()) return plan.status();
+  const float alpha = 1.0f, beta = 0.0f;
+  Plan* p = *plan;
+  return Check(Lt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, x,
+                              p->b, &beta, y, p->c, y, p->c, &p->algo, workspace_,
+                              workspace_bytes_, stream),
+               "matmul");
+}
+
+}  // namespace ballast::engine::cuda

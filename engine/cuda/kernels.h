@@ -1,0 +1,119 @@
+// Device kernels of the CUDA backend, behind plain host launch functions.
+//
+// Conventions (FlashInfer-style): every launcher takes its buffers as raw
+// device pointers with shapes in comments, plain structs by value, and a
+// stream; it returns the launch's cudaError_t and never synchronises.
+// Activations and weights are BF16 or FP16 (`ActType`); the residual stream
+// is FP32. KV is paged (see PagedKv) in the activation type or FP8-E4M3.
+// This header is included from .cc and .cu files: no spdlog/fmt, no Abseil.
+//
+// Thread-safety: launchers are stateless; the caller orders work on streams.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace ballast::engine::cuda {
+
+enum class ActType { kBF16, kF16 };
+enum class KvType { kBF16, kF16, kFP8E4M3 };
+// Element types a weight can arrive in from a checkpoint.
+enum class SrcType { kF32, kBF16, kF16 };
+
+inline size_t ActSize(ActType) { return 2; }
+inline size_t KvSize(KvType t) { return t == KvType::kFP8E4M3 ? 1 : 2; }
+
+// One layer's paged KV cache as the kernels see it. A block holds
+// `block_tokens` positions of one layer: K as [block_tokens][num_kv_heads]
+// [head_dim], then V of the same shape (engine/kv_cache.h). Block ids map
+// to addresses by the allocator's affine rule (memory::BlockAddressing):
+//   base + (id >> slab_shift) * slab_bytes + (id & (2^slab_shift - 1)) * block_bytes
+struct PagedKv {
+  const int* block_ids = nullptr;  // [num_seqs][max_blocks] block ids, this layer
+  int max_blocks = 0;              // row stride of block_ids
+  unsigned char* base = nullptr;
+  int slab_shift = 31;
+  size_t slab_bytes = 0;
+  size_t block_bytes = 0;
+  int block_tokens = 16;
+  int num_kv_heads = 0;
+  int head_dim = 0;                     // 8, 16, 32, 64, 128 or 256
+  KvType dtype = KvType::kBF16;
+  float k_scale = 1.0f;                 // FP8 only: stored = x / scale
+  float v_scale = 1.0f;
+};
+
+// The flat batch of one step: token i belongs to sequence seq[i] (a row of
+// the block table) at position pos[i]; pos[i] < 0 marks a padding token
+// (CUDA-graph buckets) that reads and writes nothing.
+struct TokenMap {
+  const int* seq = nullptr;  // [num_tokens]
+  const int* pos = nullptr;  // [num_tokens]
+  int num_tokens = 0;
+};
+
+// dst[n] = src[n] converted to `dst_type`.
+cudaError_t LaunchConvert(const void* src, SrcType src_type, void* dst, ActType dst_type,
+                          size_t n, cudaStream_t stream);
+
+// resid[t][:] = float(table[tokens[t]][:]); tokens [T], table [vocab][hidden].
+cudaError_t LaunchEmbedding(const void* table, ActType type, const int* tokens, int num_tokens,
+                            int hidden, float* resid, cudaStream_t stream);
+
+// Fused residual add and RMSNorm, per row t of [T][hidden]:
+//   if delta: resid[t] += float(delta[t]) (+ float(bias) if bias)
+//   out[t] = weight * (resid[t] / sqrt(mean(resid[t]^2) + eps))
+cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias,
+                             const void* weight, float eps, int num_tokens, int hidden,
+                             void* out, ActType type, cudaStream_t stream);
+
+// out[i][:] = in[rows[i]][:] for i < n; rows of `row_bytes` bytes.
+cudaError_t LaunchGatherRows(const void* in, const int* rows, int n, size_t row_bytes, void* out,
+                             cudaStream_t stream);
+
+// out[t][i] = silu(gate_up[t][i]) * gate_up[t][I + i]; gate_up [T][2I], out [T][I].
+cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* out, ActType type,
+                          cudaStream_t stream);
+
+// qkv [T][(H + 2 Hkv) * D]: adds the bias (if any), applies RoPE (HF
+// rotate_half, angle = pos * inv_freq[i], inv_freq [D/2]) to q and k,
+// writes q to q_out [T][H][D] and k, v into the paged cache at (seq, pos).
+cudaError_t LaunchRopeKvWrite(const void* qkv, const void* bias, const float* inv_freq,
+                              TokenMap tokens, int num_heads, PagedKv kv, void* q_out,
+                              ActType type, cudaStream_t stream);
+
+// Causal paged attention for a flat batch mixing prefill chunks and decode
+// tokens: query t (of head h) attends to positions [0, pos[t]] of sequence
+// seq[t], through kv head h / (num_heads / num_kv_heads). Long contexts are
+// split into partitions that run in parallel and are merged (flash-decoding).
+// q [T][H][D], out [T][H][D]; workspace from PagedAttentionWorkspaceBytes.
+struct AttentionPlan {
+  int num_partitions = 1;
+  int partition_tokens = 0;  // multiple of the kernel's tile
+};
+AttentionPlan PlanPagedAttention(int num_tokens, int num_heads, int num_kv_heads, int max_context,
+                                 int num_sms);
+size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim,
+                                    const AttentionPlan& plan);
+cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
+                                 float scale, const AttentionPlan& plan, void* workspace,
+                                 void* out, ActType type, cudaStream_t stream);
+
+// Sampling, one row per request: greedy when temperature <= 0 (lowest id on
+// ties); otherwise logits / temperature, top-k (k <= 0: all), top-p (<= 0 or
+// >= 1: all), one draw from Philox(seed, counter). Kept sets are found by
+// threshold bisection, so ties at the threshold are all kept.
+struct SampleParams {
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  unsigned long long seed = 0;
+  unsigned long long counter = 0;  // tokens drawn so far by this request
+};
+// logits [n][vocab] fp32; params [n] (device); tokens [n].
+cudaError_t LaunchSample(const float* logits, int n, int vocab, const SampleParams* params,
+                         int* tokens, cudaStream_t stream);
+
+}  // namespace ballast::engine::cuda

@@ -1,0 +1,60 @@
+// The GPU backend as seen from code that must build without CUDA. The
+// implementation file is chosen at build time: engine/cuda/cuda_backend.cc
+// when a CUDA toolkit is found, engine/gpu_backend_stub.cc (every call
+// returns UNIMPLEMENTED) otherwise. No #ifdef anywhere.
+//
+// Thread-safety: the functions are thread-safe; see each object's header.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/executor.h"
+#include "engine/kv_cache.h"
+#include "engine/model_config.h"
+#include "memory/block_allocator.h"
+#include "memory/page_pool.h"
+
+namespace ballast::engine {
+
+struct GpuExecutorOptions {
+  // CUDA device ordinal. Default 0.
+  int device = 0;
+  // Most tokens in one step (prefill chunk + decode tokens). Default 256.
+  int max_batch_tokens = 256;
+  // Longest context a sequence reaches; sizes the block-table stride
+  // (4 bytes per layer per block per sequence slot).
+  int max_context = 4096;
+  // Replay decode-only steps from CUDA graphs. Default on; each distinct
+  // (batch, context) bucket costs one capture the first time.
+  bool cuda_graphs = true;
+};
+
+// True when this binary was built with the CUDA backend.
+bool GpuBackendBuilt();
+
+// A CudaExecutor over `kv` (whose allocator must hand out device memory).
+absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const ModelConfig& config,
+                                                            const std::string& model_dir,
+                                                            KvCache* kv,
+                                                            const GpuExecutorOptions& options);
+
+// KV cache dtype the GPU backend uses for "auto": the model's activation
+// type (BF16, or FP16 for FP16 checkpoints).
+DType GpuAutoKvDType(const ModelConfig& config);
+
+// A static pool of `num_blocks` device blocks (one cudaMalloc, freed with
+// the pool).
+absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int device,
+                                                                           size_t block_bytes,
+                                                                           int64_t num_blocks);
+
+// A CUDA VMM page pool for the device's elastic KV arena.
+absl::StatusOr<std::shared_ptr<memory::PagePool>> CreateGpuPagePool(int device, size_t page_bytes,
+                                                                    int64_t budget_bytes);
+
+// Device memory: free and total bytes.
+absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int device);
+
+}  // namespace ballast::engine

@@ -1,0 +1,37 @@
+// The GPU backend of a build without CUDA: every call says so.
+#include "absl/status/status.h"
+#include "engine/gpu_backend.h"
+
+namespace ballast::engine {
+namespace {
+
+absl::Status NotBuilt() {
+  return absl::UnimplementedError(
+      "this ballast was built without CUDA (no nvcc found at configure time); "
+      "use engine.backend: cpu or rebuild with a CUDA toolkit");
+}
+
+}  // namespace
+
+bool GpuBackendBuilt() { return false; }
+
+absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const ModelConfig&, const std::string&,
+                                                            KvCache*, const GpuExecutorOptions&) {
+  return NotBuilt();
+}
+
+DType GpuAutoKvDType(const ModelConfig& config) {
+  return config.torch_dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
+absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int, size_t, int64_t) {
+  return NotBuilt();
+}
+
+absl::StatusOr<std::shared_ptr<memory::PagePool>> CreateGpuPagePool(int, size_t, int64_t) {
+  return NotBuilt();
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int) { return NotBuilt(); }
+
+}  // namespace ballast::engine
