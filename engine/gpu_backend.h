@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/executor.h"
@@ -53,6 +54,26 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int d
 // A CUDA VMM page pool for the device's elastic KV arena.
 absl::StatusOr<std::shared_ptr<memory::PagePool>> CreateGpuPagePool(int device, size_t page_bytes,
                                                                     int64_t budget_bytes);
+
+// `ballast bench-engine`: decode and prefill speed of the CUDA executor on
+// one model, against the HBM roofline and cuBLAS's own GEMM rate.
+struct GpuEngineBenchOptions {
+  std::string model_dir;
+  int device = 0;
+  std::vector<int> batches = {1, 16, 64, 256};
+  int context = 1024;          // tokens of KV each decoding sequence attends to
+  int prefill_tokens = 2048;   // prompt length of the prefill measurement
+  int steps = 32;              // timed decode steps per batch size
+  int warmup = 4;              // untimed steps first (graph capture happens here)
+  int prefill_runs = 3;
+  int block_tokens = 16;
+  std::string kv_dtype = "auto";
+  bool cuda_graphs = true;
+  double hbm_bytes_per_s = 3.35e12;  // H100 SXM HBM3 datasheet
+  bool gemm_peak = true;             // also time an 8192^3 cuBLASLt GEMM
+};
+// Results as JSON (see engine/cuda/engine_bench.cc for the fields).
+absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& options);
 
 // Device memory: free and total bytes.
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int device);

@@ -34,4 +34,6 @@ absl::StatusOr<std::shared_ptr<memory::PagePool>> CreateGpuPagePool(int, size_t,
 
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int) { return NotBuilt(); }
 
+absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions&) { return NotBuilt(); }
+
 }  // namespace ballast::engine

@@ -9,6 +9,7 @@
 #include "engine/synthetic_model.h"
 #include "server/bench_cli.h"
 #include "server/client_commands.h"
+#include "server/engine_bench_cli.h"
 #include "server/config.h"
 #include "server/processes.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -177,9 +178,11 @@ int main(int argc, char** argv) {
   mk->add_option("--init-std", spec.init_std)->capture_default_str();
 
   ballast::server::BenchCli bench_cli(&app);
+  ballast::server::EngineBenchCli engine_bench_cli(&app);
 
   CLI11_PARSE(app, argc, argv);
   if (int rc = 0; bench_cli.RunParsed(&rc)) return rc;
+  if (int rc = 0; engine_bench_cli.RunParsed(&rc)) return rc;
 
   Config config;
   if (serve->parsed()) {

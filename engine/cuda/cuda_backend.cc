@@ -52,9 +52,9 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int d
                                                                            int64_t num_blocks) {
   BALLAST_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
   cuda::DeviceBuffer buf;
-  if (auto s = buf.Allocate(block_bytes * static_cast<size_t>(num_blocks), "KV pool"); !s.ok()) {
-    return s;
-  }
+  const size_t bytes = block_bytes * static_cast<size_t>(num_blocks);
+  if (auto s = buf.Allocate(bytes, "KV pool"); !s.ok()) return s;
+  BALLAST_CUDA_RETURN(cudaMemset(buf.get(), 0, bytes), "KV pool");
   auto pool = memory::HostBlockPool::CreateOver(buf.get<uint8_t>(), block_bytes, num_blocks);
   if (!pool.ok()) return pool.status();
   return std::unique_ptr<memory::BlockAllocator>(new GpuBlockPool(std::move(buf), std::move(*pool)));

@@ -1,0 +1,189 @@
+// RunGpuEngineBench (engine/gpu_backend.h): times the CUDA executor on a
+// checkpoint. Decode: `batch` sequences at `context` tokens each, one token
+// per sequence per step, greedy sampling on the GPU, CUDA graphs as in
+// serving; the KV read is real (zeroed blocks), the prefix is not computed.
+// Prefill: one prompt of prefill_tokens in one chunk. Reported against
+//   decode roofline  = (weight bytes read + KV bytes read) / HBM bandwidth
+//   prefill fraction = achieved FLOP/s / cuBLASLt 8192^3 BF16 GEMM FLOP/s
+// measured in the same process.
+//
+// JSON: {device, model, decode: [{batch, ms_per_step, tokens_per_s,
+// bytes_per_step, roofline_ms, roofline_fraction}], prefill: {tokens,
+// ms, tokens_per_s, tflops, fraction_of_gemm_peak}, gemm_peak_tflops}
+#include <chrono>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/cuda_executor.h"
+#include "engine/cuda/cuda_status.h"
+#include "engine/gpu_backend.h"
+#include "nlohmann/json.hpp"
+
+namespace ballast::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+absl::StatusOr<double> GemmPeakTflops(int device) {
+  constexpr int n = 8192;
+  cuda::DeviceBuffer a, b, c;
+  const size_t bytes = static_cast<size_t>(n) * n * 2;
+  for (auto* buf : {&a, &b, &c}) {
+    if (auto s = buf->Allocate(bytes, "gemm peak"); !s.ok()) return s;
+    BALLAST_CUDA_RETURN(cudaMemset(buf->get(), 0, bytes), "memset");
+  }
+  auto g = cuda::Gemm::Create(32u << 20);
+  if (!g.ok()) return g.status();
+  cudaStream_t st;
+  BALLAST_CUDA_RETURN(cudaStreamCreate(&st), "stream");
+  for (int i = 0; i < 3; ++i) {
+    if (auto s = (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st); !s.ok()) return s;
+  }
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  constexpr int kIters = 20;
+  cudaEventRecord(e0, st);
+  for (int i = 0; i < kIters; ++i) {
+    if (auto s = (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st); !s.ok()) return s;
+  }
+  cudaEventRecord(e1, st);
+  BALLAST_CUDA_RETURN(cudaEventSynchronize(e1), "gemm peak");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(st);
+  return 2.0 * n * n * static_cast<double>(n) * kIters / (ms * 1e-3) / 1e12;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
+  auto cfg = ModelConfig::Load((std::filesystem::path(o.model_dir) / "config.json").string());
+  if (!cfg.ok()) return cfg.status();
+  const ModelConfig& c = *cfg;
+  if (o.batches.empty() || o.context <= 0 || o.steps <= 0) {
+    return absl::InvalidArgumentError("batches, context and steps must be positive");
+  }
+  BALLAST_CUDA_RETURN(cudaSetDevice(o.device), "cudaSetDevice");
+  cudaDeviceProp prop;
+  BALLAST_CUDA_RETURN(cudaGetDeviceProperties(&prop, o.device), "device query");
+  nlohmann::json out;
+  out["device"] = prop.name;
+  out["model"] = o.model_dir;
+  if (o.gemm_peak) {
+    auto peak = GemmPeakTflops(o.device);
+    if (!peak.ok()) return peak.status();
+    out["gemm_peak_tflops"] = *peak;
+  }
+
+  KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.block_tokens,
+                  GpuAutoKvDType(c)};
+  if (o.kv_dtype != "auto") {
+    auto dt = DTypeFromConfig(o.kv_dtype);
+    if (!dt.ok()) return dt.status();
+    layout.dtype = *dt;
+  }
+  int max_batch = 0;
+  for (int b : o.batches) max_batch = std::max(max_batch, b);
+  const int decode_len = o.context + o.warmup + o.steps + 1;
+  const int64_t per_seq = (decode_len + o.block_tokens - 1) / o.block_tokens;
+  const int64_t prefill_blocks = (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens;
+  const int64_t blocks = std::max<int64_t>(per_seq * max_batch, prefill_blocks) * c.num_hidden_layers;
+  auto pool = CreateGpuBlockPool(o.device, layout.block_bytes(), blocks);
+  if (!pool.ok()) return pool.status();
+  KvCache kv(layout, pool->get());
+  GpuExecutorOptions eo;
+  eo.device = o.device;
+  eo.max_batch_tokens = std::max(max_batch, o.prefill_tokens);
+  eo.max_context = std::max(decode_len, o.prefill_tokens);
+  eo.cuda_graphs = o.cuda_graphs;
+  const auto t_load = Clock::now();
+  auto ex = cuda::CudaExecutor::Create(c, o.model_dir, &kv, eo);
+  if (!ex.ok()) return ex.status();
+  out["load_s"] = Seconds(t_load, Clock::now());
+  cuda::CudaExecutor& e = **ex;
+  const double weight_bytes = static_cast<double>(e.weight_bytes());
+  // The embedding table is gathered, not streamed (unless tied to the head).
+  const double embed_bytes = c.tie_word_embeddings ? 0.0 : 2.0 * c.vocab_size * c.hidden_size;
+  out["weight_bytes"] = weight_bytes;
+
+  for (int batch : o.batches) {
+    std::vector<SequenceKv> seqs(batch);
+    for (auto& s : seqs) {
+      if (auto st = kv.Reserve(&s, decode_len); !st.ok()) return st;
+    }
+    std::vector<int> toks(batch, 1);
+    std::vector<DeviceSampling> sampling(batch);
+    std::vector<int> sampled;
+    Clock::time_point t0;
+    for (int i = 0; i < o.warmup + o.steps; ++i) {
+      if (i == o.warmup) t0 = Clock::now();
+      std::vector<SequenceChunk> chunks;
+      for (int s = 0; s < batch; ++s) {
+        chunks.push_back({&seqs[s], o.context + i, absl::MakeConstSpan(&toks[s], 1), LogitsMode::kLast});
+      }
+      if (auto st = e.ForwardSample(chunks, sampling, &sampled); !st.ok()) return st;
+      for (int s = 0; s < batch; ++s) toks[s] = sampled[s] % c.vocab_size;
+    }
+    const double ms = Seconds(t0, Clock::now()) * 1e3 / o.steps;
+    const double ctx = o.context + o.warmup + o.steps / 2.0;
+    const double kv_bytes = static_cast<double>(batch) * ctx * c.num_hidden_layers *
+                            static_cast<double>(layout.token_bytes()) * 2;
+    const double bytes = weight_bytes - embed_bytes + kv_bytes;
+    const double roof_ms = bytes / o.hbm_bytes_per_s * 1e3;
+    out["decode"].push_back({{"batch", batch},
+                             {"ms_per_step", ms},
+                             {"tokens_per_s", batch * 1e3 / ms},
+                             {"bytes_per_step", bytes},
+                             {"roofline_ms", roof_ms},
+                             {"roofline_fraction", roof_ms / ms}});
+    for (auto& s : seqs) kv.Release(&s);
+  }
+  out["graph_replays"] = e.graph_replays();
+
+  if (o.prefill_tokens > 0) {
+    std::vector<int> prompt(o.prefill_tokens);
+    for (int i = 0; i < o.prefill_tokens; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
+    SequenceKv seq;
+    if (auto st = kv.Reserve(&seq, o.prefill_tokens); !st.ok()) return st;
+    std::vector<int> sampled;
+    const DeviceSampling greedy;
+    double best = 1e30, total = 0;
+    for (int r = 0; r < 1 + o.prefill_runs; ++r) {
+      SequenceChunk ch{&seq, 0, absl::MakeConstSpan(prompt), LogitsMode::kLast};
+      const auto t0 = Clock::now();
+      if (auto st = e.ForwardSample({ch}, {greedy}, &sampled); !st.ok()) return st;
+      const double s = Seconds(t0, Clock::now());
+      if (r > 0) {
+        best = std::min(best, s);
+        total += s;
+      }
+    }
+    kv.Release(&seq);
+    const double T = o.prefill_tokens;
+    const double L = c.num_hidden_layers, H = c.hidden_size, Q = c.q_dim(), KVd = c.kv_dim(),
+                 I = c.intermediate_size;
+    const double linear = L * (H * (Q + 2 * KVd) + Q * H + 3 * H * I);
+    const double flops = 2 * linear * T + 2.0 * c.vocab_size * H +
+                         L * 4.0 * c.num_attention_heads * c.head_dim * (T * (T + 1) / 2);
+    const double mean = total / o.prefill_runs;
+    nlohmann::json p = {{"tokens", o.prefill_tokens},
+                        {"ms", mean * 1e3},
+                        {"best_ms", best * 1e3},
+                        {"tokens_per_s", T / mean},
+                        {"tflops", flops / mean / 1e12}};
+    if (out.contains("gemm_peak_tflops")) {
+      p["fraction_of_gemm_peak"] = flops / mean / 1e12 / out["gemm_peak_tflops"].get<double>();
+    }
+    out["prefill"] = p;
+  }
+  return out.dump(2);
+}
+
+}  // namespace ballast::engine

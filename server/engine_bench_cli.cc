@@ -1,0 +1,122 @@
+#include "server/engine_bench_cli.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "engine/gpu_backend.h"
+#include "nlohmann/json.hpp"
+
+namespace ballast::server {
+
+struct EngineBenchCli::State {
+  engine::GpuEngineBenchOptions o;
+  std::string batches = "1,16,64,256";
+  std::string out;
+  std::string hf_json;
+  CLI::App* cmd = nullptr;
+};
+
+EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
+  auto* c = app->add_subcommand("bench-engine",
+                                "time the CUDA executor (decode ms/step, prefill tokens/s) "
+                                "against the HBM roofline and cuBLAS");
+  s_->cmd = c;
+  auto& o = s_->o;
+  c->add_option("--model", o.model_dir, "checkpoint directory (config.json + *.safetensors)")->required();
+  c->add_option("--device", o.device)->capture_default_str();
+  c->add_option("--batches", s_->batches, "decode batch sizes")->capture_default_str();
+  c->add_option("--context", o.context, "KV tokens per decoding sequence")->capture_default_str();
+  c->add_option("--prefill", o.prefill_tokens, "prompt tokens of the prefill run (0 = skip)")
+      ->capture_default_str();
+  c->add_option("--steps", o.steps, "timed decode steps per batch size")->capture_default_str();
+  c->add_option("--warmup", o.warmup)->capture_default_str();
+  c->add_option("--block-tokens", o.block_tokens)->capture_default_str();
+  c->add_option("--kv-dtype", o.kv_dtype, "auto | bf16 | fp16 | fp8_e4m3")->capture_default_str();
+  c->add_flag("!--no-graphs", o.cuda_graphs, "disable CUDA graphs for decode steps");
+  c->add_option("--hbm-gbps", o.hbm_bytes_per_s, "HBM bandwidth for the roofline (bytes/s)")
+      ->capture_default_str();
+  c->add_option("--out", s_->out, "write the JSON result here");
+  c->add_option("--hf-json", s_->hf_json,
+                "transformers' figures on the same weights (tests/bench/hf_engine_bench.py)");
+}
+
+EngineBenchCli::~EngineBenchCli() = default;
+
+bool EngineBenchCli::RunParsed(int* rc) {
+  if (!s_->cmd->parsed()) return false;
+  auto& o = s_->o;
+  o.batches.clear();
+  for (absl::string_view b : absl::StrSplit(s_->batches, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(b, &v) || v <= 0) {
+      std::cerr << "error: --batches: \"" << b << "\" is not a positive integer\n";
+      *rc = 2;
+      return true;
+    }
+    o.batches.push_back(v);
+  }
+  auto r = engine::RunGpuEngineBench(o);
+  if (!r.ok()) {
+    std::cerr << "error: " << r.status().message() << "\n";
+    *rc = 1;
+    return true;
+  }
+  nlohmann::json j = nlohmann::json::parse(*r);
+  nlohmann::json hf;
+  if (!s_->hf_json.empty()) {
+    std::ifstream in(s_->hf_json);
+    if (!in) {
+      std::cerr << "error: cannot read " << s_->hf_json << "\n";
+      *rc = 2;
+      return true;
+    }
+    hf = nlohmann::json::parse(in, nullptr, false);
+    j["transformers"] = hf;
+  }
+  if (!s_->out.empty()) std::ofstream(s_->out) << j.dump(2) << "\n";
+  std::cout << "device: " << j["device"].get<std::string>() << ", weights "
+            << absl::StrFormat("%.2f GiB", j["weight_bytes"].get<double>() / (1 << 30))
+            << ", load " << absl::StrFormat("%.1f s", j["load_s"].get<double>()) << "\n\n";
+  auto hf_decode = [&](int batch) -> double {
+    if (!hf.contains("decode")) return 0;
+    for (const auto& d : hf["decode"]) {
+      if (d["batch"].get<int>() == batch) return d["ms_per_step"].get<double>();
+    }
+    return 0;
+  };
+  std::cout << "| decode batch | ms/step | tokens/s | roofline ms | % of roofline | transformers ms/step | speed-up |\n"
+               "|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& d : j["decode"]) {
+    const int b = d["batch"].get<int>();
+    const double ms = d["ms_per_step"].get<double>(), h = hf_decode(b);
+    std::cout << absl::StrFormat("| %d | %.2f | %.0f | %.2f | %.1f%% | %s | %s |\n", b, ms,
+                                 d["tokens_per_s"].get<double>(), d["roofline_ms"].get<double>(),
+                                 100 * d["roofline_fraction"].get<double>(),
+                                 h > 0 ? absl::StrFormat("%.2f", h) : "-",
+                                 h > 0 ? absl::StrFormat("%.2fx", h / ms) : "-");
+  }
+  if (j.contains("prefill")) {
+    const auto& p = j["prefill"];
+    std::cout << absl::StrFormat("\nprefill %d tokens: %.1f ms, %.0f tokens/s, %.0f TFLOP/s",
+                                 p["tokens"].get<int>(), p["ms"].get<double>(),
+                                 p["tokens_per_s"].get<double>(), p["tflops"].get<double>());
+    if (p.contains("fraction_of_gemm_peak")) {
+      std::cout << absl::StrFormat(" = %.1f%% of the cuBLASLt 8192^3 GEMM (%.0f TFLOP/s)",
+                                   100 * p["fraction_of_gemm_peak"].get<double>(),
+                                   j["gemm_peak_tflops"].get<double>());
+    }
+    if (hf.contains("prefill")) {
+      const double hms = hf["prefill"]["ms"].get<double>();
+      std::cout << absl::StrFormat("; transformers %.1f ms (%.2fx)", hms, hms / p["ms"].get<double>());
+    }
+    std::cout << "\n";
+  }
+  *rc = 0;
+  return true;
+}
+
+}  // namespace ballast::server

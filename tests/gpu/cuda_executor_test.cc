@@ -1,0 +1,297 @@
+// The CUDA backend against independent references: golden logits and
+// greedy tokens from Hugging Face transformers (float32) on the same
+// safetensors, the CPU backend, itself with other block sizes, KV dtypes,
+// chunkings and with CUDA graphs off; and the GPU sampler against the
+// softmax computed on the host. Skips without a GPU.
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "engine/cpu/cpu_executor.h"
+#include "engine/model_engine.h"
+#include "engine/weights.h"
+#include "gtest/gtest.h"
+#include "memory/host_block_pool.h"
+#include "nlohmann/json.hpp"
+#include "tests/gpu/gpu_harness.h"
+#include "tests/unit/engine/executor_harness.h"
+#include "tests/unit/engine/test_util.h"
+
+namespace ballast::engine {
+namespace {
+
+using testing::CompareLogits;
+using testing::GpuHarness;
+
+std::string GoldenDir(const std::string& model) {
+  return std::string(BALLAST_SOURCE_DIR) + "/tests/data/golden/" + model;
+}
+
+nlohmann::json LoadGolden(const std::string& model) {
+  std::ifstream in(GoldenDir(model) + "/golden.json");
+  EXPECT_TRUE(in.good()) << "missing golden.json for " << model;
+  return nlohmann::json::parse(in);
+}
+
+// BF16/FP16 activations against float32 references: 8 mantissa bits per
+// rounding, a few roundings per layer.
+constexpr double kHalfTolerance = 0.03;
+
+class CudaGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGolden, LogitsMatchTransformers) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  const auto golden = LoadGolden(GetParam());
+  const auto tokens = golden["tokens"].get<std::vector<int>>();
+  std::vector<float> want;
+  for (const auto& row : golden["logits"]) {
+    for (float x : row.get<std::vector<float>>()) want.push_back(x);
+  }
+  GpuHarness h(GoldenDir(GetParam()), 16);
+  const auto got = h.PromptLogits(tokens, /*chunk=*/50);
+  const auto d = CompareLogits(got, want, h.config.vocab_size);
+  std::cout << GetParam() << " (cuda): max abs logit difference vs transformers fp32 " << d.max_abs
+            << " (max abs logit " << d.max_mag << "), argmax mismatches " << d.argmax_mismatch
+            << " of " << tokens.size() << "\n";
+  EXPECT_LT(d.max_abs, kHalfTolerance * std::max(1.0, d.max_mag));
+  EXPECT_EQ(d.argmax_mismatch, 0);
+}
+
+TEST_P(CudaGolden, GreedyTokensMatchTransformers) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  const auto golden = LoadGolden(GetParam());
+  const auto want = golden["greedy"].get<std::vector<int>>();
+  ModelEngineOptions o;
+  o.name = GetParam();
+  o.path = GoldenDir(GetParam());
+  o.backend = "cuda";
+  o.block_tokens = 16;
+  auto e = ModelEngine::Create(o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  struct Sink : GenerationSink {
+    void OnToken(int, const std::string&) override {}
+    void OnDone(absl::StatusOr<GenerationResult> r) override { result = std::move(r); }
+    absl::StatusOr<GenerationResult> result = absl::UnknownError("not done");
+  } sink;
+  GenerationRequest r;
+  r.id = "golden";
+  r.prompt = golden["tokens"].get<std::vector<int>>();
+  r.params.max_tokens = static_cast<int>(want.size());
+  r.params.ignore_eos = true;
+  ASSERT_TRUE((*e)->Submit(r, &sink).ok());
+  while ((*e)->HasWork()) (*e)->Step();
+  ASSERT_TRUE(sink.result.ok()) << sink.result.status();
+  EXPECT_EQ(sink.result->output_tokens, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(HF, CudaGolden, ::testing::Values("llama", "qwen2", "mistral"));
+
+// A model large enough to exercise several attention tiles and partitions,
+// GQA groups of 4 and head_dim 64.
+class CudaModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::GpuUsable()) GTEST_SKIP() << "no usable GPU";
+    SyntheticModelSpec s;
+    s.architecture = "llama";
+    s.layers = 3;
+    s.hidden = 512;
+    s.heads = 8;
+    s.kv_heads = 2;
+    s.intermediate = 1024;
+    s.vocab = 512;
+    s.max_position = 2048;
+    s.llama3_rope_scaling = true;
+    s.seed = 7;
+    dir_ = std::make_unique<testing::TempDir>();
+    model_ = testing::WriteTinyModel(*dir_, "m", s);
+    for (int i = 0; i < 900; ++i) prompt_.push_back((i * 37 + 11) % 500);
+  }
+  std::unique_ptr<testing::TempDir> dir_;
+  std::string model_;
+  std::vector<int> prompt_;
+};
+
+TEST_F(CudaModel, MatchesCpuBackendOverLongContext) {
+  testing::ExecutorHarness cpu(model_, 16);
+  GpuHarness gpu(model_, 16);
+  // Chunked prefill, then 8 single-token (decode-path) steps.
+  const std::vector<int> head(prompt_.begin(), prompt_.end() - 8);
+  auto run = [&](auto& h) {
+    SequenceKv seq;
+    EXPECT_TRUE(h.kv->Reserve(&seq, static_cast<int>(prompt_.size())).ok());
+    std::vector<float> all;
+    for (int start = 0; start < static_cast<int>(prompt_.size());) {
+      const int n = start < static_cast<int>(head.size()) ? std::min<int>(256, head.size() - start) : 1;
+      SequenceChunk c{&seq, start, absl::MakeConstSpan(prompt_).subspan(start, n), LogitsMode::kLast};
+      std::vector<float> out;
+      EXPECT_TRUE(h.executor->Forward({c}, &out).ok());
+      all.insert(all.end(), out.begin(), out.end());
+      start += n;
+    }
+    h.kv->Release(&seq);
+    return all;
+  };
+  const auto want = run(cpu);
+  const auto got = run(gpu);
+  const auto d = CompareLogits(got, want, 512);
+  std::cout << "cuda vs cpu over 900 tokens: max abs diff " << d.max_abs << " (max |logit| "
+            << d.max_mag << "), argmax mismatches " << d.argmax_mismatch << "\n";
+  EXPECT_LT(d.max_abs, kHalfTolerance * std::max(1.0, d.max_mag));
+  EXPECT_EQ(d.argmax_mismatch, 0);
+}
+
+TEST_F(CudaModel, PagedEqualsContiguous) {
+  GpuHarness paged(model_, 16, "auto", true, 1024);
+  GpuHarness contiguous(model_, 1024, "auto", true, 1024);
+  const std::vector<int> p(prompt_.begin(), prompt_.begin() + 700);
+  const auto a = paged.PromptLogits(p, 128);
+  const auto b = contiguous.PromptLogits(p, 128);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(a, b);  // block size changes addresses only: bitwise equal
+}
+
+TEST_F(CudaModel, ChunkingChangesNothingBeyondRounding) {
+  GpuHarness h(model_, 16);
+  const std::vector<int> p(prompt_.begin(), prompt_.begin() + 500);
+  const auto whole = h.PromptLogits(p, 0);
+  const auto chunked = h.PromptLogits(p, 37);
+  const auto d = CompareLogits(chunked, whole, 512);
+  EXPECT_LT(d.max_abs, 0.01 * std::max(1.0, d.max_mag));
+  EXPECT_EQ(d.argmax_mismatch, 0);
+}
+
+TEST_F(CudaModel, Fp8KvStaysWithinTolerance) {
+  GpuHarness bf16(model_, 16);
+  GpuHarness fp8(model_, 16, "fp8_e4m3");
+  testing::ExecutorHarness cpu_fp8(model_, 16, DType::kFP8E4M3);
+  const std::vector<int> p(prompt_.begin(), prompt_.begin() + 400);
+  const auto a = bf16.PromptLogits(p, 100);
+  const auto b = fp8.PromptLogits(p, 100);
+  const auto c = cpu_fp8.PromptLogits(p, 100);
+  const auto d = CompareLogits(b, a, 512);
+  const auto dc = CompareLogits(b, c, 512);
+  std::cout << "fp8 KV vs bf16 KV: max abs diff " << d.max_abs << " (max |logit| " << d.max_mag
+            << "), argmax mismatches " << d.argmax_mismatch << " of 400; vs CPU fp8 KV "
+            << dc.max_abs << "\n";
+  // Stated tolerance: E4M3 keeps 3 mantissa bits (relative step 1/8).
+  EXPECT_LT(d.max_abs, 0.1 * std::max(1.0, d.max_mag));
+  EXPECT_LT(dc.max_abs, 0.1 * std::max(1.0, dc.max_mag));
+}
+
+// Several sequences decoding together, with and without CUDA graphs, and a
+// prefill chunk mixed into a decode step.
+TEST_F(CudaModel, GraphsAndMixedBatchesMatchEagerSteps) {
+  GpuHarness eager(model_, 16, "auto", /*graphs=*/false);
+  GpuHarness graphs(model_, 16, "auto", /*graphs=*/true);
+  constexpr int kSeqs = 5;
+  auto run = [&](GpuHarness& h, bool mix_prefill) {
+    std::vector<SequenceKv> seqs(kSeqs + 1);
+    std::vector<std::vector<int>> toks(kSeqs + 1);
+    std::vector<float> out_all;
+    for (int s = 0; s <= kSeqs; ++s) {
+      toks[s].assign(prompt_.begin() + s * 10, prompt_.begin() + s * 10 + 50 + s * 13);
+      EXPECT_TRUE(h.kv->Reserve(&seqs[s], 400).ok());
+    }
+    for (int s = 0; s < kSeqs; ++s) {  // prefill the decoding sequences alone
+      std::vector<float> out;
+      SequenceChunk c{&seqs[s], 0, absl::MakeConstSpan(toks[s]), LogitsMode::kLast};
+      EXPECT_TRUE(h.executor->Forward({c}, &out).ok());
+    }
+    for (int step = 0; step < 12; ++step) {
+      std::vector<SequenceChunk> batch;
+      std::vector<int> next(kSeqs);
+      for (int s = 0; s < kSeqs; ++s) {
+        next[s] = (step * 7 + s * 3) % 500;
+        batch.push_back({&seqs[s], static_cast<int>(toks[s].size()), absl::MakeConstSpan(&next[s], 1),
+                         LogitsMode::kLast});
+      }
+      if (mix_prefill && step == 3) {
+        batch.push_back({&seqs[kSeqs], 0, absl::MakeConstSpan(toks[kSeqs]), LogitsMode::kLast});
+      }
+      std::vector<float> out;
+      EXPECT_TRUE(h.executor->Forward(batch, &out).ok());
+      out.resize(static_cast<size_t>(kSeqs) * 512);  // the decode rows
+      out_all.insert(out_all.end(), out.begin(), out.end());
+      for (int s = 0; s < kSeqs; ++s) toks[s].push_back(next[s]);
+    }
+    for (auto& s : seqs) h.kv->Release(&s);
+    return out_all;
+  };
+  const auto a = run(eager, false);
+  const auto b = run(graphs, false);
+  const auto c = run(eager, true);
+  const auto dg = CompareLogits(b, a, 512);
+  const auto dm = CompareLogits(c, a, 512);
+  std::cout << "graphs vs eager: max abs diff " << dg.max_abs << "; mixed vs decode-only "
+            << dm.max_abs << "\n";
+  EXPECT_LT(dg.max_abs, 0.01 * std::max(1.0, dg.max_mag));
+  EXPECT_LT(dm.max_abs, 0.01 * std::max(1.0, dm.max_mag));
+  EXPECT_EQ(dg.argmax_mismatch, 0);
+  EXPECT_EQ(dm.argmax_mismatch, 0);
+}
+
+TEST_F(CudaModel, SamplerFollowsTheSoftmax) {
+  GpuHarness h(model_, 16, "auto", /*graphs=*/true);
+  SequenceKv seq;
+  ASSERT_TRUE(h.kv->Reserve(&seq, 8).ok());
+  const std::vector<int> p = {5, 9, 200, 31};
+  SequenceChunk c{&seq, 0, absl::MakeConstSpan(p), LogitsMode::kLast};
+  std::vector<float> logits;
+  ASSERT_TRUE(h.executor->Forward({c}, &logits).ok());
+  auto draw = [&](SamplingOptions o, uint64_t seed, uint64_t counter) {
+    std::vector<int> t;
+    DeviceSampling s{o, seed, counter};
+    EXPECT_TRUE(h.executor->ForwardSample({c}, {s}, &t).ok());
+    return t.at(0);
+  };
+  // Greedy = host argmax; top_k = 1 = greedy.
+  const int argmax = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  EXPECT_EQ(draw({}, 1, 0), argmax);
+  EXPECT_EQ(draw({1.0f, 1.0f, 1}, 1, 0), argmax);
+  // Reproducible from (seed, counter).
+  const SamplingOptions t1{1.0f, 1.0f, 0};
+  EXPECT_EQ(draw(t1, 42, 7), draw(t1, 42, 7));
+  // Empirical distribution at temperature 1.5 vs the host softmax.
+  const float temp = 1.5f;
+  std::vector<double> prob(logits.size());
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (size_t i = 0; i < logits.size(); ++i) z += prob[i] = std::exp((logits[i] - mx) / temp);
+  for (double& q : prob) q /= z;
+  constexpr int kDraws = 3000;
+  std::map<int, int> count;
+  for (int i = 0; i < kDraws; ++i) ++count[draw({temp, 1.0f, 0}, 99, i)];
+  double tv = 0;
+  for (size_t i = 0; i < prob.size(); ++i) {
+    tv += std::abs(prob[i] - (count.count(i) ? count[i] : 0) / static_cast<double>(kDraws));
+  }
+  tv /= 2;
+  std::cout << "sampler: total variation vs softmax over " << kDraws << " draws " << tv << "\n";
+  EXPECT_LT(tv, 0.1);
+  // Top-p: every draw lies in the nucleus computed on the host.
+  std::vector<int> order(prob.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+  std::vector<bool> nucleus(prob.size(), false);
+  double mass = 0;
+  for (int i : order) {
+    nucleus[i] = true;
+    mass += prob[i];
+    if (mass >= 0.5) break;
+  }
+  for (int i = 0; i < 300; ++i) {
+    const int t = draw({temp, 0.5f, 0}, 5, i);
+    EXPECT_TRUE(nucleus[t]) << "token " << t << " outside the top-p 0.5 nucleus";
+  }
+  // Top-k: every draw among the k most likely.
+  for (int i = 0; i < 300; ++i) {
+    const int t = draw({temp, 1.0f, 3}, 6, i);
+    EXPECT_TRUE(t == order[0] || t == order[1] || t == order[2]) << "token " << t;
+  }
+  h.kv->Release(&seq);
+}
+
+}  // namespace
+}  // namespace ballast::engine

@@ -1,0 +1,101 @@
+// Runs prompts through a CudaExecutor (via the gpu_backend.h factory) and
+// a CpuExecutor on the same checkpoint; shared by the GPU tests. Tests call
+// SkipWithoutGpu() first so they skip cleanly on machines with no GPU.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/gpu_backend.h"
+#include "engine/kv_cache.h"
+#include "engine/model_config.h"
+#include "gtest/gtest.h"
+
+namespace ballast::engine::testing {
+
+inline bool GpuUsable() { return GpuMemoryInfo(0).ok(); }
+
+#define BALLAST_SKIP_WITHOUT_GPU()                                     \
+  if (!::ballast::engine::testing::GpuUsable()) GTEST_SKIP() << "no usable GPU"
+
+class GpuHarness {
+ public:
+  // kv_dtype: std::nullopt-like "auto" when kAuto.
+  GpuHarness(const std::string& model_dir, int block_tokens, const std::string& kv_dtype = "auto",
+             bool graphs = true, int max_context = 2048, int max_batch_tokens = 512) {
+    auto cfg = ModelConfig::Load(model_dir + "/config.json");
+    EXPECT_TRUE(cfg.ok()) << cfg.status();
+    config = *cfg;
+    KvLayout layout{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
+                    block_tokens, GpuAutoKvDType(config)};
+    if (kv_dtype != "auto") layout.dtype = *DTypeFromConfig(kv_dtype);
+    const int64_t blocks = 4096;
+    auto p = CreateGpuBlockPool(0, layout.block_bytes(), blocks);
+    EXPECT_TRUE(p.ok()) << p.status();
+    pool = std::move(*p);
+    kv = std::make_unique<KvCache>(layout, pool.get());
+    GpuExecutorOptions o;
+    o.cuda_graphs = graphs;
+    o.max_context = max_context;
+    o.max_batch_tokens = max_batch_tokens;
+    auto e = CreateGpuExecutor(config, model_dir, kv.get(), o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    executor = std::move(*e);
+  }
+
+  // Logits of every prompt token ([n, vocab]), `chunk` tokens per step.
+  std::vector<float> PromptLogits(const std::vector<int>& tokens, int chunk = 0) {
+    SequenceKv seq;
+    EXPECT_TRUE(kv->Reserve(&seq, static_cast<int>(tokens.size())).ok());
+    std::vector<float> all;
+    const int n = static_cast<int>(tokens.size());
+    if (chunk <= 0) chunk = n;
+    for (int start = 0; start < n; start += chunk) {
+      SequenceChunk c;
+      c.kv = &seq;
+      c.start_pos = start;
+      c.tokens = absl::MakeConstSpan(tokens).subspan(start, std::min(chunk, n - start));
+      c.logits = LogitsMode::kAll;
+      std::vector<float> out;
+      auto st = executor->Forward({c}, &out);
+      EXPECT_TRUE(st.ok()) << st;
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    kv->Release(&seq);
+    return all;
+  }
+
+  ModelConfig config;
+  std::unique_ptr<memory::BlockAllocator> pool;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<Executor> executor;
+};
+
+struct Diff {
+  double max_abs = 0, max_mag = 0;
+  int argmax_mismatch = 0;
+};
+
+// Compares [rows, vocab] logits.
+inline Diff CompareLogits(const std::vector<float>& got, const std::vector<float>& want, size_t vocab) {
+  Diff d;
+  EXPECT_EQ(got.size(), want.size());
+  const size_t rows = std::min(got.size(), want.size()) / vocab;
+  for (size_t r = 0; r < rows; ++r) {
+    size_t bg = 0, bw = 0;
+    for (size_t v = 0; v < vocab; ++v) {
+      const double g = got[r * vocab + v], w = want[r * vocab + v];
+      d.max_abs = std::max(d.max_abs, std::abs(g - w));
+      d.max_mag = std::max(d.max_mag, std::abs(w));
+      if (g > got[r * vocab + bg]) bg = v;
+      if (w > want[r * vocab + bw]) bw = v;
+    }
+    d.argmax_mismatch += bg != bw;
+  }
+  return d;
+}
+
+}  // namespace ballast::engine::testing
