@@ -1,0 +1,358 @@
+// CUDA kernels one by one against plain C++ references on the same
+// (already rounded) inputs: paged attention over many shapes (head sizes,
+// GQA groups, contexts spanning several tiles and partitions, decode and
+// prefill queries, BF16/FP16/FP8 KV), RoPE + KV append, fused residual
+// RMSNorm and SiLU-and-multiply. Skips without a GPU.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
+#include "engine/dtype.h"
+#include "engine/gpu_backend.h"
+#include "gtest/gtest.h"
+
+namespace ballast::engine::cuda {
+namespace {
+
+bool HaveGpu() { return GpuMemoryInfo(0).ok(); }
+
+template <typename T>
+T* ToDevice(const std::vector<T>& v) {
+  T* d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+template <typename T>
+std::vector<T> ToHost(const T* d, size_t n) {
+  std::vector<T> v(n);
+  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
+float RoundBf16(float x) { return BF16ToFloat(FloatToBF16(x)); }
+
+struct AttnCase {
+  int head_dim, heads, kv_heads, block_tokens;
+  std::vector<int> seq_lens;   // tokens of KV per sequence
+  std::vector<int> queries;    // queries per sequence (the last positions)
+  KvType kv = KvType::kBF16;
+};
+
+void RunAttention(const AttnCase& c) {
+  SCOPED_TRACE(::testing::Message() << "D=" << c.head_dim << " H=" << c.heads << " Hkv=" << c.kv_heads
+                                    << " kv=" << static_cast<int>(c.kv) << " len0=" << c.seq_lens[0]
+                                    << " q0=" << c.queries[0]);
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int D = c.head_dim, Hkv = c.kv_heads, BT = c.block_tokens, S = c.seq_lens.size();
+  const size_t esz = KvSize(c.kv);
+  const size_t row = static_cast<size_t>(Hkv) * D * esz, block_bytes = 2 * BT * row;
+  int max_blocks = 0, total_blocks = 0;
+  for (int L : c.seq_lens) {
+    max_blocks = std::max(max_blocks, (L + BT - 1) / BT);
+    total_blocks += (L + BT - 1) / BT;
+  }
+  // Blocks handed out in a scrambled order, as a real allocator would.
+  std::vector<int> perm(total_blocks);
+  for (int i = 0; i < total_blocks; ++i) perm[i] = (i * 7 + 3) % total_blocks;
+  if (std::gcd(7, total_blocks) != 1) for (int i = 0; i < total_blocks; ++i) perm[i] = total_blocks - 1 - i;
+  std::vector<int> table(static_cast<size_t>(S) * max_blocks, 0);
+  std::vector<uint8_t> pool(block_bytes * total_blocks, 0);
+  // K/V values as stored (rounded), [s][pos][h][d].
+  std::vector<std::vector<float>> K(S), V(S);
+  int next = 0;
+  const float kscale = c.kv == KvType::kFP8E4M3 ? 0.5f : 1.0f, vscale = c.kv == KvType::kFP8E4M3 ? 0.25f : 1.0f;
+  for (int s = 0; s < S; ++s) {
+    const int L = c.seq_lens[s];
+    for (int b = 0; b < (L + BT - 1) / BT; ++b) table[s * max_blocks + b] = perm[next++];
+    K[s].resize(static_cast<size_t>(L) * Hkv * D);
+    V[s].resize(K[s].size());
+    for (int p = 0; p < L; ++p) {
+      uint8_t* blk = pool.data() + static_cast<size_t>(table[s * max_blocks + p / BT]) * block_bytes;
+      for (int h = 0; h < Hkv; ++h) {
+        for (int d = 0; d < D; ++d) {
+          const size_t i = (static_cast<size_t>(p) * Hkv + h) * D + d;
+          const size_t off = (p % BT) * row + (static_cast<size_t>(h) * D + d) * esz;
+          for (int kv = 0; kv < 2; ++kv) {
+            float x = nd(rng);
+            uint8_t* dst = blk + (kv ? BT * row : 0) + off;
+            const float sc = kv ? vscale : kscale;
+            if (c.kv == KvType::kFP8E4M3) {
+              *dst = FloatToFp8E4M3(x / sc);
+              x = Fp8E4M3ToFloat(*dst) * sc;
+            } else {
+              const uint16_t b16 = FloatToBF16(x);
+              std::memcpy(dst, &b16, 2);
+              x = BF16ToFloat(b16);
+            }
+            (kv ? V : K)[s][i] = x;
+          }
+        }
+      }
+    }
+  }
+  // Queries: the last queries[s] positions of each sequence.
+  std::vector<int> tseq, tpos;
+  for (int s = 0; s < S; ++s) {
+    for (int p = c.seq_lens[s] - c.queries[s]; p < c.seq_lens[s]; ++p) {
+      tseq.push_back(s);
+      tpos.push_back(p);
+    }
+  }
+  tseq.push_back(0);  // one padding token
+  tpos.push_back(-1);
+  const int T = tseq.size();
+  std::vector<uint16_t> q(static_cast<size_t>(T) * c.heads * D);
+  std::vector<float> qf(q.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = FloatToBF16(nd(rng));
+    qf[i] = BF16ToFloat(q[i]);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  int max_ctx = 0;
+  for (int L : c.seq_lens) max_ctx = std::max(max_ctx, L);
+  const AttentionPlan plan = PlanPagedAttention(T, c.heads, Hkv, max_ctx, 132);
+  uint8_t* d_pool = ToDevice(pool);
+  int* d_table = ToDevice(table);
+  int* d_seq = ToDevice(tseq);
+  int* d_pos = ToDevice(tpos);
+  uint16_t* d_q = ToDevice(q);
+  uint16_t* d_out = ToDevice(std::vector<uint16_t>(q.size(), 0));
+  void* ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&ws, std::max<size_t>(16, PagedAttentionWorkspaceBytes(T, c.heads, D, plan))), cudaSuccess);
+  PagedKv kv;
+  kv.block_ids = d_table;
+  kv.max_blocks = max_blocks;
+  kv.base = d_pool;
+  kv.slab_shift = 31;
+  kv.block_bytes = block_bytes;
+  kv.block_tokens = BT;
+  kv.num_kv_heads = Hkv;
+  kv.head_dim = D;
+  kv.dtype = c.kv;
+  kv.k_scale = kscale;
+  kv.v_scale = vscale;
+  ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T}, c.heads, kv, scale, plan, ws, d_out,
+                                 ActType::kBF16, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto out = ToHost(d_out, q.size());
+  double max_err = 0;
+  const int G = c.heads / Hkv;
+  for (int t = 0; t + 1 < T; ++t) {
+    const int s = tseq[t], n = tpos[t] + 1;
+    for (int h = 0; h < c.heads; ++h) {
+      const int kh = h / G;
+      std::vector<double> sc(n);
+      double mx = -1e30;
+      for (int j = 0; j < n; ++j) {
+        double dot = 0;
+        for (int d = 0; d < D; ++d) dot += qf[(static_cast<size_t>(t) * c.heads + h) * D + d] * K[s][(static_cast<size_t>(j) * Hkv + kh) * D + d];
+        sc[j] = dot * scale;
+        mx = std::max(mx, sc[j]);
+      }
+      double z = 0;
+      for (double& x : sc) z += x = std::exp(x - mx);
+      for (int d = 0; d < D; ++d) {
+        double o = 0;
+        for (int j = 0; j < n; ++j) o += sc[j] / z * V[s][(static_cast<size_t>(j) * Hkv + kh) * D + d];
+        const double got = BF16ToFloat(out[(static_cast<size_t>(t) * c.heads + h) * D + d]);
+        // BF16 output rounding (2^-9 relative) is the only expected error.
+        max_err = std::max(max_err, std::abs(got - o) / (std::abs(o) + 1e-3));
+      }
+    }
+  }
+  EXPECT_LT(max_err, 0.01) << "plan: " << plan.num_partitions << " x " << plan.partition_tokens;
+  for (void* p : {static_cast<void*>(d_pool), static_cast<void*>(d_table), static_cast<void*>(d_seq),
+                  static_cast<void*>(d_pos), static_cast<void*>(d_q), static_cast<void*>(d_out), ws}) {
+    cudaFree(p);
+  }
+}
+
+TEST(CudaKernels, PagedAttentionMatchesReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  for (KvType kv : {KvType::kBF16, KvType::kFP8E4M3}) {
+    for (int D : {16, 64, 128}) {
+      // Decode: three sequences, one query each, contexts over many tiles.
+      RunAttention({D, 8, 2, 16, {1, 300, 900}, {1, 1, 1}, kv});
+      // Prefill chunks: one long chunk (one partition, several tiles) and
+      // a short chunk over a long prefix (several partitions).
+      RunAttention({D, 8, 2, 16, {500}, {500}, kv});
+      RunAttention({D, 4, 4, 16, {700}, {37}, kv});
+      // GQA group above 8 heads per block (two head chunks), odd block size.
+      RunAttention({D, 12, 1, 7, {260, 5}, {3, 5}, kv});
+    }
+  }
+}
+
+TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int T = 5, H = 320;
+  std::vector<float> resid(T * H);
+  std::vector<uint16_t> delta(T * H), w(H);
+  for (auto& x : resid) x = nd(rng);
+  for (auto& x : delta) x = FloatToBF16(nd(rng));
+  for (auto& x : w) x = FloatToBF16(1.0f + 0.1f * nd(rng));
+  float* d_resid = ToDevice(resid);
+  uint16_t* d_delta = ToDevice(delta);
+  uint16_t* d_w = ToDevice(w);
+  uint16_t* d_out = ToDevice(std::vector<uint16_t>(T * H));
+  ASSERT_EQ(LaunchAddRmsNorm(d_resid, d_delta, nullptr, d_w, 1e-5f, T, H, d_out, ActType::kBF16, nullptr), cudaSuccess);
+  const auto r2 = ToHost(d_resid, T * H);
+  const auto o = ToHost(d_out, T * H);
+  for (int t = 0; t < T; ++t) {
+    double ss = 0;
+    std::vector<double> x(H);
+    for (int i = 0; i < H; ++i) {
+      x[i] = resid[t * H + i] + BF16ToFloat(delta[t * H + i]);
+      ss += x[i] * x[i];
+      EXPECT_NEAR(r2[t * H + i], x[i], 1e-5);
+    }
+    const double inv = 1.0 / std::sqrt(ss / H + 1e-5);
+    for (int i = 0; i < H; ++i) {
+      EXPECT_NEAR(BF16ToFloat(o[t * H + i]), BF16ToFloat(w[i]) * x[i] * inv, 0.01 * std::abs(x[i] * inv) + 1e-3);
+    }
+  }
+  // SiLU(gate) * up.
+  const int I = 96;
+  std::vector<uint16_t> gu(T * 2 * I);
+  for (auto& x : gu) x = FloatToBF16(nd(rng));
+  uint16_t* d_gu = ToDevice(gu);
+  uint16_t* d_act = ToDevice(std::vector<uint16_t>(T * I));
+  ASSERT_EQ(LaunchSiluMul(d_gu, T, I, d_act, ActType::kBF16, nullptr), cudaSuccess);
+  const auto act = ToHost(d_act, T * I);
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < I; ++i) {
+      const double g = BF16ToFloat(gu[t * 2 * I + i]), u = BF16ToFloat(gu[t * 2 * I + I + i]);
+      const double want = g / (1 + std::exp(-g)) * u;
+      EXPECT_NEAR(BF16ToFloat(act[t * I + i]), want, 0.01 * std::abs(want) + 1e-3);
+    }
+  }
+  for (void* p : {static_cast<void*>(d_resid), static_cast<void*>(d_delta), static_cast<void*>(d_w),
+                  static_cast<void*>(d_out), static_cast<void*>(d_gu), static_cast<void*>(d_act)}) {
+    cudaFree(p);
+  }
+}
+
+TEST(CudaKernels, GemmMatchesReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  auto g = Gemm::Create(32u << 20);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct Shape { int m, n, k; bool f32; };
+  for (const Shape sh : {Shape{1, 384, 512, false}, Shape{20, 1536, 512, false}, Shape{300, 512, 1024, false},
+                         Shape{7, 300, 512, true}, Shape{64, 4096, 4096, false}}) {
+    std::vector<uint16_t> x(static_cast<size_t>(sh.m) * sh.k), w(static_cast<size_t>(sh.n) * sh.k);
+    for (auto& v : x) v = FloatToBF16(nd(rng));
+    for (auto& v : w) v = FloatToBF16(0.05f * nd(rng));
+    uint16_t* dx = ToDevice(x);
+    uint16_t* dw = ToDevice(w);
+    void* dy = nullptr;
+    ASSERT_EQ(cudaMalloc(&dy, static_cast<size_t>(sh.m) * sh.n * 4), cudaSuccess);
+    ASSERT_TRUE((*g)->Run(dx, dw, dy, sh.m, sh.n, sh.k, ActType::kBF16, sh.f32, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> y(static_cast<size_t>(sh.m) * sh.n);
+    if (sh.f32) {
+      y = ToHost(static_cast<float*>(dy), y.size());
+    } else {
+      const auto yb = ToHost(static_cast<uint16_t*>(dy), y.size());
+      for (size_t i = 0; i < y.size(); ++i) y[i] = BF16ToFloat(yb[i]);
+    }
+    double max_err = 0, max_mag = 0;
+    for (int i = 0; i < sh.m; ++i) {
+      for (int j = 0; j < sh.n; ++j) {
+        double acc = 0;
+        for (int k = 0; k < sh.k; ++k) acc += BF16ToFloat(x[static_cast<size_t>(i) * sh.k + k]) * BF16ToFloat(w[static_cast<size_t>(j) * sh.k + k]);
+        max_err = std::max(max_err, std::abs(acc - y[static_cast<size_t>(i) * sh.n + j]));
+        max_mag = std::max(max_mag, std::abs(acc));
+      }
+    }
+    EXPECT_LT(max_err, 0.01 * max_mag) << sh.m << "x" << sh.n << "x" << sh.k;
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dy);
+  }
+}
+
+TEST(CudaKernels, RopeKvWriteMatchesReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int T = 3, H = 8, Hkv = 2, D = 64, BT = 16, width = (H + 2 * Hkv) * D;
+  std::vector<uint16_t> qkv(T * width), bias(width);
+  for (auto& v : qkv) v = FloatToBF16(nd(rng));
+  for (auto& v : bias) v = FloatToBF16(0.1f * nd(rng));
+  std::vector<float> inv(D / 2);
+  for (int i = 0; i < D / 2; ++i) inv[i] = 1.0f / std::pow(10000.0f, 2.0f * i / D);
+  const std::vector<int> seq = {0, 1, 1}, pos = {5, 17, 40};
+  const std::vector<int> table = {2, 0, 0, 1, 3, 4};  // 2 seqs x 3 blocks
+  const size_t row = Hkv * D * 2, block_bytes = 2 * BT * row;
+  uint8_t* d_pool = ToDevice(std::vector<uint8_t>(block_bytes * 5, 0));
+  int* d_table = ToDevice(table);
+  int* d_seq = ToDevice(seq);
+  int* d_pos = ToDevice(pos);
+  uint16_t* d_qkv = ToDevice(qkv);
+  uint16_t* d_bias = ToDevice(bias);
+  float* d_inv = ToDevice(inv);
+  uint16_t* d_q = ToDevice(std::vector<uint16_t>(T * H * D));
+  PagedKv kv;
+  kv.block_ids = d_table;
+  kv.max_blocks = 3;
+  kv.base = d_pool;
+  kv.block_bytes = block_bytes;
+  kv.block_tokens = BT;
+  kv.num_kv_heads = Hkv;
+  kv.head_dim = D;
+  ASSERT_EQ(LaunchRopeKvWrite(d_qkv, d_bias, d_inv, TokenMap{d_seq, d_pos, T}, H, kv, d_q, ActType::kBF16, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto q = ToHost(d_q, T * H * D);
+  const auto pool = ToHost(d_pool, block_bytes * 5);
+  for (int t = 0; t < T; ++t) {
+    auto in = [&](int i) { return BF16ToFloat(qkv[t * width + i]) + BF16ToFloat(bias[i]); };
+    const uint8_t* blk = pool.data() + table[seq[t] * 3 + pos[t] / BT] * block_bytes + (pos[t] % BT) * row;
+    auto stored = [&](const uint8_t* p, int idx) {
+      uint16_t b;
+      std::memcpy(&b, p + idx * 2, 2);
+      return BF16ToFloat(b);
+    };
+    for (int h = 0; h < H + Hkv; ++h) {
+      for (int i = 0; i < D / 2; ++i) {
+        const double a = static_cast<double>(pos[t]) * inv[i];
+        const double x1 = in(h * D + i), x2 = in(h * D + i + D / 2);
+        const double o1 = x1 * std::cos(a) - x2 * std::sin(a), o2 = x2 * std::cos(a) + x1 * std::sin(a);
+        double g1, g2;
+        if (h < H) {
+          g1 = BF16ToFloat(q[(t * H + h) * D + i]);
+          g2 = BF16ToFloat(q[(t * H + h) * D + i + D / 2]);
+        } else {
+          g1 = stored(blk, (h - H) * D + i);
+          g2 = stored(blk, (h - H) * D + i + D / 2);
+        }
+        EXPECT_NEAR(g1, o1, 0.01 * std::abs(o1) + 1e-3) << "t " << t << " head " << h << " i " << i;
+        EXPECT_NEAR(g2, o2, 0.01 * std::abs(o2) + 1e-3) << "t " << t << " head " << h << " i " << i;
+      }
+    }
+    for (int j = 0; j < Hkv * D; ++j) {
+      EXPECT_NEAR(stored(blk + BT * row, j), in((H + Hkv) * D + j), 0.01 * std::abs(in((H + Hkv) * D + j)) + 1e-3);
+    }
+  }
+  for (void* p : {static_cast<void*>(d_pool), static_cast<void*>(d_table), static_cast<void*>(d_seq),
+                  static_cast<void*>(d_pos), static_cast<void*>(d_qkv), static_cast<void*>(d_bias),
+                  static_cast<void*>(d_inv), static_cast<void*>(d_q)}) {
+    cudaFree(p);
+  }
+}
+
+}  // namespace
+}  // namespace ballast::engine::cuda
