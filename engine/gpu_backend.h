@@ -69,7 +69,10 @@ struct GpuEngineBenchOptions {
   int block_tokens = 16;
   std::string kv_dtype = "auto";
   bool cuda_graphs = true;
-  double hbm_bytes_per_s = 3.35e12;  // H100 SXM HBM3 datasheet
+  // HBM bandwidth of the roofline; 0 = the datasheet figure of the device
+  // (H100 SXM 3.35 TB/s, H100 PCIe 2.0, H200 4.8), else the measured
+  // device-to-device copy rate.
+  double hbm_bytes_per_s = 0;
   bool gemm_peak = true;             // also time an 8192^3 cuBLASLt GEMM
 };
 // Results as JSON (see engine/cuda/engine_bench.cc for the fields).

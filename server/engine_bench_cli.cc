@@ -37,8 +37,8 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--block-tokens", o.block_tokens)->capture_default_str();
   c->add_option("--kv-dtype", o.kv_dtype, "auto | bf16 | fp16 | fp8_e4m3")->capture_default_str();
   c->add_flag("!--no-graphs", o.cuda_graphs, "disable CUDA graphs for decode steps");
-  c->add_option("--hbm-gbps", o.hbm_bytes_per_s, "HBM bandwidth for the roofline (bytes/s)")
-      ->capture_default_str();
+  c->add_option("--hbm-bytes-per-s", o.hbm_bytes_per_s,
+                "HBM bandwidth of the roofline (default: the device's datasheet figure)");
   c->add_option("--out", s_->out, "write the JSON result here");
   c->add_option("--hf-json", s_->hf_json,
                 "transformers' figures on the same weights (tests/bench/hf_engine_bench.py)");
@@ -80,7 +80,11 @@ bool EngineBenchCli::RunParsed(int* rc) {
   if (!s_->out.empty()) std::ofstream(s_->out) << j.dump(2) << "\n";
   std::cout << "device: " << j["device"].get<std::string>() << ", weights "
             << absl::StrFormat("%.2f GiB", j["weight_bytes"].get<double>() / (1 << 30))
-            << ", load " << absl::StrFormat("%.1f s", j["load_s"].get<double>()) << "\n\n";
+            << ", load " << absl::StrFormat("%.1f s", j["load_s"].get<double>())
+            << absl::StrFormat(", roofline at %.2f TB/s (device-to-device copy measures %.2f TB/s)",
+                               j["hbm_bytes_per_s"].get<double>() / 1e12,
+                               j["copy_bytes_per_s"].get<double>() / 1e12)
+            << "\n\n";
   auto hf_decode = [&](int batch) -> double {
     if (!hf.contains("decode")) return 0;
     for (const auto& d : hf["decode"]) {

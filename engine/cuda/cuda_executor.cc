@@ -10,6 +10,10 @@
 namespace ballast::engine::cuda {
 namespace {
 
+// Shorter chunks use the split-KV kernel (a 64-query tile would be mostly
+// empty).
+constexpr int kMinPrefillTileTokens = 16;
+
 int NextPow2(int x) {
   int p = 1;
   while (p < x) p <<= 1;
@@ -124,8 +128,9 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
                                  inv_freq_host_.size() * sizeof(float), cudaMemcpyHostToDevice),
                       "rope table");
   max_table_blocks_ = (options_.max_context + kv_->layout().block_tokens - 1) / kv_->layout().block_tokens;
-  params_offset_ = 4 * T * sizeof(int);
-  out_offset_ = params_offset_ + T * sizeof(SampleParams);
+  params_offset_ = 5 * T * sizeof(int);
+  tiles_offset_ = params_offset_ + T * sizeof(SampleParams);
+  out_offset_ = tiles_offset_ + T * sizeof(PrefillTile);
   table_offset_ = (out_offset_ + T * sizeof(int) + 255) / 256 * 256;
   meta_bytes_ = table_offset_ + static_cast<size_t>(c.num_hidden_layers) * T * max_table_blocks_ * sizeof(int);
   if (auto s = meta_.Allocate(meta_bytes_, "step metadata"); !s.ok()) return s;
@@ -187,15 +192,31 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
   int* seq = tok + Tmax;
   int* pos = seq + Tmax;
   int* rows = pos + Tmax;
+  int* pos_small = rows + Tmax;
   auto* params = reinterpret_cast<SampleParams*>(base + params_offset_);
+  auto* tiles = reinterpret_cast<PrefillTile*>(base + tiles_offset_);
+  const bool flash_ok = PrefillAttentionSupports(config_.head_dim);
   int t = 0, r = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
     const SequenceChunk& ch = batch[b];
     const int n = static_cast<int>(ch.tokens.size());
+    // Chunks of many tokens go to the tensor-core prefill kernel.
+    const bool flash = flash_ok && n >= kMinPrefillTileTokens;
+    if (flash) {
+      for (int j = 0; j < n; j += kPrefillTileTokens) {
+        PrefillTile& tile = tiles[sh.prefill_tiles++];
+        tile.first_token = t + j;
+        tile.n = std::min(kPrefillTileTokens, n - j);
+        tile.seq = static_cast<int>(b);
+        tile.pos0 = ch.start_pos + j;
+      }
+    }
     for (int i = 0; i < n; ++i, ++t) {
       tok[t] = ch.tokens[i];
       seq[t] = static_cast<int>(b);
       pos[t] = ch.start_pos + i;
+      pos_small[t] = flash ? -1 : pos[t];
+      sh.small_tokens += !flash;
       if (ch.logits == LogitsMode::kAll || (ch.logits == LogitsMode::kLast && i == n - 1)) rows[r++] = t;
     }
   }
@@ -203,6 +224,7 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
     tok[t] = 0;
     seq[t] = 0;
     pos[t] = -1;
+    pos_small[t] = -1;
     rows[r++] = t;
   }
   (void)real_tokens;
@@ -227,8 +249,15 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
       std::memcpy(table + (static_cast<size_t>(l) * sh.seqs + b) * sh.max_blocks, ids.data(), n * sizeof(int));
     }
   }
-  BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get(), host_meta_, out_offset_, cudaMemcpyHostToDevice, stream_),
+  BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get(), host_meta_, params_offset_ + sh.rows * sizeof(SampleParams),
+                                      cudaMemcpyHostToDevice, stream_),
                       "step upload");
+  if (sh.prefill_tiles > 0) {
+    BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get<uint8_t>() + tiles_offset_, base + tiles_offset_,
+                                        sh.prefill_tiles * sizeof(PrefillTile), cudaMemcpyHostToDevice,
+                                        stream_),
+                        "prefill tile upload");
+  }
   const size_t table_bytes = static_cast<size_t>(L) * sh.seqs * sh.max_blocks * sizeof(int);
   BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get<uint8_t>() + table_offset_, base + table_offset_,
                                       table_bytes, cudaMemcpyHostToDevice, stream_),
@@ -244,6 +273,9 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   int* tok = meta_.get<int>();
   TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
   const int* rows = tok + 3 * Tmax;
+  // The split-KV kernel skips tokens that prefill tiles cover.
+  const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T};
+  const auto* tiles = reinterpret_cast<const PrefillTile*>(meta_.get<uint8_t>() + tiles_offset_);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const KvLayout& lay = kv_->layout();
   const memory::BlockAddressing addr = kv_->allocator()->addressing();
@@ -276,9 +308,15 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
     BALLAST_CUDA_RETURN(LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, inv_freq_.get<float>(), tm,
                                           c.num_attention_heads, kv, q_.get(), act_, stream_),
                         "rope/kv write");
-    BALLAST_CUDA_RETURN(LaunchPagedAttention(q_.get(), tm, c.num_attention_heads, kv, scale, plan,
-                                             attn_ws_.get(), attn_.get(), act_, stream_),
-                        "attention");
+    if (sh.small_tokens > 0 || sh.graph) {
+      BALLAST_CUDA_RETURN(LaunchPagedAttention(q_.get(), tm_small, c.num_attention_heads, kv, scale,
+                                               plan, attn_ws_.get(), attn_.get(), act_, stream_),
+                          "attention");
+    }
+    BALLAST_CUDA_RETURN(LaunchPrefillAttention(q_.get(), tiles, sh.prefill_tiles,
+                                               c.num_attention_heads, kv, scale, attn_.get(), act_,
+                                               stream_),
+                        "prefill attention");
     if (auto s = gemm_->Run(attn_.get(), L.o, o_.get(), T, H, Q, act_, false, stream_); !s.ok()) return s;
     BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), L.o_bias, L.post_norm, eps,
                                          T, H, x_.get(), act_, stream_),

@@ -70,6 +70,8 @@ class CudaExecutor final : public Executor {
     int real_rows = 0;    // logits rows of real tokens (the first ones)
     bool sample = false;
     bool graph = false;
+    int prefill_tiles = 0;  // tensor-core prefill attention tiles
+    int small_tokens = 0;   // tokens left to the split-KV attention kernel
   };
   CudaExecutor(const ModelConfig& config, KvCache* kv, const CudaExecutorOptions& options);
   absl::Status Init(const std::string& model_dir);
@@ -94,12 +96,14 @@ class CudaExecutor final : public Executor {
   // Activations, sized for max_batch_tokens rows.
   DeviceBuffer inv_freq_, resid_, x_, qkv_, q_, attn_, o_, gate_up_, act_buf_, x_sel_, logits_,
       attn_ws_;
-  // Step metadata: tokens, seq, pos, rows (int32 x max_batch_tokens each),
-  // sampling params, output tokens, then the block table.
+  // Step metadata: tokens, seq, pos, rows, pos_small (int32 x
+  // max_batch_tokens each; pos_small is pos with -1 for tokens in prefill
+  // tiles), sampling params, prefill tiles, output tokens, then the block
+  // table.
   DeviceBuffer meta_;
   void* host_meta_ = nullptr;  // pinned mirror of meta_
   size_t meta_bytes_ = 0;
-  size_t table_offset_ = 0, params_offset_ = 0, out_offset_ = 0;
+  size_t table_offset_ = 0, params_offset_ = 0, tiles_offset_ = 0, out_offset_ = 0;
 
   // (tokens, max_blocks, sample) -> instantiated graph
   std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;

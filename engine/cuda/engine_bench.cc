@@ -61,6 +61,30 @@ absl::StatusOr<double> GemmPeakTflops(int device) {
   return 2.0 * n * n * static_cast<double>(n) * kIters / (ms * 1e-3) / 1e12;
 }
 
+// Device-to-device copy of 2 GiB: bytes read + written per second.
+absl::StatusOr<double> CopyBandwidth() {
+  constexpr size_t kBytes = 2ull << 30;
+  cuda::DeviceBuffer a, b;
+  if (auto s = a.Allocate(kBytes, "copy bandwidth"); !s.ok()) return s;
+  if (auto s = b.Allocate(kBytes, "copy bandwidth"); !s.ok()) return s;
+  BALLAST_CUDA_RETURN(cudaMemcpy(b.get(), a.get(), kBytes, cudaMemcpyDeviceToDevice), "copy");
+  const auto t0 = Clock::now();
+  constexpr int kIters = 5;
+  for (int i = 0; i < kIters; ++i) {
+    BALLAST_CUDA_RETURN(cudaMemcpy(b.get(), a.get(), kBytes, cudaMemcpyDeviceToDevice), "copy");
+  }
+  BALLAST_CUDA_RETURN(cudaDeviceSynchronize(), "copy");
+  return 2.0 * kBytes * kIters / Seconds(t0, Clock::now());
+}
+
+double DatasheetBandwidth(const std::string& name) {
+  if (name.find("H200") != std::string::npos) return 4.8e12;
+  if (name.find("H100") != std::string::npos) {
+    return name.find("PCIe") != std::string::npos ? 2.0e12 : 3.35e12;
+  }
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
@@ -75,6 +99,12 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   BALLAST_CUDA_RETURN(cudaGetDeviceProperties(&prop, o.device), "device query");
   nlohmann::json out;
   out["device"] = prop.name;
+  auto copy_bw = CopyBandwidth();
+  if (!copy_bw.ok()) return copy_bw.status();
+  out["copy_bytes_per_s"] = *copy_bw;
+  double hbm = o.hbm_bytes_per_s > 0 ? o.hbm_bytes_per_s : DatasheetBandwidth(prop.name);
+  if (hbm <= 0) hbm = *copy_bw;
+  out["hbm_bytes_per_s"] = hbm;
   out["model"] = o.model_dir;
   if (o.gemm_peak) {
     auto peak = GemmPeakTflops(o.device);
@@ -136,7 +166,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
     const double kv_bytes = static_cast<double>(batch) * ctx * c.num_hidden_layers *
                             static_cast<double>(layout.token_bytes()) * 2;
     const double bytes = weight_bytes - embed_bytes + kv_bytes;
-    const double roof_ms = bytes / o.hbm_bytes_per_s * 1e3;
+    const double roof_ms = bytes / hbm * 1e3;
     out["decode"].push_back({{"batch", batch},
                              {"ms_per_step", ms},
                              {"tokens_per_s", batch * 1e3 / ms},

@@ -101,6 +101,23 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
                                  float scale, const AttentionPlan& plan, void* workspace,
                                  void* out, ActType type, cudaStream_t stream);
 
+// Prefill attention on tensor cores for chunks of many tokens: each tile is
+// up to 64 consecutive tokens of one chunk (flat token indices
+// [first_token, first_token + n), positions [pos0, pos0 + n) of block-table
+// row seq), each attending causally to positions [0, its own]. Head sizes
+// 64 and 128 (PrefillAttentionSupports); q, out as in LaunchPagedAttention.
+struct PrefillTile {
+  int first_token = 0;
+  int n = 0;
+  int seq = 0;
+  int pos0 = 0;
+};
+constexpr int kPrefillTileTokens = 64;
+bool PrefillAttentionSupports(int head_dim);
+cudaError_t LaunchPrefillAttention(const void* q, const PrefillTile* tiles, int num_tiles,
+                                   int num_heads, PagedKv kv, float scale, void* out,
+                                   ActType type, cudaStream_t stream);
+
 // Sampling, one row per request: greedy when temperature <= 0 (lowest id on
 // ties); otherwise logits / temperature, top-k (k <= 0: all), top-p (<= 0 or
 // >= 1: all), one draw from Philox(seed, counter). Kept sets are found by

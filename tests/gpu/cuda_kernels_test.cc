@@ -44,10 +44,11 @@ struct AttnCase {
   std::vector<int> seq_lens;   // tokens of KV per sequence
   std::vector<int> queries;    // queries per sequence (the last positions)
   KvType kv = KvType::kBF16;
+  bool prefill_kernel = false;  // LaunchPrefillAttention (tiles) instead of the split-KV kernel
 };
 
 void RunAttention(const AttnCase& c) {
-  SCOPED_TRACE(::testing::Message() << "D=" << c.head_dim << " H=" << c.heads << " Hkv=" << c.kv_heads
+  SCOPED_TRACE(::testing::Message() << (c.prefill_kernel ? "prefill " : "split-kv ") << "D=" << c.head_dim << " H=" << c.heads << " Hkv=" << c.kv_heads
                                     << " kv=" << static_cast<int>(c.kv) << " len0=" << c.seq_lens[0]
                                     << " q0=" << c.queries[0]);
   std::mt19937 rng(1234);
@@ -140,9 +141,27 @@ void RunAttention(const AttnCase& c) {
   kv.dtype = c.kv;
   kv.k_scale = kscale;
   kv.v_scale = vscale;
-  ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T}, c.heads, kv, scale, plan, ws, d_out,
-                                 ActType::kBF16, nullptr),
-            cudaSuccess);
+  if (c.prefill_kernel) {
+    std::vector<PrefillTile> tiles;
+    int first = 0;
+    for (int s = 0; s < S; ++s) {
+      for (int j = 0; j < c.queries[s]; j += kPrefillTileTokens) {
+        tiles.push_back({first + j, std::min(kPrefillTileTokens, c.queries[s] - j), s,
+                         c.seq_lens[s] - c.queries[s] + j});
+      }
+      first += c.queries[s];
+    }
+    PrefillTile* d_tiles = ToDevice(tiles);
+    ASSERT_EQ(LaunchPrefillAttention(d_q, d_tiles, tiles.size(), c.heads, kv, scale, d_out,
+                                     ActType::kBF16, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaFree(d_tiles);
+  } else {
+    ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T}, c.heads, kv, scale, plan, ws,
+                                   d_out, ActType::kBF16, nullptr),
+              cudaSuccess);
+  }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto out = ToHost(d_out, q.size());
   double max_err = 0;
@@ -161,12 +180,17 @@ void RunAttention(const AttnCase& c) {
       }
       double z = 0;
       for (double& x : sc) z += x = std::exp(x - mx);
+      std::vector<double> o(D, 0.0);
+      double mag = 1e-3;
       for (int d = 0; d < D; ++d) {
-        double o = 0;
-        for (int j = 0; j < n; ++j) o += sc[j] / z * V[s][(static_cast<size_t>(j) * Hkv + kh) * D + d];
+        for (int j = 0; j < n; ++j) o[d] += sc[j] / z * V[s][(static_cast<size_t>(j) * Hkv + kh) * D + d];
+        mag = std::max(mag, std::abs(o[d]));
+      }
+      // BF16 rounding (of the output, and of P in the prefill kernel) is the
+      // only expected error: relative to the head's largest output.
+      for (int d = 0; d < D; ++d) {
         const double got = BF16ToFloat(out[(static_cast<size_t>(t) * c.heads + h) * D + d]);
-        // BF16 output rounding (2^-9 relative) is the only expected error.
-        max_err = std::max(max_err, std::abs(got - o) / (std::abs(o) + 1e-3));
+        max_err = std::max(max_err, std::abs(got - o[d]) / mag);
       }
     }
   }
@@ -189,6 +213,11 @@ TEST(CudaKernels, PagedAttentionMatchesReference) {
       RunAttention({D, 4, 4, 16, {700}, {37}, kv});
       // GQA group above 8 heads per block (two head chunks), odd block size.
       RunAttention({D, 12, 1, 7, {260, 5}, {3, 5}, kv});
+    }
+    for (int D : {64, 128}) {  // the tensor-core prefill kernel
+      RunAttention({D, 8, 2, 16, {500}, {500}, kv, true});
+      RunAttention({D, 4, 4, 16, {700}, {37}, kv, true});
+      RunAttention({D, 12, 3, 7, {260, 100}, {130, 17}, kv, true});
     }
   }
 }

@@ -77,10 +77,14 @@ class GpuHarness {
 struct Diff {
   double max_abs = 0, max_mag = 0;
   int argmax_mismatch = 0;
+  // Mismatches where the reference prefers its argmax over ours by more
+  // than `margin` * max |logit| (not a near-tie flipped by rounding).
+  int decisive_mismatch = 0;
 };
 
 // Compares [rows, vocab] logits.
-inline Diff CompareLogits(const std::vector<float>& got, const std::vector<float>& want, size_t vocab) {
+inline Diff CompareLogits(const std::vector<float>& got, const std::vector<float>& want, size_t vocab,
+                          double margin = 0.0) {
   Diff d;
   EXPECT_EQ(got.size(), want.size());
   const size_t rows = std::min(got.size(), want.size()) / vocab;
@@ -94,6 +98,7 @@ inline Diff CompareLogits(const std::vector<float>& got, const std::vector<float
       if (w > want[r * vocab + bw]) bw = v;
     }
     d.argmax_mismatch += bg != bw;
+    if (bg != bw && want[r * vocab + bw] - want[r * vocab + bg] > margin * d.max_mag) ++d.decisive_mismatch;
   }
   return d;
 }
