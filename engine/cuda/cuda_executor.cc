@@ -82,13 +82,14 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
                       "device query");
   BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
   act_ = ActivationType(config_);
+  prefill_kernel_ok_ = PrefillAttentionSupports(config_.head_dim) && PrefillAttentionLayoutOk();
   auto kt = KvTypeOf(kv_->layout().dtype, act_);
   if (!kt.ok()) return kt.status();
   kv_type_ = *kt;
   auto w = DeviceWeights::Load(model_dir, config_, act_, stream_);
   if (!w.ok()) return w.status();
   weights_ = std::move(*w);
-  auto g = Gemm::Create(32u << 20);
+  auto g = Gemm::Create(32u << 20, options_.skinny_gemm_max_m);
   if (!g.ok()) return g.status();
   gemm_ = std::move(*g);
 
@@ -195,7 +196,7 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
   int* pos_small = rows + Tmax;
   auto* params = reinterpret_cast<SampleParams*>(base + params_offset_);
   auto* tiles = reinterpret_cast<PrefillTile*>(base + tiles_offset_);
-  const bool flash_ok = PrefillAttentionSupports(config_.head_dim);
+  const bool flash_ok = prefill_kernel_ok_;
   int t = 0, r = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
     const SequenceChunk& ch = batch[b];

@@ -87,6 +87,7 @@ class CudaExecutor final : public Executor {
   ActType act_ = ActType::kBF16;
   KvType kv_type_ = KvType::kBF16;
   int num_sms_ = 0;
+  bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
   int max_table_blocks_ = 0;  // ceil(max_context / block_tokens)
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceWeights> weights_;

@@ -36,7 +36,7 @@ absl::StatusOr<double> GemmPeakTflops(int device) {
     if (auto s = buf->Allocate(bytes, "gemm peak"); !s.ok()) return s;
     BALLAST_CUDA_RETURN(cudaMemset(buf->get(), 0, bytes), "memset");
   }
-  auto g = cuda::Gemm::Create(32u << 20);
+  auto g = cuda::Gemm::Create(32u << 20, /*skinny_max_m=*/0);
   if (!g.ok()) return g.status();
   cudaStream_t st;
   BALLAST_CUDA_RETURN(cudaStreamCreate(&st), "stream");
@@ -133,6 +133,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   eo.max_batch_tokens = std::max(max_batch, o.prefill_tokens);
   eo.max_context = std::max(decode_len, o.prefill_tokens);
   eo.cuda_graphs = o.cuda_graphs;
+  eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
   const auto t_load = Clock::now();
   auto ex = cuda::CudaExecutor::Create(c, o.model_dir, &kv, eo);
   if (!ex.ok()) return ex.status();

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace ballast::engine::cuda {
@@ -86,7 +88,7 @@ absl::Status Check(cublasStatus_t s, const char* what) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int skinny_max_m) {
   if (!Lt().error.empty()) return absl::UnavailableError(Lt().error);
   std::unique_ptr<Gemm> g(new Gemm());
   cublasLtHandle_t h;
@@ -97,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
         absl::StrCat("cannot allocate the ", workspace_bytes, "-byte cuBLASLt workspace"));
   }
   g->workspace_bytes_ = workspace_bytes;
+  g->skinny_max_m_ = std::min(skinny_max_m, kSkinnyGemmMaxM);
   return g;
 }
 
@@ -147,6 +150,11 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
 absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int k, ActType type,
                        bool out_f32, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
+  if (m <= skinny_max_m_ && SkinnyGemmSupports(m, k)) {
+    const cudaError_t e = LaunchSkinnyGemm(x, w, y, m, n, k, type, out_f32, stream);
+    if (e != cudaSuccess) return absl::InternalError(absl::StrCat("skinny gemm: ", cudaGetErrorString(e)));
+    return absl::OkStatus();
+  }
   auto plan = GetPlan(m, n, k, type, out_f32);
   if (!plan.ok()) return plan.status();
   const float alpha = 1.0f, beta = 0.0f;

@@ -4,7 +4,8 @@
 //
 // x and w in the activation type (BF16 or FP16), FP32 accumulation, y in the
 // activation type or FP32 (logits). Weights keep Hugging Face's [out, in]
-// row-major layout. Each shape's descriptors and heuristic algorithm are
+// row-major layout. Decode-sized products (a few rows) use the skinny
+// kernel of kernels.h instead. Each shape's descriptors and heuristic algorithm are
 // built once and cached, so a step issues no host-side planning and the
 // calls can be captured in CUDA graphs. A caller-provided workspace keeps
 // cuBLASLt from allocating.
@@ -25,7 +26,10 @@ namespace ballast::engine::cuda {
 class Gemm {
  public:
   // workspace_bytes: cuBLASLt workspace (32 MiB suffices on H100).
-  static absl::StatusOr<std::unique_ptr<Gemm>> Create(size_t workspace_bytes);
+  // skinny_max_m: products with at most this many rows (decode) use
+  // LaunchSkinnyGemm instead of cuBLASLt; 0 = always cuBLASLt.
+  static absl::StatusOr<std::unique_ptr<Gemm>> Create(size_t workspace_bytes,
+                                                      int skinny_max_m = kSkinnyGemmMaxM);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -42,6 +46,7 @@ class Gemm {
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  int skinny_max_m_ = 0;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

@@ -114,9 +114,22 @@ struct PrefillTile {
 };
 constexpr int kPrefillTileTokens = 64;
 bool PrefillAttentionSupports(int head_dim);
+// The prefill kernel relies on the sm_80+ register layout of WMMA fragments
+// (FlashAttention-2 style: softmax and P stay in registers); this checks it
+// on the current device. When false, use LaunchPagedAttention instead.
+bool PrefillAttentionLayoutOk();
 cudaError_t LaunchPrefillAttention(const void* q, const PrefillTile* tiles, int num_tiles,
                                    int num_heads, PagedKv kv, float scale, void* out,
                                    ActType type, cudaStream_t stream);
+
+// y[m][n] = x[m][k] w[n][k]^T for decode-sized m (<= kSkinnyGemmMaxM),
+// k % 8 == 0, 16-byte aligned rows; FP32 accumulation, y in the activation
+// type or FP32. Streams w once at close to full bandwidth, where cuBLASLt's
+// general kernels fall short for a handful of rows.
+constexpr int kSkinnyGemmMaxM = 16;
+bool SkinnyGemmSupports(int m, int k);
+cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
+                             ActType type, bool out_f32, cudaStream_t stream);
 
 // Sampling, one row per request: greedy when temperature <= 0 (lowest id on
 // ties); otherwise logits / temperature, top-k (k <= 0: all), top-p (<= 0 or

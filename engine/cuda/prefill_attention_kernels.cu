@@ -19,38 +19,43 @@ constexpr int kKeysPerTile = 64;   // keys per KV tile
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
+// Element i of a lane's 16x16 accumulator (and, for 16-bit types, matrix_a)
+// fragment on sm_80+: row g + 8 ((i / 2) % 2) (g = lane / 4), column
+// 2 (lane % 4) + i % 2 + 8 (i / 4). WMMA does not promise this mapping, so
+// PrefillAttentionLayoutOk() checks it on the device before the kernel that
+// relies on it is used.
+__device__ __forceinline__ int FragCol(int lane, int i) { return (lane & 3) * 2 + (i & 1) + 8 * (i >> 2); }
+
 template <int D>
 struct Smem {
-  static constexpr int kQkLd = D + 8;              // bf16 elements per Q/K/V row
-  static constexpr int kSLd = kKeysPerTile + 4;    // floats per S row
-  static constexpr int kPLd = kKeysPerTile + 8;    // bf16 elements per P row
-  static constexpr int kOLd = D + 4;               // floats per O row
-  static constexpr size_t Align(size_t x) { return (x + 127) / 128 * 128; }
+  static constexpr int kLd = D + 8;  // elements per Q/K/V row (16-byte pad)
   static constexpr size_t kQ = 0;
-  static constexpr size_t kK = Align(kQ + kRowsPerTile * kQkLd * 2);
-  static constexpr size_t kV = Align(kK + kKeysPerTile * kQkLd * 2);
-  static constexpr size_t kS = Align(kV + kKeysPerTile * kQkLd * 2);
-  static constexpr size_t kP = Align(kS + kRowsPerTile * kSLd * 4);
-  static constexpr size_t kO = Align(kP + kRowsPerTile * kPLd * 2);
-  static constexpr size_t kStats = Align(kO + kRowsPerTile * kOLd * 4);
-  static constexpr size_t kBytes = kStats + 3 * kRowsPerTile * 4;
+  static constexpr size_t kK = kQ + kRowsPerTile * kLd * 2;
+  static constexpr size_t kV = kK + kKeysPerTile * kLd * 2;
+  static constexpr size_t kBytes = kV + kKeysPerTile * kLd * 2;
 };
+
+// Converts 8 floats to T and stores them as one 16-byte write.
+template <typename T>
+__device__ __forceinline__ void Store8(T* dst, const float v[8]) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) e[j] = FromF<T>(v[j]);
+  *reinterpret_cast<uint4*>(dst) = raw;
+}
 
 template <typename T, typename KvT, int D>
 __global__ void __launch_bounds__(kThreads)
     PrefillAttentionKernel(const T* __restrict__ q, const PrefillTile* __restrict__ tiles,
                            int num_heads, PagedKv kv, float scale, T* __restrict__ out) {
   using S = Smem<D>;
+  using AccFrag = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+  using AFrag = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
   extern __shared__ __align__(128) uint8_t smem[];
   T* Qs = reinterpret_cast<T*>(smem + S::kQ);
   T* Ks = reinterpret_cast<T*>(smem + S::kK);
   T* Vs = reinterpret_cast<T*>(smem + S::kV);
-  float* Ss = reinterpret_cast<float*>(smem + S::kS);
-  T* Ps = reinterpret_cast<T*>(smem + S::kP);
-  float* Os = reinterpret_cast<float*>(smem + S::kO);
-  float* m_s = reinterpret_cast<float*>(smem + S::kStats);
-  float* l_s = m_s + kRowsPerTile;
-  float* a_s = l_s + kRowsPerTile;
 
   const PrefillTile tile = tiles[blockIdx.x];
   const int h = blockIdx.y;
@@ -58,22 +63,28 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   constexpr int kGroups = D / 8;  // 8-element groups per row
 
-  // Q tile, zero rows past the chunk; O, m, l reset.
   for (int i = tid; i < kRowsPerTile * kGroups; i += kThreads) {
     const int r = i / kGroups, c = (i % kGroups) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < tile.n) {
       v = *reinterpret_cast<const uint4*>(q + (static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + c);
     }
-    *reinterpret_cast<uint4*>(Qs + r * S::kQkLd + c) = v;
+    *reinterpret_cast<uint4*>(Qs + r * S::kLd + c) = v;
   }
-  for (int i = tid; i < kRowsPerTile * D; i += kThreads) Os[(i / D) * S::kOLd + i % D] = 0.0f;
-  if (tid < kRowsPerTile) {
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.0f;
-  }
+  __syncthreads();
+  const int row0 = warp * 16;  // this warp's 16 query rows
+  AFrag qf[D / 16];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) wmma::load_matrix_sync(qf[kk], Qs + row0 * S::kLd + kk * 16, S::kLd);
+  AccFrag o[D / 16];
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o[n], 0.0f);
+  // Per lane: its two rows (g and g + 8 of the warp's 16).
+  const int ra = row0 + (lane >> 2), rb = ra + 8;
+  const int qpos_a = ra < tile.n ? tile.pos0 + ra : -1;  // -1: row past the chunk
+  const int qpos_b = rb < tile.n ? tile.pos0 + rb : -1;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   const int kv_len = tile.pos0 + tile.n;  // keys the last query sees
-  const int row0 = warp * 16;             // this warp's query rows
 
   for (int k0 = 0; k0 < kv_len; k0 += kKeysPerTile) {
     __syncthreads();  // previous tile's K/V fully consumed
@@ -84,97 +95,118 @@ __global__ void __launch_bounds__(kThreads)
       if (key < kv_len) {
         Load8(reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, false, sizeof(KvT))) + c, kf);
         Load8(reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, true, sizeof(KvT))) + c, vf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          kf[j] *= kv.k_scale;
+          vf[j] *= kv.v_scale;
+        }
       } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j) kf[j] = vf[j] = 0.0f;
       }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        Ks[r * S::kQkLd + c + j] = FromF<T>(kf[j] * kv.k_scale);
-        Vs[r * S::kQkLd + c + j] = FromF<T>(vf[j] * kv.v_scale);
-      }
+      Store8(Ks + r * S::kLd + c, kf);
+      Store8(Vs + r * S::kLd + c, vf);
     }
     __syncthreads();
+    // Warp tiles beyond every causal limit contribute nothing.
+    if (k0 > tile.pos0 + min(row0 + 15, tile.n - 1)) continue;
 
-    // S[row0:row0+16][0:64] = Q K^T.
-    {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kKeysPerTile / 16];
+    // S = Q K^T for this warp's rows, in registers.
+    AccFrag sf[kKeysPerTile / 16];
 #pragma unroll
-      for (int n = 0; n < kKeysPerTile / 16; ++n) wmma::fill_fragment(acc[n], 0.0f);
+    for (int n = 0; n < kKeysPerTile / 16; ++n) wmma::fill_fragment(sf[n], 0.0f);
 #pragma unroll
-      for (int kk = 0; kk < D; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::load_matrix_sync(a, Qs + row0 * S::kQkLd + kk, S::kQkLd);
-#pragma unroll
-        for (int n = 0; n < kKeysPerTile / 16; ++n) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-          wmma::load_matrix_sync(b, Ks + (n * 16) * S::kQkLd + kk, S::kQkLd);
-          wmma::mma_sync(acc[n], a, b, acc[n]);
-        }
-      }
+    for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
       for (int n = 0; n < kKeysPerTile / 16; ++n) {
-        wmma::store_matrix_sync(Ss + row0 * S::kSLd + n * 16, acc[n], S::kSLd, wmma::mem_row_major);
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+        wmma::load_matrix_sync(b, Ks + (n * 16) * S::kLd + kk * 16, S::kLd);
+        wmma::mma_sync(sf[n], qf[kk], b, sf[n]);
       }
     }
-    __syncwarp();
-    // Online softmax over this warp's 16 rows; lanes take keys lane, lane + 32.
-    for (int rr = 0; rr < 16; ++rr) {
-      const int r = row0 + rr;
-      const int qpos = tile.pos0 + r;  // causal limit of this query
-      float s0 = -INFINITY, s1 = -INFINITY;
-      if (r < tile.n) {
-        if (k0 + lane <= qpos) s0 = Ss[r * S::kSLd + lane] * scale;
-        if (k0 + lane + 32 <= qpos) s1 = Ss[r * S::kSLd + lane + 32] * scale;
-      }
-      const float mx = WarpMax(fmaxf(s0, s1));
-      const float m_old = m_s[r];
-      const float m_new = fmaxf(m_old, mx);
-      float p0 = 0.0f, p1 = 0.0f, alpha = 1.0f;
-      if (m_new != -INFINITY) {
-        p0 = expf(s0 - m_new);
-        p1 = expf(s1 - m_new);
-        alpha = expf(m_old - m_new);
-      }
-      Ps[r * S::kPLd + lane] = FromF<T>(p0);
-      Ps[r * S::kPLd + lane + 32] = FromF<T>(p1);
-      const float sum = WarpSum(p0 + p1);
-      __syncwarp();
-      if (lane == 0) {
-        a_s[r] = alpha;
-        l_s[r] = l_s[r] * alpha + sum;
-        m_s[r] = m_new;
+    // Scale, causal mask, row maxima (rows are shared by the 4 lanes of a quad).
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kKeysPerTile / 16; ++n) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const bool hi = (i >> 1) & 1;
+        const int key = k0 + n * 16 + FragCol(lane, i);
+        const float v = key <= (hi ? qpos_b : qpos_a) ? sf[n].x[i] * scale : -INFINITY;
+        sf[n].x[i] = v;
+        if (hi) mx_b = fmaxf(mx_b, v); else mx_a = fmaxf(mx_a, v);
       }
     }
-    __syncwarp();
-    // Rescale this warp's O rows, then O += P V.
-    for (int i = lane; i < 16 * D; i += 32) {
-      const int r = row0 + i / D;
-      Os[r * S::kOLd + i % D] *= a_s[r];
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
     }
-    __syncwarp();
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    const float al_a = mn_a == -INFINITY ? 1.0f : expf(m_a - mn_a);
+    const float al_b = mn_b == -INFINITY ? 1.0f : expf(m_b - mn_b);
+    float sum_a = 0.0f, sum_b = 0.0f;
+    AFrag pf[kKeysPerTile / 16];
+#pragma unroll
+    for (int n = 0; n < kKeysPerTile / 16; ++n) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const bool hi = (i >> 1) & 1;
+        const float mn = hi ? mn_b : mn_a;
+        const float p = mn == -INFINITY ? 0.0f : expf(sf[n].x[i] - mn);
+        if (hi) sum_b += p; else sum_a += p;
+        pf[n].x[i] = FromF<T>(p);  // same element mapping as the accumulator
+      }
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      sum_a += __shfl_xor_sync(0xffffffffu, sum_a, off);
+      sum_b += __shfl_xor_sync(0xffffffffu, sum_b, off);
+    }
+    l_a = l_a * al_a + sum_a;
+    l_b = l_b * al_b + sum_b;
+    m_a = mn_a;
+    m_b = mn_b;
+    // O = diag(alpha) O + P V.
 #pragma unroll
     for (int n = 0; n < D / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
-      wmma::load_matrix_sync(o, Os + row0 * S::kOLd + n * 16, S::kOLd, wmma::mem_row_major);
 #pragma unroll
-      for (int kk = 0; kk < kKeysPerTile; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+      for (int i = 0; i < 8; ++i) o[n].x[i] *= ((i >> 1) & 1) ? al_b : al_a;
+#pragma unroll
+      for (int kk = 0; kk < kKeysPerTile / 16; ++kk) {
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-        wmma::load_matrix_sync(a, Ps + row0 * S::kPLd + kk, S::kPLd);
-        wmma::load_matrix_sync(b, Vs + kk * S::kQkLd + n * 16, S::kQkLd);
-        wmma::mma_sync(o, a, b, o);
+        wmma::load_matrix_sync(b, Vs + (kk * 16) * S::kLd + n * 16, S::kLd);
+        wmma::mma_sync(o[n], pf[kk], b, o[n]);
       }
-      wmma::store_matrix_sync(Os + row0 * S::kOLd + n * 16, o, S::kOLd, wmma::mem_row_major);
     }
   }
-  __syncwarp();
-  for (int i = lane; i < 16 * D; i += 32) {
-    const int r = row0 + i / D, d = i % D;
-    if (r < tile.n) {
-      out[(static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + d] =
-          FromF<T>(Os[r * S::kOLd + d] / l_s[r]);
+  // out = O / l, written from the fragments.
+#pragma unroll
+  for (int n = 0; n < D / 16; ++n) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const bool hi = (i >> 1) & 1;
+      const int r = hi ? rb : ra;
+      if (r < tile.n) {
+        out[(static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + n * 16 + FragCol(lane, i)] =
+            FromF<T>(o[n].x[i] / (hi ? l_b : l_a));
+      }
     }
+  }
+}
+
+// Writes, for every lane and element, the (row, col) each fragment element
+// holds: accumulator fragments loaded from a float matrix and matrix_a
+// fragments loaded from a bf16 matrix whose values encode their position.
+__global__ void LayoutProbeKernel(const float* accm, const __nv_bfloat16* am, int* acc_out, int* a_out) {
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+  wmma::load_matrix_sync(c, accm, 16, wmma::mem_row_major);
+  wmma::load_matrix_sync(a, am, 16);
+  const int lane = threadIdx.x;
+  for (int i = 0; i < 8; ++i) {
+    acc_out[lane * 8 + i] = i < c.num_elements ? static_cast<int>(c.x[i]) : -1;
+    a_out[lane * 8 + i] = i < a.num_elements ? static_cast<int>(__bfloat162float(a.x[i])) : -1;
   }
 }
 
@@ -203,6 +235,39 @@ cudaError_t LaunchForDim(const T* q, const PrefillTile* tiles, int num_tiles, in
 }  // namespace
 
 bool PrefillAttentionSupports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+bool PrefillAttentionLayoutOk() {
+  // Values are row * 16 + col (exact in bf16: below 256).
+  float accm[256];
+  __nv_bfloat16 am[256];
+  for (int i = 0; i < 256; ++i) {
+    accm[i] = static_cast<float>(i);
+    am[i] = __float2bfloat16(static_cast<float>(i));
+  }
+  float* d_acc = nullptr;
+  __nv_bfloat16* d_a = nullptr;
+  int* d_out = nullptr;
+  bool ok = cudaMalloc(&d_acc, sizeof(accm)) == cudaSuccess &&
+            cudaMalloc(&d_a, sizeof(am)) == cudaSuccess &&
+            cudaMalloc(&d_out, 2 * 256 * sizeof(int)) == cudaSuccess &&
+            cudaMemcpy(d_acc, accm, sizeof(accm), cudaMemcpyHostToDevice) == cudaSuccess &&
+            cudaMemcpy(d_a, am, sizeof(am), cudaMemcpyHostToDevice) == cudaSuccess;
+  int got[512];
+  if (ok) {
+    LayoutProbeKernel<<<1, 32>>>(d_acc, d_a, d_out, d_out + 256);
+    ok = cudaMemcpy(got, d_out, sizeof(got), cudaMemcpyDeviceToHost) == cudaSuccess;
+  }
+  cudaFree(d_acc);
+  cudaFree(d_a);
+  cudaFree(d_out);
+  for (int lane = 0; ok && lane < 32; ++lane) {
+    for (int i = 0; i < 8; ++i) {
+      const int want = ((lane >> 2) + 8 * ((i >> 1) & 1)) * 16 + (lane & 3) * 2 + (i & 1) + 8 * (i >> 2);
+      ok = ok && got[lane * 8 + i] == want && got[256 + lane * 8 + i] == want;
+    }
+  }
+  return ok;
+}
 
 cudaError_t LaunchPrefillAttention(const void* q, const PrefillTile* tiles, int num_tiles,
                                    int num_heads, PagedKv kv, float scale, void* out,
