@@ -129,10 +129,12 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
                                  inv_freq_host_.size() * sizeof(float), cudaMemcpyHostToDevice),
                       "rope table");
   max_table_blocks_ = (options_.max_context + kv_->layout().block_tokens - 1) / kv_->layout().block_tokens;
-  params_offset_ = 5 * T * sizeof(int);
-  tiles_offset_ = params_offset_ + T * sizeof(SampleParams);
-  out_offset_ = tiles_offset_ + T * sizeof(PrefillTile);
-  table_offset_ = (out_offset_ + T * sizeof(int) + 255) / 256 * 256;
+  // Every array starts 256-byte aligned (SampleParams holds 8-byte fields).
+  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
+  params_offset_ = align(5 * T * sizeof(int));
+  tiles_offset_ = align(params_offset_ + T * sizeof(SampleParams));
+  out_offset_ = align(tiles_offset_ + T * sizeof(PrefillTile));
+  table_offset_ = align(out_offset_ + T * sizeof(int));
   meta_bytes_ = table_offset_ + static_cast<size_t>(c.num_hidden_layers) * T * max_table_blocks_ * sizeof(int);
   if (auto s = meta_.Allocate(meta_bytes_, "step metadata"); !s.ok()) return s;
   BALLAST_CUDA_RETURN(cudaMallocHost(&host_meta_, meta_bytes_), "pinned step metadata");

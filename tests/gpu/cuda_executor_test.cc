@@ -354,3 +354,32 @@ TEST(CudaShapes, MatchCpuBackend) {
 
 }  // namespace
 }  // namespace ballast::engine
+
+namespace ballast::engine {
+namespace {
+
+// Odd executor sizes lay the step metadata out at unaligned offsets unless
+// every array is aligned (SampleParams holds 8-byte fields).
+TEST(CudaSizes, OddBatchTokenLimitsWork) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  for (int max_tokens : {1, 3, 5}) {
+    GpuHarness h(GoldenDir("llama"), 16, "auto", /*graphs=*/true, /*max_context=*/64, max_tokens);
+    SequenceKv seq;
+    ASSERT_TRUE(h.kv->Reserve(&seq, 8).ok());
+    const std::vector<int> p = {5};
+    std::vector<int> out;
+    SequenceChunk c{&seq, 0, absl::MakeConstSpan(p), LogitsMode::kLast};
+    for (int i = 0; i < 4; ++i) {
+      c.start_pos = i;
+      auto st = h.executor->ForwardSample({c}, {DeviceSampling{{0.8f, 0.9f, 5}, 1, uint64_t(i)}}, &out);
+      ASSERT_TRUE(st.ok()) << "max_batch_tokens " << max_tokens << ": " << st;
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_GE(out[0], 0);
+      EXPECT_LT(out[0], h.config.vocab_size);
+    }
+    h.kv->Release(&seq);
+  }
+}
+
+}  // namespace
+}  // namespace ballast::engine
