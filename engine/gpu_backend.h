@@ -31,8 +31,8 @@ struct GpuExecutorOptions {
   // (batch, context) bucket costs one capture the first time.
   bool cuda_graphs = true;
   // Products with at most this many rows use Ballast's skinny GEMM kernel
-  // rather than cuBLASLt (decode). Default 16 (the kernel's limit); 0 off.
-  int skinny_gemm_max_m = 16;
+  // rather than cuBLASLt (decode). Default 8 (the kernel's limit); 0 off.
+  int skinny_gemm_max_m = 8;
 };
 
 // True when this binary was built with the CUDA backend.
@@ -77,7 +77,7 @@ struct GpuEngineBenchOptions {
   // device-to-device copy rate.
   double hbm_bytes_per_s = 0;
   bool gemm_peak = true;             // also time an 8192^3 cuBLASLt GEMM
-  int skinny_gemm_max_m = 16;        // see GpuExecutorOptions
+  int skinny_gemm_max_m = 8;         // see GpuExecutorOptions
 };
 // Results as JSON (see engine/cuda/engine_bench.cc for the fields).
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& options);

@@ -126,7 +126,7 @@ cudaError_t LaunchPrefillAttention(const void* q, const PrefillTile* tiles, int 
 // k % 8 == 0, 16-byte aligned rows; FP32 accumulation, y in the activation
 // type or FP32. Streams w once at close to full bandwidth, where cuBLASLt's
 // general kernels fall short for a handful of rows.
-constexpr int kSkinnyGemmMaxM = 16;
+constexpr int kSkinnyGemmMaxM = 8;
 bool SkinnyGemmSupports(int m, int k);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
                              ActType type, bool out_f32, cudaStream_t stream);

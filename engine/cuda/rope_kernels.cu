@@ -9,11 +9,17 @@ template <typename T, typename KvT>
 __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict__ bias,
                                   const float* __restrict__ inv_freq, TokenMap tokens,
                                   int num_heads, PagedKv kv, T* __restrict__ q_out) {
+  __shared__ float cos_s[128], sin_s[128];  // head_dim <= 256
   const int t = blockIdx.x;
   const int pos = tokens.pos[t];
   if (pos < 0) return;
   const int seq = tokens.seq[t];
   const int D = kv.head_dim, half = D / 2, Hkv = kv.num_kv_heads;
+  // One sincos per frequency, shared by every head of the token.
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    sincosf(static_cast<float>(pos) * inv_freq[i], &sin_s[i], &cos_s[i]);
+  }
+  __syncthreads();
   const int width = (num_heads + 2 * Hkv) * D;
   const T* row = qkv + static_cast<size_t>(t) * width;
   auto in = [&](int i) { return ToF(row[i]) + (bias != nullptr ? ToF(bias[i]) : 0.0f); };
@@ -23,8 +29,7 @@ __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict
     const int head = j / half, i = j % half;
     const int base = head * D;
     const float x1 = in(base + i), x2 = in(base + i + half);
-    float s, c;
-    sincosf(static_cast<float>(pos) * inv_freq[i], &s, &c);
+    const float s = sin_s[i], c = cos_s[i];
     const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
     if (head < num_heads) {
       T* q = q_out + (static_cast<size_t>(t) * num_heads + head) * D;
@@ -52,7 +57,7 @@ cudaError_t LaunchRopeKvWrite(const void* qkv, const void* bias, const float* in
                               TokenMap tokens, int num_heads, PagedKv kv, void* q_out,
                               ActType type, cudaStream_t stream) {
   if (tokens.num_tokens == 0) return cudaSuccess;
-  const int threads = 128;
+  const int threads = 256;
   BALLAST_DISPATCH_ACT(type, T, {
     const T* in = static_cast<const T*>(qkv);
     const T* b = static_cast<const T*>(bias);
