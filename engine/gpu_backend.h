@@ -31,8 +31,9 @@ struct GpuExecutorOptions {
   // (batch, context) bucket costs one capture the first time.
   bool cuda_graphs = true;
   // Products with at most this many rows use Ballast's skinny GEMM kernel
-  // rather than cuBLASLt (decode). Default 8 (the kernel's limit); 0 off.
-  int skinny_gemm_max_m = 8;
+  // rather than cuBLASLt (decode). Default 2: measured faster than
+  // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
+  int skinny_gemm_max_m = 2;
 };
 
 // True when this binary was built with the CUDA backend.
@@ -77,7 +78,7 @@ struct GpuEngineBenchOptions {
   // device-to-device copy rate.
   double hbm_bytes_per_s = 0;
   bool gemm_peak = true;             // also time an 8192^3 cuBLASLt GEMM
-  int skinny_gemm_max_m = 8;         // see GpuExecutorOptions
+  int skinny_gemm_max_m = 2;         // see GpuExecutorOptions
 };
 // Results as JSON (see engine/cuda/engine_bench.cc for the fields).
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& options);

@@ -29,7 +29,7 @@ class Gemm {
   // skinny_max_m: products with at most this many rows (decode) use
   // LaunchSkinnyGemm instead of cuBLASLt; 0 = always cuBLASLt.
   static absl::StatusOr<std::unique_ptr<Gemm>> Create(size_t workspace_bytes,
-                                                      int skinny_max_m = kSkinnyGemmMaxM);
+                                                      int skinny_max_m = kSkinnyGemmDefaultMaxM);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;

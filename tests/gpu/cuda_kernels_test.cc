@@ -275,7 +275,7 @@ TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
 
 TEST(CudaKernels, GemmMatchesReference) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  auto g = Gemm::Create(32u << 20);  // rows <= 16: skinny kernel; more: cuBLASLt
+  auto g = Gemm::Create(32u << 20, kSkinnyGemmMaxM);  // rows <= 8: skinny kernel; more: cuBLASLt
   ASSERT_TRUE(g.ok()) << g.status();
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
