@@ -5,7 +5,10 @@
 // are gathered from their paged blocks (and FP8 dequantised) into shared
 // memory. Each of the 4 warps owns 16 query rows: S = Q K^T, softmax, and
 // O += P V for its rows, so only K/V loads need block-wide barriers.
+#include <cuda_pipeline.h>
 #include <mma.h>
+
+#include <type_traits>
 
 #include "engine/cuda/common.cuh"
 
@@ -26,13 +29,17 @@ constexpr int kThreads = kWarps * 32;
 // relies on it is used.
 __device__ __forceinline__ int FragCol(int lane, int i) { return (lane & 3) * 2 + (i & 1) + 8 * (i >> 2); }
 
+// Two K/V buffers (double buffering); the Q tile is staged in the second
+// K buffer before the first KV tile is fetched.
 template <int D>
 struct Smem {
   static constexpr int kLd = D + 8;  // elements per Q/K/V row (16-byte pad)
-  static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + kRowsPerTile * kLd * 2;
-  static constexpr size_t kV = kK + kKeysPerTile * kLd * 2;
-  static constexpr size_t kBytes = kV + kKeysPerTile * kLd * 2;
+  static constexpr size_t kTile = kKeysPerTile * kLd * 2;
+  static_assert(kRowsPerTile == kKeysPerTile, "Q staged in a K buffer");
+  __host__ __device__ static constexpr size_t K(int buf) { return buf * 2 * kTile; }
+  __host__ __device__ static constexpr size_t V(int buf) { return buf * 2 * kTile + kTile; }
+  static constexpr size_t kQ = 2 * kTile;  // = K(1)
+  static constexpr size_t kBytes = 4 * kTile;
 };
 
 // Converts 8 floats to T and stores them as one 16-byte write.
@@ -54,8 +61,6 @@ __global__ void __launch_bounds__(kThreads)
   using AFrag = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
   extern __shared__ __align__(128) uint8_t smem[];
   T* Qs = reinterpret_cast<T*>(smem + S::kQ);
-  T* Ks = reinterpret_cast<T*>(smem + S::kK);
-  T* Vs = reinterpret_cast<T*>(smem + S::kV);
 
   const PrefillTile tile = tiles[blockIdx.x];
   const int h = blockIdx.y;
@@ -76,6 +81,7 @@ __global__ void __launch_bounds__(kThreads)
   AFrag qf[D / 16];
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) wmma::load_matrix_sync(qf[kk], Qs + row0 * S::kLd + kk * 16, S::kLd);
+  __syncthreads();  // Q's buffer is reused for K/V from here on
   AccFrag o[D / 16];
 #pragma unroll
   for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o[n], 0.0f);
@@ -86,31 +92,50 @@ __global__ void __launch_bounds__(kThreads)
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   const int kv_len = tile.pos0 + tile.n;  // keys the last query sees
 
-  for (int k0 = 0; k0 < kv_len; k0 += kKeysPerTile) {
-    __syncthreads();  // previous tile's K/V fully consumed
+  // Fetches KV tile `k0` into buffer `buf`: 16-byte cp.async copies (zero
+  // fill past kv_len) when the cache holds T, else a synchronous FP8
+  // dequantising load. Scales are applied to S and O, not here.
+  auto fetch = [&](int k0, int buf) {
+    T* ks = reinterpret_cast<T*>(smem + S::K(buf));
+    T* vs = reinterpret_cast<T*>(smem + S::V(buf));
     for (int i = tid; i < kKeysPerTile * kGroups; i += kThreads) {
       const int r = i / kGroups, c = (i % kGroups) * 8;
-      const int key = k0 + r;
-      float kf[8], vf[8];
-      if (key < kv_len) {
-        Load8(reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, false, sizeof(KvT))) + c, kf);
-        Load8(reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, true, sizeof(KvT))) + c, vf);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          kf[j] *= kv.k_scale;
-          vf[j] *= kv.v_scale;
-        }
+      const int key = min(k0 + r, kv_len - 1);
+      const bool valid = k0 + r < kv_len;
+      const KvT* kp = reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, false, sizeof(KvT))) + c;
+      const KvT* vp = reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, true, sizeof(KvT))) + c;
+      if constexpr (std::is_same_v<KvT, T>) {
+        __pipeline_memcpy_async(ks + r * S::kLd + c, kp, 16, valid ? 0 : 16);
+        __pipeline_memcpy_async(vs + r * S::kLd + c, vp, 16, valid ? 0 : 16);
       } else {
+        float kf[8], vf[8];
+        Load8(kp, kf);
+        Load8(vp, vf);
+        if (!valid) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) kf[j] = vf[j] = 0.0f;
+          for (int j = 0; j < 8; ++j) kf[j] = vf[j] = 0.0f;
+        }
+        Store8(ks + r * S::kLd + c, kf);
+        Store8(vs + r * S::kLd + c, vf);
       }
-      Store8(Ks + r * S::kLd + c, kf);
-      Store8(Vs + r * S::kLd + c, vf);
+    }
+    __pipeline_commit();
+  };
+  const float qk_scale = scale * kv.k_scale;
+  fetch(0, 0);
+  for (int k0 = 0, it = 0; k0 < kv_len; k0 += kKeysPerTile, ++it) {
+    const int buf = it & 1;
+    if (k0 + kKeysPerTile < kv_len) {
+      fetch(k0 + kKeysPerTile, buf ^ 1);  // overlaps this tile's math
+      __pipeline_wait_prior(1);
+    } else {
+      __pipeline_wait_prior(0);
     }
     __syncthreads();
+    const T* Ks = reinterpret_cast<const T*>(smem + S::K(buf));
+    const T* Vs = reinterpret_cast<const T*>(smem + S::V(buf));
     // Warp tiles beyond every causal limit contribute nothing.
-    if (k0 > tile.pos0 + min(row0 + 15, tile.n - 1)) continue;
-
+    if (k0 <= tile.pos0 + min(row0 + 15, tile.n - 1)) {
     // S = Q K^T for this warp's rows, in registers.
     AccFrag sf[kKeysPerTile / 16];
 #pragma unroll
@@ -132,7 +157,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < 8; ++i) {
         const bool hi = (i >> 1) & 1;
         const int key = k0 + n * 16 + FragCol(lane, i);
-        const float v = key <= (hi ? qpos_b : qpos_a) ? sf[n].x[i] * scale : -INFINITY;
+        const float v = key <= (hi ? qpos_b : qpos_a) ? sf[n].x[i] * qk_scale : -INFINITY;
         sf[n].x[i] = v;
         if (hi) mx_b = fmaxf(mx_b, v); else mx_a = fmaxf(mx_a, v);
       }
@@ -179,8 +204,10 @@ __global__ void __launch_bounds__(kThreads)
         wmma::mma_sync(o[n], pf[kk], b, o[n]);
       }
     }
+    }
+    __syncthreads();  // this buffer is refilled by the next iteration's fetch
   }
-  // out = O / l, written from the fragments.
+  // out = O / l * v_scale, written from the fragments.
 #pragma unroll
   for (int n = 0; n < D / 16; ++n) {
 #pragma unroll
@@ -189,7 +216,7 @@ __global__ void __launch_bounds__(kThreads)
       const int r = hi ? rb : ra;
       if (r < tile.n) {
         out[(static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + n * 16 + FragCol(lane, i)] =
-            FromF<T>(o[n].x[i] / (hi ? l_b : l_a));
+            FromF<T>(o[n].x[i] * kv.v_scale / (hi ? l_b : l_a));
       }
     }
   }
