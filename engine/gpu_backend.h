@@ -79,6 +79,9 @@ struct GpuEngineBenchOptions {
   double hbm_bytes_per_s = 0;
   bool gemm_peak = true;             // also time an 8192^3 cuBLASLt GEMM
   int skinny_gemm_max_m = 2;         // see GpuExecutorOptions
+  // "static": one cudaMalloc'd block pool; "arena": the elastic KV slab
+  // arena over CUDA VMM pages (64 MiB slabs), as elastic nodes use.
+  std::string kv_pool = "static";
 };
 // Results as JSON (see engine/cuda/engine_bench.cc for the fields).
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& options);

@@ -42,6 +42,8 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
       ->capture_default_str();
   c->add_option("--hbm-bytes-per-s", o.hbm_bytes_per_s,
                 "HBM bandwidth of the roofline (default: the device's datasheet figure)");
+  c->add_option("--kv-pool", o.kv_pool, "static | arena (elastic slab arena over CUDA VMM)")
+      ->capture_default_str();
   c->add_option("--out", s_->out, "write the JSON result here");
   c->add_option("--hf-json", s_->hf_json,
                 "transformers' figures on the same weights (tests/bench/hf_engine_bench.py)");

@@ -17,6 +17,7 @@
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/gpu_backend.h"
+#include "memory/kv_arena.h"
 #include "nlohmann/json.hpp"
 
 namespace ballast::engine {
@@ -125,9 +126,29 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   const int64_t per_seq = (decode_len + o.block_tokens - 1) / o.block_tokens;
   const int64_t prefill_blocks = (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens;
   const int64_t blocks = std::max<int64_t>(per_seq * max_batch, prefill_blocks) * c.num_hidden_layers;
-  auto pool = CreateGpuBlockPool(o.device, layout.block_bytes(), blocks);
+  std::shared_ptr<memory::KvArena> arena;  // outlives the allocator
+  absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> pool;
+  if (o.kv_pool == "arena") {
+    constexpr size_t kSlab = 64u << 20;
+    const size_t bytes = static_cast<size_t>(blocks) * layout.block_bytes();
+    const size_t budget = (bytes / kSlab + 2) * kSlab;
+    auto pages = CreateGpuPagePool(o.device, kSlab, static_cast<int64_t>(budget));
+    if (!pages.ok()) return pages.status();
+    memory::KvArenaOptions ao;
+    ao.slab_bytes = kSlab;
+    ao.reserve_bytes = budget;
+    auto a = memory::KvArena::Create(*pages, ao);
+    if (!a.ok()) return a.status();
+    arena = std::move(*a);
+    pool = arena->CreateAllocator(layout.block_bytes());
+  } else if (o.kv_pool == "static") {
+    pool = CreateGpuBlockPool(o.device, layout.block_bytes(), blocks);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("kv_pool \"", o.kv_pool, "\" (expected static or arena)"));
+  }
   if (!pool.ok()) return pool.status();
   KvCache kv(layout, pool->get());
+  out["kv_pool"] = o.kv_pool;
   GpuExecutorOptions eo;
   eo.device = o.device;
   eo.max_batch_tokens = std::max(max_batch, o.prefill_tokens);
