@@ -13,10 +13,10 @@ absl::Status ModelRegistry::Add(const ModelSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("model ", spec.name, ": replicas must be >= 1"));
   }
   if (spec.kv_dtype != "auto" && spec.kv_dtype != "f32" && spec.kv_dtype != "bf16" &&
-      spec.kv_dtype != "fp16") {
+      spec.kv_dtype != "fp16" && spec.kv_dtype != "fp8_e4m3") {
     return absl::InvalidArgumentError(absl::StrCat("model ", spec.name, ": kv_dtype \"",
                                                    spec.kv_dtype,
-                                                   "\" (expected auto, f32, bf16 or fp16)"));
+                                                   "\" (expected auto, f32, bf16, fp16 or fp8_e4m3)"));
   }
   absl::MutexLock lock(&mu_);
   auto it = models_.find(spec.name);

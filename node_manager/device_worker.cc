@@ -50,7 +50,7 @@ void DeviceWorker::Stop() {
     stop_ = true;
     cv_.Signal();
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();  // not started if Create failed
   std::map<std::string, std::shared_ptr<engine::ModelEngine>> engines;
   std::vector<std::shared_ptr<engine::ModelEngine>> retiring;
   {

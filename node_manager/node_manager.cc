@@ -125,6 +125,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.path = path;
   o.backend = options_.engine.backend;
   o.device = std::max(target->gpu(), 0);
+  o.cuda_graphs = options_.engine.cuda_graphs;
   o.kv_dtype = kv_dtype.empty() ? "auto" : kv_dtype;
   o.block_tokens = options_.engine.block_tokens;
   o.kv_cache_bytes = options_.engine.kv_cache_bytes;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/gpu_backend.h"
 #include "yaml-cpp/yaml.h"
 
 namespace ballast::server {
@@ -172,10 +173,15 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     RETURN_IF_ERROR(es.Get("max_batch_tokens", &eo.max_batch_tokens));
     RETURN_IF_ERROR(es.Get("max_seqs", &eo.max_seqs));
     RETURN_IF_ERROR(es.Get("max_context", &eo.max_context));
+    RETURN_IF_ERROR(es.Get("cuda_graphs", &eo.cuda_graphs));
     RETURN_IF_ERROR(es.Finish());
-    if (eo.backend != "cpu") {
-      return es.Error("node.engine.backend", absl::StrCat("\"", eo.backend,
-                                                          "\" is not available in this build (cpu)"));
+    if (eo.backend != "cpu" && eo.backend != "cuda") {
+      return es.Error("node.engine.backend",
+                      absl::StrCat("\"", eo.backend, "\" is unknown (expected cpu or cuda)"));
+    }
+    if (eo.backend == "cuda" && !engine::GpuBackendBuilt()) {
+      return es.Error("node.engine.backend",
+                      "cuda: this ballast was built without CUDA (no nvcc at configure time)");
     }
     if (eo.block_tokens <= 0) return es.Error("node.engine.block_tokens", "must be > 0");
     if (kv_mib <= 0) return es.Error("node.engine.kv_cache_mib", "must be > 0");
@@ -211,10 +217,12 @@ absl::Status ParseServe(const YAML::Node& n, const std::string* file, ServeSecti
       RETURN_IF_ERROR(m.Get("dtype", &sp.dtype));
       RETURN_IF_ERROR(m.Get("seed", &sp.seed));
       RETURN_IF_ERROR(m.Get("tie_embeddings", &sp.tie_embeddings));
+      RETURN_IF_ERROR(m.Get("init_std", &sp.init_std));
       RETURN_IF_ERROR(m.Get("kv_dtype", &e.kv_dtype));
       RETURN_IF_ERROR(m.Get("replicas", &e.replicas));
       RETURN_IF_ERROR(m.Finish());
       if (e.name.empty()) return m.Error(m.Key("name"), "missing");
+      if (!(sp.init_std > 0)) return m.Error(m.Key("init_std"), "must be > 0");
       if (auto c = engine::SyntheticConfig(sp); !c.ok()) {
         return m.Error(m.Key("architecture"), std::string(c.status().message()));
       }

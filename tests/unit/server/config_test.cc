@@ -2,6 +2,7 @@
 // rejected naming the file and the key.
 #include "server/config.h"
 
+#include "engine/gpu_backend.h"
 #include "gtest/gtest.h"
 
 namespace ballast::server {
@@ -31,6 +32,20 @@ TEST(Config, UnknownKeysAreNamed) {
   EXPECT_EQ(Msg("node: {engine: {kv_cache_mb: 3}}"), "test.yaml: node.engine.kv_cache_mb: unknown key");
   EXPECT_EQ(Msg("scheduler: {models: [{name: a, path: /p, replica: 2}]}"),
             "test.yaml: scheduler.models[0].replica: unknown key");
+}
+
+TEST(Config, CudaBackendIsAcceptedOnlyWhereBuilt) {
+  auto c = ParseConfig("node: {devices: [{name: 'cuda:0', memory_mib: 1024}], "
+                       "engine: {backend: cuda, cuda_graphs: false}}",
+                       "test.yaml");
+  if (engine::GpuBackendBuilt()) {
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->node.options.engine.backend, "cuda");
+    EXPECT_FALSE(c->node.options.engine.cuda_graphs);
+  } else {
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("built without CUDA"), std::string::npos);
+  }
 }
 
 TEST(Config, BadValuesAreNamed) {
