@@ -13,6 +13,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
 #include "gtest/gtest.h"
+#include "tests/unit/engine/executor_harness.h"
 
 namespace ballast::engine::testing {
 
@@ -23,7 +24,7 @@ inline bool GpuUsable() { return GpuMemoryInfo(0).ok(); }
 
 class GpuHarness {
  public:
-  // kv_dtype: std::nullopt-like "auto" when kAuto.
+  // kv_dtype: "auto" (the model's dtype), "fp8_e4m3", ...
   GpuHarness(const std::string& model_dir, int block_tokens, const std::string& kv_dtype = "auto",
              bool graphs = true, int max_context = 2048, int max_batch_tokens = 512) {
     auto cfg = ModelConfig::Load(model_dir + "/config.json");
@@ -48,24 +49,7 @@ class GpuHarness {
 
   // Logits of every prompt token ([n, vocab]), `chunk` tokens per step.
   std::vector<float> PromptLogits(const std::vector<int>& tokens, int chunk = 0) {
-    SequenceKv seq;
-    EXPECT_TRUE(kv->Reserve(&seq, static_cast<int>(tokens.size())).ok());
-    std::vector<float> all;
-    const int n = static_cast<int>(tokens.size());
-    if (chunk <= 0) chunk = n;
-    for (int start = 0; start < n; start += chunk) {
-      SequenceChunk c;
-      c.kv = &seq;
-      c.start_pos = start;
-      c.tokens = absl::MakeConstSpan(tokens).subspan(start, std::min(chunk, n - start));
-      c.logits = LogitsMode::kAll;
-      std::vector<float> out;
-      auto st = executor->Forward({c}, &out);
-      EXPECT_TRUE(st.ok()) << st;
-      all.insert(all.end(), out.begin(), out.end());
-    }
-    kv->Release(&seq);
-    return all;
+    return testing::PromptLogits(executor.get(), kv.get(), tokens, chunk);
   }
 
   ModelConfig config;

@@ -9,19 +9,13 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/unit/engine/executor_harness.h"
+#include "tests/unit/engine/golden.h"
 
 namespace ballast::engine {
 namespace {
 
-std::string GoldenDir(const std::string& model) {
-  return std::string(BALLAST_SOURCE_DIR) + "/tests/data/golden/" + model;
-}
-
-nlohmann::json LoadGolden(const std::string& model) {
-  std::ifstream in(GoldenDir(model) + "/golden.json");
-  EXPECT_TRUE(in.good()) << "missing golden.json for " << model;
-  return nlohmann::json::parse(in);
-}
+using testing::GoldenDir;
+using testing::LoadGolden;
 
 class Golden : public ::testing::TestWithParam<std::string> {};
 
@@ -62,22 +56,10 @@ TEST_P(Golden, GreedyTokensMatchTransformers) {
   o.name = GetParam();
   o.path = GoldenDir(GetParam());
   o.block_tokens = 8;
-  auto e = ModelEngine::Create(o);
-  ASSERT_TRUE(e.ok()) << e.status();
-  struct Sink : GenerationSink {
-    void OnToken(int, const std::string&) override {}
-    void OnDone(absl::StatusOr<GenerationResult> r) override { result = std::move(r); }
-    absl::StatusOr<GenerationResult> result = absl::UnknownError("not done");
-  } sink;
-  GenerationRequest r;
-  r.id = "golden";
-  r.prompt = golden["tokens"].get<std::vector<int>>();
-  r.params.max_tokens = static_cast<int>(want.size());
-  r.params.ignore_eos = true;
-  ASSERT_TRUE((*e)->Submit(r, &sink).ok());
-  while ((*e)->HasWork()) (*e)->Step();
-  ASSERT_TRUE(sink.result.ok()) << sink.result.status();
-  EXPECT_EQ(sink.result->output_tokens, want);
+  auto got = testing::GreedyTokens(o, golden["tokens"].get<std::vector<int>>(),
+                                   static_cast<int>(want.size()));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(HF, Golden, ::testing::Values("llama", "qwen2", "mistral"));
