@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
     layout.dtype = *dt;
   }
   if (o.kv_arena) {
-    auto view = o.kv_arena->CreateAllocator(layout.block_bytes());
+    auto view = o.kv_arena->CreateAllocator(layout.block_bytes(), o.kv_limits);
     if (!view.ok()) return view.status();
     e->arena_ = o.kv_arena;
     e->allocator_ = std::move(*view);
@@ -133,6 +133,16 @@ int64_t ModelEngine::kv_bytes() const {
   if (!arena_) return options_.kv_cache_bytes;
   return (allocator_->num_total() - allocator_->num_free()) *
          static_cast<int64_t>(allocator_->block_bytes());
+}
+
+absl::Status ModelEngine::SetKvLimits(const memory::TenantLimits& limits) {
+  if (!arena_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", options_.name, " has a static KV pool (node.memory.mode: static)"));
+  }
+  auto st = arena_->SetLimits(allocator_.get(), limits);
+  if (st.ok() && wake_) wake_();  // waiting requests may fit now
+  return st;
 }
 
 std::string ModelEngine::kv_dtype_name() const { return std::string(ConfigName(kv_->layout().dtype)); }

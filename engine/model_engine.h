@@ -71,6 +71,8 @@ struct ModelEngineOptions {
   // Elastic mode: the device's shared KV arena (kv_cache_bytes unused).
   // Null: static mode, a private pool of kv_cache_bytes.
   std::shared_ptr<memory::KvArena> kv_arena;
+  // Elastic mode: this model's floor and limit in the arena (default: none).
+  memory::TenantLimits kv_limits;
   // Token budget per step (decode tokens + prefill chunk). Default 256.
   int max_batch_tokens = 256;
   // Most sequences running at once. Default 64.
@@ -117,6 +119,10 @@ class ModelEngine {
   void Cancel(const std::string& request_id);
   // Forgets a session's kept KV.
   void DropSession(const std::string& session_id);
+  // Elastic mode: moves this model's KV floor and limit in the device's
+  // arena (memory::TenantLimits); FAILED_PRECONDITION in static mode.
+  // Thread-safe.
+  absl::Status SetKvLimits(const memory::TenantLimits& limits);
 
   bool HasWork() const;
   // Runs one step; returns false if there was nothing to do.

@@ -26,32 +26,36 @@ size_t ChooseSlabBytes(const std::vector<size_t>& block_sizes, size_t page_bytes
 // The per-model BlockAllocator: a block size class of the arena.
 class KvArena::View final : public BlockAllocator {
  public:
-  View(KvArena* arena, int cls, size_t block_bytes) : arena_(arena), cls_(cls), block_bytes_(block_bytes) {}
+  View(KvArena* arena, int cls, int tenant, size_t block_bytes)
+      : arena_(arena), cls_(cls), tenant_(tenant), block_bytes_(block_bytes) {}
   ~View() override {
     absl::MutexLock lock(&arena_->mu_);
     --arena_->classes_[cls_].views;
+    arena_->tenants_[tenant_].alive = false;
   }
-  absl::StatusOr<std::vector<BlockId>> Allocate(int n) override { return arena_->Allocate(cls_, n); }
-  void Free(absl::Span<const BlockId> blocks) override { arena_->Free(cls_, blocks); }
+  absl::StatusOr<std::vector<BlockId>> Allocate(int n) override { return arena_->Allocate(cls_, tenant_, n); }
+  void Free(absl::Span<const BlockId> blocks) override { arena_->Free(cls_, tenant_, blocks); }
   uint8_t* Address(BlockId id) override { return arena_->Address(cls_, id); }
   size_t block_bytes() const override { return block_bytes_; }
   BlockAddressing addressing() const override {
     static_assert(kMaxBlocksPerSlab == 1 << 16, "slab_shift below");
     return {arena_->base_, 16, arena_->options_.slab_bytes, block_bytes_};
   }
-  int64_t num_total() const override { return arena_->Capacity(cls_, false); }
+  int64_t num_total() const override { return arena_->Capacity(cls_, tenant_, false); }
   int64_t num_free() const override {
-    return arena_->Capacity(cls_, false) - UsedBlocks();
+    return std::max<int64_t>(0, arena_->Capacity(cls_, tenant_, false) - UsedBlocks());
   }
-  int64_t num_max() const override { return arena_->Capacity(cls_, true); }
+  int64_t num_max() const override { return arena_->Capacity(cls_, tenant_, true); }
+  int tenant() const { return tenant_; }
 
  private:
   int64_t UsedBlocks() const {
     absl::MutexLock lock(&arena_->mu_);
-    return arena_->classes_[cls_].used;
+    return arena_->tenants_[tenant_].used_bytes / static_cast<int64_t>(block_bytes_);
   }
   KvArena* arena_;
   int cls_;
+  int tenant_;
   size_t block_bytes_;
 };
 
@@ -86,7 +90,8 @@ KvArena::~KvArena() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<BlockAllocator>> KvArena::CreateAllocator(size_t block_bytes) {
+absl::StatusOr<std::unique_ptr<BlockAllocator>> KvArena::CreateAllocator(size_t block_bytes,
+                                                                         TenantLimits limits) {
   if (block_bytes < 64 || block_bytes > options_.slab_bytes ||
       options_.slab_bytes / block_bytes > static_cast<size_t>(kMaxBlocksPerSlab)) {
     return absl::InvalidArgumentError(absl::StrCat("block size ", block_bytes, " does not fit slabs of ",
@@ -108,10 +113,33 @@ absl::StatusOr<std::unique_ptr<BlockAllocator>> KvArena::CreateAllocator(size_t 
     cls = static_cast<int>(classes_.size()) - 1;
   }
   ++classes_[cls].views;
-  return std::unique_ptr<BlockAllocator>(new View(this, cls, block_bytes));
+  tenants_.push_back(Tenant{limits, 0, true});
+  return std::unique_ptr<BlockAllocator>(
+      new View(this, cls, static_cast<int>(tenants_.size()) - 1, block_bytes));
 }
 
-absl::StatusOr<int> KvArena::TakeSlab(int cls, std::vector<int>* carved) {
+absl::Status KvArena::SetLimits(const BlockAllocator* allocator, TenantLimits limits) {
+  const auto* view = dynamic_cast<const View*>(allocator);
+  if (view == nullptr) return absl::InvalidArgumentError("allocator is not a KV arena view");
+  if (limits.floor_bytes < 0 || limits.limit_bytes < limits.floor_bytes) {
+    return absl::InvalidArgumentError("tenant limits need 0 <= floor_bytes <= limit_bytes");
+  }
+  absl::MutexLock lock(&mu_);
+  tenants_[view->tenant()].limits = limits;
+  return absl::OkStatus();
+}
+
+int64_t KvArena::ReservedForOthers(int tenant) const {
+  int64_t r = 0;
+  for (size_t u = 0; u < tenants_.size(); ++u) {
+    const Tenant& t = tenants_[u];
+    if (static_cast<int>(u) == tenant || !t.alive) continue;
+    r += std::max<int64_t>(0, t.limits.floor_bytes - t.used_bytes);
+  }
+  return r;
+}
+
+absl::StatusOr<int> KvArena::TakeSlab(int cls, int tenant, std::vector<int>* carved) {
   int slab;
   if (!empty_.empty()) {
     slab = empty_.back();
@@ -119,6 +147,13 @@ absl::StatusOr<int> KvArena::TakeSlab(int cls, std::vector<int>* carved) {
     --stats_.slabs_empty;
   } else {
     if (unmapped_.empty()) return absl::ResourceExhaustedError("KV arena: address range exhausted");
+    const PagePoolStats ps = pool_->stats();
+    const int64_t reserved = ReservedForOthers(tenant);
+    if (reserved > 0 &&
+        ps.mapped_bytes + static_cast<int64_t>(options_.slab_bytes) + reserved > ps.budget_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "KV arena: other models' floors reserve ", reserved, " bytes of the budget"));
+    }
     slab = unmapped_.back();
     absl::Status st = pool_->Map(base_ + static_cast<size_t>(slab) * options_.slab_bytes, options_.slab_bytes);
     if (!st.ok()) return st;
@@ -166,18 +201,25 @@ void KvArena::ReleaseSlab(int slab, bool keep_in_buffer) {
   ++stats_.releases;
 }
 
-absl::StatusOr<std::vector<BlockId>> KvArena::Allocate(int cls, int n) {
+absl::StatusOr<std::vector<BlockId>> KvArena::Allocate(int cls, int tenant, int n) {
   absl::MutexLock lock(&mu_);
   std::vector<BlockId> out;
   std::vector<int> carved;
   Class& c = classes_[cls];
+  Tenant& owner = tenants_[tenant];
+  const int64_t want = static_cast<int64_t>(std::max(n, 0)) * static_cast<int64_t>(c.block_bytes);
+  if (owner.used_bytes + want > owner.limits.limit_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV arena: ", n, " blocks of ", c.block_bytes,
+                                                     " bytes would pass this model's limit of ",
+                                                     owner.limits.limit_bytes, " bytes"));
+  }
   out.reserve(static_cast<size_t>(std::max(n, 0)));
   while (static_cast<int>(out.size()) < n) {
     int slab;
     if (!c.partial.empty()) {
       slab = c.partial.begin()->second;  // the fullest slab with room
     } else {
-      auto taken = TakeSlab(cls, &carved);
+      auto taken = TakeSlab(cls, tenant, &carved);
       if (!taken.ok()) {
         // All or nothing: give back what this call took, unmap what it carved.
         for (BlockId b : out) FreeOne(cls, b);
@@ -200,6 +242,7 @@ absl::StatusOr<std::vector<BlockId>> KvArena::Allocate(int cls, int n) {
     ++stats_.blocks_used;
     out.push_back(static_cast<BlockId>(slab * kMaxBlocksPerSlab + idx));
   }
+  owner.used_bytes += want;
   return out;
 }
 
@@ -219,9 +262,10 @@ void KvArena::FreeOne(int cls, BlockId id) {
   }
 }
 
-void KvArena::Free(int cls, absl::Span<const BlockId> ids) {
+void KvArena::Free(int cls, int tenant, absl::Span<const BlockId> ids) {
   absl::MutexLock lock(&mu_);
   for (BlockId id : ids) FreeOne(cls, id);
+  tenants_[tenant].used_bytes -= static_cast<int64_t>(ids.size()) * static_cast<int64_t>(classes_[cls].block_bytes);
 }
 
 uint8_t* KvArena::Address(int cls, BlockId id) const {
@@ -232,18 +276,23 @@ uint8_t* KvArena::Address(int cls, BlockId id) const {
   return base_ + slab * options_.slab_bytes + idx * block_bytes_of_[cls].load(std::memory_order_relaxed);
 }
 
-int64_t KvArena::Capacity(int cls, bool max) const {
+int64_t KvArena::Capacity(int cls, int tenant, bool max) const {
   absl::MutexLock lock(&mu_);
   const Class& c = classes_[cls];
+  const Tenant& t = tenants_[tenant];
   const PagePoolStats ps = pool_->stats();
   const int64_t slab = static_cast<int64_t>(options_.slab_bytes);
-  if (max) return (ps.budget_bytes / slab) * c.blocks_per_slab;
-  // Used + free room in this class's partial slabs + slabs it could take.
+  const int64_t cap = t.limits.limit_bytes / static_cast<int64_t>(c.block_bytes);  // the limit
+  if (max) return std::min(cap, (ps.budget_bytes / slab) * c.blocks_per_slab);
+  // Blocks this tenant holds + free room in the class's partial slabs +
+  // slabs it could take (the unmapped budget less other tenants' floors).
+  const int64_t held = t.used_bytes / static_cast<int64_t>(c.block_bytes);
   const int64_t free_in_partial = c.free_formatted();
-  const int64_t mappable = std::max<int64_t>(0, (ps.budget_bytes - ps.mapped_bytes) / slab);
+  const int64_t mappable = std::max<int64_t>(
+      0, (ps.budget_bytes - ps.mapped_bytes - ReservedForOthers(tenant)) / slab);
   const int64_t takeable = std::min<int64_t>(mappable, static_cast<int64_t>(unmapped_.size())) +
                            static_cast<int64_t>(empty_.size());
-  return c.used + free_in_partial + takeable * c.blocks_per_slab;
+  return std::min(cap, held + free_in_partial + takeable * c.blocks_per_slab);
 }
 
 int64_t KvArena::ReclaimFreeSlabs() {

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <set>
 #include <vector>
@@ -42,6 +43,16 @@ struct KvArenaOptions {
   size_t reserve_bytes = 64ull << 30;
   // EMPTY slabs kept mapped for reuse before unmapping. Default 2.
   int free_slab_buffer = 2;
+};
+
+// One resident model's share of the arena (the KV side of the balloon).
+// A tenant never holds more than limit_bytes of blocks; slabs are not carved
+// for one tenant when that would leave the unmapped budget short of what
+// other tenants still lack to reach their floors. Both move at runtime
+// (KvArena::SetLimits). Defaults: no floor, no limit.
+struct TenantLimits {
+  int64_t floor_bytes = 0;
+  int64_t limit_bytes = std::numeric_limits<int64_t>::max();
 };
 
 struct KvArenaStats {
@@ -74,7 +85,12 @@ class KvArena {
   // A BlockAllocator for blocks of `block_bytes` (>= 64, <= slab_bytes);
   // one per resident model. Free its blocks before dropping it; the arena
   // must outlive it (engines hold the arena by shared_ptr).
-  absl::StatusOr<std::unique_ptr<BlockAllocator>> CreateAllocator(size_t block_bytes);
+  absl::StatusOr<std::unique_ptr<BlockAllocator>> CreateAllocator(size_t block_bytes,
+                                                                 TenantLimits limits = {});
+  // Changes the floor and limit of the tenant behind `allocator` (one this
+  // arena created). A limit below what the tenant holds stops its growth;
+  // nothing is taken away (the engine preempts to shrink).
+  absl::Status SetLimits(const BlockAllocator* allocator, TenantLimits limits);
   // Unmaps every EMPTY slab; returns the bytes given back.
   int64_t ReclaimFreeSlabs();
   KvArenaStats stats() const;
@@ -100,13 +116,23 @@ class KvArena {
     int views = 0;
   };
 
+  struct Tenant {
+    TenantLimits limits;
+    int64_t used_bytes = 0;
+    bool alive = true;
+  };
+
   KvArena(std::shared_ptr<PagePool> pool, const KvArenaOptions& o, uint8_t* base);
-  absl::StatusOr<std::vector<BlockId>> Allocate(int cls, int n);
-  void Free(int cls, absl::Span<const BlockId> ids);
+  absl::StatusOr<std::vector<BlockId>> Allocate(int cls, int tenant, int n);
+  void Free(int cls, int tenant, absl::Span<const BlockId> ids);
   uint8_t* Address(int cls, BlockId id) const;
-  int64_t Capacity(int cls, bool max) const;
+  int64_t Capacity(int cls, int tenant, bool max) const;
+  // Bytes other live tenants still lack to reach their floors.
   // REQUIRES: mu_ held.
-  absl::StatusOr<int> TakeSlab(int cls, std::vector<int>* carved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t ReservedForOthers(int tenant) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // REQUIRES: mu_ held.
+  absl::StatusOr<int> TakeSlab(int cls, int tenant, std::vector<int>* carved)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseSlab(int slab, bool keep_in_buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeOne(int cls, BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -116,6 +142,7 @@ class KvArena {
   mutable absl::Mutex mu_;
   std::vector<Slab> slabs_ ABSL_GUARDED_BY(mu_);
   std::vector<Class> classes_ ABSL_GUARDED_BY(mu_);
+  std::vector<Tenant> tenants_ ABSL_GUARDED_BY(mu_);  // one per allocator created
   std::vector<int> empty_ ABSL_GUARDED_BY(mu_);     // EMPTY slabs (buffer)
   std::vector<int> unmapped_ ABSL_GUARDED_BY(mu_);  // UNMAPPED slabs, next carve at back
   KvArenaStats stats_ ABSL_GUARDED_BY(mu_);

@@ -242,6 +242,51 @@ TEST_F(ModelEngineTest, SeededSamplingIsReproducibleAndStopStringsCut) {
   EXPECT_EQ(s.streamed, s.result->text);
 }
 
+// A model's floor keeps arena room for it; another model's request that
+// needs that room waits (it is not rejected) and runs, with exact output,
+// once the floor is lowered at runtime.
+TEST_F(ModelEngineTest, KvFloorHoldsRoomUntilLoweredAtRuntime) {
+  SyntheticModelSpec other;
+  other.architecture = "qwen2";
+  other.hidden = 48;
+  other.heads = 3;
+  other.kv_heads = 1;
+  other.seed = 9;
+  const std::string model2 = testing::WriteTinyModel(dir_, "m2", other);
+  constexpr int64_t kPage = 64 << 10;
+  auto pool = std::shared_ptr<memory::HostPagePool>(*memory::HostPagePool::Create(kPage, 4 * kPage));
+  memory::KvArenaOptions ao;
+  ao.slab_bytes = kPage;
+  ao.reserve_bytes = 16 * kPage;
+  std::shared_ptr<memory::KvArena> arena(*memory::KvArena::Create(pool, ao));
+  auto make = [&](const std::string& name, const std::string& path, memory::TenantLimits l) {
+    ModelEngineOptions o;
+    o.name = name;
+    o.path = path;
+    o.block_tokens = 4;
+    o.kv_arena = arena;
+    o.kv_limits = l;
+    return std::move(*ModelEngine::Create(o));
+  };
+  memory::TenantLimits floor3;
+  floor3.floor_bytes = 3 * kPage;
+  auto a = make("a", model_, floor3);
+  auto b = make("b", model2, {});
+  // b's request needs 2 of the 4 pages (160 blocks of 512 bytes); a's floor
+  // leaves it 1.
+  Collect cb;
+  ASSERT_TRUE(b->Submit(Req("b1", Prompt(300, 4), 20), &cb).ok());
+  for (int i = 0; i < 50; ++i) b->Step();
+  EXPECT_FALSE(cb.done);
+  EXPECT_TRUE(b->HasWork());
+  ASSERT_TRUE(a->SetKvLimits({}).ok());
+  RunUntilIdle(*b);
+  ASSERT_TRUE(cb.result.ok()) << cb.result.status();
+  EXPECT_EQ(cb.result->output_tokens, ReferenceGreedy(model2, Prompt(300, 4), 20));
+  // Static pools have no tenant limits to move.
+  EXPECT_EQ(Make()->SetKvLimits({}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace ballast::engine
 

@@ -157,3 +157,68 @@ TEST(KvArena, SlabSizeKeepsTailWasteUnderThreePercent) {
 
 }  // namespace
 }  // namespace ballast::memory
+
+namespace ballast::memory {
+namespace {
+
+// Tenants (one per resident model): a limit caps what a model holds, a floor
+// keeps room for a model that others cannot carve into; both move at runtime.
+TEST(KvArenaTenants, LimitCapsOneModelAndMovesAtRuntime) {
+  Fixture f(8);
+  TenantLimits l;
+  l.limit_bytes = 2 * static_cast<int64_t>(kPage);  // 2 slabs' worth
+  auto a = *f.arena->CreateAllocator(4096, l);     // 16 blocks per slab
+  auto b = *f.arena->CreateAllocator(4096);
+  EXPECT_EQ(a->num_max(), 32);
+  auto first = *a->Allocate(32);
+  auto over = a->Allocate(1);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("limit"), std::string::npos);
+  EXPECT_EQ(a->num_free(), 0);
+  auto other = b->Allocate(6 * 16);  // the other model takes the rest
+  ASSERT_TRUE(other.ok()) << other.status();
+  b->Free(*other);
+  l.limit_bytes = 4 * static_cast<int64_t>(kPage);
+  ASSERT_TRUE(f.arena->SetLimits(a.get(), l).ok());
+  auto more = a->Allocate(32);
+  ASSERT_TRUE(more.ok()) << more.status();
+  // Lowering the limit below what is held takes nothing away; it stops growth.
+  l.limit_bytes = kPage;
+  ASSERT_TRUE(f.arena->SetLimits(a.get(), l).ok());
+  EXPECT_EQ(a->num_free(), 0);
+  EXPECT_FALSE(a->Allocate(1).ok());
+  a->Free(first);
+  a->Free(*more);
+}
+
+TEST(KvArenaTenants, FloorKeepsRoomOthersCannotTake) {
+  Fixture f(8, /*buffer=*/0);
+  TenantLimits floor3;
+  floor3.floor_bytes = 3 * static_cast<int64_t>(kPage);
+  auto a = *f.arena->CreateAllocator(4096, floor3);  // holds nothing yet
+  auto b = *f.arena->CreateAllocator(4096);
+  EXPECT_EQ(b->num_free(), 5 * 16);  // 8 slabs less a's floor of 3
+  auto b_all = b->Allocate(5 * 16);
+  ASSERT_TRUE(b_all.ok()) << b_all.status();
+  auto b_more = b->Allocate(1);
+  EXPECT_EQ(b_more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(b_more.status().message().find("floors"), std::string::npos);
+  // The model with the floor still gets its share.
+  auto a_all = a->Allocate(3 * 16);
+  ASSERT_TRUE(a_all.ok()) << a_all.status();
+  a->Free(*a_all);
+  // Dropping the floor at runtime hands the room back to everyone.
+  ASSERT_TRUE(f.arena->SetLimits(a.get(), TenantLimits{}).ok());
+  auto b_rest = b->Allocate(3 * 16);
+  ASSERT_TRUE(b_rest.ok()) << b_rest.status();
+  b->Free(*b_rest);
+  b->Free(*b_all);
+  // An allocator gone from the arena reserves nothing.
+  auto c = *f.arena->CreateAllocator(4096, floor3);
+  c.reset();
+  EXPECT_EQ(b->num_free(), 8 * 16);
+  EXPECT_FALSE(f.arena->SetLimits(b.get(), TenantLimits{5, 4}).ok());  // floor above limit
+}
+
+}  // namespace
+}  // namespace ballast::memory
