@@ -4,7 +4,13 @@
 
 namespace ballast::global_scheduler {
 
-absl::Status ModelRegistry::Add(const ModelSpec& spec) {
+absl::Status ModelRegistry::Add(const ModelSpec& spec, bool* kv_limits_changed) {
+  if (kv_limits_changed != nullptr) *kv_limits_changed = false;
+  if (spec.kv_floor_bytes < 0 || spec.kv_limit_bytes < 0 ||
+      (spec.kv_limit_bytes > 0 && spec.kv_floor_bytes > spec.kv_limit_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", spec.name, ": kv floor/limit must be >= 0 and floor <= limit (0 = none)"));
+  }
   if (spec.name.empty()) return absl::InvalidArgumentError("model name is empty");
   if (spec.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("model ", spec.name, ": path is empty"));
@@ -26,6 +32,11 @@ absl::Status ModelRegistry::Add(const ModelSpec& spec) {
         old.ttft_ms != spec.ttft_ms || old.tpot_ms != spec.tpot_ms) {
       return absl::AlreadyExistsError(absl::StrCat(
           "model ", spec.name, " is already registered with a different spec; unregister it first"));
+    }
+    if (old.kv_floor_bytes != spec.kv_floor_bytes || old.kv_limit_bytes != spec.kv_limit_bytes) {
+      it->second.spec.kv_floor_bytes = spec.kv_floor_bytes;
+      it->second.spec.kv_limit_bytes = spec.kv_limit_bytes;
+      if (kv_limits_changed != nullptr) *kv_limits_changed = true;
     }
     return absl::OkStatus();
   }

@@ -24,6 +24,8 @@ struct ModelSpec {
   uint32_t ttft_ms = 0;           // 0: the scheduler's default SLO
   uint32_t tpot_ms = 0;
   int replicas = 1;               // nodes that keep it resident
+  int64_t kv_floor_bytes = 0;     // elastic KV floor on each node (0: none)
+  int64_t kv_limit_bytes = 0;     // elastic KV limit on each node (0: none)
 };
 
 struct ModelStatus {
@@ -37,9 +39,11 @@ struct ModelStatus {
 
 class ModelRegistry {
  public:
-  // INVALID_ARGUMENT for an empty name or path or replicas < 1;
-  // ALREADY_EXISTS if the name is registered with a different spec.
-  absl::Status Add(const ModelSpec& spec);
+  // INVALID_ARGUMENT for an empty name or path, replicas < 1 or a KV floor
+  // above the limit; ALREADY_EXISTS if the name is registered with a
+  // different spec. A spec that differs only in its KV floor/limit updates
+  // them and sets *kv_limits_changed.
+  absl::Status Add(const ModelSpec& spec, bool* kv_limits_changed = nullptr);
   absl::Status Remove(const std::string& name);
   std::optional<ModelStatus> Get(const std::string& name) const;
   std::vector<ModelStatus> List() const;

@@ -136,6 +136,8 @@ void Scheduler::StartLoad(const ModelSpec& spec, const std::string& node_id) {
     req.set_name(spec.name);
     req.set_path(spec.path);
     req.set_kv_dtype(spec.kv_dtype);
+    req.set_kv_floor_bytes(spec.kv_floor_bytes);
+    req.set_kv_limit_bytes(spec.kv_limit_bytes);
     v1::LoadModelResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.load_timeout));
@@ -213,8 +215,32 @@ v1::HeartbeatResponse Scheduler::Heartbeat(const v1::HeartbeatRequest& req) {
 }
 
 absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
-  if (auto st = registry_.Add(spec); !st.ok()) return st;
-  spdlog::info("model {} registered ({})", spec.name, spec.path);
+  bool limits_changed = false;
+  if (auto st = registry_.Add(spec, &limits_changed); !st.ok()) return st;
+  if (!limits_changed) {
+    spdlog::info("model {} registered ({})", spec.name, spec.path);
+    return absl::OkStatus();
+  }
+  // Move the KV floor/limit on every node holding the model, now.
+  spdlog::info("model {}: KV floor {} / limit {} bytes", spec.name, spec.kv_floor_bytes,
+               spec.kv_limit_bytes);
+  for (const std::string& node_id : cluster_.NodesWithModel(spec.name)) {
+    auto stub = Stub(node_id);
+    if (!stub) continue;
+    v1::SetKvLimitsRequest req;
+    req.set_name(spec.name);
+    req.set_kv_floor_bytes(spec.kv_floor_bytes);
+    req.set_kv_limit_bytes(spec.kv_limit_bytes);
+    v1::SetKvLimitsResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    grpc::Status st = stub->SetKvLimits(&ctx, req, &resp);
+    if (!st.ok()) {
+      return absl::UnavailableError(absl::StrCat("model ", spec.name, ": node ", node_id,
+                                                 " did not take the new KV limits: ",
+                                                 st.error_message()));
+    }
+  }
   return absl::OkStatus();
 }
 

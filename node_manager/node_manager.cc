@@ -101,7 +101,8 @@ int NodeManager::inflight() const {
 absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name,
                                                          const std::string& path,
                                                          const std::string& kv_dtype,
-                                                         const std::string& device) {
+                                                         const std::string& device,
+                                                         const memory::TenantLimits& kv_limits) {
   if (name.empty() || path.empty()) return absl::InvalidArgumentError("model name and path are required");
   absl::MutexLock serial(&load_mu_);
   std::string where;
@@ -133,6 +134,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.max_seqs = options_.engine.max_seqs;
   o.max_context = options_.engine.max_context;
   o.kv_arena = target->arena();
+  o.kv_limits = kv_limits;
   const absl::Time t0 = absl::Now();
   auto e = engine::ModelEngine::Create(o, [target] { target->Wake(); });
   if (!e.ok()) return e.status();
@@ -166,6 +168,13 @@ absl::Status NodeManager::EvictModel(const std::string& name) {
     }
   }
   return absl::NotFoundError(absl::StrCat("model ", name, " is not resident on this node"));
+}
+
+absl::Status NodeManager::SetKvLimits(const std::string& name,
+                                     const memory::TenantLimits& kv_limits) {
+  auto e = FindEngine(name, nullptr);
+  if (!e) return absl::NotFoundError(absl::StrCat("model ", name, " is not resident on this node"));
+  return e->SetKvLimits(kv_limits);
 }
 
 std::shared_ptr<engine::ModelEngine> NodeManager::FindEngine(const std::string& model,

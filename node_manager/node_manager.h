@@ -76,7 +76,11 @@ class NodeManager {
   // RESOURCE_EXHAUSTED if no device has room; ALREADY_EXISTS if resident.
   absl::StatusOr<v1::ResidentModel> LoadModel(const std::string& name, const std::string& path,
                                               const std::string& kv_dtype,
-                                              const std::string& device);
+                                              const std::string& device,
+                                              const memory::TenantLimits& kv_limits = {});
+  // Moves a resident model's KV floor/limit (elastic mode). NOT_FOUND if not
+  // resident; FAILED_PRECONDITION in static mode.
+  absl::Status SetKvLimits(const std::string& name, const memory::TenantLimits& kv_limits);
   absl::Status EvictModel(const std::string& name);
 
   // Tokenizes the turn (BOS first when the history is empty), appends it to

@@ -107,8 +107,16 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
       RETURN_IF_ERROR(m.Get("path", &spec.path));
       RETURN_IF_ERROR(m.Get("kv_dtype", &spec.kv_dtype));
       RETURN_IF_ERROR(m.Get("replicas", &spec.replicas));
+      int64_t floor_mib = 0, limit_mib = 0;
+      RETURN_IF_ERROR(m.Get("kv_floor_mib", &floor_mib));
+      RETURN_IF_ERROR(m.Get("kv_limit_mib", &limit_mib));
       RETURN_IF_ERROR(ParseSlo(m, &spec.ttft_ms, &spec.tpot_ms, file));
       RETURN_IF_ERROR(m.Finish());
+      if (floor_mib < 0 || limit_mib < 0 || (limit_mib > 0 && floor_mib > limit_mib)) {
+        return m.Error(m.Key("kv_floor_mib"), "kv_floor_mib and kv_limit_mib must be >= 0, floor <= limit");
+      }
+      spec.kv_floor_bytes = floor_mib << 20;
+      spec.kv_limit_bytes = limit_mib << 20;
       if (spec.name.empty()) return m.Error(m.Key("name"), "missing");
       if (spec.path.empty()) return m.Error(m.Key("path"), "missing");
       o.models.push_back(spec);

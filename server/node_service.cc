@@ -65,12 +65,31 @@ v1::KvSource ToProto(engine::KvSource s) {
   return v1::KV_SOURCE_UNSPECIFIED;
 }
 
+// The wire's "0 = none" to TenantLimits.
+static memory::TenantLimits KvLimits(int64_t floor, int64_t limit) {
+  memory::TenantLimits l;
+  l.floor_bytes = floor;
+  if (limit > 0) l.limit_bytes = limit;
+  return l;
+}
+
 grpc::Status NodeService::LoadModel(grpc::ServerContext*, const v1::LoadModelRequest* req,
                                     v1::LoadModelResponse* resp) {
-  auto m = node_->LoadModel(req->name(), req->path(), req->kv_dtype(), req->device());
+  auto m = node_->LoadModel(req->name(), req->path(), req->kv_dtype(), req->device(),
+                            KvLimits(req->kv_floor_bytes(), req->kv_limit_bytes()));
   if (!m.ok()) return ToGrpc(m.status());
   *resp->mutable_model() = *m;
   return grpc::Status::OK;
+}
+
+grpc::Status NodeService::SetKvLimits(grpc::ServerContext*, const v1::SetKvLimitsRequest* req,
+                                      v1::SetKvLimitsResponse*) {
+  if (req->kv_floor_bytes() < 0 || req->kv_limit_bytes() < 0 ||
+      (req->kv_limit_bytes() > 0 && req->kv_floor_bytes() > req->kv_limit_bytes())) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "kv floor/limit must be >= 0 and floor <= limit (0 = none)");
+  }
+  return ToGrpc(node_->SetKvLimits(req->name(), KvLimits(req->kv_floor_bytes(), req->kv_limit_bytes())));
 }
 
 grpc::Status NodeService::EvictModel(grpc::ServerContext*, const v1::EvictModelRequest* req,

@@ -19,6 +19,8 @@ class NodeService final : public v1::Node::Service {
 
   grpc::Status LoadModel(grpc::ServerContext* ctx, const v1::LoadModelRequest* req,
                          v1::LoadModelResponse* resp) override;
+  grpc::Status SetKvLimits(grpc::ServerContext* ctx, const v1::SetKvLimitsRequest* req,
+                           v1::SetKvLimitsResponse* resp) override;
   grpc::Status EvictModel(grpc::ServerContext* ctx, const v1::EvictModelRequest* req,
                           v1::EvictModelResponse* resp) override;
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::NodeGenerateRequest* req,

@@ -179,6 +179,8 @@ grpc::Status AdminService::RegisterModel(grpc::ServerContext*, const v1::Registe
   spec.ttft_ms = req->slo().ttft_ms();
   spec.tpot_ms = req->slo().tpot_ms();
   spec.replicas = req->replicas() == 0 ? 1 : req->replicas();
+  spec.kv_floor_bytes = req->kv_floor_bytes();
+  spec.kv_limit_bytes = req->kv_limit_bytes();
   return ToGrpc(sched_->RegisterModel(spec));
 }
 

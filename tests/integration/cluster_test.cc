@@ -291,6 +291,31 @@ TEST_F(ClusterTest, BadInputGetsClearStatusesAndTheServerKeepsServing) {
   EXPECT_TRUE(Generate("alpha", "still fine", 4).status.ok());
 }
 
+// A model's KV floor/limit moves at runtime: RegisterModel again with only
+// those changed reaches the node holding it. A limit below what a request
+// needs makes that request fail up front; lifting it serves it again.
+TEST_F(ClusterTest, KvLimitsMoveAtRuntimeThroughTheAdminApi) {
+  auto set = [&](int64_t floor, int64_t limit) {
+    v1::RegisterModelRequest req;
+    req.set_name("alpha");
+    req.set_path(Model("alpha"));
+    req.set_kv_floor_bytes(floor);
+    req.set_kv_limit_bytes(limit);
+    grpc::ClientContext ctx;
+    v1::RegisterModelResponse resp;
+    return admin_->RegisterModel(&ctx, req, &resp);
+  };
+  const std::string long_prompt(200, 'x');  // 26 blocks of 4 KiB
+  ASSERT_TRUE(Generate("alpha", long_prompt, 4).status.ok());
+  ASSERT_TRUE(set(0, 64 << 10).ok()) << Logs();
+  StreamResult capped = Generate("alpha", long_prompt, 4);
+  EXPECT_EQ(capped.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(Generate("alpha", "hi", 4).status.ok());  // small requests still fit
+  EXPECT_EQ(set(128 << 10, 64 << 10).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(set(0, 0).ok());
+  EXPECT_TRUE(Generate("alpha", long_prompt, 4).status.ok());
+}
+
 TEST_F(ClusterTest, ClientCancellationFreesTheSequenceOnTheNode) {
   v1::GenerateRequest req;
   req.set_model("alpha");

@@ -106,6 +106,18 @@ TEST(ModelRegistry, ValidatesSpecs) {
   EXPECT_TRUE(r.Add({"m", "/p"}).ok());
   EXPECT_TRUE(r.Add({"m", "/p"}).ok());  // idempotent
   EXPECT_EQ(r.Add({"m", "/q"}).code(), absl::StatusCode::kAlreadyExists);
+  // Only the KV floor/limit changed: an update, reported to the caller.
+  ModelSpec limits{"m", "/p"};
+  limits.kv_floor_bytes = 1 << 20;
+  limits.kv_limit_bytes = 4 << 20;
+  bool changed = false;
+  EXPECT_TRUE(r.Add(limits, &changed).ok());
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(r.Get("m")->spec.kv_limit_bytes, 4 << 20);
+  EXPECT_TRUE(r.Add(limits, &changed).ok());
+  EXPECT_FALSE(changed);
+  limits.kv_floor_bytes = 8 << 20;  // floor above limit
+  EXPECT_EQ(r.Add(limits).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(r.Remove("m").ok());
   EXPECT_EQ(r.Remove("m").code(), absl::StatusCode::kNotFound);
 }
