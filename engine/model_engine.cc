@@ -300,6 +300,30 @@ void ModelEngine::Admit(Sequence* seq) {
   if (common > 0) seq->result.kv_source = KvSource::kDevice;
 }
 
+int64_t ModelEngine::ShedKv(int64_t want_bytes) {
+  const int64_t block = static_cast<int64_t>(allocator_->block_bytes());
+  int64_t freed = 0;
+  while (freed < want_bytes && !sessions_.empty()) {
+    const int64_t before = allocator_->num_free();
+    EvictOneCachedSession();
+    freed += (allocator_->num_free() - before) * block;
+  }
+  while (freed < want_bytes && !running_.empty()) {
+    // Lowest priority first; among equals the newest (last admitted).
+    size_t victim = running_.size() - 1;
+    for (size_t i = running_.size(); i-- > 0;) {
+      if (running_[i]->req.priority < running_[victim]->req.priority) victim = i;
+    }
+    std::unique_ptr<Sequence> v = std::move(running_[victim]);
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(victim));
+    freed += v->kv.num_blocks() * block;
+    Preempt(v.get());
+    waiting_.push_front(std::move(v));
+  }
+  PublishStats();
+  return freed;
+}
+
 bool ModelEngine::EvictOneCachedSession() {
   if (sessions_.empty()) return false;
   auto victim = sessions_.begin();

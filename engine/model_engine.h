@@ -129,6 +129,12 @@ class ModelEngine {
   bool Step();
   // Fails every queued and running request (shutdown, eviction).
   void AbortAll(const absl::Status& why);
+  // Gives back at least `want_bytes` of KV if it can, for another model's
+  // activation: kept session KV first (least recently used), then running
+  // sequences, lowest priority and then newest first; those are preempted
+  // (they wait and recompute their KV later, with the same output). Returns
+  // the bytes of blocks freed. REQUIRES: the thread that calls Step.
+  int64_t ShedKv(int64_t want_bytes);
 
   EngineStats stats() const;
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "spdlog/spdlog.h"
 #include "engine/gpu_backend.h"
 #include "memory/page_pool.h"
 
@@ -51,6 +53,12 @@ void DeviceWorker::Stop() {
     cv_.Signal();
   }
   if (thread_.joinable()) thread_.join();  // not started if Create failed
+  std::vector<std::function<void(bool)>> tasks;
+  {
+    absl::MutexLock lock(&mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& t : tasks) t(false);
   std::map<std::string, std::shared_ptr<engine::ModelEngine>> engines;
   std::vector<std::shared_ptr<engine::ModelEngine>> retiring;
   {
@@ -90,6 +98,63 @@ bool DeviceWorker::Remove(const std::string& model) {
   wake_ = true;
   cv_.Signal();
   return true;
+}
+
+absl::Status DeviceWorker::AddReclaiming(std::shared_ptr<engine::ModelEngine> engine,
+                                         int64_t need_bytes) {
+  absl::Status result;
+  absl::Notification done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return absl::UnavailableError(absl::StrCat("device ", name_, " is stopping"));
+    tasks_.push_back([&, engine = std::move(engine)](bool run) mutable {
+      result = run ? ReclaimAndAdd(std::move(engine), need_bytes)
+                   : absl::UnavailableError(absl::StrCat("device ", name_, " stopped"));
+      done.Notify();
+    });
+    wake_ = true;
+    cv_.Signal();
+  }
+  done.WaitForNotification();
+  return result;
+}
+
+int64_t DeviceWorker::FreeBytes() const {
+  const DeviceUsage u = Usage();
+  return u.memory_total_bytes - u.memory_used_bytes;
+}
+
+absl::Status DeviceWorker::ReclaimAndAdd(std::shared_ptr<engine::ModelEngine> engine,
+                                         int64_t need_bytes) {
+  int64_t free = FreeBytes();
+  if (free < need_bytes && arena_) {
+    arena_->ReclaimFreeSlabs();
+    free = FreeBytes();
+  }
+  int64_t shed = 0;
+  if (arena_) {
+    for (const auto& e : Engines()) {
+      // Each call frees whole sequences; slabs empty only once all their
+      // blocks are gone, so keep shedding until the room is there.
+      while (free < need_bytes) {
+        const int64_t got = e->ShedKv(need_bytes - free);
+        if (got == 0) break;
+        shed += got;
+        arena_->ReclaimFreeSlabs();
+        free = FreeBytes();
+      }
+      if (free >= need_bytes) break;
+    }
+  }
+  if (free < need_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model ", engine->name(), " needs ", need_bytes, " bytes of weights but device ", name_,
+        " has ", free, " free even after the other models gave back ", shed, " bytes of KV"));
+  }
+  if (shed > 0) {
+    spdlog::info("device {}: other models shed {} bytes of KV for {}", name_, shed, engine->name());
+  }
+  return Add(std::move(engine));
 }
 
 std::shared_ptr<engine::ModelEngine> DeviceWorker::Find(const std::string& model) const {
@@ -141,6 +206,13 @@ DeviceUsage DeviceWorker::Usage() const {
 void DeviceWorker::Loop() {
   while (true) {
     std::vector<std::shared_ptr<engine::ModelEngine>> engines, retiring;
+    std::vector<std::function<void(bool)>> tasks;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      tasks.swap(tasks_);
+    }
+    for (auto& t : tasks) t(true);  // between steps: engines are quiescent
     {
       absl::MutexLock lock(&mu_);
       if (stop_) return;

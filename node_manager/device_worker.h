@@ -11,6 +11,7 @@
 // (also run by the destructor) aborts all requests and joins the thread.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -73,6 +74,13 @@ class DeviceWorker {
 
   // Adds a loaded engine. ALREADY_EXISTS if the name is taken.
   absl::Status Add(std::shared_ptr<engine::ModelEngine> engine);
+  // Activation in elastic mode: makes `need_bytes` of device memory free for
+  // the engine's weights, then adds it, atomically with respect to steps
+  // (it runs on the step thread). Empty KV slabs go first; then the other
+  // models shed KV (ModelEngine::ShedKv: preempted sequences recompute
+  // later). RESOURCE_EXHAUSTED, with the engine not added, if even that is
+  // not enough.
+  absl::Status AddReclaiming(std::shared_ptr<engine::ModelEngine> engine, int64_t need_bytes);
   // Removes an engine; false if absent.
   bool Remove(const std::string& model);
   std::shared_ptr<engine::ModelEngine> Find(const std::string& model) const;
@@ -83,6 +91,8 @@ class DeviceWorker {
  private:
   DeviceWorker(std::string name, int64_t memory_bytes);
   void Loop();
+  absl::Status ReclaimAndAdd(std::shared_ptr<engine::ModelEngine> engine, int64_t need_bytes);
+  int64_t FreeBytes() const;
   // REQUIRES: mu_ held. KV may use what the resident weights leave.
   void UpdateKvBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -96,6 +106,8 @@ class DeviceWorker {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<engine::ModelEngine>> engines_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<engine::ModelEngine>> retiring_ ABSL_GUARDED_BY(mu_);
+  // Work for the step thread; called with false if the worker stops first.
+  std::vector<std::function<void(bool run)>> tasks_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

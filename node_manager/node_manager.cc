@@ -138,13 +138,18 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   const absl::Time t0 = absl::Now();
   auto e = engine::ModelEngine::Create(o, [target] { target->Wake(); });
   if (!e.ok()) return e.status();
-  // Elastic: the weights need room now, KV grows into what is left; empty
-  // KV slabs are given back first. Static: weights plus the private pool.
+  // Elastic: the weights need room now and KV grows into what is left; the
+  // device makes the room (empty KV slabs first, then the other models shed
+  // KV by preemption) and adds the engine in one step. Static: weights plus
+  // the private pool must fit as they are.
   const int64_t need = (*e)->weight_bytes() + (o.kv_arena ? 0 : o.kv_cache_bytes);
-  if (need > best_free && o.kv_arena) {
-    target->ReclaimKv();
-    const DeviceUsage u = target->Usage();
-    best_free = u.memory_total_bytes - u.memory_used_bytes;
+  if (o.kv_arena) {
+    std::shared_ptr<engine::ModelEngine> engine = std::move(*e);
+    v1::ResidentModel m = Describe(*engine, target->name());
+    if (auto st = target->AddReclaiming(std::move(engine), need); !st.ok()) return st;
+    spdlog::info("loaded model {} from {} on {} in {}", name, path, target->name(),
+                 absl::FormatDuration(absl::Now() - t0));
+    return m;
   }
   if (need > best_free) {
     return absl::ResourceExhaustedError(absl::StrCat(

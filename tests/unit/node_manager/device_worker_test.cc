@@ -1,0 +1,139 @@
+// DeviceWorker activation in elastic mode: a model whose weights need memory
+// that another model's KV holds is added after that model sheds KV
+// (preemption); the preempted requests finish with the outputs they would
+// have had alone, and the new model serves correctly.
+#include "node_manager/device_worker.h"
+
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "engine/model_engine.h"
+#include "gtest/gtest.h"
+#include "tests/unit/engine/test_util.h"
+
+namespace ballast::node_manager {
+namespace {
+
+using engine::GenerationRequest;
+using engine::GenerationResult;
+using engine::ModelEngine;
+using engine::ModelEngineOptions;
+
+struct Done : engine::GenerationSink {
+  void OnToken(int, const std::string&) override {}
+  void OnDone(absl::StatusOr<GenerationResult> r) override {
+    absl::MutexLock lock(&mu);
+    result = std::move(r);
+    done = true;
+  }
+  bool Finished() {
+    absl::MutexLock lock(&mu);
+    return done;
+  }
+  absl::Mutex mu;
+  bool done = false;
+  absl::StatusOr<GenerationResult> result = absl::UnknownError("not done");
+};
+
+GenerationRequest Req(const std::string& id, int salt, int prompt, int out) {
+  GenerationRequest r;
+  r.id = id;
+  r.prompt = {engine::ByteTokenizer::kBos};
+  for (int i = 1; i < prompt; ++i) r.prompt.push_back((i * 37 + salt * 11) % 256);
+  r.params.max_tokens = out;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+// Greedy output of `r` on a private, roomy engine.
+std::vector<int> Alone(const std::string& path, const GenerationRequest& r) {
+  ModelEngineOptions o;
+  o.name = "alone";
+  o.path = path;
+  o.kv_cache_bytes = 64 << 20;
+  auto e = std::move(*ModelEngine::Create(o));
+  Done d;
+  EXPECT_TRUE(e->Submit(r, &d).ok());
+  while (e->HasWork()) e->Step();
+  return d.result.ok() ? d.result->output_tokens : std::vector<int>{};
+}
+
+bool WaitFor(const std::function<bool()>& cond, absl::Duration limit) {
+  const absl::Time end = absl::Now() + limit;
+  while (absl::Now() < end) {
+    if (cond()) return true;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return cond();
+}
+
+TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
+  engine::testing::TempDir dir;
+  engine::SyntheticModelSpec sa, sb;
+  sa.seed = 31;
+  sb.architecture = "qwen2";
+  sb.seed = 32;
+  const std::string a_path = engine::testing::WriteTinyModel(dir, "a", sa);
+  const std::string b_path = engine::testing::WriteTinyModel(dir, "b", sb);
+  constexpr int64_t kPage = 64 << 10;
+  auto make = [&](const std::string& name, const std::string& path, DeviceWorker* w) {
+    ModelEngineOptions o;
+    o.name = name;
+    o.path = path;
+    o.kv_arena = w->arena();
+    return std::shared_ptr<ModelEngine>(std::move(*ModelEngine::Create(o, [w] { w->Wake(); })));
+  };
+  // Size the device so that B's weights fit only if A gives back KV.
+  DeviceMemoryOptions mem;
+  mem.page_bytes = kPage;
+  mem.slab_bytes = kPage;
+  mem.gpu = -1;
+  auto probe = std::move(*DeviceWorker::Create("probe", 1 << 30, mem));
+  const int64_t wa = make("a", a_path, probe.get())->weight_bytes();
+  const int64_t wb = make("b", b_path, probe.get())->weight_bytes();
+  probe.reset();
+  const int64_t memory = wa + wb + 6 * kPage;
+  auto w = std::move(*DeviceWorker::Create("cpu:0", memory, mem));
+  auto a = make("a", a_path, w.get());
+  ASSERT_TRUE(w->Add(a).ok());
+
+  // A fills the arena: four requests of ~3 pages of KV each.
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) reqs.push_back(Req("a" + std::to_string(i), i, 300, 60));
+  std::vector<std::unique_ptr<Done>> done;
+  for (const auto& r : reqs) {
+    done.push_back(std::make_unique<Done>());
+    ASSERT_TRUE(a->Submit(r, done.back().get()).ok());
+  }
+  ASSERT_TRUE(WaitFor([&] { return memory - w->Usage().memory_used_bytes < wb; }, absl::Seconds(20)))
+      << "A's KV never grew into B's share";
+  const int64_t preempted_before = a->stats().preemptions;
+  auto b = make("b", b_path, w.get());
+  auto st = w->AddReclaiming(b, wb);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_GT(a->stats().preemptions, preempted_before);  // A shed KV by preemption
+  EXPECT_LE(w->Usage().memory_used_bytes, memory);
+
+  Done db;
+  const GenerationRequest rb = Req("b0", 9, 40, 20);
+  ASSERT_TRUE(b->Submit(rb, &db).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    for (auto& d : done) if (!d->Finished()) return false;
+    return db.Finished();
+  }, absl::Seconds(60)));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(done[i]->result.ok()) << done[i]->result.status();
+    EXPECT_EQ(done[i]->result->output_tokens, Alone(a_path, reqs[i])) << reqs[i].id;
+  }
+  ASSERT_TRUE(db.result.ok()) << db.result.status();
+  EXPECT_EQ(db.result->output_tokens, Alone(b_path, rb));
+
+  // A model that cannot fit even after everyone sheds is refused, not added.
+  auto huge = make("huge", b_path, w.get());
+  EXPECT_EQ(w->AddReclaiming(huge, memory).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(w->Find("huge"), nullptr);
+  w->Stop();
+}
+
+}  // namespace
+}  // namespace ballast::node_manager
