@@ -3,6 +3,7 @@
 // (preemption); the preempted requests finish with the outputs they would
 // have had alone, and the new model serves correctly.
 #include "node_manager/device_worker.h"
+#include "node_manager/node_manager.h"
 
 #include <thread>
 
@@ -133,6 +134,41 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   EXPECT_EQ(w->AddReclaiming(huge, memory).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(w->Find("huge"), nullptr);
   w->Stop();
+}
+
+// The baseline: in static mode every model's KV pool is private, so memory
+// another model's idle pool holds is not lent; in elastic mode the same
+// device takes both models.
+TEST(NodeManager, StaticModeRefusesToLendIdleKvMemory) {
+  engine::testing::TempDir dir;
+  engine::SyntheticModelSpec sb;
+  sb.architecture = "qwen2";
+  const std::string a_path = engine::testing::WriteTinyModel(dir, "a", {});
+  const std::string b_path = engine::testing::WriteTinyModel(dir, "b", sb);
+  int64_t wa = 0, wb = 0;
+  {
+    ModelEngineOptions o;
+    o.path = a_path;
+    wa = (*ModelEngine::Create(o))->weight_bytes();
+    o.path = b_path;
+    wb = (*ModelEngine::Create(o))->weight_bytes();
+  }
+  constexpr int64_t kPool = 1 << 20;
+  for (const std::string mode : {"static", "elastic"}) {
+    NodeOptions n;
+    n.memory_mode = mode;
+    n.devices = {DeviceOptions{"cpu:0", wa + wb + kPool + kPool / 2}};
+    n.engine.kv_cache_bytes = kPool;
+    auto node = std::move(*NodeManager::Create(n));
+    ASSERT_TRUE(node->LoadModel("a", a_path, "auto", "").ok());
+    auto b = node->LoadModel("b", b_path, "auto", "");
+    if (mode == "static") {
+      EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted) << "static lent memory";
+    } else {
+      EXPECT_TRUE(b.ok()) << b.status();
+    }
+    node->Shutdown();
+  }
 }
 
 }  // namespace
