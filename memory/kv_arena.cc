@@ -295,6 +295,26 @@ int64_t KvArena::Capacity(int cls, int tenant, bool max) const {
   return std::min(cap, held + free_in_partial + takeable * c.blocks_per_slab);
 }
 
+int KvArena::Replenish() {
+  absl::MutexLock lock(&mu_);
+  int mapped = 0;
+  const int64_t slab = static_cast<int64_t>(options_.slab_bytes);
+  while (static_cast<int>(empty_.size()) < options_.free_slab_buffer && !unmapped_.empty()) {
+    const PagePoolStats ps = pool_->stats();
+    if (ps.mapped_bytes + slab + ReservedForOthers(-1) > ps.budget_bytes) break;
+    const int s = unmapped_.back();
+    if (!pool_->Map(base_ + static_cast<size_t>(s) * options_.slab_bytes, options_.slab_bytes).ok()) break;
+    unmapped_.pop_back();
+    slabs_[s].state = Slab::State::kEmpty;
+    empty_.push_back(s);
+    ++stats_.carves;
+    ++stats_.slabs_mapped;
+    ++stats_.slabs_empty;
+    ++mapped;
+  }
+  return mapped;
+}
+
 int64_t KvArena::ReclaimFreeSlabs() {
   absl::MutexLock lock(&mu_);
   int64_t bytes = 0;

@@ -93,6 +93,11 @@ class KvArena {
   absl::Status SetLimits(const BlockAllocator* allocator, TenantLimits limits);
   // Unmaps every EMPTY slab; returns the bytes given back.
   int64_t ReclaimFreeSlabs();
+  // Maps slabs ahead of need until free_slab_buffer EMPTY slabs are ready
+  // (within the budget and the tenants' floors), so the next slab an
+  // allocation needs costs no driver call. Device workers call it while
+  // idle. Returns the slabs mapped.
+  int Replenish();
   KvArenaStats stats() const;
   size_t slab_bytes() const { return options_.slab_bytes; }
   PagePool* pool() const { return pool_.get(); }

@@ -228,6 +228,7 @@ void DeviceWorker::Loop() {
       if (e->HasWork()) did |= e->Step();
     }
     if (!did) {
+      if (arena_) arena_->Replenish();  // idle: get the next slabs ready
       absl::MutexLock lock(&mu_);
       if (!wake_ && !stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
       wake_ = false;

@@ -144,6 +144,28 @@ TEST(KvArena, FreedSlabsReturnToTheBudgetForWeights) {
   EXPECT_FALSE(v->Allocate(2 * 16 + 1).ok());
 }
 
+TEST(KvArena, ReplenishMapsTheBufferAheadWithinBudgetAndFloors) {
+  Fixture f(4, /*buffer=*/2);
+  EXPECT_EQ(f.arena->Replenish(), 2);
+  EXPECT_EQ(f.arena->Replenish(), 0);  // already full
+  EXPECT_EQ(f.arena->stats().slabs_empty, 2);
+  auto v = *f.arena->CreateAllocator(4096);  // 16 blocks per slab
+  const int64_t calls = f.pool->stats().map_calls;
+  auto ids = *v->Allocate(2 * 16);  // both ready slabs: no driver call
+  EXPECT_EQ(f.pool->stats().map_calls, calls);
+  // Two of four pages left; a floor of another model reserves both.
+  TenantLimits floor2;
+  floor2.floor_bytes = 2 * static_cast<int64_t>(kPage);
+  auto other = *f.arena->CreateAllocator(4096, floor2);
+  EXPECT_EQ(f.arena->Replenish(), 0);
+  ASSERT_TRUE(f.arena->SetLimits(other.get(), TenantLimits{}).ok());
+  EXPECT_EQ(f.arena->Replenish(), 2);
+  EXPECT_EQ(f.pool->stats().mapped_bytes, 4 * static_cast<int64_t>(kPage));
+  // Reclaim for weights gives the buffer back.
+  EXPECT_EQ(f.arena->ReclaimFreeSlabs(), 2 * static_cast<int64_t>(kPage));
+  v->Free(ids);
+}
+
 TEST(KvArena, SlabSizeKeepsTailWasteUnderThreePercent) {
   const size_t page = 2 << 20;
   // Power-of-two block sizes: the LCM is the page itself.
