@@ -81,6 +81,31 @@ class ModelEngineTest : public ::testing::Test {
     EXPECT_TRUE(e.ok()) << e.status();
     return std::move(*e);
   }
+  // A second model of another shape (Qwen2, 1 KV head of 16).
+  std::string OtherModel() {
+    SyntheticModelSpec other;
+    other.architecture = "qwen2";
+    other.hidden = 48;
+    other.heads = 3;
+    other.kv_heads = 1;
+    other.seed = 9;
+    return testing::WriteTinyModel(dir_, "m2", other);
+  }
+  // An elastic KV arena over `pages` host pages of 64 KiB (slab = page).
+  static constexpr int64_t kPage = 64 << 10;
+  struct Arena {
+    std::shared_ptr<memory::HostPagePool> pool;
+    std::shared_ptr<memory::KvArena> arena;
+  };
+  static Arena SmallArena(int pages) {
+    Arena a;
+    a.pool = std::shared_ptr<memory::HostPagePool>(*memory::HostPagePool::Create(kPage, pages * kPage));
+    memory::KvArenaOptions ao;
+    ao.slab_bytes = kPage;
+    ao.reserve_bytes = 16 * kPage;
+    a.arena = std::shared_ptr<memory::KvArena>(*memory::KvArena::Create(a.pool, ao));
+    return a;
+  }
   TempDir dir_;
   std::string model_;
 };
@@ -246,19 +271,8 @@ TEST_F(ModelEngineTest, SeededSamplingIsReproducibleAndStopStringsCut) {
 // needs that room waits (it is not rejected) and runs, with exact output,
 // once the floor is lowered at runtime.
 TEST_F(ModelEngineTest, KvFloorHoldsRoomUntilLoweredAtRuntime) {
-  SyntheticModelSpec other;
-  other.architecture = "qwen2";
-  other.hidden = 48;
-  other.heads = 3;
-  other.kv_heads = 1;
-  other.seed = 9;
-  const std::string model2 = testing::WriteTinyModel(dir_, "m2", other);
-  constexpr int64_t kPage = 64 << 10;
-  auto pool = std::shared_ptr<memory::HostPagePool>(*memory::HostPagePool::Create(kPage, 4 * kPage));
-  memory::KvArenaOptions ao;
-  ao.slab_bytes = kPage;
-  ao.reserve_bytes = 16 * kPage;
-  std::shared_ptr<memory::KvArena> arena(*memory::KvArena::Create(pool, ao));
+  const std::string model2 = OtherModel();
+  auto [pool, arena] = SmallArena(4);
   auto make = [&](const std::string& name, const std::string& path, memory::TenantLimits l) {
     ModelEngineOptions o;
     o.name = name;
@@ -296,19 +310,8 @@ namespace {
 // Elastic mode: two models of different shapes share one KV arena; each
 // can use the memory the other leaves, and outputs stay exact.
 TEST_F(ModelEngineTest, ModelsShareOneKvArena) {
-  SyntheticModelSpec other;
-  other.architecture = "qwen2";
-  other.hidden = 48;
-  other.heads = 3;
-  other.kv_heads = 1;
-  other.seed = 9;
-  const std::string model2 = testing::WriteTinyModel(dir_, "m2", other);
-  auto pool = std::shared_ptr<memory::HostPagePool>(
-      *memory::HostPagePool::Create(64 << 10, 4 * (64 << 10)));  // 4 pages of KV in all
-  memory::KvArenaOptions ao;
-  ao.slab_bytes = 64 << 10;
-  ao.reserve_bytes = 16 * (64 << 10);
-  std::shared_ptr<memory::KvArena> arena(*memory::KvArena::Create(pool, ao));
+  const std::string model2 = OtherModel();
+  auto [pool, arena] = SmallArena(4);  // 4 pages of KV in all
   auto make = [&](const std::string& name, const std::string& path) {
     ModelEngineOptions o;
     o.name = name;
