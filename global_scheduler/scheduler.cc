@@ -21,7 +21,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
 }
 
 Scheduler::Scheduler(const SchedulerOptions& options, Clock clock)
-    : options_(options), clock_(clock), cluster_(options.heartbeat_timeout, clock) {}
+    : options_(options),
+      clock_(clock),
+      cluster_(options.heartbeat_timeout, clock),
+      stats_(options.stats_window) {}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -245,7 +248,13 @@ absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
 }
 
 absl::Status Scheduler::UnregisterModel(const std::string& name) {
+  stats_.Forget(name);
   return registry_.Remove(name);  // the control loop evicts its replicas
+}
+
+void Scheduler::RecordCompletion(const std::string& model, int64_t prompt_tokens,
+                                 int64_t decode_tokens) {
+  stats_.Record(model, clock_(), prompt_tokens, decode_tokens);
 }
 
 v1::ModelInfo Scheduler::ToModelInfo(const ModelStatus& m) const {
@@ -256,6 +265,12 @@ v1::ModelInfo Scheduler::ToModelInfo(const ModelStatus& m) const {
   info.set_context_window(m.context_window);
   info.set_kv_dtype(m.spec.kv_dtype);
   info.set_weight_bytes(m.weight_bytes);
+  const ModelRates r = stats_.Rates(m.spec.name, clock_());
+  v1::ModelLoad* load = info.mutable_load();
+  load->set_window_s(absl::ToDoubleSeconds(stats_.window()));
+  load->set_requests_per_s(r.requests_per_s);
+  load->set_prompt_tokens_per_s(r.prompt_tokens_per_s);
+  load->set_decode_tokens_per_s(r.decode_tokens_per_s);
   info.mutable_slo()->set_ttft_ms(m.spec.ttft_ms ? m.spec.ttft_ms : options_.default_ttft_ms);
   info.mutable_slo()->set_tpot_ms(m.spec.tpot_ms ? m.spec.tpot_ms : options_.default_tpot_ms);
   for (const auto& n : cluster_.Snapshot()) {

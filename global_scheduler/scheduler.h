@@ -27,6 +27,7 @@
 #include "ballast/v1/node.grpc.pb.h"
 #include "global_scheduler/cluster_state.h"
 #include "global_scheduler/model_registry.h"
+#include "global_scheduler/model_stats.h"
 #include "global_scheduler/session_directory.h"
 
 namespace ballast::global_scheduler {
@@ -48,6 +49,8 @@ struct SchedulerOptions {
   // SLOs used when neither the request nor the model sets one.
   uint32_t default_ttft_ms = 5000;
   uint32_t default_tpot_ms = 500;
+  // Sliding window of the per-model load statistics. Default 60 s.
+  absl::Duration stats_window = absl::Seconds(60);
   std::vector<ModelSpec> models;
 };
 
@@ -78,6 +81,10 @@ class Scheduler {
   absl::Status UnregisterModel(const std::string& name);
   v1::ClusterState GetClusterState() const;
   v1::ListModelsResponse ListModels() const;
+  // A request of `model` finished: feeds the sliding-window statistics
+  // (ListModels' `load`; KVPR's demand inputs).
+  void RecordCompletion(const std::string& model, int64_t prompt_tokens, int64_t decode_tokens);
+  ModelRates Load(const std::string& model) const { return stats_.Rates(model, clock_()); }
 
   // Inference: validates `req`, begins the session turn and picks a node.
   // `cancelled` is polled while waiting for a replica.
@@ -109,6 +116,7 @@ class Scheduler {
   ModelRegistry registry_;
   ClusterState cluster_;
   SessionDirectory sessions_;
+  ModelStats stats_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::pair<std::string, std::shared_ptr<v1::Node::StubInterface>>> stubs_

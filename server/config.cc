@@ -96,6 +96,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(ms("route_wait_ms", &o.route_wait));
   RETURN_IF_ERROR(ms("load_retry_ms", &o.load_retry));
   RETURN_IF_ERROR(ms("load_timeout_ms", &o.load_timeout));
+  RETURN_IF_ERROR(ms("stats_window_ms", &o.stats_window));
   RETURN_IF_ERROR(ParseSlo(s, &o.default_ttft_ms, &o.default_tpot_ms, file));
   if (YAML::Node models = s.Child("models")) {
     if (!models.IsSequence()) return s.Error(s.Key("models"), "expected a list");

@@ -122,6 +122,10 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::Gene
   outcome.ttft_s = f->timings().ttft_ms() / 1000.0;
   if (f->usage().completion_tokens() > 1) outcome.tpot_s = f->timings().mean_tpot_ms() / 1000.0;
   outcome.tokens = f->usage().completion_tokens();
+  // Prompt tokens whose KV was computed (reused session KV is not new load).
+  sched_->RecordCompletion(req->model(),
+                           f->usage().prompt_tokens() - f->usage().cached_prompt_tokens(),
+                           f->usage().completion_tokens());
   return finish(grpc::Status::OK);
 }
 

@@ -232,6 +232,18 @@ TEST_F(ClusterTest, ConcurrentStreamsOnTwoModelsMatchTheInProcessEngine) {
     EXPECT_EQ(results[i].final.node_id(), NodeOf(model));
     EXPECT_GT(results[i].final.timings().ttft_ms(), 0.0);
   }
+  // The scheduler's sliding-window statistics saw the four requests of
+  // each model: 4 x 24 decode tokens over a 60 s window.
+  grpc::ClientContext ctx;
+  v1::ListModelsRequest lreq;
+  v1::ListModelsResponse list;
+  ASSERT_TRUE(inference_->ListModels(&ctx, lreq, &list).ok());
+  for (const auto& m : list.models()) {
+    EXPECT_DOUBLE_EQ(m.load().window_s(), 60.0) << m.name();
+    EXPECT_NEAR(m.load().requests_per_s(), 4 / 60.0, 1e-9) << m.name();
+    EXPECT_NEAR(m.load().decode_tokens_per_s(), 4 * 24 / 60.0, 1e-9) << m.name();
+    EXPECT_GT(m.load().prompt_tokens_per_s(), 0) << m.name();
+  }
 }
 
 TEST_F(ClusterTest, MultiTurnSessionsKeepHistoryAndReuseKv) {
