@@ -108,6 +108,11 @@ class ModelEngine {
   // Bytes this model's KV holds: its private pool (static) or its blocks.
   int64_t kv_bytes() const;
   size_t kv_block_bytes() const { return allocator_->block_bytes(); }
+  // KV bytes one token adds across all layers (K and V).
+  int64_t kv_bytes_per_token() const {
+    return 2 * static_cast<int64_t>(kv_->layout().num_layers) *
+           static_cast<int64_t>(kv_->layout().token_bytes());
+  }
   std::string kv_dtype_name() const;
 
   // Validates and queues a request; `sink` must live until its OnDone.

@@ -72,13 +72,15 @@ bool ModelRegistry::Contains(const std::string& name) const {
 }
 
 void ModelRegistry::RecordLoaded(const std::string& name, const std::string& architecture,
-                                 int context_window, int64_t weight_bytes) {
+                                 int context_window, int64_t weight_bytes,
+                                 int64_t kv_bytes_per_token) {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it == models_.end()) return;
   it->second.architecture = architecture;
   it->second.context_window = context_window;
   it->second.weight_bytes = weight_bytes;
+  if (kv_bytes_per_token > 0) it->second.kv_bytes_per_token = kv_bytes_per_token;
   it->second.last_error.clear();
 }
 

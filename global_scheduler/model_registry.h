@@ -33,6 +33,7 @@ struct ModelStatus {
   std::string architecture;
   int context_window = 0;  // 0 until a node has loaded it
   int64_t weight_bytes = 0;
+  int64_t kv_bytes_per_token = 0;  // 0 until a node has loaded it
   std::string last_error;  // last failed load, if any
   absl::Time retry_after = absl::InfinitePast();
 };
@@ -50,7 +51,7 @@ class ModelRegistry {
   bool Contains(const std::string& name) const;
 
   void RecordLoaded(const std::string& name, const std::string& architecture,
-                    int context_window, int64_t weight_bytes);
+                    int context_window, int64_t weight_bytes, int64_t kv_bytes_per_token = 0);
   void RecordLoadError(const std::string& name, const std::string& error, absl::Time retry_after);
 
  private:

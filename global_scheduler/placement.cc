@@ -1,5 +1,7 @@
 #include "global_scheduler/placement.h"
 
+#include <limits>
+
 namespace ballast::global_scheduler {
 
 int64_t FreeMemory(const NodeInfo& node) {
@@ -28,6 +30,34 @@ std::optional<std::string> ChooseNodeForLoad(const std::vector<NodeInfo>& nodes,
   }
   if (best == nullptr) return std::nullopt;
   return best->node_id;
+}
+
+std::optional<std::string> ChooseNodeKvpr(const std::vector<NodeInfo>& nodes,
+                                          const std::set<std::string>& exclude,
+                                          const std::function<double(const std::string&)>& demand,
+                                          double new_demand, int64_t new_weight_bytes) {
+  std::vector<NodeInfo> best_nodes;
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& n : nodes) {
+    if (!n.alive || exclude.count(n.node_id)) continue;
+    int64_t memory = 0, weights = new_weight_bytes;
+    for (const auto& d : n.devices) memory += d.memory_total_bytes();
+    double d_sum = new_demand;
+    for (const auto& m : n.models) {
+      weights += m.weight_bytes();
+      d_sum += demand(m.name());
+    }
+    const int64_t room = memory - weights;
+    if (room <= 0) continue;
+    const double kvpr = d_sum / static_cast<double>(room);
+    if (kvpr < best) {
+      best = kvpr;
+      best_nodes.clear();
+    }
+    if (kvpr == best) best_nodes.push_back(n);
+  }
+  if (best_nodes.empty()) return std::nullopt;
+  return ChooseNodeForLoad(best_nodes, {});
 }
 
 }  // namespace ballast::global_scheduler

@@ -5,6 +5,7 @@
 // thread-safe.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -20,5 +21,17 @@ std::optional<std::string> ChooseNodeForLoad(const std::vector<NodeInfo>& nodes,
 
 // Free device memory a node reported (sum over its devices).
 int64_t FreeMemory(const NodeInfo& node);
+
+// KVPR placement of one replica (Prism §6.1, one step of Algorithm 1): the
+// candidate node with the lowest KV pressure after adding the model,
+//   KVPR(n) = (sum of d_m over n's models + new_demand)
+//             / (memory of n - their weight bytes - new_weight_bytes)
+// (+infinity when that room is <= 0; such nodes are skipped). d_m comes
+// from `demand` (bytes/s^2, kvpr.h's KvDemand), weights from what the node
+// reported. Ties go as ChooseNodeForLoad orders them.
+std::optional<std::string> ChooseNodeKvpr(const std::vector<NodeInfo>& nodes,
+                                          const std::set<std::string>& exclude,
+                                          const std::function<double(const std::string&)>& demand,
+                                          double new_demand, int64_t new_weight_bytes);
 
 }  // namespace ballast::global_scheduler

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "global_scheduler/kvpr.h"
 #include "global_scheduler/placement.h"
 #include "spdlog/spdlog.h"
 
@@ -102,7 +103,12 @@ void Scheduler::ControlTick() {
       }
     }
     if (have >= m.spec.replicas || now < m.retry_after) continue;
-    if (auto target = ChooseNodeForLoad(nodes, exclude)) {
+    const std::optional<std::string> target =
+        options_.placement_policy == "kvpr"
+            ? ChooseNodeKvpr(nodes, exclude, [&](const std::string& model) { return Demand(model); },
+                             Demand(m.spec.name), m.weight_bytes)
+            : ChooseNodeForLoad(nodes, exclude);
+    if (target) {
       StartLoad(m.spec, *target);
       for (auto& n : nodes) {
         if (n.node_id != *target) continue;
@@ -148,7 +154,8 @@ void Scheduler::StartLoad(const ModelSpec& spec, const std::string& node_id) {
     if (st.ok()) {
       cluster_.AddResident(node_id, resp.model());
       registry_.RecordLoaded(spec.name, resp.model().architecture(),
-                             resp.model().context_window(), resp.model().weight_bytes());
+                             resp.model().context_window(), resp.model().weight_bytes(),
+                             resp.model().kv_bytes_per_token());
       spdlog::info("model {} ready on node {} ({})", spec.name, node_id, resp.model().device());
     } else {
       const std::string err = absl::StrCat("load on node ", node_id, " failed: ",
@@ -201,7 +208,8 @@ std::shared_ptr<v1::Node::StubInterface> Scheduler::Stub(const std::string& node
 v1::RegisterNodeResponse Scheduler::RegisterNode(const v1::RegisterNodeRequest& req) {
   cluster_.Register(req);
   for (const auto& m : req.models()) {
-    registry_.RecordLoaded(m.name(), m.architecture(), m.context_window(), m.weight_bytes());
+    registry_.RecordLoaded(m.name(), m.architecture(), m.context_window(), m.weight_bytes(),
+                           m.kv_bytes_per_token());
   }
   spdlog::info("node {} registered at {} with {} device(s), {} model(s)", req.node_id(),
                req.address(), req.devices_size(), req.models_size());
@@ -250,6 +258,15 @@ absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
 absl::Status Scheduler::UnregisterModel(const std::string& name) {
   stats_.Forget(name);
   return registry_.Remove(name);  // the control loop evicts its replicas
+}
+
+double Scheduler::Demand(const std::string& model) const {
+  const auto status = registry_.Get(model);
+  if (!status) return 0;
+  const ModelRates r = stats_.Rates(model, clock_());
+  const uint32_t tpot_ms = status->spec.tpot_ms ? status->spec.tpot_ms : options_.default_tpot_ms;
+  return KvDemand(r.prompt_tokens_per_s, r.decode_tokens_per_s,
+                  static_cast<double>(status->kv_bytes_per_token), tpot_ms / 1000.0);
 }
 
 void Scheduler::RecordCompletion(const std::string& model, int64_t prompt_tokens,

@@ -51,6 +51,10 @@ struct SchedulerOptions {
   uint32_t default_tpot_ms = 500;
   // Sliding window of the per-model load statistics. Default 60 s.
   absl::Duration stats_window = absl::Seconds(60);
+  // Where a replica is loaded: "most_free" (most free device memory, the
+  // baseline) or "kvpr" (lowest resulting KV pressure, Prism Algorithm 1's
+  // step, from the windowed statistics). Default most_free.
+  std::string placement_policy = "most_free";
   std::vector<ModelSpec> models;
 };
 
@@ -110,6 +114,8 @@ class Scheduler {
   void RunAsync(std::function<void()> fn);
   std::shared_ptr<v1::Node::StubInterface> Stub(const std::string& node_id);
   v1::ModelInfo ToModelInfo(const ModelStatus& m) const;
+  // KVPR demand d_m of a model now (kvpr.h), 0 when unknown.
+  double Demand(const std::string& model) const;
 
   const SchedulerOptions options_;
   Clock clock_;

@@ -21,6 +21,7 @@ v1::ResidentModel Describe(const engine::ModelEngine& e, const std::string& devi
   m.set_context_window(e.context_window());
   m.set_weight_bytes(e.weight_bytes());
   m.set_kv_dtype(e.kv_dtype_name());
+  m.set_kv_bytes_per_token(e.kv_bytes_per_token());
   return m;
 }
 

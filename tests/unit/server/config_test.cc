@@ -61,6 +61,8 @@ TEST(Config, BadValuesAreNamed) {
   EXPECT_NE(Msg("serve: {models: [{name: x, architecture: gpt2}]}").find("serve.models[0]"),
             std::string::npos);
   EXPECT_NE(Msg("log_level: loud").find("log_level"), std::string::npos);
+  EXPECT_NE(Msg("scheduler: {placement_policy: random}").find("scheduler.placement_policy"),
+            std::string::npos);
   EXPECT_NE(Msg("node: {memory: {mode: balloon}}").find("node.memory.mode"), std::string::npos);
   EXPECT_NE(Msg("node: {memory: {slab_mib: 3}}").find("node.memory.slab_mib"), std::string::npos);
   EXPECT_NE(Msg("scheduler: [1, 2]").find("scheduler: expected a mapping"), std::string::npos);
