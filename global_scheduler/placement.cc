@@ -60,4 +60,32 @@ std::optional<std::string> ChooseNodeKvpr(const std::vector<NodeInfo>& nodes,
   return ChooseNodeForLoad(best_nodes, {});
 }
 
+std::optional<std::string> ChooseNodeMme(const std::vector<NodeInfo>& nodes,
+                                         const std::set<std::string>& exclude,
+                                         const std::function<double(const std::string&)>& mu,
+                                         double new_mu, int64_t new_weight_bytes) {
+  std::vector<NodeInfo> best_nodes;
+  double best = -std::numeric_limits<double>::infinity();
+  for (const auto& n : nodes) {
+    if (!n.alive || exclude.count(n.node_id)) continue;
+    int64_t memory = 0, footprint = new_weight_bytes;
+    for (const auto& d : n.devices) memory += d.memory_total_bytes();
+    double mu_sum = new_mu;
+    for (const auto& m : n.models) {
+      footprint += m.weight_bytes();
+      mu_sum += mu(m.name());
+    }
+    const int64_t k_rem = memory - footprint;
+    if (k_rem <= 0) continue;
+    const double score = mu_sum / static_cast<double>(n.models.size() + 1) * static_cast<double>(k_rem);
+    if (score > best) {
+      best = score;
+      best_nodes.clear();
+    }
+    if (score == best) best_nodes.push_back(n);
+  }
+  if (best_nodes.empty()) return std::nullopt;
+  return ChooseNodeForLoad(best_nodes, {});
+}
+
 }  // namespace ballast::global_scheduler

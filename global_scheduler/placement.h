@@ -34,4 +34,19 @@ std::optional<std::string> ChooseNodeKvpr(const std::vector<NodeInfo>& nodes,
                                           const std::function<double(const std::string&)>& demand,
                                           double new_demand, int64_t new_weight_bytes);
 
+// FineServe's placement score (§6.2, eq. 3) for one replica: the candidate
+// node with the highest
+//   score(n | M) = (1 / |n'|) * sum over n' of mu_m * K_rem(n'),
+//   K_rem(n') = memory of n - sum over n' of F_m,
+// where n' is n's models plus the new one, mu_m is the model's marginal
+// memory efficiency (tokens per KV byte: 1 / KV bytes per token, so FP8 KV
+// counts twice BF16) and F_m its base footprint. Ballast charges F_m = the
+// weight bytes (the paper adds profiled average activations and KV, which
+// this scheduler does not profile yet). Nodes whose K_rem <= 0 are skipped;
+// ties go as ChooseNodeForLoad orders them.
+std::optional<std::string> ChooseNodeMme(const std::vector<NodeInfo>& nodes,
+                                         const std::set<std::string>& exclude,
+                                         const std::function<double(const std::string&)>& mu,
+                                         double new_mu, int64_t new_weight_bytes);
+
 }  // namespace ballast::global_scheduler

@@ -103,11 +103,16 @@ void Scheduler::ControlTick() {
       }
     }
     if (have >= m.spec.replicas || now < m.retry_after) continue;
-    const std::optional<std::string> target =
-        options_.placement_policy == "kvpr"
-            ? ChooseNodeKvpr(nodes, exclude, [&](const std::string& model) { return Demand(model); },
-                             Demand(m.spec.name), m.weight_bytes)
-            : ChooseNodeForLoad(nodes, exclude);
+    std::optional<std::string> target;
+    if (options_.placement_policy == "kvpr") {
+      target = ChooseNodeKvpr(nodes, exclude, [&](const std::string& model) { return Demand(model); },
+                              Demand(m.spec.name), m.weight_bytes);
+    } else if (options_.placement_policy == "mme") {
+      target = ChooseNodeMme(nodes, exclude, [&](const std::string& model) { return Mme(model); },
+                             Mme(m.spec.name), m.weight_bytes);
+    } else {
+      target = ChooseNodeForLoad(nodes, exclude);
+    }
     if (target) {
       StartLoad(m.spec, *target);
       for (auto& n : nodes) {
@@ -267,6 +272,12 @@ double Scheduler::Demand(const std::string& model) const {
   const uint32_t tpot_ms = status->spec.tpot_ms ? status->spec.tpot_ms : options_.default_tpot_ms;
   return KvDemand(r.prompt_tokens_per_s, r.decode_tokens_per_s,
                   static_cast<double>(status->kv_bytes_per_token), tpot_ms / 1000.0);
+}
+
+double Scheduler::Mme(const std::string& model) const {
+  const auto status = registry_.Get(model);
+  if (!status || status->kv_bytes_per_token <= 0) return 0;
+  return 1.0 / static_cast<double>(status->kv_bytes_per_token);
 }
 
 void Scheduler::RecordCompletion(const std::string& model, int64_t prompt_tokens,

@@ -52,8 +52,9 @@ struct SchedulerOptions {
   // Sliding window of the per-model load statistics. Default 60 s.
   absl::Duration stats_window = absl::Seconds(60);
   // Where a replica is loaded: "most_free" (most free device memory, the
-  // baseline) or "kvpr" (lowest resulting KV pressure, Prism Algorithm 1's
-  // step, from the windowed statistics). Default most_free.
+  // baseline), "kvpr" (lowest resulting KV pressure, Prism Algorithm 1's
+  // step, from the windowed statistics) or "mme" (FineServe's score, eq. 3,
+  // placement.h). Default most_free.
   std::string placement_policy = "most_free";
   std::vector<ModelSpec> models;
 };
@@ -116,6 +117,8 @@ class Scheduler {
   v1::ModelInfo ToModelInfo(const ModelStatus& m) const;
   // KVPR demand d_m of a model now (kvpr.h), 0 when unknown.
   double Demand(const std::string& model) const;
+  // FineServe's marginal memory efficiency mu_m: tokens per KV byte.
+  double Mme(const std::string& model) const;
 
   const SchedulerOptions options_;
   Clock clock_;

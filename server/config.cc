@@ -98,9 +98,10 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(ms("load_timeout_ms", &o.load_timeout));
   RETURN_IF_ERROR(ms("stats_window_ms", &o.stats_window));
   RETURN_IF_ERROR(s.Get("placement_policy", &o.placement_policy));
-  if (o.placement_policy != "most_free" && o.placement_policy != "kvpr") {
+  if (o.placement_policy != "most_free" && o.placement_policy != "kvpr" &&
+      o.placement_policy != "mme") {
     return s.Error(s.Key("placement_policy"), absl::StrCat("\"", o.placement_policy,
-                                                           "\" (expected most_free or kvpr)"));
+                                                           "\" (expected most_free, kvpr or mme)"));
   }
   RETURN_IF_ERROR(ParseSlo(s, &o.default_ttft_ms, &o.default_tpot_ms, file));
   if (YAML::Node models = s.Child("models")) {

@@ -158,5 +158,27 @@ TEST(Placement, KvprAvoidsTheNodeUnderKvPressure) {
   EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {}, [](const std::string&) { return 0.0; }, 0, 100), "a");
 }
 
+// FineServe's score: the average MME of the node's models after the load,
+// times the contested memory left. An FP8-KV model (mu twice a BF16 one)
+// pulls a new model towards its node; so does having fewer models.
+TEST(Placement, MmeScoresAverageEfficiencyTimesContestedMemory) {
+  FakeClock clock;
+  ClusterState c(absl::Seconds(3), clock.fn());
+  auto with_weights = [](v1::RegisterNodeRequest r, int64_t w) {
+    for (auto& m : *r.mutable_models()) m.set_weight_bytes(w);
+    return r;
+  };
+  c.Register(with_weights(Node("a", {"bf16"}, 1000, 0), 200));
+  c.Register(with_weights(Node("b", {"fp8"}, 1000, 0), 200));
+  c.Register(with_weights(Node("c", {"x", "y"}, 1000, 0), 100));
+  auto mu = [](const std::string& m) { return m == "fp8" ? 2.0 : 1.0; };
+  // a: (1 + 1) / 2 * (1000 - 300) = 700; b: (2 + 1) / 2 * 700 = 1050;
+  // c: (1 + 1 + 1) / 3 * (1000 - 300) = 700.
+  EXPECT_EQ(ChooseNodeMme(c.Snapshot(), {}, mu, 1.0, 100), "b");
+  // Without b, a and c tie at 700: the baseline order breaks it (fewer models).
+  EXPECT_EQ(ChooseNodeMme(c.Snapshot(), {"b"}, mu, 1.0, 100), "a");
+  EXPECT_EQ(ChooseNodeMme(c.Snapshot(), {}, mu, 1.0, 900), std::nullopt);  // no room anywhere
+}
+
 }  // namespace
 }  // namespace ballast::global_scheduler
