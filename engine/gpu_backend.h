@@ -46,8 +46,10 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const ModelConfig& c
                                                             const GpuExecutorOptions& options);
 
 // KV cache dtype the GPU backend uses for "auto": the model's activation
-// type (BF16, or FP16 for FP16 checkpoints).
-DType GpuAutoKvDType(const ModelConfig& config);
+// type (BF16, or FP16 for FP16 checkpoints; CudaExecutor::ActivationType).
+inline DType GpuAutoKvDType(const ModelConfig& config) {
+  return config.torch_dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+}
 
 // A static pool of `num_blocks` device blocks (one cudaMalloc, freed with
 // the pool).

@@ -20,10 +20,6 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const ModelConfig&, 
   return NotBuilt();
 }
 
-DType GpuAutoKvDType(const ModelConfig& config) {
-  return config.torch_dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
-}
-
 absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int, size_t, int64_t) {
   return NotBuilt();
 }

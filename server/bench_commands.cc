@@ -1,11 +1,8 @@
 #include "server/bench_commands.h"
 
 #include <grpcpp/grpcpp.h>
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +19,7 @@
 #include "bench/replay.h"
 #include "bench/report.h"
 #include "server/config.h"
+#include "server/ports.h"
 
 namespace ballast::server {
 namespace {
@@ -97,16 +95,7 @@ class ServeProcess {
     for (const auto& m : cfg->serve.models) models.push_back(m.name);
     for (const auto& m : cfg->scheduler.options.models) models.push_back(m.name);
     // A free loopback port for the scheduler; the node takes any.
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    const int port = ntohs(addr.sin_port);
-    close(fd);
-    *target = absl::StrCat("127.0.0.1:", port);
+    *target = absl::StrCat("127.0.0.1:", FreeLoopbackPort());
     // Exec this very binary through an fd opened now: a rebuild that replaces
     // the file mid-comparison must not change (or break) what runs.
     static const int self_fd = open("/proc/self/exe", O_RDONLY);

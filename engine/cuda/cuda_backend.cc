@@ -42,11 +42,6 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const ModelConfig& c
   return std::unique_ptr<Executor>(std::move(*e));
 }
 
-DType GpuAutoKvDType(const ModelConfig& config) {
-  return cuda::CudaExecutor::ActivationType(config) == cuda::ActType::kF16 ? DType::kF16
-                                                                           : DType::kBF16;
-}
-
 absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int device,
                                                                            size_t block_bytes,
                                                                            int64_t num_blocks) {

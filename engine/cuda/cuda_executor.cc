@@ -40,7 +40,8 @@ absl::StatusOr<KvType> KvTypeOf(DType t, ActType act) {
 }  // namespace
 
 ActType CudaExecutor::ActivationType(const ModelConfig& config) {
-  return config.torch_dtype == DType::kF16 ? ActType::kF16 : ActType::kBF16;
+  // One rule with the KV default (gpu_backend.h).
+  return GpuAutoKvDType(config) == DType::kF16 ? ActType::kF16 : ActType::kBF16;
 }
 
 absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(

@@ -25,6 +25,25 @@ struct ArgMaxOp {
   }
 };
 
+// Sum over the block of exp(z - mx) for the logits with z = x / T >= tau;
+// every thread gets the result. `tmp` and `bcast` are the caller's shared
+// scratch (reused: the caller must not hold values in them).
+template <typename Reduce>
+__device__ float KeptMass(const float* x, int vocab, float inv_t, float mx, float tau,
+                          typename Reduce::TempStorage& tmp, float& bcast) {
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float z = x[i] * inv_t;
+    if (z >= tau) m += expf(z - mx);
+  }
+  m = Reduce(tmp).Sum(m);
+  if (threadIdx.x == 0) bcast = m;
+  __syncthreads();
+  const float total = bcast;
+  __syncthreads();
+  return total;
+}
+
 __global__ void __launch_bounds__(kThreads)
     SampleKernel(const float* __restrict__ logits, int vocab, const SampleParams* params,
                  int* tokens) {
@@ -78,44 +97,17 @@ __global__ void __launch_bounds__(kThreads)
     tau = lo;
   }
   // Mass of the top-k set.
-  float mass = 0.0f;
-  for (int i = tid; i < vocab; i += kThreads) {
-    const float z = x[i] * inv_t;
-    if (z >= tau) mass += expf(z - mx);
-  }
-  mass = FReduce(tmp.fsum).Sum(mass);
-  if (tid == 0) bcast = mass;
-  __syncthreads();
-  float total = bcast;
-  __syncthreads();
+  float total = KeptMass<FReduce>(x, vocab, inv_t, mx, tau, tmp.fsum, bcast);
   // Top-p cut-off: the largest tau_p >= tau whose kept mass reaches top_p.
   if (p.top_p > 0.0f && p.top_p < 1.0f) {
     float lo = tau, hi = mx;
     const float want = p.top_p * total;
     for (int it = 0; it < kBisectSteps; ++it) {
       const float mid = 0.5f * (lo + hi);
-      float m = 0.0f;
-      for (int i = tid; i < vocab; i += kThreads) {
-        const float z = x[i] * inv_t;
-        if (z >= mid) m += expf(z - mx);
-      }
-      m = FReduce(tmp.fsum).Sum(m);
-      if (tid == 0) bcast = m >= want ? 1.0f : 0.0f;
-      __syncthreads();
-      if (bcast > 0.0f) lo = mid; else hi = mid;
-      __syncthreads();
+      if (KeptMass<FReduce>(x, vocab, inv_t, mx, mid, tmp.fsum, bcast) >= want) lo = mid; else hi = mid;
     }
     tau = lo;
-    float m = 0.0f;
-    for (int i = tid; i < vocab; i += kThreads) {
-      const float z = x[i] * inv_t;
-      if (z >= tau) m += expf(z - mx);
-    }
-    m = FReduce(tmp.fsum).Sum(m);
-    if (tid == 0) bcast = m;
-    __syncthreads();
-    total = bcast;
-    __syncthreads();
+    total = KeptMass<FReduce>(x, vocab, inv_t, mx, tau, tmp.fsum, bcast);
   }
   // Draw u in (0, total] and find the token by an ordered scan: thread tid
   // owns ids [tid * per, (tid + 1) * per).

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "server/ports.h"
+
 namespace ballast::testing {
 
 class ChildProcess {
@@ -78,19 +80,7 @@ class ChildProcess {
   std::string log_path_;
 };
 
-// A port that was free a moment ago (the kernel's pick for port 0).
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
+inline int FreePort() { return server::FreeLoopbackPort(); }
 
 // Waits until something accepts TCP connections on 127.0.0.1:port.
 inline bool WaitForPort(int port, int timeout_ms) {
