@@ -49,4 +49,10 @@ std::string CheckpointIndex::FileOf(const std::string& name) const {
   return it == index_.end() ? "" : it->second.first->path();
 }
 
+int64_t CheckpointIndex::TotalBytes() const {
+  int64_t total = 0;
+  for (const auto& [name, where] : index_) total += static_cast<int64_t>(where.second->nbytes);
+  return total;
+}
+
 }  // namespace ballast::engine

@@ -24,6 +24,8 @@ class CheckpointIndex {
   // The tensor `name` with shape {rows, cols} ({cols} when rows == 0).
   // NOT_FOUND or INVALID_ARGUMENT naming the file and the tensor.
   absl::StatusOr<const TensorView*> Get(const std::string& name, int rows, int cols) const;
+  // Bytes of every tensor in its stored dtype.
+  int64_t TotalBytes() const;
   // The file holding `name` (for error messages); "" if absent.
   std::string FileOf(const std::string& name) const;
 

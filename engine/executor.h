@@ -7,9 +7,11 @@
 // Thread-safety: an Executor is driven by one thread at a time.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
@@ -41,6 +43,16 @@ struct DeviceSampling {
   uint64_t counter = 0;
 };
 
+// A model's weights kept in host memory while it is not resident (the
+// CPU backend's float32 tensors, the CUDA backend's device image in pinned
+// memory), so the next activation copies them instead of reading and
+// converting the checkpoint. Immutable; shared by reference.
+class HostWeights {
+ public:
+  virtual ~HostWeights() = default;
+  virtual int64_t bytes() const = 0;  // host memory held
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -62,6 +74,13 @@ class Executor {
   // Bytes of weights this executor holds (checkpoint dtype on the CPU, the
   // device copy on GPUs).
   virtual int64_t weight_bytes() const = 0;
+  // Device memory the executor allocated besides weights and KV
+  // (activations, GEMM workspace, step metadata). 0 on the CPU.
+  virtual int64_t workspace_bytes() const { return 0; }
+  // The weights in host memory, for a later activation of the same model
+  // with the same backend (ModelEngineOptions::host_weights). May copy
+  // (CUDA: device to pinned host memory); the executor stays usable.
+  virtual absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() = 0;
 };
 
 }  // namespace ballast::engine

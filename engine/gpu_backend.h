@@ -34,6 +34,15 @@ struct GpuExecutorOptions {
   // rather than cuBLASLt (decode). Default 2: measured faster than
   // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
   int skinny_gemm_max_m = 2;
+  // Where the weights go: weight pages mapped from the device's balloon
+  // (elastic mode). Null: one cudaMalloc owned by the executor.
+  uint8_t* weights_at = nullptr;
+  size_t weights_capacity = 0;
+  // Activate from this host copy (an earlier KeepHostWeights of the same
+  // model and backend) instead of the checkpoint; null: read the checkpoint.
+  std::shared_ptr<const HostWeights> host_weights;
+  // Streams that copy a host copy to the device in parallel chunks. Default 4.
+  int copy_streams = 4;
 };
 
 // True when this binary was built with the CUDA backend.
@@ -44,6 +53,10 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const ModelConfig& c
                                                             const std::string& model_dir,
                                                             KvCache* kv,
                                                             const GpuExecutorOptions& options);
+
+// Device bytes the weights of `config` take on the GPU backend (what
+// GpuExecutorOptions::weights_capacity must hold).
+int64_t GpuWeightBytes(const ModelConfig& config);
 
 // KV cache dtype the GPU backend uses for "auto": the model's activation
 // type (BF16, or FP16 for FP16 checkpoints; CudaExecutor::ActivationType).
@@ -87,6 +100,19 @@ struct GpuEngineBenchOptions {
 };
 // Results as JSON (see engine/cuda/engine_bench.cc for the fields).
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& options);
+
+// `ballast bench-activation`: how long activating a model from its pinned
+// host copy takes (weight pages mapped from a VMM pool, chunked copies on
+// `copy_streams` streams, executor set up) against the PCIe bound (weight
+// bytes / the measured pinned host-to-device copy rate). The weights are
+// random (only shapes matter); `config_json` gives the shapes.
+struct GpuActivationBenchOptions {
+  std::string config_path;  // a config.json
+  int device = 0;
+  int runs = 3;
+  int copy_streams = 4;
+};
+absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOptions& options);
 
 // Device memory: free and total bytes.
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int device);

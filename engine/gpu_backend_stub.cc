@@ -32,4 +32,12 @@ absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int) { return NotBuilt
 
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions&) { return NotBuilt(); }
 
+absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOptions&) {
+  return NotBuilt();
+}
+
+// Without CUDA there are no GPU weights; ModelEngine never asks (the cuda
+// backend is refused first), so 0 is never used as a size.
+int64_t GpuWeightBytes(const ModelConfig&) { return 0; }
+
 }  // namespace ballast::engine

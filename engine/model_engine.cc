@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "engine/checkpoint.h"
 #include "engine/cpu/cpu_executor.h"
 #include "engine/gpu_backend.h"
 #include "memory/host_block_pool.h"
@@ -106,19 +107,44 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
     g.max_batch_tokens = o.max_batch_tokens;
     g.max_context = e->context_window_;
     g.cuda_graphs = o.cuda_graphs;
+    if (o.weight_pages) {
+      g.weights_at = o.weight_pages->data();
+      g.weights_capacity = o.weight_pages->bytes();
+    }
+    g.host_weights = o.host_weights;
     auto ex = CreateGpuExecutor(e->config_, o.path, e->kv_.get(), g);
     if (!ex.ok()) return ex.status();
     e->executor_ = std::move(*ex);
   } else {
-    auto w = ModelWeights::Load(o.path, e->config_);
-    if (!w.ok()) return w.status();
-    auto ex = CpuExecutor::Create(e->config_, std::make_shared<const ModelWeights>(std::move(*w)),
-                                  e->kv_.get());
+    std::shared_ptr<const ModelWeights> weights;
+    if (o.host_weights) {
+      const auto* host = dynamic_cast<const CpuHostWeights*>(o.host_weights.get());
+      if (host == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model ", o.name, ": host weight copy was not made by the cpu backend"));
+      }
+      weights = host->weights();
+    } else {
+      auto w = ModelWeights::Load(o.path, e->config_);
+      if (!w.ok()) return w.status();
+      weights = std::make_shared<const ModelWeights>(std::move(*w));
+    }
+    auto ex = CpuExecutor::Create(e->config_, std::move(weights), e->kv_.get());
     if (!ex.ok()) return ex.status();
     e->executor_ = std::move(*ex);
   }
   e->PublishStats();
   return e;
+}
+
+absl::StatusOr<int64_t> ModelEngine::WeightBytesNeeded(const ModelEngineOptions& o) {
+  auto cfg = ModelConfig::Load((std::filesystem::path(o.path) / "config.json").string());
+  if (!cfg.ok()) return cfg.status();
+  if (o.backend == "cuda") return GpuWeightBytes(*cfg);
+  // The cpu backend reports the checkpoint's stored bytes (weight_bytes()).
+  CheckpointIndex idx;
+  if (auto st = idx.Open(o.path); !st.ok()) return st;
+  return idx.TotalBytes();
 }
 
 ModelEngine::ModelEngine(const ModelEngineOptions& options, std::function<void()> wake)

@@ -46,6 +46,7 @@
 #include "engine/kv_cache.h"
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
+#include "memory/balloon.h"
 #include "memory/block_allocator.h"
 #include "memory/kv_arena.h"
 
@@ -73,6 +74,15 @@ struct ModelEngineOptions {
   std::shared_ptr<memory::KvArena> kv_arena;
   // Elastic mode: this model's floor and limit in the arena (default: none).
   memory::TenantLimits kv_limits;
+  // Elastic mode: the weight pages mapped for this model from the device's
+  // balloon (at least WeightBytesNeeded). The cuda backend puts its
+  // tensors there; the cpu backend's float32 tensors live on the heap and
+  // the pages only stand for them in the budget. Kept until the engine is
+  // destroyed, then returned. Null: the backend allocates (static mode).
+  std::shared_ptr<memory::WeightPages> weight_pages;
+  // Activate from this host copy (KeepHostWeights of an earlier engine of
+  // the same model and backend) instead of reading the checkpoint.
+  std::shared_ptr<const HostWeights> host_weights;
   // Token budget per step (decode tokens + prefill chunk). Default 256.
   int max_batch_tokens = 256;
   // Most sequences running at once. Default 64.
@@ -94,6 +104,9 @@ struct EngineStats {
 
 class ModelEngine {
  public:
+  // Device bytes the model's weights will take with these options (what
+  // weight_pages must hold), from config.json and the checkpoint index.
+  static absl::StatusOr<int64_t> WeightBytesNeeded(const ModelEngineOptions& options);
   // Loads the model. `wake` is called (from any thread) when work arrives.
   static absl::StatusOr<std::unique_ptr<ModelEngine>> Create(const ModelEngineOptions& options,
                                                              std::function<void()> wake = {});
@@ -105,6 +118,12 @@ class ModelEngine {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   int context_window() const { return context_window_; }
   int64_t weight_bytes() const { return executor_->weight_bytes(); }
+  // Device memory of the executor besides weights and KV.
+  int64_t workspace_bytes() const { return executor_->workspace_bytes(); }
+  // The weights in host memory for the next activation (Executor).
+  absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() {
+    return executor_->KeepHostWeights();
+  }
   // Bytes this model's KV holds: its private pool (static) or its blocks.
   int64_t kv_bytes() const;
   size_t kv_block_bytes() const { return allocator_->block_bytes(); }

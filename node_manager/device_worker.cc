@@ -20,14 +20,12 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
                         : absl::StatusOr<std::shared_ptr<memory::PagePool>>(
                               memory::HostPagePool::Create(memory.page_bytes, memory_bytes));
     if (!pool.ok()) return pool.status();
-    memory::KvArenaOptions o;
+    memory::BalloonOptions o;
+    o.memory_bytes = memory_bytes;
     o.slab_bytes = memory.slab_bytes;
-    // Reserve address space for the whole device, rounded up to slabs.
-    o.reserve_bytes = ((static_cast<size_t>(memory_bytes) + memory.slab_bytes - 1) / memory.slab_bytes) *
-                      memory.slab_bytes;
-    auto arena = memory::KvArena::Create(std::move(*pool), o);
-    if (!arena.ok()) return arena.status();
-    w->arena_ = std::move(*arena);
+    auto balloon = memory::Balloon::Create(std::move(*pool), o);
+    if (!balloon.ok()) return balloon.status();
+    w->balloon_ = std::move(*balloon);
   }
   w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
   return w;
@@ -35,13 +33,6 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
 
 DeviceWorker::DeviceWorker(std::string name, int64_t memory_bytes)
     : name_(std::move(name)), memory_bytes_(memory_bytes) {}
-
-void DeviceWorker::UpdateKvBudget() {
-  if (!arena_) return;
-  int64_t weights = 0;
-  for (const auto& [n, e] : engines_) weights += e->weight_bytes();
-  arena_->pool()->SetBudget(std::max<int64_t>(0, memory_bytes_ - weights));
-}
 
 DeviceWorker::~DeviceWorker() { Stop(); }
 
@@ -81,8 +72,8 @@ absl::Status DeviceWorker::Add(std::shared_ptr<engine::ModelEngine> engine) {
   if (engines_.count(engine->name())) {
     return absl::AlreadyExistsError(absl::StrCat("model ", engine->name(), " already on ", name_));
   }
+  if (balloon_) balloon_->SetWorkspace(engine->name(), engine->workspace_bytes());
   engines_[engine->name()] = std::move(engine);
-  UpdateKvBudget();
   wake_ = true;
   cv_.Signal();
   return absl::OkStatus();
@@ -94,22 +85,20 @@ bool DeviceWorker::Remove(const std::string& model) {
   if (it == engines_.end()) return false;
   retiring_.push_back(std::move(it->second));
   engines_.erase(it);
-  UpdateKvBudget();
+  if (balloon_) balloon_->SetWorkspace(model, 0);
   wake_ = true;
   cv_.Signal();
   return true;
 }
 
-absl::Status DeviceWorker::AddReclaiming(std::shared_ptr<engine::ModelEngine> engine,
-                                         int64_t need_bytes) {
+absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
   absl::Status result;
   absl::Notification done;
   {
     absl::MutexLock lock(&mu_);
     if (stop_) return absl::UnavailableError(absl::StrCat("device ", name_, " is stopping"));
-    tasks_.push_back([&, engine = std::move(engine)](bool run) mutable {
-      result = run ? ReclaimAndAdd(std::move(engine), need_bytes)
-                   : absl::UnavailableError(absl::StrCat("device ", name_, " stopped"));
+    tasks_.push_back([&](bool run) {
+      result = run ? fn() : absl::UnavailableError(absl::StrCat("device ", name_, " stopped"));
       done.Notify();
     });
     wake_ = true;
@@ -119,42 +108,48 @@ absl::Status DeviceWorker::AddReclaiming(std::shared_ptr<engine::ModelEngine> en
   return result;
 }
 
-int64_t DeviceWorker::FreeBytes() const {
-  const DeviceUsage u = Usage();
-  return u.memory_total_bytes - u.memory_used_bytes;
+absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReserveWeights(int64_t bytes) {
+  if (!balloon_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device ", name_, " has static memory: weights are not mapped from a balloon"));
+  }
+  std::unique_ptr<memory::WeightPages> pages;
+  absl::Status st = RunOnStepThread([&]() -> absl::Status {
+    auto p = ReclaimAndMap(bytes);
+    if (!p.ok()) return p.status();
+    pages = std::move(*p);
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return pages;
 }
 
-absl::Status DeviceWorker::ReclaimAndAdd(std::shared_ptr<engine::ModelEngine> engine,
-                                         int64_t need_bytes) {
-  int64_t free = FreeBytes();
-  if (free < need_bytes && arena_) {
-    arena_->ReclaimFreeSlabs();
-    free = FreeBytes();
-  }
+absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap(int64_t bytes) {
+  memory::KvArena& arena = *balloon_->arena();
+  auto pages = balloon_->MapWeights(static_cast<size_t>(bytes));
+  if (pages.ok()) return pages;
+  arena.ReclaimFreeSlabs();  // the ready-slab buffer first
+  pages = balloon_->MapWeights(static_cast<size_t>(bytes));
   int64_t shed = 0;
-  if (arena_) {
-    for (const auto& e : Engines()) {
-      // Each call frees whole sequences; slabs empty only once all their
-      // blocks are gone, so keep shedding until the room is there.
-      while (free < need_bytes) {
-        const int64_t got = e->ShedKv(need_bytes - free);
-        if (got == 0) break;
-        shed += got;
-        arena_->ReclaimFreeSlabs();
-        free = FreeBytes();
-      }
-      if (free >= need_bytes) break;
+  for (const auto& e : Engines()) {
+    // Each call frees whole sequences; slabs empty only once all their
+    // blocks are gone, so keep shedding until the pages map.
+    while (!pages.ok()) {
+      const int64_t got = e->ShedKv(bytes - balloon_->FreeBytes());
+      if (got == 0) break;
+      shed += got;
+      arena.ReclaimFreeSlabs();
+      pages = balloon_->MapWeights(static_cast<size_t>(bytes));
     }
+    if (pages.ok()) break;
   }
-  if (free < need_bytes) {
+  if (!pages.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "model ", engine->name(), " needs ", need_bytes, " bytes of weights but device ", name_,
-        " has ", free, " free even after the other models gave back ", shed, " bytes of KV"));
+        "weights need ", bytes, " bytes but device ", name_, " has ", balloon_->FreeBytes(),
+        " free even after the resident models gave back ", shed, " bytes of KV"));
   }
-  if (shed > 0) {
-    spdlog::info("device {}: other models shed {} bytes of KV for {}", name_, shed, engine->name());
-  }
-  return Add(std::move(engine));
+  if (shed > 0) spdlog::info("device {}: resident models shed {} bytes of KV for weights", name_, shed);
+  return pages;
 }
 
 std::shared_ptr<engine::ModelEngine> DeviceWorker::Find(const std::string& model) const {
@@ -175,8 +170,9 @@ DeviceUsage DeviceWorker::Usage() const {
   u.memory_total_bytes = memory_bytes_;
   for (const auto& e : Engines()) {
     const engine::EngineStats s = e->stats();
-    u.memory_used_bytes += e->weight_bytes() + (arena_ ? 0 : e->options().kv_cache_bytes);
-    if (!arena_) {
+    if (!balloon_) {
+      u.weight_bytes += e->weight_bytes();
+      u.memory_used_bytes += e->weight_bytes() + e->options().kv_cache_bytes;
       u.kv_blocks_total += s.kv_blocks_total;
       u.kv_blocks_free += s.kv_blocks_free;
       u.kv_bytes_used += e->kv_bytes() - s.kv_blocks_free * static_cast<int64_t>(e->kv_block_bytes());
@@ -187,10 +183,13 @@ DeviceUsage DeviceWorker::Usage() const {
     u.preemptions += s.preemptions;
     u.models.push_back(e->name());
   }
-  if (arena_) {
-    const memory::PagePoolStats ps = arena_->pool()->stats();
-    const memory::KvArenaStats as = arena_->stats();
-    u.memory_used_bytes += ps.mapped_bytes;
+  if (balloon_) {
+    const memory::PagePoolStats ps = balloon_->pool()->stats();
+    const memory::KvArenaStats as = balloon_->arena()->stats();
+    const memory::BalloonStats bs = balloon_->stats();
+    u.memory_used_bytes = ps.mapped_bytes + bs.workspace_bytes;
+    u.weight_bytes = bs.weight_bytes;
+    u.workspace_bytes = bs.workspace_bytes;
     u.page_map_calls = ps.map_calls;
     u.page_unmap_calls = ps.unmap_calls;
     u.slabs_formatted = as.slabs_formatted;
@@ -228,7 +227,7 @@ void DeviceWorker::Loop() {
       if (e->HasWork()) did |= e->Step();
     }
     if (!did) {
-      if (arena_) arena_->Replenish();  // idle: get the next slabs ready
+      if (balloon_) balloon_->arena()->Replenish();  // idle: get the next slabs ready
       absl::MutexLock lock(&mu_);
       if (!wake_ && !stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
       wake_ = false;

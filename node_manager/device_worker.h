@@ -3,6 +3,11 @@
 // round robin, one step each per pass; it sleeps when none has work and is
 // woken by Submit/Cancel through the engines' wake callback.
 //
+// Elastic mode: the device's memory is one memory::Balloon (weights, KV
+// slab arena and charged workspace share its page budget). Activation
+// reserves weight pages through ReserveWeights, which reclaims KV on the
+// step thread, then adds the engine built over those pages.
+//
 // Removing a model hands its engine to the step thread, which fails the
 // engine's outstanding requests (UNAVAILABLE) before dropping it, so no
 // request waits forever and no engine is touched by two threads.
@@ -21,13 +26,16 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/model_engine.h"
+#include "memory/balloon.h"
 #include "memory/kv_arena.h"
 
 namespace ballast::node_manager {
 
 struct DeviceUsage {
   int64_t memory_total_bytes = 0;
-  int64_t memory_used_bytes = 0;  // weights + KV pools of resident models
+  int64_t memory_used_bytes = 0;  // weights + KV (+ charged workspace, elastic)
+  int64_t weight_bytes = 0;       // resident models' weights (elastic: mapped pages)
+  int64_t workspace_bytes = 0;    // elastic: engines' workspace charged to the balloon
   // Static mode: the models' private pools. Elastic mode: blocks in use and
   // free blocks inside formatted slabs (unformatted room is in kv_bytes_free;
   // block counts of different sizes are not comparable).
@@ -46,7 +54,9 @@ struct DeviceUsage {
 // How a device holds KV: one shared elastic arena, or a static pool per model.
 struct DeviceMemoryOptions {
   bool elastic = true;
-  size_t page_bytes = 2u << 20;  // physical page (the CUDA VMM granularity)
+  // Physical page: 2 MiB (the CUDA VMM granularity on H100) for GPUs; the
+  // host backend may use smaller pages (weights round up to a page).
+  size_t page_bytes = 2u << 20;
   size_t slab_bytes = 2u << 20;  // KV slab, a multiple of page_bytes
   // CUDA ordinal whose memory backs the arena (CUDA VMM pages); -1: host
   // pages (the cpu backend).
@@ -65,22 +75,24 @@ class DeviceWorker {
   int64_t memory_bytes() const { return memory_bytes_; }
   // CUDA ordinal, or -1 for a host (cpu backend) device.
   int gpu() const { return gpu_; }
-  // The shared KV arena (elastic mode), else null.
-  const std::shared_ptr<memory::KvArena>& arena() const { return arena_; }
-  // Gives empty KV slabs back so weights can use their memory.
-  int64_t ReclaimKv() { return arena_ ? arena_->ReclaimFreeSlabs() : 0; }
+  // The device's balloon and its shared KV arena (elastic mode), else null.
+  const std::shared_ptr<memory::Balloon>& balloon() const { return balloon_; }
+  std::shared_ptr<memory::KvArena> arena() const {
+    return balloon_ ? balloon_->arena() : nullptr;
+  }
   // Called by engines when work arrives; wakes the step thread.
   void Wake();
 
-  // Adds a loaded engine. ALREADY_EXISTS if the name is taken.
+  // Adds a loaded engine (elastic: charges its workspace to the balloon).
+  // ALREADY_EXISTS if the name is taken.
   absl::Status Add(std::shared_ptr<engine::ModelEngine> engine);
-  // Activation in elastic mode: makes `need_bytes` of device memory free for
-  // the engine's weights, then adds it, atomically with respect to steps
-  // (it runs on the step thread). Empty KV slabs go first; then the other
-  // models shed KV (ModelEngine::ShedKv: preempted sequences recompute
-  // later). RESOURCE_EXHAUSTED, with the engine not added, if even that is
-  // not enough.
-  absl::Status AddReclaiming(std::shared_ptr<engine::ModelEngine> engine, int64_t need_bytes);
+  // Activation in elastic mode: maps `bytes` of weight pages from the
+  // balloon, on the step thread (atomically with respect to steps). Empty
+  // KV slabs go first; then the resident models shed KV
+  // (ModelEngine::ShedKv: preempted sequences recompute later).
+  // RESOURCE_EXHAUSTED, with nothing mapped, if even that is not enough;
+  // FAILED_PRECONDITION in static mode.
+  absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReserveWeights(int64_t bytes);
   // Removes an engine; false if absent.
   bool Remove(const std::string& model);
   std::shared_ptr<engine::ModelEngine> Find(const std::string& model) const;
@@ -91,15 +103,14 @@ class DeviceWorker {
  private:
   DeviceWorker(std::string name, int64_t memory_bytes);
   void Loop();
-  absl::Status ReclaimAndAdd(std::shared_ptr<engine::ModelEngine> engine, int64_t need_bytes);
-  int64_t FreeBytes() const;
-  // REQUIRES: mu_ held. KV may use what the resident weights leave.
-  void UpdateKvBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `fn` on the step thread between steps and waits for it.
+  absl::Status RunOnStepThread(std::function<absl::Status()> fn);
+  absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
 
   const std::string name_;
   const int64_t memory_bytes_;
   int gpu_ = -1;
-  std::shared_ptr<memory::KvArena> arena_;
+  std::shared_ptr<memory::Balloon> balloon_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;

@@ -9,23 +9,6 @@
 #include "spdlog/spdlog.h"
 
 namespace ballast::node_manager {
-namespace {
-
-// What the scheduler learns about a resident model.
-v1::ResidentModel Describe(const engine::ModelEngine& e, const std::string& device) {
-  v1::ResidentModel m;
-  m.set_name(e.name());
-  m.set_device(device);
-  m.set_state("READY");
-  m.set_architecture(e.config().architecture);
-  m.set_context_window(e.context_window());
-  m.set_weight_bytes(e.weight_bytes());
-  m.set_kv_dtype(e.kv_dtype_name());
-  m.set_kv_bytes_per_token(e.kv_bytes_per_token());
-  return m;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptions& options) {
   if (options.node_id.empty()) return absl::InvalidArgumentError("node_id is empty");
@@ -55,6 +38,9 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
   DeviceMemoryOptions mem;
   mem.elastic = options.memory_mode == "elastic";
   mem.slab_bytes = options.slab_bytes;
+  // CUDA maps 2 MiB pages (the VMM granularity); host devices use 64 KiB so
+  // the small cpu-backend models do not round up to 2 MiB of weights each.
+  mem.page_bytes = gpu ? (2u << 20) : (64u << 10);
   for (const auto& d : options.devices) {
     mem.gpu = -1;
     if (gpu) {
@@ -73,7 +59,38 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
   return n;
 }
 
-NodeManager::NodeManager(const NodeOptions& options) : options_(options) {}
+NodeManager::NodeManager(const NodeOptions& options)
+    : options_(options), host_cache_(options.host_weight_cache_bytes) {}
+
+// What the scheduler learns about a resident model.
+v1::ResidentModel NodeManager::Describe(const engine::ModelEngine& e,
+                                        const std::string& device) const {
+  v1::ResidentModel m;
+  m.set_name(e.name());
+  m.set_device(device);
+  m.set_state(std::string(ModelStateName(ModelState::kReady)));
+  m.set_architecture(e.config().architecture);
+  m.set_context_window(e.context_window());
+  m.set_weight_bytes(e.weight_bytes());
+  m.set_kv_dtype(e.kv_dtype_name());
+  m.set_kv_bytes_per_token(e.kv_bytes_per_token());
+  absl::MutexLock lock(&mu_);
+  if (auto it = lifecycle_.find(e.name()); it != lifecycle_.end()) {
+    m.set_state(std::string(ModelStateName(it->second.state)));
+    m.set_activation_ms(it->second.activation_ms);
+    m.set_from_host_copy(it->second.from_host_copy);
+  }
+  return m;
+}
+
+void NodeManager::SetState(const std::string& model, ModelState state) {
+  absl::MutexLock lock(&mu_);
+  if (state == ModelState::kEvicted) {
+    lifecycle_.erase(model);
+  } else {
+    lifecycle_[model].state = state;
+  }
+}
 
 NodeManager::~NodeManager() { Shutdown(); }
 
@@ -136,40 +153,86 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.max_context = options_.engine.max_context;
   o.kv_arena = target->arena();
   o.kv_limits = kv_limits;
-  const absl::Time t0 = absl::Now();
-  auto e = engine::ModelEngine::Create(o, [target] { target->Wake(); });
-  if (!e.ok()) return e.status();
-  // Elastic: the weights need room now and KV grows into what is left; the
-  // device makes the room (empty KV slabs first, then the other models shed
-  // KV by preemption) and adds the engine in one step. Static: weights plus
-  // the private pool must fit as they are.
-  const int64_t need = (*e)->weight_bytes() + (o.kv_arena ? 0 : o.kv_cache_bytes);
-  if (o.kv_arena) {
-    std::shared_ptr<engine::ModelEngine> engine = std::move(*e);
-    v1::ResidentModel m = Describe(*engine, target->name());
-    if (auto st = target->AddReclaiming(std::move(engine), need); !st.ok()) return st;
-    spdlog::info("loaded model {} from {} on {} in {}", name, path, target->name(),
-                 absl::FormatDuration(absl::Now() - t0));
-    return m;
-  }
-  if (need > best_free) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model ", name, " needs ", need, " bytes (", o.kv_arena ? "weights" : "weights + KV pool",
-        ") but device ",
-        target->name(), " has ", best_free, " free"));
-  }
-  std::shared_ptr<engine::ModelEngine> engine = std::move(*e);
-  v1::ResidentModel m = Describe(*engine, target->name());
-  if (auto st = target->Add(std::move(engine)); !st.ok()) return st;
-  spdlog::info("loaded model {} from {} on {} in {}", name, path, target->name(),
-               absl::FormatDuration(absl::Now() - t0));
-  return m;
+  return Activate(o, target, best_free);
 }
 
-absl::Status NodeManager::EvictModel(const std::string& name) {
+absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngineOptions& base,
+                                                        DeviceWorker* target, int64_t best_free) {
+  engine::ModelEngineOptions o = base;
+  const std::string& name = o.name;
+  const absl::Time t0 = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    lifecycle_[name] = Lifecycle{ModelState::kLoading, target->name(), 0, false};
+  }
+  auto fail = [&](absl::Status st) {
+    SetState(name, ModelState::kEvicted);
+    return st;
+  };
+  o.host_weights = host_cache_.Get(name, o.path);
+  if (target->balloon()) {
+    // Elastic: map the weight pages first (the device reclaims KV for them
+    // on its step thread: empty slabs, then the other models shed KV), then
+    // build the engine over them. A failure anywhere returns the pages.
+    auto need = engine::ModelEngine::WeightBytesNeeded(o);
+    if (!need.ok()) return fail(need.status());
+    auto pages = target->ReserveWeights(*need);
+    if (!pages.ok()) {
+      return fail(absl::Status(pages.status().code(),
+                               absl::StrCat("model ", name, ": ", pages.status().message())));
+    }
+    o.weight_pages = std::move(*pages);
+  }
+  auto e = engine::ModelEngine::Create(o, [target] { target->Wake(); });
+  if (!e.ok()) return fail(e.status());
+  std::shared_ptr<engine::ModelEngine> engine = std::move(*e);
+  if (!target->balloon()) {
+    // Static: weights plus the private pool must fit as they are.
+    const int64_t need = engine->weight_bytes() + o.kv_cache_bytes;
+    if (need > best_free) {
+      return fail(absl::ResourceExhaustedError(
+          absl::StrCat("model ", name, " needs ", need, " bytes (weights + KV pool) but device ",
+                       target->name(), " has ", best_free, " free")));
+    }
+  }
+  if (auto st = target->Add(engine); !st.ok()) return fail(st);
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  {
+    absl::MutexLock lock(&mu_);
+    lifecycle_[name] = Lifecycle{ModelState::kReady, target->name(), ms, o.host_weights != nullptr};
+  }
+  spdlog::info("activated model {} on {} in {:.1f} ms (weights from {})", name, target->name(), ms,
+               o.host_weights ? "the host copy" : o.path);
+  return Describe(*engine, target->name());
+}
+
+absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool keep_host_copy) {
+  std::string device;
+  auto e = FindEngine(name, &device);
+  if (!e) return absl::NotFoundError(absl::StrCat("model ", name, " is not resident on this node"));
+  if (drain) {
+    SetState(name, ModelState::kDraining);  // Submit refuses it from now on
+    const absl::Time end = absl::Now() + options_.drain_timeout;
+    while (e->HasWork() && absl::Now() < end && !stop_.HasBeenNotified()) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  if (keep_host_copy && host_cache_.Fits(e->weight_bytes())) {
+    // Weights are immutable: copying them out while the engine still steps
+    // is safe.
+    auto hw = e->KeepHostWeights();
+    if (hw.ok()) {
+      host_cache_.Put(name, e->options().path, std::move(*hw));
+    } else {
+      spdlog::warn("model {}: keeping a host copy of the weights failed: {}", name,
+                   std::string(hw.status().message()));
+    }
+  }
   for (auto& d : devices_) {
     if (d->Remove(name)) {
-      spdlog::info("evicted model {} from {}", name, d->name());
+      SetState(name, ModelState::kEvicted);
+      spdlog::info("evicted model {} from {}{}", name, d->name(),
+                   host_cache_.Contains(name, e->options().path) ? " (host copy kept)" : "");
       return absl::OkStatus();
     }
   }
@@ -201,6 +264,14 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   if (!a.engine) {
     return absl::NotFoundError(absl::StrCat("model ", req.model(), " is not resident on node ",
                                             options_.node_id));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = lifecycle_.find(req.model());
+    if (it != lifecycle_.end() && it->second.state == ModelState::kDraining) {
+      return absl::UnavailableError(absl::StrCat("model ", req.model(), " is draining on node ",
+                                                 options_.node_id, "; retry (the scheduler routes elsewhere)"));
+    }
   }
   if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
   const engine::Tokenizer& tok = a.engine->tokenizer();

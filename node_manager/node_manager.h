@@ -8,6 +8,7 @@
 // requests with UNAVAILABLE).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,9 +18,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "ballast/v1/node.grpc.pb.h"
 #include "engine/model_engine.h"
 #include "node_manager/device_worker.h"
+#include "node_manager/host_weight_cache.h"
+#include "node_manager/model_lifecycle.h"
 
 namespace ballast::node_manager {
 
@@ -46,6 +50,12 @@ struct NodeOptions {
   // engine.kv_cache_bytes per model (the baseline). Default elastic.
   std::string memory_mode = "elastic";
   size_t slab_bytes = 2u << 20;
+  // Host memory for evicted models' weights (pinned on cuda), so the next
+  // activation copies them instead of reading the checkpoint; least
+  // recently used copies are dropped first. 0 keeps none. Default 16 GiB.
+  int64_t host_weight_cache_bytes = 16ll << 30;
+  // Longest a draining eviction waits for in-flight requests. Default 10 min.
+  absl::Duration drain_timeout = absl::Minutes(10);
   std::string node_id = "node-0";
   // host:port the scheduler and peers use to reach this node.
   std::string advertise_address;
@@ -81,7 +91,12 @@ class NodeManager {
   // Moves a resident model's KV floor/limit (elastic mode). NOT_FOUND if not
   // resident; FAILED_PRECONDITION in static mode.
   absl::Status SetKvLimits(const std::string& name, const memory::TenantLimits& kv_limits);
-  absl::Status EvictModel(const std::string& name);
+  // Drops a resident model. `drain`: it first turns DRAINING (not
+  // routable) and in-flight requests finish (up to drain_timeout, then
+  // they fail UNAVAILABLE); else they fail now. The weights' host copy is
+  // kept (HostWeightCache) unless `keep_host_copy` is false.
+  absl::Status EvictModel(const std::string& name, bool drain = false, bool keep_host_copy = true);
+  const HostWeightCache& host_weights() const { return host_cache_; }
 
   // Tokenizes the turn (BOS first when the history is empty), appends it to
   // the history and submits it. `sink` must live until OnDone.
@@ -102,12 +117,26 @@ class NodeManager {
   bool RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* interval);
   std::shared_ptr<engine::ModelEngine> FindEngine(const std::string& model,
                                                   std::string* device) const;
+  absl::StatusOr<v1::ResidentModel> Activate(const engine::ModelEngineOptions& base,
+                                             DeviceWorker* target, int64_t best_free);
+  v1::ResidentModel Describe(const engine::ModelEngine& e, const std::string& device) const;
+  void SetState(const std::string& model, ModelState state);
+
+  // What the node knows of each model it holds or is loading.
+  struct Lifecycle {
+    ModelState state = ModelState::kLoading;
+    std::string device;
+    double activation_ms = 0;
+    bool from_host_copy = false;
+  };
 
   const NodeOptions options_;
   std::string advertise_;  // set once by StartHeartbeats
   std::vector<std::unique_ptr<DeviceWorker>> devices_;
   mutable absl::Mutex mu_;
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, Lifecycle> lifecycle_ ABSL_GUARDED_BY(mu_);
+  HostWeightCache host_cache_;
   absl::Mutex load_mu_;  // serialises loads so two cannot overcommit a device
   absl::Notification stop_;
   std::thread heartbeat_;

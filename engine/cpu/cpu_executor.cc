@@ -6,6 +6,19 @@
 #include "absl/strings/str_cat.h"
 
 namespace ballast::engine {
+
+CpuHostWeights::CpuHostWeights(std::shared_ptr<const ModelWeights> w) : weights_(std::move(w)) {
+  auto add = [&](const Matrix& m) { bytes_ += static_cast<int64_t>(m.data.size() * sizeof(float)); };
+  add(weights_->embed);
+  add(weights_->final_norm);
+  add(weights_->lm_head);
+  for (const LayerWeights& l : weights_->layers) {
+    for (const Matrix* m : {&l.input_norm, &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias, &l.v_bias,
+                            &l.o_bias, &l.post_norm, &l.gate, &l.up, &l.down}) {
+      add(*m);
+    }
+  }
+}
 namespace {
 
 // Dot product with four partial sums (fixed order: deterministic).

@@ -16,6 +16,19 @@
 
 namespace ballast::engine {
 
+// The CPU backend's host copy: the float32 tensors themselves, shared (no
+// copy is made; eviction just keeps them).
+class CpuHostWeights final : public HostWeights {
+ public:
+  explicit CpuHostWeights(std::shared_ptr<const ModelWeights> w);
+  int64_t bytes() const override { return bytes_; }
+  const std::shared_ptr<const ModelWeights>& weights() const { return weights_; }
+
+ private:
+  std::shared_ptr<const ModelWeights> weights_;
+  int64_t bytes_ = 0;
+};
+
 class CpuExecutor final : public Executor {
  public:
   // `kv` must outlive the executor.
@@ -25,6 +38,9 @@ class CpuExecutor final : public Executor {
   absl::Status Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) override;
   const ModelConfig& config() const override { return config_; }
   int64_t weight_bytes() const override { return weights_->stored_bytes; }
+  absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() override {
+    return std::make_shared<const CpuHostWeights>(weights_);
+  }
 
  private:
   CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights,

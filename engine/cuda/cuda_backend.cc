@@ -42,6 +42,10 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateGpuExecutor(const ModelConfig& c
   return std::unique_ptr<Executor>(std::move(*e));
 }
 
+int64_t GpuWeightBytes(const ModelConfig& config) {
+  return cuda::DeviceWeights::Bytes(config, cuda::CudaExecutor::ActivationType(config));
+}
+
 absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int device,
                                                                            size_t block_bytes,
                                                                            int64_t num_blocks) {

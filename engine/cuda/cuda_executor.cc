@@ -87,10 +87,22 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   auto kt = KvTypeOf(kv_->layout().dtype, act_);
   if (!kt.ok()) return kt.status();
   kv_type_ = *kt;
-  auto w = DeviceWeights::Load(model_dir, config_, act_, stream_);
+  const WeightDest dest{options_.weights_at, options_.weights_capacity};
+  absl::StatusOr<std::unique_ptr<DeviceWeights>> w;
+  if (options_.host_weights) {
+    const auto* image = dynamic_cast<const PinnedWeights*>(options_.host_weights.get());
+    if (image == nullptr) {
+      return absl::InvalidArgumentError("host weight copy was not made by the CUDA backend");
+    }
+    w = DeviceWeights::LoadFromHost(*image, config_, act_, options_.copy_streams, dest);
+  } else {
+    w = DeviceWeights::Load(model_dir, config_, act_, stream_, dest);
+  }
   if (!w.ok()) return w.status();
   weights_ = std::move(*w);
-  auto g = Gemm::Create(32u << 20, options_.skinny_gemm_max_m);
+  constexpr size_t kGemmWorkspace = 32u << 20;
+  workspace_bytes_ = kGemmWorkspace;
+  auto g = Gemm::Create(kGemmWorkspace, options_.skinny_gemm_max_m);
   if (!g.ok()) return g.status();
   gemm_ = std::move(*g);
 
@@ -125,6 +137,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   };
   for (const Alloc& al : allocs) {
     if (auto s = al.buf->Allocate(al.bytes, al.what); !s.ok()) return s;
+    workspace_bytes_ += static_cast<int64_t>(al.bytes);
   }
   BALLAST_CUDA_RETURN(cudaMemcpy(inv_freq_.get(), inv_freq_host_.data(),
                                  inv_freq_host_.size() * sizeof(float), cudaMemcpyHostToDevice),
@@ -138,8 +151,16 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   table_offset_ = align(out_offset_ + T * sizeof(int));
   meta_bytes_ = table_offset_ + static_cast<size_t>(c.num_hidden_layers) * T * max_table_blocks_ * sizeof(int);
   if (auto s = meta_.Allocate(meta_bytes_, "step metadata"); !s.ok()) return s;
+  workspace_bytes_ += static_cast<int64_t>(meta_bytes_);
   BALLAST_CUDA_RETURN(cudaMallocHost(&host_meta_, meta_bytes_), "pinned step metadata");
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const HostWeights>> CudaExecutor::KeepHostWeights() {
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  auto img = weights_->SaveToHost();
+  if (!img.ok()) return img.status();
+  return std::shared_ptr<const HostWeights>(std::move(*img));
 }
 
 absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(

@@ -54,6 +54,8 @@ class CudaExecutor final : public Executor {
                              std::vector<int>* tokens) override;
   const ModelConfig& config() const override { return config_; }
   int64_t weight_bytes() const override { return weights_->bytes(); }
+  int64_t workspace_bytes() const override { return workspace_bytes_; }
+  absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() override;
 
   // The activation type this model runs in (from its torch_dtype).
   static ActType ActivationType(const ModelConfig& config);
@@ -89,6 +91,7 @@ class CudaExecutor final : public Executor {
   int num_sms_ = 0;
   bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
   int max_table_blocks_ = 0;  // ceil(max_context / block_tokens)
+  int64_t workspace_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Gemm> gemm_;

@@ -6,16 +6,16 @@
 #include "engine/checkpoint.h"
 
 namespace ballast::engine::cuda {
-namespace {
 
 // One destination of the upload: tensor `name` of shape {rows, cols} (a
-// vector when rows == 0) copied to `offset` bytes into slot `*slot`'s range.
-struct Piece {
+// vector when rows == 0) copied to `dst`.
+struct DeviceWeights::Piece {
   std::string name;
   int rows = 0, cols = 0;
-  void** slot = nullptr;
-  size_t offset = 0;  // bytes from the slot's start
+  uint8_t* dst = nullptr;
 };
+
+namespace {
 
 absl::StatusOr<SrcType> SourceType(DType t, const std::string& name) {
   switch (t) {
@@ -33,64 +33,105 @@ bool SameType(SrcType src, ActType type) {
          (src == SrcType::kF16 && type == ActType::kF16);
 }
 
+constexpr size_t kAlign = 256;
+constexpr size_t kCopyChunk = 64u << 20;
+
 }  // namespace
+
+PinnedWeights::~PinnedWeights() {
+  if (data_) cudaFreeHost(data_);
+}
+
+size_t DeviceWeights::Layout(const ModelConfig& c, uint8_t* base, std::vector<Piece>* pieces) {
+  layers_.assign(c.num_hidden_layers, DeviceLayer{});
+  const size_t esz = ActSize(type_);
+  const int h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+  size_t off = 0;
+  // Carves a slot of `elems` elements; returns its address (null when sizing).
+  auto slot = [&](void** s, size_t elems) {
+    *s = base ? base + off : nullptr;
+    off += (elems * esz + kAlign - 1) / kAlign * kAlign;
+  };
+  auto piece = [&](const std::string& name, int rows, int cols, void* s, size_t elem_offset) {
+    if (pieces) pieces->push_back({name, rows, cols, static_cast<uint8_t*>(s) + elem_offset * esz});
+  };
+  slot(&embed_, static_cast<size_t>(c.vocab_size) * h);
+  piece("model.embed_tokens.weight", c.vocab_size, h, embed_, 0);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    DeviceLayer& L = layers_[l];
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    slot(&L.input_norm, h);
+    piece(p + "input_layernorm.weight", 0, h, L.input_norm, 0);
+    slot(&L.qkv, static_cast<size_t>(q + 2 * kv) * h);
+    piece(p + "self_attn.q_proj.weight", q, h, L.qkv, 0);
+    piece(p + "self_attn.k_proj.weight", kv, h, L.qkv, static_cast<size_t>(q) * h);
+    piece(p + "self_attn.v_proj.weight", kv, h, L.qkv, static_cast<size_t>(q + kv) * h);
+    if (c.qkv_bias) {
+      slot(&L.qkv_bias, q + 2 * kv);
+      piece(p + "self_attn.q_proj.bias", 0, q, L.qkv_bias, 0);
+      piece(p + "self_attn.k_proj.bias", 0, kv, L.qkv_bias, q);
+      piece(p + "self_attn.v_proj.bias", 0, kv, L.qkv_bias, q + kv);
+    }
+    slot(&L.o, static_cast<size_t>(h) * q);
+    piece(p + "self_attn.o_proj.weight", h, q, L.o, 0);
+    if (c.o_bias) {
+      slot(&L.o_bias, h);
+      piece(p + "self_attn.o_proj.bias", 0, h, L.o_bias, 0);
+    }
+    slot(&L.post_norm, h);
+    piece(p + "post_attention_layernorm.weight", 0, h, L.post_norm, 0);
+    slot(&L.gate_up, static_cast<size_t>(2 * inter) * h);
+    piece(p + "mlp.gate_proj.weight", inter, h, L.gate_up, 0);
+    piece(p + "mlp.up_proj.weight", inter, h, L.gate_up, static_cast<size_t>(inter) * h);
+    slot(&L.down, static_cast<size_t>(h) * inter);
+    piece(p + "mlp.down_proj.weight", h, inter, L.down, 0);
+  }
+  slot(&final_norm_, h);
+  piece("model.norm.weight", 0, h, final_norm_, 0);
+  if (!c.tie_word_embeddings) {
+    slot(&lm_head_, static_cast<size_t>(c.vocab_size) * h);
+    piece("lm_head.weight", c.vocab_size, h, lm_head_, 0);
+  } else {
+    lm_head_ = embed_;
+  }
+  return off;
+}
+
+int64_t DeviceWeights::Bytes(const ModelConfig& config, ActType type) {
+  DeviceWeights w;
+  w.type_ = type;
+  return static_cast<int64_t>(w.Layout(config, nullptr, nullptr));
+}
+
+absl::Status DeviceWeights::Place(const ModelConfig& c, WeightDest dest) {
+  bytes_ = Layout(c, nullptr, nullptr);
+  if (dest.at != nullptr) {
+    if (dest.capacity < bytes_) {
+      return absl::InvalidArgumentError(absl::StrCat("weight pages hold ", dest.capacity,
+                                                     " bytes; the weights need ", bytes_));
+    }
+    base_ = dest.at;
+    return absl::OkStatus();
+  }
+  if (auto s = storage_.Allocate(bytes_, "model weights"); !s.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model weights need ", bytes_, " bytes on the GPU: ", s.message()));
+  }
+  base_ = storage_.get<uint8_t>();
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::string& dir,
                                                                    const ModelConfig& c,
                                                                    ActType type,
-                                                                   cudaStream_t stream) {
+                                                                   cudaStream_t stream,
+                                                                   WeightDest dest) {
   CheckpointIndex idx;
   if (auto s = idx.Open(dir); !s.ok()) return s;
   std::unique_ptr<DeviceWeights> w(new DeviceWeights());
   w->type_ = type;
-  w->layers_.resize(c.num_hidden_layers);
-  const size_t esz = ActSize(type);
-  const int h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
-
-  // Slots in allocation order with their sizes in elements.
-  std::vector<std::pair<void**, size_t>> slots;
   std::vector<Piece> pieces;
-  auto slot = [&](void** s, size_t elems) { slots.push_back({s, elems}); };
-  auto piece = [&](const std::string& name, int rows, int cols, void** s, size_t elem_offset) {
-    pieces.push_back({name, rows, cols, s, elem_offset * esz});
-  };
-  slot(&w->embed_, static_cast<size_t>(c.vocab_size) * h);
-  piece("model.embed_tokens.weight", c.vocab_size, h, &w->embed_, 0);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    DeviceLayer& L = w->layers_[l];
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    slot(&L.input_norm, h);
-    piece(p + "input_layernorm.weight", 0, h, &L.input_norm, 0);
-    slot(&L.qkv, static_cast<size_t>(q + 2 * kv) * h);
-    piece(p + "self_attn.q_proj.weight", q, h, &L.qkv, 0);
-    piece(p + "self_attn.k_proj.weight", kv, h, &L.qkv, static_cast<size_t>(q) * h);
-    piece(p + "self_attn.v_proj.weight", kv, h, &L.qkv, static_cast<size_t>(q + kv) * h);
-    if (c.qkv_bias) {
-      slot(&L.qkv_bias, q + 2 * kv);
-      piece(p + "self_attn.q_proj.bias", 0, q, &L.qkv_bias, 0);
-      piece(p + "self_attn.k_proj.bias", 0, kv, &L.qkv_bias, q);
-      piece(p + "self_attn.v_proj.bias", 0, kv, &L.qkv_bias, q + kv);
-    }
-    slot(&L.o, static_cast<size_t>(h) * q);
-    piece(p + "self_attn.o_proj.weight", h, q, &L.o, 0);
-    if (c.o_bias) {
-      slot(&L.o_bias, h);
-      piece(p + "self_attn.o_proj.bias", 0, h, &L.o_bias, 0);
-    }
-    slot(&L.post_norm, h);
-    piece(p + "post_attention_layernorm.weight", 0, h, &L.post_norm, 0);
-    slot(&L.gate_up, static_cast<size_t>(2 * inter) * h);
-    piece(p + "mlp.gate_proj.weight", inter, h, &L.gate_up, 0);
-    piece(p + "mlp.up_proj.weight", inter, h, &L.gate_up, static_cast<size_t>(inter) * h);
-    slot(&L.down, static_cast<size_t>(h) * inter);
-    piece(p + "mlp.down_proj.weight", h, inter, &L.down, 0);
-  }
-  slot(&w->final_norm_, h);
-  piece("model.norm.weight", 0, h, &w->final_norm_, 0);
-  if (!c.tie_word_embeddings) {
-    slot(&w->lm_head_, static_cast<size_t>(c.vocab_size) * h);
-    piece("lm_head.weight", c.vocab_size, h, &w->lm_head_, 0);
-  }
+  w->Layout(c, nullptr, &pieces);  // names and shapes, to check first
 
   // Check every tensor before allocating anything.
   std::vector<const TensorView*> views;
@@ -103,18 +144,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::st
     views.push_back(*v);
     if (!SameType(*src, type)) staging = std::max(staging, (*v)->nbytes);
   }
-  constexpr size_t kAlign = 256;
-  size_t total = 0;
-  std::vector<size_t> offsets;
-  for (const auto& [s, elems] : slots) {
-    offsets.push_back(total);
-    total += (elems * esz + kAlign - 1) / kAlign * kAlign;
-  }
-  if (auto s = w->storage_.Allocate(total, "model weights"); !s.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat("model weights need ", total, " bytes on the GPU: ", s.message()));
-  }
-  for (size_t i = 0; i < slots.size(); ++i) *slots[i].first = w->storage_.get<uint8_t>() + offsets[i];
-  if (c.tie_word_embeddings) w->lm_head_ = w->embed_;
+  if (auto s = w->Place(c, dest); !s.ok()) return s;
+  pieces.clear();
+  w->Layout(c, w->base_, &pieces);
 
   DeviceBuffer stage;
   if (staging > 0) {
@@ -122,7 +154,7 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::st
   }
   for (size_t i = 0; i < pieces.size(); ++i) {
     const TensorView* v = views[i];
-    uint8_t* dst = static_cast<uint8_t*>(*pieces[i].slot) + pieces[i].offset;
+    uint8_t* dst = pieces[i].dst;
     const SrcType src = *SourceType(v->dtype, v->name);
     if (SameType(src, type)) {
       BALLAST_CUDA_RETURN(cudaMemcpyAsync(dst, v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
@@ -136,6 +168,59 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::st
   }
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream), "weight upload");
   return w;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::LoadFromHost(
+    const PinnedWeights& image, const ModelConfig& c, ActType type, int streams, WeightDest dest) {
+  std::unique_ptr<DeviceWeights> w(new DeviceWeights());
+  w->type_ = type;
+  if (image.type() != type || static_cast<int64_t>(w->Layout(c, nullptr, nullptr)) != image.bytes()) {
+    return absl::InvalidArgumentError(
+        "host weight copy does not match the model's config and activation type");
+  }
+  if (auto s = w->Place(c, dest); !s.ok()) return s;
+  w->Layout(c, w->base_, nullptr);
+  streams = std::max(1, streams);
+  std::vector<cudaStream_t> ss(streams, nullptr);
+  absl::Status st;
+  for (auto& s : ss) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
+      st = absl::InternalError(absl::StrCat("copy stream: ", cudaGetErrorString(e)));
+      break;
+    }
+  }
+  for (size_t off = 0, i = 0; st.ok() && off < w->bytes_; off += kCopyChunk, ++i) {
+    const size_t n = std::min(kCopyChunk, w->bytes_ - off);
+    if (cudaError_t e = cudaMemcpyAsync(w->base_ + off, image.data() + off, n, cudaMemcpyHostToDevice,
+                                        ss[i % ss.size()]);
+        e != cudaSuccess) {
+      st = absl::InternalError(absl::StrCat("weight copy: ", cudaGetErrorString(e)));
+    }
+  }
+  for (auto s : ss) {
+    if (!s) continue;
+    if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess && st.ok()) {
+      st = absl::InternalError(absl::StrCat("weight copy: ", cudaGetErrorString(e)));
+    }
+    cudaStreamDestroy(s);
+  }
+  if (!st.ok()) return st;
+  return w;
+}
+
+absl::StatusOr<std::shared_ptr<PinnedWeights>> DeviceWeights::SaveToHost() const {
+  std::shared_ptr<PinnedWeights> img(new PinnedWeights());
+  img->type_ = type_;
+  BALLAST_CUDA_RETURN(cudaHostAlloc(reinterpret_cast<void**>(&img->data_), bytes_, cudaHostAllocDefault),
+                      "pinned host copy of the weights");
+  img->bytes_ = bytes_;
+  cudaStream_t s = nullptr;
+  BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "copy stream");
+  cudaError_t e = cudaMemcpyAsync(img->data_, base_, bytes_, cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  BALLAST_CUDA_RETURN(e, "weight copy to host");
+  return img;
 }
 
 }  // namespace ballast::engine::cuda

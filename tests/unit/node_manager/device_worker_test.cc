@@ -77,26 +77,43 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   const std::string a_path = engine::testing::WriteTinyModel(dir, "a", sa);
   const std::string b_path = engine::testing::WriteTinyModel(dir, "b", sb);
   constexpr int64_t kPage = 64 << 10;
-  auto make = [&](const std::string& name, const std::string& path, DeviceWorker* w) {
+  // Activation as the node does it: weight pages from the balloon (the
+  // device reclaims KV for them), then the engine over those pages.
+  auto activate = [&](const std::string& name, const std::string& path,
+                      DeviceWorker* w) -> absl::StatusOr<std::shared_ptr<ModelEngine>> {
     ModelEngineOptions o;
     o.name = name;
     o.path = path;
     o.kv_arena = w->arena();
-    return std::shared_ptr<ModelEngine>(std::move(*ModelEngine::Create(o, [w] { w->Wake(); })));
+    auto need = ModelEngine::WeightBytesNeeded(o);
+    if (!need.ok()) return need.status();
+    auto pages = w->ReserveWeights(*need);
+    if (!pages.ok()) return pages.status();
+    o.weight_pages = std::move(*pages);
+    auto e = ModelEngine::Create(o, [w] { w->Wake(); });
+    if (!e.ok()) return e.status();
+    std::shared_ptr<ModelEngine> engine = std::move(*e);
+    if (auto st = w->Add(engine); !st.ok()) return st;
+    return engine;
   };
   // Size the device so that B's weights fit only if A gives back KV.
   DeviceMemoryOptions mem;
   mem.page_bytes = kPage;
   mem.slab_bytes = kPage;
   mem.gpu = -1;
-  auto probe = std::move(*DeviceWorker::Create("probe", 1 << 30, mem));
-  const int64_t wa = make("a", a_path, probe.get())->weight_bytes();
-  const int64_t wb = make("b", b_path, probe.get())->weight_bytes();
-  probe.reset();
+  auto pages_of = [&](const std::string& path) {
+    ModelEngineOptions o;
+    o.path = path;
+    const int64_t b = *ModelEngine::WeightBytesNeeded(o);
+    return (b + kPage - 1) / kPage * kPage;
+  };
+  const int64_t wa = pages_of(a_path), wb = pages_of(b_path);
   const int64_t memory = wa + wb + 6 * kPage;
   auto w = std::move(*DeviceWorker::Create("cpu:0", memory, mem));
-  auto a = make("a", a_path, w.get());
-  ASSERT_TRUE(w->Add(a).ok());
+  auto a_or = activate("a", a_path, w.get());
+  ASSERT_TRUE(a_or.ok()) << a_or.status();
+  std::shared_ptr<ModelEngine> a = std::move(*a_or);
+  EXPECT_EQ(w->balloon()->stats().weight_bytes, wa);  // weights are balloon pages
 
   // A fills the arena: four requests of ~3 pages of KV each.
   std::vector<GenerationRequest> reqs;
@@ -109,11 +126,14 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   ASSERT_TRUE(WaitFor([&] { return memory - w->Usage().memory_used_bytes < wb; }, absl::Seconds(20)))
       << "A's KV never grew into B's share";
   const int64_t preempted_before = a->stats().preemptions;
-  auto b = make("b", b_path, w.get());
-  auto st = w->AddReclaiming(b, wb);
-  ASSERT_TRUE(st.ok()) << st;
+  const int64_t map_calls_before = w->Usage().page_map_calls;
+  auto b_or = activate("b", b_path, w.get());
+  ASSERT_TRUE(b_or.ok()) << b_or.status();
+  std::shared_ptr<ModelEngine> b = std::move(*b_or);
   EXPECT_GT(a->stats().preemptions, preempted_before);  // A shed KV by preemption
   EXPECT_LE(w->Usage().memory_used_bytes, memory);
+  EXPECT_EQ(w->balloon()->stats().weight_bytes, wa + wb);
+  EXPECT_GT(w->Usage().page_map_calls, map_calls_before);
 
   Done db;
   const GenerationRequest rb = Req("b0", 9, 40, 20);
@@ -130,9 +150,19 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   EXPECT_EQ(db.result->output_tokens, Alone(b_path, rb));
 
   // A model that cannot fit even after everyone sheds is refused, not added.
-  auto huge = make("huge", b_path, w.get());
-  EXPECT_EQ(w->AddReclaiming(huge, memory).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(w->Find("huge"), nullptr);
+  const memory::BalloonStats before = w->balloon()->stats();
+  EXPECT_EQ(w->ReserveWeights(memory).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(w->balloon()->stats().weight_bytes, before.weight_bytes);  // no trace
+
+  // Evicting B gives its pages back; they are reused (same range) by the
+  // next activation, and KV can grow into them meanwhile.
+  ASSERT_TRUE(w->Remove("b"));
+  b.reset();
+  ASSERT_TRUE(WaitFor([&] { return w->balloon()->stats().weight_bytes == wa; }, absl::Seconds(10)));
+  const int64_t ranges = w->balloon()->stats().weight_ranges_reserved;
+  auto again = activate("b", b_path, w.get());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(w->balloon()->stats().weight_ranges_reserved, ranges);
   w->Stop();
 }
 

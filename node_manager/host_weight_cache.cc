@@ -1,0 +1,68 @@
+#include "node_manager/host_weight_cache.h"
+
+namespace ballast::node_manager {
+
+bool HostWeightCache::Put(const std::string& model, const std::string& path,
+                          std::shared_ptr<const engine::HostWeights> weights) {
+  const int64_t bytes = weights->bytes();
+  absl::MutexLock lock(&mu_);
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->model == model) {
+      stats_.bytes -= it->weights->bytes();
+      lru_.erase(it);
+      break;
+    }
+  }
+  if (bytes > budget_) return false;
+  while (stats_.bytes + bytes > budget_ && !lru_.empty()) {
+    stats_.bytes -= lru_.back().weights->bytes();
+    lru_.pop_back();
+    ++stats_.dropped;
+  }
+  lru_.push_front({model, path, std::move(weights)});
+  stats_.bytes += bytes;
+  return true;
+}
+
+std::shared_ptr<const engine::HostWeights> HostWeightCache::Get(const std::string& model,
+                                                                const std::string& path) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->model == model && it->path == path) {
+      lru_.splice(lru_.begin(), lru_, it);
+      ++stats_.hits;
+      return it->weights;
+    }
+  }
+  ++stats_.misses;
+  return nullptr;
+}
+
+bool HostWeightCache::Contains(const std::string& model, const std::string& path) const {
+  absl::MutexLock lock(&mu_);
+  for (const Entry& e : lru_) {
+    if (e.model == model && e.path == path) return true;
+  }
+  return false;
+}
+
+void HostWeightCache::Erase(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->model == model) {
+      stats_.bytes -= it->weights->bytes();
+      lru_.erase(it);
+      return;
+    }
+  }
+}
+
+HostWeightCacheStats HostWeightCache::stats() const {
+  absl::MutexLock lock(&mu_);
+  HostWeightCacheStats s = stats_;
+  s.budget_bytes = budget_;
+  s.entries = static_cast<int>(lru_.size());
+  return s;
+}
+
+}  // namespace ballast::node_manager

@@ -1,0 +1,60 @@
+// HostWeightCache: evicted models' weights kept in host memory (pinned for
+// the cuda backend) so the next activation copies them to the device
+// instead of reading and converting the checkpoint (Prism §6.1: activation
+// from a host copy). Bounded by a DRAM budget; when a new copy does not
+// fit, the least recently used copies are dropped first, and a copy larger
+// than the whole budget is not kept.
+//
+// Entries are keyed by model name and checkpoint path: a model registered
+// again from another path does not reuse a stale copy.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/executor.h"
+
+namespace ballast::node_manager {
+
+struct HostWeightCacheStats {
+  int64_t budget_bytes = 0;
+  int64_t bytes = 0;
+  int entries = 0;
+  int64_t hits = 0, misses = 0, dropped = 0;
+};
+
+class HostWeightCache {
+ public:
+  explicit HostWeightCache(int64_t budget_bytes) : budget_(budget_bytes) {}
+
+  // Whether a copy of `bytes` could be kept at all (callers skip making one).
+  bool Fits(int64_t bytes) const { return bytes <= budget_; }
+  // Keeps `weights` (replacing an older copy of the model). False if it is
+  // larger than the budget.
+  bool Put(const std::string& model, const std::string& path,
+           std::shared_ptr<const engine::HostWeights> weights);
+  // The kept copy (and marks it most recently used), or null. The copy
+  // stays cached: a model evicted again needs no new copy.
+  std::shared_ptr<const engine::HostWeights> Get(const std::string& model, const std::string& path);
+  bool Contains(const std::string& model, const std::string& path) const;
+  void Erase(const std::string& model);
+  HostWeightCacheStats stats() const;
+
+ private:
+  struct Entry {
+    std::string model, path;
+    std::shared_ptr<const engine::HostWeights> weights;
+  };
+  const int64_t budget_;
+  mutable absl::Mutex mu_;
+  std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);  // most recently used first
+  HostWeightCacheStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ballast::node_manager

@@ -1,0 +1,77 @@
+// Balloon: weights and KV draw from one page budget, so memory KV gave back
+// holds another model's weights and the reverse; weight mapping is all or
+// nothing; address ranges are reused; workspace charges lower the budget.
+#include "memory/balloon.h"
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace ballast::memory {
+namespace {
+
+constexpr size_t kPage = 64 << 10;
+
+std::shared_ptr<Balloon> Make(int64_t pages) {
+  auto pool = std::shared_ptr<PagePool>(*HostPagePool::Create(kPage, pages * static_cast<int64_t>(kPage)));
+  BalloonOptions o;
+  o.memory_bytes = pages * static_cast<int64_t>(kPage);
+  o.slab_bytes = kPage;
+  o.free_slab_buffer = 0;
+  return *Balloon::Create(pool, o);
+}
+
+TEST(Balloon, WeightsAndKvShareOneBudget) {
+  auto b = Make(10);
+  auto kv = *b->arena()->CreateAllocator(kPage / 4);
+  // KV takes 8 of the 10 pages.
+  auto blocks = kv->Allocate(32);
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(b->FreeBytes(), 2 * static_cast<int64_t>(kPage));
+  // Weights of 3 pages do not fit: refused with nothing mapped.
+  const PagePoolStats before = b->pool()->stats();
+  EXPECT_EQ(b->MapWeights(3 * kPage - 100).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(b->pool()->stats().mapped_bytes, before.mapped_bytes);
+  EXPECT_EQ(b->stats().weight_bytes, 0);
+  // KV gives back 4 pages' blocks; their slabs unmap and the weights fit.
+  kv->Free(absl::MakeConstSpan(*blocks).subspan(0, 16));
+  b->arena()->ReclaimFreeSlabs();
+  auto w = b->MapWeights(3 * kPage - 100);  // rounds up to 3 pages
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->bytes(), 3 * kPage);
+  std::memset((*w)->data(), 0x5a, (*w)->bytes());  // really mapped
+  BalloonStats s = b->stats();
+  EXPECT_EQ(s.weight_bytes, 3 * static_cast<int64_t>(kPage));
+  EXPECT_EQ(s.kv_mapped_bytes, 4 * static_cast<int64_t>(kPage));
+  EXPECT_EQ(s.free_bytes, 3 * static_cast<int64_t>(kPage));
+  // KV may now only grow into what weights left: 3 pages = 12 blocks.
+  EXPECT_FALSE(kv->Allocate(13).ok());
+  auto more = kv->Allocate(12);
+  ASSERT_TRUE(more.ok());
+  kv->Free(*more);
+  kv->Free(absl::MakeConstSpan(*blocks).subspan(16));
+  // Dropping the weights returns the pages; the range is kept and reused.
+  uint8_t* addr = (*w)->data();
+  w->reset();
+  EXPECT_EQ(b->stats().weight_bytes, 0);
+  EXPECT_EQ(b->stats().weight_ranges_reserved, 1);
+  auto again = b->MapWeights(2 * kPage);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->data(), addr);
+  EXPECT_EQ(b->stats().weight_ranges_reserved, 1);
+}
+
+TEST(Balloon, WorkspaceChargesLowerTheBudget) {
+  auto b = Make(8);
+  b->SetWorkspace("a", 3 * kPage);
+  EXPECT_EQ(b->FreeBytes(), 5 * static_cast<int64_t>(kPage));
+  EXPECT_FALSE(b->MapWeights(6 * kPage).ok());
+  b->SetWorkspace("b", kPage);
+  EXPECT_EQ(b->stats().workspace_bytes, 4 * static_cast<int64_t>(kPage));
+  b->SetWorkspace("a", 0);
+  EXPECT_EQ(b->FreeBytes(), 7 * static_cast<int64_t>(kPage));
+  EXPECT_TRUE(b->MapWeights(7 * kPage).ok());
+}
+
+}  // namespace
+}  // namespace ballast::memory

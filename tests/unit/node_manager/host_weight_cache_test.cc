@@ -1,0 +1,45 @@
+// HostWeightCache: a DRAM budget over evicted models' weights, least
+// recently used dropped first, keyed by model and checkpoint path.
+#include "node_manager/host_weight_cache.h"
+
+#include "gtest/gtest.h"
+
+namespace ballast::node_manager {
+namespace {
+
+class Fake final : public engine::HostWeights {
+ public:
+  explicit Fake(int64_t b) : b_(b) {}
+  int64_t bytes() const override { return b_; }
+
+ private:
+  int64_t b_;
+};
+
+std::shared_ptr<const engine::HostWeights> W(int64_t b) { return std::make_shared<Fake>(b); }
+
+TEST(HostWeightCache, DropsLeastRecentlyUsedFirstWithinTheBudget) {
+  HostWeightCache c(100);
+  ASSERT_TRUE(c.Put("a", "/a", W(40)));
+  ASSERT_TRUE(c.Put("b", "/b", W(40)));
+  ASSERT_NE(c.Get("a", "/a"), nullptr);  // a is now the most recent
+  ASSERT_TRUE(c.Put("c", "/c", W(40)));  // drops b, not a
+  EXPECT_TRUE(c.Contains("a", "/a"));
+  EXPECT_FALSE(c.Contains("b", "/b"));
+  EXPECT_TRUE(c.Contains("c", "/c"));
+  EXPECT_EQ(c.stats().bytes, 80);
+  EXPECT_EQ(c.stats().dropped, 1);
+  // Larger than the whole budget: not kept, nothing else dropped.
+  EXPECT_FALSE(c.Put("d", "/d", W(101)));
+  EXPECT_EQ(c.stats().entries, 2);
+  // Another path for the same model is a miss; a new copy replaces the old.
+  EXPECT_EQ(c.Get("a", "/other"), nullptr);
+  ASSERT_TRUE(c.Put("a", "/a2", W(10)));
+  EXPECT_FALSE(c.Contains("a", "/a"));
+  EXPECT_EQ(c.stats().bytes, 50);
+  c.Erase("c");
+  EXPECT_EQ(c.stats().bytes, 10);
+}
+
+}  // namespace
+}  // namespace ballast::node_manager
