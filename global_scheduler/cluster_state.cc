@@ -72,6 +72,16 @@ void ClusterState::RemoveResident(const std::string& node_id, const std::string&
                models.end());
 }
 
+void ClusterState::SetResidentState(const std::string& node_id, const std::string& model,
+                                    const std::string& state) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return;
+  for (auto& m : it->second.models) {
+    if (m.name() == model) m.set_state(state);
+  }
+}
+
 std::vector<std::string> ClusterState::NodesWithModel(const std::string& model) const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;

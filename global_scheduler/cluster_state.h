@@ -53,6 +53,10 @@ class ClusterState {
   // Records a model loaded by a LoadModel call (before the next heartbeat).
   void AddResident(const std::string& node_id, const v1::ResidentModel& m);
   void RemoveResident(const std::string& node_id, const std::string& model);
+  // Sets a resident model's state (e.g. DRAINING as an eviction starts, so
+  // routing stops before the node's next heartbeat says so).
+  void SetResidentState(const std::string& node_id, const std::string& model,
+                        const std::string& state);
 
   // Live nodes where `model` is resident and READY.
   std::vector<std::string> NodesWithModel(const std::string& model) const;

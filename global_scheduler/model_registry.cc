@@ -82,15 +82,46 @@ void ModelRegistry::RecordLoaded(const std::string& name, const std::string& arc
   it->second.weight_bytes = weight_bytes;
   if (kv_bytes_per_token > 0) it->second.kv_bytes_per_token = kv_bytes_per_token;
   it->second.last_error.clear();
+  it->second.needs_room = false;
 }
 
 void ModelRegistry::RecordLoadError(const std::string& name, const std::string& error,
-                                    absl::Time retry_after) {
+                                    absl::Time retry_after, bool needs_room) {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it == models_.end()) return;
   it->second.last_error = error;
   it->second.retry_after = retry_after;
+  it->second.needs_room = needs_room;
+}
+
+void ModelRegistry::ClearNeedsRoom(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it != models_.end()) it->second.needs_room = false;
+}
+
+void ModelRegistry::RecordRequest(const std::string& name, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it != models_.end()) it->second.last_request = std::max(it->second.last_request, now);
+}
+
+void ModelRegistry::RecordIdleEvicted(const std::string& name, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it != models_.end()) it->second.idle_evicted = now;
+}
+
+const char* ModelStateName(ModelState s) {
+  switch (s) {
+    case ModelState::kRegistered: return "REGISTERED";
+    case ModelState::kLoading: return "LOADING";
+    case ModelState::kReady: return "READY";
+    case ModelState::kDraining: return "DRAINING";
+    case ModelState::kEvicted: return "EVICTED";
+  }
+  return "UNKNOWN";
 }
 
 }  // namespace ballast::global_scheduler

@@ -28,6 +28,16 @@ struct ModelSpec {
   int64_t kv_limit_bytes = 0;     // elastic KV limit on each node (0: none)
 };
 
+// A model's lifecycle across the cluster (ListModels' `state`):
+//   REGISTERED ─▶ LOADING ─▶ READY ─▶ DRAINING ─▶ EVICTED ─▶ LOADING ...
+// REGISTERED: in the catalogue, no replica yet. LOADING: a load is under
+// way and no replica is READY. READY: at least one replica serves.
+// DRAINING: the only replicas are draining (migration or eviction).
+// EVICTED: idle-evicted to make room; not reloaded until a request comes,
+// which activates it (the request waits, and the wait counts in its TTFT).
+enum class ModelState { kRegistered, kLoading, kReady, kDraining, kEvicted };
+const char* ModelStateName(ModelState s);
+
 struct ModelStatus {
   ModelSpec spec;
   std::string architecture;
@@ -36,6 +46,12 @@ struct ModelStatus {
   int64_t kv_bytes_per_token = 0;  // 0 until a node has loaded it
   std::string last_error;  // last failed load, if any
   absl::Time retry_after = absl::InfinitePast();
+  // The last load failed for lack of memory: evict an idle model for it.
+  bool needs_room = false;
+  absl::Time last_request = absl::InfinitePast();  // or registration
+  absl::Time idle_evicted = absl::InfinitePast();  // last idle eviction
+  // Wanted resident: not idle-evicted since its last request.
+  bool wanted() const { return idle_evicted < last_request; }
 };
 
 class ModelRegistry {
@@ -52,7 +68,13 @@ class ModelRegistry {
 
   void RecordLoaded(const std::string& name, const std::string& architecture,
                     int context_window, int64_t weight_bytes, int64_t kv_bytes_per_token = 0);
-  void RecordLoadError(const std::string& name, const std::string& error, absl::Time retry_after);
+  void RecordLoadError(const std::string& name, const std::string& error, absl::Time retry_after,
+                       bool needs_room = false);
+  void ClearNeedsRoom(const std::string& name);
+  // A request arrived (or the model was registered) at `now`.
+  void RecordRequest(const std::string& name, absl::Time now);
+  // The model's replicas were evicted for being idle at `now`.
+  void RecordIdleEvicted(const std::string& name, absl::Time now);
 
  private:
   mutable absl::Mutex mu_;

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "global_scheduler/idle_eviction.h"
 #include "global_scheduler/kvpr.h"
 #include "global_scheduler/placement.h"
 #include "spdlog/spdlog.h"
@@ -17,6 +18,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
   std::unique_ptr<Scheduler> s(new Scheduler(options, std::move(clock)));
   for (const auto& m : options.models) {
     if (auto st = s->registry_.Add(m); !st.ok()) return st;
+    s->registry_.RecordRequest(m.name, s->clock_());
   }
   return s;
 }
@@ -36,6 +38,7 @@ void Scheduler::Start() {
 
 void Scheduler::Stop() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
+  Kick();
   if (control_.joinable()) control_.join();
   std::vector<Worker> workers;
   {
@@ -55,8 +58,22 @@ void Scheduler::RunAsync(std::function<void()> fn) {
   workers_.push_back({std::move(t), done});
 }
 
+void Scheduler::Kick() {
+  absl::MutexLock lock(&kick_mu_);
+  kicked_ = true;
+  kick_cv_.Signal();
+}
+
 void Scheduler::ControlLoop() {
-  while (!stop_.WaitForNotificationWithTimeout(options_.control_interval)) ControlTick();
+  while (!stop_.HasBeenNotified()) {
+    {
+      absl::MutexLock lock(&kick_mu_);
+      if (!kicked_) kick_cv_.WaitWithTimeout(&kick_mu_, options_.control_interval);
+      kicked_ = false;
+    }
+    if (stop_.HasBeenNotified()) break;
+    ControlTick();
+  }
 }
 
 void Scheduler::ControlTick() {
@@ -81,7 +98,34 @@ void Scheduler::ControlTick() {
   // several models registered at once spread over the nodes.
   auto nodes = cluster_.Snapshot();
   const absl::Time now = clock_();
-  for (const ModelStatus& m : registry_.List()) {
+  const std::vector<ModelStatus> models = registry_.List();
+  std::map<std::string, absl::Time> last_request;
+  for (const ModelStatus& m : models) last_request[m.spec.name] = m.last_request;
+  auto idle = [&](const std::string& model) {
+    auto it = last_request.find(model);
+    return it == last_request.end() ? absl::InfiniteDuration() : now - it->second;
+  };
+  std::set<std::string> leaving;  // models evicted this tick or already being evicted
+  {
+    // Loads still under way count against their node in the working copy,
+    // so models registered one after another spread over the nodes.
+    absl::MutexLock lock(&mu_);
+    for (const auto& [model, node] : pending_) {
+      if (model.rfind("evict:", 0) == 0) {
+        leaving.insert(model.substr(6));
+        continue;
+      }
+      auto st = std::find_if(models.begin(), models.end(),
+                             [&](const ModelStatus& m) { return m.spec.name == model; });
+      const bool listed = std::any_of(nodes.begin(), nodes.end(), [&](const NodeInfo& n) {
+        return n.node_id == node && std::any_of(n.models.begin(), n.models.end(),
+                                                [&](const auto& r) { return r.name() == model; });
+      });
+      if (!listed) AddPlaceholder(&nodes, node, model, st == models.end() ? 0 : st->weight_bytes);
+    }
+  }
+  for (const ModelStatus& m : models) {
+    if (!m.wanted()) continue;  // idle-evicted: waits for a request
     std::set<std::string> exclude;
     int have = 0;
     for (const auto& n : nodes) {
@@ -103,6 +147,47 @@ void Scheduler::ControlTick() {
       }
     }
     if (have >= m.spec.replicas || now < m.retry_after) continue;
+    // Room for the weights? If no candidate node has it (or the last load
+    // was refused for memory), evict the idlest model past the threshold
+    // and load next tick.
+    bool room = !m.needs_room;
+    if (room && m.weight_bytes > 0) {
+      room = false;
+      for (const auto& n : nodes) {
+        if (n.alive && !exclude.count(n.node_id) && HasWeightRoom(n, m.weight_bytes)) room = true;
+      }
+    }
+    {
+      // An eviction made for this model is still under way: wait for it.
+      absl::MutexLock lock(&mu_);
+      auto it = evicting_for_.find(m.spec.name);
+      if (it != evicting_for_.end()) {
+        if (leaving.count(it->second)) continue;
+        evicting_for_.erase(it);
+      }
+    }
+    if (!room) {
+      if (options_.idle_evict_after <= absl::ZeroDuration()) continue;
+      std::set<std::string> skip = leaving;
+      skip.insert(m.spec.name);
+      auto victim = ChooseIdleVictim(nodes, idle, options_.idle_evict_after, skip);
+      if (!victim) continue;
+      spdlog::info("model {} needs room: evicting {} from node {} (idle {})", m.spec.name,
+                   victim->model, victim->node_id, absl::FormatDuration(idle(victim->model)));
+      registry_.RecordIdleEvicted(victim->model, now);
+      registry_.ClearNeedsRoom(m.spec.name);  // try loading once the room is there
+      StartEvict(victim->model, victim->node_id, /*drain=*/true);
+      {
+        absl::MutexLock lock(&mu_);
+        evicting_for_[m.spec.name] = victim->model;
+      }
+      leaving.insert(victim->model);
+      for (auto& n : nodes) {  // the working copy: that node has room now
+        if (n.node_id != victim->node_id) continue;
+        std::erase_if(n.models, [&](const v1::ResidentModel& r) { return r.name() == victim->model; });
+      }
+      continue;
+    }
     std::optional<std::string> target;
     if (options_.placement_policy == "kvpr") {
       target = ChooseNodeKvpr(nodes, exclude, [&](const std::string& model) { return Demand(model); },
@@ -115,17 +200,7 @@ void Scheduler::ControlTick() {
     }
     if (target) {
       StartLoad(m.spec, *target);
-      for (auto& n : nodes) {
-        if (n.node_id != *target) continue;
-        v1::ResidentModel placeholder;
-        placeholder.set_name(m.spec.name);
-        placeholder.set_state("LOADING");
-        n.models.push_back(placeholder);
-        if (!n.devices.empty()) {
-          auto& d = n.devices.front();
-          d.set_memory_used_bytes(d.memory_used_bytes() + m.weight_bytes);
-        }
-      }
+      AddPlaceholder(&nodes, *target, m.spec.name, m.weight_bytes);
     }
   }
   // Models that nodes hold but the catalogue no longer lists.
@@ -133,6 +208,22 @@ void Scheduler::ControlTick() {
     if (!n.alive) continue;
     for (const auto& r : n.models) {
       if (!registry_.Contains(r.name())) StartEvict(r.name(), n.node_id);
+    }
+  }
+}
+
+void Scheduler::AddPlaceholder(std::vector<NodeInfo>* nodes, const std::string& node_id,
+                               const std::string& model, int64_t weight_bytes) {
+  for (auto& n : *nodes) {
+    if (n.node_id != node_id) continue;
+    v1::ResidentModel placeholder;
+    placeholder.set_name(model);
+    placeholder.set_state("LOADING");
+    placeholder.set_weight_bytes(weight_bytes);
+    n.models.push_back(placeholder);
+    if (!n.devices.empty()) {
+      auto& d = n.devices.front();
+      d.set_memory_used_bytes(d.memory_used_bytes() + weight_bytes);
     }
   }
 }
@@ -166,26 +257,32 @@ void Scheduler::StartLoad(const ModelSpec& spec, const std::string& node_id) {
       const std::string err = absl::StrCat("load on node ", node_id, " failed: ",
                                            st.error_message());
       spdlog::error("model {}: {}", spec.name, err);
-      registry_.RecordLoadError(spec.name, err, clock_() + options_.load_retry);
+      // Out of memory: evict an idle model and retry at once (the control
+      // loop does both); other failures back off.
+      const bool no_room = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      registry_.RecordLoadError(spec.name, err,
+                                no_room ? clock_() : clock_() + options_.load_retry, no_room);
     }
     absl::MutexLock lock(&mu_);
     pending_.erase({spec.name, node_id});
   });
 }
 
-void Scheduler::StartEvict(const std::string& model, const std::string& node_id) {
+void Scheduler::StartEvict(const std::string& model, const std::string& node_id, bool drain) {
   auto stub = Stub(node_id);
   if (!stub) return;
   {
     absl::MutexLock lock(&mu_);
     if (!pending_.insert({"evict:" + model, node_id}).second) return;
   }
-  RunAsync([this, model, node_id, stub] {
+  if (drain) cluster_.SetResidentState(node_id, model, "DRAINING");
+  RunAsync([this, model, node_id, stub, drain] {
     v1::EvictModelRequest req;
     req.set_name(model);
+    req.set_drain(drain);
     v1::EvictModelResponse resp;
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + (drain ? absl::Minutes(11) : absl::Seconds(30))));
     grpc::Status st = stub->EvictModel(&ctx, req, &resp);
     if (st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) {
       cluster_.RemoveResident(node_id, model);
@@ -193,8 +290,11 @@ void Scheduler::StartEvict(const std::string& model, const std::string& node_id)
     } else {
       spdlog::warn("evicting {} from node {} failed: {}", model, node_id, st.error_message());
     }
-    absl::MutexLock lock(&mu_);
-    pending_.erase({"evict:" + model, node_id});
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.erase({"evict:" + model, node_id});
+    }
+    Kick();  // a load may be waiting for this room
   });
 }
 
@@ -234,7 +334,9 @@ absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
   bool limits_changed = false;
   if (auto st = registry_.Add(spec, &limits_changed); !st.ok()) return st;
   if (!limits_changed) {
+    registry_.RecordRequest(spec.name, clock_());
     spdlog::info("model {} registered ({})", spec.name, spec.path);
+    Kick();
     return absl::OkStatus();
   }
   // Move the KV floor/limit on every node holding the model, now.
@@ -309,8 +411,23 @@ v1::ModelInfo Scheduler::ToModelInfo(const ModelStatus& m) const {
       rep->set_node_id(n.node_id);
       rep->set_device(r.device());
       rep->set_state(r.state());
+      rep->set_activation_ms(r.activation_ms());
+      rep->set_from_host_copy(r.from_host_copy());
     }
   }
+  info.set_idle_s(absl::ToDoubleSeconds(clock_() - m.last_request));
+  ModelState state = m.wanted() ? ModelState::kRegistered : ModelState::kEvicted;
+  bool loading = false;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [model, node] : pending_) loading |= model == m.spec.name;
+  }
+  if (loading) state = ModelState::kLoading;
+  for (const auto& rep : info.replicas()) {
+    if (rep.state() == "DRAINING" && state != ModelState::kReady) state = ModelState::kDraining;
+    if (rep.state() == "READY") state = ModelState::kReady;
+  }
+  info.set_state(ModelStateName(state));
   if (info.replicas_size() == 0 && !m.last_error.empty()) {
     auto* rep = info.add_replicas();
     rep->set_state("FAILED: " + m.last_error);
@@ -378,7 +495,9 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
     route.history = std::move(turn->history);
     affinity = turn->node_id;
   }
+  registry_.RecordRequest(req.model(), clock_());
   const absl::Time deadline = clock_() + options_.route_wait;
+  bool kicked = false;
   while (true) {
     auto nodes = cluster_.NodesWithModel(req.model());
     std::optional<std::string> pick;
@@ -393,6 +512,10 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
         route.node_id = *pick;
         break;
       }
+    }
+    if (!kicked) {
+      Kick();  // not resident: activate it now, not at the next tick
+      kicked = true;
     }
     if (clock_() >= deadline || cancelled()) {
       if (!route.session_id.empty()) sessions_.Abort(route.session_id);

@@ -56,6 +56,10 @@ struct SchedulerOptions {
   // step, from the windowed statistics) or "mme" (FineServe's score, eq. 3,
   // placement.h). Default most_free.
   std::string placement_policy = "most_free";
+  // A model with no request for this long may be evicted when another
+  // model needs room for its weights (idle_eviction.h); the next request
+  // reactivates it. Zero: never evict idle models. Default 45 s.
+  absl::Duration idle_evict_after = absl::Seconds(45);
   std::vector<ModelSpec> models;
 };
 
@@ -111,7 +115,14 @@ class Scheduler {
   void ControlLoop();
   void ControlTick();
   void StartLoad(const ModelSpec& spec, const std::string& node_id);
-  void StartEvict(const std::string& model, const std::string& node_id);
+  // Counts a load under way against its node in a working copy of the
+  // cluster (a LOADING placeholder holding its weights).
+  static void AddPlaceholder(std::vector<NodeInfo>* nodes, const std::string& node_id,
+                             const std::string& model, int64_t weight_bytes);
+  // `drain`: the node lets in-flight requests finish first (DRAINING).
+  void StartEvict(const std::string& model, const std::string& node_id, bool drain = false);
+  // Wakes the control loop now (a request waits for an activation).
+  void Kick();
   void RunAsync(std::function<void()> fn);
   std::shared_ptr<v1::Node::StubInterface> Stub(const std::string& node_id);
   v1::ModelInfo ToModelInfo(const ModelStatus& m) const;
@@ -131,6 +142,8 @@ class Scheduler {
   std::map<std::string, std::pair<std::string, std::shared_ptr<v1::Node::StubInterface>>> stubs_
       ABSL_GUARDED_BY(mu_);  // node id -> (address, stub)
   std::set<std::pair<std::string, std::string>> pending_ ABSL_GUARDED_BY(mu_);  // (model, node)
+  // model waiting for room -> the idle model being evicted for it
+  std::map<std::string, std::string> evicting_for_ ABSL_GUARDED_BY(mu_);
   struct Worker {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
@@ -138,6 +151,9 @@ class Scheduler {
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
 
   absl::Notification stop_;
+  absl::Mutex kick_mu_;
+  absl::CondVar kick_cv_;
+  bool kicked_ ABSL_GUARDED_BY(kick_mu_) = false;
   std::thread control_;
 };
 

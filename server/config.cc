@@ -97,6 +97,12 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(ms("load_retry_ms", &o.load_retry));
   RETURN_IF_ERROR(ms("load_timeout_ms", &o.load_timeout));
   RETURN_IF_ERROR(ms("stats_window_ms", &o.stats_window));
+  {
+    int64_t idle_ms = absl::ToInt64Milliseconds(o.idle_evict_after);
+    RETURN_IF_ERROR(s.Get("idle_evict_ms", &idle_ms));
+    if (idle_ms < 0) return s.Error(s.Key("idle_evict_ms"), "must be >= 0 (0 never evicts idle models)");
+    o.idle_evict_after = absl::Milliseconds(idle_ms);
+  }
   RETURN_IF_ERROR(s.Get("placement_policy", &o.placement_policy));
   if (o.placement_policy != "most_free" && o.placement_policy != "kvpr" &&
       o.placement_policy != "mme") {
@@ -168,9 +174,13 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     Section ms(m, "node.memory", file);
     RETURN_IF_ERROR(ms.Check());
     int64_t slab_mib = static_cast<int64_t>(o.slab_bytes >> 20);
+    int64_t host_mib = o.host_weight_cache_bytes >> 20;
     RETURN_IF_ERROR(ms.Get("mode", &o.memory_mode));
     RETURN_IF_ERROR(ms.Get("slab_mib", &slab_mib));
+    RETURN_IF_ERROR(ms.Get("host_weight_cache_mib", &host_mib));
     RETURN_IF_ERROR(ms.Finish());
+    if (host_mib < 0) return ms.Error("node.memory.host_weight_cache_mib", "must be >= 0");
+    o.host_weight_cache_bytes = host_mib << 20;
     if (o.memory_mode != "elastic" && o.memory_mode != "static") {
       return ms.Error("node.memory.mode", "expected elastic or static");
     }

@@ -94,7 +94,7 @@ grpc::Status NodeService::SetKvLimits(grpc::ServerContext*, const v1::SetKvLimit
 
 grpc::Status NodeService::EvictModel(grpc::ServerContext*, const v1::EvictModelRequest* req,
                                      v1::EvictModelResponse*) {
-  return ToGrpc(node_->EvictModel(req->name()));
+  return ToGrpc(node_->EvictModel(req->name(), req->drain(), !req->drop_host_copy()));
 }
 
 grpc::Status NodeService::DropSession(grpc::ServerContext*, const v1::DropSessionRequest* req,

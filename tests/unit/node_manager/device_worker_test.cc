@@ -201,5 +201,58 @@ TEST(NodeManager, StaticModeRefusesToLendIdleKvMemory) {
   }
 }
 
+// Eviction keeps the weights in host memory; the next activation uses that
+// copy (not the checkpoint) and serves exactly the same tokens. A hard
+// eviction fails in-flight requests; a draining one lets them finish.
+TEST(NodeManager, ReactivationUsesTheHostCopyAndDrainingLetsRequestsFinish) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  NodeOptions n;
+  n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
+  auto node = std::move(*NodeManager::Create(n));
+  auto first = node->LoadModel("a", path, "auto", "");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->from_host_copy());
+  EXPECT_EQ(first->state(), "READY");
+  const GenerationRequest r = Req("r", 1, 30, 40);
+  const std::vector<int> want = Alone(path, r);
+
+  v1::NodeGenerateRequest req;
+  req.set_model("a");
+  req.set_prompt("draining keeps me");
+  req.mutable_sampling()->set_max_tokens(40);
+  req.mutable_sampling()->set_ignore_eos(true);
+  req.set_request_id("d");
+  Done in_flight;
+  ASSERT_TRUE(node->Submit(req, &in_flight).ok());
+  ASSERT_TRUE(node->EvictModel("a", /*drain=*/true).ok());
+  ASSERT_TRUE(in_flight.Finished());  // drained before the model went
+  ASSERT_TRUE(in_flight.result.ok()) << in_flight.result.status();
+  EXPECT_EQ(in_flight.result->output_tokens.size(), 40u);
+  EXPECT_EQ(node->host_weights().stats().entries, 1);
+  EXPECT_TRUE(node->ResidentModels().empty());
+
+  auto again = node->LoadModel("a", path, "auto", "");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->from_host_copy());
+  EXPECT_EQ(node->host_weights().stats().hits, 1);
+  auto engine = node->devices()[0]->Find("a");
+  Done d;
+  ASSERT_TRUE(engine->Submit(r, &d).ok());
+  ASSERT_TRUE(WaitFor([&] { return d.Finished(); }, absl::Seconds(30)));
+  ASSERT_TRUE(d.result.ok()) << d.result.status();
+  EXPECT_EQ(d.result->output_tokens, want);
+
+  // A hard eviction fails what is in flight, with UNAVAILABLE.
+  req.set_request_id("h");
+  req.mutable_sampling()->set_max_tokens(200);
+  Done hard;
+  ASSERT_TRUE(node->Submit(req, &hard).ok());
+  ASSERT_TRUE(node->EvictModel("a").ok());
+  ASSERT_TRUE(WaitFor([&] { return hard.Finished(); }, absl::Seconds(10)));
+  EXPECT_EQ(hard.result.status().code(), absl::StatusCode::kUnavailable);
+  node->Shutdown();
+}
+
 }  // namespace
 }  // namespace ballast::node_manager

@@ -1,0 +1,40 @@
+#include "global_scheduler/idle_eviction.h"
+
+#include <tuple>
+
+namespace ballast::global_scheduler {
+
+std::optional<IdleVictim> ChooseIdleVictim(const std::vector<NodeInfo>& nodes,
+                                           const std::function<absl::Duration(const std::string&)>& idle,
+                                           absl::Duration threshold,
+                                           const std::set<std::string>& skip) {
+  std::optional<IdleVictim> best;
+  // Sort key: longer idle, larger weights, lower node id, lower name.
+  std::tuple<absl::Duration, int64_t> best_key;
+  for (const auto& n : nodes) {
+    if (!n.alive) continue;
+    for (const auto& m : n.models) {
+      if (m.state() != "READY" || skip.count(m.name())) continue;
+      const absl::Duration d = idle(m.name());
+      if (d < threshold) continue;
+      const auto key = std::make_tuple(d, m.weight_bytes());
+      const bool better =
+          !best || key > best_key ||
+          (key == best_key && std::tie(n.node_id, m.name()) < std::tie(best->node_id, best->model));
+      if (better) {
+        best = IdleVictim{m.name(), n.node_id};
+        best_key = key;
+      }
+    }
+  }
+  return best;
+}
+
+bool HasWeightRoom(const NodeInfo& node, int64_t weight_bytes) {
+  int64_t memory = 0, weights = weight_bytes;
+  for (const auto& d : node.devices) memory += d.memory_total_bytes();
+  for (const auto& m : node.models) weights += m.weight_bytes();
+  return memory - weights > 0;
+}
+
+}  // namespace ballast::global_scheduler

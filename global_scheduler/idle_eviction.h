@@ -1,0 +1,42 @@
+// Idle eviction (Prism §6.1): when a model must be activated and no node
+// has room for its weights, the scheduler evicts a replica of a model that
+// has been idle (no request) for at least the threshold (default 45 s).
+//
+// Rule: among the READY replicas on live nodes, of models other than the
+// one being activated and not already being evicted, whose idle time is at
+// least `threshold`: the longest idle first; ties go to the larger weights
+// (frees more), then the lower node id, then the model name. One victim
+// per call: the control loop evicts, sees the room next tick, and loads.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "global_scheduler/cluster_state.h"
+
+namespace ballast::global_scheduler {
+
+struct IdleVictim {
+  std::string model;
+  std::string node_id;
+};
+
+// `idle(model)`: how long since the model's last request; `skip`: models
+// not to evict (the one activating, ones already leaving).
+std::optional<IdleVictim> ChooseIdleVictim(const std::vector<NodeInfo>& nodes,
+                                           const std::function<absl::Duration(const std::string&)>& idle,
+                                           absl::Duration threshold,
+                                           const std::set<std::string>& skip);
+
+// Whether `node` has room for `weight_bytes` more weights: its memory less
+// the weights of what it holds stays positive (KV is elastic and shrinks;
+// weights do not). Unknown sizes (0) count as fitting.
+bool HasWeightRoom(const NodeInfo& node, int64_t weight_bytes);
+
+}  // namespace ballast::global_scheduler
