@@ -38,6 +38,15 @@ constexpr size_t kCopyChunk = 64u << 20;
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<PinnedWeights>> PinnedWeights::Allocate(size_t bytes, ActType type) {
+  std::shared_ptr<PinnedWeights> img(new PinnedWeights());
+  img->type_ = type;
+  BALLAST_CUDA_RETURN(cudaHostAlloc(reinterpret_cast<void**>(&img->data_), bytes, cudaHostAllocDefault),
+                      "pinned host copy of the weights");
+  img->bytes_ = bytes;
+  return img;
+}
+
 PinnedWeights::~PinnedWeights() {
   if (data_) cudaFreeHost(data_);
 }
@@ -209,11 +218,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::LoadFromHost(
 }
 
 absl::StatusOr<std::shared_ptr<PinnedWeights>> DeviceWeights::SaveToHost() const {
-  std::shared_ptr<PinnedWeights> img(new PinnedWeights());
-  img->type_ = type_;
-  BALLAST_CUDA_RETURN(cudaHostAlloc(reinterpret_cast<void**>(&img->data_), bytes_, cudaHostAllocDefault),
-                      "pinned host copy of the weights");
-  img->bytes_ = bytes_;
+  auto alloc = PinnedWeights::Allocate(bytes_, type_);
+  if (!alloc.ok()) return alloc.status();
+  std::shared_ptr<PinnedWeights> img = std::move(*alloc);
   cudaStream_t s = nullptr;
   BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "copy stream");
   cudaError_t e = cudaMemcpyAsync(img->data_, base_, bytes_, cudaMemcpyDeviceToHost, s);

@@ -48,7 +48,11 @@ struct WeightDest {
 // A device weight image in pinned host memory (engine::HostWeights).
 class PinnedWeights final : public HostWeights {
  public:
+  // Uninitialised pinned memory for an image of `bytes` (benchmarks fill
+  // it themselves; serving gets images from SaveToHost).
+  static absl::StatusOr<std::shared_ptr<PinnedWeights>> Allocate(size_t bytes, ActType type);
   ~PinnedWeights() override;
+  uint8_t* mutable_data() { return data_; }
   int64_t bytes() const override { return static_cast<int64_t>(bytes_); }
   ActType type() const { return type_; }
   const uint8_t* data() const { return data_; }
