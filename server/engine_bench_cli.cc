@@ -20,6 +20,7 @@ struct EngineBenchCli::State {
   CLI::App* cmd = nullptr;
   engine::GpuActivationBenchOptions act;
   std::string act_out;
+  int act_page_mib = 64;
   CLI::App* act_cmd = nullptr;
 };
 
@@ -61,6 +62,8 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   a->add_option("--device", s_->act.device)->capture_default_str();
   a->add_option("--runs", s_->act.runs)->capture_default_str();
   a->add_option("--copy-streams", s_->act.copy_streams)->capture_default_str();
+  a->add_option("--page-mib", s_->act_page_mib, "VMM page size the weights are mapped in")
+      ->capture_default_str();
   a->add_option("--out", s_->act_out, "write the JSON result here");
 }
 
@@ -68,6 +71,12 @@ EngineBenchCli::~EngineBenchCli() = default;
 
 bool EngineBenchCli::RunParsed(int* rc) {
   if (s_->act_cmd->parsed()) {
+    if (s_->act_page_mib <= 0 || s_->act_page_mib % 2 != 0) {
+      std::cerr << "error: --page-mib must be a positive multiple of 2\n";
+      *rc = 2;
+      return true;
+    }
+    s_->act.page_bytes = static_cast<size_t>(s_->act_page_mib) << 20;
     auto r = engine::RunGpuActivationBench(s_->act);
     if (!r.ok()) {
       std::cerr << "error: " << r.status().message() << "\n";

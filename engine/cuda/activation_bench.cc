@@ -68,7 +68,7 @@ absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOption
   std::memset((*img)->mutable_data(), 0x3c, static_cast<size_t>(bytes));
   std::shared_ptr<const HostWeights> host = *img;
 
-  constexpr size_t kPage = 2u << 20;
+  const size_t kPage = o.page_bytes;
   const size_t mapped = (static_cast<size_t>(bytes) + kPage - 1) / kPage * kPage;
   auto pool = memory::CudaPagePool::Create(o.device, kPage, static_cast<int64_t>(mapped));
   if (!pool.ok()) return pool.status();
@@ -134,6 +134,7 @@ absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOption
   j["h2d_bytes_per_s"] = *bw;
   j["pcie_bound_ms"] = bound_ms;
   j["copy_streams"] = o.copy_streams;
+  j["page_bytes"] = o.page_bytes;
   j["runs"] = runs;
   j["best_total_ms"] = best;
   j["ratio_to_bound"] = best / bound_ms;
