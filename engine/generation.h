@@ -37,6 +37,11 @@ struct GenerationRequest {
   GenerationParams params;
   int priority = 0;
   absl::Time arrival = absl::InfinitePast();  // InfinitePast: set on Submit
+  // TTFT SLO (ms); 0: none (the device's arbitration then uses its default).
+  double ttft_slo_ms = 0;
+  // Fail with RESOURCE_EXHAUSTED, rather than serve late, when arbitration
+  // finds the TTFT SLO cannot be met.
+  bool reject_if_slo_unmet = false;
 };
 
 enum class FinishReason { kLength, kEos, kStop, kContext };

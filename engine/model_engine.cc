@@ -383,6 +383,37 @@ bool ModelEngine::ReserveOrReclaim(Sequence* seq, int tokens, bool may_preempt) 
   }
 }
 
+std::vector<QueuedRequest> ModelEngine::Queued() {
+  DrainInbox();
+  std::vector<QueuedRequest> out;
+  out.reserve(waiting_.size());
+  for (const auto& s : waiting_) {
+    out.push_back({s->req.id, s->req.arrival, s->req.ttft_slo_ms, s->req.reject_if_slo_unmet,
+                   static_cast<int>(s->tokens.size()) - s->num_computed, s->admitted_once});
+  }
+  return out;
+}
+
+void ModelEngine::SetAdmissionOrder(const absl::flat_hash_map<std::string, int>& rank) {
+  auto key = [&](const std::unique_ptr<Sequence>& s) {
+    if (s->admitted_once) return std::pair<int, int>(0, 0);
+    auto it = rank.find(s->req.id);
+    return std::pair<int, int>(1, it == rank.end() ? INT32_MAX : it->second);
+  };
+  std::stable_sort(waiting_.begin(), waiting_.end(),
+                   [&](const auto& a, const auto& b) { return key(a) < key(b); });
+}
+
+void ModelEngine::RejectWaiting(const std::string& id, const absl::Status& why) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->req.id != id) continue;
+    auto s = std::move(*it);
+    waiting_.erase(it);
+    Fail(std::move(s), why);
+    return;
+  }
+}
+
 bool ModelEngine::Step() {
   DrainInbox();
   if (running_.empty() && waiting_.empty()) {
@@ -423,6 +454,10 @@ bool ModelEngine::Step() {
   if (plan.empty()) {
     PublishStats();
     return false;
+  }
+  last_prefill_tokens_ = 0;
+  for (const Sequence* s : plan) {
+    if (s->num_computed < s->prompt_len) last_prefill_tokens_ += s->take;
   }
   // 3. Forward.
   std::vector<SequenceChunk> chunks;

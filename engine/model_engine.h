@@ -91,6 +91,16 @@ struct ModelEngineOptions {
   int max_context = 0;
 };
 
+// A request waiting for admission, as the device's arbitration sees it.
+struct QueuedRequest {
+  std::string id;
+  absl::Time arrival;
+  double ttft_slo_ms = 0;
+  bool reject_if_slo_unmet = false;
+  int tokens_left = 0;     // prompt tokens still to prefill
+  bool preempted = false;  // was running; always re-admitted first
+};
+
 struct EngineStats {
   int waiting = 0;
   int running = 0;
@@ -162,6 +172,17 @@ class ModelEngine {
 
   EngineStats stats() const;
 
+  // Device-wide arbitration hooks. REQUIRES: the thread that calls Step.
+  // The waiting requests (the inbox drained first).
+  std::vector<QueuedRequest> Queued();
+  // Admission order for the waiting requests: ascending rank; preempted
+  // sequences stay first, requests without a rank go last (arrival order).
+  void SetAdmissionOrder(const absl::flat_hash_map<std::string, int>& rank);
+  // Fails a waiting request with `why` (arbitration's SLO rejection).
+  void RejectWaiting(const std::string& id, const absl::Status& why);
+  // Prompt tokens the last Step computed (prefill chunks, not decodes).
+  int last_step_prefill_tokens() const { return last_prefill_tokens_; }
+
  private:
   struct Sequence;
   struct CachedSession {
@@ -206,6 +227,7 @@ class ModelEngine {
   int64_t preemptions_ = 0;
   int64_t tokens_generated_ = 0;
   int64_t steps_ = 0;
+  int last_prefill_tokens_ = 0;
 };
 
 }  // namespace ballast::engine

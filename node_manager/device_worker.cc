@@ -11,9 +11,11 @@
 namespace ballast::node_manager {
 
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
-    std::string name, int64_t memory_bytes, const DeviceMemoryOptions& memory) {
+    std::string name, int64_t memory_bytes, const DeviceMemoryOptions& memory,
+    const DeviceArbitrationOptions& arbitration) {
   std::unique_ptr<DeviceWorker> w(new DeviceWorker(std::move(name), memory_bytes));
   w->gpu_ = memory.gpu;
+  w->arbitration_ = arbitration;
   if (memory.elastic) {
     absl::StatusOr<std::shared_ptr<memory::PagePool>> pool =
         memory.gpu >= 0 ? engine::CreateGpuPagePool(memory.gpu, memory.page_bytes, memory_bytes)
@@ -202,6 +204,82 @@ DeviceUsage DeviceWorker::Usage() const {
   return u;
 }
 
+ArbitrationStats DeviceWorker::arbitration_stats() const {
+  absl::MutexLock lock(&mu_);
+  return arb_stats_;
+}
+
+std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Arbitrate(
+    std::vector<std::shared_ptr<engine::ModelEngine>> engines) {
+  // Times are seconds relative to now: deadline = arrival + TTFT SLO,
+  // cost = the model's predicted prefill time for the tokens left.
+  const absl::Time now = absl::Now();
+  std::vector<PendingRequest> reqs;
+  std::vector<std::pair<size_t, std::string>> owner;  // request id -> (engine, request)
+  std::vector<bool> rejectable;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    if (!engines[i]->HasWork()) continue;
+    const PrefillCostModel& cost = costs_.try_emplace(engines[i]->name()).first->second;
+    for (const engine::QueuedRequest& q : engines[i]->Queued()) {
+      if (q.preempted) continue;  // re-admitted first regardless
+      PendingRequest p;
+      p.id = reqs.size();
+      p.arrival_s = absl::ToDoubleSeconds(q.arrival - now);
+      p.deadline_s = p.arrival_s + (q.ttft_slo_ms > 0 ? q.ttft_slo_ms : arbitration_.default_ttft_ms) / 1e3;
+      p.cost_s = cost.PredictMs(q.tokens_left) / 1e3;
+      p.tokens = q.tokens_left;
+      reqs.push_back(p);
+      owner.emplace_back(i, q.id);
+      rejectable.push_back(q.reject_if_slo_unmet);
+    }
+  }
+  if (reqs.empty()) return engines;
+  const absl::Time t0 = absl::Now();
+  const node_manager::Arbitration a =
+      node_manager::Arbitrate(arbitration_.policy, reqs, 0.0, arbitration_.batch);
+  const double decision_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
+  std::vector<absl::flat_hash_map<std::string, int>> ranks(engines.size());
+  std::vector<int> first(engines.size(), INT32_MAX);
+  double t = 0;
+  int late = 0, rejected = 0;
+  for (size_t pos = 0; pos < a.order.size(); ++pos) {
+    const uint64_t id = a.order[pos];
+    const auto& [e, rid] = owner[id];
+    // Served back to back in this order, does it start prefilling late?
+    t += reqs[id].cost_s;
+    const bool on_time = t <= reqs[id].deadline_s;
+    if (!on_time && rejectable[id]) {
+      t -= reqs[id].cost_s;  // it will not take device time
+      engines[e]->RejectWaiting(rid, absl::ResourceExhaustedError(absl::StrCat(
+          "TTFT SLO cannot be met on device ", name_, ": about ",
+          static_cast<int>(std::max(0.0, t + reqs[id].cost_s - reqs[id].arrival_s) * 1e3),
+          " ms expected before the first token (the request asked to be rejected rather than served late)")));
+      ++rejected;
+      continue;
+    }
+    late += !on_time;
+    ranks[e][rid] = static_cast<int>(pos);
+    first[e] = std::min(first[e], static_cast<int>(pos));
+  }
+  for (size_t i = 0; i < engines.size(); ++i) {
+    if (!ranks[i].empty()) engines[i]->SetAdmissionOrder(ranks[i]);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++arb_stats_.decisions;
+    arb_stats_.rejected += rejected;
+    arb_stats_.expected_late = late;
+    arb_stats_.last_decision_us = decision_us;
+  }
+  // The engine holding the first request in the order steps first.
+  std::vector<size_t> idx(engines.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return first[x] < first[y]; });
+  std::vector<std::shared_ptr<engine::ModelEngine>> out;
+  for (size_t i : idx) out.push_back(std::move(engines[i]));
+  return out;
+}
+
 void DeviceWorker::Loop() {
   while (true) {
     std::vector<std::shared_ptr<engine::ModelEngine>> engines, retiring;
@@ -223,8 +301,14 @@ void DeviceWorker::Loop() {
     }
     retiring.clear();
     bool did = false;
-    for (auto& e : engines) {
-      if (e->HasWork()) did |= e->Step();
+    for (auto& e : Arbitrate(std::move(engines))) {
+      if (!e->HasWork()) continue;
+      const absl::Time t0 = absl::Now();
+      did |= e->Step();
+      if (e->last_step_prefill_tokens() > 0) {
+        auto it = costs_.try_emplace(e->name()).first;
+        it->second.Record(e->last_step_prefill_tokens(), absl::ToDoubleMilliseconds(absl::Now() - t0));
+      }
     }
     if (!did) {
       if (balloon_) balloon_->arena()->Replenish();  // idle: get the next slabs ready

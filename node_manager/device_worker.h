@@ -8,6 +8,17 @@
 // reserves weight pages through ReserveWeights, which reclaims KV on the
 // step thread, then adds the engine built over those pages.
 //
+// Arbitration (Prism §6.2, FineServe §6.3): the device has one queue
+// shared by all its models. Before every pass the worker collects every
+// engine's waiting requests, estimates each one's prefill time with its
+// model's PrefillCostModel (fitted from this device's measured steps),
+// and orders them with the configured policy (arbitration.h). Engines
+// admit in that order, and the engine holding the first request steps
+// first. Running sequences keep decoding every pass, so admission never
+// starves decodes; preempted sequences are re-admitted first. A request
+// expected to miss its TTFT deadline is still served (late) unless it
+// asked for rejection, when it fails with RESOURCE_EXHAUSTED.
+//
 // Removing a model hands its engine to the step thread, which fails the
 // engine's outstanding requests (UNAVAILABLE) before dropping it, so no
 // request waits forever and no engine is touched by two threads.
@@ -28,6 +39,8 @@
 #include "engine/model_engine.h"
 #include "memory/balloon.h"
 #include "memory/kv_arena.h"
+#include "node_manager/arbitration.h"
+#include "node_manager/prefill_cost_model.h"
 
 namespace ballast::node_manager {
 
@@ -63,12 +76,26 @@ struct DeviceMemoryOptions {
   int gpu = -1;
 };
 
+struct DeviceArbitrationOptions {
+  ArbitrationPolicy policy = ArbitrationPolicy::kMooreHodgson;
+  // Deadline of requests that carry no TTFT SLO. Default 5 s.
+  double default_ttft_ms = 5000;
+  BatchLimits batch;  // fineserve_batch's batch caps
+};
+
+struct ArbitrationStats {
+  int64_t decisions = 0;         // passes that ordered a non-empty queue
+  int64_t rejected = 0;          // requests refused for an unmeetable SLO
+  int64_t expected_late = 0;     // in the last decision
+  double last_decision_us = 0;   // time the last decision took
+};
+
 class DeviceWorker {
  public:
   // Fails only if the elastic arena cannot be reserved.
-  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Create(std::string name,
-                                                              int64_t memory_bytes,
-                                                              const DeviceMemoryOptions& memory);
+  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Create(
+      std::string name, int64_t memory_bytes, const DeviceMemoryOptions& memory,
+      const DeviceArbitrationOptions& arbitration = {});
   ~DeviceWorker();
 
   const std::string& name() const { return name_; }
@@ -98,6 +125,7 @@ class DeviceWorker {
   std::shared_ptr<engine::ModelEngine> Find(const std::string& model) const;
   std::vector<std::shared_ptr<engine::ModelEngine>> Engines() const;
   DeviceUsage Usage() const;
+  ArbitrationStats arbitration_stats() const;
   void Stop();
 
  private:
@@ -106,6 +134,10 @@ class DeviceWorker {
   // Runs `fn` on the step thread between steps and waits for it.
   absl::Status RunOnStepThread(std::function<absl::Status()> fn);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
+  // One arbitration decision over the engines' queues; returns the engines
+  // in stepping order. Step thread only.
+  std::vector<std::shared_ptr<engine::ModelEngine>> Arbitrate(
+      std::vector<std::shared_ptr<engine::ModelEngine>> engines);
 
   const std::string name_;
   const int64_t memory_bytes_;
@@ -120,6 +152,9 @@ class DeviceWorker {
   // Work for the step thread; called with false if the worker stops first.
   std::vector<std::function<void(bool run)>> tasks_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
+  DeviceArbitrationOptions arbitration_;
+  std::map<std::string, PrefillCostModel> costs_;  // per model; step thread only
+  ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ballast::node_manager

@@ -35,6 +35,12 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
         "engine.backend cuda: this ballast was built without CUDA; use backend cpu");
   }
   std::unique_ptr<NodeManager> n(new NodeManager(options));
+  DeviceArbitrationOptions arb;
+  {
+    auto policy = ParseArbitrationPolicy(options.arbitration_policy);
+    if (!policy.ok()) return policy.status();
+    arb.policy = *policy;
+  }
   DeviceMemoryOptions mem;
   mem.elastic = options.memory_mode == "elastic";
   mem.slab_bytes = options.slab_bytes;
@@ -55,7 +61,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
       }
       mem.gpu = ordinal;
     }
-    auto w = DeviceWorker::Create(d.name, d.memory_bytes, mem);
+    auto w = DeviceWorker::Create(d.name, d.memory_bytes, mem, arb);
     if (!w.ok()) return w.status();
     n->devices_.push_back(std::move(*w));
   }
@@ -298,6 +304,8 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   g.params.stop.assign(s.stop().begin(), s.stop().end());
   g.params.ignore_eos = s.ignore_eos();
   g.arrival = absl::Now() - absl::Milliseconds(req.scheduler_ms());
+  g.ttft_slo_ms = req.slo().ttft_ms();
+  g.reject_if_slo_unmet = req.reject_if_slo_unmet();
   if (auto st = a.engine->Submit(std::move(g), sink); !st.ok()) return st;
   return a;
 }

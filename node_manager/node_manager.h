@@ -54,6 +54,10 @@ struct NodeOptions {
   // activation copies them instead of reading the checkpoint; least
   // recently used copies are dropped first. 0 keeps none. Default 16 GiB.
   int64_t host_weight_cache_bytes = 16ll << 30;
+  // Order of each device's shared request queue: moore_hodgson (Prism
+  // §6.2), fineserve_batch (FineServe §6.3), edf or fcfs (arbitration.h).
+  // Default moore_hodgson.
+  std::string arbitration_policy = "moore_hodgson";
   // Longest a draining eviction waits for in-flight requests. Default 10 min.
   absl::Duration drain_timeout = absl::Minutes(10);
   std::string node_id = "node-0";

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/gpu_backend.h"
+#include "node_manager/arbitration.h"
 #include "yaml-cpp/yaml.h"
 
 namespace ballast::server {
@@ -186,6 +187,15 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     }
     if (slab_mib <= 0 || slab_mib % 2 != 0) return ms.Error("node.memory.slab_mib", "must be a positive multiple of 2");
     o.slab_bytes = static_cast<size_t>(slab_mib) << 20;
+  }
+  if (YAML::Node a = s.Child("arbitration")) {
+    Section as(a, "node.arbitration", file);
+    RETURN_IF_ERROR(as.Check());
+    RETURN_IF_ERROR(as.Get("policy", &o.arbitration_policy));
+    RETURN_IF_ERROR(as.Finish());
+    if (auto p = node_manager::ParseArbitrationPolicy(o.arbitration_policy); !p.ok()) {
+      return as.Error("node.arbitration.policy", std::string(p.status().message()));
+    }
   }
   if (YAML::Node e = s.Child("engine")) {
     Section es(e, "node.engine", file);

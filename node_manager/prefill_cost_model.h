@@ -1,0 +1,39 @@
+// PrefillCostModel: a model's prefill time as a function of prompt tokens,
+// fitted from the device's measured steps, for arbitration's TTFT
+// estimates (Prism §6.2 and FineServe §6.3 both need a per-model cost).
+//
+// Model: ms(tokens) = a + b * tokens, by ordinary least squares over the
+// last `window` steps that computed prefill tokens (a step that also
+// carried decodes counts whole: that is the time the queue waits). Until
+// it has 4 samples spanning at least two token counts it uses the prior
+// b = prior_ms_per_token, a = 0; the fit is clamped to b >= 0 and a >= 0.
+//
+// Thread-safety: not thread-safe; the device's step thread owns it.
+#pragma once
+
+#include <deque>
+#include <utility>
+
+namespace ballast::node_manager {
+
+class PrefillCostModel {
+ public:
+  explicit PrefillCostModel(double prior_ms_per_token = 0.05, int window = 64)
+      : prior_(prior_ms_per_token), window_(window) {}
+
+  void Record(int tokens, double ms);
+  // Estimated milliseconds to prefill `tokens` tokens.
+  double PredictMs(int tokens) const;
+  double intercept_ms() const { return a_; }
+  double ms_per_token() const { return b_; }
+  int samples() const { return static_cast<int>(samples_.size()); }
+
+ private:
+  void Fit();
+  const double prior_;
+  const int window_;
+  std::deque<std::pair<int, double>> samples_;
+  double a_ = 0, b_ = prior_;
+};
+
+}  // namespace ballast::node_manager

@@ -1,0 +1,152 @@
+// The device's shared queue: admission follows the arbitration policy
+// across the device's models, the prefill cost model fits measured steps,
+// and a request that cannot meet its TTFT SLO is served late unless it
+// asked to be rejected.
+#include <atomic>
+
+#include "absl/synchronization/mutex.h"
+#include "engine/model_engine.h"
+#include "gtest/gtest.h"
+#include "node_manager/device_worker.h"
+#include "tests/unit/engine/test_util.h"
+
+namespace ballast::node_manager {
+namespace {
+
+using engine::GenerationRequest;
+using engine::GenerationResult;
+using engine::ModelEngine;
+using engine::ModelEngineOptions;
+
+// Records the order requests finish in.
+struct Order {
+  absl::Mutex mu;
+  std::vector<std::string> ids;
+};
+
+struct Sink : engine::GenerationSink {
+  Sink(std::string id, Order* order) : id(std::move(id)), order(order) {}
+  void OnToken(int, const std::string&) override {}
+  void OnDone(absl::StatusOr<GenerationResult> r) override {
+    absl::MutexLock lock(&order->mu);
+    result = std::move(r);
+    order->ids.push_back(id);
+    done = true;
+  }
+  std::string id;
+  Order* order;
+  bool done = false;
+  absl::StatusOr<GenerationResult> result = absl::UnknownError("not done");
+};
+
+GenerationRequest Req(const std::string& id, int prompt, double ttft_ms, bool reject = false) {
+  GenerationRequest r;
+  r.id = id;
+  r.prompt = {engine::ByteTokenizer::kBos};
+  for (int i = 1; i < prompt; ++i) r.prompt.push_back(32 + i % 90);
+  r.params.max_tokens = 4;
+  r.params.ignore_eos = true;
+  r.ttft_slo_ms = ttft_ms;
+  r.reject_if_slo_unmet = reject;
+  r.arrival = absl::Now();
+  return r;
+}
+
+bool WaitAll(Order* o, size_t n) {
+  const absl::Time end = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < end) {
+    {
+      absl::MutexLock lock(&o->mu);
+      if (o->ids.size() >= n) return true;
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return false;
+}
+
+std::shared_ptr<ModelEngine> Engine(const std::string& name, const std::string& path,
+                                    DeviceWorker* w) {
+  ModelEngineOptions o;
+  o.name = name;
+  o.path = path;
+  o.max_seqs = 1;  // one at a time: completion order = admission order
+  o.kv_arena = w->arena();
+  return std::shared_ptr<ModelEngine>(std::move(*ModelEngine::Create(o, [w] { w->Wake(); })));
+}
+
+std::unique_ptr<DeviceWorker> Worker(ArbitrationPolicy policy) {
+  DeviceMemoryOptions mem;
+  mem.page_bytes = 64 << 10;
+  DeviceArbitrationOptions arb;
+  arb.policy = policy;
+  return std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+}
+
+TEST(DeviceArbitration, AdmissionFollowsDeadlinesNotArrival) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  for (auto policy : {ArbitrationPolicy::kMooreHodgson, ArbitrationPolicy::kEdf,
+                      ArbitrationPolicy::kFcfs}) {
+    auto w = Worker(policy);
+    auto e = Engine("a", path, w.get());
+    Order order;
+    std::vector<std::unique_ptr<Sink>> sinks;
+    // Queued before the engine joins the device, so one decision sees all.
+    const std::vector<std::pair<std::string, double>> reqs = {
+        {"late-deadline", 60000}, {"urgent", 2000}, {"middle", 20000}};
+    for (const auto& [id, ttft] : reqs) {
+      sinks.push_back(std::make_unique<Sink>(id, &order));
+      ASSERT_TRUE(e->Submit(Req(id, 20, ttft), sinks.back().get()).ok());
+    }
+    ASSERT_TRUE(w->Add(e).ok());
+    ASSERT_TRUE(WaitAll(&order, 3));
+    const std::vector<std::string> want =
+        policy == ArbitrationPolicy::kFcfs
+            ? std::vector<std::string>{"late-deadline", "urgent", "middle"}
+            : std::vector<std::string>{"urgent", "middle", "late-deadline"};
+    EXPECT_EQ(order.ids, want) << static_cast<int>(policy);
+    EXPECT_GT(w->arbitration_stats().decisions, 0);
+    w->Stop();
+  }
+}
+
+TEST(DeviceArbitration, UnmeetableSloIsServedLateUnlessRejectionWasAsked) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  auto w = Worker(ArbitrationPolicy::kMooreHodgson);
+  auto e = Engine("a", path, w.get());
+  Order order;
+  // A 0.01 ms TTFT SLO cannot be met by any prefill estimate.
+  Sink late("late", &order), reject("reject", &order);
+  ASSERT_TRUE(e->Submit(Req("late", 50, 0.01), &late).ok());
+  ASSERT_TRUE(e->Submit(Req("reject", 50, 0.01, /*reject=*/true), &reject).ok());
+  ASSERT_TRUE(w->Add(e).ok());
+  ASSERT_TRUE(WaitAll(&order, 2));
+  ASSERT_TRUE(late.result.ok()) << late.result.status();
+  EXPECT_EQ(late.result->output_tokens.size(), 4u);
+  EXPECT_EQ(reject.result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(reject.result.status().message().find("TTFT SLO"), std::string::npos);
+  EXPECT_EQ(w->arbitration_stats().rejected, 1);
+  w->Stop();
+}
+
+TEST(PrefillCostModel, FitsMeasuredStepsAndStartsFromThePrior) {
+  PrefillCostModel m(/*prior_ms_per_token=*/0.1);
+  EXPECT_DOUBLE_EQ(m.PredictMs(100), 10.0);  // prior
+  for (int t : {16, 64, 128, 256, 512}) m.Record(t, 2.0 + 0.03 * t);
+  EXPECT_NEAR(m.intercept_ms(), 2.0, 1e-9);
+  EXPECT_NEAR(m.ms_per_token(), 0.03, 1e-12);
+  EXPECT_NEAR(m.PredictMs(1000), 32.0, 1e-9);
+  // One token count only: proportional, never negative.
+  PrefillCostModel one;
+  for (int i = 0; i < 5; ++i) one.Record(100, 5.0);
+  EXPECT_NEAR(one.PredictMs(200), 10.0, 1e-9);
+  // A window forgets old samples.
+  PrefillCostModel w(0.1, /*window=*/4);
+  for (int t : {10, 20, 30, 40}) w.Record(t, 100.0 + t);
+  for (int t : {10, 20, 30, 40}) w.Record(t, 1.0 * t);
+  EXPECT_NEAR(w.PredictMs(50), 50.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace ballast::node_manager
