@@ -94,6 +94,12 @@ void Scheduler::ControlTick() {
                  absl::FormatDuration(options_.heartbeat_timeout));
     sessions_.ForgetNode(id);
   }
+  AdvanceMigrations();
+  if (options_.placement_policy == "kvpr" && options_.rebalance_interval > absl::ZeroDuration() &&
+      clock_() - last_rebalance_ >= options_.rebalance_interval) {
+    last_rebalance_ = clock_();
+    Rebalance(last_rebalance_);
+  }
   // A working copy: loads started in this tick count against their node, so
   // several models registered at once spread over the nodes.
   auto nodes = cluster_.Snapshot();
@@ -365,6 +371,113 @@ absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
 absl::Status Scheduler::UnregisterModel(const std::string& name) {
   stats_.Forget(name);
   return registry_.Remove(name);  // the control loop evicts its replicas
+}
+
+absl::Status Scheduler::MigrateModel(const std::string& model, const std::string& from_node,
+                                     const std::string& to_node) {
+  auto m = registry_.Get(model);
+  if (!m) return absl::NotFoundError(absl::StrCat("model \"", model, "\" is not registered"));
+  if (!cluster_.IsAlive(to_node)) {
+    return absl::NotFoundError(absl::StrCat("node \"", to_node, "\" is not a live node"));
+  }
+  const auto holders = cluster_.NodesWithModel(model);  // READY replicas
+  if (std::find(holders.begin(), holders.end(), from_node) == holders.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", model, " is not READY on node \"", from_node, "\""));
+  }
+  for (const auto& n : cluster_.Snapshot()) {
+    if (n.node_id != to_node) continue;
+    for (const auto& r : n.models) {
+      if (r.name() == model) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("model ", model, " is already on node ", to_node));
+      }
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (migrations_.count(model)) {
+      return absl::FailedPreconditionError(absl::StrCat("model ", model, " is already moving"));
+    }
+    migrations_[model] = Migration{from_node, to_node};
+  }
+  spdlog::info("migrating model {} from node {} to node {}", model, from_node, to_node);
+  StartLoad(m->spec, to_node);  // the source keeps serving meanwhile
+  return absl::OkStatus();
+}
+
+void Scheduler::AdvanceMigrations() {
+  std::map<std::string, Migration> moves;
+  {
+    absl::MutexLock lock(&mu_);
+    moves = migrations_;
+  }
+  for (const auto& [model, mv] : moves) {
+    const auto ready = cluster_.NodesWithModel(model);
+    bool done = false;
+    if (std::find(ready.begin(), ready.end(), mv.to) != ready.end()) {
+      // The target serves: drain the source; its in-flight requests finish
+      // there, new ones go to the target.
+      spdlog::info("model {} is READY on node {}: draining node {}", model, mv.to, mv.from);
+      StartEvict(model, mv.from, /*drain=*/true);
+      done = true;
+    } else {
+      // The load ended (StartLoad keeps it pending until then) without a
+      // READY replica: it failed; give the move up, the source stays.
+      absl::MutexLock lock(&mu_);
+      done = !pending_.count({model, mv.to});
+      if (done) spdlog::warn("migration of {} to node {} failed; it stays on {}", model, mv.to, mv.from);
+    }
+    if (done) {
+      absl::MutexLock lock(&mu_);
+      migrations_.erase(model);
+    }
+  }
+}
+
+void Scheduler::Rebalance(absl::Time now) {
+  // Whole-catalogue KVPR placement over the live nodes (Prism Algorithm 1,
+  // kvpr.h); single-replica models that are READY somewhere take part.
+  const auto nodes = cluster_.Snapshot();
+  std::vector<DeviceCapacity> devices;
+  std::map<std::string, int> index;
+  for (const auto& n : nodes) {
+    if (!n.alive) continue;
+    DeviceCapacity d;
+    d.name = n.node_id;
+    for (const auto& dev : n.devices) d.memory_bytes += dev.memory_total_bytes();
+    index[n.node_id] = static_cast<int>(devices.size());
+    devices.push_back(d);
+  }
+  std::vector<ModelDemand> models;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!migrations_.empty()) return;  // one move at a time
+  }
+  for (const ModelStatus& m : registry_.List()) {
+    if (m.spec.replicas != 1 || m.weight_bytes <= 0) continue;
+    const auto ready = cluster_.NodesWithModel(m.spec.name);
+    if (ready.size() != 1 || !index.count(ready[0])) continue;
+    models.push_back({m.spec.name, Demand(m.spec.name), m.weight_bytes, index[ready[0]]});
+  }
+  if (models.size() < 2 || devices.size() < 2) return;
+  const KvprPlacement plan = PlaceKvpr(models, devices, options_.migration_threshold);
+  for (size_t i = 0; i < models.size(); ++i) {
+    const int to = plan.device_of[i];
+    if (to < 0 || to == models[i].current_device) continue;
+    spdlog::info("KVPR rebalance: max KVPR {:.3g} -> {:.3g} by moving {}",
+                 MaxKvpr(models, devices, [&] {
+                   std::vector<int> cur;
+                   for (const auto& m : models) cur.push_back(m.current_device);
+                   return cur;
+                 }()),
+                 plan.max_kvpr, models[i].name);
+    auto st = MigrateModel(models[i].name, devices[models[i].current_device].name, devices[to].name);
+    if (!st.ok()) {
+      spdlog::warn("KVPR rebalance of {} not started: {}", models[i].name, std::string(st.message()));
+    }
+    break;  // one move per rebalance
+  }
 }
 
 double Scheduler::Demand(const std::string& model) const {

@@ -46,6 +46,14 @@ struct SchedulerOptions {
   absl::Duration load_retry = absl::Seconds(10);
   // Deadline of one LoadModel call. Default 300 s.
   absl::Duration load_timeout = absl::Seconds(300);
+  // KVPR rebalancing (placement_policy kvpr only): every interval the
+  // whole catalogue is re-placed with Prism's Algorithm 1 (kvpr.h) from the
+  // windowed statistics, and at most one single-replica model whose device
+  // changes is migrated (MigrateModel). Zero: never. Default 30 s.
+  absl::Duration rebalance_interval = absl::Seconds(30);
+  // Algorithm 1's threshold: move only if the KVPR improves by more than
+  // this fraction. Default 0.2.
+  double migration_threshold = 0.2;
   // SLOs used when neither the request nor the model sets one.
   uint32_t default_ttft_ms = 5000;
   uint32_t default_tpot_ms = 500;
@@ -88,6 +96,11 @@ class Scheduler {
   // Admin.
   absl::Status RegisterModel(const ModelSpec& spec);
   absl::Status UnregisterModel(const std::string& name);
+  // Starts moving `model` from `from_node` to `to_node` (Admin.MigrateModel).
+  // NOT_FOUND for an unknown model or node; FAILED_PRECONDITION if the
+  // model is not READY on from_node, already on to_node, or moving.
+  absl::Status MigrateModel(const std::string& model, const std::string& from_node,
+                            const std::string& to_node);
   v1::ClusterState GetClusterState() const;
   v1::ListModelsResponse ListModels() const;
   // A request of `model` finished: feeds the sliding-window statistics
@@ -121,6 +134,11 @@ class Scheduler {
                              const std::string& model, int64_t weight_bytes);
   // `drain`: the node lets in-flight requests finish first (DRAINING).
   void StartEvict(const std::string& model, const std::string& node_id, bool drain = false);
+  // Migrations under way: when the target is READY, drain the source.
+  // REQUIRES: called from the control loop.
+  void AdvanceMigrations();
+  // The KVPR rebalancer's tick (see rebalance_interval).
+  void Rebalance(absl::Time now);
   // Wakes the control loop now (a request waits for an activation).
   void Kick();
   void RunAsync(std::function<void()> fn);
@@ -144,6 +162,11 @@ class Scheduler {
   std::set<std::pair<std::string, std::string>> pending_ ABSL_GUARDED_BY(mu_);  // (model, node)
   // model waiting for room -> the idle model being evicted for it
   std::map<std::string, std::string> evicting_for_ ABSL_GUARDED_BY(mu_);
+  struct Migration {
+    std::string from, to;
+  };
+  std::map<std::string, Migration> migrations_ ABSL_GUARDED_BY(mu_);  // by model
+  absl::Time last_rebalance_ = absl::InfinitePast();  // control loop only
   struct Worker {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;

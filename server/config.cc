@@ -103,6 +103,12 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
     RETURN_IF_ERROR(s.Get("idle_evict_ms", &idle_ms));
     if (idle_ms < 0) return s.Error(s.Key("idle_evict_ms"), "must be >= 0 (0 never evicts idle models)");
     o.idle_evict_after = absl::Milliseconds(idle_ms);
+    int64_t rebalance_ms = absl::ToInt64Milliseconds(o.rebalance_interval);
+    RETURN_IF_ERROR(s.Get("rebalance_interval_ms", &rebalance_ms));
+    if (rebalance_ms < 0) return s.Error(s.Key("rebalance_interval_ms"), "must be >= 0 (0 never rebalances)");
+    o.rebalance_interval = absl::Milliseconds(rebalance_ms);
+    RETURN_IF_ERROR(s.Get("migration_threshold", &o.migration_threshold));
+    if (o.migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
   }
   RETURN_IF_ERROR(s.Get("placement_policy", &o.placement_policy));
   if (o.placement_policy != "most_free" && o.placement_policy != "kvpr" &&

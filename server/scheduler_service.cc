@@ -188,6 +188,11 @@ grpc::Status AdminService::RegisterModel(grpc::ServerContext*, const v1::Registe
   return ToGrpc(sched_->RegisterModel(spec));
 }
 
+grpc::Status AdminService::MigrateModel(grpc::ServerContext*, const v1::MigrateModelRequest* req,
+                                        v1::MigrateModelResponse*) {
+  return ToGrpc(sched_->MigrateModel(req->name(), req->from_node(), req->to_node()));
+}
+
 grpc::Status AdminService::UnregisterModel(grpc::ServerContext*,
                                            const v1::UnregisterModelRequest* req,
                                            v1::UnregisterModelResponse*) {

@@ -45,6 +45,8 @@ class AdminService final : public v1::Admin::Service {
                                v1::UnregisterModelResponse* resp) override;
   grpc::Status GetClusterState(grpc::ServerContext* ctx, const v1::GetClusterStateRequest* req,
                                v1::ClusterState* resp) override;
+  grpc::Status MigrateModel(grpc::ServerContext* ctx, const v1::MigrateModelRequest* req,
+                            v1::MigrateModelResponse* resp) override;
 
  private:
   global_scheduler::Scheduler* sched_;

@@ -164,6 +164,56 @@ TEST_F(ClusterTest, HealthAndMetricsEndpoints) {
             std::string::npos);
 }
 
+// Migration keeps the source serving until the target is READY, then
+// drains it: the request routed before the move finishes where it started,
+// the model ends on the target only, and it serves the same tokens there.
+// (That draining waits for requests still running is checked
+// deterministically by NodeManager's unit test; here the tiny model may
+// finish before the move begins.)
+TEST_F(ClusterTest, MigrationFinishesInFlightRequestsAtTheSource) {
+  const std::string from = NodeOf("alpha");
+  const std::string to = from == "n1" ? "n2" : "n1";
+  StreamResult long_run;
+  std::thread t([&] { long_run = Generate("alpha", "a long answer, please", 200); });
+  ASSERT_TRUE(WaitFor([&] {
+    const v1::ClusterState state = State();
+    for (const auto& n : state.nodes())
+      if (n.node_id() == from && n.inflight_requests() > 0) return true;
+    return false;
+  }, absl::Seconds(10)));
+  grpc::ClientContext ctx;
+  v1::MigrateModelRequest req;
+  req.set_name("alpha");
+  req.set_from_node(from);
+  req.set_to_node(to);
+  v1::MigrateModelResponse resp;
+  grpc::Status st = admin_->MigrateModel(&ctx, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  t.join();
+  ASSERT_TRUE(long_run.status.ok()) << long_run.status.error_message() << Logs();
+  EXPECT_EQ(long_run.ids.size(), 200u);
+  EXPECT_EQ(long_run.final.node_id(), from);  // finished where it started
+  ASSERT_TRUE(WaitFor([&] { return NodeOf("alpha") == to && ReadyReplicas("alpha") == 1; },
+                      absl::Seconds(20)))
+      << Logs();
+  const StreamResult after = Generate("alpha", "Hello", 24);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.final.node_id(), to);
+  EXPECT_EQ(after.ids, Reference("alpha", Bytes("Hello", true), 24));
+  // Bad moves get actionable errors.
+  for (const auto& [model, src, dst, code] :
+       {std::tuple{"nope", from, to, grpc::StatusCode::NOT_FOUND},
+        {"alpha", to, "n9", grpc::StatusCode::NOT_FOUND},
+        {"alpha", from, to, grpc::StatusCode::FAILED_PRECONDITION}}) {
+    grpc::ClientContext c;
+    v1::MigrateModelRequest r;
+    r.set_name(model);
+    r.set_from_node(src);
+    r.set_to_node(dst);
+    EXPECT_EQ(admin_->MigrateModel(&c, r, &resp).error_code(), code) << model << " " << src << " " << dst;
+  }
+}
+
 TEST_F(ClusterTest, KilledNodeIsDeclaredDeadAndTheOtherModelKeepsServing) {
   const std::string beta_node = NodeOf("beta");
   const std::string alpha_node = NodeOf("alpha");
