@@ -395,13 +395,20 @@ std::vector<QueuedRequest> ModelEngine::Queued() {
 }
 
 void ModelEngine::SetAdmissionOrder(const absl::flat_hash_map<std::string, int>& rank) {
-  auto key = [&](const std::unique_ptr<Sequence>& s) {
-    if (s->admitted_once) return std::pair<int, int>(0, 0);
+  // Keys once per sequence (not per comparison): preempted first, then rank.
+  std::vector<std::pair<std::pair<int, int>, std::unique_ptr<Sequence>>> keyed;
+  keyed.reserve(waiting_.size());
+  for (auto& s : waiting_) {
     auto it = rank.find(s->req.id);
-    return std::pair<int, int>(1, it == rank.end() ? INT32_MAX : it->second);
-  };
-  std::stable_sort(waiting_.begin(), waiting_.end(),
-                   [&](const auto& a, const auto& b) { return key(a) < key(b); });
+    const std::pair<int, int> key =
+        s->admitted_once ? std::pair<int, int>(0, 0)
+                         : std::pair<int, int>(1, it == rank.end() ? INT32_MAX : it->second);
+    keyed.emplace_back(key, std::move(s));
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  waiting_.clear();
+  for (auto& [key, s] : keyed) waiting_.push_back(std::move(s));
 }
 
 void ModelEngine::RejectWaiting(const std::string& id, const absl::Status& why) {
@@ -415,6 +422,7 @@ void ModelEngine::RejectWaiting(const std::string& id, const absl::Status& why) 
 }
 
 bool ModelEngine::Step() {
+  last_prefill_tokens_ = 0;  // also when this step does nothing
   DrainInbox();
   if (running_.empty() && waiting_.empty()) {
     PublishStats();
@@ -455,9 +463,11 @@ bool ModelEngine::Step() {
     PublishStats();
     return false;
   }
-  last_prefill_tokens_ = 0;
   for (const Sequence* s : plan) {
-    if (s->num_computed < s->prompt_len) last_prefill_tokens_ += s->take;
+    // Everything but a single decode token is prefill work (a prompt chunk,
+    // or a preempted sequence recomputing its KV).
+    const bool decode = s->take == 1 && s->num_computed + 1 == static_cast<int>(s->tokens.size());
+    if (!decode) last_prefill_tokens_ += s->take;
   }
   // 3. Forward.
   std::vector<SequenceChunk> chunks;
