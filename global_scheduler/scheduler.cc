@@ -98,7 +98,7 @@ void Scheduler::ControlTick() {
   if (options_.placement_policy == "kvpr" && options_.rebalance_interval > absl::ZeroDuration() &&
       clock_() - last_rebalance_ >= options_.rebalance_interval) {
     last_rebalance_ = clock_();
-    Rebalance(last_rebalance_);
+    Rebalance();
   }
   // A working copy: loads started in this tick count against their node, so
   // several models registered at once spread over the nodes.
@@ -435,7 +435,7 @@ void Scheduler::AdvanceMigrations() {
   }
 }
 
-void Scheduler::Rebalance(absl::Time now) {
+void Scheduler::Rebalance() {
   // Whole-catalogue KVPR placement over the live nodes (Prism Algorithm 1,
   // kvpr.h); single-replica models that are READY somewhere take part.
   const auto nodes = cluster_.Snapshot();

@@ -138,7 +138,7 @@ class Scheduler {
   // REQUIRES: called from the control loop.
   void AdvanceMigrations();
   // The KVPR rebalancer's tick (see rebalance_interval).
-  void Rebalance(absl::Time now);
+  void Rebalance();
   // Wakes the control loop now (a request waits for an activation).
   void Kick();
   void RunAsync(std::function<void()> fn);

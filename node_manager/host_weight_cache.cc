@@ -6,13 +6,7 @@ bool HostWeightCache::Put(const std::string& model, const std::string& path,
                           std::shared_ptr<const engine::HostWeights> weights) {
   const int64_t bytes = weights->bytes();
   absl::MutexLock lock(&mu_);
-  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-    if (it->model == model) {
-      stats_.bytes -= it->weights->bytes();
-      lru_.erase(it);
-      break;
-    }
-  }
+  EraseLocked(model);
   if (bytes > budget_) return false;
   while (stats_.bytes + bytes > budget_ && !lru_.empty()) {
     stats_.bytes -= lru_.back().weights->bytes();
@@ -48,6 +42,10 @@ bool HostWeightCache::Contains(const std::string& model, const std::string& path
 
 void HostWeightCache::Erase(const std::string& model) {
   absl::MutexLock lock(&mu_);
+  EraseLocked(model);
+}
+
+void HostWeightCache::EraseLocked(const std::string& model) {
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     if (it->model == model) {
       stats_.bytes -= it->weights->bytes();

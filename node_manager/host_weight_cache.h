@@ -51,6 +51,9 @@ class HostWeightCache {
     std::string model, path;
     std::shared_ptr<const engine::HostWeights> weights;
   };
+  // REQUIRES: mu_ held.
+  void EraseLocked(const std::string& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int64_t budget_;
   mutable absl::Mutex mu_;
   std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);  // most recently used first

@@ -40,15 +40,8 @@ std::vector<int> Greedy(NodeManager* node, const std::string& id) {
 TEST(CudaActivation, WeightsLiveInBalloonPagesAndReactivateFromThePinnedCopy) {
   BALLAST_SKIP_WITHOUT_GPU();
   engine::testing::TempDir dir;
-  engine::SyntheticModelSpec s;
-  s.layers = 3;
-  s.hidden = 512;
-  s.heads = 8;
-  s.kv_heads = 2;
-  s.intermediate = 1024;
-  s.vocab = 512;
-  s.init_std = 0.02;
-  const std::string path = engine::testing::WriteTinyModel(dir, "m", s);
+  const std::string path =
+      engine::testing::WriteTinyModel(dir, "m", engine::testing::GpuTestModelSpec());
   NodeOptions n;
   n.engine.backend = "cuda";
   n.slab_bytes = 2u << 20;

@@ -69,29 +69,13 @@ TEST_P(CudaGolden, GreedyTokensMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(HF, CudaGolden, ::testing::Values("llama", "qwen2", "mistral"));
 
-// A model large enough to exercise several attention tiles and partitions,
-// GQA groups of 4 and head_dim 64.
+// The shared GPU test model (GpuTestModelSpec) and a 900-token prompt.
 class CudaModel : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!testing::GpuUsable()) GTEST_SKIP() << "no usable GPU";
-    SyntheticModelSpec s;
-    s.architecture = "llama";
-    s.layers = 3;
-    s.hidden = 512;
-    s.heads = 8;
-    s.kv_heads = 2;
-    s.intermediate = 1024;
-    s.vocab = 512;
-    s.max_position = 2048;
-    s.llama3_rope_scaling = true;
-    s.seed = 7;
-    // HF's initializer_range. Larger weights make a random model chaotic:
-    // BF16 rounding alone then moves logits by several percent (measured:
-    // std 0.05 at hidden 512 gives 7% in BF16, 0.8% in FP16).
-    s.init_std = 0.02;
     dir_ = std::make_unique<testing::TempDir>();
-    model_ = testing::WriteTinyModel(*dir_, "m", s);
+    model_ = testing::WriteTinyModel(*dir_, "m", testing::GpuTestModelSpec());
     for (int i = 0; i < 900; ++i) prompt_.push_back((i * 37 + 11) % 500);
   }
   std::unique_ptr<testing::TempDir> dir_;
