@@ -130,7 +130,8 @@ std::vector<TraceRecord> GenerateBursty(const BurstyParams& p) {
       std::vector<int> members;
       for (int m = persistent; m < nm; ++m)
         if (rng.Bernoulli(p.group_fraction)) members.push_back(m);
-      if (members.empty()) members.push_back(persistent + static_cast<int>(rng.Uniform() * (nm - persistent)));
+      if (members.empty())
+        members.push_back(persistent + static_cast<int>(rng.Uniform() * (nm - persistent)));
       for (int m : members) {
         // Each member opens the burst with a request, then Gamma arrivals.
         for (double a = t; a < end; a += rng.Gap(p.burst_rate, "gamma", p.burst_cv)) {
@@ -225,7 +226,8 @@ std::vector<TraceRecord> GenerateAgents(const AgentParams& p) {
   Rng rng(p.seed);
   std::vector<TraceRecord> out;
   int w = 0;
-  for (double t0 = rng.Exp(p.workflow_rate); t0 < p.duration_s; t0 += rng.Exp(p.workflow_rate), ++w) {
+  for (double t0 = rng.Exp(p.workflow_rate); t0 < p.duration_s;
+       t0 += rng.Exp(p.workflow_rate), ++w) {
     const std::string wf = absl::StrCat("wf-", w);
     int agent = 0;
     std::string prev;

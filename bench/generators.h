@@ -40,7 +40,7 @@ struct LengthParams {
 
 struct ArrivalParams {
   std::vector<std::string> models;
-  std::vector<double> rates;  // requests/s per model (one value: all models)
+  std::vector<double> rates;        // requests/s per model (one value: all models)
   std::string process = "poisson";  // poisson | gamma
   double cv = 2.0;                  // gamma inter-arrival coefficient of variation
   double duration_s = 60;
@@ -81,7 +81,7 @@ struct AgentParams {
   std::vector<std::string> models;  // agents are mapped onto these in turn
   double workflow_rate = 0.1;       // workflows/s
   double duration_s = 300;
-  double tool_mean_s = 1.0;         // delay between steps
+  double tool_mean_s = 1.0;  // delay between steps
   int max_steps = 12;
   LengthParams lengths{192, 0.8, 96, 0.8, 1.0, 2048, 1024};
   uint64_t seed = 1;
@@ -98,11 +98,11 @@ std::vector<TraceRecord> GenerateAgents(const AgentParams& p);
 struct TraceStats {
   int requests = 0, advisories = 0, sessions = 0;
   double duration_s = 0;
-  double mean_active_fraction = 0;       // Prism: 23-50%
+  double mean_active_fraction = 0;         // Prism: 23-50%
   double active_set_changes_per_hour = 0;  // Prism: 54-766
-  double median_interarrival_cv = 0;     // Prism: many models above 1
+  double median_interarrival_cv = 0;       // Prism: many models above 1
   double fraction_models_cv_above_1 = 0;
-  double idle_gaps_per_hour = 0;         // gaps > 10 s, median model; Prism: 40-100
+  double idle_gaps_per_hour = 0;  // gaps > 10 s, median model; Prism: 40-100
   std::map<std::string, int> requests_per_model;
 };
 TraceStats ComputeStats(const std::vector<TraceRecord>& trace, double window_s = 5.0);

@@ -24,7 +24,8 @@ absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& dir,
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   std::vector<std::string> pngs;
-  std::string script = "set terminal pngcairo size 960,540 font ',10'\nset grid\nset key outside right\n";
+  std::string script =
+      "set terminal pngcairo size 960,540 font ',10'\nset grid\nset key outside right\n";
   // 1. Attainment vs rate scale.
   if (!reports.empty()) {
     std::set<std::string> models;
@@ -48,12 +49,12 @@ absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& dir,
       }
       dat << "\n";
     }
-    script += absl::StrCat(
-        "set output ", Quote((fs::path(dir) / "attainment.png").string()), "\n",
-        "set title 'SLO attainment vs rate scale'\nset xlabel 'rate scale'\n",
-        "set ylabel 'attainment (%)'\nset yrange [0:105]\nset xrange [*:*]\n",
-        "plot 'attainment.dat' using 1:2 with linespoints lw 2 title 'TTFT (all)', ",
-        "'' using 1:3 with linespoints lw 2 title 'TPOT (all)'");
+    script +=
+        absl::StrCat("set output ", Quote((fs::path(dir) / "attainment.png").string()), "\n",
+                     "set title 'SLO attainment vs rate scale'\nset xlabel 'rate scale'\n",
+                     "set ylabel 'attainment (%)'\nset yrange [0:105]\nset xrange [*:*]\n",
+                     "plot 'attainment.dat' using 1:2 with linespoints lw 2 title 'TTFT (all)', ",
+                     "'' using 1:3 with linespoints lw 2 title 'TPOT (all)'");
     int col = 4;
     for (const auto& m : models) {
       script += absl::StrCat(", '' using 1:", col++, " with linespoints dt 2 title 'TTFT ", m, "'");
@@ -84,19 +85,23 @@ absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& dir,
         }
         dat << "\n\n";
         const std::string sep = block ? ", " : "";
-        plot_ttft += absl::StrCat(sep, "'latency_cdf.dat' index ", block, " using 1:3 with steps lw 2 title ", Quote(m));
-        plot_e2e += absl::StrCat(sep, "'latency_cdf.dat' index ", block, " using 2:3 with steps lw 2 title ", Quote(m));
+        plot_ttft += absl::StrCat(sep, "'latency_cdf.dat' index ", block,
+                                  " using 1:3 with steps lw 2 title ", Quote(m));
+        plot_e2e += absl::StrCat(sep, "'latency_cdf.dat' index ", block,
+                                 " using 2:3 with steps lw 2 title ", Quote(m));
         ++block;
       }
     }
     if (block > 0) {
-      script += absl::StrCat(
-          "set output ", Quote((fs::path(dir) / "latency_cdf.png").string()), "\n",
-          "set multiplot layout 1,2 title ", Quote(absl::StrFormat("latency CDFs (rate scale %g)", run.rate_scale)), "\n",
-          "set logscale x\nset title 'TTFT'\nset xlabel 'TTFT (ms)'\nset ylabel 'fraction of requests'\n",
-          "set yrange [0:1]\nplot ", plot_ttft,
-          "\nset title 'end to end'\nset xlabel 'end-to-end latency (ms)'\nplot ", plot_e2e,
-          "\nunset multiplot\nunset logscale x\nset yrange [*:*]\n");
+      script +=
+          absl::StrCat("set output ", Quote((fs::path(dir) / "latency_cdf.png").string()), "\n",
+                       "set multiplot layout 1,2 title ",
+                       Quote(absl::StrFormat("latency CDFs (rate scale %g)", run.rate_scale)), "\n",
+                       "set logscale x\nset title 'TTFT'\nset xlabel 'TTFT (ms)'\nset ylabel "
+                       "'fraction of requests'\n",
+                       "set yrange [0:1]\nplot ", plot_ttft,
+                       "\nset title 'end to end'\nset xlabel 'end-to-end latency (ms)'\nplot ",
+                       plot_e2e, "\nunset multiplot\nunset logscale x\nset yrange [*:*]\n");
       pngs.push_back((fs::path(dir) / "latency_cdf.png").string());
     }
     // Timeline: in-flight requests per model, sampled every 0.1 s.
@@ -121,12 +126,14 @@ absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& dir,
         }
         dat << "\n";
       }
-      script += absl::StrCat("set output ", Quote((fs::path(dir) / "timeline.png").string()), "\n",
-                             "set title ", Quote(absl::StrFormat("requests in flight per model (rate scale %g)", run.rate_scale)),
-                             "\nset xlabel 'time (s)'\nset ylabel 'requests in flight'\nplot ");
+      script += absl::StrCat(
+          "set output ", Quote((fs::path(dir) / "timeline.png").string()), "\n", "set title ",
+          Quote(absl::StrFormat("requests in flight per model (rate scale %g)", run.rate_scale)),
+          "\nset xlabel 'time (s)'\nset ylabel 'requests in flight'\nplot ");
       int col = 2;
       for (const auto& [m, s] : spans) {
-        script += absl::StrCat(col > 2 ? ", " : "", "'timeline.dat' using 1:", col, " with steps lw 2 title ", Quote(m));
+        script += absl::StrCat(col > 2 ? ", " : "", "'timeline.dat' using 1:", col,
+                               " with steps lw 2 title ", Quote(m));
         ++col;
       }
       script += "\n";

@@ -25,7 +25,6 @@ std::string CodeName(grpc::StatusCode c) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(c));
 }
 
-
 class Runner {
  public:
   Runner(const std::vector<TraceRecord>& trace, const ReplayOptions& o)
@@ -45,9 +44,11 @@ class Runner {
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       grpc::Status st = stub_->ListModels(&ctx, v1::ListModelsRequest(), &models);
       if (!st.ok()) {
-        return absl::UnavailableError(absl::StrCat("cannot reach ", o_.target, ": ", st.error_message()));
+        return absl::UnavailableError(
+            absl::StrCat("cannot reach ", o_.target, ": ", st.error_message()));
       }
-      for (const auto& m : models.models()) res.model_slos[m.name()] = {m.slo().ttft_ms(), m.slo().tpot_ms()};
+      for (const auto& m : models.models())
+        res.model_slos[m.name()] = {m.slo().ttft_ms(), m.slo().tpot_ms()};
     }
     // Index, dependencies and the duration cut.
     std::map<std::string, size_t> index;
@@ -101,7 +102,8 @@ class Runner {
     res.advisories_skipped = advisories_skipped_;
     res.advise_status = advise_status_;
     for (size_t i = 0; i < trace_.size(); ++i) {
-      if (trace_[i].is_request() && state_[i] != State::kExcluded) res.requests.push_back(outcomes_[i]);
+      if (trace_[i].is_request() && state_[i] != State::kExcluded)
+        res.requests.push_back(outcomes_[i]);
     }
     return res;
   }
@@ -184,8 +186,9 @@ class Runner {
     RequestOutcome out = outcomes_[i];
     v1::GenerateRequest req;
     req.set_model(r.model);
-    req.set_prompt(r.prompt.empty() ? SynthesizePrompt(r.prompt_tokens, std::hash<std::string>{}(r.id))
-                                    : r.prompt);
+    req.set_prompt(r.prompt.empty()
+                       ? SynthesizePrompt(r.prompt_tokens, std::hash<std::string>{}(r.id))
+                       : r.prompt);
     req.set_session_id(r.session);
     req.mutable_sampling()->set_max_tokens(r.output_tokens);
     req.mutable_sampling()->set_ignore_eos(true);
@@ -278,7 +281,8 @@ class Runner {
   std::vector<std::vector<size_t>> children_;
   std::vector<RequestOutcome> outcomes_ ABSL_GUARDED_BY(mu_);
   std::priority_queue<std::pair<double, size_t>, std::vector<std::pair<double, size_t>>,
-                      std::greater<>> heap_ ABSL_GUARDED_BY(mu_);
+                      std::greater<>>
+      heap_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   int total_ = 0;

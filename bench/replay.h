@@ -34,8 +34,8 @@ struct RequestOutcome {
   int turn = 0;
   int prompt_tokens = 0, cached_tokens = 0, output_tokens = 0;
   uint32_t ttft_slo_ms = 0, tpot_slo_ms = 0;  // from the trace (0: the model's)
-  double release_s = -1;     // when the trace said to send it
-  double send_s = -1;        // when it was sent (later if max_inflight was hit)
+  double release_s = -1;                      // when the trace said to send it
+  double send_s = -1;                         // when it was sent (later if max_inflight was hit)
   double first_token_s = -1;
   double end_s = -1;
   double server_queue_ms = -1;
@@ -63,8 +63,8 @@ struct ReplayResult {
   int client_delayed = 0;
   std::vector<RequestOutcome> requests;
   int advisories_sent = 0;
-  int advisories_skipped = 0;  // their dependency failed
-  std::map<std::string, int> advise_status;  // code name -> count
+  int advisories_skipped = 0;                  // their dependency failed
+  std::map<std::string, int> advise_status;    // code name -> count
   std::map<std::string, ModelSlo> model_slos;  // from ListModels at start
 };
 

@@ -43,7 +43,8 @@ Slo SloFor(const RequestOutcome& r, const ReplayResult& res, double scale) {
 }
 
 nlohmann::json ToJson(const LatencySummary& s) {
-  return {{"n", s.n}, {"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}};
+  return {{"n", s.n},     {"mean", s.mean}, {"p50", s.p50},
+          {"p90", s.p90}, {"p99", s.p99},   {"max", s.max}};
 }
 
 nlohmann::json ToJson(const GroupReport& g) {
@@ -65,7 +66,7 @@ nlohmann::json ToJson(const GroupReport& g) {
 
 Outcome Classify(const RequestOutcome& r) {
   if (r.status == "OK") return Outcome::kCompleted;
-  static const char* kRejected[] = {"INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED",
+  static const char* kRejected[] = {"INVALID_ARGUMENT",    "NOT_FOUND",    "RESOURCE_EXHAUSTED",
                                     "FAILED_PRECONDITION", "OUT_OF_RANGE", "UNIMPLEMENTED",
                                     "PERMISSION_DENIED"};
   if (!r.any_token) {
@@ -157,9 +158,10 @@ nlohmann::json ToJson(const Report& r) {
           {"by_status", r.by_status},
           {"goodput_rps", r.goodput_rps},
           {"token_throughput", r.token_throughput},
-          {"advisories", {{"sent", r.advisories_sent},
-                          {"skipped", r.advisories_skipped},
-                          {"by_status", r.advise_status}}},
+          {"advisories",
+           {{"sent", r.advisories_sent},
+            {"skipped", r.advisories_skipped},
+            {"by_status", r.advise_status}}},
           {"accounting_ok", r.accounting_ok}};
 }
 
@@ -202,13 +204,13 @@ absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, 
     const Slo slo = SloFor(r, res, slo_scale);
     const bool done = o == Outcome::kCompleted;
     const char* cls = done ? "completed" : o == Outcome::kRejected ? "rejected" : "failed";
-    out << absl::StrFormat("%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%d\n",
-                           r.id, r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s,
-                           r.ttft_ms(), r.tpot_ms(), r.e2e_ms(), r.server_queue_ms,
-                           r.prompt_tokens, r.cached_tokens, r.output_tokens, r.kv_source,
-                           slo.ttft_ms, slo.tpot_ms,
-                           done && slo.ttft_ms >= 0 && r.ttft_ms() <= slo.ttft_ms,
-                           done && slo.tpot_ms >= 0 && r.tpot_ms() <= slo.tpot_ms);
+    out << absl::StrFormat(
+        "%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%d\n", r.id,
+        r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s, r.ttft_ms(), r.tpot_ms(),
+        r.e2e_ms(), r.server_queue_ms, r.prompt_tokens, r.cached_tokens, r.output_tokens,
+        r.kv_source, slo.ttft_ms, slo.tpot_ms,
+        done && slo.ttft_ms >= 0 && r.ttft_ms() <= slo.ttft_ms,
+        done && slo.tpot_ms >= 0 && r.tpot_ms() <= slo.tpot_ms);
   }
   out.close();
   return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));

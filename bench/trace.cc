@@ -26,8 +26,10 @@ std::string ToJsonLine(const TraceRecord& r) {
     j["turn"] = r.turn;
   }
   if (r.is_request()) {
-    if (!r.prompt.empty()) j["prompt"] = r.prompt;
-    else j["prompt_tokens"] = r.prompt_tokens;
+    if (!r.prompt.empty())
+      j["prompt"] = r.prompt;
+    else
+      j["prompt_tokens"] = r.prompt_tokens;
     j["output_tokens"] = r.output_tokens;
     if (r.ttft_ms) j["ttft_ms"] = r.ttft_ms;
     if (r.tpot_ms) j["tpot_ms"] = r.tpot_ms;
@@ -66,8 +68,10 @@ absl::StatusOr<std::vector<TraceRecord>> ParseTrace(const std::string& text,
     try {
       const json j = json::parse(line);
       const std::string type = j.value("type", "request");
-      if (type == "advise") r.type = TraceRecord::Type::kAdvise;
-      else if (type != "request") return bad(absl::StrCat("unknown type \"", type, "\""));
+      if (type == "advise")
+        r.type = TraceRecord::Type::kAdvise;
+      else if (type != "request")
+        return bad(absl::StrCat("unknown type \"", type, "\""));
       r.id = j.at("id").get<std::string>();
       r.model = j.value("model", "");
       r.arrival_s = j.value("arrival_s", 0.0);
@@ -112,9 +116,10 @@ absl::StatusOr<std::vector<TraceRecord>> ReadTrace(const std::string& path) {
 }
 
 std::string SynthesizePrompt(int tokens, uint64_t salt) {
-  static const char* kWords[] = {"the", "model", "serves", "many", "tokens", "with", "memory",
-                                 "and", "a", "session", "keeps", "its", "cache", "warm", "on",
-                                 "few", "GPUs", "while", "traffic", "moves", "in", "bursts"};
+  static const char* kWords[] = {"the",     "model", "serves", "many",    "tokens", "with",
+                                 "memory",  "and",   "a",      "session", "keeps",  "its",
+                                 "cache",   "warm",  "on",     "few",     "GPUs",   "while",
+                                 "traffic", "moves", "in",     "bursts"};
   constexpr size_t kN = sizeof(kWords) / sizeof(kWords[0]);
   std::string s;
   uint64_t x = salt * 0x9E3779B97F4A7C15ull + 1;

@@ -40,7 +40,7 @@ struct TraceRecord {
   double delay_s = 0;
   std::string session;
   int turn = 0;
-  std::string prompt;     // empty: synthesise prompt_tokens bytes of text
+  std::string prompt;  // empty: synthesise prompt_tokens bytes of text
   int prompt_tokens = 0;
   int output_tokens = 0;
   uint32_t ttft_ms = 0, tpot_ms = 0;

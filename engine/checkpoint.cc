@@ -30,16 +30,16 @@ absl::StatusOr<const TensorView*> CheckpointIndex::Get(const std::string& name, 
                                                        int cols) const {
   auto it = index_.find(name);
   if (it == index_.end()) {
-    return absl::NotFoundError(absl::StrCat("tensor \"", name, "\" is missing from the checkpoint"));
+    return absl::NotFoundError(
+        absl::StrCat("tensor \"", name, "\" is missing from the checkpoint"));
   }
   const auto& [file, view] = it->second;
   const std::vector<int64_t> want =
       rows == 0 ? std::vector<int64_t>{cols} : std::vector<int64_t>{rows, cols};
   if (view->shape != want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file->path(), ": tensor \"", name, "\" has shape [",
-                     absl::StrJoin(view->shape, ", "), "], config.json implies [",
-                     absl::StrJoin(want, ", "), "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file->path(), ": tensor \"", name, "\" has shape [", absl::StrJoin(view->shape, ", "),
+        "], config.json implies [", absl::StrJoin(want, ", "), "]"));
   }
   return view;
 }

@@ -9,10 +9,14 @@ namespace ballast::engine {
 
 const char* SafetensorsName(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kFP8E4M3: return "F8_E4M3";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kFP8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
@@ -28,10 +32,14 @@ absl::StatusOr<DType> DTypeFromSafetensors(std::string_view name) {
 
 const char* ConfigName(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "fp16";
-    case DType::kFP8E4M3: return "fp8_e4m3";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "fp16";
+    case DType::kFP8E4M3:
+      return "fp8_e4m3";
   }
   return "?";
 }
@@ -65,7 +73,7 @@ uint16_t FloatToHalf(float f) {
   std::memcpy(&u, &f, 4);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {
     // Subnormal half (or zero): value = mant * 2^-24, round to nearest even.

@@ -18,9 +18,12 @@ enum class DType { kF32, kBF16, kF16, kFP8E4M3 };
 // Bytes per element.
 inline size_t DTypeSize(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kFP8E4M3: return 1;
-    default: return 2;
+    case DType::kF32:
+      return 4;
+    case DType::kFP8E4M3:
+      return 1;
+    default:
+      return 2;
   }
 }
 

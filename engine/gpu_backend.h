@@ -80,10 +80,10 @@ struct GpuEngineBenchOptions {
   std::string model_dir;
   int device = 0;
   std::vector<int> batches = {1, 16, 64, 256};
-  int context = 1024;          // tokens of KV each decoding sequence attends to
-  int prefill_tokens = 2048;   // prompt length of the prefill measurement
-  int steps = 32;              // timed decode steps per batch size
-  int warmup = 4;              // untimed steps first (graph capture happens here)
+  int context = 1024;         // tokens of KV each decoding sequence attends to
+  int prefill_tokens = 2048;  // prompt length of the prefill measurement
+  int steps = 32;             // timed decode steps per batch size
+  int warmup = 4;             // untimed steps first (graph capture happens here)
   int prefill_runs = 3;
   int block_tokens = 16;
   std::string kv_dtype = "auto";
@@ -92,8 +92,8 @@ struct GpuEngineBenchOptions {
   // (H100 SXM 3.35 TB/s, H100 PCIe 2.0, H200 4.8), else the measured
   // device-to-device copy rate.
   double hbm_bytes_per_s = 0;
-  bool gemm_peak = true;             // also time an 8192^3 cuBLASLt GEMM
-  int skinny_gemm_max_m = 2;         // see GpuExecutorOptions
+  bool gemm_peak = true;      // also time an 8192^3 cuBLASLt GEMM
+  int skinny_gemm_max_m = 2;  // see GpuExecutorOptions
   // "static": one cudaMalloc'd block pool; "arena": the elastic KV slab
   // arena over CUDA VMM pages (64 MiB slabs), as elastic nodes use.
   std::string kv_pool = "static";

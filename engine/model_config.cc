@@ -12,8 +12,7 @@ namespace {
 
 using nlohmann::json;
 
-absl::Status KeyError(const std::string& origin, const std::string& key,
-                      const std::string& what) {
+absl::Status KeyError(const std::string& origin, const std::string& key, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(origin, ": key \"", key, "\": ", what));
 }
 
@@ -43,8 +42,7 @@ absl::StatusOr<ModelConfig> ModelConfig::Load(const std::string& path) {
   return Parse(ss.str(), path);
 }
 
-absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text,
-                                               const std::string& origin) {
+absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const std::string& origin) {
   json j;
   try {
     j = json::parse(text);
@@ -94,8 +92,10 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text,
   if (rope != nullptr) {
     RopeScaling r;
     std::string type;
-    if (auto t = rope->find("rope_type"); t != rope->end()) type = t->get<std::string>();
-    else if (auto t2 = rope->find("type"); t2 != rope->end()) type = t2->get<std::string>();
+    if (auto t = rope->find("rope_type"); t != rope->end())
+      type = t->get<std::string>();
+    else if (auto t2 = rope->find("type"); t2 != rope->end())
+      type = t2->get<std::string>();
     if (type != "llama3") {
       return KeyError(origin, "rope_scaling",
                       absl::StrCat("unsupported rope type \"", type, "\" (supported: llama3)"));
@@ -116,8 +116,10 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text,
   std::string act = "silu";
   chain(Read(j, origin, "hidden_act", &act, false));
   std::string dtype = "bfloat16";
-  if (j.contains("dtype")) chain(Read(j, origin, "dtype", &dtype, false));
-  else chain(Read(j, origin, "torch_dtype", &dtype, false));
+  if (j.contains("dtype"))
+    chain(Read(j, origin, "dtype", &dtype, false));
+  else
+    chain(Read(j, origin, "torch_dtype", &dtype, false));
   if (!s.ok()) return s;
   if (mlp_bias) return KeyError(origin, "mlp_bias", "true is not supported");
   if (act != "silu") return KeyError(origin, "hidden_act", "only silu is supported");
@@ -145,7 +147,8 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text,
   // window, where full attention and sliding-window attention agree.
   if (auto it = j.find("sliding_window"); it != j.end() && it->is_number_integer()) {
     bool use = c.architecture == "MistralForCausalLM";
-    if (auto u = j.find("use_sliding_window"); u != j.end() && u->is_boolean()) use = u->get<bool>();
+    if (auto u = j.find("use_sliding_window"); u != j.end() && u->is_boolean())
+      use = u->get<bool>();
     const int window = it->get<int>();
     if (use && window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
   }
@@ -186,22 +189,22 @@ std::string ModelConfig::ToJson() const {
     j["mlp_bias"] = false;
   }
   if (rope_scaling) {
-    j["rope_scaling"] = {{"rope_type", rope_scaling->type},
-                         {"factor", rope_scaling->factor},
-                         {"low_freq_factor", rope_scaling->low_freq_factor},
-                         {"high_freq_factor", rope_scaling->high_freq_factor},
-                         {"original_max_position_embeddings",
-                          rope_scaling->original_max_position_embeddings}};
+    j["rope_scaling"] = {
+        {"rope_type", rope_scaling->type},
+        {"factor", rope_scaling->factor},
+        {"low_freq_factor", rope_scaling->low_freq_factor},
+        {"high_freq_factor", rope_scaling->high_freq_factor},
+        {"original_max_position_embeddings", rope_scaling->original_max_position_embeddings}};
   }
   return j.dump(2) + "\n";
 }
 
 int64_t ModelConfig::NumParameters() const {
   const int64_t h = hidden_size;
-  int64_t per_layer = 2 * h                                   // norms
-                      + h * q_dim() + 2 * h * kv_dim()        // q, k, v
-                      + q_dim() * h                           // o
-                      + 3 * h * intermediate_size;            // gate, up, down
+  int64_t per_layer = 2 * h                             // norms
+                      + h * q_dim() + 2 * h * kv_dim()  // q, k, v
+                      + q_dim() * h                     // o
+                      + 3 * h * intermediate_size;      // gate, up, down
   if (qkv_bias) per_layer += q_dim() + 2 * kv_dim();
   if (o_bias) per_layer += h;
   int64_t total = per_layer * num_hidden_layers + h + vocab_size * h;

@@ -46,8 +46,7 @@ struct ModelConfig {
 
   // Parses config.json at `path`. Errors name the file and the key.
   static absl::StatusOr<ModelConfig> Load(const std::string& path);
-  static absl::StatusOr<ModelConfig> Parse(const std::string& json_text,
-                                           const std::string& origin);
+  static absl::StatusOr<ModelConfig> Parse(const std::string& json_text, const std::string& origin);
   // HF-compatible config.json text.
   std::string ToJson() const;
 

@@ -42,8 +42,9 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
   }
   const bool gpu = o.backend == "cuda";
   if (o.block_tokens <= 0 || o.max_batch_tokens <= 0 || o.max_seqs <= 0 || o.kv_cache_bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", o.name, ": block_tokens, max_batch_tokens, max_seqs, kv_cache_bytes must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", o.name,
+                     ": block_tokens, max_batch_tokens, max_seqs, kv_cache_bytes must be > 0"));
   }
   std::unique_ptr<ModelEngine> e(new ModelEngine(o, std::move(wake)));
   auto cfg = ModelConfig::Load((std::filesystem::path(o.path) / "config.json").string());
@@ -57,10 +58,9 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
     }
   }
   if (e->config_.vocab_size < ByteTokenizer::kMinVocab) {
-    return absl::InvalidArgumentError(absl::StrCat(o.path, "/config.json: vocab_size ",
-                                                   e->config_.vocab_size, " < ",
-                                                   ByteTokenizer::kMinVocab,
-                                                   " needed by the byte tokenizer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.path, "/config.json: vocab_size ", e->config_.vocab_size, " < ",
+                     ByteTokenizer::kMinVocab, " needed by the byte tokenizer"));
   }
   e->tokenizer_ = std::make_unique<ByteTokenizer>();
   e->context_window_ = e->config_.max_position_embeddings;
@@ -74,7 +74,9 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
   if (gpu) layout.dtype = GpuAutoKvDType(e->config_);
   if (o.kv_dtype != "auto") {
     auto dt = DTypeFromConfig(o.kv_dtype);
-    if (!dt.ok()) return absl::InvalidArgumentError(absl::StrCat("model ", o.name, ": kv_dtype: ", dt.status().message()));
+    if (!dt.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ", o.name, ": kv_dtype: ", dt.status().message()));
     layout.dtype = *dt;
   }
   if (o.kv_arena) {
@@ -85,10 +87,10 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
   } else {
     const int64_t blocks = o.kv_cache_bytes / static_cast<int64_t>(layout.block_bytes());
     if (blocks < layout.num_layers) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model ", o.name, ": kv_cache_bytes ", o.kv_cache_bytes, " holds ", blocks,
-          " blocks of ", layout.block_bytes(), " bytes; at least one per layer (",
-          layout.num_layers, ") is needed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ", o.name, ": kv_cache_bytes ", o.kv_cache_bytes, " holds ", blocks,
+                       " blocks of ", layout.block_bytes(), " bytes; at least one per layer (",
+                       layout.num_layers, ") is needed"));
     }
     if (gpu) {
       auto pool = CreateGpuBlockPool(o.device, layout.block_bytes(), blocks);
@@ -171,18 +173,22 @@ absl::Status ModelEngine::SetKvLimits(const memory::TenantLimits& limits) {
   return st;
 }
 
-std::string ModelEngine::kv_dtype_name() const { return std::string(ConfigName(kv_->layout().dtype)); }
+std::string ModelEngine::kv_dtype_name() const {
+  return std::string(ConfigName(kv_->layout().dtype));
+}
 
 absl::Status ModelEngine::Submit(GenerationRequest req, GenerationSink* sink) {
   const GenerationParams& p = req.params;
   if (req.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
   if (p.max_tokens <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be > 0 (got ", p.max_tokens, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be > 0 (got ", p.max_tokens, ")"));
   }
   const int64_t n = static_cast<int64_t>(req.prompt.size());
   if (n >= context_window_) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt is ", n, " tokens; model ", options_.name,
-                                                   " has a context window of ", context_window_));
+    return absl::InvalidArgumentError(absl::StrCat("prompt is ", n, " tokens; model ",
+                                                   options_.name, " has a context window of ",
+                                                   context_window_));
   }
   if (n + p.max_tokens > context_window_) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -200,8 +206,8 @@ absl::Status ModelEngine::Submit(GenerationRequest req, GenerationSink* sink) {
   }
   for (int id : req.prompt) {
     if (id < 0 || id >= config_.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary [0, ",
-                                                     config_.vocab_size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " outside the vocabulary [0, ", config_.vocab_size, ")"));
     }
   }
   if (p.sampling.temperature < 0 || p.sampling.top_p < 0 || p.sampling.top_p > 1 ||
@@ -213,7 +219,9 @@ absl::Status ModelEngine::Submit(GenerationRequest req, GenerationSink* sink) {
   if (req.arrival == absl::InfinitePast()) req.arrival = absl::Now();
   seq->tokens = req.prompt;
   seq->prompt_len = static_cast<int>(req.prompt.size());
-  seq->seed = p.seed ? *p.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
+  seq->seed = p.seed
+                  ? *p.seed
+                  : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   seq->rng.seed(seq->seed);
   seq->out = std::make_unique<OutputText>(tokenizer_.get(), p.stop);
   seq->result.prompt_tokens = seq->prompt_len;
@@ -440,8 +448,7 @@ bool ModelEngine::Step() {
     plan.push_back(s);
   }
   // 2. Waiting requests, without preempting anyone.
-  while (budget > 0 && !waiting_.empty() &&
-         static_cast<int>(running_.size()) < options_.max_seqs) {
+  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < options_.max_seqs) {
     Sequence* s = waiting_.front().get();
     Admit(s);
     const int take = std::min(static_cast<int>(s->tokens.size()) - s->num_computed, budget);
@@ -449,7 +456,8 @@ bool ModelEngine::Step() {
     // block per layer afterwards; otherwise the newcomer would be preempted
     // at the next block boundary and its prefill wasted (thrashing).
     const int64_t headroom = static_cast<int64_t>(running_.size()) * config_.num_hidden_layers;
-    const bool fits = allocator_->num_free() - kv_->BlocksNeeded(s->kv, s->num_computed + take) >= headroom;
+    const bool fits =
+        allocator_->num_free() - kv_->BlocksNeeded(s->kv, s->num_computed + take) >= headroom;
     // No room now: wait. Submit() refused requests that could never fit;
     // in elastic mode other models may hold the memory for a while.
     if (!fits || !ReserveOrReclaim(s, s->num_computed + take, /*may_preempt=*/false)) break;
@@ -480,7 +488,7 @@ bool ModelEngine::Step() {
     c.start_pos = s->num_computed;
     c.tokens = absl::MakeConstSpan(s->tokens).subspan(s->num_computed, s->take);
     c.logits = s->num_computed + s->take == static_cast<int>(s->tokens.size()) ? LogitsMode::kLast
-                                                                              : LogitsMode::kNone;
+                                                                               : LogitsMode::kNone;
     chunks.push_back(c);
   }
   std::vector<float> logits;
@@ -509,8 +517,8 @@ bool ModelEngine::Step() {
     if (s->num_computed == static_cast<int>(s->tokens.size())) {
       const int id = executor_->samples_on_device()
                          ? sampled[row]
-                         : SampleToken(logits.data() + row * config_.vocab_size,
-                                       config_.vocab_size, s->req.params.sampling, s->rng);
+                         : SampleToken(logits.data() + row * config_.vocab_size, config_.vocab_size,
+                                       s->req.params.sampling, s->rng);
       AfterToken(s, id);
       ++row;
     }

@@ -40,8 +40,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) {
     ::close(fd);
-    return absl::DataLossError(absl::StrCat(path, ": file is ", size,
-                                            " bytes, too short for a safetensors header"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": file is ", size, " bytes, too short for a safetensors header"));
   }
   void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);

@@ -7,8 +7,7 @@
 
 namespace ballast::engine {
 
-int SampleToken(const float* logits, int vocab, const SamplingOptions& opts,
-                std::mt19937_64& rng) {
+int SampleToken(const float* logits, int vocab, const SamplingOptions& opts, std::mt19937_64& rng) {
   if (opts.temperature <= 0.0f) {
     return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
   }
@@ -17,7 +16,9 @@ int SampleToken(const float* logits, int vocab, const SamplingOptions& opts,
   int keep = vocab;
   if (opts.top_k > 0 && opts.top_k < vocab) keep = opts.top_k;
   // Sort the kept candidates by descending logit (stable: lower id first).
-  auto by_logit = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  auto by_logit = [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
   order.resize(keep);
   std::vector<double> p(keep);

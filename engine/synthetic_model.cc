@@ -57,8 +57,8 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& s) {
     c.architecture = "MistralForCausalLM";
     c.model_type = "mistral";
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("architecture \"", s.architecture,
-                                                   "\": expected llama, qwen2 or mistral"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("architecture \"", s.architecture, "\": expected llama, qwen2 or mistral"));
   }
   if (s.layers <= 0 || s.hidden <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.intermediate <= 0) {
     return absl::InvalidArgumentError("layers, hidden, heads, kv-heads, intermediate must be > 0");
@@ -106,7 +106,8 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& s, const std::string&
   const ModelConfig& c = *cfg;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  if (ec)
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   Gaussian g(s.seed);
   const DType dt = c.torch_dtype;
   const int64_t h = c.hidden_size;

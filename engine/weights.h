@@ -23,17 +23,17 @@ struct Matrix {
 };
 
 struct LayerWeights {
-  Matrix input_norm;               // [1, hidden]
-  Matrix q, k, v, o;               // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
-  Matrix q_bias, k_bias, v_bias;   // [1, q_dim], [1, kv_dim] x2 (empty unless qkv_bias)
-  Matrix o_bias;                   // [1, hidden] (empty unless o_bias)
-  Matrix post_norm;                // [1, hidden]
-  Matrix gate, up;                 // [intermediate, hidden]
-  Matrix down;                     // [hidden, intermediate]
+  Matrix input_norm;              // [1, hidden]
+  Matrix q, k, v, o;              // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
+  Matrix q_bias, k_bias, v_bias;  // [1, q_dim], [1, kv_dim] x2 (empty unless qkv_bias)
+  Matrix o_bias;                  // [1, hidden] (empty unless o_bias)
+  Matrix post_norm;               // [1, hidden]
+  Matrix gate, up;                // [intermediate, hidden]
+  Matrix down;                    // [hidden, intermediate]
 };
 
 struct ModelWeights {
-  Matrix embed;     // [vocab, hidden]
+  Matrix embed;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
   Matrix final_norm;  // [1, hidden]
   Matrix lm_head;     // [vocab, hidden]; empty when tied (use embed)

@@ -4,10 +4,10 @@
 
 namespace ballast::global_scheduler {
 
-std::optional<IdleVictim> ChooseIdleVictim(const std::vector<NodeInfo>& nodes,
-                                           const std::function<absl::Duration(const std::string&)>& idle,
-                                           absl::Duration threshold,
-                                           const std::set<std::string>& skip) {
+std::optional<IdleVictim> ChooseIdleVictim(
+    const std::vector<NodeInfo>& nodes,
+    const std::function<absl::Duration(const std::string&)>& idle, absl::Duration threshold,
+    const std::set<std::string>& skip) {
   std::optional<IdleVictim> best;
   // Sort key: longer idle, larger weights, lower node id, lower name.
   std::tuple<absl::Duration, int64_t> best_key;

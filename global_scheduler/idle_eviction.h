@@ -29,10 +29,10 @@ struct IdleVictim {
 
 // `idle(model)`: how long since the model's last request; `skip`: models
 // not to evict (the one activating, ones already leaving).
-std::optional<IdleVictim> ChooseIdleVictim(const std::vector<NodeInfo>& nodes,
-                                           const std::function<absl::Duration(const std::string&)>& idle,
-                                           absl::Duration threshold,
-                                           const std::set<std::string>& skip);
+std::optional<IdleVictim> ChooseIdleVictim(
+    const std::vector<NodeInfo>& nodes,
+    const std::function<absl::Duration(const std::string&)>& idle, absl::Duration threshold,
+    const std::set<std::string>& skip);
 
 // Whether `node` has room for `weight_bytes` more weights: its memory less
 // the weights of what it holds stays positive (KV is elastic and shrinks;

@@ -43,7 +43,8 @@ KvprPlacement PlaceKvpr(const std::vector<ModelDemand>& models,
     double best_kvpr = kInf;
     for (size_t g = 0; g < nd; ++g) {
       if (weights[g] + m.weight_bytes > devices[g].memory_bytes) continue;
-      const double k = Ratio(demand[g] + m.demand, devices[g].memory_bytes, weights[g] + m.weight_bytes);
+      const double k =
+          Ratio(demand[g] + m.demand, devices[g].memory_bytes, weights[g] + m.weight_bytes);
       if (best < 0 || k < best_kvpr) {
         best = static_cast<int>(g);
         best_kvpr = k;

@@ -28,21 +28,21 @@ namespace ballast::global_scheduler {
 
 struct ModelDemand {
   std::string name;
-  double demand = 0;          // d_m
+  double demand = 0;  // d_m
   int64_t weight_bytes = 0;
-  int current_device = -1;    // index into the devices, -1 if not placed
+  int current_device = -1;  // index into the devices, -1 if not placed
 };
 
 struct DeviceCapacity {
   std::string name;
-  int64_t memory_bytes = 0;   // budget for weights + KV
+  int64_t memory_bytes = 0;  // budget for weights + KV
 };
 
 struct KvprPlacement {
   std::vector<int> device_of;  // per model (input order); -1 if it fits nowhere
   std::vector<double> kvpr;    // per device, final
   double max_kvpr = 0;
-  int migrations = 0;          // placed models that changed device
+  int migrations = 0;  // placed models that changed device
 };
 
 // KV bytes/s^2 demand from measured rates (see the definition above).

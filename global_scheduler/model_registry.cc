@@ -20,9 +20,9 @@ absl::Status ModelRegistry::Add(const ModelSpec& spec, bool* kv_limits_changed) 
   }
   if (spec.kv_dtype != "auto" && spec.kv_dtype != "f32" && spec.kv_dtype != "bf16" &&
       spec.kv_dtype != "fp16" && spec.kv_dtype != "fp8_e4m3") {
-    return absl::InvalidArgumentError(absl::StrCat("model ", spec.name, ": kv_dtype \"",
-                                                   spec.kv_dtype,
-                                                   "\" (expected auto, f32, bf16, fp16 or fp8_e4m3)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", spec.name, ": kv_dtype \"", spec.kv_dtype,
+                     "\" (expected auto, f32, bf16, fp16 or fp8_e4m3)"));
   }
   absl::MutexLock lock(&mu_);
   auto it = models_.find(spec.name);
@@ -30,8 +30,9 @@ absl::Status ModelRegistry::Add(const ModelSpec& spec, bool* kv_limits_changed) 
     const ModelSpec& old = it->second.spec;
     if (old.path != spec.path || old.kv_dtype != spec.kv_dtype || old.replicas != spec.replicas ||
         old.ttft_ms != spec.ttft_ms || old.tpot_ms != spec.tpot_ms) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "model ", spec.name, " is already registered with a different spec; unregister it first"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("model ", spec.name,
+                       " is already registered with a different spec; unregister it first"));
     }
     if (old.kv_floor_bytes != spec.kv_floor_bytes || old.kv_limit_bytes != spec.kv_limit_bytes) {
       it->second.spec.kv_floor_bytes = spec.kv_floor_bytes;
@@ -115,11 +116,16 @@ void ModelRegistry::RecordIdleEvicted(const std::string& name, absl::Time now) {
 
 const char* ModelStateName(ModelState s) {
   switch (s) {
-    case ModelState::kRegistered: return "REGISTERED";
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kReady: return "READY";
-    case ModelState::kDraining: return "DRAINING";
-    case ModelState::kEvicted: return "EVICTED";
+    case ModelState::kRegistered:
+      return "REGISTERED";
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kDraining:
+      return "DRAINING";
+    case ModelState::kEvicted:
+      return "EVICTED";
   }
   return "UNKNOWN";
 }

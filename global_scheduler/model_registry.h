@@ -23,9 +23,9 @@ struct ModelSpec {
   std::string kv_dtype = "auto";  // auto | f32 | bf16 | fp16
   uint32_t ttft_ms = 0;           // 0: the scheduler's default SLO
   uint32_t tpot_ms = 0;
-  int replicas = 1;               // nodes that keep it resident
-  int64_t kv_floor_bytes = 0;     // elastic KV floor on each node (0: none)
-  int64_t kv_limit_bytes = 0;     // elastic KV limit on each node (0: none)
+  int replicas = 1;            // nodes that keep it resident
+  int64_t kv_floor_bytes = 0;  // elastic KV floor on each node (0: none)
+  int64_t kv_limit_bytes = 0;  // elastic KV limit on each node (0: none)
 };
 
 // A model's lifecycle across the cluster (ListModels' `state`):
@@ -44,7 +44,7 @@ struct ModelStatus {
   int context_window = 0;  // 0 until a node has loaded it
   int64_t weight_bytes = 0;
   int64_t kv_bytes_per_token = 0;  // 0 until a node has loaded it
-  std::string last_error;  // last failed load, if any
+  std::string last_error;          // last failed load, if any
   absl::Time retry_after = absl::InfinitePast();
   // The last load failed for lack of memory: evict an idle model for it.
   bool needs_room = false;
@@ -66,8 +66,8 @@ class ModelRegistry {
   std::vector<ModelStatus> List() const;
   bool Contains(const std::string& name) const;
 
-  void RecordLoaded(const std::string& name, const std::string& architecture,
-                    int context_window, int64_t weight_bytes, int64_t kv_bytes_per_token = 0);
+  void RecordLoaded(const std::string& name, const std::string& architecture, int context_window,
+                    int64_t weight_bytes, int64_t kv_bytes_per_token = 0);
   void RecordLoadError(const std::string& name, const std::string& error, absl::Time retry_after,
                        bool needs_room = false);
   void ClearNeedsRoom(const std::string& name);

@@ -77,7 +77,8 @@ std::optional<std::string> ChooseNodeMme(const std::vector<NodeInfo>& nodes,
     }
     const int64_t k_rem = memory - footprint;
     if (k_rem <= 0) continue;
-    const double score = mu_sum / static_cast<double>(n.models.size() + 1) * static_cast<double>(k_rem);
+    const double score =
+        mu_sum / static_cast<double>(n.models.size() + 1) * static_cast<double>(k_rem);
     if (score > best) {
       best = score;
       best_nodes.clear();

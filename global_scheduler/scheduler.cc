@@ -190,17 +190,20 @@ void Scheduler::ControlTick() {
       leaving.insert(victim->model);
       for (auto& n : nodes) {  // the working copy: that node has room now
         if (n.node_id != victim->node_id) continue;
-        std::erase_if(n.models, [&](const v1::ResidentModel& r) { return r.name() == victim->model; });
+        std::erase_if(n.models,
+                      [&](const v1::ResidentModel& r) { return r.name() == victim->model; });
       }
       continue;
     }
     std::optional<std::string> target;
     if (options_.placement_policy == "kvpr") {
-      target = ChooseNodeKvpr(nodes, exclude, [&](const std::string& model) { return Demand(model); },
-                              Demand(m.spec.name), m.weight_bytes);
+      target = ChooseNodeKvpr(
+          nodes, exclude, [&](const std::string& model) { return Demand(model); },
+          Demand(m.spec.name), m.weight_bytes);
     } else if (options_.placement_policy == "mme") {
-      target = ChooseNodeMme(nodes, exclude, [&](const std::string& model) { return Mme(model); },
-                             Mme(m.spec.name), m.weight_bytes);
+      target = ChooseNodeMme(
+          nodes, exclude, [&](const std::string& model) { return Mme(model); }, Mme(m.spec.name),
+          m.weight_bytes);
     } else {
       target = ChooseNodeForLoad(nodes, exclude);
     }
@@ -255,19 +258,18 @@ void Scheduler::StartLoad(const ModelSpec& spec, const std::string& node_id) {
     grpc::Status st = stub->LoadModel(&ctx, req, &resp);
     if (st.ok()) {
       cluster_.AddResident(node_id, resp.model());
-      registry_.RecordLoaded(spec.name, resp.model().architecture(),
-                             resp.model().context_window(), resp.model().weight_bytes(),
-                             resp.model().kv_bytes_per_token());
+      registry_.RecordLoaded(spec.name, resp.model().architecture(), resp.model().context_window(),
+                             resp.model().weight_bytes(), resp.model().kv_bytes_per_token());
       spdlog::info("model {} ready on node {} ({})", spec.name, node_id, resp.model().device());
     } else {
-      const std::string err = absl::StrCat("load on node ", node_id, " failed: ",
-                                           st.error_message());
+      const std::string err =
+          absl::StrCat("load on node ", node_id, " failed: ", st.error_message());
       spdlog::error("model {}: {}", spec.name, err);
       // Out of memory: evict an idle model and retry at once (the control
       // loop does both); other failures back off.
       const bool no_room = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-      registry_.RecordLoadError(spec.name, err,
-                                no_room ? clock_() : clock_() + options_.load_retry, no_room);
+      registry_.RecordLoadError(spec.name, err, no_room ? clock_() : clock_() + options_.load_retry,
+                                no_room);
     }
     absl::MutexLock lock(&mu_);
     pending_.erase({spec.name, node_id});
@@ -288,7 +290,8 @@ void Scheduler::StartEvict(const std::string& model, const std::string& node_id,
     req.set_drain(drain);
     v1::EvictModelResponse resp;
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + (drain ? absl::Minutes(11) : absl::Seconds(30))));
+    ctx.set_deadline(
+        absl::ToChronoTime(absl::Now() + (drain ? absl::Minutes(11) : absl::Seconds(30))));
     grpc::Status st = stub->EvictModel(&ctx, req, &resp);
     if (st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) {
       cluster_.RemoveResident(node_id, model);
@@ -360,9 +363,9 @@ absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     grpc::Status st = stub->SetKvLimits(&ctx, req, &resp);
     if (!st.ok()) {
-      return absl::UnavailableError(absl::StrCat("model ", spec.name, ": node ", node_id,
-                                                 " did not take the new KV limits: ",
-                                                 st.error_message()));
+      return absl::UnavailableError(
+          absl::StrCat("model ", spec.name, ": node ", node_id,
+                       " did not take the new KV limits: ", st.error_message()));
     }
   }
   return absl::OkStatus();
@@ -426,7 +429,8 @@ void Scheduler::AdvanceMigrations() {
       // READY replica: it failed; give the move up, the source stays.
       absl::MutexLock lock(&mu_);
       done = !pending_.count({model, mv.to});
-      if (done) spdlog::warn("migration of {} to node {} failed; it stays on {}", model, mv.to, mv.from);
+      if (done)
+        spdlog::warn("migration of {} to node {} failed; it stays on {}", model, mv.to, mv.from);
     }
     if (done) {
       absl::MutexLock lock(&mu_);
@@ -466,15 +470,18 @@ void Scheduler::Rebalance() {
     const int to = plan.device_of[i];
     if (to < 0 || to == models[i].current_device) continue;
     spdlog::info("KVPR rebalance: max KVPR {:.3g} -> {:.3g} by moving {}",
-                 MaxKvpr(models, devices, [&] {
-                   std::vector<int> cur;
-                   for (const auto& m : models) cur.push_back(m.current_device);
-                   return cur;
-                 }()),
+                 MaxKvpr(models, devices,
+                         [&] {
+                           std::vector<int> cur;
+                           for (const auto& m : models) cur.push_back(m.current_device);
+                           return cur;
+                         }()),
                  plan.max_kvpr, models[i].name);
-    auto st = MigrateModel(models[i].name, devices[models[i].current_device].name, devices[to].name);
+    auto st =
+        MigrateModel(models[i].name, devices[models[i].current_device].name, devices[to].name);
     if (!st.ok()) {
-      spdlog::warn("KVPR rebalance of {} not started: {}", models[i].name, std::string(st.message()));
+      spdlog::warn("KVPR rebalance of {} not started: {}", models[i].name,
+                   std::string(st.message()));
     }
     break;  // one move per rebalance
   }
@@ -575,8 +582,8 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
                                               const std::function<bool()>& cancelled) {
   auto model = registry_.Get(req.model());
   if (!model) {
-    return absl::NotFoundError(absl::StrCat("model \"", req.model(),
-                                            "\" is not registered (ListModels shows the catalogue)"));
+    return absl::NotFoundError(absl::StrCat(
+        "model \"", req.model(), "\" is not registered (ListModels shows the catalogue)"));
   }
   if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
   const auto& s = req.sampling();
@@ -595,10 +602,10 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
   }
   Route route;
   route.session_id = req.session_id();
-  route.ttft_ms = req.slo().ttft_ms() ? req.slo().ttft_ms()
+  route.ttft_ms = req.slo().ttft_ms()   ? req.slo().ttft_ms()
                   : model->spec.ttft_ms ? model->spec.ttft_ms
                                         : options_.default_ttft_ms;
-  route.tpot_ms = req.slo().tpot_ms() ? req.slo().tpot_ms()
+  route.tpot_ms = req.slo().tpot_ms()   ? req.slo().tpot_ms()
                   : model->spec.tpot_ms ? model->spec.tpot_ms
                                         : options_.default_tpot_ms;
   std::string affinity;
@@ -633,10 +640,10 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
     if (clock_() >= deadline || cancelled()) {
       if (!route.session_id.empty()) sessions_.Abort(route.session_id);
       auto m = registry_.Get(req.model());
-      return absl::UnavailableError(absl::StrCat(
-          "model ", req.model(), " has no live replica",
-          m && !m->last_error.empty() ? absl::StrCat(" (", m->last_error, ")")
-                                      : std::string(" (no node has loaded it yet)")));
+      return absl::UnavailableError(
+          absl::StrCat("model ", req.model(), " has no live replica",
+                       m && !m->last_error.empty() ? absl::StrCat(" (", m->last_error, ")")
+                                                   : std::string(" (no node has loaded it yet)")));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

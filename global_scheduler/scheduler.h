@@ -166,7 +166,7 @@ class Scheduler {
     std::string from, to;
   };
   std::map<std::string, Migration> migrations_ ABSL_GUARDED_BY(mu_);  // by model
-  absl::Time last_rebalance_ = absl::InfinitePast();  // control loop only
+  absl::Time last_rebalance_ = absl::InfinitePast();                  // control loop only
   struct Worker {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;

@@ -11,8 +11,8 @@ absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_i
   Session& s = it->second;
   if (inserted) s.model = model;
   if (s.model != model) {
-    return absl::InvalidArgumentError(absl::StrCat("session ", session_id, " belongs to model ",
-                                                   s.model, ", not ", model));
+    return absl::InvalidArgumentError(
+        absl::StrCat("session ", session_id, " belongs to model ", s.model, ", not ", model));
   }
   if (s.busy) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -54,7 +54,8 @@ absl::StatusOr<std::unique_ptr<WeightPages>> Balloon::MapWeights(size_t bytes) {
   if (absl::Status st = pool_->Map(addr, need); !st.ok()) {
     absl::MutexLock lock(&mu_);
     free_ranges_.emplace(range, addr);  // nothing mapped: keep the range
-    return absl::ResourceExhaustedError(absl::StrCat("weights need ", need, " bytes; ", st.message()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("weights need ", need, " bytes; ", st.message()));
   }
   {
     absl::MutexLock lock(&mu_);

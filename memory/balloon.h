@@ -43,10 +43,10 @@ struct BalloonOptions {
 
 struct BalloonStats {
   int64_t memory_bytes = 0;
-  int64_t workspace_bytes = 0;  // charged by engines, outside the pool
-  int64_t weight_bytes = 0;     // mapped for weights
-  int64_t kv_mapped_bytes = 0;  // mapped by the KV arena (slabs, buffer included)
-  int64_t free_bytes = 0;       // budget not mapped
+  int64_t workspace_bytes = 0;         // charged by engines, outside the pool
+  int64_t weight_bytes = 0;            // mapped for weights
+  int64_t kv_mapped_bytes = 0;         // mapped by the KV arena (slabs, buffer included)
+  int64_t free_bytes = 0;              // budget not mapped
   int64_t weight_ranges_reserved = 0;  // address ranges kept for reuse
 };
 

@@ -5,8 +5,8 @@
 // free/used state and the block -> address map.
 //
 // Implementations: HostBlockPool (a fixed pool over one buffer: host memory
-// for the CPU backend, device memory for the CUDA backend's static mode). The slab arena of the elastic memory layer implements the
-// same interface.
+// for the CPU backend, device memory for the CUDA backend's static mode). The slab arena of the
+// elastic memory layer implements the same interface.
 //
 // Thread-safety: implementations are thread-safe.
 #pragma once

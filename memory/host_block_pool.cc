@@ -22,9 +22,9 @@ absl::StatusOr<std::unique_ptr<HostBlockPool>> HostBlockPool::CreateOver(uint8_t
                                                                          size_t block_bytes,
                                                                          int64_t num_blocks) {
   if (storage == nullptr || block_bytes == 0 || num_blocks <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "HostBlockPool needs storage, block_bytes > 0 and num_blocks > 0 (got ", block_bytes,
-        ", ", num_blocks, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("HostBlockPool needs storage, block_bytes > 0 and num_blocks > 0 (got ",
+                     block_bytes, ", ", num_blocks, ")"));
   }
   return std::unique_ptr<HostBlockPool>(new HostBlockPool(block_bytes, num_blocks, storage));
 }

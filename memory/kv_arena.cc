@@ -17,7 +17,8 @@ size_t ChooseSlabBytes(const std::vector<size_t>& block_sizes, size_t page_bytes
   if (lcm <= max_slab_bytes) return lcm;  // zero tail waste
   for (size_t s = page_bytes; s <= max_slab_bytes; s += page_bytes) {
     bool ok = true;
-    for (size_t b : block_sizes) ok = ok && b <= s && static_cast<double>(s % b) < 0.03 * static_cast<double>(s);
+    for (size_t b : block_sizes)
+      ok = ok && b <= s && static_cast<double>(s % b) < 0.03 * static_cast<double>(s);
     if (ok) return s;
   }
   return max_slab_bytes;
@@ -33,7 +34,9 @@ class KvArena::View final : public BlockAllocator {
     --arena_->classes_[cls_].views;
     arena_->tenants_[tenant_].alive = false;
   }
-  absl::StatusOr<std::vector<BlockId>> Allocate(int n) override { return arena_->Allocate(cls_, tenant_, n); }
+  absl::StatusOr<std::vector<BlockId>> Allocate(int n) override {
+    return arena_->Allocate(cls_, tenant_, n);
+  }
   void Free(absl::Span<const BlockId> blocks) override { arena_->Free(cls_, tenant_, blocks); }
   uint8_t* Address(BlockId id) override { return arena_->Address(cls_, id); }
   size_t block_bytes() const override { return block_bytes_; }
@@ -62,8 +65,8 @@ class KvArena::View final : public BlockAllocator {
 absl::StatusOr<std::unique_ptr<KvArena>> KvArena::Create(std::shared_ptr<PagePool> pool,
                                                          const KvArenaOptions& o) {
   if (o.slab_bytes == 0 || o.slab_bytes % pool->page_bytes() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("slab_bytes ", o.slab_bytes,
-                                                   " must be a multiple of the page size ", pool->page_bytes()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slab_bytes ", o.slab_bytes, " must be a multiple of the page size ", pool->page_bytes()));
   }
   const size_t slabs = o.reserve_bytes / o.slab_bytes;
   if (slabs == 0 || slabs > static_cast<size_t>(INT32_MAX / kMaxBlocksPerSlab)) {
@@ -94,8 +97,8 @@ absl::StatusOr<std::unique_ptr<BlockAllocator>> KvArena::CreateAllocator(size_t 
                                                                          TenantLimits limits) {
   if (block_bytes < 64 || block_bytes > options_.slab_bytes ||
       options_.slab_bytes / block_bytes > static_cast<size_t>(kMaxBlocksPerSlab)) {
-    return absl::InvalidArgumentError(absl::StrCat("block size ", block_bytes, " does not fit slabs of ",
-                                                   options_.slab_bytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block size ", block_bytes, " does not fit slabs of ", options_.slab_bytes, " bytes"));
   }
   absl::MutexLock lock(&mu_);
   int cls = -1;
@@ -151,11 +154,12 @@ absl::StatusOr<int> KvArena::TakeSlab(int cls, int tenant, std::vector<int>* car
     const int64_t reserved = ReservedForOthers(tenant);
     if (reserved > 0 &&
         ps.mapped_bytes + static_cast<int64_t>(options_.slab_bytes) + reserved > ps.budget_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "KV arena: other models' floors reserve ", reserved, " bytes of the budget"));
+      return absl::ResourceExhaustedError(absl::StrCat("KV arena: other models' floors reserve ",
+                                                       reserved, " bytes of the budget"));
     }
     slab = unmapped_.back();
-    absl::Status st = pool_->Map(base_ + static_cast<size_t>(slab) * options_.slab_bytes, options_.slab_bytes);
+    absl::Status st =
+        pool_->Map(base_ + static_cast<size_t>(slab) * options_.slab_bytes, options_.slab_bytes);
     if (!st.ok()) return st;
     unmapped_.pop_back();
     carved->push_back(slab);
@@ -168,7 +172,8 @@ absl::StatusOr<int> KvArena::TakeSlab(int cls, int tenant, std::vector<int>* car
   s.cls = cls;
   s.used = 0;
   s.free.resize(c.blocks_per_slab);
-  for (int i = 0; i < c.blocks_per_slab; ++i) s.free[i] = static_cast<uint16_t>(c.blocks_per_slab - 1 - i);
+  for (int i = 0; i < c.blocks_per_slab; ++i)
+    s.free[i] = static_cast<uint16_t>(c.blocks_per_slab - 1 - i);
   ++stats_.slabs_formatted;
   classes_[cls].partial.insert({0, slab});
   ++classes_[cls].formatted;
@@ -226,9 +231,9 @@ absl::StatusOr<std::vector<BlockId>> KvArena::Allocate(int cls, int tenant, int 
         for (int s : carved) {
           if (slabs_[s].state != Slab::State::kUnmapped) ReleaseSlab(s, /*keep_in_buffer=*/false);
         }
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "KV arena: ", n, " blocks of ", c.block_bytes, " bytes do not fit (",
-            taken.status().message(), ")"));
+        return absl::ResourceExhaustedError(absl::StrCat("KV arena: ", n, " blocks of ",
+                                                         c.block_bytes, " bytes do not fit (",
+                                                         taken.status().message(), ")"));
       }
       slab = *taken;
     }
@@ -265,7 +270,8 @@ void KvArena::FreeOne(int cls, BlockId id) {
 void KvArena::Free(int cls, int tenant, absl::Span<const BlockId> ids) {
   absl::MutexLock lock(&mu_);
   for (BlockId id : ids) FreeOne(cls, id);
-  tenants_[tenant].used_bytes -= static_cast<int64_t>(ids.size()) * static_cast<int64_t>(classes_[cls].block_bytes);
+  tenants_[tenant].used_bytes -=
+      static_cast<int64_t>(ids.size()) * static_cast<int64_t>(classes_[cls].block_bytes);
 }
 
 uint8_t* KvArena::Address(int cls, BlockId id) const {
@@ -273,7 +279,8 @@ uint8_t* KvArena::Address(int cls, BlockId id) const {
   // is allocated.
   const size_t slab = static_cast<size_t>(id / kMaxBlocksPerSlab);
   const size_t idx = static_cast<size_t>(id % kMaxBlocksPerSlab);
-  return base_ + slab * options_.slab_bytes + idx * block_bytes_of_[cls].load(std::memory_order_relaxed);
+  return base_ + slab * options_.slab_bytes +
+         idx * block_bytes_of_[cls].load(std::memory_order_relaxed);
 }
 
 int64_t KvArena::Capacity(int cls, int tenant, bool max) const {
@@ -288,8 +295,8 @@ int64_t KvArena::Capacity(int cls, int tenant, bool max) const {
   // slabs it could take (the unmapped budget less other tenants' floors).
   const int64_t held = t.used_bytes / static_cast<int64_t>(c.block_bytes);
   const int64_t free_in_partial = c.free_formatted();
-  const int64_t mappable = std::max<int64_t>(
-      0, (ps.budget_bytes - ps.mapped_bytes - ReservedForOthers(tenant)) / slab);
+  const int64_t mappable =
+      std::max<int64_t>(0, (ps.budget_bytes - ps.mapped_bytes - ReservedForOthers(tenant)) / slab);
   const int64_t takeable = std::min<int64_t>(mappable, static_cast<int64_t>(unmapped_.size())) +
                            static_cast<int64_t>(empty_.size());
   return std::min(cap, held + free_in_partial + takeable * c.blocks_per_slab);
@@ -303,7 +310,8 @@ int KvArena::Replenish() {
     const PagePoolStats ps = pool_->stats();
     if (ps.mapped_bytes + slab + ReservedForOthers(-1) > ps.budget_bytes) break;
     const int s = unmapped_.back();
-    if (!pool_->Map(base_ + static_cast<size_t>(s) * options_.slab_bytes, options_.slab_bytes).ok()) break;
+    if (!pool_->Map(base_ + static_cast<size_t>(s) * options_.slab_bytes, options_.slab_bytes).ok())
+      break;
     unmapped_.pop_back();
     slabs_[s].state = Slab::State::kEmpty;
     empty_.push_back(s);
@@ -336,8 +344,9 @@ KvArenaStats KvArena::stats() const {
     s.bytes_free += free_blocks * static_cast<int64_t>(c.block_bytes);
   }
   const PagePoolStats ps = pool_->stats();
-  const int64_t mappable = std::min<int64_t>(std::max<int64_t>(0, (ps.budget_bytes - ps.mapped_bytes) / slab),
-                                             static_cast<int64_t>(unmapped_.size()));
+  const int64_t mappable =
+      std::min<int64_t>(std::max<int64_t>(0, (ps.budget_bytes - ps.mapped_bytes) / slab),
+                        static_cast<int64_t>(unmapped_.size()));
   s.bytes_free += (mappable + static_cast<int64_t>(empty_.size())) * slab;
   return s;
 }

@@ -61,8 +61,8 @@ struct KvArenaStats {
   int64_t blocks_free_formatted = 0;  // free blocks inside formatted slabs
   int64_t bytes_used = 0;             // bytes of allocated blocks
   int64_t bytes_free = 0;             // room left: formatted free + empty slabs + unmapped budget
-  int64_t carves = 0;  // slabs mapped over the arena's life
-  int64_t releases = 0;  // slabs unmapped
+  int64_t carves = 0;                 // slabs mapped over the arena's life
+  int64_t releases = 0;               // slabs unmapped
 };
 
 // Smallest multiple of `page_bytes` (up to max_slab_bytes) whose tail waste
@@ -86,7 +86,7 @@ class KvArena {
   // one per resident model. Free its blocks before dropping it; the arena
   // must outlive it (engines hold the arena by shared_ptr).
   absl::StatusOr<std::unique_ptr<BlockAllocator>> CreateAllocator(size_t block_bytes,
-                                                                 TenantLimits limits = {});
+                                                                  TenantLimits limits = {});
   // Changes the floor and limit of the tenant behind `allocator` (one this
   // arena created). A limit below what the tenant holds stops its growth;
   // nothing is taken away (the engine preempts to shrink).
@@ -114,7 +114,7 @@ class KvArena {
     size_t block_bytes = 0;
     int blocks_per_slab = 0;
     int64_t used = 0;
-    int64_t formatted = 0;  // slabs formatted to this size
+    int64_t formatted = 0;                  // slabs formatted to this size
     std::set<std::pair<int, int>> partial;  // (-used, slab): fullest first
     // Free blocks inside this class's formatted slabs; O(1).
     int64_t free_formatted() const { return formatted * blocks_per_slab - used; }
@@ -148,8 +148,8 @@ class KvArena {
   std::vector<Slab> slabs_ ABSL_GUARDED_BY(mu_);
   std::vector<Class> classes_ ABSL_GUARDED_BY(mu_);
   std::vector<Tenant> tenants_ ABSL_GUARDED_BY(mu_);  // one per allocator created
-  std::vector<int> empty_ ABSL_GUARDED_BY(mu_);     // EMPTY slabs (buffer)
-  std::vector<int> unmapped_ ABSL_GUARDED_BY(mu_);  // UNMAPPED slabs, next carve at back
+  std::vector<int> empty_ ABSL_GUARDED_BY(mu_);       // EMPTY slabs (buffer)
+  std::vector<int> unmapped_ ABSL_GUARDED_BY(mu_);    // UNMAPPED slabs, next carve at back
   KvArenaStats stats_ ABSL_GUARDED_BY(mu_);
   // Block size per class, readable without the lock (Address is hot).
   std::array<std::atomic<size_t>, kMaxBlockSizes> block_bytes_of_{};

@@ -29,7 +29,8 @@ absl::StatusOr<uint8_t*> HostPagePool::Reserve(size_t bytes) {
   }
   void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", bytes, " bytes: ", std::strerror(errno)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot reserve ", bytes, " bytes: ", std::strerror(errno)));
   }
   absl::MutexLock lock(&mu_);
   reservations_.push_back({static_cast<uint8_t*>(p), bytes});
@@ -39,8 +40,9 @@ absl::StatusOr<uint8_t*> HostPagePool::Reserve(size_t bytes) {
 absl::Status HostPagePool::Map(uint8_t* addr, size_t bytes) {
   absl::MutexLock lock(&mu_);
   if (stats_.mapped_bytes + static_cast<int64_t>(bytes) > stats_.budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("page pool: mapping ", bytes, " bytes would pass the budget (",
-                                                     stats_.mapped_bytes, " of ", stats_.budget_bytes, " mapped)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("page pool: mapping ", bytes, " bytes would pass the budget (",
+                     stats_.mapped_bytes, " of ", stats_.budget_bytes, " mapped)"));
   }
   if (mprotect(addr, bytes, PROT_READ | PROT_WRITE) != 0) {
     return absl::InternalError(absl::StrCat("mprotect: ", std::strerror(errno)));

@@ -59,7 +59,9 @@ class HostPagePool final : public PagePool {
   PagePoolStats stats() const override;
 
  private:
-  HostPagePool(size_t page_bytes, int64_t budget) : page_bytes_(page_bytes) { stats_.budget_bytes = budget; }
+  HostPagePool(size_t page_bytes, int64_t budget) : page_bytes_(page_bytes) {
+    stats_.budget_bytes = budget;
+  }
   const size_t page_bytes_;
   mutable absl::Mutex mu_;
   PagePoolStats stats_ ABSL_GUARDED_BY(mu_);

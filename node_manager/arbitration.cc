@@ -66,7 +66,8 @@ std::vector<PendingRequest> TrimToAnchor(const std::vector<PendingRequest>& batc
                                          const BatchCost& cost,
                                          std::vector<PendingRequest>* removed) {
   std::vector<bool> gone(batch.size(), false);
-  std::priority_queue<std::pair<double, int64_t>> longest;  // (cost, -index): lower id first on ties
+  std::priority_queue<std::pair<double, int64_t>>
+      longest;  // (cost, -index): lower id first on ties
   double sum = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     longest.push({batch[i].cost_s, -static_cast<int64_t>(i)});
@@ -107,7 +108,8 @@ Arbitration FineServe(std::vector<PendingRequest> rs, double now, const BatchLim
   std::vector<PendingRequest> kept;
   int tokens = 0;
   for (const auto& r : batch) {
-    if (static_cast<int>(kept.size()) >= limits.max_requests || tokens + r.tokens > limits.max_tokens) {
+    if (static_cast<int>(kept.size()) >= limits.max_requests ||
+        tokens + r.tokens > limits.max_tokens) {
       removed.push_back(r);
       continue;
     }

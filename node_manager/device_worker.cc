@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "spdlog/spdlog.h"
 #include "engine/gpu_backend.h"
 #include "memory/page_pool.h"
+#include "spdlog/spdlog.h"
 
 namespace ballast::node_manager {
 
@@ -112,8 +112,8 @@ absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
 
 absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReserveWeights(int64_t bytes) {
   if (!balloon_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("device ", name_, " has static memory: weights are not mapped from a balloon"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device ", name_, " has static memory: weights are not mapped from a balloon"));
   }
   std::unique_ptr<memory::WeightPages> pages;
   absl::Status st = RunOnStepThread([&]() -> absl::Status {
@@ -150,7 +150,8 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
         "weights need ", bytes, " bytes but device ", name_, " has ", balloon_->FreeBytes(),
         " free even after the resident models gave back ", shed, " bytes of KV"));
   }
-  if (shed > 0) spdlog::info("device {}: resident models shed {} bytes of KV for weights", name_, shed);
+  if (shed > 0)
+    spdlog::info("device {}: resident models shed {} bytes of KV for weights", name_, shed);
   return pages;
 }
 
@@ -177,7 +178,8 @@ DeviceUsage DeviceWorker::Usage() const {
       u.memory_used_bytes += e->weight_bytes() + e->options().kv_cache_bytes;
       u.kv_blocks_total += s.kv_blocks_total;
       u.kv_blocks_free += s.kv_blocks_free;
-      u.kv_bytes_used += e->kv_bytes() - s.kv_blocks_free * static_cast<int64_t>(e->kv_block_bytes());
+      u.kv_bytes_used +=
+          e->kv_bytes() - s.kv_blocks_free * static_cast<int64_t>(e->kv_block_bytes());
       u.kv_bytes_free += s.kv_blocks_free * static_cast<int64_t>(e->kv_block_bytes());
     }
     u.waiting += s.waiting;
@@ -225,7 +227,8 @@ std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Arbitrate(
       PendingRequest p;
       p.id = reqs.size();
       p.arrival_s = absl::ToDoubleSeconds(q.arrival - now);
-      p.deadline_s = p.arrival_s + (q.ttft_slo_ms > 0 ? q.ttft_slo_ms : arbitration_.default_ttft_ms) / 1e3;
+      p.deadline_s =
+          p.arrival_s + (q.ttft_slo_ms > 0 ? q.ttft_slo_ms : arbitration_.default_ttft_ms) / 1e3;
       p.cost_s = cost.PredictMs(q.tokens_left) / 1e3;
       p.tokens = q.tokens_left;
       reqs.push_back(p);
@@ -250,10 +253,12 @@ std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Arbitrate(
     const bool on_time = t <= reqs[id].deadline_s;
     if (!on_time && rejectable[id]) {
       t -= reqs[id].cost_s;  // it will not take device time
-      engines[e]->RejectWaiting(rid, absl::ResourceExhaustedError(absl::StrCat(
-          "TTFT SLO cannot be met on device ", name_, ": about ",
-          static_cast<int>(std::max(0.0, t + reqs[id].cost_s - reqs[id].arrival_s) * 1e3),
-          " ms expected before the first token (the request asked to be rejected rather than served late)")));
+      engines[e]->RejectWaiting(
+          rid, absl::ResourceExhaustedError(absl::StrCat(
+                   "TTFT SLO cannot be met on device ", name_, ": about ",
+                   static_cast<int>(std::max(0.0, t + reqs[id].cost_s - reqs[id].arrival_s) * 1e3),
+                   " ms expected before the first token (the request asked to be rejected rather "
+                   "than served late)")));
       ++rejected;
       continue;
     }
@@ -307,7 +312,8 @@ void DeviceWorker::Loop() {
       did |= e->Step();
       if (e->last_step_prefill_tokens() > 0) {
         auto it = costs_.try_emplace(e->name()).first;
-        it->second.Record(e->last_step_prefill_tokens(), absl::ToDoubleMilliseconds(absl::Now() - t0));
+        it->second.Record(e->last_step_prefill_tokens(),
+                          absl::ToDoubleMilliseconds(absl::Now() - t0));
       }
     }
     if (!did) {

@@ -84,10 +84,10 @@ struct DeviceArbitrationOptions {
 };
 
 struct ArbitrationStats {
-  int64_t decisions = 0;         // passes that ordered a non-empty queue
-  int64_t rejected = 0;          // requests refused for an unmeetable SLO
-  int64_t expected_late = 0;     // in the last decision
-  double last_decision_us = 0;   // time the last decision took
+  int64_t decisions = 0;        // passes that ordered a non-empty queue
+  int64_t rejected = 0;         // requests refused for an unmeetable SLO
+  int64_t expected_late = 0;    // in the last decision
+  double last_decision_us = 0;  // time the last decision took
 };
 
 class DeviceWorker {
@@ -104,9 +104,7 @@ class DeviceWorker {
   int gpu() const { return gpu_; }
   // The device's balloon and its shared KV arena (elastic mode), else null.
   const std::shared_ptr<memory::Balloon>& balloon() const { return balloon_; }
-  std::shared_ptr<memory::KvArena> arena() const {
-    return balloon_ ? balloon_->arena() : nullptr;
-  }
+  std::shared_ptr<memory::KvArena> arena() const { return balloon_ ? balloon_->arena() : nullptr; }
   // Called by engines when work arrives; wakes the step thread.
   void Wake();
 

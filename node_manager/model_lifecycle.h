@@ -27,10 +27,14 @@ enum class ModelState { kLoading, kReady, kDraining, kEvicted };
 
 constexpr std::string_view ModelStateName(ModelState s) {
   switch (s) {
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kReady: return "READY";
-    case ModelState::kDraining: return "DRAINING";
-    case ModelState::kEvicted: return "EVICTED";
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kDraining:
+      return "DRAINING";
+    case ModelState::kEvicted:
+      return "EVICTED";
   }
   return "UNKNOWN";
 }

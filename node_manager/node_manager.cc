@@ -12,15 +12,16 @@ namespace ballast::node_manager {
 
 absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptions& options) {
   if (options.node_id.empty()) return absl::InvalidArgumentError("node_id is empty");
-  if (options.devices.empty()) return absl::InvalidArgumentError("a node needs at least one device");
+  if (options.devices.empty())
+    return absl::InvalidArgumentError("a node needs at least one device");
   for (const auto& d : options.devices) {
     if (d.memory_bytes <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("device ", d.name, ": memory must be > 0"));
     }
   }
   if (options.memory_mode != "elastic" && options.memory_mode != "static") {
-    return absl::InvalidArgumentError(absl::StrCat("memory mode \"", options.memory_mode,
-                                                   "\" (expected elastic or static)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory mode \"", options.memory_mode, "\" (expected elastic or static)"));
   }
   if (options.slab_bytes == 0 || options.slab_bytes % (2u << 20) != 0) {
     return absl::InvalidArgumentError("slab size must be a positive multiple of 2 MiB");
@@ -130,11 +131,13 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
                                                          const std::string& kv_dtype,
                                                          const std::string& device,
                                                          const memory::TenantLimits& kv_limits) {
-  if (name.empty() || path.empty()) return absl::InvalidArgumentError("model name and path are required");
+  if (name.empty() || path.empty())
+    return absl::InvalidArgumentError("model name and path are required");
   absl::MutexLock serial(&load_mu_);
   std::string where;
   if (FindEngine(name, &where)) {
-    return absl::AlreadyExistsError(absl::StrCat("model ", name, " is already resident on ", where));
+    return absl::AlreadyExistsError(
+        absl::StrCat("model ", name, " is already resident on ", where));
   }
   DeviceWorker* target = nullptr;
   int64_t best_free = -1;
@@ -249,7 +252,7 @@ absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool k
 }
 
 absl::Status NodeManager::SetKvLimits(const std::string& name,
-                                     const memory::TenantLimits& kv_limits) {
+                                      const memory::TenantLimits& kv_limits) {
   auto e = FindEngine(name, nullptr);
   if (!e) return absl::NotFoundError(absl::StrCat("model ", name, " is not resident on this node"));
   return e->SetKvLimits(kv_limits);
@@ -271,15 +274,16 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   Admission a;
   a.engine = FindEngine(req.model(), &a.device);
   if (!a.engine) {
-    return absl::NotFoundError(absl::StrCat("model ", req.model(), " is not resident on node ",
-                                            options_.node_id));
+    return absl::NotFoundError(
+        absl::StrCat("model ", req.model(), " is not resident on node ", options_.node_id));
   }
   {
     absl::MutexLock lock(&mu_);
     auto it = lifecycle_.find(req.model());
     if (it != lifecycle_.end() && it->second.state == ModelState::kDraining) {
       return absl::UnavailableError(absl::StrCat("model ", req.model(), " is draining on node ",
-                                                 options_.node_id, "; retry (the scheduler routes elsewhere)"));
+                                                 options_.node_id,
+                                                 "; retry (the scheduler routes elsewhere)"));
     }
   }
   if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
@@ -362,7 +366,8 @@ bool NodeManager::RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* int
                  st.error_message());
     return false;
   }
-  if (resp.heartbeat_interval_ms() > 0) *interval = absl::Milliseconds(resp.heartbeat_interval_ms());
+  if (resp.heartbeat_interval_ms() > 0)
+    *interval = absl::Milliseconds(resp.heartbeat_interval_ms());
   spdlog::info("registered with scheduler {} as {}", options_.scheduler_address, options_.node_id);
   return true;
 }

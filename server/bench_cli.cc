@@ -39,7 +39,8 @@ struct BenchCli::State {
 
 BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   State& s = *s_;
-  auto* trace = app->add_subcommand("trace", "generate workload traces (JSONL) or show their statistics");
+  auto* trace =
+      app->add_subcommand("trace", "generate workload traces (JSONL) or show their statistics");
   trace->require_subcommand(1);
   auto common = [&](CLI::App* c, uint64_t* seed, double* duration) {
     c->add_option("--out,-o", s.out, "trace file to write")->capture_default_str();
@@ -49,30 +50,44 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   };
   s.arrivals_cmd = trace->add_subcommand("arrivals", "Poisson or Gamma arrivals per model");
   common(s.arrivals_cmd, &s.arrivals.seed, &s.arrivals.duration_s);
-  s.arrivals_cmd->add_option("--rates", s.rates, "requests/s per model, comma-separated (one value: all)");
-  s.arrivals_cmd->add_option("--process", s.arrivals.process, "poisson | gamma")->capture_default_str();
-  s.arrivals_cmd->add_option("--cv", s.arrivals.cv, "Gamma coefficient of variation")->capture_default_str();
+  s.arrivals_cmd->add_option("--rates", s.rates,
+                             "requests/s per model, comma-separated (one value: all)");
+  s.arrivals_cmd->add_option("--process", s.arrivals.process, "poisson | gamma")
+      ->capture_default_str();
+  s.arrivals_cmd->add_option("--cv", s.arrivals.cv, "Gamma coefficient of variation")
+      ->capture_default_str();
   AddLengths(s.arrivals_cmd, &s.arrivals.lengths);
 
-  s.bursty_cmd = trace->add_subcommand("bursty", "bursty multi-model traffic (Prism §3 properties)");
+  s.bursty_cmd =
+      trace->add_subcommand("bursty", "bursty multi-model traffic (Prism §3 properties)");
   common(s.bursty_cmd, &s.bursty.seed, &s.bursty.duration_s);
-  s.bursty_cmd->add_option("--persistent-fraction", s.bursty.persistent_fraction)->capture_default_str();
+  s.bursty_cmd->add_option("--persistent-fraction", s.bursty.persistent_fraction)
+      ->capture_default_str();
   s.bursty_cmd->add_option("--persistent-rate", s.bursty.persistent_rate)->capture_default_str();
   s.bursty_cmd->add_option("--burst-rate", s.bursty.burst_rate)->capture_default_str();
-  s.bursty_cmd->add_option("--cv", s.bursty.cv, "persistent models' inter-arrival CV")->capture_default_str();
-  s.bursty_cmd->add_option("--burst-cv", s.bursty.burst_cv, "inter-arrival CV inside bursts")->capture_default_str();
-  s.bursty_cmd->add_option("--on-mean", s.bursty.on_mean_s, "mean burst length (s)")->capture_default_str();
-  s.bursty_cmd->add_option("--group-interval", s.bursty.group_interval_s, "mean time between group bursts (s)")
+  s.bursty_cmd->add_option("--cv", s.bursty.cv, "persistent models' inter-arrival CV")
       ->capture_default_str();
-  s.bursty_cmd->add_option("--group-fraction", s.bursty.group_fraction, "chance a sporadic model joins a burst")
+  s.bursty_cmd->add_option("--burst-cv", s.bursty.burst_cv, "inter-arrival CV inside bursts")
+      ->capture_default_str();
+  s.bursty_cmd->add_option("--on-mean", s.bursty.on_mean_s, "mean burst length (s)")
+      ->capture_default_str();
+  s.bursty_cmd
+      ->add_option("--group-interval", s.bursty.group_interval_s,
+                   "mean time between group bursts (s)")
+      ->capture_default_str();
+  s.bursty_cmd
+      ->add_option("--group-fraction", s.bursty.group_fraction,
+                   "chance a sporadic model joins a burst")
       ->capture_default_str();
   AddLengths(s.bursty_cmd, &s.bursty.lengths);
 
   s.chat_cmd = trace->add_subcommand("chat", "multi-turn chat sessions with advisories");
   common(s.chat_cmd, &s.chat.seed, &s.chat.duration_s);
-  s.chat_cmd->add_option("--session-rate", s.chat.session_rate, "new sessions/s")->capture_default_str();
+  s.chat_cmd->add_option("--session-rate", s.chat.session_rate, "new sessions/s")
+      ->capture_default_str();
   s.chat_cmd->add_option("--turns-mean", s.chat.turns_mean)->capture_default_str();
-  s.chat_cmd->add_option("--typing-mean", s.chat.typing_mean_s, "advisory lead (s)")->capture_default_str();
+  s.chat_cmd->add_option("--typing-mean", s.chat.typing_mean_s, "advisory lead (s)")
+      ->capture_default_str();
   s.chat_cmd->add_option("--reading-speed", s.chat.reading_tokens_per_s)->capture_default_str();
   s.chat_cmd->add_option("--advise-miss", s.chat.advise_miss)->capture_default_str();
   s.chat_cmd->add_option("--advise-spurious", s.chat.advise_spurious)->capture_default_str();
@@ -91,7 +106,8 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   s.bench_cmd->require_subcommand(0, 1);
   auto bench_opts = [&](CLI::App* c, bool target) {
     c->add_option("--trace", s.bench.trace, "trace file (JSONL)")->required();
-    if (target) c->add_option("--target", s.bench.target, "scheduler address")->capture_default_str();
+    if (target)
+      c->add_option("--target", s.bench.target, "scheduler address")->capture_default_str();
     c->add_option("--rate-scale", s.scales, "comma-separated rate scales")->capture_default_str();
     c->add_option("--slo-scale", s.bench.slo_scale, "multiplies every SLO")->capture_default_str();
     c->add_option("--duration", s.bench.duration_s, "replay only this many seconds of arrivals");
@@ -99,16 +115,21 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
     c->add_option("--max-inflight", s.bench.max_inflight)->capture_default_str();
     c->add_flag("!--no-plots", s.bench.plots, "skip the gnuplot PNGs");
   };
-  s.compare_cmd = s.bench_cmd->add_subcommand("compare", "run `ballast serve` under each config on the same trace");
+  s.compare_cmd = s.bench_cmd->add_subcommand(
+      "compare", "run `ballast serve` under each config on the same trace");
   bench_opts(s.compare_cmd, false);
-  s.compare_cmd->add_option("--configs", s.configs, "comma-separated ballast serve configs")->required();
+  s.compare_cmd->add_option("--configs", s.configs, "comma-separated ballast serve configs")
+      ->required();
   // Options of plain `bench` are parsed only when `compare` is absent.
   s.bench_cmd->fallthrough(false);
   s.bench_cmd->add_option("--trace", s.bench.trace, "trace file (JSONL)");
   s.bench_cmd->add_option("--target", s.bench.target, "scheduler address")->capture_default_str();
-  s.bench_cmd->add_option("--rate-scale", s.scales, "comma-separated rate scales")->capture_default_str();
-  s.bench_cmd->add_option("--slo-scale", s.bench.slo_scale, "multiplies every SLO")->capture_default_str();
-  s.bench_cmd->add_option("--duration", s.bench.duration_s, "replay only this many seconds of arrivals");
+  s.bench_cmd->add_option("--rate-scale", s.scales, "comma-separated rate scales")
+      ->capture_default_str();
+  s.bench_cmd->add_option("--slo-scale", s.bench.slo_scale, "multiplies every SLO")
+      ->capture_default_str();
+  s.bench_cmd->add_option("--duration", s.bench.duration_s,
+                          "replay only this many seconds of arrivals");
   s.bench_cmd->add_option("--out", s.bench.out, "output directory")->capture_default_str();
   s.bench_cmd->add_option("--max-inflight", s.bench.max_inflight)->capture_default_str();
   s.bench_cmd->add_flag("!--no-plots", s.bench.plots, "skip the gnuplot PNGs");

@@ -1,7 +1,7 @@
 #include "server/bench_commands.h"
 
-#include <grpcpp/grpcpp.h>
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,8 +56,8 @@ absl::StatusOr<std::vector<bench::Report>> ReplayAll(
     if (!res.ok()) return res.status();
     bench::Report rep = bench::Summarize(*res, f.slo_scale);
     std::cout << bench::FormatReport(rep) << "\n";
-    if (auto st = bench::WriteRequestsCsv((fs::path(out) / absl::StrCat("requests-", k, ".csv")).string(),
-                                          *res, f.slo_scale);
+    if (auto st = bench::WriteRequestsCsv(
+            (fs::path(out) / absl::StrCat("requests-", k, ".csv")).string(), *res, f.slo_scale);
         !st.ok()) {
       return st;
     }
@@ -100,8 +100,9 @@ class ServeProcess {
     // the file mid-comparison must not change (or break) what runs.
     static const int self_fd = open("/proc/self/exe", O_RDONLY);
     if (self_fd < 0) return absl::InternalError("cannot open /proc/self/exe");
-    std::vector<std::string> argv = {"ballast", "serve", "--config", config, "--listen", *target,
-                                     "--metrics-listen", "", "--node-listen", "127.0.0.1:0"};
+    std::vector<std::string> argv = {"ballast",       "serve",      "--config",         config,
+                                     "--listen",      *target,      "--metrics-listen", "",
+                                     "--node-listen", "127.0.0.1:0"};
     pid_ = fork();
     if (pid_ == 0) {
       int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -114,15 +115,18 @@ class ServeProcess {
       _exit(127);
     }
     // Ready when every configured model has a READY replica.
-    auto stub = v1::Inference::NewStub(grpc::CreateChannel(*target, grpc::InsecureChannelCredentials()));
+    auto stub =
+        v1::Inference::NewStub(grpc::CreateChannel(*target, grpc::InsecureChannelCredentials()));
     const absl::Time deadline = absl::Now() + absl::Seconds(120);
     while (absl::Now() < deadline) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        const std::string how = WIFSIGNALED(status) ? absl::StrCat("was killed by signal ", WTERMSIG(status))
-                                                    : absl::StrCat("exited with status ", WEXITSTATUS(status));
-        return absl::InternalError(absl::StrCat("ballast serve --config ", config, " ", how, "; see ", log));
+        const std::string how = WIFSIGNALED(status)
+                                    ? absl::StrCat("was killed by signal ", WTERMSIG(status))
+                                    : absl::StrCat("exited with status ", WEXITSTATUS(status));
+        return absl::InternalError(
+            absl::StrCat("ballast serve --config ", config, " ", how, "; see ", log));
       }
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -139,8 +143,8 @@ class ServeProcess {
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
-    return absl::DeadlineExceededError(absl::StrCat("ballast serve --config ", config,
-                                                    " not ready in 120 s; see ", log));
+    return absl::DeadlineExceededError(
+        absl::StrCat("ballast serve --config ", config, " not ready in 120 s; see ", log));
   }
   void Stop() {
     if (pid_ <= 0) return;
@@ -172,8 +176,8 @@ int RunTraceStats(const std::string& path) {
 int RunBench(const BenchFlags& f) {
   auto trace = bench::ReadTrace(f.trace);
   if (!trace.ok()) return Error(std::string(trace.status().message()));
-  auto reports = ReplayAll(*trace, f, f.out,
-                           [&](double) -> absl::StatusOr<std::string> { return f.target; });
+  auto reports =
+      ReplayAll(*trace, f, f.out, [&](double) -> absl::StatusOr<std::string> { return f.target; });
   if (!reports.ok()) return Error(std::string(reports.status().message()));
   for (const auto& r : *reports)
     if (!r.accounting_ok) return Error("accounting mismatch (see the report)");
@@ -199,8 +203,8 @@ int RunBenchCompare(const BenchFlags& f) {
         [&](double k) -> absl::StatusOr<std::string> {
           serve.Stop();
           std::string target;
-          auto st = serve.Start(config, (fs::path(out) / absl::StrCat("serve-", k, ".log")).string(),
-                                &target);
+          auto st = serve.Start(
+              config, (fs::path(out) / absl::StrCat("serve-", k, ".log")).string(), &target);
           if (!st.ok()) return st;
           return target;
         },

@@ -14,8 +14,8 @@
 #include "absl/time/clock.h"
 #include "ballast/v1/admin.grpc.pb.h"
 #include "ballast/v1/inference.grpc.pb.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "bench/replay.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "server/status_util.h"
 
 namespace ballast::server {
@@ -29,7 +29,6 @@ int PrintError(const grpc::Status& st) {
   std::cerr << "error: " << CodeName(st.error_code()) << ": " << st.error_message() << "\n";
   return st.error_code() == grpc::StatusCode::UNAVAILABLE ? 3 : 2;
 }
-
 
 std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
 
@@ -92,7 +91,8 @@ int RunModels(const std::string& target) {
     std::string where;
     for (const auto& r : m.replicas()) {
       if (!where.empty()) where += ", ";
-      where += r.node_id().empty() ? r.state() : absl::StrCat(r.node_id(), "/", r.device(), " ", r.state());
+      where += r.node_id().empty() ? r.state()
+                                   : absl::StrCat(r.node_id(), "/", r.device(), " ", r.state());
     }
     if (where.empty()) where = "(not resident)";
     std::cout << absl::StrFormat("%-20s %-18s %8d %10s %-6s %s\n", m.name(), m.architecture(),
@@ -198,10 +198,10 @@ int RunDemo(const std::string& target, const std::string& prompt, int max_tokens
         } else if (resp.has_final()) {
           const auto& f = resp.final();
           const double secs = f.timings().e2e_ms() / 1000.0;
-          lines[i].summary = absl::StrFormat(
-              "%d tokens on %s/%s, ttft %.0f ms, %.1f tokens/s", f.usage().completion_tokens(),
-              f.node_id(), f.device(), f.timings().ttft_ms(),
-              secs > 0 ? f.usage().completion_tokens() / secs : 0.0);
+          lines[i].summary = absl::StrFormat("%d tokens on %s/%s, ttft %.0f ms, %.1f tokens/s",
+                                             f.usage().completion_tokens(), f.node_id(), f.device(),
+                                             f.timings().ttft_ms(),
+                                             secs > 0 ? f.usage().completion_tokens() / secs : 0.0);
         }
         draw(false);
       }

@@ -63,10 +63,10 @@ class Section {
   std::set<std::string> seen_;
 };
 
-#define RETURN_IF_ERROR(expr)        \
-  do {                               \
-    absl::Status _st = (expr);       \
-    if (!_st.ok()) return _st;       \
+#define RETURN_IF_ERROR(expr)  \
+  do {                         \
+    absl::Status _st = (expr); \
+    if (!_st.ok()) return _st; \
   } while (0)
 
 absl::Status ParseSlo(Section& parent, uint32_t* ttft, uint32_t* tpot, const std::string* file) {
@@ -101,11 +101,13 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   {
     int64_t idle_ms = absl::ToInt64Milliseconds(o.idle_evict_after);
     RETURN_IF_ERROR(s.Get("idle_evict_ms", &idle_ms));
-    if (idle_ms < 0) return s.Error(s.Key("idle_evict_ms"), "must be >= 0 (0 never evicts idle models)");
+    if (idle_ms < 0)
+      return s.Error(s.Key("idle_evict_ms"), "must be >= 0 (0 never evicts idle models)");
     o.idle_evict_after = absl::Milliseconds(idle_ms);
     int64_t rebalance_ms = absl::ToInt64Milliseconds(o.rebalance_interval);
     RETURN_IF_ERROR(s.Get("rebalance_interval_ms", &rebalance_ms));
-    if (rebalance_ms < 0) return s.Error(s.Key("rebalance_interval_ms"), "must be >= 0 (0 never rebalances)");
+    if (rebalance_ms < 0)
+      return s.Error(s.Key("rebalance_interval_ms"), "must be >= 0 (0 never rebalances)");
     o.rebalance_interval = absl::Milliseconds(rebalance_ms);
     RETURN_IF_ERROR(s.Get("migration_threshold", &o.migration_threshold));
     if (o.migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
@@ -113,8 +115,8 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(s.Get("placement_policy", &o.placement_policy));
   if (o.placement_policy != "most_free" && o.placement_policy != "kvpr" &&
       o.placement_policy != "mme") {
-    return s.Error(s.Key("placement_policy"), absl::StrCat("\"", o.placement_policy,
-                                                           "\" (expected most_free, kvpr or mme)"));
+    return s.Error(s.Key("placement_policy"),
+                   absl::StrCat("\"", o.placement_policy, "\" (expected most_free, kvpr or mme)"));
   }
   RETURN_IF_ERROR(ParseSlo(s, &o.default_ttft_ms, &o.default_tpot_ms, file));
   if (YAML::Node models = s.Child("models")) {
@@ -133,7 +135,8 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
       RETURN_IF_ERROR(ParseSlo(m, &spec.ttft_ms, &spec.tpot_ms, file));
       RETURN_IF_ERROR(m.Finish());
       if (floor_mib < 0 || limit_mib < 0 || (limit_mib > 0 && floor_mib > limit_mib)) {
-        return m.Error(m.Key("kv_floor_mib"), "kv_floor_mib and kv_limit_mib must be >= 0, floor <= limit");
+        return m.Error(m.Key("kv_floor_mib"),
+                       "kv_floor_mib and kv_limit_mib must be >= 0, floor <= limit");
       }
       spec.kv_floor_bytes = floor_mib << 20;
       spec.kv_limit_bytes = limit_mib << 20;
@@ -191,7 +194,8 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     if (o.memory_mode != "elastic" && o.memory_mode != "static") {
       return ms.Error("node.memory.mode", "expected elastic or static");
     }
-    if (slab_mib <= 0 || slab_mib % 2 != 0) return ms.Error("node.memory.slab_mib", "must be a positive multiple of 2");
+    if (slab_mib <= 0 || slab_mib % 2 != 0)
+      return ms.Error("node.memory.slab_mib", "must be a positive multiple of 2");
     o.slab_bytes = static_cast<size_t>(slab_mib) << 20;
   }
   if (YAML::Node a = s.Child("arbitration")) {

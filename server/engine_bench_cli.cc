@@ -30,7 +30,8 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
                                 "against the HBM roofline and cuBLAS");
   s_->cmd = c;
   auto& o = s_->o;
-  c->add_option("--model", o.model_dir, "checkpoint directory (config.json + *.safetensors)")->required();
+  c->add_option("--model", o.model_dir, "checkpoint directory (config.json + *.safetensors)")
+      ->required();
   c->add_option("--device", o.device)->capture_default_str();
   c->add_option("--batches", s_->batches, "decode batch sizes")->capture_default_str();
   c->add_option("--context", o.context, "KV tokens per decoding sequence")->capture_default_str();
@@ -93,9 +94,10 @@ bool EngineBenchCli::RunParsed(int* rc) {
         j["best_total_ms"].get<double>(), j["ratio_to_bound"].get<double>(),
         j["single_stream_copy_ms"].get<double>());
     for (const auto& run : j["runs"]) {
-      std::cout << absl::StrFormat("  map %.1f ms, copy %.1f ms, executor (copy + set-up) %.1f ms\n",
-                                   run["map_ms"].get<double>(), run["copy_ms"].get<double>(),
-                                   run["executor_ms"].get<double>());
+      std::cout << absl::StrFormat(
+          "  map %.1f ms, copy %.1f ms, executor (copy + set-up) %.1f ms\n",
+          run["map_ms"].get<double>(), run["copy_ms"].get<double>(),
+          run["executor_ms"].get<double>());
     }
     *rc = 0;
     return true;
@@ -132,8 +134,8 @@ bool EngineBenchCli::RunParsed(int* rc) {
   }
   if (!s_->out.empty()) std::ofstream(s_->out) << j.dump(2) << "\n";
   std::cout << "device: " << j["device"].get<std::string>() << ", weights "
-            << absl::StrFormat("%.2f GiB", j["weight_bytes"].get<double>() / (1 << 30))
-            << ", load " << absl::StrFormat("%.1f s", j["load_s"].get<double>())
+            << absl::StrFormat("%.2f GiB", j["weight_bytes"].get<double>() / (1 << 30)) << ", load "
+            << absl::StrFormat("%.1f s", j["load_s"].get<double>())
             << absl::StrFormat(", roofline at %.2f TB/s (device-to-device copy measures %.2f TB/s)",
                                j["hbm_bytes_per_s"].get<double>() / 1e12,
                                j["copy_bytes_per_s"].get<double>() / 1e12)
@@ -145,16 +147,16 @@ bool EngineBenchCli::RunParsed(int* rc) {
     }
     return 0;
   };
-  std::cout << "| decode batch | ms/step | tokens/s | roofline ms | % of roofline | transformers ms/step | speed-up |\n"
+  std::cout << "| decode batch | ms/step | tokens/s | roofline ms | % of roofline | transformers "
+               "ms/step | speed-up |\n"
                "|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& d : j["decode"]) {
     const int b = d["batch"].get<int>();
     const double ms = d["ms_per_step"].get<double>(), h = hf_decode(b);
-    std::cout << absl::StrFormat("| %d | %.2f | %.0f | %.2f | %.1f%% | %s | %s |\n", b, ms,
-                                 d["tokens_per_s"].get<double>(), d["roofline_ms"].get<double>(),
-                                 100 * d["roofline_fraction"].get<double>(),
-                                 h > 0 ? absl::StrFormat("%.2f", h) : "-",
-                                 h > 0 ? absl::StrFormat("%.2fx", h / ms) : "-");
+    std::cout << absl::StrFormat(
+        "| %d | %.2f | %.0f | %.2f | %.1f%% | %s | %s |\n", b, ms, d["tokens_per_s"].get<double>(),
+        d["roofline_ms"].get<double>(), 100 * d["roofline_fraction"].get<double>(),
+        h > 0 ? absl::StrFormat("%.2f", h) : "-", h > 0 ? absl::StrFormat("%.2fx", h / ms) : "-");
   }
   if (j.contains("prefill")) {
     const auto& p = j["prefill"];
@@ -168,7 +170,8 @@ bool EngineBenchCli::RunParsed(int* rc) {
     }
     if (hf.contains("prefill")) {
       const double hms = hf["prefill"]["ms"].get<double>();
-      std::cout << absl::StrFormat("; transformers %.1f ms (%.2fx)", hms, hms / p["ms"].get<double>());
+      std::cout << absl::StrFormat("; transformers %.1f ms (%.2fx)", hms,
+                                   hms / p["ms"].get<double>());
     }
     std::cout << "\n";
   }

@@ -9,8 +9,8 @@
 #include "engine/synthetic_model.h"
 #include "server/bench_cli.h"
 #include "server/client_commands.h"
-#include "server/engine_bench_cli.h"
 #include "server/config.h"
+#include "server/engine_bench_cli.h"
 #include "server/processes.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -76,7 +76,8 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
     return 2;
   }
   if (!f.log_level.empty()) c->log_level = f.log_level;
-  if (!f.listen.empty()) (serve || need_scheduler ? c->scheduler.listen : c->node.listen) = f.listen;
+  if (!f.listen.empty())
+    (serve || need_scheduler ? c->scheduler.listen : c->node.listen) = f.listen;
   if (f.metrics_listen) {
     (serve || need_scheduler ? c->scheduler.metrics_listen : c->node.metrics_listen) =
         *f.metrics_listen;
@@ -92,8 +93,8 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
   }
   if (!f.cache_dir.empty()) c->serve.cache_dir = f.cache_dir;
   if (!f.node_listen.empty()) c->node.listen = f.node_listen;
-  for (const auto& [what, addr] : {std::pair{"--listen", c->scheduler.listen},
-                                   std::pair{"--listen", c->node.listen}}) {
+  for (const auto& [what, addr] :
+       {std::pair{"--listen", c->scheduler.listen}, std::pair{"--listen", c->node.listen}}) {
     if (auto st = ballast::server::ValidateAddress(addr, what); !st.ok()) {
       std::cerr << "error: " << st.message() << "\n";
       return 2;
@@ -114,8 +115,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   DaemonFlags serve_f, sched_f, node_f;
-  auto* serve = app.add_subcommand("serve", "embedded default: scheduler + one CPU node + "
-                                            "synthetic models, on localhost");
+  auto* serve = app.add_subcommand("serve",
+                                   "embedded default: scheduler + one CPU node + "
+                                   "synthetic models, on localhost");
   AddDaemonFlags(serve, &serve_f, false, false);
   serve->add_option("--cache-dir", serve_f.cache_dir, "where generated models are kept");
   serve->add_option("--node-listen", serve_f.node_listen, "the embedded node's listen address");
@@ -131,7 +133,8 @@ int main(int argc, char** argv) {
   generate->add_option("--model,-m", gen.model, "model name")->required();
   generate->add_option("--prompt,-p", gen.prompt, "prompt text ('-' reads stdin)")->required();
   generate->add_option("--session,-s", gen.session, "multi-turn session id");
-  generate->add_option("--max-tokens,-n", gen.max_tokens, "tokens to generate")->capture_default_str();
+  generate->add_option("--max-tokens,-n", gen.max_tokens, "tokens to generate")
+      ->capture_default_str();
   generate->add_option("--temperature", gen.temperature, "0 = greedy")->capture_default_str();
   generate->add_option("--top-p", gen.top_p, "nucleus threshold")->capture_default_str();
   generate->add_option("--top-k", gen.top_k, "keep the k most likely (0 = off)");
@@ -161,9 +164,11 @@ int main(int argc, char** argv) {
 
   ballast::engine::SyntheticModelSpec spec;
   std::string out_dir;
-  auto* mk = app.add_subcommand("make-model", "write a synthetic model (safetensors + config.json)");
+  auto* mk =
+      app.add_subcommand("make-model", "write a synthetic model (safetensors + config.json)");
   mk->add_option("--out", out_dir, "output directory")->required();
-  mk->add_option("--architecture", spec.architecture, "llama | qwen2 | mistral")->capture_default_str();
+  mk->add_option("--architecture", spec.architecture, "llama | qwen2 | mistral")
+      ->capture_default_str();
   mk->add_option("--layers", spec.layers)->capture_default_str();
   mk->add_option("--hidden", spec.hidden)->capture_default_str();
   mk->add_option("--heads", spec.heads)->capture_default_str();

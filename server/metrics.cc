@@ -20,58 +20,76 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      sched_requests_(BuildCounter().Name("ballast_scheduler_requests_total")
+      sched_requests_(BuildCounter()
+                          .Name("ballast_scheduler_requests_total")
                           .Help("Generate requests by model and final gRPC status")
                           .Register(*registry_)),
-      sched_ttft_(BuildHistogram().Name("ballast_scheduler_ttft_seconds")
+      sched_ttft_(BuildHistogram()
+                      .Name("ballast_scheduler_ttft_seconds")
                       .Help("Time to first token seen by the scheduler, per model")
                       .Register(*registry_)),
-      sched_tpot_(BuildHistogram().Name("ballast_scheduler_tpot_seconds")
+      sched_tpot_(BuildHistogram()
+                      .Name("ballast_scheduler_tpot_seconds")
                       .Help("Mean time per output token of each request, per model")
                       .Register(*registry_)),
-      sched_tokens_(BuildCounter().Name("ballast_scheduler_tokens_generated_total")
+      sched_tokens_(BuildCounter()
+                        .Name("ballast_scheduler_tokens_generated_total")
                         .Help("Tokens streamed to clients, per model")
                         .Register(*registry_)),
-      sched_nodes_(BuildGauge().Name("ballast_scheduler_nodes")
+      sched_nodes_(BuildGauge()
+                       .Name("ballast_scheduler_nodes")
                        .Help("Registered nodes by state (alive, dead)")
                        .Register(*registry_)),
-      sched_sessions_(BuildGauge().Name("ballast_scheduler_sessions")
+      sched_sessions_(BuildGauge()
+                          .Name("ballast_scheduler_sessions")
                           .Help("Multi-turn sessions the scheduler tracks")
                           .Register(*registry_)),
-      node_requests_(BuildCounter().Name("ballast_node_requests_total")
+      node_requests_(BuildCounter()
+                         .Name("ballast_node_requests_total")
                          .Help("Requests served by this node, by model and gRPC status")
                          .Register(*registry_)),
-      node_ttft_(BuildHistogram().Name("ballast_node_ttft_seconds")
+      node_ttft_(BuildHistogram()
+                     .Name("ballast_node_ttft_seconds")
                      .Help("Time to first token measured on the node, per model")
                      .Register(*registry_)),
-      node_tpot_(BuildHistogram().Name("ballast_node_tpot_seconds")
+      node_tpot_(BuildHistogram()
+                     .Name("ballast_node_tpot_seconds")
                      .Help("Mean time per output token on the node, per model")
                      .Register(*registry_)),
-      node_tokens_(BuildCounter().Name("ballast_node_tokens_generated_total")
+      node_tokens_(BuildCounter()
+                       .Name("ballast_node_tokens_generated_total")
                        .Help("Tokens generated on this node, per model")
                        .Register(*registry_)),
-      kv_blocks_(BuildGauge().Name("ballast_node_kv_blocks")
+      kv_blocks_(BuildGauge()
+                     .Name("ballast_node_kv_blocks")
                      .Help("KV cache blocks per device by state (used, free)")
                      .Register(*registry_)),
-      memory_used_(BuildGauge().Name("ballast_node_memory_used_bytes")
+      memory_used_(BuildGauge()
+                       .Name("ballast_node_memory_used_bytes")
                        .Help("Device memory held by weights and KV pools")
                        .Register(*registry_)),
-      queue_length_(BuildGauge().Name("ballast_node_queue_length")
+      queue_length_(BuildGauge()
+                        .Name("ballast_node_queue_length")
                         .Help("Requests waiting for admission per device")
                         .Register(*registry_)),
-      running_(BuildGauge().Name("ballast_node_running_sequences")
+      running_(BuildGauge()
+                   .Name("ballast_node_running_sequences")
                    .Help("Sequences in the running batch per device")
                    .Register(*registry_)),
-      preemptions_(BuildCounter().Name("ballast_node_preemptions_total")
+      preemptions_(BuildCounter()
+                       .Name("ballast_node_preemptions_total")
                        .Help("Sequences preempted (recomputed) for lack of KV blocks")
                        .Register(*registry_)),
-      kv_slabs_(BuildGauge().Name("ballast_node_kv_slabs")
+      kv_slabs_(BuildGauge()
+                    .Name("ballast_node_kv_slabs")
                     .Help("KV arena slabs per device by state (formatted, empty)")
                     .Register(*registry_)),
-      kv_bytes_(BuildGauge().Name("ballast_node_kv_bytes")
+      kv_bytes_(BuildGauge()
+                    .Name("ballast_node_kv_bytes")
                     .Help("KV memory per device by state (used, free)")
                     .Register(*registry_)),
-      driver_calls_(BuildCounter().Name("ballast_node_page_driver_calls_total")
+      driver_calls_(BuildCounter()
+                        .Name("ballast_node_page_driver_calls_total")
                         .Help("Page map/unmap calls (driver calls) per device")
                         .Register(*registry_)) {}
 
@@ -101,14 +119,19 @@ void Metrics::SetNodes(int alive, int dead) {
 void Metrics::SetSessions(int n) { sched_sessions_.Add({}).Set(n); }
 
 void Metrics::SetDevice(const DeviceGauges& g) {
-  kv_blocks_.Add({{"device", g.device}, {"state", "used"}}).Set(static_cast<double>(g.kv_blocks_used));
-  kv_blocks_.Add({{"device", g.device}, {"state", "free"}}).Set(static_cast<double>(g.kv_blocks_free));
+  kv_blocks_.Add({{"device", g.device}, {"state", "used"}})
+      .Set(static_cast<double>(g.kv_blocks_used));
+  kv_blocks_.Add({{"device", g.device}, {"state", "free"}})
+      .Set(static_cast<double>(g.kv_blocks_free));
   memory_used_.Add({{"device", g.device}}).Set(static_cast<double>(g.memory_used_bytes));
   queue_length_.Add({{"device", g.device}}).Set(g.queue_length);
   running_.Add({{"device", g.device}}).Set(g.running);
-  kv_bytes_.Add({{"device", g.device}, {"state", "used"}}).Set(static_cast<double>(g.kv_bytes_used));
-  kv_bytes_.Add({{"device", g.device}, {"state", "free"}}).Set(static_cast<double>(g.kv_bytes_free));
-  kv_slabs_.Add({{"device", g.device}, {"state", "formatted"}}).Set(static_cast<double>(g.slabs_formatted));
+  kv_bytes_.Add({{"device", g.device}, {"state", "used"}})
+      .Set(static_cast<double>(g.kv_bytes_used));
+  kv_bytes_.Add({{"device", g.device}, {"state", "free"}})
+      .Set(static_cast<double>(g.kv_bytes_free));
+  kv_slabs_.Add({{"device", g.device}, {"state", "formatted"}})
+      .Set(static_cast<double>(g.slabs_formatted));
   kv_slabs_.Add({{"device", g.device}, {"state", "empty"}}).Set(static_cast<double>(g.slabs_empty));
   absl::MutexLock lock(&mu_);
   // Engines restart their counts when models are evicted: count only growth.
@@ -118,7 +141,8 @@ void Metrics::SetDevice(const DeviceGauges& g) {
     seen = total;
   };
   grow(preemptions_.Add({{"device", g.device}}), "preempt/" + g.device, g.preemptions_total);
-  grow(driver_calls_.Add({{"device", g.device}, {"call", "map"}}), "map/" + g.device, g.page_map_calls);
+  grow(driver_calls_.Add({{"device", g.device}, {"call", "map"}}), "map/" + g.device,
+       g.page_map_calls);
   grow(driver_calls_.Add({{"device", g.device}, {"call", "unmap"}}), "unmap/" + g.device,
        g.page_unmap_calls);
 }

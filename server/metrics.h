@@ -25,9 +25,9 @@ namespace ballast::server {
 
 struct RequestOutcome {
   std::string model;
-  std::string status;   // gRPC status code name, e.g. "OK", "NOT_FOUND"
-  double ttft_s = -1;   // < 0: no token was produced
-  double tpot_s = -1;   // < 0: fewer than two tokens
+  std::string status;  // gRPC status code name, e.g. "OK", "NOT_FOUND"
+  double ttft_s = -1;  // < 0: no token was produced
+  double tpot_s = -1;  // < 0: fewer than two tokens
   int64_t tokens = 0;
 };
 
@@ -36,8 +36,8 @@ struct DeviceGauges {
   int64_t kv_blocks_used = 0, kv_blocks_free = 0;
   int64_t memory_used_bytes = 0;
   int queue_length = 0, running = 0;
-  int64_t preemptions_total = 0;  // cumulative, as the engines count it
-  int64_t slabs_formatted = 0, slabs_empty = 0;      // elastic KV arena
+  int64_t preemptions_total = 0;                 // cumulative, as the engines count it
+  int64_t slabs_formatted = 0, slabs_empty = 0;  // elastic KV arena
   int64_t kv_bytes_used = 0, kv_bytes_free = 0;
   int64_t page_map_calls = 0, page_unmap_calls = 0;  // cumulative driver calls
 };

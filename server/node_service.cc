@@ -48,19 +48,26 @@ class StreamSink final : public engine::GenerationSink {
 
 v1::FinishReason ToProto(engine::FinishReason r) {
   switch (r) {
-    case engine::FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case engine::FinishReason::kEos: return v1::FINISH_REASON_EOS;
-    case engine::FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case engine::FinishReason::kContext: return v1::FINISH_REASON_CONTEXT;
+    case engine::FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case engine::FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kContext:
+      return v1::FINISH_REASON_CONTEXT;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
 v1::KvSource ToProto(engine::KvSource s) {
   switch (s) {
-    case engine::KvSource::kNone: return v1::KV_SOURCE_NONE;
-    case engine::KvSource::kDevice: return v1::KV_SOURCE_DEVICE;
-    case engine::KvSource::kRecomputed: return v1::KV_SOURCE_RECOMPUTED;
+    case engine::KvSource::kNone:
+      return v1::KV_SOURCE_NONE;
+    case engine::KvSource::kDevice:
+      return v1::KV_SOURCE_DEVICE;
+    case engine::KvSource::kRecomputed:
+      return v1::KV_SOURCE_RECOMPUTED;
   }
   return v1::KV_SOURCE_UNSPECIFIED;
 }
@@ -89,7 +96,8 @@ grpc::Status NodeService::SetKvLimits(grpc::ServerContext*, const v1::SetKvLimit
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "kv floor/limit must be >= 0 and floor <= limit (0 = none)");
   }
-  return ToGrpc(node_->SetKvLimits(req->name(), KvLimits(req->kv_floor_bytes(), req->kv_limit_bytes())));
+  return ToGrpc(
+      node_->SetKvLimits(req->name(), KvLimits(req->kv_floor_bytes(), req->kv_limit_bytes())));
 }
 
 grpc::Status NodeService::EvictModel(grpc::ServerContext*, const v1::EvictModelRequest* req,

@@ -39,9 +39,10 @@ std::string ExpandHome(const std::string& p) {
 }
 
 // A gRPC server with the health service; `bound` gets host:port as bound.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
-    const std::string& listen, const std::vector<grpc::Service*>& services, std::string* bound,
-    const std::string& what) {
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const std::string& listen,
+                                                        const std::vector<grpc::Service*>& services,
+                                                        std::string* bound,
+                                                        const std::string& what) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder b;
   int port = 0;
@@ -49,8 +50,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
   for (auto* s : services) b.RegisterService(s);
   auto server = b.BuildAndStart();
   if (!server || port == 0) {
-    return absl::UnavailableError(absl::StrCat(what, ": cannot listen on ", listen,
-                                               " (address in use or invalid)"));
+    return absl::UnavailableError(
+        absl::StrCat(what, ": cannot listen on ", listen, " (address in use or invalid)"));
   }
   *bound = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
   server->GetHealthCheckService()->SetServingStatus(true);
@@ -77,7 +78,7 @@ struct SchedulerParts {
 };
 
 absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSection& cfg,
-                                                                Metrics* metrics) {
+                                                               Metrics* metrics) {
   auto p = std::make_unique<SchedulerParts>();
   auto s = global_scheduler::Scheduler::Create(cfg.options);
   if (!s.ok()) return s.status();
@@ -153,7 +154,7 @@ int Fail(const absl::Status& st) {
 }
 
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> MaybeExpose(const std::string& listen,
-                                                                  Metrics& metrics) {
+                                                                 Metrics& metrics) {
   if (listen.empty()) return std::unique_ptr<prometheus::Exposer>();
   auto e = StartExposer(listen, metrics.registry());
   if (e.ok()) spdlog::info("metrics on http://{}/metrics", listen);
@@ -170,8 +171,11 @@ absl::StatusOr<std::vector<global_scheduler::ModelSpec>> PrepareSyntheticModels(
     auto cfg = engine::SyntheticConfig(m.spec);
     if (!cfg.ok()) return cfg.status();
     // The directory name carries a hash of the spec so edits regenerate.
-    const std::string key = absl::StrCat(m.name, "-", absl::Hex(std::hash<std::string>{}(
-                                                          absl::StrCat(cfg->ToJson(), m.spec.seed, m.spec.init_std)) & 0xffffffffu));
+    const std::string key = absl::StrCat(
+        m.name, "-",
+        absl::Hex(
+            std::hash<std::string>{}(absl::StrCat(cfg->ToJson(), m.spec.seed, m.spec.init_std)) &
+            0xffffffffu));
     const std::filesystem::path dir = cache / key;
     if (!std::filesystem::exists(dir / "config.json")) {
       const std::filesystem::path tmp = cache / (key + ".tmp");
@@ -179,7 +183,9 @@ absl::StatusOr<std::vector<global_scheduler::ModelSpec>> PrepareSyntheticModels(
       std::filesystem::remove_all(tmp, ec);
       if (auto st = engine::WriteSyntheticModel(m.spec, tmp.string()); !st.ok()) return st;
       std::filesystem::rename(tmp, dir, ec);
-      if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+      if (ec)
+        return absl::InternalError(
+            absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
       spdlog::info("generated synthetic model {} in {}", m.name, dir.string());
     }
     global_scheduler::ModelSpec spec;
@@ -236,9 +242,10 @@ int RunServe(const Config& config) {
   }
   std::string names;
   for (const auto& m : *models) names += (names.empty() ? "" : ", ") + m.name;
-  spdlog::info("ballast serve ready on {}: models {}. Try: ballast generate --target {} --model {} "
-               "--prompt 'Hello'",
-               (*s)->address, names, (*s)->address, models->empty() ? "M" : models->front().name);
+  spdlog::info(
+      "ballast serve ready on {}: models {}. Try: ballast generate --target {} --model {} "
+      "--prompt 'Hello'",
+      (*s)->address, names, (*s)->address, models->empty() ? "M" : models->front().name);
   WaitForSignal();
   (*n)->Shutdown();
   (*s)->Shutdown();

@@ -96,11 +96,12 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::Gene
     st = reader->Finish();
   }
   const bool ok = st.ok() && final.has_value() && !client_gone && !ctx->IsCancelled();
-  sched_->Complete(*route, ok,
-                   ok ? std::vector<int>(final->prompt_tokens().begin(), final->prompt_tokens().end())
-                      : std::vector<int>{},
-                   ok ? std::vector<int>(final->output_tokens().begin(), final->output_tokens().end())
-                      : std::vector<int>{});
+  sched_->Complete(
+      *route, ok,
+      ok ? std::vector<int>(final->prompt_tokens().begin(), final->prompt_tokens().end())
+         : std::vector<int>{},
+      ok ? std::vector<int>(final->output_tokens().begin(), final->output_tokens().end())
+         : std::vector<int>{});
   if (client_gone || ctx->IsCancelled()) {
     return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
   }

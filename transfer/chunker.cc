@@ -24,12 +24,12 @@ std::vector<Chunk> SplitIntoChunks(const void* data, size_t n, size_t chunk_byte
 
 absl::Status Reassembler::Add(uint64_t offset, const std::string& data, uint32_t crc32c) {
   if (offset != buffer_.size()) {
-    return absl::DataLossError(absl::StrCat("chunk at offset ", offset, " out of order (expected ",
-                                            buffer_.size(), ")"));
+    return absl::DataLossError(
+        absl::StrCat("chunk at offset ", offset, " out of order (expected ", buffer_.size(), ")"));
   }
   if (buffer_.size() + data.size() > expected_) {
-    return absl::DataLossError(absl::StrCat("chunk at offset ", offset, " runs past the expected ",
-                                            expected_, " bytes"));
+    return absl::DataLossError(
+        absl::StrCat("chunk at offset ", offset, " runs past the expected ", expected_, " bytes"));
   }
   if (Crc32c(data.data(), data.size()) != crc32c) {
     return absl::DataLossError(absl::StrCat("checksum mismatch in chunk at offset ", offset));

@@ -8,7 +8,9 @@
 namespace ballast::engine {
 
 CpuHostWeights::CpuHostWeights(std::shared_ptr<const ModelWeights> w) : weights_(std::move(w)) {
-  auto add = [&](const Matrix& m) { bytes_ += static_cast<int64_t>(m.data.size() * sizeof(float)); };
+  auto add = [&](const Matrix& m) {
+    bytes_ += static_cast<int64_t>(m.data.size() * sizeof(float));
+  };
   add(weights_->embed);
   add(weights_->final_norm);
   add(weights_->lm_head);
@@ -41,7 +43,8 @@ void Linear(const Matrix& w, const Matrix* bias, const float* x, int T, float* y
   for (int o = 0; o < out; ++o) {
     const float* row = w.row(o);
     const float b = (bias != nullptr && !bias->data.empty()) ? bias->data[o] : 0.0f;
-    for (int t = 0; t < T; ++t) y[static_cast<size_t>(t) * out + o] = Dot(row, x + static_cast<size_t>(t) * in, in) + b;
+    for (int t = 0; t < T; ++t)
+      y[static_cast<size_t>(t) * out + o] = Dot(row, x + static_cast<size_t>(t) * in, in) + b;
   }
 }
 
@@ -70,7 +73,9 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
 
 CpuExecutor::CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights,
                          KvCache* kv)
-    : config_(config), weights_(std::move(weights)), kv_(kv),
+    : config_(config),
+      weights_(std::move(weights)),
+      kv_(kv),
       inv_freq_(RopeInverseFrequencies(config)) {}
 
 void CpuExecutor::ApplyRope(float* vec, int num_heads, int pos) const {
@@ -116,20 +121,24 @@ absl::Status CpuExecutor::Forward(absl::Span<const SequenceChunk> batch,
   std::vector<float> x(static_cast<size_t>(T) * H), h(x.size()), q(static_cast<size_t>(T) * Q),
       k(static_cast<size_t>(T) * KV), v(k.size()), attn(q.size()), proj(x.size()),
       gate(static_cast<size_t>(T) * I), up(gate.size());
-  for (int t = 0; t < T; ++t) std::copy_n(w.embed.row(tok[t]), H, x.data() + static_cast<size_t>(t) * H);
+  for (int t = 0; t < T; ++t)
+    std::copy_n(w.embed.row(tok[t]), H, x.data() + static_cast<size_t>(t) * H);
 
   std::vector<float> kbuf(d), vbuf(d), scores;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = w.layers[l];
-    for (int t = 0; t < T; ++t) RmsNorm(&x[static_cast<size_t>(t) * H], L.input_norm, c.rms_norm_eps, H, &h[static_cast<size_t>(t) * H]);
+    for (int t = 0; t < T; ++t)
+      RmsNorm(&x[static_cast<size_t>(t) * H], L.input_norm, c.rms_norm_eps, H,
+              &h[static_cast<size_t>(t) * H]);
     Linear(L.q, &L.q_bias, h.data(), T, q.data());
     Linear(L.k, &L.k_bias, h.data(), T, k.data());
     Linear(L.v, &L.v_bias, h.data(), T, v.data());
     for (int t = 0; t < T; ++t) {
       ApplyRope(&q[static_cast<size_t>(t) * Q], c.num_attention_heads, pos[t]);
       ApplyRope(&k[static_cast<size_t>(t) * KV], c.num_key_value_heads, pos[t]);
-      kv_->Write(*batch[owner[t]].kv, l, pos[t], &k[static_cast<size_t>(t) * KV], &v[static_cast<size_t>(t) * KV]);
+      kv_->Write(*batch[owner[t]].kv, l, pos[t], &k[static_cast<size_t>(t) * KV],
+                 &v[static_cast<size_t>(t) * KV]);
     }
     // Causal attention: token at position p attends to positions [0, p].
     for (int t = 0; t < T; ++t) {
@@ -161,7 +170,9 @@ absl::Status CpuExecutor::Forward(absl::Span<const SequenceChunk> batch,
     }
     Linear(L.o, &L.o_bias, attn.data(), T, proj.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-    for (int t = 0; t < T; ++t) RmsNorm(&x[static_cast<size_t>(t) * H], L.post_norm, c.rms_norm_eps, H, &h[static_cast<size_t>(t) * H]);
+    for (int t = 0; t < T; ++t)
+      RmsNorm(&x[static_cast<size_t>(t) * H], L.post_norm, c.rms_norm_eps, H,
+              &h[static_cast<size_t>(t) * H]);
     Linear(L.gate, nullptr, h.data(), T, gate.data());
     Linear(L.up, nullptr, h.data(), T, up.data());
     for (size_t i = 0; i < gate.size(); ++i) {

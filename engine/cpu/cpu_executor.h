@@ -43,8 +43,7 @@ class CpuExecutor final : public Executor {
   }
 
  private:
-  CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights,
-              KvCache* kv);
+  CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv);
   void ApplyRope(float* vec, int num_heads, int pos) const;
 
   ModelConfig config_;

@@ -114,8 +114,10 @@ absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOption
     (*pool)->Unmap(*range, mapped);
     const double total = Ms(t0, t1) + Ms(t3, t4);
     best = std::min(best, total);
-    runs.push_back({{"map_ms", Ms(t0, t1)}, {"copy_ms", Ms(t1, t2)},
-                    {"executor_ms", Ms(t3, t4)}, {"total_ms", total}});
+    runs.push_back({{"map_ms", Ms(t0, t1)},
+                    {"copy_ms", Ms(t1, t2)},
+                    {"executor_ms", Ms(t3, t4)},
+                    {"total_ms", total}});
   }
   // One stream, for comparison.
   if (auto st = (*pool)->Map(*range, mapped); !st.ok()) return st;

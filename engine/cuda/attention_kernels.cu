@@ -11,8 +11,8 @@ namespace ballast::engine::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kTile = 128;      // keys per tile: one per thread in the score phase
-constexpr int kMaxGroup = 8;    // query heads per block
+constexpr int kTile = 128;    // keys per tile: one per thread in the score phase
+constexpr int kMaxGroup = 8;  // query heads per block
 constexpr int kMinPartition = 64;
 
 struct Workspace {
@@ -25,8 +25,8 @@ template <typename T, typename KvT, int D>
 __global__ void __launch_bounds__(kThreads)
     PagedAttentionKernel(const T* __restrict__ q, TokenMap tokens, int num_heads, PagedKv kv,
                          float scale, int partition_tokens, Workspace ws, T* __restrict__ out) {
-  constexpr int kCols = D / 8;              // threads per V row (8 elements each)
-  constexpr int kRows = kThreads / kCols;   // V rows processed in parallel
+  constexpr int kCols = D / 8;             // threads per V row (8 elements each)
+  constexpr int kRows = kThreads / kCols;  // V rows processed in parallel
   __shared__ float q_s[kMaxGroup][D];
   __shared__ float s_s[kMaxGroup][kTile];
   __shared__ float red[kRows * kMaxGroup * D];
@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kThreads)
     const int n = min(kTile, end - tile);
     // Scores: thread tid takes key tile + tid.
     if (tid < n) {
-      const KvT* k = reinterpret_cast<const KvT*>(KvSlot(kv, seq, tile + tid, kvh, false, sizeof(KvT)));
+      const KvT* k =
+          reinterpret_cast<const KvT*>(KvSlot(kv, seq, tile + tid, kvh, false, sizeof(KvT)));
       float s[kMaxGroup];
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
@@ -128,7 +129,8 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     for (int i = r; i < n; i += kRows) {
-      const KvT* v = reinterpret_cast<const KvT*>(KvSlot(kv, seq, tile + i, kvh, true, sizeof(KvT)));
+      const KvT* v =
+          reinterpret_cast<const KvT*>(KvSlot(kv, seq, tile + i, kvh, true, sizeof(KvT)));
       float vf[8];
       Load8(v + c * 8, vf);
 #pragma unroll
@@ -204,10 +206,10 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
   const int group = num_heads / kv.num_kv_heads;
   const dim3 grid(tokens.num_tokens, kv.num_kv_heads * ((group + kMaxGroup - 1) / kMaxGroup),
                   plan.num_partitions);
-#define BALLAST_ATTN_CASE(DIM)                                                      \
-  case DIM:                                                                        \
-    PagedAttentionKernel<T, KvT, DIM><<<grid, kThreads, 0, stream>>>(              \
-        q, tokens, num_heads, kv, scale, plan.partition_tokens, ws, out);          \
+#define BALLAST_ATTN_CASE(DIM)                                            \
+  case DIM:                                                               \
+    PagedAttentionKernel<T, KvT, DIM><<<grid, kThreads, 0, stream>>>(     \
+        q, tokens, num_heads, kv, scale, plan.partition_tokens, ws, out); \
     break;
   switch (kv.head_dim) {
     BALLAST_ATTN_CASE(8)
@@ -222,8 +224,9 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
 #undef BALLAST_ATTN_CASE
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || plan.num_partitions == 1) return e;
-  PartitionMergeKernel<T><<<dim3(tokens.num_tokens, num_heads), std::min(kv.head_dim, 128), 0,
-                            stream>>>(tokens, plan.num_partitions, kv.head_dim, ws, out);
+  PartitionMergeKernel<T>
+      <<<dim3(tokens.num_tokens, num_heads), std::min(kv.head_dim, 128), 0, stream>>>(
+          tokens, plan.num_partitions, kv.head_dim, ws, out);
   return cudaGetLastError();
 }
 
@@ -233,8 +236,8 @@ AttentionPlan PlanPagedAttention(int num_tokens, int num_heads, int num_kv_heads
                                  int num_sms) {
   AttentionPlan p;
   const int group = num_heads / num_kv_heads;
-  const long base = static_cast<long>(num_tokens) * num_kv_heads *
-                    ((group + kMaxGroup - 1) / kMaxGroup);
+  const long base =
+      static_cast<long>(num_tokens) * num_kv_heads * ((group + kMaxGroup - 1) / kMaxGroup);
   max_context = std::max(max_context, 1);
   if (base >= 2L * num_sms || max_context <= kMinPartition) {
     p.num_partitions = 1;
@@ -242,7 +245,8 @@ AttentionPlan PlanPagedAttention(int num_tokens, int num_heads, int num_kv_heads
     return p;
   }
   const long want = (4L * num_sms + base - 1) / base;  // about four blocks per SM
-  int parts = static_cast<int>(std::min<long>(want, (max_context + kMinPartition - 1) / kMinPartition));
+  int parts =
+      static_cast<int>(std::min<long>(want, (max_context + kMinPartition - 1) / kMinPartition));
   parts = std::max(parts, 1);
   int len = (max_context + parts - 1) / parts;
   len = (len + kMinPartition - 1) / kMinPartition * kMinPartition;
@@ -259,17 +263,19 @@ size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim,
 }
 
 cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
-                                 float scale, const AttentionPlan& plan, void* workspace,
-                                 void* out, ActType type, cudaStream_t stream) {
+                                 float scale, const AttentionPlan& plan, void* workspace, void* out,
+                                 ActType type, cudaStream_t stream) {
   if (tokens.num_tokens == 0) return cudaSuccess;
   if (kv.num_kv_heads <= 0 || num_heads % kv.num_kv_heads != 0) return cudaErrorInvalidValue;
-  const Workspace ws = Carve(workspace, tokens.num_tokens, num_heads, kv.head_dim, plan.num_partitions);
+  const Workspace ws =
+      Carve(workspace, tokens.num_tokens, num_heads, kv.head_dim, plan.num_partitions);
   BALLAST_DISPATCH_ACT(type, T, {
     const T* qt = static_cast<const T*>(q);
     T* o = static_cast<T*>(out);
     // KV is stored in the activation type or in FP8.
     if (kv.dtype == KvType::kFP8E4M3) {
-      return LaunchForHeadDim<T, __nv_fp8_e4m3>(qt, tokens, num_heads, kv, scale, plan, ws, o, stream);
+      return LaunchForHeadDim<T, __nv_fp8_e4m3>(qt, tokens, num_heads, kv, scale, plan, ws, o,
+                                                stream);
     }
     const bool same = (kv.dtype == KvType::kBF16) == (type == ActType::kBF16);
     if (!same) return cudaErrorInvalidValue;

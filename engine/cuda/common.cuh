@@ -20,11 +20,17 @@ __device__ __forceinline__ float ToF(__nv_fp8_e4m3 x) { return static_cast<float
 template <typename T>
 __device__ __forceinline__ T FromF(float x);
 template <>
-__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ __half FromF<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half FromF<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ __forceinline__ float FromF<float>(float x) { return x; }
+__device__ __forceinline__ float FromF<float>(float x) {
+  return x;
+}
 template <>
 __device__ __forceinline__ __nv_fp8_e4m3 FromF<__nv_fp8_e4m3>(float x) {
   return __nv_fp8_e4m3(x);  // round to nearest even, saturating (satfinite)
@@ -95,16 +101,16 @@ __device__ __forceinline__ uint8_t* KvSlot(const PagedKv& kv, int seq, int pos, 
 }
 
 // Switch-based dispatch from the runtime activation type to a template.
-#define BALLAST_DISPATCH_ACT(type, T, ...)      \
-  switch (type) {                               \
-    case ActType::kBF16: {                      \
-      using T = __nv_bfloat16;                  \
-      __VA_ARGS__;                              \
-    } break;                                    \
-    case ActType::kF16: {                       \
-      using T = __half;                         \
-      __VA_ARGS__;                              \
-    } break;                                    \
+#define BALLAST_DISPATCH_ACT(type, T, ...) \
+  switch (type) {                          \
+    case ActType::kBF16: {                 \
+      using T = __nv_bfloat16;             \
+      __VA_ARGS__;                         \
+    } break;                               \
+    case ActType::kF16: {                  \
+      using T = __half;                    \
+      __VA_ARGS__;                         \
+    } break;                               \
   }
 
 }  // namespace ballast::engine::cuda

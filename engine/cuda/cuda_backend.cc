@@ -16,7 +16,9 @@ class GpuBlockPool final : public memory::BlockAllocator {
  public:
   GpuBlockPool(cuda::DeviceBuffer storage, std::unique_ptr<memory::HostBlockPool> pool)
       : storage_(std::move(storage)), pool_(std::move(pool)) {}
-  absl::StatusOr<std::vector<memory::BlockId>> Allocate(int n) override { return pool_->Allocate(n); }
+  absl::StatusOr<std::vector<memory::BlockId>> Allocate(int n) override {
+    return pool_->Allocate(n);
+  }
   void Free(absl::Span<const memory::BlockId> blocks) override { pool_->Free(blocks); }
   uint8_t* Address(memory::BlockId id) override { return pool_->Address(id); }
   size_t block_bytes() const override { return pool_->block_bytes(); }
@@ -56,7 +58,8 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int d
   BALLAST_CUDA_RETURN(cudaMemset(buf.get(), 0, bytes), "KV pool");
   auto pool = memory::HostBlockPool::CreateOver(buf.get<uint8_t>(), block_bytes, num_blocks);
   if (!pool.ok()) return pool.status();
-  return std::unique_ptr<memory::BlockAllocator>(new GpuBlockPool(std::move(buf), std::move(*pool)));
+  return std::unique_ptr<memory::BlockAllocator>(
+      new GpuBlockPool(std::move(buf), std::move(*pool)));
 }
 
 absl::StatusOr<std::shared_ptr<memory::PagePool>> CreateGpuPagePool(int device, size_t page_bytes,

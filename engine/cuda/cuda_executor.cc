@@ -22,7 +22,8 @@ int NextPow2(int x) {
 
 absl::StatusOr<KvType> KvTypeOf(DType t, ActType act) {
   switch (t) {
-    case DType::kFP8E4M3: return KvType::kFP8E4M3;
+    case DType::kFP8E4M3:
+      return KvType::kFP8E4M3;
     case DType::kBF16:
       if (act == ActType::kBF16) return KvType::kBF16;
       break;
@@ -54,8 +55,8 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
   }
   const int d = config.head_dim;
   if (d != 8 && d != 16 && d != 32 && d != 64 && d != 128 && d != 256) {
-    return absl::UnimplementedError(
-        absl::StrCat("head_dim ", d, " is not supported by the CUDA backend (8..256, powers of two)"));
+    return absl::UnimplementedError(absl::StrCat(
+        "head_dim ", d, " is not supported by the CUDA backend (8..256, powers of two)"));
   }
   if (options.max_batch_tokens <= 0 || options.max_context <= 0) {
     return absl::InvalidArgumentError("max_batch_tokens and max_context must be > 0");
@@ -79,8 +80,9 @@ CudaExecutor::~CudaExecutor() {
 
 absl::Status CudaExecutor::Init(const std::string& model_dir) {
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
-  BALLAST_CUDA_RETURN(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device),
-                      "device query");
+  BALLAST_CUDA_RETURN(
+      cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device),
+      "device query");
   BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
   act_ = ActivationType(config_);
   prefill_kernel_ok_ = PrefillAttentionSupports(config_.head_dim) && PrefillAttentionLayoutOk();
@@ -142,14 +144,16 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   BALLAST_CUDA_RETURN(cudaMemcpy(inv_freq_.get(), inv_freq_host_.data(),
                                  inv_freq_host_.size() * sizeof(float), cudaMemcpyHostToDevice),
                       "rope table");
-  max_table_blocks_ = (options_.max_context + kv_->layout().block_tokens - 1) / kv_->layout().block_tokens;
+  max_table_blocks_ =
+      (options_.max_context + kv_->layout().block_tokens - 1) / kv_->layout().block_tokens;
   // Every array starts 256-byte aligned (SampleParams holds 8-byte fields).
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
   params_offset_ = align(5 * T * sizeof(int));
   tiles_offset_ = align(params_offset_ + T * sizeof(SampleParams));
   out_offset_ = align(tiles_offset_ + T * sizeof(PrefillTile));
   table_offset_ = align(out_offset_ + T * sizeof(int));
-  meta_bytes_ = table_offset_ + static_cast<size_t>(c.num_hidden_layers) * T * max_table_blocks_ * sizeof(int);
+  meta_bytes_ = table_offset_ +
+                static_cast<size_t>(c.num_hidden_layers) * T * max_table_blocks_ * sizeof(int);
   if (auto s = meta_.Allocate(meta_bytes_, "step metadata"); !s.ok()) return s;
   workspace_bytes_ += static_cast<int64_t>(meta_bytes_);
   BALLAST_CUDA_RETURN(cudaMallocHost(&host_meta_, meta_bytes_), "pinned step metadata");
@@ -194,10 +198,12 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
     sh.real_rows += ch.logits == LogitsMode::kAll ? n : ch.logits == LogitsMode::kLast && n > 0;
   }
   if (sh.tokens > Tmax) {
-    return absl::InvalidArgumentError(absl::StrCat("step of ", sh.tokens, " tokens; the executor was sized for ", Tmax));
+    return absl::InvalidArgumentError(
+        absl::StrCat("step of ", sh.tokens, " tokens; the executor was sized for ", Tmax));
   }
   if (sample && sampling.size() != static_cast<size_t>(sh.real_rows)) {
-    return absl::InvalidArgumentError(absl::StrCat(sampling.size(), " sampling entries for ", sh.real_rows, " rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(sampling.size(), " sampling entries for ", sh.real_rows, " rows"));
   }
   const int real_tokens = sh.tokens;
   sh.graph = decode_only && sh.tokens > 0;
@@ -242,7 +248,8 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
       pos[t] = ch.start_pos + i;
       pos_small[t] = flash ? -1 : pos[t];
       sh.small_tokens += !flash;
-      if (ch.logits == LogitsMode::kAll || (ch.logits == LogitsMode::kLast && i == n - 1)) rows[r++] = t;
+      if (ch.logits == LogitsMode::kAll || (ch.logits == LogitsMode::kLast && i == n - 1))
+        rows[r++] = t;
     }
   }
   for (; t < sh.tokens; ++t) {  // graph padding
@@ -271,17 +278,19 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
     for (size_t b = 0; b < batch.size(); ++b) {
       const auto& ids = batch[b].kv->blocks[l];
       const size_t n = std::min(ids.size(), static_cast<size_t>(sh.max_blocks));
-      std::memcpy(table + (static_cast<size_t>(l) * sh.seqs + b) * sh.max_blocks, ids.data(), n * sizeof(int));
+      std::memcpy(table + (static_cast<size_t>(l) * sh.seqs + b) * sh.max_blocks, ids.data(),
+                  n * sizeof(int));
     }
   }
-  BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get(), host_meta_, params_offset_ + sh.rows * sizeof(SampleParams),
-                                      cudaMemcpyHostToDevice, stream_),
-                      "step upload");
+  BALLAST_CUDA_RETURN(
+      cudaMemcpyAsync(meta_.get(), host_meta_, params_offset_ + sh.rows * sizeof(SampleParams),
+                      cudaMemcpyHostToDevice, stream_),
+      "step upload");
   if (sh.prefill_tiles > 0) {
-    BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get<uint8_t>() + tiles_offset_, base + tiles_offset_,
-                                        sh.prefill_tiles * sizeof(PrefillTile), cudaMemcpyHostToDevice,
-                                        stream_),
-                        "prefill tile upload");
+    BALLAST_CUDA_RETURN(
+        cudaMemcpyAsync(meta_.get<uint8_t>() + tiles_offset_, base + tiles_offset_,
+                        sh.prefill_tiles * sizeof(PrefillTile), cudaMemcpyHostToDevice, stream_),
+        "prefill tile upload");
   }
   const size_t table_bytes = static_cast<size_t>(L) * sh.seqs * sh.max_blocks * sizeof(int);
   BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get<uint8_t>() + table_offset_, base + table_offset_,
@@ -322,13 +331,16 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const DeviceWeights& w = *weights_;
 
-  BALLAST_CUDA_RETURN(LaunchEmbedding(w.embed(), act_, tok, T, H, resid_.get<float>(), stream_), "embedding");
+  BALLAST_CUDA_RETURN(LaunchEmbedding(w.embed(), act_, tok, T, H, resid_.get<float>(), stream_),
+                      "embedding");
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const DeviceLayer& L = w.layer(l);
     BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr,
                                          L.input_norm, eps, T, H, x_.get(), act_, stream_),
                         "input norm");
-    if (auto s = gemm_->Run(x_.get(), L.qkv, qkv_.get(), T, Q + 2 * KV, H, act_, false, stream_); !s.ok()) return s;
+    if (auto s = gemm_->Run(x_.get(), L.qkv, qkv_.get(), T, Q + 2 * KV, H, act_, false, stream_);
+        !s.ok())
+      return s;
     kv.block_ids = table + static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
     BALLAST_CUDA_RETURN(LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, inv_freq_.get<float>(), tm,
                                           c.num_attention_heads, kv, q_.get(), act_, stream_),
@@ -338,24 +350,30 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
                                                plan, attn_ws_.get(), attn_.get(), act_, stream_),
                           "attention");
     }
-    BALLAST_CUDA_RETURN(LaunchPrefillAttention(q_.get(), tiles, sh.prefill_tiles,
-                                               c.num_attention_heads, kv, scale, attn_.get(), act_,
-                                               stream_),
-                        "prefill attention");
-    if (auto s = gemm_->Run(attn_.get(), L.o, o_.get(), T, H, Q, act_, false, stream_); !s.ok()) return s;
+    BALLAST_CUDA_RETURN(
+        LaunchPrefillAttention(q_.get(), tiles, sh.prefill_tiles, c.num_attention_heads, kv, scale,
+                               attn_.get(), act_, stream_),
+        "prefill attention");
+    if (auto s = gemm_->Run(attn_.get(), L.o, o_.get(), T, H, Q, act_, false, stream_); !s.ok())
+      return s;
     BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), L.o_bias, L.post_norm, eps,
                                          T, H, x_.get(), act_, stream_),
                         "post-attention norm");
-    if (auto s = gemm_->Run(x_.get(), L.gate_up, gate_up_.get(), T, 2 * I, H, act_, false, stream_); !s.ok()) return s;
+    if (auto s = gemm_->Run(x_.get(), L.gate_up, gate_up_.get(), T, 2 * I, H, act_, false, stream_);
+        !s.ok())
+      return s;
     BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_), "silu");
     // The down projection's output feeds the next layer's input norm.
-    if (auto s = gemm_->Run(act_buf_.get(), L.down, o_.get(), T, H, I, act_, false, stream_); !s.ok()) return s;
+    if (auto s = gemm_->Run(act_buf_.get(), L.down, o_.get(), T, H, I, act_, false, stream_);
+        !s.ok())
+      return s;
   }
   BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), nullptr, w.final_norm(), eps,
                                        T, H, x_.get(), act_, stream_),
                       "final norm");
-  BALLAST_CUDA_RETURN(LaunchGatherRows(x_.get(), rows, sh.rows, H * ActSize(act_), x_sel_.get(), stream_),
-                      "row gather");
+  BALLAST_CUDA_RETURN(
+      LaunchGatherRows(x_.get(), rows, sh.rows, H * ActSize(act_), x_sel_.get(), stream_),
+      "row gather");
   if (auto s = gemm_->Run(x_sel_.get(), w.lm_head(), logits_.get(), sh.rows, c.vocab_size, H, act_,
                           true, stream_);
       !s.ok()) {
@@ -379,7 +397,8 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
     // Plans (cuBLASLt heuristics) are made on a first, uncaptured run.
     if (auto s = Enqueue(sh); !s.ok()) return s;
     BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "warm-up step");
-    BALLAST_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "graph capture");
+    BALLAST_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
+                        "graph capture");
     absl::Status st = Enqueue(sh);
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
@@ -400,7 +419,8 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
   return absl::OkStatus();
 }
 
-absl::Status CudaExecutor::Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) {
+absl::Status CudaExecutor::Forward(absl::Span<const SequenceChunk> batch,
+                                   std::vector<float>* logits) {
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
   auto sh = Stage(batch, {}, false);
   if (!sh.ok()) return sh.status();

@@ -90,7 +90,7 @@ class CudaExecutor final : public Executor {
   KvType kv_type_ = KvType::kBF16;
   int num_sms_ = 0;
   bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
-  int max_table_blocks_ = 0;  // ceil(max_context / block_tokens)
+  int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
   int64_t workspace_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceWeights> weights_;

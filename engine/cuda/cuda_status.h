@@ -16,11 +16,10 @@ inline absl::Status CudaStatus(cudaError_t e, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
 }
 
-#define BALLAST_CUDA_RETURN(expr, what)                                          \
-  do {                                                                           \
-    if (absl::Status _st = ::ballast::engine::cuda::CudaStatus((expr), (what));  \
-        !_st.ok())                                                               \
-      return _st;                                                                \
+#define BALLAST_CUDA_RETURN(expr, what)                                                    \
+  do {                                                                                     \
+    if (absl::Status _st = ::ballast::engine::cuda::CudaStatus((expr), (what)); !_st.ok()) \
+      return _st;                                                                          \
   } while (0)
 
 // Owns one device allocation.
@@ -28,7 +27,10 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   ~DeviceBuffer() { Reset(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       Reset();
@@ -52,7 +54,9 @@ class DeviceBuffer {
     bytes_ = 0;
   }
   template <typename T = void>
-  T* get() const { return static_cast<T*>(ptr_); }
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const { return bytes_; }
 
  private:

@@ -19,9 +19,12 @@ namespace {
 
 absl::StatusOr<SrcType> SourceType(DType t, const std::string& name) {
   switch (t) {
-    case DType::kF32: return SrcType::kF32;
-    case DType::kBF16: return SrcType::kBF16;
-    case DType::kF16: return SrcType::kF16;
+    case DType::kF32:
+      return SrcType::kF32;
+    case DType::kBF16:
+      return SrcType::kBF16;
+    case DType::kF16:
+      return SrcType::kF16;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("tensor \"", name, "\": weights must be F32, BF16 or F16"));
@@ -41,8 +44,9 @@ constexpr size_t kCopyChunk = 64u << 20;
 absl::StatusOr<std::shared_ptr<PinnedWeights>> PinnedWeights::Allocate(size_t bytes, ActType type) {
   std::shared_ptr<PinnedWeights> img(new PinnedWeights());
   img->type_ = type;
-  BALLAST_CUDA_RETURN(cudaHostAlloc(reinterpret_cast<void**>(&img->data_), bytes, cudaHostAllocDefault),
-                      "pinned host copy of the weights");
+  BALLAST_CUDA_RETURN(
+      cudaHostAlloc(reinterpret_cast<void**>(&img->data_), bytes, cudaHostAllocDefault),
+      "pinned host copy of the weights");
   img->bytes_ = bytes;
   return img;
 }
@@ -116,8 +120,8 @@ absl::Status DeviceWeights::Place(const ModelConfig& c, WeightDest dest) {
   bytes_ = Layout(c, nullptr, nullptr);
   if (dest.at != nullptr) {
     if (dest.capacity < bytes_) {
-      return absl::InvalidArgumentError(absl::StrCat("weight pages hold ", dest.capacity,
-                                                     " bytes; the weights need ", bytes_));
+      return absl::InvalidArgumentError(
+          absl::StrCat("weight pages hold ", dest.capacity, " bytes; the weights need ", bytes_));
     }
     base_ = dest.at;
     return absl::OkStatus();
@@ -149,7 +153,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::st
     auto v = idx.Get(pc.name, pc.rows, pc.cols);
     if (!v.ok()) return v.status();
     auto src = SourceType((*v)->dtype, pc.name);
-    if (!src.ok()) return absl::InvalidArgumentError(absl::StrCat(idx.FileOf(pc.name), ": ", src.status().message()));
+    if (!src.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(idx.FileOf(pc.name), ": ", src.status().message()));
     views.push_back(*v);
     if (!SameType(*src, type)) staging = std::max(staging, (*v)->nbytes);
   }
@@ -170,10 +176,12 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::st
                           "weight upload");
       continue;
     }
-    BALLAST_CUDA_RETURN(cudaMemcpyAsync(stage.get(), v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
-                        "weight upload");
-    BALLAST_CUDA_RETURN(LaunchConvert(stage.get(), src, dst, type, static_cast<size_t>(v->numel()), stream),
-                        "weight conversion");
+    BALLAST_CUDA_RETURN(
+        cudaMemcpyAsync(stage.get(), v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
+        "weight upload");
+    BALLAST_CUDA_RETURN(
+        LaunchConvert(stage.get(), src, dst, type, static_cast<size_t>(v->numel()), stream),
+        "weight conversion");
   }
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream), "weight upload");
   return w;
@@ -183,7 +191,8 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::LoadFromHost(
     const PinnedWeights& image, const ModelConfig& c, ActType type, int streams, WeightDest dest) {
   std::unique_ptr<DeviceWeights> w(new DeviceWeights());
   w->type_ = type;
-  if (image.type() != type || static_cast<int64_t>(w->Layout(c, nullptr, nullptr)) != image.bytes()) {
+  if (image.type() != type ||
+      static_cast<int64_t>(w->Layout(c, nullptr, nullptr)) != image.bytes()) {
     return absl::InvalidArgumentError(
         "host weight copy does not match the model's config and activation type");
   }
@@ -200,8 +209,8 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::LoadFromHost(
   }
   for (size_t off = 0, i = 0; st.ok() && off < w->bytes_; off += kCopyChunk, ++i) {
     const size_t n = std::min(kCopyChunk, w->bytes_ - off);
-    if (cudaError_t e = cudaMemcpyAsync(w->base_ + off, image.data() + off, n, cudaMemcpyHostToDevice,
-                                        ss[i % ss.size()]);
+    if (cudaError_t e = cudaMemcpyAsync(w->base_ + off, image.data() + off, n,
+                                        cudaMemcpyHostToDevice, ss[i % ss.size()]);
         e != cudaSuccess) {
       st = absl::InternalError(absl::StrCat("weight copy: ", cudaGetErrorString(e)));
     }

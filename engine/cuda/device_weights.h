@@ -83,9 +83,9 @@ class DeviceWeights {
   absl::StatusOr<std::shared_ptr<PinnedWeights>> SaveToHost() const;
 
   ActType type() const { return type_; }
-  const void* embed() const { return embed_; }        // [vocab, hidden]
+  const void* embed() const { return embed_; }  // [vocab, hidden]
   const void* final_norm() const { return final_norm_; }
-  const void* lm_head() const { return lm_head_; }    // [vocab, hidden] (embed when tied)
+  const void* lm_head() const { return lm_head_; }  // [vocab, hidden] (embed when tied)
   const DeviceLayer& layer(int l) const { return layers_[l]; }
   int64_t bytes() const { return static_cast<int64_t>(bytes_); }
 

@@ -53,7 +53,8 @@ template <typename T>
 __global__ void SiluMulVecKernel(const T* __restrict__ gate_up, int inter, T* __restrict__ out) {
   const size_t t = blockIdx.y;
   const T* g = gate_up + t * 2 * inter;
-  for (int i = (blockIdx.x * blockDim.x + threadIdx.x) * 8; i < inter; i += gridDim.x * blockDim.x * 8) {
+  for (int i = (blockIdx.x * blockDim.x + threadIdx.x) * 8; i < inter;
+       i += gridDim.x * blockDim.x * 8) {
     float a[8], u[8], r[8];
     Load8(g + i, a);
     Load8(g + inter + i, u);
@@ -92,8 +93,8 @@ int RowThreads(int hidden) {
 
 }  // namespace
 
-cudaError_t LaunchConvert(const void* src, SrcType src_type, void* dst, ActType dst_type,
-                          size_t n, cudaStream_t stream) {
+cudaError_t LaunchConvert(const void* src, SrcType src_type, void* dst, ActType dst_type, size_t n,
+                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<size_t>((n + threads - 1) / threads, 65535));
@@ -124,9 +125,9 @@ cudaError_t LaunchEmbedding(const void* table, ActType type, const int* tokens, 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias,
-                             const void* weight, float eps, int num_tokens, int hidden,
-                             void* out, ActType type, cudaStream_t stream) {
+cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias, const void* weight,
+                             float eps, int num_tokens, int hidden, void* out, ActType type,
+                             cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
   BALLAST_DISPATCH_ACT(type, T, {
     AddRmsNormKernel<<<num_tokens, RowThreads(hidden), 0, stream>>>(

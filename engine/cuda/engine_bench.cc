@@ -42,7 +42,9 @@ absl::StatusOr<double> GemmPeakTflops(int device) {
   cudaStream_t st;
   BALLAST_CUDA_RETURN(cudaStreamCreate(&st), "stream");
   for (int i = 0; i < 3; ++i) {
-    if (auto s = (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st); !s.ok()) return s;
+    if (auto s = (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st);
+        !s.ok())
+      return s;
   }
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -50,7 +52,9 @@ absl::StatusOr<double> GemmPeakTflops(int device) {
   constexpr int kIters = 20;
   cudaEventRecord(e0, st);
   for (int i = 0; i < kIters; ++i) {
-    if (auto s = (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st); !s.ok()) return s;
+    if (auto s = (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st);
+        !s.ok())
+      return s;
   }
   cudaEventRecord(e1, st);
   BALLAST_CUDA_RETURN(cudaEventSynchronize(e1), "gemm peak");
@@ -125,7 +129,8 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   const int decode_len = o.context + o.warmup + o.steps + 1;
   const int64_t per_seq = (decode_len + o.block_tokens - 1) / o.block_tokens;
   const int64_t prefill_blocks = (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens;
-  const int64_t blocks = std::max<int64_t>(per_seq * max_batch, prefill_blocks) * c.num_hidden_layers;
+  const int64_t blocks =
+      std::max<int64_t>(per_seq * max_batch, prefill_blocks) * c.num_hidden_layers;
   std::shared_ptr<memory::KvArena> arena;  // outlives the allocator
   absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> pool;
   if (o.kv_pool == "arena") {
@@ -144,7 +149,8 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   } else if (o.kv_pool == "static") {
     pool = CreateGpuBlockPool(o.device, layout.block_bytes(), blocks);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("kv_pool \"", o.kv_pool, "\" (expected static or arena)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_pool \"", o.kv_pool, "\" (expected static or arena)"));
   }
   if (!pool.ok()) return pool.status();
   KvCache kv(layout, pool->get());
@@ -178,7 +184,8 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
       if (i == o.warmup) t0 = Clock::now();
       std::vector<SequenceChunk> chunks;
       for (int s = 0; s < batch; ++s) {
-        chunks.push_back({&seqs[s], o.context + i, absl::MakeConstSpan(&toks[s], 1), LogitsMode::kLast});
+        chunks.push_back(
+            {&seqs[s], o.context + i, absl::MakeConstSpan(&toks[s], 1), LogitsMode::kLast});
       }
       if (auto st = e.ForwardSample(chunks, sampling, &sampled); !st.ok()) return st;
       for (int s = 0; s < batch; ++s) toks[s] = sampled[s] % c.vocab_size;

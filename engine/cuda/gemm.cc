@@ -44,8 +44,8 @@ const LtApi& Lt() {
       a->error = absl::StrCat("cannot load cuBLASLt (libcublasLt.so.13): ", dlerror());
       return a;
     }
-#define BALLAST_LT_LOAD(name)                                              \
-  a->name = reinterpret_cast<decltype(a->name)>(dlsym(h, #name));          \
+#define BALLAST_LT_LOAD(name)                                     \
+  a->name = reinterpret_cast<decltype(a->name)>(dlsym(h, #name)); \
   if (a->name == nullptr) a->error = absl::StrCat("cuBLASLt lacks " #name);
     BALLAST_LT_LOAD(cublasLtCreate)
     BALLAST_LT_LOAD(cublasLtDestroy)
@@ -124,22 +124,25 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-  if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->a, in, k, n, k), "layout a"); !s.ok()) return s;
-  if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->b, in, k, m, k), "layout b"); !s.ok()) return s;
-  if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->c, out, n, m, n), "layout c"); !s.ok()) return s;
+  if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->a, in, k, n, k), "layout a"); !s.ok())
+    return s;
+  if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->b, in, k, m, k), "layout b"); !s.ok())
+    return s;
+  if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->c, out, n, m, n), "layout c"); !s.ok())
+    return s;
   cublasLtMatmulPreference_t pref;
   Lt().cublasLtMatmulPreferenceCreate(&pref);
   Lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                       &workspace_bytes_, sizeof(workspace_bytes_));
+                                            &workspace_bytes_, sizeof(workspace_bytes_));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t hs = Lt().cublasLtMatmulAlgoGetHeuristic(
-      static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c, p->c, pref, 1, &result,
-      &found);
+  const cublasStatus_t hs =
+      Lt().cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
+                                          p->c, p->c, pref, 1, &result, &found);
   Lt().cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
-    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for [", m, " x ", k,
-                                            "] x [", n, " x ", k, "]^T"));
+    return absl::InternalError(
+        absl::StrCat("cuBLASLt has no algorithm for [", m, " x ", k, "] x [", n, " x ", k, "]^T"));
   }
   p->algo = result.algo;
   Plan* raw = p.get();
@@ -152,17 +155,18 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
   if (m == 0) return absl::OkStatus();
   if (m <= skinny_max_m_ && SkinnyGemmSupports(m, k)) {
     const cudaError_t e = LaunchSkinnyGemm(x, w, y, m, n, k, type, out_f32, stream);
-    if (e != cudaSuccess) return absl::InternalError(absl::StrCat("skinny gemm: ", cudaGetErrorString(e)));
+    if (e != cudaSuccess)
+      return absl::InternalError(absl::StrCat("skinny gemm: ", cudaGetErrorString(e)));
     return absl::OkStatus();
   }
   auto plan = GetPlan(m, n, k, type, out_f32);
   if (!plan.ok()) return plan.status();
   const float alpha = 1.0f, beta = 0.0f;
   Plan* p = *plan;
-  return Check(Lt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, x,
-                              p->b, &beta, y, p->c, y, p->c, &p->algo, workspace_,
-                              workspace_bytes_, stream),
-               "matmul");
+  return Check(
+      Lt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, x, p->b,
+                          &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream),
+      "matmul");
 }
 
 }  // namespace ballast::engine::cuda

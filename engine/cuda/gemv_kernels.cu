@@ -68,14 +68,16 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <typename T, typename OutT, int M, int C>
-cudaError_t LaunchM(const void* x, const void* w, void* y, int m, int n, int k, cudaStream_t stream) {
+cudaError_t LaunchM(const void* x, const void* w, void* y, int m, int n, int k,
+                    cudaStream_t stream) {
   SkinnyGemmKernel<T, OutT, M, C><<<(n + C - 1) / C, kWarps * 32, 0, stream>>>(
       static_cast<const T*>(x), static_cast<const T*>(w), static_cast<OutT*>(y), m, n, k);
   return cudaGetLastError();
 }
 
 template <typename T, typename OutT>
-cudaError_t Dispatch(const void* x, const void* w, void* y, int m, int n, int k, cudaStream_t stream) {
+cudaError_t Dispatch(const void* x, const void* w, void* y, int m, int n, int k,
+                     cudaStream_t stream) {
   if (m <= 1) return LaunchM<T, OutT, 1, 8>(x, w, y, m, n, k, stream);
   if (m <= 2) return LaunchM<T, OutT, 2, 8>(x, w, y, m, n, k, stream);
   if (m <= 4) return LaunchM<T, OutT, 4, 8>(x, w, y, m, n, k, stream);

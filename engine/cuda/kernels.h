@@ -39,9 +39,9 @@ struct PagedKv {
   size_t block_bytes = 0;
   int block_tokens = 16;
   int num_kv_heads = 0;
-  int head_dim = 0;                     // 8, 16, 32, 64, 128 or 256
+  int head_dim = 0;  // 8, 16, 32, 64, 128 or 256
   KvType dtype = KvType::kBF16;
-  float k_scale = 1.0f;                 // FP8 only: stored = x / scale
+  float k_scale = 1.0f;  // FP8 only: stored = x / scale
   float v_scale = 1.0f;
 };
 
@@ -55,8 +55,8 @@ struct TokenMap {
 };
 
 // dst[n] = src[n] converted to `dst_type`.
-cudaError_t LaunchConvert(const void* src, SrcType src_type, void* dst, ActType dst_type,
-                          size_t n, cudaStream_t stream);
+cudaError_t LaunchConvert(const void* src, SrcType src_type, void* dst, ActType dst_type, size_t n,
+                          cudaStream_t stream);
 
 // resid[t][:] = float(table[tokens[t]][:]); tokens [T], table [vocab][hidden].
 cudaError_t LaunchEmbedding(const void* table, ActType type, const int* tokens, int num_tokens,
@@ -65,9 +65,9 @@ cudaError_t LaunchEmbedding(const void* table, ActType type, const int* tokens, 
 // Fused residual add and RMSNorm, per row t of [T][hidden]:
 //   if delta: resid[t] += float(delta[t]) (+ float(bias) if bias)
 //   out[t] = weight * (resid[t] / sqrt(mean(resid[t]^2) + eps))
-cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias,
-                             const void* weight, float eps, int num_tokens, int hidden,
-                             void* out, ActType type, cudaStream_t stream);
+cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias, const void* weight,
+                             float eps, int num_tokens, int hidden, void* out, ActType type,
+                             cudaStream_t stream);
 
 // out[i][:] = in[rows[i]][:] for i < n; rows of `row_bytes` bytes.
 cudaError_t LaunchGatherRows(const void* in, const int* rows, int n, size_t row_bytes, void* out,
@@ -81,8 +81,8 @@ cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* 
 // rotate_half, angle = pos * inv_freq[i], inv_freq [D/2]) to q and k,
 // writes q to q_out [T][H][D] and k, v into the paged cache at (seq, pos).
 cudaError_t LaunchRopeKvWrite(const void* qkv, const void* bias, const float* inv_freq,
-                              TokenMap tokens, int num_heads, PagedKv kv, void* q_out,
-                              ActType type, cudaStream_t stream);
+                              TokenMap tokens, int num_heads, PagedKv kv, void* q_out, ActType type,
+                              cudaStream_t stream);
 
 // Causal paged attention for a flat batch mixing prefill chunks and decode
 // tokens: query t (of head h) attends to positions [0, pos[t]] of sequence
@@ -98,8 +98,8 @@ AttentionPlan PlanPagedAttention(int num_tokens, int num_heads, int num_kv_heads
 size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim,
                                     const AttentionPlan& plan);
 cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
-                                 float scale, const AttentionPlan& plan, void* workspace,
-                                 void* out, ActType type, cudaStream_t stream);
+                                 float scale, const AttentionPlan& plan, void* workspace, void* out,
+                                 ActType type, cudaStream_t stream);
 
 // Prefill attention on tensor cores for chunks of many tokens: each tile is
 // up to 64 consecutive tokens of one chunk (flat token indices
@@ -119,8 +119,8 @@ bool PrefillAttentionSupports(int head_dim);
 // on the current device. When false, use LaunchPagedAttention instead.
 bool PrefillAttentionLayoutOk();
 cudaError_t LaunchPrefillAttention(const void* q, const PrefillTile* tiles, int num_tiles,
-                                   int num_heads, PagedKv kv, float scale, void* out,
-                                   ActType type, cudaStream_t stream);
+                                   int num_heads, PagedKv kv, float scale, void* out, ActType type,
+                                   cudaStream_t stream);
 
 // y[m][n] = x[m][k] w[n][k]^T for decode-sized m (<= kSkinnyGemmMaxM),
 // k % 8 == 0, 16-byte aligned rows; FP32 accumulation, y in the activation

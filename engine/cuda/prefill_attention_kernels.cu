@@ -17,8 +17,8 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kRowsPerTile = 64;   // queries per block
-constexpr int kKeysPerTile = 64;   // keys per KV tile
+constexpr int kRowsPerTile = 64;  // queries per block
+constexpr int kKeysPerTile = 64;  // keys per KV tile
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
@@ -27,7 +27,9 @@ constexpr int kThreads = kWarps * 32;
 // 2 (lane % 4) + i % 2 + 8 (i / 4). WMMA does not promise this mapping, so
 // PrefillAttentionLayoutOk() checks it on the device before the kernel that
 // relies on it is used.
-__device__ __forceinline__ int FragCol(int lane, int i) { return (lane & 3) * 2 + (i & 1) + 8 * (i >> 2); }
+__device__ __forceinline__ int FragCol(int lane, int i) {
+  return (lane & 3) * 2 + (i & 1) + 8 * (i >> 2);
+}
 
 // Two K/V buffers (double buffering); the Q tile is staged in the second
 // K buffer before the first KV tile is fetched.
@@ -72,7 +74,8 @@ __global__ void __launch_bounds__(kThreads)
     const int r = i / kGroups, c = (i % kGroups) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < tile.n) {
-      v = *reinterpret_cast<const uint4*>(q + (static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + c);
+      v = *reinterpret_cast<const uint4*>(
+          q + (static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + c);
     }
     *reinterpret_cast<uint4*>(Qs + r * S::kLd + c) = v;
   }
@@ -80,7 +83,8 @@ __global__ void __launch_bounds__(kThreads)
   const int row0 = warp * 16;  // this warp's 16 query rows
   AFrag qf[D / 16];
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) wmma::load_matrix_sync(qf[kk], Qs + row0 * S::kLd + kk * 16, S::kLd);
+  for (int kk = 0; kk < D / 16; ++kk)
+    wmma::load_matrix_sync(qf[kk], Qs + row0 * S::kLd + kk * 16, S::kLd);
   __syncthreads();  // Q's buffer is reused for K/V from here on
   AccFrag o[D / 16];
 #pragma unroll
@@ -102,8 +106,10 @@ __global__ void __launch_bounds__(kThreads)
       const int r = i / kGroups, c = (i % kGroups) * 8;
       const int key = min(k0 + r, kv_len - 1);
       const bool valid = k0 + r < kv_len;
-      const KvT* kp = reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, false, sizeof(KvT))) + c;
-      const KvT* vp = reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, true, sizeof(KvT))) + c;
+      const KvT* kp =
+          reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, false, sizeof(KvT))) + c;
+      const KvT* vp =
+          reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, true, sizeof(KvT))) + c;
       if constexpr (std::is_same_v<KvT, T>) {
         __pipeline_memcpy_async(ks + r * S::kLd + c, kp, 16, valid ? 0 : 16);
         __pipeline_memcpy_async(vs + r * S::kLd + c, vp, 16, valid ? 0 : 16);
@@ -136,74 +142,80 @@ __global__ void __launch_bounds__(kThreads)
     const T* Vs = reinterpret_cast<const T*>(smem + S::V(buf));
     // Warp tiles beyond every causal limit contribute nothing.
     if (k0 <= tile.pos0 + min(row0 + 15, tile.n - 1)) {
-    // S = Q K^T for this warp's rows, in registers.
-    AccFrag sf[kKeysPerTile / 16];
+      // S = Q K^T for this warp's rows, in registers.
+      AccFrag sf[kKeysPerTile / 16];
 #pragma unroll
-    for (int n = 0; n < kKeysPerTile / 16; ++n) wmma::fill_fragment(sf[n], 0.0f);
+      for (int n = 0; n < kKeysPerTile / 16; ++n) wmma::fill_fragment(sf[n], 0.0f);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+      for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+        for (int n = 0; n < kKeysPerTile / 16; ++n) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+          wmma::load_matrix_sync(b, Ks + (n * 16) * S::kLd + kk * 16, S::kLd);
+          wmma::mma_sync(sf[n], qf[kk], b, sf[n]);
+        }
+      }
+      // Scale, causal mask, row maxima (rows are shared by the 4 lanes of a quad).
+      float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kKeysPerTile / 16; ++n) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-        wmma::load_matrix_sync(b, Ks + (n * 16) * S::kLd + kk * 16, S::kLd);
-        wmma::mma_sync(sf[n], qf[kk], b, sf[n]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const bool hi = (i >> 1) & 1;
+          const int key = k0 + n * 16 + FragCol(lane, i);
+          const float v = key <= (hi ? qpos_b : qpos_a) ? sf[n].x[i] * qk_scale : -INFINITY;
+          sf[n].x[i] = v;
+          if (hi)
+            mx_b = fmaxf(mx_b, v);
+          else
+            mx_a = fmaxf(mx_a, v);
+        }
       }
-    }
-    // Scale, causal mask, row maxima (rows are shared by the 4 lanes of a quad).
-    float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < kKeysPerTile / 16; ++n) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const bool hi = (i >> 1) & 1;
-        const int key = k0 + n * 16 + FragCol(lane, i);
-        const float v = key <= (hi ? qpos_b : qpos_a) ? sf[n].x[i] * qk_scale : -INFINITY;
-        sf[n].x[i] = v;
-        if (hi) mx_b = fmaxf(mx_b, v); else mx_a = fmaxf(mx_a, v);
+      for (int off = 1; off <= 2; off <<= 1) {
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
       }
-    }
+      const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+      const float al_a = mn_a == -INFINITY ? 1.0f : expf(m_a - mn_a);
+      const float al_b = mn_b == -INFINITY ? 1.0f : expf(m_b - mn_b);
+      float sum_a = 0.0f, sum_b = 0.0f;
+      AFrag pf[kKeysPerTile / 16];
 #pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-    }
-    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-    const float al_a = mn_a == -INFINITY ? 1.0f : expf(m_a - mn_a);
-    const float al_b = mn_b == -INFINITY ? 1.0f : expf(m_b - mn_b);
-    float sum_a = 0.0f, sum_b = 0.0f;
-    AFrag pf[kKeysPerTile / 16];
+      for (int n = 0; n < kKeysPerTile / 16; ++n) {
 #pragma unroll
-    for (int n = 0; n < kKeysPerTile / 16; ++n) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const bool hi = (i >> 1) & 1;
-        const float mn = hi ? mn_b : mn_a;
-        const float p = mn == -INFINITY ? 0.0f : expf(sf[n].x[i] - mn);
-        if (hi) sum_b += p; else sum_a += p;
-        pf[n].x[i] = FromF<T>(p);  // same element mapping as the accumulator
+        for (int i = 0; i < 8; ++i) {
+          const bool hi = (i >> 1) & 1;
+          const float mn = hi ? mn_b : mn_a;
+          const float p = mn == -INFINITY ? 0.0f : expf(sf[n].x[i] - mn);
+          if (hi)
+            sum_b += p;
+          else
+            sum_a += p;
+          pf[n].x[i] = FromF<T>(p);  // same element mapping as the accumulator
+        }
       }
-    }
 #pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      sum_a += __shfl_xor_sync(0xffffffffu, sum_a, off);
-      sum_b += __shfl_xor_sync(0xffffffffu, sum_b, off);
-    }
-    l_a = l_a * al_a + sum_a;
-    l_b = l_b * al_b + sum_b;
-    m_a = mn_a;
-    m_b = mn_b;
-    // O = diag(alpha) O + P V.
-#pragma unroll
-    for (int n = 0; n < D / 16; ++n) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) o[n].x[i] *= ((i >> 1) & 1) ? al_b : al_a;
-#pragma unroll
-      for (int kk = 0; kk < kKeysPerTile / 16; ++kk) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-        wmma::load_matrix_sync(b, Vs + (kk * 16) * S::kLd + n * 16, S::kLd);
-        wmma::mma_sync(o[n], pf[kk], b, o[n]);
+      for (int off = 1; off <= 2; off <<= 1) {
+        sum_a += __shfl_xor_sync(0xffffffffu, sum_a, off);
+        sum_b += __shfl_xor_sync(0xffffffffu, sum_b, off);
       }
-    }
+      l_a = l_a * al_a + sum_a;
+      l_b = l_b * al_b + sum_b;
+      m_a = mn_a;
+      m_b = mn_b;
+      // O = diag(alpha) O + P V.
+#pragma unroll
+      for (int n = 0; n < D / 16; ++n) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[n].x[i] *= ((i >> 1) & 1) ? al_b : al_a;
+#pragma unroll
+        for (int kk = 0; kk < kKeysPerTile / 16; ++kk) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+          wmma::load_matrix_sync(b, Vs + (kk * 16) * S::kLd + n * 16, S::kLd);
+          wmma::mma_sync(o[n], pf[kk], b, o[n]);
+        }
+      }
     }
     __syncthreads();  // this buffer is refilled by the next iteration's fetch
   }
@@ -215,8 +227,8 @@ __global__ void __launch_bounds__(kThreads)
       const bool hi = (i >> 1) & 1;
       const int r = hi ? rb : ra;
       if (r < tile.n) {
-        out[(static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + n * 16 + FragCol(lane, i)] =
-            FromF<T>(o[n].x[i] * kv.v_scale / (hi ? l_b : l_a));
+        out[(static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + n * 16 +
+            FragCol(lane, i)] = FromF<T>(o[n].x[i] * kv.v_scale / (hi ? l_b : l_a));
       }
     }
   }
@@ -225,7 +237,8 @@ __global__ void __launch_bounds__(kThreads)
 // Writes, for every lane and element, the (row, col) each fragment element
 // holds: accumulator fragments loaded from a float matrix and matrix_a
 // fragments loaded from a bf16 matrix whose values encode their position.
-__global__ void LayoutProbeKernel(const float* accm, const __nv_bfloat16* am, int* acc_out, int* a_out) {
+__global__ void LayoutProbeKernel(const float* accm, const __nv_bfloat16* am, int* acc_out,
+                                  int* a_out) {
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
   wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
   wmma::load_matrix_sync(c, accm, 16, wmma::mem_row_major);
@@ -245,7 +258,8 @@ cudaError_t Launch(const T* q, const PrefillTile* tiles, int num_tiles, int num_
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(num_tiles, num_heads), kThreads, bytes, stream>>>(q, tiles, num_heads, kv, scale, out);
+  kernel<<<dim3(num_tiles, num_heads), kThreads, bytes, stream>>>(q, tiles, num_heads, kv, scale,
+                                                                  out);
   return cudaGetLastError();
 }
 
@@ -253,9 +267,12 @@ template <typename T, typename KvT>
 cudaError_t LaunchForDim(const T* q, const PrefillTile* tiles, int num_tiles, int num_heads,
                          const PagedKv& kv, float scale, T* out, cudaStream_t stream) {
   switch (kv.head_dim) {
-    case 64: return Launch<T, KvT, 64>(q, tiles, num_tiles, num_heads, kv, scale, out, stream);
-    case 128: return Launch<T, KvT, 128>(q, tiles, num_tiles, num_heads, kv, scale, out, stream);
-    default: return cudaErrorInvalidValue;
+    case 64:
+      return Launch<T, KvT, 64>(q, tiles, num_tiles, num_heads, kv, scale, out, stream);
+    case 128:
+      return Launch<T, KvT, 128>(q, tiles, num_tiles, num_heads, kv, scale, out, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -289,7 +306,8 @@ bool PrefillAttentionLayoutOk() {
   cudaFree(d_out);
   for (int lane = 0; ok && lane < 32; ++lane) {
     for (int i = 0; i < 8; ++i) {
-      const int want = ((lane >> 2) + 8 * ((i >> 1) & 1)) * 16 + (lane & 3) * 2 + (i & 1) + 8 * (i >> 2);
+      const int want =
+          ((lane >> 2) + 8 * ((i >> 1) & 1)) * 16 + (lane & 3) * 2 + (i & 1) + 8 * (i >> 2);
       ok = ok && got[lane * 8 + i] == want && got[256 + lane * 8 + i] == want;
     }
   }
@@ -297,8 +315,8 @@ bool PrefillAttentionLayoutOk() {
 }
 
 cudaError_t LaunchPrefillAttention(const void* q, const PrefillTile* tiles, int num_tiles,
-                                   int num_heads, PagedKv kv, float scale, void* out,
-                                   ActType type, cudaStream_t stream) {
+                                   int num_heads, PagedKv kv, float scale, void* out, ActType type,
+                                   cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
   if (kv.num_kv_heads <= 0 || num_heads % kv.num_kv_heads != 0) return cudaErrorInvalidValue;
   BALLAST_DISPATCH_ACT(type, T, {

@@ -54,8 +54,8 @@ __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict
 }  // namespace
 
 cudaError_t LaunchRopeKvWrite(const void* qkv, const void* bias, const float* inv_freq,
-                              TokenMap tokens, int num_heads, PagedKv kv, void* q_out,
-                              ActType type, cudaStream_t stream) {
+                              TokenMap tokens, int num_heads, PagedKv kv, void* q_out, ActType type,
+                              cudaStream_t stream) {
   if (tokens.num_tokens == 0) return cudaSuccess;
   const int threads = 256;
   BALLAST_DISPATCH_ACT(type, T, {
@@ -64,16 +64,16 @@ cudaError_t LaunchRopeKvWrite(const void* qkv, const void* bias, const float* in
     T* q = static_cast<T*>(q_out);
     switch (kv.dtype) {
       case KvType::kFP8E4M3:
-        RopeKvWriteKernel<T, __nv_fp8_e4m3><<<tokens.num_tokens, threads, 0, stream>>>(
-            in, b, inv_freq, tokens, num_heads, kv, q);
+        RopeKvWriteKernel<T, __nv_fp8_e4m3>
+            <<<tokens.num_tokens, threads, 0, stream>>>(in, b, inv_freq, tokens, num_heads, kv, q);
         break;
       case KvType::kBF16:
-        RopeKvWriteKernel<T, __nv_bfloat16><<<tokens.num_tokens, threads, 0, stream>>>(
-            in, b, inv_freq, tokens, num_heads, kv, q);
+        RopeKvWriteKernel<T, __nv_bfloat16>
+            <<<tokens.num_tokens, threads, 0, stream>>>(in, b, inv_freq, tokens, num_heads, kv, q);
         break;
       case KvType::kF16:
-        RopeKvWriteKernel<T, __half><<<tokens.num_tokens, threads, 0, stream>>>(
-            in, b, inv_freq, tokens, num_heads, kv, q);
+        RopeKvWriteKernel<T, __half>
+            <<<tokens.num_tokens, threads, 0, stream>>>(in, b, inv_freq, tokens, num_heads, kv, q);
         break;
     }
   });

@@ -1,9 +1,9 @@
 // Token sampling on the GPU: one block per row. Greedy is an argmax; other
 // modes find the top-k and top-p cut-offs by bisection on the scaled logit
 // (no sort), then draw by an ordered prefix scan over token ids.
+#include <curand_kernel.h>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-#include <curand_kernel.h>
 
 #include "engine/cuda/common.cuh"
 
@@ -91,7 +91,10 @@ __global__ void __launch_bounds__(kThreads)
       cnt = IReduce(tmp.isum).Sum(cnt);
       if (tid == 0) bcast = cnt >= p.top_k ? 1.0f : 0.0f;
       __syncthreads();
-      if (bcast > 0.0f) lo = mid; else hi = mid;
+      if (bcast > 0.0f)
+        lo = mid;
+      else
+        hi = mid;
       __syncthreads();
     }
     tau = lo;
@@ -104,7 +107,10 @@ __global__ void __launch_bounds__(kThreads)
     const float want = p.top_p * total;
     for (int it = 0; it < kBisectSteps; ++it) {
       const float mid = 0.5f * (lo + hi);
-      if (KeptMass<FReduce>(x, vocab, inv_t, mx, mid, tmp.fsum, bcast) >= want) lo = mid; else hi = mid;
+      if (KeptMass<FReduce>(x, vocab, inv_t, mx, mid, tmp.fsum, bcast) >= want)
+        lo = mid;
+      else
+        hi = mid;
     }
     tau = lo;
     total = KeptMass<FReduce>(x, vocab, inv_t, mx, tau, tmp.fsum, bcast);

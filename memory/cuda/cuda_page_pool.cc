@@ -36,7 +36,8 @@ absl::Status Lookup(const char* name, F* fn) {
 
 absl::Status Check(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return absl::OkStatus();
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) return absl::ResourceExhaustedError(absl::StrCat(what, ": out of device memory"));
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": out of device memory"));
   return absl::InternalError(absl::StrCat(what, " failed with CUresult ", static_cast<int>(r)));
 }
 
@@ -71,12 +72,13 @@ absl::StatusOr<std::unique_ptr<CudaPagePool>> CudaPagePool::Create(int device, s
   d.access.location = d.prop.location;
   d.access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   size_t g = 0;
-  if (auto st = Check(d.granularity(&g, &d.prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity"); !st.ok()) {
+  if (auto st = Check(d.granularity(&g, &d.prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity");
+      !st.ok()) {
     return st;
   }
   if (page_bytes == 0 || page_bytes % g != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("page size ", page_bytes,
-                                                   " is not a multiple of the VMM granularity ", g));
+    return absl::InvalidArgumentError(
+        absl::StrCat("page size ", page_bytes, " is not a multiple of the VMM granularity ", g));
   }
   p->granularity_ = g;
   return p;
@@ -97,7 +99,9 @@ absl::StatusOr<uint8_t*> CudaPagePool::Reserve(size_t bytes) {
     return absl::InvalidArgumentError("reservation must be a positive multiple of the page size");
   }
   CUdeviceptr ptr = 0;
-  if (auto st = Check(drv_->reserve(&ptr, bytes, page_bytes_, 0, 0), "cuMemAddressReserve"); !st.ok()) return st;
+  if (auto st = Check(drv_->reserve(&ptr, bytes, page_bytes_, 0, 0), "cuMemAddressReserve");
+      !st.ok())
+    return st;
   absl::MutexLock lock(&mu_);
   reservations_.push_back({reinterpret_cast<uint8_t*>(ptr), bytes});
   return reinterpret_cast<uint8_t*>(ptr);
@@ -111,7 +115,8 @@ absl::StatusOr<unsigned long long> CudaPagePool::TakeHandle() {
   }
   CUmemGenericAllocationHandle h;
   ++calls_.create;
-  if (auto st = Check(drv_->create(&h, page_bytes_, &drv_->prop, 0), "cuMemCreate"); !st.ok()) return st;
+  if (auto st = Check(drv_->create(&h, page_bytes_, &drv_->prop, 0), "cuMemCreate"); !st.ok())
+    return st;
   return static_cast<unsigned long long>(h);
 }
 
@@ -120,7 +125,8 @@ absl::Status CudaPagePool::Prewarm(size_t bytes) {
   for (size_t done = 0; done < bytes; done += page_bytes_) {
     CUmemGenericAllocationHandle h;
     ++calls_.create;
-    if (auto st = Check(drv_->create(&h, page_bytes_, &drv_->prop, 0), "cuMemCreate"); !st.ok()) return st;
+    if (auto st = Check(drv_->create(&h, page_bytes_, &drv_->prop, 0), "cuMemCreate"); !st.ok())
+      return st;
     pooled_.push_back(h);
   }
   return absl::OkStatus();
@@ -129,7 +135,8 @@ absl::Status CudaPagePool::Prewarm(size_t bytes) {
 absl::Status CudaPagePool::Map(uint8_t* addr, size_t bytes) {
   absl::MutexLock lock(&mu_);
   if (stats_.mapped_bytes + static_cast<int64_t>(bytes) > stats_.budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("page pool: mapping ", bytes, " bytes would pass the budget"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("page pool: mapping ", bytes, " bytes would pass the budget"));
   }
   std::vector<uint8_t*> done;
   absl::Status st;
@@ -140,7 +147,8 @@ absl::Status CudaPagePool::Map(uint8_t* addr, size_t bytes) {
       break;
     }
     ++calls_.map;
-    st = Check(drv_->map(reinterpret_cast<CUdeviceptr>(addr + off), page_bytes_, 0, *h, 0), "cuMemMap");
+    st = Check(drv_->map(reinterpret_cast<CUdeviceptr>(addr + off), page_bytes_, 0, *h, 0),
+               "cuMemMap");
     if (!st.ok()) {
       pooled_.push_back(*h);
       break;
@@ -150,7 +158,8 @@ absl::Status CudaPagePool::Map(uint8_t* addr, size_t bytes) {
   }
   if (st.ok()) {
     ++calls_.set_access;
-    st = Check(drv_->set_access(reinterpret_cast<CUdeviceptr>(addr), bytes, &drv_->access, 1), "cuMemSetAccess");
+    st = Check(drv_->set_access(reinterpret_cast<CUdeviceptr>(addr), bytes, &drv_->access, 1),
+               "cuMemSetAccess");
   }
   if (!st.ok()) {  // all or nothing
     for (uint8_t* p : done) {

@@ -59,7 +59,7 @@ class CudaPagePool final : public PagePool {
   mutable absl::Mutex mu_;
   PagePoolStats stats_ ABSL_GUARDED_BY(mu_);
   CudaDriverCalls calls_ ABSL_GUARDED_BY(mu_);
-  std::vector<unsigned long long> pooled_ ABSL_GUARDED_BY(mu_);  // unmapped handles
+  std::vector<unsigned long long> pooled_ ABSL_GUARDED_BY(mu_);         // unmapped handles
   std::map<uint8_t*, unsigned long long> mapped_ ABSL_GUARDED_BY(mu_);  // page address -> handle
   std::vector<std::pair<uint8_t*, size_t>> reservations_ ABSL_GUARDED_BY(mu_);
 };

@@ -50,14 +50,17 @@ static void BlockLatency() {
       a.push_back(Us(t1, t2));
     }
     const int64_t c1 = calls();
-    std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %lld |\n", name, Pct(a, 0.5), Pct(a, 0.99), Pct(f, 0.5),
-                Pct(f, 0.99), static_cast<long long>(c1 - c0));
+    std::printf("| %s | %.3f | %.3f | %.3f | %.3f | %lld |\n", name, Pct(a, 0.5), Pct(a, 0.99),
+                Pct(f, 0.5), Pct(f, 0.99), static_cast<long long>(c1 - c0));
     for (int id : live) free(id);
   };
   std::printf("\nKV block alloc/free latency (64 KiB blocks, %d live, %d ops; us):\n", kLive, kOps);
-  std::printf("| allocator | alloc p50 | alloc p99 | free p50 | free p99 | driver calls |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| allocator | alloc p50 | alloc p99 | free p50 | free p99 | driver calls "
+      "|\n|---|---|---|---|---|---|\n");
   {  // Slab arena over pooled VMM handles, 64 MiB slabs.
-    auto pool = std::shared_ptr<CudaPagePool>(std::move(*CudaPagePool::Create(0, 64u << 20, 8ll << 30)));
+    auto pool =
+        std::shared_ptr<CudaPagePool>(std::move(*CudaPagePool::Create(0, 64u << 20, 8ll << 30)));
     auto calls = [&] {
       const auto d = pool->driver_calls();
       return d.create + d.map + d.set_access + d.unmap + d.release;
@@ -67,7 +70,8 @@ static void BlockLatency() {
     o.reserve_bytes = 8ull << 30;
     auto arena = std::move(*ballast::memory::KvArena::Create(pool, o));
     auto view = std::move(*arena->CreateAllocator(kBlock));
-    run("slab arena (64 MiB slabs)", [&] { return (*view->Allocate(1))[0]; },
+    run(
+        "slab arena (64 MiB slabs)", [&] { return (*view->Allocate(1))[0]; },
         [&](int id) { view->Free({id}); }, calls);
   }
   {  // Per-block mapping: every block gets its own 2 MiB page mapped on
@@ -81,7 +85,9 @@ static void BlockLatency() {
       const auto d = pool->driver_calls();
       return d.create + d.map + d.set_access + d.unmap + d.release;
     };
-    run("per-block page mapping", [&] {
+    run(
+        "per-block page mapping",
+        [&] {
           const int s = free_slots.back();
           free_slots.pop_back();
           (void)pool->Map(base + static_cast<size_t>(s) * (2u << 20), 2u << 20);
@@ -96,8 +102,10 @@ static void BlockLatency() {
   {  // Static pool over one cudaMalloc.
     void* mem = nullptr;
     cudaMalloc(&mem, (kLive + 64) * kBlock);
-    auto pool = std::move(*ballast::memory::HostBlockPool::CreateOver(static_cast<uint8_t*>(mem), kBlock, kLive + 64));
-    run("static pool", [&] { return (*pool->Allocate(1))[0]; }, [&](int id) { pool->Free({id}); },
+    auto pool = std::move(*ballast::memory::HostBlockPool::CreateOver(static_cast<uint8_t*>(mem),
+                                                                      kBlock, kLive + 64));
+    run(
+        "static pool", [&] { return (*pool->Allocate(1))[0]; }, [&](int id) { pool->Free({id}); },
         [] { return int64_t{0}; });
     cudaFree(mem);
   }
@@ -118,7 +126,9 @@ int main(int argc, char** argv) {
   cudaMemGetInfo(&free_b, &total_b);
   std::printf("VMM granularity %zu KiB; free %.1f GiB of %.1f GiB\n", (*probe)->granularity() >> 10,
               free_b / 1073741824.0, total_b / 1073741824.0);
-  std::printf("\n| chunk | create | map+setAccess | unmap | release | (per 2 MiB: map+unmap) |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| chunk | create | map+setAccess | unmap | release | (per 2 MiB: map+unmap) "
+      "|\n|---|---|---|---|---|---|\n");
   for (size_t mib : {2, 4, 8, 16, 32, 64}) {
     const size_t chunk = mib << 20;
     const int n = static_cast<int>(std::max<size_t>(8, (1ull << 30) / chunk));
@@ -134,10 +144,12 @@ int main(int argc, char** argv) {
     pool->ReleasePooled();
     auto t4 = Clock::now();
     const double map = Us(t1, t2) / n, unmap = Us(t2, t3) / n;
-    std::printf("| %zu MiB | %.1f us | %.1f us | %.1f us | %.1f us | %.2f us |\n", mib, Us(t0, t1) / n, map,
-                unmap, Us(t3, t4) / n, (map + unmap) / (mib / 2.0));
+    std::printf("| %zu MiB | %.1f us | %.1f us | %.1f us | %.1f us | %.2f us |\n", mib,
+                Us(t0, t1) / n, map, unmap, Us(t3, t4) / n, (map + unmap) / (mib / 2.0));
   }
-  std::printf("\nReclaim = unmap N GiB from the KV range + map it at the weights' range (handles pooled):\n");
+  std::printf(
+      "\nReclaim = unmap N GiB from the KV range + map it at the weights' range (handles "
+      "pooled):\n");
   std::printf("| reclaim | chunk | unmap | map | total |\n|---|---|---|---|---|\n");
   for (double gib : reclaim_gib) {
     for (size_t mib : {2, 64}) {
@@ -161,8 +173,8 @@ int main(int argc, char** argv) {
         std::printf("map failed: %s\n", std::string(st.message()).c_str());
         return 1;
       }
-      std::printf("| %.0f GiB | %zu MiB | %.1f ms | %.1f ms | %.1f ms |\n", gib, mib, Us(t0, t1) / 1e3,
-                  Us(t1, t2) / 1e3, Us(t0, t2) / 1e3);
+      std::printf("| %.0f GiB | %zu MiB | %.1f ms | %.1f ms | %.1f ms |\n", gib, mib,
+                  Us(t0, t1) / 1e3, Us(t1, t2) / 1e3, Us(t0, t2) / 1e3);
       pool->Unmap(weights, n * chunk);
     }
   }

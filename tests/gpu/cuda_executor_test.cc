@@ -93,8 +93,10 @@ TEST_F(CudaModel, MatchesCpuBackendOverLongContext) {
     EXPECT_TRUE(h.kv->Reserve(&seq, static_cast<int>(prompt_.size())).ok());
     std::vector<float> all;
     for (int start = 0; start < static_cast<int>(prompt_.size());) {
-      const int n = start < static_cast<int>(head.size()) ? std::min<int>(256, head.size() - start) : 1;
-      SequenceChunk c{&seq, start, absl::MakeConstSpan(prompt_).subspan(start, n), LogitsMode::kLast};
+      const int n =
+          start < static_cast<int>(head.size()) ? std::min<int>(256, head.size() - start) : 1;
+      SequenceChunk c{&seq, start, absl::MakeConstSpan(prompt_).subspan(start, n),
+                      LogitsMode::kLast};
       std::vector<float> out;
       EXPECT_TRUE(h.executor->Forward({c}, &out).ok());
       all.insert(all.end(), out.begin(), out.end());
@@ -174,8 +176,8 @@ TEST_F(CudaModel, GraphsAndMixedBatchesMatchEagerSteps) {
       std::vector<int> next(kSeqs);
       for (int s = 0; s < kSeqs; ++s) {
         next[s] = (step * 7 + s * 3) % 500;
-        batch.push_back({&seqs[s], static_cast<int>(toks[s].size()), absl::MakeConstSpan(&next[s], 1),
-                         LogitsMode::kLast});
+        batch.push_back({&seqs[s], static_cast<int>(toks[s].size()),
+                         absl::MakeConstSpan(&next[s], 1), LogitsMode::kLast});
       }
       if (mix_prefill && step == 3) {
         batch.push_back({&seqs[kSeqs], 0, absl::MakeConstSpan(toks[kSeqs]), LogitsMode::kLast});
@@ -217,7 +219,8 @@ TEST_F(CudaModel, SamplerFollowsTheSoftmax) {
     return t.at(0);
   };
   // Greedy = host argmax; top_k = 1 = greedy.
-  const int argmax = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const int argmax =
+      static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   EXPECT_EQ(draw({}, 1, 0), argmax);
   EXPECT_EQ(draw({1.0f, 1.0f, 1}, 1, 0), argmax);
   // Reproducible from (seed, counter).
@@ -242,7 +245,8 @@ TEST_F(CudaModel, SamplerFollowsTheSoftmax) {
   double rest_p = 1.0, rest_f = 1.0;
   for (int k = 0; k < 10; ++k) {
     const int tok = by_prob[k];
-    const double p = prob[tok], f = (count.count(tok) ? count[tok] : 0) / static_cast<double>(kDraws);
+    const double p = prob[tok],
+                 f = (count.count(tok) ? count[tok] : 0) / static_cast<double>(kDraws);
     rest_p -= p;
     rest_f -= f;
     EXPECT_NEAR(f, p, 4.5 * std::sqrt(p * (1 - p) / kDraws) + 1.0 / kDraws) << "token " << tok;
@@ -288,33 +292,33 @@ TEST(CudaShapes, MatchCpuBackend) {
   int idx = 0;
   for (const Shape& sh : {Shape{64, 4, 2, 128}, Shape{512, 8, 2, 1024}, Shape{128, 2, 2, 256},
                           Shape{512, 32, 8, 512}, Shape{256, 2, 1, 512}}) {
-   for (const std::string dtype : {"bf16", "fp16"}) {
-    SyntheticModelSpec s;
-    s.dtype = dtype;
-    s.init_std = 0.02;
-    s.layers = 2;
-    s.hidden = sh.hidden;
-    s.heads = sh.heads;
-    s.kv_heads = sh.kv_heads;
-    s.intermediate = sh.inter;
-    s.vocab = 300;
-    s.seed = 11 + idx;
-    const std::string m = testing::WriteTinyModel(dir, "m" + std::to_string(idx++), s);
-    for (int len : {20, 300}) {
-      std::vector<int> p(len);
-      for (int i = 0; i < len; ++i) p[i] = (i * 31 + 7) % 290;
-      for (const std::string kv : {"auto", "fp8_e4m3"}) {
-        testing::ExecutorHarness cpu(m, 16, kv == "auto" ? DType::kF32 : DType::kFP8E4M3);
-        GpuHarness gpu(m, 16, kv);
-        const auto d = CompareLogits(gpu.PromptLogits(p), cpu.PromptLogits(p), 300);
-        std::cout << dtype << " hidden " << sh.hidden << " heads " << sh.heads << "/" << sh.kv_heads
-                  << " len " << len << " kv " << kv << ": max abs diff " << d.max_abs
-                  << " (max |logit| " << d.max_mag << "), argmax mismatches " << d.argmax_mismatch
-                  << "\n";
-        EXPECT_LT(d.max_abs, (kv == "auto" ? kHalfTolerance : 0.1) * std::max(1.0, d.max_mag));
+    for (const std::string dtype : {"bf16", "fp16"}) {
+      SyntheticModelSpec s;
+      s.dtype = dtype;
+      s.init_std = 0.02;
+      s.layers = 2;
+      s.hidden = sh.hidden;
+      s.heads = sh.heads;
+      s.kv_heads = sh.kv_heads;
+      s.intermediate = sh.inter;
+      s.vocab = 300;
+      s.seed = 11 + idx;
+      const std::string m = testing::WriteTinyModel(dir, "m" + std::to_string(idx++), s);
+      for (int len : {20, 300}) {
+        std::vector<int> p(len);
+        for (int i = 0; i < len; ++i) p[i] = (i * 31 + 7) % 290;
+        for (const std::string kv : {"auto", "fp8_e4m3"}) {
+          testing::ExecutorHarness cpu(m, 16, kv == "auto" ? DType::kF32 : DType::kFP8E4M3);
+          GpuHarness gpu(m, 16, kv);
+          const auto d = CompareLogits(gpu.PromptLogits(p), cpu.PromptLogits(p), 300);
+          std::cout << dtype << " hidden " << sh.hidden << " heads " << sh.heads << "/"
+                    << sh.kv_heads << " len " << len << " kv " << kv << ": max abs diff "
+                    << d.max_abs << " (max |logit| " << d.max_mag << "), argmax mismatches "
+                    << d.argmax_mismatch << "\n";
+          EXPECT_LT(d.max_abs, (kv == "auto" ? kHalfTolerance : 0.1) * std::max(1.0, d.max_mag));
+        }
       }
     }
-   }
   }
 }
 
@@ -337,7 +341,8 @@ TEST(CudaSizes, OddBatchTokenLimitsWork) {
     SequenceChunk c{&seq, 0, absl::MakeConstSpan(p), LogitsMode::kLast};
     for (int i = 0; i < 4; ++i) {
       c.start_pos = i;
-      auto st = h.executor->ForwardSample({c}, {DeviceSampling{{0.8f, 0.9f, 5}, 1, uint64_t(i)}}, &out);
+      auto st =
+          h.executor->ForwardSample({c}, {DeviceSampling{{0.8f, 0.9f, 5}, 1, uint64_t(i)}}, &out);
       ASSERT_TRUE(st.ok()) << "max_batch_tokens " << max_tokens << ": " << st;
       ASSERT_EQ(out.size(), 1u);
       EXPECT_GE(out[0], 0);

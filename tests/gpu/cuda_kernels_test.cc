@@ -39,16 +39,17 @@ std::vector<T> ToHost(const T* d, size_t n) {
 
 struct AttnCase {
   int head_dim, heads, kv_heads, block_tokens;
-  std::vector<int> seq_lens;   // tokens of KV per sequence
-  std::vector<int> queries;    // queries per sequence (the last positions)
+  std::vector<int> seq_lens;  // tokens of KV per sequence
+  std::vector<int> queries;   // queries per sequence (the last positions)
   KvType kv = KvType::kBF16;
   bool prefill_kernel = false;  // LaunchPrefillAttention (tiles) instead of the split-KV kernel
 };
 
 void RunAttention(const AttnCase& c) {
-  SCOPED_TRACE(::testing::Message() << (c.prefill_kernel ? "prefill " : "split-kv ") << "D=" << c.head_dim << " H=" << c.heads << " Hkv=" << c.kv_heads
-                                    << " kv=" << static_cast<int>(c.kv) << " len0=" << c.seq_lens[0]
-                                    << " q0=" << c.queries[0]);
+  SCOPED_TRACE(::testing::Message()
+               << (c.prefill_kernel ? "prefill " : "split-kv ") << "D=" << c.head_dim
+               << " H=" << c.heads << " Hkv=" << c.kv_heads << " kv=" << static_cast<int>(c.kv)
+               << " len0=" << c.seq_lens[0] << " q0=" << c.queries[0]);
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int D = c.head_dim, Hkv = c.kv_heads, BT = c.block_tokens, S = c.seq_lens.size();
@@ -62,20 +63,23 @@ void RunAttention(const AttnCase& c) {
   // Blocks handed out in a scrambled order, as a real allocator would.
   std::vector<int> perm(total_blocks);
   for (int i = 0; i < total_blocks; ++i) perm[i] = (i * 7 + 3) % total_blocks;
-  if (std::gcd(7, total_blocks) != 1) for (int i = 0; i < total_blocks; ++i) perm[i] = total_blocks - 1 - i;
+  if (std::gcd(7, total_blocks) != 1)
+    for (int i = 0; i < total_blocks; ++i) perm[i] = total_blocks - 1 - i;
   std::vector<int> table(static_cast<size_t>(S) * max_blocks, 0);
   std::vector<uint8_t> pool(block_bytes * total_blocks, 0);
   // K/V values as stored (rounded), [s][pos][h][d].
   std::vector<std::vector<float>> K(S), V(S);
   int next = 0;
-  const float kscale = c.kv == KvType::kFP8E4M3 ? 0.5f : 1.0f, vscale = c.kv == KvType::kFP8E4M3 ? 0.25f : 1.0f;
+  const float kscale = c.kv == KvType::kFP8E4M3 ? 0.5f : 1.0f,
+              vscale = c.kv == KvType::kFP8E4M3 ? 0.25f : 1.0f;
   for (int s = 0; s < S; ++s) {
     const int L = c.seq_lens[s];
     for (int b = 0; b < (L + BT - 1) / BT; ++b) table[s * max_blocks + b] = perm[next++];
     K[s].resize(static_cast<size_t>(L) * Hkv * D);
     V[s].resize(K[s].size());
     for (int p = 0; p < L; ++p) {
-      uint8_t* blk = pool.data() + static_cast<size_t>(table[s * max_blocks + p / BT]) * block_bytes;
+      uint8_t* blk =
+          pool.data() + static_cast<size_t>(table[s * max_blocks + p / BT]) * block_bytes;
       for (int h = 0; h < Hkv; ++h) {
         for (int d = 0; d < D; ++d) {
           const size_t i = (static_cast<size_t>(p) * Hkv + h) * D + d;
@@ -126,7 +130,9 @@ void RunAttention(const AttnCase& c) {
   uint16_t* d_q = ToDevice(q);
   uint16_t* d_out = ToDevice(std::vector<uint16_t>(q.size(), 0));
   void* ws = nullptr;
-  ASSERT_EQ(cudaMalloc(&ws, std::max<size_t>(16, PagedAttentionWorkspaceBytes(T, c.heads, D, plan))), cudaSuccess);
+  ASSERT_EQ(
+      cudaMalloc(&ws, std::max<size_t>(16, PagedAttentionWorkspaceBytes(T, c.heads, D, plan))),
+      cudaSuccess);
   PagedKv kv;
   kv.block_ids = d_table;
   kv.max_blocks = max_blocks;
@@ -172,7 +178,9 @@ void RunAttention(const AttnCase& c) {
       double mx = -1e30;
       for (int j = 0; j < n; ++j) {
         double dot = 0;
-        for (int d = 0; d < D; ++d) dot += qf[(static_cast<size_t>(t) * c.heads + h) * D + d] * K[s][(static_cast<size_t>(j) * Hkv + kh) * D + d];
+        for (int d = 0; d < D; ++d)
+          dot += qf[(static_cast<size_t>(t) * c.heads + h) * D + d] *
+                 K[s][(static_cast<size_t>(j) * Hkv + kh) * D + d];
         sc[j] = dot * scale;
         mx = std::max(mx, sc[j]);
       }
@@ -181,7 +189,8 @@ void RunAttention(const AttnCase& c) {
       std::vector<double> o(D, 0.0);
       double mag = 1e-3;
       for (int d = 0; d < D; ++d) {
-        for (int j = 0; j < n; ++j) o[d] += sc[j] / z * V[s][(static_cast<size_t>(j) * Hkv + kh) * D + d];
+        for (int j = 0; j < n; ++j)
+          o[d] += sc[j] / z * V[s][(static_cast<size_t>(j) * Hkv + kh) * D + d];
         mag = std::max(mag, std::abs(o[d]));
       }
       // BF16 rounding (of the output, and of P in the prefill kernel) is the
@@ -193,8 +202,9 @@ void RunAttention(const AttnCase& c) {
     }
   }
   EXPECT_LT(max_err, 0.01) << "plan: " << plan.num_partitions << " x " << plan.partition_tokens;
-  for (void* p : {static_cast<void*>(d_pool), static_cast<void*>(d_table), static_cast<void*>(d_seq),
-                  static_cast<void*>(d_pos), static_cast<void*>(d_q), static_cast<void*>(d_out), ws}) {
+  for (void* p :
+       {static_cast<void*>(d_pool), static_cast<void*>(d_table), static_cast<void*>(d_seq),
+        static_cast<void*>(d_pos), static_cast<void*>(d_q), static_cast<void*>(d_out), ws}) {
     cudaFree(p);
   }
 }
@@ -236,7 +246,9 @@ TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
   uint16_t* d_delta = ToDevice(delta);
   uint16_t* d_w = ToDevice(w);
   uint16_t* d_out = ToDevice(std::vector<uint16_t>(T * H));
-  ASSERT_EQ(LaunchAddRmsNorm(d_resid, d_delta, nullptr, d_w, 1e-5f, T, H, d_out, ActType::kBF16, nullptr), cudaSuccess);
+  ASSERT_EQ(
+      LaunchAddRmsNorm(d_resid, d_delta, nullptr, d_w, 1e-5f, T, H, d_out, ActType::kBF16, nullptr),
+      cudaSuccess);
   const auto r2 = ToHost(d_resid, T * H);
   const auto o = ToHost(d_out, T * H);
   for (int t = 0; t < T; ++t) {
@@ -249,7 +261,8 @@ TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
     }
     const double inv = 1.0 / std::sqrt(ss / H + 1e-5);
     for (int i = 0; i < H; ++i) {
-      EXPECT_NEAR(BF16ToFloat(o[t * H + i]), BF16ToFloat(w[i]) * x[i] * inv, 0.01 * std::abs(x[i] * inv) + 1e-3);
+      EXPECT_NEAR(BF16ToFloat(o[t * H + i]), BF16ToFloat(w[i]) * x[i] * inv,
+                  0.01 * std::abs(x[i] * inv) + 1e-3);
     }
   }
   // SiLU(gate) * up.
@@ -279,10 +292,14 @@ TEST(CudaKernels, GemmMatchesReference) {
   ASSERT_TRUE(g.ok()) << g.status();
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  struct Shape { int m, n, k; bool f32; };
-  for (const Shape sh : {Shape{1, 384, 512, false}, Shape{20, 1536, 512, false}, Shape{300, 512, 1024, false},
-                         Shape{7, 300, 512, true}, Shape{64, 4096, 4096, false}, Shape{16, 1000, 4104, false},
-                         Shape{3, 4097, 64, true}, Shape{12, 96, 8, false}}) {
+  struct Shape {
+    int m, n, k;
+    bool f32;
+  };
+  for (const Shape sh :
+       {Shape{1, 384, 512, false}, Shape{20, 1536, 512, false}, Shape{300, 512, 1024, false},
+        Shape{7, 300, 512, true}, Shape{64, 4096, 4096, false}, Shape{16, 1000, 4104, false},
+        Shape{3, 4097, 64, true}, Shape{12, 96, 8, false}}) {
     std::vector<uint16_t> x(static_cast<size_t>(sh.m) * sh.k), w(static_cast<size_t>(sh.n) * sh.k);
     for (auto& v : x) v = FloatToBF16(nd(rng));
     for (auto& v : w) v = FloatToBF16(0.05f * nd(rng));
@@ -303,7 +320,9 @@ TEST(CudaKernels, GemmMatchesReference) {
     for (int i = 0; i < sh.m; ++i) {
       for (int j = 0; j < sh.n; ++j) {
         double acc = 0;
-        for (int k = 0; k < sh.k; ++k) acc += BF16ToFloat(x[static_cast<size_t>(i) * sh.k + k]) * BF16ToFloat(w[static_cast<size_t>(j) * sh.k + k]);
+        for (int k = 0; k < sh.k; ++k)
+          acc += BF16ToFloat(x[static_cast<size_t>(i) * sh.k + k]) *
+                 BF16ToFloat(w[static_cast<size_t>(j) * sh.k + k]);
         max_err = std::max(max_err, std::abs(acc - y[static_cast<size_t>(i) * sh.n + j]));
         max_mag = std::max(max_mag, std::abs(acc));
       }
@@ -344,13 +363,16 @@ TEST(CudaKernels, RopeKvWriteMatchesReference) {
   kv.block_tokens = BT;
   kv.num_kv_heads = Hkv;
   kv.head_dim = D;
-  ASSERT_EQ(LaunchRopeKvWrite(d_qkv, d_bias, d_inv, TokenMap{d_seq, d_pos, T}, H, kv, d_q, ActType::kBF16, nullptr), cudaSuccess);
+  ASSERT_EQ(LaunchRopeKvWrite(d_qkv, d_bias, d_inv, TokenMap{d_seq, d_pos, T}, H, kv, d_q,
+                              ActType::kBF16, nullptr),
+            cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto q = ToHost(d_q, T * H * D);
   const auto pool = ToHost(d_pool, block_bytes * 5);
   for (int t = 0; t < T; ++t) {
     auto in = [&](int i) { return BF16ToFloat(qkv[t * width + i]) + BF16ToFloat(bias[i]); };
-    const uint8_t* blk = pool.data() + table[seq[t] * 3 + pos[t] / BT] * block_bytes + (pos[t] % BT) * row;
+    const uint8_t* blk =
+        pool.data() + table[seq[t] * 3 + pos[t] / BT] * block_bytes + (pos[t] % BT) * row;
     auto stored = [&](const uint8_t* p, int idx) {
       uint16_t b;
       std::memcpy(&b, p + idx * 2, 2);
@@ -360,7 +382,8 @@ TEST(CudaKernels, RopeKvWriteMatchesReference) {
       for (int i = 0; i < D / 2; ++i) {
         const double a = static_cast<double>(pos[t]) * inv[i];
         const double x1 = in(h * D + i), x2 = in(h * D + i + D / 2);
-        const double o1 = x1 * std::cos(a) - x2 * std::sin(a), o2 = x2 * std::cos(a) + x1 * std::sin(a);
+        const double o1 = x1 * std::cos(a) - x2 * std::sin(a),
+                     o2 = x2 * std::cos(a) + x1 * std::sin(a);
         double g1, g2;
         if (h < H) {
           g1 = BF16ToFloat(q[(t * H + h) * D + i]);
@@ -374,12 +397,13 @@ TEST(CudaKernels, RopeKvWriteMatchesReference) {
       }
     }
     for (int j = 0; j < Hkv * D; ++j) {
-      EXPECT_NEAR(stored(blk + BT * row, j), in((H + Hkv) * D + j), 0.01 * std::abs(in((H + Hkv) * D + j)) + 1e-3);
+      EXPECT_NEAR(stored(blk + BT * row, j), in((H + Hkv) * D + j),
+                  0.01 * std::abs(in((H + Hkv) * D + j)) + 1e-3);
     }
   }
-  for (void* p : {static_cast<void*>(d_pool), static_cast<void*>(d_table), static_cast<void*>(d_seq),
-                  static_cast<void*>(d_pos), static_cast<void*>(d_qkv), static_cast<void*>(d_bias),
-                  static_cast<void*>(d_inv), static_cast<void*>(d_q)}) {
+  for (void* p : {static_cast<void*>(d_pool), static_cast<void*>(d_table),
+                  static_cast<void*>(d_seq), static_cast<void*>(d_pos), static_cast<void*>(d_qkv),
+                  static_cast<void*>(d_bias), static_cast<void*>(d_inv), static_cast<void*>(d_q)}) {
     cudaFree(p);
   }
 }

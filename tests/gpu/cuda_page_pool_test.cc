@@ -28,11 +28,14 @@ TEST(CudaPagePool, ArenaBlocksAreUsableDeviceMemory) {
   auto view = *arena->CreateAllocator(64 << 10);
   auto blocks = *view->Allocate(100);  // 6.25 MiB: 4 slabs
   for (size_t i = 0; i < blocks.size(); ++i) {
-    ASSERT_EQ(cudaMemset(view->Address(blocks[i]), static_cast<int>(i & 0xff), 64 << 10), cudaSuccess);
+    ASSERT_EQ(cudaMemset(view->Address(blocks[i]), static_cast<int>(i & 0xff), 64 << 10),
+              cudaSuccess);
   }
   std::vector<uint8_t> host(64 << 10);
   for (size_t i = 0; i < blocks.size(); i += 7) {
-    ASSERT_EQ(cudaMemcpy(host.data(), view->Address(blocks[i]), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(
+        cudaMemcpy(host.data(), view->Address(blocks[i]), host.size(), cudaMemcpyDeviceToHost),
+        cudaSuccess);
     EXPECT_EQ(host[0], i & 0xff);
     EXPECT_EQ(host.back(), i & 0xff);
   }

@@ -20,7 +20,7 @@ namespace ballast::engine::testing {
 
 inline bool GpuUsable() { return GpuMemoryInfo(0).ok(); }
 
-#define BALLAST_SKIP_WITHOUT_GPU()                                     \
+#define BALLAST_SKIP_WITHOUT_GPU() \
   if (!::ballast::engine::testing::GpuUsable()) GTEST_SKIP() << "no usable GPU"
 
 // A model large enough to exercise several attention tiles and partitions,
@@ -89,8 +89,8 @@ struct Diff {
 };
 
 // Compares [rows, vocab] logits.
-inline Diff CompareLogits(const std::vector<float>& got, const std::vector<float>& want, size_t vocab,
-                          double margin = 0.0) {
+inline Diff CompareLogits(const std::vector<float>& got, const std::vector<float>& want,
+                          size_t vocab, double margin = 0.0) {
   Diff d;
   EXPECT_EQ(got.size(), want.size());
   const size_t rows = std::min(got.size(), want.size()) / vocab;
@@ -104,7 +104,8 @@ inline Diff CompareLogits(const std::vector<float>& got, const std::vector<float
       if (w > want[r * vocab + bw]) bw = v;
     }
     d.argmax_mismatch += bg != bw;
-    if (bg != bw && want[r * vocab + bw] - want[r * vocab + bg] > margin * d.max_mag) ++d.decisive_mismatch;
+    if (bg != bw && want[r * vocab + bw] - want[r * vocab + bg] > margin * d.max_mag)
+      ++d.decisive_mismatch;
   }
   return d;
 }

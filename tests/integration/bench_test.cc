@@ -40,15 +40,21 @@ class BenchTest : public ::testing::Test {
   }
 
   void WriteConfig(const std::string& name, int kv_mib) {
-    std::ofstream(dir_ / name) << "log_level: warn\n"
-        "scheduler: {listen: 127.0.0.1:50051, metrics_listen: '', slo: {ttft_ms: 2000, tpot_ms: 200}}\n"
-        "node:\n  node_id: bench\n  listen: 127.0.0.1:0\n  metrics_listen: ''\n"
-        "  engine: {block_tokens: 16, kv_cache_mib: " << kv_mib << ", max_batch_tokens: 128}\n"
-        "serve:\n  cache_dir: " << (dir_ / "cache").string() << "\n  models:\n"
-        "    - {name: a, architecture: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2,"
-        " intermediate: 128, max_position: 4096, seed: 1}\n"
-        "    - {name: b, architecture: qwen2, layers: 2, hidden: 64, heads: 4, kv_heads: 1,"
-        " intermediate: 128, max_position: 4096, seed: 2}\n";
+    std::ofstream(dir_ / name)
+        << "log_level: warn\n"
+           "scheduler: {listen: 127.0.0.1:50051, metrics_listen: '', slo: {ttft_ms: 2000, tpot_ms: "
+           "200}}\n"
+           "node:\n  node_id: bench\n  listen: 127.0.0.1:0\n  metrics_listen: ''\n"
+           "  engine: {block_tokens: 16, kv_cache_mib: "
+        << kv_mib
+        << ", max_batch_tokens: 128}\n"
+           "serve:\n  cache_dir: "
+        << (dir_ / "cache").string()
+        << "\n  models:\n"
+           "    - {name: a, architecture: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2,"
+           " intermediate: 128, max_position: 4096, seed: 1}\n"
+           "    - {name: b, architecture: qwen2, layers: 2, hidden: 64, heads: 4, kv_heads: 1,"
+           " intermediate: 128, max_position: 4096, seed: 2}\n";
   }
 
   // Runs the binary to completion; returns its exit code.
@@ -66,10 +72,11 @@ class BenchTest : public ::testing::Test {
     const int port = testing::FreePort();
     const std::string target = absl::StrCat("127.0.0.1:", port);
     serve_ = std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{kBin, "serve", "--config", (dir_ / "tiny.yaml").string(), "--listen",
-                                 target, "--metrics-listen", ""},
+        std::vector<std::string>{kBin, "serve", "--config", (dir_ / "tiny.yaml").string(),
+                                 "--listen", target, "--metrics-listen", ""},
         (dir_ / "serve.log").string());
-    auto stub = v1::Inference::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    auto stub =
+        v1::Inference::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
     const absl::Time end = absl::Now() + absl::Seconds(30);
     while (absl::Now() < end) {
       grpc::ClientContext ctx;
@@ -111,8 +118,10 @@ TEST_F(BenchTest, ChatTraceReplayAccountsForEveryRequest) {
   // A request for an unknown model (rejected) and a turn that depends on it
   // (aborted, never sent).
   std::ofstream(dir_ / "chat.jsonl", std::ios::app)
-      << R"({"type":"request","id":"ghost-1","model":"ghost","arrival_s":0.5,"prompt":"hi","output_tokens":4,"session":"g","turn":1})" "\n"
-      << R"({"type":"request","id":"ghost-2","model":"ghost","arrival_s":1.0,"after":"ghost-1","delay_s":0.1,"prompt":"again","output_tokens":4,"session":"g","turn":2})" "\n";
+      << R"({"type":"request","id":"ghost-1","model":"ghost","arrival_s":0.5,"prompt":"hi","output_tokens":4,"session":"g","turn":1})"
+         "\n"
+      << R"({"type":"request","id":"ghost-2","model":"ghost","arrival_s":1.0,"after":"ghost-1","delay_s":0.1,"prompt":"again","output_tokens":4,"session":"g","turn":2})"
+         "\n";
   const std::string target = StartServe();
   const fs::path out = dir_ / "out";
   ASSERT_EQ(Run({"bench", "--trace", (dir_ / "chat.jsonl").string(), "--target", target,
@@ -166,7 +175,8 @@ TEST_F(BenchTest, CompareRunsEveryConfigOnTheSameTrace) {
             0);
   const auto table = ReadJson(out / "compare.json");
   ASSERT_EQ(table.size(), 2u);
-  EXPECT_EQ(table[0]["ratio_to_first"], table[0]["max_rate_scale_99_ttft"].get<double>() > 0 ? 1.0 : 0.0);
+  EXPECT_EQ(table[0]["ratio_to_first"],
+            table[0]["max_rate_scale_99_ttft"].get<double>() > 0 ? 1.0 : 0.0);
   for (const auto& row : table) EXPECT_EQ(row["attainment"].size(), 1u);
   EXPECT_EQ(Lines(out / "compare.md"), 4);  // header, rule, two configs
   for (const char* cfg : {"tiny", "tinier-kv"}) {

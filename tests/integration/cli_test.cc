@@ -44,21 +44,25 @@ class CliTest : public ::testing::Test {
 };
 
 TEST_F(CliTest, MalformedConfigFailsAtStartNamingFileAndKey) {
-  std::ofstream(Path("bad.yaml")) << "scheduler:\n  listen: 127.0.0.1:0\n  heartbeat_timout_ms: 5\n";
+  std::ofstream(Path("bad.yaml"))
+      << "scheduler:\n  listen: 127.0.0.1:0\n  heartbeat_timout_ms: 5\n";
   CommandResult r = Exec({"scheduler", "--config", Path("bad.yaml")}, Path("out.log"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find(Path("bad.yaml") + ": scheduler.heartbeat_timout_ms: unknown key"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
   CommandResult missing = Exec({"node", "--config", Path("nope.yaml")}, Path("out2.log"));
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find("nope.yaml"), std::string::npos);
 }
 
 TEST_F(CliTest, MakeModelWritesALoadableCheckpoint) {
-  CommandResult r = Exec({"make-model", "--out", Path("m"), "--layers", "3", "--hidden", "32", "--heads",
-                "4", "--kv-heads", "2", "--intermediate", "48", "--vocab", "300", "--dtype",
-                "fp16", "--seed", "9", "--architecture", "qwen2"},
-               Path("mk.log"));
+  CommandResult r =
+      Exec({"make-model", "--out",          Path("m"), "--layers",   "3",    "--hidden",
+            "32",         "--heads",        "4",       "--kv-heads", "2",    "--intermediate",
+            "48",         "--vocab",        "300",     "--dtype",    "fp16", "--seed",
+            "9",          "--architecture", "qwen2"},
+           Path("mk.log"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto cfg = engine::ModelConfig::Load(Path("m") + "/config.json");
   ASSERT_TRUE(cfg.ok()) << cfg.status();
@@ -68,7 +72,8 @@ TEST_F(CliTest, MakeModelWritesALoadableCheckpoint) {
   auto w = engine::ModelWeights::Load(Path("m"), *cfg);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->stored_bytes, cfg->NumParameters() * 2);
-  CommandResult bad = Exec({"make-model", "--out", Path("x"), "--hidden", "30", "--heads", "4"}, Path("b.log"));
+  CommandResult bad =
+      Exec({"make-model", "--out", Path("x"), "--hidden", "30", "--heads", "4"}, Path("b.log"));
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("head size"), std::string::npos) << bad.output;
 }

@@ -83,17 +83,29 @@ class ClusterTest : public ::testing::Test {
     sched_port_ = testing::FreePort();
     sched_metrics_ = testing::FreePort();
     const std::string bin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
-    std::vector<std::string> sched_args{bin, "scheduler", "--listen", Addr(sched_port_),
-                                        "--metrics-listen", Addr(sched_metrics_),
-                                        "--heartbeat-timeout-ms", "1500"};
+    std::vector<std::string> sched_args{bin,
+                                        "scheduler",
+                                        "--listen",
+                                        Addr(sched_port_),
+                                        "--metrics-listen",
+                                        Addr(sched_metrics_),
+                                        "--heartbeat-timeout-ms",
+                                        "1500"};
     sched_args.insert(sched_args.end(), sched_config.begin(), sched_config.end());
     scheduler_ = std::make_unique<ChildProcess>(sched_args, (dir_ / "scheduler.log").string());
     for (int i = 0; i < 2; ++i) {
       const std::string id = absl::StrCat("n", i + 1);
       node_ports_[i] = testing::FreePort();
-      std::vector<std::string> node_args{bin, "node", "--node-id", id, "--listen",
-                                         Addr(node_ports_[i]), "--scheduler", Addr(sched_port_),
-                                         "--metrics-listen", ""};
+      std::vector<std::string> node_args{bin,
+                                         "node",
+                                         "--node-id",
+                                         id,
+                                         "--listen",
+                                         Addr(node_ports_[i]),
+                                         "--scheduler",
+                                         Addr(sched_port_),
+                                         "--metrics-listen",
+                                         ""};
       node_args.insert(node_args.end(), node_config.begin(), node_config.end());
       nodes_[i] = std::make_unique<ChildProcess>(node_args, (dir_ / (id + ".log")).string());
     }
@@ -101,16 +113,22 @@ class ClusterTest : public ::testing::Test {
     grpc::ChannelArguments args;  // retry fast while the scheduler starts
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
-    channel_ = grpc::CreateCustomChannel(Addr(sched_port_), grpc::InsecureChannelCredentials(), args);
+    channel_ =
+        grpc::CreateCustomChannel(Addr(sched_port_), grpc::InsecureChannelCredentials(), args);
     inference_ = v1::Inference::NewStub(channel_);
     admin_ = v1::Admin::NewStub(channel_);
     ASSERT_TRUE(WaitFor([&] { return AliveNodes() == 2; }, absl::Seconds(20)))
-        << "nodes did not register\n" << Logs();
+        << "nodes did not register\n"
+        << Logs();
     // The first two models are registered and loaded (one per node).
     for (size_t i = 0; i < setup_.models.size() && i < 2; ++i) Register(setup_.models[i].first);
-    ASSERT_TRUE(WaitFor([&] {
-      return ReadyReplicas(setup_.models[0].first) == 1 && ReadyReplicas(setup_.models[1].first) == 1;
-    }, absl::Seconds(20))) << Logs();
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return ReadyReplicas(setup_.models[0].first) == 1 &&
+                 ReadyReplicas(setup_.models[1].first) == 1;
+        },
+        absl::Seconds(20)))
+        << Logs();
   }
 
   void Register(const std::string& model) {

@@ -14,15 +14,15 @@ TEST_F(ClusterTest, ConcurrentStreamsOnTwoModelsMatchTheInProcessEngine) {
   std::vector<StreamResult> results(8);
   std::vector<std::thread> threads;
   for (int i = 0; i < 8; ++i) {
-    threads.emplace_back([&, i] {
-      results[i] = Generate(i % 2 ? "beta" : "alpha", prompts[i / 2], 24);
-    });
+    threads.emplace_back(
+        [&, i] { results[i] = Generate(i % 2 ? "beta" : "alpha", prompts[i / 2], 24); });
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < 8; ++i) {
     const std::string model = i % 2 ? "beta" : "alpha";
     ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
-    EXPECT_EQ(results[i].ids, Reference(model, Bytes(prompts[i / 2], true), 24)) << model << " " << i;
+    EXPECT_EQ(results[i].ids, Reference(model, Bytes(prompts[i / 2], true), 24))
+        << model << " " << i;
     EXPECT_EQ(results[i].final.usage().completion_tokens(), 24);
     EXPECT_EQ(results[i].final.text(), results[i].text);
     EXPECT_EQ(results[i].final.node_id(), NodeOf(model));
@@ -156,10 +156,12 @@ TEST_F(ClusterTest, HealthAndMetricsEndpoints) {
   EXPECT_EQ(Generate("nope", "x", 1).status.error_code(), grpc::StatusCode::NOT_FOUND);
   const std::string body = testing::HttpGet(sched_metrics_, "/metrics");
   EXPECT_NE(body.find("ballast_scheduler_requests_total{model=\"alpha\",status=\"OK\"} 1"),
-            std::string::npos) << body;
+            std::string::npos)
+      << body;
   EXPECT_NE(body.find("ballast_scheduler_requests_total{model=\"nope\",status=\"NOT_FOUND\"} 1"),
             std::string::npos);
-  EXPECT_NE(body.find("ballast_scheduler_ttft_seconds_count{model=\"alpha\"} 1"), std::string::npos);
+  EXPECT_NE(body.find("ballast_scheduler_ttft_seconds_count{model=\"alpha\"} 1"),
+            std::string::npos);
   EXPECT_NE(body.find("ballast_scheduler_tokens_generated_total{model=\"alpha\"} 5"),
             std::string::npos);
 }
@@ -203,7 +205,8 @@ TEST_F(ClusterTest, MigrationFinishesInFlightRequestsAtTheSource) {
     r.set_name(model);
     r.set_from_node(src);
     r.set_to_node(dst);
-    EXPECT_EQ(admin_->MigrateModel(&c, r, &resp).error_code(), code) << model << " " << src << " " << dst;
+    EXPECT_EQ(admin_->MigrateModel(&c, r, &resp).error_code(), code)
+        << model << " " << src << " " << dst;
   }
 }
 

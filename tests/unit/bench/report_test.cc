@@ -37,10 +37,10 @@ ReplayResult Result() {
   res.wall_s = 10;
   res.model_slos["a"] = {100, 10};
   res.model_slos["b"] = {50, 5};
-  res.requests = {Done("a", 80, 8, 5),    // meets both
-                  Done("a", 120, 8, 5),   // misses TTFT
-                  Done("a", 20, 12, 5),   // misses TPOT
-                  Done("b", 40, 4, 3),    // meets both
+  res.requests = {Done("a", 80, 8, 5),   // meets both
+                  Done("a", 120, 8, 5),  // misses TTFT
+                  Done("a", 20, 12, 5),  // misses TPOT
+                  Done("b", 40, 4, 3),   // meets both
                   Failed("b", "RESOURCE_EXHAUSTED", false),
                   Failed("b", "UNAVAILABLE", true),
                   Failed("a", "ABORTED", false)};

@@ -1,9 +1,9 @@
 // Trace format round trips and validation; generators are deterministic,
 // produce valid dependency order, and the bursty generator has the
 // production properties Prism §3 reports.
-#include "bench/generators.h"
 #include "bench/trace.h"
 #include <set>
+#include "bench/generators.h"
 
 #include "gtest/gtest.h"
 
@@ -35,7 +35,8 @@ TEST(Trace, RoundTripsThroughJsonl) {
 }
 
 TEST(Trace, ErrorsNameTheLine) {
-  const std::string ok = R"({"type":"request","id":"a","model":"m","prompt_tokens":3,"output_tokens":2})";
+  const std::string ok =
+      R"({"type":"request","id":"a","model":"m","prompt_tokens":3,"output_tokens":2})";
   auto err = [&](const std::string& second) {
     auto t = ParseTrace(ok + "\n" + second + "\n", "t.jsonl");
     EXPECT_FALSE(t.ok()) << second;
@@ -45,7 +46,8 @@ TEST(Trace, ErrorsNameTheLine) {
   EXPECT_NE(err(R"({"id":"b","model":"m","prompt_tokens":3,"output_tokens":2,"after":"zz"})")
                 .find("t.jsonl:2: \"after\""),
             std::string::npos);
-  EXPECT_NE(err(R"({"id":"b","model":"m","prompt_tokens":3})").find("output_tokens"), std::string::npos);
+  EXPECT_NE(err(R"({"id":"b","model":"m","prompt_tokens":3})").find("output_tokens"),
+            std::string::npos);
   EXPECT_NE(err(R"({"id":"b","model":"m","output_tokens":3})").find("prompt"), std::string::npos);
   EXPECT_NE(err(R"({"id":"b","output_tokens":3,"prompt":"x"})").find("model"), std::string::npos);
   EXPECT_NE(err("not json").find("t.jsonl:2: malformed"), std::string::npos);
@@ -75,7 +77,8 @@ TEST(Generators, SameSeedSameTraceAndValidOrder) {
   EXPECT_EQ(Dump(GenerateAgents(g)), Dump(GenerateAgents(g)));
   a.seed = 2;
   EXPECT_NE(Dump(GenerateArrivals(a)), Dump(GenerateArrivals(ArrivalParams{a.models, a.rates})));
-  for (const auto& t : {GenerateArrivals(a), GenerateBursty(b), GenerateChat(c), GenerateAgents(g)}) {
+  for (const auto& t :
+       {GenerateArrivals(a), GenerateBursty(b), GenerateChat(c), GenerateAgents(g)}) {
     auto parsed = ParseTrace(Dump(t), "gen");  // validates ids and "after" order
     EXPECT_TRUE(parsed.ok()) << parsed.status();
   }
@@ -134,8 +137,10 @@ TEST(Generators, ChatSessionsChainTurnsAndAdvise) {
       }
     } else {
       ++advisories;
-      if (r.for_request.empty()) ++spurious;
-      else lead += r.expected_arrival_s;
+      if (r.for_request.empty())
+        ++spurious;
+      else
+        lead += r.expected_arrival_s;
     }
   }
   EXPECT_NEAR(static_cast<double>(requests) / sessions, p.turns_mean, 0.5);

@@ -155,8 +155,9 @@ TEST(CpuExecutor, RejectsTokensOutsideTheVocabulary) {
   ASSERT_TRUE(h.kv->Reserve(&s, 1).ok());
   const std::vector<int> bad = {100000};
   std::vector<float> out;
-  EXPECT_EQ(h.executor->Forward({{&s, 0, absl::MakeConstSpan(bad), LogitsMode::kLast}}, &out).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      h.executor->Forward({{&s, 0, absl::MakeConstSpan(bad), LogitsMode::kLast}}, &out).code(),
+      absl::StatusCode::kInvalidArgument);
   h.kv->Release(&s);
 }
 

@@ -17,8 +17,8 @@ namespace ballast::engine::testing {
 
 // Logits of every prompt token ([n, vocab]) from any backend, prefilling
 // `chunk` tokens per step (0 = all at once) into a fresh sequence.
-inline std::vector<float> PromptLogits(Executor* executor, KvCache* kv, const std::vector<int>& tokens,
-                                       int chunk = 0) {
+inline std::vector<float> PromptLogits(Executor* executor, KvCache* kv,
+                                       const std::vector<int>& tokens, int chunk = 0) {
   SequenceKv seq;
   EXPECT_TRUE(kv->Reserve(&seq, static_cast<int>(tokens.size())).ok());
   std::vector<float> all;
@@ -73,7 +73,8 @@ class ExecutorHarness {
                     block_tokens, kv_dtype};
     pool = *memory::HostBlockPool::Create(layout.block_bytes(), 4096);
     kv = std::make_unique<KvCache>(layout, pool.get());
-    executor = *CpuExecutor::Create(config, std::make_shared<ModelWeights>(std::move(*w)), kv.get());
+    executor =
+        *CpuExecutor::Create(config, std::make_shared<ModelWeights>(std::move(*w)), kv.get());
   }
 
   // Logits of every prompt token ([n, vocab]), prefilling `chunk` tokens per

@@ -20,7 +20,7 @@ TEST(DType, KnownEncodings) {
   EXPECT_EQ(FloatToHalf(1.0f), 0x3C00);
   EXPECT_EQ(FloatToHalf(-2.0f), 0xC000);
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);
-  EXPECT_EQ(FloatToHalf(1e6f), 0x7C00);           // overflow to inf
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7C00);                   // overflow to inf
   EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
   EXPECT_EQ(HalfToFloat(0x3555), 0.333251953125f);
   // Round to nearest even: 1 + 2^-11 is halfway between two halves.
@@ -36,7 +36,7 @@ TEST(DType, Fp8E4M3Encodings) {
   EXPECT_EQ(FloatToFp8E4M3(1.0f), 0x38);
   EXPECT_EQ(FloatToFp8E4M3(-2.0f), 0xC0);
   EXPECT_EQ(FloatToFp8E4M3(448.0f), 0x7E);
-  EXPECT_EQ(FloatToFp8E4M3(1e6f), 0x7E);                // saturates
+  EXPECT_EQ(FloatToFp8E4M3(1e6f), 0x7E);                  // saturates
   EXPECT_EQ(FloatToFp8E4M3(std::ldexp(1.0f, -9)), 0x01);  // smallest subnormal
   EXPECT_EQ(FloatToFp8E4M3(0.0f), 0x00);
   EXPECT_EQ(Fp8E4M3ToFloat(0x7E), 448.0f);
@@ -61,7 +61,8 @@ TEST(ModelConfig, ParsesLlama3AndDefaults) {
   auto c = ModelConfig::Parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,
     "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":300,
     "rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
-    "high_freq_factor":4.0,"original_max_position_embeddings":8192}})", "x/config.json");
+    "high_freq_factor":4.0,"original_max_position_embeddings":8192}})",
+                              "x/config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->num_key_value_heads, 4);
   EXPECT_EQ(c->head_dim, 16);

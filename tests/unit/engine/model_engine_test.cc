@@ -99,7 +99,8 @@ class ModelEngineTest : public ::testing::Test {
   };
   static Arena SmallArena(int pages) {
     Arena a;
-    a.pool = std::shared_ptr<memory::HostPagePool>(*memory::HostPagePool::Create(kPage, pages * kPage));
+    a.pool =
+        std::shared_ptr<memory::HostPagePool>(*memory::HostPagePool::Create(kPage, pages * kPage));
     memory::KvArenaOptions ao;
     ao.slab_bytes = kPage;
     ao.reserve_bytes = 16 * kPage;

@@ -31,9 +31,9 @@ TEST(StreamDecoder, HoldsBackIncompleteCharacters) {
 TEST(StreamDecoder, ReplacesInvalidBytes) {
   const std::string fffd = "\xEF\xBF\xBD";
   EXPECT_EQ(DecodeAll({0xFF, 'a'}), fffd + "a");
-  EXPECT_EQ(DecodeAll({0xE2, 'a'}), fffd + "a");          // broken sequence
+  EXPECT_EQ(DecodeAll({0xE2, 'a'}), fffd + "a");                 // broken sequence
   EXPECT_EQ(DecodeAll({0xED, 0xA0, 0x80}), fffd + fffd + fffd);  // surrogate
-  EXPECT_EQ(DecodeAll({0xE2, 0x82}), fffd);               // truncated at the end
+  EXPECT_EQ(DecodeAll({0xE2, 0x82}), fffd);                      // truncated at the end
   ByteTokenizer tok;
   const std::string s = "héllo wörld";
   EXPECT_EQ(DecodeAll(tok.Encode(s)), s);

@@ -145,17 +145,20 @@ TEST(Placement, KvprAvoidsTheNodeUnderKvPressure) {
     for (auto& m : *r.mutable_models()) m.set_weight_bytes(w);
     return r;
   };
-  c.Register(with_weights(Node("a", {"hot"}, 1000, 100), 100));    // free 900
-  c.Register(with_weights(Node("b", {"cold"}, 1000, 500), 500));   // free 500
-  c.Register(with_weights(Node("c", {"tiny"}, 150, 100), 100));    // no room for 100 more
+  c.Register(with_weights(Node("a", {"hot"}, 1000, 100), 100));   // free 900
+  c.Register(with_weights(Node("b", {"cold"}, 1000, 500), 500));  // free 500
+  c.Register(with_weights(Node("c", {"tiny"}, 150, 100), 100));   // no room for 100 more
   auto demand = [](const std::string& m) { return m == "hot" ? 10.0 : 1.0; };
   EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {"c"}), "a");  // the baseline: most free memory
   // KVPR(a) = (10 + 1) / (1000 - 100 - 100) = 0.014; KVPR(b) = (1 + 1) / 400 = 0.005.
   EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {}, demand, 1.0, 100), "b");
   EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {"b"}, demand, 1.0, 100), "a");
-  EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {"a", "b"}, demand, 1.0, 100), std::nullopt);  // c too small
+  EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {"a", "b"}, demand, 1.0, 100),
+            std::nullopt);  // c too small
   // No statistics yet (all demands 0): ties fall back to the most free memory.
-  EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {}, [](const std::string&) { return 0.0; }, 0, 100), "a");
+  EXPECT_EQ(ChooseNodeKvpr(
+                c.Snapshot(), {}, [](const std::string&) { return 0.0; }, 0, 100),
+            "a");
 }
 
 // FineServe's score: the average MME of the node's models after the load,

@@ -27,8 +27,10 @@ NodeInfo Node(const std::string& id, int64_t memory,
 }
 
 TEST(IdleEviction, LongestIdlePastTheThresholdThenLargerWeights) {
-  std::map<std::string, absl::Duration> idle = {{"a", absl::Seconds(50)}, {"b", absl::Seconds(90)},
-                                                {"c", absl::Seconds(90)}, {"d", absl::Seconds(10)},
+  std::map<std::string, absl::Duration> idle = {{"a", absl::Seconds(50)},
+                                                {"b", absl::Seconds(90)},
+                                                {"c", absl::Seconds(90)},
+                                                {"d", absl::Seconds(10)},
                                                 {"e", absl::Seconds(300)}};
   auto idle_of = [&](const std::string& m) { return idle.at(m); };
   std::vector<NodeInfo> nodes = {Node("n1", 100, {{"a", 10, "READY"}, {"b", 20, "READY"}}),

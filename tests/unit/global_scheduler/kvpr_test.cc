@@ -61,8 +61,8 @@ TEST(Kvpr, GreedyIsWithinTheAppendixBoundOfOptimal) {
 
 TEST(Kvpr, HighDemandModelsGetLowDemandNeighbours) {
   std::vector<DeviceCapacity> devices = {{"g0", 1000}, {"g1", 1000}};
-  std::vector<ModelDemand> models = {{"big1", 10, 100}, {"big2", 9, 100}, {"small1", 1, 100},
-                                     {"small2", 1, 100}};
+  std::vector<ModelDemand> models = {
+      {"big1", 10, 100}, {"big2", 9, 100}, {"small1", 1, 100}, {"small2", 1, 100}};
   const auto p = PlaceKvpr(models, devices, 0.0);
   EXPECT_NE(p.device_of[0], p.device_of[1]);  // complementary: bigs apart
   EXPECT_EQ(p.migrations, 0);

@@ -13,7 +13,8 @@ namespace {
 constexpr size_t kPage = 64 << 10;
 
 std::shared_ptr<Balloon> Make(int64_t pages) {
-  auto pool = std::shared_ptr<PagePool>(*HostPagePool::Create(kPage, pages * static_cast<int64_t>(kPage)));
+  auto pool =
+      std::shared_ptr<PagePool>(*HostPagePool::Create(kPage, pages * static_cast<int64_t>(kPage)));
   BalloonOptions o;
   o.memory_bytes = pages * static_cast<int64_t>(kPage);
   o.slab_bytes = kPage;

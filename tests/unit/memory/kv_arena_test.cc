@@ -16,7 +16,8 @@ constexpr size_t kPage = 64 << 10;  // small pages keep the test fast
 
 struct Fixture {
   explicit Fixture(int64_t budget_pages, int buffer = 1) {
-    pool = std::shared_ptr<HostPagePool>(*HostPagePool::Create(kPage, budget_pages * static_cast<int64_t>(kPage)));
+    pool = std::shared_ptr<HostPagePool>(
+        *HostPagePool::Create(kPage, budget_pages * static_cast<int64_t>(kPage)));
     KvArenaOptions o;
     o.slab_bytes = kPage;
     o.reserve_bytes = 256 * kPage;
@@ -189,7 +190,7 @@ TEST(KvArenaTenants, LimitCapsOneModelAndMovesAtRuntime) {
   Fixture f(8);
   TenantLimits l;
   l.limit_bytes = 2 * static_cast<int64_t>(kPage);  // 2 slabs' worth
-  auto a = *f.arena->CreateAllocator(4096, l);     // 16 blocks per slab
+  auto a = *f.arena->CreateAllocator(4096, l);      // 16 blocks per slab
   auto b = *f.arena->CreateAllocator(4096);
   EXPECT_EQ(a->num_max(), 32);
   auto first = *a->Allocate(32);

@@ -67,8 +67,8 @@ TEST(Arbitration, MooreHodgsonBeatsEdfAndFcfsWhenOverloaded) {
 TEST(Arbitration, EveryPolicyServesEveryRequestOnce) {
   std::mt19937 rng(3);
   const auto rs = Random(rng, 40);
-  for (auto p : {ArbitrationPolicy::kFcfs, ArbitrationPolicy::kEdf, ArbitrationPolicy::kMooreHodgson,
-                 ArbitrationPolicy::kFineServeBatch}) {
+  for (auto p : {ArbitrationPolicy::kFcfs, ArbitrationPolicy::kEdf,
+                 ArbitrationPolicy::kMooreHodgson, ArbitrationPolicy::kFineServeBatch}) {
     auto order = Arbitrate(p, rs, 0.0).order;
     std::sort(order.begin(), order.end());
     ASSERT_EQ(order.size(), rs.size());

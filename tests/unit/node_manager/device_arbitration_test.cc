@@ -85,8 +85,8 @@ std::unique_ptr<DeviceWorker> Worker(ArbitrationPolicy policy) {
 TEST(DeviceArbitration, AdmissionFollowsDeadlinesNotArrival) {
   engine::testing::TempDir dir;
   const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
-  for (auto policy : {ArbitrationPolicy::kMooreHodgson, ArbitrationPolicy::kEdf,
-                      ArbitrationPolicy::kFcfs}) {
+  for (auto policy :
+       {ArbitrationPolicy::kMooreHodgson, ArbitrationPolicy::kEdf, ArbitrationPolicy::kFcfs}) {
     auto w = Worker(policy);
     auto e = Engine("a", path, w.get());
     Order order;

@@ -123,7 +123,8 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
     done.push_back(std::make_unique<Done>());
     ASSERT_TRUE(a->Submit(r, done.back().get()).ok());
   }
-  ASSERT_TRUE(WaitFor([&] { return memory - w->Usage().memory_used_bytes < wb; }, absl::Seconds(20)))
+  ASSERT_TRUE(
+      WaitFor([&] { return memory - w->Usage().memory_used_bytes < wb; }, absl::Seconds(20)))
       << "A's KV never grew into B's share";
   const int64_t preempted_before = a->stats().preemptions;
   const int64_t map_calls_before = w->Usage().page_map_calls;
@@ -138,10 +139,13 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   Done db;
   const GenerationRequest rb = Req("b0", 9, 40, 20);
   ASSERT_TRUE(b->Submit(rb, &db).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    for (auto& d : done) if (!d->Finished()) return false;
-    return db.Finished();
-  }, absl::Seconds(60)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (auto& d : done)
+          if (!d->Finished()) return false;
+        return db.Finished();
+      },
+      absl::Seconds(60)));
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_TRUE(done[i]->result.ok()) << done[i]->result.status();
     EXPECT_EQ(done[i]->result->output_tokens, Alone(a_path, reqs[i])) << reqs[i].id;

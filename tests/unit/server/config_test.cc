@@ -29,15 +29,17 @@ TEST(Config, ShippedConfigsParse) {
 
 TEST(Config, UnknownKeysAreNamed) {
   EXPECT_EQ(Msg("schedulr: {}"), "test.yaml: schedulr: unknown key");
-  EXPECT_EQ(Msg("node: {engine: {kv_cache_mb: 3}}"), "test.yaml: node.engine.kv_cache_mb: unknown key");
+  EXPECT_EQ(Msg("node: {engine: {kv_cache_mb: 3}}"),
+            "test.yaml: node.engine.kv_cache_mb: unknown key");
   EXPECT_EQ(Msg("scheduler: {models: [{name: a, path: /p, replica: 2}]}"),
             "test.yaml: scheduler.models[0].replica: unknown key");
 }
 
 TEST(Config, CudaBackendIsAcceptedOnlyWhereBuilt) {
-  auto c = ParseConfig("node: {devices: [{name: 'cuda:0', memory_mib: 1024}], "
-                       "engine: {backend: cuda, cuda_graphs: false}}",
-                       "test.yaml");
+  auto c = ParseConfig(
+      "node: {devices: [{name: 'cuda:0', memory_mib: 1024}], "
+      "engine: {backend: cuda, cuda_graphs: false}}",
+      "test.yaml");
   if (engine::GpuBackendBuilt()) {
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(c->node.options.engine.backend, "cuda");
@@ -51,8 +53,9 @@ TEST(Config, CudaBackendIsAcceptedOnlyWhereBuilt) {
 TEST(Config, BadValuesAreNamed) {
   EXPECT_NE(Msg("scheduler: {heartbeat_timeout_ms: soon}").find("scheduler.heartbeat_timeout_ms"),
             std::string::npos);
-  EXPECT_NE(Msg("node: {devices: [{name: cpu:0, memory_mib: 0}]}").find("node.devices[0].memory_mib"),
-            std::string::npos);
+  EXPECT_NE(
+      Msg("node: {devices: [{name: cpu:0, memory_mib: 0}]}").find("node.devices[0].memory_mib"),
+      std::string::npos);
   EXPECT_NE(Msg("node: {engine: {backend: tpu}}").find("node.engine.backend"), std::string::npos);
   EXPECT_NE(Msg("node: {listen: nowhere}").find("node.listen"), std::string::npos);
   EXPECT_NE(Msg("scheduler: {heartbeat_timeout_ms: 100, heartbeat_interval_ms: 500}")
