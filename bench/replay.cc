@@ -50,7 +50,9 @@ class Runner {
       for (const auto& m : models.models())
         res.model_slos[m.name()] = {m.slo().ttft_ms(), m.slo().tpot_ms()};
     }
-    // Index, dependencies and the duration cut.
+    // Index, dependencies and the duration cut. No other thread runs yet;
+    // the lock is for the annotations' sake.
+    absl::ReleasableMutexLock setup_lock(&mu_);
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < trace_.size(); ++i) index[trace_[i].id] = i;
     for (size_t i = 0; i < trace_.size(); ++i) {
@@ -87,6 +89,7 @@ class Runner {
     }
     total_ = pending_;
     start_ = Clock::now();
+    setup_lock.Release();
     std::thread progress;
     if (o_.progress) progress = std::thread([this] { Progress(); });
     Loop();
@@ -97,6 +100,7 @@ class Runner {
     }
     if (progress.joinable()) progress.join();
     res.wall_s = Now();
+    absl::MutexLock lock(&mu_);
     res.client_delayed = client_delayed_;
     res.advisories_sent = advisories_sent_;
     res.advisories_skipped = advisories_skipped_;
@@ -113,7 +117,7 @@ class Runner {
 
   double Now() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
-  void Schedule(size_t i, double t) ABSL_NO_THREAD_SAFETY_ANALYSIS { heap_.push({t, i}); }
+  void Schedule(size_t i, double t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { heap_.push({t, i}); }
 
   // Main loop: releases records at their times until every request ended.
   void Loop() {
@@ -123,7 +127,9 @@ class Runner {
         cv_.Wait(&mu_);
         continue;
       }
-      const auto [t, i] = heap_.top();
+      // Not a structured binding: clang 14 cannot capture one in a lambda.
+      const double t = heap_.top().first;
+      const size_t i = heap_.top().second;
       const double now = Now();
       if (t > now) {
         cv_.WaitWithTimeout(&mu_, absl::Seconds(t - now));
@@ -183,7 +189,11 @@ class Runner {
 
   bool SendRequest(size_t i) {
     const TraceRecord& r = trace_[i];
-    RequestOutcome out = outcomes_[i];
+    RequestOutcome out;
+    {
+      absl::MutexLock lock(&mu_);
+      out = outcomes_[i];
+    }
     v1::GenerateRequest req;
     req.set_model(r.model);
     req.set_prompt(r.prompt.empty()

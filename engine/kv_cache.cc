@@ -2,6 +2,8 @@
 
 #include <cassert>
 
+#include "spdlog/spdlog.h"
+
 namespace ballast::engine {
 
 KvCache::KvCache(const KvLayout& layout, memory::BlockAllocator* allocator)
@@ -30,7 +32,17 @@ absl::Status KvCache::Reserve(SequenceKv* seq, int tokens) {
 }
 
 void KvCache::Release(SequenceKv* seq) {
-  for (const auto& layer : seq->blocks) allocator_->Free(layer);
+  for (size_t l = 0; l < seq->blocks.size(); ++l) {
+    absl::Status st = allocator_->Free(seq->blocks[l]);
+    if (st.ok()) continue;
+    // A block table the allocator refuses is an engine bug. The allocator
+    // freed nothing of this layer (all or nothing); keep going so the other
+    // layers' blocks are not leaked, and drop the table so it cannot be freed
+    // twice.
+    release_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("KV cache: freeing layer {} of a sequence ({} blocks) was refused: {}", l,
+                  seq->blocks[l].size(), st.ToString());
+  }
   seq->blocks.clear();
 }
 

@@ -10,9 +10,12 @@
 // window the cache degenerates to one contiguous buffer per layer.
 //
 // Thread-safety: KvCache is thread-compatible; the engine's step thread
-// owns it. The allocator underneath is thread-safe.
+// owns it (release_errors() may be read from any thread). The allocator
+// underneath is thread-safe.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -66,8 +69,15 @@ class KvCache {
   // Grows `seq` so every layer covers `tokens` positions. All or nothing:
   // on RESOURCE_EXHAUSTED `seq` is unchanged.
   absl::Status Reserve(SequenceKv* seq, int tokens);
-  // Frees all blocks of `seq` and clears it.
+  // Frees all blocks of `seq` and clears it. Should the allocator refuse a
+  // layer's blocks (BlockAllocator::Free: a double or foreign free, which
+  // is a bug in whoever built the table), the refusal is logged with spdlog
+  // and counted in release_errors(), the other layers are still freed, and
+  // the table is cleared all the same: the caller carries on, since the
+  // refused blocks were not this table's to free.
   void Release(SequenceKv* seq);
+  // Release calls whose blocks the allocator refused, over the cache's life.
+  int64_t release_errors() const { return release_errors_.load(std::memory_order_relaxed); }
 
   // Stores K and V ([kv_heads * head_dim] floats each) of position `pos`.
   void Write(const SequenceKv& seq, int layer, int pos, const float* k, const float* v);
@@ -80,6 +90,7 @@ class KvCache {
 
   KvLayout layout_;
   memory::BlockAllocator* allocator_;
+  std::atomic<int64_t> release_errors_{0};
 };
 
 }  // namespace ballast::engine

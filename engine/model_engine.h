@@ -1,38 +1,29 @@
 // ModelEngine: one resident model's runtime. It owns the model's weights,
 // executor, KV cache and tokenizer, and runs continuous batching with
-// chunked prefill.
+// chunked prefill. Three concerns are kept apart, as in vLLM v1:
+//   * KvManager (engine/kv_manager.h): blocks, the session prefix cache,
+//     shedding, the admission watermark.
+//   * BatchPlanner (engine/batch_planner.h): Plan() returns the step (which
+//     sequences, how many tokens each, which need logits), deciding
+//     admission and preemption; its file comment states the step rule.
+//   * ModelEngine (here): the inbox and threads contract; runs the plan on
+//     the Executor, samples, streams tokens and finishes sequences. When a
+//     request with a session id finishes, its blocks are kept for the
+//     session's next turn (KvManager::Keep).
 //
-// Step rule (one call of Step()):
-//   1. Running sequences, oldest first, each take min(remaining, budget)
-//      tokens: a decode takes 1, an unfinished prefill the next chunk.
-//      If KV blocks run out: drop cached session KV (least recently used
-//      first), then preempt the newest running sequence (its blocks are
-//      freed and it is recomputed later from its tokens).
-//   2. Waiting requests, in arrival order (preempted ones first), are
-//      admitted while budget and max_seqs allow and blocks can be reserved
-//      without preempting anyone, leaving a watermark of one more block per
-//      layer for every running sequence (else the newcomer would be
-//      preempted at the next block boundary: thrashing).
-//   3. One Executor::Forward over the flat batch; each sequence whose
-//      tokens are all computed samples its next token.
-// A sequence is "tokens + how many have KV"; decode and prefill are the
-// same operation, and preemption just resets the computed count.
+// Lifecycle: Close(why) ends the engine for good (eviction, shutdown): it
+// fails every queued and running request with `why`, and any later Submit
+// returns UNAVAILABLE. AbortAll(why) fails everything now but stays open.
 //
-// Session KV: when a request with a session id finishes, its blocks are
-// kept, keyed by the session. The next request of the session reuses the
-// longest common prefix of its prompt with the kept tokens.
-//
-// Thread-safety: Submit, Cancel, DropSession, HasWork and stats are
-// thread-safe. Step must be called from one thread (the device's worker).
+// Thread-safety: Submit, Cancel, DropSession, SetKvLimits, HasWork and
+// stats are thread-safe. Step and every method marked "REQUIRES: the thread
+// that calls Step" run on one thread (the device's worker); Close and
+// AbortAll too (or after that thread is gone).
 #pragma once
 
 #include <atomic>
-#include <deque>
 #include <functional>
-#include <list>
-#include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -41,9 +32,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/batch_planner.h"
 #include "engine/executor.h"
 #include "engine/generation.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_manager.h"
+#include "engine/sequence.h"
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
 #include "memory/balloon.h"
@@ -147,7 +141,9 @@ class ModelEngine {
   // Validates and queues a request; `sink` must live until its OnDone.
   // INVALID_ARGUMENT for an empty prompt, max_tokens <= 0, tokens outside
   // the vocabulary, or prompt + max_tokens beyond the context window;
-  // RESOURCE_EXHAUSTED if the request alone needs more KV than the pool.
+  // RESOURCE_EXHAUSTED if the request alone needs more KV than the pool;
+  // UNAVAILABLE once the engine is closed (checked under the same lock as
+  // the queueing, so a request is either refused here or gets its OnDone).
   absl::Status Submit(GenerationRequest request, GenerationSink* sink);
   // Cancels a queued or running request; its sink gets CANCELLED.
   void Cancel(const std::string& request_id);
@@ -161,14 +157,30 @@ class ModelEngine {
   bool HasWork() const;
   // Runs one step; returns false if there was nothing to do.
   bool Step();
-  // Fails every queued and running request (shutdown, eviction).
+  // Fails every queued, inbox and running request with `why` (a failed
+  // forward). The engine stays open: later requests are served.
+  // REQUIRES: the thread that calls Step.
   void AbortAll(const absl::Status& why);
+  // Closes the engine for good (eviction, shutdown): records `why` and fails
+  // every queued, inbox and running request with it, atomically with
+  // respect to Submit, which from then on returns UNAVAILABLE naming the
+  // model and `why`. An OK `why` counts as UNAVAILABLE. Cached session KV
+  // stays until destruction. REQUIRES: the thread that calls Step.
+  void Close(const absl::Status& why);
   // Gives back at least `want_bytes` of KV if it can, for another model's
   // activation: kept session KV first (least recently used), then running
   // sequences, lowest priority and then newest first; those are preempted
   // (they wait and recompute their KV later, with the same output). Returns
   // the bytes of blocks freed. REQUIRES: the thread that calls Step.
   int64_t ShedKv(int64_t want_bytes);
+  // What this engine could give back for device-wide shedding: one holding
+  // per cached session and per running sequence (KvHolding, kv_manager.h).
+  // REQUIRES: the thread that calls Step.
+  std::vector<KvHolding> KvHoldings();
+  // Frees that cached session, or preempts that running request (it waits
+  // and recomputes later, same output). Returns the bytes freed (0 if it no
+  // longer exists). REQUIRES: the thread that calls Step.
+  int64_t Shed(const KvHolding& h);
 
   EngineStats stats() const;
 
@@ -184,20 +196,21 @@ class ModelEngine {
   int last_step_prefill_tokens() const { return last_prefill_tokens_; }
 
  private:
-  struct Sequence;
-  struct CachedSession {
-    SequenceKv kv;
-    std::vector<int> tokens;  // tokens whose KV is in kv
-    uint64_t last_use = 0;
-  };
-
   ModelEngine(const ModelEngineOptions& options, std::function<void()> wake);
+  // Create's stages: config and tokenizer; KV pool, manager and planner;
+  // executor.
+  absl::Status LoadModel();
+  absl::Status InitKv();
+  absl::Status InitExecutor();
+  absl::Status Validate(const GenerationRequest& req) const;
+  std::unique_ptr<Sequence> NewSequence(GenerationRequest req, GenerationSink* sink) const;
   void DrainInbox();
-  void Admit(Sequence* seq);
-  bool ReserveOrReclaim(Sequence* seq, int tokens, bool may_preempt);
-  bool EvictOneCachedSession();
-  void Preempt(Sequence* seq);
-  void Finish(std::unique_ptr<Sequence> seq, FinishReason reason);
+  // Runs the plan on the executor; `sampled` gets one token per chunk that
+  // asked for logits, in plan order.
+  absl::Status Execute(const StepPlan& plan, std::vector<int>* sampled);
+  void FailAll(const absl::Status& why, bool close);
+  int64_t ShedOne(const KvHolding& h);
+  void Finish(std::unique_ptr<Sequence> seq);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
   void AfterToken(Sequence* seq, int id);
   void PublishStats();
@@ -210,6 +223,9 @@ class ModelEngine {
   std::shared_ptr<memory::KvArena> arena_;  // keeps the arena alive (elastic)
   std::unique_ptr<memory::BlockAllocator> allocator_;
   std::unique_ptr<KvCache> kv_;
+  // Owned by the step thread (declared after kv_: destroyed before it).
+  std::unique_ptr<KvManager> kv_manager_;
+  std::unique_ptr<BatchPlanner> planner_;
   std::unique_ptr<Executor> executor_;
 
   mutable absl::Mutex mu_;
@@ -217,14 +233,11 @@ class ModelEngine {
   absl::flat_hash_set<std::string> cancels_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> drop_sessions_ ABSL_GUARDED_BY(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status closed_why_ ABSL_GUARDED_BY(mu_);
   std::atomic<int> active_{0};  // sequences queued or running
 
   // Owned by the step thread.
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;
-  std::map<std::string, CachedSession> sessions_;
-  uint64_t use_clock_ = 0;
-  int64_t preemptions_ = 0;
   int64_t tokens_generated_ = 0;
   int64_t steps_ = 0;
   int last_prefill_tokens_ = 0;

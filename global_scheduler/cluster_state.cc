@@ -20,7 +20,23 @@ void ClusterState::Register(const v1::RegisterNodeRequest& req) {
   n.models.assign(req.models().begin(), req.models().end());
   n.inflight = inflight;
   n.generation = ++generation_;
+  ++routing_version_;
 }
+
+namespace {
+// Whether two model lists route differently (names, states or devices).
+bool RoutingDiffers(const std::vector<v1::ResidentModel>& a,
+                    const google::protobuf::RepeatedPtrField<v1::ResidentModel>& b) {
+  if (a.size() != static_cast<size_t>(b.size())) return true;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto& y = b[static_cast<int>(i)];
+    if (a[i].name() != y.name() || a[i].state() != y.state() || a[i].device() != y.device()) {
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
 
 bool ClusterState::Heartbeat(const v1::HeartbeatRequest& req) {
   absl::MutexLock lock(&mu_);
@@ -29,6 +45,7 @@ bool ClusterState::Heartbeat(const v1::HeartbeatRequest& req) {
   NodeInfo& n = it->second;
   n.last_heartbeat = clock_();
   n.devices.assign(req.devices().begin(), req.devices().end());
+  if (RoutingDiffers(n.models, req.models())) ++routing_version_;
   n.models.assign(req.models().begin(), req.models().end());
   n.reported_inflight = req.inflight_requests();
   return true;
@@ -43,6 +60,7 @@ std::vector<std::string> ClusterState::SweepDead() {
       n.alive = false;
       n.models.clear();
       dead.push_back(id);
+      ++routing_version_;
     }
   }
   return dead;
@@ -53,6 +71,7 @@ void ClusterState::AddResident(const std::string& node_id, const v1::ResidentMod
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) return;
   auto& models = it->second.models;
+  ++routing_version_;
   for (auto& existing : models) {
     if (existing.name() == m.name()) {
       existing = m;
@@ -67,19 +86,21 @@ void ClusterState::RemoveResident(const std::string& node_id, const std::string&
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) return;
   auto& models = it->second.models;
+  ++routing_version_;
   models.erase(std::remove_if(models.begin(), models.end(),
                               [&](const v1::ResidentModel& m) { return m.name() == model; }),
                models.end());
 }
 
 void ClusterState::SetResidentState(const std::string& node_id, const std::string& model,
-                                    const std::string& state) {
+                                    v1::ModelState state) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) return;
   for (auto& m : it->second.models) {
     if (m.name() == model) m.set_state(state);
   }
+  ++routing_version_;
 }
 
 std::vector<std::string> ClusterState::NodesWithModel(const std::string& model) const {
@@ -88,7 +109,7 @@ std::vector<std::string> ClusterState::NodesWithModel(const std::string& model) 
   for (const auto& [id, n] : nodes_) {
     if (!n.alive) continue;
     for (const auto& m : n.models) {
-      if (m.name() == model && m.state() == "READY") {
+      if (m.name() == model && m.state() == v1::MODEL_STATE_READY) {
         out.push_back(id);
         break;
       }
@@ -148,6 +169,18 @@ void ClusterState::AddInflight(const std::string& node_id, int delta) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   if (it != nodes_.end()) it->second.inflight += delta;
+}
+
+uint64_t ClusterState::RoutingVersion() const {
+  absl::MutexLock lock(&mu_);
+  return routing_version_;
+}
+
+uint64_t ClusterState::WaitForRoutingChange(uint64_t seen, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return routing_version_ != seen; };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+  return routing_version_;
 }
 
 }  // namespace ballast::global_scheduler

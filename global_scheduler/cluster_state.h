@@ -7,6 +7,11 @@
 // marks it dead and forgets its replicas. A heartbeat from a dead or
 // unknown node is answered with "register again".
 //
+// Routing version: a counter bumped whenever what NodesWithModel answers
+// may change (a node registers or dies, a replica appears, leaves or changes
+// state). Requests waiting for a replica block on it (WaitForRoutingChange)
+// instead of polling.
+//
 // Thread-safety: all methods are thread-safe (one mutex). The clock is
 // injected so tests control time.
 #pragma once
@@ -55,8 +60,7 @@ class ClusterState {
   void RemoveResident(const std::string& node_id, const std::string& model);
   // Sets a resident model's state (e.g. DRAINING as an eviction starts, so
   // routing stops before the node's next heartbeat says so).
-  void SetResidentState(const std::string& node_id, const std::string& model,
-                        const std::string& state);
+  void SetResidentState(const std::string& node_id, const std::string& model, v1::ModelState state);
 
   // Live nodes where `model` is resident and READY.
   std::vector<std::string> NodesWithModel(const std::string& model) const;
@@ -70,12 +74,19 @@ class ClusterState {
 
   void AddInflight(const std::string& node_id, int delta);
 
+  uint64_t RoutingVersion() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until the routing version differs from `seen` or `timeout`
+  // passes (real time). Returns the version then.
+  uint64_t WaitForRoutingChange(uint64_t seen, absl::Duration timeout) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   const absl::Duration timeout_;
   Clock clock_;
   mutable absl::Mutex mu_;
   std::map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t routing_version_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ballast::global_scheduler

@@ -2,6 +2,8 @@
 
 #include <tuple>
 
+#include "global_scheduler/placement.h"
+
 namespace ballast::global_scheduler {
 
 std::optional<IdleVictim> ChooseIdleVictim(
@@ -14,7 +16,7 @@ std::optional<IdleVictim> ChooseIdleVictim(
   for (const auto& n : nodes) {
     if (!n.alive) continue;
     for (const auto& m : n.models) {
-      if (m.state() != "READY" || skip.count(m.name())) continue;
+      if (m.state() != v1::MODEL_STATE_READY || skip.count(m.name())) continue;
       const absl::Duration d = idle(m.name());
       if (d < threshold) continue;
       const auto key = std::make_tuple(d, m.weight_bytes());
@@ -31,10 +33,12 @@ std::optional<IdleVictim> ChooseIdleVictim(
 }
 
 bool HasWeightRoom(const NodeInfo& node, int64_t weight_bytes) {
-  int64_t memory = 0, weights = weight_bytes;
-  for (const auto& d : node.devices) memory += d.memory_total_bytes();
-  for (const auto& m : node.models) weights += m.weight_bytes();
-  return memory - weights > 0;
+  NodeInfo live = node;
+  live.alive = true;
+  for (const DeviceView& d : DeviceViews({live}, {})) {
+    if (d.memory_bytes - d.weight_bytes - weight_bytes > 0) return true;
+  }
+  return false;
 }
 
 }  // namespace ballast::global_scheduler

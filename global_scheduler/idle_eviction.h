@@ -34,9 +34,11 @@ std::optional<IdleVictim> ChooseIdleVictim(
     const std::function<absl::Duration(const std::string&)>& idle, absl::Duration threshold,
     const std::set<std::string>& skip);
 
-// Whether `node` has room for `weight_bytes` more weights: its memory less
-// the weights of what it holds stays positive (KV is elastic and shrinks;
-// weights do not). Unknown sizes (0) count as fitting.
+// Whether `node` has room for `weight_bytes` more weights on one of its
+// devices: that device's memory less the weights of what it holds stays
+// positive (KV is elastic and shrinks; weights do not). A model's weights
+// live on one device, so room spread over several devices is no room.
+// Unknown sizes (0) count as fitting.
 bool HasWeightRoom(const NodeInfo& node, int64_t weight_bytes);
 
 }  // namespace ballast::global_scheduler

@@ -1,6 +1,7 @@
 #include "global_scheduler/model_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "proto/model_name.h"
 
 namespace ballast::global_scheduler {
 
@@ -11,7 +12,7 @@ absl::Status ModelRegistry::Add(const ModelSpec& spec, bool* kv_limits_changed) 
     return absl::InvalidArgumentError(absl::StrCat(
         "model ", spec.name, ": kv floor/limit must be >= 0 and floor <= limit (0 = none)"));
   }
-  if (spec.name.empty()) return absl::InvalidArgumentError("model name is empty");
+  if (auto st = ValidateModelName(spec.name); !st.ok()) return st;
   if (spec.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("model ", spec.name, ": path is empty"));
   }
@@ -112,22 +113,6 @@ void ModelRegistry::RecordIdleEvicted(const std::string& name, absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it != models_.end()) it->second.idle_evicted = now;
-}
-
-const char* ModelStateName(ModelState s) {
-  switch (s) {
-    case ModelState::kRegistered:
-      return "REGISTERED";
-    case ModelState::kLoading:
-      return "LOADING";
-    case ModelState::kReady:
-      return "READY";
-    case ModelState::kDraining:
-      return "DRAINING";
-    case ModelState::kEvicted:
-      return "EVICTED";
-  }
-  return "UNKNOWN";
 }
 
 }  // namespace ballast::global_scheduler

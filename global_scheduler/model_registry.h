@@ -28,15 +28,15 @@ struct ModelSpec {
   int64_t kv_limit_bytes = 0;  // elastic KV limit on each node (0: none)
 };
 
-// A model's lifecycle across the cluster (ListModels' `state`):
+// A model's lifecycle across the cluster (ListModels' `state`, the proto's
+// v1::ModelState):
 //   REGISTERED ─▶ LOADING ─▶ READY ─▶ DRAINING ─▶ EVICTED ─▶ LOADING ...
 // REGISTERED: in the catalogue, no replica yet. LOADING: a load is under
 // way and no replica is READY. READY: at least one replica serves.
 // DRAINING: the only replicas are draining (migration or eviction).
 // EVICTED: idle-evicted to make room; not reloaded until a request comes,
 // which activates it (the request waits, and the wait counts in its TTFT).
-enum class ModelState { kRegistered, kLoading, kReady, kDraining, kEvicted };
-const char* ModelStateName(ModelState s);
+// FAILED: no replica, and the last load failed (retried after a back-off).
 
 struct ModelStatus {
   ModelSpec spec;

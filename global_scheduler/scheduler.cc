@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "global_scheduler/idle_eviction.h"
 #include "global_scheduler/kvpr.h"
@@ -15,6 +17,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
   if (options.heartbeat_timeout <= options.heartbeat_interval) {
     return absl::InvalidArgumentError("heartbeat_timeout must exceed heartbeat_interval");
   }
+  if (options.control_threads < 1) {
+    return absl::InvalidArgumentError("control_threads must be >= 1");
+  }
+  if (options.drain_timeout <= absl::ZeroDuration() ||
+      options.drain_timeout > absl::Milliseconds(std::numeric_limits<uint32_t>::max())) {
+    return absl::InvalidArgumentError("drain_timeout must be > 0 and below 49 days");
+  }
   std::unique_ptr<Scheduler> s(new Scheduler(options, std::move(clock)));
   for (const auto& m : options.models) {
     if (auto st = s->registry_.Add(m); !st.ok()) return st;
@@ -27,7 +36,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock)
     : options_(options),
       clock_(clock),
       cluster_(options.heartbeat_timeout, clock),
-      stats_(options.stats_window) {}
+      stats_(options.stats_window),
+      pool_(std::make_unique<WorkerPool>(options.control_threads)) {}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -40,22 +50,7 @@ void Scheduler::Stop() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
   Kick();
   if (control_.joinable()) control_.join();
-  std::vector<Worker> workers;
-  {
-    absl::MutexLock lock(&mu_);
-    workers.swap(workers_);
-  }
-  for (auto& w : workers) w.thread.join();
-}
-
-void Scheduler::RunAsync(std::function<void()> fn) {
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread t([fn = std::move(fn), done] {
-    fn();
-    done->store(true);
-  });
-  absl::MutexLock lock(&mu_);
-  workers_.push_back({std::move(t), done});
+  pool_->Stop();
 }
 
 void Scheduler::Kick() {
@@ -74,237 +69,6 @@ void Scheduler::ControlLoop() {
     if (stop_.HasBeenNotified()) break;
     ControlTick();
   }
-}
-
-void Scheduler::ControlTick() {
-  // Reap finished load/evict calls.
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto it = workers_.begin(); it != workers_.end();) {
-      if (it->done->load()) {
-        it->thread.join();
-        it = workers_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (const auto& id : cluster_.SweepDead()) {
-    spdlog::warn("node {} missed heartbeats for {}: marked dead", id,
-                 absl::FormatDuration(options_.heartbeat_timeout));
-    sessions_.ForgetNode(id);
-  }
-  AdvanceMigrations();
-  if (options_.placement_policy == "kvpr" && options_.rebalance_interval > absl::ZeroDuration() &&
-      clock_() - last_rebalance_ >= options_.rebalance_interval) {
-    last_rebalance_ = clock_();
-    Rebalance();
-  }
-  // A working copy: loads started in this tick count against their node, so
-  // several models registered at once spread over the nodes.
-  auto nodes = cluster_.Snapshot();
-  const absl::Time now = clock_();
-  const std::vector<ModelStatus> models = registry_.List();
-  std::map<std::string, absl::Time> last_request;
-  for (const ModelStatus& m : models) last_request[m.spec.name] = m.last_request;
-  auto idle = [&](const std::string& model) {
-    auto it = last_request.find(model);
-    return it == last_request.end() ? absl::InfiniteDuration() : now - it->second;
-  };
-  std::set<std::string> leaving;  // models evicted this tick or already being evicted
-  {
-    // Loads still under way count against their node in the working copy,
-    // so models registered one after another spread over the nodes.
-    absl::MutexLock lock(&mu_);
-    for (const auto& [model, node] : pending_) {
-      if (model.rfind("evict:", 0) == 0) {
-        leaving.insert(model.substr(6));
-        continue;
-      }
-      auto st = std::find_if(models.begin(), models.end(),
-                             [&](const ModelStatus& m) { return m.spec.name == model; });
-      const bool listed = std::any_of(nodes.begin(), nodes.end(), [&](const NodeInfo& n) {
-        return n.node_id == node && std::any_of(n.models.begin(), n.models.end(),
-                                                [&](const auto& r) { return r.name() == model; });
-      });
-      if (!listed) AddPlaceholder(&nodes, node, model, st == models.end() ? 0 : st->weight_bytes);
-    }
-  }
-  for (const ModelStatus& m : models) {
-    if (!m.wanted()) continue;  // idle-evicted: waits for a request
-    std::set<std::string> exclude;
-    int have = 0;
-    for (const auto& n : nodes) {
-      if (!n.alive) continue;
-      for (const auto& r : n.models) {
-        if (r.name() == m.spec.name) {
-          exclude.insert(n.node_id);
-          ++have;
-        }
-      }
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      for (const auto& [model, node] : pending_) {
-        if (model == m.spec.name && !exclude.count(node)) {
-          exclude.insert(node);
-          ++have;
-        }
-      }
-    }
-    if (have >= m.spec.replicas || now < m.retry_after) continue;
-    // Room for the weights? If no candidate node has it (or the last load
-    // was refused for memory), evict the idlest model past the threshold
-    // and load next tick.
-    bool room = !m.needs_room;
-    if (room && m.weight_bytes > 0) {
-      room = false;
-      for (const auto& n : nodes) {
-        if (n.alive && !exclude.count(n.node_id) && HasWeightRoom(n, m.weight_bytes)) room = true;
-      }
-    }
-    {
-      // An eviction made for this model is still under way: wait for it.
-      absl::MutexLock lock(&mu_);
-      auto it = evicting_for_.find(m.spec.name);
-      if (it != evicting_for_.end()) {
-        if (leaving.count(it->second)) continue;
-        evicting_for_.erase(it);
-      }
-    }
-    if (!room) {
-      if (options_.idle_evict_after <= absl::ZeroDuration()) continue;
-      std::set<std::string> skip = leaving;
-      skip.insert(m.spec.name);
-      auto victim = ChooseIdleVictim(nodes, idle, options_.idle_evict_after, skip);
-      if (!victim) continue;
-      spdlog::info("model {} needs room: evicting {} from node {} (idle {})", m.spec.name,
-                   victim->model, victim->node_id, absl::FormatDuration(idle(victim->model)));
-      registry_.RecordIdleEvicted(victim->model, now);
-      registry_.ClearNeedsRoom(m.spec.name);  // try loading once the room is there
-      StartEvict(victim->model, victim->node_id, /*drain=*/true);
-      {
-        absl::MutexLock lock(&mu_);
-        evicting_for_[m.spec.name] = victim->model;
-      }
-      leaving.insert(victim->model);
-      for (auto& n : nodes) {  // the working copy: that node has room now
-        if (n.node_id != victim->node_id) continue;
-        std::erase_if(n.models,
-                      [&](const v1::ResidentModel& r) { return r.name() == victim->model; });
-      }
-      continue;
-    }
-    std::optional<std::string> target;
-    if (options_.placement_policy == "kvpr") {
-      target = ChooseNodeKvpr(
-          nodes, exclude, [&](const std::string& model) { return Demand(model); },
-          Demand(m.spec.name), m.weight_bytes);
-    } else if (options_.placement_policy == "mme") {
-      target = ChooseNodeMme(
-          nodes, exclude, [&](const std::string& model) { return Mme(model); }, Mme(m.spec.name),
-          m.weight_bytes);
-    } else {
-      target = ChooseNodeForLoad(nodes, exclude);
-    }
-    if (target) {
-      StartLoad(m.spec, *target);
-      AddPlaceholder(&nodes, *target, m.spec.name, m.weight_bytes);
-    }
-  }
-  // Models that nodes hold but the catalogue no longer lists.
-  for (const auto& n : nodes) {
-    if (!n.alive) continue;
-    for (const auto& r : n.models) {
-      if (!registry_.Contains(r.name())) StartEvict(r.name(), n.node_id);
-    }
-  }
-}
-
-void Scheduler::AddPlaceholder(std::vector<NodeInfo>* nodes, const std::string& node_id,
-                               const std::string& model, int64_t weight_bytes) {
-  for (auto& n : *nodes) {
-    if (n.node_id != node_id) continue;
-    v1::ResidentModel placeholder;
-    placeholder.set_name(model);
-    placeholder.set_state("LOADING");
-    placeholder.set_weight_bytes(weight_bytes);
-    n.models.push_back(placeholder);
-    if (!n.devices.empty()) {
-      auto& d = n.devices.front();
-      d.set_memory_used_bytes(d.memory_used_bytes() + weight_bytes);
-    }
-  }
-}
-
-void Scheduler::StartLoad(const ModelSpec& spec, const std::string& node_id) {
-  auto stub = Stub(node_id);
-  if (!stub) return;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!pending_.insert({spec.name, node_id}).second) return;
-  }
-  spdlog::info("loading model {} on node {}", spec.name, node_id);
-  RunAsync([this, spec, node_id, stub] {
-    v1::LoadModelRequest req;
-    req.set_name(spec.name);
-    req.set_path(spec.path);
-    req.set_kv_dtype(spec.kv_dtype);
-    req.set_kv_floor_bytes(spec.kv_floor_bytes);
-    req.set_kv_limit_bytes(spec.kv_limit_bytes);
-    v1::LoadModelResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.load_timeout));
-    grpc::Status st = stub->LoadModel(&ctx, req, &resp);
-    if (st.ok()) {
-      cluster_.AddResident(node_id, resp.model());
-      registry_.RecordLoaded(spec.name, resp.model().architecture(), resp.model().context_window(),
-                             resp.model().weight_bytes(), resp.model().kv_bytes_per_token());
-      spdlog::info("model {} ready on node {} ({})", spec.name, node_id, resp.model().device());
-    } else {
-      const std::string err =
-          absl::StrCat("load on node ", node_id, " failed: ", st.error_message());
-      spdlog::error("model {}: {}", spec.name, err);
-      // Out of memory: evict an idle model and retry at once (the control
-      // loop does both); other failures back off.
-      const bool no_room = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-      registry_.RecordLoadError(spec.name, err, no_room ? clock_() : clock_() + options_.load_retry,
-                                no_room);
-    }
-    absl::MutexLock lock(&mu_);
-    pending_.erase({spec.name, node_id});
-  });
-}
-
-void Scheduler::StartEvict(const std::string& model, const std::string& node_id, bool drain) {
-  auto stub = Stub(node_id);
-  if (!stub) return;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!pending_.insert({"evict:" + model, node_id}).second) return;
-  }
-  if (drain) cluster_.SetResidentState(node_id, model, "DRAINING");
-  RunAsync([this, model, node_id, stub, drain] {
-    v1::EvictModelRequest req;
-    req.set_name(model);
-    req.set_drain(drain);
-    v1::EvictModelResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(
-        absl::ToChronoTime(absl::Now() + (drain ? absl::Minutes(11) : absl::Seconds(30))));
-    grpc::Status st = stub->EvictModel(&ctx, req, &resp);
-    if (st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) {
-      cluster_.RemoveResident(node_id, model);
-      spdlog::info("model {} evicted from node {}", model, node_id);
-    } else {
-      spdlog::warn("evicting {} from node {} failed: {}", model, node_id, st.error_message());
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      pending_.erase({"evict:" + model, node_id});
-    }
-    Kick();  // a load may be waiting for this room
-  });
 }
 
 std::shared_ptr<v1::Node::StubInterface> Scheduler::Stub(const std::string& node_id) {
@@ -376,117 +140,6 @@ absl::Status Scheduler::UnregisterModel(const std::string& name) {
   return registry_.Remove(name);  // the control loop evicts its replicas
 }
 
-absl::Status Scheduler::MigrateModel(const std::string& model, const std::string& from_node,
-                                     const std::string& to_node) {
-  auto m = registry_.Get(model);
-  if (!m) return absl::NotFoundError(absl::StrCat("model \"", model, "\" is not registered"));
-  if (!cluster_.IsAlive(to_node)) {
-    return absl::NotFoundError(absl::StrCat("node \"", to_node, "\" is not a live node"));
-  }
-  const auto holders = cluster_.NodesWithModel(model);  // READY replicas
-  if (std::find(holders.begin(), holders.end(), from_node) == holders.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model ", model, " is not READY on node \"", from_node, "\""));
-  }
-  for (const auto& n : cluster_.Snapshot()) {
-    if (n.node_id != to_node) continue;
-    for (const auto& r : n.models) {
-      if (r.name() == model) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("model ", model, " is already on node ", to_node));
-      }
-    }
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (migrations_.count(model)) {
-      return absl::FailedPreconditionError(absl::StrCat("model ", model, " is already moving"));
-    }
-    migrations_[model] = Migration{from_node, to_node};
-  }
-  spdlog::info("migrating model {} from node {} to node {}", model, from_node, to_node);
-  StartLoad(m->spec, to_node);  // the source keeps serving meanwhile
-  return absl::OkStatus();
-}
-
-void Scheduler::AdvanceMigrations() {
-  std::map<std::string, Migration> moves;
-  {
-    absl::MutexLock lock(&mu_);
-    moves = migrations_;
-  }
-  for (const auto& [model, mv] : moves) {
-    const auto ready = cluster_.NodesWithModel(model);
-    bool done = false;
-    if (std::find(ready.begin(), ready.end(), mv.to) != ready.end()) {
-      // The target serves: drain the source; its in-flight requests finish
-      // there, new ones go to the target.
-      spdlog::info("model {} is READY on node {}: draining node {}", model, mv.to, mv.from);
-      StartEvict(model, mv.from, /*drain=*/true);
-      done = true;
-    } else {
-      // The load ended (StartLoad keeps it pending until then) without a
-      // READY replica: it failed; give the move up, the source stays.
-      absl::MutexLock lock(&mu_);
-      done = !pending_.count({model, mv.to});
-      if (done)
-        spdlog::warn("migration of {} to node {} failed; it stays on {}", model, mv.to, mv.from);
-    }
-    if (done) {
-      absl::MutexLock lock(&mu_);
-      migrations_.erase(model);
-    }
-  }
-}
-
-void Scheduler::Rebalance() {
-  // Whole-catalogue KVPR placement over the live nodes (Prism Algorithm 1,
-  // kvpr.h); single-replica models that are READY somewhere take part.
-  const auto nodes = cluster_.Snapshot();
-  std::vector<DeviceCapacity> devices;
-  std::map<std::string, int> index;
-  for (const auto& n : nodes) {
-    if (!n.alive) continue;
-    DeviceCapacity d;
-    d.name = n.node_id;
-    for (const auto& dev : n.devices) d.memory_bytes += dev.memory_total_bytes();
-    index[n.node_id] = static_cast<int>(devices.size());
-    devices.push_back(d);
-  }
-  std::vector<ModelDemand> models;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!migrations_.empty()) return;  // one move at a time
-  }
-  for (const ModelStatus& m : registry_.List()) {
-    if (m.spec.replicas != 1 || m.weight_bytes <= 0) continue;
-    const auto ready = cluster_.NodesWithModel(m.spec.name);
-    if (ready.size() != 1 || !index.count(ready[0])) continue;
-    models.push_back({m.spec.name, Demand(m.spec.name), m.weight_bytes, index[ready[0]]});
-  }
-  if (models.size() < 2 || devices.size() < 2) return;
-  const KvprPlacement plan = PlaceKvpr(models, devices, options_.migration_threshold);
-  for (size_t i = 0; i < models.size(); ++i) {
-    const int to = plan.device_of[i];
-    if (to < 0 || to == models[i].current_device) continue;
-    spdlog::info("KVPR rebalance: max KVPR {:.3g} -> {:.3g} by moving {}",
-                 MaxKvpr(models, devices,
-                         [&] {
-                           std::vector<int> cur;
-                           for (const auto& m : models) cur.push_back(m.current_device);
-                           return cur;
-                         }()),
-                 plan.max_kvpr, models[i].name);
-    auto st =
-        MigrateModel(models[i].name, devices[models[i].current_device].name, devices[to].name);
-    if (!st.ok()) {
-      spdlog::warn("KVPR rebalance of {} not started: {}", models[i].name,
-                   std::string(st.message()));
-    }
-    break;  // one move per rebalance
-  }
-}
-
 double Scheduler::Demand(const std::string& model) const {
   const auto status = registry_.Get(model);
   if (!status) return 0;
@@ -536,22 +189,22 @@ v1::ModelInfo Scheduler::ToModelInfo(const ModelStatus& m) const {
     }
   }
   info.set_idle_s(absl::ToDoubleSeconds(clock_() - m.last_request));
-  ModelState state = m.wanted() ? ModelState::kRegistered : ModelState::kEvicted;
-  bool loading = false;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [model, node] : pending_) loading |= model == m.spec.name;
-  }
-  if (loading) state = ModelState::kLoading;
+  v1::ModelState state = m.wanted() ? v1::MODEL_STATE_REGISTERED : v1::MODEL_STATE_EVICTED;
+  if (IsLoading(m.spec.name)) state = v1::MODEL_STATE_LOADING;
   for (const auto& rep : info.replicas()) {
-    if (rep.state() == "DRAINING" && state != ModelState::kReady) state = ModelState::kDraining;
-    if (rep.state() == "READY") state = ModelState::kReady;
+    if (rep.state() == v1::MODEL_STATE_DRAINING && state != v1::MODEL_STATE_READY) {
+      state = v1::MODEL_STATE_DRAINING;
+    }
+    if (rep.state() == v1::MODEL_STATE_READY) state = v1::MODEL_STATE_READY;
   }
-  info.set_state(ModelStateName(state));
+  info.set_last_error(m.last_error);
   if (info.replicas_size() == 0 && !m.last_error.empty()) {
+    if (state == v1::MODEL_STATE_REGISTERED) state = v1::MODEL_STATE_FAILED;
     auto* rep = info.add_replicas();
-    rep->set_state("FAILED: " + m.last_error);
+    rep->set_state(v1::MODEL_STATE_FAILED);
+    rep->set_error(m.last_error);
   }
+  info.set_state(state);
   return info;
 }
 
@@ -616,8 +269,10 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
     affinity = turn->node_id;
   }
   registry_.RecordRequest(req.model(), clock_());
-  const absl::Time deadline = clock_() + options_.route_wait;
+  // The wait is real time (a client is waiting), not policy time.
+  const absl::Time deadline = absl::Now() + options_.route_wait;
   bool kicked = false;
+  uint64_t version = cluster_.RoutingVersion();
   while (true) {
     auto nodes = cluster_.NodesWithModel(req.model());
     std::optional<std::string> pick;
@@ -637,7 +292,7 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
       Kick();  // not resident: activate it now, not at the next tick
       kicked = true;
     }
-    if (clock_() >= deadline || cancelled()) {
+    if (absl::Now() >= deadline || cancelled()) {
       if (!route.session_id.empty()) sessions_.Abort(route.session_id);
       auto m = registry_.Get(req.model());
       return absl::UnavailableError(
@@ -645,7 +300,10 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
                        m && !m->last_error.empty() ? absl::StrCat(" (", m->last_error, ")")
                                                    : std::string(" (no node has loaded it yet)")));
     }
-    absl::SleepFor(absl::Milliseconds(20));
+    // Wake when a replica may have appeared; check cancellation at least
+    // every 250 ms (no cancellation callback in the synchronous API).
+    version = cluster_.WaitForRoutingChange(version,
+                                            std::min(absl::Milliseconds(250), deadline - clock_()));
   }
   cluster_.AddInflight(route.node_id, 1);
   return route;
@@ -667,7 +325,7 @@ bool Scheduler::EndSession(const std::string& session_id) {
   auto node = sessions_.End(session_id, &existed);
   if (node && cluster_.IsAlive(*node)) {
     if (auto stub = Stub(*node)) {
-      RunAsync([stub, session_id] {
+      pool_->Schedule([stub, session_id] {
         v1::DropSessionRequest req;
         req.set_session_id(session_id);
         v1::DropSessionResponse resp;

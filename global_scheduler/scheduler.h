@@ -5,12 +5,18 @@
 // registered model at its replica count (loading it on the node chosen by
 // placement, evicting models that were unregistered).
 //
+// The control loop's tick is a sequence of named steps (scheduler_control.cc):
+// sweep dead nodes, advance migrations, rebalance (kvpr), reconcile
+// replicas (making room by idle eviction where a load needs it), evict
+// models the catalogue no longer lists. Blocking node calls (load, evict,
+// drop session) run on a bounded WorkerPool, never a thread per call.
+//
 // gRPC plumbing (services, stream proxying) lives in server/; this class
 // only decides. Thread-safety: all public methods are thread-safe.
-// Shutdown order: Stop() ends the control loop and joins load/evict calls.
+// Shutdown order: Stop() ends the control loop, then the worker pool (which
+// finishes the node calls already started or queued).
 #pragma once
 
-#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -28,7 +34,9 @@
 #include "global_scheduler/cluster_state.h"
 #include "global_scheduler/model_registry.h"
 #include "global_scheduler/model_stats.h"
+#include "global_scheduler/placement.h"
 #include "global_scheduler/session_directory.h"
+#include "global_scheduler/worker_pool.h"
 
 namespace ballast::global_scheduler {
 
@@ -68,6 +76,17 @@ struct SchedulerOptions {
   // model needs room for its weights (idle_eviction.h); the next request
   // reactivates it. Zero: never evict idle models. Default 45 s.
   absl::Duration idle_evict_after = absl::Seconds(45);
+  // Longest a draining eviction (idle eviction, migration) lets in-flight
+  // requests run on the old replica before they fail UNAVAILABLE. Sent to
+  // the node with the EvictModel call, whose RPC deadline is this plus
+  // evict_rpc_margin. Default 10 min.
+  absl::Duration drain_timeout = absl::Minutes(10);
+  // What a draining EvictModel call may take beyond drain_timeout (the
+  // node's host copy and unmapping). Default 60 s.
+  absl::Duration evict_rpc_margin = absl::Seconds(60);
+  // Threads for blocking node calls (load, evict, drop session); more
+  // calls wait their turn. Default 16.
+  int control_threads = 16;
   std::vector<ModelSpec> models;
 };
 
@@ -88,6 +107,9 @@ class Scheduler {
 
   void Start();  // starts the control loop
   void Stop();
+  // One pass of the control loop, now (Start runs one every
+  // control_interval or when kicked). Tests drive it with an injected clock.
+  void RunControlTick() { ControlTick(); }
 
   // NodeRegistry.
   v1::RegisterNodeResponse RegisterNode(const v1::RegisterNodeRequest& req);
@@ -96,11 +118,12 @@ class Scheduler {
   // Admin.
   absl::Status RegisterModel(const ModelSpec& spec);
   absl::Status UnregisterModel(const std::string& name);
-  // Starts moving `model` from `from_node` to `to_node` (Admin.MigrateModel).
+  // Starts moving `model` from `from_node` to `to_node` (Admin.MigrateModel),
+  // onto `to_device` (empty: the node picks its least used device).
   // NOT_FOUND for an unknown model or node; FAILED_PRECONDITION if the
   // model is not READY on from_node, already on to_node, or moving.
   absl::Status MigrateModel(const std::string& model, const std::string& from_node,
-                            const std::string& to_node);
+                            const std::string& to_node, const std::string& to_device = "");
   v1::ClusterState GetClusterState() const;
   v1::ListModelsResponse ListModels() const;
   // A request of `model` finished: feeds the sliding-window statistics
@@ -109,7 +132,10 @@ class Scheduler {
   ModelRates Load(const std::string& model) const { return stats_.Rates(model, clock_()); }
 
   // Inference: validates `req`, begins the session turn and picks a node.
-  // `cancelled` is polled while waiting for a replica.
+  // While no replica is READY it waits (up to route_wait) for the cluster's
+  // routing version to change; `cancelled` is checked on every change and
+  // at least every 250 ms (the synchronous gRPC API has no cancellation
+  // callback).
   absl::StatusOr<Route> RouteRequest(const v1::GenerateRequest& req,
                                      const std::function<bool()>& cancelled);
   // Ends a routed request. On success the session history grows by the
@@ -124,24 +150,58 @@ class Scheduler {
   const SchedulerOptions& options() const { return options_; }
 
  private:
+  // A node call under way, keyed by what it does: typed, so no model name
+  // can be mistaken for an operation.
+  enum class PendingKind { kLoad, kEvict };
+  struct PendingKey {
+    PendingKind kind;
+    std::string model;
+    std::string node_id;
+    auto operator<=>(const PendingKey&) const = default;
+  };
+  struct Migration {
+    std::string from, to, to_device;
+  };
+  // The working state of one control tick (scheduler_control.cc).
+  struct Tick {
+    absl::Time now;
+    // A working copy of the cluster: loads started (this tick or earlier
+    // and still under way) count against their device as placeholders.
+    std::vector<NodeInfo> nodes;
+    std::map<std::string, absl::Time> last_request;
+    std::set<std::string> leaving;  // models being evicted
+    absl::Duration Idle(const std::string& model) const;
+  };
+
   Scheduler(const SchedulerOptions& options, Clock clock);
   void ControlLoop();
   void ControlTick();
-  void StartLoad(const ModelSpec& spec, const std::string& node_id);
-  // Counts a load under way against its node in a working copy of the
-  // cluster (a LOADING placeholder holding its weights).
-  static void AddPlaceholder(std::vector<NodeInfo>* nodes, const std::string& node_id,
-                             const std::string& model, int64_t weight_bytes);
-  // `drain`: the node lets in-flight requests finish first (DRAINING).
-  void StartEvict(const std::string& model, const std::string& node_id, bool drain = false);
-  // Migrations under way: when the target is READY, drain the source.
-  // REQUIRES: called from the control loop.
+  // Control-tick steps, in order.
+  void SweepDeadNodes();
   void AdvanceMigrations();
-  // The KVPR rebalancer's tick (see rebalance_interval).
+  void MaybeRebalance();
+  Tick BeginTick() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReconcileReplicas(Tick* tick);
+  void EvictUnlisted(const Tick& tick);
+  // Steps of ReconcileReplicas for one model lacking replicas.
+  void ReconcileModel(const ModelStatus& m, Tick* tick);
+  // Evicts the idlest model past idle_evict_after so `m` can load next tick.
+  void MakeRoomFor(const ModelStatus& m, Tick* tick);
+  void PlaceReplica(const ModelStatus& m, const std::set<std::string>& exclude, Tick* tick);
+  // The KVPR rebalancer's whole-catalogue pass (see rebalance_interval).
   void Rebalance();
+
+  void StartLoad(const ModelSpec& spec, const Target& target);
+  // Counts a load under way against its device in a working copy of the
+  // cluster (a LOADING placeholder holding its weights).
+  static void AddPlaceholder(std::vector<NodeInfo>* nodes, const Target& target,
+                             const std::string& model, int64_t weight_bytes);
+  // `drain`: the node lets in-flight requests finish first (DRAINING), for
+  // up to drain_timeout.
+  void StartEvict(const std::string& model, const std::string& node_id, bool drain = false);
+  bool IsLoading(const std::string& model) const ABSL_LOCKS_EXCLUDED(mu_);
   // Wakes the control loop now (a request waits for an activation).
   void Kick();
-  void RunAsync(std::function<void()> fn);
   std::shared_ptr<v1::Node::StubInterface> Stub(const std::string& node_id);
   v1::ModelInfo ToModelInfo(const ModelStatus& m) const;
   // KVPR demand d_m of a model now (kvpr.h), 0 when unknown.
@@ -159,25 +219,21 @@ class Scheduler {
   mutable absl::Mutex mu_;
   std::map<std::string, std::pair<std::string, std::shared_ptr<v1::Node::StubInterface>>> stubs_
       ABSL_GUARDED_BY(mu_);  // node id -> (address, stub)
-  std::set<std::pair<std::string, std::string>> pending_ ABSL_GUARDED_BY(mu_);  // (model, node)
+  // Node calls under way -> the device a load targets ("" for evictions).
+  std::map<PendingKey, std::string> pending_ ABSL_GUARDED_BY(mu_);
   // model waiting for room -> the idle model being evicted for it
   std::map<std::string, std::string> evicting_for_ ABSL_GUARDED_BY(mu_);
-  struct Migration {
-    std::string from, to;
-  };
   std::map<std::string, Migration> migrations_ ABSL_GUARDED_BY(mu_);  // by model
   absl::Time last_rebalance_ = absl::InfinitePast();                  // control loop only
-  struct Worker {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
 
   absl::Notification stop_;
   absl::Mutex kick_mu_;
   absl::CondVar kick_cv_;
   bool kicked_ ABSL_GUARDED_BY(kick_mu_) = false;
   std::thread control_;
+  // Declared last: destroyed (joined) first, while everything its closures
+  // touch is alive.
+  std::unique_ptr<WorkerPool> pool_;
 };
 
 }  // namespace ballast::global_scheduler

@@ -5,8 +5,8 @@
 // free/used state and the block -> address map.
 //
 // Implementations: HostBlockPool (a fixed pool over one buffer: host memory
-// for the CPU backend, device memory for the CUDA backend's static mode). The slab arena of the
-// elastic memory layer implements the same interface.
+// for the CPU backend, device memory for the CUDA backend's static mode) and
+// the views of the elastic memory layer's slab arena (KvArena).
 //
 // Thread-safety: implementations are thread-safe.
 #pragma once
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
@@ -39,9 +40,15 @@ class BlockAllocator {
   // Allocates `n` blocks, all or nothing: on failure nothing is allocated
   // and the status is RESOURCE_EXHAUSTED.
   virtual absl::StatusOr<std::vector<BlockId>> Allocate(int n) = 0;
-  // Returns blocks to the allocator. Freeing a block twice is a bug and
-  // aborts in debug builds.
-  virtual void Free(absl::Span<const BlockId> blocks) = 0;
+  // Returns blocks to the allocator, all or nothing, checked in every build
+  // type: the whole span is validated before anything is freed, and on error
+  // nothing of the call is freed and the message names the offending block.
+  // FAILED_PRECONDITION: a block that is free (freed already, or listed
+  // twice in the span). INVALID_ARGUMENT: a block this allocator cannot hold
+  // right now (out of range, never handed out where the allocator cannot
+  // tell it from garbage, or held through another allocator: another
+  // tenant's view of the same arena). Either is a caller bug.
+  virtual absl::Status Free(absl::Span<const BlockId> blocks) = 0;
   // Address of a block's first byte; O(1). Valid until the block is freed.
   virtual uint8_t* Address(BlockId id) = 0;
 

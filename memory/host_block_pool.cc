@@ -1,6 +1,5 @@
 #include "memory/host_block_pool.h"
 
-#include <cassert>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -51,13 +50,32 @@ absl::StatusOr<std::vector<BlockId>> HostBlockPool::Allocate(int n) {
   return out;
 }
 
-void HostBlockPool::Free(absl::Span<const BlockId> blocks) {
+absl::Status HostBlockPool::Free(absl::Span<const BlockId> blocks) {
   absl::MutexLock lock(&mu_);
-  for (BlockId b : blocks) {
-    assert(b >= 0 && b < num_blocks_ && used_[b] && "double free or foreign block");
+  // Validate the whole span first (all or nothing). A block listed twice is
+  // caught by marking each one free as it passes, then restoring the marks.
+  absl::Status bad;
+  size_t checked = 0;
+  for (; checked < blocks.size(); ++checked) {
+    const BlockId b = blocks[checked];
+    if (b < 0 || b >= num_blocks_) {
+      bad = absl::InvalidArgumentError(
+          absl::StrCat("KV pool: free of block ", b, " outside the pool [0, ", num_blocks_, ")"));
+      break;
+    }
+    if (!used_[b]) {
+      bad = absl::FailedPreconditionError(
+          absl::StrCat("KV pool: free of block ", b, ", which is not allocated (double free)"));
+      break;
+    }
     used_[b] = false;
-    free_.push_back(b);
   }
+  if (!bad.ok()) {
+    for (size_t i = 0; i < checked; ++i) used_[blocks[i]] = true;
+    return bad;
+  }
+  free_.insert(free_.end(), blocks.begin(), blocks.end());
+  return absl::OkStatus();
 }
 
 uint8_t* HostBlockPool::Address(BlockId id) {

@@ -1,6 +1,7 @@
 // HostBlockPool: a BlockAllocator over one host allocation of
 // `num_blocks * block_bytes` bytes with a LIFO free list (recently freed
-// blocks are reused first, which keeps them warm in cache).
+// blocks are reused first, which keeps them warm in cache). Free refuses a
+// double or out-of-range free with a status and frees nothing of that call.
 //
 // Thread-safety: all methods are thread-safe (one mutex).
 #pragma once
@@ -27,7 +28,9 @@ class HostBlockPool final : public BlockAllocator {
                                                                    int64_t num_blocks);
 
   absl::StatusOr<std::vector<BlockId>> Allocate(int n) override;
-  void Free(absl::Span<const BlockId> blocks) override;
+  // Checked in every build (BlockAllocator::Free): nothing is freed unless
+  // every block of the span is allocated and listed once.
+  absl::Status Free(absl::Span<const BlockId> blocks) override;
   uint8_t* Address(BlockId id) override;
   size_t block_bytes() const override { return block_bytes_; }
   BlockAddressing addressing() const override { return {base_, 31, 0, block_bytes_}; }

@@ -37,7 +37,9 @@ class KvArena::View final : public BlockAllocator {
   absl::StatusOr<std::vector<BlockId>> Allocate(int n) override {
     return arena_->Allocate(cls_, tenant_, n);
   }
-  void Free(absl::Span<const BlockId> blocks) override { arena_->Free(cls_, tenant_, blocks); }
+  absl::Status Free(absl::Span<const BlockId> blocks) override {
+    return arena_->Free(cls_, tenant_, blocks);
+  }
   uint8_t* Address(BlockId id) override { return arena_->Address(cls_, id); }
   size_t block_bytes() const override { return block_bytes_; }
   BlockAddressing addressing() const override {
@@ -174,6 +176,7 @@ absl::StatusOr<int> KvArena::TakeSlab(int cls, int tenant, std::vector<int>* car
   s.free.resize(c.blocks_per_slab);
   for (int i = 0; i < c.blocks_per_slab; ++i)
     s.free[i] = static_cast<uint16_t>(c.blocks_per_slab - 1 - i);
+  s.owner.assign(static_cast<size_t>(c.blocks_per_slab), kNoOwner);
   ++stats_.slabs_formatted;
   classes_[cls].partial.insert({0, slab});
   ++classes_[cls].formatted;
@@ -193,6 +196,7 @@ void KvArena::ReleaseSlab(int slab, bool keep_in_buffer) {
   s.cls = -1;
   s.used = 0;
   s.free.clear();
+  s.owner.clear();
   if (keep_in_buffer && static_cast<int>(empty_.size()) < options_.free_slab_buffer) {
     s.state = Slab::State::kEmpty;
     empty_.push_back(slab);
@@ -241,6 +245,7 @@ absl::StatusOr<std::vector<BlockId>> KvArena::Allocate(int cls, int tenant, int 
     c.partial.erase({-s.used, slab});
     const uint16_t idx = s.free.back();
     s.free.pop_back();
+    s.owner[idx] = tenant;
     ++s.used;
     if (!s.free.empty()) c.partial.insert({-s.used, slab});
     ++c.used;
@@ -256,7 +261,9 @@ void KvArena::FreeOne(int cls, BlockId id) {
   Slab& s = slabs_[slab];
   Class& c = classes_[cls];
   c.partial.erase({-s.used, slab});
-  s.free.push_back(static_cast<uint16_t>(id % kMaxBlocksPerSlab));
+  const auto idx = static_cast<uint16_t>(id % kMaxBlocksPerSlab);
+  s.free.push_back(idx);
+  s.owner[idx] = kNoOwner;
   --s.used;
   --c.used;
   --stats_.blocks_used;
@@ -267,11 +274,47 @@ void KvArena::FreeOne(int cls, BlockId id) {
   }
 }
 
-void KvArena::Free(int cls, int tenant, absl::Span<const BlockId> ids) {
+absl::Status KvArena::CheckFree(int cls, int tenant, BlockId id) const {
+  const int64_t slab = id < 0 ? -1 : id / kMaxBlocksPerSlab;
+  const int64_t idx = id < 0 ? -1 : id % kMaxBlocksPerSlab;
+  const Slab* s = slab >= 0 && slab < static_cast<int64_t>(slabs_.size()) ? &slabs_[slab] : nullptr;
+  if (s == nullptr || s->state != Slab::State::kFormatted || s->cls != cls ||
+      idx >= static_cast<int64_t>(s->owner.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV arena: free of block ", id, ", which is not a block of ",
+                     classes_[cls].block_bytes, " bytes in a formatted slab"));
+  }
+  const int32_t owner = s->owner[idx];
+  if (owner == kNoOwner || owner == kBeingFreed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV arena: free of block ", id, ", which is not allocated (double free)"));
+  }
+  if (owner != tenant) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV arena: free of block ", id, ", which another model's allocator holds"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvArena::Free(int cls, int tenant, absl::Span<const BlockId> ids) {
   absl::MutexLock lock(&mu_);
+  // Validate the whole span before freeing anything. Each valid block is
+  // marked kBeingFreed so a block listed twice reads as a double free; on
+  // error the marks are undone and nothing changes.
+  for (size_t i = 0; i < ids.size(); ++i) {
+    absl::Status st = CheckFree(cls, tenant, ids[i]);
+    if (!st.ok()) {
+      for (size_t j = 0; j < i; ++j) {
+        slabs_[ids[j] / kMaxBlocksPerSlab].owner[ids[j] % kMaxBlocksPerSlab] = tenant;
+      }
+      return st;
+    }
+    slabs_[ids[i] / kMaxBlocksPerSlab].owner[ids[i] % kMaxBlocksPerSlab] = kBeingFreed;
+  }
   for (BlockId id : ids) FreeOne(cls, id);
   tenants_[tenant].used_bytes -=
       static_cast<int64_t>(ids.size()) * static_cast<int64_t>(classes_[cls].block_bytes);
+  return absl::OkStatus();
 }
 
 uint8_t* KvArena::Address(int cls, BlockId id) const {

@@ -17,7 +17,12 @@
 // so kernels read it sequentially.
 //
 // Allocation is all or nothing: a failed request frees what it took and
-// unmaps the slabs it carved. Thread-safety: all methods thread-safe.
+// unmaps the slabs it carved. Freeing is checked in every build: each
+// formatted slab records which tenant holds each block, so a double free, a
+// free of a block never handed out, or one held by another tenant's
+// allocator is refused with a status and frees nothing of that call (a bad
+// free can therefore never corrupt a slab's use count or release a slab that
+// still holds live blocks). Thread-safety: all methods thread-safe.
 #pragma once
 
 #include <array>
@@ -109,7 +114,11 @@ class KvArena {
     int cls = -1;
     int used = 0;
     std::vector<uint16_t> free;  // free block indexes (formatted slabs)
+    // Formatted slabs: the tenant holding each block, kNoOwner when free.
+    std::vector<int32_t> owner;
   };
+  static constexpr int32_t kNoOwner = -1;
+  static constexpr int32_t kBeingFreed = -2;  // marks a block while Free validates
   struct Class {
     size_t block_bytes = 0;
     int blocks_per_slab = 0;
@@ -129,7 +138,9 @@ class KvArena {
 
   KvArena(std::shared_ptr<PagePool> pool, const KvArenaOptions& o, uint8_t* base);
   absl::StatusOr<std::vector<BlockId>> Allocate(int cls, int tenant, int n);
-  void Free(int cls, int tenant, absl::Span<const BlockId> ids);
+  absl::Status Free(int cls, int tenant, absl::Span<const BlockId> ids);
+  // Why `id` cannot be freed by (cls, tenant), or OK. REQUIRES: mu_ held.
+  absl::Status CheckFree(int cls, int tenant, BlockId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint8_t* Address(int cls, BlockId id) const;
   int64_t Capacity(int cls, int tenant, bool max) const;
   // Bytes other live tenants still lack to reach their floors.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "engine/gpu_backend.h"
+#include "memory/memory_ladder.h"
 #include "memory/page_pool.h"
 #include "spdlog/spdlog.h"
 
@@ -59,8 +60,9 @@ void DeviceWorker::Stop() {
     engines.swap(engines_);
     retiring.swap(retiring_);
   }
-  for (auto& [n, e] : engines) e->AbortAll(absl::UnavailableError("node shutting down"));
-  for (auto& e : retiring) e->AbortAll(absl::UnavailableError("node shutting down"));
+  // The step thread is gone: closing here is on "the thread that steps".
+  for (auto& [n, e] : engines) e->Close(absl::UnavailableError("node shutting down"));
+  for (auto& e : retiring) e->Close(absl::UnavailableError("node shutting down"));
 }
 
 void DeviceWorker::Wake() {
@@ -132,18 +134,18 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
   if (pages.ok()) return pages;
   arena.ReclaimFreeSlabs();  // the ready-slab buffer first
   pages = balloon_->MapWeights(static_cast<size_t>(bytes));
+  // The memory ladder (memory_ladder.h) across every model on the device:
+  // idle session KV, least recently used first, then running sequences,
+  // lowest priority and newest first, only as far as the shortfall. Freed
+  // blocks empty a slab only once all its blocks are gone, so re-plan
+  // until the pages map or nothing is left to shed.
   int64_t shed = 0;
-  for (const auto& e : Engines()) {
-    // Each call frees whole sequences; slabs empty only once all their
-    // blocks are gone, so keep shedding until the pages map.
-    while (!pages.ok()) {
-      const int64_t got = e->ShedKv(bytes - balloon_->FreeBytes());
-      if (got == 0) break;
-      shed += got;
-      arena.ReclaimFreeSlabs();
-      pages = balloon_->MapWeights(static_cast<size_t>(bytes));
-    }
-    if (pages.ok()) break;
+  while (!pages.ok()) {
+    const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes());
+    if (got == 0) break;
+    shed += got;
+    arena.ReclaimFreeSlabs();
+    pages = balloon_->MapWeights(static_cast<size_t>(bytes));
   }
   if (!pages.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -153,6 +155,32 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
   if (shed > 0)
     spdlog::info("device {}: resident models shed {} bytes of KV for weights", name_, shed);
   return pages;
+}
+
+int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes) {
+  const std::vector<std::shared_ptr<engine::ModelEngine>> engines = Engines();
+  std::vector<memory::KvHolder> holders;
+  std::vector<engine::KvHolding> source;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    for (engine::KvHolding& h : engines[i]->KvHoldings()) {
+      memory::KvHolder m;
+      m.kind = h.kind == engine::KvHolding::Kind::kCachedSession
+                   ? memory::KvHolder::Kind::kIdleSession
+                   : memory::KvHolder::Kind::kRunning;
+      m.owner = static_cast<int>(i);
+      m.id = h.id;
+      m.priority = h.priority;
+      m.recency = static_cast<int64_t>(h.recency);
+      m.bytes = h.bytes;
+      holders.push_back(std::move(m));
+      source.push_back(std::move(h));
+    }
+  }
+  int64_t freed = 0;
+  for (size_t i : memory::PlanKvShedding(holders, std::max<int64_t>(shortfall_bytes, 1))) {
+    freed += engines[static_cast<size_t>(holders[i].owner)]->Shed(source[i]);
+  }
+  return freed;
 }
 
 std::shared_ptr<engine::ModelEngine> DeviceWorker::Find(const std::string& model) const {
@@ -302,7 +330,9 @@ void DeviceWorker::Loop() {
       retiring.swap(retiring_);
     }
     for (auto& e : retiring) {
-      e->AbortAll(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
+      // Closed, not just aborted: a Submit that found this engine before
+      // Remove now fails instead of waiting for a step that never comes.
+      e->Close(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
     }
     retiring.clear();
     bool did = false;

@@ -19,9 +19,15 @@
 // expected to miss its TTFT deadline is still served (late) unless it
 // asked for rejection, when it fails with RESOURCE_EXHAUSTED.
 //
-// Removing a model hands its engine to the step thread, which fails the
-// engine's outstanding requests (UNAVAILABLE) before dropping it, so no
+// Removing a model hands its engine to the step thread, which closes it
+// (ModelEngine::Close: outstanding requests fail UNAVAILABLE, and a Submit
+// that raced with the removal is refused) before dropping it, so no
 // request waits forever and no engine is touched by two threads.
+//
+// Memory for an activation comes down the memory ladder (memory_ladder.h)
+// across all the device's models: empty slabs, then idle session KV (least
+// recently used first), then running sequences (lowest priority, newest
+// first), only as far as the shortfall.
 //
 // Thread-safety: all public methods are thread-safe. Shutdown: Stop()
 // (also run by the destructor) aborts all requests and joins the thread.
@@ -132,6 +138,10 @@ class DeviceWorker {
   // Runs `fn` on the step thread between steps and waits for it.
   absl::Status RunOnStepThread(std::function<absl::Status()> fn);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
+  // One pass of the memory ladder's KV rungs over every engine on the
+  // device (memory::PlanKvShedding); returns the bytes of blocks freed.
+  // Step thread only.
+  int64_t ShedForShortfall(int64_t shortfall_bytes);
   // One arbitration decision over the engines' queues; returns the engines
   // in stepping order. Step thread only.
   std::vector<std::shared_ptr<engine::ModelEngine>> Arbitrate(

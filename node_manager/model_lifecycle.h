@@ -16,27 +16,10 @@
 //             its DRAM budget) so the next activation is a copy. Reported
 //             in the node's host_copies, not as a resident model.
 //
-// Thread-safety: plain values.
+// The states are v1::ModelState (proto/ballast/v1/inference.proto), the
+// one lifecycle enum both processes use; ModelStateLabel (proto/
+// model_state.h) names them for logs.
 #pragma once
 
-#include <string_view>
-
-namespace ballast::node_manager {
-
-enum class ModelState { kLoading, kReady, kDraining, kEvicted };
-
-constexpr std::string_view ModelStateName(ModelState s) {
-  switch (s) {
-    case ModelState::kLoading:
-      return "LOADING";
-    case ModelState::kReady:
-      return "READY";
-    case ModelState::kDraining:
-      return "DRAINING";
-    case ModelState::kEvicted:
-      return "EVICTED";
-  }
-  return "UNKNOWN";
-}
-
-}  // namespace ballast::node_manager
+#include "ballast/v1/inference.pb.h"
+#include "proto/model_state.h"

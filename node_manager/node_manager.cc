@@ -6,9 +6,31 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/gpu_backend.h"
+#include "proto/model_name.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::node_manager {
+
+// Forwards a request's events to the caller's sink; on OnDone it counts
+// the request out of its model's in-flight total, forwards, and deletes
+// itself (the engine calls OnDone exactly once, last).
+class NodeManager::CountingSink final : public engine::GenerationSink {
+ public:
+  CountingSink(NodeManager* node, std::string model, engine::GenerationSink* inner)
+      : node_(node), model_(std::move(model)), inner_(inner) {}
+  void OnToken(int id, const std::string& text) override { inner_->OnToken(id, text); }
+  void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
+    // Counted out first: once the caller sees OnDone, the count agrees.
+    node_->RequestDone(model_);
+    inner_->OnDone(std::move(r));
+    delete this;
+  }
+
+ private:
+  NodeManager* const node_;
+  const std::string model_;
+  engine::GenerationSink* const inner_;
+};
 
 absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptions& options) {
   if (options.node_id.empty()) return absl::InvalidArgumentError("node_id is empty");
@@ -78,7 +100,7 @@ v1::ResidentModel NodeManager::Describe(const engine::ModelEngine& e,
   v1::ResidentModel m;
   m.set_name(e.name());
   m.set_device(device);
-  m.set_state(std::string(ModelStateName(ModelState::kReady)));
+  m.set_state(v1::MODEL_STATE_READY);
   m.set_architecture(e.config().architecture);
   m.set_context_window(e.context_window());
   m.set_weight_bytes(e.weight_bytes());
@@ -86,16 +108,16 @@ v1::ResidentModel NodeManager::Describe(const engine::ModelEngine& e,
   m.set_kv_bytes_per_token(e.kv_bytes_per_token());
   absl::MutexLock lock(&mu_);
   if (auto it = lifecycle_.find(e.name()); it != lifecycle_.end()) {
-    m.set_state(std::string(ModelStateName(it->second.state)));
+    m.set_state(it->second.state);
     m.set_activation_ms(it->second.activation_ms);
     m.set_from_host_copy(it->second.from_host_copy);
   }
   return m;
 }
 
-void NodeManager::SetState(const std::string& model, ModelState state) {
+void NodeManager::SetState(const std::string& model, v1::ModelState state) {
   absl::MutexLock lock(&mu_);
-  if (state == ModelState::kEvicted) {
+  if (state == v1::MODEL_STATE_EVICTED) {
     lifecycle_.erase(model);
   } else {
     lifecycle_[model].state = state;
@@ -106,6 +128,10 @@ NodeManager::~NodeManager() { Shutdown(); }
 
 void NodeManager::Shutdown() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;  // draining evictions stop waiting
+  }
   if (heartbeat_.joinable()) heartbeat_.join();
   for (auto& d : devices_) d->Stop();
 }
@@ -116,14 +142,23 @@ std::vector<DeviceWorker*> NodeManager::devices() const {
   return out;
 }
 
-void NodeManager::AddInflight(int delta) {
-  absl::MutexLock lock(&mu_);
-  inflight_ += delta;
-}
-
 int NodeManager::inflight() const {
   absl::MutexLock lock(&mu_);
-  return inflight_;
+  int n = 0;
+  for (const auto& [model, count] : inflight_) n += count;
+  return n;
+}
+
+int NodeManager::inflight(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  auto it = inflight_.find(model);
+  return it == inflight_.end() ? 0 : it->second;
+}
+
+void NodeManager::RequestDone(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  auto it = inflight_.find(model);
+  if (it != inflight_.end() && --it->second <= 0) inflight_.erase(it);
 }
 
 absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name,
@@ -131,8 +166,9 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
                                                          const std::string& kv_dtype,
                                                          const std::string& device,
                                                          const memory::TenantLimits& kv_limits) {
-  if (name.empty() || path.empty())
-    return absl::InvalidArgumentError("model name and path are required");
+  if (auto st = ValidateModelName(name); !st.ok()) return st;
+  if (path.empty())
+    return absl::InvalidArgumentError(absl::StrCat("model ", name, ": path is empty"));
   absl::MutexLock serial(&load_mu_);
   std::string where;
   if (FindEngine(name, &where)) {
@@ -175,10 +211,10 @@ absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngin
   const absl::Time t0 = absl::Now();
   {
     absl::MutexLock lock(&mu_);
-    lifecycle_[name] = Lifecycle{ModelState::kLoading, target->name(), 0, false};
+    lifecycle_[name] = Lifecycle{v1::MODEL_STATE_LOADING, target->name(), 0, false};
   }
   auto fail = [&](absl::Status st) {
-    SetState(name, ModelState::kEvicted);
+    SetState(name, v1::MODEL_STATE_EVICTED);
     return st;
   };
   o.host_weights = host_cache_.Get(name, o.path);
@@ -211,22 +247,29 @@ absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngin
   const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
   {
     absl::MutexLock lock(&mu_);
-    lifecycle_[name] = Lifecycle{ModelState::kReady, target->name(), ms, o.host_weights != nullptr};
+    lifecycle_[name] =
+        Lifecycle{v1::MODEL_STATE_READY, target->name(), ms, o.host_weights != nullptr};
   }
   spdlog::info("activated model {} on {} in {:.1f} ms (weights from {})", name, target->name(), ms,
                o.host_weights ? "the host copy" : o.path);
   return Describe(*engine, target->name());
 }
 
-absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool keep_host_copy) {
+absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool keep_host_copy,
+                                     absl::Duration drain_timeout) {
   std::string device;
   auto e = FindEngine(name, &device);
   if (!e) return absl::NotFoundError(absl::StrCat("model ", name, " is not resident on this node"));
   if (drain) {
-    SetState(name, ModelState::kDraining);  // Submit refuses it from now on
-    const absl::Time end = absl::Now() + options_.drain_timeout;
-    while (e->HasWork() && absl::Now() < end && !stop_.HasBeenNotified()) {
-      absl::SleepFor(absl::Milliseconds(5));
+    if (drain_timeout <= absl::ZeroDuration()) drain_timeout = options_.drain_timeout;
+    absl::MutexLock lock(&mu_);
+    lifecycle_[name].state = v1::MODEL_STATE_DRAINING;  // Submit refuses it from now on
+    auto drained = [this, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || !inflight_.count(name);
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&drained), drain_timeout)) {
+      spdlog::warn("model {}: {} request(s) still running after the {} drain; they fail now", name,
+                   inflight_[name], absl::FormatDuration(drain_timeout));
     }
   }
   if (keep_host_copy && host_cache_.Fits(e->weight_bytes())) {
@@ -242,7 +285,7 @@ absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool k
   }
   for (auto& d : devices_) {
     if (d->Remove(name)) {
-      SetState(name, ModelState::kEvicted);
+      SetState(name, v1::MODEL_STATE_EVICTED);
       spdlog::info("evicted model {} from {}{}", name, d->name(),
                    host_cache_.Contains(name, e->options().path) ? " (host copy kept)" : "");
       return absl::OkStatus();
@@ -277,15 +320,6 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
     return absl::NotFoundError(
         absl::StrCat("model ", req.model(), " is not resident on node ", options_.node_id));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = lifecycle_.find(req.model());
-    if (it != lifecycle_.end() && it->second.state == ModelState::kDraining) {
-      return absl::UnavailableError(absl::StrCat("model ", req.model(), " is draining on node ",
-                                                 options_.node_id,
-                                                 "; retry (the scheduler routes elsewhere)"));
-    }
-  }
   if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
   const engine::Tokenizer& tok = a.engine->tokenizer();
   if (req.history_tokens().empty()) a.turn_tokens.push_back(tok.bos_id());
@@ -310,7 +344,24 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   g.arrival = absl::Now() - absl::Milliseconds(req.scheduler_ms());
   g.ttft_slo_ms = req.slo().ttft_ms();
   g.reject_if_slo_unmet = req.reject_if_slo_unmet();
-  if (auto st = a.engine->Submit(std::move(g), sink); !st.ok()) return st;
+  {
+    // Counted in before the DRAINING check is released, so a draining
+    // eviction either refuses this request or waits for it.
+    absl::MutexLock lock(&mu_);
+    auto it = lifecycle_.find(req.model());
+    if (it != lifecycle_.end() && it->second.state == v1::MODEL_STATE_DRAINING) {
+      return absl::UnavailableError(absl::StrCat("model ", req.model(), " is draining on node ",
+                                                 options_.node_id,
+                                                 "; retry (the scheduler routes elsewhere)"));
+    }
+    ++inflight_[req.model()];
+  }
+  auto* counting = new CountingSink(this, req.model(), sink);
+  if (auto st = a.engine->Submit(std::move(g), counting); !st.ok()) {
+    delete counting;
+    RequestDone(req.model());
+    return st;
+  }
   return a;
 }
 

@@ -3,9 +3,13 @@
 // submission with tokenization, and the registration + heartbeat client
 // that keeps the scheduler informed.
 //
+// In-flight requests are counted per model from Submit to their OnDone (a
+// counting sink wraps the caller's), so a draining eviction waits on a
+// condition, not a poll, and the heartbeat reports the node's total.
+//
 // Thread-safety: all public methods are thread-safe. Shutdown order: stop
-// the heartbeat thread, then the device workers (which fail in-flight
-// requests with UNAVAILABLE).
+// the heartbeat thread and wake draining evictions, then the device workers
+// (which fail in-flight requests with UNAVAILABLE).
 #pragma once
 
 #include <map>
@@ -58,7 +62,9 @@ struct NodeOptions {
   // §6.2), fineserve_batch (FineServe §6.3), edf or fcfs (arbitration.h).
   // Default moore_hodgson.
   std::string arbitration_policy = "moore_hodgson";
-  // Longest a draining eviction waits for in-flight requests. Default 10 min.
+  // Longest a draining eviction waits for in-flight requests when the
+  // EvictModel call names no timeout (the scheduler always sends its
+  // scheduler.drain_timeout_ms). Default 10 min.
   absl::Duration drain_timeout = absl::Minutes(10);
   std::string node_id = "node-0";
   // host:port the scheduler and peers use to reach this node.
@@ -96,14 +102,17 @@ class NodeManager {
   // resident; FAILED_PRECONDITION in static mode.
   absl::Status SetKvLimits(const std::string& name, const memory::TenantLimits& kv_limits);
   // Drops a resident model. `drain`: it first turns DRAINING (not
-  // routable) and in-flight requests finish (up to drain_timeout, then
-  // they fail UNAVAILABLE); else they fail now. The weights' host copy is
-  // kept (HostWeightCache) unless `keep_host_copy` is false.
-  absl::Status EvictModel(const std::string& name, bool drain = false, bool keep_host_copy = true);
+  // routable) and in-flight requests finish (up to `drain_timeout`, zero
+  // meaning options().drain_timeout; then they fail UNAVAILABLE); else they
+  // fail now. The weights' host copy is kept (HostWeightCache) unless
+  // `keep_host_copy` is false.
+  absl::Status EvictModel(const std::string& name, bool drain = false, bool keep_host_copy = true,
+                          absl::Duration drain_timeout = absl::ZeroDuration());
   const HostWeightCache& host_weights() const { return host_cache_; }
 
   // Tokenizes the turn (BOS first when the history is empty), appends it to
-  // the history and submits it. `sink` must live until OnDone.
+  // the history and submits it. `sink` must live until OnDone, which it
+  // gets exactly once if this returns OK (never if it returns an error).
   absl::StatusOr<Admission> Submit(const v1::NodeGenerateRequest& req,
                                    engine::GenerationSink* sink);
   void DropSession(const std::string& session_id);
@@ -112,8 +121,9 @@ class NodeManager {
   std::vector<v1::ResidentModel> ResidentModels() const;
   const NodeOptions& options() const { return options_; }
   std::vector<DeviceWorker*> devices() const;
-  void AddInflight(int delta);
-  int inflight() const;
+  // Requests submitted and not yet done, on the whole node or one model.
+  int inflight() const ABSL_LOCKS_EXCLUDED(mu_);
+  int inflight(const std::string& model) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit NodeManager(const NodeOptions& options);
@@ -124,11 +134,14 @@ class NodeManager {
   absl::StatusOr<v1::ResidentModel> Activate(const engine::ModelEngineOptions& base,
                                              DeviceWorker* target, int64_t best_free);
   v1::ResidentModel Describe(const engine::ModelEngine& e, const std::string& device) const;
-  void SetState(const std::string& model, ModelState state);
+  void SetState(const std::string& model, v1::ModelState state) ABSL_LOCKS_EXCLUDED(mu_);
+  // A request of `model` is done (the counting sink's OnDone).
+  void RequestDone(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
+  class CountingSink;
 
   // What the node knows of each model it holds or is loading.
   struct Lifecycle {
-    ModelState state = ModelState::kLoading;
+    v1::ModelState state = v1::MODEL_STATE_LOADING;
     std::string device;
     double activation_ms = 0;
     bool from_host_copy = false;
@@ -138,7 +151,8 @@ class NodeManager {
   std::string advertise_;  // set once by StartHeartbeats
   std::vector<std::unique_ptr<DeviceWorker>> devices_;
   mutable absl::Mutex mu_;
-  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int> inflight_ ABSL_GUARDED_BY(mu_);  // by model
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Lifecycle> lifecycle_ ABSL_GUARDED_BY(mu_);
   HostWeightCache host_cache_;
   absl::Mutex load_mu_;  // serialises loads so two cannot overcommit a device

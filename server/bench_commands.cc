@@ -135,7 +135,7 @@ class ServeProcess {
         size_t ready = 0;
         for (const auto& m : list.models())
           for (const auto& r : m.replicas())
-            if (r.state() == "READY") {
+            if (r.state() == v1::MODEL_STATE_READY) {
               ++ready;
               break;
             }

@@ -16,6 +16,7 @@
 #include "ballast/v1/inference.grpc.pb.h"
 #include "bench/replay.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "proto/model_state.h"
 #include "server/status_util.h"
 
 namespace ballast::server {
@@ -91,8 +92,9 @@ int RunModels(const std::string& target) {
     std::string where;
     for (const auto& r : m.replicas()) {
       if (!where.empty()) where += ", ";
-      where += r.node_id().empty() ? r.state()
-                                   : absl::StrCat(r.node_id(), "/", r.device(), " ", r.state());
+      const std::string state(ModelStateLabel(r.state()));
+      where += r.node_id().empty() ? absl::StrCat(state, ": ", r.error())
+                                   : absl::StrCat(r.node_id(), "/", r.device(), " ", state);
     }
     if (where.empty()) where = "(not resident)";
     std::cout << absl::StrFormat("%-20s %-18s %8d %10s %-6s %s\n", m.name(), m.architecture(),

@@ -98,6 +98,11 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(ms("load_retry_ms", &o.load_retry));
   RETURN_IF_ERROR(ms("load_timeout_ms", &o.load_timeout));
   RETURN_IF_ERROR(ms("stats_window_ms", &o.stats_window));
+  RETURN_IF_ERROR(ms("drain_timeout_ms", &o.drain_timeout));
+  RETURN_IF_ERROR(s.Get("control_threads", &o.control_threads));
+  if (o.control_threads < 1 || o.control_threads > 1024) {
+    return s.Error(s.Key("control_threads"), "must be in [1, 1024]");
+  }
   {
     int64_t idle_ms = absl::ToInt64Milliseconds(o.idle_evict_after);
     RETURN_IF_ERROR(s.Get("idle_evict_ms", &idle_ms));

@@ -135,11 +135,12 @@ void Metrics::SetDevice(const DeviceGauges& g) {
   kv_slabs_.Add({{"device", g.device}, {"state", "empty"}}).Set(static_cast<double>(g.slabs_empty));
   absl::MutexLock lock(&mu_);
   // Engines restart their counts when models are evicted: count only growth.
-  auto grow = [&](prometheus::Counter& c, const std::string& key, int64_t total) {
-    int64_t& seen = seen_[key];
-    if (total > seen) c.Increment(static_cast<double>(total - seen));
-    seen = total;
-  };
+  auto grow = [&](prometheus::Counter& c, const std::string& key, int64_t total)
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                    int64_t& seen = seen_[key];
+                    if (total > seen) c.Increment(static_cast<double>(total - seen));
+                    seen = total;
+                  };
   grow(preemptions_.Add({{"device", g.device}}), "preempt/" + g.device, g.preemptions_total);
   grow(driver_calls_.Add({{"device", g.device}, {"call", "map"}}), "map/" + g.device,
        g.page_map_calls);

@@ -102,7 +102,8 @@ grpc::Status NodeService::SetKvLimits(grpc::ServerContext*, const v1::SetKvLimit
 
 grpc::Status NodeService::EvictModel(grpc::ServerContext*, const v1::EvictModelRequest* req,
                                      v1::EvictModelResponse*) {
-  return ToGrpc(node_->EvictModel(req->name(), req->drain(), !req->drop_host_copy()));
+  return ToGrpc(node_->EvictModel(req->name(), req->drain(), !req->drop_host_copy(),
+                                  absl::Milliseconds(req->drain_timeout_ms())));
 }
 
 grpc::Status NodeService::DropSession(grpc::ServerContext*, const v1::DropSessionRequest* req,
@@ -129,7 +130,6 @@ grpc::Status NodeService::Generate(grpc::ServerContext* ctx, const v1::NodeGener
     metrics_->NodeRequest(outcome);
     return ToGrpc(admitted.status());
   }
-  node_->AddInflight(1);
   bool cancelled = false;
   grpc::Status result;
   while (true) {
@@ -183,7 +183,6 @@ grpc::Status NodeService::Generate(grpc::ServerContext* ctx, const v1::NodeGener
     outcome.tokens = static_cast<int64_t>(g.output_tokens.size());
     break;
   }
-  node_->AddInflight(-1);
   metrics_->NodeRequest(outcome);
   return result;
 }

@@ -19,7 +19,10 @@ class GpuBlockPool final : public memory::BlockAllocator {
   absl::StatusOr<std::vector<memory::BlockId>> Allocate(int n) override {
     return pool_->Allocate(n);
   }
-  void Free(absl::Span<const memory::BlockId> blocks) override { pool_->Free(blocks); }
+  // Checked like HostBlockPool::Free (all or nothing, every build type).
+  absl::Status Free(absl::Span<const memory::BlockId> blocks) override {
+    return pool_->Free(blocks);
+  }
   uint8_t* Address(memory::BlockId id) override { return pool_->Address(id); }
   size_t block_bytes() const override { return pool_->block_bytes(); }
   memory::BlockAddressing addressing() const override { return pool_->addressing(); }

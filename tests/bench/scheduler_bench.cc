@@ -3,6 +3,7 @@
 // <= 2 ms). A benchmark, not a test: run build/tests/bench/scheduler_bench.
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "global_scheduler/kvpr.h"
 #include "node_manager/arbitration.h"
@@ -18,7 +19,7 @@ void BM_PlaceKvpr(benchmark::State& state) {
   std::uniform_int_distribution<int64_t> weight(1ll << 30, 16ll << 30);
   std::vector<global_scheduler::ModelDemand> models;
   for (int i = 0; i < nm; ++i) {
-    models.push_back({"m" + std::to_string(i), demand(rng), weight(rng) / 8, i % nd});
+    models.push_back({absl::StrCat("m", i), demand(rng), weight(rng) / 8, i % nd});
   }
   std::vector<global_scheduler::DeviceCapacity> devices(nd, {"gpu", 80ll << 30});
   for (auto _ : state) {

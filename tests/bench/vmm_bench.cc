@@ -23,6 +23,14 @@ static double Us(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
+// Aborts on a failed Free (a bug in the allocator under test).
+static void MustFree(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "Free: %s\n", s.ToString().c_str());
+    std::abort();
+  }
+}
+
 static double Pct(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
@@ -72,7 +80,7 @@ static void BlockLatency() {
     auto view = std::move(*arena->CreateAllocator(kBlock));
     run(
         "slab arena (64 MiB slabs)", [&] { return (*view->Allocate(1))[0]; },
-        [&](int id) { view->Free({id}); }, calls);
+        [&](int id) { MustFree(view->Free({id})); }, calls);
   }
   {  // Per-block mapping: every block gets its own 2 MiB page mapped on
      // allocation and unmapped on free (kvcached maps per page and also
@@ -105,8 +113,8 @@ static void BlockLatency() {
     auto pool = std::move(*ballast::memory::HostBlockPool::CreateOver(static_cast<uint8_t*>(mem),
                                                                       kBlock, kLive + 64));
     run(
-        "static pool", [&] { return (*pool->Allocate(1))[0]; }, [&](int id) { pool->Free({id}); },
-        [] { return int64_t{0}; });
+        "static pool", [&] { return (*pool->Allocate(1))[0]; },
+        [&](int id) { MustFree(pool->Free({id})); }, [] { return int64_t{0}; });
     cudaFree(mem);
   }
 }

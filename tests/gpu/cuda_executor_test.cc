@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_executor.h"
 #include "engine/model_engine.h"
 #include "engine/weights.h"
@@ -303,7 +304,7 @@ TEST(CudaShapes, MatchCpuBackend) {
       s.intermediate = sh.inter;
       s.vocab = 300;
       s.seed = 11 + idx;
-      const std::string m = testing::WriteTinyModel(dir, "m" + std::to_string(idx++), s);
+      const std::string m = testing::WriteTinyModel(dir, absl::StrCat("m", idx++), s);
       for (int len : {20, 300}) {
         std::vector<int> p(len);
         for (int i = 0; i < len; ++i) p[i] = (i * 31 + 7) % 290;

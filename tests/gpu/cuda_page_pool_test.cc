@@ -40,14 +40,14 @@ TEST(CudaPagePool, ArenaBlocksAreUsableDeviceMemory) {
     EXPECT_EQ(host.back(), i & 0xff);
   }
   EXPECT_EQ(pool->driver_calls().create, 4);
-  view->Free(blocks);
+  ASSERT_TRUE(view->Free(blocks).ok());
   arena->ReclaimFreeSlabs();
   EXPECT_EQ(pool->stats().mapped_bytes, 0);
   // Mapping again reuses the pooled handles: no cuMemCreate.
   auto again = *view->Allocate(100);
   EXPECT_EQ(pool->driver_calls().create, 4);
   EXPECT_GT(pool->driver_calls().map, 4);
-  view->Free(again);
+  ASSERT_TRUE(view->Free(again).ok());
 }
 
 TEST(CudaPagePool, BudgetIsEnforcedAllOrNothing) {

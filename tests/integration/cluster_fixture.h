@@ -187,7 +187,7 @@ class ClusterTest : public ::testing::Test {
     const auto state = State();
     for (const auto& m : state.models())
       if (m.name() == model)
-        for (const auto& r : m.replicas()) n += r.state() == "READY";
+        for (const auto& r : m.replicas()) n += r.state() == v1::MODEL_STATE_READY;
     return n;
   }
   std::string NodeOf(const std::string& model) {

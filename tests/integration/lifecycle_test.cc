@@ -63,9 +63,9 @@ TEST_F(LifecycleTest, IdleModelIsEvictedForRoomAndReactivatedByARequest) {
   // idlest model goes. beta served last, so alpha is evicted.
   Register("gamma");
   ASSERT_TRUE(WaitFor([&] { return ReadyReplicas("gamma") == 1; }, absl::Seconds(30))) << Logs();
-  EXPECT_EQ(Info("alpha").state(), "EVICTED");
+  EXPECT_EQ(Info("alpha").state(), v1::MODEL_STATE_EVICTED);
   EXPECT_EQ(Info("alpha").replicas_size(), 0);
-  EXPECT_EQ(Info("gamma").state(), "READY");
+  EXPECT_EQ(Info("gamma").state(), v1::MODEL_STATE_READY);
 
   // Let beta go idle too, then ask for alpha: an idle model (beta or
   // gamma) makes room and alpha comes back; the request waited for it.
@@ -74,13 +74,13 @@ TEST_F(LifecycleTest, IdleModelIsEvictedForRoomAndReactivatedByARequest) {
   ASSERT_TRUE(again.status.ok()) << again.status.error_message() << Logs();
   EXPECT_EQ(again.ids, Reference("alpha", Bytes(prompt, true), 16));
   const v1::ModelInfo alpha = Info("alpha");
-  EXPECT_EQ(alpha.state(), "READY");
+  EXPECT_EQ(alpha.state(), v1::MODEL_STATE_READY);
   ASSERT_EQ(alpha.replicas_size(), 1);
   EXPECT_GT(alpha.replicas(0).activation_ms(), 0);
   // Its TTFT includes the wait for the activation.
   EXPECT_GT(again.final.timings().ttft_ms(), alpha.replicas(0).activation_ms() * 0.5);
   int evicted = 0;
-  for (const char* m : {"beta", "gamma"}) evicted += Info(m).state() == "EVICTED";
+  for (const char* m : {"beta", "gamma"}) evicted += Info(m).state() == v1::MODEL_STATE_EVICTED;
   EXPECT_EQ(evicted, 1);
 
   // And beta, served again after its own eviction (if it was the one), is

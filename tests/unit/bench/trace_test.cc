@@ -3,6 +3,7 @@
 // production properties Prism §3 reports.
 #include "bench/trace.h"
 #include <set>
+#include "absl/strings/str_cat.h"
 #include "bench/generators.h"
 
 #include "gtest/gtest.h"
@@ -12,7 +13,7 @@ namespace {
 
 std::vector<std::string> Models(int n) {
   std::vector<std::string> m;
-  for (int i = 0; i < n; ++i) m.push_back("m" + std::to_string(i));
+  for (int i = 0; i < n; ++i) m.push_back(absl::StrCat("m", i));
   return m;
 }
 
@@ -76,7 +77,10 @@ TEST(Generators, SameSeedSameTraceAndValidOrder) {
   EXPECT_EQ(Dump(GenerateChat(c)), Dump(GenerateChat(c)));
   EXPECT_EQ(Dump(GenerateAgents(g)), Dump(GenerateAgents(g)));
   a.seed = 2;
-  EXPECT_NE(Dump(GenerateArrivals(a)), Dump(GenerateArrivals(ArrivalParams{a.models, a.rates})));
+  ArrivalParams defaults;  // every field but the models and rates at its default
+  defaults.models = a.models;
+  defaults.rates = a.rates;
+  EXPECT_NE(Dump(GenerateArrivals(a)), Dump(GenerateArrivals(defaults)));
   for (const auto& t :
        {GenerateArrivals(a), GenerateBursty(b), GenerateChat(c), GenerateAgents(g)}) {
     auto parsed = ParseTrace(Dump(t), "gen");  // validates ids and "after" order

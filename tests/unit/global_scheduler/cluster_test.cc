@@ -1,6 +1,7 @@
 // ClusterState liveness, SessionDirectory turns, ModelRegistry checks and
 // the baseline placement rule.
 #include "global_scheduler/cluster_state.h"
+#include "global_scheduler/idle_eviction.h"
 #include "global_scheduler/model_registry.h"
 #include "global_scheduler/placement.h"
 #include "global_scheduler/session_directory.h"
@@ -16,6 +17,11 @@ struct FakeClock {
   }
 };
 
+std::optional<std::string> NodeOf(const std::optional<Target>& t) {
+  if (!t) return std::nullopt;
+  return t->node_id;
+}
+
 v1::RegisterNodeRequest Node(const std::string& id, std::vector<std::string> models,
                              int64_t total = 1000, int64_t used = 0) {
   v1::RegisterNodeRequest r;
@@ -28,7 +34,7 @@ v1::RegisterNodeRequest Node(const std::string& id, std::vector<std::string> mod
   for (const auto& m : models) {
     auto* rm = r.add_models();
     rm->set_name(m);
-    rm->set_state("READY");
+    rm->set_state(v1::MODEL_STATE_READY);
   }
   return r;
 }
@@ -128,12 +134,12 @@ TEST(Placement, MostFreeMemoryThenFewestModels) {
   c.Register(Node("a", {"x"}, 1000, 600));
   c.Register(Node("b", {}, 1000, 100));
   c.Register(Node("c", {"y", "z"}, 1000, 100));
-  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {}), "b");
-  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {"b"}), "c");
-  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {"a", "b", "c"}), std::nullopt);
+  EXPECT_EQ(NodeOf(ChooseNodeForLoad(c.Snapshot(), {})), "b");
+  EXPECT_EQ(NodeOf(ChooseNodeForLoad(c.Snapshot(), {"b"})), "c");
+  EXPECT_EQ(NodeOf(ChooseNodeForLoad(c.Snapshot(), {"a", "b", "c"})), std::nullopt);
   clock.now += absl::Seconds(10);
   c.SweepDead();
-  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {}), std::nullopt);  // dead nodes never chosen
+  EXPECT_EQ(NodeOf(ChooseNodeForLoad(c.Snapshot(), {})), std::nullopt);  // dead nodes never chosen
 }
 
 // KVPR goes where the KV pressure after the load is lowest, not where the
@@ -149,15 +155,15 @@ TEST(Placement, KvprAvoidsTheNodeUnderKvPressure) {
   c.Register(with_weights(Node("b", {"cold"}, 1000, 500), 500));  // free 500
   c.Register(with_weights(Node("c", {"tiny"}, 150, 100), 100));   // no room for 100 more
   auto demand = [](const std::string& m) { return m == "hot" ? 10.0 : 1.0; };
-  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {"c"}), "a");  // the baseline: most free memory
+  EXPECT_EQ(NodeOf(ChooseNodeForLoad(c.Snapshot(), {"c"})), "a");  // the baseline: most free memory
   // KVPR(a) = (10 + 1) / (1000 - 100 - 100) = 0.014; KVPR(b) = (1 + 1) / 400 = 0.005.
-  EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {}, demand, 1.0, 100), "b");
-  EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {"b"}, demand, 1.0, 100), "a");
-  EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {"a", "b"}, demand, 1.0, 100),
+  EXPECT_EQ(NodeOf(ChooseNodeKvpr(c.Snapshot(), {}, demand, 1.0, 100)), "b");
+  EXPECT_EQ(NodeOf(ChooseNodeKvpr(c.Snapshot(), {"b"}, demand, 1.0, 100)), "a");
+  EXPECT_EQ(NodeOf(ChooseNodeKvpr(c.Snapshot(), {"a", "b"}, demand, 1.0, 100)),
             std::nullopt);  // c too small
   // No statistics yet (all demands 0): ties fall back to the most free memory.
-  EXPECT_EQ(ChooseNodeKvpr(
-                c.Snapshot(), {}, [](const std::string&) { return 0.0; }, 0, 100),
+  EXPECT_EQ(NodeOf(ChooseNodeKvpr(
+                c.Snapshot(), {}, [](const std::string&) { return 0.0; }, 0, 100)),
             "a");
 }
 
@@ -177,10 +183,45 @@ TEST(Placement, MmeScoresAverageEfficiencyTimesContestedMemory) {
   auto mu = [](const std::string& m) { return m == "fp8" ? 2.0 : 1.0; };
   // a: (1 + 1) / 2 * (1000 - 300) = 700; b: (2 + 1) / 2 * 700 = 1050;
   // c: (1 + 1 + 1) / 3 * (1000 - 300) = 700.
-  EXPECT_EQ(ChooseNodeMme(c.Snapshot(), {}, mu, 1.0, 100), "b");
+  EXPECT_EQ(NodeOf(ChooseNodeMme(c.Snapshot(), {}, mu, 1.0, 100)), "b");
   // Without b, a and c tie at 700: the baseline order breaks it (fewer models).
-  EXPECT_EQ(ChooseNodeMme(c.Snapshot(), {"b"}, mu, 1.0, 100), "a");
-  EXPECT_EQ(ChooseNodeMme(c.Snapshot(), {}, mu, 1.0, 900), std::nullopt);  // no room anywhere
+  EXPECT_EQ(NodeOf(ChooseNodeMme(c.Snapshot(), {"b"}, mu, 1.0, 100)), "a");
+  EXPECT_EQ(NodeOf(ChooseNodeMme(c.Snapshot(), {}, mu, 1.0, 900)),
+            std::nullopt);  // no room anywhere
+}
+
+// Placement is per device: a node with several GPUs is several candidates,
+// and a model must fit one of them. Per node, a's two GPUs would look like
+// one 2000-byte device holding the hot model; per device, a's idle GPU 1 is
+// the least pressured place of all.
+TEST(Placement, KvprAndRoomArePerDeviceNotPerNode) {
+  FakeClock clock;
+  ClusterState c(absl::Seconds(3), clock.fn());
+  v1::RegisterNodeRequest a = Node("a", {"hot"}, 1000, 100);
+  auto* gpu1 = a.add_devices();
+  gpu1->set_name("cuda:1");
+  gpu1->set_memory_total_bytes(1000);
+  a.mutable_devices(0)->set_name("cuda:0");
+  a.mutable_models(0)->set_device("cuda:0");
+  a.mutable_models(0)->set_weight_bytes(100);
+  v1::RegisterNodeRequest b = Node("b", {"cold"}, 1000, 100);
+  b.mutable_models(0)->set_weight_bytes(100);
+  b.mutable_models(0)->set_device("cpu:0");
+  c.Register(a);
+  c.Register(b);
+  auto demand = [](const std::string& m) { return m == "hot" ? 10.0 : 1.0; };
+  // Per node: a = 11 / (2000 - 200) = 0.0061 > b = 2 / 800 = 0.0025.
+  // Per device: a/cuda:1 = 1 / 900 = 0.0011 < b = 0.0025 < a/cuda:0.
+  EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {}, demand, 1.0, 100), (Target{"a", "cuda:1"}));
+  EXPECT_EQ(ChooseNodeForLoad(c.Snapshot(), {}), (Target{"a", "cuda:1"}));  // 1000 free
+  // 1500 bytes of weights fit a's memory in total but no single GPU of it.
+  const NodeInfo node_a = *c.Get("a");
+  EXPECT_FALSE(HasWeightRoom(node_a, 1500));
+  EXPECT_TRUE(HasWeightRoom(node_a, 950));
+  EXPECT_EQ(ChooseNodeKvpr(c.Snapshot(), {}, demand, 1.0, 1500), std::nullopt);
+  EXPECT_EQ(ChooseNodeMme(
+                c.Snapshot(), {}, [](const std::string&) { return 1.0; }, 1.0, 1500),
+            std::nullopt);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace ballast::global_scheduler {
 namespace {
 
 NodeInfo Node(const std::string& id, int64_t memory,
-              std::vector<std::tuple<std::string, int64_t, std::string>> models) {
+              std::vector<std::tuple<std::string, int64_t, v1::ModelState>> models) {
   NodeInfo n;
   n.node_id = id;
   n.alive = true;
@@ -33,9 +33,10 @@ TEST(IdleEviction, LongestIdlePastTheThresholdThenLargerWeights) {
                                                 {"d", absl::Seconds(10)},
                                                 {"e", absl::Seconds(300)}};
   auto idle_of = [&](const std::string& m) { return idle.at(m); };
-  std::vector<NodeInfo> nodes = {Node("n1", 100, {{"a", 10, "READY"}, {"b", 20, "READY"}}),
-                                 Node("n2", 100, {{"c", 30, "READY"}, {"d", 5, "READY"}}),
-                                 Node("n3", 100, {{"e", 5, "DRAINING"}})};
+  std::vector<NodeInfo> nodes = {
+      Node("n1", 100, {{"a", 10, v1::MODEL_STATE_READY}, {"b", 20, v1::MODEL_STATE_READY}}),
+      Node("n2", 100, {{"c", 30, v1::MODEL_STATE_READY}, {"d", 5, v1::MODEL_STATE_READY}}),
+      Node("n3", 100, {{"e", 5, v1::MODEL_STATE_DRAINING}})};
   // b and c are idle longest; c frees more. e is already draining.
   auto v = ChooseIdleVictim(nodes, idle_of, absl::Seconds(45), {});
   ASSERT_TRUE(v.has_value());
@@ -53,7 +54,8 @@ TEST(IdleEviction, LongestIdlePastTheThresholdThenLargerWeights) {
 }
 
 TEST(IdleEviction, WeightRoomCountsResidentWeightsNotKv) {
-  const NodeInfo n = Node("n1", 100, {{"a", 40, "READY"}, {"b", 30, "LOADING"}});
+  const NodeInfo n =
+      Node("n1", 100, {{"a", 40, v1::MODEL_STATE_READY}, {"b", 30, v1::MODEL_STATE_LOADING}});
   EXPECT_TRUE(HasWeightRoom(n, 29));
   EXPECT_FALSE(HasWeightRoom(n, 30));
   EXPECT_TRUE(HasWeightRoom(n, 0));  // unknown size: try

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace ballast::global_scheduler {
@@ -37,7 +38,7 @@ TEST(Kvpr, GreedyIsWithinTheAppendixBoundOfOptimal) {
     std::vector<ModelDemand> models;
     double single_max = 0;
     for (int m = 0; m < nm; ++m) {
-      ModelDemand d{"m" + std::to_string(m), demand(rng), static_cast<int64_t>(1000 * weight(rng))};
+      ModelDemand d{absl::StrCat("m", m), demand(rng), static_cast<int64_t>(1000 * weight(rng))};
       single_max = std::max(single_max, d.demand / (1000.0 - static_cast<double>(d.weight_bytes)));
       models.push_back(d);
     }

@@ -3,6 +3,10 @@
 // are only decided (stubs connect lazily).
 #include "global_scheduler/scheduler.h"
 
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace ballast::global_scheduler {
@@ -14,7 +18,7 @@ v1::RegisterNodeRequest Node(const std::string& id, const std::string& model) {
   r.set_address("127.0.0.1:1");
   auto* m = r.add_models();
   m->set_name(model);
-  m->set_state("READY");
+  m->set_state(v1::MODEL_STATE_READY);
   m->set_context_window(128);
   return r;
 }
@@ -62,13 +66,13 @@ TEST(Scheduler, NoReplicaMeansUnavailableAfterTheWait) {
 }
 
 TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
+  absl::Time now = absl::FromUnixSeconds(1000);
   SchedulerOptions o;
   o.models = {{"m", "/models/m"}};
   o.heartbeat_timeout = absl::Milliseconds(300);
   o.heartbeat_interval = absl::Milliseconds(100);
-  o.control_interval = absl::Milliseconds(20);
   o.route_wait = absl::Milliseconds(100);
-  auto s = *Scheduler::Create(o);
+  auto s = *Scheduler::Create(o, [&now] { return now; });
   s->RegisterNode(Node("a", "m"));
   s->RegisterNode(Node("b", "m"));
   auto r1 = s->RouteRequest(Req("m", "hi", 4, "s1"), kNever);
@@ -87,14 +91,15 @@ TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
   s->Complete(*r2, false, {}, {});
   s->Complete(*busy, true, {}, {});
   s->Complete(*free_pick, true, {}, {});
-  // Only b heartbeats; a is declared dead and the session moves to b.
-  s->Start();
+  // Only b heartbeats; at the next tick a is declared dead and the session
+  // moves to b.
   for (int i = 0; i < 10; ++i) {
+    now += absl::Milliseconds(60);
     v1::HeartbeatRequest hb;
     hb.set_node_id("b");
     *hb.add_models() = Node("b", "m").models(0);
     EXPECT_FALSE(s->Heartbeat(hb).reregister());
-    absl::SleepFor(absl::Milliseconds(60));
+    s->RunControlTick();
   }
   EXPECT_FALSE(s->cluster().IsAlive("a"));
   auto r3 = s->RouteRequest(Req("m", "again", 4, "s1"), kNever);
@@ -106,6 +111,35 @@ TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
   hb.set_node_id("a");
   EXPECT_TRUE(s->Heartbeat(hb).reregister());
   s->Stop();
+}
+
+// A request waiting for a replica wakes when one registers (the routing
+// version changes), not at the end of its wait.
+TEST(Scheduler, AWaitingRequestWakesWhenAReplicaAppears) {
+  auto s = Make(absl::Seconds(60));
+  absl::StatusOr<Route> r;
+  absl::Notification done;
+  std::thread t([&] {
+    r = s->RouteRequest(Req("n", "hi", 4), kNever);
+    done.Notify();
+  });
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  s->RegisterNode(Node("a", "n"));
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  t.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->node_id, "a");
+}
+
+// A cancelled request stops waiting.
+TEST(Scheduler, ACancelledRequestStopsWaiting) {
+  auto s = Make(absl::Seconds(60));
+  std::atomic<bool> cancelled{false};
+  absl::StatusOr<Route> r;
+  std::thread t([&] { r = s->RouteRequest(Req("n", "hi", 4), [&] { return cancelled.load(); }); });
+  cancelled = true;
+  t.join();  // within the 250 ms cancellation bound, not the 60 s wait
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(Scheduler, ListModelsShowsReplicasAndState) {

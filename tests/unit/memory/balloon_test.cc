@@ -35,7 +35,7 @@ TEST(Balloon, WeightsAndKvShareOneBudget) {
   EXPECT_EQ(b->pool()->stats().mapped_bytes, before.mapped_bytes);
   EXPECT_EQ(b->stats().weight_bytes, 0);
   // KV gives back 4 pages' blocks; their slabs unmap and the weights fit.
-  kv->Free(absl::MakeConstSpan(*blocks).subspan(0, 16));
+  EXPECT_TRUE(kv->Free(absl::MakeConstSpan(*blocks).subspan(0, 16)).ok());
   b->arena()->ReclaimFreeSlabs();
   auto w = b->MapWeights(3 * kPage - 100);  // rounds up to 3 pages
   ASSERT_TRUE(w.ok()) << w.status();
@@ -49,8 +49,8 @@ TEST(Balloon, WeightsAndKvShareOneBudget) {
   EXPECT_FALSE(kv->Allocate(13).ok());
   auto more = kv->Allocate(12);
   ASSERT_TRUE(more.ok());
-  kv->Free(*more);
-  kv->Free(absl::MakeConstSpan(*blocks).subspan(16));
+  EXPECT_TRUE(kv->Free(*more).ok());
+  EXPECT_TRUE(kv->Free(absl::MakeConstSpan(*blocks).subspan(16)).ok());
   // Dropping the weights returns the pages; the range is kept and reused.
   uint8_t* addr = (*w)->data();
   w->reset();

@@ -56,7 +56,9 @@ TEST(KvArena, ChurnWithMixedBlockSizesMatchesReference) {
         const auto start = reinterpret_cast<uintptr_t>(p), end = start + sizes[v];
         auto next = intervals.lower_bound(start);
         ASSERT_TRUE(next == intervals.end() || next->first >= end) << "overlap";
-        if (next != intervals.begin()) ASSERT_LE(std::prev(next)->second, start) << "overlap";
+        if (next != intervals.begin()) {
+          ASSERT_LE(std::prev(next)->second, start) << "overlap";
+        }
         intervals[start] = end;
         const uint8_t tag = static_cast<uint8_t>(rng());
         std::memset(p, tag, sizes[v]);
@@ -67,7 +69,7 @@ TEST(KvArena, ChurnWithMixedBlockSizesMatchesReference) {
       const Held h = held[i];
       uint8_t* p = views[h.view]->Address(h.id);
       for (size_t k = 0; k < sizes[h.view]; k += 97) ASSERT_EQ(p[k], h.tag);
-      views[h.view]->Free({h.id});
+      EXPECT_TRUE(views[h.view]->Free({h.id}).ok());
       intervals.erase(reinterpret_cast<uintptr_t>(p));
       held.erase(held.begin() + static_cast<long>(i));
     }
@@ -75,7 +77,7 @@ TEST(KvArena, ChurnWithMixedBlockSizesMatchesReference) {
     ASSERT_LE(f.pool->stats().mapped_bytes, f.pool->stats().budget_bytes);
   }
   EXPECT_GT(failures, 0);  // the budget was reached: memory really is shared
-  for (const auto& h : held) views[h.view]->Free({h.id});
+  for (const auto& h : held) EXPECT_TRUE(views[h.view]->Free({h.id}).ok());
   EXPECT_EQ(f.arena->stats().blocks_used, 0);
   EXPECT_LE(f.arena->stats().slabs_mapped, 1);  // only the free-slab buffer stays
   f.arena->ReclaimFreeSlabs();
@@ -89,10 +91,10 @@ TEST(KvArena, EveryFreeByteIsReusableByAnyModel) {
   ASSERT_TRUE(all_a.ok());
   EXPECT_EQ(all_a->size(), 8u * 64);
   EXPECT_FALSE(b->Allocate(1).ok());  // full
-  a->Free(*all_a);
+  EXPECT_TRUE(a->Free(*all_a).ok());
   auto all_b = b->Allocate(8 * 16);  // the whole budget, in the other size
   ASSERT_TRUE(all_b.ok()) << all_b.status();
-  b->Free(*all_b);
+  EXPECT_TRUE(b->Free(*all_b).ok());
 }
 
 TEST(KvArena, DriverCallsPerSlabNotPerBlock) {
@@ -103,13 +105,13 @@ TEST(KvArena, DriverCallsPerSlabNotPerBlock) {
   const auto s = f.pool->stats();
   EXPECT_EQ(s.map_calls, (10000 + 63) / 64);  // one per slab carved
   EXPECT_EQ(s.map_calls, f.arena->stats().carves);
-  v->Free(ids);
+  EXPECT_TRUE(v->Free(ids).ok());
   // Re-allocating reuses the buffered slab: no new driver call for the first 64.
   const int64_t before = f.pool->stats().map_calls;
   auto again = v->Allocate(64);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(f.pool->stats().map_calls, before);
-  v->Free(*again);
+  EXPECT_TRUE(v->Free(*again).ok());
 }
 
 TEST(KvArena, FailedAllocationLeavesNoTrace) {
@@ -133,7 +135,7 @@ TEST(KvArena, FreedSlabsReturnToTheBudgetForWeights) {
   auto v = *f.arena->CreateAllocator(4096);
   auto ids = *v->Allocate(6 * 16);
   EXPECT_EQ(f.pool->stats().mapped_bytes, 6 * static_cast<int64_t>(kPage));
-  v->Free(ids);
+  EXPECT_TRUE(v->Free(ids).ok());
   // Two slabs stay in the buffer; the rest were unmapped as they emptied.
   EXPECT_EQ(f.arena->stats().slabs_empty, 2);
   EXPECT_EQ(f.pool->stats().mapped_bytes, 2 * static_cast<int64_t>(kPage));
@@ -164,7 +166,7 @@ TEST(KvArena, ReplenishMapsTheBufferAheadWithinBudgetAndFloors) {
   EXPECT_EQ(f.pool->stats().mapped_bytes, 4 * static_cast<int64_t>(kPage));
   // Reclaim for weights gives the buffer back.
   EXPECT_EQ(f.arena->ReclaimFreeSlabs(), 2 * static_cast<int64_t>(kPage));
-  v->Free(ids);
+  EXPECT_TRUE(v->Free(ids).ok());
 }
 
 TEST(KvArena, SlabSizeKeepsTailWasteUnderThreePercent) {
@@ -200,7 +202,7 @@ TEST(KvArenaTenants, LimitCapsOneModelAndMovesAtRuntime) {
   EXPECT_EQ(a->num_free(), 0);
   auto other = b->Allocate(6 * 16);  // the other model takes the rest
   ASSERT_TRUE(other.ok()) << other.status();
-  b->Free(*other);
+  EXPECT_TRUE(b->Free(*other).ok());
   l.limit_bytes = 4 * static_cast<int64_t>(kPage);
   ASSERT_TRUE(f.arena->SetLimits(a.get(), l).ok());
   auto more = a->Allocate(32);
@@ -210,8 +212,8 @@ TEST(KvArenaTenants, LimitCapsOneModelAndMovesAtRuntime) {
   ASSERT_TRUE(f.arena->SetLimits(a.get(), l).ok());
   EXPECT_EQ(a->num_free(), 0);
   EXPECT_FALSE(a->Allocate(1).ok());
-  a->Free(first);
-  a->Free(*more);
+  EXPECT_TRUE(a->Free(first).ok());
+  EXPECT_TRUE(a->Free(*more).ok());
 }
 
 TEST(KvArenaTenants, FloorKeepsRoomOthersCannotTake) {
@@ -229,18 +231,103 @@ TEST(KvArenaTenants, FloorKeepsRoomOthersCannotTake) {
   // The model with the floor still gets its share.
   auto a_all = a->Allocate(3 * 16);
   ASSERT_TRUE(a_all.ok()) << a_all.status();
-  a->Free(*a_all);
+  EXPECT_TRUE(a->Free(*a_all).ok());
   // Dropping the floor at runtime hands the room back to everyone.
   ASSERT_TRUE(f.arena->SetLimits(a.get(), TenantLimits{}).ok());
   auto b_rest = b->Allocate(3 * 16);
   ASSERT_TRUE(b_rest.ok()) << b_rest.status();
-  b->Free(*b_rest);
-  b->Free(*b_all);
+  EXPECT_TRUE(b->Free(*b_rest).ok());
+  EXPECT_TRUE(b->Free(*b_all).ok());
   // An allocator gone from the arena reserves nothing.
   auto c = *f.arena->CreateAllocator(4096, floor3);
   c.reset();
   EXPECT_EQ(b->num_free(), 8 * 16);
   EXPECT_FALSE(f.arena->SetLimits(b.get(), TenantLimits{5, 4}).ok());  // floor above limit
+}
+
+}  // namespace
+}  // namespace ballast::memory
+
+namespace ballast::memory {
+namespace {
+
+// Free is checked in every build type: a double, foreign or bogus free is
+// refused with a status and changes nothing, so a slab's use count stays
+// right and a slab holding live blocks is never released.
+TEST(KvArenaFree, DoubleFreeIsRefusedAndLeavesStatsUnchanged) {
+  Fixture f(4);
+  auto v = *f.arena->CreateAllocator(4096);  // 16 blocks per slab
+  auto ids = *v->Allocate(3);
+  ASSERT_TRUE(v->Free({ids[0]}).ok());
+  const KvArenaStats before = f.arena->stats();
+  const int64_t free_before = v->num_free();
+  const absl::Status again = v->Free({ids[0]});
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.message().find("double free"), std::string::npos) << again;
+  // Listed twice in one span: the same, and the valid block stays allocated.
+  EXPECT_EQ(v->Free({ids[1], ids[1]}).code(), absl::StatusCode::kFailedPrecondition);
+  const KvArenaStats after = f.arena->stats();
+  EXPECT_EQ(after.blocks_used, before.blocks_used);
+  EXPECT_EQ(after.blocks_used, 2);
+  EXPECT_EQ(after.slabs_formatted, before.slabs_formatted);
+  EXPECT_EQ(after.releases, before.releases);
+  EXPECT_EQ(v->num_free(), free_before);
+  EXPECT_TRUE(v->Free({ids[1], ids[2]}).ok());
+  EXPECT_EQ(f.arena->stats().blocks_used, 0);
+}
+
+TEST(KvArenaFree, BogusFreeNeverReleasesASlabWithLiveBlocks) {
+  Fixture f(2, /*buffer=*/0);  // an emptied slab is unmapped at once
+  auto a = *f.arena->CreateAllocator(4096);
+  auto b = *f.arena->CreateAllocator(4096);
+  auto two = *a->Allocate(2);  // one slab: one freed block, one live
+  std::memset(a->Address(two[1]), 0x5a, 4096);
+  ASSERT_TRUE(a->Free({two[0]}).ok());
+  // Neither a double free nor a span mixing it with the live block gets
+  // the slab's use count to zero.
+  EXPECT_FALSE(a->Free({two[0]}).ok());
+  EXPECT_FALSE(a->Free({two[1], two[0]}).ok());
+  EXPECT_EQ(f.arena->stats().slabs_formatted, 1);
+  EXPECT_EQ(f.arena->stats().releases, 0);
+  EXPECT_EQ(f.arena->stats().blocks_used, 1);
+  // The rest of the budget goes to the other model; the live block stays
+  // where it was, untouched.
+  auto rest = b->Allocate(b->num_free());
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  for (BlockId id : *rest) std::memset(b->Address(id), 0xa5, 4096);
+  const uint8_t* live = a->Address(two[1]);
+  for (int k = 0; k < 4096; k += 61) ASSERT_EQ(live[k], 0x5a);
+  EXPECT_TRUE(b->Free(*rest).ok());
+  EXPECT_TRUE(a->Free({two[1]}).ok());
+  EXPECT_EQ(f.arena->stats().blocks_used, 0);
+}
+
+TEST(KvArenaFree, ForeignFreeAcrossTenantsIsRefused) {
+  Fixture f(4);
+  auto a = *f.arena->CreateAllocator(4096);
+  auto b = *f.arena->CreateAllocator(4096);  // same block size: same slabs
+  auto c = *f.arena->CreateAllocator(1024);  // another size class
+  auto mine = *a->Allocate(2);
+  auto theirs = *b->Allocate(1);
+  const int64_t a_free = a->num_free(), b_free = b->num_free();
+  const absl::Status st = b->Free({mine[0]});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("another model"), std::string::npos) << st;
+  // All or nothing: b's own block in the same span is not freed either.
+  EXPECT_EQ(b->Free({theirs[0], mine[1]}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Free({mine[0]}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->num_free(), a_free);
+  EXPECT_EQ(b->num_free(), b_free);
+  EXPECT_EQ(f.arena->stats().blocks_used, 3);
+  // Garbage ids: out of range, never carved.
+  EXPECT_EQ(a->Free({-1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->Free({BlockId{INT32_MAX}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->Free({static_cast<BlockId>(200 * KvArena::kMaxBlocksPerSlab)}).code(),
+            absl::StatusCode::kInvalidArgument);
+  // The owners free their own blocks.
+  EXPECT_TRUE(a->Free(mine).ok());
+  EXPECT_TRUE(b->Free(theirs).ok());
+  EXPECT_EQ(f.arena->stats().blocks_used, 0);
 }
 
 }  // namespace

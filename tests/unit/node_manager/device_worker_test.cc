@@ -11,6 +11,7 @@
 #include "engine/model_engine.h"
 #include "gtest/gtest.h"
 #include "tests/unit/engine/test_util.h"
+#include "tests/unit/node_manager/test_util.h"
 
 namespace ballast::node_manager {
 namespace {
@@ -19,54 +20,10 @@ using engine::GenerationRequest;
 using engine::GenerationResult;
 using engine::ModelEngine;
 using engine::ModelEngineOptions;
-
-struct Done : engine::GenerationSink {
-  void OnToken(int, const std::string&) override {}
-  void OnDone(absl::StatusOr<GenerationResult> r) override {
-    absl::MutexLock lock(&mu);
-    result = std::move(r);
-    done = true;
-  }
-  bool Finished() {
-    absl::MutexLock lock(&mu);
-    return done;
-  }
-  absl::Mutex mu;
-  bool done = false;
-  absl::StatusOr<GenerationResult> result = absl::UnknownError("not done");
-};
-
-GenerationRequest Req(const std::string& id, int salt, int prompt, int out) {
-  GenerationRequest r;
-  r.id = id;
-  r.prompt = {engine::ByteTokenizer::kBos};
-  for (int i = 1; i < prompt; ++i) r.prompt.push_back((i * 37 + salt * 11) % 256);
-  r.params.max_tokens = out;
-  r.params.ignore_eos = true;
-  return r;
-}
-
-// Greedy output of `r` on a private, roomy engine.
-std::vector<int> Alone(const std::string& path, const GenerationRequest& r) {
-  ModelEngineOptions o;
-  o.name = "alone";
-  o.path = path;
-  o.kv_cache_bytes = 64 << 20;
-  auto e = std::move(*ModelEngine::Create(o));
-  Done d;
-  EXPECT_TRUE(e->Submit(r, &d).ok());
-  while (e->HasWork()) e->Step();
-  return d.result.ok() ? d.result->output_tokens : std::vector<int>{};
-}
-
-bool WaitFor(const std::function<bool()>& cond, absl::Duration limit) {
-  const absl::Time end = absl::Now() + limit;
-  while (absl::Now() < end) {
-    if (cond()) return true;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return cond();
-}
+using testing::Alone;
+using testing::Done;
+using testing::Req;
+using testing::WaitFor;
 
 TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   engine::testing::TempDir dir;
@@ -217,7 +174,7 @@ TEST(NodeManager, ReactivationUsesTheHostCopyAndDrainingLetsRequestsFinish) {
   auto first = node->LoadModel("a", path, "auto", "");
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_FALSE(first->from_host_copy());
-  EXPECT_EQ(first->state(), "READY");
+  EXPECT_EQ(first->state(), v1::MODEL_STATE_READY);
   const GenerationRequest r = Req("r", 1, 30, 40);
   const std::vector<int> want = Alone(path, r);
 

@@ -1,0 +1,199 @@
+#include "engine/batch_planner.h"
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+namespace ballast::engine {
+
+BatchPlanner::BatchPlanner(const BatchPlannerOptions& options, KvManager* kv)
+    : options_(options), kv_(kv) {}
+
+BatchPlanner::~BatchPlanner() {
+  for (auto& s : running_) kv_->Free(&s->kv);
+  for (auto& s : waiting_) kv_->Free(&s->kv);
+}
+
+namespace {
+
+void AddChunk(StepPlan* plan, Sequence* s, int take) {
+  const int end = s->num_computed + take;
+  const bool last = end == static_cast<int>(s->tokens.size());
+  plan->chunks.push_back({s, s->num_computed, take, last});
+  // Everything but a single decode token is prefill work.
+  if (!(take == 1 && last)) plan->prefill_tokens += take;
+}
+
+}  // namespace
+
+StepPlan BatchPlanner::Plan() {
+  StepPlan plan;
+  int budget = options_.max_batch_tokens;
+  PlanRunning(&plan, &budget);
+  PlanAdmissions(&plan, &budget);
+  return plan;
+}
+
+void BatchPlanner::PlanRunning(StepPlan* plan, int* budget) {
+  // Oldest first. Preemption takes from the back, so indexes below i stay.
+  for (size_t i = 0; i < running_.size() && *budget > 0; ++i) {
+    Sequence* s = running_[i].get();
+    const int take = std::min(s->remaining(), *budget);
+    if (!ReserveOrPreempt(s, s->num_computed + take)) break;
+    AddChunk(plan, s, take);
+    *budget -= take;
+  }
+}
+
+void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget) {
+  while (*budget > 0 && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < options_.max_seqs) {
+    Sequence* s = waiting_.front().get();
+    AttachSessionPrefix(s);
+    const int take = std::min(s->remaining(), *budget);
+    const int tokens = s->num_computed + take;
+    // No room now: wait. Submit() refused requests that could never fit; in
+    // elastic mode other models may hold the memory for a while.
+    if (!kv_->FitsWatermark(s->kv, tokens, static_cast<int>(running_.size())) ||
+        !kv_->Reserve(&s->kv, tokens)) {
+      break;
+    }
+    AddChunk(plan, s, take);
+    *budget -= take;
+    s->admitted_at = KvRecencyNow();
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+bool BatchPlanner::ReserveOrPreempt(Sequence* seq, int tokens) {
+  while (true) {
+    if (kv_->Reserve(&seq->kv, tokens)) return true;
+    if (running_.empty()) return false;
+    // Preempt the newest running sequence (possibly `seq` itself).
+    const Sequence* victim = running_.back().get();
+    PreemptAt(running_.size() - 1);
+    if (victim == seq) return false;
+  }
+}
+
+void BatchPlanner::AttachSessionPrefix(Sequence* seq) {
+  if (seq->admitted_once) return;
+  seq->admitted_once = true;
+  if (seq->req.session_id.empty()) return;
+  const int common = kv_->TakePrefix(seq->req.session_id, seq->tokens, &seq->kv);
+  seq->num_computed = common;
+  seq->result.cached_tokens = common;
+  if (common > 0) seq->result.kv_source = KvSource::kDevice;
+}
+
+void BatchPlanner::PreemptAt(size_t i) {
+  std::unique_ptr<Sequence> v = std::move(running_[i]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+  kv_->Free(&v->kv);
+  v->num_computed = 0;
+  ++v->result.preemptions;
+  ++preemptions_;
+  waiting_.push_front(std::move(v));
+}
+
+void BatchPlanner::Enqueue(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
+
+std::vector<std::unique_ptr<Sequence>> BatchPlanner::Remove(
+    const absl::flat_hash_set<std::string>& ids) {
+  std::vector<std::unique_ptr<Sequence>> out;
+  if (ids.empty()) return out;
+  auto take_from = [&](auto& container) {
+    for (auto it = container.begin(); it != container.end();) {
+      if (ids.contains((*it)->req.id)) {
+        out.push_back(std::move(*it));
+        it = container.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  take_from(waiting_);
+  take_from(running_);
+  return out;
+}
+
+std::unique_ptr<Sequence> BatchPlanner::RemoveWaiting(const std::string& id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->req.id != id) continue;
+    std::unique_ptr<Sequence> s = std::move(*it);
+    waiting_.erase(it);
+    return s;
+  }
+  return nullptr;
+}
+
+std::vector<std::unique_ptr<Sequence>> BatchPlanner::TakeDone() {
+  std::vector<std::unique_ptr<Sequence>> out;
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->done) {
+      out.push_back(std::move(*it));
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+std::vector<std::unique_ptr<Sequence>> BatchPlanner::TakeAll() {
+  std::vector<std::unique_ptr<Sequence>> out;
+  out.reserve(running_.size() + waiting_.size());
+  while (!running_.empty()) {
+    out.push_back(std::move(running_.back()));
+    running_.pop_back();
+  }
+  for (auto& s : waiting_) out.push_back(std::move(s));
+  waiting_.clear();
+  return out;
+}
+
+void BatchPlanner::SetAdmissionOrder(const absl::flat_hash_map<std::string, int>& rank) {
+  // Keys once per sequence (not per comparison): preempted first, then rank.
+  std::vector<std::pair<std::pair<int, int>, std::unique_ptr<Sequence>>> keyed;
+  keyed.reserve(waiting_.size());
+  for (auto& s : waiting_) {
+    auto it = rank.find(s->req.id);
+    const std::pair<int, int> key =
+        s->admitted_once ? std::pair<int, int>(0, 0)
+                         : std::pair<int, int>(1, it == rank.end() ? INT_MAX : it->second);
+    keyed.emplace_back(key, std::move(s));
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  waiting_.clear();
+  for (auto& [key, s] : keyed) waiting_.push_back(std::move(s));
+}
+
+int64_t BatchPlanner::Preempt(const std::string& request_id) {
+  // Newest first, should two running sequences share an id.
+  for (size_t i = running_.size(); i-- > 0;) {
+    if (running_[i]->req.id != request_id) continue;
+    const int64_t bytes = kv_->BytesOf(running_[i]->kv);
+    PreemptAt(i);
+    return bytes;
+  }
+  return 0;
+}
+
+std::vector<KvHolding> BatchPlanner::Holdings() const {
+  std::vector<KvHolding> out;
+  out.reserve(running_.size());
+  for (const auto& s : running_) {
+    KvHolding h;
+    h.kind = KvHolding::Kind::kRunning;
+    h.id = s->req.id;
+    h.priority = s->req.priority;
+    h.recency = s->admitted_at;
+    h.bytes = kv_->BytesOf(s->kv);
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+}  // namespace ballast::engine

@@ -1,0 +1,115 @@
+// BatchPlanner: decides each step of one ModelEngine, as vLLM v1's
+// scheduler does: which sequences run, how many tokens each computes, and
+// which need logits. It owns the waiting and running sets and decides
+// admission and preemption, asking the KvManager only narrow questions
+// (Reserve, FitsWatermark, TakePrefix, Free). It never runs the model.
+//
+// Plan rule (one call of Plan()):
+//   1. Running sequences, oldest first, each take min(remaining, budget)
+//      tokens: a decode takes 1, an unfinished prefill the next chunk. If
+//      blocks run out even after the KV manager dropped cached sessions,
+//      the newest running sequence is preempted (its blocks are freed, it
+//      waits at the front and recomputes later from its tokens); when that
+//      is the sequence being planned, the pass ends.
+//   2. Waiting sequences, in order (preempted ones first), are admitted
+//      while budget and max_seqs allow, the KV manager's admission
+//      watermark passes and blocks can be reserved without preempting
+//      anyone; the first that does not fit ends the pass (it waits).
+//   3. A chunk asks for logits iff it computes the sequence's last token.
+// Shedding for the device preempts a named running sequence the same way.
+//
+// Thread-safety: thread-compatible; the engine's step thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "engine/kv_manager.h"
+#include "engine/sequence.h"
+
+namespace ballast::engine {
+
+struct BatchPlannerOptions {
+  int max_batch_tokens = 256;  // tokens per step (decodes + prefill chunks)
+  int max_seqs = 64;           // most sequences running at once
+};
+
+// One sequence's share of a step: tokens [start, start + tokens).
+struct PlannedChunk {
+  Sequence* seq = nullptr;
+  int start = 0;
+  int tokens = 0;
+  bool logits = false;  // the chunk ends the sequence's tokens: sample one
+};
+
+struct StepPlan {
+  std::vector<PlannedChunk> chunks;  // running sequences first, then admissions
+  // Tokens of prefill work: everything but single decode tokens (prompt
+  // chunks, and preempted sequences recomputing their KV).
+  int prefill_tokens = 0;
+  bool empty() const { return chunks.empty(); }
+};
+
+class BatchPlanner {
+ public:
+  // `kv` must outlive the planner.
+  BatchPlanner(const BatchPlannerOptions& options, KvManager* kv);
+  // Frees the blocks of sequences still held.
+  ~BatchPlanner();
+  BatchPlanner(const BatchPlanner&) = delete;
+  BatchPlanner& operator=(const BatchPlanner&) = delete;
+
+  // Plans the next step (reserving its blocks). Empty: nothing can run now.
+  StepPlan Plan();
+
+  // Adds a new sequence at the back of the waiting queue.
+  void Enqueue(std::unique_ptr<Sequence> seq);
+  bool empty() const { return waiting_.empty() && running_.empty(); }
+  const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
+  const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
+  int64_t preemptions() const { return preemptions_; }
+
+  // Removes the sequences whose request id is in `ids`, waiting ones first,
+  // then running ones, each in order. Their blocks stay with them.
+  std::vector<std::unique_ptr<Sequence>> Remove(const absl::flat_hash_set<std::string>& ids);
+  // Removes one waiting sequence (null if not waiting).
+  std::unique_ptr<Sequence> RemoveWaiting(const std::string& id);
+  // Removes the running sequences marked done, in running order.
+  std::vector<std::unique_ptr<Sequence>> TakeDone();
+  // Removes everything: running (newest first), then waiting (in order).
+  std::vector<std::unique_ptr<Sequence>> TakeAll();
+  // Admission order: ascending rank; preempted sequences stay first,
+  // sequences without a rank go last (stable: arrival order among equals).
+  void SetAdmissionOrder(const absl::flat_hash_map<std::string, int>& rank);
+
+  // Device shedding: preempts the running sequence of `request_id`; returns
+  // the bytes freed (0 if it is not running).
+  int64_t Preempt(const std::string& request_id);
+  // One kRunning holding per running sequence.
+  std::vector<KvHolding> Holdings() const;
+
+ private:
+  // Reserves blocks for `seq` up to `tokens` positions, preempting the
+  // newest running sequences while blocks are short. False if `seq` itself
+  // was preempted or nothing is left to preempt.
+  bool ReserveOrPreempt(Sequence* seq, int tokens);
+  // First admission of `seq`: attach its session's kept KV prefix.
+  void AttachSessionPrefix(Sequence* seq);
+  // Frees running_[i]'s blocks and moves it to the front of waiting_.
+  void PreemptAt(size_t i);
+  void PlanRunning(StepPlan* plan, int* budget);
+  void PlanAdmissions(StepPlan* plan, int* budget);
+
+  const BatchPlannerOptions options_;
+  KvManager* const kv_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace ballast::engine

@@ -1,0 +1,113 @@
+#include "engine/kv_manager.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+namespace ballast::engine {
+
+uint64_t KvRecencyNow() {
+  static std::atomic<uint64_t> last{0};
+  const auto now = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now().time_since_epoch())
+                                             .count());
+  uint64_t prev = last.load(std::memory_order_relaxed);
+  while (true) {
+    const uint64_t next = std::max(now, prev + 1);
+    if (last.compare_exchange_weak(prev, next, std::memory_order_relaxed)) return next;
+  }
+}
+
+KvManager::KvManager(KvCache* kv) : kv_(kv) {}
+
+KvManager::~KvManager() {
+  for (auto& [id, s] : sessions_) kv_->Release(&s.kv);
+}
+
+bool KvManager::Reserve(SequenceKv* kv, int tokens) {
+  while (true) {
+    if (kv_->Reserve(kv, tokens).ok()) return true;
+    if (sessions_.empty()) return false;
+    EvictLeastRecent();
+  }
+}
+
+bool KvManager::FitsWatermark(const SequenceKv& kv, int tokens, int running) const {
+  const int64_t headroom = static_cast<int64_t>(running) * layout().num_layers;
+  const int64_t available = kv_->allocator()->num_free() + cached_blocks_;
+  return available - kv_->BlocksNeeded(kv, tokens) >= headroom;
+}
+
+int64_t KvManager::Free(SequenceKv* kv) {
+  const int64_t bytes = BytesOf(*kv);
+  kv_->Release(kv);
+  return bytes;
+}
+
+int KvManager::TakePrefix(const std::string& session_id, const std::vector<int>& tokens,
+                          SequenceKv* kv) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || tokens.empty()) return 0;
+  // The longest common prefix; at least one token must be computed to
+  // produce logits.
+  const std::vector<int>& cached = it->second.tokens;
+  size_t common = 0;
+  while (common < cached.size() && common < tokens.size() && cached[common] == tokens[common]) {
+    ++common;
+  }
+  common = std::min(common, tokens.size() - 1);
+  cached_blocks_ -= it->second.kv.num_blocks();
+  *kv = std::move(it->second.kv);
+  sessions_.erase(it);
+  return static_cast<int>(common);
+}
+
+void KvManager::Keep(const std::string& session_id, SequenceKv kv, std::vector<int> tokens,
+                     int priority) {
+  CachedSession& slot = sessions_[session_id];
+  cached_blocks_ -= slot.kv.num_blocks();
+  kv_->Release(&slot.kv);
+  cached_blocks_ += kv.num_blocks();
+  slot.kv = std::move(kv);
+  slot.tokens = std::move(tokens);
+  slot.priority = priority;
+  slot.last_use = KvRecencyNow();
+}
+
+int64_t KvManager::Drop(const std::string& session_id) {
+  auto it = sessions_.find(session_id);
+  return it == sessions_.end() ? 0 : Erase(it);
+}
+
+int64_t KvManager::Erase(std::map<std::string, CachedSession>::iterator it) {
+  cached_blocks_ -= it->second.kv.num_blocks();
+  const int64_t bytes = Free(&it->second.kv);
+  sessions_.erase(it);
+  return bytes;
+}
+
+int64_t KvManager::EvictLeastRecent() {
+  if (sessions_.empty()) return 0;
+  auto victim = sessions_.begin();
+  for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+    if (it->second.last_use < victim->second.last_use) victim = it;
+  }
+  return Erase(victim);
+}
+
+std::vector<KvHolding> KvManager::Holdings() const {
+  std::vector<KvHolding> out;
+  out.reserve(sessions_.size());
+  for (const auto& [id, s] : sessions_) {
+    KvHolding h;
+    h.kind = KvHolding::Kind::kCachedSession;
+    h.id = id;
+    h.priority = s.priority;
+    h.recency = s.last_use;
+    h.bytes = BytesOf(s.kv);
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+}  // namespace ballast::engine

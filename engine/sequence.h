@@ -1,0 +1,44 @@
+// Sequence: one request inside a ModelEngine, as the batch planner, the KV
+// manager and the engine share it. A sequence is "tokens + how many have
+// KV": decode and prefill are the same operation (compute the next tokens
+// whose KV is missing), and preemption just resets the computed count.
+//
+// Thread-safety: plain data, owned and touched only by the engine's step
+// thread once it has left the engine's inbox.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "engine/generation.h"
+#include "engine/kv_cache.h"
+
+namespace ballast::engine {
+
+struct Sequence {
+  GenerationRequest req;
+  GenerationSink* sink = nullptr;
+  std::vector<int> tokens;  // prompt, then generated tokens
+  int prompt_len = 0;
+  int num_computed = 0;  // leading tokens whose KV is written
+  SequenceKv kv;
+  bool admitted_once = false;  // true once admitted (a preempted one waits again)
+  // When it last entered the running set (KvRecencyNow; larger = newer).
+  uint64_t admitted_at = 0;
+  bool done = false;    // its last token is out; the engine retires it
+  std::mt19937_64 rng;  // host sampling
+  uint64_t seed = 0;    // device sampling: draw i is Philox(seed, i)
+  std::unique_ptr<OutputText> out;
+  GenerationResult result;
+  absl::Time first_scheduled = absl::InfinitePast();
+  absl::Time first_token = absl::InfinitePast();
+  absl::Time last_token = absl::InfinitePast();
+
+  int outputs() const { return static_cast<int>(tokens.size()) - prompt_len; }
+  int remaining() const { return static_cast<int>(tokens.size()) - num_computed; }
+};
+
+}  // namespace ballast::engine

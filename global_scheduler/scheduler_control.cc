@@ -1,0 +1,407 @@
+// The scheduler's control loop: one tick's named steps, and the node calls
+// they start (loads, evictions, migrations, KVPR rebalancing). See
+// scheduler.h for the order and its rules.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "global_scheduler/idle_eviction.h"
+#include "global_scheduler/kvpr.h"
+#include "global_scheduler/scheduler.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::global_scheduler {
+
+absl::Duration Scheduler::Tick::Idle(const std::string& model) const {
+  auto it = last_request.find(model);
+  return it == last_request.end() ? absl::InfiniteDuration() : now - it->second;
+}
+
+void Scheduler::ControlTick() {
+  SweepDeadNodes();
+  AdvanceMigrations();
+  MaybeRebalance();
+  Tick tick = BeginTick();
+  ReconcileReplicas(&tick);
+  EvictUnlisted(tick);
+}
+
+void Scheduler::SweepDeadNodes() {
+  for (const auto& id : cluster_.SweepDead()) {
+    spdlog::warn("node {} missed heartbeats for {}: marked dead", id,
+                 absl::FormatDuration(options_.heartbeat_timeout));
+    sessions_.ForgetNode(id);
+  }
+}
+
+void Scheduler::MaybeRebalance() {
+  if (options_.placement_policy != "kvpr" || options_.rebalance_interval <= absl::ZeroDuration() ||
+      clock_() - last_rebalance_ < options_.rebalance_interval) {
+    return;
+  }
+  last_rebalance_ = clock_();
+  Rebalance();
+}
+
+Scheduler::Tick Scheduler::BeginTick() {
+  Tick t;
+  t.now = clock_();
+  t.nodes = cluster_.Snapshot();
+  const std::vector<ModelStatus> models = registry_.List();
+  for (const ModelStatus& m : models) t.last_request[m.spec.name] = m.last_request;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, device] : pending_) {
+    if (key.kind == PendingKind::kEvict) {
+      t.leaving.insert(key.model);
+      continue;
+    }
+    // Loads still under way count against their device, so models
+    // registered one after another spread over the devices.
+    const bool listed = std::any_of(t.nodes.begin(), t.nodes.end(), [&](const NodeInfo& n) {
+      return n.node_id == key.node_id &&
+             std::any_of(n.models.begin(), n.models.end(),
+                         [&](const auto& r) { return r.name() == key.model; });
+    });
+    if (listed) continue;
+    auto st = std::find_if(models.begin(), models.end(),
+                           [&](const ModelStatus& m) { return m.spec.name == key.model; });
+    AddPlaceholder(&t.nodes, Target{key.node_id, device}, key.model,
+                   st == models.end() ? 0 : st->weight_bytes);
+  }
+  return t;
+}
+
+void Scheduler::ReconcileReplicas(Tick* tick) {
+  for (const ModelStatus& m : registry_.List()) {
+    if (!m.wanted()) continue;  // idle-evicted: waits for a request
+    ReconcileModel(m, tick);
+  }
+}
+
+void Scheduler::ReconcileModel(const ModelStatus& m, Tick* tick) {
+  // Nodes that hold the model or are loading it.
+  std::set<std::string> exclude;
+  for (const auto& n : tick->nodes) {
+    if (!n.alive) continue;
+    for (const auto& r : n.models) {
+      if (r.name() == m.spec.name) exclude.insert(n.node_id);
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, device] : pending_) {
+      if (key.kind == PendingKind::kLoad && key.model == m.spec.name) exclude.insert(key.node_id);
+    }
+  }
+  if (static_cast<int>(exclude.size()) >= m.spec.replicas || tick->now < m.retry_after) return;
+  {
+    // An eviction made for this model is still under way: wait for it.
+    absl::MutexLock lock(&mu_);
+    auto it = evicting_for_.find(m.spec.name);
+    if (it != evicting_for_.end()) {
+      if (tick->leaving.count(it->second)) return;
+      evicting_for_.erase(it);
+    }
+  }
+  // Room for the weights on some device? Only a load refused for room
+  // (needs_room) or weights that fit no live candidate device lead to an
+  // eviction; having no candidate node at all is not a lack of room.
+  bool candidates = false, fits = false;
+  for (const auto& n : tick->nodes) {
+    if (!n.alive || exclude.count(n.node_id)) continue;
+    candidates = true;
+    fits |= m.weight_bytes <= 0 || HasWeightRoom(n, m.weight_bytes);
+  }
+  if (!candidates) return;  // every live node holds it already, or none is live
+  const bool room = fits && !m.needs_room;
+  if (!room) {
+    MakeRoomFor(m, tick);
+    return;
+  }
+  PlaceReplica(m, exclude, tick);
+}
+
+void Scheduler::MakeRoomFor(const ModelStatus& m, Tick* tick) {
+  if (options_.idle_evict_after <= absl::ZeroDuration()) return;
+  std::set<std::string> skip = tick->leaving;
+  skip.insert(m.spec.name);
+  auto victim = ChooseIdleVictim(
+      tick->nodes, [tick](const std::string& model) { return tick->Idle(model); },
+      options_.idle_evict_after, skip);
+  if (!victim) return;
+  spdlog::info("model {} needs room: evicting {} from node {} (idle {})", m.spec.name,
+               victim->model, victim->node_id, absl::FormatDuration(tick->Idle(victim->model)));
+  registry_.RecordIdleEvicted(victim->model, tick->now);
+  registry_.ClearNeedsRoom(m.spec.name);  // try loading once the room is there
+  StartEvict(victim->model, victim->node_id, /*drain=*/true);
+  {
+    absl::MutexLock lock(&mu_);
+    evicting_for_[m.spec.name] = victim->model;
+  }
+  tick->leaving.insert(victim->model);
+  for (auto& n : tick->nodes) {  // the working copy: that node has room now
+    if (n.node_id != victim->node_id) continue;
+    std::erase_if(n.models, [&](const v1::ResidentModel& r) { return r.name() == victim->model; });
+  }
+}
+
+void Scheduler::PlaceReplica(const ModelStatus& m, const std::set<std::string>& exclude,
+                             Tick* tick) {
+  std::optional<Target> target;
+  if (options_.placement_policy == "kvpr") {
+    target = ChooseNodeKvpr(
+        tick->nodes, exclude, [&](const std::string& model) { return Demand(model); },
+        Demand(m.spec.name), m.weight_bytes);
+  } else if (options_.placement_policy == "mme") {
+    target = ChooseNodeMme(
+        tick->nodes, exclude, [&](const std::string& model) { return Mme(model); },
+        Mme(m.spec.name), m.weight_bytes);
+  } else {
+    target = ChooseNodeForLoad(tick->nodes, exclude);
+  }
+  if (!target) return;
+  StartLoad(m.spec, *target);
+  AddPlaceholder(&tick->nodes, *target, m.spec.name, m.weight_bytes);
+}
+
+void Scheduler::EvictUnlisted(const Tick& tick) {
+  for (const auto& n : tick.nodes) {
+    if (!n.alive) continue;
+    for (const auto& r : n.models) {
+      if (!registry_.Contains(r.name())) StartEvict(r.name(), n.node_id);
+    }
+  }
+}
+
+void Scheduler::AddPlaceholder(std::vector<NodeInfo>* nodes, const Target& target,
+                               const std::string& model, int64_t weight_bytes) {
+  for (auto& n : *nodes) {
+    if (n.node_id != target.node_id) continue;
+    v1::ResidentModel placeholder;
+    placeholder.set_name(model);
+    placeholder.set_state(v1::MODEL_STATE_LOADING);
+    placeholder.set_weight_bytes(weight_bytes);
+    v1::DeviceState* on = n.devices.empty() ? nullptr : &n.devices.front();
+    for (auto& d : n.devices) {
+      if (d.name() == target.device) on = &d;
+    }
+    if (on != nullptr) {
+      placeholder.set_device(on->name());
+      on->set_memory_used_bytes(on->memory_used_bytes() + weight_bytes);
+    }
+    n.models.push_back(placeholder);
+  }
+}
+
+bool Scheduler::IsLoading(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, device] : pending_) {
+    if (key.kind == PendingKind::kLoad && key.model == model) return true;
+  }
+  return false;
+}
+
+void Scheduler::StartLoad(const ModelSpec& spec, const Target& target) {
+  auto stub = Stub(target.node_id);
+  if (!stub) return;
+  const PendingKey key{PendingKind::kLoad, spec.name, target.node_id};
+  {
+    absl::MutexLock lock(&mu_);
+    if (!pending_.emplace(key, target.device).second) return;
+  }
+  spdlog::info("loading model {} on node {} {}", spec.name, target.node_id, target.device);
+  const bool queued = pool_->Schedule([this, spec, target, stub, key] {
+    v1::LoadModelRequest req;
+    req.set_name(spec.name);
+    req.set_path(spec.path);
+    req.set_kv_dtype(spec.kv_dtype);
+    req.set_device(target.device);
+    req.set_kv_floor_bytes(spec.kv_floor_bytes);
+    req.set_kv_limit_bytes(spec.kv_limit_bytes);
+    v1::LoadModelResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.load_timeout));
+    grpc::Status st = stub->LoadModel(&ctx, req, &resp);
+    if (st.ok()) {
+      cluster_.AddResident(target.node_id, resp.model());
+      registry_.RecordLoaded(spec.name, resp.model().architecture(), resp.model().context_window(),
+                             resp.model().weight_bytes(), resp.model().kv_bytes_per_token());
+      spdlog::info("model {} ready on node {} ({})", spec.name, target.node_id,
+                   resp.model().device());
+    } else {
+      const std::string err =
+          absl::StrCat("load on node ", target.node_id, " failed: ", st.error_message());
+      spdlog::error("model {}: {}", spec.name, err);
+      // Out of memory: evict an idle model and retry at once (the control
+      // loop does both); other failures back off.
+      const bool no_room = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      registry_.RecordLoadError(spec.name, err, no_room ? clock_() : clock_() + options_.load_retry,
+                                no_room);
+    }
+    absl::MutexLock lock(&mu_);
+    pending_.erase(key);
+  });
+  if (!queued) {
+    absl::MutexLock lock(&mu_);
+    pending_.erase(key);
+  }
+}
+
+void Scheduler::StartEvict(const std::string& model, const std::string& node_id, bool drain) {
+  auto stub = Stub(node_id);
+  if (!stub) return;
+  const PendingKey key{PendingKind::kEvict, model, node_id};
+  {
+    absl::MutexLock lock(&mu_);
+    if (!pending_.emplace(key, "").second) return;
+  }
+  if (drain) cluster_.SetResidentState(node_id, model, v1::MODEL_STATE_DRAINING);
+  const bool queued = pool_->Schedule([this, model, node_id, stub, drain, key] {
+    v1::EvictModelRequest req;
+    req.set_name(model);
+    req.set_drain(drain);
+    req.set_drain_timeout_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.drain_timeout)));
+    v1::EvictModelResponse resp;
+    grpc::ClientContext ctx;
+    // The node may drain for drain_timeout; the margin covers the rest.
+    const absl::Duration budget =
+        (drain ? options_.drain_timeout : absl::ZeroDuration()) + options_.evict_rpc_margin;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + budget));
+    grpc::Status st = stub->EvictModel(&ctx, req, &resp);
+    if (st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) {
+      cluster_.RemoveResident(node_id, model);
+      spdlog::info("model {} evicted from node {}", model, node_id);
+    } else {
+      spdlog::warn("evicting {} from node {} failed: {}", model, node_id, st.error_message());
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      pending_.erase(key);
+    }
+    Kick();  // a load may be waiting for this room
+  });
+  if (!queued) {
+    absl::MutexLock lock(&mu_);
+    pending_.erase(key);
+  }
+}
+
+absl::Status Scheduler::MigrateModel(const std::string& model, const std::string& from_node,
+                                     const std::string& to_node, const std::string& to_device) {
+  auto m = registry_.Get(model);
+  if (!m) return absl::NotFoundError(absl::StrCat("model \"", model, "\" is not registered"));
+  if (!cluster_.IsAlive(to_node)) {
+    return absl::NotFoundError(absl::StrCat("node \"", to_node, "\" is not a live node"));
+  }
+  const auto holders = cluster_.NodesWithModel(model);  // READY replicas
+  if (std::find(holders.begin(), holders.end(), from_node) == holders.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", model, " is not READY on node \"", from_node, "\""));
+  }
+  if (auto n = cluster_.Get(to_node)) {
+    for (const auto& r : n->models) {
+      if (r.name() == model) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("model ", model, " is already on node ", to_node));
+      }
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (migrations_.count(model)) {
+      return absl::FailedPreconditionError(absl::StrCat("model ", model, " is already moving"));
+    }
+    migrations_[model] = Migration{from_node, to_node, to_device};
+  }
+  spdlog::info("migrating model {} from node {} to node {} {}", model, from_node, to_node,
+               to_device);
+  StartLoad(m->spec, Target{to_node, to_device});  // the source keeps serving meanwhile
+  return absl::OkStatus();
+}
+
+void Scheduler::AdvanceMigrations() {
+  std::map<std::string, Migration> moves;
+  {
+    absl::MutexLock lock(&mu_);
+    moves = migrations_;
+  }
+  for (const auto& [model, mv] : moves) {
+    const auto ready = cluster_.NodesWithModel(model);
+    bool done = false;
+    if (std::find(ready.begin(), ready.end(), mv.to) != ready.end()) {
+      // The target serves: drain the source; its in-flight requests finish
+      // there, new ones go to the target.
+      spdlog::info("model {} is READY on node {}: draining node {}", model, mv.to, mv.from);
+      StartEvict(model, mv.from, /*drain=*/true);
+      done = true;
+    } else {
+      // The load ended (StartLoad keeps it pending until then) without a
+      // READY replica: it failed; give the move up, the source stays.
+      absl::MutexLock lock(&mu_);
+      done = !pending_.count(PendingKey{PendingKind::kLoad, model, mv.to});
+      if (done)
+        spdlog::warn("migration of {} to node {} failed; it stays on {}", model, mv.to, mv.from);
+    }
+    if (done) {
+      absl::MutexLock lock(&mu_);
+      migrations_.erase(model);
+    }
+  }
+}
+
+void Scheduler::Rebalance() {
+  // Whole-catalogue KVPR placement over the live devices (Prism Algorithm
+  // 1, kvpr.h, per GPU); single-replica models READY somewhere take part.
+  {
+    absl::MutexLock lock(&mu_);
+    if (!migrations_.empty()) return;  // one move at a time
+  }
+  const std::vector<DeviceView> views = DeviceViews(cluster_.Snapshot(), {});
+  std::vector<DeviceCapacity> devices;
+  std::map<std::pair<std::string, std::string>, int> index;  // (node, device) -> index
+  std::map<std::string, int> where;                          // model -> device index
+  for (const DeviceView& v : views) {
+    const int i = static_cast<int>(devices.size());
+    index[{v.node_id, v.device}] = i;
+    devices.push_back({absl::StrCat(v.node_id, "/", v.device), v.memory_bytes});
+    for (const auto& m : v.models) where[m] = where.count(m) ? -1 : i;  // -1: several replicas
+  }
+  std::vector<ModelDemand> models;
+  for (const ModelStatus& m : registry_.List()) {
+    if (m.spec.replicas != 1 || m.weight_bytes <= 0) continue;
+    const auto ready = cluster_.NodesWithModel(m.spec.name);
+    auto it = where.find(m.spec.name);
+    if (ready.size() != 1 || it == where.end() || it->second < 0) continue;
+    models.push_back({m.spec.name, Demand(m.spec.name), m.weight_bytes, it->second});
+  }
+  if (models.size() < 2 || devices.size() < 2) return;
+  const KvprPlacement plan = PlaceKvpr(models, devices, options_.migration_threshold);
+  std::vector<int> current;
+  for (const auto& m : models) current.push_back(m.current_device);
+  for (size_t i = 0; i < models.size(); ++i) {
+    const int to = plan.device_of[i];
+    if (to < 0 || to == models[i].current_device) continue;
+    spdlog::info("KVPR rebalance: max KVPR {:.3g} -> {:.3g} by moving {} to {}",
+                 MaxKvpr(models, devices, current), plan.max_kvpr, models[i].name,
+                 devices[to].name);
+    const DeviceView& from = views[static_cast<size_t>(models[i].current_device)];
+    const DeviceView& dest = views[static_cast<size_t>(to)];
+    absl::Status st = absl::OkStatus();
+    if (from.node_id == dest.node_id) {
+      // Between two GPUs of one node: MigrateModel moves across nodes only
+      // (a replica per node); leave it where it is.
+      st = absl::UnimplementedError("moving a model between GPUs of one node");
+    } else {
+      st = MigrateModel(models[i].name, from.node_id, dest.node_id, dest.device);
+    }
+    if (!st.ok()) {
+      spdlog::warn("KVPR rebalance of {} not started: {}", models[i].name,
+                   std::string(st.message()));
+    }
+    break;  // one move per rebalance
+  }
+}
+
+}  // namespace ballast::global_scheduler

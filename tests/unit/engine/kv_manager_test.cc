@@ -1,0 +1,160 @@
+// KvManager without an executor: block reservation with LRU eviction of
+// cached sessions, the session prefix cache, the admission watermark,
+// holdings for device-wide shedding, and the recency clock.
+#include "engine/kv_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <numeric>
+
+#include "gtest/gtest.h"
+#include "memory/host_block_pool.h"
+
+namespace ballast::engine {
+namespace {
+
+// 2 layers, blocks of 4 positions: a sequence of t tokens takes
+// 2 * ceil(t / 4) blocks.
+class KvManagerTest : public ::testing::Test {
+ protected:
+  void Init(int64_t blocks) {
+    KvLayout layout;
+    layout.num_layers = 2;
+    layout.num_kv_heads = 1;
+    layout.head_dim = 4;
+    layout.block_tokens = 4;
+    pool_ = *memory::HostBlockPool::Create(layout.block_bytes(), blocks);
+    cache_ = std::make_unique<KvCache>(layout, pool_.get());
+    kv_ = std::make_unique<KvManager>(cache_.get());
+  }
+  // Keeps a session whose KV covers `tokens` (1, 2, ..., n).
+  void KeepSession(const std::string& id, int n, int priority = 0) {
+    SequenceKv kv;
+    ASSERT_TRUE(kv_->Reserve(&kv, n));
+    kv_->Keep(id, std::move(kv), Tokens(n), priority);
+  }
+  static std::vector<int> Tokens(int n) {
+    std::vector<int> t(n);
+    std::iota(t.begin(), t.end(), 1);
+    return t;
+  }
+  int64_t Free() const { return pool_->num_free(); }
+
+  std::unique_ptr<memory::HostBlockPool> pool_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<KvManager> kv_;
+};
+
+TEST_F(KvManagerTest, ReserveEvictsCachedSessionsLeastRecentlyUsedFirst) {
+  Init(12);
+  KeepSession("old", 8);  // 4 blocks
+  KeepSession("new", 8);  // 4 blocks
+  SequenceKv a;
+  ASSERT_TRUE(kv_->Reserve(&a, 8));  // the last 4 free blocks: no eviction
+  EXPECT_EQ(kv_->num_sessions(), 2);
+  SequenceKv b;
+  ASSERT_TRUE(kv_->Reserve(&b, 8));  // needs "old"'s blocks
+  EXPECT_EQ(kv_->num_sessions(), 1);
+  SequenceKv probe;
+  EXPECT_GT(kv_->TakePrefix("new", Tokens(8), &probe), 0);  // "new" survived
+  kv_->Free(&probe);
+  // Too big even with every session gone: false, the table unchanged.
+  const int64_t blocks_before = a.num_blocks();
+  EXPECT_FALSE(kv_->Reserve(&a, 100));
+  EXPECT_EQ(a.num_blocks(), blocks_before);
+  EXPECT_EQ(kv_->BytesOf(a), 4 * kv_->block_bytes());
+  EXPECT_EQ(kv_->Free(&a), 4 * kv_->block_bytes());
+  EXPECT_EQ(kv_->Free(&b), 4 * kv_->block_bytes());
+  EXPECT_EQ(Free(), 12);
+}
+
+TEST_F(KvManagerTest, TakePrefixGivesTheLongestCommonPrefixAndLeavesOneToCompute) {
+  Init(32);
+  KeepSession("s", 8);
+  std::vector<int> next = Tokens(5);
+  next.push_back(99);
+  next.push_back(100);
+  SequenceKv kv;
+  EXPECT_EQ(kv_->TakePrefix("s", next, &kv), 5);
+  EXPECT_EQ(kv.num_blocks(), 4);  // the session's blocks moved over
+  EXPECT_EQ(kv_->num_sessions(), 0);
+  kv_->Keep("s", std::move(kv), Tokens(8), 0);
+  SequenceKv same;
+  // Identical tokens: all but the last, which must be computed for logits.
+  EXPECT_EQ(kv_->TakePrefix("s", Tokens(8), &same), 7);
+  SequenceKv none;
+  EXPECT_EQ(kv_->TakePrefix("unknown", Tokens(8), &none), 0);
+  EXPECT_EQ(none.num_blocks(), 0);
+  kv_->Free(&same);
+  EXPECT_EQ(Free(), 32);
+}
+
+TEST_F(KvManagerTest, KeepReplacesTheSessionsOlderEntryAndDropFreesIt) {
+  Init(32);
+  KeepSession("s", 8);
+  KeepSession("s", 4);  // the next turn's KV replaces the first
+  EXPECT_EQ(kv_->num_sessions(), 1);
+  EXPECT_EQ(Free(), 30);
+  EXPECT_EQ(kv_->Drop("s"), 2 * kv_->block_bytes());
+  EXPECT_EQ(kv_->Drop("s"), 0);
+  EXPECT_EQ(kv_->EvictLeastRecent(), 0);
+  EXPECT_EQ(Free(), 32);
+}
+
+// Cached session KV counts as free for admission (Reserve evicts it on
+// demand); running sequences keep one block per layer of headroom each.
+TEST_F(KvManagerTest, WatermarkCountsCachedSessionBlocksAsFree) {
+  Init(12);
+  KeepSession("s", 20);  // 10 of the 12 blocks
+  ASSERT_EQ(Free(), 2);
+  const SequenceKv empty;
+  EXPECT_TRUE(kv_->FitsWatermark(empty, 8, /*running=*/0));  // 4 blocks of 2 + 10
+  EXPECT_TRUE(kv_->FitsWatermark(empty, 8, /*running=*/4));  // 8 left for 4 x 2 layers
+  EXPECT_FALSE(kv_->FitsWatermark(empty, 8, /*running=*/5));
+  EXPECT_FALSE(kv_->FitsWatermark(empty, 28, /*running=*/0));  // 14 blocks > 12
+  kv_->Drop("s");
+  SequenceKv hold;
+  ASSERT_TRUE(kv_->Reserve(&hold, 20));  // the same 10 blocks, now running
+  EXPECT_FALSE(kv_->FitsWatermark(empty, 8, /*running=*/0));
+  kv_->Free(&hold);
+}
+
+TEST_F(KvManagerTest, HoldingsDescribeEachCachedSession) {
+  Init(32);
+  KeepSession("a", 8, /*priority=*/3);
+  KeepSession("b", 4, /*priority=*/-1);
+  std::vector<KvHolding> h = kv_->Holdings();
+  ASSERT_EQ(h.size(), 2u);
+  std::sort(h.begin(), h.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+  EXPECT_EQ(h[0].kind, KvHolding::Kind::kCachedSession);
+  EXPECT_EQ(h[0].priority, 3);
+  EXPECT_EQ(h[0].bytes, 4 * kv_->block_bytes());
+  EXPECT_EQ(h[1].priority, -1);
+  EXPECT_EQ(h[1].bytes, 2 * kv_->block_bytes());
+  EXPECT_LT(h[0].recency, h[1].recency);  // "a" was used before "b"
+  // Least recently used goes first.
+  EXPECT_EQ(kv_->EvictLeastRecent(), 4 * kv_->block_bytes());
+  ASSERT_EQ(kv_->Holdings().size(), 1u);
+  EXPECT_EQ(kv_->Holdings()[0].id, "b");
+}
+
+TEST(KvRecency, StrictlyIncreasingSteadyClockNanoseconds) {
+  const auto steady_ns = [] {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  };
+  const uint64_t before = steady_ns();
+  uint64_t last = KvRecencyNow();
+  EXPECT_GE(last, before);
+  for (int i = 0; i < 10000; ++i) {
+    const uint64_t now = KvRecencyNow();
+    ASSERT_GT(now, last);
+    last = now;
+  }
+  EXPECT_LE(last, steady_ns() + 10000);  // at most one bump per call ahead
+}
+
+}  // namespace
+}  // namespace ballast::engine

@@ -1,0 +1,266 @@
+// The scheduler's control loop against fake nodes (in-process gRPC servers
+// on loopback that record the calls they get): typed pending operations,
+// the drain timeout passed along, a bounded pool for node calls, per-device
+// placement, and no eviction when a node dies. The control loop is driven
+// tick by tick on an injected clock; nothing sleeps to let time pass.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "ballast/v1/node.grpc.pb.h"
+#include "global_scheduler/scheduler.h"
+#include "gtest/gtest.h"
+
+namespace ballast::global_scheduler {
+namespace {
+
+struct FakeClock {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  Clock fn() {
+    return [this] { return now; };
+  }
+};
+
+// A node that answers LoadModel/EvictModel as told and records them.
+class FakeNode final : public v1::Node::Service {
+ public:
+  struct Evict {
+    std::string model;
+    bool drain = false;
+    uint32_t drain_timeout_ms = 0;
+    absl::Duration deadline_left;
+  };
+
+  FakeNode() {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~FakeNode() override {
+    Open();
+    server_->Shutdown();
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+  // While closed, calls block until Open().
+  void Close() {
+    absl::MutexLock l(&mu_);
+    open_ = false;
+  }
+  void Open() {
+    absl::MutexLock l(&mu_);
+    open_ = true;
+  }
+
+  grpc::Status LoadModel(grpc::ServerContext*, const v1::LoadModelRequest* req,
+                         v1::LoadModelResponse* resp) override {
+    absl::MutexLock l(&mu_);
+    loads_.push_back({req->name(), req->device()});
+    peak_ = std::max(peak_, ++running_);
+    mu_.Await(absl::Condition(&open_));
+    --running_;
+    v1::ResidentModel* m = resp->mutable_model();
+    m->set_name(req->name());
+    m->set_device(req->device());
+    m->set_state(v1::MODEL_STATE_READY);
+    m->set_weight_bytes(100);
+    return grpc::Status::OK;
+  }
+  grpc::Status EvictModel(grpc::ServerContext* ctx, const v1::EvictModelRequest* req,
+                          v1::EvictModelResponse*) override {
+    absl::MutexLock l(&mu_);
+    evicts_.push_back({req->name(), req->drain(), req->drain_timeout_ms(),
+                       absl::FromChrono(ctx->deadline()) - absl::Now()});
+    mu_.Await(absl::Condition(&open_));
+    return grpc::Status::OK;
+  }
+
+  std::vector<std::pair<std::string, std::string>> loads() {
+    absl::MutexLock l(&mu_);
+    return loads_;
+  }
+  std::vector<Evict> evicts() {
+    absl::MutexLock l(&mu_);
+    return evicts_;
+  }
+  int peak() {
+    absl::MutexLock l(&mu_);
+    return peak_;
+  }
+  // Blocks until `n` calls are in progress at once (or 10 s pass).
+  bool AwaitRunning(int n) {
+    absl::MutexLock l(&mu_);
+    auto reached = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(10));
+  }
+  // Blocks until the node has seen `loads` loads and `evicts` evictions.
+  bool AwaitCalls(size_t loads, size_t evicts, absl::Duration timeout = absl::Seconds(10)) {
+    absl::MutexLock l(&mu_);
+    auto reached = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return loads_.size() >= loads && evicts_.size() >= evicts;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  int peak_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::pair<std::string, std::string>> loads_ ABSL_GUARDED_BY(mu_);
+  std::vector<Evict> evicts_ ABSL_GUARDED_BY(mu_);
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+v1::RegisterNodeRequest NodeAt(const std::string& id, const FakeNode& fake,
+                               std::vector<std::string> devices = {"cpu:0"},
+                               std::vector<std::pair<std::string, std::string>> models = {}) {
+  v1::RegisterNodeRequest r;
+  r.set_node_id(id);
+  r.set_address(fake.address());
+  for (const auto& name : devices) {
+    auto* d = r.add_devices();
+    d->set_name(name);
+    d->set_memory_total_bytes(1000);
+  }
+  for (const auto& [name, device] : models) {
+    auto* m = r.add_models();
+    m->set_name(name);
+    m->set_device(device);
+    m->set_state(v1::MODEL_STATE_READY);
+    m->set_weight_bytes(100);
+  }
+  return r;
+}
+
+// "evict:x" is a model name like any other: loading it and evicting x on
+// the same node are two operations (once a string key made them collide).
+TEST(SchedulerControl, AModelNamedLikeAnEvictionIsStillAModel) {
+  FakeNode fake;
+  fake.Close();
+  FakeClock clock;
+  SchedulerOptions o;
+  o.models = {{"evict:x", "/models/x"}};
+  auto s = *Scheduler::Create(o, clock.fn());
+  s->RegisterNode(NodeAt("a", fake, {"cpu:0"}, {{"x", "cpu:0"}}));  // x: not in the catalogue
+  s->RunControlTick();
+  ASSERT_TRUE(fake.AwaitCalls(1, 1));
+  EXPECT_EQ(fake.loads()[0].first, "evict:x");
+  EXPECT_EQ(fake.evicts()[0].model, "x");
+  fake.Open();
+  s->Stop();
+}
+
+TEST(SchedulerControl, RejectsModelNamesOutsideTheDocumentedSet) {
+  SchedulerOptions o;
+  auto s = *Scheduler::Create(o);
+  for (const char* bad : {"", " x", "a b", "x\n", "-x", "../etc", "x;rm"}) {
+    EXPECT_EQ(s->RegisterModel({bad, "/m"}).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(s->RegisterModel({std::string(129, 'a'), "/m"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  for (const char* good : {"meta-llama/Llama-3.1-8B", "qwen:7b-fp8", "m_1.v2"}) {
+    EXPECT_TRUE(s->RegisterModel({good, "/m"}).ok()) << good;
+  }
+}
+
+// A migration drains the source for scheduler.drain_timeout, sent with the
+// call, and the call's deadline is that plus the margin (no hidden
+// dependence on the node's default).
+TEST(SchedulerControl, DrainingEvictionCarriesTheConfiguredTimeout) {
+  FakeNode a, b;
+  FakeClock clock;
+  SchedulerOptions o;
+  o.models = {{"m", "/models/m"}};
+  o.drain_timeout = absl::Milliseconds(1234);
+  o.evict_rpc_margin = absl::Seconds(5);
+  auto s = *Scheduler::Create(o, clock.fn());
+  s->RegisterNode(NodeAt("a", a, {"cpu:0"}, {{"m", "cpu:0"}}));
+  s->RegisterNode(NodeAt("b", b));
+  ASSERT_TRUE(s->MigrateModel("m", "a", "b").ok());
+  ASSERT_TRUE(b.AwaitCalls(1, 0));
+  // The load answered READY; the next ticks see it and drain the source.
+  for (int i = 0; i < 200 && a.evicts().empty(); ++i) {
+    s->RunControlTick();
+    a.AwaitCalls(0, 1, absl::Milliseconds(50));
+  }
+  ASSERT_EQ(a.evicts().size(), 1u);
+  const FakeNode::Evict e = a.evicts()[0];
+  EXPECT_TRUE(e.drain);
+  EXPECT_EQ(e.drain_timeout_ms, 1234u);
+  EXPECT_GT(e.deadline_left, absl::Seconds(5));
+  EXPECT_LE(e.deadline_left, absl::Milliseconds(6234 + 100));  // gRPC rounds deadlines
+  s->Stop();
+}
+
+// Node calls run on control_threads threads, however many are due.
+TEST(SchedulerControl, NodeCallsRunOnABoundedPool) {
+  FakeNode fake;
+  fake.Close();
+  FakeClock clock;
+  SchedulerOptions o;
+  o.control_threads = 2;
+  for (int i = 0; i < 6; ++i) o.models.push_back({absl::StrCat("m", i), "/models/m"});
+  auto s = *Scheduler::Create(o, clock.fn());
+  auto node = NodeAt("a", fake);
+  node.mutable_devices(0)->set_memory_total_bytes(1 << 30);
+  s->RegisterNode(node);
+  s->RunControlTick();  // six loads due at once
+  ASSERT_TRUE(fake.AwaitRunning(2));
+  absl::SleepFor(absl::Milliseconds(100));  // room for a third to start, were it allowed
+  EXPECT_EQ(fake.peak(), 2);
+  fake.Open();
+  ASSERT_TRUE(fake.AwaitCalls(6, 0));
+  s->Stop();
+  EXPECT_EQ(fake.peak(), 2);
+}
+
+// Placement is per GPU: the load goes to the node's empty device.
+TEST(SchedulerControl, LoadsGoToADeviceNotJustANode) {
+  FakeNode fake;
+  FakeClock clock;
+  SchedulerOptions o;
+  o.models = {{"new", "/models/new"}};
+  auto s = *Scheduler::Create(o, clock.fn());
+  auto node = NodeAt("a", fake, {"cuda:0", "cuda:1"}, {{"old", "cuda:0"}});
+  node.mutable_devices(0)->set_memory_used_bytes(600);
+  s->RegisterNode(node);
+  ASSERT_TRUE(s->RegisterModel({"old", "/models/old"}).ok());
+  s->RunControlTick();
+  ASSERT_TRUE(fake.AwaitCalls(1, 0));
+  EXPECT_EQ(fake.loads()[0], (std::pair<std::string, std::string>{"new", "cuda:1"}));
+  s->Stop();
+}
+
+// When a node dies, a model that wants more replicas than there are live
+// nodes is not a model that lacks room: nothing healthy is evicted for it.
+TEST(SchedulerControl, ANodeDeathEvictsNothingElsewhere) {
+  FakeNode a, b;
+  FakeClock clock;
+  SchedulerOptions o;
+  o.idle_evict_after = absl::Seconds(1);
+  o.heartbeat_timeout = absl::Seconds(3);
+  ModelSpec wide{"wide", "/models/wide"};
+  wide.replicas = 2;
+  o.models = {wide, {"idle", "/models/idle"}};
+  auto s = *Scheduler::Create(o, clock.fn());
+  s->RegisterNode(NodeAt("a", a, {"cpu:0"}, {{"wide", "cpu:0"}, {"idle", "cpu:0"}}));
+  s->RegisterNode(NodeAt("b", b, {"cpu:0"}, {{"wide", "cpu:0"}}));
+  clock.now += absl::Seconds(5);  // b stops heartbeating; idle is idle
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  *hb.mutable_models() = NodeAt("a", a, {"cpu:0"}, {{"wide", "cpu:0"}, {"idle", "cpu:0"}}).models();
+  *hb.mutable_devices() = NodeAt("a", a).devices();
+  ASSERT_FALSE(s->Heartbeat(hb).reregister());
+  for (int i = 0; i < 3; ++i) s->RunControlTick();
+  EXPECT_FALSE(s->cluster().IsAlive("b"));
+  EXPECT_TRUE(a.evicts().empty());
+  s->Stop();
+}
+
+}  // namespace
+}  // namespace ballast::global_scheduler

@@ -1,0 +1,213 @@
+// Node-side contracts found in review, each with the test that caught it:
+// a request always ends (a Submit racing an eviction is refused or
+// finished, never stranded); activation sheds KV down the memory ladder
+// across all models (least recently used session first, not alphabetical
+// model order); a draining eviction waits for exactly the in-flight
+// requests; model names are validated.
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "engine/model_engine.h"
+#include "gtest/gtest.h"
+#include "node_manager/device_worker.h"
+#include "node_manager/node_manager.h"
+#include "tests/unit/engine/test_util.h"
+#include "tests/unit/node_manager/test_util.h"
+
+namespace ballast::node_manager {
+namespace {
+
+using engine::ModelEngine;
+using engine::ModelEngineOptions;
+using testing::Done;
+using testing::Req;
+
+constexpr int64_t kPage = 64 << 10;
+
+DeviceMemoryOptions HostPages() {
+  DeviceMemoryOptions mem;
+  mem.page_bytes = kPage;
+  mem.slab_bytes = kPage;
+  mem.gpu = -1;
+  return mem;
+}
+
+// Activation as the node does it: weight pages from the balloon, then the
+// engine over them, then added to the device.
+absl::StatusOr<std::shared_ptr<ModelEngine>> Activate(const std::string& name,
+                                                      const std::string& path, DeviceWorker* w) {
+  ModelEngineOptions o;
+  o.name = name;
+  o.path = path;
+  o.kv_arena = w->arena();
+  auto need = ModelEngine::WeightBytesNeeded(o);
+  if (!need.ok()) return need.status();
+  auto pages = w->ReserveWeights(*need);
+  if (!pages.ok()) return pages.status();
+  o.weight_pages = std::move(*pages);
+  auto e = ModelEngine::Create(o, [w] { w->Wake(); });
+  if (!e.ok()) return e.status();
+  std::shared_ptr<ModelEngine> engine = std::move(*e);
+  if (auto st = w->Add(engine); !st.ok()) return st;
+  return engine;
+}
+
+// A caller that found the engine before the device removed it keeps
+// submitting: every submission is either refused or ends. (Before engines
+// could be closed, submissions after the removal were queued on an engine
+// nothing stepped any more, and their callers waited forever.)
+TEST(DeviceWorker, ASubmitRacingARemovalAlwaysEnds) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  auto w = std::move(*DeviceWorker::Create("cpu:0", 64ll << 20, HostPages()));
+  auto e = Activate("a", path, w.get());
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::shared_ptr<ModelEngine> engine = *e;
+  std::vector<std::unique_ptr<Done>> accepted;
+  absl::Status refused;
+  ASSERT_TRUE(w->Remove("a"));
+  for (int i = 0; i < 100000 && refused.ok(); ++i) {
+    auto d = std::make_unique<Done>();
+    refused = engine->Submit(Req("r" + std::to_string(i), i, 8, 4), d.get());
+    if (refused.ok()) accepted.push_back(std::move(d));
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << "the removed engine kept accepting";
+  EXPECT_NE(refused.message().find("evicted"), std::string::npos) << refused.message();
+  for (auto& d : accepted) {
+    ASSERT_TRUE(d->AwaitDone(absl::Seconds(10))) << "a request accepted before the close hangs";
+    EXPECT_EQ(d->result.status().code(), absl::StatusCode::kUnavailable);
+  }
+  w->Stop();
+}
+
+// Two models each keep one idle session's KV; `a` (first alphabetically)
+// used its session last. An activation short of one page takes the least
+// recently used session, b's, and leaves a's alone. (Shedding engine by
+// engine in name order took a's first.)
+TEST(DeviceWorker, ActivationShedsTheLeastRecentlyUsedSessionAcrossModels) {
+  engine::testing::TempDir dir;
+  engine::SyntheticModelSpec sa, sb;
+  sb.kv_heads = 4;  // another KV block size: a and b never share a slab
+  const std::string a_path = engine::testing::WriteTinyModel(dir, "a", sa);
+  const std::string b_path = engine::testing::WriteTinyModel(dir, "b", sb);
+  auto w = std::move(*DeviceWorker::Create("cpu:0", 32ll << 20, HostPages()));
+  auto a = Activate("a", a_path, w.get());
+  auto b = Activate("b", b_path, w.get());
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto run = [](ModelEngine* e, const std::string& session) {
+    engine::GenerationRequest r = Req(session, 3, 200, 8);
+    r.session_id = session;
+    Done d;
+    EXPECT_TRUE(e->Submit(r, &d).ok());
+    EXPECT_TRUE(d.AwaitDone(absl::Seconds(30)));
+    EXPECT_TRUE(d.result.ok()) << d.result.status();
+  };
+  run(b->get(), "sb");  // older
+  run(a->get(), "sa");  // more recent
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return (*a)->stats().cached_sessions == 1 && (*b)->stats().cached_sessions == 1; },
+      absl::Seconds(10)));
+  // Everything but the two sessions' slabs is free once empty slabs go:
+  // ask for one page more than that.
+  const DeviceUsage u = w->Usage();
+  const int64_t free_after_reclaim =
+      u.memory_total_bytes - u.weight_bytes - u.workspace_bytes - u.slabs_formatted * kPage;
+  auto pages = w->ReserveWeights(free_after_reclaim + kPage);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_EQ((*b)->stats().cached_sessions, 0) << "b's older session should have gone";
+  EXPECT_EQ((*a)->stats().cached_sessions, 1) << "a's recent session should have stayed";
+  pages->reset();
+  w->Stop();
+}
+
+// A draining eviction waits for the requests in flight, no longer, and
+// refuses new ones meanwhile; the node's in-flight count is exact.
+TEST(NodeManager, DrainWaitsForInFlightRequestsAndRefusesNewOnes) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  NodeOptions n;
+  n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
+  auto node = std::move(*NodeManager::Create(n));
+  ASSERT_TRUE(node->LoadModel("a", path, "auto", "").ok());
+  v1::NodeGenerateRequest req;
+  req.set_model("a");
+  req.set_prompt("drain me");
+  req.mutable_sampling()->set_max_tokens(300);
+  req.mutable_sampling()->set_ignore_eos(true);
+  std::vector<std::unique_ptr<Done>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    req.set_request_id("r" + std::to_string(i));
+    sinks.push_back(std::make_unique<Done>());
+    ASSERT_TRUE(node->Submit(req, sinks.back().get()).ok());
+  }
+  EXPECT_EQ(node->inflight("a"), 3);
+  EXPECT_EQ(node->inflight(), 3);
+  std::atomic<bool> evicted{false};
+  std::thread evictor([&] {
+    EXPECT_TRUE(node->EvictModel("a", /*drain=*/true, true, absl::Seconds(60)).ok());
+    evicted = true;
+  });
+  // While draining, new requests are refused with a retryable status (one
+  // that slipped in before the drain began is served like the others).
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        req.set_request_id("late" + std::to_string(sinks.size()));
+        auto late = std::make_unique<Done>();
+        auto st = node->Submit(req, late.get());
+        if (st.ok()) sinks.push_back(std::move(late));
+        return !st.ok() && st.status().code() == absl::StatusCode::kUnavailable;
+      },
+      absl::Seconds(10)));
+  evictor.join();
+  EXPECT_TRUE(evicted);
+  for (auto& d : sinks) {
+    // Counted out as the engine hands over the result; the hand-over
+    // itself completes at once.
+    ASSERT_TRUE(d->AwaitDone(absl::Seconds(10)));
+    ASSERT_TRUE(d->result.ok()) << d->result.status();
+    EXPECT_EQ(d->result->output_tokens.size(), 300u);
+  }
+  EXPECT_EQ(node->inflight(), 0);
+  node->Shutdown();
+}
+
+// A drain that outlasts its timeout fails what is left, and the eviction
+// still completes.
+TEST(NodeManager, DrainTimeoutFailsWhatIsLeft) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  NodeOptions n;
+  n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
+  auto node = std::move(*NodeManager::Create(n));
+  ASSERT_TRUE(node->LoadModel("a", path, "auto", "").ok());
+  v1::NodeGenerateRequest req;
+  req.set_model("a");
+  req.set_request_id("long");
+  req.set_prompt("x");
+  req.mutable_sampling()->set_max_tokens(1000);
+  req.mutable_sampling()->set_ignore_eos(true);
+  Done d;
+  ASSERT_TRUE(node->Submit(req, &d).ok());
+  ASSERT_TRUE(node->EvictModel("a", /*drain=*/true, true, absl::Milliseconds(1)).ok());
+  ASSERT_TRUE(d.AwaitDone(absl::Seconds(10)));
+  EXPECT_EQ(d.result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(node->ResidentModels().empty());
+  EXPECT_EQ(node->inflight(), 0);
+  node->Shutdown();
+}
+
+TEST(NodeManager, LoadRejectsModelNamesOutsideTheDocumentedSet) {
+  NodeOptions n;
+  n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
+  auto node = std::move(*NodeManager::Create(n));
+  for (const char* bad : {"", "a b", "../x", "-x"}) {
+    EXPECT_EQ(node->LoadModel(bad, "/nowhere", "auto", "").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  node->Shutdown();
+}
+
+}  // namespace
+}  // namespace ballast::node_manager
