@@ -35,6 +35,11 @@ absl::Status ModelRegistry::Add(const ModelSpec& spec, bool* kv_limits_changed) 
           absl::StrCat("model ", spec.name,
                        " is already registered with a different spec; unregister it first"));
     }
+    if (it->second.failed) {  // registered again: try again
+      it->second.failed = false;
+      it->second.load_failures = 0;
+      it->second.retry_after = absl::InfinitePast();
+    }
     if (old.kv_floor_bytes != spec.kv_floor_bytes || old.kv_limit_bytes != spec.kv_limit_bytes) {
       it->second.spec.kv_floor_bytes = spec.kv_floor_bytes;
       it->second.spec.kv_limit_bytes = spec.kv_limit_bytes;
@@ -85,16 +90,32 @@ void ModelRegistry::RecordLoaded(const std::string& name, const std::string& arc
   if (kv_bytes_per_token > 0) it->second.kv_bytes_per_token = kv_bytes_per_token;
   it->second.last_error.clear();
   it->second.needs_room = false;
+  it->second.failed = false;
+  it->second.load_failures = 0;
 }
 
 void ModelRegistry::RecordLoadError(const std::string& name, const std::string& error,
-                                    absl::Time retry_after, bool needs_room) {
+                                    LoadFailure failure, absl::Time now,
+                                    absl::Duration base_backoff) {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it == models_.end()) return;
-  it->second.last_error = error;
-  it->second.retry_after = retry_after;
-  it->second.needs_room = needs_room;
+  ModelStatus& m = it->second;
+  m.last_error = error;
+  m.needs_room = failure == LoadFailure::kNoRoom;
+  m.failed = failure == LoadFailure::kPermanent;
+  switch (failure) {
+    case LoadFailure::kNoRoom:
+      m.retry_after = now;
+      break;
+    case LoadFailure::kTransient:
+      m.load_failures = std::min(m.load_failures + 1, 6);
+      m.retry_after = now + base_backoff * (1 << (m.load_failures - 1));
+      break;
+    case LoadFailure::kPermanent:
+      m.retry_after = absl::InfiniteFuture();
+      break;
+  }
 }
 
 void ModelRegistry::ClearNeedsRoom(const std::string& name) {

@@ -38,6 +38,18 @@ struct ModelSpec {
 // which activates it (the request waits, and the wait counts in its TTFT).
 // FAILED: no replica, and the last load failed (retried after a back-off).
 
+// Why a load failed, which decides what happens next:
+//   kNoRoom     the node had no memory for the weights: evict an idle model
+//               for it and retry at once (the control loop does both);
+//   kTransient  the node died, timed out or failed in a way that may pass:
+//               retry with exponential backoff (load_retry x 2^(n-1), at
+//               most 32 x load_retry);
+//   kPermanent  the checkpoint or shape cannot be served (bad config,
+//               unsupported shape or tokenizer, missing files): the model is
+//               FAILED, requests get FAILED_PRECONDITION with the reason, and
+//               nothing retries until the model is registered again.
+enum class LoadFailure { kNoRoom, kTransient, kPermanent };
+
 struct ModelStatus {
   ModelSpec spec;
   std::string architecture;
@@ -46,6 +58,8 @@ struct ModelStatus {
   int64_t kv_bytes_per_token = 0;  // 0 until a node has loaded it
   std::string last_error;          // last failed load, if any
   absl::Time retry_after = absl::InfinitePast();
+  int load_failures = 0;  // consecutive failed loads (backoff exponent)
+  bool failed = false;    // a permanent load failure (LoadFailure)
   // The last load failed for lack of memory: evict an idle model for it.
   bool needs_room = false;
   absl::Time last_request = absl::InfinitePast();  // or registration
@@ -56,10 +70,11 @@ struct ModelStatus {
 
 class ModelRegistry {
  public:
-  // INVALID_ARGUMENT for an empty name or path, replicas < 1 or a KV floor
-  // above the limit; ALREADY_EXISTS if the name is registered with a
-  // different spec. A spec that differs only in its KV floor/limit updates
-  // them and sets *kv_limits_changed.
+  // INVALID_ARGUMENT for an invalid name (proto/model_name.h), an empty
+  // path, replicas < 1 or a KV floor above the limit; ALREADY_EXISTS if the
+  // name is registered with a different spec. A spec that differs only in
+  // its KV floor/limit updates them and sets *kv_limits_changed.
+  // Registering a FAILED model again clears the failure (it is retried).
   absl::Status Add(const ModelSpec& spec, bool* kv_limits_changed = nullptr);
   absl::Status Remove(const std::string& name);
   std::optional<ModelStatus> Get(const std::string& name) const;
@@ -68,8 +83,10 @@ class ModelRegistry {
 
   void RecordLoaded(const std::string& name, const std::string& architecture, int context_window,
                     int64_t weight_bytes, int64_t kv_bytes_per_token = 0);
-  void RecordLoadError(const std::string& name, const std::string& error, absl::Time retry_after,
-                       bool needs_room = false);
+  // A load failed at `now`; `base_backoff` is the first transient retry
+  // delay (LoadFailure says what follows).
+  void RecordLoadError(const std::string& name, const std::string& error, LoadFailure failure,
+                       absl::Time now, absl::Duration base_backoff);
   void ClearNeedsRoom(const std::string& name);
   // A request arrived (or the model was registered) at `now`.
   void RecordRequest(const std::string& name, absl::Time now);

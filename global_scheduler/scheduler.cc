@@ -198,8 +198,8 @@ v1::ModelInfo Scheduler::ToModelInfo(const ModelStatus& m) const {
     if (rep.state() == v1::MODEL_STATE_READY) state = v1::MODEL_STATE_READY;
   }
   info.set_last_error(m.last_error);
+  if (m.failed && state != v1::MODEL_STATE_READY) state = v1::MODEL_STATE_FAILED;
   if (info.replicas_size() == 0 && !m.last_error.empty()) {
-    if (state == v1::MODEL_STATE_REGISTERED) state = v1::MODEL_STATE_FAILED;
     auto* rep = info.add_replicas();
     rep->set_state(v1::MODEL_STATE_FAILED);
     rep->set_error(m.last_error);
@@ -287,6 +287,12 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
         route.node_id = *pick;
         break;
       }
+    }
+    if (auto now = registry_.Get(req.model()); now && now->failed) {
+      if (!route.session_id.empty()) sessions_.Abort(route.session_id);
+      return absl::FailedPreconditionError(
+          absl::StrCat("model ", req.model(), " failed to load: ", now->last_error,
+                       " (fix the checkpoint or node, then register the model again)"));
     }
     if (!kicked) {
       Kick();  // not resident: activate it now, not at the next tick

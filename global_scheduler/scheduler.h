@@ -90,6 +90,12 @@ struct SchedulerOptions {
   std::vector<ModelSpec> models;
 };
 
+// What a node's failed LoadModel status means for the model (LoadFailure,
+// model_registry.h): RESOURCE_EXHAUSTED is no room; INVALID_ARGUMENT,
+// NOT_FOUND, UNIMPLEMENTED, FAILED_PRECONDITION, DATA_LOSS, OUT_OF_RANGE and
+// PERMISSION_DENIED are permanent; anything else is transient.
+LoadFailure ClassifyLoadError(grpc::StatusCode code);
+
 // A request bound to a node.
 struct Route {
   std::string node_id;

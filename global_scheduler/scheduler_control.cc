@@ -13,6 +13,24 @@
 
 namespace ballast::global_scheduler {
 
+LoadFailure ClassifyLoadError(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return LoadFailure::kNoRoom;
+    // The checkpoint, its shape or its files: loading it again cannot help.
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::DATA_LOSS:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return LoadFailure::kPermanent;
+    default:  // UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, INTERNAL, ...
+      return LoadFailure::kTransient;
+  }
+}
+
 absl::Duration Scheduler::Tick::Idle(const std::string& model) const {
   auto it = last_request.find(model);
   return it == last_request.end() ? absl::InfiniteDuration() : now - it->second;
@@ -94,6 +112,7 @@ void Scheduler::ReconcileModel(const ModelStatus& m, Tick* tick) {
       if (key.kind == PendingKind::kLoad && key.model == m.spec.name) exclude.insert(key.node_id);
     }
   }
+  if (m.failed) return;  // until registered again
   if (static_cast<int>(exclude.size()) >= m.spec.replicas || tick->now < m.retry_after) return;
   {
     // An eviction made for this model is still under way: wait for it.
@@ -233,11 +252,8 @@ void Scheduler::StartLoad(const ModelSpec& spec, const Target& target) {
       const std::string err =
           absl::StrCat("load on node ", target.node_id, " failed: ", st.error_message());
       spdlog::error("model {}: {}", spec.name, err);
-      // Out of memory: evict an idle model and retry at once (the control
-      // loop does both); other failures back off.
-      const bool no_room = st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-      registry_.RecordLoadError(spec.name, err, no_room ? clock_() : clock_() + options_.load_retry,
-                                no_room);
+      registry_.RecordLoadError(spec.name, err, ClassifyLoadError(st.error_code()), clock_(),
+                                options_.load_retry);
     }
     absl::MutexLock lock(&mu_);
     pending_.erase(key);

@@ -55,6 +55,12 @@ class FakeNode final : public v1::Node::Service {
     open_ = true;
   }
 
+  // Loads fail with `st` from now on (OK: they succeed).
+  void FailLoadsWith(grpc::Status st) {
+    absl::MutexLock l(&mu_);
+    load_status_ = std::move(st);
+  }
+
   grpc::Status LoadModel(grpc::ServerContext*, const v1::LoadModelRequest* req,
                          v1::LoadModelResponse* resp) override {
     absl::MutexLock l(&mu_);
@@ -62,6 +68,7 @@ class FakeNode final : public v1::Node::Service {
     peak_ = std::max(peak_, ++running_);
     mu_.Await(absl::Condition(&open_));
     --running_;
+    if (!load_status_.ok()) return load_status_;
     v1::ResidentModel* m = resp->mutable_model();
     m->set_name(req->name());
     m->set_device(req->device());
@@ -108,6 +115,7 @@ class FakeNode final : public v1::Node::Service {
  private:
   absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = true;
+  grpc::Status load_status_ ABSL_GUARDED_BY(mu_);
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   int peak_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::pair<std::string, std::string>> loads_ ABSL_GUARDED_BY(mu_);
@@ -259,6 +267,100 @@ TEST(SchedulerControl, ANodeDeathEvictsNothingElsewhere) {
   for (int i = 0; i < 3; ++i) s->RunControlTick();
   EXPECT_FALSE(s->cluster().IsAlive("b"));
   EXPECT_TRUE(a.evicts().empty());
+  s->Stop();
+}
+
+// Whether `cond` holds within `limit` (checked every millisecond).
+bool Eventually(const std::function<bool()>& cond, absl::Duration limit) {
+  const absl::Time end = absl::Now() + limit;
+  while (!cond()) {
+    if (absl::Now() >= end) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+v1::ModelInfo InfoOf(const Scheduler& s, const std::string& model) {
+  const v1::ListModelsResponse list = s.ListModels();
+  for (const auto& m : list.models()) {
+    if (m.name() == model) return m;
+  }
+  return {};
+}
+
+v1::GenerateRequest Request(const std::string& model) {
+  v1::GenerateRequest r;
+  r.set_model(model);
+  r.set_prompt("hi");
+  r.mutable_sampling()->set_max_tokens(4);
+  return r;
+}
+
+// A load refused for a permanent reason marks the model FAILED with the
+// reason; requests fail at once with FAILED_PRECONDITION; nothing retries
+// until the model is registered again.
+TEST(SchedulerControl, APermanentLoadFailureIsFailedNotRetried) {
+  FakeNode fake;
+  fake.FailLoadsWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "head_dim 80 unsupported"));
+  FakeClock clock;
+  SchedulerOptions o;
+  o.models = {{"odd", "/models/odd"}};
+  o.route_wait = absl::Seconds(60);
+  o.heartbeat_timeout = absl::Hours(10);  // the fake node never heartbeats
+  auto s = *Scheduler::Create(o, clock.fn());
+  s->RegisterNode(NodeAt("a", fake));
+  s->RunControlTick();
+  ASSERT_TRUE(fake.AwaitCalls(1, 0));
+  ASSERT_TRUE(Eventually([&] { return InfoOf(*s, "odd").state() == v1::MODEL_STATE_FAILED; },
+                         absl::Seconds(10)));
+  EXPECT_NE(InfoOf(*s, "odd").last_error().find("head_dim 80"), std::string::npos);
+  const absl::Time t0 = absl::Now();
+  auto r = s->RouteRequest(Request("odd"), [] { return false; });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("head_dim 80"), std::string::npos);
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));  // not the 60 s route wait
+  for (int i = 0; i < 5; ++i) {
+    clock.now += absl::Minutes(10);
+    s->RunControlTick();
+  }
+  EXPECT_EQ(fake.loads().size(), 1u) << "a permanent failure was retried";
+  // Registering it again retries it.
+  fake.FailLoadsWith(grpc::Status::OK);
+  ASSERT_TRUE(s->RegisterModel({"odd", "/models/odd"}).ok());
+  s->RunControlTick();
+  ASSERT_TRUE(fake.AwaitCalls(2, 0));
+  ASSERT_TRUE(Eventually([&] { return InfoOf(*s, "odd").state() == v1::MODEL_STATE_READY; },
+                         absl::Seconds(10)));
+  s->Stop();
+}
+
+// A transient failure retries after load_retry, then twice that.
+TEST(SchedulerControl, ATransientLoadFailureRetriesWithBackoff) {
+  FakeNode fake;
+  fake.FailLoadsWith(grpc::Status(grpc::StatusCode::UNAVAILABLE, "node busy"));
+  FakeClock clock;
+  SchedulerOptions o;
+  o.models = {{"m", "/models/m"}};
+  o.load_retry = absl::Seconds(10);
+  o.heartbeat_timeout = absl::Hours(10);  // the fake node never heartbeats
+  auto s = *Scheduler::Create(o, clock.fn());
+  s->RegisterNode(NodeAt("a", fake));
+  auto tick_and_count = [&](absl::Duration advance) {
+    clock.now += advance;
+    s->RunControlTick();
+    fake.AwaitCalls(fake.loads().size() + 1, 0, absl::Milliseconds(200));
+    // Let the failed call record its error before the clock moves on (the
+    // model stops LOADING once it has).
+    Eventually([&] { return InfoOf(*s, "m").state() != v1::MODEL_STATE_LOADING; },
+               absl::Seconds(5));
+    return fake.loads().size();
+  };
+  EXPECT_EQ(tick_and_count(absl::ZeroDuration()), 1u);
+  EXPECT_EQ(tick_and_count(absl::Seconds(9)), 1u);   // backing off
+  EXPECT_EQ(tick_and_count(absl::Seconds(1)), 2u);   // 10 s: retried
+  EXPECT_EQ(tick_and_count(absl::Seconds(19)), 2u);  // now 20 s
+  EXPECT_EQ(tick_and_count(absl::Seconds(1)), 3u);
+  EXPECT_NE(InfoOf(*s, "m").state(), v1::MODEL_STATE_FAILED);
   s->Stop();
 }
 
