@@ -6,16 +6,10 @@
 #include "global_scheduler/placement.h"
 #include "global_scheduler/session_directory.h"
 #include "gtest/gtest.h"
+#include "tests/unit/global_scheduler/fake_clock.h"
 
 namespace ballast::global_scheduler {
 namespace {
-
-struct FakeClock {
-  absl::Time now = absl::FromUnixSeconds(1000);
-  Clock fn() {
-    return [this] { return now; };
-  }
-};
 
 std::optional<std::string> NodeOf(const std::optional<Target>& t) {
   if (!t) return std::nullopt;

@@ -12,16 +12,10 @@
 #include "ballast/v1/node.grpc.pb.h"
 #include "global_scheduler/scheduler.h"
 #include "gtest/gtest.h"
+#include "tests/unit/global_scheduler/fake_clock.h"
 
 namespace ballast::global_scheduler {
 namespace {
-
-struct FakeClock {
-  absl::Time now = absl::FromUnixSeconds(1000);
-  Clock fn() {
-    return [this] { return now; };
-  }
-};
 
 // A node that answers LoadModel/EvictModel as told and records them.
 class FakeNode final : public v1::Node::Service {

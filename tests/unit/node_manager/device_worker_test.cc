@@ -34,30 +34,9 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   const std::string a_path = engine::testing::WriteTinyModel(dir, "a", sa);
   const std::string b_path = engine::testing::WriteTinyModel(dir, "b", sb);
   constexpr int64_t kPage = 64 << 10;
-  // Activation as the node does it: weight pages from the balloon (the
-  // device reclaims KV for them), then the engine over those pages.
-  auto activate = [&](const std::string& name, const std::string& path,
-                      DeviceWorker* w) -> absl::StatusOr<std::shared_ptr<ModelEngine>> {
-    ModelEngineOptions o;
-    o.name = name;
-    o.path = path;
-    o.kv_arena = w->arena();
-    auto need = ModelEngine::WeightBytesNeeded(o);
-    if (!need.ok()) return need.status();
-    auto pages = w->ReserveWeights(*need);
-    if (!pages.ok()) return pages.status();
-    o.weight_pages = std::move(*pages);
-    auto e = ModelEngine::Create(o, [w] { w->Wake(); });
-    if (!e.ok()) return e.status();
-    std::shared_ptr<ModelEngine> engine = std::move(*e);
-    if (auto st = w->Add(engine); !st.ok()) return st;
-    return engine;
-  };
+
   // Size the device so that B's weights fit only if A gives back KV.
-  DeviceMemoryOptions mem;
-  mem.page_bytes = kPage;
-  mem.slab_bytes = kPage;
-  mem.gpu = -1;
+  const DeviceMemoryOptions mem = testing::HostPages(kPage);
   auto pages_of = [&](const std::string& path) {
     ModelEngineOptions o;
     o.path = path;
@@ -67,7 +46,7 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   const int64_t wa = pages_of(a_path), wb = pages_of(b_path);
   const int64_t memory = wa + wb + 6 * kPage;
   auto w = std::move(*DeviceWorker::Create("cpu:0", memory, mem));
-  auto a_or = activate("a", a_path, w.get());
+  auto a_or = testing::Activate("a", a_path, w.get());
   ASSERT_TRUE(a_or.ok()) << a_or.status();
   std::shared_ptr<ModelEngine> a = std::move(*a_or);
   EXPECT_EQ(w->balloon()->stats().weight_bytes, wa);  // weights are balloon pages
@@ -85,7 +64,7 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
       << "A's KV never grew into B's share";
   const int64_t preempted_before = a->stats().preemptions;
   const int64_t map_calls_before = w->Usage().page_map_calls;
-  auto b_or = activate("b", b_path, w.get());
+  auto b_or = testing::Activate("b", b_path, w.get());
   ASSERT_TRUE(b_or.ok()) << b_or.status();
   std::shared_ptr<ModelEngine> b = std::move(*b_or);
   EXPECT_GT(a->stats().preemptions, preempted_before);  // A shed KV by preemption
@@ -121,7 +100,7 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   b.reset();
   ASSERT_TRUE(WaitFor([&] { return w->balloon()->stats().weight_bytes == wa; }, absl::Seconds(10)));
   const int64_t ranges = w->balloon()->stats().weight_ranges_reserved;
-  auto again = activate("b", b_path, w.get());
+  auto again = testing::Activate("b", b_path, w.get());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(w->balloon()->stats().weight_ranges_reserved, ranges);
   w->Stop();

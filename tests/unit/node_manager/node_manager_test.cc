@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "engine/model_engine.h"
 #include "gtest/gtest.h"
 #include "node_manager/device_worker.h"
@@ -23,35 +24,31 @@ using engine::ModelEngineOptions;
 using testing::Done;
 using testing::Req;
 
+using testing::Activate;
+using testing::HostPages;
+
 constexpr int64_t kPage = 64 << 10;
 
-DeviceMemoryOptions HostPages() {
-  DeviceMemoryOptions mem;
-  mem.page_bytes = kPage;
-  mem.slab_bytes = kPage;
-  mem.gpu = -1;
-  return mem;
-}
-
-// Activation as the node does it: weight pages from the balloon, then the
-// engine over them, then added to the device.
-absl::StatusOr<std::shared_ptr<ModelEngine>> Activate(const std::string& name,
-                                                      const std::string& path, DeviceWorker* w) {
-  ModelEngineOptions o;
-  o.name = name;
-  o.path = path;
-  o.kv_arena = w->arena();
-  auto need = ModelEngine::WeightBytesNeeded(o);
-  if (!need.ok()) return need.status();
-  auto pages = w->ReserveWeights(*need);
-  if (!pages.ok()) return pages.status();
-  o.weight_pages = std::move(*pages);
-  auto e = ModelEngine::Create(o, [w] { w->Wake(); });
-  if (!e.ok()) return e.status();
-  std::shared_ptr<ModelEngine> engine = std::move(*e);
-  if (auto st = w->Add(engine); !st.ok()) return st;
-  return engine;
-}
+// A node with one roomy CPU device and the tiny model "a" loaded; `req`
+// asks it for `max_tokens` tokens of "drain me" (ignoring EOS).
+struct OneModelNode {
+  explicit OneModelNode(int max_tokens) {
+    path = engine::testing::WriteTinyModel(dir, "a", {});
+    NodeOptions n;
+    n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
+    node = std::move(*NodeManager::Create(n));
+    EXPECT_TRUE(node->LoadModel("a", path, "auto", "").ok());
+    req.set_model("a");
+    req.set_prompt("drain me");
+    req.mutable_sampling()->set_max_tokens(max_tokens);
+    req.mutable_sampling()->set_ignore_eos(true);
+  }
+  ~OneModelNode() { node->Shutdown(); }
+  engine::testing::TempDir dir;
+  std::string path;
+  std::unique_ptr<NodeManager> node;
+  v1::NodeGenerateRequest req;
+};
 
 // A caller that found the engine before the device removed it keeps
 // submitting: every submission is either refused or ends. (Before engines
@@ -69,7 +66,7 @@ TEST(DeviceWorker, ASubmitRacingARemovalAlwaysEnds) {
   ASSERT_TRUE(w->Remove("a"));
   for (int i = 0; i < 100000 && refused.ok(); ++i) {
     auto d = std::make_unique<Done>();
-    refused = engine->Submit(Req("r" + std::to_string(i), i, 8, 4), d.get());
+    refused = engine->Submit(Req(absl::StrCat("r", i), i, 8, 4), d.get());
     if (refused.ok()) accepted.push_back(std::move(d));
   }
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << "the removed engine kept accepting";
@@ -124,20 +121,12 @@ TEST(DeviceWorker, ActivationShedsTheLeastRecentlyUsedSessionAcrossModels) {
 // A draining eviction waits for the requests in flight, no longer, and
 // refuses new ones meanwhile; the node's in-flight count is exact.
 TEST(NodeManager, DrainWaitsForInFlightRequestsAndRefusesNewOnes) {
-  engine::testing::TempDir dir;
-  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
-  NodeOptions n;
-  n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
-  auto node = std::move(*NodeManager::Create(n));
-  ASSERT_TRUE(node->LoadModel("a", path, "auto", "").ok());
-  v1::NodeGenerateRequest req;
-  req.set_model("a");
-  req.set_prompt("drain me");
-  req.mutable_sampling()->set_max_tokens(300);
-  req.mutable_sampling()->set_ignore_eos(true);
+  OneModelNode f(300);
+  NodeManager* node = f.node.get();
+  v1::NodeGenerateRequest& req = f.req;
   std::vector<std::unique_ptr<Done>> sinks;
   for (int i = 0; i < 3; ++i) {
-    req.set_request_id("r" + std::to_string(i));
+    req.set_request_id(absl::StrCat("r", i));
     sinks.push_back(std::make_unique<Done>());
     ASSERT_TRUE(node->Submit(req, sinks.back().get()).ok());
   }
@@ -152,7 +141,7 @@ TEST(NodeManager, DrainWaitsForInFlightRequestsAndRefusesNewOnes) {
   // that slipped in before the drain began is served like the others).
   ASSERT_TRUE(testing::WaitFor(
       [&] {
-        req.set_request_id("late" + std::to_string(sinks.size()));
+        req.set_request_id(absl::StrCat("late", sinks.size()));
         auto late = std::make_unique<Done>();
         auto st = node->Submit(req, late.get());
         if (st.ok()) sinks.push_back(std::move(late));
@@ -169,32 +158,21 @@ TEST(NodeManager, DrainWaitsForInFlightRequestsAndRefusesNewOnes) {
     EXPECT_EQ(d->result->output_tokens.size(), 300u);
   }
   EXPECT_EQ(node->inflight(), 0);
-  node->Shutdown();
 }
 
 // A drain that outlasts its timeout fails what is left, and the eviction
 // still completes.
 TEST(NodeManager, DrainTimeoutFailsWhatIsLeft) {
-  engine::testing::TempDir dir;
-  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
-  NodeOptions n;
-  n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
-  auto node = std::move(*NodeManager::Create(n));
-  ASSERT_TRUE(node->LoadModel("a", path, "auto", "").ok());
-  v1::NodeGenerateRequest req;
-  req.set_model("a");
-  req.set_request_id("long");
-  req.set_prompt("x");
-  req.mutable_sampling()->set_max_tokens(1000);
-  req.mutable_sampling()->set_ignore_eos(true);
+  OneModelNode f(1000);
+  NodeManager* node = f.node.get();
+  f.req.set_request_id("long");
   Done d;
-  ASSERT_TRUE(node->Submit(req, &d).ok());
+  ASSERT_TRUE(node->Submit(f.req, &d).ok());
   ASSERT_TRUE(node->EvictModel("a", /*drain=*/true, true, absl::Milliseconds(1)).ok());
   ASSERT_TRUE(d.AwaitDone(absl::Seconds(10)));
   EXPECT_EQ(d.result.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(node->ResidentModels().empty());
   EXPECT_EQ(node->inflight(), 0);
-  node->Shutdown();
 }
 
 TEST(NodeManager, LoadRejectsModelNamesOutsideTheDocumentedSet) {

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/model_engine.h"
 #include "gtest/gtest.h"
+#include "node_manager/device_worker.h"
 
 namespace ballast::node_manager::testing {
 
@@ -69,6 +70,37 @@ inline bool WaitFor(const std::function<bool()>& cond, absl::Duration limit) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   return cond();
+}
+
+// Host pages of `page` bytes, slabs of one page: small tiny-model devices.
+inline DeviceMemoryOptions HostPages(size_t page = 64 << 10) {
+  DeviceMemoryOptions mem;
+  mem.page_bytes = page;
+  mem.slab_bytes = page;
+  mem.gpu = -1;
+  return mem;
+}
+
+// Activation as the node does it: weight pages from the balloon (the
+// device reclaims KV for them), then the engine over those pages, then
+// added to the device.
+inline absl::StatusOr<std::shared_ptr<ModelEngine>> Activate(const std::string& name,
+                                                             const std::string& path,
+                                                             DeviceWorker* w) {
+  ModelEngineOptions o;
+  o.name = name;
+  o.path = path;
+  o.kv_arena = w->arena();
+  auto need = ModelEngine::WeightBytesNeeded(o);
+  if (!need.ok()) return need.status();
+  auto pages = w->ReserveWeights(*need);
+  if (!pages.ok()) return pages.status();
+  o.weight_pages = std::move(*pages);
+  auto e = ModelEngine::Create(o, [w] { w->Wake(); });
+  if (!e.ok()) return e.status();
+  std::shared_ptr<ModelEngine> engine = std::move(*e);
+  if (auto st = w->Add(engine); !st.ok()) return st;
+  return engine;
 }
 
 }  // namespace ballast::node_manager::testing
