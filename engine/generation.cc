@@ -4,8 +4,9 @@
 
 namespace ballast::engine {
 
-OutputText::OutputText(const Tokenizer* tokenizer, std::vector<std::string> stop)
-    : decoder_(tokenizer), stop_(std::move(stop)) {
+OutputText::OutputText(const Tokenizer* tokenizer, std::vector<std::string> stop,
+                       bool skip_special_tokens)
+    : decoder_(tokenizer, skip_special_tokens), stop_(std::move(stop)) {
   stop_.erase(std::remove(stop_.begin(), stop_.end(), std::string()), stop_.end());
   for (const auto& s : stop_) max_stop_ = std::max(max_stop_, s.size());
 }

@@ -25,6 +25,9 @@ struct GenerationParams {
   std::optional<uint64_t> seed;  // unset: seeded from std::random_device
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // Leave special tokens (Tokenizer::IsSpecial) out of the text; the ids
+  // are reported either way. Default on, as in transformers and vLLM.
+  bool skip_special_tokens = true;
 };
 
 struct GenerationRequest {
@@ -71,7 +74,8 @@ class GenerationSink {
 // Detokenizes a request's output and applies its stop strings.
 class OutputText {
  public:
-  OutputText(const Tokenizer* tokenizer, std::vector<std::string> stop);
+  OutputText(const Tokenizer* tokenizer, std::vector<std::string> stop,
+             bool skip_special_tokens = true);
   // Adds a token. Returns the text to release now. Sets *stopped when a stop
   // string matched (the text is then cut before it and nothing follows).
   std::string Add(int id, bool* stopped);

@@ -24,17 +24,7 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int, 
   return NotBuilt();
 }
 
-absl::StatusOr<std::shared_ptr<memory::PagePool>> CreateGpuPagePool(int, size_t, int64_t) {
-  return NotBuilt();
-}
-
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int) { return NotBuilt(); }
-
-absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions&) { return NotBuilt(); }
-
-absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOptions&) {
-  return NotBuilt();
-}
 
 // Without CUDA there are no GPU weights; ModelEngine never asks (the cuda
 // backend is refused first), so 0 is never used as a size.

@@ -79,7 +79,17 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
   chain(Read(j, origin, "rope_theta", &c.rope_theta, false));
   chain(Read(j, origin, "tie_word_embeddings", &c.tie_word_embeddings, false));
   chain(Read(j, origin, "bos_token_id", &c.bos_token_id, false));
-  chain(Read(j, origin, "eos_token_id", &c.eos_token_id, false));
+  // eos_token_id is an int or (Llama 3.1 and later) a list; the first is
+  // kept here, and the tokenizer collects every EOS id (tokenizer.h).
+  if (auto it = j.find("eos_token_id"); it != j.end() && it->is_array()) {
+    if (it->empty() || !(*it)[0].is_number_integer()) {
+      chain(KeyError(origin, "eos_token_id", "expected an integer or a non-empty integer list"));
+    } else {
+      c.eos_token_id = (*it)[0].get<int>();
+    }
+  } else {
+    chain(Read(j, origin, "eos_token_id", &c.eos_token_id, false));
+  }
   if (!s.ok()) return s;
   // transformers >= 5 may nest rope_theta/rope_scaling under rope_parameters.
   const json* rope = nullptr;

@@ -40,19 +40,11 @@ absl::Status ModelEngine::LoadModel() {
   auto cfg = ModelConfig::Load((std::filesystem::path(o.path) / "config.json").string());
   if (!cfg.ok()) return cfg.status();
   config_ = *cfg;
-  for (const char* f : {"tokenizer.json", "tokenizer.model"}) {
-    if (std::filesystem::exists(std::filesystem::path(o.path) / f)) {
-      return absl::UnimplementedError(absl::StrCat(
-          o.path, "/", f, ": checkpoint tokenizers are not supported yet; only synthetic models ",
-          "(byte tokenizer, no tokenizer file) can be served"));
-    }
-  }
-  if (config_.vocab_size < ByteTokenizer::kMinVocab) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(o.path, "/config.json: vocab_size ", config_.vocab_size, " < ",
-                     ByteTokenizer::kMinVocab, " needed by the byte tokenizer"));
-  }
-  tokenizer_ = std::make_unique<ByteTokenizer>();
+  // tokenizer.json when the checkpoint has one, else the byte tokenizer of
+  // synthetic models (engine/tokenizer.h).
+  auto tokenizer = LoadCheckpointTokenizer(o.path, config_.vocab_size);
+  if (!tokenizer.ok()) return tokenizer.status();
+  tokenizer_ = std::move(*tokenizer);
   context_window_ = config_.max_position_embeddings;
   if (o.max_context > 0) context_window_ = std::min(context_window_, o.max_context);
   return absl::OkStatus();
@@ -231,7 +223,7 @@ std::unique_ptr<Sequence> ModelEngine::NewSequence(GenerationRequest req,
                   ? *p.seed
                   : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   seq->rng.seed(seq->seed);
-  seq->out = std::make_unique<OutputText>(tokenizer_.get(), p.stop);
+  seq->out = std::make_unique<OutputText>(tokenizer_.get(), p.stop, p.skip_special_tokens);
   seq->result.prompt_tokens = seq->prompt_len;
   seq->result.kv_source = req.history_tokens > 0 ? KvSource::kRecomputed : KvSource::kNone;
   seq->sink = sink;
@@ -443,7 +435,7 @@ void ModelEngine::AfterToken(Sequence* s, int id) {
   ++tokens_generated_;
   bool done = false;
   std::string text;
-  if (id == tokenizer_->eos_id() && !s->req.params.ignore_eos) {
+  if (tokenizer_->IsEos(id) && !s->req.params.ignore_eos) {  // any of the model's EOS ids
     s->result.reason = FinishReason::kEos;
     text = s->out->Finish();
     done = true;

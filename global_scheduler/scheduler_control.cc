@@ -69,7 +69,10 @@ Scheduler::Tick Scheduler::BeginTick() {
   const std::vector<ModelStatus> models = registry_.List();
   for (const ModelStatus& m : models) t.last_request[m.spec.name] = m.last_request;
   absl::MutexLock lock(&mu_);
-  for (const auto& [key, device] : pending_) {
+  for (const auto& entry : pending_) {
+    // Not a structured binding: clang 14 cannot capture one in the lambdas.
+    const auto& key = entry.first;
+    const auto& device = entry.second;
     if (key.kind == PendingKind::kEvict) {
       t.leaving.insert(key.model);
       continue;

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "engine/gpu_backend.h"
+#include "memory/gpu_page_pool.h"
 #include "memory/memory_ladder.h"
 #include "memory/page_pool.h"
 #include "spdlog/spdlog.h"
@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
   w->arbitration_ = arbitration;
   if (memory.elastic) {
     absl::StatusOr<std::shared_ptr<memory::PagePool>> pool =
-        memory.gpu >= 0 ? engine::CreateGpuPagePool(memory.gpu, memory.page_bytes, memory_bytes)
+        memory.gpu >= 0 ? memory::CreateGpuPagePool(memory.gpu, memory.page_bytes, memory_bytes)
                         : absl::StatusOr<std::shared_ptr<memory::PagePool>>(
                               memory::HostPagePool::Create(memory.page_bytes, memory_bytes));
     if (!pool.ok()) return pool.status();

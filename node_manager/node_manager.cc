@@ -322,9 +322,10 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   }
   if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
   const engine::Tokenizer& tok = a.engine->tokenizer();
-  if (req.history_tokens().empty()) a.turn_tokens.push_back(tok.bos_id());
-  const auto text = tok.Encode(req.prompt());
-  a.turn_tokens.insert(a.turn_tokens.end(), text.begin(), text.end());
+  // A session's first turn gets the special tokens the tokenizer adds to a
+  // sequence (BOS where its rule says so, as HF add_special_tokens=True);
+  // later turns continue the history as they are.
+  a.turn_tokens = tok.Encode(req.prompt(), {.add_special_tokens = req.history_tokens().empty()});
 
   engine::GenerationRequest g;
   g.id = req.request_id();

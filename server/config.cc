@@ -84,6 +84,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(s.Get("listen", &out->listen));
   RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
+  RETURN_IF_ERROR(s.Get("http_listen", &out->http_listen));
   auto& o = out->options;
   auto ms = [&](const std::string& key, absl::Duration* d) -> absl::Status {
     int64_t v = absl::ToInt64Milliseconds(*d);
@@ -152,6 +153,9 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   }
   RETURN_IF_ERROR(s.Finish());
   RETURN_IF_ERROR(ValidateAddress(out->listen, *file + ": scheduler.listen"));
+  if (!out->http_listen.empty()) {
+    RETURN_IF_ERROR(ValidateAddress(out->http_listen, *file + ": scheduler.http_listen"));
+  }
   if (o.heartbeat_timeout <= o.heartbeat_interval) {
     return s.Error("scheduler.heartbeat_timeout_ms", "must exceed heartbeat_interval_ms");
   }

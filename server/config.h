@@ -21,6 +21,8 @@ struct SchedulerSection {
   std::string listen = "127.0.0.1:50051";
   // Prometheus /metrics; empty disables it.
   std::string metrics_listen = "127.0.0.1:9400";
+  // OpenAI-compatible HTTP/SSE gateway (server/gateway/); empty disables it.
+  std::string http_listen;
   global_scheduler::SchedulerOptions options;
 };
 

@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "engine/gpu_backend.h"
+#include "engine/gpu_bench.h"
 #include "nlohmann/json.hpp"
 
 namespace ballast::server {

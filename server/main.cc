@@ -35,6 +35,7 @@ struct DaemonFlags {
   std::string log_level;
   std::string listen;
   std::optional<std::string> metrics_listen;  // set and empty: disabled
+  std::optional<std::string> http_listen;     // scheduler/serve: OpenAI gateway ('' = off)
   std::string scheduler, node_id, advertise;
   int64_t heartbeat_timeout_ms = 0;
   std::string cache_dir;
@@ -50,6 +51,10 @@ void AddDaemonFlags(CLI::App* cmd, DaemonFlags* f, bool node, bool scheduler) {
     cmd->add_option("--scheduler", f->scheduler, "scheduler address host:port");
     cmd->add_option("--node-id", f->node_id, "this node's id");
     cmd->add_option("--advertise", f->advertise, "address the scheduler uses to reach this node");
+  }
+  if (!node) {
+    cmd->add_option("--http-listen", f->http_listen,
+                    "OpenAI-compatible HTTP gateway host:port ('' = off, port 0 = any)");
   }
   if (scheduler) {
     cmd->add_option("--heartbeat-timeout-ms", f->heartbeat_timeout_ms,
@@ -82,6 +87,7 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
     (serve || need_scheduler ? c->scheduler.metrics_listen : c->node.metrics_listen) =
         *f.metrics_listen;
   }
+  if (f.http_listen) c->scheduler.http_listen = *f.http_listen;
   if (!f.scheduler.empty()) c->node.options.scheduler_address = f.scheduler;
   if (!f.node_id.empty()) c->node.options.node_id = f.node_id;
   if (!f.advertise.empty()) c->node.options.advertise_address = f.advertise;

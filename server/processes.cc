@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "server/gateway/http_gateway.h"
 #include "server/metrics.h"
 #include "server/node_service.h"
 #include "server/scheduler_service.h"
@@ -64,12 +65,15 @@ struct SchedulerParts {
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<RegistryService> registry;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<gateway::HttpGateway> gateway;  // null unless http_listen is set
   std::string address;
   std::thread gauges;
   absl::Notification stop_gauges;
 
   void Shutdown() {
     server->GetHealthCheckService()->SetServingStatus(false);
+    // The gateway first: it cancels its streams, which are gRPC calls to `server`.
+    if (gateway) gateway->Shutdown();
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     stop_gauges.Notify();
     if (gauges.joinable()) gauges.join();
@@ -90,6 +94,17 @@ absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSe
                           &p->address, "scheduler");
   if (!server.ok()) return server.status();
   p->server = std::move(*server);
+  if (!cfg.http_listen.empty()) {
+    gateway::GatewayOptions go;
+    go.listen = cfg.http_listen;
+    go.upstream = gateway::LoopbackTarget(p->address);
+    auto gw = gateway::HttpGateway::Create(go);
+    if (!gw.ok()) {
+      p->server->Shutdown();
+      return gw.status();
+    }
+    p->gateway = std::move(*gw);
+  }
   p->scheduler->Start();
   p->gauges = std::thread([raw = p.get(), metrics] {
     do {

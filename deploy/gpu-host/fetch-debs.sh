@@ -16,5 +16,7 @@ apt-get download \
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0 \
   libcivetweb-dev libcivetweb1 civetweb libssl-dev libssl3 zlib1g-dev \
   libcurl4-openssl-dev libcurl4 nlohmann-json3-dev libcli11-dev \
-  libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian \
+  libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libicu-dev libicu72 \
+  libboost-dev libboost1.74-dev
 echo "downloaded $(ls *.deb | wc -l) packages into $OUT ($(du -sh . | cut -f1))"

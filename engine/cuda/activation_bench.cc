@@ -1,4 +1,4 @@
-// RunGpuActivationBench (engine/gpu_backend.h): how long activating a model
+// RunGpuActivationBench (engine/gpu_bench.h): how long activating a model
 // from its pinned host copy takes, as a node does it (weight pages mapped
 // from a CUDA VMM page pool, the image copied in 64 MiB chunks over
 // `copy_streams` streams, the executor set up: cuBLASLt, workspace, step
@@ -15,6 +15,7 @@
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/gpu_backend.h"
+#include "engine/gpu_bench.h"
 #include "memory/cuda/cuda_page_pool.h"
 #include "nlohmann/json.hpp"
 

@@ -5,7 +5,6 @@
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/gpu_backend.h"
-#include "memory/cuda/cuda_page_pool.h"
 #include "memory/host_block_pool.h"
 
 namespace ballast::engine {
@@ -63,13 +62,6 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int d
   if (!pool.ok()) return pool.status();
   return std::unique_ptr<memory::BlockAllocator>(
       new GpuBlockPool(std::move(buf), std::move(*pool)));
-}
-
-absl::StatusOr<std::shared_ptr<memory::PagePool>> CreateGpuPagePool(int device, size_t page_bytes,
-                                                                    int64_t budget_bytes) {
-  auto p = memory::CudaPagePool::Create(device, page_bytes, budget_bytes);
-  if (!p.ok()) return p.status();
-  return std::shared_ptr<memory::PagePool>(std::move(*p));
 }
 
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int device) {

@@ -167,8 +167,27 @@ absl::StatusOr<std::shared_ptr<const HostWeights>> CudaExecutor::KeepHostWeights
   return std::shared_ptr<const HostWeights>(std::move(*img));
 }
 
-absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
-    absl::Span<const SequenceChunk> batch, absl::Span<const DeviceSampling> sampling, bool sample) {
+absl::Status CudaExecutor::CheckChunk(size_t index, const SequenceChunk& ch) const {
+  const int end = ch.start_pos + static_cast<int>(ch.tokens.size());
+  if (ch.kv->capacity_tokens(kv_->layout().block_tokens) < end) {
+    return absl::InternalError(absl::StrCat("chunk ", index, ": KV capacity below position ", end));
+  }
+  if (end > options_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", index, " reaches position ", end,
+                                                   "; the executor was sized for ",
+                                                   options_.max_context));
+  }
+  for (int id : ch.tokens) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Shape(absl::Span<const SequenceChunk> batch,
+                                                            size_t num_sampling,
+                                                            bool sample) const {
   const int Tmax = options_.max_batch_tokens, BT = kv_->layout().block_tokens;
   StepShape sh;
   sh.sample = sample;
@@ -176,21 +195,9 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
   bool decode_only = options_.cuda_graphs;
   for (size_t b = 0; b < batch.size(); ++b) {
     const SequenceChunk& ch = batch[b];
+    if (auto s = CheckChunk(b, ch); !s.ok()) return s;
     const int n = static_cast<int>(ch.tokens.size());
     const int end = ch.start_pos + n;
-    if (ch.kv->capacity_tokens(BT) < end) {
-      return absl::InternalError(absl::StrCat("chunk ", b, ": KV capacity below position ", end));
-    }
-    if (end > options_.max_context) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk ", b, " reaches position ", end,
-                                                     "; the executor was sized for ",
-                                                     options_.max_context));
-    }
-    for (int id : ch.tokens) {
-      if (id < 0 || id >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary"));
-      }
-    }
     sh.tokens += n;
     sh.max_context = std::max(sh.max_context, end);
     need_blocks = std::max(need_blocks, (end + BT - 1) / BT);
@@ -201,13 +208,12 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
     return absl::InvalidArgumentError(
         absl::StrCat("step of ", sh.tokens, " tokens; the executor was sized for ", Tmax));
   }
-  if (sample && sampling.size() != static_cast<size_t>(sh.real_rows)) {
+  if (sample && num_sampling != static_cast<size_t>(sh.real_rows)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(sampling.size(), " sampling entries for ", sh.real_rows, " rows"));
+        absl::StrCat(num_sampling, " sampling entries for ", sh.real_rows, " rows"));
   }
-  const int real_tokens = sh.tokens;
   sh.graph = decode_only && sh.tokens > 0;
-  if (sh.graph) {
+  if (sh.graph) {  // buckets: one captured graph serves many steps
     sh.tokens = std::min(NextPow2(sh.tokens), Tmax);
     sh.max_blocks = std::min(NextPow2(need_blocks), max_table_blocks_);
     sh.max_context = std::min(sh.max_blocks * BT, options_.max_context);
@@ -218,24 +224,27 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
     sh.seqs = static_cast<int>(batch.size());
     sh.rows = sh.real_rows;
   }
+  return sh;
+}
+
+void CudaExecutor::WriteTokens(absl::Span<const SequenceChunk> batch, StepShape* sh) {
+  const int Tmax = options_.max_batch_tokens;
   auto* base = static_cast<uint8_t*>(host_meta_);
   int* tok = reinterpret_cast<int*>(base);
   int* seq = tok + Tmax;
   int* pos = seq + Tmax;
   int* rows = pos + Tmax;
   int* pos_small = rows + Tmax;
-  auto* params = reinterpret_cast<SampleParams*>(base + params_offset_);
   auto* tiles = reinterpret_cast<PrefillTile*>(base + tiles_offset_);
-  const bool flash_ok = prefill_kernel_ok_;
   int t = 0, r = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
     const SequenceChunk& ch = batch[b];
     const int n = static_cast<int>(ch.tokens.size());
     // Chunks of many tokens go to the tensor-core prefill kernel.
-    const bool flash = flash_ok && n >= kMinPrefillTileTokens;
+    const bool flash = prefill_kernel_ok_ && n >= kMinPrefillTileTokens;
     if (flash) {
       for (int j = 0; j < n; j += kPrefillTileTokens) {
-        PrefillTile& tile = tiles[sh.prefill_tiles++];
+        PrefillTile& tile = tiles[sh->prefill_tiles++];
         tile.first_token = t + j;
         tile.n = std::min(kPrefillTileTokens, n - j);
         tile.seq = static_cast<int>(b);
@@ -247,22 +256,27 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
       seq[t] = static_cast<int>(b);
       pos[t] = ch.start_pos + i;
       pos_small[t] = flash ? -1 : pos[t];
-      sh.small_tokens += !flash;
+      sh->small_tokens += !flash;
       if (ch.logits == LogitsMode::kAll || (ch.logits == LogitsMode::kLast && i == n - 1))
         rows[r++] = t;
     }
   }
-  for (; t < sh.tokens; ++t) {  // graph padding
+  for (; t < sh->tokens; ++t) {  // graph padding
     tok[t] = 0;
     seq[t] = 0;
     pos[t] = -1;
     pos_small[t] = -1;
     rows[r++] = t;
   }
-  (void)real_tokens;
+}
+
+void CudaExecutor::WriteSampleParams(absl::Span<const DeviceSampling> sampling,
+                                     const StepShape& sh) {
+  auto* params =
+      reinterpret_cast<SampleParams*>(static_cast<uint8_t*>(host_meta_) + params_offset_);
   for (int i = 0; i < sh.rows; ++i) {
-    SampleParams p;
-    if (sample && i < sh.real_rows) {
+    SampleParams p;  // defaults for padding rows and for steps that return logits
+    if (sh.sample && i < sh.real_rows) {
       const DeviceSampling& s = sampling[i];
       p.temperature = s.options.temperature;
       p.top_p = s.options.top_p;
@@ -272,9 +286,11 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
     }
     params[i] = p;
   }
-  int* table = reinterpret_cast<int*>(base + table_offset_);
-  const int L = config_.num_hidden_layers;
-  for (int l = 0; l < L; ++l) {
+}
+
+void CudaExecutor::WriteBlockTable(absl::Span<const SequenceChunk> batch, const StepShape& sh) {
+  int* table = reinterpret_cast<int*>(static_cast<uint8_t*>(host_meta_) + table_offset_);
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
     for (size_t b = 0; b < batch.size(); ++b) {
       const auto& ids = batch[b].kv->blocks[l];
       const size_t n = std::min(ids.size(), static_cast<size_t>(sh.max_blocks));
@@ -282,6 +298,10 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
                   n * sizeof(int));
     }
   }
+}
+
+absl::Status CudaExecutor::Upload(const StepShape& sh) {
+  auto* base = static_cast<uint8_t*>(host_meta_);
   BALLAST_CUDA_RETURN(
       cudaMemcpyAsync(meta_.get(), host_meta_, params_offset_ + sh.rows * sizeof(SampleParams),
                       cudaMemcpyHostToDevice, stream_),
@@ -292,10 +312,22 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
                         sh.prefill_tiles * sizeof(PrefillTile), cudaMemcpyHostToDevice, stream_),
         "prefill tile upload");
   }
-  const size_t table_bytes = static_cast<size_t>(L) * sh.seqs * sh.max_blocks * sizeof(int);
+  const size_t table_bytes =
+      static_cast<size_t>(config_.num_hidden_layers) * sh.seqs * sh.max_blocks * sizeof(int);
   BALLAST_CUDA_RETURN(cudaMemcpyAsync(meta_.get<uint8_t>() + table_offset_, base + table_offset_,
                                       table_bytes, cudaMemcpyHostToDevice, stream_),
                       "block table upload");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
+    absl::Span<const SequenceChunk> batch, absl::Span<const DeviceSampling> sampling, bool sample) {
+  auto sh = Shape(batch, sampling.size(), sample);
+  if (!sh.ok()) return sh.status();
+  WriteTokens(batch, &*sh);
+  WriteSampleParams(sampling, *sh);
+  WriteBlockTable(batch, *sh);
+  if (auto s = Upload(*sh); !s.ok()) return s;
   return sh;
 }
 

@@ -77,9 +77,22 @@ class CudaExecutor final : public Executor {
   };
   CudaExecutor(const ModelConfig& config, KvCache* kv, const CudaExecutorOptions& options);
   absl::Status Init(const std::string& model_dir);
-  // Stages the batch into pinned memory and copies it to the device.
+  // Stages the batch into pinned memory and copies it to the device, in
+  // the steps below.
   absl::StatusOr<StepShape> Stage(absl::Span<const SequenceChunk> batch,
                                   absl::Span<const DeviceSampling> sampling, bool sample);
+  // One chunk's KV capacity, context limit and token ids.
+  absl::Status CheckChunk(size_t index, const SequenceChunk& chunk) const;
+  // The step's shape after checking every chunk; graph steps are bucketed.
+  absl::StatusOr<StepShape> Shape(absl::Span<const SequenceChunk> batch, size_t num_sampling,
+                                  bool sample) const;
+  // Host metadata: token ids, sequence, position and logit-row arrays,
+  // prefill tiles (counted into *shape), graph padding.
+  void WriteTokens(absl::Span<const SequenceChunk> batch, StepShape* shape);
+  void WriteSampleParams(absl::Span<const DeviceSampling> sampling, const StepShape& shape);
+  void WriteBlockTable(absl::Span<const SequenceChunk> batch, const StepShape& shape);
+  // Copies the staged metadata to meta_ on stream_ (asynchronous).
+  absl::Status Upload(const StepShape& shape);
   absl::Status Run(const StepShape& shape);
   absl::Status Enqueue(const StepShape& shape);
 

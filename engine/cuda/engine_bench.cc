@@ -1,4 +1,4 @@
-// RunGpuEngineBench (engine/gpu_backend.h): times the CUDA executor on a
+// RunGpuEngineBench (engine/gpu_bench.h): times the CUDA executor on a
 // checkpoint. Decode: `batch` sequences at `context` tokens each, one token
 // per sequence per step, greedy sampling on the GPU, CUDA graphs as in
 // serving; the KV read is real (zeroed blocks), the prefix is not computed.
@@ -17,6 +17,8 @@
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/gpu_backend.h"
+#include "engine/gpu_bench.h"
+#include "memory/gpu_page_pool.h"
 #include "memory/kv_arena.h"
 #include "nlohmann/json.hpp"
 
@@ -137,7 +139,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
     constexpr size_t kSlab = 64u << 20;
     const size_t bytes = static_cast<size_t>(blocks) * layout.block_bytes();
     const size_t budget = (bytes / kSlab + 2) * kSlab;
-    auto pages = CreateGpuPagePool(o.device, kSlab, static_cast<int64_t>(budget));
+    auto pages = memory::CreateGpuPagePool(o.device, kSlab, static_cast<int64_t>(budget));
     if (!pages.ok()) return pages.status();
     memory::KvArenaOptions ao;
     ao.slab_bytes = kSlab;

@@ -1,6 +1,7 @@
 // CUDA VMM page pool on a real GPU (label gpu; skips without one): the KV
 // arena over it hands out device memory kernels can use, handles are pooled
-// (no cuMemCreate after warm-up), the budget is enforced.
+// (no cuMemCreate after warm-up), the budget is enforced; the build-time
+// factory (memory/gpu_page_pool.h) hands out this backend.
 #include "memory/cuda/cuda_page_pool.h"
 
 #include <cuda_runtime_api.h>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "memory/gpu_page_pool.h"
 #include "memory/kv_arena.h"
 
 namespace ballast::memory {
@@ -58,6 +60,27 @@ TEST(CudaPagePool, BudgetIsEnforcedAllOrNothing) {
   EXPECT_EQ(pool->Map(base + (8u << 20), 2u << 20).code(), absl::StatusCode::kResourceExhausted);
   pool->Unmap(base, 8u << 20);
   EXPECT_EQ(pool->stats().mapped_bytes, 0);
+}
+
+// What DeviceWorker gets for an elastic GPU device: a CUDA VMM pool with
+// the page size and budget asked for, mapping device memory.
+TEST(CudaPagePool, FactoryMakesTheVmmBackend) {
+  auto pool = CreateGpuPagePool(0, 2u << 20, 4ll << 20);
+  if (pool.status().code() == absl::StatusCode::kUnavailable) {
+    GTEST_SKIP() << "no usable CUDA device";
+  }
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_NE(dynamic_cast<CudaPagePool*>(pool->get()), nullptr);
+  PagePool& p = **pool;
+  EXPECT_EQ(p.page_bytes(), 2u << 20);
+  EXPECT_EQ(p.stats().budget_bytes, 4ll << 20);
+  auto base = *p.Reserve(8u << 20);
+  ASSERT_TRUE(p.Map(base, 4u << 20).ok());
+  EXPECT_EQ(cudaMemset(base, 7, 4u << 20), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(p.Map(base + (4u << 20), 2u << 20).code(), absl::StatusCode::kResourceExhausted);
+  p.Unmap(base, 4u << 20);
+  EXPECT_EQ(p.stats().mapped_bytes, 0);
 }
 
 }  // namespace

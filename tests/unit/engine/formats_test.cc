@@ -70,6 +70,18 @@ TEST(ModelConfig, ParsesLlama3AndDefaults) {
   EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 8192);
 }
 
+// Llama 3.1 and later list several EOS ids in config.json.
+TEST(ModelConfig, EosTokenIdMayBeAList) {
+  const std::string base = R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,
+    "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":300,)";
+  auto c = ModelConfig::Parse(base + R"("eos_token_id":[128001,128008,128009]})", "x/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->eos_token_id, 128001);
+  auto bad = ModelConfig::Parse(base + R"("eos_token_id":[]})", "x/config.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("eos_token_id"), std::string::npos);
+}
+
 TEST(ModelConfig, ErrorsNameFileAndKey) {
   auto c = ModelConfig::Parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64})",
                               "m/config.json");

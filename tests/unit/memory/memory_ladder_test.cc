@@ -70,16 +70,21 @@ TEST(MemoryLadder, MatchesThePairwiseRuleOnRandomInstances) {
       got += h[i].bytes;
     }
     // (1) nothing left out sheds strictly before something taken.
-    for (size_t i = 0; i < h.size(); ++i)
-      for (size_t j : plan)
-        if (!in[i]) EXPECT_FALSE(before(h[i], h[j])) << "trial " << trial;
+    for (size_t i = 0; i < h.size(); ++i) {
+      if (in[i]) continue;
+      for (size_t j : plan) {
+        EXPECT_FALSE(before(h[i], h[j])) << "trial " << trial;
+      }
+    }
     // (2) covers the need (or takes everything), and the last one was needed.
     if (need <= 0) {
       EXPECT_TRUE(plan.empty());
     } else if (plan.size() < h.size()) {
       EXPECT_GE(got, need);
     }
-    if (!plan.empty()) EXPECT_LT(got - h[plan.back()].bytes, need);
+    if (!plan.empty()) {
+      EXPECT_LT(got - h[plan.back()].bytes, need);
+    }
   }
 }
 

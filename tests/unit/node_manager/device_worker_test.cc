@@ -166,7 +166,10 @@ TEST(NodeManager, ReactivationUsesTheHostCopyAndDrainingLetsRequestsFinish) {
   Done in_flight;
   ASSERT_TRUE(node->Submit(req, &in_flight).ok());
   ASSERT_TRUE(node->EvictModel("a", /*drain=*/true).ok());
-  ASSERT_TRUE(in_flight.Finished());  // drained before the model went
+  // Drained before the model went: counted out as the engine hands over the
+  // result, the hand-over itself completing at once (not before EvictModel
+  // returns: a bare Finished() here raced the device worker).
+  ASSERT_TRUE(in_flight.AwaitDone(absl::Seconds(10)));
   ASSERT_TRUE(in_flight.result.ok()) << in_flight.result.status();
   EXPECT_EQ(in_flight.result->output_tokens.size(), 40u);
   EXPECT_EQ(node->host_weights().stats().entries, 1);

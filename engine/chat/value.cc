@@ -1,0 +1,395 @@
+#include "engine/chat/value.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "absl/status/status.h"
+#include "engine/chat/unicode.h"
+
+namespace ballast::chat {
+namespace {
+
+// Python's str.isprintable() for one code point, for the ranges that occur
+// in text (controls, format characters, separators other than ' ').
+bool Printable(char32_t cp) {
+  if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) return false;
+  if (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F))
+    return false;
+  if ((cp >= 0x205F && cp <= 0x206F) || cp == 0x3000 || cp == 0xFEFF) return false;
+  if ((cp >= 0xFFF9 && cp <= 0xFFFB) || (cp >= 0xE000 && cp <= 0xF8FF)) return false;
+  return true;
+}
+
+void AppendEscape(char32_t cp, std::string* out) {
+  char buf[16];
+  if (cp < 0x100) {
+    std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned>(cp));
+  } else if (cp < 0x10000) {
+    std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
+  } else {
+    std::snprintf(buf, sizeof(buf), "\\U%08x", static_cast<unsigned>(cp));
+  }
+  out->append(buf);
+}
+
+std::string JoinRepr(const ValueList& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += items[i].Repr();
+  }
+  return out;
+}
+
+std::string DictRepr(const ValueDict& dict) {
+  std::string out = "{";
+  for (size_t i = 0; i < dict.items.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += Cat(dict.items[i].first.Repr(), ": ", dict.items[i].second.Repr());
+  }
+  return out + "}";
+}
+
+int Sign(double d) { return d < 0 ? -1 : (d > 0 ? 1 : 0); }
+
+}  // namespace
+
+const Value* ValueDict::Find(const Value& key) const {
+  if (key.is_string()) return Find(std::string_view(key.AsString()));
+  for (const auto& [k, v] : items) {
+    if (Equals(k, key)) return &v;
+  }
+  return nullptr;
+}
+
+const Value* ValueDict::Find(std::string_view key) const {
+  for (const auto& [k, v] : items) {
+    if (k.is_string() && k.AsString() == key) return &v;
+  }
+  return nullptr;
+}
+
+void ValueDict::Set(Value key, Value value) {
+  for (auto& [k, v] : items) {
+    if (Equals(k, key)) {
+      v = std::move(value);
+      return;
+    }
+  }
+  items.emplace_back(std::move(key), std::move(value));
+}
+
+Value Value::Undefined(std::string hint) {
+  return Value(Kind::kUndefined, std::make_shared<const std::string>(std::move(hint)));
+}
+Value Value::None() { return Value(Kind::kNone, std::monostate{}); }
+Value Value::Bool(bool b) { return Value(Kind::kBool, b); }
+Value Value::Int(int64_t i) { return Value(Kind::kInt, i); }
+Value Value::Float(double d) { return Value(Kind::kFloat, d); }
+Value Value::String(std::string s) {
+  return Value(Kind::kString, std::make_shared<const std::string>(std::move(s)));
+}
+Value Value::List(ValueList items) {
+  return Value(Kind::kList, std::make_shared<const ValueList>(std::move(items)));
+}
+Value Value::Tuple(ValueList items) {
+  return Value(Kind::kTuple, std::make_shared<const ValueList>(std::move(items)));
+}
+Value Value::Dict(ValueDict dict) {
+  return Value(Kind::kDict, std::make_shared<const ValueDict>(std::move(dict)));
+}
+Value Value::MakeObject(std::shared_ptr<Object> object) {
+  return Value(Kind::kObject, std::move(object));
+}
+Value Value::MakeCallable(std::string name, decltype(Callable::fn) fn) {
+  return Value(Kind::kCallable,
+               std::make_shared<const Callable>(Callable{std::move(name), std::move(fn)}));
+}
+
+Value Value::FromJson(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return None();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Bool(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Int(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      const auto u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Float(static_cast<double>(u));
+      return Int(static_cast<int64_t>(u));
+    }
+    case nlohmann::ordered_json::value_t::number_float:
+      return Float(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return String(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      ValueList items;
+      items.reserve(j.size());
+      for (const auto& e : j) items.push_back(FromJson(e));
+      return List(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      ValueDict dict;
+      dict.items.reserve(j.size());
+      for (const auto& [k, v] : j.items()) dict.items.emplace_back(String(k), FromJson(v));
+      return Dict(std::move(dict));
+    }
+    default:
+      return None();  // binary / discarded: not produced by JSON parsing
+  }
+}
+
+int64_t Value::AsInt() const {
+  return is_bool() ? static_cast<int64_t>(AsBool()) : std::get<int64_t>(data_);
+}
+
+double Value::AsDouble() const {
+  if (is_float()) return std::get<double>(data_);
+  return static_cast<double>(AsInt());
+}
+
+const std::string& Value::AsString() const {
+  return *std::get<std::shared_ptr<const std::string>>(data_);
+}
+const ValueList& Value::AsList() const {
+  return *std::get<std::shared_ptr<const ValueList>>(data_);
+}
+const ValueDict& Value::AsDict() const {
+  return *std::get<std::shared_ptr<const ValueDict>>(data_);
+}
+Object& Value::AsObject() const { return *std::get<std::shared_ptr<Object>>(data_); }
+const Callable& Value::AsCallable() const {
+  return *std::get<std::shared_ptr<const Callable>>(data_);
+}
+
+const std::string& Value::UndefinedHint() const {
+  static const std::string* const kEmpty = new std::string("value is undefined");
+  if (auto* p = std::get_if<std::shared_ptr<const std::string>>(&data_)) return **p;
+  return *kEmpty;
+}
+
+bool Value::Truthy() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return AsBool();
+    case Kind::kInt:
+      return AsInt() != 0;
+    case Kind::kFloat:
+      return AsDouble() != 0.0;
+    case Kind::kString:
+      return !AsString().empty();
+    case Kind::kList:
+    case Kind::kTuple:
+      return !AsList().empty();
+    case Kind::kDict:
+      return !AsDict().items.empty();
+    case Kind::kObject:
+    case Kind::kCallable:
+      return true;
+  }
+  return false;
+}
+
+std::string Value::Str() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "";
+    case Kind::kString:
+      return AsString();
+    default:
+      return Repr();
+  }
+}
+
+std::string Value::Repr() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return AsBool() ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(AsInt());
+    case Kind::kFloat:
+      return FloatRepr(AsDouble());
+    case Kind::kString:
+      return StringRepr(AsString());
+    case Kind::kList:
+      return Cat("[", JoinRepr(AsList()), "]");
+    case Kind::kTuple:
+      return Cat("(", JoinRepr(AsList()), AsList().size() == 1 ? ",)" : ")");
+    case Kind::kDict:
+      return DictRepr(AsDict());
+    case Kind::kObject:
+      return Cat("<", AsObject().type_name, " ", DictRepr(AsObject().attrs), ">");
+    case Kind::kCallable:
+      return Cat("<function ", AsCallable().name, ">");
+  }
+  return "";
+}
+
+std::string Value::TypeName() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kTuple:
+      return "tuple";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kObject:
+      return AsObject().type_name;
+    case Kind::kCallable:
+      return "function";
+  }
+  return "object";
+}
+
+bool Equals(const Value& a, const Value& b) {
+  using K = Value::Kind;
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.AsDouble() == b.AsDouble();
+    return a.AsInt() == b.AsInt();
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case K::kUndefined:
+    case K::kNone:
+      return true;
+    case K::kString:
+      return a.AsString() == b.AsString();
+    case K::kList:
+    case K::kTuple: {
+      const auto &x = a.AsList(), &y = b.AsList();
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (!Equals(x[i], y[i])) return false;
+      }
+      return true;
+    }
+    case K::kDict: {
+      const auto &x = a.AsDict(), &y = b.AsDict();
+      if (x.items.size() != y.items.size()) return false;
+      for (const auto& [k, v] : x.items) {
+        const Value* other = y.Find(k);
+        if (other == nullptr || !Equals(v, *other)) return false;
+      }
+      return true;
+    }
+    case K::kObject:
+      return &a.AsObject() == &b.AsObject();
+    case K::kCallable:
+      return &a.AsCallable() == &b.AsCallable();
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<int> Compare(const Value& a, const Value& b, std::string_view op) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return Sign(a.AsDouble() - b.AsDouble());
+    return a.AsInt() < b.AsInt() ? -1 : (a.AsInt() > b.AsInt() ? 1 : 0);
+  }
+  if (a.is_string() && b.is_string()) {
+    const int c = a.AsString().compare(b.AsString());
+    return c < 0 ? -1 : (c > 0 ? 1 : 0);
+  }
+  if (a.is_sequence() && a.kind() == b.kind()) {
+    const auto &x = a.AsList(), &y = b.AsList();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (Equals(x[i], y[i])) continue;
+      return Compare(x[i], y[i], op);
+    }
+    return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
+  }
+  if (a.is_undefined() || b.is_undefined()) {
+    return absl::InvalidArgumentError(a.is_undefined() ? a.UndefinedHint() : b.UndefinedHint());
+  }
+  return absl::InvalidArgumentError(Cat("TypeError: '", std::string(op),
+                                        "' not supported between instances of '", a.TypeName(),
+                                        "' and '", b.TypeName(), "'"));
+}
+
+std::string FloatRepr(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  // Shortest round-trip digits, then Python's layout: fixed notation when the
+  // decimal exponent is in [-4, 16), else d.ddde[+-]XX.
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);
+  const size_t e = sci.find('e');
+  std::string mantissa = sci.substr(0, e);
+  const int exp = std::stoi(sci.substr(e + 1));
+  const bool negative = mantissa[0] == '-';
+  if (negative) mantissa.erase(0, 1);
+  std::string digits;
+  for (char c : mantissa) {
+    if (c != '.') digits.push_back(c);
+  }
+  std::string out = negative ? "-" : "";
+  if (exp < -4 || exp >= 16) {
+    out += digits.substr(0, 1);
+    if (digits.size() > 1) {
+      out += '.';
+      out += digits.substr(1);
+    }
+    char ebuf[16];
+    std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
+    return out + ebuf;
+  }
+  if (exp < 0) return out + "0." + std::string(-exp - 1, '0') + digits;
+  const size_t int_len = static_cast<size_t>(exp) + 1;
+  if (digits.size() <= int_len)
+    return out + digits + std::string(int_len - digits.size(), '0') + ".0";
+  return out + digits.substr(0, int_len) + "." + digits.substr(int_len);
+}
+
+std::string StringRepr(std::string_view s) {
+  const bool has_single = s.find('\'') != std::string_view::npos;
+  const bool has_double = s.find('"') != std::string_view::npos;
+  const char quote = (has_single && !has_double) ? '"' : '\'';
+  std::string out(1, quote);
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp;
+    const int n = unicode::DecodeAt(s, i, &cp);
+    if (cp == static_cast<char32_t>(quote) || cp == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(cp));
+    } else if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (n == 1 && cp >= 0x80) {
+      AppendEscape(cp, &out);  // an invalid byte (Python would hold a surrogate escape)
+    } else if (!Printable(cp)) {
+      AppendEscape(cp, &out);
+    } else {
+      out.append(s.substr(i, n));
+    }
+    i += n;
+  }
+  out.push_back(quote);
+  return out;
+}
+
+}  // namespace ballast::chat

@@ -1,0 +1,66 @@
+// The GPU engine benchmarks (`ballast bench-engine`, `ballast
+// bench-activation`) as seen from code that must build without CUDA. They
+// are white-box measurements of the CUDA backend, so they live beside it
+// (engine/cuda/engine_bench.cc, engine/cuda/activation_bench.cc) but in
+// their own library, ballast_engine_bench, which only the `ballast` binary
+// links: nothing that serves carries them. The implementation is chosen at
+// build time in engine/CMakeLists.txt; without CUDA,
+// engine/gpu_bench_stub.cc answers UNIMPLEMENTED. No #ifdef anywhere.
+//
+// Thread-safety: each call is self-contained (its own executor, pools and
+// streams); run one at a time per device, since they time the device.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ballast::engine {
+
+// `ballast bench-engine`: decode and prefill speed of the CUDA executor on
+// one model, against the HBM roofline and cuBLAS's own GEMM rate.
+struct GpuEngineBenchOptions {
+  std::string model_dir;
+  int device = 0;
+  std::vector<int> batches = {1, 16, 64, 256};
+  int context = 1024;         // tokens of KV each decoding sequence attends to
+  int prefill_tokens = 2048;  // prompt length of the prefill measurement
+  int steps = 32;             // timed decode steps per batch size
+  int warmup = 4;             // untimed steps first (graph capture happens here)
+  int prefill_runs = 3;
+  int block_tokens = 16;
+  std::string kv_dtype = "auto";
+  bool cuda_graphs = true;
+  // HBM bandwidth of the roofline; 0 = the datasheet figure of the device
+  // (H100 SXM 3.35 TB/s, H100 PCIe 2.0, H200 4.8), else the measured
+  // device-to-device copy rate.
+  double hbm_bytes_per_s = 0;
+  bool gemm_peak = true;      // also time an 8192^3 cuBLASLt GEMM
+  int skinny_gemm_max_m = 2;  // see GpuExecutorOptions
+  // "static": one cudaMalloc'd block pool; "arena": the elastic KV slab
+  // arena over CUDA VMM pages (64 MiB slabs), as elastic nodes use.
+  std::string kv_pool = "static";
+};
+// Results as JSON (see engine/cuda/engine_bench.cc for the fields).
+absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& options);
+
+// `ballast bench-activation`: how long activating a model from its pinned
+// host copy takes (weight pages mapped from a VMM pool, chunked copies on
+// `copy_streams` streams, executor set up) against the PCIe bound (weight
+// bytes / the measured pinned host-to-device copy rate). The weights are
+// random (only shapes matter); `config_json` gives the shapes.
+struct GpuActivationBenchOptions {
+  std::string config_path;  // a config.json
+  int device = 0;
+  int runs = 3;
+  int copy_streams = 4;
+  // VMM page (physical handle) size the weights are mapped in. Default
+  // 64 MiB: measured on H100, mapping 15 GiB in 2 MiB pages costs ~200 ms
+  // (one cuMemMap per page), in 64 MiB pages a few ms.
+  size_t page_bytes = 64u << 20;
+};
+absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOptions& options);
+
+}  // namespace ballast::engine

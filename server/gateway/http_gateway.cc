@@ -1,0 +1,504 @@
+#include "server/gateway/http_gateway.h"
+
+#include <grpcpp/grpcpp.h>
+#include <pthread.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "ballast/v1/inference.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "server/gateway/openai_protocol.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::server::gateway {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Executor = net::any_io_executor;
+
+constexpr size_t kHeaderLimit = 16 << 10;
+constexpr auto kRequestTimeout = std::chrono::seconds(30);
+
+std::string NewId(const char* prefix) {
+  thread_local absl::BitGen gen;
+  return absl::StrCat(prefix, absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16),
+                      absl::Hex(absl::Uniform<uint32_t>(gen), absl::kZeroPad8));
+}
+
+// A complete HTTP/1.1 response with a Content-Length body.
+std::string HttpResponse(int status, const std::string& body, bool keep_alive) {
+  const auto reason = http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status)));
+  return absl::StrCat("HTTP/1.1 ", status, " ", std::string(reason.data(), reason.size()),
+                      "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+                      "\r\nConnection: ", keep_alive ? "keep-alive" : "close", "\r\n\r\n", body);
+}
+
+constexpr char kSseHeaders[] =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    "Connection: close\r\n\r\n";
+
+// A gRPC call in flight; the registry cancels all of them at shutdown.
+struct CallBase {
+  virtual ~CallBase() = default;
+  grpc::ClientContext ctx;
+};
+
+// Every upstream call in flight, so that Shutdown can cancel them and wait
+// until gRPC no longer posts into the io_context.
+class CallRegistry {
+ public:
+  bool Add(const std::shared_ptr<CallBase>& c) {
+    absl::MutexLock l(&mu_);
+    if (closed_) return false;
+    calls_[c.get()] = c;
+    return true;
+  }
+  void Remove(CallBase* c) {
+    absl::MutexLock l(&mu_);
+    calls_.erase(c);
+  }
+  // Refuses new calls, cancels the live ones, waits up to `limit`.
+  bool CancelAllAndWait(absl::Duration limit) {
+    std::vector<std::shared_ptr<CallBase>> live;
+    {
+      absl::MutexLock l(&mu_);
+      closed_ = true;
+      for (auto& [raw, weak] : calls_)
+        if (auto c = weak.lock()) live.push_back(std::move(c));
+    }
+    for (auto& c : live) c->ctx.TryCancel();
+    live.clear();
+    absl::MutexLock l(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(this, &CallRegistry::Empty), limit);
+  }
+
+ private:
+  bool Empty() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return calls_.empty(); }
+
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<CallBase*, std::weak_ptr<CallBase>> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+struct HttpGateway::Impl {
+  GatewayOptions options;
+  std::string address;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  net::steady_timer accept_backoff{ioc};
+  std::vector<std::thread> threads;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Inference::Stub> stub;
+  CallRegistry calls;
+  bool stopped = false;
+
+  void Accept();
+};
+
+namespace {
+
+class Session;
+
+// One upstream Inference.Generate stream (gRPC callback API): events are
+// posted to the session's strand; the call keeps itself alive until OnDone.
+class GenerateCall final : public CallBase, public grpc::ClientReadReactor<v1::GenerateResponse> {
+ public:
+  GenerateCall(std::shared_ptr<Session> session, CallRegistry* registry)
+      : session_(std::move(session)), registry_(registry) {}
+  void Start(v1::Inference::Stub* stub, v1::GenerateRequest req,
+             std::shared_ptr<GenerateCall> self) {
+    self_ = std::move(self);
+    req_ = std::move(req);
+    stub->async()->Generate(&ctx, &req_, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& st) override;
+
+ private:
+  std::shared_ptr<Session> session_;
+  CallRegistry* registry_;
+  std::shared_ptr<GenerateCall> self_;
+  v1::GenerateRequest req_;
+  v1::GenerateResponse resp_;
+};
+
+struct ModelsCall final : CallBase {
+  v1::ListModelsRequest req;
+  v1::ListModelsResponse resp;
+};
+
+// One HTTP connection. All its members are used on its strand only.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpGateway::Impl* gw)
+      : executor_(socket.get_executor()), stream_(std::move(socket)), gw_(gw) {}
+
+  void Start() {
+    net::dispatch(executor_, [self = shared_from_this()] { self->ReadRequest(); });
+  }
+  // From gRPC threads.
+  void PostEvent(v1::GenerateResponse r) {
+    net::post(executor_, [self = shared_from_this(), r = std::move(r)] { self->OnEvent(r); });
+  }
+  void PostDone(grpc::Status st) {
+    net::post(executor_, [self = shared_from_this(), st] { self->OnUpstreamDone(st); });
+  }
+
+ private:
+  enum class After { kNothing, kReadNext, kClose };
+  // What follows a complete response: the client's keep-alive decides.
+  After Next() const { return keep_alive_ ? After::kReadNext : After::kClose; }
+
+  void ReadRequest();
+  void OnRequest(beast::error_code ec);
+  void Route(const http::request<http::string_body>& req);
+  void HandleModels();
+  void HandleCompletion(const std::string& body);
+  void OnEvent(const v1::GenerateResponse& r);
+  void OnUpstreamDone(const grpc::Status& st);
+  void WatchDisconnect();
+  void ClientGone();
+
+  void SendError(const ApiError& e, After after) {
+    Write(HttpResponse(e.http_status, ErrorJson(e), after == After::kReadNext), after);
+  }
+  void Write(std::string data, After after) {
+    pending_ += data;
+    after_ = after;
+    if (!writing_) DoWrite();
+  }
+  void DoWrite();
+  void Close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.socket().close(ec);
+  }
+
+  Executor executor_;
+  beast::tcp_stream stream_;
+  HttpGateway::Impl* gw_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::string pending_, inflight_;
+  bool writing_ = false;
+  bool keep_alive_ = false;  // of the request being answered
+  After after_ = After::kNothing;
+  // The completion being served (one per connection: it closes after).
+  std::shared_ptr<GenerateCall> call_;
+  CompletionRequest request_;
+  std::string id_;
+  int64_t created_ = 0;
+  bool headers_sent_ = false, client_gone_ = false, done_ = false;
+  std::optional<v1::Final> final_;
+  char watch_buf_[512];
+};
+
+void GenerateCall::OnReadDone(bool ok) {
+  if (!ok) return;  // OnDone follows
+  session_->PostEvent(std::move(resp_));
+  resp_.Clear();
+  StartRead(&resp_);
+}
+
+void GenerateCall::OnDone(const grpc::Status& st) {
+  std::shared_ptr<Session> s = std::move(session_);
+  s->PostDone(st);  // before Remove: Shutdown waits for Remove, then stops the io_context
+  registry_->Remove(this);
+  auto self = std::move(self_);  // may be the last reference: `this` dies at scope end
+}
+
+void Session::ReadRequest() {
+  parser_.emplace();
+  parser_->header_limit(kHeaderLimit);
+  parser_->body_limit(gw_->options.max_body_bytes);
+  stream_.expires_after(kRequestTimeout);
+  http::async_read(
+      stream_, buffer_, *parser_,
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRequest(ec); });
+}
+
+void Session::OnRequest(beast::error_code ec) {
+  if (ec == http::error::body_limit) {
+    ApiError e;
+    e.http_status = 413;
+    e.message = absl::StrCat("request body exceeds ", gw_->options.max_body_bytes, " bytes");
+    return SendError(e, After::kClose);
+  }
+  if (ec == http::error::header_limit) {
+    ApiError e;
+    e.http_status = 431;
+    e.message = absl::StrCat("request headers exceed ", kHeaderLimit, " bytes");
+    return SendError(e, After::kClose);
+  }
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+      ec == net::error::operation_aborted || ec == net::error::eof) {
+    return Close();
+  }
+  if (ec) {
+    ApiError e;
+    e.http_status = 400;
+    e.message = absl::StrCat("malformed HTTP request: ", ec.message());
+    return SendError(e, After::kClose);
+  }
+  stream_.expires_never();
+  Route(parser_->get());
+}
+
+void Session::Route(const http::request<http::string_body>& req) {
+  const std::string_view full(req.target().data(), req.target().size());
+  const std::string path(full.substr(0, full.find('?')));
+  keep_alive_ = req.keep_alive();
+  const After after = Next();
+  ApiError e;
+  if (path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions") {
+    const http::verb want = path == "/v1/models" ? http::verb::get : http::verb::post;
+    if (req.method() != want) {
+      e.http_status = 405;
+      e.message = absl::StrCat(path, " expects ", std::string(http::to_string(want)));
+      return SendError(e, after);
+    }
+  }
+  if (path == "/v1/models") return HandleModels();
+  if (path == "/v1/completions") return HandleCompletion(req.body());
+  if (path == "/v1/chat/completions") {
+    if (nlohmann::json::parse(req.body(), nullptr, false).is_discarded()) {
+      e.http_status = 400;
+      e.message = "the request body is not valid JSON";
+      return SendError(e, after);
+    }
+    e.http_status = 501;
+    e.type = "not_implemented_error";
+    e.code = "chat_not_supported";
+    e.message =
+        "chat completions arrive with chat templates (the model's template applied in the "
+        "scheduler); until then use POST /v1/completions with a prompt";
+    return SendError(e, after);
+  }
+  e.http_status = 404;
+  e.message = absl::StrCat("unknown endpoint ", std::string(req.method_string()), " ", path,
+                           " (serving /v1/models, /v1/completions, /v1/chat/completions)");
+  SendError(e, after);
+}
+
+void Session::HandleModels() {
+  auto call = std::make_shared<ModelsCall>();
+  call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!gw_->calls.Add(call)) {
+    return SendError(FromGrpcStatus({grpc::StatusCode::UNAVAILABLE, "shutting down"}),
+                     After::kClose);
+  }
+  CallRegistry* registry = &gw_->calls;
+  gw_->stub->async()->ListModels(
+      &call->ctx, &call->req, &call->resp,
+      [self = shared_from_this(), call, registry](grpc::Status st) {
+        net::post(self->executor_, [self, call, st] {
+          if (!st.ok()) return self->SendError(FromGrpcStatus(st), self->Next());
+          const int64_t created = absl::ToUnixSeconds(absl::Now());
+          self->Write(HttpResponse(200, ModelsJson(call->resp, created), self->keep_alive_),
+                      self->Next());
+        });
+        registry->Remove(call.get());
+      });
+}
+
+void Session::HandleCompletion(const std::string& body) {
+  ApiError e;
+  request_ = CompletionRequest();  // an earlier refused request may have filled parts
+  if (!ParseCompletionRequest(body, &request_, &e)) return SendError(e, Next());
+  id_ = NewId("cmpl-");
+  created_ = absl::ToUnixSeconds(absl::Now());
+  call_ = std::make_shared<GenerateCall>(shared_from_this(), &gw_->calls);
+  if (!gw_->calls.Add(call_)) {
+    call_.reset();
+    return SendError(FromGrpcStatus({grpc::StatusCode::UNAVAILABLE, "shutting down"}),
+                     After::kClose);
+  }
+  call_->Start(gw_->stub.get(), request_.generate, call_);
+  WatchDisconnect();
+}
+
+// While a completion runs, a read on the socket notices the client leaving
+// (EOF or reset) and cancels the upstream call. Bytes a client sends meanwhile
+// are dropped: a completion's connection closes after its response.
+void Session::WatchDisconnect() {
+  stream_.socket().async_read_some(net::buffer(watch_buf_),
+                                   [self = shared_from_this()](beast::error_code ec, size_t) {
+                                     if (self->done_) return;
+                                     if (ec) return self->ClientGone();
+                                     self->WatchDisconnect();
+                                   });
+}
+
+void Session::ClientGone() {
+  if (client_gone_) return;
+  client_gone_ = true;
+  if (call_ && !done_) call_->ctx.TryCancel();
+  Close();
+}
+
+void Session::OnEvent(const v1::GenerateResponse& r) {
+  if (client_gone_) return;
+  if (r.has_final()) {
+    final_ = r.final();
+    return;
+  }
+  if (!request_.stream || r.token().text().empty()) return;
+  if (!headers_sent_) {
+    headers_sent_ = true;
+    pending_ += kSseHeaders;
+  }
+  const std::string& model = request_.generate.model();
+  Write(StreamChunkEvent(id_, model, created_, r.token().text(), "", request_.include_usage),
+        After::kNothing);
+}
+
+void Session::OnUpstreamDone(const grpc::Status& st) {
+  done_ = true;
+  if (client_gone_) return;
+  const std::string& model = request_.generate.model();
+  grpc::Status status = st;
+  if (st.ok() && !final_) status = {grpc::StatusCode::INTERNAL, "no final message upstream"};
+  if (!status.ok()) {
+    if (!headers_sent_) return SendError(FromGrpcStatus(status), After::kClose);
+    return Write(StreamErrorEvent(FromGrpcStatus(status)), After::kClose);
+  }
+  if (!request_.stream) {
+    return Write(HttpResponse(200, CompletionJson(id_, model, created_, *final_), false),
+                 After::kClose);
+  }
+  std::string out = headers_sent_ ? "" : kSseHeaders;
+  headers_sent_ = true;
+  out += StreamChunkEvent(id_, model, created_, "", FinishReasonName(final_->finish_reason()),
+                          request_.include_usage);
+  if (request_.include_usage) out += StreamUsageEvent(id_, model, created_, final_->usage());
+  out += kStreamDone;
+  Write(std::move(out), After::kClose);
+}
+
+void Session::DoWrite() {
+  if (pending_.empty()) {
+    if (after_ == After::kClose) {
+      Close();
+    } else if (after_ == After::kReadNext) {
+      after_ = After::kNothing;
+      ReadRequest();
+    }
+    return;
+  }
+  writing_ = true;
+  inflight_.swap(pending_);
+  pending_.clear();
+  net::async_write(stream_, net::buffer(inflight_),
+                   [self = shared_from_this()](beast::error_code ec, size_t) {
+                     self->writing_ = false;
+                     self->inflight_.clear();
+                     if (ec) return self->ClientGone();
+                     self->DoWrite();
+                   });
+}
+
+}  // namespace
+
+void HttpGateway::Impl::Accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (!acceptor.is_open() || ec == net::error::operation_aborted) return;
+    if (!ec) {
+      std::make_shared<Session>(std::move(socket), this)->Start();
+      return Accept();
+    }
+    // Out of descriptors or similar: back off instead of spinning.
+    spdlog::warn("gateway: accept failed: {}", ec.message());
+    accept_backoff.expires_after(std::chrono::milliseconds(100));
+    accept_backoff.async_wait([this](beast::error_code) { Accept(); });
+  });
+}
+
+std::string LoopbackTarget(const std::string& bound) {
+  const auto colon = bound.rfind(':');
+  const std::string host = bound.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    return absl::StrCat("127.0.0.1", bound.substr(colon));
+  }
+  return bound;
+}
+
+absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Create(const GatewayOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  const auto colon = options.listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gateway: \"", options.listen, "\" is not host:port"));
+  }
+  std::string host = options.listen.substr(0, colon);
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  beast::error_code ec;
+  tcp::resolver resolver(impl->ioc);
+  const auto found =
+      resolver.resolve(host.empty() ? "0.0.0.0" : host, options.listen.substr(colon + 1), ec);
+  if (!ec && found.empty()) ec = net::error::host_not_found;
+  if (!ec) {
+    const tcp::endpoint ep = found.begin()->endpoint();
+    impl->acceptor.open(ep.protocol(), ec);
+    if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) impl->acceptor.bind(ep, ec);
+    if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  }
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("gateway: cannot listen on ", options.listen, ": ", ec.message()));
+  }
+  impl->address =
+      absl::StrCat(options.listen.substr(0, colon), ":", impl->acceptor.local_endpoint().port());
+  impl->channel = grpc::CreateChannel(options.upstream, grpc::InsecureChannelCredentials());
+  impl->stub = v1::Inference::NewStub(impl->channel);
+  impl->Accept();
+  for (int i = 0; i < std::max(1, options.io_threads); ++i) {
+    impl->threads.emplace_back([raw = impl.get()] {
+      pthread_setname_np(pthread_self(), "ballast-gw-io");  // told apart in /proc, top -H
+      raw->ioc.run();
+    });
+  }
+  spdlog::info("OpenAI-compatible gateway on http://{} (upstream {}, {} io threads)", impl->address,
+               options.upstream, impl->threads.size());
+  return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
+}
+
+HttpGateway::HttpGateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpGateway::~HttpGateway() { Shutdown(); }
+const std::string& HttpGateway::address() const { return impl_->address; }
+
+void HttpGateway::Shutdown() {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  net::post(impl_->ioc, [raw = impl_.get()] {
+    beast::error_code ec;
+    raw->acceptor.close(ec);
+    raw->accept_backoff.cancel();
+  });
+  if (!impl_->calls.CancelAllAndWait(absl::Seconds(5))) {
+    spdlog::warn("gateway: upstream calls still running after 5 s at shutdown");
+  }
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) t.join();
+  impl_->threads.clear();
+}
+
+}  // namespace ballast::server::gateway

@@ -1,0 +1,74 @@
+// The official `openai` npm client against Ballast's gateway: models.list,
+// completions.create (plain and streamed, with usage) and the error classes
+// the client maps from HTTP codes. Usage: node check.mjs path/to/ballast
+// (run.sh installs the client first). Exits non-zero on any failure.
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServe, untilReady } from './serve.mjs';
+
+const serve = await startServe(process.argv[2]);
+try {
+  const client = new OpenAI({ baseURL: `${serve.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const params = { model: 'a', prompt: 'Hello', max_tokens: 8, temperature: 0, ignore_eos: true };
+  const plain = await untilReady(() => client.completions.create(params));
+
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ['a']);
+  assert.equal(models.data[0].object, 'model');
+
+  assert.equal(plain.object, 'text_completion');
+  assert.match(plain.id, /^cmpl-/);
+  assert.equal(plain.model, 'a');
+  assert.equal(plain.choices.length, 1);
+  assert.equal(typeof plain.choices[0].text, 'string');
+  assert.equal(plain.choices[0].finish_reason, 'length');
+  assert.equal(plain.usage.completion_tokens, 8);
+  assert.equal(plain.usage.total_tokens, plain.usage.prompt_tokens + 8);
+
+  const stream = await client.completions.create({
+    ...params,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    assert.equal(chunk.object, 'text_completion');
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.ok(chunks >= 2, `only ${chunks} chunks`);
+  assert.equal(finish, 'length');
+  assert.equal(text, plain.choices[0].text, 'greedy: streamed text equals the plain one');
+  assert.equal(usage.completion_tokens, 8);
+
+  await assert.rejects(client.completions.create({ ...params, model: 'nope' }), (e) => {
+    assert.ok(e instanceof OpenAI.NotFoundError, String(e));
+    assert.equal(e.code, 'model_not_found');
+    return true;
+  });
+  await assert.rejects(client.completions.create({ ...params, n: 2 }), (e) => {
+    assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+    assert.equal(e.param, 'n');
+    return true;
+  });
+  await assert.rejects(
+    client.chat.completions.create({ model: 'a', messages: [{ role: 'user', content: 'hi' }] }),
+    (e) => {
+      assert.equal(e.status, 501, String(e));
+      return true;
+    },
+  );
+  console.log(`openai client check passed (${chunks} stream chunks)`);
+} catch (e) {
+  console.error(serve.log());
+  throw e;
+} finally {
+  await serve.stop();
+}

@@ -1,0 +1,253 @@
+// Unit tests of the chat-template interpreter: expressions, whitespace
+// control under HF's trim_blocks/lstrip_blocks, scoping, errors with
+// positions for unsupported constructs, the HF context, and concurrent
+// renders. (features_test.cc checks many more snippets against real Jinja.)
+#include <thread>
+
+#include "engine/chat/chat_template.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ballast::chat {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::ordered_json;
+
+std::string R(const std::string& source, const Json& context = Json::object()) {
+  auto tpl = ChatTemplate::Create(source);
+  if (!tpl.ok()) return "CREATE ERROR: " + tpl.status().ToString();
+  auto out = (*tpl)->Render(context);
+  if (!out.ok()) return "RENDER ERROR: " + out.status().ToString();
+  return *out;
+}
+
+absl::Status CreateError(const std::string& source) {
+  auto tpl = ChatTemplate::Create(source);
+  return tpl.ok() ? absl::OkStatus() : tpl.status();
+}
+
+absl::Status RenderError(const std::string& source, const Json& context = Json::object()) {
+  auto tpl = ChatTemplate::Create(source);
+  if (!tpl.ok()) return tpl.status();
+  auto out = (*tpl)->Render(context);
+  return out.ok() ? absl::OkStatus() : out.status();
+}
+
+TEST(ChatExpressions, LiteralsPrintAsPython) {
+  EXPECT_EQ(R("{{ none }}|{{ true }}|{{ 1.0 }}|{{ 1e-05 }}|{{ 10**16 * 1.0 }}"),
+            "None|True|1.0|1e-05|1e+16");
+  EXPECT_EQ(R("{{ [1, 'a', none] }}|{{ {'k': (1,)} }}"), "[1, 'a', None]|{'k': (1,)}");
+  EXPECT_EQ(R("{{ \"it's\" }}|{{ [\"it's\"] }}"), "it's|[\"it's\"]");
+}
+
+TEST(ChatExpressions, ArithmeticFollowsPython) {
+  EXPECT_EQ(R("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 3 }} {{ 1 + 2 * 3 }}"),
+            "3 -4 2 3.5 8 7");
+  EXPECT_EQ(R("{{ 'ab' * 2 }} {{ [1] + [2] }} {{ 'a' ~ 1 ~ none }}"), "abab [1, 2] a1None");
+  EXPECT_EQ(R("{{ 1 == 1.0 }} {{ 1 == true }} {{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }}"),
+            "True True True False");
+}
+
+TEST(ChatExpressions, FiltersBindTighterThanOperators) {
+  EXPECT_EQ(R("{{ xs|length - 1 }}", {{"xs", {1, 2, 3}}}), "2");
+  EXPECT_EQ(R("{{ not xs|length }}", {{"xs", Json::array()}}), "True");
+  // Unary minus binds tighter still: -xs|length is (-xs)|length, an error as in Jinja.
+  EXPECT_THAT(std::string(RenderError("{{ -xs|length }}", {{"xs", {1}}}).message()),
+              HasSubstr("bad operand type for unary -: 'list'"));
+}
+
+TEST(ChatExpressions, SubscriptsSlicesAndMethods) {
+  const Json ctx = {{"s", "héllo"}, {"xs", {1, 2, 3, 4}}, {"m", {{"role", "user"}}}};
+  EXPECT_EQ(R("{{ xs[::-1] }} {{ xs[1:3] }} {{ xs[-1] }} {{ s[1] }} {{ s[::-1] }}", ctx),
+            "[4, 3, 2, 1] [2, 3] 4 é olléh");
+  EXPECT_EQ(R("{{ m.role }} {{ m['role'] }} {{ m.get('x', 'd') }} [{{ m.missing }}]", ctx),
+            "user user d []");
+  EXPECT_EQ(R("{{ 'a</think>b'.split('</think>')[-1] }} {{ '\\n x \\n'.strip('\\n') }}"), "b  x ");
+  EXPECT_EQ(R("{{ 'abc'.startswith('a') and 'abc'.endswith(('x', 'c')) }}"), "True");
+}
+
+TEST(ChatExpressions, TestsAndUndefined) {
+  const Json ctx = {{"n", nullptr}, {"s", "x"}, {"d", Json::object()}};
+  EXPECT_EQ(R("{{ n is none }} {{ u is defined }} {{ s is string }} {{ d is mapping }}", ctx),
+            "True False True True");
+  EXPECT_EQ(R("{{ s is not none and u is undefined }}", ctx), "True");
+  EXPECT_EQ(R("[{{ u }}][{{ u|default('dflt') }}][{{ u|length }}]"), "[][dflt][0]");
+  // An attribute of an undefined value is an error, as in Jinja.
+  EXPECT_THAT(std::string(RenderError("{{ u.x }}").message()), HasSubstr("'u' is undefined"));
+}
+
+TEST(ChatExpressions, TojsonIsPythonJsonDumps) {
+  const Json ctx = {{"d", {{"b", "é\n"}, {"a", {1, 2.5, nullptr, true}}}}};
+  EXPECT_EQ(R("{{ d|tojson }}", ctx), "{\"b\": \"é\\n\", \"a\": [1, 2.5, null, true]}");
+  EXPECT_EQ(R("{{ d.a|tojson(indent=2) }}", ctx), "[\n  1,\n  2.5,\n  null,\n  true\n]");
+  EXPECT_EQ(R("{{ d|tojson(separators=(',', ':'), sort_keys=true) }}", ctx),
+            "{\"a\":[1,2.5,null,true],\"b\":\"é\\n\"}");
+}
+
+TEST(ChatWhitespace, TrimAndLstripBlocksAsTransformers) {
+  // trim_blocks: the newline after %} goes; lstrip_blocks: indentation before {% goes.
+  EXPECT_EQ(R("{% if true %}\n  a\n  {% endif %}\nb"), "  a\nb");
+  // Not for {{ }}: the indentation and the newline stay.
+  EXPECT_EQ(R("  {{ 'a' }}\n  {{ 'b' }}\n"), "  a\n  b");
+  // '-' strips all whitespace on its side, newlines included.
+  EXPECT_EQ(R("a  \n\n  {%- if true -%}  \n\n  b{% endif %}"), "ab");
+  EXPECT_EQ(R("a \n {{- 'x' -}} \n b"), "axb");
+  // '+' keeps what lstrip_blocks / trim_blocks would remove.
+  EXPECT_EQ(R("a\n  {%+ if true %}b{% endif %}"), "a\n  b");
+  EXPECT_EQ(R("{% if true +%}\nb{% endif %}"), "\nb");
+  // Comments trim like blocks.
+  EXPECT_EQ(R("a\n  {# c #}\nb"), "a\nb");
+  // One trailing newline of the template is dropped; \r\n reads as \n.
+  EXPECT_EQ(R("x\n\n"), "x\n");
+  EXPECT_EQ(R("a\r\n{% if true %}\r\nb{% endif %}"), "a\nb");
+  // Python's whitespace: '-' also strips U+3000 and NBSP.
+  EXPECT_EQ(R("a\xE3\x80\x80\xC2\xA0{%- if true %}b{% endif %}"), "ab");
+}
+
+TEST(ChatStatements, LoopVariablesAndScoping) {
+  EXPECT_EQ(R("{% for x in 'abc' %}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }}"
+              "{{ loop.revindex0 }},{% endfor %}"),
+            "1TrueFalse32,2FalseFalse31,3FalseTrue30,");
+  // A set inside a loop does not leak; a namespace carries state.
+  EXPECT_EQ(R("{% set x = 1 %}{% set ns = namespace(n=0) %}{% for i in [1, 2] %}"
+              "{% set x = 5 %}{% set ns.n = ns.n + i %}{% endfor %}{{ x }} {{ ns.n }}"),
+            "1 3");
+  EXPECT_EQ(R("{% for a, b in d.items() %}{{ a }}={{ b }};{% else %}none{% endfor %}",
+              {{"d", {{"k", 1}, {"j", 2}}}}),
+            "k=1;j=2;");
+  EXPECT_EQ(R("{% for x in [] %}x{% else %}none{% endfor %}"), "none");
+  EXPECT_EQ(R("{% for x in range(9) if x is odd %}{% if x > 5 %}{% break %}{% endif %}{{ x }}"
+              "{% endfor %}"),
+            "135");
+}
+
+TEST(ChatStatements, MacrosAndBlocks) {
+  EXPECT_EQ(R("{% macro f(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ f(1) }}{{ f(2, b=3) }}"),
+            "<1B><23>");
+  EXPECT_EQ(R("{% set t %}x{{ 1 }}{% endset %}{{ t ~ t }}"), "x1x1");
+  EXPECT_EQ(R("{% filter upper %}ab{% endfilter %}"), "AB");
+}
+
+TEST(ChatErrors, RaiseExceptionCarriesTheTemplateMessage) {
+  const absl::Status st = RenderError("{{ raise_exception('Roles must alternate') }}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "Roles must alternate");
+  EXPECT_TRUE(IsTemplateException(st));
+  EXPECT_FALSE(IsTemplateException(RenderError("{{ 'a' + 1 }}")));
+}
+
+TEST(ChatErrors, RuntimeErrorsNamePosition) {
+  const absl::Status st = RenderError("line one\n  {{ 'a' + 1 }}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("2:"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("can only concatenate str"));
+}
+
+TEST(ChatErrors, UnsupportedConstructsNameItAndItsPosition) {
+  absl::Status st = CreateError("ok\n  {% include 'other.jinja' %}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("2:6"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("include"));
+
+  st = CreateError("{{ x|truncate(5) }}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("1:6"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("filter 'truncate'"));
+
+  st = CreateError("{% for x in xs recursive %}{% endfor %}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("recursive"));
+
+  st = CreateError("{% call m() %}{% endcall %}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+
+  st = RenderError("{{ 'a{}'.format(1) }}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("1:"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("str method 'format'"));
+}
+
+TEST(ChatErrors, SyntaxErrorsNamePosition) {
+  absl::Status st = CreateError("{% if x %}\nno end");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("endif"));
+  st = CreateError("{{ x |nosuchfilter }}");
+  EXPECT_THAT(std::string(st.message()), HasSubstr("1:7: no filter named 'nosuchfilter'"));
+  st = CreateError("a {{ (1 + }}");
+  EXPECT_THAT(std::string(st.message()), HasSubstr("1:"));
+  st = CreateError("{# never closed");
+  EXPECT_THAT(std::string(st.message()), HasSubstr("comment"));
+}
+
+TEST(ChatErrors, HostileTemplatesAreBounded) {
+  EXPECT_THAT(
+      std::string(CreateError("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}")
+                      .message()),
+      HasSubstr("nested too deeply"));
+  std::string deep;
+  for (int i = 0; i < 500; ++i) deep += "{% if true %}";
+  EXPECT_THAT(std::string(CreateError(deep).message()), HasSubstr("nested too deeply"));
+  EXPECT_FALSE(RenderError("{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
+                           "{% set ns.s = ns.s + ns.s %}{% endfor %}")
+                   .ok());
+  EXPECT_FALSE(RenderError("{{ 'x' * 100000000000 }}").ok());
+  EXPECT_FALSE(RenderError("{% for i in range(1000000) %}{% endfor %}").ok());
+  EXPECT_FALSE(RenderError("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").ok());
+}
+
+TEST(ChatContext, MakeContextLikeTransformers) {
+  const Json config = {{"chat_template", "{{ bos_token }}{{ messages[0].content }}{{ eos_token }}"},
+                       {"bos_token", {{"__type", "AddedToken"}, {"content", "<s>"}}},
+                       {"eos_token", "</s>"},
+                       {"unk_token", nullptr}};
+  auto tpl = ChatTemplate::FromTokenizerConfig(config);
+  ASSERT_TRUE(tpl.ok()) << tpl.status();
+  ChatRequest req;
+  req.messages = Json::array({{{"role", "user"}, {"content", "hi"}}});
+  req.kwargs = {{"enable_thinking", false}};
+  const Json ctx = (*tpl)->MakeContext(req);
+  EXPECT_EQ(ctx["bos_token"], "<s>");
+  EXPECT_FALSE(ctx.contains("unk_token"));
+  EXPECT_TRUE(ctx["tools"].is_null());
+  EXPECT_EQ(ctx["add_generation_prompt"], false);
+  EXPECT_EQ(ctx["enable_thinking"], false);
+  auto out = (*tpl)->Apply(req);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out, "<s>hi</s>");
+}
+
+TEST(ChatContext, NamedTemplatesPickDefault) {
+  const Json config = {
+      {"chat_template",
+       {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}}}};
+  auto tpl = ChatTemplate::FromTokenizerConfig(config);
+  ASSERT_TRUE(tpl.ok());
+  EXPECT_EQ(*(*tpl)->Render(Json::object()), "D");
+  EXPECT_EQ(ChatTemplate::FromTokenizerConfig(Json::object()).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ChatConcurrency, RendersFromManyThreads) {
+  auto tpl = ChatTemplate::Create(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+      "{{ m.content|upper }}{% endfor %}:{{ ns.n }}");
+  ASSERT_TRUE(tpl.ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        Json msgs = Json::array();
+        for (int k = 0; k <= t; ++k) msgs.push_back({{"content", "x"}});
+        auto out = (*tpl)->Render({{"messages", msgs}});
+        if (out.ok() && *out == std::string(t + 1, 'X') + ":" + std::to_string(t + 1)) ++ok;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok.load(), 8 * 200);
+}
+
+}  // namespace
+}  // namespace ballast::chat
