@@ -290,7 +290,10 @@ absl::StatusOr<Value> Evaluator::CallMacro(const Stmt& s, const std::weak_ptr<Fr
     }
   }
   ValueDict extra;
-  for (const auto& [k, v] : kwargs) {
+  for (const auto& kv : kwargs) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda.
+    const auto& k = kv.first;
+    const auto& v = kv.second;
     const bool is_param = std::any_of(s.params.begin(), s.params.end(),
                                       [&](const MacroParam& p) { return p.name == k; });
     if (is_param) {

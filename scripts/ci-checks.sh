@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The CI checks `make test` runs after the Release build (-Werror) and its
+# ctest. Each stage has its own build directory and prints its wall time.
+#   format  scripts/check-format.sh with clang-format 14
+#   clang   clang 14, -Wthread-safety -Werror (checks the ABSL_GUARDED_BY
+#           annotations), ASan + UBSan (-fno-sanitize-recover=all), CUDA off;
+#           builds everything and runs ctest -LE gpu           (build-clang/)
+#   tsan    GCC 12 TSan build of the concurrency-heavy tests (device worker,
+#           arbitration, model engine, scheduler, the multi-process
+#           integration tests and the daemons they start) and runs them
+#                                                                (build-tsan/)
+# A sanitizer report anywhere, including in a daemon an integration test
+# started, fails the stage: reports are written under <build>/sanitizer-logs/.
+# Usage: scripts/ci-checks.sh [format] [clang] [tsan]   (default: all three)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=${JOBS:-$(nproc)}
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(format clang tsan)
+
+# Sanitizer builds: CUDA off (GPU tests skip without a GPU anyway), -O1 with
+# line tables: a debug build whose tests still run in CI time.
+SAN_FLAGS=(-G Ninja -DCMAKE_BUILD_TYPE=Debug -DBALLAST_CUDA=OFF -DBALLAST_WERROR=ON)
+
+# Fails when any sanitizer report was written (tests and daemons alike).
+check_logs() {
+  local dir=$1
+  if compgen -G "$dir/*" >/dev/null; then
+    echo "ci-checks: sanitizer reports:"
+    for f in "$dir"/*; do
+      echo "==== $f"
+      cat "$f"
+    done
+    return 1
+  fi
+}
+
+run_ctest() {  # build_dir, extra ctest args...
+  local b=$1
+  shift
+  (cd "$b" && ctest --output-on-failure -j "$JOBS" --timeout 900 "$@")
+}
+
+stage_format() {
+  CLANG_FORMAT=clang-format-14 bash scripts/check-format.sh
+}
+
+stage_clang() {
+  local b=build-clang logs=$ROOT/build-clang/sanitizer-logs
+  cmake -S . -B $b "${SAN_FLAGS[@]}" -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DBALLAST_SANITIZE=address,undefined
+  cmake --build $b -j "$JOBS"
+  rm -rf "$logs" && mkdir -p "$logs"
+  ASAN_OPTIONS=log_path=$logs/asan:detect_leaks=1:check_initialization_order=1 \
+    UBSAN_OPTIONS=log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1 \
+    ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer \
+    run_ctest $b -LE gpu
+  check_logs "$logs"
+}
+
+# The tests TSan runs: those whose code has threads of its own (device
+# workers, node manager, model engine, KV arena, scheduler and its worker
+# pool, the HTTP gateway) and the multi-process integration tests with the
+# daemon they start. Single-threaded tests (kernels, formats, tokenizers,
+# chat templates, traces) are not built, so ctest skips them.
+TSAN_TARGETS=(ballast device_worker_test device_arbitration_test node_manager_test
+  host_weight_cache_test model_engine_test kv_arena_test global_scheduler_test
+  gateway_protocol_test cluster_test lifecycle_test cli_test bench_integration_test
+  gateway_test)
+
+stage_tsan() {
+  local b=build-tsan logs=$ROOT/build-tsan/sanitizer-logs
+  cmake -S . -B $b "${SAN_FLAGS[@]}" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DBALLAST_SANITIZE=thread
+  cmake --build $b -j "$JOBS" --target "${TSAN_TARGETS[@]}"
+  rm -rf "$logs" && mkdir -p "$logs"
+  # Tests whose binaries were not built show up as *_NOT_BUILT: skipped.
+  TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/sanitizers/tsan.supp" \
+    run_ctest $b -LE gpu -E _NOT_BUILT
+  check_logs "$logs"
+}
+
+declare -A took
+for s in "${stages[@]}"; do
+  echo "ci-checks: === $s"
+  start=$SECONDS
+  "stage_$s"
+  took[$s]=$((SECONDS - start))
+  echo "ci-checks: === $s passed in ${took[$s]} s"
+done
+for s in "${stages[@]}"; do printf 'ci-checks: %-6s %4d s\n' "$s" "${took[$s]}"; done
