@@ -99,8 +99,11 @@ struct HttpGateway::Impl {
   GatewayOptions options;
   std::string address;
   net::io_context ioc;
-  tcp::acceptor acceptor{ioc};
-  net::steady_timer accept_backoff{ioc};
+  // The acceptor, its back-off timer and Shutdown's close run on one strand:
+  // with several io threads they would otherwise race (found by TSan).
+  net::strand<net::io_context::executor_type> accept_strand = net::make_strand(ioc);
+  tcp::acceptor acceptor{accept_strand};
+  net::steady_timer accept_backoff{accept_strand};
   std::vector<std::thread> threads;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Inference::Stub> stub;
@@ -488,7 +491,7 @@ const std::string& HttpGateway::address() const { return impl_->address; }
 void HttpGateway::Shutdown() {
   if (impl_->stopped) return;
   impl_->stopped = true;
-  net::post(impl_->ioc, [raw = impl_.get()] {
+  net::post(impl_->accept_strand, [raw = impl_.get()] {
     beast::error_code ec;
     raw->acceptor.close(ec);
     raw->accept_backoff.cancel();
