@@ -276,7 +276,9 @@ TEST_F(ModelEngineTest, SeededSamplingIsReproducibleAndStopStringsCut) {
 // once the floor is lowered at runtime.
 TEST_F(ModelEngineTest, KvFloorHoldsRoomUntilLoweredAtRuntime) {
   const std::string model2 = OtherModel();
-  auto [pool, arena] = SmallArena(4);
+  // Not a structured binding: clang 14 cannot capture one in the lambda.
+  Arena small = SmallArena(4);
+  auto& arena = small.arena;
   auto make = [&](const std::string& name, const std::string& path, memory::TenantLimits l) {
     ModelEngineOptions o;
     o.name = name;
@@ -315,7 +317,9 @@ namespace {
 // can use the memory the other leaves, and outputs stay exact.
 TEST_F(ModelEngineTest, ModelsShareOneKvArena) {
   const std::string model2 = OtherModel();
-  auto [pool, arena] = SmallArena(4);  // 4 pages of KV in all
+  Arena small = SmallArena(4);  // 4 pages of KV in all (not a structured
+  auto& pool = small.pool;      // binding: clang 14 cannot capture one)
+  auto& arena = small.arena;
   auto make = [&](const std::string& name, const std::string& path) {
     ModelEngineOptions o;
     o.name = name;
