@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/tokenizer/utf8.h"
+
 namespace ballast::chat::unicode {
 namespace {
 
@@ -156,23 +158,7 @@ int DecodeAt(std::string_view s, size_t i, char32_t* cp) {
   return len;
 }
 
-void Append(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void Append(char32_t cp, std::string* out) { tokenizer::AppendUtf8(cp, out); }
 
 bool IsAscii(std::string_view s) {
   return std::all_of(s.begin(), s.end(),

@@ -26,7 +26,7 @@ namespace ballast::chat::unicode {
 // bytes (1..4). An invalid byte decodes as itself with length 1.
 int DecodeAt(std::string_view s, size_t i, char32_t* cp);
 
-// Appends the UTF-8 encoding of `cp` to *out.
+// Appends the UTF-8 encoding of `cp` to *out (tokenizer::AppendUtf8).
 void Append(char32_t cp, std::string* out);
 
 bool IsAscii(std::string_view s);
