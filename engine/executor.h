@@ -35,12 +35,14 @@ struct SequenceChunk {
 };
 
 // How to draw one token on the device: the request's sampling options, its
-// seed, and how many tokens it has drawn so far (the counter-based generator
-// makes each draw reproducible from (seed, counter)).
+// seed, how many tokens it has drawn so far (the counter-based generator
+// makes each draw reproducible from (seed, counter)), and its penalty
+// entries (engine/sampler.h; empty unless options.has_penalties()).
 struct DeviceSampling {
   SamplingOptions options;
   uint64_t seed = 0;
   uint64_t counter = 0;
+  absl::Span<const PenaltyEntry> penalties;
 };
 
 // A model's weights kept in host memory while it is not resident (the
@@ -64,10 +66,13 @@ class Executor {
   // return true and implement ForwardSample.
   virtual bool samples_on_device() const { return false; }
   // Runs the step and draws one token per requested logits row (`sampling`
-  // has one entry per row, in chunk order) into `tokens`.
+  // has one entry per row, in chunk order) into `tokens`, following
+  // engine/sampler.h's rule. `logprobs` (may be null) gets one entry per
+  // row; rows whose options.top_logprobs >= 0 are filled, others left empty.
   virtual absl::Status ForwardSample(absl::Span<const SequenceChunk> batch,
                                      absl::Span<const DeviceSampling> sampling,
-                                     std::vector<int>* tokens) {
+                                     std::vector<int>* tokens,
+                                     std::vector<TokenLogprobs>* logprobs) {
     return absl::UnimplementedError("this backend samples on the host");
   }
   virtual const ModelConfig& config() const = 0;

@@ -66,7 +66,7 @@ class GenerationSink {
   virtual ~GenerationSink() = default;
   // One call per generated token, in order; `text` is the text released
   // with it (possibly empty).
-  virtual void OnToken(int id, const std::string& text) = 0;
+  virtual void OnToken(int id, const std::string& text, const TokenLogprobs* logprobs) = 0;
   // Exactly one call, last: the result, or CANCELLED / another error.
   virtual void OnDone(absl::StatusOr<GenerationResult> result) = 0;
 };

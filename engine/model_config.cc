@@ -55,12 +55,14 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
     c.architecture = (*it)[0].get<std::string>();
   }
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
-      c.architecture != "Qwen2ForCausalLM") {
+      c.architecture != "Qwen2ForCausalLM" && c.architecture != "Qwen3ForCausalLM") {
     return KeyError(origin, "architectures",
                     absl::StrCat("unsupported architecture ", c.architecture,
                                  " (supported: LlamaForCausalLM, MistralForCausalLM, "
-                                 "Qwen2ForCausalLM)"));
+                                 "Qwen2ForCausalLM, Qwen3ForCausalLM)"));
   }
+  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  if (qwen3) c.head_dim = 128;  // Qwen3Config's default (not hidden / heads)
   absl::Status s;
   auto chain = [&](absl::Status st) {
     if (s.ok()) s = st;
@@ -142,6 +144,7 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
     c.qkv_bias = attention_bias;
     c.o_bias = attention_bias;
   }
+  c.qk_norm = qwen3;
   auto positive = [&](const char* key, int v) -> absl::Status {
     return v > 0 ? absl::OkStatus() : KeyError(origin, key, "must be > 0");
   };
@@ -162,6 +165,7 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
     const int window = it->get<int>();
     if (use && window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
   }
+  if (c.head_dim < 0) return KeyError(origin, "head_dim", "must be > 0");
   if (c.head_dim == 0) {
     if (c.hidden_size % c.num_attention_heads != 0)
       return KeyError(origin, "num_attention_heads", "does not divide hidden_size");
@@ -198,6 +202,10 @@ std::string ModelConfig::ToJson() const {
     j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
   }
+  if (model_type == "qwen3") {
+    j["attention_bias"] = qkv_bias;
+    j["use_sliding_window"] = false;
+  }
   if (rope_scaling) {
     j["rope_scaling"] = {
         {"rope_type", rope_scaling->type},
@@ -217,6 +225,7 @@ int64_t ModelConfig::NumParameters() const {
                       + 3 * h * intermediate_size;      // gate, up, down
   if (qkv_bias) per_layer += q_dim() + 2 * kv_dim();
   if (o_bias) per_layer += h;
+  if (qk_norm) per_layer += 2 * head_dim;
   int64_t total = per_layer * num_hidden_layers + h + vocab_size * h;
   if (!tie_word_embeddings) total += vocab_size * h;
   return total;

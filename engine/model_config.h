@@ -1,6 +1,7 @@
 // ModelConfig: the hyper-parameters of a Llama-family decoder, read from a
 // Hugging Face `config.json` (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM) and written back by `ballast make-model`.
+// Qwen2ForCausalLM, Qwen3ForCausalLM) and written back by `ballast
+// make-model`.
 // Plain value type; thread-compatible.
 #pragma once
 
@@ -29,7 +30,9 @@ struct ModelConfig {
   int num_hidden_layers = 0;
   int num_attention_heads = 0;
   int num_key_value_heads = 0;
-  int head_dim = 0;  // defaults to hidden_size / num_attention_heads
+  // Explicit in config.json or hidden_size / num_attention_heads; Qwen3
+  // defaults to 128 as transformers' Qwen3Config does.
+  int head_dim = 0;
   int vocab_size = 0;
   int max_position_embeddings = 2048;
   double rms_norm_eps = 1e-6;
@@ -38,8 +41,11 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   // Bias on q/k/v projections (Qwen2 always; Llama when attention_bias).
   bool qkv_bias = false;
-  // Bias on o_proj (Llama's attention_bias only).
+  // Bias on o_proj (Llama's and Qwen3's attention_bias).
   bool o_bias = false;
+  // Qwen3: RMSNorm over each head of q and of k (weights q_norm, k_norm of
+  // [head_dim], eps rms_norm_eps) after the projection, before RoPE.
+  bool qk_norm = false;
   DType torch_dtype = DType::kBF16;
   int bos_token_id = 256;
   int eos_token_id = 257;

@@ -1,6 +1,7 @@
 #include "engine/model_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <random>
 
@@ -14,6 +15,27 @@ namespace ballast::engine {
 
 namespace {
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+// The options beyond temperature, top-p and top-k (engine/sampler.h).
+absl::Status ValidatePenalties(const SamplingOptions& s) {
+  // Written as negations so that NaN fails too.
+  if (!(s.min_p >= 0 && s.min_p <= 1)) {
+    return absl::InvalidArgumentError("sampling: min_p must be in [0, 1]");
+  }
+  if (!(s.presence_penalty >= -2 && s.presence_penalty <= 2 && s.frequency_penalty >= -2 &&
+        s.frequency_penalty <= 2)) {
+    return absl::InvalidArgumentError(
+        "sampling: presence_penalty and frequency_penalty must be in [-2, 2]");
+  }
+  if (!(s.repetition_penalty > 0) || std::isinf(s.repetition_penalty)) {
+    return absl::InvalidArgumentError("sampling: repetition_penalty must be > 0");
+  }
+  if (s.top_logprobs < -1 || s.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling: top_logprobs must be in [0, ", kMaxTopLogprobs, "] (or -1: none)"));
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngineOptions& o,
@@ -209,7 +231,7 @@ absl::Status ModelEngine::Validate(const GenerationRequest& req) const {
     return absl::InvalidArgumentError(
         "sampling: temperature must be >= 0, top_p in [0, 1], top_k >= 0");
   }
-  return absl::OkStatus();
+  return ValidatePenalties(p.sampling);
 }
 
 std::unique_ptr<Sequence> ModelEngine::NewSequence(GenerationRequest req,
@@ -223,6 +245,9 @@ std::unique_ptr<Sequence> ModelEngine::NewSequence(GenerationRequest req,
                   ? *p.seed
                   : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   seq->rng.seed(seq->seed);
+  if (p.sampling.has_penalties()) {
+    seq->penalties = PenaltyState(req.prompt, p.sampling.repetition_penalty != 1.0f);
+  }
   seq->out = std::make_unique<OutputText>(tokenizer_.get(), p.stop, p.skip_special_tokens);
   seq->result.prompt_tokens = seq->prompt_len;
   seq->result.kv_source = req.history_tokens > 0 ? KvSource::kRecomputed : KvSource::kNone;
@@ -375,7 +400,8 @@ bool ModelEngine::Step() {
   }
   last_prefill_tokens_ = plan.prefill_tokens;
   std::vector<int> sampled;
-  const absl::Status st = Execute(plan, &sampled);
+  std::vector<TokenLogprobs> logprobs;
+  const absl::Status st = Execute(plan, &sampled, &logprobs);
   ++steps_;
   if (!st.ok()) {
     AbortAll(st);
@@ -385,14 +411,19 @@ bool ModelEngine::Step() {
   size_t row = 0;
   for (const PlannedChunk& c : plan.chunks) {
     c.seq->num_computed += c.tokens;
-    if (c.logits) AfterToken(c.seq, sampled[row++]);
+    if (c.logits) {
+      const bool want = c.seq->req.params.sampling.top_logprobs >= 0 && row < logprobs.size();
+      AfterToken(c.seq, sampled[row], want ? &logprobs[row] : nullptr);
+      ++row;
+    }
   }
   for (auto& s : planner_->TakeDone()) Finish(std::move(s));
   PublishStats();
   return true;
 }
 
-absl::Status ModelEngine::Execute(const StepPlan& plan, std::vector<int>* sampled) {
+absl::Status ModelEngine::Execute(const StepPlan& plan, std::vector<int>* sampled,
+                                  std::vector<TokenLogprobs>* logprobs) {
   std::vector<SequenceChunk> chunks;
   chunks.reserve(plan.chunks.size());
   const absl::Time now = absl::Now();
@@ -410,9 +441,10 @@ absl::Status ModelEngine::Execute(const StepPlan& plan, std::vector<int>* sample
     for (const PlannedChunk& p : plan.chunks) {
       if (!p.logits) continue;
       const Sequence* s = p.seq;
-      sampling.push_back({s->req.params.sampling, s->seed, static_cast<uint64_t>(s->outputs())});
+      sampling.push_back({s->req.params.sampling, s->seed, static_cast<uint64_t>(s->outputs()),
+                          s->penalties.entries()});
     }
-    return executor_->ForwardSample(chunks, sampling, sampled);
+    return executor_->ForwardSample(chunks, sampling, sampled, logprobs);
   }
   std::vector<float> logits;
   if (auto st = executor_->Forward(chunks, &logits); !st.ok()) return st;
@@ -420,18 +452,22 @@ absl::Status ModelEngine::Execute(const StepPlan& plan, std::vector<int>* sample
   size_t row = 0;
   for (const PlannedChunk& p : plan.chunks) {
     if (!p.logits) continue;
-    sampled->push_back(
-        SampleToken(logits.data() + row * vocab, vocab, p.seq->req.params.sampling, p.seq->rng));
+    Sequence* s = p.seq;
+    const SamplingOptions& o = s->req.params.sampling;
+    logprobs->emplace_back();
+    sampled->push_back(SampleToken(logits.data() + row * vocab, vocab, o, s->penalties.entries(),
+                                   s->rng, o.top_logprobs >= 0 ? &logprobs->back() : nullptr));
     ++row;
   }
   return absl::OkStatus();
 }
 
-void ModelEngine::AfterToken(Sequence* s, int id) {
+void ModelEngine::AfterToken(Sequence* s, int id, const TokenLogprobs* logprobs) {
   const absl::Time now = absl::Now();
   if (s->first_token == absl::InfinitePast()) s->first_token = now;
   s->last_token = now;
   s->tokens.push_back(id);
+  if (s->req.params.sampling.has_penalties()) s->penalties.AddOutput(id);
   ++tokens_generated_;
   bool done = false;
   std::string text;
@@ -454,7 +490,7 @@ void ModelEngine::AfterToken(Sequence* s, int id) {
     }
     if (done && !stopped) text += s->out->Finish();
   }
-  s->sink->OnToken(id, text);
+  s->sink->OnToken(id, text, logprobs);
   s->done = done;
 }
 

@@ -206,13 +206,16 @@ class ModelEngine {
   std::unique_ptr<Sequence> NewSequence(GenerationRequest req, GenerationSink* sink) const;
   void DrainInbox();
   // Runs the plan on the executor; `sampled` gets one token per chunk that
-  // asked for logits, in plan order.
-  absl::Status Execute(const StepPlan& plan, std::vector<int>* sampled);
+  // asked for logits, in plan order, and `logprobs` one entry per such row
+  // (filled for requests with sampling.top_logprobs >= 0).
+  absl::Status Execute(const StepPlan& plan, std::vector<int>* sampled,
+                       std::vector<TokenLogprobs>* logprobs);
   void FailAll(const absl::Status& why, bool close);
   int64_t ShedOne(const KvHolding& h);
   void Finish(std::unique_ptr<Sequence> seq);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
-  void AfterToken(Sequence* seq, int id);
+  // `logprobs`: the token's log-probabilities, or null when not asked for.
+  void AfterToken(Sequence* seq, int id, const TokenLogprobs* logprobs);
   void PublishStats();
 
   ModelEngineOptions options_;

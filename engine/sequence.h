@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "engine/generation.h"
 #include "engine/kv_cache.h"
+#include "engine/sampler.h"
 
 namespace ballast::engine {
 
@@ -31,6 +32,12 @@ struct Sequence {
   bool done = false;    // its last token is out; the engine retires it
   std::mt19937_64 rng;  // host sampling
   uint64_t seed = 0;    // device sampling: draw i is Philox(seed, i)
+  // The prompt's and the generated tokens the request's penalties touch:
+  // built on creation when req.params.sampling.has_penalties() (the prompt
+  // only for a repetition penalty), then one AddOutput per generated token.
+  // Preemption keeps the generated tokens, so it describes exactly the
+  // output so far; empty when the request has no penalties.
+  PenaltyState penalties;
   std::unique_ptr<OutputText> out;
   GenerationResult result;
   absl::Time first_scheduled = absl::InfinitePast();

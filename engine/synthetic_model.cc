@@ -56,16 +56,22 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& s) {
   } else if (s.architecture == "mistral") {
     c.architecture = "MistralForCausalLM";
     c.model_type = "mistral";
+  } else if (s.architecture == "qwen3") {
+    c.architecture = "Qwen3ForCausalLM";
+    c.model_type = "qwen3";
   } else {
+    return absl::InvalidArgumentError(absl::StrCat("architecture \"", s.architecture,
+                                                   "\": expected llama, qwen2, mistral or qwen3"));
+  }
+  if (s.layers <= 0 || s.hidden <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.intermediate <= 0 ||
+      s.head_dim < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("architecture \"", s.architecture, "\": expected llama, qwen2 or mistral"));
+        "layers, hidden, heads, kv-heads, intermediate must be > 0 (head-dim >= 0)");
   }
-  if (s.layers <= 0 || s.hidden <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.intermediate <= 0) {
-    return absl::InvalidArgumentError("layers, hidden, heads, kv-heads, intermediate must be > 0");
-  }
-  if (s.hidden % s.heads != 0 || (s.hidden / s.heads) % 2 != 0) {
+  if (s.head_dim == 0 && (s.hidden % s.heads != 0 || (s.hidden / s.heads) % 2 != 0)) {
     return absl::InvalidArgumentError("hidden / heads must be an even integer (the head size)");
   }
+  if (s.head_dim % 2 != 0) return absl::InvalidArgumentError("head-dim must be even (RoPE)");
   if (s.heads % s.kv_heads != 0) return absl::InvalidArgumentError("kv-heads must divide heads");
   if (s.vocab < ByteTokenizer::kMinVocab) {
     return absl::InvalidArgumentError(
@@ -78,13 +84,14 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& s) {
   c.num_hidden_layers = s.layers;
   c.num_attention_heads = s.heads;
   c.num_key_value_heads = s.kv_heads;
-  c.head_dim = s.hidden / s.heads;
+  c.head_dim = s.head_dim > 0 ? s.head_dim : s.hidden / s.heads;
   c.vocab_size = s.vocab;
   c.max_position_embeddings = s.max_position;
   c.rms_norm_eps = 1e-5;
   c.rope_theta = s.rope_theta;
   c.tie_word_embeddings = s.tie_embeddings;
   c.qkv_bias = s.architecture == "qwen2";
+  c.qk_norm = s.architecture == "qwen3";
   c.torch_dtype = *dt;
   c.bos_token_id = ByteTokenizer::kBos;
   c.eos_token_id = ByteTokenizer::kEos;
@@ -126,6 +133,10 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& s, const std::string&
       ts.push_back(MakeTensor(p + "self_attn.v_proj.bias", {c.kv_dim()}, dt, g, 0, 0.1));
     }
     ts.push_back(MakeTensor(p + "self_attn.o_proj.weight", {h, c.q_dim()}, dt, g, 0, sd));
+    if (c.qk_norm) {
+      ts.push_back(MakeTensor(p + "self_attn.q_norm.weight", {c.head_dim}, dt, g, 1.0, 0.1));
+      ts.push_back(MakeTensor(p + "self_attn.k_norm.weight", {c.head_dim}, dt, g, 1.0, 0.1));
+    }
     ts.push_back(MakeTensor(p + "post_attention_layernorm.weight", {h}, dt, g, 1.0, 0.1));
     ts.push_back(MakeTensor(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, dt, g, 0, sd));
     ts.push_back(MakeTensor(p + "mlp.up_proj.weight", {c.intermediate_size, h}, dt, g, 0, sd));

@@ -14,11 +14,13 @@
 namespace ballast::engine {
 
 struct SyntheticModelSpec {
-  std::string architecture = "llama";  // llama | qwen2 | mistral
+  // llama | qwen2 | mistral | qwen3 (q/k norms, no bias)
+  std::string architecture = "llama";
   int layers = 2;
   int hidden = 64;
   int heads = 4;
   int kv_heads = 2;
+  int head_dim = 0;  // 0: hidden / heads; else explicit (q_dim need not equal hidden)
   int intermediate = 128;
   int vocab = 258;  // at least 258 for the byte tokenizer
   int max_position = 1024;

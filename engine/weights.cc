@@ -66,6 +66,10 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const std::string& dir, const Mo
       get(p + "self_attn.v_proj.bias", 0, c.kv_dim(), &L.v_bias);
     }
     if (c.o_bias) get(p + "self_attn.o_proj.bias", 0, h, &L.o_bias);
+    if (c.qk_norm) {
+      get(p + "self_attn.q_norm.weight", 0, c.head_dim, &L.q_norm);
+      get(p + "self_attn.k_norm.weight", 0, c.head_dim, &L.k_norm);
+    }
     get(p + "post_attention_layernorm.weight", 0, h, &L.post_norm);
     get(p + "mlp.gate_proj.weight", c.intermediate_size, h, &L.gate);
     get(p + "mlp.up_proj.weight", c.intermediate_size, h, &L.up);

@@ -27,6 +27,7 @@ struct LayerWeights {
   Matrix q, k, v, o;              // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
   Matrix q_bias, k_bias, v_bias;  // [1, q_dim], [1, kv_dim] x2 (empty unless qkv_bias)
   Matrix o_bias;                  // [1, hidden] (empty unless o_bias)
+  Matrix q_norm, k_norm;          // [1, head_dim] each (empty unless qk_norm)
   Matrix post_norm;               // [1, hidden]
   Matrix gate, up;                // [intermediate, hidden]
   Matrix down;                    // [hidden, intermediate]

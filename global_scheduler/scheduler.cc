@@ -8,6 +8,7 @@
 #include "global_scheduler/idle_eviction.h"
 #include "global_scheduler/kvpr.h"
 #include "global_scheduler/placement.h"
+#include "global_scheduler/request_validation.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::global_scheduler {
@@ -238,21 +239,7 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
     return absl::NotFoundError(absl::StrCat(
         "model \"", req.model(), "\" is not registered (ListModels shows the catalogue)"));
   }
-  if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
-  const auto& s = req.sampling();
-  if (s.max_tokens() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.max_tokens must be > 0 (got ", s.max_tokens(), ")"));
-  }
-  if (model->context_window > 0 && s.max_tokens() >= model->context_window) {
-    return absl::InvalidArgumentError(absl::StrCat("sampling.max_tokens ", s.max_tokens(),
-                                                   " does not fit the context window of ",
-                                                   model->context_window));
-  }
-  if (s.temperature() < 0 || s.top_p() < 0 || s.top_p() > 1 || s.top_k() < 0) {
-    return absl::InvalidArgumentError(
-        "sampling: temperature must be >= 0, top_p in [0, 1], top_k >= 0");
-  }
+  if (auto st = ValidateGenerateRequest(req, model->context_window); !st.ok()) return st;
   Route route;
   route.session_id = req.session_id();
   route.ttft_ms = req.slo().ttft_ms()   ? req.slo().ttft_ms()
@@ -262,10 +249,12 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
                   : model->spec.tpot_ms ? model->spec.tpot_ms
                                         : options_.default_tpot_ms;
   std::string affinity;
+  route.turn_messages.assign(req.messages().begin(), req.messages().end());
   if (!route.session_id.empty()) {
-    auto turn = sessions_.Begin(route.session_id, req.model());
+    auto turn = sessions_.Begin(route.session_id, req.model(), !req.messages().empty());
     if (!turn.ok()) return turn.status();
     route.history = std::move(turn->history);
+    route.history_messages = std::move(turn->messages);
     affinity = turn->node_id;
   }
   registry_.RecordRequest(req.model(), clock_());
@@ -315,15 +304,22 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
   return route;
 }
 
-void Scheduler::Complete(const Route& route, bool ok, const std::vector<int>& prompt_tokens,
-                         const std::vector<int>& output_tokens) {
+void Scheduler::Complete(const Route& route, const v1::NodeFinal* final) {
   cluster_.AddInflight(route.node_id, -1);
   if (route.session_id.empty()) return;
-  if (ok) {
-    sessions_.Commit(route.session_id, route.node_id, prompt_tokens, output_tokens);
-  } else {
-    sessions_.Abort(route.session_id);
+  if (!final) return sessions_.Abort(route.session_id);
+  TurnRecord turn;
+  turn.prompt_tokens.assign(final->prompt_tokens().begin(), final->prompt_tokens().end());
+  turn.output_tokens.assign(final->output_tokens().begin(), final->output_tokens().end());
+  turn.prompt_replaces_history = final->prompt_replaces_history();
+  if (!route.turn_messages.empty()) {
+    turn.messages = route.turn_messages;
+    v1::ChatMessage reply;
+    reply.set_role("assistant");
+    reply.set_content(final->final().text());
+    turn.messages.push_back(std::move(reply));
   }
+  sessions_.Commit(route.session_id, route.node_id, std::move(turn));
 }
 
 bool Scheduler::EndSession(const std::string& session_id) {

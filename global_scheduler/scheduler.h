@@ -102,6 +102,10 @@ struct Route {
   std::shared_ptr<v1::Node::StubInterface> stub;
   std::string session_id;
   std::vector<int> history;
+  // Chat: the session's conversation before this turn, and this turn's
+  // messages (recorded with the reply when the turn succeeds).
+  std::vector<v1::ChatMessage> history_messages;
+  std::vector<v1::ChatMessage> turn_messages;
   uint32_t ttft_ms = 0, tpot_ms = 0;  // effective SLOs
 };
 
@@ -144,10 +148,11 @@ class Scheduler {
   // callback).
   absl::StatusOr<Route> RouteRequest(const v1::GenerateRequest& req,
                                      const std::function<bool()>& cancelled);
-  // Ends a routed request. On success the session history grows by the
-  // turn's prompt and output tokens; otherwise it is left as it was.
-  void Complete(const Route& route, bool ok, const std::vector<int>& prompt_tokens,
-                const std::vector<int>& output_tokens);
+  // Ends a routed request. On success (`final` set) the session history
+  // grows by the turn's prompt and output tokens (a chat turn's prompt
+  // replaces it, and its messages and the reply join the conversation);
+  // on failure (null) it is left as it was.
+  void Complete(const Route& route, const v1::NodeFinal* final);
   // EndSession: forgets the history and drops the KV on its node.
   bool EndSession(const std::string& session_id);
 

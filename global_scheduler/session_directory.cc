@@ -5,32 +5,41 @@
 namespace ballast::global_scheduler {
 
 absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_id,
-                                                    const std::string& model) {
+                                                    const std::string& model, bool chat) {
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = sessions_.try_emplace(session_id);
   Session& s = it->second;
-  if (inserted) s.model = model;
+  if (inserted) {
+    s.model = model;
+    s.chat = chat;
+  }
   if (s.model != model) {
     return absl::InvalidArgumentError(
         absl::StrCat("session ", session_id, " belongs to model ", s.model, ", not ", model));
+  }
+  if (s.chat != chat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session ", session_id, " is a ", s.chat ? "chat" : "text", " session: its turns send ",
+        s.chat ? "messages" : "a prompt", ", not ", chat ? "messages" : "a prompt"));
   }
   if (s.busy) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session ", session_id, " already has a turn in flight; wait for it to finish"));
   }
   s.busy = true;
-  return SessionTurn{s.tokens, s.node_id};
+  return SessionTurn{s.tokens, s.messages, s.node_id};
 }
 
 void SessionDirectory::Commit(const std::string& session_id, const std::string& node_id,
-                              const std::vector<int>& prompt_tokens,
-                              const std::vector<int>& output_tokens) {
+                              TurnRecord turn) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return;  // ended meanwhile
   Session& s = it->second;
-  s.tokens.insert(s.tokens.end(), prompt_tokens.begin(), prompt_tokens.end());
-  s.tokens.insert(s.tokens.end(), output_tokens.begin(), output_tokens.end());
+  if (turn.prompt_replaces_history) s.tokens.clear();
+  s.tokens.insert(s.tokens.end(), turn.prompt_tokens.begin(), turn.prompt_tokens.end());
+  s.tokens.insert(s.tokens.end(), turn.output_tokens.begin(), turn.output_tokens.end());
+  for (auto& m : turn.messages) s.messages.push_back(std::move(m));
   s.node_id = node_id;
   s.busy = false;
 }
@@ -40,7 +49,7 @@ void SessionDirectory::Abort(const std::string& session_id) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return;
   it->second.busy = false;
-  if (it->second.tokens.empty()) sessions_.erase(it);
+  if (it->second.tokens.empty() && it->second.messages.empty()) sessions_.erase(it);
 }
 
 std::optional<std::string> SessionDirectory::End(const std::string& session_id, bool* existed) {

@@ -18,7 +18,9 @@ class NodeManager::CountingSink final : public engine::GenerationSink {
  public:
   CountingSink(NodeManager* node, std::string model, engine::GenerationSink* inner)
       : node_(node), model_(std::move(model)), inner_(inner) {}
-  void OnToken(int id, const std::string& text) override { inner_->OnToken(id, text); }
+  void OnToken(int id, const std::string& text, const engine::TokenLogprobs* logprobs) override {
+    inner_->OnToken(id, text, logprobs);
+  }
   void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
     // Counted out first: once the caller sees OnDone, the count agrees.
     node_->RequestDone(model_);
@@ -170,6 +172,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   if (path.empty())
     return absl::InvalidArgumentError(absl::StrCat("model ", name, ": path is empty"));
   absl::MutexLock serial(&load_mu_);
+  chat_prompts_.Invalidate(path);  // a fixed template is read again
   std::string where;
   if (FindEngine(name, &where)) {
     return absl::AlreadyExistsError(
@@ -312,6 +315,60 @@ std::shared_ptr<engine::ModelEngine> NodeManager::FindEngine(const std::string& 
   return nullptr;
 }
 
+engine::GenerationParams ToGenerationParams(const v1::SamplingParams& s,
+                                            const engine::GenerationDefaults& defaults) {
+  engine::GenerationParams p;
+  p.max_tokens = s.max_tokens();
+  engine::SamplingOptions& o = p.sampling;
+  // Unset: generation_config.json's value, as vLLM applies it (do_sample
+  // false there means greedy); else greedy, no top-p, no top-k.
+  const bool greedy_default = defaults.do_sample.has_value() && !*defaults.do_sample;
+  o.temperature =
+      s.has_temperature()
+          ? s.temperature()
+          : (greedy_default ? 0.0f : static_cast<float>(defaults.temperature.value_or(0)));
+  const float top_p = s.has_top_p() ? s.top_p() : static_cast<float>(defaults.top_p.value_or(1));
+  o.top_p = top_p == 0.0f ? 1.0f : top_p;
+  o.top_k = s.has_top_k() ? s.top_k() : defaults.top_k.value_or(0);
+  o.min_p = s.min_p();
+  o.presence_penalty = s.presence_penalty();
+  o.frequency_penalty = s.frequency_penalty();
+  o.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  o.top_logprobs = s.logprobs() ? s.top_logprobs() : -1;
+  if (s.has_seed()) p.seed = s.seed();
+  p.stop.assign(s.stop().begin(), s.stop().end());
+  p.ignore_eos = s.ignore_eos();
+  p.skip_special_tokens = !s.has_skip_special_tokens() || s.skip_special_tokens();
+  return p;
+}
+
+absl::Status NodeManager::FillPrompt(const v1::NodeGenerateRequest& req, Admission* a,
+                                     engine::GenerationRequest* g) {
+  const engine::Tokenizer& tok = a->engine->tokenizer();
+  if (!req.messages().empty()) {
+    auto tokens = chat_prompts_.Render(req.model(), a->engine->options().path, tok,
+                                       req.history_messages(), req.messages());
+    if (!tokens.ok()) return tokens.status();
+    a->turn_tokens = std::move(*tokens);
+    a->replaces_history = true;
+    g->prompt = a->turn_tokens;
+    // The session's cached KV covers the common prefix (KvManager::TakePrefix).
+    const auto& h = req.history_tokens();
+    const auto mismatch = std::mismatch(h.begin(), h.end(), g->prompt.begin(), g->prompt.end());
+    g->history_tokens = static_cast<int>(mismatch.first - h.begin());
+  } else {
+    if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
+    // A session's first turn gets the special tokens the tokenizer adds to a
+    // sequence (BOS where its rule says so, as HF add_special_tokens=True);
+    // later turns continue the history as they are.
+    a->turn_tokens = tok.Encode(req.prompt(), {.add_special_tokens = req.history_tokens().empty()});
+    g->prompt.assign(req.history_tokens().begin(), req.history_tokens().end());
+    g->history_tokens = static_cast<int>(g->prompt.size());
+    g->prompt.insert(g->prompt.end(), a->turn_tokens.begin(), a->turn_tokens.end());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req,
                                               engine::GenerationSink* sink) {
   Admission a;
@@ -320,28 +377,20 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
     return absl::NotFoundError(
         absl::StrCat("model ", req.model(), " is not resident on node ", options_.node_id));
   }
-  if (req.prompt().empty()) return absl::InvalidArgumentError("prompt is empty");
-  const engine::Tokenizer& tok = a.engine->tokenizer();
-  // A session's first turn gets the special tokens the tokenizer adds to a
-  // sequence (BOS where its rule says so, as HF add_special_tokens=True);
-  // later turns continue the history as they are.
-  a.turn_tokens = tok.Encode(req.prompt(), {.add_special_tokens = req.history_tokens().empty()});
-
   engine::GenerationRequest g;
   g.id = req.request_id();
-  g.prompt.assign(req.history_tokens().begin(), req.history_tokens().end());
-  g.history_tokens = static_cast<int>(g.prompt.size());
-  g.prompt.insert(g.prompt.end(), a.turn_tokens.begin(), a.turn_tokens.end());
+  if (auto st = FillPrompt(req, &a, &g); !st.ok()) return st;
   g.session_id = req.session_id();
   g.priority = req.priority();
-  const auto& s = req.sampling();
-  g.params.max_tokens = s.max_tokens();
-  g.params.sampling.temperature = s.temperature();
-  g.params.sampling.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
-  g.params.sampling.top_k = s.top_k();
-  if (s.has_seed()) g.params.seed = s.seed();
-  g.params.stop.assign(s.stop().begin(), s.stop().end());
-  g.params.ignore_eos = s.ignore_eos();
+  g.params = ToGenerationParams(req.sampling(), a.engine->tokenizer().generation_defaults());
+  if (g.params.max_tokens == 0) {  // until the context window is full
+    g.params.max_tokens = a.engine->context_window() - static_cast<int>(g.prompt.size());
+    if (g.params.max_tokens <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the prompt (", g.prompt.size(), " tokens) fills the context window of ",
+                       a.engine->context_window(), " tokens of model ", req.model()));
+    }
+  }
   g.arrival = absl::Now() - absl::Milliseconds(req.scheduler_ms());
   g.ttft_slo_ms = req.slo().ttft_ms();
   g.reject_if_slo_unmet = req.reject_if_slo_unmet();

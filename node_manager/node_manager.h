@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "ballast/v1/node.grpc.pb.h"
 #include "engine/model_engine.h"
+#include "node_manager/chat_prompt.h"
 #include "node_manager/device_worker.h"
 #include "node_manager/host_weight_cache.h"
 #include "node_manager/model_lifecycle.h"
@@ -80,7 +81,17 @@ struct Admission {
   std::shared_ptr<engine::ModelEngine> engine;
   std::string device;
   std::vector<int> turn_tokens;
+  // A chat turn: turn_tokens is the whole rendered conversation, which
+  // replaces the session's history (NodeFinal.prompt_replaces_history).
+  bool replaces_history = false;
 };
+
+// The engine's generation parameters for the wire's sampling parameters
+// (validated by the scheduler): top_p and repetition_penalty 0 mean off;
+// unset temperature, top_p and top_k take the model's `defaults`
+// (generation_config.json).
+engine::GenerationParams ToGenerationParams(const v1::SamplingParams& s,
+                                            const engine::GenerationDefaults& defaults);
 
 class NodeManager {
  public:
@@ -133,6 +144,10 @@ class NodeManager {
                                                   std::string* device) const;
   absl::StatusOr<v1::ResidentModel> Activate(const engine::ModelEngineOptions& base,
                                              DeviceWorker* target, int64_t best_free);
+  // The prompt of `req` (text, or chat messages rendered with the model's
+  // template) into g->prompt / history_tokens and a->turn_tokens.
+  absl::Status FillPrompt(const v1::NodeGenerateRequest& req, Admission* a,
+                          engine::GenerationRequest* g);
   v1::ResidentModel Describe(const engine::ModelEngine& e, const std::string& device) const;
   void SetState(const std::string& model, v1::ModelState state) ABSL_LOCKS_EXCLUDED(mu_);
   // A request of `model` is done (the counting sink's OnDone).
@@ -155,6 +170,7 @@ class NodeManager {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Lifecycle> lifecycle_ ABSL_GUARDED_BY(mu_);
   HostWeightCache host_cache_;
+  ChatPrompts chat_prompts_;
   absl::Mutex load_mu_;  // serialises loads so two cannot overcommit a device
   absl::Notification stop_;
   std::thread heartbeat_;

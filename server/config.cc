@@ -274,6 +274,7 @@ absl::Status ParseServe(const YAML::Node& n, const std::string* file, ServeSecti
       RETURN_IF_ERROR(m.Get("init_std", &sp.init_std));
       RETURN_IF_ERROR(m.Get("kv_dtype", &e.kv_dtype));
       RETURN_IF_ERROR(m.Get("replicas", &e.replicas));
+      RETURN_IF_ERROR(m.Get("tokenizer", &e.tokenizer));
       RETURN_IF_ERROR(m.Finish());
       if (e.name.empty()) return m.Error(m.Key("name"), "missing");
       if (!(sp.init_std > 0)) return m.Error(m.Key("init_std"), "must be > 0");

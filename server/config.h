@@ -37,6 +37,11 @@ struct SyntheticModelEntry {
   engine::SyntheticModelSpec spec;
   std::string kv_dtype = "auto";
   int replicas = 1;
+  // A Hugging Face tokenizer directory (tokenizer.json and
+  // tokenizer_config.json; "~" expands) the model is served with: its chat
+  // template, special tokens and EOS; the vocabulary grows to fit it.
+  // Empty: the byte tokenizer.
+  std::string tokenizer;
 };
 
 struct ServeSection {

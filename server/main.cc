@@ -1,6 +1,7 @@
 // The `ballast` binary: daemons (serve, scheduler, node), client commands
 // (generate, models, cluster, demo) and tools (make-model).
 #include <signal.h>
+#include <unistd.h>
 
 #include <iostream>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "engine/synthetic_model.h"
 #include "server/bench_cli.h"
+#include "server/chat_command.h"
 #include "server/client_commands.h"
 #include "server/config.h"
 #include "server/engine_bench_cli.h"
@@ -152,6 +154,26 @@ int main(int argc, char** argv) {
   generate->add_option("--priority", gen.priority, "request priority");
   generate->add_flag("--stats", gen.stats, "print usage and timings to stderr");
 
+  ballast::server::ChatFlags chat_f;
+  uint64_t chat_seed = 0;
+  auto* chat = app.add_subcommand(
+      "chat", "interactive chat with a model (its chat template; streams replies)");
+  chat->add_option("--target", chat_f.target, "scheduler address")->capture_default_str();
+  chat->add_option("--model,-m", chat_f.model, "model name")->required();
+  chat->add_option("--system", chat_f.system, "system prompt of each conversation");
+  chat->add_option("--max-tokens,-n", chat_f.max_tokens, "most tokens per reply (0 = no limit)")
+      ->capture_default_str();
+  chat->add_option("--temperature", chat_f.temperature, "0 = greedy")->capture_default_str();
+  chat->add_option("--top-p", chat_f.top_p, "nucleus threshold")->capture_default_str();
+  chat->add_option("--top-k", chat_f.top_k, "keep the k most likely (0 = off)");
+  chat->add_option("--min-p", chat_f.min_p, "keep tokens with p >= min_p * p_max (0 = off)");
+  chat->add_option("--presence-penalty", chat_f.presence_penalty, "OpenAI presence penalty");
+  chat->add_option("--frequency-penalty", chat_f.frequency_penalty, "OpenAI frequency penalty");
+  chat->add_option("--repetition-penalty", chat_f.repetition_penalty, "HF repetition penalty");
+  auto* chat_seed_opt = chat->add_option("--seed", chat_seed, "sampling seed");
+  chat->add_flag("--ignore-eos", chat_f.ignore_eos, "keep going past end-of-sequence");
+  chat->add_flag("--stats", chat_f.stats, "print usage and timings of each reply to stderr");
+
   std::string target = "127.0.0.1:50051";
   auto* models = app.add_subcommand("models", "list models and where they are resident");
   models->add_option("--target", target, "scheduler address")->capture_default_str();
@@ -173,11 +195,12 @@ int main(int argc, char** argv) {
   auto* mk =
       app.add_subcommand("make-model", "write a synthetic model (safetensors + config.json)");
   mk->add_option("--out", out_dir, "output directory")->required();
-  mk->add_option("--architecture", spec.architecture, "llama | qwen2 | mistral")
+  mk->add_option("--architecture", spec.architecture, "llama | qwen2 | mistral | qwen3")
       ->capture_default_str();
   mk->add_option("--layers", spec.layers)->capture_default_str();
   mk->add_option("--hidden", spec.hidden)->capture_default_str();
   mk->add_option("--heads", spec.heads)->capture_default_str();
+  mk->add_option("--head-dim", spec.head_dim, "0: hidden / heads")->capture_default_str();
   mk->add_option("--kv-heads", spec.kv_heads)->capture_default_str();
   mk->add_option("--intermediate", spec.intermediate)->capture_default_str();
   mk->add_option("--vocab", spec.vocab)->capture_default_str();
@@ -222,6 +245,10 @@ int main(int argc, char** argv) {
       gen.prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
     }
     return ballast::server::RunGenerate(gen);
+  }
+  if (chat->parsed()) {
+    if (*chat_seed_opt) chat_f.seed = chat_seed;
+    return ballast::server::RunChat(chat_f, std::cin, std::cout, std::cerr, isatty(0) != 0);
   }
   if (models->parsed()) return ballast::server::RunModels(target);
   if (cluster->parsed()) return ballast::server::RunCluster(target);

@@ -17,12 +17,15 @@ class StreamSink final : public engine::GenerationSink {
   struct Token {
     int id;
     std::string text;
+    std::optional<engine::TokenLogprobs> logprobs;
   };
   using Event = std::variant<Token, absl::StatusOr<engine::GenerationResult>>;
 
-  void OnToken(int id, const std::string& text) override {
+  void OnToken(int id, const std::string& text, const engine::TokenLogprobs* logprobs) override {
     absl::MutexLock lock(&mu_);
-    events_.push_back(Token{id, text});
+    Token t{id, text, std::nullopt};
+    if (logprobs) t.logprobs = *logprobs;
+    events_.push_back(std::move(t));
   }
   void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
     absl::MutexLock lock(&mu_);
@@ -43,6 +46,21 @@ class StreamSink final : public engine::GenerationSink {
   absl::Mutex mu_;
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
 };
+
+// A generated token on the wire, with its log-probabilities when asked.
+void FillToken(const engine::Tokenizer& tokenizer, const StreamSink::Token& t, v1::Token* out) {
+  out->set_id(t.id);
+  out->set_text(t.text);
+  if (!t.logprobs) return;
+  out->set_logprob(t.logprobs->logprob);
+  out->set_token_bytes(tokenizer.TokenBytes(t.id));
+  for (const engine::TokenLogprob& alt : t.logprobs->top) {
+    v1::TopLogprob* p = out->add_top_logprobs();
+    p->set_id(alt.id);
+    p->set_token(tokenizer.TokenBytes(alt.id));
+    p->set_logprob(alt.logprob);
+  }
+}
 
 }  // namespace
 
@@ -144,8 +162,7 @@ grpc::Status NodeService::Generate(grpc::ServerContext* ctx, const v1::NodeGener
     if (auto* tok = std::get_if<StreamSink::Token>(&*ev)) {
       if (cancelled) continue;
       v1::NodeGenerateResponse r;
-      r.mutable_token()->set_id(tok->id);
-      r.mutable_token()->set_text(tok->text);
+      FillToken(admitted->engine->tokenizer(), *tok, r.mutable_token());
       if (!writer->Write(r)) {
         cancelled = true;
         admitted->engine->Cancel(req->request_id());
@@ -175,6 +192,7 @@ grpc::Status NodeService::Generate(grpc::ServerContext* ctx, const v1::NodeGener
     f->set_device(admitted->device);
     f->set_text(g.text);
     for (int t : admitted->turn_tokens) nf->add_prompt_tokens(t);
+    nf->set_prompt_replaces_history(admitted->replaces_history);
     for (int t : g.output_tokens) nf->add_output_tokens(t);
     writer->Write(r);
     outcome.status = "OK";

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "server/gateway/http_gateway.h"
 #include "server/metrics.h"
+#include "server/model_tokenizer.h"
 #include "server/node_service.h"
 #include "server/scheduler_service.h"
 #include "spdlog/spdlog.h"
@@ -182,21 +183,35 @@ absl::StatusOr<std::vector<global_scheduler::ModelSpec>> PrepareSyntheticModels(
     const ServeSection& serve) {
   std::vector<global_scheduler::ModelSpec> out;
   const std::filesystem::path cache = ExpandHome(serve.cache_dir);
-  for (const auto& m : serve.models) {
-    auto cfg = engine::SyntheticConfig(m.spec);
+  for (size_t i = 0; i < serve.models.size(); ++i) {
+    const SyntheticModelEntry& m = serve.models[i];
+    engine::SyntheticModelSpec model = m.spec;
+    const std::string tokenizer = m.tokenizer.empty() ? "" : ExpandHome(m.tokenizer);
+    if (!tokenizer.empty()) {
+      auto vocab = TokenizerVocabSize(tokenizer);
+      if (!vocab.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("serve.models[", i, "].tokenizer: ", vocab.status().message()));
+      }
+      model.vocab = std::max(model.vocab, *vocab);
+    }
+    auto cfg = engine::SyntheticConfig(model);
     if (!cfg.ok()) return cfg.status();
     // The directory name carries a hash of the spec so edits regenerate.
-    const std::string key = absl::StrCat(
-        m.name, "-",
-        absl::Hex(
-            std::hash<std::string>{}(absl::StrCat(cfg->ToJson(), m.spec.seed, m.spec.init_std)) &
-            0xffffffffu));
+    const std::string key =
+        absl::StrCat(m.name, "-",
+                     absl::Hex(std::hash<std::string>{}(absl::StrCat(cfg->ToJson(), model.seed,
+                                                                     model.init_std, tokenizer)) &
+                               0xffffffffu));
     const std::filesystem::path dir = cache / key;
     if (!std::filesystem::exists(dir / "config.json")) {
       const std::filesystem::path tmp = cache / (key + ".tmp");
       std::error_code ec;
       std::filesystem::remove_all(tmp, ec);
-      if (auto st = engine::WriteSyntheticModel(m.spec, tmp.string()); !st.ok()) return st;
+      if (auto st = engine::WriteSyntheticModel(model, tmp.string()); !st.ok()) return st;
+      if (!tokenizer.empty()) {
+        if (auto st = AttachTokenizer(tokenizer, tmp.string()); !st.ok()) return st;
+      }
       std::filesystem::rename(tmp, dir, ec);
       if (ec)
         return absl::InternalError(

@@ -63,6 +63,8 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::Gene
   nreq.set_model(req->model());
   for (int t : route->history) nreq.add_history_tokens(t);
   nreq.set_prompt(req->prompt());
+  for (const auto& m : route->history_messages) *nreq.add_history_messages() = m;
+  *nreq.mutable_messages() = req->messages();
   nreq.set_session_id(req->session_id());
   *nreq.mutable_sampling() = req->sampling();
   nreq.mutable_slo()->set_ttft_ms(route->ttft_ms);
@@ -96,12 +98,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::Gene
     st = reader->Finish();
   }
   const bool ok = st.ok() && final.has_value() && !client_gone && !ctx->IsCancelled();
-  sched_->Complete(
-      *route, ok,
-      ok ? std::vector<int>(final->prompt_tokens().begin(), final->prompt_tokens().end())
-         : std::vector<int>{},
-      ok ? std::vector<int>(final->output_tokens().begin(), final->output_tokens().end())
-         : std::vector<int>{});
+  sched_->Complete(*route, ok ? &*final : nullptr);
   if (client_gone || ctx->IsCancelled()) {
     return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
   }

@@ -15,8 +15,9 @@ CpuHostWeights::CpuHostWeights(std::shared_ptr<const ModelWeights> w) : weights_
   add(weights_->final_norm);
   add(weights_->lm_head);
   for (const LayerWeights& l : weights_->layers) {
-    for (const Matrix* m : {&l.input_norm, &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias, &l.v_bias,
-                            &l.o_bias, &l.post_norm, &l.gate, &l.up, &l.down}) {
+    for (const Matrix* m :
+         {&l.input_norm, &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias,
+          &l.q_norm, &l.k_norm, &l.post_norm, &l.gate, &l.up, &l.down}) {
       add(*m);
     }
   }
@@ -54,6 +55,71 @@ void RmsNorm(const float* x, const Matrix& w, double eps, int n, float* y) {
   for (int i = 0; i < n; ++i) ss += x[i] * x[i];
   const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + static_cast<float>(eps));
   for (int i = 0; i < n; ++i) y[i] = w.data[i] * (x[i] * inv);
+}
+
+// Qwen3's q_norm / k_norm: RmsNorm over each of the `rows` head vectors
+// of size d in [rows][d], in place.
+void HeadRmsNorm(float* x, int rows, int d, const Matrix& w, double eps) {
+  for (int r = 0; r < rows; ++r) {
+    float* v = x + static_cast<size_t>(r) * d;
+    RmsNorm(v, w, eps, d, v);
+  }
+}
+
+// The step's tokens flattened: token t belongs to chunk owner[t] at
+// position pos[t].
+struct FlatBatch {
+  std::vector<int> tok, pos, owner;
+};
+
+absl::StatusOr<FlatBatch> Flatten(absl::Span<const SequenceChunk> batch, int vocab,
+                                  int block_tokens) {
+  FlatBatch f;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const SequenceChunk& ch = batch[b];
+    const int end = ch.start_pos + static_cast<int>(ch.tokens.size());
+    if (ch.kv->capacity_tokens(block_tokens) < end) {
+      return absl::InternalError(absl::StrCat("chunk ", b, ": KV capacity below position ", end));
+    }
+    for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      const int id = ch.tokens[i];
+      if (id < 0 || id >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary"));
+      }
+      f.tok.push_back(id);
+      f.pos.push_back(ch.start_pos + static_cast<int>(i));
+      f.owner.push_back(static_cast<int>(b));
+    }
+  }
+  return f;
+}
+
+// Causal attention of one query head over its sequence's cached positions
+// [0, n): out[d] = softmax(q . K^T * scale) V, read from KV head kvh.
+void AttendHead(const KvCache& kv, const SequenceKv& seq, int layer, int kvh, int n, int d,
+                const float* q, float* out, std::vector<float>* scratch) {
+  std::vector<float>& scores = *scratch;
+  scores.resize(static_cast<size_t>(n) + 2 * d);
+  float* kbuf = scores.data() + n;
+  float* vbuf = kbuf + d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  float mx = -INFINITY;
+  for (int j = 0; j < n; ++j) {
+    kv.ReadK(seq, layer, j, kvh, kbuf);
+    scores[j] = Dot(q, kbuf, d) * scale;
+    mx = std::max(mx, scores[j]);
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - mx);
+    sum += scores[j];
+  }
+  std::fill_n(out, d, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    kv.ReadV(seq, layer, j, kvh, vbuf);
+    const float p = scores[j] / sum;
+    for (int e = 0; e < d; ++e) out[e] += p * vbuf[e];
+  }
 }
 
 }  // namespace
@@ -96,94 +162,85 @@ void CpuExecutor::ApplyRope(float* vec, int num_heads, int pos) const {
 absl::Status CpuExecutor::Forward(absl::Span<const SequenceChunk> batch,
                                   std::vector<float>* logits) {
   const ModelConfig& c = config_;
-  const ModelWeights& w = *weights_;
-  const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size;
-  const int d = c.head_dim, group = c.num_attention_heads / c.num_key_value_heads;
-  // Flatten the batch: token t belongs to chunk owner[t] at position pos[t].
-  std::vector<int> tok, pos, owner;
-  for (size_t b = 0; b < batch.size(); ++b) {
-    const SequenceChunk& ch = batch[b];
-    const int end = ch.start_pos + static_cast<int>(ch.tokens.size());
-    if (ch.kv->capacity_tokens(kv_->layout().block_tokens) < end) {
-      return absl::InternalError(absl::StrCat("chunk ", b, ": KV capacity below position ", end));
-    }
-    for (size_t i = 0; i < ch.tokens.size(); ++i) {
-      const int id = ch.tokens[i];
-      if (id < 0 || id >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary"));
-      }
-      tok.push_back(id);
-      pos.push_back(ch.start_pos + static_cast<int>(i));
-      owner.push_back(static_cast<int>(b));
-    }
-  }
-  const int T = static_cast<int>(tok.size());
-  std::vector<float> x(static_cast<size_t>(T) * H), h(x.size()), q(static_cast<size_t>(T) * Q),
-      k(static_cast<size_t>(T) * KV), v(k.size()), attn(q.size()), proj(x.size()),
-      gate(static_cast<size_t>(T) * I), up(gate.size());
+  const int H = c.hidden_size;
+  auto flat = Flatten(batch, c.vocab_size, kv_->layout().block_tokens);
+  if (!flat.ok()) return flat.status();
+  const int T = static_cast<int>(flat->tok.size());
+  std::vector<float> x(static_cast<size_t>(T) * H);
   for (int t = 0; t < T; ++t)
-    std::copy_n(w.embed.row(tok[t]), H, x.data() + static_cast<size_t>(t) * H);
-
-  std::vector<float> kbuf(d), vbuf(d), scores;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    std::copy_n(weights_->embed.row(flat->tok[t]), H, x.data() + static_cast<size_t>(t) * H);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights& L = w.layers[l];
-    for (int t = 0; t < T; ++t)
-      RmsNorm(&x[static_cast<size_t>(t) * H], L.input_norm, c.rms_norm_eps, H,
-              &h[static_cast<size_t>(t) * H]);
-    Linear(L.q, &L.q_bias, h.data(), T, q.data());
-    Linear(L.k, &L.k_bias, h.data(), T, k.data());
-    Linear(L.v, &L.v_bias, h.data(), T, v.data());
-    for (int t = 0; t < T; ++t) {
-      ApplyRope(&q[static_cast<size_t>(t) * Q], c.num_attention_heads, pos[t]);
-      ApplyRope(&k[static_cast<size_t>(t) * KV], c.num_key_value_heads, pos[t]);
-      kv_->Write(*batch[owner[t]].kv, l, pos[t], &k[static_cast<size_t>(t) * KV],
-                 &v[static_cast<size_t>(t) * KV]);
-    }
-    // Causal attention: token at position p attends to positions [0, p].
-    for (int t = 0; t < T; ++t) {
-      const SequenceKv& seq = *batch[owner[t]].kv;
-      const int n = pos[t] + 1;
-      scores.resize(n);
-      for (int head = 0; head < c.num_attention_heads; ++head) {
-        const int kvh = head / group;
-        const float* qh = &q[static_cast<size_t>(t) * Q + static_cast<size_t>(head) * d];
-        float mx = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-          kv_->ReadK(seq, l, j, kvh, kbuf.data());
-          scores[j] = Dot(qh, kbuf.data(), d) * scale;
-          mx = std::max(mx, scores[j]);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < n; ++j) {
-          scores[j] = std::exp(scores[j] - mx);
-          sum += scores[j];
-        }
-        float* out = &attn[static_cast<size_t>(t) * Q + static_cast<size_t>(head) * d];
-        std::fill_n(out, d, 0.0f);
-        for (int j = 0; j < n; ++j) {
-          kv_->ReadV(seq, l, j, kvh, vbuf.data());
-          const float p = scores[j] / sum;
-          for (int e = 0; e < d; ++e) out[e] += p * vbuf[e];
-        }
-      }
-    }
-    Linear(L.o, &L.o_bias, attn.data(), T, proj.data());
-    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-    for (int t = 0; t < T; ++t)
-      RmsNorm(&x[static_cast<size_t>(t) * H], L.post_norm, c.rms_norm_eps, H,
-              &h[static_cast<size_t>(t) * H]);
-    Linear(L.gate, nullptr, h.data(), T, gate.data());
-    Linear(L.up, nullptr, h.data(), T, up.data());
-    for (size_t i = 0; i < gate.size(); ++i) {
-      const float g = gate[i];
-      gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
-    }
-    Linear(L.down, nullptr, gate.data(), T, proj.data());
-    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+    AttentionBlock(l, batch, flat->pos, flat->owner, &x);
+    MlpBlock(l, T, &x);
   }
+  ComputeLogits(batch, x, logits);
+  return absl::OkStatus();
+}
 
+void CpuExecutor::AttentionBlock(int l, absl::Span<const SequenceChunk> batch,
+                                 const std::vector<int>& pos, const std::vector<int>& owner,
+                                 std::vector<float>* x) {
+  const ModelConfig& c = config_;
+  const LayerWeights& L = weights_->layers[l];
+  const int T = static_cast<int>(pos.size()), H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+  const int d = c.head_dim, group = c.num_attention_heads / c.num_key_value_heads;
+  std::vector<float> h(x->size()), q(static_cast<size_t>(T) * Q), k(static_cast<size_t>(T) * KV),
+      v(k.size()), attn(q.size()), proj(x->size()), scratch;
+  for (int t = 0; t < T; ++t) {
+    RmsNorm(x->data() + static_cast<size_t>(t) * H, L.input_norm, c.rms_norm_eps, H,
+            &h[static_cast<size_t>(t) * H]);
+  }
+  Linear(L.q, &L.q_bias, h.data(), T, q.data());
+  Linear(L.k, &L.k_bias, h.data(), T, k.data());
+  Linear(L.v, &L.v_bias, h.data(), T, v.data());
+  if (c.qk_norm) {  // Qwen3: per-head RMSNorm of q and k before RoPE
+    HeadRmsNorm(q.data(), T * c.num_attention_heads, d, L.q_norm, c.rms_norm_eps);
+    HeadRmsNorm(k.data(), T * c.num_key_value_heads, d, L.k_norm, c.rms_norm_eps);
+  }
+  for (int t = 0; t < T; ++t) {
+    ApplyRope(&q[static_cast<size_t>(t) * Q], c.num_attention_heads, pos[t]);
+    ApplyRope(&k[static_cast<size_t>(t) * KV], c.num_key_value_heads, pos[t]);
+    kv_->Write(*batch[owner[t]].kv, l, pos[t], &k[static_cast<size_t>(t) * KV],
+               &v[static_cast<size_t>(t) * KV]);
+  }
+  // Causal attention: token at position p attends to positions [0, p].
+  for (int t = 0; t < T; ++t) {
+    for (int head = 0; head < c.num_attention_heads; ++head) {
+      const size_t off = static_cast<size_t>(t) * Q + static_cast<size_t>(head) * d;
+      AttendHead(*kv_, *batch[owner[t]].kv, l, head / group, pos[t] + 1, d, &q[off], &attn[off],
+                 &scratch);
+    }
+  }
+  Linear(L.o, &L.o_bias, attn.data(), T, proj.data());
+  for (size_t i = 0; i < x->size(); ++i) (*x)[i] += proj[i];
+}
+
+void CpuExecutor::MlpBlock(int l, int T, std::vector<float>* x) {
+  const ModelConfig& c = config_;
+  const LayerWeights& L = weights_->layers[l];
+  const int H = c.hidden_size, I = c.intermediate_size;
+  std::vector<float> h(x->size()), gate(static_cast<size_t>(T) * I), up(gate.size()),
+      proj(x->size());
+  for (int t = 0; t < T; ++t) {
+    RmsNorm(x->data() + static_cast<size_t>(t) * H, L.post_norm, c.rms_norm_eps, H,
+            &h[static_cast<size_t>(t) * H]);
+  }
+  Linear(L.gate, nullptr, h.data(), T, gate.data());
+  Linear(L.up, nullptr, h.data(), T, up.data());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
+  }
+  Linear(L.down, nullptr, gate.data(), T, proj.data());
+  for (size_t i = 0; i < x->size(); ++i) (*x)[i] += proj[i];
+}
+
+void CpuExecutor::ComputeLogits(absl::Span<const SequenceChunk> batch, const std::vector<float>& x,
+                                std::vector<float>* logits) const {
   // Final norm + LM head for the requested rows only.
+  const ModelConfig& c = config_;
+  const ModelWeights& w = *weights_;
+  const int H = c.hidden_size;
   const Matrix& head = w.output_matrix();
   logits->clear();
   std::vector<float> normed(H);
@@ -201,7 +258,6 @@ absl::Status CpuExecutor::Forward(absl::Span<const SequenceChunk> batch,
     }
     t0 += n;
   }
-  return absl::OkStatus();
 }
 
 }  // namespace ballast::engine

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/executor.h"
@@ -45,6 +46,15 @@ class CpuExecutor final : public Executor {
  private:
   CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv);
   void ApplyRope(float* vec, int num_heads, int pos) const;
+  // One decoder layer's halves, updating the residual stream x [T][hidden]
+  // in place: the attention block (tokens at pos[t] of chunk owner[t];
+  // writes their K/V) and the MLP block.
+  void AttentionBlock(int l, absl::Span<const SequenceChunk> batch, const std::vector<int>& pos,
+                      const std::vector<int>& owner, std::vector<float>* x);
+  void MlpBlock(int l, int T, std::vector<float>* x);
+  // Final norm and LM head for the rows each chunk asks for.
+  void ComputeLogits(absl::Span<const SequenceChunk> batch, const std::vector<float>& x,
+                     std::vector<float>* logits) const;
 
   ModelConfig config_;
   std::shared_ptr<const ModelWeights> weights_;

@@ -2,7 +2,9 @@
 // KV length (flash-decoding): each block handles one query token, up to 8
 // query heads sharing one kv head (GQA), and one partition of the context,
 // in tiles of kTile keys with an online softmax. Partitions are merged by
-// PartitionMergeKernel. CUDA cores, FP32 accumulation.
+// PartitionMergeKernel. CUDA cores, FP32 accumulation. Head sizes are
+// multiples of 8 (BALLAST_ATTENTION_HEAD_DIMS); where D / 8 does not divide
+// the block, the threads past the last full V row idle in the P V phase.
 #include <algorithm>
 
 #include "engine/cuda/common.cuh"
@@ -25,6 +27,7 @@ template <typename T, typename KvT, int D>
 __global__ void __launch_bounds__(kThreads)
     PagedAttentionKernel(const T* __restrict__ q, TokenMap tokens, int num_heads, PagedKv kv,
                          float scale, int partition_tokens, Workspace ws, T* __restrict__ out) {
+  static_assert(D % 8 == 0 && D <= 256, "head size");
   constexpr int kCols = D / 8;             // threads per V row (8 elements each)
   constexpr int kRows = kThreads / kCols;  // V rows processed in parallel
   __shared__ float q_s[kMaxGroup][D];
@@ -71,6 +74,8 @@ __global__ void __launch_bounds__(kThreads)
 
   const int warp = tid >> 5, lane = tid & 31;
   const int r = tid / kCols, c = tid % kCols;
+  // False for the kThreads % kCols spare threads (none for powers of two).
+  const bool pv_thread = kThreads % kCols == 0 || r < kRows;
   for (int tile = start; tile < end; tile += kTile) {
     const int n = min(kTile, end - tile);
     // Scores: thread tid takes key tile + tid.
@@ -128,7 +133,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < 8; ++j) acc[g][j] *= a;
       }
     }
-    for (int i = r; i < n; i += kRows) {
+    for (int i = pv_thread ? r : n; i < n; i += kRows) {
       const KvT* v =
           reinterpret_cast<const KvT*>(KvSlot(kv, seq, tile + i, kvh, true, sizeof(KvT)));
       float vf[8];
@@ -145,10 +150,12 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
   // Merge the kRows partial sums.
+  if (pv_thread) {
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g)
+    for (int g = 0; g < kMaxGroup; ++g)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) red[(r * kMaxGroup + g) * D + c * 8 + j] = acc[g][j];
+      for (int j = 0; j < 8; ++j) red[(r * kMaxGroup + g) * D + c * 8 + j] = acc[g][j];
+  }
   __syncthreads();
   for (int i = tid; i < ng * D; i += kThreads) {
     const int g = i / D, d = i % D;
@@ -212,12 +219,7 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
         q, tokens, num_heads, kv, scale, plan.partition_tokens, ws, out); \
     break;
   switch (kv.head_dim) {
-    BALLAST_ATTN_CASE(8)
-    BALLAST_ATTN_CASE(16)
-    BALLAST_ATTN_CASE(32)
-    BALLAST_ATTN_CASE(64)
-    BALLAST_ATTN_CASE(128)
-    BALLAST_ATTN_CASE(256)
+    BALLAST_ATTENTION_HEAD_DIMS(BALLAST_ATTN_CASE)
     default:
       return cudaErrorInvalidValue;
   }
@@ -231,6 +233,14 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
 }
 
 }  // namespace
+
+bool PagedAttentionSupports(int head_dim) {
+#define BALLAST_ATTN_SUPPORTS(DIM) \
+  if (head_dim == DIM) return true;
+  BALLAST_ATTENTION_HEAD_DIMS(BALLAST_ATTN_SUPPORTS)
+#undef BALLAST_ATTN_SUPPORTS
+  return false;
+}
 
 AttentionPlan PlanPagedAttention(int num_tokens, int num_heads, int num_kv_heads, int max_context,
                                  int num_sms) {

@@ -54,9 +54,11 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
     return absl::InvalidArgumentError("KV layout does not match the model config");
   }
   const int d = config.head_dim;
-  if (d != 8 && d != 16 && d != 32 && d != 64 && d != 128 && d != 256) {
-    return absl::UnimplementedError(absl::StrCat(
-        "head_dim ", d, " is not supported by the CUDA backend (8..256, powers of two)"));
+  if (!PagedAttentionSupports(d)) {
+    return absl::UnimplementedError(
+        absl::StrCat("head_dim ", d,
+                     " is not supported by the CUDA backend (8, 16, 32, 64, 80, 96, 128, 256: "
+                     "BALLAST_ATTENTION_HEAD_DIMS in engine/cuda/kernels.h)"));
   }
   if (options.max_batch_tokens <= 0 || options.max_context <= 0) {
     return absl::InvalidArgumentError("max_batch_tokens and max_context must be > 0");
@@ -75,6 +77,7 @@ CudaExecutor::~CudaExecutor() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
   if (stream_) cudaStreamSynchronize(stream_);
   if (host_meta_) cudaFreeHost(host_meta_);
+  if (host_penalties_) cudaFreeHost(host_penalties_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -151,12 +154,17 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   params_offset_ = align(5 * T * sizeof(int));
   tiles_offset_ = align(params_offset_ + T * sizeof(SampleParams));
   out_offset_ = align(tiles_offset_ + T * sizeof(PrefillTile));
-  table_offset_ = align(out_offset_ + T * sizeof(int));
+  logprobs_offset_ = align(out_offset_ + T * sizeof(int));
+  table_offset_ = align(logprobs_offset_ + T * sizeof(SampleLogprobs));
   meta_bytes_ = table_offset_ +
                 static_cast<size_t>(c.num_hidden_layers) * T * max_table_blocks_ * sizeof(int);
   if (auto s = meta_.Allocate(meta_bytes_, "step metadata"); !s.ok()) return s;
   workspace_bytes_ += static_cast<int64_t>(meta_bytes_);
   BALLAST_CUDA_RETURN(cudaMallocHost(&host_meta_, meta_bytes_), "pinned step metadata");
+  // Room for the penalty entries of a typical step; more is allocated on
+  // demand (ReservePenalties).
+  constexpr size_t kInitialPenalties = 16384;
+  if (auto s = ReservePenalties(kInitialPenalties); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -270,22 +278,77 @@ void CudaExecutor::WriteTokens(absl::Span<const SequenceChunk> batch, StepShape*
   }
 }
 
-void CudaExecutor::WriteSampleParams(absl::Span<const DeviceSampling> sampling,
-                                     const StepShape& sh) {
+absl::Status CudaExecutor::ReservePenalties(size_t entries) {
+  if (entries <= penalty_capacity_) return absl::OkStatus();
+  size_t cap = std::max<size_t>(penalty_capacity_, 1024);
+  while (cap < entries) cap *= 2;
+  // Steps end with a sync, so nothing in flight uses the old buffers; the
+  // graphs that sample captured the old address.
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "penalty buffer");
+  for (auto it = graphs_.begin(); it != graphs_.end();) {
+    if (std::get<2>(it->first)) {
+      cudaGraphExecDestroy(it->second);
+      it = graphs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  DeviceBuffer fresh;
+  if (auto s = fresh.Allocate(cap * sizeof(SamplePenalty), "penalty entries"); !s.ok()) return s;
+  void* host = nullptr;
+  BALLAST_CUDA_RETURN(cudaMallocHost(&host, cap * sizeof(SamplePenalty)), "pinned penalty entries");
+  if (host_penalties_) cudaFreeHost(host_penalties_);
+  host_penalties_ = host;
+  penalties_ = std::move(fresh);
+  workspace_bytes_ += static_cast<int64_t>((cap - penalty_capacity_) * sizeof(SamplePenalty));
+  penalty_capacity_ = cap;
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::WriteSampleParams(absl::Span<const DeviceSampling> sampling,
+                                             const StepShape& sh) {
+  static_assert(kSampleMaxTop == kMaxTopLogprobs);
+  size_t entries = 0;
+  for (int i = 0; sh.sample && i < sh.real_rows; ++i) {
+    if (sampling[i].options.has_penalties()) entries += sampling[i].penalties.size();
+  }
+  if (auto s = ReservePenalties(entries); !s.ok()) return s;
   auto* params =
       reinterpret_cast<SampleParams*>(static_cast<uint8_t*>(host_meta_) + params_offset_);
+  auto* pen = static_cast<SamplePenalty*>(host_penalties_);
+  int next = 0;
   for (int i = 0; i < sh.rows; ++i) {
     SampleParams p;  // defaults for padding rows and for steps that return logits
     if (sh.sample && i < sh.real_rows) {
       const DeviceSampling& s = sampling[i];
-      p.temperature = s.options.temperature;
-      p.top_p = s.options.top_p;
-      p.top_k = s.options.top_k;
+      const SamplingOptions& o = s.options;
+      p.temperature = o.temperature;
+      p.top_p = o.top_p;
+      p.top_k = o.top_k;
+      p.min_p = o.min_p;
+      p.presence_penalty = o.presence_penalty;
+      p.frequency_penalty = o.frequency_penalty;
+      p.repetition_penalty = o.repetition_penalty;
+      p.top_logprobs = std::min(o.top_logprobs, kSampleMaxTop);
       p.seed = s.seed;
       p.counter = s.counter;
+      if (o.has_penalties()) {
+        p.penalty_begin = next;
+        p.penalty_count = static_cast<int>(s.penalties.size());
+        for (const PenaltyEntry& e : s.penalties) {
+          pen[next++] = {e.token, e.output_count, e.in_prompt, 0.0f};
+        }
+      }
     }
     params[i] = p;
   }
+  if (next > 0) {
+    BALLAST_CUDA_RETURN(
+        cudaMemcpyAsync(penalties_.get(), host_penalties_, next * sizeof(SamplePenalty),
+                        cudaMemcpyHostToDevice, stream_),
+        "penalty upload");
+  }
+  return absl::OkStatus();
 }
 
 void CudaExecutor::WriteBlockTable(absl::Span<const SequenceChunk> batch, const StepShape& sh) {
@@ -325,7 +388,7 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
   auto sh = Shape(batch, sampling.size(), sample);
   if (!sh.ok()) return sh.status();
   WriteTokens(batch, &*sh);
-  WriteSampleParams(sampling, *sh);
+  if (auto s = WriteSampleParams(sampling, *sh); !s.ok()) return s;
   WriteBlockTable(batch, *sh);
   if (auto s = Upload(*sh); !s.ok()) return s;
   return sh;
@@ -374,9 +437,10 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
         !s.ok())
       return s;
     kv.block_ids = table + static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
-    BALLAST_CUDA_RETURN(LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, inv_freq_.get<float>(), tm,
-                                          c.num_attention_heads, kv, q_.get(), act_, stream_),
-                        "rope/kv write");
+    BALLAST_CUDA_RETURN(
+        LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, {L.q_norm, L.k_norm, eps}, inv_freq_.get<float>(),
+                          tm, c.num_attention_heads, kv, q_.get(), act_, stream_),
+        "rope/kv write");
     if (sh.small_tokens > 0 || sh.graph) {
       BALLAST_CUDA_RETURN(LaunchPagedAttention(q_.get(), tm_small, c.num_attention_heads, kv, scale,
                                                plan, attn_ws_.get(), attn_.get(), act_, stream_),
@@ -413,10 +477,12 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   }
   if (sh.sample) {
     auto* meta = meta_.get<uint8_t>();
-    BALLAST_CUDA_RETURN(LaunchSample(logits_.get<float>(), sh.rows, c.vocab_size,
-                                     reinterpret_cast<const SampleParams*>(meta + params_offset_),
-                                     reinterpret_cast<int*>(meta + out_offset_), stream_),
-                        "sampling");
+    BALLAST_CUDA_RETURN(
+        LaunchSample(logits_.get<float>(), sh.rows, c.vocab_size,
+                     reinterpret_cast<const SampleParams*>(meta + params_offset_),
+                     penalties_.get<SamplePenalty>(), reinterpret_cast<int*>(meta + out_offset_),
+                     reinterpret_cast<SampleLogprobs*>(meta + logprobs_offset_), stream_),
+        "sampling");
   }
   return absl::OkStatus();
 }
@@ -468,7 +534,8 @@ absl::Status CudaExecutor::Forward(absl::Span<const SequenceChunk> batch,
 
 absl::Status CudaExecutor::ForwardSample(absl::Span<const SequenceChunk> batch,
                                          absl::Span<const DeviceSampling> sampling,
-                                         std::vector<int>* tokens) {
+                                         std::vector<int>* tokens,
+                                         std::vector<TokenLogprobs>* logprobs) {
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
   auto sh = Stage(batch, sampling, true);
   if (!sh.ok()) return sh.status();
@@ -477,10 +544,37 @@ absl::Status CudaExecutor::ForwardSample(absl::Span<const SequenceChunk> batch,
   BALLAST_CUDA_RETURN(cudaMemcpyAsync(host_out, meta_.get<uint8_t>() + out_offset_,
                                       sh->real_rows * sizeof(int), cudaMemcpyDeviceToHost, stream_),
                       "token download");
+  const bool want_logprobs =
+      logprobs != nullptr && std::any_of(sampling.begin(), sampling.end(),
+                                         [](const auto& s) { return s.options.top_logprobs >= 0; });
+  if (want_logprobs) {
+    BALLAST_CUDA_RETURN(
+        cudaMemcpyAsync(static_cast<uint8_t*>(host_meta_) + logprobs_offset_,
+                        meta_.get<uint8_t>() + logprobs_offset_,
+                        sh->real_rows * sizeof(SampleLogprobs), cudaMemcpyDeviceToHost, stream_),
+        "logprobs download");
+  }
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "step");
   const int* out = reinterpret_cast<const int*>(host_out);
   tokens->assign(out, out + sh->real_rows);
+  if (logprobs != nullptr) {
+    logprobs->assign(sh->real_rows, TokenLogprobs{});
+    if (want_logprobs) ReadLogprobs(sampling, sh->real_rows, logprobs);
+  }
   return absl::OkStatus();
+}
+
+void CudaExecutor::ReadLogprobs(absl::Span<const DeviceSampling> sampling, int rows,
+                                std::vector<TokenLogprobs>* logprobs) const {
+  const auto* src =
+      reinterpret_cast<const SampleLogprobs*>(static_cast<uint8_t*>(host_meta_) + logprobs_offset_);
+  for (int i = 0; i < rows; ++i) {
+    if (sampling[i].options.top_logprobs < 0) continue;
+    TokenLogprobs& lp = (*logprobs)[i];
+    lp.logprob = src[i].chosen;
+    lp.top.clear();
+    for (int k = 0; k < src[i].count; ++k) lp.top.push_back({src[i].ids[k], src[i].logprobs[k]});
+  }
 }
 
 }  // namespace ballast::engine::cuda

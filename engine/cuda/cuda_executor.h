@@ -50,8 +50,8 @@ class CudaExecutor final : public Executor {
   absl::Status Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) override;
   bool samples_on_device() const override { return true; }
   absl::Status ForwardSample(absl::Span<const SequenceChunk> batch,
-                             absl::Span<const DeviceSampling> sampling,
-                             std::vector<int>* tokens) override;
+                             absl::Span<const DeviceSampling> sampling, std::vector<int>* tokens,
+                             std::vector<TokenLogprobs>* logprobs) override;
   const ModelConfig& config() const override { return config_; }
   int64_t weight_bytes() const override { return weights_->bytes(); }
   int64_t workspace_bytes() const override { return workspace_bytes_; }
@@ -89,7 +89,15 @@ class CudaExecutor final : public Executor {
   // Host metadata: token ids, sequence, position and logit-row arrays,
   // prefill tiles (counted into *shape), graph padding.
   void WriteTokens(absl::Span<const SequenceChunk> batch, StepShape* shape);
-  void WriteSampleParams(absl::Span<const DeviceSampling> sampling, const StepShape& shape);
+  // Sampling rows' parameters, and their penalty entries flattened into
+  // penalties_ (grown first when they do not fit) and uploaded.
+  absl::Status WriteSampleParams(absl::Span<const DeviceSampling> sampling, const StepShape& shape);
+  // Makes penalties_ hold `entries`; growing it drops the sampling graphs
+  // (they captured its address).
+  absl::Status ReservePenalties(size_t entries);
+  // Copies the rows' log-probabilities back (after the step's sync).
+  void ReadLogprobs(absl::Span<const DeviceSampling> sampling, int rows,
+                    std::vector<TokenLogprobs>* logprobs) const;
   void WriteBlockTable(absl::Span<const SequenceChunk> batch, const StepShape& shape);
   // Copies the staged metadata to meta_ on stream_ (asynchronous).
   absl::Status Upload(const StepShape& shape);
@@ -115,12 +123,21 @@ class CudaExecutor final : public Executor {
       attn_ws_;
   // Step metadata: tokens, seq, pos, rows, pos_small (int32 x
   // max_batch_tokens each; pos_small is pos with -1 for tokens in prefill
-  // tiles), sampling params, prefill tiles, output tokens, then the block
-  // table.
+  // tiles), sampling params, prefill tiles, output tokens, sampling
+  // log-probabilities, then the block table.
   DeviceBuffer meta_;
   void* host_meta_ = nullptr;  // pinned mirror of meta_
   size_t meta_bytes_ = 0;
   size_t table_offset_ = 0, params_offset_ = 0, tiles_offset_ = 0, out_offset_ = 0;
+  // Sampling log-probabilities (SampleLogprobs x max_batch_tokens), after
+  // the output tokens.
+  size_t logprobs_offset_ = 0;
+  // The step's penalty entries (SamplePenalty), SampleParams holding each
+  // row's offset and count; grown on demand outside graph capture, and
+  // its pinned mirror.
+  DeviceBuffer penalties_;
+  void* host_penalties_ = nullptr;
+  size_t penalty_capacity_ = 0;  // entries
 
   // (tokens, max_blocks, sample) -> instantiated graph
   std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;

@@ -91,6 +91,12 @@ size_t DeviceWeights::Layout(const ModelConfig& c, uint8_t* base, std::vector<Pi
       slot(&L.o_bias, h);
       piece(p + "self_attn.o_proj.bias", 0, h, L.o_bias, 0);
     }
+    if (c.qk_norm) {
+      slot(&L.q_norm, c.head_dim);
+      piece(p + "self_attn.q_norm.weight", 0, c.head_dim, L.q_norm, 0);
+      slot(&L.k_norm, c.head_dim);
+      piece(p + "self_attn.k_norm.weight", 0, c.head_dim, L.k_norm, 0);
+    }
     slot(&L.post_norm, h);
     piece(p + "post_attention_layernorm.weight", 0, h, L.post_norm, 0);
     slot(&L.gate_up, static_cast<size_t>(2 * inter) * h);

@@ -35,6 +35,8 @@ struct DeviceLayer {
   void* qkv_bias = nullptr;    // [(H + 2 Hkv) D] or null
   void* o = nullptr;           // [hidden, H D]
   void* o_bias = nullptr;      // [hidden] or null
+  void* q_norm = nullptr;      // [D] or null (Qwen3)
+  void* k_norm = nullptr;      // [D] or null (Qwen3)
   void* post_norm = nullptr;   // [hidden]
   void* gate_up = nullptr;     // [2 I, hidden]
   void* down = nullptr;        // [hidden, I]

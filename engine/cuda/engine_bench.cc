@@ -189,7 +189,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
         chunks.push_back(
             {&seqs[s], o.context + i, absl::MakeConstSpan(&toks[s], 1), LogitsMode::kLast});
       }
-      if (auto st = e.ForwardSample(chunks, sampling, &sampled); !st.ok()) return st;
+      if (auto st = e.ForwardSample(chunks, sampling, &sampled, nullptr); !st.ok()) return st;
       for (int s = 0; s < batch; ++s) toks[s] = sampled[s] % c.vocab_size;
     }
     const double ms = Seconds(t0, Clock::now()) * 1e3 / o.steps;
@@ -219,7 +219,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
     for (int r = 0; r < 1 + o.prefill_runs; ++r) {
       SequenceChunk ch{&seq, 0, absl::MakeConstSpan(prompt), LogitsMode::kLast};
       const auto t0 = Clock::now();
-      if (auto st = e.ForwardSample({ch}, {greedy}, &sampled); !st.ok()) return st;
+      if (auto st = e.ForwardSample({ch}, {greedy}, &sampled, nullptr); !st.ok()) return st;
       const double s = Seconds(t0, Clock::now());
       if (r > 0) {
         best = std::min(best, s);

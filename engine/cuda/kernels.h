@@ -39,7 +39,7 @@ struct PagedKv {
   size_t block_bytes = 0;
   int block_tokens = 16;
   int num_kv_heads = 0;
-  int head_dim = 0;  // 8, 16, 32, 64, 128 or 256
+  int head_dim = 0;  // one of BALLAST_ATTENTION_HEAD_DIMS
   KvType dtype = KvType::kBF16;
   float k_scale = 1.0f;  // FP8 only: stored = x / scale
   float v_scale = 1.0f;
@@ -77,12 +77,27 @@ cudaError_t LaunchGatherRows(const void* in, const int* rows, int n, size_t row_
 cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* out, ActType type,
                           cudaStream_t stream);
 
-// qkv [T][(H + 2 Hkv) * D]: adds the bias (if any), applies RoPE (HF
-// rotate_half, angle = pos * inv_freq[i], inv_freq [D/2]) to q and k,
-// writes q to q_out [T][H][D] and k, v into the paged cache at (seq, pos).
-cudaError_t LaunchRopeKvWrite(const void* qkv, const void* bias, const float* inv_freq,
+// Qwen3's q_norm / k_norm: RMSNorm over each head of q and of k with
+// weights [D] (activation type) and `eps`. Null weights: no norm.
+struct QkNorm {
+  const void* q_weight = nullptr;
+  const void* k_weight = nullptr;
+  float eps = 1e-6f;
+};
+
+// qkv [T][(H + 2 Hkv) * D]: adds the bias (if any), normalises q and k
+// heads (if `norm` has weights), applies RoPE (HF rotate_half, angle =
+// pos * inv_freq[i], inv_freq [D/2], D <= 256) to q and k, writes q to
+// q_out [T][H][D] and k, v into the paged cache at (seq, pos).
+cudaError_t LaunchRopeKvWrite(const void* qkv, const void* bias, QkNorm norm, const float* inv_freq,
                               TokenMap tokens, int num_heads, PagedKv kv, void* q_out, ActType type,
                               cudaStream_t stream);
+
+// Head sizes the attention kernels are compiled for (one template
+// instance each; add a value here to serve another). Any GQA group
+// (num_heads a multiple of num_kv_heads) works with each.
+#define BALLAST_ATTENTION_HEAD_DIMS(X) X(8) X(16) X(32) X(64) X(80) X(96) X(128) X(256)
+bool PagedAttentionSupports(int head_dim);
 
 // Causal paged attention for a flat batch mixing prefill chunks and decode
 // tokens: query t (of head h) attends to positions [0, pos[t]] of sequence
@@ -105,7 +120,8 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
 // up to 64 consecutive tokens of one chunk (flat token indices
 // [first_token, first_token + n), positions [pos0, pos0 + n) of block-table
 // row seq), each attending causally to positions [0, its own]. Head sizes
-// 64 and 128 (PrefillAttentionSupports); q, out as in LaunchPagedAttention.
+// 64, 80, 96, 128 and 256 (PrefillAttentionSupports; others use
+// LaunchPagedAttention); q, out as in LaunchPagedAttention.
 struct PrefillTile {
   int first_token = 0;
   int n = 0;
@@ -134,19 +150,50 @@ bool SkinnyGemmSupports(int m, int k);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
                              ActType type, bool out_f32, cudaStream_t stream);
 
-// Sampling, one row per request: greedy when temperature <= 0 (lowest id on
-// ties); otherwise logits / temperature, top-k (k <= 0: all), top-p (<= 0 or
-// >= 1: all), one draw from Philox(seed, counter). Kept sets are found by
+// Sampling, one row per request, by engine/sampler.h's rule (the CPU
+// sampler is the reference): log-probabilities of the raw logits (rows
+// with top_logprobs >= 0), then the row's penalties applied in place, then
+// greedy when temperature <= 0 (lowest id on ties); otherwise logits /
+// temperature, top-k (k <= 0: all), min-p (0: off), top-p (<= 0 or >= 1:
+// all), one draw from Philox(seed, counter). Kept sets are found by
 // threshold bisection, so ties at the threshold are all kept.
 struct SampleParams {
   float temperature = 0.0f;
   float top_p = 1.0f;
   int top_k = 0;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  int top_logprobs = -1;  // -1: none; else alternatives wanted (<= kSampleMaxTop)
+  int penalty_begin = 0;  // this row's entries: penalties[begin, begin + count)
+  int penalty_count = 0;
   unsigned long long seed = 0;
   unsigned long long counter = 0;  // tokens drawn so far by this request
 };
-// logits [n][vocab] fp32; params [n] (device); tokens [n].
-cudaError_t LaunchSample(const float* logits, int n, int vocab, const SampleParams* params,
-                         int* tokens, cudaStream_t stream);
+// One token a row's penalties touch (engine/sampler.h's PenaltyEntry);
+// a row's entries ascend by token. `raw` is the kernel's scratch: the
+// logit before the penalty.
+struct SamplePenalty {
+  int token = 0;
+  int output_count = 0;
+  int in_prompt = 0;
+  float raw = 0.0f;
+};
+constexpr int kSampleMaxTop = 20;  // engine/sampler.h's kMaxTopLogprobs
+// Log-probabilities (log_softmax of the raw logits) of one row: the chosen
+// token's, and the `count` most likely tokens' (descending, ties lower id).
+struct SampleLogprobs {
+  float chosen = 0.0f;
+  int count = 0;
+  int ids[kSampleMaxTop] = {};
+  float logprobs[kSampleMaxTop] = {};
+};
+// logits [n][vocab] fp32, penalised in place; params [n]; penalties
+// [sum of the rows' counts]; tokens [n]; logprobs [n] (rows without
+// log-probabilities are left alone). All device memory.
+cudaError_t LaunchSample(float* logits, int n, int vocab, const SampleParams* params,
+                         SamplePenalty* penalties, int* tokens, SampleLogprobs* logprobs,
+                         cudaStream_t stream);
 
 }  // namespace ballast::engine::cuda

@@ -4,7 +4,10 @@
 // the sequence's KV in tiles of 64 keys with an online softmax. K/V tiles
 // are gathered from their paged blocks (and FP8 dequantised) into shared
 // memory. Each of the 4 warps owns 16 query rows: S = Q K^T, softmax, and
-// O += P V for its rows, so only K/V loads need block-wide barriers.
+// O += P V for its rows, so only K/V loads need block-wide barriers. Head
+// sizes are multiples of 16; up to 128 the warp keeps its Q rows in
+// registers, above (256) Q stays in shared memory, where the fragments of
+// Q and O together would spill.
 #include <cuda_pipeline.h>
 #include <mma.h>
 
@@ -32,16 +35,19 @@ __device__ __forceinline__ int FragCol(int lane, int i) {
 }
 
 // Two K/V buffers (double buffering); the Q tile is staged in the second
-// K buffer before the first KV tile is fetched.
+// K buffer before the first KV tile is fetched, or, when Q stays in shared
+// memory, in a fifth tile of its own.
 template <int D>
 struct Smem {
+  static_assert(D % 16 == 0 && D <= 256, "head size");
+  static constexpr bool kQInRegs = D <= 128;
   static constexpr int kLd = D + 8;  // elements per Q/K/V row (16-byte pad)
   static constexpr size_t kTile = kKeysPerTile * kLd * 2;
-  static_assert(kRowsPerTile == kKeysPerTile, "Q staged in a K buffer");
+  static_assert(kRowsPerTile == kKeysPerTile, "Q staged in a K-sized tile");
   __host__ __device__ static constexpr size_t K(int buf) { return buf * 2 * kTile; }
   __host__ __device__ static constexpr size_t V(int buf) { return buf * 2 * kTile + kTile; }
-  static constexpr size_t kQ = 2 * kTile;  // = K(1)
-  static constexpr size_t kBytes = 4 * kTile;
+  static constexpr size_t kQ = kQInRegs ? 2 * kTile : 4 * kTile;  // K(1), or past the KV tiles
+  static constexpr size_t kBytes = kQInRegs ? 4 * kTile : 5 * kTile;
 };
 
 // Converts 8 floats to T and stores them as one 16-byte write.
@@ -81,11 +87,13 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const int row0 = warp * 16;  // this warp's 16 query rows
-  AFrag qf[D / 16];
+  AFrag qf[S::kQInRegs ? D / 16 : 1];
+  if constexpr (S::kQInRegs) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    wmma::load_matrix_sync(qf[kk], Qs + row0 * S::kLd + kk * 16, S::kLd);
-  __syncthreads();  // Q's buffer is reused for K/V from here on
+    for (int kk = 0; kk < D / 16; ++kk)
+      wmma::load_matrix_sync(qf[kk], Qs + row0 * S::kLd + kk * 16, S::kLd);
+  }
+  __syncthreads();  // Q's buffer is reused for K/V from here on (kQInRegs)
   AccFrag o[D / 16];
 #pragma unroll
   for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o[n], 0.0f);
@@ -148,11 +156,14 @@ __global__ void __launch_bounds__(kThreads)
       for (int n = 0; n < kKeysPerTile / 16; ++n) wmma::fill_fragment(sf[n], 0.0f);
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
+        const int qi = S::kQInRegs ? kk : 0;
+        if constexpr (!S::kQInRegs)
+          wmma::load_matrix_sync(qf[0], Qs + row0 * S::kLd + kk * 16, S::kLd);
 #pragma unroll
         for (int n = 0; n < kKeysPerTile / 16; ++n) {
           wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
           wmma::load_matrix_sync(b, Ks + (n * 16) * S::kLd + kk * 16, S::kLd);
-          wmma::mma_sync(sf[n], qf[kk], b, sf[n]);
+          wmma::mma_sync(sf[n], qf[qi], b, sf[n]);
         }
       }
       // Scale, causal mask, row maxima (rows are shared by the 4 lanes of a quad).
@@ -269,8 +280,14 @@ cudaError_t LaunchForDim(const T* q, const PrefillTile* tiles, int num_tiles, in
   switch (kv.head_dim) {
     case 64:
       return Launch<T, KvT, 64>(q, tiles, num_tiles, num_heads, kv, scale, out, stream);
+    case 80:
+      return Launch<T, KvT, 80>(q, tiles, num_tiles, num_heads, kv, scale, out, stream);
+    case 96:
+      return Launch<T, KvT, 96>(q, tiles, num_tiles, num_heads, kv, scale, out, stream);
     case 128:
       return Launch<T, KvT, 128>(q, tiles, num_tiles, num_heads, kv, scale, out, stream);
+    case 256:
+      return Launch<T, KvT, 256>(q, tiles, num_tiles, num_heads, kv, scale, out, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -278,7 +295,9 @@ cudaError_t LaunchForDim(const T* q, const PrefillTile* tiles, int num_tiles, in
 
 }  // namespace
 
-bool PrefillAttentionSupports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+bool PrefillAttentionSupports(int head_dim) {
+  return head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128 || head_dim == 256;
+}
 
 bool PrefillAttentionLayoutOk() {
   // Values are row * 16 + col (exact in bf16: below 256).

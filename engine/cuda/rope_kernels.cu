@@ -1,34 +1,62 @@
-// QKV bias + rotary embedding + paged KV append, fused: one read of the QKV
-// GEMM output, q written for attention, k and v written into their blocks.
+// QKV bias + q/k head norms (Qwen3) + rotary embedding + paged KV append,
+// fused: one read of the QKV GEMM output, q written for attention, k and v
+// written into their blocks.
 #include "engine/cuda/common.cuh"
 
 namespace ballast::engine::cuda {
 namespace {
 
+// Inverse RMS of each q and k head of one token's row into inv_rms[head]
+// (one warp per head), as HF's Qwen3RMSNorm computes it in float32.
+template <typename T>
+__device__ void HeadInvRms(const T* row, const T* bias, int heads, int D, float eps,
+                           float* inv_rms) {
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int h = threadIdx.x >> 5; h < heads; h += warps) {
+    float ss = 0.0f;
+    for (int i = lane; i < D; i += 32) {
+      const float x = ToF(row[h * D + i]) + (bias != nullptr ? ToF(bias[h * D + i]) : 0.0f);
+      ss += x * x;
+    }
+    ss = WarpSum(ss);
+    if (lane == 0) inv_rms[h] = rsqrtf(ss / static_cast<float>(D) + eps);
+  }
+}
+
 template <typename T, typename KvT>
 __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict__ bias,
-                                  const float* __restrict__ inv_freq, TokenMap tokens,
+                                  const T* __restrict__ q_norm, const T* __restrict__ k_norm,
+                                  float eps, const float* __restrict__ inv_freq, TokenMap tokens,
                                   int num_heads, PagedKv kv, T* __restrict__ q_out) {
   __shared__ float cos_s[128], sin_s[128];  // head_dim <= 256
+  extern __shared__ float inv_rms_s[];      // [num_heads + Hkv] when normalising
   const int t = blockIdx.x;
   const int pos = tokens.pos[t];
   if (pos < 0) return;
   const int seq = tokens.seq[t];
   const int D = kv.head_dim, half = D / 2, Hkv = kv.num_kv_heads;
+  const int width = (num_heads + 2 * Hkv) * D;
+  const T* row = qkv + static_cast<size_t>(t) * width;
+  const bool norm = q_norm != nullptr;
   // One sincos per frequency, shared by every head of the token.
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     sincosf(static_cast<float>(pos) * inv_freq[i], &sin_s[i], &cos_s[i]);
   }
+  if (norm) HeadInvRms(row, bias, num_heads + Hkv, D, eps, inv_rms_s);
   __syncthreads();
-  const int width = (num_heads + 2 * Hkv) * D;
-  const T* row = qkv + static_cast<size_t>(t) * width;
   auto in = [&](int i) { return ToF(row[i]) + (bias != nullptr ? ToF(bias[i]) : 0.0f); };
   // Rotated pairs (i, i + D/2) of q heads then k heads.
   const int pairs = (num_heads + Hkv) * half;
   for (int j = threadIdx.x; j < pairs; j += blockDim.x) {
     const int head = j / half, i = j % half;
     const int base = head * D;
-    const float x1 = in(base + i), x2 = in(base + i + half);
+    float x1 = in(base + i), x2 = in(base + i + half);
+    if (norm) {
+      const T* w = head < num_heads ? q_norm : k_norm;
+      const float inv = inv_rms_s[head];
+      x1 = ToF(w[i]) * (x1 * inv);
+      x2 = ToF(w[i + half]) * (x2 * inv);
+    }
     const float s = sin_s[i], c = cos_s[i];
     const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
     if (head < num_heads) {
@@ -51,33 +79,40 @@ __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict
   }
 }
 
+template <typename T, typename KvT>
+cudaError_t Launch(const void* qkv, const void* bias, const QkNorm& norm, const float* inv_freq,
+                   TokenMap tokens, int num_heads, const PagedKv& kv, void* q_out,
+                   cudaStream_t stream) {
+  const int threads = 256;
+  const size_t smem = norm.q_weight != nullptr ? (num_heads + kv.num_kv_heads) * sizeof(float) : 0;
+  RopeKvWriteKernel<T, KvT><<<tokens.num_tokens, threads, smem, stream>>>(
+      static_cast<const T*>(qkv), static_cast<const T*>(bias), static_cast<const T*>(norm.q_weight),
+      static_cast<const T*>(norm.k_weight), norm.eps, inv_freq, tokens, num_heads, kv,
+      static_cast<T*>(q_out));
+  return cudaGetLastError();
+}
+
 }  // namespace
 
-cudaError_t LaunchRopeKvWrite(const void* qkv, const void* bias, const float* inv_freq,
+cudaError_t LaunchRopeKvWrite(const void* qkv, const void* bias, QkNorm norm, const float* inv_freq,
                               TokenMap tokens, int num_heads, PagedKv kv, void* q_out, ActType type,
                               cudaStream_t stream) {
   if (tokens.num_tokens == 0) return cudaSuccess;
-  const int threads = 256;
+  if (kv.head_dim > 256 || kv.head_dim % 2 != 0) return cudaErrorInvalidValue;
+  if ((norm.q_weight == nullptr) != (norm.k_weight == nullptr)) return cudaErrorInvalidValue;
   BALLAST_DISPATCH_ACT(type, T, {
-    const T* in = static_cast<const T*>(qkv);
-    const T* b = static_cast<const T*>(bias);
-    T* q = static_cast<T*>(q_out);
     switch (kv.dtype) {
       case KvType::kFP8E4M3:
-        RopeKvWriteKernel<T, __nv_fp8_e4m3>
-            <<<tokens.num_tokens, threads, 0, stream>>>(in, b, inv_freq, tokens, num_heads, kv, q);
-        break;
+        return Launch<T, __nv_fp8_e4m3>(qkv, bias, norm, inv_freq, tokens, num_heads, kv, q_out,
+                                        stream);
       case KvType::kBF16:
-        RopeKvWriteKernel<T, __nv_bfloat16>
-            <<<tokens.num_tokens, threads, 0, stream>>>(in, b, inv_freq, tokens, num_heads, kv, q);
-        break;
+        return Launch<T, __nv_bfloat16>(qkv, bias, norm, inv_freq, tokens, num_heads, kv, q_out,
+                                        stream);
       case KvType::kF16:
-        RopeKvWriteKernel<T, __half>
-            <<<tokens.num_tokens, threads, 0, stream>>>(in, b, inv_freq, tokens, num_heads, kv, q);
-        break;
+        return Launch<T, __half>(qkv, bias, norm, inv_freq, tokens, num_heads, kv, q_out, stream);
     }
   });
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace ballast::engine::cuda

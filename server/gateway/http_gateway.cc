@@ -16,7 +16,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "ballast/v1/inference.grpc.pb.h"
-#include "nlohmann/json.hpp"
 #include "server/gateway/openai_protocol.h"
 #include "spdlog/spdlog.h"
 
@@ -173,7 +172,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnRequest(beast::error_code ec);
   void Route(const http::request<http::string_body>& req);
   void HandleModels();
-  void HandleCompletion(const std::string& body);
+  void HandleCompletion(const std::string& body, Endpoint endpoint);
+  void StartStream();
   void OnEvent(const v1::GenerateResponse& r);
   void OnUpstreamDone(const grpc::Status& st);
   void WatchDisconnect();
@@ -206,8 +206,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // The completion being served (one per connection: it closes after).
   std::shared_ptr<GenerateCall> call_;
   CompletionRequest request_;
-  std::string id_;
-  int64_t created_ = 0;
+  ResponseContext ctx_;
+  // Tokens with log-probabilities not yet sent (streams: since the last
+  // chunk; otherwise all of them).
+  std::vector<v1::Token> tokens_;
   bool headers_sent_ = false, client_gone_ = false, done_ = false;
   std::optional<v1::Final> final_;
   char watch_buf_[512];
@@ -279,20 +281,9 @@ void Session::Route(const http::request<http::string_body>& req) {
     }
   }
   if (path == "/v1/models") return HandleModels();
-  if (path == "/v1/completions") return HandleCompletion(req.body());
+  if (path == "/v1/completions") return HandleCompletion(req.body(), Endpoint::kCompletions);
   if (path == "/v1/chat/completions") {
-    if (nlohmann::json::parse(req.body(), nullptr, false).is_discarded()) {
-      e.http_status = 400;
-      e.message = "the request body is not valid JSON";
-      return SendError(e, after);
-    }
-    e.http_status = 501;
-    e.type = "not_implemented_error";
-    e.code = "chat_not_supported";
-    e.message =
-        "chat completions arrive with chat templates (the model's template applied in the "
-        "scheduler); until then use POST /v1/completions with a prompt";
-    return SendError(e, after);
+    return HandleCompletion(req.body(), Endpoint::kChatCompletions);
   }
   e.http_status = 404;
   e.message = absl::StrCat("unknown endpoint ", std::string(req.method_string()), " ", path,
@@ -321,12 +312,19 @@ void Session::HandleModels() {
       });
 }
 
-void Session::HandleCompletion(const std::string& body) {
+void Session::HandleCompletion(const std::string& body, Endpoint endpoint) {
   ApiError e;
   request_ = CompletionRequest();  // an earlier refused request may have filled parts
-  if (!ParseCompletionRequest(body, &request_, &e)) return SendError(e, Next());
-  id_ = NewId("cmpl-");
-  created_ = absl::ToUnixSeconds(absl::Now());
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  const bool parsed = chat ? ParseChatCompletionRequest(body, &request_, &e)
+                           : ParseCompletionRequest(body, &request_, &e);
+  if (!parsed) return SendError(e, Next());
+  ctx_.id = NewId(chat ? "chatcmpl-" : "cmpl-");
+  ctx_.model = request_.generate.model();
+  ctx_.created = absl::ToUnixSeconds(absl::Now());
+  ctx_.endpoint = endpoint;
+  ctx_.include_usage = request_.include_usage;
+  ctx_.logprobs = request_.logprobs;
   call_ = std::make_shared<GenerateCall>(shared_from_this(), &gw_->calls);
   if (!gw_->calls.Add(call_)) {
     call_.reset();
@@ -362,20 +360,24 @@ void Session::OnEvent(const v1::GenerateResponse& r) {
     final_ = r.final();
     return;
   }
+  if (request_.logprobs) tokens_.push_back(r.token());
   if (!request_.stream || r.token().text().empty()) return;
-  if (!headers_sent_) {
-    headers_sent_ = true;
-    pending_ += kSseHeaders;
-  }
-  const std::string& model = request_.generate.model();
-  Write(StreamChunkEvent(id_, model, created_, r.token().text(), "", request_.include_usage),
-        After::kNothing);
+  StartStream();
+  Write(StreamChunkEvent(ctx_, r.token().text(), tokens_, ""), After::kNothing);
+  tokens_.clear();
+}
+
+// The SSE headers, and the role chunk that opens a chat stream.
+void Session::StartStream() {
+  if (headers_sent_) return;
+  headers_sent_ = true;
+  pending_ += kSseHeaders;
+  if (ctx_.endpoint == Endpoint::kChatCompletions) pending_ += StreamRoleEvent(ctx_);
 }
 
 void Session::OnUpstreamDone(const grpc::Status& st) {
   done_ = true;
   if (client_gone_) return;
-  const std::string& model = request_.generate.model();
   grpc::Status status = st;
   if (st.ok() && !final_) status = {grpc::StatusCode::INTERNAL, "no final message upstream"};
   if (!status.ok()) {
@@ -383,14 +385,14 @@ void Session::OnUpstreamDone(const grpc::Status& st) {
     return Write(StreamErrorEvent(FromGrpcStatus(status)), After::kClose);
   }
   if (!request_.stream) {
-    return Write(HttpResponse(200, CompletionJson(id_, model, created_, *final_), false),
-                 After::kClose);
+    return Write(HttpResponse(200, CompletionJson(ctx_, *final_, tokens_), false), After::kClose);
   }
-  std::string out = headers_sent_ ? "" : kSseHeaders;
-  headers_sent_ = true;
-  out += StreamChunkEvent(id_, model, created_, "", FinishReasonName(final_->finish_reason()),
-                          request_.include_usage);
-  if (request_.include_usage) out += StreamUsageEvent(id_, model, created_, final_->usage());
+  StartStream();
+  // The last chunk carries the finish reason and the log-probabilities of
+  // tokens that released no text (e.g. the end-of-sequence token).
+  std::string out = StreamChunkEvent(ctx_, "", tokens_, FinishReasonName(final_->finish_reason()));
+  tokens_.clear();
+  if (request_.include_usage) out += StreamUsageEvent(ctx_, final_->usage());
   out += kStreamDone;
   Write(std::move(out), After::kClose);
 }

@@ -12,7 +12,7 @@ namespace ballast::node_manager {
 namespace {
 
 struct Sink : engine::GenerationSink {
-  void OnToken(int, const std::string&) override {}
+  void OnToken(int, const std::string&, const engine::TokenLogprobs*) override {}
   void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
     result = std::move(r);
     done.Notify();

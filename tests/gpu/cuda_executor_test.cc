@@ -44,7 +44,8 @@ TEST_P(CudaGolden, LogitsMatchTransformers) {
     for (float x : row.get<std::vector<float>>()) want.push_back(x);
   }
   GpuHarness h(GoldenDir(GetParam()), 16);
-  const auto got = h.PromptLogits(tokens, /*chunk=*/50);
+  const auto got = testing::SelectRows(h.PromptLogits(tokens, /*chunk=*/50),
+                                       testing::GoldenPositions(golden), h.config.vocab_size);
   const auto d = CompareLogits(got, want, h.config.vocab_size);
   std::cout << GetParam() << " (cuda): max abs logit difference vs transformers fp32 " << d.max_abs
             << " (max abs logit " << d.max_mag << "), argmax mismatches " << d.argmax_mismatch
@@ -68,7 +69,8 @@ TEST_P(CudaGolden, GreedyTokensMatchTransformers) {
   EXPECT_EQ(*got, want);
 }
 
-INSTANTIATE_TEST_SUITE_P(HF, CudaGolden, ::testing::Values("llama", "qwen2", "mistral"));
+INSTANTIATE_TEST_SUITE_P(HF, CudaGolden,
+                         ::testing::Values("llama", "qwen2", "mistral", "odd_shapes", "qwen3"));
 
 // The shared GPU test model (GpuTestModelSpec) and a 900-token prompt.
 class CudaModel : public ::testing::Test {
@@ -215,8 +217,8 @@ TEST_F(CudaModel, SamplerFollowsTheSoftmax) {
   ASSERT_TRUE(h.executor->Forward({c}, &logits).ok());
   auto draw = [&](SamplingOptions o, uint64_t seed, uint64_t counter) {
     std::vector<int> t;
-    DeviceSampling s{o, seed, counter};
-    EXPECT_TRUE(h.executor->ForwardSample({c}, {s}, &t).ok());
+    DeviceSampling s{o, seed, counter, {}};
+    EXPECT_TRUE(h.executor->ForwardSample({c}, {s}, &t, nullptr).ok());
     return t.at(0);
   };
   // Greedy = host argmax; top_k = 1 = greedy.
@@ -282,19 +284,27 @@ TEST_F(CudaModel, SamplerFollowsTheSoftmax) {
 namespace ballast::engine {
 namespace {
 
-// CPU vs CUDA over a grid of shapes: head sizes 16..128, GQA groups 1..4,
-// hidden 64..512, short and long prompts, BF16 and FP8 KV.
+// CPU vs CUDA over a grid of shapes: head sizes 16..256 (80 and 96
+// included, explicit head_dim with q_dim != hidden), GQA groups 1..5,
+// hidden 64..512, Qwen3 q/k norms and tied embeddings, short and long
+// prompts, BF16 and FP8 KV.
 TEST(CudaShapes, MatchCpuBackend) {
   BALLAST_SKIP_WITHOUT_GPU();
   struct Shape {
-    int hidden, heads, kv_heads, inter;
+    int hidden, heads, kv_heads, inter, head_dim = 0;
+    const char* arch = "llama";
   };
   testing::TempDir dir;
   int idx = 0;
-  for (const Shape& sh : {Shape{64, 4, 2, 128}, Shape{512, 8, 2, 1024}, Shape{128, 2, 2, 256},
-                          Shape{512, 32, 8, 512}, Shape{256, 2, 1, 512}}) {
+  for (const Shape& sh :
+       {Shape{64, 4, 2, 128}, Shape{512, 8, 2, 1024}, Shape{128, 2, 2, 256}, Shape{512, 32, 8, 512},
+        Shape{256, 2, 1, 512}, Shape{160, 5, 1, 256, 80}, Shape{384, 4, 2, 512, 96, "qwen2"},
+        Shape{256, 5, 1, 512, 256, "qwen3"}, Shape{128, 8, 4, 256, 128, "qwen3"}}) {
     for (const std::string dtype : {"bf16", "fp16"}) {
       SyntheticModelSpec s;
+      s.architecture = sh.arch;
+      s.head_dim = sh.head_dim;
+      s.tie_embeddings = s.architecture == "qwen3";
       s.dtype = dtype;
       s.init_std = 0.02;
       s.layers = 2;
@@ -312,10 +322,10 @@ TEST(CudaShapes, MatchCpuBackend) {
           testing::ExecutorHarness cpu(m, 16, kv == "auto" ? DType::kF32 : DType::kFP8E4M3);
           GpuHarness gpu(m, 16, kv);
           const auto d = CompareLogits(gpu.PromptLogits(p), cpu.PromptLogits(p), 300);
-          std::cout << dtype << " hidden " << sh.hidden << " heads " << sh.heads << "/"
-                    << sh.kv_heads << " len " << len << " kv " << kv << ": max abs diff "
-                    << d.max_abs << " (max |logit| " << d.max_mag << "), argmax mismatches "
-                    << d.argmax_mismatch << "\n";
+          std::cout << sh.arch << " " << dtype << " hidden " << sh.hidden << " heads " << sh.heads
+                    << "/" << sh.kv_heads << " head_dim " << gpu.config.head_dim << " len " << len
+                    << " kv " << kv << ": max abs diff " << d.max_abs << " (max |logit| "
+                    << d.max_mag << "), argmax mismatches " << d.argmax_mismatch << "\n";
           EXPECT_LT(d.max_abs, (kv == "auto" ? kHalfTolerance : 0.1) * std::max(1.0, d.max_mag));
         }
       }
@@ -342,8 +352,8 @@ TEST(CudaSizes, OddBatchTokenLimitsWork) {
     SequenceChunk c{&seq, 0, absl::MakeConstSpan(p), LogitsMode::kLast};
     for (int i = 0; i < 4; ++i) {
       c.start_pos = i;
-      auto st =
-          h.executor->ForwardSample({c}, {DeviceSampling{{0.8f, 0.9f, 5}, 1, uint64_t(i)}}, &out);
+      auto st = h.executor->ForwardSample(
+          {c}, {DeviceSampling{{0.8f, 0.9f, 5}, 1, uint64_t(i), {}}}, &out, nullptr);
       ASSERT_TRUE(st.ok()) << "max_batch_tokens " << max_tokens << ": " << st;
       ASSERT_EQ(out.size(), 1u);
       EXPECT_GE(out[0], 0);

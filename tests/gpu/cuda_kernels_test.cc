@@ -1,8 +1,9 @@
 // CUDA kernels one by one against plain C++ references on the same
-// (already rounded) inputs: paged attention over many shapes (head sizes,
-// GQA groups, contexts spanning several tiles and partitions, decode and
-// prefill queries, BF16/FP16/FP8 KV), RoPE + KV append, fused residual
-// RMSNorm and SiLU-and-multiply. Skips without a GPU.
+// (already rounded) inputs: paged attention over many shapes (head sizes
+// 16..256 including 80 and 96, GQA groups 1..12 including 5:1, contexts
+// spanning several tiles and partitions, decode and prefill queries,
+// BF16/FP16/FP8 KV), RoPE + KV append with and without Qwen3's q/k norms,
+// fused residual RMSNorm and SiLU-and-multiply. Skips without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -214,7 +215,7 @@ TEST(CudaKernels, PagedAttentionMatchesReference) {
   // Else prefill chunks silently fall back to the split-KV kernel.
   EXPECT_TRUE(PrefillAttentionLayoutOk()) << "WMMA fragment layout differs on this GPU";
   for (KvType kv : {KvType::kBF16, KvType::kFP8E4M3}) {
-    for (int D : {16, 64, 128}) {
+    for (int D : {16, 64, 80, 96, 128, 256}) {
       // Decode: three sequences, one query each, contexts over many tiles.
       RunAttention({D, 8, 2, 16, {1, 300, 900}, {1, 1, 1}, kv});
       // Prefill chunks: one long chunk (one partition, several tiles) and
@@ -223,13 +224,29 @@ TEST(CudaKernels, PagedAttentionMatchesReference) {
       RunAttention({D, 4, 4, 16, {700}, {37}, kv});
       // GQA group above 8 heads per block (two head chunks), odd block size.
       RunAttention({D, 12, 1, 7, {260, 5}, {3, 5}, kv});
+      // 5 query heads over 1 KV head: decode and a prefill chunk.
+      RunAttention({D, 5, 1, 16, {333, 90}, {1, 90}, kv});
     }
-    for (int D : {64, 128}) {  // the tensor-core prefill kernel
+    for (int D : {64, 80, 96, 128, 256}) {  // the tensor-core prefill kernel
+      ASSERT_TRUE(PrefillAttentionSupports(D)) << D;
       RunAttention({D, 8, 2, 16, {500}, {500}, kv, true});
       RunAttention({D, 4, 4, 16, {700}, {37}, kv, true});
       RunAttention({D, 12, 3, 7, {260, 100}, {130, 17}, kv, true});
+      RunAttention({D, 10, 2, 16, {150, 70}, {150, 20}, kv, true});  // groups of 5
     }
   }
+}
+
+// The executor accepts exactly the head sizes the kernels are built for;
+// the tensor-core prefill kernel serves a subset of them.
+TEST(CudaKernels, HeadDimListsAgree) {
+  for (int d = 2; d <= 512; d += 2) {
+    if (PrefillAttentionSupports(d)) {
+      EXPECT_TRUE(PagedAttentionSupports(d)) << d;
+    }
+  }
+  for (int d : {8, 16, 32, 64, 80, 96, 128, 256}) EXPECT_TRUE(PagedAttentionSupports(d)) << d;
+  for (int d : {0, 4, 12, 72, 100, 130, 512}) EXPECT_FALSE(PagedAttentionSupports(d)) << d;
 }
 
 TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
@@ -334,14 +351,20 @@ TEST(CudaKernels, GemmMatchesReference) {
   }
 }
 
-TEST(CudaKernels, RopeKvWriteMatchesReference) {
-  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+// RoPE + KV append for T tokens of H query and Hkv KV heads of size D,
+// with the QKV bias and, when `norm`, Qwen3's per-head q/k RMSNorm first.
+void RunRope(int D, int H, int Hkv, bool norm) {
+  SCOPED_TRACE(::testing::Message()
+               << "D=" << D << " H=" << H << " Hkv=" << Hkv << " norm=" << norm);
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int T = 3, H = 8, Hkv = 2, D = 64, BT = 16, width = (H + 2 * Hkv) * D;
-  std::vector<uint16_t> qkv(T * width), bias(width);
+  const int T = 3, BT = 16, width = (H + 2 * Hkv) * D;
+  const float eps = 1e-6f;
+  std::vector<uint16_t> qkv(T * width), bias(width), qn(D), kn(D);
   for (auto& v : qkv) v = FloatToBF16(nd(rng));
   for (auto& v : bias) v = FloatToBF16(0.1f * nd(rng));
+  for (auto& v : qn) v = FloatToBF16(1.0f + 0.2f * nd(rng));
+  for (auto& v : kn) v = FloatToBF16(1.0f + 0.2f * nd(rng));
   std::vector<float> inv(D / 2);
   for (int i = 0; i < D / 2; ++i) inv[i] = 1.0f / std::pow(10000.0f, 2.0f * i / D);
   const std::vector<int> seq = {0, 1, 1}, pos = {5, 17, 40};
@@ -353,6 +376,8 @@ TEST(CudaKernels, RopeKvWriteMatchesReference) {
   int* d_pos = ToDevice(pos);
   uint16_t* d_qkv = ToDevice(qkv);
   uint16_t* d_bias = ToDevice(bias);
+  uint16_t* d_qn = ToDevice(qn);
+  uint16_t* d_kn = ToDevice(kn);
   float* d_inv = ToDevice(inv);
   uint16_t* d_q = ToDevice(std::vector<uint16_t>(T * H * D));
   PagedKv kv;
@@ -363,7 +388,8 @@ TEST(CudaKernels, RopeKvWriteMatchesReference) {
   kv.block_tokens = BT;
   kv.num_kv_heads = Hkv;
   kv.head_dim = D;
-  ASSERT_EQ(LaunchRopeKvWrite(d_qkv, d_bias, d_inv, TokenMap{d_seq, d_pos, T}, H, kv, d_q,
+  const QkNorm qk = norm ? QkNorm{d_qn, d_kn, eps} : QkNorm{};
+  ASSERT_EQ(LaunchRopeKvWrite(d_qkv, d_bias, qk, d_inv, TokenMap{d_seq, d_pos, T}, H, kv, d_q,
                               ActType::kBF16, nullptr),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -379,9 +405,19 @@ TEST(CudaKernels, RopeKvWriteMatchesReference) {
       return BF16ToFloat(b);
     };
     for (int h = 0; h < H + Hkv; ++h) {
+      double inv_rms = 1.0;
+      if (norm) {
+        double ss = 0;
+        for (int i = 0; i < D; ++i) ss += static_cast<double>(in(h * D + i)) * in(h * D + i);
+        inv_rms = 1.0 / std::sqrt(ss / D + eps);
+      }
+      auto x = [&](int i) {
+        const double w = !norm ? 1.0 : BF16ToFloat(h < H ? qn[i] : kn[i]);
+        return in(h * D + i) * inv_rms * w;
+      };
       for (int i = 0; i < D / 2; ++i) {
         const double a = static_cast<double>(pos[t]) * inv[i];
-        const double x1 = in(h * D + i), x2 = in(h * D + i + D / 2);
+        const double x1 = x(i), x2 = x(i + D / 2);
         const double o1 = x1 * std::cos(a) - x2 * std::sin(a),
                      o2 = x2 * std::cos(a) + x1 * std::sin(a);
         double g1, g2;
@@ -403,9 +439,19 @@ TEST(CudaKernels, RopeKvWriteMatchesReference) {
   }
   for (void* p : {static_cast<void*>(d_pool), static_cast<void*>(d_table),
                   static_cast<void*>(d_seq), static_cast<void*>(d_pos), static_cast<void*>(d_qkv),
-                  static_cast<void*>(d_bias), static_cast<void*>(d_inv), static_cast<void*>(d_q)}) {
+                  static_cast<void*>(d_bias), static_cast<void*>(d_qn), static_cast<void*>(d_kn),
+                  static_cast<void*>(d_inv), static_cast<void*>(d_q)}) {
     cudaFree(p);
   }
+}
+
+TEST(CudaKernels, RopeKvWriteMatchesReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  RunRope(64, 8, 2, false);
+  RunRope(80, 5, 1, false);
+  RunRope(80, 5, 1, true);  // Qwen3 q/k norms
+  RunRope(128, 16, 8, true);
+  RunRope(256, 4, 2, true);
 }
 
 }  // namespace

@@ -6,9 +6,12 @@ For each model directory under tests/data/golden/ (written by
 with Hugging Face transformers in float32 (TF32 off), and writes
 golden.json beside it:
   tokens  - the prompt: BOS then the UTF-8 bytes of PROMPT
-  logits  - logits of every prompt position, [len(tokens)][vocab]
+  logits  - logits of every prompt position, [len(tokens)][vocab]; above
+            MAX_LOGITS numbers, of every k-th position and the last only,
+            listed in logit_positions (keeps large vocabularies small)
   greedy  - 64 greedy tokens continuing the prompt (EOS does not stop it)
-Run on the GPU host: python3 tests/gpu/make_golden.py tests/data/golden
+Run on the GPU host: python3 tests/gpu/make_golden.py tests/data/golden [MODEL...]
+(only the named model directories when any are given).
 """
 import json
 import pathlib
@@ -21,13 +24,23 @@ from transformers import AutoModelForCausalLM
 PROMPT = ("The quick brown fox jumps over the lazy dog. Ballast keeps many models "
           "resident on few GPUs; every one of them streams tokens!")
 GREEDY_STEPS = 64
+MAX_LOGITS = 40000
 
 
-def main(root: str) -> None:
+def positions_to_keep(n: int, vocab: int) -> list:
+    stride = max(1, -(-n * vocab // MAX_LOGITS))
+    keep = list(range(0, n, stride))
+    if keep[-1] != n - 1:
+        keep.append(n - 1)
+    return keep
+
+
+def main(root: str, only: list) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    for model_dir in sorted(p for p in pathlib.Path(root).iterdir() if (p / "config.json").exists()):
+    dirs = sorted(p for p in pathlib.Path(root).iterdir() if (p / "config.json").exists())
+    for model_dir in (d for d in dirs if not only or d.name in only):
         model = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=torch.float32, attn_implementation="eager").to(device).eval()
         cfg = json.loads((model_dir / "config.json").read_text())
@@ -42,6 +55,7 @@ def main(root: str) -> None:
                 nxt = int(torch.argmax(out).item())
                 greedy.append(nxt)
                 seq.append(nxt)
+        keep = positions_to_keep(logits.shape[0], logits.shape[1])
         golden = {
             "model": model_dir.name,
             "architecture": type(model).__name__,
@@ -49,13 +63,15 @@ def main(root: str) -> None:
             "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "tokens": tokens,
-            "logits": [[round(float(x), 6) for x in row] for row in logits],
+            "logits": [[round(float(x), 6) for x in logits[i]] for i in keep],
             "greedy": greedy,
         }
+        if len(keep) < logits.shape[0]:
+            golden["logit_positions"] = keep
         (model_dir / "golden.json").write_text(json.dumps(golden) + "\n")
         print(f"{model_dir.name}: {type(model).__name__}, {len(tokens)} tokens, "
               f"vocab {logits.shape[1]}, greedy[:8]={greedy[:8]}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/golden")
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/golden", sys.argv[2:])

@@ -230,7 +230,7 @@ class ClusterTest : public ::testing::Test {
     auto e = engine::ModelEngine::Create(o);
     EXPECT_TRUE(e.ok()) << e.status();
     struct Sink : engine::GenerationSink {
-      void OnToken(int, const std::string&) override {}
+      void OnToken(int, const std::string&, const engine::TokenLogprobs*) override {}
       void OnDone(absl::StatusOr<engine::GenerationResult> r) override { result = std::move(r); }
       absl::StatusOr<engine::GenerationResult> result = absl::UnknownError("not done");
     } sink;

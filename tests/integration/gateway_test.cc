@@ -211,9 +211,9 @@ TEST_F(GatewayTest, ErrorsAreOpenAiShapedWithHttpCodes) {
                "model");
   expect_error(Http(http_port_, "POST", c, R"({"model":"a", "prompt": )"), 400, "");
   expect_error(Http(http_port_, "POST", c, R"({"model":"a","prompt":"x","n":2})"), 400, "n");
-  expect_error(Http(http_port_, "POST", c, R"({"model":"a","prompt":"x","logprobs":2})"), 400,
+  expect_error(Http(http_port_, "POST", c, R"({"model":"a","prompt":"x","logprobs":9})"), 400,
                "logprobs");
-  expect_error(Http(http_port_, "POST", c, R"({"model":"a","prompt":"x","frequency_penalty":1})"),
+  expect_error(Http(http_port_, "POST", c, R"({"model":"a","prompt":"x","frequency_penalty":3})"),
                400, "frequency_penalty");
   expect_error(Http(http_port_, "POST", c, R"({"model":"a","prompt":"x","bogus":1})"), 400,
                "bogus");
@@ -225,9 +225,10 @@ TEST_F(GatewayTest, ErrorsAreOpenAiShapedWithHttpCodes) {
                400, "");
   // Oversize body: refused from its Content-Length (413), before it is read.
   expect_error(Http(http_port_, "POST", c, "", 2 << 20), 413, "");
+  // Model "a" is synthetic, with no chat template: not something to retry.
   expect_error(Http(http_port_, "POST", "/v1/chat/completions",
                     R"({"model":"a","messages":[{"role":"user","content":"hi"}]})"),
-               501, "");
+               400, "");
   expect_error(Http(http_port_, "GET", c), 405, "");
   expect_error(Http(http_port_, "GET", "/v2/nothing"), 404, "");
 }

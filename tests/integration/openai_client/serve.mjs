@@ -6,9 +6,17 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-const MODEL = (name, arch, seed) =>
-  `    - {name: ${name}, architecture: ${arch}, layers: 2, hidden: 64, heads: 4, kv_heads: 2,` +
-  ` intermediate: 128, max_position: 4096, seed: ${seed}}\n`;
+// A model is a name, or {name, tokenizer}: a synthetic model served with a
+// real tokenizer directory (its chat template, special tokens and EOS).
+const MODEL = (m, arch, seed) => {
+  const { name, tokenizer } = typeof m === 'string' ? { name: m } : m;
+  return (
+    `    - {name: ${name}, architecture: ${arch}, layers: 2, hidden: 64, heads: 4, kv_heads: 2,` +
+    ` intermediate: 128, max_position: 4096, seed: ${seed}` +
+    (tokenizer ? `, tokenizer: "${tokenizer}"` : '') +
+    '}\n'
+  );
+};
 
 export async function startServe(bin, { models = ['a'], maxSeqs = 64, logLevel = 'info' } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'ballast-openai-'));

@@ -94,7 +94,8 @@ TEST_P(Variants, PagedEqualsContiguousAndChunkedEqualsUnchunked) {
   SyntheticModelSpec spec;
   spec.architecture = GetParam();
   spec.llama3_rope_scaling = GetParam() == "llama";
-  spec.tie_embeddings = GetParam() == "qwen2";
+  spec.tie_embeddings = GetParam() == "qwen2" || GetParam() == "qwen3";
+  if (GetParam() == "qwen3") spec.head_dim = 32;  // q_dim 128 over hidden 64
   const std::string model = testing::WriteTinyModel(dir, "m", spec);
   const std::vector<int> prompt = Prompt(45);
   ExecutorHarness contiguous(model, 64);  // one block holds the whole prompt
@@ -108,7 +109,7 @@ TEST_P(Variants, PagedEqualsContiguousAndChunkedEqualsUnchunked) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, Variants, ::testing::Values("llama", "qwen2", "mistral"));
+INSTANTIATE_TEST_SUITE_P(Archs, Variants, ::testing::Values("llama", "qwen2", "mistral", "qwen3"));
 
 TEST(CpuExecutor, BatchedEqualsAlone) {
   TempDir dir;

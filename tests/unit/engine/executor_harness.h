@@ -46,7 +46,7 @@ inline absl::StatusOr<std::vector<int>> GreedyTokens(const ModelEngineOptions& o
   auto e = ModelEngine::Create(o);
   if (!e.ok()) return e.status();
   struct Sink : GenerationSink {
-    void OnToken(int, const std::string&) override {}
+    void OnToken(int, const std::string&, const TokenLogprobs*) override {}
     void OnDone(absl::StatusOr<GenerationResult> r) override { result = std::move(r); }
     absl::StatusOr<GenerationResult> result = absl::UnknownError("not done");
   } sink;

@@ -70,6 +70,37 @@ TEST(ModelConfig, ParsesLlama3AndDefaults) {
   EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 8192);
 }
 
+// Qwen3: q/k norms always, biases only with attention_bias (q, k, v and o),
+// head_dim 128 when config.json leaves it out (Qwen3Config's default).
+TEST(ModelConfig, ParsesQwen3) {
+  const std::string base = R"({"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3",
+    "hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,
+    "num_key_value_heads":2,"vocab_size":300,"tie_word_embeddings":true,)";
+  auto c = ModelConfig::Parse(base + R"("head_dim":32,"attention_bias":false})", "x/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->o_bias);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->q_dim(), 128);
+  auto round = ModelConfig::Parse(c->ToJson(), "round trip");
+  ASSERT_TRUE(round.ok()) << round.status();
+  EXPECT_TRUE(round->qk_norm);
+  EXPECT_EQ(round->head_dim, 32);
+  EXPECT_EQ(round->NumParameters(), c->NumParameters());
+  auto d = ModelConfig::Parse(base + R"("attention_bias":true})", "x/config.json");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->head_dim, 128);
+  EXPECT_TRUE(d->qkv_bias);
+  EXPECT_TRUE(d->o_bias);
+  auto llama = ModelConfig::Parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,
+    "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":300})",
+                                  "x/config.json");
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_FALSE(llama->qk_norm);
+}
+
 // Llama 3.1 and later list several EOS ids in config.json.
 TEST(ModelConfig, EosTokenIdMayBeAList) {
   const std::string base = R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -19,6 +20,26 @@ inline nlohmann::json LoadGolden(const std::string& model) {
   std::ifstream in(GoldenDir(model) + "/golden.json");
   EXPECT_TRUE(in.good()) << "missing golden.json for " << model;
   return nlohmann::json::parse(in);
+}
+
+// The prompt positions golden["logits"] holds rows for: every position, or
+// golden["logit_positions"] (large vocabularies keep a subset).
+inline std::vector<int> GoldenPositions(const nlohmann::json& golden) {
+  if (golden.contains("logit_positions")) return golden["logit_positions"].get<std::vector<int>>();
+  std::vector<int> all(golden["tokens"].size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  return all;
+}
+
+// Rows `positions` of logits [n][vocab], flattened.
+inline std::vector<float> SelectRows(const std::vector<float>& logits,
+                                     const std::vector<int>& positions, size_t vocab) {
+  std::vector<float> out;
+  for (int p : positions) {
+    if ((static_cast<size_t>(p) + 1) * vocab > logits.size()) break;
+    out.insert(out.end(), logits.begin() + p * vocab, logits.begin() + (p + 1) * vocab);
+  }
+  return out;
 }
 
 }  // namespace ballast::engine::testing

@@ -20,7 +20,7 @@ using testing::TempDir;
 
 class Collect : public GenerationSink {
  public:
-  void OnToken(int id, const std::string& text) override {
+  void OnToken(int id, const std::string& text, const TokenLogprobs*) override {
     ids.push_back(id);
     streamed += text;
   }
@@ -410,7 +410,7 @@ TEST_F(ModelEngineTest, AbortAllDoesNotClose) {
 
 class CountingSink : public GenerationSink {
  public:
-  void OnToken(int, const std::string&) override {}
+  void OnToken(int, const std::string&, const TokenLogprobs*) override {}
   void OnDone(absl::StatusOr<GenerationResult>) override { done.fetch_add(1); }
   std::atomic<int> done{0};
 };

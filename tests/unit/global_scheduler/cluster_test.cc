@@ -74,7 +74,7 @@ TEST(SessionDirectory, OneTurnAtATimeAndHistoryGrowsOnCommit) {
   ASSERT_TRUE(t1.ok());
   EXPECT_TRUE(t1->history.empty());
   EXPECT_EQ(d.Begin("s", "m").status().code(), absl::StatusCode::kFailedPrecondition);
-  d.Commit("s", "node-a", {1, 2}, {3});
+  d.Commit("s", "node-a", {.prompt_tokens = {1, 2}, .output_tokens = {3}, .messages = {}});
   auto t2 = d.Begin("s", "m");
   ASSERT_TRUE(t2.ok());
   EXPECT_EQ(t2->history, (std::vector<int>{1, 2, 3}));
@@ -94,6 +94,43 @@ TEST(SessionDirectory, OneTurnAtATimeAndHistoryGrowsOnCommit) {
   ASSERT_TRUE(d.Begin("t", "m").ok());
   d.Abort("t");
   EXPECT_EQ(d.size(), 0);
+}
+
+v1::ChatMessage Msg(const std::string& role, const std::string& content) {
+  v1::ChatMessage m;
+  m.set_role(role);
+  m.set_content(content);
+  return m;
+}
+
+TEST(SessionDirectory, ChatTurnsReplaceTheTokensAndKeepTheConversation) {
+  SessionDirectory d;
+  ASSERT_TRUE(d.Begin("c", "m", /*chat=*/true).ok());
+  d.Commit("c", "node-a",
+           {.prompt_tokens = {1, 2, 3},
+            .output_tokens = {4},
+            .prompt_replaces_history = true,
+            .messages = {Msg("user", "hi"), Msg("assistant", "hello")}});
+  auto t = d.Begin("c", "m", true);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->history, (std::vector<int>{1, 2, 3, 4}));
+  ASSERT_EQ(t->messages.size(), 2u);
+  EXPECT_EQ(t->messages[1].content(), "hello");
+  // The second turn's rendered prompt re-tokenises the whole conversation.
+  d.Commit("c", "node-a",
+           {.prompt_tokens = {1, 2, 3, 4, 5},
+            .output_tokens = {6},
+            .prompt_replaces_history = true,
+            .messages = {Msg("user", "more"), Msg("assistant", "ok")}});
+  t = d.Begin("c", "m", true);
+  EXPECT_EQ(t->history, (std::vector<int>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(t->messages.size(), 4u);
+  d.Abort("c");
+  // A chat session takes no prompt turn, and a text session no chat turn.
+  EXPECT_EQ(d.Begin("c", "m", false).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(d.Begin("t", "m", false).ok());
+  d.Commit("t", "node-a", {.prompt_tokens = {1}, .output_tokens = {2}, .messages = {}});
+  EXPECT_EQ(d.Begin("t", "m", true).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelRegistry, ValidatesSpecs) {

@@ -78,7 +78,10 @@ TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
   auto r1 = s->RouteRequest(Req("m", "hi", 4, "s1"), kNever);
   ASSERT_TRUE(r1.ok());
   EXPECT_EQ(r1->node_id, "a");
-  s->Complete(*r1, true, {256, 'h', 'i'}, {7, 8});
+  v1::NodeFinal f1;
+  for (int t : {256, int{'h'}, int{'i'}}) f1.add_prompt_tokens(t);
+  for (int t : {7, 8}) f1.add_output_tokens(t);
+  s->Complete(*r1, &f1);
   // Load on a: a session-less request goes to b, the session stays on a.
   auto busy = s->RouteRequest(Req("m", "x", 4), kNever);
   ASSERT_TRUE(busy.ok());
@@ -88,9 +91,10 @@ TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ(r2->node_id, "a");
   EXPECT_EQ(r2->history, (std::vector<int>{256, 'h', 'i', 7, 8}));
-  s->Complete(*r2, false, {}, {});
-  s->Complete(*busy, true, {}, {});
-  s->Complete(*free_pick, true, {}, {});
+  const v1::NodeFinal empty;
+  s->Complete(*r2, nullptr);
+  s->Complete(*busy, &empty);
+  s->Complete(*free_pick, &empty);
   // Only b heartbeats; at the next tick a is declared dead and the session
   // moves to b.
   for (int i = 0; i < 10; ++i) {
@@ -106,7 +110,7 @@ TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
   ASSERT_TRUE(r3.ok());
   EXPECT_EQ(r3->node_id, "b");
   EXPECT_EQ(r3->history.size(), 5u);  // history survives the node
-  s->Complete(*r3, true, {}, {});
+  s->Complete(*r3, &empty);
   v1::HeartbeatRequest hb;
   hb.set_node_id("a");
   EXPECT_TRUE(s->Heartbeat(hb).reregister());

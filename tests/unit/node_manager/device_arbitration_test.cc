@@ -26,7 +26,7 @@ struct Order {
 
 struct Sink : engine::GenerationSink {
   Sink(std::string id, Order* order) : id(std::move(id)), order(order) {}
-  void OnToken(int, const std::string&) override {}
+  void OnToken(int, const std::string&, const engine::TokenLogprobs*) override {}
   void OnDone(absl::StatusOr<GenerationResult> r) override {
     absl::MutexLock lock(&order->mu);
     result = std::move(r);

@@ -175,6 +175,46 @@ TEST(NodeManager, DrainTimeoutFailsWhatIsLeft) {
   EXPECT_EQ(node->inflight(), 0);
 }
 
+TEST(NodeManager, UnsetSamplingFieldsTakeTheModelsGenerationConfig) {
+  engine::GenerationDefaults qwen3;  // Qwen3's generation_config.json
+  qwen3.do_sample = true;
+  qwen3.temperature = 0.6;
+  qwen3.top_p = 0.95;
+  qwen3.top_k = 20;
+  v1::SamplingParams unset;
+  unset.set_max_tokens(4);
+  engine::GenerationParams p = ToGenerationParams(unset, qwen3);
+  EXPECT_FLOAT_EQ(p.sampling.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(p.sampling.top_p, 0.95f);
+  EXPECT_EQ(p.sampling.top_k, 20);
+  // What the request sets wins, 0 included (greedy).
+  v1::SamplingParams set = unset;
+  set.set_temperature(0);
+  set.set_top_k(0);
+  p = ToGenerationParams(set, qwen3);
+  EXPECT_FLOAT_EQ(p.sampling.temperature, 0.0f);
+  EXPECT_EQ(p.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(p.sampling.top_p, 0.95f);
+  // do_sample false means greedy whatever the temperature; no config: greedy.
+  engine::GenerationDefaults greedy = qwen3;
+  greedy.do_sample = false;
+  EXPECT_FLOAT_EQ(ToGenerationParams(unset, greedy).sampling.temperature, 0.0f);
+  p = ToGenerationParams(unset, {});
+  EXPECT_FLOAT_EQ(p.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(p.sampling.top_p, 1.0f);
+  EXPECT_EQ(p.sampling.top_k, 0);
+  // The wire's "0 = off" for top_p and repetition_penalty; logprobs.
+  set.set_top_p(0);
+  set.set_logprobs(true);
+  set.set_top_logprobs(3);
+  p = ToGenerationParams(set, {});
+  EXPECT_FLOAT_EQ(p.sampling.top_p, 1.0f);
+  EXPECT_FLOAT_EQ(p.sampling.repetition_penalty, 1.0f);
+  EXPECT_EQ(p.sampling.top_logprobs, 3);
+  EXPECT_EQ(ToGenerationParams(unset, {}).sampling.top_logprobs, -1);
+  EXPECT_TRUE(p.skip_special_tokens);
+}
+
 TEST(NodeManager, LoadRejectsModelNamesOutsideTheDocumentedSet) {
   NodeOptions n;
   n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};

@@ -20,7 +20,7 @@ using engine::ModelEngine;
 using engine::ModelEngineOptions;
 
 struct Done : engine::GenerationSink {
-  void OnToken(int, const std::string&) override {}
+  void OnToken(int, const std::string&, const engine::TokenLogprobs*) override {}
   void OnDone(absl::StatusOr<GenerationResult> r) override {
     absl::MutexLock lock(&mu);
     result = std::move(r);

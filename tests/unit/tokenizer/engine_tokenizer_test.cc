@@ -156,7 +156,7 @@ TEST(CheckpointTokenizer, StreamedTextHoldsBackPartialCharacters) {
 
 class Collect : public GenerationSink {
  public:
-  void OnToken(int id, const std::string&) override { ids.push_back(id); }
+  void OnToken(int id, const std::string&, const TokenLogprobs*) override { ids.push_back(id); }
   void OnDone(absl::StatusOr<GenerationResult> r) override { result = std::move(r); }
   std::vector<int> ids;
   absl::StatusOr<GenerationResult> result = absl::UnknownError("not done");
