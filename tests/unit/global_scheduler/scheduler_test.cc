@@ -4,9 +4,11 @@
 #include "global_scheduler/scheduler.h"
 
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "global_scheduler/request_validation.h"
 #include "gtest/gtest.h"
 
 namespace ballast::global_scheduler {
@@ -42,6 +44,55 @@ std::unique_ptr<Scheduler> Make(absl::Duration route_wait = absl::Milliseconds(1
 
 const auto kNever = [] { return false; };
 
+// Each rule of ValidateGenerateRequest, one field out of range at a time;
+// the message names the field.
+TEST(RequestValidation, EachRuleNamesItsField) {
+  auto valid = [] {
+    v1::GenerateRequest r;
+    r.set_model("m");
+    r.set_prompt("hi");
+    r.mutable_sampling()->set_max_tokens(0);  // until the window is full
+    return r;
+  };
+  EXPECT_TRUE(ValidateGenerateRequest(valid(), 128).ok());
+  struct Case {
+    std::function<void(v1::GenerateRequest*)> mutate;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](auto* r) { r->clear_prompt(); }, "prompt"},
+      {[](auto* r) { r->add_messages()->set_role("user"); }, "not both"},
+      {[](auto* r) {
+         r->clear_prompt();
+         r->add_messages()->set_content("no role");
+       },
+       "messages[0].role"},
+      {[](auto* r) { r->mutable_sampling()->set_max_tokens(128); }, "context window"},
+      {[](auto* r) { r->mutable_sampling()->set_temperature(-1); }, "temperature"},
+      {[](auto* r) { r->mutable_sampling()->set_top_k(-1); }, "top_k"},
+      {[](auto* r) { r->mutable_sampling()->set_min_p(1.5f); }, "min_p"},
+      {[](auto* r) { r->mutable_sampling()->set_presence_penalty(2.5f); }, "presence_penalty"},
+      {[](auto* r) { r->mutable_sampling()->set_frequency_penalty(-3); }, "frequency_penalty"},
+      {[](auto* r) { r->mutable_sampling()->set_repetition_penalty(11); }, "repetition_penalty"},
+      {[](auto* r) { r->mutable_sampling()->set_top_logprobs(21); }, "top_logprobs"},
+      {[](auto* r) { r->mutable_sampling()->set_top_logprobs(2); }, "logprobs = true"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest r = valid();
+    c.mutate(&r);
+    const absl::Status st = ValidateGenerateRequest(r, 128);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(st.message().find(c.field), std::string::npos) << st.message();
+  }
+  v1::GenerateRequest chat = valid();
+  chat.clear_prompt();
+  chat.add_messages()->set_role("user");
+  chat.mutable_sampling()->set_logprobs(true);
+  chat.mutable_sampling()->set_top_logprobs(20);
+  chat.mutable_sampling()->set_repetition_penalty(0);  // off
+  EXPECT_TRUE(ValidateGenerateRequest(chat, 128).ok());
+}
+
 TEST(Scheduler, RejectsBadRequestsWithActionableCodes) {
   auto s = Make();
   s->RegisterNode(Node("a", "m"));
@@ -49,7 +100,7 @@ TEST(Scheduler, RejectsBadRequestsWithActionableCodes) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(s->RouteRequest(Req("m", "", 4), kNever).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s->RouteRequest(Req("m", "hi", 0), kNever).status().code(),
+  EXPECT_EQ(s->RouteRequest(Req("m", "hi", -1), kNever).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s->RouteRequest(Req("m", "hi", 500), kNever).status().code(),
             absl::StatusCode::kInvalidArgument);  // context window 128 reported by the node
