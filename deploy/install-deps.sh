@@ -11,7 +11,7 @@ PKGS=(
   prometheus-cpp-dev libcivetweb-dev civetweb libssl-dev zlib1g-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev gnuplot-nox
-  python3
+  python3 curl  # curl: the gateway test drives it too
   # OpenAI-compatible gateway: Boost.Beast + Asio (header-only). node + npm
   # (the `openai` client test, tokenizer test files) are added below only
   # when npm is absent: a NodeSource nodejs ships its own npm and conflicts

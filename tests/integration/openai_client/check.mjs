@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { startServe, untilReady } from './serve.mjs';
 import { checkChat } from './check_chat.mjs';
+import { checkCurl } from './check_curl.mjs';
 
 const serve = await startServe(process.argv[2], {
   models: ['a', { name: 'chat', tokenizer: process.argv[3] }],
@@ -71,7 +72,8 @@ try {
   assert.equal(lp.choices[0].text, plain.choices[0].text, 'logprobs do not change greedy text');
 
   await checkChat(client, untilReady);
-  console.log(`openai client check passed (${chunks} stream chunks)`);
+  const curlChunks = checkCurl(serve.base);
+  console.log(`openai client and curl checks passed (${chunks}, ${curlChunks} stream chunks)`);
 } catch (e) {
   console.error(serve.log());
   throw e;

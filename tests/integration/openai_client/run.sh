@@ -11,7 +11,7 @@ cache=$2
 tokenizers=$3
 mkdir -p "$cache"
 cp "$here/package.json" "$here/serve.mjs" "$here/check.mjs" "$here/check_chat.mjs" \
-  "$here/load.mjs" "$cache/"
+  "$here/check_curl.mjs" "$here/load.mjs" "$cache/"
 if [ ! -f "$cache/node_modules/openai/package.json" ] ||
    ! grep -q "\"version\": \"$(sed -n 's/.*"openai": "\(.*\)".*/\1/p' "$here/package.json")\"" \
      "$cache/node_modules/openai/package.json"; then
