@@ -219,7 +219,11 @@ DeviceUsage DeviceWorker::Usage() const {
     const memory::PagePoolStats ps = balloon_->pool()->stats();
     const memory::KvArenaStats as = balloon_->arena()->stats();
     const memory::BalloonStats bs = balloon_->stats();
-    u.memory_used_bytes = ps.mapped_bytes + bs.workspace_bytes;
+    // Empty slabs the arena keeps mapped for quick reuse (Replenish, while
+    // idle) are free memory: counting them made two idle devices differ by
+    // a slab depending on when each last idled, which decided placement.
+    u.memory_used_bytes = ps.mapped_bytes + bs.workspace_bytes -
+                          as.slabs_empty * static_cast<int64_t>(balloon_->arena()->slab_bytes());
     u.weight_bytes = bs.weight_bytes;
     u.workspace_bytes = bs.workspace_bytes;
     u.page_map_calls = ps.map_calls;
