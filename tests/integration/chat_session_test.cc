@@ -52,24 +52,6 @@ class ChatSessionTest : public ClusterTest {
     req.mutable_sampling()->set_ignore_eos(true);
     return Run(req);
   }
-
-  StreamResult Run(const v1::GenerateRequest& req) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    auto reader = inference_->Generate(&ctx, req);
-    StreamResult r;
-    v1::GenerateResponse resp;
-    while (reader->Read(&resp)) {
-      if (resp.has_token()) {
-        r.ids.push_back(resp.token().id());
-        r.text += resp.token().text();
-      } else {
-        r.final = resp.final();
-      }
-    }
-    r.status = reader->Finish();
-    return r;
-  }
 };
 
 TEST_F(ChatSessionTest, LaterTurnsSendOnlyNewMessagesAndReuseTheConversationsKv) {

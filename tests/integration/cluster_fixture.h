@@ -205,6 +205,11 @@ class ClusterTest : public ::testing::Test {
     req.set_session_id(session);
     req.mutable_sampling()->set_max_tokens(max_tokens);
     req.mutable_sampling()->set_ignore_eos(true);
+    return Run(req);
+  }
+
+  // One Generate call, read to its end.
+  StreamResult Run(const v1::GenerateRequest& req) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     auto reader = inference_->Generate(&ctx, req);

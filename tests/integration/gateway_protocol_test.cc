@@ -10,10 +10,13 @@ namespace {
 
 using json = nlohmann::json;
 
-ApiError Refused(const std::string& body) {
+// The error of a body the parser must refuse (HTTP 400).
+ApiError Refused(const std::string& body, bool chat = false) {
   CompletionRequest r;
   ApiError e;
-  EXPECT_FALSE(ParseCompletionRequest(body, &r, &e)) << body;
+  EXPECT_FALSE(chat ? ParseChatCompletionRequest(body, &r, &e)
+                    : ParseCompletionRequest(body, &r, &e))
+      << body;
   EXPECT_EQ(e.http_status, 400);
   return e;
 }
@@ -89,13 +92,7 @@ TEST(GatewayProtocol, RefusesWhatItCannotHonourNamingTheField) {
             "stream_options.x");
 }
 
-ApiError ChatRefused(const std::string& body) {
-  CompletionRequest r;
-  ApiError e;
-  EXPECT_FALSE(ParseChatCompletionRequest(body, &r, &e)) << body;
-  EXPECT_EQ(e.http_status, 400);
-  return e;
-}
+ApiError ChatRefused(const std::string& body) { return Refused(body, /*chat=*/true); }
 
 TEST(GatewayProtocol, ChatRequestsCarryMessages) {
   CompletionRequest r;
