@@ -278,11 +278,66 @@ std::vector<TraceRecord> GenerateAgents(const AgentParams& p) {
   return out;
 }
 
-TraceStats ComputeStats(const std::vector<TraceRecord>& trace, double window_s) {
+namespace {
+
+// The median; the mean of the two middle values for an even count.
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Idle gaps > 10 s of one model's sorted arrivals over [0, end], counting the
+// idle time before its first arrival and after its last.
+double IdleGaps(const std::vector<double>& a, double end) {
+  double prev = 0, gaps = 0;
+  for (double t : a) {
+    gaps += t - prev > 10.0;
+    prev = t;
+  }
+  return gaps + (end - prev > 10.0);
+}
+
+// Mean active fraction and active-set changes on a 1 s grid; a model is
+// active at t if it had an arrival in (t - window_s, t].
+void ActiveSets(const std::map<std::string, std::vector<double>>& arrivals, double window_s,
+                TraceStats* s) {
+  const int steps = static_cast<int>(s->duration_s);
+  std::vector<size_t> cursor(arrivals.size(), 0);
+  std::vector<bool> prev_set(arrivals.size(), false);
+  double active_sum = 0;
+  int changes = 0;
+  for (int t = 1; t <= steps; ++t) {
+    size_t i = 0;
+    int active = 0;
+    bool changed = false;
+    for (const auto& [m, a] : arrivals) {
+      while (cursor[i] < a.size() && a[cursor[i]] <= t) ++cursor[i];
+      const bool on = cursor[i] > 0 && a[cursor[i] - 1] > t - window_s;
+      active += on;
+      changed |= on != prev_set[i];
+      prev_set[i] = on;
+      ++i;
+    }
+    active_sum += static_cast<double>(active) / static_cast<double>(arrivals.size());
+    changes += changed;
+  }
+  s->mean_active_fraction = steps > 0 ? active_sum / steps : 0;
+  s->active_set_changes_per_hour = changes / (s->duration_s / 3600.0);
+}
+
+}  // namespace
+
+TraceStats ComputeStats(const std::vector<TraceRecord>& trace, double window_s,
+                        const std::vector<std::string>& models) {
   TraceStats s;
+  // Every model named (catalogue, advisories included) counts, idle or not.
   std::map<std::string, std::vector<double>> arrivals;
+  for (const auto& m : models) arrivals[m];
   std::set<std::string> sessions;
   for (const auto& r : trace) {
+    if (!r.model.empty()) arrivals[r.model];
     if (!r.is_request()) {
       ++s.advisories;
       continue;
@@ -306,54 +361,27 @@ TraceStats ComputeStats(const std::vector<TraceRecord>& trace, double window_s) 
       var /= static_cast<double>(a.size() - 2);
       cvs.push_back(mean > 0 ? std::sqrt(var) / mean : 0);
     }
-    double g = 0;
-    for (size_t i = 1; i < a.size(); ++i) g += (a[i] - a[i - 1] > 10.0);
-    gaps.push_back(g);
+    gaps.push_back(IdleGaps(a, s.duration_s));
   }
-  const double hours = s.duration_s / 3600.0;
-  std::sort(gaps.begin(), gaps.end());
-  s.idle_gaps_per_hour = gaps[gaps.size() / 2] / hours;
+  s.models = static_cast<int>(arrivals.size());
+  s.idle_gaps_per_hour = Median(gaps) / (s.duration_s / 3600.0);
   if (!cvs.empty()) {
-    std::sort(cvs.begin(), cvs.end());
-    s.median_interarrival_cv = cvs[cvs.size() / 2];
+    s.median_interarrival_cv = Median(cvs);
     s.fraction_models_cv_above_1 =
         static_cast<double>(std::count_if(cvs.begin(), cvs.end(), [](double c) { return c > 1; })) /
         static_cast<double>(cvs.size());
   }
-  // Active sets on a 1 s grid.
-  const int steps = static_cast<int>(s.duration_s);
-  std::vector<size_t> cursor(arrivals.size(), 0);
-  std::vector<bool> prev_set(arrivals.size(), false);
-  double active_sum = 0;
-  int changes = 0;
-  for (int t = 1; t <= steps; ++t) {
-    size_t i = 0;
-    int active = 0;
-    bool changed = false;
-    for (auto& [m, a] : arrivals) {
-      // last arrival <= t
-      while (cursor[i] < a.size() && a[cursor[i]] <= t) ++cursor[i];
-      const bool on = cursor[i] > 0 && a[cursor[i] - 1] > t - window_s;
-      active += on;
-      if (on != prev_set[i]) changed = true;
-      prev_set[i] = on;
-      ++i;
-    }
-    active_sum += static_cast<double>(active) / static_cast<double>(arrivals.size());
-    changes += changed;
-  }
-  s.mean_active_fraction = steps > 0 ? active_sum / steps : 0;
-  s.active_set_changes_per_hour = changes / hours;
+  ActiveSets(arrivals, window_s, &s);
   return s;
 }
 
 std::string FormatStats(const TraceStats& s) {
   std::string out = absl::StrFormat(
-      "%d requests, %d advisories, %d sessions over %.0f s\n"
+      "%d requests, %d advisories, %d sessions, %d models over %.0f s\n"
       "mean active fraction %.1f%% (Prism: 23-50%%), active-set changes %.0f/h (Prism: 54-766)\n"
       "median inter-arrival CV %.2f, %.0f%% of models above 1; idle gaps > 10 s: %.0f/h "
       "(median model; Prism: 40-100)\n",
-      s.requests, s.advisories, s.sessions, s.duration_s, 100 * s.mean_active_fraction,
+      s.requests, s.advisories, s.sessions, s.models, s.duration_s, 100 * s.mean_active_fraction,
       s.active_set_changes_per_hour, s.median_interarrival_cv, 100 * s.fraction_models_cv_above_1,
       s.idle_gaps_per_hour);
   for (const auto& [m, n] : s.requests_per_model) out += absl::StrFormat("  %-16s %d\n", m, n);

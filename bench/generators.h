@@ -94,9 +94,13 @@ std::vector<TraceRecord> GenerateAgents(const AgentParams& p);
 
 // Properties of a trace's independent request arrivals (dependent records
 // are placed at their nominal arrival_s). A model is active at t if it had
-// an arrival in (t - window_s, t]; measured on a 1 s grid.
+// an arrival in (t - window_s, t]; measured on a 1 s grid over [0, last
+// arrival]. Every model named by a record or in `models` (the catalogue)
+// counts, including idle ones (never active; one idle gap). Idle gaps include
+// the time before a model's first arrival and after its last. Medians of an
+// even count are the mean of the middle two.
 struct TraceStats {
-  int requests = 0, advisories = 0, sessions = 0;
+  int requests = 0, advisories = 0, sessions = 0, models = 0;
   double duration_s = 0;
   double mean_active_fraction = 0;         // Prism: 23-50%
   double active_set_changes_per_hour = 0;  // Prism: 54-766
@@ -105,7 +109,8 @@ struct TraceStats {
   double idle_gaps_per_hour = 0;  // gaps > 10 s, median model; Prism: 40-100
   std::map<std::string, int> requests_per_model;
 };
-TraceStats ComputeStats(const std::vector<TraceRecord>& trace, double window_s = 5.0);
+TraceStats ComputeStats(const std::vector<TraceRecord>& trace, double window_s = 5.0,
+                        const std::vector<std::string>& models = {});
 std::string FormatStats(const TraceStats& s);
 
 }  // namespace ballast::bench

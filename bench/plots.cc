@@ -15,13 +15,27 @@ namespace {
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
+absl::Status RunGnuplot(const std::string& dir, const std::string& script,
+                        const std::string& name) {
+  namespace fs = std::filesystem;
+  std::ofstream(fs::path(dir) / name) << script;
+  const std::string cmd = absl::StrCat("cd ", Quote(dir), " && gnuplot ", name, " 2> gnuplot.log");
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("gnuplot failed (is gnuplot-nox installed?); see ",
+                                               (fs::path(dir) / "gnuplot.log").string()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& dir,
+absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& out_dir,
                                                      const std::vector<ReplayResult>& runs,
                                                      const std::vector<Report>& reports,
                                                      size_t detail_run) {
   namespace fs = std::filesystem;
+  // Absolute: gnuplot runs in `dir` and writes the PNGs by these paths.
+  const std::string dir = fs::absolute(out_dir).string();
   fs::create_directories(dir);
   std::vector<std::string> pngs;
   std::string script =
@@ -54,7 +68,8 @@ absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& dir,
                      "set title 'SLO attainment vs rate scale'\nset xlabel 'rate scale'\n",
                      "set ylabel 'attainment (%)'\nset yrange [0:105]\nset xrange [*:*]\n",
                      "plot 'attainment.dat' using 1:2 with linespoints lw 2 title 'TTFT (all)', ",
-                     "'' using 1:3 with linespoints lw 2 title 'TPOT (all)'");
+                     "'' using 1:3 with linespoints lw 2 title 'TPOT (all)', ",
+                     "99 with lines dt 3 lc rgb 'red' title '99%'");
     int col = 4;
     for (const auto& m : models) {
       script += absl::StrCat(", '' using 1:", col++, " with linespoints dt 2 title 'TTFT ", m, "'");
@@ -140,14 +155,48 @@ absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& dir,
       pngs.push_back((fs::path(dir) / "timeline.png").string());
     }
   }
-  const fs::path gp = fs::path(dir) / "plots.gp";
-  std::ofstream(gp) << script;
-  const std::string cmd = absl::StrCat("cd ", Quote(dir), " && gnuplot plots.gp 2> gnuplot.log");
-  if (std::system(cmd.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("gnuplot failed (is gnuplot-nox installed?); see ",
-                                               (fs::path(dir) / "gnuplot.log").string()));
-  }
+  if (auto st = RunGnuplot(dir, script, "plots.gp"); !st.ok()) return st;
   return pngs;
+}
+
+absl::StatusOr<std::string> RenderComparePlot(const std::string& out_dir,
+                                              const std::vector<std::string>& names,
+                                              const std::vector<std::vector<Report>>& reports) {
+  namespace fs = std::filesystem;
+  // Absolute: gnuplot runs in `dir` and writes the PNGs by these paths.
+  const std::string dir = fs::absolute(out_dir).string();
+  fs::create_directories(dir);
+  std::string plot;
+  {
+    // One data block per config: rate_scale, TTFT %, valid (1/0).
+    std::ofstream dat(fs::path(dir) / "compare.dat");
+    for (size_t c = 0; c < reports.size() && c < names.size(); ++c) {
+      std::vector<const Report*> sorted;
+      for (const auto& r : reports[c]) sorted.push_back(&r);
+      std::sort(sorted.begin(), sorted.end(),
+                [](const Report* a, const Report* b) { return a->rate_scale < b->rate_scale; });
+      dat << "# " << names[c] << "\n";
+      for (const Report* r : sorted) {
+        dat << absl::StrFormat("%g %g %d\n", r->rate_scale, 100 * r->total.ttft_attainment,
+                               r->valid ? 1 : 0);
+      }
+      dat << "\n\n";
+      plot += absl::StrCat(
+          c ? ", " : "", "'compare.dat' index ", c, " using 1:2 with linespoints lw 2 pt 7 lc ",
+          c + 1, " title ", Quote(names[c]), ", '' index ", c,
+          " using 1:($3 == 0 ? $2 : 1/0) with points pt 6 ps 2 lc ", c + 1, " notitle");
+    }
+  }
+  if (plot.empty()) return absl::FailedPreconditionError("no runs to plot");
+  const std::string png = (fs::path(dir) / "compare.png").string();
+  const std::string script = absl::StrCat(
+      "set terminal pngcairo size 960,540 font ',10'\nset grid\nset key outside right\n",
+      "set output ", Quote(png), "\n",
+      "set title 'TTFT attainment vs rate scale (open circles: invalid, client lagged)'\n",
+      "set xlabel 'rate scale'\nset ylabel 'TTFT attainment (%)'\nset yrange [0:105]\n",
+      "set logscale x 2\nplot ", plot, ", 99 with lines dt 3 lc rgb 'red' title '99%'\n");
+  if (auto st = RunGnuplot(dir, script, "compare.gp"); !st.ok()) return st;
+  return png;
 }
 
 }  // namespace ballast::bench

@@ -2,6 +2,13 @@
 // over the public gRPC API at their trace times — open loop, one concurrent
 // stream per request — and measures each request client-side.
 //
+// The harness's clock: every latency (TTFT, end to end) is timed from the
+// request's scheduled arrival (release_s: start + arrival_s / rate_scale, or
+// its dependency's end + delay_s), not from when the client sent it. A client
+// that sends late (thread start-up, --max-inflight, CPU saturation) therefore
+// cannot hide its lag from the latencies; the lag itself (send - scheduled)
+// is reported per request and in total (see report.h).
+//
 // Release rule: records without "after" at arrival_s / rate_scale; a record
 // with "after" when that record has ended, plus delay_s. A request whose
 // dependency failed is not sent and ends ABORTED. With duration_s > 0, only
@@ -34,8 +41,8 @@ struct RequestOutcome {
   int turn = 0;
   int prompt_tokens = 0, cached_tokens = 0, output_tokens = 0;
   uint32_t ttft_slo_ms = 0, tpot_slo_ms = 0;  // from the trace (0: the model's)
-  double release_s = -1;                      // when the trace said to send it
-  double send_s = -1;                         // when it was sent (later if max_inflight was hit)
+  double release_s = -1;                      // scheduled arrival: the origin of every latency
+  double send_s = -1;                         // when it was sent (later if the client lagged)
   double first_token_s = -1;
   double end_s = -1;
   double server_queue_ms = -1;
@@ -44,10 +51,18 @@ struct RequestOutcome {
   std::string message;
   bool any_token = false;
 
-  double ttft_ms() const { return first_token_s < 0 ? -1 : (first_token_s - send_s) * 1e3; }
-  double e2e_ms() const { return end_s < 0 ? -1 : (end_s - send_s) * 1e3; }
+  // Latencies from the scheduled arrival (send_s if that is unknown); -1: none.
+  double origin_s() const { return release_s >= 0 ? release_s : send_s; }
+  double ttft_ms() const { return first_token_s < 0 ? -1 : (first_token_s - origin_s()) * 1e3; }
+  double e2e_ms() const { return end_s < 0 ? -1 : (end_s - origin_s()) * 1e3; }
+  // Send - scheduled arrival; -1 if it was never sent.
+  double client_lag_ms() const {
+    return send_s < 0 || release_s < 0 ? -1 : (send_s - release_s) * 1e3;
+  }
+  // TPOT needs two tokens: with fewer there is no time per output token.
+  bool has_tpot() const { return output_tokens >= 2 && first_token_s >= 0 && end_s >= 0; }
   double tpot_ms() const {
-    return output_tokens > 1 ? (end_s - first_token_s) * 1e3 / (output_tokens - 1) : 0.0;
+    return has_tpot() ? (end_s - first_token_s) * 1e3 / (output_tokens - 1) : -1;
   }
 };
 

@@ -1,6 +1,7 @@
 #include "bench/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <vector>
 
@@ -42,6 +43,55 @@ Slo SloFor(const RequestOutcome& r, const ReplayResult& res, double scale) {
   return {ttft > 0 ? ttft * scale : -1, tpot > 0 ? tpot * scale : -1};
 }
 
+struct Verdict {
+  Outcome outcome;
+  bool ttft_ok, tpot_ok, no_tpot;
+};
+
+Verdict Judge(const RequestOutcome& r, const ReplayResult& res, double slo_scale) {
+  const Outcome o = Classify(r);
+  const Slo slo = SloFor(r, res, slo_scale);
+  const bool done = o == Outcome::kCompleted;
+  Verdict v{o, false, false, done && !r.has_tpot()};
+  v.ttft_ok = done && slo.ttft_ms >= 0 && r.ttft_ms() <= slo.ttft_ms;
+  v.tpot_ok = done && r.has_tpot() && slo.tpot_ms >= 0 && r.tpot_ms() <= slo.tpot_ms;
+  return v;
+}
+
+struct Acc {
+  std::vector<double> ttft, tpot, e2e, queue;
+};
+
+void Add(GroupReport& g, Acc& a, const RequestOutcome& r, const Verdict& v) {
+  ++g.total;
+  if (v.outcome == Outcome::kCompleted) ++g.completed;
+  if (v.outcome == Outcome::kRejected) ++g.rejected;
+  if (v.outcome == Outcome::kFailed) ++g.failed;
+  g.met_ttft += v.ttft_ok;
+  g.met_tpot += v.tpot_ok;
+  g.no_tpot += v.no_tpot;
+  g.met_both += v.ttft_ok && (v.tpot_ok || v.no_tpot);
+  g.input_tokens += r.prompt_tokens;
+  g.output_tokens += r.output_tokens;
+  if (v.outcome == Outcome::kCompleted) {
+    a.ttft.push_back(r.ttft_ms());
+    if (r.has_tpot()) a.tpot.push_back(r.tpot_ms());
+    a.e2e.push_back(r.e2e_ms());
+    if (r.server_queue_ms >= 0) a.queue.push_back(r.server_queue_ms);
+  }
+}
+
+void Finish(GroupReport& g, Acc& a) {
+  const double n = std::max(1, g.total);
+  g.ttft_attainment = g.met_ttft / n;
+  g.tpot_attainment = g.met_tpot / static_cast<double>(std::max(1, g.total - g.no_tpot));
+  g.slo_attainment = g.met_both / n;
+  g.ttft_ms = LatencyOf(a.ttft);
+  g.tpot_ms = LatencyOf(a.tpot);
+  g.e2e_ms = LatencyOf(a.e2e);
+  g.queue_ms = LatencyOf(a.queue);
+}
+
 nlohmann::json ToJson(const LatencySummary& s) {
   return {{"n", s.n},     {"mean", s.mean}, {"p50", s.p50},
           {"p90", s.p90}, {"p99", s.p99},   {"max", s.max}};
@@ -55,6 +105,8 @@ nlohmann::json ToJson(const GroupReport& g) {
           {"ttft_attainment", g.ttft_attainment},
           {"tpot_attainment", g.tpot_attainment},
           {"slo_attainment", g.slo_attainment},
+          {"no_tpot", g.no_tpot},
+          {"input_tokens", g.input_tokens},
           {"output_tokens", g.output_tokens},
           {"ttft_ms", ToJson(g.ttft_ms)},
           {"tpot_ms", ToJson(g.tpot_ms)},
@@ -76,7 +128,7 @@ Outcome Classify(const RequestOutcome& r) {
   return Outcome::kFailed;
 }
 
-Report Summarize(const ReplayResult& res, double slo_scale) {
+Report Summarize(const ReplayResult& res, double slo_scale, double max_client_lag_ms) {
   Report rep;
   rep.rate_scale = res.rate_scale;
   rep.slo_scale = slo_scale;
@@ -87,53 +139,30 @@ Report Summarize(const ReplayResult& res, double slo_scale) {
   rep.advisories_sent = res.advisories_sent;
   rep.advisories_skipped = res.advisories_skipped;
   rep.advise_status = res.advise_status;
-  struct Acc {
-    std::vector<double> ttft, tpot, e2e, queue;
-  };
   std::map<std::string, Acc> acc;
   Acc all;
-  auto add = [&](GroupReport& g, Acc& a, const RequestOutcome& r, Outcome o, bool ttft_ok,
-                 bool tpot_ok) {
-    ++g.total;
-    if (o == Outcome::kCompleted) ++g.completed;
-    if (o == Outcome::kRejected) ++g.rejected;
-    if (o == Outcome::kFailed) ++g.failed;
-    g.met_ttft += ttft_ok;
-    g.met_tpot += tpot_ok;
-    g.met_both += ttft_ok && tpot_ok;
-    g.output_tokens += r.output_tokens;
-    if (o == Outcome::kCompleted) {
-      a.ttft.push_back(r.ttft_ms());
-      a.tpot.push_back(r.tpot_ms());
-      a.e2e.push_back(r.e2e_ms());
-      if (r.server_queue_ms >= 0) a.queue.push_back(r.server_queue_ms);
-    }
-  };
+  std::vector<double> lag;
   for (const auto& r : res.requests) {
-    const Outcome o = Classify(r);
-    const Slo slo = SloFor(r, res, slo_scale);
-    const bool done = o == Outcome::kCompleted;
-    const bool ttft_ok = done && slo.ttft_ms >= 0 && r.ttft_ms() <= slo.ttft_ms;
-    const bool tpot_ok = done && slo.tpot_ms >= 0 && r.tpot_ms() <= slo.tpot_ms;
-    add(rep.total, all, r, o, ttft_ok, tpot_ok);
-    add(rep.per_model[r.model], acc[r.model], r, o, ttft_ok, tpot_ok);
+    const Verdict v = Judge(r, res, slo_scale);
+    Add(rep.total, all, r, v);
+    Add(rep.per_model[r.model], acc[r.model], r, v);
     ++rep.by_status[r.status];
+    if (r.client_lag_ms() >= 0) lag.push_back(r.client_lag_ms());
   }
-  auto finish = [](GroupReport& g, Acc& a) {
-    const double n = std::max(1, g.total);
-    g.ttft_attainment = g.met_ttft / n;
-    g.tpot_attainment = g.met_tpot / n;
-    g.slo_attainment = g.met_both / n;
-    g.ttft_ms = LatencyOf(a.ttft);
-    g.tpot_ms = LatencyOf(a.tpot);
-    g.e2e_ms = LatencyOf(a.e2e);
-    g.queue_ms = LatencyOf(a.queue);
-  };
-  finish(rep.total, all);
-  for (auto& [m, g] : rep.per_model) finish(g, acc[m]);
+  Finish(rep.total, all);
+  for (auto& [m, g] : rep.per_model) Finish(g, acc[m]);
   if (rep.wall_s > 0) {
     rep.goodput_rps = rep.total.met_both / rep.wall_s;
-    rep.token_throughput = static_cast<double>(rep.total.output_tokens) / rep.wall_s;
+    rep.input_token_throughput = static_cast<double>(rep.total.input_tokens) / rep.wall_s;
+    rep.output_token_throughput = static_cast<double>(rep.total.output_tokens) / rep.wall_s;
+    rep.token_throughput = rep.input_token_throughput + rep.output_token_throughput;
+  }
+  rep.client_lag_ms = LatencyOf(std::move(lag));
+  rep.max_client_lag_ms = max_client_lag_ms;
+  if (rep.client_lag_ms.p99 > max_client_lag_ms) {
+    rep.valid = false;
+    rep.invalid_reason =
+        absl::StrFormat("client lag p99 %.1f ms > %g ms", rep.client_lag_ms.p99, max_client_lag_ms);
   }
   int by_status = 0;
   for (const auto& [s, n] : rep.by_status) by_status += n;
@@ -158,6 +187,15 @@ nlohmann::json ToJson(const Report& r) {
           {"by_status", r.by_status},
           {"goodput_rps", r.goodput_rps},
           {"token_throughput", r.token_throughput},
+          {"input_token_throughput", r.input_token_throughput},
+          {"output_token_throughput", r.output_token_throughput},
+          {"client_lag_mean_ms", r.client_lag_ms.mean},
+          {"client_lag_p50_ms", r.client_lag_ms.p50},
+          {"client_lag_p99_ms", r.client_lag_ms.p99},
+          {"client_lag_max_ms", r.client_lag_ms.max},
+          {"max_client_lag_ms", r.max_client_lag_ms},
+          {"valid", r.valid},
+          {"invalid_reason", r.invalid_reason},
           {"advisories",
            {{"sent", r.advisories_sent},
             {"skipped", r.advisories_skipped},
@@ -180,8 +218,11 @@ std::string FormatReport(const Report& r) {
   };
   for (const auto& [m, g] : r.per_model) row(m, g);
   row("TOTAL", r.total);
-  out += absl::StrFormat("goodput %.2f req/s, throughput %.1f tokens/s; advisories sent %d",
-                         r.goodput_rps, r.token_throughput, r.advisories_sent);
+  out += absl::StrFormat(
+      "goodput %.2f req/s, throughput %.1f tokens/s (%.1f in + %.1f out); %d without TPOT "
+      "(< 2 tokens); advisories sent %d",
+      r.goodput_rps, r.token_throughput, r.input_token_throughput, r.output_token_throughput,
+      r.total.no_tpot, r.advisories_sent);
   for (const auto& [s, n] : r.advise_status) out += absl::StrFormat(" [%s: %d]", s, n);
   out += "\n";
   if (!r.by_status.empty()) {
@@ -189,6 +230,10 @@ std::string FormatReport(const Report& r) {
     for (const auto& [s, n] : r.by_status) out += absl::StrFormat(" %s=%d", s, n);
     out += "\n";
   }
+  out += absl::StrFormat(
+      "client lag (send - scheduled): mean %.1f ms, p50 %.1f, p99 %.1f, max %.1f\n",
+      r.client_lag_ms.mean, r.client_lag_ms.p50, r.client_lag_ms.p99, r.client_lag_ms.max);
+  if (!r.valid) out += absl::StrCat("INVALID RUN: ", r.invalid_reason, "\n");
   if (!r.accounting_ok) out += "ACCOUNTING MISMATCH: counts do not add up\n";
   return out;
 }
@@ -196,21 +241,22 @@ std::string FormatReport(const Report& r) {
 absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, double slo_scale) {
   std::ofstream out(path, std::ios::trunc);
   if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  out << "id,model,session,turn,status,class,release_s,send_s,ttft_ms,tpot_ms,e2e_ms,queue_ms,"
+  out << "id,model,session,turn,status,class,release_s,send_s,client_lag_ms,ttft_ms,tpot_ms,e2e_ms,"
+         "queue_ms,"
          "prompt_tokens,cached_tokens,output_tokens,kv_source,ttft_slo_ms,tpot_slo_ms,ttft_met,"
          "tpot_met\n";
   for (const auto& r : res.requests) {
-    const Outcome o = Classify(r);
+    const Verdict v = Judge(r, res, slo_scale);
     const Slo slo = SloFor(r, res, slo_scale);
-    const bool done = o == Outcome::kCompleted;
-    const char* cls = done ? "completed" : o == Outcome::kRejected ? "rejected" : "failed";
+    const char* cls = v.outcome == Outcome::kCompleted  ? "completed"
+                      : v.outcome == Outcome::kRejected ? "rejected"
+                                                        : "failed";
     out << absl::StrFormat(
-        "%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%d\n", r.id,
-        r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s, r.ttft_ms(), r.tpot_ms(),
-        r.e2e_ms(), r.server_queue_ms, r.prompt_tokens, r.cached_tokens, r.output_tokens,
-        r.kv_source, slo.ttft_ms, slo.tpot_ms,
-        done && slo.ttft_ms >= 0 && r.ttft_ms() <= slo.ttft_ms,
-        done && slo.tpot_ms >= 0 && r.tpot_ms() <= slo.tpot_ms);
+        "%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%s\n", r.id,
+        r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s, r.client_lag_ms(),
+        r.ttft_ms(), r.tpot_ms(), r.e2e_ms(), r.server_queue_ms, r.prompt_tokens, r.cached_tokens,
+        r.output_tokens, r.kv_source, slo.ttft_ms, slo.tpot_ms, v.ttft_ok,
+        v.no_tpot ? "" : (v.tpot_ok ? "1" : "0"));
   }
   out.close();
   return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));

@@ -5,11 +5,19 @@
 // other status, ABORTED dependents included), or was excluded by --duration;
 // the counts add up to the trace's requests, and `accounting_ok` says so.
 //
-// Attainment: a request meets its TTFT SLO if it completed and its
-// client-side TTFT <= SLO x slo_scale; TPOT likewise with its mean time per
-// output token; fractions are over all requests sent or aborted. The SLO
-// is the trace's per-request value, else the model's from ListModels.
-// Goodput: requests meeting both SLOs per second of replay.
+// Attainment: a request meets its TTFT SLO if it completed and its TTFT,
+// timed from its scheduled arrival (replay.h), is <= SLO x slo_scale; TTFT
+// attainment is over all requests sent or aborted. TPOT (mean time per output
+// token after the first) needs >= 2 output tokens: a completed request with
+// fewer has no TPOT, is counted apart (`no_tpot`), and is left out of TPOT
+// attainment's numerator and denominator; its "both" verdict is its TTFT
+// verdict. The SLO is the trace's per-request value, else the model's from
+// ListModels. Goodput: requests meeting both SLOs per second of replay.
+// Throughput: input (prompt) + output tokens per second, and each apart.
+//
+// Client lag (send - scheduled arrival) is summarised over the requests sent;
+// a run whose lag p99 exceeds `max_client_lag_ms` is marked invalid
+// (`valid` false, with the reason): its latencies measure the client.
 #pragma once
 
 #include <map>
@@ -29,8 +37,9 @@ struct LatencySummary {
 struct GroupReport {
   int total = 0, completed = 0, rejected = 0, failed = 0;
   int met_ttft = 0, met_tpot = 0, met_both = 0;
+  int no_tpot = 0;  // completed with < 2 output tokens: no TPOT
   double ttft_attainment = 0, tpot_attainment = 0, slo_attainment = 0;
-  int64_t output_tokens = 0;
+  int64_t input_tokens = 0, output_tokens = 0;
   LatencySummary ttft_ms, tpot_ms, e2e_ms, queue_ms;
 };
 
@@ -40,7 +49,13 @@ struct Report {
   GroupReport total;
   std::map<std::string, GroupReport> per_model;
   std::map<std::string, int> by_status;
-  double goodput_rps = 0, token_throughput = 0;
+  double goodput_rps = 0;
+  double token_throughput = 0;  // input + output tokens/s
+  double input_token_throughput = 0, output_token_throughput = 0;
+  LatencySummary client_lag_ms;  // send - scheduled arrival, requests sent
+  double max_client_lag_ms = 0;  // the p99 threshold this run was judged by
+  bool valid = true;             // client lag p99 within the threshold
+  std::string invalid_reason;
   int advisories_sent = 0, advisories_skipped = 0;
   std::map<std::string, int> advise_status;
   bool accounting_ok = false;
@@ -49,10 +64,16 @@ struct Report {
 enum class Outcome { kCompleted, kRejected, kFailed };
 Outcome Classify(const RequestOutcome& r);
 
-Report Summarize(const ReplayResult& result, double slo_scale);
+// Default threshold on the client's lag p99 (ms); see README.
+inline constexpr double kDefaultMaxClientLagMs = 50;
+
+Report Summarize(const ReplayResult& result, double slo_scale,
+                 double max_client_lag_ms = kDefaultMaxClientLagMs);
 nlohmann::json ToJson(const Report& r);
 std::string FormatReport(const Report& r);
-// One row per request: id, model, session, turn, status, class, times, SLO verdicts.
+// One row per request: id, model, session, turn, status, class, times (the
+// scheduled arrival, the send and the client lag), SLO verdicts (tpot_met is
+// empty for a request without TPOT).
 absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& result,
                               double slo_scale);
 

@@ -1,8 +1,10 @@
 #include "bench/trace.h"
 
+#include <cstdint>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -51,6 +53,64 @@ absl::Status WriteTrace(const std::string& path, const std::vector<TraceRecord>&
   return absl::OkStatus();
 }
 
+namespace {
+
+template <typename T>
+const char* Expected() {
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  if constexpr (std::is_same_v<T, std::vector<std::string>>) return "an array of strings";
+  return "a number";
+}
+
+// Sets *out to j[key] if present (and not null); a value of the wrong type is
+// an error naming the field, what it expected and what it got.
+template <typename T>
+absl::Status Get(const json& j, const char* key, T* out) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  bool ok = std::is_same_v<T, std::string> ? it->is_string() : !it->is_boolean();
+  if constexpr (std::is_arithmetic_v<T>) ok = it->is_number();
+  if (ok) {
+    try {
+      *out = it->get<T>();
+      return absl::OkStatus();
+    } catch (const json::exception&) {
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("field \"", key, "\": expected ", Expected<T>(),
+                                                 ", got ", it->type_name(), " ", it->dump()));
+}
+
+absl::Status ParseRecord(const json& j, TraceRecord* r) {
+  if (!j.is_object()) return absl::InvalidArgumentError("expected a JSON object");
+  std::string type = "request";
+  absl::Status st = Get(j, "type", &type);
+  if (st.ok() && type == "advise") r->type = TraceRecord::Type::kAdvise;
+  if (st.ok() && type != "advise" && type != "request") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown type \"", type, "\""));
+  }
+  if (!j.contains("id")) return absl::InvalidArgumentError("field \"id\": missing");
+  int64_t ttft = 0, tpot = 0;
+  for (absl::Status s :
+       {st, Get(j, "id", &r->id), Get(j, "model", &r->model), Get(j, "arrival_s", &r->arrival_s),
+        Get(j, "after", &r->after), Get(j, "delay_s", &r->delay_s), Get(j, "session", &r->session),
+        Get(j, "turn", &r->turn), Get(j, "prompt", &r->prompt),
+        Get(j, "prompt_tokens", &r->prompt_tokens), Get(j, "output_tokens", &r->output_tokens),
+        Get(j, "ttft_ms", &ttft), Get(j, "tpot_ms", &tpot), Get(j, "priority", &r->priority),
+        Get(j, "for", &r->for_request), Get(j, "expected_arrival_s", &r->expected_arrival_s),
+        Get(j, "next_hops", &r->next_hops)}) {
+    if (!s.ok()) return s;
+  }
+  if (ttft < 0 || tpot < 0 || ttft > UINT32_MAX || tpot > UINT32_MAX) {
+    return absl::InvalidArgumentError("field \"ttft_ms\"/\"tpot_ms\": out of range");
+  }
+  r->ttft_ms = static_cast<uint32_t>(ttft);
+  r->tpot_ms = static_cast<uint32_t>(tpot);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<TraceRecord>> ParseTrace(const std::string& text,
                                                     const std::string& origin) {
   std::vector<TraceRecord> out;
@@ -61,36 +121,20 @@ absl::StatusOr<std::vector<TraceRecord>> ParseTrace(const std::string& text,
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto bad = [&](const std::string& what) {
-      return absl::InvalidArgumentError(absl::StrCat(origin, ":", lineno, ": ", what));
-    };
     TraceRecord r;
+    // Errors name the file, the line, the record's index and id when known.
+    auto bad = [&](const std::string& what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ":", lineno, " (record ", out.size(),
+                       r.id.empty() ? "" : absl::StrCat(", id \"", r.id, "\""), "): ", what));
+    };
+    json j;
     try {
-      const json j = json::parse(line);
-      const std::string type = j.value("type", "request");
-      if (type == "advise")
-        r.type = TraceRecord::Type::kAdvise;
-      else if (type != "request")
-        return bad(absl::StrCat("unknown type \"", type, "\""));
-      r.id = j.at("id").get<std::string>();
-      r.model = j.value("model", "");
-      r.arrival_s = j.value("arrival_s", 0.0);
-      r.after = j.value("after", "");
-      r.delay_s = j.value("delay_s", 0.0);
-      r.session = j.value("session", "");
-      r.turn = j.value("turn", 0);
-      r.prompt = j.value("prompt", "");
-      r.prompt_tokens = j.value("prompt_tokens", 0);
-      r.output_tokens = j.value("output_tokens", 0);
-      r.ttft_ms = j.value("ttft_ms", 0u);
-      r.tpot_ms = j.value("tpot_ms", 0u);
-      r.priority = j.value("priority", 0);
-      r.for_request = j.value("for", "");
-      r.expected_arrival_s = j.value("expected_arrival_s", 0.0);
-      if (j.contains("next_hops")) r.next_hops = j["next_hops"].get<std::vector<std::string>>();
+      j = json::parse(line);
     } catch (const json::exception& e) {
       return bad(absl::StrCat("malformed record: ", e.what()));
     }
+    if (auto st = ParseRecord(j, &r); !st.ok()) return bad(std::string(st.message()));
     if (r.id.empty()) return bad("empty id");
     if (!ids.insert(r.id).second) return bad(absl::StrCat("duplicate id \"", r.id, "\""));
     if (!r.after.empty() && !ids.count(r.after)) {

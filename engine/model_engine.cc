@@ -331,6 +331,10 @@ void ModelEngine::DrainInbox() {
   for (auto& s : planner_->Remove(cancels)) {
     Fail(std::move(s), absl::CancelledError("request cancelled"));
   }
+  // Arbitration drains the inbox (Queued) without stepping an engine whose
+  // work was all cancelled: the gauges must not wait for a step that may
+  // never come.
+  if (!in.empty() || !cancels.empty() || !drops.empty()) PublishStats();
 }
 
 std::vector<QueuedRequest> ModelEngine::Queued() {

@@ -2,18 +2,28 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace ballast::global_scheduler {
 
 ClusterState::ClusterState(absl::Duration heartbeat_timeout, Clock clock)
     : timeout_(heartbeat_timeout), clock_(std::move(clock)) {}
 
-void ClusterState::Register(const v1::RegisterNodeRequest& req) {
+absl::Status ClusterState::Register(const v1::RegisterNodeRequest& req, bool replace_live) {
   absl::MutexLock lock(&mu_);
   NodeInfo& n = nodes_[req.node_id()];
+  if (n.alive && !replace_live && n.incarnation != req.incarnation() &&
+      n.address != req.address()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("node id \"", req.node_id(), "\" is already registered by a live node at ",
+                     n.address, " (incarnation ", n.incarnation.empty() ? "unknown" : n.incarnation,
+                     "); give this node another --node-id, or stop that node first"));
+  }
   const int inflight = n.inflight;
   n = NodeInfo();
   n.node_id = req.node_id();
   n.address = req.address();
+  n.incarnation = req.incarnation();
   n.alive = true;
   n.last_heartbeat = clock_();
   n.devices.assign(req.devices().begin(), req.devices().end());
@@ -21,6 +31,7 @@ void ClusterState::Register(const v1::RegisterNodeRequest& req) {
   n.inflight = inflight;
   n.generation = ++generation_;
   ++routing_version_;
+  return absl::OkStatus();
 }
 
 namespace {
@@ -38,17 +49,33 @@ bool RoutingDiffers(const std::vector<v1::ResidentModel>& a,
 }
 }  // namespace
 
-bool ClusterState::Heartbeat(const v1::HeartbeatRequest& req) {
+HeartbeatResult ClusterState::Heartbeat(const v1::HeartbeatRequest& req) {
   absl::MutexLock lock(&mu_);
   auto it = nodes_.find(req.node_id());
-  if (it == nodes_.end() || !it->second.alive) return false;
+  if (it != nodes_.end() && !it->second.incarnation.empty() && !req.incarnation().empty() &&
+      it->second.incarnation != req.incarnation()) {
+    return HeartbeatResult::kReplaced;
+  }
+  if (it == nodes_.end() || !it->second.alive) return HeartbeatResult::kReregister;
   NodeInfo& n = it->second;
   n.last_heartbeat = clock_();
+  if (n.suspect) {
+    n.suspect = false;
+    ++routing_version_;
+  }
   n.devices.assign(req.devices().begin(), req.devices().end());
   if (RoutingDiffers(n.models, req.models())) ++routing_version_;
   n.models.assign(req.models().begin(), req.models().end());
   n.reported_inflight = req.inflight_requests();
-  return true;
+  return HeartbeatResult::kOk;
+}
+
+void ClusterState::MarkSuspect(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || !it->second.alive || it->second.suspect) return;
+  it->second.suspect = true;
+  ++routing_version_;
 }
 
 std::vector<std::string> ClusterState::SweepDead() {
@@ -107,7 +134,7 @@ std::vector<std::string> ClusterState::NodesWithModel(const std::string& model) 
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
   for (const auto& [id, n] : nodes_) {
-    if (!n.alive) continue;
+    if (!n.alive || n.suspect) continue;
     for (const auto& m : n.models) {
       if (m.name() == model && m.state() == v1::MODEL_STATE_READY) {
         out.push_back(id);

@@ -7,6 +7,16 @@
 // marks it dead and forgets its replicas. A heartbeat from a dead or
 // unknown node is answered with "register again".
 //
+// Identity: a node is its id plus an incarnation (random per process
+// start). Register refuses (ALREADY_EXISTS) an id held by a live node of
+// another incarnation at another address unless the caller says the old
+// one is gone; a heartbeat from a replaced incarnation is answered
+// "replaced" (that process must stop).
+//
+// Suspicion: a node whose RPC failed at the transport (MarkSuspect) is
+// skipped by NodesWithModel at once, until its next heartbeat clears it or
+// SweepDead declares it dead.
+//
 // Routing version: a counter bumped whenever what NodesWithModel answers
 // may change (a node registers or dies, a replica appears, leaves or changes
 // state). Requests waiting for a replica block on it (WaitForRoutingChange)
@@ -24,6 +34,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ballast/v1/node.pb.h"
@@ -42,16 +53,27 @@ struct NodeInfo {
   int inflight = 0;           // counted by the scheduler
   int reported_inflight = 0;  // from the node's heartbeat
   int64_t generation = 0;     // bumps on every (re-)registration
+  std::string incarnation;    // empty: the node did not send one
+  bool suspect = false;       // an RPC to it failed; skipped by routing
 };
+
+// What a heartbeat finds (ClusterState::Heartbeat).
+enum class HeartbeatResult { kOk, kReregister, kReplaced };
 
 class ClusterState {
  public:
   ClusterState(absl::Duration heartbeat_timeout, Clock clock);
 
-  // Adds or replaces a node; it is alive from now.
-  void Register(const v1::RegisterNodeRequest& req);
-  // Returns false if the node is unknown or dead (it must register again).
-  bool Heartbeat(const v1::HeartbeatRequest& req);
+  // Adds or replaces a node; it is alive from now. ALREADY_EXISTS (naming
+  // the id and the live node's address) if the id is held by a live node of
+  // another incarnation at another address, unless `replace_live` (the
+  // caller found the old address dead).
+  absl::Status Register(const v1::RegisterNodeRequest& req, bool replace_live = false);
+  // kReregister if the node is unknown or dead (it must register again);
+  // kReplaced if the heartbeat's incarnation is not the registered one.
+  HeartbeatResult Heartbeat(const v1::HeartbeatRequest& req);
+  // Routing skips the node until its next heartbeat (an RPC to it failed).
+  void MarkSuspect(const std::string& node_id);
   // Marks nodes whose last heartbeat is older than the timeout dead.
   // Returns the ids of the nodes newly marked dead.
   std::vector<std::string> SweepDead();
@@ -62,7 +84,7 @@ class ClusterState {
   // routing stops before the node's next heartbeat says so).
   void SetResidentState(const std::string& node_id, const std::string& model, v1::ModelState state);
 
-  // Live nodes where `model` is resident and READY.
+  // Live, unsuspected nodes where `model` is resident and READY.
   std::vector<std::string> NodesWithModel(const std::string& model) const;
   // Among `candidates`, the live node with the fewest requests in flight
   // (scheduler's count plus the node's reported queue); ties by id.

@@ -1,5 +1,7 @@
 #include "global_scheduler/request_validation.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 namespace ballast::global_scheduler {
@@ -30,7 +32,25 @@ absl::Status ValidatePromptOrMessages(const v1::GenerateRequest& req) {
   return absl::OkStatus();
 }
 
+// NaN passes every range comparison and infinities would poison the sampler:
+// each float field must be finite before its range is checked.
+absl::Status ValidateFinite(const v1::SamplingParams& s) {
+  const std::pair<absl::string_view, float> fields[] = {
+      {"sampling.temperature", s.temperature()},
+      {"sampling.top_p", s.top_p()},
+      {"sampling.min_p", s.min_p()},
+      {"sampling.presence_penalty", s.presence_penalty()},
+      {"sampling.frequency_penalty", s.frequency_penalty()},
+      {"sampling.repetition_penalty", s.repetition_penalty()},
+  };
+  for (const auto& [field, value] : fields) {
+    if (!std::isfinite(value)) return Invalid(field, "must be a finite number", value);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateSampling(const v1::SamplingParams& s, int context_window) {
+  if (auto st = ValidateFinite(s); !st.ok()) return st;
   if (s.max_tokens() < 0) {
     return Invalid("sampling.max_tokens", "must be >= 0 (0: until the context window is full)",
                    s.max_tokens());
@@ -67,7 +87,16 @@ absl::Status ValidateSampling(const v1::SamplingParams& s, int context_window) {
 
 }  // namespace
 
+absl::Status ValidateSessionId(absl::string_view session_id) {
+  if (session_id.size() > kMaxSessionIdLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_id is ", session_id.size(), " bytes; at most ", kMaxSessionIdLength));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateGenerateRequest(const v1::GenerateRequest& req, int context_window) {
+  if (auto st = ValidateSessionId(req.session_id()); !st.ok()) return st;
   if (auto st = ValidatePromptOrMessages(req); !st.ok()) return st;
   return ValidateSampling(req.sampling(), context_window);
 }

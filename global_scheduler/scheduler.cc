@@ -9,6 +9,7 @@
 #include "global_scheduler/kvpr.h"
 #include "global_scheduler/placement.h"
 #include "global_scheduler/request_validation.h"
+#include "proto/model_name.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::global_scheduler {
@@ -18,6 +19,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
   if (options.heartbeat_timeout <= options.heartbeat_interval) {
     return absl::InvalidArgumentError("heartbeat_timeout must exceed heartbeat_interval");
   }
+  if (options.max_sessions < 1) return absl::InvalidArgumentError("max_sessions must be >= 1");
   if (options.control_threads < 1) {
     return absl::InvalidArgumentError("control_threads must be >= 1");
   }
@@ -37,6 +39,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock)
     : options_(options),
       clock_(clock),
       cluster_(options.heartbeat_timeout, clock),
+      sessions_(clock, options.max_sessions),
       stats_(options.stats_window),
       pool_(std::make_unique<WorkerPool>(options.control_threads)) {}
 
@@ -76,16 +79,67 @@ std::shared_ptr<v1::Node::StubInterface> Scheduler::Stub(const std::string& node
   auto info = cluster_.Get(node_id);
   if (!info) return nullptr;
   absl::MutexLock lock(&mu_);
-  auto& slot = stubs_[node_id];
-  if (!slot.second || slot.first != info->address) {
-    auto channel = grpc::CreateChannel(info->address, grpc::InsecureChannelCredentials());
-    slot = {info->address, std::shared_ptr<v1::Node::StubInterface>(v1::Node::NewStub(channel))};
+  NodeChannel& slot = stubs_[node_id];
+  if (!slot.stub || slot.address != info->address) {
+    // Keepalive pings find a hung (stopped) node within about two seconds
+    // and fail its calls; quick reconnects find a restarted one.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);  // also the connect timeout
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    slot.address = info->address;
+    slot.channel =
+        grpc::CreateCustomChannel(info->address, grpc::InsecureChannelCredentials(), args);
+    slot.stub = std::shared_ptr<v1::Node::StubInterface>(v1::Node::NewStub(slot.channel));
   }
-  return slot.second;
+  return slot.stub;
 }
 
-v1::RegisterNodeResponse Scheduler::RegisterNode(const v1::RegisterNodeRequest& req) {
-  cluster_.Register(req);
+void Scheduler::ReportUnavailable(const std::string& node_id) {
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = stubs_.find(node_id);
+    if (it != stubs_.end()) channel = it->second.channel;
+  }
+  // UNAVAILABLE from the node itself (a draining model) leaves the
+  // connection READY; a dead or unreachable node's does not.
+  if (channel && channel->GetState(false) == GRPC_CHANNEL_READY) return;
+  spdlog::warn("node {} is unreachable: routing avoids it until its next heartbeat", node_id);
+  cluster_.MarkSuspect(node_id);
+}
+
+namespace {
+// Whether something accepts gRPC connections at `address` within `limit`.
+bool Reachable(const std::string& address, absl::Duration limit) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  return channel->WaitForConnected(absl::ToChronoTime(absl::Now() + limit));
+}
+}  // namespace
+
+absl::StatusOr<v1::RegisterNodeResponse> Scheduler::RegisterNode(
+    const v1::RegisterNodeRequest& req) {
+  absl::Status st = cluster_.Register(req);
+  if (absl::IsAlreadyExists(st)) {
+    // The id is held by a live incarnation elsewhere: a crashed node that
+    // restarted at a new address before its heartbeats timed out takes it
+    // over; a node that still answers keeps it.
+    const auto old = cluster_.Get(req.node_id());
+    if (old && !Reachable(old->address, options_.identity_probe)) {
+      spdlog::warn("node {}: old incarnation at {} does not answer; replaced by {}", req.node_id(),
+                   old->address, req.address());
+      st = cluster_.Register(req, /*replace_live=*/true);
+    }
+  }
+  if (!st.ok()) {
+    spdlog::error("refused node registration from {}: {}", req.address(),
+                  std::string(st.message()));
+    return st;
+  }
   for (const auto& m : req.models()) {
     registry_.RecordLoaded(m.name(), m.architecture(), m.context_window(), m.weight_bytes(),
                            m.kv_bytes_per_token());
@@ -100,7 +154,16 @@ v1::RegisterNodeResponse Scheduler::RegisterNode(const v1::RegisterNodeRequest& 
 
 v1::HeartbeatResponse Scheduler::Heartbeat(const v1::HeartbeatRequest& req) {
   v1::HeartbeatResponse resp;
-  resp.set_reregister(!cluster_.Heartbeat(req));
+  switch (cluster_.Heartbeat(req)) {
+    case HeartbeatResult::kOk:
+      break;
+    case HeartbeatResult::kReregister:
+      resp.set_reregister(true);
+      break;
+    case HeartbeatResult::kReplaced:
+      resp.set_replaced(true);
+      break;
+  }
   return resp;
 }
 
@@ -233,7 +296,10 @@ v1::ClusterState Scheduler::GetClusterState() const {
 }
 
 absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
-                                              const std::function<bool()>& cancelled) {
+                                              const std::function<bool()>& cancelled,
+                                              const std::string& avoid_node) {
+  // Validated first: a NOT_FOUND message echoes the name, which must be bounded.
+  if (auto st = ValidateModelName(req.model()); !st.ok()) return st;
   auto model = registry_.Get(req.model());
   if (!model) {
     return absl::NotFoundError(absl::StrCat(
@@ -251,11 +317,7 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
   std::string affinity;
   route.turn_messages.assign(req.messages().begin(), req.messages().end());
   if (!route.session_id.empty()) {
-    auto turn = sessions_.Begin(route.session_id, req.model(), !req.messages().empty());
-    if (!turn.ok()) return turn.status();
-    route.history = std::move(turn->history);
-    route.history_messages = std::move(turn->messages);
-    affinity = turn->node_id;
+    if (auto st = BeginSessionTurn(req, &route, &affinity); !st.ok()) return st;
   }
   registry_.RecordRequest(req.model(), clock_());
   // The wait is real time (a client is waiting), not policy time.
@@ -264,6 +326,7 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
   uint64_t version = cluster_.RoutingVersion();
   while (true) {
     auto nodes = cluster_.NodesWithModel(req.model());
+    std::erase(nodes, avoid_node);
     std::optional<std::string> pick;
     if (!affinity.empty() && std::find(nodes.begin(), nodes.end(), affinity) != nodes.end()) {
       pick = affinity;
@@ -320,24 +383,6 @@ void Scheduler::Complete(const Route& route, const v1::NodeFinal* final) {
     turn.messages.push_back(std::move(reply));
   }
   sessions_.Commit(route.session_id, route.node_id, std::move(turn));
-}
-
-bool Scheduler::EndSession(const std::string& session_id) {
-  bool existed = false;
-  auto node = sessions_.End(session_id, &existed);
-  if (node && cluster_.IsAlive(*node)) {
-    if (auto stub = Stub(*node)) {
-      pool_->Schedule([stub, session_id] {
-        v1::DropSessionRequest req;
-        req.set_session_id(session_id);
-        v1::DropSessionResponse resp;
-        grpc::ClientContext ctx;
-        ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-        stub->DropSession(&ctx, req, &resp);
-      });
-    }
-  }
-  return existed;
 }
 
 }  // namespace ballast::global_scheduler

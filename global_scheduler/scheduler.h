@@ -7,7 +7,9 @@
 //
 // The control loop's tick is a sequence of named steps (scheduler_control.cc):
 // sweep dead nodes, advance migrations, rebalance (kvpr), reconcile
-// replicas (making room by idle eviction where a load needs it), evict
+// replicas in both directions (loading missing ones, making room by idle
+// eviction only where a node refused a load for room, draining extra
+// ones), evict
 // models the catalogue no longer lists. Blocking node calls (load, evict,
 // drop session) run on a bounded WorkerPool, never a thread per call.
 //
@@ -16,6 +18,8 @@
 // Shutdown order: Stop() ends the control loop, then the worker pool (which
 // finishes the node calls already started or queued).
 #pragma once
+
+#include <grpcpp/channel.h>
 
 #include <map>
 #include <memory>
@@ -84,9 +88,18 @@ struct SchedulerOptions {
   // What a draining EvictModel call may take beyond drain_timeout (the
   // node's host copy and unmapping). Default 60 s.
   absl::Duration evict_rpc_margin = absl::Seconds(60);
+  // How long RegisterNode waits for a connection to the address of a live
+  // node whose id another incarnation claims. Default 500 ms.
+  absl::Duration identity_probe = absl::Milliseconds(500);
   // Threads for blocking node calls (load, evict, drop session); more
   // calls wait their turn. Default 16.
   int control_threads = 16;
+  // A session with no turn for this long is marked lost and its KV freed on
+  // the nodes (SessionDirectory::Expire, every control tick). Zero: never.
+  // Default 30 min.
+  absl::Duration session_ttl = absl::Minutes(30);
+  // Most sessions tracked (SessionDirectory). Default 100000.
+  int max_sessions = 100000;
   std::vector<ModelSpec> models;
 };
 
@@ -121,8 +134,10 @@ class Scheduler {
   // control_interval or when kicked). Tests drive it with an injected clock.
   void RunControlTick() { ControlTick(); }
 
-  // NodeRegistry.
-  v1::RegisterNodeResponse RegisterNode(const v1::RegisterNodeRequest& req);
+  // NodeRegistry. ALREADY_EXISTS when the id is held by a live node of
+  // another incarnation that still accepts connections at its address
+  // (probed for identity_probe); one that does not is replaced.
+  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(const v1::RegisterNodeRequest& req);
   v1::HeartbeatResponse Heartbeat(const v1::HeartbeatRequest& req);
 
   // Admin.
@@ -135,6 +150,8 @@ class Scheduler {
   absl::Status MigrateModel(const std::string& model, const std::string& from_node,
                             const std::string& to_node, const std::string& to_device = "");
   v1::ClusterState GetClusterState() const;
+  // Whether `model` is in the catalogue.
+  bool HasModel(const std::string& model) const { return registry_.Get(model).has_value(); }
   v1::ListModelsResponse ListModels() const;
   // A request of `model` finished: feeds the sliding-window statistics
   // (ListModels' `load`; KVPR's demand inputs).
@@ -142,17 +159,32 @@ class Scheduler {
   ModelRates Load(const std::string& model) const { return stats_.Rates(model, clock_()); }
 
   // Inference: validates `req`, begins the session turn and picks a node.
+  //
+  // Lost history: the first turn of a session id the directory does not
+  // know asks every live node whether it served turns of that id
+  // (DropSession, whose response says so; the call also frees any KV kept
+  // under the id). If one did, the scheduler lost the session's history
+  // (it restarted): the turn fails DATA_LOSS and the id stays lost
+  // (SessionDirectory). Clients need to send nothing extra. A suspect node,
+  // or one that does not answer within 500 ms, counts as not knowing the id.
   // While no replica is READY it waits (up to route_wait) for the cluster's
   // routing version to change; `cancelled` is checked on every change and
   // at least every 250 ms (the synchronous gRPC API has no cancellation
   // callback).
+  // `avoid_node`: a node this request already failed on (the one retry of
+  // a request whose node failed before its first token); never picked.
   absl::StatusOr<Route> RouteRequest(const v1::GenerateRequest& req,
-                                     const std::function<bool()>& cancelled);
+                                     const std::function<bool()>& cancelled,
+                                     const std::string& avoid_node = "");
   // Ends a routed request. On success (`final` set) the session history
   // grows by the turn's prompt and output tokens (a chat turn's prompt
   // replaces it, and its messages and the reply join the conversation);
   // on failure (null) it is left as it was.
   void Complete(const Route& route, const v1::NodeFinal* final);
+  // A call to `node_id` failed UNAVAILABLE: if its connection is down too,
+  // routing avoids the node at once (until its next heartbeat), not only
+  // after heartbeat_timeout.
+  void ReportUnavailable(const std::string& node_id);
   // EndSession: forgets the history and drops the KV on its node.
   bool EndSession(const std::string& session_id);
 
@@ -189,6 +221,8 @@ class Scheduler {
   void ControlTick();
   // Control-tick steps, in order.
   void SweepDeadNodes();
+  // Marks sessions idle past session_ttl lost and frees their KV.
+  void ExpireSessions();
   void AdvanceMigrations();
   void MaybeRebalance();
   Tick BeginTick() ABSL_LOCKS_EXCLUDED(mu_);
@@ -196,6 +230,9 @@ class Scheduler {
   void EvictUnlisted(const Tick& tick);
   // Steps of ReconcileReplicas for one model lacking replicas.
   void ReconcileModel(const ModelStatus& m, Tick* tick);
+  // More replicas of `m` than its spec wants (a node came back): drains
+  // one. True while there are too many (nothing else to do for `m`).
+  bool TrimReplicas(const ModelStatus& m, Tick* tick) ABSL_LOCKS_EXCLUDED(mu_);
   // Evicts the idlest model past idle_evict_after so `m` can load next tick.
   void MakeRoomFor(const ModelStatus& m, Tick* tick);
   void PlaceReplica(const ModelStatus& m, const std::set<std::string>& exclude, Tick* tick);
@@ -211,6 +248,15 @@ class Scheduler {
   // up to drain_timeout.
   void StartEvict(const std::string& model, const std::string& node_id, bool drain = false);
   bool IsLoading(const std::string& model) const ABSL_LOCKS_EXCLUDED(mu_);
+  // RouteRequest's session step: begins the turn (the lost-history check
+  // included) and fills the route's history and the affinity node.
+  absl::Status BeginSessionTurn(const v1::GenerateRequest& req, Route* route,
+                                std::string* affinity);
+  // Whether a live node served turns of `session_id` (see RouteRequest);
+  // frees what they kept.
+  bool NodesKnowSession(const std::string& session_id);
+  // Frees the session's KV (and the id) on every live node, in the pool.
+  void DropOnNodes(const std::string& session_id);
   // Wakes the control loop now (a request waits for an activation).
   void Kick();
   std::shared_ptr<v1::Node::StubInterface> Stub(const std::string& node_id);
@@ -228,14 +274,19 @@ class Scheduler {
   ModelStats stats_;
 
   mutable absl::Mutex mu_;
-  std::map<std::string, std::pair<std::string, std::shared_ptr<v1::Node::StubInterface>>> stubs_
-      ABSL_GUARDED_BY(mu_);  // node id -> (address, stub)
+  struct NodeChannel {
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;
+    std::shared_ptr<v1::Node::StubInterface> stub;
+  };
+  std::map<std::string, NodeChannel> stubs_ ABSL_GUARDED_BY(mu_);  // by node id
   // Node calls under way -> the device a load targets ("" for evictions).
   std::map<PendingKey, std::string> pending_ ABSL_GUARDED_BY(mu_);
   // model waiting for room -> the idle model being evicted for it
   std::map<std::string, std::string> evicting_for_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Migration> migrations_ ABSL_GUARDED_BY(mu_);  // by model
   absl::Time last_rebalance_ = absl::InfinitePast();                  // control loop only
+  absl::Time last_session_sweep_ = absl::InfinitePast();              // control loop only
 
   absl::Notification stop_;
   absl::Mutex kick_mu_;

@@ -38,6 +38,7 @@ absl::Duration Scheduler::Tick::Idle(const std::string& model) const {
 
 void Scheduler::ControlTick() {
   SweepDeadNodes();
+  ExpireSessions();
   AdvanceMigrations();
   MaybeRebalance();
   Tick tick = BeginTick();
@@ -101,6 +102,8 @@ void Scheduler::ReconcileReplicas(Tick* tick) {
 }
 
 void Scheduler::ReconcileModel(const ModelStatus& m, Tick* tick) {
+  if (tick->leaving.count(m.spec.name)) return;  // being evicted: not reloaded now
+  if (TrimReplicas(m, tick)) return;             // more replicas than wanted
   // Nodes that hold the model or are loading it.
   std::set<std::string> exclude;
   for (const auto& n : tick->nodes) {
@@ -126,9 +129,8 @@ void Scheduler::ReconcileModel(const ModelStatus& m, Tick* tick) {
       evicting_for_.erase(it);
     }
   }
-  // Room for the weights on some device? Only a load refused for room
-  // (needs_room) or weights that fit no live candidate device lead to an
-  // eviction; having no candidate node at all is not a lack of room.
+  // Eviction for room only after a load was refused for room (needs_room):
+  // a node's death, or a guess from reported memory, is no lack of room.
   bool candidates = false, fits = false;
   for (const auto& n : tick->nodes) {
     if (!n.alive || exclude.count(n.node_id)) continue;
@@ -136,12 +138,48 @@ void Scheduler::ReconcileModel(const ModelStatus& m, Tick* tick) {
     fits |= m.weight_bytes <= 0 || HasWeightRoom(n, m.weight_bytes);
   }
   if (!candidates) return;  // every live node holds it already, or none is live
-  const bool room = fits && !m.needs_room;
-  if (!room) {
+  if (m.needs_room) {
     MakeRoomFor(m, tick);
     return;
   }
+  if (!fits) {
+    // The weights seem to fit no device: ask the freest one. Only its
+    // refusal (RESOURCE_EXHAUSTED) makes the next tick evict for room.
+    if (auto target = ChooseNodeForLoad(tick->nodes, exclude)) {
+      StartLoad(m.spec, *target);
+      AddPlaceholder(&tick->nodes, *target, m.spec.name, m.weight_bytes);
+    }
+    return;
+  }
   PlaceReplica(m, exclude, tick);
+}
+
+bool Scheduler::TrimReplicas(const ModelStatus& m, Tick* tick) {
+  std::vector<std::string> ready;
+  int holders = 0;
+  for (const auto& n : tick->nodes) {
+    if (!n.alive) continue;
+    for (const auto& r : n.models) {
+      if (r.name() != m.spec.name || r.state() == v1::MODEL_STATE_DRAINING) continue;
+      ++holders;
+      if (r.state() == v1::MODEL_STATE_READY) ready.push_back(n.node_id);
+    }
+  }
+  if (holders <= m.spec.replicas || ready.empty()) return holders > m.spec.replicas;
+  {
+    absl::MutexLock lock(&mu_);
+    if (migrations_.count(m.spec.name)) return true;  // the move drains its source itself
+    for (const auto& [key, device] : pending_) {
+      if (key.model == m.spec.name) return true;  // one change at a time
+    }
+  }
+  // Snapshot order is by id: the last READY replica goes, drained.
+  const std::string& node_id = ready.back();
+  spdlog::info("model {} has {} replicas, {} wanted: draining the one on node {}", m.spec.name,
+               holders, m.spec.replicas, node_id);
+  StartEvict(m.spec.name, node_id, /*drain=*/true);
+  tick->leaving.insert(m.spec.name);
+  return true;
 }
 
 void Scheduler::MakeRoomFor(const ModelStatus& m, Tick* tick) {
@@ -255,6 +293,7 @@ void Scheduler::StartLoad(const ModelSpec& spec, const Target& target) {
       const std::string err =
           absl::StrCat("load on node ", target.node_id, " failed: ", st.error_message());
       spdlog::error("model {}: {}", spec.name, err);
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE) ReportUnavailable(target.node_id);
       registry_.RecordLoadError(spec.name, err, ClassifyLoadError(st.error_code()), clock_(),
                                 options_.load_retry);
     }
@@ -294,6 +333,7 @@ void Scheduler::StartEvict(const std::string& model, const std::string& node_id,
       spdlog::info("model {} evicted from node {}", model, node_id);
     } else {
       spdlog::warn("evicting {} from node {} failed: {}", model, node_id, st.error_message());
+      if (st.error_code() == grpc::StatusCode::UNAVAILABLE) ReportUnavailable(node_id);
     }
     {
       absl::MutexLock lock(&mu_);

@@ -4,15 +4,30 @@
 
 namespace ballast::global_scheduler {
 
+absl::Status SessionDirectory::LostError(const std::string& session_id, LostReason why) {
+  return absl::DataLossError(
+      absl::StrCat("session ", session_id, "'s history was lost (",
+                   why == LostReason::kExpired ? "it expired after scheduler.session_ttl_ms idle"
+                                               : "the scheduler restarted and forgot it",
+                   "); call EndSession and start over, or use a new session_id"));
+}
+
 absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_id,
                                                     const std::string& model, bool chat) {
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = sessions_.try_emplace(session_id);
   Session& s = it->second;
   if (inserted) {
+    if (static_cast<int>(sessions_.size()) > max_sessions_) {
+      sessions_.erase(it);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the scheduler tracks ", max_sessions_,
+                       " sessions (scheduler.max_sessions); end finished ones with EndSession"));
+    }
     s.model = model;
     s.chat = chat;
   }
+  if (s.lost) return LostError(session_id, *s.lost);
   if (s.model != model) {
     return absl::InvalidArgumentError(
         absl::StrCat("session ", session_id, " belongs to model ", s.model, ", not ", model));
@@ -27,7 +42,8 @@ absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_i
         "session ", session_id, " already has a turn in flight; wait for it to finish"));
   }
   s.busy = true;
-  return SessionTurn{s.tokens, s.messages, s.node_id};
+  s.last_used = clock_();
+  return SessionTurn{s.tokens, s.messages, s.node_id, inserted};
 }
 
 void SessionDirectory::Commit(const std::string& session_id, const std::string& node_id,
@@ -42,6 +58,7 @@ void SessionDirectory::Commit(const std::string& session_id, const std::string& 
   for (auto& m : turn.messages) s.messages.push_back(std::move(m));
   s.node_id = node_id;
   s.busy = false;
+  s.last_used = clock_();
 }
 
 void SessionDirectory::Abort(const std::string& session_id) {
@@ -49,6 +66,8 @@ void SessionDirectory::Abort(const std::string& session_id) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return;
   it->second.busy = false;
+  it->second.last_used = clock_();
+  if (it->second.lost) return;
   if (it->second.tokens.empty() && it->second.messages.empty()) sessions_.erase(it);
 }
 
@@ -67,6 +86,42 @@ void SessionDirectory::ForgetNode(const std::string& node_id) {
   absl::MutexLock lock(&mu_);
   for (auto& [id, s] : sessions_)
     if (s.node_id == node_id) s.node_id.clear();
+}
+
+void SessionDirectory::MarkLost(const std::string& session_id, LostReason why) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return;
+  Session& s = it->second;
+  s.lost = why;
+  s.busy = false;
+  s.tokens = {};
+  s.messages = {};
+  s.node_id.clear();
+  s.last_used = clock_();
+}
+
+std::vector<std::pair<std::string, std::string>> SessionDirectory::Expire(absl::Duration ttl) {
+  std::vector<std::pair<std::string, std::string>> expired;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_();
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    Session& s = it->second;
+    if (s.busy || now - s.last_used < ttl) {
+      ++it;
+    } else if (s.lost) {
+      it = sessions_.erase(it);  // a tombstone idle another TTL
+    } else {
+      expired.emplace_back(it->first, s.node_id);
+      s.lost = LostReason::kExpired;
+      s.tokens = {};
+      s.messages = {};
+      s.node_id.clear();
+      s.last_used = now;
+      ++it;
+    }
+  }
+  return expired;
 }
 
 int SessionDirectory::size() const {

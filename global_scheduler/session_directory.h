@@ -10,9 +10,19 @@
 // finished turn, Abort() ends a failed or cancelled one without changing
 // the history. A session is a text or a chat session from its first turn
 // on; a turn of the other kind is INVALID_ARGUMENT.
+//
+// Lost history: a session whose history the scheduler no longer has is
+// marked lost (MarkLost: a node still knew the id after a scheduler restart;
+// Expire: idle past the TTL). Every turn of a lost session fails DATA_LOSS,
+// naming why, until EndSession forgets it or it stays idle one more TTL;
+// then the id is free for a new session. A lost session keeps no history.
+//
+// Limits: at most `max_sessions` sessions (lost ones included); Begin of a
+// new one beyond that is RESOURCE_EXHAUSTED.
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -21,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "ballast/v1/inference.pb.h"
 
 namespace ballast::global_scheduler {
@@ -29,6 +40,7 @@ struct SessionTurn {
   std::vector<int> history;               // tokens before this turn
   std::vector<v1::ChatMessage> messages;  // chat: the conversation so far
   std::string node_id;                    // affinity; empty if none yet
+  bool fresh = false;                     // Begin created the session
 };
 
 // A finished turn, as Commit records it.
@@ -42,8 +54,15 @@ struct TurnRecord {
   std::vector<v1::ChatMessage> messages;
 };
 
+// Why a session was marked lost (the DATA_LOSS message says it).
+enum class LostReason { kForgotten, kExpired };
+
 class SessionDirectory {
  public:
+  explicit SessionDirectory(std::function<absl::Time()> clock = absl::Now,
+                            int max_sessions = 100000)
+      : clock_(std::move(clock)), max_sessions_(max_sessions) {}
+
   // `chat`: the turn sends messages (else a prompt).
   absl::StatusOr<SessionTurn> Begin(const std::string& session_id, const std::string& model,
                                     bool chat = false);
@@ -53,7 +72,15 @@ class SessionDirectory {
   std::optional<std::string> End(const std::string& session_id, bool* existed);
   // Forgets affinity to a dead node (history is kept).
   void ForgetNode(const std::string& node_id);
+  // Marks a session lost (see above) and ends its turn in flight.
+  void MarkLost(const std::string& session_id, LostReason why);
+  // Marks sessions idle for `ttl` (no turn in flight) lost, returning their
+  // ids and affinity nodes (whose KV the caller frees); erases lost ones
+  // idle another `ttl`.
+  std::vector<std::pair<std::string, std::string>> Expire(absl::Duration ttl);
   int size() const;
+  // The DATA_LOSS a turn of a lost session fails with.
+  static absl::Status LostError(const std::string& session_id, LostReason why);
 
  private:
   struct Session {
@@ -63,7 +90,11 @@ class SessionDirectory {
     std::string node_id;
     bool chat = false;
     bool busy = false;
+    absl::Time last_used;
+    std::optional<LostReason> lost;
   };
+  const std::function<absl::Time()> clock_;
+  const int max_sessions_;
   mutable absl::Mutex mu_;
   std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
 };

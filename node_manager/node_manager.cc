@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -16,13 +17,15 @@ namespace ballast::node_manager {
 // itself (the engine calls OnDone exactly once, last).
 class NodeManager::CountingSink final : public engine::GenerationSink {
  public:
-  CountingSink(NodeManager* node, std::string model, engine::GenerationSink* inner)
-      : node_(node), model_(std::move(model)), inner_(inner) {}
+  CountingSink(NodeManager* node, std::string model, std::string session,
+               engine::GenerationSink* inner)
+      : node_(node), model_(std::move(model)), session_(std::move(session)), inner_(inner) {}
   void OnToken(int id, const std::string& text, const engine::TokenLogprobs* logprobs) override {
     inner_->OnToken(id, text, logprobs);
   }
   void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
     // Counted out first: once the caller sees OnDone, the count agrees.
+    if (r.ok() && !session_.empty()) node_->SessionServed(session_);
     node_->RequestDone(model_);
     inner_->OnDone(std::move(r));
     delete this;
@@ -31,6 +34,7 @@ class NodeManager::CountingSink final : public engine::GenerationSink {
  private:
   NodeManager* const node_;
   const std::string model_;
+  const std::string session_;
   engine::GenerationSink* const inner_;
 };
 
@@ -93,8 +97,18 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
   return n;
 }
 
+namespace {
+// A process's incarnation id: random, so a restart is told from a duplicate.
+std::string NewIncarnation() {
+  absl::BitGen gen;
+  return absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16));
+}
+}  // namespace
+
 NodeManager::NodeManager(const NodeOptions& options)
-    : options_(options), host_cache_(options.host_weight_cache_bytes) {}
+    : options_(options),
+      incarnation_(NewIncarnation()),
+      host_cache_(options.host_weight_cache_bytes) {}
 
 // What the scheduler learns about a resident model.
 v1::ResidentModel NodeManager::Describe(const engine::ModelEngine& e,
@@ -406,7 +420,7 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
     }
     ++inflight_[req.model()];
   }
-  auto* counting = new CountingSink(this, req.model(), sink);
+  auto* counting = new CountingSink(this, req.model(), req.session_id(), sink);
   if (auto st = a.engine->Submit(std::move(g), counting); !st.ok()) {
     delete counting;
     RequestDone(req.model());
@@ -415,9 +429,16 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   return a;
 }
 
-void NodeManager::DropSession(const std::string& session_id) {
+bool NodeManager::DropSession(const std::string& session_id) {
   for (const auto& d : devices_)
     for (const auto& e : d->Engines()) e->DropSession(session_id);
+  absl::MutexLock lock(&mu_);
+  return served_sessions_.erase(session_id) > 0;
+}
+
+void NodeManager::SessionServed(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  served_sessions_.insert(session_id);
 }
 
 std::vector<v1::DeviceState> NodeManager::DeviceStates() const {
@@ -430,6 +451,8 @@ std::vector<v1::DeviceState> NodeManager::DeviceStates() const {
     s.set_memory_used_bytes(u.memory_used_bytes);
     s.set_kv_blocks_total(u.kv_blocks_total);
     s.set_kv_blocks_used(u.kv_blocks_total - u.kv_blocks_free);
+    s.set_kv_bytes_used(u.kv_bytes_used);
+    s.set_kv_bytes_free(u.kv_bytes_free);
     s.set_queue_length(u.waiting);
     s.set_running(u.running);
     for (const auto& m : u.models) s.add_resident_models(m);
@@ -446,31 +469,39 @@ std::vector<v1::ResidentModel> NodeManager::ResidentModels() const {
   return out;
 }
 
-void NodeManager::StartHeartbeats(const std::string& address) {
+void NodeManager::StartHeartbeats(const std::string& address,
+                                  std::function<void(const absl::Status&)> on_refused) {
   if (options_.scheduler_address.empty() || heartbeat_.joinable()) return;
   advertise_ = address;
+  on_refused_ = std::move(on_refused);
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
 }
 
-bool NodeManager::RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* interval) {
+absl::Status NodeManager::RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* interval) {
   v1::RegisterNodeRequest req;
   req.set_node_id(options_.node_id);
   req.set_address(advertise_);
+  req.set_incarnation(incarnation_);
   for (auto& d : DeviceStates()) *req.add_devices() = d;
   for (auto& m : ResidentModels()) *req.add_models() = m;
   v1::RegisterNodeResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   grpc::Status st = stub->Register(&ctx, req, &resp);
+  if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+    return absl::AlreadyExistsError(absl::StrCat("scheduler ", options_.scheduler_address,
+                                                 " refused this node: ", st.error_message()));
+  }
   if (!st.ok()) {
     spdlog::warn("registering with scheduler {} failed: {}", options_.scheduler_address,
                  st.error_message());
-    return false;
+    return absl::UnavailableError(st.error_message());
   }
   if (resp.heartbeat_interval_ms() > 0)
     *interval = absl::Milliseconds(resp.heartbeat_interval_ms());
-  spdlog::info("registered with scheduler {} as {}", options_.scheduler_address, options_.node_id);
-  return true;
+  spdlog::info("registered with scheduler {} as {} (incarnation {})", options_.scheduler_address,
+               options_.node_id, incarnation_);
+  return absl::OkStatus();
 }
 
 void NodeManager::HeartbeatLoop() {
@@ -483,28 +514,55 @@ void NodeManager::HeartbeatLoop() {
                                            grpc::InsecureChannelCredentials(), args);
   auto stub = v1::NodeRegistry::NewStub(channel);
   bool registered = false;
+  absl::Status refused;
   absl::Duration interval = absl::Seconds(1);
-  while (!stop_.HasBeenNotified()) {
+  // While unregistered, attempts (each logging its failure) back off from
+  // 500 ms, doubling up to kMaxRegisterBackoff.
+  absl::Duration backoff = absl::Milliseconds(500);
+  absl::Time last_reached = absl::InfinitePast();
+  while (!stop_.HasBeenNotified() && refused.ok()) {
+    absl::Status st;
+    bool reached = true;
     if (!registered) {
-      registered = RegisterOnce(stub.get(), &interval);
+      st = RegisterOnce(stub.get(), &interval);
     } else {
       v1::HeartbeatRequest req;
       req.set_node_id(options_.node_id);
+      req.set_incarnation(incarnation_);
       for (auto& d : DeviceStates()) *req.add_devices() = d;
       for (auto& m : ResidentModels()) *req.add_models() = m;
       req.set_inflight_requests(inflight());
       v1::HeartbeatResponse resp;
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + interval));
-      grpc::Status st = stub->Heartbeat(&ctx, req, &resp);
-      if (st.ok() && resp.reregister()) {
+      grpc::Status hb = stub->Heartbeat(&ctx, req, &resp);
+      if (hb.ok() && resp.replaced()) {
+        st = absl::AlreadyExistsError(absl::StrCat("another process registered as node ",
+                                                   options_.node_id, " with scheduler ",
+                                                   options_.scheduler_address, ": this one stops"));
+      } else if (hb.ok() && resp.reregister()) {
         spdlog::warn("scheduler asked node {} to register again", options_.node_id);
-        registered = RegisterOnce(stub.get(), &interval);
-      } else if (!st.ok()) {
-        spdlog::debug("heartbeat failed: {}", st.error_message());
+        registered = false;
+        st = RegisterOnce(stub.get(), &interval);
+      } else if (!hb.ok()) {
+        spdlog::debug("heartbeat failed: {}", hb.error_message());
+        reached = false;
       }
     }
-    stop_.WaitForNotificationWithTimeout(registered ? interval : absl::Milliseconds(500));
+    if (absl::IsAlreadyExists(st)) {
+      refused = st;
+      break;
+    }
+    if (st.ok()) registered = true;
+    // Serving (grpc health) only while registered and heard from lately.
+    if (registered && reached && st.ok()) last_reached = absl::Now();
+    connected_.store(registered && absl::Now() - last_reached <= 3 * interval);
+    stop_.WaitForNotificationWithTimeout(registered ? interval : backoff);
+    backoff = registered ? absl::Milliseconds(500) : std::min(2 * backoff, kMaxRegisterBackoff);
+  }
+  if (!refused.ok()) {
+    spdlog::error("{}", std::string(refused.message()));
+    if (on_refused_) on_refused_(refused);
   }
 }
 

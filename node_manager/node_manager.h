@@ -12,8 +12,11 @@
 // (which fail in-flight requests with UNAVAILABLE).
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,14 +96,23 @@ struct Admission {
 engine::GenerationParams ToGenerationParams(const v1::SamplingParams& s,
                                             const engine::GenerationDefaults& defaults);
 
+// Longest wait between registration attempts while the scheduler is
+// unreachable (attempts back off from 500 ms).
+inline constexpr absl::Duration kMaxRegisterBackoff = absl::Seconds(8);
+
 class NodeManager {
  public:
   static absl::StatusOr<std::unique_ptr<NodeManager>> Create(const NodeOptions& options);
   ~NodeManager();
 
   // Starts registering and heartbeating (no-op without a scheduler address),
-  // advertising `address` (the bound host:port) to the scheduler.
-  void StartHeartbeats(const std::string& address);
+  // advertising `address` (the bound host:port) to the scheduler, as this
+  // process's incarnation (random per start). If the scheduler refuses the
+  // node id (another live node holds it) or says another incarnation
+  // replaced this one, heartbeats stop and `on_refused` runs once, on the
+  // heartbeat thread, with the reason.
+  void StartHeartbeats(const std::string& address,
+                       std::function<void(const absl::Status&)> on_refused = nullptr);
   void Shutdown();
 
   // Loads a model on `device` (or the device with the most free memory).
@@ -126,11 +138,24 @@ class NodeManager {
   // gets exactly once if this returns OK (never if it returns an error).
   absl::StatusOr<Admission> Submit(const v1::NodeGenerateRequest& req,
                                    engine::GenerationSink* sink);
-  void DropSession(const std::string& session_id);
+  // Frees the session's KV on every engine; returns whether a turn of it
+  // succeeded here since it was last dropped (the scheduler's lost-history
+  // check, Scheduler::RouteRequest). The node keeps each such id until the
+  // scheduler drops it (EndSession, expiry, that check).
+  bool DropSession(const std::string& session_id);
+  // Whether `model` is loaded (or loading) on one of the node's devices.
+  bool HasModel(const std::string& model) const {
+    std::string device;
+    return FindEngine(model, &device) != nullptr;
+  }
 
   std::vector<v1::DeviceState> DeviceStates() const;
   std::vector<v1::ResidentModel> ResidentModels() const;
   const NodeOptions& options() const { return options_; }
+  // Registered with the scheduler and heard from within three heartbeat
+  // intervals (a node without a scheduler address: always). The node's
+  // grpc health reports SERVING only while this holds.
+  bool Connected() const { return options_.scheduler_address.empty() || connected_.load(); }
   std::vector<DeviceWorker*> devices() const;
   // Requests submitted and not yet done, on the whole node or one model.
   int inflight() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -139,7 +164,9 @@ class NodeManager {
  private:
   explicit NodeManager(const NodeOptions& options);
   void HeartbeatLoop();
-  bool RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* interval);
+  // OK once registered; ALREADY_EXISTS if the scheduler refused the id;
+  // UNAVAILABLE (any other failure) to retry.
+  absl::Status RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* interval);
   std::shared_ptr<engine::ModelEngine> FindEngine(const std::string& model,
                                                   std::string* device) const;
   absl::StatusOr<v1::ResidentModel> Activate(const engine::ModelEngineOptions& base,
@@ -152,6 +179,8 @@ class NodeManager {
   void SetState(const std::string& model, v1::ModelState state) ABSL_LOCKS_EXCLUDED(mu_);
   // A request of `model` is done (the counting sink's OnDone).
   void RequestDone(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
+  // A turn of `session_id` succeeded (the counting sink's OnDone).
+  void SessionServed(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
   class CountingSink;
 
   // What the node knows of each model it holds or is loading.
@@ -164,11 +193,15 @@ class NodeManager {
 
   const NodeOptions options_;
   std::string advertise_;  // set once by StartHeartbeats
+  const std::string incarnation_;
+  std::function<void(const absl::Status&)> on_refused_;  // set once by StartHeartbeats
   std::vector<std::unique_ptr<DeviceWorker>> devices_;
   mutable absl::Mutex mu_;
   std::map<std::string, int> inflight_ ABSL_GUARDED_BY(mu_);  // by model
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Lifecycle> lifecycle_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> served_sessions_ ABSL_GUARDED_BY(mu_);  // see DropSession
+  std::atomic<bool> connected_{false};                          // see Connected
   HostWeightCache host_cache_;
   ChatPrompts chat_prompts_;
   absl::Mutex load_mu_;  // serialises loads so two cannot overcommit a device

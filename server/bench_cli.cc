@@ -29,6 +29,7 @@ struct BenchCli::State {
   std::string scales = "1";
   std::string configs;
   std::string stats_file;
+  std::string stats_models;
   bench::ArrivalParams arrivals;
   bench::BurstyParams bursty;
   bench::ChatParams chat;
@@ -101,6 +102,8 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
 
   s.stats_cmd = trace->add_subcommand("stats", "print a trace's statistics");
   s.stats_cmd->add_option("file", s.stats_file)->required();
+  s.stats_cmd->add_option("--models", s.stats_models,
+                          "the catalogue (comma-separated): idle models count in the active share");
 
   s.bench_cmd = app->add_subcommand("bench", "replay a trace and report SLO attainment");
   s.bench_cmd->require_subcommand(0, 1);
@@ -113,6 +116,9 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
     c->add_option("--duration", s.bench.duration_s, "replay only this many seconds of arrivals");
     c->add_option("--out", s.bench.out, "output directory")->capture_default_str();
     c->add_option("--max-inflight", s.bench.max_inflight)->capture_default_str();
+    c->add_option("--max-client-lag-ms", s.bench.max_client_lag_ms,
+                  "client lag p99 beyond which a run is flagged invalid")
+        ->capture_default_str();
     c->add_flag("!--no-plots", s.bench.plots, "skip the gnuplot PNGs");
   };
   s.compare_cmd = s.bench_cmd->add_subcommand(
@@ -132,6 +138,10 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
                           "replay only this many seconds of arrivals");
   s.bench_cmd->add_option("--out", s.bench.out, "output directory")->capture_default_str();
   s.bench_cmd->add_option("--max-inflight", s.bench.max_inflight)->capture_default_str();
+  s.bench_cmd
+      ->add_option("--max-client-lag-ms", s.bench.max_client_lag_ms,
+                   "client lag p99 beyond which a run is flagged invalid")
+      ->capture_default_str();
   s.bench_cmd->add_flag("!--no-plots", s.bench.plots, "skip the gnuplot PNGs");
 }
 
@@ -175,7 +185,7 @@ bool BenchCli::RunParsed(int* rc) {
     return true;
   }
   if (s.stats_cmd->parsed()) {
-    *rc = RunTraceStats(s.stats_file);
+    *rc = RunTraceStats(s.stats_file, SplitList(s.stats_models));
     return true;
   }
   if (s.bench_cmd->parsed()) {

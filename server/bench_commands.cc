@@ -3,9 +3,13 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -31,14 +35,28 @@ int Error(const std::string& msg) {
   return 2;
 }
 
-// Replays `trace` at every rate scale against `target`; writes result.json,
-// requests-<scale>.csv and plots into `out`. Returns the reports.
+// Writes `text` to `path` through a temporary file and a rename: a reader
+// (or a kill) never sees half a file.
+void WriteFileAtomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) std::cerr << "warning: cannot write " << path.string() << ": " << ec.message() << "\n";
+}
+
+// Replays `trace` at every rate scale against `target`; after each scale
+// writes requests-<scale>.csv, result-<scale>.json and result.json (the runs
+// so far) into `out`, then plots at the end. Returns the reports.
 // `server_for` returns the scheduler address to use at rate scale k (and may
-// start a server); `after_each` runs after each replay.
+// start a server); `after_each` runs after each replay with the reports so far.
 absl::StatusOr<std::vector<bench::Report>> ReplayAll(
     const std::vector<bench::TraceRecord>& trace, const BenchFlags& f, const std::string& out,
     const std::function<absl::StatusOr<std::string>(double)>& server_for,
-    const std::function<void()>& after_each = {}) {
+    const std::function<void(const std::vector<bench::Report>&)>& after_each = {}) {
   fs::create_directories(out);
   std::vector<bench::ReplayResult> runs;
   std::vector<bench::Report> reports;
@@ -52,20 +70,23 @@ absl::StatusOr<std::vector<bench::Report>> ReplayAll(
     o.duration_s = f.duration_s;
     o.max_inflight = f.max_inflight;
     auto res = bench::Replay(trace, o);
-    if (after_each) after_each();
     if (!res.ok()) return res.status();
-    bench::Report rep = bench::Summarize(*res, f.slo_scale);
-    std::cout << bench::FormatReport(rep) << "\n";
+    bench::Report rep = bench::Summarize(*res, f.slo_scale, f.max_client_lag_ms);
+    std::cout << bench::FormatReport(rep) << std::endl;
     if (auto st = bench::WriteRequestsCsv(
             (fs::path(out) / absl::StrCat("requests-", k, ".csv")).string(), *res, f.slo_scale);
         !st.ok()) {
       return st;
     }
-    json["runs"].push_back(bench::ToJson(rep));
+    const nlohmann::json run = bench::ToJson(rep);
+    WriteFileAtomic(fs::path(out) / absl::StrCat("result-", k, ".json"),
+                    nlohmann::json({{"trace", f.trace}, {"run", run}}).dump(2) + "\n");
+    json["runs"].push_back(run);
+    WriteFileAtomic(fs::path(out) / "result.json", json.dump(2) + "\n");
     runs.push_back(std::move(*res));
     reports.push_back(rep);
+    if (after_each) after_each(reports);
   }
-  std::ofstream(fs::path(out) / "result.json") << json.dump(2) << "\n";
   if (f.plots) {
     // Detail plots from the run closest to rate scale 1.
     size_t detail = 0;
@@ -75,13 +96,24 @@ absl::StatusOr<std::vector<bench::Report>> ReplayAll(
     // Plots are a convenience: without gnuplot the results still stand.
     auto pngs = bench::RenderPlots(out, runs, reports, detail);
     if (pngs.ok()) {
-      std::cout << "plots: " << absl::StrJoin(*pngs, ", ") << "\n";
+      std::cout << "plots: " << absl::StrJoin(*pngs, ", ") << std::endl;
     } else {
       std::cerr << "warning: no plots: " << pngs.status().message() << "\n";
     }
   }
-  std::cout << "results: " << (fs::path(out) / "result.json").string() << "\n";
+  std::cout << "results: " << (fs::path(out) / "result.json").string() << std::endl;
   return reports;
+}
+
+// The `ballast serve` child of a running comparison, for the signal handler.
+std::atomic<pid_t> g_serve_pid{-1};
+
+// SIGINT/SIGTERM during a comparison: stop the child, then die of the signal.
+void ForwardAndDie(int sig) {
+  const pid_t pid = g_serve_pid.load();
+  if (pid > 0) kill(pid, SIGTERM);
+  signal(sig, SIG_DFL);
+  raise(sig);
 }
 
 // `ballast serve` under one config, on its own ports, for compare runs.
@@ -103,8 +135,12 @@ class ServeProcess {
     std::vector<std::string> argv = {"ballast",       "serve",      "--config",         config,
                                      "--listen",      *target,      "--metrics-listen", "",
                                      "--node-listen", "127.0.0.1:0"};
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ == 0) {
+      // Die with the comparison, even if it is killed outright (SIGKILL).
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(1);
       int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(out, 1);
       dup2(out, 2);
@@ -114,6 +150,7 @@ class ServeProcess {
       fexecve(self_fd, args.data(), environ);
       _exit(127);
     }
+    g_serve_pid = pid_;
     // Ready when every configured model has a READY replica.
     auto stub =
         v1::Inference::NewStub(grpc::CreateChannel(*target, grpc::InsecureChannelCredentials()));
@@ -122,6 +159,7 @@ class ServeProcess {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
+        g_serve_pid = -1;
         const std::string how = WIFSIGNALED(status)
                                     ? absl::StrCat("was killed by signal ", WTERMSIG(status))
                                     : absl::StrCat("exited with status ", WEXITSTATUS(status));
@@ -151,12 +189,67 @@ class ServeProcess {
     kill(pid_, SIGTERM);
     int status = 0;
     waitpid(pid_, &status, 0);
+    g_serve_pid = -1;
     pid_ = -1;
   }
 
  private:
   pid_t pid_ = -1;
 };
+
+// Writes compare.md and compare.json from the runs so far (`all[c]`: the
+// reports of config c in rate-scale order; missing ones are not run yet).
+// Invalid runs (client lag) are marked and never count toward the highest
+// rate scale with >= 99% TTFT attainment. Returns the Markdown.
+std::string WriteCompare(const BenchFlags& f, const std::vector<std::vector<bench::Report>>& all) {
+  std::vector<double> best(all.size(), 0);
+  bool any_invalid = false;
+  for (size_t c = 0; c < all.size(); ++c) {
+    for (const auto& r : all[c]) {
+      any_invalid |= !r.valid;
+      if (r.valid && r.total.ttft_attainment >= 0.99) best[c] = std::max(best[c], r.rate_scale);
+    }
+  }
+  std::string md = "| config |";
+  for (double k : f.rate_scales) md += absl::StrFormat(" TTFT@%gx |", k);
+  md += " max rate scale with ≥99% TTFT | ratio to first |\n|---|";
+  for (size_t i = 0; i < f.rate_scales.size() + 2; ++i) md += "---|";
+  md += "\n";
+  nlohmann::json table = nlohmann::json::array();
+  for (size_t c = 0; c < all.size(); ++c) {
+    nlohmann::json row = {{"config", f.configs[c]}, {"attainment", nlohmann::json::array()}};
+    md += absl::StrCat("| ", fs::path(f.configs[c]).stem().string(), " |");
+    for (size_t i = 0; i < f.rate_scales.size(); ++i) {
+      if (i >= all[c].size()) {
+        md += " not run |";
+        continue;
+      }
+      const bench::Report& r = all[c][i];
+      md += absl::StrFormat(" %.1f%%%s |", 100 * r.total.ttft_attainment,
+                            r.valid ? "" : " (invalid)");
+      row["attainment"].push_back({{"rate_scale", r.rate_scale},
+                                   {"ttft", r.total.ttft_attainment},
+                                   {"tpot", r.total.tpot_attainment},
+                                   {"client_lag_p99_ms", r.client_lag_ms.p99},
+                                   {"valid", r.valid}});
+    }
+    const double ratio = best[0] > 0 ? best[c] / best[0] : 0;
+    md += absl::StrFormat(" %g | %s |\n", best[c],
+                          best[0] > 0 ? absl::StrFormat("%.2f", ratio) : std::string("n/a"));
+    row["max_rate_scale_99_ttft"] = best[c];
+    row["ratio_to_first"] = ratio;
+    table.push_back(row);
+  }
+  if (any_invalid) {
+    md += absl::StrFormat(
+        "\n(invalid): the client lagged (send - scheduled arrival p99 > %g ms); such runs do not "
+        "count toward the max rate scale.\n",
+        f.max_client_lag_ms);
+  }
+  WriteFileAtomic(fs::path(f.out) / "compare.md", md);
+  WriteFileAtomic(fs::path(f.out) / "compare.json", table.dump(2) + "\n");
+  return md;
+}
 
 }  // namespace
 
@@ -166,14 +259,15 @@ int RunTraceGenerate(const std::vector<bench::TraceRecord>& trace, const std::st
   return 0;
 }
 
-int RunTraceStats(const std::string& path) {
+int RunTraceStats(const std::string& path, const std::vector<std::string>& models) {
   auto trace = bench::ReadTrace(path);
   if (!trace.ok()) return Error(std::string(trace.status().message()));
-  std::cout << bench::FormatStats(bench::ComputeStats(*trace));
+  std::cout << bench::FormatStats(bench::ComputeStats(*trace, 5.0, models));
   return 0;
 }
 
 int RunBench(const BenchFlags& f) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   auto trace = bench::ReadTrace(f.trace);
   if (!trace.ok()) return Error(std::string(trace.status().message()));
   auto reports =
@@ -186,16 +280,21 @@ int RunBench(const BenchFlags& f) {
 
 int RunBenchCompare(const BenchFlags& f) {
   if (f.configs.empty()) return Error("--configs needs at least one config file");
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   auto trace = bench::ReadTrace(f.trace);
   if (!trace.ok()) return Error(std::string(trace.status().message()));
-  nlohmann::json table = nlohmann::json::array();
-  std::vector<double> best_scale;
+  fs::create_directories(f.out);
+  signal(SIGINT, ForwardAndDie);
+  signal(SIGTERM, ForwardAndDie);
+  std::vector<std::string> names;
   std::vector<std::vector<bench::Report>> all;
   for (const auto& config : f.configs) {
     const std::string name = fs::path(config).stem().string();
     const std::string out = (fs::path(f.out) / name).string();
     fs::create_directories(out);
-    std::cout << "=== " << name << " (" << config << ")\n";
+    std::cout << "=== " << name << " (" << config << ")" << std::endl;
+    names.push_back(name);
+    all.emplace_back();
     ServeProcess serve;
     // A fresh server for every rate scale: runs do not share caches or state.
     auto reports = ReplayAll(
@@ -208,38 +307,25 @@ int RunBenchCompare(const BenchFlags& f) {
           if (!st.ok()) return st;
           return target;
         },
-        [&] { serve.Stop(); });
+        [&](const std::vector<bench::Report>& so_far) {
+          serve.Stop();
+          all.back() = so_far;
+          WriteCompare(f, all);
+        });
     if (!reports.ok()) return Error(absl::StrCat(config, ": ", reports.status().message()));
-    double best = 0;
-    for (const auto& r : *reports)
-      if (r.total.ttft_attainment >= 0.99) best = std::max(best, r.rate_scale);
-    best_scale.push_back(best);
-    all.push_back(*reports);
   }
-  std::string md = "| config |";
-  for (double k : f.rate_scales) md += absl::StrFormat(" TTFT@%gx |", k);
-  md += " max rate scale with ≥99% TTFT | ratio to first |\n|---|";
-  for (size_t i = 0; i < f.rate_scales.size() + 2; ++i) md += "---|";
-  md += "\n";
-  for (size_t c = 0; c < f.configs.size(); ++c) {
-    nlohmann::json row = {{"config", f.configs[c]}, {"attainment", nlohmann::json::array()}};
-    md += "| " + fs::path(f.configs[c]).stem().string() + " |";
-    for (const auto& r : all[c]) {
-      md += absl::StrFormat(" %.1f%% |", 100 * r.total.ttft_attainment);
-      row["attainment"].push_back({{"rate_scale", r.rate_scale},
-                                   {"ttft", r.total.ttft_attainment},
-                                   {"tpot", r.total.tpot_attainment}});
+  const std::string md = WriteCompare(f, all);
+  if (f.plots) {
+    auto png = bench::RenderComparePlot(f.out, names, all);
+    if (png.ok()) {
+      std::cout << "plot: " << *png << std::endl;
+    } else {
+      std::cerr << "warning: no plot: " << png.status().message() << "\n";
     }
-    const double ratio = best_scale[0] > 0 ? best_scale[c] / best_scale[0] : 0;
-    md += absl::StrFormat(" %g | %s |\n", best_scale[c],
-                          best_scale[0] > 0 ? absl::StrFormat("%.2f", ratio) : std::string("n/a"));
-    row["max_rate_scale_99_ttft"] = best_scale[c];
-    row["ratio_to_first"] = ratio;
-    table.push_back(row);
   }
-  std::ofstream(fs::path(f.out) / "compare.md") << md;
-  std::ofstream(fs::path(f.out) / "compare.json") << table.dump(2) << "\n";
-  std::cout << md << "written: " << (fs::path(f.out) / "compare.md").string() << "\n";
+  std::cout << md << "written: " << (fs::path(f.out) / "compare.md").string() << std::endl;
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/generators.h"
+#include "bench/report.h"
 
 namespace ballast::server {
 
@@ -18,14 +19,23 @@ struct BenchFlags {
   double duration_s = 0;
   std::string out = "bench-out";
   int max_inflight = 512;
+  // A run whose client lag (send - scheduled arrival) p99 exceeds this is
+  // flagged invalid in result.json and compare.md.
+  double max_client_lag_ms = bench::kDefaultMaxClientLagMs;
   bool plots = true;
   std::vector<std::string> configs;  // compare only
 };
 
 // Writes the trace to `out` and prints its statistics.
 int RunTraceGenerate(const std::vector<bench::TraceRecord>& trace, const std::string& out);
-int RunTraceStats(const std::string& path);
+// `models`: the catalogue; its models without requests count as idle.
+int RunTraceStats(const std::string& path, const std::vector<std::string>& models = {});
 int RunBench(const BenchFlags& f);
+// Writes each config's result-<scale>.json, requests-<scale>.csv and
+// result.json (runs so far) and compare.md/.json after every rate scale, so
+// a stopped comparison leaves complete files; stdout is line-buffered. Its
+// `ballast serve` children die with it (PR_SET_PDEATHSIG, and SIGINT/SIGTERM
+// are forwarded to them).
 int RunBenchCompare(const BenchFlags& f);
 
 }  // namespace ballast::server

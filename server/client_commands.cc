@@ -117,10 +117,11 @@ int RunCluster(const std::string& target) {
     for (const auto& d : n.devices()) {
       std::string models;
       for (const auto& m : d.resident_models()) models += (models.empty() ? "" : ", ") + m;
+      // KV in bytes: block counts miss an elastic arena's unformatted room.
       std::cout << absl::StrFormat(
-          "  %s: memory %s / %s, KV blocks %d / %d used, queue %d, running %d, models [%s]\n",
-          d.name(), Mib(d.memory_used_bytes()), Mib(d.memory_total_bytes()), d.kv_blocks_used(),
-          d.kv_blocks_total(), d.queue_length(), d.running(), models);
+          "  %s: memory %s / %s, KV %s used / %s free, queue %d, running %d, models [%s]\n",
+          d.name(), Mib(d.memory_used_bytes()), Mib(d.memory_total_bytes()), Mib(d.kv_bytes_used()),
+          Mib(d.kv_bytes_free()), d.queue_length(), d.running(), models);
     }
   }
   std::cout << state.sessions() << " session(s)\n";

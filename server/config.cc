@@ -79,6 +79,17 @@ absl::Status ParseSlo(Section& parent, uint32_t* ttft, uint32_t* tpot, const std
   return s.Finish();
 }
 
+// scheduler.session_ttl_ms (0: sessions never expire) and max_sessions.
+absl::Status ParseSessionLimits(Section& s, global_scheduler::SchedulerOptions* o) {
+  int64_t ttl_ms = absl::ToInt64Milliseconds(o->session_ttl);
+  RETURN_IF_ERROR(s.Get("session_ttl_ms", &ttl_ms));
+  if (ttl_ms < 0) return s.Error(s.Key("session_ttl_ms"), "must be >= 0 (0: never expire)");
+  o->session_ttl = absl::Milliseconds(ttl_ms);
+  RETURN_IF_ERROR(s.Get("max_sessions", &o->max_sessions));
+  if (o->max_sessions < 1) return s.Error(s.Key("max_sessions"), "must be >= 1");
+  return absl::OkStatus();
+}
+
 absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, SchedulerSection* out) {
   Section s(n, "scheduler", file);
   RETURN_IF_ERROR(s.Check());
@@ -118,6 +129,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
     RETURN_IF_ERROR(s.Get("migration_threshold", &o.migration_threshold));
     if (o.migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
   }
+  RETURN_IF_ERROR(ParseSessionLimits(s, &o));
   RETURN_IF_ERROR(s.Get("placement_policy", &o.placement_policy));
   if (o.placement_policy != "most_free" && o.placement_policy != "kvpr" &&
       o.placement_policy != "mme") {

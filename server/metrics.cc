@@ -93,14 +93,27 @@ Metrics::Metrics()
                         .Help("Page map/unmap calls (driver calls) per device")
                         .Register(*registry_)) {}
 
+void Metrics::AddModelSource(std::function<bool(const std::string&)> known) {
+  absl::MutexLock lock(&sources_mu_);
+  sources_.push_back(std::move(known));
+}
+
+std::string Metrics::ModelLabel(const std::string& model) const {
+  absl::MutexLock lock(&sources_mu_);
+  for (const auto& known : sources_)
+    if (known(model)) return model;
+  return kUnknownModel;
+}
+
 void Metrics::Record(prometheus::Family<prometheus::Counter>& requests,
                      prometheus::Family<prometheus::Histogram>& ttft,
                      prometheus::Family<prometheus::Histogram>& tpot,
                      prometheus::Family<prometheus::Counter>& tokens, const RequestOutcome& o) {
-  requests.Add({{"model", o.model}, {"status", o.status}}).Increment();
-  if (o.ttft_s >= 0) ttft.Add({{"model", o.model}}, LatencyBuckets()).Observe(o.ttft_s);
-  if (o.tpot_s >= 0) tpot.Add({{"model", o.model}}, LatencyBuckets()).Observe(o.tpot_s);
-  if (o.tokens > 0) tokens.Add({{"model", o.model}}).Increment(static_cast<double>(o.tokens));
+  const std::string model = ModelLabel(o.model);
+  requests.Add({{"model", model}, {"status", o.status}}).Increment();
+  if (o.ttft_s >= 0) ttft.Add({{"model", model}}, LatencyBuckets()).Observe(o.ttft_s);
+  if (o.tpot_s >= 0) tpot.Add({{"model", model}}, LatencyBuckets()).Observe(o.tpot_s);
+  if (o.tokens > 0) tokens.Add({{"model", model}}).Increment(static_cast<double>(o.tokens));
 }
 
 void Metrics::SchedulerRequest(const RequestOutcome& o) {

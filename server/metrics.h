@@ -3,13 +3,20 @@
 // Scheduler families are `ballast_scheduler_*`, node families
 // `ballast_node_*`; the embedded `serve` exports both from one registry.
 //
+// Label cardinality: a request's `model` label is its model's name only if
+// a model source (AddModelSource: the scheduler's catalogue, the node's
+// resident models) knows the name; every other name counts under the one
+// value "unknown", so junk names in requests cannot grow /metrics.
+//
 // Thread-safety: all methods are thread-safe (prometheus-cpp metrics are;
 // the preemption delta bookkeeping has its own mutex).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -47,6 +54,14 @@ class Metrics {
   Metrics();
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
+  // Label value for models no source knows.
+  static constexpr const char* kUnknownModel = "unknown";
+  // Adds a predicate saying whether a model name is registered. Call before
+  // requests are recorded (sources must outlive this object's use).
+  void AddModelSource(std::function<bool(const std::string&)> known);
+  // `model`, or kUnknownModel if no source knows it.
+  std::string ModelLabel(const std::string& model) const;
+
   void SchedulerRequest(const RequestOutcome& o);
   void SetNodes(int alive, int dead);
   void SetSessions(int n);
@@ -78,6 +93,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& kv_slabs_;
   prometheus::Family<prometheus::Gauge>& kv_bytes_;
   prometheus::Family<prometheus::Counter>& driver_calls_;
+
+  mutable absl::Mutex sources_mu_;
+  std::vector<std::function<bool(const std::string&)>> sources_ ABSL_GUARDED_BY(sources_mu_);
 
   absl::Mutex mu_;
   // Last cumulative value seen per series, to turn totals into increments.

@@ -125,8 +125,8 @@ grpc::Status NodeService::EvictModel(grpc::ServerContext*, const v1::EvictModelR
 }
 
 grpc::Status NodeService::DropSession(grpc::ServerContext*, const v1::DropSessionRequest* req,
-                                      v1::DropSessionResponse*) {
-  node_->DropSession(req->session_id());
+                                      v1::DropSessionResponse* resp) {
+  resp->set_existed(node_->DropSession(req->session_id()));
   return grpc::Status::OK;
 }
 

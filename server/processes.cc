@@ -3,15 +3,19 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "server/gateway/http_gateway.h"
+#include "server/grpc_errors.h"
 #include "server/metrics.h"
 #include "server/model_tokenizer.h"
 #include "server/node_service.h"
@@ -47,18 +51,30 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const std::string& liste
                                                         const std::string& what) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder b;
+  // gRPC binds with SO_REUSEPORT by default: a second process on the same
+  // port would then share (and cross-wire) it instead of failing.
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Accept the scheduler's keepalive pings (every second, even between
+  // calls) without answering them with GOAWAY "too many pings".
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  InstallRequestErrors(&b);  // invalid UTF-8: INVALID_ARGUMENT, rate-limited logs
   int port = 0;
   b.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   for (auto* s : services) b.RegisterService(s);
   auto server = b.BuildAndStart();
   if (!server || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat(what, ": cannot listen on ", listen, " (address in use or invalid)"));
+    return absl::UnavailableError(absl::StrCat(what, ": cannot listen on ", listen, " (port ",
+                                               listen.substr(listen.rfind(':') + 1),
+                                               " already in use, or an invalid address)"));
   }
   *bound = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
   server->GetHealthCheckService()->SetServingStatus(true);
   return server;
 }
+
+// How long SIGTERM lets the streams in flight finish (scheduler and node).
+constexpr std::chrono::seconds kDrainOnStop(30);
 
 struct SchedulerParts {
   std::unique_ptr<global_scheduler::Scheduler> scheduler;
@@ -75,7 +91,7 @@ struct SchedulerParts {
     server->GetHealthCheckService()->SetServingStatus(false);
     // The gateway first: it cancels its streams, which are gRPC calls to `server`.
     if (gateway) gateway->Shutdown();
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server->Shutdown(std::chrono::system_clock::now() + kDrainOnStop);
     stop_gauges.Notify();
     if (gauges.joinable()) gauges.join();
     scheduler->Stop();
@@ -88,6 +104,8 @@ absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSe
   auto s = global_scheduler::Scheduler::Create(cfg.options);
   if (!s.ok()) return s.status();
   p->scheduler = std::move(*s);
+  metrics->AddModelSource(
+      [sched = p->scheduler.get()](const std::string& m) { return sched->HasModel(m); });
   p->inference = std::make_unique<InferenceService>(p->scheduler.get(), metrics);
   p->admin = std::make_unique<AdminService>(p->scheduler.get());
   p->registry = std::make_unique<RegistryService>(p->scheduler.get());
@@ -126,13 +144,32 @@ struct NodeParts {
   std::string address;
   std::thread gauges;
   absl::Notification stop_gauges;
+  // Set when the scheduler refused this node's id or replaced it.
+  absl::Mutex refused_mu;
+  absl::Status refused ABSL_GUARDED_BY(refused_mu);
+
+  absl::Status Refused() {
+    absl::MutexLock lock(&refused_mu);
+    return refused;
+  }
 
   void Shutdown() {
     server->GetHealthCheckService()->SetServingStatus(false);
     stop_gauges.Notify();
     if (gauges.joinable()) gauges.join();
-    node->Shutdown();  // heartbeats, then device workers (fails in-flight requests)
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    // Drain: the server takes no new calls (the scheduler retries them on
+    // another replica) and lets the streams in flight finish on the still
+    // running engines, for up to kDrainOnStop; then it cancels the rest.
+    // Past that, the node stops too, which also ends handlers blocked in it
+    // (a draining eviction).
+    absl::Notification drained;
+    std::thread drain([&] {
+      server->Shutdown(std::chrono::system_clock::now() + kDrainOnStop);
+      drained.Notify();
+    });
+    drained.WaitForNotificationWithTimeout(absl::FromChrono(kDrainOnStop) + absl::Seconds(1));
+    node->Shutdown();  // heartbeats, then device workers
+    drain.join();
   }
 };
 
@@ -141,15 +178,29 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
   auto n = node_manager::NodeManager::Create(cfg.options);
   if (!n.ok()) return n.status();
   p->node = std::move(*n);
+  metrics->AddModelSource(
+      [node = p->node.get()](const std::string& m) { return node->HasModel(m); });
   p->service = std::make_unique<NodeService>(p->node.get(), metrics);
   auto server = StartGrpc(cfg.listen, {p->service.get()}, &p->address, "node");
   if (!server.ok()) return server.status();
   p->server = std::move(*server);
   std::string advertise = cfg.options.advertise_address;
   if (advertise.empty()) advertise = p->address;  // the bound listen address
-  p->node->StartHeartbeats(advertise);
-  p->gauges = std::thread([raw = p.get(), metrics] {
+  p->node->StartHeartbeats(advertise, [raw = p.get()](const absl::Status& st) {
+    {
+      absl::MutexLock lock(&raw->refused_mu);
+      raw->refused = st;
+    }
+    kill(getpid(), SIGTERM);  // wakes WaitForSignal; the process exits non-zero
+  });
+  p->gauges = std::thread([raw = p.get(), metrics, serving = true]() mutable {
     do {
+      // grpc health: NOT_SERVING while the scheduler does not know this node.
+      if (const bool c = raw->node->Connected();
+          c != serving && !raw->stop_gauges.HasBeenNotified()) {
+        raw->server->GetHealthCheckService()->SetServingStatus(c);
+        serving = c;
+      }
       for (auto* d : raw->node->devices()) {
         const auto u = d->Usage();
         metrics->SetDevice({d->name(), u.kv_blocks_total - u.kv_blocks_free, u.kv_blocks_free,
@@ -251,6 +302,7 @@ int RunNode(const Config& config) {
   if (!n.ok()) return Fail(n.status());
   WaitForSignal();
   (*n)->Shutdown();
+  if (absl::Status refused = (*n)->Refused(); !refused.ok()) return Fail(refused);
   return 0;
 }
 

@@ -1,11 +1,14 @@
 #include "server/scheduler_service.h"
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "global_scheduler/request_validation.h"
+#include "proto/model_name.h"
 #include "server/status_util.h"
 #include "spdlog/spdlog.h"
 
@@ -43,6 +46,60 @@ class CancelWatcher {
 
 double MsSince(absl::Time t) { return absl::ToDoubleMilliseconds(absl::Now() - t); }
 
+v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
+                                    const global_scheduler::Route& route, absl::Time t0) {
+  v1::NodeGenerateRequest nreq;
+  nreq.set_request_id(NewRequestId());
+  nreq.set_model(req.model());
+  for (int t : route.history) nreq.add_history_tokens(t);
+  nreq.set_prompt(req.prompt());
+  for (const auto& m : route.history_messages) *nreq.add_history_messages() = m;
+  *nreq.mutable_messages() = req.messages();
+  nreq.set_session_id(req.session_id());
+  *nreq.mutable_sampling() = req.sampling();
+  nreq.mutable_slo()->set_ttft_ms(route.ttft_ms);
+  nreq.mutable_slo()->set_tpot_ms(route.tpot_ms);
+  nreq.set_priority(req.priority());
+  nreq.set_reject_if_slo_unmet(req.reject_if_slo_unmet());
+  nreq.set_scheduler_ms(MsSince(t0));
+  return nreq;
+}
+
+// One attempt of a request on its routed node: the node's tokens go to the
+// client as they come.
+struct Attempt {
+  grpc::Status status;
+  std::optional<v1::NodeFinal> final;
+  bool streamed = false;  // a token reached the client: no retry now
+  bool client_gone = false;
+};
+
+Attempt Proxy(grpc::ServerContext* ctx, const global_scheduler::Route& route,
+              const v1::NodeGenerateRequest& nreq, grpc::ServerWriter<v1::GenerateResponse>* writer,
+              absl::Time t0, double* ttft_ms) {
+  Attempt a;
+  grpc::ClientContext up;
+  CancelWatcher watcher(ctx, &up);
+  auto reader = route.stub->Generate(&up, nreq);
+  v1::NodeGenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (resp.has_token()) {
+      if (*ttft_ms < 0) *ttft_ms = MsSince(t0);
+      a.streamed = true;
+      v1::GenerateResponse out;
+      *out.mutable_token() = resp.token();
+      if (!a.client_gone && !writer->Write(out)) {
+        a.client_gone = true;
+        up.TryCancel();
+      }
+    } else if (resp.has_final()) {
+      a.final = resp.final();
+    }
+  }
+  a.status = reader->Finish();
+  return a;
+}
+
 }  // namespace
 
 grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
@@ -55,76 +112,61 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const v1::Gene
     metrics_->SchedulerRequest(outcome);
     return st;
   };
-  auto route = sched_->RouteRequest(*req, [ctx] { return ctx->IsCancelled(); });
+  const auto cancelled = [ctx] { return ctx->IsCancelled(); };
+  auto route = sched_->RouteRequest(*req, cancelled);
   if (!route.ok()) return finish(ToGrpc(route.status()));
-
-  v1::NodeGenerateRequest nreq;
-  nreq.set_request_id(NewRequestId());
-  nreq.set_model(req->model());
-  for (int t : route->history) nreq.add_history_tokens(t);
-  nreq.set_prompt(req->prompt());
-  for (const auto& m : route->history_messages) *nreq.add_history_messages() = m;
-  *nreq.mutable_messages() = req->messages();
-  nreq.set_session_id(req->session_id());
-  *nreq.mutable_sampling() = req->sampling();
-  nreq.mutable_slo()->set_ttft_ms(route->ttft_ms);
-  nreq.mutable_slo()->set_tpot_ms(route->tpot_ms);
-  nreq.set_priority(req->priority());
-  nreq.set_reject_if_slo_unmet(req->reject_if_slo_unmet());
-  nreq.set_scheduler_ms(MsSince(t0));
-
-  grpc::ClientContext up;
-  std::optional<v1::NodeFinal> final;
   double ttft_ms = -1;
-  bool client_gone = false;
-  grpc::Status st;
-  {
-    CancelWatcher watcher(ctx, &up);
-    auto reader = route->stub->Generate(&up, nreq);
-    v1::NodeGenerateResponse resp;
-    while (reader->Read(&resp)) {
-      if (resp.has_token()) {
-        if (ttft_ms < 0) ttft_ms = MsSince(t0);
-        v1::GenerateResponse out;
-        *out.mutable_token() = resp.token();
-        if (!client_gone && !writer->Write(out)) {
-          client_gone = true;
-          up.TryCancel();
-        }
-      } else if (resp.has_final()) {
-        final = resp.final();
-      }
+  Attempt a;
+  for (int attempt = 0;; ++attempt) {
+    a = Proxy(ctx, *route, NodeRequest(*req, *route, t0), writer, t0, &ttft_ms);
+    const bool ok = a.status.ok() && a.final.has_value() && !a.client_gone && !ctx->IsCancelled();
+    sched_->Complete(*route, ok ? &*a.final : nullptr);
+    if (a.client_gone || ctx->IsCancelled()) {
+      return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
     }
-    st = reader->Finish();
+    if (a.status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    sched_->ReportUnavailable(route->node_id);
+    if (a.streamed || attempt > 0) break;
+    // The node failed before the first token: once, on another replica.
+    spdlog::warn("request for {} failed on node {} before its first token ({}): retrying",
+                 req->model(), route->node_id, a.status.error_message());
+    auto retry = sched_->RouteRequest(*req, cancelled, route->node_id);
+    if (!retry.ok()) return finish(ToGrpc(retry.status()));
+    route = std::move(retry);
   }
-  const bool ok = st.ok() && final.has_value() && !client_gone && !ctx->IsCancelled();
-  sched_->Complete(*route, ok ? &*final : nullptr);
-  if (client_gone || ctx->IsCancelled()) {
-    return finish(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
-  }
-  if (!st.ok()) {
-    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      st = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        absl::StrCat("node ", route->node_id, " failed during the request: ",
-                                     st.error_message(), "; retry (sessions are recomputed)"));
+  if (!a.status.ok()) {
+    if (a.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      a.status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              absl::StrCat("node ", route->node_id,
+                                           " failed during the request: ", a.status.error_message(),
+                                           "; retry (sessions are recomputed)"));
     }
-    return finish(st);
+    return finish(a.status);
   }
-  if (!final) return finish(grpc::Status(grpc::StatusCode::INTERNAL, "node sent no final message"));
+  if (!a.final) {
+    return finish(grpc::Status(grpc::StatusCode::INTERNAL, "node sent no final message"));
+  }
+  return finish(SendFinal(*req, *a.final, t0, ttft_ms, writer, &outcome));
+}
+
+grpc::Status InferenceService::SendFinal(const v1::GenerateRequest& req, const v1::NodeFinal& final,
+                                         absl::Time t0, double ttft_ms,
+                                         grpc::ServerWriter<v1::GenerateResponse>* writer,
+                                         RequestOutcome* outcome) {
   v1::GenerateResponse out;
   v1::Final* f = out.mutable_final();
-  *f = final->final();
+  *f = final.final();
   f->mutable_timings()->set_ttft_ms(ttft_ms >= 0 ? ttft_ms : MsSince(t0));
   f->mutable_timings()->set_e2e_ms(MsSince(t0));
   writer->Write(out);
-  outcome.ttft_s = f->timings().ttft_ms() / 1000.0;
-  if (f->usage().completion_tokens() > 1) outcome.tpot_s = f->timings().mean_tpot_ms() / 1000.0;
-  outcome.tokens = f->usage().completion_tokens();
+  outcome->ttft_s = f->timings().ttft_ms() / 1000.0;
+  if (f->usage().completion_tokens() > 1) outcome->tpot_s = f->timings().mean_tpot_ms() / 1000.0;
+  outcome->tokens = f->usage().completion_tokens();
   // Prompt tokens whose KV was computed (reused session KV is not new load).
-  sched_->RecordCompletion(req->model(),
+  sched_->RecordCompletion(req.model(),
                            f->usage().prompt_tokens() - f->usage().cached_prompt_tokens(),
                            f->usage().completion_tokens());
-  return finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status InferenceService::CheckSessionAndModel(const std::string& session_id,
@@ -132,7 +174,9 @@ grpc::Status InferenceService::CheckSessionAndModel(const std::string& session_i
   if (session_id.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "session_id is required");
   }
+  if (auto st = global_scheduler::ValidateSessionId(session_id); !st.ok()) return ToGrpc(st);
   if (!model.empty()) {
+    if (auto st = ValidateModelName(model); !st.ok()) return ToGrpc(st);
     const v1::ListModelsResponse list = sched_->ListModels();
     for (const auto& m : list.models())
       if (m.name() == model) return grpc::Status::OK;
@@ -161,6 +205,9 @@ grpc::Status InferenceService::EndSession(grpc::ServerContext*, const v1::EndSes
                                           v1::EndSessionResponse* resp) {
   if (req->session_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "session_id is required");
+  }
+  if (auto st = global_scheduler::ValidateSessionId(req->session_id()); !st.ok()) {
+    return ToGrpc(st);
   }
   resp->set_existed(sched_->EndSession(req->session_id()));
   return grpc::Status::OK;
@@ -208,7 +255,9 @@ grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterN
   if (req->node_id().empty() || req->address().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node_id and address are required");
   }
-  *resp = sched_->RegisterNode(*req);
+  auto registered = sched_->RegisterNode(*req);
+  if (!registered.ok()) return ToGrpc(registered.status());
+  *resp = *registered;
   return grpc::Status::OK;
 }
 

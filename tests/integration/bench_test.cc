@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -97,6 +98,22 @@ class BenchTest : public ::testing::Test {
     std::ifstream in(p);
     return nlohmann::json::parse(in);
   }
+  // Pids of live `ballast serve` processes whose command line names `needle`.
+  static std::vector<pid_t> ServesNaming(const std::string& needle) {
+    std::vector<pid_t> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream in(e.path() / "cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+      if (cmd.find(" serve ") != std::string::npos && cmd.find(needle) != std::string::npos) {
+        out.push_back(std::stoi(name));
+      }
+    }
+    return out;
+  }
   static int Lines(const fs::path& p) {
     std::ifstream in(p);
     int n = 0;
@@ -148,6 +165,11 @@ TEST_F(BenchTest, ChatTraceReplayAccountsForEveryRequest) {
     EXPECT_GT(run["advisories"]["by_status"]["UNIMPLEMENTED"].get<int>(), 0);
     EXPECT_EQ(Lines(out / absl::StrCat("requests-", run["rate_scale"].get<double>(), ".csv")),
               total + 1);
+    for (const char* k :
+         {"client_lag_mean_ms", "client_lag_p50_ms", "client_lag_p99_ms", "client_lag_max_ms",
+          "valid", "input_token_throughput", "output_token_throughput"}) {
+      EXPECT_TRUE(run.contains(k)) << k;
+    }
   }
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
     // deploy/install-deps.sh installs gnuplot-nox (CI has it); elsewhere
@@ -178,11 +200,57 @@ TEST_F(BenchTest, CompareRunsEveryConfigOnTheSameTrace) {
   EXPECT_EQ(table[0]["ratio_to_first"],
             table[0]["max_rate_scale_99_ttft"].get<double>() > 0 ? 1.0 : 0.0);
   for (const auto& row : table) EXPECT_EQ(row["attainment"].size(), 1u);
-  EXPECT_EQ(Lines(out / "compare.md"), 4);  // header, rule, two configs
+  std::ifstream md(out / "compare.md");
+  int rows = 0;
+  for (std::string line; std::getline(md, line);) rows += line.rfind("|", 0) == 0;
+  EXPECT_EQ(rows, 4);  // header, rule, two configs
   for (const char* cfg : {"tiny", "tinier-kv"}) {
     const auto r = ReadJson(out / cfg / "result.json");
     EXPECT_TRUE(r["runs"][0]["accounting_ok"].get<bool>()) << cfg;
+    EXPECT_TRUE(fs::exists(out / cfg / "result-1.json")) << cfg;
   }
+}
+
+// SIGTERM mid-comparison: the finished rate scale's files are complete, and
+// the `ballast serve` child of the unfinished one does not outlive it.
+TEST_F(BenchTest, StoppedCompareLeavesPerScaleFilesAndNoServe) {
+  ASSERT_EQ(Run({"trace", "bursty", "--out", (dir_ / "bursty.jsonl").string(), "--models", "a,b",
+                 "--duration", "3", "--persistent-rate", "3", "--burst-rate", "4",
+                 "--group-interval", "1", "--on-mean", "1", "--length-scale", "0.1"},
+                "trace.log"),
+            0);
+  const fs::path out = dir_ / "cmp";
+  testing::ChildProcess p(
+      {kBin, "bench", "compare", "--trace", (dir_ / "bursty.jsonl").string(), "--configs",
+       (dir_ / "tiny.yaml").string(), "--rate-scale", "1,0.2", "--out", out.string(), "--no-plots"},
+      (dir_ / "compare.log").string());
+  // Stop it once scale 1 is done and scale 0.2's server (a 15 s replay) has started.
+  const fs::path first = out / "tiny" / "result-1.json";
+  const fs::path second_log = out / "tiny" / "serve-0.2.log";
+  for (int i = 0; i < 12000 && p.running(); ++i) {
+    if (fs::exists(first) && fs::exists(second_log)) break;
+    usleep(10000);
+  }
+  ASSERT_TRUE(p.running()) << "compare ended before it could be stopped\n" << p.Log();
+  ASSERT_TRUE(fs::exists(first)) << p.Log();
+  ASSERT_FALSE(ServesNaming(dir_.string()).empty()) << "no serve child to outlive compare";
+  const int status = p.Stop(SIGTERM);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  const auto run = ReadJson(first)["run"];
+  EXPECT_EQ(run["rate_scale"], 1);
+  EXPECT_TRUE(run["accounting_ok"].get<bool>());
+  EXPECT_EQ(Lines(out / "tiny" / "requests-1.csv"), run["total"]["total"].get<int>() + 1);
+  EXPECT_EQ(ReadJson(out / "tiny" / "result.json")["runs"].size(), 1u);
+  EXPECT_EQ(ReadJson(out / "compare.json")[0]["attainment"].size(), 1u);
+  EXPECT_TRUE(fs::exists(out / "compare.md"));
+  // Its serve child dies with it (it may take a moment to shut down).
+  std::vector<pid_t> left = ServesNaming(dir_.string());
+  for (int i = 0; i < 1000 && !left.empty(); ++i) {
+    usleep(10000);
+    left = ServesNaming(dir_.string());
+  }
+  EXPECT_TRUE(left.empty()) << "ballast serve outlived bench compare";
+  for (pid_t pid : left) kill(pid, SIGKILL);
 }
 
 }  // namespace

@@ -153,12 +153,22 @@ TEST_F(ClusterTest, HealthAndMetricsEndpoints) {
   EXPECT_EQ(hr.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   ASSERT_TRUE(Generate("alpha", "metrics", 5).status.ok());
   EXPECT_EQ(Generate("nope", "x", 1).status.error_code(), grpc::StatusCode::NOT_FOUND);
+  const size_t size_before = testing::HttpGet(sched_metrics_, "/metrics").size();
+  // Unknown model names share one label value: 50 of them add no series.
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(Generate(absl::StrCat("junk-", i), "x", 1).status.error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
   const std::string body = testing::HttpGet(sched_metrics_, "/metrics");
+  EXPECT_EQ(body.find("junk-"), std::string::npos);
+  EXPECT_LE(body.size(), size_before + 64);
   EXPECT_NE(body.find("ballast_scheduler_requests_total{model=\"alpha\",status=\"OK\"} 1"),
             std::string::npos)
       << body;
-  EXPECT_NE(body.find("ballast_scheduler_requests_total{model=\"nope\",status=\"NOT_FOUND\"} 1"),
-            std::string::npos);
+  EXPECT_NE(
+      body.find("ballast_scheduler_requests_total{model=\"unknown\",status=\"NOT_FOUND\"} 51"),
+      std::string::npos)
+      << body;
   EXPECT_NE(body.find("ballast_scheduler_ttft_seconds_count{model=\"alpha\"} 1"),
             std::string::npos);
   EXPECT_NE(body.find("ballast_scheduler_tokens_generated_total{model=\"alpha\"} 5"),

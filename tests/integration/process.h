@@ -56,6 +56,10 @@ class ChildProcess {
     pid_ = -1;
     return exit_status_;
   }
+  // Sends `sig` without waiting (SIGSTOP, SIGCONT).
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
+  }
   // Reaps the child if it has exited (a zombie still answers kill(pid, 0)).
   bool running() {
     if (pid_ <= 0) return false;

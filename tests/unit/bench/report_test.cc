@@ -13,6 +13,7 @@ RequestOutcome Done(const std::string& model, double ttft_ms, double tpot_ms, in
   r.model = model;
   r.status = "OK";
   r.any_token = true;
+  r.release_s = 1.0;
   r.send_s = 1.0;
   r.first_token_s = 1.0 + ttft_ms / 1e3;
   r.output_tokens = tokens;
@@ -26,7 +27,10 @@ RequestOutcome Failed(const std::string& model, const std::string& status, bool 
   r.model = model;
   r.status = status;
   r.any_token = token;
-  r.send_s = 1.0;
+  if (status != "ABORTED") {  // an aborted dependent is never sent
+    r.release_s = 1.0;
+    r.send_s = 1.0;
+  }
   r.end_s = 1.1;
   return r;
 }
@@ -73,6 +77,65 @@ TEST(Report, AttainmentUsesModelSlosAndTheScale) {
   ReplayResult res = Result();
   res.requests[1].ttft_slo_ms = 200;
   EXPECT_NEAR(Summarize(res, 1.0).total.ttft_attainment, 4.0 / 7, 1e-9);
+}
+
+TEST(Report, LatenciesAreTimedFromTheScheduledArrival) {
+  ReplayResult res = Result();
+  // Scheduled at 0.5 s, sent 0.5 s late at 1.0 s, first token 80 ms after
+  // the send: its TTFT is 580 ms, not 80.
+  res.requests[0].release_s = 0.5;
+  EXPECT_NEAR(res.requests[0].ttft_ms(), 580, 1e-6);
+  EXPECT_NEAR(res.requests[0].e2e_ms(), 580 + 32, 1e-6);
+  EXPECT_NEAR(res.requests[0].client_lag_ms(), 500, 1e-6);
+  const Report r = Summarize(res, 1.0);
+  EXPECT_NEAR(r.total.ttft_attainment, 2.0 / 7, 1e-9);  // a80 now misses
+  EXPECT_NEAR(r.total.ttft_ms.max, 580, 1e-6);
+  EXPECT_EQ(r.client_lag_ms.n, 6);  // every request sent; ABORTED never was
+  EXPECT_NEAR(r.client_lag_ms.max, 500, 1e-6);
+  EXPECT_NEAR(r.client_lag_ms.p50, 0, 1e-6);
+}
+
+TEST(Report, ClientLagBeyondTheThresholdInvalidatesTheRun) {
+  ReplayResult res = Result();
+  EXPECT_TRUE(Summarize(res, 1.0).valid);
+  for (auto& r : res.requests) r.release_s = r.send_s - 0.2;  // every send 200 ms late
+  const Report r = Summarize(res, 1.0);
+  EXPECT_FALSE(r.valid);
+  EXPECT_NE(r.invalid_reason.find("client lag p99"), std::string::npos);
+  EXPECT_NEAR(r.client_lag_ms.p99, 200, 1e-6);
+  EXPECT_TRUE(Summarize(res, 1.0, 250).valid);
+  const auto j = ToJson(r);
+  EXPECT_FALSE(j["valid"].get<bool>());
+  for (const char* k : {"client_lag_mean_ms", "client_lag_p50_ms", "client_lag_p99_ms",
+                        "client_lag_max_ms", "max_client_lag_ms", "invalid_reason"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_NE(FormatReport(r).find("INVALID RUN"), std::string::npos);
+}
+
+TEST(Report, RequestsWithFewerThanTwoTokensHaveNoTpot) {
+  ReplayResult res = Result();
+  RequestOutcome one = Done("a", 50, 0, 1);  // one token: meets TTFT, has no TPOT
+  EXPECT_FALSE(one.has_tpot());
+  res.requests.push_back(one);
+  res.trace_requests++;
+  const Report r = Summarize(res, 1.0);
+  EXPECT_EQ(r.total.no_tpot, 1);
+  EXPECT_EQ(r.total.met_tpot, 3);                       // not counted as meeting TPOT
+  EXPECT_NEAR(r.total.tpot_attainment, 3.0 / 7, 1e-9);  // over the 7 that can have one
+  EXPECT_NEAR(r.total.ttft_attainment, 4.0 / 8, 1e-9);
+  EXPECT_EQ(r.total.tpot_ms.n, 4);  // its TPOT is not a zero in the distribution
+  EXPECT_EQ(r.per_model.at("a").no_tpot, 1);
+}
+
+TEST(Report, ThroughputCountsInputAndOutputTokens) {
+  ReplayResult res = Result();
+  for (auto& r : res.requests) r.prompt_tokens = r.status == "OK" ? 10 : 0;
+  const Report r = Summarize(res, 1.0);
+  EXPECT_NEAR(r.output_token_throughput, 1.8, 1e-9);
+  EXPECT_NEAR(r.input_token_throughput, 4.0, 1e-9);
+  EXPECT_NEAR(r.token_throughput, 5.8, 1e-9);
+  EXPECT_EQ(r.total.input_tokens, 40);
 }
 
 TEST(Report, DetectsAccountingMismatch) {

@@ -2,6 +2,7 @@
 // produce valid dependency order, and the bursty generator has the
 // production properties Prism §3 reports.
 #include "bench/trace.h"
+#include <cmath>
 #include <set>
 #include "absl/strings/str_cat.h"
 #include "bench/generators.h"
@@ -43,16 +44,83 @@ TEST(Trace, ErrorsNameTheLine) {
     EXPECT_FALSE(t.ok()) << second;
     return std::string(t.status().message());
   };
-  EXPECT_NE(err(ok).find("t.jsonl:2: duplicate id"), std::string::npos);
+  EXPECT_NE(err(ok).find("t.jsonl:2 (record 1, id \"a\"): duplicate id"), std::string::npos);
   EXPECT_NE(err(R"({"id":"b","model":"m","prompt_tokens":3,"output_tokens":2,"after":"zz"})")
-                .find("t.jsonl:2: \"after\""),
+                .find("t.jsonl:2 (record 1, id \"b\"): \"after\""),
             std::string::npos);
   EXPECT_NE(err(R"({"id":"b","model":"m","prompt_tokens":3})").find("output_tokens"),
             std::string::npos);
   EXPECT_NE(err(R"({"id":"b","model":"m","output_tokens":3})").find("prompt"), std::string::npos);
   EXPECT_NE(err(R"({"id":"b","output_tokens":3,"prompt":"x"})").find("model"), std::string::npos);
-  EXPECT_NE(err("not json").find("t.jsonl:2: malformed"), std::string::npos);
+  EXPECT_NE(err("not json").find("t.jsonl:2 (record 1): malformed"), std::string::npos);
   EXPECT_NE(err(R"({"type":"poke","id":"b"})").find("unknown type"), std::string::npos);
+}
+
+TEST(Trace, WrongTypesNameTheField) {
+  auto err = [](const std::string& line) {
+    auto t = ParseTrace(line + "\n", "t.jsonl");
+    EXPECT_FALSE(t.ok()) << line;
+    return std::string(t.status().message());
+  };
+  const std::string turn =
+      err(R"({"id":"b","model":"m","prompt_tokens":3,"output_tokens":2,"turn":"two"})");
+  EXPECT_NE(turn.find("t.jsonl:1 (record 0, id \"b\"): field \"turn\": expected a number, got "
+                      "string \"two\""),
+            std::string::npos)
+      << turn;
+  EXPECT_NE(err(R"({"id":7,"model":"m"})").find("field \"id\": expected a string"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"id":"b","model":"m","prompt_tokens":3,"output_tokens":"9"})")
+                .find("field \"output_tokens\""),
+            std::string::npos);
+  EXPECT_NE(err(R"({"id":"b","model":"m","output_tokens":3,"prompt":"x","next_hops":"c"})")
+                .find("field \"next_hops\": expected an array of strings"),
+            std::string::npos);
+  EXPECT_NE(
+      err(R"({"id":"b","model":"m","output_tokens":3,"prompt":"x","ttft_ms":-5})").find("ttft_ms"),
+      std::string::npos);
+  EXPECT_NE(err(R"({"model":"m"})").find("field \"id\": missing"), std::string::npos);
+  EXPECT_NE(err("[1,2]").find("expected a JSON object"), std::string::npos);
+}
+
+TEST(TraceStats, MedianOfTwoIsTheirMean) {
+  // m0 arrives every 1 s (CV 0), m1 alternates 1 s and 3 s gaps (CV > 0).
+  std::vector<TraceRecord> t;
+  auto add = [&](const std::string& m, double at) {
+    TraceRecord r;
+    r.id = absl::StrCat(m, "-", t.size());
+    r.model = m;
+    r.arrival_s = at;
+    t.push_back(r);
+  };
+  for (int i = 0; i <= 8; ++i) add("m0", i);
+  for (double at : {0.0, 1.0, 4.0, 5.0, 8.0}) add("m1", at);
+  const TraceStats s = ComputeStats(t);
+  // m1's CV is sqrt(4/3) / 2 = 0.577; the median is (0 + 0.577) / 2, not 0.577.
+  EXPECT_NEAR(s.median_interarrival_cv, std::sqrt(4.0 / 3) / 4, 1e-9);
+}
+
+TEST(TraceStats, IdleModelsAndIdleEndsCount) {
+  std::vector<TraceRecord> t;
+  auto add = [&](const std::string& m, double at) {
+    TraceRecord r;
+    r.id = absl::StrCat(m, "-", t.size());
+    r.model = m;
+    r.arrival_s = at;
+    t.push_back(r);
+  };
+  // m0 is busy from 0 to 100 s; m1 only in its last 5 s: 95 s idle at its start.
+  for (int i = 0; i <= 100; ++i) add("m0", i);
+  for (int i = 95; i <= 100; ++i) add("m1", i);
+  TraceStats s = ComputeStats(t);
+  EXPECT_EQ(s.models, 2);
+  EXPECT_NEAR(s.idle_gaps_per_hour, 0.5 * 3600 / 100, 1e-9);  // median of 0 and 1 gap
+  const double two = s.mean_active_fraction;
+  // An idle catalogue model (or one only advised) counts in the active share.
+  s = ComputeStats(t, 5.0, {"m0", "m1", "idle"});
+  EXPECT_EQ(s.models, 3);
+  EXPECT_NEAR(s.mean_active_fraction, two * 2 / 3, 1e-9);
+  EXPECT_NEAR(s.idle_gaps_per_hour, 1 * 3600 / 100.0, 1e-9);  // median of 0, 1, 1
 }
 
 TEST(Trace, SynthesizedPromptsHaveTheRequestedLength) {

@@ -244,6 +244,23 @@ TEST_F(ModelEngineTest, CancelStopsARequestAndFreesItsBlocks) {
   EXPECT_EQ(e->stats().kv_blocks_free, e->stats().kv_blocks_total);
 }
 
+// The device worker's arbitration drains cancellations (Queued) and then
+// skips an engine with no work left: its stats must already be current.
+TEST_F(ModelEngineTest, StatsAreCurrentAfterACancelWithoutAStep) {
+  auto e = Make();
+  Collect c;
+  ASSERT_TRUE(e->Submit(Req("c", Prompt(10, 2), 500), &c).ok());
+  e->Step();
+  e->Step();
+  EXPECT_EQ(e->stats().running, 1);
+  e->Cancel("c");
+  e->Queued();  // what arbitration calls
+  EXPECT_FALSE(e->HasWork());
+  EXPECT_EQ(e->stats().running, 0);
+  EXPECT_EQ(e->stats().waiting, 0);
+  EXPECT_EQ(e->stats().kv_blocks_free, e->stats().kv_blocks_total);
+}
+
 TEST_F(ModelEngineTest, SeededSamplingIsReproducibleAndStopStringsCut) {
   auto e = Make();
   auto r = Req("s1", Prompt(5, 9), 40);

@@ -36,30 +36,82 @@ v1::RegisterNodeRequest Node(const std::string& id, std::vector<std::string> mod
 TEST(ClusterState, NodesDieAfterTheHeartbeatTimeoutAndCanComeBack) {
   FakeClock clock;
   ClusterState c(absl::Seconds(3), clock.fn());
-  c.Register(Node("a", {"m"}));
-  c.Register(Node("b", {"m"}));
+  ASSERT_TRUE(c.Register(Node("a", {"m"})).ok());
+  ASSERT_TRUE(c.Register(Node("b", {"m"})).ok());
   clock.now += absl::Seconds(2);
   v1::HeartbeatRequest hb;
   hb.set_node_id("a");
   *hb.add_models() = Node("a", {"m"}).models(0);
-  EXPECT_TRUE(c.Heartbeat(hb));
+  EXPECT_EQ(c.Heartbeat(hb), HeartbeatResult::kOk);
   EXPECT_TRUE(c.SweepDead().empty());
   clock.now += absl::Seconds(2);  // b silent for 4 s, a for 2 s
   EXPECT_EQ(c.SweepDead(), std::vector<std::string>{"b"});
   EXPECT_EQ(c.NodesWithModel("m"), std::vector<std::string>{"a"});
   hb.set_node_id("b");
-  EXPECT_FALSE(c.Heartbeat(hb));  // dead nodes must register again
-  c.Register(Node("b", {"m"}));
+  EXPECT_EQ(c.Heartbeat(hb), HeartbeatResult::kReregister);  // dead nodes register again
+  ASSERT_TRUE(c.Register(Node("b", {"m"})).ok());
   EXPECT_TRUE(c.IsAlive("b"));
   hb.set_node_id("ghost");
-  EXPECT_FALSE(c.Heartbeat(hb));
+  EXPECT_EQ(c.Heartbeat(hb), HeartbeatResult::kReregister);
+}
+
+v1::RegisterNodeRequest Incarnation(v1::RegisterNodeRequest r, const std::string& address,
+                                    const std::string& incarnation) {
+  r.set_address(address);
+  r.set_incarnation(incarnation);
+  return r;
+}
+
+// A live id is not taken over by another process; a restart (same address,
+// or the old one dead) replaces it, and the old incarnation is told so.
+TEST(ClusterState, ALiveNodeIdIsNotHijacked) {
+  FakeClock clock;
+  ClusterState c(absl::Seconds(3), clock.fn());
+  ASSERT_TRUE(c.Register(Incarnation(Node("a", {"m"}), "10.0.0.1:1", "one")).ok());
+  const absl::Status st = c.Register(Incarnation(Node("a", {}), "10.0.0.2:1", "two"));
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(st.message().find("\"a\""), std::string::npos) << st;
+  EXPECT_NE(st.message().find("10.0.0.1:1"), std::string::npos) << st;
+  EXPECT_EQ(c.Get("a")->address, "10.0.0.1:1");
+  EXPECT_EQ(c.NodesWithModel("m"), std::vector<std::string>{"a"});
+  // A restart at the same address replaces the old incarnation.
+  ASSERT_TRUE(c.Register(Incarnation(Node("a", {}), "10.0.0.1:1", "three")).ok());
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  hb.set_incarnation("one");
+  EXPECT_EQ(c.Heartbeat(hb), HeartbeatResult::kReplaced);
+  hb.set_incarnation("three");
+  EXPECT_EQ(c.Heartbeat(hb), HeartbeatResult::kOk);
+  // Once it is dead, any incarnation may take the id.
+  clock.now += absl::Seconds(4);
+  c.SweepDead();
+  ASSERT_TRUE(c.Register(Incarnation(Node("a", {}), "10.0.0.2:1", "four")).ok());
+  // And the caller may replace a live one it found unreachable.
+  ASSERT_TRUE(c.Register(Incarnation(Node("a", {}), "10.0.0.3:1", "five"), true).ok());
+  EXPECT_EQ(c.Get("a")->address, "10.0.0.3:1");
+}
+
+TEST(ClusterState, ASuspectNodeIsSkippedUntilItsNextHeartbeat) {
+  FakeClock clock;
+  ClusterState c(absl::Seconds(3), clock.fn());
+  ASSERT_TRUE(c.Register(Node("a", {"m"})).ok());
+  ASSERT_TRUE(c.Register(Node("b", {"m"})).ok());
+  const uint64_t version = c.RoutingVersion();
+  c.MarkSuspect("a");
+  EXPECT_NE(c.RoutingVersion(), version);
+  EXPECT_EQ(c.NodesWithModel("m"), std::vector<std::string>{"b"});
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  *hb.add_models() = Node("a", {"m"}).models(0);
+  EXPECT_EQ(c.Heartbeat(hb), HeartbeatResult::kOk);
+  EXPECT_EQ(c.NodesWithModel("m"), (std::vector<std::string>{"a", "b"}));
 }
 
 TEST(ClusterState, LeastLoadedCountsInflightAndQueues) {
   FakeClock clock;
   ClusterState c(absl::Seconds(3), clock.fn());
-  c.Register(Node("a", {"m"}));
-  c.Register(Node("b", {"m"}));
+  ASSERT_TRUE(c.Register(Node("a", {"m"})).ok());
+  ASSERT_TRUE(c.Register(Node("b", {"m"})).ok());
   EXPECT_EQ(c.LeastLoaded({"a", "b"}), "a");  // tie -> lower id
   c.AddInflight("a", 2);
   EXPECT_EQ(c.LeastLoaded({"a", "b"}), "b");
@@ -162,9 +214,9 @@ TEST(ModelRegistry, ValidatesSpecs) {
 TEST(Placement, MostFreeMemoryThenFewestModels) {
   FakeClock clock;
   ClusterState c(absl::Seconds(3), clock.fn());
-  c.Register(Node("a", {"x"}, 1000, 600));
-  c.Register(Node("b", {}, 1000, 100));
-  c.Register(Node("c", {"y", "z"}, 1000, 100));
+  ASSERT_TRUE(c.Register(Node("a", {"x"}, 1000, 600)).ok());
+  ASSERT_TRUE(c.Register(Node("b", {}, 1000, 100)).ok());
+  ASSERT_TRUE(c.Register(Node("c", {"y", "z"}, 1000, 100)).ok());
   EXPECT_EQ(NodeOf(ChooseNodeForLoad(c.Snapshot(), {})), "b");
   EXPECT_EQ(NodeOf(ChooseNodeForLoad(c.Snapshot(), {"b"})), "c");
   EXPECT_EQ(NodeOf(ChooseNodeForLoad(c.Snapshot(), {"a", "b", "c"})), std::nullopt);
@@ -182,9 +234,10 @@ TEST(Placement, KvprAvoidsTheNodeUnderKvPressure) {
     for (auto& m : *r.mutable_models()) m.set_weight_bytes(w);
     return r;
   };
-  c.Register(with_weights(Node("a", {"hot"}, 1000, 100), 100));   // free 900
-  c.Register(with_weights(Node("b", {"cold"}, 1000, 500), 500));  // free 500
-  c.Register(with_weights(Node("c", {"tiny"}, 150, 100), 100));   // no room for 100 more
+  ASSERT_TRUE(c.Register(with_weights(Node("a", {"hot"}, 1000, 100), 100)).ok());   // free 900
+  ASSERT_TRUE(c.Register(with_weights(Node("b", {"cold"}, 1000, 500), 500)).ok());  // free 500
+  ASSERT_TRUE(
+      c.Register(with_weights(Node("c", {"tiny"}, 150, 100), 100)).ok());  // no room for 100 more
   auto demand = [](const std::string& m) { return m == "hot" ? 10.0 : 1.0; };
   EXPECT_EQ(NodeOf(ChooseNodeForLoad(c.Snapshot(), {"c"})), "a");  // the baseline: most free memory
   // KVPR(a) = (10 + 1) / (1000 - 100 - 100) = 0.014; KVPR(b) = (1 + 1) / 400 = 0.005.
@@ -208,9 +261,9 @@ TEST(Placement, MmeScoresAverageEfficiencyTimesContestedMemory) {
     for (auto& m : *r.mutable_models()) m.set_weight_bytes(w);
     return r;
   };
-  c.Register(with_weights(Node("a", {"bf16"}, 1000, 0), 200));
-  c.Register(with_weights(Node("b", {"fp8"}, 1000, 0), 200));
-  c.Register(with_weights(Node("c", {"x", "y"}, 1000, 0), 100));
+  ASSERT_TRUE(c.Register(with_weights(Node("a", {"bf16"}, 1000, 0), 200)).ok());
+  ASSERT_TRUE(c.Register(with_weights(Node("b", {"fp8"}, 1000, 0), 200)).ok());
+  ASSERT_TRUE(c.Register(with_weights(Node("c", {"x", "y"}, 1000, 0), 100)).ok());
   auto mu = [](const std::string& m) { return m == "fp8" ? 2.0 : 1.0; };
   // a: (1 + 1) / 2 * (1000 - 300) = 700; b: (2 + 1) / 2 * 700 = 1050;
   // c: (1 + 1 + 1) / 3 * (1000 - 300) = 700.
@@ -238,8 +291,8 @@ TEST(Placement, KvprAndRoomArePerDeviceNotPerNode) {
   v1::RegisterNodeRequest b = Node("b", {"cold"}, 1000, 100);
   b.mutable_models(0)->set_weight_bytes(100);
   b.mutable_models(0)->set_device("cpu:0");
-  c.Register(a);
-  c.Register(b);
+  ASSERT_TRUE(c.Register(a).ok());
+  ASSERT_TRUE(c.Register(b).ok());
   auto demand = [](const std::string& m) { return m == "hot" ? 10.0 : 1.0; };
   // Per node: a = 11 / (2000 - 200) = 0.0061 > b = 2 / 800 = 0.0025.
   // Per device: a/cuda:1 = 1 / 900 = 0.0011 < b = 0.0025 < a/cuda:0.

@@ -148,7 +148,8 @@ TEST(SchedulerControl, AModelNamedLikeAnEvictionIsStillAModel) {
   SchedulerOptions o;
   o.models = {{"evict:x", "/models/x"}};
   auto s = *Scheduler::Create(o, clock.fn());
-  s->RegisterNode(NodeAt("a", fake, {"cpu:0"}, {{"x", "cpu:0"}}));  // x: not in the catalogue
+  ASSERT_TRUE(s->RegisterNode(NodeAt("a", fake, {"cpu:0"}, {{"x", "cpu:0"}}))
+                  .ok());  // x: not in the catalogue
   s->RunControlTick();
   ASSERT_TRUE(fake.AwaitCalls(1, 1));
   EXPECT_EQ(fake.loads()[0].first, "evict:x");
@@ -181,8 +182,8 @@ TEST(SchedulerControl, DrainingEvictionCarriesTheConfiguredTimeout) {
   o.drain_timeout = absl::Milliseconds(1234);
   o.evict_rpc_margin = absl::Seconds(5);
   auto s = *Scheduler::Create(o, clock.fn());
-  s->RegisterNode(NodeAt("a", a, {"cpu:0"}, {{"m", "cpu:0"}}));
-  s->RegisterNode(NodeAt("b", b));
+  ASSERT_TRUE(s->RegisterNode(NodeAt("a", a, {"cpu:0"}, {{"m", "cpu:0"}})).ok());
+  ASSERT_TRUE(s->RegisterNode(NodeAt("b", b)).ok());
   ASSERT_TRUE(s->MigrateModel("m", "a", "b").ok());
   ASSERT_TRUE(b.AwaitCalls(1, 0));
   // The load answered READY; the next ticks see it and drain the source.
@@ -210,7 +211,7 @@ TEST(SchedulerControl, NodeCallsRunOnABoundedPool) {
   auto s = *Scheduler::Create(o, clock.fn());
   auto node = NodeAt("a", fake);
   node.mutable_devices(0)->set_memory_total_bytes(1 << 30);
-  s->RegisterNode(node);
+  ASSERT_TRUE(s->RegisterNode(node).ok());
   s->RunControlTick();  // six loads due at once
   ASSERT_TRUE(fake.AwaitRunning(2));
   absl::SleepFor(absl::Milliseconds(100));  // room for a third to start, were it allowed
@@ -230,7 +231,7 @@ TEST(SchedulerControl, LoadsGoToADeviceNotJustANode) {
   auto s = *Scheduler::Create(o, clock.fn());
   auto node = NodeAt("a", fake, {"cuda:0", "cuda:1"}, {{"old", "cuda:0"}});
   node.mutable_devices(0)->set_memory_used_bytes(600);
-  s->RegisterNode(node);
+  ASSERT_TRUE(s->RegisterNode(node).ok());
   ASSERT_TRUE(s->RegisterModel({"old", "/models/old"}).ok());
   s->RunControlTick();
   ASSERT_TRUE(fake.AwaitCalls(1, 0));
@@ -250,8 +251,9 @@ TEST(SchedulerControl, ANodeDeathEvictsNothingElsewhere) {
   wide.replicas = 2;
   o.models = {wide, {"idle", "/models/idle"}};
   auto s = *Scheduler::Create(o, clock.fn());
-  s->RegisterNode(NodeAt("a", a, {"cpu:0"}, {{"wide", "cpu:0"}, {"idle", "cpu:0"}}));
-  s->RegisterNode(NodeAt("b", b, {"cpu:0"}, {{"wide", "cpu:0"}}));
+  ASSERT_TRUE(
+      s->RegisterNode(NodeAt("a", a, {"cpu:0"}, {{"wide", "cpu:0"}, {"idle", "cpu:0"}})).ok());
+  ASSERT_TRUE(s->RegisterNode(NodeAt("b", b, {"cpu:0"}, {{"wide", "cpu:0"}})).ok());
   clock.now += absl::Seconds(5);  // b stops heartbeating; idle is idle
   v1::HeartbeatRequest hb;
   hb.set_node_id("a");
@@ -302,7 +304,7 @@ TEST(SchedulerControl, APermanentLoadFailureIsFailedNotRetried) {
   o.route_wait = absl::Seconds(60);
   o.heartbeat_timeout = absl::Hours(10);  // the fake node never heartbeats
   auto s = *Scheduler::Create(o, clock.fn());
-  s->RegisterNode(NodeAt("a", fake));
+  ASSERT_TRUE(s->RegisterNode(NodeAt("a", fake)).ok());
   s->RunControlTick();
   ASSERT_TRUE(fake.AwaitCalls(1, 0));
   ASSERT_TRUE(Eventually([&] { return InfoOf(*s, "odd").state() == v1::MODEL_STATE_FAILED; },
@@ -338,7 +340,7 @@ TEST(SchedulerControl, ATransientLoadFailureRetriesWithBackoff) {
   o.load_retry = absl::Seconds(10);
   o.heartbeat_timeout = absl::Hours(10);  // the fake node never heartbeats
   auto s = *Scheduler::Create(o, clock.fn());
-  s->RegisterNode(NodeAt("a", fake));
+  ASSERT_TRUE(s->RegisterNode(NodeAt("a", fake)).ok());
   auto tick_and_count = [&](absl::Duration advance) {
     clock.now += advance;
     s->RunControlTick();
@@ -355,6 +357,91 @@ TEST(SchedulerControl, ATransientLoadFailureRetriesWithBackoff) {
   EXPECT_EQ(tick_and_count(absl::Seconds(19)), 2u);  // now 20 s
   EXPECT_EQ(tick_and_count(absl::Seconds(1)), 3u);
   EXPECT_NE(InfoOf(*s, "m").state(), v1::MODEL_STATE_FAILED);
+  s->Stop();
+}
+
+// A cluster where node b held "big" (900 of 1000 bytes) and died, and node
+// a holds two idle models (100 each): big's weights seem not to fit on a.
+struct BigOnADeadNode {
+  FakeNode a, b;
+  FakeClock clock;
+  std::unique_ptr<Scheduler> s;
+
+  BigOnADeadNode() {
+    SchedulerOptions o;
+    o.idle_evict_after = absl::Seconds(1);
+    o.heartbeat_timeout = absl::Seconds(3);
+    o.models = {{"big", "/models/big"}, {"idle1", "/models/idle1"}, {"idle2", "/models/idle2"}};
+    s = *Scheduler::Create(o, clock.fn());
+    EXPECT_TRUE(s->RegisterNode(A()).ok());
+    v1::RegisterNodeRequest on_b = NodeAt("b", b, {"cpu:0"}, {{"big", "cpu:0"}});
+    on_b.mutable_models(0)->set_weight_bytes(900);
+    EXPECT_TRUE(s->RegisterNode(on_b).ok());
+    clock.now += absl::Seconds(5);  // b stops heartbeating; idle1 and idle2 are idle
+    v1::HeartbeatRequest hb;
+    hb.set_node_id("a");
+    *hb.mutable_models() = A().models();
+    *hb.mutable_devices() = A().devices();
+    EXPECT_FALSE(s->Heartbeat(hb).reregister());
+  }
+  v1::RegisterNodeRequest A() const {
+    return NodeAt("a", a, {"cpu:0"}, {{"idle1", "cpu:0"}, {"idle2", "cpu:0"}});
+  }
+};
+
+// Eviction for room only after a node refused a load for room: a node's
+// death and a guess from reported memory are not enough.
+TEST(SchedulerControl, EvictsForRoomOnlyAfterALoadIsRefusedForRoom) {
+  BigOnADeadNode c;
+  c.s->RunControlTick();  // b is dead: big is loaded on a, nothing evicted
+  ASSERT_TRUE(c.a.AwaitCalls(1, 0));
+  ASSERT_TRUE(Eventually([&] { return InfoOf(*c.s, "big").state() == v1::MODEL_STATE_READY; },
+                         absl::Seconds(10)));
+  for (int i = 0; i < 3; ++i) c.s->RunControlTick();
+  EXPECT_TRUE(c.a.evicts().empty());
+  c.s->Stop();
+}
+
+TEST(SchedulerControl, ALoadRefusedForRoomEvictsAnIdleModel) {
+  BigOnADeadNode c;
+  c.a.FailLoadsWith(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no room"));
+  c.s->RunControlTick();
+  ASSERT_TRUE(c.a.AwaitCalls(1, 0));
+  ASSERT_TRUE(
+      Eventually([&] { return !InfoOf(*c.s, "big").last_error().empty(); }, absl::Seconds(10)));
+  EXPECT_TRUE(c.a.evicts().empty());
+  c.s->RunControlTick();  // refused for room: now an idle model goes
+  ASSERT_TRUE(c.a.AwaitCalls(1, 1));
+  EXPECT_TRUE(c.a.evicts()[0].drain);
+  c.s->Stop();
+}
+
+// A node that comes back with a model already reloaded elsewhere: the
+// extra replica is drained (not dropped) down to the catalogue's count.
+TEST(SchedulerControl, ExtraReplicasAreDrained) {
+  FakeNode a, b;
+  FakeClock clock;
+  SchedulerOptions o;
+  o.heartbeat_timeout = absl::Hours(10);  // the fake nodes never heartbeat
+  ModelSpec two{"two", "/models/two"};
+  two.replicas = 2;
+  o.models = {{"one", "/models/one"}, two};
+  auto s = *Scheduler::Create(o, clock.fn());
+  ASSERT_TRUE(
+      s->RegisterNode(NodeAt("a", a, {"cpu:0"}, {{"one", "cpu:0"}, {"two", "cpu:0"}})).ok());
+  ASSERT_TRUE(
+      s->RegisterNode(NodeAt("b", b, {"cpu:0"}, {{"one", "cpu:0"}, {"two", "cpu:0"}})).ok());
+  s->RunControlTick();
+  ASSERT_TRUE(b.AwaitCalls(0, 1));
+  for (int i = 0; i < 3; ++i) s->RunControlTick();  // the eviction is under way: once
+  ASSERT_TRUE(
+      Eventually([&] { return InfoOf(*s, "one").replicas_size() == 1; }, absl::Seconds(10)));
+  ASSERT_EQ(b.evicts().size(), 1u);
+  EXPECT_EQ(b.evicts()[0].model, "one");
+  EXPECT_TRUE(b.evicts()[0].drain);
+  EXPECT_TRUE(a.evicts().empty());
+  EXPECT_TRUE(a.loads().empty());
+  EXPECT_TRUE(b.loads().empty());
   s->Stop();
 }
 

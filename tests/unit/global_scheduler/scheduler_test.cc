@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -93,9 +94,90 @@ TEST(RequestValidation, EachRuleNamesItsField) {
   EXPECT_TRUE(ValidateGenerateRequest(chat, 128).ok());
 }
 
+// NaN passes every range comparison: each float field must be finite.
+TEST(RequestValidation, RefusesNonFiniteFloats) {
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  using Setter = void (v1::SamplingParams::*)(float);
+  const std::vector<std::pair<Setter, std::string>> fields = {
+      {&v1::SamplingParams::set_temperature, "temperature"},
+      {&v1::SamplingParams::set_top_p, "top_p"},
+      {&v1::SamplingParams::set_min_p, "min_p"},
+      {&v1::SamplingParams::set_presence_penalty, "presence_penalty"},
+      {&v1::SamplingParams::set_frequency_penalty, "frequency_penalty"},
+      {&v1::SamplingParams::set_repetition_penalty, "repetition_penalty"},
+  };
+  for (const auto& [set, field] : fields) {
+    for (float v : bad) {
+      v1::GenerateRequest r;
+      r.set_model("m");
+      r.set_prompt("hi");
+      (r.mutable_sampling()->*set)(v);
+      const absl::Status st = ValidateGenerateRequest(r, 128);
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << field << " " << v;
+      EXPECT_NE(st.message().find(field), std::string::npos) << st.message();
+    }
+  }
+}
+
+TEST(RequestValidation, BoundsSessionIdLength) {
+  v1::GenerateRequest r;
+  r.set_model("m");
+  r.set_prompt("hi");
+  r.set_session_id(std::string(kMaxSessionIdLength, 's'));
+  EXPECT_TRUE(ValidateGenerateRequest(r, 128).ok());
+  r.set_session_id(std::string(kMaxSessionIdLength + 1, 's'));
+  const absl::Status st = ValidateGenerateRequest(r, 128);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("session_id"), std::string::npos) << st.message();
+}
+
+// The control tick expires idle sessions: the next turn says the history
+// is gone instead of starting over silently.
+TEST(Scheduler, IdleSessionsExpireAtTheControlTick) {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  SchedulerOptions o;
+  o.models = {{"m", "/models/m"}};
+  o.route_wait = absl::Milliseconds(100);
+  o.session_ttl = absl::Minutes(30);
+  auto s = *Scheduler::Create(o, [&now] { return now; });
+  ASSERT_TRUE(s->RegisterNode(Node("a", "m")).ok());
+  auto r1 = s->RouteRequest(Req("m", "hi", 4, "s1"), kNever);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  v1::NodeFinal f1;
+  f1.add_prompt_tokens(1);
+  s->Complete(*r1, &f1);
+  EXPECT_EQ(s->sessions().size(), 1);
+  now += absl::Minutes(31);
+  s->RunControlTick();
+  auto r2 = s->RouteRequest(Req("m", "more", 4, "s1"), kNever);
+  EXPECT_EQ(r2.status().code(), absl::StatusCode::kDataLoss) << r2.status();
+  now += absl::Minutes(31);
+  s->RunControlTick();
+  EXPECT_EQ(s->sessions().size(), 0);
+}
+
+TEST(Scheduler, BoundsSessionsAndModelNames) {
+  SchedulerOptions o;
+  o.models = {{"m", "/models/m"}};
+  o.route_wait = absl::Milliseconds(100);
+  o.max_sessions = 1;
+  auto s = *Scheduler::Create(o);
+  ASSERT_TRUE(s->RegisterNode(Node("a", "m")).ok());
+  auto r1 = s->RouteRequest(Req("m", "hi", 4, "s1"), kNever);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  auto r2 = s->RouteRequest(Req("m", "hi", 4, "s2"), kNever);
+  EXPECT_EQ(r2.status().code(), absl::StatusCode::kResourceExhausted) << r2.status();
+  // A huge unknown model name is refused without echoing it back.
+  auto big = s->RouteRequest(Req(std::string(100000, 'x'), "hi", 4), kNever);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(big.status().message().size(), 300u);
+}
+
 TEST(Scheduler, RejectsBadRequestsWithActionableCodes) {
   auto s = Make();
-  s->RegisterNode(Node("a", "m"));
+  ASSERT_TRUE(s->RegisterNode(Node("a", "m")).ok());
   EXPECT_EQ(s->RouteRequest(Req("nope", "hi", 4), kNever).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(s->RouteRequest(Req("m", "", 4), kNever).status().code(),
@@ -124,8 +206,8 @@ TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
   o.heartbeat_interval = absl::Milliseconds(100);
   o.route_wait = absl::Milliseconds(100);
   auto s = *Scheduler::Create(o, [&now] { return now; });
-  s->RegisterNode(Node("a", "m"));
-  s->RegisterNode(Node("b", "m"));
+  ASSERT_TRUE(s->RegisterNode(Node("a", "m")).ok());
+  ASSERT_TRUE(s->RegisterNode(Node("b", "m")).ok());
   auto r1 = s->RouteRequest(Req("m", "hi", 4, "s1"), kNever);
   ASSERT_TRUE(r1.ok());
   EXPECT_EQ(r1->node_id, "a");
@@ -179,7 +261,7 @@ TEST(Scheduler, AWaitingRequestWakesWhenAReplicaAppears) {
     done.Notify();
   });
   EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
-  s->RegisterNode(Node("a", "n"));
+  ASSERT_TRUE(s->RegisterNode(Node("a", "n")).ok());
   EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   t.join();
   ASSERT_TRUE(r.ok()) << r.status();
@@ -199,7 +281,7 @@ TEST(Scheduler, ACancelledRequestStopsWaiting) {
 
 TEST(Scheduler, ListModelsShowsReplicasAndState) {
   auto s = Make();
-  s->RegisterNode(Node("a", "m"));
+  ASSERT_TRUE(s->RegisterNode(Node("a", "m")).ok());
   auto list = s->ListModels();
   ASSERT_EQ(list.models_size(), 2);
   EXPECT_EQ(list.models(0).name(), "m");

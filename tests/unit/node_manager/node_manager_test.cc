@@ -227,5 +227,29 @@ TEST(NodeManager, LoadRejectsModelNamesOutsideTheDocumentedSet) {
   node->Shutdown();
 }
 
+// An idle elastic device has no formatted KV slab, so no blocks: its state
+// still shows the KV room in bytes (not "0 / 0").
+TEST(NodeManager, IdleElasticDeviceReportsItsKvRoom) {
+  OneModelNode n(4);
+  const auto states = n.node->DeviceStates();
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_GT(states[0].kv_bytes_free(), 0);
+  EXPECT_EQ(states[0].kv_bytes_used(), 0);
+}
+
+// A session's turn is remembered until the scheduler drops the session
+// (its lost-history check, Scheduler::RouteRequest).
+TEST(NodeManager, DropSessionSaysWhetherTheSessionWasServed) {
+  OneModelNode n(2);
+  EXPECT_FALSE(n.node->DropSession("s"));
+  n.req.set_session_id("s");
+  Done done;
+  ASSERT_TRUE(n.node->Submit(n.req, &done).ok());
+  ASSERT_TRUE(done.AwaitDone(absl::Seconds(30)));
+  ASSERT_TRUE(done.result.ok()) << done.result.status();
+  EXPECT_TRUE(n.node->DropSession("s"));
+  EXPECT_FALSE(n.node->DropSession("s"));
+}
+
 }  // namespace
 }  // namespace ballast::node_manager

@@ -72,6 +72,21 @@ TEST(Config, BadValuesAreNamed) {
   EXPECT_NE(Msg("a: [").find("invalid YAML"), std::string::npos);
 }
 
+TEST(Config, SessionLimits) {
+  auto c = ParseConfig("scheduler: {session_ttl_ms: 60000, max_sessions: 7}", "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scheduler.options.session_ttl, absl::Minutes(1));
+  EXPECT_EQ(c->scheduler.options.max_sessions, 7);
+  auto d = ParseConfig("scheduler: {}", "test.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->scheduler.options.session_ttl, absl::Minutes(30));
+  EXPECT_EQ(d->scheduler.options.max_sessions, 100000);
+  EXPECT_NE(Msg("scheduler: {session_ttl_ms: -1}").find("test.yaml: scheduler.session_ttl_ms"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {max_sessions: 0}").find("test.yaml: scheduler.max_sessions"),
+            std::string::npos);
+}
+
 TEST(Config, MissingFileIsNamed) {
   auto c = LoadConfig("/nonexistent/ballast.yaml");
   ASSERT_FALSE(c.ok());

@@ -1,0 +1,184 @@
+// Reliability on a real cluster (a scheduler and two `ballast node`
+// processes, cluster_fixture.h): node identity (a duplicate live id is
+// refused and its process exits non-zero; a restart replaces the old
+// incarnation), a port in use fails at start, and failover (a request for
+// a model with a live replica elsewhere succeeds within a second of a node
+// crash, and within a few seconds of a hang), and SIGTERM draining a node.
+#include <sys/wait.h>
+
+#include <cstring>
+#include <thread>
+
+#include "tests/integration/cluster_fixture.h"
+
+namespace ballast {
+namespace {
+
+class ReliabilityTest : public ClusterTest {
+ protected:
+  ClusterSetup Cluster() override {
+    ClusterSetup s = ClusterTest::Cluster();
+    engine::SyntheticModelSpec g = s.models[0].second;
+    g.seed = 23;
+    s.models.push_back({"gamma", g});  // written, registered by the tests
+    return s;
+  }
+
+  std::unique_ptr<ChildProcess> StartNode(const std::string& id, int port, const std::string& log) {
+    const std::string bin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{bin, "node", "--node-id", id, "--listen", Addr(port),
+                                 "--scheduler", Addr(sched_port_), "--metrics-listen", ""},
+        (dir_ / log).string());
+  }
+
+  std::string AddressOf(const std::string& id) {
+    const auto state = State();
+    for (const auto& n : state.nodes())
+      if (n.node_id() == id && n.alive()) return n.address();
+    return "";
+  }
+
+  // Registers gamma on both nodes (replicas: 2).
+  void GammaOnBothNodes() {
+    v1::RegisterModelRequest req;
+    req.set_name("gamma");
+    req.set_path(Model("gamma"));
+    req.set_replicas(2);
+    grpc::ClientContext ctx;
+    v1::RegisterModelResponse resp;
+    ASSERT_TRUE(admin_->RegisterModel(&ctx, req, &resp).ok());
+    ASSERT_TRUE(WaitFor([&] { return ReadyReplicas("gamma") == 2; }, absl::Seconds(20))) << Logs();
+  }
+
+  // Sends gamma requests back to back for `span`; returns the time from
+  // `t0` to the first success, and fails the test on any failed request.
+  absl::Duration RequestsAllSucceed(absl::Time t0, absl::Duration span) {
+    absl::Duration first = absl::InfiniteDuration();
+    int n = 0;
+    while (absl::Now() - t0 < span) {
+      StreamResult r = Generate("gamma", "Hello", 4);
+      EXPECT_TRUE(r.status.ok()) << "request " << n << " at +" << absl::Now() - t0 << ": "
+                                 << r.status.error_message();
+      EXPECT_EQ(r.ids.size(), 4u);
+      if (r.status.ok() && first == absl::InfiniteDuration()) first = absl::Now() - t0;
+      ++n;
+    }
+    return first;
+  }
+};
+
+// A second process with a live node's id is refused on both sides: the
+// scheduler keeps the first, the second exits non-zero naming the id and
+// the live node's address.
+TEST_F(ReliabilityTest, ADuplicateLiveNodeIdIsRefusedAndItsProcessExits) {
+  const std::string n1 = AddressOf("n1");
+  ASSERT_FALSE(n1.empty());
+  auto dup = StartNode("n1", testing::FreePort(), "dup.log");
+  ASSERT_TRUE(WaitFor([&] { return !dup->running(); }, absl::Seconds(15))) << dup->Log();
+  const int status = dup->Stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
+  EXPECT_NE(dup->Log().find("\"n1\" is already registered by a live node at " + n1),
+            std::string::npos)
+      << dup->Log();
+  EXPECT_EQ(AddressOf("n1"), n1);
+  EXPECT_EQ(AliveNodes(), 2);
+  for (const char* model : {"alpha", "beta"}) {
+    for (int i = 0; i < 5; ++i) {
+      StreamResult r = Generate(model, "Hi", 2);
+      EXPECT_TRUE(r.status.ok()) << model << ": " << r.status.error_message();
+    }
+  }
+}
+
+// A node that crashed and restarts at another address, before its old
+// incarnation's heartbeats time out, replaces it at once.
+TEST_F(ReliabilityTest, ARestartedNodeReplacesItsOldIncarnation) {
+  nodes_[0]->Stop(SIGKILL);
+  node_ports_[0] = testing::FreePort();
+  nodes_[0] = StartNode("n1", node_ports_[0], "n1-restarted.log");
+  ASSERT_TRUE(WaitFor([&] { return AddressOf("n1") == Addr(node_ports_[0]); }, absl::Seconds(10)))
+      << Logs() << nodes_[0]->Log();
+  EXPECT_TRUE(nodes_[0]->running());
+  EXPECT_EQ(AliveNodes(), 2);
+}
+
+// Listening on a port in use fails at start with a message naming it (gRPC
+// would otherwise share it through SO_REUSEPORT).
+TEST_F(ReliabilityTest, APortInUseFailsAtStart) {
+  auto second = StartNode("n3", node_ports_[0], "n3.log");
+  ASSERT_TRUE(WaitFor([&] { return !second->running(); }, absl::Seconds(15))) << second->Log();
+  const int status = second->Stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
+  EXPECT_NE(second->Log().find(absl::StrCat("port ", node_ports_[0], " already in use")),
+            std::string::npos)
+      << second->Log();
+}
+
+// kill -9 of one of two nodes holding a model: every request afterwards
+// succeeds (the one caught on the dead node is retried on the other), the
+// first within a second.
+TEST_F(ReliabilityTest, ACrashedReplicaFailsOverWithinASecond) {
+  GammaOnBothNodes();
+  // A session on the node about to die: its next turn moves and recomputes.
+  StreamResult turn1 = Generate("gamma", "Hi there", 6, "sess-f");
+  ASSERT_TRUE(turn1.status.ok()) << turn1.status.error_message();
+  const int victim = turn1.final.node_id() == "n1" ? 0 : 1;
+  const absl::Time t0 = absl::Now();
+  nodes_[victim]->Stop(SIGKILL);
+  StreamResult turn2 = Generate("gamma", " again", 6, "sess-f");
+  const absl::Duration first = absl::Now() - t0;
+  ASSERT_TRUE(turn2.status.ok()) << turn2.status.error_message() << Logs();
+  EXPECT_NE(turn2.final.node_id(), turn1.final.node_id());
+  EXPECT_EQ(turn2.final.usage().prompt_tokens(),
+            turn1.final.usage().prompt_tokens() + 6 + static_cast<int>(strlen(" again")));
+  RequestsAllSucceed(t0, absl::Seconds(3));
+  std::cout << "first success " << first << " after kill -9\n";
+  EXPECT_LT(first, absl::Seconds(1)) << Logs();
+}
+
+// A hung (SIGSTOPped) node: keepalive fails its calls, which are retried on
+// the other replica.
+TEST_F(ReliabilityTest, AHungReplicaFailsOver) {
+  GammaOnBothNodes();
+  const absl::Time t0 = absl::Now();
+  nodes_[0]->Signal(SIGSTOP);
+  const absl::Duration first = RequestsAllSucceed(t0, absl::Seconds(4));
+  nodes_[0]->Signal(SIGCONT);
+  std::cout << "first success " << first << " after SIGSTOP\n";
+  EXPECT_LT(first, absl::Seconds(3)) << Logs();
+}
+
+// SIGTERM drains a node: a stream in flight on it finishes (a model large
+// enough that its stream outlasts the signal), and the node exits cleanly.
+class DrainTest : public ReliabilityTest {
+ protected:
+  ClusterSetup Cluster() override {
+    ClusterSetup s = ReliabilityTest::Cluster();
+    engine::SyntheticModelSpec& a = s.models[0].second;
+    a.layers = 4;
+    a.hidden = 256;
+    a.heads = 8;
+    a.kv_heads = 4;
+    a.intermediate = 1024;
+    a.max_position = 1024;
+    return s;
+  }
+};
+
+TEST_F(DrainTest, SigtermFinishesInFlightStreams) {
+  const int victim = NodeOf("alpha") == "n1" ? 0 : 1;
+  const absl::Time t0 = absl::Now();
+  StreamResult r;
+  std::thread request([&] { r = Generate("alpha", "Hello", 400); });
+  absl::SleepFor(absl::Milliseconds(200));
+  const int status = nodes_[victim]->Stop(SIGTERM);
+  request.join();
+  std::cout << "stream of 400 tokens took " << absl::Now() - t0 << "\n";
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << Logs();
+  EXPECT_EQ(r.ids.size(), 400u);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
+}  // namespace ballast

@@ -1,0 +1,74 @@
+// Sessions across a scheduler restart: the restarted scheduler has no
+// history for a session its node still served, so the session's next turn
+// must fail DATA_LOSS (never continue silently without its history), until
+// the client ends the session; new sessions are unaffected
+// (Scheduler::RouteRequest, SessionDirectory).
+#include "tests/integration/cluster_fixture.h"
+
+namespace ballast {
+namespace {
+
+class SessionRestartTest : public ClusterTest {
+ protected:
+  // The catalogue in the scheduler's config, so a restarted scheduler
+  // keeps the models (Admin registrations are not persisted yet).
+  ClusterSetup Cluster() override {
+    ClusterSetup setup = ClusterTest::Cluster();
+    setup.scheduler_yaml = "scheduler:\n  models:\n";
+    for (const auto& [name, spec] : setup.models) {
+      setup.scheduler_yaml += absl::StrCat("    - {name: ", name, ", path: ", Model(name), "}\n");
+    }
+    return setup;
+  }
+
+  void RestartScheduler() {
+    scheduler_->Stop(SIGKILL);
+    const std::string bin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
+    scheduler_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{bin, "scheduler", "--listen", Addr(sched_port_),
+                                 "--metrics-listen", Addr(sched_metrics_), "--heartbeat-timeout-ms",
+                                 "1500", "--config", (dir_ / "scheduler.yaml").string()},
+        (dir_ / "scheduler2.log").string());
+    ASSERT_TRUE(testing::WaitForPort(sched_port_, 20000)) << Logs();
+    ASSERT_TRUE(WaitFor([&] { return AliveNodes() == 2 && ReadyReplicas("alpha") >= 1; },
+                        absl::Seconds(20)))
+        << Logs();
+  }
+
+  grpc::Status EndSession(const std::string& id) {
+    v1::EndSessionRequest req;
+    req.set_session_id(id);
+    v1::EndSessionResponse resp;
+    grpc::ClientContext ctx;
+    return inference_->EndSession(&ctx, req, &resp);
+  }
+};
+
+TEST_F(SessionRestartTest, ATurnWhoseHistoryIsLostFailsDataLoss) {
+  auto t1 = Generate("alpha", "hello there", 4, "s1");
+  ASSERT_TRUE(t1.status.ok()) << t1.status.error_message();
+  auto t2 = Generate("alpha", " more", 4, "s1");
+  ASSERT_TRUE(t2.status.ok()) << t2.status.error_message();
+  EXPECT_GT(t2.final.usage().prompt_tokens(), t1.final.usage().prompt_tokens());
+
+  RestartScheduler();
+  for (int i = 0; i < 2; ++i) {  // stays lost, not silently restarted
+    auto t3 = Generate("alpha", " again", 4, "s1");
+    EXPECT_EQ(t3.status.error_code(), grpc::StatusCode::DATA_LOSS)
+        << t3.status.error_message() << " prompt_tokens " << t3.final.usage().prompt_tokens();
+    EXPECT_NE(t3.status.error_message().find("history was lost"), std::string::npos)
+        << t3.status.error_message();
+  }
+  // A new session is not mistaken for a lost one.
+  auto fresh = Generate("alpha", "new", 4, "s2");
+  EXPECT_TRUE(fresh.status.ok()) << fresh.status.error_message();
+  auto fresh2 = Generate("alpha", " turn", 4, "s2");
+  EXPECT_TRUE(fresh2.status.ok()) << fresh2.status.error_message();
+  // Ending the lost session frees its id for a new one.
+  ASSERT_TRUE(EndSession("s1").ok());
+  auto again = Generate("alpha", "start over", 4, "s1");
+  EXPECT_TRUE(again.status.ok()) << again.status.error_message();
+}
+
+}  // namespace
+}  // namespace ballast

@@ -1,0 +1,57 @@
+// Metrics label cardinality: only models a source knows get their own
+// `model` label value; every other name counts under "unknown".
+#include "server/metrics.h"
+
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
+
+namespace ballast::server {
+namespace {
+
+std::string Scrape(const Metrics& m) {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, m.registry()->Collect());
+  return out.str();
+}
+
+TEST(Metrics, UnknownModelsShareOneLabelValue) {
+  Metrics m;
+  m.AddModelSource([](const std::string& name) { return name == "real"; });
+  m.SchedulerRequest({.model = "real", .status = "OK", .ttft_s = 0.1, .tpot_s = 0.01, .tokens = 3});
+  const size_t before = Scrape(m).size();
+  for (int i = 0; i < 50; ++i) {
+    m.SchedulerRequest({.model = absl::StrCat("junk-", i),
+                        .status = "NOT_FOUND",
+                        .ttft_s = -1,
+                        .tpot_s = -1,
+                        .tokens = 0});
+    m.NodeRequest({.model = absl::StrCat("junk-", i),
+                   .status = "NOT_FOUND",
+                   .ttft_s = -1,
+                   .tpot_s = -1,
+                   .tokens = 0});
+  }
+  const std::string text = Scrape(m);
+  EXPECT_EQ(text.find("junk-"), std::string::npos);
+  EXPECT_NE(text.find("model=\"real\""), std::string::npos);
+  EXPECT_NE(text.find("model=\"unknown\""), std::string::npos);
+  // Two new series (scheduler and node requests_total for "unknown").
+  EXPECT_LT(text.size(), before + 600) << text;
+}
+
+TEST(Metrics, ModelLabelAsksEverySource) {
+  Metrics m;
+  EXPECT_EQ(m.ModelLabel("a"), "unknown");
+  m.AddModelSource([](const std::string& name) { return name == "a"; });
+  m.AddModelSource([](const std::string& name) { return name == "b"; });
+  EXPECT_EQ(m.ModelLabel("a"), "a");
+  EXPECT_EQ(m.ModelLabel("b"), "b");
+  EXPECT_EQ(m.ModelLabel("c"), "unknown");
+}
+
+}  // namespace
+}  // namespace ballast::server
