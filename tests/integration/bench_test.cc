@@ -222,7 +222,9 @@ TEST_F(BenchTest, StoppedCompareLeavesPerScaleFilesAndNoServe) {
   const fs::path out = dir_ / "cmp";
   testing::ChildProcess p(
       {kBin, "bench", "compare", "--trace", (dir_ / "bursty.jsonl").string(), "--configs",
-       (dir_ / "tiny.yaml").string(), "--rate-scale", "1,0.2", "--out", out.string(), "--no-plots"},
+       (dir_ / "tiny.yaml").string(), "--rate-scale", "1,0.2", "--out", out.string(), "--no-plots",
+       // Any lag at all (there is always some) invalidates a run.
+       "--max-client-lag-ms", "0.000001"},
       (dir_ / "compare.log").string());
   // Stop it once scale 1 is done and scale 0.2's server (a 15 s replay) has started.
   const fs::path first = out / "tiny" / "result-1.json";
@@ -242,7 +244,12 @@ TEST_F(BenchTest, StoppedCompareLeavesPerScaleFilesAndNoServe) {
   EXPECT_EQ(Lines(out / "tiny" / "requests-1.csv"), run["total"]["total"].get<int>() + 1);
   EXPECT_EQ(ReadJson(out / "tiny" / "result.json")["runs"].size(), 1u);
   EXPECT_EQ(ReadJson(out / "compare.json")[0]["attainment"].size(), 1u);
-  EXPECT_TRUE(fs::exists(out / "compare.md"));
+  EXPECT_FALSE(run["valid"].get<bool>());
+  EXPECT_NE(run["invalid_reason"].get<std::string>().find("client lag"), std::string::npos);
+  std::ifstream md_in(out / "compare.md");
+  const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("(invalid)"), std::string::npos) << md;
+  EXPECT_NE(md.find("not run"), std::string::npos) << md;
   // Its serve child dies with it (it may take a moment to shut down).
   std::vector<pid_t> left = ServesNaming(dir_.string());
   for (int i = 0; i < 1000 && !left.empty(); ++i) {
