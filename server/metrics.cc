@@ -164,7 +164,11 @@ void Metrics::SetDevice(const DeviceGauges& g) {
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(
     const std::string& address, const std::shared_ptr<prometheus::Registry>& registry) {
   try {
-    auto exposer = std::make_unique<prometheus::Exposer>(address);
+    // Enough civetweb workers that idle connections cannot hold every one,
+    // and a bound on how long an idle connection keeps its worker: two idle
+    // clients used to block every scrape for 30 s.
+    auto exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads", "8", "request_timeout_ms", "2000"});
     exposer->RegisterCollectable(registry);
     return exposer;
   } catch (const std::exception& e) {

@@ -175,6 +175,25 @@ TEST_F(ClusterTest, HealthAndMetricsEndpoints) {
             std::string::npos);
 }
 
+// Idle connections to the metrics port cannot block scrapes.
+TEST_F(ClusterTest, IdleConnectionsDoNotBlockMetricsScrapes) {
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(sched_metrics_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);  // connected, never sends a request
+  }
+  const absl::Time t0 = absl::Now();
+  const std::string body = testing::HttpGet(sched_metrics_, "/metrics");
+  EXPECT_NE(body.find("# TYPE ballast_"), std::string::npos) << body;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  for (int fd : idle) close(fd);
+}
+
 // Migration keeps the source serving until the target is READY, then
 // drains it: a request racing the move is served, the model ends on the
 // target only, and it serves the same tokens there. (That draining waits
