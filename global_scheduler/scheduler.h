@@ -255,6 +255,9 @@ class Scheduler {
   // Whether a live node served turns of `session_id` (see RouteRequest);
   // frees what they kept.
   bool NodesKnowSession(const std::string& session_id);
+  // Drops `session_id` on every live, non-suspect node at once and waits
+  // for their answers (at most `timeout`); true if any had served it.
+  bool AskNodesToDrop(const std::string& session_id, absl::Duration timeout);
   // Frees the session's KV (and the id) on every live node, in the pool.
   void DropOnNodes(const std::string& session_id);
   // Wakes the control loop now (a request waits for an activation).

@@ -14,6 +14,8 @@ namespace ballast::global_scheduler {
 
 // How long the lost-history check waits for a node's answer.
 constexpr absl::Duration kSessionProbeTimeout = absl::Milliseconds(500);
+// How long EndSession waits for the nodes to drop the session.
+constexpr absl::Duration kEndSessionTimeout = absl::Seconds(2);
 
 absl::Status Scheduler::BeginSessionTurn(const v1::GenerateRequest& req, Route* route,
                                          std::string* affinity) {
@@ -34,7 +36,10 @@ absl::Status Scheduler::BeginSessionTurn(const v1::GenerateRequest& req, Route* 
 bool Scheduler::EndSession(const std::string& session_id) {
   bool existed = false;
   sessions_.End(session_id, &existed);
-  DropOnNodes(session_id);
+  // Dropped everywhere before the client hears back: a turn that reuses the
+  // id right after must find no node that still knows it (else the
+  // lost-history check would take it for a forgotten session).
+  AskNodesToDrop(session_id, kEndSessionTimeout);
   return existed;
 }
 
@@ -55,6 +60,10 @@ void Scheduler::DropOnNodes(const std::string& session_id) {
 }
 
 bool Scheduler::NodesKnowSession(const std::string& session_id) {
+  return AskNodesToDrop(session_id, kSessionProbeTimeout);
+}
+
+bool Scheduler::AskNodesToDrop(const std::string& session_id, absl::Duration timeout) {
   // Asked of all nodes at once, on one completion queue owned by this
   // thread: every call ends (answer or deadline) before it returns.
   struct Call {
@@ -66,7 +75,7 @@ bool Scheduler::NodesKnowSession(const std::string& session_id) {
   grpc::CompletionQueue cq;
   v1::DropSessionRequest req;
   req.set_session_id(session_id);
-  const auto deadline = absl::ToChronoTime(absl::Now() + kSessionProbeTimeout);
+  const auto deadline = absl::ToChronoTime(absl::Now() + timeout);
   std::vector<std::unique_ptr<Call>> calls;
   for (const auto& n : cluster_.Snapshot()) {
     if (!n.alive || n.suspect) continue;

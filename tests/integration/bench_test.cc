@@ -229,8 +229,11 @@ TEST_F(BenchTest, StoppedCompareLeavesPerScaleFilesAndNoServe) {
   // Stop it once scale 1 is done and scale 0.2's server (a 15 s replay) has started.
   const fs::path first = out / "tiny" / "result-1.json";
   const fs::path second_log = out / "tiny" / "serve-0.2.log";
+  // The log file appears before the child has exec'd: wait for the process.
   for (int i = 0; i < 12000 && p.running(); ++i) {
-    if (fs::exists(first) && fs::exists(second_log)) break;
+    if (fs::exists(first) && fs::exists(second_log) && !ServesNaming(dir_.string()).empty()) {
+      break;
+    }
     usleep(10000);
   }
   ASSERT_TRUE(p.running()) << "compare ended before it could be stopped\n" << p.Log();
