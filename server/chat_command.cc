@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "ballast/v1/inference.grpc.pb.h"
+#include "server/client_commands.h"
 #include "server/status_util.h"
 
 namespace ballast::server {
@@ -56,18 +57,8 @@ grpc::Status Turn(v1::Inference::Stub* stub, const ChatFlags& f, const std::stri
   user->set_role("user");
   user->set_content(line);
   *req.mutable_sampling() = Sampling(f);
-  grpc::ClientContext ctx;
-  auto reader = stub->Generate(&ctx, req);
-  v1::GenerateResponse resp;
   std::optional<v1::Final> final;
-  while (reader->Read(&resp)) {
-    if (resp.has_token()) {
-      out << resp.token().text() << std::flush;
-    } else if (resp.has_final()) {
-      final = resp.final();
-    }
-  }
-  grpc::Status st = reader->Finish();
+  const grpc::Status st = StreamGenerate(stub, req, out, &final);
   out << "\n" << std::flush;
   if (st.ok() && f.stats && final) PrintStats(*final, err);
   return st;

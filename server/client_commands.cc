@@ -35,6 +35,21 @@ std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048
 
 }  // namespace
 
+grpc::Status StreamGenerate(v1::Inference::StubInterface* stub, const v1::GenerateRequest& req,
+                            std::ostream& out, std::optional<v1::Final>* final) {
+  grpc::ClientContext ctx;
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (resp.has_token()) {
+      out << resp.token().text() << std::flush;
+    } else if (resp.has_final()) {
+      *final = resp.final();
+    }
+  }
+  return reader->Finish();
+}
+
 int RunGenerate(const GenerateFlags& f) {
   auto stub = v1::Inference::NewStub(Connect(f.target));
   v1::GenerateRequest req;
@@ -52,18 +67,8 @@ int RunGenerate(const GenerateFlags& f) {
   req.mutable_slo()->set_ttft_ms(f.ttft_ms);
   req.mutable_slo()->set_tpot_ms(f.tpot_ms);
   req.set_priority(f.priority);
-  grpc::ClientContext ctx;
-  auto reader = stub->Generate(&ctx, req);
-  v1::GenerateResponse resp;
   std::optional<v1::Final> final;
-  while (reader->Read(&resp)) {
-    if (resp.has_token()) {
-      std::cout << resp.token().text() << std::flush;
-    } else if (resp.has_final()) {
-      final = resp.final();
-    }
-  }
-  grpc::Status st = reader->Finish();
+  const grpc::Status st = StreamGenerate(stub.get(), req, std::cout, &final);
   std::cout << "\n";
   if (!st.ok()) return PrintError(st);
   if (f.stats && final) {

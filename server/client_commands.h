@@ -4,10 +4,15 @@
 // concurrent stream per model, drawn side by side).
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
+
+#include "ballast/v1/inference.grpc.pb.h"
 
 namespace ballast::server {
 
@@ -27,6 +32,12 @@ struct GenerateFlags {
   int priority = 0;
   bool stats = false;  // print usage and timings to stderr
 };
+
+// Calls Inference.Generate with `req` on `stub`, writing each
+// token's text to `out` as it arrives; *final gets the Final message.
+// Returns the call's status.
+grpc::Status StreamGenerate(v1::Inference::StubInterface* stub, const v1::GenerateRequest& req,
+                            std::ostream& out, std::optional<v1::Final>* final);
 
 int RunGenerate(const GenerateFlags& f);
 int RunModels(const std::string& target);
