@@ -15,7 +15,8 @@ std::string Msg(const std::string& yaml) {
 }
 
 TEST(Config, ShippedConfigsParse) {
-  for (const char* f : {"ballast.yaml", "scheduler.yaml", "node.yaml"}) {
+  for (const char* f :
+       {"ballast.yaml", "scheduler.yaml", "node.yaml", "real-model.yaml", "gpu.yaml"}) {
     auto c = LoadConfig(std::string(BALLAST_SOURCE_DIR) + "/configs/" + f);
     EXPECT_TRUE(c.ok()) << f << ": " << c.status();
   }
