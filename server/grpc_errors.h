@@ -2,10 +2,13 @@
 // a proto3 `string` field that holds invalid UTF-8 while parsing the
 // request, before any handler runs: the client gets INTERNAL with an empty
 // message and protobuf logs an ERROR line per request. InstallRequestErrors
-// turns that status into INVALID_ARGUMENT naming the field (when protobuf
-// named it on this thread) and routes protobuf's log lines through a rate
-// limit: each distinct source line is logged at most once a minute, with a
-// count of the lines it suppressed.
+// routes protobuf's log lines through a rate limit: each distinct source
+// line is logged at most once a minute, with a count of the lines it
+// suppressed. (A server interceptor that rewrote the status into
+// INVALID_ARGUMENT raced inside gRPC 1.51 when calls of its callback-API
+// services, e.g. health checks, ran the interceptor chain: ThreadSanitizer
+// found the interceptor freed while another thread ran it. It is not
+// installed; the status stays gRPC's INTERNAL.)
 //
 // Thread-safety: InstallRequestErrors may be called from any thread, any
 // number of times (the log handler is installed once).
@@ -17,8 +20,8 @@
 
 namespace ballast::server {
 
-// Adds the status-rewriting interceptor to `builder` and installs the
-// rate-limited protobuf log handler.
+// Installs the rate-limited protobuf log handler (once per process);
+// `builder` is unchanged.
 void InstallRequestErrors(grpc::ServerBuilder* builder);
 
 // Protobuf log lines written (not suppressed) since the process started.

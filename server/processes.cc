@@ -58,7 +58,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const std::string& liste
   // calls) without answering them with GOAWAY "too many pings".
   b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
   b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  InstallRequestErrors(&b);  // invalid UTF-8: INVALID_ARGUMENT, rate-limited logs
+  InstallRequestErrors(&b);  // protobuf's parse errors: rate-limited logs
   int port = 0;
   b.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   for (auto* s : services) b.RegisterService(s);

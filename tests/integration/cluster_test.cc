@@ -151,7 +151,9 @@ TEST_F(ClusterTest, HealthAndMetricsEndpoints) {
   grpc::health::v1::HealthCheckResponse hr;
   ASSERT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &hr).ok());
   EXPECT_EQ(hr.status(), grpc::health::v1::HealthCheckResponse::SERVING);
-  ASSERT_TRUE(Generate("alpha", "metrics", 5).status.ok());
+  const StreamResult first = Generate("alpha", "metrics", 5);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_code() << ": "
+                                 << first.status.error_message();
   EXPECT_EQ(Generate("nope", "x", 1).status.error_code(), grpc::StatusCode::NOT_FOUND);
   const size_t size_before = testing::HttpGet(sched_metrics_, "/metrics").size();
   // Unknown model names share one label value: 50 of them add no series.
