@@ -15,8 +15,8 @@ std::string Msg(const std::string& yaml) {
 }
 
 TEST(Config, ShippedConfigsParse) {
-  for (const char* f :
-       {"ballast.yaml", "scheduler.yaml", "node.yaml", "real-model.yaml", "gpu.yaml"}) {
+  // gpu.yaml needs a CUDA build (Config.CudaBackendIsAcceptedOnlyWhereBuilt).
+  for (const char* f : {"ballast.yaml", "scheduler.yaml", "node.yaml", "real-model.yaml"}) {
     auto c = LoadConfig(std::string(BALLAST_SOURCE_DIR) + "/configs/" + f);
     EXPECT_TRUE(c.ok()) << f << ": " << c.status();
   }
