@@ -58,6 +58,10 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget) {
         !kv_->Reserve(&s->kv, tokens)) {
       break;
     }
+    if (s->load) {
+      plan->loads.push_back({s, std::move(s->load), s->load_from});
+      s->load = nullptr;
+    }
     AddChunk(plan, s, take);
     *budget -= take;
     s->admitted_at = KvRecencyNow();
@@ -80,11 +84,25 @@ bool BatchPlanner::ReserveOrPreempt(Sequence* seq, int tokens) {
 void BatchPlanner::AttachSessionPrefix(Sequence* seq) {
   if (seq->admitted_once) return;
   seq->admitted_once = true;
-  if (seq->req.session_id.empty()) return;
-  const int common = kv_->TakePrefix(seq->req.session_id, seq->tokens, &seq->kv);
+  int common = 0;
+  if (!seq->req.session_id.empty()) {
+    absl::Duration lead = absl::InfiniteDuration();
+    common = kv_->TakePrefix(seq->req.session_id, seq->tokens, &seq->kv, &lead);
+    if (common > 0) seq->result.kv_source = KvSource::kDevice;
+    if (lead != absl::InfiniteDuration()) {
+      seq->result.prefetch_lead_ms = absl::ToDoubleMilliseconds(lead);
+    }
+  }
+  const KvPrefixLease* lease = seq->req.lease.get();
+  const int cap = static_cast<int>(seq->tokens.size()) - 1;  // logits need one token
+  if (lease != nullptr && std::min(lease->tokens, cap) > common) {
+    seq->load = seq->req.lease;
+    seq->load_from = common;
+    common = std::min(lease->tokens, cap);
+    seq->result.kv_source = lease->source;
+  }
   seq->num_computed = common;
   seq->result.cached_tokens = common;
-  if (common > 0) seq->result.kv_source = KvSource::kDevice;
 }
 
 void BatchPlanner::PreemptAt(size_t i) {
@@ -92,6 +110,7 @@ void BatchPlanner::PreemptAt(size_t i) {
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
   kv_->Free(&v->kv);
   v->num_computed = 0;
+  v->load = nullptr;  // recomputes everything
   ++v->result.preemptions;
   ++preemptions_;
   waiting_.push_front(std::move(v));

@@ -16,6 +16,11 @@
 //      watermark passes and blocks can be reserved without preempting
 //      anyone; the first that does not fit ends the pass (it waits).
 //   3. A chunk asks for logits iff it computes the sequence's last token.
+//   4. At its first admission a sequence takes its session's device cache
+//      (KvManager::TakePrefix); if its lease (engine/kv_tiers.h) covers
+//      more of the prompt, the plan loads the lease's chunks into its
+//      blocks (PlannedLoad) and it computes only the rest. A preempted
+//      sequence recomputes everything.
 // Shedding for the device preempts a named running sequence the same way.
 //
 // Thread-safety: thread-compatible; the engine's step thread owns it.
@@ -47,8 +52,17 @@ struct PlannedChunk {
   bool logits = false;  // the chunk ends the sequence's tokens: sample one
 };
 
+// KV to copy from a lease into a newly admitted sequence's blocks before
+// the step runs (engine/kv_tiers.h): chunks ending after `from_token`.
+struct PlannedLoad {
+  Sequence* seq = nullptr;
+  std::shared_ptr<const KvPrefixLease> lease;
+  int from_token = 0;
+};
+
 struct StepPlan {
   std::vector<PlannedChunk> chunks;  // running sequences first, then admissions
+  std::vector<PlannedLoad> loads;    // run before the chunks
   // Tokens of prefill work: everything but single decode tokens (prompt
   // chunks, and preempted sequences recomputing their KV).
   int prefill_tokens = 0;

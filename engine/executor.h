@@ -45,6 +45,14 @@ struct DeviceSampling {
   absl::Span<const PenaltyEntry> penalties;
 };
 
+// One KV block's bytes moving between the cache (`block`: the allocator's
+// address, device memory on GPUs) and host memory (`host`).
+struct KvBlockCopy {
+  uint8_t* block = nullptr;
+  uint8_t* host = nullptr;
+  size_t bytes = 0;
+};
+
 // A model's weights kept in host memory while it is not resident (the
 // CPU backend's float32 tensors, the CUDA backend's device image in pinned
 // memory), so the next activation copies them instead of reading and
@@ -75,6 +83,12 @@ class Executor {
                                      std::vector<TokenLogprobs>* logprobs) {
     return absl::UnimplementedError("this backend samples on the host");
   }
+  // Copies KV blocks to host memory (session export to the lower tiers)
+  // or from it (a lease's chunks into a sequence's blocks); returns when
+  // the copies are done. The default is memcpy (KV in host memory); GPU
+  // backends copy on their own stream.
+  virtual absl::Status CopyKvToHost(absl::Span<const KvBlockCopy> copies);
+  virtual absl::Status CopyKvFromHost(absl::Span<const KvBlockCopy> copies);
   virtual const ModelConfig& config() const = 0;
   // Bytes of weights this executor holds (checkpoint dtype on the CPU, the
   // device copy on GPUs).

@@ -8,12 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/kv_tiers.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 
@@ -45,10 +47,14 @@ struct GenerationRequest {
   // Fail with RESOURCE_EXHAUSTED, rather than serve late, when arbitration
   // finds the TTFT SLO cannot be met.
   bool reject_if_slo_unmet = false;
+  // Whose KV this is: chunks are keyed by tenant, so nothing is shared
+  // across tenants (engine/kv_tiers.h). Empty: the default tenant.
+  std::string tenant;
+  // The prompt prefix's KV found below the device (null: none).
+  std::shared_ptr<const KvPrefixLease> lease;
 };
 
 enum class FinishReason { kLength, kEos, kStop, kContext };
-enum class KvSource { kNone, kDevice, kRecomputed };
 
 struct GenerationResult {
   FinishReason reason = FinishReason::kLength;
@@ -57,6 +63,9 @@ struct GenerationResult {
   std::vector<int> output_tokens;
   std::string text;
   KvSource kv_source = KvSource::kNone;
+  // The device copy came from an Advise prefetch made this long before
+  // (ms); -1 otherwise.
+  double prefetch_lead_ms = -1;
   int preemptions = 0;
   double queue_ms = 0, ttft_ms = 0, mean_tpot_ms = 0, e2e_ms = 0;
 };

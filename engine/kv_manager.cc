@@ -45,7 +45,7 @@ int64_t KvManager::Free(SequenceKv* kv) {
 }
 
 int KvManager::TakePrefix(const std::string& session_id, const std::vector<int>& tokens,
-                          SequenceKv* kv) {
+                          SequenceKv* kv, absl::Duration* prefetch_lead) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end() || tokens.empty()) return 0;
   // The longest common prefix; at least one token must be computed to
@@ -56,22 +56,36 @@ int KvManager::TakePrefix(const std::string& session_id, const std::vector<int>&
     ++common;
   }
   common = std::min(common, tokens.size() - 1);
+  if (it->second.prefetch_deadline != absl::InfiniteFuture()) {
+    --prefetches_;
+    ++outcomes_.used;
+    if (prefetch_lead != nullptr) *prefetch_lead = absl::Now() - it->second.kept_at;
+  }
   cached_blocks_ -= it->second.kv.num_blocks();
   *kv = std::move(it->second.kv);
   sessions_.erase(it);
+  absl::MutexLock lock(&published_mu_);
+  published_.erase(session_id);
   return static_cast<int>(common);
 }
 
 void KvManager::Keep(const std::string& session_id, SequenceKv kv, std::vector<int> tokens,
-                     int priority) {
+                     int priority, absl::Time prefetch_deadline) {
   CachedSession& slot = sessions_[session_id];
   cached_blocks_ -= slot.kv.num_blocks();
   kv_->Release(&slot.kv);
+  if (slot.prefetch_deadline != absl::InfiniteFuture()) --prefetches_;
+  if (prefetch_deadline != absl::InfiniteFuture()) ++prefetches_;
   cached_blocks_ += kv.num_blocks();
+  const int n = static_cast<int>(tokens.size());
   slot.kv = std::move(kv);
   slot.tokens = std::move(tokens);
   slot.priority = priority;
   slot.last_use = KvRecencyNow();
+  slot.prefetch_deadline = prefetch_deadline;
+  slot.kept_at = absl::Now();
+  absl::MutexLock lock(&published_mu_);
+  published_[session_id] = n;
 }
 
 int64_t KvManager::Drop(const std::string& session_id) {
@@ -79,9 +93,40 @@ int64_t KvManager::Drop(const std::string& session_id) {
   return it == sessions_.end() ? 0 : Erase(it);
 }
 
+bool KvManager::DropPrefetch(const std::string& session_id) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || it->second.prefetch_deadline == absl::InfiniteFuture()) return false;
+  ++outcomes_.invalidated;
+  Erase(it);
+  return true;
+}
+
+void KvManager::ExpirePrefetches(absl::Time now) {
+  if (prefetches_ == 0) return;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    auto next = std::next(it);
+    if (it->second.prefetch_deadline <= now) {
+      ++outcomes_.expired;
+      Erase(it);
+    }
+    it = next;
+  }
+}
+
+int KvManager::CachedTokens(const std::string& session_id) const {
+  absl::MutexLock lock(&published_mu_);
+  auto it = published_.find(session_id);
+  return it == published_.end() ? 0 : it->second;
+}
+
 int64_t KvManager::Erase(std::map<std::string, CachedSession>::iterator it) {
+  if (it->second.prefetch_deadline != absl::InfiniteFuture()) --prefetches_;
   cached_blocks_ -= it->second.kv.num_blocks();
   const int64_t bytes = Free(&it->second.kv);
+  {
+    absl::MutexLock lock(&published_mu_);
+    published_.erase(it->first);
+  }
   sessions_.erase(it);
   return bytes;
 }

@@ -20,11 +20,17 @@
 //     count as free, since Reserve evicts them on demand; counting them as
 //     used would let a pool full of cached sessions block every new request
 //     for good.
+//   * Prefetches (Advise): Keep with a deadline marks the entry a
+//     prefetch. The first TakePrefix uses it (counted used, with its lead
+//     time); DropPrefetch drops it while unused (invalidated); past its
+//     deadline ExpirePrefetches drops it (expired). Until then it is a
+//     cached session like any other: shed first when memory is wanted.
 //   * Recency (KvRecencyNow) is nanoseconds of the steady clock, strictly
 //     increasing within the process, so holdings of different engines on
 //     one device compare.
 //
-// Thread-safety: thread-compatible; the engine's step thread owns it.
+// Thread-safety: thread-compatible (the engine's step thread owns it),
+// except CachedTokens, which is thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +38,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "engine/kv_cache.h"
 
 namespace ballast::engine {
@@ -49,6 +59,11 @@ struct KvHolding {
   // KvRecencyNow units: comparable across the engines of one process.
   uint64_t recency = 0;
   int64_t bytes = 0;  // KV bytes freed by shedding it
+};
+
+// What became of Advise prefetches (KvManager's rule), cumulative.
+struct PrefetchOutcomes {
+  int64_t used = 0, invalidated = 0, expired = 0;
 };
 
 // Steady-clock nanoseconds, strictly increasing across calls in this
@@ -82,9 +97,22 @@ class KvManager {
   // Moves the kept KV of `session_id` (if any) into `kv` (which must be
   // empty) and returns how many leading `tokens` it already holds (0 if
   // none). The session leaves the cache.
-  int TakePrefix(const std::string& session_id, const std::vector<int>& tokens, SequenceKv* kv);
+  // A prefetched entry's lead time (from Keep to now) goes to
+  // `*prefetch_lead` when given (else it is left alone).
+  int TakePrefix(const std::string& session_id, const std::vector<int>& tokens, SequenceKv* kv,
+                 absl::Duration* prefetch_lead = nullptr);
   // Keeps `kv` (holding the KV of `tokens`) for the session's next turn.
-  void Keep(const std::string& session_id, SequenceKv kv, std::vector<int> tokens, int priority);
+  // `prefetch_deadline` (not InfiniteFuture): an Advise prefetch, released
+  // at that time if unused.
+  void Keep(const std::string& session_id, SequenceKv kv, std::vector<int> tokens, int priority,
+            absl::Time prefetch_deadline = absl::InfiniteFuture());
+  // Drops the session's entry if it is an unused prefetch; true if it was.
+  bool DropPrefetch(const std::string& session_id);
+  // Drops unused prefetches past their deadline.
+  void ExpirePrefetches(absl::Time now);
+  const PrefetchOutcomes& prefetch_outcomes() const { return outcomes_; }
+  // Tokens of the session's kept KV (0: none). Thread-safe.
+  int CachedTokens(const std::string& session_id) const;
   // Forgets a session's kept KV; returns the bytes freed (0 if none).
   int64_t Drop(const std::string& session_id);
   // Frees the least recently used session; returns bytes freed (0: none).
@@ -99,6 +127,8 @@ class KvManager {
     std::vector<int> tokens;  // tokens whose KV is in kv
     int priority = 0;
     uint64_t last_use = 0;  // KvRecencyNow
+    absl::Time prefetch_deadline = absl::InfiniteFuture();  // a prefetch if finite
+    absl::Time kept_at;
   };
 
   // Frees one cached session and forgets it; returns the bytes freed.
@@ -107,6 +137,11 @@ class KvManager {
   KvCache* const kv_;
   std::map<std::string, CachedSession> sessions_;
   int64_t cached_blocks_ = 0;  // blocks held by sessions_
+  int prefetches_ = 0;         // entries of sessions_ that are unused prefetches
+  PrefetchOutcomes outcomes_;
+  // Token counts of sessions_, readable from any thread (CachedTokens).
+  mutable absl::Mutex published_mu_;
+  absl::flat_hash_map<std::string, int> published_ ABSL_GUARDED_BY(published_mu_);
 };
 
 }  // namespace ballast::engine

@@ -9,6 +9,7 @@
 #include "engine/checkpoint.h"
 #include "engine/cpu/cpu_executor.h"
 #include "engine/gpu_backend.h"
+#include "engine/kv_export.h"
 #include "memory/host_block_pool.h"
 
 namespace ballast::engine {
@@ -43,6 +44,13 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
   if (o.backend != "cpu" && o.backend != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat("model ", o.name, ": backend \"", o.backend,
                                                    "\" is unknown (expected cpu or cuda)"));
+  }
+  if (o.kv_tiers && (o.model_fingerprint == 0 || o.kv_tiers->chunk_tokens() % o.block_tokens != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", o.name,
+                     ": KV tiers need a model fingerprint and a chunk size that is a multiple "
+                     "of block_tokens (",
+                     o.block_tokens, ")"));
   }
   if (o.block_tokens <= 0 || o.max_batch_tokens <= 0 || o.max_seqs <= 0 || o.kv_cache_bytes <= 0) {
     return absl::InvalidArgumentError(
@@ -108,6 +116,7 @@ absl::Status ModelEngine::InitKv() {
     allocator_ = std::move(*pool);
   }
   kv_ = std::make_unique<KvCache>(layout, allocator_.get());
+  kv_fingerprint_ = KvFingerprint(o.model_fingerprint, layout);
   kv_manager_ = std::make_unique<KvManager>(kv_.get());
   planner_ = std::make_unique<BatchPlanner>(BatchPlannerOptions{o.max_batch_tokens, o.max_seqs},
                                             kv_manager_.get());
@@ -293,7 +302,7 @@ void ModelEngine::DropSession(const std::string& session_id) {
 bool ModelEngine::HasWork() const {
   if (active_.load() > 0) return true;
   absl::MutexLock lock(&mu_);
-  return !cancels_.empty() || !drop_sessions_.empty();
+  return !cancels_.empty() || !drop_sessions_.empty() || !tasks_.empty();
 }
 
 EngineStats ModelEngine::stats() const {
@@ -311,6 +320,7 @@ void ModelEngine::PublishStats() {
   s.preemptions = planner_->preemptions();
   s.tokens_generated = tokens_generated_;
   s.steps = steps_;
+  s.prefetches = kv_manager_->prefetch_outcomes();
   absl::MutexLock lock(&mu_);
   s.waiting += static_cast<int>(inbox_.size());
   stats_ = s;
@@ -320,12 +330,16 @@ void ModelEngine::DrainInbox() {
   std::vector<std::unique_ptr<Sequence>> in;
   absl::flat_hash_set<std::string> cancels;
   std::vector<std::string> drops;
+  std::vector<std::function<void()>> tasks;
   {
     absl::MutexLock lock(&mu_);
     in.swap(inbox_);
     cancels.swap(cancels_);
     drops.swap(drop_sessions_);
+    tasks.swap(tasks_);
   }
+  kv_manager_->ExpirePrefetches(absl::Now());
+  for (auto& t : tasks) t();
   for (auto& s : in) planner_->Enqueue(std::move(s));
   for (const auto& sid : drops) kv_manager_->Drop(sid);
   for (auto& s : planner_->Remove(cancels)) {
@@ -334,7 +348,7 @@ void ModelEngine::DrainInbox() {
   // Arbitration drains the inbox (Queued) without stepping an engine whose
   // work was all cancelled: the gauges must not wait for a step that may
   // never come.
-  if (!in.empty() || !cancels.empty() || !drops.empty()) PublishStats();
+  if (!in.empty() || !cancels.empty() || !drops.empty() || !tasks.empty()) PublishStats();
 }
 
 std::vector<QueuedRequest> ModelEngine::Queued() {
@@ -405,7 +419,8 @@ bool ModelEngine::Step() {
   last_prefill_tokens_ = plan.prefill_tokens;
   std::vector<int> sampled;
   std::vector<TokenLogprobs> logprobs;
-  const absl::Status st = Execute(plan, &sampled, &logprobs);
+  absl::Status st = RunLoads(plan);
+  if (st.ok()) st = Execute(plan, &sampled, &logprobs);
   ++steps_;
   if (!st.ok()) {
     AbortAll(st);
@@ -509,6 +524,7 @@ void ModelEngine::Finish(std::unique_ptr<Sequence> s) {
   const int n = static_cast<int>(r.output_tokens.size());
   r.mean_tpot_ms = n > 1 ? Ms(s->last_token - s->first_token) / (n - 1) : 0.0;
   if (!s->req.session_id.empty()) {
+    ExportSession(*s);
     // Keep the KV of every token but the last generated one (never fed).
     kv_manager_->Keep(s->req.session_id, std::move(s->kv),
                       std::vector<int>(s->tokens.begin(), s->tokens.begin() + s->num_computed),
@@ -530,6 +546,7 @@ void ModelEngine::FailAll(const absl::Status& why, bool close) {
   // OnDone must get an error: an OK `why` would read as a result.
   const absl::Status status =
       why.ok() ? absl::UnavailableError(absl::StrCat("model ", options_.name, " closed")) : why;
+  std::vector<std::function<void()>> tasks;
   {
     absl::MutexLock lock(&mu_);
     if (close) {
@@ -538,7 +555,9 @@ void ModelEngine::FailAll(const absl::Status& why, bool close) {
     }
     for (auto& s : inbox_) planner_->Enqueue(std::move(s));
     inbox_.clear();
+    tasks.swap(tasks_);
   }
+  for (auto& t : tasks) t();  // imports still answer their callers
   for (auto& s : planner_->TakeAll()) Fail(std::move(s), status);
 }
 

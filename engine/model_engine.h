@@ -24,6 +24,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,13 @@ struct ModelEngineOptions {
   int max_seqs = 64;
   // Context window cap; 0 = the model's max_position_embeddings.
   int max_context = 0;
+  // The node's lower KV tiers (engine/kv_tiers.h): finished session turns
+  // are exported there, and requests' leases loaded from there. Null: none.
+  std::shared_ptr<KvTierPort> kv_tiers;
+  // Hash of the model's weights and config (node_manager's
+  // ModelFingerprint); chunk keys combine it with the KV layout. 0 with
+  // kv_tiers set is refused.
+  uint64_t model_fingerprint = 0;
 };
 
 // A request waiting for admission, as the device's arbitration sees it.
@@ -104,6 +112,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t tokens_generated = 0;
   int64_t steps = 0;
+  PrefetchOutcomes prefetches;
 };
 
 class ModelEngine {
@@ -137,6 +146,9 @@ class ModelEngine {
            static_cast<int64_t>(kv_->layout().token_bytes());
   }
   std::string kv_dtype_name() const;
+  // The fingerprint the model's KV chunks are keyed with (KvFingerprint of
+  // the model fingerprint and this engine's KV layout).
+  uint64_t kv_fingerprint() const { return kv_fingerprint_; }
 
   // Validates and queues a request; `sink` must live until its OnDone.
   // INVALID_ARGUMENT for an empty prompt, max_tokens <= 0, tokens outside
@@ -149,6 +161,23 @@ class ModelEngine {
   void Cancel(const std::string& request_id);
   // Forgets a session's kept KV.
   void DropSession(const std::string& session_id);
+  // Advise: makes `lease` (the KV of tokens[0, lease->tokens)) the
+  // session's device cache, released at `deadline` if no turn used it
+  // (KvManager's prefetch rule). `done` gets, on the step thread, the
+  // tokens now cached for the session and where they came from (DEVICE:
+  // already there), or RESOURCE_EXHAUSTED when no device memory is free
+  // for it without preempting anyone. Imports queued before a Submit are
+  // done before that request is admitted.
+  void ImportSession(std::string session_id, std::vector<int> tokens,
+                     std::shared_ptr<const KvPrefixLease> lease, int priority, absl::Time deadline,
+                     std::function<void(absl::StatusOr<std::pair<int, KvSource>>)> done);
+  // Invalidate: drops the session's device copy if it is an unused
+  // prefetch; `done` gets whether it was.
+  void DropPrefetch(const std::string& session_id, std::function<void(bool)> done);
+  // Tokens of the session's device cache (0: none). Thread-safe.
+  int CachedSessionTokens(const std::string& session_id) const {
+    return kv_manager_->CachedTokens(session_id);
+  }
   // Elastic mode: moves this model's KV floor and limit in the device's
   // arena (memory::TenantLimits); FAILED_PRECONDITION in static mode.
   // Thread-safe.
@@ -205,6 +234,11 @@ class ModelEngine {
   absl::Status Validate(const GenerationRequest& req) const;
   std::unique_ptr<Sequence> NewSequence(GenerationRequest req, GenerationSink* sink) const;
   void DrainInbox();
+  // ImportSession's work on the step thread.
+  absl::StatusOr<std::pair<int, KvSource>> Import(const std::string& session_id,
+                                                  std::vector<int> tokens,
+                                                  const KvPrefixLease& lease, int priority,
+                                                  absl::Time deadline);
   // Runs the plan on the executor; `sampled` gets one token per chunk that
   // asked for logits, in plan order, and `logprobs` one entry per such row
   // (filled for requests with sampling.top_logprobs >= 0).
@@ -212,6 +246,10 @@ class ModelEngine {
                        std::vector<TokenLogprobs>* logprobs);
   void FailAll(const absl::Status& why, bool close);
   int64_t ShedOne(const KvHolding& h);
+  // Copies the plan's leases into their sequences' blocks.
+  absl::Status RunLoads(const StepPlan& plan);
+  // Hands a finished session turn's KV down to the tiers (if any).
+  void ExportSession(const Sequence& seq);
   void Finish(std::unique_ptr<Sequence> seq);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
   // `logprobs`: the token's log-probabilities, or null when not asked for.
@@ -222,6 +260,7 @@ class ModelEngine {
   std::function<void()> wake_;
   ModelConfig config_;
   int context_window_ = 0;
+  uint64_t kv_fingerprint_ = 0;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::shared_ptr<memory::KvArena> arena_;  // keeps the arena alive (elastic)
   std::unique_ptr<memory::BlockAllocator> allocator_;
@@ -235,6 +274,9 @@ class ModelEngine {
   std::vector<std::unique_ptr<Sequence>> inbox_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> cancels_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> drop_sessions_ ABSL_GUARDED_BY(mu_);
+  // Work for the step thread (imports, prefetch drops), run in order
+  // before the inbox's requests are queued.
+  std::vector<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status closed_why_ ABSL_GUARDED_BY(mu_);

@@ -38,6 +38,11 @@ struct Sequence {
   // Preemption keeps the generated tokens, so it describes exactly the
   // output so far; empty when the request has no penalties.
   PenaltyState penalties;
+  // Set at first admission when the request's lease covers more of the
+  // prompt than the device cache: its chunks are copied into the blocks
+  // (from token `load_from` on) when the sequence is admitted.
+  std::shared_ptr<const KvPrefixLease> load;
+  int load_from = 0;
   std::unique_ptr<OutputText> out;
   GenerationResult result;
   absl::Time first_scheduled = absl::InfinitePast();

@@ -95,8 +95,17 @@ absl::Status ValidateSessionId(absl::string_view session_id) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateTenant(absl::string_view tenant) {
+  if (tenant.size() > kMaxTenantLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant is ", tenant.size(), " bytes; at most ", kMaxTenantLength));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateGenerateRequest(const v1::GenerateRequest& req, int context_window) {
   if (auto st = ValidateSessionId(req.session_id()); !st.ok()) return st;
+  if (auto st = ValidateTenant(req.tenant()); !st.ok()) return st;
   if (auto st = ValidatePromptOrMessages(req); !st.ok()) return st;
   return ValidateSampling(req.sampling(), context_window);
 }

@@ -20,7 +20,12 @@ inline constexpr size_t kMaxSessionIdLength = 128;
 // OK, or INVALID_ARGUMENT if `session_id` is longer than kMaxSessionIdLength.
 absl::Status ValidateSessionId(absl::string_view session_id);
 
-// OK, or INVALID_ARGUMENT: session_id at most kMaxSessionIdLength bytes; exactly one of prompt and
+// Longest tenant name, in bytes.
+inline constexpr size_t kMaxTenantLength = 128;
+// OK, or INVALID_ARGUMENT if `tenant` is longer than kMaxTenantLength.
+absl::Status ValidateTenant(absl::string_view tenant);
+
+// OK, or INVALID_ARGUMENT: session_id and tenant within their limits; exactly one of prompt and
 // messages; every message with a role; sampling.max_tokens in [0, context_window) (0: until the
 // window is full; context_window 0: no window known); every float field finite;
 // temperature >= 0; top_p and min_p in [0, 1];

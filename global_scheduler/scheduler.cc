@@ -337,6 +337,7 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
       route.stub = Stub(*pick);
       if (route.stub) {
         route.node_id = *pick;
+        route.kv_peer = PeerAddress(affinity, *pick);
         break;
       }
     }

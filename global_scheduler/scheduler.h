@@ -120,6 +120,9 @@ struct Route {
   std::vector<v1::ChatMessage> history_messages;
   std::vector<v1::ChatMessage> turn_messages;
   uint32_t ttft_ms = 0, tpot_ms = 0;  // effective SLOs
+  // The session's last node, when it is alive but the turn goes elsewhere:
+  // the serving node fetches the session's KV from its tiers (peer tier).
+  std::string kv_peer;
 };
 
 class Scheduler {
@@ -187,6 +190,13 @@ class Scheduler {
   void ReportUnavailable(const std::string& node_id);
   // EndSession: forgets the history and drops the KV on its node.
   bool EndSession(const std::string& session_id);
+  // Advise (scheduler_advise.cc states the rule): picks the node that will
+  // serve the session's next turn, has it move the KV onto its device
+  // (from its tiers, or from the session's last node as a peer) and makes
+  // it the session's affinity; activates next_hops' models.
+  absl::StatusOr<v1::AdviseResponse> Advise(const v1::AdviseRequest& req);
+  // Invalidate: drops the unused prefetch on the session's node.
+  absl::Status Invalidate(const v1::InvalidateRequest& req);
 
   ClusterState& cluster() { return cluster_; }
   SessionDirectory& sessions() { return sessions_; }
@@ -263,6 +273,9 @@ class Scheduler {
   // Wakes the control loop now (a request waits for an activation).
   void Kick();
   std::shared_ptr<v1::Node::StubInterface> Stub(const std::string& node_id);
+  // The address of `affinity` when it is a live, trusted node other than
+  // `serving` (the peer to fetch the session's KV from); else empty.
+  std::string PeerAddress(const std::string& affinity, const std::string& serving) const;
   v1::ModelInfo ToModelInfo(const ModelStatus& m) const;
   // KVPR demand d_m of a model now (kvpr.h), 0 when unknown.
   double Demand(const std::string& model) const;

@@ -12,8 +12,16 @@ absl::Status SessionDirectory::LostError(const std::string& session_id, LostReas
                    "); call EndSession and start over, or use a new session_id"));
 }
 
+namespace {
+absl::Status OtherTenant(const std::string& session_id) {
+  return absl::PermissionDeniedError(
+      absl::StrCat("session ", session_id, " belongs to another tenant"));
+}
+}  // namespace
+
 absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_id,
-                                                    const std::string& model, bool chat) {
+                                                    const std::string& model, bool chat,
+                                                    const std::string& tenant) {
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = sessions_.try_emplace(session_id);
   Session& s = it->second;
@@ -26,7 +34,9 @@ absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_i
     }
     s.model = model;
     s.chat = chat;
+    s.tenant = tenant;
   }
+  if (s.tenant != tenant) return OtherTenant(session_id);
   if (s.lost) return LostError(session_id, *s.lost);
   if (s.model != model) {
     return absl::InvalidArgumentError(
@@ -44,6 +54,25 @@ absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_i
   s.busy = true;
   s.last_used = clock_();
   return SessionTurn{s.tokens, s.messages, s.node_id, inserted};
+}
+
+absl::StatusOr<SessionDirectory::Snapshot> SessionDirectory::Peek(
+    const std::string& session_id, const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("session ", session_id, " is unknown"));
+  }
+  const Session& s = it->second;
+  if (s.tenant != tenant) return OtherTenant(session_id);
+  if (s.lost) return LostError(session_id, *s.lost);
+  return Snapshot{s.model, s.tokens, s.node_id};
+}
+
+void SessionDirectory::SetAffinity(const std::string& session_id, const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end()) it->second.node_id = node_id;
 }
 
 void SessionDirectory::Commit(const std::string& session_id, const std::string& node_id,

@@ -63,9 +63,20 @@ class SessionDirectory {
                             int max_sessions = 100000)
       : clock_(std::move(clock)), max_sessions_(max_sessions) {}
 
-  // `chat`: the turn sends messages (else a prompt).
+  // `chat`: the turn sends messages (else a prompt). A session keeps the
+  // tenant of its first turn; another tenant's turn is PERMISSION_DENIED.
   absl::StatusOr<SessionTurn> Begin(const std::string& session_id, const std::string& model,
-                                    bool chat = false);
+                                    bool chat = false, const std::string& tenant = "");
+  // What Advise needs of a session: NOT_FOUND if unknown, DATA_LOSS if
+  // lost, PERMISSION_DENIED for another tenant.
+  struct Snapshot {
+    std::string model;
+    std::vector<int> tokens;
+    std::string node_id;
+  };
+  absl::StatusOr<Snapshot> Peek(const std::string& session_id, const std::string& tenant) const;
+  // Moves a session's affinity (Advise prefetched its KV on `node_id`).
+  void SetAffinity(const std::string& session_id, const std::string& node_id);
   void Commit(const std::string& session_id, const std::string& node_id, TurnRecord turn);
   void Abort(const std::string& session_id);
   // Forgets a session; returns its affinity node if it existed.
@@ -88,6 +99,7 @@ class SessionDirectory {
     std::vector<int> tokens;
     std::vector<v1::ChatMessage> messages;
     std::string node_id;
+    std::string tenant;
     bool chat = false;
     bool busy = false;
     absl::Time last_used;

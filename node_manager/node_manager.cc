@@ -64,6 +64,17 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
         "engine.backend cuda: this ballast was built without CUDA; use backend cpu");
   }
   std::unique_ptr<NodeManager> n(new NodeManager(options));
+  if (options.kv_tiers_enabled()) {
+    if (options.kv_tiers.chunk_tokens % options.engine.block_tokens != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node.kv_tiers.chunk_tokens (", options.kv_tiers.chunk_tokens,
+                       ") must be a multiple of engine.block_tokens (",
+                       options.engine.block_tokens, ")"));
+    }
+    auto tiers = KvTierStore::Create(options.kv_tiers);
+    if (!tiers.ok()) return tiers.status();
+    n->tiers_ = std::move(*tiers);
+  }
   DeviceArbitrationOptions arb;
   {
     auto policy = ParseArbitrationPolicy(options.arbitration_policy);
@@ -218,6 +229,12 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.max_context = options_.engine.max_context;
   o.kv_arena = target->arena();
   o.kv_limits = kv_limits;
+  if (tiers_) {
+    auto fp = FingerprintOf(path);
+    if (!fp.ok()) return fp.status();
+    o.kv_tiers = tiers_;
+    o.model_fingerprint = *fp;
+  }
   return Activate(o, target, best_free);
 }
 
@@ -395,6 +412,8 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   g.id = req.request_id();
   if (auto st = FillPrompt(req, &a, &g); !st.ok()) return st;
   g.session_id = req.session_id();
+  g.tenant = req.tenant();
+  if (tiers_) g.lease = AcquireLease(*a.engine, req, g.prompt);
   g.priority = req.priority();
   g.params = ToGenerationParams(req.sampling(), a.engine->tokenizer().generation_defaults());
   if (g.params.max_tokens == 0) {  // until the context window is full
@@ -432,6 +451,7 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
 bool NodeManager::DropSession(const std::string& session_id) {
   for (const auto& d : devices_)
     for (const auto& e : d->Engines()) e->DropSession(session_id);
+  if (tiers_) tiers_->DropSession(session_id);
   absl::MutexLock lock(&mu_);
   return served_sessions_.erase(session_id) > 0;
 }

@@ -31,7 +31,9 @@
 #include "node_manager/chat_prompt.h"
 #include "node_manager/device_worker.h"
 #include "node_manager/host_weight_cache.h"
+#include "node_manager/kv_tier_store.h"
 #include "node_manager/model_lifecycle.h"
+#include "node_manager/peer_kv_client.h"
 
 namespace ballast::node_manager {
 
@@ -77,6 +79,17 @@ struct NodeOptions {
   std::string scheduler_address;
   std::vector<DeviceOptions> devices = {DeviceOptions{}};
   EngineDefaults engine;
+  // Session KV tiers below the devices (node.kv_tiers; kv_tier_store.h).
+  // Off unless dram_bytes > 0 or ssd_dir is set; chunk_tokens must then be
+  // a multiple of engine.block_tokens.
+  KvTierOptions kv_tiers;
+  bool kv_tiers_enabled() const { return kv_tiers.dram_bytes > 0 || !kv_tiers.ssd_dir.empty(); }
+};
+
+// What an Advise prefetch did on the node.
+struct PrefetchResult {
+  int tokens = 0;  // of the session's history now on the device
+  engine::KvSource source = engine::KvSource::kNone;
 };
 
 // One admitted request: its engine and the prompt tokens of this turn.
@@ -143,6 +156,18 @@ class NodeManager {
   // check, Scheduler::RouteRequest). The node keeps each such id until the
   // scheduler drops it (EndSession, expiry, that check).
   bool DropSession(const std::string& session_id);
+  // Advise on this node (node.proto PrefetchKv): moves the session's KV
+  // from the tiers (or req.kv_peer) onto the device of req.model as the
+  // session's cached prefix. NOT_FOUND if the model is not resident.
+  absl::StatusOr<PrefetchResult> PrefetchKv(const v1::PrefetchKvRequest& req);
+  // Invalidate: drops an unused prefetch of the session on `model`; false
+  // if there was none. NOT_FOUND if the model is not resident.
+  absl::StatusOr<bool> DropPrefetch(const std::string& session_id, const std::string& model);
+  // The chunks this node holds for a peer's FetchKv (none without tiers).
+  std::vector<std::shared_ptr<const transfer::KvChunk>> ChunksForPeer(
+      const v1::FetchKvRequest& req);
+  // The node's KV tiers; null when node.kv_tiers is off.
+  KvTierStore* kv_tiers() const { return tiers_.get(); }
   // Whether `model` is loaded (or loading) on one of the node's devices.
   bool HasModel(const std::string& model) const {
     std::string device;
@@ -176,6 +201,13 @@ class NodeManager {
   absl::Status FillPrompt(const v1::NodeGenerateRequest& req, Admission* a,
                           engine::GenerationRequest* g);
   v1::ResidentModel Describe(const engine::ModelEngine& e, const std::string& device) const;
+  // The request's prompt prefix held in the tiers or at `peer` (null when
+  // the device cache holds the session, or nothing is found).
+  std::shared_ptr<const engine::KvPrefixLease> AcquireLease(const engine::ModelEngine& e,
+                                                            const v1::NodeGenerateRequest& req,
+                                                            const std::vector<int>& prompt);
+  // ModelFingerprint of `path`, computed once per file signature.
+  absl::StatusOr<uint64_t> FingerprintOf(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
   void SetState(const std::string& model, v1::ModelState state) ABSL_LOCKS_EXCLUDED(mu_);
   // A request of `model` is done (the counting sink's OnDone).
   void RequestDone(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
@@ -201,6 +233,10 @@ class NodeManager {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Lifecycle> lifecycle_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> served_sessions_ ABSL_GUARDED_BY(mu_);  // see DropSession
+  // path -> (file signature, fingerprint)
+  std::map<std::string, std::pair<std::string, uint64_t>> fingerprints_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<KvTierStore> tiers_;  // null: no tiers
+  PeerKvClient peer_client_;
   std::atomic<bool> connected_{false};                          // see Connected
   HostWeightCache host_cache_;
   ChatPrompts chat_prompts_;

@@ -174,6 +174,30 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   return absl::OkStatus();
 }
 
+// node.kv_tiers: session KV below the devices (node_manager/kv_tier_store.h).
+absl::Status ParseKvTiers(Section& s, const std::string* file, node_manager::NodeOptions* o) {
+  YAML::Node n = s.Child("kv_tiers");
+  if (!n) return absl::OkStatus();
+  Section ts(n, "node.kv_tiers", file);
+  RETURN_IF_ERROR(ts.Check());
+  auto& t = o->kv_tiers;
+  int64_t dram_mib = 0, ssd_gib = 0;
+  RETURN_IF_ERROR(ts.Get("dram_mib", &dram_mib));
+  RETURN_IF_ERROR(ts.Get("ssd_dir", &t.ssd_dir));
+  RETURN_IF_ERROR(ts.Get("ssd_gib", &ssd_gib));
+  RETURN_IF_ERROR(ts.Get("chunk_tokens", &t.chunk_tokens));
+  RETURN_IF_ERROR(ts.Finish());
+  if (dram_mib < 0) return ts.Error("node.kv_tiers.dram_mib", "must be >= 0");
+  if (ssd_gib < 0) return ts.Error("node.kv_tiers.ssd_gib", "must be >= 0");
+  if (!t.ssd_dir.empty() && ssd_gib == 0) {
+    return ts.Error("node.kv_tiers.ssd_gib", "must be > 0 when ssd_dir is set");
+  }
+  if (t.chunk_tokens <= 0) return ts.Error("node.kv_tiers.chunk_tokens", "must be > 0");
+  t.dram_bytes = dram_mib << 20;
+  t.ssd_bytes = ssd_gib << 30;
+  return absl::OkStatus();
+}
+
 absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection* out) {
   Section s(n, "node", file);
   RETURN_IF_ERROR(s.Check());
@@ -219,6 +243,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
       return ms.Error("node.memory.slab_mib", "must be a positive multiple of 2");
     o.slab_bytes = static_cast<size_t>(slab_mib) << 20;
   }
+  RETURN_IF_ERROR(ParseKvTiers(s, file, &o));
   if (YAML::Node a = s.Child("arbitration")) {
     Section as(a, "node.arbitration", file);
     RETURN_IF_ERROR(as.Check());

@@ -91,7 +91,37 @@ Metrics::Metrics()
       driver_calls_(BuildCounter()
                         .Name("ballast_node_page_driver_calls_total")
                         .Help("Page map/unmap calls (driver calls) per device")
-                        .Register(*registry_)) {}
+                        .Register(*registry_)),
+      tier_bytes_(BuildGauge()
+                      .Name("ballast_node_kv_tier_bytes")
+                      .Help("Session KV held below the devices, by tier (dram, ssd)")
+                      .Register(*registry_)),
+      tier_chunks_(BuildGauge()
+                       .Name("ballast_node_kv_tier_chunks")
+                       .Help("KV chunks indexed in the node's tiers")
+                       .Register(*registry_)),
+      kv_hits_(BuildCounter()
+                   .Name("ballast_node_kv_hits_total")
+                   .Help("Requests by where their prompt prefix KV came from (device, host_dram, "
+                         "ssd, peer, recomputed, none)")
+                   .Register(*registry_)),
+      checksum_failures_(BuildCounter()
+                             .Name("ballast_node_kv_checksum_failures_total")
+                             .Help("KV chunk copies dropped as corrupt or truncated (their KV "
+                                   "was recomputed)")
+                             .Register(*registry_)),
+      moved_bytes_(BuildCounter()
+                       .Name("ballast_node_kv_moved_bytes_total")
+                       .Help("KV bytes moved per link (ssd_read, ssd_write, peer_in, peer_out)")
+                       .Register(*registry_)),
+      prefetch_lead_(BuildHistogram()
+                         .Name("ballast_node_kv_prefetch_lead_seconds")
+                         .Help("Time from an Advise prefetch reaching the device to its use")
+                         .Register(*registry_)),
+      prefetches_(BuildCounter()
+                      .Name("ballast_node_kv_prefetches_total")
+                      .Help("Advise prefetches by outcome (used, invalidated, expired)")
+                      .Register(*registry_)) {}
 
 void Metrics::AddModelSource(std::function<bool(const std::string&)> known) {
   absl::MutexLock lock(&sources_mu_);
@@ -159,6 +189,35 @@ void Metrics::SetDevice(const DeviceGauges& g) {
        g.page_map_calls);
   grow(driver_calls_.Add({{"device", g.device}, {"call", "unmap"}}), "unmap/" + g.device,
        g.page_unmap_calls);
+}
+
+void Metrics::SetKvTiers(const KvTierGauges& g) {
+  tier_bytes_.Add({{"tier", "dram"}}).Set(static_cast<double>(g.dram_bytes));
+  tier_bytes_.Add({{"tier", "ssd"}}).Set(static_cast<double>(g.ssd_bytes));
+  tier_chunks_.Add({}).Set(static_cast<double>(g.chunks));
+  absl::MutexLock lock(&mu_);
+  auto grow = [&](prometheus::Counter& c, const std::string& key, int64_t total)
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                    int64_t& seen = seen_[key];
+                    if (total > seen) c.Increment(static_cast<double>(total - seen));
+                    seen = total;
+                  };
+  grow(checksum_failures_.Add({}), "kv/checksum", g.checksum_failures);
+  grow(moved_bytes_.Add({{"link", "ssd_read"}}), "kv/ssd_read", g.ssd_read_bytes);
+  grow(moved_bytes_.Add({{"link", "ssd_write"}}), "kv/ssd_write", g.ssd_write_bytes);
+  grow(moved_bytes_.Add({{"link", "peer_in"}}), "kv/peer_in", g.peer_in_bytes);
+  grow(prefetches_.Add({{"outcome", "used"}}), "kv/used", g.prefetch_used);
+  grow(prefetches_.Add({{"outcome", "invalidated"}}), "kv/invalidated", g.prefetch_invalidated);
+  grow(prefetches_.Add({{"outcome", "expired"}}), "kv/expired", g.prefetch_expired);
+}
+
+void Metrics::KvHit(const std::string& source, double prefetch_lead_s) {
+  kv_hits_.Add({{"source", source}}).Increment();
+  if (prefetch_lead_s >= 0) prefetch_lead_.Add({}, LatencyBuckets()).Observe(prefetch_lead_s);
+}
+
+void Metrics::PeerBytesSent(int64_t bytes) {
+  moved_bytes_.Add({{"link", "peer_out"}}).Increment(static_cast<double>(bytes));
 }
 
 absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(

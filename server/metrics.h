@@ -49,6 +49,15 @@ struct DeviceGauges {
   int64_t page_map_calls = 0, page_unmap_calls = 0;  // cumulative driver calls
 };
 
+// The node's session KV tiers (node_manager::KvTierStats plus the engines'
+// prefetch outcomes); counters are cumulative totals.
+struct KvTierGauges {
+  int64_t dram_bytes = 0, ssd_bytes = 0, chunks = 0;
+  int64_t checksum_failures = 0;
+  int64_t ssd_read_bytes = 0, ssd_write_bytes = 0, peer_in_bytes = 0;
+  int64_t prefetch_used = 0, prefetch_invalidated = 0, prefetch_expired = 0;
+};
+
 class Metrics {
  public:
   Metrics();
@@ -67,6 +76,12 @@ class Metrics {
   void SetSessions(int n);
   void NodeRequest(const RequestOutcome& o);
   void SetDevice(const DeviceGauges& g);
+  void SetKvTiers(const KvTierGauges& g);
+  // A served request's KV source (device, host_dram, ssd, peer,
+  // recomputed, none) and, for a prefetched one, its lead time (< 0: none).
+  void KvHit(const std::string& source, double prefetch_lead_s);
+  // Bytes this node sent to peers (FetchKv).
+  void PeerBytesSent(int64_t bytes);
 
  private:
   void Record(prometheus::Family<prometheus::Counter>& requests,
@@ -93,6 +108,13 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& kv_slabs_;
   prometheus::Family<prometheus::Gauge>& kv_bytes_;
   prometheus::Family<prometheus::Counter>& driver_calls_;
+  prometheus::Family<prometheus::Gauge>& tier_bytes_;
+  prometheus::Family<prometheus::Gauge>& tier_chunks_;
+  prometheus::Family<prometheus::Counter>& kv_hits_;
+  prometheus::Family<prometheus::Counter>& checksum_failures_;
+  prometheus::Family<prometheus::Counter>& moved_bytes_;
+  prometheus::Family<prometheus::Histogram>& prefetch_lead_;
+  prometheus::Family<prometheus::Counter>& prefetches_;
 
   mutable absl::Mutex sources_mu_;
   std::vector<std::function<bool(const std::string&)>> sources_ ABSL_GUARDED_BY(sources_mu_);

@@ -86,8 +86,33 @@ v1::KvSource ToProto(engine::KvSource s) {
       return v1::KV_SOURCE_DEVICE;
     case engine::KvSource::kRecomputed:
       return v1::KV_SOURCE_RECOMPUTED;
+    case engine::KvSource::kHostDram:
+      return v1::KV_SOURCE_HOST_DRAM;
+    case engine::KvSource::kSsd:
+      return v1::KV_SOURCE_SSD;
+    case engine::KvSource::kPeer:
+      return v1::KV_SOURCE_PEER;
   }
   return v1::KV_SOURCE_UNSPECIFIED;
+}
+
+// The metrics label of a KV source.
+static std::string KvSourceLabel(engine::KvSource s) {
+  switch (s) {
+    case engine::KvSource::kNone:
+      return "none";
+    case engine::KvSource::kDevice:
+      return "device";
+    case engine::KvSource::kRecomputed:
+      return "recomputed";
+    case engine::KvSource::kHostDram:
+      return "host_dram";
+    case engine::KvSource::kSsd:
+      return "ssd";
+    case engine::KvSource::kPeer:
+      return "peer";
+  }
+  return "none";
 }
 
 // The wire's "0 = none" to TenantLimits.
@@ -130,11 +155,39 @@ grpc::Status NodeService::DropSession(grpc::ServerContext*, const v1::DropSessio
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::FetchKv(grpc::ServerContext*, const v1::FetchKvRequest*,
-                                  grpc::ServerWriter<v1::KvChunk>*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "peer KV fetch arrives with session KV tiering; sessions whose KV is not "
-                      "on their node are recomputed from their token history");
+grpc::Status NodeService::FetchKv(grpc::ServerContext* ctx, const v1::FetchKvRequest* req,
+                                  grpc::ServerWriter<v1::KvChunk>* writer) {
+  if (req->tokens().empty() || req->max_tokens() == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "FetchKv needs tokens and max_tokens");
+  }
+  const auto chunks = node_->ChunksForPeer(*req);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "fetch cancelled");
+    const bool ok = node_manager::WriteChunkPieces(
+        *chunks[i], static_cast<uint32_t>(i), [&](const v1::KvChunk& m) {
+          metrics_->PeerBytesSent(static_cast<int64_t>(m.data().size()));
+          return writer->Write(m);
+        });
+    if (!ok) return grpc::Status(grpc::StatusCode::CANCELLED, "the peer went away");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::PrefetchKv(grpc::ServerContext*, const v1::PrefetchKvRequest* req,
+                                     v1::PrefetchKvResponse* resp) {
+  auto r = node_->PrefetchKv(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  resp->set_tokens(r->tokens);
+  resp->set_source(ToProto(r->source));
+  return grpc::Status::OK;
+}
+
+grpc::Status NodeService::DropPrefetch(grpc::ServerContext*, const v1::DropPrefetchRequest* req,
+                                       v1::DropPrefetchResponse* resp) {
+  auto r = node_->DropPrefetch(req->session_id(), req->model());
+  if (!r.ok()) return ToGrpc(r.status());
+  resp->set_dropped(*r);
+  return grpc::Status::OK;
 }
 
 grpc::Status NodeService::Generate(grpc::ServerContext* ctx, const v1::NodeGenerateRequest* req,
@@ -199,6 +252,8 @@ grpc::Status NodeService::Generate(grpc::ServerContext* ctx, const v1::NodeGener
     outcome.ttft_s = g.ttft_ms / 1000.0;
     if (g.output_tokens.size() > 1) outcome.tpot_s = g.mean_tpot_ms / 1000.0;
     outcome.tokens = static_cast<int64_t>(g.output_tokens.size());
+    metrics_->KvHit(KvSourceLabel(g.kv_source),
+                    g.prefetch_lead_ms >= 0 ? g.prefetch_lead_ms / 1000.0 : -1);
     break;
   }
   metrics_->NodeRequest(outcome);

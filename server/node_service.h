@@ -1,5 +1,6 @@
 // NodeService: the gRPC face of a NodeManager (node.proto's Node service):
-// load/evict, token streaming for routed requests, session drops. It polls
+// load/evict, token streaming for routed requests, session drops, Advise
+// prefetches and peer KV fetches. It polls
 // for client cancellation while a request runs and cancels it in the
 // engine, so a client that goes away frees its sequence.
 //
@@ -29,6 +30,10 @@ class NodeService final : public v1::Node::Service {
                            v1::DropSessionResponse* resp) override;
   grpc::Status FetchKv(grpc::ServerContext* ctx, const v1::FetchKvRequest* req,
                        grpc::ServerWriter<v1::KvChunk>* writer) override;
+  grpc::Status PrefetchKv(grpc::ServerContext* ctx, const v1::PrefetchKvRequest* req,
+                          v1::PrefetchKvResponse* resp) override;
+  grpc::Status DropPrefetch(grpc::ServerContext* ctx, const v1::DropPrefetchRequest* req,
+                            v1::DropPrefetchResponse* resp) override;
 
  private:
   node_manager::NodeManager* node_;

@@ -208,6 +208,20 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
                             u.slabs_formatted, u.slabs_empty, u.kv_bytes_used, u.kv_bytes_free,
                             u.page_map_calls, u.page_unmap_calls});
       }
+      if (const auto* tiers = raw->node->kv_tiers()) {
+        const auto t = tiers->stats();
+        KvTierGauges g{t.dram_bytes, t.ssd_bytes, t.chunks, t.checksum_failures,
+                       t.ssd_read_bytes, t.ssd_write_bytes, t.peer_bytes};
+        for (auto* d : raw->node->devices()) {
+          for (const auto& e : d->Engines()) {
+            const auto p = e->stats().prefetches;
+            g.prefetch_used += p.used;
+            g.prefetch_invalidated += p.invalidated;
+            g.prefetch_expired += p.expired;
+          }
+        }
+        metrics->SetKvTiers(g);
+      }
     } while (!raw->stop_gauges.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
   });
   spdlog::info("node {} listening on {} (scheduler {})", cfg.options.node_id, p->address,

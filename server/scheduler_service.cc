@@ -56,6 +56,8 @@ v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
   for (const auto& m : route.history_messages) *nreq.add_history_messages() = m;
   *nreq.mutable_messages() = req.messages();
   nreq.set_session_id(req.session_id());
+  nreq.set_tenant(req.tenant());
+  nreq.set_kv_peer(route.kv_peer);
   *nreq.mutable_sampling() = req.sampling();
   nreq.mutable_slo()->set_ttft_ms(route.ttft_ms);
   nreq.mutable_slo()->set_tpot_ms(route.tpot_ms);
@@ -169,36 +171,17 @@ grpc::Status InferenceService::SendFinal(const v1::GenerateRequest& req, const v
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::CheckSessionAndModel(const std::string& session_id,
-                                                    const std::string& model) {
-  if (session_id.empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "session_id is required");
-  }
-  if (auto st = global_scheduler::ValidateSessionId(session_id); !st.ok()) return ToGrpc(st);
-  if (!model.empty()) {
-    if (auto st = ValidateModelName(model); !st.ok()) return ToGrpc(st);
-    const v1::ListModelsResponse list = sched_->ListModels();
-    for (const auto& m : list.models())
-      if (m.name() == model) return grpc::Status::OK;
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("model \"", model, "\" is not registered"));
-  }
-  return grpc::Status::OK;
-}
-
 grpc::Status InferenceService::Advise(grpc::ServerContext*, const v1::AdviseRequest* req,
-                                      v1::AdviseResponse*) {
-  if (auto st = CheckSessionAndModel(req->session_id(), req->model()); !st.ok()) return st;
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "Advise (KV prefetch) arrives with session KV tiering; the request was "
-                      "valid but no prefetch was started");
+                                      v1::AdviseResponse* resp) {
+  auto r = sched_->Advise(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
 }
 
 grpc::Status InferenceService::Invalidate(grpc::ServerContext*, const v1::InvalidateRequest* req,
                                           v1::InvalidateResponse*) {
-  if (auto st = CheckSessionAndModel(req->session_id(), req->model()); !st.ok()) return st;
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "Invalidate arrives with session KV tiering; there is no prefetch to drop");
+  return ToGrpc(sched_->Invalidate(*req));
 }
 
 grpc::Status InferenceService::EndSession(grpc::ServerContext*, const v1::EndSessionRequest* req,

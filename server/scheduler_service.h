@@ -31,7 +31,6 @@ class InferenceService final : public v1::Inference::Service {
                           v1::ListModelsResponse* resp) override;
 
  private:
-  grpc::Status CheckSessionAndModel(const std::string& session_id, const std::string& model);
   // Sends the Final message of a finished request and records its outcome.
   grpc::Status SendFinal(const v1::GenerateRequest& req, const v1::NodeFinal& final, absl::Time t0,
                          double ttft_ms, grpc::ServerWriter<v1::GenerateResponse>* writer,

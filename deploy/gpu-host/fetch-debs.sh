@@ -18,5 +18,6 @@ apt-get download \
   libcurl4-openssl-dev libcurl4 nlohmann-json3-dev libcli11-dev \
   libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian \
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libicu-dev libicu72 \
-  libboost-dev libboost1.74-dev
+  libboost-dev libboost1.74-dev \
+  libxxhash-dev libxxhash0 liburing-dev liburing2
 echo "downloaded $(ls *.deb | wc -l) packages into $OUT ($(du -sh . | cut -f1))"

@@ -56,6 +56,10 @@ class CudaExecutor final : public Executor {
   int64_t weight_bytes() const override { return weights_->bytes(); }
   int64_t workspace_bytes() const override { return workspace_bytes_; }
   absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() override;
+  // On the executor's stream, ordered after its steps; returns when done
+  // (cuda_kv_copy.cc).
+  absl::Status CopyKvToHost(absl::Span<const KvBlockCopy> copies) override;
+  absl::Status CopyKvFromHost(absl::Span<const KvBlockCopy> copies) override;
 
   // The activation type this model runs in (from its torch_dtype).
   static ActType ActivationType(const ModelConfig& config);

@@ -94,7 +94,8 @@ TEST_F(ClusterTest, BadInputGetsClearStatusesAndTheServerKeepsServing) {
   adv.set_session_id("s");
   adv.set_model("alpha");
   v1::AdviseResponse ar;
-  EXPECT_EQ(inference_->Advise(&ctx, adv, &ar).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  // Advise for a session the scheduler does not know.
+  EXPECT_EQ(inference_->Advise(&ctx, adv, &ar).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(Generate("alpha", "still fine", 4).status.ok());
 }
 

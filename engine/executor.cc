@@ -1,0 +1,17 @@
+#include "engine/executor.h"
+
+#include <cstring>
+
+namespace ballast::engine {
+
+absl::Status Executor::CopyKvToHost(absl::Span<const KvBlockCopy> copies) {
+  for (const KvBlockCopy& c : copies) std::memcpy(c.host, c.block, c.bytes);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::CopyKvFromHost(absl::Span<const KvBlockCopy> copies) {
+  for (const KvBlockCopy& c : copies) std::memcpy(c.block, c.host, c.bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::engine

@@ -1,0 +1,99 @@
+#include "engine/kv_export.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "xxhash.h"
+
+namespace ballast::engine {
+namespace {
+
+// The block copies between `chunk`'s payload and the table's blocks.
+std::vector<KvBlockCopy> BlockCopies(const KvCache& kv, const SequenceKv& table,
+                                     const transfer::KvChunk& chunk) {
+  const transfer::KvChunkMeta& m = chunk.meta;
+  const int bt = kv.layout().block_tokens;
+  const size_t first_block = m.first_token / bt;
+  std::vector<KvBlockCopy> copies;
+  copies.reserve(static_cast<size_t>(m.num_layers) * m.blocks_per_layer);
+  for (uint32_t l = 0; l < m.num_layers; ++l) {
+    uint8_t* host = const_cast<uint8_t*>(chunk.layer_data(l));
+    for (uint32_t j = 0; j < m.blocks_per_layer; ++j) {
+      const memory::BlockId id = table.blocks[l][first_block + j];
+      copies.push_back({kv.allocator()->Address(id), host + j * m.block_bytes, m.block_bytes});
+    }
+  }
+  return copies;
+}
+
+}  // namespace
+
+uint64_t KvFingerprint(uint64_t model_fingerprint, const KvLayout& l) {
+  const uint64_t fields[] = {model_fingerprint,
+                             static_cast<uint64_t>(l.num_layers),
+                             static_cast<uint64_t>(l.num_kv_heads),
+                             static_cast<uint64_t>(l.head_dim),
+                             static_cast<uint64_t>(l.block_tokens),
+                             static_cast<uint64_t>(l.dtype),
+                             static_cast<uint64_t>(l.k_scale * 1e6f),
+                             static_cast<uint64_t>(l.v_scale * 1e6f)};
+  return XXH3_64bits(fields, sizeof(fields));
+}
+
+absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* tiers,
+                             const std::string& tenant, uint64_t kv_fingerprint,
+                             absl::Span<const int> tokens, const SequenceKv& table,
+                             const std::string& session_id, int priority) {
+  const KvLayout& layout = kv.layout();
+  const int chunk = tiers->chunk_tokens();
+  const int n = static_cast<int>(tokens.size());
+  if (chunk <= 0 || chunk % layout.block_tokens != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("KV tiers: chunk of ", chunk,
+                                                      " tokens is not a multiple of ",
+                                                      layout.block_tokens));
+  }
+  std::vector<transfer::KvChunkKey> keys;
+  transfer::KvChunkKey parent = transfer::RootKey(tenant, kv_fingerprint);
+  for (int start = 0; start < n; start += chunk) {
+    const int len = std::min(chunk, n - start);
+    const transfer::KvChunkKey key = transfer::NextKey(parent, tokens.subspan(start, len));
+    keys.push_back(key);
+    if (!tiers->Contains(key)) {
+      transfer::KvChunkMeta m;
+      m.key = key;
+      m.parent = parent;
+      m.tenant = tenant;
+      m.model_fingerprint = kv_fingerprint;
+      m.first_token = static_cast<uint32_t>(start);
+      m.num_tokens = static_cast<uint32_t>(len);
+      m.num_layers = static_cast<uint32_t>(layout.num_layers);
+      m.blocks_per_layer = static_cast<uint32_t>((len + layout.block_tokens - 1) /
+                                                 layout.block_tokens);
+      m.block_bytes = kv.allocator()->block_bytes();
+      auto c = transfer::KvChunk::Allocate(m);
+      if (auto st = executor->CopyKvToHost(BlockCopies(kv, table, *c)); !st.ok()) return st;
+      c->Seal();
+      tiers->Put(std::move(c), priority);
+    }
+    parent = key;
+  }
+  tiers->SetSession(session_id, std::move(keys), priority);
+  return absl::OkStatus();
+}
+
+absl::Status LoadLeaseKv(const KvCache& kv, Executor* executor, const KvPrefixLease& lease,
+                         int from_token, const SequenceKv& table) {
+  for (const auto& c : lease.chunks) {
+    const transfer::KvChunkMeta& m = c->meta;
+    if (static_cast<int>(m.end_token()) <= from_token) continue;  // on the device already
+    if (m.block_bytes != kv.allocator()->block_bytes() ||
+        static_cast<int>(m.num_layers) != kv.layout().num_layers) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("KV chunk ", m.key.Hex(), " does not match the model's KV layout"));
+    }
+    if (auto st = executor->CopyKvFromHost(BlockCopies(kv, table, *c)); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::engine

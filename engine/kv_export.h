@@ -1,0 +1,38 @@
+// Moving a sequence's KV between its device blocks and host chunks
+// (engine/kv_tiers.h): export at the end of a session's turn, load of a
+// lease at admission. The chunk layout is transfer/kv_chunk.h's.
+//
+// Thread-safety: functions run on the engine's step thread (they use its
+// executor and read its block tables).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/executor.h"
+#include "engine/kv_cache.h"
+#include "engine/kv_tiers.h"
+
+namespace ballast::engine {
+
+// The fingerprint chunk keys use: the model's weights and config
+// (`model_fingerprint`) and everything that shapes the KV bytes.
+uint64_t KvFingerprint(uint64_t model_fingerprint, const KvLayout& layout);
+
+// Exports the KV of `tokens` (every one computed, held by `table`) as
+// chunks of tiers->chunk_tokens(), copying only chunks the tiers lack, then
+// names them as the session's chunks.
+absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* tiers,
+                             const std::string& tenant, uint64_t kv_fingerprint,
+                             absl::Span<const int> tokens, const SequenceKv& table,
+                             const std::string& session_id, int priority);
+
+// Copies the chunks of `lease` that end after `from_token` into `table`'s
+// blocks (which must cover lease.tokens positions). FAILED_PRECONDITION if
+// a chunk's layout is not `kv`'s.
+absl::Status LoadLeaseKv(const KvCache& kv, Executor* executor, const KvPrefixLease& lease,
+                         int from_token, const SequenceKv& table);
+
+}  // namespace ballast::engine

@@ -1,0 +1,100 @@
+// ModelEngine's side of session KV tiering (engine/kv_tiers.h): loading
+// leases before a step, exporting finished turns, Advise imports and
+// prefetch drops. Split from model_engine.cc by concept.
+#include "absl/strings/str_cat.h"
+#include "engine/kv_export.h"
+#include "engine/model_engine.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::engine {
+
+absl::Status ModelEngine::RunLoads(const StepPlan& plan) {
+  for (const PlannedLoad& l : plan.loads) {
+    if (auto st = LoadLeaseKv(*kv_, executor_.get(), *l.lease, l.from_token, l.seq->kv); !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ModelEngine::ExportSession(const Sequence& s) {
+  if (!options_.kv_tiers) return;
+  // A failed export loses nothing: the session recomputes from its history.
+  const absl::Status st = ExportSessionKv(
+      *kv_, executor_.get(), options_.kv_tiers.get(), s.req.tenant, kv_fingerprint_,
+      absl::MakeConstSpan(s.tokens).first(s.num_computed), s.kv, s.req.session_id,
+      s.req.priority);
+  if (!st.ok()) {
+    spdlog::warn("model {}: session {} KV not exported to the lower tiers: {}", options_.name,
+                 s.req.session_id, st.ToString());
+  }
+}
+
+void ModelEngine::ImportSession(
+    std::string session_id, std::vector<int> tokens, std::shared_ptr<const KvPrefixLease> lease,
+    int priority, absl::Time deadline,
+    std::function<void(absl::StatusOr<std::pair<int, KvSource>>)> done) {
+  std::function<void()> task = [this, session_id = std::move(session_id),
+                                 tokens = std::move(tokens), lease = std::move(lease), priority,
+                                 deadline, done]() mutable {
+    done(Import(session_id, std::move(tokens), *lease, priority, deadline));
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closed_) {
+      tasks_.push_back(std::move(task));
+      task = nullptr;
+    }
+  }
+  if (task) {
+    done(absl::UnavailableError(absl::StrCat("model ", options_.name, " is unavailable")));
+    return;
+  }
+  if (wake_) wake_();
+}
+
+absl::StatusOr<std::pair<int, KvSource>> ModelEngine::Import(const std::string& session_id,
+                                                             std::vector<int> tokens,
+                                                             const KvPrefixLease& lease,
+                                                             int priority, absl::Time deadline) {
+  if (const int have = kv_manager_->CachedTokens(session_id); have >= lease.tokens) {
+    return std::make_pair(have, KvSource::kDevice);
+  }
+  kv_manager_->Drop(session_id);  // a shorter device copy: replaced
+  SequenceKv kv;
+  // Only free blocks and other cached sessions (least recently used
+  // first): a prefetch never preempts a running sequence.
+  if (!kv_manager_->Reserve(&kv, lease.tokens)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model ", options_.name, ": no device memory free for the prefetch of ",
+                     lease.tokens, " tokens without preempting running requests"));
+  }
+  if (auto st = LoadLeaseKv(*kv_, executor_.get(), lease, 0, kv); !st.ok()) {
+    kv_manager_->Free(&kv);
+    return st;
+  }
+  tokens.resize(lease.tokens);
+  kv_manager_->Keep(session_id, std::move(kv), std::move(tokens), priority, deadline);
+  PublishStats();
+  return std::make_pair(lease.tokens, lease.source);
+}
+
+void ModelEngine::DropPrefetch(const std::string& session_id, std::function<void(bool)> done) {
+  std::function<void()> task = [this, session_id, done]() {
+    done(kv_manager_->DropPrefetch(session_id));
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closed_) {
+      tasks_.push_back(std::move(task));
+      task = nullptr;
+    }
+  }
+  if (task) {
+    done(false);
+    return;
+  }
+  if (wake_) wake_();
+}
+
+}  // namespace ballast::engine

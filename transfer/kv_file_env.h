@@ -1,0 +1,46 @@
+// KvFileEnv: the file operations the SSD KV tier needs, behind an
+// interface (as leveldb's Env) so tests inject faults — a flipped byte, a
+// truncated file, a full disk — without real failures.
+//
+// WriteAtomic writes to a temporary name in the same directory and renames
+// it into place, so a reader (or a node restarted after a crash) sees the
+// whole file or none of it; temporaries end in kTempSuffix and are deleted
+// by whoever rebuilds the index.
+//
+// Thread-safety: implementations are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ballast::transfer {
+
+inline constexpr char kTempSuffix[] = ".tmp";
+
+class KvFileEnv {
+ public:
+  virtual ~KvFileEnv() = default;
+  // Creates `dir` (and parents) if missing.
+  virtual absl::Status CreateDir(const std::string& dir) = 0;
+  // Writes the concatenated `pieces` to `path` atomically (see above).
+  // RESOURCE_EXHAUSTED when the disk is full (nothing is left behind).
+  virtual absl::Status WriteAtomic(const std::string& path,
+                                   absl::Span<const std::string_view> pieces) = 0;
+  // Reads exactly `n` bytes at `offset`; DATA_LOSS if the file is shorter.
+  virtual absl::Status Read(const std::string& path, uint64_t offset, void* dst, size_t n) = 0;
+  virtual absl::StatusOr<uint64_t> FileSize(const std::string& path) = 0;
+  virtual absl::Status Remove(const std::string& path) = 0;
+  // Names (not paths) of the regular files in `dir`.
+  virtual absl::StatusOr<std::vector<std::string>> List(const std::string& dir) = 0;
+};
+
+// The real file system: pread/pwrite, temporary + rename.
+std::unique_ptr<KvFileEnv> NewPosixKvFileEnv();
+
+}  // namespace ballast::transfer
