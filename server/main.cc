@@ -39,6 +39,7 @@ struct DaemonFlags {
   std::optional<std::string> metrics_listen;  // set and empty: disabled
   std::optional<std::string> http_listen;     // scheduler/serve: OpenAI gateway ('' = off)
   std::string scheduler, node_id, advertise;
+  std::string kv_ssd_dir;  // node: overrides node.kv_tiers.ssd_dir
   int64_t heartbeat_timeout_ms = 0;
   std::string cache_dir;
   std::string node_listen;  // serve only
@@ -53,6 +54,9 @@ void AddDaemonFlags(CLI::App* cmd, DaemonFlags* f, bool node, bool scheduler) {
     cmd->add_option("--scheduler", f->scheduler, "scheduler address host:port");
     cmd->add_option("--node-id", f->node_id, "this node's id");
     cmd->add_option("--advertise", f->advertise, "address the scheduler uses to reach this node");
+    cmd->add_option("--kv-ssd-dir", f->kv_ssd_dir,
+                    "session KV SSD tier directory (overrides node.kv_tiers.ssd_dir; the "
+                    "budget is node.kv_tiers.ssd_gib)");
   }
   if (!node) {
     cmd->add_option("--http-listen", f->http_listen,
@@ -93,6 +97,7 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
   if (!f.scheduler.empty()) c->node.options.scheduler_address = f.scheduler;
   if (!f.node_id.empty()) c->node.options.node_id = f.node_id;
   if (!f.advertise.empty()) c->node.options.advertise_address = f.advertise;
+  if (!f.kv_ssd_dir.empty()) c->node.options.kv_tiers.ssd_dir = f.kv_ssd_dir;
   if (f.heartbeat_timeout_ms > 0) {
     c->scheduler.options.heartbeat_timeout = absl::Milliseconds(f.heartbeat_timeout_ms);
     if (c->scheduler.options.heartbeat_interval >= c->scheduler.options.heartbeat_timeout) {

@@ -60,6 +60,9 @@ class ClusterTest : public ::testing::Test {
     return ClusterSetup{{{"alpha", a}, {"beta", b}}, "", ""};
   }
 
+  // Flags for node i (0 or 1) besides the ids, ports and config.
+  virtual std::vector<std::string> ExtraNodeArgs(int i) { return {}; }
+
   void SetUp() override {
     dir_ = std::filesystem::path(::testing::TempDir()) /
            absl::StrCat("ballast_cluster_", getpid(), "_",
@@ -107,6 +110,8 @@ class ClusterTest : public ::testing::Test {
                                          "--metrics-listen",
                                          ""};
       node_args.insert(node_args.end(), node_config.begin(), node_config.end());
+      const auto extra = ExtraNodeArgs(i);
+      node_args.insert(node_args.end(), extra.begin(), extra.end());
       nodes_[i] = std::make_unique<ChildProcess>(node_args, (dir_ / (id + ".log")).string());
     }
     ASSERT_TRUE(testing::WaitForPort(sched_port_, 20000)) << Logs();
