@@ -48,9 +48,8 @@ absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* 
   const int chunk = tiers->chunk_tokens();
   const int n = static_cast<int>(tokens.size());
   if (chunk <= 0 || chunk % layout.block_tokens != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("KV tiers: chunk of ", chunk,
-                                                      " tokens is not a multiple of ",
-                                                      layout.block_tokens));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV tiers: chunk of ", chunk, " tokens is not a multiple of ", layout.block_tokens));
   }
   std::vector<transfer::KvChunkKey> keys;
   transfer::KvChunkKey parent = transfer::RootKey(tenant, kv_fingerprint);
@@ -67,8 +66,8 @@ absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* 
       m.first_token = static_cast<uint32_t>(start);
       m.num_tokens = static_cast<uint32_t>(len);
       m.num_layers = static_cast<uint32_t>(layout.num_layers);
-      m.blocks_per_layer = static_cast<uint32_t>((len + layout.block_tokens - 1) /
-                                                 layout.block_tokens);
+      m.blocks_per_layer =
+          static_cast<uint32_t>((len + layout.block_tokens - 1) / layout.block_tokens);
       m.block_bytes = kv.allocator()->block_bytes();
       auto c = transfer::KvChunk::Allocate(m);
       if (auto st = executor->CopyKvToHost(BlockCopies(kv, table, *c)); !st.ok()) return st;

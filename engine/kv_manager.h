@@ -126,7 +126,7 @@ class KvManager {
     SequenceKv kv;
     std::vector<int> tokens;  // tokens whose KV is in kv
     int priority = 0;
-    uint64_t last_use = 0;  // KvRecencyNow
+    uint64_t last_use = 0;                                  // KvRecencyNow
     absl::Time prefetch_deadline = absl::InfiniteFuture();  // a prefetch if finite
     absl::Time kept_at;
   };

@@ -45,7 +45,8 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
     return absl::InvalidArgumentError(absl::StrCat("model ", o.name, ": backend \"", o.backend,
                                                    "\" is unknown (expected cpu or cuda)"));
   }
-  if (o.kv_tiers && (o.model_fingerprint == 0 || o.kv_tiers->chunk_tokens() % o.block_tokens != 0)) {
+  if (o.kv_tiers &&
+      (o.model_fingerprint == 0 || o.kv_tiers->chunk_tokens() % o.block_tokens != 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("model ", o.name,
                      ": KV tiers need a model fingerprint and a chunk size that is a multiple "

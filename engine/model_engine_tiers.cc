@@ -22,8 +22,7 @@ void ModelEngine::ExportSession(const Sequence& s) {
   // A failed export loses nothing: the session recomputes from its history.
   const absl::Status st = ExportSessionKv(
       *kv_, executor_.get(), options_.kv_tiers.get(), s.req.tenant, kv_fingerprint_,
-      absl::MakeConstSpan(s.tokens).first(s.num_computed), s.kv, s.req.session_id,
-      s.req.priority);
+      absl::MakeConstSpan(s.tokens).first(s.num_computed), s.kv, s.req.session_id, s.req.priority);
   if (!st.ok()) {
     spdlog::warn("model {}: session {} KV not exported to the lower tiers: {}", options_.name,
                  s.req.session_id, st.ToString());
@@ -35,8 +34,8 @@ void ModelEngine::ImportSession(
     int priority, absl::Time deadline,
     std::function<void(absl::StatusOr<std::pair<int, KvSource>>)> done) {
   std::function<void()> task = [this, session_id = std::move(session_id),
-                                 tokens = std::move(tokens), lease = std::move(lease), priority,
-                                 deadline, done]() mutable {
+                                tokens = std::move(tokens), lease = std::move(lease), priority,
+                                deadline, done]() mutable {
     done(Import(session_id, std::move(tokens), *lease, priority, deadline));
   };
   {

@@ -56,8 +56,8 @@ absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_i
   return SessionTurn{s.tokens, s.messages, s.node_id, inserted};
 }
 
-absl::StatusOr<SessionDirectory::Snapshot> SessionDirectory::Peek(
-    const std::string& session_id, const std::string& tenant) const {
+absl::StatusOr<SessionDirectory::Snapshot> SessionDirectory::Peek(const std::string& session_id,
+                                                                  const std::string& tenant) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) {

@@ -40,8 +40,8 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
 
 KvTierStore::KvTierStore(const KvTierOptions& options)
     : options_(options),
-      env_(options.env ? options.env : std::shared_ptr<transfer::KvFileEnv>(
-                                           transfer::NewPosixKvFileEnv())) {}
+      env_(options.env ? options.env
+                       : std::shared_ptr<transfer::KvFileEnv>(transfer::NewPosixKvFileEnv())) {}
 
 KvTierStore::~KvTierStore() {
   {
@@ -97,8 +97,8 @@ absl::Status KvTierStore::Rebuild() {
     ++kept;
   }
   if (kept + discarded > 0) {
-    spdlog::info("KV tier: {} chunks indexed from {} ({} files discarded)", kept,
-                 options_.ssd_dir, discarded);
+    spdlog::info("KV tier: {} chunks indexed from {} ({} files discarded)", kept, options_.ssd_dir,
+                 discarded);
   }
   TrimSsd();
   return absl::OkStatus();
@@ -204,8 +204,8 @@ void KvTierStore::TrimDram() {
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
       const Entry& e = it->second;
       if (!e.dram || e.ssd_queued) continue;  // not in DRAM, or its only copy until written
-      if (victim == entries_.end() || EvictsBefore(e.priority, e.last_use, victim->second.priority,
-                                                   victim->second.last_use)) {
+      if (victim == entries_.end() ||
+          EvictsBefore(e.priority, e.last_use, victim->second.priority, victim->second.last_use)) {
         victim = it;
       }
     }
@@ -301,6 +301,15 @@ void KvTierStore::WriterLoop() {
 void KvTierStore::Flush() {
   absl::MutexLock lock(&mu_);
   while (!to_write_.empty() || !to_delete_.empty() || writer_busy_) cv_.Wait(&mu_);
+}
+
+int64_t KvTierStore::ShedDram() {
+  absl::MutexLock lock(&mu_);
+  const int64_t before = stats_.dram_bytes;
+  for (auto& [key, e] : entries_) {
+    if (e.dram && e.on_ssd) DropFromDram(&e);
+  }
+  return before - stats_.dram_bytes;
 }
 
 KvTierStats KvTierStore::stats() const {

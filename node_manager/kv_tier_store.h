@@ -72,7 +72,7 @@ struct KvTierStats {
   int64_t checksum_failures = 0;  // copies dropped as corrupt or truncated
   int64_t ssd_write_errors = 0;   // writes refused (full disk, I/O errors)
   int64_t ssd_read_bytes = 0, ssd_write_bytes = 0;
-  int64_t peer_bytes = 0;                  // received from peers
+  int64_t peer_bytes = 0;  // received from peers
   int64_t dram_evictions = 0, ssd_evictions = 0;
   int64_t dropped_chunks = 0;  // evicted from their lowest tier
 };
@@ -107,8 +107,7 @@ class KvTierStore final : public engine::KvTierPort {
   // error: a lost or corrupt chunk ends the lease early. Null if nothing.
   std::shared_ptr<const engine::KvPrefixLease> Acquire(const std::string& tenant,
                                                        uint64_t kv_fingerprint,
-                                                       absl::Span<const int> tokens,
-                                                       int max_tokens,
+                                                       absl::Span<const int> tokens, int max_tokens,
                                                        const std::string& peer = "",
                                                        KvPeerFetcher* fetcher = nullptr);
   // Forgets the session (EndSession): chunks no other session names are
@@ -116,6 +115,9 @@ class KvTierStore final : public engine::KvTierPort {
   void DropSession(const std::string& session_id);
   // Waits until the SSD writer's queue is empty (tests, shutdown).
   void Flush();
+  // Drops every DRAM copy that has an SSD copy (an operator freeing host
+  // memory; benchmarks measuring SSD reads). Returns the bytes freed.
+  int64_t ShedDram();
   KvTierStats stats() const;
 
  private:
@@ -145,8 +147,8 @@ class KvTierStore final : public engine::KvTierPort {
   bool has_ssd() const { return !options_.ssd_dir.empty(); }
   // The chunk after `parent` at token `pos` matching `tokens`, at most
   // `room` tokens long: the full chunk if held, else the longest partial.
-  const Entry* FindNext(const transfer::KvChunkKey& parent, absl::Span<const int> tokens,
-                        int pos, int room) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Entry* FindNext(const transfer::KvChunkKey& parent, absl::Span<const int> tokens, int pos,
+                        int room) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The chunk's bytes: its DRAM copy, else read from SSD and verified
   // (then promoted into DRAM). Null if lost; `*from_ssd` says where from.
   std::shared_ptr<const transfer::KvChunk> Load(const transfer::KvChunkKey& key, bool* from_ssd)

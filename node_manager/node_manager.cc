@@ -66,10 +66,9 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
   std::unique_ptr<NodeManager> n(new NodeManager(options));
   if (options.kv_tiers_enabled()) {
     if (options.kv_tiers.chunk_tokens % options.engine.block_tokens != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("node.kv_tiers.chunk_tokens (", options.kv_tiers.chunk_tokens,
-                       ") must be a multiple of engine.block_tokens (",
-                       options.engine.block_tokens, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node.kv_tiers.chunk_tokens (", options.kv_tiers.chunk_tokens,
+          ") must be a multiple of engine.block_tokens (", options.engine.block_tokens, ")"));
     }
     auto tiers = KvTierStore::Create(options.kv_tiers);
     if (!tiers.ok()) return tiers.status();
@@ -402,6 +401,9 @@ absl::Status NodeManager::FillPrompt(const v1::NodeGenerateRequest& req, Admissi
 
 absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req,
                                               engine::GenerationSink* sink) {
+  // TTFT counts from here: tokenizing, rendering and reading the KV tiers
+  // (a lease from SSD or a peer) are part of it.
+  const absl::Time received = absl::Now();
   Admission a;
   a.engine = FindEngine(req.model(), &a.device);
   if (!a.engine) {
@@ -424,7 +426,7 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
                        a.engine->context_window(), " tokens of model ", req.model()));
     }
   }
-  g.arrival = absl::Now() - absl::Milliseconds(req.scheduler_ms());
+  g.arrival = received - absl::Milliseconds(req.scheduler_ms());
   g.ttft_slo_ms = req.slo().ttft_ms();
   g.reject_if_slo_unmet = req.reject_if_slo_unmet();
   {

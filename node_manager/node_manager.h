@@ -237,7 +237,7 @@ class NodeManager {
   std::map<std::string, std::pair<std::string, uint64_t>> fingerprints_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<KvTierStore> tiers_;  // null: no tiers
   PeerKvClient peer_client_;
-  std::atomic<bool> connected_{false};                          // see Connected
+  std::atomic<bool> connected_{false};  // see Connected
   HostWeightCache host_cache_;
   ChatPrompts chat_prompts_;
   absl::Mutex load_mu_;  // serialises loads so two cannot overcommit a device

@@ -10,8 +10,8 @@ bool WriteChunkPieces(const transfer::KvChunk& chunk, uint32_t index,
                       const std::function<bool(const v1::KvChunk&)>& write) {
   std::string bytes = transfer::EncodeHeader(chunk.meta);
   bytes.append(reinterpret_cast<const char*>(chunk.payload.get()), chunk.meta.payload_bytes());
-  for (transfer::Chunk& piece : transfer::SplitIntoChunks(bytes.data(), bytes.size(),
-                                                          kPeerPieceBytes)) {
+  for (transfer::Chunk& piece :
+       transfer::SplitIntoChunks(bytes.data(), bytes.size(), kPeerPieceBytes)) {
     v1::KvChunk m;
     m.set_index(index);
     m.set_total_bytes(bytes.size());
@@ -64,8 +64,8 @@ absl::StatusOr<std::vector<std::unique_ptr<transfer::KvChunk>>> PeerKvClient::Fe
     if (!failed.ok()) break;
     if (!pending) {
       if (piece.index() != out.size()) {
-        failed = absl::DataLossError(absl::StrCat("peer ", peer, ": chunk ", piece.index(),
-                                                  " out of order"));
+        failed = absl::DataLossError(
+            absl::StrCat("peer ", peer, ": chunk ", piece.index(), " out of order"));
         break;
       }
       index = piece.index();

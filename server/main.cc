@@ -13,6 +13,7 @@
 #include "server/client_commands.h"
 #include "server/config.h"
 #include "server/engine_bench_cli.h"
+#include "server/tier_bench_cli.h"
 #include "server/processes.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -218,10 +219,12 @@ int main(int argc, char** argv) {
 
   ballast::server::BenchCli bench_cli(&app);
   ballast::server::EngineBenchCli engine_bench_cli(&app);
+  ballast::server::TierBenchCli tier_bench_cli(&app);
 
   CLI11_PARSE(app, argc, argv);
   if (int rc = 0; bench_cli.RunParsed(&rc)) return rc;
   if (int rc = 0; engine_bench_cli.RunParsed(&rc)) return rc;
+  if (int rc = 0; tier_bench_cli.RunParsed(&rc)) return rc;
 
   Config config;
   if (serve->parsed()) {

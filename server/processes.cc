@@ -210,7 +210,7 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
       }
       if (const auto* tiers = raw->node->kv_tiers()) {
         const auto t = tiers->stats();
-        KvTierGauges g{t.dram_bytes, t.ssd_bytes, t.chunks, t.checksum_failures,
+        KvTierGauges g{t.dram_bytes,     t.ssd_bytes,       t.chunks,    t.checksum_failures,
                        t.ssd_read_bytes, t.ssd_write_bytes, t.peer_bytes};
         for (auto* d : raw->node->devices()) {
           for (const auto& e : d->Engines()) {

@@ -122,16 +122,16 @@ std::string EncodeHeader(const KvChunkMeta& m) {
 
 absl::StatusOr<KvChunkMeta> DecodeHeader(std::string_view bytes, size_t* header_bytes) {
   if (bytes.size() < kFixedBytes) {
-    return absl::OutOfRangeError(absl::StrCat("KV chunk header: ", bytes.size(), " of at least ",
-                                              kFixedBytes, " bytes"));
+    return absl::OutOfRangeError(
+        absl::StrCat("KV chunk header: ", bytes.size(), " of at least ", kFixedBytes, " bytes"));
   }
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return absl::DataLossError("KV chunk header: bad magic (not a Ballast KV chunk)");
   }
   Reader r(bytes.substr(sizeof(kMagic)));
   if (const auto v = r.Get<uint32_t>(); v != kVersion) {
-    return absl::DataLossError(absl::StrCat("KV chunk header: version ", v, " (expected ",
-                                            kVersion, ")"));
+    return absl::DataLossError(
+        absl::StrCat("KV chunk header: version ", v, " (expected ", kVersion, ")"));
   }
   KvChunkMeta m;
   m.key.hi = r.Get<uint64_t>();

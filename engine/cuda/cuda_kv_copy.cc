@@ -12,9 +12,8 @@ namespace ballast::engine::cuda {
 absl::Status CudaExecutor::CopyKvToHost(absl::Span<const KvBlockCopy> copies) {
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
   for (const KvBlockCopy& c : copies) {
-    BALLAST_CUDA_RETURN(
-        cudaMemcpyAsync(c.host, c.block, c.bytes, cudaMemcpyDeviceToHost, stream_),
-        "KV copy to host");
+    BALLAST_CUDA_RETURN(cudaMemcpyAsync(c.host, c.block, c.bytes, cudaMemcpyDeviceToHost, stream_),
+                        "KV copy to host");
   }
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "KV copy to host");
   return absl::OkStatus();
@@ -23,9 +22,8 @@ absl::Status CudaExecutor::CopyKvToHost(absl::Span<const KvBlockCopy> copies) {
 absl::Status CudaExecutor::CopyKvFromHost(absl::Span<const KvBlockCopy> copies) {
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
   for (const KvBlockCopy& c : copies) {
-    BALLAST_CUDA_RETURN(
-        cudaMemcpyAsync(c.block, c.host, c.bytes, cudaMemcpyHostToDevice, stream_),
-        "KV copy from host");
+    BALLAST_CUDA_RETURN(cudaMemcpyAsync(c.block, c.host, c.bytes, cudaMemcpyHostToDevice, stream_),
+                        "KV copy from host");
   }
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "KV copy from host");
   return absl::OkStatus();

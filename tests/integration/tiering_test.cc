@@ -19,9 +19,7 @@ class TieringTest : public ClusterTest {
     s.node_yaml = "node:\n  kv_tiers: {dram_mib: 64, ssd_gib: 1, chunk_tokens: 16}\n";
     return s;
   }
-  std::vector<std::string> ExtraNodeArgs(int i) override {
-    return {"--kv-ssd-dir", SsdDir(i)};
-  }
+  std::vector<std::string> ExtraNodeArgs(int i) override { return {"--kv-ssd-dir", SsdDir(i)}; }
   std::string SsdDir(int i) const { return (dir_ / absl::StrCat("ssd-n", i + 1)).string(); }
 
   // Turn 1 of `session`, then the token ids turn 2's reference starts with.
@@ -65,10 +63,9 @@ TEST_F(TieringTest, ASessionContinuesFromItsRestartedNodesSsd) {
   const std::string bin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
   const std::string address = Addr(testing::FreePort());
   nodes_[i] = std::make_unique<testing::ChildProcess>(
-      std::vector<std::string>{bin, "node", "--node-id", home, "--listen", address,
-                               "--scheduler", Addr(sched_port_), "--metrics-listen", "",
-                               "--config", (dir_ / "node.yaml").string(), "--kv-ssd-dir",
-                               SsdDir(i)},
+      std::vector<std::string>{bin, "node", "--node-id", home, "--listen", address, "--scheduler",
+                               Addr(sched_port_), "--metrics-listen", "", "--config",
+                               (dir_ / "node.yaml").string(), "--kv-ssd-dir", SsdDir(i)},
       (dir_ / "restarted.log").string());
   // The new incarnation registered and loaded alpha (the old one's replica
   // is gone with it).
@@ -123,7 +120,8 @@ TEST_F(TieringTest, AdviseMovesTheKvOntoTheServingDevice) {
   // Invalidate of a used prefetch is harmless; of an unknown session,
   // NOT_FOUND; another tenant's session, PERMISSION_DENIED.
   for (const auto& [session, tenant, code] :
-       {std::tuple{"s", "", grpc::StatusCode::OK}, {"nope", "", grpc::StatusCode::NOT_FOUND},
+       {std::tuple{"s", "", grpc::StatusCode::OK},
+        {"nope", "", grpc::StatusCode::NOT_FOUND},
         {"s", "other", grpc::StatusCode::PERMISSION_DENIED}}) {
     grpc::ClientContext c;
     v1::InvalidateRequest inv;

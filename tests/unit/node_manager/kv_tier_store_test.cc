@@ -128,8 +128,8 @@ void ExpectSameBytes(const engine::KvPrefixLease& lease, const std::vector<int>&
   for (size_t i = 0; i < lease.chunks.size(); ++i) {
     const auto& m = lease.chunks[i]->meta;
     ASSERT_EQ(m.key, want[i]->meta.key);
-    ASSERT_EQ(0, std::memcmp(lease.chunks[i]->payload.get(), want[i]->payload.get(),
-                             m.payload_bytes()));
+    ASSERT_EQ(
+        0, std::memcmp(lease.chunks[i]->payload.get(), want[i]->payload.get(), m.payload_bytes()));
   }
 }
 
