@@ -13,8 +13,8 @@
 #include "server/client_commands.h"
 #include "server/config.h"
 #include "server/engine_bench_cli.h"
-#include "server/tier_bench_cli.h"
 #include "server/processes.h"
+#include "server/tier_bench_cli.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 

@@ -77,7 +77,7 @@ struct TierBenchCli::State {
   std::string peer_address;
 
   absl::StatusOr<std::unique_ptr<NodeManager>> MakeNode(const std::string& id,
-                                                         const std::string& ssd) {
+                                                        const std::string& ssd) {
     node_manager::NodeOptions n;
     n.node_id = id;
     n.devices = {{device, memory_mib << 20}};
