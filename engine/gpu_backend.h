@@ -71,6 +71,12 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int d
                                                                            size_t block_bytes,
                                                                            int64_t num_blocks);
 
+// Pins host memory for DMA (cudaHostRegister), so copies to and from the
+// device run at full PCIe speed; the returned handle unpins it when the
+// last reference goes. Null when nothing was pinned (no CUDA backend in
+// this build, or the driver refused: copies then still work, slower).
+std::shared_ptr<void> PinHostMemory(void* data, size_t bytes);
+
 // Device memory: free and total bytes.
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int device);
 

@@ -26,6 +26,8 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int, 
 
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int) { return NotBuilt(); }
 
+std::shared_ptr<void> PinHostMemory(void*, size_t) { return nullptr; }
+
 // Without CUDA there are no GPU weights; ModelEngine never asks (the cuda
 // backend is refused first), so 0 is never used as a size.
 int64_t GpuWeightBytes(const ModelConfig&) { return 0; }

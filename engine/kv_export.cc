@@ -8,7 +8,8 @@
 namespace ballast::engine {
 namespace {
 
-// The block copies between `chunk`'s payload and the table's blocks.
+// The block copies between `chunk`'s payload and the table's blocks,
+// adjacent ones merged.
 std::vector<KvBlockCopy> BlockCopies(const KvCache& kv, const SequenceKv& table,
                                      const transfer::KvChunk& chunk) {
   const transfer::KvChunkMeta& m = chunk.meta;
@@ -20,7 +21,15 @@ std::vector<KvBlockCopy> BlockCopies(const KvCache& kv, const SequenceKv& table,
     uint8_t* host = const_cast<uint8_t*>(chunk.layer_data(l));
     for (uint32_t j = 0; j < m.blocks_per_layer; ++j) {
       const memory::BlockId id = table.blocks[l][first_block + j];
-      copies.push_back({kv.allocator()->Address(id), host + j * m.block_bytes, m.block_bytes});
+      uint8_t* block = kv.allocator()->Address(id);
+      uint8_t* at = host + j * m.block_bytes;
+      // Blocks allocated together usually sit side by side: one copy.
+      if (!copies.empty() && copies.back().block + copies.back().bytes == block &&
+          copies.back().host + copies.back().bytes == at) {
+        copies.back().bytes += m.block_bytes;
+      } else {
+        copies.push_back({block, at, m.block_bytes});
+      }
     }
   }
   return copies;
@@ -69,7 +78,7 @@ absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* 
       m.blocks_per_layer =
           static_cast<uint32_t>((len + layout.block_tokens - 1) / layout.block_tokens);
       m.block_bytes = kv.allocator()->block_bytes();
-      auto c = transfer::KvChunk::Allocate(m);
+      auto c = tiers->NewChunk(m);
       if (auto st = executor->CopyKvToHost(BlockCopies(kv, table, *c)); !st.ok()) return st;
       c->Seal();
       tiers->Put(std::move(c), priority);

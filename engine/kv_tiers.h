@@ -43,6 +43,9 @@ class KvTierPort {
   // Tokens per chunk; a multiple of every engine's block_tokens.
   virtual int chunk_tokens() const = 0;
   virtual bool Contains(const transfer::KvChunkKey& key) const = 0;
+  // A chunk for `meta` to fill and Put (pinned for DMA where the node's
+  // backend copies KV with the device's copy engines).
+  virtual std::unique_ptr<transfer::KvChunk> NewChunk(const transfer::KvChunkMeta& meta) = 0;
   // A new chunk (sealed: its payload checksum set). `priority`: of the
   // request that made it; lower goes first when a tier needs room.
   virtual void Put(std::unique_ptr<transfer::KvChunk> chunk, int priority) = 0;

@@ -41,7 +41,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock)
       cluster_(options.heartbeat_timeout, clock),
       sessions_(clock, options.max_sessions),
       stats_(options.stats_window),
-      pool_(std::make_unique<WorkerPool>(options.control_threads)) {}
+      pool_(std::make_unique<transfer::WorkerPool>(options.control_threads)) {}
 
 Scheduler::~Scheduler() { Stop(); }
 

@@ -40,7 +40,7 @@
 #include "global_scheduler/model_stats.h"
 #include "global_scheduler/placement.h"
 #include "global_scheduler/session_directory.h"
-#include "global_scheduler/worker_pool.h"
+#include "transfer/worker_pool.h"
 
 namespace ballast::global_scheduler {
 
@@ -311,7 +311,7 @@ class Scheduler {
   std::thread control_;
   // Declared last: destroyed (joined) first, while everything its closures
   // touch is alive.
-  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<transfer::WorkerPool> pool_;
 };
 
 }  // namespace ballast::global_scheduler

@@ -32,7 +32,11 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
     return absl::InvalidArgumentError(
         absl::StrCat("node.kv_tiers.ssd_dir is ", o.ssd_dir, " but ssd_gib is 0"));
   }
+  if (o.verify_threads < 1) {
+    return absl::InvalidArgumentError("KV tiers: verify_threads must be >= 1");
+  }
   std::unique_ptr<KvTierStore> s(new KvTierStore(o));
+  s->verify_pool_ = std::make_unique<transfer::WorkerPool>(o.verify_threads);
   if (auto st = s->Rebuild(); !st.ok()) return st;
   s->writer_ = std::thread([p = s.get()] { p->WriterLoop(); });
   return s;
@@ -102,6 +106,12 @@ absl::Status KvTierStore::Rebuild() {
   }
   TrimSsd();
   return absl::OkStatus();
+}
+
+std::unique_ptr<KvChunk> KvTierStore::NewChunk(const transfer::KvChunkMeta& meta) {
+  auto c = KvChunk::Allocate(meta);
+  if (options_.pin) c->pin = options_.pin(c->payload.get(), meta.payload_bytes());
+  return c;
 }
 
 bool KvTierStore::Contains(const KvChunkKey& key) const {

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,6 +47,7 @@
 #include "engine/kv_tiers.h"
 #include "transfer/kv_chunk.h"
 #include "transfer/kv_file_env.h"
+#include "transfer/worker_pool.h"
 
 namespace ballast::node_manager {
 
@@ -63,6 +65,11 @@ struct KvTierOptions {
   int chunk_tokens = 256;
   // File operations (tests inject faults); null: the real file system.
   std::shared_ptr<transfer::KvFileEnv> env;
+  // Pins a chunk's payload for DMA (CUDA nodes: engine::PinHostMemory),
+  // returning the handle that unpins it (null: not pinned). Null: none.
+  std::function<std::shared_ptr<void>(void* data, size_t bytes)> pin;
+  // Threads that verify chunk checksums in parallel on reads. Default 8.
+  int verify_threads = 8;
 };
 
 struct KvTierStats {
@@ -97,6 +104,7 @@ class KvTierStore final : public engine::KvTierPort {
   // engine::KvTierPort.
   int chunk_tokens() const override { return options_.chunk_tokens; }
   bool Contains(const transfer::KvChunkKey& key) const override;
+  std::unique_ptr<transfer::KvChunk> NewChunk(const transfer::KvChunkMeta& meta) override;
   void Put(std::unique_ptr<transfer::KvChunk> chunk, int priority) override;
   void SetSession(const std::string& session_id, std::vector<transfer::KvChunkKey> keys,
                   int priority) override;
@@ -153,6 +161,13 @@ class KvTierStore final : public engine::KvTierPort {
   // (then promoted into DRAM). Null if lost; `*from_ssd` says where from.
   std::shared_ptr<const transfer::KvChunk> Load(const transfer::KvChunkKey& key, bool* from_ssd)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a corrupt copy and drops its entry (if still entry `id`).
+  void DropCorrupt(const transfer::KvChunkKey& key, uint64_t id, const absl::Status& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Verifies the chunks not marked verified, in parallel on verify_pool_;
+  // drops the first corrupt one and returns its index (else chunks.size()).
+  size_t VerifyAll(const std::vector<std::shared_ptr<const transfer::KvChunk>>& chunks,
+                   const std::vector<bool>& verified) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds a verified chunk (a peer's) to the index like Put.
   void Insert(std::shared_ptr<const transfer::KvChunk> chunk, int priority)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -184,6 +199,7 @@ class KvTierStore final : public engine::KvTierPort {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   KvTierStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
+  std::unique_ptr<transfer::WorkerPool> verify_pool_;
 };
 
 }  // namespace ballast::node_manager

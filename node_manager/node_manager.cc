@@ -70,7 +70,10 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
           "node.kv_tiers.chunk_tokens (", options.kv_tiers.chunk_tokens,
           ") must be a multiple of engine.block_tokens (", options.engine.block_tokens, ")"));
     }
-    auto tiers = KvTierStore::Create(options.kv_tiers);
+    KvTierOptions tier_options = options.kv_tiers;
+    // DRAM chunks pinned: KV moves between them and the GPU by DMA.
+    if (gpu) tier_options.pin = engine::PinHostMemory;
+    auto tiers = KvTierStore::Create(tier_options);
     if (!tiers.ok()) return tiers.status();
     n->tiers_ = std::move(*tiers);
   }

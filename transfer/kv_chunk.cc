@@ -1,6 +1,9 @@
 #include "transfer/kv_chunk.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -78,10 +81,15 @@ KvChunkKey NextKey(const KvChunkKey& parent, absl::Span<const int> tokens) {
   return key;
 }
 
+void PayloadFree::operator()(uint8_t* p) const { std::free(p); }
+
 std::unique_ptr<KvChunk> KvChunk::Allocate(const KvChunkMeta& meta) {
+  constexpr size_t kPage = 4096;
   auto c = std::make_unique<KvChunk>();
   c->meta = meta;
-  c->payload.reset(new uint8_t[meta.payload_bytes()]);
+  const size_t n = (std::max<size_t>(meta.payload_bytes(), 1) + kPage - 1) / kPage * kPage;
+  c->payload.reset(static_cast<uint8_t*>(std::aligned_alloc(kPage, n)));
+  if (!c->payload) throw std::bad_alloc();
   return c;
 }
 

@@ -73,10 +73,19 @@ struct KvChunkMeta {
   uint32_t end_token() const { return first_token + num_tokens; }
 };
 
-// A chunk in host memory. The payload is not zero-initialised on creation.
+// Frees a payload (page-aligned malloc memory).
+struct PayloadFree {
+  void operator()(uint8_t* p) const;
+};
+
+// A chunk in host memory. The payload is page-aligned (so it can be pinned
+// for DMA) and not zero-initialised on creation.
 struct KvChunk {
   KvChunkMeta meta;
-  std::unique_ptr<uint8_t[]> payload;  // meta.payload_bytes() bytes
+  std::unique_ptr<uint8_t[], PayloadFree> payload;  // meta.payload_bytes() bytes
+  // Keeps the payload pinned for DMA while set (its deleter unpins);
+  // declared after `payload`, so it is released first.
+  std::shared_ptr<void> pin;
 
   // A chunk with room for the payload `meta` describes (checksum unset).
   static std::unique_ptr<KvChunk> Allocate(const KvChunkMeta& meta);

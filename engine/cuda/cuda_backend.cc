@@ -64,6 +64,15 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int d
       new GpuBlockPool(std::move(buf), std::move(*pool)));
 }
 
+std::shared_ptr<void> PinHostMemory(void* data, size_t bytes) {
+  if (data == nullptr || bytes == 0) return nullptr;
+  if (cudaHostRegister(data, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+    cudaGetLastError();  // clear it: an unpinned copy still works
+    return nullptr;
+  }
+  return std::shared_ptr<void>(data, [](void* p) { cudaHostUnregister(p); });
+}
+
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int device) {
   BALLAST_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
   size_t free_b = 0, total_b = 0;

@@ -1,6 +1,6 @@
 // WorkerPool: bounded threads, FIFO, everything queued runs before Stop
 // returns, nothing runs after.
-#include "global_scheduler/worker_pool.h"
+#include "transfer/worker_pool.h"
 
 #include <atomic>
 #include <set>
@@ -9,7 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
-namespace ballast::global_scheduler {
+namespace ballast::transfer {
 namespace {
 
 TEST(WorkerPool, RunsEverythingOnAtMostItsThreads) {
@@ -55,4 +55,4 @@ TEST(WorkerPool, StopRunsWhatIsQueuedThenRefusesMore) {
 }
 
 }  // namespace
-}  // namespace ballast::global_scheduler
+}  // namespace ballast::transfer

@@ -1,8 +1,8 @@
 // WorkerPool: a fixed set of threads that run queued closures in FIFO order.
 // The scheduler's blocking control-plane calls (LoadModel, EvictModel with a
-// drain, DropSession) run here, so the number of threads is bounded by the
-// pool size however many operations are queued, instead of one thread per
-// call.
+// drain, DropSession) and the KV tiers' checksum verification run on one,
+// so the number of threads is bounded by the pool size however much work
+// is queued, instead of one thread per call.
 //
 // Thread-safety: Schedule and Stop are thread-safe. Stop() (also run by the
 // destructor) runs every closure already queued, then joins the threads;
@@ -17,7 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
-namespace ballast::global_scheduler {
+namespace ballast::transfer {
 
 class WorkerPool {
  public:
@@ -45,4 +45,4 @@ class WorkerPool {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace ballast::global_scheduler
+}  // namespace ballast::transfer

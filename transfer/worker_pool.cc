@@ -1,8 +1,8 @@
-#include "global_scheduler/worker_pool.h"
+#include "transfer/worker_pool.h"
 
 #include <algorithm>
 
-namespace ballast::global_scheduler {
+namespace ballast::transfer {
 
 WorkerPool::WorkerPool(int threads) {
   threads_.reserve(static_cast<size_t>(std::max(threads, 1)));
@@ -59,4 +59,4 @@ void WorkerPool::Run() {
   }
 }
 
-}  // namespace ballast::global_scheduler
+}  // namespace ballast::transfer
