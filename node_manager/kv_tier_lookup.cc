@@ -51,7 +51,13 @@ std::shared_ptr<const KvChunk> KvTierStore::Load(const KvChunkKey& key, bool* fr
     id = e.id;
   }
   *from_ssd = dram == nullptr;
-  if (dram) return dram;  // verified by the caller (VerifyAll)
+  if (dram) {
+    if (auto st = dram->VerifyPayload(); !st.ok()) {
+      DropCorrupt(key, id, st);
+      return nullptr;
+    }
+    return dram;
+  }
   absl::Status st;
   std::shared_ptr<KvChunk> read;
   {
@@ -98,33 +104,28 @@ void KvTierStore::DropCorrupt(const KvChunkKey& key, uint64_t id, const absl::St
   if (it != entries_.end() && it->second.id == id) Erase(it);
 }
 
-size_t KvTierStore::VerifyAll(const std::vector<std::shared_ptr<const KvChunk>>& chunks,
-                              const std::vector<bool>& verified) {
-  std::vector<absl::Status> st(chunks.size());
-  size_t todo = 0;
-  for (size_t i = 0; i < chunks.size(); ++i) todo += verified[i] ? 0 : 1;
-  absl::BlockingCounter pending(static_cast<int>(todo));
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (verified[i]) continue;
-    auto check = [&, i] {
-      st[i] = chunks[i]->VerifyPayload();
+std::vector<std::shared_ptr<const KvChunk>> KvTierStore::LoadAll(
+    const std::vector<KvChunkKey>& keys, bool* any_from_ssd) {
+  std::vector<std::shared_ptr<const KvChunk>> got(keys.size());
+  std::vector<char> from_ssd(keys.size(), 0);
+  absl::BlockingCounter pending(static_cast<int>(keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto load = [&, i] {
+      bool ssd = false;
+      got[i] = Load(keys[i], &ssd);
+      from_ssd[i] = ssd;
       pending.DecrementCount();
     };
-    if (!verify_pool_->Schedule(check)) check();
+    if (!io_pool_->Schedule(load)) load();
   }
   pending.Wait();
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (st[i].ok()) continue;
-    uint64_t id = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = entries_.find(chunks[i]->meta.key);
-      if (it != entries_.end()) id = it->second.id;
-    }
-    DropCorrupt(chunks[i]->meta.key, id, st[i]);
-    return i;
+  size_t good = 0;
+  while (good < got.size() && got[good]) {
+    *any_from_ssd = *any_from_ssd || from_ssd[good];
+    ++good;
   }
-  return chunks.size();
+  got.resize(good);  // the rest follows a lost chunk: recomputed
+  return got;
 }
 
 std::shared_ptr<const engine::KvPrefixLease> KvTierStore::Acquire(
@@ -132,33 +133,35 @@ std::shared_ptr<const engine::KvPrefixLease> KvTierStore::Acquire(
     int max_tokens, const std::string& peer, KvPeerFetcher* fetcher) {
   max_tokens = std::min<int>(max_tokens, static_cast<int>(tokens.size()));
   auto lease = std::make_shared<engine::KvPrefixLease>();
+  // The chain of chunks the index holds for this prefix (no data yet) ...
+  std::vector<KvChunkKey> keys;
   KvChunkKey parent = transfer::RootKey(tenant, kv_fingerprint);
-  int pos = 0;
-  std::vector<bool> verified;  // per chunk: read from SSD (verified there)
-  while (pos < max_tokens) {
-    KvChunkKey key;
-    {
-      absl::MutexLock lock(&mu_);
-      const Entry* e = FindNext(parent, tokens, pos, max_tokens - pos);
+  {
+    absl::MutexLock lock(&mu_);
+    int at = 0;
+    while (at < max_tokens) {
+      const Entry* e = FindNext(parent, tokens, at, max_tokens - at);
       if (e == nullptr) break;
-      key = e->meta.key;
+      keys.push_back(e->meta.key);
+      at = static_cast<int>(e->meta.end_token());
+      parent = e->meta.key;
     }
-    bool from_ssd = false;
-    std::shared_ptr<const KvChunk> c = Load(key, &from_ssd);
-    // The key hashes tenant and model in; the header must agree all the same.
-    if (!c || c->meta.tenant != tenant || c->meta.model_fingerprint != kv_fingerprint) break;
-    if (from_ssd) lease->source = engine::KvSource::kSsd;
-    lease->chunks.push_back(c);
-    verified.push_back(from_ssd);
-    pos = static_cast<int>(c->meta.end_token());
-    parent = key;
   }
-  // DRAM copies are checked in parallel; a corrupt one ends the lease.
-  if (const size_t good = VerifyAll(lease->chunks, verified); good < lease->chunks.size()) {
-    lease->chunks.resize(good);
-    if (good == 0) return nullptr;
-    lease->tokens = static_cast<int>(lease->chunks.back()->meta.end_token());
-    return lease;
+  // ... then every chunk read (SSD) and verified at once on the pool.
+  bool from_ssd = false;
+  lease->chunks = LoadAll(keys, &from_ssd);
+  if (from_ssd) lease->source = engine::KvSource::kSsd;
+  int pos = 0;
+  parent = transfer::RootKey(tenant, kv_fingerprint);
+  for (size_t i = 0; i < lease->chunks.size(); ++i) {
+    const transfer::KvChunkMeta& m = lease->chunks[i]->meta;
+    // The key hashes tenant and model in; the header must agree all the same.
+    if (m.tenant != tenant || m.model_fingerprint != kv_fingerprint) {
+      lease->chunks.resize(i);
+      break;
+    }
+    pos = static_cast<int>(m.end_token());
+    parent = m.key;
   }
   if (pos < max_tokens && fetcher != nullptr && !peer.empty()) {
     auto got = fetcher->Fetch(peer, tenant, kv_fingerprint, tokens, pos, max_tokens);

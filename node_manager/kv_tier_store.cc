@@ -32,11 +32,9 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
     return absl::InvalidArgumentError(
         absl::StrCat("node.kv_tiers.ssd_dir is ", o.ssd_dir, " but ssd_gib is 0"));
   }
-  if (o.verify_threads < 1) {
-    return absl::InvalidArgumentError("KV tiers: verify_threads must be >= 1");
-  }
+  if (o.io_threads < 1) return absl::InvalidArgumentError("KV tiers: io_threads must be >= 1");
   std::unique_ptr<KvTierStore> s(new KvTierStore(o));
-  s->verify_pool_ = std::make_unique<transfer::WorkerPool>(o.verify_threads);
+  s->io_pool_ = std::make_unique<transfer::WorkerPool>(o.io_threads);
   if (auto st = s->Rebuild(); !st.ok()) return st;
   s->writer_ = std::thread([p = s.get()] { p->WriterLoop(); });
   return s;

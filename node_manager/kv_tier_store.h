@@ -68,8 +68,8 @@ struct KvTierOptions {
   // Pins a chunk's payload for DMA (CUDA nodes: engine::PinHostMemory),
   // returning the handle that unpins it (null: not pinned). Null: none.
   std::function<std::shared_ptr<void>(void* data, size_t bytes)> pin;
-  // Threads that verify chunk checksums in parallel on reads. Default 8.
-  int verify_threads = 8;
+  // Threads that read and verify a lease's chunks in parallel. Default 8.
+  int io_threads = 8;
 };
 
 struct KvTierStats {
@@ -157,17 +157,18 @@ class KvTierStore final : public engine::KvTierPort {
   // `room` tokens long: the full chunk if held, else the longest partial.
   const Entry* FindNext(const transfer::KvChunkKey& parent, absl::Span<const int> tokens, int pos,
                         int room) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The chunk's bytes: its DRAM copy, else read from SSD and verified
-  // (then promoted into DRAM). Null if lost; `*from_ssd` says where from.
+  // The chunk's bytes, verified: its DRAM copy, else read from SSD (then
+  // promoted into DRAM). Null if lost or corrupt (counted, dropped);
+  // `*from_ssd` says where from.
   std::shared_ptr<const transfer::KvChunk> Load(const transfer::KvChunkKey& key, bool* from_ssd)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a corrupt copy and drops its entry (if still entry `id`).
   void DropCorrupt(const transfer::KvChunkKey& key, uint64_t id, const absl::Status& why)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Verifies the chunks not marked verified, in parallel on verify_pool_;
-  // drops the first corrupt one and returns its index (else chunks.size()).
-  size_t VerifyAll(const std::vector<std::shared_ptr<const transfer::KvChunk>>& chunks,
-                   const std::vector<bool>& verified) ABSL_LOCKS_EXCLUDED(mu_);
+  // Loads (Load) the chunks of `keys` in parallel on io_pool_; returns the
+  // leading ones that loaded (a lost or corrupt one ends the list).
+  std::vector<std::shared_ptr<const transfer::KvChunk>> LoadAll(
+      const std::vector<transfer::KvChunkKey>& keys, bool* any_from_ssd) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds a verified chunk (a peer's) to the index like Put.
   void Insert(std::shared_ptr<const transfer::KvChunk> chunk, int priority)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -199,7 +200,7 @@ class KvTierStore final : public engine::KvTierPort {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   KvTierStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
-  std::unique_ptr<transfer::WorkerPool> verify_pool_;
+  std::unique_ptr<transfer::WorkerPool> io_pool_;  // reads and checksums
 };
 
 }  // namespace ballast::node_manager

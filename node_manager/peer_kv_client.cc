@@ -1,24 +1,42 @@
 #include "node_manager/peer_kv_client.h"
 
+#include <algorithm>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "transfer/checksum.h"
 #include "transfer/chunker.h"
 
 namespace ballast::node_manager {
 
 bool WriteChunkPieces(const transfer::KvChunk& chunk, uint32_t index,
                       const std::function<bool(const v1::KvChunk&)>& write) {
-  std::string bytes = transfer::EncodeHeader(chunk.meta);
-  bytes.append(reinterpret_cast<const char*>(chunk.payload.get()), chunk.meta.payload_bytes());
-  for (transfer::Chunk& piece :
-       transfer::SplitIntoChunks(bytes.data(), bytes.size(), kPeerPieceBytes)) {
-    v1::KvChunk m;
-    m.set_index(index);
-    m.set_total_bytes(bytes.size());
-    m.set_offset(piece.offset);
-    m.set_crc32c(piece.crc32c);
-    *m.mutable_data() = std::move(piece.data);
+  // The serialized chunk is header + payload; each piece copies its slice
+  // of the two straight into the message (one copy of the payload).
+  const std::string header = transfer::EncodeHeader(chunk.meta);
+  const std::string_view parts[] = {
+      header, std::string_view(reinterpret_cast<const char*>(chunk.payload.get()),
+                               chunk.meta.payload_bytes())};
+  const uint64_t total = header.size() + chunk.meta.payload_bytes();
+  v1::KvChunk m;
+  m.set_index(index);
+  m.set_total_bytes(total);
+  for (uint64_t offset = 0; offset < total;) {
+    const uint64_t len = std::min<uint64_t>(kPeerPieceBytes, total - offset);
+    std::string* data = m.mutable_data();
+    data->clear();
+    data->reserve(len);
+    uint64_t base = 0;
+    for (std::string_view part : parts) {
+      const uint64_t lo = std::max(offset, base), hi = std::min(offset + len, base + part.size());
+      if (lo < hi) data->append(part.data() + (lo - base), hi - lo);
+      base += part.size();
+    }
+    m.set_offset(offset);
+    m.set_crc32c(transfer::Crc32c(*data));
     if (!write(m)) return false;
+    offset += len;
   }
   return true;
 }

@@ -78,6 +78,7 @@ CudaExecutor::~CudaExecutor() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (host_meta_) cudaFreeHost(host_meta_);
   if (host_penalties_) cudaFreeHost(host_penalties_);
+  if (host_spans_) cudaFreeHost(host_spans_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -165,7 +166,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   // demand (ReservePenalties).
   constexpr size_t kInitialPenalties = 16384;
   if (auto s = ReservePenalties(kInitialPenalties); !s.ok()) return s;
-  return absl::OkStatus();
+  return InitKvStaging();
 }
 
 absl::StatusOr<std::shared_ptr<const HostWeights>> CudaExecutor::KeepHostWeights() {

@@ -106,6 +106,9 @@ class CudaExecutor final : public Executor {
   // Copies the staged metadata to meta_ on stream_ (asynchronous).
   absl::Status Upload(const StepShape& shape);
   absl::Status Run(const StepShape& shape);
+  // KV block copies through the staging buffer (cuda_kv_copy.cc).
+  absl::Status InitKvStaging();
+  absl::Status StagedKvCopy(absl::Span<const KvBlockCopy> copies, bool to_host);
   absl::Status Enqueue(const StepShape& shape);
 
   ModelConfig config_;
@@ -130,6 +133,10 @@ class CudaExecutor final : public Executor {
   // tiles), sampling params, prefill tiles, output tokens, sampling
   // log-probabilities, then the block table.
   DeviceBuffer meta_;
+  // Session KV copies (cuda_kv_copy.cc): a device staging buffer, and the
+  // spans of one piece in pinned host memory and on the device.
+  DeviceBuffer kv_staging_, kv_spans_;
+  BlockSpan* host_spans_ = nullptr;
   void* host_meta_ = nullptr;  // pinned mirror of meta_
   size_t meta_bytes_ = 0;
   size_t table_offset_ = 0, params_offset_ = 0, tiles_offset_ = 0, out_offset_ = 0;

@@ -196,4 +196,16 @@ cudaError_t LaunchSample(float* logits, int n, int vocab, const SampleParams* pa
                          SamplePenalty* penalties, int* tokens, SampleLogprobs* logprobs,
                          cudaStream_t stream);
 
+// One KV block's bytes and where they sit in a contiguous staging buffer
+// (session KV moving between device blocks and host chunks).
+struct BlockSpan {
+  unsigned char* block = nullptr;  // device address of the block's bytes
+  unsigned long long offset = 0;   // in the staging buffer
+  unsigned long long bytes = 0;
+};
+// gather == false: staging -> blocks (scatter); true: blocks -> staging.
+// spans [n] in device memory; one thread block per span.
+cudaError_t LaunchBlockCopy(unsigned char* staging, const BlockSpan* spans, int n, bool gather,
+                            cudaStream_t stream);
+
 }  // namespace ballast::engine::cuda
