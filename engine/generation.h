@@ -50,8 +50,10 @@ struct GenerationRequest {
   // Whose KV this is: chunks are keyed by tenant, so nothing is shared
   // across tenants (engine/kv_tiers.h). Empty: the default tenant.
   std::string tenant;
-  // The prompt prefix's KV found below the device (null: none).
+  // The prompt prefix's KV found below the device (null: none), and the
+  // time the node spent finding and reading it (ms).
   std::shared_ptr<const KvPrefixLease> lease;
+  double kv_fetch_ms = 0;
 };
 
 enum class FinishReason { kLength, kEos, kStop, kContext };
@@ -66,6 +68,9 @@ struct GenerationResult {
   // The device copy came from an Advise prefetch made this long before
   // (ms); -1 otherwise.
   double prefetch_lead_ms = -1;
+  // Time reading the prompt prefix's KV from the node's tiers or a peer,
+  // and copying it onto the device (ms; both part of the TTFT).
+  double kv_fetch_ms = 0, kv_load_ms = 0;
   int preemptions = 0;
   double queue_ms = 0, ttft_ms = 0, mean_tpot_ms = 0, e2e_ms = 0;
 };

@@ -10,9 +10,12 @@ namespace ballast::engine {
 
 absl::Status ModelEngine::RunLoads(const StepPlan& plan) {
   for (const PlannedLoad& l : plan.loads) {
+    const absl::Time t0 = absl::Now();
     if (auto st = LoadLeaseKv(*kv_, executor_.get(), *l.lease, l.from_token, l.seq->kv); !st.ok()) {
       return st;
     }
+    l.seq->result.kv_load_ms += absl::ToDoubleMilliseconds(absl::Now() - t0);
+    l.seq->result.kv_fetch_ms = l.seq->req.kv_fetch_ms;
   }
   return absl::OkStatus();
 }

@@ -418,7 +418,11 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   if (auto st = FillPrompt(req, &a, &g); !st.ok()) return st;
   g.session_id = req.session_id();
   g.tenant = req.tenant();
-  if (tiers_) g.lease = AcquireLease(*a.engine, req, g.prompt);
+  if (tiers_) {
+    const absl::Time t0 = absl::Now();
+    g.lease = AcquireLease(*a.engine, req, g.prompt);
+    g.kv_fetch_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  }
   g.priority = req.priority();
   g.params = ToGenerationParams(req.sampling(), a.engine->tokenizer().generation_defaults());
   if (g.params.max_tokens == 0) {  // until the context window is full

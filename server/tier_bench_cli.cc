@@ -185,6 +185,8 @@ struct TierBenchCli::State {
     auto t2 = RunTurn(serving.get(), session, full, "b", kv_peer);
     if (!t2.ok()) return t2.status();
     row["ttft_ms"] = t2->result.ttft_ms;
+    row["fetch_ms"] = t2->result.kv_fetch_ms;
+    row["load_ms"] = t2->result.kv_load_ms;
     row["cached_tokens"] = t2->result.cached_tokens;
     row["prompt_tokens"] = t2->result.prompt_tokens;
     row["kv_source"] = static_cast<int>(t2->result.kv_source);
@@ -236,12 +238,18 @@ struct TierBenchCli::State {
     nlohmann::json summary;
     std::cout << absl::StrFormat("history %d tokens, %d runs (medians), backend %s on %s\n",
                                  history, runs, backend, device);
-    std::cout << "where      | TTFT ms | advised TTFT ms | prefetch ms\n";
+    std::cout << "where      | TTFT ms | (fetch ms | load ms) | advised TTFT ms | prefetch ms\n";
     for (Where w : kAll) {
       const double plain = median(w, false, "ttft_ms"), adv = median(w, true, "ttft_ms"),
-                   pre = median(w, true, "prefetch_ms");
-      std::cout << absl::StrFormat("%-10s | %7.2f | %15.2f | %11.2f\n", Name(w), plain, adv, pre);
-      summary[Name(w)] = {{"ttft_ms", plain}, {"advised_ttft_ms", adv}, {"prefetch_ms", pre}};
+                   pre = median(w, true, "prefetch_ms"), fetch = median(w, false, "fetch_ms"),
+                   load = median(w, false, "load_ms");
+      std::cout << absl::StrFormat("%-10s | %7.2f | (%9.2f | %7.2f) | %15.2f | %11.2f\n", Name(w),
+                                   plain, fetch, load, adv, pre);
+      summary[Name(w)] = {{"ttft_ms", plain},
+                          {"fetch_ms", fetch},
+                          {"load_ms", load},
+                          {"advised_ttft_ms", adv},
+                          {"prefetch_ms", pre}};
     }
     if (!out.empty()) {
       std::ofstream(out) << nlohmann::json{{"history", history}, {"runs", runs},

@@ -1,11 +1,14 @@
 // engine/gpu_backend.h for builds with CUDA.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/gpu_backend.h"
 #include "memory/host_block_pool.h"
+#include "spdlog/spdlog.h"
 
 namespace ballast::engine {
 namespace {
@@ -66,8 +69,14 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int d
 
 std::shared_ptr<void> PinHostMemory(void* data, size_t bytes) {
   if (data == nullptr || bytes == 0) return nullptr;
-  if (cudaHostRegister(data, bytes, cudaHostRegisterDefault) != cudaSuccess) {
-    cudaGetLastError();  // clear it: an unpinned copy still works
+  if (const cudaError_t err = cudaHostRegister(data, bytes, cudaHostRegisterDefault);
+      err != cudaSuccess) {
+    cudaGetLastError();  // clear it: an unpinned copy still works, slower
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      spdlog::warn("cudaHostRegister of {} bytes failed ({}): KV tier copies run unpinned", bytes,
+                   cudaGetErrorString(err));
+    }
     return nullptr;
   }
   return std::shared_ptr<void>(data, [](void* p) { cudaHostUnregister(p); });
