@@ -51,13 +51,7 @@ std::shared_ptr<const KvChunk> KvTierStore::Load(const KvChunkKey& key, bool* fr
     id = e.id;
   }
   *from_ssd = dram == nullptr;
-  if (dram) {
-    if (auto st = dram->VerifyPayload(); !st.ok()) {
-      DropCorrupt(key, id, st);
-      return nullptr;
-    }
-    return dram;
-  }
+  if (dram) return dram;  // verified by LoadAll, layer by layer in parallel
   absl::Status st;
   std::shared_ptr<KvChunk> read;
   {
@@ -95,6 +89,16 @@ std::shared_ptr<const KvChunk> KvTierStore::Load(const KvChunkKey& key, bool* fr
   return read;
 }
 
+void KvTierStore::DropCorruptCopy(const std::shared_ptr<const KvChunk>& copy) {
+  const KvChunkKey key = copy->meta.key;
+  spdlog::warn("KV tier: DRAM copy of chunk {} is corrupt; dropped, its KV will be recomputed",
+               key.Hex());
+  absl::MutexLock lock(&mu_);
+  ++stats_.checksum_failures;
+  auto it = entries_.find(key);
+  if (it != entries_.end() && it->second.dram == copy) Erase(it);
+}
+
 void KvTierStore::DropCorrupt(const KvChunkKey& key, uint64_t id, const absl::Status& why) {
   spdlog::warn("KV tier: chunk {} dropped, its KV will be recomputed: {}", key.Hex(),
                why.ToString());
@@ -104,27 +108,50 @@ void KvTierStore::DropCorrupt(const KvChunkKey& key, uint64_t id, const absl::St
   if (it != entries_.end() && it->second.id == id) Erase(it);
 }
 
-std::vector<std::shared_ptr<const KvChunk>> KvTierStore::LoadAll(
-    const std::vector<KvChunkKey>& keys, bool* any_from_ssd) {
-  std::vector<std::shared_ptr<const KvChunk>> got(keys.size());
-  std::vector<char> from_ssd(keys.size(), 0);
-  absl::BlockingCounter pending(static_cast<int>(keys.size()));
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto load = [&, i] {
-      bool ssd = false;
-      got[i] = Load(keys[i], &ssd);
-      from_ssd[i] = ssd;
+void KvTierStore::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+  absl::BlockingCounter pending(static_cast<int>(n));
+  for (size_t i = 0; i < n; ++i) {
+    auto task = [&, i] {
+      fn(i);
       pending.DecrementCount();
     };
-    if (!io_pool_->Schedule(load)) load();
+    if (!io_pool_->Schedule(task)) task();
   }
   pending.Wait();
-  size_t good = 0;
-  while (good < got.size() && got[good]) {
-    *any_from_ssd = *any_from_ssd || from_ssd[good];
-    ++good;
+}
+
+std::vector<std::shared_ptr<const KvChunk>> KvTierStore::LoadAll(
+    const std::vector<KvChunkKey>& keys, bool* any_from_ssd) {
+  // Reads first (SSD copies are verified as they are read) ...
+  std::vector<std::shared_ptr<const KvChunk>> got(keys.size());
+  std::vector<char> from_ssd(keys.size(), 0);
+  ParallelFor(keys.size(), [&](size_t i) {
+    bool ssd = false;
+    got[i] = Load(keys[i], &ssd);
+    from_ssd[i] = ssd;
+  });
+  // ... then the DRAM copies, every (chunk, layer) at once.
+  std::vector<std::pair<size_t, uint32_t>> tasks;
+  std::vector<std::vector<uint64_t>> sums(keys.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!got[i] || from_ssd[i]) continue;
+    sums[i].resize(got[i]->meta.num_layers);
+    for (uint32_t l = 0; l < got[i]->meta.num_layers; ++l) tasks.emplace_back(i, l);
   }
-  got.resize(good);  // the rest follows a lost chunk: recomputed
+  ParallelFor(tasks.size(), [&](size_t t) {
+    const auto [i, l] = tasks[t];
+    sums[i][l] = transfer::LayerChecksum(*got[i], l);
+  });
+  size_t good = 0;
+  for (; good < got.size() && got[good]; ++good) {
+    if (!from_ssd[good] &&
+        transfer::CombineChecksums(sums[good]) != got[good]->meta.payload_checksum) {
+      DropCorruptCopy(got[good]);
+      break;
+    }
+    *any_from_ssd = *any_from_ssd || from_ssd[good];
+  }
+  got.resize(good);  // the rest follows a lost or corrupt chunk: recomputed
   return got;
 }
 

@@ -68,8 +68,9 @@ struct KvTierOptions {
   // Pins a chunk's payload for DMA (CUDA nodes: engine::PinHostMemory),
   // returning the handle that unpins it (null: not pinned). Null: none.
   std::function<std::shared_ptr<void>(void* data, size_t bytes)> pin;
-  // Threads that read and verify a lease's chunks in parallel. Default 8.
-  int io_threads = 8;
+  // Threads that read and verify a lease's chunks in parallel; 0: half the
+  // machine's cores (2 to 16). Default 0.
+  int io_threads = 0;
 };
 
 struct KvTierStats {
@@ -157,16 +158,22 @@ class KvTierStore final : public engine::KvTierPort {
   // `room` tokens long: the full chunk if held, else the longest partial.
   const Entry* FindNext(const transfer::KvChunkKey& parent, absl::Span<const int> tokens, int pos,
                         int room) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The chunk's bytes, verified: its DRAM copy, else read from SSD (then
-  // promoted into DRAM). Null if lost or corrupt (counted, dropped);
-  // `*from_ssd` says where from.
+  // The chunk's bytes: its DRAM copy (not verified here: LoadAll does),
+  // else read from SSD and verified (then promoted into DRAM). Null if lost
+  // or corrupt (counted, dropped); `*from_ssd` says where from.
   std::shared_ptr<const transfer::KvChunk> Load(const transfer::KvChunkKey& key, bool* from_ssd)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a corrupt copy and drops its entry (if still entry `id`).
   void DropCorrupt(const transfer::KvChunkKey& key, uint64_t id, const absl::Status& why)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Loads (Load) the chunks of `keys` in parallel on io_pool_; returns the
-  // leading ones that loaded (a lost or corrupt one ends the list).
+  // Counts a corrupt DRAM copy and drops its entry (if `copy` is still it).
+  void DropCorruptCopy(const std::shared_ptr<const transfer::KvChunk>& copy)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs fn(0..n-1) on io_pool_ and waits. Never called from a pool task.
+  void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
+  // Loads (Load) the chunks of `keys` in parallel on io_pool_ and verifies
+  // the DRAM copies layer by layer in parallel; returns the leading ones
+  // that loaded (a lost or corrupt one ends the list).
   std::vector<std::shared_ptr<const transfer::KvChunk>> LoadAll(
       const std::vector<transfer::KvChunkKey>& keys, bool* any_from_ssd) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds a verified chunk (a peer's) to the index like Put.

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -93,10 +94,27 @@ std::unique_ptr<KvChunk> KvChunk::Allocate(const KvChunkMeta& meta) {
   return c;
 }
 
-void KvChunk::Seal() { meta.payload_checksum = XXH3_64bits(payload.get(), meta.payload_bytes()); }
+uint64_t LayerChecksum(const KvChunk& chunk, uint32_t layer) {
+  return XXH3_64bits(chunk.layer_data(layer),
+                     static_cast<size_t>(chunk.meta.blocks_per_layer) * chunk.meta.block_bytes);
+}
+
+uint64_t CombineChecksums(absl::Span<const uint64_t> layer_checksums) {
+  return XXH3_64bits(layer_checksums.data(), layer_checksums.size() * sizeof(uint64_t));
+}
+
+namespace {
+uint64_t PayloadChecksum(const KvChunk& c) {
+  std::vector<uint64_t> layers(c.meta.num_layers);
+  for (uint32_t l = 0; l < c.meta.num_layers; ++l) layers[l] = LayerChecksum(c, l);
+  return CombineChecksums(layers);
+}
+}  // namespace
+
+void KvChunk::Seal() { meta.payload_checksum = PayloadChecksum(*this); }
 
 absl::Status KvChunk::VerifyPayload() const {
-  if (XXH3_64bits(payload.get(), meta.payload_bytes()) != meta.payload_checksum) {
+  if (PayloadChecksum(*this) != meta.payload_checksum) {
     return absl::DataLossError(
         absl::StrCat("KV chunk ", meta.key.Hex(), ": payload checksum mismatch"));
   }

@@ -17,8 +17,10 @@
 // tenant), a system prompt shared by many sessions is one set of chunks,
 // and nothing is ever shared across tenants (the tenant is hashed in).
 //
-// Integrity: the payload's XXH3-64 is computed when the chunk is made and
-// verified on every read below the device (VerifyPayload, DecodeChunk); the
+// Integrity: the payload checksum is computed when the chunk is made and
+// verified on every read below the device (VerifyPayload, DecodeChunk). It
+// is the XXH3-64 of the layers' XXH3-64s (LayerChecksum, CombineChecksums),
+// so a reader can verify the layers of a chunk in parallel. The
 // serialized form also checksums its header, so a file describes itself
 // (key, tenant, model, token and layer range, checksum) and a restarted
 // node can rebuild its index from the headers alone (DecodeHeader).
@@ -65,7 +67,7 @@ struct KvChunkMeta {
   uint32_t num_layers = 0;
   uint32_t blocks_per_layer = 0;
   uint64_t block_bytes = 0;
-  uint64_t payload_checksum = 0;  // XXH3-64 of the payload
+  uint64_t payload_checksum = 0;  // CombineChecksums of the layers' LayerChecksum
 
   uint64_t payload_bytes() const {
     return static_cast<uint64_t>(num_layers) * blocks_per_layer * block_bytes;
@@ -100,6 +102,11 @@ struct KvChunk {
     return payload.get() + static_cast<size_t>(layer) * meta.blocks_per_layer * meta.block_bytes;
   }
 };
+
+// XXH3-64 of one layer's bytes of `chunk`.
+uint64_t LayerChecksum(const KvChunk& chunk, uint32_t layer);
+// The payload checksum from the layers' checksums, in layer order.
+uint64_t CombineChecksums(absl::Span<const uint64_t> layer_checksums);
 
 // Bytes of a serialized header for a tenant of `tenant_bytes` bytes.
 size_t EncodedHeaderBytes(size_t tenant_bytes);

@@ -250,6 +250,65 @@ TEST_F(KvTierStoreTest, AFlippedByteOnSsdEndsTheLeaseThereAndIsCounted) {
   EXPECT_FALSE(fs::exists(victim));
 }
 
+TEST_F(KvTierStoreTest, AFlippedByteInDramEndsTheLeaseThereAndIsCounted) {
+  auto store = Make(1 << 20, false);
+  const std::vector<int> t = Tokens(48);
+  std::vector<KvChunkKey> keys;
+  uint8_t* second_payload = nullptr;
+  for (auto& c : MakeChunks("", t)) {
+    keys.push_back(c->meta.key);
+    if (keys.size() == 2) second_payload = c->payload.get();
+    store->Put(std::move(c), 0);
+  }
+  store->SetSession("s", keys, 0);
+  second_payload[100] ^= 0x01;  // memory going bad under the DRAM tier
+  auto lease = store->Acquire("", kFp, t, 48);
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->tokens, 16);
+  EXPECT_EQ(store->stats().checksum_failures, 1);
+  EXPECT_FALSE(store->Contains(keys[1]));  // the corrupt copy is gone
+}
+
+// A peer that is dead, or that answers with the wrong KV.
+class FakePeer : public KvPeerFetcher {
+ public:
+  absl::StatusOr<std::vector<std::unique_ptr<KvChunk>>> Fetch(const std::string&,
+                                                              const std::string& tenant, uint64_t,
+                                                              absl::Span<const int> tokens,
+                                                              int first_token, int) override {
+    if (dead) return absl::UnavailableError("connection refused");
+    std::vector<int> t(tokens.begin(), tokens.end());
+    if (tamper) t[first_token] += 1;  // KV of other tokens
+    std::vector<std::unique_ptr<KvChunk>> out;
+    for (auto& c : MakeChunks(tenant, t)) {
+      if (static_cast<int>(c->meta.first_token) >= first_token) out.push_back(std::move(c));
+    }
+    return out;
+  }
+  bool dead = false, tamper = false;
+};
+
+TEST_F(KvTierStoreTest, PeerChunksAreUsedOnlyWhenTheyAreExactlyThePromptsKv) {
+  auto store = Make(1 << 20, false);
+  const std::vector<int> t = Tokens(48);
+  FakePeer peer;
+  auto lease = store->Acquire("", kFp, t, 48, "peer:1", &peer);
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->source, engine::KvSource::kPeer);
+  EXPECT_EQ(lease->tokens, 48);
+  ExpectSameBytes(*lease, t);
+  EXPECT_GT(store->stats().peer_bytes, 0);
+  // Kept here now: the next lookup is local.
+  EXPECT_EQ(store->Acquire("", kFp, t, 48)->source, engine::KvSource::kHostDram);
+
+  const std::vector<int> u = Tokens(48, 500);
+  peer.dead = true;
+  EXPECT_EQ(store->Acquire("", kFp, u, 48, "peer:1", &peer), nullptr);
+  peer.dead = false;
+  peer.tamper = true;
+  EXPECT_EQ(store->Acquire("", kFp, u, 48, "peer:1", &peer), nullptr);
+}
+
 TEST_F(KvTierStoreTest, TruncatedFilesAreDiscardedAtRestart) {
   const std::vector<int> t = Tokens(32);
   {
