@@ -186,6 +186,7 @@ absl::Status ParseKvTiers(Section& s, const std::string* file, node_manager::Nod
   RETURN_IF_ERROR(ts.Get("ssd_dir", &t.ssd_dir));
   RETURN_IF_ERROR(ts.Get("ssd_gib", &ssd_gib));
   RETURN_IF_ERROR(ts.Get("chunk_tokens", &t.chunk_tokens));
+  RETURN_IF_ERROR(ts.Get("io_threads", &t.io_threads));
   RETURN_IF_ERROR(ts.Finish());
   if (dram_mib < 0) return ts.Error("node.kv_tiers.dram_mib", "must be >= 0");
   if (ssd_gib < 0) return ts.Error("node.kv_tiers.ssd_gib", "must be >= 0");
@@ -193,6 +194,7 @@ absl::Status ParseKvTiers(Section& s, const std::string* file, node_manager::Nod
     return ts.Error("node.kv_tiers.ssd_gib", "must be > 0 when ssd_dir is set");
   }
   if (t.chunk_tokens <= 0) return ts.Error("node.kv_tiers.chunk_tokens", "must be > 0");
+  if (t.io_threads < 0) return ts.Error("node.kv_tiers.io_threads", "must be >= 0 (0: auto)");
   t.dram_bytes = dram_mib << 20;
   t.ssd_bytes = ssd_gib << 30;
   return absl::OkStatus();

@@ -68,7 +68,7 @@ struct TierBenchCli::State {
   CLI::App* cmd = nullptr;
   std::string model, backend = "cuda", device, ssd_dir = "/tmp/ballast-tier-bench", out;
   int64_t memory_mib = 32768, dram_mib = 8192;
-  int history = 2047, runs = 3, chunk_tokens = 256, max_batch_tokens = 4096;
+  int history = 2047, runs = 3, chunk_tokens = 256, max_batch_tokens = 4096, io_threads = 0;
 
   std::unique_ptr<NodeManager> serving, peer;
   Metrics metrics;
@@ -85,6 +85,7 @@ struct TierBenchCli::State {
     n.engine.max_batch_tokens = max_batch_tokens;
     n.kv_tiers.dram_bytes = dram_mib << 20;
     n.kv_tiers.chunk_tokens = chunk_tokens;
+    n.kv_tiers.io_threads = io_threads;
     n.kv_tiers.ssd_dir = ssd;
     n.kv_tiers.ssd_bytes = ssd.empty() ? 0 : 64ll << 30;
     auto node = NodeManager::Create(n);
@@ -278,6 +279,8 @@ TierBenchCli::TierBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--runs", s_->runs)->capture_default_str();
   c->add_option("--chunk-tokens", s_->chunk_tokens)->capture_default_str();
   c->add_option("--max-batch-tokens", s_->max_batch_tokens, "recompute prefills in one step")
+      ->capture_default_str();
+  c->add_option("--io-threads", s_->io_threads, "tier read/verify threads (0: half the cores)")
       ->capture_default_str();
   c->add_option("--out", s_->out, "write the JSON result here");
 }

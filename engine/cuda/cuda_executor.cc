@@ -78,7 +78,10 @@ CudaExecutor::~CudaExecutor() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (host_meta_) cudaFreeHost(host_meta_);
   if (host_penalties_) cudaFreeHost(host_penalties_);
-  if (host_spans_) cudaFreeHost(host_spans_);
+  for (int b = 0; b < 2; ++b) {
+    if (host_spans_[b]) cudaFreeHost(host_spans_[b]);
+    if (kv_done_[b]) cudaEventDestroy(kv_done_[b]);
+  }
   if (stream_) cudaStreamDestroy(stream_);
 }
 

@@ -133,10 +133,13 @@ class CudaExecutor final : public Executor {
   // tiles), sampling params, prefill tiles, output tokens, sampling
   // log-probabilities, then the block table.
   DeviceBuffer meta_;
-  // Session KV copies (cuda_kv_copy.cc): a device staging buffer, and the
-  // spans of one piece in pinned host memory and on the device.
-  DeviceBuffer kv_staging_, kv_spans_;
-  BlockSpan* host_spans_ = nullptr;
+  // Session KV copies (cuda_kv_copy.cc): two of each (pieces alternate, so
+  // the host prepares one while the device works on the other): a device
+  // staging buffer, the piece's spans in pinned host memory and on the
+  // device, and an event marking the end of the buffer's last use.
+  DeviceBuffer kv_staging_[2], kv_spans_[2];
+  BlockSpan* host_spans_[2] = {nullptr, nullptr};
+  cudaEvent_t kv_done_[2] = {nullptr, nullptr};
   void* host_meta_ = nullptr;  // pinned mirror of meta_
   size_t meta_bytes_ = 0;
   size_t table_offset_ = 0, params_offset_ = 0, tiles_offset_ = 0, out_offset_ = 0;
