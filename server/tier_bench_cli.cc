@@ -67,7 +67,7 @@ class WaitSink : public engine::GenerationSink {
 struct TierBenchCli::State {
   CLI::App* cmd = nullptr;
   std::string model, backend = "cuda", device, ssd_dir = "/tmp/ballast-tier-bench", out;
-  int64_t memory_mib = 32768, dram_mib = 8192;
+  int64_t memory_mib = 32768, dram_mib = 8192, slab_mib = 64;
   int history = 2047, runs = 3, chunk_tokens = 256, max_batch_tokens = 4096, io_threads = 0;
 
   std::unique_ptr<NodeManager> serving, peer;
@@ -81,6 +81,7 @@ struct TierBenchCli::State {
     node_manager::NodeOptions n;
     n.node_id = id;
     n.devices = {{device, memory_mib << 20}};
+    n.slab_bytes = static_cast<size_t>(slab_mib) << 20;
     n.engine.backend = backend;
     n.engine.max_batch_tokens = max_batch_tokens;
     n.kv_tiers.dram_bytes = dram_mib << 20;
@@ -272,6 +273,8 @@ TierBenchCli::TierBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--memory-mib", s_->memory_mib, "device budget of each of the two nodes")
       ->capture_default_str();
   c->add_option("--dram-mib", s_->dram_mib, "DRAM tier of each node")->capture_default_str();
+  c->add_option("--slab-mib", s_->slab_mib, "KV arena slab (configs/gpu.yaml: 64)")
+      ->capture_default_str();
   c->add_option("--ssd-dir", s_->ssd_dir, "SSD tier directory (emptied first)")
       ->capture_default_str();
   c->add_option("--history", s_->history, "tokens of the session before the measured turn")
