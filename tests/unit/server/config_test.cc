@@ -28,6 +28,28 @@ TEST(Config, ShippedConfigsParse) {
   EXPECT_EQ(c->scheduler.options.heartbeat_timeout, absl::Seconds(3));
 }
 
+TEST(Config, KvTiersParseAndBadValuesNameTheirKey) {
+  auto c = ParseConfig(
+      "node: {kv_tiers: {dram_mib: 64, ssd_dir: /tmp/kv, ssd_gib: 2, chunk_tokens: 32, "
+      "io_threads: 4}}",
+      "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const auto& t = c->node.options.kv_tiers;
+  EXPECT_EQ(t.dram_bytes, 64ll << 20);
+  EXPECT_EQ(t.ssd_dir, "/tmp/kv");
+  EXPECT_EQ(t.ssd_bytes, 2ll << 30);
+  EXPECT_EQ(t.chunk_tokens, 32);
+  EXPECT_EQ(t.io_threads, 4);
+  EXPECT_TRUE(c->node.options.kv_tiers_enabled());
+  EXPECT_NE(Msg("node: {kv_tiers: {ssd_dir: /tmp/kv}}").find("node.kv_tiers.ssd_gib"),
+            std::string::npos);
+  EXPECT_NE(Msg("node: {kv_tiers: {dram_mib: -1}}").find("node.kv_tiers.dram_mib"),
+            std::string::npos);
+  EXPECT_NE(Msg("node: {kv_tiers: {chunk_tokens: 0}}").find("node.kv_tiers.chunk_tokens"),
+            std::string::npos);
+  EXPECT_NE(Msg("node: {kv_tiers: {dram_gib: 1}}").find("unknown key"), std::string::npos);
+}
+
 TEST(Config, UnknownKeysAreNamed) {
   EXPECT_EQ(Msg("schedulr: {}"), "test.yaml: schedulr: unknown key");
   EXPECT_EQ(Msg("node: {engine: {kv_cache_mb: 3}}"),
