@@ -35,8 +35,8 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
   if (o.io_threads < 0) return absl::InvalidArgumentError("KV tiers: io_threads must be >= 0");
   std::unique_ptr<KvTierStore> s(new KvTierStore(o));
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  s->io_pool_ = std::make_unique<transfer::WorkerPool>(
-      o.io_threads > 0 ? o.io_threads : std::clamp(cores, 2, 16));
+  s->io_pool_ = std::make_unique<transfer::WorkerPool>(o.io_threads > 0 ? o.io_threads
+                                                                        : std::clamp(cores, 2, 16));
   if (auto st = s->Rebuild(); !st.ok()) return st;
   s->writer_ = std::thread([p = s.get()] { p->WriterLoop(); });
   return s;

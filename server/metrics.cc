@@ -179,16 +179,18 @@ void Metrics::SetDevice(const DeviceGauges& g) {
   absl::MutexLock lock(&mu_);
   // Engines restart their counts when models are evicted: count only growth.
   auto grow = [&](prometheus::Counter& c, const std::string& key, int64_t total)
-                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                    int64_t& seen = seen_[key];
-                    if (total > seen) c.Increment(static_cast<double>(total - seen));
-                    seen = total;
-                  };
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { Grow(c, key, total); };
   grow(preemptions_.Add({{"device", g.device}}), "preempt/" + g.device, g.preemptions_total);
   grow(driver_calls_.Add({{"device", g.device}, {"call", "map"}}), "map/" + g.device,
        g.page_map_calls);
   grow(driver_calls_.Add({{"device", g.device}, {"call", "unmap"}}), "unmap/" + g.device,
        g.page_unmap_calls);
+}
+
+void Metrics::Grow(prometheus::Counter& c, const std::string& key, int64_t total) {
+  int64_t& seen = seen_[key];
+  if (total > seen) c.Increment(static_cast<double>(total - seen));
+  seen = total;
 }
 
 void Metrics::SetKvTiers(const KvTierGauges& g) {
@@ -197,11 +199,7 @@ void Metrics::SetKvTiers(const KvTierGauges& g) {
   tier_chunks_.Add({}).Set(static_cast<double>(g.chunks));
   absl::MutexLock lock(&mu_);
   auto grow = [&](prometheus::Counter& c, const std::string& key, int64_t total)
-                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                    int64_t& seen = seen_[key];
-                    if (total > seen) c.Increment(static_cast<double>(total - seen));
-                    seen = total;
-                  };
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { Grow(c, key, total); };
   grow(checksum_failures_.Add({}), "kv/checksum", g.checksum_failures);
   grow(moved_bytes_.Add({{"link", "ssd_read"}}), "kv/ssd_read", g.ssd_read_bytes);
   grow(moved_bytes_.Add({{"link", "ssd_write"}}), "kv/ssd_write", g.ssd_write_bytes);

@@ -119,6 +119,11 @@ class Metrics {
   mutable absl::Mutex sources_mu_;
   std::vector<std::function<bool(const std::string&)>> sources_ ABSL_GUARDED_BY(sources_mu_);
 
+  // Adds to `c` what `total` (a cumulative count that may restart from 0)
+  // grew by since the last call for `key`. REQUIRES: mu_ held.
+  void Grow(prometheus::Counter& c, const std::string& key, int64_t total)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::Mutex mu_;
   // Last cumulative value seen per series, to turn totals into increments.
   std::map<std::string, int64_t> seen_ ABSL_GUARDED_BY(mu_);

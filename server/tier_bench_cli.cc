@@ -283,7 +283,8 @@ TierBenchCli::TierBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--chunk-tokens", s_->chunk_tokens)->capture_default_str();
   c->add_option("--max-batch-tokens", s_->max_batch_tokens, "recompute prefills in one step")
       ->capture_default_str();
-  c->add_option("--io-threads", s_->io_threads, "tier read/verify threads (0: one per core, up to 16)")
+  c->add_option("--io-threads", s_->io_threads,
+                "tier read/verify threads (0: one per core, up to 16)")
       ->capture_default_str();
   c->add_option("--out", s_->out, "write the JSON result here");
 }
