@@ -178,12 +178,12 @@ std::vector<TraceRecord> GenerateChat(const ChatParams& p) {
         a.turn = k;
         a.for_request = id;
         a.expected_arrival_s = typing;
-        if (prev.empty()) {
-          a.arrival_s = std::max(0.0, nominal - typing);
-        } else {
+        // The nominal arrival (for ordering; a chained advisory replays by
+        // `after` + `delay_s`) never precedes the trace's start.
+        a.arrival_s = std::max(0.0, nominal - typing);
+        if (!prev.empty()) {
           a.after = prev;
           a.delay_s = reading;
-          a.arrival_s = nominal - typing;
         }
         out.push_back(a);
       }

@@ -220,6 +220,11 @@ TEST(Generators, ChatSessionsChainTurnsAndAdvise) {
   EXPECT_NEAR(static_cast<double>(spurious) / sessions, p.advise_spurious, 0.07);
   EXPECT_NEAR(lead / (advisories - spurious), p.typing_mean_s, 1.0);  // ~11 s ahead
   EXPECT_GT(later_turns, 0);
+  // Every record is valid (an advisory typed before the trace's start once
+  // got a negative arrival that `trace stats` and replay refused).
+  for (const auto& r : t) EXPECT_GE(r.arrival_s, 0) << r.id;
+  auto parsed = ParseTrace(Dump(t), "chat");
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
 }
 
 TEST(Generators, AgentStepsAdviseTheirNextHops) {
