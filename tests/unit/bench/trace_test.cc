@@ -222,9 +222,17 @@ TEST(Generators, ChatSessionsChainTurnsAndAdvise) {
   EXPECT_GT(later_turns, 0);
   // Every record is valid (an advisory typed before the trace's start once
   // got a negative arrival that `trace stats` and replay refused).
-  for (const auto& r : t) EXPECT_GE(r.arrival_s, 0) << r.id;
-  auto parsed = ParseTrace(Dump(t), "chat");
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    ChatParams q;
+    q.models = Models(3);
+    q.duration_s = 120;
+    q.session_rate = 0.5;
+    q.seed = seed;
+    const auto chat = GenerateChat(q);
+    for (const auto& r : chat) EXPECT_GE(r.arrival_s, 0) << r.id;
+    auto parsed = ParseTrace(Dump(chat), "chat");
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+  }
 }
 
 TEST(Generators, AgentStepsAdviseTheirNextHops) {
