@@ -2,7 +2,8 @@
 // (kv_tier_store.h states the rules).
 #include <algorithm>
 
-#include "absl/synchronization/blocking_counter.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "node_manager/kv_tier_store.h"
 #include "spdlog/spdlog.h"
@@ -109,15 +110,30 @@ void KvTierStore::DropCorrupt(const KvChunkKey& key, uint64_t id, const absl::St
 }
 
 void KvTierStore::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
-  absl::BlockingCounter pending(static_cast<int>(n));
+  // The count lives on the heap: the last task may still be unlocking it
+  // when this thread wakes and returns. (absl::BlockingCounter's count is an
+  // atomic inside the uninstrumented library, which ThreadSanitizer cannot
+  // see order the tasks' work before the return.)
+  struct Latch {
+    absl::Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto latch = std::make_shared<Latch>();
+  {
+    absl::MutexLock lock(&latch->mu);
+    latch->left = n;
+  }
   for (size_t i = 0; i < n; ++i) {
-    auto task = [&, i] {
+    auto task = [&fn, latch, i] {
       fn(i);
-      pending.DecrementCount();
+      absl::MutexLock lock(&latch->mu);
+      --latch->left;
     };
     if (!io_pool_->Schedule(task)) task();
   }
-  pending.Wait();
+  absl::MutexLock lock(&latch->mu);
+  latch->mu.Await(absl::Condition(
+      +[](size_t* left) { return *left == 0; }, &latch->left));
 }
 
 std::vector<std::shared_ptr<const KvChunk>> KvTierStore::LoadAll(
