@@ -121,9 +121,14 @@ class KvTierStoreTest : public ::testing::Test {
   fs::path dir_;
 };
 
+// The lease holds exactly the KV of tokens[0, lease.tokens): its chunks are
+// those an export of that prefix makes (a shorter partial chunk than the
+// prompt's own is a valid, shorter lease).
 void ExpectSameBytes(const engine::KvPrefixLease& lease, const std::vector<int>& tokens,
                      const std::string& tenant = "") {
-  auto want = MakeChunks(tenant, tokens);
+  ASSERT_LE(lease.tokens, static_cast<int>(tokens.size()));
+  auto want = MakeChunks(tenant, std::vector<int>(tokens.begin(), tokens.begin() + lease.tokens));
+  ASSERT_EQ(lease.chunks.size(), want.size());
   ASSERT_LE(lease.chunks.size(), want.size());
   for (size_t i = 0; i < lease.chunks.size(); ++i) {
     const auto& m = lease.chunks[i]->meta;
