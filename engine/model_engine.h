@@ -234,6 +234,9 @@ class ModelEngine {
   absl::Status Validate(const GenerationRequest& req) const;
   std::unique_ptr<Sequence> NewSequence(GenerationRequest req, GenerationSink* sink) const;
   void DrainInbox();
+  // Queues `task` for the step thread (and wakes it); false, with nothing
+  // queued, once the engine is closed.
+  bool QueueTask(std::function<void()> task);
   // ImportSession's work on the step thread.
   absl::StatusOr<std::pair<int, KvSource>> Import(const std::string& session_id,
                                                   std::vector<int> tokens,

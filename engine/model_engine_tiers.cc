@@ -36,23 +36,23 @@ void ModelEngine::ImportSession(
     std::string session_id, std::vector<int> tokens, std::shared_ptr<const KvPrefixLease> lease,
     int priority, absl::Time deadline,
     std::function<void(absl::StatusOr<std::pair<int, KvSource>>)> done) {
-  std::function<void()> task = [this, session_id = std::move(session_id),
-                                tokens = std::move(tokens), lease = std::move(lease), priority,
-                                deadline, done]() mutable {
+  auto task = [this, session_id = std::move(session_id), tokens = std::move(tokens),
+               lease = std::move(lease), priority, deadline, done]() mutable {
     done(Import(session_id, std::move(tokens), *lease, priority, deadline));
   };
+  if (!QueueTask(std::move(task))) {
+    done(absl::UnavailableError(absl::StrCat("model ", options_.name, " is unavailable")));
+  }
+}
+
+bool ModelEngine::QueueTask(std::function<void()> task) {
   {
     absl::MutexLock lock(&mu_);
-    if (!closed_) {
-      tasks_.push_back(std::move(task));
-      task = nullptr;
-    }
-  }
-  if (task) {
-    done(absl::UnavailableError(absl::StrCat("model ", options_.name, " is unavailable")));
-    return;
+    if (closed_) return false;
+    tasks_.push_back(std::move(task));
   }
   if (wake_) wake_();
+  return true;
 }
 
 absl::StatusOr<std::pair<int, KvSource>> ModelEngine::Import(const std::string& session_id,
@@ -82,21 +82,9 @@ absl::StatusOr<std::pair<int, KvSource>> ModelEngine::Import(const std::string& 
 }
 
 void ModelEngine::DropPrefetch(const std::string& session_id, std::function<void(bool)> done) {
-  std::function<void()> task = [this, session_id, done]() {
-    done(kv_manager_->DropPrefetch(session_id));
-  };
-  {
-    absl::MutexLock lock(&mu_);
-    if (!closed_) {
-      tasks_.push_back(std::move(task));
-      task = nullptr;
-    }
-  }
-  if (task) {
+  if (!QueueTask([this, session_id, done] { done(kv_manager_->DropPrefetch(session_id)); })) {
     done(false);
-    return;
   }
-  if (wake_) wake_();
 }
 
 }  // namespace ballast::engine

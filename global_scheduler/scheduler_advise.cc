@@ -32,6 +32,16 @@ constexpr absl::Duration kAdviseGrace = absl::Seconds(30);
 constexpr absl::Duration kAdviseDefaultTtl = absl::Minutes(2);
 constexpr absl::Duration kAdviseRpcTimeout = absl::Seconds(30);
 
+// The session a hint names, after checking the id and tenant (both hints).
+absl::StatusOr<SessionDirectory::Snapshot> PeekHinted(const SessionDirectory& sessions,
+                                                      const std::string& session_id,
+                                                      const std::string& tenant) {
+  if (session_id.empty()) return absl::InvalidArgumentError("session_id is required");
+  if (auto st = ValidateSessionId(session_id); !st.ok()) return st;
+  if (auto st = ValidateTenant(tenant); !st.ok()) return st;
+  return sessions.Peek(session_id, tenant);
+}
+
 absl::Status FromGrpc(const grpc::Status& s, const std::string& node) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                       absl::StrCat("node ", node, ": ", s.error_message()));
@@ -46,10 +56,7 @@ std::string Scheduler::PeerAddress(const std::string& affinity, const std::strin
 }
 
 absl::StatusOr<v1::AdviseResponse> Scheduler::Advise(const v1::AdviseRequest& req) {
-  if (req.session_id().empty()) return absl::InvalidArgumentError("session_id is required");
-  if (auto st = ValidateSessionId(req.session_id()); !st.ok()) return st;
-  if (auto st = ValidateTenant(req.tenant()); !st.ok()) return st;
-  auto session = sessions_.Peek(req.session_id(), req.tenant());
+  auto session = PeekHinted(sessions_, req.session_id(), req.tenant());
   if (!session.ok()) return session.status();
   const std::string& model = req.model().empty() ? session->model : req.model();
   if (auto st = ValidateModelName(model); !st.ok()) return st;
@@ -108,10 +115,7 @@ absl::StatusOr<v1::AdviseResponse> Scheduler::Advise(const v1::AdviseRequest& re
 }
 
 absl::Status Scheduler::Invalidate(const v1::InvalidateRequest& req) {
-  if (req.session_id().empty()) return absl::InvalidArgumentError("session_id is required");
-  if (auto st = ValidateSessionId(req.session_id()); !st.ok()) return st;
-  if (auto st = ValidateTenant(req.tenant()); !st.ok()) return st;
-  auto session = sessions_.Peek(req.session_id(), req.tenant());
+  auto session = PeekHinted(sessions_, req.session_id(), req.tenant());
   if (!session.ok()) return session.status();
   if (session->node_id.empty()) return absl::OkStatus();  // nothing prefetched anywhere
   auto stub = Stub(session->node_id);
