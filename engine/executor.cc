@@ -14,4 +14,11 @@ absl::Status Executor::CopyKvFromHost(absl::Span<const KvBlockCopy> copies) {
   return absl::OkStatus();
 }
 
+absl::Status Executor::StartKvLoad(LayerKvCopies load) {
+  for (const auto& layer : load.layers) {
+    if (auto st = CopyKvFromHost(layer); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ballast::engine

@@ -53,6 +53,19 @@ struct KvBlockCopy {
   size_t bytes = 0;
 };
 
+// Block copies grouped by the layer whose KV they hold: layers[l] are layer
+// l's copies (may be empty). A layer-wise load (Executor::StartKvLoad)
+// finishes them in layer order.
+struct LayerKvCopies {
+  std::vector<std::vector<KvBlockCopy>> layers;
+  bool empty() const {
+    for (const auto& l : layers) {
+      if (!l.empty()) return false;
+    }
+    return true;
+  }
+};
+
 // A model's weights kept in host memory while it is not resident (the
 // CPU backend's float32 tensors, the CUDA backend's device image in pinned
 // memory), so the next activation copies them instead of reading and
@@ -89,6 +102,17 @@ class Executor {
   // backends copy on their own stream.
   virtual absl::Status CopyKvToHost(absl::Span<const KvBlockCopy> copies);
   virtual absl::Status CopyKvFromHost(absl::Span<const KvBlockCopy> copies);
+  // Layer-wise loading of KV from host memory (a lease's chunks, before
+  // the step that extends the sequence): starts the copies and returns.
+  // The next Forward/ForwardSample waits, before layer l touches the KV
+  // cache, for layer l's copies only, so early layers compute while later
+  // ones load. The host bytes must stay valid until WaitKvLoad returns or a
+  // forward has run. REQUIRES: no earlier load still pending (WaitKvLoad or
+  // a forward consumed it). The default copies everything before returning.
+  virtual absl::Status StartKvLoad(LayerKvCopies load);
+  // Blocks until the started load is done: after a failed forward (its
+  // blocks are about to be freed) or to load synchronously. Its status.
+  virtual absl::Status WaitKvLoad() { return absl::OkStatus(); }
   virtual const ModelConfig& config() const = 0;
   // Bytes of weights this executor holds (checkpoint dtype on the CPU, the
   // device copy on GPUs).

@@ -69,7 +69,9 @@ struct GenerationResult {
   // (ms); -1 otherwise.
   double prefetch_lead_ms = -1;
   // Time reading the prompt prefix's KV from the node's tiers or a peer,
-  // and copying it onto the device (ms; both part of the TTFT).
+  // and the time its step waited to start its copy onto the device (ms;
+  // both part of the TTFT). With layer-wise loading (the default) the copy
+  // itself overlaps the step and kv_load_ms only counts starting it.
   double kv_fetch_ms = 0, kv_load_ms = 0;
   int preemptions = 0;
   double queue_ms = 0, ttft_ms = 0, mean_tpot_ms = 0, e2e_ms = 0;

@@ -1,5 +1,6 @@
 #include "engine/kv_export.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -8,16 +9,16 @@
 namespace ballast::engine {
 namespace {
 
-// The block copies between `chunk`'s payload and the table's blocks,
-// adjacent ones merged.
-std::vector<KvBlockCopy> BlockCopies(const KvCache& kv, const SequenceKv& table,
-                                     const transfer::KvChunk& chunk) {
+// Appends the block copies between `chunk`'s payload and the table's
+// blocks to layers[l] for each layer l, adjacent ones merged.
+void AppendBlockCopies(const KvCache& kv, const SequenceKv& table, const transfer::KvChunk& chunk,
+                       LayerKvCopies* out) {
   const transfer::KvChunkMeta& m = chunk.meta;
   const int bt = kv.layout().block_tokens;
   const size_t first_block = m.first_token / bt;
-  std::vector<KvBlockCopy> copies;
-  copies.reserve(static_cast<size_t>(m.num_layers) * m.blocks_per_layer);
+  out->layers.resize(std::max<size_t>(out->layers.size(), m.num_layers));
   for (uint32_t l = 0; l < m.num_layers; ++l) {
+    std::vector<KvBlockCopy>& copies = out->layers[l];
     uint8_t* host = const_cast<uint8_t*>(chunk.layer_data(l));
     for (uint32_t j = 0; j < m.blocks_per_layer; ++j) {
       const memory::BlockId id = table.blocks[l][first_block + j];
@@ -32,6 +33,15 @@ std::vector<KvBlockCopy> BlockCopies(const KvCache& kv, const SequenceKv& table,
       }
     }
   }
+}
+
+// One chunk's copies, every layer's in one list (export).
+std::vector<KvBlockCopy> BlockCopies(const KvCache& kv, const SequenceKv& table,
+                                     const transfer::KvChunk& chunk) {
+  LayerKvCopies by_layer;
+  AppendBlockCopies(kv, table, chunk, &by_layer);
+  std::vector<KvBlockCopy> copies;
+  for (auto& l : by_layer.layers) copies.insert(copies.end(), l.begin(), l.end());
   return copies;
 }
 
@@ -89,8 +99,8 @@ absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* 
   return absl::OkStatus();
 }
 
-absl::Status LoadLeaseKv(const KvCache& kv, Executor* executor, const KvPrefixLease& lease,
-                         int from_token, const SequenceKv& table) {
+absl::Status LeaseKvCopies(const KvCache& kv, const KvPrefixLease& lease, int from_token,
+                           const SequenceKv& table, LayerKvCopies* out) {
   for (const auto& c : lease.chunks) {
     const transfer::KvChunkMeta& m = c->meta;
     if (static_cast<int>(m.end_token()) <= from_token) continue;  // on the device already
@@ -99,9 +109,17 @@ absl::Status LoadLeaseKv(const KvCache& kv, Executor* executor, const KvPrefixLe
       return absl::FailedPreconditionError(
           absl::StrCat("KV chunk ", m.key.Hex(), " does not match the model's KV layout"));
     }
-    if (auto st = executor->CopyKvFromHost(BlockCopies(kv, table, *c)); !st.ok()) return st;
+    AppendBlockCopies(kv, table, *c, out);
   }
   return absl::OkStatus();
+}
+
+absl::Status LoadLeaseKv(const KvCache& kv, Executor* executor, const KvPrefixLease& lease,
+                         int from_token, const SequenceKv& table) {
+  LayerKvCopies load;
+  if (auto st = LeaseKvCopies(kv, lease, from_token, table, &load); !st.ok()) return st;
+  if (auto st = executor->StartKvLoad(std::move(load)); !st.ok()) return st;
+  return executor->WaitKvLoad();
 }
 
 }  // namespace ballast::engine

@@ -29,9 +29,13 @@ absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* 
                              absl::Span<const int> tokens, const SequenceKv& table,
                              const std::string& session_id, int priority);
 
-// Copies the chunks of `lease` that end after `from_token` into `table`'s
-// blocks (which must cover lease.tokens positions). FAILED_PRECONDITION if
-// a chunk's layout is not `kv`'s.
+// Appends, by layer, the copies of the chunks of `lease` that end after
+// `from_token` into `table`'s blocks (which must cover lease.tokens
+// positions) to `out`. FAILED_PRECONDITION if a chunk's layout is not `kv`'s.
+absl::Status LeaseKvCopies(const KvCache& kv, const KvPrefixLease& lease, int from_token,
+                           const SequenceKv& table, LayerKvCopies* out);
+
+// LeaseKvCopies, then copies them and returns when they are done.
 absl::Status LoadLeaseKv(const KvCache& kv, Executor* executor, const KvPrefixLease& lease,
                          int from_token, const SequenceKv& table);
 

@@ -424,6 +424,9 @@ bool ModelEngine::Step() {
   if (st.ok()) st = Execute(plan, &sampled, &logprobs);
   ++steps_;
   if (!st.ok()) {
+    // A load the failed step did not finish must end before its blocks
+    // are freed.
+    if (!plan.loads.empty()) executor_->WaitKvLoad().IgnoreError();
     AbortAll(st);
     PublishStats();
     return true;

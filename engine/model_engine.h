@@ -91,6 +91,11 @@ struct ModelEngineOptions {
   // ModelFingerprint); chunk keys combine it with the KV layout. 0 with
   // kv_tiers set is refused.
   uint64_t model_fingerprint = 0;
+  // Default true: a lease's KV loads layer by layer while the step
+  // computes (Executor::StartKvLoad), layer l waiting only for its own
+  // blocks. False: the whole lease is copied before the step starts (the
+  // benchmark's baseline for the share of the transfer hidden).
+  bool layerwise_kv_load = true;
 };
 
 // A request waiting for admission, as the device's arbitration sees it.

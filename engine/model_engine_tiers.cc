@@ -9,15 +9,22 @@
 namespace ballast::engine {
 
 absl::Status ModelEngine::RunLoads(const StepPlan& plan) {
+  if (plan.loads.empty()) return absl::OkStatus();
+  const absl::Time t0 = absl::Now();
+  LayerKvCopies load;
   for (const PlannedLoad& l : plan.loads) {
-    const absl::Time t0 = absl::Now();
-    if (auto st = LoadLeaseKv(*kv_, executor_.get(), *l.lease, l.from_token, l.seq->kv); !st.ok()) {
+    if (auto st = LeaseKvCopies(*kv_, *l.lease, l.from_token, l.seq->kv, &load); !st.ok()) {
       return st;
     }
-    l.seq->result.kv_load_ms += absl::ToDoubleMilliseconds(absl::Now() - t0);
+  }
+  absl::Status st = executor_->StartKvLoad(std::move(load));
+  if (st.ok() && !options_.layerwise_kv_load) st = executor_->WaitKvLoad();
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  for (const PlannedLoad& l : plan.loads) {
+    l.seq->result.kv_load_ms += ms;
     l.seq->result.kv_fetch_ms = l.seq->req.kv_fetch_ms;
   }
-  return absl::OkStatus();
+  return st;
 }
 
 void ModelEngine::ExportSession(const Sequence& s) {

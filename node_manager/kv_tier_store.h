@@ -72,6 +72,10 @@ struct KvTierOptions {
   // core (2 to 16). A DRAM hit of 256 MB verified on 8 threads took 6.7 ms,
   // on 16 4.4 ms (H100 host, 16 cores). Default 0.
   int io_threads = 0;
+  // Load a lease layer by layer while the step computes (default true);
+  // false copies it all before the step (engine::ModelEngineOptions::
+  // layerwise_kv_load).
+  bool layerwise_load = true;
 };
 
 struct KvTierStats {

@@ -236,6 +236,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
     if (!fp.ok()) return fp.status();
     o.kv_tiers = tiers_;
     o.model_fingerprint = *fp;
+    o.layerwise_kv_load = options_.kv_tiers.layerwise_load;
   }
   return Activate(o, target, best_free);
 }

@@ -170,10 +170,30 @@ absl::Status CpuExecutor::Forward(absl::Span<const SequenceChunk> batch,
   for (int t = 0; t < T; ++t)
     std::copy_n(weights_->embed.row(flat->tok[t]), H, x.data() + static_cast<size_t>(t) * H);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (loader_) loader_->WaitLayer(l);  // a lease's KV of this layer is in
     AttentionBlock(l, batch, flat->pos, flat->owner, &x);
     MlpBlock(l, T, &x);
   }
   ComputeLogits(batch, x, logits);
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutor::StartKvLoad(LayerKvCopies load) {
+  if (load.layers.size() > static_cast<size_t>(config_.num_hidden_layers)) {
+    return absl::InvalidArgumentError("KV load has more layers than the model");
+  }
+  if (!loader_) {
+    loader_ = std::make_unique<LayerKvLoader>([this](absl::Span<const KvBlockCopy> copies) {
+      // The default copy is memcpy and cannot fail.
+      Executor::CopyKvFromHost(copies).IgnoreError();
+    });
+  }
+  loader_->Start(std::move(load));
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutor::WaitKvLoad() {
+  if (loader_) loader_->WaitAll();
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "engine/executor.h"
 #include "engine/kv_cache.h"
+#include "engine/layer_kv_loader.h"
 #include "engine/rope.h"
 #include "engine/weights.h"
 
@@ -37,6 +38,10 @@ class CpuExecutor final : public Executor {
       const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv);
 
   absl::Status Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) override;
+  // Layer-wise: a LayerKvLoader thread copies while Forward computes,
+  // layer l waiting for layer l's blocks only.
+  absl::Status StartKvLoad(LayerKvCopies load) override;
+  absl::Status WaitKvLoad() override;
   const ModelConfig& config() const override { return config_; }
   int64_t weight_bytes() const override { return weights_->stored_bytes; }
   absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() override {
@@ -60,6 +65,7 @@ class CpuExecutor final : public Executor {
   std::shared_ptr<const ModelWeights> weights_;
   KvCache* kv_;
   std::vector<float> inv_freq_;  // [head_dim / 2], Llama-3 scaling applied
+  std::unique_ptr<LayerKvLoader> loader_;  // made by the first StartKvLoad
 };
 
 }  // namespace ballast::engine

@@ -82,6 +82,11 @@ CudaExecutor::~CudaExecutor() {
     if (host_spans_[b]) cudaFreeHost(host_spans_[b]);
     if (kv_done_[b]) cudaEventDestroy(kv_done_[b]);
   }
+  if (load_stream_) cudaStreamSynchronize(load_stream_);
+  if (load_host_spans_) cudaFreeHost(load_host_spans_);
+  for (cudaEvent_t e : layer_loaded_) cudaEventDestroy(e);
+  if (load_after_) cudaEventDestroy(load_after_);
+  if (load_stream_) cudaStreamDestroy(load_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -204,7 +209,8 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Shape(absl::Span<const Seq
   StepShape sh;
   sh.sample = sample;
   int need_blocks = 0;
-  bool decode_only = options_.cuda_graphs;
+  // A pending layer-wise load is waited for inside the step: not captured.
+  bool decode_only = options_.cuda_graphs && !load_pending_;
   for (size_t b = 0; b < batch.size(); ++b) {
     const SequenceChunk& ch = batch[b];
     if (auto s = CheckChunk(b, ch); !s.ok()) return s;
@@ -434,6 +440,9 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
                       "embedding");
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const DeviceLayer& L = w.layer(l);
+    if (load_pending_) {  // layer l's KV from a lease: its copies must be done
+      BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, layer_loaded_[l], 0), "layer KV load");
+    }
     BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr,
                                          L.input_norm, eps, T, H, x_.get(), act_, stream_),
                         "input norm");
@@ -492,7 +501,11 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
 }
 
 absl::Status CudaExecutor::Run(const StepShape& sh) {
-  if (!sh.graph) return Enqueue(sh);
+  if (!sh.graph) {
+    absl::Status st = Enqueue(sh);
+    if (st.ok()) load_pending_ = false;  // every layer waited for its load
+    return st;
+  }
   const auto key = std::make_tuple(sh.tokens, sh.max_blocks, sh.sample);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {

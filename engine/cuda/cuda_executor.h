@@ -60,6 +60,10 @@ class CudaExecutor final : public Executor {
   // (cuda_kv_copy.cc).
   absl::Status CopyKvToHost(absl::Span<const KvBlockCopy> copies) override;
   absl::Status CopyKvFromHost(absl::Span<const KvBlockCopy> copies) override;
+  // On a copy stream, after the steps already queued; the next step's
+  // layer l waits (on the device) for layer l's copies only.
+  absl::Status StartKvLoad(LayerKvCopies load) override;
+  absl::Status WaitKvLoad() override;
 
   // The activation type this model runs in (from its torch_dtype).
   static ActType ActivationType(const ModelConfig& config);
@@ -109,6 +113,7 @@ class CudaExecutor final : public Executor {
   // KV block copies through the staging buffer (cuda_kv_copy.cc).
   absl::Status InitKvStaging();
   absl::Status StagedKvCopy(absl::Span<const KvBlockCopy> copies, bool to_host);
+  absl::Status ReserveLoadSpans(size_t spans);
   absl::Status Enqueue(const StepShape& shape);
 
   ModelConfig config_;
@@ -140,6 +145,19 @@ class CudaExecutor final : public Executor {
   DeviceBuffer kv_staging_[2], kv_spans_[2];
   BlockSpan* host_spans_[2] = {nullptr, nullptr};
   cudaEvent_t kv_done_[2] = {nullptr, nullptr};
+  // Layer-wise lease loads (cuda_kv_copy.cc): a copy stream, one event per
+  // layer recorded after that layer's copies (the step's layer l waits for
+  // layer_loaded_[l]; the last one marks the whole load), an event on
+  // stream_ the load starts after, and the load's spans in pinned host and
+  // device memory (grown on demand, between loads).
+  cudaStream_t load_stream_ = nullptr;
+  std::vector<cudaEvent_t> layer_loaded_;
+  cudaEvent_t load_after_ = nullptr;
+  BlockSpan* load_host_spans_ = nullptr;
+  DeviceBuffer load_spans_;
+  size_t load_span_capacity_ = 0;
+  bool load_pending_ = false;  // started, not yet waited for by a step
+  bool load_started_ = false;  // any load since Init
   void* host_meta_ = nullptr;  // pinned mirror of meta_
   size_t meta_bytes_ = 0;
   size_t table_offset_ = 0, params_offset_ = 0, tiles_offset_ = 0, out_offset_ = 0;

@@ -8,7 +8,17 @@
 // them. Pieces alternate between two staging buffers, so the host fills
 // one piece's spans while the device copies the other; the call returns
 // once every copy is done.
+//
+// Layer-wise loads (StartKvLoad) run the same pieces on a second stream,
+// never crossing a layer, and record one event per layer: the step's layer
+// l waits for its event on the device, so layer 0 computes while the rest
+// load and the host never blocks. The load starts after the work already
+// queued on the executor's stream (the blocks' earlier users); staged
+// copies start after the last load (they share the staging buffers).
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_executor.h"
@@ -31,12 +41,149 @@ absl::Status CudaExecutor::InitKvStaging() {
     BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&kv_done_[b], cudaEventDisableTiming), "event");
     workspace_bytes_ += static_cast<int64_t>(kv_staging_[b].bytes() + kv_spans_[b].bytes());
   }
+  BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&load_stream_, cudaStreamNonBlocking),
+                      "KV load stream");
+  BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&load_after_, cudaEventDisableTiming), "event");
+  layer_loaded_.assign(config_.num_hidden_layers, nullptr);
+  for (cudaEvent_t& e : layer_loaded_) {
+    BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+  }
+  return ReserveLoadSpans(kMaxSpans);
+}
+
+absl::Status CudaExecutor::ReserveLoadSpans(size_t spans) {
+  if (spans <= load_span_capacity_) return absl::OkStatus();
+  const size_t n = std::max(spans, 2 * load_span_capacity_);
+  if (load_host_spans_) cudaFreeHost(load_host_spans_);
+  load_host_spans_ = nullptr;
+  workspace_bytes_ -= static_cast<int64_t>(load_spans_.bytes());
+  load_span_capacity_ = 0;
+  if (auto s = load_spans_.Allocate(n * sizeof(BlockSpan), "KV load spans"); !s.ok()) return s;
+  BALLAST_CUDA_RETURN(cudaMallocHost(&load_host_spans_, n * sizeof(BlockSpan)),
+                      "pinned KV load spans");
+  workspace_bytes_ += static_cast<int64_t>(load_spans_.bytes());
+  load_span_capacity_ = n;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// One queued operation of a layer-wise load, planned before any is issued
+// (the spans' offsets must be final before they are uploaded).
+struct LoadOp {
+  enum Kind { kDma, kScatter, kLayerDone } kind;
+  int buf = 0;          // staging buffer (kDma, kScatter)
+  size_t at = 0;        // kDma: staging offset; kScatter: first span
+  size_t n = 0;         // kDma: bytes; kScatter: spans
+  const uint8_t* host = nullptr;  // kDma source
+  size_t layer = 0;     // kLayerDone
+};
+
+// Plans `load`'s pieces: per layer, spans packed into a staging buffer of
+// `staging` bytes (at most `max_spans` a piece), one DMA per run of
+// adjacent host bytes, one scatter per piece, then the layer's event.
+// Fills spans[] (block, offset, bytes) in order.
+std::vector<LoadOp> PlanLoad(const LayerKvCopies& load, size_t layers, size_t staging,
+                             size_t max_spans, BlockSpan* spans) {
+  std::vector<LoadOp> ops;
+  size_t next = 0;
+  int buf = 0;
+  for (size_t l = 0; l < layers; ++l) {
+    size_t first = next, fill = 0;
+    auto flush_piece = [&] {
+      if (next > first) {
+        ops.push_back({LoadOp::kScatter, buf, first, next - first});
+        buf ^= 1;
+      }
+      first = next;
+      fill = 0;
+    };
+    if (l < load.layers.size()) {
+      for (const KvBlockCopy& c : load.layers[l]) {
+        for (size_t off = 0; off < c.bytes; off += staging) {
+          const size_t bytes = std::min(staging, c.bytes - off);
+          if (fill + bytes > staging || next - first == max_spans) flush_piece();
+          const uint8_t* src = c.host + off;
+          LoadOp* last = ops.empty() ? nullptr : &ops.back();
+          if (last && last->kind == LoadOp::kDma && last->buf == buf && last->host + last->n == src &&
+              last->at + last->n == fill) {
+            last->n += bytes;
+          } else {
+            ops.push_back({LoadOp::kDma, buf, fill, bytes, src});
+          }
+          spans[next++] = {c.block + off, fill, bytes};
+          fill += bytes;
+        }
+      }
+    }
+    flush_piece();
+    ops.push_back({LoadOp::kLayerDone, 0, 0, 0, nullptr, l});
+  }
+  return ops;
+}
+
+}  // namespace
+
+absl::Status CudaExecutor::StartKvLoad(LayerKvCopies load) {
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  const char* what = "layer-wise KV load";
+  if (load.layers.size() > layer_loaded_.size()) {
+    return absl::InvalidArgumentError("KV load has more layers than the model");
+  }
+  // The previous load's spans are read until it ends.
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(load_stream_), what);
+  load_pending_ = false;
+  size_t spans = 0;
+  for (const auto& layer : load.layers) {
+    for (const KvBlockCopy& c : layer) spans += (c.bytes + kStagingBytes - 1) / kStagingBytes;
+  }
+  if (auto s = ReserveLoadSpans(spans); !s.ok()) return s;
+  const std::vector<LoadOp> ops =
+      PlanLoad(load, layer_loaded_.size(), kStagingBytes, kMaxSpans, load_host_spans_);
+  BALLAST_CUDA_RETURN(cudaEventRecord(load_after_, stream_), what);
+  BALLAST_CUDA_RETURN(cudaStreamWaitEvent(load_stream_, load_after_, 0), what);
+  auto* dev = load_spans_.get<BlockSpan>();
+  if (spans > 0) {
+    BALLAST_CUDA_RETURN(cudaMemcpyAsync(dev, load_host_spans_, spans * sizeof(BlockSpan),
+                                        cudaMemcpyHostToDevice, load_stream_),
+                        what);
+  }
+  for (const LoadOp& op : ops) {
+    unsigned char* staging = kv_staging_[op.buf].get<unsigned char>();
+    switch (op.kind) {
+      case LoadOp::kDma:
+        BALLAST_CUDA_RETURN(cudaMemcpyAsync(staging + op.at, op.host, op.n, cudaMemcpyHostToDevice,
+                                            load_stream_),
+                            what);
+        break;
+      case LoadOp::kScatter:
+        BALLAST_CUDA_RETURN(LaunchBlockCopy(staging, dev + op.at, static_cast<int>(op.n),
+                                            /*gather=*/false, load_stream_),
+                            what);
+        break;
+      case LoadOp::kLayerDone:
+        BALLAST_CUDA_RETURN(cudaEventRecord(layer_loaded_[op.layer], load_stream_), what);
+        break;
+    }
+  }
+  load_pending_ = true;
+  load_started_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::WaitKvLoad() {
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(load_stream_), "layer-wise KV load");
+  load_pending_ = false;
   return absl::OkStatus();
 }
 
 absl::Status CudaExecutor::StagedKvCopy(absl::Span<const KvBlockCopy> copies, bool to_host) {
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
   const char* what = to_host ? "KV copy to host" : "KV copy from host";
+  if (load_started_) {  // the staging buffers are the last load's until it ends
+    BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, layer_loaded_.back(), 0), what);
+  }
   size_t i = 0;
   int buf = 0;  // alternates between the two staging buffers
   while (i < copies.size()) {

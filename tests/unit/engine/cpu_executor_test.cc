@@ -149,6 +149,55 @@ TEST(CpuExecutor, HalfPrecisionKvStaysClose) {
   EXPECT_GT(max_b, 0.0);  // the KV really was rounded
 }
 
+// A lease's KV loaded layer by layer while the next chunk computes gives
+// the logits of KV computed in place (the layer-wise wait is real: under
+// TSan a forward that did not wait would race with the loader's copies).
+TEST(CpuExecutor, LayerwiseLoadEqualsComputedKv) {
+  TempDir dir;
+  ExecutorHarness h(testing::WriteTinyModel(dir, "m"), 4);
+  const std::vector<int> prompt = Prompt(14);
+  const auto ref = h.PromptLogits(prompt);
+  const int V = h.config.vocab_size, L = h.config.num_hidden_layers, cached = 8;
+  SequenceKv a, b;
+  ASSERT_TRUE(h.kv->Reserve(&a, cached).ok());
+  std::vector<float> out;
+  ASSERT_TRUE(h.executor
+                  ->Forward({{&a, 0, absl::MakeConstSpan(prompt).first(cached), LogitsMode::kLast}},
+                            &out)
+                  .ok());
+  // a's blocks to host memory, as an exported chunk would hold them.
+  const size_t bb = h.kv->allocator()->block_bytes();
+  const size_t per_layer = a.blocks[0].size();
+  std::vector<uint8_t> host(L * per_layer * bb);
+  std::vector<KvBlockCopy> out_copies;
+  for (int l = 0; l < L; ++l) {
+    for (size_t j = 0; j < per_layer; ++j) {
+      out_copies.push_back({h.kv->allocator()->Address(a.blocks[l][j]),
+                            host.data() + (l * per_layer + j) * bb, bb});
+    }
+  }
+  ASSERT_TRUE(h.executor->CopyKvToHost(out_copies).ok());
+  h.kv->Release(&a);
+  ASSERT_TRUE(h.kv->Reserve(&b, static_cast<int>(prompt.size())).ok());
+  LayerKvCopies load;
+  load.layers.resize(L);
+  for (int l = 0; l < L; ++l) {
+    for (size_t j = 0; j < per_layer; ++j) {
+      load.layers[l].push_back({h.kv->allocator()->Address(b.blocks[l][j]),
+                                host.data() + (l * per_layer + j) * bb, bb});
+    }
+  }
+  ASSERT_TRUE(h.executor->StartKvLoad(std::move(load)).ok());
+  ASSERT_TRUE(
+      h.executor
+          ->Forward({{&b, cached, absl::MakeConstSpan(prompt).subspan(cached), LogitsMode::kAll}},
+                    &out)
+          .ok());
+  ASSERT_TRUE(h.executor->WaitKvLoad().ok());
+  EXPECT_EQ(out, std::vector<float>(ref.begin() + cached * V, ref.end()));
+  h.kv->Release(&b);
+}
+
 TEST(CpuExecutor, RejectsTokensOutsideTheVocabulary) {
   TempDir dir;
   ExecutorHarness h(testing::WriteTinyModel(dir, "m"), 4);
