@@ -69,6 +69,8 @@ struct TierBenchCli::State {
   std::string model, backend = "cuda", device, ssd_dir = "/tmp/ballast-tier-bench", out;
   int64_t memory_mib = 32768, dram_mib = 8192, slab_mib = 64;
   int history = 2047, runs = 3, chunk_tokens = 256, max_batch_tokens = 4096, io_threads = 0;
+  std::string kv_load = "both";  // layerwise | whole | both
+  bool layerwise = true;         // the mode being measured
 
   std::unique_ptr<NodeManager> serving, peer;
   Metrics metrics;
@@ -87,6 +89,7 @@ struct TierBenchCli::State {
     n.kv_tiers.dram_bytes = dram_mib << 20;
     n.kv_tiers.chunk_tokens = chunk_tokens;
     n.kv_tiers.io_threads = io_threads;
+    n.kv_tiers.layerwise_load = layerwise;
     n.kv_tiers.ssd_dir = ssd;
     n.kv_tiers.ssd_bytes = ssd.empty() ? 0 : 64ll << 30;
     auto node = NodeManager::Create(n);
@@ -170,7 +173,8 @@ struct TierBenchCli::State {
         break;
     }
     const std::string kv_peer = w == Where::kPeer ? peer_address : "";
-    nlohmann::json row{{"where", Name(w)}, {"advised", advise}, {"run", run}};
+    nlohmann::json row{
+        {"where", Name(w)}, {"advised", advise}, {"run", run}, {"layerwise", layerwise}};
     if (advise) {
       v1::PrefetchKvRequest p;
       p.set_session_id(session);
@@ -199,37 +203,58 @@ struct TierBenchCli::State {
   }
   int history_len() const { return history; }
 
-  int Run() {
-    if (device.empty()) device = backend == "cuda" ? "cuda:0" : "cpu:0";
-    if (auto st = Start(); !st.ok()) {
-      std::cerr << "error: " << st.message() << "\n";
-      return 1;
-    }
-    nlohmann::json rows = nlohmann::json::array();
+  // Measures every tier in the current mode, appending rows.
+  absl::Status MeasureAll(nlohmann::json* rows) {
+    if (auto st = Start(); !st.ok()) return st;
     for (int run = -1; run < runs; ++run) {  // run -1 warms up (graphs, allocator)
       for (Where w : kAll) {
         for (bool advise : {false, true}) {
           auto row = Measure(w, advise, run);
           if (!row.ok()) {
-            std::cerr << "error: " << Name(w) << ": " << row.status().message() << "\n";
-            return 1;
+            return absl::Status(row.status().code(),
+                                absl::StrCat(Name(w), ": ", row.status().message()));
           }
-          if (run >= 0) rows.push_back(*row);
+          if (run >= 0) rows->push_back(*row);
         }
       }
     }
-    Report(rows);
     peer_server->Shutdown();
     serving->Shutdown();
     peer->Shutdown();
+    peer_server.reset();
+    peer_service.reset();
+    serving.reset();
+    peer.reset();
+    return absl::OkStatus();
+  }
+
+  int Run() {
+    if (device.empty()) device = backend == "cuda" ? "cuda:0" : "cpu:0";
+    std::vector<bool> modes;
+    if (kv_load == "layerwise" || kv_load == "both") modes.push_back(true);
+    if (kv_load == "whole" || kv_load == "both") modes.push_back(false);
+    if (modes.empty()) {
+      std::cerr << "error: --kv-load is layerwise, whole or both, not \"" << kv_load << "\"\n";
+      return 1;
+    }
+    nlohmann::json rows = nlohmann::json::array();
+    for (bool mode : modes) {
+      layerwise = mode;
+      if (auto st = MeasureAll(&rows); !st.ok()) {
+        std::cerr << "error: " << st.message() << "\n";
+        return 1;
+      }
+    }
+    Report(rows, modes);
     return 0;
   }
 
-  void Report(const nlohmann::json& rows) {
-    auto median = [&](Where w, bool advise, const char* key) {
+  void Report(const nlohmann::json& rows, const std::vector<bool>& modes) {
+    auto median = [&](bool mode, Where w, bool advise, const char* key) {
       std::vector<double> v;
       for (const auto& r : rows) {
-        if (r["where"] == Name(w) && r["advised"] == advise && r.contains(key)) {
+        if (r["layerwise"] == mode && r["where"] == Name(w) && r["advised"] == advise &&
+            r.contains(key)) {
           v.push_back(r[key].get<double>());
         }
       }
@@ -240,18 +265,37 @@ struct TierBenchCli::State {
     nlohmann::json summary;
     std::cout << absl::StrFormat("history %d tokens, %d runs (medians), backend %s on %s\n",
                                  history, runs, backend, device);
-    std::cout << "where      | TTFT ms | (fetch ms | load ms) | advised TTFT ms | prefetch ms\n";
-    for (Where w : kAll) {
-      const double plain = median(w, false, "ttft_ms"), adv = median(w, true, "ttft_ms"),
-                   pre = median(w, true, "prefetch_ms"), fetch = median(w, false, "fetch_ms"),
-                   load = median(w, false, "load_ms");
-      std::cout << absl::StrFormat("%-10s | %7.2f | (%9.2f | %7.2f) | %15.2f | %11.2f\n", Name(w),
-                                   plain, fetch, load, adv, pre);
-      summary[Name(w)] = {{"ttft_ms", plain},
-                          {"fetch_ms", fetch},
-                          {"load_ms", load},
-                          {"advised_ttft_ms", adv},
-                          {"prefetch_ms", pre}};
+    for (bool mode : modes) {
+      const char* name = mode ? "layerwise" : "whole";
+      std::cout << "KV load: " << name << "\n"
+                << "where      | TTFT ms | (fetch ms | load ms) | advised TTFT ms | prefetch ms\n";
+      for (Where w : kAll) {
+        const double plain = median(mode, w, false, "ttft_ms"),
+                     adv = median(mode, w, true, "ttft_ms"),
+                     pre = median(mode, w, true, "prefetch_ms"),
+                     fetch = median(mode, w, false, "fetch_ms"),
+                     load = median(mode, w, false, "load_ms");
+        std::cout << absl::StrFormat("%-10s | %7.2f | (%9.2f | %7.2f) | %15.2f | %11.2f\n",
+                                     Name(w), plain, fetch, load, adv, pre);
+        summary[name][Name(w)] = {{"ttft_ms", plain},
+                                  {"fetch_ms", fetch},
+                                  {"load_ms", load},
+                                  {"advised_ttft_ms", adv},
+                                  {"prefetch_ms", pre}};
+      }
+    }
+    if (modes.size() == 2) {
+      // The copy onto the device costs load_ms when it runs alone (whole);
+      // the share of it that layer-wise loading takes out of the TTFT.
+      std::cout << "share of the copy onto the device hidden behind compute:\n";
+      for (Where w : {Where::kDram, Where::kSsd, Where::kPeer}) {
+        const double copy = median(false, w, false, "load_ms");
+        const double saved = median(false, w, false, "ttft_ms") - median(true, w, false, "ttft_ms");
+        const double share = copy > 0 ? saved / copy : 0;
+        std::cout << absl::StrFormat("%-10s | copy %.2f ms | TTFT saved %.2f ms | hidden %.0f%%\n",
+                                     Name(w), copy, saved, 100 * share);
+        summary["hidden_share"][Name(w)] = share;
+      }
     }
     if (!out.empty()) {
       std::ofstream(out) << nlohmann::json{{"history", history}, {"runs", runs},
@@ -285,6 +329,10 @@ TierBenchCli::TierBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
       ->capture_default_str();
   c->add_option("--io-threads", s_->io_threads,
                 "tier read/verify threads (0: one per core, up to 16)")
+      ->capture_default_str();
+  c->add_option("--kv-load", s_->kv_load,
+                "layerwise | whole | both: how a lease reaches the device (both: each, and "
+                "the share of the copy hidden behind compute)")
       ->capture_default_str();
   c->add_option("--out", s_->out, "write the JSON result here");
 }
