@@ -9,8 +9,9 @@
 // one piece's spans while the device copies the other; the call returns
 // once every copy is done.
 //
-// Layer-wise loads (StartKvLoad) run the same pieces on a second stream,
-// never crossing a layer, and record one event per layer: the step's layer
+// Layer-wise loads (StartKvLoad) run on a second stream: runs of adjacent
+// blocks of 256 KiB or more as one DMA straight into the blocks, shorter
+// ones as staged pieces that never cross a layer; one event per layer: the step's layer
 // l waits for its event on the device, so layer 0 computes while the rest
 // load and the host never blocks. The load starts after the work already
 // queued on the executor's stream (the blocks' earlier users); staged
@@ -71,20 +72,27 @@ namespace {
 // One queued operation of a layer-wise load, planned before any is issued
 // (the spans' offsets must be final before they are uploaded).
 struct LoadOp {
-  enum Kind { kDma, kScatter, kLayerDone } kind;
-  int buf = 0;          // staging buffer (kDma, kScatter)
-  size_t at = 0;        // kDma: staging offset; kScatter: first span
-  size_t n = 0;         // kDma: bytes; kScatter: spans
-  const uint8_t* host = nullptr;  // kDma source
-  size_t layer = 0;     // kLayerDone
+  enum Kind { kDma, kScatter, kDirect, kLayerDone } kind;
+  int buf = 0;                    // staging buffer (kDma, kScatter)
+  size_t at = 0;                  // kDma: staging offset; kScatter: first span
+  size_t n = 0;                   // kDma, kDirect: bytes; kScatter: spans
+  const uint8_t* host = nullptr;  // kDma, kDirect source
+  size_t layer = 0;               // kLayerDone
+  uint8_t* block = nullptr;       // kDirect destination
 };
 
-// Plans `load`'s pieces: per layer, spans packed into a staging buffer of
-// `staging` bytes (at most `max_spans` a piece), one DMA per run of
-// adjacent host bytes, one scatter per piece, then the layer's event.
-// Fills spans[] (block, offset, bytes) in order.
+// Copies at least this long (runs of adjacent blocks) go straight from
+// the pinned chunk into the blocks: one DMA, no staging and no kernel.
+// Shorter ones are packed into the staging buffer and scattered.
+constexpr size_t kDirectBytes = 256u << 10;
+
+// Plans `load`'s pieces: per layer, long copies as direct DMAs, the rest
+// as spans packed into a staging buffer of `staging` bytes (at most
+// `max_spans` a piece), one DMA per run of adjacent host bytes, one scatter
+// per piece, then the layer's event. Fills spans[] (block, offset, bytes)
+// in order; returns the ops and sets *num_spans.
 std::vector<LoadOp> PlanLoad(const LayerKvCopies& load, size_t layers, size_t staging,
-                             size_t max_spans, BlockSpan* spans) {
+                             size_t max_spans, BlockSpan* spans, size_t* num_spans) {
   std::vector<LoadOp> ops;
   size_t next = 0;
   int buf = 0;
@@ -100,6 +108,10 @@ std::vector<LoadOp> PlanLoad(const LayerKvCopies& load, size_t layers, size_t st
     };
     if (l < load.layers.size()) {
       for (const KvBlockCopy& c : load.layers[l]) {
+        if (c.bytes >= kDirectBytes) {
+          ops.push_back({LoadOp::kDirect, 0, 0, c.bytes, c.host, 0, c.block});
+          continue;
+        }
         for (size_t off = 0; off < c.bytes; off += staging) {
           const size_t bytes = std::min(staging, c.bytes - off);
           if (fill + bytes > staging || next - first == max_spans) flush_piece();
@@ -119,6 +131,7 @@ std::vector<LoadOp> PlanLoad(const LayerKvCopies& load, size_t layers, size_t st
     flush_piece();
     ops.push_back({LoadOp::kLayerDone, 0, 0, 0, nullptr, l});
   }
+  *num_spans = next;
   return ops;
 }
 
@@ -138,8 +151,8 @@ absl::Status CudaExecutor::StartKvLoad(LayerKvCopies load) {
     for (const KvBlockCopy& c : layer) spans += (c.bytes + kStagingBytes - 1) / kStagingBytes;
   }
   if (auto s = ReserveLoadSpans(spans); !s.ok()) return s;
-  const std::vector<LoadOp> ops =
-      PlanLoad(load, layer_loaded_.size(), kStagingBytes, kMaxSpans, load_host_spans_);
+  const std::vector<LoadOp> ops = PlanLoad(load, layer_loaded_.size(), kStagingBytes, kMaxSpans,
+                                           load_host_spans_, &spans);
   BALLAST_CUDA_RETURN(cudaEventRecord(load_after_, stream_), what);
   BALLAST_CUDA_RETURN(cudaStreamWaitEvent(load_stream_, load_after_, 0), what);
   auto* dev = load_spans_.get<BlockSpan>();
@@ -160,6 +173,10 @@ absl::Status CudaExecutor::StartKvLoad(LayerKvCopies load) {
         BALLAST_CUDA_RETURN(LaunchBlockCopy(staging, dev + op.at, static_cast<int>(op.n),
                                             /*gather=*/false, load_stream_),
                             what);
+        break;
+      case LoadOp::kDirect:
+        BALLAST_CUDA_RETURN(
+            cudaMemcpyAsync(op.block, op.host, op.n, cudaMemcpyHostToDevice, load_stream_), what);
         break;
       case LoadOp::kLayerDone:
         BALLAST_CUDA_RETURN(cudaEventRecord(layer_loaded_[op.layer], load_stream_), what);
