@@ -46,7 +46,9 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
 KvTierStore::KvTierStore(const KvTierOptions& options)
     : options_(options),
       env_(options.env ? options.env
-                       : std::shared_ptr<transfer::KvFileEnv>(transfer::NewDirectKvFileEnv())) {}
+                       : std::shared_ptr<transfer::KvFileEnv>(options.ssd_direct_io
+                                                                ? transfer::NewDirectKvFileEnv()
+                                                                : transfer::NewPosixKvFileEnv())) {}
 
 KvTierStore::~KvTierStore() {
   {

@@ -67,8 +67,15 @@ struct KvTierOptions {
   // chunks share more of a common prefix and cost more index entries.
   // Default 256.
   int chunk_tokens = 256;
-  // File operations (tests inject faults); null: the real file system.
+  // File operations (tests inject faults); null: the real file system,
+  // with ssd_direct_io's reads.
   std::shared_ptr<transfer::KvFileEnv> env;
+  // Default true: SSD reads bypass the page cache (io_uring, O_DIRECT;
+  // transfer::NewDirectKvFileEnv), so host memory holds only the DRAM
+  // tier's budget and an SSD hit costs what the device does. False: pread
+  // through the page cache (faster while the kernel happens to cache the
+  // files, outside any budget).
+  bool ssd_direct_io = true;
   // Pins a chunk's payload for DMA (CUDA nodes: engine::PinHostMemory),
   // returning the handle that unpins it (null: not pinned). Null: none.
   std::function<std::shared_ptr<void>(void* data, size_t bytes)> pin;

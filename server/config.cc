@@ -188,6 +188,7 @@ absl::Status ParseKvTiers(Section& s, const std::string* file, node_manager::Nod
   RETURN_IF_ERROR(ts.Get("chunk_tokens", &t.chunk_tokens));
   RETURN_IF_ERROR(ts.Get("io_threads", &t.io_threads));
   RETURN_IF_ERROR(ts.Get("layerwise_load", &t.layerwise_load));
+  RETURN_IF_ERROR(ts.Get("ssd_direct_io", &t.ssd_direct_io));
   RETURN_IF_ERROR(ts.Finish());
   if (dram_mib < 0) return ts.Error("node.kv_tiers.dram_mib", "must be >= 0");
   if (ssd_gib < 0) return ts.Error("node.kv_tiers.ssd_gib", "must be >= 0");

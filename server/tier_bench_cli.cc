@@ -71,6 +71,7 @@ struct TierBenchCli::State {
   int history = 2047, runs = 3, chunk_tokens = 256, max_batch_tokens = 4096, io_threads = 0;
   std::string kv_load = "both";  // layerwise | whole | both
   bool layerwise = true;         // the mode being measured
+  bool ssd_direct = true;
 
   std::unique_ptr<NodeManager> serving, peer;
   Metrics metrics;
@@ -90,6 +91,7 @@ struct TierBenchCli::State {
     n.kv_tiers.chunk_tokens = chunk_tokens;
     n.kv_tiers.io_threads = io_threads;
     n.kv_tiers.layerwise_load = layerwise;
+    n.kv_tiers.ssd_direct_io = ssd_direct;
     n.kv_tiers.ssd_dir = ssd;
     n.kv_tiers.ssd_bytes = ssd.empty() ? 0 : 64ll << 30;
     auto node = NodeManager::Create(n);
@@ -338,6 +340,9 @@ TierBenchCli::TierBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--kv-load", s_->kv_load,
                 "layerwise | whole | both: how a lease reaches the device (both: each, and "
                 "the share of the copy hidden behind compute)")
+      ->capture_default_str();
+  c->add_option("--ssd-direct", s_->ssd_direct,
+                "SSD reads with io_uring + O_DIRECT (false: pread through the page cache)")
       ->capture_default_str();
   c->add_option("--out", s_->out, "write the JSON result here");
 }

@@ -31,7 +31,7 @@ TEST(Config, ShippedConfigsParse) {
 TEST(Config, KvTiersParseAndBadValuesNameTheirKey) {
   auto c = ParseConfig(
       "node: {kv_tiers: {dram_mib: 64, ssd_dir: /tmp/kv, ssd_gib: 2, chunk_tokens: 32, "
-      "io_threads: 4}}",
+      "io_threads: 4, ssd_direct_io: false, layerwise_load: false}}",
       "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   const auto& t = c->node.options.kv_tiers;
@@ -40,7 +40,11 @@ TEST(Config, KvTiersParseAndBadValuesNameTheirKey) {
   EXPECT_EQ(t.ssd_bytes, 2ll << 30);
   EXPECT_EQ(t.chunk_tokens, 32);
   EXPECT_EQ(t.io_threads, 4);
+  EXPECT_FALSE(t.ssd_direct_io);
+  EXPECT_FALSE(t.layerwise_load);
   EXPECT_TRUE(c->node.options.kv_tiers_enabled());
+  EXPECT_NE(Msg("node: {kv_tiers: {layerwise_load: sometimes}}").find("node.kv_tiers.layerwise_load"),
+            std::string::npos);
   EXPECT_NE(Msg("node: {kv_tiers: {ssd_dir: /tmp/kv}}").find("node.kv_tiers.ssd_gib"),
             std::string::npos);
   EXPECT_NE(Msg("node: {kv_tiers: {dram_mib: -1}}").find("node.kv_tiers.dram_mib"),
