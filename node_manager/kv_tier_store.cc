@@ -48,7 +48,9 @@ KvTierStore::KvTierStore(const KvTierOptions& options)
       env_(options.env ? options.env
                        : std::shared_ptr<transfer::KvFileEnv>(options.ssd_direct_io
                                                                 ? transfer::NewDirectKvFileEnv()
-                                                                : transfer::NewPosixKvFileEnv())) {}
+                                                                : transfer::NewPosixKvFileEnv())),
+      pool_(transfer::PinnedBufferPool::Create(
+          options.pin, static_cast<size_t>(std::max<int64_t>(options.pinned_pool_bytes, 0)))) {}
 
 KvTierStore::~KvTierStore() {
   {
@@ -110,9 +112,7 @@ absl::Status KvTierStore::Rebuild() {
 }
 
 std::unique_ptr<KvChunk> KvTierStore::NewChunk(const transfer::KvChunkMeta& meta) {
-  auto c = KvChunk::Allocate(meta);
-  if (options_.pin) c->pin = options_.pin(c->payload.get(), meta.payload_bytes());
-  return c;
+  return pool_->NewChunk(meta);
 }
 
 bool KvTierStore::Contains(const KvChunkKey& key) const {

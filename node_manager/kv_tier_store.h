@@ -51,6 +51,7 @@
 #include "engine/kv_tiers.h"
 #include "transfer/kv_chunk.h"
 #include "transfer/kv_file_env.h"
+#include "transfer/pinned_pool.h"
 #include "transfer/worker_pool.h"
 
 namespace ballast::node_manager {
@@ -76,6 +77,10 @@ struct KvTierOptions {
   // through the page cache (faster while the kernel happens to cache the
   // files, outside any budget).
   bool ssd_direct_io = true;
+  // Freed chunk buffers kept pinned for the next chunks (SSD reads,
+  // exports) instead of pinning new memory, which costs more than the copy.
+  // Host memory beyond dram_bytes. Default 512 MiB.
+  int64_t pinned_pool_bytes = 512ll << 20;
   // Pins a chunk's payload for DMA (CUDA nodes: engine::PinHostMemory),
   // returning the handle that unpins it (null: not pinned). Null: none.
   std::function<std::shared_ptr<void>(void* data, size_t bytes)> pin;
@@ -209,6 +214,8 @@ class KvTierStore final : public engine::KvTierPort {
 
   const KvTierOptions options_;
   std::shared_ptr<transfer::KvFileEnv> env_;
+  // Chunk payloads, pinned once and recycled (NewChunk).
+  std::shared_ptr<transfer::PinnedBufferPool> pool_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   Map entries_ ABSL_GUARDED_BY(mu_);

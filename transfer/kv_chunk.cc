@@ -82,7 +82,13 @@ KvChunkKey NextKey(const KvChunkKey& parent, absl::Span<const int> tokens) {
   return key;
 }
 
-void PayloadFree::operator()(uint8_t* p) const { std::free(p); }
+void PayloadFree::operator()(uint8_t* p) const {
+  if (recycle) {
+    recycle(p);
+  } else {
+    std::free(p);
+  }
+}
 
 std::unique_ptr<KvChunk> KvChunk::Allocate(const KvChunkMeta& meta) {
   constexpr size_t kPage = 4096;

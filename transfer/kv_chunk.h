@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -75,8 +76,10 @@ struct KvChunkMeta {
   uint32_t end_token() const { return first_token + num_tokens; }
 };
 
-// Frees a payload (page-aligned malloc memory).
+// Frees a payload: page-aligned malloc memory, or, with `recycle` set,
+// hands it back to the PinnedBufferPool it came from.
 struct PayloadFree {
+  std::function<void(uint8_t*)> recycle;
   void operator()(uint8_t* p) const;
 };
 
@@ -86,7 +89,8 @@ struct KvChunk {
   KvChunkMeta meta;
   std::unique_ptr<uint8_t[], PayloadFree> payload;  // meta.payload_bytes() bytes
   // Keeps the payload pinned for DMA while set (its deleter unpins);
-  // declared after `payload`, so it is released first.
+  // declared after `payload`, so it is released first. Null for payloads
+  // from a PinnedBufferPool, pinned for as long as the pool keeps them.
   std::shared_ptr<void> pin;
 
   // A chunk with room for the payload `meta` describes (checksum unset).
