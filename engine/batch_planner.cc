@@ -59,7 +59,7 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget) {
       break;
     }
     if (s->load) {
-      plan->loads.push_back({s, std::move(s->load), s->load_from});
+      plan->loads.push_back({s, std::move(s->load), s->load_from, s->load_resident_layers});
       s->load = nullptr;
     }
     AddChunk(plan, s, take);
@@ -85,9 +85,11 @@ void BatchPlanner::AttachSessionPrefix(Sequence* seq) {
   if (seq->admitted_once) return;
   seq->admitted_once = true;
   int common = 0;
+  const int layers = kv_->layout().num_layers;
+  int resident = layers;
   if (!seq->req.session_id.empty()) {
     absl::Duration lead = absl::InfiniteDuration();
-    common = kv_->TakePrefix(seq->req.session_id, seq->tokens, &seq->kv, &lead);
+    common = kv_->TakePrefix(seq->req.session_id, seq->tokens, &seq->kv, &lead, &resident);
     if (common > 0) seq->result.kv_source = KvSource::kDevice;
     if (lead != absl::InfiniteDuration()) {
       seq->result.prefetch_lead_ms = absl::ToDoubleMilliseconds(lead);
@@ -95,10 +97,23 @@ void BatchPlanner::AttachSessionPrefix(Sequence* seq) {
   }
   const KvPrefixLease* lease = seq->req.lease.get();
   const int cap = static_cast<int>(seq->tokens.size()) - 1;  // logits need one token
-  if (lease != nullptr && std::min(lease->tokens, cap) > common) {
+  const int covered = lease != nullptr ? std::min(lease->tokens, cap) : 0;
+  if (resident < layers && common > 0) {
+    // Only the first layers stayed on the device: the rest of the prefix
+    // comes from the lease, or everything is recomputed.
+    if (covered == 0) {
+      kv_->Free(&seq->kv);
+      common = 0;
+      seq->result.kv_source = KvSource::kRecomputed;
+    } else {
+      common = std::min(common, covered);
+      seq->load_resident_layers = resident;
+    }
+  }
+  if (lease != nullptr && (covered > common || seq->load_resident_layers < layers)) {
     seq->load = seq->req.lease;
     seq->load_from = common;
-    common = std::min(lease->tokens, cap);
+    common = std::max(common, covered);
     seq->result.kv_source = lease->source;
   }
   seq->num_computed = common;
@@ -111,6 +126,7 @@ void BatchPlanner::PreemptAt(size_t i) {
   kv_->Free(&v->kv);
   v->num_computed = 0;
   v->load = nullptr;  // recomputes everything
+  v->load_resident_layers = std::numeric_limits<int>::max();
   ++v->result.preemptions;
   ++preemptions_;
   waiting_.push_front(std::move(v));

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,7 +58,8 @@ struct PlannedChunk {
 struct PlannedLoad {
   Sequence* seq = nullptr;
   std::shared_ptr<const KvPrefixLease> lease;
-  int from_token = 0;
+  int from_token = 0;  // layers below resident_layers: from here on
+  int resident_layers = std::numeric_limits<int>::max();  // later layers: from token 0
 };
 
 struct StepPlan {

@@ -1,5 +1,6 @@
 #include "engine/kv_cache.h"
 
+#include <algorithm>
 #include <cassert>
 
 #include "spdlog/spdlog.h"
@@ -12,9 +13,14 @@ KvCache::KvCache(const KvLayout& layout, memory::BlockAllocator* allocator)
 }
 
 int KvCache::BlocksNeeded(const SequenceKv& seq, int tokens) const {
-  const int have = seq.blocks.empty() ? 0 : static_cast<int>(seq.blocks[0].size());
   const int want = (tokens + layout_.block_tokens - 1) / layout_.block_tokens;
-  return want > have ? (want - have) * layout_.num_layers : 0;
+  int n = 0;
+  for (int l = 0; l < layout_.num_layers; ++l) {
+    const int have =
+        static_cast<size_t>(l) < seq.blocks.size() ? static_cast<int>(seq.blocks[l].size()) : 0;
+    n += std::max(want - have, 0);
+  }
+  return n;
 }
 
 absl::Status KvCache::Reserve(SequenceKv* seq, int tokens) {
@@ -22,13 +28,31 @@ absl::Status KvCache::Reserve(SequenceKv* seq, int tokens) {
   if (n == 0) return absl::OkStatus();
   auto got = allocator_->Allocate(n);
   if (!got.ok()) return got.status();
-  if (seq->blocks.empty()) seq->blocks.resize(layout_.num_layers);
-  const int per_layer = n / layout_.num_layers;
+  if (seq->blocks.size() < static_cast<size_t>(layout_.num_layers)) {
+    seq->blocks.resize(layout_.num_layers);
+  }
+  const size_t want = static_cast<size_t>((tokens + layout_.block_tokens - 1) / layout_.block_tokens);
   size_t k = 0;
-  for (int l = 0; l < layout_.num_layers; ++l) {
-    for (int i = 0; i < per_layer; ++i) seq->blocks[l].push_back((*got)[k++]);
+  for (auto& layer : seq->blocks) {
+    while (layer.size() < want) layer.push_back((*got)[k++]);
   }
   return absl::OkStatus();
+}
+
+int64_t KvCache::ReleaseLayers(SequenceKv* seq, int first_layer) {
+  int64_t freed = 0;
+  for (size_t l = std::max(first_layer, 0); l < seq->blocks.size(); ++l) {
+    const auto n = static_cast<int64_t>(seq->blocks[l].size());
+    if (absl::Status st = allocator_->Free(seq->blocks[l]); st.ok()) {
+      freed += n;
+    } else {
+      release_errors_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::error("KV cache: freeing layer {} of a sequence ({} blocks) was refused: {}", l, n,
+                    st.ToString());
+    }
+    seq->blocks[l].clear();
+  }
+  return freed;
 }
 
 void KvCache::Release(SequenceKv* seq) {

@@ -66,8 +66,9 @@ class KvCache {
 
   // Blocks that Reserve(seq, tokens) would allocate.
   int BlocksNeeded(const SequenceKv& seq, int tokens) const;
-  // Grows `seq` so every layer covers `tokens` positions. All or nothing:
-  // on RESOURCE_EXHAUSTED `seq` is unchanged.
+  // Grows `seq` so every layer covers `tokens` positions (layers may start
+  // shorter than others: a session whose later layers were shed). All or
+  // nothing: on RESOURCE_EXHAUSTED `seq` is unchanged.
   absl::Status Reserve(SequenceKv* seq, int tokens);
   // Frees all blocks of `seq` and clears it. Should the allocator refuse a
   // layer's blocks (BlockAllocator::Free: a double or foreign free, which
@@ -76,6 +77,9 @@ class KvCache {
   // the table is cleared all the same: the caller carries on, since the
   // refused blocks were not this table's to free.
   void Release(SequenceKv* seq);
+  // Frees the blocks of layers [first_layer, num_layers) of `seq`, leaving
+  // those layers empty; returns the blocks freed (refusals as Release).
+  int64_t ReleaseLayers(SequenceKv* seq, int first_layer);
   // Release calls whose blocks the allocator refused, over the cache's life.
   int64_t release_errors() const { return release_errors_.load(std::memory_order_relaxed); }
 

@@ -10,9 +10,11 @@ namespace ballast::engine {
 namespace {
 
 // Appends the block copies between `chunk`'s payload and the table's
-// blocks to layers[l] for each layer l, adjacent ones merged.
+// blocks to layers[l] for each layer l, adjacent ones merged: for layers
+// below `resident_layers` only blocks ending after `from_token`.
 void AppendBlockCopies(const KvCache& kv, const SequenceKv& table, const transfer::KvChunk& chunk,
-                       LayerKvCopies* out) {
+                       LayerKvCopies* out, int from_token = 0,
+                       int resident_layers = std::numeric_limits<int>::max()) {
   const transfer::KvChunkMeta& m = chunk.meta;
   const int bt = kv.layout().block_tokens;
   const size_t first_block = m.first_token / bt;
@@ -20,7 +22,9 @@ void AppendBlockCopies(const KvCache& kv, const SequenceKv& table, const transfe
   for (uint32_t l = 0; l < m.num_layers; ++l) {
     std::vector<KvBlockCopy>& copies = out->layers[l];
     uint8_t* host = const_cast<uint8_t*>(chunk.layer_data(l));
+    const int start = static_cast<int>(l) < resident_layers ? from_token : 0;
     for (uint32_t j = 0; j < m.blocks_per_layer; ++j) {
+      if (static_cast<int>(m.first_token) + static_cast<int>(j + 1) * bt <= start) continue;
       const memory::BlockId id = table.blocks[l][first_block + j];
       uint8_t* block = kv.allocator()->Address(id);
       uint8_t* at = host + j * m.block_bytes;
@@ -100,16 +104,18 @@ absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* 
 }
 
 absl::Status LeaseKvCopies(const KvCache& kv, const KvPrefixLease& lease, int from_token,
-                           const SequenceKv& table, LayerKvCopies* out) {
+                           const SequenceKv& table, LayerKvCopies* out, int resident_layers) {
+  const bool all_layers = resident_layers >= kv.layout().num_layers;
   for (const auto& c : lease.chunks) {
     const transfer::KvChunkMeta& m = c->meta;
-    if (static_cast<int>(m.end_token()) <= from_token) continue;  // on the device already
+    // On the device already (every layer).
+    if (all_layers && static_cast<int>(m.end_token()) <= from_token) continue;
     if (m.block_bytes != kv.allocator()->block_bytes() ||
         static_cast<int>(m.num_layers) != kv.layout().num_layers) {
       return absl::FailedPreconditionError(
           absl::StrCat("KV chunk ", m.key.Hex(), " does not match the model's KV layout"));
     }
-    AppendBlockCopies(kv, table, *c, out);
+    AppendBlockCopies(kv, table, *c, out, from_token, resident_layers);
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/status/status.h"
@@ -29,11 +30,14 @@ absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* 
                              absl::Span<const int> tokens, const SequenceKv& table,
                              const std::string& session_id, int priority);
 
-// Appends, by layer, the copies of the chunks of `lease` that end after
-// `from_token` into `table`'s blocks (which must cover lease.tokens
-// positions) to `out`. FAILED_PRECONDITION if a chunk's layout is not `kv`'s.
+// Appends, by layer, the copies of `lease`'s blocks into `table`'s blocks
+// (which must cover lease.tokens positions) to `out`: for layers below
+// `resident_layers`, the blocks that end after `from_token` (the device
+// holds the rest); for later layers, every block. FAILED_PRECONDITION if a
+// chunk's layout is not `kv`'s.
 absl::Status LeaseKvCopies(const KvCache& kv, const KvPrefixLease& lease, int from_token,
-                           const SequenceKv& table, LayerKvCopies* out);
+                           const SequenceKv& table, LayerKvCopies* out,
+                           int resident_layers = std::numeric_limits<int>::max());
 
 // LeaseKvCopies, then copies them and returns when they are done.
 absl::Status LoadLeaseKv(const KvCache& kv, Executor* executor, const KvPrefixLease& lease,

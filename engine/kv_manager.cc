@@ -45,7 +45,8 @@ int64_t KvManager::Free(SequenceKv* kv) {
 }
 
 int KvManager::TakePrefix(const std::string& session_id, const std::vector<int>& tokens,
-                          SequenceKv* kv, absl::Duration* prefetch_lead) {
+                          SequenceKv* kv, absl::Duration* prefetch_lead,
+                          int* resident_layers) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end() || tokens.empty()) return 0;
   // The longest common prefix; at least one token must be computed to
@@ -62,6 +63,7 @@ int KvManager::TakePrefix(const std::string& session_id, const std::vector<int>&
     if (prefetch_lead != nullptr) *prefetch_lead = absl::Now() - it->second.kept_at;
   }
   cached_blocks_ -= it->second.kv.num_blocks();
+  if (resident_layers != nullptr) *resident_layers = it->second.resident_layers;
   *kv = std::move(it->second.kv);
   sessions_.erase(it);
   absl::MutexLock lock(&published_mu_);
@@ -84,6 +86,7 @@ void KvManager::Keep(const std::string& session_id, SequenceKv kv, std::vector<i
   slot.last_use = KvRecencyNow();
   slot.prefetch_deadline = prefetch_deadline;
   slot.kept_at = absl::Now();
+  slot.resident_layers = layout().num_layers;
   absl::MutexLock lock(&published_mu_);
   published_[session_id] = n;
 }
@@ -129,6 +132,25 @@ int64_t KvManager::Erase(std::map<std::string, CachedSession>::iterator it) {
   }
   sessions_.erase(it);
   return bytes;
+}
+
+int64_t KvManager::ShedLayers(const std::string& session_id, int64_t want_bytes) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return 0;
+  CachedSession& s = it->second;
+  const int64_t per_layer =
+      s.kv.blocks.empty() ? 0 : static_cast<int64_t>(s.kv.blocks[0].size()) * block_bytes();
+  if (per_layer == 0 || want_bytes >= BytesOf(s.kv)) return Erase(it);
+  const auto drop = static_cast<int>((std::max<int64_t>(want_bytes, 1) + per_layer - 1) / per_layer);
+  if (drop >= s.resident_layers) return Erase(it);
+  s.resident_layers -= drop;
+  const int64_t blocks = kv_->ReleaseLayers(&s.kv, s.resident_layers);
+  cached_blocks_ -= blocks;
+  {
+    absl::MutexLock lock(&published_mu_);
+    published_.erase(session_id);  // no longer whole on the device
+  }
+  return blocks * block_bytes();
 }
 
 int64_t KvManager::EvictLeastRecent() {

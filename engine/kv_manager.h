@@ -25,6 +25,13 @@
 //     time); DropPrefetch drops it while unused (invalidated); past its
 //     deadline ExpirePrefetches drops it (expired). Until then it is a
 //     cached session like any other: shed first when memory is wanted.
+//   * Layer-wise shedding (Symphony's layer-wise priority): ShedLayers
+//     gives back a kept session's KV from its last layer down, keeping the
+//     first layers, for engines whose sessions have a full copy in the
+//     lower tiers. The entry then no longer counts as cached (CachedTokens
+//     0, so the node reads the tiers), and TakePrefix reports how many
+//     layers stayed: the next turn computes those layers at once while the
+//     rest load from the lease.
 //   * Recency (KvRecencyNow) is nanoseconds of the steady clock, strictly
 //     increasing within the process, so holdings of different engines on
 //     one device compare.
@@ -99,8 +106,10 @@ class KvManager {
   // none). The session leaves the cache.
   // A prefetched entry's lead time (from Keep to now) goes to
   // `*prefetch_lead` when given (else it is left alone).
+  // `*resident_layers` (when given) gets the layers `kv` holds: all of
+  // them unless ShedLayers took the later ones.
   int TakePrefix(const std::string& session_id, const std::vector<int>& tokens, SequenceKv* kv,
-                 absl::Duration* prefetch_lead = nullptr);
+                 absl::Duration* prefetch_lead = nullptr, int* resident_layers = nullptr);
   // Keeps `kv` (holding the KV of `tokens`) for the session's next turn.
   // `prefetch_deadline` (not InfiniteFuture): an Advise prefetch, released
   // at that time if unused.
@@ -115,6 +124,10 @@ class KvManager {
   int CachedTokens(const std::string& session_id) const;
   // Forgets a session's kept KV; returns the bytes freed (0 if none).
   int64_t Drop(const std::string& session_id);
+  // Frees the session's KV from its last layer down until `want_bytes`
+  // are freed, keeping its first layers (see the file comment); the whole
+  // entry goes when that would leave no layer. Returns the bytes freed.
+  int64_t ShedLayers(const std::string& session_id, int64_t want_bytes);
   // Frees the least recently used session; returns bytes freed (0: none).
   int64_t EvictLeastRecent();
   int num_sessions() const { return static_cast<int>(sessions_.size()); }
@@ -129,6 +142,7 @@ class KvManager {
     uint64_t last_use = 0;                                  // KvRecencyNow
     absl::Time prefetch_deadline = absl::InfiniteFuture();  // a prefetch if finite
     absl::Time kept_at;
+    int resident_layers = 0;  // layers [0, resident_layers) hold the KV
   };
 
   // Frees one cached session and forgets it; returns the bytes freed.

@@ -379,13 +379,16 @@ std::vector<KvHolding> ModelEngine::KvHoldings() {
   return out;
 }
 
-int64_t ModelEngine::ShedOne(const KvHolding& h) {
-  return h.kind == KvHolding::Kind::kCachedSession ? kv_manager_->Drop(h.id)
-                                                   : planner_->Preempt(h.id);
+int64_t ModelEngine::ShedOne(const KvHolding& h, int64_t want_bytes) {
+  if (h.kind == KvHolding::Kind::kRunning) return planner_->Preempt(h.id);
+  // The tiers hold every kept session (exported when its turn ended): the
+  // later layers go first and come back from there.
+  if (options_.kv_tiers && want_bytes >= 0) return kv_manager_->ShedLayers(h.id, want_bytes);
+  return kv_manager_->Drop(h.id);
 }
 
-int64_t ModelEngine::Shed(const KvHolding& h) {
-  const int64_t freed = ShedOne(h);
+int64_t ModelEngine::Shed(const KvHolding& h, int64_t want_bytes) {
+  const int64_t freed = ShedOne(h, want_bytes);
   PublishStats();
   return freed;
 }
@@ -403,7 +406,7 @@ int64_t ModelEngine::ShedKv(int64_t want_bytes) {
   int64_t freed = 0;
   for (const KvHolding& h : order) {
     if (freed >= want_bytes) break;
-    freed += ShedOne(h);
+    freed += ShedOne(h, want_bytes - freed);
   }
   PublishStats();
   return freed;

@@ -202,7 +202,8 @@ class ModelEngine {
   // stays until destruction. REQUIRES: the thread that calls Step.
   void Close(const absl::Status& why);
   // Gives back at least `want_bytes` of KV if it can, for another model's
-  // activation: kept session KV first (least recently used), then running
+  // activation: kept session KV first (least recently used; with lower
+  // tiers, later layers first and only what is wanted), then running
   // sequences, lowest priority and then newest first; those are preempted
   // (they wait and recompute their KV later, with the same output). Returns
   // the bytes of blocks freed. REQUIRES: the thread that calls Step.
@@ -213,8 +214,10 @@ class ModelEngine {
   std::vector<KvHolding> KvHoldings();
   // Frees that cached session, or preempts that running request (it waits
   // and recomputes later, same output). Returns the bytes freed (0 if it no
-  // longer exists). REQUIRES: the thread that calls Step.
-  int64_t Shed(const KvHolding& h);
+  // longer exists). With lower KV tiers, a cached session gives back only
+  // `want_bytes` (default: all of it), later layers first
+  // (KvManager::ShedLayers). REQUIRES: the thread that calls Step.
+  int64_t Shed(const KvHolding& h, int64_t want_bytes = -1);
 
   EngineStats stats() const;
 
@@ -253,7 +256,7 @@ class ModelEngine {
   absl::Status Execute(const StepPlan& plan, std::vector<int>* sampled,
                        std::vector<TokenLogprobs>* logprobs);
   void FailAll(const absl::Status& why, bool close);
-  int64_t ShedOne(const KvHolding& h);
+  int64_t ShedOne(const KvHolding& h, int64_t want_bytes);
   // Copies the plan's leases into their sequences' blocks.
   absl::Status RunLoads(const StepPlan& plan);
   // Hands a finished session turn's KV down to the tiers (if any).

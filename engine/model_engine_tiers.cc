@@ -13,7 +13,8 @@ absl::Status ModelEngine::RunLoads(const StepPlan& plan) {
   const absl::Time t0 = absl::Now();
   LayerKvCopies load;
   for (const PlannedLoad& l : plan.loads) {
-    if (auto st = LeaseKvCopies(*kv_, *l.lease, l.from_token, l.seq->kv, &load); !st.ok()) {
+    if (auto st = LeaseKvCopies(*kv_, *l.lease, l.from_token, l.seq->kv, &load, l.resident_layers);
+        !st.ok()) {
       return st;
     }
   }

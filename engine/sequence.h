@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -40,9 +41,12 @@ struct Sequence {
   PenaltyState penalties;
   // Set at first admission when the request's lease covers more of the
   // prompt than the device cache: its chunks are copied into the blocks
-  // (from token `load_from` on) when the sequence is admitted.
+  // (from token `load_from` on) when the sequence is admitted. Layers from
+  // `load_resident_layers` on (the device kept only the session's first
+  // layers) load from token 0.
   std::shared_ptr<const KvPrefixLease> load;
   int load_from = 0;
+  int load_resident_layers = std::numeric_limits<int>::max();
   std::unique_ptr<OutputText> out;
   GenerationResult result;
   absl::Time first_scheduled = absl::InfinitePast();

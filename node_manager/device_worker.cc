@@ -112,6 +112,18 @@ absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
   return result;
 }
 
+absl::StatusOr<int64_t> DeviceWorker::ShedKv(int64_t bytes) {
+  int64_t freed = 0;
+  if (auto st = RunOnStepThread([&] {
+        freed = ShedForShortfall(bytes);
+        return absl::OkStatus();
+      });
+      !st.ok()) {
+    return st;
+  }
+  return freed;
+}
+
 absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReserveWeights(int64_t bytes) {
   if (!balloon_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -178,7 +190,10 @@ int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes) {
   }
   int64_t freed = 0;
   for (size_t i : memory::PlanKvShedding(holders, std::max<int64_t>(shortfall_bytes, 1))) {
-    freed += engines[static_cast<size_t>(holders[i].owner)]->Shed(source[i]);
+    if (freed >= shortfall_bytes) break;
+    // The last holding may give back only part (a session's later layers).
+    freed += engines[static_cast<size_t>(holders[i].owner)]->Shed(
+        source[i], std::max<int64_t>(shortfall_bytes - freed, 1));
   }
   return freed;
 }

@@ -124,6 +124,12 @@ class DeviceWorker {
   // RESOURCE_EXHAUSTED, with nothing mapped, if even that is not enough;
   // FAILED_PRECONDITION in static mode.
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReserveWeights(int64_t bytes);
+  // Gives back at least `bytes` of KV on this device if it can, by the
+  // memory ladder's KV rungs (idle sessions first; where lower tiers hold
+  // a copy, a session's later layers first and only what is wanted; then
+  // running requests, preempted), on the step thread. Returns the bytes
+  // freed. For operators freeing device memory, benchmarks and tests.
+  absl::StatusOr<int64_t> ShedKv(int64_t bytes);
   // Removes an engine; false if absent.
   bool Remove(const std::string& model);
   std::shared_ptr<engine::ModelEngine> Find(const std::string& model) const;

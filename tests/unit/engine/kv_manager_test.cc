@@ -158,3 +158,53 @@ TEST(KvRecency, StrictlyIncreasingSteadyClockNanoseconds) {
 
 }  // namespace
 }  // namespace ballast::engine
+
+namespace ballast::engine {
+namespace {
+
+// 4 layers this time: ShedLayers gives back the last layers first, only as
+// many as wanted; the entry stays (not counted as cached) and TakePrefix
+// reports the layers left; Reserve then fills the shed layers again.
+TEST(KvManagerLayers, ShedLayersFreesLaterLayersFirst) {
+  KvLayout layout;
+  layout.num_layers = 4;
+  layout.num_kv_heads = 1;
+  layout.head_dim = 4;
+  layout.block_tokens = 4;
+  auto pool = *memory::HostBlockPool::Create(layout.block_bytes(), 64);
+  KvCache cache(layout, pool.get());
+  KvManager kv(&cache);
+  std::vector<int> tokens(8);
+  std::iota(tokens.begin(), tokens.end(), 1);
+  SequenceKv seq;
+  ASSERT_TRUE(kv.Reserve(&seq, 8));  // 2 blocks x 4 layers
+  const SequenceKv original = seq;
+  kv.Keep("s", std::move(seq), tokens, 0);
+  const int64_t block = kv.block_bytes();
+  EXPECT_EQ(kv.ShedLayers("s", 1), 2 * block);  // one layer: the last
+  EXPECT_EQ(kv.CachedTokens("s"), 0);
+  EXPECT_EQ(kv.num_sessions(), 1);
+  EXPECT_EQ(kv.Holdings()[0].bytes, 6 * block);
+  EXPECT_EQ(kv.ShedLayers("s", 3 * block), 4 * block);  // two more layers
+  SequenceKv got;
+  int resident = 0;
+  EXPECT_EQ(kv.TakePrefix("s", tokens, &got, nullptr, &resident), 7);
+  EXPECT_EQ(resident, 1);
+  EXPECT_EQ(got.blocks[0], original.blocks[0]);  // layer 0 kept its blocks
+  EXPECT_TRUE(got.blocks[3].empty());
+  EXPECT_EQ(pool->num_free(), 64 - 2);
+  ASSERT_TRUE(kv.Reserve(&got, 8));  // the shed layers are filled again
+  for (const auto& layer : got.blocks) EXPECT_EQ(layer.size(), 2u);
+  EXPECT_EQ(pool->num_free(), 64 - 8);
+  kv.Free(&got);
+  // Wanting all of it (or more than all but the first layer) drops the entry.
+  SequenceKv again;
+  ASSERT_TRUE(kv.Reserve(&again, 8));
+  kv.Keep("t", std::move(again), tokens, 0);
+  EXPECT_EQ(kv.ShedLayers("t", 7 * block), 8 * block);
+  EXPECT_EQ(kv.num_sessions(), 0);
+  EXPECT_EQ(kv.ShedLayers("t", 1), 0);
+}
+
+}  // namespace
+}  // namespace ballast::engine

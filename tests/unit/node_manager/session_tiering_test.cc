@@ -114,6 +114,48 @@ TEST_F(SessionTieringTest, ANextTurnContinuesFromDramWithTheRecomputedOutput) {
   node->Shutdown();
 }
 
+// Symphony's layer-wise priority: the device gives back a kept session's
+// later layers first and keeps the first ones; the next turn computes with
+// those at once and loads only the shed layers from DRAM.
+TEST_F(SessionTieringTest, LaterLayersAreShedFirstAndTheNextTurnLoadsOnlyThose) {
+  auto node = MakeNode(64 << 20, false);
+  const std::vector<int> history = FirstTurn(node.get(), "s");
+  DeviceWorker* device = node->devices()[0];
+  auto engine = device->Find("a");
+  auto used_blocks = [&] { return engine->stats().kv_blocks_total - engine->stats().kv_blocks_free; };
+  const int64_t before = used_blocks();  // the kept session's
+  const int layers = engine->config().num_hidden_layers;
+  ASSERT_GE(layers, 2);
+  ASSERT_GT(before, 0);
+  auto freed = device->ShedKv(1);  // one byte: the session's last layer
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_GT(*freed, 0);
+  EXPECT_EQ(used_blocks(), before - before / layers);
+  EXPECT_EQ(engine->stats().cached_sessions, 1);   // the first layers stayed
+  EXPECT_EQ(engine->CachedSessionTokens("s"), 0);  // not whole: the node reads the tiers
+  Turn t = RunTurn(node.get(), Request("s", "and a second one", history));
+  EXPECT_EQ(t.result.kv_source, KvSource::kHostDram);
+  EXPECT_EQ(t.result.cached_tokens, static_cast<int>(history.size()) - 1);
+  EXPECT_EQ(t.result.output_tokens, Reference(history));
+  node->Shutdown();
+}
+
+// With only its first layers on the device and no lease for the rest (the
+// user edited the history inside the first chunk), the turn recomputes.
+TEST_F(SessionTieringTest, FirstLayersWithoutALeaseAreRecomputed) {
+  auto node = MakeNode(64 << 20, false);
+  std::vector<int> history = FirstTurn(node.get(), "s");
+  ASSERT_GT(history.size(), 8u);
+  auto freed = node->devices()[0]->ShedKv(1);
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  ASSERT_GT(*freed, 0);
+  history[6] = history[6] == 5 ? 6 : 5;  // the tiers' chunks no longer match
+  Turn t = RunTurn(node.get(), Request("s", "and a second one", history));
+  EXPECT_EQ(t.result.kv_source, KvSource::kRecomputed);
+  EXPECT_EQ(t.result.output_tokens, Reference(history));
+  node->Shutdown();
+}
+
 TEST_F(SessionTieringTest, ARestartedNodeContinuesFromItsSsdDirectory) {
   std::vector<int> history;
   {
