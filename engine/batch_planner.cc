@@ -74,8 +74,13 @@ bool BatchPlanner::ReserveOrPreempt(Sequence* seq, int tokens) {
   while (true) {
     if (kv_->Reserve(&seq->kv, tokens)) return true;
     if (running_.empty()) return false;
-    // Preempt the newest running sequence (possibly `seq` itself).
+    // Other models' idle KV and sequences newer than our newest go first.
     const Sequence* victim = running_.back().get();
+    if (options_.reclaim &&
+        options_.reclaim(kv_->BytesNeeded(seq->kv, tokens), victim->admitted_at) > 0) {
+      continue;
+    }
+    // Preempt the newest running sequence (possibly `seq` itself).
     PreemptAt(running_.size() - 1);
     if (victim == seq) return false;
   }

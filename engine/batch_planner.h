@@ -8,9 +8,13 @@
 //   1. Running sequences, oldest first, each take min(remaining, budget)
 //      tokens: a decode takes 1, an unfinished prefill the next chunk. If
 //      blocks run out even after the KV manager dropped cached sessions,
-//      the newest running sequence is preempted (its blocks are freed, it
-//      waits at the front and recomputes later from its tokens); when that
-//      is the sequence being planned, the pass ends.
+//      the device's other models give back their idle KV and their running
+//      sequences newer than this engine's newest (options.reclaim); then
+//      this engine's newest running sequence is preempted (its blocks are
+//      freed, it waits at the front and recomputes later from its tokens),
+//      and so on; when that is the sequence being planned, the pass ends.
+//      So the newest sequence on the device gives way first, and the oldest
+//      always progresses.
 //   2. Waiting sequences, in order (preempted ones first), are admitted
 //      while budget and max_seqs allow, the KV manager's admission
 //      watermark passes and blocks can be reserved without preempting
@@ -28,6 +32,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -43,6 +48,8 @@ namespace ballast::engine {
 struct BatchPlannerOptions {
   int max_batch_tokens = 256;  // tokens per step (decodes + prefill chunks)
   int max_seqs = 64;           // most sequences running at once
+  // ModelEngineOptions::reclaim_kv (null: none).
+  std::function<int64_t(int64_t bytes, uint64_t newer_than)> reclaim;
 };
 
 // One sequence's share of a step: tokens [start, start + tokens).

@@ -89,6 +89,10 @@ class KvManager {
   const KvLayout& layout() const { return kv_->layout(); }
   int64_t block_bytes() const { return static_cast<int64_t>(kv_->allocator()->block_bytes()); }
   int64_t BytesOf(const SequenceKv& kv) const { return kv.num_blocks() * block_bytes(); }
+  // Bytes Reserve(kv, tokens) would allocate.
+  int64_t BytesNeeded(const SequenceKv& kv, int tokens) const {
+    return static_cast<int64_t>(kv_->BlocksNeeded(kv, tokens)) * block_bytes();
+  }
 
   // Grows `kv` to cover `tokens` positions, evicting cached sessions (least
   // recently used first) while blocks are short. False when it cannot fit

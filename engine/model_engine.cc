@@ -119,8 +119,8 @@ absl::Status ModelEngine::InitKv() {
   kv_ = std::make_unique<KvCache>(layout, allocator_.get());
   kv_fingerprint_ = KvFingerprint(o.model_fingerprint, layout);
   kv_manager_ = std::make_unique<KvManager>(kv_.get());
-  planner_ = std::make_unique<BatchPlanner>(BatchPlannerOptions{o.max_batch_tokens, o.max_seqs},
-                                            kv_manager_.get());
+  planner_ = std::make_unique<BatchPlanner>(
+      BatchPlannerOptions{o.max_batch_tokens, o.max_seqs, o.reclaim_kv}, kv_manager_.get());
   return absl::OkStatus();
 }
 

@@ -112,6 +112,19 @@ absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
   return result;
 }
 
+int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than) {
+  const std::shared_ptr<engine::ModelEngine> engine = Find(model);
+  if (!engine) return 0;
+  return ShedForShortfall(bytes, engine.get(), newer_than);
+}
+
+std::function<int64_t(int64_t, uint64_t)> DeviceWorker::ReclaimKvFor(const std::string& model) {
+  if (!balloon_) return nullptr;
+  return [this, model](int64_t bytes, uint64_t newer_than) {
+    return ReclaimFor(model, bytes, newer_than);
+  };
+}
+
 absl::StatusOr<int64_t> DeviceWorker::ShedKv(int64_t bytes) {
   int64_t freed = 0;
   if (auto st = RunOnStepThread([&] {
@@ -169,12 +182,15 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
   return pages;
 }
 
-int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes) {
+int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, const engine::ModelEngine* spare,
+                                       uint64_t running_after) {
   const std::vector<std::shared_ptr<engine::ModelEngine>> engines = Engines();
   std::vector<memory::KvHolder> holders;
   std::vector<engine::KvHolding> source;
   for (size_t i = 0; i < engines.size(); ++i) {
+    if (engines[i].get() == spare) continue;
     for (engine::KvHolding& h : engines[i]->KvHoldings()) {
+      if (h.kind == engine::KvHolding::Kind::kRunning && h.recency <= running_after) continue;
       memory::KvHolder m;
       m.kind = h.kind == engine::KvHolding::Kind::kCachedSession
                    ? memory::KvHolder::Kind::kIdleSession

@@ -130,6 +130,14 @@ class DeviceWorker {
   // running requests, preempted), on the step thread. Returns the bytes
   // freed. For operators freeing device memory, benchmarks and tests.
   absl::StatusOr<int64_t> ShedKv(int64_t bytes);
+  // ModelEngineOptions::reclaim_kv for `model`'s engine: the other models
+  // on this device give back `bytes` of the shared arena, idle session KV
+  // first, then running sequences admitted after `newer_than`. Called from
+  // inside that engine's Step, on the step thread; never touches it.
+  int64_t ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than);
+  // ReclaimFor(model, ...) as an engine option (null in static mode: each
+  // model has its own pool).
+  std::function<int64_t(int64_t, uint64_t)> ReclaimKvFor(const std::string& model);
   // Removes an engine; false if absent.
   bool Remove(const std::string& model);
   std::shared_ptr<engine::ModelEngine> Find(const std::string& model) const;
@@ -145,9 +153,11 @@ class DeviceWorker {
   absl::Status RunOnStepThread(std::function<absl::Status()> fn);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
   // One pass of the memory ladder's KV rungs over every engine on the
-  // device (memory::PlanKvShedding); returns the bytes of blocks freed.
-  // Step thread only.
-  int64_t ShedForShortfall(int64_t shortfall_bytes);
+  // device but `spare` (memory::PlanKvShedding), considering only running
+  // sequences admitted after `running_after` (KvRecencyNow units); returns
+  // the bytes of blocks freed. Step thread only.
+  int64_t ShedForShortfall(int64_t shortfall_bytes, const engine::ModelEngine* spare = nullptr,
+                           uint64_t running_after = 0);
   // One arbitration decision over the engines' queues; returns the engines
   // in stepping order. Step thread only.
   std::vector<std::shared_ptr<engine::ModelEngine>> Arbitrate(

@@ -26,7 +26,7 @@ class BatchPlannerTest : public ::testing::Test {
     cache_ = std::make_unique<KvCache>(layout, pool_.get());
     kv_ = std::make_unique<KvManager>(cache_.get());
     planner_ =
-        std::make_unique<BatchPlanner>(BatchPlannerOptions{max_batch_tokens, max_seqs}, kv_.get());
+        std::make_unique<BatchPlanner>(BatchPlannerOptions{max_batch_tokens, max_seqs, {}}, kv_.get());
   }
   void TearDown() override {
     // Sequences left in the planner are freed by it; sessions by the manager.

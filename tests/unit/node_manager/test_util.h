@@ -96,6 +96,7 @@ inline absl::StatusOr<std::shared_ptr<ModelEngine>> Activate(const std::string& 
   auto pages = w->ReserveWeights(*need);
   if (!pages.ok()) return pages.status();
   o.weight_pages = std::move(*pages);
+  o.reclaim_kv = w->ReclaimKvFor(name);
   auto e = ModelEngine::Create(o, [w] { w->Wake(); });
   if (!e.ok()) return e.status();
   std::shared_ptr<ModelEngine> engine = std::move(*e);
