@@ -207,7 +207,8 @@ std::shared_ptr<const engine::KvPrefixLease> KvTierStore::Acquire(
     parent = m.key;
   }
   if (pos < max_tokens && fetcher != nullptr && !peer.empty()) {
-    auto got = fetcher->Fetch(peer, tenant, kv_fingerprint, tokens, pos, max_tokens);
+    auto got = fetcher->Fetch(peer, tenant, kv_fingerprint, tokens, pos, max_tokens,
+                              [this](const transfer::KvChunkMeta& m) { return NewChunk(m); });
     if (!got.ok()) {
       spdlog::warn("KV tier: fetch from peer {} failed, recomputing: {}", peer,
                    got.status().ToString());
@@ -222,7 +223,6 @@ std::shared_ptr<const engine::KvPrefixLease> KvTierStore::Acquire(
             transfer::NextKey(parent, tokens.subspan(pos, end - pos)) != m.key) {
           break;
         }
-        if (options_.pin && !c->pin) c->pin = options_.pin(c->payload.get(), m.payload_bytes());
         std::shared_ptr<const KvChunk> shared(std::move(c));
         {
           absl::MutexLock lock(&mu_);

@@ -110,11 +110,14 @@ struct KvTierStats {
 class KvPeerFetcher {
  public:
   virtual ~KvPeerFetcher() = default;
+  // Room for a received chunk (the store's pinned pool).
+  using ChunkAlloc = std::function<std::unique_ptr<transfer::KvChunk>(const transfer::KvChunkMeta&)>;
   // Chunks after the first `first_token` tokens, in order, up to
-  // `max_tokens`, each verified; an empty list if the peer has none.
+  // `max_tokens`, each verified, their payloads in chunks from `alloc`; an
+  // empty list if the peer has none.
   virtual absl::StatusOr<std::vector<std::unique_ptr<transfer::KvChunk>>> Fetch(
       const std::string& peer, const std::string& tenant, uint64_t kv_fingerprint,
-      absl::Span<const int> tokens, int first_token, int max_tokens) = 0;
+      absl::Span<const int> tokens, int first_token, int max_tokens, const ChunkAlloc& alloc) = 0;
 };
 
 class KvTierStore final : public engine::KvTierPort {

@@ -1,6 +1,7 @@
 #include "node_manager/peer_kv_client.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -50,9 +51,77 @@ v1::Node::Stub* PeerKvClient::StubFor(const std::string& peer) {
   return stub.get();
 }
 
+namespace {
+
+// One chunk arriving in pieces (in order, each with its CRC-32C): the
+// header is parsed from the first bytes, then the payload is written
+// straight into a chunk from `alloc` (pinned, pooled), and verified whole.
+class ChunkAssembly {
+ public:
+  ChunkAssembly(uint64_t total, const KvPeerFetcher::ChunkAlloc& alloc)
+      : total_(total), alloc_(alloc) {}
+
+  absl::Status Add(uint64_t offset, const std::string& data, uint32_t crc32c) {
+    if (offset != received_ || received_ + data.size() > total_) {
+      return absl::DataLossError(absl::StrCat("piece at offset ", offset, " out of order (", received_,
+                                              " of ", total_, " bytes received)"));
+    }
+    if (transfer::Crc32c(data.data(), data.size()) != crc32c) {
+      return absl::DataLossError(absl::StrCat("checksum mismatch in piece at offset ", offset));
+    }
+    std::string_view rest(data);
+    if (!chunk_) {  // still in the header
+      const size_t want = std::min<size_t>(rest.size(), transfer::kMaxEncodedHeaderBytes);
+      head_.append(rest.substr(0, want));
+      size_t header_bytes = 0;
+      auto meta = transfer::DecodeHeader(head_, &header_bytes);
+      if (meta.ok()) {
+        if (header_bytes + meta->payload_bytes() != total_) {
+          return absl::DataLossError("chunk length does not match its header");
+        }
+        chunk_ = alloc_(*meta);
+        const size_t in_head = head_.size() - header_bytes;  // payload bytes already in head_
+        std::memcpy(chunk_->payload.get(), head_.data() + header_bytes, in_head);
+        rest.remove_prefix(want);
+        payload_at_ = in_head;
+      } else if (!absl::IsOutOfRange(meta.status()) ||
+                 head_.size() >= transfer::kMaxEncodedHeaderBytes) {
+        return meta.status();
+      } else {
+        rest.remove_prefix(want);
+      }
+    }
+    if (chunk_ && !rest.empty()) {
+      std::memcpy(chunk_->payload.get() + payload_at_, rest.data(), rest.size());
+      payload_at_ += rest.size();
+    }
+    received_ += data.size();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<transfer::KvChunk>> Finish() {
+    if (!chunk_ || received_ != total_) {
+      return absl::DataLossError(absl::StrCat("chunk incomplete: ", received_, " of ", total_,
+                                              " bytes received"));
+    }
+    if (auto st = chunk_->VerifyPayload(); !st.ok()) return st;
+    return std::move(chunk_);
+  }
+
+ private:
+  const uint64_t total_;
+  const KvPeerFetcher::ChunkAlloc& alloc_;
+  uint64_t received_ = 0;
+  std::string head_;
+  size_t payload_at_ = 0;
+  std::unique_ptr<transfer::KvChunk> chunk_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::unique_ptr<transfer::KvChunk>>> PeerKvClient::Fetch(
     const std::string& peer, const std::string& tenant, uint64_t kv_fingerprint,
-    absl::Span<const int> tokens, int first_token, int max_tokens) {
+    absl::Span<const int> tokens, int first_token, int max_tokens, const ChunkAlloc& alloc) {
   v1::FetchKvRequest req;
   req.set_tenant(tenant);
   req.set_kv_fingerprint(kv_fingerprint);
@@ -63,17 +132,15 @@ absl::StatusOr<std::vector<std::unique_ptr<transfer::KvChunk>>> PeerKvClient::Fe
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   auto reader = StubFor(peer)->FetchKv(&ctx, req);
   std::vector<std::unique_ptr<transfer::KvChunk>> out;
-  std::unique_ptr<transfer::Reassembler> pending;
+  std::unique_ptr<ChunkAssembly> pending;
   uint32_t index = 0;
   absl::Status failed;
-  // Completes the chunk being reassembled (verifying it) into `out`.
+  // Completes the chunk being received (verifying it) into `out`.
   auto finish = [&]() -> absl::Status {
-    std::string bytes;
-    if (auto st = pending->Take(&bytes); !st.ok()) return st;
-    auto chunk = transfer::DecodeChunk(bytes);
+    auto chunk = pending->Finish();
+    pending.reset();
     if (!chunk.ok()) return chunk.status();
     out.push_back(std::move(*chunk));
-    pending.reset();
     return absl::OkStatus();
   };
   v1::KvChunk piece;
@@ -87,7 +154,7 @@ absl::StatusOr<std::vector<std::unique_ptr<transfer::KvChunk>>> PeerKvClient::Fe
         break;
       }
       index = piece.index();
-      pending = std::make_unique<transfer::Reassembler>(piece.total_bytes());
+      pending = std::make_unique<ChunkAssembly>(piece.total_bytes(), alloc);
     }
     failed = pending->Add(piece.offset(), piece.data(), piece.crc32c());
   }

@@ -38,7 +38,8 @@ class PeerKvClient final : public KvPeerFetcher {
   explicit PeerKvClient(absl::Duration timeout = absl::Seconds(3)) : timeout_(timeout) {}
   absl::StatusOr<std::vector<std::unique_ptr<transfer::KvChunk>>> Fetch(
       const std::string& peer, const std::string& tenant, uint64_t kv_fingerprint,
-      absl::Span<const int> tokens, int first_token, int max_tokens) override;
+      absl::Span<const int> tokens, int first_token, int max_tokens,
+      const ChunkAlloc& alloc) override;
 
  private:
   v1::Node::Stub* StubFor(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/checkpoint.h"
+#include "transfer/cuda/bulk_copy.h"
 
 namespace ballast::engine::cuda {
 
@@ -37,7 +38,6 @@ bool SameType(SrcType src, ActType type) {
 }
 
 constexpr size_t kAlign = 256;
-constexpr size_t kCopyChunk = 64u << 20;
 
 }  // namespace
 
@@ -204,31 +204,11 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::LoadFromHost(
   }
   if (auto s = w->Place(c, dest); !s.ok()) return s;
   w->Layout(c, w->base_, nullptr);
-  streams = std::max(1, streams);
-  std::vector<cudaStream_t> ss(streams, nullptr);
-  absl::Status st;
-  for (auto& s : ss) {
-    if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
-      st = absl::InternalError(absl::StrCat("copy stream: ", cudaGetErrorString(e)));
-      break;
-    }
+  transfer::cuda::BulkCopyOptions copy;
+  copy.streams = std::max(1, streams);
+  if (auto st = transfer::cuda::CopyToDevice(w->base_, image.data(), w->bytes_, copy); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("weights: ", st.message()));
   }
-  for (size_t off = 0, i = 0; st.ok() && off < w->bytes_; off += kCopyChunk, ++i) {
-    const size_t n = std::min(kCopyChunk, w->bytes_ - off);
-    if (cudaError_t e = cudaMemcpyAsync(w->base_ + off, image.data() + off, n,
-                                        cudaMemcpyHostToDevice, ss[i % ss.size()]);
-        e != cudaSuccess) {
-      st = absl::InternalError(absl::StrCat("weight copy: ", cudaGetErrorString(e)));
-    }
-  }
-  for (auto s : ss) {
-    if (!s) continue;
-    if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess && st.ok()) {
-      st = absl::InternalError(absl::StrCat("weight copy: ", cudaGetErrorString(e)));
-    }
-    cudaStreamDestroy(s);
-  }
-  if (!st.ok()) return st;
   return w;
 }
 
@@ -236,12 +216,9 @@ absl::StatusOr<std::shared_ptr<PinnedWeights>> DeviceWeights::SaveToHost() const
   auto alloc = PinnedWeights::Allocate(bytes_, type_);
   if (!alloc.ok()) return alloc.status();
   std::shared_ptr<PinnedWeights> img = std::move(*alloc);
-  cudaStream_t s = nullptr;
-  BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "copy stream");
-  cudaError_t e = cudaMemcpyAsync(img->data_, base_, bytes_, cudaMemcpyDeviceToHost, s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  cudaStreamDestroy(s);
-  BALLAST_CUDA_RETURN(e, "weight copy to host");
+  if (auto st = transfer::cuda::CopyToHost(img->data_, base_, bytes_); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("weights: ", st.message()));
+  }
   return img;
 }
 

@@ -280,7 +280,8 @@ class FakePeer : public KvPeerFetcher {
   absl::StatusOr<std::vector<std::unique_ptr<KvChunk>>> Fetch(const std::string&,
                                                               const std::string& tenant, uint64_t,
                                                               absl::Span<const int> tokens,
-                                                              int first_token, int) override {
+                                                              int first_token, int,
+                                                              const ChunkAlloc&) override {
     if (dead) return absl::UnavailableError("connection refused");
     std::vector<int> t(tokens.begin(), tokens.end());
     if (tamper) t[first_token] += 1;  // KV of other tokens
