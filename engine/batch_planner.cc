@@ -71,14 +71,18 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget) {
 }
 
 bool BatchPlanner::ReserveOrPreempt(Sequence* seq, int tokens) {
+  const Sequence* reclaimed_for = nullptr;
   while (true) {
     if (kv_->Reserve(&seq->kv, tokens)) return true;
     if (running_.empty()) return false;
-    // Other models' idle KV and sequences newer than our newest go first.
+    // Other models' idle KV and sequences newer than our newest go first:
+    // once per newest sequence (what they free may not serve this engine,
+    // e.g. at its arena limit or in slabs of another block size; asking
+    // again would strip them for nothing).
     const Sequence* victim = running_.back().get();
-    if (options_.reclaim &&
-        options_.reclaim(kv_->BytesNeeded(seq->kv, tokens), victim->admitted_at) > 0) {
-      continue;
+    if (options_.reclaim && reclaimed_for != victim) {
+      reclaimed_for = victim;
+      if (options_.reclaim(kv_->BytesNeeded(seq->kv, tokens), victim->admitted_at) > 0) continue;
     }
     // Preempt the newest running sequence (possibly `seq` itself).
     PreemptAt(running_.size() - 1);

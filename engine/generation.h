@@ -73,6 +73,8 @@ struct GenerationResult {
   // both part of the TTFT). With layer-wise loading (the default) the copy
   // itself overlaps the step and kv_load_ms only counts starting it.
   double kv_fetch_ms = 0, kv_load_ms = 0;
+  // Bytes of KV copied onto the device from a lease for this request.
+  int64_t kv_loaded_bytes = 0;
   int preemptions = 0;
   double queue_ms = 0, ttft_ms = 0, mean_tpot_ms = 0, e2e_ms = 0;
 };

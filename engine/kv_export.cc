@@ -24,7 +24,10 @@ void AppendBlockCopies(const KvCache& kv, const SequenceKv& table, const transfe
     uint8_t* host = const_cast<uint8_t*>(chunk.layer_data(l));
     const int start = static_cast<int>(l) < resident_layers ? from_token : 0;
     for (uint32_t j = 0; j < m.blocks_per_layer; ++j) {
-      if (static_cast<int>(m.first_token) + static_cast<int>(j + 1) * bt <= start) continue;
+      const int block_end =
+          std::min(static_cast<int>(m.first_token) + static_cast<int>(j + 1) * bt,
+                   static_cast<int>(m.end_token()));
+      if (block_end <= start) continue;  // its tokens are on the device already
       const memory::BlockId id = table.blocks[l][first_block + j];
       uint8_t* block = kv.allocator()->Address(id);
       uint8_t* at = host + j * m.block_bytes;
@@ -124,8 +127,10 @@ absl::Status LoadLeaseKv(const KvCache& kv, Executor* executor, const KvPrefixLe
                          int from_token, const SequenceKv& table) {
   LayerKvCopies load;
   if (auto st = LeaseKvCopies(kv, lease, from_token, table, &load); !st.ok()) return st;
-  if (auto st = executor->StartKvLoad(std::move(load)); !st.ok()) return st;
-  return executor->WaitKvLoad();
+  // Waits also after a failed start: copies it queued may still write.
+  const absl::Status started = executor->StartKvLoad(std::move(load));
+  const absl::Status done = executor->WaitKvLoad();
+  return started.ok() ? done : started;
 }
 
 }  // namespace ballast::engine

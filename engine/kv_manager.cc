@@ -72,7 +72,7 @@ int KvManager::TakePrefix(const std::string& session_id, const std::vector<int>&
 }
 
 void KvManager::Keep(const std::string& session_id, SequenceKv kv, std::vector<int> tokens,
-                     int priority, absl::Time prefetch_deadline) {
+                     int priority, absl::Time prefetch_deadline, bool lower_copy) {
   CachedSession& slot = sessions_[session_id];
   cached_blocks_ -= slot.kv.num_blocks();
   kv_->Release(&slot.kv);
@@ -87,6 +87,7 @@ void KvManager::Keep(const std::string& session_id, SequenceKv kv, std::vector<i
   slot.prefetch_deadline = prefetch_deadline;
   slot.kept_at = absl::Now();
   slot.resident_layers = layout().num_layers;
+  slot.lower_copy = lower_copy;
   absl::MutexLock lock(&published_mu_);
   published_[session_id] = n;
 }
@@ -138,12 +139,16 @@ int64_t KvManager::ShedLayers(const std::string& session_id, int64_t want_bytes)
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return 0;
   CachedSession& s = it->second;
-  const int64_t per_layer =
-      s.kv.blocks.empty() ? 0 : static_cast<int64_t>(s.kv.blocks[0].size()) * block_bytes();
-  if (per_layer == 0 || want_bytes >= BytesOf(s.kv)) return Erase(it);
-  const auto drop = static_cast<int>((std::max<int64_t>(want_bytes, 1) + per_layer - 1) / per_layer);
-  if (drop >= s.resident_layers) return Erase(it);
-  s.resident_layers -= drop;
+  if (!s.lower_copy || want_bytes >= BytesOf(s.kv)) return Erase(it);
+  // The top layers whose blocks cover want_bytes; at least layer 0 stays.
+  int keep = s.resident_layers;
+  int64_t covered = 0;
+  while (keep > 0 && covered < std::max<int64_t>(want_bytes, 1)) {
+    --keep;
+    covered += static_cast<int64_t>(s.kv.blocks[keep].size()) * block_bytes();
+  }
+  if (keep == 0) return Erase(it);
+  s.resident_layers = keep;
   const int64_t blocks = kv_->ReleaseLayers(&s.kv, s.resident_layers);
   cached_blocks_ -= blocks;
   {

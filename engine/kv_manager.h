@@ -117,8 +117,10 @@ class KvManager {
   // Keeps `kv` (holding the KV of `tokens`) for the session's next turn.
   // `prefetch_deadline` (not InfiniteFuture): an Advise prefetch, released
   // at that time if unused.
+  // `lower_copy`: the lower tiers hold this KV too (ShedLayers may then
+  // keep only the first layers; otherwise it drops the whole entry).
   void Keep(const std::string& session_id, SequenceKv kv, std::vector<int> tokens, int priority,
-            absl::Time prefetch_deadline = absl::InfiniteFuture());
+            absl::Time prefetch_deadline = absl::InfiniteFuture(), bool lower_copy = false);
   // Drops the session's entry if it is an unused prefetch; true if it was.
   bool DropPrefetch(const std::string& session_id);
   // Drops unused prefetches past their deadline.
@@ -130,7 +132,8 @@ class KvManager {
   int64_t Drop(const std::string& session_id);
   // Frees the session's KV from its last layer down until `want_bytes`
   // are freed, keeping its first layers (see the file comment); the whole
-  // entry goes when that would leave no layer. Returns the bytes freed.
+  // entry goes when that would leave no layer, or when the lower tiers
+  // hold no copy (Keep's lower_copy). Returns the bytes freed.
   int64_t ShedLayers(const std::string& session_id, int64_t want_bytes);
   // Frees the least recently used session; returns bytes freed (0: none).
   int64_t EvictLeastRecent();
@@ -147,6 +150,7 @@ class KvManager {
     absl::Time prefetch_deadline = absl::InfiniteFuture();  // a prefetch if finite
     absl::Time kept_at;
     int resident_layers = 0;  // layers [0, resident_layers) hold the KV
+    bool lower_copy = false;  // the lower tiers hold it too
   };
 
   // Frees one cached session and forgets it; returns the bytes freed.

@@ -531,11 +531,11 @@ void ModelEngine::Finish(std::unique_ptr<Sequence> s) {
   const int n = static_cast<int>(r.output_tokens.size());
   r.mean_tpot_ms = n > 1 ? Ms(s->last_token - s->first_token) / (n - 1) : 0.0;
   if (!s->req.session_id.empty()) {
-    ExportSession(*s);
+    const bool exported = ExportSession(*s);
     // Keep the KV of every token but the last generated one (never fed).
     kv_manager_->Keep(s->req.session_id, std::move(s->kv),
                       std::vector<int>(s->tokens.begin(), s->tokens.begin() + s->num_computed),
-                      s->req.priority);
+                      s->req.priority, absl::InfiniteFuture(), exported);
   } else {
     kv_manager_->Free(&s->kv);
   }

@@ -269,7 +269,8 @@ class ModelEngine {
   // Copies the plan's leases into their sequences' blocks.
   absl::Status RunLoads(const StepPlan& plan);
   // Hands a finished session turn's KV down to the tiers (if any).
-  void ExportSession(const Sequence& seq);
+  // True if the tiers now hold the session's KV.
+  bool ExportSession(const Sequence& seq);
   void Finish(std::unique_ptr<Sequence> seq);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
   // `logprobs`: the token's log-probabilities, or null when not asked for.

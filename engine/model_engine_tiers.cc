@@ -1,6 +1,8 @@
 // ModelEngine's side of session KV tiering (engine/kv_tiers.h): loading
 // leases before a step, exporting finished turns, Advise imports and
 // prefetch drops. Split from model_engine.cc by concept.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/kv_export.h"
 #include "engine/model_engine.h"
@@ -13,9 +15,17 @@ absl::Status ModelEngine::RunLoads(const StepPlan& plan) {
   const absl::Time t0 = absl::Now();
   LayerKvCopies load;
   for (const PlannedLoad& l : plan.loads) {
-    if (auto st = LeaseKvCopies(*kv_, *l.lease, l.from_token, l.seq->kv, &load, l.resident_layers);
+    LayerKvCopies one;
+    if (auto st = LeaseKvCopies(*kv_, *l.lease, l.from_token, l.seq->kv, &one, l.resident_layers);
         !st.ok()) {
       return st;
+    }
+    load.layers.resize(std::max(load.layers.size(), one.layers.size()));
+    for (size_t i = 0; i < one.layers.size(); ++i) {
+      for (const KvBlockCopy& c : one.layers[i]) {
+        l.seq->result.kv_loaded_bytes += static_cast<int64_t>(c.bytes);
+        load.layers[i].push_back(c);
+      }
     }
   }
   absl::Status st = executor_->StartKvLoad(std::move(load));
@@ -28,8 +38,8 @@ absl::Status ModelEngine::RunLoads(const StepPlan& plan) {
   return st;
 }
 
-void ModelEngine::ExportSession(const Sequence& s) {
-  if (!options_.kv_tiers) return;
+bool ModelEngine::ExportSession(const Sequence& s) {
+  if (!options_.kv_tiers) return false;
   // A failed export loses nothing: the session recomputes from its history.
   const absl::Status st = ExportSessionKv(
       *kv_, executor_.get(), options_.kv_tiers.get(), s.req.tenant, kv_fingerprint_,
@@ -38,6 +48,7 @@ void ModelEngine::ExportSession(const Sequence& s) {
     spdlog::warn("model {}: session {} KV not exported to the lower tiers: {}", options_.name,
                  s.req.session_id, st.ToString());
   }
+  return st.ok();
 }
 
 void ModelEngine::ImportSession(
@@ -84,7 +95,9 @@ absl::StatusOr<std::pair<int, KvSource>> ModelEngine::Import(const std::string& 
     return st;
   }
   tokens.resize(lease.tokens);
-  kv_manager_->Keep(session_id, std::move(kv), std::move(tokens), priority, deadline);
+  // The lease came from the tiers: they hold it.
+  kv_manager_->Keep(session_id, std::move(kv), std::move(tokens), priority, deadline,
+                    /*lower_copy=*/true);
   PublishStats();
   return std::make_pair(lease.tokens, lease.source);
 }

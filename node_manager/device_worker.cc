@@ -206,7 +206,7 @@ int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, const engine::Mo
   }
   int64_t freed = 0;
   for (size_t i : memory::PlanKvShedding(holders, std::max<int64_t>(shortfall_bytes, 1))) {
-    if (freed >= shortfall_bytes) break;
+    if (freed >= std::max<int64_t>(shortfall_bytes, 1)) break;
     // The last holding may give back only part (a session's later layers).
     freed += engines[static_cast<size_t>(holders[i].owner)]->Shed(
         source[i], std::max<int64_t>(shortfall_bytes - freed, 1));

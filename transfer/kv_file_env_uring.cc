@@ -66,10 +66,11 @@ class UringKvFileEnv final : public KvFileEnv {
     if (fd < 0 && errno == EINVAL) return Buffered(path, offset, dst, n);  // no O_DIRECT here
     if (fd < 0) return posix_->Read(path, offset, dst, n);                // its error message
     std::unique_ptr<Ring> ring = TakeRing();
-    absl::Status st = ring ? Direct(ring.get(), fd, path, offset, dst, direct)
+    bool broken = false;
+    absl::Status st = ring ? Direct(ring.get(), fd, path, offset, dst, direct, &broken)
                            : absl::UnavailableError("io_uring unavailable");
     ::close(fd);
-    if (ring) GiveRing(std::move(ring));
+    if (ring && !broken) GiveRing(std::move(ring));  // a broken ring is torn down
     if (absl::IsUnavailable(st) || absl::IsInvalidArgument(st)) {
       return Buffered(path, offset, dst, n);  // refused by the kernel: the same bytes via pread
     }
@@ -89,9 +90,12 @@ class UringKvFileEnv final : public KvFileEnv {
 
   // Reads [offset, offset + n) (all aligned) with up to kDepth requests of
   // kPiece bytes in flight. UNAVAILABLE/INVALID_ARGUMENT: the kernel refused
-  // (the caller falls back); DATA_LOSS: the file is shorter.
+  // (the caller falls back); DATA_LOSS: the file is shorter. Every request
+  // submitted has completed when it returns, also on errors; `*broken` is
+  // set when the ring must not be reused (requests left unsubmitted in it,
+  // or completions it could not reap).
   absl::Status Direct(Ring* r, int fd, const std::string& path, uint64_t offset, void* dst,
-                      size_t n) {
+                      size_t n, bool* broken) {
     struct Piece {
       uint64_t at;  // relative to offset
       size_t left;
@@ -101,10 +105,14 @@ class UringKvFileEnv final : public KvFileEnv {
     std::vector<Piece> inflight(kDepth);
     std::vector<unsigned> free_slots;
     for (unsigned i = 0; i < kDepth; ++i) free_slots.push_back(kDepth - 1 - i);
-    size_t next = 0, pending = 0;
+    size_t next = 0;
+    unsigned queued = 0, submitted = 0;  // prepared but not submitted; in the kernel
     auto* base = static_cast<uint8_t*>(dst);
     absl::Status st;
-    while ((next < todo.size() || pending > 0)) {
+    auto fail = [&](absl::Status why) {
+      if (st.ok()) st = std::move(why);
+    };
+    while (true) {
       while (st.ok() && next < todo.size() && !free_slots.empty()) {
         io_uring_sqe* sqe = io_uring_get_sqe(&r->ring);
         if (sqe == nullptr) break;
@@ -114,39 +122,54 @@ class UringKvFileEnv final : public KvFileEnv {
         const Piece& p = inflight[slot];
         io_uring_prep_read(sqe, fd, base + p.at, static_cast<unsigned>(p.left), offset + p.at);
         io_uring_sqe_set_data64(sqe, slot);
-        ++pending;
+        ++queued;
       }
-      if (pending == 0) break;
+      if (queued + submitted == 0) break;
+      if (queued > 0) {
+        const int got = io_uring_submit(&r->ring);
+        if (got > 0) {
+          queued -= static_cast<unsigned>(got);
+          submitted += static_cast<unsigned>(got);
+        } else if (got != -EINTR && got != -EAGAIN && got != -EBUSY) {
+          fail(absl::UnavailableError(absl::StrCat("io_uring submit: ", std::strerror(-got))));
+        }
+        if (submitted == 0) {  // nothing to wait for: cannot make progress
+          if (st.ok()) fail(absl::UnavailableError("io_uring accepted no request"));
+          break;
+        }
+      }
+      // Reap at least one completion, then whatever else is ready.
       io_uring_cqe* cqe = nullptr;
-      const int sub = io_uring_submit_and_wait(&r->ring, 1);
-      if (sub < 0 && sub != -EINTR) return absl::UnavailableError(std::strerror(-sub));
-      int got = io_uring_wait_cqe(&r->ring, &cqe);
-      while (got == 0 && cqe != nullptr) {
-        const unsigned slot = static_cast<unsigned>(io_uring_cqe_get_data64(cqe));
+      int w = io_uring_wait_cqe(&r->ring, &cqe);
+      while (w == -EINTR) w = io_uring_wait_cqe(&r->ring, &cqe);
+      if (w < 0) {
+        fail(absl::UnavailableError(absl::StrCat("io_uring wait: ", std::strerror(-w))));
+        *broken = true;  // completions left unreaped
+        return st;
+      }
+      while (cqe != nullptr) {
+        const auto slot = static_cast<unsigned>(io_uring_cqe_get_data64(cqe));
         const int res = cqe->res;
         io_uring_cqe_seen(&r->ring, cqe);
-        --pending;
-        Piece& p = inflight[slot];
+        --submitted;
+        const Piece& p = inflight[slot];
         if (res == -EINVAL || res == -EOPNOTSUPP) {
-          if (st.ok()) st = absl::InvalidArgumentError("O_DIRECT read refused");
+          fail(absl::InvalidArgumentError("O_DIRECT read refused"));
         } else if (res < 0) {
-          if (st.ok()) {
-            st = absl::InternalError(absl::StrCat("read ", path, ": ", std::strerror(-res)));
-          }
+          fail(absl::InternalError(absl::StrCat("read ", path, ": ", std::strerror(-res))));
         } else if (res == 0) {
-          if (st.ok()) {
-            st = absl::DataLossError(absl::StrCat(path, ": truncated (", offset + p.at,
-                                                  " bytes, expected ", offset + n, ")"));
-          }
+          fail(absl::DataLossError(absl::StrCat(path, ": truncated (", offset + p.at,
+                                                " bytes, expected ", offset + n, ")")));
         } else if (static_cast<size_t>(res) < p.left) {  // short: the rest again
           todo.push_back({p.at + res, p.left - res});
         }
         free_slots.push_back(slot);
         cqe = nullptr;
-        got = io_uring_peek_cqe(&r->ring, &cqe);
+        if (io_uring_peek_cqe(&r->ring, &cqe) != 0) cqe = nullptr;
       }
-      if (!st.ok()) next = todo.size();  // drain what is in flight, submit nothing more
     }
+    if (queued > 0) *broken = true;  // prepared requests left in the ring
+    if (st.ok() && next < todo.size()) st = absl::InternalError("read incomplete");
     return st;
   }
 

@@ -10,7 +10,7 @@ namespace {
 constexpr size_t kPage = 4096;
 
 void FreeBuffer(uint8_t* data, std::shared_ptr<void> pin) {
-  pin.reset();  // unpin first
+  pin.reset();  // unpin first (the last owner of the handle)
   std::free(data);
 }
 }  // namespace
@@ -54,11 +54,13 @@ std::unique_ptr<KvChunk> PinnedBufferPool::NewChunk(const KvChunkMeta& meta) {
   c->meta = meta;
   std::weak_ptr<PinnedBufferPool> pool = weak_from_this();
   PayloadFree release;
-  release.recycle = [pool, bytes = b.bytes, pin = b.pin](uint8_t* data) {
+  // The pin handle moves with the buffer (only one owner), so "unpin,
+  // then free" really unpins first.
+  release.recycle = [pool, bytes = b.bytes, pin = std::move(b.pin)](uint8_t* data) mutable {
     if (auto p = pool.lock()) {
-      p->Return({data, bytes, pin});
+      p->Return({data, bytes, std::move(pin)});
     } else {
-      FreeBuffer(data, pin);
+      FreeBuffer(data, std::move(pin));
     }
   };
   c->payload = std::unique_ptr<uint8_t[], PayloadFree>(b.data, std::move(release));

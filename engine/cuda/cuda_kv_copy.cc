@@ -150,7 +150,15 @@ absl::Status CudaExecutor::StartKvLoad(LayerKvCopies load) {
   for (const auto& layer : load.layers) {
     for (const KvBlockCopy& c : layer) spans += (c.bytes + kStagingBytes - 1) / kStagingBytes;
   }
-  if (auto s = ReserveLoadSpans(spans); !s.ok()) return s;
+  if (!ReserveLoadSpans(spans).ok()) {
+    // No device memory for this many spans (they grow outside the
+    // balloon's accounting): copy now, layer by layer, through the staged
+    // path. Slower, but the step and its neighbours go on.
+    for (const auto& layer : load.layers) {
+      if (auto s = StagedKvCopy(layer, /*to_host=*/false); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   const std::vector<LoadOp> ops = PlanLoad(load, layer_loaded_.size(), kStagingBytes, kMaxSpans,
                                            load_host_spans_, &spans);
   BALLAST_CUDA_RETURN(cudaEventRecord(load_after_, stream_), what);

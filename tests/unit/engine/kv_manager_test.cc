@@ -179,7 +179,7 @@ TEST(KvManagerLayers, ShedLayersFreesLaterLayersFirst) {
   SequenceKv seq;
   ASSERT_TRUE(kv.Reserve(&seq, 8));  // 2 blocks x 4 layers
   const SequenceKv original = seq;
-  kv.Keep("s", std::move(seq), tokens, 0);
+  kv.Keep("s", std::move(seq), tokens, 0, absl::InfiniteFuture(), /*lower_copy=*/true);
   const int64_t block = kv.block_bytes();
   EXPECT_EQ(kv.ShedLayers("s", 1), 2 * block);  // one layer: the last
   EXPECT_EQ(kv.CachedTokens("s"), 0);
@@ -200,10 +200,17 @@ TEST(KvManagerLayers, ShedLayersFreesLaterLayersFirst) {
   // Wanting all of it (or more than all but the first layer) drops the entry.
   SequenceKv again;
   ASSERT_TRUE(kv.Reserve(&again, 8));
-  kv.Keep("t", std::move(again), tokens, 0);
+  kv.Keep("t", std::move(again), tokens, 0, absl::InfiniteFuture(), /*lower_copy=*/true);
   EXPECT_EQ(kv.ShedLayers("t", 7 * block), 8 * block);
   EXPECT_EQ(kv.num_sessions(), 0);
   EXPECT_EQ(kv.ShedLayers("t", 1), 0);
+  // Without a copy in the lower tiers the first layers alone are useless:
+  // the whole entry goes.
+  SequenceKv lone;
+  ASSERT_TRUE(kv.Reserve(&lone, 8));
+  kv.Keep("u", std::move(lone), tokens, 0);
+  EXPECT_EQ(kv.ShedLayers("u", 1), 8 * block);
+  EXPECT_EQ(kv.num_sessions(), 0);
 }
 
 }  // namespace

@@ -137,6 +137,10 @@ TEST_F(SessionTieringTest, LaterLayersAreShedFirstAndTheNextTurnLoadsOnlyThose) 
   EXPECT_EQ(t.result.kv_source, KvSource::kHostDram);
   EXPECT_EQ(t.result.cached_tokens, static_cast<int>(history.size()) - 1);
   EXPECT_EQ(t.result.output_tokens, Reference(history));
+  // Only the shed layer came from DRAM: one layer's blocks of the history.
+  const int64_t history_blocks = (static_cast<int64_t>(history.size()) - 1 + 15) / 16;  // of 16
+  EXPECT_EQ(t.result.kv_loaded_bytes,
+            history_blocks * static_cast<int64_t>(engine->kv_block_bytes()));
   node->Shutdown();
 }
 
