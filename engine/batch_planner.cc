@@ -46,18 +46,34 @@ void BatchPlanner::PlanRunning(StepPlan* plan, int* budget) {
 }
 
 void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget) {
+  bool reclaimed = false;
   while (*budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_seqs) {
     Sequence* s = waiting_.front().get();
     AttachSessionPrefix(s);
     const int take = std::min(s->remaining(), *budget);
     const int tokens = s->num_computed + take;
-    // No room now: wait. Submit() refused requests that could never fit; in
-    // elastic mode other models may hold the memory for a while.
-    if (!kv_->FitsWatermark(s->kv, tokens, static_cast<int>(running_.size())) ||
-        !kv_->Reserve(&s->kv, tokens)) {
-      break;
+    const int running = static_cast<int>(running_.size());
+    auto fits = [&] {
+      return kv_->FitsWatermark(s->kv, tokens, running) && kv_->Reserve(&s->kv, tokens);
+    };
+    bool ok = fits();
+    if (!ok && options_.reclaim && !reclaimed) {
+      // Other models' idle session KV (never their running sequences) is
+      // free memory for an admission, as this engine's own is: without
+      // this, a device whose arena other models' sessions fill admits
+      // nothing, for good.
+      reclaimed = true;
+      const int64_t headroom = static_cast<int64_t>(running) * kv_->layout().num_layers *
+                               kv_->block_bytes();
+      ok = options_.reclaim(kv_->BytesNeeded(s->kv, tokens) + headroom,
+                            std::numeric_limits<uint64_t>::max()) > 0 &&
+           fits();
     }
+    // No room now: wait. Submit() refused requests that could never fit; in
+    // elastic mode other models' running sequences may hold the memory for
+    // a while.
+    if (!ok) break;
     if (s->load) {
       plan->loads.push_back({s, std::move(s->load), s->load_from, s->load_resident_layers});
       s->load = nullptr;

@@ -18,7 +18,9 @@
 //   2. Waiting sequences, in order (preempted ones first), are admitted
 //      while budget and max_seqs allow, the KV manager's admission
 //      watermark passes and blocks can be reserved without preempting
-//      anyone; the first that does not fit ends the pass (it waits).
+//      anyone (other models' idle session KV is taken through
+//      options.reclaim, once a pass); the first that does not fit ends the
+//      pass (it waits).
 //   3. A chunk asks for logits iff it computes the sequence's last token.
 //   4. At its first admission a sequence takes its session's device cache
 //      (KvManager::TakePrefix); if its lease (engine/kv_tiers.h) covers

@@ -73,10 +73,11 @@ struct ModelEngineOptions {
   // the shared arena — their idle session KV, then their running sequences
   // admitted after `newer_than` (KvRecencyNow units), never this engine's —
   // and returns the bytes freed. Called on the step thread from inside
-  // Step when a running sequence cannot grow, before this engine preempts
+  // Step: when a running sequence cannot grow, before this engine preempts
   // its own newest sequence, so the device's oldest sequence always makes
   // progress (without it two models preempting their own sequences in turn
-  // can livelock). Null: none.
+  // can livelock); and, with newer_than = max (idle KV only), when an
+  // admission does not fit. Null: none.
   std::function<int64_t(int64_t bytes, uint64_t newer_than)> reclaim_kv;
   // Elastic mode: the weight pages mapped for this model from the device's
   // balloon (at least WeightBytesNeeded). The cuda backend puts its

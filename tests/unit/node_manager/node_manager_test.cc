@@ -158,6 +158,43 @@ TEST(DeviceWorker, TheOldestSequenceOnTheDeviceIsNotPreemptedForAnotherModel) {
   w->Stop();
 }
 
+// Another model's idle session fills the arena: a new request is still
+// admitted (the session is shed for it). Admission used to evict only the
+// engine's own sessions, so such a device admitted nothing, for good: an
+// 18 MiB chat benchmark sat with 4 queued, none running, 7 of 8 MiB of KV
+// held by idle sessions.
+TEST(DeviceWorker, AnotherModelsIdleSessionDoesNotBlockAdmission) {
+  engine::testing::TempDir dir;
+  engine::SyntheticModelSpec sa, sb;
+  sb.kv_heads = 4;
+  const std::string a_path = engine::testing::WriteTinyModel(dir, "a", sa);
+  const std::string b_path = engine::testing::WriteTinyModel(dir, "b", sb);
+  auto w = std::move(*DeviceWorker::Create("cpu:0", 32ll << 20, HostPages()));
+  auto a = Activate("a", a_path, w.get());
+  auto b = Activate("b", b_path, w.get());
+  ASSERT_TRUE(a.ok() && b.ok());
+  const DeviceUsage u = w->Usage();
+  auto pin = w->ReserveWeights(u.memory_total_bytes - u.weight_bytes - u.workspace_bytes -
+                               6 * kPage);
+  ASSERT_TRUE(pin.ok()) << pin.status();
+  engine::GenerationRequest rb = Req("b1", 2, 100, 200);  // 5 of the 6 slabs, kept
+  rb.session_id = "sb";
+  Done db;
+  ASSERT_TRUE((*b)->Submit(rb, &db).ok());
+  ASSERT_TRUE(db.AwaitDone(absl::Seconds(30)));
+  ASSERT_TRUE(testing::WaitFor([&] { return (*b)->stats().cached_sessions == 1; },
+                               absl::Seconds(10)));
+  const engine::GenerationRequest ra = Req("a1", 1, 300, 50);  // its prompt alone: 3 slabs
+  Done da;
+  ASSERT_TRUE((*a)->Submit(ra, &da).ok());
+  ASSERT_TRUE(da.AwaitDone(absl::Seconds(30))) << "admission waits behind b's idle session";
+  ASSERT_TRUE(da.result.ok()) << da.result.status();
+  EXPECT_EQ(da.result->output_tokens, testing::Alone(a_path, ra));
+  EXPECT_EQ((*b)->stats().cached_sessions, 0);
+  pin->reset();
+  w->Stop();
+}
+
 // A draining eviction waits for the requests in flight, no longer, and
 // refuses new ones meanwhile; the node's in-flight count is exact.
 TEST(NodeManager, DrainWaitsForInFlightRequestsAndRefusesNewOnes) {
