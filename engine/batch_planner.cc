@@ -64,8 +64,8 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget) {
       // this, a device whose arena other models' sessions fill admits
       // nothing, for good.
       reclaimed = true;
-      const int64_t headroom = static_cast<int64_t>(running) * kv_->layout().num_layers *
-                               kv_->block_bytes();
+      const int64_t headroom =
+          static_cast<int64_t>(running) * kv_->layout().num_layers * kv_->block_bytes();
       ok = options_.reclaim(kv_->BytesNeeded(s->kv, tokens) + headroom,
                             std::numeric_limits<uint64_t>::max()) > 0 &&
            fits();

@@ -31,7 +31,8 @@ absl::Status KvCache::Reserve(SequenceKv* seq, int tokens) {
   if (seq->blocks.size() < static_cast<size_t>(layout_.num_layers)) {
     seq->blocks.resize(layout_.num_layers);
   }
-  const size_t want = static_cast<size_t>((tokens + layout_.block_tokens - 1) / layout_.block_tokens);
+  const size_t want =
+      static_cast<size_t>((tokens + layout_.block_tokens - 1) / layout_.block_tokens);
   size_t k = 0;
   for (auto& layer : seq->blocks) {
     while (layer.size() < want) layer.push_back((*got)[k++]);

@@ -24,9 +24,8 @@ void AppendBlockCopies(const KvCache& kv, const SequenceKv& table, const transfe
     uint8_t* host = const_cast<uint8_t*>(chunk.layer_data(l));
     const int start = static_cast<int>(l) < resident_layers ? from_token : 0;
     for (uint32_t j = 0; j < m.blocks_per_layer; ++j) {
-      const int block_end =
-          std::min(static_cast<int>(m.first_token) + static_cast<int>(j + 1) * bt,
-                   static_cast<int>(m.end_token()));
+      const int block_end = std::min(static_cast<int>(m.first_token) + static_cast<int>(j + 1) * bt,
+                                     static_cast<int>(m.end_token()));
       if (block_end <= start) continue;  // its tokens are on the device already
       const memory::BlockId id = table.blocks[l][first_block + j];
       uint8_t* block = kv.allocator()->Address(id);

@@ -45,8 +45,7 @@ int64_t KvManager::Free(SequenceKv* kv) {
 }
 
 int KvManager::TakePrefix(const std::string& session_id, const std::vector<int>& tokens,
-                          SequenceKv* kv, absl::Duration* prefetch_lead,
-                          int* resident_layers) {
+                          SequenceKv* kv, absl::Duration* prefetch_lead, int* resident_layers) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end() || tokens.empty()) return 0;
   // The longest common prefix; at least one token must be computed to

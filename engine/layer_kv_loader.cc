@@ -29,9 +29,8 @@ void LayerKvLoader::Start(LayerKvCopies load) {
 
 void LayerKvLoader::WaitLayer(int layer) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this, layer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !active_ || done_layers_ > layer;
-  };
+  auto ready = [this, layer]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !active_ || done_layers_ > layer; };
   mu_.Await(absl::Condition(&ready));
 }
 

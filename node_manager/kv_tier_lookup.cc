@@ -71,7 +71,8 @@ std::shared_ptr<const KvChunk> KvTierStore::Load(const KvChunkKey& key, bool* fr
         st = absl::DataLossError(absl::StrCat(path, ": header describes another chunk"));
       }
     }
-    if (st.ok()) st = env_->Read(path, kSsdPayloadOffset, read->payload.get(), meta.payload_bytes());
+    if (st.ok())
+      st = env_->Read(path, kSsdPayloadOffset, read->payload.get(), meta.payload_bytes());
     if (st.ok()) st = read->VerifyPayload();
   }
   if (!st.ok()) {

@@ -47,8 +47,8 @@ KvTierStore::KvTierStore(const KvTierOptions& options)
     : options_(options),
       env_(options.env ? options.env
                        : std::shared_ptr<transfer::KvFileEnv>(options.ssd_direct_io
-                                                                ? transfer::NewDirectKvFileEnv()
-                                                                : transfer::NewPosixKvFileEnv())),
+                                                                  ? transfer::NewDirectKvFileEnv()
+                                                                  : transfer::NewPosixKvFileEnv())),
       pool_(transfer::PinnedBufferPool::Create(
           options.pin, static_cast<size_t>(std::max<int64_t>(options.pinned_pool_bytes, 0)))) {}
 

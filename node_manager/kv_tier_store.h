@@ -111,7 +111,8 @@ class KvPeerFetcher {
  public:
   virtual ~KvPeerFetcher() = default;
   // Room for a received chunk (the store's pinned pool).
-  using ChunkAlloc = std::function<std::unique_ptr<transfer::KvChunk>(const transfer::KvChunkMeta&)>;
+  using ChunkAlloc =
+      std::function<std::unique_ptr<transfer::KvChunk>(const transfer::KvChunkMeta&)>;
   // Chunks after the first `first_token` tokens, in order, up to
   // `max_tokens`, each verified, their payloads in chunks from `alloc`; an
   // empty list if the peer has none.

@@ -63,8 +63,8 @@ class ChunkAssembly {
 
   absl::Status Add(uint64_t offset, const std::string& data, uint32_t crc32c) {
     if (offset != received_ || received_ + data.size() > total_) {
-      return absl::DataLossError(absl::StrCat("piece at offset ", offset, " out of order (", received_,
-                                              " of ", total_, " bytes received)"));
+      return absl::DataLossError(absl::StrCat("piece at offset ", offset, " out of order (",
+                                              received_, " of ", total_, " bytes received)"));
     }
     if (transfer::Crc32c(data.data(), data.size()) != crc32c) {
       return absl::DataLossError(absl::StrCat("checksum mismatch in piece at offset ", offset));
@@ -101,8 +101,8 @@ class ChunkAssembly {
 
   absl::StatusOr<std::unique_ptr<transfer::KvChunk>> Finish() {
     if (!chunk_ || received_ != total_) {
-      return absl::DataLossError(absl::StrCat("chunk incomplete: ", received_, " of ", total_,
-                                              " bytes received"));
+      return absl::DataLossError(
+          absl::StrCat("chunk incomplete: ", received_, " of ", total_, " bytes received"));
     }
     if (auto st = chunk_->VerifyPayload(); !st.ok()) return st;
     return std::move(chunk_);

@@ -277,8 +277,8 @@ struct TierBenchCli::State {
                      pre = median(mode, w, true, "prefetch_ms"),
                      fetch = median(mode, w, false, "fetch_ms"),
                      load = median(mode, w, false, "load_ms");
-        std::cout << absl::StrFormat("%-10s | %7.2f | (%9.2f | %7.2f) | %15.2f | %11.2f\n",
-                                     Name(w), plain, fetch, load, adv, pre);
+        std::cout << absl::StrFormat("%-10s | %7.2f | (%9.2f | %7.2f) | %15.2f | %11.2f\n", Name(w),
+                                     plain, fetch, load, adv, pre);
         summary[name][Name(w)] = {{"ttft_ms", plain},
                                   {"fetch_ms", fetch},
                                   {"load_ms", load},

@@ -22,9 +22,9 @@
 namespace ballast::transfer {
 namespace {
 
-constexpr size_t kAlign = 4096;       // O_DIRECT offset, length and buffer alignment
-constexpr size_t kPiece = 1u << 20;   // one read request
-constexpr unsigned kDepth = 16;       // requests in flight per read
+constexpr size_t kAlign = 4096;      // O_DIRECT offset, length and buffer alignment
+constexpr size_t kPiece = 1u << 20;  // one read request
+constexpr unsigned kDepth = 16;      // requests in flight per read
 
 // An io_uring instance; one Read uses one at a time.
 struct Ring {
@@ -64,7 +64,7 @@ class UringKvFileEnv final : public KvFileEnv {
     }
     const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
     if (fd < 0 && errno == EINVAL) return Buffered(path, offset, dst, n);  // no O_DIRECT here
-    if (fd < 0) return posix_->Read(path, offset, dst, n);                // its error message
+    if (fd < 0) return posix_->Read(path, offset, dst, n);                 // its error message
     std::unique_ptr<Ring> ring = TakeRing();
     bool broken = false;
     absl::Status st = ring ? Direct(ring.get(), fd, path, offset, dst, direct, &broken)

@@ -72,9 +72,9 @@ class PinnedBufferPool : public std::enable_shared_from_this<PinnedBufferPool> {
   const size_t max_idle_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<size_t, std::vector<std::shared_ptr<Buffer>>> idle_
-      ABSL_GUARDED_BY(mu_);                                      // by size
+      ABSL_GUARDED_BY(mu_);                                        // by size
   std::deque<std::weak_ptr<Buffer>> to_pin_ ABSL_GUARDED_BY(mu_);  // new buffers
-  bool pinning_ ABSL_GUARDED_BY(mu_) = false;  // the thread is pinning one now
+  bool pinning_ ABSL_GUARDED_BY(mu_) = false;                      // the thread is pinning one now
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   PinnedPoolStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread pinner_;  // started by Create when pin_ is set

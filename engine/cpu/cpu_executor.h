@@ -64,7 +64,7 @@ class CpuExecutor final : public Executor {
   ModelConfig config_;
   std::shared_ptr<const ModelWeights> weights_;
   KvCache* kv_;
-  std::vector<float> inv_freq_;  // [head_dim / 2], Llama-3 scaling applied
+  std::vector<float> inv_freq_;            // [head_dim / 2], Llama-3 scaling applied
   std::unique_ptr<LayerKvLoader> loader_;  // made by the first StartKvLoad
 };
 

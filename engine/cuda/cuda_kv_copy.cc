@@ -117,8 +117,8 @@ std::vector<LoadOp> PlanLoad(const LayerKvCopies& load, size_t layers, size_t st
           if (fill + bytes > staging || next - first == max_spans) flush_piece();
           const uint8_t* src = c.host + off;
           LoadOp* last = ops.empty() ? nullptr : &ops.back();
-          if (last && last->kind == LoadOp::kDma && last->buf == buf && last->host + last->n == src &&
-              last->at + last->n == fill) {
+          if (last && last->kind == LoadOp::kDma && last->buf == buf &&
+              last->host + last->n == src && last->at + last->n == fill) {
             last->n += bytes;
           } else {
             ops.push_back({LoadOp::kDma, buf, fill, bytes, src});
@@ -159,8 +159,8 @@ absl::Status CudaExecutor::StartKvLoad(LayerKvCopies load) {
     }
     return absl::OkStatus();
   }
-  const std::vector<LoadOp> ops = PlanLoad(load, layer_loaded_.size(), kStagingBytes, kMaxSpans,
-                                           load_host_spans_, &spans);
+  const std::vector<LoadOp> ops =
+      PlanLoad(load, layer_loaded_.size(), kStagingBytes, kMaxSpans, load_host_spans_, &spans);
   BALLAST_CUDA_RETURN(cudaEventRecord(load_after_, stream_), what);
   BALLAST_CUDA_RETURN(cudaStreamWaitEvent(load_stream_, load_after_, 0), what);
   auto* dev = load_spans_.get<BlockSpan>();
@@ -173,9 +173,9 @@ absl::Status CudaExecutor::StartKvLoad(LayerKvCopies load) {
     unsigned char* staging = kv_staging_[op.buf].get<unsigned char>();
     switch (op.kind) {
       case LoadOp::kDma:
-        BALLAST_CUDA_RETURN(cudaMemcpyAsync(staging + op.at, op.host, op.n, cudaMemcpyHostToDevice,
-                                            load_stream_),
-                            what);
+        BALLAST_CUDA_RETURN(
+            cudaMemcpyAsync(staging + op.at, op.host, op.n, cudaMemcpyHostToDevice, load_stream_),
+            what);
         break;
       case LoadOp::kScatter:
         BALLAST_CUDA_RETURN(LaunchBlockCopy(staging, dev + op.at, static_cast<int>(op.n),

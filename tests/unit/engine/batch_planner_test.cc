@@ -25,8 +25,8 @@ class BatchPlannerTest : public ::testing::Test {
     pool_ = *memory::HostBlockPool::Create(layout.block_bytes(), blocks);
     cache_ = std::make_unique<KvCache>(layout, pool_.get());
     kv_ = std::make_unique<KvManager>(cache_.get());
-    planner_ =
-        std::make_unique<BatchPlanner>(BatchPlannerOptions{max_batch_tokens, max_seqs, {}}, kv_.get());
+    planner_ = std::make_unique<BatchPlanner>(BatchPlannerOptions{max_batch_tokens, max_seqs, {}},
+                                              kv_.get());
   }
   void TearDown() override {
     // Sequences left in the planner are freed by it; sessions by the manager.

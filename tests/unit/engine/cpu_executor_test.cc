@@ -161,10 +161,10 @@ TEST(CpuExecutor, LayerwiseLoadEqualsComputedKv) {
   SequenceKv a, b;
   ASSERT_TRUE(h.kv->Reserve(&a, cached).ok());
   std::vector<float> out;
-  ASSERT_TRUE(h.executor
-                  ->Forward({{&a, 0, absl::MakeConstSpan(prompt).first(cached), LogitsMode::kLast}},
-                            &out)
-                  .ok());
+  ASSERT_TRUE(
+      h.executor
+          ->Forward({{&a, 0, absl::MakeConstSpan(prompt).first(cached), LogitsMode::kLast}}, &out)
+          .ok());
   // a's blocks to host memory, as an exported chunk would hold them.
   const size_t bb = h.kv->allocator()->block_bytes();
   const size_t per_layer = a.blocks[0].size();
@@ -172,8 +172,8 @@ TEST(CpuExecutor, LayerwiseLoadEqualsComputedKv) {
   std::vector<KvBlockCopy> out_copies;
   for (int l = 0; l < L; ++l) {
     for (size_t j = 0; j < per_layer; ++j) {
-      out_copies.push_back({h.kv->allocator()->Address(a.blocks[l][j]),
-                            host.data() + (l * per_layer + j) * bb, bb});
+      out_copies.push_back(
+          {h.kv->allocator()->Address(a.blocks[l][j]), host.data() + (l * per_layer + j) * bb, bb});
     }
   }
   ASSERT_TRUE(h.executor->CopyKvToHost(out_copies).ok());
@@ -183,8 +183,8 @@ TEST(CpuExecutor, LayerwiseLoadEqualsComputedKv) {
   load.layers.resize(L);
   for (int l = 0; l < L; ++l) {
     for (size_t j = 0; j < per_layer; ++j) {
-      load.layers[l].push_back({h.kv->allocator()->Address(b.blocks[l][j]),
-                                host.data() + (l * per_layer + j) * bb, bb});
+      load.layers[l].push_back(
+          {h.kv->allocator()->Address(b.blocks[l][j]), host.data() + (l * per_layer + j) * bb, bb});
     }
   }
   ASSERT_TRUE(h.executor->StartKvLoad(std::move(load)).ok());

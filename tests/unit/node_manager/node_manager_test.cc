@@ -143,8 +143,8 @@ TEST(DeviceWorker, TheOldestSequenceOnTheDeviceIsNotPreemptedForAnotherModel) {
   const engine::GenerationRequest ra = Req("old", 1, 100, 300), rb = Req("young", 2, 100, 200);
   Done da, db;
   ASSERT_TRUE((*a)->Submit(ra, &da).ok());
-  ASSERT_TRUE(testing::WaitFor([&] { return (*a)->stats().tokens_generated > 0; },
-                               absl::Seconds(10)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return (*a)->stats().tokens_generated > 0; }, absl::Seconds(10)));
   ASSERT_TRUE((*b)->Submit(rb, &db).ok());
   ASSERT_TRUE(da.AwaitDone(absl::Seconds(60)));
   ASSERT_TRUE(db.AwaitDone(absl::Seconds(60)));
@@ -174,16 +174,16 @@ TEST(DeviceWorker, AnotherModelsIdleSessionDoesNotBlockAdmission) {
   auto b = Activate("b", b_path, w.get());
   ASSERT_TRUE(a.ok() && b.ok());
   const DeviceUsage u = w->Usage();
-  auto pin = w->ReserveWeights(u.memory_total_bytes - u.weight_bytes - u.workspace_bytes -
-                               6 * kPage);
+  auto pin =
+      w->ReserveWeights(u.memory_total_bytes - u.weight_bytes - u.workspace_bytes - 6 * kPage);
   ASSERT_TRUE(pin.ok()) << pin.status();
   engine::GenerationRequest rb = Req("b1", 2, 100, 200);  // 5 of the 6 slabs, kept
   rb.session_id = "sb";
   Done db;
   ASSERT_TRUE((*b)->Submit(rb, &db).ok());
   ASSERT_TRUE(db.AwaitDone(absl::Seconds(30)));
-  ASSERT_TRUE(testing::WaitFor([&] { return (*b)->stats().cached_sessions == 1; },
-                               absl::Seconds(10)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return (*b)->stats().cached_sessions == 1; }, absl::Seconds(10)));
   const engine::GenerationRequest ra = Req("a1", 1, 300, 50);  // its prompt alone: 3 slabs
   Done da;
   ASSERT_TRUE((*a)->Submit(ra, &da).ok());

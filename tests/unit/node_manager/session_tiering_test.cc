@@ -122,7 +122,9 @@ TEST_F(SessionTieringTest, LaterLayersAreShedFirstAndTheNextTurnLoadsOnlyThose) 
   const std::vector<int> history = FirstTurn(node.get(), "s");
   DeviceWorker* device = node->devices()[0];
   auto engine = device->Find("a");
-  auto used_blocks = [&] { return engine->stats().kv_blocks_total - engine->stats().kv_blocks_free; };
+  auto used_blocks = [&] {
+    return engine->stats().kv_blocks_total - engine->stats().kv_blocks_free;
+  };
   const int64_t before = used_blocks();  // the kept session's
   const int layers = engine->config().num_hidden_layers;
   ASSERT_GE(layers, 2);

@@ -43,8 +43,9 @@ TEST(Config, KvTiersParseAndBadValuesNameTheirKey) {
   EXPECT_FALSE(t.ssd_direct_io);
   EXPECT_FALSE(t.layerwise_load);
   EXPECT_TRUE(c->node.options.kv_tiers_enabled());
-  EXPECT_NE(Msg("node: {kv_tiers: {layerwise_load: sometimes}}").find("node.kv_tiers.layerwise_load"),
-            std::string::npos);
+  EXPECT_NE(
+      Msg("node: {kv_tiers: {layerwise_load: sometimes}}").find("node.kv_tiers.layerwise_load"),
+      std::string::npos);
   EXPECT_NE(Msg("node: {kv_tiers: {ssd_dir: /tmp/kv}}").find("node.kv_tiers.ssd_gib"),
             std::string::npos);
   EXPECT_NE(Msg("node: {kv_tiers: {dram_mib: -1}}").find("node.kv_tiers.dram_mib"),

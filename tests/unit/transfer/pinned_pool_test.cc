@@ -4,8 +4,8 @@
 // cap, and chunks outliving the pool, are unpinned and freed.
 #include "transfer/pinned_pool.h"
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 
