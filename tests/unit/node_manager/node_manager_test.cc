@@ -118,44 +118,61 @@ TEST(DeviceWorker, ActivationShedsTheLeastRecentlyUsedSessionAcrossModels) {
   w->Stop();
 }
 
-// Two models share a small arena and a's request is older. When both grow
-// past what the arena holds, b's younger request gives way (preempted, it
-// recomputes later with the same output), never a's: the device's oldest
-// sequence always progresses. (Each engine used to preempt its own
-// sequence when its next block was missing, so two models could preempt
-// themselves in turn for minutes: a chat benchmark on 18 MiB did.)
-TEST(DeviceWorker, TheOldestSequenceOnTheDeviceIsNotPreemptedForAnotherModel) {
-  engine::testing::TempDir dir;
-  engine::SyntheticModelSpec sa, sb;
-  sb.kv_heads = 4;  // 1 KiB of KV per token; a's is 512 B
-  const std::string a_path = engine::testing::WriteTinyModel(dir, "a", sa);
-  const std::string b_path = engine::testing::WriteTinyModel(dir, "b", sb);
-  auto w = std::move(*DeviceWorker::Create("cpu:0", 32ll << 20, HostPages()));
-  auto a = Activate("a", a_path, w.get());
-  auto b = Activate("b", b_path, w.get());
-  ASSERT_TRUE(a.ok() && b.ok());
-  // Leave the arena 6 pages (64 KiB slabs): a's request takes 4 of them at
-  // its end (400 tokens), b's 5 (300 tokens); each fits alone, not both.
-  const DeviceUsage u = w->Usage();
-  const int64_t free_bytes = u.memory_total_bytes - u.weight_bytes - u.workspace_bytes;
-  auto pin = w->ReserveWeights(free_bytes - 6 * kPage);
-  ASSERT_TRUE(pin.ok()) << pin.status();
+// Models "a" (512 B of KV per token) and "b" (1 KiB) on one device whose
+// arena is left 6 pages of 64 KiB (64 KiB slabs): 128 tokens of a's KV or
+// 64 of b's per slab.
+class TwoModelsOnSixPages : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine::SyntheticModelSpec sa, sb;
+    sb.kv_heads = 4;
+    a_path_ = engine::testing::WriteTinyModel(dir_, "a", sa);
+    b_path_ = engine::testing::WriteTinyModel(dir_, "b", sb);
+    w_ = std::move(*DeviceWorker::Create("cpu:0", 32ll << 20, HostPages()));
+    auto a = Activate("a", a_path_, w_.get());
+    auto b = Activate("b", b_path_, w_.get());
+    ASSERT_TRUE(a.ok() && b.ok());
+    a_ = *a;
+    b_ = *b;
+    const DeviceUsage u = w_->Usage();
+    auto pin =
+        w_->ReserveWeights(u.memory_total_bytes - u.weight_bytes - u.workspace_bytes - 6 * kPage);
+    ASSERT_TRUE(pin.ok()) << pin.status();
+    pin_ = std::move(*pin);
+  }
+  void TearDown() override {
+    pin_.reset();
+    w_->Stop();
+  }
+
+  engine::testing::TempDir dir_;
+  std::string a_path_, b_path_;
+  std::unique_ptr<DeviceWorker> w_;
+  std::shared_ptr<ModelEngine> a_, b_;
+  std::unique_ptr<memory::WeightPages> pin_;
+};
+
+// a's request is older. When both grow past what the arena holds (a's
+// takes 4 slabs at its end, b's 5), b's younger request gives way
+// (preempted, it recomputes later with the same output), never a's: the
+// device's oldest sequence always progresses. (Each engine used to preempt
+// its own sequence when its next block was missing, so two models could
+// preempt themselves in turn for minutes: a chat benchmark on 18 MiB did.)
+TEST_F(TwoModelsOnSixPages, TheOldestSequenceOnTheDeviceIsNotPreemptedForAnotherModel) {
   const engine::GenerationRequest ra = Req("old", 1, 100, 300), rb = Req("young", 2, 100, 200);
   Done da, db;
-  ASSERT_TRUE((*a)->Submit(ra, &da).ok());
+  ASSERT_TRUE(a_->Submit(ra, &da).ok());
   ASSERT_TRUE(
-      testing::WaitFor([&] { return (*a)->stats().tokens_generated > 0; }, absl::Seconds(10)));
-  ASSERT_TRUE((*b)->Submit(rb, &db).ok());
+      testing::WaitFor([&] { return a_->stats().tokens_generated > 0; }, absl::Seconds(10)));
+  ASSERT_TRUE(b_->Submit(rb, &db).ok());
   ASSERT_TRUE(da.AwaitDone(absl::Seconds(60)));
   ASSERT_TRUE(db.AwaitDone(absl::Seconds(60)));
   ASSERT_TRUE(da.result.ok()) << da.result.status();
   ASSERT_TRUE(db.result.ok()) << db.result.status();
   EXPECT_EQ(da.result->preemptions, 0) << "the older request gave way to a younger one";
   EXPECT_GE(db.result->preemptions, 1) << "the arena was never short: the test proves nothing";
-  EXPECT_EQ(da.result->output_tokens, testing::Alone(a_path, ra));
-  EXPECT_EQ(db.result->output_tokens, testing::Alone(b_path, rb));
-  pin->reset();
-  w->Stop();
+  EXPECT_EQ(da.result->output_tokens, testing::Alone(a_path_, ra));
+  EXPECT_EQ(db.result->output_tokens, testing::Alone(b_path_, rb));
 }
 
 // Another model's idle session fills the arena: a new request is still
@@ -163,36 +180,21 @@ TEST(DeviceWorker, TheOldestSequenceOnTheDeviceIsNotPreemptedForAnotherModel) {
 // engine's own sessions, so such a device admitted nothing, for good: an
 // 18 MiB chat benchmark sat with 4 queued, none running, 7 of 8 MiB of KV
 // held by idle sessions.
-TEST(DeviceWorker, AnotherModelsIdleSessionDoesNotBlockAdmission) {
-  engine::testing::TempDir dir;
-  engine::SyntheticModelSpec sa, sb;
-  sb.kv_heads = 4;
-  const std::string a_path = engine::testing::WriteTinyModel(dir, "a", sa);
-  const std::string b_path = engine::testing::WriteTinyModel(dir, "b", sb);
-  auto w = std::move(*DeviceWorker::Create("cpu:0", 32ll << 20, HostPages()));
-  auto a = Activate("a", a_path, w.get());
-  auto b = Activate("b", b_path, w.get());
-  ASSERT_TRUE(a.ok() && b.ok());
-  const DeviceUsage u = w->Usage();
-  auto pin =
-      w->ReserveWeights(u.memory_total_bytes - u.weight_bytes - u.workspace_bytes - 6 * kPage);
-  ASSERT_TRUE(pin.ok()) << pin.status();
+TEST_F(TwoModelsOnSixPages, AnotherModelsIdleSessionDoesNotBlockAdmission) {
   engine::GenerationRequest rb = Req("b1", 2, 100, 200);  // 5 of the 6 slabs, kept
   rb.session_id = "sb";
   Done db;
-  ASSERT_TRUE((*b)->Submit(rb, &db).ok());
+  ASSERT_TRUE(b_->Submit(rb, &db).ok());
   ASSERT_TRUE(db.AwaitDone(absl::Seconds(30)));
   ASSERT_TRUE(
-      testing::WaitFor([&] { return (*b)->stats().cached_sessions == 1; }, absl::Seconds(10)));
+      testing::WaitFor([&] { return b_->stats().cached_sessions == 1; }, absl::Seconds(10)));
   const engine::GenerationRequest ra = Req("a1", 1, 300, 50);  // its prompt alone: 3 slabs
   Done da;
-  ASSERT_TRUE((*a)->Submit(ra, &da).ok());
+  ASSERT_TRUE(a_->Submit(ra, &da).ok());
   ASSERT_TRUE(da.AwaitDone(absl::Seconds(30))) << "admission waits behind b's idle session";
   ASSERT_TRUE(da.result.ok()) << da.result.status();
-  EXPECT_EQ(da.result->output_tokens, testing::Alone(a_path, ra));
-  EXPECT_EQ((*b)->stats().cached_sessions, 0);
-  pin->reset();
-  w->Stop();
+  EXPECT_EQ(da.result->output_tokens, testing::Alone(a_path_, ra));
+  EXPECT_EQ(b_->stats().cached_sessions, 0);
 }
 
 // A draining eviction waits for the requests in flight, no longer, and
