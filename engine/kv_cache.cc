@@ -47,6 +47,10 @@ int64_t KvCache::ReleaseLayers(SequenceKv* seq, int first_layer) {
     if (absl::Status st = allocator_->Free(seq->blocks[l]); st.ok()) {
       freed += n;
     } else {
+      // A block table the allocator refuses is an engine bug. The allocator
+      // freed nothing of this layer (all or nothing); keep going so the
+      // other layers' blocks are not leaked, and drop the layer's table so
+      // it cannot be freed twice.
       release_errors_.fetch_add(1, std::memory_order_relaxed);
       spdlog::error("KV cache: freeing layer {} of a sequence ({} blocks) was refused: {}", l, n,
                     st.ToString());
@@ -57,17 +61,7 @@ int64_t KvCache::ReleaseLayers(SequenceKv* seq, int first_layer) {
 }
 
 void KvCache::Release(SequenceKv* seq) {
-  for (size_t l = 0; l < seq->blocks.size(); ++l) {
-    absl::Status st = allocator_->Free(seq->blocks[l]);
-    if (st.ok()) continue;
-    // A block table the allocator refuses is an engine bug. The allocator
-    // freed nothing of this layer (all or nothing); keep going so the other
-    // layers' blocks are not leaked, and drop the table so it cannot be freed
-    // twice.
-    release_errors_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::error("KV cache: freeing layer {} of a sequence ({} blocks) was refused: {}", l,
-                  seq->blocks[l].size(), st.ToString());
-  }
+  ReleaseLayers(seq, 0);
   seq->blocks.clear();
 }
 
