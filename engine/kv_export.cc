@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "xxhash.h"
 
 namespace ballast::engine {
@@ -68,7 +69,14 @@ uint64_t KvFingerprint(uint64_t model_fingerprint, const KvLayout& l) {
 absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* tiers,
                              const std::string& tenant, uint64_t kv_fingerprint,
                              absl::Span<const int> tokens, const SequenceKv& table,
-                             const std::string& session_id, int priority) {
+                             const std::string& session_id, int priority, ExportTimes* times) {
+  ExportTimes local;
+  ExportTimes& t = times ? *times : local;
+  auto lap = [last = absl::Now()](double* ms) mutable {
+    const absl::Time now = absl::Now();
+    *ms += absl::ToDoubleMilliseconds(now - last);
+    last = now;
+  };
   const KvLayout& layout = kv.layout();
   const int chunk = tiers->chunk_tokens();
   const int n = static_cast<int>(tokens.size());
@@ -94,10 +102,18 @@ absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* 
       m.blocks_per_layer =
           static_cast<uint32_t>((len + layout.block_tokens - 1) / layout.block_tokens);
       m.block_bytes = kv.allocator()->block_bytes();
+      double skipped = 0;
+      lap(&skipped);
       auto c = tiers->NewChunk(m);
+      lap(&t.alloc_ms);
       if (auto st = executor->CopyKvToHost(BlockCopies(kv, table, *c)); !st.ok()) return st;
+      lap(&t.copy_ms);
       c->Seal();
+      lap(&t.seal_ms);
+      ++t.chunks;
+      t.bytes += static_cast<int64_t>(m.payload_bytes());
       tiers->Put(std::move(c), priority);
+      lap(&t.put_ms);
     }
     parent = key;
   }

@@ -22,13 +22,24 @@ namespace ballast::engine {
 // (`model_fingerprint`) and everything that shapes the KV bytes.
 uint64_t KvFingerprint(uint64_t model_fingerprint, const KvLayout& layout);
 
+// Where an export's time went (the slow-step log).
+struct ExportTimes {
+  int chunks = 0;       // copied (chunks the tiers held already are not)
+  int64_t bytes = 0;    // payload copied
+  double alloc_ms = 0;  // host buffers for the chunks
+  double copy_ms = 0;   // device to host
+  double seal_ms = 0;   // payload checksums
+  double put_ms = 0;    // handing the chunks to the tiers
+};
+
 // Exports the KV of `tokens` (every one computed, held by `table`) as
 // chunks of tiers->chunk_tokens(), copying only chunks the tiers lack, then
-// names them as the session's chunks.
+// names them as the session's chunks. `times` (optional) accumulates.
 absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* tiers,
                              const std::string& tenant, uint64_t kv_fingerprint,
                              absl::Span<const int> tokens, const SequenceKv& table,
-                             const std::string& session_id, int priority);
+                             const std::string& session_id, int priority,
+                             ExportTimes* times = nullptr);
 
 // Appends, by layer, the copies of `lease`'s blocks into `table`'s blocks
 // (which must cover lease.tokens positions) to `out`: for layers below

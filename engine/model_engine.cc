@@ -11,6 +11,7 @@
 #include "engine/gpu_backend.h"
 #include "engine/kv_export.h"
 #include "memory/host_block_pool.h"
+#include "spdlog/spdlog.h"
 
 namespace ballast::engine {
 
@@ -414,17 +415,24 @@ int64_t ModelEngine::ShedKv(int64_t want_bytes) {
 
 bool ModelEngine::Step() {
   last_prefill_tokens_ = 0;  // also when this step does nothing
+  absl::Time at[6];
+  at[0] = absl::Now();
   DrainInbox();
+  at[1] = absl::Now();
   const StepPlan plan = planner_->empty() ? StepPlan{} : planner_->Plan();
   if (plan.empty()) {
     PublishStats();
     return false;
   }
+  at[2] = absl::Now();
   last_prefill_tokens_ = plan.prefill_tokens;
+  export_times_ = {};
   std::vector<int> sampled;
   std::vector<TokenLogprobs> logprobs;
   absl::Status st = RunLoads(plan);
+  at[3] = absl::Now();
   if (st.ok()) st = Execute(plan, &sampled, &logprobs);
+  at[4] = absl::Now();
   ++steps_;
   if (!st.ok()) {
     // A load the failed step did not finish must end before its blocks
@@ -445,7 +453,24 @@ bool ModelEngine::Step() {
   }
   for (auto& s : planner_->TakeDone()) Finish(std::move(s));
   PublishStats();
+  at[5] = absl::Now();
+  if (options_.slow_step_warn_ms > 0 &&
+      absl::ToDoubleMilliseconds(at[5] - at[0]) >= options_.slow_step_warn_ms) {
+    LogSlowStep(plan, at);
+  }
   return true;
+}
+
+void ModelEngine::LogSlowStep(const StepPlan& plan, const absl::Time (&at)[6]) const {
+  auto ms = [&](int i) { return absl::ToDoubleMilliseconds(at[i + 1] - at[i]); };
+  const ExportTimes& e = export_times_;
+  spdlog::warn(
+      "model {}: slow step, {:.1f} ms ({} chunks, {} prefill tokens, {} loads): inbox and tasks "
+      "{:.1f}, plan {:.1f}, KV loads {:.1f}, forward {:.1f}, tokens and finishes {:.1f} (exports "
+      "of {} chunks, {} KiB: buffers {:.1f}, copies {:.1f}, checksums {:.1f}, puts {:.1f})",
+      options_.name, absl::ToDoubleMilliseconds(at[5] - at[0]), plan.chunks.size(),
+      plan.prefill_tokens, plan.loads.size(), ms(0), ms(1), ms(2), ms(3), ms(4), e.chunks,
+      e.bytes >> 10, e.alloc_ms, e.copy_ms, e.seal_ms, e.put_ms);
 }
 
 absl::Status ModelEngine::Execute(const StepPlan& plan, std::vector<int>* sampled,

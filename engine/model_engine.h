@@ -37,6 +37,7 @@
 #include "engine/executor.h"
 #include "engine/generation.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_export.h"
 #include "engine/kv_manager.h"
 #include "engine/sequence.h"
 #include "engine/tokenizer.h"
@@ -106,6 +107,10 @@ struct ModelEngineOptions {
   // blocks. False: the whole lease is copied before the step starts (the
   // benchmark's baseline for the share of the transfer hidden).
   bool layerwise_kv_load = true;
+  // A step longer than this is logged (warn) with where its time went:
+  // inbox and queued tasks, planning, KV loads, the forward pass, tokens
+  // and finished requests (KV exports apart). 0 (default): never.
+  double slow_step_warn_ms = 0;
 };
 
 // A request waiting for admission, as the device's arbitration sees it.
@@ -272,6 +277,9 @@ class ModelEngine {
   // Hands a finished session turn's KV down to the tiers (if any).
   // True if the tiers now hold the session's KV.
   bool ExportSession(const Sequence& seq);
+  // Logs a step over options_.slow_step_warn_ms; `at` holds the times at
+  // its start and after each phase (inbox, plan, loads, forward, tokens).
+  void LogSlowStep(const StepPlan& plan, const absl::Time (&at)[6]) const;
   void Finish(std::unique_ptr<Sequence> seq);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
   // `logprobs`: the token's log-probabilities, or null when not asked for.
@@ -308,6 +316,7 @@ class ModelEngine {
   int64_t tokens_generated_ = 0;
   int64_t steps_ = 0;
   int last_prefill_tokens_ = 0;
+  ExportTimes export_times_;  // this step's exports (step thread only)
 };
 
 }  // namespace ballast::engine

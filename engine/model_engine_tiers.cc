@@ -41,9 +41,10 @@ absl::Status ModelEngine::RunLoads(const StepPlan& plan) {
 bool ModelEngine::ExportSession(const Sequence& s) {
   if (!options_.kv_tiers) return false;
   // A failed export loses nothing: the session recomputes from its history.
-  const absl::Status st = ExportSessionKv(
-      *kv_, executor_.get(), options_.kv_tiers.get(), s.req.tenant, kv_fingerprint_,
-      absl::MakeConstSpan(s.tokens).first(s.num_computed), s.kv, s.req.session_id, s.req.priority);
+  const absl::Status st =
+      ExportSessionKv(*kv_, executor_.get(), options_.kv_tiers.get(), s.req.tenant, kv_fingerprint_,
+                      absl::MakeConstSpan(s.tokens).first(s.num_computed), s.kv, s.req.session_id,
+                      s.req.priority, &export_times_);
   if (!st.ok()) {
     spdlog::warn("model {}: session {} KV not exported to the lower tiers: {}", options_.name,
                  s.req.session_id, st.ToString());

@@ -229,6 +229,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.max_batch_tokens = options_.engine.max_batch_tokens;
   o.max_seqs = options_.engine.max_seqs;
   o.max_context = options_.engine.max_context;
+  o.slow_step_warn_ms = options_.engine.slow_step_warn_ms;
   o.kv_arena = target->arena();
   o.kv_limits = kv_limits;
   if (tiers_) {

@@ -52,6 +52,7 @@ struct EngineDefaults {
   int max_batch_tokens = 256;
   int max_seqs = 64;
   int max_context = 0;
+  double slow_step_warn_ms = 0;  // ModelEngineOptions::slow_step_warn_ms
 };
 
 struct NodeOptions {

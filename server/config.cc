@@ -269,6 +269,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     RETURN_IF_ERROR(es.Get("max_seqs", &eo.max_seqs));
     RETURN_IF_ERROR(es.Get("max_context", &eo.max_context));
     RETURN_IF_ERROR(es.Get("cuda_graphs", &eo.cuda_graphs));
+    RETURN_IF_ERROR(es.Get("slow_step_warn_ms", &eo.slow_step_warn_ms));
     RETURN_IF_ERROR(es.Finish());
     if (eo.backend != "cpu" && eo.backend != "cuda") {
       return es.Error("node.engine.backend",
@@ -282,6 +283,9 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     if (kv_mib <= 0) return es.Error("node.engine.kv_cache_mib", "must be > 0");
     if (eo.max_batch_tokens <= 0) return es.Error("node.engine.max_batch_tokens", "must be > 0");
     if (eo.max_seqs <= 0) return es.Error("node.engine.max_seqs", "must be > 0");
+    if (!(eo.slow_step_warn_ms >= 0)) {
+      return es.Error("node.engine.slow_step_warn_ms", "must be >= 0 (0 = off)");
+    }
     eo.kv_cache_bytes = kv_mib << 20;
   }
   RETURN_IF_ERROR(s.Finish());
