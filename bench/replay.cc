@@ -221,6 +221,9 @@ class Runner {
         out.prompt_tokens = f.usage().prompt_tokens();
         out.cached_tokens = f.usage().cached_prompt_tokens();
         out.server_queue_ms = f.timings().queue_ms();
+        out.scheduler_ms = f.timings().scheduler_ms();
+        out.kv_fetch_ms = f.timings().kv_fetch_ms();
+        out.kv_load_ms = f.timings().kv_load_ms();
         out.kv_source = KvSourceName(f.kv_source());
       }
     }

@@ -46,6 +46,7 @@ struct RequestOutcome {
   double first_token_s = -1;
   double end_s = -1;
   double server_queue_ms = -1;
+  double scheduler_ms = -1, kv_fetch_ms = -1, kv_load_ms = -1;  // parts of it (Timings)
   std::string kv_source;
   std::string status = "NOT_SENT";  // gRPC code name, or ABORTED (dependency failed)
   std::string message;

@@ -244,7 +244,7 @@ absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, 
   out << "id,model,session,turn,status,class,release_s,send_s,client_lag_ms,ttft_ms,tpot_ms,e2e_ms,"
          "queue_ms,"
          "prompt_tokens,cached_tokens,output_tokens,kv_source,ttft_slo_ms,tpot_slo_ms,ttft_met,"
-         "tpot_met\n";
+         "tpot_met,scheduler_ms,kv_fetch_ms,kv_load_ms\n";
   for (const auto& r : res.requests) {
     const Verdict v = Judge(r, res, slo_scale);
     const Slo slo = SloFor(r, res, slo_scale);
@@ -252,11 +252,12 @@ absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, 
                       : v.outcome == Outcome::kRejected ? "rejected"
                                                         : "failed";
     out << absl::StrFormat(
-        "%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%s\n", r.id,
-        r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s, r.client_lag_ms(),
+        "%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%s,%.3f,"
+        "%.3f,%.3f\n",
+        r.id, r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s, r.client_lag_ms(),
         r.ttft_ms(), r.tpot_ms(), r.e2e_ms(), r.server_queue_ms, r.prompt_tokens, r.cached_tokens,
         r.output_tokens, r.kv_source, slo.ttft_ms, slo.tpot_ms, v.ttft_ok,
-        v.no_tpot ? "" : (v.tpot_ok ? "1" : "0"));
+        v.no_tpot ? "" : (v.tpot_ok ? "1" : "0"), r.scheduler_ms, r.kv_fetch_ms, r.kv_load_ms);
   }
   out.close();
   return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));

@@ -240,6 +240,9 @@ grpc::Status NodeService::Generate(grpc::ServerContext* ctx, const v1::NodeGener
     f->mutable_timings()->set_ttft_ms(g.ttft_ms);
     f->mutable_timings()->set_mean_tpot_ms(g.mean_tpot_ms);
     f->mutable_timings()->set_e2e_ms(g.e2e_ms);
+    f->mutable_timings()->set_scheduler_ms(req->scheduler_ms());
+    f->mutable_timings()->set_kv_fetch_ms(g.kv_fetch_ms);
+    f->mutable_timings()->set_kv_load_ms(g.kv_load_ms);
     f->set_kv_source(ToProto(g.kv_source));
     f->set_node_id(node_->options().node_id);
     f->set_device(admitted->device);
