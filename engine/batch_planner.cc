@@ -63,12 +63,17 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget) {
       // free memory for an admission, as this engine's own is: without
       // this, a device whose arena other models' sessions fill admits
       // nothing, for good.
+      // What they free serves this model only once it empties a slab (the
+      // others' blocks are of other sizes): ask again while something is
+      // freed and more room could still be ours.
       reclaimed = true;
       const int64_t headroom =
           static_cast<int64_t>(running) * kv_->layout().num_layers * kv_->block_bytes();
-      ok = options_.reclaim(kv_->BytesNeeded(s->kv, tokens) + headroom,
-                            std::numeric_limits<uint64_t>::max()) > 0 &&
-           fits();
+      while (!ok && !kv_->AtCapacity() &&
+             options_.reclaim(kv_->BytesNeeded(s->kv, tokens) + headroom,
+                              std::numeric_limits<uint64_t>::max()) > 0) {
+        ok = fits();
+      }
     }
     // No room now: wait. Submit() refused requests that could never fit; in
     // elastic mode other models' running sequences may hold the memory for
@@ -98,7 +103,11 @@ bool BatchPlanner::ReserveOrPreempt(Sequence* seq, int tokens) {
     const Sequence* victim = running_.back().get();
     if (options_.reclaim && reclaimed_for != victim) {
       reclaimed_for = victim;
-      if (options_.reclaim(kv_->BytesNeeded(seq->kv, tokens), victim->admitted_at) > 0) continue;
+      // Asked again while it frees something: only emptied slabs serve us.
+      while (!kv_->AtCapacity() &&
+             options_.reclaim(kv_->BytesNeeded(seq->kv, tokens), victim->admitted_at) > 0) {
+        if (kv_->Reserve(&seq->kv, tokens)) return true;
+      }
     }
     // Preempt the newest running sequence (possibly `seq` itself).
     PreemptAt(running_.size() - 1);

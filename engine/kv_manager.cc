@@ -28,7 +28,11 @@ bool KvManager::Reserve(SequenceKv* kv, int tokens) {
   while (true) {
     if (kv_->Reserve(kv, tokens).ok()) return true;
     if (sessions_.empty()) return false;
-    EvictLeastRecent();
+    // The least recently used session gives back what is missing, its
+    // later layers first where the tiers hold a copy (ShedLayers).
+    const int64_t missing =
+        std::max<int64_t>(1, kv_->BlocksNeeded(*kv, tokens) - kv_->allocator()->num_free());
+    EvictLeastRecent(missing * block_bytes());
   }
 }
 
@@ -157,13 +161,14 @@ int64_t KvManager::ShedLayers(const std::string& session_id, int64_t want_bytes)
   return blocks * block_bytes();
 }
 
-int64_t KvManager::EvictLeastRecent() {
+int64_t KvManager::EvictLeastRecent(int64_t want_bytes) {
   if (sessions_.empty()) return 0;
   auto victim = sessions_.begin();
   for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
     if (it->second.last_use < victim->second.last_use) victim = it;
   }
-  return Erase(victim);
+  const std::string id = victim->first;  // ShedLayers may erase the entry
+  return ShedLayers(id, want_bytes);
 }
 
 std::vector<KvHolding> KvManager::Holdings() const {

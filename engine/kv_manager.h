@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -88,6 +89,10 @@ class KvManager {
 
   const KvLayout& layout() const { return kv_->layout(); }
   int64_t block_bytes() const { return static_cast<int64_t>(kv_->allocator()->block_bytes()); }
+  // True once the blocks this model could hold (now) reach the most it
+  // may ever hold (its arena limit or the device): freeing other models'
+  // memory cannot give it more.
+  bool AtCapacity() const { return kv_->allocator()->num_total() >= kv_->allocator()->num_max(); }
   int64_t BytesOf(const SequenceKv& kv) const { return kv.num_blocks() * block_bytes(); }
   // Bytes Reserve(kv, tokens) would allocate.
   int64_t BytesNeeded(const SequenceKv& kv, int tokens) const {
@@ -135,8 +140,10 @@ class KvManager {
   // entry goes when that would leave no layer, or when the lower tiers
   // hold no copy (Keep's lower_copy). Returns the bytes freed.
   int64_t ShedLayers(const std::string& session_id, int64_t want_bytes);
-  // Frees the least recently used session; returns bytes freed (0: none).
-  int64_t EvictLeastRecent();
+  // The least recently used session gives back `want_bytes` (ShedLayers:
+  // later layers first when the tiers hold it; default all of it).
+  // Returns the bytes freed (0: no session).
+  int64_t EvictLeastRecent(int64_t want_bytes = std::numeric_limits<int64_t>::max());
   int num_sessions() const { return static_cast<int>(sessions_.size()); }
   // One kCachedSession holding per kept session.
   std::vector<KvHolding> Holdings() const;

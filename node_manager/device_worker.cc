@@ -115,7 +115,7 @@ absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
 int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than) {
   const std::shared_ptr<engine::ModelEngine> engine = Find(model);
   if (!engine) return 0;
-  return ShedForShortfall(bytes, engine.get(), newer_than);
+  return ShedForShortfall(bytes, ShedFor::kModel, engine.get(), newer_than);
 }
 
 std::function<int64_t(int64_t, uint64_t)> DeviceWorker::ReclaimKvFor(const std::string& model) {
@@ -128,7 +128,7 @@ std::function<int64_t(int64_t, uint64_t)> DeviceWorker::ReclaimKvFor(const std::
 absl::StatusOr<int64_t> DeviceWorker::ShedKv(int64_t bytes) {
   int64_t freed = 0;
   if (auto st = RunOnStepThread([&] {
-        freed = ShedForShortfall(bytes);
+        freed = ShedForShortfall(bytes, ShedFor::kAnyone);
         return absl::OkStatus();
       });
       !st.ok()) {
@@ -166,7 +166,7 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
   // until the pages map or nothing is left to shed.
   int64_t shed = 0;
   while (!pages.ok()) {
-    const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes());
+    const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes(), ShedFor::kWeights);
     if (got == 0) break;
     shed += got;
     arena.ReclaimFreeSlabs();
@@ -182,8 +182,8 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
   return pages;
 }
 
-int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, const engine::ModelEngine* spare,
-                                       uint64_t running_after) {
+int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
+                                       const engine::ModelEngine* spare, uint64_t running_after) {
   const std::vector<std::shared_ptr<engine::ModelEngine>> engines = Engines();
   std::vector<memory::KvHolder> holders;
   std::vector<engine::KvHolding> source;
@@ -207,9 +207,13 @@ int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, const engine::Mo
   int64_t freed = 0;
   for (size_t i : memory::PlanKvShedding(holders, std::max<int64_t>(shortfall_bytes, 1))) {
     if (freed >= std::max<int64_t>(shortfall_bytes, 1)) break;
-    // The last holding may give back only part (a session's later layers).
-    freed += engines[static_cast<size_t>(holders[i].owner)]->Shed(
-        source[i], std::max<int64_t>(shortfall_bytes - freed, 1));
+    // The last holding may give back only part (a session's later layers),
+    // where those blocks serve the beneficiary as they are.
+    engine::ModelEngine& e = *engines[static_cast<size_t>(holders[i].owner)];
+    const bool partial =
+        what == ShedFor::kAnyone || (what == ShedFor::kModel && spare != nullptr &&
+                                     spare->kv_block_bytes() == e.kv_block_bytes());
+    freed += e.Shed(source[i], partial ? std::max<int64_t>(shortfall_bytes - freed, 1) : -1);
   }
   return freed;
 }

@@ -152,12 +152,24 @@ class DeviceWorker {
   // Runs `fn` on the step thread between steps and waits for it.
   absl::Status RunOnStepThread(std::function<absl::Status()> fn);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
+  // Who the memory freed by ShedForShortfall is for.
+  enum class ShedFor {
+    kModel,    // `spare`'s KV (its blocks' size)
+    kWeights,  // an activating model's weight pages
+    kAnyone,   // bytes, whoever uses them (ShedKv)
+  };
   // One pass of the memory ladder's KV rungs over every engine on the
   // device but `spare` (memory::PlanKvShedding), considering only running
   // sequences admitted after `running_after` (KvRecencyNow units); returns
-  // the bytes of blocks freed. Step thread only.
-  int64_t ShedForShortfall(int64_t shortfall_bytes, const engine::ModelEngine* spare = nullptr,
-                           uint64_t running_after = 0);
+  // the bytes of blocks freed. An idle session gives back only its later
+  // layers (ModelEngine::Shed) where those blocks serve as they are:
+  // kAnyone, or kModel with `spare`'s block size. Otherwise it is dropped
+  // whole: only a slab emptied of every block moves to another block size
+  // or to weights, and shedding a few layers of many sessions empties none
+  // (on the H100 chat trace it left admissions waiting 200-650 ms, one
+  // 50 ms pass after another). Step thread only.
+  int64_t ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
+                           const engine::ModelEngine* spare = nullptr, uint64_t running_after = 0);
   // One arbitration decision over the engines' queues; returns the engines
   // in stepping order. Step thread only.
   std::vector<std::shared_ptr<engine::ModelEngine>> Arbitrate(

@@ -173,6 +173,56 @@ TEST_F(BatchPlannerTest, CachedSessionKvDoesNotBlockAdmission) {
   EXPECT_EQ(kv_->num_sessions(), 0);  // evicted to make room
 }
 
+// An arena tenant's allocator: it could hold more than it does now (other
+// models hold the rest), so reclaiming from them can help.
+class ElasticPool : public memory::BlockAllocator {
+ public:
+  explicit ElasticPool(memory::BlockAllocator* pool) : pool_(pool) {}
+  absl::StatusOr<std::vector<memory::BlockId>> Allocate(int n) override {
+    return pool_->Allocate(n);
+  }
+  absl::Status Free(absl::Span<const memory::BlockId> b) override { return pool_->Free(b); }
+  uint8_t* Address(memory::BlockId id) override { return pool_->Address(id); }
+  size_t block_bytes() const override { return pool_->block_bytes(); }
+  memory::BlockAddressing addressing() const override { return pool_->addressing(); }
+  int64_t num_total() const override { return pool_->num_total(); }
+  int64_t num_free() const override { return pool_->num_free(); }
+  int64_t num_max() const override { return 1 << 20; }
+
+ private:
+  memory::BlockAllocator* const pool_;
+};
+
+// Other models' memory serves an admission only once it empties a slab:
+// the planner asks again while something is freed, within one step,
+// instead of one reclaim per pass (on the H100 a request waited 13 passes).
+TEST_F(BatchPlannerTest, AdmissionReclaimsUntilTheRequestFits) {
+  Init(12);
+  ElasticPool elastic(pool_.get());
+  KvCache cache(cache_->layout(), &elastic);
+  KvManager kv(&cache);
+  auto others = *pool_->Allocate(10);  // another model's idle KV
+  int calls = 0;
+  BatchPlannerOptions o{64, 64, {}};
+  o.reclaim = [&](int64_t, uint64_t) -> int64_t {  // one block a call
+    ++calls;
+    if (others.empty()) return 0;
+    EXPECT_TRUE(pool_->Free({others.back()}).ok());
+    others.pop_back();
+    return pool_->block_bytes();
+  };
+  BatchPlanner planner(o, &kv);
+  auto s = std::make_unique<Sequence>();
+  s->req.id = "n";
+  s->tokens = Tokens(8);  // 4 blocks; 2 free
+  s->prompt_len = 8;
+  planner.Enqueue(std::move(s));
+  StepPlan p = planner.Plan();
+  EXPECT_EQ(p.chunks.size(), 1u) << "admitted only after " << calls << " passes";
+  EXPECT_EQ(calls, 2);
+  ASSERT_TRUE(pool_->Free(others).ok());
+}
+
 TEST_F(BatchPlannerTest, AdmissionOrderKeepsPreemptedFirstThenRank) {
   Init(64);
   Add("p", 4);

@@ -213,5 +213,30 @@ TEST(KvManagerLayers, ShedLayersFreesLaterLayersFirst) {
   EXPECT_EQ(kv.num_sessions(), 0);
 }
 
+// A reservation short of blocks takes them from the least recently used
+// session's later layers (when the tiers hold it), only as many as missing:
+// the session keeps its first layers for its next turn.
+TEST(KvManagerLayers, ReserveShedsOnlyTheMissingLaterLayers) {
+  KvLayout layout;
+  layout.num_layers = 4;
+  layout.num_kv_heads = 1;
+  layout.head_dim = 4;
+  layout.block_tokens = 4;
+  auto pool = *memory::HostBlockPool::Create(layout.block_bytes(), 10);
+  KvCache cache(layout, pool.get());
+  KvManager kv(&cache);
+  std::vector<int> tokens(8);
+  std::iota(tokens.begin(), tokens.end(), 1);
+  SequenceKv kept;
+  ASSERT_TRUE(kv.Reserve(&kept, 8));  // 8 of 10 blocks
+  kv.Keep("s", std::move(kept), tokens, 0, absl::InfiniteFuture(), /*lower_copy=*/true);
+  SequenceKv next;
+  ASSERT_TRUE(kv.Reserve(&next, 4));  // 4 blocks: 2 free, 2 from the last layer
+  ASSERT_EQ(kv.num_sessions(), 1) << "the whole session was dropped for two blocks";
+  EXPECT_EQ(kv.Holdings()[0].bytes, 6 * kv.block_bytes());
+  EXPECT_EQ(pool->num_free(), 0);
+  kv.Free(&next);
+}
+
 }  // namespace
 }  // namespace ballast::engine

@@ -146,6 +146,26 @@ TEST_F(SessionTieringTest, LaterLayersAreShedFirstAndTheNextTurnLoadsOnlyThose) 
   node->Shutdown();
 }
 
+// Memory wanted by a model of another block size is taken as whole sessions:
+// shedding later layers frees blocks in slabs it cannot use.
+TEST_F(SessionTieringTest, AnotherBlockSizeTakesWholeSessions) {
+  auto node = MakeNode(64 << 20, false);
+  engine::SyntheticModelSpec spec;
+  spec.kv_heads = 4;  // other KV blocks than a's
+  ASSERT_TRUE(
+      node->LoadModel("b", engine::testing::WriteTinyModel(dir_, "b", spec), "auto", "").ok());
+  FirstTurn(node.get(), "s");
+  DeviceWorker* device = node->devices()[0];
+  auto a = device->Find("a");
+  auto b = device->Find("b");
+  ASSERT_NE(a->kv_block_bytes(), b->kv_block_bytes());
+  ASSERT_EQ(a->stats().cached_sessions, 1);
+  EXPECT_GT(device->ReclaimFor("b", 1, std::numeric_limits<uint64_t>::max()), 0);
+  EXPECT_EQ(a->stats().cached_sessions, 0) << "a's session kept its first layers for b";
+  EXPECT_EQ(a->stats().kv_blocks_free, a->stats().kv_blocks_total);
+  node->Shutdown();
+}
+
 // With only its first layers on the device and no lease for the rest (the
 // user edited the history inside the first chunk), the turn recomputes.
 TEST_F(SessionTieringTest, FirstLayersWithoutALeaseAreRecomputed) {
