@@ -1,6 +1,8 @@
 #include "node_manager/kv_tier_store.h"
 
 #include <algorithm>
+#include <cstring>
+#include <new>
 #include <string_view>
 
 #include "absl/strings/match.h"
@@ -50,7 +52,10 @@ KvTierStore::KvTierStore(const KvTierOptions& options)
                                                                   ? transfer::NewDirectKvFileEnv()
                                                                   : transfer::NewPosixKvFileEnv())),
       pool_(transfer::PinnedBufferPool::Create(
-          options.pin, static_cast<size_t>(std::max<int64_t>(options.pinned_pool_bytes, 0)))) {}
+          options.pin, static_cast<size_t>(std::max<int64_t>(options.pinned_pool_bytes, 0)))),
+      header_page_(static_cast<char*>(std::aligned_alloc(kSsdPayloadOffset, kSsdPayloadOffset))) {
+  if (!header_page_) throw std::bad_alloc();
+}
 
 KvTierStore::~KvTierStore() {
   {
@@ -273,16 +278,18 @@ void KvTierStore::WriterLoop() {
     }
     for (const std::string& path : deletes) (void)env_->Remove(path);
     absl::Status st;
-    std::string path, header;
+    std::string path;
     if (chunk) {
       path = PathOf(chunk->meta.key);
-      header = transfer::EncodeHeader(chunk->meta);
-      const std::string padding(kSsdPayloadOffset - header.size(), '\0');
+      // The header page and the payload are page-aligned: direct I/O.
+      const std::string header = transfer::EncodeHeader(chunk->meta);
+      std::memset(header_page_.get(), 0, kSsdPayloadOffset);
+      std::memcpy(header_page_.get(), header.data(), header.size());
       const std::string_view pieces[] = {
-          header, padding,
+          std::string_view(header_page_.get(), kSsdPayloadOffset),
           std::string_view(reinterpret_cast<const char*>(chunk->payload.get()),
                            chunk->meta.payload_bytes())};
-      st = env_->WriteAtomic(path, pieces);
+      st = env_->WriteAtomicAligned(path, pieces);
     }
     absl::MutexLock lock(&mu_);
     writer_busy_ = false;

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
@@ -237,6 +238,12 @@ class KvTierStore final : public engine::KvTierPort {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   KvTierStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
+  // A file's first page (header and padding), page-aligned for direct
+  // writes; the writer thread's alone.
+  struct FreeDeleter {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char[], FreeDeleter> header_page_;
   std::unique_ptr<transfer::WorkerPool> io_pool_;  // reads and checksums
 };
 

@@ -84,7 +84,8 @@ struct PayloadFree {
 };
 
 // A chunk in host memory. The payload is page-aligned (so it can be pinned
-// for DMA) and not zero-initialised on creation.
+// for DMA, and written with O_DIRECT), its buffer is a whole number of
+// pages, and it is not zero-initialised on creation.
 struct KvChunk {
   KvChunkMeta meta;
   std::unique_ptr<uint8_t[], PayloadFree> payload;  // meta.payload_bytes() bytes

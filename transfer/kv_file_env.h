@@ -32,6 +32,15 @@ class KvFileEnv {
   // RESOURCE_EXHAUSTED when the disk is full (nothing is left behind).
   virtual absl::Status WriteAtomic(const std::string& path,
                                    absl::Span<const std::string_view> pieces) = 0;
+  // WriteAtomic for page-aligned pieces: each piece's data starts on a
+  // page, every piece but the last is a whole number of pages, and the
+  // last one's buffer may be read up to its size rounded up to a page
+  // (KvChunk payloads are). Envs with direct I/O write them past the page
+  // cache; the default is WriteAtomic.
+  virtual absl::Status WriteAtomicAligned(const std::string& path,
+                                          absl::Span<const std::string_view> pieces) {
+    return WriteAtomic(path, pieces);
+  }
   // Reads exactly `n` bytes at `offset`; DATA_LOSS if the file is shorter.
   virtual absl::Status Read(const std::string& path, uint64_t offset, void* dst, size_t n) = 0;
   virtual absl::StatusOr<uint64_t> FileSize(const std::string& path) = 0;
@@ -40,18 +49,20 @@ class KvFileEnv {
   virtual absl::StatusOr<std::vector<std::string>> List(const std::string& dir) = 0;
   // How reads are done, for logs.
   virtual std::string Describe() const { return "pread"; }
-  // Reads done with direct I/O so far (0 where there is none).
+  // Reads and writes done with direct I/O so far (0 where there is none).
   virtual int64_t direct_reads() const { return 0; }
+  virtual int64_t direct_writes() const { return 0; }
 };
 
 // The real file system: pread/pwrite, temporary + rename.
 std::unique_ptr<KvFileEnv> NewPosixKvFileEnv();
 
 // The SSD tier's default (kv_file_env_uring.cc): the Posix env, but reads
-// of page-aligned ranges into page-aligned buffers go through io_uring
-// with O_DIRECT, up to 16 requests of 1 MiB in flight, bypassing the page
-// cache (the DRAM tier is the cache, with a budget). Falls back to pread
-// per read where the kernel refuses io_uring or the file system O_DIRECT.
+// of page-aligned ranges into page-aligned buffers, and WriteAtomicAligned,
+// go through io_uring with O_DIRECT, up to 16 requests of 1 MiB in flight,
+// bypassing the page cache (the DRAM tier is the cache, with a budget).
+// Falls back to pread/pwrite where the kernel refuses io_uring or the file
+// system O_DIRECT.
 std::unique_ptr<KvFileEnv> NewDirectKvFileEnv();
 
 }  // namespace ballast::transfer
