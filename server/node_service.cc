@@ -1,68 +1,10 @@
 #include "server/node_service.h"
 
-#include <deque>
-#include <optional>
-#include <variant>
-
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "server/node_generate.h"
 #include "server/status_util.h"
 
 namespace ballast::server {
-namespace {
-
-// Hands engine events from the device thread to the RPC thread.
-class StreamSink final : public engine::GenerationSink {
- public:
-  struct Token {
-    int id;
-    std::string text;
-    std::optional<engine::TokenLogprobs> logprobs;
-  };
-  using Event = std::variant<Token, absl::StatusOr<engine::GenerationResult>>;
-
-  void OnToken(int id, const std::string& text, const engine::TokenLogprobs* logprobs) override {
-    absl::MutexLock lock(&mu_);
-    Token t{id, text, std::nullopt};
-    if (logprobs) t.logprobs = *logprobs;
-    events_.push_back(std::move(t));
-  }
-  void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(std::move(r));
-  }
-  // Next event, or nullopt after `timeout` without one.
-  std::optional<Event> Pop(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
-    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
-    if (events_.empty()) return std::nullopt;
-    Event e = std::move(events_.front());
-    events_.pop_front();
-    return e;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
-};
-
-// A generated token on the wire, with its log-probabilities when asked.
-void FillToken(const engine::Tokenizer& tokenizer, const StreamSink::Token& t, v1::Token* out) {
-  out->set_id(t.id);
-  out->set_text(t.text);
-  if (!t.logprobs) return;
-  out->set_logprob(t.logprobs->logprob);
-  out->set_token_bytes(tokenizer.TokenBytes(t.id));
-  for (const engine::TokenLogprob& alt : t.logprobs->top) {
-    v1::TopLogprob* p = out->add_top_logprobs();
-    p->set_id(alt.id);
-    p->set_token(tokenizer.TokenBytes(alt.id));
-    p->set_logprob(alt.logprob);
-  }
-}
-
-}  // namespace
 
 v1::FinishReason ToProto(engine::FinishReason r) {
   switch (r) {
@@ -96,24 +38,6 @@ v1::KvSource ToProto(engine::KvSource s) {
   return v1::KV_SOURCE_UNSPECIFIED;
 }
 
-// The metrics label of a KV source.
-static std::string KvSourceLabel(engine::KvSource s) {
-  switch (s) {
-    case engine::KvSource::kNone:
-      return "none";
-    case engine::KvSource::kDevice:
-      return "device";
-    case engine::KvSource::kRecomputed:
-      return "recomputed";
-    case engine::KvSource::kHostDram:
-      return "host_dram";
-    case engine::KvSource::kSsd:
-      return "ssd";
-    case engine::KvSource::kPeer:
-      return "peer";
-  }
-  return "none";
-}
 
 // The wire's "0 = none" to TenantLimits.
 static memory::TenantLimits KvLimits(int64_t floor, int64_t limit) {
@@ -190,77 +114,9 @@ grpc::Status NodeService::DropPrefetch(grpc::ServerContext*, const v1::DropPrefe
   return grpc::Status::OK;
 }
 
-grpc::Status NodeService::Generate(grpc::ServerContext* ctx, const v1::NodeGenerateRequest* req,
-                                   grpc::ServerWriter<v1::NodeGenerateResponse>* writer) {
-  StreamSink sink;
-  RequestOutcome outcome;
-  outcome.model = req->model();
-  auto admitted = node_->Submit(*req, &sink);
-  if (!admitted.ok()) {
-    outcome.status = absl::StatusCodeToString(admitted.status().code());
-    metrics_->NodeRequest(outcome);
-    return ToGrpc(admitted.status());
-  }
-  bool cancelled = false;
-  grpc::Status result;
-  while (true) {
-    auto ev = sink.Pop(absl::Milliseconds(25));
-    if (!ev) {
-      if (!cancelled && ctx->IsCancelled()) {
-        cancelled = true;
-        admitted->engine->Cancel(req->request_id());
-      }
-      continue;
-    }
-    if (auto* tok = std::get_if<StreamSink::Token>(&*ev)) {
-      if (cancelled) continue;
-      v1::NodeGenerateResponse r;
-      FillToken(admitted->engine->tokenizer(), *tok, r.mutable_token());
-      if (!writer->Write(r)) {
-        cancelled = true;
-        admitted->engine->Cancel(req->request_id());
-      }
-      continue;
-    }
-    auto& done = std::get<absl::StatusOr<engine::GenerationResult>>(*ev);
-    if (!done.ok()) {
-      result = ToGrpc(done.status());
-      outcome.status = absl::StatusCodeToString(done.status().code());
-      break;
-    }
-    const engine::GenerationResult& g = *done;
-    v1::NodeGenerateResponse r;
-    v1::NodeFinal* nf = r.mutable_final();
-    v1::Final* f = nf->mutable_final();
-    f->set_finish_reason(ToProto(g.reason));
-    f->mutable_usage()->set_prompt_tokens(g.prompt_tokens);
-    f->mutable_usage()->set_cached_prompt_tokens(g.cached_tokens);
-    f->mutable_usage()->set_completion_tokens(static_cast<int>(g.output_tokens.size()));
-    f->mutable_timings()->set_queue_ms(g.queue_ms);
-    f->mutable_timings()->set_ttft_ms(g.ttft_ms);
-    f->mutable_timings()->set_mean_tpot_ms(g.mean_tpot_ms);
-    f->mutable_timings()->set_e2e_ms(g.e2e_ms);
-    f->mutable_timings()->set_scheduler_ms(req->scheduler_ms());
-    f->mutable_timings()->set_kv_fetch_ms(g.kv_fetch_ms);
-    f->mutable_timings()->set_kv_load_ms(g.kv_load_ms);
-    f->set_kv_source(ToProto(g.kv_source));
-    f->set_node_id(node_->options().node_id);
-    f->set_device(admitted->device);
-    f->set_text(g.text);
-    for (int t : admitted->turn_tokens) nf->add_prompt_tokens(t);
-    nf->set_prompt_replaces_history(admitted->replaces_history);
-    for (int t : g.output_tokens) nf->add_output_tokens(t);
-    writer->Write(r);
-    outcome.status = "OK";
-    outcome.ttft_s = g.ttft_ms / 1000.0;
-    if (g.output_tokens.size() > 1) outcome.tpot_s = g.mean_tpot_ms / 1000.0;
-    outcome.tokens = static_cast<int64_t>(g.output_tokens.size());
-    metrics_->KvHit(KvSourceLabel(g.kv_source),
-                    g.prefetch_lead_ms >= 0 ? g.prefetch_lead_ms / 1000.0 : -1);
-    break;
-  }
-  metrics_->NodeRequest(outcome);
-  return result;
+grpc::ServerWriteReactor<v1::NodeGenerateResponse>* NodeService::Generate(
+    grpc::CallbackServerContext* ctx, const v1::NodeGenerateRequest* req) {
+  return StartNodeGenerate(node_, metrics_, admission_.get(), ctx, req);
 }
 
 }  // namespace ballast::server

@@ -1,22 +1,33 @@
 // NodeService: the gRPC face of a NodeManager (node.proto's Node service):
 // load/evict, token streaming for routed requests, session drops, Advise
-// prefetches and peer KV fetches. It polls
-// for client cancellation while a request runs and cancels it in the
-// engine, so a client that goes away frees its sequence.
+// prefetches and peer KV fetches. Generate runs on gRPC's callback API
+// (server/node_generate.h): no thread per stream; a client that goes away
+// cancels its sequence in the engine.
 //
 // Thread-safety: gRPC calls handlers concurrently; all state is in the
-// thread-safe NodeManager and Metrics.
+// thread-safe NodeManager and Metrics. Shut the gRPC server down before
+// destroying the service.
 #pragma once
+
+#include <memory>
 
 #include "ballast/v1/node.grpc.pb.h"
 #include "node_manager/node_manager.h"
 #include "server/metrics.h"
+#include "transfer/worker_pool.h"
 
 namespace ballast::server {
 
-class NodeService final : public v1::Node::Service {
+class NodeService final : public v1::Node::WithCallbackMethod_Generate<v1::Node::Service> {
  public:
-  NodeService(node_manager::NodeManager* node, Metrics* metrics) : node_(node), metrics_(metrics) {}
+  // Threads that admit requests (NodeManager::Submit: tokenizing, reading
+  // the KV tiers), whatever the number of streams.
+  static constexpr int kAdmissionThreads = 8;
+
+  NodeService(node_manager::NodeManager* node, Metrics* metrics)
+      : node_(node),
+        metrics_(metrics),
+        admission_(std::make_unique<transfer::WorkerPool>(kAdmissionThreads)) {}
 
   grpc::Status LoadModel(grpc::ServerContext* ctx, const v1::LoadModelRequest* req,
                          v1::LoadModelResponse* resp) override;
@@ -24,8 +35,8 @@ class NodeService final : public v1::Node::Service {
                            v1::SetKvLimitsResponse* resp) override;
   grpc::Status EvictModel(grpc::ServerContext* ctx, const v1::EvictModelRequest* req,
                           v1::EvictModelResponse* resp) override;
-  grpc::Status Generate(grpc::ServerContext* ctx, const v1::NodeGenerateRequest* req,
-                        grpc::ServerWriter<v1::NodeGenerateResponse>* writer) override;
+  grpc::ServerWriteReactor<v1::NodeGenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const v1::NodeGenerateRequest* req) override;
   grpc::Status DropSession(grpc::ServerContext* ctx, const v1::DropSessionRequest* req,
                            v1::DropSessionResponse* resp) override;
   grpc::Status FetchKv(grpc::ServerContext* ctx, const v1::FetchKvRequest* req,
@@ -38,6 +49,7 @@ class NodeService final : public v1::Node::Service {
  private:
   node_manager::NodeManager* node_;
   Metrics* metrics_;
+  std::unique_ptr<transfer::WorkerPool> admission_;
 };
 
 // Copies engine results into the wire types.

@@ -1,0 +1,293 @@
+#include "server/node_generate.h"
+
+#include <deque>
+#include <optional>
+#include <utility>
+#include <variant>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/node_service.h"
+#include "server/status_util.h"
+
+namespace ballast::server {
+namespace {
+
+// A generated token on the wire, with its log-probabilities when asked.
+void FillToken(const engine::Tokenizer& tokenizer, int id, const std::string& text,
+               const engine::TokenLogprobs* logprobs, v1::Token* out) {
+  out->set_id(id);
+  out->set_text(text);
+  if (!logprobs) return;
+  out->set_logprob(logprobs->logprob);
+  out->set_token_bytes(tokenizer.TokenBytes(id));
+  for (const engine::TokenLogprob& alt : logprobs->top) {
+    v1::TopLogprob* p = out->add_top_logprobs();
+    p->set_id(alt.id);
+    p->set_token(tokenizer.TokenBytes(alt.id));
+    p->set_logprob(alt.logprob);
+  }
+}
+
+// The final message of a finished request.
+v1::NodeGenerateResponse FinalMessage(const engine::GenerationResult& g,
+                                      const node_manager::Admission& admitted,
+                                      const v1::NodeGenerateRequest& req,
+                                      const std::string& node_id) {
+  v1::NodeGenerateResponse r;
+  v1::NodeFinal* nf = r.mutable_final();
+  v1::Final* f = nf->mutable_final();
+  f->set_finish_reason(ToProto(g.reason));
+  f->mutable_usage()->set_prompt_tokens(g.prompt_tokens);
+  f->mutable_usage()->set_cached_prompt_tokens(g.cached_tokens);
+  f->mutable_usage()->set_completion_tokens(static_cast<int>(g.output_tokens.size()));
+  v1::Timings* t = f->mutable_timings();
+  t->set_queue_ms(g.queue_ms);
+  t->set_ttft_ms(g.ttft_ms);
+  t->set_mean_tpot_ms(g.mean_tpot_ms);
+  t->set_e2e_ms(g.e2e_ms);
+  t->set_scheduler_ms(req.scheduler_ms());
+  t->set_kv_fetch_ms(g.kv_fetch_ms);
+  t->set_kv_load_ms(g.kv_load_ms);
+  f->set_kv_source(ToProto(g.kv_source));
+  f->set_node_id(node_id);
+  f->set_device(admitted.device);
+  f->set_text(g.text);
+  for (int tok : admitted.turn_tokens) nf->add_prompt_tokens(tok);
+  nf->set_prompt_replaces_history(admitted.replaces_history);
+  for (int tok : g.output_tokens) nf->add_output_tokens(tok);
+  return r;
+}
+
+class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerateResponse>,
+                                 public engine::GenerationSink {
+ public:
+  NodeGenerateStream(node_manager::NodeManager* node, Metrics* metrics,
+                     const v1::NodeGenerateRequest& req)
+      : node_(node), metrics_(metrics), req_(req) {
+    outcome_.model = req.model();
+  }
+
+  // On the admission pool: tokenizes, reads the tiers and queues the
+  // sequence. Engine events may arrive before it returns; they wait.
+  void Admit() {
+    absl::StatusOr<node_manager::Admission> admitted = node_->Submit(req_, this);
+    Settle(std::move(admitted));
+  }
+
+  void Settle(absl::StatusOr<node_manager::Admission> admitted) {
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!admitted.ok()) {
+        engine_done_ = true;  // the engine never saw this sink
+        End(ToGrpc(admitted.status()), absl::StatusCodeToString(admitted.status().code()));
+      } else {
+        admitted_ = std::move(*admitted);
+        cancel = !client_ok_;
+      }
+      settled_ = true;
+    }
+    if (cancel) CancelInEngine();
+    Pump();
+  }
+
+  // engine::GenerationSink (the device's step thread).
+  void OnToken(int id, const std::string& text, const engine::TokenLogprobs* logprobs) override {
+    {
+      absl::MutexLock lock(&mu_);
+      Token t{id, text, std::nullopt};
+      if (logprobs) t.logprobs = *logprobs;
+      events_.push_back(std::move(t));
+    }
+    Pump();
+  }
+  void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
+    {
+      absl::MutexLock lock(&mu_);
+      events_.push_back(std::move(r));
+      engine_done_ = true;
+    }
+    Pump();
+  }
+
+  // grpc::ServerWriteReactor.
+  void OnWriteDone(bool ok) override {
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok && client_ok_) {
+        client_ok_ = false;
+        cancel = true;
+      }
+    }
+    if (cancel) CancelInEngine();
+    Pump();
+  }
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      client_ok_ = false;
+    }
+    CancelInEngine();
+    Pump();
+  }
+  void OnDone() override {
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      grpc_done_ = true;
+      if (outcome_.status.empty()) outcome_.status = "CANCELLED";
+      metrics_->NodeRequest(outcome_);
+      last = Release();
+    }
+    if (last) delete this;
+  }
+
+ private:
+  struct Token {
+    int id;
+    std::string text;
+    std::optional<engine::TokenLogprobs> logprobs;
+  };
+  using Event = std::variant<Token, absl::StatusOr<engine::GenerationResult>>;
+
+  // True exactly once: when gRPC, the engine and the admission are all done
+  // with this object (the caller deletes it). REQUIRES: mu_ held.
+  bool Release() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!grpc_done_ || !engine_done_ || !settled_ || released_) return false;
+    released_ = true;
+    return true;
+  }
+
+  // The stream's end: `status` once what is queued is written.
+  // REQUIRES: mu_ held.
+  void End(grpc::Status status, std::string label) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (end_) return;
+    end_ = std::move(status);
+    outcome_.status = std::move(label);
+  }
+
+  void CancelInEngine() {
+    std::shared_ptr<engine::ModelEngine> engine;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancel_sent_ || !admitted_) return;
+      cancel_sent_ = true;
+      engine = admitted_->engine;
+    }
+    engine->Cancel(req_.request_id());  // never under mu_: the engine calls into us
+  }
+
+  // Turns the next event into `current_`; false if it produced no message.
+  // REQUIRES: mu_ held, admitted_.
+  bool NextMessage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    current_.Clear();
+    if (auto* t = std::get_if<Token>(&e)) {
+      FillToken(admitted_->engine->tokenizer(), t->id, t->text,
+                t->logprobs ? &*t->logprobs : nullptr, current_.mutable_token());
+      return true;
+    }
+    auto& done = std::get<absl::StatusOr<engine::GenerationResult>>(e);
+    if (!done.ok()) {
+      End(ToGrpc(done.status()), absl::StatusCodeToString(done.status().code()));
+      return false;
+    }
+    const engine::GenerationResult& g = *done;
+    current_ = FinalMessage(g, *admitted_, req_, node_->options().node_id);
+    End(grpc::Status::OK, "OK");
+    outcome_.ttft_s = g.ttft_ms / 1000.0;
+    if (g.output_tokens.size() > 1) outcome_.tpot_s = g.mean_tpot_ms / 1000.0;
+    outcome_.tokens = static_cast<int64_t>(g.output_tokens.size());
+    metrics_->KvHit(KvSourceLabel(g.kv_source),
+                    g.prefetch_lead_ms >= 0 ? g.prefetch_lead_ms / 1000.0 : -1);
+    return true;
+  }
+
+  // Starts the next write, or the Finish, if one is due. gRPC is called
+  // outside mu_ (its reactions may run inline); one write at a time.
+  void Pump() {
+    bool last = false;
+    enum { kNone, kWrite, kFinish } action = kNone;
+    grpc::Status finish;
+    {
+      absl::MutexLock lock(&mu_);
+      if (grpc_done_) {
+        last = Release();  // the engine or the admission ended after gRPC
+      } else if (!writing_ && !finishing_) {
+        if (!client_ok_) {
+          End(grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled"), "CANCELLED");
+          events_.clear();
+        }
+        while (admitted_ && client_ok_ && !events_.empty() && action == kNone) {
+          if (NextMessage()) action = kWrite;
+        }
+        if (action == kNone && events_.empty() && end_) {
+          finishing_ = true;
+          finish = *end_;
+          action = kFinish;
+        }
+        writing_ = action == kWrite;
+      }
+    }
+    if (last) {
+      delete this;
+      return;
+    }
+    if (action == kWrite) StartWrite(&current_);
+    if (action == kFinish) Finish(finish);
+  }
+
+  node_manager::NodeManager* const node_;
+  Metrics* const metrics_;
+  const v1::NodeGenerateRequest req_;
+  absl::Mutex mu_;
+  std::optional<node_manager::Admission> admitted_ ABSL_GUARDED_BY(mu_);
+  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+  v1::NodeGenerateResponse current_ ABSL_GUARDED_BY(mu_);  // being written
+  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);    // after the queue drains
+  RequestOutcome outcome_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool client_ok_ ABSL_GUARDED_BY(mu_) = true;
+  bool cancel_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool engine_done_ ABSL_GUARDED_BY(mu_) = false;  // the engine will not call again
+  bool grpc_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool settled_ ABSL_GUARDED_BY(mu_) = false;  // Settle ran (admitted or refused)
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::NodeGenerateResponse>* StartNodeGenerate(
+    node_manager::NodeManager* node, Metrics* metrics, transfer::WorkerPool* admission,
+    grpc::CallbackServerContext*, const v1::NodeGenerateRequest* req) {
+  auto* s = new NodeGenerateStream(node, metrics, *req);
+  if (!admission->Schedule([s] { s->Admit(); })) {
+    s->Settle(absl::UnavailableError("the node is shutting down"));
+  }
+  return s;
+}
+
+std::string KvSourceLabel(engine::KvSource s) {
+  switch (s) {
+    case engine::KvSource::kNone:
+      return "none";
+    case engine::KvSource::kDevice:
+      return "device";
+    case engine::KvSource::kRecomputed:
+      return "recomputed";
+    case engine::KvSource::kHostDram:
+      return "host_dram";
+    case engine::KvSource::kSsd:
+      return "ssd";
+    case engine::KvSource::kPeer:
+      return "peer";
+  }
+  return "none";
+}
+
+}  // namespace ballast::server
