@@ -248,7 +248,7 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   std::optional<node_manager::Admission> admitted_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
   v1::NodeGenerateResponse current_ ABSL_GUARDED_BY(mu_);  // being written
-  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);    // after the queue drains
+  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);   // after the queue drains
   RequestOutcome outcome_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;

@@ -38,7 +38,6 @@ v1::KvSource ToProto(engine::KvSource s) {
   return v1::KV_SOURCE_UNSPECIFIED;
 }
 
-
 // The wire's "0 = none" to TenantLimits.
 static memory::TenantLimits KvLimits(int64_t floor, int64_t limit) {
   memory::TenantLimits l;
