@@ -76,39 +76,38 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   }
 
   void Settle(absl::StatusOr<node_manager::Admission> admitted) {
-    bool cancel = false;
+    std::shared_ptr<engine::ModelEngine> cancel;
     {
       absl::MutexLock lock(&mu_);
+      if (admitted.ok()) {
+        admitted_ = std::move(*admitted);
+        if (!client_ok_ && !cancel_sent_) {  // the client left during admission
+          cancel_sent_ = true;
+          cancel = admitted_->engine;
+        }
+      }
+    }
+    if (cancel) cancel->Cancel(req_.request_id());
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (!admitted.ok()) {
         engine_done_ = true;  // the engine never saw this sink
         End(ToGrpc(admitted.status()), absl::StatusCodeToString(admitted.status().code()));
-      } else {
-        admitted_ = std::move(*admitted);
-        cancel = !client_ok_;
       }
       settled_ = true;
-    }
-    if (cancel) CancelInEngine();
-    Pump();
+    });
   }
 
   // engine::GenerationSink (the device's step thread).
   void OnToken(int id, const std::string& text, const engine::TokenLogprobs* logprobs) override {
-    {
-      absl::MutexLock lock(&mu_);
-      Token t{id, text, std::nullopt};
-      if (logprobs) t.logprobs = *logprobs;
-      events_.push_back(std::move(t));
-    }
-    Pump();
+    Token t{id, text, std::nullopt};
+    if (logprobs) t.logprobs = *logprobs;
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { events_.push_back(std::move(t)); });
   }
   void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
-    {
-      absl::MutexLock lock(&mu_);
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       events_.push_back(std::move(r));
       engine_done_ = true;
-    }
-    Pump();
+    });
   }
 
   // grpc::ServerWriteReactor.
@@ -134,15 +133,11 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     Pump();
   }
   void OnDone() override {
-    bool last;
-    {
-      absl::MutexLock lock(&mu_);
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       grpc_done_ = true;
       if (outcome_.status.empty()) outcome_.status = "CANCELLED";
       metrics_->NodeRequest(outcome_);
-      last = Release();
-    }
-    if (last) delete this;
+    });
   }
 
  private:
@@ -207,16 +202,22 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     return true;
   }
 
-  // Starts the next write, or the Finish, if one is due. gRPC is called
-  // outside mu_ (its reactions may run inline); one write at a time.
-  void Pump() {
+  // Runs `change` under mu_, then starts the next write, or the Finish, if
+  // one is due (gRPC is called outside mu_: its reactions may run inline;
+  // one write at a time). The object is deleted by the one call whose
+  // change completes it (Release), in the same critical section, so no
+  // other thread touches it afterwards: the engine and the admission do
+  // not call again once done, and gRPC's OnDone comes last of its calls.
+  template <typename Change>
+  void Pump(Change change) {
     bool last = false;
     enum { kNone, kWrite, kFinish } action = kNone;
     grpc::Status finish;
     {
       absl::MutexLock lock(&mu_);
+      change();
       if (grpc_done_) {
-        last = Release();  // the engine or the admission ended after gRPC
+        last = Release();
       } else if (!writing_ && !finishing_) {
         if (!client_ok_) {
           End(grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled"), "CANCELLED");
@@ -235,10 +236,14 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     }
     if (last) {
       delete this;
-      return;
+    } else if (action == kWrite) {
+      StartWrite(&current_);
+    } else if (action == kFinish) {
+      Finish(finish);
     }
-    if (action == kWrite) StartWrite(&current_);
-    if (action == kFinish) Finish(finish);
+  }
+  void Pump() {
+    Pump([]() {});
   }
 
   node_manager::NodeManager* const node_;
@@ -247,8 +252,10 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   absl::Mutex mu_;
   std::optional<node_manager::Admission> admitted_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
-  v1::NodeGenerateResponse current_ ABSL_GUARDED_BY(mu_);  // being written
-  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);   // after the queue drains
+  // Being written: filled under mu_ while no write is outstanding, then
+  // read by gRPC until OnWriteDone (writing_ keeps others off it).
+  v1::NodeGenerateResponse current_;
+  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);  // after the queue drains
   RequestOutcome outcome_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;

@@ -162,15 +162,21 @@ TEST(KvRecency, StrictlyIncreasingSteadyClockNanoseconds) {
 namespace ballast::engine {
 namespace {
 
-// 4 layers this time: ShedLayers gives back the last layers first, only as
-// many as wanted; the entry stays (not counted as cached) and TakePrefix
-// reports the layers left; Reserve then fills the shed layers again.
-TEST(KvManagerLayers, ShedLayersFreesLaterLayersFirst) {
+// 4 layers of 1 head of 4, blocks of 4 positions.
+KvLayout FourLayers() {
   KvLayout layout;
   layout.num_layers = 4;
   layout.num_kv_heads = 1;
   layout.head_dim = 4;
   layout.block_tokens = 4;
+  return layout;
+}
+
+// 4 layers this time: ShedLayers gives back the last layers first, only as
+// many as wanted; the entry stays (not counted as cached) and TakePrefix
+// reports the layers left; Reserve then fills the shed layers again.
+TEST(KvManagerLayers, ShedLayersFreesLaterLayersFirst) {
+  const KvLayout layout = FourLayers();
   auto pool = *memory::HostBlockPool::Create(layout.block_bytes(), 64);
   KvCache cache(layout, pool.get());
   KvManager kv(&cache);
@@ -217,11 +223,7 @@ TEST(KvManagerLayers, ShedLayersFreesLaterLayersFirst) {
 // session's later layers (when the tiers hold it), only as many as missing:
 // the session keeps its first layers for its next turn.
 TEST(KvManagerLayers, ReserveShedsOnlyTheMissingLaterLayers) {
-  KvLayout layout;
-  layout.num_layers = 4;
-  layout.num_kv_heads = 1;
-  layout.head_dim = 4;
-  layout.block_tokens = 4;
+  const KvLayout layout = FourLayers();
   auto pool = *memory::HostBlockPool::Create(layout.block_bytes(), 10);
   KvCache cache(layout, pool.get());
   KvManager kv(&cache);
