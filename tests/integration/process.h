@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -84,7 +86,28 @@ class ChildProcess {
   std::string log_path_;
 };
 
-inline int FreePort() { return server::FreeLoopbackPort(); }
+// A loopback port free now, for a child process to listen on. Chosen at
+// random below the kernel's ephemeral range (32768 and up by default), so
+// neither the outgoing connections of tests running beside this one nor
+// their own port 0 binds take it before the child binds it (a CI run
+// failed when a scheduler's metrics port, picked by binding port 0, was
+// taken by the time the scheduler started).
+inline int FreePort() {
+  static std::mt19937 rng(static_cast<unsigned>(getpid()) * 2654435761u ^
+                          static_cast<unsigned>(time(nullptr)));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = 20000 + static_cast<int>(rng() % 12000);
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (ok) return port;
+  }
+  return server::FreeLoopbackPort();
+}
 
 // Waits until something accepts TCP connections on 127.0.0.1:port.
 inline bool WaitForPort(int port, int timeout_ms) {
