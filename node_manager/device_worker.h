@@ -130,6 +130,9 @@ class DeviceWorker {
   // running requests, preempted), on the step thread. Returns the bytes
   // freed. For operators freeing device memory, benchmarks and tests.
   absl::StatusOr<int64_t> ShedKv(int64_t bytes);
+  // Runs `fn` on the step thread between steps (engines quiescent) and
+  // waits for it; UNAVAILABLE once the device is stopping.
+  absl::Status RunOnStepThread(std::function<absl::Status()> fn);
   // ModelEngineOptions::reclaim_kv for `model`'s engine: the other models
   // on this device give back `bytes` of the shared arena, idle session KV
   // first, then running sequences admitted after `newer_than`. Called from
@@ -149,8 +152,6 @@ class DeviceWorker {
  private:
   DeviceWorker(std::string name, int64_t memory_bytes);
   void Loop();
-  // Runs `fn` on the step thread between steps and waits for it.
-  absl::Status RunOnStepThread(std::function<absl::Status()> fn);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
   // Who the memory freed by ShedForShortfall is for.
   enum class ShedFor {

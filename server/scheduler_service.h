@@ -7,20 +7,31 @@
 // thread-safe Scheduler and Metrics.
 #pragma once
 
+#include <memory>
+
 #include "ballast/v1/admin.grpc.pb.h"
 #include "ballast/v1/inference.grpc.pb.h"
 #include "ballast/v1/node.grpc.pb.h"
 #include "global_scheduler/scheduler.h"
 #include "server/metrics.h"
+#include "transfer/worker_pool.h"
 
 namespace ballast::server {
 
-class InferenceService final : public v1::Inference::Service {
+// Generate runs on gRPC's callback API (server/scheduler_generate.h): no
+// thread per stream. Shut the gRPC server down before destroying it.
+class InferenceService final
+    : public v1::Inference::WithCallbackMethod_Generate<v1::Inference::Service> {
  public:
-  InferenceService(global_scheduler::Scheduler* s, Metrics* m) : sched_(s), metrics_(m) {}
+  // Threads that route requests (RouteRequest may wait for a replica to
+  // become ready), whatever the number of streams.
+  static constexpr int kRoutingThreads = 32;
 
-  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  InferenceService(global_scheduler::Scheduler* s, Metrics* m)
+      : sched_(s), metrics_(m), routing_(std::make_unique<transfer::WorkerPool>(kRoutingThreads)) {}
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
+                                                           const v1::GenerateRequest* req) override;
   grpc::Status Advise(grpc::ServerContext* ctx, const v1::AdviseRequest* req,
                       v1::AdviseResponse* resp) override;
   grpc::Status Invalidate(grpc::ServerContext* ctx, const v1::InvalidateRequest* req,
@@ -31,12 +42,9 @@ class InferenceService final : public v1::Inference::Service {
                           v1::ListModelsResponse* resp) override;
 
  private:
-  // Sends the Final message of a finished request and records its outcome.
-  grpc::Status SendFinal(const v1::GenerateRequest& req, const v1::NodeFinal& final, absl::Time t0,
-                         double ttft_ms, grpc::ServerWriter<v1::GenerateResponse>* writer,
-                         RequestOutcome* outcome);
   global_scheduler::Scheduler* sched_;
   Metrics* metrics_;
+  std::unique_ptr<transfer::WorkerPool> routing_;
 };
 
 class AdminService final : public v1::Admin::Service {

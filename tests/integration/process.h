@@ -39,6 +39,7 @@ class ChildProcess {
     }
   }
   ~ChildProcess() { Stop(SIGTERM); }
+  pid_t pid() const { return pid_; }
 
   // Sends `sig` and reaps the child (SIGKILL after 10 s).
   int Stop(int sig) {

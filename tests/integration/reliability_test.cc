@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 
 #include <cstring>
+#include <fstream>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "tests/integration/cluster_fixture.h"
 
 namespace ballast {
@@ -147,6 +149,82 @@ TEST_F(ReliabilityTest, AHungReplicaFailsOver) {
   nodes_[0]->Signal(SIGCONT);
   std::cout << "first success " << first << " after SIGSTOP\n";
   EXPECT_LT(first, absl::Seconds(3)) << Logs();
+}
+
+// The threads of process `pid` now.
+int Threads(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return -1;
+}
+
+// One stream read with the callback client (no thread of its own).
+class StreamReader final : public grpc::ClientReadReactor<v1::GenerateResponse> {
+ public:
+  StreamReader(v1::Inference::Stub* stub, v1::GenerateRequest req) : req_(std::move(req)) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    stub->async()->Generate(&ctx_, &req_, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (resp_.has_token()) ++tokens;
+    if (resp_.has_final()) got_final = true;
+    StartRead(&resp_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    status = s;
+    done.Notify();
+  }
+  grpc::Status status;
+  int tokens = 0;
+  bool got_final = false;
+  absl::Notification done;
+
+ private:
+  grpc::ClientContext ctx_;
+  v1::GenerateRequest req_;
+  v1::GenerateResponse resp_;
+};
+
+// Streams are pushed by callback reactors on the scheduler and the node: a
+// few hundred concurrent streams add a bounded number of threads to either
+// daemon (the synchronous handlers took a thread per stream on both, and
+// the scheduler another one to watch each for cancellation), and every
+// stream ends with all its tokens.
+TEST_F(ReliabilityTest, ManyStreamsKeepTheDaemonsThreadsBounded) {
+  constexpr int kStreams = 300, kTokens = 32;
+  const int node = NodeOf("alpha") == "n1" ? 0 : 1;
+  const pid_t pids[] = {scheduler_->pid(), nodes_[node]->pid()};
+  int before[2], peak[2];
+  for (int i = 0; i < 2; ++i) peak[i] = before[i] = Threads(pids[i]);
+  std::vector<std::unique_ptr<StreamReader>> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    v1::GenerateRequest req;
+    req.set_model("alpha");
+    req.set_prompt(absl::StrCat("stream ", i));
+    req.mutable_sampling()->set_max_tokens(kTokens);
+    req.mutable_sampling()->set_ignore_eos(true);
+    streams.push_back(std::make_unique<StreamReader>(inference_.get(), std::move(req)));
+  }
+  while (!streams.back()->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    for (int i = 0; i < 2; ++i) peak[i] = std::max(peak[i], Threads(pids[i]));
+  }
+  for (auto& s : streams) ASSERT_TRUE(s->done.WaitForNotificationWithTimeout(absl::Seconds(120)));
+  int ok = 0;
+  for (auto& s : streams) {
+    EXPECT_TRUE(s->status.ok()) << s->status.error_message();
+    ok += s->status.ok() && s->got_final && s->tokens == kTokens;
+  }
+  EXPECT_EQ(ok, kStreams);
+  EXPECT_LT(peak[0] - before[0], 100) << "scheduler threads " << before[0] << " -> " << peak[0];
+  EXPECT_LT(peak[1] - before[1], 100) << "node threads " << before[1] << " -> " << peak[1];
+  std::cout << "threads with " << kStreams << " streams: scheduler " << before[0] << " -> "
+            << peak[0] << ", node " << before[1] << " -> " << peak[1] << "\n";
 }
 
 // SIGTERM drains a node: a stream in flight on it finishes (a model large

@@ -1,0 +1,373 @@
+#include "server/scheduler_generate.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/status_util.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::server {
+namespace {
+
+std::string NewRequestId() {
+  static std::atomic<uint64_t> counter{0};
+  thread_local absl::BitGen gen;
+  return absl::StrCat("req-", counter.fetch_add(1), "-",
+                      absl::Hex(absl::Uniform<uint32_t>(gen), absl::kZeroPad8));
+}
+
+double MsSince(absl::Time t) { return absl::ToDoubleMilliseconds(absl::Now() - t); }
+
+class SchedulerGenerateStream;
+
+// One attempt on a node: the node's stream, read with the callback client.
+// Owned by its stream until the stream is deleted (so a cancel never
+// races its deletion).
+class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> {
+ public:
+  Upstream(SchedulerGenerateStream* s, global_scheduler::Route route, v1::NodeGenerateRequest nreq)
+      : stream_(s), route_(std::move(route)), nreq_(std::move(nreq)) {}
+  // The hold keeps OnDone from running while this side may still start a
+  // read: reads go on (token by token) until one fails, which drops it.
+  void Start() {
+    route_.stub->async()->Generate(&ctx_, &nreq_, this);
+    AddHold();
+    StartRead(&resp_);
+    StartCall();
+  }
+  void ReadNext() { StartRead(&resp_); }
+  void Cancel() { ctx_.TryCancel(); }
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& st) override;
+
+  const global_scheduler::Route& route() const { return route_; }
+  const v1::NodeGenerateResponse& resp() const { return resp_; }
+
+ private:
+  SchedulerGenerateStream* const stream_;
+  const global_scheduler::Route route_;
+  const v1::NodeGenerateRequest nreq_;
+  grpc::ClientContext ctx_;
+  v1::NodeGenerateResponse resp_;
+};
+
+class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  SchedulerGenerateStream(global_scheduler::Scheduler* sched, Metrics* metrics,
+                          transfer::WorkerPool* routing, const v1::GenerateRequest& req)
+      : sched_(sched), metrics_(metrics), routing_(routing), req_(req), t0_(absl::Now()) {
+    outcome_.model = req.model();
+  }
+
+  // Routes on the pool (avoiding `avoid`, the node a first attempt failed
+  // on), then starts the node call.
+  void Route(std::string avoid) {
+    {
+      absl::MutexLock lock(&mu_);
+      routing_pending_ = true;
+    }
+    if (!routing_->Schedule([this, avoid] { DoRoute(avoid); })) {
+      Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        routing_pending_ = false;
+        End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"));
+      });
+    }
+  }
+
+  // The node's next message (an Upstream's reaction).
+  void OnNodeMessage(Upstream* u) {
+    bool write = false, read = false;
+    {
+      absl::MutexLock lock(&mu_);
+      const v1::NodeGenerateResponse& r = u->resp();
+      if (r.has_token()) {
+        if (ttft_ms_ < 0) ttft_ms_ = MsSince(t0_);
+        streamed_ = true;
+        if (client_ok_) {
+          current_.Clear();
+          *current_.mutable_token() = r.token();
+          writing_ = write = true;  // the next read starts when it is written
+        } else {
+          read = true;  // drain: the call was cancelled
+        }
+      } else {
+        if (r.has_final()) final_ = r.final();
+        read = true;
+      }
+    }
+    if (write) StartWrite(&current_);
+    if (read) u->ReadNext();
+  }
+
+  // The node's call ended.
+  void OnNodeDone(Upstream* u, const grpc::Status& status) {
+    bool client_ok;
+    std::optional<v1::NodeFinal> final;
+    {
+      absl::MutexLock lock(&mu_);
+      client_ok = client_ok_;
+      final = final_;
+    }
+    const bool ok = status.ok() && final.has_value() && client_ok;
+    sched_->Complete(u->route(), ok ? &*final : nullptr);
+    const std::string node = u->route().node_id;
+    bool retry = false;
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      upstream_active_ = false;
+      if (!client_ok_) {
+        End(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
+      } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        sched_->ReportUnavailable(node);
+        if (!streamed_ && attempts_ == 1) {
+          retry = true;
+          routing_pending_ = true;  // before the stream could be released
+        } else {
+          End(grpc::Status(
+              grpc::StatusCode::UNAVAILABLE,
+              absl::StrCat("node ", node, " failed during the request: ", status.error_message(),
+                           "; retry (sessions are recomputed)")));
+        }
+      } else if (!status.ok()) {
+        End(status);
+      } else if (!final_) {
+        End(grpc::Status(grpc::StatusCode::INTERNAL, "node sent no final message"));
+      } else {
+        QueueFinal();
+      }
+    });
+    if (retry) {
+      // The node failed before the first token: once, on another replica.
+      spdlog::warn("request for {} failed on node {} before its first token ({}): retrying",
+                   req_.model(), node, status.error_message());
+      if (!routing_->Schedule([this, node] { DoRoute(node); })) {
+        Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          routing_pending_ = false;
+          End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"));
+        });
+      }
+    }
+  }
+
+  // grpc::ServerWriteReactor.
+  void OnWriteDone(bool ok) override {
+    Upstream* read = nullptr;
+    Upstream* cancel = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok && client_ok_) {
+        client_ok_ = false;
+        cancelled_ = true;
+        if (upstream_active_) cancel = upstream_.get();
+      }
+      if (upstream_active_ && !final_written_) read = upstream_.get();
+    }
+    if (cancel) cancel->Cancel();
+    if (read) read->ReadNext();
+    Pump();
+  }
+  void OnCancel() override {
+    Upstream* cancel = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      client_ok_ = false;
+      cancelled_ = true;
+      if (upstream_active_) cancel = upstream_.get();
+    }
+    if (cancel) cancel->Cancel();
+    Pump();
+  }
+  void OnDone() override {
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      grpc_done_ = true;
+      if (outcome_.status.empty()) outcome_.status = "CANCELLED";
+      metrics_->SchedulerRequest(outcome_);
+    });
+  }
+
+ private:
+  void DoRoute(const std::string& avoid) {
+    auto route = sched_->RouteRequest(
+        req_, [this] { return cancelled_.load(); }, avoid);
+    if (!route.ok()) {
+      Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        routing_pending_ = false;
+        End(ToGrpc(route.status()));
+      });
+      return;
+    }
+    auto up = std::make_unique<Upstream>(this, *route, NodeRequest(req_, *route, t0_));
+    Upstream* start = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      routing_pending_ = false;
+      if (client_ok_) {
+        if (upstream_) retired_.push_back(std::move(upstream_));
+        upstream_ = std::move(up);
+        upstream_active_ = true;
+        ++attempts_;
+        final_.reset();
+        start = upstream_.get();
+      } else {
+        End(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
+      }
+    }
+    if (start) {
+      start->Start();  // the stream is not released while its upstream is active
+    } else {
+      Pump();
+    }
+  }
+
+  // The stream's end: `status` once what is queued is written.
+  // REQUIRES: mu_ held.
+  void End(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (end_) return;
+    outcome_.status = CodeName(status.error_code());
+    end_ = std::move(status);
+  }
+
+  // The client's Final (the node's, with the scheduler's TTFT and E2E),
+  // queued to be written before the stream ends OK. REQUIRES: mu_ held.
+  void QueueFinal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    final_msg_.emplace();
+    v1::Final* f = final_msg_->mutable_final();
+    *f = final_->final();
+    f->mutable_timings()->set_ttft_ms(ttft_ms_ >= 0 ? ttft_ms_ : MsSince(t0_));
+    f->mutable_timings()->set_e2e_ms(MsSince(t0_));
+    outcome_.ttft_s = f->timings().ttft_ms() / 1000.0;
+    if (f->usage().completion_tokens() > 1) outcome_.tpot_s = f->timings().mean_tpot_ms() / 1000.0;
+    outcome_.tokens = f->usage().completion_tokens();
+    // Prompt tokens whose KV was computed (reused session KV is not new load).
+    sched_->RecordCompletion(req_.model(),
+                             f->usage().prompt_tokens() - f->usage().cached_prompt_tokens(),
+                             f->usage().completion_tokens());
+    End(grpc::Status::OK);
+  }
+
+  // True exactly once: when gRPC is done with the stream and no node call
+  // or routing is pending (the caller deletes it). REQUIRES: mu_ held.
+  bool Release() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!grpc_done_ || upstream_active_ || routing_pending_ || released_) return false;
+    released_ = true;
+    return true;
+  }
+
+  // Runs `change` under mu_, then starts the next write or the Finish if
+  // one is due, outside mu_; deletes the stream in the call whose change
+  // completes it (see NodeGenerateStream for why in one critical section).
+  template <typename Change>
+  void Pump(Change change) {
+    bool last = false;
+    enum { kNone, kWrite, kFinish } action = kNone;
+    grpc::Status finish;
+    {
+      absl::MutexLock lock(&mu_);
+      change();
+      if (grpc_done_) {
+        last = Release();
+      } else if (!writing_ && !finishing_) {
+        if (!client_ok_) End(grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled"));
+        if (final_msg_ && client_ok_ && !final_written_) {
+          current_ = std::move(*final_msg_);
+          final_msg_.reset();
+          final_written_ = true;
+          writing_ = true;
+          action = kWrite;
+        } else if (end_ && !(routing_pending_ && client_ok_)) {
+          finishing_ = true;
+          finish = *end_;
+          action = kFinish;
+        }
+      }
+    }
+    if (last) {
+      delete this;
+    } else if (action == kWrite) {
+      StartWrite(&current_);
+    } else if (action == kFinish) {
+      Finish(finish);
+    }
+  }
+  void Pump() {
+    Pump([]() {});
+  }
+
+  global_scheduler::Scheduler* const sched_;
+  Metrics* const metrics_;
+  transfer::WorkerPool* const routing_;
+  const v1::GenerateRequest req_;
+  const absl::Time t0_;
+  std::atomic<bool> cancelled_{false};  // read by RouteRequest's wait
+  absl::Mutex mu_;
+  std::unique_ptr<Upstream> upstream_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Upstream>> retired_ ABSL_GUARDED_BY(mu_);  // earlier attempts
+  // Being written: filled under mu_ while no write is outstanding, then
+  // read by gRPC until OnWriteDone (writing_ keeps others off it).
+  v1::GenerateResponse current_;
+  std::optional<v1::NodeFinal> final_ ABSL_GUARDED_BY(mu_);             // this attempt's
+  std::optional<v1::GenerateResponse> final_msg_ ABSL_GUARDED_BY(mu_);  // to write last
+  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);
+  RequestOutcome outcome_ ABSL_GUARDED_BY(mu_);
+  double ttft_ms_ ABSL_GUARDED_BY(mu_) = -1;
+  int attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  bool streamed_ ABSL_GUARDED_BY(mu_) = false;  // a token reached the client: no retry now
+  bool client_ok_ ABSL_GUARDED_BY(mu_) = true;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool final_written_ ABSL_GUARDED_BY(mu_) = false;
+  bool upstream_active_ ABSL_GUARDED_BY(mu_) = false;
+  bool routing_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool grpc_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+void Upstream::OnReadDone(bool ok) {
+  if (ok) {
+    stream_->OnNodeMessage(this);
+  } else {
+    RemoveHold();  // the end of the node's stream: OnDone follows
+  }
+}
+
+void Upstream::OnDone(const grpc::Status& st) { stream_->OnNodeDone(this, st); }
+
+}  // namespace
+
+v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
+                                    const global_scheduler::Route& route, absl::Time t0) {
+  v1::NodeGenerateRequest nreq;
+  nreq.set_request_id(NewRequestId());
+  nreq.set_model(req.model());
+  for (int t : route.history) nreq.add_history_tokens(t);
+  nreq.set_prompt(req.prompt());
+  for (const auto& m : route.history_messages) *nreq.add_history_messages() = m;
+  *nreq.mutable_messages() = req.messages();
+  nreq.set_session_id(req.session_id());
+  nreq.set_tenant(req.tenant());
+  nreq.set_kv_peer(route.kv_peer);
+  *nreq.mutable_sampling() = req.sampling();
+  nreq.mutable_slo()->set_ttft_ms(route.ttft_ms);
+  nreq.mutable_slo()->set_tpot_ms(route.tpot_ms);
+  nreq.set_priority(req.priority());
+  nreq.set_reject_if_slo_unmet(req.reject_if_slo_unmet());
+  nreq.set_scheduler_ms(MsSince(t0));
+  return nreq;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* StartSchedulerGenerate(
+    global_scheduler::Scheduler* sched, Metrics* metrics, transfer::WorkerPool* routing,
+    grpc::CallbackServerContext*, const v1::GenerateRequest* req) {
+  auto* s = new SchedulerGenerateStream(sched, metrics, routing, *req);
+  s->Route("");
+  return s;
+}
+
+}  // namespace ballast::server

@@ -1,0 +1,36 @@
+// The scheduler's Generate on gRPC's callback API: a client's stream is
+// proxied to the node that routing picked, with no thread per stream and no
+// polling. Routing (Scheduler::RouteRequest, which may wait for a replica to
+// become ready) runs on a bounded pool; the node's stream is read with the
+// callback client, one message at a time: the next read starts when the
+// client has taken the previous token (flow control end to end). A node
+// that fails UNAVAILABLE before the first token is retried once on another
+// replica; a client that cancels (or stops reading) cancels the node call.
+//
+// Lifetime: the stream deletes itself once gRPC is done with it, no node
+// call is in flight and no routing is pending.
+//
+// Thread-safety: gRPC reactions (server and client side) and the routing
+// pool call in concurrently; state is guarded by one mutex, and no gRPC
+// call is made while holding it.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "ballast/v1/inference.grpc.pb.h"
+#include "global_scheduler/scheduler.h"
+#include "server/metrics.h"
+#include "transfer/worker_pool.h"
+
+namespace ballast::server {
+
+// Starts the stream for `req` (gRPC owns the returned reactor).
+grpc::ServerWriteReactor<v1::GenerateResponse>* StartSchedulerGenerate(
+    global_scheduler::Scheduler* sched, Metrics* metrics, transfer::WorkerPool* routing,
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req);
+
+// What the scheduler sends a node for `req` along `route` (t0: its arrival).
+v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
+                                    const global_scheduler::Route& route, absl::Time t0);
+
+}  // namespace ballast::server
