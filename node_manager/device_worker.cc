@@ -318,14 +318,21 @@ std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Arbitrate(
     // Served back to back in this order, does it start prefilling late?
     t += reqs[id].cost_s;
     const bool on_time = t <= reqs[id].deadline_s;
-    if (!on_time && rejectable[id]) {
+    const double wait_ms = std::max(0.0, t - reqs[id].arrival_s) * 1e3;
+    const bool overload =
+        arbitration_.max_queue_wait_ms > 0 && wait_ms > arbitration_.max_queue_wait_ms;
+    if ((!on_time && rejectable[id]) || overload) {
       t -= reqs[id].cost_s;  // it will not take device time
       engines[e]->RejectWaiting(
-          rid, absl::ResourceExhaustedError(absl::StrCat(
-                   "TTFT SLO cannot be met on device ", name_, ": about ",
-                   static_cast<int>(std::max(0.0, t + reqs[id].cost_s - reqs[id].arrival_s) * 1e3),
-                   " ms expected before the first token (the request asked to be rejected rather "
-                   "than served late)")));
+          rid, absl::ResourceExhaustedError(
+                   overload ? absl::StrCat("device ", name_, " is overloaded: about ",
+                                           static_cast<int>(wait_ms),
+                                           " ms expected before the first token (bound ",
+                                           arbitration_.max_queue_wait_ms, " ms); retry later")
+                            : absl::StrCat("TTFT SLO cannot be met on device ", name_, ": about ",
+                                           static_cast<int>(wait_ms),
+                                           " ms expected before the first token (the request "
+                                           "asked to be rejected rather than served late)")));
       ++rejected;
       continue;
     }

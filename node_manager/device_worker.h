@@ -87,6 +87,13 @@ struct DeviceArbitrationOptions {
   // Deadline of requests that carry no TTFT SLO. Default 5 s.
   double default_ttft_ms = 5000;
   BatchLimits batch;  // fineserve_batch's batch caps
+  // Overload bound: a waiting request whose first token is predicted more
+  // than this far after its arrival (served back to back in the chosen
+  // order, from the model's prefill cost) is refused RESOURCE_EXHAUSTED at
+  // once, whether or not it asked to be, so a queue that cannot be served
+  // in time sheds load early instead of failing every stream by its
+  // deadline. 0 (the default): no bound.
+  double max_queue_wait_ms = 0;
 };
 
 struct ArbitrationStats {

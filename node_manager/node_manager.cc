@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
     if (!policy.ok()) return policy.status();
     arb.policy = *policy;
   }
+  arb.max_queue_wait_ms = options.max_queue_wait_ms;
   DeviceMemoryOptions mem;
   mem.elastic = options.memory_mode == "elastic";
   mem.slab_bytes = options.slab_bytes;

@@ -69,6 +69,8 @@ struct NodeOptions {
   // §6.2), fineserve_batch (FineServe §6.3), edf or fcfs (arbitration.h).
   // Default moore_hodgson.
   std::string arbitration_policy = "moore_hodgson";
+  // DeviceArbitrationOptions::max_queue_wait_ms (0, the default: none).
+  double max_queue_wait_ms = 0;
   // Longest a draining eviction waits for in-flight requests when the
   // EvictModel call names no timeout (the scheduler always sends its
   // scheduler.drain_timeout_ms). Default 10 min.

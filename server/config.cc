@@ -252,7 +252,11 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     Section as(a, "node.arbitration", file);
     RETURN_IF_ERROR(as.Check());
     RETURN_IF_ERROR(as.Get("policy", &o.arbitration_policy));
+    RETURN_IF_ERROR(as.Get("max_queue_wait_ms", &o.max_queue_wait_ms));
     RETURN_IF_ERROR(as.Finish());
+    if (!(o.max_queue_wait_ms >= 0)) {
+      return as.Error("node.arbitration.max_queue_wait_ms", "must be >= 0 (0 = no bound)");
+    }
     if (auto p = node_manager::ParseArbitrationPolicy(o.arbitration_policy); !p.ok()) {
       return as.Error("node.arbitration.policy", std::string(p.status().message()));
     }

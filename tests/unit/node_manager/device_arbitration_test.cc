@@ -130,6 +130,28 @@ TEST(DeviceArbitration, UnmeetableSloIsServedLateUnlessRejectionWasAsked) {
   w->Stop();
 }
 
+// Past the overload bound a waiting request is refused at once, asked or
+// not; within it, it is served.
+TEST(DeviceArbitration, AQueueBeyondTheWaitBoundIsRefusedEarly) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  DeviceMemoryOptions mem;
+  mem.page_bytes = 64 << 10;
+  DeviceArbitrationOptions arb;
+  arb.max_queue_wait_ms = 0.001;  // below any prefill estimate
+  auto w = std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+  auto e = Engine("a", path, w.get());
+  Order order;
+  Sink sink("r", &order);
+  ASSERT_TRUE(e->Submit(Req("r", 50, 60000), &sink).ok());  // a generous SLO, not opted in
+  ASSERT_TRUE(w->Add(e).ok());
+  ASSERT_TRUE(WaitAll(&order, 1));
+  EXPECT_EQ(sink.result.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(sink.result.status().message().find("overloaded"), std::string::npos)
+      << sink.result.status();
+  w->Stop();
+}
+
 TEST(PrefillCostModel, FitsMeasuredStepsAndStartsFromThePrior) {
   PrefillCostModel m(/*prior_ms_per_token=*/0.1);
   EXPECT_DOUBLE_EQ(m.PredictMs(100), 10.0);  // prior

@@ -28,6 +28,21 @@ TEST(Config, ShippedConfigsParse) {
   EXPECT_EQ(c->scheduler.options.heartbeat_timeout, absl::Seconds(3));
 }
 
+TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
+  auto c = ParseConfig(
+      "node: {arbitration: {policy: edf, max_queue_wait_ms: 1500}, "
+      "engine: {slow_step_warn_ms: 50}}",
+      "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->node.options.max_queue_wait_ms, 1500);
+  EXPECT_EQ(c->node.options.engine.slow_step_warn_ms, 50);
+  EXPECT_NE(Msg("node: {arbitration: {max_queue_wait_ms: -1}}")
+                .find("node.arbitration.max_queue_wait_ms"),
+            std::string::npos);
+  EXPECT_NE(Msg("node: {engine: {slow_step_warn_ms: -5}}").find("node.engine.slow_step_warn_ms"),
+            std::string::npos);
+}
+
 TEST(Config, KvTiersParseAndBadValuesNameTheirKey) {
   auto c = ParseConfig(
       "node: {kv_tiers: {dram_mib: 64, ssd_dir: /tmp/kv, ssd_gib: 2, chunk_tokens: 32, "

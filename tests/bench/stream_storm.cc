@@ -1,0 +1,109 @@
+// Overload benchmark (issue 15): N concurrent Generate streams against a
+// running scheduler, opened at once with gRPC's callback client (the
+// client takes no thread per stream, so it is not what limits the
+// measurement). Prints the token throughput, the statuses, and the peak
+// thread count of the server process when its pid is given. A benchmark,
+// not a test: results go to docs/benchmarks.md.
+//
+// Usage: stream_storm ADDRESS MODEL STREAMS TOKENS [SERVER_PID]
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "ballast/v1/inference.grpc.pb.h"
+
+namespace {
+
+using namespace ballast;
+
+int Threads(const std::string& pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return -1;
+}
+
+class Stream final : public grpc::ClientReadReactor<v1::GenerateResponse> {
+ public:
+  Stream(v1::Inference::Stub* stub, v1::GenerateRequest req) : req_(std::move(req)) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+    stub->async()->Generate(&ctx_, &req_, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (resp_.has_token()) ++tokens;
+    StartRead(&resp_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    code = s.error_code();
+    end = absl::Now();
+    done.Notify();
+  }
+  int tokens = 0;
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  absl::Time end;
+  absl::Notification done;
+
+ private:
+  grpc::ClientContext ctx_;
+  v1::GenerateRequest req_;
+  v1::GenerateResponse resp_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s ADDRESS MODEL STREAMS TOKENS [SERVER_PID]\n", argv[0]);
+    return 2;
+  }
+  const std::string pid = argc > 5 ? argv[5] : "";
+  const int n = std::atoi(argv[3]), max_tokens = std::atoi(argv[4]);
+  auto stub =
+      v1::Inference::NewStub(grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
+  const int threads_before = pid.empty() ? -1 : Threads(pid);
+  const absl::Time t0 = absl::Now();
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < n; ++i) {
+    v1::GenerateRequest req;
+    req.set_model(argv[2]);
+    req.set_prompt(absl::StrCat("request ", i, " of the storm"));
+    req.mutable_sampling()->set_max_tokens(max_tokens);
+    req.mutable_sampling()->set_ignore_eos(true);
+    streams.push_back(std::make_unique<Stream>(stub.get(), std::move(req)));
+  }
+  int peak = threads_before;
+  for (auto& s : streams) {
+    while (!s->done.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+      if (!pid.empty()) peak = std::max(peak, Threads(pid));
+    }
+  }
+  absl::Time last = t0;
+  int64_t tokens = 0;
+  std::map<std::string, int> codes;
+  for (auto& s : streams) {
+    tokens += s->tokens;
+    last = std::max(last, s->end);
+    ++codes[std::to_string(static_cast<int>(s->code))];
+  }
+  const double secs = absl::ToDoubleSeconds(last - t0);
+  std::printf("streams %d, tokens %lld in %.2f s: %.1f tokens/s; status codes:", n,
+              static_cast<long long>(tokens), secs, tokens / secs);
+  for (const auto& [c, k] : codes) std::printf(" %s=%d", c.c_str(), k);
+  if (!pid.empty()) std::printf("; server threads %d -> peak %d", threads_before, peak);
+  std::printf("\n");
+  return 0;
+}
