@@ -133,11 +133,7 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     Pump();
   }
   void OnDone() override {
-    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      grpc_done_ = true;
-      if (outcome_.status.empty()) outcome_.status = "CANCELLED";
-      metrics_->NodeRequest(outcome_);
-    });
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { grpc_done_ = true; });
   }
 
  private:
@@ -229,6 +225,9 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
         if (action == kNone && events_.empty() && end_) {
           finishing_ = true;
           finish = *end_;
+          // Counted before the client can see the status (a scrape right
+          // after the call ends includes it).
+          metrics_->NodeRequest(outcome_);
           action = kFinish;
         }
         writing_ = action == kWrite;

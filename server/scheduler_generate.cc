@@ -185,11 +185,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
     Pump();
   }
   void OnDone() override {
-    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      grpc_done_ = true;
-      if (outcome_.status.empty()) outcome_.status = "CANCELLED";
-      metrics_->SchedulerRequest(outcome_);
-    });
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { grpc_done_ = true; });
   }
 
  private:
@@ -284,6 +280,9 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
         } else if (end_ && !(routing_pending_ && client_ok_)) {
           finishing_ = true;
           finish = *end_;
+          // Counted before the client can see the status (a scrape right
+          // after the call ends includes it).
+          metrics_->SchedulerRequest(outcome_);
           action = kFinish;
         }
       }
