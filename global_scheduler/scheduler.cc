@@ -99,18 +99,33 @@ std::shared_ptr<v1::Node::StubInterface> Scheduler::Stub(const std::string& node
   return slot.stub;
 }
 
+std::shared_ptr<grpc::Channel> Scheduler::ChannelOf(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = stubs_.find(node_id);
+  return it == stubs_.end() ? nullptr : it->second.channel;
+}
+
 void Scheduler::ReportUnavailable(const std::string& node_id) {
-  std::shared_ptr<grpc::Channel> channel;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = stubs_.find(node_id);
-    if (it != stubs_.end()) channel = it->second.channel;
-  }
+  std::shared_ptr<grpc::Channel> channel = ChannelOf(node_id);
   // UNAVAILABLE from the node itself (a draining model) leaves the
   // connection READY; a dead or unreachable node's does not.
   if (channel && channel->GetState(false) == GRPC_CHANNEL_READY) return;
   spdlog::warn("node {} is unreachable: routing avoids it until its next heartbeat", node_id);
   cluster_.MarkSuspect(node_id);
+}
+
+void Scheduler::ReportUnresponsive(const std::string& node_id) {
+  spdlog::warn(
+      "node {} did not accept a request within {}: routing avoids it until its next "
+      "heartbeat",
+      node_id, absl::FormatDuration(options_.node_accept_timeout));
+  cluster_.MarkSuspect(node_id);
+}
+
+bool Scheduler::HasReplicaElsewhere(const std::string& model, const std::string& node_id) const {
+  for (const auto& n : cluster_.NodesWithModel(model))
+    if (n != node_id) return true;
+  return false;
 }
 
 namespace {

@@ -91,6 +91,17 @@ struct SchedulerOptions {
   // How long RegisterNode waits for a connection to the address of a live
   // node whose id another incarnation claims. Default 500 ms.
   absl::Duration identity_probe = absl::Milliseconds(500);
+  // A load onto a node whose connection is down (e.g. it just restarted at
+  // the same address) first waits this long for the connection, instead of
+  // failing at once and waiting load_retry. Default 3 s.
+  absl::Duration node_connect_wait = absl::Seconds(3);
+  // A request's node must accept its stream (send initial metadata, which
+  // a node does on receipt) within this long; if it does not, and the
+  // model has a live replica elsewhere, the node is marked suspect and the
+  // request retried there (a hung node: keepalive alone takes up to 2 s).
+  // With no replica elsewhere the request keeps waiting. Zero: off.
+  // Default 400 ms.
+  absl::Duration node_accept_timeout = absl::Milliseconds(400);
   // Threads for blocking node calls (load, evict, drop session); more
   // calls wait their turn. Default 16.
   int control_threads = 16;
@@ -188,6 +199,13 @@ class Scheduler {
   // routing avoids the node at once (until its next heartbeat), not only
   // after heartbeat_timeout.
   void ReportUnavailable(const std::string& node_id);
+  // A node did not accept a request's stream within node_accept_timeout:
+  // routing avoids it until its next heartbeat.
+  void ReportUnresponsive(const std::string& node_id);
+  // Whether `model` has a live, trusted replica on a node other than
+  // `node_id` (where an unaccepted request can be retried).
+  bool HasReplicaElsewhere(const std::string& model, const std::string& node_id) const;
+  absl::Duration node_accept_timeout() const { return options_.node_accept_timeout; }
   // EndSession: forgets the history and drops the KV on its node.
   bool EndSession(const std::string& session_id);
   // Advise (scheduler_advise.cc states the rule): picks the node that will
@@ -273,6 +291,9 @@ class Scheduler {
   // Wakes the control loop now (a request waits for an activation).
   void Kick();
   std::shared_ptr<v1::Node::StubInterface> Stub(const std::string& node_id);
+  // The channel behind Stub(node_id), if one was made.
+  std::shared_ptr<grpc::Channel> ChannelOf(const std::string& node_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The address of `affinity` when it is a live, trusted node other than
   // `serving` (the peer to fetch the session's KV from); else empty.
   std::string PeerAddress(const std::string& affinity, const std::string& serving) const;

@@ -111,6 +111,13 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(ms("load_timeout_ms", &o.load_timeout));
   RETURN_IF_ERROR(ms("stats_window_ms", &o.stats_window));
   RETURN_IF_ERROR(ms("drain_timeout_ms", &o.drain_timeout));
+  RETURN_IF_ERROR(ms("node_connect_wait_ms", &o.node_connect_wait));
+  {
+    int64_t accept_ms = absl::ToInt64Milliseconds(o.node_accept_timeout);
+    RETURN_IF_ERROR(s.Get("node_accept_timeout_ms", &accept_ms));
+    if (accept_ms < 0) return s.Error(s.Key("node_accept_timeout_ms"), "must be >= 0 (0: off)");
+    o.node_accept_timeout = absl::Milliseconds(accept_ms);
+  }
   RETURN_IF_ERROR(s.Get("control_threads", &o.control_threads));
   if (o.control_threads < 1 || o.control_threads > 1024) {
     return s.Error(s.Key("control_threads"), "must be in [1, 1024]");

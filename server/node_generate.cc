@@ -272,6 +272,9 @@ grpc::ServerWriteReactor<v1::NodeGenerateResponse>* StartNodeGenerate(
     node_manager::NodeManager* node, Metrics* metrics, transfer::WorkerPool* admission,
     grpc::CallbackServerContext*, const v1::NodeGenerateRequest* req) {
   auto* s = new NodeGenerateStream(node, metrics, *req);
+  // Accepted at once: the scheduler times a node's acceptance to find hung
+  // nodes (SchedulerOptions::node_accept_timeout), admission may queue.
+  s->StartSendInitialMetadata();
   if (!admission->Schedule([s] { s->Admit(); })) {
     s->Settle(absl::UnavailableError("the node is shutting down"));
   }

@@ -1,5 +1,7 @@
 #include "server/scheduler_generate.h"
 
+#include <grpcpp/alarm.h>
+
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -34,6 +36,9 @@ class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> 
  public:
   Upstream(SchedulerGenerateStream* s, global_scheduler::Route route, v1::NodeGenerateRequest nreq)
       : stream_(s), route_(std::move(route)), nreq_(std::move(nreq)) {}
+  // Arms the acceptance deadline (before Start): `fired` tells the stream
+  // whether the node's initial metadata was late.
+  void ArmAcceptAlarm(absl::Duration timeout);
   // The hold keeps OnDone from running while this side may still start a
   // read: reads go on (token by token) until one fails, which drops it.
   void Start() {
@@ -44,6 +49,14 @@ class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> 
   }
   void ReadNext() { StartRead(&resp_); }
   void Cancel() { ctx_.TryCancel(); }
+  // Cancelled because the node did not accept in time (then retried).
+  void MarkUnaccepted() { unaccepted_ = true; }
+  bool unaccepted() const { return unaccepted_; }
+  bool accepted() const { return accepted_; }
+  void OnReadInitialMetadataDone(bool ok) override {
+    accepted_ = ok;
+    alarm_.Cancel();
+  }
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& st) override;
 
@@ -56,6 +69,9 @@ class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> 
   const v1::NodeGenerateRequest nreq_;
   grpc::ClientContext ctx_;
   v1::NodeGenerateResponse resp_;
+  grpc::Alarm alarm_;
+  std::atomic<bool> accepted_{false};
+  std::atomic<bool> unaccepted_{false};
 };
 
 class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
@@ -118,13 +134,14 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
     const bool ok = status.ok() && final.has_value() && client_ok;
     sched_->Complete(u->route(), ok ? &*final : nullptr);
     const std::string node = u->route().node_id;
+    const bool unaccepted = u->unaccepted();
     bool retry = false;
     Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       upstream_active_ = false;
       if (!client_ok_) {
         End(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
-      } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        sched_->ReportUnavailable(node);
+      } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE || unaccepted) {
+        if (!unaccepted) sched_->ReportUnavailable(node);
         if (!streamed_ && attempts_ == 1) {
           retry = true;
           routing_pending_ = true;  // before the stream could be released
@@ -145,7 +162,8 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
     if (retry) {
       // The node failed before the first token: once, on another replica.
       spdlog::warn("request for {} failed on node {} before its first token ({}): retrying",
-                   req_.model(), node, status.error_message());
+                   req_.model(), node,
+                   unaccepted ? "not accepted in time" : status.error_message());
       if (!routing_->Schedule([this, node] { DoRoute(node); })) {
         Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           routing_pending_ = false;
@@ -153,6 +171,30 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
         });
       }
     }
+  }
+
+  // The acceptance deadline of `u` passed (`fired`) or was cancelled. A
+  // node that has not accepted the first attempt's stream is taken for hung
+  // when the model has a replica elsewhere: the attempt is cancelled and
+  // retried there (OnNodeDone). The pending count is dropped only after
+  // the cancel, so the stream (and `u`) outlive it.
+  void OnAcceptAlarm(Upstream* u, bool fired) {
+    const std::string& node = u->route().node_id;
+    const bool late = fired && !u->accepted() && sched_->HasReplicaElsewhere(req_.model(), node);
+    bool cancel = false;
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (late && u == upstream_.get() && upstream_active_ && !streamed_ && attempts_ == 1 &&
+          client_ok_) {
+        u->MarkUnaccepted();
+        cancel = true;
+      } else {
+        --alarms_pending_;
+      }
+    });
+    if (!cancel) return;
+    sched_->ReportUnresponsive(node);
+    u->Cancel();
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { --alarms_pending_; });
   }
 
   // grpc::ServerWriteReactor.
@@ -201,6 +243,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
     }
     auto up = std::make_unique<Upstream>(this, *route, NodeRequest(req_, *route, t0_));
     Upstream* start = nullptr;
+    const absl::Duration accept_timeout = sched_->node_accept_timeout();
     {
       absl::MutexLock lock(&mu_);
       routing_pending_ = false;
@@ -211,11 +254,13 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
         ++attempts_;
         final_.reset();
         start = upstream_.get();
+        if (accept_timeout > absl::ZeroDuration()) ++alarms_pending_;
       } else {
         End(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
       }
     }
     if (start) {
+      if (accept_timeout > absl::ZeroDuration()) start->ArmAcceptAlarm(accept_timeout);
       start->Start();  // the stream is not released while its upstream is active
     } else {
       Pump();
@@ -251,7 +296,8 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
   // True exactly once: when gRPC is done with the stream and no node call
   // or routing is pending (the caller deletes it). REQUIRES: mu_ held.
   bool Release() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!grpc_done_ || upstream_active_ || routing_pending_ || released_) return false;
+    if (!grpc_done_ || upstream_active_ || routing_pending_ || alarms_pending_ > 0 || released_)
+      return false;
     released_ = true;
     return true;
   }
@@ -317,7 +363,8 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
   RequestOutcome outcome_ ABSL_GUARDED_BY(mu_);
   double ttft_ms_ ABSL_GUARDED_BY(mu_) = -1;
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
-  bool streamed_ ABSL_GUARDED_BY(mu_) = false;  // a token reached the client: no retry now
+  int alarms_pending_ ABSL_GUARDED_BY(mu_) = 0;  // acceptance alarms not yet called back
+  bool streamed_ ABSL_GUARDED_BY(mu_) = false;   // a token reached the client: no retry now
   bool client_ok_ ABSL_GUARDED_BY(mu_) = true;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
@@ -336,7 +383,15 @@ void Upstream::OnReadDone(bool ok) {
   }
 }
 
-void Upstream::OnDone(const grpc::Status& st) { stream_->OnNodeDone(this, st); }
+void Upstream::ArmAcceptAlarm(absl::Duration timeout) {
+  alarm_.Set(absl::ToChronoTime(absl::Now() + timeout),
+             [this](bool fired) { stream_->OnAcceptAlarm(this, fired); });
+}
+
+void Upstream::OnDone(const grpc::Status& st) {
+  alarm_.Cancel();  // in case the initial metadata never came
+  stream_->OnNodeDone(this, st);
+}
 
 }  // namespace
 

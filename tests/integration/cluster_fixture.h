@@ -203,20 +203,21 @@ class ClusterTest : public ::testing::Test {
   }
 
   StreamResult Generate(const std::string& model, const std::string& prompt, int max_tokens,
-                        const std::string& session = "") {
+                        const std::string& session = "",
+                        absl::Duration deadline = absl::Seconds(30)) {
     v1::GenerateRequest req;
     req.set_model(model);
     req.set_prompt(prompt);
     req.set_session_id(session);
     req.mutable_sampling()->set_max_tokens(max_tokens);
     req.mutable_sampling()->set_ignore_eos(true);
-    return Run(req);
+    return Run(req, deadline);
   }
 
   // One Generate call, read to its end.
-  StreamResult Run(const v1::GenerateRequest& req) {
+  StreamResult Run(const v1::GenerateRequest& req, absl::Duration deadline = absl::Seconds(30)) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     auto reader = inference_->Generate(&ctx, req);
     StreamResult r;
     v1::GenerateResponse resp;
