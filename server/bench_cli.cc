@@ -20,6 +20,53 @@ void AddLengths(CLI::App* c, bench::LengthParams* L) {
   c->add_option("--output-max", L->output_max)->capture_default_str();
 }
 
+// `trace import`'s flags.
+struct ImportFlags {
+  std::string format, models;
+  bench::ImportOptions options;
+  double duration = 0;
+  CLI::Option* duration_opt = nullptr;
+  CLI::App* cmd = nullptr;
+};
+
+void AddImport(CLI::App* trace, ImportFlags* f, std::string* out) {
+  CLI::App* c = f->cmd = trace->add_subcommand(
+      "import", "convert a production trace (Azure LLM, BurstGPT, Mooncake) into a trace");
+  c->add_option("--format", f->format, "azure | burstgpt | mooncake");
+  c->add_option("--input,-i", f->options.inputs,
+                "trace file (repeatable); azure, mooncake: one service per file, the i-th to the "
+                "i-th model; burstgpt: parts of one trace");
+  c->add_option("--out,-o", *out, "trace file to write")->capture_default_str();
+  c->add_option("--models", f->models,
+                "comma-separated catalogue models the services map onto (burstgpt: in order of "
+                "first appearance)");
+  c->add_option("--start", f->options.start_s, "window start: seconds after the first timestamp")
+      ->capture_default_str();
+  f->duration_opt =
+      c->add_option("--duration", f->duration, "window length in seconds (default: all)");
+  c->add_option("--length-scale", f->options.length_scale,
+                "multiplies prompt and output lengths (each stays >= 1)")
+      ->capture_default_str();
+  c->add_option("--time-scale", f->options.time_scale,
+                "multiplies arrival offsets (0.5: twice the rate)")
+      ->capture_default_str();
+  c->add_flag("--by-log-type", f->options.by_log_type,
+              "burstgpt: a service per (Model, Log Type), e.g. \"ChatGPT (API log)\"");
+}
+
+// `trace import`: the flags CLI11 does not check, then the import.
+int RunImport(ImportFlags* f, const std::string& out) {
+  auto format = bench::ParseImportFormat(f->format);
+  if (!format.ok()) {
+    std::cerr << "error: " << format.status().message() << "\n";
+    return 2;
+  }
+  f->options.format = *format;
+  f->options.models = SplitList(f->models);
+  if (f->duration_opt->count() > 0) f->options.duration_s = f->duration;
+  return RunTraceImport(f->options, out);
+}
+
 }  // namespace
 
 struct BenchCli::State {
@@ -34,14 +81,15 @@ struct BenchCli::State {
   bench::BurstyParams bursty;
   bench::ChatParams chat;
   bench::AgentParams agents;
+  ImportFlags import;
   BenchFlags bench;
   CLI::App *arrivals_cmd, *bursty_cmd, *chat_cmd, *agents_cmd, *stats_cmd, *bench_cmd, *compare_cmd;
 };
 
 BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   State& s = *s_;
-  auto* trace =
-      app->add_subcommand("trace", "generate workload traces (JSONL) or show their statistics");
+  auto* trace = app->add_subcommand(
+      "trace", "generate or import workload traces (JSONL), or show their statistics");
   trace->require_subcommand(1);
   auto common = [&](CLI::App* c, uint64_t* seed, double* duration) {
     c->add_option("--out,-o", s.out, "trace file to write")->capture_default_str();
@@ -104,6 +152,8 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   s.stats_cmd->add_option("file", s.stats_file)->required();
   s.stats_cmd->add_option("--models", s.stats_models,
                           "the catalogue (comma-separated): idle models count in the active share");
+
+  AddImport(trace, &s.import, &s.out);
 
   s.bench_cmd = app->add_subcommand("bench", "replay a trace and report SLO attainment");
   s.bench_cmd->require_subcommand(0, 1);
@@ -186,6 +236,10 @@ bool BenchCli::RunParsed(int* rc) {
   }
   if (s.stats_cmd->parsed()) {
     *rc = RunTraceStats(s.stats_file, SplitList(s.stats_models));
+    return true;
+  }
+  if (s.import.cmd->parsed()) {
+    *rc = RunImport(&s.import, s.out);
     return true;
   }
   if (s.bench_cmd->parsed()) {

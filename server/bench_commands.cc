@@ -259,6 +259,16 @@ int RunTraceGenerate(const std::vector<bench::TraceRecord>& trace, const std::st
   return 0;
 }
 
+int RunTraceImport(const bench::ImportOptions& o, const std::string& out) {
+  auto imported = bench::ImportTrace(o);
+  if (!imported.ok()) return Error(std::string(imported.status().message()));
+  if (auto st = bench::WriteTrace(out, imported->records); !st.ok()) {
+    return Error(std::string(st.message()));
+  }
+  std::cout << bench::FormatImportSummary(o, *imported, out) << "\n";
+  return 0;
+}
+
 int RunTraceStats(const std::string& path, const std::vector<std::string>& models) {
   auto trace = bench::ReadTrace(path);
   if (!trace.ok()) return Error(std::string(trace.status().message()));

@@ -1,4 +1,4 @@
-// `ballast trace ...` (generate traces, print their statistics) and
+// `ballast trace ...` (generate or import traces, print their statistics) and
 // `ballast bench ...` (replay a trace against a running scheduler; compare
 // configurations by starting `ballast serve` under each on the same trace).
 #pragma once
@@ -8,6 +8,7 @@
 
 #include "bench/generators.h"
 #include "bench/report.h"
+#include "bench/trace_import.h"
 
 namespace ballast::server {
 
@@ -28,6 +29,9 @@ struct BenchFlags {
 
 // Writes the trace to `out` and prints its statistics.
 int RunTraceGenerate(const std::vector<bench::TraceRecord>& trace, const std::string& out);
+// Imports a production trace (bench/trace_import.h), writes it to `out` and
+// prints a one-line summary; a bad input or flag is an error (exit 2).
+int RunTraceImport(const bench::ImportOptions& o, const std::string& out);
 // `models`: the catalogue; its models without requests count as idle.
 int RunTraceStats(const std::string& path, const std::vector<std::string>& models = {});
 int RunBench(const BenchFlags& f);

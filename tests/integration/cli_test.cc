@@ -1,12 +1,14 @@
 // The `ballast` binary as a user meets it: start-up errors name the file and
 // key, make-model writes a loadable checkpoint, client commands report
-// unreachable servers with a non-zero exit.
+// unreachable servers with a non-zero exit, trace import writes a trace that
+// reads back and reports bad input with exit code 2.
 #include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "bench/trace.h"
 #include "engine/model_config.h"
 #include "engine/weights.h"
 #include "gtest/gtest.h"
@@ -85,6 +87,72 @@ TEST_F(CliTest, ClientCommandsReportAnUnreachableServer) {
   EXPECT_NE(r.output.find("UNAVAILABLE"), std::string::npos) << r.output;
   EXPECT_NE(Exec({"models", "--target", target}, Path("m.log")).exit_code, 0);
   EXPECT_NE(Exec({"health", "--target", target}, Path("h.log")).exit_code, 0);
+}
+
+TEST_F(CliTest, TraceImportWritesATraceThatReadsBack) {
+  std::ofstream(Path("burst.csv"))
+      << "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\r\n"
+         "10,ChatGPT,120,30,150,Conversation log\r\n"
+         "11,GPT-4,80,0,80,API log\r\n"
+         "12.5,GPT-4,\"64\",16,80,API log\r\n"
+         "20,ChatGPT,10,2,12,API log\r\n";
+  CommandResult r =
+      Exec({"trace", "import", "--format", "burstgpt", "--input", Path("burst.csv"), "--out",
+            Path("t.jsonl"), "--models", "a,b", "--duration", "5", "--time-scale", "2"},
+           Path("import.log"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(absl::StrCat("imported 2 requests into ", Path("t.jsonl"),
+                                       " from 1 burstgpt file (4 rows); skipped 1 failed "
+                                       "(Response tokens 0), 1 outside the window; window [0, 5) "
+                                       "s of a 10 s trace, time scale 2; models: ChatGPT -> a, "
+                                       "GPT-4 -> b")),
+            std::string::npos)
+      << r.output;
+  auto trace = bench::ReadTrace(Path("t.jsonl"));
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->size(), 2u);
+  const bench::TraceRecord& first = (*trace)[0];
+  const bench::TraceRecord& second = (*trace)[1];
+  EXPECT_EQ(first.id, "r0");
+  EXPECT_EQ(first.model, "a");
+  EXPECT_DOUBLE_EQ(first.arrival_s, 0);
+  EXPECT_EQ(first.prompt_tokens, 120);
+  EXPECT_EQ(first.output_tokens, 30);
+  EXPECT_EQ(second.id, "r1");
+  EXPECT_EQ(second.model, "b");
+  EXPECT_DOUBLE_EQ(second.arrival_s, 5);  // 2.5 s into the trace, x2
+  EXPECT_EQ(second.prompt_tokens, 64);
+  EXPECT_EQ(second.output_tokens, 16);
+}
+
+TEST_F(CliTest, TraceImportErrorsExitTwoNamingFileLineAndColumn) {
+  std::ofstream(Path("bad.csv")) << "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                    "2023-11-16 18:15:46.6805900,x,1\n";
+  CommandResult bad = Exec({"trace", "import", "--format", "azure", "--input", Path("bad.csv"),
+                            "--out", Path("b.jsonl"), "--models", "a"},
+                           Path("bad.log"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find(absl::StrCat("error: ", Path("bad.csv"),
+                                         ":2: column \"ContextTokens\": expected a "
+                                         "non-negative integer, got \"x\"")),
+            std::string::npos)
+      << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(Path("b.jsonl")));
+  CommandResult two =
+      Exec({"trace", "import", "--format", "azure", "--input", Path("bad.csv"), "--input",
+            Path("bad.csv"), "--out", Path("two.jsonl"), "--models", "a"},
+           Path("two.log"));
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_NE(two.output.find("2 input files (one service each) but --models names 1 model (a)"),
+            std::string::npos)
+      << two.output;
+  CommandResult format = Exec({"trace", "import", "--format", "sharegpt", "--input",
+                               Path("bad.csv"), "--out", Path("f.jsonl"), "--models", "a"},
+                              Path("format.log"));
+  EXPECT_EQ(format.exit_code, 2);
+  EXPECT_NE(format.output.find("--format: expected azure, burstgpt or mooncake, got \"sharegpt\""),
+            std::string::npos)
+      << format.output;
 }
 
 }  // namespace
