@@ -2,7 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "global_scheduler/idle_eviction.h"
@@ -54,6 +56,7 @@ void Scheduler::Stop() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
   Kick();
   if (control_.joinable()) control_.join();
+  waiters_.Stop();  // parked requests route once more and end UNAVAILABLE
   pool_->Stop();
 }
 
@@ -313,6 +316,21 @@ v1::ClusterState Scheduler::GetClusterState() const {
 absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
                                               const std::function<bool()>& cancelled,
                                               const std::string& avoid_node) {
+  PendingRoute pending;
+  if (auto st = BeginRoute(req, avoid_node, &pending); !st.ok()) return st;
+  while (true) {
+    auto route = TryRoute(req, &pending, cancelled());
+    if (!route.ok()) return route.status();
+    if (*route) return std::move(**route);
+    // Wake when a replica may have appeared; check cancellation at least
+    // every 250 ms (no cancellation callback in the synchronous API).
+    cluster_.WaitForRoutingChange(pending.version,
+                                  std::min(absl::Milliseconds(250), pending.deadline - clock_()));
+  }
+}
+
+absl::Status Scheduler::BeginRoute(const v1::GenerateRequest& req, const std::string& avoid_node,
+                                   PendingRoute* p) {
   // Validated first: a NOT_FOUND message echoes the name, which must be bounded.
   if (auto st = ValidateModelName(req.model()); !st.ok()) return st;
   auto model = registry_.Get(req.model());
@@ -321,7 +339,7 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
         "model \"", req.model(), "\" is not registered (ListModels shows the catalogue)"));
   }
   if (auto st = ValidateGenerateRequest(req, model->context_window); !st.ok()) return st;
-  Route route;
+  Route& route = p->route;
   route.session_id = req.session_id();
   route.ttft_ms = req.slo().ttft_ms()   ? req.slo().ttft_ms()
                   : model->spec.ttft_ms ? model->spec.ttft_ms
@@ -329,58 +347,66 @@ absl::StatusOr<Route> Scheduler::RouteRequest(const v1::GenerateRequest& req,
   route.tpot_ms = req.slo().tpot_ms()   ? req.slo().tpot_ms()
                   : model->spec.tpot_ms ? model->spec.tpot_ms
                                         : options_.default_tpot_ms;
-  std::string affinity;
   route.turn_messages.assign(req.messages().begin(), req.messages().end());
   if (!route.session_id.empty()) {
-    if (auto st = BeginSessionTurn(req, &route, &affinity); !st.ok()) return st;
+    if (auto st = BeginSessionTurn(req, &route, &p->affinity); !st.ok()) return st;
   }
   registry_.RecordRequest(req.model(), clock_());
+  p->avoid_node = avoid_node;
   // The wait is real time (a client is waiting), not policy time.
-  const absl::Time deadline = absl::Now() + options_.route_wait;
-  bool kicked = false;
-  uint64_t version = cluster_.RoutingVersion();
-  while (true) {
-    auto nodes = cluster_.NodesWithModel(req.model());
-    std::erase(nodes, avoid_node);
-    std::optional<std::string> pick;
-    if (!affinity.empty() && std::find(nodes.begin(), nodes.end(), affinity) != nodes.end()) {
-      pick = affinity;
-    } else {
-      pick = cluster_.LeastLoaded(nodes);
-    }
-    if (pick) {
-      route.stub = Stub(*pick);
-      if (route.stub) {
-        route.node_id = *pick;
-        route.kv_peer = PeerAddress(affinity, *pick);
-        break;
-      }
-    }
-    if (auto now = registry_.Get(req.model()); now && now->failed) {
-      if (!route.session_id.empty()) sessions_.Abort(route.session_id);
-      return absl::FailedPreconditionError(
-          absl::StrCat("model ", req.model(), " failed to load: ", now->last_error,
-                       " (fix the checkpoint or node, then register the model again)"));
-    }
-    if (!kicked) {
-      Kick();  // not resident: activate it now, not at the next tick
-      kicked = true;
-    }
-    if (absl::Now() >= deadline || cancelled()) {
-      if (!route.session_id.empty()) sessions_.Abort(route.session_id);
-      auto m = registry_.Get(req.model());
-      return absl::UnavailableError(
-          absl::StrCat("model ", req.model(), " has no live replica",
-                       m && !m->last_error.empty() ? absl::StrCat(" (", m->last_error, ")")
-                                                   : std::string(" (no node has loaded it yet)")));
-    }
-    // Wake when a replica may have appeared; check cancellation at least
-    // every 250 ms (no cancellation callback in the synchronous API).
-    version = cluster_.WaitForRoutingChange(version,
-                                            std::min(absl::Milliseconds(250), deadline - clock_()));
+  p->deadline = absl::Now() + options_.route_wait;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<Route>> Scheduler::TryRoute(const v1::GenerateRequest& req,
+                                                         PendingRoute* p, bool cancelled) {
+  Route& route = p->route;
+  p->version = cluster_.RoutingVersion();  // before the look: no change is missed
+  auto nodes = cluster_.NodesWithModel(req.model());
+  std::erase(nodes, p->avoid_node);
+  std::optional<std::string> pick;
+  if (!p->affinity.empty() && std::find(nodes.begin(), nodes.end(), p->affinity) != nodes.end()) {
+    pick = p->affinity;
+  } else {
+    pick = cluster_.LeastLoaded(nodes);
   }
-  cluster_.AddInflight(route.node_id, 1);
-  return route;
+  if (pick) {
+    route.stub = Stub(*pick);
+    if (route.stub) {
+      route.node_id = *pick;
+      route.kv_peer = PeerAddress(p->affinity, *pick);
+      cluster_.AddInflight(route.node_id, 1);
+      return std::optional<Route>(std::move(route));
+    }
+  }
+  absl::Status end;
+  if (auto now = registry_.Get(req.model()); now && now->failed) {
+    end = absl::FailedPreconditionError(
+        absl::StrCat("model ", req.model(), " failed to load: ", now->last_error,
+                     " (fix the checkpoint or node, then register the model again)"));
+  } else if (stop_.HasBeenNotified()) {
+    end = absl::UnavailableError("the scheduler is shutting down");
+  } else if (absl::Now() >= p->deadline || cancelled) {
+    auto m = registry_.Get(req.model());
+    end = absl::UnavailableError(absl::StrCat("model ", req.model(), " has no live replica",
+                                              m && !m->last_error.empty()
+                                                  ? absl::StrCat(" (", m->last_error, ")")
+                                                  : std::string(" (no node has loaded it yet)")));
+  }
+  if (!end.ok()) {
+    if (!route.session_id.empty()) sessions_.Abort(route.session_id);
+    return end;
+  }
+  if (!p->kicked) {
+    Kick();  // not resident: activate it now, not at the next tick
+    p->kicked = true;
+  }
+  return std::optional<Route>();
+}
+
+void Scheduler::AwaitReplica(const PendingRoute& pending, std::function<bool()> cancelled,
+                             std::function<void()> wake) {
+  waiters_.Park(pending.version, pending.deadline, std::move(cancelled), std::move(wake));
 }
 
 void Scheduler::Complete(const Route& route, const v1::NodeFinal* final) {

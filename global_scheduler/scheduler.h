@@ -15,7 +15,8 @@
 //
 // gRPC plumbing (services, stream proxying) lives in server/; this class
 // only decides. Thread-safety: all public methods are thread-safe.
-// Shutdown order: Stop() ends the control loop, then the worker pool (which
+// Shutdown order: Stop() ends the control loop, wakes the requests waiting
+// for a replica (they end UNAVAILABLE), then ends the worker pool (which
 // finishes the node calls already started or queued).
 #pragma once
 
@@ -23,6 +24,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -39,6 +41,7 @@
 #include "global_scheduler/model_registry.h"
 #include "global_scheduler/model_stats.h"
 #include "global_scheduler/placement.h"
+#include "global_scheduler/routing_waiters.h"
 #include "global_scheduler/session_directory.h"
 #include "transfer/worker_pool.h"
 
@@ -136,6 +139,17 @@ struct Route {
   std::string kv_peer;
 };
 
+// A request being routed (Scheduler::BeginRoute .. TryRoute): its route so
+// far and its wait. Touched by one routing step at a time.
+struct PendingRoute {
+  Route route;
+  std::string affinity;    // the session's node, preferred when it serves
+  std::string avoid_node;  // never picked (a node the request failed on)
+  absl::Time deadline;     // end of route_wait (real time)
+  uint64_t version = 0;    // the routing version TryRoute last looked at
+  bool kicked = false;     // the control loop was woken for an activation
+};
+
 class Scheduler {
  public:
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options,
@@ -190,6 +204,20 @@ class Scheduler {
   absl::StatusOr<Route> RouteRequest(const v1::GenerateRequest& req,
                                      const std::function<bool()>& cancelled,
                                      const std::string& avoid_node = "");
+  // RouteRequest in steps, for callers that must not block a thread while
+  // no replica is ready (the gRPC reactors' bounded routing pool):
+  // BeginRoute validates and begins the session turn (it may call nodes,
+  // for at most 500 ms); TryRoute picks a node now if it can, else returns
+  // nullopt, or the error RouteRequest would end with (the model failed,
+  // the route_wait is over, or `cancelled`); then AwaitReplica calls `wake`
+  // once when routing changed, the wait is over or `cancelled()` turned
+  // true, and the caller calls TryRoute again.
+  absl::Status BeginRoute(const v1::GenerateRequest& req, const std::string& avoid_node,
+                          PendingRoute* pending);
+  absl::StatusOr<std::optional<Route>> TryRoute(const v1::GenerateRequest& req,
+                                                PendingRoute* pending, bool cancelled);
+  void AwaitReplica(const PendingRoute& pending, std::function<bool()> cancelled,
+                    std::function<void()> wake);
   // Ends a routed request. On success (`final` set) the session history
   // grows by the turn's prompt and output tokens (a chat turn's prompt
   // replaces it, and its messages and the reply join the conversation);
@@ -333,6 +361,7 @@ class Scheduler {
   // Declared last: destroyed (joined) first, while everything its closures
   // touch is alive.
   std::unique_ptr<transfer::WorkerPool> pool_;
+  RoutingWaiters waiters_{&cluster_};
 };
 
 }  // namespace ballast::global_scheduler

@@ -231,9 +231,23 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
   }
 
  private:
+  // Routing, on the pool: begins the route, then steps it. While no
+  // replica is ready the stream parks with the scheduler's waiters (no
+  // thread held) and comes back to the pool when woken.
   void DoRoute(const std::string& avoid) {
-    auto route = sched_->RouteRequest(
-        req_, [this] { return cancelled_.load(); }, avoid);
+    pending_ = global_scheduler::PendingRoute();
+    if (auto st = sched_->BeginRoute(req_, avoid, &pending_); !st.ok()) {
+      Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        routing_pending_ = false;
+        End(ToGrpc(st));
+      });
+      return;
+    }
+    StepRoute();
+  }
+
+  void StepRoute() {
+    auto route = sched_->TryRoute(req_, &pending_, cancelled_.load());
     if (!route.ok()) {
       Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         routing_pending_ = false;
@@ -241,13 +255,31 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
       });
       return;
     }
-    auto up = std::make_unique<Upstream>(this, *route, NodeRequest(req_, *route, t0_));
+    if (!*route) {
+      sched_->AwaitReplica(
+          pending_, [this] { return cancelled_.load(); },
+          [this] {
+            if (!routing_->Schedule([this] { StepRoute(); })) {
+              Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                routing_pending_ = false;
+                End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"));
+              });
+            }
+          });
+      return;
+    }
+    StartAttempt(std::move(**route));
+  }
+
+  // Starts the node call of a routed attempt.
+  void StartAttempt(global_scheduler::Route route) {
+    auto up = std::make_unique<Upstream>(this, route, NodeRequest(req_, route, t0_));
     Upstream* start = nullptr;
     const absl::Duration accept_timeout = sched_->node_accept_timeout();
     {
       absl::MutexLock lock(&mu_);
-      routing_pending_ = false;
       if (client_ok_) {
+        routing_pending_ = false;
         if (upstream_) retired_.push_back(std::move(upstream_));
         upstream_ = std::move(up);
         upstream_active_ = true;
@@ -255,16 +287,19 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
         final_.reset();
         start = upstream_.get();
         if (accept_timeout > absl::ZeroDuration()) ++alarms_pending_;
-      } else {
-        End(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
       }
     }
     if (start) {
       if (accept_timeout > absl::ZeroDuration()) start->ArmAcceptAlarm(accept_timeout);
       start->Start();  // the stream is not released while its upstream is active
-    } else {
-      Pump();
+      return;
     }
+    // The client left while routing: the route's count and turn are undone.
+    sched_->Complete(route, nullptr);
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      routing_pending_ = false;
+      End(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
+    });
   }
 
   // The stream's end: `status` once what is queued is written.
@@ -350,7 +385,10 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
   transfer::WorkerPool* const routing_;
   const v1::GenerateRequest req_;
   const absl::Time t0_;
-  std::atomic<bool> cancelled_{false};  // read by RouteRequest's wait
+  std::atomic<bool> cancelled_{false};  // read by routing and its wait
+  // The route being found: used by one routing step at a time (pool and
+  // waiter hand-offs order them), never while an attempt runs.
+  global_scheduler::PendingRoute pending_;
   absl::Mutex mu_;
   std::unique_ptr<Upstream> upstream_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Upstream>> retired_ ABSL_GUARDED_BY(mu_);  // earlier attempts

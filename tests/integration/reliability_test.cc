@@ -7,6 +7,7 @@
 // SIGTERM draining a node.
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -189,6 +190,59 @@ TEST_F(ReliabilityTest, AHungReplicaFailsOverWithinASecond) {
   for (auto t : took) std::cout << " " << t;
   std::cout << "\n";
   for (auto t : took) EXPECT_LT(t, absl::Seconds(1)) << Logs();
+}
+
+// A cluster whose nodes have 16 MiB of device memory each, and a model,
+// "huge", too big for either: its loads are refused for room.
+class ColdModelTest : public ReliabilityTest {
+ protected:
+  ClusterSetup Cluster() override {
+    ClusterSetup s = ReliabilityTest::Cluster();
+    engine::SyntheticModelSpec h = s.models[0].second;
+    h.hidden = 512;
+    h.intermediate = 2048;
+    h.heads = 8;
+    h.kv_heads = 8;
+    h.seed = 24;
+    s.models.push_back({"huge", h});  // about 33 MB of weights: registered by the test
+    s.node_yaml = "node:\n  devices:\n    - {name: cpu:0, memory_mib: 16}\n";
+    return s;
+  }
+};
+
+// Requests waiting for a model that cannot load park with the scheduler
+// instead of holding its bounded routing pool (32 threads): a request for
+// a ready model sent behind 48 of them is served at once, and the waiting
+// ones end when their deadline passes.
+TEST_F(ColdModelTest, RequestsWaitingForAColdModelDoNotBlockOthers) {
+  v1::RegisterModelRequest reg;
+  reg.set_name("huge");
+  reg.set_path(Model("huge"));
+  {
+    grpc::ClientContext ctx;
+    v1::RegisterModelResponse resp;
+    ASSERT_TRUE(admin_->RegisterModel(&ctx, reg, &resp).ok());
+  }
+  constexpr int kCold = 48;
+  std::vector<std::thread> cold;
+  std::atomic<int> cold_ended{0};
+  for (int i = 0; i < kCold; ++i) {
+    cold.emplace_back([&] {
+      StreamResult r = Generate("huge", "Hi", 2, "", absl::Seconds(6));
+      EXPECT_FALSE(r.status.ok());
+      ++cold_ended;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // every cold request is routing
+  const absl::Time t0 = absl::Now();
+  StreamResult warm = Generate("alpha", "Hello", 4);
+  const absl::Duration took = absl::Now() - t0;
+  EXPECT_TRUE(warm.status.ok()) << warm.status.error_message();
+  EXPECT_EQ(cold_ended.load(), 0);  // still waiting: the warm one did not wait for them
+  std::cout << "warm request served in " << took << " behind " << kCold << " cold waits\n";
+  EXPECT_LT(took, absl::Seconds(2)) << Logs();
+  for (auto& t : cold) t.join();
+  EXPECT_EQ(cold_ended.load(), kCold);
 }
 
 // The threads of process `pid` now.

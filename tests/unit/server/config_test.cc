@@ -130,6 +130,24 @@ TEST(Config, SessionLimits) {
             std::string::npos);
 }
 
+TEST(Config, NodeFailureBounds) {
+  auto c = ParseConfig("scheduler: {node_connect_wait_ms: 1500, node_accept_timeout_ms: 0}",
+                       "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scheduler.options.node_connect_wait, absl::Milliseconds(1500));
+  EXPECT_EQ(c->scheduler.options.node_accept_timeout, absl::ZeroDuration());  // off
+  auto d = ParseConfig("scheduler: {}", "test.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->scheduler.options.node_connect_wait, absl::Seconds(3));
+  EXPECT_EQ(d->scheduler.options.node_accept_timeout, absl::Milliseconds(400));
+  EXPECT_NE(Msg("scheduler: {node_connect_wait_ms: 0}")
+                .find("test.yaml: scheduler.node_connect_wait_ms: must be > 0"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {node_accept_timeout_ms: -5}")
+                .find("test.yaml: scheduler.node_accept_timeout_ms"),
+            std::string::npos);
+}
+
 TEST(Config, MissingFileIsNamed) {
   auto c = LoadConfig("/nonexistent/ballast.yaml");
   ASSERT_FALSE(c.ok());
