@@ -30,7 +30,14 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
     return absl::InvalidArgumentError("drain_timeout must be > 0 and below 49 days");
   }
   std::unique_ptr<Scheduler> s(new Scheduler(options, std::move(clock)));
-  for (const auto& m : options.models) {
+  std::vector<ModelSpec> models = options.models;
+  if (!options.catalogue_file.empty()) {
+    auto store = CatalogueStore::Open(options.catalogue_file);
+    if (!store.ok()) return store.status();
+    s->catalogue_ = std::move(*store);
+    models = s->catalogue_->Apply(options.models);
+  }
+  for (const auto& m : models) {
     if (auto st = s->registry_.Add(m); !st.ok()) return st;
     s->registry_.RecordRequest(m.name, s->clock_());
   }
@@ -186,8 +193,23 @@ v1::HeartbeatResponse Scheduler::Heartbeat(const v1::HeartbeatRequest& req) {
 }
 
 absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
+  const std::optional<ModelStatus> before = registry_.Get(spec.name);
   bool limits_changed = false;
   if (auto st = registry_.Add(spec, &limits_changed); !st.ok()) return st;
+  if (catalogue_) {
+    if (auto st = catalogue_->RecordRegistered(spec); !st.ok()) {
+      // Not acknowledged, so not kept: the catalogue is as it was.
+      if (before) {
+        registry_.Add(before->spec).IgnoreError();  // only the KV limits can differ
+      } else {
+        registry_.Remove(spec.name).IgnoreError();
+      }
+      return absl::UnavailableError(absl::StrCat("model ", spec.name,
+                                                 " not registered: the catalogue file could not "
+                                                 "be written: ",
+                                                 st.message()));
+    }
+  }
   if (!limits_changed) {
     registry_.RecordRequest(spec.name, clock_());
     spdlog::info("model {} registered ({})", spec.name, spec.path);
@@ -218,8 +240,18 @@ absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
 }
 
 absl::Status Scheduler::UnregisterModel(const std::string& name) {
+  const std::optional<ModelStatus> before = registry_.Get(name);
+  if (auto st = registry_.Remove(name); !st.ok()) return st;
+  if (catalogue_) {
+    if (auto st = catalogue_->RecordUnregistered(name); !st.ok()) {
+      if (before) registry_.Add(before->spec).IgnoreError();
+      return absl::UnavailableError(absl::StrCat(
+          "model ", name,
+          " not unregistered: the catalogue file could not be written: ", st.message()));
+    }
+  }
   stats_.Forget(name);
-  return registry_.Remove(name);  // the control loop evicts its replicas
+  return absl::OkStatus();  // the control loop evicts its replicas
 }
 
 double Scheduler::Demand(const std::string& model) const {

@@ -37,6 +37,7 @@
 #include "ballast/v1/admin.pb.h"
 #include "ballast/v1/inference.pb.h"
 #include "ballast/v1/node.grpc.pb.h"
+#include "global_scheduler/catalogue_store.h"
 #include "global_scheduler/cluster_state.h"
 #include "global_scheduler/model_registry.h"
 #include "global_scheduler/model_stats.h"
@@ -115,6 +116,10 @@ struct SchedulerOptions {
   // Most sessions tracked (SessionDirectory). Default 100000.
   int max_sessions = 100000;
   std::vector<ModelSpec> models;
+  // Where the Admin API's registrations and unregistrations are persisted
+  // (catalogue_store.h): a restarted scheduler serves them. Its directory
+  // must exist. Empty: not persisted (lost at restart). Default empty.
+  std::string catalogue_file;
 };
 
 // What a node's failed LoadModel status means for the model (LoadFailure,
@@ -180,6 +185,11 @@ class Scheduler {
   v1::ClusterState GetClusterState() const;
   // Whether `model` is in the catalogue.
   bool HasModel(const std::string& model) const { return registry_.Get(model).has_value(); }
+  // The catalogue entry of `model`, if registered.
+  std::optional<ModelSpec> Spec(const std::string& model) const {
+    auto m = registry_.Get(model);
+    return m ? std::optional<ModelSpec>(m->spec) : std::nullopt;
+  }
   v1::ListModelsResponse ListModels() const;
   // A request of `model` finished: feeds the sliding-window statistics
   // (ListModels' `load`; KVPR's demand inputs).
@@ -361,6 +371,7 @@ class Scheduler {
   // Declared last: destroyed (joined) first, while everything its closures
   // touch is alive.
   std::unique_ptr<transfer::WorkerPool> pool_;
+  std::unique_ptr<CatalogueStore> catalogue_;  // null: not persisted
   RoutingWaiters waiters_{&cluster_};
 };
 

@@ -97,6 +97,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
   RETURN_IF_ERROR(s.Get("http_listen", &out->http_listen));
   auto& o = out->options;
+  RETURN_IF_ERROR(s.Get("catalogue_file", &o.catalogue_file));
   auto ms = [&](const std::string& key, absl::Duration* d) -> absl::Status {
     int64_t v = absl::ToInt64Milliseconds(*d);
     RETURN_IF_ERROR(s.Get(key, &v));

@@ -95,6 +95,7 @@ class ClusterTest : public ::testing::Test {
                                         "--heartbeat-timeout-ms",
                                         "1500"};
     sched_args.insert(sched_args.end(), sched_config.begin(), sched_config.end());
+    sched_args_ = sched_args;
     scheduler_ = std::make_unique<ChildProcess>(sched_args, (dir_ / "scheduler.log").string());
     for (int i = 0; i < 2; ++i) {
       const std::string id = absl::StrCat("n", i + 1);
@@ -134,6 +135,14 @@ class ClusterTest : public ::testing::Test {
         },
         absl::Seconds(20)))
         << Logs();
+  }
+
+  // kill -9 of the scheduler, then the same command again (same ports and
+  // config), logging to `log`; returns once it listens.
+  void RestartScheduler(const std::string& log) {
+    scheduler_->Stop(SIGKILL);
+    scheduler_ = std::make_unique<ChildProcess>(sched_args_, (dir_ / log).string());
+    ASSERT_TRUE(testing::WaitForPort(sched_port_, 20000)) << Logs();
   }
 
   void Register(const std::string& model) {
@@ -266,6 +275,7 @@ class ClusterTest : public ::testing::Test {
   ClusterSetup setup_;
   std::filesystem::path dir_;
   int sched_port_ = 0, sched_metrics_ = 0;
+  std::vector<std::string> sched_args_;  // the scheduler's command (RestartScheduler)
   int node_ports_[2] = {0, 0};
   std::unique_ptr<ChildProcess> scheduler_;
   std::unique_ptr<ChildProcess> nodes_[2];

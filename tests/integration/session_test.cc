@@ -11,7 +11,7 @@ namespace {
 class SessionRestartTest : public ClusterTest {
  protected:
   // The catalogue in the scheduler's config, so a restarted scheduler
-  // keeps the models (Admin registrations are not persisted yet).
+  // keeps the models (CatalogueRestartTest covers Admin registrations).
   ClusterSetup Cluster() override {
     ClusterSetup setup = ClusterTest::Cluster();
     setup.scheduler_yaml = "scheduler:\n  models:\n";
@@ -22,14 +22,7 @@ class SessionRestartTest : public ClusterTest {
   }
 
   void RestartScheduler() {
-    scheduler_->Stop(SIGKILL);
-    const std::string bin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
-    scheduler_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{bin, "scheduler", "--listen", Addr(sched_port_),
-                                 "--metrics-listen", Addr(sched_metrics_), "--heartbeat-timeout-ms",
-                                 "1500", "--config", (dir_ / "scheduler.yaml").string()},
-        (dir_ / "scheduler2.log").string());
-    ASSERT_TRUE(testing::WaitForPort(sched_port_, 20000)) << Logs();
+    ClusterTest::RestartScheduler("scheduler2.log");
     ASSERT_TRUE(WaitFor([&] { return AliveNodes() == 2 && ReadyReplicas("alpha") >= 1; },
                         absl::Seconds(20)))
         << Logs();
@@ -68,6 +61,37 @@ TEST_F(SessionRestartTest, ATurnWhoseHistoryIsLostFailsDataLoss) {
   ASSERT_TRUE(EndSession("s1").ok());
   auto again = Generate("alpha", "start over", 4, "s1");
   EXPECT_TRUE(again.status.ok()) << again.status.error_message();
+}
+
+// Models registered through the Admin API, with a catalogue file, survive
+// a scheduler restart: listed, served, and their replicas adopted rather
+// than evicted as unknown (they were, with no catalogue file).
+class CatalogueRestartTest : public ClusterTest {
+ protected:
+  ClusterSetup Cluster() override {
+    ClusterSetup setup = ClusterTest::Cluster();
+    setup.scheduler_yaml =
+        absl::StrCat("scheduler:\n  catalogue_file: ", (dir_ / "catalogue.json").string(), "\n");
+    return setup;
+  }
+};
+
+TEST_F(CatalogueRestartTest, AdminRegisteredModelsSurviveARestart) {
+  ASSERT_TRUE(std::filesystem::exists(dir_ / "catalogue.json"));
+  RestartScheduler("scheduler2.log");
+  ASSERT_TRUE(WaitFor([&] { return AliveNodes() == 2; }, absl::Seconds(20))) << Logs();
+  ASSERT_TRUE(WaitFor([&] { return ReadyReplicas("alpha") == 1 && ReadyReplicas("beta") == 1; },
+                      absl::Seconds(20)))
+      << Logs();
+  for (const char* model : {"alpha", "beta"}) {
+    StreamResult r = Generate(model, "Hello", 4);
+    EXPECT_TRUE(r.status.ok()) << model << ": " << r.status.error_message();
+  }
+  absl::SleepFor(absl::Seconds(1));  // several control ticks
+  EXPECT_EQ(ReadyReplicas("alpha"), 1);
+  const std::string log = scheduler_->Log();
+  EXPECT_EQ(log.find("evict"), std::string::npos) << log;
+  EXPECT_EQ(log.find("loading model"), std::string::npos) << log;  // adopted, not reloaded
 }
 
 }  // namespace

@@ -138,6 +138,10 @@ TEST(Config, NodeFailureBounds) {
   EXPECT_EQ(c->scheduler.options.node_accept_timeout, absl::ZeroDuration());  // off
   auto d = ParseConfig("scheduler: {}", "test.yaml");
   ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->scheduler.options.catalogue_file, "");  // not persisted
+  auto e = ParseConfig("scheduler: {catalogue_file: /var/lib/ballast/catalogue.json}", "test.yaml");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->scheduler.options.catalogue_file, "/var/lib/ballast/catalogue.json");
   EXPECT_EQ(d->scheduler.options.node_connect_wait, absl::Seconds(3));
   EXPECT_EQ(d->scheduler.options.node_accept_timeout, absl::Milliseconds(400));
   EXPECT_NE(Msg("scheduler: {node_connect_wait_ms: 0}")
