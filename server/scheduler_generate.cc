@@ -12,6 +12,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/request_parse.h"
 #include "server/status_util.h"
 #include "spdlog/spdlog.h"
 
@@ -28,6 +29,13 @@ std::string NewRequestId() {
 double MsSince(absl::Time t) { return absl::ToDoubleMilliseconds(absl::Now() - t); }
 
 class SchedulerGenerateStream;
+
+// A request refused before any routing (it could not be parsed).
+class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
 
 // One attempt on a node: the node's stream, read with the callback client.
 // Owned by its stream until the stream is deleted (so a cancel never
@@ -74,7 +82,7 @@ class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> 
   std::atomic<bool> unaccepted_{false};
 };
 
-class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   SchedulerGenerateStream(global_scheduler::Scheduler* sched, Metrics* metrics,
                           transfer::WorkerPool* routing, const v1::GenerateRequest& req)
@@ -109,6 +117,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
         if (client_ok_) {
           current_.Clear();
           *current_.mutable_token() = r.token();
+          Encode();
           writing_ = write = true;  // the next read starts when it is written
         } else {
           read = true;  // drain: the call was cancelled
@@ -118,7 +127,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
         read = true;
       }
     }
-    if (write) StartWrite(&current_);
+    if (write) StartWrite(&wire_);
     if (read) u->ReadNext();
   }
 
@@ -302,6 +311,13 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
     });
   }
 
+  // current_ into wire_. REQUIRES: mu_ held, no write outstanding.
+  void Encode() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    bool own = false;
+    wire_.Clear();  // the previous message was written (OnWriteDone)
+    grpc::SerializationTraits<v1::GenerateResponse>::Serialize(current_, &wire_, &own);
+  }
+
   // The stream's end: `status` once what is queued is written.
   // REQUIRES: mu_ held.
   void End(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -354,6 +370,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
         if (!client_ok_) End(grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled"));
         if (final_msg_ && client_ok_ && !final_written_) {
           current_ = std::move(*final_msg_);
+          Encode();
           final_msg_.reset();
           final_written_ = true;
           writing_ = true;
@@ -371,7 +388,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
     if (last) {
       delete this;
     } else if (action == kWrite) {
-      StartWrite(&current_);
+      StartWrite(&wire_);
     } else if (action == kFinish) {
       Finish(finish);
     }
@@ -392,9 +409,11 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<v1::Genera
   absl::Mutex mu_;
   std::unique_ptr<Upstream> upstream_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Upstream>> retired_ ABSL_GUARDED_BY(mu_);  // earlier attempts
-  // Being written: filled under mu_ while no write is outstanding, then
-  // read by gRPC until OnWriteDone (writing_ keeps others off it).
+  // Being written: filled under mu_ while no write is outstanding and
+  // encoded into wire_, which gRPC reads until OnWriteDone (writing_ keeps
+  // others off both). The method is raw (request_parse.h).
   v1::GenerateResponse current_;
+  grpc::ByteBuffer wire_;
   std::optional<v1::NodeFinal> final_ ABSL_GUARDED_BY(mu_);             // this attempt's
   std::optional<v1::GenerateResponse> final_msg_ ABSL_GUARDED_BY(mu_);  // to write last
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);
@@ -454,10 +473,17 @@ v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
   return nreq;
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* StartSchedulerGenerate(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
     global_scheduler::Scheduler* sched, Metrics* metrics, transfer::WorkerPool* routing,
-    grpc::CallbackServerContext*, const v1::GenerateRequest* req) {
-  auto* s = new SchedulerGenerateStream(sched, metrics, routing, *req);
+    grpc::CallbackServerContext*, const grpc::ByteBuffer* raw) {
+  v1::GenerateRequest req;
+  if (absl::Status st = ParseRequest(*raw, &req); !st.ok()) {
+    RequestOutcome refused;
+    refused.status = CodeName(grpc::StatusCode::INVALID_ARGUMENT);
+    metrics->SchedulerRequest(refused);
+    return new RefusedStream(ToGrpc(st));
+  }
+  auto* s = new SchedulerGenerateStream(sched, metrics, routing, req);
   s->Route("");
   return s;
 }

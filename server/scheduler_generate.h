@@ -24,10 +24,13 @@
 
 namespace ballast::server {
 
-// Starts the stream for `req` (gRPC owns the returned reactor).
-grpc::ServerWriteReactor<v1::GenerateResponse>* StartSchedulerGenerate(
+// Starts the stream for the raw request `raw` (gRPC owns the returned
+// reactor). The method is raw so that a request with invalid UTF-8 in a
+// string field is refused INVALID_ARGUMENT naming the field, not INTERNAL
+// (request_parse.h); responses are GenerateResponse messages.
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
     global_scheduler::Scheduler* sched, Metrics* metrics, transfer::WorkerPool* routing,
-    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req);
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw);
 
 // What the scheduler sends a node for `req` along `route` (t0: its arrival).
 v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,

@@ -9,8 +9,8 @@
 #include "spdlog/spdlog.h"
 
 namespace ballast::server {
-grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
-    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) {
   return StartSchedulerGenerate(sched_, metrics_, routing_.get(), ctx, req);
 }
 

@@ -21,7 +21,7 @@ namespace ballast::server {
 // Generate runs on gRPC's callback API (server/scheduler_generate.h): no
 // thread per stream. Shut the gRPC server down before destroying it.
 class InferenceService final
-    : public v1::Inference::WithCallbackMethod_Generate<v1::Inference::Service> {
+    : public v1::Inference::WithRawCallbackMethod_Generate<v1::Inference::Service> {
  public:
   // Threads that route requests (RouteRequest may wait for a replica to
   // become ready), whatever the number of streams.
@@ -30,8 +30,9 @@ class InferenceService final
   InferenceService(global_scheduler::Scheduler* s, Metrics* m)
       : sched_(s), metrics_(m), routing_(std::make_unique<transfer::WorkerPool>(kRoutingThreads)) {}
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
-                                                           const v1::GenerateRequest* req) override;
+  // Raw: parsed by StartSchedulerGenerate (request_parse.h).
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* req) override;
   grpc::Status Advise(grpc::ServerContext* ctx, const v1::AdviseRequest* req,
                       v1::AdviseResponse* resp) override;
   grpc::Status Invalidate(grpc::ServerContext* ctx, const v1::InvalidateRequest* req,
