@@ -131,6 +131,7 @@ absl::Status ModelEngine::InitExecutor() {
     GpuExecutorOptions g;
     g.device = o.device;
     g.max_batch_tokens = o.max_batch_tokens;
+    g.max_seqs = o.max_seqs;
     g.max_context = context_window_;
     g.cuda_graphs = o.cuda_graphs;
     if (o.weight_pages) {

@@ -237,8 +237,11 @@ DeviceUsage DeviceWorker::Usage() const {
   for (const auto& e : Engines()) {
     const engine::EngineStats s = e->stats();
     if (!balloon_) {
+      // Workspace is charged as in elastic mode (the balloon's), so both
+      // modes account for the same real bytes.
       u.weight_bytes += e->weight_bytes();
-      u.memory_used_bytes += e->weight_bytes() + e->options().kv_cache_bytes;
+      u.workspace_bytes += e->workspace_bytes();
+      u.memory_used_bytes += e->weight_bytes() + e->options().kv_cache_bytes + e->workspace_bytes();
       u.kv_blocks_total += s.kv_blocks_total;
       u.kv_blocks_free += s.kv_blocks_free;
       u.kv_bytes_used +=

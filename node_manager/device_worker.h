@@ -54,7 +54,7 @@ struct DeviceUsage {
   int64_t memory_total_bytes = 0;
   int64_t memory_used_bytes = 0;  // weights + KV (+ charged workspace, elastic)
   int64_t weight_bytes = 0;       // resident models' weights (elastic: mapped pages)
-  int64_t workspace_bytes = 0;    // elastic: engines' workspace charged to the balloon
+  int64_t workspace_bytes = 0;    // engines' workspace (charged in both modes)
   // Static mode: the models' private pools. Elastic mode: blocks in use and
   // free blocks inside formatted slabs (unformatted room is in kv_bytes_free;
   // block counts of different sizes are not comparable).

@@ -275,12 +275,13 @@ absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngin
   if (!e.ok()) return fail(e.status());
   std::shared_ptr<engine::ModelEngine> engine = std::move(*e);
   if (!target->balloon()) {
-    // Static: weights plus the private pool must fit as they are.
-    const int64_t need = engine->weight_bytes() + o.kv_cache_bytes;
+    // Static: weights, the private pool and the workspace must fit as they
+    // are (the workspace is charged as in elastic mode).
+    const int64_t need = engine->weight_bytes() + o.kv_cache_bytes + engine->workspace_bytes();
     if (need > best_free) {
-      return fail(absl::ResourceExhaustedError(
-          absl::StrCat("model ", name, " needs ", need, " bytes (weights + KV pool) but device ",
-                       target->name(), " has ", best_free, " free")));
+      return fail(absl::ResourceExhaustedError(absl::StrCat(
+          "model ", name, " needs ", need, " bytes (weights + KV pool + workspace) but device ",
+          target->name(), " has ", best_free, " free")));
     }
   }
   if (auto st = target->Add(engine); !st.ok()) return fail(st);
@@ -290,8 +291,9 @@ absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngin
     lifecycle_[name] =
         Lifecycle{v1::MODEL_STATE_READY, target->name(), ms, o.host_weights != nullptr};
   }
-  spdlog::info("activated model {} on {} in {:.1f} ms (weights from {})", name, target->name(), ms,
-               o.host_weights ? "the host copy" : o.path);
+  spdlog::info("activated model {} on {} in {:.1f} ms (weights from {}; workspace {:.1f} MiB)",
+               name, target->name(), ms, o.host_weights ? "the host copy" : o.path,
+               engine->workspace_bytes() / 1048576.0);
   return Describe(*engine, target->name());
 }
 

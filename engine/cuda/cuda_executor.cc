@@ -122,6 +122,10 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
 
   const ModelConfig& c = config_;
   const size_t T = options_.max_batch_tokens, a = ActSize(act_);
+  max_rows_ = options_.max_seqs > 0
+                  ? std::min(NextPow2(options_.max_seqs), options_.max_batch_tokens)
+                  : options_.max_batch_tokens;
+  const size_t R = static_cast<size_t>(max_rows_);
   const size_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size;
   inv_freq_host_ = RopeInverseFrequencies(c);
   struct Alloc {
@@ -145,8 +149,8 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       {&o_, T * H * a, "projections"},
       {&gate_up_, T * 2 * I * a, "gate/up"},
       {&act_buf_, T * I * a, "mlp activations"},
-      {&x_sel_, T * H * a, "logit rows"},
-      {&logits_, T * static_cast<size_t>(c.vocab_size) * sizeof(float), "logits"},
+      {&x_sel_, R * H * a, "logit rows"},
+      {&logits_, R * static_cast<size_t>(c.vocab_size) * sizeof(float), "logits"},
       {&attn_ws_, ws, "attention workspace"},
   };
   for (const Alloc& al : allocs) {
@@ -166,7 +170,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   logprobs_offset_ = align(out_offset_ + T * sizeof(int));
   table_offset_ = align(logprobs_offset_ + T * sizeof(SampleLogprobs));
   meta_bytes_ = table_offset_ +
-                static_cast<size_t>(c.num_hidden_layers) * T * max_table_blocks_ * sizeof(int);
+                static_cast<size_t>(c.num_hidden_layers) * R * max_table_blocks_ * sizeof(int);
   if (auto s = meta_.Allocate(meta_bytes_, "step metadata"); !s.ok()) return s;
   workspace_bytes_ += static_cast<int64_t>(meta_bytes_);
   BALLAST_CUDA_RETURN(cudaMallocHost(&host_meta_, meta_bytes_), "pinned step metadata");
@@ -241,6 +245,12 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Shape(absl::Span<const Seq
     sh.max_blocks = std::max(need_blocks, 1);
     sh.seqs = static_cast<int>(batch.size());
     sh.rows = sh.real_rows;
+  }
+  if (sh.seqs > max_rows_ || sh.rows > max_rows_) {
+    return absl::InvalidArgumentError(absl::StrCat("step of ", sh.seqs,
+                                                   " sequences; the executor "
+                                                   "was sized for ",
+                                                   max_rows_, " (max_seqs)"));
   }
   return sh;
 }

@@ -124,6 +124,7 @@ class CudaExecutor final : public Executor {
   int num_sms_ = 0;
   bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
   int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
+  int max_rows_ = 0;                // sampled rows / sequences a step may have (max_seqs)
   int64_t workspace_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceWeights> weights_;

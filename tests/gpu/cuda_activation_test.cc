@@ -2,6 +2,10 @@
 // balloon (CUDA VMM pages shared with the KV arena), eviction keeping a
 // pinned host copy, and reactivation from that copy serving exactly the
 // same greedy tokens.
+#include <cuda_runtime.h>
+
+#include <iostream>
+
 #include "absl/synchronization/notification.h"
 #include "engine/synthetic_model.h"
 #include "node_manager/node_manager.h"
@@ -66,6 +70,47 @@ TEST(CudaActivation, WeightsLiveInBalloonPagesAndReactivateFromThePinnedCopy) {
   EXPECT_EQ(balloon->stats().weight_ranges_reserved, 1);  // the address range was reused
   EXPECT_EQ(Greedy(node->get(), "b"), want);
   (*node)->Shutdown();
+}
+
+// Both memory modes charge what the device really gives (cudaMemGetInfo),
+// workspace included, and the same workspace for the same model.
+TEST(CudaActivation, BothMemoryModesChargeTheRealBytes) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  engine::testing::TempDir dir;
+  const std::string path =
+      engine::testing::WriteTinyModel(dir, "m", engine::testing::GpuTestModelSpec());
+  int64_t workspace[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const std::string mode = i == 0 ? "static" : "elastic";
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // the context exists before the first reading
+    size_t free0 = 0, free1 = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+    NodeOptions n;
+    n.engine.backend = "cuda";
+    n.engine.max_batch_tokens = 1024;
+    n.engine.max_seqs = 64;
+    n.memory_mode = mode;
+    n.slab_bytes = 2u << 20;
+    n.devices = {DeviceOptions{"cuda:0", 1ll << 30}};
+    auto node = NodeManager::Create(n);
+    ASSERT_TRUE(node.ok()) << node.status();
+    auto loaded = (*node)->LoadModel("m", path, "auto", "");
+    ASSERT_TRUE(loaded.ok()) << mode << ": " << loaded.status();
+    ASSERT_EQ(Greedy(node->get(), mode).size(), 48u);
+    ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+    const DeviceUsage u = (*node)->devices()[0]->Usage();
+    const int64_t real = static_cast<int64_t>(free0) - static_cast<int64_t>(free1);
+    std::cout << mode << ": charged " << u.memory_used_bytes / 1048576.0 << " MiB (workspace "
+              << u.workspace_bytes / 1048576.0 << "), device gave " << real / 1048576.0 << " MiB\n";
+    // cuBLAS handles, graphs and the allocator's rounding are not charged.
+    EXPECT_NEAR(static_cast<double>(u.memory_used_bytes), static_cast<double>(real), 96.0 * 1048576)
+        << mode;
+    EXPECT_GT(u.workspace_bytes, 0) << mode;
+    workspace[i] = u.workspace_bytes;
+    (*node)->Shutdown();
+  }
+  EXPECT_EQ(workspace[0], workspace[1]);
 }
 
 }  // namespace
