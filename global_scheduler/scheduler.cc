@@ -39,7 +39,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
   }
   for (const auto& m : models) {
     if (auto st = s->registry_.Add(m); !st.ok()) return st;
-    s->registry_.RecordRequest(m.name, s->clock_());
+    s->registry_.RecordRequest(m.name, s->started_);  // not a request: the grace holds
   }
   return s;
 }
@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
 Scheduler::Scheduler(const SchedulerOptions& options, Clock clock)
     : options_(options),
       clock_(clock),
+      started_(clock()),
       cluster_(options.heartbeat_timeout, clock),
       sessions_(clock, options.max_sessions),
       stats_(options.stats_window),

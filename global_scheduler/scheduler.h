@@ -106,6 +106,12 @@ struct SchedulerOptions {
   // With no replica elsewhere the request keeps waiting. Zero: off.
   // Default 400 ms.
   absl::Duration node_accept_timeout = absl::Milliseconds(400);
+  // After start, replicas are not loaded for models with no request yet
+  // for this long: nodes that hold replicas re-register within a heartbeat
+  // timeout, and loading before they do would duplicate (then trim) them.
+  // A request for a model loads it at once. The daemon sets it to twice
+  // heartbeat_timeout (scheduler.startup_grace_ms). Default 0 (tests).
+  absl::Duration startup_grace = absl::ZeroDuration();
   // Threads for blocking node calls (load, evict, drop session); more
   // calls wait their turn. Default 16.
   int control_threads = 16;
@@ -343,6 +349,7 @@ class Scheduler {
 
   const SchedulerOptions options_;
   Clock clock_;
+  const absl::Time started_;  // clock_() at construction (startup_grace)
   ModelRegistry registry_;
   ClusterState cluster_;
   SessionDirectory sessions_;

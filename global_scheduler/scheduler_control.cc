@@ -120,6 +120,9 @@ void Scheduler::ReconcileModel(const ModelStatus& m, Tick* tick) {
   }
   if (m.failed) return;  // until registered again
   if (static_cast<int>(exclude.size()) >= m.spec.replicas || tick->now < m.retry_after) return;
+  // Just started: the nodes holding replicas may not have re-registered
+  // yet. A request since the start loads the model now.
+  if (tick->now < started_ + options_.startup_grace && m.last_request <= started_) return;
   {
     // An eviction made for this model is still under way: wait for it.
     absl::MutexLock lock(&mu_);

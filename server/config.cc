@@ -107,6 +107,13 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   };
   RETURN_IF_ERROR(ms("heartbeat_timeout_ms", &o.heartbeat_timeout));
   RETURN_IF_ERROR(ms("heartbeat_interval_ms", &o.heartbeat_interval));
+  {
+    // Nodes re-register at their next heartbeat or registration retry.
+    int64_t grace_ms = 2 * absl::ToInt64Milliseconds(o.heartbeat_timeout);
+    RETURN_IF_ERROR(s.Get("startup_grace_ms", &grace_ms));
+    if (grace_ms < 0) return s.Error(s.Key("startup_grace_ms"), "must be >= 0");
+    o.startup_grace = absl::Milliseconds(grace_ms);
+  }
   RETURN_IF_ERROR(ms("route_wait_ms", &o.route_wait));
   RETURN_IF_ERROR(ms("load_retry_ms", &o.load_retry));
   RETURN_IF_ERROR(ms("load_timeout_ms", &o.load_timeout));

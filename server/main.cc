@@ -100,10 +100,20 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
   if (!f.advertise.empty()) c->node.options.advertise_address = f.advertise;
   if (!f.kv_ssd_dir.empty()) c->node.options.kv_tiers.ssd_dir = f.kv_ssd_dir;
   if (f.heartbeat_timeout_ms > 0) {
+    auto& o = c->scheduler.options;
+    // The grace follows the timeout unless the config set its own.
+    if (o.startup_grace == 2 * o.heartbeat_timeout) {
+      o.startup_grace = 2 * absl::Milliseconds(f.heartbeat_timeout_ms);
+    }
     c->scheduler.options.heartbeat_timeout = absl::Milliseconds(f.heartbeat_timeout_ms);
     if (c->scheduler.options.heartbeat_interval >= c->scheduler.options.heartbeat_timeout) {
       c->scheduler.options.heartbeat_interval = c->scheduler.options.heartbeat_timeout / 3;
     }
+  }
+  // serve: the embedded node is the cluster; no other node holds replicas
+  // to wait for (unless the config sets its own grace).
+  if (serve && c->scheduler.options.startup_grace == 2 * c->scheduler.options.heartbeat_timeout) {
+    c->scheduler.options.startup_grace = absl::ZeroDuration();
   }
   if (!f.cache_dir.empty()) c->serve.cache_dir = f.cache_dir;
   if (!f.node_listen.empty()) c->node.listen = f.node_listen;

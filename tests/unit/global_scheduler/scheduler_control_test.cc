@@ -158,6 +158,37 @@ TEST(SchedulerControl, AModelNamedLikeAnEvictionIsStillAModel) {
   s->Stop();
 }
 
+// A restarted scheduler loads no replica of a model without requests
+// during the startup grace (its nodes may still hold replicas and not have
+// re-registered); a request loads its model at once; after the grace the
+// rest load.
+TEST(SchedulerControl, StartupGraceWaitsForNodesToReRegister) {
+  FakeNode fake;
+  FakeClock clock;
+  SchedulerOptions o;
+  o.startup_grace = absl::Seconds(3);
+  o.route_wait = absl::Milliseconds(1);
+  o.models = {{"quiet", "/models/q"}, {"asked", "/models/a"}};
+  auto s = *Scheduler::Create(o, clock.fn());
+  ASSERT_TRUE(s->RegisterNode(NodeAt("a", fake, {"cpu:0"})).ok());
+  s->RunControlTick();
+  clock.now += absl::Seconds(1);
+  s->RunControlTick();
+  EXPECT_TRUE(fake.loads().empty());
+  v1::GenerateRequest req;
+  req.set_model("asked");
+  req.set_prompt("hi");
+  EXPECT_FALSE(s->RouteRequest(req, [] { return false; }).ok());  // no replica yet
+  s->RunControlTick();
+  ASSERT_TRUE(fake.AwaitCalls(1, 0));
+  EXPECT_EQ(fake.loads()[0].first, "asked");
+  clock.now += absl::Seconds(2);  // the grace is over
+  s->RunControlTick();
+  ASSERT_TRUE(fake.AwaitCalls(2, 0));
+  EXPECT_EQ(fake.loads()[1].first, "quiet");
+  s->Stop();
+}
+
 TEST(SchedulerControl, RejectsModelNamesOutsideTheDocumentedSet) {
   SchedulerOptions o;
   auto s = *Scheduler::Create(o);

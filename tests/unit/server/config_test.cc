@@ -143,6 +143,10 @@ TEST(Config, NodeFailureBounds) {
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->scheduler.options.catalogue_file, "/var/lib/ballast/catalogue.json");
   EXPECT_EQ(d->scheduler.options.node_connect_wait, absl::Seconds(3));
+  EXPECT_EQ(d->scheduler.options.startup_grace, absl::Seconds(6));  // 2 x the heartbeat timeout
+  auto g = ParseConfig("scheduler: {heartbeat_timeout_ms: 5000, startup_grace_ms: 0}", "test.yaml");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->scheduler.options.startup_grace, absl::ZeroDuration());
   EXPECT_EQ(d->scheduler.options.node_accept_timeout, absl::Milliseconds(400));
   EXPECT_NE(Msg("scheduler: {node_connect_wait_ms: 0}")
                 .find("test.yaml: scheduler.node_connect_wait_ms: must be > 0"),
