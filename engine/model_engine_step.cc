@@ -1,0 +1,204 @@
+// ModelEngine's step path (split from model_engine.cc): one step — drain
+// the inbox, plan, load leased KV, run the executor, stream the tokens and
+// finish sequences — and the failure paths. Runs on the device's step
+// thread (model_engine.h states the threading contract).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "engine/kv_export.h"
+#include "engine/model_engine.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::engine {
+namespace {
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+}  // namespace
+
+bool ModelEngine::Step() {
+  last_prefill_tokens_ = 0;  // also when this step does nothing
+  absl::Time at[6];
+  at[0] = absl::Now();
+  DrainInbox();
+  at[1] = absl::Now();
+  const StepPlan plan = planner_->empty() ? StepPlan{} : planner_->Plan();
+  if (plan.empty()) {
+    PublishStats();
+    return false;
+  }
+  at[2] = absl::Now();
+  last_prefill_tokens_ = plan.prefill_tokens;
+  export_times_ = {};
+  std::vector<int> sampled;
+  std::vector<TokenLogprobs> logprobs;
+  absl::Status st = RunLoads(plan);
+  at[3] = absl::Now();
+  if (st.ok()) st = Execute(plan, &sampled, &logprobs);
+  at[4] = absl::Now();
+  ++steps_;
+  if (!st.ok()) {
+    // A load the failed step did not finish must end before its blocks
+    // are freed.
+    if (!plan.loads.empty()) executor_->WaitKvLoad().IgnoreError();
+    AbortAll(st);
+    PublishStats();
+    return true;
+  }
+  size_t row = 0;
+  for (const PlannedChunk& c : plan.chunks) {
+    c.seq->num_computed += c.tokens;
+    if (c.logits) {
+      const bool want = c.seq->req.params.sampling.top_logprobs >= 0 && row < logprobs.size();
+      AfterToken(c.seq, sampled[row], want ? &logprobs[row] : nullptr);
+      ++row;
+    }
+  }
+  for (auto& s : planner_->TakeDone()) Finish(std::move(s));
+  PublishStats();
+  at[5] = absl::Now();
+  if (options_.slow_step_warn_ms > 0 &&
+      absl::ToDoubleMilliseconds(at[5] - at[0]) >= options_.slow_step_warn_ms) {
+    LogSlowStep(plan, at);
+  }
+  return true;
+}
+
+void ModelEngine::LogSlowStep(const StepPlan& plan, const absl::Time (&at)[6]) const {
+  auto ms = [&](int i) { return absl::ToDoubleMilliseconds(at[i + 1] - at[i]); };
+  const ExportTimes& e = export_times_;
+  spdlog::warn(
+      "model {}: slow step, {:.1f} ms ({} chunks, {} prefill tokens, {} loads): inbox and tasks "
+      "{:.1f}, plan {:.1f}, KV loads {:.1f}, forward {:.1f}, tokens and finishes {:.1f} (exports "
+      "of {} chunks, {} KiB: buffers {:.1f}, copies {:.1f}, checksums {:.1f}, puts {:.1f})",
+      options_.name, absl::ToDoubleMilliseconds(at[5] - at[0]), plan.chunks.size(),
+      plan.prefill_tokens, plan.loads.size(), ms(0), ms(1), ms(2), ms(3), ms(4), e.chunks,
+      e.bytes >> 10, e.alloc_ms, e.copy_ms, e.seal_ms, e.put_ms);
+}
+
+absl::Status ModelEngine::Execute(const StepPlan& plan, std::vector<int>* sampled,
+                                  std::vector<TokenLogprobs>* logprobs) {
+  std::vector<SequenceChunk> chunks;
+  chunks.reserve(plan.chunks.size());
+  const absl::Time now = absl::Now();
+  for (const PlannedChunk& p : plan.chunks) {
+    if (p.seq->first_scheduled == absl::InfinitePast()) p.seq->first_scheduled = now;
+    SequenceChunk c;
+    c.kv = &p.seq->kv;
+    c.start_pos = p.start;
+    c.tokens = absl::MakeConstSpan(p.seq->tokens).subspan(p.start, p.tokens);
+    c.logits = p.logits ? LogitsMode::kLast : LogitsMode::kNone;
+    chunks.push_back(c);
+  }
+  if (executor_->samples_on_device()) {
+    std::vector<DeviceSampling> sampling;
+    for (const PlannedChunk& p : plan.chunks) {
+      if (!p.logits) continue;
+      const Sequence* s = p.seq;
+      sampling.push_back({s->req.params.sampling, s->seed, static_cast<uint64_t>(s->outputs()),
+                          s->penalties.entries()});
+    }
+    return executor_->ForwardSample(chunks, sampling, sampled, logprobs);
+  }
+  std::vector<float> logits;
+  if (auto st = executor_->Forward(chunks, &logits); !st.ok()) return st;
+  const int vocab = config_.vocab_size;
+  size_t row = 0;
+  for (const PlannedChunk& p : plan.chunks) {
+    if (!p.logits) continue;
+    Sequence* s = p.seq;
+    const SamplingOptions& o = s->req.params.sampling;
+    logprobs->emplace_back();
+    sampled->push_back(SampleToken(logits.data() + row * vocab, vocab, o, s->penalties.entries(),
+                                   s->rng, o.top_logprobs >= 0 ? &logprobs->back() : nullptr));
+    ++row;
+  }
+  return absl::OkStatus();
+}
+
+void ModelEngine::AfterToken(Sequence* s, int id, const TokenLogprobs* logprobs) {
+  const absl::Time now = absl::Now();
+  if (s->first_token == absl::InfinitePast()) s->first_token = now;
+  s->last_token = now;
+  s->tokens.push_back(id);
+  if (s->req.params.sampling.has_penalties()) s->penalties.AddOutput(id);
+  ++tokens_generated_;
+  bool done = false;
+  std::string text;
+  if (tokenizer_->IsEos(id) && !s->req.params.ignore_eos) {  // any of the model's EOS ids
+    s->result.reason = FinishReason::kEos;
+    text = s->out->Finish();
+    done = true;
+  } else {
+    bool stopped = false;
+    text = s->out->Add(id, &stopped);
+    if (stopped) {
+      s->result.reason = FinishReason::kStop;
+      done = true;
+    } else if (s->outputs() >= s->req.params.max_tokens) {
+      s->result.reason = FinishReason::kLength;
+      done = true;
+    } else if (static_cast<int>(s->tokens.size()) >= context_window_) {
+      s->result.reason = FinishReason::kContext;
+      done = true;
+    }
+    if (done && !stopped) text += s->out->Finish();
+  }
+  s->sink->OnToken(id, text, logprobs);
+  s->done = done;
+}
+
+void ModelEngine::Finish(std::unique_ptr<Sequence> s) {
+  GenerationResult& r = s->result;
+  r.output_tokens.assign(s->tokens.begin() + s->prompt_len, s->tokens.end());
+  r.text = s->out->released();
+  const absl::Time now = absl::Now();
+  r.queue_ms = Ms(s->first_scheduled - s->req.arrival);
+  r.ttft_ms = Ms(s->first_token - s->req.arrival);
+  r.e2e_ms = Ms(now - s->req.arrival);
+  const int n = static_cast<int>(r.output_tokens.size());
+  r.mean_tpot_ms = n > 1 ? Ms(s->last_token - s->first_token) / (n - 1) : 0.0;
+  if (!s->req.session_id.empty()) {
+    const bool exported = ExportSession(*s);
+    // Keep the KV of every token but the last generated one (never fed).
+    kv_manager_->Keep(s->req.session_id, std::move(s->kv),
+                      std::vector<int>(s->tokens.begin(), s->tokens.begin() + s->num_computed),
+                      s->req.priority, absl::InfiniteFuture(), exported);
+  } else {
+    kv_manager_->Free(&s->kv);
+  }
+  --active_;
+  s->sink->OnDone(std::move(r));
+}
+
+void ModelEngine::Fail(std::unique_ptr<Sequence> s, const absl::Status& status) {
+  kv_manager_->Free(&s->kv);
+  --active_;
+  s->sink->OnDone(status);
+}
+
+void ModelEngine::FailAll(const absl::Status& why, bool close) {
+  // OnDone must get an error: an OK `why` would read as a result.
+  const absl::Status status =
+      why.ok() ? absl::UnavailableError(absl::StrCat("model ", options_.name, " closed")) : why;
+  std::vector<std::function<void()>> tasks;
+  {
+    absl::MutexLock lock(&mu_);
+    if (close) {
+      closed_ = true;
+      closed_why_ = status;
+    }
+    for (auto& s : inbox_) planner_->Enqueue(std::move(s));
+    inbox_.clear();
+    tasks.swap(tasks_);
+  }
+  for (auto& t : tasks) t();  // imports still answer their callers
+  for (auto& s : planner_->TakeAll()) Fail(std::move(s), status);
+}
+
+void ModelEngine::AbortAll(const absl::Status& why) { FailAll(why, /*close=*/false); }
+
+void ModelEngine::Close(const absl::Status& why) {
+  FailAll(why, /*close=*/true);
+  PublishStats();
+}
+
+}  // namespace ballast::engine
