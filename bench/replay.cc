@@ -225,6 +225,7 @@ class Runner {
         out.kv_fetch_ms = f.timings().kv_fetch_ms();
         out.kv_load_ms = f.timings().kv_load_ms();
         out.kv_source = KvSourceName(f.kv_source());
+        out.preemptions = f.preemptions();
       }
     }
     grpc::Status st = reader->Finish();

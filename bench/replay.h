@@ -48,6 +48,7 @@ struct RequestOutcome {
   double server_queue_ms = -1;
   double scheduler_ms = -1, kv_fetch_ms = -1, kv_load_ms = -1;  // parts of it (Timings)
   std::string kv_source;
+  int preemptions = 0;              // times the server preempted it (KV recomputed)
   std::string status = "NOT_SENT";  // gRPC code name, or ABORTED (dependency failed)
   std::string message;
   bool any_token = false;

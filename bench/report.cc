@@ -73,6 +73,8 @@ void Add(GroupReport& g, Acc& a, const RequestOutcome& r, const Verdict& v) {
   g.met_both += v.ttft_ok && (v.tpot_ok || v.no_tpot);
   g.input_tokens += r.prompt_tokens;
   g.output_tokens += r.output_tokens;
+  g.preemptions += r.preemptions;
+  g.preempted_requests += r.preemptions > 0;
   if (v.outcome == Outcome::kCompleted) {
     a.ttft.push_back(r.ttft_ms());
     if (r.has_tpot()) a.tpot.push_back(r.tpot_ms());
@@ -108,6 +110,8 @@ nlohmann::json ToJson(const GroupReport& g) {
           {"no_tpot", g.no_tpot},
           {"input_tokens", g.input_tokens},
           {"output_tokens", g.output_tokens},
+          {"preemptions", g.preemptions},
+          {"preempted_requests", g.preempted_requests},
           {"ttft_ms", ToJson(g.ttft_ms)},
           {"tpot_ms", ToJson(g.tpot_ms)},
           {"e2e_ms", ToJson(g.e2e_ms)},
@@ -224,7 +228,8 @@ std::string FormatReport(const Report& r) {
       r.goodput_rps, r.token_throughput, r.input_token_throughput, r.output_token_throughput,
       r.total.no_tpot, r.advisories_sent);
   for (const auto& [s, n] : r.advise_status) out += absl::StrFormat(" [%s: %d]", s, n);
-  out += "\n";
+  out += absl::StrFormat("; preemptions %d (%d requests)\n", r.total.preemptions,
+                         r.total.preempted_requests);
   if (!r.by_status.empty()) {
     out += "by status:";
     for (const auto& [s, n] : r.by_status) out += absl::StrFormat(" %s=%d", s, n);
@@ -244,7 +249,7 @@ absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, 
   out << "id,model,session,turn,status,class,release_s,send_s,client_lag_ms,ttft_ms,tpot_ms,e2e_ms,"
          "queue_ms,"
          "prompt_tokens,cached_tokens,output_tokens,kv_source,ttft_slo_ms,tpot_slo_ms,ttft_met,"
-         "tpot_met,scheduler_ms,kv_fetch_ms,kv_load_ms\n";
+         "tpot_met,scheduler_ms,kv_fetch_ms,kv_load_ms,preemptions\n";
   for (const auto& r : res.requests) {
     const Verdict v = Judge(r, res, slo_scale);
     const Slo slo = SloFor(r, res, slo_scale);
@@ -253,11 +258,12 @@ absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, 
                                                         : "failed";
     out << absl::StrFormat(
         "%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%s,%.3f,"
-        "%.3f,%.3f\n",
+        "%.3f,%.3f,%d\n",
         r.id, r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s, r.client_lag_ms(),
         r.ttft_ms(), r.tpot_ms(), r.e2e_ms(), r.server_queue_ms, r.prompt_tokens, r.cached_tokens,
         r.output_tokens, r.kv_source, slo.ttft_ms, slo.tpot_ms, v.ttft_ok,
-        v.no_tpot ? "" : (v.tpot_ok ? "1" : "0"), r.scheduler_ms, r.kv_fetch_ms, r.kv_load_ms);
+        v.no_tpot ? "" : (v.tpot_ok ? "1" : "0"), r.scheduler_ms, r.kv_fetch_ms, r.kv_load_ms,
+        r.preemptions);
   }
   out.close();
   return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));

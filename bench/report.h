@@ -40,6 +40,10 @@ struct GroupReport {
   int no_tpot = 0;  // completed with < 2 output tokens: no TPOT
   double ttft_attainment = 0, tpot_attainment = 0, slo_attainment = 0;
   int64_t input_tokens = 0, output_tokens = 0;
+  // Server-side preemptions (KV room taken, the KV recomputed): in total,
+  // and how many requests had at least one (thrash, issue 13).
+  int64_t preemptions = 0;
+  int preempted_requests = 0;
   LatencySummary ttft_ms, tpot_ms, e2e_ms, queue_ms;
 };
 
@@ -73,7 +77,7 @@ nlohmann::json ToJson(const Report& r);
 std::string FormatReport(const Report& r);
 // One row per request: id, model, session, turn, status, class, times (the
 // scheduled arrival, the send and the client lag), SLO verdicts (tpot_met is
-// empty for a request without TPOT).
+// empty for a request without TPOT), preemptions.
 absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& result,
                               double slo_scale);
 

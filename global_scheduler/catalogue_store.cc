@@ -121,8 +121,13 @@ absl::StatusOr<std::unique_ptr<CatalogueStore>> CatalogueStore::Open(const std::
   } catch (const json::exception& e) {
     return absl::DataLossError(absl::StrCat(path, ": not valid JSON: ", e.what()));
   }
-  if (!j.is_object() || j.value("version", 0) != 1) {
+  if (!j.is_object() || !j.contains("version") || j["version"] != 1) {
     return absl::DataLossError(absl::StrCat(path, ": version: expected 1"));
+  }
+  for (const char* list : {"registered", "unregistered"}) {
+    if (j.contains(list) && !j[list].is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", list, ": expected a list"));
+    }
   }
   absl::MutexLock lock(&store->mu_);
   const json registered = j.value("registered", json::array());

@@ -78,6 +78,11 @@ void ClusterState::MarkSuspect(const std::string& node_id) {
   ++routing_version_;
 }
 
+void ClusterState::NotifyRoutingChange() {
+  absl::MutexLock lock(&mu_);
+  ++routing_version_;
+}
+
 std::vector<std::string> ClusterState::SweepDead() {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> dead;

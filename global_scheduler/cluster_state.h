@@ -74,6 +74,10 @@ class ClusterState {
   HeartbeatResult Heartbeat(const v1::HeartbeatRequest& req);
   // Routing skips the node until its next heartbeat (an RPC to it failed).
   void MarkSuspect(const std::string& node_id);
+  // Bumps the routing version: something routing depends on outside this
+  // class changed (a model's load failed, it was registered or removed),
+  // so requests waiting for a replica look again.
+  void NotifyRoutingChange();
   // Marks nodes whose last heartbeat is older than the timeout dead.
   // Returns the ids of the nodes newly marked dead.
   std::vector<std::string> SweepDead();

@@ -194,16 +194,17 @@ v1::HeartbeatResponse Scheduler::Heartbeat(const v1::HeartbeatRequest& req) {
 }
 
 absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
+  absl::MutexLock serial(&catalogue_mu_);  // registry and file change together
   const std::optional<ModelStatus> before = registry_.Get(spec.name);
   bool limits_changed = false;
   if (auto st = registry_.Add(spec, &limits_changed); !st.ok()) return st;
   if (catalogue_) {
     if (auto st = catalogue_->RecordRegistered(spec); !st.ok()) {
       // Not acknowledged, so not kept: the catalogue is as it was.
-      if (before) {
-        registry_.Add(before->spec).IgnoreError();  // only the KV limits can differ
-      } else {
+      if (!before) {
         registry_.Remove(spec.name).IgnoreError();
+      } else if (limits_changed) {
+        registry_.Add(before->spec).IgnoreError();  // only the KV limits differed
       }
       return absl::UnavailableError(absl::StrCat("model ", spec.name,
                                                  " not registered: the catalogue file could not "
@@ -211,6 +212,7 @@ absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
                                                  st.message()));
     }
   }
+  cluster_.NotifyRoutingChange();  // a request waiting on a failed model retries it
   if (!limits_changed) {
     registry_.RecordRequest(spec.name, clock_());
     spdlog::info("model {} registered ({})", spec.name, spec.path);
@@ -241,18 +243,22 @@ absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
 }
 
 absl::Status Scheduler::UnregisterModel(const std::string& name) {
-  const std::optional<ModelStatus> before = registry_.Get(name);
-  if (auto st = registry_.Remove(name); !st.ok()) return st;
+  absl::MutexLock serial(&catalogue_mu_);
+  if (!registry_.Get(name)) {
+    return registry_.Remove(name);  // its NOT_FOUND
+  }
+  // Written first: a failed write leaves the model exactly as it was.
   if (catalogue_) {
     if (auto st = catalogue_->RecordUnregistered(name); !st.ok()) {
-      if (before) registry_.Add(before->spec).IgnoreError();
       return absl::UnavailableError(absl::StrCat(
           "model ", name,
           " not unregistered: the catalogue file could not be written: ", st.message()));
     }
   }
+  if (auto st = registry_.Remove(name); !st.ok()) return st;
   stats_.Forget(name);
-  return absl::OkStatus();  // the control loop evicts its replicas
+  cluster_.NotifyRoutingChange();  // requests waiting for it end NOT_FOUND
+  return absl::OkStatus();         // the control loop evicts its replicas
 }
 
 double Scheduler::Demand(const std::string& model) const {
@@ -413,7 +419,11 @@ absl::StatusOr<std::optional<Route>> Scheduler::TryRoute(const v1::GenerateReque
     }
   }
   absl::Status end;
-  if (auto now = registry_.Get(req.model()); now && now->failed) {
+  const std::optional<ModelStatus> now = registry_.Get(req.model());
+  if (!now) {
+    end = absl::NotFoundError(
+        absl::StrCat("model \"", req.model(), "\" was unregistered while the request waited"));
+  } else if (now->failed) {
     end = absl::FailedPreconditionError(
         absl::StrCat("model ", req.model(), " failed to load: ", now->last_error,
                      " (fix the checkpoint or node, then register the model again)"));
@@ -435,6 +445,10 @@ absl::StatusOr<std::optional<Route>> Scheduler::TryRoute(const v1::GenerateReque
     p->kicked = true;
   }
   return std::optional<Route>();
+}
+
+void Scheduler::AbandonRoute(const PendingRoute& pending) {
+  if (!pending.route.session_id.empty()) sessions_.Abort(pending.route.session_id);
 }
 
 void Scheduler::AwaitReplica(const PendingRoute& pending, std::function<bool()> cancelled,

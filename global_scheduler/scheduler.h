@@ -234,6 +234,9 @@ class Scheduler {
                                                 PendingRoute* pending, bool cancelled);
   void AwaitReplica(const PendingRoute& pending, std::function<bool()> cancelled,
                     std::function<void()> wake);
+  // Ends a route begun but never finished by TryRoute (the caller could
+  // not go on, e.g. at shutdown): the session turn is aborted.
+  void AbandonRoute(const PendingRoute& pending);
   // Ends a routed request. On success (`final` set) the session history
   // grows by the turn's prompt and output tokens (a chat turn's prompt
   // replaces it, and its messages and the reply join the conversation);
@@ -379,6 +382,9 @@ class Scheduler {
   // touch is alive.
   std::unique_ptr<transfer::WorkerPool> pool_;
   std::unique_ptr<CatalogueStore> catalogue_;  // null: not persisted
+  // Serializes Register/UnregisterModel: the registry and the catalogue
+  // file change together.
+  absl::Mutex catalogue_mu_;
   RoutingWaiters waiters_{&cluster_};
 };
 

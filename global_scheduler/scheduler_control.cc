@@ -304,6 +304,7 @@ void Scheduler::StartLoad(const ModelSpec& spec, const Target& target) {
       if (st.error_code() == grpc::StatusCode::UNAVAILABLE) ReportUnavailable(target.node_id);
       registry_.RecordLoadError(spec.name, err, ClassifyLoadError(st.error_code()), clock_(),
                                 options_.load_retry);
+      cluster_.NotifyRoutingChange();  // waiting requests see a permanent failure now
     }
     absl::MutexLock lock(&mu_);
     pending_.erase(key);

@@ -41,6 +41,7 @@ v1::NodeGenerateResponse FinalMessage(const engine::GenerationResult& g,
   f->mutable_usage()->set_prompt_tokens(g.prompt_tokens);
   f->mutable_usage()->set_cached_prompt_tokens(g.cached_tokens);
   f->mutable_usage()->set_completion_tokens(static_cast<int>(g.output_tokens.size()));
+  f->set_preemptions(g.preemptions);
   v1::Timings* t = f->mutable_timings();
   t->set_queue_ms(g.queue_ms);
   t->set_ttft_ms(g.ttft_ms);

@@ -60,11 +60,7 @@ class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> 
   // Cancelled because the node did not accept in time (then retried).
   void MarkUnaccepted() { unaccepted_ = true; }
   bool unaccepted() const { return unaccepted_; }
-  bool accepted() const { return accepted_; }
-  void OnReadInitialMetadataDone(bool ok) override {
-    accepted_ = ok;
-    alarm_.Cancel();
-  }
+  void OnReadInitialMetadataDone(bool ok) override;
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& st) override;
 
@@ -78,7 +74,6 @@ class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> 
   grpc::ClientContext ctx_;
   v1::NodeGenerateResponse resp_;
   grpc::Alarm alarm_;
-  std::atomic<bool> accepted_{false};
   std::atomic<bool> unaccepted_{false};
 };
 
@@ -189,11 +184,12 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   // the cancel, so the stream (and `u`) outlive it.
   void OnAcceptAlarm(Upstream* u, bool fired) {
     const std::string& node = u->route().node_id;
-    const bool late = fired && !u->accepted() && sched_->HasReplicaElsewhere(req_.model(), node);
+    const bool elsewhere = fired && sched_->HasReplicaElsewhere(req_.model(), node);
     bool cancel = false;
     Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (late && u == upstream_.get() && upstream_active_ && !streamed_ && attempts_ == 1 &&
-          client_ok_) {
+      // Decided under mu_, where acceptance is recorded (NodeAccepted).
+      if (elsewhere && u == upstream_.get() && !accepted_ && upstream_active_ && !streamed_ &&
+          attempts_ == 1 && client_ok_) {
         u->MarkUnaccepted();
         cancel = true;
       } else {
@@ -204,6 +200,12 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     sched_->ReportUnresponsive(node);
     u->Cancel();
     Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { --alarms_pending_; });
+  }
+
+  // The node sent the attempt's initial metadata (it accepted the call).
+  void NodeAccepted(Upstream* u) {
+    absl::MutexLock lock(&mu_);
+    if (u == upstream_.get()) accepted_ = true;
   }
 
   // grpc::ServerWriteReactor.
@@ -269,6 +271,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
           pending_, [this] { return cancelled_.load(); },
           [this] {
             if (!routing_->Schedule([this] { StepRoute(); })) {
+              sched_->AbandonRoute(pending_);
               Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                 routing_pending_ = false;
                 End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"));
@@ -293,6 +296,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         upstream_ = std::move(up);
         upstream_active_ = true;
         ++attempts_;
+        accepted_ = false;
         final_.reset();
         start = upstream_.get();
         if (accept_timeout > absl::ZeroDuration()) ++alarms_pending_;
@@ -421,6 +425,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   double ttft_ms_ ABSL_GUARDED_BY(mu_) = -1;
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
   int alarms_pending_ ABSL_GUARDED_BY(mu_) = 0;  // acceptance alarms not yet called back
+  bool accepted_ ABSL_GUARDED_BY(mu_) = false;   // the current attempt's node accepted
   bool streamed_ ABSL_GUARDED_BY(mu_) = false;   // a token reached the client: no retry now
   bool client_ok_ ABSL_GUARDED_BY(mu_) = true;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -438,6 +443,11 @@ void Upstream::OnReadDone(bool ok) {
   } else {
     RemoveHold();  // the end of the node's stream: OnDone follows
   }
+}
+
+void Upstream::OnReadInitialMetadataDone(bool ok) {
+  if (ok) stream_->NodeAccepted(this);
+  alarm_.Cancel();
 }
 
 void Upstream::ArmAcceptAlarm(absl::Duration timeout) {

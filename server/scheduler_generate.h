@@ -1,14 +1,17 @@
 // The scheduler's Generate on gRPC's callback API: a client's stream is
 // proxied to the node that routing picked, with no thread per stream and no
-// polling. Routing (Scheduler::RouteRequest, which may wait for a replica to
-// become ready) runs on a bounded pool; the node's stream is read with the
+// polling. Routing (Scheduler::BeginRoute/TryRoute) runs on a bounded pool;
+// while no replica is ready the stream parks with the scheduler's waiters
+// (AwaitReplica), holding no thread. The node's stream is read with the
 // callback client, one message at a time: the next read starts when the
 // client has taken the previous token (flow control end to end). A node
-// that fails UNAVAILABLE before the first token is retried once on another
-// replica; a client that cancels (or stops reading) cancels the node call.
+// that fails UNAVAILABLE, or does not accept within node_accept_timeout,
+// before the first token is retried once on another replica; a client that
+// cancels (or stops reading) cancels the node call.
 //
 // Lifetime: the stream deletes itself once gRPC is done with it, no node
-// call is in flight and no routing is pending.
+// call is in flight, no routing is pending and no acceptance alarm is
+// outstanding.
 //
 // Thread-safety: gRPC reactions (server and client side) and the routing
 // pool call in concurrently; state is guarded by one mutex, and no gRPC

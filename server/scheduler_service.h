@@ -23,8 +23,9 @@ namespace ballast::server {
 class InferenceService final
     : public v1::Inference::WithRawCallbackMethod_Generate<v1::Inference::Service> {
  public:
-  // Threads that route requests (RouteRequest may wait for a replica to
-  // become ready), whatever the number of streams.
+  // Threads that route requests (validation, session checks, the pick;
+  // requests waiting for a replica park without a thread), whatever the
+  // number of streams.
   static constexpr int kRoutingThreads = 32;
 
   InferenceService(global_scheduler::Scheduler* s, Metrics* m)

@@ -18,6 +18,8 @@
 // Thread-safety: one thread at a time (see Executor).
 #pragma once
 
+#include <atomic>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -125,7 +127,8 @@ class CudaExecutor final : public Executor {
   bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
   int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
   int max_rows_ = 0;                // sampled rows / sequences a step may have (max_seqs)
-  int64_t workspace_bytes_ = 0;
+  // Grows on the step thread (penalty buffers); read by status threads.
+  std::atomic<int64_t> workspace_bytes_{0};
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Gemm> gemm_;

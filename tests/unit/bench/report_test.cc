@@ -2,6 +2,8 @@
 // against per-request and per-model SLOs, and the counts adding up.
 #include "bench/report.h"
 
+#include <fstream>
+
 #include "gtest/gtest.h"
 
 namespace ballast::bench {
@@ -136,6 +138,31 @@ TEST(Report, ThroughputCountsInputAndOutputTokens) {
   EXPECT_NEAR(r.input_token_throughput, 4.0, 1e-9);
   EXPECT_NEAR(r.token_throughput, 5.8, 1e-9);
   EXPECT_EQ(r.total.input_tokens, 40);
+}
+
+// Preemptions (the server recomputing a request's KV) are summed and the
+// requests that had any counted, per model and in total, and land in the
+// JSON, the text and the CSV.
+TEST(Report, CountsPreemptionsPerRequest) {
+  ReplayResult res = Result();
+  res.requests[0].preemptions = 2;
+  res.requests[3].preemptions = 1;
+  const Report r = Summarize(res, 1.0);
+  EXPECT_EQ(r.total.preemptions, 3);
+  EXPECT_EQ(r.total.preempted_requests, 2);
+  EXPECT_EQ(r.per_model.at("a").preemptions, 2);
+  EXPECT_EQ(r.per_model.at("b").preempted_requests, 1);
+  EXPECT_EQ(ToJson(r)["total"]["preemptions"], 3);
+  EXPECT_NE(FormatReport(r).find("preemptions 3 (2 requests)"), std::string::npos)
+      << FormatReport(r);
+  const std::string csv = ::testing::TempDir() + "/preemptions.csv";
+  ASSERT_TRUE(WriteRequestsCsv(csv, res, 1.0).ok());
+  std::ifstream in(csv);
+  std::string header, first;
+  std::getline(in, header);
+  std::getline(in, first);
+  EXPECT_EQ(header.substr(header.rfind(',') + 1), "preemptions");
+  EXPECT_EQ(first.substr(first.rfind(',') + 1), "2");
 }
 
 TEST(Report, DetectsAccountingMismatch) {

@@ -91,6 +91,13 @@ TEST_F(CatalogueStoreTest, ADamagedFileIsRefusedNamingFileAndKey) {
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(t.status().message().find(path_), std::string::npos) << t.status().message();
+  for (const char* text : {"{\"version\": \"1\"}", "{\"version\": 1, \"registered\": {}}",
+                           "{\"version\": 1, \"unregistered\": [{}]}", "[1, 2]"}) {
+    std::ofstream(path_) << text;
+    auto v = CatalogueStore::Open(path_);  // an error, never an exception
+    ASSERT_FALSE(v.ok()) << text;
+    EXPECT_NE(v.status().message().find(path_), std::string::npos) << v.status().message();
+  }
   auto u = CatalogueStore::Open((dir_ / "missing-dir" / "c.json").string());
   ASSERT_FALSE(u.ok());
   EXPECT_NE(u.status().message().find("does not exist"), std::string::npos);

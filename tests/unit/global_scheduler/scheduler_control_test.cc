@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "ballast/v1/node.grpc.pb.h"
 #include "global_scheduler/scheduler.h"
 #include "gtest/gtest.h"
@@ -186,6 +187,35 @@ TEST(SchedulerControl, StartupGraceWaitsForNodesToReRegister) {
   s->RunControlTick();
   ASSERT_TRUE(fake.AwaitCalls(2, 0));
   EXPECT_EQ(fake.loads()[1].first, "quiet");
+  s->Stop();
+}
+
+// A request parked for a replica (no thread held) learns at once that its
+// model's load failed permanently: the failure changes the routing
+// version, so it does not wait out route_wait.
+TEST(SchedulerControl, APermanentLoadFailureWakesParkedRequests) {
+  FakeNode fake;
+  fake.FailLoadsWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad checkpoint"));
+  FakeClock clock;
+  SchedulerOptions o;
+  o.route_wait = absl::Minutes(5);
+  o.models = {{"m", "/models/m"}};
+  auto s = *Scheduler::Create(o, clock.fn());
+  ASSERT_TRUE(s->RegisterNode(NodeAt("a", fake, {"cpu:0"})).ok());
+  v1::GenerateRequest req;
+  req.set_model("m");
+  req.set_prompt("hi");
+  PendingRoute pending;
+  ASSERT_TRUE(s->BeginRoute(req, "", &pending).ok());
+  auto first = s->TryRoute(req, &pending, false);
+  ASSERT_TRUE(first.ok() && !first->has_value());
+  absl::Notification woken;
+  s->AwaitReplica(
+      pending, [] { return false; }, [&] { woken.Notify(); });
+  s->RunControlTick();  // the load fails permanently
+  ASSERT_TRUE(woken.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  auto again = s->TryRoute(req, &pending, false);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition) << again.status();
   s->Stop();
 }
 
