@@ -246,6 +246,9 @@ class ModelEngine {
   void RejectWaiting(const std::string& id, const absl::Status& why);
   // Prompt tokens the last Step computed (prefill chunks, not decodes).
   int last_step_prefill_tokens() const { return last_prefill_tokens_; }
+  // Seconds the last Step that ran spent outside the executor's forward
+  // (inbox, plan, KV load issue, tokens, finishes, exports). Step thread.
+  double last_step_host_seconds() const { return last_step_host_s_; }
 
  private:
   ModelEngine(const ModelEngineOptions& options, std::function<void()> wake);
@@ -316,7 +319,8 @@ class ModelEngine {
   int64_t tokens_generated_ = 0;
   int64_t steps_ = 0;
   int last_prefill_tokens_ = 0;
-  ExportTimes export_times_;  // this step's exports (step thread only)
+  double last_step_host_s_ = 0;  // step thread
+  ExportTimes export_times_;     // this step's exports (step thread only)
 };
 
 }  // namespace ballast::engine

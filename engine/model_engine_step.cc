@@ -41,6 +41,7 @@ bool ModelEngine::Step() {
     if (!plan.loads.empty()) executor_->WaitKvLoad().IgnoreError();
     AbortAll(st);
     PublishStats();
+    last_step_host_s_ = absl::ToDoubleSeconds((absl::Now() - at[0]) - (at[4] - at[3]));
     return true;
   }
   size_t row = 0;
@@ -55,6 +56,7 @@ bool ModelEngine::Step() {
   for (auto& s : planner_->TakeDone()) Finish(std::move(s));
   PublishStats();
   at[5] = absl::Now();
+  last_step_host_s_ = absl::ToDoubleSeconds((at[5] - at[0]) - (at[4] - at[3]));
   if (options_.slow_step_warn_ms > 0 &&
       absl::ToDoubleMilliseconds(at[5] - at[0]) >= options_.slow_step_warn_ms) {
     LogSlowStep(plan, at);

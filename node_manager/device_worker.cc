@@ -253,6 +253,10 @@ DeviceUsage DeviceWorker::Usage() const {
     u.preemptions += s.preemptions;
     u.models.push_back(e->name());
   }
+  {
+    absl::MutexLock lock(&mu_);
+    u.step_host = step_host_;
+  }
   if (balloon_) {
     const memory::PagePoolStats ps = balloon_->pool()->stats();
     const memory::KvArenaStats as = balloon_->arena()->stats();
@@ -388,7 +392,11 @@ void DeviceWorker::Loop() {
     for (auto& e : Arbitrate(std::move(engines))) {
       if (!e->HasWork()) continue;
       const absl::Time t0 = absl::Now();
-      did |= e->Step();
+      if (e->Step()) {
+        did = true;
+        absl::MutexLock lock(&mu_);
+        step_host_.Add(e->last_step_host_seconds());
+      }
       if (e->last_step_prefill_tokens() > 0) {
         auto it = costs_.try_emplace(e->name()).first;
         it->second.Record(e->last_step_prefill_tokens(),

@@ -47,6 +47,7 @@
 #include "memory/kv_arena.h"
 #include "node_manager/arbitration.h"
 #include "node_manager/prefill_cost_model.h"
+#include "node_manager/step_host_histogram.h"
 
 namespace ballast::node_manager {
 
@@ -68,6 +69,8 @@ struct DeviceUsage {
   // Elastic mode: KV arena state and page-pool driver calls (cumulative).
   int64_t slabs_formatted = 0, slabs_empty = 0;
   int64_t page_map_calls = 0, page_unmap_calls = 0;
+  // Host time of every step taken on the device so far (cumulative).
+  StepHostHistogram step_host;
 };
 
 // How a device holds KV: one shared elastic arena, or a static pool per model.
@@ -198,6 +201,7 @@ class DeviceWorker {
   std::thread thread_;
   DeviceArbitrationOptions arbitration_;
   std::map<std::string, PrefillCostModel> costs_;  // per model; step thread only
+  StepHostHistogram step_host_ ABSL_GUARDED_BY(mu_);
   ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);
 };
 

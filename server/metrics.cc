@@ -121,7 +121,13 @@ Metrics::Metrics()
       prefetches_(BuildCounter()
                       .Name("ballast_node_kv_prefetches_total")
                       .Help("Advise prefetches by outcome (used, invalidated, expired)")
-                      .Register(*registry_)) {}
+                      .Register(*registry_)),
+      step_host_(BuildHistogram()
+                     .Name("ballast_node_step_host_seconds")
+                     .Help("Per-step host time per device: the part of an engine step spent "
+                           "outside the executor's forward (planning, token streaming, "
+                           "finishes, KV exports)")
+                     .Register(*registry_)) {}
 
 void Metrics::AddModelSource(std::function<bool(const std::string&)> known) {
   absl::MutexLock lock(&sources_mu_);
@@ -185,6 +191,20 @@ void Metrics::SetDevice(const DeviceGauges& g) {
        g.page_map_calls);
   grow(driver_calls_.Add({{"device", g.device}, {"call", "unmap"}}), "unmap/" + g.device,
        g.page_unmap_calls);
+  // The device's histogram only grows: observe what it grew by.
+  using H = node_manager::StepHostHistogram;
+  static const prometheus::Histogram::BucketBoundaries kBounds(H::kBoundsS.begin(),
+                                                               H::kBoundsS.end());
+  H& seen = seen_step_host_[g.device];
+  if (g.step_host.steps > seen.steps) {
+    std::vector<double> increments(g.step_host.counts.size());
+    for (size_t b = 0; b < increments.size(); ++b) {
+      increments[b] = static_cast<double>(g.step_host.counts[b] - seen.counts[b]);
+    }
+    step_host_.Add({{"device", g.device}}, kBounds)
+        .ObserveMultiple(increments, g.step_host.sum_s - seen.sum_s);
+  }
+  seen = g.step_host;
 }
 
 void Metrics::Grow(prometheus::Counter& c, const std::string& key, int64_t total) {

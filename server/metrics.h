@@ -21,6 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "node_manager/step_host_histogram.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -47,6 +48,7 @@ struct DeviceGauges {
   int64_t slabs_formatted = 0, slabs_empty = 0;  // elastic KV arena
   int64_t kv_bytes_used = 0, kv_bytes_free = 0;
   int64_t page_map_calls = 0, page_unmap_calls = 0;  // cumulative driver calls
+  node_manager::StepHostHistogram step_host;         // cumulative per-step host time
 };
 
 // The node's session KV tiers (node_manager::KvTierStats plus the engines'
@@ -115,6 +117,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& moved_bytes_;
   prometheus::Family<prometheus::Histogram>& prefetch_lead_;
   prometheus::Family<prometheus::Counter>& prefetches_;
+  prometheus::Family<prometheus::Histogram>& step_host_;
 
   mutable absl::Mutex sources_mu_;
   std::vector<std::function<bool(const std::string&)>> sources_ ABSL_GUARDED_BY(sources_mu_);
@@ -127,6 +130,8 @@ class Metrics {
   absl::Mutex mu_;
   // Last cumulative value seen per series, to turn totals into increments.
   std::map<std::string, int64_t> seen_ ABSL_GUARDED_BY(mu_);
+  // Last cumulative step-host histogram seen per device.
+  std::map<std::string, node_manager::StepHostHistogram> seen_step_host_ ABSL_GUARDED_BY(mu_);
 };
 
 // Serves `registry` on http://<address>/metrics. Errors name the address.

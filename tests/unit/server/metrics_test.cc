@@ -53,5 +53,30 @@ TEST(Metrics, ModelLabelAsksEverySource) {
   EXPECT_EQ(m.ModelLabel("c"), "unknown");
 }
 
+// The per-step host time histogram: each scrape of the gauges adds what a
+// device's cumulative histogram grew by, into the same buckets.
+TEST(Metrics, StepHostTimeIsObservedFromTheDevicesCumulativeHistogram) {
+  Metrics m;
+  DeviceGauges g;
+  g.device = "cuda:0";
+  g.step_host.Add(30e-6);  // (25, 50] us
+  g.step_host.Add(30e-6);
+  g.step_host.Add(3e-3);  // (2, 5] ms
+  m.SetDevice(g);
+  m.SetDevice(g);          // no growth: nothing observed twice
+  g.step_host.Add(80e-3);  // beyond the last bound
+  m.SetDevice(g);
+  const std::string text = Scrape(m);
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  };
+  has("ballast_node_step_host_seconds_count{device=\"cuda:0\"} 4");
+  has("ballast_node_step_host_seconds_bucket{device=\"cuda:0\",le=\"2.5e-05\"} 0");
+  has("ballast_node_step_host_seconds_bucket{device=\"cuda:0\",le=\"5e-05\"} 2");
+  has("ballast_node_step_host_seconds_bucket{device=\"cuda:0\",le=\"0.005\"} 3");
+  has("ballast_node_step_host_seconds_bucket{device=\"cuda:0\",le=\"0.05\"} 3");
+  has("ballast_node_step_host_seconds_bucket{device=\"cuda:0\",le=\"+Inf\"} 4");
+}
+
 }  // namespace
 }  // namespace ballast::server
