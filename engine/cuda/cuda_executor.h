@@ -126,7 +126,13 @@ class CudaExecutor final : public Executor {
   int num_sms_ = 0;
   bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
   int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
-  int max_rows_ = 0;                // sampled rows / sequences a step may have (max_seqs)
+  // The smallest power of two >= x (graph buckets).
+  static int NextPow2(int x) {
+    int p = 1;
+    while (p < x) p <<= 1;
+    return p;
+  }
+  int max_rows_ = 0;  // sampled rows / sequences a step may have (max_seqs)
   // Grows on the step thread (penalty buffers); read by status threads.
   std::atomic<int64_t> workspace_bytes_{0};
   cudaStream_t stream_ = nullptr;
