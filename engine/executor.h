@@ -4,7 +4,9 @@
 // reads and writes KV only through each sequence's block table, so the
 // backend never changes when the allocator does.
 //
-// Thread-safety: an Executor is driven by one thread at a time.
+// Thread-safety: an Executor is driven by one thread at a time. A step may
+// be split (StartForwardSample / FinishForwardSample) so that several
+// models' steps run on one device at once, each executor on its own stream.
 #pragma once
 
 #include <memory>
@@ -96,6 +98,19 @@ class Executor {
                                      std::vector<TokenLogprobs>* logprobs) {
     return absl::UnimplementedError("this backend samples on the host");
   }
+  // ForwardSample in two halves, so the host can do other work (another
+  // model's step on the same device) while this step runs: Start queues
+  // the step and returns; Finish waits for it and reads its tokens (as
+  // ForwardSample's `tokens` and `logprobs`). `want_logprobs`: some row
+  // has options.top_logprobs >= 0. REQUIRES: at most one step started and
+  // not finished; Finish only after a Start that returned OK; the chunks'
+  // block tables and KV stay untouched until Finish returns (the device
+  // may still write them). The default runs ForwardSample in Start.
+  virtual absl::Status StartForwardSample(absl::Span<const SequenceChunk> batch,
+                                          absl::Span<const DeviceSampling> sampling,
+                                          bool want_logprobs);
+  virtual absl::Status FinishForwardSample(std::vector<int>* tokens,
+                                           std::vector<TokenLogprobs>* logprobs);
   // Copies KV blocks to host memory (session export to the lower tiers)
   // or from it (a lease's chunks into a sequence's blocks); returns when
   // the copies are done. The default is memcpy (KV in host memory); GPU
@@ -124,6 +139,11 @@ class Executor {
   // with the same backend (ModelEngineOptions::host_weights). May copy
   // (CUDA: device to pinned host memory); the executor stays usable.
   virtual absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() = 0;
+
+ private:
+  // The default StartForwardSample's results, until FinishForwardSample.
+  std::vector<int> started_tokens_;
+  std::vector<TokenLogprobs> started_logprobs_;
 };
 
 }  // namespace ballast::engine

@@ -353,6 +353,7 @@ void ModelEngine::DrainInbox() {
 }
 
 std::vector<QueuedRequest> ModelEngine::Queued() {
+  FinishStep();  // no-op unless a step is in flight
   DrainInbox();
   std::vector<QueuedRequest> out;
   out.reserve(planner_->waiting().size());
@@ -368,10 +369,13 @@ void ModelEngine::SetAdmissionOrder(const absl::flat_hash_map<std::string, int>&
 }
 
 void ModelEngine::RejectWaiting(const std::string& id, const absl::Status& why) {
+  FinishStep();
   if (std::unique_ptr<Sequence> s = planner_->RemoveWaiting(id)) Fail(std::move(s), why);
 }
 
 std::vector<KvHolding> ModelEngine::KvHoldings() {
+  // The step in flight uses its sequences' blocks: shedding waits for it.
+  FinishStep();
   std::vector<KvHolding> out = kv_manager_->Holdings();
   std::vector<KvHolding> running = planner_->Holdings();
   out.insert(out.end(), std::make_move_iterator(running.begin()),
@@ -388,12 +392,14 @@ int64_t ModelEngine::ShedOne(const KvHolding& h, int64_t want_bytes) {
 }
 
 int64_t ModelEngine::Shed(const KvHolding& h, int64_t want_bytes) {
+  FinishStep();
   const int64_t freed = ShedOne(h, want_bytes);
   PublishStats();
   return freed;
 }
 
 int64_t ModelEngine::ShedKv(int64_t want_bytes) {
+  FinishStep();
   // Cached sessions first, least recently used first; then running
   // sequences, lowest priority first, newest (last admitted) among equals.
   std::vector<KvHolding> order = KvHoldings();

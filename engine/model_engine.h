@@ -204,8 +204,21 @@ class ModelEngine {
   absl::Status SetKvLimits(const memory::TenantLimits& limits);
 
   bool HasWork() const;
-  // Runs one step; returns false if there was nothing to do.
+  // Runs one step; returns false if there was nothing to do. The same as
+  // BeginStep, then FinishStep.
   bool Step();
+  // A step in two halves, so a device's worker can overlap several models'
+  // steps: BeginStep drains the inbox, plans, issues KV loads and queues
+  // the forward on the executor (returns false, with nothing begun, if
+  // there was nothing to do); FinishStep waits for the forward, streams
+  // the tokens and finishes sequences. Between them the engine must not be
+  // touched but by HasWork, stats and the thread-safe calls: its plan's
+  // sequences and blocks are in use on the device (shedding or closing it
+  // must wait for FinishStep). REQUIRES: the thread that calls Step.
+  bool BeginStep();
+  void FinishStep();
+  // Whether a step was begun and not yet finished. Step thread.
+  bool step_in_flight() const { return step_.active; }
   // Fails every queued, inbox and running request with `why` (a failed
   // forward). The engine stays open: later requests are served.
   // REQUIRES: the thread that calls Step.
@@ -268,11 +281,12 @@ class ModelEngine {
                                                   std::vector<int> tokens,
                                                   const KvPrefixLease& lease, int priority,
                                                   absl::Time deadline);
-  // Runs the plan on the executor; `sampled` gets one token per chunk that
-  // asked for logits, in plan order, and `logprobs` one entry per such row
-  // (filled for requests with sampling.top_logprobs >= 0).
-  absl::Status Execute(const StepPlan& plan, std::vector<int>* sampled,
-                       std::vector<TokenLogprobs>* logprobs);
+  // Starts the plan on the executor (host-sampling backends run it in
+  // Collect); Collect waits for it. Then step_.sampled has one token per chunk that
+  // asked for logits, in plan order, and step_.logprobs one entry per such
+  // row (filled for requests with sampling.top_logprobs >= 0).
+  absl::Status Launch(const StepPlan& plan);
+  absl::Status Collect();
   void FailAll(const absl::Status& why, bool close);
   int64_t ShedOne(const KvHolding& h, int64_t want_bytes);
   // Copies the plan's leases into their sequences' blocks.
@@ -280,9 +294,9 @@ class ModelEngine {
   // Hands a finished session turn's KV down to the tiers (if any).
   // True if the tiers now hold the session's KV.
   bool ExportSession(const Sequence& seq);
-  // Logs a step over options_.slow_step_warn_ms; `at` holds the times at
-  // its start and after each phase (inbox, plan, loads, forward, tokens).
-  void LogSlowStep(const StepPlan& plan, const absl::Time (&at)[6]) const;
+  // Logs a step over options_.slow_step_warn_ms (step_.phase_ms holds its
+  // phases' times).
+  void LogSlowStep(const StepPlan& plan, double total_ms) const;
   void Finish(std::unique_ptr<Sequence> seq);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
   // `logprobs`: the token's log-probabilities, or null when not asked for.
@@ -321,6 +335,19 @@ class ModelEngine {
   int last_prefill_tokens_ = 0;
   double last_step_host_s_ = 0;  // step thread
   ExportTimes export_times_;     // this step's exports (step thread only)
+  // The step between BeginStep and FinishStep (step thread only).
+  struct StepInFlight {
+    bool active = false;
+    StepPlan plan;
+    std::vector<SequenceChunk> chunks;  // host-sampling backends: run in Collect
+    absl::Status status;                // of its KV loads and launch, then its forward
+    std::vector<int> sampled;
+    std::vector<TokenLogprobs> logprobs;
+    // Milliseconds in: inbox and tasks, plan, KV loads, forward (launch
+    // and wait), tokens and finishes.
+    double phase_ms[5] = {};
+  };
+  StepInFlight step_;
 };
 
 }  // namespace ballast::engine

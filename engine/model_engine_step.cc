@@ -15,69 +15,89 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 }  // namespace
 
 bool ModelEngine::Step() {
+  if (!BeginStep()) return false;
+  FinishStep();
+  return true;
+}
+
+bool ModelEngine::BeginStep() {
   last_prefill_tokens_ = 0;  // also when this step does nothing
-  absl::Time at[6];
+  step_ = StepInFlight{};
+  absl::Time at[5];
   at[0] = absl::Now();
   DrainInbox();
   at[1] = absl::Now();
-  const StepPlan plan = planner_->empty() ? StepPlan{} : planner_->Plan();
-  if (plan.empty()) {
+  step_.plan = planner_->empty() ? StepPlan{} : planner_->Plan();
+  if (step_.plan.empty()) {
     PublishStats();
     return false;
   }
   at[2] = absl::Now();
-  last_prefill_tokens_ = plan.prefill_tokens;
+  last_prefill_tokens_ = step_.plan.prefill_tokens;
   export_times_ = {};
-  std::vector<int> sampled;
-  std::vector<TokenLogprobs> logprobs;
-  absl::Status st = RunLoads(plan);
+  step_.status = RunLoads(step_.plan);
   at[3] = absl::Now();
-  if (st.ok()) st = Execute(plan, &sampled, &logprobs);
+  if (step_.status.ok()) step_.status = Launch(step_.plan);
   at[4] = absl::Now();
-  ++steps_;
-  if (!st.ok()) {
-    // A load the failed step did not finish must end before its blocks
-    // are freed.
-    if (!plan.loads.empty()) executor_->WaitKvLoad().IgnoreError();
-    AbortAll(st);
-    PublishStats();
-    last_step_host_s_ = absl::ToDoubleSeconds((absl::Now() - at[0]) - (at[4] - at[3]));
-    return true;
-  }
-  size_t row = 0;
-  for (const PlannedChunk& c : plan.chunks) {
-    c.seq->num_computed += c.tokens;
-    if (c.logits) {
-      const bool want = c.seq->req.params.sampling.top_logprobs >= 0 && row < logprobs.size();
-      AfterToken(c.seq, sampled[row], want ? &logprobs[row] : nullptr);
-      ++row;
-    }
-  }
-  for (auto& s : planner_->TakeDone()) Finish(std::move(s));
-  PublishStats();
-  at[5] = absl::Now();
-  last_step_host_s_ = absl::ToDoubleSeconds((at[5] - at[0]) - (at[4] - at[3]));
-  if (options_.slow_step_warn_ms > 0 &&
-      absl::ToDoubleMilliseconds(at[5] - at[0]) >= options_.slow_step_warn_ms) {
-    LogSlowStep(plan, at);
-  }
+  for (int p = 0; p < 4; ++p) step_.phase_ms[p] = Ms(at[p + 1] - at[p]);
+  step_.active = true;
   return true;
 }
 
-void ModelEngine::LogSlowStep(const StepPlan& plan, const absl::Time (&at)[6]) const {
-  auto ms = [&](int i) { return absl::ToDoubleMilliseconds(at[i + 1] - at[i]); };
+void ModelEngine::FinishStep() {
+  if (!step_.active) return;
+  step_.active = false;
+  const absl::Time t0 = absl::Now();
+  if (step_.status.ok()) step_.status = Collect();
+  const absl::Time t1 = absl::Now();
+  step_.phase_ms[3] += Ms(t1 - t0);
+  ++steps_;
+  const StepPlan& plan = step_.plan;
+  if (!step_.status.ok()) {
+    // A load the failed step did not finish must end before its blocks
+    // are freed.
+    if (!plan.loads.empty()) executor_->WaitKvLoad().IgnoreError();
+    AbortAll(step_.status);
+    PublishStats();
+  } else {
+    size_t row = 0;
+    for (const PlannedChunk& c : plan.chunks) {
+      c.seq->num_computed += c.tokens;
+      if (c.logits) {
+        const bool want =
+            c.seq->req.params.sampling.top_logprobs >= 0 && row < step_.logprobs.size();
+        AfterToken(c.seq, step_.sampled[row], want ? &step_.logprobs[row] : nullptr);
+        ++row;
+      }
+    }
+    for (auto& s : planner_->TakeDone()) Finish(std::move(s));
+    PublishStats();
+  }
+  step_.phase_ms[4] = Ms(absl::Now() - t1);
+  // Host time: everything but the forward (its launch and its wait).
+  last_step_host_s_ =
+      (step_.phase_ms[0] + step_.phase_ms[1] + step_.phase_ms[2] + step_.phase_ms[4]) / 1e3;
+  double total_ms = 0;
+  for (double ms : step_.phase_ms) total_ms += ms;
+  if (options_.slow_step_warn_ms > 0 && total_ms >= options_.slow_step_warn_ms) {
+    LogSlowStep(plan, total_ms);
+  }
+  step_.plan = {};
+}
+
+void ModelEngine::LogSlowStep(const StepPlan& plan, double total_ms) const {
+  auto ms = [&](int i) { return step_.phase_ms[i]; };
   const ExportTimes& e = export_times_;
   spdlog::warn(
       "model {}: slow step, {:.1f} ms ({} chunks, {} prefill tokens, {} loads): inbox and tasks "
       "{:.1f}, plan {:.1f}, KV loads {:.1f}, forward {:.1f}, tokens and finishes {:.1f} (exports "
       "of {} chunks, {} KiB: buffers {:.1f}, copies {:.1f}, checksums {:.1f}, puts {:.1f})",
-      options_.name, absl::ToDoubleMilliseconds(at[5] - at[0]), plan.chunks.size(),
-      plan.prefill_tokens, plan.loads.size(), ms(0), ms(1), ms(2), ms(3), ms(4), e.chunks,
-      e.bytes >> 10, e.alloc_ms, e.copy_ms, e.seal_ms, e.put_ms);
+      options_.name, total_ms, plan.chunks.size(), plan.prefill_tokens, plan.loads.size(), ms(0),
+      ms(1), ms(2), ms(3), ms(4), e.chunks, e.bytes >> 10, e.alloc_ms, e.copy_ms, e.seal_ms,
+      e.put_ms);
 }
 
-absl::Status ModelEngine::Execute(const StepPlan& plan, std::vector<int>* sampled,
-                                  std::vector<TokenLogprobs>* logprobs) {
+absl::Status ModelEngine::Launch(const StepPlan& plan) {
   std::vector<SequenceChunk> chunks;
   chunks.reserve(plan.chunks.size());
   const absl::Time now = absl::Now();
@@ -92,25 +112,38 @@ absl::Status ModelEngine::Execute(const StepPlan& plan, std::vector<int>* sample
   }
   if (executor_->samples_on_device()) {
     std::vector<DeviceSampling> sampling;
+    bool want_logprobs = false;
     for (const PlannedChunk& p : plan.chunks) {
       if (!p.logits) continue;
       const Sequence* s = p.seq;
       sampling.push_back({s->req.params.sampling, s->seed, static_cast<uint64_t>(s->outputs()),
                           s->penalties.entries()});
+      want_logprobs |= s->req.params.sampling.top_logprobs >= 0;
     }
-    return executor_->ForwardSample(chunks, sampling, sampled, logprobs);
+    return executor_->StartForwardSample(chunks, sampling, want_logprobs);
+  }
+  // Host sampling: the step runs in Collect, as a device's would run
+  // between the two halves (its blocks stay in use until then).
+  step_.chunks = std::move(chunks);
+  return absl::OkStatus();
+}
+
+absl::Status ModelEngine::Collect() {
+  if (executor_->samples_on_device()) {
+    return executor_->FinishForwardSample(&step_.sampled, &step_.logprobs);
   }
   std::vector<float> logits;
-  if (auto st = executor_->Forward(chunks, &logits); !st.ok()) return st;
+  if (auto st = executor_->Forward(step_.chunks, &logits); !st.ok()) return st;
   const int vocab = config_.vocab_size;
   size_t row = 0;
-  for (const PlannedChunk& p : plan.chunks) {
+  for (const PlannedChunk& p : step_.plan.chunks) {
     if (!p.logits) continue;
     Sequence* s = p.seq;
     const SamplingOptions& o = s->req.params.sampling;
-    logprobs->emplace_back();
-    sampled->push_back(SampleToken(logits.data() + row * vocab, vocab, o, s->penalties.entries(),
-                                   s->rng, o.top_logprobs >= 0 ? &logprobs->back() : nullptr));
+    step_.logprobs.emplace_back();
+    step_.sampled.push_back(SampleToken(logits.data() + row * vocab, vocab, o,
+                                        s->penalties.entries(), s->rng,
+                                        o.top_logprobs >= 0 ? &step_.logprobs.back() : nullptr));
     ++row;
   }
   return absl::OkStatus();
@@ -178,6 +211,7 @@ void ModelEngine::Fail(std::unique_ptr<Sequence> s, const absl::Status& status) 
 }
 
 void ModelEngine::FailAll(const absl::Status& why, bool close) {
+  FinishStep();  // a step in flight ends first (its blocks are in use)
   // OnDone must get an error: an OK `why` would read as a result.
   const absl::Status status =
       why.ok() ? absl::UnavailableError(absl::StrCat("model ", options_.name, " closed")) : why;

@@ -115,6 +115,9 @@ absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
 int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than) {
   const std::shared_ptr<engine::ModelEngine> engine = Find(model);
   if (!engine) return 0;
+  // The steps already on the device hold their sequences' blocks: they end
+  // before any of those is shed.
+  FinishInFlight();
   return ShedForShortfall(bytes, ShedFor::kModel, engine.get(), newer_than);
 }
 
@@ -366,6 +369,23 @@ std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Arbitrate(
   return out;
 }
 
+void DeviceWorker::FinishInFlight() {
+  std::vector<InFlight> steps;
+  steps.swap(in_flight_);
+  for (InFlight& f : steps) {
+    f.engine->FinishStep();
+    {
+      absl::MutexLock lock(&mu_);
+      step_host_.Add(f.engine->last_step_host_seconds());
+    }
+    if (f.engine->last_step_prefill_tokens() > 0) {
+      auto it = costs_.try_emplace(f.engine->name()).first;
+      it->second.Record(f.engine->last_step_prefill_tokens(),
+                        absl::ToDoubleMilliseconds(absl::Now() - f.began));
+    }
+  }
+}
+
 void DeviceWorker::Loop() {
   while (true) {
     std::vector<std::shared_ptr<engine::ModelEngine>> engines, retiring;
@@ -388,21 +408,21 @@ void DeviceWorker::Loop() {
       e->Close(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
     }
     retiring.clear();
+    // Every engine with work begins its step (arbitration order: the most
+    // urgent is queued on the device first), then each is finished in the
+    // same order. The engines' forwards run on their own streams, so they
+    // overlap on the device with each other and with the host work of the
+    // steps around them.
     bool did = false;
     for (auto& e : Arbitrate(std::move(engines))) {
       if (!e->HasWork()) continue;
       const absl::Time t0 = absl::Now();
-      if (e->Step()) {
+      if (e->BeginStep()) {
         did = true;
-        absl::MutexLock lock(&mu_);
-        step_host_.Add(e->last_step_host_seconds());
-      }
-      if (e->last_step_prefill_tokens() > 0) {
-        auto it = costs_.try_emplace(e->name()).first;
-        it->second.Record(e->last_step_prefill_tokens(),
-                          absl::ToDoubleMilliseconds(absl::Now() - t0));
+        in_flight_.push_back({e, t0});
       }
     }
+    FinishInFlight();
     if (!did) {
       if (balloon_) balloon_->arena()->Replenish();  // idle: get the next slabs ready
       absl::MutexLock lock(&mu_);

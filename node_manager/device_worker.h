@@ -1,7 +1,13 @@
 // DeviceWorker: one device's engine pool and its step thread. It holds the
 // ModelEngines resident on the device and steps every engine that has work,
-// round robin, one step each per pass; it sleeps when none has work and is
-// woken by Submit/Cancel through the engines' wake callback.
+// one step each per pass; it sleeps when none has work and is woken by
+// Submit/Cancel through the engines' wake callback. A pass begins every
+// engine's step (ModelEngine::BeginStep: plan, queue the forward on the
+// engine's own stream) before finishing any (FinishStep: wait for its
+// tokens, stream them), so the models' forwards overlap on the device and
+// one engine's host work runs while the others' forwards execute. Anything
+// that touches an engine's sequences or blocks (shedding, closing, tasks)
+// runs with no step in flight.
 //
 // Elastic mode: the device's memory is one memory::Balloon (weights, KV
 // slab arena and charged workspace share its page budget). Activation
@@ -181,6 +187,9 @@ class DeviceWorker {
   // 50 ms pass after another). Step thread only.
   int64_t ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
                            const engine::ModelEngine* spare = nullptr, uint64_t running_after = 0);
+  // Finishes the steps begun in this pass (in_flight_), in order: tokens,
+  // step host time, prefill cost. Step thread only.
+  void FinishInFlight();
   // One arbitration decision over the engines' queues; returns the engines
   // in stepping order. Step thread only.
   std::vector<std::shared_ptr<engine::ModelEngine>> Arbitrate(
@@ -201,6 +210,12 @@ class DeviceWorker {
   std::thread thread_;
   DeviceArbitrationOptions arbitration_;
   std::map<std::string, PrefillCostModel> costs_;  // per model; step thread only
+  // Steps begun and not yet finished, in the order begun; step thread only.
+  struct InFlight {
+    std::shared_ptr<engine::ModelEngine> engine;
+    absl::Time began;
+  };
+  std::vector<InFlight> in_flight_;
   StepHostHistogram step_host_ ABSL_GUARDED_BY(mu_);
   ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);
 };

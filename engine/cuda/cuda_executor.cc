@@ -66,6 +66,7 @@ CudaExecutor::~CudaExecutor() {
   cudaSetDevice(options_.device);
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
   if (stream_) cudaStreamSynchronize(stream_);
+  if (step_done_) cudaEventDestroy(step_done_);
   if (host_meta_) cudaFreeHost(host_meta_);
   if (host_penalties_) cudaFreeHost(host_penalties_);
   for (int b = 0; b < 2; ++b) {
@@ -86,6 +87,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device),
       "device query");
   BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+  BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming), "step event");
   act_ = ActivationType(config_);
   prefill_kernel_ok_ = PrefillAttentionSupports(config_.head_dim) && PrefillAttentionLayoutOk();
   auto kt = KvTypeOf(kv_->layout().dtype, act_);
@@ -327,6 +329,19 @@ absl::Status CudaExecutor::ForwardSample(absl::Span<const SequenceChunk> batch,
                                          absl::Span<const DeviceSampling> sampling,
                                          std::vector<int>* tokens,
                                          std::vector<TokenLogprobs>* logprobs) {
+  const bool want_logprobs =
+      logprobs != nullptr && std::any_of(sampling.begin(), sampling.end(),
+                                         [](const auto& s) { return s.options.top_logprobs >= 0; });
+  if (auto st = StartForwardSample(batch, sampling, want_logprobs); !st.ok()) return st;
+  return FinishForwardSample(tokens, logprobs);
+}
+
+absl::Status CudaExecutor::StartForwardSample(absl::Span<const SequenceChunk> batch,
+                                              absl::Span<const DeviceSampling> sampling,
+                                              bool want_logprobs) {
+  if (started_rows_ >= 0) {
+    return absl::FailedPreconditionError("a sampled step was started and not finished");
+  }
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
   auto sh = Stage(batch, sampling, true);
   if (!sh.ok()) return sh.status();
@@ -335,32 +350,43 @@ absl::Status CudaExecutor::ForwardSample(absl::Span<const SequenceChunk> batch,
   BALLAST_CUDA_RETURN(cudaMemcpyAsync(host_out, meta_.get<uint8_t>() + out_offset_,
                                       sh->real_rows * sizeof(int), cudaMemcpyDeviceToHost, stream_),
                       "token download");
-  const bool want_logprobs =
-      logprobs != nullptr && std::any_of(sampling.begin(), sampling.end(),
-                                         [](const auto& s) { return s.options.top_logprobs >= 0; });
+  started_top_.clear();
   if (want_logprobs) {
     BALLAST_CUDA_RETURN(
         cudaMemcpyAsync(static_cast<uint8_t*>(host_meta_) + logprobs_offset_,
                         meta_.get<uint8_t>() + logprobs_offset_,
                         sh->real_rows * sizeof(SampleLogprobs), cudaMemcpyDeviceToHost, stream_),
         "logprobs download");
+    for (const DeviceSampling& s : sampling) started_top_.push_back(s.options.top_logprobs >= 0);
   }
-  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "step");
-  const int* out = reinterpret_cast<const int*>(host_out);
-  tokens->assign(out, out + sh->real_rows);
+  // The host waits on this event alone (pinned results, no stream or
+  // device-wide sync), so other executors' streams keep running.
+  BALLAST_CUDA_RETURN(cudaEventRecord(step_done_, stream_), "step event");
+  started_rows_ = sh->real_rows;
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::FinishForwardSample(std::vector<int>* tokens,
+                                               std::vector<TokenLogprobs>* logprobs) {
+  if (started_rows_ < 0) return absl::FailedPreconditionError("no sampled step was started");
+  const int rows = started_rows_;
+  started_rows_ = -1;
+  BALLAST_CUDA_RETURN(cudaEventSynchronize(step_done_), "step");
+  const int* out = reinterpret_cast<const int*>(static_cast<uint8_t*>(host_meta_) + out_offset_);
+  tokens->assign(out, out + rows);
   if (logprobs != nullptr) {
-    logprobs->assign(sh->real_rows, TokenLogprobs{});
-    if (want_logprobs) ReadLogprobs(sampling, sh->real_rows, logprobs);
+    logprobs->assign(rows, TokenLogprobs{});
+    if (!started_top_.empty()) ReadLogprobs(started_top_, rows, logprobs);
   }
   return absl::OkStatus();
 }
 
-void CudaExecutor::ReadLogprobs(absl::Span<const DeviceSampling> sampling, int rows,
+void CudaExecutor::ReadLogprobs(const std::vector<bool>& wanted, int rows,
                                 std::vector<TokenLogprobs>* logprobs) const {
   const auto* src =
       reinterpret_cast<const SampleLogprobs*>(static_cast<uint8_t*>(host_meta_) + logprobs_offset_);
   for (int i = 0; i < rows; ++i) {
-    if (sampling[i].options.top_logprobs < 0) continue;
+    if (!wanted[i]) continue;
     TokenLogprobs& lp = (*logprobs)[i];
     lp.logprob = src[i].chosen;
     lp.top.clear();

@@ -54,6 +54,13 @@ class CudaExecutor final : public Executor {
   absl::Status ForwardSample(absl::Span<const SequenceChunk> batch,
                              absl::Span<const DeviceSampling> sampling, std::vector<int>* tokens,
                              std::vector<TokenLogprobs>* logprobs) override;
+  // The step's tokens come back through pinned memory and an event: Finish
+  // waits for this executor's step alone.
+  absl::Status StartForwardSample(absl::Span<const SequenceChunk> batch,
+                                  absl::Span<const DeviceSampling> sampling,
+                                  bool want_logprobs) override;
+  absl::Status FinishForwardSample(std::vector<int>* tokens,
+                                   std::vector<TokenLogprobs>* logprobs) override;
   const ModelConfig& config() const override { return config_; }
   int64_t weight_bytes() const override { return weights_->bytes(); }
   int64_t workspace_bytes() const override { return workspace_bytes_; }
@@ -105,8 +112,9 @@ class CudaExecutor final : public Executor {
   // Makes penalties_ hold `entries`; growing it drops the sampling graphs
   // (they captured its address).
   absl::Status ReservePenalties(size_t entries);
-  // Copies the rows' log-probabilities back (after the step's sync).
-  void ReadLogprobs(absl::Span<const DeviceSampling> sampling, int rows,
+  // Copies the rows' log-probabilities back (after the step's event), for
+  // the rows marked in `wanted`.
+  void ReadLogprobs(const std::vector<bool>& wanted, int rows,
                     std::vector<TokenLogprobs>* logprobs) const;
   void WriteBlockTable(absl::Span<const SequenceChunk> batch, const StepShape& shape);
   // Copies the staged metadata to meta_ on stream_ (asynchronous).
@@ -136,6 +144,12 @@ class CudaExecutor final : public Executor {
   // Grows on the step thread (penalty buffers); read by status threads.
   std::atomic<int64_t> workspace_bytes_{0};
   cudaStream_t stream_ = nullptr;
+  // A started sampled step (StartForwardSample): its end on stream_, its
+  // rows (-1: none started) and which rows asked for log-probabilities
+  // (empty: none).
+  cudaEvent_t step_done_ = nullptr;
+  int started_rows_ = -1;
+  std::vector<bool> started_top_;
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Gemm> gemm_;
   std::vector<float> inv_freq_host_;

@@ -106,6 +106,65 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   w->Stop();
 }
 
+// Steps overlap on a device (every engine's step begins before any
+// finishes), so one model's KV growth can reclaim another's blocks while
+// that model's step is in flight. The in-flight step must end before its
+// sequences are preempted: otherwise it would stream a token of a
+// sequence that then recomputes, and outputs would differ from a run alone.
+TEST(DeviceWorker, KvReclaimedFromAModelWhoseStepIsInFlightKeepsOutputsExact) {
+  engine::testing::TempDir dir;
+  engine::SyntheticModelSpec sa, sb;
+  sa.seed = 41;
+  sb.seed = 42;
+  const std::string a_path = engine::testing::WriteTinyModel(dir, "a", sa);
+  const std::string b_path = engine::testing::WriteTinyModel(dir, "b", sb);
+  constexpr int64_t kPage = 64 << 10;
+  auto pages_of = [&](const std::string& path) {
+    ModelEngineOptions o;
+    o.path = path;
+    const int64_t b = *ModelEngine::WeightBytesNeeded(o);
+    return (b + kPage - 1) / kPage * kPage;
+  };
+  // Room for about six requests' KV between the two models.
+  const int64_t memory = pages_of(a_path) + pages_of(b_path) + 10 * kPage;
+  auto w = std::move(*DeviceWorker::Create("cpu:0", memory, testing::HostPages(kPage)));
+  auto a = testing::Activate("a", a_path, w.get());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = testing::Activate("b", b_path, w.get());
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  // Three rounds: a round's interleaving of growth and steps varies.
+  std::vector<std::pair<std::string, GenerationRequest>> reqs;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 6; ++i) {
+      const std::string n = std::to_string(round * 10 + i);
+      reqs.push_back({a_path, Req("a" + n, round * 20 + i, 200, 80)});
+      reqs.push_back({b_path, Req("b" + n, round * 20 + 10 + i, 200, 80)});
+    }
+  }
+  std::vector<std::unique_ptr<Done>> done;
+  for (const auto& [path, r] : reqs) {
+    done.push_back(std::make_unique<Done>());
+    ModelEngine& e = path == a_path ? **a : **b;
+    ASSERT_TRUE(e.Submit(r, done.back().get()).ok());
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (auto& d : done)
+          if (!d->Finished()) return false;
+        return true;
+      },
+      absl::Seconds(120)));
+  // The two models took KV from each other while both were stepping.
+  EXPECT_GT((*a)->stats().preemptions + (*b)->stats().preemptions, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(done[i]->result.ok()) << done[i]->result.status();
+    EXPECT_EQ(done[i]->result->output_tokens, Alone(reqs[i].first, reqs[i].second))
+        << reqs[i].second.id;
+  }
+  w->Stop();
+}
+
 // The baseline: in static mode every model's KV pool is private, so memory
 // another model's idle pool holds is not lent; in elastic mode the same
 // device takes both models.
