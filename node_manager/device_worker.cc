@@ -420,6 +420,7 @@ void DeviceWorker::Loop() {
       if (e->BeginStep()) {
         did = true;
         in_flight_.push_back({e, t0});
+        if (!arbitration_.overlap_steps) FinishInFlight();
       }
     }
     FinishInFlight();

@@ -103,6 +103,11 @@ struct DeviceArbitrationOptions {
   // in time sheds load early instead of failing every stream by its
   // deadline. 0 (the default): no bound.
   double max_queue_wait_ms = 0;
+  // Begin every engine's step before finishing any, so the models' forwards
+  // overlap on the device (their own streams) and with each other's host
+  // work. Off: each engine's step runs whole before the next begins (the
+  // serial baseline benchmarks compare against). Default on.
+  bool overlap_steps = true;
 };
 
 struct ArbitrationStats {

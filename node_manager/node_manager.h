@@ -71,6 +71,9 @@ struct NodeOptions {
   std::string arbitration_policy = "moore_hodgson";
   // DeviceArbitrationOptions::max_queue_wait_ms (0, the default: none).
   double max_queue_wait_ms = 0;
+  // DeviceArbitrationOptions::overlap_steps (node.engine.overlap_steps).
+  // Default on.
+  bool overlap_steps = true;
   // Longest a draining eviction waits for in-flight requests when the
   // EvictModel call names no timeout (the scheduler always sends its
   // scheduler.drain_timeout_ms). Default 10 min.

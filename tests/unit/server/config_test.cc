@@ -31,9 +31,11 @@ TEST(Config, ShippedConfigsParse) {
 TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   auto c = ParseConfig(
       "node: {arbitration: {policy: edf, max_queue_wait_ms: 1500}, "
-      "engine: {slow_step_warn_ms: 50}}",
+      "engine: {slow_step_warn_ms: 50, overlap_steps: false}}",
       "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->node.options.overlap_steps);
+  EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.overlap_steps);  // the default
   EXPECT_EQ(c->node.options.max_queue_wait_ms, 1500);
   EXPECT_EQ(c->node.options.engine.slow_step_warn_ms, 50);
   EXPECT_NE(Msg("node: {arbitration: {max_queue_wait_ms: -1}}")

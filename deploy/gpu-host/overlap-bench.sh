@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Run ON THE GPU HOST after build.sh (and `source deploy/gpu-host/env.sh`):
+# the serving path against the engine (issue 13, item 5). The same small
+# model (qwen2 shape: 6 layers, hidden 1024, vocab 32K; ~130M parameters)
+# is timed alone by `ballast bench-engine` (decode ms/step at batch B), then
+# served by `ballast serve` as 1, 2 and 6 resident copies with B streams of
+# T tokens to each at once (tests/bench/stream_storm), with the device's
+# steps overlapped (node.engine.overlap_steps: true) and serial (false).
+# Prints one line per run: aggregate tokens/s, its fraction of N x the
+# engine's own rate at batch B, and the mean per-step host time
+# (ballast_node_step_host_seconds).
+# Usage: deploy/gpu-host/overlap-bench.sh [BUILD_DIR] [OUT_DIR]
+# Env: B (streams per model, default 64), T (tokens per stream, 512),
+#      COUNTS ("1 2 6"), MODES ("true false").
+set -euo pipefail
+BUILD=${1:-/tmp/ballast-build}
+OUT=${2:-.}
+B=${B:-64}
+T=${T:-512}
+COUNTS=${COUNTS:-1 2 6}
+MODES=${MODES:-true false}
+BALLAST=$BUILD/server/ballast
+STORM=$BUILD/tests/bench/stream_storm
+mkdir -p "$OUT"
+curl_() { env -u LD_LIBRARY_PATH curl -s "$@"; }
+
+# YAML for N copies of the model (seeds 1..N), overlap on or off.
+config() {
+  local n=$1 overlap=$2
+  cat <<EOF
+log_level: warn
+scheduler: {listen: 127.0.0.1:${SCHED_PORT:-50051}, metrics_listen: "127.0.0.1:${METRICS_PORT:-9400}"}
+node:
+  node_id: gpu-0
+  listen: 127.0.0.1:${NODE_PORT:-50061}
+  metrics_listen: ""   # serve: one registry, on the scheduler's address
+  memory: {mode: elastic, slab_mib: 64}
+  devices:
+    - {name: "${DEVICE:-cuda:0}", memory_mib: 24576}
+  engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
+           max_seqs: 128, max_context: 4096, overlap_steps: $overlap}
+serve:
+  cache_dir: $OUT/models
+  models:
+EOF
+  for i in $(seq 1 "$n"); do
+    echo "    - {name: m$i, architecture: qwen2, layers: 6, hidden: 1024, heads: 8, kv_heads: 2,"
+    echo "       intermediate: 2816, vocab: 32000, max_position: 4096, seed: $i, init_std: 0.02}"
+  done
+}
+
+host_us() {  # mean step host time (µs) between two scrapes of the metrics
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    split(a, x, " "); split(b, y, " ");
+    if (y[2] - x[2] > 0) printf "%.0f", 1e6 * (y[1] - x[1]) / (y[2] - x[2]); else print "n/a" }'
+}
+scrape() {
+  curl_ 127.0.0.1:${METRICS_PORT:-9400}/metrics | awk '/^ballast_node_step_host_seconds_sum/ {s += $2}
+    /^ballast_node_step_host_seconds_count/ {c += $2} END {print s + 0, c + 0}'
+}
+
+for overlap in $MODES; do
+  for n in $COUNTS; do
+    config "$n" "$overlap" > "$OUT/c-$n-$overlap.yaml"
+    "$BALLAST" serve --config "$OUT/c-$n-$overlap.yaml" > "$OUT/serve-$n-$overlap.log" 2>&1 &
+    pid=$!
+    trap 'kill $pid 2> /dev/null || true' EXIT
+    for _ in $(seq 1 120); do
+      "$BALLAST" health --target 127.0.0.1:${SCHED_PORT:-50051} > /dev/null 2>&1 && break
+      sleep 1
+    done
+    for i in $(seq 1 "$n"); do "$STORM" 127.0.0.1:${SCHED_PORT:-50051} "m$i" 2 8 > /dev/null; done  # resident
+    before=$(scrape)
+    t0=$(date +%s.%N)
+    storms=()
+    for i in $(seq 1 "$n"); do
+      "$STORM" 127.0.0.1:${SCHED_PORT:-50051} "m$i" "$B" "$T" > "$OUT/storm-$n-$overlap-$i.txt" &
+      storms+=($!)
+    done
+    wait "${storms[@]}"
+    t1=$(date +%s.%N)
+    after=$(scrape)
+    tokens=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | awk '{t += $4} END {print t}')
+    codes=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "status codes:.*" | sort | uniq -c | tr '\n' ';')
+    rate=$(awk -v t="$tokens" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f s: %.0f", b - a, t / (b - a)}')
+    echo "models $n overlap $overlap: $tokens tokens in $rate tokens/s;" \
+      "step host $(host_us "$before" "$after") us; $codes" | tee -a "$OUT/serve.txt"
+    kill "$pid"
+    wait "$pid" 2> /dev/null || true
+  done
+done
+# The engine alone: decode ms/step at batch B (a checkpoint the serve runs
+# wrote).
+model=$(ls -d "$OUT"/models/m1-*/ | head -1)
+"$BALLAST" bench-engine --model "$model" --batches "1,$B" --context 512 --prefill 0 \
+  --steps 64 --out "$OUT/engine.json" | tee "$OUT/engine.txt"
