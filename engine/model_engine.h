@@ -18,7 +18,9 @@
 // Thread-safety: Submit, Cancel, DropSession, SetKvLimits, HasWork and
 // stats are thread-safe. Step and every method marked "REQUIRES: the thread
 // that calls Step" run on one thread (the device's worker); Close and
-// AbortAll too (or after that thread is gone).
+// AbortAll too (or after that thread is gone). That thread may hand a
+// begun step's FinishStep to another thread while it waits for it (the
+// device's finishers): one thread at a time, ordered by the handoff.
 #pragma once
 
 #include <atomic>

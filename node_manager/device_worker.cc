@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "memory/gpu_page_pool.h"
 #include "memory/memory_ladder.h"
@@ -30,6 +31,9 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
     if (!balloon.ok()) return balloon.status();
     w->balloon_ = std::move(*balloon);
   }
+  if (arbitration.overlap_steps && arbitration.finish_threads > 0) {
+    w->finishers_ = std::make_unique<transfer::WorkerPool>(arbitration.finish_threads);
+  }
   w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
   return w;
 }
@@ -47,6 +51,7 @@ void DeviceWorker::Stop() {
     cv_.Signal();
   }
   if (thread_.joinable()) thread_.join();  // not started if Create failed
+  if (finishers_) finishers_->Stop();
   std::vector<std::function<void(bool)>> tasks;
   {
     absl::MutexLock lock(&mu_);
@@ -372,8 +377,28 @@ std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Arbitrate(
 void DeviceWorker::FinishInFlight() {
   std::vector<InFlight> steps;
   steps.swap(in_flight_);
+  // The steps' host halves (tokens to their streams, finished sequences,
+  // exports) run in parallel, one engine per thread: each engine is handed
+  // to one finisher while this thread waits, so it is still touched by one
+  // thread at a time; what engines share (the arena, the tiers, the sinks,
+  // the node's counters) is thread-safe.
+  if (steps.size() > 1 && finishers_) {
+    absl::BlockingCounter left(static_cast<int>(steps.size()) - 1);
+    for (size_t i = 1; i < steps.size(); ++i) {
+      engine::ModelEngine* e = steps[i].engine.get();
+      if (!finishers_->Schedule([e, &left] {
+            e->FinishStep();
+            left.DecrementCount();
+          })) {
+        e->FinishStep();  // the pool is stopping
+        left.DecrementCount();
+      }
+    }
+    steps[0].engine->FinishStep();
+    left.Wait();
+  }
   for (InFlight& f : steps) {
-    f.engine->FinishStep();
+    f.engine->FinishStep();  // no-op if finished above
     {
       absl::MutexLock lock(&mu_);
       step_host_.Add(f.engine->last_step_host_seconds());

@@ -54,6 +54,7 @@
 #include "node_manager/arbitration.h"
 #include "node_manager/prefill_cost_model.h"
 #include "node_manager/step_host_histogram.h"
+#include "transfer/worker_pool.h"
 
 namespace ballast::node_manager {
 
@@ -108,6 +109,13 @@ struct DeviceArbitrationOptions {
   // work. Off: each engine's step runs whole before the next begins (the
   // serial baseline benchmarks compare against). Default on.
   bool overlap_steps = true;
+  // With overlap_steps: threads that run the begun steps' host halves
+  // (ModelEngine::FinishStep: streaming tokens, finishing sequences) in
+  // parallel, besides the step thread, so several models' host work does
+  // not queue on one core. 0: the step thread finishes every step.
+  // Default 3 (4 engines' host work at once); each is an idle thread
+  // until a device has two models stepping.
+  int finish_threads = 3;
 };
 
 struct ArbitrationStats {
@@ -221,6 +229,7 @@ class DeviceWorker {
     absl::Time began;
   };
   std::vector<InFlight> in_flight_;
+  std::unique_ptr<transfer::WorkerPool> finishers_;  // null: finish on the step thread
   StepHostHistogram step_host_ ABSL_GUARDED_BY(mu_);
   ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);
 };
