@@ -81,10 +81,23 @@ for overlap in $MODES; do
     t1=$(date +%s.%N)
     after=$(scrape)
     tokens=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | awk '{t += $4} END {print t}')
-    codes=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "status codes:.*" | sort | uniq -c | tr '\n' ';')
+    codes=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "status codes: [0-9=]*" | sort | uniq -c | tr '\n' ';')
     rate=$(awk -v t="$tokens" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f s: %.0f", b - a, t / (b - a)}')
     echo "models $n overlap $overlap: $tokens tokens in $rate tokens/s;" \
-      "step host $(host_us "$before" "$after") us; $codes" | tee -a "$OUT/serve.txt"
+      "step host $(host_us "$before" "$after") us; TPOT p50 per model (ms):" \
+      "$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "TPOT p50 [0-9.]*" | awk '{print $3}' | tr '\n' ' ');" \
+      "$codes" | tee -a "$OUT/serve.txt"
+    # Low load: one stream per model at once; each one's TPOT against the
+    # engine's batch-1 step.
+    storms=()
+    for i in $(seq 1 "$n"); do
+      "$STORM" 127.0.0.1:${SCHED_PORT:-50051} "m$i" 1 "$T" > "$OUT/low-$n-$overlap-$i.txt" &
+      storms+=($!)
+    done
+    wait "${storms[@]}"
+    echo "  low load (1 stream per model): TPOT p50 per model (ms):" \
+      "$(cat "$OUT"/low-"$n"-"$overlap"-*.txt | grep -o "TPOT p50 [0-9.]*" | awk '{print $3}' | tr '\n' ' ')" |
+      tee -a "$OUT/serve.txt"
     kill "$pid"
     wait "$pid" 2> /dev/null || true
   done

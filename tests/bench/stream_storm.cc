@@ -8,6 +8,7 @@
 // Usage: stream_storm ADDRESS MODEL STREAMS TOKENS [SERVER_PID]
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -44,7 +45,10 @@ class Stream final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   }
   void OnReadDone(bool ok) override {
     if (!ok) return;
-    if (resp_.has_token()) ++tokens;
+    if (resp_.has_token()) {
+      if (++tokens == 1) first = absl::Now();
+      last = absl::Now();
+    }
     StartRead(&resp_);
   }
   void OnDone(const grpc::Status& s) override {
@@ -53,6 +57,7 @@ class Stream final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     done.Notify();
   }
   int tokens = 0;
+  absl::Time first, last;  // first and last token's arrival
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   absl::Time end;
   absl::Notification done;
@@ -100,9 +105,17 @@ int main(int argc, char** argv) {
     ++codes[std::to_string(static_cast<int>(s->code))];
   }
   const double secs = absl::ToDoubleSeconds(last - t0);
+  // Each stream's mean time between tokens as the client sees it (TPOT).
+  std::vector<double> tpot_ms;
+  for (auto& s : streams) {
+    if (s->tokens > 1)
+      tpot_ms.push_back(absl::ToDoubleMilliseconds(s->last - s->first) / (s->tokens - 1));
+  }
+  std::sort(tpot_ms.begin(), tpot_ms.end());
   std::printf("streams %d, tokens %lld in %.2f s: %.1f tokens/s; status codes:", n,
               static_cast<long long>(tokens), secs, tokens / secs);
   for (const auto& [c, k] : codes) std::printf(" %s=%d", c.c_str(), k);
+  if (!tpot_ms.empty()) std::printf("; TPOT p50 %.3f ms", tpot_ms[tpot_ms.size() / 2]);
   if (!pid.empty()) std::printf("; server threads %d -> peak %d", threads_before, peak);
   std::printf("\n");
   return 0;
