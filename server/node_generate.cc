@@ -63,9 +63,9 @@ v1::NodeGenerateResponse FinalMessage(const engine::GenerationResult& g,
 class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerateResponse>,
                                  public engine::GenerationSink {
  public:
-  NodeGenerateStream(node_manager::NodeManager* node, Metrics* metrics,
+  NodeGenerateStream(node_manager::NodeManager* node, Metrics* metrics, DeliveryQueue* delivery,
                      const v1::NodeGenerateRequest& req)
-      : node_(node), metrics_(metrics), req_(req) {
+      : node_(node), metrics_(metrics), delivery_(delivery), req_(req) {
     outcome_.model = req.model();
   }
 
@@ -98,14 +98,15 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     });
   }
 
-  // engine::GenerationSink (the device's step thread).
+  // engine::GenerationSink (the device's step thread): records the event;
+  // the delivery pool writes it (Post).
   void OnToken(int id, const std::string& text, const engine::TokenLogprobs* logprobs) override {
     Token t{id, text, std::nullopt};
     if (logprobs) t.logprobs = *logprobs;
-    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { events_.push_back(std::move(t)); });
+    Post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { events_.push_back(std::move(t)); });
   }
   void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
-    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       events_.push_back(std::move(r));
       engine_done_ = true;
     });
@@ -139,16 +140,25 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
 
  private:
   struct Token {
-    int id;
+    int id = 0;
     std::string text;
     std::optional<engine::TokenLogprobs> logprobs;
   };
   using Event = std::variant<Token, absl::StatusOr<engine::GenerationResult>>;
 
-  // True exactly once: when gRPC, the engine and the admission are all done
-  // with this object (the caller deletes it). REQUIRES: mu_ held.
+  // What a Pump does once it has dropped mu_.
+  struct Step {
+    enum { kNone, kToken, kWrite, kFinish } action = kNone;
+    Token token;                                   // kToken: goes into current_
+    const engine::Tokenizer* tokenizer = nullptr;  // kToken
+    grpc::Status finish;                           // kFinish
+  };
+
+  // True exactly once: when gRPC, the engine, the admission and the
+  // delivery pool are all done with this object (the caller deletes it).
+  // REQUIRES: mu_ held.
   bool Release() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!grpc_done_ || !engine_done_ || !settled_ || released_) return false;
+    if (!grpc_done_ || !engine_done_ || !settled_ || delivering_ || released_) return false;
     released_ = true;
     return true;
   }
@@ -172,18 +182,11 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     engine->Cancel(req_.request_id());  // never under mu_: the engine calls into us
   }
 
-  // Turns the next event into `current_`; false if it produced no message.
-  // REQUIRES: mu_ held, admitted_.
-  bool NextMessage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Event e = std::move(events_.front());
-    events_.pop_front();
-    current_.Clear();
-    if (auto* t = std::get_if<Token>(&e)) {
-      FillToken(admitted_->engine->tokenizer(), t->id, t->text,
-                t->logprobs ? &*t->logprobs : nullptr, current_.mutable_token());
-      return true;
-    }
-    auto& done = std::get<absl::StatusOr<engine::GenerationResult>>(e);
+  // The final message of `done` into `current_`; false if the request
+  // failed (no message, the stream ends with its status).
+  // REQUIRES: mu_ held, admitted_, no write outstanding.
+  bool FinalToCurrent(const absl::StatusOr<engine::GenerationResult>& done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!done.ok()) {
       End(ToGrpc(done.status()), absl::StatusCodeToString(done.status().code()));
       return false;
@@ -199,66 +202,128 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     return true;
   }
 
+  // Takes what is due next: a token to write (its message is built after
+  // mu_ is dropped), the final message, or the Finish once everything
+  // queued is written; marks the write (and its start) or the Finish
+  // outstanding. Nothing while a write, its start or the Finish is.
+  // REQUIRES: mu_ held.
+  Step TakeNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Step next;
+    if (grpc_done_ || writing_ || starting_ || finishing_) return next;
+    if (!client_ok_) {
+      End(grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled"), "CANCELLED");
+      events_.clear();
+    }
+    while (admitted_ && client_ok_ && !events_.empty() && next.action == Step::kNone) {
+      Event e = std::move(events_.front());
+      events_.pop_front();
+      if (auto* t = std::get_if<Token>(&e)) {
+        next.action = Step::kToken;
+        next.token = std::move(*t);
+        next.tokenizer = &admitted_->engine->tokenizer();
+      } else if (FinalToCurrent(std::get<absl::StatusOr<engine::GenerationResult>>(e))) {
+        next.action = Step::kWrite;
+      }
+    }
+    if (next.action == Step::kNone && events_.empty() && end_) {
+      finishing_ = true;
+      next.finish = *end_;
+      // Counted before the client can see the status (a scrape right
+      // after the call ends includes it).
+      metrics_->NodeRequest(outcome_);
+      next.action = Step::kFinish;
+    }
+    writing_ = starting_ = next.action == Step::kToken || next.action == Step::kWrite;
+    return next;
+  }
+
   // Runs `change` under mu_, then starts the next write, or the Finish, if
   // one is due (gRPC is called outside mu_: its reactions may run inline;
-  // one write at a time). The object is deleted by the one call whose
-  // change completes it (Release), in the same critical section, so no
-  // other thread touches it afterwards: the engine and the admission do
-  // not call again once done, and gRPC's OnDone comes last of its calls.
+  // one write at a time). The thread that starts a write owns current_
+  // until StartWrite returns and it has cleared starting_ under mu_: a
+  // write that completes meanwhile leaves the next one to it, so current_
+  // is never refilled while gRPC may still read it in StartWrite
+  // (serialization), and every hand-off of current_ goes through mu_.
+  // The object is deleted by the one call whose change completes it
+  // (Release), in the same critical section, so no other thread touches
+  // it afterwards: the engine and the admission do not call again once
+  // done, a posted delivery holds it (delivering_), and gRPC's OnDone
+  // comes last of its calls, after the Finish, which waits for the write
+  // and its start (so a thread back from StartWrite finds it alive).
   template <typename Change>
   void Pump(Change change) {
     bool last = false;
-    enum { kNone, kWrite, kFinish } action = kNone;
-    grpc::Status finish;
+    Step next;
     {
       absl::MutexLock lock(&mu_);
       change();
-      if (grpc_done_) {
-        last = Release();
-      } else if (!writing_ && !finishing_) {
-        if (!client_ok_) {
-          End(grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled"), "CANCELLED");
-          events_.clear();
-        }
-        while (admitted_ && client_ok_ && !events_.empty() && action == kNone) {
-          if (NextMessage()) action = kWrite;
-        }
-        if (action == kNone && events_.empty() && end_) {
-          finishing_ = true;
-          finish = *end_;
-          // Counted before the client can see the status (a scrape right
-          // after the call ends includes it).
-          metrics_->NodeRequest(outcome_);
-          action = kFinish;
-        }
-        writing_ = action == kWrite;
-      }
+      if (grpc_done_) last = Release();
+      next = TakeNext();
     }
     if (last) {
       delete this;
-    } else if (action == kWrite) {
-      StartWrite(&current_);
-    } else if (action == kFinish) {
-      Finish(finish);
+      return;
     }
+    while (next.action == Step::kToken || next.action == Step::kWrite) {
+      if (next.action == Step::kToken) {  // current_ is ours (starting_)
+        current_.Clear();
+        FillToken(*next.tokenizer, next.token.id, next.token.text,
+                  next.token.logprobs ? &*next.token.logprobs : nullptr, current_.mutable_token());
+      }
+      StartWrite(&current_);
+      absl::MutexLock lock(&mu_);
+      starting_ = false;
+      next = TakeNext();  // nothing while the write is outstanding
+    }
+    if (next.action == Step::kFinish) Finish(next.finish);
   }
   void Pump() {
     Pump([]() {});
   }
 
+  // The engine's step thread: runs `change` (records an event) under mu_
+  // and, when nothing else will pump it (no write, write start or Finish
+  // outstanding, no delivery posted), posts a Pump to the delivery queue.
+  // Deletes the object if gRPC is already done and this completes it. The
+  // object outlives this call: engine_done_ is set only by the engine's
+  // last call, and delivering_ holds it until the posted Pump runs.
+  template <typename Change>
+  void Post(Change change) {
+    bool last = false, deliver = false;
+    {
+      absl::MutexLock lock(&mu_);
+      change();
+      if (grpc_done_) {
+        last = Release();
+      } else if (admitted_ && !writing_ && !starting_ && !finishing_ && !delivering_) {
+        delivering_ = deliver = true;  // not yet admitted: Settle pumps
+      }
+    }
+    if (last) {
+      delete this;
+    } else if (deliver) {  // inline if the pool is stopping: nothing hangs
+      delivery_->Post(
+          [this] { Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { delivering_ = false; }); });
+    }
+  }
+
   node_manager::NodeManager* const node_;
   Metrics* const metrics_;
+  DeliveryQueue* const delivery_;
   const v1::NodeGenerateRequest req_;
   absl::Mutex mu_;
   std::optional<node_manager::Admission> admitted_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
-  // Being written: filled under mu_ while no write is outstanding, then
-  // read by gRPC until OnWriteDone (writing_ keeps others off it).
+  // Being written: filled by the Pump that set starting_ (under mu_ or
+  // just after it), then read by gRPC in StartWrite and until OnWriteDone
+  // (writing_ and starting_ keep others off it).
   v1::NodeGenerateResponse current_;
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);  // after the queue drains
   RequestOutcome outcome_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;   // until OnWriteDone
+  bool starting_ ABSL_GUARDED_BY(mu_) = false;  // until StartWrite returned
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool delivering_ ABSL_GUARDED_BY(mu_) = false;  // a Pump is posted to delivery_
   bool client_ok_ ABSL_GUARDED_BY(mu_) = true;
   bool cancel_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool engine_done_ ABSL_GUARDED_BY(mu_) = false;  // the engine will not call again
@@ -271,8 +336,8 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
 
 grpc::ServerWriteReactor<v1::NodeGenerateResponse>* StartNodeGenerate(
     node_manager::NodeManager* node, Metrics* metrics, transfer::WorkerPool* admission,
-    grpc::CallbackServerContext*, const v1::NodeGenerateRequest* req) {
-  auto* s = new NodeGenerateStream(node, metrics, *req);
+    DeliveryQueue* delivery, grpc::CallbackServerContext*, const v1::NodeGenerateRequest* req) {
+  auto* s = new NodeGenerateStream(node, metrics, delivery, *req);
   // Accepted at once: the scheduler times a node's acceptance to find hung
   // nodes (SchedulerOptions::node_accept_timeout), admission may queue.
   s->StartSendInitialMetadata();

@@ -7,12 +7,20 @@
 // cancels (or whose write fails) cancels the sequence in the engine.
 //
 // Lifetime: the stream is both gRPC's reactor and the engine's sink; it
-// deletes itself once gRPC is done with it (OnDone) and the engine has
-// delivered its result (or the request was never admitted).
+// deletes itself once gRPC is done with it (OnDone), the engine has
+// delivered its result (or the request was never admitted) and no
+// delivery it scheduled is still to run.
 //
-// Thread-safety: gRPC's reactions, the admission pool and the engine's
-// step thread call in concurrently; state is guarded by one mutex, and no
-// gRPC call is made while holding it.
+// Thread-safety: gRPC's reactions, the admission pool, the delivery pool
+// and the engine's step thread call in concurrently; state is guarded by
+// one mutex, and no gRPC call is made while holding it. The step thread
+// only records its event (a token, the result) under that mutex: it never
+// builds a message nor calls gRPC. When the stream has no write
+// outstanding and no delivery posted, it posts the stream to the delivery
+// queue (server/delivery_queue.h: a few shared pool threads), which builds
+// the next message and starts its write, or the Finish; gRPC's reactions
+// (OnWriteDone, OnCancel, OnDone) and the admission pump inline as before.
+// A stopping delivery pool runs the pump inline: nothing hangs.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -20,15 +28,19 @@
 #include "ballast/v1/node.grpc.pb.h"
 #include "engine/generation.h"
 #include "node_manager/node_manager.h"
+#include "server/delivery_queue.h"
 #include "server/metrics.h"
 #include "transfer/worker_pool.h"
 
 namespace ballast::server {
 
-// Starts the stream for `req` (gRPC owns the returned reactor).
+// Starts the stream for `req` (gRPC owns the returned reactor): admitted on
+// `admission`, its messages built and written on `delivery` (both must
+// outlive every stream whose gRPC call is not done: shut the server down
+// first).
 grpc::ServerWriteReactor<v1::NodeGenerateResponse>* StartNodeGenerate(
     node_manager::NodeManager* node, Metrics* metrics, transfer::WorkerPool* admission,
-    grpc::CallbackServerContext* ctx, const v1::NodeGenerateRequest* req);
+    DeliveryQueue* delivery, grpc::CallbackServerContext* ctx, const v1::NodeGenerateRequest* req);
 
 // The metrics label of a KV source.
 std::string KvSourceLabel(engine::KvSource s);

@@ -115,7 +115,7 @@ grpc::Status NodeService::DropPrefetch(grpc::ServerContext*, const v1::DropPrefe
 
 grpc::ServerWriteReactor<v1::NodeGenerateResponse>* NodeService::Generate(
     grpc::CallbackServerContext* ctx, const v1::NodeGenerateRequest* req) {
-  return StartNodeGenerate(node_, metrics_, admission_.get(), ctx, req);
+  return StartNodeGenerate(node_, metrics_, admission_.get(), delivery_.get(), ctx, req);
 }
 
 }  // namespace ballast::server

@@ -2,7 +2,8 @@
 // load/evict, token streaming for routed requests, session drops, Advise
 // prefetches and peer KV fetches. Generate runs on gRPC's callback API
 // (server/node_generate.h): no thread per stream; a client that goes away
-// cancels its sequence in the engine.
+// cancels its sequence in the engine. Streams are admitted on one small
+// pool and their messages written from another, never on a step thread.
 //
 // Thread-safety: gRPC calls handlers concurrently; all state is in the
 // thread-safe NodeManager and Metrics. Shut the gRPC server down before
@@ -13,6 +14,7 @@
 
 #include "ballast/v1/node.grpc.pb.h"
 #include "node_manager/node_manager.h"
+#include "server/delivery_queue.h"
 #include "server/metrics.h"
 #include "transfer/worker_pool.h"
 
@@ -23,10 +25,14 @@ class NodeService final : public v1::Node::WithCallbackMethod_Generate<v1::Node:
   // Threads that admit requests (NodeManager::Submit: tokenizing, reading
   // the KV tiers), whatever the number of streams.
   static constexpr int kAdmissionThreads = 8;
+  // Threads that build and start the streams' writes, off the engines'
+  // step threads (server/delivery_queue.h), whatever the number of streams.
+  static constexpr int kDeliveryThreads = 2;
 
   NodeService(node_manager::NodeManager* node, Metrics* metrics)
       : node_(node),
         metrics_(metrics),
+        delivery_(std::make_unique<DeliveryQueue>(kDeliveryThreads)),
         admission_(std::make_unique<transfer::WorkerPool>(kAdmissionThreads)) {}
 
   grpc::Status LoadModel(grpc::ServerContext* ctx, const v1::LoadModelRequest* req,
@@ -49,6 +55,9 @@ class NodeService final : public v1::Node::WithCallbackMethod_Generate<v1::Node:
  private:
   node_manager::NodeManager* node_;
   Metrics* metrics_;
+  // Declared first, stopped last: admissions still queued at destruction
+  // run while it stands.
+  std::unique_ptr<DeliveryQueue> delivery_;
   std::unique_ptr<transfer::WorkerPool> admission_;
 };
 
