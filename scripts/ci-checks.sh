@@ -32,6 +32,20 @@ check_logs() {
       echo "==== $f"
       cat "$f"
     done
+    # Last, so that a log's tail shows what each report is about: its
+    # headline and the top frames of each stack (not the sanitizer's own).
+    echo "ci-checks: sanitizer report summary:"
+    cat "$dir"/* | python3 -c '
+import re, sys
+frames = 0
+for line in sys.stdin:
+    line = line.rstrip()
+    if line.startswith("WARNING:") or line.startswith("SUMMARY:") or "ERROR:" in line:
+        print(line); frames = 0
+    elif re.match(r"\s+(Read|Write|Previous|Atomic|Location)", line):
+        print(line); frames = 3
+    elif frames and re.match(r"\s+#\d+ ", line) and not re.search("libsanitizer|<null>", line):
+        print("  " + " ".join(line.split()[1:3])[:150]); frames -= 1'
     return 1
   fi
 }

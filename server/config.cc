@@ -226,6 +226,10 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
   RETURN_IF_ERROR(s.Get("advertise", &o.advertise_address));
   RETURN_IF_ERROR(s.Get("scheduler", &o.scheduler_address));
   RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
+  RETURN_IF_ERROR(s.Get("stream_threads", &out->stream_threads));
+  if (out->stream_threads < 1 || out->stream_threads > 64) {
+    return s.Error(s.Key("stream_threads"), "must be between 1 and 64");
+  }
   if (YAML::Node devices = s.Child("devices")) {
     if (!devices.IsSequence() || devices.size() == 0) {
       return s.Error(s.Key("devices"), "expected a non-empty list");

@@ -158,7 +158,9 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   // delivery pool are all done with this object (the caller deletes it).
   // REQUIRES: mu_ held.
   bool Release() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!grpc_done_ || !engine_done_ || !settled_ || delivering_ || released_) return false;
+    if (!grpc_done_ || !engine_done_ || !settled_ || delivering_ || starting_ || released_) {
+      return false;
+    }
     released_ = true;
     return true;
   }
@@ -233,7 +235,8 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
       metrics_->NodeRequest(outcome_);
       next.action = Step::kFinish;
     }
-    writing_ = starting_ = next.action == Step::kToken || next.action == Step::kWrite;
+    writing_ = next.action == Step::kToken || next.action == Step::kWrite;
+    starting_ = next.action != Step::kNone;
     return next;
   }
 
@@ -249,7 +252,10 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   // it afterwards: the engine and the admission do not call again once
   // done, a posted delivery holds it (delivering_), and gRPC's OnDone
   // comes last of its calls, after the Finish, which waits for the write
-  // and its start (so a thread back from StartWrite finds it alive).
+  // and its start (so a thread back from StartWrite finds it alive). The
+  // thread that calls Finish holds the object too (starting_) until
+  // Finish returns: OnDone may run on another thread before that, and
+  // only our own mutex, not gRPC's internal hand-off, orders the two.
   template <typename Change>
   void Pump(Change change) {
     bool last = false;
@@ -275,7 +281,14 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
       starting_ = false;
       next = TakeNext();  // nothing while the write is outstanding
     }
-    if (next.action == Step::kFinish) Finish(next.finish);
+    if (next.action == Step::kFinish) {
+      Finish(next.finish);
+      FinishReturned();  // OnDone may have run meanwhile: it left the release to this
+    }
+  }
+  // Not a template: Pump calls it.
+  void FinishReturned() {
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { starting_ = false; });
   }
   void Pump() {
     Pump([]() {});
@@ -321,7 +334,7 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);  // after the queue drains
   RequestOutcome outcome_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;   // until OnWriteDone
-  bool starting_ ABSL_GUARDED_BY(mu_) = false;  // until StartWrite returned
+  bool starting_ ABSL_GUARDED_BY(mu_) = false;  // until StartWrite or Finish returned
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool delivering_ ABSL_GUARDED_BY(mu_) = false;  // a Pump is posted to delivery_
   bool client_ok_ ABSL_GUARDED_BY(mu_) = true;

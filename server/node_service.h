@@ -27,12 +27,13 @@ class NodeService final : public v1::Node::WithCallbackMethod_Generate<v1::Node:
   static constexpr int kAdmissionThreads = 8;
   // Threads that build and start the streams' writes, off the engines'
   // step threads (server/delivery_queue.h), whatever the number of streams.
-  static constexpr int kDeliveryThreads = 2;
+  static constexpr int kDefaultDeliveryThreads = 2;
 
-  NodeService(node_manager::NodeManager* node, Metrics* metrics)
+  NodeService(node_manager::NodeManager* node, Metrics* metrics,
+              int delivery_threads = kDefaultDeliveryThreads)
       : node_(node),
         metrics_(metrics),
-        delivery_(std::make_unique<DeliveryQueue>(kDeliveryThreads)),
+        delivery_(std::make_unique<DeliveryQueue>(delivery_threads)),
         admission_(std::make_unique<transfer::WorkerPool>(kAdmissionThreads)) {}
 
   grpc::Status LoadModel(grpc::ServerContext* ctx, const v1::LoadModelRequest* req,

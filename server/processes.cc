@@ -180,7 +180,7 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
   p->node = std::move(*n);
   metrics->AddModelSource(
       [node = p->node.get()](const std::string& m) { return node->HasModel(m); });
-  p->service = std::make_unique<NodeService>(p->node.get(), metrics);
+  p->service = std::make_unique<NodeService>(p->node.get(), metrics, cfg.stream_threads);
   auto server = StartGrpc(cfg.listen, {p->service.get()}, &p->address, "node");
   if (!server.ok()) return server.status();
   p->server = std::move(*server);

@@ -121,9 +121,11 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         if (r.has_final()) final_ = r.final();
         read = true;
       }
+      ++calls_out_;
     }
     if (write) StartWrite(&wire_);
     if (read) u->ReadNext();
+    Returned();
   }
 
   // The node's call ended.
@@ -221,10 +223,13 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         if (upstream_active_) cancel = upstream_.get();
       }
       if (upstream_active_ && !final_written_) read = upstream_.get();
+      if (cancel || read) ++calls_out_;
     }
     if (cancel) cancel->Cancel();
     if (read) read->ReadNext();
-    Pump();
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (cancel || read) --calls_out_;
+    });
   }
   void OnCancel() override {
     Upstream* cancel = nullptr;
@@ -233,9 +238,12 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
       client_ok_ = false;
       cancelled_ = true;
       if (upstream_active_) cancel = upstream_.get();
+      if (cancel) ++calls_out_;
     }
     if (cancel) cancel->Cancel();
-    Pump();
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (cancel) --calls_out_;
+    });
   }
   void OnDone() override {
     Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { grpc_done_ = true; });
@@ -300,11 +308,13 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         final_.reset();
         start = upstream_.get();
         if (accept_timeout > absl::ZeroDuration()) ++alarms_pending_;
+        ++calls_out_;
       }
     }
     if (start) {
       if (accept_timeout > absl::ZeroDuration()) start->ArmAcceptAlarm(accept_timeout);
-      start->Start();  // the stream is not released while its upstream is active
+      start->Start();
+      Returned();
       return;
     }
     // The client left while routing: the route's count and turn are undone.
@@ -348,11 +358,14 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     End(grpc::Status::OK);
   }
 
-  // True exactly once: when gRPC is done with the stream and no node call
-  // or routing is pending (the caller deletes it). REQUIRES: mu_ held.
+  // True exactly once: when gRPC is done with the stream, no node call or
+  // routing is pending and no gRPC call made outside mu_ is still
+  // returning (the caller deletes it). REQUIRES: mu_ held.
   bool Release() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!grpc_done_ || upstream_active_ || routing_pending_ || alarms_pending_ > 0 || released_)
+    if (!grpc_done_ || upstream_active_ || routing_pending_ || alarms_pending_ > 0 ||
+        calls_out_ > 0 || released_) {
       return false;
+    }
     released_ = true;
     return true;
   }
@@ -387,15 +400,20 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
           metrics_->SchedulerRequest(outcome_);
           action = kFinish;
         }
+        if (action != kNone) ++calls_out_;
       }
     }
     if (last) {
       delete this;
-    } else if (action == kWrite) {
-      StartWrite(&wire_);
-    } else if (action == kFinish) {
-      Finish(finish);
+      return;
     }
+    if (action == kWrite) StartWrite(&wire_);
+    if (action == kFinish) Finish(finish);
+    if (action != kNone) Returned();
+  }
+  // A gRPC call counted in calls_out_ returned (not a template: Pump calls it).
+  void Returned() {
+    Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { --calls_out_; });
   }
   void Pump() {
     Pump([]() {});
@@ -435,6 +453,12 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   bool routing_pending_ ABSL_GUARDED_BY(mu_) = false;
   bool grpc_done_ ABSL_GUARDED_BY(mu_) = false;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
+  // gRPC calls this stream makes outside mu_ (StartWrite, Finish, an
+  // attempt's Start, ReadNext and Cancel) that have not returned yet: the
+  // stream is not released until they have. gRPC's OnDone can run on
+  // another thread while such a call is still unwinding; only mu_, not
+  // gRPC's internal hand-off (invisible to ThreadSanitizer), orders them.
+  int calls_out_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 void Upstream::OnReadDone(bool ok) {

@@ -11,7 +11,8 @@
 # (ballast_node_step_host_seconds).
 # Usage: deploy/gpu-host/overlap-bench.sh [BUILD_DIR] [OUT_DIR]
 # Env: B (streams per model, default 64), T (tokens per stream, 512),
-#      COUNTS ("1 2 6"), MODES ("true false").
+#      COUNTS ("1 2 6"), MODES ("true false"), STREAM_THREADS (the node's
+#      node.stream_threads, 2).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -34,6 +35,7 @@ node:
   node_id: gpu-0
   listen: 127.0.0.1:${NODE_PORT:-50061}
   metrics_listen: ""   # serve: one registry, on the scheduler's address
+  stream_threads: ${STREAM_THREADS:-2}
   memory: {mode: elastic, slab_mib: 64}
   devices:
     - {name: "${DEVICE:-cuda:0}", memory_mib: 24576}

@@ -36,6 +36,11 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->node.options.overlap_steps);
   EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.overlap_steps);  // the default
+  EXPECT_EQ(ParseConfig("node: {stream_threads: 6}", "t.yaml")->node.stream_threads, 6);
+  EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.stream_threads, 2);
+  auto bad = ParseConfig("node: {stream_threads: 0}", "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("node.stream_threads"), std::string::npos) << bad.status();
   EXPECT_EQ(c->node.options.max_queue_wait_ms, 1500);
   EXPECT_EQ(c->node.options.engine.slow_step_warn_ms, 50);
   EXPECT_NE(Msg("node: {arbitration: {max_queue_wait_ms: -1}}")
