@@ -90,37 +90,24 @@ std::shared_ptr<v1::Node::StubInterface> Scheduler::Stub(const std::string& node
   auto info = cluster_.Get(node_id);
   if (!info) return nullptr;
   absl::MutexLock lock(&mu_);
-  NodeChannel& slot = stubs_[node_id];
-  if (!slot.stub || slot.address != info->address) {
-    // Keepalive pings find a hung (stopped) node within about two seconds
-    // and fail its calls; quick reconnects find a restarted one.
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);  // also the connect timeout
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    slot.address = info->address;
-    slot.channel =
-        grpc::CreateCustomChannel(info->address, grpc::InsecureChannelCredentials(), args);
-    slot.stub = std::shared_ptr<v1::Node::StubInterface>(v1::Node::NewStub(slot.channel));
+  std::shared_ptr<NodeChannels>& slot = channels_[node_id];
+  if (!slot || slot->address() != info->address) {
+    slot = std::make_shared<NodeChannels>(info->address, options_.node_channels);
   }
-  return slot.stub;
+  return slot->Next();
 }
 
-std::shared_ptr<grpc::Channel> Scheduler::ChannelOf(const std::string& node_id) const {
+std::shared_ptr<NodeChannels> Scheduler::ChannelsOf(const std::string& node_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = stubs_.find(node_id);
-  return it == stubs_.end() ? nullptr : it->second.channel;
+  auto it = channels_.find(node_id);
+  return it == channels_.end() ? nullptr : it->second;
 }
 
 void Scheduler::ReportUnavailable(const std::string& node_id) {
-  std::shared_ptr<grpc::Channel> channel = ChannelOf(node_id);
+  std::shared_ptr<NodeChannels> channels = ChannelsOf(node_id);
   // UNAVAILABLE from the node itself (a draining model) leaves the
-  // connection READY; a dead or unreachable node's does not.
-  if (channel && channel->GetState(false) == GRPC_CHANNEL_READY) return;
+  // connections READY; a dead or unreachable node's does not.
+  if (channels && channels->AnyReady()) return;
   spdlog::warn("node {} is unreachable: routing avoids it until its next heartbeat", node_id);
   cluster_.MarkSuspect(node_id);
 }

@@ -41,6 +41,7 @@
 #include "global_scheduler/cluster_state.h"
 #include "global_scheduler/model_registry.h"
 #include "global_scheduler/model_stats.h"
+#include "global_scheduler/node_channels.h"
 #include "global_scheduler/placement.h"
 #include "global_scheduler/routing_waiters.h"
 #include "global_scheduler/session_directory.h"
@@ -106,6 +107,11 @@ struct SchedulerOptions {
   // With no replica elsewhere the request keeps waiting. Zero: off.
   // Default 400 ms.
   absl::Duration node_accept_timeout = absl::Milliseconds(400);
+  // Connections (HTTP/2) to each node; calls are spread over them
+  // round-robin (global_scheduler/node_channels.h). One connection's frames
+  // are handled in order, so streams sharing one are bounded by it.
+  // Default 4; each costs a socket and a little memory per node.
+  int node_channels = 4;
   // After start, replicas are not loaded for models with no request yet
   // for this long: nodes that hold replicas re-register within a heartbeat
   // timeout, and loading before they do would duplicate (then trim) them.
@@ -338,8 +344,8 @@ class Scheduler {
   // Wakes the control loop now (a request waits for an activation).
   void Kick();
   std::shared_ptr<v1::Node::StubInterface> Stub(const std::string& node_id);
-  // The channel behind Stub(node_id), if one was made.
-  std::shared_ptr<grpc::Channel> ChannelOf(const std::string& node_id) const
+  // The channels behind Stub(node_id), if they were made.
+  std::shared_ptr<NodeChannels> ChannelsOf(const std::string& node_id) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // The address of `affinity` when it is a live, trusted node other than
   // `serving` (the peer to fetch the session's KV from); else empty.
@@ -359,12 +365,8 @@ class Scheduler {
   ModelStats stats_;
 
   mutable absl::Mutex mu_;
-  struct NodeChannel {
-    std::string address;
-    std::shared_ptr<grpc::Channel> channel;
-    std::shared_ptr<v1::Node::StubInterface> stub;
-  };
-  std::map<std::string, NodeChannel> stubs_ ABSL_GUARDED_BY(mu_);  // by node id
+  // By node id; replaced when the node's address changes.
+  std::map<std::string, std::shared_ptr<NodeChannels>> channels_ ABSL_GUARDED_BY(mu_);
   // Node calls under way -> the device a load targets ("" for evictions).
   std::map<PendingKey, std::string> pending_ ABSL_GUARDED_BY(mu_);
   // model waiting for room -> the idle model being evicted for it

@@ -287,8 +287,8 @@ void Scheduler::StartLoad(const ModelSpec& spec, const Target& target) {
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.load_timeout));
     // A node that just restarted at its old address finds the channel in
     // reconnect backoff: a call now would fail at once and wait load_retry.
-    if (auto channel = ChannelOf(target.node_id)) {
-      channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options_.node_connect_wait));
+    if (auto channels = ChannelsOf(target.node_id)) {
+      channels->WaitForConnected(absl::Now() + options_.node_connect_wait);
     }
     grpc::Status st = stub->LoadModel(&ctx, req, &resp);
     if (st.ok()) {

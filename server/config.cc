@@ -126,6 +126,10 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
     if (accept_ms < 0) return s.Error(s.Key("node_accept_timeout_ms"), "must be >= 0 (0: off)");
     o.node_accept_timeout = absl::Milliseconds(accept_ms);
   }
+  RETURN_IF_ERROR(s.Get("node_channels", &o.node_channels));
+  if (o.node_channels < 1 || o.node_channels > 64) {
+    return s.Error(s.Key("node_channels"), "must be in [1, 64]");
+  }
   RETURN_IF_ERROR(s.Get("control_threads", &o.control_threads));
   if (o.control_threads < 1 || o.control_threads > 1024) {
     return s.Error(s.Key("control_threads"), "must be in [1, 1024]");

@@ -12,7 +12,7 @@
 # Usage: deploy/gpu-host/overlap-bench.sh [BUILD_DIR] [OUT_DIR]
 # Env: B (streams per model, default 64), T (tokens per stream, 512),
 #      COUNTS ("1 2 6"), MODES ("true false"), STREAM_THREADS (the node's
-#      node.stream_threads, 2).
+#      node.stream_threads, 2), NODE_CHANNELS (scheduler.node_channels, 4).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -30,7 +30,8 @@ config() {
   local n=$1 overlap=$2
   cat <<EOF
 log_level: warn
-scheduler: {listen: 127.0.0.1:${SCHED_PORT:-50051}, metrics_listen: "127.0.0.1:${METRICS_PORT:-9400}"}
+scheduler: {listen: 127.0.0.1:${SCHED_PORT:-50051}, metrics_listen: "127.0.0.1:${METRICS_PORT:-9400}",
+            node_channels: ${NODE_CHANNELS:-4}}
 node:
   node_id: gpu-0
   listen: 127.0.0.1:${NODE_PORT:-50061}
