@@ -12,7 +12,8 @@
 # Usage: deploy/gpu-host/overlap-bench.sh [BUILD_DIR] [OUT_DIR]
 # Env: B (streams per model, default 64), T (tokens per stream, 512),
 #      COUNTS ("1 2 6"), MODES ("true false"), STREAM_THREADS (the node's
-#      node.stream_threads, 2), NODE_CHANNELS (scheduler.node_channels, 4).
+#      node.stream_threads, 2), NODE_CHANNELS (scheduler.node_channels, 4),
+#      STORM_CHANNELS (each client's connections, 1).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}

@@ -6,6 +6,7 @@
 // not a test: results go to docs/benchmarks.md.
 //
 // Usage: stream_storm ADDRESS MODEL STREAMS TOKENS [SERVER_PID]
+// Env: STORM_CHANNELS (connections the streams are spread over, default 1).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -77,8 +78,17 @@ int main(int argc, char** argv) {
   }
   const std::string pid = argc > 5 ? argv[5] : "";
   const int n = std::atoi(argv[3]), max_tokens = std::atoi(argv[4]);
-  auto stub =
-      v1::Inference::NewStub(grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
+  // STORM_CHANNELS=K: the streams spread over K connections (default 1), as
+  // K clients' would be.
+  const char* k_env = std::getenv("STORM_CHANNELS");
+  const int k = std::max(1, k_env ? std::atoi(k_env) : 1);
+  std::vector<std::unique_ptr<v1::Inference::Stub>> stubs;
+  for (int i = 0; i < k; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection
+    stubs.push_back(v1::Inference::NewStub(
+        grpc::CreateCustomChannel(argv[1], grpc::InsecureChannelCredentials(), args)));
+  }
   const int threads_before = pid.empty() ? -1 : Threads(pid);
   const absl::Time t0 = absl::Now();
   std::vector<std::unique_ptr<Stream>> streams;
@@ -88,7 +98,7 @@ int main(int argc, char** argv) {
     req.set_prompt(absl::StrCat("request ", i, " of the storm"));
     req.mutable_sampling()->set_max_tokens(max_tokens);
     req.mutable_sampling()->set_ignore_eos(true);
-    streams.push_back(std::make_unique<Stream>(stub.get(), std::move(req)));
+    streams.push_back(std::make_unique<Stream>(stubs[i % k].get(), std::move(req)));
   }
   int peak = threads_before;
   for (auto& s : streams) {
