@@ -110,8 +110,9 @@ struct SchedulerOptions {
   // Connections (HTTP/2) to each node; calls are spread over them
   // round-robin (global_scheduler/node_channels.h). One connection's frames
   // are handled in order, so streams sharing one are bounded by it.
-  // Default 4; each costs a socket and a little memory per node.
-  int node_channels = 4;
+  // Default 1: more measured no gain on one GPU (docs/benchmarks.md); each
+  // costs a socket and a little memory per node.
+  int node_channels = 1;
   // After start, replicas are not loaded for models with no request yet
   // for this long: nodes that hold replicas re-register within a heartbeat
   // timeout, and loading before they do would duplicate (then trim) them.

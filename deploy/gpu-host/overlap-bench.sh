@@ -12,8 +12,10 @@
 # Usage: deploy/gpu-host/overlap-bench.sh [BUILD_DIR] [OUT_DIR]
 # Env: B (streams per model, default 64), T (tokens per stream, 512),
 #      COUNTS ("1 2 6"), MODES ("true false"), STREAM_THREADS (the node's
-#      node.stream_threads, 2), NODE_CHANNELS (scheduler.node_channels, 4),
-#      STORM_CHANNELS (each client's connections, 1).
+#      node.stream_threads, 2), NODE_CHANNELS (scheduler.node_channels, 1),
+#      STORM_CHANNELS (each client's connections, 1), PROFILE (non-empty:
+#      per-thread CPU of serve one second into each loaded run; use a T that
+#      lasts a few seconds).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -32,7 +34,7 @@ config() {
   cat <<EOF
 log_level: warn
 scheduler: {listen: 127.0.0.1:${SCHED_PORT:-50051}, metrics_listen: "127.0.0.1:${METRICS_PORT:-9400}",
-            node_channels: ${NODE_CHANNELS:-4}}
+            node_channels: ${NODE_CHANNELS:-1}}
 node:
   node_id: gpu-0
   listen: 127.0.0.1:${NODE_PORT:-50061}
@@ -81,6 +83,10 @@ for overlap in $MODES; do
       "$STORM" 127.0.0.1:${SCHED_PORT:-50051} "m$i" "$B" "$T" > "$OUT/storm-$n-$overlap-$i.txt" &
       storms+=($!)
     done
+    if [ -n "${PROFILE:-}" ]; then  # per-thread CPU of serve mid-run
+      sleep 1
+      python3 "$(dirname "$0")/thread-cpu.py" "$pid" 1 10 | tee -a "$OUT/profile-$n-$overlap.txt"
+    fi
     wait "${storms[@]}"
     t1=$(date +%s.%N)
     after=$(scrape)

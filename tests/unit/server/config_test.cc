@@ -38,9 +38,9 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.overlap_steps);  // the default
   EXPECT_EQ(ParseConfig("node: {stream_threads: 6}", "t.yaml")->node.stream_threads, 6);
   EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.stream_threads, 2);
-  EXPECT_EQ(ParseConfig("scheduler: {node_channels: 1}", "t.yaml")->scheduler.options.node_channels,
-            1);
-  EXPECT_EQ(ParseConfig("scheduler: {}", "t.yaml")->scheduler.options.node_channels, 4);
+  EXPECT_EQ(ParseConfig("scheduler: {node_channels: 4}", "t.yaml")->scheduler.options.node_channels,
+            4);
+  EXPECT_EQ(ParseConfig("scheduler: {}", "t.yaml")->scheduler.options.node_channels, 1);
   auto bad_channels = ParseConfig("scheduler: {node_channels: 0}", "t.yaml");
   ASSERT_FALSE(bad_channels.ok());
   EXPECT_NE(bad_channels.status().message().find("scheduler.node_channels"), std::string::npos)
