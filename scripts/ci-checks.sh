@@ -9,15 +9,18 @@
 #           arbitration, model engine, scheduler, the multi-process
 #           integration tests and the daemons they start) and runs them
 #                                                                (build-tsan/)
+#   package the Debian package of the Release build (scripts/check-package.sh:
+#           contents, the unpacked binary runs, Depends covers its libraries)
+#                                                                    (build/)
 # A sanitizer report anywhere, including in a daemon an integration test
 # started, fails the stage: reports are written under <build>/sanitizer-logs/.
-# Usage: scripts/ci-checks.sh [format] [clang] [tsan]   (default: all three)
+# Usage: scripts/ci-checks.sh [format] [package] [clang] [tsan]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(format clang tsan)
+[ ${#stages[@]} -gt 0 ] || stages=(format package clang tsan)
 
 # Sanitizer builds: CUDA off (GPU tests skip without a GPU anyway), -O1 with
 # line tables: a debug build whose tests still run in CI time.
@@ -54,6 +57,13 @@ run_ctest() {  # build_dir, extra ctest args...
   local b=$1
   shift
   (cd "$b" && ctest --output-on-failure -j "$JOBS" --timeout 900 "$@")
+}
+
+stage_package() {
+  # The Release tree `make ctest` built (configured here if absent).
+  [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build build -j "$JOBS" --target ballast
+  bash scripts/check-package.sh build
 }
 
 stage_format() {

@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("ballast"));
 
   CLI::App app{"Ballast: multi-model LLM serving with elastic GPU memory"};
+  app.set_version_flag("--version", std::string("ballast ") + BALLAST_VERSION);
   app.require_subcommand(1);
 
   DaemonFlags serve_f, sched_f, node_f;
