@@ -12,6 +12,7 @@ PKGS=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev gnuplot-nox
   python3 curl  # curl: the gateway test drives it too
+  prometheus    # promtool: the metrics_promtool test lints /metrics
   # OpenAI-compatible gateway: Boost.Beast + Asio (header-only). node + npm
   # (the `openai` client test, tokenizer test files) are added below only
   # when npm is absent: a NodeSource nodejs ships its own npm and conflicts

@@ -36,6 +36,11 @@ Metrics::Metrics()
                         .Name("ballast_scheduler_tokens_generated_total")
                         .Help("Tokens streamed to clients, per model")
                         .Register(*registry_)),
+      sched_slo_(BuildCounter()
+                     .Name("ballast_scheduler_slo_requests_total")
+                     .Help("Requests judged against their SLO, by model, slo (ttft, tpot) and "
+                           "result (met, missed)")
+                     .Register(*registry_)),
       sched_nodes_(BuildGauge()
                        .Name("ballast_scheduler_nodes")
                        .Help("Registered nodes by state (alive, dead)")
@@ -154,6 +159,17 @@ void Metrics::Record(prometheus::Family<prometheus::Counter>& requests,
 
 void Metrics::SchedulerRequest(const RequestOutcome& o) {
   Record(sched_requests_, sched_ttft_, sched_tpot_, sched_tokens_, o);
+  if (o.status == "CANCELLED") return;  // the client left: nothing to judge
+  const bool ok = o.status == "OK";
+  const std::string model = ModelLabel(o.model);
+  auto judge = [&](const char* slo, double target, double measured) {
+    const bool met = ok && measured >= 0 && measured <= target;
+    sched_slo_.Add({{"model", model}, {"slo", slo}, {"result", met ? "met" : "missed"}})
+        .Increment();
+  };
+  if (o.slo_ttft_s > 0) judge("ttft", o.slo_ttft_s, o.ttft_s);
+  // TPOT needs two tokens: a successful one-token request is not judged.
+  if (o.slo_tpot_s > 0 && !(ok && o.tpot_s < 0)) judge("tpot", o.slo_tpot_s, o.tpot_s);
 }
 
 void Metrics::NodeRequest(const RequestOutcome& o) {

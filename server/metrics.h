@@ -37,6 +37,10 @@ struct RequestOutcome {
   double ttft_s = -1;  // < 0: no token was produced
   double tpot_s = -1;  // < 0: fewer than two tokens
   int64_t tokens = 0;
+  // The request's SLO targets (scheduler side; <= 0: none), for the
+  // attainment series.
+  double slo_ttft_s = 0;
+  double slo_tpot_s = 0;
 };
 
 struct DeviceGauges {
@@ -73,6 +77,10 @@ class Metrics {
   // `model`, or kUnknownModel if no source knows it.
   std::string ModelLabel(const std::string& model) const;
 
+  // A finished request: its status, latencies, tokens and, against its
+  // SLO targets, ballast_scheduler_slo_requests_total{model, slo, result}:
+  // met, or missed (measured over the target, or the request failed
+  // before the measurement). Requests the client cancelled are not judged.
   void SchedulerRequest(const RequestOutcome& o);
   void SetNodes(int alive, int dead);
   void SetSessions(int n);
@@ -96,6 +104,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& sched_ttft_;
   prometheus::Family<prometheus::Histogram>& sched_tpot_;
   prometheus::Family<prometheus::Counter>& sched_tokens_;
+  prometheus::Family<prometheus::Counter>& sched_slo_;
   prometheus::Family<prometheus::Gauge>& sched_nodes_;
   prometheus::Family<prometheus::Gauge>& sched_sessions_;
   prometheus::Family<prometheus::Counter>& node_requests_;

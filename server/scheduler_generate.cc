@@ -306,6 +306,8 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         ++attempts_;
         accepted_ = false;
         final_.reset();
+        outcome_.slo_ttft_s = upstream_->route().ttft_ms / 1000.0;
+        outcome_.slo_tpot_s = upstream_->route().tpot_ms / 1000.0;
         start = upstream_.get();
         if (accept_timeout > absl::ZeroDuration()) ++alarms_pending_;
         ++calls_out_;

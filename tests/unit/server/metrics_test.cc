@@ -78,5 +78,40 @@ TEST(Metrics, StepHostTimeIsObservedFromTheDevicesCumulativeHistogram) {
   has("ballast_node_step_host_seconds_bucket{device=\"cuda:0\",le=\"+Inf\"} 4");
 }
 
+// SLO attainment: each finished request is met or missed against its own
+// targets; a failure misses; a cancelled request and a one-token TPOT are
+// not judged.
+TEST(Metrics, SloAttainmentJudgesEachRequestAgainstItsTargets) {
+  Metrics m;
+  m.AddModelSource([](const std::string&) { return true; });
+  auto req = [](const char* status, double ttft, double tpot) {
+    return RequestOutcome{.model = "a",
+                          .status = status,
+                          .ttft_s = ttft,
+                          .tpot_s = tpot,
+                          .tokens = 4,
+                          .slo_ttft_s = 1.0,
+                          .slo_tpot_s = 0.1};
+  };
+  m.SchedulerRequest(req("OK", 0.5, 0.05));         // ttft met, tpot met
+  m.SchedulerRequest(req("OK", 2.0, 0.2));          // both missed
+  m.SchedulerRequest(req("OK", 0.5, -1));           // ttft met, tpot not judged
+  m.SchedulerRequest(req("UNAVAILABLE", -1, -1));   // both missed
+  m.SchedulerRequest(req("CANCELLED", 0.1, 0.01));  // not judged
+  m.SchedulerRequest({.model = "a", .status = "OK", .ttft_s = 9, .tpot_s = 9});  // no SLO
+  const std::string text = Scrape(m);
+  auto count = [&](const char* slo, const char* result) {
+    const std::string key =
+        absl::StrCat("ballast_scheduler_slo_requests_total{model=\"a\",result=\"", result,
+                     "\",slo=\"", slo, "\"} ");
+    const size_t at = text.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + key.size()));
+  };
+  EXPECT_EQ(count("ttft", "met"), 2) << text;
+  EXPECT_EQ(count("ttft", "missed"), 2);
+  EXPECT_EQ(count("tpot", "met"), 1);
+  EXPECT_EQ(count("tpot", "missed"), 2);
+}
+
 }  // namespace
 }  // namespace ballast::server
