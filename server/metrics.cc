@@ -132,6 +132,18 @@ Metrics::Metrics()
                      .Help("Per-step host time per device: the part of an engine step spent "
                            "outside the executor's forward (planning, token streaming, "
                            "finishes, KV exports)")
+                     .Register(*registry_)),
+      node_queue_(BuildHistogram()
+                      .Name("ballast_node_queue_seconds")
+                      .Help("Time a request waited on the node before admission, per model")
+                      .Register(*registry_)),
+      activation_(BuildHistogram()
+                      .Name("ballast_node_activation_seconds")
+                      .Help("Model activation time by model and weight source (host_copy, disk)")
+                      .Register(*registry_)),
+      evictions_(BuildCounter()
+                     .Name("ballast_node_evictions_total")
+                     .Help("Models evicted from this node, per model")
                      .Register(*registry_)) {}
 
 void Metrics::AddModelSource(std::function<bool(const std::string&)> known) {
@@ -174,7 +186,17 @@ void Metrics::SchedulerRequest(const RequestOutcome& o) {
 
 void Metrics::NodeRequest(const RequestOutcome& o) {
   Record(node_requests_, node_ttft_, node_tpot_, node_tokens_, o);
+  if (o.queue_s >= 0) {
+    node_queue_.Add({{"model", ModelLabel(o.model)}}, LatencyBuckets()).Observe(o.queue_s);
+  }
 }
+
+void Metrics::Activation(const std::string& model, const std::string& source, double seconds) {
+  activation_.Add({{"model", ModelLabel(model)}, {"source", source}}, LatencyBuckets())
+      .Observe(seconds);
+}
+
+void Metrics::Eviction(const std::string& label) { evictions_.Add({{"model", label}}).Increment(); }
 
 void Metrics::SetNodes(int alive, int dead) {
   sched_nodes_.Add({{"state", "alive"}}).Set(alive);

@@ -37,6 +37,7 @@ struct RequestOutcome {
   double ttft_s = -1;  // < 0: no token was produced
   double tpot_s = -1;  // < 0: fewer than two tokens
   int64_t tokens = 0;
+  double queue_s = -1;  // node side: waiting for admission (< 0: not admitted)
   // The request's SLO targets (scheduler side; <= 0: none), for the
   // attainment series.
   double slo_ttft_s = 0;
@@ -92,6 +93,13 @@ class Metrics {
   void KvHit(const std::string& source, double prefetch_lead_s);
   // Bytes this node sent to peers (FetchKv).
   void PeerBytesSent(int64_t bytes);
+  // A model activated on this node in `seconds`, its weights from
+  // `source` (host_copy: the pinned host copy; disk: its checkpoint).
+  void Activation(const std::string& model, const std::string& source, double seconds);
+  // A model evicted from this node (by the scheduler: idle, room, a move);
+  // `label` is ModelLabel(model) taken before the eviction (after it the
+  // node no longer knows the model).
+  void Eviction(const std::string& label);
 
  private:
   void Record(prometheus::Family<prometheus::Counter>& requests,
@@ -127,6 +135,9 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& prefetch_lead_;
   prometheus::Family<prometheus::Counter>& prefetches_;
   prometheus::Family<prometheus::Histogram>& step_host_;
+  prometheus::Family<prometheus::Histogram>& node_queue_;
+  prometheus::Family<prometheus::Histogram>& activation_;
+  prometheus::Family<prometheus::Counter>& evictions_;
 
   mutable absl::Mutex sources_mu_;
   std::vector<std::function<bool(const std::string&)>> sources_ ABSL_GUARDED_BY(sources_mu_);

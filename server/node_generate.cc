@@ -197,6 +197,7 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     current_ = FinalMessage(g, *admitted_, req_, node_->options().node_id);
     End(grpc::Status::OK, "OK");
     outcome_.ttft_s = g.ttft_ms / 1000.0;
+    outcome_.queue_s = g.queue_ms / 1000.0;
     if (g.output_tokens.size() > 1) outcome_.tpot_s = g.mean_tpot_ms / 1000.0;
     outcome_.tokens = static_cast<int64_t>(g.output_tokens.size());
     metrics_->KvHit(KvSourceLabel(g.kv_source),

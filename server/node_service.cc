@@ -51,6 +51,8 @@ grpc::Status NodeService::LoadModel(grpc::ServerContext*, const v1::LoadModelReq
   auto m = node_->LoadModel(req->name(), req->path(), req->kv_dtype(), req->device(),
                             KvLimits(req->kv_floor_bytes(), req->kv_limit_bytes()));
   if (!m.ok()) return ToGrpc(m.status());
+  metrics_->Activation(req->name(), m->from_host_copy() ? "host_copy" : "disk",
+                       m->activation_ms() / 1000.0);
   *resp->mutable_model() = *m;
   return grpc::Status::OK;
 }
@@ -68,8 +70,11 @@ grpc::Status NodeService::SetKvLimits(grpc::ServerContext*, const v1::SetKvLimit
 
 grpc::Status NodeService::EvictModel(grpc::ServerContext*, const v1::EvictModelRequest* req,
                                      v1::EvictModelResponse*) {
-  return ToGrpc(node_->EvictModel(req->name(), req->drain(), !req->drop_host_copy(),
-                                  absl::Milliseconds(req->drain_timeout_ms())));
+  const std::string label = metrics_->ModelLabel(req->name());
+  absl::Status st = node_->EvictModel(req->name(), req->drain(), !req->drop_host_copy(),
+                                      absl::Milliseconds(req->drain_timeout_ms()));
+  if (st.ok()) metrics_->Eviction(label);
+  return ToGrpc(st);
 }
 
 grpc::Status NodeService::DropSession(grpc::ServerContext*, const v1::DropSessionRequest* req,

@@ -113,5 +113,24 @@ TEST(Metrics, SloAttainmentJudgesEachRequestAgainstItsTargets) {
   EXPECT_EQ(count("tpot", "missed"), 2);
 }
 
+// Activation times by weight source, queue times, evictions by model.
+TEST(Metrics, ActivationsQueueTimesAndEvictionsAreRecordedPerModel) {
+  Metrics m;
+  m.AddModelSource([](const std::string& name) { return name == "a"; });
+  m.Activation("a", "host_copy", 0.3);
+  m.Activation("a", "disk", 2.0);
+  m.NodeRequest({.model = "a", .status = "OK", .tokens = 1, .queue_s = 0.02});
+  m.NodeRequest({.model = "a", .status = "UNAVAILABLE"});  // never admitted: no queue time
+  m.Eviction(m.ModelLabel("a"));
+  const std::string text = Scrape(m);
+  for (const char* series :
+       {"ballast_node_activation_seconds_count{model=\"a\",source=\"host_copy\"} 1",
+        "ballast_node_activation_seconds_count{model=\"a\",source=\"disk\"} 1",
+        "ballast_node_queue_seconds_count{model=\"a\"} 1",
+        "ballast_node_evictions_total{model=\"a\"} 1"}) {
+    EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+  }
+}
+
 }  // namespace
 }  // namespace ballast::server
