@@ -388,6 +388,7 @@ absl::StatusOr<Config> ParseConfig(const std::string& text, const std::string& s
   Section s(root, "", &c.source);
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(s.Get("log_level", &c.log_level));
+  RETURN_IF_ERROR(s.Get("log_format", &c.log_format));
   if (YAML::Node n = s.Child("scheduler")) {
     c.has_scheduler = true;
     RETURN_IF_ERROR(ParseScheduler(n, &c.source, &c.scheduler));
@@ -404,6 +405,9 @@ absl::StatusOr<Config> ParseConfig(const std::string& text, const std::string& s
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
   if (!kLevels.count(c.log_level)) {
     return s.Error("log_level", "expected trace, debug, info, warn, error or off");
+  }
+  if (c.log_format != "text" && c.log_format != "json") {
+    return s.Error("log_format", "expected text or json");
   }
   return c;
 }

@@ -57,6 +57,7 @@ struct ServeSection {
 struct Config {
   std::string source;  // file the config came from ("<defaults>" if none)
   std::string log_level = "info";
+  std::string log_format = "text";  // text or json (server/log_format.h)
   bool has_scheduler = false, has_node = false, has_serve = false;
   SchedulerSection scheduler;
   NodeSection node;

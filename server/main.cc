@@ -14,6 +14,7 @@
 #include "server/client_commands.h"
 #include "server/config.h"
 #include "server/engine_bench_cli.h"
+#include "server/log_format.h"
 #include "server/processes.h"
 #include "server/tier_bench_cli.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -37,6 +38,7 @@ void BlockShutdownSignals() {
 struct DaemonFlags {
   std::string config;
   std::string log_level;
+  std::string log_format;
   std::string listen;
   std::optional<std::string> metrics_listen;  // set and empty: disabled
   std::optional<std::string> http_listen;     // scheduler/serve: OpenAI gateway ('' = off)
@@ -50,6 +52,7 @@ struct DaemonFlags {
 void AddDaemonFlags(CLI::App* cmd, DaemonFlags* f, bool node, bool scheduler) {
   cmd->add_option("--config,-c", f->config, "YAML config file");
   cmd->add_option("--log-level", f->log_level, "trace|debug|info|warn|error|off");
+  cmd->add_option("--log-format", f->log_format, "text|json (one JSON object per line)");
   cmd->add_option("--listen", f->listen, "gRPC listen address host:port");
   cmd->add_option("--metrics-listen", f->metrics_listen, "Prometheus /metrics address ('' = off)");
   if (node) {
@@ -89,6 +92,7 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
     return 2;
   }
   if (!f.log_level.empty()) c->log_level = f.log_level;
+  if (!f.log_format.empty()) c->log_format = f.log_format;
   if (!f.listen.empty())
     (serve || need_scheduler ? c->scheduler.listen : c->node.listen) = f.listen;
   if (f.metrics_listen) {
@@ -126,6 +130,10 @@ int PrepareConfig(const DaemonFlags& f, const std::string& default_path, bool ne
     }
   }
   spdlog::set_level(spdlog::level::from_str(c->log_level));
+  if (auto st = ballast::server::SetLogFormat(c->log_format); !st.ok()) {
+    std::cerr << "error: " << st.message() << "\n";
+    return 2;
+  }
   *out = std::move(*c);
   return 0;
 }

@@ -8,7 +8,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "server/node_service.h"
+#include "server/request_id.h"
 #include "server/status_util.h"
+#include "spdlog/spdlog.h"
 
 namespace ballast::server {
 namespace {
@@ -64,8 +66,12 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
                                  public engine::GenerationSink {
  public:
   NodeGenerateStream(node_manager::NodeManager* node, Metrics* metrics, DeliveryQueue* delivery,
-                     const v1::NodeGenerateRequest& req)
-      : node_(node), metrics_(metrics), delivery_(delivery), req_(req) {
+                     const v1::NodeGenerateRequest& req, std::string request_id)
+      : node_(node),
+        metrics_(metrics),
+        delivery_(delivery),
+        req_(req),
+        request_id_(std::move(request_id)) {
     outcome_.model = req.model();
   }
 
@@ -283,6 +289,8 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
       next = TakeNext();  // nothing while the write is outstanding
     }
     if (next.action == Step::kFinish) {
+      spdlog::debug("request {} for {}: {} on this node", request_id_, req_.model(),
+                    CodeName(next.finish.error_code()));
       Finish(next.finish);
       FinishReturned();  // OnDone may have run meanwhile: it left the release to this
     }
@@ -325,6 +333,7 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   Metrics* const metrics_;
   DeliveryQueue* const delivery_;
   const v1::NodeGenerateRequest req_;
+  const std::string request_id_;  // the client's (server/request_id.h), for logs
   absl::Mutex mu_;
   std::optional<node_manager::Admission> admitted_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
@@ -350,8 +359,8 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
 
 grpc::ServerWriteReactor<v1::NodeGenerateResponse>* StartNodeGenerate(
     node_manager::NodeManager* node, Metrics* metrics, transfer::WorkerPool* admission,
-    DeliveryQueue* delivery, grpc::CallbackServerContext*, const v1::NodeGenerateRequest* req) {
-  auto* s = new NodeGenerateStream(node, metrics, delivery, *req);
+    DeliveryQueue* delivery, grpc::CallbackServerContext* ctx, const v1::NodeGenerateRequest* req) {
+  auto* s = new NodeGenerateStream(node, metrics, delivery, *req, RequestIdOf(*ctx));
   // Accepted at once: the scheduler times a node's acceptance to find hung
   // nodes (SchedulerOptions::node_accept_timeout), admission may queue.
   s->StartSendInitialMetadata();

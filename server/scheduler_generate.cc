@@ -12,6 +12,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/request_id.h"
 #include "server/request_parse.h"
 #include "server/status_util.h"
 #include "spdlog/spdlog.h"
@@ -19,7 +20,9 @@
 namespace ballast::server {
 namespace {
 
-std::string NewRequestId() {
+// The node-side key of one attempt (its Cancel), unique per attempt; the
+// client's request id travels separately (server/request_id.h).
+std::string NewAttemptId() {
   static std::atomic<uint64_t> counter{0};
   thread_local absl::BitGen gen;
   return absl::StrCat("req-", counter.fetch_add(1), "-",
@@ -42,8 +45,11 @@ class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 // races its deletion).
 class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> {
  public:
-  Upstream(SchedulerGenerateStream* s, global_scheduler::Route route, v1::NodeGenerateRequest nreq)
-      : stream_(s), route_(std::move(route)), nreq_(std::move(nreq)) {}
+  Upstream(SchedulerGenerateStream* s, global_scheduler::Route route, v1::NodeGenerateRequest nreq,
+           const std::string& request_id)
+      : stream_(s), route_(std::move(route)), nreq_(std::move(nreq)) {
+    ctx_.AddMetadata(kRequestIdKey, request_id);  // the node logs it
+  }
   // Arms the acceptance deadline (before Start): `fired` tells the stream
   // whether the node's initial metadata was late.
   void ArmAcceptAlarm(absl::Duration timeout);
@@ -80,8 +86,14 @@ class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> 
 class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   SchedulerGenerateStream(global_scheduler::Scheduler* sched, Metrics* metrics,
-                          transfer::WorkerPool* routing, const v1::GenerateRequest& req)
-      : sched_(sched), metrics_(metrics), routing_(routing), req_(req), t0_(absl::Now()) {
+                          transfer::WorkerPool* routing, const v1::GenerateRequest& req,
+                          std::string request_id)
+      : sched_(sched),
+        metrics_(metrics),
+        routing_(routing),
+        req_(req),
+        request_id_(std::move(request_id)),
+        t0_(absl::Now()) {
     outcome_.model = req.model();
   }
 
@@ -167,8 +179,8 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     });
     if (retry) {
       // The node failed before the first token: once, on another replica.
-      spdlog::warn("request for {} failed on node {} before its first token ({}): retrying",
-                   req_.model(), node,
+      spdlog::warn("request {} for {} failed on node {} before its first token ({}): retrying",
+                   request_id_, req_.model(), node,
                    unaccepted ? "not accepted in time" : status.error_message());
       if (!routing_->Schedule([this, node] { DoRoute(node); })) {
         Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -293,7 +305,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
 
   // Starts the node call of a routed attempt.
   void StartAttempt(global_scheduler::Route route) {
-    auto up = std::make_unique<Upstream>(this, route, NodeRequest(req_, route, t0_));
+    auto up = std::make_unique<Upstream>(this, route, NodeRequest(req_, route, t0_), request_id_);
     Upstream* start = nullptr;
     const absl::Duration accept_timeout = sched_->node_accept_timeout();
     {
@@ -410,7 +422,11 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
       return;
     }
     if (action == kWrite) StartWrite(&wire_);
-    if (action == kFinish) Finish(finish);
+    if (action == kFinish) {
+      spdlog::debug("request {} for {}: {} after {:.1f} ms", request_id_, req_.model(),
+                    CodeName(finish.error_code()), MsSince(t0_));
+      Finish(finish);
+    }
     if (action != kNone) Returned();
   }
   // A gRPC call counted in calls_out_ returned (not a template: Pump calls it).
@@ -425,6 +441,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   Metrics* const metrics_;
   transfer::WorkerPool* const routing_;
   const v1::GenerateRequest req_;
+  const std::string request_id_;  // server/request_id.h
   const absl::Time t0_;
   std::atomic<bool> cancelled_{false};  // read by routing and its wait
   // The route being found: used by one routing step at a time (pool and
@@ -491,7 +508,7 @@ void Upstream::OnDone(const grpc::Status& st) {
 v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
                                     const global_scheduler::Route& route, absl::Time t0) {
   v1::NodeGenerateRequest nreq;
-  nreq.set_request_id(NewRequestId());
+  nreq.set_request_id(NewAttemptId());
   nreq.set_model(req.model());
   for (int t : route.history) nreq.add_history_tokens(t);
   nreq.set_prompt(req.prompt());
@@ -511,7 +528,9 @@ v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
     global_scheduler::Scheduler* sched, Metrics* metrics, transfer::WorkerPool* routing,
-    grpc::CallbackServerContext*, const grpc::ByteBuffer* raw) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
+  std::string request_id = RequestIdOf(*ctx);
+  ctx->AddInitialMetadata(kRequestIdKey, request_id);
   v1::GenerateRequest req;
   if (absl::Status st = ParseRequest(*raw, &req); !st.ok()) {
     RequestOutcome refused;
@@ -519,7 +538,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
     metrics->SchedulerRequest(refused);
     return new RefusedStream(ToGrpc(st));
   }
-  auto* s = new SchedulerGenerateStream(sched, metrics, routing, req);
+  auto* s = new SchedulerGenerateStream(sched, metrics, routing, req, std::move(request_id));
   s->Route("");
   return s;
 }

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "ballast/v1/inference.grpc.pb.h"
 #include "server/gateway/openai_protocol.h"
+#include "server/request_id.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::server::gateway {
@@ -31,23 +32,23 @@ using Executor = net::any_io_executor;
 constexpr size_t kHeaderLimit = 16 << 10;
 constexpr auto kRequestTimeout = std::chrono::seconds(30);
 
-std::string NewId(const char* prefix) {
-  thread_local absl::BitGen gen;
-  return absl::StrCat(prefix, absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16),
-                      absl::Hex(absl::Uniform<uint32_t>(gen), absl::kZeroPad8));
-}
-
-// A complete HTTP/1.1 response with a Content-Length body.
-std::string HttpResponse(int status, const std::string& body, bool keep_alive) {
+// A complete HTTP/1.1 response with a Content-Length body, naming the
+// request it answers (server/request_id.h).
+std::string HttpResponse(int status, const std::string& body, bool keep_alive,
+                         const std::string& request_id) {
   const auto reason = http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status)));
   return absl::StrCat("HTTP/1.1 ", status, " ", std::string(reason.data(), reason.size()),
                       "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+                      "\r\nX-Request-Id: ", request_id,
                       "\r\nConnection: ", keep_alive ? "keep-alive" : "close", "\r\n\r\n", body);
 }
 
-constexpr char kSseHeaders[] =
-    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-    "Connection: close\r\n\r\n";
+std::string SseHeaders(const std::string& request_id) {
+  return absl::StrCat(
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+      "X-Request-Id: ",
+      request_id, "\r\nConnection: close\r\n\r\n");
+}
 
 // A gRPC call in flight; the registry cancels all of them at shutdown.
 struct CallBase {
@@ -180,7 +181,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void ClientGone();
 
   void SendError(const ApiError& e, After after) {
-    Write(HttpResponse(e.http_status, ErrorJson(e), after == After::kReadNext), after);
+    Write(HttpResponse(e.http_status, ErrorJson(e), after == After::kReadNext, request_id_), after);
   }
   void Write(std::string data, After after) {
     pending_ += data;
@@ -199,6 +200,10 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpGateway::Impl* gw_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  // The request being answered: the client's X-Request-Id if valid, else
+  // the completion's id (or a new one); sent upstream as x-request-id.
+  std::string request_id_;
+  bool client_request_id_ = false;
   std::string pending_, inflight_;
   bool writing_ = false;
   bool keep_alive_ = false;  // of the request being answered
@@ -240,6 +245,8 @@ void Session::ReadRequest() {
 }
 
 void Session::OnRequest(beast::error_code ec) {
+  request_id_ = NewRequestId("req-");  // Route takes the client's, if any
+  client_request_id_ = false;
   if (ec == http::error::body_limit) {
     ApiError e;
     e.http_status = 413;
@@ -270,6 +277,11 @@ void Session::Route(const http::request<http::string_body>& req) {
   const std::string_view full(req.target().data(), req.target().size());
   const std::string path(full.substr(0, full.find('?')));
   keep_alive_ = req.keep_alive();
+  const auto header = req.find("X-Request-Id");
+  const std::string client_id =
+      header == req.end() ? "" : std::string(header->value().data(), header->value().size());
+  client_request_id_ = ValidRequestId(client_id);
+  request_id_ = client_request_id_ ? client_id : NewRequestId("req-");
   const After after = Next();
   ApiError e;
   if (path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions") {
@@ -299,17 +311,18 @@ void Session::HandleModels() {
                      After::kClose);
   }
   CallRegistry* registry = &gw_->calls;
-  gw_->stub->async()->ListModels(
-      &call->ctx, &call->req, &call->resp,
-      [self = shared_from_this(), call, registry](grpc::Status st) {
-        net::post(self->executor_, [self, call, st] {
-          if (!st.ok()) return self->SendError(FromGrpcStatus(st), self->Next());
-          const int64_t created = absl::ToUnixSeconds(absl::Now());
-          self->Write(HttpResponse(200, ModelsJson(call->resp, created), self->keep_alive_),
-                      self->Next());
-        });
-        registry->Remove(call.get());
-      });
+  gw_->stub->async()->ListModels(&call->ctx, &call->req, &call->resp,
+                                 [self = shared_from_this(), call, registry](grpc::Status st) {
+                                   net::post(self->executor_, [self, call, st] {
+                                     if (!st.ok())
+                                       return self->SendError(FromGrpcStatus(st), self->Next());
+                                     const int64_t created = absl::ToUnixSeconds(absl::Now());
+                                     self->Write(HttpResponse(200, ModelsJson(call->resp, created),
+                                                              self->keep_alive_, self->request_id_),
+                                                 self->Next());
+                                   });
+                                   registry->Remove(call.get());
+                                 });
 }
 
 void Session::HandleCompletion(const std::string& body, Endpoint endpoint) {
@@ -319,13 +332,15 @@ void Session::HandleCompletion(const std::string& body, Endpoint endpoint) {
   const bool parsed = chat ? ParseChatCompletionRequest(body, &request_, &e)
                            : ParseCompletionRequest(body, &request_, &e);
   if (!parsed) return SendError(e, Next());
-  ctx_.id = NewId(chat ? "chatcmpl-" : "cmpl-");
+  ctx_.id = NewRequestId(chat ? "chatcmpl-" : "cmpl-");
+  if (!client_request_id_) request_id_ = ctx_.id;
   ctx_.model = request_.generate.model();
   ctx_.created = absl::ToUnixSeconds(absl::Now());
   ctx_.endpoint = endpoint;
   ctx_.include_usage = request_.include_usage;
   ctx_.logprobs = request_.logprobs;
   call_ = std::make_shared<GenerateCall>(shared_from_this(), &gw_->calls);
+  call_->ctx.AddMetadata(kRequestIdKey, request_id_);
   if (!gw_->calls.Add(call_)) {
     call_.reset();
     return SendError(FromGrpcStatus({grpc::StatusCode::UNAVAILABLE, "shutting down"}),
@@ -371,7 +386,7 @@ void Session::OnEvent(const v1::GenerateResponse& r) {
 void Session::StartStream() {
   if (headers_sent_) return;
   headers_sent_ = true;
-  pending_ += kSseHeaders;
+  pending_ += SseHeaders(request_id_);
   if (ctx_.endpoint == Endpoint::kChatCompletions) pending_ += StreamRoleEvent(ctx_);
 }
 
@@ -385,7 +400,8 @@ void Session::OnUpstreamDone(const grpc::Status& st) {
     return Write(StreamErrorEvent(FromGrpcStatus(status)), After::kClose);
   }
   if (!request_.stream) {
-    return Write(HttpResponse(200, CompletionJson(ctx_, *final_, tokens_), false), After::kClose);
+    return Write(HttpResponse(200, CompletionJson(ctx_, *final_, tokens_), false, request_id_),
+                 After::kClose);
   }
   StartStream();
   // The last chunk carries the finish reason and the log-probabilities of

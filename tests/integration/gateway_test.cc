@@ -47,20 +47,21 @@ int Connect(int port) {
 }
 
 std::string RequestText(const std::string& method, const std::string& path, const std::string& body,
-                        int64_t content_length = -1) {
+                        int64_t content_length = -1, const std::string& extra_headers = "") {
   return absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n",
-                      "Content-Type: application/json\r\nContent-Length: ",
+                      extra_headers, "Content-Type: application/json\r\nContent-Length: ",
                       content_length >= 0 ? content_length : static_cast<int64_t>(body.size()),
                       "\r\n\r\n", body);
 }
 
 // One request on its own connection; reads until the server closes.
 HttpResult Http(int port, const std::string& method, const std::string& path,
-                const std::string& body = "", int64_t content_length = -1) {
+                const std::string& body = "", int64_t content_length = -1,
+                const std::string& extra_headers = "") {
   HttpResult r;
   const int fd = Connect(port);
   if (fd < 0) return r;
-  const std::string req = RequestText(method, path, body, content_length);
+  const std::string req = RequestText(method, path, body, content_length, extra_headers);
   send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string resp;
   char buf[8192];
@@ -93,7 +94,7 @@ class GatewayTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     std::ofstream(dir_ / "serve.yaml")
-        << "log_level: info\n"
+        << "log_level: debug\nlog_format: json\n"
            "scheduler: {listen: 127.0.0.1:50051, slo: {ttft_ms: 5000, tpot_ms: 500}}\n"
            "node:\n  node_id: gw\n  listen: 127.0.0.1:0\n  metrics_listen: ''\n"
            "  engine: {block_tokens: 16, kv_cache_mib: 16, max_batch_tokens: 128}\n"
@@ -190,6 +191,59 @@ TEST_F(GatewayTest, ModelsAndCompletionsPlainAndStreamed) {
   const json usage = json::parse(events[events.size() - 2]);
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 8);
+}
+
+// The header line `name: value` of a response head ("" if absent).
+std::string Header(const std::string& head, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(head, "\r\n")) {
+    if (absl::StartsWithIgnoreCase(line, name + ": "))
+      return std::string(line.substr(name.size() + 2));
+  }
+  return "";
+}
+
+// A request id chosen by the client (X-Request-Id) comes back in the
+// response and names the request in the scheduler's and the node's log
+// lines; without one (or with an invalid one) the completion's id is used.
+// The daemon's log lines (log_format: json) are JSON objects.
+TEST_F(GatewayTest, RequestIdsComeBackAndNameTheRequestInEveryProcessLog) {
+  const std::string body = R"({"model":"a","prompt":"Hi","max_tokens":2})";
+  HttpResult chosen =
+      Http(http_port_, "POST", "/v1/completions", body, -1, "X-Request-Id: trace-42.a:b_c\r\n");
+  ASSERT_EQ(chosen.status, 200) << chosen.body;
+  EXPECT_EQ(Header(chosen.head, "X-Request-Id"), "trace-42.a:b_c") << chosen.head;
+
+  HttpResult own = Http(http_port_, "POST", "/v1/completions", body);
+  ASSERT_EQ(own.status, 200) << own.body;
+  EXPECT_EQ(Header(own.head, "X-Request-Id"), json::parse(own.body)["id"]) << own.head;
+
+  HttpResult invalid = Http(http_port_, "POST", "/v1/completions",
+                            body.substr(0, body.size() - 1) + R"(,"stream":true})", -1,
+                            "X-Request-Id: has space\r\n");
+  ASSERT_EQ(invalid.status, 200) << invalid.body;
+  EXPECT_TRUE(absl::StartsWith(Header(invalid.head, "X-Request-Id"), "cmpl-")) << invalid.head;
+
+  HttpResult unknown = Http(http_port_, "GET", "/nowhere", "", -1, "X-Request-Id: lost-1\r\n");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(Header(unknown.head, "X-Request-Id"), "lost-1") << unknown.head;
+
+  // The node and the scheduler log the request when it ends (debug).
+  int scheduler_lines = 0, node_lines = 0;
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while ((scheduler_lines == 0 || node_lines == 0) && absl::Now() < end) {
+    scheduler_lines = node_lines = 0;
+    for (absl::string_view line : absl::StrSplit(serve_->Log(), '\n', absl::SkipEmpty())) {
+      if (!absl::StartsWith(line, "{")) continue;  // gRPC core's own lines keep their format
+      const json j = json::parse(line, nullptr, false);
+      ASSERT_TRUE(j.is_object() && j.contains("msg") && j.contains("level")) << line;
+      const std::string msg = j["msg"];
+      if (!absl::StrContains(msg, "request trace-42.a:b_c for a: OK")) continue;
+      (absl::StrContains(msg, "on this node") ? node_lines : scheduler_lines)++;
+    }
+    if (scheduler_lines == 0 || node_lines == 0) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(scheduler_lines, 1) << serve_->Log();
+  EXPECT_EQ(node_lines, 1) << serve_->Log();
 }
 
 TEST_F(GatewayTest, ErrorsAreOpenAiShapedWithHttpCodes) {
