@@ -1,9 +1,9 @@
 // NodeChannels: the scheduler's connections to one node. Calls are spread
 // round-robin over `count` channels, each its own HTTP/2 connection (a
 // channel-local subchannel pool), so that many concurrent token streams do
-// not all share one connection: gRPC handles one connection's frames in
-// order, one thread at a time, which bounds the messages/s one connection
-// carries whatever the cores.
+// not all share one connection (gRPC handles one connection's frames in
+// order). On one H200 with six models, 4 connections measured no gain over
+// 1 (docs/benchmarks.md): the device was the limit there.
 //
 // Thread-safety: all methods are thread-safe; the object is immutable after
 // Create except for the round-robin counter (atomic).

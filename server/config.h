@@ -31,7 +31,8 @@ struct NodeSection {
   std::string metrics_listen = "127.0.0.1:9401";
   // Threads that build and write the Generate streams' messages, off the
   // engines' step threads (server/delivery_queue.h), whatever the number of
-  // streams. Default 2; each thread writes ~40-50k messages/s.
+  // streams. Default 2 (2, 4 and 8 measured the same on an H200 with six
+  // models: docs/benchmarks.md).
   int stream_threads = 2;
   node_manager::NodeOptions options;  // advertise defaults to listen
 };
