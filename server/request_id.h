@@ -27,8 +27,8 @@ inline constexpr size_t kMaxRequestIdLength = 128;
 inline bool ValidRequestId(absl::string_view id) {
   if (id.empty() || id.size() > kMaxRequestIdLength) return false;
   for (char c : id) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
-        c != ':' && c != '-') {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' &&
+        c != '-') {
       return false;
     }
   }
