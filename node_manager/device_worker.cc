@@ -272,8 +272,13 @@ DeviceUsage DeviceWorker::Usage() const {
     // Empty slabs the arena keeps mapped for quick reuse (Replenish, while
     // idle) are free memory: counting them made two idle devices differ by
     // a slab depending on when each last idled, which decided placement.
-    u.memory_used_bytes = ps.mapped_bytes + bs.workspace_bytes -
-                          as.slabs_empty * static_cast<int64_t>(balloon_->arena()->slab_bytes());
+    // Each term comes from the one lock that guards it (the arena's slab
+    // counts, the balloon's weights): the pool's mapped total, read apart
+    // from the arena's counts, went negative by a slab when a heartbeat fell
+    // inside a Replenish, and that node then won every placement.
+    u.memory_used_bytes =
+        bs.weight_bytes + bs.workspace_bytes +
+        (as.slabs_mapped - as.slabs_empty) * static_cast<int64_t>(balloon_->arena()->slab_bytes());
     u.weight_bytes = bs.weight_bytes;
     u.workspace_bytes = bs.workspace_bytes;
     u.page_map_calls = ps.map_calls;

@@ -5,6 +5,8 @@
 #include "node_manager/device_worker.h"
 #include "node_manager/node_manager.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -103,6 +105,35 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   auto again = testing::Activate("b", b_path, w.get());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(w->balloon()->stats().weight_ranges_reserved, ranges);
+  w->Stop();
+}
+
+// An idle device reports nothing used, whenever it is asked: the node's
+// heartbeats sample Usage() while the arena maps and unmaps its buffer of
+// empty slabs, and a used figure off by a slab decides placement.
+TEST(DeviceWorker, AnIdleDeviceReportsNothingUsedWhileItsArenaReplenishes) {
+  constexpr int64_t kPage = 64 << 10;
+  auto w = std::move(*DeviceWorker::Create("cpu:0", 64 * kPage, testing::HostPages(kPage)));
+  memory::KvArena* arena = w->balloon()->arena().get();
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> cycles{0};
+  std::thread churn([&] {
+    while (!stop.load()) {
+      arena->Replenish();
+      arena->ReclaimFreeSlabs();
+      cycles.fetch_add(1);
+    }
+  });
+  int64_t wrong = 0, worst = 0;
+  for (int i = 0; i < 20000 || cycles.load() < 100; ++i) {
+    const int64_t used = w->Usage().memory_used_bytes;
+    if (used != 0) ++wrong;
+    if (std::abs(used) > std::abs(worst)) worst = used;
+  }
+  stop.store(true);
+  churn.join();
+  EXPECT_GT(cycles.load(), 0);
+  EXPECT_EQ(wrong, 0) << "worst reading " << worst << " bytes";
   w->Stop();
 }
 
