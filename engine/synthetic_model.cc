@@ -3,18 +3,23 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "engine/safetensors.h"
 #include "engine/tokenizer.h"
+#include "transfer/worker_pool.h"
 
 namespace ballast::engine {
 namespace {
 
 // Deterministic normal samples (Box-Muller over mt19937_64, which the
-// standard fixes bit for bit, unlike std::normal_distribution).
+// standard fixes bit for bit, unlike std::normal_distribution). Each sample
+// takes two draws of the engine.
 class Gaussian {
  public:
   explicit Gaussian(uint64_t seed) : rng_(seed) {}
@@ -23,25 +28,65 @@ class Gaussian {
     const double u2 = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
   }
+  // Moves past `samples` samples without computing them (two draws each:
+  // a tenth of Next()'s cost).
+  void Skip(int64_t samples) { rng_.discard(2 * static_cast<unsigned long long>(samples)); }
 
  private:
   std::mt19937_64 rng_;
 };
 
-OwnedTensor MakeTensor(const std::string& name, std::vector<int64_t> shape, DType dt, Gaussian& g,
-                       double mean, double std) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = static_cast<float>(mean + std * g.Next());
-  OwnedTensor t;
-  t.name = name;
-  t.dtype = dt;
-  t.shape = std::move(shape);
-  t.bytes.resize(static_cast<size_t>(n) * DTypeSize(dt));
-  FromFloat(dt, v.data(), t.bytes.data(), v.size());
-  return t;
-}
+// Fills tensors from one sample stream, in order, with the bytes a
+// sequential pass would write: this thread walks the stream (Skip, cheap)
+// and hands each chunk, with a copy of the engine at its start, to a worker
+// that does the costly part (Box-Muller and the dtype conversion).
+class TensorFiller {
+ public:
+  // `threads` <= 1: everything on the calling thread.
+  TensorFiller(uint64_t seed, int threads, int64_t chunk)
+      : g_(seed), chunk_(std::max<int64_t>(1, chunk)) {
+    if (threads > 1) pool_ = std::make_unique<transfer::WorkerPool>(threads);
+  }
+
+  OwnedTensor Make(const std::string& name, std::vector<int64_t> shape, DType dt, double mean,
+                   double std) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    OwnedTensor t;
+    t.name = name;
+    t.dtype = dt;
+    t.shape = std::move(shape);
+    t.bytes.resize(static_cast<size_t>(n) * DTypeSize(dt));
+    uint8_t* out = t.bytes.data();
+    if (pool_ == nullptr) {
+      Fill(g_, out, 0, n, dt, mean, std);
+      return t;
+    }
+    absl::BlockingCounter left(static_cast<int>((n + chunk_ - 1) / chunk_));
+    for (int64_t begin = 0; begin < n; begin += chunk_) {
+      const int64_t len = std::min(chunk_, n - begin);
+      pool_->Schedule([g = g_, out, begin, len, dt, mean, std, &left]() mutable {
+        Fill(g, out, begin, len, dt, mean, std);
+        left.DecrementCount();
+      });
+      g_.Skip(len);
+    }
+    left.Wait();
+    return t;
+  }
+
+ private:
+  static void Fill(Gaussian& g, uint8_t* out, int64_t begin, int64_t len, DType dt, double mean,
+                   double std) {
+    std::vector<float> v(static_cast<size_t>(len));
+    for (float& x : v) x = static_cast<float>(mean + std * g.Next());
+    FromFloat(dt, v.data(), out + static_cast<size_t>(begin) * DTypeSize(dt), v.size());
+  }
+
+  Gaussian g_;
+  const int64_t chunk_;                         // samples per work item
+  std::unique_ptr<transfer::WorkerPool> pool_;  // null: single-threaded
+};
 
 }  // namespace
 
@@ -107,7 +152,8 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& s) {
   return c;
 }
 
-absl::Status WriteSyntheticModel(const SyntheticModelSpec& s, const std::string& dir) {
+absl::Status WriteSyntheticModel(const SyntheticModelSpec& s, const std::string& dir,
+                                 const SyntheticWriteOptions& options) {
   auto cfg = SyntheticConfig(s);
   if (!cfg.ok()) return cfg.status();
   const ModelConfig& c = *cfg;
@@ -115,36 +161,38 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& s, const std::string&
   std::filesystem::create_directories(dir, ec);
   if (ec)
     return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  Gaussian g(s.seed);
+  const int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  TensorFiller g(s.seed, threads, options.chunk_samples);
   const DType dt = c.torch_dtype;
   const int64_t h = c.hidden_size;
   const double sd = s.init_std;
   std::vector<OwnedTensor> ts;
-  ts.push_back(MakeTensor("model.embed_tokens.weight", {c.vocab_size, h}, dt, g, 0, 1.0));
+  ts.push_back(g.Make("model.embed_tokens.weight", {c.vocab_size, h}, dt, 0, 1.0));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    ts.push_back(MakeTensor(p + "input_layernorm.weight", {h}, dt, g, 1.0, 0.1));
-    ts.push_back(MakeTensor(p + "self_attn.q_proj.weight", {c.q_dim(), h}, dt, g, 0, sd * 4));
-    ts.push_back(MakeTensor(p + "self_attn.k_proj.weight", {c.kv_dim(), h}, dt, g, 0, sd * 4));
-    ts.push_back(MakeTensor(p + "self_attn.v_proj.weight", {c.kv_dim(), h}, dt, g, 0, sd * 4));
+    ts.push_back(g.Make(p + "input_layernorm.weight", {h}, dt, 1.0, 0.1));
+    ts.push_back(g.Make(p + "self_attn.q_proj.weight", {c.q_dim(), h}, dt, 0, sd * 4));
+    ts.push_back(g.Make(p + "self_attn.k_proj.weight", {c.kv_dim(), h}, dt, 0, sd * 4));
+    ts.push_back(g.Make(p + "self_attn.v_proj.weight", {c.kv_dim(), h}, dt, 0, sd * 4));
     if (c.qkv_bias) {
-      ts.push_back(MakeTensor(p + "self_attn.q_proj.bias", {c.q_dim()}, dt, g, 0, 0.1));
-      ts.push_back(MakeTensor(p + "self_attn.k_proj.bias", {c.kv_dim()}, dt, g, 0, 0.1));
-      ts.push_back(MakeTensor(p + "self_attn.v_proj.bias", {c.kv_dim()}, dt, g, 0, 0.1));
+      ts.push_back(g.Make(p + "self_attn.q_proj.bias", {c.q_dim()}, dt, 0, 0.1));
+      ts.push_back(g.Make(p + "self_attn.k_proj.bias", {c.kv_dim()}, dt, 0, 0.1));
+      ts.push_back(g.Make(p + "self_attn.v_proj.bias", {c.kv_dim()}, dt, 0, 0.1));
     }
-    ts.push_back(MakeTensor(p + "self_attn.o_proj.weight", {h, c.q_dim()}, dt, g, 0, sd));
+    ts.push_back(g.Make(p + "self_attn.o_proj.weight", {h, c.q_dim()}, dt, 0, sd));
     if (c.qk_norm) {
-      ts.push_back(MakeTensor(p + "self_attn.q_norm.weight", {c.head_dim}, dt, g, 1.0, 0.1));
-      ts.push_back(MakeTensor(p + "self_attn.k_norm.weight", {c.head_dim}, dt, g, 1.0, 0.1));
+      ts.push_back(g.Make(p + "self_attn.q_norm.weight", {c.head_dim}, dt, 1.0, 0.1));
+      ts.push_back(g.Make(p + "self_attn.k_norm.weight", {c.head_dim}, dt, 1.0, 0.1));
     }
-    ts.push_back(MakeTensor(p + "post_attention_layernorm.weight", {h}, dt, g, 1.0, 0.1));
-    ts.push_back(MakeTensor(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, dt, g, 0, sd));
-    ts.push_back(MakeTensor(p + "mlp.up_proj.weight", {c.intermediate_size, h}, dt, g, 0, sd));
-    ts.push_back(MakeTensor(p + "mlp.down_proj.weight", {h, c.intermediate_size}, dt, g, 0, sd));
+    ts.push_back(g.Make(p + "post_attention_layernorm.weight", {h}, dt, 1.0, 0.1));
+    ts.push_back(g.Make(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, dt, 0, sd));
+    ts.push_back(g.Make(p + "mlp.up_proj.weight", {c.intermediate_size, h}, dt, 0, sd));
+    ts.push_back(g.Make(p + "mlp.down_proj.weight", {h, c.intermediate_size}, dt, 0, sd));
   }
-  ts.push_back(MakeTensor("model.norm.weight", {h}, dt, g, 1.0, 0.1));
+  ts.push_back(g.Make("model.norm.weight", {h}, dt, 1.0, 0.1));
   if (!c.tie_word_embeddings) {
-    OwnedTensor head = MakeTensor("lm_head.weight", {c.vocab_size, h}, dt, g, 0, sd * 4);
+    OwnedTensor head = g.Make("lm_head.weight", {c.vocab_size, h}, dt, 0, sd * 4);
     if (s.printable_prior) {
       // Shrink the rows of tokens other than printable ASCII, space and EOS
       // so random models mostly emit readable characters.

@@ -39,7 +39,19 @@ struct SyntheticModelSpec {
 // The ModelConfig that `spec` describes (validated).
 absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec);
 
+// How WriteSyntheticModel spends the host; the bytes written do not depend
+// on it.
+struct SyntheticWriteOptions {
+  // Threads drawing the weights. Default 0: one per core (an 8B shape takes
+  // minutes on one thread). 1: the calling thread only.
+  int threads = 0;
+  // Samples per work item (default 65,536: about a millisecond of work).
+  // Tests make it small to split small tensors across threads.
+  int64_t chunk_samples = 1 << 16;
+};
+
 // Writes the model into `dir` (created if missing).
-absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& dir);
+absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& dir,
+                                 const SyntheticWriteOptions& options = {});
 
 }  // namespace ballast::engine

@@ -241,6 +241,9 @@ int main(int argc, char** argv) {
   mk->add_flag("--tie-embeddings", spec.tie_embeddings);
   mk->add_flag("--llama3-rope-scaling", spec.llama3_rope_scaling);
   mk->add_option("--init-std", spec.init_std)->capture_default_str();
+  int make_threads = 0;
+  mk->add_option("--threads", make_threads, "threads drawing weights (0: one per core)")
+      ->capture_default_str();
 
   ballast::server::BenchCli bench_cli(&app);
   ballast::server::EngineBenchCli engine_bench_cli(&app);
@@ -288,7 +291,9 @@ int main(int argc, char** argv) {
   if (health->parsed()) return ballast::server::RunHealth(target, health_service);
   if (demo->parsed()) return ballast::server::RunDemo(target, demo_prompt, demo_tokens);
   if (mk->parsed()) {
-    if (auto st = ballast::engine::WriteSyntheticModel(spec, out_dir); !st.ok()) {
+    if (auto st = ballast::engine::WriteSyntheticModel(
+            spec, out_dir, ballast::engine::SyntheticWriteOptions{.threads = make_threads});
+        !st.ok()) {
       std::cerr << "error: " << st.message() << "\n";
       return 2;
     }
