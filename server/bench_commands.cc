@@ -22,6 +22,7 @@
 #include "bench/plots.h"
 #include "bench/replay.h"
 #include "bench/report.h"
+#include "server/client_commands.h"
 #include "server/config.h"
 #include "server/ports.h"
 
@@ -66,6 +67,7 @@ absl::StatusOr<std::vector<bench::Report>> ReplayAll(
     if (!target.ok()) return target.status();
     bench::ReplayOptions o;
     o.target = *target;
+    o.credentials = ClientCredentials();
     o.rate_scale = k;
     o.duration_s = f.duration_s;
     o.max_inflight = f.max_inflight;
@@ -151,10 +153,12 @@ class ServeProcess {
       _exit(127);
     }
     g_serve_pid = pid_;
-    // Ready when every configured model has a READY replica.
-    auto stub =
-        v1::Inference::NewStub(grpc::CreateChannel(*target, grpc::InsecureChannelCredentials()));
-    const absl::Time deadline = absl::Now() + absl::Seconds(120);
+    // Ready when every configured model is settled: a READY replica serves
+    // it, or it was idle-evicted for room (EVICTED: a catalogue larger than
+    // the devices; its first request activates it, inside that request's
+    // TTFT).
+    auto stub = v1::Inference::NewStub(grpc::CreateChannel(*target, ClientCredentials()));
+    const absl::Time deadline = absl::Now() + absl::Seconds(300);
     while (absl::Now() < deadline) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -171,18 +175,18 @@ class ServeProcess {
       v1::ListModelsResponse list;
       if (stub->ListModels(&ctx, v1::ListModelsRequest(), &list).ok()) {
         size_t ready = 0;
-        for (const auto& m : list.models())
-          for (const auto& r : m.replicas())
-            if (r.state() == v1::MODEL_STATE_READY) {
-              ++ready;
-              break;
-            }
+        for (const auto& m : list.models()) {
+          bool serves = m.state() == v1::MODEL_STATE_EVICTED;
+          for (const auto& r : m.replicas()) serves |= r.state() == v1::MODEL_STATE_READY;
+          ready += serves;
+        }
         if (ready >= models.size() && !models.empty()) return absl::OkStatus();
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
     return absl::DeadlineExceededError(
-        absl::StrCat("ballast serve --config ", config, " not ready in 120 s; see ", log));
+        absl::StrCat("ballast serve --config ", config,
+                     " not ready in 300 s (weights load from disk at first); see ", log));
   }
   void Stop() {
     if (pid_ <= 0) return;
