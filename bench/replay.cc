@@ -31,7 +31,8 @@ class Runner {
       : trace_(trace), o_(o), state_(trace.size(), State::kExcluded), children_(trace.size()) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
-    channel_ = grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(
+        o.target, o.credentials ? o.credentials : grpc::InsecureChannelCredentials(), args);
     stub_ = v1::Inference::NewStub(channel_);
   }
 

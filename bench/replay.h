@@ -19,12 +19,14 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "ballast/v1/inference.pb.h"
 #include "bench/trace.h"
+#include "grpcpp/security/credentials.h"
 
 namespace ballast::bench {
 
@@ -34,6 +36,9 @@ struct ReplayOptions {
   double duration_s = 0;   // 0: the whole trace
   int max_inflight = 512;  // requests beyond this wait (counted as client_delayed)
   bool progress = true;    // progress bar on stderr
+  // Credentials of the connection (TLS to a scheduler that has it).
+  // Default null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 struct RequestOutcome {

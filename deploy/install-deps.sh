@@ -13,6 +13,7 @@ PKGS=(
   nlohmann-json3-dev libcli11-dev gnuplot-nox
   python3 curl  # curl: the gateway test drives it too
   prometheus    # promtool: the metrics_promtool test lints /metrics
+  openssl       # deploy/tls/make-test-ca.sh: the TLS tests make their CA
   # OpenAI-compatible gateway: Boost.Beast + Asio (header-only). node + npm
   # (the `openai` client test, tokenizer test files) are added below only
   # when npm is absent: a NodeSource nodejs ships its own npm and conflicts

@@ -4,7 +4,10 @@
 
 namespace ballast::global_scheduler {
 
-NodeChannels::NodeChannels(const std::string& address, int count) : address_(address) {
+NodeChannels::NodeChannels(const std::string& address, int count,
+                           std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : address_(address) {
+  if (!credentials) credentials = grpc::InsecureChannelCredentials();
   count = std::max(count, 1);
   for (int i = 0; i < count; ++i) {
     grpc::ChannelArguments args;
@@ -17,8 +20,7 @@ NodeChannels::NodeChannels(const std::string& address, int count) : address_(add
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     // Its own subchannel (connection), not the process-wide shared one.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    channels_.push_back(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    channels_.push_back(grpc::CreateCustomChannel(address, credentials, args));
     stubs_.push_back(std::shared_ptr<v1::Node::StubInterface>(v1::Node::NewStub(channels_.back())));
   }
 }

@@ -25,8 +25,10 @@ class NodeChannels {
  public:
   // `count` >= 1 channels to `address`, with keepalive pings that find a
   // hung (stopped) node within about two seconds and quick reconnects that
-  // find a restarted one. Connections are made lazily, on first use.
-  NodeChannels(const std::string& address, int count);
+  // find a restarted one. Connections are made lazily, on first use, with
+  // `credentials` (null: plaintext; mTLS when the cluster uses TLS).
+  NodeChannels(const std::string& address, int count,
+               std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   const std::string& address() const { return address_; }
   int size() const { return static_cast<int>(stubs_.size()); }

@@ -92,7 +92,8 @@ std::shared_ptr<v1::Node::StubInterface> Scheduler::Stub(const std::string& node
   absl::MutexLock lock(&mu_);
   std::shared_ptr<NodeChannels>& slot = channels_[node_id];
   if (!slot || slot->address() != info->address) {
-    slot = std::make_shared<NodeChannels>(info->address, options_.node_channels);
+    slot = std::make_shared<NodeChannels>(info->address, options_.node_channels,
+                                          options_.node_credentials);
   }
   return slot->Next();
 }
@@ -128,8 +129,10 @@ bool Scheduler::HasReplicaElsewhere(const std::string& model, const std::string&
 
 namespace {
 // Whether something accepts gRPC connections at `address` within `limit`.
-bool Reachable(const std::string& address, absl::Duration limit) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+bool Reachable(const std::string& address, absl::Duration limit,
+               const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  auto channel =
+      grpc::CreateChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials());
   return channel->WaitForConnected(absl::ToChronoTime(absl::Now() + limit));
 }
 }  // namespace
@@ -142,7 +145,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Scheduler::RegisterNode(
     // restarted at a new address before its heartbeats timed out takes it
     // over; a node that still answers keeps it.
     const auto old = cluster_.Get(req.node_id());
-    if (old && !Reachable(old->address, options_.identity_probe)) {
+    if (old && !Reachable(old->address, options_.identity_probe, options_.node_credentials)) {
       spdlog::warn("node {}: old incarnation at {} does not answer; replaced by {}", req.node_id(),
                    old->address, req.address());
       st = cluster_.Register(req, /*replace_live=*/true);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include <map>
 #include <memory>
@@ -50,6 +51,9 @@
 namespace ballast::global_scheduler {
 
 struct SchedulerOptions {
+  // Credentials of the scheduler's connections to the nodes (mTLS, built by
+  // server/tls.h from scheduler.tls). Default null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> node_credentials;
   // A node with no heartbeat for this long is dead. Default 3 s.
   absl::Duration heartbeat_timeout = absl::Seconds(3);
   // Interval nodes are told to heartbeat at. Default 1 s.

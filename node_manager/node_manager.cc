@@ -123,6 +123,7 @@ std::string NewIncarnation() {
 NodeManager::NodeManager(const NodeOptions& options)
     : options_(options),
       incarnation_(NewIncarnation()),
+      peer_client_(absl::Seconds(3), options.credentials),
       host_cache_(options.host_weight_cache_bytes) {}
 
 // What the scheduler learns about a resident model.

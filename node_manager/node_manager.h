@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "ballast/v1/node.grpc.pb.h"
 #include "engine/model_engine.h"
+#include "grpcpp/security/credentials.h"
 #include "node_manager/chat_prompt.h"
 #include "node_manager/device_worker.h"
 #include "node_manager/host_weight_cache.h"
@@ -83,6 +84,9 @@ struct NodeOptions {
   std::string advertise_address;
   // host:port of the scheduler; empty runs the node unregistered (tests).
   std::string scheduler_address;
+  // Credentials of the node's connections to the scheduler and to peers
+  // (mTLS, built by server/tls.h from node.tls). Default null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::vector<DeviceOptions> devices = {DeviceOptions{}};
   EngineDefaults engine;
   // Session KV tiers below the devices (node.kv_tiers; kv_tier_store.h).

@@ -53,8 +53,9 @@ void NodeManager::HeartbeatLoop() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(options_.scheduler_address,
-                                           grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(
+      options_.scheduler_address,
+      options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(), args);
   auto stub = v1::NodeRegistry::NewStub(channel);
   bool registered = false;
   absl::Status refused;

@@ -46,7 +46,7 @@ v1::Node::Stub* PeerKvClient::StubFor(const std::string& peer) {
   absl::MutexLock lock(&mu_);
   auto& stub = stubs_[peer];
   if (!stub) {
-    stub = v1::Node::NewStub(grpc::CreateChannel(peer, grpc::InsecureChannelCredentials()));
+    stub = v1::Node::NewStub(grpc::CreateChannel(peer, credentials_));
   }
   return stub.get();
 }

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ballast/v1/node.grpc.pb.h"
+#include "grpcpp/security/credentials.h"
 #include "node_manager/kv_tier_store.h"
 
 namespace ballast::node_manager {
@@ -35,7 +36,11 @@ class PeerKvClient final : public KvPeerFetcher {
  public:
   // `timeout`: the whole fetch's deadline (a hung peer costs the turn at
   // most this; 2K tokens of an 8B model took ~0.7 s on loopback).
-  explicit PeerKvClient(absl::Duration timeout = absl::Seconds(3)) : timeout_(timeout) {}
+  // `credentials`: of the connections to peers (null: plaintext).
+  explicit PeerKvClient(absl::Duration timeout = absl::Seconds(3),
+                        std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
+      : timeout_(timeout),
+        credentials_(credentials ? std::move(credentials) : grpc::InsecureChannelCredentials()) {}
   absl::StatusOr<std::vector<std::unique_ptr<transfer::KvChunk>>> Fetch(
       const std::string& peer, const std::string& tenant, uint64_t kv_fingerprint,
       absl::Span<const int> tokens, int first_token, int max_tokens,
@@ -45,6 +50,7 @@ class PeerKvClient final : public KvPeerFetcher {
   v1::Node::Stub* StubFor(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
 
   const absl::Duration timeout_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<v1::Node::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };

@@ -77,8 +77,7 @@ void EndSession(v1::Inference::Stub* stub, const std::string& session) {
 
 int RunChat(const ChatFlags& f, std::istream& in, std::ostream& out, std::ostream& err,
             bool interactive) {
-  auto stub =
-      v1::Inference::NewStub(grpc::CreateChannel(f.target, grpc::InsecureChannelCredentials()));
+  auto stub = v1::Inference::NewStub(grpc::CreateChannel(f.target, ClientCredentials()));
   std::string session = NewSessionId();
   bool first = true;
   if (interactive) {

@@ -18,12 +18,23 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/model_state.h"
 #include "server/status_util.h"
+#include "server/tls.h"
 
 namespace ballast::server {
+
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() {
+  auto creds = ClientCredentialsFromEnv();
+  if (!creds.ok()) {
+    std::cerr << "error: " << creds.status().message() << "\n";
+    std::exit(2);
+  }
+  return *creds;
+}
+
 namespace {
 
 std::shared_ptr<grpc::Channel> Connect(const std::string& target) {
-  return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  return grpc::CreateChannel(target, ClientCredentials());
 }
 
 int PrintError(const grpc::Status& st) {

@@ -40,6 +40,11 @@ grpc::Status StreamGenerate(v1::Inference::StubInterface* stub, const v1::Genera
                             std::ostream& out, std::optional<v1::Final>* final);
 
 int RunGenerate(const GenerateFlags& f);
+// Credentials of the command-line clients (server/tls.h's
+// BALLAST_TLS_CA, BALLAST_TLS_CERT, BALLAST_TLS_KEY); prints the error and
+// exits with status 2 if a named file cannot be read.
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials();
+
 int RunModels(const std::string& target);
 int RunCluster(const std::string& target);
 // grpc.health.v1 Check; exit 0 when SERVING (for probes and scripts).

@@ -79,6 +79,24 @@ absl::Status ParseSlo(Section& parent, uint32_t* ttft, uint32_t* tpot, const std
   return s.Finish();
 }
 
+// scheduler.tls / node.tls (server/tls.h). Files are checked at start, once
+// command-line flags have set the listen addresses (CheckTls).
+absl::Status ParseTls(Section& parent, bool scheduler, const std::string* file, TlsSettings* t) {
+  YAML::Node n = parent.Child("tls");
+  if (!n) return absl::OkStatus();
+  Section s(n, parent.Key("tls"), file);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(s.Get("cert_file", &t->cert_file));
+  RETURN_IF_ERROR(s.Get("key_file", &t->key_file));
+  RETURN_IF_ERROR(s.Get("ca_file", &t->ca_file));
+  RETURN_IF_ERROR(s.Get("insecure", &t->insecure));
+  RETURN_IF_ERROR(s.Get("reload_interval_s", &t->reload_interval_s));
+  if (scheduler) RETURN_IF_ERROR(s.Get("require_client_cert", &t->require_client_cert));
+  RETURN_IF_ERROR(s.Finish());
+  if (t->reload_interval_s < 1) return s.Error(s.Key("reload_interval_s"), "must be >= 1");
+  return absl::OkStatus();
+}
+
 // scheduler.session_ttl_ms (0: sessions never expire) and max_sessions.
 absl::Status ParseSessionLimits(Section& s, global_scheduler::SchedulerOptions* o) {
   int64_t ttl_ms = absl::ToInt64Milliseconds(o->session_ttl);
@@ -96,6 +114,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(s.Get("listen", &out->listen));
   RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
   RETURN_IF_ERROR(s.Get("http_listen", &out->http_listen));
+  RETURN_IF_ERROR(ParseTls(s, /*scheduler=*/true, file, &out->tls));
   auto& o = out->options;
   RETURN_IF_ERROR(s.Get("catalogue_file", &o.catalogue_file));
   auto ms = [&](const std::string& key, absl::Duration* d) -> absl::Status {
@@ -228,6 +247,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
   RETURN_IF_ERROR(s.Get("node_id", &o.node_id));
   RETURN_IF_ERROR(s.Get("listen", &out->listen));
   RETURN_IF_ERROR(s.Get("advertise", &o.advertise_address));
+  RETURN_IF_ERROR(ParseTls(s, /*scheduler=*/false, file, &out->tls));
   RETURN_IF_ERROR(s.Get("scheduler", &o.scheduler_address));
   RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
   RETURN_IF_ERROR(s.Get("stream_threads", &out->stream_threads));

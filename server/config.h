@@ -14,6 +14,7 @@
 #include "engine/synthetic_model.h"
 #include "global_scheduler/scheduler.h"
 #include "node_manager/node_manager.h"
+#include "server/tls.h"
 
 namespace ballast::server {
 
@@ -23,6 +24,8 @@ struct SchedulerSection {
   std::string metrics_listen = "127.0.0.1:9400";
   // OpenAI-compatible HTTP/SSE gateway (server/gateway/); empty disables it.
   std::string http_listen;
+  // TLS on the public port and mTLS to the nodes (server/tls.h).
+  TlsSettings tls;
   global_scheduler::SchedulerOptions options;
 };
 
@@ -34,6 +37,8 @@ struct NodeSection {
   // streams. Default 2 (2, 4 and 8 measured the same on an H200 with six
   // models: docs/benchmarks.md).
   int stream_threads = 2;
+  // mTLS on the Node port and to the scheduler and peers (server/tls.h).
+  TlsSettings tls;
   node_manager::NodeOptions options;  // advertise defaults to listen
 };
 

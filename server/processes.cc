@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "server/gateway/http_gateway.h"
@@ -20,6 +21,7 @@
 #include "server/model_tokenizer.h"
 #include "server/node_service.h"
 #include "server/scheduler_service.h"
+#include "server/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::server {
@@ -45,10 +47,10 @@ std::string ExpandHome(const std::string& p) {
 }
 
 // A gRPC server with the health service; `bound` gets host:port as bound.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const std::string& listen,
-                                                        const std::vector<grpc::Service*>& services,
-                                                        std::string* bound,
-                                                        const std::string& what) {
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
+    const std::string& listen, const std::vector<grpc::Service*>& services,
+    const std::shared_ptr<grpc::ServerCredentials>& credentials, std::string* bound,
+    const std::string& what) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder b;
   // gRPC binds with SO_REUSEPORT by default: a second process on the same
@@ -60,7 +62,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const std::string& liste
   b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   InstallRequestErrors(&b);  // protobuf's parse errors: rate-limited logs
   int port = 0;
-  b.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  b.AddListeningPort(listen, credentials, &port);
   for (auto* s : services) b.RegisterService(s);
   auto server = b.BuildAndStart();
   if (!server || port == 0) {
@@ -101,22 +103,34 @@ struct SchedulerParts {
 absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSection& cfg,
                                                                Metrics* metrics) {
   auto p = std::make_unique<SchedulerParts>();
-  auto s = global_scheduler::Scheduler::Create(cfg.options);
+  global_scheduler::SchedulerOptions options = cfg.options;
+  auto node_creds = ChannelCredentialsFor(cfg.tls);  // mTLS to the nodes
+  if (!node_creds.ok()) return node_creds.status();
+  options.node_credentials = *node_creds;
+  auto s = global_scheduler::Scheduler::Create(options);
   if (!s.ok()) return s.status();
   p->scheduler = std::move(*s);
   metrics->AddModelSource(
       [sched = p->scheduler.get()](const std::string& m) { return sched->HasModel(m); });
   p->inference = std::make_unique<InferenceService>(p->scheduler.get(), metrics);
   p->admin = std::make_unique<AdminService>(p->scheduler.get());
-  p->registry = std::make_unique<RegistryService>(p->scheduler.get());
+  // Nodes register only with a certificate the cluster CA signed when the
+  // port has TLS.
+  p->registry = std::make_unique<RegistryService>(p->scheduler.get(), cfg.tls.enabled());
+  auto server_creds = ServerCredentialsFor(
+      cfg.tls, cfg.tls.require_client_cert ? ClientCerts::kRequired : ClientCerts::kOptional);
+  if (!server_creds.ok()) return server_creds.status();
   auto server = StartGrpc(cfg.listen, {p->inference.get(), p->admin.get(), p->registry.get()},
-                          &p->address, "scheduler");
+                          *server_creds, &p->address, "scheduler");
   if (!server.ok()) return server.status();
   p->server = std::move(*server);
   if (!cfg.http_listen.empty()) {
     gateway::GatewayOptions go;
     go.listen = cfg.http_listen;
     go.upstream = gateway::LoopbackTarget(p->address);
+    auto upstream_creds = ChannelCredentialsFor(cfg.tls);
+    if (!upstream_creds.ok()) return upstream_creds.status();
+    go.upstream_credentials = *upstream_creds;
     auto gw = gateway::HttpGateway::Create(go);
     if (!gw.ok()) {
       p->server->Shutdown();
@@ -175,13 +189,21 @@ struct NodeParts {
 
 absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Metrics* metrics) {
   auto p = std::make_unique<NodeParts>();
-  auto n = node_manager::NodeManager::Create(cfg.options);
+  node_manager::NodeOptions options = cfg.options;
+  auto creds = ChannelCredentialsFor(cfg.tls);  // mTLS to the scheduler and peers
+  if (!creds.ok()) return creds.status();
+  options.credentials = *creds;
+  // Only the scheduler and peer nodes call the Node service: with TLS, a
+  // certificate from the cluster CA is required.
+  auto server_creds = ServerCredentialsFor(cfg.tls, ClientCerts::kRequired);
+  if (!server_creds.ok()) return server_creds.status();
+  auto n = node_manager::NodeManager::Create(options);
   if (!n.ok()) return n.status();
   p->node = std::move(*n);
   metrics->AddModelSource(
       [node = p->node.get()](const std::string& m) { return node->HasModel(m); });
   p->service = std::make_unique<NodeService>(p->node.get(), metrics, cfg.stream_threads);
-  auto server = StartGrpc(cfg.listen, {p->service.get()}, &p->address, "node");
+  auto server = StartGrpc(cfg.listen, {p->service.get()}, *server_creds, &p->address, "node");
   if (!server.ok()) return server.status();
   p->server = std::move(*server);
   std::string advertise = cfg.options.advertise_address;
@@ -293,7 +315,40 @@ absl::StatusOr<std::vector<global_scheduler::ModelSpec>> PrepareSyntheticModels(
   return out;
 }
 
+namespace {
+
+// The transport rules of server/tls.h for one section, naming the file.
+absl::Status CheckTransport(const Config& c, const TlsSettings& tls,
+                            const std::vector<std::string>& listen, const std::string& section) {
+  if (absl::Status st = CheckTls(tls, listen, absl::StrCat(c.source, ": ", section, ".tls"));
+      !st.ok()) {
+    return st;
+  }
+  if (tls.insecure) {
+    spdlog::warn("{}.tls.insecure is true: gRPC traffic on {} is plaintext and unauthenticated",
+                 section, absl::StrJoin(listen, ", "));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSchedulerTransport(const Config& c) {
+  const SchedulerSection& s = c.scheduler;
+  if (!s.http_listen.empty() && s.tls.enabled()) {
+    spdlog::warn("scheduler.http_listen {} serves plain HTTP; put a TLS proxy in front of it",
+                 s.http_listen);
+  }
+  return CheckTransport(c, s.tls, {s.listen, s.http_listen}, "scheduler");
+}
+
+absl::Status CheckNodeTransport(const Config& c) {
+  const NodeSection& n = c.node;
+  return CheckTransport(c, n.tls, {n.listen, n.options.advertise_address}, "node");
+}
+
+}  // namespace
+
 int RunScheduler(const Config& config) {
+  if (absl::Status st = CheckSchedulerTransport(config); !st.ok()) return Fail(st);
   Metrics metrics;
   auto exposer = MaybeExpose(config.scheduler.metrics_listen, metrics);
   if (!exposer.ok()) return Fail(exposer.status());
@@ -309,6 +364,7 @@ int RunNode(const Config& config) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat(config.source, ": node.scheduler: missing (use --scheduler HOST:PORT)")));
   }
+  if (absl::Status st = CheckNodeTransport(config); !st.ok()) return Fail(st);
   Metrics metrics;
   auto exposer = MaybeExpose(config.node.metrics_listen, metrics);
   if (!exposer.ok()) return Fail(exposer.status());
@@ -321,6 +377,8 @@ int RunNode(const Config& config) {
 }
 
 int RunServe(const Config& config) {
+  if (absl::Status st = CheckSchedulerTransport(config); !st.ok()) return Fail(st);
+  if (absl::Status st = CheckNodeTransport(config); !st.ok()) return Fail(st);
   Config c = config;
   auto models = PrepareSyntheticModels(c.serve);
   if (!models.ok()) return Fail(models.status());

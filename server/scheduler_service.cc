@@ -1,11 +1,14 @@
 #include "server/scheduler_service.h"
 
+#include "server/tls.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "global_scheduler/request_validation.h"
 #include "proto/model_name.h"
 #include "server/scheduler_generate.h"
 #include "server/status_util.h"
+#include "server/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::server {
@@ -76,8 +79,16 @@ grpc::Status AdminService::GetClusterState(grpc::ServerContext*, const v1::GetCl
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterNodeRequest* req,
+grpc::Status RegistryService::CheckPeer(const grpc::ServerContext& ctx) const {
+  if (!require_node_cert_ || PeerHasVerifiedCert(*ctx.auth_context())) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "node registration needs a client certificate signed by the cluster CA "
+                      "(node.tls.cert_file and key_file)");
+}
+
+grpc::Status RegistryService::Register(grpc::ServerContext* ctx, const v1::RegisterNodeRequest* req,
                                        v1::RegisterNodeResponse* resp) {
+  if (grpc::Status st = CheckPeer(*ctx); !st.ok()) return st;
   if (req->node_id().empty() || req->address().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node_id and address are required");
   }
@@ -87,8 +98,9 @@ grpc::Status RegistryService::Register(grpc::ServerContext*, const v1::RegisterN
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                         v1::HeartbeatResponse* resp) {
+  if (grpc::Status st = CheckPeer(*ctx); !st.ok()) return st;
   *resp = sched_->Heartbeat(*req);
   return grpc::Status::OK;
 }

@@ -67,14 +67,20 @@ class AdminService final : public v1::Admin::Service {
 
 class RegistryService final : public v1::NodeRegistry::Service {
  public:
-  explicit RegistryService(global_scheduler::Scheduler* s) : sched_(s) {}
+  // `require_node_cert`: the port has TLS, and only callers with a
+  // certificate it verified (the cluster CA's) may register or heartbeat.
+  RegistryService(global_scheduler::Scheduler* s, bool require_node_cert)
+      : sched_(s), require_node_cert_(require_node_cert) {}
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterNodeRequest* req,
                         v1::RegisterNodeResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override;
 
  private:
+  grpc::Status CheckPeer(const grpc::ServerContext& ctx) const;
+
   global_scheduler::Scheduler* sched_;
+  const bool require_node_cert_;
 };
 
 }  // namespace ballast::server

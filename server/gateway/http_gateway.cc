@@ -488,7 +488,9 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Create(const GatewayOp
   }
   impl->address =
       absl::StrCat(options.listen.substr(0, colon), ":", impl->acceptor.local_endpoint().port());
-  impl->channel = grpc::CreateChannel(options.upstream, grpc::InsecureChannelCredentials());
+  impl->channel = grpc::CreateChannel(options.upstream, options.upstream_credentials
+                                                            ? options.upstream_credentials
+                                                            : grpc::InsecureChannelCredentials());
   impl->stub = v1::Inference::NewStub(impl->channel);
   impl->Accept();
   for (int i = 0; i < std::max(1, options.io_threads); ++i) {

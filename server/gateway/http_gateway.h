@@ -23,12 +23,16 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/security/credentials.h"
 
 namespace ballast::server::gateway {
 
 struct GatewayOptions {
   std::string listen;    // host:port; port 0 picks a free one
   std::string upstream;  // the scheduler's gRPC address (loopback)
+  // Credentials for `upstream` (TLS when the scheduler's port has it).
+  // Default null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> upstream_credentials;
   int io_threads = 2;
   size_t max_body_bytes = 1 << 20;
 };

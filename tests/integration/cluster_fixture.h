@@ -63,6 +63,11 @@ class ClusterTest : public ::testing::Test {
   // Flags for node i (0 or 1) besides the ids, ports and config.
   virtual std::vector<std::string> ExtraNodeArgs(int i) { return {}; }
 
+  // The test's own connection to the scheduler (TLS tests override it).
+  virtual std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() {
+    return grpc::InsecureChannelCredentials();
+  }
+
   void SetUp() override {
     dir_ = std::filesystem::path(::testing::TempDir()) /
            absl::StrCat("ballast_cluster_", getpid(), "_",
@@ -119,8 +124,7 @@ class ClusterTest : public ::testing::Test {
     grpc::ChannelArguments args;  // retry fast while the scheduler starts
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
-    channel_ =
-        grpc::CreateCustomChannel(Addr(sched_port_), grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(Addr(sched_port_), ClientCredentials(), args);
     inference_ = v1::Inference::NewStub(channel_);
     admin_ = v1::Admin::NewStub(channel_);
     ASSERT_TRUE(WaitFor([&] { return AliveNodes() == 2; }, absl::Seconds(20)))

@@ -57,6 +57,28 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
             std::string::npos);
 }
 
+TEST(Config, TlsBlocksParseAndBadValuesNameTheirKey) {
+  auto c = ParseConfig(
+      "scheduler: {tls: {cert_file: s.pem, key_file: s.key, ca_file: ca.pem, "
+      "require_client_cert: true, reload_interval_s: 5}}\n"
+      "node: {tls: {cert_file: n.pem, key_file: n.key, ca_file: ca.pem}}",
+      "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scheduler.tls.cert_file, "s.pem");
+  EXPECT_TRUE(c->scheduler.tls.require_client_cert);
+  EXPECT_EQ(c->scheduler.tls.reload_interval_s, 5);
+  EXPECT_TRUE(c->node.tls.enabled());
+  EXPECT_EQ(c->node.tls.ca_file, "ca.pem");
+  EXPECT_FALSE(ParseConfig("node: {}", "t.yaml")->node.tls.enabled());  // the default
+  // A node always requires client certificates: the key is the scheduler's.
+  EXPECT_NE(Msg("node: {tls: {require_client_cert: true}}").find("node.tls.require_client_cert"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {tls: {reload_interval_s: 0}}").find("scheduler.tls.reload_interval_s"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {tls: {insecure: maybe}}").find("scheduler.tls.insecure"),
+            std::string::npos);
+}
+
 TEST(Config, KvTiersParseAndBadValuesNameTheirKey) {
   auto c = ParseConfig(
       "node: {kv_tiers: {dram_mib: 64, ssd_dir: /tmp/kv, ssd_gib: 2, chunk_tokens: 32, "

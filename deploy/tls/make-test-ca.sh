@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Makes a test CA and certificates for Ballast's TLS (server/tls.h) with
+# openssl, into OUT_DIR:
+#   ca.pem, ca.key                the cluster CA (ca_file of every daemon)
+#   scheduler.pem, scheduler.key  the scheduler (server and client use)
+#   node.pem, node.key            the nodes (server and client use; one for
+#                                 all nodes here, one per node in production)
+#   client.pem, client.key        a public client (BALLAST_TLS_CERT/KEY)
+# Server certificates name localhost and 127.0.0.1 plus every SAN given
+# (host names or IPv4 addresses the daemons are dialled by).
+# Usage: deploy/tls/make-test-ca.sh OUT_DIR [SAN...]
+# For tests and trials only: keys are unencrypted and valid for 30 days.
+set -euo pipefail
+OUT=${1:?usage: make-test-ca.sh OUT_DIR [SAN...]}
+shift
+SANS="DNS:localhost,IP:127.0.0.1"
+for n in "$@"; do
+  if [[ $n =~ ^[0-9.]+$ ]]; then SANS+=",IP:$n"; else SANS+=",DNS:$n"; fi
+done
+mkdir -p "$OUT"
+cd "$OUT"
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out "$1" 2> /dev/null; }
+key ca.key
+openssl req -x509 -new -key ca.key -out ca.pem -days 30 -subj "/CN=ballast test CA $$" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+issue() {  # issue NAME EXTENDED_KEY_USAGE
+  key "$1.key"
+  openssl req -new -key "$1.key" -out "$1.csr" -subj "/CN=ballast $1"
+  printf 'subjectAltName=%s\nextendedKeyUsage=%s\nbasicConstraints=CA:FALSE\n' "$SANS" "$2" > "$1.ext"
+  openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -out "$1.pem" \
+    -days 30 -extfile "$1.ext" 2> /dev/null
+  rm -f "$1.csr" "$1.ext"
+}
+issue scheduler serverAuth,clientAuth
+issue node serverAuth,clientAuth
+issue client clientAuth
+chmod 600 ./*.key
+echo "wrote $OUT: ca.pem, scheduler.pem/.key, node.pem/.key, client.pem/.key (SANs $SANS)"

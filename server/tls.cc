@@ -1,0 +1,118 @@
+#include "server/tls.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/security/auth_context.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
+
+namespace ballast::server {
+namespace {
+
+using grpc::experimental::FileWatcherCertificateProvider;
+
+bool IsLoopback(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::Status Readable(const std::string& path, const std::string& key) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(key, ": missing"));
+  std::ifstream in(path);
+  if (!in.good()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": cannot read \"", path, "\""));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<FileWatcherCertificateProvider> Provider(const TlsSettings& tls) {
+  const unsigned interval = static_cast<unsigned>(std::max(1, tls.reload_interval_s));
+  return std::make_shared<FileWatcherCertificateProvider>(tls.key_file, tls.cert_file, tls.ca_file,
+                                                          interval);
+}
+
+}  // namespace
+
+absl::Status CheckTls(const TlsSettings& tls, const std::vector<std::string>& listen,
+                      const std::string& where) {
+  if (tls.enabled() || !tls.key_file.empty() || !tls.ca_file.empty()) {
+    if (tls.insecure) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".insecure: true together with certificates; choose one"));
+    }
+    if (absl::Status st = Readable(tls.cert_file, where + ".cert_file"); !st.ok()) return st;
+    if (absl::Status st = Readable(tls.key_file, where + ".key_file"); !st.ok()) return st;
+    return Readable(tls.ca_file, where + ".ca_file");
+  }
+  if (tls.insecure) return absl::OkStatus();
+  for (const auto& address : listen) {
+    if (!address.empty() && !IsLoopback(address)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ", address,
+          " is not loopback, so its gRPC traffic needs TLS: set cert_file, key_file and "
+          "ca_file (deploy/tls/make-test-ca.sh makes a test CA), or insecure: true"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const TlsSettings& tls, ClientCerts client_certs) {
+  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  grpc::experimental::TlsServerCredentialsOptions options(Provider(tls));
+  options.watch_identity_key_cert_pairs();
+  options.watch_root_certs();
+  options.set_cert_request_type(client_certs == ClientCerts::kRequired
+                                    ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                    : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  auto creds = grpc::experimental::TlsServerCredentials(options);
+  if (!creds) return absl::InvalidArgumentError("gRPC refused the TLS server settings");
+  return creds;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const TlsSettings& tls) {
+  if (!tls.enabled()) return grpc::InsecureChannelCredentials();
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(Provider(tls));
+  options.watch_identity_key_cert_pairs();
+  options.watch_root_certs();
+  auto creds = grpc::experimental::TlsCredentials(options);
+  if (!creds) return absl::InvalidArgumentError("gRPC refused the TLS client settings");
+  return creds;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentialsFromEnv() {
+  const char* ca = std::getenv("BALLAST_TLS_CA");
+  if (ca == nullptr || *ca == '\0') return grpc::InsecureChannelCredentials();
+  const char* cert = std::getenv("BALLAST_TLS_CERT");
+  const char* key = std::getenv("BALLAST_TLS_KEY");
+  if (absl::Status st = Readable(ca, "BALLAST_TLS_CA"); !st.ok()) return st;
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  if (cert != nullptr && *cert != '\0') {
+    if (absl::Status st = Readable(cert, "BALLAST_TLS_CERT"); !st.ok()) return st;
+    if (absl::Status st = Readable(key ? key : "", "BALLAST_TLS_KEY"); !st.ok()) return st;
+    options.set_certificate_provider(
+        std::make_shared<FileWatcherCertificateProvider>(key, cert, ca, 60));
+    options.watch_identity_key_cert_pairs();
+  } else {
+    options.set_certificate_provider(std::make_shared<FileWatcherCertificateProvider>(ca, 60));
+  }
+  options.watch_root_certs();
+  auto creds = grpc::experimental::TlsCredentials(options);
+  if (!creds) return absl::InvalidArgumentError("gRPC refused the TLS client settings");
+  return creds;
+}
+
+bool PeerHasVerifiedCert(const grpc::AuthContext& auth) {
+  if (!auth.IsPeerAuthenticated()) return false;
+  return !auth.FindPropertyValues("x509_pem_cert").empty();
+}
+
+}  // namespace ballast::server

@@ -1,0 +1,152 @@
+// The cluster over TLS (issue 19, item 1): `ballast scheduler` and two
+// `ballast node` processes with certificates from deploy/tls/make-test-ca.sh
+// (TLS on the public port, mutual TLS between the daemons). Streams match
+// the in-process engine; plaintext clients, clients of another CA and nodes
+// without a certificate of the cluster CA are refused, and the cluster
+// keeps serving.
+#include <cstdlib>
+
+#include "ballast/v1/node.grpc.pb.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
+#include "tests/integration/cluster_fixture.h"
+
+namespace ballast {
+namespace {
+
+// Runs deploy/tls/make-test-ca.sh into `dir`.
+void MakeCa(const std::filesystem::path& dir) {
+  const std::string cmd = std::string("bash ") + BALLAST_SOURCE_DIR +
+                          "/deploy/tls/make-test-ca.sh " + dir.string() + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+// Client credentials: `ca` verifies the server; `name`.pem/.key in `dir`
+// is presented when `name` is not empty.
+std::shared_ptr<grpc::ChannelCredentials> Tls(const std::filesystem::path& ca,
+                                              const std::filesystem::path& dir = {},
+                                              const std::string& name = "") {
+  using grpc::experimental::FileWatcherCertificateProvider;
+  grpc::experimental::TlsChannelCredentialsOptions o;
+  if (name.empty()) {
+    o.set_certificate_provider(std::make_shared<FileWatcherCertificateProvider>(ca.string(), 1));
+  } else {
+    o.set_certificate_provider(std::make_shared<FileWatcherCertificateProvider>(
+        (dir / (name + ".key")).string(), (dir / (name + ".pem")).string(), ca.string(), 1));
+    o.watch_identity_key_cert_pairs();
+  }
+  o.watch_root_certs();
+  return grpc::experimental::TlsCredentials(o);
+}
+
+std::string TlsYaml(const std::string& section, const std::filesystem::path& dir,
+                    const std::string& name) {
+  return section + ":\n  tls: {cert_file: " + (dir / (name + ".pem")).string() +
+         ", key_file: " + (dir / (name + ".key")).string() +
+         ", ca_file: " + (dir / "ca.pem").string() + "}\n";
+}
+
+class TlsTest : public ClusterTest {
+ protected:
+  ClusterSetup Cluster() override {
+    ClusterSetup s = ClusterTest::Cluster();
+    MakeCa(Ca());
+    MakeCa(OtherCa());
+    s.scheduler_yaml = TlsYaml("scheduler", Ca(), "scheduler");
+    s.node_yaml = TlsYaml("node", Ca(), "node");
+    return s;
+  }
+  std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() override {
+    return Tls(Ca() / "ca.pem");
+  }
+  std::filesystem::path Ca() const { return dir_ / "ca"; }
+  std::filesystem::path OtherCa() const { return dir_ / "other-ca"; }
+
+  // ListModels over a fresh channel with `creds`.
+  grpc::Status ListWith(const std::shared_ptr<grpc::ChannelCredentials>& creds) {
+    auto stub = v1::Inference::NewStub(grpc::CreateChannel(Addr(sched_port_), creds));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    v1::ListModelsResponse resp;
+    return stub->ListModels(&ctx, v1::ListModelsRequest(), &resp);
+  }
+};
+
+TEST_F(TlsTest, StreamsOverMutualTlsMatchTheInProcessEngine) {
+  // Both nodes registered and loaded their models over mTLS (SetUp).
+  for (const std::string model : {"alpha", "beta"}) {
+    const StreamResult r = Generate(model, "The cat sat on", 16);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message() << Logs();
+    EXPECT_EQ(r.ids, Reference(model, Bytes("The cat sat on", true), 16)) << model;
+  }
+  // A client certificate is optional on the public port, and verified.
+  EXPECT_TRUE(ListWith(Tls(Ca() / "ca.pem", Ca(), "client")).ok());
+}
+
+TEST_F(TlsTest, PlaintextAndForeignClientsAreRefusedAndTheServerKeepsServing) {
+  EXPECT_EQ(ListWith(grpc::InsecureChannelCredentials()).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // A client that trusts another CA does not accept the scheduler.
+  EXPECT_EQ(ListWith(Tls(OtherCa() / "ca.pem")).error_code(), grpc::StatusCode::UNAVAILABLE);
+  // A client certificate of another CA is refused in the handshake.
+  EXPECT_EQ(ListWith(Tls(Ca() / "ca.pem", OtherCa(), "client")).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  const StreamResult r = Generate("alpha", "Hello", 8);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.ids, Reference("alpha", Bytes("Hello", true), 8));
+}
+
+TEST_F(TlsTest, OnlyHoldersOfAClusterCertificateRegisterNodes) {
+  // TLS without a client certificate reaches the port but may not register.
+  auto registry =
+      v1::NodeRegistry::NewStub(grpc::CreateChannel(Addr(sched_port_), Tls(Ca() / "ca.pem")));
+  grpc::ClientContext ctx;
+  v1::RegisterNodeRequest req;
+  req.set_node_id("intruder");
+  req.set_address("127.0.0.1:1");
+  v1::RegisterNodeResponse resp;
+  const grpc::Status st = registry->Register(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  EXPECT_NE(st.error_message().find("cluster CA"), std::string::npos) << st.error_message();
+
+  // A node whose certificates come from another CA never registers.
+  const std::filesystem::path yaml = dir_ / "foreign-node.yaml";
+  std::ofstream(yaml) << TlsYaml("node", OtherCa(), "node");
+  ChildProcess foreign({std::string(BALLAST_BINARY_DIR) + "/server/ballast", "node", "--node-id",
+                        "n3", "--listen", Addr(testing::FreePort()), "--scheduler",
+                        Addr(sched_port_), "--metrics-listen", "", "--config", yaml.string()},
+                       (dir_ / "n3.log").string());
+  absl::SleepFor(absl::Seconds(2));
+  const auto state = State();
+  EXPECT_EQ(state.nodes_size(), 2);
+  for (const auto& n : state.nodes()) EXPECT_NE(n.node_id(), "n3");
+  EXPECT_EQ(AliveNodes(), 2);
+}
+
+TEST_F(TlsTest, PlaintextOffLoopbackNeedsInsecureAtStart) {
+  // A scheduler listening beyond loopback without TLS refuses to start,
+  // naming the key; insecure: true starts it (with a warning).
+  const std::filesystem::path plain = dir_ / "plain.yaml";
+  std::ofstream(plain) << "scheduler:\n  listen: 0.0.0.0:" << testing::FreePort()
+                       << "\n  metrics_listen: \"\"\n";
+  const std::string bin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
+  ChildProcess refused({bin, "scheduler", "--config", plain.string()},
+                       (dir_ / "refused.log").string());
+  ASSERT_TRUE(WaitFor([&] { return !refused.running(); }, absl::Seconds(10)));
+  const int status = refused.Stop(SIGTERM);  // already reaped: its exit status
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
+  EXPECT_NE(refused.Log().find("plain.yaml: scheduler.tls"), std::string::npos) << refused.Log();
+  EXPECT_NE(refused.Log().find("insecure: true"), std::string::npos) << refused.Log();
+
+  const int port = testing::FreePort();
+  const std::filesystem::path insecure = dir_ / "insecure.yaml";
+  std::ofstream(insecure) << "scheduler:\n  listen: 0.0.0.0:" << port
+                          << "\n  metrics_listen: \"\"\n  tls: {insecure: true}\n";
+  ChildProcess started({bin, "scheduler", "--config", insecure.string()},
+                       (dir_ / "insecure.log").string());
+  ASSERT_TRUE(testing::WaitForPort(port, 20000)) << started.Log();
+  EXPECT_NE(started.Log().find("plaintext"), std::string::npos) << started.Log();
+}
+
+}  // namespace
+}  // namespace ballast
