@@ -43,7 +43,7 @@ std::string TlsYaml(const std::string& section, const std::filesystem::path& dir
                     const std::string& name) {
   return section + ":\n  tls: {cert_file: " + (dir / (name + ".pem")).string() +
          ", key_file: " + (dir / (name + ".key")).string() +
-         ", ca_file: " + (dir / "ca.pem").string() + "}\n";
+         ", ca_file: " + (dir / "ca.pem").string() + ", reload_interval_s: 1}\n";
 }
 
 class TlsTest : public ClusterTest {
@@ -61,6 +61,21 @@ class TlsTest : public ClusterTest {
   }
   std::filesystem::path Ca() const { return dir_ / "ca"; }
   std::filesystem::path OtherCa() const { return dir_ / "other-ca"; }
+
+  // The certificate the scheduler's port presents to a new connection (a
+  // channel of its own, not a shared one).
+  std::string ServerCert() {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto stub = v1::Inference::NewStub(
+        grpc::CreateCustomChannel(Addr(sched_port_), Tls(Ca() / "ca.pem"), args));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    v1::ListModelsResponse resp;
+    if (!stub->ListModels(&ctx, v1::ListModelsRequest(), &resp).ok()) return "";
+    const auto certs = ctx.auth_context()->FindPropertyValues("x509_pem_cert");
+    return certs.empty() ? "" : std::string(certs.front().data(), certs.front().size());
+  }
 
   // ListModels over a fresh channel with `creds`.
   grpc::Status ListWith(const std::shared_ptr<grpc::ChannelCredentials>& creds) {
@@ -120,6 +135,27 @@ TEST_F(TlsTest, OnlyHoldersOfAClusterCertificateRegisterNodes) {
   const auto state = State();
   EXPECT_EQ(state.nodes_size(), 2);
   for (const auto& n : state.nodes()) EXPECT_NE(n.node_id(), "n3");
+  EXPECT_EQ(AliveNodes(), 2);
+}
+
+TEST_F(TlsTest, RotatedCertificatesTakeEffectWithoutARestartOrDroppedConnections) {
+  const StreamResult first = Generate("alpha", "Hello", 8);  // opens the test's connection
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  const std::string before = ServerCert();
+  ASSERT_FALSE(before.empty());
+  MakeCa(Ca());  // the same CA, new certificates and keys for every process
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string now = ServerCert();
+        return !now.empty() && now != before;
+      },
+      absl::Seconds(15)))
+      << "the scheduler still presents its old certificate";
+  // The connections opened before the rotation keep working, and the
+  // daemons still reach each other.
+  const StreamResult after = Generate("beta", "Hello", 8);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.ids, Reference("beta", Bytes("Hello", true), 8));
   EXPECT_EQ(AliveNodes(), 2);
 }
 
