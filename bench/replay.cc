@@ -42,6 +42,7 @@ class Runner {
     {
       v1::ListModelsResponse models;
       grpc::ClientContext ctx;
+      if (!o_.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + o_.api_key);
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       grpc::Status st = stub_->ListModels(&ctx, v1::ListModelsRequest(), &models);
       if (!st.ok()) {
@@ -207,6 +208,7 @@ class Runner {
     req.mutable_slo()->set_tpot_ms(r.tpot_ms);
     req.set_priority(r.priority);
     grpc::ClientContext ctx;
+    if (!o_.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + o_.api_key);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(30));
     out.send_s = Now();
     auto reader = stub_->Generate(&ctx, req);
@@ -247,6 +249,7 @@ class Runner {
     req.set_expected_arrival_ms(static_cast<uint32_t>(r.expected_arrival_s * 1000));
     for (const auto& h : r.next_hops) req.add_next_hops(h);
     grpc::ClientContext ctx;
+    if (!o_.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + o_.api_key);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::AdviseResponse resp;
     grpc::Status st = stub_->Advise(&ctx, req, &resp);

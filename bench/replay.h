@@ -39,6 +39,8 @@ struct ReplayOptions {
   // Credentials of the connection (TLS to a scheduler that has it).
   // Default null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Sent as "authorization: Bearer <api_key>" on every call; empty: none.
+  std::string api_key;
 };
 
 struct RequestOutcome {

@@ -68,6 +68,7 @@ absl::StatusOr<std::vector<bench::Report>> ReplayAll(
     bench::ReplayOptions o;
     o.target = *target;
     o.credentials = ClientCredentials();
+    if (const char* key = std::getenv("BALLAST_API_KEY")) o.api_key = key;
     o.rate_scale = k;
     o.duration_s = f.duration_s;
     o.max_inflight = f.max_inflight;
@@ -171,6 +172,7 @@ class ServeProcess {
             absl::StrCat("ballast serve --config ", config, " ", how, "; see ", log));
       }
       grpc::ClientContext ctx;
+      AddApiKey(&ctx);
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
       v1::ListModelsResponse list;
       if (stub->ListModels(&ctx, v1::ListModelsRequest(), &list).ok()) {

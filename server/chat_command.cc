@@ -69,6 +69,7 @@ void EndSession(v1::Inference::Stub* stub, const std::string& session) {
   req.set_session_id(session);
   v1::EndSessionResponse resp;
   grpc::ClientContext ctx;
+  AddApiKey(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   stub->EndSession(&ctx, req, &resp);  // best effort: the server forgets idle sessions anyway
 }

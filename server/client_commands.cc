@@ -17,6 +17,7 @@
 #include "bench/replay.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/model_state.h"
+#include "server/auth.h"
 #include "server/status_util.h"
 #include "server/tls.h"
 
@@ -29,6 +30,12 @@ std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() {
     std::exit(2);
   }
   return *creds;
+}
+
+void AddApiKey(grpc::ClientContext* ctx) {
+  const char* key = std::getenv("BALLAST_API_KEY");
+  if (key != nullptr && *key != '\0')
+    ctx->AddMetadata(kAuthorizationKey, absl::StrCat("Bearer ", key));
 }
 
 namespace {
@@ -49,6 +56,7 @@ std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048
 grpc::Status StreamGenerate(v1::Inference::StubInterface* stub, const v1::GenerateRequest& req,
                             std::ostream& out, std::optional<v1::Final>* final) {
   grpc::ClientContext ctx;
+  AddApiKey(&ctx);
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
@@ -98,6 +106,7 @@ int RunGenerate(const GenerateFlags& f) {
 int RunModels(const std::string& target) {
   auto stub = v1::Inference::NewStub(Connect(target));
   grpc::ClientContext ctx;
+  AddApiKey(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ListModelsResponse resp;
   grpc::Status st = stub->ListModels(&ctx, v1::ListModelsRequest(), &resp);
@@ -122,6 +131,7 @@ int RunModels(const std::string& target) {
 int RunCluster(const std::string& target) {
   auto stub = v1::Admin::NewStub(Connect(target));
   grpc::ClientContext ctx;
+  AddApiKey(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ClusterState state;
   grpc::Status st = stub->GetClusterState(&ctx, v1::GetClusterStateRequest(), &state);
@@ -147,6 +157,7 @@ int RunCluster(const std::string& target) {
 int RunHealth(const std::string& target, const std::string& service) {
   auto stub = grpc::health::v1::Health::NewStub(Connect(target));
   grpc::ClientContext ctx;
+  AddApiKey(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
   grpc::health::v1::HealthCheckRequest req;
   req.set_service(service);
@@ -163,6 +174,7 @@ int RunDemo(const std::string& target, const std::string& prompt, int max_tokens
   v1::ListModelsResponse models;
   {
     grpc::ClientContext ctx;
+    AddApiKey(&ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     grpc::Status st = inference->ListModels(&ctx, v1::ListModelsRequest(), &models);
     if (!st.ok()) return PrintError(st);
@@ -207,6 +219,7 @@ int RunDemo(const std::string& target, const std::string& prompt, int max_tokens
       req.mutable_sampling()->set_max_tokens(max_tokens);
       req.mutable_sampling()->set_ignore_eos(true);
       grpc::ClientContext ctx;
+      AddApiKey(&ctx);
       auto reader = inference->Generate(&ctx, req);
       v1::GenerateResponse resp;
       while (reader->Read(&resp)) {

@@ -45,6 +45,9 @@ int RunGenerate(const GenerateFlags& f);
 // exits with status 2 if a named file cannot be read.
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials();
 
+// Adds BALLAST_API_KEY, when set, as the call's bearer token (server/auth.h).
+void AddApiKey(grpc::ClientContext* ctx);
+
 int RunModels(const std::string& target);
 int RunCluster(const std::string& target);
 // grpc.health.v1 Check; exit 0 when SERVING (for probes and scripts).

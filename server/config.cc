@@ -115,6 +115,12 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
   RETURN_IF_ERROR(s.Get("http_listen", &out->http_listen));
   RETURN_IF_ERROR(ParseTls(s, /*scheduler=*/true, file, &out->tls));
+  if (YAML::Node a = s.Child("auth")) {
+    Section as(a, "scheduler.auth", file);
+    RETURN_IF_ERROR(as.Check());
+    RETURN_IF_ERROR(as.Get("keys_file", &out->keys_file));
+    RETURN_IF_ERROR(as.Finish());
+  }
   auto& o = out->options;
   RETURN_IF_ERROR(s.Get("catalogue_file", &o.catalogue_file));
   auto ms = [&](const std::string& key, absl::Duration* d) -> absl::Status {

@@ -26,6 +26,9 @@ struct SchedulerSection {
   std::string http_listen;
   // TLS on the public port and mTLS to the nodes (server/tls.h).
   TlsSettings tls;
+  // scheduler.auth.keys_file: API keys, tenants and roles (server/auth.h).
+  // Empty (the default): no authentication.
+  std::string keys_file;
   global_scheduler::SchedulerOptions options;
 };
 

@@ -7,8 +7,10 @@
 #include <optional>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/synthetic_model.h"
+#include "server/auth.h"
 #include "server/bench_cli.h"
 #include "server/chat_command.h"
 #include "server/client_commands.h"
@@ -221,6 +223,16 @@ int main(int argc, char** argv) {
   demo->add_option("--prompt", demo_prompt, "prompt for every model");
   demo->add_option("--max-tokens", demo_tokens, "tokens per model");
 
+  std::string keys_file, key_tenant, key_role = "user", key_models;
+  auto* keys = app.add_subcommand("keys", "API keys for scheduler.auth.keys_file");
+  keys->require_subcommand(1);
+  auto* keys_add = keys->add_subcommand(
+      "add", "make a key, append its SHA-256 to the key file, print the key (shown only once)");
+  keys_add->add_option("--file", keys_file, "the key file (created if missing)")->required();
+  keys_add->add_option("--tenant", key_tenant, "the tenant the key acts as")->required();
+  keys_add->add_option("--role", key_role, "user | admin")->capture_default_str();
+  keys_add->add_option("--models", key_models, "comma-separated allow-list (default: every model)");
+
   ballast::engine::SyntheticModelSpec spec;
   std::string out_dir;
   auto* mk =
@@ -290,6 +302,25 @@ int main(int argc, char** argv) {
   if (cluster->parsed()) return ballast::server::RunCluster(target);
   if (health->parsed()) return ballast::server::RunHealth(target, health_service);
   if (demo->parsed()) return ballast::server::RunDemo(target, demo_prompt, demo_tokens);
+  if (keys_add->parsed()) {
+    ballast::server::Principal who;
+    who.tenant = key_tenant;
+    if (key_role != "user" && key_role != "admin") {
+      std::cerr << "error: --role " << key_role << ": expected user or admin\n";
+      return 2;
+    }
+    who.role = key_role == "admin" ? ballast::server::Role::kAdmin : ballast::server::Role::kUser;
+    if (!key_models.empty()) who.models = absl::StrSplit(key_models, ',', absl::SkipEmpty());
+    auto key = ballast::server::AddKey(keys_file, who);
+    if (!key.ok()) {
+      std::cerr << "error: " << key.status().message() << "\n";
+      return 2;
+    }
+    std::cout << *key << "\n";
+    std::cerr << "added a " << key_role << " key for tenant " << key_tenant << " to " << keys_file
+              << " (only its SHA-256 is stored; keep the key above)\n";
+    return 0;
+  }
   if (mk->parsed()) {
     if (auto st = ballast::engine::WriteSyntheticModel(
             spec, out_dir, ballast::engine::SyntheticWriteOptions{.threads = make_threads});

@@ -83,6 +83,7 @@ struct SchedulerParts {
   std::unique_ptr<InferenceService> inference;
   std::unique_ptr<AdminService> admin;
   std::unique_ptr<RegistryService> registry;
+  std::unique_ptr<KeyStore> keys;  // null: no API keys
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<gateway::HttpGateway> gateway;  // null unless http_listen is set
   std::string address;
@@ -112,8 +113,17 @@ absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSe
   p->scheduler = std::move(*s);
   metrics->AddModelSource(
       [sched = p->scheduler.get()](const std::string& m) { return sched->HasModel(m); });
-  p->inference = std::make_unique<InferenceService>(p->scheduler.get(), metrics);
-  p->admin = std::make_unique<AdminService>(p->scheduler.get());
+  if (!cfg.keys_file.empty()) {
+    auto keys = KeyStore::Load(cfg.keys_file);
+    if (!keys.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scheduler.auth.keys_file: ", keys.status().message()));
+    }
+    p->keys = std::move(*keys);
+    spdlog::info("API keys: {} from {}", p->keys->size(), cfg.keys_file);
+  }
+  p->inference = std::make_unique<InferenceService>(p->scheduler.get(), metrics, p->keys.get());
+  p->admin = std::make_unique<AdminService>(p->scheduler.get(), p->keys.get());
   // Nodes register only with a certificate the cluster CA signed when the
   // port has TLS.
   p->registry = std::make_unique<RegistryService>(p->scheduler.get(), cfg.tls.enabled());

@@ -526,18 +526,42 @@ v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
   return nreq;
 }
 
+namespace {
+
+// With API keys (server/auth.h): the caller's key, its model allow-list and
+// its tenant, which the request then carries.
+absl::Status Authorize(KeyStore* keys, const grpc::CallbackServerContext& ctx,
+                       v1::GenerateRequest* req) {
+  auto caller = CallerOf(keys, ctx);
+  if (!caller.ok()) return caller.status();
+  if (!*caller) return absl::OkStatus();
+  const Principal& p = **caller;
+  if (!p.AllowsModel(req->model())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this API key (tenant \"", p.tenant, "\") may not use model \"", req->model(), "\""));
+  }
+  auto tenant = p.TenantFor(req->tenant());
+  if (!tenant.ok()) return tenant.status();
+  req->set_tenant(*tenant);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
     global_scheduler::Scheduler* sched, Metrics* metrics, transfer::WorkerPool* routing,
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
+    KeyStore* keys, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
   std::string request_id = RequestIdOf(*ctx);
   ctx->AddInitialMetadata(kRequestIdKey, request_id);
   v1::GenerateRequest req;
-  if (absl::Status st = ParseRequest(*raw, &req); !st.ok()) {
+  auto refuse = [&](const absl::Status& st) {
     RequestOutcome refused;
-    refused.status = CodeName(grpc::StatusCode::INVALID_ARGUMENT);
+    refused.status = CodeName(ToGrpc(st).error_code());
     metrics->SchedulerRequest(refused);
     return new RefusedStream(ToGrpc(st));
-  }
+  };
+  if (absl::Status st = ParseRequest(*raw, &req); !st.ok()) return refuse(st);
+  if (absl::Status st = Authorize(keys, *ctx, &req); !st.ok()) return refuse(st);
   auto* s = new SchedulerGenerateStream(sched, metrics, routing, req, std::move(request_id));
   s->Route("");
   return s;

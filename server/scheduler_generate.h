@@ -22,6 +22,7 @@
 
 #include "ballast/v1/inference.grpc.pb.h"
 #include "global_scheduler/scheduler.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "transfer/worker_pool.h"
 
@@ -31,9 +32,10 @@ namespace ballast::server {
 // reactor). The method is raw so that a request with invalid UTF-8 in a
 // string field is refused INVALID_ARGUMENT naming the field, not INTERNAL
 // (request_parse.h); responses are GenerateResponse messages.
+// `keys`: API keys checked before routing (null: none).
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
     global_scheduler::Scheduler* sched, Metrics* metrics, transfer::WorkerPool* routing,
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw);
+    KeyStore* keys, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw);
 
 // What the scheduler sends a node for `req` along `route` (t0: its arrival).
 v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,

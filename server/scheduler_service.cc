@@ -1,55 +1,116 @@
 #include "server/scheduler_service.h"
 
-#include "server/tls.h"
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "global_scheduler/request_validation.h"
 #include "proto/model_name.h"
+#include "server/auth.h"
 #include "server/scheduler_generate.h"
 #include "server/status_util.h"
 #include "server/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::server {
-grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) {
-  return StartSchedulerGenerate(sched_, metrics_, routing_.get(), ctx, req);
+namespace {
+
+// The caller may use `model` (nullopt: authentication is off).
+absl::Status CheckModel(const std::optional<Principal>& caller, const std::string& model) {
+  if (!caller || caller->AllowsModel(model)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("this API key (tenant \"", caller->tenant,
+                                                  "\") may not use model \"", model, "\""));
 }
 
-grpc::Status InferenceService::Advise(grpc::ServerContext*, const v1::AdviseRequest* req,
+// The tenant a request acts as, filled in from the caller's key.
+template <typename Req>
+absl::Status ApplyTenant(const std::optional<Principal>& caller, Req* req) {
+  if (!caller) return absl::OkStatus();
+  auto tenant = caller->TenantFor(req->tenant());
+  if (!tenant.ok()) return tenant.status();
+  req->set_tenant(*tenant);
+  return absl::OkStatus();
+}
+
+absl::Status RequireAdmin(KeyStore* keys, const grpc::ServerContext& ctx) {
+  auto caller = CallerOf(keys, ctx);
+  if (!caller.ok()) return caller.status();
+  if (*caller && (*caller)->role != Role::kAdmin) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the Admin API needs an admin key; this one is tenant \"", (*caller)->tenant,
+                     "\"'s user key"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) {
+  return StartSchedulerGenerate(sched_, metrics_, routing_.get(), keys_, ctx, req);
+}
+
+grpc::Status InferenceService::Advise(grpc::ServerContext* ctx, const v1::AdviseRequest* in,
                                       v1::AdviseResponse* resp) {
-  auto r = sched_->Advise(*req);
+  auto caller = CallerOf(keys_, *ctx);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  v1::AdviseRequest req = *in;
+  if (auto st = CheckModel(*caller, req.model()); !st.ok()) return ToGrpc(st);
+  if (auto st = ApplyTenant(*caller, &req); !st.ok()) return ToGrpc(st);
+  auto r = sched_->Advise(req);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Invalidate(grpc::ServerContext*, const v1::InvalidateRequest* req,
+grpc::Status InferenceService::Invalidate(grpc::ServerContext* ctx, const v1::InvalidateRequest* in,
                                           v1::InvalidateResponse*) {
-  return ToGrpc(sched_->Invalidate(*req));
+  auto caller = CallerOf(keys_, *ctx);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  v1::InvalidateRequest req = *in;
+  if (auto st = CheckModel(*caller, req.model()); !st.ok()) return ToGrpc(st);
+  if (auto st = ApplyTenant(*caller, &req); !st.ok()) return ToGrpc(st);
+  return ToGrpc(sched_->Invalidate(req));
 }
 
-grpc::Status InferenceService::EndSession(grpc::ServerContext*, const v1::EndSessionRequest* req,
+grpc::Status InferenceService::EndSession(grpc::ServerContext* ctx,
+                                          const v1::EndSessionRequest* req,
                                           v1::EndSessionResponse* resp) {
+  auto caller = CallerOf(keys_, *ctx);
+  if (!caller.ok()) return ToGrpc(caller.status());
   if (req->session_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "session_id is required");
   }
   if (auto st = global_scheduler::ValidateSessionId(req->session_id()); !st.ok()) {
     return ToGrpc(st);
   }
+  if (*caller && (*caller)->role != Role::kAdmin) {  // only its own tenant's sessions
+    auto owned = sched_->sessions().Peek(req->session_id(), (*caller)->tenant);
+    if (absl::IsPermissionDenied(owned.status())) return ToGrpc(owned.status());
+  }
   resp->set_existed(sched_->EndSession(req->session_id()));
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+grpc::Status InferenceService::ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest*,
                                           v1::ListModelsResponse* resp) {
+  auto caller = CallerOf(keys_, *ctx);
+  if (!caller.ok()) return ToGrpc(caller.status());
   *resp = sched_->ListModels();
+  if (*caller) {  // only the models this key may use
+    auto* models = resp->mutable_models();
+    models->erase(
+        std::remove_if(models->begin(), models->end(),
+                       [&](const v1::ModelInfo& m) { return !(*caller)->AllowsModel(m.name()); }),
+        models->end());
+  }
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::RegisterModel(grpc::ServerContext*, const v1::RegisterModelRequest* req,
+grpc::Status AdminService::RegisterModel(grpc::ServerContext* ctx,
+                                         const v1::RegisterModelRequest* req,
                                          v1::RegisterModelResponse*) {
+  if (auto st = RequireAdmin(keys_, *ctx); !st.ok()) return ToGrpc(st);
   global_scheduler::ModelSpec spec;
   spec.name = req->name();
   spec.path = req->path();
@@ -62,19 +123,24 @@ grpc::Status AdminService::RegisterModel(grpc::ServerContext*, const v1::Registe
   return ToGrpc(sched_->RegisterModel(spec));
 }
 
-grpc::Status AdminService::MigrateModel(grpc::ServerContext*, const v1::MigrateModelRequest* req,
+grpc::Status AdminService::MigrateModel(grpc::ServerContext* ctx,
+                                        const v1::MigrateModelRequest* req,
                                         v1::MigrateModelResponse*) {
+  if (auto st = RequireAdmin(keys_, *ctx); !st.ok()) return ToGrpc(st);
   return ToGrpc(sched_->MigrateModel(req->name(), req->from_node(), req->to_node()));
 }
 
-grpc::Status AdminService::UnregisterModel(grpc::ServerContext*,
+grpc::Status AdminService::UnregisterModel(grpc::ServerContext* ctx,
                                            const v1::UnregisterModelRequest* req,
                                            v1::UnregisterModelResponse*) {
+  if (auto st = RequireAdmin(keys_, *ctx); !st.ok()) return ToGrpc(st);
   return ToGrpc(sched_->UnregisterModel(req->name()));
 }
 
-grpc::Status AdminService::GetClusterState(grpc::ServerContext*, const v1::GetClusterStateRequest*,
+grpc::Status AdminService::GetClusterState(grpc::ServerContext* ctx,
+                                           const v1::GetClusterStateRequest*,
                                            v1::ClusterState* resp) {
+  if (auto st = RequireAdmin(keys_, *ctx); !st.ok()) return ToGrpc(st);
   *resp = sched_->GetClusterState();
   return grpc::Status::OK;
 }

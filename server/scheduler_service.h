@@ -13,6 +13,7 @@
 #include "ballast/v1/inference.grpc.pb.h"
 #include "ballast/v1/node.grpc.pb.h"
 #include "global_scheduler/scheduler.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "transfer/worker_pool.h"
 
@@ -28,8 +29,12 @@ class InferenceService final
   // number of streams.
   static constexpr int kRoutingThreads = 32;
 
-  InferenceService(global_scheduler::Scheduler* s, Metrics* m)
-      : sched_(s), metrics_(m), routing_(std::make_unique<transfer::WorkerPool>(kRoutingThreads)) {}
+  // `keys`: API keys (server/auth.h); null: no authentication.
+  InferenceService(global_scheduler::Scheduler* s, Metrics* m, KeyStore* keys = nullptr)
+      : sched_(s),
+        metrics_(m),
+        keys_(keys),
+        routing_(std::make_unique<transfer::WorkerPool>(kRoutingThreads)) {}
 
   // Raw: parsed by StartSchedulerGenerate (request_parse.h).
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
@@ -46,12 +51,15 @@ class InferenceService final
  private:
   global_scheduler::Scheduler* sched_;
   Metrics* metrics_;
+  KeyStore* keys_;  // null: no authentication
   std::unique_ptr<transfer::WorkerPool> routing_;
 };
 
 class AdminService final : public v1::Admin::Service {
  public:
-  explicit AdminService(global_scheduler::Scheduler* s) : sched_(s) {}
+  // `keys`: only admin keys may call (server/auth.h); null: anyone.
+  explicit AdminService(global_scheduler::Scheduler* s, KeyStore* keys = nullptr)
+      : sched_(s), keys_(keys) {}
   grpc::Status RegisterModel(grpc::ServerContext* ctx, const v1::RegisterModelRequest* req,
                              v1::RegisterModelResponse* resp) override;
   grpc::Status UnregisterModel(grpc::ServerContext* ctx, const v1::UnregisterModelRequest* req,
@@ -63,6 +71,7 @@ class AdminService final : public v1::Admin::Service {
 
  private:
   global_scheduler::Scheduler* sched_;
+  KeyStore* keys_;  // null: no authentication
 };
 
 class RegistryService final : public v1::NodeRegistry::Service {

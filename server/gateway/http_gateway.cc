@@ -204,6 +204,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // the completion's id (or a new one); sent upstream as x-request-id.
   std::string request_id_;
   bool client_request_id_ = false;
+  // The client's Authorization header, passed on as gRPC metadata (the
+  // scheduler checks API keys: server/auth.h); empty: none.
+  std::string authorization_;
   std::string pending_, inflight_;
   bool writing_ = false;
   bool keep_alive_ = false;  // of the request being answered
@@ -282,8 +285,16 @@ void Session::Route(const http::request<http::string_body>& req) {
       header == req.end() ? "" : std::string(header->value().data(), header->value().size());
   client_request_id_ = ValidRequestId(client_id);
   request_id_ = client_request_id_ ? client_id : NewRequestId("req-");
+  const auto auth = req.find(http::field::authorization);
+  authorization_ = auth == req.end() ? "" : std::string(auth->value().data(), auth->value().size());
   const After after = Next();
   ApiError e;
+  if (!std::all_of(authorization_.begin(), authorization_.end(),
+                   [](char c) { return c >= 0x20 && c < 0x7f; })) {
+    e.http_status = 401;
+    e.message = "the Authorization header must be printable ASCII (\"Bearer <key>\")";
+    return SendError(e, after);
+  }
   if (path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions") {
     const http::verb want = path == "/v1/models" ? http::verb::get : http::verb::post;
     if (req.method() != want) {
@@ -306,6 +317,7 @@ void Session::Route(const http::request<http::string_body>& req) {
 void Session::HandleModels() {
   auto call = std::make_shared<ModelsCall>();
   call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!authorization_.empty()) call->ctx.AddMetadata("authorization", authorization_);
   if (!gw_->calls.Add(call)) {
     return SendError(FromGrpcStatus({grpc::StatusCode::UNAVAILABLE, "shutting down"}),
                      After::kClose);
@@ -341,6 +353,7 @@ void Session::HandleCompletion(const std::string& body, Endpoint endpoint) {
   ctx_.logprobs = request_.logprobs;
   call_ = std::make_shared<GenerateCall>(shared_from_this(), &gw_->calls);
   call_->ctx.AddMetadata(kRequestIdKey, request_id_);
+  if (!authorization_.empty()) call_->ctx.AddMetadata("authorization", authorization_);
   if (!gw_->calls.Add(call_)) {
     call_.reset();
     return SendError(FromGrpcStatus({grpc::StatusCode::UNAVAILABLE, "shutting down"}),

@@ -118,6 +118,15 @@ ApiError FromGrpcStatus(const grpc::Status& st) {
       e.http_status = 504;
       e.type = "timeout";
       break;
+    case grpc::StatusCode::UNAUTHENTICATED:  // OpenAI's codes for a bad or missing key
+      e.http_status = 401;
+      e.type = "invalid_request_error";
+      e.code = "invalid_api_key";
+      break;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      e.http_status = 403;
+      e.type = "permission_error";
+      break;
     case grpc::StatusCode::UNIMPLEMENTED:
       e.http_status = 501;
       e.type = "not_implemented";

@@ -63,6 +63,9 @@ class ClusterTest : public ::testing::Test {
   // Flags for node i (0 or 1) besides the ids, ports and config.
   virtual std::vector<std::string> ExtraNodeArgs(int i) { return {}; }
 
+  // Every call the fixture's helpers make (API-key tests add their key).
+  virtual void Decorate(grpc::ClientContext* ctx) {}
+
   // The test's own connection to the scheduler (TLS tests override it).
   virtual std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() {
     return grpc::InsecureChannelCredentials();
@@ -154,6 +157,7 @@ class ClusterTest : public ::testing::Test {
     req.set_name(model);
     req.set_path(Model(model));
     grpc::ClientContext ctx;
+    Decorate(&ctx);
     v1::RegisterModelResponse resp;
     grpc::Status st = admin_->RegisterModel(&ctx, req, &resp);
     ASSERT_TRUE(st.ok()) << st.error_message();
@@ -189,6 +193,7 @@ class ClusterTest : public ::testing::Test {
 
   v1::ClusterState State() {
     grpc::ClientContext ctx;
+    Decorate(&ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     v1::ClusterState s;
     admin_->GetClusterState(&ctx, v1::GetClusterStateRequest(), &s);
@@ -230,6 +235,7 @@ class ClusterTest : public ::testing::Test {
   // One Generate call, read to its end.
   StreamResult Run(const v1::GenerateRequest& req, absl::Duration deadline = absl::Seconds(30)) {
     grpc::ClientContext ctx;
+    Decorate(&ctx);
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     auto reader = inference_->Generate(&ctx, req);
     StreamResult r;

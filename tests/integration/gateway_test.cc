@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "server/auth.h"
 #include "tests/integration/process.h"
 
 namespace ballast {
@@ -95,7 +96,9 @@ class GatewayTest : public ::testing::Test {
     fs::create_directories(dir_);
     std::ofstream(dir_ / "serve.yaml")
         << "log_level: debug\nlog_format: json\n"
-           "scheduler: {listen: 127.0.0.1:50051, slo: {ttft_ms: 5000, tpot_ms: 500}}\n"
+           "scheduler: {listen: 127.0.0.1:50051, slo: {ttft_ms: 5000, tpot_ms: 500}"
+        << SchedulerExtra()
+        << "}\n"
            "node:\n  node_id: gw\n  listen: 127.0.0.1:0\n  metrics_listen: ''\n"
            "  engine: {block_tokens: 16, kv_cache_mib: 16, max_batch_tokens: 128}\n"
            "serve:\n  cache_dir: "
@@ -117,7 +120,7 @@ class GatewayTest : public ::testing::Test {
     const absl::Time end = absl::Now() + absl::Seconds(60);
     while (absl::Now() < end) {
       if (Http(http_port_, "POST", "/v1/completions",
-               R"({"model":"a","prompt":"x","max_tokens":1})")
+               R"({"model":"a","prompt":"x","max_tokens":1})", -1, ReadyHeaders())
               .status == 200) {
         return;
       }
@@ -125,6 +128,11 @@ class GatewayTest : public ::testing::Test {
     }
     FAIL() << "serve not ready\n" << serve_->Log();
   }
+  // More of the scheduler's YAML mapping (", key: value"), and the headers
+  // SetUp's readiness probe sends.
+  virtual std::string SchedulerExtra() { return ""; }
+  virtual std::string ReadyHeaders() { return ""; }
+
   void TearDown() override {
     if (serve_) serve_->Stop(SIGTERM);
     if (HasFailure()) std::cerr << serve_->Log();
@@ -312,6 +320,39 @@ TEST_F(GatewayTest, ClientDisconnectMidStreamCancelsUpstream) {
   EXPECT_EQ(Metric(node), "1");
   // The gateway still serves.
   EXPECT_EQ(Http(http_port_, "GET", "/v1/models").status, 200);
+}
+
+// API keys through the gateway: the HTTP Authorization header reaches the
+// scheduler as the call's bearer token, and refusals are OpenAI's 401/403.
+class GatewayAuthTest : public GatewayTest {
+ protected:
+  std::string SchedulerExtra() override {
+    const std::string file = (dir_ / "keys.yaml").string();
+    admin_ = *server::AddKey(file, server::Principal{"ops", server::Role::kAdmin, {}});
+    other_ = *server::AddKey(file, server::Principal{"acme", server::Role::kUser, {"b"}});
+    return ", auth: {keys_file: " + file + "}";
+  }
+  std::string ReadyHeaders() override { return "Authorization: Bearer " + admin_ + "\r\n"; }
+  std::string admin_, other_;
+};
+
+TEST_F(GatewayAuthTest, TheAuthorizationHeaderIsTheApiKey) {
+  const std::string body = R"({"model":"a","prompt":"Hello","max_tokens":2})";
+  HttpResult none = Http(http_port_, "POST", "/v1/completions", body);
+  EXPECT_EQ(none.status, 401) << none.body;
+  EXPECT_EQ(json::parse(none.body)["error"]["code"], "invalid_api_key") << none.body;
+  HttpResult wrong =
+      Http(http_port_, "POST", "/v1/completions", body, -1, "Authorization: Bearer bk_wrong\r\n");
+  EXPECT_EQ(wrong.status, 401) << wrong.body;
+  HttpResult denied = Http(http_port_, "POST", "/v1/completions", body, -1,
+                           "Authorization: Bearer " + other_ + "\r\n");
+  EXPECT_EQ(denied.status, 403) << denied.body;
+  HttpResult models =
+      Http(http_port_, "GET", "/v1/models", "", -1, "Authorization: Bearer " + other_ + "\r\n");
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_TRUE(json::parse(models.body)["data"].empty()) << models.body;  // "a" is not acme's
+  HttpResult ok = Http(http_port_, "POST", "/v1/completions", body, -1, ReadyHeaders());
+  EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
 }  // namespace

@@ -77,6 +77,10 @@ TEST(Config, TlsBlocksParseAndBadValuesNameTheirKey) {
             std::string::npos);
   EXPECT_NE(Msg("scheduler: {tls: {insecure: maybe}}").find("scheduler.tls.insecure"),
             std::string::npos);
+  EXPECT_EQ(ParseConfig("scheduler: {auth: {keys_file: /k.yaml}}", "t.yaml")->scheduler.keys_file,
+            "/k.yaml");
+  EXPECT_NE(Msg("scheduler: {auth: {key_file: /k.yaml}}").find("scheduler.auth.key_file"),
+            std::string::npos);
 }
 
 TEST(Config, KvTiersParseAndBadValuesNameTheirKey) {

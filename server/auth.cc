@@ -1,0 +1,249 @@
+#include "server/auth.h"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "spdlog/spdlog.h"
+#include "yaml-cpp/yaml.h"
+
+namespace ballast::server {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in.good()) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read"));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Inode, size and modification time: file systems stamp times coarsely
+// (writes milliseconds apart can share one), and a replaced file (written
+// then renamed into place) has a new inode.
+std::string FileSignature(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return "missing";
+  return absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+}
+
+bool IsLowerHex(absl::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+absl::StatusOr<Principal> ParseEntry(const YAML::Node& e, const std::string& where,
+                                     std::string* hash) {
+  if (!e.IsMap()) return absl::InvalidArgumentError(absl::StrCat(where, ": expected a mapping"));
+  Principal p;
+  std::string role = "user";
+  try {
+    for (auto it = e.begin(); it != e.end(); ++it) {
+      const std::string k = it->first.as<std::string>();
+      if (k == "sha256") {
+        *hash = absl::AsciiStrToLower(it->second.as<std::string>());
+      } else if (k == "tenant") {
+        p.tenant = it->second.as<std::string>();
+      } else if (k == "role") {
+        role = it->second.as<std::string>();
+      } else if (k == "models") {
+        p.models = it->second.as<std::vector<std::string>>();
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".", k, ": unknown key"));
+      }
+    }
+  } catch (const YAML::Exception& ex) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": wrong type (", ex.what(), ")"));
+  }
+  if (hash->size() != 64 || !IsLowerHex(*hash)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".sha256: expected 64 hex digits (the SHA-256 of the key)"));
+  }
+  if (p.tenant.empty() || p.tenant.size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".tenant: 1 to 128 bytes"));
+  }
+  if (role != "user" && role != "admin") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".role: \"", role, "\" (expected user or admin)"));
+  }
+  p.role = role == "admin" ? Role::kAdmin : Role::kUser;
+  return p;
+}
+
+}  // namespace
+
+bool Principal::AllowsModel(const std::string& model) const {
+  return models.empty() || std::find(models.begin(), models.end(), model) != models.end();
+}
+
+absl::StatusOr<std::string> Principal::TenantFor(const std::string& requested) const {
+  if (requested.empty() || requested == tenant) return tenant;
+  if (role == Role::kAdmin) return requested;
+  return absl::PermissionDeniedError(
+      absl::StrCat("this API key acts as tenant \"", tenant, "\", not \"", requested, "\""));
+}
+
+std::string Sha256Hex(absl::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(text.data(), text.size(), digest, &len, EVP_sha256(), nullptr);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), static_cast<size_t>(len)));
+}
+
+std::string NewApiKey() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    spdlog::critical("the system random number generator failed");
+    std::abort();
+  }
+  std::string out;
+  absl::WebSafeBase64Escape(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)),
+                            &out);
+  return "bk_" + out;
+}
+
+absl::StatusOr<std::map<std::string, Principal>> ParseKeyFile(const std::string& text,
+                                                              const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& ex) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not YAML (", ex.what(), ")"));
+  }
+  std::map<std::string, Principal> out;
+  if (!root || root.IsNull()) return out;  // an empty file: no keys (every call refused)
+  if (!root.IsMap() || !root["keys"] || !root["keys"].IsSequence() || root.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": expected one key, keys: [...]"));
+  }
+  const YAML::Node keys = root["keys"];
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string where = absl::StrCat(source, ": keys[", i, "]");
+    std::string hash;
+    auto p = ParseEntry(keys[i], where, &hash);
+    if (!p.ok()) return p.status();
+    if (!out.emplace(hash, *p).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".sha256: listed twice"));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> AddKey(const std::string& path, const Principal& who) {
+  std::string text;
+  if (std::filesystem::exists(path)) {
+    auto t = ReadFile(path);
+    if (!t.ok()) return t.status();
+    text = *t;
+  }
+  auto keys = ParseKeyFile(text, path);  // refuse to append to a broken file
+  if (!keys.ok()) return keys.status();
+  const std::string key = NewApiKey();
+  YAML::Node entry;
+  entry["sha256"] = Sha256Hex(key);
+  entry["tenant"] = who.tenant;
+  entry["role"] = who.role == Role::kAdmin ? "admin" : "user";
+  if (!who.models.empty()) entry["models"] = who.models;
+  std::string where;
+  if (auto p = ParseEntry(entry, "the new key", &where); !p.ok()) return p.status();
+  YAML::Node root = text.empty() ? YAML::Node() : YAML::Load(text);
+  if (!root || root.IsNull()) root["keys"] = YAML::Node(YAML::NodeType::Sequence);
+  root["keys"].push_back(entry);
+  YAML::Emitter out;
+  out << root;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << "# API keys (scheduler.auth.keys_file): SHA-256 hashes only; `ballast keys add`\n"
+      << out.c_str() << "\n";
+    if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::permissions(
+      tmp, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write, ec);
+  std::filesystem::rename(tmp, path, ec);
+  if (ec)
+    return absl::PermissionDeniedError(absl::StrCat("cannot replace ", path, ": ", ec.message()));
+  return key;
+}
+
+absl::StatusOr<std::unique_ptr<KeyStore>> KeyStore::Load(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  auto keys = ParseKeyFile(*text, path);
+  if (!keys.ok()) return keys.status();
+  std::unique_ptr<KeyStore> s(new KeyStore(path));
+  absl::MutexLock lock(&s->mu_);
+  s->by_hash_ = std::move(*keys);
+  s->signature_ = FileSignature(path);
+  s->checked_ = absl::Now();
+  return s;
+}
+
+void KeyStore::MaybeReload() {
+  const absl::Time now = absl::Now();
+  if (now - checked_ < absl::Seconds(1)) return;
+  checked_ = now;
+  const std::string signature = FileSignature(path_);
+  if (signature == signature_) return;
+  signature_ = signature;
+  auto text = ReadFile(path_);
+  auto keys = text.ok() ? ParseKeyFile(*text, path_) : text.status();
+  if (!keys.ok()) {
+    spdlog::error("API keys not reloaded, keeping the previous {}: {}", by_hash_.size(),
+                  std::string(keys.status().message()));
+    return;
+  }
+  by_hash_ = std::move(*keys);
+  spdlog::info("API keys reloaded from {}: {}", path_, by_hash_.size());
+}
+
+absl::StatusOr<Principal> KeyStore::Authenticate(absl::string_view authorization) {
+  if (authorization.empty()) {
+    return absl::UnauthenticatedError(
+        "this server needs an API key: send \"authorization: Bearer <key>\" (gRPC metadata) or "
+        "the HTTP Authorization header");
+  }
+  absl::string_view key = authorization;
+  if (!absl::ConsumePrefix(&key, "Bearer ") && !absl::ConsumePrefix(&key, "bearer ")) {
+    return absl::UnauthenticatedError("the authorization value must be \"Bearer <key>\"");
+  }
+  key = absl::StripAsciiWhitespace(key);
+  const std::string hash = Sha256Hex(key);
+  absl::MutexLock lock(&mu_);
+  MaybeReload();
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return absl::UnauthenticatedError("unknown or revoked API key");
+  return it->second;
+}
+
+absl::StatusOr<std::optional<Principal>> CallerOf(KeyStore* keys,
+                                                  const grpc::ServerContextBase& ctx) {
+  if (keys == nullptr) return std::nullopt;
+  const auto& md = ctx.client_metadata();
+  const auto it = md.find(kAuthorizationKey);
+  const absl::string_view value = it == md.end()
+                                      ? absl::string_view()
+                                      : absl::string_view(it->second.data(), it->second.size());
+  auto p = keys->Authenticate(value);
+  if (!p.ok()) return p.status();
+  return std::optional<Principal>(std::move(*p));
+}
+
+int KeyStore::size() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(by_hash_.size());
+}
+
+}  // namespace ballast::server
