@@ -50,6 +50,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock)
       started_(clock()),
       cluster_(options.heartbeat_timeout, clock),
       sessions_(clock, options.max_sessions),
+      quotas_(options.quotas, clock),
       stats_(options.stats_window),
       pool_(std::make_unique<transfer::WorkerPool>(options.control_threads)) {}
 
@@ -267,8 +268,15 @@ double Scheduler::Mme(const std::string& model) const {
 }
 
 void Scheduler::RecordCompletion(const std::string& model, int64_t prompt_tokens,
-                                 int64_t decode_tokens) {
+                                 int64_t decode_tokens, const std::string& tenant) {
   stats_.Record(model, clock_(), prompt_tokens, decode_tokens);
+  quotas_.ChargePromptTokens(tenant, prompt_tokens);
+}
+
+absl::Status Scheduler::AdmitRequest(const v1::GenerateRequest& req) {
+  int64_t bytes = static_cast<int64_t>(req.prompt().size());
+  for (const auto& m : req.messages()) bytes += static_cast<int64_t>(m.content().size());
+  return quotas_.AdmitRequest(req.tenant(), bytes);
 }
 
 v1::ModelInfo Scheduler::ToModelInfo(const ModelStatus& m) const {

@@ -46,6 +46,7 @@
 #include "global_scheduler/placement.h"
 #include "global_scheduler/routing_waiters.h"
 #include "global_scheduler/session_directory.h"
+#include "global_scheduler/tenant_quotas.h"
 #include "transfer/worker_pool.h"
 
 namespace ballast::global_scheduler {
@@ -132,6 +133,9 @@ struct SchedulerOptions {
   absl::Duration session_ttl = absl::Minutes(30);
   // Most sessions tracked (SessionDirectory). Default 100000.
   int max_sessions = 100000;
+  // Per-tenant rate limits and caps (scheduler.quotas; tenant_quotas.h).
+  // Default: none.
+  QuotaOptions quotas;
   std::vector<ModelSpec> models;
   // Where the Admin API's registrations and unregistrations are persisted
   // (catalogue_store.h): a restarted scheduler serves them. Its directory
@@ -209,8 +213,13 @@ class Scheduler {
   }
   v1::ListModelsResponse ListModels() const;
   // A request of `model` finished: feeds the sliding-window statistics
-  // (ListModels' `load`; KVPR's demand inputs).
-  void RecordCompletion(const std::string& model, int64_t prompt_tokens, int64_t decode_tokens);
+  // (ListModels' `load`; KVPR's demand inputs) and charges `tenant`'s
+  // prompt-token quota.
+  void RecordCompletion(const std::string& model, int64_t prompt_tokens, int64_t decode_tokens,
+                        const std::string& tenant = "");
+  // A Generate request against its tenant's quotas (rate, prompt-token
+  // debt, prompt size): RESOURCE_EXHAUSTED with a retry hint if over.
+  absl::Status AdmitRequest(const v1::GenerateRequest& req);
   ModelRates Load(const std::string& model) const { return stats_.Rates(model, clock_()); }
 
   // Inference: validates `req`, begins the session turn and picks a node.
@@ -367,6 +376,7 @@ class Scheduler {
   ModelRegistry registry_;
   ClusterState cluster_;
   SessionDirectory sessions_;
+  TenantQuotas quotas_;
   ModelStats stats_;
 
   mutable absl::Mutex mu_;

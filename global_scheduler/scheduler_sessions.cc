@@ -19,8 +19,8 @@ constexpr absl::Duration kEndSessionTimeout = absl::Seconds(2);
 
 absl::Status Scheduler::BeginSessionTurn(const v1::GenerateRequest& req, Route* route,
                                          std::string* affinity) {
-  auto turn =
-      sessions_.Begin(route->session_id, req.model(), !req.messages().empty(), req.tenant());
+  auto turn = sessions_.Begin(route->session_id, req.model(), !req.messages().empty(), req.tenant(),
+                              quotas_.MaxSessions(req.tenant()));
   if (!turn.ok()) return turn.status();
   if (turn->fresh && NodesKnowSession(route->session_id)) {
     sessions_.MarkLost(route->session_id, LostReason::kForgotten);

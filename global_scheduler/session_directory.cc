@@ -19,9 +19,17 @@ absl::Status OtherTenant(const std::string& session_id) {
 }
 }  // namespace
 
+std::map<std::string, SessionDirectory::Session>::iterator SessionDirectory::Erase(
+    std::map<std::string, Session>::iterator it) {
+  auto t = per_tenant_.find(it->second.tenant);
+  if (t != per_tenant_.end() && --t->second <= 0) per_tenant_.erase(t);
+  return sessions_.erase(it);
+}
+
 absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_id,
                                                     const std::string& model, bool chat,
-                                                    const std::string& tenant) {
+                                                    const std::string& tenant,
+                                                    int tenant_max_sessions) {
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = sessions_.try_emplace(session_id);
   Session& s = it->second;
@@ -32,6 +40,16 @@ absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_i
           absl::StrCat("the scheduler tracks ", max_sessions_,
                        " sessions (scheduler.max_sessions); end finished ones with EndSession"));
     }
+    int& held = per_tenant_[tenant];
+    if (tenant_max_sessions > 0 && held >= tenant_max_sessions) {
+      if (held == 0) per_tenant_.erase(tenant);
+      sessions_.erase(it);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the tenant holds ", tenant_max_sessions,
+                       " sessions, its limit (scheduler.quotas max_sessions); end finished ones "
+                       "with EndSession"));
+    }
+    ++held;
     s.model = model;
     s.chat = chat;
     s.tenant = tenant;
@@ -97,7 +115,7 @@ void SessionDirectory::Abort(const std::string& session_id) {
   it->second.busy = false;
   it->second.last_used = clock_();
   if (it->second.lost) return;
-  if (it->second.tokens.empty() && it->second.messages.empty()) sessions_.erase(it);
+  if (it->second.tokens.empty() && it->second.messages.empty()) Erase(it);
 }
 
 std::optional<std::string> SessionDirectory::End(const std::string& session_id, bool* existed) {
@@ -107,7 +125,7 @@ std::optional<std::string> SessionDirectory::End(const std::string& session_id, 
   if (!*existed) return std::nullopt;
   std::optional<std::string> node;
   if (!it->second.node_id.empty()) node = it->second.node_id;
-  sessions_.erase(it);
+  Erase(it);
   return node;
 }
 
@@ -139,7 +157,7 @@ std::vector<std::pair<std::string, std::string>> SessionDirectory::Expire(absl::
     if (s.busy || now - s.last_used < ttl) {
       ++it;
     } else if (s.lost) {
-      it = sessions_.erase(it);  // a tombstone idle another TTL
+      it = Erase(it);  // a tombstone idle another TTL
     } else {
       expired.emplace_back(it->first, s.node_id);
       s.lost = LostReason::kExpired;

@@ -65,8 +65,11 @@ class SessionDirectory {
 
   // `chat`: the turn sends messages (else a prompt). A session keeps the
   // tenant of its first turn; another tenant's turn is PERMISSION_DENIED.
+  // A new session beyond `tenant_max_sessions` of its tenant (0: no cap)
+  // is RESOURCE_EXHAUSTED.
   absl::StatusOr<SessionTurn> Begin(const std::string& session_id, const std::string& model,
-                                    bool chat = false, const std::string& tenant = "");
+                                    bool chat = false, const std::string& tenant = "",
+                                    int tenant_max_sessions = 0);
   // What Advise needs of a session: NOT_FOUND if unknown, DATA_LOSS if
   // lost, PERMISSION_DENIED for another tenant.
   struct Snapshot {
@@ -108,7 +111,12 @@ class SessionDirectory {
   const std::function<absl::Time()> clock_;
   const int max_sessions_;
   mutable absl::Mutex mu_;
+  // Erases `it`, keeping per_tenant_ in step. REQUIRES: mu_ held.
+  std::map<std::string, Session>::iterator Erase(std::map<std::string, Session>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> per_tenant_ ABSL_GUARDED_BY(mu_);  // sessions by tenant
 };
 
 }  // namespace ballast::global_scheduler

@@ -97,6 +97,55 @@ absl::Status ParseTls(Section& parent, bool scheduler, const std::string* file, 
   return absl::OkStatus();
 }
 
+// One set of quota limits (the defaults, or a tenant's, which start from the
+// defaults).
+absl::Status ParseQuotaLimits(Section& s, global_scheduler::QuotaLimits* l) {
+  RETURN_IF_ERROR(s.Get("requests_per_s", &l->requests_per_s));
+  RETURN_IF_ERROR(s.Get("request_burst", &l->request_burst));
+  RETURN_IF_ERROR(s.Get("prompt_tokens_per_s", &l->prompt_tokens_per_s));
+  RETURN_IF_ERROR(s.Get("prompt_token_burst", &l->prompt_token_burst));
+  RETURN_IF_ERROR(s.Get("advisories_per_s", &l->advisories_per_s));
+  RETURN_IF_ERROR(s.Get("advisory_burst", &l->advisory_burst));
+  RETURN_IF_ERROR(s.Get("max_sessions", &l->max_sessions));
+  RETURN_IF_ERROR(s.Get("max_prompt_bytes", &l->max_prompt_bytes));
+  for (const auto& [key, v] : {std::pair<const char*, double>{"requests_per_s", l->requests_per_s},
+                               {"request_burst", l->request_burst},
+                               {"prompt_tokens_per_s", l->prompt_tokens_per_s},
+                               {"prompt_token_burst", l->prompt_token_burst},
+                               {"advisories_per_s", l->advisories_per_s},
+                               {"advisory_burst", l->advisory_burst},
+                               {"max_sessions", static_cast<double>(l->max_sessions)},
+                               {"max_prompt_bytes", static_cast<double>(l->max_prompt_bytes)}}) {
+    if (!(v >= 0)) return s.Error(s.Key(key), "must be >= 0 (0: no limit)");
+  }
+  return absl::OkStatus();
+}
+
+// scheduler.quotas: default limits, and per-tenant ones under `tenants`.
+absl::Status ParseQuotas(Section& parent, const std::string* file,
+                         global_scheduler::QuotaOptions* q) {
+  YAML::Node n = parent.Child("quotas");
+  if (!n) return absl::OkStatus();
+  Section s(n, "scheduler.quotas", file);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(ParseQuotaLimits(s, &q->defaults));
+  RETURN_IF_ERROR(s.Get("max_tracked_tenants", &q->max_tracked_tenants));
+  if (q->max_tracked_tenants < 1) return s.Error(s.Key("max_tracked_tenants"), "must be >= 1");
+  if (YAML::Node t = s.Child("tenants")) {
+    if (!t.IsMap()) return s.Error(s.Key("tenants"), "expected a mapping of tenant -> limits");
+    for (auto it = t.begin(); it != t.end(); ++it) {
+      const std::string name = it->first.as<std::string>();
+      Section ts(it->second, absl::StrCat("scheduler.quotas.tenants.", name), file);
+      RETURN_IF_ERROR(ts.Check());
+      global_scheduler::QuotaLimits l = q->defaults;
+      RETURN_IF_ERROR(ParseQuotaLimits(ts, &l));
+      RETURN_IF_ERROR(ts.Finish());
+      q->tenants[name] = l;
+    }
+  }
+  return s.Finish();
+}
+
 // scheduler.session_ttl_ms (0: sessions never expire) and max_sessions.
 absl::Status ParseSessionLimits(Section& s, global_scheduler::SchedulerOptions* o) {
   int64_t ttl_ms = absl::ToInt64Milliseconds(o->session_ttl);
@@ -174,6 +223,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
     if (o.migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
   }
   RETURN_IF_ERROR(ParseSessionLimits(s, &o));
+  RETURN_IF_ERROR(ParseQuotas(s, file, &o.quotas));
   RETURN_IF_ERROR(s.Get("placement_policy", &o.placement_policy));
   if (o.placement_policy != "most_free" && o.placement_policy != "kvpr" &&
       o.placement_policy != "mme") {

@@ -368,7 +368,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     // Prompt tokens whose KV was computed (reused session KV is not new load).
     sched_->RecordCompletion(req_.model(),
                              f->usage().prompt_tokens() - f->usage().cached_prompt_tokens(),
-                             f->usage().completion_tokens());
+                             f->usage().completion_tokens(), req_.tenant());
     End(grpc::Status::OK);
   }
 
@@ -555,6 +555,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
   ctx->AddInitialMetadata(kRequestIdKey, request_id);
   v1::GenerateRequest req;
   auto refuse = [&](const absl::Status& st) {
+    AddRetryHint(ctx, st);
     RequestOutcome refused;
     refused.status = CodeName(ToGrpc(st).error_code());
     metrics->SchedulerRequest(refused);
@@ -562,6 +563,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
   };
   if (absl::Status st = ParseRequest(*raw, &req); !st.ok()) return refuse(st);
   if (absl::Status st = Authorize(keys, *ctx, &req); !st.ok()) return refuse(st);
+  if (absl::Status st = sched->AdmitRequest(req); !st.ok()) return refuse(st);
   auto* s = new SchedulerGenerateStream(sched, metrics, routing, req, std::move(request_id));
   s->Route("");
   return s;

@@ -58,7 +58,10 @@ grpc::Status InferenceService::Advise(grpc::ServerContext* ctx, const v1::Advise
   if (auto st = CheckModel(*caller, req.model()); !st.ok()) return ToGrpc(st);
   if (auto st = ApplyTenant(*caller, &req); !st.ok()) return ToGrpc(st);
   auto r = sched_->Advise(req);
-  if (!r.ok()) return ToGrpc(r.status());
+  if (!r.ok()) {
+    AddRetryHint(ctx, r.status());
+    return ToGrpc(r.status());
+  }
   *resp = std::move(*r);
   return grpc::Status::OK;
 }

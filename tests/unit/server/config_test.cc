@@ -77,6 +77,20 @@ TEST(Config, TlsBlocksParseAndBadValuesNameTheirKey) {
             std::string::npos);
   EXPECT_NE(Msg("scheduler: {tls: {insecure: maybe}}").find("scheduler.tls.insecure"),
             std::string::npos);
+  auto q = ParseConfig(
+      "scheduler: {quotas: {requests_per_s: 5, max_prompt_bytes: 100, "
+      "tenants: {acme: {requests_per_s: 50}}}}",
+      "t.yaml");
+  ASSERT_TRUE(q.ok()) << q.status();
+  const auto& quotas = q->scheduler.options.quotas;
+  EXPECT_EQ(quotas.defaults.requests_per_s, 5);
+  EXPECT_EQ(quotas.tenants.at("acme").requests_per_s, 50);
+  EXPECT_EQ(quotas.tenants.at("acme").max_prompt_bytes, 100);  // inherited from the defaults
+  EXPECT_NE(Msg("scheduler: {quotas: {tenants: {acme: {requests_per_s: -1}}}}")
+                .find("scheduler.quotas.tenants.acme.requests_per_s"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {quotas: {request_per_s: 1}}").find("scheduler.quotas.request_per_s"),
+            std::string::npos);
   EXPECT_EQ(ParseConfig("scheduler: {auth: {keys_file: /k.yaml}}", "t.yaml")->scheduler.keys_file,
             "/k.yaml");
   EXPECT_NE(Msg("scheduler: {auth: {key_file: /k.yaml}}").find("scheduler.auth.key_file"),
