@@ -343,6 +343,7 @@ v1::ClusterState Scheduler::GetClusterState() const {
     ns->set_alive(n.alive);
     ns->set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - n.last_heartbeat));
     ns->set_inflight_requests(n.inflight);
+    ns->set_draining(IsCordoned(n.node_id));
     for (const auto& d : n.devices) *ns->add_devices() = d;
   }
   for (const auto& m : registry_.List()) *state.add_models() = ToModelInfo(m);
@@ -401,6 +402,13 @@ absl::StatusOr<std::optional<Route>> Scheduler::TryRoute(const v1::GenerateReque
   p->version = cluster_.RoutingVersion();  // before the look: no change is missed
   auto nodes = cluster_.NodesWithModel(req.model());
   std::erase(nodes, p->avoid_node);
+  {  // draining nodes serve only while no other replica does
+    absl::MutexLock lock(&mu_);
+    if (std::any_of(nodes.begin(), nodes.end(),
+                    [&](const std::string& n) { return !cordoned_.count(n); })) {
+      std::erase_if(nodes, [&](const std::string& n) { return cordoned_.count(n) > 0; });
+    }
+  }
   std::optional<std::string> pick;
   if (!p->affinity.empty() && std::find(nodes.begin(), nodes.end(), p->affinity) != nodes.end()) {
     pick = p->affinity;

@@ -203,6 +203,12 @@ class Scheduler {
   // model is not READY on from_node, already on to_node, or moving.
   absl::Status MigrateModel(const std::string& model, const std::string& from_node,
                             const std::string& to_node, const std::string& to_device = "");
+  // Admin.DrainNode: cordons `node_id` (nothing placed there; requests go
+  // to other replicas first) and starts moving its READY models to other
+  // nodes; the control loop keeps moving what is left. `undo` lifts the
+  // cordon. NOT_FOUND for an unknown node.
+  absl::StatusOr<v1::DrainNodeResponse> DrainNode(const std::string& node_id, bool undo);
+  bool IsCordoned(const std::string& node_id) const ABSL_LOCKS_EXCLUDED(mu_);
   v1::ClusterState GetClusterState() const;
   // Whether `model` is in the catalogue.
   bool HasModel(const std::string& model) const { return registry_.Get(model).has_value(); }
@@ -319,6 +325,9 @@ class Scheduler {
   // Marks sessions idle past session_ttl lost and frees their KV.
   void ExpireSessions();
   void AdvanceMigrations();
+  // Moves the models of cordoned nodes away (DrainNode); returns, per
+  // cordoned node, the models moving and those with no room elsewhere.
+  std::map<std::string, v1::DrainNodeResponse> AdvanceDrains() ABSL_LOCKS_EXCLUDED(mu_);
   void MaybeRebalance();
   Tick BeginTick() ABSL_LOCKS_EXCLUDED(mu_);
   void ReconcileReplicas(Tick* tick);
@@ -387,6 +396,7 @@ class Scheduler {
   // model waiting for room -> the idle model being evicted for it
   std::map<std::string, std::string> evicting_for_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Migration> migrations_ ABSL_GUARDED_BY(mu_);  // by model
+  std::set<std::string> cordoned_ ABSL_GUARDED_BY(mu_);               // Admin.DrainNode
   absl::Time last_rebalance_ = absl::InfinitePast();                  // control loop only
   absl::Time last_session_sweep_ = absl::InfinitePast();              // control loop only
 

@@ -40,6 +40,7 @@ void Scheduler::ControlTick() {
   SweepDeadNodes();
   ExpireSessions();
   AdvanceMigrations();
+  AdvanceDrains();
   MaybeRebalance();
   Tick tick = BeginTick();
   ReconcileReplicas(&tick);
@@ -120,6 +121,10 @@ void Scheduler::ReconcileModel(const ModelStatus& m, Tick* tick) {
   }
   if (m.failed) return;  // until registered again
   if (static_cast<int>(exclude.size()) >= m.spec.replicas || tick->now < m.retry_after) return;
+  {
+    absl::MutexLock lock(&mu_);
+    exclude.insert(cordoned_.begin(), cordoned_.end());  // no new replica on a draining node
+  }
   // Just started: the nodes holding replicas may not have re-registered
   // yet. A request since the start loads the model now.
   if (tick->now < started_ + options_.startup_grace && m.last_request <= started_) return;
@@ -426,7 +431,12 @@ void Scheduler::Rebalance() {
     absl::MutexLock lock(&mu_);
     if (!migrations_.empty()) return;  // one move at a time
   }
-  const std::vector<DeviceView> views = DeviceViews(cluster_.Snapshot(), {});
+  std::set<std::string> cordoned;
+  {
+    absl::MutexLock lock(&mu_);
+    cordoned = cordoned_;
+  }
+  const std::vector<DeviceView> views = DeviceViews(cluster_.Snapshot(), cordoned);
   std::vector<DeviceCapacity> devices;
   std::map<std::pair<std::string, std::string>, int> index;  // (node, device) -> index
   std::map<std::string, int> where;                          // model -> device index

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "ballast/v1/admin.grpc.pb.h"
 #include "ballast/v1/inference.grpc.pb.h"
@@ -137,9 +138,10 @@ int RunCluster(const std::string& target) {
   grpc::Status st = stub->GetClusterState(&ctx, v1::GetClusterStateRequest(), &state);
   if (!st.ok()) return PrintError(st);
   for (const auto& n : state.nodes()) {
-    std::cout << absl::StrFormat("node %s at %s: %s (heartbeat %.1fs ago), %d in flight\n",
+    std::cout << absl::StrFormat("node %s at %s: %s%s (heartbeat %.1fs ago), %d in flight\n",
                                  n.node_id(), n.address(), n.alive() ? "alive" : "DEAD",
-                                 n.last_heartbeat_age_s(), n.inflight_requests());
+                                 n.draining() ? ", DRAINING" : "", n.last_heartbeat_age_s(),
+                                 n.inflight_requests());
     for (const auto& d : n.devices()) {
       std::string models;
       for (const auto& m : d.resident_models()) models += (models.empty() ? "" : ", ") + m;
@@ -151,6 +153,61 @@ int RunCluster(const std::string& target) {
     }
   }
   std::cout << state.sessions() << " session(s)\n";
+  return 0;
+}
+
+namespace {
+// The models still resident on `node` (empty if it is gone or dead).
+absl::StatusOr<std::vector<std::string>> ModelsOn(v1::Admin::Stub* stub, const std::string& node) {
+  grpc::ClientContext ctx;
+  AddApiKey(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ClusterState state;
+  grpc::Status st = stub->GetClusterState(&ctx, v1::GetClusterStateRequest(), &state);
+  if (!st.ok())
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+  std::vector<std::string> out;
+  for (const auto& n : state.nodes()) {
+    if (n.node_id() != node || !n.alive()) continue;
+    for (const auto& d : n.devices())
+      for (const auto& m : d.resident_models()) out.push_back(m);
+  }
+  return out;
+}
+}  // namespace
+
+int RunDrain(const std::string& target, const std::string& node, bool undo, int wait_s) {
+  auto stub = v1::Admin::NewStub(Connect(target));
+  grpc::ClientContext ctx;
+  AddApiKey(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::DrainNodeRequest req;
+  req.set_node_id(node);
+  req.set_undo(undo);
+  v1::DrainNodeResponse resp;
+  grpc::Status st = stub->DrainNode(&ctx, req, &resp);
+  if (!st.ok()) return PrintError(st);
+  if (undo) {
+    std::cout << "node " << node << ": drain lifted\n";
+    return 0;
+  }
+  std::cout << "node " << node << " draining: moving [" << absl::StrJoin(resp.moving(), ", ")
+            << "], no room yet for [" << absl::StrJoin(resp.stuck(), ", ") << "]\n";
+  const absl::Time end = absl::Now() + absl::Seconds(wait_s);
+  while (wait_s > 0) {
+    auto left = ModelsOn(stub.get(), node);
+    if (!left.ok()) return PrintError(ToGrpc(left.status()));
+    if (left->empty()) {
+      std::cout << "node " << node << " holds no models\n";
+      return 0;
+    }
+    if (absl::Now() >= end) {
+      std::cerr << "error: after " << wait_s << " s node " << node << " still holds ["
+                << absl::StrJoin(*left, ", ") << "]\n";
+      return 1;
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+  }
   return 0;
 }
 

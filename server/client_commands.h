@@ -49,6 +49,9 @@ std::shared_ptr<grpc::ChannelCredentials> ClientCredentials();
 void AddApiKey(grpc::ClientContext* ctx);
 
 int RunModels(const std::string& target);
+// Admin.DrainNode; with `wait_s` > 0, waits until the node holds no models
+// (exit 1 if it still does then).
+int RunDrain(const std::string& target, const std::string& node, bool undo, int wait_s);
 int RunCluster(const std::string& target);
 // grpc.health.v1 Check; exit 0 when SERVING (for probes and scripts).
 int RunHealth(const std::string& target, const std::string& service);

@@ -164,6 +164,8 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
   RETURN_IF_ERROR(s.Get("http_listen", &out->http_listen));
   RETURN_IF_ERROR(ParseTls(s, /*scheduler=*/true, file, &out->tls));
+  RETURN_IF_ERROR(s.Get("shutdown_grace_s", &out->shutdown_grace_s));
+  if (!(out->shutdown_grace_s >= 0)) return s.Error(s.Key("shutdown_grace_s"), "must be >= 0");
   if (YAML::Node a = s.Child("auth")) {
     Section as(a, "scheduler.auth", file);
     RETURN_IF_ERROR(as.Check());
@@ -304,6 +306,8 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
   RETURN_IF_ERROR(s.Get("listen", &out->listen));
   RETURN_IF_ERROR(s.Get("advertise", &o.advertise_address));
   RETURN_IF_ERROR(ParseTls(s, /*scheduler=*/false, file, &out->tls));
+  RETURN_IF_ERROR(s.Get("shutdown_grace_s", &out->shutdown_grace_s));
+  if (!(out->shutdown_grace_s >= 0)) return s.Error(s.Key("shutdown_grace_s"), "must be >= 0");
   RETURN_IF_ERROR(s.Get("scheduler", &o.scheduler_address));
   RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
   RETURN_IF_ERROR(s.Get("stream_threads", &out->stream_threads));

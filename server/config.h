@@ -26,6 +26,9 @@ struct SchedulerSection {
   std::string http_listen;
   // TLS on the public port and mTLS to the nodes (server/tls.h).
   TlsSettings tls;
+  // SIGTERM: readiness goes NOT_SERVING, new calls are refused and the
+  // streams in flight get this long to finish (default 30 s).
+  double shutdown_grace_s = 30;
   // scheduler.auth.keys_file: API keys, tenants and roles (server/auth.h).
   // Empty (the default): no authentication.
   std::string keys_file;
@@ -42,6 +45,9 @@ struct NodeSection {
   int stream_threads = 2;
   // mTLS on the Node port and to the scheduler and peers (server/tls.h).
   TlsSettings tls;
+  // SIGTERM: the node takes no new calls (the scheduler retries them on
+  // other replicas) and lets its streams finish for this long (default 30 s).
+  double shutdown_grace_s = 30;
   node_manager::NodeOptions options;  // advertise defaults to listen
 };
 

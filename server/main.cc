@@ -223,6 +223,20 @@ int main(int argc, char** argv) {
   demo->add_option("--prompt", demo_prompt, "prompt for every model");
   demo->add_option("--max-tokens", demo_tokens, "tokens per model");
 
+  std::string drain_node;
+  bool drain_undo = false;
+  int drain_wait_s = 0;
+  auto* drain = app.add_subcommand(
+      "drain", "cordon a node and move its models away (Admin.DrainNode), before maintenance");
+  drain->add_option("--target", target, "scheduler address")->capture_default_str();
+  drain->add_option("--node", drain_node, "node id")->required();
+  drain->add_flag("--undo", drain_undo, "lift the cordon");
+  drain
+      ->add_option("--wait", drain_wait_s,
+                   "wait up to this many seconds until the node holds "
+                   "no models (exit 1 if it still does)")
+      ->capture_default_str();
+
   std::string keys_file, key_tenant, key_role = "user", key_models;
   auto* keys = app.add_subcommand("keys", "API keys for scheduler.auth.keys_file");
   keys->require_subcommand(1);
@@ -301,6 +315,9 @@ int main(int argc, char** argv) {
   if (models->parsed()) return ballast::server::RunModels(target);
   if (cluster->parsed()) return ballast::server::RunCluster(target);
   if (health->parsed()) return ballast::server::RunHealth(target, health_service);
+  if (drain->parsed()) {
+    return ballast::server::RunDrain(target, drain_node, drain_undo, drain_wait_s);
+  }
   if (demo->parsed()) return ballast::server::RunDemo(target, demo_prompt, demo_tokens);
   if (keys_add->parsed()) {
     ballast::server::Principal who;

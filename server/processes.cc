@@ -75,9 +75,6 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
   return server;
 }
 
-// How long SIGTERM lets the streams in flight finish (scheduler and node).
-constexpr std::chrono::seconds kDrainOnStop(30);
-
 struct SchedulerParts {
   std::unique_ptr<global_scheduler::Scheduler> scheduler;
   std::unique_ptr<InferenceService> inference;
@@ -89,12 +86,13 @@ struct SchedulerParts {
   std::string address;
   std::thread gauges;
   absl::Notification stop_gauges;
+  absl::Duration grace;  // scheduler.shutdown_grace_s
 
   void Shutdown() {
     server->GetHealthCheckService()->SetServingStatus(false);
     // The gateway first: it cancels its streams, which are gRPC calls to `server`.
     if (gateway) gateway->Shutdown();
-    server->Shutdown(std::chrono::system_clock::now() + kDrainOnStop);
+    server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     stop_gauges.Notify();
     if (gauges.joinable()) gauges.join();
     scheduler->Stop();
@@ -104,6 +102,7 @@ struct SchedulerParts {
 absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSection& cfg,
                                                                Metrics* metrics) {
   auto p = std::make_unique<SchedulerParts>();
+  p->grace = absl::Seconds(cfg.shutdown_grace_s);
   global_scheduler::SchedulerOptions options = cfg.options;
   auto node_creds = ChannelCredentialsFor(cfg.tls);  // mTLS to the nodes
   if (!node_creds.ok()) return node_creds.status();
@@ -176,6 +175,7 @@ struct NodeParts {
     absl::MutexLock lock(&refused_mu);
     return refused;
   }
+  absl::Duration grace;  // node.shutdown_grace_s
 
   void Shutdown() {
     server->GetHealthCheckService()->SetServingStatus(false);
@@ -183,15 +183,15 @@ struct NodeParts {
     if (gauges.joinable()) gauges.join();
     // Drain: the server takes no new calls (the scheduler retries them on
     // another replica) and lets the streams in flight finish on the still
-    // running engines, for up to kDrainOnStop; then it cancels the rest.
+    // running engines, for up to `grace`; then it cancels the rest.
     // Past that, the node stops too, which also ends handlers blocked in it
     // (a draining eviction).
     absl::Notification drained;
     std::thread drain([&] {
-      server->Shutdown(std::chrono::system_clock::now() + kDrainOnStop);
+      server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
       drained.Notify();
     });
-    drained.WaitForNotificationWithTimeout(absl::FromChrono(kDrainOnStop) + absl::Seconds(1));
+    drained.WaitForNotificationWithTimeout(grace + absl::Seconds(1));
     node->Shutdown();  // heartbeats, then device workers
     drain.join();
   }
@@ -199,6 +199,7 @@ struct NodeParts {
 
 absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Metrics* metrics) {
   auto p = std::make_unique<NodeParts>();
+  p->grace = absl::Seconds(cfg.shutdown_grace_s);
   node_manager::NodeOptions options = cfg.options;
   auto creds = ChannelCredentialsFor(cfg.tls);  // mTLS to the scheduler and peers
   if (!creds.ok()) return creds.status();

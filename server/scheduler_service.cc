@@ -133,6 +133,18 @@ grpc::Status AdminService::MigrateModel(grpc::ServerContext* ctx,
   return ToGrpc(sched_->MigrateModel(req->name(), req->from_node(), req->to_node()));
 }
 
+grpc::Status AdminService::DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req,
+                                     v1::DrainNodeResponse* resp) {
+  if (auto st = RequireAdmin(keys_, *ctx); !st.ok()) return ToGrpc(st);
+  if (req->node_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node_id is required");
+  }
+  auto r = sched_->DrainNode(req->node_id(), req->undo());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
 grpc::Status AdminService::UnregisterModel(grpc::ServerContext* ctx,
                                            const v1::UnregisterModelRequest* req,
                                            v1::UnregisterModelResponse*) {

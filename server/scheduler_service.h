@@ -68,6 +68,8 @@ class AdminService final : public v1::Admin::Service {
                                v1::ClusterState* resp) override;
   grpc::Status MigrateModel(grpc::ServerContext* ctx, const v1::MigrateModelRequest* req,
                             v1::MigrateModelResponse* resp) override;
+  grpc::Status DrainNode(grpc::ServerContext* ctx, const v1::DrainNodeRequest* req,
+                         v1::DrainNodeResponse* resp) override;
 
  private:
   global_scheduler::Scheduler* sched_;
