@@ -206,7 +206,7 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
   options.credentials = *creds;
   // Only the scheduler and peer nodes call the Node service: with TLS, a
   // certificate from the cluster CA is required.
-  auto server_creds = ServerCredentialsFor(cfg.tls, ClientCerts::kRequired);
+  auto server_creds = NodeServerCredentials(cfg.tls);
   if (!server_creds.ok()) return server_creds.status();
   auto n = node_manager::NodeManager::Create(options);
   if (!n.ok()) return n.status();

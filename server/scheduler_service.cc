@@ -160,19 +160,18 @@ grpc::Status AdminService::GetClusterState(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::CheckPeer(const grpc::ServerContext& ctx) const {
-  if (!require_node_cert_ || PeerHasVerifiedCert(*ctx.auth_context())) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "node registration needs a client certificate signed by the cluster CA "
-                      "(node.tls.cert_file and key_file)");
+grpc::Status RegistryService::CheckPeer(const grpc::ServerContext& ctx,
+                                        const std::string& node_id) const {
+  if (!require_node_cert_) return grpc::Status::OK;
+  return ToGrpc(CheckNodeIdentity(*ctx.auth_context(), node_id));
 }
 
 grpc::Status RegistryService::Register(grpc::ServerContext* ctx, const v1::RegisterNodeRequest* req,
                                        v1::RegisterNodeResponse* resp) {
-  if (grpc::Status st = CheckPeer(*ctx); !st.ok()) return st;
   if (req->node_id().empty() || req->address().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node_id and address are required");
   }
+  if (grpc::Status st = CheckPeer(*ctx, req->node_id()); !st.ok()) return st;
   auto registered = sched_->RegisterNode(*req);
   if (!registered.ok()) return ToGrpc(registered.status());
   *resp = *registered;
@@ -181,7 +180,7 @@ grpc::Status RegistryService::Register(grpc::ServerContext* ctx, const v1::Regis
 
 grpc::Status RegistryService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                         v1::HeartbeatResponse* resp) {
-  if (grpc::Status st = CheckPeer(*ctx); !st.ok()) return st;
+  if (grpc::Status st = CheckPeer(*ctx, req->node_id()); !st.ok()) return st;
   *resp = sched_->Heartbeat(*req);
   return grpc::Status::OK;
 }

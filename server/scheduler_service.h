@@ -88,7 +88,8 @@ class RegistryService final : public v1::NodeRegistry::Service {
                          v1::HeartbeatResponse* resp) override;
 
  private:
-  grpc::Status CheckPeer(const grpc::ServerContext& ctx) const;
+  // With TLS: the caller's certificate names node `node_id`.
+  grpc::Status CheckPeer(const grpc::ServerContext& ctx, const std::string& node_id) const;
 
   global_scheduler::Scheduler* sched_;
   const bool require_node_cert_;

@@ -3,9 +3,14 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "grpcpp/security/auth_context.h"
+#include "grpcpp/security/auth_metadata_processor.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 
@@ -107,6 +112,72 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentialsFromE
   options.watch_root_certs();
   auto creds = grpc::experimental::TlsCredentials(options);
   if (!creds) return absl::InvalidArgumentError("gRPC refused the TLS client settings");
+  return creds;
+}
+
+std::vector<std::string> PeerUris(const grpc::AuthContext& auth) {
+  std::vector<std::string> out;
+  if (!auth.IsPeerAuthenticated()) return out;
+  const auto pems = auth.FindPropertyValues("x509_pem_cert");
+  if (pems.empty()) return out;
+  BIO* bio = BIO_new_mem_buf(pems.front().data(), static_cast<int>(pems.front().size()));
+  X509* cert = bio ? PEM_read_bio_X509(bio, nullptr, nullptr, nullptr) : nullptr;
+  if (cert != nullptr) {
+    auto* names =
+        static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+    for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names); ++i) {
+      const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+      if (n->type != GEN_URI) continue;
+      const ASN1_IA5STRING* uri = n->d.uniformResourceIdentifier;
+      out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
+                       static_cast<size_t>(ASN1_STRING_length(uri)));
+    }
+    if (names != nullptr) GENERAL_NAMES_free(names);
+    X509_free(cert);
+  }
+  if (bio != nullptr) BIO_free(bio);
+  return out;
+}
+
+absl::Status CheckNodeIdentity(const grpc::AuthContext& auth, const std::string& node_id) {
+  const std::vector<std::string> uris = PeerUris(auth);
+  for (const auto& u : uris) {
+    if (u == absl::StrCat(kNodeUriPrefix, node_id) || u == absl::StrCat(kNodeUriPrefix, "*")) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::UnauthenticatedError(absl::StrCat(
+      "node \"", node_id, "\" must register with a certificate of the cluster CA whose URI SAN is ",
+      kNodeUriPrefix, node_id,
+      uris.empty() ? " (this one names none)"
+                   : absl::StrCat(" (this one names ", absl::StrJoin(uris, ", "), ")")));
+}
+
+namespace {
+
+// The node port's gate: the scheduler and the nodes only.
+class DaemonPeersOnly final : public grpc::AuthMetadataProcessor {
+ public:
+  bool IsBlocking() const override { return false; }
+  grpc::Status Process(const InputMetadata&, grpc::AuthContext* context, OutputMetadata*,
+                       OutputMetadata*) override {
+    for (const auto& u : PeerUris(*context)) {
+      if (u == kSchedulerUri || absl::StartsWith(u, kNodeUriPrefix)) return grpc::Status::OK;
+    }
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("a node's port serves only the scheduler and other nodes (a "
+                                     "certificate with URI SAN ",
+                                     kSchedulerUri, " or ", kNodeUriPrefix, "<id>)"));
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NodeServerCredentials(
+    const TlsSettings& tls) {
+  auto creds = ServerCredentialsFor(tls, ClientCerts::kRequired);
+  if (!creds.ok() || !tls.enabled()) return creds;
+  (*creds)->SetAuthMetadataProcessor(std::make_shared<DaemonPeersOnly>());
   return creds;
 }
 

@@ -10,6 +10,13 @@
 // log warns) or, with no `tls` block at all, when every address the
 // process listens on is loopback (tests, `ballast serve` on one machine).
 //
+// Roles come from the certificates, not from the CA alone (a public
+// client's certificate may come from the same CA): a URI SAN
+// `ballast://scheduler` marks the scheduler, `ballast://node/<id>` the node
+// with that id (`ballast://node/*`: any node id, for a certificate shared
+// by all nodes in a trial). Only those may call a node's port, and a node
+// registers only with a certificate naming its id.
+//
 // Thread-safety: pure functions; the credentials they return are
 // thread-safe gRPC objects.
 #pragma once
@@ -78,5 +85,19 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentialsFromE
 // Whether the peer of a call presented a certificate the port verified
 // (false on plaintext ports).
 bool PeerHasVerifiedCert(const grpc::AuthContext& auth);
+
+// The URI SANs of the peer's verified certificate (empty if none).
+std::vector<std::string> PeerUris(const grpc::AuthContext& auth);
+
+inline constexpr char kSchedulerUri[] = "ballast://scheduler";
+inline constexpr char kNodeUriPrefix[] = "ballast://node/";
+
+// OK if the peer's certificate names node `node_id` (or any node).
+absl::Status CheckNodeIdentity(const grpc::AuthContext& auth, const std::string& node_id);
+
+// Server credentials for a node's port: mTLS, and only the scheduler's and
+// the nodes' certificates (by URI SAN) may call; plaintext if disabled.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NodeServerCredentials(
+    const TlsSettings& tls);
 
 }  // namespace ballast::server

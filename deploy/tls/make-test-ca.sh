@@ -2,9 +2,12 @@
 # Makes a test CA and certificates for Ballast's TLS (server/tls.h) with
 # openssl, into OUT_DIR:
 #   ca.pem, ca.key                the cluster CA (ca_file of every daemon)
-#   scheduler.pem, scheduler.key  the scheduler (server and client use)
-#   node.pem, node.key            the nodes (server and client use; one for
-#                                 all nodes here, one per node in production)
+#   scheduler.pem, scheduler.key  the scheduler (server and client use), URI
+#                                 SAN ballast://scheduler (its role)
+#   node.pem, node.key            the nodes (server and client use), URI SAN
+#                                 ballast://node/* (any node id: a trial's)
+#   node-ID.pem, node-ID.key      with NODES="a b ...": one per node, URI SAN
+#                                 ballast://node/ID (production's way)
 #   client.pem, client.key        a public client (BALLAST_TLS_CERT/KEY)
 # Server certificates name localhost and 127.0.0.1 plus every SAN given
 # (host names or IPv4 addresses the daemons are dialled by).
@@ -28,10 +31,11 @@ if [ ! -f ca.key ] || [ ! -f ca.pem ]; then  # an existing CA is kept: re-runnin
   openssl req -x509 -new -key ca.key -out ca.pem -days 30 -subj "/CN=ballast test CA $$" \
     -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
 fi
-issue() {  # issue NAME EXTENDED_KEY_USAGE
+issue() {  # issue NAME EXTENDED_KEY_USAGE [ROLE_URI]
   key "$1.key.new"
   openssl req -new -key "$1.key.new" -out "$1.csr" -subj "/CN=ballast $1"
-  printf 'subjectAltName=%s\nextendedKeyUsage=%s\nbasicConstraints=CA:FALSE\n' "$SANS" "$2" > "$1.ext"
+  printf 'subjectAltName=%s%s\nextendedKeyUsage=%s\nbasicConstraints=CA:FALSE\n' "$SANS" \
+    "${3:+,URI:$3}" "$2" > "$1.ext"
   openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -out "$1.pem.new" \
     -days 30 -extfile "$1.ext" 2> /dev/null
   rm -f "$1.csr" "$1.ext"
@@ -39,8 +43,11 @@ issue() {  # issue NAME EXTENDED_KEY_USAGE
   mv "$1.key.new" "$1.key"  # key, then certificate: a reader may see a new key with the
   mv "$1.pem.new" "$1.pem"  # old certificate for a moment; gRPC keeps the old pair then
 }
-issue scheduler serverAuth,clientAuth
-issue node serverAuth,clientAuth
-issue client clientAuth
+issue scheduler serverAuth,clientAuth ballast://scheduler
+issue node serverAuth,clientAuth 'ballast://node/*'  # any node id: a trial's shared node certificate
+for id in ${NODES:-}; do                                 # one per node, naming its id
+  issue "node-$id" serverAuth,clientAuth "ballast://node/$id"
+done
+issue client clientAuth                                  # a public client: no ballast:// role
 chmod 600 ca.key
 echo "wrote $OUT: ca.pem, scheduler.pem/.key, node.pem/.key, client.pem/.key (SANs $SANS)"

@@ -16,7 +16,8 @@ namespace {
 
 // Runs deploy/tls/make-test-ca.sh into `dir`.
 void MakeCa(const std::filesystem::path& dir) {
-  const std::string cmd = std::string("bash ") + BALLAST_SOURCE_DIR +
+  // n9: a node certificate naming one node id (the others name any).
+  const std::string cmd = std::string("NODES=n9 bash ") + BALLAST_SOURCE_DIR +
                           "/deploy/tls/make-test-ca.sh " + dir.string() + " > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
@@ -111,38 +112,80 @@ TEST_F(TlsTest, PlaintextAndForeignClientsAreRefusedAndTheServerKeepsServing) {
   EXPECT_EQ(r.ids, Reference("alpha", Bytes("Hello", true), 8));
 }
 
-TEST_F(TlsTest, OnlyHoldersOfAClusterCertificateRegisterNodes) {
-  // TLS without a client certificate reaches the port but may not register.
-  auto registry =
-      v1::NodeRegistry::NewStub(grpc::CreateChannel(Addr(sched_port_), Tls(Ca() / "ca.pem")));
-  grpc::ClientContext ctx;
-  v1::RegisterNodeRequest req;
-  req.set_node_id("intruder");
-  req.set_address("127.0.0.1:1");
-  v1::RegisterNodeResponse resp;
-  const grpc::Status st = registry->Register(&ctx, req, &resp);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
-  EXPECT_NE(st.error_message().find("cluster CA"), std::string::npos) << st.error_message();
+TEST_F(TlsTest, OnlyCertificatesNamingANodeRegisterOrReachNodes) {
+  // Register as node "n3" with: no client certificate, a public client's
+  // certificate (same CA, no role), and node n9's certificate.
+  auto try_register = [&](const std::shared_ptr<grpc::ChannelCredentials>& creds) {
+    auto registry = v1::NodeRegistry::NewStub(grpc::CreateChannel(Addr(sched_port_), creds));
+    grpc::ClientContext ctx;
+    v1::RegisterNodeRequest req;
+    req.set_node_id("n3");
+    req.set_address("127.0.0.1:1");
+    v1::RegisterNodeResponse resp;
+    return registry->Register(&ctx, req, &resp);
+  };
+  for (const auto& [what, creds] :
+       std::vector<std::pair<std::string, std::shared_ptr<grpc::ChannelCredentials>>>{
+           {"no certificate", Tls(Ca() / "ca.pem")},
+           {"client certificate", Tls(Ca() / "ca.pem", Ca(), "client")},
+           {"node n9's certificate", Tls(Ca() / "ca.pem", Ca(), "node-n9")}}) {
+    const grpc::Status st = try_register(creds);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << what;
+    EXPECT_NE(st.error_message().find("ballast://node/n3"), std::string::npos)
+        << what << ": " << st.error_message();
+  }
 
-  // A node whose certificates come from another CA never registers.
+  // A node's port serves the scheduler and nodes only: a public client's
+  // certificate of the same CA is refused there.
+  const auto state = State();
+  ASSERT_EQ(state.nodes_size(), 2);
+  auto call_node = [&](const std::string& name) {
+    auto node = v1::Node::NewStub(
+        grpc::CreateChannel(state.nodes(0).address(), Tls(Ca() / "ca.pem", Ca(), name)));
+    grpc::ClientContext ctx;
+    v1::DropSessionRequest req;
+    req.set_session_id("nobody");
+    v1::DropSessionResponse resp;
+    return node->DropSession(&ctx, req, &resp);
+  };
+  const grpc::Status client = call_node("client");
+  EXPECT_EQ(client.error_code(), grpc::StatusCode::PERMISSION_DENIED) << client.error_message();
+  EXPECT_TRUE(call_node("scheduler").ok());
+
+  // A node process whose certificates come from another CA never registers.
   const std::filesystem::path yaml = dir_ / "foreign-node.yaml";
   std::ofstream(yaml) << TlsYaml("node", OtherCa(), "node");
   ChildProcess foreign({std::string(BALLAST_BINARY_DIR) + "/server/ballast", "node", "--node-id",
                         "n3", "--listen", Addr(testing::FreePort()), "--scheduler",
                         Addr(sched_port_), "--metrics-listen", "", "--config", yaml.string()},
                        (dir_ / "n3.log").string());
-  absl::SleepFor(absl::Seconds(2));
-  const auto state = State();
-  EXPECT_EQ(state.nodes_size(), 2);
-  for (const auto& n : state.nodes()) EXPECT_NE(n.node_id(), "n3");
+  ASSERT_TRUE(
+      WaitFor([&] { return foreign.Log().find("registering with scheduler") != std::string::npos; },
+              absl::Seconds(10)))
+      << foreign.Log();
+  const auto after = State();
+  EXPECT_EQ(after.nodes_size(), 2);
+  for (const auto& n : after.nodes()) EXPECT_NE(n.node_id(), "n3");
   EXPECT_EQ(AliveNodes(), 2);
 }
 
 TEST_F(TlsTest, RotatedCertificatesTakeEffectWithoutARestartOrDroppedConnections) {
   const StreamResult first = Generate("alpha", "Hello", 8);  // opens the test's connection
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  grpc::ChannelArguments own;  // a connection opened before the rotation
+  own.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto old_channel = grpc::CreateCustomChannel(Addr(sched_port_), Tls(Ca() / "ca.pem"), own);
+  auto old_stub = v1::Inference::NewStub(old_channel);
+  auto cert_on_old = [&] {
+    grpc::ClientContext ctx;
+    v1::ListModelsResponse resp;
+    if (!old_stub->ListModels(&ctx, v1::ListModelsRequest(), &resp).ok()) return std::string();
+    const auto certs = ctx.auth_context()->FindPropertyValues("x509_pem_cert");
+    return certs.empty() ? std::string() : std::string(certs.front().data(), certs.front().size());
+  };
   const std::string before = ServerCert();
   ASSERT_FALSE(before.empty());
+  ASSERT_EQ(cert_on_old(), before);
   MakeCa(Ca());  // the same CA, new certificates and keys for every process
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -151,8 +194,11 @@ TEST_F(TlsTest, RotatedCertificatesTakeEffectWithoutARestartOrDroppedConnections
       },
       absl::Seconds(15)))
       << "the scheduler still presents its old certificate";
-  // The connections opened before the rotation keep working, and the
-  // daemons still reach each other.
+  // The connection opened before the rotation is the same one (a new
+  // handshake would show the new certificate), and the daemons still reach
+  // each other.
+  EXPECT_EQ(cert_on_old(), before);
+  EXPECT_EQ(old_channel->GetState(false), GRPC_CHANNEL_READY);
   const StreamResult after = Generate("beta", "Hello", 8);
   ASSERT_TRUE(after.status.ok()) << after.status.error_message();
   EXPECT_EQ(after.ids, Reference("beta", Bytes("Hello", true), 8));
