@@ -377,6 +377,11 @@ absl::Status Scheduler::BeginRoute(const v1::GenerateRequest& req, const std::st
         "model \"", req.model(), "\" is not registered (ListModels shows the catalogue)"));
   }
   if (auto st = ValidateGenerateRequest(req, model->context_window); !st.ok()) return st;
+  // The tenant's quotas, once per request (a failover retry avoids a node).
+  const bool first_attempt = avoid_node.empty();
+  if (first_attempt) {
+    if (auto st = AdmitRequest(req); !st.ok()) return st;
+  }
   Route& route = p->route;
   route.session_id = req.session_id();
   route.ttft_ms = req.slo().ttft_ms()   ? req.slo().ttft_ms()
@@ -387,7 +392,10 @@ absl::Status Scheduler::BeginRoute(const v1::GenerateRequest& req, const std::st
                                         : options_.default_tpot_ms;
   route.turn_messages.assign(req.messages().begin(), req.messages().end());
   if (!route.session_id.empty()) {
-    if (auto st = BeginSessionTurn(req, &route, &p->affinity); !st.ok()) return st;
+    if (auto st = BeginSessionTurn(req, &route, &p->affinity); !st.ok()) {
+      if (first_attempt) quotas_.RefundRequest(req.tenant());  // refused: not charged
+      return st;
+    }
   }
   registry_.RecordRequest(req.model(), clock_());
   p->avoid_node = avoid_node;

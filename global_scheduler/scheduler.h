@@ -279,8 +279,11 @@ class Scheduler {
   // `node_id` (where an unaccepted request can be retried).
   bool HasReplicaElsewhere(const std::string& model, const std::string& node_id) const;
   absl::Duration node_accept_timeout() const { return options_.node_accept_timeout; }
-  // EndSession: forgets the history and drops the KV on its node.
-  bool EndSession(const std::string& session_id);
+  // EndSession: forgets the history and drops the KV on its node. With
+  // `tenant` (API keys on), only a session of that tenant is ended
+  // (PERMISSION_DENIED for another's), and an unknown id touches no node.
+  absl::StatusOr<bool> EndSession(const std::string& session_id,
+                                  const std::optional<std::string>& tenant = std::nullopt);
   // Advise (scheduler_advise.cc states the rule): picks the node that will
   // serve the session's next turn, has it move the KV onto its device
   // (from its tiers, or from the session's last node as a peer) and makes

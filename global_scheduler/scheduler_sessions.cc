@@ -34,9 +34,12 @@ absl::Status Scheduler::BeginSessionTurn(const v1::GenerateRequest& req, Route* 
   return absl::OkStatus();
 }
 
-bool Scheduler::EndSession(const std::string& session_id) {
+absl::StatusOr<bool> Scheduler::EndSession(const std::string& session_id,
+                                           const std::optional<std::string>& tenant) {
   bool existed = false;
-  sessions_.End(session_id, &existed);
+  auto ended = sessions_.End(session_id, &existed, tenant);
+  if (!ended.ok()) return ended.status();
+  if (tenant && !existed) return false;  // unknown to us: nothing of this tenant's to drop
   // Dropped everywhere before the client hears back: a turn that reuses the
   // id right after must find no node that still knows it (else the
   // lost-history check would take it for a forgotten session).

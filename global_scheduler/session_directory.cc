@@ -118,11 +118,13 @@ void SessionDirectory::Abort(const std::string& session_id) {
   if (it->second.tokens.empty() && it->second.messages.empty()) Erase(it);
 }
 
-std::optional<std::string> SessionDirectory::End(const std::string& session_id, bool* existed) {
+absl::StatusOr<std::optional<std::string>> SessionDirectory::End(
+    const std::string& session_id, bool* existed, const std::optional<std::string>& tenant) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   *existed = it != sessions_.end();
-  if (!*existed) return std::nullopt;
+  if (!*existed) return std::optional<std::string>();
+  if (tenant && it->second.tenant != *tenant) return OtherTenant(session_id);
   std::optional<std::string> node;
   if (!it->second.node_id.empty()) node = it->second.node_id;
   Erase(it);

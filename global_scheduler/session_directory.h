@@ -82,8 +82,12 @@ class SessionDirectory {
   void SetAffinity(const std::string& session_id, const std::string& node_id);
   void Commit(const std::string& session_id, const std::string& node_id, TurnRecord turn);
   void Abort(const std::string& session_id);
-  // Forgets a session; returns its affinity node if it existed.
-  std::optional<std::string> End(const std::string& session_id, bool* existed);
+  // Forgets a session; returns its affinity node if it existed. With
+  // `tenant`, a session of another tenant is PERMISSION_DENIED (checked and
+  // erased under one lock).
+  absl::StatusOr<std::optional<std::string>> End(
+      const std::string& session_id, bool* existed,
+      const std::optional<std::string>& tenant = std::nullopt);
   // Forgets affinity to a dead node (history is kept).
   void ForgetNode(const std::string& node_id);
   // Marks a session lost (see above) and ends its turn in flight.

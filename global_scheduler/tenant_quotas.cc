@@ -6,6 +6,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "global_scheduler/request_validation.h"
 
 namespace ballast::global_scheduler {
 namespace {
@@ -35,6 +36,11 @@ void TokenBucket::Refill(absl::Time now) {
   }
 }
 
+bool TokenBucket::Full(absl::Time now) {
+  Refill(now);
+  return level_ >= burst_;
+}
+
 double TokenBucket::level(absl::Time now) {
   Refill(now);
   return level_;
@@ -53,7 +59,7 @@ bool TokenBucket::TryTake(double n, absl::Time now, absl::Duration* wait) {
 
 void TokenBucket::Charge(double n, absl::Time now) {
   Refill(now);
-  level_ -= n;
+  level_ = std::min(burst_, level_ - n);  // a refund never lifts it past the burst
 }
 
 bool TokenBucket::Solvent(absl::Time now, absl::Duration* wait) {
@@ -79,6 +85,14 @@ TenantQuotas::Buckets& TenantQuotas::BucketsOf(const std::string& tenant, absl::
   auto it = buckets_.find(tenant);
   if (it != buckets_.end()) return it->second;
   const bool listed = options_.tenants.count(tenant) > 0;
+  if (!listed && static_cast<int>(buckets_.size()) >= options_.max_tracked_tenants) {
+    for (auto b = buckets_.begin(); b != buckets_.end();) {  // refilled: as good as new
+      Buckets& k = b->second;
+      const bool full = b->first != OverflowKey() && k.requests.Full(now) &&
+                        k.prompt_tokens.Full(now) && k.advisories.Full(now);
+      b = full ? buckets_.erase(b) : std::next(b);
+    }
+  }
   const std::string& key =
       listed || static_cast<int>(buckets_.size()) < options_.max_tracked_tenants ? tenant
                                                                                  : OverflowKey();
@@ -95,6 +109,7 @@ TenantQuotas::Buckets& TenantQuotas::BucketsOf(const std::string& tenant, absl::
 }
 
 absl::Status TenantQuotas::AdmitRequest(const std::string& tenant, int64_t prompt_bytes) {
+  if (auto st = ValidateTenant(tenant); !st.ok()) return st;
   const QuotaLimits& l = LimitsOf(tenant);
   if (l.max_prompt_bytes > 0 && prompt_bytes > l.max_prompt_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("the prompt is ", prompt_bytes, " bytes; ",
@@ -126,7 +141,15 @@ void TenantQuotas::ChargePromptTokens(const std::string& tenant, int64_t tokens)
   BucketsOf(tenant, now).prompt_tokens.Charge(static_cast<double>(tokens), now);
 }
 
+void TenantQuotas::RefundRequest(const std::string& tenant) {
+  if (LimitsOf(tenant).requests_per_s <= 0 || !ValidateTenant(tenant).ok()) return;
+  const absl::Time now = clock_();
+  absl::MutexLock lock(&mu_);
+  BucketsOf(tenant, now).requests.Charge(-1, now);
+}
+
 absl::Status TenantQuotas::AdmitAdvisory(const std::string& tenant) {
+  if (auto st = ValidateTenant(tenant); !st.ok()) return st;
   const QuotaLimits& l = LimitsOf(tenant);
   if (l.advisories_per_s <= 0) return absl::OkStatus();
   const absl::Time now = clock_();

@@ -11,9 +11,12 @@
 // and advisories are taken up front.
 //
 // A tenant is whatever the request says (with API keys, the key's tenant:
-// server/auth.h). At most `max_tracked_tenants` distinct tenants get their
-// own buckets; beyond that, the rest share one, so a client inventing
-// tenant names cannot grow memory or escape its limits.
+// server/auth.h), validated first (at most 128 bytes). At most
+// `max_tracked_tenants` distinct tenants get their own buckets: when the
+// table is full, buckets that have refilled completely are dropped (a full
+// bucket is what a new one would be, so nothing is forgotten); if none has,
+// new tenants share one overflow set, so a client inventing tenant names
+// can grow memory no further and gets no fresh bursts.
 //
 // Thread-safety: TenantQuotas is thread-safe; TokenBucket is not.
 #pragma once
@@ -43,6 +46,8 @@ class TokenBucket {
   // Whether the level is >= 0; else `*wait` is how long until it is.
   bool Solvent(absl::Time now, absl::Duration* wait);
   double level(absl::Time now);
+  // Whether it has refilled to its burst (as good as a new bucket).
+  bool Full(absl::Time now);
 
  private:
   void Refill(absl::Time now);
@@ -65,8 +70,9 @@ struct QuotaLimits {
 };
 
 struct QuotaOptions {
-  QuotaLimits defaults;                        // every tenant not listed
-  std::map<std::string, QuotaLimits> tenants;  // per tenant, replacing defaults
+  QuotaLimits defaults;  // every tenant not listed
+  // Per tenant (keys not set in the config inherit the defaults).
+  std::map<std::string, QuotaLimits> tenants;
   // Distinct tenants with their own buckets (default 10,000).
   int max_tracked_tenants = 10000;
 };
@@ -78,6 +84,8 @@ class TenantQuotas {
   // A Generate request of `tenant` with `prompt_bytes` of prompt.
   absl::Status AdmitRequest(const std::string& tenant, int64_t prompt_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives back the request token of a request refused after admission.
+  void RefundRequest(const std::string& tenant) ABSL_LOCKS_EXCLUDED(mu_);
   // A finished request's prompt tokens (computed, not reused).
   void ChargePromptTokens(const std::string& tenant, int64_t tokens) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AdmitAdvisory(const std::string& tenant) ABSL_LOCKS_EXCLUDED(mu_);

@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -162,11 +163,12 @@ absl::StatusOr<std::string> AddKey(const std::string& path, const Principal& who
   root["keys"].push_back(entry);
   YAML::Emitter out;
   out << root;
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", Sha256Hex(key).substr(0, 8));
   {
     std::ofstream f(tmp, std::ios::trunc);
     f << "# API keys (scheduler.auth.keys_file): SHA-256 hashes only; `ballast keys add`\n"
       << out.c_str() << "\n";
+    f.close();
     if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
   }
   std::error_code ec;
@@ -193,19 +195,31 @@ absl::StatusOr<std::unique_ptr<KeyStore>> KeyStore::Load(const std::string& path
 
 void KeyStore::MaybeReload() {
   const absl::Time now = absl::Now();
-  if (now - checked_ < absl::Seconds(1)) return;
-  checked_ = now;
+  std::string known;
+  {
+    absl::MutexLock lock(&mu_);
+    if (reloading_ || now - checked_ < absl::Seconds(1)) return;
+    checked_ = now;
+    reloading_ = true;  // one caller reads the file; the others use the keys they have
+    known = signature_;
+  }
+  // The file is read and parsed outside the lock: calls keep authenticating.
   const std::string signature = FileSignature(path_);
-  if (signature == signature_) return;
+  std::optional<absl::StatusOr<std::map<std::string, Principal>>> keys;
+  if (signature != known) {
+    auto text = ReadFile(path_);
+    keys = text.ok() ? ParseKeyFile(*text, path_) : text.status();
+  }
+  absl::MutexLock lock(&mu_);
+  reloading_ = false;
+  if (!keys) return;
   signature_ = signature;
-  auto text = ReadFile(path_);
-  auto keys = text.ok() ? ParseKeyFile(*text, path_) : text.status();
-  if (!keys.ok()) {
+  if (!keys->ok()) {
     spdlog::error("API keys not reloaded, keeping the previous {}: {}", by_hash_.size(),
-                  std::string(keys.status().message()));
+                  std::string(keys->status().message()));
     return;
   }
-  by_hash_ = std::move(*keys);
+  by_hash_ = std::move(**keys);
   spdlog::info("API keys reloaded from {}: {}", path_, by_hash_.size());
 }
 
@@ -216,13 +230,13 @@ absl::StatusOr<Principal> KeyStore::Authenticate(absl::string_view authorization
         "the HTTP Authorization header");
   }
   absl::string_view key = authorization;
-  if (!absl::ConsumePrefix(&key, "Bearer ") && !absl::ConsumePrefix(&key, "bearer ")) {
+  if (key.size() < 7 || !absl::EqualsIgnoreCase(key.substr(0, 7), "bearer ")) {
     return absl::UnauthenticatedError("the authorization value must be \"Bearer <key>\"");
   }
-  key = absl::StripAsciiWhitespace(key);
+  key = absl::StripAsciiWhitespace(key.substr(7));
   const std::string hash = Sha256Hex(key);
-  absl::MutexLock lock(&mu_);
   MaybeReload();
+  absl::MutexLock lock(&mu_);
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return absl::UnauthenticatedError("unknown or revoked API key");
   return it->second;

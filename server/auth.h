@@ -72,13 +72,14 @@ class KeyStore {
  private:
   explicit KeyStore(std::string path) : path_(std::move(path)) {}
   // Re-reads the file if it changed (inode, size or modification time;
-  // checked at most once a second). REQUIRES: mu_ held.
-  void MaybeReload() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // checked at most once a second), reading and parsing outside mu_.
+  void MaybeReload() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string path_;
   mutable absl::Mutex mu_;
   std::map<std::string, Principal> by_hash_ ABSL_GUARDED_BY(mu_);
   std::string signature_ ABSL_GUARDED_BY(mu_);  // of the file last read
+  bool reloading_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 

@@ -118,6 +118,13 @@ absl::Status ParseQuotaLimits(Section& s, global_scheduler::QuotaLimits* l) {
                                {"max_prompt_bytes", static_cast<double>(l->max_prompt_bytes)}}) {
     if (!(v >= 0)) return s.Error(s.Key(key), "must be >= 0 (0: no limit)");
   }
+  for (const auto& [key, v] : {std::pair<const char*, double>{"request_burst", l->request_burst},
+                               {"prompt_token_burst", l->prompt_token_burst},
+                               {"advisory_burst", l->advisory_burst}}) {
+    if (v > 0 && v < 1) {
+      return s.Error(s.Key(key), "must be 0 (the rate, at least 1) or >= 1: a call takes 1");
+    }
+  }
   return absl::OkStatus();
 }
 

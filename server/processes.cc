@@ -116,7 +116,8 @@ absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSe
     auto keys = KeyStore::Load(cfg.keys_file);
     if (!keys.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("scheduler.auth.keys_file: ", keys.status().message()));
+          absl::StrCat("scheduler.auth.keys_file: ", keys.status().message(),
+                       " (make one with `ballast keys add --file FILE --tenant T`)"));
     }
     p->keys = std::move(*keys);
     spdlog::info("API keys: {} from {}", p->keys->size(), cfg.keys_file);

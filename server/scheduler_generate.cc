@@ -87,8 +87,9 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
  public:
   SchedulerGenerateStream(global_scheduler::Scheduler* sched, Metrics* metrics,
                           transfer::WorkerPool* routing, const v1::GenerateRequest& req,
-                          std::string request_id)
-      : sched_(sched),
+                          std::string request_id, grpc::CallbackServerContext* server_ctx)
+      : server_ctx_(server_ctx),
+        sched_(sched),
         metrics_(metrics),
         routing_(routing),
         req_(req),
@@ -268,6 +269,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   void DoRoute(const std::string& avoid) {
     pending_ = global_scheduler::PendingRoute();
     if (auto st = sched_->BeginRoute(req_, avoid, &pending_); !st.ok()) {
+      AddRetryHint(server_ctx_, st);  // a quota's refusal: when to retry
       Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         routing_pending_ = false;
         End(ToGrpc(st));
@@ -437,6 +439,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     Pump([]() {});
   }
 
+  grpc::CallbackServerContext* const server_ctx_;  // trailing metadata before Finish
   global_scheduler::Scheduler* const sched_;
   Metrics* const metrics_;
   transfer::WorkerPool* const routing_;
@@ -563,8 +566,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
   };
   if (absl::Status st = ParseRequest(*raw, &req); !st.ok()) return refuse(st);
   if (absl::Status st = Authorize(keys, *ctx, &req); !st.ok()) return refuse(st);
-  if (absl::Status st = sched->AdmitRequest(req); !st.ok()) return refuse(st);
-  auto* s = new SchedulerGenerateStream(sched, metrics, routing, req, std::move(request_id));
+  auto* s = new SchedulerGenerateStream(sched, metrics, routing, req, std::move(request_id), ctx);
   s->Route("");
   return s;
 }

@@ -15,9 +15,10 @@
 namespace ballast::server {
 namespace {
 
-// The caller may use `model` (nullopt: authentication is off).
+// The caller may use `model` (nullopt: authentication is off; an empty
+// model is the session's, which its own Generate was allowed).
 absl::Status CheckModel(const std::optional<Principal>& caller, const std::string& model) {
-  if (!caller || caller->AllowsModel(model)) return absl::OkStatus();
+  if (!caller || model.empty() || caller->AllowsModel(model)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat("this API key (tenant \"", caller->tenant,
                                                   "\") may not use model \"", model, "\""));
 }
@@ -56,6 +57,9 @@ grpc::Status InferenceService::Advise(grpc::ServerContext* ctx, const v1::Advise
   if (!caller.ok()) return ToGrpc(caller.status());
   v1::AdviseRequest req = *in;
   if (auto st = CheckModel(*caller, req.model()); !st.ok()) return ToGrpc(st);
+  for (const std::string& hop : req.next_hops()) {  // hops load models: the same rule
+    if (auto st = CheckModel(*caller, hop); !st.ok()) return ToGrpc(st);
+  }
   if (auto st = ApplyTenant(*caller, &req); !st.ok()) return ToGrpc(st);
   auto r = sched_->Advise(req);
   if (!r.ok()) {
@@ -87,11 +91,11 @@ grpc::Status InferenceService::EndSession(grpc::ServerContext* ctx,
   if (auto st = global_scheduler::ValidateSessionId(req->session_id()); !st.ok()) {
     return ToGrpc(st);
   }
-  if (*caller && (*caller)->role != Role::kAdmin) {  // only its own tenant's sessions
-    auto owned = sched_->sessions().Peek(req->session_id(), (*caller)->tenant);
-    if (absl::IsPermissionDenied(owned.status())) return ToGrpc(owned.status());
-  }
-  resp->set_existed(sched_->EndSession(req->session_id()));
+  std::optional<std::string> tenant;  // a user key ends only its tenant's sessions
+  if (*caller && (*caller)->role != Role::kAdmin) tenant = (*caller)->tenant;
+  auto ended = sched_->EndSession(req->session_id(), tenant);
+  if (!ended.ok()) return ToGrpc(ended.status());
+  resp->set_existed(*ended);
   return grpc::Status::OK;
 }
 

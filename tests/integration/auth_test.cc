@@ -100,9 +100,48 @@ TEST_F(AuthTest, KeysDecideTenantsModelsAndRoles) {
   key_ = globex_key_;
   r = Generate("alpha", " again", 4, "shared-session");
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << r.status.error_message();
+  {  // nor end it, nor advise it
+    grpc::ClientContext ctx;
+    Decorate(&ctx);
+    v1::EndSessionRequest end;
+    end.set_session_id("shared-session");
+    v1::EndSessionResponse resp;
+    EXPECT_EQ(inference_->EndSession(&ctx, end, &resp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    grpc::ClientContext ctx;
+    Decorate(&ctx);
+    v1::AdviseRequest adv;
+    adv.set_session_id("shared-session");
+    v1::AdviseResponse resp;
+    EXPECT_EQ(inference_->Advise(&ctx, adv, &resp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
   names.clear();
   ASSERT_TRUE(List(&names).ok());
   EXPECT_EQ(names.size(), 2u);  // no allow-list: every model
+
+  key_ = acme_key_;
+  {  // an advisory's next hops are models too: the allow-list applies
+    grpc::ClientContext ctx;
+    Decorate(&ctx);
+    v1::AdviseRequest adv;
+    adv.set_session_id("shared-session");
+    adv.add_next_hops("beta");
+    v1::AdviseResponse resp;
+    EXPECT_EQ(inference_->Advise(&ctx, adv, &resp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {  // the owner ends its session
+    grpc::ClientContext ctx;
+    Decorate(&ctx);
+    v1::EndSessionRequest end;
+    end.set_session_id("shared-session");
+    v1::EndSessionResponse resp;
+    ASSERT_TRUE(inference_->EndSession(&ctx, end, &resp).ok());
+    EXPECT_TRUE(resp.existed());
+  }
 
   key_ = admin_key_;
   EXPECT_EQ(AliveNodes(), 2);  // the Admin API with an admin key

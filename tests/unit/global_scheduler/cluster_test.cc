@@ -139,7 +139,7 @@ TEST(SessionDirectory, OneTurnAtATimeAndHistoryGrowsOnCommit) {
   EXPECT_EQ(t3->history.size(), 3u);
   d.Abort("s");
   bool existed = false;
-  d.End("s", &existed);
+  ASSERT_TRUE(d.End("s", &existed).ok());
   EXPECT_TRUE(existed);
   EXPECT_EQ(d.size(), 0);
   // A first turn that fails leaves no session behind.

@@ -52,7 +52,7 @@ TEST(SessionDirectory, LostSessionsFailUntilEnded) {
     d.Abort("s");  // a failed turn keeps the tombstone
   }
   bool existed = false;
-  d.End("s", &existed);
+  ASSERT_TRUE(d.End("s", &existed).ok());
   EXPECT_TRUE(existed);
   EXPECT_TRUE(d.Begin("s", "m").ok());
 }

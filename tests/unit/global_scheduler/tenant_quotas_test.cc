@@ -89,6 +89,31 @@ TEST(TenantQuotas, TenantsBeyondTheTrackedBoundShareOneSetOfBuckets) {
   EXPECT_TRUE(q.AdmitAdvisory("y").ok());
   EXPECT_FALSE(q.AdmitAdvisory("z").ok());
   EXPECT_TRUE(q.AdmitAdvisory("a").ok());  // tracked tenants keep their own
+  // Once a tracked tenant's buckets have refilled, a new tenant takes its
+  // place (a full bucket is what a new one would be).
+  clock.now += absl::Seconds(10);
+  EXPECT_TRUE(q.AdmitAdvisory("w").ok());
+  EXPECT_TRUE(q.AdmitAdvisory("w").ok());
+  EXPECT_FALSE(q.AdmitAdvisory("w").ok());  // w's own burst of 2, not the overflow's
+  // Tenant names are validated before any bucket is made.
+  EXPECT_EQ(q.AdmitAdvisory(std::string(129, 't')).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(q.AdmitRequest(std::string(129, 't'), 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TenantQuotas, ARefundedRequestIsNotCharged) {
+  FakeClock clock;
+  QuotaOptions o;
+  o.defaults.requests_per_s = 1;
+  o.defaults.request_burst = 1;
+  TenantQuotas q(o, clock.fn());
+  ASSERT_TRUE(q.AdmitRequest("a", 1).ok());
+  EXPECT_FALSE(q.AdmitRequest("a", 1).ok());
+  q.RefundRequest("a");  // the admitted one was refused afterwards
+  EXPECT_TRUE(q.AdmitRequest("a", 1).ok());
+  q.RefundRequest("a");
+  q.RefundRequest("a");  // never above the burst
+  EXPECT_TRUE(q.AdmitRequest("a", 1).ok());
+  EXPECT_FALSE(q.AdmitRequest("a", 1).ok());
 }
 
 TEST(TenantQuotas, SessionsPerTenantAreCapped) {
@@ -102,11 +127,28 @@ TEST(TenantQuotas, SessionsPerTenantAreCapped) {
   d.Abort("a1");  // a first turn that failed leaves nothing behind
   EXPECT_TRUE(d.Begin("a3", "m", false, "a", 2).ok());
   bool existed = false;
-  d.End("a2", &existed);
+  ASSERT_TRUE(d.End("a2", &existed).ok());
   EXPECT_TRUE(existed);
   EXPECT_TRUE(d.Begin("a4", "m", false, "a", 2).ok());
   EXPECT_EQ(d.Begin("a5", "m", false, "a", 2).status().code(),
             absl::StatusCode::kResourceExhausted);
+  // Ending needs the owner when a tenant is given, checked with the erase.
+  EXPECT_EQ(d.End("a3", &existed, std::string("b")).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(d.End("a3", &existed, std::string("a")).ok());
+  EXPECT_TRUE(existed);
+  // Expired sessions stay counted as tombstones until erased.
+  TurnRecord turn;
+  turn.prompt_tokens = {1};
+  turn.output_tokens = {2};
+  d.Commit("a4", "n", turn);
+  clock.now += absl::Hours(1);
+  d.Expire(absl::Minutes(30));  // a4 lost, still held
+  EXPECT_TRUE(d.Begin("a6", "m", false, "a", 2).ok());
+  EXPECT_FALSE(d.Begin("a7", "m", false, "a", 2).ok());
+  clock.now += absl::Hours(1);
+  d.Expire(absl::Minutes(30));  // a4 and a6's tombstones go
+  EXPECT_TRUE(d.Begin("a7", "m", false, "a", 2).ok());
 }
 
 }  // namespace

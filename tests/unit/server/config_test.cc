@@ -91,6 +91,9 @@ TEST(Config, TlsBlocksParseAndBadValuesNameTheirKey) {
             std::string::npos);
   EXPECT_NE(Msg("scheduler: {quotas: {request_per_s: 1}}").find("scheduler.quotas.request_per_s"),
             std::string::npos);
+  EXPECT_NE(
+      Msg("scheduler: {quotas: {advisory_burst: 0.5}}").find("scheduler.quotas.advisory_burst"),
+      std::string::npos);
   EXPECT_EQ(ParseConfig("scheduler: {auth: {keys_file: /k.yaml}}", "t.yaml")->scheduler.keys_file,
             "/k.yaml");
   EXPECT_NE(Msg("scheduler: {auth: {key_file: /k.yaml}}").find("scheduler.auth.key_file"),
