@@ -22,68 +22,37 @@ std::string Slurp(const std::string& path) {
   return s.str();
 }
 
+// One make-model command line of tests/data/golden/README.md.
+SyntheticModelSpec Spec(const std::string& arch, int layers, int hidden, int heads, int kv_heads,
+                        int head_dim, int intermediate, int vocab, uint64_t seed) {
+  SyntheticModelSpec s;
+  s.architecture = arch;
+  s.layers = layers;
+  s.hidden = hidden;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.intermediate = intermediate;
+  s.vocab = vocab;
+  s.max_position = 512;
+  s.seed = seed;
+  return s;
+}
+
 // The specs of tests/data/golden/README.md's make-model commands.
 std::vector<std::pair<std::string, SyntheticModelSpec>> GoldenSpecs() {
-  SyntheticModelSpec llama;
-  llama.architecture = "llama";
-  llama.layers = 2;
-  llama.hidden = 64;
-  llama.heads = 4;
-  llama.kv_heads = 2;
-  llama.intermediate = 160;
-  llama.vocab = 258;
-  llama.max_position = 512;
-  llama.seed = 11;
+  SyntheticModelSpec llama = Spec("llama", 2, 64, 4, 2, 0, 160, 258, 11);
   llama.llama3_rope_scaling = true;
-  SyntheticModelSpec qwen2;
-  qwen2.architecture = "qwen2";
-  qwen2.layers = 2;
-  qwen2.hidden = 64;
-  qwen2.heads = 4;
-  qwen2.kv_heads = 1;
-  qwen2.intermediate = 128;
-  qwen2.vocab = 300;
-  qwen2.max_position = 512;
-  qwen2.seed = 12;
+  SyntheticModelSpec qwen2 = Spec("qwen2", 2, 64, 4, 1, 0, 128, 300, 12);
   qwen2.tie_embeddings = true;
-  SyntheticModelSpec mistral;
-  mistral.architecture = "mistral";
-  mistral.layers = 3;
-  mistral.hidden = 48;
-  mistral.heads = 6;
-  mistral.kv_heads = 3;
-  mistral.intermediate = 96;
-  mistral.vocab = 258;
-  mistral.max_position = 512;
-  mistral.seed = 13;
+  SyntheticModelSpec mistral = Spec("mistral", 3, 48, 6, 3, 0, 96, 258, 13);
   mistral.dtype = "fp16";
-  SyntheticModelSpec odd;
-  odd.architecture = "llama";
-  odd.layers = 2;
-  odd.hidden = 40;
-  odd.heads = 5;
-  odd.kv_heads = 1;
-  odd.head_dim = 80;
-  odd.intermediate = 64;
-  odd.vocab = 1000;
-  odd.max_position = 512;
-  odd.seed = 14;
-  SyntheticModelSpec qwen3;
-  qwen3.architecture = "qwen3";
-  qwen3.layers = 2;
-  qwen3.hidden = 64;
-  qwen3.heads = 4;
-  qwen3.kv_heads = 2;
-  qwen3.head_dim = 64;
-  qwen3.intermediate = 64;
-  qwen3.vocab = 300;
-  qwen3.max_position = 512;
-  qwen3.seed = 15;
+  SyntheticModelSpec qwen3 = Spec("qwen3", 2, 64, 4, 2, 64, 64, 300, 15);
   qwen3.tie_embeddings = true;
   return {{"llama", llama},
           {"qwen2", qwen2},
           {"mistral", mistral},
-          {"odd_shapes", odd},
+          {"odd_shapes", Spec("llama", 2, 40, 5, 1, 80, 64, 1000, 14)},
           {"qwen3", qwen3}};
 }
 
