@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -35,11 +36,16 @@ constexpr auto kRequestTimeout = std::chrono::seconds(30);
 // A complete HTTP/1.1 response with a Content-Length body, naming the
 // request it answers (server/request_id.h).
 std::string HttpResponse(int status, const std::string& body, bool keep_alive,
-                         const std::string& request_id) {
+                         const std::string& request_id, int64_t retry_after_ms = -1) {
   const auto reason = http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status)));
+  // Retry-After in whole seconds (HTTP), retry-after-ms exactly (OpenAI's clients read it).
+  const std::string retry = retry_after_ms < 0
+                                ? ""
+                                : absl::StrCat("\r\nRetry-After: ", (retry_after_ms + 999) / 1000,
+                                               "\r\nretry-after-ms: ", retry_after_ms);
   return absl::StrCat("HTTP/1.1 ", status, " ", std::string(reason.data(), reason.size()),
                       "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
-                      "\r\nX-Request-Id: ", request_id,
+                      "\r\nX-Request-Id: ", request_id, retry,
                       "\r\nConnection: ", keep_alive ? "keep-alive" : "close", "\r\n\r\n", body);
 }
 
@@ -160,8 +166,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void PostEvent(v1::GenerateResponse r) {
     net::post(executor_, [self = shared_from_this(), r = std::move(r)] { self->OnEvent(r); });
   }
-  void PostDone(grpc::Status st) {
-    net::post(executor_, [self = shared_from_this(), st] { self->OnUpstreamDone(st); });
+  void PostDone(grpc::Status st, int64_t retry_after_ms) {
+    net::post(executor_, [self = shared_from_this(), st, retry_after_ms] {
+      self->retry_after_ms_ = retry_after_ms;
+      self->OnUpstreamDone(st);
+    });
   }
 
  private:
@@ -181,7 +190,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void ClientGone();
 
   void SendError(const ApiError& e, After after) {
-    Write(HttpResponse(e.http_status, ErrorJson(e), after == After::kReadNext, request_id_), after);
+    Write(HttpResponse(e.http_status, ErrorJson(e), after == After::kReadNext, request_id_,
+                       e.retry_after_ms),
+          after);
   }
   void Write(std::string data, After after) {
     pending_ += data;
@@ -207,6 +218,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The client's Authorization header, passed on as gRPC metadata (the
   // scheduler checks API keys: server/auth.h); empty: none.
   std::string authorization_;
+  int64_t retry_after_ms_ = -1;  // the finished upstream call's retry hint
   std::string pending_, inflight_;
   bool writing_ = false;
   bool keep_alive_ = false;  // of the request being answered
@@ -232,7 +244,14 @@ void GenerateCall::OnReadDone(bool ok) {
 
 void GenerateCall::OnDone(const grpc::Status& st) {
   std::shared_ptr<Session> s = std::move(session_);
-  s->PostDone(st);  // before Remove: Shutdown waits for Remove, then stops the io_context
+  int64_t retry_after_ms = -1;
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  if (auto it = trailers.find("retry-after-ms"); it != trailers.end()) {
+    if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &retry_after_ms))
+      retry_after_ms = -1;
+  }
+  s->PostDone(
+      st, retry_after_ms);  // before Remove: Shutdown waits for Remove, then stops the io_context
   registry_->Remove(this);
   auto self = std::move(self_);  // may be the last reference: `this` dies at scope end
 }
@@ -409,7 +428,11 @@ void Session::OnUpstreamDone(const grpc::Status& st) {
   grpc::Status status = st;
   if (st.ok() && !final_) status = {grpc::StatusCode::INTERNAL, "no final message upstream"};
   if (!status.ok()) {
-    if (!headers_sent_) return SendError(FromGrpcStatus(status), After::kClose);
+    if (!headers_sent_) {
+      ApiError e = FromGrpcStatus(status);
+      e.retry_after_ms = retry_after_ms_;
+      return SendError(e, After::kClose);
+    }
     return Write(StreamErrorEvent(FromGrpcStatus(status)), After::kClose);
   }
   if (!request_.stream) {

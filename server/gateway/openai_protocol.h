@@ -46,6 +46,9 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // empty -> null
   std::string code;   // empty -> null
+  // A quota refusal's retry hint (the scheduler's retry-after-ms trailing
+  // metadata), sent as Retry-After and retry-after-ms headers; -1: none.
+  int64_t retry_after_ms = -1;
 };
 
 enum class Endpoint { kCompletions, kChatCompletions };

@@ -355,5 +355,26 @@ TEST_F(GatewayAuthTest, TheAuthorizationHeaderIsTheApiKey) {
   EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
+// A quota's refusal through the gateway: 429 with the retry hint as
+// Retry-After (seconds) and retry-after-ms (what OpenAI's clients read).
+class GatewayQuotaTest : public GatewayTest {
+ protected:
+  // One request per 100 s: SetUp's readiness probe takes the burst of 1.
+  std::string SchedulerExtra() override {
+    return ", quotas: {requests_per_s: 0.01, request_burst: 1}";
+  }
+};
+
+TEST_F(GatewayQuotaTest, ARefusalCarriesRetryAfter) {
+  HttpResult r = Http(http_port_, "POST", "/v1/completions",
+                      R"({"model":"a","prompt":"Hello","max_tokens":2})");
+  ASSERT_EQ(r.status, 429) << r.head << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], "rate_limit_exceeded") << r.body;
+  EXPECT_NE(r.head.find("Retry-After: "), std::string::npos) << r.head;
+  const auto ms = r.head.find("retry-after-ms: ");
+  ASSERT_NE(ms, std::string::npos) << r.head;
+  EXPECT_GT(std::atoi(r.head.c_str() + ms + 16), 1000) << r.head;
+}
+
 }  // namespace
 }  // namespace ballast
