@@ -255,6 +255,13 @@ absl::StatusOr<std::optional<Principal>> CallerOf(KeyStore* keys,
   return std::optional<Principal>(std::move(*p));
 }
 
+bool KeyStore::KnowsTenant(const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [hash, p] : by_hash_)
+    if (p.tenant == tenant) return true;
+  return false;
+}
+
 int KeyStore::size() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(by_hash_.size());

@@ -68,6 +68,8 @@ class KeyStore {
   absl::StatusOr<Principal> Authenticate(absl::string_view authorization) ABSL_LOCKS_EXCLUDED(mu_);
 
   int size() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether some key acts as `tenant` (the metrics' tenant label values).
+  bool KnowsTenant(const std::string& tenant) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit KeyStore(std::string path) : path_(std::move(path)) {}

@@ -41,6 +41,11 @@ Metrics::Metrics()
                      .Help("Requests judged against their SLO, by model, slo (ttft, tpot) and "
                            "result (met, missed)")
                      .Register(*registry_)),
+      sched_tenant_requests_(BuildCounter()
+                                 .Name("ballast_scheduler_tenant_requests_total")
+                                 .Help("Finished or refused requests by tenant (\"default\": none; "
+                                       "\"other\": not in the key file or quotas) and status")
+                                 .Register(*registry_)),
       sched_nodes_(BuildGauge()
                        .Name("ballast_scheduler_nodes")
                        .Help("Registered nodes by state (alive, dead)")
@@ -169,8 +174,20 @@ void Metrics::Record(prometheus::Family<prometheus::Counter>& requests,
   if (o.tokens > 0) tokens.Add({{"model", model}}).Increment(static_cast<double>(o.tokens));
 }
 
+void Metrics::SetTenantSource(std::function<bool(const std::string&)> known) {
+  absl::MutexLock lock(&sources_mu_);
+  tenants_ = std::move(known);
+}
+
+std::string Metrics::TenantLabel(const std::string& tenant) const {
+  if (tenant.empty()) return "default";
+  absl::MutexLock lock(&sources_mu_);
+  return tenants_ && tenants_(tenant) ? tenant : "other";
+}
+
 void Metrics::SchedulerRequest(const RequestOutcome& o) {
   Record(sched_requests_, sched_ttft_, sched_tpot_, sched_tokens_, o);
+  sched_tenant_requests_.Add({{"tenant", TenantLabel(o.tenant)}, {"status", o.status}}).Increment();
   if (o.status == "CANCELLED") return;  // the client left: nothing to judge
   const bool ok = o.status == "OK";
   const std::string model = ModelLabel(o.model);

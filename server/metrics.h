@@ -42,6 +42,8 @@ struct RequestOutcome {
   // attainment series.
   double slo_ttft_s = 0;
   double slo_tpot_s = 0;
+  // Scheduler side: the tenant the request acted as (after API keys).
+  std::string tenant = {};
 };
 
 struct DeviceGauges {
@@ -77,6 +79,12 @@ class Metrics {
   void AddModelSource(std::function<bool(const std::string&)> known);
   // `model`, or kUnknownModel if no source knows it.
   std::string ModelLabel(const std::string& model) const;
+  // Tenants get label values of their own only when `known` says so (the
+  // API key file's, the quota config's); "" is "default" and every other
+  // tenant counts as "other", so tenant names in requests cannot grow
+  // /metrics.
+  void SetTenantSource(std::function<bool(const std::string&)> known);
+  std::string TenantLabel(const std::string& tenant) const;
 
   // A finished request: its status, latencies, tokens and, against its
   // SLO targets, ballast_scheduler_slo_requests_total{model, slo, result}:
@@ -113,6 +121,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& sched_tpot_;
   prometheus::Family<prometheus::Counter>& sched_tokens_;
   prometheus::Family<prometheus::Counter>& sched_slo_;
+  prometheus::Family<prometheus::Counter>& sched_tenant_requests_;
   prometheus::Family<prometheus::Gauge>& sched_nodes_;
   prometheus::Family<prometheus::Gauge>& sched_sessions_;
   prometheus::Family<prometheus::Counter>& node_requests_;
@@ -141,6 +150,7 @@ class Metrics {
 
   mutable absl::Mutex sources_mu_;
   std::vector<std::function<bool(const std::string&)>> sources_ ABSL_GUARDED_BY(sources_mu_);
+  std::function<bool(const std::string&)> tenants_ ABSL_GUARDED_BY(sources_mu_);
 
   // Adds to `c` what `total` (a cumulative count that may restart from 0)
   // grew by since the last call for `key`. REQUIRES: mu_ held.

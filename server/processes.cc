@@ -122,6 +122,10 @@ absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSe
     p->keys = std::move(*keys);
     spdlog::info("API keys: {} from {}", p->keys->size(), cfg.keys_file);
   }
+  metrics->SetTenantSource(
+      [keys = p->keys.get(), quotas = cfg.options.quotas.tenants](const std::string& t) {
+        return quotas.count(t) > 0 || (keys != nullptr && keys->KnowsTenant(t));
+      });
   p->inference = std::make_unique<InferenceService>(p->scheduler.get(), metrics, p->keys.get());
   p->admin = std::make_unique<AdminService>(p->scheduler.get(), p->keys.get());
   // Nodes register only with a certificate the cluster CA signed when the

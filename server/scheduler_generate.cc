@@ -96,6 +96,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         request_id_(std::move(request_id)),
         t0_(absl::Now()) {
     outcome_.model = req.model();
+    outcome_.tenant = req.tenant();
   }
 
   // Routes on the pool (avoiding `avoid`, the node a first attempt failed
@@ -561,6 +562,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartSchedulerGenerate(
     AddRetryHint(ctx, st);
     RequestOutcome refused;
     refused.status = CodeName(ToGrpc(st).error_code());
+    refused.tenant = req.tenant();
     metrics->SchedulerRequest(refused);
     return new RefusedStream(ToGrpc(st));
   };

@@ -43,6 +43,24 @@ TEST(Metrics, UnknownModelsShareOneLabelValue) {
   EXPECT_LT(text.size(), before + 600) << text;
 }
 
+TEST(Metrics, TenantsGetLabelsOnlyWhenKnown) {
+  Metrics m;
+  m.SetTenantSource([](const std::string& t) { return t == "acme"; });
+  EXPECT_EQ(m.TenantLabel(""), "default");
+  EXPECT_EQ(m.TenantLabel("acme"), "acme");
+  EXPECT_EQ(m.TenantLabel("invented-1"), "other");
+  for (int i = 0; i < 20; ++i) {
+    m.SchedulerRequest({.model = "m", .status = "OK", .tenant = absl::StrCat("junk-", i)});
+  }
+  m.SchedulerRequest({.model = "m", .status = "RESOURCE_EXHAUSTED", .tenant = "acme"});
+  const std::string text = Scrape(m);
+  EXPECT_EQ(text.find("junk-"), std::string::npos);
+  EXPECT_NE(text.find("ballast_scheduler_tenant_requests_total{status=\"OK\",tenant=\"other\"} 20"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tenant=\"acme\""), std::string::npos);
+}
+
 TEST(Metrics, ModelLabelAsksEverySource) {
   Metrics m;
   EXPECT_EQ(m.ModelLabel("a"), "unknown");
