@@ -410,12 +410,14 @@ absl::StatusOr<std::optional<Route>> Scheduler::TryRoute(const v1::GenerateReque
   p->version = cluster_.RoutingVersion();  // before the look: no change is missed
   auto nodes = cluster_.NodesWithModel(req.model());
   std::erase(nodes, p->avoid_node);
-  {  // draining nodes serve only while no other replica does
+  std::set<std::string> cordoned;  // draining nodes serve only while no other replica does
+  {
     absl::MutexLock lock(&mu_);
-    if (std::any_of(nodes.begin(), nodes.end(),
-                    [&](const std::string& n) { return !cordoned_.count(n); })) {
-      std::erase_if(nodes, [&](const std::string& n) { return cordoned_.count(n) > 0; });
-    }
+    cordoned = cordoned_;
+  }
+  if (std::any_of(nodes.begin(), nodes.end(),
+                  [&](const std::string& n) { return !cordoned.count(n); })) {
+    std::erase_if(nodes, [&](const std::string& n) { return cordoned.count(n) > 0; });
   }
   std::optional<std::string> pick;
   if (!p->affinity.empty() && std::find(nodes.begin(), nodes.end(), p->affinity) != nodes.end()) {
