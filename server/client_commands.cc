@@ -157,7 +157,9 @@ int RunCluster(const std::string& target) {
 }
 
 namespace {
-// The models still resident on `node` (empty if it is gone or dead).
+// The models the scheduler still places on `node` (replicas in any state:
+// loading, ready, draining), empty if none. The scheduler's replica lists,
+// not the devices' heartbeat reports, which lag a load by up to a second.
 absl::StatusOr<std::vector<std::string>> ModelsOn(v1::Admin::Stub* stub, const std::string& node) {
   grpc::ClientContext ctx;
   AddApiKey(&ctx);
@@ -167,11 +169,9 @@ absl::StatusOr<std::vector<std::string>> ModelsOn(v1::Admin::Stub* stub, const s
   if (!st.ok())
     return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
   std::vector<std::string> out;
-  for (const auto& n : state.nodes()) {
-    if (n.node_id() != node || !n.alive()) continue;
-    for (const auto& d : n.devices())
-      for (const auto& m : d.resident_models()) out.push_back(m);
-  }
+  for (const auto& m : state.models())
+    for (const auto& r : m.replicas())
+      if (r.node_id() == node) out.push_back(m.name());
   return out;
 }
 }  // namespace

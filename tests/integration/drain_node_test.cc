@@ -27,12 +27,12 @@ class NodeDrainTest : public ClusterTest {
     *st = admin_->DrainNode(&ctx, req, &resp);
     return resp;
   }
+  // Replicas the scheduler places on `node`, in any state.
   int ModelsOn(const std::string& node) {
     int n = 0;
     const v1::ClusterState state = State();
-    for (const auto& ns : state.nodes())
-      if (ns.node_id() == node)
-        for (const auto& d : ns.devices()) n += d.resident_models_size();
+    for (const auto& m : state.models())
+      for (const auto& r : m.replicas()) n += r.node_id() == node;
     return n;
   }
   bool Draining(const std::string& node) {
