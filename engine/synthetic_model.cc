@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/safetensors.h"
 #include "engine/tokenizer.h"
 #include "transfer/worker_pool.h"
@@ -62,16 +62,32 @@ class TensorFiller {
       Fill(g_, out, 0, n, dt, mean, std);
       return t;
     }
-    absl::BlockingCounter left(static_cast<int>((n + chunk_ - 1) / chunk_));
+    // The count lives on the heap, under an absl::Mutex: the last worker may
+    // still be unlocking it when this thread returns, and absl's
+    // BlockingCounter counts with an atomic inside the uninstrumented
+    // library, which ThreadSanitizer cannot see order the fills before the
+    // return (as in KvTierStore::ParallelFor).
+    struct Latch {
+      absl::Mutex mu;
+      int64_t left ABSL_GUARDED_BY(mu) = 0;
+    };
+    auto latch = std::make_shared<Latch>();
+    {
+      absl::MutexLock lock(&latch->mu);
+      latch->left = (n + chunk_ - 1) / chunk_;
+    }
     for (int64_t begin = 0; begin < n; begin += chunk_) {
       const int64_t len = std::min(chunk_, n - begin);
-      pool_->Schedule([g = g_, out, begin, len, dt, mean, std, &left]() mutable {
+      pool_->Schedule([g = g_, out, begin, len, dt, mean, std, latch]() mutable {
         Fill(g, out, begin, len, dt, mean, std);
-        left.DecrementCount();
+        absl::MutexLock lock(&latch->mu);
+        --latch->left;
       });
       g_.Skip(len);
     }
-    left.Wait();
+    absl::MutexLock lock(&latch->mu);
+    latch->mu.Await(absl::Condition(
+        +[](int64_t* left) { return *left == 0; }, &latch->left));
     return t;
   }
 
