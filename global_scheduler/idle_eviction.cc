@@ -32,6 +32,32 @@ std::optional<IdleVictim> ChooseIdleVictim(
   return best;
 }
 
+std::optional<IdleVictim> ChooseKvPressureVictim(
+    const std::vector<NodeInfo>& nodes,
+    const std::function<absl::Duration(const std::string&)>& idle, absl::Duration threshold,
+    const std::set<std::string>& skip, double free_fraction) {
+  std::optional<IdleVictim> best;
+  int64_t best_free = 0;
+  for (const auto& n : nodes) {
+    if (!n.alive) continue;
+    for (const v1::DeviceState& d : n.devices) {
+      const int64_t free = d.memory_total_bytes() - d.memory_used_bytes() + d.kv_bytes_free();
+      if (!d.elastic() || d.queue_length() <= 0 ||
+          static_cast<double>(free) >= free_fraction * static_cast<double>(d.memory_total_bytes()))
+        continue;
+      if (best && free >= best_free) continue;
+      NodeInfo on_device = n;  // only the replicas on this device
+      std::erase_if(on_device.models,
+                    [&](const v1::ResidentModel& m) { return m.device() != d.name(); });
+      if (auto v = ChooseIdleVictim({on_device}, idle, threshold, skip)) {
+        best = v;
+        best_free = free;
+      }
+    }
+  }
+  return best;
+}
+
 bool HasWeightRoom(const NodeInfo& node, int64_t weight_bytes) {
   NodeInfo live = node;
   live.alive = true;

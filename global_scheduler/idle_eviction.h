@@ -34,6 +34,18 @@ std::optional<IdleVictim> ChooseIdleVictim(
     const std::function<absl::Duration(const std::string&)>& idle, absl::Duration threshold,
     const std::set<std::string>& skip);
 
+// KV pressure: on an elastic device (v1::DeviceState::elastic) where
+// requests queue (queue_length > 0) while its free memory (unmapped, plus
+// free KV in formatted slabs) is below `free_fraction` of its total, the
+// resident weights leave the active models too little KV. Returns the idle
+// victim (as ChooseIdleVictim, among the READY replicas on that device)
+// of the device with the least free memory that has one. Static devices
+// never qualify: a model's fixed KV pool gains nothing from an eviction.
+std::optional<IdleVictim> ChooseKvPressureVictim(
+    const std::vector<NodeInfo>& nodes,
+    const std::function<absl::Duration(const std::string&)>& idle, absl::Duration threshold,
+    const std::set<std::string>& skip, double free_fraction);
+
 // Whether `node` has room for `weight_bytes` more weights on one of its
 // devices: that device's memory less the weights of what it holds stays
 // positive (KV is elastic and shrinks; weights do not). A model's weights

@@ -90,6 +90,12 @@ struct SchedulerOptions {
   // model needs room for its weights (idle_eviction.h); the next request
   // reactivates it. Zero: never evict idle models. Default 45 s.
   absl::Duration idle_evict_after = absl::Seconds(45);
+  // KV pressure (idle_eviction.h, ChooseKvPressureVictim): while requests
+  // queue on an elastic device whose free memory is below this fraction of
+  // it, one model idle past idle_evict_after is evicted from it per control
+  // tick, so the weights of idle models do not starve the active ones' KV.
+  // Zero: only weight room evicts. Default 0.05.
+  double kv_pressure_free_fraction = 0.05;
   // Longest a draining eviction (idle eviction, migration) lets in-flight
   // requests run on the old replica before they fail UNAVAILABLE. Sent to
   // the node with the EvictModel call, whose RPC deadline is this plus
@@ -342,6 +348,9 @@ class Scheduler {
   bool TrimReplicas(const ModelStatus& m, Tick* tick) ABSL_LOCKS_EXCLUDED(mu_);
   // Evicts the idlest model past idle_evict_after so `m` can load next tick.
   void MakeRoomFor(const ModelStatus& m, Tick* tick);
+  // Evicts one idle model from a device under KV pressure (see
+  // kv_pressure_free_fraction).
+  void RelieveKvPressure(Tick* tick);
   void PlaceReplica(const ModelStatus& m, const std::set<std::string>& exclude, Tick* tick);
   // The KVPR rebalancer's whole-catalogue pass (see rebalance_interval).
   void Rebalance();

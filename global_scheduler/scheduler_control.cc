@@ -44,6 +44,7 @@ void Scheduler::ControlTick() {
   MaybeRebalance();
   Tick tick = BeginTick();
   ReconcileReplicas(&tick);
+  RelieveKvPressure(&tick);
   EvictUnlisted(tick);
 }
 
@@ -212,6 +213,22 @@ void Scheduler::MakeRoomFor(const ModelStatus& m, Tick* tick) {
     if (n.node_id != victim->node_id) continue;
     std::erase_if(n.models, [&](const v1::ResidentModel& r) { return r.name() == victim->model; });
   }
+}
+
+void Scheduler::RelieveKvPressure(Tick* tick) {
+  if (options_.idle_evict_after <= absl::ZeroDuration() ||
+      options_.kv_pressure_free_fraction <= 0) {
+    return;
+  }
+  auto victim = ChooseKvPressureVictim(
+      tick->nodes, [tick](const std::string& model) { return tick->Idle(model); },
+      options_.idle_evict_after, tick->leaving, options_.kv_pressure_free_fraction);
+  if (!victim) return;
+  spdlog::info("node {}: requests wait for KV memory: evicting {} (idle {})", victim->node_id,
+               victim->model, absl::FormatDuration(tick->Idle(victim->model)));
+  registry_.RecordIdleEvicted(victim->model, tick->now);
+  StartEvict(victim->model, victim->node_id, /*drain=*/true);
+  tick->leaving.insert(victim->model);
 }
 
 void Scheduler::PlaceReplica(const ModelStatus& m, const std::set<std::string>& exclude,

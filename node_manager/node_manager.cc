@@ -208,18 +208,26 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
     return absl::AlreadyExistsError(
         absl::StrCat("model ", name, " is already resident on ", where));
   }
+  // The freest device (or the one named). A device over-full for now (its
+  // usage above its total while KV is mapped) is still a candidate: the
+  // load then fails for room (RESOURCE_EXHAUSTED, so the scheduler makes
+  // room), not as a missing device.
   DeviceWorker* target = nullptr;
-  int64_t best_free = -1;
+  int64_t best_free = 0;
   for (auto& d : devices_) {
     if (!device.empty() && d->name() != device) continue;
     const DeviceUsage u = d->Usage();
     const int64_t free = u.memory_total_bytes - u.memory_used_bytes;
-    if (free > best_free) {
+    if (target == nullptr || free > best_free) {
       best_free = free;
       target = d.get();
     }
   }
-  if (target == nullptr) return absl::NotFoundError(absl::StrCat("no device named ", device));
+  if (target == nullptr) {
+    return absl::NotFoundError(devices_.empty()
+                                   ? std::string("this node has no devices")
+                                   : absl::StrCat("no device named ", device, " on this node"));
+  }
   engine::ModelEngineOptions o;
   o.name = name;
   o.path = path;
@@ -259,6 +267,20 @@ absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngin
     return st;
   };
   o.host_weights = host_cache_.Get(name, o.path);
+  if (!target->balloon()) {
+    // Static: refuse before reading the weights when they and the private
+    // KV pool alone cannot fit (the workspace, known only once built, is
+    // checked below). Building first put a model that did not fit on the
+    // device for seconds, beyond the budget, before it was refused.
+    auto weights = engine::ModelEngine::WeightBytesNeeded(o);
+    if (!weights.ok()) return fail(weights.status());
+    if (*weights + o.kv_cache_bytes > best_free) {
+      return fail(absl::ResourceExhaustedError(
+          absl::StrCat("model ", name, " needs ", *weights + o.kv_cache_bytes,
+                       " bytes (weights + KV pool) before its workspace but device ",
+                       target->name(), " has ", best_free, " free")));
+    }
+  }
   if (target->balloon()) {
     // Elastic: map the weight pages first (the device reclaims KV for them
     // on its step thread: empty slabs, then the other models shed KV), then
@@ -492,6 +514,7 @@ std::vector<v1::DeviceState> NodeManager::DeviceStates() const {
     s.set_kv_bytes_free(u.kv_bytes_free);
     s.set_queue_length(u.waiting);
     s.set_running(u.running);
+    s.set_elastic(d->balloon() != nullptr);
     for (const auto& m : u.models) s.add_resident_models(m);
     out.push_back(std::move(s));
   }

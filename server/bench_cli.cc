@@ -176,6 +176,9 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   bench_opts(s.compare_cmd, false);
   s.compare_cmd->add_option("--configs", s.configs, "comma-separated ballast serve configs")
       ->required();
+  s.compare_cmd->add_flag("--warmup", s.bench.warmup,
+                          "before each run, send one request to every model of the trace and "
+                          "wait for the catalogue to settle (a steady state, not a cold start)");
   // Options of plain `bench` are parsed only when `compare` is absent.
   s.bench_cmd->fallthrough(false);
   s.bench_cmd->add_option("--trace", s.bench.trace, "trace file (JSONL)");

@@ -1,14 +1,8 @@
 #include "server/bench_commands.h"
 
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <csignal>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +19,7 @@
 #include "server/client_commands.h"
 #include "server/config.h"
 #include "server/ports.h"
+#include "server/serve_process.h"
 
 namespace ballast::server {
 namespace {
@@ -107,101 +102,6 @@ absl::StatusOr<std::vector<bench::Report>> ReplayAll(
   std::cout << "results: " << (fs::path(out) / "result.json").string() << std::endl;
   return reports;
 }
-
-// The `ballast serve` child of a running comparison, for the signal handler.
-std::atomic<pid_t> g_serve_pid{-1};
-
-// SIGINT/SIGTERM during a comparison: stop the child, then die of the signal.
-void ForwardAndDie(int sig) {
-  const pid_t pid = g_serve_pid.load();
-  if (pid > 0) kill(pid, SIGTERM);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-// `ballast serve` under one config, on its own ports, for compare runs.
-class ServeProcess {
- public:
-  ~ServeProcess() { Stop(); }
-  absl::Status Start(const std::string& config, const std::string& log, std::string* target) {
-    auto cfg = LoadConfig(config);
-    if (!cfg.ok()) return cfg.status();
-    std::vector<std::string> models;
-    for (const auto& m : cfg->serve.models) models.push_back(m.name);
-    for (const auto& m : cfg->scheduler.options.models) models.push_back(m.name);
-    // A free loopback port for the scheduler; the node takes any.
-    *target = absl::StrCat("127.0.0.1:", FreeLoopbackPort());
-    // Exec this very binary through an fd opened now: a rebuild that replaces
-    // the file mid-comparison must not change (or break) what runs.
-    static const int self_fd = open("/proc/self/exe", O_RDONLY);
-    if (self_fd < 0) return absl::InternalError("cannot open /proc/self/exe");
-    std::vector<std::string> argv = {"ballast",       "serve",      "--config",         config,
-                                     "--listen",      *target,      "--metrics-listen", "",
-                                     "--node-listen", "127.0.0.1:0"};
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ == 0) {
-      // Die with the comparison, even if it is killed outright (SIGKILL).
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(1);
-      int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(out, 1);
-      dup2(out, 2);
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      fexecve(self_fd, args.data(), environ);
-      _exit(127);
-    }
-    g_serve_pid = pid_;
-    // Ready when every configured model is settled: a READY replica serves
-    // it, or it was idle-evicted for room (EVICTED: a catalogue larger than
-    // the devices; its first request activates it, inside that request's
-    // TTFT).
-    auto stub = v1::Inference::NewStub(grpc::CreateChannel(*target, ClientCredentials()));
-    const absl::Time deadline = absl::Now() + absl::Seconds(300);
-    while (absl::Now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        g_serve_pid = -1;
-        const std::string how = WIFSIGNALED(status)
-                                    ? absl::StrCat("was killed by signal ", WTERMSIG(status))
-                                    : absl::StrCat("exited with status ", WEXITSTATUS(status));
-        return absl::InternalError(
-            absl::StrCat("ballast serve --config ", config, " ", how, "; see ", log));
-      }
-      grpc::ClientContext ctx;
-      AddApiKey(&ctx);
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-      v1::ListModelsResponse list;
-      if (stub->ListModels(&ctx, v1::ListModelsRequest(), &list).ok()) {
-        size_t ready = 0;
-        for (const auto& m : list.models()) {
-          bool serves = m.state() == v1::MODEL_STATE_EVICTED;
-          for (const auto& r : m.replicas()) serves |= r.state() == v1::MODEL_STATE_READY;
-          ready += serves;
-        }
-        if (ready >= models.size() && !models.empty()) return absl::OkStatus();
-      }
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    return absl::DeadlineExceededError(
-        absl::StrCat("ballast serve --config ", config,
-                     " not ready in 300 s (weights load from disk at first); see ", log));
-  }
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    g_serve_pid = -1;
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
 
 // Writes compare.md and compare.json from the runs so far (`all[c]`: the
 // reports of config c in rate-scale order; missing ones are not run yet).
@@ -300,8 +200,17 @@ int RunBenchCompare(const BenchFlags& f) {
   auto trace = bench::ReadTrace(f.trace);
   if (!trace.ok()) return Error(std::string(trace.status().message()));
   fs::create_directories(f.out);
-  signal(SIGINT, ForwardAndDie);
-  signal(SIGTERM, ForwardAndDie);
+  ForwardStopSignals();
+  ServeStartOptions start;
+  if (f.warmup) {
+    // Every model of the trace, in order of first request.
+    for (const auto& r : *trace) {
+      if (std::find(start.warm_models.begin(), start.warm_models.end(), r.model) ==
+          start.warm_models.end()) {
+        start.warm_models.push_back(r.model);
+      }
+    }
+  }
   std::vector<std::string> names;
   std::vector<std::vector<bench::Report>> all;
   for (const auto& config : f.configs) {
@@ -319,7 +228,7 @@ int RunBenchCompare(const BenchFlags& f) {
           serve.Stop();
           std::string target;
           auto st = serve.Start(
-              config, (fs::path(out) / absl::StrCat("serve-", k, ".log")).string(), &target);
+              config, (fs::path(out) / absl::StrCat("serve-", k, ".log")).string(), start, &target);
           if (!st.ok()) return st;
           return target;
         },
@@ -340,8 +249,7 @@ int RunBenchCompare(const BenchFlags& f) {
     }
   }
   std::cout << md << "written: " << (fs::path(f.out) / "compare.md").string() << std::endl;
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
+  RestoreStopSignals();
   return 0;
 }
 

@@ -25,6 +25,10 @@ struct BenchFlags {
   double max_client_lag_ms = bench::kDefaultMaxClientLagMs;
   bool plots = true;
   std::vector<std::string> configs;  // compare only
+  // compare only: before each run, one request to every model of the trace
+  // (ServeStartOptions::warm_models), for the steady state of a daemon that
+  // has served a while rather than its first minute. Default off.
+  bool warmup = false;
 };
 
 // Writes the trace to `out` and prints its statistics.

@@ -223,6 +223,11 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
     if (idle_ms < 0)
       return s.Error(s.Key("idle_evict_ms"), "must be >= 0 (0 never evicts idle models)");
     o.idle_evict_after = absl::Milliseconds(idle_ms);
+    RETURN_IF_ERROR(s.Get("kv_pressure_free_fraction", &o.kv_pressure_free_fraction));
+    if (!(o.kv_pressure_free_fraction >= 0 && o.kv_pressure_free_fraction < 1)) {
+      return s.Error(s.Key("kv_pressure_free_fraction"),
+                     "must be in [0, 1) (0 evicts idle models only for weight room)");
+    }
     int64_t rebalance_ms = absl::ToInt64Milliseconds(o.rebalance_interval);
     RETURN_IF_ERROR(s.Get("rebalance_interval_ms", &rebalance_ms));
     if (rebalance_ms < 0)

@@ -13,20 +13,23 @@
 # Usage: deploy/gpu-host/factorial-bench.sh BUILD_DIR OUT_DIR
 # Env: STAGE (models | trace | run | all, default all), CATALOGUE (where the
 #      checkpoints go, /tmp/catalogue), BUDGET_MIB (device budget, 65536),
-#      STATIC_KV_MIB (static mode's KV pool per model, 1024), SCALES
+#      STATIC_KV_MIB (static mode's KV pool per model, 2048), SCALES
 #      ("1,2,4"), DURATION (trace seconds, 30), CONFIGS (any of
 #      static-fcfs elastic-fcfs static-mh elastic-mh), IDLE_EVICT_MS (5000),
 #      SLO ("1000 100": TTFT and TPOT ms), BACKEND/DEVICE (cuda, cuda:0),
 #      SHAPES ("8b 3b 1b"; a CPU smoke run sets tiny ones with SHAPE_ARGS_*),
 #      TRACE_ARGS (more `trace bursty` flags, e.g. --length-scale 0.05),
-#      SLAB_MIB (KV slab and weight page size, 64; 2 for tiny CPU budgets).
+#      SLAB_MIB (KV slab and weight page size, 64; 2 for tiny CPU budgets),
+#      WARMUP (`bench compare` flag, --warmup: every trace model served once
+#      before each run; WARMUP=" " measures cold starts), HOST_CACHE_MIB
+#      (pinned host copies of evicted weights, 32768).
 set -euo pipefail
 BUILD=${1:-/tmp/bb}
 OUT=${2:-.}
 STAGE=${STAGE:-all}
 CAT=${CATALOGUE:-/tmp/catalogue}
 BUDGET_MIB=${BUDGET_MIB:-65536}
-STATIC_KV_MIB=${STATIC_KV_MIB:-1024}
+STATIC_KV_MIB=${STATIC_KV_MIB:-2048}
 SCALES=${SCALES:-1,2,4}
 DURATION=${DURATION:-30}
 CONFIGS=${CONFIGS:-static-fcfs elastic-fcfs static-mh elastic-mh}
@@ -94,7 +97,7 @@ node:
   node_id: gpu-0
   listen: 127.0.0.1:0
   metrics_listen: ""
-  memory: {mode: $mode, slab_mib: ${SLAB_MIB:-64}, host_weight_cache_mib: 65536}
+  memory: {mode: $mode, slab_mib: ${SLAB_MIB:-64}, host_weight_cache_mib: ${HOST_CACHE_MIB:-32768}}
   arbitration: {policy: $arb}
   devices:
     - {name: "$DEVICE", memory_mib: $BUDGET_MIB}
@@ -113,7 +116,7 @@ run_configs() {
       sampler=$!
     fi
     "$BALLAST" bench compare --trace "$OUT/trace.jsonl" --configs "$OUT/$c.yaml" \
-      --rate-scale "$SCALES" --out "$OUT/$c" --no-plots > "$OUT/$c.txt" 2>&1 || true
+      --rate-scale "$SCALES" --out "$OUT/$c" --no-plots ${WARMUP:---warmup} > "$OUT/$c.txt" 2>&1 || true
     if [ -n "$sampler" ]; then
       kill "$sampler" 2> /dev/null || true
       peak=$(sort -n "$OUT/$c-gpu-mib.txt" | tail -1)
