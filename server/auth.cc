@@ -88,6 +88,12 @@ bool Principal::AllowsModel(const std::string& model) const {
   return models.empty() || std::find(models.begin(), models.end(), model) != models.end();
 }
 
+absl::Status Principal::CheckModel(const std::string& model) const {
+  if (AllowsModel(model)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("this API key (tenant \"", tenant, "\") may not use model \"", model, "\""));
+}
+
 absl::StatusOr<std::string> Principal::TenantFor(const std::string& requested) const {
   if (requested.empty() || requested == tenant) return tenant;
   if (role == Role::kAdmin) return requested;

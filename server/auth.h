@@ -46,6 +46,9 @@ struct Principal {
   std::vector<std::string> models;  // empty: every model
 
   bool AllowsModel(const std::string& model) const;
+  // OK if AllowsModel(model), else PERMISSION_DENIED naming the tenant and
+  // the model.
+  absl::Status CheckModel(const std::string& model) const;
   // The tenant a request acts as: its own `requested` tenant, or this
   // key's. PERMISSION_DENIED if a user key names another tenant.
   absl::StatusOr<std::string> TenantFor(const std::string& requested) const;

@@ -540,10 +540,7 @@ absl::Status Authorize(KeyStore* keys, const grpc::CallbackServerContext& ctx,
   if (!caller.ok()) return caller.status();
   if (!*caller) return absl::OkStatus();
   const Principal& p = **caller;
-  if (!p.AllowsModel(req->model())) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "this API key (tenant \"", p.tenant, "\") may not use model \"", req->model(), "\""));
-  }
+  if (auto st = p.CheckModel(req->model()); !st.ok()) return st;
   auto tenant = p.TenantFor(req->tenant());
   if (!tenant.ok()) return tenant.status();
   req->set_tenant(*tenant);

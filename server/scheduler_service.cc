@@ -18,9 +18,8 @@ namespace {
 // The caller may use `model` (nullopt: authentication is off; an empty
 // model is the session's, which its own Generate was allowed).
 absl::Status CheckModel(const std::optional<Principal>& caller, const std::string& model) {
-  if (!caller || model.empty() || caller->AllowsModel(model)) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat("this API key (tenant \"", caller->tenant,
-                                                  "\") may not use model \"", model, "\""));
+  if (!caller || model.empty()) return absl::OkStatus();
+  return caller->CheckModel(model);
 }
 
 // The tenant a request acts as, filled in from the caller's key.

@@ -477,6 +477,60 @@ TEST(SchedulerControl, ALoadRefusedForRoomEvictsAnIdleModel) {
   c.s->Stop();
 }
 
+// Requests queue on an elastic device whose memory is all weights: the
+// idle model there is evicted (draining) so the busy one's KV can grow, and
+// it stays evicted (not reloaded) until a request wants it. The same device
+// with static pools, or with room, evicts nothing.
+TEST(SchedulerControl, RequestsStarvedOfKvEvictAnIdleModelOnAnElasticDevice) {
+  for (const bool elastic : {false, true}) {
+    for (const int64_t used : {600, 990}) {
+      FakeNode fake;
+      FakeClock clock;
+      SchedulerOptions o;
+      o.idle_evict_after = absl::Seconds(5);
+      o.models = {{"busy", "/models/busy"}, {"idle", "/models/idle"}};
+      auto s = *Scheduler::Create(o, clock.fn());
+      ASSERT_TRUE(
+          s->RegisterNode(NodeAt("a", fake, {"cpu:0"}, {{"busy", "cpu:0"}, {"idle", "cpu:0"}}))
+              .ok());
+      clock.now += absl::Seconds(10);
+      v1::HeartbeatRequest hb;
+      hb.set_node_id("a");
+      *hb.mutable_models() =
+          NodeAt("a", fake, {"cpu:0"}, {{"busy", "cpu:0"}, {"idle", "cpu:0"}}).models();
+      v1::DeviceState* d = hb.add_devices();
+      d->set_name("cpu:0");
+      d->set_memory_total_bytes(1000);
+      d->set_memory_used_bytes(used);
+      d->set_queue_length(4);
+      d->set_elastic(elastic);
+      ASSERT_FALSE(s->Heartbeat(hb).reregister());
+      // busy is in use; idle is idle for 10 s.
+      auto route = s->RouteRequest(Request("busy"), [] { return false; });
+      ASSERT_TRUE(route.ok()) << route.status();
+      s->RunControlTick();
+      s->Complete(*route, nullptr);
+      const bool starved = elastic && used == 990;
+      if (starved) {
+        ASSERT_TRUE(fake.AwaitCalls(0, 1));
+        EXPECT_EQ(fake.evicts()[0].model, "idle");
+        EXPECT_TRUE(fake.evicts()[0].drain);
+        // Not reloaded: EVICTED once the node's eviction returns.
+        EXPECT_TRUE(
+            Eventually([&] { return InfoOf(*s, "idle").state() == v1::MODEL_STATE_EVICTED; },
+                       absl::Seconds(10)))
+            << InfoOf(*s, "idle").DebugString();
+        s->RunControlTick();
+      } else {
+        absl::SleepFor(absl::Milliseconds(100));
+        EXPECT_TRUE(fake.evicts().empty()) << "elastic " << elastic << " used " << used;
+      }
+      EXPECT_TRUE(fake.loads().empty());
+      s->Stop();
+    }
+  }
+}
+
 // A node that comes back with a model already reloaded elsewhere: the
 // extra replica is drained (not dropped) down to the catalogue's count.
 TEST(SchedulerControl, ExtraReplicasAreDrained) {

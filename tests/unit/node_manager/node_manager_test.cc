@@ -316,6 +316,37 @@ TEST(NodeManager, IdleElasticDeviceReportsItsKvRoom) {
   EXPECT_EQ(states[0].kv_bytes_used(), 0);
 }
 
+// Static mode refuses a model whose weights and KV pool cannot fit with
+// RESOURCE_EXHAUSTED (so the scheduler makes room) before building it: the
+// device never holds it, and a model that fits still loads after. A device
+// reports which mode it is in.
+TEST(NodeManager, StaticModeRefusesAModelThatCannotFitBeforeBuildingIt) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  NodeOptions n;
+  n.memory_mode = "static";
+  n.engine.kv_cache_bytes = 4ll << 20;
+  n.devices = {DeviceOptions{"cpu:0", 2ll << 20}};  // less than the KV pool alone
+  auto node = std::move(*NodeManager::Create(n));
+  auto refused = node->LoadModel("a", path, "auto", "");
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("weights + KV pool"), std::string::npos)
+      << refused.status();
+  const auto states = node->DeviceStates();
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_FALSE(states[0].elastic());
+  EXPECT_EQ(states[0].memory_used_bytes(), 0);
+  EXPECT_TRUE(node->ResidentModels().empty());
+  node->Shutdown();
+
+  n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
+  node = std::move(*NodeManager::Create(n));
+  EXPECT_TRUE(node->LoadModel("a", path, "auto", "").ok());
+  node->Shutdown();
+  OneModelNode elastic(4);
+  EXPECT_TRUE(elastic.node->DeviceStates()[0].elastic());
+}
+
 // A session's turn is remembered until the scheduler drops the session
 // (its lost-history check, Scheduler::RouteRequest).
 TEST(NodeManager, DropSessionSaysWhetherTheSessionWasServed) {

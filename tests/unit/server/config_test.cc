@@ -170,6 +170,17 @@ TEST(Config, BadValuesAreNamed) {
   EXPECT_NE(Msg("node: {memory: {slab_mib: 3}}").find("node.memory.slab_mib"), std::string::npos);
   EXPECT_NE(Msg("scheduler: [1, 2]").find("scheduler: expected a mapping"), std::string::npos);
   EXPECT_NE(Msg("a: [").find("invalid YAML"), std::string::npos);
+  EXPECT_NE(
+      Msg("scheduler: {kv_pressure_free_fraction: 1}").find("scheduler.kv_pressure_free_fraction"),
+      std::string::npos);
+  EXPECT_NE(Msg("scheduler: {kv_pressure_free_fraction: -0.1}")
+                .find("scheduler.kv_pressure_free_fraction"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(ParseConfig("scheduler: {kv_pressure_free_fraction: 0.2}", "t.yaml")
+                       ->scheduler.options.kv_pressure_free_fraction,
+                   0.2);
+  EXPECT_DOUBLE_EQ(
+      ParseConfig("scheduler: {}", "t.yaml")->scheduler.options.kv_pressure_free_fraction, 0.05);
 }
 
 TEST(Config, SessionLimits) {
