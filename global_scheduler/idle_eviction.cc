@@ -1,5 +1,6 @@
 #include "global_scheduler/idle_eviction.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "global_scheduler/placement.h"
@@ -32,23 +33,34 @@ std::optional<IdleVictim> ChooseIdleVictim(
   return best;
 }
 
+std::string DeviceKey(const std::string& node_id, const std::string& device) {
+  return node_id + "/" + device;
+}
+
 std::optional<IdleVictim> ChooseKvPressureVictim(
     const std::vector<NodeInfo>& nodes,
     const std::function<absl::Duration(const std::string&)>& idle, absl::Duration threshold,
-    const std::set<std::string>& skip, double free_fraction) {
+    const std::set<std::string>& skip, double free_fraction, const std::set<std::string>& held) {
   std::optional<IdleVictim> best;
   int64_t best_free = 0;
   for (const auto& n : nodes) {
     if (!n.alive) continue;
     for (const v1::DeviceState& d : n.devices) {
-      const int64_t free = d.memory_total_bytes() - d.memory_used_bytes() + d.kv_bytes_free();
+      const int64_t free = d.kv_bytes_free();
       if (!d.elastic() || d.queue_length() <= 0 ||
-          static_cast<double>(free) >= free_fraction * static_cast<double>(d.memory_total_bytes()))
+          static_cast<double>(free) >=
+              free_fraction * static_cast<double>(d.memory_total_bytes()) ||
+          held.count(DeviceKey(n.node_id, d.name()))) {
         continue;
+      }
       if (best && free >= best_free) continue;
       NodeInfo on_device = n;  // only the replicas on this device
       std::erase_if(on_device.models,
                     [&](const v1::ResidentModel& m) { return m.device() != d.name(); });
+      if (std::any_of(on_device.models.begin(), on_device.models.end(),
+                      [](const auto& m) { return m.state() == v1::MODEL_STATE_LOADING; })) {
+        continue;
+      }
       if (auto v = ChooseIdleVictim({on_device}, idle, threshold, skip)) {
         best = v;
         best_free = free;

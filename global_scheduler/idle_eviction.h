@@ -35,16 +35,22 @@ std::optional<IdleVictim> ChooseIdleVictim(
     const std::set<std::string>& skip);
 
 // KV pressure: on an elastic device (v1::DeviceState::elastic) where
-// requests queue (queue_length > 0) while its free memory (unmapped, plus
-// free KV in formatted slabs) is below `free_fraction` of its total, the
-// resident weights leave the active models too little KV. Returns the idle
-// victim (as ChooseIdleVictim, among the READY replicas on that device)
-// of the device with the least free memory that has one. Static devices
-// never qualify: a model's fixed KV pool gains nothing from an eviction.
+// requests queue (queue_length > 0) while its free KV room (kv_bytes_free:
+// free blocks, empty slabs and unmapped budget) is below `free_fraction` of
+// its memory, the resident weights leave the active models too little KV.
+// Returns the idle victim (as ChooseIdleVictim, among the READY replicas on
+// that device, never one in `skip`) of the device with the least room that
+// has one. Skipped: static devices (a model's fixed KV pool gains nothing
+// from an eviction), devices with a load under way (its pages and the KV it
+// reclaims are not pressure), and devices in `held` ("node/device" keys:
+// an eviction there has not yet shown in a heartbeat).
 std::optional<IdleVictim> ChooseKvPressureVictim(
     const std::vector<NodeInfo>& nodes,
     const std::function<absl::Duration(const std::string&)>& idle, absl::Duration threshold,
-    const std::set<std::string>& skip, double free_fraction);
+    const std::set<std::string>& skip, double free_fraction, const std::set<std::string>& held);
+
+// The key of a node's device in ChooseKvPressureVictim's `held`.
+std::string DeviceKey(const std::string& node_id, const std::string& device);
 
 // Whether `node` has room for `weight_bytes` more weights on one of its
 // devices: that device's memory less the weights of what it holds stays

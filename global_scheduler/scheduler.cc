@@ -383,6 +383,7 @@ absl::Status Scheduler::BeginRoute(const v1::GenerateRequest& req, const std::st
     if (auto st = AdmitRequest(req); !st.ok()) return st;
   }
   Route& route = p->route;
+  route.model = req.model();
   route.session_id = req.session_id();
   route.ttft_ms = req.slo().ttft_ms()   ? req.slo().ttft_ms()
                   : model->spec.ttft_ms ? model->spec.ttft_ms
@@ -431,6 +432,10 @@ absl::StatusOr<std::optional<Route>> Scheduler::TryRoute(const v1::GenerateReque
       route.node_id = *pick;
       route.kv_peer = PeerAddress(p->affinity, *pick);
       cluster_.AddInflight(route.node_id, 1);
+      {
+        absl::MutexLock lock(&mu_);
+        ++inflight_by_model_[route.model];
+      }
       return std::optional<Route>(std::move(route));
     }
   }
@@ -474,6 +479,11 @@ void Scheduler::AwaitReplica(const PendingRoute& pending, std::function<bool()> 
 
 void Scheduler::Complete(const Route& route, const v1::NodeFinal* final) {
   cluster_.AddInflight(route.node_id, -1);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = inflight_by_model_.find(route.model);
+    if (it != inflight_by_model_.end() && --it->second <= 0) inflight_by_model_.erase(it);
+  }
   if (route.session_id.empty()) return;
   if (!final) return sessions_.Abort(route.session_id);
   TurnRecord turn;

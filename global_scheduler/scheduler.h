@@ -91,10 +91,11 @@ struct SchedulerOptions {
   // reactivates it. Zero: never evict idle models. Default 45 s.
   absl::Duration idle_evict_after = absl::Seconds(45);
   // KV pressure (idle_eviction.h, ChooseKvPressureVictim): while requests
-  // queue on an elastic device whose free memory is below this fraction of
-  // it, one model idle past idle_evict_after is evicted from it per control
-  // tick, so the weights of idle models do not starve the active ones' KV.
-  // Zero: only weight room evicts. Default 0.05.
+  // queue on an elastic device whose KV room is below this fraction of its
+  // memory, a model idle past idle_evict_after with no request in flight is
+  // evicted from it, one at a time (the next waits for a heartbeat taken
+  // after the last ended), so the weights of idle models do not starve the
+  // active ones' KV. Zero: only weight room evicts. Default 0.05.
   double kv_pressure_free_fraction = 0.05;
   // Longest a draining eviction (idle eviction, migration) lets in-flight
   // requests run on the old replica before they fail UNAVAILABLE. Sent to
@@ -157,6 +158,7 @@ LoadFailure ClassifyLoadError(grpc::StatusCode code);
 
 // A request bound to a node.
 struct Route {
+  std::string model;
   std::string node_id;
   std::shared_ptr<v1::Node::StubInterface> stub;
   std::string session_id;
@@ -323,6 +325,7 @@ class Scheduler {
     std::vector<NodeInfo> nodes;
     std::map<std::string, absl::Time> last_request;
     std::set<std::string> leaving;  // models being evicted
+    std::set<std::string> busy;     // models with requests in flight: never idle victims
     absl::Duration Idle(const std::string& model) const;
   };
 
@@ -349,8 +352,12 @@ class Scheduler {
   // Evicts the idlest model past idle_evict_after so `m` can load next tick.
   void MakeRoomFor(const ModelStatus& m, Tick* tick);
   // Evicts one idle model from a device under KV pressure (see
-  // kv_pressure_free_fraction).
-  void RelieveKvPressure(Tick* tick);
+  // kv_pressure_free_fraction), at most one per device until a heartbeat
+  // shows that eviction's effect.
+  void RelieveKvPressure(Tick* tick) ABSL_LOCKS_EXCLUDED(mu_);
+  // The devices (DeviceKey) whose last KV-pressure eviction is still under
+  // way or not yet seen in a heartbeat; forgets the others.
+  std::set<std::string> KvPressureHeld(const Tick& tick) ABSL_LOCKS_EXCLUDED(mu_);
   void PlaceReplica(const ModelStatus& m, const std::set<std::string>& exclude, Tick* tick);
   // The KVPR rebalancer's whole-catalogue pass (see rebalance_interval).
   void Rebalance();
@@ -408,9 +415,18 @@ class Scheduler {
   // model waiting for room -> the idle model being evicted for it
   std::map<std::string, std::string> evicting_for_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Migration> migrations_ ABSL_GUARDED_BY(mu_);  // by model
-  std::set<std::string> cordoned_ ABSL_GUARDED_BY(mu_);               // Admin.DrainNode
-  absl::Time last_rebalance_ = absl::InfinitePast();                  // control loop only
-  absl::Time last_session_sweep_ = absl::InfinitePast();              // control loop only
+  // A KV-pressure eviction per device (DeviceKey): its model, node, and
+  // the tick that saw it end (InfiniteFuture: under way).
+  struct KvPressureHold {
+    std::string model, node_id;
+    absl::Time ended = absl::InfiniteFuture();
+  };
+  std::map<std::string, KvPressureHold> kv_pressure_holds_ ABSL_GUARDED_BY(mu_);
+  // Requests routed and not completed, per model (Route::model).
+  std::map<std::string, int> inflight_by_model_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> cordoned_ ABSL_GUARDED_BY(mu_);   // Admin.DrainNode
+  absl::Time last_rebalance_ = absl::InfinitePast();      // control loop only
+  absl::Time last_session_sweep_ = absl::InfinitePast();  // control loop only
 
   absl::Notification stop_;
   absl::Mutex kick_mu_;

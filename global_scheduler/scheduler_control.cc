@@ -72,6 +72,9 @@ Scheduler::Tick Scheduler::BeginTick() {
   const std::vector<ModelStatus> models = registry_.List();
   for (const ModelStatus& m : models) t.last_request[m.spec.name] = m.last_request;
   absl::MutexLock lock(&mu_);
+  for (const auto& [model, n] : inflight_by_model_) {
+    if (n > 0) t.busy.insert(model);
+  }
   for (const auto& entry : pending_) {
     // Not a structured binding: clang 14 cannot capture one in the lambdas.
     const auto& key = entry.first;
@@ -194,6 +197,7 @@ bool Scheduler::TrimReplicas(const ModelStatus& m, Tick* tick) {
 void Scheduler::MakeRoomFor(const ModelStatus& m, Tick* tick) {
   if (options_.idle_evict_after <= absl::ZeroDuration()) return;
   std::set<std::string> skip = tick->leaving;
+  skip.insert(tick->busy.begin(), tick->busy.end());
   skip.insert(m.spec.name);
   auto victim = ChooseIdleVictim(
       tick->nodes, [tick](const std::string& model) { return tick->Idle(model); },
@@ -215,17 +219,52 @@ void Scheduler::MakeRoomFor(const ModelStatus& m, Tick* tick) {
   }
 }
 
+std::set<std::string> Scheduler::KvPressureHeld(const Tick& tick) {
+  std::set<std::string> held;
+  absl::MutexLock lock(&mu_);
+  for (auto it = kv_pressure_holds_.begin(); it != kv_pressure_holds_.end();) {
+    KvPressureHold& h = it->second;
+    if (h.ended == absl::InfiniteFuture() && !tick.leaving.count(h.model)) h.ended = tick.now;
+    auto n = std::find_if(tick.nodes.begin(), tick.nodes.end(),
+                          [&](const NodeInfo& x) { return x.node_id == h.node_id; });
+    // Forgotten once the node is gone or a heartbeat after the end came.
+    if (n == tick.nodes.end() || !n->alive || n->last_heartbeat > h.ended) {
+      it = kv_pressure_holds_.erase(it);
+      continue;
+    }
+    held.insert(it->first);
+    ++it;
+  }
+  return held;
+}
+
 void Scheduler::RelieveKvPressure(Tick* tick) {
   if (options_.idle_evict_after <= absl::ZeroDuration() ||
       options_.kv_pressure_free_fraction <= 0) {
     return;
   }
+  const std::set<std::string> held = KvPressureHeld(*tick);
+  std::set<std::string> skip = tick->leaving;
+  skip.insert(tick->busy.begin(), tick->busy.end());
   auto victim = ChooseKvPressureVictim(
       tick->nodes, [tick](const std::string& model) { return tick->Idle(model); },
-      options_.idle_evict_after, tick->leaving, options_.kv_pressure_free_fraction);
+      options_.idle_evict_after, skip, options_.kv_pressure_free_fraction, held);
   if (!victim) return;
-  spdlog::info("node {}: requests wait for KV memory: evicting {} (idle {})", victim->node_id,
-               victim->model, absl::FormatDuration(tick->Idle(victim->model)));
+  std::string device;
+  for (const auto& n : tick->nodes) {
+    if (n.node_id != victim->node_id) continue;
+    for (const auto& r : n.models) {
+      if (r.name() == victim->model) device = r.device();
+    }
+  }
+  spdlog::info("node {} device {}: requests wait for KV memory: evicting {} (idle {})",
+               victim->node_id, device, victim->model,
+               absl::FormatDuration(tick->Idle(victim->model)));
+  {
+    absl::MutexLock lock(&mu_);
+    kv_pressure_holds_[DeviceKey(victim->node_id, device)] =
+        KvPressureHold{victim->model, victim->node_id};
+  }
   registry_.RecordIdleEvicted(victim->model, tick->now);
   StartEvict(victim->model, victim->node_id, /*drain=*/true);
   tick->leaving.insert(victim->model);

@@ -144,7 +144,7 @@ absl::Status ServeProcess::Warm(const std::string& target, const std::vector<std
       auto stub = v1::Inference::NewStub(channel);
       grpc::ClientContext ctx;
       AddApiKey(&ctx);
-      ctx.set_deadline(DeadlineIn(absl::Seconds(300)));
+      ctx.set_deadline(DeadlineIn(absl::Seconds(120)));
       v1::GenerateRequest req;
       req.set_model(models[i]);
       req.set_prompt("Warm-up.");
@@ -161,10 +161,17 @@ absl::Status ServeProcess::Warm(const std::string& target, const std::vector<std
     });
   }
   for (auto& t : threads) t.join();
+  // Best effort: a model that could not be warmed (no room, no such model)
+  // is measured cold, as the trace then asks for it; the run goes on.
+  size_t warmed = 0;
   for (const auto& st : results) {
-    if (!st.ok()) return st;
+    if (st.ok()) {
+      ++warmed;
+    } else {
+      std::cerr << "warning: " << st.message() << "\n";
+    }
   }
-  std::cout << absl::StrFormat("warmed %d models in %.1f s", models.size(),
+  std::cout << absl::StrFormat("warmed %d of %d models in %.1f s", warmed, models.size(),
                                absl::ToDoubleSeconds(absl::Now() - t0))
             << std::endl;
   return absl::OkStatus();

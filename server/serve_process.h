@@ -22,7 +22,9 @@ struct ServeStartOptions {
   // the catalogue has settled; then it is waited on to settle again. A
   // steady state for the measured run: each model has been activated once
   // (weights read from disk, later kept as a host copy when evicted), as in
-  // a daemon that has been serving for a while. Default: none.
+  // a daemon that has been serving for a while. Best effort: a model that
+  // cannot be warmed in 120 s is warned about and measured cold. Default:
+  // none.
   std::vector<std::string> warm_models;
   // How long the catalogue may take to settle (weights load from disk at
   // first), each time. Default 300 s.

@@ -61,17 +61,17 @@ TEST(IdleEviction, WeightRoomCountsResidentWeightsNotKv) {
   EXPECT_TRUE(HasWeightRoom(n, 0));  // unknown size: try
 }
 
-// A device of `memory` bytes named `device`, with `used` of it in use,
-// `kv_free` free in formatted slabs and `queued` requests waiting; its
-// models (all READY) live on it.
-NodeInfo Pressured(const std::string& id, const std::string& device, int64_t memory, int64_t used,
+// A device of `memory` bytes named `device` with `kv_free` bytes of KV
+// room (free blocks, empty slabs, unmapped budget) and `queued` requests
+// waiting; its models (all READY) live on it.
+NodeInfo Pressured(const std::string& id, const std::string& device, int64_t memory,
                    int64_t kv_free, int queued, bool elastic,
                    std::vector<std::pair<std::string, int64_t>> models) {
   NodeInfo n = Node(id, memory, {});
   v1::DeviceState& d = n.devices.front();
   d.set_name(device);
-  d.set_memory_used_bytes(used);
   d.set_kv_bytes_free(kv_free);
+  d.set_memory_used_bytes(memory - kv_free);
   d.set_queue_length(queued);
   d.set_elastic(elastic);
   for (const auto& [name, weights] : models) {
@@ -91,41 +91,48 @@ TEST(IdleEviction, KvPressureEvictsAnIdleModelFromTheStarvedElasticDevice) {
                                                 {"colder", absl::Seconds(90)},
                                                 {"elsewhere", absl::Seconds(900)}};
   auto idle_of = [&](const std::string& m) { return idle.at(m); };
-  // n1: 2% free (1 unmapped + 1 free KV of 100) with requests queued.
-  // n2: plenty free; its long-idle model must not be the victim.
+  const absl::Duration t = absl::Seconds(45);
+  // n1: 2% KV room with requests queued. n2: plenty; its long-idle model
+  // must not be the victim.
   std::vector<NodeInfo> nodes = {
-      Pressured("n1", "cuda:0", 100, 99, 1, 3, true, {{"hot", 40}, {"cold", 30}, {"colder", 20}}),
-      Pressured("n2", "cuda:0", 100, 50, 0, 3, true, {{"elsewhere", 40}})};
-  auto v = ChooseKvPressureVictim(nodes, idle_of, absl::Seconds(45), {}, 0.05);
+      Pressured("n1", "cuda:0", 100, 2, 3, true, {{"hot", 40}, {"cold", 30}, {"colder", 20}}),
+      Pressured("n2", "cuda:0", 100, 50, 3, true, {{"elsewhere", 40}})};
+  auto v = ChooseKvPressureVictim(nodes, idle_of, t, {}, 0.05, {});
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->model, "colder");
   EXPECT_EQ(v->node_id, "n1");
-  // Already leaving: the next idle one.
-  EXPECT_EQ(ChooseKvPressureVictim(nodes, idle_of, absl::Seconds(45), {"colder"}, 0.05)->model,
-            "cold");
+  // Skipped (leaving, or requests in flight): the next idle one.
+  EXPECT_EQ(ChooseKvPressureVictim(nodes, idle_of, t, {"colder"}, 0.05, {})->model, "cold");
   // Below the fraction only counts: at 1% nothing is under pressure.
-  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, absl::Seconds(45), {}, 0.01).has_value());
+  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, t, {}, 0.01, {}).has_value());
+  // An eviction there not yet seen in a heartbeat holds the device.
+  EXPECT_FALSE(
+      ChooseKvPressureVictim(nodes, idle_of, t, {}, 0.05, {DeviceKey("n1", "cuda:0")}).has_value());
   // Nothing waits: no pressure, however full.
   nodes[0].devices.front().set_queue_length(0);
-  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, absl::Seconds(45), {}, 0.05).has_value());
+  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, t, {}, 0.05, {}).has_value());
   nodes[0].devices.front().set_queue_length(3);
   // A static device's pools gain nothing from an eviction.
   nodes[0].devices.front().set_elastic(false);
-  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, absl::Seconds(45), {}, 0.05).has_value());
+  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, t, {}, 0.05, {}).has_value());
   nodes[0].devices.front().set_elastic(true);
   // Only models idle past the threshold.
-  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, absl::Seconds(100), {}, 0.05).has_value());
+  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, absl::Seconds(100), {}, 0.05, {}));
+  // A load under way on the device: its pages are not pressure.
+  nodes[0].models[0].set_state(v1::MODEL_STATE_LOADING);
+  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, t, {}, 0.05, {}).has_value());
 }
 
 TEST(IdleEviction, KvPressureLooksOnlyAtTheStarvedDevicesModels) {
   std::map<std::string, absl::Duration> idle = {{"on0", absl::Seconds(50)},
                                                 {"on1", absl::Seconds(500)}};
   auto idle_of = [&](const std::string& m) { return idle.at(m); };
-  NodeInfo n = Pressured("n1", "cuda:0", 100, 100, 0, 2, true, {{"on0", 10}});
+  NodeInfo n = Pressured("n1", "cuda:0", 100, 0, 2, true, {{"on0", 10}});
   v1::DeviceState other;
   other.set_name("cuda:1");
   other.set_memory_total_bytes(100);
-  other.set_memory_used_bytes(10);
+  other.set_kv_bytes_free(90);
+  other.set_queue_length(2);
   other.set_elastic(true);
   n.devices.push_back(other);
   v1::ResidentModel m;
@@ -134,7 +141,7 @@ TEST(IdleEviction, KvPressureLooksOnlyAtTheStarvedDevicesModels) {
   m.set_weight_bytes(10);
   m.set_state(v1::MODEL_STATE_READY);
   n.models.push_back(m);
-  auto v = ChooseKvPressureVictim({n}, idle_of, absl::Seconds(45), {}, 0.05);
+  auto v = ChooseKvPressureVictim({n}, idle_of, absl::Seconds(45), {}, 0.05, {});
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->model, "on0");  // on1 is idler, but its device has room
 }

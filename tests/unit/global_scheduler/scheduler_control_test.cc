@@ -477,55 +477,86 @@ TEST(SchedulerControl, ALoadRefusedForRoomEvictsAnIdleModel) {
   c.s->Stop();
 }
 
-// Requests queue on an elastic device whose memory is all weights: the
-// idle model there is evicted (draining) so the busy one's KV can grow, and
-// it stays evicted (not reloaded) until a request wants it. The same device
-// with static pools, or with room, evicts nothing.
+// Node "a" reports `models` on one cpu:0 of 1000 bytes with `kv_free`
+// bytes of KV room and 4 requests queued.
+void Beat(Scheduler* s, const FakeNode& fake, const std::vector<std::string>& models,
+          int64_t kv_free, bool elastic) {
+  std::vector<std::pair<std::string, std::string>> on;
+  for (const auto& m : models) on.push_back({m, "cpu:0"});
+  v1::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  *hb.mutable_models() = NodeAt("a", fake, {"cpu:0"}, on).models();
+  v1::DeviceState* d = hb.add_devices();
+  d->set_name("cpu:0");
+  d->set_memory_total_bytes(1000);
+  d->set_memory_used_bytes(1000 - kv_free);
+  d->set_kv_bytes_free(kv_free);
+  d->set_queue_length(4);
+  d->set_elastic(elastic);
+  ASSERT_FALSE(s->Heartbeat(hb).reregister());
+}
+
+v1::ModelState ReplicaState(const Scheduler& s, const std::string& model) {
+  const v1::ModelInfo info = InfoOf(s, model);
+  return info.replicas_size() ? info.replicas(0).state() : v1::MODEL_STATE_UNSPECIFIED;
+}
+
+// Requests queue on an elastic device whose memory is all weights: an idle
+// model there is evicted (draining) so the busy one's KV can grow, and it
+// stays evicted (not reloaded) until a request wants it. One eviction per
+// heartbeat that still shows the pressure, and never a model with requests
+// in flight. The same device with static pools, or with room, evicts
+// nothing.
 TEST(SchedulerControl, RequestsStarvedOfKvEvictAnIdleModelOnAnElasticDevice) {
+  const std::vector<std::string> all = {"busy", "idle1", "idle2"};
   for (const bool elastic : {false, true}) {
-    for (const int64_t used : {600, 990}) {
+    for (const int64_t kv_free : {400, 10}) {
       FakeNode fake;
       FakeClock clock;
       SchedulerOptions o;
       o.idle_evict_after = absl::Seconds(5);
-      o.models = {{"busy", "/models/busy"}, {"idle", "/models/idle"}};
+      o.models = {{"busy", "/m/busy"}, {"idle1", "/m/idle1"}, {"idle2", "/m/idle2"}};
       auto s = *Scheduler::Create(o, clock.fn());
       ASSERT_TRUE(
-          s->RegisterNode(NodeAt("a", fake, {"cpu:0"}, {{"busy", "cpu:0"}, {"idle", "cpu:0"}}))
+          s->RegisterNode(NodeAt("a", fake, {"cpu:0"},
+                                 {{"busy", "cpu:0"}, {"idle1", "cpu:0"}, {"idle2", "cpu:0"}}))
               .ok());
       clock.now += absl::Seconds(10);
-      v1::HeartbeatRequest hb;
-      hb.set_node_id("a");
-      *hb.mutable_models() =
-          NodeAt("a", fake, {"cpu:0"}, {{"busy", "cpu:0"}, {"idle", "cpu:0"}}).models();
-      v1::DeviceState* d = hb.add_devices();
-      d->set_name("cpu:0");
-      d->set_memory_total_bytes(1000);
-      d->set_memory_used_bytes(used);
-      d->set_queue_length(4);
-      d->set_elastic(elastic);
-      ASSERT_FALSE(s->Heartbeat(hb).reregister());
-      // busy is in use; idle is idle for 10 s.
-      auto route = s->RouteRequest(Request("busy"), [] { return false; });
+      Beat(s.get(), fake, all, kv_free, elastic);
+      auto route = s->RouteRequest(Request("busy"), [] { return false; });  // in flight
       ASSERT_TRUE(route.ok()) << route.status();
       s->RunControlTick();
-      s->Complete(*route, nullptr);
-      const bool starved = elastic && used == 990;
-      if (starved) {
-        ASSERT_TRUE(fake.AwaitCalls(0, 1));
-        EXPECT_EQ(fake.evicts()[0].model, "idle");
-        EXPECT_TRUE(fake.evicts()[0].drain);
-        // Not reloaded: EVICTED once the node's eviction returns.
-        EXPECT_TRUE(
-            Eventually([&] { return InfoOf(*s, "idle").state() == v1::MODEL_STATE_EVICTED; },
-                       absl::Seconds(10)))
-            << InfoOf(*s, "idle").DebugString();
-        s->RunControlTick();
-      } else {
-        absl::SleepFor(absl::Milliseconds(100));
-        EXPECT_TRUE(fake.evicts().empty()) << "elastic " << elastic << " used " << used;
+      if (!(elastic && kv_free == 10)) {
+        for (const auto& m : all) EXPECT_EQ(ReplicaState(*s, m), v1::MODEL_STATE_READY) << m;
+        s->Complete(*route, nullptr);
+        s->Stop();
+        continue;
       }
-      EXPECT_TRUE(fake.loads().empty());
+      // idle1 and idle2 tie on idle time and size: the lower name goes.
+      ASSERT_TRUE(fake.AwaitCalls(0, 1));
+      EXPECT_EQ(fake.evicts()[0].model, "idle1");
+      EXPECT_TRUE(fake.evicts()[0].drain);
+      EXPECT_TRUE(Eventually([&] { return InfoOf(*s, "idle1").state() == v1::MODEL_STATE_EVICTED; },
+                             absl::Seconds(10)));
+      // No heartbeat since the eviction: nothing more goes, nothing reloads.
+      s->RunControlTick();
+      s->RunControlTick();
+      EXPECT_EQ(ReplicaState(*s, "idle2"), v1::MODEL_STATE_READY);
+      EXPECT_EQ(InfoOf(*s, "idle1").state(), v1::MODEL_STATE_EVICTED);
+      // A later heartbeat still starved: the next idle model goes.
+      clock.now += absl::Seconds(1);
+      Beat(s.get(), fake, {"busy", "idle2"}, kv_free, elastic);
+      s->RunControlTick();
+      EXPECT_EQ(ReplicaState(*s, "idle2"), v1::MODEL_STATE_DRAINING);
+      ASSERT_TRUE(fake.AwaitCalls(0, 2));
+      ASSERT_TRUE(Eventually([&] { return InfoOf(*s, "idle2").state() == v1::MODEL_STATE_EVICTED; },
+                             absl::Seconds(10)));
+      // busy's request is still in flight long past the threshold: kept.
+      clock.now += absl::Seconds(30);
+      Beat(s.get(), fake, {"busy"}, kv_free, elastic);
+      s->RunControlTick();
+      EXPECT_EQ(ReplicaState(*s, "busy"), v1::MODEL_STATE_READY);
+      s->Complete(*route, nullptr);
       s->Stop();
     }
   }
