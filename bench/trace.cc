@@ -1,7 +1,9 @@
 #include "bench/trace.h"
 
+#include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -70,6 +72,21 @@ absl::Status Get(const json& j, const char* key, T* out) {
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   bool ok = std::is_same_v<T, std::string> ? it->is_string() : !it->is_boolean();
   if constexpr (std::is_arithmetic_v<T>) ok = it->is_number();
+  if constexpr (std::is_integral_v<T>) {
+    // A whole number that fits: converting 1e300 (or 1.5) to an integer
+    // is undefined, not an error (found by fuzz/trace_fuzzer).
+    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+    constexpr double hi = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+    if (it->is_number_float()) {
+      const double d = it->template get<double>();
+      ok = std::isfinite(d) && d == std::floor(d) && d >= lo && d < hi;
+    } else if (it->is_number_unsigned()) {
+      ok = it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    } else if (it->is_number_integer()) {
+      const int64_t v = it->template get<int64_t>();
+      ok = static_cast<double>(v) >= lo && static_cast<double>(v) < hi;
+    }
+  }
   if (ok) {
     try {
       *out = it->get<T>();

@@ -100,6 +100,12 @@ bool DeviceWorker::Remove(const std::string& model) {
   return true;
 }
 
+void DeviceWorker::AwaitRetired() {
+  for (int i = 0; i < 2; ++i) {
+    if (!RunOnStepThread([] { return absl::OkStatus(); }).ok()) return;  // stopping
+  }
+}
+
 absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
   absl::Status result;
   absl::Notification done;

@@ -172,6 +172,12 @@ class DeviceWorker {
   std::function<int64_t(int64_t, uint64_t)> ReclaimKvFor(const std::string& model);
   // Removes an engine; false if absent.
   bool Remove(const std::string& model);
+  // Returns once the step thread has let go of every engine removed before
+  // the call (the loop retires them after its between-step tasks: two
+  // barriers cover both orders). The caller's own reference is then the
+  // last, so dropping it frees the weights and KV at once. Not from the
+  // step thread.
+  void AwaitRetired();
   std::shared_ptr<engine::ModelEngine> Find(const std::string& model) const;
   std::vector<std::shared_ptr<engine::ModelEngine>> Engines() const;
   DeviceUsage Usage() const;

@@ -351,9 +351,15 @@ absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool k
   }
   for (auto& d : devices_) {
     if (d->Remove(name)) {
+      // The memory is free when the call returns: the scheduler loads the
+      // next model into it at once, and a load refused for room now would
+      // evict one more model (seen in LifecycleTest under load).
+      const std::string path = e->options().path;
+      d->AwaitRetired();
+      e.reset();
       SetState(name, v1::MODEL_STATE_EVICTED);
       spdlog::info("evicted model {} from {}{}", name, d->name(),
-                   host_cache_.Contains(name, e->options().path) ? " (host copy kept)" : "");
+                   host_cache_.Contains(name, path) ? " (host copy kept)" : "");
       return absl::OkStatus();
     }
   }

@@ -3,8 +3,11 @@
 # ctest. Each stage has its own build directory and prints its wall time.
 #   format  scripts/check-format.sh with clang-format 14
 #   clang   clang 14, -Wthread-safety -Werror (checks the ABSL_GUARDED_BY
-#           annotations), ASan + UBSan (-fno-sanitize-recover=all), CUDA off;
-#           builds everything and runs ctest -LE gpu           (build-clang/)
+#           annotations), ASan + UBSan (-fno-sanitize-recover=all), CUDA off,
+#           with the libFuzzer targets of fuzz/; builds everything, runs
+#           ctest -LE gpu (each fuzzer replays its corpus), then fuzzes each
+#           target for FUZZ_SECONDS (20; scripts/run-fuzzers.sh)
+#                                                              (build-clang/)
 #   tsan    GCC 12 TSan build of the concurrency-heavy tests (device worker,
 #           arbitration, model engine, scheduler, the multi-process
 #           integration tests and the daemons they start) and runs them
@@ -73,7 +76,8 @@ stage_format() {
 stage_clang() {
   local b=build-clang logs=$ROOT/build-clang/sanitizer-logs
   cmake -S . -B $b "${SAN_FLAGS[@]}" -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DBALLAST_SANITIZE=address,undefined
+    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DBALLAST_SANITIZE=address,undefined \
+    -DBALLAST_FUZZ=ON
   cmake --build $b -j "$JOBS"
   rm -rf "$logs" && mkdir -p "$logs"
   ASAN_OPTIONS=log_path=$logs/asan:detect_leaks=1:check_initialization_order=1 \
@@ -81,6 +85,7 @@ stage_clang() {
     ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer \
     run_ctest $b -LE gpu
   check_logs "$logs"
+  bash scripts/run-fuzzers.sh $b "${FUZZ_SECONDS:-20}"
 }
 
 # The tests TSan runs: those whose code has threads of its own (device

@@ -81,6 +81,18 @@ TEST(Trace, WrongTypesNameTheField) {
       std::string::npos);
   EXPECT_NE(err(R"({"model":"m"})").find("field \"id\": missing"), std::string::npos);
   EXPECT_NE(err("[1,2]").find("expected a JSON object"), std::string::npos);
+  // Counts that are not whole numbers of the field's type are errors, not
+  // undefined conversions (fuzz/trace_fuzzer found 5e53).
+  for (const char* v : {"5e53", "1.5", "-1e300", "99999999999999999999", "1e19"}) {
+    EXPECT_NE(
+        err(absl::StrCat(R"({"id":"b","model":"m","prompt_tokens":)", v, R"(,"output_tokens":2})"))
+            .find("field \"prompt_tokens\": expected a number"),
+        std::string::npos)
+        << v;
+  }
+  auto whole = ParseTrace(R"({"id":"b","model":"m","prompt_tokens":12.0,"output_tokens":2})", "t");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ((*whole)[0].prompt_tokens, 12);
 }
 
 TEST(TraceStats, MedianOfTwoIsTheirMean) {

@@ -181,6 +181,15 @@ TEST(Config, BadValuesAreNamed) {
                    0.2);
   EXPECT_DOUBLE_EQ(
       ParseConfig("scheduler: {}", "t.yaml")->scheduler.options.kv_pressure_free_fraction, 0.05);
+  // A key that is not a plain name is an error, not a yaml-cpp exception
+  // (fuzz/config_fuzzer).
+  EXPECT_NE(Msg("? [a, b]\n: 1\n").find("(top level): keys must be plain names"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {? {x: 1} : 2}").find("scheduler: keys must be plain names"),
+            std::string::npos);
+  EXPECT_NE(
+      Msg("scheduler: {quotas: {tenants: {? [t] : {}}}}").find("tenant names must be strings"),
+      std::string::npos);
 }
 
 TEST(Config, SessionLimits) {

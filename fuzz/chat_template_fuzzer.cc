@@ -1,0 +1,28 @@
+// libFuzzer target: a chat template (engine/chat/chat_template.h). The
+// input is the Jinja source; a template that parses is applied to a fixed
+// conversation. Both must return a status, bounded in time and memory (the
+// evaluator's output, range and recursion limits), never crash.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "engine/chat/chat_template.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using nlohmann::ordered_json;
+  auto t = ballast::chat::ChatTemplate::Create(
+      std::string(reinterpret_cast<const char*>(data), size),
+      ordered_json{{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+  if (!t.ok()) return 0;
+  ballast::chat::ChatRequest r;
+  r.messages = ordered_json::parse(R"([
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+    {"role": "assistant", "content": "Hello.", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
+    {"role": "user", "content": "Bye"}])");
+  r.add_generation_prompt = true;
+  r.tools =
+      ordered_json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {}}}])");
+  (void)(*t)->Apply(r);
+  return 0;
+}
