@@ -18,6 +18,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
 #include "engine/sampler.h"
+#include "memory/remap_plan.h"
 
 namespace ballast::engine {
 
@@ -78,6 +79,18 @@ class HostWeights {
   virtual int64_t bytes() const = 0;  // host memory held
 };
 
+// Where one decoder layer's weights lie in the executor's weight image
+// (the pages ModelEngineOptions::weight_pages maps), for remapping.
+struct LayerExtent {
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
+struct LayerStreamingStats {
+  int64_t streamed_bytes = 0;  // copied into slots so far
+  double stall_seconds = 0;    // compute waited for a copy (not hidden)
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -128,6 +141,29 @@ class Executor {
   // Blocks until the started load is done: after a failed forward (its
   // blocks are about to be freed) or to load synchronously. Its status.
   virtual absl::Status WaitKvLoad() { return absl::OkStatus(); }
+  // Parameter remapping (Mirage; memory/remap_plan.h). Backends that
+  // support it return one extent per decoder layer; empty: unsupported.
+  virtual std::vector<LayerExtent> LayerExtents() const { return {}; }
+  // From the next forward on, streams plan.streamed through plan.slots
+  // slots from the host copy (streamed layer k in slot k % slots, slot s
+  // being streamed[s]'s own memory); the empty plan streams nothing.
+  // REQUIRES: no step in flight; every layer outside plan.Lent() resident
+  // in its home (RestoreLayers first for layers a previous plan lent).
+  // Outputs are bit-identical with any plan: the same kernels read the same
+  // bytes from another address.
+  virtual absl::Status SetLayerStreaming(const memory::StreamingPlan& plan) {
+    return absl::UnimplementedError("this backend does not stream weight layers");
+  }
+  // Copies `layers` from the host copy back into their homes (their pages
+  // were just mapped again). REQUIRES: no step in flight.
+  virtual absl::Status RestoreLayers(absl::Span<const int> layers) {
+    return absl::UnimplementedError("this backend does not stream weight layers");
+  }
+  // Times one layer's copy from the host copy (T_T of Mirage §5.4).
+  virtual absl::StatusOr<double> MeasureLayerTransferSeconds() {
+    return absl::UnimplementedError("this backend does not stream weight layers");
+  }
+  virtual LayerStreamingStats streaming_stats() const { return {}; }
   virtual const ModelConfig& config() const = 0;
   // Bytes of weights this executor holds (checkpoint dtype on the CPU, the
   // device copy on GPUs).

@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
   if (auto st = e->LoadModel(); !st.ok()) return st;
   if (auto st = e->InitKv(); !st.ok()) return st;
   if (auto st = e->InitExecutor(); !st.ok()) return st;
+  e->remapper_ = WeightRemapper::Create(e->executor_.get(), o.weight_pages);
   e->PublishStats();
   return e;
 }

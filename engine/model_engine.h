@@ -43,6 +43,7 @@
 #include "engine/kv_manager.h"
 #include "engine/sequence.h"
 #include "engine/tokenizer.h"
+#include "engine/weight_remapper.h"
 #include "engine/weights.h"
 #include "memory/balloon.h"
 #include "memory/block_allocator.h"
@@ -264,6 +265,12 @@ class ModelEngine {
   // Seconds the last Step that ran spent outside the executor's forward
   // (inbox, plan, KV load issue, tokens, finishes, exports). Step thread.
   double last_step_host_seconds() const { return last_step_host_s_; }
+  // Parameter remapping (engine/weight_remapper.h): null when the backend
+  // cannot stream layers or the weights are not balloon pages (static
+  // mode). REQUIRES: the thread that calls Step; its SetAlpha with no step
+  // in flight.
+  WeightRemapper* remapper() { return remapper_.get(); }
+  const WeightRemapper* remapper() const { return remapper_.get(); }
 
  private:
   ModelEngine(const ModelEngineOptions& options, std::function<void()> wake);
@@ -318,6 +325,7 @@ class ModelEngine {
   std::unique_ptr<KvManager> kv_manager_;
   std::unique_ptr<BatchPlanner> planner_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<WeightRemapper> remapper_;  // after executor_: destroyed first
 
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<Sequence>> inbox_ ABSL_GUARDED_BY(mu_);

@@ -26,7 +26,42 @@ absl::StatusOr<std::shared_ptr<Balloon>> Balloon::Create(std::shared_ptr<PagePoo
 
 Balloon::~Balloon() = default;  // reservations are released with the pool
 
-WeightPages::~WeightPages() { owner_->ReturnWeights(addr_, bytes_, range_); }
+WeightPages::~WeightPages() { owner_->ReturnWeights(addr_, bytes_, range_, lent_); }
+
+std::pair<size_t, size_t> WeightPages::InnerPages(size_t offset, size_t len) const {
+  const size_t page = owner_->page_bytes();
+  const size_t start = (offset + page - 1) / page * page;
+  const size_t end = (offset + len) / page * page;
+  return {start, end > start ? end - start : 0};
+}
+
+absl::StatusOr<int64_t> WeightPages::Lend(size_t offset, size_t len) {
+  if (offset > bytes_ || len > bytes_ - offset) {
+    return absl::OutOfRangeError(absl::StrCat("weight extent [", offset, ", ", offset + len,
+                                              ") is past the model's ", bytes_, " bytes"));
+  }
+  const auto [start, n] = InnerPages(offset, len);
+  if (n == 0 || lent_.count(start)) return 0;
+  owner_->UnmapWeightPages(addr_ + start, n);
+  lent_[start] = n;
+  return static_cast<int64_t>(n);
+}
+
+absl::StatusOr<int64_t> WeightPages::Restore(size_t offset, size_t len) {
+  const auto [start, n] = InnerPages(offset, len);
+  auto it = lent_.find(start);
+  if (n == 0 || it == lent_.end()) return 0;
+  if (absl::Status st = owner_->MapWeightPages(addr_ + start, it->second); !st.ok()) return st;
+  const int64_t mapped = static_cast<int64_t>(it->second);
+  lent_.erase(it);
+  return mapped;
+}
+
+int64_t WeightPages::lent_bytes() const {
+  int64_t n = 0;
+  for (const auto& [off, b] : lent_) n += static_cast<int64_t>(b);
+  return n;
+}
 
 absl::StatusOr<std::unique_ptr<WeightPages>> Balloon::MapWeights(size_t bytes) {
   const size_t page = pool_->page_bytes();
@@ -64,11 +99,40 @@ absl::StatusOr<std::unique_ptr<WeightPages>> Balloon::MapWeights(size_t bytes) {
   return std::unique_ptr<WeightPages>(new WeightPages(shared_from_this(), addr, need, range));
 }
 
-void Balloon::ReturnWeights(uint8_t* addr, size_t bytes, size_t range) {
+void Balloon::ReturnWeights(uint8_t* addr, size_t bytes, size_t range,
+                            const std::map<size_t, size_t>& lent) {
+  // Unmap what is still mapped: the gaps between the lent parts.
+  size_t at = 0;
+  int64_t mapped = 0;
+  auto unmap = [&](size_t from, size_t to) {
+    if (to <= from) return;
+    pool_->Unmap(addr + from, to - from);
+    mapped += static_cast<int64_t>(to - from);
+  };
+  for (const auto& [off, n] : lent) {
+    unmap(at, off);
+    at = off + n;
+  }
+  unmap(at, bytes);
+  absl::MutexLock lock(&mu_);
+  weight_bytes_ -= mapped;
+  free_ranges_.emplace(range, addr);
+}
+
+void Balloon::UnmapWeightPages(uint8_t* addr, size_t bytes) {
   pool_->Unmap(addr, bytes);
   absl::MutexLock lock(&mu_);
   weight_bytes_ -= static_cast<int64_t>(bytes);
-  free_ranges_.emplace(range, addr);
+}
+
+absl::Status Balloon::MapWeightPages(uint8_t* addr, size_t bytes) {
+  if (absl::Status st = pool_->Map(addr, bytes); !st.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("restoring ", bytes, " bytes of weights: ", st.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  weight_bytes_ += static_cast<int64_t>(bytes);
+  return absl::OkStatus();
 }
 
 void Balloon::SetWorkspace(const std::string& tenant, int64_t bytes) {

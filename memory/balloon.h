@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -54,6 +55,14 @@ class Balloon;
 
 // One model's weight pages: [data(), data() + bytes()) mapped until this
 // object is destroyed, when the pages go back to the balloon.
+//
+// Parameter remapping (memory/remap_plan.h) lends some of them to KV:
+// Lend unmaps the whole pages inside a byte extent (a weight layer) and
+// returns them to the balloon's budget; Restore maps them again (their
+// contents are lost: the caller copies the layer back from its host copy).
+// Pages a lent extent shares with a neighbour stay mapped.
+// Thread-compatible: Lend/Restore/lent_bytes from one thread at a time
+// (the device's step thread).
 class WeightPages {
  public:
   ~WeightPages();
@@ -62,14 +71,27 @@ class WeightPages {
   uint8_t* data() const { return addr_; }
   size_t bytes() const { return bytes_; }
 
+  // Unmaps the pages wholly inside [offset, offset + len); returns the
+  // bytes given back (0 if none or already lent). OUT_OF_RANGE past bytes().
+  absl::StatusOr<int64_t> Lend(size_t offset, size_t len);
+  // Maps again the pages Lend(offset, len) gave back; returns the bytes
+  // mapped (0 if none were lent). RESOURCE_EXHAUSTED, nothing mapped, when
+  // the budget lacks room.
+  absl::StatusOr<int64_t> Restore(size_t offset, size_t len);
+  // Bytes lent now.
+  int64_t lent_bytes() const;
+
  private:
   friend class Balloon;
   WeightPages(std::shared_ptr<Balloon> owner, uint8_t* addr, size_t bytes, size_t range)
       : owner_(std::move(owner)), addr_(addr), bytes_(bytes), range_(range) {}
+  // The page-aligned part of [offset, offset + len): {start, bytes}.
+  std::pair<size_t, size_t> InnerPages(size_t offset, size_t len) const;
   std::shared_ptr<Balloon> owner_;
   uint8_t* addr_;
-  size_t bytes_;  // mapped (a page multiple)
-  size_t range_;  // reserved range this lives in
+  size_t bytes_;                   // reserved for the weights (a page multiple)
+  size_t range_;                   // reserved range this lives in
+  std::map<size_t, size_t> lent_;  // unmapped: page-aligned offset -> bytes
 };
 
 class Balloon : public std::enable_shared_from_this<Balloon> {
@@ -96,9 +118,14 @@ class Balloon : public std::enable_shared_from_this<Balloon> {
 
  private:
   friend class WeightPages;
+  // WeightPages::Lend/Restore's page moves, with the weight accounting.
+  void UnmapWeightPages(uint8_t* addr, size_t bytes);
+  absl::Status MapWeightPages(uint8_t* addr, size_t bytes);
   Balloon(std::shared_ptr<PagePool> pool, const BalloonOptions& options)
       : pool_(std::move(pool)), options_(options) {}
-  void ReturnWeights(uint8_t* addr, size_t bytes, size_t range);
+  // `lent`: the parts already unmapped (WeightPages::Lend).
+  void ReturnWeights(uint8_t* addr, size_t bytes, size_t range,
+                     const std::map<size_t, size_t>& lent);
   // REQUIRES: mu_ held.
   void UpdateBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -4,8 +4,25 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace ballast::engine {
+namespace {
+
+// The tensors of one decoder layer, in a fixed order.
+std::vector<const Matrix*> LayerTensors(const LayerWeights& l) {
+  return {&l.input_norm, &l.q,         &l.k,      &l.v,      &l.o,
+          &l.q_bias,     &l.k_bias,    &l.v_bias, &l.o_bias, &l.q_norm,
+          &l.k_norm,     &l.post_norm, &l.gate,   &l.up,     &l.down};
+}
+
+int64_t LayerFloats(const LayerWeights& l) {
+  int64_t n = 0;
+  for (const Matrix* m : LayerTensors(l)) n += static_cast<int64_t>(m->data.size());
+  return n;
+}
+
+}  // namespace
 
 CpuHostWeights::CpuHostWeights(std::shared_ptr<const ModelWeights> w) : weights_(std::move(w)) {
   auto add = [&](const Matrix& m) {
@@ -15,11 +32,7 @@ CpuHostWeights::CpuHostWeights(std::shared_ptr<const ModelWeights> w) : weights_
   add(weights_->final_norm);
   add(weights_->lm_head);
   for (const LayerWeights& l : weights_->layers) {
-    for (const Matrix* m :
-         {&l.input_norm, &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias,
-          &l.q_norm, &l.k_norm, &l.post_norm, &l.gate, &l.up, &l.down}) {
-      add(*m);
-    }
+    bytes_ += LayerFloats(l) * static_cast<int64_t>(sizeof(float));
   }
 }
 namespace {
@@ -171,11 +184,92 @@ absl::Status CpuExecutor::Forward(absl::Span<const SequenceChunk> batch,
     std::copy_n(weights_->embed.row(flat->tok[t]), H, x.data() + static_cast<size_t>(t) * H);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     if (loader_) loader_->WaitLayer(l);  // a lease's KV of this layer is in
-    AttentionBlock(l, batch, flat->pos, flat->owner, &x);
-    MlpBlock(l, T, &x);
+    const int slot = streamer_ ? streamer_->Acquire(l) : -1;
+    const LayerWeights& L = slot >= 0 ? slots_[static_cast<size_t>(slot)] : weights_->layers[l];
+    AttentionBlock(l, L, batch, flat->pos, flat->owner, &x);
+    MlpBlock(L, T, &x);
+    if (streamer_) streamer_->Release(l);
   }
   ComputeLogits(batch, x, logits);
   return absl::OkStatus();
+}
+
+std::vector<LayerExtent> CpuExecutor::LayerExtents() const {
+  const ModelWeights& w = *weights_;
+  int64_t floats =
+      static_cast<int64_t>(w.embed.data.size() + w.final_norm.data.size() + w.lm_head.data.size());
+  for (const LayerWeights& l : w.layers) floats += LayerFloats(l);
+  if (floats == 0) return {};
+  // Stored bytes per float (2 for BF16 checkpoints); extents in file order.
+  const double scale = static_cast<double>(w.stored_bytes) / static_cast<double>(floats);
+  std::vector<LayerExtent> out;
+  double at = static_cast<double>(w.embed.data.size()) * scale;
+  for (const LayerWeights& l : w.layers) {
+    const double bytes = static_cast<double>(LayerFloats(l)) * scale;
+    out.push_back({static_cast<size_t>(at), static_cast<size_t>(bytes)});
+    at += bytes;
+  }
+  return out;
+}
+
+absl::Status CpuExecutor::SetLayerStreaming(const memory::StreamingPlan& plan) {
+  const int n = config_.num_hidden_layers;
+  if (plan.alpha > 0) {
+    const int m = static_cast<int>(plan.streamed.size());
+    if (plan.slots < 1 || m != plan.alpha + plan.slots || m > n ||
+        !std::is_sorted(plan.streamed.begin(), plan.streamed.end()) || plan.streamed.front() < 0 ||
+        plan.streamed.back() >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("streaming plan for ", n, " layers is malformed (alpha ", plan.alpha,
+                       ", slots ", plan.slots, ", ", m, " streamed)"));
+    }
+  }
+  if (streamer_) {
+    const transfer::LayerStreamerStats st = streamer_->stats();
+    retired_.stall_seconds += st.stall_seconds;
+    streamer_.reset();  // finishes its copies
+  }
+  slots_.clear();
+  if (plan.alpha == 0) return absl::OkStatus();
+  // Slot s starts with its home layer, streamed[s].
+  slots_.resize(static_cast<size_t>(plan.slots));
+  for (int s = 0; s < plan.slots; ++s) {
+    slots_[static_cast<size_t>(s)] = weights_->layers[plan.streamed[static_cast<size_t>(s)]];
+  }
+  const int64_t layer_bytes =
+      LayerFloats(weights_->layers[0]) * static_cast<int64_t>(sizeof(float));
+  streamer_ = std::make_unique<transfer::LayerStreamer>(
+      plan.streamed, plan.slots, n, [this, layer_bytes](int slot, int layer) {
+        // Assignment reuses the slot's buffers: one copy, no allocation.
+        slots_[static_cast<size_t>(slot)] = weights_->layers[layer];
+        slot_bytes_.fetch_add(layer_bytes, std::memory_order_relaxed);
+      });
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutor::RestoreLayers(absl::Span<const int> layers) {
+  // The heap tensors were never lost: only the pages standing for them.
+  for (int l : layers) {
+    if (l < 0 || l >= config_.num_hidden_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("no layer ", l));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CpuExecutor::MeasureLayerTransferSeconds() {
+  LayerWeights scratch;
+  scratch = weights_->layers[0];  // allocates: not timed
+  const absl::Time t0 = absl::Now();
+  scratch = weights_->layers[config_.num_hidden_layers - 1];
+  return absl::ToDoubleSeconds(absl::Now() - t0);
+}
+
+LayerStreamingStats CpuExecutor::streaming_stats() const {
+  LayerStreamingStats s = retired_;
+  s.streamed_bytes = slot_bytes_.load(std::memory_order_relaxed);
+  if (streamer_) s.stall_seconds += streamer_->stats().stall_seconds;
+  return s;
 }
 
 absl::Status CpuExecutor::StartKvLoad(LayerKvCopies load) {
@@ -197,11 +291,10 @@ absl::Status CpuExecutor::WaitKvLoad() {
   return absl::OkStatus();
 }
 
-void CpuExecutor::AttentionBlock(int l, absl::Span<const SequenceChunk> batch,
-                                 const std::vector<int>& pos, const std::vector<int>& owner,
-                                 std::vector<float>* x) {
+void CpuExecutor::AttentionBlock(int l, const LayerWeights& L,
+                                 absl::Span<const SequenceChunk> batch, const std::vector<int>& pos,
+                                 const std::vector<int>& owner, std::vector<float>* x) {
   const ModelConfig& c = config_;
-  const LayerWeights& L = weights_->layers[l];
   const int T = static_cast<int>(pos.size()), H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
   const int d = c.head_dim, group = c.num_attention_heads / c.num_key_value_heads;
   std::vector<float> h(x->size()), q(static_cast<size_t>(T) * Q), k(static_cast<size_t>(T) * KV),
@@ -235,9 +328,8 @@ void CpuExecutor::AttentionBlock(int l, absl::Span<const SequenceChunk> batch,
   for (size_t i = 0; i < x->size(); ++i) (*x)[i] += proj[i];
 }
 
-void CpuExecutor::MlpBlock(int l, int T, std::vector<float>* x) {
+void CpuExecutor::MlpBlock(const LayerWeights& L, int T, std::vector<float>* x) {
   const ModelConfig& c = config_;
-  const LayerWeights& L = weights_->layers[l];
   const int H = c.hidden_size, I = c.intermediate_size;
   std::vector<float> h(x->size()), gate(static_cast<size_t>(T) * I), up(gate.size()),
       proj(x->size());

@@ -6,6 +6,7 @@
 // Thread-safety: driven by one thread at a time (see Executor).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "engine/layer_kv_loader.h"
 #include "engine/rope.h"
 #include "engine/weights.h"
+#include "transfer/layer_streamer.h"
 
 namespace ballast::engine {
 
@@ -42,6 +44,16 @@ class CpuExecutor final : public Executor {
   // layer l waiting for layer l's blocks only.
   absl::Status StartKvLoad(LayerKvCopies load) override;
   absl::Status WaitKvLoad() override;
+  // Remapping: the layers' extents are their shares of the checkpoint's
+  // stored bytes in file order (embedding first), since the weight pages
+  // only stand for the heap tensors in the budget. Streaming copies a
+  // layer's tensors from the shared ModelWeights (the host copy) into a
+  // slot's tensors on a LayerStreamer thread while earlier layers compute.
+  std::vector<LayerExtent> LayerExtents() const override;
+  absl::Status SetLayerStreaming(const memory::StreamingPlan& plan) override;
+  absl::Status RestoreLayers(absl::Span<const int> layers) override;
+  absl::StatusOr<double> MeasureLayerTransferSeconds() override;
+  LayerStreamingStats streaming_stats() const override;
   const ModelConfig& config() const override { return config_; }
   int64_t weight_bytes() const override { return weights_->stored_bytes; }
   absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() override {
@@ -54,9 +66,10 @@ class CpuExecutor final : public Executor {
   // One decoder layer's halves, updating the residual stream x [T][hidden]
   // in place: the attention block (tokens at pos[t] of chunk owner[t];
   // writes their K/V) and the MLP block.
-  void AttentionBlock(int l, absl::Span<const SequenceChunk> batch, const std::vector<int>& pos,
-                      const std::vector<int>& owner, std::vector<float>* x);
-  void MlpBlock(int l, int T, std::vector<float>* x);
+  void AttentionBlock(int l, const LayerWeights& L, absl::Span<const SequenceChunk> batch,
+                      const std::vector<int>& pos, const std::vector<int>& owner,
+                      std::vector<float>* x);
+  void MlpBlock(const LayerWeights& L, int T, std::vector<float>* x);
   // Final norm and LM head for the rows each chunk asks for.
   void ComputeLogits(absl::Span<const SequenceChunk> batch, const std::vector<float>& x,
                      std::vector<float>* logits) const;
@@ -66,6 +79,12 @@ class CpuExecutor final : public Executor {
   KvCache* kv_;
   std::vector<float> inv_freq_;            // [head_dim / 2], Llama-3 scaling applied
   std::unique_ptr<LayerKvLoader> loader_;  // made by the first StartKvLoad
+  // Remapping: the slots' tensors and the streamer filling them (null: no
+  // layer streamed). slot_bytes_ counts what the streamer copied.
+  std::vector<LayerWeights> slots_;
+  std::unique_ptr<transfer::LayerStreamer> streamer_;
+  std::atomic<int64_t> slot_bytes_{0};
+  LayerStreamingStats retired_;  // of streamers replaced
 };
 
 }  // namespace ballast::engine

@@ -74,5 +74,46 @@ TEST(Balloon, WorkspaceChargesLowerTheBudget) {
   EXPECT_TRUE(b->MapWeights(7 * kPage).ok());
 }
 
+// Remapping lends a weight layer's whole pages to KV and takes them back;
+// pages shared with a neighbouring layer stay mapped (and keep its bytes).
+TEST(Balloon, WeightPagesLendWholePagesToKvAndRestoreThem) {
+  auto b = Make(10);
+  auto w = b->MapWeights(6 * kPage);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::memset((*w)->data(), 0x11, (*w)->bytes());
+  // A "layer" from half a page in to 3.5 pages: only pages 1 and 2 are its own.
+  auto lent = (*w)->Lend(kPage / 2, 3 * kPage);
+  ASSERT_TRUE(lent.ok()) << lent.status();
+  EXPECT_EQ(*lent, 2 * static_cast<int64_t>(kPage));
+  EXPECT_EQ(*(*w)->Lend(kPage / 2, 3 * kPage), 0);  // already lent
+  EXPECT_EQ((*w)->lent_bytes(), 2 * static_cast<int64_t>(kPage));
+  EXPECT_EQ(b->stats().weight_bytes, 4 * static_cast<int64_t>(kPage));
+  EXPECT_EQ(b->FreeBytes(), 6 * static_cast<int64_t>(kPage));
+  EXPECT_EQ((*w)->data()[kPage - 1], 0x11);  // the shared pages kept their bytes
+  EXPECT_EQ((*w)->data()[3 * kPage + 1], 0x11);
+  EXPECT_EQ((*w)->Lend(5 * kPage, 2 * kPage).status().code(), absl::StatusCode::kOutOfRange);
+  // KV takes all the free memory: restoring is refused, nothing changes.
+  auto kv = *b->arena()->CreateAllocator(kPage);
+  auto blocks = kv->Allocate(6);
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ((*w)->Restore(kPage / 2, 3 * kPage).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*w)->lent_bytes(), 2 * static_cast<int64_t>(kPage));
+  // KV gives two pages back: the layer's pages map again, writable.
+  EXPECT_TRUE(kv->Free(absl::MakeConstSpan(*blocks).subspan(0, 2)).ok());
+  b->arena()->ReclaimFreeSlabs();
+  auto restored = (*w)->Restore(kPage / 2, 3 * kPage);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(*restored, 2 * static_cast<int64_t>(kPage));
+  std::memset((*w)->data() + kPage, 0x22, 2 * kPage);
+  EXPECT_EQ(b->stats().weight_bytes, 6 * static_cast<int64_t>(kPage));
+  // Dropped while a layer is lent: only what is mapped is returned.
+  ASSERT_TRUE((*w)->Lend(2 * kPage, kPage).ok());
+  w->reset();
+  EXPECT_EQ(b->stats().weight_bytes, 0);
+  EXPECT_EQ(b->pool()->stats().mapped_bytes, 4 * static_cast<int64_t>(kPage));  // KV's 4 slabs
+  EXPECT_TRUE(kv->Free(absl::MakeConstSpan(*blocks).subspan(2)).ok());
+}
+
 }  // namespace
 }  // namespace ballast::memory

@@ -1,0 +1,117 @@
+#include "engine/weight_remapper.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::engine {
+
+std::unique_ptr<WeightRemapper> WeightRemapper::Create(Executor* executor,
+                                                       std::shared_ptr<memory::WeightPages> pages) {
+  if (executor == nullptr || pages == nullptr) return nullptr;
+  std::vector<LayerExtent> extents = executor->LayerExtents();
+  if (extents.size() < 2) return nullptr;
+  return std::unique_ptr<WeightRemapper>(
+      new WeightRemapper(executor, std::move(pages), std::move(extents)));
+}
+
+WeightRemapper::WeightRemapper(Executor* executor, std::shared_ptr<memory::WeightPages> pages,
+                               std::vector<LayerExtent> extents)
+    : executor_(executor), pages_(std::move(pages)), extents_(std::move(extents)) {
+  layer_bytes_ = static_cast<int64_t>(extents_[0].bytes);
+}
+
+int WeightRemapper::AlphaCap(double max_fraction) const {
+  const int n = num_layers();
+  const int floor_cap = std::clamp(static_cast<int>(std::floor(max_fraction * n)), 0, n - 1);
+  if (t_compute_ <= 0 || t_transfer_ <= 0) return floor_cap;
+  return memory::MaxAlpha(n, t_transfer_, t_compute_, floor_cap);
+}
+
+absl::StatusOr<int64_t> WeightRemapper::RestorePages(const std::vector<int>& layers) {
+  int64_t mapped = 0;
+  std::vector<int> done;
+  for (int l : layers) {
+    const LayerExtent& e = extents_[static_cast<size_t>(l)];
+    auto got = pages_->Restore(e.offset, e.bytes);
+    if (!got.ok()) {
+      for (int d : done) {  // all or none
+        const LayerExtent& de = extents_[static_cast<size_t>(d)];
+        pages_->Lend(de.offset, de.bytes).IgnoreError();
+      }
+      return got.status();
+    }
+    mapped += *got;
+    done.push_back(l);
+  }
+  return mapped;
+}
+
+absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha) {
+  const int n = num_layers();
+  if (alpha == plan_.alpha) return 0;
+  if (alpha < 0 || alpha >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot lend ", alpha, " of ", n, " layers"));
+  }
+  memory::StreamingPlan next;
+  if (alpha > 0) {
+    if (t_transfer_ <= 0) {
+      auto t = executor_->MeasureLayerTransferSeconds();
+      if (!t.ok()) return t.status();
+      t_transfer_ = std::max(*t, 1e-9);
+    }
+    // Unknown T_c (no step yet): plan as if compute hid any copy.
+    const double tc = t_compute_ > 0 ? t_compute_ : std::numeric_limits<double>::max() / 4 / n;
+    next = memory::PlanStreaming(n, alpha, t_transfer_, tc);
+    if (next.alpha == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("lending ", alpha, " of ", n, " layers would stall compute (T_T ",
+                       t_transfer_ * 1e3, " ms, T_c ", t_compute_ * 1e3, " ms per layer)"));
+    }
+  }
+  const std::vector<int> was = plan_.Lent(), now = next.Lent();
+  std::vector<int> lend, restore;
+  std::set_difference(now.begin(), now.end(), was.begin(), was.end(), std::back_inserter(lend));
+  std::set_difference(was.begin(), was.end(), now.begin(), now.end(), std::back_inserter(restore));
+  // Lend first: what it frees covers the restores (one fewer layer).
+  int64_t freed = 0;
+  for (int l : lend) {
+    const LayerExtent& e = extents_[static_cast<size_t>(l)];
+    auto got = pages_->Lend(e.offset, e.bytes);
+    if (!got.ok()) return got.status();  // an extent past the pages: a bug, nothing lent yet
+    freed += *got;
+  }
+  auto mapped = RestorePages(restore);
+  absl::Status st = mapped.status();
+  if (st.ok()) st = executor_->RestoreLayers(restore);
+  if (st.ok()) st = executor_->SetLayerStreaming(next);
+  if (!st.ok()) {
+    // Back to the old plan's pages (the lent ones map again into the room
+    // they just freed) and the old streaming.
+    if (mapped.ok()) {
+      for (int l : restore) {
+        const LayerExtent& e = extents_[static_cast<size_t>(l)];
+        pages_->Lend(e.offset, e.bytes).IgnoreError();
+      }
+    }
+    if (RestorePages(lend).ok()) executor_->RestoreLayers(lend).IgnoreError();
+    executor_->SetLayerStreaming(plan_).IgnoreError();
+    return st;
+  }
+  (alpha > plan_.alpha ? remaps_ : reverts_)++;
+  plan_ = std::move(next);
+  return freed - *mapped;
+}
+
+void WeightRemapper::ObserveForward(double seconds) {
+  const double stall = executor_->streaming_stats().stall_seconds;
+  const double compute = std::max(0.0, seconds - (stall - last_stall_));
+  last_stall_ = stall;
+  const double per_layer = compute / num_layers();
+  if (per_layer <= 0) return;
+  t_compute_ = t_compute_ <= 0 ? per_layer : t_compute_ + (per_layer - t_compute_) / 8;
+}
+
+}  // namespace ballast::engine

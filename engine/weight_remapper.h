@@ -1,0 +1,78 @@
+// WeightRemapper: one engine's parameter remapping (Mirage §5): which of
+// its decoder layers lend their weight pages to KV, streaming those layers
+// through the executor's slots, and the measured timings that cap how many
+// may be lent. The device worker decides how many layers each model lends
+// (memory/remap_plan.h's PlanRemap, node_manager/remap_controller.h); this
+// class carries a decision out on the engine's weight pages and executor.
+//
+// Timings (Mirage §5.3-5.4). T_T, one layer's copy from the host copy, is
+// measured on the device the first time it is needed (the executor times
+// a real copy). T_c, one layer's compute, is the step's forward time less
+// any streaming stall, over the layer count, smoothed over recent steps
+// (an exponential average, weight 1/8 per step); before any step it is
+// unknown and the cap is the floor alone (an inactive model runs no step,
+// so its streaming costs nothing until it runs; then the cap applies).
+//
+// Thread-safety: the engine's step thread only; SetAlpha with no step of
+// the engine in flight.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/executor.h"
+#include "memory/balloon.h"
+#include "memory/remap_plan.h"
+
+namespace ballast::engine {
+
+class WeightRemapper {
+ public:
+  // Null when the executor cannot stream layers or there are no weight
+  // pages (static mode).
+  static std::unique_ptr<WeightRemapper> Create(Executor* executor,
+                                                std::shared_ptr<memory::WeightPages> pages);
+
+  int alpha() const { return plan_.alpha; }
+  int num_layers() const { return static_cast<int>(extents_.size()); }
+  const memory::StreamingPlan& plan() const { return plan_; }
+  // Bytes one more lent layer frees (the pages inside a layer's extent).
+  int64_t layer_bytes() const { return layer_bytes_; }
+  // The most layers this model may lend now: at most max_fraction of its
+  // layers (the floor kept resident), and, once T_c is known, the largest
+  // α whose transfers hide behind compute (memory::MaxAlpha).
+  int AlphaCap(double max_fraction) const;
+
+  // Lends (α grows) or takes back (α shrinks) layers so that `alpha` are
+  // lent, and streams the new plan from the next forward. Returns the
+  // bytes given to the balloon (negative: taken back). FAILED_PRECONDITION
+  // when no plan hides `alpha` layers' transfers; RESOURCE_EXHAUSTED when
+  // layers to take back find no room. On error nothing changed.
+  absl::StatusOr<int64_t> SetAlpha(int alpha);
+  // A finished step's forward time (seconds): refreshes T_c.
+  void ObserveForward(double seconds);
+  double t_transfer() const { return t_transfer_; }
+  double t_compute() const { return t_compute_; }
+  int64_t remaps() const { return remaps_; }
+  int64_t reverts() const { return reverts_; }
+
+ private:
+  WeightRemapper(Executor* executor, std::shared_ptr<memory::WeightPages> pages,
+                 std::vector<LayerExtent> extents);
+  // Restores `layers`' pages (all or none); the bytes mapped.
+  absl::StatusOr<int64_t> RestorePages(const std::vector<int>& layers);
+
+  Executor* const executor_;
+  const std::shared_ptr<memory::WeightPages> pages_;
+  const std::vector<LayerExtent> extents_;
+  int64_t layer_bytes_ = 0;
+  memory::StreamingPlan plan_;
+  double t_transfer_ = 0;  // 0: not measured yet
+  double t_compute_ = 0;   // 0: no step seen yet
+  double last_stall_ = 0;  // executor's cumulative stall at the last step
+  int64_t remaps_ = 0, reverts_ = 0;
+};
+
+}  // namespace ballast::engine

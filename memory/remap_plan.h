@@ -1,0 +1,89 @@
+// Parameter remapping's decisions (Mirage §5.2-5.5), as pure functions so
+// they are unit-tested without engines: which layers a model streams, how
+// many slots they share, how many layers the measured timings allow, and
+// which models give layers first (and take them back last).
+//
+// Terms (Mirage §5.4). A model has n decoder layers. Remapping lends the
+// memory of α layers to KV. Then m = α + β layers are streamed from the
+// host copy each step, sharing β device slots (β = 1, or 2 for double
+// buffering); the other n - m layers stay resident. The m streamed layers
+// are evenly spaced over the layer cycle (layer 0 first); streamed layer k
+// (0-based, in layer order) always uses slot k % β, and slot s's memory is
+// the home of streamed layer s, so the pages of streamed layers β..m-1
+// (exactly α layers) are the ones lent to KV.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ballast::memory {
+
+// Which layers a model streams, and through how many slots. alpha == 0:
+// no remapping (streamed empty, slots 0).
+struct StreamingPlan {
+  int alpha = 0;
+  int slots = 0;              // β
+  std::vector<int> streamed;  // m = alpha + slots layer indices, ascending
+  // Layers whose pages are lent to KV: streamed[slots..m-1].
+  std::vector<int> Lent() const;
+  bool operator==(const StreamingPlan&) const = default;
+};
+
+// m evenly spaced layers of n: floor(k * n / m) for k = 0..m-1 (Mirage's
+// example: n = 8, m = 2 gives layers 0 and 4). REQUIRES: 0 < m <= n.
+std::vector<int> UniformLayers(int n, int m);
+
+// β for α remapped layers of an n-layer model whose one-layer transfer
+// takes t_transfer and one-layer compute t_compute (seconds):
+//   1 while T_T·(α+1) <= T_c·(n-α-1)  (one slot: a layer's copy cannot
+//     start before the slot's last reader is done, Mirage eq. 4);
+//   2 while T_T·(α+2) <= T_c·n        (double buffered, eq. 5);
+//   0 when neither holds (the transfers would stall compute) or α+β > n.
+// Each equation is checked together with the exact per-copy condition it
+// averages: a copy into a slot must fit in the compute of the layers
+// strictly between the slot's two readers (m rarely divides n, and the
+// shortest gap is the one that stalls; with n = 40, m = 25, T_T = T_c/2
+// eq. 4 holds but gaps of one layer leave no time at all).
+// alpha == 0 gives 0 (nothing to stream).
+int SlotsFor(int n, int alpha, double t_transfer, double t_compute);
+
+// The largest α in [0, cap] with SlotsFor(n, α, ...) > 0 (0 if none).
+int MaxAlpha(int n, double t_transfer, double t_compute, int cap);
+
+// The plan for α layers: β = SlotsFor, streamed = UniformLayers(n, α+β).
+// alpha == 0 or SlotsFor == 0: the empty plan.
+StreamingPlan PlanStreaming(int n, int alpha, double t_transfer, double t_compute);
+
+// A resident model as the remap controller sees it.
+struct RemapCandidate {
+  int owner = 0;            // the caller's index
+  bool active = false;      // has running or waiting requests
+  int priority = 0;         // lower gives layers first
+  int64_t last_active = 0;  // larger = more recently active (MRU goes first)
+  int alpha = 0;            // layers remapped now
+  int alpha_cap = 0;        // most layers it may lend (timing and floor)
+  int64_t layer_bytes = 0;  // bytes one more lent layer frees
+};
+
+// Donor order (Mirage §5.2): inactive models first, then active ones; in
+// each group lowest priority first, then most recently active first (MRU
+// defers the transfer cost to the model least likely to run next), then
+// lower owner. Indices into `models`.
+std::vector<size_t> DonorOrder(const std::vector<RemapCandidate>& models);
+
+// New α per model (same order as `models`) so that the added layers'
+// bytes cover `shortfall_bytes`: layers are taken one at a time from the
+// first donor (DonorOrder) until its cap, then the next. Where every cap
+// is reached first, it takes all it can (the caller falls back to the
+// next rung). shortfall <= 0: unchanged.
+std::vector<int> PlanRemap(const std::vector<RemapCandidate>& models, int64_t shortfall_bytes);
+
+// Reversion (Mirage §5.5): the model that takes one layer back first, in
+// the reverse of donor order (the active model's layers come back first,
+// the inactive lowest-priority model's last). -1 when none has α > 0.
+int RevertNext(const std::vector<RemapCandidate>& models);
+
+}  // namespace ballast::memory

@@ -1,0 +1,138 @@
+// Parameter remapping's decisions: uniform layer spacing, Mirage's timing
+// constraints (eq. 4 and 5) checked against a brute-force simulation of the
+// slot pipeline, donor order and reversion order.
+#include "memory/remap_plan.h"
+
+#include <algorithm>
+
+#include "gtest/gtest.h"
+
+namespace ballast::memory {
+namespace {
+
+TEST(RemapPlan, UniformLayersAreEvenlySpaced) {
+  EXPECT_EQ(UniformLayers(8, 2), (std::vector<int>{0, 4}));  // Mirage's example
+  EXPECT_EQ(UniformLayers(32, 3), (std::vector<int>{0, 10, 21}));
+  EXPECT_EQ(UniformLayers(5, 5), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(UniformLayers(4, 5).empty());
+  EXPECT_TRUE(UniformLayers(4, 0).empty());
+  // Gaps (circular) differ by at most one layer.
+  for (int n = 1; n <= 40; ++n) {
+    for (int m = 1; m <= n; ++m) {
+      const std::vector<int> l = UniformLayers(n, m);
+      ASSERT_EQ(static_cast<int>(l.size()), m);
+      int lo = n, hi = 0;
+      for (int k = 0; k < m; ++k) {
+        const int gap = k + 1 < m ? l[k + 1] - l[k] : l[0] + n - l[k];
+        lo = std::min(lo, gap);
+        hi = std::max(hi, gap);
+      }
+      EXPECT_LE(hi - lo, 1) << n << " " << m;
+    }
+  }
+}
+
+TEST(RemapPlan, SlotsFollowMirageEquations) {
+  // n = 40, T_T = T_c: one slot while (α+1) <= 40-α-1, i.e. α <= 19;
+  // two slots while α+2 <= 40; none past.
+  EXPECT_EQ(SlotsFor(40, 19, 1.0, 1.0), 1);
+  EXPECT_EQ(SlotsFor(40, 20, 1.0, 1.0), 2);
+  EXPECT_EQ(SlotsFor(40, 38, 1.0, 1.0), 2);
+  EXPECT_EQ(SlotsFor(40, 39, 1.0, 1.0), 0);
+  EXPECT_EQ(SlotsFor(40, 0, 1.0, 1.0), 0);
+  // Transfer 4x slower than a layer's compute: eq. 4 holds to α = 7
+  // (4·8 = 32 <= 32), eq. 5 to α = 8 (4·10 = 40 <= 40).
+  EXPECT_EQ(SlotsFor(40, 7, 4.0, 1.0), 1);
+  EXPECT_EQ(SlotsFor(40, 8, 4.0, 1.0), 2);
+  EXPECT_EQ(SlotsFor(40, 9, 4.0, 1.0), 0);
+  EXPECT_EQ(MaxAlpha(40, 4.0, 1.0, 40), 8);
+  EXPECT_EQ(MaxAlpha(40, 4.0, 1.0, 5), 5);
+  EXPECT_EQ(MaxAlpha(40, 100.0, 1.0, 40), 0);
+  const StreamingPlan p = PlanStreaming(40, 8, 4.0, 1.0);
+  EXPECT_EQ(p.slots, 2);
+  EXPECT_EQ(p.streamed, UniformLayers(40, 10));
+  EXPECT_EQ(p.Lent().size(), 8u);
+  EXPECT_EQ(p.Lent().front(), p.streamed[2]);
+  EXPECT_EQ(PlanStreaming(40, 9, 4.0, 1.0), StreamingPlan{});
+}
+
+// The pipeline the executors run (engine/executor.h): streamed layer k uses
+// slot k % β; its copy into the slot starts once the slot's previous
+// layer is computed and the previous copy is done (one copy engine);
+// layer l computes once layer l-1 is done and its weights are in. Returns
+// the steady-state time of one pass over the layers (after warm-up).
+double SimulatedStep(int n, const StreamingPlan& p, double tt, double tc) {
+  const int m = static_cast<int>(p.streamed.size());
+  std::vector<int> slot_of(n, -1);
+  for (int k = 0; k < m; ++k) slot_of[p.streamed[k]] = k;
+  std::vector<double> slot_free(p.slots, 0.0), loaded(m, 0.0);
+  double copy_engine = 0, t = 0, first = 0;
+  const int passes = 6;
+  for (int pass = 0; pass < passes; ++pass) {
+    if (pass == passes - 1) first = t;
+    for (int l = 0; l < n; ++l) {
+      const int k = slot_of[l];
+      if (k >= 0) t = std::max(t, loaded[k]);
+      t += tc;
+      if (k >= 0) {
+        const int s = k % p.slots;
+        slot_free[s] = t;
+        const int next = k + p.slots < m ? k + p.slots : s;  // wraps to the next pass
+        const double start = std::max(slot_free[s], copy_engine);
+        copy_engine = start + tt;
+        loaded[next] = copy_engine;
+      }
+    }
+  }
+  return t - first;
+}
+
+TEST(RemapPlan, WhereTheConstraintHoldsStreamingAddsNoStall) {
+  for (int n : {8, 16, 32, 40}) {
+    for (double ratio : {0.5, 1.0, 2.0, 4.0, 8.0}) {
+      for (int a = 1; a < n; ++a) {
+        const StreamingPlan p = PlanStreaming(n, a, ratio, 1.0);
+        if (p.slots == 0) continue;
+        EXPECT_NEAR(SimulatedStep(n, p, ratio, 1.0), n * 1.0, 1e-9)
+            << "n " << n << " T_T/T_c " << ratio << " alpha " << a << " slots " << p.slots;
+      }
+    }
+  }
+  // Past α_max with one slot, the step stalls.
+  StreamingPlan tight;
+  tight.alpha = 20;
+  tight.slots = 1;
+  tight.streamed = UniformLayers(40, 21);
+  EXPECT_GT(SimulatedStep(40, tight, 4.0, 1.0), 40.0);
+}
+
+RemapCandidate Model(int owner, bool active, int priority, int64_t last, int alpha, int cap) {
+  return {owner, active, priority, last, alpha, cap, 100};
+}
+
+TEST(RemapPlan, InactiveLowestPriorityMruGiveFirstAndTakeBackLast) {
+  const std::vector<RemapCandidate> m = {
+      Model(0, true, 0, 90, 0, 4),   // the busy model
+      Model(1, false, 5, 10, 0, 2),  // inactive, high priority
+      Model(2, false, 1, 20, 0, 2),  // inactive, low priority, older
+      Model(3, false, 1, 30, 0, 2),  // inactive, low priority, most recent
+  };
+  EXPECT_EQ(DonorOrder(m), (std::vector<size_t>{3, 2, 1, 0}));
+  EXPECT_EQ(PlanRemap(m, 150), (std::vector<int>{0, 0, 0, 2}));
+  EXPECT_EQ(PlanRemap(m, 201), (std::vector<int>{0, 0, 1, 2}));
+  EXPECT_EQ(PlanRemap(m, 601), (std::vector<int>{1, 2, 2, 2}));
+  EXPECT_EQ(PlanRemap(m, 100000), (std::vector<int>{4, 2, 2, 2}));  // every cap reached
+  EXPECT_EQ(PlanRemap(m, 0), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(RevertNext(m), -1);
+  std::vector<RemapCandidate> r = m;
+  const std::vector<int> a = PlanRemap(m, 601);
+  for (size_t i = 0; i < r.size(); ++i) r[i].alpha = a[i];
+  EXPECT_EQ(RevertNext(r), 0);  // the busy model's layers come back first
+  r[0].alpha = 0;
+  EXPECT_EQ(RevertNext(r), 1);
+  r[1].alpha = 0;
+  EXPECT_EQ(RevertNext(r), 2);
+}
+
+}  // namespace
+}  // namespace ballast::memory
