@@ -55,6 +55,7 @@ class WeightRemapper {
   void ObserveForward(double seconds);
   double t_transfer() const { return t_transfer_; }
   double t_compute() const { return t_compute_; }
+  LayerStreamingStats streaming_stats() const { return executor_->streaming_stats(); }
   int64_t remaps() const { return remaps_; }
   int64_t reverts() const { return reverts_; }
 

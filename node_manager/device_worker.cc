@@ -1,6 +1,7 @@
 #include "node_manager/device_worker.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
@@ -30,6 +31,8 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
     auto balloon = memory::Balloon::Create(std::move(*pool), o);
     if (!balloon.ok()) return balloon.status();
     w->balloon_ = std::move(*balloon);
+    w->slab_bytes_ = memory.slab_bytes;
+    if (memory.remap.enabled) w->remap_ = std::make_unique<RemapController>(memory.remap);
   }
   if (arbitration.overlap_steps && arbitration.finish_threads > 0) {
     w->finishers_ = std::make_unique<transfer::WorkerPool>(arbitration.finish_threads);
@@ -126,10 +129,18 @@ absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
 int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than) {
   const std::shared_ptr<engine::ModelEngine> engine = Find(model);
   if (!engine) return 0;
-  // The steps already on the device hold their sequences' blocks: they end
-  // before any of those is shed.
+  // The steps already on the device hold their sequences' blocks (and
+  // read their weights): they end before any of those is shed or lent.
   FinishInFlight();
-  return ShedForShortfall(bytes, ShedFor::kModel, engine.get(), newer_than);
+  // The ladder's rungs 2-4 and 6 (device_worker.h): idle session KV, lent
+  // weight layers, then newer running sequences.
+  int64_t freed =
+      ShedForShortfall(bytes, ShedFor::kModel, engine.get(), std::numeric_limits<uint64_t>::max());
+  if (freed < bytes && remap_) freed += remap_->Lend(Engines(), bytes - freed, absl::Now());
+  if (freed < bytes && newer_than != std::numeric_limits<uint64_t>::max()) {
+    freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than);
+  }
+  return freed;
 }
 
 std::function<int64_t(int64_t, uint64_t)> DeviceWorker::ReclaimKvFor(const std::string& model) {
@@ -270,6 +281,7 @@ DeviceUsage DeviceWorker::Usage() const {
   {
     absl::MutexLock lock(&mu_);
     u.step_host = step_host_;
+    if (remap_) u.remap = remap_->stats();
   }
   if (balloon_) {
     const memory::PagePoolStats ps = balloon_->pool()->stats();
@@ -444,6 +456,8 @@ void DeviceWorker::Loop() {
       e->Close(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
     }
     retiring.clear();
+    // Remapping's reversion and counters, with no step in flight.
+    if (remap_) remap_->Tick(engines, *balloon_, slab_bytes_, absl::Now());
     // Every engine with work begins its step (arbitration order: the most
     // urgent is queued on the device first), then each is finished in the
     // same order. The engines' forwards run on their own streams, so they
@@ -455,6 +469,7 @@ void DeviceWorker::Loop() {
       const absl::Time t0 = absl::Now();
       if (e->BeginStep()) {
         did = true;
+        if (remap_) remap_->NoteActive(e->name());
         in_flight_.push_back({e, t0});
         if (!arbitration_.overlap_steps) FinishInFlight();
       }

@@ -35,6 +35,20 @@
 // recently used first), then running sequences (lowest priority, newest
 // first), only as far as the shortfall.
 //
+// KV for a running model comes down the full ladder (ReclaimFor, called
+// when its planner finds no block), each rung only as far as needed:
+//   1. free slabs (the arena maps them itself before asking);
+//   2. idle session KV of the other models (their lower tiers keep it);
+//   3. weight layers lent by inactive models, then 4. by the busy ones
+//      (remapping, RemapController; only when node.memory.remap is on,
+//      and only up to each model's cap, past which streaming would cost
+//      more than the preemption below);
+//   5. an idle model's eviction: the scheduler's (KV-pressure idle
+//      eviction, global_scheduler/idle_eviction.h), seen through the
+//      heartbeat; the node never evicts on its own;
+//   6. preemption: the other models' newer running sequences, then the
+//      engine's own newest (recomputed later, same output).
+//
 // Thread-safety: all public methods are thread-safe. Shutdown: Stop()
 // (also run by the destructor) aborts all requests and joins the thread.
 #pragma once
@@ -53,6 +67,7 @@
 #include "memory/kv_arena.h"
 #include "node_manager/arbitration.h"
 #include "node_manager/prefill_cost_model.h"
+#include "node_manager/remap_controller.h"
 #include "node_manager/step_host_histogram.h"
 #include "transfer/worker_pool.h"
 
@@ -78,6 +93,8 @@ struct DeviceUsage {
   int64_t page_map_calls = 0, page_unmap_calls = 0;
   // Host time of every step taken on the device so far (cumulative).
   StepHostHistogram step_host;
+  // Parameter remapping (elastic mode with remap enabled).
+  RemapStats remap;
 };
 
 // How a device holds KV: one shared elastic arena, or a static pool per model.
@@ -90,6 +107,8 @@ struct DeviceMemoryOptions {
   // CUDA ordinal whose memory backs the arena (CUDA VMM pages); -1: host
   // pages (the cpu backend).
   int gpu = -1;
+  // Parameter remapping (elastic mode only; node_manager/remap_controller.h).
+  RemapOptions remap;
 };
 
 struct DeviceArbitrationOptions {
@@ -218,6 +237,8 @@ class DeviceWorker {
   const int64_t memory_bytes_;
   int gpu_ = -1;
   std::shared_ptr<memory::Balloon> balloon_;
+  size_t slab_bytes_ = 0;
+  std::unique_ptr<RemapController> remap_;  // null: remapping off
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;

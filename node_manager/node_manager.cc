@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
   DeviceMemoryOptions mem;
   mem.elastic = options.memory_mode == "elastic";
   mem.slab_bytes = options.slab_bytes;
+  mem.remap = options.remap;
   // CUDA pages are one slab (node.memory.slab_mib; 64 MiB on GPUs): one
   // cuMemMap per page, and mapping 15 GiB of weights in 2 MiB pages was
   // measured at ~200 ms on H100 against a few ms in 64 MiB pages (weights

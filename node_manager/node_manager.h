@@ -62,6 +62,8 @@ struct NodeOptions {
   // engine.kv_cache_bytes per model (the baseline). Default elastic.
   std::string memory_mode = "elastic";
   size_t slab_bytes = 2u << 20;
+  // Parameter remapping in elastic mode (node.memory.remap; RemapOptions).
+  RemapOptions remap;
   // Host memory for evicted models' weights (pinned on cuda), so the next
   // activation copies them instead of reading the checkpoint; least
   // recently used copies are dropped first. 0 keeps none. Default 16 GiB.

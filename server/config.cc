@@ -73,6 +73,24 @@ class Section {
     if (!_st.ok()) return _st; \
   } while (0)
 
+// node.memory.remap: {enabled, max_fraction, revert_after_ms}.
+absl::Status ParseRemap(const YAML::Node& node, const std::string* file,
+                        node_manager::RemapOptions* o) {
+  Section rs(node, "node.memory.remap", file);
+  RETURN_IF_ERROR(rs.Check());
+  double revert_ms = absl::ToDoubleMilliseconds(o->revert_after);
+  RETURN_IF_ERROR(rs.Get("enabled", &o->enabled));
+  RETURN_IF_ERROR(rs.Get("max_fraction", &o->max_fraction));
+  RETURN_IF_ERROR(rs.Get("revert_after_ms", &revert_ms));
+  RETURN_IF_ERROR(rs.Finish());
+  if (!(o->max_fraction > 0 && o->max_fraction < 1)) {
+    return rs.Error("node.memory.remap.max_fraction", "must be in (0, 1)");
+  }
+  if (!(revert_ms >= 0)) return rs.Error("node.memory.remap.revert_after_ms", "must be >= 0");
+  o->revert_after = absl::Milliseconds(revert_ms);
+  return absl::OkStatus();
+}
+
 absl::Status ParseSlo(Section& parent, uint32_t* ttft, uint32_t* tpot, const std::string* file) {
   YAML::Node n = parent.Child("slo");
   if (!n) return absl::OkStatus();
@@ -357,6 +375,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     RETURN_IF_ERROR(ms.Get("mode", &o.memory_mode));
     RETURN_IF_ERROR(ms.Get("slab_mib", &slab_mib));
     RETURN_IF_ERROR(ms.Get("host_weight_cache_mib", &host_mib));
+    if (YAML::Node r = ms.Child("remap")) RETURN_IF_ERROR(ParseRemap(r, file, &o.remap));
     RETURN_IF_ERROR(ms.Finish());
     if (host_mib < 0) return ms.Error("node.memory.host_weight_cache_mib", "must be >= 0");
     o.host_weight_cache_bytes = host_mib << 20;

@@ -149,7 +149,24 @@ Metrics::Metrics()
       evictions_(BuildCounter()
                      .Name("ballast_node_evictions_total")
                      .Help("Models evicted from this node, per model")
-                     .Register(*registry_)) {}
+                     .Register(*registry_)),
+      remap_layers_(BuildGauge()
+                        .Name("ballast_node_remap_layers")
+                        .Help("Weight layers a model lends to KV (parameter remapping)")
+                        .Register(*registry_)),
+      remap_streamed_(BuildCounter()
+                          .Name("ballast_node_remap_streamed_bytes_total")
+                          .Help("Weight bytes streamed from host memory into layer slots")
+                          .Register(*registry_)),
+      remap_stall_(BuildCounter()
+                       .Name("ballast_node_remap_stall_seconds_total")
+                       .Help("Compute time spent waiting for streamed layers (not hidden)")
+                       .Register(*registry_)),
+      remap_events_(BuildCounter()
+                        .Name("ballast_node_remap_events_total")
+                        .Help("Remapping events by kind: remap (layers lent), revert (taken "
+                              "back), capped (every model at its cap; left to preemption)")
+                        .Register(*registry_)) {}
 
 void Metrics::AddModelSource(std::function<bool(const std::string&)> known) {
   absl::MutexLock lock(&sources_mu_);
@@ -260,6 +277,30 @@ void Metrics::SetDevice(const DeviceGauges& g) {
         .ObserveMultiple(increments, g.step_host.sum_s - seen.sum_s);
   }
   seen = g.step_host;
+  SetRemap(g.device, g.remap);
+}
+
+void Metrics::SetRemap(const std::string& device, const node_manager::RemapStats& r) {
+  std::set<std::string>& models = remap_models_[device];
+  for (const std::string& m : models) {
+    if (!r.layers.count(m)) remap_layers_.Add({{"device", device}, {"model", m}}).Set(0);
+  }
+  models.clear();
+  for (const auto& [m, n] : r.layers) {
+    remap_layers_.Add({{"device", device}, {"model", m}}).Set(n);
+    models.insert(m);
+  }
+  Grow(remap_streamed_.Add({{"device", device}}), "remap_bytes/" + device, r.streamed_bytes);
+  Grow(remap_events_.Add({{"device", device}, {"kind", "remap"}}), "remap/" + device,
+       r.remap_events);
+  Grow(remap_events_.Add({{"device", device}, {"kind", "revert"}}), "revert/" + device,
+       r.revert_events);
+  Grow(remap_events_.Add({{"device", device}, {"kind", "capped"}}), "capped/" + device,
+       r.capped_events);
+  double& stall = seen_stall_[device];
+  if (r.stall_seconds > stall)
+    remap_stall_.Add({{"device", device}}).Increment(r.stall_seconds - stall);
+  stall = r.stall_seconds;
 }
 
 void Metrics::Grow(prometheus::Counter& c, const std::string& key, int64_t total) {

@@ -15,12 +15,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "node_manager/remap_options.h"
 #include "node_manager/step_host_histogram.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -56,6 +58,7 @@ struct DeviceGauges {
   int64_t kv_bytes_used = 0, kv_bytes_free = 0;
   int64_t page_map_calls = 0, page_unmap_calls = 0;  // cumulative driver calls
   node_manager::StepHostHistogram step_host;         // cumulative per-step host time
+  node_manager::RemapStats remap = {};               // parameter remapping (cumulative)
 };
 
 // The node's session KV tiers (node_manager::KvTierStats plus the engines'
@@ -147,6 +150,10 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& node_queue_;
   prometheus::Family<prometheus::Histogram>& activation_;
   prometheus::Family<prometheus::Counter>& evictions_;
+  prometheus::Family<prometheus::Gauge>& remap_layers_;
+  prometheus::Family<prometheus::Counter>& remap_streamed_;
+  prometheus::Family<prometheus::Counter>& remap_stall_;
+  prometheus::Family<prometheus::Counter>& remap_events_;
 
   mutable absl::Mutex sources_mu_;
   std::vector<std::function<bool(const std::string&)>> sources_ ABSL_GUARDED_BY(sources_mu_);
@@ -162,6 +169,13 @@ class Metrics {
   std::map<std::string, int64_t> seen_ ABSL_GUARDED_BY(mu_);
   // Last cumulative step-host histogram seen per device.
   std::map<std::string, node_manager::StepHostHistogram> seen_step_host_ ABSL_GUARDED_BY(mu_);
+  // Remapping: stall seconds seen per device; models with lent layers per
+  // device at the last update (their gauge drops to 0 when they leave).
+  std::map<std::string, double> seen_stall_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::set<std::string>> remap_models_ ABSL_GUARDED_BY(mu_);
+  // SetDevice's remapping series. REQUIRES: mu_ held.
+  void SetRemap(const std::string& device, const node_manager::RemapStats& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 // Serves `registry` on http://<address>/metrics. Errors name the address.

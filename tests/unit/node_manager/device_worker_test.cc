@@ -287,5 +287,97 @@ TEST(NodeManager, ReactivationUsesTheHostCopyAndDrainingLetsRequestsFinish) {
   node->Shutdown();
 }
 
+namespace remap {
+
+engine::SyntheticModelSpec Spec(uint64_t seed) {
+  engine::SyntheticModelSpec s;
+  s.layers = 8;
+  s.hidden = 128;
+  s.intermediate = 512;
+  s.seed = seed;
+  return s;
+}
+
+// Mirage's two-model case on one device: a burst on A while B is idle.
+// With remapping on, A's KV shortfall is met by B's weight layers first
+// (B inactive), then A's own; every output stays exact, B serves a request
+// while its layers stream, and once the burst is over the layers come back.
+TEST(DeviceWorker, KvShortfallBorrowsAnIdleModelsLayersFirstAndGivesThemBack) {
+  engine::testing::TempDir dir;
+  const std::string a_path = engine::testing::WriteTinyModel(dir, "a", Spec(51));
+  const std::string b_path = engine::testing::WriteTinyModel(dir, "b", Spec(52));
+  constexpr int64_t kPage = 16 << 10;
+  auto pages_of = [&](const std::string& path) {
+    ModelEngineOptions o;
+    o.path = path;
+    const int64_t b = *ModelEngine::WeightBytesNeeded(o);
+    return (b + kPage - 1) / kPage * kPage;
+  };
+  // KV room for about two of the five requests (4 KiB per token, 260 tokens).
+  const int64_t memory = pages_of(a_path) + pages_of(b_path) + 160 * kPage;
+  DeviceMemoryOptions mem = testing::HostPages(kPage);
+  mem.remap.enabled = true;
+  mem.remap.revert_after = absl::Milliseconds(50);
+  auto w = std::move(*DeviceWorker::Create("cpu:0", memory, mem));
+  auto a = testing::Activate("a", a_path, w.get());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = testing::Activate("b", b_path, w.get());
+  ASSERT_TRUE(b.ok()) << b.status();
+  const int64_t weights = w->balloon()->stats().weight_bytes;
+
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 5; ++i) reqs.push_back(Req("a" + std::to_string(i), 60 + i, 200, 60));
+  std::vector<std::unique_ptr<Done>> done;
+  for (const auto& r : reqs) {
+    done.push_back(std::make_unique<Done>());
+    ASSERT_TRUE((*a)->Submit(r, done.back().get()).ok());
+  }
+  // B (inactive) lends first.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const RemapStats s = w->Usage().remap;
+        auto it = s.layers.find("b");
+        return it != s.layers.end() && it->second > 0;
+      },
+      absl::Seconds(30)))
+      << "B never lent a layer";
+  EXPECT_LT(w->balloon()->stats().weight_bytes, weights);
+  // B serves while its layers stream.
+  Done db;
+  const GenerationRequest rb = Req("b0", 70, 30, 20);
+  ASSERT_TRUE((*b)->Submit(rb, &db).ok());
+  for (auto& d : done) ASSERT_TRUE(d->AwaitDone(absl::Seconds(120)));
+  ASSERT_TRUE(db.AwaitDone(absl::Seconds(60)));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(done[i]->result.ok()) << done[i]->result.status();
+    EXPECT_EQ(done[i]->result->output_tokens, Alone(a_path, reqs[i])) << reqs[i].id;
+  }
+  ASSERT_TRUE(db.result.ok()) << db.result.status();
+  EXPECT_EQ(db.result->output_tokens, Alone(b_path, rb));
+  const RemapStats during = w->Usage().remap;
+  EXPECT_GT(during.remap_events, 0);
+  EXPECT_GT(during.streamed_bytes, 0);
+  // The burst is over: every layer comes back, one per pass.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& [m, n] : w->Usage().remap.layers)
+          if (n > 0) return false;
+        return true;
+      },
+      absl::Seconds(30)))
+      << "layers were not taken back";
+  EXPECT_EQ(w->balloon()->stats().weight_bytes, weights);
+  EXPECT_GT(w->Usage().remap.revert_events, 0);
+  // And the models still serve exactly with everything resident.
+  Done da;
+  ASSERT_TRUE((*a)->Submit(reqs[0], &da).ok());
+  ASSERT_TRUE(da.AwaitDone(absl::Seconds(60)));
+  ASSERT_TRUE(da.result.ok());
+  EXPECT_EQ(da.result->output_tokens, Alone(a_path, reqs[0]));
+  w->Stop();
+}
+
+}  // namespace remap
+
 }  // namespace
 }  // namespace ballast::node_manager

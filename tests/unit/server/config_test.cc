@@ -168,6 +168,26 @@ TEST(Config, BadValuesAreNamed) {
             std::string::npos);
   EXPECT_NE(Msg("node: {memory: {mode: balloon}}").find("node.memory.mode"), std::string::npos);
   EXPECT_NE(Msg("node: {memory: {slab_mib: 3}}").find("node.memory.slab_mib"), std::string::npos);
+  EXPECT_NE(
+      Msg("node: {memory: {remap: {max_fraction: 1}}}").find("node.memory.remap.max_fraction"),
+      std::string::npos);
+  EXPECT_NE(Msg("node: {memory: {remap: {enabled: maybe}}}").find("node.memory.remap.enabled"),
+            std::string::npos);
+  EXPECT_NE(Msg("node: {memory: {remap: {alpha: 3}}}").find("node.memory.remap.alpha: unknown key"),
+            std::string::npos);
+  EXPECT_NE(Msg("node: {memory: {remap: {revert_after_ms: -1}}}")
+                .find("node.memory.remap.revert_after_ms"),
+            std::string::npos);
+  {
+    auto c = ParseConfig(
+        "node: {memory: {remap: {enabled: true, max_fraction: 0.25, revert_after_ms: 200}}}",
+        "t.yaml");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(c->node.options.remap.enabled);
+    EXPECT_DOUBLE_EQ(c->node.options.remap.max_fraction, 0.25);
+    EXPECT_EQ(c->node.options.remap.revert_after, absl::Milliseconds(200));
+    EXPECT_FALSE(ParseConfig("node: {}", "t.yaml")->node.options.remap.enabled);
+  }
   EXPECT_NE(Msg("scheduler: [1, 2]").find("scheduler: expected a mapping"), std::string::npos);
   EXPECT_NE(Msg("a: [").find("invalid YAML"), std::string::npos);
   EXPECT_NE(

@@ -1,0 +1,108 @@
+#include "node_manager/remap_controller.h"
+
+#include "spdlog/spdlog.h"
+
+namespace ballast::node_manager {
+
+std::vector<memory::RemapCandidate> RemapController::Candidates(
+    const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const {
+  std::vector<memory::RemapCandidate> out;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const engine::WeightRemapper* r = engines[i]->remapper();
+    memory::RemapCandidate c;
+    c.owner = static_cast<int>(i);
+    if (r != nullptr) {
+      c.active = engines[i]->HasWork();
+      auto it = last_active_.find(engines[i]->name());
+      c.last_active = it == last_active_.end() ? 0 : it->second;
+      c.alpha = r->alpha();
+      c.alpha_cap = r->AlphaCap(options_.max_fraction);
+      c.layer_bytes = r->layer_bytes();
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
+                              int64_t shortfall_bytes, absl::Time now) {
+  last_shortfall_ = now;
+  if (shortfall_bytes <= 0) return 0;
+  const std::vector<memory::RemapCandidate> cands = Candidates(engines);
+  const std::vector<int> target = memory::PlanRemap(cands, shortfall_bytes);
+  int64_t freed = 0;
+  int64_t events = 0;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    if (target[i] <= cands[i].alpha) continue;
+    engine::WeightRemapper* r = engines[i]->remapper();
+    auto got = r->SetAlpha(target[i]);
+    if (!got.ok()) {
+      spdlog::warn("model {}: lending {} weight layers to KV failed: {}", engines[i]->name(),
+                   target[i], got.status().ToString());
+      continue;
+    }
+    freed += *got;
+    ++events;
+    spdlog::info(
+        "model {}: {} of {} weight layers lent to KV ({} slot(s), T_T {:.3f} ms, "
+        "T_c {:.3f} ms per layer)",
+        engines[i]->name(), r->alpha(), r->num_layers(), r->plan().slots, r->t_transfer() * 1e3,
+        r->t_compute() * 1e3);
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.remap_events += events;
+  if (freed < shortfall_bytes) ++stats_.capped_events;
+  return std::max<int64_t>(freed, 0);
+}
+
+void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
+                           memory::Balloon& balloon, size_t slab_bytes, absl::Time now) {
+  RemapStats sample;
+  for (const auto& e : engines) {
+    const engine::WeightRemapper* r = e->remapper();
+    if (r == nullptr) continue;
+    sample.layers[e->name()] = r->alpha();
+  }
+  const std::vector<memory::RemapCandidate> cands = Candidates(engines);
+  const int next = memory::RevertNext(cands);
+  int64_t reverted = 0;
+  if (next >= 0 && now - last_shortfall_ >= options_.revert_after) {
+    const auto& e = engines[static_cast<size_t>(next)];
+    balloon.arena()->ReclaimFreeSlabs();
+    if (balloon.FreeBytes() >=
+        cands[static_cast<size_t>(next)].layer_bytes + static_cast<int64_t>(slab_bytes)) {
+      auto got = e->remapper()->SetAlpha(cands[static_cast<size_t>(next)].alpha - 1);
+      if (got.ok()) {
+        ++reverted;
+        sample.layers[e->name()] = e->remapper()->alpha();
+        spdlog::info("model {}: took a weight layer back from KV ({} still lent)", e->name(),
+                     e->remapper()->alpha());
+      }
+    }
+  }
+  // Counters: the growth of each engine's streaming totals since the last
+  // sample (a model that left keeps what it added).
+  absl::MutexLock lock(&mu_);
+  for (const auto& e : engines) {
+    if (e->remapper() == nullptr) continue;
+    const engine::LayerStreamingStats now_stats = e->remapper()->streaming_stats();
+    engine::LayerStreamingStats& seen = seen_[e->name()];
+    if (now_stats.streamed_bytes >= seen.streamed_bytes) {
+      stats_.streamed_bytes += now_stats.streamed_bytes - seen.streamed_bytes;
+      stats_.stall_seconds += std::max(0.0, now_stats.stall_seconds - seen.stall_seconds);
+    } else {  // a new engine of the same name
+      stats_.streamed_bytes += now_stats.streamed_bytes;
+      stats_.stall_seconds += now_stats.stall_seconds;
+    }
+    seen = now_stats;
+  }
+  stats_.layers = std::move(sample.layers);
+  stats_.revert_events += reverted;
+}
+
+RemapStats RemapController::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace ballast::node_manager

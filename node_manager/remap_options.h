@@ -1,0 +1,35 @@
+// Parameter remapping's options and counters per device (plain data, so
+// configs and metrics need not include the engines): see
+// node_manager/remap_controller.h for the policy they configure.
+//
+// Thread-safety: plain structs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace ballast::node_manager {
+
+struct RemapOptions {
+  // node.memory.remap.enabled. Default off: the ladder goes from idle
+  // session KV straight to preemption (the baseline).
+  bool enabled = false;
+  // Most of a model's layers it may lend (the rest stay resident).
+  // Default 0.5.
+  double max_fraction = 0.5;
+  // Quiet time (no KV shortfall) before layers are taken back. Default 1 s.
+  absl::Duration revert_after = absl::Seconds(1);
+};
+
+struct RemapStats {
+  std::map<std::string, int> layers;  // lent now, per resident model
+  int64_t streamed_bytes = 0;         // cumulative, every model
+  double stall_seconds = 0;           // cumulative compute waiting on copies
+  int64_t remap_events = 0, revert_events = 0;
+  int64_t capped_events = 0;  // shortfalls left to preemption at every cap
+};
+
+}  // namespace ballast::node_manager
