@@ -62,6 +62,9 @@ absl::StatusOr<std::unique_ptr<ModelEngine>> ModelEngine::Create(const ModelEngi
   if (auto st = e->InitKv(); !st.ok()) return st;
   if (auto st = e->InitExecutor(); !st.ok()) return st;
   e->remapper_ = WeightRemapper::Create(e->executor_.get(), o.weight_pages);
+  if (e->remapper_ && o.prepare_remap) {
+    if (auto st = e->remapper_->Prepare(); !st.ok()) return st;
+  }
   e->PublishStats();
   return e;
 }

@@ -89,6 +89,11 @@ struct ModelEngineOptions {
   // the pages only stand for them in the budget. Kept until the engine is
   // destroyed, then returned. Null: the backend allocates (static mode).
   std::shared_ptr<memory::WeightPages> weight_pages;
+  // Parameter remapping will be used (node.memory.remap.enabled): measure
+  // T_T at activation (on cuda this also makes the pinned host image the
+  // layers stream from, when the activation had none), so the first KV
+  // shortfall does not wait for it. Default false.
+  bool prepare_remap = false;
   // Activate from this host copy (KeepHostWeights of an earlier engine of
   // the same model and backend) instead of reading the checkpoint.
   std::shared_ptr<const HostWeights> host_weights;

@@ -49,22 +49,33 @@ absl::StatusOr<int64_t> WeightRemapper::RestorePages(const std::vector<int>& lay
   return mapped;
 }
 
-absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha) {
+absl::Status WeightRemapper::Prepare() {
+  if (t_transfer_ > 0) return absl::OkStatus();
+  auto t = executor_->MeasureLayerTransferSeconds();
+  if (!t.ok()) return t.status();
+  t_transfer_ = std::max(*t, 1e-9);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
   const int n = num_layers();
-  if (alpha == plan_.alpha) return 0;
-  if (alpha < 0 || alpha >= n) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot lend ", alpha, " of ", n, " layers"));
+  if (alpha == plan_.alpha && (slots == 0 || alpha == 0 || slots == plan_.slots)) return 0;
+  if (alpha < 0 || alpha >= n || slots < 0 || slots > 2 || (alpha > 0 && alpha + slots > n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot lend ", alpha, " of ", n, " layers through ", slots, " slot(s)"));
   }
   memory::StreamingPlan next;
   if (alpha > 0) {
-    if (t_transfer_ <= 0) {
-      auto t = executor_->MeasureLayerTransferSeconds();
-      if (!t.ok()) return t.status();
-      t_transfer_ = std::max(*t, 1e-9);
-    }
+    if (auto st = Prepare(); !st.ok()) return st;
     // Unknown T_c (no step yet): plan as if compute hid any copy.
     const double tc = t_compute_ > 0 ? t_compute_ : std::numeric_limits<double>::max() / 4 / n;
-    next = memory::PlanStreaming(n, alpha, t_transfer_, tc);
+    if (slots > 0) {
+      next.alpha = alpha;
+      next.slots = slots;
+      next.streamed = memory::UniformLayers(n, alpha + slots);
+    } else {
+      next = memory::PlanStreaming(n, alpha, t_transfer_, tc);
+    }
     if (next.alpha == 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("lending ", alpha, " of ", n, " layers would stall compute (T_T ",
@@ -100,7 +111,7 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha) {
     executor_->SetLayerStreaming(plan_).IgnoreError();
     return st;
   }
-  (alpha > plan_.alpha ? remaps_ : reverts_)++;
+  if (alpha != plan_.alpha) (alpha > plan_.alpha ? remaps_ : reverts_)++;
   plan_ = std::move(next);
   return freed - *mapped;
 }

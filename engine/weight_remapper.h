@@ -50,7 +50,11 @@ class WeightRemapper {
   // bytes given to the balloon (negative: taken back). FAILED_PRECONDITION
   // when no plan hides `alpha` layers' transfers; RESOURCE_EXHAUSTED when
   // layers to take back find no room. On error nothing changed.
-  absl::StatusOr<int64_t> SetAlpha(int alpha);
+  // `slots` 1 or 2 forces β (benchmarks comparing m = α+1 with α+2, tests)
+  // and skips the timing check; 0 (default): β by the measured timings.
+  absl::StatusOr<int64_t> SetAlpha(int alpha, int slots = 0);
+  // Measures T_T now (at activation) rather than at the first lend.
+  absl::Status Prepare();
   // A finished step's forward time (seconds): refreshes T_c.
   void ObserveForward(double seconds);
   double t_transfer() const { return t_transfer_; }

@@ -296,6 +296,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngin
     o.weight_pages = std::move(*pages);
   }
   o.reclaim_kv = target->ReclaimKvFor(o.name);  // the device's oldest sequence progresses
+  o.prepare_remap = target->balloon() != nullptr && options_.remap.enabled;
   auto e = engine::ModelEngine::Create(o, [target] { target->Wake(); });
   if (!e.ok()) return fail(e.status());
   std::shared_ptr<engine::ModelEngine> engine = std::move(*e);

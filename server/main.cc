@@ -18,6 +18,7 @@
 #include "server/engine_bench_cli.h"
 #include "server/log_format.h"
 #include "server/processes.h"
+#include "server/remap_bench_cli.h"
 #include "server/tier_bench_cli.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -274,11 +275,13 @@ int main(int argc, char** argv) {
   ballast::server::BenchCli bench_cli(&app);
   ballast::server::EngineBenchCli engine_bench_cli(&app);
   ballast::server::TierBenchCli tier_bench_cli(&app);
+  ballast::server::RemapBenchCli remap_bench_cli(&app);
 
   CLI11_PARSE(app, argc, argv);
   if (int rc = 0; bench_cli.RunParsed(&rc)) return rc;
   if (int rc = 0; engine_bench_cli.RunParsed(&rc)) return rc;
   if (int rc = 0; tier_bench_cli.RunParsed(&rc)) return rc;
+  if (int rc = 0; remap_bench_cli.RunParsed(&rc)) return rc;
 
   Config config;
   if (serve->parsed()) {

@@ -64,7 +64,7 @@ CudaExecutor::CudaExecutor(const ModelConfig& config, KvCache* kv,
 
 CudaExecutor::~CudaExecutor() {
   cudaSetDevice(options_.device);
-  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
+  DropGraphs();
   if (stream_) cudaStreamSynchronize(stream_);
   if (step_done_) cudaEventDestroy(step_done_);
   if (host_meta_) cudaFreeHost(host_meta_);
@@ -78,6 +78,10 @@ CudaExecutor::~CudaExecutor() {
   for (cudaEvent_t e : layer_loaded_) cudaEventDestroy(e);
   if (load_after_) cudaEventDestroy(load_after_);
   if (load_stream_) cudaStreamDestroy(load_stream_);
+  if (weight_stream_) cudaStreamSynchronize(weight_stream_);
+  for (cudaEvent_t e : weight_loaded_) cudaEventDestroy(e);
+  for (cudaEvent_t e : slot_free_) cudaEventDestroy(e);
+  if (weight_stream_) cudaStreamDestroy(weight_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -215,7 +219,9 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   BALLAST_CUDA_RETURN(LaunchEmbedding(w.embed(), act_, tok, T, H, resid_.get<float>(), stream_),
                       "embedding");
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const DeviceLayer& L = w.layer(l);
+    auto streamed = StreamBefore(l);  // remapping: maybe its slot's tensors
+    if (!streamed.ok()) return streamed.status();
+    const DeviceLayer& L = **streamed;
     if (load_pending_) {  // layer l's KV from a lease: its copies must be done
       BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, layer_loaded_[l], 0), "layer KV load");
     }
@@ -252,7 +258,9 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
     if (auto s = gemm_->Run(act_buf_.get(), L.down, o_.get(), T, H, I, act_, false, stream_);
         !s.ok())
       return s;
+    if (auto s = StreamAfter(l); !s.ok()) return s;
   }
+  if (auto s = StreamJoin(); !s.ok()) return s;
   BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), nullptr, w.final_norm(), eps,
                                        T, H, x_.get(), act_, stream_),
                       "final norm");
@@ -277,6 +285,11 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
 }
 
 absl::Status CudaExecutor::Run(const StepShape& sh) {
+  if (stream_plan_.alpha > 0) {  // every streamed layer is copied once per step
+    streamed_bytes_.fetch_add(static_cast<int64_t>(stream_plan_.streamed.size()) *
+                                  static_cast<int64_t>(weights_->layer_extent(0).bytes),
+                              std::memory_order_relaxed);
+  }
   if (!sh.graph) {
     absl::Status st = Enqueue(sh);
     if (st.ok()) load_pending_ = false;  // every layer waited for its load

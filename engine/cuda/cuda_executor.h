@@ -74,6 +74,19 @@ class CudaExecutor final : public Executor {
   absl::Status StartKvLoad(LayerKvCopies load) override;
   absl::Status WaitKvLoad() override;
 
+  // Parameter remapping (cuda_layer_stream.cc): streamed layers are copied
+  // from a pinned host image of the weights (the activation's host copy,
+  // or one SaveToHost makes on first use) into their slots on a copy
+  // stream; events order each copy after its slot's last reader and each
+  // streamed layer after its copy. The step joins the copies it started
+  // before it ends, so CUDA graphs capture them (slot addresses fixed; a
+  // new plan drops the graphs).
+  std::vector<LayerExtent> LayerExtents() const override;
+  absl::Status SetLayerStreaming(const memory::StreamingPlan& plan) override;
+  absl::Status RestoreLayers(absl::Span<const int> layers) override;
+  absl::StatusOr<double> MeasureLayerTransferSeconds() override;
+  LayerStreamingStats streaming_stats() const override;
+
   // The activation type this model runs in (from its torch_dtype).
   static ActType ActivationType(const ModelConfig& config);
   // Steps replayed from graphs so far (for tests and benchmarks).
@@ -125,6 +138,15 @@ class CudaExecutor final : public Executor {
   absl::Status StagedKvCopy(absl::Span<const KvBlockCopy> copies, bool to_host);
   absl::Status ReserveLoadSpans(size_t spans);
   absl::Status Enqueue(const StepShape& shape);
+  // Remapping inside Enqueue (cuda_layer_stream.cc): the tensors layer l
+  // computes with (its slot's when streamed), after ordering the step
+  // after its copy; after layer l, the next copy into its slot; at the
+  // end, the step waits for the copies it started.
+  absl::StatusOr<const DeviceLayer*> StreamBefore(int l);
+  absl::Status StreamAfter(int l);
+  absl::Status StreamJoin();
+  absl::Status EnsureHostImage();
+  void DropGraphs();
 
   ModelConfig config_;
   KvCache* kv_;
@@ -194,6 +216,17 @@ class CudaExecutor final : public Executor {
   DeviceBuffer penalties_;
   void* host_penalties_ = nullptr;
   size_t penalty_capacity_ = 0;  // entries
+
+  // Remapping: the plan, layer -> streamed index k (-1: resident), each
+  // streamed layer's tensors at its slot, the host image, the copy stream,
+  // one event per streamed layer (copy done) and per slot (reader done).
+  memory::StreamingPlan stream_plan_;
+  std::vector<int> stream_index_;
+  std::vector<DeviceLayer> slot_layers_;
+  std::shared_ptr<const PinnedWeights> host_image_;
+  cudaStream_t weight_stream_ = nullptr;
+  std::vector<cudaEvent_t> weight_loaded_, slot_free_;
+  std::atomic<int64_t> streamed_bytes_{0};
 
   // (tokens, max_blocks, sample) -> instantiated graph
   std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;

@@ -116,6 +116,16 @@ size_t DeviceWeights::Layout(const ModelConfig& c, uint8_t* base, std::vector<Pi
   return off;
 }
 
+LayerExtent DeviceWeights::layer_extent(int l) const {
+  auto at = [&](const void* p) {
+    return static_cast<size_t>(static_cast<const uint8_t*>(p) - base_);
+  };
+  const size_t start = at(layers_[l].input_norm);
+  const size_t end = l + 1 < static_cast<int>(layers_.size()) ? at(layers_[l + 1].input_norm)
+                                                               : at(final_norm_);
+  return {start, end - start};
+}
+
 int64_t DeviceWeights::Bytes(const ModelConfig& config, ActType type) {
   DeviceWeights w;
   w.type_ = type;

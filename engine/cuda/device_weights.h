@@ -89,6 +89,10 @@ class DeviceWeights {
   const void* final_norm() const { return final_norm_; }
   const void* lm_head() const { return lm_head_; }  // [vocab, hidden] (embed when tied)
   const DeviceLayer& layer(int l) const { return layers_[l]; }
+  // Layer l's bytes in the image: [offset, offset + bytes), its tensors
+  // contiguous and laid out identically in every layer.
+  LayerExtent layer_extent(int l) const;
+  uint8_t* base() const { return base_; }
   int64_t bytes() const { return static_cast<int64_t>(bytes_); }
 
  private:

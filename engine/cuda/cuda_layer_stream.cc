@@ -1,0 +1,194 @@
+// CudaExecutor's parameter remapping: weight layers streamed through slots
+// from a pinned host image (see cuda_executor.h and memory/remap_plan.h).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/cuda_executor.h"
+
+namespace ballast::engine::cuda {
+
+std::vector<LayerExtent> CudaExecutor::LayerExtents() const {
+  std::vector<LayerExtent> out;
+  for (int l = 0; l < config_.num_hidden_layers; ++l) out.push_back(weights_->layer_extent(l));
+  return out;
+}
+
+absl::Status CudaExecutor::EnsureHostImage() {
+  if (host_image_) return absl::OkStatus();
+  if (options_.host_weights) {
+    host_image_ = std::dynamic_pointer_cast<const PinnedWeights>(options_.host_weights);
+  }
+  if (!host_image_) {
+    auto img = weights_->SaveToHost();
+    if (!img.ok()) return img.status();
+    host_image_ = std::move(*img);
+  }
+  if (host_image_->bytes() != weights_->bytes()) {
+    return absl::FailedPreconditionError(absl::StrCat("host weight image has ",
+                                                      host_image_->bytes(), " bytes, the device ",
+                                                      weights_->bytes()));
+  }
+  if (!weight_stream_) {
+    BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&weight_stream_, cudaStreamNonBlocking),
+                        "weight stream");
+  }
+  return absl::OkStatus();
+}
+
+void CudaExecutor::DropGraphs() {
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
+  graphs_.clear();
+}
+
+absl::Status CudaExecutor::SetLayerStreaming(const memory::StreamingPlan& plan) {
+  const int n = config_.num_hidden_layers;
+  const int m = static_cast<int>(plan.streamed.size());
+  if (plan.alpha > 0 &&
+      (plan.slots < 1 || m != plan.alpha + plan.slots || m > n ||
+       !std::is_sorted(plan.streamed.begin(), plan.streamed.end()) || plan.streamed.front() < 0 ||
+       plan.streamed.back() >= n)) {
+    return absl::InvalidArgumentError(absl::StrCat("streaming plan for ", n,
+                                                   " layers is malformed (alpha ", plan.alpha,
+                                                   ", slots ", plan.slots, ", ", m, " streamed)"));
+  }
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "streaming plan");
+  if (weight_stream_) BALLAST_CUDA_RETURN(cudaStreamSynchronize(weight_stream_), "streaming plan");
+  DropGraphs();  // they captured the old plan's addresses and copies
+  stream_plan_ = {};
+  stream_index_.clear();
+  slot_layers_.clear();
+  if (plan.alpha == 0) return absl::OkStatus();
+  if (auto st = EnsureHostImage(); !st.ok()) return st;
+  auto grow = [](std::vector<cudaEvent_t>* v, size_t want) -> cudaError_t {
+    while (v->size() < want) {
+      cudaEvent_t e = nullptr;
+      if (cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err) return err;
+      v->push_back(e);
+    }
+    return cudaSuccess;
+  };
+  BALLAST_CUDA_RETURN(grow(&weight_loaded_, static_cast<size_t>(m)), "streaming events");
+  BALLAST_CUDA_RETURN(grow(&slot_free_, static_cast<size_t>(plan.slots)), "streaming events");
+  stream_index_.assign(static_cast<size_t>(n), -1);
+  for (int k = 0; k < m; ++k) {
+    const int layer = plan.streamed[static_cast<size_t>(k)];
+    stream_index_[static_cast<size_t>(layer)] = k;
+    // Layer k's tensors at slot k % slots: every layer is laid out alike,
+    // so they sit at the same offsets from the slot's home layer.
+    const int home = plan.streamed[static_cast<size_t>(k % plan.slots)];
+    const ptrdiff_t delta = static_cast<ptrdiff_t>(weights_->layer_extent(home).offset) -
+                            static_cast<ptrdiff_t>(weights_->layer_extent(layer).offset);
+    DeviceLayer L = weights_->layer(layer);
+    for (void** p : {&L.input_norm, &L.qkv, &L.qkv_bias, &L.o, &L.o_bias, &L.q_norm, &L.k_norm,
+                     &L.post_norm, &L.gate_up, &L.down}) {
+      if (*p) *p = static_cast<uint8_t*>(*p) + delta;
+    }
+    slot_layers_.push_back(L);
+  }
+  stream_plan_ = plan;
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::RestoreLayers(absl::Span<const int> layers) {
+  if (layers.empty()) return absl::OkStatus();
+  if (auto st = EnsureHostImage(); !st.ok()) return st;
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "restoring layers");
+  for (int l : layers) {
+    if (l < 0 || l >= config_.num_hidden_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("no layer ", l));
+    }
+    const LayerExtent e = weights_->layer_extent(l);
+    BALLAST_CUDA_RETURN(cudaMemcpyAsync(weights_->base() + e.offset, host_image_->data() + e.offset,
+                                        e.bytes, cudaMemcpyHostToDevice, weight_stream_),
+                        "restoring a layer");
+  }
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(weight_stream_), "restoring layers");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CudaExecutor::MeasureLayerTransferSeconds() {
+  if (auto st = EnsureHostImage(); !st.ok()) return st;
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "timing a layer copy");
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  BALLAST_CUDA_RETURN(cudaEventCreate(&t0), "timing events");
+  cudaError_t err = cudaEventCreate(&t1);
+  // Layer 0 onto itself (the same bytes; layer 0 is never lent), three
+  // times; the fastest is the link's rate.
+  const LayerExtent e = weights_->layer_extent(0);
+  float best = -1;
+  for (int i = 0; i < 3 && err == cudaSuccess; ++i) {
+    float ms = 0;
+    if ((err = cudaEventRecord(t0, weight_stream_)) ||
+        (err = cudaMemcpyAsync(weights_->base() + e.offset, host_image_->data() + e.offset, e.bytes,
+                               cudaMemcpyHostToDevice, weight_stream_)) ||
+        (err = cudaEventRecord(t1, weight_stream_)) || (err = cudaEventSynchronize(t1)) ||
+        (err = cudaEventElapsedTime(&ms, t0, t1))) {
+      break;
+    }
+    best = best < 0 ? ms : std::min(best, ms);
+  }
+  cudaEventDestroy(t0);
+  if (t1) cudaEventDestroy(t1);
+  BALLAST_CUDA_RETURN(err, "timing a layer copy");
+  return best / 1e3;
+}
+
+LayerStreamingStats CudaExecutor::streaming_stats() const {
+  LayerStreamingStats s;
+  s.streamed_bytes = streamed_bytes_.load(std::memory_order_relaxed);
+  return s;  // stall: not measured on the device (see docs/benchmarks.md)
+}
+
+absl::StatusOr<const DeviceLayer*> CudaExecutor::StreamBefore(int l) {
+  if (stream_index_.empty() || stream_index_[static_cast<size_t>(l)] < 0) {
+    return &weights_->layer(l);
+  }
+  const int k = stream_index_[static_cast<size_t>(l)];
+  // The first `slots` layers are in their homes when the step starts (the
+  // previous step joined their copies, stream-ordered before this one).
+  if (k >= stream_plan_.slots) {
+    BALLAST_CUDA_RETURN(
+        cudaStreamWaitEvent(stream_, weight_loaded_[static_cast<size_t>(k)], 0),
+        "streamed layer");
+  }
+  return &slot_layers_[static_cast<size_t>(k)];
+}
+
+absl::Status CudaExecutor::StreamAfter(int l) {
+  if (stream_index_.empty() || stream_index_[static_cast<size_t>(l)] < 0) {
+    return absl::OkStatus();
+  }
+  const int k = stream_index_[static_cast<size_t>(l)];
+  const int slots = stream_plan_.slots;
+  const int m = static_cast<int>(stream_plan_.streamed.size());
+  const int slot = k % slots;
+  const int next = k + slots < m ? k + slots : slot;  // past the end: the home layer again
+  const int next_layer = stream_plan_.streamed[static_cast<size_t>(next)];
+  const LayerExtent home = weights_->layer_extent(stream_plan_.streamed[static_cast<size_t>(slot)]);
+  const LayerExtent src = weights_->layer_extent(next_layer);
+  BALLAST_CUDA_RETURN(cudaEventRecord(slot_free_[static_cast<size_t>(slot)], stream_),
+                      "slot free");
+  BALLAST_CUDA_RETURN(
+      cudaStreamWaitEvent(weight_stream_, slot_free_[static_cast<size_t>(slot)], 0), "slot free");
+  BALLAST_CUDA_RETURN(cudaMemcpyAsync(weights_->base() + home.offset,
+                                      host_image_->data() + src.offset, src.bytes,
+                                      cudaMemcpyHostToDevice, weight_stream_),
+                      "streaming a layer");
+  BALLAST_CUDA_RETURN(cudaEventRecord(weight_loaded_[static_cast<size_t>(next)], weight_stream_),
+                      "layer streamed");
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::StreamJoin() {
+  if (stream_index_.empty()) return absl::OkStatus();
+  for (int s = 0; s < stream_plan_.slots; ++s) {
+    BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, weight_loaded_[static_cast<size_t>(s)], 0),
+                        "streamed layers");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::engine::cuda

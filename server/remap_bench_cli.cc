@@ -1,0 +1,278 @@
+#include "server/remap_bench_cli.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "nlohmann/json.hpp"
+#include "node_manager/device_worker.h"
+
+namespace ballast::server {
+namespace {
+
+using engine::ModelEngine;
+using engine::ModelEngineOptions;
+using node_manager::DeviceWorker;
+
+// Token arrival times of one request.
+class TimedSink : public engine::GenerationSink {
+ public:
+  void OnToken(int, const std::string&, const engine::TokenLogprobs*) override {
+    absl::MutexLock lock(&mu_);
+    times_.push_back(absl::Now());
+  }
+  void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
+    absl::MutexLock lock(&mu_);
+    result_ = std::move(r);
+    done_ = true;
+  }
+  bool Done() {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+  void Await() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+  absl::StatusOr<engine::GenerationResult> result() {
+    absl::MutexLock lock(&mu_);
+    return result_;
+  }
+  std::vector<absl::Time> times() {
+    absl::MutexLock lock(&mu_);
+    return times_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<absl::Time> times_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::StatusOr<engine::GenerationResult> result_ ABSL_GUARDED_BY(mu_) =
+      absl::UnknownError("not done");
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+struct RunResult {
+  nlohmann::json json;
+  std::vector<std::vector<int>> tokens;
+};
+
+}  // namespace
+
+struct RemapBenchCli::State {
+  CLI::App* cmd = nullptr;
+  std::string model, idle_model, backend = "cuda", out, modes = "preempt,remap";
+  int64_t memory_mib = 20480, slab_mib = 64;
+  int requests = 64, prompt = 2048, output = 256, max_batch_tokens = 2048, max_seqs = 256;
+  double max_fraction = 0.5;
+  uint64_t seed = 1;
+
+  absl::StatusOr<std::shared_ptr<ModelEngine>> Activate(DeviceWorker* w, const std::string& name,
+                                                        const std::string& path, bool remap) {
+    ModelEngineOptions o;
+    o.name = name;
+    o.path = path;
+    o.backend = backend;
+    o.device = backend == "cuda" ? 0 : -1;
+    o.kv_arena = w->arena();
+    o.max_batch_tokens = max_batch_tokens;
+    o.max_seqs = max_seqs;
+    o.max_context = prompt + output + 16;
+    o.prepare_remap = remap;
+    auto need = ModelEngine::WeightBytesNeeded(o);
+    if (!need.ok()) return need.status();
+    auto pages = w->ReserveWeights(*need);
+    if (!pages.ok()) return pages.status();
+    o.weight_pages = std::move(*pages);
+    o.reclaim_kv = w->ReclaimKvFor(name);
+    auto e = ModelEngine::Create(o, [w] { w->Wake(); });
+    if (!e.ok()) return e.status();
+    std::shared_ptr<ModelEngine> engine = std::move(*e);
+    if (auto st = w->Add(engine); !st.ok()) return st;
+    return engine;
+  }
+
+  absl::StatusOr<RunResult> RunMode(bool remap) {
+    node_manager::DeviceMemoryOptions mem;
+    mem.slab_bytes = static_cast<size_t>(slab_mib) << 20;
+    mem.page_bytes = backend == "cuda" ? mem.slab_bytes : (64u << 10);
+    mem.gpu = backend == "cuda" ? 0 : -1;
+    mem.remap.enabled = remap;
+    mem.remap.max_fraction = max_fraction;
+    auto w = DeviceWorker::Create(backend == "cuda" ? "cuda:0" : "cpu:0", memory_mib << 20, mem);
+    if (!w.ok()) return w.status();
+    if (!idle_model.empty()) {
+      auto idle = Activate(w->get(), "idle", idle_model, remap);
+      if (!idle.ok()) return idle.status();
+    }
+    auto e = Activate(w->get(), "burst", model, remap);
+    if (!e.ok()) return e.status();
+    const int vocab = (*e)->config().vocab_size;
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::vector<std::unique_ptr<TimedSink>> sinks;
+    const absl::Time t0 = absl::Now();
+    for (int i = 0; i < requests; ++i) {
+      engine::GenerationRequest r;
+      r.id = absl::StrCat("r", i);
+      r.prompt.resize(static_cast<size_t>(prompt));
+      for (int& t : r.prompt) t = static_cast<int>(rng() % static_cast<uint32_t>(vocab));
+      r.params.max_tokens = output;
+      r.params.ignore_eos = true;
+      sinks.push_back(std::make_unique<TimedSink>());
+      if (auto st = (*e)->Submit(r, sinks.back().get()); !st.ok()) return st;
+    }
+    // Concurrency and lent layers, sampled every 5 ms until every request is done.
+    int peak_running = 0, peak_lent = 0, peak_idle_lent = 0;
+    double running_sum = 0;
+    int64_t samples = 0, tokens_seen = 0;
+    absl::Time progress = absl::Now();
+    for (bool all = false; !all;) {
+      const node_manager::DeviceUsage u = (*w)->Usage();
+      int64_t tokens_now = 0;
+      for (auto& s : sinks) tokens_now += static_cast<int64_t>(s->times().size());
+      if (tokens_now > tokens_seen) {
+        tokens_seen = tokens_now;
+        progress = absl::Now();
+      } else if (absl::Now() - progress > absl::Seconds(60)) {
+        (*w)->Stop();  // fails the requests still queued
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no token for 60 s with ", u.waiting, " requests waiting: the budget (",
+            memory_mib, " MiB) holds the weights but not one request's KV"));
+      }
+      peak_running = std::max(peak_running, u.running);
+      running_sum += u.running;
+      ++samples;
+      for (const auto& [m, n] : u.remap.layers) {
+        (m == "idle" ? peak_idle_lent : peak_lent) =
+            std::max(m == "idle" ? peak_idle_lent : peak_lent, n);
+      }
+      all = std::all_of(sinks.begin(), sinks.end(), [](const auto& s) { return s->Done(); });
+      if (!all) absl::SleepFor(absl::Milliseconds(5));
+    }
+    const double wall_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    RunResult out;
+    std::vector<double> tbt_ms, ttft_ms;
+    int64_t tokens = 0;
+    for (auto& s : sinks) {
+      auto r = s->result();
+      if (!r.ok()) return r.status();
+      out.tokens.push_back(r->output_tokens);
+      tokens += static_cast<int64_t>(r->output_tokens.size());
+      const std::vector<absl::Time> t = s->times();
+      if (!t.empty()) ttft_ms.push_back(absl::ToDoubleMilliseconds(t[0] - t0));
+      for (size_t i = 1; i < t.size(); ++i)
+        tbt_ms.push_back(absl::ToDoubleMilliseconds(t[i] - t[i - 1]));
+    }
+    const node_manager::DeviceUsage u = (*w)->Usage();
+    out.json = {{"mode", remap ? "remap" : "preempt"},
+                {"peak_running", peak_running},
+                {"mean_running", samples ? running_sum / static_cast<double>(samples) : 0.0},
+                {"wall_s", wall_s},
+                {"output_tokens_per_s", static_cast<double>(tokens) / wall_s},
+                {"tbt_p50_ms", Percentile(tbt_ms, 0.5)},
+                {"tbt_p99_ms", Percentile(tbt_ms, 0.99)},
+                {"ttft_p50_ms", Percentile(ttft_ms, 0.5)},
+                {"ttft_p99_ms", Percentile(ttft_ms, 0.99)},
+                {"preemptions", u.preemptions},
+                {"peak_layers_lent", peak_lent},
+                {"peak_idle_model_layers_lent", peak_idle_lent},
+                {"remap_events", u.remap.remap_events},
+                {"revert_events", u.remap.revert_events},
+                {"capped_events", u.remap.capped_events},
+                {"streamed_gib", static_cast<double>(u.remap.streamed_bytes) / (1 << 30)}};
+    (*w)->Stop();
+    return out;
+  }
+
+  int Run() {
+    std::vector<bool> runs;
+    for (const char* m : {"preempt", "remap"}) {
+      if (modes.find(m) != std::string::npos) runs.push_back(std::string(m) == "remap");
+    }
+    if (runs.empty()) {
+      std::cerr << "error: --modes must name preempt and/or remap\n";
+      return 2;
+    }
+    nlohmann::json rows = nlohmann::json::array();
+    std::vector<std::vector<int>> first;
+    std::cout << absl::StrFormat("%-8s | %5s | %6s | %9s | %8s | %8s | %7s | %5s | %9s\n", "mode",
+                                 "peak", "mean", "tok/s", "TBT p50", "TBT p99", "preempt",
+                                 "lent", "streamed");
+    for (bool remap : runs) {
+      auto r = RunMode(remap);
+      if (!r.ok()) {
+        std::cerr << "error: " << r.status() << "\n";
+        return 1;
+      }
+      const nlohmann::json& j = r->json;
+      std::cout << absl::StrFormat(
+          "%-8s | %5d | %6.1f | %9.0f | %8.2f | %8.2f | %7d | %5d | %6.1f GiB\n",
+          j["mode"].get<std::string>(), j["peak_running"].get<int>(),
+          j["mean_running"].get<double>(), j["output_tokens_per_s"].get<double>(),
+          j["tbt_p50_ms"].get<double>(), j["tbt_p99_ms"].get<double>(),
+          j["preemptions"].get<int>(), j["peak_layers_lent"].get<int>(),
+          j["streamed_gib"].get<double>());
+      if (first.empty()) {
+        first = r->tokens;
+      } else if (r->tokens != first) {
+        std::cerr << "error: the modes produced different tokens\n";
+        return 1;
+      }
+      rows.push_back(j);
+    }
+    if (runs.size() == 2) std::cout << "tokens: identical in both modes\n";
+    if (!out.empty()) {
+      std::ofstream(out) << nlohmann::json{{"model", model},     {"idle_model", idle_model},
+                                           {"backend", backend}, {"memory_mib", memory_mib},
+                                           {"requests", requests}, {"prompt", prompt},
+                                           {"output", output},   {"rows", rows}}
+                                .dump(2);
+    }
+    return 0;
+  }
+};
+
+RemapBenchCli::RemapBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
+  auto* c = app->add_subcommand(
+      "bench-remap",
+      "A burst that exhausts KV, served with preemption and with parameter remapping");
+  s_->cmd = c;
+  c->add_option("--model", s_->model, "checkpoint directory of the bursting model")->required();
+  c->add_option("--idle-model", s_->idle_model, "a second model, resident and idle");
+  c->add_option("--backend", s_->backend, "cuda | cpu")->capture_default_str();
+  c->add_option("--memory-mib", s_->memory_mib, "device budget (weights + KV + workspace)")
+      ->capture_default_str();
+  c->add_option("--slab-mib", s_->slab_mib, "KV slab and GPU page (configs/gpu.yaml: 64)")
+      ->capture_default_str();
+  c->add_option("--requests", s_->requests)->capture_default_str();
+  c->add_option("--prompt", s_->prompt, "prompt tokens per request")->capture_default_str();
+  c->add_option("--output", s_->output, "output tokens per request")->capture_default_str();
+  c->add_option("--max-batch-tokens", s_->max_batch_tokens)->capture_default_str();
+  c->add_option("--max-seqs", s_->max_seqs)->capture_default_str();
+  c->add_option("--max-fraction", s_->max_fraction, "node.memory.remap.max_fraction")
+      ->capture_default_str();
+  c->add_option("--modes", s_->modes, "preempt,remap (either or both)")->capture_default_str();
+  c->add_option("--seed", s_->seed)->capture_default_str();
+  c->add_option("--out", s_->out, "write the JSON result here");
+}
+
+RemapBenchCli::~RemapBenchCli() = default;
+
+bool RemapBenchCli::RunParsed(int* rc) {
+  if (!s_->cmd->parsed()) return false;
+  *rc = s_->Run();
+  return true;
+}
+
+}  // namespace ballast::server
