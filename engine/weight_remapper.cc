@@ -23,10 +23,10 @@ WeightRemapper::WeightRemapper(Executor* executor, std::shared_ptr<memory::Weigh
   layer_bytes_ = static_cast<int64_t>(extents_[0].bytes);
 }
 
-int WeightRemapper::AlphaCap(double max_fraction) const {
+int WeightRemapper::AlphaCap(double max_fraction, bool respect_timing) const {
   const int n = num_layers();
-  const int floor_cap = std::clamp(static_cast<int>(std::floor(max_fraction * n)), 0, n - 1);
-  if (t_compute_ <= 0 || t_transfer_ <= 0) return floor_cap;
+  const int floor_cap = std::clamp(static_cast<int>(std::floor(max_fraction * n)), 0, n - 2);
+  if (!respect_timing || t_compute_ <= 0 || t_transfer_ <= 0) return floor_cap;
   return memory::MaxAlpha(n, t_transfer_, t_compute_, floor_cap);
 }
 
@@ -75,6 +75,11 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
       next.streamed = memory::UniformLayers(n, alpha + slots);
     } else {
       next = memory::PlanStreaming(n, alpha, t_transfer_, tc);
+      if (next.alpha == 0 && !respect_timing_) {  // stream anyway, double buffered
+        next.alpha = alpha;
+        next.slots = 2;
+        next.streamed = memory::UniformLayers(n, alpha + 2);
+      }
     }
     if (next.alpha == 0) {
       return absl::FailedPreconditionError(

@@ -43,7 +43,8 @@ class WeightRemapper {
   // The most layers this model may lend now: at most max_fraction of its
   // layers (the floor kept resident), and, once T_c is known, the largest
   // α whose transfers hide behind compute (memory::MaxAlpha).
-  int AlphaCap(double max_fraction) const;
+  // `respect_timing` false: the floor alone (streaming whatever it costs).
+  int AlphaCap(double max_fraction, bool respect_timing = true) const;
 
   // Lends (α grows) or takes back (α shrinks) layers so that `alpha` are
   // lent, and streams the new plan from the next forward. Returns the
@@ -53,6 +54,8 @@ class WeightRemapper {
   // `slots` 1 or 2 forces β (benchmarks comparing m = α+1 with α+2, tests)
   // and skips the timing check; 0 (default): β by the measured timings.
   absl::StatusOr<int64_t> SetAlpha(int alpha, int slots = 0);
+  // Without the timing check: β by the timings where they allow, else 2.
+  void set_respect_timing(bool on) { respect_timing_ = on; }
   // Measures T_T now (at activation) rather than at the first lend.
   absl::Status Prepare();
   // A finished step's forward time (seconds): refreshes T_c.
@@ -78,6 +81,7 @@ class WeightRemapper {
   double t_compute_ = 0;   // 0: no step seen yet
   double last_stall_ = 0;  // executor's cumulative stall at the last step
   int64_t remaps_ = 0, reverts_ = 0;
+  bool respect_timing_ = true;
 };
 
 }  // namespace ballast::engine

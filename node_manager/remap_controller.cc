@@ -16,7 +16,7 @@ std::vector<memory::RemapCandidate> RemapController::Candidates(
       auto it = last_active_.find(engines[i]->name());
       c.last_active = it == last_active_.end() ? 0 : it->second;
       c.alpha = r->alpha();
-      c.alpha_cap = r->AlphaCap(options_.max_fraction);
+      c.alpha_cap = r->AlphaCap(options_.max_fraction, options_.respect_timing);
       c.layer_bytes = r->layer_bytes();
     }
     out.push_back(c);
@@ -35,6 +35,7 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
   for (size_t i = 0; i < engines.size(); ++i) {
     if (target[i] <= cands[i].alpha) continue;
     engine::WeightRemapper* r = engines[i]->remapper();
+    r->set_respect_timing(options_.respect_timing);
     auto got = r->SetAlpha(target[i]);
     if (!got.ok()) {
       spdlog::warn("model {}: lending {} weight layers to KV failed: {}", engines[i]->name(),

@@ -20,6 +20,10 @@ struct RemapOptions {
   // Most of a model's layers it may lend (the rest stay resident).
   // Default 0.5.
   double max_fraction = 0.5;
+  // Cap α by the measured T_T/T_c constraint (Mirage eq. 4/5). Off: by
+  // max_fraction alone, streaming whatever it costs (benchmarks measure
+  // that cost where the constraint fails, e.g. PCIe hosts). Default on.
+  bool respect_timing = true;
   // Quiet time (no KV shortfall) before layers are taken back. Default 1 s.
   absl::Duration revert_after = absl::Seconds(1);
 };

@@ -1,6 +1,7 @@
 #include "server/remap_bench_cli.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -11,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "nlohmann/json.hpp"
+#include "memory/remap_plan.h"
 #include "node_manager/device_worker.h"
 
 namespace ballast::server {
@@ -76,6 +78,7 @@ struct RemapBenchCli::State {
   int64_t memory_mib = 20480, slab_mib = 64;
   int requests = 64, prompt = 2048, output = 256, max_batch_tokens = 2048, max_seqs = 256;
   double max_fraction = 0.5;
+  bool ignore_timing = false;
   uint64_t seed = 1;
 
   absl::StatusOr<std::shared_ptr<ModelEngine>> Activate(DeviceWorker* w, const std::string& name,
@@ -110,6 +113,7 @@ struct RemapBenchCli::State {
     mem.gpu = backend == "cuda" ? 0 : -1;
     mem.remap.enabled = remap;
     mem.remap.max_fraction = max_fraction;
+    mem.remap.respect_timing = !ignore_timing;
     auto w = DeviceWorker::Create(backend == "cuda" ? "cuda:0" : "cpu:0", memory_mib << 20, mem);
     if (!w.ok()) return w.status();
     if (!idle_model.empty()) {
@@ -190,8 +194,19 @@ struct RemapBenchCli::State {
                 {"remap_events", u.remap.remap_events},
                 {"revert_events", u.remap.revert_events},
                 {"capped_events", u.remap.capped_events},
-                {"streamed_gib", static_cast<double>(u.remap.streamed_bytes) / (1 << 30)}};
-    (*w)->Stop();
+                {"streamed_gib", static_cast<double>(u.remap.streamed_bytes) / (1 << 30)},
+                {"respect_timing", !ignore_timing}};
+    (*w)->Stop();  // the step thread is gone: the remapper may be read here
+    if (const engine::WeightRemapper* r = (*e)->remapper()) {
+      const int n = r->num_layers();
+      const double tt = r->t_transfer(), tc = r->t_compute();
+      out.json["t_transfer_ms"] = tt * 1e3;
+      out.json["t_compute_ms"] = tc * 1e3;
+      // α_max by the exact check (memory::MaxAlpha) and by Mirage's eq. 5 alone.
+      out.json["alpha_max"] = tt > 0 && tc > 0 ? memory::MaxAlpha(n, tt, tc, n) : -1;
+      out.json["alpha_max_eq5"] =
+          tt > 0 && tc > 0 ? std::max(0, static_cast<int>(std::floor(tc * n / tt)) - 2) : -1;
+    }
     return out;
   }
 
@@ -232,6 +247,15 @@ struct RemapBenchCli::State {
       rows.push_back(j);
     }
     if (runs.size() == 2) std::cout << "tokens: identical in both modes\n";
+    for (const auto& j : rows) {
+      if (j.contains("t_transfer_ms")) {
+        std::cout << absl::StrFormat(
+            "%s: T_T %.3f ms, T_c %.3f ms per layer; alpha_max %d (Mirage eq. 5 alone: %d)\n",
+            j["mode"].get<std::string>(), j["t_transfer_ms"].get<double>(),
+            j["t_compute_ms"].get<double>(), j["alpha_max"].get<int>(),
+            j["alpha_max_eq5"].get<int>());
+      }
+    }
     if (!out.empty()) {
       std::ofstream(out) << nlohmann::json{{"model", model},     {"idle_model", idle_model},
                                            {"backend", backend}, {"memory_mib", memory_mib},
@@ -262,6 +286,8 @@ RemapBenchCli::RemapBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--max-seqs", s_->max_seqs)->capture_default_str();
   c->add_option("--max-fraction", s_->max_fraction, "node.memory.remap.max_fraction")
       ->capture_default_str();
+  c->add_flag("--ignore-timing", s_->ignore_timing,
+              "lend up to --max-fraction even where streaming cannot hide behind compute");
   c->add_option("--modes", s_->modes, "preempt,remap (either or both)")->capture_default_str();
   c->add_option("--seed", s_->seed)->capture_default_str();
   c->add_option("--out", s_->out, "write the JSON result here");

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issue 17's benchmark on the GPU host: build, the CUDA remapping tests,
+# an 8B-shaped model, then `ballast bench-remap` (preemption vs remapping)
+# with the timing cap and without it, alone and beside an idle model.
+# Usage (repository root, GPU host): deploy/gpu-host/remap-bench.sh OUT_DIR
+set -euo pipefail
+OUT=${1:?output directory}
+BUILD=${BUILD:-/tmp/bb}
+mkdir -p "$OUT"
+GENERATOR="Unix Makefiles" TARGETS="ballast cuda_remap_test" bash deploy/gpu-host/build.sh .gpu-debs "$BUILD" > "$OUT/build.log" 2>&1
+source deploy/gpu-host/env.sh
+"$BUILD/tests/gpu/cuda_remap_test" 2>&1 | tail -8 | tee "$OUT/cuda_remap_test.txt"
+B="$BUILD/server/ballast"
+M=${MODEL:-/tmp/m8b}
+if [ ! -f "$M/config.json" ]; then
+  "$B" make-model --out "$M" --layers 32 --hidden 4096 --intermediate 14336 --heads 32 \
+    --kv-heads 8 --vocab 128256 --max-position 8192 --llama3-rope-scaling --init-std 0.02 \
+    --threads 16 > /dev/null
+fi
+MEM=${MEMORY_MIB:-19456}
+COMMON=(--model "$M" --memory-mib "$MEM" --requests "${REQUESTS:-32}" --prompt "${PROMPT:-3072}"
+        --output "${OUTPUT:-128}" --max-batch-tokens 2048 --max-seqs 256)
+for variant in timed forced; do
+  extra=()
+  [ "$variant" = forced ] && extra=(--ignore-timing)
+  echo "== $variant" | tee -a "$OUT/summary.txt"
+  "$B" bench-remap "${COMMON[@]}" "${extra[@]}" --out "$OUT/$variant.json" 2> "$OUT/$variant.log" \
+    | tee -a "$OUT/summary.txt"
+done
