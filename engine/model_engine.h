@@ -284,6 +284,9 @@ class ModelEngine {
   absl::Status LoadModel();
   absl::Status InitKv();
   absl::Status InitExecutor();
+  // Seconds of one batch-1 decode forward (best of two after a warm-up),
+  // for remapping's T_c at activation; 0 when no KV block is free.
+  double TimeOneDecode();
   absl::Status Validate(const GenerationRequest& req) const;
   std::unique_ptr<Sequence> NewSequence(GenerationRequest req, GenerationSink* sink) const;
   void DrainInbox();

@@ -52,7 +52,9 @@ void ModelEngine::FinishStep() {
   const absl::Time t1 = absl::Now();
   step_.phase_ms[3] += Ms(t1 - t0);
   ++steps_;
-  if (remapper_ && step_.status.ok()) remapper_->ObserveForward(step_.phase_ms[3] / 1e3);
+  if (remapper_ && step_.status.ok()) {
+    remapper_->ObserveForward(step_.phase_ms[3] / 1e3, step_.plan.prefill_tokens == 0);
+  }
   const StepPlan& plan = step_.plan;
   if (!step_.status.ok()) {
     // A load the failed step did not finish must end before its blocks

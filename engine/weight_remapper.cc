@@ -26,8 +26,8 @@ WeightRemapper::WeightRemapper(Executor* executor, std::shared_ptr<memory::Weigh
 int WeightRemapper::AlphaCap(double max_fraction, bool respect_timing) const {
   const int n = num_layers();
   const int floor_cap = std::clamp(static_cast<int>(std::floor(max_fraction * n)), 0, n - 2);
-  if (!respect_timing || t_compute_ <= 0 || t_transfer_ <= 0) return floor_cap;
-  return memory::MaxAlpha(n, t_transfer_, t_compute_, floor_cap);
+  if (!respect_timing || t_compute() <= 0 || t_transfer_ <= 0) return floor_cap;
+  return memory::MaxAlpha(n, t_transfer_, t_compute(), floor_cap);
 }
 
 absl::StatusOr<int64_t> WeightRemapper::RestorePages(const std::vector<int>& layers) {
@@ -68,7 +68,7 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
   if (alpha > 0) {
     if (auto st = Prepare(); !st.ok()) return st;
     // Unknown T_c (no step yet): plan as if compute hid any copy.
-    const double tc = t_compute_ > 0 ? t_compute_ : std::numeric_limits<double>::max() / 4 / n;
+    const double tc = t_compute() > 0 ? t_compute() : std::numeric_limits<double>::max() / 4 / n;
     if (slots > 0) {
       next.alpha = alpha;
       next.slots = slots;
@@ -121,10 +121,15 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
   return freed - *mapped;
 }
 
-void WeightRemapper::ObserveForward(double seconds) {
+void WeightRemapper::SetActivationDecode(double seconds) {
+  if (seconds > 0) t_compute_activation_ = seconds / num_layers();
+}
+
+void WeightRemapper::ObserveForward(double seconds, bool decode_only) {
   const double stall = executor_->streaming_stats().stall_seconds;
   const double compute = std::max(0.0, seconds - (stall - last_stall_));
   last_stall_ = stall;
+  if (!decode_only) return;
   const double per_layer = compute / num_layers();
   if (per_layer <= 0) return;
   t_compute_ = t_compute_ <= 0 ? per_layer : t_compute_ + (per_layer - t_compute_) / 8;

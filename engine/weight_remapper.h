@@ -58,10 +58,18 @@ class WeightRemapper {
   void set_respect_timing(bool on) { respect_timing_ = on; }
   // Measures T_T now (at activation) rather than at the first lend.
   absl::Status Prepare();
-  // A finished step's forward time (seconds): refreshes T_c.
-  void ObserveForward(double seconds);
+  // A finished step's forward time (seconds): refreshes T_c. Only
+  // decode-only steps count (Mirage §5.3: an active model's T_c is its
+  // decode step's); prefill steps are several times longer and would let
+  // α grow past what the decode steps that follow can hide.
+  void ObserveForward(double seconds, bool decode_only);
+  // A batch-1 decode forward timed at activation (seconds): T_c until
+  // live decode steps are seen.
+  void SetActivationDecode(double seconds);
   double t_transfer() const { return t_transfer_; }
-  double t_compute() const { return t_compute_; }
+  // Per layer: the live decode EWMA, else the activation's batch-1
+  // decode, else 0 (unknown).
+  double t_compute() const { return t_compute_ > 0 ? t_compute_ : t_compute_activation_; }
   LayerStreamingStats streaming_stats() const { return executor_->streaming_stats(); }
   int64_t remaps() const { return remaps_; }
   int64_t reverts() const { return reverts_; }
@@ -78,7 +86,8 @@ class WeightRemapper {
   int64_t layer_bytes_ = 0;
   memory::StreamingPlan plan_;
   double t_transfer_ = 0;  // 0: not measured yet
-  double t_compute_ = 0;   // 0: no step seen yet
+  double t_compute_ = 0;   // 0: no decode step seen yet
+  double t_compute_activation_ = 0;
   double last_stall_ = 0;  // executor's cumulative stall at the last step
   int64_t remaps_ = 0, reverts_ = 0;
   bool respect_timing_ = true;

@@ -16,7 +16,9 @@ std::vector<memory::RemapCandidate> RemapController::Candidates(
       auto it = last_active_.find(engines[i]->name());
       c.last_active = it == last_active_.end() ? 0 : it->second;
       c.alpha = r->alpha();
-      c.alpha_cap = r->AlphaCap(options_.max_fraction, options_.respect_timing);
+      // An inactive model's streaming costs nothing until it runs (then
+      // Tick gives back what its cap no longer allows): the floor alone.
+      c.alpha_cap = r->AlphaCap(options_.max_fraction, options_.respect_timing && c.active);
       c.layer_bytes = r->layer_bytes();
     }
     out.push_back(c);
@@ -65,9 +67,16 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
     sample.layers[e->name()] = r->alpha();
   }
   const std::vector<memory::RemapCandidate> cands = Candidates(engines);
-  const int next = memory::RevertNext(cands);
+  // A model lending more than its cap now allows (its decode steps got
+  // faster than the copies) goes first and needs no quiet time: its
+  // streaming stalls every step. Else the reverse donor order, once quiet.
+  int next = -1;
+  for (size_t i = 0; i < cands.size() && next < 0; ++i) {
+    if (cands[i].alpha > cands[i].alpha_cap) next = static_cast<int>(i);
+  }
+  if (next < 0 && now - last_shortfall_ >= options_.revert_after) next = memory::RevertNext(cands);
   int64_t reverted = 0;
-  if (next >= 0 && now - last_shortfall_ >= options_.revert_after) {
+  if (next >= 0) {
     const auto& e = engines[static_cast<size_t>(next)];
     balloon.arena()->ReclaimFreeSlabs();
     if (balloon.FreeBytes() >=

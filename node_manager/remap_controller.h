@@ -3,12 +3,15 @@
 // (DeviceWorker::ReclaimFor, after idle session KV), Lend makes models
 // lend weight layers to KV: inactive models first, lowest priority, then
 // most recently active (MRU) first; the busy models last; each at most up
-// to its cap (engine/weight_remapper.h: a floor of resident layers and
-// the measured T_T/T_c constraint). Past every cap the shortfall falls to
-// the next rung (preemption) and the event is counted.
+// to its cap (engine/weight_remapper.h: a floor of resident layers and,
+// for a model with requests, the measured T_T/T_c constraint; an inactive
+// model streams nothing until it runs, so its cap is the floor alone). Past every cap the shortfall
+// falls to the next rung (preemption) and the event is counted.
 //
-// Reversion (§5.5), checked by Tick before every pass: once no KV
-// shortfall has been seen for `revert_after`, and the device's free budget
+// Reversion (§5.5), checked by Tick before every pass: a model lending
+// more layers than its cap now allows goes first, at once; otherwise once
+// no KV shortfall has been seen for `revert_after`. Either way only when
+// the device's free budget
 // (empty slabs unmapped first) holds one more layer of the next model to
 // revert plus one slab of headroom, that model takes one layer back; in
 // the reverse of donor order (busy models first), one layer per pass, so

@@ -11,8 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "nlohmann/json.hpp"
 #include "memory/remap_plan.h"
+#include "nlohmann/json.hpp"
 #include "node_manager/device_worker.h"
 
 namespace ballast::server {
@@ -150,9 +150,9 @@ struct RemapBenchCli::State {
         progress = absl::Now();
       } else if (absl::Now() - progress > absl::Seconds(60)) {
         (*w)->Stop();  // fails the requests still queued
-        return absl::DeadlineExceededError(absl::StrCat(
-            "no token for 60 s with ", u.waiting, " requests waiting: the budget (",
-            memory_mib, " MiB) holds the weights but not one request's KV"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("no token for 60 s with ", u.waiting, " requests waiting: the budget (",
+                         memory_mib, " MiB) holds the weights but not one request's KV"));
       }
       peak_running = std::max(peak_running, u.running);
       running_sum += u.running;
@@ -222,8 +222,8 @@ struct RemapBenchCli::State {
     nlohmann::json rows = nlohmann::json::array();
     std::vector<std::vector<int>> first;
     std::cout << absl::StrFormat("%-8s | %5s | %6s | %9s | %8s | %8s | %7s | %5s | %9s\n", "mode",
-                                 "peak", "mean", "tok/s", "TBT p50", "TBT p99", "preempt",
-                                 "lent", "streamed");
+                                 "peak", "mean", "tok/s", "TBT p50", "TBT p99", "preempt", "lent",
+                                 "streamed");
     for (bool remap : runs) {
       auto r = RunMode(remap);
       if (!r.ok()) {
@@ -235,18 +235,27 @@ struct RemapBenchCli::State {
           "%-8s | %5d | %6.1f | %9.0f | %8.2f | %8.2f | %7d | %5d | %6.1f GiB\n",
           j["mode"].get<std::string>(), j["peak_running"].get<int>(),
           j["mean_running"].get<double>(), j["output_tokens_per_s"].get<double>(),
-          j["tbt_p50_ms"].get<double>(), j["tbt_p99_ms"].get<double>(),
-          j["preemptions"].get<int>(), j["peak_layers_lent"].get<int>(),
-          j["streamed_gib"].get<double>());
+          j["tbt_p50_ms"].get<double>(), j["tbt_p99_ms"].get<double>(), j["preemptions"].get<int>(),
+          j["peak_layers_lent"].get<int>(), j["streamed_gib"].get<double>());
       if (first.empty()) {
         first = r->tokens;
-      } else if (r->tokens != first) {
-        std::cerr << "error: the modes produced different tokens\n";
-        return 1;
+      } else {
+        // The CPU backend is batch-invariant: any difference is a bug. On
+        // GPUs reductions depend on the batch's shape, which the two modes
+        // change (issue 18's deterministic mode); the fixed-batch tests
+        // (tests/gpu/cuda_remap_test.cc) check remapping's bit-identity.
+        int differ = 0;
+        for (size_t i = 0; i < first.size(); ++i) differ += r->tokens[i] != first[i];
+        r->json["requests_with_other_tokens"] = differ;
+        std::cout << differ << " of " << first.size()
+                  << " requests' tokens differ from the first mode's\n";
+        if (differ > 0 && backend == "cpu") {
+          std::cerr << "error: the cpu backend produced different tokens\n";
+          return 1;
+        }
       }
-      rows.push_back(j);
+      rows.push_back(r->json);
     }
-    if (runs.size() == 2) std::cout << "tokens: identical in both modes\n";
     for (const auto& j : rows) {
       if (j.contains("t_transfer_ms")) {
         std::cout << absl::StrFormat(
@@ -257,10 +266,10 @@ struct RemapBenchCli::State {
       }
     }
     if (!out.empty()) {
-      std::ofstream(out) << nlohmann::json{{"model", model},     {"idle_model", idle_model},
-                                           {"backend", backend}, {"memory_mib", memory_mib},
+      std::ofstream(out) << nlohmann::json{{"model", model},       {"idle_model", idle_model},
+                                           {"backend", backend},   {"memory_mib", memory_mib},
                                            {"requests", requests}, {"prompt", prompt},
-                                           {"output", output},   {"rows", rows}}
+                                           {"output", output},     {"rows", rows}}
                                 .dump(2);
     }
     return 0;

@@ -18,11 +18,20 @@ if [ ! -f "$M/config.json" ]; then
     --threads 16 > /dev/null
 fi
 MEM=${MEMORY_MIB:-19456}
-COMMON=(--model "$M" --memory-mib "$MEM" --requests "${REQUESTS:-32}" --prompt "${PROMPT:-3072}"
+COMMON=(--model "$M" --requests "${REQUESTS:-32}" --prompt "${PROMPT:-3072}"
         --output "${OUTPUT:-128}" --max-batch-tokens 2048 --max-seqs 256)
-for variant in timed forced; do
-  extra=()
-  [ "$variant" = forced ] && extra=(--ignore-timing)
+for variant in ${VARIANTS:-timed forced idle}; do
+  extra=(--memory-mib "$MEM")
+  [ "$variant" = forced ] && extra+=(--ignore-timing)
+  if [ "$variant" = idle ]; then  # a second 8B, resident and idle, lends first
+    M2=${MODEL2:-/tmp/m8b-2}
+    if [ ! -f "$M2/config.json" ]; then
+      "$B" make-model --out "$M2" --layers 32 --hidden 4096 --intermediate 14336 --heads 32 \
+        --kv-heads 8 --vocab 128256 --max-position 8192 --llama3-rope-scaling --init-std 0.02 \
+        --threads 16 --seed 2 > /dev/null
+    fi
+    extra=(--memory-mib $((MEM + 15360)) --idle-model "$M2")
+  fi
   echo "== $variant" | tee -a "$OUT/summary.txt"
   "$B" bench-remap "${COMMON[@]}" "${extra[@]}" --out "$OUT/$variant.json" 2> "$OUT/$variant.log" \
     | tee -a "$OUT/summary.txt"

@@ -24,9 +24,8 @@ absl::Status CudaExecutor::EnsureHostImage() {
     host_image_ = std::move(*img);
   }
   if (host_image_->bytes() != weights_->bytes()) {
-    return absl::FailedPreconditionError(absl::StrCat("host weight image has ",
-                                                      host_image_->bytes(), " bytes, the device ",
-                                                      weights_->bytes()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "host weight image has ", host_image_->bytes(), " bytes, the device ", weights_->bytes()));
   }
   if (!weight_stream_) {
     BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&weight_stream_, cudaStreamNonBlocking),
@@ -43,10 +42,9 @@ void CudaExecutor::DropGraphs() {
 absl::Status CudaExecutor::SetLayerStreaming(const memory::StreamingPlan& plan) {
   const int n = config_.num_hidden_layers;
   const int m = static_cast<int>(plan.streamed.size());
-  if (plan.alpha > 0 &&
-      (plan.slots < 1 || m != plan.alpha + plan.slots || m > n ||
-       !std::is_sorted(plan.streamed.begin(), plan.streamed.end()) || plan.streamed.front() < 0 ||
-       plan.streamed.back() >= n)) {
+  if (plan.alpha > 0 && (plan.slots < 1 || m != plan.alpha + plan.slots || m > n ||
+                         !std::is_sorted(plan.streamed.begin(), plan.streamed.end()) ||
+                         plan.streamed.front() < 0 || plan.streamed.back() >= n)) {
     return absl::InvalidArgumentError(absl::StrCat("streaming plan for ", n,
                                                    " layers is malformed (alpha ", plan.alpha,
                                                    ", slots ", plan.slots, ", ", m, " streamed)"));
@@ -150,9 +148,8 @@ absl::StatusOr<const DeviceLayer*> CudaExecutor::StreamBefore(int l) {
   // The first `slots` layers are in their homes when the step starts (the
   // previous step joined their copies, stream-ordered before this one).
   if (k >= stream_plan_.slots) {
-    BALLAST_CUDA_RETURN(
-        cudaStreamWaitEvent(stream_, weight_loaded_[static_cast<size_t>(k)], 0),
-        "streamed layer");
+    BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, weight_loaded_[static_cast<size_t>(k)], 0),
+                        "streamed layer");
   }
   return &slot_layers_[static_cast<size_t>(k)];
 }
@@ -169,14 +166,13 @@ absl::Status CudaExecutor::StreamAfter(int l) {
   const int next_layer = stream_plan_.streamed[static_cast<size_t>(next)];
   const LayerExtent home = weights_->layer_extent(stream_plan_.streamed[static_cast<size_t>(slot)]);
   const LayerExtent src = weights_->layer_extent(next_layer);
-  BALLAST_CUDA_RETURN(cudaEventRecord(slot_free_[static_cast<size_t>(slot)], stream_),
+  BALLAST_CUDA_RETURN(cudaEventRecord(slot_free_[static_cast<size_t>(slot)], stream_), "slot free");
+  BALLAST_CUDA_RETURN(cudaStreamWaitEvent(weight_stream_, slot_free_[static_cast<size_t>(slot)], 0),
                       "slot free");
   BALLAST_CUDA_RETURN(
-      cudaStreamWaitEvent(weight_stream_, slot_free_[static_cast<size_t>(slot)], 0), "slot free");
-  BALLAST_CUDA_RETURN(cudaMemcpyAsync(weights_->base() + home.offset,
-                                      host_image_->data() + src.offset, src.bytes,
-                                      cudaMemcpyHostToDevice, weight_stream_),
-                      "streaming a layer");
+      cudaMemcpyAsync(weights_->base() + home.offset, host_image_->data() + src.offset, src.bytes,
+                      cudaMemcpyHostToDevice, weight_stream_),
+      "streaming a layer");
   BALLAST_CUDA_RETURN(cudaEventRecord(weight_loaded_[static_cast<size_t>(next)], weight_stream_),
                       "layer streamed");
   return absl::OkStatus();

@@ -121,8 +121,8 @@ LayerExtent DeviceWeights::layer_extent(int l) const {
     return static_cast<size_t>(static_cast<const uint8_t*>(p) - base_);
   };
   const size_t start = at(layers_[l].input_norm);
-  const size_t end = l + 1 < static_cast<int>(layers_.size()) ? at(layers_[l + 1].input_norm)
-                                                               : at(final_norm_);
+  const size_t end =
+      l + 1 < static_cast<int>(layers_.size()) ? at(layers_[l + 1].input_norm) : at(final_norm_);
   return {start, end - start};
 }
 

@@ -125,8 +125,24 @@ TEST(CudaRemap, TokensStayExactWhileLayersAreLentStreamedAndTakenBack) {
   }
   // Remapped and reverted between steps, both slot counts.
   auto mixed = Generate(o,
-                        {{1, 1}, {1, 1}, {1, 1}, {4, 2}, {4, 2}, {4, 2}, {2, 1}, {2, 1}, {0, 0},
-                         {0, 0}, {5, 2}, {5, 2}, {5, 2}, {5, 2}, {1, 2}, {1, 2}, {3, 1}, {0, 0}},
+                        {{1, 1},
+                         {1, 1},
+                         {1, 1},
+                         {4, 2},
+                         {4, 2},
+                         {4, 2},
+                         {2, 1},
+                         {2, 1},
+                         {0, 0},
+                         {0, 0},
+                         {5, 2},
+                         {5, 2},
+                         {5, 2},
+                         {5, 2},
+                         {1, 2},
+                         {1, 2},
+                         {3, 1},
+                         {0, 0}},
                         &lent);
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   EXPECT_EQ(*mixed, *want);
