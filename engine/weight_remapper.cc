@@ -84,7 +84,7 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
     if (next.alpha == 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("lending ", alpha, " of ", n, " layers would stall compute (T_T ",
-                       t_transfer_ * 1e3, " ms, T_c ", t_compute_ * 1e3, " ms per layer)"));
+                       t_transfer_ * 1e3, " ms, T_c ", t_compute() * 1e3, " ms per layer)"));
     }
   }
   const std::vector<int> was = plan_.Lent(), now = next.Lent();
@@ -132,7 +132,15 @@ void WeightRemapper::ObserveForward(double seconds, bool decode_only) {
   if (!decode_only) return;
   const double per_layer = compute / num_layers();
   if (per_layer <= 0) return;
-  t_compute_ = t_compute_ <= 0 ? per_layer : t_compute_ + (per_layer - t_compute_) / 8;
+  // The smallest of the last kWindow decode steps: a step that also
+  // captured a CUDA graph or waited on the host is not compute that hides
+  // copies, and one such step must not let α grow.
+  recent_[recent_next_++ % kWindow] = per_layer;
+  double best = 0;
+  for (double t : recent_) {
+    if (t > 0) best = best > 0 ? std::min(best, t) : t;
+  }
+  t_compute_ = best;
 }
 
 }  // namespace ballast::engine

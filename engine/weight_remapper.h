@@ -6,12 +6,13 @@
 // class carries a decision out on the engine's weight pages and executor.
 //
 // Timings (Mirage §5.3-5.4). T_T, one layer's copy from the host copy, is
-// measured on the device the first time it is needed (the executor times
-// a real copy). T_c, one layer's compute, is the step's forward time less
-// any streaming stall, over the layer count, smoothed over recent steps
-// (an exponential average, weight 1/8 per step); before any step it is
-// unknown and the cap is the floor alone (an inactive model runs no step,
-// so its streaming costs nothing until it runs; then the cap applies).
+// measured on the device at activation (node.memory.remap on) or the first
+// time it is needed (the executor times a real copy). T_c, one layer's
+// compute, is a decode step's forward time less any streaming stall, over
+// the layer count: the smallest of the last 16 decode-only steps (prefill
+// steps are longer than the decode steps that follow them), and before
+// any, a batch-1 decode timed at activation. Unknown T_c: the cap is the
+// floor alone.
 //
 // Thread-safety: the engine's step thread only; SetAlpha with no step of
 // the engine in flight.
@@ -60,14 +61,13 @@ class WeightRemapper {
   absl::Status Prepare();
   // A finished step's forward time (seconds): refreshes T_c. Only
   // decode-only steps count (Mirage §5.3: an active model's T_c is its
-  // decode step's); prefill steps are several times longer and would let
-  // α grow past what the decode steps that follow can hide.
+  // decode step's).
   void ObserveForward(double seconds, bool decode_only);
   // A batch-1 decode forward timed at activation (seconds): T_c until
   // live decode steps are seen.
   void SetActivationDecode(double seconds);
   double t_transfer() const { return t_transfer_; }
-  // Per layer: the live decode EWMA, else the activation's batch-1
+  // Per layer: the live decode steps' (window minimum), else the activation's batch-1
   // decode, else 0 (unknown).
   double t_compute() const { return t_compute_ > 0 ? t_compute_ : t_compute_activation_; }
   LayerStreamingStats streaming_stats() const { return executor_->streaming_stats(); }
@@ -87,6 +87,9 @@ class WeightRemapper {
   memory::StreamingPlan plan_;
   double t_transfer_ = 0;  // 0: not measured yet
   double t_compute_ = 0;   // 0: no decode step seen yet
+  static constexpr int kWindow = 16;
+  double recent_[kWindow] = {};  // per-layer times of the last decode steps (0: none)
+  int recent_next_ = 0;
   double t_compute_activation_ = 0;
   double last_stall_ = 0;  // executor's cumulative stall at the last step
   int64_t remaps_ = 0, reverts_ = 0;

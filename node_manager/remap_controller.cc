@@ -37,7 +37,7 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
   for (size_t i = 0; i < engines.size(); ++i) {
     if (target[i] <= cands[i].alpha) continue;
     engine::WeightRemapper* r = engines[i]->remapper();
-    r->set_respect_timing(options_.respect_timing);
+    r->set_respect_timing(options_.respect_timing && cands[i].active);
     auto got = r->SetAlpha(target[i]);
     if (!got.ok()) {
       spdlog::warn("model {}: lending {} weight layers to KV failed: {}", engines[i]->name(),

@@ -79,6 +79,7 @@ struct RemapBenchCli::State {
   int requests = 64, prompt = 2048, output = 256, max_batch_tokens = 2048, max_seqs = 256;
   double max_fraction = 0.5;
   bool ignore_timing = false;
+  int fixed_alpha = 0, fixed_slots = 2;
   uint64_t seed = 1;
 
   absl::StatusOr<std::shared_ptr<ModelEngine>> Activate(DeviceWorker* w, const std::string& name,
@@ -106,7 +107,10 @@ struct RemapBenchCli::State {
     return engine;
   }
 
-  absl::StatusOr<RunResult> RunMode(bool remap) {
+  // mode: "preempt" (remapping off), "remap" (the controller), "fixed"
+  // (controller off; --fixed-alpha layers streamed from the start).
+  absl::StatusOr<RunResult> RunMode(const std::string& mode) {
+    const bool remap = mode == "remap";
     node_manager::DeviceMemoryOptions mem;
     mem.slab_bytes = static_cast<size_t>(slab_mib) << 20;
     mem.page_bytes = backend == "cuda" ? mem.slab_bytes : (64u << 10);
@@ -120,8 +124,17 @@ struct RemapBenchCli::State {
       auto idle = Activate(w->get(), "idle", idle_model, remap);
       if (!idle.ok()) return idle.status();
     }
-    auto e = Activate(w->get(), "burst", model, remap);
+    auto e = Activate(w->get(), "burst", model, remap || mode == "fixed");
     if (!e.ok()) return e.status();
+    if (mode == "fixed") {
+      engine::WeightRemapper* r = (*e)->remapper();
+      if (r == nullptr) return absl::FailedPreconditionError("the backend cannot stream layers");
+      if (auto st = (*w)->RunOnStepThread(
+              [&] { return r->SetAlpha(fixed_alpha, fixed_slots).status(); });
+          !st.ok()) {
+        return st;
+      }
+    }
     const int vocab = (*e)->config().vocab_size;
     std::mt19937 rng(static_cast<uint32_t>(seed));
     std::vector<std::unique_ptr<TimedSink>> sinks;
@@ -179,7 +192,7 @@ struct RemapBenchCli::State {
         tbt_ms.push_back(absl::ToDoubleMilliseconds(t[i] - t[i - 1]));
     }
     const node_manager::DeviceUsage u = (*w)->Usage();
-    out.json = {{"mode", remap ? "remap" : "preempt"},
+    out.json = {{"mode", mode},
                 {"peak_running", peak_running},
                 {"mean_running", samples ? running_sum / static_cast<double>(samples) : 0.0},
                 {"wall_s", wall_s},
@@ -197,8 +210,13 @@ struct RemapBenchCli::State {
                 {"streamed_gib", static_cast<double>(u.remap.streamed_bytes) / (1 << 30)},
                 {"respect_timing", !ignore_timing}};
     (*w)->Stop();  // the step thread is gone: the remapper may be read here
-    if (const engine::WeightRemapper* r = (*e)->remapper()) {
+    if (const engine::WeightRemapper* r = (*e)->remapper(); r != nullptr && mode != "preempt") {
       const int n = r->num_layers();
+      if (mode == "fixed") {
+        out.json["peak_layers_lent"] = r->alpha();
+        out.json["streamed_gib"] =
+            static_cast<double>(r->streaming_stats().streamed_bytes) / (1 << 30);
+      }
       const double tt = r->t_transfer(), tc = r->t_compute();
       out.json["t_transfer_ms"] = tt * 1e3;
       out.json["t_compute_ms"] = tc * 1e3;
@@ -211,12 +229,16 @@ struct RemapBenchCli::State {
   }
 
   int Run() {
-    std::vector<bool> runs;
-    for (const char* m : {"preempt", "remap"}) {
-      if (modes.find(m) != std::string::npos) runs.push_back(std::string(m) == "remap");
+    std::vector<std::string> runs;
+    for (const char* m : {"preempt", "remap", "fixed"}) {
+      if (modes.find(m) != std::string::npos) runs.push_back(m);
     }
     if (runs.empty()) {
-      std::cerr << "error: --modes must name preempt and/or remap\n";
+      std::cerr << "error: --modes must name preempt, remap and/or fixed\n";
+      return 2;
+    }
+    if (std::count(runs.begin(), runs.end(), "fixed") && fixed_alpha <= 0) {
+      std::cerr << "error: --modes fixed needs --fixed-alpha > 0\n";
       return 2;
     }
     nlohmann::json rows = nlohmann::json::array();
@@ -224,8 +246,8 @@ struct RemapBenchCli::State {
     std::cout << absl::StrFormat("%-8s | %5s | %6s | %9s | %8s | %8s | %7s | %5s | %9s\n", "mode",
                                  "peak", "mean", "tok/s", "TBT p50", "TBT p99", "preempt", "lent",
                                  "streamed");
-    for (bool remap : runs) {
-      auto r = RunMode(remap);
+    for (const std::string& mode : runs) {
+      auto r = RunMode(mode);
       if (!r.ok()) {
         std::cerr << "error: " << r.status() << "\n";
         return 1;
@@ -297,7 +319,13 @@ RemapBenchCli::RemapBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
       ->capture_default_str();
   c->add_flag("--ignore-timing", s_->ignore_timing,
               "lend up to --max-fraction even where streaming cannot hide behind compute");
-  c->add_option("--modes", s_->modes, "preempt,remap (either or both)")->capture_default_str();
+  c->add_option("--modes", s_->modes,
+                "any of preempt, remap, fixed (fixed: --fixed-alpha layers streamed from the "
+                "start, the controller off: the streaming cost alone, same batches as preempt "
+                "where memory is ample)")
+      ->capture_default_str();
+  c->add_option("--fixed-alpha", s_->fixed_alpha)->capture_default_str();
+  c->add_option("--fixed-slots", s_->fixed_slots, "1 or 2")->capture_default_str();
   c->add_option("--seed", s_->seed)->capture_default_str();
   c->add_option("--out", s_->out, "write the JSON result here");
 }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Issue 17's benchmark on the GPU host: build, the CUDA remapping tests,
 # an 8B-shaped model, then `ballast bench-remap` (preemption vs remapping)
-# with the timing cap and without it, alone and beside an idle model.
+# with the timing cap and without it, alone and beside an idle model, and
+# (fixedN) N layers streamed throughout with ample memory: the streaming
+# cost alone, on the same batches as preemption (so the same tokens).
+# VARIANTS picks them (default: timed forced idle).
 # Usage (repository root, GPU host): deploy/gpu-host/remap-bench.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -23,6 +26,10 @@ COMMON=(--model "$M" --requests "${REQUESTS:-32}" --prompt "${PROMPT:-3072}"
 for variant in ${VARIANTS:-timed forced idle}; do
   extra=(--memory-mib "$MEM")
   [ "$variant" = forced ] && extra+=(--ignore-timing)
+  case "$variant" in  # fixedN: N layers streamed from the start, memory ample
+    fixed*) extra=(--memory-mib 60000 --modes preempt,fixed --fixed-alpha "${variant#fixed}"
+                   --fixed-slots 2) ;;
+  esac
   if [ "$variant" = idle ]; then  # a second 8B, resident and idle, lends first
     M2=${MODEL2:-/tmp/m8b-2}
     if [ ! -f "$M2/config.json" ]; then
