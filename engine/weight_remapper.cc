@@ -129,7 +129,9 @@ void WeightRemapper::ObserveForward(double seconds, bool decode_only) {
   const double stall = executor_->streaming_stats().stall_seconds;
   const double compute = std::max(0.0, seconds - (stall - last_stall_));
   last_stall_ = stall;
-  if (!decode_only) return;
+  // Steps that streamed layers are not counted either: where the stall is
+  // not measured (CUDA), their time includes it and would justify itself.
+  if (!decode_only || plan_.alpha > 0) return;
   const double per_layer = compute / num_layers();
   if (per_layer <= 0) return;
   // The smallest of the last kWindow decode steps: a step that also

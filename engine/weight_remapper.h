@@ -9,8 +9,9 @@
 // measured on the device at activation (node.memory.remap on) or the first
 // time it is needed (the executor times a real copy). T_c, one layer's
 // compute, is a decode step's forward time less any streaming stall, over
-// the layer count: the smallest of the last 16 decode-only steps (prefill
-// steps are longer than the decode steps that follow them), and before
+// the layer count: the smallest of the last 16 decode-only steps run with
+// no layer streamed (prefill steps are longer than the decode steps that
+// follow them; a streaming step's time includes its stall), and before
 // any, a batch-1 decode timed at activation. Unknown T_c: the cap is the
 // floor alone.
 //

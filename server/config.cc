@@ -73,7 +73,7 @@ class Section {
     if (!_st.ok()) return _st; \
   } while (0)
 
-// node.memory.remap: {enabled, max_fraction, revert_after_ms}.
+// node.memory.remap: {enabled, max_fraction, respect_timing, revert_after_ms}.
 absl::Status ParseRemap(const YAML::Node& node, const std::string* file,
                         node_manager::RemapOptions* o) {
   Section rs(node, "node.memory.remap", file);
@@ -81,6 +81,7 @@ absl::Status ParseRemap(const YAML::Node& node, const std::string* file,
   double revert_ms = absl::ToDoubleMilliseconds(o->revert_after);
   RETURN_IF_ERROR(rs.Get("enabled", &o->enabled));
   RETURN_IF_ERROR(rs.Get("max_fraction", &o->max_fraction));
+  RETURN_IF_ERROR(rs.Get("respect_timing", &o->respect_timing));
   RETURN_IF_ERROR(rs.Get("revert_after_ms", &revert_ms));
   RETURN_IF_ERROR(rs.Finish());
   if (!(o->max_fraction > 0 && o->max_fraction < 1)) {

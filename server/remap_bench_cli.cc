@@ -129,8 +129,8 @@ struct RemapBenchCli::State {
     if (mode == "fixed") {
       engine::WeightRemapper* r = (*e)->remapper();
       if (r == nullptr) return absl::FailedPreconditionError("the backend cannot stream layers");
-      if (auto st = (*w)->RunOnStepThread(
-              [&] { return r->SetAlpha(fixed_alpha, fixed_slots).status(); });
+      if (auto st =
+              (*w)->RunOnStepThread([&] { return r->SetAlpha(fixed_alpha, fixed_slots).status(); });
           !st.ok()) {
         return st;
       }
