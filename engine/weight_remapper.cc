@@ -13,15 +13,22 @@ std::unique_ptr<WeightRemapper> WeightRemapper::Create(Executor* executor,
   if (executor == nullptr || pages == nullptr) return nullptr;
   std::vector<LayerExtent> extents = executor->LayerExtents();
   if (extents.size() < 2) return nullptr;
-  return std::unique_ptr<WeightRemapper>(
+  // A layer smaller than two pages may free none: nothing to gain.
+  int64_t least = -1;
+  for (const LayerExtent& e : extents) {
+    const int64_t b = pages->LendableBytes(e.offset, e.bytes);
+    least = least < 0 ? b : std::min(least, b);
+  }
+  if (least <= 0) return nullptr;
+  auto r = std::unique_ptr<WeightRemapper>(
       new WeightRemapper(executor, std::move(pages), std::move(extents)));
+  r->layer_bytes_ = least;
+  return r;
 }
 
 WeightRemapper::WeightRemapper(Executor* executor, std::shared_ptr<memory::WeightPages> pages,
                                std::vector<LayerExtent> extents)
-    : executor_(executor), pages_(std::move(pages)), extents_(std::move(extents)) {
-  layer_bytes_ = static_cast<int64_t>(extents_[0].bytes);
-}
+    : executor_(executor), pages_(std::move(pages)), extents_(std::move(extents)) {}
 
 int WeightRemapper::AlphaCap(double max_fraction, bool respect_timing) const {
   const int n = num_layers();
@@ -137,7 +144,8 @@ void WeightRemapper::ObserveForward(double seconds, bool decode_only) {
   // The smallest of the last kWindow decode steps: a step that also
   // captured a CUDA graph or waited on the host is not compute that hides
   // copies, and one such step must not let α grow.
-  recent_[recent_next_++ % kWindow] = per_layer;
+  recent_[recent_next_] = per_layer;
+  recent_next_ = (recent_next_ + 1) % kWindow;
   double best = 0;
   for (double t : recent_) {
     if (t > 0) best = best > 0 ? std::min(best, t) : t;

@@ -32,15 +32,17 @@ namespace ballast::engine {
 
 class WeightRemapper {
  public:
-  // Null when the executor cannot stream layers or there are no weight
-  // pages (static mode).
+  // Null when the executor cannot stream layers, there are no weight
+  // pages (static mode), or a layer spans no whole page (nothing to lend).
   static std::unique_ptr<WeightRemapper> Create(Executor* executor,
                                                 std::shared_ptr<memory::WeightPages> pages);
 
   int alpha() const { return plan_.alpha; }
   int num_layers() const { return static_cast<int>(extents_.size()); }
   const memory::StreamingPlan& plan() const { return plan_; }
-  // Bytes one more lent layer frees (the pages inside a layer's extent).
+  // Bytes one more lent layer frees at least (the whole pages inside the
+  // smallest layer's extent; pages a layer shares with its neighbours
+  // stay mapped).
   int64_t layer_bytes() const { return layer_bytes_; }
   // The most layers this model may lend now: at most max_fraction of its
   // layers (the floor kept resident), and, once T_c is known, the largest

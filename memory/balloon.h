@@ -80,6 +80,10 @@ class WeightPages {
   absl::StatusOr<int64_t> Restore(size_t offset, size_t len);
   // Bytes lent now.
   int64_t lent_bytes() const;
+  // Bytes Lend(offset, len) would give back (its whole pages).
+  int64_t LendableBytes(size_t offset, size_t len) const {
+    return static_cast<int64_t>(InnerPages(offset, len).second);
+  }
 
  private:
   friend class Balloon;

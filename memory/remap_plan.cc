@@ -25,12 +25,15 @@ namespace {
 
 // Whether every copy into a slot fits in the compute between the slot's
 // last reader and its next one: streamed layer k's slot next holds layer
-// k + slots (wrapping to layer k % slots in the next pass), and the copy
-// runs while the layers strictly between them compute.
+// k + slots, and the copy runs while the layers strictly between them
+// compute. Past the last streamed layers the slots reload their home
+// layers for the next pass, and those copies must end within this pass:
+// a step joins its copies before it ends (the CUDA backend's graphs
+// capture them), so they have only the layers left in the pass.
 bool EveryCopyHides(int n, int m, int slots, double t_transfer, double t_compute) {
   const std::vector<int> l = UniformLayers(n, m);
   for (int k = 0; k < m; ++k) {
-    const int next = k + slots < m ? l[k + slots] : l[k % slots] + n;
+    const int next = k + slots < m ? l[k + slots] : n;
     if (t_transfer > t_compute * (next - l[k] - 1)) return false;
   }
   return true;

@@ -46,7 +46,9 @@ std::vector<int> UniformLayers(int n, int m);
 // averages: a copy into a slot must fit in the compute of the layers
 // strictly between the slot's two readers (m rarely divides n, and the
 // shortest gap is the one that stalls; with n = 40, m = 25, T_T = T_c/2
-// eq. 4 holds but gaps of one layer leave no time at all).
+// eq. 4 holds but gaps of one layer leave no time at all), and a slot's
+// reload of its home layer must end within the pass (steps join their
+// copies), so the last streamed layers need room after them too.
 // alpha == 0 gives 0 (nothing to stream).
 int SlotsFor(int n, int alpha, double t_transfer, double t_compute);
 

@@ -78,9 +78,13 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
   int64_t reverted = 0;
   if (next >= 0) {
     const auto& e = engines[static_cast<size_t>(next)];
-    balloon.arena()->ReclaimFreeSlabs();
-    if (balloon.FreeBytes() >=
-        cands[static_cast<size_t>(next)].layer_bytes + static_cast<int64_t>(slab_bytes)) {
+    const int64_t need =
+        cands[static_cast<size_t>(next)].layer_bytes + static_cast<int64_t>(slab_bytes);
+    // Empty slabs are unmapped only when they and the free budget suffice:
+    // else every pass would unmap the ready buffer and remap it when idle.
+    const int64_t empty = balloon.arena()->stats().slabs_empty * static_cast<int64_t>(slab_bytes);
+    if (balloon.FreeBytes() + empty >= need) balloon.arena()->ReclaimFreeSlabs();
+    if (balloon.FreeBytes() >= need) {
       auto got = e->remapper()->SetAlpha(cands[static_cast<size_t>(next)].alpha - 1);
       if (got.ok()) {
         ++reverted;

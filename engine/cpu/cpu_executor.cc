@@ -260,9 +260,14 @@ absl::Status CpuExecutor::RestoreLayers(absl::Span<const int> layers) {
 absl::StatusOr<double> CpuExecutor::MeasureLayerTransferSeconds() {
   LayerWeights scratch;
   scratch = weights_->layers[0];  // allocates: not timed
-  const absl::Time t0 = absl::Now();
-  scratch = weights_->layers[config_.num_hidden_layers - 1];
-  return absl::ToDoubleSeconds(absl::Now() - t0);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {  // the fastest of five: a preempted copy is not the link
+    const absl::Time t0 = absl::Now();
+    scratch = weights_->layers[static_cast<size_t>((i + 1) % config_.num_hidden_layers)];
+    const double s = absl::ToDoubleSeconds(absl::Now() - t0);
+    best = i == 0 ? s : std::min(best, s);
+  }
+  return best;
 }
 
 LayerStreamingStats CpuExecutor::streaming_stats() const {

@@ -14,23 +14,23 @@ std::vector<LayerExtent> CudaExecutor::LayerExtents() const {
 }
 
 absl::Status CudaExecutor::EnsureHostImage() {
-  if (host_image_) return absl::OkStatus();
-  if (options_.host_weights) {
-    host_image_ = std::dynamic_pointer_cast<const PinnedWeights>(options_.host_weights);
-  }
-  if (!host_image_) {
+  if (host_image_ && weight_stream_) return absl::OkStatus();
+  // Built and checked before anything is kept, so a failure leaves none.
+  std::shared_ptr<const PinnedWeights> image =
+      std::dynamic_pointer_cast<const PinnedWeights>(options_.host_weights);
+  if (!image) {
     auto img = weights_->SaveToHost();
     if (!img.ok()) return img.status();
-    host_image_ = std::move(*img);
+    image = std::move(*img);
   }
-  if (host_image_->bytes() != weights_->bytes()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "host weight image has ", host_image_->bytes(), " bytes, the device ", weights_->bytes()));
+  if (image->bytes() != weights_->bytes()) {
+    return absl::FailedPreconditionError(absl::StrCat("host weight image has ", image->bytes(),
+                                                      " bytes, the device ", weights_->bytes()));
   }
-  if (!weight_stream_) {
-    BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&weight_stream_, cudaStreamNonBlocking),
-                        "weight stream");
-  }
+  cudaStream_t stream = nullptr;
+  BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "weight stream");
+  host_image_ = std::move(image);
+  weight_stream_ = stream;
   return absl::OkStatus();
 }
 
@@ -50,14 +50,10 @@ absl::Status CudaExecutor::SetLayerStreaming(const memory::StreamingPlan& plan) 
                                                    ", slots ", plan.slots, ", ", m, " streamed)"));
   }
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
-  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "streaming plan");
-  if (weight_stream_) BALLAST_CUDA_RETURN(cudaStreamSynchronize(weight_stream_), "streaming plan");
-  DropGraphs();  // they captured the old plan's addresses and copies
-  stream_plan_ = {};
-  stream_index_.clear();
-  slot_layers_.clear();
-  if (plan.alpha == 0) return absl::OkStatus();
-  if (auto st = EnsureHostImage(); !st.ok()) return st;
+  // What can fail comes first, so a failure leaves the old plan in force.
+  if (plan.alpha > 0) {
+    if (auto st = EnsureHostImage(); !st.ok()) return st;
+  }
   auto grow = [](std::vector<cudaEvent_t>* v, size_t want) -> cudaError_t {
     while (v->size() < want) {
       cudaEvent_t e = nullptr;
@@ -68,6 +64,13 @@ absl::Status CudaExecutor::SetLayerStreaming(const memory::StreamingPlan& plan) 
   };
   BALLAST_CUDA_RETURN(grow(&weight_loaded_, static_cast<size_t>(m)), "streaming events");
   BALLAST_CUDA_RETURN(grow(&slot_free_, static_cast<size_t>(plan.slots)), "streaming events");
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "streaming plan");
+  if (weight_stream_) BALLAST_CUDA_RETURN(cudaStreamSynchronize(weight_stream_), "streaming plan");
+  DropGraphs();  // they captured the old plan's addresses and copies
+  stream_plan_ = {};
+  stream_index_.clear();
+  slot_layers_.clear();
+  if (plan.alpha == 0) return absl::OkStatus();
   stream_index_.assign(static_cast<size_t>(n), -1);
   for (int k = 0; k < m; ++k) {
     const int layer = plan.streamed[static_cast<size_t>(k)];

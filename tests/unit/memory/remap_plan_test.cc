@@ -34,32 +34,39 @@ TEST(RemapPlan, UniformLayersAreEvenlySpaced) {
 
 TEST(RemapPlan, SlotsFollowMirageEquations) {
   // n = 40, T_T = T_c: one slot while (α+1) <= 40-α-1, i.e. α <= 19;
-  // two slots while α+2 <= 40; none past.
+  // then two slots, while every copy (the pass's last ones included) has
+  // a layer to hide behind.
   EXPECT_EQ(SlotsFor(40, 19, 1.0, 1.0), 1);
   EXPECT_EQ(SlotsFor(40, 20, 1.0, 1.0), 2);
-  EXPECT_EQ(SlotsFor(40, 38, 1.0, 1.0), 2);
+  EXPECT_EQ(SlotsFor(40, 37, 1.0, 1.0), 2);
+  EXPECT_EQ(SlotsFor(40, 38, 1.0, 1.0), 0);  // layer 39's reload would have no layer left
   EXPECT_EQ(SlotsFor(40, 39, 1.0, 1.0), 0);
   EXPECT_EQ(SlotsFor(40, 0, 1.0, 1.0), 0);
   // Transfer 4x slower than a layer's compute: eq. 4 holds to α = 7
-  // (4·8 = 32 <= 32), eq. 5 to α = 8 (4·10 = 40 <= 40).
+  // (4·8 = 32 <= 32) and every gap of 5 layers hides a copy; at α = 8
+  // eq. 5 holds (4·10 = 40 <= 40) but the last streamed layer (36) leaves
+  // 3 layers for its reload.
   EXPECT_EQ(SlotsFor(40, 7, 4.0, 1.0), 1);
-  EXPECT_EQ(SlotsFor(40, 8, 4.0, 1.0), 2);
-  EXPECT_EQ(SlotsFor(40, 9, 4.0, 1.0), 0);
-  EXPECT_EQ(MaxAlpha(40, 4.0, 1.0, 40), 8);
+  EXPECT_EQ(SlotsFor(40, 8, 4.0, 1.0), 0);
+  EXPECT_EQ(MaxAlpha(40, 4.0, 1.0, 40), 7);
   EXPECT_EQ(MaxAlpha(40, 4.0, 1.0, 5), 5);
   EXPECT_EQ(MaxAlpha(40, 100.0, 1.0, 40), 0);
-  const StreamingPlan p = PlanStreaming(40, 8, 4.0, 1.0);
+  // T_T = 2 T_c: one slot to α = 12, two from 13.
+  EXPECT_EQ(SlotsFor(40, 12, 2.0, 1.0), 1);
+  EXPECT_EQ(SlotsFor(40, 13, 2.0, 1.0), 2);
+  const StreamingPlan p = PlanStreaming(40, 13, 2.0, 1.0);
   EXPECT_EQ(p.slots, 2);
-  EXPECT_EQ(p.streamed, UniformLayers(40, 10));
-  EXPECT_EQ(p.Lent().size(), 8u);
+  EXPECT_EQ(p.streamed, UniformLayers(40, 15));
+  EXPECT_EQ(p.Lent().size(), 13u);
   EXPECT_EQ(p.Lent().front(), p.streamed[2]);
-  EXPECT_EQ(PlanStreaming(40, 9, 4.0, 1.0), StreamingPlan{});
+  EXPECT_EQ(PlanStreaming(40, 8, 4.0, 1.0), StreamingPlan{});
 }
 
 // The pipeline the executors run (engine/executor.h): streamed layer k uses
 // slot k % β; its copy into the slot starts once the slot's previous
 // layer is computed and the previous copy is done (one copy engine);
-// layer l computes once layer l-1 is done and its weights are in. Returns
+// layer l computes once layer l-1 is done and its weights are in; a pass
+// ends once the slots hold their home layers again (the join). Returns
 // the steady-state time of one pass over the layers (after warm-up).
 double SimulatedStep(int n, const StreamingPlan& p, double tt, double tc) {
   const int m = static_cast<int>(p.streamed.size());
@@ -77,12 +84,13 @@ double SimulatedStep(int n, const StreamingPlan& p, double tt, double tc) {
       if (k >= 0) {
         const int s = k % p.slots;
         slot_free[s] = t;
-        const int next = k + p.slots < m ? k + p.slots : s;  // wraps to the next pass
+        const int next = k + p.slots < m ? k + p.slots : s;  // the home layer, next pass
         const double start = std::max(slot_free[s], copy_engine);
         copy_engine = start + tt;
         loaded[next] = copy_engine;
       }
     }
+    for (int s = 0; s < p.slots; ++s) t = std::max(t, loaded[s]);  // the step joins its copies
   }
   return t - first;
 }
