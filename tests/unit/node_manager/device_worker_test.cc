@@ -314,8 +314,8 @@ TEST(DeviceWorker, KvShortfallBorrowsAnIdleModelsLayersFirstAndGivesThemBack) {
     const int64_t b = *ModelEngine::WeightBytesNeeded(o);
     return (b + kPage - 1) / kPage * kPage;
   };
-  // KV room for about two of the five requests (4 KiB per token, 260 tokens).
-  const int64_t memory = pages_of(a_path) + pages_of(b_path) + 160 * kPage;
+  // KV room for about two of the five requests (4 KiB per token, 150 tokens).
+  const int64_t memory = pages_of(a_path) + pages_of(b_path) + 100 * kPage;
   DeviceMemoryOptions mem = testing::HostPages(kPage);
   mem.remap.enabled = true;
   mem.remap.revert_after = absl::Seconds(2);  // sanitizer builds step slowly
@@ -327,7 +327,7 @@ TEST(DeviceWorker, KvShortfallBorrowsAnIdleModelsLayersFirstAndGivesThemBack) {
   const int64_t weights = w->balloon()->stats().weight_bytes;
 
   std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 5; ++i) reqs.push_back(Req("a" + std::to_string(i), 60 + i, 200, 60));
+  for (int i = 0; i < 5; ++i) reqs.push_back(Req("a" + std::to_string(i), 60 + i, 120, 30));
   std::vector<std::unique_ptr<Done>> done;
   // The worker stops before the sinks go, whatever fails below.
   auto stop = absl::MakeCleanup([&] { w->Stop(); });
