@@ -31,11 +31,20 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
   }
   std::unique_ptr<Scheduler> s(new Scheduler(options, std::move(clock)));
   std::vector<ModelSpec> models = options.models;
-  if (!options.catalogue_file.empty()) {
-    auto store = CatalogueStore::Open(options.catalogue_file);
+  s->state_ = options.state_store;
+  if (!s->state_ && !options.state_path.empty()) {
+    auto store = OpenSqliteStateStore(options.state_path, options.state);
     if (!store.ok()) return store.status();
-    s->catalogue_ = std::move(*store);
+    s->state_ = std::move(*store);
+  }
+  if (s->state_) {
+    auto catalogue = CatalogueStore::Create(s->state_.get());
+    if (!catalogue.ok()) return catalogue.status();
+    s->catalogue_ = std::move(*catalogue);
     models = s->catalogue_->Apply(options.models);
+    if (auto st = s->sessions_.Restore(s->state_.get()); !st.ok()) return st;
+    spdlog::info("state from {}: a catalogue of {} models, {} sessions", s->state_->Describe(),
+                 models.size(), s->sessions_.size());
   }
   for (const auto& m : models) {
     if (auto st = s->registry_.Add(m); !st.ok()) return st;
@@ -185,7 +194,7 @@ v1::HeartbeatResponse Scheduler::Heartbeat(const v1::HeartbeatRequest& req) {
 }
 
 absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
-  absl::MutexLock serial(&catalogue_mu_);  // registry and file change together
+  absl::MutexLock serial(&catalogue_mu_);  // registry and store change together
   const std::optional<ModelStatus> before = registry_.Get(spec.name);
   bool limits_changed = false;
   if (auto st = registry_.Add(spec, &limits_changed); !st.ok()) return st;
@@ -198,8 +207,8 @@ absl::Status Scheduler::RegisterModel(const ModelSpec& spec) {
         registry_.Add(before->spec).IgnoreError();  // only the KV limits differed
       }
       return absl::UnavailableError(absl::StrCat("model ", spec.name,
-                                                 " not registered: the catalogue file could not "
-                                                 "be written: ",
+                                                 " not registered: the catalogue could not "
+                                                 "be stored: ",
                                                  st.message()));
     }
   }
@@ -242,8 +251,7 @@ absl::Status Scheduler::UnregisterModel(const std::string& name) {
   if (catalogue_) {
     if (auto st = catalogue_->RecordUnregistered(name); !st.ok()) {
       return absl::UnavailableError(absl::StrCat(
-          "model ", name,
-          " not unregistered: the catalogue file could not be written: ", st.message()));
+          "model ", name, " not unregistered: the catalogue could not be stored: ", st.message()));
     }
   }
   if (auto st = registry_.Remove(name); !st.ok()) return st;

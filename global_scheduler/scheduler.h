@@ -46,6 +46,7 @@
 #include "global_scheduler/placement.h"
 #include "global_scheduler/routing_waiters.h"
 #include "global_scheduler/session_directory.h"
+#include "global_scheduler/state_store.h"
 #include "global_scheduler/tenant_quotas.h"
 #include "transfer/worker_pool.h"
 
@@ -144,10 +145,17 @@ struct SchedulerOptions {
   // Default: none.
   QuotaOptions quotas;
   std::vector<ModelSpec> models;
-  // Where the Admin API's registrations and unregistrations are persisted
-  // (catalogue_store.h): a restarted scheduler serves them. Its directory
-  // must exist. Empty: not persisted (lost at restart). Default empty.
-  std::string catalogue_file;
+  // The SQLite database that keeps the scheduler's state across restarts
+  // (state_store.h): the Admin API's catalogue changes (catalogue_store.h)
+  // and the session directory with its token histories. Its directory must
+  // exist. Empty: nothing persisted (lost at restart). Default empty; the
+  // shipped configs set scheduler.state.path.
+  std::string state_path;
+  // How the database writes (sync mode, size cap). Default: WAL with
+  // synchronous=NORMAL (survives kill -9), no cap.
+  SqliteStateOptions state;
+  // Tests: a store used instead of opening state_path. Default null.
+  std::shared_ptr<StateStore> state_store;
 };
 
 // What a node's failed LoadModel status means for the model (LoadFailure,
@@ -399,6 +407,8 @@ class Scheduler {
   double Mme(const std::string& model) const;
 
   const SchedulerOptions options_;
+  // Where state persists (null: nowhere). Outlives every member using it.
+  std::shared_ptr<StateStore> state_;
   Clock clock_;
   const absl::Time started_;  // clock_() at construction (startup_grace)
   ModelRegistry registry_;
@@ -437,8 +447,8 @@ class Scheduler {
   // touch is alive.
   std::unique_ptr<transfer::WorkerPool> pool_;
   std::unique_ptr<CatalogueStore> catalogue_;  // null: not persisted
-  // Serializes Register/UnregisterModel: the registry and the catalogue
-  // file change together.
+  // Serializes Register/UnregisterModel: the registry and the stored
+  // catalogue change together.
   absl::Mutex catalogue_mu_;
   RoutingWaiters waiters_{&cluster_};
 };

@@ -1,6 +1,7 @@
 #include "global_scheduler/session_directory.h"
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace ballast::global_scheduler {
 
@@ -21,9 +22,42 @@ absl::Status OtherTenant(const std::string& session_id) {
 
 std::map<std::string, SessionDirectory::Session>::iterator SessionDirectory::Erase(
     std::map<std::string, Session>::iterator it) {
+  if (store_) Note(store_->EraseSession(it->first));
   auto t = per_tenant_.find(it->second.tenant);
   if (t != per_tenant_.end() && --t->second <= 0) per_tenant_.erase(t);
   return sessions_.erase(it);
+}
+
+absl::Status SessionDirectory::Persist(const std::string& id, const Session& s) {
+  if (!store_) return absl::OkStatus();
+  return store_->PutSession(StoredSession{id, s.model, s.tenant, s.chat, s.node_id, s.tokens,
+                                          s.messages, s.lost, s.last_used});
+}
+
+void SessionDirectory::Note(const absl::Status& st) {
+  if (st.ok()) return;
+  write_errors_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::error("session directory: {} (the change is kept in memory only)", st.ToString());
+}
+
+absl::Status SessionDirectory::Restore(StateStore* store) {
+  auto stored = store->LoadSessions();
+  if (!stored.ok()) return stored.status();
+  absl::MutexLock lock(&mu_);
+  for (StoredSession& r : *stored) {
+    Session& s = sessions_[r.id];
+    s.model = std::move(r.model);
+    s.tenant = std::move(r.tenant);
+    s.chat = r.chat;
+    s.node_id = std::move(r.node_id);
+    s.tokens = std::move(r.tokens);
+    s.messages = std::move(r.messages);
+    s.lost = r.lost;
+    s.last_used = r.last_used;
+    ++per_tenant_[s.tenant];
+  }
+  store_ = store;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_id,
@@ -49,10 +83,17 @@ absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_i
                        " sessions, its limit (scheduler.quotas max_sessions); end finished ones "
                        "with EndSession"));
     }
-    ++held;
     s.model = model;
     s.chat = chat;
     s.tenant = tenant;
+    s.last_used = clock_();
+    if (auto st = Persist(session_id, s); !st.ok()) {
+      if (held == 0) per_tenant_.erase(tenant);
+      sessions_.erase(it);
+      return absl::UnavailableError(
+          absl::StrCat("session ", session_id, " not started: ", st.message()));
+    }
+    ++held;
   }
   if (s.tenant != tenant) return OtherTenant(session_id);
   if (s.lost) return LostError(session_id, *s.lost);
@@ -90,7 +131,9 @@ absl::StatusOr<SessionDirectory::Snapshot> SessionDirectory::Peek(const std::str
 void SessionDirectory::SetAffinity(const std::string& session_id, const std::string& node_id) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
-  if (it != sessions_.end()) it->second.node_id = node_id;
+  if (it == sessions_.end() || it->second.node_id == node_id) return;
+  it->second.node_id = node_id;
+  if (store_) Note(store_->SetAffinity(session_id, node_id));
 }
 
 void SessionDirectory::Commit(const std::string& session_id, const std::string& node_id,
@@ -106,6 +149,7 @@ void SessionDirectory::Commit(const std::string& session_id, const std::string& 
   s.node_id = node_id;
   s.busy = false;
   s.last_used = clock_();
+  Note(Persist(session_id, s));
 }
 
 void SessionDirectory::Abort(const std::string& session_id) {
@@ -135,6 +179,7 @@ void SessionDirectory::ForgetNode(const std::string& node_id) {
   absl::MutexLock lock(&mu_);
   for (auto& [id, s] : sessions_)
     if (s.node_id == node_id) s.node_id.clear();
+  if (store_) Note(store_->ForgetNode(node_id));
 }
 
 void SessionDirectory::MarkLost(const std::string& session_id, LostReason why) {
@@ -148,6 +193,7 @@ void SessionDirectory::MarkLost(const std::string& session_id, LostReason why) {
   s.messages = {};
   s.node_id.clear();
   s.last_used = clock_();
+  Note(Persist(session_id, s));
 }
 
 std::vector<std::pair<std::string, std::string>> SessionDirectory::Expire(absl::Duration ttl) {
@@ -167,6 +213,7 @@ std::vector<std::pair<std::string, std::string>> SessionDirectory::Expire(absl::
       s.messages = {};
       s.node_id.clear();
       s.last_used = now;
+      Note(Persist(it->first, s));
       ++it;
     }
   }

@@ -19,9 +19,19 @@
 //
 // Limits: at most `max_sessions` sessions (lost ones included); Begin of a
 // new one beyond that is RESOURCE_EXHAUSTED.
+//
+// Persistence: after Restore(store), every change is written through to the
+// StateStore before the call returns, under the directory's lock (so the
+// store sees changes in order): a session created by Begin (a failed write
+// refuses the turn, UNAVAILABLE), each committed turn (before the client
+// hears the turn ended), affinity moves, ends, losses and expiries. A
+// failed write after Begin cannot be refused any more: it is logged and
+// counted (write_errors()), and memory stays authoritative until a restart.
+// A turn's in-flight state is never stored.
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <optional>
@@ -33,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ballast/v1/inference.pb.h"
+#include "global_scheduler/state_store.h"
 
 namespace ballast::global_scheduler {
 
@@ -53,9 +64,6 @@ struct TurnRecord {
   // Chat turns: this turn's messages, then the assistant's reply.
   std::vector<v1::ChatMessage> messages;
 };
-
-// Why a session was marked lost (the DATA_LOSS message says it).
-enum class LostReason { kForgotten, kExpired };
 
 class SessionDirectory {
  public:
@@ -97,6 +105,13 @@ class SessionDirectory {
   // idle another `ttl`.
   std::vector<std::pair<std::string, std::string>> Expire(absl::Duration ttl);
   int size() const;
+  // Loads the sessions `store` holds (replacing none: call it before the
+  // first turn) and writes every later change through to it. `store` must
+  // outlive the directory. Errors are the store's (DATA_LOSS names the
+  // damaged session).
+  absl::Status Restore(StateStore* store);
+  // Writes that failed after Begin (see Persistence above).
+  int64_t write_errors() const { return write_errors_.load(std::memory_order_relaxed); }
   // The DATA_LOSS a turn of a lost session fails with.
   static absl::Status LostError(const std::string& session_id, LostReason why);
 
@@ -118,6 +133,13 @@ class SessionDirectory {
   // Erases `it`, keeping per_tenant_ in step. REQUIRES: mu_ held.
   std::map<std::string, Session>::iterator Erase(std::map<std::string, Session>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes session `id` whole to the store (if any). REQUIRES: mu_ held.
+  absl::Status Persist(const std::string& id, const Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts and logs a failed write after Begin. REQUIRES: mu_ held.
+  void Note(const absl::Status& st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  StateStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::atomic<int64_t> write_errors_{0};
 
   std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> per_tenant_ ABSL_GUARDED_BY(mu_);  // sessions by tenant

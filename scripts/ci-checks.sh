@@ -97,7 +97,8 @@ TSAN_TARGETS=(ballast device_worker_test device_arbitration_test node_manager_te
   host_weight_cache_test model_engine_test kv_arena_test global_scheduler_test
   gateway_protocol_test cluster_test lifecycle_test cli_test bench_integration_test
   gateway_test kv_tier_store_test session_tiering_test tiering_test worker_pool_test
-  layer_kv_loader_test cpu_executor_test pinned_pool_test node_generate_test request_parse_test)
+  layer_kv_loader_test cpu_executor_test pinned_pool_test node_generate_test request_parse_test
+  session_test)
 
 stage_tsan() {
   local b=build-tsan logs=$ROOT/build-tsan/sanitizer-logs

@@ -188,6 +188,40 @@ absl::Status ParseSessionLimits(Section& s, global_scheduler::SchedulerOptions* 
   return absl::OkStatus();
 }
 
+// scheduler.state: where the scheduler's state persists (state_store.h).
+absl::Status ParseState(Section& parent, const std::string* file,
+                        global_scheduler::SchedulerOptions* o) {
+  if (parent.Child("catalogue_file")) {
+    return parent.Error(parent.Key("catalogue_file"),
+                        "replaced by scheduler.state.path, a SQLite database that keeps the "
+                        "Admin API's catalogue changes and the session directory (register the "
+                        "models again once after the change)");
+  }
+  YAML::Node n = parent.Child("state");
+  if (!n) return absl::OkStatus();
+  Section s(n, "scheduler.state", file);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(s.Get("path", &o->state_path));
+  std::string sync = "normal";
+  RETURN_IF_ERROR(s.Get("sync", &sync));
+  if (sync == "normal") {
+    o->state.sync = global_scheduler::StateSync::kNormal;
+  } else if (sync == "full") {
+    o->state.sync = global_scheduler::StateSync::kFull;
+  } else {
+    return s.Error(s.Key("sync"), absl::StrCat("\"", sync,
+                                               "\" (expected normal: survives kill -9, or full: "
+                                               "also survives power loss)"));
+  }
+  int64_t max_mb = 0;
+  RETURN_IF_ERROR(s.Get("max_mb", &max_mb));
+  if (max_mb < 0 || max_mb > (int64_t{1} << 30)) {
+    return s.Error(s.Key("max_mb"), "must be in [0, 2^30] (0: no cap)");
+  }
+  o->state.max_bytes = max_mb << 20;
+  return s.Finish();
+}
+
 absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, SchedulerSection* out) {
   Section s(n, "scheduler", file);
   RETURN_IF_ERROR(s.Check());
@@ -204,7 +238,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
     RETURN_IF_ERROR(as.Finish());
   }
   auto& o = out->options;
-  RETURN_IF_ERROR(s.Get("catalogue_file", &o.catalogue_file));
+  RETURN_IF_ERROR(ParseState(s, file, &o));
   auto ms = [&](const std::string& key, absl::Duration* d) -> absl::Status {
     int64_t v = absl::ToInt64Milliseconds(*d);
     RETURN_IF_ERROR(s.Get(key, &v));

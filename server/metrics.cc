@@ -54,6 +54,11 @@ Metrics::Metrics()
                           .Name("ballast_scheduler_sessions")
                           .Help("Multi-turn sessions the scheduler tracks")
                           .Register(*registry_)),
+      sched_state_errors_(BuildCounter()
+                              .Name("ballast_scheduler_state_write_errors_total")
+                              .Help("Session changes the state store (scheduler.state) failed to "
+                                    "write; they are kept in memory only, until a restart")
+                              .Register(*registry_)),
       node_requests_(BuildCounter()
                          .Name("ballast_node_requests_total")
                          .Help("Requests served by this node, by model and gRPC status")
@@ -238,6 +243,12 @@ void Metrics::SetNodes(int alive, int dead) {
 }
 
 void Metrics::SetSessions(int n) { sched_sessions_.Add({}).Set(n); }
+
+void Metrics::SetStateWriteErrors(int64_t total) {
+  auto& counter = sched_state_errors_.Add({});  // exported from the start, at 0
+  const int64_t seen = state_errors_seen_.exchange(total);
+  if (total > seen) counter.Increment(static_cast<double>(total - seen));
+}
 
 void Metrics::SetDevice(const DeviceGauges& g) {
   kv_blocks_.Add({{"device", g.device}, {"state", "used"}})

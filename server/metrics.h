@@ -12,6 +12,7 @@
 // the preemption delta bookkeeping has its own mutex).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -96,6 +97,9 @@ class Metrics {
   void SchedulerRequest(const RequestOutcome& o);
   void SetNodes(int alive, int dead);
   void SetSessions(int n);
+  // The session directory's failed state-store writes so far
+  // (SessionDirectory::write_errors): ballast_scheduler_state_write_errors_total.
+  void SetStateWriteErrors(int64_t total);
   void NodeRequest(const RequestOutcome& o);
   void SetDevice(const DeviceGauges& g);
   void SetKvTiers(const KvTierGauges& g);
@@ -127,6 +131,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& sched_tenant_requests_;
   prometheus::Family<prometheus::Gauge>& sched_nodes_;
   prometheus::Family<prometheus::Gauge>& sched_sessions_;
+  prometheus::Family<prometheus::Counter>& sched_state_errors_;
+  std::atomic<int64_t> state_errors_seen_{0};
   prometheus::Family<prometheus::Counter>& node_requests_;
   prometheus::Family<prometheus::Histogram>& node_ttft_;
   prometheus::Family<prometheus::Histogram>& node_tpot_;

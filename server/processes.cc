@@ -159,6 +159,7 @@ absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSe
       for (const auto& n : raw->scheduler->cluster().Snapshot()) (n.alive ? alive : dead)++;
       metrics->SetNodes(alive, dead);
       metrics->SetSessions(raw->scheduler->sessions().size());
+      metrics->SetStateWriteErrors(raw->scheduler->sessions().write_errors());
     } while (!raw->stop_gauges.WaitForNotificationWithTimeout(absl::Seconds(1)));
   });
   spdlog::info("scheduler listening on {}", p->address);

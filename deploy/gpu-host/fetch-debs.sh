@@ -15,7 +15,7 @@ apt-get download \
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libyaml-cpp-dev libyaml-cpp0.7 \
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0 \
   libcivetweb-dev libcivetweb1 civetweb libssl-dev libssl3 zlib1g-dev \
-  libcurl4-openssl-dev libcurl4 nlohmann-json3-dev libcli11-dev \
+  libcurl4-openssl-dev libcurl4 nlohmann-json3-dev libcli11-dev libsqlite3-dev libsqlite3-0 \
   libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian \
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libicu-dev libicu72 \
   libboost-dev libboost1.74-dev \

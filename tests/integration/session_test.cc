@@ -1,8 +1,10 @@
-// Sessions across a scheduler restart: the restarted scheduler has no
-// history for a session its node still served, so the session's next turn
-// must fail DATA_LOSS (never continue silently without its history), until
-// the client ends the session; new sessions are unaffected
-// (Scheduler::RouteRequest, SessionDirectory).
+// Sessions across a scheduler restart (kill -9). Without a state file the
+// restarted scheduler has no history for a session its node still served,
+// so the session's next turn must fail DATA_LOSS (never continue silently
+// without its history), until the client ends the session; new sessions
+// are unaffected (Scheduler::RouteRequest, SessionDirectory). With one
+// (scheduler.state.path), every acknowledged turn survives and the session
+// continues exactly as one that never saw the restart.
 #include "tests/integration/cluster_fixture.h"
 
 namespace ballast {
@@ -63,21 +65,65 @@ TEST_F(SessionRestartTest, ATurnWhoseHistoryIsLostFailsDataLoss) {
   EXPECT_TRUE(again.status.ok()) << again.status.error_message();
 }
 
-// Models registered through the Admin API, with a catalogue file, survive
+class SessionStateRestartTest : public SessionRestartTest {
+ protected:
+  ClusterSetup Cluster() override {
+    ClusterSetup setup = SessionRestartTest::Cluster();
+    setup.scheduler_yaml += absl::StrCat("  state: {path: ", (dir_ / "state.db").string(), "}\n");
+    return setup;
+  }
+};
+
+TEST_F(SessionStateRestartTest, AcknowledgedTurnsSurviveAKill) {
+  const std::vector<std::string> turns = {"hello there", " more", " again"};
+  std::vector<StreamResult> before;
+  for (int i = 0; i < 2; ++i) {
+    before.push_back(Generate("alpha", turns[i], 4, "s1"));
+    ASSERT_TRUE(before.back().status.ok()) << before.back().status.error_message();
+  }
+  RestartScheduler();
+  auto t3 = Generate("alpha", turns[2], 4, "s1");
+  ASSERT_TRUE(t3.status.ok()) << t3.status.error_message() << Logs();
+  // The reference: the same turns in a session that never saw a restart.
+  std::vector<StreamResult> ref;
+  for (const auto& text : turns) {
+    ref.push_back(Generate("alpha", text, 4, "ref"));
+    ASSERT_TRUE(ref.back().status.ok()) << ref.back().status.error_message();
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(before[i].ids, ref[i].ids) << "turn " << i;
+  EXPECT_EQ(t3.ids, ref[2].ids);
+  EXPECT_EQ(t3.final.usage().prompt_tokens(), ref[2].final.usage().prompt_tokens());
+  EXPECT_GT(t3.final.usage().prompt_tokens(), before[1].final.usage().prompt_tokens());
+  // Twice more, to show the session keeps going and nothing was marked lost.
+  RestartScheduler();
+  auto t4 = Generate("alpha", " and on", 4, "s1");
+  auto r4 = Generate("alpha", " and on", 4, "ref");
+  ASSERT_TRUE(t4.status.ok()) << t4.status.error_message();
+  ASSERT_TRUE(r4.status.ok()) << r4.status.error_message();
+  EXPECT_EQ(t4.ids, r4.ids);
+  EXPECT_EQ(scheduler_->Log().find("no history"), std::string::npos);
+  ASSERT_TRUE(EndSession("s1").ok());
+  RestartScheduler();  // an ended session stays ended
+  auto fresh = Generate("alpha", turns[0], 4, "s1");
+  ASSERT_TRUE(fresh.status.ok()) << fresh.status.error_message();
+  EXPECT_EQ(fresh.final.usage().prompt_tokens(), before[0].final.usage().prompt_tokens());
+}
+
+// Models registered through the Admin API, with a state file, survive
 // a scheduler restart: listed, served, and their replicas adopted rather
-// than evicted as unknown (they were, with no catalogue file).
+// than evicted as unknown (they were, with no state file).
 class CatalogueRestartTest : public ClusterTest {
  protected:
   ClusterSetup Cluster() override {
     ClusterSetup setup = ClusterTest::Cluster();
     setup.scheduler_yaml =
-        absl::StrCat("scheduler:\n  catalogue_file: ", (dir_ / "catalogue.json").string(), "\n");
+        absl::StrCat("scheduler:\n  state: {path: ", (dir_ / "state.db").string(), "}\n");
     return setup;
   }
 };
 
 TEST_F(CatalogueRestartTest, AdminRegisteredModelsSurviveARestart) {
-  ASSERT_TRUE(std::filesystem::exists(dir_ / "catalogue.json"));
+  ASSERT_TRUE(std::filesystem::exists(dir_ / "state.db"));
   RestartScheduler("scheduler2.log");
   ASSERT_TRUE(WaitFor([&] { return AliveNodes() == 2; }, absl::Seconds(20))) << Logs();
   ASSERT_TRUE(WaitFor([&] { return ReadyReplicas("alpha") == 1 && ReadyReplicas("beta") == 1; },

@@ -1,7 +1,8 @@
 // CatalogueStore and the scheduler's use of it: Admin registrations and
-// unregistrations survive a restart (a new Scheduler on the same file), the
-// Admin's latest word wins over the config, a failed write changes nothing
-// and is reported, and a damaged file is refused naming the file and key.
+// unregistrations survive a restart (a new Scheduler on the same SQLite
+// file), the Admin's latest word wins over the config, a failed write
+// changes nothing and is reported, a damaged file is refused naming it, and
+// a second scheduler cannot open a file the first holds.
 #include "global_scheduler/catalogue_store.h"
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 
 #include "global_scheduler/scheduler.h"
 #include "gtest/gtest.h"
+#include "tests/unit/global_scheduler/faulty_state_store.h"
 
 namespace ballast::global_scheduler {
 namespace {
@@ -21,13 +23,13 @@ class CatalogueStoreTest : public ::testing::Test {
     dir_ = fs::path(::testing::TempDir()) / absl::StrCat("catalogue_", getpid());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    path_ = (dir_ / "catalogue.json").string();
+    path_ = (dir_ / "state.db").string();
   }
   void TearDown() override { fs::remove_all(dir_); }
   SchedulerOptions Options() const {
     SchedulerOptions o;
     o.models = {{"base", "/models/base"}, {"old", "/models/old"}};
-    o.catalogue_file = path_;
+    o.state_path = path_;
     return o;
   }
   static std::vector<std::string> Names(const Scheduler& s) {
@@ -58,59 +60,72 @@ TEST_F(CatalogueStoreTest, AdminChangesSurviveARestart) {
   EXPECT_EQ(s->Spec("tuned")->ttft_ms, 300u);
   EXPECT_EQ(s->Spec("base")->kv_limit_bytes, 1 << 20);
   ASSERT_TRUE(s->RegisterModel({"old", "/models/old"}).ok());  // back again
+  s.reset();  // the file has one scheduler at a time
   auto again = *Scheduler::Create(Options());
   EXPECT_EQ(Names(*again), (std::vector<std::string>{"base", "old", "tuned"}));
 }
 
 TEST_F(CatalogueStoreTest, AFailedWriteChangesNothing) {
-  auto s = *Scheduler::Create(Options());
-  ASSERT_TRUE(s->RegisterModel({"kept", "/models/kept"}).ok());
-  // The temporary's name is taken by a directory: every write fails (even
-  // as root, unlike a read-only directory).
-  fs::create_directory(path_ + ".tmp");
-  const absl::Status st = s->RegisterModel({"lost", "/models/lost"});
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(st.message().find(path_), std::string::npos) << st.message();
-  EXPECT_FALSE(s->HasModel("lost"));
-  EXPECT_EQ(s->UnregisterModel("kept").code(), absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(s->HasModel("kept"));
-  fs::remove(path_ + ".tmp");
+  auto faulty = std::make_shared<testing::FaultyStateStore>(*OpenSqliteStateStore(path_));
+  SchedulerOptions o = Options();
+  o.state_store = faulty;
+  {
+    auto s = *Scheduler::Create(o);
+    ASSERT_TRUE(s->RegisterModel({"kept", "/models/kept"}).ok());
+    faulty->FailWrites(true);
+    const absl::Status st = s->RegisterModel({"lost", "/models/lost"});
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(st.message().find(path_), std::string::npos) << st.message();
+    EXPECT_FALSE(s->HasModel("lost"));
+    EXPECT_EQ(s->UnregisterModel("kept").code(), absl::StatusCode::kUnavailable);
+    EXPECT_TRUE(s->HasModel("kept"));
+    ModelSpec limited{"kept", "/models/kept"};
+    limited.kv_limit_bytes = 1 << 20;  // a limit change refused is not applied
+    EXPECT_EQ(s->RegisterModel(limited).code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(s->Spec("kept")->kv_limit_bytes, 0);
+  }
+  faulty.reset();  // the last references: the file's lock goes with them
+  o.state_store.reset();
   auto again = *Scheduler::Create(Options());
   EXPECT_EQ(Names(*again), (std::vector<std::string>{"base", "kept", "old"}));
 }
 
-TEST_F(CatalogueStoreTest, ADamagedFileIsRefusedNamingFileAndKey) {
-  std::ofstream(path_)
-      << "{\"version\": 1, \"registered\": [{\"name\": \"m\", \"replicas\": \"two\"}]}";
+TEST_F(CatalogueStoreTest, ADamagedFileIsRefusedNamingTheFile) {
+  std::ofstream(path_) << "this is not a database, but long enough to look like a header....";
   auto s = Scheduler::Create(Options());
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find(path_ + ": registered[0].replicas"), std::string::npos)
-      << s.status().message();
-  std::ofstream(path_) << "{not json";
-  auto t = CatalogueStore::Open(path_);
-  ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(t.status().message().find(path_), std::string::npos) << t.status().message();
-  for (const char* text : {"{\"version\": \"1\"}", "{\"version\": 1, \"registered\": {}}",
-                           "{\"version\": 1, \"unregistered\": [{}]}", "[1, 2]"}) {
-    std::ofstream(path_) << text;
-    auto v = CatalogueStore::Open(path_);  // an error, never an exception
-    ASSERT_FALSE(v.ok()) << text;
-    EXPECT_NE(v.status().message().find(path_), std::string::npos) << v.status().message();
-  }
-  auto u = CatalogueStore::Open((dir_ / "missing-dir" / "c.json").string());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status().message();
+  EXPECT_NE(s.status().message().find(path_), std::string::npos) << s.status().message();
+  SchedulerOptions o = Options();
+  o.state_path = (dir_ / "missing-dir" / "state.db").string();
+  auto u = Scheduler::Create(o);
   ASSERT_FALSE(u.ok());
   EXPECT_NE(u.status().message().find("does not exist"), std::string::npos);
 }
 
-TEST_F(CatalogueStoreTest, TheWriteIsWholeAndLeavesNoTemporary) {
-  auto store = *CatalogueStore::Open(path_);
+TEST_F(CatalogueStoreTest, ASecondSchedulerOnTheSameFileIsRefused) {
+  auto first = *Scheduler::Create(Options());
+  auto second = Scheduler::Create(Options());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition)
+      << second.status().message();
+  EXPECT_NE(second.status().message().find("another scheduler"), std::string::npos)
+      << second.status().message();
+  first.reset();
+  EXPECT_TRUE(Scheduler::Create(Options()).ok());  // the lock went with it
+}
+
+TEST_F(CatalogueStoreTest, ManyChangesReadBackInOrder) {
+  auto state = *OpenSqliteStateStore(path_);
+  auto store = *CatalogueStore::Create(state.get());
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE(store->RecordRegistered({absl::StrCat("m", i), "/models/x"}).ok());
   }
   ASSERT_TRUE(store->RecordUnregistered("m3").ok());
-  EXPECT_FALSE(fs::exists(path_ + ".tmp"));
-  auto reread = *CatalogueStore::Open(path_);
+  store.reset();
+  state.reset();
+  auto state2 = *OpenSqliteStateStore(path_);
+  auto reread = *CatalogueStore::Create(state2.get());
   const auto models = reread->Apply({{"m3", "/config/m3"}, {"c", "/config/c"}});
   ASSERT_EQ(models.size(), 20u);  // c + m0..m19 without m3
   EXPECT_EQ(models[0].name, "c");

@@ -235,10 +235,24 @@ TEST(Config, NodeFailureBounds) {
   EXPECT_EQ(c->scheduler.options.node_accept_timeout, absl::ZeroDuration());  // off
   auto d = ParseConfig("scheduler: {}", "test.yaml");
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(d->scheduler.options.catalogue_file, "");  // not persisted
-  auto e = ParseConfig("scheduler: {catalogue_file: /var/lib/ballast/catalogue.json}", "test.yaml");
+  EXPECT_EQ(d->scheduler.options.state_path, "");  // not persisted
+  auto e = ParseConfig(
+      "scheduler: {state: {path: /var/lib/ballast/state.db, sync: full, max_mb: 64}}", "test.yaml");
   ASSERT_TRUE(e.ok()) << e.status();
-  EXPECT_EQ(e->scheduler.options.catalogue_file, "/var/lib/ballast/catalogue.json");
+  EXPECT_EQ(e->scheduler.options.state_path, "/var/lib/ballast/state.db");
+  EXPECT_EQ(e->scheduler.options.state.sync, global_scheduler::StateSync::kFull);
+  EXPECT_EQ(e->scheduler.options.state.max_bytes, int64_t{64} << 20);
+  EXPECT_EQ(d->scheduler.options.state.sync, global_scheduler::StateSync::kNormal);
+  EXPECT_NE(Msg("scheduler: {state: {sync: sometimes}}").find("test.yaml: scheduler.state.sync"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {state: {max_mb: -1}}").find("test.yaml: scheduler.state.max_mb"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {state: {file: x}}").find("test.yaml: scheduler.state.file: unknown"),
+            std::string::npos);
+  // The old key says what replaced it.
+  EXPECT_NE(Msg("scheduler: {catalogue_file: /var/lib/ballast/catalogue.json}")
+                .find("scheduler.catalogue_file: replaced by scheduler.state.path"),
+            std::string::npos);
   EXPECT_EQ(d->scheduler.options.node_connect_wait, absl::Seconds(3));
   EXPECT_EQ(d->scheduler.options.startup_grace, absl::Seconds(6));  // 2 x the heartbeat timeout
   auto g = ParseConfig("scheduler: {heartbeat_timeout_ms: 5000, startup_grace_ms: 0}", "test.yaml");

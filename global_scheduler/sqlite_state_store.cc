@@ -1,0 +1,360 @@
+// SqliteStateStore: StateStore in one SQLite database (state_store.h).
+//
+// Schema (PRAGMA user_version 1):
+//   models(name PK, registered 0|1, path, kv_dtype, ttft_ms, tpot_ms,
+//          replicas, kv_floor_bytes, kv_limit_bytes)
+//   sessions(id PK, model, tenant, chat, node, tokens BLOB (int32 LE),
+//            messages BLOB (length-delimited v1::ChatMessage),
+//            lost NULL|0 forgotten|1 expired, last_used_us)
+// The connection runs in WAL mode with locking_mode=EXCLUSIVE, taken at
+// open, so the file has one writer process for the store's life.
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "global_scheduler/state_store.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/util/delimited_message_util.h"
+
+namespace ballast::global_scheduler {
+namespace {
+
+// Returns Fail(rc, what) from the enclosing member when `expr` is not OK.
+#define RETURN_IF_SQL(expr, what)                         \
+  do {                                                    \
+    if (const int sql_rc = (expr); sql_rc != SQLITE_OK) { \
+      return Fail(sql_rc, what);                          \
+    }                                                     \
+  } while (0)
+
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS models(
+  name TEXT PRIMARY KEY, registered INTEGER NOT NULL, path TEXT NOT NULL,
+  kv_dtype TEXT NOT NULL, ttft_ms INTEGER NOT NULL, tpot_ms INTEGER NOT NULL,
+  replicas INTEGER NOT NULL, kv_floor_bytes INTEGER NOT NULL,
+  kv_limit_bytes INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions(
+  id TEXT PRIMARY KEY, model TEXT NOT NULL, tenant TEXT NOT NULL,
+  chat INTEGER NOT NULL, node TEXT NOT NULL, tokens BLOB NOT NULL,
+  messages BLOB NOT NULL, lost INTEGER, last_used_us INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS sessions_by_node ON sessions(node);
+)sql";
+
+// A status for SQLite result `rc` while doing `what` on `path`.
+absl::Status SqlError(int rc, sqlite3* db, const std::string& path, const std::string& what) {
+  const std::string msg = absl::StrCat("state store ", path, ": ", what, ": ",
+                                       db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  switch (rc & 0xff) {
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(
+          absl::StrCat(msg, " (free disk space or raise scheduler.state.max_mb)"));
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::DataLossError(
+          absl::StrCat(msg, " (the file is damaged or not a Ballast state database)"));
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::FailedPreconditionError(
+          absl::StrCat(msg, " (another scheduler holds this state file)"));
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+      return absl::PermissionDeniedError(msg);
+    default:
+      return absl::UnavailableError(msg);
+  }
+}
+
+// A prepared statement, finalized on destruction.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  int prepare_rc() const { return rc_; }
+  Stmt& Text(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Int(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& Blob(int i, const std::string& v) {
+    sqlite3_bind_blob64(s_, i, v.data(), v.size(), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Null(int i) {
+    sqlite3_bind_null(s_, i);
+    return *this;
+  }
+  int Step() { return sqlite3_step(s_); }
+  std::string ColText(int i) const {
+    const auto* p = sqlite3_column_text(s_, i);
+    return p ? std::string(reinterpret_cast<const char*>(p),
+                           static_cast<size_t>(sqlite3_column_bytes(s_, i)))
+             : std::string();
+  }
+  std::string ColBlob(int i) const {
+    const void* p = sqlite3_column_blob(s_, i);
+    return p ? std::string(static_cast<const char*>(p),
+                           static_cast<size_t>(sqlite3_column_bytes(s_, i)))
+             : std::string();
+  }
+  int64_t ColInt(int i) const { return sqlite3_column_int64(s_, i); }
+  bool ColNull(int i) const { return sqlite3_column_type(s_, i) == SQLITE_NULL; }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+std::string EncodeTokens(const std::vector<int>& tokens) {
+  std::string out(tokens.size() * 4, '\0');
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto v = static_cast<uint32_t>(tokens[i]);
+    for (int b = 0; b < 4; ++b) out[i * 4 + b] = static_cast<char>((v >> (8 * b)) & 0xff);
+  }
+  return out;
+}
+
+std::string EncodeMessages(const std::vector<v1::ChatMessage>& messages) {
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  for (const auto& m : messages) {
+    google::protobuf::util::SerializeDelimitedToZeroCopyStream(m, &stream);
+  }
+  return out;
+}
+
+class SqliteStateStore final : public StateStore {
+ public:
+  SqliteStateStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  ~SqliteStateStore() override { sqlite3_close_v2(db_); }
+
+  // Pragmas, the exclusive lock and the schema. REQUIRES: not yet shared.
+  absl::Status Init(const SqliteStateOptions& options) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    RETURN_IF_SQL(Exec("PRAGMA locking_mode=EXCLUSIVE"), "set the locking mode");
+    RETURN_IF_SQL(Exec("PRAGMA journal_mode=WAL"), "switch to WAL");
+    RETURN_IF_SQL(Exec(options.sync == StateSync::kFull ? "PRAGMA synchronous=FULL"
+                                                        : "PRAGMA synchronous=NORMAL"),
+                  "set synchronous");
+    // Takes the exclusive lock now, so a second scheduler fails at start.
+    RETURN_IF_SQL(Exec("BEGIN EXCLUSIVE"), "lock the file");
+    int64_t version = 0;
+    {
+      Stmt q(db_, "PRAGMA user_version");
+      if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), "read the schema version");
+      if (const int rc = q.Step(); rc != SQLITE_ROW) return Fail(rc, "read the schema version");
+      version = q.ColInt(0);
+    }
+    if (version > kSchemaVersion) {
+      Exec("ROLLBACK");
+      return absl::FailedPreconditionError(
+          absl::StrCat("state store ", path_, ": schema version ", version,
+                       " was written by a newer Ballast (this one reads ", kSchemaVersion, ")"));
+    }
+    RETURN_IF_SQL(Exec(kSchema), "create the schema");
+    RETURN_IF_SQL(Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str()),
+                  "set the schema version");
+    RETURN_IF_SQL(Exec("COMMIT"), "create the schema");
+    if (options.max_bytes > 0) {
+      const int64_t page = sqlite3_int64(Scalar("PRAGMA page_size").value_or(4096));
+      const int64_t pages = std::max<int64_t>(1, options.max_bytes / std::max<int64_t>(1, page));
+      RETURN_IF_SQL(Exec(absl::StrCat("PRAGMA max_page_count=", pages).c_str()),
+                    "cap the file size");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<StoredCatalogue> LoadCatalogue() override {
+    absl::MutexLock lock(&mu_);
+    Stmt q(db_,
+           "SELECT name, registered, path, kv_dtype, ttft_ms, tpot_ms, replicas, kv_floor_bytes, "
+           "kv_limit_bytes FROM models ORDER BY name");
+    if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), "read the models");
+    StoredCatalogue out;
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) {
+      if (!q.ColInt(1)) {
+        out.unregistered.push_back(q.ColText(0));
+        continue;
+      }
+      ModelSpec s;
+      s.name = q.ColText(0);
+      s.path = q.ColText(2);
+      s.kv_dtype = q.ColText(3);
+      s.ttft_ms = static_cast<uint32_t>(q.ColInt(4));
+      s.tpot_ms = static_cast<uint32_t>(q.ColInt(5));
+      s.replicas = static_cast<int>(q.ColInt(6));
+      s.kv_floor_bytes = q.ColInt(7);
+      s.kv_limit_bytes = q.ColInt(8);
+      out.registered.push_back(std::move(s));
+    }
+    if (rc != SQLITE_DONE) return Fail(rc, "read the models");
+    return out;
+  }
+
+  absl::StatusOr<std::vector<StoredSession>> LoadSessions() override {
+    absl::MutexLock lock(&mu_);
+    Stmt q(db_,
+           "SELECT id, model, tenant, chat, node, tokens, messages, lost, last_used_us "
+           "FROM sessions ORDER BY id");
+    if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), "read the sessions");
+    std::vector<StoredSession> out;
+    int rc;
+    while ((rc = q.Step()) == SQLITE_ROW) {
+      StoredSession s;
+      s.id = q.ColText(0);
+      s.model = q.ColText(1);
+      s.tenant = q.ColText(2);
+      s.chat = q.ColInt(3) != 0;
+      s.node_id = q.ColText(4);
+      if (auto st = DecodeTokens(s.id, q.ColBlob(5), &s.tokens); !st.ok()) return st;
+      if (auto st = DecodeMessages(s.id, q.ColBlob(6), &s.messages); !st.ok()) return st;
+      if (!q.ColNull(7)) s.lost = q.ColInt(7) == 1 ? LostReason::kExpired : LostReason::kForgotten;
+      s.last_used = absl::FromUnixMicros(q.ColInt(8));
+      out.push_back(std::move(s));
+    }
+    if (rc != SQLITE_DONE) return Fail(rc, "read the sessions");
+    return out;
+  }
+
+  absl::Status PutRegistered(const ModelSpec& s) override {
+    absl::MutexLock lock(&mu_);
+    Stmt q(db_, "INSERT OR REPLACE INTO models VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    q.Text(1, s.name).Text(2, s.path).Text(3, s.kv_dtype).Int(4, s.ttft_ms).Int(5, s.tpot_ms);
+    q.Int(6, s.replicas).Int(7, s.kv_floor_bytes).Int(8, s.kv_limit_bytes);
+    return Run(q, absl::StrCat("record model ", s.name));
+  }
+
+  absl::Status PutUnregistered(const std::string& name) override {
+    absl::MutexLock lock(&mu_);
+    Stmt q(db_, "INSERT OR REPLACE INTO models VALUES (?1, 0, '', '', 0, 0, 0, 0, 0)");
+    q.Text(1, name);
+    return Run(q, absl::StrCat("record the unregistration of model ", name));
+  }
+
+  absl::Status PutSession(const StoredSession& s) override {
+    const std::string tokens = EncodeTokens(s.tokens);
+    const std::string messages = EncodeMessages(s.messages);
+    absl::MutexLock lock(&mu_);
+    Stmt q(db_, "INSERT OR REPLACE INTO sessions VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+    q.Text(1, s.id).Text(2, s.model).Text(3, s.tenant).Int(4, s.chat).Text(5, s.node_id);
+    q.Blob(6, tokens).Blob(7, messages);
+    if (s.lost) {
+      q.Int(8, *s.lost == LostReason::kExpired ? 1 : 0);
+    } else {
+      q.Null(8);
+    }
+    q.Int(9, absl::ToUnixMicros(s.last_used));
+    return Run(q, absl::StrCat("record session ", s.id));
+  }
+
+  absl::Status SetAffinity(const std::string& id, const std::string& node_id) override {
+    absl::MutexLock lock(&mu_);
+    Stmt q(db_, "UPDATE sessions SET node = ?2 WHERE id = ?1");
+    q.Text(1, id).Text(2, node_id);
+    return Run(q, absl::StrCat("record session ", id, "'s node"));
+  }
+
+  absl::Status ForgetNode(const std::string& node_id) override {
+    absl::MutexLock lock(&mu_);
+    Stmt q(db_, "UPDATE sessions SET node = '' WHERE node = ?1");
+    q.Text(1, node_id);
+    return Run(q, absl::StrCat("forget node ", node_id, "'s sessions"));
+  }
+
+  absl::Status EraseSession(const std::string& id) override {
+    absl::MutexLock lock(&mu_);
+    Stmt q(db_, "DELETE FROM sessions WHERE id = ?1");
+    q.Text(1, id);
+    return Run(q, absl::StrCat("erase session ", id));
+  }
+
+  std::string Describe() const override { return absl::StrCat("sqlite:", path_); }
+
+ private:
+  int Exec(const char* sql) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+  }
+  std::optional<int64_t> Scalar(const char* sql) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Stmt q(db_, sql);
+    if (q.prepare_rc() != SQLITE_OK || q.Step() != SQLITE_ROW) return std::nullopt;
+    return q.ColInt(0);
+  }
+  absl::Status Fail(int rc, const std::string& what) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return SqlError(rc, db_, path_, what);
+  }
+  // Runs a write statement. REQUIRES: mu_ held.
+  absl::Status Run(Stmt& q, const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), what);
+    const int rc = q.Step();
+    return rc == SQLITE_DONE ? absl::OkStatus() : Fail(rc, what);
+  }
+  absl::Status DecodeTokens(const std::string& id, const std::string& blob,
+                            std::vector<int>* out) const {
+    if (blob.size() % 4 != 0) {
+      return absl::DataLossError(absl::StrCat("state store ", path_, ": session ", id,
+                                              ": tokens: ", blob.size(),
+                                              " bytes is not a whole number of int32 tokens"));
+    }
+    out->resize(blob.size() / 4);
+    for (size_t i = 0; i < out->size(); ++i) {
+      uint32_t v = 0;
+      for (int b = 0; b < 4; ++b) v |= uint32_t{static_cast<uint8_t>(blob[i * 4 + b])} << (8 * b);
+      (*out)[i] = static_cast<int>(v);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status DecodeMessages(const std::string& id, const std::string& blob,
+                              std::vector<v1::ChatMessage>* out) const {
+    google::protobuf::io::ArrayInputStream stream(blob.data(), static_cast<int>(blob.size()));
+    while (stream.ByteCount() < static_cast<int64_t>(blob.size())) {
+      v1::ChatMessage m;
+      bool clean_eof = false;
+      if (!google::protobuf::util::ParseDelimitedFromZeroCopyStream(&m, &stream, &clean_eof)) {
+        return absl::DataLossError(absl::StrCat("state store ", path_, ": session ", id,
+                                                ": messages: message ", out->size() + 1,
+                                                " cannot be parsed"));
+      }
+      out->push_back(std::move(m));
+    }
+    return absl::OkStatus();
+  }
+  const std::string path_;
+  absl::Mutex mu_;
+  sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(
+    const std::string& path, const SqliteStateOptions& options) {
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state store ", path, ": directory ", dir.string(), " does not exist"));
+  }
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status st = SqlError(rc, db, path, "open");
+    sqlite3_close_v2(db);
+    return st;
+  }
+  auto store = std::make_unique<SqliteStateStore>(path, db);
+  if (auto st = store->Init(options); !st.ok()) return st;
+  return store;
+}
+
+#undef RETURN_IF_SQL
+
+}  // namespace ballast::global_scheduler

@@ -1,0 +1,237 @@
+// The SQLite StateStore and the session directory's write-through: what a
+// directory acknowledged is what a directory restored from the same file
+// holds (compared against the live directory, operation by operation); a
+// store that cannot write refuses new sessions and counts later failures;
+// a full store is RESOURCE_EXHAUSTED; a damaged row or a newer schema is
+// refused naming the file.
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "global_scheduler/session_directory.h"
+#include "global_scheduler/state_store.h"
+#include "gtest/gtest.h"
+#include "tests/unit/global_scheduler/faulty_state_store.h"
+
+namespace ballast::global_scheduler {
+namespace {
+
+namespace fs = std::filesystem;
+
+v1::ChatMessage Msg(const std::string& role, const std::string& content) {
+  v1::ChatMessage m;
+  m.set_role(role);
+  m.set_content(content);
+  return m;
+}
+
+TurnRecord Turn(std::vector<int> prompt, std::vector<int> output) {
+  TurnRecord t;
+  t.prompt_tokens = std::move(prompt);
+  t.output_tokens = std::move(output);
+  return t;
+}
+
+// Runs `sql` on the file directly (the store must be closed).
+void RawSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+  EXPECT_EQ(rc, SQLITE_OK) << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+class StateStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / absl::StrCat("state_", getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "state.db").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+  std::string path_;
+};
+
+TEST_F(StateStoreTest, SessionsAndTheCatalogueReadBackExactly) {
+  StoredSession a{"a",
+                  "m",
+                  "acme",
+                  true,
+                  "node-1",
+                  {0, -1, 2147483647, -2147483647 - 1, 42},
+                  {Msg("user", "héllo"), Msg("assistant", std::string("nul\0byte", 8))},
+                  std::nullopt,
+                  absl::FromUnixMicros(1234567)};
+  StoredSession b{"b", "m2", "", false, "", {}, {}, LostReason::kExpired, absl::FromUnixSeconds(9)};
+  {
+    auto store = *OpenSqliteStateStore(path_);
+    ASSERT_TRUE(store->PutSession(a).ok());
+    ASSERT_TRUE(store->PutSession(b).ok());
+    ASSERT_TRUE(
+        store
+            ->PutSession(
+                {"c", "m", "", false, "node-1", {7}, {}, LostReason::kForgotten, absl::UnixEpoch()})
+            .ok());
+    ASSERT_TRUE(store->EraseSession("c").ok());
+    ASSERT_TRUE(store->SetAffinity("b", "node-2").ok());
+    ASSERT_TRUE(store->ForgetNode("node-1").ok());
+    ModelSpec spec{"tuned", "/models/tuned", "bf16", 300, 40, 2, 1 << 20, 1 << 30};
+    ASSERT_TRUE(store->PutRegistered(spec).ok());
+    ASSERT_TRUE(store->PutUnregistered("old").ok());
+    ASSERT_TRUE(store->PutRegistered({"old", "/models/old"}).ok());  // back again
+    ASSERT_TRUE(store->PutUnregistered("gone").ok());
+  }
+  auto store = *OpenSqliteStateStore(path_);
+  auto sessions = *store->LoadSessions();
+  ASSERT_EQ(sessions.size(), 2u);
+  EXPECT_EQ(sessions[0].id, "a");
+  EXPECT_EQ(sessions[0].tenant, "acme");
+  EXPECT_TRUE(sessions[0].chat);
+  EXPECT_EQ(sessions[0].node_id, "");  // ForgetNode
+  EXPECT_EQ(sessions[0].tokens, a.tokens);
+  ASSERT_EQ(sessions[0].messages.size(), 2u);
+  EXPECT_EQ(sessions[0].messages[0].content(), "héllo");
+  EXPECT_EQ(sessions[0].messages[1].content(), a.messages[1].content());
+  EXPECT_FALSE(sessions[0].lost.has_value());
+  EXPECT_EQ(sessions[0].last_used, a.last_used);
+  EXPECT_EQ(sessions[1].node_id, "node-2");
+  EXPECT_EQ(sessions[1].lost, LostReason::kExpired);
+  auto catalogue = *store->LoadCatalogue();
+  ASSERT_EQ(catalogue.registered.size(), 2u);
+  EXPECT_EQ(catalogue.registered[0].name, "old");
+  const ModelSpec& t = catalogue.registered[1];
+  EXPECT_EQ(t.path, "/models/tuned");
+  EXPECT_EQ(t.kv_dtype, "bf16");
+  EXPECT_EQ(t.ttft_ms, 300u);
+  EXPECT_EQ(t.tpot_ms, 40u);
+  EXPECT_EQ(t.replicas, 2);
+  EXPECT_EQ(t.kv_floor_bytes, 1 << 20);
+  EXPECT_EQ(t.kv_limit_bytes, 1 << 30);
+  EXPECT_EQ(catalogue.unregistered, std::vector<std::string>{"gone"});
+}
+
+// Whatever the live directory acknowledged, a directory restored from the
+// file answers the same.
+TEST_F(StateStoreTest, ARestoredDirectoryMatchesTheLiveOne) {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  auto clock = [&now] { return now; };
+  auto store = *OpenSqliteStateStore(path_);
+  SessionDirectory live(clock);
+  ASSERT_TRUE(live.Restore(store.get()).ok());
+  ASSERT_TRUE(live.Begin("text", "m", false, "acme").ok());
+  live.Commit("text", "node-1", Turn({1, 2, 3}, {4, 5}));
+  ASSERT_TRUE(live.Begin("text", "m", false, "acme").ok());
+  live.Commit("text", "node-1", Turn({6}, {7}));
+  ASSERT_TRUE(live.Begin("chat", "m", true).ok());
+  TurnRecord chat = Turn({10, 11}, {12});
+  chat.prompt_replaces_history = true;
+  chat.messages = {Msg("user", "hi"), Msg("assistant", "hello")};
+  live.Commit("chat", "node-2", chat);
+  live.SetAffinity("chat", "node-3");
+  ASSERT_TRUE(live.Begin("ended", "m").ok());
+  live.Commit("ended", "node-1", Turn({1}, {2}));
+  bool existed = false;
+  ASSERT_TRUE(live.End("ended", &existed).ok());
+  ASSERT_TRUE(live.Begin("aborted", "m").ok());  // no history: an abort forgets it
+  live.Abort("aborted");
+  ASSERT_TRUE(live.Begin("old", "m").ok());
+  live.Commit("old", "node-2", Turn({9}, {9}));
+  live.ForgetNode("node-2");  // "old" loses its affinity, "chat" is on node-3
+  now += absl::Minutes(31);
+  ASSERT_TRUE(live.Begin("text", "m", false, "acme").ok());  // keeps "text" fresh
+  live.Commit("text", "node-1", Turn({8}, {}));
+  ASSERT_EQ(live.Expire(absl::Minutes(30)).size(), 2u);  // "chat" and "old"
+  ASSERT_TRUE(live.Begin("lost", "m").ok());
+  live.MarkLost("lost", LostReason::kForgotten);
+  store.reset();  // the restart
+
+  auto reopened = *OpenSqliteStateStore(path_);
+  SessionDirectory restored(clock);
+  ASSERT_TRUE(restored.Restore(reopened.get()).ok());
+  EXPECT_EQ(restored.size(), live.size());
+  for (const char* id : {"text", "chat", "lost", "ended", "aborted", "old"}) {
+    for (const char* tenant : {"", "acme"}) {
+      auto want = live.Peek(id, tenant);
+      auto got = restored.Peek(id, tenant);
+      ASSERT_EQ(got.status(), want.status()) << id << " " << tenant;
+      if (!want.ok()) continue;
+      EXPECT_EQ(got->model, want->model) << id;
+      EXPECT_EQ(got->tokens, want->tokens) << id;
+      EXPECT_EQ(got->node_id, want->node_id) << id;
+    }
+  }
+  auto turn = restored.Begin("text", "m", false, "acme");
+  ASSERT_TRUE(turn.ok()) << turn.status();
+  EXPECT_FALSE(turn->fresh);
+  EXPECT_EQ(turn->history, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(turn->node_id, "node-1");
+  EXPECT_EQ(restored.Begin("text", "m", false, "other").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // The lost-reasons survive too: "lost" was forgotten, "chat" expired.
+  EXPECT_NE(restored.Begin("lost", "m").status().message().find("restarted"), std::string::npos);
+  EXPECT_NE(restored.Begin("chat", "m", true).status().message().find("expired"),
+            std::string::npos);
+}
+
+TEST_F(StateStoreTest, AStoreThatCannotWriteRefusesNewSessionsAndCountsTheRest) {
+  testing::FaultyStateStore store(*OpenSqliteStateStore(path_));
+  SessionDirectory d;
+  ASSERT_TRUE(d.Restore(&store).ok());
+  ASSERT_TRUE(d.Begin("s", "m").ok());
+  store.FailWrites(true);
+  auto refused = d.Begin("new", "m");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("injected"), std::string::npos) << refused.status();
+  EXPECT_EQ(d.size(), 1);                   // nothing left of the refused session
+  d.Commit("s", "node-1", Turn({1}, {2}));  // already running: kept in memory
+  EXPECT_EQ(d.write_errors(), 1);
+  EXPECT_EQ(d.Peek("s", "")->tokens, (std::vector<int>{1, 2}));
+}
+
+TEST_F(StateStoreTest, AFullStoreIsResourceExhaustedNamingTheFile) {
+  auto store = *OpenSqliteStateStore(path_, {StateSync::kFull, 256 << 10});
+  absl::Status st;
+  std::vector<int> tokens(16 << 10, 7);  // 64 KiB a session
+  for (int i = 0; i < 16 && st.ok(); ++i) {
+    st = store->PutSession(
+        {absl::StrCat("s", i), "m", "", false, "", tokens, {}, std::nullopt, absl::UnixEpoch()});
+  }
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find(path_), std::string::npos) << st;
+  EXPECT_NE(st.message().find("max_mb"), std::string::npos) << st;
+  // What was committed before is intact and readable.
+  auto sessions = store->LoadSessions();
+  ASSERT_TRUE(sessions.ok()) << sessions.status();
+  EXPECT_GE(sessions->size(), 1u);
+  for (const auto& s : *sessions) EXPECT_EQ(s.tokens, tokens);
+}
+
+TEST_F(StateStoreTest, DamagedRowsAndNewerSchemasAreRefusedNamingTheFile) {
+  { auto store = *OpenSqliteStateStore(path_); }
+  RawSql(path_, "INSERT INTO sessions VALUES ('bad', 'm', '', 0, '', x'010203', x'', NULL, 0);");
+  {
+    auto store = *OpenSqliteStateStore(path_);
+    auto sessions = store->LoadSessions();
+    EXPECT_EQ(sessions.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(sessions.status().message().find(path_ + ": session bad: tokens"), std::string::npos)
+        << sessions.status();
+  }
+  RawSql(path_, "UPDATE sessions SET tokens = x'', messages = x'05ff';");
+  {
+    auto store = *OpenSqliteStateStore(path_);
+    EXPECT_EQ(store->LoadSessions().status().code(), absl::StatusCode::kDataLoss);
+  }
+  RawSql(path_, "PRAGMA user_version = 99;");
+  auto newer = OpenSqliteStateStore(path_);
+  EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(newer.status().message().find("newer Ballast"), std::string::npos) << newer.status();
+}
+
+}  // namespace
+}  // namespace ballast::global_scheduler
