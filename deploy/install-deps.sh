@@ -10,7 +10,7 @@ PKGS=(
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
   prometheus-cpp-dev libcivetweb-dev civetweb libssl-dev zlib1g-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev gnuplot-nox libsqlite3-dev
+  nlohmann-json3-dev libcli11-dev gnuplot-nox libsqlite3-dev python3-jsonschema
   python3 curl  # curl: the gateway test drives it too
   prometheus    # promtool: the metrics_promtool test lints /metrics
   openssl       # deploy/tls/make-test-ca.sh: the TLS tests make their CA

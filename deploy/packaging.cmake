@@ -14,6 +14,7 @@ install(FILES configs/node.yaml configs/scheduler.yaml configs/ballast.yaml conf
         DESTINATION ${CMAKE_INSTALL_DATADIR}/ballast/configs)
 install(DIRECTORY deploy/kubernetes DESTINATION ${CMAKE_INSTALL_DATADIR}/ballast)
 install(FILES deploy/prometheus/alerts.yaml DESTINATION ${CMAKE_INSTALL_DATADIR}/ballast/prometheus)
+install(FILES deploy/grafana/ballast.json DESTINATION ${CMAKE_INSTALL_DATADIR}/ballast/grafana)
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(FILES deploy/systemd/ballast-node.service deploy/systemd/ballast-scheduler.service
         DESTINATION lib/systemd/system)

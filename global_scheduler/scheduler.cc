@@ -485,15 +485,18 @@ void Scheduler::AwaitReplica(const PendingRoute& pending, std::function<bool()> 
   waiters_.Park(pending.version, pending.deadline, std::move(cancelled), std::move(wake));
 }
 
-void Scheduler::Complete(const Route& route, const v1::NodeFinal* final) {
+absl::Status Scheduler::Complete(const Route& route, const v1::NodeFinal* final) {
   cluster_.AddInflight(route.node_id, -1);
   {
     absl::MutexLock lock(&mu_);
     auto it = inflight_by_model_.find(route.model);
     if (it != inflight_by_model_.end() && --it->second <= 0) inflight_by_model_.erase(it);
   }
-  if (route.session_id.empty()) return;
-  if (!final) return sessions_.Abort(route.session_id);
+  if (route.session_id.empty()) return absl::OkStatus();
+  if (!final) {
+    sessions_.Abort(route.session_id);
+    return absl::OkStatus();
+  }
   TurnRecord turn;
   turn.prompt_tokens.assign(final->prompt_tokens().begin(), final->prompt_tokens().end());
   turn.output_tokens.assign(final->output_tokens().begin(), final->output_tokens().end());
@@ -505,7 +508,7 @@ void Scheduler::Complete(const Route& route, const v1::NodeFinal* final) {
     reply.set_content(final->final().text());
     turn.messages.push_back(std::move(reply));
   }
-  sessions_.Commit(route.session_id, route.node_id, std::move(turn));
+  return sessions_.Commit(route.session_id, route.node_id, std::move(turn));
 }
 
 }  // namespace ballast::global_scheduler

@@ -282,8 +282,10 @@ class Scheduler {
   // Ends a routed request. On success (`final` set) the session history
   // grows by the turn's prompt and output tokens (a chat turn's prompt
   // replaces it, and its messages and the reply join the conversation);
-  // on failure (null) it is left as it was.
-  void Complete(const Route& route, const v1::NodeFinal* final);
+  // on failure (null) it is left as it was. A turn the state store could
+  // not save is not part of the history: UNAVAILABLE, which the request
+  // ends with.
+  absl::Status Complete(const Route& route, const v1::NodeFinal* final);
   // A call to `node_id` failed UNAVAILABLE: if its connection is down too,
   // routing avoids the node at once (until its next heartbeat), not only
   // after heartbeat_timeout.

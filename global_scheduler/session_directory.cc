@@ -21,8 +21,8 @@ absl::Status OtherTenant(const std::string& session_id) {
 }  // namespace
 
 std::map<std::string, SessionDirectory::Session>::iterator SessionDirectory::Erase(
-    std::map<std::string, Session>::iterator it) {
-  if (store_) Note(store_->EraseSession(it->first));
+    std::map<std::string, Session>::iterator it, bool stored) {
+  if (store_ && stored) Note(store_->EraseSession(it->first));
   auto t = per_tenant_.find(it->second.tenant);
   if (t != per_tenant_.end() && --t->second <= 0) per_tenant_.erase(t);
   return sessions_.erase(it);
@@ -112,7 +112,11 @@ absl::StatusOr<SessionTurn> SessionDirectory::Begin(const std::string& session_i
   }
   s.busy = true;
   s.last_used = clock_();
-  return SessionTurn{s.tokens, s.messages, s.node_id, inserted};
+  // A session with no committed turn is new to the lost-history check too
+  // (one restored from the store may have been created just before a
+  // restart, while a node already served it).
+  const bool fresh = inserted || (s.tokens.empty() && s.messages.empty());
+  return SessionTurn{s.tokens, s.messages, s.node_id, fresh};
 }
 
 absl::StatusOr<SessionDirectory::Snapshot> SessionDirectory::Peek(const std::string& session_id,
@@ -136,20 +140,30 @@ void SessionDirectory::SetAffinity(const std::string& session_id, const std::str
   if (store_) Note(store_->SetAffinity(session_id, node_id));
 }
 
-void SessionDirectory::Commit(const std::string& session_id, const std::string& node_id,
-                              TurnRecord turn) {
+absl::Status SessionDirectory::Commit(const std::string& session_id, const std::string& node_id,
+                                      TurnRecord turn) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) return;  // ended meanwhile
-  Session& s = it->second;
-  if (turn.prompt_replaces_history) s.tokens.clear();
-  s.tokens.insert(s.tokens.end(), turn.prompt_tokens.begin(), turn.prompt_tokens.end());
-  s.tokens.insert(s.tokens.end(), turn.output_tokens.begin(), turn.output_tokens.end());
-  for (auto& m : turn.messages) s.messages.push_back(std::move(m));
-  s.node_id = node_id;
-  s.busy = false;
-  s.last_used = clock_();
-  Note(Persist(session_id, s));
+  if (it == sessions_.end()) return absl::OkStatus();  // ended meanwhile
+  Session next = it->second;
+  if (turn.prompt_replaces_history) next.tokens.clear();
+  next.tokens.insert(next.tokens.end(), turn.prompt_tokens.begin(), turn.prompt_tokens.end());
+  next.tokens.insert(next.tokens.end(), turn.output_tokens.begin(), turn.output_tokens.end());
+  for (auto& m : turn.messages) next.messages.push_back(std::move(m));
+  next.node_id = node_id;
+  next.busy = false;
+  next.last_used = clock_();
+  if (auto st = Persist(session_id, next); !st.ok()) {
+    it->second.busy = false;  // the turn ends; the history stays as it was
+    it->second.last_used = next.last_used;
+    return absl::UnavailableError(
+        absl::StrCat("session ", session_id,
+                     ": the turn could not be saved, so it is not part of the "
+                     "session's history (",
+                     st.message(), "); send it again"));
+  }
+  it->second = std::move(next);
+  return absl::OkStatus();
 }
 
 void SessionDirectory::Abort(const std::string& session_id) {
@@ -169,9 +183,15 @@ absl::StatusOr<std::optional<std::string>> SessionDirectory::End(
   *existed = it != sessions_.end();
   if (!*existed) return std::optional<std::string>();
   if (tenant && it->second.tenant != *tenant) return OtherTenant(session_id);
+  if (store_) {
+    if (auto st = store_->EraseSession(session_id); !st.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("session ", session_id, " not ended: ", st.message()));
+    }
+  }
   std::optional<std::string> node;
   if (!it->second.node_id.empty()) node = it->second.node_id;
-  Erase(it);
+  Erase(it, /*stored=*/false);
   return node;
 }
 

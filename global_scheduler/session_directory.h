@@ -22,12 +22,15 @@
 //
 // Persistence: after Restore(store), every change is written through to the
 // StateStore before the call returns, under the directory's lock (so the
-// store sees changes in order): a session created by Begin (a failed write
-// refuses the turn, UNAVAILABLE), each committed turn (before the client
-// hears the turn ended), affinity moves, ends, losses and expiries. A
-// failed write after Begin cannot be refused any more: it is logged and
-// counted (write_errors()), and memory stays authoritative until a restart.
-// A turn's in-flight state is never stored.
+// store sees changes in order). Acknowledged changes are never kept in
+// memory only: a session created by Begin, a committed turn (before the
+// client hears the turn ended) and an ended session are written first and
+// refused (UNAVAILABLE, nothing changed) if the write fails. Bookkeeping
+// writes that nobody waits on (affinity moves, losses, expiries, the erase
+// of a session with no history) are logged and counted on failure
+// (write_errors()). A turn's in-flight state and the last use of a session
+// between turns are not stored: after a restart, idle time counts from the
+// last committed turn.
 // Thread-safety: all methods are thread-safe.
 #pragma once
 
@@ -51,7 +54,7 @@ struct SessionTurn {
   std::vector<int> history;               // tokens before this turn
   std::vector<v1::ChatMessage> messages;  // chat: the conversation so far
   std::string node_id;                    // affinity; empty if none yet
-  bool fresh = false;                     // Begin created the session
+  bool fresh = false;                     // no committed turn yet
 };
 
 // A finished turn, as Commit records it.
@@ -88,9 +91,12 @@ class SessionDirectory {
   absl::StatusOr<Snapshot> Peek(const std::string& session_id, const std::string& tenant) const;
   // Moves a session's affinity (Advise prefetched its KV on `node_id`).
   void SetAffinity(const std::string& session_id, const std::string& node_id);
-  void Commit(const std::string& session_id, const std::string& node_id, TurnRecord turn);
+  // Records a finished turn. UNAVAILABLE (and the turn is dropped: the
+  // session keeps its earlier history) if the store cannot write it.
+  absl::Status Commit(const std::string& session_id, const std::string& node_id, TurnRecord turn);
   void Abort(const std::string& session_id);
-  // Forgets a session; returns its affinity node if it existed. With
+  // Forgets a session; returns its affinity node if it existed;
+  // UNAVAILABLE (nothing forgotten) if the store cannot erase it. With
   // `tenant`, a session of another tenant is PERMISSION_DENIED (checked and
   // erased under one lock).
   absl::StatusOr<std::optional<std::string>> End(
@@ -130,8 +136,10 @@ class SessionDirectory {
   const std::function<absl::Time()> clock_;
   const int max_sessions_;
   mutable absl::Mutex mu_;
-  // Erases `it`, keeping per_tenant_ in step. REQUIRES: mu_ held.
-  std::map<std::string, Session>::iterator Erase(std::map<std::string, Session>::iterator it)
+  // Erases `it`, keeping per_tenant_ in step, and from the store unless
+  // `stored` is false (the caller erased it there). REQUIRES: mu_ held.
+  std::map<std::string, Session>::iterator Erase(std::map<std::string, Session>::iterator it,
+                                                 bool stored = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes session `id` whole to the store (if any). REQUIRES: mu_ held.
   absl::Status Persist(const std::string& id, const Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

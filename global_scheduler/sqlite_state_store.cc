@@ -10,6 +10,7 @@
 // open, so the file has one writer process for the store's life.
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/base/thread_annotations.h"
@@ -141,7 +142,13 @@ class SqliteStateStore final : public StateStore {
   // Pragmas, the exclusive lock and the schema. REQUIRES: not yet shared.
   absl::Status Init(const SqliteStateOptions& options) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     RETURN_IF_SQL(Exec("PRAGMA locking_mode=EXCLUSIVE"), "set the locking mode");
-    RETURN_IF_SQL(Exec("PRAGMA journal_mode=WAL"), "switch to WAL");
+    // The pragma answers the mode now in force (a file that cannot switch
+    // answers its old mode).
+    if (auto mode = Text("PRAGMA journal_mode=WAL"); mode != "wal") {
+      return mode ? absl::FailedPreconditionError(absl::StrCat(
+                        "state store ", path_, ": cannot use WAL (journal mode ", *mode, ")"))
+                  : Fail(sqlite3_errcode(db_), "switch to WAL");
+    }
     RETURN_IF_SQL(Exec(options.sync == StateSync::kFull ? "PRAGMA synchronous=FULL"
                                                         : "PRAGMA synchronous=NORMAL"),
                   "set synchronous");
@@ -218,7 +225,14 @@ class SqliteStateStore final : public StateStore {
       s.node_id = q.ColText(4);
       if (auto st = DecodeTokens(s.id, q.ColBlob(5), &s.tokens); !st.ok()) return st;
       if (auto st = DecodeMessages(s.id, q.ColBlob(6), &s.messages); !st.ok()) return st;
-      if (!q.ColNull(7)) s.lost = q.ColInt(7) == 1 ? LostReason::kExpired : LostReason::kForgotten;
+      if (!q.ColNull(7)) {
+        const int64_t lost = q.ColInt(7);
+        if (lost != 0 && lost != 1) {
+          return absl::DataLossError(absl::StrCat("state store ", path_, ": session ", s.id,
+                                                  ": lost: ", lost, " is not 0 or 1"));
+        }
+        s.lost = lost == 1 ? LostReason::kExpired : LostReason::kForgotten;
+      }
       s.last_used = absl::FromUnixMicros(q.ColInt(8));
       out.push_back(std::move(s));
     }
@@ -283,6 +297,11 @@ class SqliteStateStore final : public StateStore {
  private:
   int Exec(const char* sql) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+  }
+  std::optional<std::string> Text(const char* sql) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    Stmt q(db_, sql);
+    if (q.prepare_rc() != SQLITE_OK || q.Step() != SQLITE_ROW) return std::nullopt;
+    return q.ColText(0);
   }
   std::optional<int64_t> Scalar(const char* sql) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     Stmt q(db_, sql);

@@ -92,7 +92,9 @@ enum class StateSync {
 struct SqliteStateOptions {
   StateSync sync = StateSync::kNormal;
   // Largest size of the database file; writes past it fail
-  // RESOURCE_EXHAUSTED as a full disk does. 0: no cap. Default 0.
+  // RESOURCE_EXHAUSTED as a full disk does. 0: no cap. Default 0. The WAL
+  // beside it is not counted (it is checkpointed into the file every 1000
+  // pages); a cap below the file's current size is raised to that size.
   int64_t max_bytes = 0;
 };
 

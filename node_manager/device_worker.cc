@@ -277,6 +277,9 @@ DeviceUsage DeviceWorker::Usage() const {
     u.running += s.running;
     u.preemptions += s.preemptions;
     u.models.push_back(e->name());
+    u.model_memory.push_back(
+        {e->name(), e->weight_bytes(),
+         (s.kv_blocks_total - s.kv_blocks_free) * static_cast<int64_t>(e->kv_block_bytes())});
   }
   {
     absl::MutexLock lock(&mu_);

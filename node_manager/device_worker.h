@@ -66,6 +66,7 @@
 #include "memory/balloon.h"
 #include "memory/kv_arena.h"
 #include "node_manager/arbitration.h"
+#include "node_manager/model_memory.h"
 #include "node_manager/prefill_cost_model.h"
 #include "node_manager/remap_controller.h"
 #include "node_manager/step_host_histogram.h"
@@ -88,6 +89,7 @@ struct DeviceUsage {
   int running = 0;
   int64_t preemptions = 0;
   std::vector<std::string> models;
+  std::vector<ModelMemory> model_memory;  // one per resident model
   // Elastic mode: KV arena state and page-pool driver calls (cumulative).
   int64_t slabs_formatted = 0, slabs_empty = 0;
   int64_t page_map_calls = 0, page_unmap_calls = 0;

@@ -20,7 +20,8 @@ contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/bin/ballast ./usr/lib/systemd/system/ballast-node.service \
          ./usr/lib/systemd/system/ballast-scheduler.service \
          ./usr/share/ballast/configs/node.yaml ./usr/share/ballast/configs/scheduler.yaml \
-         ./usr/share/ballast/kubernetes/ballast.yaml ./usr/share/doc/ballast/README.md; do
+         ./usr/share/ballast/kubernetes/ballast.yaml ./usr/share/doc/ballast/README.md \
+         ./usr/share/ballast/grafana/ballast.json ./usr/share/ballast/prometheus/alerts.yaml; do
   grep -qx "$f" <<< "$contents" || fail "missing $f"
 done
 dpkg-deb -I "$deb" postinst > /dev/null || fail "no postinst"

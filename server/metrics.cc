@@ -159,6 +159,11 @@ Metrics::Metrics()
                         .Name("ballast_node_remap_layers")
                         .Help("Weight layers a model lends to KV (parameter remapping)")
                         .Register(*registry_)),
+      model_memory_(BuildGauge()
+                        .Name("ballast_node_model_memory_bytes")
+                        .Help("Device memory of each resident model by kind (weights; kv: "
+                              "blocks held by its running and cached sequences)")
+                        .Register(*registry_)),
       remap_streamed_(BuildCounter()
                           .Name("ballast_node_remap_streamed_bytes_total")
                           .Help("Weight bytes streamed from host memory into layer slots")
@@ -289,6 +294,29 @@ void Metrics::SetDevice(const DeviceGauges& g) {
   }
   seen = g.step_host;
   SetRemap(g.device, g.remap);
+  SetModelMemory(g.device, g.model_memory);
+}
+
+void Metrics::SetModelMemory(const std::string& device,
+                             const std::vector<node_manager::ModelMemory>& models) {
+  std::set<std::string>& before = memory_models_[device];
+  std::set<std::string> now;
+  for (const auto& m : models) {
+    const std::string label = ModelLabel(m.model);
+    model_memory_.Add({{"device", device}, {"model", label}, {"kind", "weights"}})
+        .Set(static_cast<double>(m.weight_bytes));
+    model_memory_.Add({{"device", device}, {"model", label}, {"kind", "kv"}})
+        .Set(static_cast<double>(m.kv_bytes_used));
+    now.insert(label);
+  }
+  for (const std::string& label : before) {
+    if (now.count(label)) continue;
+    for (const char* kind : {"weights", "kv"}) {
+      model_memory_.Remove(
+          &model_memory_.Add({{"device", device}, {"model", label}, {"kind", kind}}));
+    }
+  }
+  before = std::move(now);
 }
 
 void Metrics::SetRemap(const std::string& device, const node_manager::RemapStats& r) {

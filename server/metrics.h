@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "node_manager/model_memory.h"
 #include "node_manager/remap_options.h"
 #include "node_manager/step_host_histogram.h"
 #include "prometheus/counter.h"
@@ -57,9 +58,10 @@ struct DeviceGauges {
   int64_t preemptions_total = 0;                 // cumulative, as the engines count it
   int64_t slabs_formatted = 0, slabs_empty = 0;  // elastic KV arena
   int64_t kv_bytes_used = 0, kv_bytes_free = 0;
-  int64_t page_map_calls = 0, page_unmap_calls = 0;  // cumulative driver calls
-  node_manager::StepHostHistogram step_host;         // cumulative per-step host time
-  node_manager::RemapStats remap = {};               // parameter remapping (cumulative)
+  int64_t page_map_calls = 0, page_unmap_calls = 0;     // cumulative driver calls
+  node_manager::StepHostHistogram step_host;            // cumulative per-step host time
+  node_manager::RemapStats remap = {};                  // parameter remapping (cumulative)
+  std::vector<node_manager::ModelMemory> model_memory;  // per resident model
 };
 
 // The node's session KV tiers (node_manager::KvTierStats plus the engines'
@@ -157,6 +159,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& activation_;
   prometheus::Family<prometheus::Counter>& evictions_;
   prometheus::Family<prometheus::Gauge>& remap_layers_;
+  prometheus::Family<prometheus::Gauge>& model_memory_;
   prometheus::Family<prometheus::Counter>& remap_streamed_;
   prometheus::Family<prometheus::Counter>& remap_stall_;
   prometheus::Family<prometheus::Counter>& remap_events_;
@@ -179,6 +182,13 @@ class Metrics {
   // device at the last update (their gauge drops to 0 when they leave).
   std::map<std::string, double> seen_stall_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<std::string>> remap_models_ ABSL_GUARDED_BY(mu_);
+  // Models with memory series per device at the last update (series of
+  // models no longer resident are removed).
+  std::map<std::string, std::set<std::string>> memory_models_ ABSL_GUARDED_BY(mu_);
+  // SetDevice's per-model memory series. REQUIRES: mu_ held.
+  void SetModelMemory(const std::string& device,
+                      const std::vector<node_manager::ModelMemory>& models)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SetDevice's remapping series. REQUIRES: mu_ held.
   void SetRemap(const std::string& device, const node_manager::RemapStats& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

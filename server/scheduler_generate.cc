@@ -152,7 +152,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
       final = final_;
     }
     const bool ok = status.ok() && final.has_value() && client_ok;
-    sched_->Complete(u->route(), ok ? &*final : nullptr);
+    const absl::Status saved = sched_->Complete(u->route(), ok ? &*final : nullptr);
     const std::string node = u->route().node_id;
     const bool unaccepted = u->unaccepted();
     bool retry = false;
@@ -175,6 +175,8 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         End(status);
       } else if (!final_) {
         End(grpc::Status(grpc::StatusCode::INTERNAL, "node sent no final message"));
+      } else if (!saved.ok()) {
+        End(grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(saved.message())));
       } else {
         QueueFinal();
       }
@@ -335,7 +337,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
       return;
     }
     // The client left while routing: the route's count and turn are undone.
-    sched_->Complete(route, nullptr);
+    sched_->Complete(route, nullptr).IgnoreError();  // no turn to save
     Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       routing_pending_ = false;
       End(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));

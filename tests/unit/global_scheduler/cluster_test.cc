@@ -126,7 +126,9 @@ TEST(SessionDirectory, OneTurnAtATimeAndHistoryGrowsOnCommit) {
   ASSERT_TRUE(t1.ok());
   EXPECT_TRUE(t1->history.empty());
   EXPECT_EQ(d.Begin("s", "m").status().code(), absl::StatusCode::kFailedPrecondition);
-  d.Commit("s", "node-a", {.prompt_tokens = {1, 2}, .output_tokens = {3}, .messages = {}});
+  EXPECT_TRUE(
+      d.Commit("s", "node-a", {.prompt_tokens = {1, 2}, .output_tokens = {3}, .messages = {}})
+          .ok());
   auto t2 = d.Begin("s", "m");
   ASSERT_TRUE(t2.ok());
   EXPECT_EQ(t2->history, (std::vector<int>{1, 2, 3}));
@@ -158,22 +160,24 @@ v1::ChatMessage Msg(const std::string& role, const std::string& content) {
 TEST(SessionDirectory, ChatTurnsReplaceTheTokensAndKeepTheConversation) {
   SessionDirectory d;
   ASSERT_TRUE(d.Begin("c", "m", /*chat=*/true).ok());
-  d.Commit("c", "node-a",
-           {.prompt_tokens = {1, 2, 3},
-            .output_tokens = {4},
-            .prompt_replaces_history = true,
-            .messages = {Msg("user", "hi"), Msg("assistant", "hello")}});
+  EXPECT_TRUE(d.Commit("c", "node-a",
+                       {.prompt_tokens = {1, 2, 3},
+                        .output_tokens = {4},
+                        .prompt_replaces_history = true,
+                        .messages = {Msg("user", "hi"), Msg("assistant", "hello")}})
+                  .ok());
   auto t = d.Begin("c", "m", true);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->history, (std::vector<int>{1, 2, 3, 4}));
   ASSERT_EQ(t->messages.size(), 2u);
   EXPECT_EQ(t->messages[1].content(), "hello");
   // The second turn's rendered prompt re-tokenises the whole conversation.
-  d.Commit("c", "node-a",
-           {.prompt_tokens = {1, 2, 3, 4, 5},
-            .output_tokens = {6},
-            .prompt_replaces_history = true,
-            .messages = {Msg("user", "more"), Msg("assistant", "ok")}});
+  EXPECT_TRUE(d.Commit("c", "node-a",
+                       {.prompt_tokens = {1, 2, 3, 4, 5},
+                        .output_tokens = {6},
+                        .prompt_replaces_history = true,
+                        .messages = {Msg("user", "more"), Msg("assistant", "ok")}})
+                  .ok());
   t = d.Begin("c", "m", true);
   EXPECT_EQ(t->history, (std::vector<int>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(t->messages.size(), 4u);
@@ -181,7 +185,8 @@ TEST(SessionDirectory, ChatTurnsReplaceTheTokensAndKeepTheConversation) {
   // A chat session takes no prompt turn, and a text session no chat turn.
   EXPECT_EQ(d.Begin("c", "m", false).status().code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(d.Begin("t", "m", false).ok());
-  d.Commit("t", "node-a", {.prompt_tokens = {1}, .output_tokens = {2}, .messages = {}});
+  EXPECT_TRUE(
+      d.Commit("t", "node-a", {.prompt_tokens = {1}, .output_tokens = {2}, .messages = {}}).ok());
   EXPECT_EQ(d.Begin("t", "m", true).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

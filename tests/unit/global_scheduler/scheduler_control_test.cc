@@ -528,7 +528,7 @@ TEST(SchedulerControl, RequestsStarvedOfKvEvictAnIdleModelOnAnElasticDevice) {
       s->RunControlTick();
       if (!(elastic && kv_free == 10)) {
         for (const auto& m : all) EXPECT_EQ(ReplicaState(*s, m), v1::MODEL_STATE_READY) << m;
-        s->Complete(*route, nullptr);
+        EXPECT_TRUE(s->Complete(*route, nullptr).ok());
         s->Stop();
         continue;
       }
@@ -556,7 +556,7 @@ TEST(SchedulerControl, RequestsStarvedOfKvEvictAnIdleModelOnAnElasticDevice) {
       Beat(s.get(), fake, {"busy"}, kv_free, elastic);
       s->RunControlTick();
       EXPECT_EQ(ReplicaState(*s, "busy"), v1::MODEL_STATE_READY);
-      s->Complete(*route, nullptr);
+      EXPECT_TRUE(s->Complete(*route, nullptr).ok());
       s->Stop();
     }
   }

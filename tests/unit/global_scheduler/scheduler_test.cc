@@ -147,7 +147,7 @@ TEST(Scheduler, IdleSessionsExpireAtTheControlTick) {
   ASSERT_TRUE(r1.ok()) << r1.status();
   v1::NodeFinal f1;
   f1.add_prompt_tokens(1);
-  s->Complete(*r1, &f1);
+  EXPECT_TRUE(s->Complete(*r1, &f1).ok());
   EXPECT_EQ(s->sessions().size(), 1);
   now += absl::Minutes(31);
   s->RunControlTick();
@@ -214,7 +214,7 @@ TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
   v1::NodeFinal f1;
   for (int t : {256, int{'h'}, int{'i'}}) f1.add_prompt_tokens(t);
   for (int t : {7, 8}) f1.add_output_tokens(t);
-  s->Complete(*r1, &f1);
+  EXPECT_TRUE(s->Complete(*r1, &f1).ok());
   // Load on a: a session-less request goes to b, the session stays on a.
   auto busy = s->RouteRequest(Req("m", "x", 4), kNever);
   ASSERT_TRUE(busy.ok());
@@ -225,9 +225,9 @@ TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
   EXPECT_EQ(r2->node_id, "a");
   EXPECT_EQ(r2->history, (std::vector<int>{256, 'h', 'i', 7, 8}));
   const v1::NodeFinal empty;
-  s->Complete(*r2, nullptr);
-  s->Complete(*busy, &empty);
-  s->Complete(*free_pick, &empty);
+  EXPECT_TRUE(s->Complete(*r2, nullptr).ok());
+  EXPECT_TRUE(s->Complete(*busy, &empty).ok());
+  EXPECT_TRUE(s->Complete(*free_pick, &empty).ok());
   // Only b heartbeats; at the next tick a is declared dead and the session
   // moves to b.
   for (int i = 0; i < 10; ++i) {
@@ -243,7 +243,7 @@ TEST(Scheduler, SessionsStickToTheirNodeUntilItDies) {
   ASSERT_TRUE(r3.ok());
   EXPECT_EQ(r3->node_id, "b");
   EXPECT_EQ(r3->history.size(), 5u);  // history survives the node
-  s->Complete(*r3, &empty);
+  EXPECT_TRUE(s->Complete(*r3, &empty).ok());
   v1::HeartbeatRequest hb;
   hb.set_node_id("a");
   EXPECT_TRUE(s->Heartbeat(hb).reregister());

@@ -18,7 +18,7 @@ TEST(SessionDirectory, ExpiredSessionsFailDataLossThenFreeTheirId) {
   absl::Time now = absl::FromUnixSeconds(1000);
   SessionDirectory d([&now] { return now; });
   ASSERT_TRUE(d.Begin("s", "m").ok());
-  d.Commit("s", "node-a", Turn({1, 2}, {3}));
+  EXPECT_TRUE(d.Commit("s", "node-a", Turn({1, 2}, {3})).ok());
   ASSERT_TRUE(d.Begin("busy", "m").ok());  // a turn in flight never expires
   now += absl::Minutes(29);
   EXPECT_TRUE(d.Expire(absl::Minutes(30)).empty());
@@ -65,7 +65,7 @@ TEST(SessionDirectory, BoundsTheSessionCount) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(c.status().message().find("max_sessions"), std::string::npos) << c.status();
   EXPECT_EQ(d.size(), 2);
-  d.Commit("a", "n", Turn({1}));
+  EXPECT_TRUE(d.Commit("a", "n", Turn({1})).ok());
   EXPECT_TRUE(d.Begin("a", "m").ok());  // existing sessions go on at the limit
 }
 

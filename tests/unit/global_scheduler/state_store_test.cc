@@ -125,37 +125,39 @@ TEST_F(StateStoreTest, ARestoredDirectoryMatchesTheLiveOne) {
   SessionDirectory live(clock);
   ASSERT_TRUE(live.Restore(store.get()).ok());
   ASSERT_TRUE(live.Begin("text", "m", false, "acme").ok());
-  live.Commit("text", "node-1", Turn({1, 2, 3}, {4, 5}));
+  EXPECT_TRUE(live.Commit("text", "node-1", Turn({1, 2, 3}, {4, 5})).ok());
   ASSERT_TRUE(live.Begin("text", "m", false, "acme").ok());
-  live.Commit("text", "node-1", Turn({6}, {7}));
+  EXPECT_TRUE(live.Commit("text", "node-1", Turn({6}, {7})).ok());
   ASSERT_TRUE(live.Begin("chat", "m", true).ok());
   TurnRecord chat = Turn({10, 11}, {12});
   chat.prompt_replaces_history = true;
   chat.messages = {Msg("user", "hi"), Msg("assistant", "hello")};
-  live.Commit("chat", "node-2", chat);
+  EXPECT_TRUE(live.Commit("chat", "node-2", chat).ok());
   live.SetAffinity("chat", "node-3");
   ASSERT_TRUE(live.Begin("ended", "m").ok());
-  live.Commit("ended", "node-1", Turn({1}, {2}));
+  EXPECT_TRUE(live.Commit("ended", "node-1", Turn({1}, {2})).ok());
   bool existed = false;
   ASSERT_TRUE(live.End("ended", &existed).ok());
   ASSERT_TRUE(live.Begin("aborted", "m").ok());  // no history: an abort forgets it
   live.Abort("aborted");
   ASSERT_TRUE(live.Begin("old", "m").ok());
-  live.Commit("old", "node-2", Turn({9}, {9}));
+  EXPECT_TRUE(live.Commit("old", "node-2", Turn({9}, {9})).ok());
   live.ForgetNode("node-2");  // "old" loses its affinity, "chat" is on node-3
   now += absl::Minutes(31);
   ASSERT_TRUE(live.Begin("text", "m", false, "acme").ok());  // keeps "text" fresh
-  live.Commit("text", "node-1", Turn({8}, {}));
+  EXPECT_TRUE(live.Commit("text", "node-1", Turn({8}, {})).ok());
   ASSERT_EQ(live.Expire(absl::Minutes(30)).size(), 2u);  // "chat" and "old"
   ASSERT_TRUE(live.Begin("lost", "m").ok());
   live.MarkLost("lost", LostReason::kForgotten);
+  ASSERT_TRUE(live.Begin("chat2", "m", true).ok());
+  EXPECT_TRUE(live.Commit("chat2", "node-1", chat).ok());
   store.reset();  // the restart
 
   auto reopened = *OpenSqliteStateStore(path_);
   SessionDirectory restored(clock);
   ASSERT_TRUE(restored.Restore(reopened.get()).ok());
   EXPECT_EQ(restored.size(), live.size());
-  for (const char* id : {"text", "chat", "lost", "ended", "aborted", "old"}) {
+  for (const char* id : {"text", "chat", "chat2", "lost", "ended", "aborted", "old"}) {
     for (const char* tenant : {"", "acme"}) {
       auto want = live.Peek(id, tenant);
       auto got = restored.Peek(id, tenant);
@@ -173,25 +175,72 @@ TEST_F(StateStoreTest, ARestoredDirectoryMatchesTheLiveOne) {
   EXPECT_EQ(turn->node_id, "node-1");
   EXPECT_EQ(restored.Begin("text", "m", false, "other").status().code(),
             absl::StatusCode::kPermissionDenied);
+  auto chat2 = restored.Begin("chat2", "m", true);
+  ASSERT_TRUE(chat2.ok()) << chat2.status();
+  ASSERT_EQ(chat2->messages.size(), 2u);
+  EXPECT_EQ(chat2->messages[0].content(), "hi");
+  EXPECT_EQ(chat2->messages[1].content(), "hello");
+  // The per-tenant count is restored: "acme" holds one session.
+  EXPECT_EQ(restored.Begin("another", "m", false, "acme", 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(restored.Begin("another", "m", false, "acme", 2).ok());
   // The lost-reasons survive too: "lost" was forgotten, "chat" expired.
   EXPECT_NE(restored.Begin("lost", "m").status().message().find("restarted"), std::string::npos);
   EXPECT_NE(restored.Begin("chat", "m", true).status().message().find("expired"),
             std::string::npos);
 }
 
-TEST_F(StateStoreTest, AStoreThatCannotWriteRefusesNewSessionsAndCountsTheRest) {
-  testing::FaultyStateStore store(*OpenSqliteStateStore(path_));
+TEST_F(StateStoreTest, AStoreThatCannotWriteRefusesWhatWouldBeAcknowledged) {
+  {
+    testing::FaultyStateStore store(*OpenSqliteStateStore(path_));
+    SessionDirectory d;
+    ASSERT_TRUE(d.Restore(&store).ok());
+    ASSERT_TRUE(d.Begin("s", "m").ok());
+    ASSERT_TRUE(d.Commit("s", "node-1", Turn({1}, {2})).ok());
+    store.FailWrites(true);
+    auto refused = d.Begin("new", "m");
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(refused.status().message().find("injected"), std::string::npos) << refused.status();
+    EXPECT_EQ(d.size(), 1);  // nothing left of the refused session
+    // A turn that cannot be saved is not acknowledged and not in the
+    // history, in memory or in the file.
+    ASSERT_TRUE(d.Begin("s", "m").ok());
+    const absl::Status st = d.Commit("s", "node-1", Turn({3}, {4}));
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+    EXPECT_EQ(d.Peek("s", "")->tokens, (std::vector<int>{1, 2}));
+    // An end that cannot be saved is refused: the session would come back.
+    bool existed = false;
+    EXPECT_EQ(d.End("s", &existed).status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(d.size(), 1);
+    d.ForgetNode("node-1");  // bookkeeping nobody waits on: counted
+    EXPECT_EQ(d.write_errors(), 1);
+    // The turn ended: the next one may start (and is saved once the store
+    // writes again).
+    store.FailWrites(false);
+    ASSERT_TRUE(d.Begin("s", "m").ok());
+    ASSERT_TRUE(d.Commit("s", "node-2", Turn({5}, {6})).ok());
+  }
+  auto reopened = *OpenSqliteStateStore(path_);
+  SessionDirectory restored;
+  ASSERT_TRUE(restored.Restore(reopened.get()).ok());
+  EXPECT_EQ(restored.Peek("s", "")->tokens, (std::vector<int>{1, 2, 5, 6}));
+}
+
+// A session restored with no committed turn (created just before a
+// restart) is new to the lost-history check again.
+TEST_F(StateStoreTest, ARestoredSessionWithNoTurnIsFresh) {
+  {
+    auto store = *OpenSqliteStateStore(path_);
+    SessionDirectory d;
+    ASSERT_TRUE(d.Restore(store.get()).ok());
+    ASSERT_TRUE(d.Begin("s", "m").ok());  // the turn never finished
+  }
+  auto store = *OpenSqliteStateStore(path_);
   SessionDirectory d;
-  ASSERT_TRUE(d.Restore(&store).ok());
-  ASSERT_TRUE(d.Begin("s", "m").ok());
-  store.FailWrites(true);
-  auto refused = d.Begin("new", "m");
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(refused.status().message().find("injected"), std::string::npos) << refused.status();
-  EXPECT_EQ(d.size(), 1);                   // nothing left of the refused session
-  d.Commit("s", "node-1", Turn({1}, {2}));  // already running: kept in memory
-  EXPECT_EQ(d.write_errors(), 1);
-  EXPECT_EQ(d.Peek("s", "")->tokens, (std::vector<int>{1, 2}));
+  ASSERT_TRUE(d.Restore(store.get()).ok());
+  auto turn = d.Begin("s", "m");
+  ASSERT_TRUE(turn.ok()) << turn.status();
+  EXPECT_TRUE(turn->fresh);
 }
 
 TEST_F(StateStoreTest, AFullStoreIsResourceExhaustedNamingTheFile) {

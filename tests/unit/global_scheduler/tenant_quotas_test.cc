@@ -141,7 +141,7 @@ TEST(TenantQuotas, SessionsPerTenantAreCapped) {
   TurnRecord turn;
   turn.prompt_tokens = {1};
   turn.output_tokens = {2};
-  d.Commit("a4", "n", turn);
+  EXPECT_TRUE(d.Commit("a4", "n", turn).ok());
   clock.now += absl::Hours(1);
   d.Expire(absl::Minutes(30));  // a4 lost, still held
   EXPECT_TRUE(d.Begin("a6", "m", false, "a", 2).ok());

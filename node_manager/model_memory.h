@@ -1,0 +1,16 @@
+// ModelMemory: one resident model's share of a device's memory, as
+// DeviceWorker::Usage reports it (and the metrics export it). Plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ballast::node_manager {
+
+struct ModelMemory {
+  std::string model;
+  int64_t weight_bytes = 0;   // its weights (elastic: the pages still mapped)
+  int64_t kv_bytes_used = 0;  // KV blocks it holds (running and cached sequences)
+};
+
+}  // namespace ballast::node_manager
