@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,8 @@ class ClusterTest : public ::testing::Test {
 
   // Flags for node i (0 or 1) besides the ids, ports and config.
   virtual std::vector<std::string> ExtraNodeArgs(int i) { return {}; }
+  // The scheduler address node i dials (a proxy in the link-fault tests).
+  virtual std::string NodeSchedulerAddress(int i) { return Addr(sched_port_); }
 
   // Every call the fixture's helpers make (API-key tests add their key).
   virtual void Decorate(grpc::ClientContext* ctx) {}
@@ -115,7 +118,7 @@ class ClusterTest : public ::testing::Test {
                                          "--listen",
                                          Addr(node_ports_[i]),
                                          "--scheduler",
-                                         Addr(sched_port_),
+                                         NodeSchedulerAddress(i),
                                          "--metrics-listen",
                                          ""};
       node_args.insert(node_args.end(), node_config.begin(), node_config.end());
@@ -232,8 +235,10 @@ class ClusterTest : public ::testing::Test {
     return Run(req, deadline);
   }
 
-  // One Generate call, read to its end.
-  StreamResult Run(const v1::GenerateRequest& req, absl::Duration deadline = absl::Seconds(30)) {
+  // One Generate call, read to its end; `on_token` runs after each token
+  // is read (the link-fault tests cut a link mid-stream there).
+  StreamResult Run(const v1::GenerateRequest& req, absl::Duration deadline = absl::Seconds(30),
+                   const std::function<void(int tokens)>& on_token = {}) {
     grpc::ClientContext ctx;
     Decorate(&ctx);
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
@@ -244,6 +249,7 @@ class ClusterTest : public ::testing::Test {
       if (resp.has_token()) {
         r.ids.push_back(resp.token().id());
         r.text += resp.token().text();
+        if (on_token) on_token(static_cast<int>(r.ids.size()));
       } else {
         r.final = resp.final();
       }
