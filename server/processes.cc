@@ -145,6 +145,11 @@ absl::StatusOr<std::unique_ptr<SchedulerParts>> StartScheduler(const SchedulerSe
     auto upstream_creds = ChannelCredentialsFor(cfg.tls);
     if (!upstream_creds.ok()) return upstream_creds.status();
     go.upstream_credentials = *upstream_creds;
+    if (cfg.tls.enabled()) {  // HTTPS with the gRPC port's certificate and CA
+      go.tls = gateway::GatewayTlsOptions{cfg.tls.cert_file, cfg.tls.key_file, cfg.tls.ca_file,
+                                          cfg.tls.require_client_cert,
+                                          absl::Seconds(cfg.tls.reload_interval_s)};
+    }
     auto gw = gateway::HttpGateway::Create(go);
     if (!gw.ok()) {
       p->server->Shutdown();
@@ -351,10 +356,6 @@ absl::Status CheckTransport(const Config& c, const TlsSettings& tls,
 
 absl::Status CheckSchedulerTransport(const Config& c) {
   const SchedulerSection& s = c.scheduler;
-  if (!s.http_listen.empty() && s.tls.enabled()) {
-    spdlog::warn("scheduler.http_listen {} serves plain HTTP; put a TLS proxy in front of it",
-                 s.http_listen);
-  }
   return CheckTransport(c, s.tls, {s.listen, s.http_listen}, "scheduler");
 }
 

@@ -6,6 +6,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "ballast/v1/inference.grpc.pb.h"
+#include "server/gateway/call_registry.h"
+#include "server/gateway/gateway_tls.h"
 #include "server/gateway/openai_protocol.h"
 #include "server/request_id.h"
 #include "spdlog/spdlog.h"
@@ -56,49 +59,6 @@ std::string SseHeaders(const std::string& request_id) {
       request_id, "\r\nConnection: close\r\n\r\n");
 }
 
-// A gRPC call in flight; the registry cancels all of them at shutdown.
-struct CallBase {
-  virtual ~CallBase() = default;
-  grpc::ClientContext ctx;
-};
-
-// Every upstream call in flight, so that Shutdown can cancel them and wait
-// until gRPC no longer posts into the io_context.
-class CallRegistry {
- public:
-  bool Add(const std::shared_ptr<CallBase>& c) {
-    absl::MutexLock l(&mu_);
-    if (closed_) return false;
-    calls_[c.get()] = c;
-    return true;
-  }
-  void Remove(CallBase* c) {
-    absl::MutexLock l(&mu_);
-    calls_.erase(c);
-  }
-  // Refuses new calls, cancels the live ones, waits up to `limit`.
-  bool CancelAllAndWait(absl::Duration limit) {
-    std::vector<std::shared_ptr<CallBase>> live;
-    {
-      absl::MutexLock l(&mu_);
-      closed_ = true;
-      for (auto& [raw, weak] : calls_)
-        if (auto c = weak.lock()) live.push_back(std::move(c));
-    }
-    for (auto& c : live) c->ctx.TryCancel();
-    live.clear();
-    absl::MutexLock l(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(this, &CallRegistry::Empty), limit);
-  }
-
- private:
-  bool Empty() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return calls_.empty(); }
-
-  absl::Mutex mu_;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<CallBase*, std::weak_ptr<CallBase>> calls_ ABSL_GUARDED_BY(mu_);
-};
-
 }  // namespace
 
 struct HttpGateway::Impl {
@@ -114,6 +74,7 @@ struct HttpGateway::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Inference::Stub> stub;
   CallRegistry calls;
+  std::unique_ptr<GatewayTls> tls;  // null: plain HTTP
   bool stopped = false;
 
   void Accept();
@@ -121,13 +82,20 @@ struct HttpGateway::Impl {
 
 namespace {
 
-class Session;
+// What an upstream call needs of its HTTP connection (plain or TLS).
+class SessionBase : public std::enable_shared_from_this<SessionBase> {
+ public:
+  virtual ~SessionBase() = default;
+  // From gRPC threads: hand an event or the call's end to the connection.
+  virtual void PostEvent(v1::GenerateResponse r) = 0;
+  virtual void PostDone(grpc::Status st, int64_t retry_after_ms) = 0;
+};
 
 // One upstream Inference.Generate stream (gRPC callback API): events are
 // posted to the session's strand; the call keeps itself alive until OnDone.
 class GenerateCall final : public CallBase, public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
-  GenerateCall(std::shared_ptr<Session> session, CallRegistry* registry)
+  GenerateCall(std::shared_ptr<SessionBase> session, CallRegistry* registry)
       : session_(std::move(session)), registry_(registry) {}
   void Start(v1::Inference::Stub* stub, v1::GenerateRequest req,
              std::shared_ptr<GenerateCall> self) {
@@ -141,7 +109,7 @@ class GenerateCall final : public CallBase, public grpc::ClientReadReactor<v1::G
   void OnDone(const grpc::Status& st) override;
 
  private:
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<SessionBase> session_;
   CallRegistry* registry_;
   std::shared_ptr<GenerateCall> self_;
   v1::GenerateRequest req_;
@@ -153,27 +121,57 @@ struct ModelsCall final : CallBase {
   v1::ListModelsResponse resp;
 };
 
-// One HTTP connection. All its members are used on its strand only.
-class Session : public std::enable_shared_from_this<Session> {
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// One HTTP connection, over `Stream`: beast::tcp_stream (plain HTTP) or
+// TlsStream (HTTPS). All its members are used on its strand only.
+template <class Stream>
+class Session final : public SessionBase {
  public:
-  Session(tcp::socket socket, HttpGateway::Impl* gw)
-      : executor_(socket.get_executor()), stream_(std::move(socket)), gw_(gw) {}
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+  // `tls`: the context of a TLS connection (null for plain HTTP).
+  Session(tcp::socket socket, std::shared_ptr<net::ssl::context> tls, HttpGateway::Impl* gw)
+      : executor_(socket.get_executor()),
+        tls_(std::move(tls)),
+        stream_(Open(std::move(socket), tls_.get())),
+        gw_(gw) {}
 
   void Start() {
-    net::dispatch(executor_, [self = shared_from_this()] { self->ReadRequest(); });
+    net::dispatch(executor_, [self = Self()] { self->Handshake(); });
   }
-  // From gRPC threads.
-  void PostEvent(v1::GenerateResponse r) {
-    net::post(executor_, [self = shared_from_this(), r = std::move(r)] { self->OnEvent(r); });
+  void PostEvent(v1::GenerateResponse r) override {
+    net::post(executor_, [self = Self(), r = std::move(r)] { self->OnEvent(r); });
   }
-  void PostDone(grpc::Status st, int64_t retry_after_ms) {
-    net::post(executor_, [self = shared_from_this(), st, retry_after_ms] {
+  void PostDone(grpc::Status st, int64_t retry_after_ms) override {
+    net::post(executor_, [self = Self(), st, retry_after_ms] {
       self->retry_after_ms_ = retry_after_ms;
       self->OnUpstreamDone(st);
     });
   }
 
  private:
+  static Stream Open(tcp::socket socket, net::ssl::context* tls) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *tls);
+    } else {
+      return Stream(std::move(socket));
+    }
+  }
+  std::shared_ptr<Session> Self() { return std::static_pointer_cast<Session>(shared_from_this()); }
+  auto& Lowest() { return beast::get_lowest_layer(stream_); }
+  // TLS: the handshake (within the request timeout) before the first read.
+  void Handshake() {
+    if constexpr (kTls) {
+      Lowest().expires_after(kRequestTimeout);
+      stream_.async_handshake(net::ssl::stream_base::server, [self = Self()](beast::error_code ec) {
+        if (ec) return self->Close();
+        self->ReadRequest();
+      });
+    } else {
+      ReadRequest();
+    }
+  }
+
   enum class After { kNothing, kReadNext, kClose };
   // What follows a complete response: the client's keep-alive decides.
   After Next() const { return keep_alive_ ? After::kReadNext : After::kClose; }
@@ -200,14 +198,25 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!writing_) DoWrite();
   }
   void DoWrite();
+  // Closes the connection at once (the client left, or sent nothing).
   void Close() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.socket().close(ec);
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
+    Lowest().socket().close(ec);
+  }
+  // Closes after a complete response: TLS says close_notify first.
+  void Finish() {
+    if constexpr (kTls) {
+      Lowest().expires_after(std::chrono::seconds(5));
+      stream_.async_shutdown([self = Self()](beast::error_code) { self->Close(); });
+    } else {
+      Close();
+    }
   }
 
   Executor executor_;
-  beast::tcp_stream stream_;
+  std::shared_ptr<net::ssl::context> tls_;  // TLS: outlives stream_
+  Stream stream_;
   HttpGateway::Impl* gw_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -243,7 +252,7 @@ void GenerateCall::OnReadDone(bool ok) {
 }
 
 void GenerateCall::OnDone(const grpc::Status& st) {
-  std::shared_ptr<Session> s = std::move(session_);
+  std::shared_ptr<SessionBase> s = std::move(session_);
   int64_t retry_after_ms = -1;
   const auto& trailers = ctx.GetServerTrailingMetadata();
   if (auto it = trailers.find("retry-after-ms"); it != trailers.end()) {
@@ -256,17 +265,18 @@ void GenerateCall::OnDone(const grpc::Status& st) {
   auto self = std::move(self_);  // may be the last reference: `this` dies at scope end
 }
 
-void Session::ReadRequest() {
+template <class Stream>
+void Session<Stream>::ReadRequest() {
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(gw_->options.max_body_bytes);
-  stream_.expires_after(kRequestTimeout);
-  http::async_read(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRequest(ec); });
+  Lowest().expires_after(kRequestTimeout);
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = Self()](beast::error_code ec, size_t) { self->OnRequest(ec); });
 }
 
-void Session::OnRequest(beast::error_code ec) {
+template <class Stream>
+void Session<Stream>::OnRequest(beast::error_code ec) {
   request_id_ = NewRequestId("req-");  // Route takes the client's, if any
   client_request_id_ = false;
   if (ec == http::error::body_limit) {
@@ -291,11 +301,12 @@ void Session::OnRequest(beast::error_code ec) {
     e.message = absl::StrCat("malformed HTTP request: ", ec.message());
     return SendError(e, After::kClose);
   }
-  stream_.expires_never();
+  Lowest().expires_never();
   Route(parser_->get());
 }
 
-void Session::Route(const http::request<http::string_body>& req) {
+template <class Stream>
+void Session<Stream>::Route(const http::request<http::string_body>& req) {
   const std::string_view full(req.target().data(), req.target().size());
   const std::string path(full.substr(0, full.find('?')));
   keep_alive_ = req.keep_alive();
@@ -333,7 +344,8 @@ void Session::Route(const http::request<http::string_body>& req) {
   SendError(e, after);
 }
 
-void Session::HandleModels() {
+template <class Stream>
+void Session<Stream>::HandleModels() {
   auto call = std::make_shared<ModelsCall>();
   call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   if (!authorization_.empty()) call->ctx.AddMetadata("authorization", authorization_);
@@ -343,7 +355,7 @@ void Session::HandleModels() {
   }
   CallRegistry* registry = &gw_->calls;
   gw_->stub->async()->ListModels(&call->ctx, &call->req, &call->resp,
-                                 [self = shared_from_this(), call, registry](grpc::Status st) {
+                                 [self = Self(), call, registry](grpc::Status st) {
                                    net::post(self->executor_, [self, call, st] {
                                      if (!st.ok())
                                        return self->SendError(FromGrpcStatus(st), self->Next());
@@ -356,7 +368,8 @@ void Session::HandleModels() {
                                  });
 }
 
-void Session::HandleCompletion(const std::string& body, Endpoint endpoint) {
+template <class Stream>
+void Session<Stream>::HandleCompletion(const std::string& body, Endpoint endpoint) {
   ApiError e;
   request_ = CompletionRequest();  // an earlier refused request may have filled parts
   const bool chat = endpoint == Endpoint::kChatCompletions;
@@ -370,7 +383,7 @@ void Session::HandleCompletion(const std::string& body, Endpoint endpoint) {
   ctx_.endpoint = endpoint;
   ctx_.include_usage = request_.include_usage;
   ctx_.logprobs = request_.logprobs;
-  call_ = std::make_shared<GenerateCall>(shared_from_this(), &gw_->calls);
+  call_ = std::make_shared<GenerateCall>(Self(), &gw_->calls);
   call_->ctx.AddMetadata(kRequestIdKey, request_id_);
   if (!authorization_.empty()) call_->ctx.AddMetadata("authorization", authorization_);
   if (!gw_->calls.Add(call_)) {
@@ -385,23 +398,25 @@ void Session::HandleCompletion(const std::string& body, Endpoint endpoint) {
 // While a completion runs, a read on the socket notices the client leaving
 // (EOF or reset) and cancels the upstream call. Bytes a client sends meanwhile
 // are dropped: a completion's connection closes after its response.
-void Session::WatchDisconnect() {
-  stream_.socket().async_read_some(net::buffer(watch_buf_),
-                                   [self = shared_from_this()](beast::error_code ec, size_t) {
-                                     if (self->done_) return;
-                                     if (ec) return self->ClientGone();
-                                     self->WatchDisconnect();
-                                   });
+template <class Stream>
+void Session<Stream>::WatchDisconnect() {
+  stream_.async_read_some(net::buffer(watch_buf_), [self = Self()](beast::error_code ec, size_t) {
+    if (self->done_) return;
+    if (ec) return self->ClientGone();
+    self->WatchDisconnect();
+  });
 }
 
-void Session::ClientGone() {
+template <class Stream>
+void Session<Stream>::ClientGone() {
   if (client_gone_) return;
   client_gone_ = true;
   if (call_ && !done_) call_->ctx.TryCancel();
   Close();
 }
 
-void Session::OnEvent(const v1::GenerateResponse& r) {
+template <class Stream>
+void Session<Stream>::OnEvent(const v1::GenerateResponse& r) {
   if (client_gone_) return;
   if (r.has_final()) {
     final_ = r.final();
@@ -415,14 +430,16 @@ void Session::OnEvent(const v1::GenerateResponse& r) {
 }
 
 // The SSE headers, and the role chunk that opens a chat stream.
-void Session::StartStream() {
+template <class Stream>
+void Session<Stream>::StartStream() {
   if (headers_sent_) return;
   headers_sent_ = true;
   pending_ += SseHeaders(request_id_);
   if (ctx_.endpoint == Endpoint::kChatCompletions) pending_ += StreamRoleEvent(ctx_);
 }
 
-void Session::OnUpstreamDone(const grpc::Status& st) {
+template <class Stream>
+void Session<Stream>::OnUpstreamDone(const grpc::Status& st) {
   done_ = true;
   if (client_gone_) return;
   grpc::Status status = st;
@@ -449,10 +466,11 @@ void Session::OnUpstreamDone(const grpc::Status& st) {
   Write(std::move(out), After::kClose);
 }
 
-void Session::DoWrite() {
+template <class Stream>
+void Session<Stream>::DoWrite() {
   if (pending_.empty()) {
     if (after_ == After::kClose) {
-      Close();
+      Finish();
     } else if (after_ == After::kReadNext) {
       after_ = After::kNothing;
       ReadRequest();
@@ -462,13 +480,12 @@ void Session::DoWrite() {
   writing_ = true;
   inflight_.swap(pending_);
   pending_.clear();
-  net::async_write(stream_, net::buffer(inflight_),
-                   [self = shared_from_this()](beast::error_code ec, size_t) {
-                     self->writing_ = false;
-                     self->inflight_.clear();
-                     if (ec) return self->ClientGone();
-                     self->DoWrite();
-                   });
+  net::async_write(stream_, net::buffer(inflight_), [self = Self()](beast::error_code ec, size_t) {
+    self->writing_ = false;
+    self->inflight_.clear();
+    if (ec) return self->ClientGone();
+    self->DoWrite();
+  });
 }
 
 }  // namespace
@@ -477,7 +494,11 @@ void HttpGateway::Impl::Accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (!acceptor.is_open() || ec == net::error::operation_aborted) return;
     if (!ec) {
-      std::make_shared<Session>(std::move(socket), this)->Start();
+      if (tls) {
+        std::make_shared<Session<TlsStream>>(std::move(socket), tls->Current(), this)->Start();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(std::move(socket), nullptr, this)->Start();
+      }
       return Accept();
     }
     // Out of descriptors or similar: back off instead of spinning.
@@ -524,6 +545,11 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Create(const GatewayOp
   }
   impl->address =
       absl::StrCat(options.listen.substr(0, colon), ":", impl->acceptor.local_endpoint().port());
+  if (options.tls) {
+    auto tls = GatewayTls::Create(*options.tls);
+    if (!tls.ok()) return tls.status();
+    impl->tls = std::move(*tls);
+  }
   impl->channel = grpc::CreateChannel(options.upstream, options.upstream_credentials
                                                             ? options.upstream_credentials
                                                             : grpc::InsecureChannelCredentials());
@@ -535,8 +561,8 @@ absl::StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Create(const GatewayOp
       raw->ioc.run();
     });
   }
-  spdlog::info("OpenAI-compatible gateway on http://{} (upstream {}, {} io threads)", impl->address,
-               options.upstream, impl->threads.size());
+  spdlog::info("OpenAI-compatible gateway on {}://{} (upstream {}, {} io threads)",
+               impl->tls ? "https" : "http", impl->address, options.upstream, impl->threads.size());
   return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
 }
 

@@ -1,10 +1,9 @@
 // The OpenAI-compatible HTTP/SSE gateway of the scheduler process
-// (`scheduler.http_listen`): GET /v1/models, POST /v1/completions (plain
-// and `stream: true` server-sent events) and POST /v1/chat/completions
-// (HTTP 501 until GenerateRequest carries chat messages). It is a pure
-// frontend of the public gRPC API: every request becomes an
-// Inference.Generate / ListModels call to the scheduler over loopback, made
-// with gRPC's callback client, so a stream costs no thread.
+// (`scheduler.http_listen`; HTTPS when the scheduler has TLS): GET /v1/models, POST /v1/completions
+// (plain and `stream: true` server-sent events) and POST /v1/chat/completions (HTTP 501 until
+// GenerateRequest carries chat messages). It is a pure frontend of the public gRPC API: every
+// request becomes an Inference.Generate / ListModels call to the scheduler over loopback, made with
+// gRPC's callback client, so a stream costs no thread.
 //
 // Threads: a fixed pool of `io_threads` Asio threads serves every HTTP
 // connection (Boost.Beast, asynchronous); gRPC delivers stream events on
@@ -20,12 +19,24 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "grpcpp/security/credentials.h"
 
 namespace ballast::server::gateway {
+
+// HTTPS: the scheduler's certificate and key, and its cluster CA for
+// client certificates (optional, or required), as on its gRPC port.
+struct GatewayTlsOptions {
+  std::string cert_file, key_file;  // PEM chain and key
+  std::string ca_file;              // PEM CA bundle for client certificates ("": none asked)
+  bool require_client_cert = false;
+  // The files are re-read when they changed, checked at most this often.
+  absl::Duration reload_interval = absl::Seconds(60);
+};
 
 struct GatewayOptions {
   std::string listen;    // host:port; port 0 picks a free one
@@ -35,6 +46,8 @@ struct GatewayOptions {
   std::shared_ptr<grpc::ChannelCredentials> upstream_credentials;
   int io_threads = 2;
   size_t max_body_bytes = 1 << 20;
+  // HTTPS with these files. Default none: plain HTTP.
+  std::optional<GatewayTlsOptions> tls;
 };
 
 class HttpGateway {

@@ -9,6 +9,7 @@
 #include "ballast/v1/node.grpc.pb.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/cluster_fixture.h"
 
 namespace ballast {
@@ -228,6 +229,73 @@ TEST_F(TlsTest, PlaintextOffLoopbackNeedsInsecureAtStart) {
                        (dir_ / "insecure.log").string());
   ASSERT_TRUE(testing::WaitForPort(port, 20000)) << started.Log();
   EXPECT_NE(started.Log().find("plaintext"), std::string::npos) << started.Log();
+}
+
+// The OpenAI gateway on a TLS scheduler serves HTTPS with the scheduler's
+// certificate (curl, a real client, checks it against the cluster CA):
+// models, completions plain and streamed with the same text as gRPC;
+// plain HTTP and client certificates of another CA are refused, and it
+// keeps serving.
+class GatewayTlsTest : public TlsTest {
+ protected:
+  ClusterSetup Cluster() override {
+    ClusterSetup s = TlsTest::Cluster();
+    http_port_ = testing::FreePort();
+    s.scheduler_yaml += absl::StrCat("  http_listen: 127.0.0.1:", http_port_, "\n");
+    return s;
+  }
+  // Runs curl on the gateway; returns its output then the HTTP code (000:
+  // no HTTP answer) on the last line.
+  std::string Curl(const std::string& args, const std::string& scheme, const std::string& path) {
+    const std::string cmd = absl::StrCat("curl -s -N -m 20 -w '\\n%{http_code}' ", args, " ",
+                                         scheme, "://127.0.0.1:", http_port_, path, " 2>&1");
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+      pclose(p);
+    }
+    return out;
+  }
+  std::string Https(const std::string& path, const std::string& body = "",
+                    const std::string& client = "") {
+    std::string args = "--cacert " + (Ca() / "ca.pem").string();
+    if (!client.empty()) args += " --cert " + client + ".pem --key " + client + ".key";
+    if (!body.empty()) args += " -H 'Content-Type: application/json' -d '" + body + "'";
+    return Curl(args, "https", path);
+  }
+  static std::string Code(const std::string& out) { return out.substr(out.rfind('\n') + 1); }
+  int http_port_ = 0;
+};
+
+TEST_F(GatewayTlsTest, ServesHttpsWithTheSchedulersCertificate) {
+  const std::string models = Https("/v1/models");
+  EXPECT_EQ(Code(models), "200") << models;
+  EXPECT_NE(models.find("\"alpha\""), std::string::npos) << models;
+  const StreamResult grpc_result = Generate("alpha", "Hello", 8);
+  ASSERT_TRUE(grpc_result.status.ok()) << grpc_result.status.error_message();
+  const std::string plain = Https(
+      "/v1/completions", R"({"model":"alpha","prompt":"Hello","max_tokens":8,"ignore_eos":true})");
+  ASSERT_EQ(Code(plain), "200") << plain;
+  const auto json = nlohmann::json::parse(plain.substr(0, plain.rfind('\n')));
+  EXPECT_EQ(json["choices"][0]["text"], grpc_result.text);
+  const std::string streamed =
+      Https("/v1/completions",
+            R"({"model":"alpha","prompt":"Hello","max_tokens":8,"ignore_eos":true,"stream":true})",
+            (Ca() / "client").string());  // with a client certificate of the cluster CA
+  EXPECT_EQ(Code(streamed), "200") << streamed;
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos) << streamed;
+}
+
+TEST_F(GatewayTlsTest, PlainHttpAndForeignCertificatesAreRefused) {
+  EXPECT_EQ(Code(Curl("", "http", "/v1/models")), "000");  // no plain HTTP on a TLS port
+  const std::string foreign = Https("/v1/models", "", (OtherCa() / "client").string());
+  EXPECT_EQ(Code(foreign), "000") << foreign;
+  const std::string untrusted =
+      Curl("--cacert " + (OtherCa() / "ca.pem").string(), "https", "/v1/models");
+  EXPECT_EQ(Code(untrusted), "000") << untrusted;  // curl does not trust the scheduler
+  EXPECT_EQ(Code(Https("/v1/models")), "200");     // still serving
 }
 
 }  // namespace
