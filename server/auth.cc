@@ -147,6 +147,45 @@ absl::StatusOr<std::map<std::string, Principal>> ParseKeyFile(const std::string&
   return out;
 }
 
+namespace {
+
+// The key file's text with `entry` added. The entry is appended as one
+// flow-style line after the last one, so the operator's comments and layout
+// stay; when the file's layout does not allow that (a flow-style list, keys
+// not last), the file is written anew by yaml-cpp, which drops comments.
+std::string WithKeyAppended(const std::string& text, const YAML::Node& entry, size_t had,
+                            const std::string& path) {
+  YAML::Emitter line;
+  line << YAML::Flow << entry;
+  if (text.empty() || YAML::Load(text).IsNull()) {
+    return absl::StrCat(
+        "# API keys (scheduler.auth.keys_file): SHA-256 hashes only; `ballast keys add`\n",
+        "keys:\n  - ", line.c_str(), "\n");
+  }
+  std::string indent = "  ";
+  if (const auto dash = text.find("- "); dash != std::string::npos) {
+    const auto bol = text.rfind('\n', dash);
+    const std::string lead = text.substr(bol == std::string::npos ? 0 : bol + 1,
+                                         dash - (bol == std::string::npos ? 0 : bol + 1));
+    if (lead.find_first_not_of(' ') == std::string::npos) indent = lead;
+  }
+  std::string appended = text;
+  if (appended.back() != '\n') appended += '\n';
+  appended += absl::StrCat(indent, "- ", line.c_str(), "\n");
+  if (auto parsed = ParseKeyFile(appended, path); parsed.ok() && parsed->size() == had + 1) {
+    return appended;
+  }
+  YAML::Node root = YAML::Load(text);
+  root["keys"].push_back(entry);
+  YAML::Emitter out;
+  out << root;
+  return absl::StrCat(
+      "# API keys (scheduler.auth.keys_file): SHA-256 hashes only; `ballast keys add`\n",
+      out.c_str(), "\n");
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> AddKey(const std::string& path, const Principal& who) {
   std::string text;
   if (std::filesystem::exists(path)) {
@@ -164,16 +203,11 @@ absl::StatusOr<std::string> AddKey(const std::string& path, const Principal& who
   if (!who.models.empty()) entry["models"] = who.models;
   std::string where;
   if (auto p = ParseEntry(entry, "the new key", &where); !p.ok()) return p.status();
-  YAML::Node root = text.empty() ? YAML::Node() : YAML::Load(text);
-  if (!root || root.IsNull()) root["keys"] = YAML::Node(YAML::NodeType::Sequence);
-  root["keys"].push_back(entry);
-  YAML::Emitter out;
-  out << root;
+  const std::string out = WithKeyAppended(text, entry, keys->size(), path);
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", Sha256Hex(key).substr(0, 8));
   {
     std::ofstream f(tmp, std::ios::trunc);
-    f << "# API keys (scheduler.auth.keys_file): SHA-256 hashes only; `ballast keys add`\n"
-      << out.c_str() << "\n";
+    f << out;
     f.close();
     if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
   }

@@ -6,9 +6,12 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/security/auth_context.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 #include "grpcpp/security/tls_certificate_provider.h"
@@ -155,20 +158,46 @@ absl::Status CheckNodeIdentity(const grpc::AuthContext& auth, const std::string&
 
 namespace {
 
-// The node port's gate: the scheduler and the nodes only.
+// The node port's gate: the scheduler and the nodes only. It runs on every
+// call, so the verdict is kept per peer certificate (the PEM bytes gRPC
+// hands over, compared whole): the certificate is parsed once, not on every
+// Generate. Only certificates the cluster CA verified reach it, so the
+// cache holds the daemons' few; it is capped all the same.
 class DaemonPeersOnly final : public grpc::AuthMetadataProcessor {
  public:
   bool IsBlocking() const override { return false; }
   grpc::Status Process(const InputMetadata&, grpc::AuthContext* context, OutputMetadata*,
                        OutputMetadata*) override {
-    for (const auto& u : PeerUris(*context)) {
-      if (u == kSchedulerUri || absl::StartsWith(u, kNodeUriPrefix)) return grpc::Status::OK;
-    }
+    const auto pems = context->FindPropertyValues("x509_pem_cert");
+    const std::string pem =
+        pems.empty() ? std::string() : std::string(pems.front().data(), pems.front().size());
+    if (Allowed(pem, *context)) return grpc::Status::OK;
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat("a node's port serves only the scheduler and other nodes (a "
                                      "certificate with URI SAN ",
                                      kSchedulerUri, " or ", kNodeUriPrefix, "<id>)"));
   }
+
+ private:
+  static constexpr size_t kMaxCached = 1024;
+  bool Allowed(const std::string& pem, const grpc::AuthContext& context) {
+    if (!pem.empty() && context.IsPeerAuthenticated()) {
+      absl::MutexLock lock(&mu_);
+      if (auto it = verdicts_.find(pem); it != verdicts_.end()) return it->second;
+    }
+    bool allowed = false;
+    for (const auto& u : PeerUris(context)) {
+      if (u == kSchedulerUri || absl::StartsWith(u, kNodeUriPrefix)) allowed = true;
+    }
+    if (!pem.empty() && context.IsPeerAuthenticated()) {
+      absl::MutexLock lock(&mu_);
+      if (verdicts_.size() < kMaxCached) verdicts_.emplace(pem, allowed);
+    }
+    return allowed;
+  }
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, bool> verdicts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

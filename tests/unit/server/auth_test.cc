@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
@@ -98,6 +99,46 @@ TEST(Auth, StoreAuthenticatesBearersAndFollowsTheFile) {
             absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE((*store)->Authenticate("Bearer " + *k2).ok());
   EXPECT_EQ((*store)->size(), 1);
+  std::filesystem::remove_all(dir);
+}
+
+// `ballast keys add` keeps what the operator wrote in the file (comments,
+// layout) and falls back to rewriting only a layout it cannot append to.
+TEST(AuthKeys, AddingAKeyKeepsTheFilesComments) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "keys_comments";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "keys.yaml").string();
+  std::ofstream(file) << "# production keys: rotate every 90 days\n"
+                         "keys:\n"
+                         "    # the billing service\n"
+                         "    - sha256: "
+                      << std::string(64, 'a')
+                      << "\n"
+                         "      tenant: billing\n"
+                         "      role: user\n";
+  auto k = AddKey(file, Principal{"acme", Role::kUser, {"m1", "m2"}});
+  ASSERT_TRUE(k.ok()) << k.status();
+  std::stringstream text;
+  text << std::ifstream(file).rdbuf();
+  EXPECT_NE(text.str().find("# production keys: rotate every 90 days"), std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("    # the billing service"), std::string::npos) << text.str();
+  auto store = KeyStore::Load(file);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->size(), 2);
+  auto p = (*store)->Authenticate("Bearer " + *k);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->models, (std::vector<std::string>{"m1", "m2"}));
+  // A flow-style list cannot take an appended line: rewritten, still valid.
+  std::ofstream(file, std::ios::trunc)
+      << "keys: [{sha256: " << std::string(64, 'b') << ", tenant: t, role: admin}]\n";
+  auto k2 = AddKey(file, Principal{"acme", Role::kAdmin, {}});
+  ASSERT_TRUE(k2.ok()) << k2.status();
+  auto again = KeyStore::Load(file);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->size(), 2);
+  EXPECT_TRUE((*again)->Authenticate("Bearer " + *k2).ok());
   std::filesystem::remove_all(dir);
 }
 
