@@ -1,11 +1,16 @@
 // Decision cost of the control-plane algorithms (issue 5 targets: placing
 // 1,000 models on 128 devices <= 20 ms; arbitrating 10,000 queued requests
 // <= 2 ms). A benchmark, not a test: run build/tests/bench/scheduler_bench.
+#include <unistd.h>
+
+#include <filesystem>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "global_scheduler/kvpr.h"
+#include "global_scheduler/session_directory.h"
+#include "global_scheduler/state_store.h"
 #include "node_manager/arbitration.h"
 
 namespace {
@@ -54,6 +59,53 @@ BENCHMARK(BM_Arbitrate)
     ->Args({10000, static_cast<int>(node_manager::ArbitrationPolicy::kEdf)})
     ->Args({10000, static_cast<int>(node_manager::ArbitrationPolicy::kFineServeBatch)})
     ->Unit(benchmark::kMillisecond);
+
+// One session turn's bookkeeping on the scheduler (Begin + Commit of a turn
+// of 256 tokens, on a session whose history has `history` tokens), with the
+// state kept in memory only (sync -1) or written through to SQLite with
+// synchronous NORMAL (0) or FULL (1) (scheduler.state; state_store.h).
+void BM_SessionTurn(benchmark::State& state) {
+  const int history = static_cast<int>(state.range(0));
+  const int sync = static_cast<int>(state.range(1));
+  const auto dir = std::filesystem::temp_directory_path() / absl::StrCat("bench_state_", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::unique_ptr<global_scheduler::StateStore> store;
+  global_scheduler::SessionDirectory d;
+  if (sync >= 0) {
+    global_scheduler::SqliteStateOptions o;
+    o.sync = sync ? global_scheduler::StateSync::kFull : global_scheduler::StateSync::kNormal;
+    store = *global_scheduler::OpenSqliteStateStore((dir / "state.db").string(), o);
+    if (!d.Restore(store.get()).ok()) state.SkipWithError("restore failed");
+  }
+  global_scheduler::TurnRecord first;
+  first.prompt_tokens.assign(history, 7);
+  if (!d.Begin("s", "m").ok() || !d.Commit("s", "n", first).ok()) state.SkipWithError("setup");
+  global_scheduler::TurnRecord turn;
+  turn.prompt_tokens.assign(128, 1);
+  turn.output_tokens.assign(128, 2);
+  for (auto _ : state) {
+    // The same history length every turn: the chat form replaces it.
+    global_scheduler::TurnRecord t = turn;
+    t.prompt_replaces_history = true;
+    t.prompt_tokens.insert(t.prompt_tokens.end(), first.prompt_tokens.begin(),
+                           first.prompt_tokens.end());
+    if (!d.Begin("s", "m").ok() || !d.Commit("s", "n", std::move(t)).ok()) {
+      state.SkipWithError("turn failed");
+      break;
+    }
+  }
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_SessionTurn)
+    ->ArgNames({"history", "sync"})
+    ->Args({1024, -1})
+    ->Args({1024, 0})
+    ->Args({1024, 1})
+    ->Args({32768, -1})
+    ->Args({32768, 0})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
