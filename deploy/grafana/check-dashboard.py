@@ -53,6 +53,9 @@ def fail(problems):
 def check_layout(dash, problems):
     ids, cells, overlaps = set(), {}, set()
     for p in dash["panels"]:
+        if "gridPos" not in p or "id" not in p:
+            problems.append(f"panel {p.get('title')!r} has no id or gridPos")
+            continue
         if p["id"] in ids:
             problems.append(f"panel id {p['id']} used twice")
         ids.add(p["id"])

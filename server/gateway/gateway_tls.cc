@@ -1,5 +1,6 @@
 #include "server/gateway/gateway_tls.h"
 
+#include <openssl/ssl.h>
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,10 @@ absl::StatusOr<std::shared_ptr<ssl::context>> GatewayTls::Load() const {
       return absl::InvalidArgumentError(
           absl::StrCat("gateway TLS: CA ", options_.ca_file, ": ", ec.message()));
     }
+    // Verifying peers, OpenSSL refuses resumed sessions without an id context.
+    static constexpr unsigned char kSessionContext[] = "ballast-gateway";
+    SSL_CTX_set_session_id_context(ctx->native_handle(), kSessionContext,
+                                   sizeof(kSessionContext) - 1);
     ctx->set_verify_mode(options_.require_client_cert
                              ? ssl::verify_peer | ssl::verify_fail_if_no_peer_cert
                              : ssl::verify_peer,

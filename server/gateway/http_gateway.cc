@@ -205,10 +205,19 @@ class Session final : public SessionBase {
     Lowest().socket().close(ec);
   }
   // Closes after a complete response: TLS says close_notify first.
+  // A timer of its own bounds it (a read already pending, e.g. the
+  // disconnect watch, is not covered by the stream's expiry).
   void Finish() {
     if constexpr (kTls) {
-      Lowest().expires_after(std::chrono::seconds(5));
-      stream_.async_shutdown([self = Self()](beast::error_code) { self->Close(); });
+      finish_timer_.emplace(executor_);
+      finish_timer_->expires_after(std::chrono::seconds(5));
+      finish_timer_->async_wait([self = Self()](beast::error_code ec) {
+        if (!ec) self->Close();
+      });
+      stream_.async_shutdown([self = Self()](beast::error_code) {
+        self->finish_timer_->cancel();
+        self->Close();
+      });
     } else {
       Close();
     }
@@ -217,6 +226,7 @@ class Session final : public SessionBase {
   Executor executor_;
   std::shared_ptr<net::ssl::context> tls_;  // TLS: outlives stream_
   Stream stream_;
+  std::optional<net::steady_timer> finish_timer_;  // TLS: bounds Finish's shutdown
   HttpGateway::Impl* gw_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -292,7 +302,8 @@ void Session<Stream>::OnRequest(beast::error_code ec) {
     return SendError(e, After::kClose);
   }
   if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
-      ec == net::error::operation_aborted || ec == net::error::eof) {
+      ec == net::error::operation_aborted || ec == net::error::eof ||
+      ec == net::ssl::error::stream_truncated) {  // TLS: left without close_notify
     return Close();
   }
   if (ec) {
@@ -401,8 +412,10 @@ void Session<Stream>::HandleCompletion(const std::string& body, Endpoint endpoin
 template <class Stream>
 void Session<Stream>::WatchDisconnect() {
   stream_.async_read_some(net::buffer(watch_buf_), [self = Self()](beast::error_code ec, size_t) {
-    if (self->done_) return;
+    // An error closes the connection even after the response: a TLS client
+    // that leaves without close_notify must not leave it open.
     if (ec) return self->ClientGone();
+    if (self->done_) return;
     self->WatchDisconnect();
   });
 }

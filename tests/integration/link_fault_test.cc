@@ -97,10 +97,11 @@ TEST_F(LinkFaultTest, ALinkCutMidStreamLosesNothingAcknowledged) {
   const int home = Index(NodeOf("alpha"));
   StreamResult t1 = Turn("s", "Hi", 4);
   ASSERT_TRUE(t1.status.ok()) << t1.status.error_message();
-  // Tokens cross the link 300 ms after the node sends them, and 200 take
+  // Tokens cross the link 150 ms after the node sends them, and 200 take
   // longer than that to generate: when the client reads the first one, the
   // rest are on the link or still to come, so the cut lands mid-stream.
-  to_node_[home]->SetDelay(absl::Milliseconds(300));
+  // (Keepalive pings, answered within a second, see a 300 ms round trip.)
+  to_node_[home]->SetDelay(absl::Milliseconds(150));
   StreamResult cut = Turn("s", " a long answer", 200, [&](int tokens) {
     if (tokens == 1) Link(home, Mode::kCut);
   });
@@ -131,6 +132,7 @@ TEST_F(LinkFaultTest, APartitionedNodeIsReplacedAndRejoinsWithNothingLost) {
   Link(home, Mode::kBlackhole);
   StreamResult t2 = Turn("s", " more", 6);
   ASSERT_TRUE(t2.status.ok()) << t2.status.error_message() << Logs();
+  ASSERT_EQ(AliveNodes(), 1) << "the partitioned node was not declared dead\n" << Logs();
   EXPECT_EQ(t2.final.node_id(), home == 0 ? "n2" : "n1");
   EXPECT_EQ(t2.ids, Reference("alpha", Extend(Extend({}, "Hi", t1.ids), " more", {}), 6));
   StreamResult other = Generate("alpha", "Hello", 8);

@@ -91,8 +91,9 @@ class TcpProxy {
   struct Pipe {
     int from = -1, to = -1;
     std::deque<Chunk> queue;
-    bool eof = false;   // `from` closed its side
-    bool shut = false;  // ... and that was passed on
+    bool eof = false;      // `from` closed its side
+    bool shut = false;     // ... and that was passed on
+    bool blocked = false;  // `to` refused bytes (EAGAIN): wait for POLLOUT
   };
   struct Conn {
     int client = -1, upstream = -1;
@@ -152,8 +153,8 @@ class TcpProxy {
       return;
     }
     ::fcntl(c.upstream, F_SETFL, ::fcntl(c.upstream, F_GETFL) | O_NONBLOCK);
-    c.up = {c.client, c.upstream, {}, false, false};
-    c.down = {c.upstream, c.client, {}, false, false};
+    c.up = {c.client, c.upstream, {}, false, false, false};
+    c.down = {c.upstream, c.client, {}, false, false, false};
   }
   // Reads what `p.from` has into the queue, due `delay` from now.
   static bool Read(Pipe& p, absl::Duration delay) {
@@ -172,10 +173,14 @@ class TcpProxy {
   }
   // Writes the chunks that are due; false if the other side is gone.
   static bool Flush(Pipe& p, absl::Time now) {
+    p.blocked = false;
     while (!p.queue.empty() && p.queue.front().due <= now) {
       std::string& b = p.queue.front().bytes;
       const ssize_t n = ::send(p.to, b.data(), b.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+      if (n < 0) {
+        p.blocked = errno == EAGAIN || errno == EWOULDBLOCK;
+        return p.blocked;
+      }
       b.erase(0, static_cast<size_t>(n));
       if (!b.empty()) return true;
       p.queue.pop_front();
@@ -212,8 +217,12 @@ class TcpProxy {
           Close(*c, /*reset=*/true);
           continue;
         }
+        // Only bytes that will be sent wake the loop (a blackhole holds
+        // them; a full socket waits for POLLOUT instead).
         for (Pipe* p : {&c->up, &c->down}) {
-          if (!p->queue.empty()) next = std::min(next, p->queue.front().due);
+          if (mode == Mode::kPass && !p->blocked && !p->queue.empty()) {
+            next = std::min(next, p->queue.front().due);
+          }
         }
         if (c->up.shut && c->down.shut) Close(*c, /*reset=*/false);
       }
@@ -221,22 +230,27 @@ class TcpProxy {
       std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       for (auto& c : conns_) {
         if (c->upstream < 0) continue;
-        if (!c->up.eof) fds.push_back({c->client, POLLIN, 0});
-        if (!c->down.eof) fds.push_back({c->upstream, POLLIN, 0});
+        const short client_events = (c->up.eof ? 0 : POLLIN) | (c->down.blocked ? POLLOUT : 0);
+        const short upstream_events = (c->down.eof ? 0 : POLLIN) | (c->up.blocked ? POLLOUT : 0);
+        if (client_events) fds.push_back({c->client, client_events, 0});
+        if (upstream_events) fds.push_back({c->upstream, upstream_events, 0});
       }
       const int timeout_ms =
           static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(next - absl::Now())));
       ::poll(fds.data(), fds.size(), timeout_ms);
       uint64_t drained;
       [[maybe_unused]] ssize_t n = ::read(wake_fd_, &drained, sizeof(drained));
-      if (fds[0].revents & POLLIN) Accept(mode);
       {
-        absl::MutexLock lock(&mu_);  // bytes that came during the poll get today's delay
+        absl::MutexLock lock(&mu_);  // what changed during the poll applies now
+        mode = mode_;
         delay = delay_;
       }
+      if (fds[0].revents & POLLIN) Accept(mode);
       for (auto& c : conns_) {
         if (c->dead || c->upstream < 0) continue;
-        if (!(Read(c->up, delay) && Read(c->down, delay))) Close(*c, /*reset=*/true);
+        if (!(Read(c->up, delay) && Read(c->down, delay))) {
+          Close(*c, /*reset=*/mode != Mode::kBlackhole);  // a partition passes on nothing
+        }
       }
     }
   }
