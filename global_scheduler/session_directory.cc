@@ -1,5 +1,7 @@
 #include "global_scheduler/session_directory.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
@@ -145,24 +147,46 @@ absl::Status SessionDirectory::Commit(const std::string& session_id, const std::
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return absl::OkStatus();  // ended meanwhile
-  Session next = it->second;
-  if (turn.prompt_replaces_history) next.tokens.clear();
-  next.tokens.insert(next.tokens.end(), turn.prompt_tokens.begin(), turn.prompt_tokens.end());
-  next.tokens.insert(next.tokens.end(), turn.output_tokens.begin(), turn.output_tokens.end());
-  for (auto& m : turn.messages) next.messages.push_back(std::move(m));
-  next.node_id = node_id;
-  next.busy = false;
-  next.last_used = clock_();
-  if (auto st = Persist(session_id, next); !st.ok()) {
-    it->second.busy = false;  // the turn ends; the history stays as it was
-    it->second.last_used = next.last_used;
-    return absl::UnavailableError(
-        absl::StrCat("session ", session_id,
-                     ": the turn could not be saved, so it is not part of the "
-                     "session's history (",
-                     st.message(), "); send it again"));
+  Session& s = it->second;
+  // What the turn adds: its tokens after the history, or (a chat turn's
+  // prompt replaces the history) the new tokens past the old ones when they
+  // extend them, else the whole new history.
+  std::vector<int> added = std::move(turn.prompt_tokens);
+  added.insert(added.end(), turn.output_tokens.begin(), turn.output_tokens.end());
+  bool rewrite = false;
+  if (turn.prompt_replaces_history) {
+    if (added.size() >= s.tokens.size() &&
+        std::equal(s.tokens.begin(), s.tokens.end(), added.begin())) {
+      added.erase(added.begin(), added.begin() + static_cast<ptrdiff_t>(s.tokens.size()));
+    } else {
+      rewrite = true;
+    }
   }
-  it->second = std::move(next);
+  const absl::Time now = clock_();
+  if (store_) {
+    SessionTurnRecord record{session_id, node_id, now, {}, {}, rewrite};
+    if (rewrite) {
+      record.tokens = added;
+      record.messages = s.messages;
+    } else {
+      record.tokens = added;
+    }
+    record.messages.insert(record.messages.end(), turn.messages.begin(), turn.messages.end());
+    if (auto st = store_->AppendTurn(record); !st.ok()) {
+      s.busy = false;  // the turn ends; the history stays as it was
+      s.last_used = now;
+      return absl::UnavailableError(absl::StrCat(
+          "session ", session_id,
+          ": the turn could not be saved, so it is not part of the session's history (",
+          st.message(), "); send it again"));
+    }
+  }
+  if (rewrite) s.tokens.clear();
+  s.tokens.insert(s.tokens.end(), added.begin(), added.end());
+  for (auto& m : turn.messages) s.messages.push_back(std::move(m));
+  s.node_id = node_id;
+  s.busy = false;
+  s.last_used = now;
   return absl::OkStatus();
 }
 

@@ -3,15 +3,20 @@
 // Schema (PRAGMA user_version 1):
 //   models(name PK, registered 0|1, path, kv_dtype, ttft_ms, tpot_ms,
 //          replicas, kv_floor_bytes, kv_limit_bytes)
-//   sessions(id PK, model, tenant, chat, node, tokens BLOB (int32 LE),
-//            messages BLOB (length-delimited v1::ChatMessage),
+//   sessions(id PK, model, tenant, chat, node,
 //            lost NULL|0 forgotten|1 expired, last_used_us)
+//   session_turns(session_id, seq, tokens BLOB (int32 LE),
+//                 messages BLOB (length-delimited v1::ChatMessage)):
+//     a session's history is its rows in seq order, concatenated; a turn
+//     appends a row, so its cost does not grow with the history.
 // The connection runs in WAL mode with locking_mode=EXCLUSIVE, taken at
 // open, so the file has one writer process for the store's life.
 #include <sqlite3.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <map>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -41,8 +46,11 @@ CREATE TABLE IF NOT EXISTS models(
   kv_limit_bytes INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions(
   id TEXT PRIMARY KEY, model TEXT NOT NULL, tenant TEXT NOT NULL,
-  chat INTEGER NOT NULL, node TEXT NOT NULL, tokens BLOB NOT NULL,
-  messages BLOB NOT NULL, lost INTEGER, last_used_us INTEGER NOT NULL);
+  chat INTEGER NOT NULL, node TEXT NOT NULL, lost INTEGER,
+  last_used_us INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS session_turns(
+  session_id TEXT NOT NULL, seq INTEGER NOT NULL, tokens BLOB NOT NULL,
+  messages BLOB NOT NULL, PRIMARY KEY(session_id, seq));
 CREATE INDEX IF NOT EXISTS sessions_by_node ON sessions(node);
 )sql";
 
@@ -210,33 +218,49 @@ class SqliteStateStore final : public StateStore {
 
   absl::StatusOr<std::vector<StoredSession>> LoadSessions() override {
     absl::MutexLock lock(&mu_);
-    Stmt q(db_,
-           "SELECT id, model, tenant, chat, node, tokens, messages, lost, last_used_us "
-           "FROM sessions ORDER BY id");
-    if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), "read the sessions");
     std::vector<StoredSession> out;
+    std::map<std::string, size_t> index;
+    {
+      Stmt q(db_,
+             "SELECT id, model, tenant, chat, node, lost, last_used_us FROM sessions ORDER BY id");
+      if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), "read the sessions");
+      int rc;
+      while ((rc = q.Step()) == SQLITE_ROW) {
+        StoredSession s;
+        s.id = q.ColText(0);
+        s.model = q.ColText(1);
+        s.tenant = q.ColText(2);
+        s.chat = q.ColInt(3) != 0;
+        s.node_id = q.ColText(4);
+        if (!q.ColNull(5)) {
+          const int64_t lost = q.ColInt(5);
+          if (lost != 0 && lost != 1) {
+            return absl::DataLossError(absl::StrCat("state store ", path_, ": session ", s.id,
+                                                    ": lost: ", lost, " is not 0 or 1"));
+          }
+          s.lost = lost == 1 ? LostReason::kExpired : LostReason::kForgotten;
+        }
+        s.last_used = absl::FromUnixMicros(q.ColInt(6));
+        index[s.id] = out.size();
+        out.push_back(std::move(s));
+      }
+      if (rc != SQLITE_DONE) return Fail(rc, "read the sessions");
+    }
+    Stmt q(db_, "SELECT session_id, tokens, messages FROM session_turns ORDER BY session_id, seq");
+    if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), "read the session turns");
     int rc;
     while ((rc = q.Step()) == SQLITE_ROW) {
-      StoredSession s;
-      s.id = q.ColText(0);
-      s.model = q.ColText(1);
-      s.tenant = q.ColText(2);
-      s.chat = q.ColInt(3) != 0;
-      s.node_id = q.ColText(4);
-      if (auto st = DecodeTokens(s.id, q.ColBlob(5), &s.tokens); !st.ok()) return st;
-      if (auto st = DecodeMessages(s.id, q.ColBlob(6), &s.messages); !st.ok()) return st;
-      if (!q.ColNull(7)) {
-        const int64_t lost = q.ColInt(7);
-        if (lost != 0 && lost != 1) {
-          return absl::DataLossError(absl::StrCat("state store ", path_, ": session ", s.id,
-                                                  ": lost: ", lost, " is not 0 or 1"));
-        }
-        s.lost = lost == 1 ? LostReason::kExpired : LostReason::kForgotten;
+      const std::string id = q.ColText(0);
+      auto it = index.find(id);
+      if (it == index.end()) {
+        return absl::DataLossError(absl::StrCat("state store ", path_, ": turns of session ", id,
+                                                ", which is not stored"));
       }
-      s.last_used = absl::FromUnixMicros(q.ColInt(8));
-      out.push_back(std::move(s));
+      StoredSession& s = out[it->second];
+      if (auto st = DecodeTokens(id, q.ColBlob(1), &s.tokens); !st.ok()) return st;
+      if (auto st = DecodeMessages(id, q.ColBlob(2), &s.messages); !st.ok()) return st;
     }
-    if (rc != SQLITE_DONE) return Fail(rc, "read the sessions");
+    if (rc != SQLITE_DONE) return Fail(rc, "read the session turns");
     return out;
   }
 
@@ -258,17 +282,52 @@ class SqliteStateStore final : public StateStore {
   absl::Status PutSession(const StoredSession& s) override {
     const std::string tokens = EncodeTokens(s.tokens);
     const std::string messages = EncodeMessages(s.messages);
+    const std::string what = absl::StrCat("record session ", s.id);
     absl::MutexLock lock(&mu_);
-    Stmt q(db_, "INSERT OR REPLACE INTO sessions VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
-    q.Text(1, s.id).Text(2, s.model).Text(3, s.tenant).Int(4, s.chat).Text(5, s.node_id);
-    q.Blob(6, tokens).Blob(7, messages);
-    if (s.lost) {
-      q.Int(8, *s.lost == LostReason::kExpired ? 1 : 0);
-    } else {
-      q.Null(8);
-    }
-    q.Int(9, absl::ToUnixMicros(s.last_used));
-    return Run(q, absl::StrCat("record session ", s.id));
+    return InTransaction(what, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      Stmt q(db_, "INSERT OR REPLACE INTO sessions VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      q.Text(1, s.id).Text(2, s.model).Text(3, s.tenant).Int(4, s.chat).Text(5, s.node_id);
+      if (s.lost) {
+        q.Int(6, *s.lost == LostReason::kExpired ? 1 : 0);
+      } else {
+        q.Null(6);
+      }
+      q.Int(7, absl::ToUnixMicros(s.last_used));
+      if (auto st = Run(q, what); !st.ok()) return st;
+      Stmt erase(db_, "DELETE FROM session_turns WHERE session_id = ?1");
+      erase.Text(1, s.id);
+      if (auto st = Run(erase, what); !st.ok()) return st;
+      if (tokens.empty() && messages.empty()) return absl::OkStatus();
+      Stmt turn(db_, "INSERT INTO session_turns VALUES (?1, 0, ?2, ?3)");
+      turn.Text(1, s.id).Blob(2, tokens).Blob(3, messages);
+      return Run(turn, what);
+    });
+  }
+
+  absl::Status AppendTurn(const SessionTurnRecord& t) override {
+    const std::string tokens = EncodeTokens(t.tokens);
+    const std::string messages = EncodeMessages(t.messages);
+    const std::string what = absl::StrCat("record a turn of session ", t.id);
+    absl::MutexLock lock(&mu_);
+    return InTransaction(what, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      Stmt meta(db_, "UPDATE sessions SET node = ?2, last_used_us = ?3, lost = NULL WHERE id = ?1");
+      meta.Text(1, t.id).Text(2, t.node_id).Int(3, absl::ToUnixMicros(t.last_used));
+      if (auto st = Run(meta, what); !st.ok()) return st;
+      if (sqlite3_changes(db_) != 1) {
+        return absl::NotFoundError(
+            absl::StrCat("state store ", path_, ": ", what, ": the session is not stored"));
+      }
+      if (t.rewrite) {
+        Stmt erase(db_, "DELETE FROM session_turns WHERE session_id = ?1");
+        erase.Text(1, t.id);
+        if (auto st = Run(erase, what); !st.ok()) return st;
+      }
+      Stmt turn(db_,
+                "INSERT INTO session_turns VALUES (?1, (SELECT COALESCE(MAX(seq) + 1, 0) FROM "
+                "session_turns WHERE session_id = ?1), ?2, ?3)");
+      turn.Text(1, t.id).Blob(2, tokens).Blob(3, messages);
+      return Run(turn, what);
+    });
   }
 
   absl::Status SetAffinity(const std::string& id, const std::string& node_id) override {
@@ -286,10 +345,17 @@ class SqliteStateStore final : public StateStore {
   }
 
   absl::Status EraseSession(const std::string& id) override {
+    const std::string what = absl::StrCat("erase session ", id);
     absl::MutexLock lock(&mu_);
-    Stmt q(db_, "DELETE FROM sessions WHERE id = ?1");
-    q.Text(1, id);
-    return Run(q, absl::StrCat("erase session ", id));
+    return InTransaction(what, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (const char* sql : {"DELETE FROM sessions WHERE id = ?1",
+                              "DELETE FROM session_turns WHERE session_id = ?1"}) {
+        Stmt q(db_, sql);
+        q.Text(1, id);
+        if (auto st = Run(q, what); !st.ok()) return st;
+      }
+      return absl::OkStatus();
+    });
   }
 
   std::string Describe() const override { return absl::StrCat("sqlite:", path_); }
@@ -311,6 +377,20 @@ class SqliteStateStore final : public StateStore {
   absl::Status Fail(int rc, const std::string& what) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return SqlError(rc, db_, path_, what);
   }
+  // Runs `body` (its statements) as one transaction: all of it or none.
+  // REQUIRES: mu_ held.
+  absl::Status InTransaction(const std::string& what, const std::function<absl::Status()>& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (const int rc = Exec("BEGIN"); rc != SQLITE_OK) return Fail(rc, what);
+    absl::Status st = body();
+    if (st.ok()) {
+      const int rc = Exec("COMMIT");
+      if (rc == SQLITE_OK) return absl::OkStatus();
+      st = Fail(rc, what);
+    }
+    Exec("ROLLBACK");
+    return st;
+  }
   // Runs a write statement. REQUIRES: mu_ held.
   absl::Status Run(Stmt& q, const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), what);
@@ -324,11 +404,11 @@ class SqliteStateStore final : public StateStore {
                                               ": tokens: ", blob.size(),
                                               " bytes is not a whole number of int32 tokens"));
     }
-    out->resize(blob.size() / 4);
-    for (size_t i = 0; i < out->size(); ++i) {
+    out->reserve(out->size() + blob.size() / 4);  // appended: a session's rows in order
+    for (size_t i = 0; i < blob.size() / 4; ++i) {
       uint32_t v = 0;
       for (int b = 0; b < 4; ++b) v |= uint32_t{static_cast<uint8_t>(blob[i * 4 + b])} << (8 * b);
-      (*out)[i] = static_cast<int>(v);
+      out->push_back(static_cast<int>(v));
     }
     return absl::OkStatus();
   }

@@ -52,6 +52,19 @@ struct StoredSession {
   absl::Time last_used = absl::UnixEpoch();
 };
 
+// A committed turn, as the store records it: the session's new affinity
+// and last use, and what the turn added to its history (appended), or,
+// with `rewrite`, its whole token history and conversation (replacing what
+// is stored: a chat turn whose rendering does not extend the old tokens).
+struct SessionTurnRecord {
+  std::string id;
+  std::string node_id;
+  absl::Time last_used = absl::UnixEpoch();
+  std::vector<int> tokens;
+  std::vector<v1::ChatMessage> messages;
+  bool rewrite = false;
+};
+
 // The Admin API's changes to the catalogue.
 struct StoredCatalogue {
   std::vector<ModelSpec> registered;
@@ -73,6 +86,10 @@ class StateStore {
 
   // Writes a session whole (inserting or replacing it).
   virtual absl::Status PutSession(const StoredSession& session) = 0;
+  // Records a committed turn of a stored session: its cost is the turn's,
+  // not the history's (unless `rewrite`). NOT_FOUND if the session is not
+  // stored.
+  virtual absl::Status AppendTurn(const SessionTurnRecord& turn) = 0;
   // Changes only a session's affinity (no-op for an unknown id).
   virtual absl::Status SetAffinity(const std::string& id, const std::string& node_id) = 0;
   // Clears the affinity of every session on `node_id`.

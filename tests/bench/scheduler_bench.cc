@@ -61,8 +61,9 @@ BENCHMARK(BM_Arbitrate)
     ->Unit(benchmark::kMillisecond);
 
 // One session turn's bookkeeping on the scheduler (Begin + Commit of a turn
-// of 256 tokens, on a session whose history has `history` tokens), with the
-// state kept in memory only (sync -1) or written through to SQLite with
+// of 256 tokens on a session whose history has `history` to `history` +
+// 8K tokens: it is started again every 32 turns, outside the timing), with
+// the state kept in memory only (sync -1) or written through to SQLite with
 // synchronous NORMAL (0) or FULL (1) (scheduler.state; state_store.h).
 void BM_SessionTurn(benchmark::State& state) {
   const int history = static_cast<int>(state.range(0));
@@ -78,19 +79,25 @@ void BM_SessionTurn(benchmark::State& state) {
     store = *global_scheduler::OpenSqliteStateStore((dir / "state.db").string(), o);
     if (!d.Restore(store.get()).ok()) state.SkipWithError("restore failed");
   }
-  global_scheduler::TurnRecord first;
-  first.prompt_tokens.assign(history, 7);
-  if (!d.Begin("s", "m").ok() || !d.Commit("s", "n", first).ok()) state.SkipWithError("setup");
+  auto start = [&] {
+    bool existed = false;
+    global_scheduler::TurnRecord first;
+    first.prompt_tokens.assign(history, 7);
+    return d.End("s", &existed).ok() && d.Begin("s", "m").ok() &&
+           d.Commit("s", "n", std::move(first)).ok();
+  };
+  if (!start()) state.SkipWithError("setup failed");
   global_scheduler::TurnRecord turn;
   turn.prompt_tokens.assign(128, 1);
   turn.output_tokens.assign(128, 2);
+  int64_t n = 0;
   for (auto _ : state) {
-    // The same history length every turn: the chat form replaces it.
-    global_scheduler::TurnRecord t = turn;
-    t.prompt_replaces_history = true;
-    t.prompt_tokens.insert(t.prompt_tokens.end(), first.prompt_tokens.begin(),
-                           first.prompt_tokens.end());
-    if (!d.Begin("s", "m").ok() || !d.Commit("s", "n", std::move(t)).ok()) {
+    if (++n % 32 == 0) {
+      state.PauseTiming();
+      if (!start()) state.SkipWithError("restart failed");
+      state.ResumeTiming();
+    }
+    if (!d.Begin("s", "m").ok() || !d.Commit("s", "n", turn).ok()) {
       state.SkipWithError("turn failed");
       break;
     }

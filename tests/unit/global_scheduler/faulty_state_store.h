@@ -33,6 +33,9 @@ class FaultyStateStore : public StateStore {
   absl::Status PutSession(const StoredSession& s) override {
     return Write([&] { return real_->PutSession(s); });
   }
+  absl::Status AppendTurn(const SessionTurnRecord& t) override {
+    return Write([&] { return real_->AppendTurn(t); });
+  }
   absl::Status SetAffinity(const std::string& id, const std::string& node) override {
     return Write([&] { return real_->SetAffinity(id, node); });
   }

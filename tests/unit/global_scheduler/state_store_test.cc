@@ -151,6 +151,18 @@ TEST_F(StateStoreTest, ARestoredDirectoryMatchesTheLiveOne) {
   live.MarkLost("lost", LostReason::kForgotten);
   ASSERT_TRUE(live.Begin("chat2", "m", true).ok());
   EXPECT_TRUE(live.Commit("chat2", "node-1", chat).ok());
+  // A chat turn whose rendering extends the tokens (stored as a delta), then
+  // one that does not (stored whole).
+  TurnRecord extends = Turn({10, 11, 12, 20}, {21});
+  extends.prompt_replaces_history = true;
+  extends.messages = {Msg("user", "more"), Msg("assistant", "sure")};
+  ASSERT_TRUE(live.Begin("chat2", "m", true).ok());
+  EXPECT_TRUE(live.Commit("chat2", "node-1", extends).ok());
+  TurnRecord differs = Turn({30, 31}, {32});
+  differs.prompt_replaces_history = true;
+  differs.messages = {Msg("user", "again"), Msg("assistant", "ok")};
+  ASSERT_TRUE(live.Begin("chat2", "m", true).ok());
+  EXPECT_TRUE(live.Commit("chat2", "node-1", differs).ok());
   store.reset();  // the restart
 
   auto reopened = *OpenSqliteStateStore(path_);
@@ -177,9 +189,10 @@ TEST_F(StateStoreTest, ARestoredDirectoryMatchesTheLiveOne) {
             absl::StatusCode::kPermissionDenied);
   auto chat2 = restored.Begin("chat2", "m", true);
   ASSERT_TRUE(chat2.ok()) << chat2.status();
-  ASSERT_EQ(chat2->messages.size(), 2u);
-  EXPECT_EQ(chat2->messages[0].content(), "hi");
-  EXPECT_EQ(chat2->messages[1].content(), "hello");
+  EXPECT_EQ(chat2->history, (std::vector<int>{30, 31, 32}));
+  std::vector<std::string> contents;
+  for (const auto& m : chat2->messages) contents.push_back(m.content());
+  EXPECT_EQ(contents, (std::vector<std::string>{"hi", "hello", "more", "sure", "again", "ok"}));
   // The per-tenant count is restored: "acme" holds one session.
   EXPECT_EQ(restored.Begin("another", "m", false, "acme", 1).status().code(),
             absl::StatusCode::kResourceExhausted);
@@ -188,6 +201,33 @@ TEST_F(StateStoreTest, ARestoredDirectoryMatchesTheLiveOne) {
   EXPECT_NE(restored.Begin("lost", "m").status().message().find("restarted"), std::string::npos);
   EXPECT_NE(restored.Begin("chat", "m", true).status().message().find("expired"),
             std::string::npos);
+}
+
+TEST_F(StateStoreTest, TurnsAppendAndRewrite) {
+  auto store = *OpenSqliteStateStore(path_);
+  EXPECT_EQ(store->AppendTurn({"nobody", "n", absl::UnixEpoch(), {1}, {}, false}).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(
+      store
+          ->PutSession(
+              {"s", "m", "", false, "", {1, 2}, {}, LostReason::kExpired, absl::UnixEpoch()})
+          .ok());
+  ASSERT_TRUE(store->AppendTurn({"s", "n1", absl::FromUnixSeconds(5), {3}, {}, false}).ok());
+  ASSERT_TRUE(store->AppendTurn({"s", "n2", absl::FromUnixSeconds(6), {4, 5}, {}, false}).ok());
+  auto sessions = *store->LoadSessions();
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0].tokens, (std::vector<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(sessions[0].node_id, "n2");
+  EXPECT_EQ(sessions[0].last_used, absl::FromUnixSeconds(6));
+  EXPECT_FALSE(sessions[0].lost.has_value());  // a turn clears it
+  ASSERT_TRUE(store->AppendTurn({"s", "n2", absl::FromUnixSeconds(7), {9}, {}, true}).ok());
+  EXPECT_EQ((*store->LoadSessions())[0].tokens, (std::vector<int>{9}));
+  ASSERT_TRUE(store->EraseSession("s").ok());
+  EXPECT_TRUE(store->LoadSessions()->empty());
+  // The erase took the turns too: a new session of that id starts empty.
+  ASSERT_TRUE(
+      store->PutSession({"s", "m", "", false, "", {}, {}, std::nullopt, absl::UnixEpoch()}).ok());
+  EXPECT_TRUE((*store->LoadSessions())[0].tokens.empty());
 }
 
 TEST_F(StateStoreTest, AStoreThatCannotWriteRefusesWhatWouldBeAcknowledged) {
@@ -263,7 +303,9 @@ TEST_F(StateStoreTest, AFullStoreIsResourceExhaustedNamingTheFile) {
 
 TEST_F(StateStoreTest, DamagedRowsAndNewerSchemasAreRefusedNamingTheFile) {
   { auto store = *OpenSqliteStateStore(path_); }
-  RawSql(path_, "INSERT INTO sessions VALUES ('bad', 'm', '', 0, '', x'010203', x'', NULL, 0);");
+  RawSql(path_,
+         "INSERT INTO sessions VALUES ('bad', 'm', '', 0, '', NULL, 0);"
+         "INSERT INTO session_turns VALUES ('bad', 0, x'010203', x'');");
   {
     auto store = *OpenSqliteStateStore(path_);
     auto sessions = store->LoadSessions();
@@ -271,10 +313,18 @@ TEST_F(StateStoreTest, DamagedRowsAndNewerSchemasAreRefusedNamingTheFile) {
     EXPECT_NE(sessions.status().message().find(path_ + ": session bad: tokens"), std::string::npos)
         << sessions.status();
   }
-  RawSql(path_, "UPDATE sessions SET tokens = x'', messages = x'05ff';");
+  RawSql(path_, "UPDATE session_turns SET tokens = x'', messages = x'05ff';");
   {
     auto store = *OpenSqliteStateStore(path_);
     EXPECT_EQ(store->LoadSessions().status().code(), absl::StatusCode::kDataLoss);
+  }
+  RawSql(path_,
+         "DELETE FROM session_turns; INSERT INTO session_turns VALUES ('ghost', 0, x'', x'');");
+  {
+    auto store = *OpenSqliteStateStore(path_);
+    auto sessions = store->LoadSessions();
+    EXPECT_EQ(sessions.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(sessions.status().message().find("ghost"), std::string::npos) << sessions.status();
   }
   RawSql(path_, "PRAGMA user_version = 99;");
   auto newer = OpenSqliteStateStore(path_);
