@@ -199,4 +199,39 @@ absl::StatusOr<std::string> RenderComparePlot(const std::string& out_dir,
   return png;
 }
 
+absl::StatusOr<std::string> RenderSweepPlot(const std::string& out_dir, const SweepTable& table,
+                                            double target) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::absolute(out_dir).string();
+  fs::create_directories(dir);
+  std::string plot;
+  {
+    // One data block per policy: GPUs, TTFT %, TPOT %.
+    std::ofstream dat(fs::path(dir) / "sweep.dat");
+    for (size_t p = 0; p < table.attainment.size() && p < table.policies.size(); ++p) {
+      dat << "# " << table.policies[p] << "\n";
+      for (size_t g = 0; g < table.attainment[p].size() && g < table.gpus.size(); ++g) {
+        dat << absl::StrFormat("%d %g %g\n", table.gpus[g], 100 * table.attainment[p][g].first,
+                               100 * table.attainment[p][g].second);
+      }
+      dat << "\n\n";
+      plot += absl::StrCat(p ? ", " : "", "'sweep.dat' index ", p,
+                           " using 1:2 with linespoints lw 2 pt 7 lc ", p + 1, " title ",
+                           Quote(table.policies[p] + " TTFT"), ", '' index ", p,
+                           " using 1:3 with linespoints dt 2 pt 6 lc ", p + 1, " title ",
+                           Quote(table.policies[p] + " TPOT"));
+    }
+  }
+  if (plot.empty()) return absl::FailedPreconditionError("no runs to plot");
+  const std::string png = (fs::path(dir) / "sweep.png").string();
+  const std::string script = absl::StrCat(
+      "set terminal pngcairo size 960,540 font ',10'\nset grid\nset key outside right\n",
+      "set output ", Quote(png), "\n", "set title 'SLO attainment vs GPUs (simulated)'\n",
+      "set xlabel 'GPUs'\nset ylabel 'attainment (%)'\nset yrange [0:105]\n",
+      "set logscale x 2\nplot ", plot, ", ", 100 * target,
+      " with lines dt 3 lc rgb 'red' title 'target'\n");
+  if (auto st = RunGnuplot(dir, script, "sweep.gp"); !st.ok()) return st;
+  return png;
+}
+
 }  // namespace ballast::bench

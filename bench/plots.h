@@ -33,4 +33,18 @@ absl::StatusOr<std::string> RenderComparePlot(const std::string& dir,
                                               const std::vector<std::string>& names,
                                               const std::vector<std::vector<Report>>& reports);
 
+// A sweep's results (`ballast simulate sweep`): attainment[p][g] =
+// {TTFT, TPOT} attainment of policy p at gpus[g].
+struct SweepTable {
+  std::vector<std::string> policies;
+  std::vector<int> gpus;
+  std::vector<std::vector<std::pair<double, double>>> attainment;
+};
+
+// sweep.png in `dir`: TTFT (solid) and TPOT (dashed) attainment vs GPUs,
+// one colour per policy, with the target line. Returns the PNG path;
+// UNAVAILABLE if gnuplot is missing or fails.
+absl::StatusOr<std::string> RenderSweepPlot(const std::string& dir, const SweepTable& table,
+                                            double target);
+
 }  // namespace ballast::bench

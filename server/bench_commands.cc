@@ -31,19 +31,6 @@ int Error(const std::string& msg) {
   return 2;
 }
 
-// Writes `text` to `path` through a temporary file and a rename: a reader
-// (or a kill) never sees half a file.
-void WriteFileAtomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) std::cerr << "warning: cannot write " << path.string() << ": " << ec.message() << "\n";
-}
-
 // Replays `trace` at every rate scale against `target`; after each scale
 // writes requests-<scale>.csv, result-<scale>.json and result.json (the runs
 // so far) into `out`, then plots at the end. Returns the reports.
@@ -158,6 +145,19 @@ std::string WriteCompare(const BenchFlags& f, const std::vector<std::vector<benc
 }
 
 }  // namespace
+
+// Writes `text` to `path` through a temporary file and a rename: a reader
+// (or a kill) never sees half a file.
+void WriteFileAtomic(const std::filesystem::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) std::cerr << "warning: cannot write " << path.string() << ": " << ec.message() << "\n";
+}
 
 int RunTraceGenerate(const std::vector<bench::TraceRecord>& trace, const std::string& out) {
   if (auto st = bench::WriteTrace(out, trace); !st.ok()) return Error(std::string(st.message()));

@@ -3,6 +3,7 @@
 // configurations by starting `ballast serve` under each on the same trace).
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct BenchFlags {
   // has served a while rather than its first minute. Default off.
   bool warmup = false;
 };
+
+// Writes `text` to `path` through a temporary file and a rename: a reader
+// (or a kill) never sees half a file. A failure is a warning on stderr.
+void WriteFileAtomic(const std::filesystem::path& path, const std::string& text);
 
 // Writes the trace to `out` and prints its statistics.
 int RunTraceGenerate(const std::vector<bench::TraceRecord>& trace, const std::string& out);

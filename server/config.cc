@@ -7,76 +7,16 @@
 #include "absl/strings/str_cat.h"
 #include "engine/gpu_backend.h"
 #include "node_manager/arbitration.h"
+#include "server/yaml_section.h"
 #include "yaml-cpp/yaml.h"
 
 namespace ballast::server {
 namespace {
 
-// Reads the keys of one YAML mapping, remembering which were read, so that
-// Finish() can reject the rest by name.
-class Section {
- public:
-  Section(const YAML::Node& node, std::string path, const std::string* file)
-      : node_(node), path_(std::move(path)), file_(file) {}
-
-  absl::Status Check() const {
-    if (!node_.IsMap()) return Error(path_, "expected a mapping");
-    return absl::OkStatus();
-  }
-
-  template <typename T>
-  absl::Status Get(const std::string& key, T* out) {
-    seen_.insert(key);
-    const YAML::Node v = node_[key];
-    if (!v) return absl::OkStatus();
-    try {
-      *out = v.as<T>();
-    } catch (const YAML::Exception&) {
-      return Error(Key(key), absl::StrCat("wrong type (got \"", YAML::Dump(v), "\")"));
-    }
-    return absl::OkStatus();
-  }
-
-  // A nested mapping (absent -> a null node).
-  YAML::Node Child(const std::string& key) {
-    seen_.insert(key);
-    return node_[key];
-  }
-
-  absl::Status Finish() const {
-    for (auto it = node_.begin(); it != node_.end(); ++it) {
-      if (!it->first.IsScalar()) {
-        return Error(path_.empty() ? "(top level)" : path_,
-                     absl::StrCat("keys must be plain names, not \"", YAML::Dump(it->first), "\""));
-      }
-      const std::string k = it->first.as<std::string>();
-      if (!seen_.count(k)) return Error(Key(k), "unknown key");
-    }
-    return absl::OkStatus();
-  }
-
-  std::string Key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
-  absl::Status Error(const std::string& key, const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(*file_, ": ", key, ": ", what));
-  }
-
- private:
-  YAML::Node node_;
-  std::string path_;
-  const std::string* file_;
-  std::set<std::string> seen_;
-};
-
-#define RETURN_IF_ERROR(expr)  \
-  do {                         \
-    absl::Status _st = (expr); \
-    if (!_st.ok()) return _st; \
-  } while (0)
-
 // node.memory.remap: {enabled, max_fraction, respect_timing, revert_after_ms}.
 absl::Status ParseRemap(const YAML::Node& node, const std::string* file,
                         node_manager::RemapOptions* o) {
-  Section rs(node, "node.memory.remap", file);
+  YamlSection rs(node, "node.memory.remap", file);
   RETURN_IF_ERROR(rs.Check());
   double revert_ms = absl::ToDoubleMilliseconds(o->revert_after);
   RETURN_IF_ERROR(rs.Get("enabled", &o->enabled));
@@ -92,10 +32,11 @@ absl::Status ParseRemap(const YAML::Node& node, const std::string* file,
   return absl::OkStatus();
 }
 
-absl::Status ParseSlo(Section& parent, uint32_t* ttft, uint32_t* tpot, const std::string* file) {
+absl::Status ParseSlo(YamlSection& parent, uint32_t* ttft, uint32_t* tpot,
+                      const std::string* file) {
   YAML::Node n = parent.Child("slo");
   if (!n) return absl::OkStatus();
-  Section s(n, parent.Key("slo"), file);
+  YamlSection s(n, parent.Key("slo"), file);
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(s.Get("ttft_ms", ttft));
   RETURN_IF_ERROR(s.Get("tpot_ms", tpot));
@@ -104,10 +45,11 @@ absl::Status ParseSlo(Section& parent, uint32_t* ttft, uint32_t* tpot, const std
 
 // scheduler.tls / node.tls (server/tls.h). Files are checked at start, once
 // command-line flags have set the listen addresses (CheckTls).
-absl::Status ParseTls(Section& parent, bool scheduler, const std::string* file, TlsSettings* t) {
+absl::Status ParseTls(YamlSection& parent, bool scheduler, const std::string* file,
+                      TlsSettings* t) {
   YAML::Node n = parent.Child("tls");
   if (!n) return absl::OkStatus();
-  Section s(n, parent.Key("tls"), file);
+  YamlSection s(n, parent.Key("tls"), file);
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(s.Get("cert_file", &t->cert_file));
   RETURN_IF_ERROR(s.Get("key_file", &t->key_file));
@@ -122,7 +64,7 @@ absl::Status ParseTls(Section& parent, bool scheduler, const std::string* file, 
 
 // One set of quota limits (the defaults, or a tenant's, which start from the
 // defaults).
-absl::Status ParseQuotaLimits(Section& s, global_scheduler::QuotaLimits* l) {
+absl::Status ParseQuotaLimits(YamlSection& s, global_scheduler::QuotaLimits* l) {
   RETURN_IF_ERROR(s.Get("requests_per_s", &l->requests_per_s));
   RETURN_IF_ERROR(s.Get("request_burst", &l->request_burst));
   RETURN_IF_ERROR(s.Get("prompt_tokens_per_s", &l->prompt_tokens_per_s));
@@ -152,11 +94,11 @@ absl::Status ParseQuotaLimits(Section& s, global_scheduler::QuotaLimits* l) {
 }
 
 // scheduler.quotas: default limits, and per-tenant ones under `tenants`.
-absl::Status ParseQuotas(Section& parent, const std::string* file,
+absl::Status ParseQuotas(YamlSection& parent, const std::string* file,
                          global_scheduler::QuotaOptions* q) {
   YAML::Node n = parent.Child("quotas");
   if (!n) return absl::OkStatus();
-  Section s(n, "scheduler.quotas", file);
+  YamlSection s(n, "scheduler.quotas", file);
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(ParseQuotaLimits(s, &q->defaults));
   RETURN_IF_ERROR(s.Get("max_tracked_tenants", &q->max_tracked_tenants));
@@ -166,7 +108,7 @@ absl::Status ParseQuotas(Section& parent, const std::string* file,
     for (auto it = t.begin(); it != t.end(); ++it) {
       if (!it->first.IsScalar()) return s.Error(s.Key("tenants"), "tenant names must be strings");
       const std::string name = it->first.as<std::string>();
-      Section ts(it->second, absl::StrCat("scheduler.quotas.tenants.", name), file);
+      YamlSection ts(it->second, absl::StrCat("scheduler.quotas.tenants.", name), file);
       RETURN_IF_ERROR(ts.Check());
       global_scheduler::QuotaLimits l = q->defaults;
       RETURN_IF_ERROR(ParseQuotaLimits(ts, &l));
@@ -178,7 +120,7 @@ absl::Status ParseQuotas(Section& parent, const std::string* file,
 }
 
 // scheduler.session_ttl_ms (0: sessions never expire) and max_sessions.
-absl::Status ParseSessionLimits(Section& s, global_scheduler::SchedulerOptions* o) {
+absl::Status ParseSessionLimits(YamlSection& s, global_scheduler::SchedulerOptions* o) {
   int64_t ttl_ms = absl::ToInt64Milliseconds(o->session_ttl);
   RETURN_IF_ERROR(s.Get("session_ttl_ms", &ttl_ms));
   if (ttl_ms < 0) return s.Error(s.Key("session_ttl_ms"), "must be >= 0 (0: never expire)");
@@ -189,7 +131,7 @@ absl::Status ParseSessionLimits(Section& s, global_scheduler::SchedulerOptions* 
 }
 
 // scheduler.state: where the scheduler's state persists (state_store.h).
-absl::Status ParseState(Section& parent, const std::string* file,
+absl::Status ParseState(YamlSection& parent, const std::string* file,
                         global_scheduler::SchedulerOptions* o) {
   if (parent.Child("catalogue_file")) {
     return parent.Error(parent.Key("catalogue_file"),
@@ -199,7 +141,7 @@ absl::Status ParseState(Section& parent, const std::string* file,
   }
   YAML::Node n = parent.Child("state");
   if (!n) return absl::OkStatus();
-  Section s(n, "scheduler.state", file);
+  YamlSection s(n, "scheduler.state", file);
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(s.Get("path", &o->state_path));
   std::string sync = "normal";
@@ -223,7 +165,7 @@ absl::Status ParseState(Section& parent, const std::string* file,
 }
 
 absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, SchedulerSection* out) {
-  Section s(n, "scheduler", file);
+  YamlSection s(n, "scheduler", file);
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(s.Get("listen", &out->listen));
   RETURN_IF_ERROR(s.Get("metrics_listen", &out->metrics_listen));
@@ -232,7 +174,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(s.Get("shutdown_grace_s", &out->shutdown_grace_s));
   if (!(out->shutdown_grace_s >= 0)) return s.Error(s.Key("shutdown_grace_s"), "must be >= 0");
   if (YAML::Node a = s.Child("auth")) {
-    Section as(a, "scheduler.auth", file);
+    YamlSection as(a, "scheduler.auth", file);
     RETURN_IF_ERROR(as.Check());
     RETURN_IF_ERROR(as.Get("keys_file", &out->keys_file));
     RETURN_IF_ERROR(as.Finish());
@@ -306,7 +248,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   if (YAML::Node models = s.Child("models")) {
     if (!models.IsSequence()) return s.Error(s.Key("models"), "expected a list");
     for (size_t i = 0; i < models.size(); ++i) {
-      Section m(models[i], absl::StrCat("scheduler.models[", i, "]"), file);
+      YamlSection m(models[i], absl::StrCat("scheduler.models[", i, "]"), file);
       RETURN_IF_ERROR(m.Check());
       global_scheduler::ModelSpec spec;
       RETURN_IF_ERROR(m.Get("name", &spec.name));
@@ -341,10 +283,10 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
 }
 
 // node.kv_tiers: session KV below the devices (node_manager/kv_tier_store.h).
-absl::Status ParseKvTiers(Section& s, const std::string* file, node_manager::NodeOptions* o) {
+absl::Status ParseKvTiers(YamlSection& s, const std::string* file, node_manager::NodeOptions* o) {
   YAML::Node n = s.Child("kv_tiers");
   if (!n) return absl::OkStatus();
-  Section ts(n, "node.kv_tiers", file);
+  YamlSection ts(n, "node.kv_tiers", file);
   RETURN_IF_ERROR(ts.Check());
   auto& t = o->kv_tiers;
   int64_t dram_mib = 0, ssd_gib = 0;
@@ -369,7 +311,7 @@ absl::Status ParseKvTiers(Section& s, const std::string* file, node_manager::Nod
 }
 
 absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection* out) {
-  Section s(n, "node", file);
+  YamlSection s(n, "node", file);
   RETURN_IF_ERROR(s.Check());
   auto& o = out->options;
   RETURN_IF_ERROR(s.Get("node_id", &o.node_id));
@@ -390,7 +332,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     }
     o.devices.clear();
     for (size_t i = 0; i < devices.size(); ++i) {
-      Section d(devices[i], absl::StrCat("node.devices[", i, "]"), file);
+      YamlSection d(devices[i], absl::StrCat("node.devices[", i, "]"), file);
       RETURN_IF_ERROR(d.Check());
       node_manager::DeviceOptions dev;
       int64_t mib = dev.memory_bytes >> 20;
@@ -403,7 +345,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     }
   }
   if (YAML::Node m = s.Child("memory")) {
-    Section ms(m, "node.memory", file);
+    YamlSection ms(m, "node.memory", file);
     RETURN_IF_ERROR(ms.Check());
     int64_t slab_mib = static_cast<int64_t>(o.slab_bytes >> 20);
     int64_t host_mib = o.host_weight_cache_bytes >> 20;
@@ -423,7 +365,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
   }
   RETURN_IF_ERROR(ParseKvTiers(s, file, &o));
   if (YAML::Node a = s.Child("arbitration")) {
-    Section as(a, "node.arbitration", file);
+    YamlSection as(a, "node.arbitration", file);
     RETURN_IF_ERROR(as.Check());
     RETURN_IF_ERROR(as.Get("policy", &o.arbitration_policy));
     RETURN_IF_ERROR(as.Get("max_queue_wait_ms", &o.max_queue_wait_ms));
@@ -436,7 +378,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     }
   }
   if (YAML::Node e = s.Child("engine")) {
-    Section es(e, "node.engine", file);
+    YamlSection es(e, "node.engine", file);
     RETURN_IF_ERROR(es.Check());
     auto& eo = o.engine;
     int64_t kv_mib = eo.kv_cache_bytes >> 20;
@@ -473,13 +415,13 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
 }
 
 absl::Status ParseServe(const YAML::Node& n, const std::string* file, ServeSection* out) {
-  Section s(n, "serve", file);
+  YamlSection s(n, "serve", file);
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(s.Get("cache_dir", &out->cache_dir));
   if (YAML::Node models = s.Child("models")) {
     if (!models.IsSequence()) return s.Error(s.Key("models"), "expected a list");
     for (size_t i = 0; i < models.size(); ++i) {
-      Section m(models[i], absl::StrCat("serve.models[", i, "]"), file);
+      YamlSection m(models[i], absl::StrCat("serve.models[", i, "]"), file);
       RETURN_IF_ERROR(m.Check());
       SyntheticModelEntry e;
       auto& sp = e.spec;
@@ -532,7 +474,7 @@ absl::StatusOr<Config> ParseRoot(const YAML::Node& root, const std::string& sour
   Config c;
   c.source = source;
   if (!root || root.IsNull()) return c;
-  Section s(root, "", &c.source);
+  YamlSection s(root, "", &c.source);
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(s.Get("log_level", &c.log_level));
   RETURN_IF_ERROR(s.Get("log_format", &c.log_format));

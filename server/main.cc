@@ -19,6 +19,7 @@
 #include "server/log_format.h"
 #include "server/processes.h"
 #include "server/remap_bench_cli.h"
+#include "server/sim_cli.h"
 #include "server/tier_bench_cli.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -276,12 +277,14 @@ int main(int argc, char** argv) {
   ballast::server::EngineBenchCli engine_bench_cli(&app);
   ballast::server::TierBenchCli tier_bench_cli(&app);
   ballast::server::RemapBenchCli remap_bench_cli(&app);
+  ballast::server::SimCli sim_cli(&app);
 
   CLI11_PARSE(app, argc, argv);
   if (int rc = 0; bench_cli.RunParsed(&rc)) return rc;
   if (int rc = 0; engine_bench_cli.RunParsed(&rc)) return rc;
   if (int rc = 0; tier_bench_cli.RunParsed(&rc)) return rc;
   if (int rc = 0; remap_bench_cli.RunParsed(&rc)) return rc;
+  if (int rc = 0; sim_cli.RunParsed(&rc)) return rc;
 
   Config config;
   if (serve->parsed()) {

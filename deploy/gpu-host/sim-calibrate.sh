@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 20's engine-model calibration on the GPU host: build, then
+# `ballast bench-engine` over Llama-3.2-1B, Llama-3.2-3B and Llama-3-8B
+# shapes (random BF16 weights from make-model), decode batches x KV
+# contexts and one prefill per context, BF16 KV, plus FP8 KV for 8B.
+# Each shape's runs go to OUT/calib-<shape>.jsonl (one bench-engine JSON
+# per line); `configs/sim/calibration-<card>.json` is built from them by
+# scripts/sim-calibration.py. SHAPES picks shapes (default: 1b 3b 8b).
+# Usage (repository root, GPU host): deploy/gpu-host/sim-calibrate.sh OUT_DIR
+set -euo pipefail
+OUT=${1:?output directory}
+BUILD=${BUILD:-/tmp/bb}
+mkdir -p "$OUT"
+if [ ! -x "$BUILD/server/ballast" ]; then
+  GENERATOR="Unix Makefiles" TARGETS="ballast" bash deploy/gpu-host/build.sh .gpu-debs "$BUILD" \
+    > "$OUT/build.log" 2>&1
+fi
+source deploy/gpu-host/env.sh
+B="$BUILD/server/ballast"
+shape_args() {
+  case "$1" in
+    1b) echo "--layers 16 --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 --tie-embeddings" ;;
+    3b) echo "--layers 28 --hidden 3072 --intermediate 8192 --heads 24 --kv-heads 8 --tie-embeddings" ;;
+    8b) echo "--layers 32 --hidden 4096 --intermediate 14336 --heads 32 --kv-heads 8" ;;
+  esac
+}
+for s in ${SHAPES:-1b 3b 8b}; do
+  M=/tmp/sim-m$s
+  if [ ! -f "$M/config.json" ]; then
+    # shellcheck disable=SC2046
+    "$B" make-model --out "$M" $(shape_args "$s") --vocab 128256 --max-position 16384 \
+      --llama3-rope-scaling --init-std 0.02 --threads 16 > /dev/null
+  fi
+  : > "$OUT/calib-$s.jsonl"
+  run() {  # context prefill batches [extra flags]
+    local ctx=$1 pre=$2 batches=$3; shift 3
+    "$B" bench-engine --model "$M" --context "$ctx" --prefill "$pre" --batches "$batches" \
+      --steps 16 --warmup 3 "$@" --out /tmp/sim-run.json >> "$OUT/summary.txt" 2>&1
+    python3 -c 'import json,sys; print(json.dumps(json.load(open("/tmp/sim-run.json"))))' \
+      >> "$OUT/calib-$s.jsonl"
+  }
+  echo "== $s" >> "$OUT/summary.txt"
+  run 256 512 1,8,32,128,256
+  run 1024 2048 1,8,32,128,256
+  run 4096 8192 1,8,32,64
+  [ "$s" = 8b ] && run 1024 2048 1,32,128 --kv-dtype fp8_e4m3
+done
+tail -40 "$OUT/summary.txt"

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Builds configs/sim/calibration-<card>.json from the output of
+deploy/gpu-host/sim-calibrate.sh (calib-<shape>.jsonl: one `ballast
+bench-engine` JSON per line, in the script's run order: contexts 256, 1024,
+4096 with prefills 512, 2048, 8192, then for 8b one FP8-KV run at 1024).
+
+Usage: scripts/sim-calibration.py --dir DIR --date YYYY-MM-DD --memory-gib G
+           --h2d-gbps R --activation-ratio X --out configs/sim/calibration-h200.json
+"""
+import argparse
+import json
+import os
+
+SHAPES = {  # as sim-calibrate.sh makes them (sim::NamedShape's values)
+    "llama-1b": dict(layers=16, hidden=2048, heads=32, kv_heads=8, head_dim=64,
+                     intermediate=8192, vocab=128256, tied_embeddings=True),
+    "llama-3b": dict(layers=28, hidden=3072, heads=24, kv_heads=8, head_dim=128,
+                     intermediate=8192, vocab=128256, tied_embeddings=True),
+    "llama-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+                     intermediate=14336, vocab=128256, tied_embeddings=False),
+}
+RUNS = [(256, 512, 2), (1024, 2048, 2), (4096, 8192, 2), (1024, 2048, 1)]  # ctx, prefill, kv bytes
+WARMUP, STEPS = 3, 16  # sim-calibrate.sh's --warmup / --steps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--date", required=True)
+    ap.add_argument("--memory-gib", type=float, required=True)
+    ap.add_argument("--h2d-gbps", type=float, required=True)
+    ap.add_argument("--activation-ratio", type=float, required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    points, device = [], None
+    for short, name in (("1b", "llama-1b"), ("3b", "llama-3b"), ("8b", "llama-8b")):
+        path = os.path.join(a.dir, f"calib-{short}.jsonl")
+        with open(path) as f:
+            runs = [json.loads(line) for line in f if line.strip()]
+        for i, run in enumerate(runs):
+            ctx, prefill, kv_bytes = RUNS[i]
+            device = device or run["device"]
+            mean_ctx = ctx + WARMUP + STEPS / 2
+            for d in run["decode"]:
+                b = d["batch"]
+                points.append(dict(shape=name, kv_dtype_bytes=kv_bytes, decode_tokens=b,
+                                   decode_context=b * mean_ctx, ms=round(d["ms_per_step"], 4)))
+            p = run.get("prefill")
+            if p:
+                t = p["tokens"]
+                assert t == prefill, (path, i, t)
+                points.append(dict(shape=name, kv_dtype_bytes=kv_bytes, prefill_tokens=t,
+                                   prefill_attention=t * (t + 1) / 2, ms=round(p["ms"], 4)))
+    out = dict(
+        device=device, date=a.date,
+        command=("deploy/gpu-host/sim-calibrate.sh OUT (ballast bench-engine, CUDA graphs, "
+                 "static KV pool, 16-token blocks, random BF16 weights); "
+                 "scripts/sim-calibration.py"),
+        memory_bytes=int(a.memory_gib * (1 << 30)), h2d_bytes_per_s=a.h2d_gbps * 1e9,
+        activation_ratio=a.activation_ratio, shapes=SHAPES, points=points)
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print(f"{a.out}: {len(points)} points from {device}")
+
+
+if __name__ == "__main__":
+    main()

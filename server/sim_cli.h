@@ -1,0 +1,33 @@
+// Command-line definition of `ballast simulate` and `ballast simulate
+// sweep` (the simulator, sim/simulator.h). SimCli registers them on `app`;
+// after parsing, RunParsed runs whichever was chosen.
+//
+//   ballast simulate --config configs/sim/prism-58.yaml --trace t.jsonl --out DIR
+//       [--policy NAME] [--gpus N] [--rate-scale 1,2] [--slo-scale 1] [--no-plots]
+//     writes what `ballast bench` writes: result.json (runs, each with a
+//     "simulation" section), requests-<scale>.csv and the PNG plots.
+//   ballast simulate sweep --config ... --trace ... --out DIR --gpus 4,8,16
+//       [--policy a,b] [--target 0.99]
+//     runs every policy variant at every GPU count and reports, per policy,
+//     the fewest GPUs whose TTFT and TPOT attainment both reach the target:
+//     sweep.json, sweep.csv, sweep.md and sweep.png.
+#pragma once
+
+#include <memory>
+
+#include "CLI/CLI.hpp"
+
+namespace ballast::server {
+
+class SimCli {
+ public:
+  explicit SimCli(CLI::App* app);
+  ~SimCli();
+  bool RunParsed(int* rc);
+  struct State;  // the parsed flags (sim_cli.cc)
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace ballast::server

@@ -1,0 +1,198 @@
+#include "server/sim_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "server/yaml_section.h"
+
+namespace ballast::server {
+namespace {
+
+absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const std::string* file,
+                         sim::SimPolicy* p) {
+  YamlSection s(node, key, file);
+  RETURN_IF_ERROR(s.Check());
+  std::string arbitration;
+  RETURN_IF_ERROR(s.Get("memory_mode", &p->memory_mode));
+  RETURN_IF_ERROR(s.Get("placement", &p->placement));
+  RETURN_IF_ERROR(s.Get("arbitration", &arbitration));
+  RETURN_IF_ERROR(s.Get("idle_evict_after_s", &p->idle_evict_after_s));
+  RETURN_IF_ERROR(s.Get("kv_pressure_free_fraction", &p->kv_pressure_free_fraction));
+  RETURN_IF_ERROR(s.Get("min_kv_fraction", &p->min_kv_fraction));
+  RETURN_IF_ERROR(s.Get("max_batch_tokens", &p->max_batch_tokens));
+  RETURN_IF_ERROR(s.Get("control_interval_s", &p->control_interval_s));
+  RETURN_IF_ERROR(s.Get("demand_window_s", &p->demand_window_s));
+  RETURN_IF_ERROR(s.Finish());
+  if (p->memory_mode != "elastic" && p->memory_mode != "static") {
+    return s.Error(s.Key("memory_mode"), "expected elastic or static");
+  }
+  if (p->placement != "most_free" && p->placement != "kvpr" && p->placement != "mme") {
+    return s.Error(s.Key("placement"), "expected most_free, kvpr or mme");
+  }
+  if (!arbitration.empty()) {
+    auto a = node_manager::ParseArbitrationPolicy(arbitration);
+    if (!a.ok()) return s.Error(s.Key("arbitration"), std::string(a.status().message()));
+    p->arbitration = *a;
+  }
+  if (p->max_batch_tokens <= 0) return s.Error(s.Key("max_batch_tokens"), "must be > 0");
+  if (p->control_interval_s <= 0) return s.Error(s.Key("control_interval_s"), "must be > 0");
+  if (p->demand_window_s <= 0) return s.Error(s.Key("demand_window_s"), "must be > 0");
+  if (p->min_kv_fraction < 0 || p->min_kv_fraction >= 1) {
+    return s.Error(s.Key("min_kv_fraction"), "must be in [0, 1)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> DtypeBytes(const YamlSection& s, const std::string& key,
+                               const std::string& value) {
+  if (value == "bf16" || value == "fp16") return 2;
+  if (value == "fp8") return 1;
+  return s.Error(s.Key(key), absl::StrCat("\"", value, "\": expected bf16, fp16 or fp8"));
+}
+
+absl::Status ParseShape(const YAML::Node& node, const std::string& key, const std::string* file,
+                        sim::ModelShape* shape) {
+  if (node.IsScalar()) {
+    auto named = sim::NamedShape(node.as<std::string>());
+    if (!named.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(*file, ": ", key, ": ", named.status().message()));
+    }
+    *shape = *named;
+    return absl::OkStatus();
+  }
+  YamlSection s(node, key, file);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(s.Get("layers", &shape->layers));
+  RETURN_IF_ERROR(s.Get("hidden", &shape->hidden));
+  RETURN_IF_ERROR(s.Get("heads", &shape->heads));
+  RETURN_IF_ERROR(s.Get("kv_heads", &shape->kv_heads));
+  RETURN_IF_ERROR(s.Get("head_dim", &shape->head_dim));
+  RETURN_IF_ERROR(s.Get("intermediate", &shape->intermediate));
+  RETURN_IF_ERROR(s.Get("vocab", &shape->vocab));
+  RETURN_IF_ERROR(s.Get("tied_embeddings", &shape->tied_embeddings));
+  RETURN_IF_ERROR(s.Finish());
+  if (shape->head_dim == 0 && shape->heads > 0) shape->head_dim = shape->hidden / shape->heads;
+  if (shape->layers <= 0 || shape->hidden <= 0 || shape->heads <= 0 || shape->kv_heads <= 0 ||
+      shape->intermediate <= 0 || shape->vocab <= 0 || shape->head_dim <= 0) {
+    return s.Error(key, "needs layers, hidden, heads, kv_heads, intermediate and vocab > 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseModel(const YAML::Node& node, const std::string& key, const std::string* file,
+                        std::vector<sim::SimModel>* out) {
+  YamlSection s(node, key, file);
+  RETURN_IF_ERROR(s.Check());
+  sim::SimModel m;
+  std::string weight_dtype = "bf16", kv_dtype = "bf16";
+  int copies = 1;
+  RETURN_IF_ERROR(s.Get("name", &m.name));
+  RETURN_IF_ERROR(s.Get("weight_dtype", &weight_dtype));
+  RETURN_IF_ERROR(s.Get("kv_dtype", &kv_dtype));
+  RETURN_IF_ERROR(s.Get("ttft_ms", &m.ttft_ms));
+  RETURN_IF_ERROR(s.Get("tpot_ms", &m.tpot_ms));
+  RETURN_IF_ERROR(s.Get("max_seqs", &m.max_seqs));
+  RETURN_IF_ERROR(s.Get("copies", &copies));
+  const YAML::Node shape = s.Child("shape");
+  RETURN_IF_ERROR(s.Finish());
+  if (m.name.empty()) return s.Error(s.Key("name"), "required");
+  if (!shape) return s.Error(s.Key("shape"), "required (a name such as llama-8b, or a mapping)");
+  RETURN_IF_ERROR(ParseShape(shape, s.Key("shape"), file, &m.shape));
+  m.shape_name = shape.IsScalar() ? shape.as<std::string>() : "custom";
+  auto wb = DtypeBytes(s, "weight_dtype", weight_dtype);
+  auto kb = DtypeBytes(s, "kv_dtype", kv_dtype);
+  if (!wb.ok()) return wb.status();
+  if (!kb.ok()) return kb.status();
+  m.shape.weight_dtype_bytes = *wb;
+  m.shape.kv_dtype_bytes = *kb;
+  if (m.ttft_ms == 0 || m.tpot_ms == 0) return s.Error(key, "ttft_ms and tpot_ms must be > 0");
+  if (m.max_seqs <= 0) return s.Error(s.Key("max_seqs"), "must be > 0");
+  if (copies <= 0) return s.Error(s.Key("copies"), "must be > 0");
+  if (copies == 1) {
+    out->push_back(m);
+    return absl::OkStatus();
+  }
+  for (int i = 0; i < copies; ++i) {
+    sim::SimModel c = m;
+    c.name = absl::StrCat(m.name, "-", i);
+    out->push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTop(const YAML::Node& root, const std::string* file, SimFile* f) {
+  YamlSection top(root, "", file);
+  RETURN_IF_ERROR(top.Check());
+  std::string calibration;
+  RETURN_IF_ERROR(top.Get("calibration", &calibration));
+  RETURN_IF_ERROR(top.Get("drain_s", &f->config.drain_s));
+  const YAML::Node cluster = top.Child("cluster"), policy = top.Child("policy");
+  const YAML::Node policies = top.Child("policies"), models = top.Child("models");
+  RETURN_IF_ERROR(top.Finish());
+  if (calibration.empty()) return top.Error("calibration", "required (a calibration JSON file)");
+  f->calibration_path =
+      (std::filesystem::path(*file).parent_path() / calibration).lexically_normal().string();
+  YamlSection c(cluster, "cluster", file);
+  if (cluster) RETURN_IF_ERROR(c.Check());
+  double memory_gib = 0;
+  RETURN_IF_ERROR(c.Get("nodes", &f->config.cluster.nodes));
+  RETURN_IF_ERROR(c.Get("gpus_per_node", &f->config.cluster.gpus_per_node));
+  RETURN_IF_ERROR(c.Get("gpu_memory_gib", &memory_gib));
+  if (cluster) RETURN_IF_ERROR(c.Finish());
+  if (f->config.cluster.nodes <= 0 || f->config.cluster.gpus_per_node <= 0 || memory_gib < 0) {
+    return c.Error("cluster", "nodes and gpus_per_node must be > 0, gpu_memory_gib >= 0");
+  }
+  f->config.cluster.gpu_memory_bytes = static_cast<int64_t>(memory_gib * (1LL << 30));
+  if (policy) RETURN_IF_ERROR(ParsePolicy(policy, "policy", file, &f->config.policy));
+  if (policies) {
+    if (!policies.IsMap()) return top.Error("policies", "expected a mapping of name: policy");
+    for (auto it = policies.begin(); it != policies.end(); ++it) {
+      const std::string name = it->first.as<std::string>();
+      sim::SimPolicy p = f->config.policy;
+      RETURN_IF_ERROR(ParsePolicy(it->second, absl::StrCat("policies.", name), file, &p));
+      f->variants[name] = p;
+    }
+  }
+  if (!models || !models.IsSequence() || models.size() == 0) {
+    return top.Error("models", "a non-empty list of models");
+  }
+  for (size_t i = 0; i < models.size(); ++i) {
+    RETURN_IF_ERROR(
+        ParseModel(models[i], absl::StrCat("models[", i, "]"), file, &f->config.models));
+  }
+  std::set<std::string> names;
+  for (const auto& m : f->config.models) {
+    if (!names.insert(m.name).second) {
+      return top.Error("models", absl::StrCat("model \"", m.name, "\" appears twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SimFile> ParseSimConfig(const std::string& yaml, const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid YAML: ", e.what()));
+  }
+  SimFile f;
+  RETURN_IF_ERROR(ParseTop(root, &path, &f));
+  return f;
+}
+
+absl::StatusOr<SimFile> ReadSimConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the config file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseSimConfig(ss.str(), path);
+}
+
+}  // namespace ballast::server

@@ -1,0 +1,191 @@
+#include "sim/engine_model.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace ballast::sim {
+
+double ModelShape::dense_params() const {
+  const double q = static_cast<double>(heads) * head_dim;
+  const double kv = static_cast<double>(kv_heads) * head_dim;
+  const double per_layer = hidden * q + 2.0 * hidden * kv + q * hidden +
+                           3.0 * hidden * static_cast<double>(intermediate);
+  return layers * per_layer + static_cast<double>(vocab) * hidden;  // + LM head
+}
+
+double ModelShape::weight_bytes_read() const { return dense_params() * weight_dtype_bytes; }
+
+int64_t ModelShape::weight_bytes() const {
+  double params = dense_params() + (2.0 * layers + 1) * hidden;  // norms
+  if (!tied_embeddings) params += static_cast<double>(vocab) * hidden;
+  return static_cast<int64_t>(params * weight_dtype_bytes);
+}
+
+int64_t ModelShape::kv_bytes_per_token() const {
+  return 2LL * layers * kv_heads * head_dim * kv_dtype_bytes;
+}
+
+absl::StatusOr<ModelShape> NamedShape(const std::string& name) {
+  // {layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, tied}
+  static const std::map<std::string, ModelShape> kShapes = {
+      {"llama-1b", {16, 2048, 32, 8, 64, 8192, 128256, true}},
+      {"llama-3b", {28, 3072, 24, 8, 128, 8192, 128256, true}},
+      {"llama-8b", {32, 4096, 32, 8, 128, 14336, 128256, false}},
+      {"qwen-14b", {48, 5120, 40, 8, 128, 13824, 152064, false}},
+      {"qwen-32b", {64, 5120, 40, 8, 128, 27648, 152064, false}},
+      {"llama-70b", {80, 8192, 64, 8, 128, 28672, 128256, false}},
+  };
+  auto it = kShapes.find(name);
+  if (it == kShapes.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown model shape \"", name,
+                     "\" (known: llama-1b, llama-3b, llama-8b, qwen-14b, qwen-32b, llama-70b)"));
+  }
+  return it->second;
+}
+
+double PrefillAttentionPairs(int tokens, int before) {
+  return static_cast<double>(tokens) * (before + (tokens + 1) / 2.0);
+}
+
+std::array<double, kFeatures> StepFeatures(const ModelShape& s, const StepWork& w) {
+  const double params2 = 2.0 * s.dense_params();
+  return {1.0,
+          static_cast<double>(s.layers),
+          s.weight_bytes_read(),
+          w.decode_context * static_cast<double>(s.kv_bytes_per_token()),
+          static_cast<double>(w.decode_tokens) * s.layers,
+          params2 * w.decode_tokens,
+          params2 * w.prefill_tokens,
+          4.0 * s.layers * s.heads * s.head_dim * w.prefill_attention};
+}
+
+namespace {
+
+absl::Status FieldError(const std::string& origin, const std::string& field,
+                        const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(origin, ": ", field, ": ", what));
+}
+
+absl::StatusOr<ModelShape> ParseShape(const nlohmann::json& j, const std::string& where) {
+  ModelShape s;
+  const std::pair<const char*, int*> ints[] = {{"layers", &s.layers},
+                                               {"hidden", &s.hidden},
+                                               {"heads", &s.heads},
+                                               {"kv_heads", &s.kv_heads},
+                                               {"head_dim", &s.head_dim},
+                                               {"intermediate", &s.intermediate},
+                                               {"vocab", &s.vocab},
+                                               {"weight_dtype_bytes", &s.weight_dtype_bytes},
+                                               {"kv_dtype_bytes", &s.kv_dtype_bytes}};
+  for (const auto& [key, out] : ints) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_number_integer() || j[key].get<int>() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": a positive integer"));
+    }
+    *out = j[key].get<int>();
+  }
+  if (j.contains("tied_embeddings")) s.tied_embeddings = j["tied_embeddings"].get<bool>();
+  if (s.head_dim == 0 && s.heads > 0) s.head_dim = s.hidden / s.heads;
+  if (s.layers <= 0 || s.hidden <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.intermediate <= 0 ||
+      s.vocab <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": needs layers, hidden, heads, kv_heads, intermediate and vocab (> 0)"));
+  }
+  return s;
+}
+
+absl::StatusOr<double> Number(const nlohmann::json& j, const char* key, const std::string& where,
+                              bool required = true) {
+  if (!j.contains(key)) {
+    if (required) return absl::InvalidArgumentError(absl::StrCat(where, ": missing \"", key, "\""));
+    return 0.0;
+  }
+  if (!j[key].is_number() || j[key].get<double>() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": a number >= 0"));
+  }
+  return j[key].get<double>();
+}
+
+absl::StatusOr<CalibrationPoint> ParsePoint(const nlohmann::json& p, const std::string& where,
+                                            const std::map<std::string, ModelShape>& shapes) {
+  CalibrationPoint pt;
+  if (!p.contains("shape") || !p["shape"].is_string() || !shapes.count(p["shape"])) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".shape: one of the \"shapes\""));
+  }
+  pt.shape_name = p["shape"].get<std::string>();
+  pt.shape = shapes.at(pt.shape_name);
+  if (p.contains("kv_dtype_bytes")) pt.shape.kv_dtype_bytes = p["kv_dtype_bytes"].get<int>();
+  auto b = Number(p, "decode_tokens", where, false);
+  auto c = Number(p, "decode_context", where, false);
+  auto pf = Number(p, "prefill_tokens", where, false);
+  auto a = Number(p, "prefill_attention", where, false);
+  auto ms = Number(p, "ms", where);
+  for (const auto* st : {&b, &c, &pf, &a, &ms}) {
+    if (!st->ok()) return st->status();
+  }
+  pt.work = {static_cast<int>(*b), *c, static_cast<int>(*pf), *a};
+  pt.seconds = *ms / 1e3;
+  if (pt.seconds <= 0 || (pt.work.decode_tokens == 0 && pt.work.prefill_tokens == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": a step needs ms > 0 and decode or prefill tokens"));
+  }
+  return pt;
+}
+
+}  // namespace
+
+absl::StatusOr<Calibration> ParseCalibration(const std::string& text, const std::string& origin) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return FieldError(origin, "(file)", "not a JSON object");
+  Calibration c;
+  c.device = j.value("device", "");
+  c.date = j.value("date", "");
+  c.command = j.value("command", "");
+  auto mem = Number(j, "memory_bytes", origin);
+  auto h2d = Number(j, "h2d_bytes_per_s", origin);
+  auto ratio = Number(j, "activation_ratio", origin);
+  for (const auto* st : {&mem, &h2d, &ratio}) {
+    if (!st->ok()) return st->status();
+  }
+  c.memory_bytes = static_cast<int64_t>(*mem);
+  c.h2d_bytes_per_s = *h2d;
+  c.activation_ratio = *ratio;
+  if (c.memory_bytes <= 0 || c.h2d_bytes_per_s <= 0 || c.activation_ratio < 1) {
+    return FieldError(origin, "memory_bytes/h2d_bytes_per_s/activation_ratio",
+                      "must be > 0 (activation_ratio >= 1)");
+  }
+  if (!j.contains("shapes") || !j["shapes"].is_object()) {
+    return FieldError(origin, "shapes", "an object of model shapes");
+  }
+  std::map<std::string, ModelShape> shapes;
+  for (const auto& [name, s] : j["shapes"].items()) {
+    auto shape = ParseShape(s, absl::StrCat(origin, ": shapes.", name));
+    if (!shape.ok()) return shape.status();
+    shapes[name] = *shape;
+  }
+  if (!j.contains("points") || !j["points"].is_array()) {
+    return FieldError(origin, "points", "an array of measured steps");
+  }
+  for (size_t i = 0; i < j["points"].size(); ++i) {
+    auto pt = ParsePoint(j["points"][i], absl::StrCat(origin, ": points[", i, "]"), shapes);
+    if (!pt.ok()) return pt.status();
+    c.points.push_back(*std::move(pt));
+  }
+  return c;
+}
+
+absl::StatusOr<Calibration> ReadCalibration(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the calibration file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseCalibration(ss.str(), path);
+}
+
+}  // namespace ballast::sim

@@ -1,0 +1,121 @@
+// The simulator's engine model: how long one engine step takes on a GPU,
+// fitted from `ballast bench-engine` measurements taken on the GPU host
+// (configs/sim/calibration-<card>.json, made by
+// deploy/gpu-host/sim-calibrate.sh and scripts/sim-calibration.py).
+//
+// A step runs B decode tokens (their KV spans C tokens in total) and P
+// prefill tokens (chunks whose attention spans A query x key pairs in
+// total). Its time is linear in eight features of the model's shape:
+//
+//   t = k0                                  per-step host cost
+//     + k1 * layers                         kernel launches per layer
+//     + k2 * weight bytes read              weight streaming (HBM)
+//     + k3 * C * KV bytes per token         decode attention's KV reads
+//     + k4 * B * layers                     per-sequence attention work
+//     + k5 * 2 * dense params * B           decode GEMM FLOPs
+//     + k6 * 2 * dense params * P           prefill GEMM FLOPs
+//     + k7 * 4 * layers * q heads * head dim * A    prefill attention FLOPs
+//
+// The coefficients k0..k7 (seconds per unit) are one per card, fitted by
+// non-negative least squares on the relative error over every recorded
+// step of every calibrated shape, so a shape never measured (a 70B) is
+// predicted from the same physical rates. Activation (weights copied from
+// pinned host memory) takes weight bytes / the measured host-to-device
+// rate x the measured activation overhead ratio.
+//
+// Thread-safety: EngineModel is immutable after Fit; share it freely.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ballast::sim {
+
+// A Llama-family decoder's shape (config.json's fields) and dtypes.
+struct ModelShape {
+  int layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int intermediate = 0, vocab = 0;
+  bool tied_embeddings = false;
+  int weight_dtype_bytes = 2;  // 2: BF16/FP16, 1: FP8
+  int kv_dtype_bytes = 2;      // 2: BF16/FP16, 1: FP8 E4M3
+
+  // Parameters a step multiplies by: every layer's projections and the LM
+  // head (the embedding table is gathered, not multiplied).
+  double dense_params() const;
+  // Bytes a decode step reads: the dense parameters in the weight dtype.
+  double weight_bytes_read() const;
+  // Bytes resident on the device: dense parameters plus an untied
+  // embedding table, plus norms.
+  int64_t weight_bytes() const;
+  // KV bytes one token adds over all layers (K and V).
+  int64_t kv_bytes_per_token() const;
+};
+
+// A shape by name: llama-1b, llama-3b, llama-8b, qwen-14b, qwen-32b,
+// llama-70b (BF16 weights and KV; callers set the dtypes).
+absl::StatusOr<ModelShape> NamedShape(const std::string& name);
+
+// What one engine step computes.
+inline constexpr int kFeatures = 8;
+
+struct StepWork {
+  int decode_tokens = 0;         // B
+  double decode_context = 0;     // C: KV tokens the decodes attend over
+  int prefill_tokens = 0;        // P
+  double prefill_attention = 0;  // A: query x key pairs of the prefill chunks
+};
+
+// The attention pairs of a prefill chunk of `tokens` tokens after `before`
+// tokens already in the KV (causal): tokens * (before + (tokens + 1) / 2).
+double PrefillAttentionPairs(int tokens, int before);
+
+// One recorded measurement.
+struct CalibrationPoint {
+  std::string shape_name;
+  ModelShape shape;
+  StepWork work;
+  double seconds = 0;
+};
+
+struct Calibration {
+  std::string device;             // the card's name as CUDA reports it
+  std::string date;               // when it was measured
+  std::string command;            // what produced it
+  int64_t memory_bytes = 0;       // the card's memory
+  double h2d_bytes_per_s = 0;     // pinned host-to-device copy rate
+  double activation_ratio = 1.0;  // activation time / the copy bound
+  std::vector<CalibrationPoint> points;
+};
+
+// Reads configs/sim/calibration-<card>.json. Errors name the file and the
+// field.
+absl::StatusOr<Calibration> ReadCalibration(const std::string& path);
+absl::StatusOr<Calibration> ParseCalibration(const std::string& json, const std::string& origin);
+
+class EngineModel {
+ public:
+  // Fits k0..k7 to `calibration`'s points. INVALID_ARGUMENT if there are
+  // too few points to identify them (fewer than kFeatures, or no prefill point).
+  static absl::StatusOr<EngineModel> Fit(const Calibration& calibration);
+  // A model with given coefficients (tests, hand-computed clusters).
+  EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s, double activation_ratio);
+
+  double StepSeconds(const ModelShape& shape, const StepWork& work) const;
+  // Time to prefill `tokens` tokens alone (arbitration's cost estimate).
+  double PrefillSeconds(const ModelShape& shape, int tokens) const;
+  // Time to copy a model's weights from pinned host memory and set it up.
+  double ActivationSeconds(const ModelShape& shape) const;
+  const std::array<double, kFeatures>& coefficients() const { return k_; }
+
+ private:
+  std::array<double, kFeatures> k_;
+  double h2d_bytes_per_s_, activation_ratio_;
+};
+
+// The features of a step (the k0..k7 multipliers above).
+std::array<double, kFeatures> StepFeatures(const ModelShape& shape, const StepWork& work);
+
+}  // namespace ballast::sim

@@ -1,0 +1,118 @@
+// EngineModel's fit and predictions (engine_model.h).
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "sim/engine_model.h"
+
+namespace ballast::sim {
+namespace {
+
+constexpr int kK = kFeatures;
+
+// Solves a (n x n, row-major) x = b by Gaussian elimination with partial
+// pivoting; false if singular.
+bool Solve(std::vector<double> a, std::vector<double> b, int n, std::vector<double>* x) {
+  for (int c = 0; c < n; ++c) {
+    int p = c;
+    for (int r = c + 1; r < n; ++r) {
+      if (std::fabs(a[r * n + c]) > std::fabs(a[p * n + c])) p = r;
+    }
+    if (std::fabs(a[p * n + c]) < 1e-12) return false;
+    for (int k = 0; k < n; ++k) std::swap(a[c * n + k], a[p * n + k]);
+    std::swap(b[c], b[p]);
+    for (int r = c + 1; r < n; ++r) {
+      const double f = a[r * n + c] / a[c * n + c];
+      for (int k = c; k < n; ++k) a[r * n + k] -= f * a[c * n + k];
+      b[r] -= f * b[c];
+    }
+  }
+  x->assign(n, 0);
+  for (int r = n - 1; r >= 0; --r) {
+    double s = b[r];
+    for (int k = r + 1; k < n; ++k) s -= a[r * n + k] * (*x)[k];
+    (*x)[r] = s / a[r * n + r];
+  }
+  return true;
+}
+
+// Least squares over the columns in `active` of rows (features / t) with
+// target 1: the relative error. Columns are scaled to max 1 first.
+bool LeastSquares(const std::vector<std::array<double, kK>>& rows, const std::vector<int>& active,
+                  std::array<double, kK>* k) {
+  const int n = static_cast<int>(active.size());
+  std::vector<double> scale(n, 0);
+  for (const auto& r : rows) {
+    for (int i = 0; i < n; ++i) scale[i] = std::max(scale[i], std::fabs(r[active[i]]));
+  }
+  std::vector<double> ata(n * n, 0), atb(n, 0);
+  for (const auto& r : rows) {
+    for (int i = 0; i < n; ++i) {
+      const double xi = r[active[i]] / scale[i];
+      atb[i] += xi;
+      for (int j = 0; j < n; ++j) ata[i * n + j] += xi * r[active[j]] / scale[j];
+    }
+  }
+  std::vector<double> x;
+  if (!Solve(ata, atb, n, &x)) return false;
+  k->fill(0);
+  for (int i = 0; i < n; ++i) (*k)[active[i]] = x[i] / scale[i];
+  return true;
+}
+
+}  // namespace
+
+EngineModel::EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s,
+                         double activation_ratio)
+    : k_(k), h2d_bytes_per_s_(h2d_bytes_per_s), activation_ratio_(activation_ratio) {}
+
+absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
+  bool prefill = false;
+  std::vector<std::array<double, kK>> rows;
+  for (const CalibrationPoint& p : c.points) {
+    std::array<double, kK> f = StepFeatures(p.shape, p.work);
+    for (double& x : f) x /= p.seconds;
+    rows.push_back(f);
+    prefill |= p.work.prefill_tokens > 0;
+  }
+  if (rows.size() < kK || !prefill) {
+    return absl::InvalidArgumentError(absl::StrCat("calibration of ", c.device, ": needs at least ",
+                                                   kK, " measured steps including a prefill (has ",
+                                                   rows.size(), ")"));
+  }
+  // Non-negative least squares by elimination: drop the most negative
+  // coefficient and refit until none is negative (a rate cannot be < 0).
+  std::vector<int> active;
+  for (int i = 0; i < kK; ++i) active.push_back(i);
+  std::array<double, kK> k{};
+  while (!active.empty()) {
+    if (!LeastSquares(rows, active, &k)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration of ", c.device,
+                       ": the measured steps do not determine the model "
+                       "(vary batch, context and prefill length)"));
+    }
+    auto worst =
+        std::min_element(active.begin(), active.end(), [&](int a, int b) { return k[a] < k[b]; });
+    if (k[*worst] >= 0) break;
+    active.erase(worst);
+  }
+  return EngineModel(k, c.h2d_bytes_per_s, c.activation_ratio);
+}
+
+double EngineModel::StepSeconds(const ModelShape& shape, const StepWork& work) const {
+  const std::array<double, kK> f = StepFeatures(shape, work);
+  double t = 0;
+  for (int i = 0; i < kK; ++i) t += k_[i] * f[i];
+  return t;
+}
+
+double EngineModel::PrefillSeconds(const ModelShape& shape, int tokens) const {
+  return StepSeconds(shape, {0, 0, tokens, PrefillAttentionPairs(tokens, 0)});
+}
+
+double EngineModel::ActivationSeconds(const ModelShape& shape) const {
+  return static_cast<double>(shape.weight_bytes()) / h2d_bytes_per_s_ * activation_ratio_;
+}
+
+}  // namespace ballast::sim

@@ -1,0 +1,60 @@
+// What `ballast simulate` simulates: a cluster of identical GPUs, a model
+// catalogue and the policies, as plain structs (server/sim_config.cc
+// parses them from YAML; nothing here reads files).
+//
+// Thread-compatible value types.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "node_manager/arbitration.h"
+#include "sim/engine_model.h"
+
+namespace ballast::sim {
+
+struct SimModel {
+  std::string name;
+  std::string shape_name;  // for reports
+  ModelShape shape;
+  uint32_t ttft_ms = 1000;  // the model's SLOs (a trace's own values win)
+  uint32_t tpot_ms = 100;
+  int max_seqs = 256;  // running requests at most (the engine's batch)
+};
+
+struct SimPolicy {
+  // elastic: one budget per GPU shared by weights and every model's KV;
+  // models are activated on demand and idle ones evicted.
+  // static: each GPU's memory less weights split equally between the models
+  // placed on it at the start; nothing is activated or evicted later.
+  std::string memory_mode = "elastic";
+  std::string placement = "kvpr";  // most_free | kvpr | mme
+  node_manager::ArbitrationPolicy arbitration = node_manager::ArbitrationPolicy::kMooreHodgson;
+  double idle_evict_after_s = 45;  // <= 0: never evict for room
+  // KV-pressure eviction (idle_eviction.h) below this free fraction; 0: off.
+  double kv_pressure_free_fraction = 0.05;
+  // A GPU takes a model's weights only if this fraction of its memory is
+  // left for KV afterwards (so a load never leaves a GPU with no KV).
+  double min_kv_fraction = 0.1;
+  int max_batch_tokens = 8192;    // tokens per engine step (prefill chunks + decodes)
+  double control_interval_s = 1;  // the scheduler's control tick
+  double demand_window_s = 60;    // KVPR's rate window
+};
+
+struct SimCluster {
+  int nodes = 1;
+  int gpus_per_node = 1;
+  int64_t gpu_memory_bytes = 0;  // 0: the calibrated card's memory
+};
+
+struct SimConfig {
+  SimCluster cluster;
+  SimPolicy policy;
+  std::vector<SimModel> models;
+  // After the last arrival, requests still unfinished this much later end
+  // DEADLINE_EXCEEDED (a stuck cluster still finishes the simulation).
+  double drain_s = 600;
+};
+
+}  // namespace ballast::sim

@@ -1,0 +1,179 @@
+// The simulator's control plane (simulator.h): placement, activation and
+// eviction through the scheduler's own policy functions.
+#include "global_scheduler/idle_eviction.h"
+#include "global_scheduler/kvpr.h"
+#include "global_scheduler/placement.h"
+#include "sim/simulator_impl.h"
+
+namespace ballast::sim {
+
+namespace gs = global_scheduler;
+
+std::vector<gs::NodeInfo> Simulator::Nodes() const {
+  std::vector<gs::NodeInfo> nodes;
+  for (const auto& d : devices_) {
+    if (nodes.empty() || nodes.back().node_id != d->node_id()) {
+      gs::NodeInfo n;
+      n.node_id = d->node_id();
+      n.alive = true;
+      nodes.push_back(std::move(n));
+    }
+    v1::DeviceState state;
+    d->Report(&state, &nodes.back().models);
+    nodes.back().devices.push_back(std::move(state));
+  }
+  return nodes;
+}
+
+int Simulator::DeviceIndex(const std::string& node_id, const std::string& device) const {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (devices_[i]->node_id() == node_id && devices_[i]->name() == device) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+double Simulator::Demand(int m) {
+  ModelState& ms = models_[static_cast<size_t>(m)];
+  const double window = config_.policy.demand_window_s, now = events_.now();
+  while (!ms.window.empty() && ms.window.front().t < now - window) ms.window.pop_front();
+  double prompt = 0, output = 0;
+  for (const auto& a : ms.window) {
+    prompt += a.prompt;
+    output += a.output;
+  }
+  const SimModel& spec = config_.models[static_cast<size_t>(m)];
+  return gs::KvDemand(prompt / window, output / window,
+                      static_cast<double>(spec.shape.kv_bytes_per_token()), spec.tpot_ms / 1e3);
+}
+
+double Simulator::IdleSeconds(const std::string& model) const {
+  auto it = model_index_.find(model);
+  if (it == model_index_.end()) return 0;
+  return events_.now() - models_[static_cast<size_t>(it->second)].last_request;
+}
+
+int Simulator::Choose(int m) {
+  const SimModel& spec = config_.models[static_cast<size_t>(m)];
+  const std::vector<gs::NodeInfo> nodes = Nodes();
+  const int64_t w = spec.shape.weight_bytes();
+  std::optional<gs::Target> t;
+  if (config_.policy.placement == "kvpr") {
+    t = gs::ChooseNodeKvpr(
+        nodes, {}, [&](const std::string& name) { return Demand(model_index_.at(name)); },
+        Demand(m), w);
+  } else if (config_.policy.placement == "mme") {
+    auto mu = [&](int i) {
+      return 1.0 /
+             static_cast<double>(config_.models[static_cast<size_t>(i)].shape.kv_bytes_per_token());
+    };
+    t = gs::ChooseNodeMme(
+        nodes, {}, [&](const std::string& name) { return mu(model_index_.at(name)); }, mu(m), w);
+  } else {
+    t = gs::ChooseNodeForLoad(nodes, {});
+  }
+  return t ? DeviceIndex(t->node_id, t->device) : -1;
+}
+
+void Simulator::PlaceInitial() {
+  for (size_t m = 0; m < models_.size(); ++m) {
+    const int d = Choose(static_cast<int>(m));
+    if (d < 0) continue;
+    SimDevice& dev = *devices_[static_cast<size_t>(d)];
+    if (!dev.CanLoad(config_.models[m].shape.weight_bytes())) continue;
+    dev.Load(static_cast<int>(m));
+    dev.Ready(static_cast<int>(m));
+    models_[m].device = d;
+    ++stats_.initial_placed;
+  }
+}
+
+void Simulator::Activate(int m) {
+  ModelState& ms = models_[static_cast<size_t>(m)];
+  if (ms.device >= 0 || ms.needs_room) return;
+  const int d = Choose(m);
+  const ModelShape& shape = config_.models[static_cast<size_t>(m)].shape;
+  if (d < 0 || !devices_[static_cast<size_t>(d)]->CanLoad(shape.weight_bytes())) {
+    ++stats_.load_refusals;  // the node answers RESOURCE_EXHAUSTED: evict from the next tick
+    ms.needs_room = true;
+    return;
+  }
+  devices_[static_cast<size_t>(d)]->Load(m);
+  ms.device = d;
+  ++stats_.activations;
+  std::vector<SimRequest*> waiting;
+  waiting.swap(ms.waiting);
+  for (SimRequest* r : waiting) Route(r);
+  events_.At(events_.now() + engine_.ActivationSeconds(shape),
+             [this, d, m] { devices_[static_cast<size_t>(d)]->Ready(m); });
+}
+
+std::set<std::string> Simulator::BusyOrLeaving() const {
+  std::set<std::string> out;
+  for (size_t m = 0; m < models_.size(); ++m) {
+    const int d = models_[m].device;
+    if (d < 0) continue;
+    const SimDevice& dev = *devices_[static_cast<size_t>(d)];
+    if (dev.Busy(static_cast<int>(m)) || dev.phase(static_cast<int>(m)) == ModelPhase::kDraining) {
+      out.insert(config_.models[m].name);
+    }
+  }
+  return out;
+}
+
+void Simulator::MakeRoom(int m) {
+  if (config_.policy.idle_evict_after_s <= 0) return;
+  std::set<std::string> skip = BusyOrLeaving();
+  skip.insert(config_.models[static_cast<size_t>(m)].name);
+  auto victim = gs::ChooseIdleVictim(
+      Nodes(), [&](const std::string& name) { return absl::Seconds(IdleSeconds(name)); },
+      absl::Seconds(config_.policy.idle_evict_after_s), skip);
+  if (!victim) return;
+  const int v = model_index_.at(victim->model);
+  ++stats_.idle_evictions;
+  models_[static_cast<size_t>(m)].needs_room = false;  // load once the room is there
+  devices_[static_cast<size_t>(models_[static_cast<size_t>(v)].device)]->Drain(v);
+}
+
+void Simulator::RelieveKvPressure() {
+  if (config_.policy.idle_evict_after_s <= 0 || config_.policy.kv_pressure_free_fraction <= 0) {
+    return;
+  }
+  auto victim = gs::ChooseKvPressureVictim(
+      Nodes(), [&](const std::string& name) { return absl::Seconds(IdleSeconds(name)); },
+      absl::Seconds(config_.policy.idle_evict_after_s), BusyOrLeaving(),
+      config_.policy.kv_pressure_free_fraction, {});
+  if (!victim) return;
+  const int v = model_index_.at(victim->model);
+  ++stats_.kv_pressure_evictions;
+  devices_[static_cast<size_t>(models_[static_cast<size_t>(v)].device)]->Drain(v);
+}
+
+void Simulator::Tick() {
+  if (config_.policy.memory_mode == "static") return;
+  for (size_t m = 0; m < models_.size(); ++m) {
+    ModelState& ms = models_[m];
+    if (ms.waiting.empty() || ms.device >= 0) continue;
+    if (ms.needs_room) {
+      MakeRoom(static_cast<int>(m));
+    } else {
+      Activate(static_cast<int>(m));
+    }
+  }
+  RelieveKvPressure();
+}
+
+void Simulator::Drained(int d, int m) {
+  (void)d;
+  models_[static_cast<size_t>(m)].device = -1;
+  // Memory was freed: every model waiting for a replica tries again.
+  for (size_t i = 0; i < models_.size(); ++i) {
+    ModelState& ms = models_[i];
+    if (ms.waiting.empty() || ms.device >= 0) continue;
+    ms.needs_room = false;
+    Activate(static_cast<int>(i));
+  }
+}
+
+}  // namespace ballast::sim

@@ -1,0 +1,297 @@
+#include "sim/sim_device.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace ballast::sim {
+
+SimDevice::SimDevice(std::string node_id, std::string name, int64_t memory_bytes,
+                     const SimConfig* config, const EngineModel* engine, EventQueue* events,
+                     Hooks hooks)
+    : node_id_(std::move(node_id)),
+      name_(std::move(name)),
+      memory_(memory_bytes),
+      config_(config),
+      engine_(engine),
+      events_(events),
+      hooks_(std::move(hooks)) {}
+
+SimDevice::Resident* SimDevice::Find(int model) {
+  for (auto& r : residents_) {
+    if (r.model == model) return &r;
+  }
+  return nullptr;
+}
+
+const SimDevice::Resident* SimDevice::Find(int model) const {
+  return const_cast<SimDevice*>(this)->Find(model);
+}
+
+void SimDevice::Load(int model) {
+  if (Find(model) == nullptr) residents_.push_back(Resident{model, ModelPhase::kLoading, {}, 0});
+}
+
+void SimDevice::Ready(int model) {
+  if (Resident* r = Find(model); r != nullptr && r->phase == ModelPhase::kLoading) {
+    r->phase = ModelPhase::kReady;
+    Kick();
+  }
+}
+
+void SimDevice::Drain(int model) {
+  if (Resident* r = Find(model); r != nullptr) r->phase = ModelPhase::kDraining;
+  if (!busy_) RemoveDrained();
+}
+
+void SimDevice::Enqueue(SimRequest* r) {
+  pending_.push_back(r);
+  Kick();
+}
+
+ModelPhase SimDevice::phase(int model) const {
+  const Resident* r = Find(model);
+  return r == nullptr ? ModelPhase::kAbsent : r->phase;
+}
+
+bool SimDevice::Busy(int model) const {
+  const Resident* r = Find(model);
+  if (r != nullptr && !r->running.empty()) return true;
+  return std::any_of(pending_.begin(), pending_.end(),
+                     [&](const SimRequest* p) { return p->model == model; });
+}
+
+int64_t SimDevice::weight_bytes() const {
+  int64_t w = 0;
+  for (const auto& r : residents_) w += Spec(r.model).shape.weight_bytes();
+  return w;
+}
+
+int64_t SimDevice::kv_used() const {
+  int64_t kv = 0;
+  for (const auto& r : residents_) kv += r.kv_used;
+  return kv;
+}
+
+bool SimDevice::CanLoad(int64_t weight_bytes) const {
+  const double left = static_cast<double>(memory_ - this->weight_bytes() - weight_bytes);
+  return left >= static_cast<double>(kv_used()) &&
+         left >= config_->policy.min_kv_fraction * static_cast<double>(memory_);
+}
+
+int64_t SimDevice::KvCapacity(int model) const {
+  if (config_->policy.memory_mode == "static") {
+    return residents_.empty()
+               ? 0
+               : (memory_ - weight_bytes()) / static_cast<int64_t>(residents_.size());
+  }
+  return memory_ - Spec(model).shape.weight_bytes();
+}
+
+void SimDevice::Report(v1::DeviceState* s, std::vector<v1::ResidentModel>* models) const {
+  const int64_t w = weight_bytes(), kv = kv_used();
+  s->set_name(name_);
+  s->set_memory_total_bytes(memory_);
+  s->set_memory_used_bytes(w + kv);
+  s->set_kv_bytes_used(kv);
+  s->set_kv_bytes_free(memory_ - w - kv);
+  s->set_queue_length(queue_length());
+  s->set_elastic(config_->policy.memory_mode != "static");
+  int running = 0;
+  for (const auto& r : residents_) {
+    running += static_cast<int>(r.running.size());
+    const SimModel& spec = Spec(r.model);
+    s->add_resident_models(spec.name);
+    v1::ResidentModel m;
+    m.set_name(spec.name);
+    m.set_device(name_);
+    m.set_state(r.phase == ModelPhase::kLoading    ? v1::MODEL_STATE_LOADING
+                : r.phase == ModelPhase::kDraining ? v1::MODEL_STATE_DRAINING
+                                                   : v1::MODEL_STATE_READY);
+    m.set_weight_bytes(spec.shape.weight_bytes());
+    m.set_kv_bytes_per_token(spec.shape.kv_bytes_per_token());
+    models->push_back(std::move(m));
+  }
+  s->set_running(running);
+}
+
+void SimDevice::Kick() {
+  if (ending_) return;
+  if (!busy_) {
+    StartIteration();
+  } else if (decode_only_ && iterations_ > 1) {
+    Cut();
+  }
+}
+
+bool SimDevice::Fits(const Resident& res, const SimRequest& r, int64_t total_kv) const {
+  const int64_t room = memory_ - weight_bytes();
+  if (config_->policy.memory_mode == "static") {
+    return res.kv_used + r.kv_bytes <= room / static_cast<int64_t>(residents_.size());
+  }
+  return total_kv + r.kv_bytes <= room;
+}
+
+void SimDevice::Admit() {
+  std::vector<node_manager::PendingRequest> reqs;
+  std::map<uint64_t, SimRequest*> by_id;
+  for (SimRequest* r : pending_) {
+    const ModelPhase p = phase(r->model);
+    if (p != ModelPhase::kReady && p != ModelPhase::kDraining) continue;
+    reqs.push_back(
+        {static_cast<uint64_t>(r->index), r->release, r->deadline, r->cost_s, r->prompt});
+    by_id[static_cast<uint64_t>(r->index)] = r;
+  }
+  if (reqs.empty()) return;
+  const node_manager::Arbitration a =
+      node_manager::Arbitrate(config_->policy.arbitration, std::move(reqs), events_->now(),
+                              {256, config_->policy.max_batch_tokens});
+  const bool elastic = config_->policy.memory_mode != "static";
+  int64_t total_kv = kv_used();
+  std::set<int> blocked;  // static: models whose next request does not fit
+  std::set<SimRequest*> admitted;
+  for (uint64_t id : a.order) {
+    SimRequest* r = by_id.at(id);
+    if (blocked.count(r->model)) continue;
+    Resident* res = Find(r->model);
+    if (static_cast<int>(res->running.size()) >= Spec(r->model).max_seqs) continue;
+    if (!Fits(*res, *r, total_kv)) {
+      if (elastic) break;
+      blocked.insert(r->model);
+      continue;
+    }
+    r->admitted = events_->now();
+    res->running.push_back(r);
+    res->kv_used += r->kv_bytes;
+    total_kv += r->kv_bytes;
+    admitted.insert(r);
+  }
+  std::erase_if(pending_, [&](SimRequest* r) { return admitted.count(r) > 0; });
+}
+
+double SimDevice::PlanIteration(bool* decode_only) {
+  chunks_.clear();
+  double t = 0, delta = 0;
+  int k = INT_MAX, stepped = 0;
+  for (const Resident& res : residents_) {
+    if (res.running.empty()) continue;
+    const ModelShape& shape = Spec(res.model).shape;
+    StepWork w;
+    for (const SimRequest* r : res.running) {
+      if (r->prefilled < r->prompt) continue;
+      ++w.decode_tokens;
+      w.decode_context += r->prompt + r->generated;
+      k = std::min(k, r->output - r->generated);
+    }
+    int budget = config_->policy.max_batch_tokens - w.decode_tokens;
+    for (SimRequest* r : res.running) {
+      if (r->prefilled >= r->prompt || budget <= 0) continue;
+      const int n = std::min(budget, r->prompt - r->prefilled);
+      chunks_.push_back({r, n});
+      w.prefill_tokens += n;
+      w.prefill_attention += PrefillAttentionPairs(n, r->prefilled);
+      budget -= n;
+    }
+    const double step = engine_->StepSeconds(shape, w);
+    t += step;
+    StepWork next = w;
+    next.decode_context += w.decode_tokens;
+    delta += engine_->StepSeconds(shape, next) - step;
+    ++stepped;
+  }
+  *decode_only = chunks_.empty();
+  iterations_ = *decode_only ? std::max(k, 1) : 1;
+  t0_ = t;
+  delta_ = *decode_only ? delta : 0;
+  stepped_ = stepped;
+  return stepped > 0 ? t : -1;
+}
+
+void SimDevice::StartIteration() {
+  Admit();
+  bool decode_only = false;
+  if (PlanIteration(&decode_only) < 0) {
+    busy_ = false;
+    RemoveDrained();
+    return;
+  }
+  busy_ = true;
+  decode_only_ = decode_only;
+  start_ = events_->now();
+  const uint64_t v = ++version_;
+  const int k = iterations_;
+  const double end = start_ + k * t0_ + delta_ * k * (k - 1) / 2.0;
+  events_->At(end, [this, v, k] { EndIteration(v, k); });
+}
+
+void SimDevice::Cut() {
+  const double elapsed = events_->now() - start_;
+  // Smallest j >= 1 with j * t0 + delta * j (j - 1) / 2 >= elapsed.
+  auto cum = [&](int j) { return j * t0_ + delta_ * j * (j - 1) / 2.0; };
+  int j = 1;
+  if (delta_ > 0) {
+    const double b = t0_ - delta_ / 2;
+    j = static_cast<int>(std::ceil((-b + std::sqrt(b * b + 2 * delta_ * elapsed)) / delta_));
+  } else if (t0_ > 0) {
+    j = static_cast<int>(std::ceil(elapsed / t0_));
+  }
+  j = std::max(j, 1);
+  while (j > 1 && cum(j - 1) >= elapsed) --j;
+  while (cum(j) < elapsed) ++j;
+  if (j >= iterations_) return;
+  iterations_ = j;
+  const uint64_t v = ++version_;
+  events_->At(start_ + cum(j), [this, v, j] { EndIteration(v, j); });
+}
+
+void SimDevice::EndIteration(uint64_t version, int iterations) {
+  if (version != version_) return;
+  const double now = events_->now();
+  for (Resident& res : residents_) {
+    for (SimRequest* r : res.running) {
+      if (r->prefilled >= r->prompt) r->generated += decode_only_ ? iterations : 1;
+    }
+  }
+  for (const Chunk& c : chunks_) {
+    c.r->prefilled += c.tokens;
+    if (c.r->prefilled == c.r->prompt) {
+      c.r->first_token = now;
+      c.r->generated = 1;
+    }
+  }
+  chunks_.clear();
+  model_steps_ += static_cast<int64_t>(stepped_) * iterations;
+  std::vector<std::pair<Resident*, SimRequest*>> done;
+  for (Resident& res : residents_) {
+    for (SimRequest* r : res.running) {
+      if (r->generated >= r->output) done.emplace_back(&res, r);
+    }
+  }
+  ending_ = true;
+  for (auto& [res, r] : done) Finish(res, r);
+  ending_ = false;
+  busy_ = false;
+  StartIteration();
+}
+
+void SimDevice::Finish(Resident* res, SimRequest* r) {
+  r->end = events_->now();
+  res->kv_used -= r->kv_bytes;
+  std::erase(res->running, r);
+  hooks_.done(r);
+}
+
+void SimDevice::RemoveDrained() {
+  std::vector<int> gone;
+  for (const Resident& r : residents_) {
+    if (r.phase == ModelPhase::kDraining && !Busy(r.model)) gone.push_back(r.model);
+  }
+  for (int m : gone) {
+    std::erase_if(residents_, [&](const Resident& r) { return r.model == m; });
+  }
+  for (int m : gone) hooks_.drained(m);
+}
+
+}  // namespace ballast::sim

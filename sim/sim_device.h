@@ -1,0 +1,141 @@
+// One simulated GPU: its resident models, their shared request queue, and
+// the engine steps that serve them, on the simulator's virtual clock.
+//
+// What it models (the rules, written here once):
+//  * Memory. Weights of every resident model (loading ones included) plus
+//    the KV of its running requests. A request reserves the KV of its
+//    prompt and all its output tokens when it is admitted and frees it
+//    when it ends (no preemption). elastic: all models share what the
+//    weights leave; static: each resident model gets an equal share of it.
+//  * Admission (at step boundaries): the queue is ordered by the
+//    configured arbitration policy (node_manager::Arbitrate, the node's own
+//    code), with each request's cost the engine model's prefill time.
+//    Requests are admitted in that order while their KV fits and their
+//    model has fewer than max_seqs running; elastic: the first that does
+//    not fit stops admission (no bypass); static: it blocks its own model.
+//  * Steps. One iteration steps every model that has running requests, one
+//    after another (the device worker's order), each a batch of its decode
+//    tokens plus prefill chunks (in admission order) up to
+//    max_batch_tokens; the iteration takes the sum of the engine model's
+//    step times. A request's first token comes at the end of the
+//    iteration that finishes its prefill, every later one at the end of an
+//    iteration.
+//  * Speed. While only decodes run and nothing waits that could be
+//    admitted, the device runs whole stretches of iterations in one event
+//    (until the next request finishes; step time grows linearly with the
+//    context, so the stretch's length is closed-form). An arrival or a
+//    model becoming ready cuts the stretch at the next step boundary.
+//
+// Thread-safety: none (the simulator's single thread).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ballast/v1/admin.pb.h"
+#include "ballast/v1/node.pb.h"
+#include "sim/engine_model.h"
+#include "sim/event_queue.h"
+#include "sim/sim_config.h"
+
+namespace ballast::sim {
+
+struct SimRequest {
+  int index = 0;  // into the simulator's requests
+  int model = 0;  // into the catalogue
+  double release = 0, deadline = 0;
+  int prompt = 0, output = 0;
+  double cost_s = 0;  // the engine model's prefill time alone
+  int64_t kv_bytes = 0;
+  int prefilled = 0, generated = 0;
+  double admitted = -1, first_token = -1, end = -1;
+};
+
+enum class ModelPhase { kAbsent, kLoading, kReady, kDraining };
+
+class SimDevice {
+ public:
+  struct Hooks {
+    std::function<void(SimRequest*)> done;   // a request's last token
+    std::function<void(int model)> drained;  // a draining model left
+  };
+
+  SimDevice(std::string node_id, std::string name, int64_t memory_bytes, const SimConfig* config,
+            const EngineModel* engine, EventQueue* events, Hooks hooks);
+
+  // Reserves `model`'s weights now; it serves from Ready().
+  void Load(int model);
+  void Ready(int model);
+  // No new admissions for `model`; it leaves (weights freed, `drained`
+  // called) once its running and queued requests are done. Queued ones
+  // are still served.
+  void Drain(int model);
+  void Enqueue(SimRequest* r);
+
+  ModelPhase phase(int model) const;
+  bool Busy(int model) const;  // running or queued requests
+  // Whether `weight_bytes` more weights fit beside what is resident and
+  // the KV in use, leaving min_kv_fraction of the memory for KV.
+  bool CanLoad(int64_t weight_bytes) const;
+  // The most KV one request of `model` can ever get here.
+  int64_t KvCapacity(int model) const;
+
+  const std::string& node_id() const { return node_id_; }
+  const std::string& name() const { return name_; }
+  int64_t memory_bytes() const { return memory_; }
+  int64_t weight_bytes() const;
+  int64_t kv_used() const;
+  int queue_length() const { return static_cast<int>(pending_.size()); }
+  // The device and its residents as a heartbeat reports them.
+  void Report(v1::DeviceState* state, std::vector<v1::ResidentModel>* models) const;
+  int64_t model_steps() const { return model_steps_; }
+
+ private:
+  struct Resident {
+    int model = 0;
+    ModelPhase phase = ModelPhase::kLoading;
+    std::vector<SimRequest*> running;  // in admission order
+    int64_t kv_used = 0;
+  };
+  struct Chunk {
+    SimRequest* r;
+    int tokens;
+  };
+
+  Resident* Find(int model);
+  const Resident* Find(int model) const;
+  const SimModel& Spec(int model) const { return config_->models[static_cast<size_t>(model)]; }
+  void Kick();
+  void StartIteration();
+  void Admit();
+  bool Fits(const Resident& res, const SimRequest& r, int64_t total_kv) const;
+  // Plans the next iteration's chunks; returns its time, or < 0 if idle.
+  double PlanIteration(bool* decode_only);
+  void Cut();
+  void EndIteration(uint64_t version, int iterations);
+  void Finish(Resident* res, SimRequest* r);
+  void RemoveDrained();
+
+  const std::string node_id_, name_;
+  const int64_t memory_;
+  const SimConfig* config_;
+  const EngineModel* engine_;
+  EventQueue* events_;
+  Hooks hooks_;
+  std::vector<Resident> residents_;
+  std::vector<SimRequest*> pending_;
+  // The iteration (or decode stretch) under way.
+  bool busy_ = false;
+  bool ending_ = false;  // EndIteration is finishing requests: it starts the next itself
+  uint64_t version_ = 0;
+  double start_ = 0, t0_ = 0, delta_ = 0;  // stretch: iteration i takes t0 + i * delta
+  int iterations_ = 0;
+  int stepped_ = 0;  // models stepped per iteration
+  bool decode_only_ = false;
+  std::vector<Chunk> chunks_;  // the prefill chunks of a single iteration
+  int64_t model_steps_ = 0;
+};
+
+}  // namespace ballast::sim

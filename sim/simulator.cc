@@ -1,0 +1,225 @@
+#include "sim/simulator.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "sim/simulator_impl.h"
+
+namespace ballast::sim {
+
+Simulator::Simulator(const SimConfig& config, const EngineModel& engine,
+                     const std::vector<bench::TraceRecord>& trace, double rate_scale)
+    : config_(config), engine_(engine), trace_(trace), rate_scale_(rate_scale) {
+  for (int n = 0; n < config.cluster.nodes; ++n) {
+    for (int g = 0; g < config.cluster.gpus_per_node; ++g) {
+      const int d = static_cast<int>(devices_.size());
+      SimDevice::Hooks hooks{[this](SimRequest* r) { Done(r); },
+                             [this, d](int m) { Drained(d, m); }};
+      devices_.push_back(std::make_unique<SimDevice>(
+          absl::StrFormat("node-%04d", n), absl::StrCat("gpu:", g), config.cluster.gpu_memory_bytes,
+          &config, &engine, &events_, std::move(hooks)));
+    }
+  }
+  models_.resize(config.models.size());
+  for (size_t m = 0; m < config.models.size(); ++m) {
+    model_index_[config.models[m].name] = static_cast<int>(m);
+  }
+  stats_.gpus = static_cast<int>(devices_.size());
+  stats_.models = static_cast<int>(models_.size());
+  requests_.resize(trace.size());
+  outcomes_.resize(trace.size());
+  dependents_.resize(trace.size());
+}
+
+SimResult Simulator::Run() {
+  const auto wall0 = std::chrono::steady_clock::now();
+  PlaceInitial();
+  std::map<std::string, int> index;
+  double last_release = 0;
+  for (size_t i = 0; i < trace_.size(); ++i) {
+    const bench::TraceRecord& rec = trace_[i];
+    index[rec.id] = static_cast<int>(i);
+    if (!rec.is_request()) {
+      ++stats_.advisories_ignored;
+      continue;
+    }
+    ++outstanding_;
+    outcomes_[i].id = rec.id;
+    outcomes_[i].model = rec.model;
+    outcomes_[i].session = rec.session;
+    outcomes_[i].turn = rec.turn;
+    if (!rec.after.empty()) {
+      dependents_[static_cast<size_t>(index.at(rec.after))].push_back(static_cast<int>(i));
+      continue;
+    }
+    const double t = rec.arrival_s / rate_scale_;
+    last_release = std::max(last_release, t);
+    events_.At(t, [this, i] { Release(static_cast<int>(i)); });
+  }
+  ScheduleTick();
+  stats_.events = events_.RunUntil(last_release + config_.drain_s);
+  bench::ReplayResult out;
+  out.rate_scale = rate_scale_;
+  double end = 0;
+  for (size_t i = 0; i < trace_.size(); ++i) {
+    if (!trace_[i].is_request()) continue;
+    bench::RequestOutcome& o = outcomes_[i];
+    if (o.status == "NOT_SENT" || o.status == "RUNNING") {
+      if (o.status == "RUNNING") ++stats_.unfinished;
+      o.status = "DEADLINE_EXCEEDED";
+      o.message = "not finished when the simulation ended (drain_s after the last arrival)";
+    }
+    end = std::max(end, o.end_s);
+    out.requests.push_back(o);
+  }
+  out.trace_requests = static_cast<int>(out.requests.size());
+  out.wall_s = end;
+  out.advisories_skipped = stats_.advisories_ignored;
+  for (const SimModel& m : config_.models) out.model_slos[m.name] = {m.ttft_ms, m.tpot_ms};
+  stats_.simulated_s = events_.now();
+  for (const auto& d : devices_) stats_.model_steps += d->model_steps();
+  stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return SimResult{std::move(out), stats_};
+}
+
+void Simulator::Release(int i) {
+  const bench::TraceRecord& rec = trace_[static_cast<size_t>(i)];
+  bench::RequestOutcome& o = outcomes_[static_cast<size_t>(i)];
+  const double now = events_.now();
+  o.ttft_slo_ms = rec.ttft_ms;
+  o.tpot_slo_ms = rec.tpot_ms;
+  o.release_s = o.send_s = now;
+  o.status = "RUNNING";
+  auto it = model_index_.find(rec.model);
+  if (it == model_index_.end()) {
+    Fail(i, "NOT_FOUND", absl::StrCat("model \"", rec.model, "\" is not in the catalogue"));
+    return;
+  }
+  const SimModel& spec = config_.models[static_cast<size_t>(it->second)];
+  auto r = std::make_unique<SimRequest>();
+  r->index = i;
+  r->model = it->second;
+  r->release = now;
+  r->prompt = rec.prompt_tokens > 0 ? rec.prompt_tokens : static_cast<int>(rec.prompt.size());
+  r->prompt = std::max(r->prompt, 1);
+  r->output = rec.output_tokens;
+  o.prompt_tokens = r->prompt;
+  r->deadline = now + (rec.ttft_ms > 0 ? rec.ttft_ms : spec.ttft_ms) / 1e3;
+  r->cost_s = engine_.PrefillSeconds(spec.shape, r->prompt);
+  r->kv_bytes = static_cast<int64_t>(r->prompt + r->output) * spec.shape.kv_bytes_per_token();
+  ModelState& ms = models_[static_cast<size_t>(r->model)];
+  ms.last_request = now;
+  ms.window.push_back({now, r->prompt, r->output});
+  requests_[static_cast<size_t>(i)] = std::move(r);
+  Route(requests_[static_cast<size_t>(i)].get());
+}
+
+void Simulator::Route(SimRequest* r) {
+  ModelState& ms = models_[static_cast<size_t>(r->model)];
+  const SimModel& spec = config_.models[static_cast<size_t>(r->model)];
+  if (ms.device >= 0) {
+    SimDevice& dev = *devices_[static_cast<size_t>(ms.device)];
+    if (dev.phase(r->model) != ModelPhase::kDraining) {
+      if (r->kv_bytes > dev.KvCapacity(r->model)) {
+        Fail(r->index, "RESOURCE_EXHAUSTED",
+             absl::StrFormat("prompt + output need %.1f MiB of KV; a GPU holds at most %.1f MiB "
+                             "for model %s",
+                             r->kv_bytes / 1048576.0, dev.KvCapacity(r->model) / 1048576.0,
+                             spec.name));
+        return;
+      }
+      dev.Enqueue(r);
+      return;
+    }
+  }
+  if (config_.policy.memory_mode == "static") {
+    Fail(r->index, "UNAVAILABLE",
+         absl::StrCat("model ", spec.name,
+                      " has no replica (static partitioning placed it "
+                      "nowhere at the start)"));
+    return;
+  }
+  ms.waiting.push_back(r);
+  Activate(r->model);
+}
+
+void Simulator::Done(SimRequest* r) {
+  bench::RequestOutcome& o = outcomes_[static_cast<size_t>(r->index)];
+  o.first_token_s = r->first_token;
+  o.end_s = r->end;
+  o.output_tokens = r->output;
+  o.any_token = true;
+  o.status = "OK";
+  o.server_queue_ms = (r->admitted - r->release) * 1e3;
+  --outstanding_;
+  ReleaseDependents(r->index, true);
+}
+
+void Simulator::Fail(int i, const std::string& status, const std::string& message) {
+  bench::RequestOutcome& o = outcomes_[static_cast<size_t>(i)];
+  o.status = status;
+  o.message = message;
+  o.end_s = events_.now();
+  --outstanding_;
+  ReleaseDependents(i, false);
+}
+
+void Simulator::ReleaseDependents(int i, bool ok) {
+  for (int j : dependents_[static_cast<size_t>(i)]) {
+    const bench::TraceRecord& rec = trace_[static_cast<size_t>(j)];
+    if (ok) {
+      events_.At(events_.now() + rec.delay_s, [this, j] { Release(j); });
+      continue;
+    }
+    bench::RequestOutcome& o = outcomes_[static_cast<size_t>(j)];
+    o.status = "ABORTED";
+    o.message = absl::StrCat("its dependency ", trace_[static_cast<size_t>(i)].id, " failed");
+    --outstanding_;
+    ReleaseDependents(j, false);
+  }
+}
+
+void Simulator::ScheduleTick() {
+  if (tick_scheduled_) return;
+  tick_scheduled_ = true;
+  events_.At(events_.now() + config_.policy.control_interval_s, [this] {
+    tick_scheduled_ = false;
+    Tick();
+    if (outstanding_ > 0) ScheduleTick();
+  });
+}
+
+absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& engine,
+                                   const std::vector<bench::TraceRecord>& trace,
+                                   double rate_scale) {
+  if (config.cluster.nodes <= 0 || config.cluster.gpus_per_node <= 0 ||
+      config.cluster.gpu_memory_bytes <= 0) {
+    return absl::InvalidArgumentError("cluster: nodes, gpus_per_node and GPU memory must be > 0");
+  }
+  if (config.models.empty()) return absl::InvalidArgumentError("models: the catalogue is empty");
+  if (rate_scale <= 0) return absl::InvalidArgumentError("rate_scale must be > 0");
+  if (config.policy.control_interval_s <= 0) {
+    return absl::InvalidArgumentError("policy.control_interval_s must be > 0");
+  }
+  Simulator sim(config, engine, trace, rate_scale);
+  return sim.Run();
+}
+
+nlohmann::json ToJson(const SimStats& s) {
+  return {{"gpus", s.gpus},
+          {"models", s.models},
+          {"simulated_s", s.simulated_s},
+          {"wall_s", s.wall_s},
+          {"events", s.events},
+          {"model_steps", s.model_steps},
+          {"initial_placed", s.initial_placed},
+          {"activations", s.activations},
+          {"idle_evictions", s.idle_evictions},
+          {"kv_pressure_evictions", s.kv_pressure_evictions},
+          {"load_refusals", s.load_refusals},
+          {"advisories_ignored", s.advisories_ignored},
+          {"unfinished", s.unfinished}};
+}
+
+}  // namespace ballast::sim

@@ -1,0 +1,68 @@
+// `ballast simulate`: a trace replayed against a simulated cluster on a
+// virtual clock, in one thread with no gRPC, driving the policies' own
+// code: placement (global_scheduler/placement.h: most_free, kvpr, mme),
+// idle and KV-pressure eviction (idle_eviction.h) and the node's request
+// arbitration (node_manager/arbitration.h). The engine is the calibrated
+// EngineModel; each GPU is a SimDevice (sim_device.h, which states the
+// memory, admission and step rules).
+//
+// The control plane mirrors the scheduler's tick (scheduler_control.cc):
+//  * At start every model, in catalogue order, is placed by the policy
+//    while a GPU can take it (a warmed-up cluster).
+//  * A request for a model with no replica waits; the model is placed by
+//    the policy. A GPU that cannot take the weights refuses the load (as a
+//    node answers RESOURCE_EXHAUSTED); from the next tick the model needs
+//    room and the longest-idle model (idle >= idle_evict_after_s, none of
+//    whose requests is queued or running) is drained and evicted; the
+//    model is placed again as soon as a GPU frees memory.
+//  * Each tick, an elastic GPU whose requests queue while its free KV is
+//    below kv_pressure_free_fraction evicts its longest-idle model.
+//  * static mode never activates or evicts: a request for a model that was
+//    not placed at the start fails UNAVAILABLE.
+//  * Activation takes the engine model's ActivationSeconds; an eviction
+//    takes effect when the model's last request ends.
+// Each request gets the outcome a replay would record (bench/replay.h), so
+// bench's reports, CSV and plots apply unchanged. Trace records with
+// "after" are released when their dependency ends, plus delay_s;
+// advisories are counted and ignored (session tiering is not simulated).
+//
+// Deterministic: the same config, engine model and trace give the same
+// result. Thread-safety: Simulate is reentrant (no shared state).
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/replay.h"
+#include "bench/trace.h"
+#include "nlohmann/json.hpp"
+#include "sim/engine_model.h"
+#include "sim/sim_config.h"
+
+namespace ballast::sim {
+
+struct SimStats {
+  int gpus = 0, models = 0;
+  double simulated_s = 0;  // virtual time at the end
+  double wall_s = 0;       // real time the simulation took
+  int64_t events = 0;
+  int64_t model_steps = 0;  // engine steps, summed over models and GPUs
+  int initial_placed = 0;   // models resident at the start
+  int activations = 0, idle_evictions = 0, kv_pressure_evictions = 0;
+  int load_refusals = 0;  // loads a GPU refused for room
+  int advisories_ignored = 0;
+  int unfinished = 0;  // still running at the horizon (DEADLINE_EXCEEDED)
+};
+
+struct SimResult {
+  bench::ReplayResult replay;
+  SimStats stats;
+};
+
+absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& engine,
+                                   const std::vector<bench::TraceRecord>& trace,
+                                   double rate_scale = 1.0);
+
+nlohmann::json ToJson(const SimStats& s);
+
+}  // namespace ballast::sim

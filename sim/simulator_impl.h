@@ -1,0 +1,78 @@
+// The simulator's private state (simulator.h describes the behaviour).
+// simulator.cc: requests, releases and outcomes; sim_control.cc: the
+// control plane (placement, activation, eviction).
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "global_scheduler/cluster_state.h"
+#include "sim/sim_device.h"
+#include "sim/simulator.h"
+
+namespace ballast::sim {
+
+class Simulator {
+ public:
+  Simulator(const SimConfig& config, const EngineModel& engine,
+            const std::vector<bench::TraceRecord>& trace, double rate_scale);
+  SimResult Run();
+
+ private:
+  struct ModelState {
+    int device = -1;  // where its replica is (loading, ready or draining)
+    bool needs_room = false;
+    double last_request = 0;
+    std::vector<SimRequest*> waiting;  // for a replica
+    struct Arrival {
+      double t;
+      int prompt, output;
+    };
+    std::deque<Arrival> window;  // arrivals within demand_window_s (KVPR demand)
+  };
+
+  // simulator.cc
+  void Release(int i);
+  void Route(SimRequest* r);
+  void Done(SimRequest* r);
+  void Fail(int i, const std::string& status, const std::string& message);
+  void ReleaseDependents(int i, bool ok);
+  void ScheduleTick();
+
+  // sim_control.cc
+  void PlaceInitial();
+  void Tick();
+  void Activate(int m);
+  void MakeRoom(int m);
+  void RelieveKvPressure();
+  void Drained(int d, int m);
+  std::vector<global_scheduler::NodeInfo> Nodes() const;
+  int DeviceIndex(const std::string& node_id, const std::string& device) const;
+  // The policy's device for model m's replica; -1 if none.
+  int Choose(int m);
+  std::set<std::string> BusyOrLeaving() const;
+  double Demand(int m);
+  double IdleSeconds(const std::string& model) const;
+
+  const SimConfig& config_;
+  const EngineModel& engine_;
+  const std::vector<bench::TraceRecord>& trace_;
+  const double rate_scale_;
+  EventQueue events_;
+  std::vector<std::unique_ptr<SimDevice>> devices_;
+  std::vector<ModelState> models_;
+  std::map<std::string, int> model_index_;
+  // Per trace record (advisories included, unused for them).
+  std::vector<std::unique_ptr<SimRequest>> requests_;
+  std::vector<bench::RequestOutcome> outcomes_;
+  std::vector<std::vector<int>> dependents_;
+  int outstanding_ = 0;  // released or to be released, not yet ended
+  bool tick_scheduled_ = false;
+  SimStats stats_;
+};
+
+}  // namespace ballast::sim

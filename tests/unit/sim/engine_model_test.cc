@@ -1,0 +1,110 @@
+// The engine model: the least-squares fit recovers known coefficients, the
+// committed calibration predicts its own measurements, and bad calibration
+// files fail with the file and the field.
+#include "sim/engine_model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace ballast::sim {
+namespace {
+
+Calibration Synthetic(const std::array<double, kFeatures>& k) {
+  Calibration c;
+  c.device = "synthetic";
+  c.memory_bytes = 80LL << 30;
+  c.h2d_bytes_per_s = 50e9;
+  c.activation_ratio = 1.0;
+  const EngineModel truth(k, 50e9, 1.0);
+  for (const char* name : {"llama-1b", "llama-3b", "llama-8b"}) {
+    const ModelShape s = *NamedShape(name);
+    for (int b : {1, 16, 128}) {
+      for (double ctx : {256.0, 4096.0}) {
+        StepWork w{b, b * ctx, 0, 0};
+        c.points.push_back({name, s, w, truth.StepSeconds(s, w)});
+      }
+    }
+    for (int p : {512, 4096}) {
+      StepWork w{0, 0, p, PrefillAttentionPairs(p, 0)};
+      c.points.push_back({name, s, w, truth.StepSeconds(s, w)});
+    }
+  }
+  return c;
+}
+
+TEST(EngineModelTest, FitRecoversKnownCoefficients) {
+  const std::array<double, kFeatures> k = {2e-3, 3e-5,       1 / 3e12,   1 / 2e12,
+                                           2e-7, 1 / 400e12, 1 / 600e12, 1 / 300e12};
+  auto m = EngineModel::Fit(Synthetic(k));
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (int i = 0; i < kFeatures; ++i) EXPECT_NEAR(m->coefficients()[i] / k[i], 1.0, 1e-6) << i;
+}
+
+TEST(EngineModelTest, FitKeepsRatesNonNegative) {
+  // Measurements with no decode FLOP cost at all: that rate is 0, not < 0.
+  auto m =
+      EngineModel::Fit(Synthetic({1e-3, 2e-5, 1 / 3e12, 1 / 2e12, 0, 0, 1 / 600e12, 1 / 300e12}));
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (double c : m->coefficients()) EXPECT_GE(c, 0);
+}
+
+TEST(EngineModelTest, TooFewPointsIsAnError) {
+  Calibration c =
+      Synthetic({1e-3, 2e-5, 1 / 3e12, 1 / 2e12, 1e-7, 1 / 400e12, 1 / 600e12, 1 / 300e12});
+  c.points.resize(3);
+  EXPECT_EQ(EngineModel::Fit(c).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EngineModelTest, ShapesMatchTheirCheckpoints) {
+  // Llama-3-8B: 8.03B parameters (16.06 GB in BF16), 128 KiB of KV per token.
+  const ModelShape s = *NamedShape("llama-8b");
+  EXPECT_NEAR(s.weight_bytes() / 1e9, 16.06, 0.05);
+  EXPECT_EQ(s.kv_bytes_per_token(), 128 * 1024);
+  // bench-engine measured 14.96 GiB for the 8B's weights.
+  EXPECT_NEAR(s.weight_bytes() / double(1 << 30), 14.96, 0.05);
+  EXPECT_FALSE(NamedShape("gpt-5").ok());
+}
+
+// The committed calibration (measured on the GPU host) predicts every step
+// it was fitted on within 25%, and half of them within 10%.
+TEST(EngineModelTest, CommittedCalibrationPredictsItsMeasurements) {
+  const std::string path = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/calibration-h200.json";
+  auto c = ReadCalibration(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto m = EngineModel::Fit(*c);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::vector<double> err;
+  for (const auto& p : c->points) {
+    const double pred = m->StepSeconds(p.shape, p.work);
+    err.push_back(std::fabs(pred - p.seconds) / p.seconds);
+    std::printf("%-9s B=%-4d C=%-8.0f P=%-5d measured %8.3f ms predicted %8.3f ms (%+.1f%%)\n",
+                p.shape_name.c_str(), p.work.decode_tokens, p.work.decode_context,
+                p.work.prefill_tokens, p.seconds * 1e3, pred * 1e3,
+                100 * (pred - p.seconds) / p.seconds);
+  }
+  std::sort(err.begin(), err.end());
+  EXPECT_LE(err.back(), 0.25);
+  EXPECT_LE(err[err.size() / 2], 0.10);
+}
+
+TEST(EngineModelTest, BadFilesNameTheFileAndField) {
+  auto bad = ParseCalibration("{\"memory_bytes\": 1, \"h2d_bytes_per_s\": 1}", "c.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("c.json"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("activation_ratio"), std::string::npos);
+  bad = ParseCalibration(
+      "{\"memory_bytes\": 1, \"h2d_bytes_per_s\": 1, \"activation_ratio\": 1, \"shapes\": {},"
+      " \"points\": [{\"shape\": \"x\", \"ms\": 1}]}",
+      "c.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("points[0].shape"), std::string::npos);
+  EXPECT_EQ(ReadCalibration("/nonexistent.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ballast::sim

@@ -1,0 +1,204 @@
+// The simulator against outcomes computed by hand (an engine model whose
+// step takes a constant 10 ms), conservation, determinism, eviction and
+// activation timing, and static partitioning.
+#include "sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "bench/generators.h"
+#include "bench/report.h"
+
+namespace ballast::sim {
+namespace {
+
+constexpr double kStep = 0.010;  // every engine step, whatever its work
+
+EngineModel ConstantEngine(double h2d = 1e9) {
+  std::array<double, kFeatures> k{};
+  k[0] = kStep;
+  return EngineModel(k, h2d, 1.0);
+}
+
+SimModel Model(const std::string& name, const std::string& shape = "llama-1b") {
+  SimModel m;
+  m.name = name;
+  m.shape_name = shape;
+  m.shape = *NamedShape(shape);
+  m.ttft_ms = 1000;
+  m.tpot_ms = 100;
+  return m;
+}
+
+SimConfig OneGpu(std::vector<SimModel> models, int64_t memory = 80LL << 30) {
+  SimConfig c;
+  c.cluster.gpu_memory_bytes = memory;
+  c.models = std::move(models);
+  return c;
+}
+
+bench::TraceRecord Req(const std::string& id, const std::string& model, double t, int prompt,
+                       int output) {
+  bench::TraceRecord r;
+  r.id = id;
+  r.model = model;
+  r.arrival_s = t;
+  r.prompt_tokens = prompt;
+  r.output_tokens = output;
+  return r;
+}
+
+const bench::RequestOutcome& Find(const SimResult& r, const std::string& id) {
+  for (const auto& o : r.replay.requests) {
+    if (o.id == id) return o;
+  }
+  ADD_FAILURE() << "no request " << id;
+  return r.replay.requests.front();
+}
+
+TEST(SimulatorTest, OneRequestByHand) {
+  // Prefill in one step (10 ms, first token), then 4 decode steps.
+  auto r = Simulate(OneGpu({Model("a")}), ConstantEngine(), {Req("r", "a", 0, 100, 5)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& o = Find(*r, "r");
+  EXPECT_EQ(o.status, "OK");
+  EXPECT_NEAR(o.ttft_ms(), 10, 1e-9);
+  EXPECT_NEAR(o.e2e_ms(), 50, 1e-9);
+  EXPECT_NEAR(o.tpot_ms(), 10, 1e-9);
+}
+
+TEST(SimulatorTest, ChunkedPrefillTakesTwoSteps) {
+  SimConfig c = OneGpu({Model("a")});
+  c.policy.max_batch_tokens = 64;  // a 100-token prompt: chunks of 64 and 36
+  auto r = Simulate(c, ConstantEngine(), {Req("r", "a", 0, 100, 2)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(Find(*r, "r").ttft_ms(), 20, 1e-9);
+  EXPECT_NEAR(Find(*r, "r").e2e_ms(), 30, 1e-9);
+}
+
+TEST(SimulatorTest, TwoModelsStepOneAfterTheOther) {
+  // x starts alone (first token at 10 ms); y joins at that boundary, and
+  // from then on each iteration steps both models (20 ms): y's first token
+  // at 30 ms, x's tokens at 30, 50, 70, 90 ms; y's last step runs alone.
+  auto r = Simulate(OneGpu({Model("a"), Model("b")}), ConstantEngine(),
+                    {Req("x", "a", 0, 10, 5), Req("y", "b", 0, 10, 5)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(Find(*r, "x").ttft_ms(), 10, 1e-9);
+  EXPECT_NEAR(Find(*r, "x").e2e_ms(), 90, 1e-9);
+  EXPECT_NEAR(Find(*r, "y").ttft_ms(), 30, 1e-9);
+  EXPECT_NEAR(Find(*r, "y").e2e_ms(), 100, 1e-9);
+}
+
+TEST(SimulatorTest, AnArrivalCutsADecodeStretchAtTheNextStep) {
+  // A decodes in one stretch from 10 ms; B arrives at 25.5 ms, is admitted
+  // at the boundary at 30 ms and prefilled in the step that ends at 40 ms
+  // (one step: same model). A still needs 100 steps in all: ends at 1 s.
+  auto r = Simulate(OneGpu({Model("a")}), ConstantEngine(),
+                    {Req("A", "a", 0, 10, 100), Req("B", "a", 0.0255, 10, 3)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(Find(*r, "B").ttft_ms(), 14.5, 1e-6);
+  EXPECT_NEAR(Find(*r, "B").end_s, 0.060, 1e-9);
+  EXPECT_NEAR(Find(*r, "A").end_s, 1.0, 1e-9);
+}
+
+TEST(SimulatorTest, KvThatDoesNotFitWaitsForRoom) {
+  // Room for one request's KV at a time (llama-1b: 32 KiB per token).
+  const ModelShape s = *NamedShape("llama-1b");
+  const int64_t kv = 1000 * s.kv_bytes_per_token();
+  SimConfig c = OneGpu({Model("a")}, s.weight_bytes() + kv + kv / 2);
+  c.policy.min_kv_fraction = 0;
+  auto r = Simulate(c, ConstantEngine(), {Req("1", "a", 0, 500, 500), Req("2", "a", 0, 500, 500)});
+  ASSERT_TRUE(r.ok());
+  // The first runs 500 steps (5 s); the second starts when it ends.
+  EXPECT_NEAR(Find(*r, "1").e2e_ms(), 5000, 1e-6);
+  EXPECT_NEAR(Find(*r, "2").ttft_ms(), 5010, 1e-6);
+}
+
+TEST(SimulatorTest, IdleModelIsEvictedAfterTheThresholdAndTheOtherActivated) {
+  // One GPU holds one 8B model at a time: b waits until a has been idle
+  // 45 s (the tick at 45 s), then loads for weights / 1 GB/s.
+  const ModelShape s8 = *NamedShape("llama-8b");
+  SimConfig c =
+      OneGpu({Model("a", "llama-8b"), Model("b", "llama-8b")}, s8.weight_bytes() + (4LL << 30));
+  c.policy.min_kv_fraction = 0.01;
+  auto r = Simulate(c, ConstantEngine(1e9), {Req("r", "b", 0, 10, 2)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double load_s = s8.weight_bytes() / 1e9;
+  EXPECT_EQ(Find(*r, "r").status, "OK");
+  EXPECT_NEAR(Find(*r, "r").first_token_s, 45 + load_s + kStep, 1e-6);
+  EXPECT_EQ(r->stats.initial_placed, 1);
+  EXPECT_EQ(r->stats.idle_evictions, 1);
+  EXPECT_EQ(r->stats.activations, 1);
+}
+
+TEST(SimulatorTest, StaticPartitioningNeverActivates) {
+  const ModelShape s8 = *NamedShape("llama-8b");
+  SimConfig c =
+      OneGpu({Model("a", "llama-8b"), Model("b", "llama-8b")}, s8.weight_bytes() + (4LL << 30));
+  c.policy.memory_mode = "static";
+  auto r = Simulate(c, ConstantEngine(), {Req("x", "a", 0, 10, 2), Req("y", "b", 0, 10, 2)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Find(*r, "x").status, "OK");
+  EXPECT_EQ(Find(*r, "y").status, "UNAVAILABLE");
+  EXPECT_EQ(r->stats.activations, 0);
+}
+
+TEST(SimulatorTest, EveryRequestIsAccountedFor) {
+  std::vector<bench::TraceRecord> t = {Req("ok", "a", 0, 10, 4), Req("nomodel", "zzz", 0, 10, 4),
+                                       Req("huge", "a", 0, 4'000'000, 4),
+                                       Req("child", "a", 0, 10, 4), Req("orphan", "a", 0, 10, 4)};
+  t[3].after = "ok";
+  t[3].delay_s = 1;
+  t[4].after = "nomodel";
+  auto r = Simulate(OneGpu({Model("a")}), ConstantEngine(), t);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Find(*r, "ok").status, "OK");
+  EXPECT_EQ(Find(*r, "nomodel").status, "NOT_FOUND");
+  EXPECT_EQ(Find(*r, "huge").status, "RESOURCE_EXHAUSTED");
+  EXPECT_EQ(Find(*r, "child").status, "OK");
+  EXPECT_NEAR(Find(*r, "child").release_s, Find(*r, "ok").end_s + 1, 1e-9);
+  EXPECT_EQ(Find(*r, "orphan").status, "ABORTED");
+  const bench::Report rep = bench::Summarize(r->replay, 1.0, 1e9);
+  EXPECT_TRUE(rep.accounting_ok);
+  EXPECT_EQ(rep.total.total, 5);
+  EXPECT_EQ(rep.total.completed, 2);
+}
+
+// A bursty trace over 12 models on 4 GPUs: conservation holds under load
+// and a second run gives exactly the same outcomes.
+TEST(SimulatorTest, BurstyTraceIsDeterministicAndConserved) {
+  bench::BurstyParams p;
+  for (int i = 0; i < 12; ++i) p.models.push_back(absl::StrCat("m", i));
+  p.duration_s = 300;
+  p.burst_rate = 20;
+  p.persistent_rate = 5;
+  const std::vector<bench::TraceRecord> trace = bench::GenerateBursty(p);
+  SimConfig c;
+  c.cluster.nodes = 2;
+  c.cluster.gpus_per_node = 2;
+  c.cluster.gpu_memory_bytes = 16LL << 30;  // two 3B models per GPU
+  for (int i = 0; i < 12; ++i) c.models.push_back(Model(absl::StrCat("m", i), "llama-3b"));
+  std::array<double, kFeatures> k = {1e-3, 2e-5,       1 / 3e12,   1 / 2e12,
+                                     1e-7, 1 / 400e12, 1 / 600e12, 1 / 300e12};
+  const EngineModel engine(k, 50e9, 1.05);
+  auto a = Simulate(c, engine, trace);
+  auto b = Simulate(c, engine, trace);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->replay.requests.size(), b->replay.requests.size());
+  for (size_t i = 0; i < a->replay.requests.size(); ++i) {
+    const auto &x = a->replay.requests[i], &y = b->replay.requests[i];
+    EXPECT_EQ(x.status, y.status);
+    EXPECT_EQ(x.first_token_s, y.first_token_s);
+    EXPECT_EQ(x.end_s, y.end_s);
+  }
+  EXPECT_EQ(a->stats.activations, b->stats.activations);
+  EXPECT_EQ(a->stats.initial_placed, 8);
+  EXPECT_GT(a->stats.activations, 0);  // the other four are activated on demand
+  const bench::Report rep = bench::Summarize(a->replay, 1.0, 1e9);
+  EXPECT_TRUE(rep.accounting_ok);
+  EXPECT_EQ(rep.total.total, static_cast<int>(a->replay.requests.size()));
+  EXPECT_GT(rep.total.completed, rep.total.total * 9 / 10);
+}
+
+}  // namespace
+}  // namespace ballast::sim
