@@ -33,8 +33,10 @@ SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
   s.cmd = app->add_subcommand(
       "simulate", "replay a trace on a simulated cluster (the real policies, a virtual clock)");
   auto common = [&](CLI::App* c) {
-    c->add_option("--config", s.config, "simulation config (configs/sim/*.yaml)")->required();
-    c->add_option("--trace", s.trace, "trace file (ballast trace ...)")->required();
+    // Checked in RunParsed: CLI11 would demand them of `simulate` when
+    // `simulate sweep` has them.
+    c->add_option("--config", s.config, "simulation config (configs/sim/*.yaml), required");
+    c->add_option("--trace", s.trace, "trace file (ballast trace ...), required");
     c->add_option("--out", s.out, "output directory")->capture_default_str();
     c->add_option("--slo-scale", s.slo_scale, "multiplies every SLO")->capture_default_str();
     c->add_flag("!--no-plots", s.plots, "skip the PNG plots");
@@ -48,7 +50,7 @@ SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
       ->capture_default_str();
   s.sweep = s.cmd->add_subcommand("sweep", "the fewest GPUs meeting the SLOs, per policy");
   common(s.sweep);
-  s.sweep->add_option("--gpus", s.gpus, "comma-separated GPU counts")->required();
+  s.sweep->add_option("--gpus", s.gpus, "comma-separated GPU counts, required");
   s.sweep->add_option("--policy", s.policies,
                       "comma-separated variants (default: every one in `policies`)");
   s.sweep->add_option("--rate-scale", s.scales, "arrival-rate multiplier")->capture_default_str();
@@ -79,22 +81,11 @@ bool ParseList(const std::string& s, std::vector<T>* out) {
   return !out->empty();
 }
 
-// Spreads `gpus` over nodes of the config's gpus_per_node (one smaller
-// node when it does not divide).
-absl::Status SetGpus(int gpus, sim::SimCluster* c) {
-  if (gpus % c->gpus_per_node != 0 && gpus > c->gpus_per_node) {
-    return absl::InvalidArgumentError(absl::StrCat("--gpus ", gpus,
-                                                   " is not a multiple of "
-                                                   "cluster.gpus_per_node (",
-                                                   c->gpus_per_node, ")"));
-  }
-  if (gpus < c->gpus_per_node) {
-    c->nodes = 1;
-    c->gpus_per_node = gpus;
-  } else {
-    c->nodes = gpus / c->gpus_per_node;
-  }
-  return absl::OkStatus();
+// `gpus` GPUs in all, on nodes of the config's gpus_per_node (the last
+// one smaller when it does not divide).
+void SetGpus(int gpus, sim::SimCluster* c) {
+  c->nodes = (gpus + c->gpus_per_node - 1) / c->gpus_per_node;
+  c->gpus = gpus;
 }
 
 struct Loaded {
@@ -156,7 +147,7 @@ int RunSimulate(const SimCli::State& s) {
   if (!s.gpus.empty()) {
     int gpus = 0;
     if (!absl::SimpleAtoi(s.gpus, &gpus) || gpus <= 0) return Fail("--gpus: a positive integer");
-    if (auto st = SetGpus(gpus, &config.cluster); !st.ok()) return Fail(std::string(st.message()));
+    SetGpus(gpus, &config.cluster);
   }
   fs::create_directories(s.out);
   std::vector<bench::ReplayResult> runs;
@@ -201,7 +192,8 @@ int RunSimulate(const SimCli::State& s) {
 int RunSweep(const SimCli::State& s) {
   std::vector<int> gpus;
   std::vector<double> scale;
-  if (!ParseList(s.gpus, &gpus)) return Fail("--gpus: expected positive integers");
+  if (!ParseList(s.gpus, &gpus))
+    return Fail("sweep --gpus: expected positive integers, e.g. 4,8,16");
   if (!ParseList(s.scales, &scale) || scale.size() != 1) {
     return Fail("--rate-scale: one positive number");
   }
@@ -229,7 +221,7 @@ int RunSweep(const SimCli::State& s) {
     for (int g : gpus) {
       sim::SimConfig config = l->file.config;
       config.policy = *policy;
-      if (auto st = SetGpus(g, &config.cluster); !st.ok()) return Fail(std::string(st.message()));
+      SetGpus(g, &config.cluster);
       auto res = sim::Simulate(config, *l->engine, l->trace, scale[0]);
       if (!res.ok()) return Fail(std::string(res.status().message()));
       const bench::Report rep =
@@ -276,6 +268,10 @@ int RunSweep(const SimCli::State& s) {
 
 bool SimCli::RunParsed(int* rc) {
   if (!s_->cmd->parsed()) return false;
+  if (s_->config.empty() || s_->trace.empty()) {
+    *rc = Fail("simulate needs --config FILE and --trace FILE");
+    return true;
+  }
   *rc = s_->sweep->parsed() ? RunSweep(*s_) : RunSimulate(*s_);
   return true;
 }

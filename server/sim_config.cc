@@ -18,19 +18,27 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   std::string arbitration;
   RETURN_IF_ERROR(s.Get("memory_mode", &p->memory_mode));
   RETURN_IF_ERROR(s.Get("placement", &p->placement));
+  RETURN_IF_ERROR(s.Get("activation", &p->activation));
   RETURN_IF_ERROR(s.Get("arbitration", &arbitration));
   RETURN_IF_ERROR(s.Get("idle_evict_after_s", &p->idle_evict_after_s));
   RETURN_IF_ERROR(s.Get("kv_pressure_free_fraction", &p->kv_pressure_free_fraction));
   RETURN_IF_ERROR(s.Get("min_kv_fraction", &p->min_kv_fraction));
   RETURN_IF_ERROR(s.Get("max_batch_tokens", &p->max_batch_tokens));
+  RETURN_IF_ERROR(s.Get("overlap_steps", &p->overlap_steps));
   RETURN_IF_ERROR(s.Get("control_interval_s", &p->control_interval_s));
   RETURN_IF_ERROR(s.Get("demand_window_s", &p->demand_window_s));
+  RETURN_IF_ERROR(s.Get("rebalance_interval_s", &p->rebalance_interval_s));
+  RETURN_IF_ERROR(s.Get("migration_threshold", &p->migration_threshold));
+  RETURN_IF_ERROR(s.Get("migrate_within_node", &p->migrate_within_node));
   RETURN_IF_ERROR(s.Finish());
   if (p->memory_mode != "elastic" && p->memory_mode != "static") {
     return s.Error(s.Key("memory_mode"), "expected elastic or static");
   }
   if (p->placement != "most_free" && p->placement != "kvpr" && p->placement != "mme") {
     return s.Error(s.Key("placement"), "expected most_free, kvpr or mme");
+  }
+  if (p->activation != "on_demand" && p->activation != "fixed") {
+    return s.Error(s.Key("activation"), "expected on_demand or fixed");
   }
   if (!arbitration.empty()) {
     auto a = node_manager::ParseArbitrationPolicy(arbitration);
@@ -141,6 +149,7 @@ absl::Status ParseTop(const YAML::Node& root, const std::string* file, SimFile* 
   double memory_gib = 0;
   RETURN_IF_ERROR(c.Get("nodes", &f->config.cluster.nodes));
   RETURN_IF_ERROR(c.Get("gpus_per_node", &f->config.cluster.gpus_per_node));
+  RETURN_IF_ERROR(c.Get("gpus", &f->config.cluster.gpus));
   RETURN_IF_ERROR(c.Get("gpu_memory_gib", &memory_gib));
   if (cluster) RETURN_IF_ERROR(c.Finish());
   if (f->config.cluster.nodes <= 0 || f->config.cluster.gpus_per_node <= 0 || memory_gib < 0) {

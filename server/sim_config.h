@@ -3,12 +3,15 @@
 // into sim::SimConfig. Errors name the file and the key.
 //
 //   calibration: calibration-h100.json   # relative to this file
-//   cluster: {nodes: 2, gpus_per_node: 8, gpu_memory_gib: 80}  # memory: the card's
+//   cluster: {nodes: 2, gpus_per_node: 8, gpus: 12, gpu_memory_gib: 80}
 //   drain_s: 600
-//   policy: {memory_mode: elastic, placement: kvpr, arbitration: moore_hodgson,
+//   policy: {memory_mode: elastic, placement: kvpr, activation: on_demand,
+//            arbitration: moore_hodgson,
 //            idle_evict_after_s: 45, kv_pressure_free_fraction: 0.05,
-//            min_kv_fraction: 0.1, max_batch_tokens: 8192,
-//            control_interval_s: 1, demand_window_s: 60}
+//            min_kv_fraction: 0.1, max_batch_tokens: 8192, overlap_steps: true,
+//            control_interval_s: 1, demand_window_s: 60,
+//            rebalance_interval_s: 30, migration_threshold: 0.2,
+//            migrate_within_node: false}
 //   policies:                       # sweep variants: overrides of `policy`
 //     static-fcfs: {memory_mode: static, placement: most_free, arbitration: fcfs}
 //   models:

@@ -107,6 +107,10 @@ double EngineModel::StepSeconds(const ModelShape& shape, const StepWork& work) c
   return t;
 }
 
+double EngineModel::LatencySeconds(const ModelShape& shape) const {
+  return k_[0] + k_[1] * shape.layers;
+}
+
 double EngineModel::PrefillSeconds(const ModelShape& shape, int tokens) const {
   return StepSeconds(shape, {0, 0, tokens, PrefillAttentionPairs(tokens, 0)});
 }

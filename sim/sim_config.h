@@ -30,6 +30,11 @@ struct SimPolicy {
   // placed on it at the start; nothing is activated or evicted later.
   std::string memory_mode = "elastic";
   std::string placement = "kvpr";  // most_free | kvpr | mme
+  // on_demand: a model with no replica is placed when a request comes, and
+  // idle models are evicted for room (Prism). fixed: the placement at the
+  // start never changes (MuxServe); static memory implies fixed.
+  std::string activation = "on_demand";
+  bool fixed() const { return activation == "fixed" || memory_mode == "static"; }
   node_manager::ArbitrationPolicy arbitration = node_manager::ArbitrationPolicy::kMooreHodgson;
   double idle_evict_after_s = 45;  // <= 0: never evict for room
   // KV-pressure eviction (idle_eviction.h) below this free fraction; 0: off.
@@ -37,14 +42,27 @@ struct SimPolicy {
   // A GPU takes a model's weights only if this fraction of its memory is
   // left for KV afterwards (so a load never leaves a GPU with no KV).
   double min_kv_fraction = 0.1;
-  int max_batch_tokens = 8192;    // tokens per engine step (prefill chunks + decodes)
+  int max_batch_tokens = 8192;  // tokens per engine step (prefill chunks + decodes)
+  // The models' steps of one iteration run on their own streams
+  // (node.engine.overlap_steps): the iteration takes the longest step's
+  // launch latency plus every step's GPU work. false: one after another.
+  bool overlap_steps = true;
   double control_interval_s = 1;  // the scheduler's control tick
-  double demand_window_s = 60;    // KVPR's rate window
+  // KVPR rebalancing (placement kvpr only; scheduler.rebalance_interval):
+  // every this many seconds Prism's Algorithm 1 over all placed models,
+  // and at most one migration at a time (0: off).
+  double rebalance_interval_s = 30;
+  double migration_threshold = 0.2;
+  // The daemon migrates between nodes only (a replica per node); true
+  // simulates moves between GPUs of one node too.
+  bool migrate_within_node = false;
+  double demand_window_s = 60;  // KVPR's rate window
 };
 
 struct SimCluster {
   int nodes = 1;
   int gpus_per_node = 1;
+  int gpus = 0;                  // > 0: only this many in all (the last node has fewer)
   int64_t gpu_memory_bytes = 0;  // 0: the calibrated card's memory
 };
 

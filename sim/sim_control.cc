@@ -1,5 +1,7 @@
 // The simulator's control plane (simulator.h): placement, activation and
 // eviction through the scheduler's own policy functions.
+#include <algorithm>
+
 #include "global_scheduler/idle_eviction.h"
 #include "global_scheduler/kvpr.h"
 #include "global_scheduler/placement.h"
@@ -9,8 +11,11 @@ namespace ballast::sim {
 
 namespace gs = global_scheduler;
 
-std::vector<gs::NodeInfo> Simulator::Nodes() const {
-  std::vector<gs::NodeInfo> nodes;
+const std::vector<gs::NodeInfo>& Simulator::Nodes() {
+  if (nodes_at_.t == events_.now() && nodes_at_.changes == changes_) return nodes_;
+  nodes_at_ = {events_.now(), changes_};
+  std::vector<gs::NodeInfo>& nodes = nodes_;
+  nodes.clear();
   for (const auto& d : devices_) {
     if (nodes.empty() || nodes.back().node_id != d->node_id()) {
       gs::NodeInfo n;
@@ -56,7 +61,7 @@ double Simulator::IdleSeconds(const std::string& model) const {
 
 int Simulator::Choose(int m) {
   const SimModel& spec = config_.models[static_cast<size_t>(m)];
-  const std::vector<gs::NodeInfo> nodes = Nodes();
+  const std::vector<gs::NodeInfo>& nodes = Nodes();
   const int64_t w = spec.shape.weight_bytes();
   std::optional<gs::Target> t;
   if (config_.policy.placement == "kvpr") {
@@ -77,14 +82,23 @@ int Simulator::Choose(int m) {
 }
 
 void Simulator::PlaceInitial() {
-  for (size_t m = 0; m < models_.size(); ++m) {
-    const int d = Choose(static_cast<int>(m));
+  // Largest weights first (ties in catalogue order): the big models get
+  // the empty GPUs they need before the small ones spread out.
+  std::vector<int> order(models_.size());
+  for (size_t m = 0; m < order.size(); ++m) order[m] = static_cast<int>(m);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return config_.models[static_cast<size_t>(a)].shape.weight_bytes() >
+           config_.models[static_cast<size_t>(b)].shape.weight_bytes();
+  });
+  for (int m : order) {
+    const int d = Choose(m);
     if (d < 0) continue;
     SimDevice& dev = *devices_[static_cast<size_t>(d)];
-    if (!dev.CanLoad(config_.models[m].shape.weight_bytes())) continue;
-    dev.Load(static_cast<int>(m));
-    dev.Ready(static_cast<int>(m));
-    models_[m].device = d;
+    if (!dev.CanLoad(config_.models[static_cast<size_t>(m)].shape.weight_bytes())) continue;
+    dev.Load(m);
+    dev.Ready(m);
+    ++changes_;
+    models_[static_cast<size_t>(m)].device = d;
     ++stats_.initial_placed;
   }
 }
@@ -100,6 +114,7 @@ void Simulator::Activate(int m) {
     return;
   }
   devices_[static_cast<size_t>(d)]->Load(m);
+  ++changes_;
   ms.device = d;
   ++stats_.activations;
   std::vector<SimRequest*> waiting;
@@ -109,8 +124,11 @@ void Simulator::Activate(int m) {
              [this, d, m] { devices_[static_cast<size_t>(d)]->Ready(m); });
 }
 
-std::set<std::string> Simulator::BusyOrLeaving() const {
-  std::set<std::string> out;
+const std::set<std::string>& Simulator::BusyOrLeaving() {
+  if (busy_at_.t == events_.now() && busy_at_.changes == changes_) return busy_;
+  busy_at_ = {events_.now(), changes_};
+  std::set<std::string>& out = busy_;
+  out.clear();
   for (size_t m = 0; m < models_.size(); ++m) {
     const int d = models_[m].device;
     if (d < 0) continue;
@@ -131,6 +149,7 @@ void Simulator::MakeRoom(int m) {
       absl::Seconds(config_.policy.idle_evict_after_s), skip);
   if (!victim) return;
   const int v = model_index_.at(victim->model);
+  ++changes_;
   ++stats_.idle_evictions;
   models_[static_cast<size_t>(m)].needs_room = false;  // load once the room is there
   devices_[static_cast<size_t>(models_[static_cast<size_t>(v)].device)]->Drain(v);
@@ -146,12 +165,13 @@ void Simulator::RelieveKvPressure() {
       config_.policy.kv_pressure_free_fraction, {});
   if (!victim) return;
   const int v = model_index_.at(victim->model);
+  ++changes_;
   ++stats_.kv_pressure_evictions;
   devices_[static_cast<size_t>(models_[static_cast<size_t>(v)].device)]->Drain(v);
 }
 
 void Simulator::Tick() {
-  if (config_.policy.memory_mode == "static") return;
+  if (config_.policy.fixed()) return;
   for (size_t m = 0; m < models_.size(); ++m) {
     ModelState& ms = models_[m];
     if (ms.waiting.empty() || ms.device >= 0) continue;
@@ -162,10 +182,67 @@ void Simulator::Tick() {
     }
   }
   RelieveKvPressure();
+  if (config_.policy.placement == "kvpr" && config_.policy.rebalance_interval_s > 0 &&
+      events_.now() - last_rebalance_ >= config_.policy.rebalance_interval_s) {
+    last_rebalance_ = events_.now();
+    Rebalance();
+  }
+}
+
+void Simulator::Rebalance() {
+  if (migrating_) return;
+  const std::vector<gs::DeviceView> views = gs::DeviceViews(Nodes(), {});
+  std::vector<gs::DeviceCapacity> devices;
+  for (const auto& v : views) devices.push_back({v.node_id + "/" + v.device, v.memory_bytes});
+  std::vector<gs::ModelDemand> models;
+  std::vector<int> index;  // catalogue index of models[i]
+  for (size_t m = 0; m < models_.size(); ++m) {
+    const int d = models_[m].device;
+    if (d < 0 ||
+        devices_[static_cast<size_t>(d)]->phase(static_cast<int>(m)) != ModelPhase::kReady) {
+      continue;
+    }
+    models.push_back({config_.models[m].name, Demand(static_cast<int>(m)),
+                      config_.models[m].shape.weight_bytes(), d});
+    index.push_back(static_cast<int>(m));
+  }
+  if (models.size() < 2 || devices.size() < 2) return;
+  const gs::KvprPlacement plan = gs::PlaceKvpr(models, devices, config_.policy.migration_threshold);
+  for (size_t i = 0; i < models.size(); ++i) {
+    const int from = models[i].current_device, to = plan.device_of[i];
+    if (to < 0 || to == from) continue;
+    SimDevice& dest = *devices_[static_cast<size_t>(to)];
+    const bool same_node = devices_[static_cast<size_t>(from)]->node_id() == dest.node_id();
+    const int m = index[i];
+    const ModelShape& shape = config_.models[static_cast<size_t>(m)].shape;
+    // One move per rebalance, as the daemon; a refused one waits for the next.
+    if ((same_node && !config_.policy.migrate_within_node) || !dest.CanLoad(shape.weight_bytes())) {
+      return;
+    }
+    dest.Load(m);
+    ++changes_;
+    ++stats_.migrations;
+    migrating_ = true;
+    events_.At(events_.now() + engine_.ActivationSeconds(shape),
+               [this, m, to] { FinishMigration(m, to); });
+    return;
+  }
+}
+
+void Simulator::FinishMigration(int m, int to) {
+  migrating_ = false;
+  ++changes_;
+  ModelState& ms = models_[static_cast<size_t>(m)];
+  const int from = ms.device;
+  devices_[static_cast<size_t>(to)]->Ready(m);
+  ms.device = to;  // new requests go to the target
+  if (from >= 0 && from != to) devices_[static_cast<size_t>(from)]->Drain(m);
 }
 
 void Simulator::Drained(int d, int m) {
-  (void)d;
+  ++changes_;
+  // A migration's source leaves after the target took over: nothing to do.
+  if (models_[static_cast<size_t>(m)].device != d) return;
   models_[static_cast<size_t>(m)].device = -1;
   // Memory was freed: every model waiting for a replica tries again.
   for (size_t i = 0; i < models_.size(); ++i) {

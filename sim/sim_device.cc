@@ -173,7 +173,7 @@ void SimDevice::Admit() {
 
 double SimDevice::PlanIteration(bool* decode_only) {
   chunks_.clear();
-  double t = 0, delta = 0;
+  double work = 0, latency = 0, serial = 0, delta = 0;
   int k = INT_MAX, stepped = 0;
   for (const Resident& res : residents_) {
     if (res.running.empty()) continue;
@@ -195,12 +195,16 @@ double SimDevice::PlanIteration(bool* decode_only) {
       budget -= n;
     }
     const double step = engine_->StepSeconds(shape, w);
-    t += step;
+    const double lat = std::min(step, engine_->LatencySeconds(shape));
+    serial += step;
+    work += step - lat;
+    latency = std::max(latency, lat);
     StepWork next = w;
     next.decode_context += w.decode_tokens;
     delta += engine_->StepSeconds(shape, next) - step;
     ++stepped;
   }
+  const double t = config_->policy.overlap_steps ? latency + work : serial;
   *decode_only = chunks_.empty();
   iterations_ = *decode_only ? std::max(k, 1) : 1;
   t0_ = t;

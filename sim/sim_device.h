@@ -13,11 +13,16 @@
 //    Requests are admitted in that order while their KV fits and their
 //    model has fewer than max_seqs running; elastic: the first that does
 //    not fit stops admission (no bypass); static: it blocks its own model.
-//  * Steps. One iteration steps every model that has running requests, one
-//    after another (the device worker's order), each a batch of its decode
-//    tokens plus prefill chunks (in admission order) up to
-//    max_batch_tokens; the iteration takes the sum of the engine model's
-//    step times. A request's first token comes at the end of the
+//  * Steps. One iteration steps every model that has running requests,
+//    each a batch of its decode tokens plus prefill chunks (in admission
+//    order) up to max_batch_tokens. With overlap_steps (the node's
+//    default) the steps run on their own streams: the iteration takes the
+//    longest step's launch latency plus the sum of the steps' GPU work
+//    (EngineModel::LatencySeconds); without, the sum of the step times.
+//    With the H200 calibration this gives 0.61 ms per token for six 130M
+//    models at batch 1 where `ballast serve` measured 0.72 ms overlapped
+//    (1.98 ms vs 2.31 ms serial; engine_model_test). A request's first
+//    token comes at the end of the
 //    iteration that finishes its prefill, every later one at the end of an
 //    iteration.
 //  * Speed. While only decodes run and nothing waits that could be

@@ -11,8 +11,11 @@ namespace ballast::sim {
 Simulator::Simulator(const SimConfig& config, const EngineModel& engine,
                      const std::vector<bench::TraceRecord>& trace, double rate_scale)
     : config_(config), engine_(engine), trace_(trace), rate_scale_(rate_scale) {
+  const int total = config.cluster.gpus > 0 ? config.cluster.gpus
+                                            : config.cluster.nodes * config.cluster.gpus_per_node;
   for (int n = 0; n < config.cluster.nodes; ++n) {
-    for (int g = 0; g < config.cluster.gpus_per_node; ++g) {
+    for (int g = 0; g < config.cluster.gpus_per_node && static_cast<int>(devices_.size()) < total;
+         ++g) {
       const int d = static_cast<int>(devices_.size());
       SimDevice::Hooks hooks{[this](SimRequest* r) { Done(r); },
                              [this, d](int m) { Drained(d, m); }};
@@ -129,15 +132,14 @@ void Simulator::Route(SimRequest* r) {
                              spec.name));
         return;
       }
+      ++changes_;  // the device's queue (and its model's busyness) changed
       dev.Enqueue(r);
       return;
     }
   }
-  if (config_.policy.memory_mode == "static") {
+  if (config_.policy.fixed()) {
     Fail(r->index, "UNAVAILABLE",
-         absl::StrCat("model ", spec.name,
-                      " has no replica (static partitioning placed it "
-                      "nowhere at the start)"));
+         absl::StrCat("model ", spec.name, " has no replica (the fixed placement put it nowhere)"));
     return;
   }
   ms.waiting.push_back(r);
@@ -152,6 +154,7 @@ void Simulator::Done(SimRequest* r) {
   o.any_token = true;
   o.status = "OK";
   o.server_queue_ms = (r->admitted - r->release) * 1e3;
+  ++changes_;
   --outstanding_;
   ReleaseDependents(r->index, true);
 }
@@ -218,6 +221,7 @@ nlohmann::json ToJson(const SimStats& s) {
           {"idle_evictions", s.idle_evictions},
           {"kv_pressure_evictions", s.kv_pressure_evictions},
           {"load_refusals", s.load_refusals},
+          {"migrations", s.migrations},
           {"advisories_ignored", s.advisories_ignored},
           {"unfinished", s.unfinished}};
 }

@@ -7,8 +7,8 @@
 // memory, admission and step rules).
 //
 // The control plane mirrors the scheduler's tick (scheduler_control.cc):
-//  * At start every model, in catalogue order, is placed by the policy
-//    while a GPU can take it (a warmed-up cluster).
+//  * At start every model, largest weights first, is placed by the policy
+//    where a GPU can take it (a warmed-up cluster).
 //  * A request for a model with no replica waits; the model is placed by
 //    the policy. A GPU that cannot take the weights refuses the load (as a
 //    node answers RESOURCE_EXHAUSTED); from the next tick the model needs
@@ -17,8 +17,14 @@
 //    model is placed again as soon as a GPU frees memory.
 //  * Each tick, an elastic GPU whose requests queue while its free KV is
 //    below kv_pressure_free_fraction evicts its longest-idle model.
-//  * static mode never activates or evicts: a request for a model that was
-//    not placed at the start fails UNAVAILABLE.
+//  * KVPR rebalancing (Scheduler::Rebalance): every rebalance_interval_s,
+//    PlaceKvpr over the placed models; the first model whose device
+//    changes moves (between nodes only, as the daemon, unless
+//    migrate_within_node): it loads on the target while the source
+//    serves, then new requests go to the target and the source drains.
+//  * A fixed placement (activation: fixed, and static memory) never
+//    activates or evicts: a request for a model that was not placed at the
+//    start fails UNAVAILABLE.
 //  * Activation takes the engine model's ActivationSeconds; an eviction
 //    takes effect when the model's last request ends.
 // Each request gets the outcome a replay would record (bench/replay.h), so
@@ -50,6 +56,7 @@ struct SimStats {
   int initial_placed = 0;   // models resident at the start
   int activations = 0, idle_evictions = 0, kv_pressure_evictions = 0;
   int load_refusals = 0;  // loads a GPU refused for room
+  int migrations = 0;     // KVPR rebalancing moves started
   int advisories_ignored = 0;
   int unfinished = 0;  // still running at the horizon (DEADLINE_EXCEEDED)
 };

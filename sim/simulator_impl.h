@@ -50,11 +50,15 @@ class Simulator {
   void MakeRoom(int m);
   void RelieveKvPressure();
   void Drained(int d, int m);
-  std::vector<global_scheduler::NodeInfo> Nodes() const;
+  void Rebalance();
+  void FinishMigration(int m, int to);
+  // The cluster as heartbeats would report it; built once per instant and
+  // control-plane change (a load or a drain bumps `changes_`).
+  const std::vector<global_scheduler::NodeInfo>& Nodes();
   int DeviceIndex(const std::string& node_id, const std::string& device) const;
   // The policy's device for model m's replica; -1 if none.
   int Choose(int m);
-  std::set<std::string> BusyOrLeaving() const;
+  const std::set<std::string>& BusyOrLeaving();
   double Demand(int m);
   double IdleSeconds(const std::string& model) const;
 
@@ -73,6 +77,16 @@ class Simulator {
   int outstanding_ = 0;  // released or to be released, not yet ended
   bool tick_scheduled_ = false;
   SimStats stats_;
+  double last_rebalance_ = 0;
+  bool migrating_ = false;  // one move at a time
+  uint64_t changes_ = 0;
+  struct Cached {
+    double t = -1;
+    uint64_t changes = 0;
+  };
+  Cached nodes_at_, busy_at_;
+  std::vector<global_scheduler::NodeInfo> nodes_;
+  std::set<std::string> busy_;
 };
 
 }  // namespace ballast::sim

@@ -77,16 +77,30 @@ TEST(SimulatorTest, ChunkedPrefillTakesTwoSteps) {
 }
 
 TEST(SimulatorTest, TwoModelsStepOneAfterTheOther) {
-  // x starts alone (first token at 10 ms); y joins at that boundary, and
-  // from then on each iteration steps both models (20 ms): y's first token
-  // at 30 ms, x's tokens at 30, 50, 70, 90 ms; y's last step runs alone.
-  auto r = Simulate(OneGpu({Model("a"), Model("b")}), ConstantEngine(),
-                    {Req("x", "a", 0, 10, 5), Req("y", "b", 0, 10, 5)});
+  // Serial steps: x starts alone (first token at 10 ms); y joins at that
+  // boundary, and from then on each iteration steps both models (20 ms):
+  // y's first token at 30 ms, x's tokens at 30, 50, 70, 90 ms; y's last
+  // step runs alone.
+  SimConfig c = OneGpu({Model("a"), Model("b")});
+  c.policy.overlap_steps = false;
+  auto r = Simulate(c, ConstantEngine(), {Req("x", "a", 0, 10, 5), Req("y", "b", 0, 10, 5)});
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(Find(*r, "x").ttft_ms(), 10, 1e-9);
   EXPECT_NEAR(Find(*r, "x").e2e_ms(), 90, 1e-9);
   EXPECT_NEAR(Find(*r, "y").ttft_ms(), 30, 1e-9);
   EXPECT_NEAR(Find(*r, "y").e2e_ms(), 100, 1e-9);
+}
+
+TEST(SimulatorTest, OverlappedStepsShareTheLaunchLatency) {
+  // The constant engine's step is all launch latency (k0), so two models'
+  // overlapped steps take 10 ms together: x ends at 50 ms, y (joining at
+  // 10 ms) at 60 ms.
+  auto r = Simulate(OneGpu({Model("a"), Model("b")}), ConstantEngine(),
+                    {Req("x", "a", 0, 10, 5), Req("y", "b", 0, 10, 5)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(Find(*r, "x").e2e_ms(), 50, 1e-9);
+  EXPECT_NEAR(Find(*r, "y").ttft_ms(), 20, 1e-9);
+  EXPECT_NEAR(Find(*r, "y").e2e_ms(), 60, 1e-9);
 }
 
 TEST(SimulatorTest, AnArrivalCutsADecodeStretchAtTheNextStep) {

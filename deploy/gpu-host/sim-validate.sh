@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 20's validation on the GPU host: one trace replayed by `ballast
+# bench` against the real daemon (`ballast serve`, CUDA, one GPU, N copies
+# of a Llama-3.2-1B-shaped model, elastic memory, overlapped steps), for
+# comparison with `ballast simulate` on the same trace and
+# configs/sim/validate-h200.yaml (docs/benchmarks.md has both commands).
+# Writes OUT/trace.jsonl, OUT/real/result.json and requests-1.csv.
+# Env: BUILD (/tmp/bb), N (4 models), DURATION (120 s), PRATE (persistent
+# rate, 20/s), BRATE (burst rate, 40/s), BACKEND (cuda), SHAPE (make-model
+# flags), MEMORY_MIB (40960).
+# Usage (repository root, GPU host): deploy/gpu-host/sim-validate.sh OUT_DIR
+set -euo pipefail
+OUT=${1:?output directory}
+BUILD=${BUILD:-/tmp/bb}
+N=${N:-4}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+if [ ! -x "$BUILD/server/ballast" ]; then
+  GENERATOR="Unix Makefiles" TARGETS="ballast" bash deploy/gpu-host/build.sh .gpu-debs "$BUILD" \
+    > "$OUT/build.log" 2>&1
+fi
+[ -f deploy/gpu-host/env.sh ] && source deploy/gpu-host/env.sh
+B="$BUILD/server/ballast"
+SHAPE=${SHAPE:-"layers: 16, hidden: 2048, heads: 32, kv_heads: 8, intermediate: 8192, vocab: 128256, tie_embeddings: true"}
+models=$(seq -s, -f "m%g" 1 "$N")
+"$B" trace bursty --models "$models" --duration "${DURATION:-120}" --persistent-rate "${PRATE:-20}" \
+  --burst-rate "${BRATE:-40}" --prompt-max 2048 --output-max 512 --seed 20 \
+  -o "$OUT/trace.jsonl" > "$OUT/trace-stats.txt"
+{
+  cat <<YAML
+log_level: warn
+scheduler: {listen: 127.0.0.1:50051, metrics_listen: "", slo: {ttft_ms: 1000, tpot_ms: 50}}
+node:
+  node_id: gpu-0
+  listen: 127.0.0.1:50061
+  metrics_listen: ""
+  memory: {mode: elastic, slab_mib: 64}
+  devices:
+    - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-40960}}
+  engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
+           max_seqs: 128, max_context: 4096, overlap_steps: true}
+serve:
+  cache_dir: ${CACHE:-/tmp/sim-validate-models}
+  models:
+YAML
+  for i in $(seq 1 "$N"); do
+    echo "    - {name: m$i, architecture: llama, $SHAPE, max_position: 8192, seed: $i, init_std: 0.02}"
+  done
+} > "$OUT/serve.yaml"
+"$B" serve --config "$OUT/serve.yaml" > "$OUT/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2> /dev/null || true' EXIT
+for _ in $(seq 1 300); do
+  "$B" health --target 127.0.0.1:50051 > /dev/null 2>&1 && break
+  sleep 1
+done
+for i in $(seq 1 "$N"); do  # every model resident before the clock starts
+  "$B" generate --model "m$i" --prompt "warm up" -n 2 --ignore-eos > /dev/null
+done
+"$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real" --no-plots | tee "$OUT/real.txt"
+kill $pid
+wait $pid 2> /dev/null || true
