@@ -1,7 +1,8 @@
 // The `ballast` binary as a user meets it: start-up errors name the file and
 // key, make-model writes a loadable checkpoint, client commands report
 // unreachable servers with a non-zero exit, trace import writes a trace that
-// reads back and reports bad input with exit code 2.
+// reads back and reports bad input with exit code 2, simulate and simulate
+// sweep write their results.
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "engine/model_config.h"
 #include "engine/weights.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/process.h"
 
 namespace ballast {
@@ -153,6 +155,51 @@ TEST_F(CliTest, TraceImportErrorsExitTwoNamingFileLineAndColumn) {
   EXPECT_NE(format.output.find("--format: expected azure, burstgpt or mooncake, got \"sharegpt\""),
             std::string::npos)
       << format.output;
+}
+
+TEST_F(CliTest, SimulateAndSweepWriteTheirResults) {
+  const std::string config = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/small.yaml";
+  std::string models;
+  for (int i = 0; i < 6; ++i) absl::StrAppend(&models, "small-", i, ",");
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&models, "mid-", i, ",");
+  absl::StrAppend(&models, "big-0,big-1,unknown");
+  ASSERT_EQ(Exec({"trace", "bursty", "--models", models, "--duration", "60", "-o", Path("t.jsonl")},
+                 Path("tr.log"))
+                .exit_code,
+            0);
+  CommandResult r = Exec({"simulate", "--config", config, "--trace", Path("t.jsonl"), "--out",
+                          Path("sim"), "--rate-scale", "1,4", "--no-plots"},
+                         Path("sim.log"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(Path("sim/result.json")));
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const auto& run : j["runs"]) {
+    EXPECT_TRUE(run["accounting_ok"].get<bool>());
+    EXPECT_EQ(run["simulation"]["gpus"], 8);
+    EXPECT_GT(run["total"]["completed"].get<int>(), 0);
+    EXPECT_GT(run["by_status"]["NOT_FOUND"].get<int>(), 0);  // the unknown model's requests
+  }
+  EXPECT_TRUE(std::filesystem::exists(Path("sim/requests-4.csv")));
+  r = Exec({"simulate", "sweep", "--config", config, "--trace", Path("t.jsonl"), "--out",
+            Path("sweep"), "--gpus", "1,3,8", "--no-plots"},
+           Path("sweep.log"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(std::ifstream(Path("sweep/sweep.json")));
+  EXPECT_EQ(j["policies"]["ballast"]["runs"].size(), 3u);
+  EXPECT_EQ(j["policies"]["static-fcfs"]["runs"][1]["simulation"]["gpus"], 3);
+  EXPECT_TRUE(std::filesystem::exists(Path("sweep/sweep.md")));
+  // Mistakes exit 2 naming what to fix.
+  std::ofstream(Path("bad.yaml")) << "calibration: calibration-h200.json\nmodels: []\n";
+  r = Exec({"simulate", "--config", Path("bad.yaml"), "--trace", Path("t.jsonl")}, Path("b.log"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("bad.yaml: models"), std::string::npos) << r.output;
+  r = Exec({"simulate", "--config", config, "--trace", Path("t.jsonl"), "--policy", "nope"},
+           Path("p.log"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("policy \"nope\""), std::string::npos) << r.output;
+  r = Exec({"simulate", "sweep", "--config", config, "--trace", Path("t.jsonl")}, Path("g.log"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--gpus"), std::string::npos) << r.output;
 }
 
 }  // namespace

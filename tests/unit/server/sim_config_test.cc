@@ -1,0 +1,82 @@
+// `ballast simulate`'s config file: the committed examples parse, copies
+// expand, and mistakes are reported with the file and the key.
+#include "server/sim_config.h"
+
+#include <gtest/gtest.h>
+
+namespace ballast::server {
+namespace {
+
+const std::string kDir = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/";
+
+TEST(SimConfigTest, CommittedExamplesParse) {
+  for (const char* name :
+       {"small.yaml", "prism-58.yaml", "cluster-1000.yaml", "validate-h200.yaml"}) {
+    auto f = ReadSimConfig(kDir + name);
+    ASSERT_TRUE(f.ok()) << name << ": " << f.status();
+    EXPECT_EQ(f->calibration_path, kDir + "calibration-h200.json") << name;
+  }
+  auto prism = ReadSimConfig(kDir + "prism-58.yaml");
+  ASSERT_TRUE(prism.ok());
+  EXPECT_EQ(prism->config.models.size(), 58u);  // Prism's Table 3
+  EXPECT_EQ(prism->config.cluster.gpu_memory_bytes, 80LL << 30);
+  EXPECT_TRUE(prism->variants.at("static").fixed());
+  EXPECT_TRUE(prism->variants.at("muxserve-like").fixed());
+  EXPECT_FALSE(prism->variants.at("ballast").fixed());
+  EXPECT_EQ(prism->variants.at("muxserve-like").arbitration,
+            node_manager::ArbitrationPolicy::kFcfs);
+  auto big = ReadSimConfig(kDir + "cluster-1000.yaml");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->config.models.size(), 2000u);
+  EXPECT_EQ(big->config.cluster.nodes * big->config.cluster.gpus_per_node, 1000);
+}
+
+TEST(SimConfigTest, ModelsTakeNamedOrExplicitShapesAndDtypes) {
+  auto f = ParseSimConfig(R"(
+calibration: c.json
+models:
+  - {name: a, shape: llama-8b, weight_dtype: fp8, kv_dtype: fp8, copies: 2}
+  - {name: b, shape: {layers: 2, hidden: 64, heads: 4, kv_heads: 2, intermediate: 128, vocab: 100}}
+)",
+                          "/x/s.yaml");
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->config.models.size(), 3u);
+  EXPECT_EQ(f->config.models[0].name, "a-0");
+  EXPECT_EQ(f->config.models[1].name, "a-1");
+  EXPECT_EQ(f->config.models[0].shape.weight_dtype_bytes, 1);
+  EXPECT_EQ(f->config.models[0].shape.kv_bytes_per_token(), 64 * 1024);
+  EXPECT_EQ(f->config.models[2].shape.head_dim, 16);
+  EXPECT_EQ(f->calibration_path, "/x/c.json");
+}
+
+TEST(SimConfigTest, ErrorsNameTheFileAndTheKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"models: [{name: a, shape: llama-1b}]", "calibration"},
+      {"calibration: c.json\nmodels: [{name: a, shape: gpt-9}]", "models[0].shape"},
+      {"calibration: c.json\nmodels: [{name: a, shape: llama-1b, kv_dtype: int4}]",
+       "models[0].kv_dtype"},
+      {"calibration: c.json\npolicy: {placement: random}\nmodels: [{name: a, shape: llama-1b}]",
+       "policy.placement"},
+      {"calibration: c.json\npolicy: {arbitration: lifo}\nmodels: [{name: a, shape: llama-1b}]",
+       "policy.arbitration"},
+      {"calibration: c.json\npolicies: {x: {activation: sometimes}}\nmodels: [{name: a, shape: "
+       "llama-1b}]",
+       "policies.x.activation"},
+      {"calibration: c.json\ncluster: {nodes: 0}\nmodels: [{name: a, shape: llama-1b}]", "cluster"},
+      {"calibration: c.json\nmodels: [{name: a, shape: llama-1b}, {name: a, shape: llama-3b}]",
+       "appears twice"},
+      {"calibration: c.json\nmodels: [{name: a, shape: llama-1b, colour: red}]",
+       "models[0].colour"},
+      {"calibration: c.json\nmodels: []", "models"},
+  };
+  for (const auto& [yaml, key] : cases) {
+    auto f = ParseSimConfig(yaml, "s.yaml");
+    ASSERT_FALSE(f.ok()) << yaml;
+    EXPECT_NE(f.status().message().find("s.yaml"), std::string::npos) << f.status();
+    EXPECT_NE(f.status().message().find(key), std::string::npos) << f.status();
+  }
+  EXPECT_EQ(ReadSimConfig("/nonexistent.yaml").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ballast::server
