@@ -4,10 +4,11 @@
 # of a Llama-3.2-1B-shaped model, elastic memory, overlapped steps), for
 # comparison with `ballast simulate` on the same trace and
 # configs/sim/validate-h200.yaml (docs/benchmarks.md has both commands).
-# Writes OUT/trace.jsonl, OUT/real/result.json and requests-1.csv.
-# Env: BUILD (/tmp/bb), N (4 models), DURATION (120 s), PRATE (persistent
-# rate, 20/s), BRATE (burst rate, 40/s), BACKEND (cuda), SHAPE (make-model
-# flags), MEMORY_MIB (40960).
+# Writes OUT/trace.jsonl, OUT/real/result.json and requests-<scale>.csv.
+# Env: BUILD (/tmp/bb), N (4 models), DURATION (60 s), PRATE (persistent
+# rate, 20/s), BRATE (burst rate, 40/s), SEED (24: every one of the four
+# models gets requests), RATES (bench --rate-scale, "1,2,4"), BACKEND
+# (cuda), SHAPE (make-model flags), MEMORY_MIB (40960).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-validate.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -23,8 +24,8 @@ fi
 B="$BUILD/server/ballast"
 SHAPE=${SHAPE:-"layers: 16, hidden: 2048, heads: 32, kv_heads: 8, intermediate: 8192, vocab: 128256, tie_embeddings: true"}
 models=$(seq -s, -f "m%g" 1 "$N")
-"$B" trace bursty --models "$models" --duration "${DURATION:-120}" --persistent-rate "${PRATE:-20}" \
-  --burst-rate "${BRATE:-40}" --prompt-max 2048 --output-max 512 --seed 20 \
+"$B" trace bursty --models "$models" --duration "${DURATION:-60}" --persistent-rate "${PRATE:-20}" \
+  --burst-rate "${BRATE:-40}" --prompt-max 2048 --output-max 512 --seed "${SEED:-24}" \
   -o "$OUT/trace.jsonl" > "$OUT/trace-stats.txt"
 {
   cat <<YAML
@@ -57,6 +58,8 @@ done
 for i in $(seq 1 "$N"); do  # every model resident before the clock starts
   "$B" generate --model "m$i" --prompt "warm up" -n 2 --ignore-eos > /dev/null
 done
-"$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real" --no-plots | tee "$OUT/real.txt"
+"$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real" --rate-scale "${RATES:-1,2,4}" --no-plots \
+  | tee "$OUT/real.txt"
+rm -f "$OUT"/real/result-*.json  # result.json has every run
 kill $pid
 wait $pid 2> /dev/null || true
