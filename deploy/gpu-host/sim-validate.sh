@@ -16,9 +16,11 @@ BUILD=${BUILD:-/tmp/bb}
 N=${N:-4}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+WORK=${WORK:-/tmp/sim-validate-work}  # files that need not come back
+mkdir -p "$WORK"
 if [ ! -x "$BUILD/server/ballast" ]; then
   GENERATOR="Unix Makefiles" TARGETS="ballast" bash deploy/gpu-host/build.sh .gpu-debs "$BUILD" \
-    > "$OUT/build.log" 2>&1
+    > "$WORK/build.log" 2>&1
 fi
 [ -f deploy/gpu-host/env.sh ] && source deploy/gpu-host/env.sh
 B="$BUILD/server/ballast"
@@ -26,7 +28,7 @@ SHAPE=${SHAPE:-"layers: 16, hidden: 2048, heads: 32, kv_heads: 8, intermediate: 
 models=$(seq -s, -f "m%g" 1 "$N")
 "$B" trace bursty --models "$models" --duration "${DURATION:-60}" --persistent-rate "${PRATE:-20}" \
   --burst-rate "${BRATE:-40}" --prompt-max 2048 --output-max 512 --seed "${SEED:-24}" \
-  -o "$OUT/trace.jsonl" > "$OUT/trace-stats.txt"
+  -o "$OUT/trace.jsonl" > "$WORK/trace-stats.txt"
 {
   cat <<YAML
 log_level: warn
@@ -47,8 +49,8 @@ YAML
   for i in $(seq 1 "$N"); do
     echo "    - {name: m$i, architecture: llama, $SHAPE, max_position: 8192, seed: $i, init_std: 0.02}"
   done
-} > "$OUT/serve.yaml"
-"$B" serve --config "$OUT/serve.yaml" > "$OUT/serve.log" 2>&1 &
+} > "$WORK/serve.yaml"
+"$B" serve --config "$WORK/serve.yaml" > "$OUT/serve.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2> /dev/null || true' EXIT
 for _ in $(seq 1 300); do
