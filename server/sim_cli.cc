@@ -1,5 +1,6 @@
 #include "server/sim_cli.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -112,6 +113,19 @@ absl::StatusOr<Loaded> Load(const SimCli::State& s) {
   auto trace = bench::ReadTrace(s.trace);
   if (!trace.ok()) return trace.status();
   l.trace = *std::move(trace);
+  if (std::none_of(l.trace.begin(), l.trace.end(),
+                   [](const bench::TraceRecord& r) { return r.is_request(); })) {
+    return absl::InvalidArgumentError(absl::StrCat(s.trace, ": the trace has no requests"));
+  }
+  if (!(s.slo_scale > 0)) return absl::InvalidArgumentError("--slo-scale must be > 0");
+  if (!(s.target > 0 && s.target <= 1))
+    return absl::InvalidArgumentError("--target must be in (0, 1]");
+  std::error_code ec;
+  std::filesystem::create_directories(s.out, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out ", s.out, ": cannot create the directory: ", ec.message()));
+  }
   return l;
 }
 
@@ -149,7 +163,6 @@ int RunSimulate(const SimCli::State& s) {
     if (!absl::SimpleAtoi(s.gpus, &gpus) || gpus <= 0) return Fail("--gpus: a positive integer");
     SetGpus(gpus, &config.cluster);
   }
-  fs::create_directories(s.out);
   std::vector<bench::ReplayResult> runs;
   std::vector<bench::Report> reports;
   nlohmann::json json = {{"trace", s.trace},
@@ -205,7 +218,6 @@ int RunSweep(const SimCli::State& s) {
   }
   if (names.empty()) return Fail("no policies: give --policy or a `policies` section");
   std::sort(gpus.begin(), gpus.end());
-  fs::create_directories(s.out);
   bench::SweepTable table{names, gpus, {}};
   nlohmann::json json = {{"trace", s.trace},         {"config", s.config},
                          {"engine", EngineJson(*l)}, {"target", s.target},

@@ -48,6 +48,10 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   if (p->max_batch_tokens <= 0) return s.Error(s.Key("max_batch_tokens"), "must be > 0");
   if (p->control_interval_s <= 0) return s.Error(s.Key("control_interval_s"), "must be > 0");
   if (p->demand_window_s <= 0) return s.Error(s.Key("demand_window_s"), "must be > 0");
+  if (p->kv_pressure_free_fraction < 0 || p->kv_pressure_free_fraction >= 1) {
+    return s.Error(s.Key("kv_pressure_free_fraction"), "must be in [0, 1)");
+  }
+  if (p->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
   if (p->min_kv_fraction < 0 || p->min_kv_fraction >= 1) {
     return s.Error(s.Key("min_kv_fraction"), "must be in [0, 1)");
   }
@@ -152,14 +156,19 @@ absl::Status ParseTop(const YAML::Node& root, const std::string* file, SimFile* 
   RETURN_IF_ERROR(c.Get("gpus", &f->config.cluster.gpus));
   RETURN_IF_ERROR(c.Get("gpu_memory_gib", &memory_gib));
   if (cluster) RETURN_IF_ERROR(c.Finish());
-  if (f->config.cluster.nodes <= 0 || f->config.cluster.gpus_per_node <= 0 || memory_gib < 0) {
-    return c.Error("cluster", "nodes and gpus_per_node must be > 0, gpu_memory_gib >= 0");
+  sim::SimCluster& cl = f->config.cluster;
+  if (cl.nodes <= 0 || cl.gpus_per_node <= 0 || cl.gpus < 0 || memory_gib < 0) {
+    return c.Error("cluster", "nodes and gpus_per_node must be > 0, gpus and gpu_memory_gib >= 0");
   }
+  // gpus: that many in all, on as many nodes as it takes.
+  if (cl.gpus > 0) cl.nodes = (cl.gpus + cl.gpus_per_node - 1) / cl.gpus_per_node;
+  if (f->config.drain_s < 0) return top.Error("drain_s", "must be >= 0");
   f->config.cluster.gpu_memory_bytes = static_cast<int64_t>(memory_gib * (1LL << 30));
   if (policy) RETURN_IF_ERROR(ParsePolicy(policy, "policy", file, &f->config.policy));
   if (policies) {
     if (!policies.IsMap()) return top.Error("policies", "expected a mapping of name: policy");
     for (auto it = policies.begin(); it != policies.end(); ++it) {
+      if (!it->first.IsScalar()) return top.Error("policies", "names must be plain strings");
       const std::string name = it->first.as<std::string>();
       sim::SimPolicy p = f->config.policy;
       RETURN_IF_ERROR(ParsePolicy(it->second, absl::StrCat("policies.", name), file, &p));

@@ -22,7 +22,7 @@ class YamlSection {
       : node_(node), path_(std::move(path)), file_(file) {}
 
   absl::Status Check() const {
-    if (!node_.IsMap()) return Error(path_, "expected a mapping");
+    if (!node_.IsMap()) return Error(path_.empty() ? "(top level)" : path_, "expected a mapping");
     return absl::OkStatus();
   }
 

@@ -138,9 +138,8 @@ absl::StatusOr<CalibrationPoint> ParsePoint(const nlohmann::json& p, const std::
   return pt;
 }
 
-}  // namespace
-
-absl::StatusOr<Calibration> ParseCalibration(const std::string& text, const std::string& origin) {
+absl::StatusOr<Calibration> ParseCalibrationJson(const std::string& text,
+                                                 const std::string& origin) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return FieldError(origin, "(file)", "not a JSON object");
   Calibration c;
@@ -178,6 +177,17 @@ absl::StatusOr<Calibration> ParseCalibration(const std::string& text, const std:
     c.points.push_back(*std::move(pt));
   }
   return c;
+}
+
+}  // namespace
+
+absl::StatusOr<Calibration> ParseCalibration(const std::string& text, const std::string& origin) {
+  // nlohmann throws on a field of the wrong type ("device": 1).
+  try {
+    return ParseCalibrationJson(text, origin);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", e.what()));
+  }
 }
 
 absl::StatusOr<Calibration> ReadCalibration(const std::string& path) {

@@ -113,15 +113,19 @@ void Simulator::Activate(int m) {
     ms.needs_room = true;
     return;
   }
-  devices_[static_cast<size_t>(d)]->Load(m);
+  const bool revived = devices_[static_cast<size_t>(d)]->Load(m);
   ++changes_;
   ms.device = d;
-  ++stats_.activations;
+  if (!revived) {
+    ++stats_.activations;
+    events_.At(events_.now() + engine_.ActivationSeconds(shape), [this, d, m] {
+      ++changes_;
+      devices_[static_cast<size_t>(d)]->Ready(m);
+    });
+  }
   std::vector<SimRequest*> waiting;
   waiting.swap(ms.waiting);
   for (SimRequest* r : waiting) Route(r);
-  events_.At(events_.now() + engine_.ActivationSeconds(shape),
-             [this, d, m] { devices_[static_cast<size_t>(d)]->Ready(m); });
 }
 
 const std::set<std::string>& Simulator::BusyOrLeaving() {
@@ -133,7 +137,8 @@ const std::set<std::string>& Simulator::BusyOrLeaving() {
     const int d = models_[m].device;
     if (d < 0) continue;
     const SimDevice& dev = *devices_[static_cast<size_t>(d)];
-    if (dev.Busy(static_cast<int>(m)) || dev.phase(static_cast<int>(m)) == ModelPhase::kDraining) {
+    if (dev.Busy(static_cast<int>(m)) || dev.phase(static_cast<int>(m)) == ModelPhase::kDraining ||
+        migration_.model == static_cast<int>(m)) {
       out.insert(config_.models[m].name);
     }
   }
@@ -147,7 +152,13 @@ void Simulator::MakeRoom(int m) {
   auto victim = gs::ChooseIdleVictim(
       Nodes(), [&](const std::string& name) { return absl::Seconds(IdleSeconds(name)); },
       absl::Seconds(config_.policy.idle_evict_after_s), skip);
-  if (!victim) return;
+  if (!victim) {
+    // No model to evict: the refusal may have been KV in use that has
+    // drained since; try the load again.
+    models_[static_cast<size_t>(m)].needs_room = false;
+    Activate(m);
+    return;
+  }
   const int v = model_index_.at(victim->model);
   ++changes_;
   ++stats_.idle_evictions;
@@ -190,7 +201,7 @@ void Simulator::Tick() {
 }
 
 void Simulator::Rebalance() {
-  if (migrating_) return;
+  if (migration_.model >= 0) return;
   const std::vector<gs::DeviceView> views = gs::DeviceViews(Nodes(), {});
   std::vector<gs::DeviceCapacity> devices;
   for (const auto& v : views) devices.push_back({v.node_id + "/" + v.device, v.memory_bytes});
@@ -222,28 +233,38 @@ void Simulator::Rebalance() {
     dest.Load(m);
     ++changes_;
     ++stats_.migrations;
-    migrating_ = true;
-    events_.At(events_.now() + engine_.ActivationSeconds(shape),
-               [this, m, to] { FinishMigration(m, to); });
+    migration_ = {m, from, to};
+    events_.At(events_.now() + engine_.ActivationSeconds(shape), [this] { FinishMigration(); });
     return;
   }
 }
 
-void Simulator::FinishMigration(int m, int to) {
-  migrating_ = false;
+void Simulator::FinishMigration() {
+  const Migration mv = migration_;
+  migration_ = {};
   ++changes_;
-  ModelState& ms = models_[static_cast<size_t>(m)];
-  const int from = ms.device;
-  devices_[static_cast<size_t>(to)]->Ready(m);
-  ms.device = to;  // new requests go to the target
-  if (from >= 0 && from != to) devices_[static_cast<size_t>(from)]->Drain(m);
+  ModelState& ms = models_[static_cast<size_t>(mv.model)];
+  SimDevice& source = *devices_[static_cast<size_t>(mv.from)];
+  if (ms.device != mv.from || source.phase(mv.model) != ModelPhase::kReady) {
+    // The source changed under the move (evicted, or the model is now
+    // elsewhere): give the move up and drop the target's copy.
+    devices_[static_cast<size_t>(mv.to)]->Drain(mv.model);
+    return;
+  }
+  devices_[static_cast<size_t>(mv.to)]->Ready(mv.model);
+  ms.device = mv.to;  // new requests go to the target
+  ms.needs_room = false;
+  std::vector<SimRequest*> waiting;
+  waiting.swap(ms.waiting);
+  for (SimRequest* r : waiting) Route(r);
+  source.Drain(mv.model);
 }
 
 void Simulator::Drained(int d, int m) {
   ++changes_;
-  // A migration's source leaves after the target took over: nothing to do.
-  if (models_[static_cast<size_t>(m)].device != d) return;
-  models_[static_cast<size_t>(m)].device = -1;
+  // A migration's source (or an abandoned target) leaving changes nothing
+  // about where the model serves.
+  if (models_[static_cast<size_t>(m)].device == d) models_[static_cast<size_t>(m)].device = -1;
   // Memory was freed: every model waiting for a replica tries again.
   for (size_t i = 0; i < models_.size(); ++i) {
     ModelState& ms = models_[i];

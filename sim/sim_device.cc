@@ -30,8 +30,15 @@ const SimDevice::Resident* SimDevice::Find(int model) const {
   return const_cast<SimDevice*>(this)->Find(model);
 }
 
-void SimDevice::Load(int model) {
-  if (Find(model) == nullptr) residents_.push_back(Resident{model, ModelPhase::kLoading, {}, 0});
+bool SimDevice::Load(int model) {
+  if (Resident* r = Find(model); r != nullptr) {
+    if (r->phase != ModelPhase::kDraining) return false;
+    r->phase = ModelPhase::kReady;  // its weights never left: serves at once
+    Kick();
+    return true;
+  }
+  residents_.push_back(Resident{model, ModelPhase::kLoading, {}, 0});
+  return false;
 }
 
 void SimDevice::Ready(int model) {
@@ -43,7 +50,9 @@ void SimDevice::Ready(int model) {
 
 void SimDevice::Drain(int model) {
   if (Resident* r = Find(model); r != nullptr) r->phase = ModelPhase::kDraining;
-  if (!busy_) RemoveDrained();
+  // With nothing running or queued it leaves now (an iteration in flight
+  // does not step it); EndIteration removes it otherwise.
+  if (!ending_) RemoveDrained();
 }
 
 void SimDevice::Enqueue(SimRequest* r) {
@@ -87,6 +96,7 @@ int64_t SimDevice::KvCapacity(int model) const {
                ? 0
                : (memory_ - weight_bytes()) / static_cast<int64_t>(residents_.size());
   }
+  // Elastic: all but its own weights, once the other models have left.
   return memory_ - Spec(model).shape.weight_bytes();
 }
 
@@ -158,8 +168,11 @@ void SimDevice::Admit() {
     Resident* res = Find(r->model);
     if (static_cast<int>(res->running.size()) >= Spec(r->model).max_seqs) continue;
     if (!Fits(*res, *r, total_kv)) {
-      if (elastic) break;
-      blocked.insert(r->model);
+      // Elastic: the first request that does not fit stops admission,
+      // unless it cannot fit even with no KV in use (only once another
+      // model's weights leave): it waits without blocking the others.
+      if (elastic && r->kv_bytes <= memory_ - weight_bytes()) break;
+      if (!elastic) blocked.insert(r->model);
       continue;
     }
     r->admitted = events_->now();
@@ -206,6 +219,18 @@ double SimDevice::PlanIteration(bool* decode_only) {
   }
   const double t = config_->policy.overlap_steps ? latency + work : serial;
   *decode_only = chunks_.empty();
+  // A stretch skips the admission checks of the steps inside it: only when
+  // no queued request's model serves, or the order cannot change with time
+  // (fcfs, edf: a request that does not fit now still heads the queue).
+  const auto policy = config_->policy.arbitration;
+  const bool static_order = policy == node_manager::ArbitrationPolicy::kFcfs ||
+                            policy == node_manager::ArbitrationPolicy::kEdf;
+  if (*decode_only && !static_order) {
+    for (const SimRequest* r : pending_) {
+      const ModelPhase p = phase(r->model);
+      if (p == ModelPhase::kReady || p == ModelPhase::kDraining) k = 1;
+    }
+  }
   iterations_ = *decode_only ? std::max(k, 1) : 1;
   t0_ = t;
   delta_ = *decode_only ? delta : 0;
@@ -277,7 +302,8 @@ void SimDevice::EndIteration(uint64_t version, int iterations) {
   for (auto& [res, r] : done) Finish(res, r);
   ending_ = false;
   busy_ = false;
-  StartIteration();
+  RemoveDrained();
+  if (!busy_) StartIteration();
 }
 
 void SimDevice::Finish(Resident* res, SimRequest* r) {
@@ -296,6 +322,8 @@ void SimDevice::RemoveDrained() {
     std::erase_if(residents_, [&](const Resident& r) { return r.model == m; });
   }
   for (int m : gone) hooks_.drained(m);
+  // Freed weights may let queued requests in.
+  if (!gone.empty() && !busy_ && !ending_) StartIteration();
 }
 
 }  // namespace ballast::sim

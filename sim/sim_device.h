@@ -12,7 +12,9 @@
 //    code), with each request's cost the engine model's prefill time.
 //    Requests are admitted in that order while their KV fits and their
 //    model has fewer than max_seqs running; elastic: the first that does
-//    not fit stops admission (no bypass); static: it blocks its own model.
+//    not fit stops admission (no bypass) unless it could only fit once
+//    another model's weights leave (it waits, the others go on); static:
+//    it blocks its own model.
 //  * Steps. One iteration steps every model that has running requests,
 //    each a batch of its decode tokens plus prefill chunks (in admission
 //    order) up to max_batch_tokens. With overlap_steps (the node's
@@ -25,8 +27,10 @@
 //    token comes at the end of the
 //    iteration that finishes its prefill, every later one at the end of an
 //    iteration.
-//  * Speed. While only decodes run and nothing waits that could be
-//    admitted, the device runs whole stretches of iterations in one event
+//  * Speed. While only decodes run and no queued request could be admitted
+//    by a later step (fcfs and edf: none fits now; other policies: none of
+//    a serving model is queued), the device runs whole stretches of
+//    iterations in one event
 //    (until the next request finishes; step time grows linearly with the
 //    context, so the stretch's length is closed-form). An arrival or a
 //    model becoming ready cuts the stretch at the next step boundary.
@@ -70,8 +74,9 @@ class SimDevice {
   SimDevice(std::string node_id, std::string name, int64_t memory_bytes, const SimConfig* config,
             const EngineModel* engine, EventQueue* events, Hooks hooks);
 
-  // Reserves `model`'s weights now; it serves from Ready().
-  void Load(int model);
+  // Reserves `model`'s weights now; it serves from Ready(). A model still
+  // draining here serves again at once (true: no activation needed).
+  bool Load(int model);
   void Ready(int model);
   // No new admissions for `model`; it leaves (weights freed, `drained`
   // called) once its running and queued requests are done. Queued ones
@@ -84,7 +89,8 @@ class SimDevice {
   // Whether `weight_bytes` more weights fit beside what is resident and
   // the KV in use, leaving min_kv_fraction of the memory for KV.
   bool CanLoad(int64_t weight_bytes) const;
-  // The most KV one request of `model` can ever get here.
+  // The most KV one request of `model` can ever get here (elastic: the
+  // memory less its weights, once every other model has left).
   int64_t KvCapacity(int model) const;
 
   const std::string& node_id() const { return node_id_; }

@@ -43,15 +43,15 @@ SimResult Simulator::Run() {
   for (size_t i = 0; i < trace_.size(); ++i) {
     const bench::TraceRecord& rec = trace_[i];
     index[rec.id] = static_cast<int>(i);
-    if (!rec.is_request()) {
+    if (rec.is_request()) {
+      ++outstanding_;
+      outcomes_[i].id = rec.id;
+      outcomes_[i].model = rec.model;
+      outcomes_[i].session = rec.session;
+      outcomes_[i].turn = rec.turn;
+    } else {
       ++stats_.advisories_ignored;
-      continue;
     }
-    ++outstanding_;
-    outcomes_[i].id = rec.id;
-    outcomes_[i].model = rec.model;
-    outcomes_[i].session = rec.session;
-    outcomes_[i].turn = rec.turn;
     if (!rec.after.empty()) {
       dependents_[static_cast<size_t>(index.at(rec.after))].push_back(static_cast<int>(i));
       continue;
@@ -88,6 +88,10 @@ SimResult Simulator::Run() {
 
 void Simulator::Release(int i) {
   const bench::TraceRecord& rec = trace_[static_cast<size_t>(i)];
+  if (!rec.is_request()) {  // an advisory: ignored, it ends at once (as in a replay)
+    ReleaseDependents(i, true);
+    return;
+  }
   bench::RequestOutcome& o = outcomes_[static_cast<size_t>(i)];
   const double now = events_.now();
   o.ttft_slo_ms = rec.ttft_ms;
@@ -173,6 +177,10 @@ void Simulator::ReleaseDependents(int i, bool ok) {
     const bench::TraceRecord& rec = trace_[static_cast<size_t>(j)];
     if (ok) {
       events_.At(events_.now() + rec.delay_s, [this, j] { Release(j); });
+      continue;
+    }
+    if (!rec.is_request()) {  // a skipped advisory: its dependents fail too
+      ReleaseDependents(j, false);
       continue;
     }
     bench::RequestOutcome& o = outcomes_[static_cast<size_t>(j)];

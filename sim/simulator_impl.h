@@ -51,7 +51,7 @@ class Simulator {
   void RelieveKvPressure();
   void Drained(int d, int m);
   void Rebalance();
-  void FinishMigration(int m, int to);
+  void FinishMigration();
   // The cluster as heartbeats would report it; built once per instant and
   // control-plane change (a load or a drain bumps `changes_`).
   const std::vector<global_scheduler::NodeInfo>& Nodes();
@@ -78,7 +78,10 @@ class Simulator {
   bool tick_scheduled_ = false;
   SimStats stats_;
   double last_rebalance_ = 0;
-  bool migrating_ = false;  // one move at a time
+  struct Migration {
+    int model = -1, from = -1, to = -1;
+  };
+  Migration migration_;  // the move under way (model -1: none; one at a time)
   uint64_t changes_ = 0;
   struct Cached {
     double t = -1;

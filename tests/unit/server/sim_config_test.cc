@@ -68,6 +68,12 @@ TEST(SimConfigTest, ErrorsNameTheFileAndTheKey) {
       {"calibration: c.json\nmodels: [{name: a, shape: llama-1b, colour: red}]",
        "models[0].colour"},
       {"calibration: c.json\nmodels: []", "models"},
+      {"calibration: c.json\ndrain_s: -1\nmodels: [{name: a, shape: llama-1b}]", "drain_s"},
+      {"calibration: c.json\npolicy: {kv_pressure_free_fraction: 2}\nmodels: [{name: a, shape: "
+       "llama-1b}]",
+       "policy.kv_pressure_free_fraction"},
+      {"calibration: c.json\ncluster: {gpus: -3}\nmodels: [{name: a, shape: llama-1b}]", "cluster"},
+      {"- just\n- a list", "(top level)"},
   };
   for (const auto& [yaml, key] : cases) {
     auto f = ParseSimConfig(yaml, "s.yaml");
@@ -76,6 +82,16 @@ TEST(SimConfigTest, ErrorsNameTheFileAndTheKey) {
     EXPECT_NE(f.status().message().find(key), std::string::npos) << f.status();
   }
   EXPECT_EQ(ReadSimConfig("/nonexistent.yaml").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SimConfigTest, GpusSetsTheNodeCount) {
+  auto f = ParseSimConfig(
+      "calibration: c.json\ncluster: {gpus_per_node: 8, gpus: 20}\nmodels: [{name: a, shape: "
+      "llama-1b}]",
+      "s.yaml");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->config.cluster.nodes, 3);  // 8 + 8 + 4
+  EXPECT_EQ(f->config.cluster.gpus, 20);
 }
 
 }  // namespace

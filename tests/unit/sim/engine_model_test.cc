@@ -104,6 +104,12 @@ TEST(EngineModelTest, BadFilesNameTheFileAndField) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("points[0].shape"), std::string::npos);
   EXPECT_EQ(ReadCalibration("/nonexistent.json").status().code(), absl::StatusCode::kNotFound);
+  // A field of the wrong type is an error, not a crash.
+  bad = ParseCalibration(
+      "{\"device\": 1, \"memory_bytes\": 1, \"h2d_bytes_per_s\": 1, \"activation_ratio\": 1}",
+      "c.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("c.json"), std::string::npos);
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ const bench::RequestOutcome& Find(const SimResult& r, const std::string& id) {
     if (o.id == id) return o;
   }
   ADD_FAILURE() << "no request " << id;
-  return r.replay.requests.front();
+  static const bench::RequestOutcome kNone;
+  return kNone;
 }
 
 TEST(SimulatorTest, OneRequestByHand) {
@@ -212,6 +213,135 @@ TEST(SimulatorTest, BurstyTraceIsDeterministicAndConserved) {
   EXPECT_TRUE(rep.accounting_ok);
   EXPECT_EQ(rep.total.total, static_cast<int>(a->replay.requests.size()));
   EXPECT_GT(rep.total.completed, rep.total.total * 9 / 10);
+}
+
+// A decode stretch's closed form and its cut, against step-by-step sums:
+// steps cost k0 plus k3 per KV byte read, so each decode step is longer
+// than the last.
+TEST(SimulatorTest, DecodeStretchMatchesStepByStepSums) {
+  std::array<double, kFeatures> k{};
+  k[0] = 1e-3;
+  k[3] = 1e-9;  // 1 ms per MB of KV: a llama-1b token's KV (32 KiB) adds 33 us
+  const EngineModel engine(k, 1e9, 1.0);
+  const ModelShape s = *NamedShape("llama-1b");
+  const double kvb = static_cast<double>(s.kv_bytes_per_token());
+  // A alone: prefill (k0), then 199 decode steps over contexts 101..299.
+  std::vector<double> boundary = {k[0]};
+  for (int g = 1; g < 200; ++g) boundary.push_back(boundary.back() + k[0] + k[3] * kvb * (100 + g));
+  auto r = Simulate(OneGpu({Model("a")}), engine, {Req("A", "a", 0, 100, 200)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(Find(*r, "A").end_s, boundary.back(), 1e-9);
+  // B arrives mid-stretch: admitted at the next boundary, prefilled in the
+  // step after it (A's decode step, its context then 100 + g).
+  const double arrival = 0.1234;
+  size_t g = 0;
+  while (boundary[g] < arrival) ++g;
+  const double b_first = boundary[g] + k[0] + k[3] * kvb * (100 + g + 1);
+  r = Simulate(OneGpu({Model("a")}), engine,
+               {Req("A", "a", 0, 100, 200), Req("B", "a", arrival, 100, 2)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(Find(*r, "B").first_token_s, b_first, 1e-9);
+}
+
+// Overlapped steps through the device: the iteration is the longest launch
+// latency plus every step's GPU work (here weight bytes at 1 TB/s).
+TEST(SimulatorTest, OverlappedIterationAddsWorkNotLatency) {
+  std::array<double, kFeatures> k{};
+  k[0] = 2e-3;
+  k[2] = 1e-12;
+  const EngineModel engine(k, 1e9, 1.0);
+  const double w = k[2] * NamedShape("llama-1b")->weight_bytes_read();
+  for (bool overlap : {true, false}) {
+    SimConfig c = OneGpu({Model("a"), Model("b")});
+    c.policy.overlap_steps = overlap;
+    auto r = Simulate(c, engine, {Req("x", "a", 0, 10, 2), Req("y", "b", 0, 10, 2)});
+    ASSERT_TRUE(r.ok());
+    // x's prefill alone, then x's decode beside y's prefill.
+    const double both = overlap ? k[0] + 2 * w : 2 * (k[0] + w);
+    EXPECT_NEAR(Find(*r, "y").first_token_s, (k[0] + w) + both, 1e-9) << overlap;
+  }
+}
+
+// An idle model is evicted for room while another model keeps the GPU
+// busy: the newcomer does not wait for the busy model to finish.
+TEST(SimulatorTest, EvictionTakesEffectWhileTheGpuIsBusy) {
+  const ModelShape s1 = *NamedShape("llama-1b"), s8 = *NamedShape("llama-8b");
+  SimConfig c = OneGpu({Model("a"), Model("b", "llama-8b"), Model("c", "llama-8b")},
+                       s1.weight_bytes() + s8.weight_bytes() + (2LL << 30));
+  c.policy.min_kv_fraction = 0.01;
+  // a decodes for 200 s; c arrives at 50 s: b (idle since 0) goes at the
+  // tick at 50 s, and c loads for 16 s (weights at 1 GB/s).
+  auto r =
+      Simulate(c, ConstantEngine(1e9), {Req("long", "a", 0, 10, 20000), Req("x", "c", 50, 10, 2)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double ready = 50 + s8.weight_bytes() / 1e9;
+  EXPECT_EQ(Find(*r, "x").status, "OK");
+  EXPECT_GE(Find(*r, "x").first_token_s, ready + kStep - 1e-9);
+  EXPECT_LE(Find(*r, "x").first_token_s, ready + 2 * kStep + 1e-9);
+  EXPECT_EQ(r->stats.idle_evictions, 1);
+}
+
+// KV pressure: a request that fits only without the idle model's weights
+// waits; the tick that finds the idle model 45 s idle evicts it, and the
+// request is admitted at once although the GPU is busy.
+TEST(SimulatorTest, KvPressureEvictsAnIdleModelAndAdmitsTheWaitingRequest) {
+  const ModelShape s1 = *NamedShape("llama-1b"), s8 = *NamedShape("llama-8b");
+  SimConfig c = OneGpu({Model("a"), Model("b", "llama-8b")},
+                       s1.weight_bytes() + s8.weight_bytes() + (1LL << 30));
+  c.policy.min_kv_fraction = 0;
+  // long: 0.89 GiB of KV for ~290 s; big: 2 GiB (> the 1 GiB left with b).
+  auto r = Simulate(c, ConstantEngine(),
+                    {Req("long", "a", 0, 100, 29000), Req("big", "a", 1, 65536, 2)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stats.kv_pressure_evictions, 1);
+  EXPECT_EQ(Find(*r, "big").status, "OK");
+  // Evicted at the 45 s tick; 65,536 tokens are 8 prefill chunks.
+  EXPECT_NEAR(Find(*r, "big").first_token_s, 45 + 8 * kStep, 2 * kStep);
+}
+
+// KVPR rebalancing: two busy models share a GPU while a third is idle on
+// the other node's GPU; the rebalance moves one of them across (one
+// migration), and every request still completes. Within one node the
+// daemon does not move models, unless migrate_within_node.
+TEST(SimulatorTest, RebalanceMigratesBetweenNodesOnly) {
+  std::vector<bench::TraceRecord> t;
+  for (int i = 0; i < 600; ++i) {
+    t.push_back(Req(absl::StrCat("p", i), "p", i * 0.1, 200, 50));
+    t.push_back(Req(absl::StrCat("q", i), "q", i * 0.1 + 0.05, 200, 50));
+  }
+  auto run = [&](int nodes, int per_node, bool within) {
+    SimConfig c;
+    c.cluster.nodes = nodes;
+    c.cluster.gpus_per_node = per_node;
+    c.cluster.gpu_memory_bytes = 40LL << 30;
+    c.models = {Model("big", "llama-8b"), Model("p", "llama-3b"), Model("q", "llama-3b")};
+    c.policy.migrate_within_node = within;
+    return Simulate(c, ConstantEngine(50e9), t);
+  };
+  for (auto [nodes, per_node, within, moves] :
+       {std::tuple{2, 1, false, true}, {1, 2, false, false}, {1, 2, true, true}}) {
+    auto r = run(nodes, per_node, within);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->stats.migrations > 0, moves) << nodes << "x" << per_node << " " << within;
+    const bench::Report rep = bench::Summarize(r->replay, 1.0, 1e9);
+    EXPECT_TRUE(rep.accounting_ok);
+    EXPECT_EQ(rep.total.completed, 1200);
+  }
+}
+
+TEST(SimulatorTest, AdvisoriesNeverBlockTheirDependents) {
+  std::vector<bench::TraceRecord> t = {Req("r0", "a", 0, 10, 3), Req("a1", "a", 0, 0, 0),
+                                       Req("r1", "a", 0, 10, 3)};
+  t[1].type = bench::TraceRecord::Type::kAdvise;
+  t[1].after = "r0";
+  t[1].delay_s = 1;
+  t[2].after = "a1";
+  t[2].delay_s = 2;
+  auto r = Simulate(OneGpu({Model("a")}), ConstantEngine(), t);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Find(*r, "r1").status, "OK");
+  EXPECT_NEAR(Find(*r, "r1").release_s, Find(*r, "r0").end_s + 3, 1e-9);
+  EXPECT_EQ(r->stats.advisories_ignored, 1);
 }
 
 }  // namespace
