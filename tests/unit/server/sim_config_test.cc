@@ -16,6 +16,9 @@ TEST(SimConfigTest, CommittedExamplesParse) {
     ASSERT_TRUE(f.ok()) << name << ": " << f.status();
     EXPECT_EQ(f->calibration_path, kDir + "calibration-h200.json") << name;
   }
+  auto h100 = ReadSimConfig(kDir + "validate-h100.yaml");
+  ASSERT_TRUE(h100.ok()) << h100.status();
+  EXPECT_EQ(h100->calibration_path, kDir + "calibration-h100.json");
   auto prism = ReadSimConfig(kDir + "prism-58.yaml");
   ASSERT_TRUE(prism.ok());
   EXPECT_EQ(prism->config.models.size(), 58u);  // Prism's Table 3

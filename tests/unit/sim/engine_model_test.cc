@@ -70,10 +70,12 @@ TEST(EngineModelTest, ShapesMatchTheirCheckpoints) {
   EXPECT_FALSE(NamedShape("gpt-5").ok());
 }
 
-// The committed calibration (measured on the GPU host) predicts every step
-// it was fitted on within 25%, and half of them within 10%.
-TEST(EngineModelTest, CommittedCalibrationPredictsItsMeasurements) {
-  const std::string path = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/calibration-h200.json";
+// The committed calibrations (measured on the GPU host) predict every step
+// they were fitted on within 25%, and half of them within 10%.
+class CommittedCalibrationTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CommittedCalibrationTest, PredictsItsMeasurements) {
+  const std::string path = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/" + GetParam();
   auto c = ReadCalibration(path);
   ASSERT_TRUE(c.ok()) << c.status();
   auto m = EngineModel::Fit(*c);
@@ -91,6 +93,9 @@ TEST(EngineModelTest, CommittedCalibrationPredictsItsMeasurements) {
   EXPECT_LE(err.back(), 0.25);
   EXPECT_LE(err[err.size() / 2], 0.10);
 }
+
+INSTANTIATE_TEST_SUITE_P(Cards, CommittedCalibrationTest,
+                         ::testing::Values("calibration-h200.json", "calibration-h100.json"));
 
 TEST(EngineModelTest, BadFilesNameTheFileAndField) {
   auto bad = ParseCalibration("{\"memory_bytes\": 1, \"h2d_bytes_per_s\": 1}", "c.json");
