@@ -4,10 +4,13 @@
 # of a Llama-3.2-1B-shaped model, elastic memory, overlapped steps), for
 # comparison with `ballast simulate` on the same trace and
 # configs/sim/validate-h200.yaml (docs/benchmarks.md has both commands).
-# Writes OUT/trace.jsonl, OUT/real/result.json and requests-<scale>.csv.
+# Writes OUT/trace.jsonl, OUT/real-<scale>/result.json per rate scale,
+# OUT/real.txt (the reports) and OUT/host.txt: the node's mean step host
+# time (ballast_node_step_host_seconds) during each scale's replay, the
+# simulator's policy.step_host_s.
 # Env: BUILD (/tmp/bb), N (4 models), DURATION (60 s), PRATE (persistent
 # rate, 20/s), BRATE (burst rate, 40/s), SEED (24: every one of the four
-# models gets requests), RATES (bench --rate-scale, "1,2,4"), BACKEND
+# models gets requests), RATES (rate scales, "1 2 4"), BACKEND
 # (cuda), SHAPE (make-model flags), MEMORY_MIB (40960).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-validate.sh OUT_DIR
 set -euo pipefail
@@ -32,7 +35,7 @@ models=$(seq -s, -f "m%g" 1 "$N")
 {
   cat <<YAML
 log_level: warn
-scheduler: {listen: 127.0.0.1:50051, metrics_listen: "", slo: {ttft_ms: 1000, tpot_ms: 50}}
+scheduler: {listen: 127.0.0.1:50051, metrics_listen: "127.0.0.1:9400", slo: {ttft_ms: 1000, tpot_ms: 50}}
 node:
   node_id: gpu-0
   listen: 127.0.0.1:50061
@@ -60,8 +63,22 @@ done
 for i in $(seq 1 "$N"); do  # every model resident before the clock starts
   "$B" generate --model "m$i" --prompt "warm up" -n 2 --ignore-eos > /dev/null
 done
-"$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real" --rate-scale "${RATES:-1,2,4}" --no-plots \
-  | tee "$OUT/real.txt"
-rm -f "$OUT"/real/result-*.json  # result.json has every run
+scrape() {  # sum and count of the per-step host time
+  env -u LD_LIBRARY_PATH curl -s 127.0.0.1:9400/metrics |
+    awk '/^ballast_node_step_host_seconds_sum/ {s += $2} /^ballast_node_step_host_seconds_count/ {c += $2}
+         END {print s + 0, c + 0}'
+}
+: > "$OUT/real.txt"
+: > "$OUT/host.txt"
+for k in ${RATES:-1 2 4}; do
+  before=$(scrape)
+  "$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real-$k" --rate-scale "$k" --no-plots \
+    | tee -a "$OUT/real.txt"
+  after=$(scrape)
+  awk -v a="$before" -v b="$after" -v k="$k" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    printf "rate scale %s: %d steps, mean step host time %.1f us\n", k, y[2] - x[2],
+           (y[2] > x[2]) ? 1e6 * (y[1] - x[1]) / (y[2] - x[2]) : 0 }' | tee -a "$OUT/host.txt"
+  rm -f "$OUT/real-$k"/requests-*.csv "$OUT/real-$k"/result-*.json
+done
 kill $pid
 wait $pid 2> /dev/null || true
