@@ -25,6 +25,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("min_kv_fraction", &p->min_kv_fraction));
   RETURN_IF_ERROR(s.Get("max_batch_tokens", &p->max_batch_tokens));
   RETURN_IF_ERROR(s.Get("overlap_steps", &p->overlap_steps));
+  RETURN_IF_ERROR(s.Get("step_host_s", &p->step_host_s));
   RETURN_IF_ERROR(s.Get("control_interval_s", &p->control_interval_s));
   RETURN_IF_ERROR(s.Get("demand_window_s", &p->demand_window_s));
   RETURN_IF_ERROR(s.Get("rebalance_interval_s", &p->rebalance_interval_s));
@@ -52,6 +53,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
     return s.Error(s.Key("kv_pressure_free_fraction"), "must be in [0, 1)");
   }
   if (p->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
+  if (!(p->step_host_s >= 0)) return s.Error(s.Key("step_host_s"), "must be >= 0");
   if (p->min_kv_fraction < 0 || p->min_kv_fraction >= 1) {
     return s.Error(s.Key("min_kv_fraction"), "must be in [0, 1)");
   }

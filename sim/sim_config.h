@@ -47,6 +47,14 @@ struct SimPolicy {
   // (node.engine.overlap_steps): the iteration takes the longest step's
   // launch latency plus every step's GPU work. false: one after another.
   bool overlap_steps = true;
+  // Host time of a model step outside the GPU work (draining the inbox,
+  // planning, streaming tokens, finishing sequences): the mean of the
+  // node's ballast_node_step_host_seconds, measured under `ballast serve`
+  // (deploy/gpu-host/sim-validate.sh). The GPU idles for it: serial steps
+  // add it once per model stepped; overlapped steps finish their host
+  // halves in parallel, so an iteration adds it once. Default 0: the
+  // engine alone, as bench-engine measures it.
+  double step_host_s = 0;
   double control_interval_s = 1;  // the scheduler's control tick
   // KVPR rebalancing (placement kvpr only; scheduler.rebalance_interval):
   // every this many seconds Prism's Algorithm 1 over all placed models,

@@ -217,7 +217,8 @@ double SimDevice::PlanIteration(bool* decode_only) {
     delta += engine_->StepSeconds(shape, next) - step;
     ++stepped;
   }
-  const double t = config_->policy.overlap_steps ? latency + work : serial;
+  const double host = config_->policy.step_host_s;
+  const double t = config_->policy.overlap_steps ? latency + work + host : serial + host * stepped;
   *decode_only = chunks_.empty();
   // A stretch skips the admission checks of the steps inside it: only when
   // no queued request's model serves, or the order cannot change with time

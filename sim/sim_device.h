@@ -21,6 +21,8 @@
 //    default) the steps run on their own streams: the iteration takes the
 //    longest step's launch latency plus the sum of the steps' GPU work
 //    (EngineModel::LatencySeconds); without, the sum of the step times.
+//    The serving path's host time (policy.step_host_s) comes on top: once
+//    per iteration overlapped, once per model stepped serially.
 //    With the H200 calibration this gives 0.61 ms per token for six 130M
 //    models at batch 1 where `ballast serve` measured 0.72 ms overlapped
 //    (1.98 ms vs 2.31 ms serial; engine_model_test). A request's first

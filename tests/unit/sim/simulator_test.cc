@@ -104,6 +104,20 @@ TEST(SimulatorTest, OverlappedStepsShareTheLaunchLatency) {
   EXPECT_NEAR(Find(*r, "y").e2e_ms(), 60, 1e-9);
 }
 
+TEST(SimulatorTest, StepHostTimeComesOnTopOfTheGpuWork) {
+  // 5 ms of host time per step: overlapped, once per iteration (two models
+  // stepping together: 10 + 5 ms); serial, once per model (2 x 15 ms).
+  for (bool overlap : {true, false}) {
+    SimConfig c = OneGpu({Model("a"), Model("b")});
+    c.policy.overlap_steps = overlap;
+    c.policy.step_host_s = 0.005;
+    auto r = Simulate(c, ConstantEngine(), {Req("x", "a", 0, 10, 3), Req("y", "b", 0, 10, 3)});
+    ASSERT_TRUE(r.ok());
+    EXPECT_NEAR(Find(*r, "x").ttft_ms(), 15, 1e-9);  // alone
+    EXPECT_NEAR(Find(*r, "y").ttft_ms(), overlap ? 30 : 45, 1e-9) << overlap;
+  }
+}
+
 TEST(SimulatorTest, AnArrivalCutsADecodeStretchAtTheNextStep) {
   // A decodes in one stretch from 10 ms; B arrives at 25.5 ms, is admitted
   // at the boundary at 30 ms and prefilled in the step that ends at 40 ms
