@@ -104,9 +104,10 @@ class EngineModel {
   EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s, double activation_ratio);
 
   double StepSeconds(const ModelShape& shape, const StepWork& work) const;
-  // The part of StepSeconds that is launch and host latency (k0 + k1 *
-  // layers): steps of several models on their own streams overlap it,
-  // while the rest (HBM traffic, FLOPs) is the GPU's and adds up.
+  // The part of StepSeconds that steps of several models on their own
+  // streams overlap: the per-step constant k0 (launch and host latency).
+  // The rest, per-layer kernels included, keeps the GPU busy and adds up
+  // (sim_device.h says why).
   double LatencySeconds(const ModelShape& shape) const;
   // Time to prefill `tokens` tokens alone (arbitration's cost estimate).
   double PrefillSeconds(const ModelShape& shape, int tokens) const;

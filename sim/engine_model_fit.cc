@@ -108,7 +108,8 @@ double EngineModel::StepSeconds(const ModelShape& shape, const StepWork& work) c
 }
 
 double EngineModel::LatencySeconds(const ModelShape& shape) const {
-  return k_[0] + k_[1] * shape.layers;
+  (void)shape;
+  return k_[0];
 }
 
 double EngineModel::PrefillSeconds(const ModelShape& shape, int tokens) const {

@@ -19,14 +19,18 @@
 //    each a batch of its decode tokens plus prefill chunks (in admission
 //    order) up to max_batch_tokens. With overlap_steps (the node's
 //    default) the steps run on their own streams: the iteration takes the
-//    longest step's launch latency plus the sum of the steps' GPU work
-//    (EngineModel::LatencySeconds); without, the sum of the step times.
+//    longest step's launch latency (the per-step constant k0,
+//    EngineModel::LatencySeconds) plus the sum of the rest of the steps'
+//    times, which keep the GPU busy; without, the sum of the step times.
 //    The serving path's host time (policy.step_host_s) comes on top: once
 //    per iteration overlapped, once per model stepped serially.
-//    With the H200 calibration this gives 0.61 ms per token for six 130M
-//    models at batch 1 where `ballast serve` measured 0.72 ms overlapped
-//    (1.98 ms vs 2.31 ms serial; engine_model_test). A request's first
-//    token comes at the end of the
+//    Why the per-layer cost is not overlapped: four 1B models served on an
+//    H100 ran at serial speed (TPOT p50 9.4-9.5 ms for the three bursty
+//    ones, where serial stepping predicts 9.6 and overlapping the
+//    per-layer cost 6.3; docs/benchmarks.md). Only
+//    launch-bound models far below 1B gain from overlap (issue 13: six
+//    130M models, 0.72 ms overlapped against 2.31 serial), which this rule
+//    does not capture. A request's first token comes at the end of the
 //    iteration that finishes its prefill, every later one at the end of an
 //    iteration.
 //  * Speed. While only decodes run and no queued request could be admitted
