@@ -9,8 +9,9 @@
 //   ballast simulate sweep --config ... --trace ... --out DIR --gpus 4,8,16
 //       [--policy a,b] [--target 0.99]
 //     runs every policy variant at every GPU count and reports, per policy,
-//     the fewest GPUs whose TTFT and TPOT attainment both reach the target:
-//     sweep.json, sweep.csv, sweep.md and sweep.png.
+//     the fewest GPUs whose TTFT and TPOT attainment both reach the target
+//     and its ratio to the first policy's (the cost saving): sweep.json,
+//     sweep.csv, sweep.md and sweep.png.
 #pragma once
 
 #include <memory>

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "bench/trace.h"
@@ -187,7 +188,9 @@ TEST_F(CliTest, SimulateAndSweepWriteTheirResults) {
   j = nlohmann::json::parse(std::ifstream(Path("sweep/sweep.json")));
   EXPECT_EQ(j["policies"]["ballast"]["runs"].size(), 3u);
   EXPECT_EQ(j["policies"]["static-fcfs"]["runs"][1]["simulation"]["gpus"], 3);
-  EXPECT_TRUE(std::filesystem::exists(Path("sweep/sweep.md")));
+  std::stringstream md;
+  md << std::ifstream(Path("sweep/sweep.md")).rdbuf();
+  EXPECT_NE(md.str().find("| GPUs / ballast's |"), std::string::npos) << md.str();
   // Mistakes exit 2 naming what to fix.
   std::ofstream(Path("bad.yaml")) << "calibration: calibration-h200.json\nmodels: []\n";
   r = Exec({"simulate", "--config", Path("bad.yaml"), "--trace", Path("t.jsonl")}, Path("b.log"));
