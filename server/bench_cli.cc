@@ -74,6 +74,7 @@ struct BenchCli::State {
   std::string out = "trace.jsonl";
   std::string rates = "1";
   std::string scales = "1";
+  std::string search;  // compare --search LO,HI
   std::string configs;
   std::string stats_file;
   std::string stats_models;
@@ -176,6 +177,13 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   bench_opts(s.compare_cmd, false);
   s.compare_cmd->add_option("--configs", s.configs, "comma-separated ballast serve configs")
       ->required();
+  s.compare_cmd
+      ->add_option("--search", s.search,
+                   "LO,HI: instead of --rate-scale, search each config's highest rate scale "
+                   "with >= 99% TTFT attainment in [LO, HI] by geometric bisection")
+      ->capture_default_str();
+  s.compare_cmd->add_option("--search-runs", s.bench.search_runs, "runs per config at most")
+      ->capture_default_str();
   s.compare_cmd->add_flag("--warmup", s.bench.warmup,
                           "before each run, send one request to every model of the trace and "
                           "wait for the catalogue to settle (a steady state, not a cold start)");
@@ -248,6 +256,11 @@ bool BenchCli::RunParsed(int* rc) {
   if (s.bench_cmd->parsed()) {
     if (!doubles(s.scales, &s.bench.rate_scales)) {
       std::cerr << "error: --rate-scale: expected positive numbers\n";
+      *rc = 2;
+      return true;
+    }
+    if (!s.search.empty() && (!doubles(s.search, &s.bench.search) || s.bench.search.size() != 2)) {
+      std::cerr << "error: --search: expected LO,HI (two positive rate scales)\n";
       *rc = 2;
       return true;
     }

@@ -3,10 +3,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,6 +19,7 @@
 #include "bench/plots.h"
 #include "bench/replay.h"
 #include "bench/report.h"
+#include "bench/scale_search.h"
 #include "server/client_commands.h"
 #include "server/config.h"
 #include "server/ports.h"
@@ -31,20 +35,65 @@ int Error(const std::string& msg) {
   return 2;
 }
 
-// Replays `trace` at every rate scale against `target`; after each scale
-// writes requests-<scale>.csv, result-<scale>.json and result.json (the runs
-// so far) into `out`, then plots at the end. Returns the reports.
-// `server_for` returns the scheduler address to use at rate scale k (and may
-// start a server); `after_each` runs after each replay with the reports so far.
+// Whether a run counts as meeting the target: valid (the client kept up)
+// and at least kTargetAttainment of its requests within the TTFT SLO.
+constexpr double kTargetAttainment = 0.99;
+bool MeetsTarget(const bench::Report& r) {
+  return r.valid && r.total.ttft_attainment >= kTargetAttainment;
+}
+
+// The rate scales of one config's runs: the --rate-scale list in order or,
+// with --search, a ScaleSearch fed with each run's outcome.
+class ScalePlan {
+ public:
+  static absl::StatusOr<ScalePlan> Create(const BenchFlags& f) {
+    ScalePlan p;
+    p.fixed_ = f.rate_scales;
+    if (f.search.empty()) return p;
+    if (f.search.size() != 2) {
+      return absl::InvalidArgumentError("--search: expected LO,HI (two rate scales)");
+    }
+    auto s = bench::ScaleSearch::Create(
+        {.lo = f.search[0], .hi = f.search[1], .max_runs = f.search_runs});
+    if (!s.ok()) return s.status();
+    p.search_ = std::move(*s);
+    return p;
+  }
+  // The next scale, given the reports so far (the last one is recorded).
+  std::optional<double> Next(const std::vector<bench::Report>& so_far) {
+    if (!search_) {
+      if (so_far.size() >= fixed_.size()) return std::nullopt;
+      return fixed_[so_far.size()];
+    }
+    if (so_far.size() > static_cast<size_t>(search_->runs())) {
+      search_->Record(so_far.back().rate_scale, MeetsTarget(so_far.back()));
+    }
+    return search_->Next();
+  }
+
+ private:
+  std::vector<double> fixed_;
+  std::optional<bench::ScaleSearch> search_;
+};
+
+// Replays `trace` at each rate scale of the plan against `target`; after
+// each scale writes requests-<scale>.csv, result-<scale>.json and
+// result.json (the runs so far) into `out`, then plots at the end. Returns
+// the reports. `server_for` returns the scheduler address to use at rate
+// scale k (and may start a server); `after_each` runs after each replay with
+// the reports so far.
 absl::StatusOr<std::vector<bench::Report>> ReplayAll(
     const std::vector<bench::TraceRecord>& trace, const BenchFlags& f, const std::string& out,
     const std::function<absl::StatusOr<std::string>(double)>& server_for,
     const std::function<void(const std::vector<bench::Report>&)>& after_each = {}) {
   fs::create_directories(out);
+  auto plan = ScalePlan::Create(f);
+  if (!plan.ok()) return plan.status();
   std::vector<bench::ReplayResult> runs;
   std::vector<bench::Report> reports;
   nlohmann::json json = {{"trace", f.trace}, {"runs", nlohmann::json::array()}};
-  for (double k : f.rate_scales) {
+  for (std::optional<double> next = plan->Next(reports); next; next = plan->Next(reports)) {
+    const double k = *next;
     auto target = server_for(k);
     if (!target.ok()) return target.status();
     bench::ReplayOptions o;
@@ -90,46 +139,92 @@ absl::StatusOr<std::vector<bench::Report>> ReplayAll(
   return reports;
 }
 
+// The lowest scale above `best` whose run missed the target (+inf: none):
+// with `best`, the bracket in which the config's limit lies.
+double LowestMissAbove(const std::vector<bench::Report>& runs, double best) {
+  double miss = std::numeric_limits<double>::infinity();
+  for (const auto& r : runs) {
+    if (!MeetsTarget(r) && r.rate_scale > best) miss = std::min(miss, r.rate_scale);
+  }
+  return miss;
+}
+
+std::string FormatScale(double k) {
+  return std::isfinite(k) ? absl::StrFormat("%g", k) : std::string("none");
+}
+
+// "1.50 (1.20-2.00)": the ratio of config c's limit to the first config's,
+// and its bounds from both brackets (an open bound is "inf").
+std::string FormatRatio(double best, double miss, double best0, double miss0) {
+  if (best0 <= 0) return "n/a";
+  const double lo = best / miss0, hi = miss / best0;
+  return absl::StrFormat("%.2f (%s-%s)", best / best0, lo > 0 ? absl::StrFormat("%.2f", lo) : "0",
+                         std::isfinite(hi) ? absl::StrFormat("%.2f", hi) : "inf");
+}
+
 // Writes compare.md and compare.json from the runs so far (`all[c]`: the
-// reports of config c in rate-scale order; missing ones are not run yet).
-// Invalid runs (client lag) are marked and never count toward the highest
-// rate scale with >= 99% TTFT attainment. Returns the Markdown.
+// reports of config c in run order; missing ones are not run yet). Invalid
+// runs (client lag) are marked and never count toward the highest rate
+// scale with >= 99% TTFT attainment. With --search, each config has its own
+// scales, listed in one cell. Returns the Markdown.
 std::string WriteCompare(const BenchFlags& f, const std::vector<std::vector<bench::Report>>& all) {
-  std::vector<double> best(all.size(), 0);
+  std::vector<double> best(all.size(), 0), miss(all.size());
   bool any_invalid = false;
   for (size_t c = 0; c < all.size(); ++c) {
     for (const auto& r : all[c]) {
       any_invalid |= !r.valid;
-      if (r.valid && r.total.ttft_attainment >= 0.99) best[c] = std::max(best[c], r.rate_scale);
+      if (MeetsTarget(r)) best[c] = std::max(best[c], r.rate_scale);
     }
+    miss[c] = LowestMissAbove(all[c], best[c]);
   }
+  const bool search = !f.search.empty();
   std::string md = "| config |";
-  for (double k : f.rate_scales) md += absl::StrFormat(" TTFT@%gx |", k);
-  md += " max rate scale with ≥99% TTFT | ratio to first |\n|---|";
-  for (size_t i = 0; i < f.rate_scales.size() + 2; ++i) md += "---|";
+  if (search) {
+    md += " runs (rate scale: TTFT attainment) |";
+  } else {
+    for (double k : f.rate_scales) md += absl::StrFormat(" TTFT@%gx |", k);
+  }
+  md +=
+      " max rate scale with ≥99% TTFT | lowest scale above it below 99% |"
+      " ratio to first (bounds) |\n|---|";
+  for (size_t i = 0; i < (search ? 1 : f.rate_scales.size()) + 3; ++i) md += "---|";
   md += "\n";
   nlohmann::json table = nlohmann::json::array();
   for (size_t c = 0; c < all.size(); ++c) {
     nlohmann::json row = {{"config", f.configs[c]}, {"attainment", nlohmann::json::array()}};
     md += absl::StrCat("| ", fs::path(f.configs[c]).stem().string(), " |");
-    for (size_t i = 0; i < f.rate_scales.size(); ++i) {
-      if (i >= all[c].size()) {
-        md += " not run |";
-        continue;
+    std::vector<const bench::Report*> sorted;
+    for (const auto& r : all[c]) sorted.push_back(&r);
+    if (search) {  // by scale; a fixed grid keeps its columns' (run) order
+      std::sort(sorted.begin(), sorted.end(), [](const bench::Report* a, const bench::Report* b) {
+        return a->rate_scale < b->rate_scale;
+      });
+    }
+    std::vector<std::string> cells;
+    for (const bench::Report* r : sorted) {
+      cells.push_back(
+          absl::StrFormat("%s%.1f%%%s", search ? FormatScale(r->rate_scale) + "x: " : "",
+                          100 * r->total.ttft_attainment, r->valid ? "" : " (invalid)"));
+      row["attainment"].push_back({{"rate_scale", r->rate_scale},
+                                   {"ttft", r->total.ttft_attainment},
+                                   {"tpot", r->total.tpot_attainment},
+                                   {"client_lag_p99_ms", r->client_lag_ms.p99},
+                                   {"valid", r->valid}});
+    }
+    if (search) {
+      md += absl::StrCat(" ", cells.empty() ? "not run" : absl::StrJoin(cells, ", "), " |");
+    } else {
+      for (size_t i = 0; i < f.rate_scales.size(); ++i) {
+        // The fixed grid runs in --rate-scale order; a cell is that run's.
+        md += i < all[c].size() ? absl::StrCat(" ", cells[i], " |") : std::string(" not run |");
       }
-      const bench::Report& r = all[c][i];
-      md += absl::StrFormat(" %.1f%%%s |", 100 * r.total.ttft_attainment,
-                            r.valid ? "" : " (invalid)");
-      row["attainment"].push_back({{"rate_scale", r.rate_scale},
-                                   {"ttft", r.total.ttft_attainment},
-                                   {"tpot", r.total.tpot_attainment},
-                                   {"client_lag_p99_ms", r.client_lag_ms.p99},
-                                   {"valid", r.valid}});
     }
     const double ratio = best[0] > 0 ? best[c] / best[0] : 0;
-    md += absl::StrFormat(" %g | %s |\n", best[c],
-                          best[0] > 0 ? absl::StrFormat("%.2f", ratio) : std::string("n/a"));
+    md += absl::StrFormat(" %g | %s | %s |\n", best[c], FormatScale(miss[c]),
+                          c == 0 ? std::string(best[0] > 0 ? "1.00" : "n/a")
+                                 : FormatRatio(best[c], miss[c], best[0], miss[0]));
     row["max_rate_scale_99_ttft"] = best[c];
+    if (std::isfinite(miss[c])) row["lowest_scale_above_below_99_ttft"] = miss[c];
     row["ratio_to_first"] = ratio;
     table.push_back(row);
   }
@@ -196,6 +291,8 @@ int RunBench(const BenchFlags& f) {
 
 int RunBenchCompare(const BenchFlags& f) {
   if (f.configs.empty()) return Error("--configs needs at least one config file");
+  if (auto plan = ScalePlan::Create(f); !plan.ok())
+    return Error(std::string(plan.status().message()));
   setvbuf(stdout, nullptr, _IOLBF, 0);
   auto trace = bench::ReadTrace(f.trace);
   if (!trace.ok()) return Error(std::string(trace.status().message()));

@@ -17,6 +17,11 @@ struct BenchFlags {
   std::string trace;
   std::string target = "127.0.0.1:50051";
   std::vector<double> rate_scales = {1.0};
+  // {LO, HI}: instead of the rate_scales grid, search each config's highest
+  // rate scale with >= 99% TTFT attainment in [LO, HI] (bench/scale_search.h),
+  // `search_runs` runs at most per config. Empty: the grid.
+  std::vector<double> search;
+  int search_runs = 6;
   double slo_scale = 1.0;
   double duration_s = 0;
   std::string out = "bench-out";

@@ -14,7 +14,10 @@
 # Env: STAGE (models | trace | run | all, default all), CATALOGUE (where the
 #      checkpoints go, /tmp/catalogue), BUDGET_MIB (device budget, 65536),
 #      STATIC_KV_MIB (static mode's KV pool per model, 2048), SCALES
-#      ("1,2,4"), DURATION (trace seconds, 30), CONFIGS (any of
+#      ("1,2,4"), SEARCH ("LO,HI": instead of SCALES, `bench compare --search`
+#      bisects each config's highest scale at >= 99% TTFT attainment in
+#      [LO, HI]), SEARCH_RUNS (runs per config with SEARCH, 6), DURATION
+#      (trace seconds, 30), CONFIGS (any of
 #      static-fcfs elastic-fcfs static-mh elastic-mh), IDLE_EVICT_MS (5000),
 #      SLO ("1000 100": TTFT and TPOT ms), BACKEND/DEVICE (cuda, cuda:0),
 #      SHAPES ("8b 3b 1b"; a CPU smoke run sets tiny ones with SHAPE_ARGS_*),
@@ -107,6 +110,8 @@ EOF
 }
 
 run_configs() {
+  local scales=(--rate-scale "$SCALES")
+  [ -n "${SEARCH:-}" ] && scales=(--search "$SEARCH" --search-runs "${SEARCH_RUNS:-6}")
   for c in $CONFIGS; do
     config "$c" > "$OUT/$c.yaml"
     local t0=$SECONDS sampler="" peak="n/a"
@@ -116,7 +121,7 @@ run_configs() {
       sampler=$!
     fi
     "$BALLAST" bench compare --trace "$OUT/trace.jsonl" --configs "$OUT/$c.yaml" \
-      --rate-scale "$SCALES" --out "$OUT/$c" --no-plots ${WARMUP:---warmup} > "$OUT/$c.txt" 2>&1 || true
+      "${scales[@]}" --out "$OUT/$c" --no-plots ${WARMUP:---warmup} > "$OUT/$c.txt" 2>&1 || true
     if [ -n "$sampler" ]; then
       kill "$sampler" 2> /dev/null || true
       peak=$(sort -n "$OUT/$c-gpu-mib.txt" | tail -1)

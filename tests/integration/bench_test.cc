@@ -69,6 +69,11 @@ class BenchTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
+  std::string Log(const std::string& log) const {
+    std::ifstream in(dir_ / log);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+
   std::string StartServe() {
     const int port = testing::FreePort();
     const std::string target = absl::StrCat("127.0.0.1:", port);
@@ -213,6 +218,45 @@ TEST_F(BenchTest, CompareRunsEveryConfigOnTheSameTrace) {
     EXPECT_TRUE(r["runs"][0]["accounting_ok"].get<bool>()) << cfg;
     EXPECT_TRUE(fs::exists(out / cfg / "result-1.json")) << cfg;
   }
+}
+
+// --search: each config runs only the scales its bisection asks for, within
+// the budget, and compare.md brackets its limit.
+TEST_F(BenchTest, CompareSearchBracketsEachConfigsLimit) {
+  ASSERT_EQ(Run({"trace", "bursty", "--out", (dir_ / "bursty.jsonl").string(), "--models", "a,b",
+                 "--duration", "3", "--persistent-rate", "3", "--burst-rate", "4",
+                 "--group-interval", "1", "--on-mean", "1", "--length-scale", "0.1"},
+                "trace.log"),
+            0);
+  EXPECT_EQ(
+      Run({"bench", "compare", "--trace", (dir_ / "bursty.jsonl").string(), "--configs",
+           (dir_ / "tiny.yaml").string(), "--search", "4,1", "--out", (dir_ / "bad").string()},
+          "bad.log"),
+      2);
+  EXPECT_NE(Log("bad.log").find("--search"), std::string::npos) << Log("bad.log");
+  const fs::path out = dir_ / "search";
+  ASSERT_EQ(Run({"bench", "compare", "--trace", (dir_ / "bursty.jsonl").string(), "--configs",
+                 (dir_ / "tiny.yaml").string(), "--search", "1,4", "--search-runs", "2", "--out",
+                 out.string(), "--no-plots"},
+                "search.log"),
+            0);
+  const auto row = ReadJson(out / "compare.json")[0];
+  const auto& runs = row["attainment"];
+  ASSERT_GE(runs.size(), 1u);
+  ASSERT_LE(runs.size(), 2u);
+  // The first run is at the geometric middle of [1, 4].
+  EXPECT_EQ(ReadJson(out / "tiny" / "result.json")["runs"][0]["rate_scale"], 2);
+  double best = 0;
+  for (const auto& r : runs) {
+    const double k = r["rate_scale"].get<double>();
+    EXPECT_TRUE(fs::exists(out / "tiny" / absl::StrCat("result-", k, ".json"))) << k;
+    if (r["valid"].get<bool>() && r["ttft"].get<double>() >= 0.99) best = std::max(best, k);
+  }
+  EXPECT_EQ(row["max_rate_scale_99_ttft"].get<double>(), best);
+  std::ifstream md_in(out / "compare.md");
+  const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("runs (rate scale: TTFT attainment)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| tiny | 2x: "), std::string::npos) << md;
 }
 
 // SIGTERM mid-comparison: the finished rate scale's files are complete, and
