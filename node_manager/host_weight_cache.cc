@@ -15,6 +15,7 @@ bool HostWeightCache::Put(const std::string& model, const std::string& path,
   }
   lru_.push_front({model, path, std::move(weights)});
   stats_.bytes += bytes;
+  ++stats_.puts;
   return true;
 }
 

@@ -323,6 +323,30 @@ absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngin
   return Describe(*engine, target->name());
 }
 
+void NodeManager::KeepHostCopy(const std::string& name, engine::ModelEngine& e) {
+  const std::string& path = e.options().path;
+  // Weights are immutable, so a copy made earlier is still this model's:
+  // the one in the cache, or the one this engine was activated from (the
+  // cache may have dropped it since). A new copy pins host memory the size
+  // of the weights, which on a GPU stalls the whole process for seconds
+  // (16 GB took 6-8 s on an H100; docs/benchmarks.md), so it is made only
+  // when there is none.
+  if (host_cache_.Contains(name, path)) return;
+  if (e.options().host_weights) {
+    host_cache_.Put(name, path, e.options().host_weights);
+    return;
+  }
+  if (!host_cache_.Fits(e.weight_bytes())) return;
+  // Copying the weights out while the engine still steps is safe.
+  auto hw = e.KeepHostWeights();
+  if (hw.ok()) {
+    host_cache_.Put(name, path, std::move(*hw));
+  } else {
+    spdlog::warn("model {}: keeping a host copy of the weights failed: {}", name,
+                 std::string(hw.status().message()));
+  }
+}
+
 absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool keep_host_copy,
                                      absl::Duration drain_timeout) {
   std::string device;
@@ -340,17 +364,7 @@ absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool k
                    inflight_[name], absl::FormatDuration(drain_timeout));
     }
   }
-  if (keep_host_copy && host_cache_.Fits(e->weight_bytes())) {
-    // Weights are immutable: copying them out while the engine still steps
-    // is safe.
-    auto hw = e->KeepHostWeights();
-    if (hw.ok()) {
-      host_cache_.Put(name, e->options().path, std::move(*hw));
-    } else {
-      spdlog::warn("model {}: keeping a host copy of the weights failed: {}", name,
-                   std::string(hw.status().message()));
-    }
-  }
+  if (keep_host_copy) KeepHostCopy(name, *e);
   for (auto& d : devices_) {
     if (d->Remove(name)) {
       // The memory is free when the call returns: the scheduler loads the

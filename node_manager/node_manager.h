@@ -208,6 +208,9 @@ class NodeManager {
                                                   std::string* device) const;
   absl::StatusOr<v1::ResidentModel> Activate(const engine::ModelEngineOptions& base,
                                              DeviceWorker* target, int64_t best_free);
+  // Keeps a host copy of `e`'s weights in host_cache_ for EvictModel,
+  // reusing an earlier copy when there is one.
+  void KeepHostCopy(const std::string& name, engine::ModelEngine& e);
   // The prompt of `req` (text, or chat messages rendered with the model's
   // template) into g->prompt / history_tokens and a->turn_tokens.
   absl::Status FillPrompt(const v1::NodeGenerateRequest& req, Admission* a,

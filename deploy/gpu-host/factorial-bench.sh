@@ -25,7 +25,9 @@
 #      SLAB_MIB (KV slab and weight page size, 64; 2 for tiny CPU budgets),
 #      WARMUP (`bench compare` flag, --warmup: every trace model served once
 #      before each run; WARMUP=" " measures cold starts), HOST_CACHE_MIB
-#      (pinned host copies of evicted weights, 32768).
+#      (pinned host copies of evicted weights, 32768; a first copy pins
+#      host memory and stalls the node for seconds, docs/benchmarks.md: 0
+#      turns copies off).
 set -euo pipefail
 BUILD=${1:-/tmp/bb}
 OUT=${2:-.}

@@ -69,6 +69,15 @@ class BenchTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
+  // A 3 s bursty trace over models a and b at dir_/bursty.jsonl; returns the
+  // exit code.
+  int WriteBurstyTrace() {
+    return Run({"trace", "bursty", "--out", (dir_ / "bursty.jsonl").string(), "--models", "a,b",
+                "--duration", "3", "--persistent-rate", "3", "--burst-rate", "4",
+                "--group-interval", "1", "--on-mean", "1", "--length-scale", "0.1"},
+               "trace.log");
+  }
+
   std::string Log(const std::string& log) const {
     std::ifstream in(dir_ / log);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -193,11 +202,7 @@ TEST_F(BenchTest, ChatTraceReplayAccountsForEveryRequest) {
 }
 
 TEST_F(BenchTest, CompareRunsEveryConfigOnTheSameTrace) {
-  ASSERT_EQ(Run({"trace", "bursty", "--out", (dir_ / "bursty.jsonl").string(), "--models", "a,b",
-                 "--duration", "3", "--persistent-rate", "3", "--burst-rate", "4",
-                 "--group-interval", "1", "--on-mean", "1", "--length-scale", "0.1"},
-                "trace.log"),
-            0);
+  ASSERT_EQ(WriteBurstyTrace(), 0);
   const fs::path out = dir_ / "cmp";
   ASSERT_EQ(Run({"bench", "compare", "--trace", (dir_ / "bursty.jsonl").string(), "--configs",
                  (dir_ / "tiny.yaml").string() + "," + (dir_ / "tinier-kv.yaml").string(),
@@ -223,11 +228,7 @@ TEST_F(BenchTest, CompareRunsEveryConfigOnTheSameTrace) {
 // --search: each config runs only the scales its bisection asks for, within
 // the budget, and compare.md brackets its limit.
 TEST_F(BenchTest, CompareSearchBracketsEachConfigsLimit) {
-  ASSERT_EQ(Run({"trace", "bursty", "--out", (dir_ / "bursty.jsonl").string(), "--models", "a,b",
-                 "--duration", "3", "--persistent-rate", "3", "--burst-rate", "4",
-                 "--group-interval", "1", "--on-mean", "1", "--length-scale", "0.1"},
-                "trace.log"),
-            0);
+  ASSERT_EQ(WriteBurstyTrace(), 0);
   EXPECT_EQ(
       Run({"bench", "compare", "--trace", (dir_ / "bursty.jsonl").string(), "--configs",
            (dir_ / "tiny.yaml").string(), "--search", "4,1", "--out", (dir_ / "bad").string()},
@@ -262,11 +263,7 @@ TEST_F(BenchTest, CompareSearchBracketsEachConfigsLimit) {
 // SIGTERM mid-comparison: the finished rate scale's files are complete, and
 // the `ballast serve` child of the unfinished one does not outlive it.
 TEST_F(BenchTest, StoppedCompareLeavesPerScaleFilesAndNoServe) {
-  ASSERT_EQ(Run({"trace", "bursty", "--out", (dir_ / "bursty.jsonl").string(), "--models", "a,b",
-                 "--duration", "3", "--persistent-rate", "3", "--burst-rate", "4",
-                 "--group-interval", "1", "--on-mean", "1", "--length-scale", "0.1"},
-                "trace.log"),
-            0);
+  ASSERT_EQ(WriteBurstyTrace(), 0);
   const fs::path out = dir_ / "cmp";
   testing::ChildProcess p(
       {kBin, "bench", "compare", "--trace", (dir_ / "bursty.jsonl").string(), "--configs",

@@ -285,6 +285,9 @@ TEST(NodeManager, ReactivationUsesTheHostCopyAndDrainingLetsRequestsFinish) {
   ASSERT_TRUE(node->EvictModel("a").ok());
   ASSERT_TRUE(WaitFor([&] { return hard.Finished(); }, absl::Seconds(10)));
   EXPECT_EQ(hard.result.status().code(), absl::StatusCode::kUnavailable);
+  // The second eviction reused the copy it was activated from: no new one.
+  EXPECT_EQ(node->host_weights().stats().puts, 1);
+  EXPECT_EQ(node->host_weights().stats().entries, 1);
   node->Shutdown();
 }
 
