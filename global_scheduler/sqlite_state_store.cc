@@ -19,6 +19,7 @@
 #include <map>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "global_scheduler/state_store.h"
@@ -79,11 +80,22 @@ absl::Status SqlError(int rc, sqlite3* db, const std::string& path, const std::s
   }
 }
 
-// A prepared statement, finalized on destruction.
+// A prepared statement in use: one prepared for this use (finalized on
+// destruction), or a kept one (SqliteStateStore::Kept: reset and unbound on
+// destruction, for the next use).
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
+  // Borrows `kept` (null when its preparation failed with `rc`).
+  Stmt(sqlite3_stmt* kept, int rc) : s_(kept), rc_(rc), owned_(false) {}
+  ~Stmt() {
+    if (owned_) {
+      sqlite3_finalize(s_);
+    } else if (s_) {
+      sqlite3_reset(s_);
+      sqlite3_clear_bindings(s_);
+    }
+  }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
   int prepare_rc() const { return rc_; }
@@ -122,6 +134,7 @@ class Stmt {
  private:
   sqlite3_stmt* s_ = nullptr;
   int rc_ = SQLITE_OK;
+  bool owned_ = true;
 };
 
 std::string EncodeTokens(const std::vector<int>& tokens) {
@@ -145,7 +158,10 @@ std::string EncodeMessages(const std::vector<v1::ChatMessage>& messages) {
 class SqliteStateStore final : public StateStore {
  public:
   SqliteStateStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
-  ~SqliteStateStore() override { sqlite3_close_v2(db_); }
+  ~SqliteStateStore() override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (auto& [sql, stmt] : kept_) sqlite3_finalize(stmt);
+    sqlite3_close_v2(db_);
+  }
 
   // Pragmas, the exclusive lock and the schema. REQUIRES: not yet shared.
   absl::Status Init(const SqliteStateOptions& options) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -266,7 +282,7 @@ class SqliteStateStore final : public StateStore {
 
   absl::Status PutRegistered(const ModelSpec& s) override {
     absl::MutexLock lock(&mu_);
-    Stmt q(db_, "INSERT OR REPLACE INTO models VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    Stmt q = Kept("INSERT OR REPLACE INTO models VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
     q.Text(1, s.name).Text(2, s.path).Text(3, s.kv_dtype).Int(4, s.ttft_ms).Int(5, s.tpot_ms);
     q.Int(6, s.replicas).Int(7, s.kv_floor_bytes).Int(8, s.kv_limit_bytes);
     return Run(q, absl::StrCat("record model ", s.name));
@@ -274,7 +290,7 @@ class SqliteStateStore final : public StateStore {
 
   absl::Status PutUnregistered(const std::string& name) override {
     absl::MutexLock lock(&mu_);
-    Stmt q(db_, "INSERT OR REPLACE INTO models VALUES (?1, 0, '', '', 0, 0, 0, 0, 0)");
+    Stmt q = Kept("INSERT OR REPLACE INTO models VALUES (?1, 0, '', '', 0, 0, 0, 0, 0)");
     q.Text(1, name);
     return Run(q, absl::StrCat("record the unregistration of model ", name));
   }
@@ -285,7 +301,7 @@ class SqliteStateStore final : public StateStore {
     const std::string what = absl::StrCat("record session ", s.id);
     absl::MutexLock lock(&mu_);
     return InTransaction(what, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      Stmt q(db_, "INSERT OR REPLACE INTO sessions VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      Stmt q = Kept("INSERT OR REPLACE INTO sessions VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
       q.Text(1, s.id).Text(2, s.model).Text(3, s.tenant).Int(4, s.chat).Text(5, s.node_id);
       if (s.lost) {
         q.Int(6, *s.lost == LostReason::kExpired ? 1 : 0);
@@ -294,11 +310,11 @@ class SqliteStateStore final : public StateStore {
       }
       q.Int(7, absl::ToUnixMicros(s.last_used));
       if (auto st = Run(q, what); !st.ok()) return st;
-      Stmt erase(db_, "DELETE FROM session_turns WHERE session_id = ?1");
+      Stmt erase = Kept("DELETE FROM session_turns WHERE session_id = ?1");
       erase.Text(1, s.id);
       if (auto st = Run(erase, what); !st.ok()) return st;
       if (tokens.empty() && messages.empty()) return absl::OkStatus();
-      Stmt turn(db_, "INSERT INTO session_turns VALUES (?1, 0, ?2, ?3)");
+      Stmt turn = Kept("INSERT INTO session_turns VALUES (?1, 0, ?2, ?3)");
       turn.Text(1, s.id).Blob(2, tokens).Blob(3, messages);
       return Run(turn, what);
     });
@@ -310,7 +326,8 @@ class SqliteStateStore final : public StateStore {
     const std::string what = absl::StrCat("record a turn of session ", t.id);
     absl::MutexLock lock(&mu_);
     return InTransaction(what, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      Stmt meta(db_, "UPDATE sessions SET node = ?2, last_used_us = ?3, lost = NULL WHERE id = ?1");
+      Stmt meta =
+          Kept("UPDATE sessions SET node = ?2, last_used_us = ?3, lost = NULL WHERE id = ?1");
       meta.Text(1, t.id).Text(2, t.node_id).Int(3, absl::ToUnixMicros(t.last_used));
       if (auto st = Run(meta, what); !st.ok()) return st;
       if (sqlite3_changes(db_) != 1) {
@@ -318,13 +335,13 @@ class SqliteStateStore final : public StateStore {
             absl::StrCat("state store ", path_, ": ", what, ": the session is not stored"));
       }
       if (t.rewrite) {
-        Stmt erase(db_, "DELETE FROM session_turns WHERE session_id = ?1");
+        Stmt erase = Kept("DELETE FROM session_turns WHERE session_id = ?1");
         erase.Text(1, t.id);
         if (auto st = Run(erase, what); !st.ok()) return st;
       }
-      Stmt turn(db_,
-                "INSERT INTO session_turns VALUES (?1, (SELECT COALESCE(MAX(seq) + 1, 0) FROM "
-                "session_turns WHERE session_id = ?1), ?2, ?3)");
+      Stmt turn = Kept(
+          "INSERT INTO session_turns VALUES (?1, (SELECT COALESCE(MAX(seq) + 1, 0) FROM "
+          "session_turns WHERE session_id = ?1), ?2, ?3)");
       turn.Text(1, t.id).Blob(2, tokens).Blob(3, messages);
       return Run(turn, what);
     });
@@ -332,14 +349,14 @@ class SqliteStateStore final : public StateStore {
 
   absl::Status SetAffinity(const std::string& id, const std::string& node_id) override {
     absl::MutexLock lock(&mu_);
-    Stmt q(db_, "UPDATE sessions SET node = ?2 WHERE id = ?1");
+    Stmt q = Kept("UPDATE sessions SET node = ?2 WHERE id = ?1");
     q.Text(1, id).Text(2, node_id);
     return Run(q, absl::StrCat("record session ", id, "'s node"));
   }
 
   absl::Status ForgetNode(const std::string& node_id) override {
     absl::MutexLock lock(&mu_);
-    Stmt q(db_, "UPDATE sessions SET node = '' WHERE node = ?1");
+    Stmt q = Kept("UPDATE sessions SET node = '' WHERE node = ?1");
     q.Text(1, node_id);
     return Run(q, absl::StrCat("forget node ", node_id, "'s sessions"));
   }
@@ -350,7 +367,7 @@ class SqliteStateStore final : public StateStore {
     return InTransaction(what, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       for (const char* sql : {"DELETE FROM sessions WHERE id = ?1",
                               "DELETE FROM session_turns WHERE session_id = ?1"}) {
-        Stmt q(db_, sql);
+        Stmt q = Kept(sql);
         q.Text(1, id);
         if (auto st = Run(q, what); !st.ok()) return st;
       }
@@ -361,6 +378,23 @@ class SqliteStateStore final : public StateStore {
   std::string Describe() const override { return absl::StrCat("sqlite:", path_); }
 
  private:
+  // The statement for `sql`, prepared on its first use and kept until the
+  // store closes: the writes of every turn skip SQLite's parse and plan.
+  // `sql` must be a string literal (kept statements are found by its
+  // address). REQUIRES: mu_ held.
+  Stmt Kept(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = kept_.find(sql);
+    if (it == kept_.end()) {
+      sqlite3_stmt* stmt = nullptr;
+      const int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+      if (rc != SQLITE_OK) {
+        sqlite3_finalize(stmt);
+        return Stmt(nullptr, rc);
+      }
+      it = kept_.emplace(sql, stmt).first;
+    }
+    return Stmt(it->second, SQLITE_OK);
+  }
   int Exec(const char* sql) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
   }
@@ -430,6 +464,7 @@ class SqliteStateStore final : public StateStore {
   const std::string path_;
   absl::Mutex mu_;
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
+  absl::flat_hash_map<const char*, sqlite3_stmt*> kept_ ABSL_GUARDED_BY(mu_);  // see Kept
 };
 
 }  // namespace
