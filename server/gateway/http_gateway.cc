@@ -12,15 +12,15 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/random/random.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "ballast/v1/inference.grpc.pb.h"
 #include "server/gateway/call_registry.h"
 #include "server/gateway/gateway_tls.h"
+#include "server/gateway/http_framing.h"
 #include "server/gateway/openai_protocol.h"
+#include "server/gateway/upstream_call.h"
 #include "server/request_id.h"
 #include "spdlog/spdlog.h"
 
@@ -35,29 +35,6 @@ using Executor = net::any_io_executor;
 
 constexpr size_t kHeaderLimit = 16 << 10;
 constexpr auto kRequestTimeout = std::chrono::seconds(30);
-
-// A complete HTTP/1.1 response with a Content-Length body, naming the
-// request it answers (server/request_id.h).
-std::string HttpResponse(int status, const std::string& body, bool keep_alive,
-                         const std::string& request_id, int64_t retry_after_ms = -1) {
-  const auto reason = http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status)));
-  // Retry-After in whole seconds (HTTP), retry-after-ms exactly (OpenAI's clients read it).
-  const std::string retry = retry_after_ms < 0
-                                ? ""
-                                : absl::StrCat("\r\nRetry-After: ", (retry_after_ms + 999) / 1000,
-                                               "\r\nretry-after-ms: ", retry_after_ms);
-  return absl::StrCat("HTTP/1.1 ", status, " ", std::string(reason.data(), reason.size()),
-                      "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
-                      "\r\nX-Request-Id: ", request_id, retry,
-                      "\r\nConnection: ", keep_alive ? "keep-alive" : "close", "\r\n\r\n", body);
-}
-
-std::string SseHeaders(const std::string& request_id) {
-  return absl::StrCat(
-      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-      "X-Request-Id: ",
-      request_id, "\r\nConnection: close\r\n\r\n");
-}
 
 }  // namespace
 
@@ -81,45 +58,6 @@ struct HttpGateway::Impl {
 };
 
 namespace {
-
-// What an upstream call needs of its HTTP connection (plain or TLS).
-class SessionBase : public std::enable_shared_from_this<SessionBase> {
- public:
-  virtual ~SessionBase() = default;
-  // From gRPC threads: hand an event or the call's end to the connection.
-  virtual void PostEvent(v1::GenerateResponse r) = 0;
-  virtual void PostDone(grpc::Status st, int64_t retry_after_ms) = 0;
-};
-
-// One upstream Inference.Generate stream (gRPC callback API): events are
-// posted to the session's strand; the call keeps itself alive until OnDone.
-class GenerateCall final : public CallBase, public grpc::ClientReadReactor<v1::GenerateResponse> {
- public:
-  GenerateCall(std::shared_ptr<SessionBase> session, CallRegistry* registry)
-      : session_(std::move(session)), registry_(registry) {}
-  void Start(v1::Inference::Stub* stub, v1::GenerateRequest req,
-             std::shared_ptr<GenerateCall> self) {
-    self_ = std::move(self);
-    req_ = std::move(req);
-    stub->async()->Generate(&ctx, &req_, this);
-    StartRead(&resp_);
-    StartCall();
-  }
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& st) override;
-
- private:
-  std::shared_ptr<SessionBase> session_;
-  CallRegistry* registry_;
-  std::shared_ptr<GenerateCall> self_;
-  v1::GenerateRequest req_;
-  v1::GenerateResponse resp_;
-};
-
-struct ModelsCall final : CallBase {
-  v1::ListModelsRequest req;
-  v1::ListModelsResponse resp;
-};
 
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
@@ -253,27 +191,6 @@ class Session final : public SessionBase {
   std::optional<v1::Final> final_;
   char watch_buf_[512];
 };
-
-void GenerateCall::OnReadDone(bool ok) {
-  if (!ok) return;  // OnDone follows
-  session_->PostEvent(std::move(resp_));
-  resp_.Clear();
-  StartRead(&resp_);
-}
-
-void GenerateCall::OnDone(const grpc::Status& st) {
-  std::shared_ptr<SessionBase> s = std::move(session_);
-  int64_t retry_after_ms = -1;
-  const auto& trailers = ctx.GetServerTrailingMetadata();
-  if (auto it = trailers.find("retry-after-ms"); it != trailers.end()) {
-    if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &retry_after_ms))
-      retry_after_ms = -1;
-  }
-  s->PostDone(
-      st, retry_after_ms);  // before Remove: Shutdown waits for Remove, then stops the io_context
-  registry_->Remove(this);
-  auto self = std::move(self_);  // may be the last reference: `this` dies at scope end
-}
 
 template <class Stream>
 void Session<Stream>::ReadRequest() {
