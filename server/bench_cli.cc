@@ -1,15 +1,10 @@
 #include "server/bench_cli.h"
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "server/bench_commands.h"
+#include "server/cli_lists.h"
 
 namespace ballast::server {
 namespace {
-
-std::vector<std::string> SplitList(const std::string& s) {
-  return absl::StrSplit(s, ',', absl::SkipEmpty());
-}
 
 void AddLengths(CLI::App* c, bench::LengthParams* L) {
   c->add_option("--prompt-mean", L->prompt_mean, "mean prompt tokens")->capture_default_str();
@@ -211,18 +206,9 @@ BenchCli::~BenchCli() = default;
 bool BenchCli::RunParsed(int* rc) {
   State& s = *s_;
   const auto models = SplitList(s.models);
-  auto doubles = [](const std::string& list, std::vector<double>* out) {
-    out->clear();
-    for (const auto& x : SplitList(list)) {
-      double v = 0;
-      if (!absl::SimpleAtod(x, &v) || v <= 0) return false;
-      out->push_back(v);
-    }
-    return !out->empty();
-  };
   if (s.arrivals_cmd->parsed()) {
     s.arrivals.models = models;
-    if (!doubles(s.rates, &s.arrivals.rates)) {
+    if (!ParsePositiveList(s.rates, &s.arrivals.rates)) {
       std::cerr << "error: --rates: expected positive numbers\n";
       *rc = 2;
       return true;
@@ -254,12 +240,13 @@ bool BenchCli::RunParsed(int* rc) {
     return true;
   }
   if (s.bench_cmd->parsed()) {
-    if (!doubles(s.scales, &s.bench.rate_scales)) {
+    if (!ParsePositiveList(s.scales, &s.bench.rate_scales)) {
       std::cerr << "error: --rate-scale: expected positive numbers\n";
       *rc = 2;
       return true;
     }
-    if (!s.search.empty() && (!doubles(s.search, &s.bench.search) || s.bench.search.size() != 2)) {
+    if (!s.search.empty() &&
+        (!ParsePositiveList(s.search, &s.bench.search) || s.bench.search.size() != 2)) {
       std::cerr << "error: --search: expected LO,HI (two positive rate scales)\n";
       *rc = 2;
       return true;

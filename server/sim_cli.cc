@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "bench/plots.h"
 #include "bench/report.h"
 #include "server/bench_commands.h"
+#include "server/cli_lists.h"
 #include "server/sim_config.h"
 #include "sim/simulator.h"
 
@@ -66,20 +66,6 @@ namespace {
 int Fail(const std::string& msg) {
   std::cerr << "error: " << msg << "\n";
   return 2;
-}
-
-template <typename T>
-bool ParseList(const std::string& s, std::vector<T>* out) {
-  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) {
-    T v{};
-    if constexpr (std::is_same_v<T, int>) {
-      if (!absl::SimpleAtoi(part, &v) || v <= 0) return false;
-    } else {
-      if (!absl::SimpleAtod(part, &v) || !(v > 0)) return false;
-    }
-    out->push_back(v);
-  }
-  return !out->empty();
 }
 
 // `gpus` GPUs in all, on nodes of the config's gpus_per_node (the last
@@ -151,7 +137,7 @@ nlohmann::json EngineJson(const Loaded& l) {
 
 int RunSimulate(const SimCli::State& s) {
   std::vector<double> scales;
-  if (!ParseList(s.scales, &scales)) return Fail("--rate-scale: expected positive numbers");
+  if (!ParsePositiveList(s.scales, &scales)) return Fail("--rate-scale: expected positive numbers");
   auto l = Load(s);
   if (!l.ok()) return Fail(std::string(l.status().message()));
   sim::SimConfig config = l->file.config;
@@ -205,14 +191,14 @@ int RunSimulate(const SimCli::State& s) {
 int RunSweep(const SimCli::State& s) {
   std::vector<int> gpus;
   std::vector<double> scale;
-  if (!ParseList(s.gpus, &gpus))
+  if (!ParsePositiveList(s.gpus, &gpus))
     return Fail("sweep --gpus: expected positive integers, e.g. 4,8,16");
-  if (!ParseList(s.scales, &scale) || scale.size() != 1) {
+  if (!ParsePositiveList(s.scales, &scale) || scale.size() != 1) {
     return Fail("--rate-scale: one positive number");
   }
   auto l = Load(s);
   if (!l.ok()) return Fail(std::string(l.status().message()));
-  std::vector<std::string> names = absl::StrSplit(s.policies, ',', absl::SkipEmpty());
+  std::vector<std::string> names = SplitList(s.policies);
   if (names.empty()) {
     for (const auto& [n, p] : l->file.variants) names.push_back(n);
   }
