@@ -27,7 +27,7 @@ struct HostWeightCacheStats {
   int64_t bytes = 0;
   int entries = 0;
   int64_t hits = 0, misses = 0, dropped = 0;
-  int64_t puts = 0;  // copies kept (each was made by copying the weights out)
+  int64_t puts = 0;  // Put calls (a new copy, or one an engine still held)
 };
 
 class HostWeightCache {

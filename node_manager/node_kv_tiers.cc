@@ -28,13 +28,19 @@ std::shared_ptr<const engine::KvPrefixLease> NodeManager::AcquireLease(
     const std::vector<int>& prompt) {
   // The session's device copy is its longest prefix already; reading the
   // tiers too would only cost time.
-  if (!req.session_id().empty() && e.CachedSessionTokens(req.session_id()) > 0) return nullptr;
+  if (!req.session_id().empty() &&
+      e.CachedSessionTokens(SessionKey(req.tenant(), req.session_id())) > 0) {
+    return nullptr;
+  }
   if (prompt.size() < 2) return nullptr;
   return tiers_->Acquire(req.tenant(), e.kv_fingerprint(), prompt,
                          static_cast<int>(prompt.size()) - 1, req.kv_peer(), &peer_client_);
 }
 
 absl::StatusOr<PrefetchResult> NodeManager::PrefetchKv(const v1::PrefetchKvRequest& req) {
+  if (req.session_id().empty()) {
+    return absl::InvalidArgumentError("PrefetchKv needs a session_id (the KV is kept for it)");
+  }
   std::string device;
   auto engine = FindEngine(req.model(), &device);
   if (!engine) {
@@ -43,7 +49,8 @@ absl::StatusOr<PrefetchResult> NodeManager::PrefetchKv(const v1::PrefetchKvReque
   }
   const std::vector<int> tokens(req.tokens().begin(), req.tokens().end());
   PrefetchResult r;
-  if (const int have = engine->CachedSessionTokens(req.session_id()); have > 0) {
+  const std::string key = SessionKey(req.tenant(), req.session_id());
+  if (const int have = engine->CachedSessionTokens(key); have > 0) {
     r.tokens = have;
     r.source = engine::KvSource::kDevice;
     return r;
@@ -54,7 +61,7 @@ absl::StatusOr<PrefetchResult> NodeManager::PrefetchKv(const v1::PrefetchKvReque
   if (!lease) return r;
   absl::Notification done;
   absl::StatusOr<std::pair<int, engine::KvSource>> got;
-  engine->ImportSession(req.session_id(), tokens, std::move(lease), req.priority(),
+  engine->ImportSession(key, tokens, std::move(lease), req.priority(),
                         absl::Now() + absl::Milliseconds(req.ttl_ms()),
                         [&](absl::StatusOr<std::pair<int, engine::KvSource>> v) {
                           got = std::move(v);
@@ -62,6 +69,7 @@ absl::StatusOr<PrefetchResult> NodeManager::PrefetchKv(const v1::PrefetchKvReque
                         });
   done.WaitForNotification();
   if (!got.ok()) return got.status();
+  SessionKept(req.tenant(), req.session_id());
   r.tokens = got->first;
   r.source = got->second;
   return r;
@@ -75,13 +83,15 @@ absl::StatusOr<bool> NodeManager::DropPrefetch(const std::string& session_id,
     return absl::NotFoundError(
         absl::StrCat("model ", model, " is not resident on node ", options_.node_id));
   }
-  absl::Notification done;
   bool dropped = false;
-  engine->DropPrefetch(session_id, [&](bool d) {
-    dropped = d;
-    done.Notify();
-  });
-  done.WaitForNotification();
+  for (const std::string& key : SessionKeys(session_id, /*forget=*/false)) {
+    absl::Notification done;
+    engine->DropPrefetch(key, [&](bool d) {
+      dropped |= d;
+      done.Notify();
+    });
+    done.WaitForNotification();
+  }
   return dropped;
 }
 

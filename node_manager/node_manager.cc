@@ -17,15 +17,19 @@ namespace ballast::node_manager {
 // itself (the engine calls OnDone exactly once, last).
 class NodeManager::CountingSink final : public engine::GenerationSink {
  public:
-  CountingSink(NodeManager* node, std::string model, std::string session,
+  CountingSink(NodeManager* node, std::string model, std::string session, std::string tenant,
                engine::GenerationSink* inner)
-      : node_(node), model_(std::move(model)), session_(std::move(session)), inner_(inner) {}
+      : node_(node),
+        model_(std::move(model)),
+        session_(std::move(session)),
+        tenant_(std::move(tenant)),
+        inner_(inner) {}
   void OnToken(int id, const std::string& text, const engine::TokenLogprobs* logprobs) override {
     inner_->OnToken(id, text, logprobs);
   }
   void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
     // Counted out first: once the caller sees OnDone, the count agrees.
-    if (r.ok() && !session_.empty()) node_->SessionServed(session_);
+    if (r.ok() && !session_.empty()) node_->SessionServed(tenant_, session_);
     node_->RequestDone(model_);
     inner_->OnDone(std::move(r));
     delete this;
@@ -35,6 +39,7 @@ class NodeManager::CountingSink final : public engine::GenerationSink {
   NodeManager* const node_;
   const std::string model_;
   const std::string session_;
+  const std::string tenant_;
   engine::GenerationSink* const inner_;
 };
 
@@ -468,7 +473,7 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   engine::GenerationRequest g;
   g.id = req.request_id();
   if (auto st = FillPrompt(req, &a, &g); !st.ok()) return st;
-  g.session_id = req.session_id();
+  if (!req.session_id().empty()) g.session_id = SessionKey(req.tenant(), req.session_id());
   g.tenant = req.tenant();
   if (tiers_) {
     const absl::Time t0 = absl::Now();
@@ -500,7 +505,7 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
     }
     ++inflight_[req.model()];
   }
-  auto* counting = new CountingSink(this, req.model(), req.session_id(), sink);
+  auto* counting = new CountingSink(this, req.model(), req.session_id(), req.tenant(), sink);
   if (auto st = a.engine->Submit(std::move(g), counting); !st.ok()) {
     delete counting;
     RequestDone(req.model());
@@ -509,17 +514,41 @@ absl::StatusOr<Admission> NodeManager::Submit(const v1::NodeGenerateRequest& req
   return a;
 }
 
+std::string NodeManager::SessionKey(const std::string& tenant, const std::string& session_id) {
+  // The tenant length-prefixed (an empty tenant too): no two (tenant, id)
+  // pairs share a key, whatever bytes either holds.
+  return absl::StrCat(tenant.size(), ":", tenant, "/", session_id);
+}
+
+std::vector<std::string> NodeManager::SessionKeys(const std::string& session_id, bool forget) {
+  std::vector<std::string> keys;
+  absl::MutexLock lock(&mu_);
+  auto it = session_tenants_.find(session_id);
+  if (it == session_tenants_.end()) return keys;
+  for (const std::string& t : it->second) keys.push_back(SessionKey(t, session_id));
+  if (forget) session_tenants_.erase(it);
+  return keys;
+}
+
 bool NodeManager::DropSession(const std::string& session_id) {
-  for (const auto& d : devices_)
-    for (const auto& e : d->Engines()) e->DropSession(session_id);
-  if (tiers_) tiers_->DropSession(session_id);
+  for (const std::string& key : SessionKeys(session_id, /*forget=*/true)) {
+    for (const auto& d : devices_)
+      for (const auto& e : d->Engines()) e->DropSession(key);
+    if (tiers_) tiers_->DropSession(key);
+  }
   absl::MutexLock lock(&mu_);
   return served_sessions_.erase(session_id) > 0;
 }
 
-void NodeManager::SessionServed(const std::string& session_id) {
+void NodeManager::SessionServed(const std::string& tenant, const std::string& session_id) {
   absl::MutexLock lock(&mu_);
   served_sessions_.insert(session_id);
+  session_tenants_[session_id].insert(tenant);
+}
+
+void NodeManager::SessionKept(const std::string& tenant, const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  session_tenants_[session_id].insert(tenant);
 }
 
 std::vector<v1::DeviceState> NodeManager::DeviceStates() const {

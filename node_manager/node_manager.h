@@ -163,17 +163,23 @@ class NodeManager {
   // gets exactly once if this returns OK (never if it returns an error).
   absl::StatusOr<Admission> Submit(const v1::NodeGenerateRequest& req,
                                    engine::GenerationSink* sink);
-  // Frees the session's KV on every engine; returns whether a turn of it
-  // succeeded here since it was last dropped (the scheduler's lost-history
-  // check, Scheduler::RouteRequest). The node keeps each such id until the
-  // scheduler drops it (EndSession, expiry, that check).
+  // The key of a session's KV on this node (engines, tiers): the tenant
+  // and the session id, so that sessions of one id but different tenants
+  // (the empty tenant included) never share KV. The scheduler already
+  // refuses another tenant's turn on a session; the node does not rely on it.
+  static std::string SessionKey(const std::string& tenant, const std::string& session_id);
+  // Frees the session's KV (every tenant's of that id) on every engine and
+  // tier; returns whether a turn of it succeeded here since it was last
+  // dropped (the scheduler's lost-history check, Scheduler::RouteRequest).
+  // The node keeps each such id until the scheduler drops it (EndSession,
+  // expiry, that check).
   bool DropSession(const std::string& session_id);
   // Advise on this node (node.proto PrefetchKv): moves the session's KV
   // from the tiers (or req.kv_peer) onto the device of req.model as the
   // session's cached prefix. NOT_FOUND if the model is not resident.
   absl::StatusOr<PrefetchResult> PrefetchKv(const v1::PrefetchKvRequest& req);
-  // Invalidate: drops an unused prefetch of the session on `model`; false
-  // if there was none. NOT_FOUND if the model is not resident.
+  // Invalidate: drops an unused prefetch of the session (of any tenant) on
+  // `model`; false if there was none. NOT_FOUND if the model is not resident.
   absl::StatusOr<bool> DropPrefetch(const std::string& session_id, const std::string& model);
   // The chunks this node holds for a peer's FetchKv (none without tiers).
   std::vector<std::shared_ptr<const transfer::KvChunk>> ChunksForPeer(
@@ -226,8 +232,20 @@ class NodeManager {
   void SetState(const std::string& model, v1::ModelState state) ABSL_LOCKS_EXCLUDED(mu_);
   // A request of `model` is done (the counting sink's OnDone).
   void RequestDone(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
-  // A turn of `session_id` succeeded (the counting sink's OnDone).
-  void SessionServed(const std::string& session_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A turn of `tenant`'s `session_id` succeeded here (the counting sink's
+  // OnDone). Its KV may be kept under
+  // SessionKey(tenant, session_id) from now on. Recorded after the KV is
+  // kept, so a DropSession racing the turn cannot leave its KV unnamed; a
+  // failed turn keeps no KV and records nothing.
+  void SessionServed(const std::string& tenant, const std::string& session_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A prefetch kept `tenant`'s KV of `session_id` here (not a turn served).
+  void SessionKept(const std::string& tenant, const std::string& session_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The keys of every tenant's KV of `session_id` here; `forget`: the
+  // session's tenants are forgotten too (it is being dropped).
+  std::vector<std::string> SessionKeys(const std::string& session_id, bool forget)
+      ABSL_LOCKS_EXCLUDED(mu_);
   class CountingSink;
 
   // What the node knows of each model it holds or is loading.
@@ -248,6 +266,9 @@ class NodeManager {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Lifecycle> lifecycle_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> served_sessions_ ABSL_GUARDED_BY(mu_);  // see DropSession
+  // Session id -> the tenants whose KV of it may be kept here
+  // (SessionServed, SessionKept); forgotten by DropSession.
+  std::map<std::string, std::set<std::string>> session_tenants_ ABSL_GUARDED_BY(mu_);
   // path -> (file signature, fingerprint)
   std::map<std::string, std::pair<std::string, uint64_t>> fingerprints_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<KvTierStore> tiers_;  // null: no tiers

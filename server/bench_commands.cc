@@ -185,7 +185,7 @@ std::string WriteCompare(const BenchFlags& f, const std::vector<std::vector<benc
     for (double k : f.rate_scales) md += absl::StrFormat(" TTFT@%gx |", k);
   }
   md +=
-      " max rate scale with ≥99% TTFT | lowest scale above it below 99% |"
+      " max rate scale with ≥99% TTFT | lowest scale above it missed (< 99% or invalid) |"
       " ratio to first (bounds) |\n|---|";
   for (size_t i = 0; i < (search ? 1 : f.rate_scales.size()) + 3; ++i) md += "---|";
   md += "\n";

@@ -79,11 +79,13 @@ class SessionTieringTest : public ::testing::Test {
   }
 
   // Drops the session's device copy only (the tiers keep theirs).
-  static void DropDeviceCopy(NodeManager* node, const std::string& session) {
+  static void DropDeviceCopy(NodeManager* node, const std::string& session,
+                             const std::string& tenant = "") {
     auto engine = node->devices()[0]->Find("a");
-    engine->DropSession(session);
-    ASSERT_TRUE(testing::WaitFor([&] { return engine->CachedSessionTokens(session) == 0; },
-                                 absl::Seconds(10)));
+    const std::string key = NodeManager::SessionKey(tenant, session);
+    engine->DropSession(key);
+    ASSERT_TRUE(
+        testing::WaitFor([&] { return engine->CachedSessionTokens(key) == 0; }, absl::Seconds(10)));
   }
 
   // Turn 2's output computed from scratch (a node with no tiers, a session
@@ -133,8 +135,9 @@ TEST_F(SessionTieringTest, LaterLayersAreShedFirstAndTheNextTurnLoadsOnlyThose) 
   ASSERT_TRUE(freed.ok()) << freed.status();
   EXPECT_GT(*freed, 0);
   EXPECT_EQ(used_blocks(), before - before / layers);
-  EXPECT_EQ(engine->stats().cached_sessions, 1);   // the first layers stayed
-  EXPECT_EQ(engine->CachedSessionTokens("s"), 0);  // not whole: the node reads the tiers
+  EXPECT_EQ(engine->stats().cached_sessions, 1);  // the first layers stayed
+  EXPECT_EQ(engine->CachedSessionTokens(NodeManager::SessionKey("", "s")),
+            0);  // not whole: the node reads the tiers
   Turn t = RunTurn(node.get(), Request("s", "and a second one", history));
   EXPECT_EQ(t.result.kv_source, KvSource::kHostDram);
   EXPECT_EQ(t.result.cached_tokens, static_cast<int>(history.size()) - 1);
@@ -243,9 +246,9 @@ TEST_F(SessionTieringTest, AdviseMovesTheKvOnTheDeviceAndInvalidateDropsIt) {
   EXPECT_EQ(r->source, KvSource::kHostDram);
   EXPECT_EQ(r->tokens, static_cast<int>(history.size()) - 1);
   auto engine = node->devices()[0]->Find("a");
-  EXPECT_EQ(engine->CachedSessionTokens("s"), r->tokens);
+  EXPECT_EQ(engine->CachedSessionTokens(NodeManager::SessionKey("", "s")), r->tokens);
   EXPECT_TRUE(*node->DropPrefetch("s", "a"));
-  EXPECT_EQ(engine->CachedSessionTokens("s"), 0);
+  EXPECT_EQ(engine->CachedSessionTokens(NodeManager::SessionKey("", "s")), 0);
   EXPECT_FALSE(*node->DropPrefetch("s", "a"));  // nothing left to drop
   // Advise again: the next turn finds its KV on the device.
   ASSERT_TRUE(node->PrefetchKv(p).ok());
@@ -262,7 +265,7 @@ TEST_F(SessionTieringTest, AdviseMovesTheKvOnTheDeviceAndInvalidateDropsIt) {
   ASSERT_TRUE(node->PrefetchKv(p).ok());
   absl::SleepFor(absl::Milliseconds(20));
   RunTurn(node.get(), Request("other", "wake the engine", {}));
-  EXPECT_EQ(engine->CachedSessionTokens("s"), 0);
+  EXPECT_EQ(engine->CachedSessionTokens(NodeManager::SessionKey("", "s")), 0);
   EXPECT_EQ(engine->stats().prefetches.expired, 1);
   node->Shutdown();
 }
@@ -270,7 +273,7 @@ TEST_F(SessionTieringTest, AdviseMovesTheKvOnTheDeviceAndInvalidateDropsIt) {
 TEST_F(SessionTieringTest, TenantsNeverShareKvButSessionsOfOneTenantShareAPrefix) {
   auto node = MakeNode(64 << 20, false);
   const std::vector<int> history = FirstTurn(node.get(), "s", "acme");
-  DropDeviceCopy(node.get(), "s");
+  DropDeviceCopy(node.get(), "s", "acme");
   // Another tenant's session with the very same tokens recomputes.
   Turn other = RunTurn(node.get(), Request("t", "and a second one", history, "globex"));
   EXPECT_EQ(other.result.kv_source, KvSource::kRecomputed);
@@ -278,6 +281,34 @@ TEST_F(SessionTieringTest, TenantsNeverShareKvButSessionsOfOneTenantShareAPrefix
   Turn same = RunTurn(node.get(), Request("u", "and a second one", history, "acme"));
   EXPECT_EQ(same.result.kv_source, KvSource::kHostDram);
   EXPECT_EQ(same.result.output_tokens, other.result.output_tokens);
+  node->Shutdown();
+}
+
+// Two tenants naming the same session id hold apart KV on the node, even
+// though the scheduler would have refused the second tenant's turn.
+TEST_F(SessionTieringTest, OneSessionIdOfTwoTenantsNeverSharesKv) {
+  auto node = MakeNode(64 << 20, false);
+  const std::vector<int> history = FirstTurn(node.get(), "s", "acme");
+  auto engine = node->devices()[0]->Find("a");
+  const std::string acme = NodeManager::SessionKey("acme", "s");
+  const std::string globex = NodeManager::SessionKey("globex", "s");
+  EXPECT_NE(acme, globex);
+  EXPECT_NE(NodeManager::SessionKey("", "4:acme/s"), acme);  // ids cannot forge a tenant's key
+  EXPECT_GT(engine->CachedSessionTokens(acme), 0);
+  // globex sends acme's very history on the same id: nothing of acme's is used.
+  Turn other = RunTurn(node.get(), Request("s", "and a second one", history, "globex"));
+  EXPECT_EQ(other.result.kv_source, KvSource::kRecomputed);
+  EXPECT_EQ(other.result.cached_tokens, 0);
+  // acme's next turn still finds its own KV on the device.
+  Turn own = RunTurn(node.get(), Request("s", "and a second one", history, "acme"));
+  EXPECT_EQ(own.result.kv_source, KvSource::kDevice);
+  EXPECT_EQ(own.result.output_tokens, other.result.output_tokens);
+  // Dropping the id drops every tenant's copy.
+  EXPECT_TRUE(node->DropSession("s"));
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return engine->CachedSessionTokens(acme) + engine->CachedSessionTokens(globex) == 0; },
+      absl::Seconds(10)));
+  EXPECT_FALSE(node->DropSession("s"));
   node->Shutdown();
 }
 
