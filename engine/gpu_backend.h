@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/executor.h"
+#include "engine/host_arena.h"
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
 #include "memory/block_allocator.h"
@@ -50,6 +51,9 @@ struct GpuExecutorOptions {
   // Activate from this host copy (an earlier KeepHostWeights of the same
   // model and backend) instead of the checkpoint; null: read the checkpoint.
   std::shared_ptr<const HostWeights> host_weights;
+  // Where KeepHostWeights puts the host copy (the node's pinned arena);
+  // null: a new pinned allocation (engine/host_arena.h says what it costs).
+  std::shared_ptr<HostArena> host_arena;
   // Streams that copy a host copy to the device in parallel chunks. Default 4.
   int copy_streams = 4;
 };
@@ -84,6 +88,13 @@ absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateGpuBlockPool(int d
 // last reference goes. Null when nothing was pinned (no CUDA backend in
 // this build, or the driver refused: copies then still work, slower).
 std::shared_ptr<void> PinHostMemory(void* data, size_t bytes);
+
+// Host memory pinned for DMA now, in 1 GiB slabs (cudaHostAlloc, portable
+// to every device), lent by the returned arena in chunks of `chunk_bytes`
+// (a divisor of 1 GiB). Takes seconds per ten gigabytes: call it before
+// serving. UNIMPLEMENTED without the CUDA backend.
+absl::StatusOr<std::shared_ptr<HostArena>> CreatePinnedHostArena(int64_t bytes,
+                                                                 size_t chunk_bytes = 64u << 20);
 
 // Device memory: free and total bytes.
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int device);

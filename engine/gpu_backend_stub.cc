@@ -28,6 +28,10 @@ absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int) { return NotBuilt
 
 std::shared_ptr<void> PinHostMemory(void*, size_t) { return nullptr; }
 
+absl::StatusOr<std::shared_ptr<HostArena>> CreatePinnedHostArena(int64_t, size_t) {
+  return NotBuilt();
+}
+
 // Without CUDA there are no GPU weights; ModelEngine never asks (the cuda
 // backend is refused first), so 0 is never used as a size.
 int64_t GpuWeightBytes(const ModelConfig&) { return 0; }

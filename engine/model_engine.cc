@@ -142,6 +142,7 @@ absl::Status ModelEngine::InitExecutor() {
       g.weights_capacity = o.weight_pages->bytes();
     }
     g.host_weights = o.host_weights;
+    g.host_arena = o.host_arena;
     auto ex = CreateGpuExecutor(config_, o.path, kv_.get(), g);
     if (!ex.ok()) return ex.status();
     executor_ = std::move(*ex);

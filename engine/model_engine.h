@@ -38,6 +38,7 @@
 #include "engine/batch_planner.h"
 #include "engine/executor.h"
 #include "engine/generation.h"
+#include "engine/host_arena.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_export.h"
 #include "engine/kv_manager.h"
@@ -97,6 +98,10 @@ struct ModelEngineOptions {
   // Activate from this host copy (KeepHostWeights of an earlier engine of
   // the same model and backend) instead of reading the checkpoint.
   std::shared_ptr<const HostWeights> host_weights;
+  // Where KeepHostWeights puts a new host copy on the cuda backend (the
+  // node's pinned arena, engine/host_arena.h); null: a new pinned
+  // allocation. The cpu backend's copy is its own weights (no memory).
+  std::shared_ptr<HostArena> host_arena;
   // Token budget per step (decode tokens + prefill chunk). Default 256.
   int max_batch_tokens = 256;
   // Most sequences running at once. Default 64.

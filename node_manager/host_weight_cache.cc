@@ -46,6 +46,15 @@ void HostWeightCache::Erase(const std::string& model) {
   EraseLocked(model);
 }
 
+bool HostWeightCache::DropLeastRecent() {
+  absl::MutexLock lock(&mu_);
+  if (lru_.empty()) return false;
+  stats_.bytes -= lru_.back().weights->bytes();
+  lru_.pop_back();
+  ++stats_.dropped;
+  return true;
+}
+
 void HostWeightCache::EraseLocked(const std::string& model) {
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     if (it->model == model) {

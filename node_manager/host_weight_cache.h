@@ -45,6 +45,9 @@ class HostWeightCache {
   std::shared_ptr<const engine::HostWeights> Get(const std::string& model, const std::string& path);
   bool Contains(const std::string& model, const std::string& path) const;
   void Erase(const std::string& model);
+  // Drops the least recently used copy (counted as dropped); false when
+  // there is none.
+  bool DropLeastRecent();
   HostWeightCacheStats stats() const;
 
  private:

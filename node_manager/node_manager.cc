@@ -43,6 +43,24 @@ class NodeManager::CountingSink final : public engine::GenerationSink {
   engine::GenerationSink* const inner_;
 };
 
+namespace {
+// The pinned memory evicted models' host copies are made in, pinned now so
+// that no eviction pins (engine/host_arena.h).
+absl::StatusOr<std::shared_ptr<engine::HostArena>> PinHostCopyArena(int64_t bytes) {
+  const absl::Time t0 = absl::Now();
+  auto arena = engine::CreatePinnedHostArena(bytes);
+  if (!arena.ok()) {
+    return absl::Status(arena.status().code(),
+                        absl::StrCat("node.memory.host_weight_cache_mib: pinning ", bytes >> 20,
+                                     " MiB of host memory for weight copies failed (",
+                                     arena.status().message(), "); lower it, or 0 for none"));
+  }
+  spdlog::info("pinned {} MiB of host memory for evicted models' weights in {:.2f} s",
+               (*arena)->capacity_bytes() >> 20, absl::ToDoubleSeconds(absl::Now() - t0));
+  return arena;
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptions& options) {
   if (options.node_id.empty()) return absl::InvalidArgumentError("node_id is empty");
   if (options.devices.empty())
@@ -114,6 +132,11 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
     auto w = DeviceWorker::Create(d.name, d.memory_bytes, mem, arb);
     if (!w.ok()) return w.status();
     n->devices_.push_back(std::move(*w));
+  }
+  if (gpu && options.host_weight_cache_bytes > 0) {
+    auto arena = PinHostCopyArena(options.host_weight_cache_bytes);
+    if (!arena.ok()) return arena.status();
+    n->host_arena_ = std::move(*arena);
   }
   return n;
 }
@@ -238,6 +261,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.name = name;
   o.path = path;
   o.backend = options_.engine.backend;
+  o.host_arena = host_arena_;
   o.device = std::max(target->gpu(), 0);
   o.cuda_graphs = options_.engine.cuda_graphs;
   o.kv_dtype = kv_dtype.empty() ? "auto" : kv_dtype;
@@ -332,18 +356,20 @@ void NodeManager::KeepHostCopy(const std::string& name, engine::ModelEngine& e) 
   const std::string& path = e.options().path;
   // Weights are immutable, so a copy made earlier is still this model's:
   // the one in the cache, or the one this engine was activated from (the
-  // cache may have dropped it since). A new copy pins host memory the size
-  // of the weights, which on a GPU stalls the whole process for seconds
-  // (16 GB took 6-8 s on an H100; docs/benchmarks.md), so it is made only
-  // when there is none.
+  // cache may have dropped it since).
   if (host_cache_.Contains(name, path)) return;
   if (e.options().host_weights) {
     host_cache_.Put(name, path, e.options().host_weights);
     return;
   }
   if (!host_cache_.Fits(e.weight_bytes())) return;
-  // Copying the weights out while the engine still steps is safe.
-  auto hw = e.KeepHostWeights();
+  // Copying the weights out while the engine still steps is safe. A full
+  // arena makes room by dropping the least recently used copies (their
+  // chunks return once no engine holds them).
+  absl::StatusOr<std::shared_ptr<const engine::HostWeights>> hw = e.KeepHostWeights();
+  while (absl::IsResourceExhausted(hw.status()) && host_cache_.DropLeastRecent()) {
+    hw = e.KeepHostWeights();
+  }
   if (hw.ok()) {
     host_cache_.Put(name, path, std::move(*hw));
   } else {

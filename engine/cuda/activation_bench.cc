@@ -66,7 +66,7 @@ absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOption
   // finite BF16/FP16 value).
   auto img = cuda::PinnedWeights::Allocate(static_cast<size_t>(bytes), act);
   if (!img.ok()) return img.status();
-  std::memset((*img)->mutable_data(), 0x3c, static_cast<size_t>(bytes));
+  (*img)->Fill(0x3c);
   std::shared_ptr<const HostWeights> host = *img;
 
   const size_t kPage = o.page_bytes;

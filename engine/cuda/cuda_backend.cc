@@ -82,6 +82,21 @@ std::shared_ptr<void> PinHostMemory(void* data, size_t bytes) {
   return std::shared_ptr<void>(data, [](void* p) { cudaHostUnregister(p); });
 }
 
+absl::StatusOr<std::shared_ptr<HostArena>> CreatePinnedHostArena(int64_t bytes,
+                                                                 size_t chunk_bytes) {
+  HostArenaOptions o;
+  o.bytes = bytes;
+  o.chunk_bytes = chunk_bytes;
+  HostSlabSource pinned{[](size_t n) -> absl::StatusOr<void*> {
+                          void* p = nullptr;
+                          BALLAST_CUDA_RETURN(cudaHostAlloc(&p, n, cudaHostAllocPortable),
+                                              "cudaHostAlloc");
+                          return p;
+                        },
+                        [](void* p) { cudaFreeHost(p); }};
+  return HostArena::Create(o, std::move(pinned));
+}
+
 absl::StatusOr<std::pair<int64_t, int64_t>> GpuMemoryInfo(int device) {
   BALLAST_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
   size_t free_b = 0, total_b = 0;

@@ -179,7 +179,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
 
 absl::StatusOr<std::shared_ptr<const HostWeights>> CudaExecutor::KeepHostWeights() {
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
-  auto img = weights_->SaveToHost();
+  auto img = weights_->SaveToHost(options_.host_arena);
   if (!img.ok()) return img.status();
   return std::shared_ptr<const HostWeights>(std::move(*img));
 }

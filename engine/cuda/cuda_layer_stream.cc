@@ -19,13 +19,13 @@ absl::Status CudaExecutor::EnsureHostImage() {
   std::shared_ptr<const PinnedWeights> image =
       std::dynamic_pointer_cast<const PinnedWeights>(options_.host_weights);
   if (!image) {
-    auto img = weights_->SaveToHost();
+    auto img = weights_->SaveToHost(options_.host_arena);
     if (!img.ok()) return img.status();
     image = std::move(*img);
   }
-  if (image->bytes() != weights_->bytes()) {
-    return absl::FailedPreconditionError(absl::StrCat("host weight image has ", image->bytes(),
-                                                      " bytes, the device ", weights_->bytes()));
+  if (image->image_bytes() != weights_->bytes()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "host weight image has ", image->image_bytes(), " bytes, the device ", weights_->bytes()));
   }
   cudaStream_t stream = nullptr;
   BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "weight stream");
@@ -101,9 +101,9 @@ absl::Status CudaExecutor::RestoreLayers(absl::Span<const int> layers) {
       return absl::InvalidArgumentError(absl::StrCat("no layer ", l));
     }
     const LayerExtent e = weights_->layer_extent(l);
-    BALLAST_CUDA_RETURN(cudaMemcpyAsync(weights_->base() + e.offset, host_image_->data() + e.offset,
-                                        e.bytes, cudaMemcpyHostToDevice, weight_stream_),
-                        "restoring a layer");
+    BALLAST_CUDA_RETURN(
+        host_image_->CopyToDevice(weights_->base() + e.offset, e.offset, e.bytes, weight_stream_),
+        "restoring a layer");
   }
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(weight_stream_), "restoring layers");
   return absl::OkStatus();
@@ -123,8 +123,8 @@ absl::StatusOr<double> CudaExecutor::MeasureLayerTransferSeconds() {
   for (int i = 0; i < 3 && err == cudaSuccess; ++i) {
     float ms = 0;
     if ((err = cudaEventRecord(t0, weight_stream_)) ||
-        (err = cudaMemcpyAsync(weights_->base() + e.offset, host_image_->data() + e.offset, e.bytes,
-                               cudaMemcpyHostToDevice, weight_stream_)) ||
+        (err = host_image_->CopyToDevice(weights_->base() + e.offset, e.offset, e.bytes,
+                                         weight_stream_)) ||
         (err = cudaEventRecord(t1, weight_stream_)) || (err = cudaEventSynchronize(t1)) ||
         (err = cudaEventElapsedTime(&ms, t0, t1))) {
       break;
@@ -172,10 +172,9 @@ absl::Status CudaExecutor::StreamAfter(int l) {
   BALLAST_CUDA_RETURN(cudaEventRecord(slot_free_[static_cast<size_t>(slot)], stream_), "slot free");
   BALLAST_CUDA_RETURN(cudaStreamWaitEvent(weight_stream_, slot_free_[static_cast<size_t>(slot)], 0),
                       "slot free");
-  BALLAST_CUDA_RETURN(
-      cudaMemcpyAsync(weights_->base() + home.offset, host_image_->data() + src.offset, src.bytes,
-                      cudaMemcpyHostToDevice, weight_stream_),
-      "streaming a layer");
+  BALLAST_CUDA_RETURN(host_image_->CopyToDevice(weights_->base() + home.offset, src.offset,
+                                                src.bytes, weight_stream_),
+                      "streaming a layer");
   BALLAST_CUDA_RETURN(cudaEventRecord(weight_loaded_[static_cast<size_t>(next)], weight_stream_),
                       "layer streamed");
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 #include "engine/cuda/device_weights.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "engine/checkpoint.h"
@@ -44,15 +45,48 @@ constexpr size_t kAlign = 256;
 absl::StatusOr<std::shared_ptr<PinnedWeights>> PinnedWeights::Allocate(size_t bytes, ActType type) {
   std::shared_ptr<PinnedWeights> img(new PinnedWeights());
   img->type_ = type;
-  BALLAST_CUDA_RETURN(
-      cudaHostAlloc(reinterpret_cast<void**>(&img->data_), bytes, cudaHostAllocDefault),
-      "pinned host copy of the weights");
-  img->bytes_ = bytes;
+  uint8_t* data = nullptr;
+  BALLAST_CUDA_RETURN(cudaHostAlloc(reinterpret_cast<void**>(&data), std::max<size_t>(bytes, 1),
+                                    cudaHostAllocDefault),
+                      "pinned host copy of the weights");
+  img->chunks_ = HostChunks{{data}, std::max<size_t>(bytes, 1), bytes};
+  return img;
+}
+
+absl::StatusOr<std::shared_ptr<PinnedWeights>> PinnedWeights::FromArena(
+    std::shared_ptr<HostArena> arena, size_t bytes, ActType type) {
+  auto chunks = arena->Take(bytes);
+  if (!chunks.ok()) return chunks.status();
+  std::shared_ptr<PinnedWeights> img(new PinnedWeights());
+  img->type_ = type;
+  img->chunks_ = std::move(*chunks);
+  img->arena_ = std::move(arena);
   return img;
 }
 
 PinnedWeights::~PinnedWeights() {
-  if (data_) cudaFreeHost(data_);
+  if (arena_) {
+    arena_->Give(chunks_);
+  } else if (!chunks_.chunks.empty()) {
+    cudaFreeHost(chunks_.chunks[0]);
+  }
+}
+
+void PinnedWeights::Fill(uint8_t value) {
+  chunks_.ForEachPiece(0, chunks_.bytes,
+                       [value](uint8_t* host, size_t, size_t n) { std::memset(host, value, n); });
+}
+
+cudaError_t PinnedWeights::CopyToDevice(void* dst, size_t offset, size_t n,
+                                        cudaStream_t stream) const {
+  cudaError_t err = cudaSuccess;
+  auto* d = static_cast<uint8_t*>(dst);
+  chunks_.ForEachPiece(offset, n, [&](uint8_t* host, size_t o, size_t len) {
+    if (err == cudaSuccess) {
+      err = cudaMemcpyAsync(d + (o - offset), host, len, cudaMemcpyHostToDevice, stream);
+    }
+  });
+  return err;
 }
 
 size_t DeviceWeights::Layout(const ModelConfig& c, uint8_t* base, std::vector<Piece>* pieces) {
@@ -208,7 +242,7 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::LoadFromHost(
   std::unique_ptr<DeviceWeights> w(new DeviceWeights());
   w->type_ = type;
   if (image.type() != type ||
-      static_cast<int64_t>(w->Layout(c, nullptr, nullptr)) != image.bytes()) {
+      static_cast<int64_t>(w->Layout(c, nullptr, nullptr)) != image.image_bytes()) {
     return absl::InvalidArgumentError(
         "host weight copy does not match the model's config and activation type");
   }
@@ -216,17 +250,27 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::LoadFromHost(
   w->Layout(c, w->base_, nullptr);
   transfer::cuda::BulkCopyOptions copy;
   copy.streams = std::max(1, streams);
-  if (auto st = transfer::cuda::CopyToDevice(w->base_, image.data(), w->bytes_, copy); !st.ok()) {
+  std::vector<transfer::cuda::CopyRange> ranges;
+  image.chunks().ForEachPiece(0, w->bytes_, [&](uint8_t* host, size_t off, size_t n) {
+    ranges.push_back({w->base_ + off, host, n});
+  });
+  if (auto st = transfer::cuda::CopyRangesToDevice(ranges, copy); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("weights: ", st.message()));
   }
   return w;
 }
 
-absl::StatusOr<std::shared_ptr<PinnedWeights>> DeviceWeights::SaveToHost() const {
-  auto alloc = PinnedWeights::Allocate(bytes_, type_);
+absl::StatusOr<std::shared_ptr<PinnedWeights>> DeviceWeights::SaveToHost(
+    const std::shared_ptr<HostArena>& arena) const {
+  auto alloc = arena ? PinnedWeights::FromArena(arena, bytes_, type_)
+                     : PinnedWeights::Allocate(bytes_, type_);
   if (!alloc.ok()) return alloc.status();
   std::shared_ptr<PinnedWeights> img = std::move(*alloc);
-  if (auto st = transfer::cuda::CopyToHost(img->data_, base_, bytes_); !st.ok()) {
+  std::vector<transfer::cuda::CopyRange> ranges;
+  img->chunks().ForEachPiece(0, bytes_, [&](uint8_t* host, size_t off, size_t n) {
+    ranges.push_back({host, base_ + off, n});
+  });
+  if (auto st = transfer::cuda::CopyRangesToHost(ranges); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("weights: ", st.message()));
   }
   return img;

@@ -10,9 +10,9 @@
 // DeviceWeights (static mode, tests, benchmarks).
 //
 // Activation from host memory: SaveToHost copies the device image (the
-// exact bytes, layout included) into pinned host memory once; LoadFromHost
-// copies it back in 64 MiB chunks spread over several streams, with no
-// checkpoint parsing or conversion.
+// exact bytes, layout included) into pinned host memory once (chunks of the
+// node's HostArena); LoadFromHost copies it back in 64 MiB pieces spread
+// over several streams, with no checkpoint parsing or conversion.
 //
 // Thread-safety: immutable after Load; SaveToHost only reads.
 #pragma once
@@ -25,6 +25,7 @@
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/kernels.h"
 #include "engine/executor.h"
+#include "engine/host_arena.h"
 #include "engine/model_config.h"
 
 namespace ballast::engine::cuda {
@@ -47,23 +48,36 @@ struct WeightDest {
   size_t capacity = 0;    // bytes at `at`; must be >= DeviceWeights::Bytes
 };
 
-// A device weight image in pinned host memory (engine::HostWeights).
+// A device weight image in pinned host memory (engine::HostWeights): the
+// chunks of a HostArena pinned when the node started (serving), or one
+// cudaHostAlloc of its own (benchmarks; nodes that keep no arena).
 class PinnedWeights final : public HostWeights {
  public:
-  // Uninitialised pinned memory for an image of `bytes` (benchmarks fill
-  // it themselves; serving gets images from SaveToHost).
+  // One pinned allocation of `bytes`, uninitialised (benchmarks fill it
+  // with Fill; serving gets images from SaveToHost).
   static absl::StatusOr<std::shared_ptr<PinnedWeights>> Allocate(size_t bytes, ActType type);
+  // Chunks of `arena`, uninitialised; RESOURCE_EXHAUSTED when it has too
+  // few free. They go back to the arena with the image.
+  static absl::StatusOr<std::shared_ptr<PinnedWeights>> FromArena(std::shared_ptr<HostArena> arena,
+                                                                  size_t bytes, ActType type);
   ~PinnedWeights() override;
-  uint8_t* mutable_data() { return data_; }
-  int64_t bytes() const override { return static_cast<int64_t>(bytes_); }
+  // Host memory held (whole chunks).
+  int64_t bytes() const override {
+    return static_cast<int64_t>(chunks_.chunks.size() * chunks_.chunk_bytes);
+  }
+  // The device image's size.
+  int64_t image_bytes() const { return static_cast<int64_t>(chunks_.bytes); }
   ActType type() const { return type_; }
-  const uint8_t* data() const { return data_; }
+  const HostChunks& chunks() const { return chunks_; }
+  void Fill(uint8_t value);
+  // Queues the copy of image bytes [offset, offset + n) to `dst` on
+  // `stream` (one cudaMemcpyAsync per chunk it spans; capturable).
+  cudaError_t CopyToDevice(void* dst, size_t offset, size_t n, cudaStream_t stream) const;
 
  private:
-  friend class DeviceWeights;
   PinnedWeights() = default;
-  uint8_t* data_ = nullptr;
-  size_t bytes_ = 0;
+  HostChunks chunks_;
+  std::shared_ptr<HostArena> arena_;  // null: chunks_ is one cudaHostAlloc
   ActType type_ = ActType::kBF16;
 };
 
@@ -81,8 +95,11 @@ class DeviceWeights {
                                                                      const ModelConfig& config,
                                                                      ActType type, int streams,
                                                                      WeightDest dest = {});
-  // Copies the device image into pinned host memory (on its own stream).
-  absl::StatusOr<std::shared_ptr<PinnedWeights>> SaveToHost() const;
+  // Copies the device image into pinned host memory (on its own streams):
+  // chunks of `arena`, or a new cudaHostAlloc when it is null (which holds
+  // up the process's other CUDA calls while it pins; engine/host_arena.h).
+  absl::StatusOr<std::shared_ptr<PinnedWeights>> SaveToHost(
+      const std::shared_ptr<HostArena>& arena) const;
 
   ActType type() const { return type_; }
   const void* embed() const { return embed_; }  // [vocab, hidden]

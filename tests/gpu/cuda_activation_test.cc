@@ -25,10 +25,10 @@ struct Sink : engine::GenerationSink {
   absl::Notification done;
 };
 
-std::vector<int> Greedy(NodeManager* node, const std::string& id) {
+std::vector<int> Greedy(NodeManager* node, const std::string& id, const std::string& model = "m") {
   v1::NodeGenerateRequest req;
   req.set_request_id(id);
-  req.set_model("m");
+  req.set_model(model);
   req.set_prompt("Reactivation must not change a single token.");
   req.mutable_sampling()->set_max_tokens(48);
   req.mutable_sampling()->set_ignore_eos(true);
@@ -69,6 +69,42 @@ TEST(CudaActivation, WeightsLiveInBalloonPagesAndReactivateFromThePinnedCopy) {
   EXPECT_TRUE(again->from_host_copy());
   EXPECT_EQ(balloon->stats().weight_ranges_reserved, 1);  // the address range was reused
   EXPECT_EQ(Greedy(node->get(), "b"), want);
+  (*node)->Shutdown();
+}
+
+// Host copies are made in the arena the node pinned when it started: an
+// eviction pins nothing, and when the arena is full the least recently
+// used copy makes room.
+TEST(CudaActivation, HostCopiesComeFromTheArenaPinnedAtStartAndAFullOneDropsTheOldest) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  engine::testing::TempDir dir;
+  const std::string path =
+      engine::testing::WriteTinyModel(dir, "m", engine::testing::GpuTestModelSpec());
+  NodeOptions n;
+  n.engine.backend = "cuda";
+  n.slab_bytes = 2u << 20;
+  n.devices = {DeviceOptions{"cuda:0", 1ll << 30}};
+  n.host_weight_cache_bytes = 64ll << 20;  // one 64 MiB chunk: one copy of this model
+  auto node = NodeManager::Create(n);
+  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_TRUE((*node)->LoadModel("m", path, "auto", "").ok());
+  ASSERT_TRUE((*node)->LoadModel("m2", path, "auto", "").ok());
+  const std::vector<int> want = Greedy(node->get(), "a");
+  ASSERT_TRUE((*node)->EvictModel("m", /*drain=*/true).ok());
+  EXPECT_EQ((*node)->host_weights().stats().entries, 1);
+  EXPECT_EQ((*node)->host_weights().stats().bytes, 64ll << 20);  // whole chunks are held
+  ASSERT_TRUE((*node)->EvictModel("m2", /*drain=*/true).ok());
+  HostWeightCacheStats s = (*node)->host_weights().stats();
+  EXPECT_EQ(s.entries, 1);
+  EXPECT_EQ(s.dropped, 1);  // m's copy made room for m2's
+  auto m2 = (*node)->LoadModel("m2", path, "auto", "");
+  ASSERT_TRUE(m2.ok()) << m2.status();
+  EXPECT_TRUE(m2->from_host_copy());
+  auto m = (*node)->LoadModel("m", path, "auto", "");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE(m->from_host_copy());
+  EXPECT_EQ(Greedy(node->get(), "b", "m2"), want);  // from the arena's copy
+  EXPECT_EQ(Greedy(node->get(), "c"), want);
   (*node)->Shutdown();
 }
 

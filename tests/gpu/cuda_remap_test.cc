@@ -5,6 +5,7 @@
 // and reverted) between the steps of one generation.
 #include <cuda_runtime.h>
 
+#include "engine/gpu_backend.h"
 #include "engine/model_engine.h"
 #include "memory/balloon.h"
 #include "memory/gpu_page_pool.h"
@@ -146,6 +147,43 @@ TEST(CudaRemap, TokensStayExactWhileLayersAreLentStreamedAndTakenBack) {
                         &lent);
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   EXPECT_EQ(*mixed, *want);
+}
+
+// The host image in a node's pinned arena, in chunks smaller than a layer
+// (so layers straddle chunks and each layer copy is several pieces), and
+// with its chunks lent from the arena's middle (not adjacent): streamed
+// layers still give the same tokens, and the chunks go back with the engine.
+TEST(CudaRemap, StreamsFromAHostImageScatteredOverArenaChunks) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  ModelEngineOptions o;
+  o.name = "m";
+  o.backend = "cuda";
+  o.path = testing::WriteTinyModel(dir, "m", EightLayers());
+  o.max_batch_tokens = 64;
+  int64_t lent = 0;
+  auto want = Generate(o, {{0, 0}}, &lent);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto arena = CreatePinnedHostArena(256ll << 20, 1u << 20);  // 1 MiB chunks
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  // Every other chunk taken: the image's chunks are not adjacent.
+  std::vector<HostChunks> held;
+  for (int i = 0; i < 64; ++i) {
+    auto c = (*arena)->Take(1);
+    ASSERT_TRUE(c.ok());
+    held.push_back(std::move(*c));
+  }
+  for (int i = 1; i < 64; i += 2) (*arena)->Give(held[static_cast<size_t>(i)]);
+  for (int i = 1; i < 32; ++i) held[static_cast<size_t>(i)] = held[static_cast<size_t>(2 * i)];
+  held.resize(32);
+  const int64_t free_before = (*arena)->free_bytes();
+  o.host_arena = *arena;
+  auto streamed = Generate(o, {{3, 1}, {3, 1}, {5, 2}, {0, 0}, {2, 1}}, &lent);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  EXPECT_EQ(*streamed, *want);
+  EXPECT_GT(lent, 0);
+  EXPECT_EQ((*arena)->free_bytes(), free_before);  // the engine is gone, its image too
+  for (const HostChunks& c : held) (*arena)->Give(c);
 }
 
 }  // namespace

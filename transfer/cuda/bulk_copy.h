@@ -12,6 +12,7 @@
 #include <cstddef>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace ballast::transfer::cuda {
 
@@ -29,5 +30,18 @@ absl::Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes,
 // Device -> host (pinned).
 absl::Status CopyToHost(void* host_dst, const void* device_src, size_t bytes,
                         const BulkCopyOptions& options = {});
+
+// Scattered ranges (an image held in host chunks, engine/host_arena.h):
+// each range is copied in pieces of at most options.piece_bytes, the
+// pieces of all ranges rotating over the streams.
+struct CopyRange {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+absl::Status CopyRangesToDevice(absl::Span<const CopyRange> ranges,
+                                const BulkCopyOptions& options = {});
+absl::Status CopyRangesToHost(absl::Span<const CopyRange> ranges,
+                              const BulkCopyOptions& options = {});
 
 }  // namespace ballast::transfer::cuda

@@ -41,5 +41,22 @@ TEST(HostWeightCache, DropsLeastRecentlyUsedFirstWithinTheBudget) {
   EXPECT_EQ(c.stats().bytes, 10);
 }
 
+// What a full pinned arena does to make room (NodeManager::KeepHostCopy):
+// the least recently used copy goes first, and an empty cache says so.
+TEST(HostWeightCache, DropLeastRecentTakesTheOldestUntilNoneIsLeft) {
+  HostWeightCache c(100);
+  ASSERT_TRUE(c.Put("a", "/a", W(30)));
+  ASSERT_TRUE(c.Put("b", "/b", W(30)));
+  ASSERT_NE(c.Get("a", "/a"), nullptr);  // b is now the oldest
+  ASSERT_TRUE(c.DropLeastRecent());
+  EXPECT_FALSE(c.Contains("b", "/b"));
+  EXPECT_TRUE(c.Contains("a", "/a"));
+  EXPECT_EQ(c.stats().bytes, 30);
+  ASSERT_TRUE(c.DropLeastRecent());
+  EXPECT_FALSE(c.DropLeastRecent());
+  EXPECT_EQ(c.stats().bytes, 0);
+  EXPECT_EQ(c.stats().dropped, 2);
+}
+
 }  // namespace
 }  // namespace ballast::node_manager
