@@ -25,9 +25,8 @@
 #      SLAB_MIB (KV slab and weight page size, 64; 2 for tiny CPU budgets),
 #      WARMUP (`bench compare` flag, --warmup: every trace model served once
 #      before each run; WARMUP=" " measures cold starts), HOST_CACHE_MIB
-#      (pinned host copies of evicted weights, 32768; a first copy pins
-#      host memory and stalls the node for seconds, docs/benchmarks.md: 0
-#      turns copies off).
+#      (host copies of evicted weights, 32768: pinned when serve starts; 0
+#      turns copies off), LOG_LEVEL (serve's, warn).
 set -euo pipefail
 BUILD=${1:-/tmp/bb}
 OUT=${2:-.}
@@ -86,7 +85,7 @@ config() {  # config NAME -> YAML
   local mode=${1%-*} arb=${1#*-}
   [ "$arb" = mh ] && arb=moore_hodgson
   cat <<EOF
-log_level: warn
+log_level: ${LOG_LEVEL:-warn}
 scheduler:
   listen: 127.0.0.1:50051
   metrics_listen: ""
