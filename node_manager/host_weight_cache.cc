@@ -1,5 +1,7 @@
 #include "node_manager/host_weight_cache.h"
 
+#include <iterator>
+
 namespace ballast::node_manager {
 
 bool HostWeightCache::Put(const std::string& model, const std::string& path,
@@ -48,11 +50,15 @@ void HostWeightCache::Erase(const std::string& model) {
 
 bool HostWeightCache::DropLeastRecent() {
   absl::MutexLock lock(&mu_);
-  if (lru_.empty()) return false;
-  stats_.bytes -= lru_.back().weights->bytes();
-  lru_.pop_back();
-  ++stats_.dropped;
-  return true;
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    // Others only let go of their references meanwhile: a count of 1 is final.
+    if (it->weights.use_count() != 1) continue;
+    stats_.bytes -= it->weights->bytes();
+    lru_.erase(std::next(it).base());
+    ++stats_.dropped;
+    return true;
+  }
+  return false;
 }
 
 void HostWeightCache::EraseLocked(const std::string& model) {

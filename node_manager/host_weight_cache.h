@@ -45,8 +45,9 @@ class HostWeightCache {
   std::shared_ptr<const engine::HostWeights> Get(const std::string& model, const std::string& path);
   bool Contains(const std::string& model, const std::string& path) const;
   void Erase(const std::string& model);
-  // Drops the least recently used copy (counted as dropped); false when
-  // there is none.
+  // Drops the least recently used copy that only the cache holds (counted
+  // as dropped): dropping one that an engine still holds, having been
+  // activated from it, frees no memory. False when there is none.
   bool DropLeastRecent();
   HostWeightCacheStats stats() const;
 

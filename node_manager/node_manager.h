@@ -67,9 +67,9 @@ struct NodeOptions {
   // Host memory for evicted models' weights (pinned on cuda), so the next
   // activation copies them instead of reading the checkpoint; least
   // recently used copies are dropped first. 0 keeps none. Default 16 GiB.
-  // On cuda all of it is pinned when the node starts (about 0.4 s per GiB
-  // on an H100 host), in 64 MiB chunks: pinning later held up every model
-  // on the node for seconds.
+  // On cuda all of it is pinned when the node starts (14-30 s for 32 GiB
+  // on an H100 host), in 64 MiB chunks: pinning at eviction held up every
+  // model on the node for seconds.
   int64_t host_weight_cache_bytes = 16ll << 30;
   // Order of each device's shared request queue: moore_hodgson (Prism
   // §6.2), fineserve_batch (FineServe §6.3), edf or fcfs (arbitration.h).

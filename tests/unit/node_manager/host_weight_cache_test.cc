@@ -42,20 +42,27 @@ TEST(HostWeightCache, DropsLeastRecentlyUsedFirstWithinTheBudget) {
 }
 
 // What a full pinned arena does to make room (NodeManager::KeepHostCopy):
-// the least recently used copy goes first, and an empty cache says so.
-TEST(HostWeightCache, DropLeastRecentTakesTheOldestUntilNoneIsLeft) {
+// the least recently used copy goes first, but not one an engine still
+// holds (dropping it would free nothing); none left says so.
+TEST(HostWeightCache, DropLeastRecentTakesTheOldestCopyNothingElseHolds) {
   HostWeightCache c(100);
   ASSERT_TRUE(c.Put("a", "/a", W(30)));
   ASSERT_TRUE(c.Put("b", "/b", W(30)));
-  ASSERT_NE(c.Get("a", "/a"), nullptr);  // b is now the oldest
+  ASSERT_TRUE(c.Put("c", "/c", W(30)));
+  ASSERT_NE(c.Get("a", "/a"), nullptr);  // oldest first: b, c, a
+  auto held = c.Get("b", "/b");          // an engine activated from b's copy: c, a, b
+  held = nullptr;
+  held = c.Get("c", "/c");  // ... and from c's, which it still holds: a, b, c
+  ASSERT_TRUE(c.DropLeastRecent());
+  EXPECT_FALSE(c.Contains("a", "/a"));
   ASSERT_TRUE(c.DropLeastRecent());
   EXPECT_FALSE(c.Contains("b", "/b"));
-  EXPECT_TRUE(c.Contains("a", "/a"));
-  EXPECT_EQ(c.stats().bytes, 30);
+  EXPECT_FALSE(c.DropLeastRecent());  // c's copy is held: dropping it frees nothing
+  EXPECT_TRUE(c.Contains("c", "/c"));
+  held = nullptr;
   ASSERT_TRUE(c.DropLeastRecent());
-  EXPECT_FALSE(c.DropLeastRecent());
   EXPECT_EQ(c.stats().bytes, 0);
-  EXPECT_EQ(c.stats().dropped, 2);
+  EXPECT_EQ(c.stats().dropped, 3);
 }
 
 }  // namespace
