@@ -37,25 +37,6 @@ int WeightRemapper::AlphaCap(double max_fraction, bool respect_timing) const {
   return memory::MaxAlpha(n, t_transfer_, t_compute(), floor_cap);
 }
 
-absl::StatusOr<int64_t> WeightRemapper::RestorePages(const std::vector<int>& layers) {
-  int64_t mapped = 0;
-  std::vector<int> done;
-  for (int l : layers) {
-    const LayerExtent& e = extents_[static_cast<size_t>(l)];
-    auto got = pages_->Restore(e.offset, e.bytes);
-    if (!got.ok()) {
-      for (int d : done) {  // all or none
-        const LayerExtent& de = extents_[static_cast<size_t>(d)];
-        pages_->Lend(de.offset, de.bytes).IgnoreError();
-      }
-      return got.status();
-    }
-    mapped += *got;
-    done.push_back(l);
-  }
-  return mapped;
-}
-
 absl::Status WeightRemapper::Prepare() {
   if (t_transfer_ > 0) return absl::OkStatus();
   auto t = executor_->MeasureLayerTransferSeconds();
@@ -98,34 +79,44 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
   std::vector<int> lend, restore;
   std::set_difference(now.begin(), now.end(), was.begin(), was.end(), std::back_inserter(lend));
   std::set_difference(was.begin(), was.end(), now.begin(), now.end(), std::back_inserter(restore));
-  // Lend first: what it frees covers the restores (one fewer layer).
-  int64_t freed = 0;
-  for (int l : lend) {
-    const LayerExtent& e = extents_[static_cast<size_t>(l)];
-    auto got = pages_->Lend(e.offset, e.bytes);
-    if (!got.ok()) return got.status();  // an extent past the pages: a bug, nothing lent yet
-    freed += *got;
+  if (broken_) {
+    return absl::FailedPreconditionError(
+        "an earlier remapping lost weight layers after a device fault; reload the model");
   }
-  auto mapped = RestorePages(restore);
-  absl::Status st = mapped.status();
-  if (st.ok()) st = executor_->RestoreLayers(restore);
+  auto extents = [this](const std::vector<int>& layers) {
+    std::vector<memory::WeightPages::Extent> out;
+    for (int l : layers) {
+      const LayerExtent& e = extents_[static_cast<size_t>(l)];
+      out.push_back({e.offset, e.bytes});
+    }
+    return out;
+  };
+  const auto lend_x = extents(lend), restore_x = extents(restore);
+  // One step on the device's pool: what the lends free covers the restores
+  // (one fewer layer), and no other model's KV or activation can take it in
+  // between. (Lending, then restoring, left that window open: a failure
+  // then found the lent pages taken and could not undo.)
+  auto net = pages_->Exchange(lend_x, restore_x);
+  if (!net.ok()) return net.status();  // nothing changed
+  // Prepare made the host image and every plan here is well formed, so
+  // only a device fault fails these.
+  absl::Status st = executor_->RestoreLayers(restore);
   if (st.ok()) st = executor_->SetLayerStreaming(next);
   if (!st.ok()) {
-    // Back to the old plan's pages (the lent ones map again into the room
-    // they just freed) and the old streaming.
-    if (mapped.ok()) {
-      for (int l : restore) {
-        const LayerExtent& e = extents_[static_cast<size_t>(l)];
-        pages_->Lend(e.offset, e.bytes).IgnoreError();
-      }
+    // Back to the old plan's pages, in one step again, and its streaming.
+    if (!pages_->Exchange(restore_x, lend_x).ok()) {
+      broken_ = true;
+      return absl::InternalError(
+          absl::StrCat("remapping failed (", st.message(),
+                       ") and the lent layers' pages were taken meanwhile; reload the model"));
     }
-    if (RestorePages(lend).ok()) executor_->RestoreLayers(lend).IgnoreError();
+    executor_->RestoreLayers(lend).IgnoreError();
     executor_->SetLayerStreaming(plan_).IgnoreError();
     return st;
   }
   if (alpha != plan_.alpha) (alpha > plan_.alpha ? remaps_ : reverts_)++;
   plan_ = std::move(next);
-  return freed - *mapped;
+  return *net;
 }
 
 void WeightRemapper::SetActivationDecode(double seconds) {

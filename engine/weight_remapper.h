@@ -54,7 +54,9 @@ class WeightRemapper {
   // lent, and streams the new plan from the next forward. Returns the
   // bytes given to the balloon (negative: taken back). FAILED_PRECONDITION
   // when no plan hides `alpha` layers' transfers; RESOURCE_EXHAUSTED when
-  // layers to take back find no room. On error nothing changed.
+  // layers to take back find no room. On error nothing changed, except
+  // after a device fault whose undo finds the lent pages taken (INTERNAL;
+  // the model must be reloaded).
   // `slots` 1 or 2 forces β (benchmarks comparing m = α+1 with α+2, tests)
   // and skips the timing check; 0 (default): β by the measured timings.
   absl::StatusOr<int64_t> SetAlpha(int alpha, int slots = 0);
@@ -80,8 +82,6 @@ class WeightRemapper {
  private:
   WeightRemapper(Executor* executor, std::shared_ptr<memory::WeightPages> pages,
                  std::vector<LayerExtent> extents);
-  // Restores `layers`' pages (all or none); the bytes mapped.
-  absl::StatusOr<int64_t> RestorePages(const std::vector<int>& layers);
 
   Executor* const executor_;
   const std::shared_ptr<memory::WeightPages> pages_;
@@ -97,6 +97,9 @@ class WeightRemapper {
   double last_stall_ = 0;  // executor's cumulative stall at the last step
   int64_t remaps_ = 0, reverts_ = 0;
   bool respect_timing_ = true;
+  // A device fault failed a remapping and its undo found the pages taken:
+  // lent layers are lost, and SetAlpha refuses from then on.
+  bool broken_ = false;
 };
 
 }  // namespace ballast::engine

@@ -57,6 +57,36 @@ absl::StatusOr<int64_t> WeightPages::Restore(size_t offset, size_t len) {
   return mapped;
 }
 
+absl::StatusOr<int64_t> WeightPages::Exchange(absl::Span<const Extent> lend,
+                                              absl::Span<const Extent> restore) {
+  std::vector<PageRange> unmap, map;
+  std::vector<std::pair<size_t, size_t>> lent, restored;  // {start, bytes}
+  int64_t net = 0;
+  for (const Extent& e : lend) {
+    if (e.offset > bytes_ || e.len > bytes_ - e.offset) {
+      return absl::OutOfRangeError(absl::StrCat("weight extent [", e.offset, ", ", e.offset + e.len,
+                                                ") is past the model's ", bytes_, " bytes"));
+    }
+    const auto [start, n] = InnerPages(e.offset, e.len);
+    if (n == 0 || lent_.count(start)) continue;
+    unmap.push_back({addr_ + start, n});
+    lent.emplace_back(start, n);
+    net += static_cast<int64_t>(n);
+  }
+  for (const Extent& e : restore) {
+    const auto [start, n] = InnerPages(e.offset, e.len);
+    auto it = lent_.find(start);
+    if (n == 0 || it == lent_.end()) continue;
+    map.push_back({addr_ + start, it->second});
+    restored.emplace_back(start, it->second);
+    net -= static_cast<int64_t>(it->second);
+  }
+  if (absl::Status st = owner_->ExchangeWeightPages(unmap, map); !st.ok()) return st;
+  for (const auto& [start, n] : lent) lent_[start] = n;
+  for (const auto& [start, n] : restored) lent_.erase(start);
+  return net;
+}
+
 int64_t WeightPages::lent_bytes() const {
   int64_t n = 0;
   for (const auto& [off, b] : lent_) n += static_cast<int64_t>(b);
@@ -132,6 +162,19 @@ absl::Status Balloon::MapWeightPages(uint8_t* addr, size_t bytes) {
   }
   absl::MutexLock lock(&mu_);
   weight_bytes_ += static_cast<int64_t>(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status Balloon::ExchangeWeightPages(absl::Span<const PageRange> unmap,
+                                          absl::Span<const PageRange> map) {
+  if (absl::Status st = pool_->Exchange(unmap, map); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("remapping weight pages: ", st.message()));
+  }
+  int64_t delta = 0;
+  for (const PageRange& r : unmap) delta -= static_cast<int64_t>(r.bytes);
+  for (const PageRange& r : map) delta += static_cast<int64_t>(r.bytes);
+  absl::MutexLock lock(&mu_);
+  weight_bytes_ += delta;
   return absl::OkStatus();
 }
 

@@ -78,6 +78,17 @@ class WeightPages {
   // mapped (0 if none were lent). RESOURCE_EXHAUSTED, nothing mapped, when
   // the budget lacks room.
   absl::StatusOr<int64_t> Restore(size_t offset, size_t len);
+  // Lends the extents of `lend` and restores those of `restore` as one
+  // step (PagePool::Exchange): no other model can take the pages lent here
+  // before the restores map theirs. Extents already lent (in `lend`) or not
+  // lent (in `restore`) are skipped. Returns the bytes lent less the bytes
+  // mapped; RESOURCE_EXHAUSTED, nothing changed, when the budget lacks room;
+  // OUT_OF_RANGE for an extent past bytes().
+  struct Extent {
+    size_t offset = 0;
+    size_t len = 0;
+  };
+  absl::StatusOr<int64_t> Exchange(absl::Span<const Extent> lend, absl::Span<const Extent> restore);
   // Bytes lent now.
   int64_t lent_bytes() const;
   // Bytes Lend(offset, len) would give back (its whole pages).
@@ -125,6 +136,8 @@ class Balloon : public std::enable_shared_from_this<Balloon> {
   // WeightPages::Lend/Restore's page moves, with the weight accounting.
   void UnmapWeightPages(uint8_t* addr, size_t bytes);
   absl::Status MapWeightPages(uint8_t* addr, size_t bytes);
+  absl::Status ExchangeWeightPages(absl::Span<const PageRange> unmap,
+                                   absl::Span<const PageRange> map);
   Balloon(std::shared_ptr<PagePool> pool, const BalloonOptions& options)
       : pool_(std::move(pool)), options_(options) {}
   // `lent`: the parts already unmapped (WeightPages::Lend).

@@ -44,6 +44,10 @@ absl::Status HostPagePool::Map(uint8_t* addr, size_t bytes) {
         absl::StrCat("page pool: mapping ", bytes, " bytes would pass the budget (",
                      stats_.mapped_bytes, " of ", stats_.budget_bytes, " mapped)"));
   }
+  return MapLocked(addr, bytes);
+}
+
+absl::Status HostPagePool::MapLocked(uint8_t* addr, size_t bytes) {
   if (mprotect(addr, bytes, PROT_READ | PROT_WRITE) != 0) {
     return absl::InternalError(absl::StrCat("mprotect: ", std::strerror(errno)));
   }
@@ -53,12 +57,38 @@ absl::Status HostPagePool::Map(uint8_t* addr, size_t bytes) {
 }
 
 void HostPagePool::Unmap(uint8_t* addr, size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  UnmapLocked(addr, bytes);
+}
+
+void HostPagePool::UnmapLocked(uint8_t* addr, size_t bytes) {
   // Drop the pages (the next Map sees zeros) and make the range unusable.
   madvise(addr, bytes, MADV_DONTNEED);
   mprotect(addr, bytes, PROT_NONE);
-  absl::MutexLock lock(&mu_);
   stats_.mapped_bytes -= static_cast<int64_t>(bytes);
   ++stats_.unmap_calls;
+}
+
+absl::Status HostPagePool::Exchange(absl::Span<const PageRange> unmap,
+                                    absl::Span<const PageRange> map) {
+  absl::MutexLock lock(&mu_);
+  int64_t after = stats_.mapped_bytes;
+  for (const PageRange& r : unmap) after -= static_cast<int64_t>(r.bytes);
+  for (const PageRange& r : map) after += static_cast<int64_t>(r.bytes);
+  if (after > stats_.budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("page pool: the exchange would map ", after,
+                                                     " bytes, past the budget of ",
+                                                     stats_.budget_bytes));
+  }
+  for (const PageRange& r : unmap) UnmapLocked(r.addr, r.bytes);
+  for (size_t i = 0; i < map.size(); ++i) {
+    if (absl::Status st = MapLocked(map[i].addr, map[i].bytes); !st.ok()) {
+      for (size_t j = 0; j < i; ++j) UnmapLocked(map[j].addr, map[j].bytes);
+      for (const PageRange& r : unmap) MapLocked(r.addr, r.bytes).IgnoreError();
+      return st;
+    }
+  }
+  return absl::OkStatus();
 }
 
 void HostPagePool::SetBudget(int64_t bytes) {

@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 
 namespace ballast::memory {
 
@@ -27,6 +28,12 @@ struct PagePoolStats {
   int64_t unmap_calls = 0;
   int64_t mapped_bytes = 0;
   int64_t budget_bytes = 0;
+};
+
+// [addr, addr + bytes) of a reserved range, page aligned.
+struct PageRange {
+  uint8_t* addr = nullptr;
+  size_t bytes = 0;
 };
 
 class PagePool {
@@ -40,6 +47,13 @@ class PagePool {
   virtual absl::Status Map(uint8_t* addr, size_t bytes) = 0;
   // Returns the memory behind [addr, addr + bytes) to the pool.
   virtual void Unmap(uint8_t* addr, size_t bytes) = 0;
+  // Unmaps `unmap` and maps `map` as one step: the budget check counts the
+  // unmapped bytes as free, and no other caller can map them in between
+  // (parameter remapping lends some weight layers and takes others back).
+  // RESOURCE_EXHAUSTED, with nothing changed, when the result would pass
+  // the budget; on a driver error the unmapped ranges are mapped again.
+  virtual absl::Status Exchange(absl::Span<const PageRange> unmap,
+                                absl::Span<const PageRange> map) = 0;
   // Bytes that may be mapped at once (the device's share for KV).
   virtual void SetBudget(int64_t bytes) = 0;
   virtual PagePoolStats stats() const = 0;
@@ -55,6 +69,8 @@ class HostPagePool final : public PagePool {
   absl::StatusOr<uint8_t*> Reserve(size_t bytes) override;
   absl::Status Map(uint8_t* addr, size_t bytes) override;
   void Unmap(uint8_t* addr, size_t bytes) override;
+  absl::Status Exchange(absl::Span<const PageRange> unmap,
+                        absl::Span<const PageRange> map) override;
   void SetBudget(int64_t bytes) override;
   PagePoolStats stats() const override;
 
@@ -62,6 +78,9 @@ class HostPagePool final : public PagePool {
   HostPagePool(size_t page_bytes, int64_t budget) : page_bytes_(page_bytes) {
     stats_.budget_bytes = budget;
   }
+  // REQUIRES: mu_ held. MapLocked checks no budget.
+  absl::Status MapLocked(uint8_t* addr, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnmapLocked(uint8_t* addr, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const size_t page_bytes_;
   mutable absl::Mutex mu_;
   PagePoolStats stats_ ABSL_GUARDED_BY(mu_);

@@ -138,6 +138,10 @@ absl::Status CudaPagePool::Map(uint8_t* addr, size_t bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("page pool: mapping ", bytes, " bytes would pass the budget"));
   }
+  return MapLocked(addr, bytes);
+}
+
+absl::Status CudaPagePool::MapLocked(uint8_t* addr, size_t bytes) {
   std::vector<uint8_t*> done;
   absl::Status st;
   for (size_t off = 0; off < bytes && st.ok(); off += page_bytes_) {
@@ -177,6 +181,32 @@ absl::Status CudaPagePool::Map(uint8_t* addr, size_t bytes) {
 
 void CudaPagePool::Unmap(uint8_t* addr, size_t bytes) {
   absl::MutexLock lock(&mu_);
+  UnmapLocked(addr, bytes);
+}
+
+absl::Status CudaPagePool::Exchange(absl::Span<const PageRange> unmap,
+                                    absl::Span<const PageRange> map) {
+  absl::MutexLock lock(&mu_);
+  int64_t after = stats_.mapped_bytes;
+  for (const PageRange& r : unmap) after -= static_cast<int64_t>(r.bytes);
+  for (const PageRange& r : map) after += static_cast<int64_t>(r.bytes);
+  if (after > stats_.budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("page pool: the exchange would map ", after,
+                                                     " bytes, past the budget of ",
+                                                     stats_.budget_bytes));
+  }
+  for (const PageRange& r : unmap) UnmapLocked(r.addr, r.bytes);
+  for (size_t i = 0; i < map.size(); ++i) {
+    if (absl::Status st = MapLocked(map[i].addr, map[i].bytes); !st.ok()) {
+      for (size_t j = 0; j < i; ++j) UnmapLocked(map[j].addr, map[j].bytes);
+      for (const PageRange& r : unmap) MapLocked(r.addr, r.bytes).IgnoreError();
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CudaPagePool::UnmapLocked(uint8_t* addr, size_t bytes) {
   ++calls_.unmap;
   drv_->unmap(reinterpret_cast<CUdeviceptr>(addr), bytes);  // one call for the range
   for (size_t off = 0; off < bytes; off += page_bytes_) {

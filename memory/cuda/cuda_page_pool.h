@@ -37,6 +37,8 @@ class CudaPagePool final : public PagePool {
   absl::StatusOr<uint8_t*> Reserve(size_t bytes) override;
   absl::Status Map(uint8_t* addr, size_t bytes) override;
   void Unmap(uint8_t* addr, size_t bytes) override;
+  absl::Status Exchange(absl::Span<const PageRange> unmap,
+                        absl::Span<const PageRange> map) override;
   void SetBudget(int64_t bytes) override;
   PagePoolStats stats() const override;
 
@@ -51,6 +53,9 @@ class CudaPagePool final : public PagePool {
   struct Driver;
   CudaPagePool(int device, size_t page_bytes, int64_t budget);
   absl::StatusOr<unsigned long long> TakeHandle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // REQUIRES: mu_ held. MapLocked checks no budget; all or nothing.
+  absl::Status MapLocked(uint8_t* addr, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnmapLocked(uint8_t* addr, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int device_;
   const size_t page_bytes_;

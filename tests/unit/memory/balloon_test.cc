@@ -115,5 +115,47 @@ TEST(Balloon, WeightPagesLendWholePagesToKvAndRestoreThem) {
   EXPECT_TRUE(kv->Free(absl::MakeConstSpan(*blocks).subspan(2)).ok());
 }
 
+// Parameter remapping's page moves in one step: with no page free, one
+// layer is lent and another taken back (what the lend frees is what the
+// restore maps, and no KV allocation can take it in between); a step that
+// would need more than the lends free changes nothing.
+TEST(Balloon, WeightPagesExchangeLendsAndRestoresInOneStep) {
+  auto b = Make(8);
+  auto w = b->MapWeights(6 * kPage);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::memset((*w)->data(), 0x11, (*w)->bytes());
+  using X = WeightPages::Extent;
+  ASSERT_EQ(*(*w)->Lend(kPage, kPage), static_cast<int64_t>(kPage));  // "layer 1" lent
+  auto kv = *b->arena()->CreateAllocator(kPage);
+  auto blocks = kv->Allocate(3);  // every free page
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(b->FreeBytes(), 0);
+  // Lend layer 3, restore layer 1: even.
+  const std::vector<X> lend3 = {{3 * kPage, kPage}}, restore1 = {{kPage, kPage}};
+  auto net = (*w)->Exchange(lend3, restore1);
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ(*net, 0);
+  std::memset((*w)->data() + kPage, 0x22, kPage);  // layer 1 is writable again
+  EXPECT_EQ((*w)->lent_bytes(), static_cast<int64_t>(kPage));
+  EXPECT_EQ(b->stats().weight_bytes, 5 * static_cast<int64_t>(kPage));
+  // Lend nothing new (layer 3 is already lent), restore layer 3: no room,
+  // and nothing changes.
+  const std::vector<X> restore3 = {{3 * kPage, kPage}};
+  EXPECT_EQ((*w)->Exchange(lend3, restore3).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*w)->lent_bytes(), static_cast<int64_t>(kPage));
+  EXPECT_EQ(b->stats().weight_bytes, 5 * static_cast<int64_t>(kPage));
+  EXPECT_EQ((*w)->data()[2 * kPage], 0x11);  // layer 2 untouched
+  // Two lent, one restored: a page goes to the pool.
+  const std::vector<X> lend02 = {{0, kPage}, {2 * kPage, kPage}};
+  net = (*w)->Exchange(lend02, restore3);
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ(*net, static_cast<int64_t>(kPage));
+  EXPECT_EQ(b->FreeBytes(), static_cast<int64_t>(kPage));
+  EXPECT_EQ((*w)->lent_bytes(), 2 * static_cast<int64_t>(kPage));
+  const std::vector<X> past = {{5 * kPage, 2 * kPage}};
+  EXPECT_EQ((*w)->Exchange(past, {}).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(kv->Free(*blocks).ok());
+}
+
 }  // namespace
 }  // namespace ballast::memory
