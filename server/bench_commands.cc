@@ -224,7 +224,9 @@ std::string WriteCompare(const BenchFlags& f, const std::vector<std::vector<benc
                           c == 0 ? std::string(best[0] > 0 ? "1.00" : "n/a")
                                  : FormatRatio(best[c], miss[c], best[0], miss[0]));
     row["max_rate_scale_99_ttft"] = best[c];
-    if (std::isfinite(miss[c])) row["lowest_scale_above_below_99_ttft"] = miss[c];
+    // The bracket's upper end: the lowest scale above the max whose run
+    // missed 99% or was invalid (absent when none did).
+    if (std::isfinite(miss[c])) row["min_missed_rate_scale_99_ttft"] = miss[c];
     row["ratio_to_first"] = ratio;
     table.push_back(row);
   }

@@ -254,6 +254,17 @@ TEST_F(BenchTest, CompareSearchBracketsEachConfigsLimit) {
     if (r["valid"].get<bool>() && r["ttft"].get<double>() >= 0.99) best = std::max(best, k);
   }
   EXPECT_EQ(row["max_rate_scale_99_ttft"].get<double>(), best);
+  double missed = 0;  // the lowest scale above `best` that missed
+  for (const auto& r : runs) {
+    const double k = r["rate_scale"].get<double>();
+    const bool met = r["valid"].get<bool>() && r["ttft"].get<double>() >= 0.99;
+    if (k > best && !met && (missed == 0 || k < missed)) missed = k;
+  }
+  if (missed > 0) {
+    EXPECT_EQ(row["min_missed_rate_scale_99_ttft"].get<double>(), missed);
+  } else {
+    EXPECT_FALSE(row.contains("min_missed_rate_scale_99_ttft"));
+  }
   std::ifstream md_in(out / "compare.md");
   const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
   EXPECT_NE(md.find("runs (rate scale: TTFT attainment)"), std::string::npos) << md;
