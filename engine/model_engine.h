@@ -204,9 +204,10 @@ class ModelEngine {
   void ImportSession(std::string session_id, std::vector<int> tokens,
                      std::shared_ptr<const KvPrefixLease> lease, int priority, absl::Time deadline,
                      std::function<void(absl::StatusOr<std::pair<int, KvSource>>)> done);
-  // Invalidate: drops the session's device copy if it is an unused
-  // prefetch; `done` gets whether it was.
-  void DropPrefetch(const std::string& session_id, std::function<void(bool)> done);
+  // Invalidate: drops each session's device copy that is an unused
+  // prefetch (one task on the step thread for all of them); `done` gets
+  // whether any was.
+  void DropPrefetch(std::vector<std::string> session_ids, std::function<void(bool)> done);
   // Tokens of the session's device cache (0: none). Thread-safe.
   int CachedSessionTokens(const std::string& session_id) const {
     return kv_manager_->CachedTokens(session_id);

@@ -103,8 +103,13 @@ absl::StatusOr<std::pair<int, KvSource>> ModelEngine::Import(const std::string& 
   return std::make_pair(lease.tokens, lease.source);
 }
 
-void ModelEngine::DropPrefetch(const std::string& session_id, std::function<void(bool)> done) {
-  if (!QueueTask([this, session_id, done] { done(kv_manager_->DropPrefetch(session_id)); })) {
+void ModelEngine::DropPrefetch(std::vector<std::string> session_ids,
+                               std::function<void(bool)> done) {
+  if (!QueueTask([this, ids = std::move(session_ids), done] {
+        bool dropped = false;
+        for (const std::string& id : ids) dropped |= kv_manager_->DropPrefetch(id);
+        done(dropped);
+      })) {
     done(false);
   }
 }

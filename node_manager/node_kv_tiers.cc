@@ -84,14 +84,12 @@ absl::StatusOr<bool> NodeManager::DropPrefetch(const std::string& session_id,
         absl::StrCat("model ", model, " is not resident on node ", options_.node_id));
   }
   bool dropped = false;
-  for (const std::string& key : SessionKeys(session_id, /*forget=*/false)) {
-    absl::Notification done;
-    engine->DropPrefetch(key, [&](bool d) {
-      dropped |= d;
-      done.Notify();
-    });
-    done.WaitForNotification();
-  }
+  absl::Notification done;
+  engine->DropPrefetch(SessionKeys(session_id, /*forget=*/false), [&](bool d) {
+    dropped = d;
+    done.Notify();
+  });
+  done.WaitForNotification();
   return dropped;
 }
 
