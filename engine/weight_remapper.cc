@@ -97,7 +97,16 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
   // between. (Lending, then restoring, left that window open: a failure
   // then found the lent pages taken and could not undo.)
   auto net = pages_->Exchange(lend_x, restore_x);
-  if (!net.ok()) return net.status();  // nothing changed
+  if (!net.ok()) {
+    // Out of room: nothing changed. A driver failure mapped the lent
+    // layers' pages again but lost their bytes: copy them back from the
+    // host image (DATA_LOSS: not even the pages came back).
+    if (absl::IsDataLoss(net.status()) ||
+        (absl::IsInternal(net.status()) && !executor_->RestoreLayers(lend).ok())) {
+      broken_ = true;
+    }
+    return net.status();
+  }
   // Prepare made the host image and every plan here is well formed, so
   // only a device fault fails these.
   absl::Status st = executor_->RestoreLayers(restore);

@@ -60,7 +60,7 @@ absl::StatusOr<int64_t> WeightPages::Restore(size_t offset, size_t len) {
 absl::StatusOr<int64_t> WeightPages::Exchange(absl::Span<const Extent> lend,
                                               absl::Span<const Extent> restore) {
   std::vector<PageRange> unmap, map;
-  std::vector<std::pair<size_t, size_t>> lent, restored;  // {start, bytes}
+  std::map<size_t, size_t> lent, restored;  // start -> bytes
   int64_t net = 0;
   for (const Extent& e : lend) {
     if (e.offset > bytes_ || e.len > bytes_ - e.offset) {
@@ -68,21 +68,26 @@ absl::StatusOr<int64_t> WeightPages::Exchange(absl::Span<const Extent> lend,
                                                 ") is past the model's ", bytes_, " bytes"));
     }
     const auto [start, n] = InnerPages(e.offset, e.len);
-    if (n == 0 || lent_.count(start)) continue;
+    if (n == 0 || lent_.count(start) || !lent.emplace(start, n).second) continue;
     unmap.push_back({addr_ + start, n});
-    lent.emplace_back(start, n);
     net += static_cast<int64_t>(n);
   }
   for (const Extent& e : restore) {
     const auto [start, n] = InnerPages(e.offset, e.len);
+    if (n > 0 && lent.count(start)) {
+      return absl::InvalidArgumentError(absl::StrCat("weight extent at ", e.offset,
+                                                     " is both lent and restored in one exchange"));
+    }
     auto it = lent_.find(start);
-    if (n == 0 || it == lent_.end()) continue;
+    if (n == 0 || it == lent_.end() || !restored.emplace(start, it->second).second) continue;
     map.push_back({addr_ + start, it->second});
-    restored.emplace_back(start, it->second);
     net -= static_cast<int64_t>(it->second);
   }
-  if (absl::Status st = owner_->ExchangeWeightPages(unmap, map); !st.ok()) return st;
-  for (const auto& [start, n] : lent) lent_[start] = n;
+  absl::Status st = owner_->ExchangeWeightPages(unmap, map);
+  // DATA_LOSS: the pool could not map the lent ranges again; they stay
+  // counted as lent, so that nothing unmaps them twice.
+  if (st.ok() || absl::IsDataLoss(st)) lent_.insert(lent.begin(), lent.end());
+  if (!st.ok()) return st;
   for (const auto& [start, n] : restored) lent_.erase(start);
   return net;
 }

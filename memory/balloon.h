@@ -81,9 +81,12 @@ class WeightPages {
   // Lends the extents of `lend` and restores those of `restore` as one
   // step (PagePool::Exchange): no other model can take the pages lent here
   // before the restores map theirs. Extents already lent (in `lend`) or not
-  // lent (in `restore`) are skipped. Returns the bytes lent less the bytes
-  // mapped; RESOURCE_EXHAUSTED, nothing changed, when the budget lacks room;
-  // OUT_OF_RANGE for an extent past bytes().
+  // lent (in `restore`) are skipped, as are repeats. Returns the bytes lent
+  // less the bytes mapped; RESOURCE_EXHAUSTED, nothing changed, when the
+  // budget lacks room; OUT_OF_RANGE for an extent past bytes();
+  // INVALID_ARGUMENT for one in both lists; INTERNAL or DATA_LOSS after a
+  // driver failure (PagePool::Exchange: the lent extents' contents are
+  // lost, and with DATA_LOSS their pages too).
   struct Extent {
     size_t offset = 0;
     size_t len = 0;

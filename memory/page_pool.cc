@@ -69,26 +69,46 @@ void HostPagePool::UnmapLocked(uint8_t* addr, size_t bytes) {
   ++stats_.unmap_calls;
 }
 
-absl::Status HostPagePool::Exchange(absl::Span<const PageRange> unmap,
-                                    absl::Span<const PageRange> map) {
-  absl::MutexLock lock(&mu_);
-  int64_t after = stats_.mapped_bytes;
+absl::Status ExchangeRanges(const PagePoolStats& stats, absl::Span<const PageRange> unmap,
+                            absl::Span<const PageRange> map,
+                            absl::FunctionRef<absl::Status(const PageRange&)> map_locked,
+                            absl::FunctionRef<void(const PageRange&)> unmap_locked) {
+  int64_t after = stats.mapped_bytes;
   for (const PageRange& r : unmap) after -= static_cast<int64_t>(r.bytes);
   for (const PageRange& r : map) after += static_cast<int64_t>(r.bytes);
-  if (after > stats_.budget_bytes) {
+  // Over the budget already (a workspace charge lowered it): an exchange
+  // that maps less than it unmaps still goes through.
+  if (after > stats.budget_bytes && after > stats.mapped_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("page pool: the exchange would map ", after,
                                                      " bytes, past the budget of ",
-                                                     stats_.budget_bytes));
+                                                     stats.budget_bytes));
   }
-  for (const PageRange& r : unmap) UnmapLocked(r.addr, r.bytes);
+  for (const PageRange& r : unmap) unmap_locked(r);
   for (size_t i = 0; i < map.size(); ++i) {
-    if (absl::Status st = MapLocked(map[i].addr, map[i].bytes); !st.ok()) {
-      for (size_t j = 0; j < i; ++j) UnmapLocked(map[j].addr, map[j].bytes);
-      for (const PageRange& r : unmap) MapLocked(r.addr, r.bytes).IgnoreError();
-      return st;
+    if (absl::Status st = map_locked(map[i]); !st.ok()) {
+      for (size_t j = 0; j < i; ++j) unmap_locked(map[j]);
+      bool back = true;
+      for (const PageRange& r : unmap) back &= map_locked(r).ok();
+      return back ? absl::InternalError(
+                        absl::StrCat("page pool: exchange: ", st.message(),
+                                     "; the unmapped ranges are mapped again, contents lost"))
+                  : absl::DataLossError(
+                        absl::StrCat("page pool: exchange: ", st.message(),
+                                     "; the unmapped ranges could not be mapped again"));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status HostPagePool::Exchange(absl::Span<const PageRange> unmap,
+                                    absl::Span<const PageRange> map) {
+  absl::MutexLock lock(&mu_);
+  return ExchangeRanges(
+      stats_, unmap, map,
+      [this](const PageRange& r)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return MapLocked(r.addr, r.bytes); },
+      [this](const PageRange& r)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { UnmapLocked(r.addr, r.bytes); });
 }
 
 void HostPagePool::SetBudget(int64_t bytes) {

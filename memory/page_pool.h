@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -51,13 +52,24 @@ class PagePool {
   // unmapped bytes as free, and no other caller can map them in between
   // (parameter remapping lends some weight layers and takes others back).
   // RESOURCE_EXHAUSTED, with nothing changed, when the result would pass
-  // the budget; on a driver error the unmapped ranges are mapped again.
+  // the budget (unless it maps less than it unmaps). A failed map after the
+  // unmaps: INTERNAL when the unmapped ranges were mapped again (their
+  // contents lost: the caller rewrites them), DATA_LOSS when they could not
+  // be. The ranges in `unmap` and `map` must be distinct.
   virtual absl::Status Exchange(absl::Span<const PageRange> unmap,
                                 absl::Span<const PageRange> map) = 0;
   // Bytes that may be mapped at once (the device's share for KV).
   virtual void SetBudget(int64_t bytes) = 0;
   virtual PagePoolStats stats() const = 0;
 };
+
+// PagePool::Exchange's budget check, order and undo, for implementations:
+// called with the pool's lock held, over its lock-held map (which checks no
+// budget) and unmap.
+absl::Status ExchangeRanges(const PagePoolStats& stats, absl::Span<const PageRange> unmap,
+                            absl::Span<const PageRange> map,
+                            absl::FunctionRef<absl::Status(const PageRange&)> map_locked,
+                            absl::FunctionRef<void(const PageRange&)> unmap_locked);
 
 class HostPagePool final : public PagePool {
  public:

@@ -61,6 +61,15 @@ bool HostWeightCache::DropLeastRecent() {
   return false;
 }
 
+int64_t HostWeightCache::DroppableBytes() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const Entry& e : lru_) {
+    if (e.weights.use_count() == 1) n += e.weights->bytes();
+  }
+  return n;
+}
+
 void HostWeightCache::EraseLocked(const std::string& model) {
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     if (it->model == model) {

@@ -49,6 +49,8 @@ class HostWeightCache {
   // as dropped): dropping one that an engine still holds, having been
   // activated from it, frees no memory. False when there is none.
   bool DropLeastRecent();
+  // Bytes DropLeastRecent could free: the copies only the cache holds.
+  int64_t DroppableBytes() const;
   HostWeightCacheStats stats() const;
 
  private:

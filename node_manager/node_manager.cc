@@ -363,6 +363,17 @@ void NodeManager::KeepHostCopy(const std::string& name, engine::ModelEngine& e) 
     return;
   }
   if (!host_cache_.Fits(e.weight_bytes())) return;
+  if (host_arena_) {
+    // Copies take whole chunks; engines hold the copies they were activated
+    // from (and layer streaming's images), which dropping cannot free.
+    const int64_t chunk = static_cast<int64_t>(host_arena_->chunk_bytes());
+    const int64_t need = (e.weight_bytes() + chunk - 1) / chunk * chunk;
+    if (host_arena_->free_bytes() + host_cache_.DroppableBytes() < need) {
+      spdlog::warn("model {}: no host copy kept: the {} MiB it needs are held by resident models",
+                   name, need >> 20);
+      return;
+    }
+  }
   // Copying the weights out while the engine still steps is safe. A full
   // arena makes room by dropping the least recently used copies (their
   // chunks return once no engine holds them).

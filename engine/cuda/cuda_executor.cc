@@ -178,6 +178,9 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
 }
 
 absl::StatusOr<std::shared_ptr<const HostWeights>> CudaExecutor::KeepHostWeights() {
+  // The image layer streaming copies from is the same bytes: no new copy.
+  // (May run beside a step: the step thread may be setting it.)
+  if (auto image = std::atomic_load(&host_image_)) return std::shared_ptr<const HostWeights>(image);
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
   auto img = weights_->SaveToHost(options_.host_arena);
   if (!img.ok()) return img.status();

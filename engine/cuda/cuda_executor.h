@@ -223,6 +223,8 @@ class CudaExecutor final : public Executor {
   memory::StreamingPlan stream_plan_;
   std::vector<int> stream_index_;
   std::vector<DeviceLayer> slot_layers_;
+  // Set once on the step thread (std::atomic_store); KeepHostWeights reads
+  // it from another (std::atomic_load).
   std::shared_ptr<const PinnedWeights> host_image_;
   cudaStream_t weight_stream_ = nullptr;
   std::vector<cudaEvent_t> weight_loaded_, slot_free_;

@@ -1,9 +1,11 @@
 // CudaExecutor's parameter remapping: weight layers streamed through slots
 // from a pinned host image (see cuda_executor.h and memory/remap_plan.h).
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_executor.h"
+#include "spdlog/spdlog.h"
 
 namespace ballast::engine::cuda {
 
@@ -20,6 +22,13 @@ absl::Status CudaExecutor::EnsureHostImage() {
       std::dynamic_pointer_cast<const PinnedWeights>(options_.host_weights);
   if (!image) {
     auto img = weights_->SaveToHost(options_.host_arena);
+    if (absl::IsResourceExhausted(img.status())) {
+      // The node's arena is full of other models' copies: pin a new image
+      // (which holds up the process's CUDA calls while it pins).
+      spdlog::warn("{}; pinning {} MiB more for layer streaming", img.status().ToString(),
+                   weights_->bytes() >> 20);
+      img = weights_->SaveToHost(nullptr);
+    }
     if (!img.ok()) return img.status();
     image = std::move(*img);
   }
@@ -29,7 +38,7 @@ absl::Status CudaExecutor::EnsureHostImage() {
   }
   cudaStream_t stream = nullptr;
   BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "weight stream");
-  host_image_ = std::move(image);
+  std::atomic_store(&host_image_, std::move(image));  // KeepHostWeights may read it
   weight_stream_ = stream;
   return absl::OkStatus();
 }

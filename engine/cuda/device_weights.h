@@ -61,6 +61,8 @@ class PinnedWeights final : public HostWeights {
   static absl::StatusOr<std::shared_ptr<PinnedWeights>> FromArena(std::shared_ptr<HostArena> arena,
                                                                   size_t bytes, ActType type);
   ~PinnedWeights() override;
+  PinnedWeights(const PinnedWeights&) = delete;  // the chunks go back once
+  PinnedWeights& operator=(const PinnedWeights&) = delete;
   // Host memory held (whole chunks).
   int64_t bytes() const override {
     return static_cast<int64_t>(chunks_.chunks.size() * chunks_.chunk_bytes);

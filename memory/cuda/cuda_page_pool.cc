@@ -187,23 +187,12 @@ void CudaPagePool::Unmap(uint8_t* addr, size_t bytes) {
 absl::Status CudaPagePool::Exchange(absl::Span<const PageRange> unmap,
                                     absl::Span<const PageRange> map) {
   absl::MutexLock lock(&mu_);
-  int64_t after = stats_.mapped_bytes;
-  for (const PageRange& r : unmap) after -= static_cast<int64_t>(r.bytes);
-  for (const PageRange& r : map) after += static_cast<int64_t>(r.bytes);
-  if (after > stats_.budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("page pool: the exchange would map ", after,
-                                                     " bytes, past the budget of ",
-                                                     stats_.budget_bytes));
-  }
-  for (const PageRange& r : unmap) UnmapLocked(r.addr, r.bytes);
-  for (size_t i = 0; i < map.size(); ++i) {
-    if (absl::Status st = MapLocked(map[i].addr, map[i].bytes); !st.ok()) {
-      for (size_t j = 0; j < i; ++j) UnmapLocked(map[j].addr, map[j].bytes);
-      for (const PageRange& r : unmap) MapLocked(r.addr, r.bytes).IgnoreError();
-      return st;
-    }
-  }
-  return absl::OkStatus();
+  return ExchangeRanges(
+      stats_, unmap, map,
+      [this](const PageRange& r)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return MapLocked(r.addr, r.bytes); },
+      [this](const PageRange& r)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { UnmapLocked(r.addr, r.bytes); });
 }
 
 void CudaPagePool::UnmapLocked(uint8_t* addr, size_t bytes) {

@@ -154,6 +154,21 @@ TEST(Balloon, WeightPagesExchangeLendsAndRestoresInOneStep) {
   EXPECT_EQ((*w)->lent_bytes(), 2 * static_cast<int64_t>(kPage));
   const std::vector<X> past = {{5 * kPage, 2 * kPage}};
   EXPECT_EQ((*w)->Exchange(past, {}).status().code(), absl::StatusCode::kOutOfRange);
+  // An extent both lent and restored is refused; a repeated one counts once.
+  const std::vector<X> lend4 = {{4 * kPage, kPage}}, restore4 = {{4 * kPage, kPage}};
+  EXPECT_EQ((*w)->Exchange(lend4, restore4).status().code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<X> lend44 = {{4 * kPage, kPage}, {4 * kPage, kPage}};
+  net = (*w)->Exchange(lend44, {});
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ(*net, static_cast<int64_t>(kPage));
+  EXPECT_EQ(b->pool()->stats().mapped_bytes, 6 * static_cast<int64_t>(kPage));  // 3 weights + 3 KV
+  // A workspace charge puts the pool over its budget: lending still goes
+  // through (it only gives memory back); taking a layer back does not.
+  b->SetWorkspace("other", 4 * static_cast<int64_t>(kPage));
+  const std::vector<X> lend5 = {{5 * kPage, kPage}}, restore0 = {{0, kPage}};
+  net = (*w)->Exchange(lend5, {});
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*w)->Exchange({}, restore0).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(kv->Free(*blocks).ok());
 }
 

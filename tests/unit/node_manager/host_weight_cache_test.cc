@@ -47,19 +47,23 @@ TEST(HostWeightCache, DropsLeastRecentlyUsedFirstWithinTheBudget) {
 TEST(HostWeightCache, DropLeastRecentTakesTheOldestCopyNothingElseHolds) {
   HostWeightCache c(100);
   ASSERT_TRUE(c.Put("a", "/a", W(30)));
-  ASSERT_TRUE(c.Put("b", "/b", W(30)));
-  ASSERT_TRUE(c.Put("c", "/c", W(30)));
-  ASSERT_NE(c.Get("a", "/a"), nullptr);  // oldest first: b, c, a
-  auto held = c.Get("b", "/b");          // an engine activated from b's copy: c, a, b
-  held = nullptr;
-  held = c.Get("c", "/c");  // ... and from c's, which it still holds: a, b, c
-  ASSERT_TRUE(c.DropLeastRecent());
-  EXPECT_FALSE(c.Contains("a", "/a"));
-  ASSERT_TRUE(c.DropLeastRecent());
+  ASSERT_TRUE(c.Put("b", "/b", W(20)));
+  ASSERT_TRUE(c.Put("c", "/c", W(10)));
+  // An engine activated from a's copy holds it; a stays the oldest.
+  auto held = c.Get("a", "/a");
+  ASSERT_NE(c.Get("b", "/b"), nullptr);
+  ASSERT_NE(c.Get("c", "/c"), nullptr);  // oldest first: a, b, c
+  EXPECT_EQ(c.DroppableBytes(), 30);     // b and c
+  ASSERT_TRUE(c.DropLeastRecent());      // skips a: drops b
+  EXPECT_TRUE(c.Contains("a", "/a"));
   EXPECT_FALSE(c.Contains("b", "/b"));
-  EXPECT_FALSE(c.DropLeastRecent());  // c's copy is held: dropping it frees nothing
-  EXPECT_TRUE(c.Contains("c", "/c"));
+  ASSERT_TRUE(c.DropLeastRecent());  // c
+  EXPECT_FALSE(c.Contains("c", "/c"));
+  EXPECT_FALSE(c.DropLeastRecent());  // only a is left, and it is held
+  EXPECT_EQ(c.DroppableBytes(), 0);
+  EXPECT_EQ(c.stats().bytes, 30);
   held = nullptr;
+  EXPECT_EQ(c.DroppableBytes(), 30);
   ASSERT_TRUE(c.DropLeastRecent());
   EXPECT_EQ(c.stats().bytes, 0);
   EXPECT_EQ(c.stats().dropped, 3);
