@@ -38,6 +38,9 @@ class WeightRemapper {
                                                 std::shared_ptr<memory::WeightPages> pages);
 
   int alpha() const { return plan_.alpha; }
+  // A device fault lost lent layers (SetAlpha's INTERNAL): the engine must
+  // not serve again (the device worker closes it).
+  bool broken() const { return broken_; }
   int num_layers() const { return static_cast<int>(extents_.size()); }
   const memory::StreamingPlan& plan() const { return plan_; }
   // Bytes one more lent layer frees at least (the whole pages inside the

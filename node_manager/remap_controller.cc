@@ -1,8 +1,24 @@
 #include "node_manager/remap_controller.h"
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::node_manager {
+namespace {
+
+// A remapping whose undo failed lost weight layers: the engine would serve
+// garbage or fault, so it fails its requests and refuses new ones from now
+// on (the model must be reloaded).
+void CloseIfBroken(engine::ModelEngine& e, const absl::Status& why) {
+  if (e.remapper() == nullptr || !e.remapper()->broken()) return;
+  spdlog::error("model {}: closed: its weight layers were lost while remapping ({})", e.name(),
+                why.ToString());
+  e.Close(absl::InternalError(absl::StrCat("model ", e.name(),
+                                           " lost weight layers in a failed remapping (",
+                                           why.message(), "); evict and load it again")));
+}
+
+}  // namespace
 
 std::vector<memory::RemapCandidate> RemapController::Candidates(
     const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const {
@@ -42,6 +58,7 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
     if (!got.ok()) {
       spdlog::warn("model {}: lending {} weight layers to KV failed: {}", engines[i]->name(),
                    target[i], got.status().ToString());
+      CloseIfBroken(*engines[i], got.status());
       continue;
     }
     freed += *got;
@@ -86,6 +103,7 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
     if (balloon.FreeBytes() + empty >= need) balloon.arena()->ReclaimFreeSlabs();
     if (balloon.FreeBytes() >= need) {
       auto got = e->remapper()->SetAlpha(cands[static_cast<size_t>(next)].alpha - 1);
+      if (!got.ok()) CloseIfBroken(*e, got.status());
       if (got.ok()) {
         ++reverted;
         sample.layers[e->name()] = e->remapper()->alpha();
