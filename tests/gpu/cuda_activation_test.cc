@@ -41,15 +41,21 @@ std::vector<int> Greedy(NodeManager* node, const std::string& id, const std::str
   return sink.result.ok() ? sink.result->output_tokens : std::vector<int>{};
 }
 
+// An elastic node on GPU 0 with a 1 GiB budget in 2 MiB pages.
+NodeOptions CudaNode() {
+  NodeOptions n;
+  n.engine.backend = "cuda";
+  n.slab_bytes = 2u << 20;
+  n.devices = {DeviceOptions{"cuda:0", 1ll << 30}};
+  return n;
+}
+
 TEST(CudaActivation, WeightsLiveInBalloonPagesAndReactivateFromThePinnedCopy) {
   BALLAST_SKIP_WITHOUT_GPU();
   engine::testing::TempDir dir;
   const std::string path =
       engine::testing::WriteTinyModel(dir, "m", engine::testing::GpuTestModelSpec());
-  NodeOptions n;
-  n.engine.backend = "cuda";
-  n.slab_bytes = 2u << 20;
-  n.devices = {DeviceOptions{"cuda:0", 1ll << 30}};
+  NodeOptions n = CudaNode();
   auto node = NodeManager::Create(n);
   ASSERT_TRUE(node.ok()) << node.status();
   auto first = (*node)->LoadModel("m", path, "auto", "");
@@ -80,10 +86,7 @@ TEST(CudaActivation, HostCopiesComeFromTheArenaPinnedAtStartAndAFullOneDropsTheO
   engine::testing::TempDir dir;
   const std::string path =
       engine::testing::WriteTinyModel(dir, "m", engine::testing::GpuTestModelSpec());
-  NodeOptions n;
-  n.engine.backend = "cuda";
-  n.slab_bytes = 2u << 20;
-  n.devices = {DeviceOptions{"cuda:0", 1ll << 30}};
+  NodeOptions n = CudaNode();
   n.host_weight_cache_bytes = 64ll << 20;  // one 64 MiB chunk: one copy of this model
   auto node = NodeManager::Create(n);
   ASSERT_TRUE(node.ok()) << node.status();

@@ -106,14 +106,20 @@ absl::StatusOr<std::vector<std::vector<int>>> Generate(
   return out;
 }
 
-TEST(CudaRemap, TokensStayExactWhileLayersAreLentStreamedAndTakenBack) {
-  BALLAST_SKIP_WITHOUT_GPU();
-  testing::TempDir dir;
+// The engine both generation tests run: the eight-layer model, 64-token steps.
+ModelEngineOptions EightLayerEngine(const testing::TempDir& dir) {
   ModelEngineOptions o;
   o.name = "m";
   o.backend = "cuda";
   o.path = testing::WriteTinyModel(dir, "m", EightLayers());
   o.max_batch_tokens = 64;
+  return o;
+}
+
+TEST(CudaRemap, TokensStayExactWhileLayersAreLentStreamedAndTakenBack) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  const ModelEngineOptions o = EightLayerEngine(dir);
   int64_t lent = 0;
   auto want = Generate(o, {{0, 0}}, &lent);
   ASSERT_TRUE(want.ok()) << want.status();
@@ -156,11 +162,7 @@ TEST(CudaRemap, TokensStayExactWhileLayersAreLentStreamedAndTakenBack) {
 TEST(CudaRemap, StreamsFromAHostImageScatteredOverArenaChunks) {
   BALLAST_SKIP_WITHOUT_GPU();
   testing::TempDir dir;
-  ModelEngineOptions o;
-  o.name = "m";
-  o.backend = "cuda";
-  o.path = testing::WriteTinyModel(dir, "m", EightLayers());
-  o.max_batch_tokens = 64;
+  ModelEngineOptions o = EightLayerEngine(dir);
   int64_t lent = 0;
   auto want = Generate(o, {{0, 0}}, &lent);
   ASSERT_TRUE(want.ok()) << want.status();
