@@ -42,14 +42,14 @@ int Simulator::DeviceIndex(const std::string& node_id, const std::string& device
 double Simulator::Demand(int m) {
   ModelState& ms = models_[static_cast<size_t>(m)];
   const double window = config_.policy.demand_window_s, now = events_.now();
-  while (!ms.window.empty() && ms.window.front().t < now - window) ms.window.pop_front();
-  double prompt = 0, output = 0;
-  for (const auto& a : ms.window) {
-    prompt += a.prompt;
-    output += a.output;
+  while (!ms.window.empty() && ms.window.front().t < now - window) {
+    ms.window_prompt -= ms.window.front().prompt;
+    ms.window_output -= ms.window.front().output;
+    ms.window.pop_front();
   }
   const SimModel& spec = config_.models[static_cast<size_t>(m)];
-  return gs::KvDemand(prompt / window, output / window,
+  return gs::KvDemand(static_cast<double>(ms.window_prompt) / window,
+                      static_cast<double>(ms.window_output) / window,
                       static_cast<double>(spec.shape.kv_bytes_per_token()), spec.tpot_ms / 1e3);
 }
 

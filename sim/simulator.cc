@@ -118,6 +118,8 @@ void Simulator::Release(int i) {
   ModelState& ms = models_[static_cast<size_t>(r->model)];
   ms.last_request = now;
   ms.window.push_back({now, r->prompt, r->output});
+  ms.window_prompt += r->prompt;
+  ms.window_output += r->output;
   requests_[static_cast<size_t>(i)] = std::move(r);
   Route(requests_[static_cast<size_t>(i)].get());
 }

@@ -3,6 +3,7 @@
 // control plane (placement, activation, eviction).
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
@@ -33,6 +34,9 @@ class Simulator {
       int prompt, output;
     };
     std::deque<Arrival> window;  // arrivals within demand_window_s (KVPR demand)
+    // Sums over `window`, kept as arrivals enter and leave it (Demand is
+    // asked per node and model at every placement).
+    int64_t window_prompt = 0, window_output = 0;
   };
 
   // simulator.cc
