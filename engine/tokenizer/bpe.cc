@@ -86,9 +86,19 @@ absl::Status Bpe::LoadVocab(const JsonField& vocab) {
   if (auto st = vocab.ExpectObject(); !st.ok()) return st;
   vocab_.reserve(vocab.value().size());
   int max_id = -1;
+  // Ids index a table as long as the largest: real vocabularies number
+  // their tokens densely (from 0, a few gaps at most), so an id far past
+  // the entry count is refused rather than sizing gigabytes (a fuzzed file
+  // asked for 2 GB).
+  const int64_t id_limit = 4 * static_cast<int64_t>(vocab.value().size()) + 65536;
   for (const auto& [token, id] : vocab.value().items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 30)) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
       return vocab[token].Error("expected a non-negative integer id");
+    }
+    if (id.get<int64_t>() > id_limit) {
+      return vocab[token].Error(absl::StrCat("id ", id.get<int64_t>(), " is far past the ",
+                                             vocab.value().size(),
+                                             " entries (ids must number the tokens densely)"));
     }
     const int i = id.get<int>();
     vocab_[token] = i;

@@ -56,6 +56,11 @@ TEST(HfTokenizerErrors, NameTheFileAndTheKey) {
             "/ckpt/tokenizer.json: model.merges[0]: token \"zz\" is not in model.vocab");
   EXPECT_EQ(ErrorAfter("/model/vocab/a", "one"),
             "/ckpt/tokenizer.json: model.vocab.a: expected a non-negative integer id");
+  // An id far past the entry count would size a table of that many
+  // tokens (a fuzzed file asked for 2 GB): refused.
+  EXPECT_EQ(ErrorAfter("/model/vocab/a", 1 << 29)
+                .rfind("/ckpt/tokenizer.json: model.vocab.a: id 536870912 is far past the ", 0),
+            0u);
   EXPECT_EQ(ErrorAfter("/decoder", json::parse(R"({"type": "Strip", "content": "ab"})")),
             "/ckpt/tokenizer.json: decoder.content: expected a single character");
   EXPECT_EQ(ErrorAfter("/added_tokens/0/special", "yes"),
