@@ -220,6 +220,9 @@ class NodeManager {
   // Keeps a host copy of `e`'s weights in host_cache_ for EvictModel,
   // reusing an earlier copy when there is one.
   void KeepHostCopy(const std::string& name, engine::ModelEngine& e);
+  // Pins `bytes` of host memory for the copies (host_arena_), before the
+  // node serves; the error names node.memory.host_weight_cache_mib.
+  static absl::StatusOr<std::shared_ptr<engine::HostArena>> PinHostCopyArena(int64_t bytes);
   // The prompt of `req` (text, or chat messages rendered with the model's
   // template) into g->prompt / history_tokens and a->turn_tokens.
   absl::Status FillPrompt(const v1::NodeGenerateRequest& req, Admission* a,
