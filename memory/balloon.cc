@@ -36,25 +36,15 @@ std::pair<size_t, size_t> WeightPages::InnerPages(size_t offset, size_t len) con
 }
 
 absl::StatusOr<int64_t> WeightPages::Lend(size_t offset, size_t len) {
-  if (offset > bytes_ || len > bytes_ - offset) {
-    return absl::OutOfRangeError(absl::StrCat("weight extent [", offset, ", ", offset + len,
-                                              ") is past the model's ", bytes_, " bytes"));
-  }
-  const auto [start, n] = InnerPages(offset, len);
-  if (n == 0 || lent_.count(start)) return 0;
-  owner_->UnmapWeightPages(addr_ + start, n);
-  lent_[start] = n;
-  return static_cast<int64_t>(n);
+  const Extent e{offset, len};
+  return Exchange({&e, 1}, {});
 }
 
 absl::StatusOr<int64_t> WeightPages::Restore(size_t offset, size_t len) {
-  const auto [start, n] = InnerPages(offset, len);
-  auto it = lent_.find(start);
-  if (n == 0 || it == lent_.end()) return 0;
-  if (absl::Status st = owner_->MapWeightPages(addr_ + start, it->second); !st.ok()) return st;
-  const int64_t mapped = static_cast<int64_t>(it->second);
-  lent_.erase(it);
-  return mapped;
+  const Extent e{offset, len};
+  auto net = Exchange({}, {&e, 1});
+  if (!net.ok()) return net.status();
+  return -*net;
 }
 
 absl::StatusOr<int64_t> WeightPages::Exchange(absl::Span<const Extent> lend,
@@ -152,22 +142,6 @@ void Balloon::ReturnWeights(uint8_t* addr, size_t bytes, size_t range,
   absl::MutexLock lock(&mu_);
   weight_bytes_ -= mapped;
   free_ranges_.emplace(range, addr);
-}
-
-void Balloon::UnmapWeightPages(uint8_t* addr, size_t bytes) {
-  pool_->Unmap(addr, bytes);
-  absl::MutexLock lock(&mu_);
-  weight_bytes_ -= static_cast<int64_t>(bytes);
-}
-
-absl::Status Balloon::MapWeightPages(uint8_t* addr, size_t bytes) {
-  if (absl::Status st = pool_->Map(addr, bytes); !st.ok()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("restoring ", bytes, " bytes of weights: ", st.message()));
-  }
-  absl::MutexLock lock(&mu_);
-  weight_bytes_ += static_cast<int64_t>(bytes);
-  return absl::OkStatus();
 }
 
 absl::Status Balloon::ExchangeWeightPages(absl::Span<const PageRange> unmap,

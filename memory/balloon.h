@@ -136,9 +136,7 @@ class Balloon : public std::enable_shared_from_this<Balloon> {
 
  private:
   friend class WeightPages;
-  // WeightPages::Lend/Restore's page moves, with the weight accounting.
-  void UnmapWeightPages(uint8_t* addr, size_t bytes);
-  absl::Status MapWeightPages(uint8_t* addr, size_t bytes);
+  // WeightPages::Exchange's page moves, with the weight accounting.
   absl::Status ExchangeWeightPages(absl::Span<const PageRange> unmap,
                                    absl::Span<const PageRange> map);
   Balloon(std::shared_ptr<PagePool> pool, const BalloonOptions& options)
