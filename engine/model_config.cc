@@ -34,6 +34,15 @@ absl::Status Read(const json& j, const std::string& origin, const char* key, T* 
 
 }  // namespace
 
+absl::StatusOr<WeightQuant> WeightQuantFromConfig(std::string_view name) {
+  if (name.empty() || name == "none") return WeightQuant::kNone;
+  if (name == "fp8" || name == "fp8_e4m3") return WeightQuant::kFp8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("quantization \"", std::string(name), "\" is unknown (expected none or fp8)"));
+}
+
+const char* WeightQuantName(WeightQuant q) { return q == WeightQuant::kFp8 ? "fp8" : "none"; }
+
 absl::StatusOr<ModelConfig> ModelConfig::Load(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/dtype.h"
@@ -21,6 +22,21 @@ struct RopeScaling {
   double high_freq_factor = 4.0;
   int original_max_position_embeddings = 8192;
 };
+
+// How the linear layers' weights (q/k/v, o, gate/up, down) are stored when
+// served. Not read from config.json: set from the serving options
+// (ModelEngineOptions::quantization) before anything is sized.
+//   kNone: the activation type (BF16/FP16 on cuda, float32 on cpu).
+//   kFp8:  OCP E4M3 with one float32 scale per output channel (row),
+//          scale = max|row| / 448, q = round_to_e4m3(w / scale); the cuda
+//          backend stores 1 byte a weight (embeddings, norms, biases and
+//          lm_head stay in the activation type), the cpu backend keeps
+//          float32 tensors holding the dequantized values q * scale (the
+//          reference the cuda path is checked against).
+enum class WeightQuant { kNone, kFp8 };
+// "none" | "fp8"; errors name the accepted values.
+absl::StatusOr<WeightQuant> WeightQuantFromConfig(std::string_view name);
+const char* WeightQuantName(WeightQuant q);
 
 struct ModelConfig {
   std::string architecture = "LlamaForCausalLM";  // architectures[0]
@@ -49,6 +65,8 @@ struct ModelConfig {
   DType torch_dtype = DType::kBF16;
   int bos_token_id = 256;
   int eos_token_id = 257;
+  // Serving choice, not part of config.json (ToJson leaves it out).
+  WeightQuant weight_quant = WeightQuant::kNone;
 
   // Parses config.json at `path`. Errors name the file and the key.
   static absl::StatusOr<ModelConfig> Load(const std::string& path);
