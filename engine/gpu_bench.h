@@ -32,6 +32,8 @@ struct GpuEngineBenchOptions {
   int prefill_runs = 3;
   int block_tokens = 16;
   std::string kv_dtype = "auto";
+  // Linear-layer weights: "none" or "fp8" (ModelEngineOptions::quantization).
+  std::string quantization = "none";
   bool cuda_graphs = true;
   // HBM bandwidth of the roofline; 0 = the datasheet figure of the device
   // (H100 SXM 3.35 TB/s, H100 PCIe 2.0, H200 4.8), else the measured

@@ -34,6 +34,20 @@ absl::StatusOr<Matrix> GetMatrix(const CheckpointIndex& idx, const std::string& 
 
 }  // namespace
 
+std::vector<float> RoundRowsToFp8(Matrix* m) {
+  std::vector<float> scales(static_cast<size_t>(m->rows));
+  for (int r = 0; r < m->rows; ++r) {
+    float* row = m->data.data() + static_cast<size_t>(r) * m->cols;
+    float amax = 0.0f;
+    for (int i = 0; i < m->cols; ++i) amax = std::max(amax, std::fabs(row[i]));
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    for (int i = 0; i < m->cols; ++i)
+      row[i] = Fp8E4M3ToFloat(FloatToFp8E4M3(row[i] / scale)) * scale;
+    scales[static_cast<size_t>(r)] = scale;
+  }
+  return scales;
+}
+
 absl::StatusOr<ModelWeights> ModelWeights::Load(const std::string& dir, const ModelConfig& c) {
   CheckpointIndex idx;
   if (auto s = idx.Open(dir); !s.ok()) return s;
@@ -78,6 +92,11 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const std::string& dir, const Mo
   get("model.norm.weight", 0, h, &w.final_norm);
   if (!c.tie_word_embeddings) get("lm_head.weight", c.vocab_size, h, &w.lm_head);
   if (!status.ok()) return status;
+  if (c.weight_quant == WeightQuant::kFp8) {
+    for (LayerWeights& L : w.layers) {
+      for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) RoundRowsToFp8(m);
+    }
+  }
   w.stored_bytes = stored;
   return w;
 }

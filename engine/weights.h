@@ -22,6 +22,13 @@ struct Matrix {
   const float* row(int r) const { return data.data() + static_cast<size_t>(r) * cols; }
 };
 
+// The FP8 reference (WeightQuant::kFp8): each row r of `m` becomes
+// scale_r * e4m3(m[r][i] / scale_r), scale_r = max|m[r]| / 448 (1 for a
+// zero row), e4m3 rounding to nearest even and saturating: the values the
+// CUDA backend's E4M3 weights and per-row scales stand for. Returns the
+// scales.
+std::vector<float> RoundRowsToFp8(Matrix* m);
+
 struct LayerWeights {
   Matrix input_norm;              // [1, hidden]
   Matrix q, k, v, o;              // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
@@ -44,6 +51,8 @@ struct ModelWeights {
   const Matrix& output_matrix() const { return lm_head.data.empty() ? embed : lm_head; }
 
   // Loads every *.safetensors file in `dir` (sharded checkpoints included).
+  // With config.weight_quant == kFp8 the linear layers' rows are rounded
+  // by RoundRowsToFp8 (float32 storage: a reference, not a saving).
   static absl::StatusOr<ModelWeights> Load(const std::string& dir, const ModelConfig& config);
 };
 

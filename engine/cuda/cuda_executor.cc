@@ -111,8 +111,13 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   if (!w.ok()) return w.status();
   weights_ = std::move(*w);
   constexpr size_t kGemmWorkspace = 32u << 20;
-  workspace_bytes_ = kGemmWorkspace;
-  auto g = Gemm::Create(kGemmWorkspace, options_.skinny_gemm_max_m);
+  // FP8 weights: x of up to max_batch_tokens rows is quantized for cuBLASLt.
+  const bool fp8 = config_.weight_quant == WeightQuant::kFp8;
+  const int fp8_rows = fp8 ? options_.max_batch_tokens : 0;
+  const int fp8_k =
+      fp8 ? std::max({config_.hidden_size, config_.q_dim(), config_.intermediate_size}) : 0;
+  workspace_bytes_ = kGemmWorkspace + (fp8 ? Gemm::Fp8ScratchBytes(fp8_rows, fp8_k) : 0);
+  auto g = Gemm::Create(kGemmWorkspace, options_.skinny_gemm_max_m, fp8_rows, fp8_k);
   if (!g.ok()) return g.status();
   gemm_ = std::move(*g);
 
@@ -187,6 +192,12 @@ absl::StatusOr<std::shared_ptr<const HostWeights>> CudaExecutor::KeepHostWeights
   return std::shared_ptr<const HostWeights>(std::move(*img));
 }
 
+absl::Status CudaExecutor::Linear(const void* x, const void* w, const float* w_scale, void* y,
+                                  int m, int n, int k) {
+  if (w_scale != nullptr) return gemm_->RunFp8(x, w, w_scale, y, m, n, k, act_, stream_);
+  return gemm_->Run(x, w, y, m, n, k, act_, false, stream_);
+}
+
 absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   const ModelConfig& c = config_;
   const int Tmax = options_.max_batch_tokens;
@@ -231,8 +242,7 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
     BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr,
                                          L.input_norm, eps, T, H, x_.get(), act_, stream_),
                         "input norm");
-    if (auto s = gemm_->Run(x_.get(), L.qkv, qkv_.get(), T, Q + 2 * KV, H, act_, false, stream_);
-        !s.ok())
+    if (auto s = Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), T, Q + 2 * KV, H); !s.ok())
       return s;
     kv.block_ids = table + static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
     BALLAST_CUDA_RETURN(
@@ -248,19 +258,15 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
         LaunchPrefillAttention(q_.get(), tiles, sh.prefill_tiles, c.num_attention_heads, kv, scale,
                                attn_.get(), act_, stream_),
         "prefill attention");
-    if (auto s = gemm_->Run(attn_.get(), L.o, o_.get(), T, H, Q, act_, false, stream_); !s.ok())
-      return s;
+    if (auto s = Linear(attn_.get(), L.o, L.o_scale, o_.get(), T, H, Q); !s.ok()) return s;
     BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), L.o_bias, L.post_norm, eps,
                                          T, H, x_.get(), act_, stream_),
                         "post-attention norm");
-    if (auto s = gemm_->Run(x_.get(), L.gate_up, gate_up_.get(), T, 2 * I, H, act_, false, stream_);
-        !s.ok())
+    if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), T, 2 * I, H); !s.ok())
       return s;
     BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_), "silu");
     // The down projection's output feeds the next layer's input norm.
-    if (auto s = gemm_->Run(act_buf_.get(), L.down, o_.get(), T, H, I, act_, false, stream_);
-        !s.ok())
-      return s;
+    if (auto s = Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I); !s.ok()) return s;
     if (auto s = StreamAfter(l); !s.ok()) return s;
   }
   if (auto s = StreamJoin(); !s.ok()) return s;

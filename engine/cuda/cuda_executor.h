@@ -138,6 +138,10 @@ class CudaExecutor final : public Executor {
   absl::Status StagedKvCopy(absl::Span<const KvBlockCopy> copies, bool to_host);
   absl::Status ReserveLoadSpans(size_t spans);
   absl::Status Enqueue(const StepShape& shape);
+  // y[m][n] = x[m][k] w[n][k]^T on stream_: w in the activation type, or
+  // E4M3 with per-row scales when w_scale is set (Gemm::RunFp8).
+  absl::Status Linear(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
+                      int k);
   // Remapping inside Enqueue (cuda_layer_stream.cc): the tensors layer l
   // computes with (its slot's when streamed), after ordering the step
   // after its copy; after layer l, the next copy into its slot; at the

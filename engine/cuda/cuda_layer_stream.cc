@@ -89,12 +89,7 @@ absl::Status CudaExecutor::SetLayerStreaming(const memory::StreamingPlan& plan) 
     const int home = plan.streamed[static_cast<size_t>(k % plan.slots)];
     const ptrdiff_t delta = static_cast<ptrdiff_t>(weights_->layer_extent(home).offset) -
                             static_cast<ptrdiff_t>(weights_->layer_extent(layer).offset);
-    DeviceLayer L = weights_->layer(layer);
-    for (void** p : {&L.input_norm, &L.qkv, &L.qkv_bias, &L.o, &L.o_bias, &L.q_norm, &L.k_norm,
-                     &L.post_norm, &L.gate_up, &L.down}) {
-      if (*p) *p = static_cast<uint8_t*>(*p) + delta;
-    }
-    slot_layers_.push_back(L);
+    slot_layers_.push_back(weights_->layer(layer).Shifted(delta));
   }
   stream_plan_ = plan;
   return absl::OkStatus();

@@ -15,6 +15,7 @@ struct DeviceWeights::Piece {
   std::string name;
   int rows = 0, cols = 0;
   uint8_t* dst = nullptr;
+  float* scale = nullptr;  // FP8: the rows' scales go here, dst holds E4M3 bytes
 };
 
 namespace {
@@ -89,18 +90,49 @@ cudaError_t PinnedWeights::CopyToDevice(void* dst, size_t offset, size_t n,
   return err;
 }
 
+DeviceLayer DeviceLayer::Shifted(ptrdiff_t delta) const {
+  DeviceLayer L = *this;
+  for (void** p : {&L.input_norm, &L.qkv, &L.qkv_bias, &L.o, &L.o_bias, &L.q_norm, &L.k_norm,
+                   &L.post_norm, &L.gate_up, &L.down}) {
+    if (*p) *p = static_cast<uint8_t*>(*p) + delta;
+  }
+  for (float** p : {&L.qkv_scale, &L.o_scale, &L.gate_up_scale, &L.down_scale}) {
+    if (*p) *p = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(*p) + delta);
+  }
+  return L;
+}
+
 size_t DeviceWeights::Layout(const ModelConfig& c, uint8_t* base, std::vector<Piece>* pieces) {
   layers_.assign(c.num_hidden_layers, DeviceLayer{});
   const size_t esz = ActSize(type_);
+  const bool fp8 = c.weight_quant == WeightQuant::kFp8;
   const int h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
   size_t off = 0;
-  // Carves a slot of `elems` elements; returns its address (null when sizing).
-  auto slot = [&](void** s, size_t elems) {
-    *s = base ? base + off : nullptr;
-    off += (elems * esz + kAlign - 1) / kAlign * kAlign;
+  auto carve = [&](size_t bytes) {
+    uint8_t* at = base ? base + off : nullptr;
+    off += (bytes + kAlign - 1) / kAlign * kAlign;
+    return at;
   };
+  // Carves a slot of `elems` activation-type elements (null when sizing).
+  auto slot = [&](void** s, size_t elems) { *s = carve(elems * esz); };
   auto piece = [&](const std::string& name, int rows, int cols, void* s, size_t elem_offset) {
     if (pieces) pieces->push_back({name, rows, cols, static_cast<uint8_t*>(s) + elem_offset * esz});
+  };
+  // A linear weight of `rows` x `cols`: activation type, or E4M3 bytes
+  // followed by `rows` float scales.
+  auto linear = [&](void** s, float** scale, int rows, int cols) {
+    const size_t elems = static_cast<size_t>(rows) * cols;
+    if (!fp8) return slot(s, elems);
+    *s = carve(elems);
+    *scale = reinterpret_cast<float*>(carve(static_cast<size_t>(rows) * sizeof(float)));
+  };
+  // Tensor `name` ({rows, cols}) at row `row0` of linear slot s.
+  auto part = [&](const std::string& name, int rows, int cols, void* s, float* scale, int row0) {
+    if (!pieces) return;
+    if (!fp8) return piece(name, rows, cols, s, static_cast<size_t>(row0) * cols);
+    pieces->push_back({name, rows, cols,
+                       static_cast<uint8_t*>(s) + static_cast<size_t>(row0) * cols,
+                       scale ? scale + row0 : nullptr});
   };
   slot(&embed_, static_cast<size_t>(c.vocab_size) * h);
   piece("model.embed_tokens.weight", c.vocab_size, h, embed_, 0);
@@ -109,18 +141,18 @@ size_t DeviceWeights::Layout(const ModelConfig& c, uint8_t* base, std::vector<Pi
     const std::string p = absl::StrCat("model.layers.", l, ".");
     slot(&L.input_norm, h);
     piece(p + "input_layernorm.weight", 0, h, L.input_norm, 0);
-    slot(&L.qkv, static_cast<size_t>(q + 2 * kv) * h);
-    piece(p + "self_attn.q_proj.weight", q, h, L.qkv, 0);
-    piece(p + "self_attn.k_proj.weight", kv, h, L.qkv, static_cast<size_t>(q) * h);
-    piece(p + "self_attn.v_proj.weight", kv, h, L.qkv, static_cast<size_t>(q + kv) * h);
+    linear(&L.qkv, &L.qkv_scale, q + 2 * kv, h);
+    part(p + "self_attn.q_proj.weight", q, h, L.qkv, L.qkv_scale, 0);
+    part(p + "self_attn.k_proj.weight", kv, h, L.qkv, L.qkv_scale, q);
+    part(p + "self_attn.v_proj.weight", kv, h, L.qkv, L.qkv_scale, q + kv);
     if (c.qkv_bias) {
       slot(&L.qkv_bias, q + 2 * kv);
       piece(p + "self_attn.q_proj.bias", 0, q, L.qkv_bias, 0);
       piece(p + "self_attn.k_proj.bias", 0, kv, L.qkv_bias, q);
       piece(p + "self_attn.v_proj.bias", 0, kv, L.qkv_bias, q + kv);
     }
-    slot(&L.o, static_cast<size_t>(h) * q);
-    piece(p + "self_attn.o_proj.weight", h, q, L.o, 0);
+    linear(&L.o, &L.o_scale, h, q);
+    part(p + "self_attn.o_proj.weight", h, q, L.o, L.o_scale, 0);
     if (c.o_bias) {
       slot(&L.o_bias, h);
       piece(p + "self_attn.o_proj.bias", 0, h, L.o_bias, 0);
@@ -133,11 +165,11 @@ size_t DeviceWeights::Layout(const ModelConfig& c, uint8_t* base, std::vector<Pi
     }
     slot(&L.post_norm, h);
     piece(p + "post_attention_layernorm.weight", 0, h, L.post_norm, 0);
-    slot(&L.gate_up, static_cast<size_t>(2 * inter) * h);
-    piece(p + "mlp.gate_proj.weight", inter, h, L.gate_up, 0);
-    piece(p + "mlp.up_proj.weight", inter, h, L.gate_up, static_cast<size_t>(inter) * h);
-    slot(&L.down, static_cast<size_t>(h) * inter);
-    piece(p + "mlp.down_proj.weight", h, inter, L.down, 0);
+    linear(&L.gate_up, &L.gate_up_scale, 2 * inter, h);
+    part(p + "mlp.gate_proj.weight", inter, h, L.gate_up, L.gate_up_scale, 0);
+    part(p + "mlp.up_proj.weight", inter, h, L.gate_up, L.gate_up_scale, inter);
+    linear(&L.down, &L.down_scale, h, inter);
+    part(p + "mlp.down_proj.weight", h, inter, L.down, L.down_scale, 0);
   }
   slot(&final_norm_, h);
   piece("model.norm.weight", 0, h, final_norm_, 0);
@@ -207,7 +239,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::st
       return absl::InvalidArgumentError(
           absl::StrCat(idx.FileOf(pc.name), ": ", src.status().message()));
     views.push_back(*v);
-    if (!SameType(*src, type)) staging = std::max(staging, (*v)->nbytes);
+    if (!SameType(*src, type) || c.weight_quant == WeightQuant::kFp8) {
+      staging = std::max(staging, (*v)->nbytes);
+    }
   }
   if (auto s = w->Place(c, dest); !s.ok()) return s;
   pieces.clear();
@@ -221,6 +255,15 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::st
     const TensorView* v = views[i];
     uint8_t* dst = pieces[i].dst;
     const SrcType src = *SourceType(v->dtype, v->name);
+    if (pieces[i].scale != nullptr) {  // FP8: quantized from the checkpoint's own precision
+      BALLAST_CUDA_RETURN(
+          cudaMemcpyAsync(stage.get(), v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
+          "weight upload");
+      BALLAST_CUDA_RETURN(LaunchQuantizeRowsFp8(stage.get(), src, pieces[i].rows, pieces[i].cols,
+                                                dst, pieces[i].scale, stream),
+                          "weight quantization");
+      continue;
+    }
     if (SameType(src, type)) {
       BALLAST_CUDA_RETURN(cudaMemcpyAsync(dst, v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
                           "weight upload");

@@ -1,5 +1,6 @@
 // DeviceWeights: a Llama-family checkpoint uploaded to one GPU in the
-// activation type (BF16, or FP16 for FP16 checkpoints), laid out for the
+// activation type (BF16, or FP16 for FP16 checkpoints) — the linear layers
+// quantized to E4M3 at load when the config says kFp8 — laid out for the
 // CUDA executor: q/k/v concatenated into one [(H + 2 Hkv) D, hidden]
 // matrix and gate/up into one [2 I, hidden] matrix, so each is one GEMM.
 // Tensors stream from the memory-mapped safetensors files (no float32 host
@@ -17,6 +18,7 @@
 // Thread-safety: immutable after Load; SaveToHost only reads.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +32,9 @@
 
 namespace ballast::engine::cuda {
 
+// The four linear weights are in the activation type, or E4M3 bytes when
+// the config's weight_quant is kFp8; then each has FP32 scales, one per
+// row (output channel), and the weight is scale[r] * e4m3 value.
 struct DeviceLayer {
   void* input_norm = nullptr;  // [hidden]
   void* qkv = nullptr;         // [(H + 2 Hkv) D, hidden]
@@ -41,6 +46,15 @@ struct DeviceLayer {
   void* post_norm = nullptr;   // [hidden]
   void* gate_up = nullptr;     // [2 I, hidden]
   void* down = nullptr;        // [hidden, I]
+  // FP8 only (null otherwise): [(H + 2 Hkv) D], [hidden], [2 I], [hidden].
+  float* qkv_scale = nullptr;
+  float* o_scale = nullptr;
+  float* gate_up_scale = nullptr;
+  float* down_scale = nullptr;
+
+  // The same tensors `delta` bytes away (a layer's copy in a remap slot:
+  // every layer is laid out alike). Null pointers stay null.
+  DeviceLayer Shifted(ptrdiff_t delta) const;
 };
 
 struct WeightDest {

@@ -97,6 +97,9 @@ double DatasheetBandwidth(const std::string& name) {
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   auto cfg = ModelConfig::Load((std::filesystem::path(o.model_dir) / "config.json").string());
   if (!cfg.ok()) return cfg.status();
+  auto quant = WeightQuantFromConfig(o.quantization);
+  if (!quant.ok()) return quant.status();
+  cfg->weight_quant = *quant;
   const ModelConfig& c = *cfg;
   if (o.batches.empty() || o.context <= 0 || o.steps <= 0) {
     return absl::InvalidArgumentError("batches, context and steps must be positive");
@@ -113,6 +116,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   if (hbm <= 0) hbm = *copy_bw;
   out["hbm_bytes_per_s"] = hbm;
   out["model"] = o.model_dir;
+  out["quantization"] = WeightQuantName(c.weight_quant);
   if (o.gemm_peak) {
     auto peak = GemmPeakTflops(o.device);
     if (!peak.ok()) return peak.status();

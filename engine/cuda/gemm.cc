@@ -88,7 +88,13 @@ absl::Status Check(cublasStatus_t s, const char* what) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int skinny_max_m) {
+size_t Gemm::Fp8ScratchBytes(int fp8_rows, int fp8_max_k) {
+  const size_t q = (static_cast<size_t>(fp8_rows) * fp8_max_k + 255) / 256 * 256;
+  return q + static_cast<size_t>(fp8_rows) * sizeof(float);
+}
+
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int skinny_max_m,
+                                                   int fp8_rows, int fp8_max_k) {
   if (!Lt().error.empty()) return absl::UnavailableError(Lt().error);
   std::unique_ptr<Gemm> g(new Gemm());
   cublasLtHandle_t h;
@@ -100,6 +106,14 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int s
   }
   g->workspace_bytes_ = workspace_bytes;
   g->skinny_max_m_ = std::min(skinny_max_m, kSkinnyGemmMaxM);
+  if (fp8_rows > 0 && fp8_max_k > 0) {
+    if (auto s = g->fp8_x_.Allocate(Fp8ScratchBytes(fp8_rows, fp8_max_k), "FP8 activations");
+        !s.ok()) {
+      return s;
+    }
+    g->fp8_rows_ = fp8_rows;
+    g->fp8_max_k_ = fp8_max_k;
+  }
   return g;
 }
 
@@ -109,13 +123,15 @@ Gemm::~Gemm() {
   if (handle_) Lt().cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, bool out_f32) {
-  const Key key{m, n, k, static_cast<int>(type), out_f32};
+absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, bool out_f32,
+                                          bool fp8) {
+  const Key key{m, n, k, static_cast<int>(type), out_f32, fp8};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto p = std::make_unique<Plan>();
-  const cudaDataType_t in = type == ActType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
-  const cudaDataType_t out = out_f32 ? CUDA_R_32F : in;
+  const cudaDataType_t act = type == ActType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType_t in = fp8 ? CUDA_R_8F_E4M3 : act;
+  const cudaDataType_t out = out_f32 ? CUDA_R_32F : act;
   if (auto s = Check(Lt().cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
       !s.ok()) {
     return s;
@@ -124,6 +140,13 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  if (fp8) {  // one scale per row of op(A) (output channel) and per column of B (token)
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
+                                        sizeof(mode));
+    Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
+                                        sizeof(mode));
+  }
   if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->a, in, k, n, k), "layout a"); !s.ok())
     return s;
   if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->b, in, k, m, k), "layout b"); !s.ok())
@@ -141,8 +164,9 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
                                           p->c, p->c, pref, 1, &result, &found);
   Lt().cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
-    return absl::InternalError(
-        absl::StrCat("cuBLASLt has no algorithm for [", m, " x ", k, "] x [", n, " x ", k, "]^T"));
+    return absl::InternalError(absl::StrCat("cuBLASLt has no ", fp8 ? "FP8 " : "",
+                                            "algorithm for [", m, " x ", k, "] x [", n, " x ", k,
+                                            "]^T"));
   }
   p->algo = result.algo;
   Plan* raw = p.get();
@@ -159,7 +183,7 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
       return absl::InternalError(absl::StrCat("skinny gemm: ", cudaGetErrorString(e)));
     return absl::OkStatus();
   }
-  auto plan = GetPlan(m, n, k, type, out_f32);
+  auto plan = GetPlan(m, n, k, type, out_f32, false);
   if (!plan.ok()) return plan.status();
   const float alpha = 1.0f, beta = 0.0f;
   Plan* p = *plan;
@@ -167,6 +191,44 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
       Lt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, x, p->b,
                           &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream),
       "matmul");
+}
+
+absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
+                          int k, ActType type, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  if (m <= skinny_max_m_ && SkinnyGemmFp8Supports(m, k)) {
+    const cudaError_t e = LaunchSkinnyGemmFp8(x, w, w_scale, y, m, n, k, type, false, stream);
+    if (e != cudaSuccess)
+      return absl::InternalError(absl::StrCat("skinny FP8 gemm: ", cudaGetErrorString(e)));
+    return absl::OkStatus();
+  }
+  if (m > fp8_rows_ || k > fp8_max_k_) {
+    return absl::InternalError(absl::StrCat("FP8 gemm of [", m, " x ", k,
+                                            "] exceeds the scratch sized for [", fp8_rows_, " x ",
+                                            fp8_max_k_, "]"));
+  }
+  uint8_t* xq = fp8_x_.get<uint8_t>();
+  float* x_scale = reinterpret_cast<float*>(
+      xq + (static_cast<size_t>(fp8_rows_) * fp8_max_k_ + 255) / 256 * 256);
+  const SrcType src = type == ActType::kBF16 ? SrcType::kBF16 : SrcType::kF16;
+  if (const cudaError_t e = LaunchQuantizeRowsFp8(x, src, m, k, xq, x_scale, stream);
+      e != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat("FP8 activation quantization: ", cudaGetErrorString(e)));
+  }
+  auto plan = GetPlan(m, n, k, type, false, true);
+  if (!plan.ok()) return plan.status();
+  Plan* p = *plan;
+  // The scale pointers change per weight; the descriptor is read at each call.
+  Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
+                                      sizeof(w_scale));
+  Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
+                                      sizeof(x_scale));
+  const float alpha = 1.0f, beta = 0.0f;
+  return Check(
+      Lt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, xq, p->b,
+                          &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream),
+      "FP8 matmul");
 }
 
 }  // namespace ballast::engine::cuda

@@ -10,6 +10,12 @@
 // calls can be captured in CUDA graphs. A caller-provided workspace keeps
 // cuBLASLt from allocating.
 //
+// FP8 weights (E4M3, one scale per output channel; RunFp8): decode-sized
+// products read them through the skinny FP8 kernel (activations stay in
+// their type); larger ones quantize x per row (one scale per token) into
+// the Gemm's own scratch and run cuBLASLt's FP8 GEMM with both scale
+// vectors applied to the product (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F).
+//
 // Thread-safety: thread-compatible (one step thread drives it).
 #pragma once
 
@@ -19,6 +25,7 @@
 #include <tuple>
 
 #include "absl/status/statusor.h"
+#include "engine/cuda/cuda_status.h"
 #include "engine/cuda/kernels.h"
 
 namespace ballast::engine::cuda {
@@ -28,25 +35,37 @@ class Gemm {
   // workspace_bytes: cuBLASLt workspace (32 MiB suffices on H100).
   // skinny_max_m: products with at most this many rows (decode) use
   // LaunchSkinnyGemm instead of cuBLASLt; 0 = always cuBLASLt.
+  // fp8_rows, fp8_max_k: the largest x RunFp8 quantizes for cuBLASLt
+  // (rows x k bytes + rows floats of scratch); 0: no FP8 products.
   static absl::StatusOr<std::unique_ptr<Gemm>> Create(size_t workspace_bytes,
-                                                      int skinny_max_m = kSkinnyGemmDefaultMaxM);
+                                                      int skinny_max_m = kSkinnyGemmDefaultMaxM,
+                                                      int fp8_rows = 0, int fp8_max_k = 0);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
   absl::Status Run(const void* x, const void* w, void* y, int m, int n, int k, ActType type,
                    bool out_f32, cudaStream_t stream);
+  // y[m][n] = x[m][k] (w_scale[n] * e4m3(w)[n][k])^T, y in the activation
+  // type. m beyond the skinny limit needs m <= fp8_rows and k <= fp8_max_k.
+  absl::Status RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
+                      int k, ActType type, cudaStream_t stream);
+  // Scratch bytes Create allocates for FP8 products of these limits.
+  static size_t Fp8ScratchBytes(int fp8_rows, int fp8_max_k);
 
  private:
   struct Plan;
-  using Key = std::tuple<int, int, int, int, bool>;
+  using Key = std::tuple<int, int, int, int, bool, bool>;
   Gemm() = default;
-  absl::StatusOr<Plan*> GetPlan(int m, int n, int k, ActType type, bool out_f32);
+  absl::StatusOr<Plan*> GetPlan(int m, int n, int k, ActType type, bool out_f32, bool fp8);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int skinny_max_m_ = 0;
+  DeviceBuffer fp8_x_;  // [fp8_rows_][fp8_max_k_] E4M3, then [fp8_rows_] float scales
+  int fp8_rows_ = 0;
+  int fp8_max_k_ = 0;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

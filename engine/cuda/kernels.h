@@ -150,6 +150,20 @@ bool SkinnyGemmSupports(int m, int k);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
                              ActType type, bool out_f32, cudaStream_t stream);
 
+// FP8 (E4M3) weights, one FP32 scale per row (output channel).
+// Per row r of src [rows][cols]: scales[r] = max|row| / 448 (1 when the row
+// is zero), dst[r][i] = e4m3(src[r][i] / scales[r]) rounded to nearest
+// even, saturating. dst [rows][cols] bytes, scales [rows]. Used for weights
+// at load and for activations before an FP8 GEMM (one scale per token).
+cudaError_t LaunchQuantizeRowsFp8(const void* src, SrcType src_type, int rows, int cols, void* dst,
+                                  float* scales, cudaStream_t stream);
+// y[m][n] = (x[m][k] e4m3(w)[n][k]^T) * w_scale[n], as LaunchSkinnyGemm
+// (m <= kSkinnyGemmMaxM), k % 16 == 0, 16-byte aligned rows; w [n][k]
+// bytes, w_scale [n].
+bool SkinnyGemmFp8Supports(int m, int k);
+cudaError_t LaunchSkinnyGemmFp8(const void* x, const void* w, const float* w_scale, void* y, int m,
+                                int n, int k, ActType type, bool out_f32, cudaStream_t stream);
+
 // Sampling, one row per request, by engine/sampler.h's rule (the CPU
 // sampler is the reference): log-probabilities of the raw logits (rows
 // with top_logprobs >= 0), then the row's penalties applied in place, then

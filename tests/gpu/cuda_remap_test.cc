@@ -155,6 +155,23 @@ TEST(CudaRemap, TokensStayExactWhileLayersAreLentStreamedAndTakenBack) {
   EXPECT_EQ(*mixed, *want);
 }
 
+// FP8 weights: a layer's scales live inside its extent and stream with it.
+TEST(CudaRemap, Fp8LayersStreamWithTheirScales) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  ModelEngineOptions o = EightLayerEngine(dir);
+  o.quantization = "fp8";
+  int64_t lent = 0;
+  auto want = Generate(o, {{0, 0}}, &lent);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int slots : {1, 2}) {
+    auto got = Generate(o, {{1, 1}, {3, slots}, {3, slots}, {0, 0}, {2, slots}}, &lent);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, *want) << "slots " << slots;
+    EXPECT_GT(lent, 0);
+  }
+}
+
 // The host image in a node's pinned arena, in chunks smaller than a layer
 // (so layers straddle chunks and each layer copy is several pieces), and
 // with its chunks lent from the arena's middle (not adjacent): streamed

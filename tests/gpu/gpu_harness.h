@@ -48,10 +48,12 @@ class GpuHarness {
  public:
   // kv_dtype: "auto" (the model's dtype), "fp8_e4m3", ...
   GpuHarness(const std::string& model_dir, int block_tokens, const std::string& kv_dtype = "auto",
-             bool graphs = true, int max_context = 2048, int max_batch_tokens = 512) {
+             bool graphs = true, int max_context = 2048, int max_batch_tokens = 512,
+             WeightQuant quant = WeightQuant::kNone) {
     auto cfg = ModelConfig::Load(model_dir + "/config.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     config = *cfg;
+    config.weight_quant = quant;
     KvLayout layout{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
                     block_tokens, GpuAutoKvDType(config)};
     if (kv_dtype != "auto") layout.dtype = *DTypeFromConfig(kv_dtype);

@@ -12,6 +12,12 @@ golden.json beside it:
   greedy  - 64 greedy tokens continuing the prompt (EOS does not stop it)
 Run on the GPU host: python3 tests/gpu/make_golden.py tests/data/golden [MODEL...]
 (only the named model directories when any are given).
+
+With --fp8 first, the linear layers' weights (q/k/v/o, gate/up/down) are
+replaced by their FP8 values as Ballast's `quantization: fp8` stores them
+(per output row: scale = max|row| / 448, or 1 for a zero row;
+w = e4m3(w / scale) * scale, torch's float8_e4m3fn rounding), and the
+result goes to golden-fp8.json.
 """
 import json
 import pathlib
@@ -35,7 +41,23 @@ def positions_to_keep(n: int, vocab: int) -> list:
     return keep
 
 
-def main(root: str, only: list) -> None:
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def round_linear_to_fp8(model) -> int:
+    n = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and name.split(".")[-1] in LINEAR:
+            w = module.weight.data.float()
+            scale = w.abs().amax(dim=1, keepdim=True) / 448.0
+            scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+            q = (w / scale).to(torch.float8_e4m3fn)
+            module.weight.data.copy_(q.float() * scale)
+            n += 1
+    return n
+
+
+def main(root: str, only: list, fp8: bool = False) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -43,6 +65,8 @@ def main(root: str, only: list) -> None:
     for model_dir in (d for d in dirs if not only or d.name in only):
         model = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=torch.float32, attn_implementation="eager").to(device).eval()
+        if fp8:
+            assert round_linear_to_fp8(model) > 0
         cfg = json.loads((model_dir / "config.json").read_text())
         tokens = [cfg["bos_token_id"]] + list(PROMPT.encode("utf-8"))
         with torch.no_grad():
@@ -68,10 +92,17 @@ def main(root: str, only: list) -> None:
         }
         if len(keep) < logits.shape[0]:
             golden["logit_positions"] = keep
-        (model_dir / "golden.json").write_text(json.dumps(golden) + "\n")
+        if fp8:
+            golden["quantization"] = "fp8"
+        out = "golden-fp8.json" if fp8 else "golden.json"
+        (model_dir / out).write_text(json.dumps(golden) + "\n")
         print(f"{model_dir.name}: {type(model).__name__}, {len(tokens)} tokens, "
               f"vocab {logits.shape[1]}, greedy[:8]={greedy[:8]}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/golden", sys.argv[2:])
+    args = sys.argv[1:]
+    fp8 = bool(args) and args[0] == "--fp8"
+    if fp8:
+        args = args[1:]
+    main(args[0] if args else "tests/data/golden", args[1:], fp8)

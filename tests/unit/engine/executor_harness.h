@@ -63,10 +63,12 @@ inline absl::StatusOr<std::vector<int>> GreedyTokens(const ModelEngineOptions& o
 
 class ExecutorHarness {
  public:
-  ExecutorHarness(const std::string& model_dir, int block_tokens, DType kv_dtype = DType::kF32) {
+  ExecutorHarness(const std::string& model_dir, int block_tokens, DType kv_dtype = DType::kF32,
+                  WeightQuant quant = WeightQuant::kNone) {
     auto cfg = ModelConfig::Load(model_dir + "/config.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     config = *cfg;
+    config.weight_quant = quant;
     auto w = ModelWeights::Load(model_dir, config);
     EXPECT_TRUE(w.ok()) << w.status();
     KvLayout layout{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,

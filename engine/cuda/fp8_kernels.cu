@@ -1,0 +1,162 @@
+// FP8 (E4M3) weights: per-row quantization (weights at load, activations
+// before an FP8 GEMM) and the skinny decode GEMM that reads E4M3 weights
+// with one scale per output channel.
+#include <cuda_fp8.h>
+
+#include "engine/cuda/common.cuh"
+
+namespace ballast::engine::cuda {
+namespace {
+
+constexpr float kFp8Max = 448.0f;  // largest finite E4M3 (OCP E4M3FN)
+
+// One block per row of [rows][cols]: scale = max|row| / 448 (1 for a row of
+// zeros), dst = e4m3(src / scale), rounded to nearest even and saturating.
+// engine/weights.cc does the same on the host (the CPU reference).
+template <typename S>
+__global__ void QuantizeRowsKernel(const S* __restrict__ src, int cols,
+                                   __nv_fp8_e4m3* __restrict__ dst, float* __restrict__ scales) {
+  __shared__ float scratch[32];
+  const size_t base = static_cast<size_t>(blockIdx.x) * cols;
+  float amax = 0.0f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    amax = fmaxf(amax, fabsf(ToF(src[base + i])));
+  amax = BlockMax(amax, scratch);
+  const float scale = amax > 0.0f ? amax / kFp8Max : 1.0f;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+    dst[base + i] = FromF<__nv_fp8_e4m3>(ToF(src[base + i]) / scale);
+  }
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+}
+
+template <typename S>
+cudaError_t LaunchQuantize(const void* src, int rows, int cols, void* dst, float* scales,
+                           cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  QuantizeRowsKernel<S><<<rows, 256, 0, stream>>>(static_cast<const S*>(src), cols,
+                                                  static_cast<__nv_fp8_e4m3*>(dst), scales);
+  return cudaGetLastError();
+}
+
+// 16 consecutive E4M3 values (16-byte aligned) as floats.
+__device__ __forceinline__ void Fp8x16ToFloat(const uint4& raw, float out[16]) {
+  const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+constexpr int kWarps = 8;
+constexpr int kChunk = 32 * 16;  // K elements a warp covers per step (16 bytes of w a lane)
+
+// As gemv_kernels.cu's SkinnyGemmKernel, over E4M3 weights: a block owns C
+// output columns, its warps split K into interleaved 512-element chunks,
+// each lane keeps C 16-byte weight loads in flight; the column's scale
+// multiplies the FP32 sum once at the end.
+template <typename T, typename OutT, int M, int C>
+__global__ void __launch_bounds__(kWarps * 32)
+    SkinnyFp8Kernel(const T* __restrict__ x, const __nv_fp8_e4m3* __restrict__ w,
+                    const float* __restrict__ w_scale, OutT* __restrict__ y, int m, int n, int k) {
+  __shared__ float red[kWarps][M][C];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n0 = blockIdx.x * C;
+  float acc[M][C];
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
+  const int chunks = (k + kChunk - 1) / kChunk;
+  for (int ch = warp; ch < chunks; ch += kWarps) {
+    const int k0 = ch * kChunk + lane * 16;
+    if (k0 >= k) continue;
+    uint4 raw[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const size_t row = static_cast<size_t>(min(n0 + c, n - 1));
+      raw[c] = *reinterpret_cast<const uint4*>(w + row * k + k0);
+    }
+    float xf[M][16];
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const int r = min(i, m - 1);
+      Load8(x + static_cast<size_t>(r) * k + k0, xf[i]);
+      Load8(x + static_cast<size_t>(r) * k + k0 + 8, xf[i] + 8);
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      float wf[16];
+      Fp8x16ToFloat(raw[c], wf);
+#pragma unroll
+      for (int i = 0; i < M; ++i)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) acc[i][c] += xf[i][j] * wf[j];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float v = WarpSum(acc[i][c]);
+      if (lane == 0) red[warp][i][c] = v;
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < M * C; idx += blockDim.x) {
+    const int i = idx / C, c = idx % C;
+    float v = 0.0f;
+#pragma unroll
+    for (int wv = 0; wv < kWarps; ++wv) v += red[wv][i][c];
+    if (i < m && n0 + c < n)
+      y[static_cast<size_t>(i) * n + n0 + c] = FromF<OutT>(v * w_scale[n0 + c]);
+  }
+}
+
+template <typename T, typename OutT, int M, int C>
+cudaError_t LaunchFp8M(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
+                       int k, cudaStream_t stream) {
+  SkinnyFp8Kernel<T, OutT, M, C><<<(n + C - 1) / C, kWarps * 32, 0, stream>>>(
+      static_cast<const T*>(x), static_cast<const __nv_fp8_e4m3*>(w), w_scale,
+      static_cast<OutT*>(y), m, n, k);
+  return cudaGetLastError();
+}
+
+template <typename T, typename OutT>
+cudaError_t DispatchFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
+                        int k, cudaStream_t stream) {
+  if (m <= 1) return LaunchFp8M<T, OutT, 1, 8>(x, w, w_scale, y, m, n, k, stream);
+  if (m <= 2) return LaunchFp8M<T, OutT, 2, 8>(x, w, w_scale, y, m, n, k, stream);
+  if (m <= 4) return LaunchFp8M<T, OutT, 4, 4>(x, w, w_scale, y, m, n, k, stream);
+  return LaunchFp8M<T, OutT, 8, 4>(x, w, w_scale, y, m, n, k, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchQuantizeRowsFp8(const void* src, SrcType src_type, int rows, int cols, void* dst,
+                                  float* scales, cudaStream_t stream) {
+  switch (src_type) {
+    case SrcType::kF32:
+      return LaunchQuantize<float>(src, rows, cols, dst, scales, stream);
+    case SrcType::kBF16:
+      return LaunchQuantize<__nv_bfloat16>(src, rows, cols, dst, scales, stream);
+    case SrcType::kF16:
+      return LaunchQuantize<__half>(src, rows, cols, dst, scales, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool SkinnyGemmFp8Supports(int m, int k) { return m >= 1 && m <= kSkinnyGemmMaxM && k % 16 == 0; }
+
+cudaError_t LaunchSkinnyGemmFp8(const void* x, const void* w, const float* w_scale, void* y, int m,
+                                int n, int k, ActType type, bool out_f32, cudaStream_t stream) {
+  if (!SkinnyGemmFp8Supports(m, k)) return cudaErrorInvalidValue;
+  BALLAST_DISPATCH_ACT(type, T, {
+    return out_f32 ? DispatchFp8<T, float>(x, w, w_scale, y, m, n, k, stream)
+                   : DispatchFp8<T, T>(x, w, w_scale, y, m, n, k, stream);
+  });
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace ballast::engine::cuda

@@ -1,0 +1,240 @@
+// FP8 weights on the CUDA backend against the CPU reference
+// (engine/weights.h's RoundRowsToFp8 and the CPU backend over the rounded
+// weights): the quantization kernel bit for bit, both FP8 products (the
+// skinny kernel at decode sizes, cuBLASLt with per-token activation scales
+// beyond) against a double-precision product of the dequantized weights,
+// and whole models' logits, greedy tokens, graphs and layer streaming.
+// Skips without a GPU.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <iostream>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
+#include "engine/dtype.h"
+#include "engine/model_engine.h"
+#include "engine/weights.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/gpu_harness.h"
+#include "tests/unit/engine/executor_harness.h"
+#include "tests/unit/engine/test_util.h"
+
+namespace ballast::engine {
+namespace {
+
+using testing::CompareLogits;
+using testing::GpuHarness;
+using cuda::SrcType;
+
+template <typename T>
+T* ToDevice(const std::vector<T>& v) {
+  T* d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+template <typename T>
+std::vector<T> ToHost(const T* d, size_t n) {
+  std::vector<T> v(n);
+  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
+std::vector<float> Normal(size_t n, float std, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, std);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+TEST(CudaFp8, QuantizationMatchesTheHostReferenceBitForBit) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  const int rows = 37, cols = 1040;
+  std::vector<float> w = Normal(static_cast<size_t>(rows) * cols, 0.03f, 5);
+  for (int i = 0; i < cols; ++i) w[static_cast<size_t>(4) * cols + i] = 0.0f;  // a zero row
+  w[static_cast<size_t>(9) * cols + 3] = 40.0f;                                // an outlier
+  // BF16 source: the reference rounds the same BF16 values.
+  std::vector<uint16_t> wb(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    wb[i] = FloatToBF16(w[i]);
+    w[i] = BF16ToFloat(wb[i]);
+  }
+  Matrix m{rows, cols, w};
+  const std::vector<float> want_scales = RoundRowsToFp8(&m);
+  for (SrcType src : {SrcType::kF32, SrcType::kBF16}) {
+    void* d_src = src == SrcType::kF32 ? static_cast<void*>(ToDevice(w)) : ToDevice(wb);
+    uint8_t* d_q = nullptr;
+    float* d_s = nullptr;
+    ASSERT_EQ(cudaMalloc(&d_q, w.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_s, rows * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchQuantizeRowsFp8(d_src, src, rows, cols, d_q, d_s, nullptr), cudaSuccess);
+    const auto q = ToHost(d_q, w.size());
+    const auto s = ToHost(d_s, rows);
+    for (int r = 0; r < rows; ++r) {
+      ASSERT_EQ(s[r], want_scales[r]) << "row " << r;
+      for (int i = 0; i < cols; ++i) {
+        const size_t at = static_cast<size_t>(r) * cols + i;
+        ASSERT_EQ(q[at], FloatToFp8E4M3(w[at] / want_scales[r])) << "row " << r << " col " << i;
+        ASSERT_EQ(Fp8E4M3ToFloat(q[at]) * s[r], m.data[at]);
+      }
+    }
+    cudaFree(d_src);
+    cudaFree(d_q);
+    cudaFree(d_s);
+  }
+}
+
+// y = x w^T over the dequantized weights, in double.
+std::vector<double> Reference(const std::vector<float>& x, const Matrix& w, int m) {
+  std::vector<double> y(static_cast<size_t>(m) * w.rows);
+  for (int i = 0; i < m; ++i)
+    for (int n = 0; n < w.rows; ++n) {
+      double acc = 0;
+      for (int k = 0; k < w.cols; ++k) acc += static_cast<double>(x[i * w.cols + k]) * w.row(n)[k];
+      y[static_cast<size_t>(i) * w.rows + n] = acc;
+    }
+  return y;
+}
+
+TEST(CudaFp8, BothProductsMatchTheDequantizedReference) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  const int n = 384, k = 1024, max_m = 300;
+  Matrix w{n, k, Normal(static_cast<size_t>(n) * k, 0.02f, 7)};
+  std::vector<uint16_t> wb(w.data.size());
+  for (size_t i = 0; i < wb.size(); ++i) {
+    wb[i] = FloatToBF16(w.data[i]);
+    w.data[i] = BF16ToFloat(wb[i]);
+  }
+  uint16_t* d_wsrc = ToDevice(wb);
+  uint8_t* d_w = nullptr;
+  float* d_ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_w, wb.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_ws, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cuda::LaunchQuantizeRowsFp8(d_wsrc, SrcType::kBF16, n, k, d_w, d_ws, nullptr),
+            cudaSuccess);
+  RoundRowsToFp8(&w);  // the values the device's bytes and scales stand for
+  for (int skinny : {cuda::kSkinnyGemmMaxM, 0}) {
+    auto g = cuda::Gemm::Create(32u << 20, skinny, max_m, k);
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (int m : {1, 2, 5, 8, 64, 300}) {
+      SCOPED_TRACE(::testing::Message() << "m=" << m << " skinny limit " << skinny);
+      std::vector<float> x = Normal(static_cast<size_t>(m) * k, 1.0f, 100 + m);
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        xb[i] = FloatToBF16(x[i]);
+        x[i] = BF16ToFloat(xb[i]);
+      }
+      uint16_t* d_x = ToDevice(xb);
+      uint16_t* d_y = nullptr;
+      ASSERT_EQ(cudaMalloc(&d_y, static_cast<size_t>(m) * n * 2), cudaSuccess);
+      ASSERT_TRUE((*g)->RunFp8(d_x, d_w, d_ws, d_y, m, n, k, cuda::ActType::kBF16, nullptr).ok());
+      const auto y = ToHost(d_y, static_cast<size_t>(m) * n);
+      const auto want = Reference(x, w, m);
+      double max_err = 0, max_mag = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        max_err = std::max(max_err, std::abs(BF16ToFloat(y[i]) - want[i]));
+        max_mag = std::max(max_mag, std::abs(want[i]));
+      }
+      // The skinny kernel keeps x in BF16 (only the output is rounded);
+      // cuBLASLt's path also rounds each x to E4M3 (3 mantissa bits, one
+      // scale per token), errors that average out over k = 1024.
+      const bool skinny_path = m <= skinny;
+      std::cout << "m=" << m << (skinny_path ? " skinny" : " cuBLASLt") << ": max error " << max_err
+                << " of max |y| " << max_mag << "\n";
+      EXPECT_LT(max_err, (skinny_path ? 0.01 : 0.04) * max_mag);
+      cudaFree(d_x);
+      cudaFree(d_y);
+    }
+  }
+  cudaFree(d_wsrc);
+  cudaFree(d_w);
+  cudaFree(d_ws);
+}
+
+class CudaFp8Model : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::GpuUsable()) GTEST_SKIP() << "no usable GPU";
+    dir_ = std::make_unique<testing::TempDir>();
+    model_ = testing::WriteTinyModel(*dir_, "m", testing::GpuTestModelSpec());
+    for (int i = 0; i < 600; ++i) prompt_.push_back((i * 37 + 11) % 500);
+  }
+  std::unique_ptr<testing::TempDir> dir_;
+  std::string model_;
+  std::vector<int> prompt_;
+};
+
+TEST_F(CudaFp8Model, LogitsMatchTheCpuBackendOverRoundedWeights) {
+  testing::ExecutorHarness cpu(model_, 16, DType::kF32, WeightQuant::kFp8);
+  GpuHarness gpu(model_, 16, "auto", true, 2048, 512, WeightQuant::kFp8);
+  // Prefill chunks through cuBLASLt's FP8 GEMM, then decode steps through
+  // the skinny kernel (and their CUDA graphs).
+  std::vector<float> want, got;
+  for (auto* h : {static_cast<void*>(&cpu), static_cast<void*>(&gpu)}) {
+    Executor* ex = h == &cpu ? static_cast<Executor*>(cpu.executor.get()) : gpu.executor.get();
+    KvCache* kv = h == &cpu ? cpu.kv.get() : gpu.kv.get();
+    SequenceKv seq;
+    ASSERT_TRUE(kv->Reserve(&seq, static_cast<int>(prompt_.size())).ok());
+    std::vector<float>& all = h == &cpu ? want : got;
+    for (int start = 0; start < static_cast<int>(prompt_.size());) {
+      const int n = start < 590 ? std::min(200, 590 - start) : 1;
+      SequenceChunk c{&seq, start, absl::MakeConstSpan(prompt_).subspan(start, n),
+                      LogitsMode::kLast};
+      std::vector<float> out;
+      ASSERT_TRUE(ex->Forward({c}, &out).ok());
+      all.insert(all.end(), out.begin(), out.end());
+      start += n;
+    }
+    kv->Release(&seq);
+  }
+  const auto d = CompareLogits(got, want, 512, 0.01);
+  std::cout << "fp8 cuda vs cpu reference: max abs diff " << d.max_abs << " (max |logit| "
+            << d.max_mag << "), argmax mismatches " << d.argmax_mismatch << " of "
+            << got.size() / 512 << "\n";
+  EXPECT_LT(d.max_abs, 0.05 * std::max(1.0, d.max_mag));
+  EXPECT_EQ(d.decisive_mismatch, 0);
+}
+
+TEST_F(CudaFp8Model, HalvesTheLinearWeightsBytes) {
+  ModelConfig c = *ModelConfig::Load(model_ + "/config.json");
+  const int64_t full = GpuWeightBytes(c);
+  c.weight_quant = WeightQuant::kFp8;
+  const int64_t fp8 = GpuWeightBytes(c);
+  const int64_t linear =
+      static_cast<int64_t>(c.num_hidden_layers) *
+      (static_cast<int64_t>(c.q_dim() + 2 * c.kv_dim()) * c.hidden_size +
+       static_cast<int64_t>(c.hidden_size) * c.q_dim() + 3LL * c.intermediate_size * c.hidden_size);
+  const int64_t scales = static_cast<int64_t>(c.num_hidden_layers) * 4 *
+                         (c.q_dim() + 2 * c.kv_dim() + 2 * c.hidden_size + 2 * c.intermediate_size);
+  std::cout << "weights: " << full << " bytes in BF16, " << fp8 << " with fp8 linear layers\n";
+  // One byte saved per linear weight, four spent per row on its scale
+  // (alignment adds at most 256 bytes a tensor).
+  EXPECT_NEAR(static_cast<double>(full - fp8), static_cast<double>(linear - scales),
+              256.0 * 8 * c.num_hidden_layers);
+  GpuHarness gpu(model_, 16, "auto", true, 2048, 512, WeightQuant::kFp8);
+  EXPECT_EQ(gpu.executor->weight_bytes(), fp8);
+}
+
+TEST_F(CudaFp8Model, EngineGreedyTokensMatchTheCpuEngine) {
+  ModelEngineOptions o;
+  o.name = "m";
+  o.path = model_;
+  o.quantization = "fp8";
+  o.block_tokens = 16;
+  const std::vector<int> prompt(prompt_.begin(), prompt_.begin() + 40);
+  auto cpu = testing::GreedyTokens(o, prompt, 48);
+  o.backend = "cuda";
+  auto gpu = testing::GreedyTokens(o, prompt, 48);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(*gpu, *cpu);
+}
+
+}  // namespace
+}  // namespace ballast::engine
