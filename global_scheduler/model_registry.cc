@@ -25,11 +25,19 @@ absl::Status ModelRegistry::Add(const ModelSpec& spec, bool* kv_limits_changed) 
         absl::StrCat("model ", spec.name, ": kv_dtype \"", spec.kv_dtype,
                      "\" (expected auto, f32, bf16, fp16 or fp8_e4m3)"));
   }
+  // The names engine::WeightQuantName gives (config and Admin normalize
+  // aliases to them), so that one quantization has one spelling here.
+  if (spec.quantization != "none" && spec.quantization != "fp8") {
+    return absl::InvalidArgumentError(absl::StrCat("model ", spec.name, ": quantization \"",
+                                                   spec.quantization,
+                                                   "\" is unknown (expected none or fp8)"));
+  }
   absl::MutexLock lock(&mu_);
   auto it = models_.find(spec.name);
   if (it != models_.end()) {
     const ModelSpec& old = it->second.spec;
-    if (old.path != spec.path || old.kv_dtype != spec.kv_dtype || old.replicas != spec.replicas ||
+    if (old.path != spec.path || old.kv_dtype != spec.kv_dtype ||
+        old.quantization != spec.quantization || old.replicas != spec.replicas ||
         old.ttft_ms != spec.ttft_ms || old.tpot_ms != spec.tpot_ms) {
       return absl::AlreadyExistsError(
           absl::StrCat("model ", spec.name,

@@ -21,7 +21,9 @@ struct ModelSpec {
   std::string name;
   std::string path;               // directory readable by the nodes
   std::string kv_dtype = "auto";  // auto | f32 | bf16 | fp16
-  uint32_t ttft_ms = 0;           // 0: the scheduler's default SLO
+  // Linear-layer weights on the nodes: none | fp8 (ModelEngineOptions).
+  std::string quantization = "none";
+  uint32_t ttft_ms = 0;  // 0: the scheduler's default SLO
   uint32_t tpot_ms = 0;
   int replicas = 1;            // nodes that keep it resident
   int64_t kv_floor_bytes = 0;  // elastic KV floor on each node (0: none)

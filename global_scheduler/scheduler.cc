@@ -294,6 +294,7 @@ v1::ModelInfo Scheduler::ToModelInfo(const ModelStatus& m) const {
   info.set_architecture(m.architecture);
   info.set_context_window(m.context_window);
   info.set_kv_dtype(m.spec.kv_dtype);
+  info.set_quantization(m.spec.quantization);
   info.set_weight_bytes(m.weight_bytes);
   const ModelRates r = stats_.Rates(m.spec.name, clock_());
   v1::ModelLoad* load = info.mutable_load();

@@ -340,6 +340,7 @@ void Scheduler::StartLoad(const ModelSpec& spec, const Target& target) {
     req.set_name(spec.name);
     req.set_path(spec.path);
     req.set_kv_dtype(spec.kv_dtype);
+    req.set_quantization(spec.quantization);
     req.set_device(target.device);
     req.set_kv_floor_bytes(spec.kv_floor_bytes);
     req.set_kv_limit_bytes(spec.kv_limit_bytes);

@@ -1,8 +1,8 @@
 // SqliteStateStore: StateStore in one SQLite database (state_store.h).
 //
-// Schema (PRAGMA user_version 1):
+// Schema (PRAGMA user_version 2):
 //   models(name PK, registered 0|1, path, kv_dtype, ttft_ms, tpot_ms,
-//          replicas, kv_floor_bytes, kv_limit_bytes)
+//          replicas, kv_floor_bytes, kv_limit_bytes, quantization)
 //   sessions(id PK, model, tenant, chat, node,
 //            lost NULL|0 forgotten|1 expired, last_used_us)
 //   session_turns(session_id, seq, tokens BLOB (int32 LE),
@@ -11,6 +11,8 @@
 //     appends a row, so its cost does not grow with the history.
 // The connection runs in WAL mode with locking_mode=EXCLUSIVE, taken at
 // open, so the file has one writer process for the store's life.
+// Version 1 (no models.quantization) is upgraded in place at open: the
+// column is added with ALTER TABLE, its rows reading 'none'.
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -37,14 +39,15 @@ namespace {
     }                                                     \
   } while (0)
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS models(
   name TEXT PRIMARY KEY, registered INTEGER NOT NULL, path TEXT NOT NULL,
   kv_dtype TEXT NOT NULL, ttft_ms INTEGER NOT NULL, tpot_ms INTEGER NOT NULL,
   replicas INTEGER NOT NULL, kv_floor_bytes INTEGER NOT NULL,
-  kv_limit_bytes INTEGER NOT NULL) WITHOUT ROWID;
+  kv_limit_bytes INTEGER NOT NULL,
+  quantization TEXT NOT NULL DEFAULT 'none') WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions(
   id TEXT PRIMARY KEY, model TEXT NOT NULL, tenant TEXT NOT NULL,
   chat INTEGER NOT NULL, node TEXT NOT NULL, lost INTEGER,
@@ -192,6 +195,10 @@ class SqliteStateStore final : public StateStore {
                        " was written by a newer Ballast (this one reads ", kSchemaVersion, ")"));
     }
     RETURN_IF_SQL(Exec(kSchema), "create the schema");
+    if (auto st = Upgrade(); !st.ok()) {
+      Exec("ROLLBACK");
+      return st;
+    }
     RETURN_IF_SQL(Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str()),
                   "set the schema version");
     RETURN_IF_SQL(Exec("COMMIT"), "create the schema");
@@ -208,7 +215,7 @@ class SqliteStateStore final : public StateStore {
     absl::MutexLock lock(&mu_);
     Stmt q(db_,
            "SELECT name, registered, path, kv_dtype, ttft_ms, tpot_ms, replicas, kv_floor_bytes, "
-           "kv_limit_bytes FROM models ORDER BY name");
+           "kv_limit_bytes, quantization FROM models ORDER BY name");
     if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), "read the models");
     StoredCatalogue out;
     int rc;
@@ -226,6 +233,7 @@ class SqliteStateStore final : public StateStore {
       s.replicas = static_cast<int>(q.ColInt(6));
       s.kv_floor_bytes = q.ColInt(7);
       s.kv_limit_bytes = q.ColInt(8);
+      s.quantization = q.ColText(9);
       out.registered.push_back(std::move(s));
     }
     if (rc != SQLITE_DONE) return Fail(rc, "read the models");
@@ -282,15 +290,21 @@ class SqliteStateStore final : public StateStore {
 
   absl::Status PutRegistered(const ModelSpec& s) override {
     absl::MutexLock lock(&mu_);
-    Stmt q = Kept("INSERT OR REPLACE INTO models VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    Stmt q = Kept(
+        "INSERT OR REPLACE INTO models(name, registered, path, kv_dtype, ttft_ms, tpot_ms, "
+        "replicas, kv_floor_bytes, kv_limit_bytes, quantization) "
+        "VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
     q.Text(1, s.name).Text(2, s.path).Text(3, s.kv_dtype).Int(4, s.ttft_ms).Int(5, s.tpot_ms);
     q.Int(6, s.replicas).Int(7, s.kv_floor_bytes).Int(8, s.kv_limit_bytes);
+    q.Text(9, s.quantization);
     return Run(q, absl::StrCat("record model ", s.name));
   }
 
   absl::Status PutUnregistered(const std::string& name) override {
     absl::MutexLock lock(&mu_);
-    Stmt q = Kept("INSERT OR REPLACE INTO models VALUES (?1, 0, '', '', 0, 0, 0, 0, 0)");
+    Stmt q = Kept(
+        "INSERT OR REPLACE INTO models(name, registered, path, kv_dtype, ttft_ms, tpot_ms, "
+        "replicas, kv_floor_bytes, kv_limit_bytes) VALUES (?1, 0, '', '', 0, 0, 0, 0, 0)");
     q.Text(1, name);
     return Run(q, absl::StrCat("record the unregistration of model ", name));
   }
@@ -394,6 +408,24 @@ class SqliteStateStore final : public StateStore {
       it = kept_.emplace(sql, stmt).first;
     }
     return Stmt(it->second, SQLITE_OK);
+  }
+  // Brings a version 1 file's tables to this schema (CREATE TABLE IF NOT
+  // EXISTS leaves an existing table as it is): models.quantization, added
+  // when missing, reads 'none' on the rows it did not have. REQUIRES: in
+  // the opening transaction.
+  absl::Status Upgrade() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    bool has_quantization = false;
+    {
+      Stmt q(db_, "SELECT name FROM pragma_table_info('models')");
+      if (q.prepare_rc() != SQLITE_OK) return Fail(q.prepare_rc(), "read the models' columns");
+      int rc;
+      while ((rc = q.Step()) == SQLITE_ROW) has_quantization |= q.ColText(0) == "quantization";
+      if (rc != SQLITE_DONE) return Fail(rc, "read the models' columns");
+    }
+    if (has_quantization) return absl::OkStatus();
+    RETURN_IF_SQL(Exec("ALTER TABLE models ADD COLUMN quantization TEXT NOT NULL DEFAULT 'none'"),
+                  "add models.quantization (upgrading from schema version 1)");
+    return absl::OkStatus();
   }
   int Exec(const char* sql) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);

@@ -5,6 +5,7 @@
 namespace ballast::node_manager {
 
 bool HostWeightCache::Put(const std::string& model, const std::string& path,
+                          engine::WeightQuant quant,
                           std::shared_ptr<const engine::HostWeights> weights) {
   const int64_t bytes = weights->bytes();
   absl::MutexLock lock(&mu_);
@@ -15,17 +16,18 @@ bool HostWeightCache::Put(const std::string& model, const std::string& path,
     lru_.pop_back();
     ++stats_.dropped;
   }
-  lru_.push_front({model, path, std::move(weights)});
+  lru_.push_front({model, path, quant, std::move(weights)});
   stats_.bytes += bytes;
   ++stats_.puts;
   return true;
 }
 
 std::shared_ptr<const engine::HostWeights> HostWeightCache::Get(const std::string& model,
-                                                                const std::string& path) {
+                                                                const std::string& path,
+                                                                engine::WeightQuant quant) {
   absl::MutexLock lock(&mu_);
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-    if (it->model == model && it->path == path) {
+    if (it->Is(model, path, quant)) {
       lru_.splice(lru_.begin(), lru_, it);
       ++stats_.hits;
       return it->weights;
@@ -35,10 +37,11 @@ std::shared_ptr<const engine::HostWeights> HostWeightCache::Get(const std::strin
   return nullptr;
 }
 
-bool HostWeightCache::Contains(const std::string& model, const std::string& path) const {
+bool HostWeightCache::Contains(const std::string& model, const std::string& path,
+                               engine::WeightQuant quant) const {
   absl::MutexLock lock(&mu_);
   for (const Entry& e : lru_) {
-    if (e.model == model && e.path == path) return true;
+    if (e.Is(model, path, quant)) return true;
   }
   return false;
 }

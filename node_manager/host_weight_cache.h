@@ -5,8 +5,9 @@
 // fit, the least recently used copies are dropped first, and a copy larger
 // than the whole budget is not kept.
 //
-// Entries are keyed by model name and checkpoint path: a model registered
-// again from another path does not reuse a stale copy.
+// Entries are keyed by model name, checkpoint path and weight quantization:
+// a model registered again from another path, or with another quantization
+// (whose copy holds other bytes), does not reuse a stale copy.
 //
 // Thread-safety: thread-safe.
 #pragma once
@@ -19,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/executor.h"
+#include "engine/model_config.h"
 
 namespace ballast::node_manager {
 
@@ -38,12 +40,13 @@ class HostWeightCache {
   bool Fits(int64_t bytes) const { return bytes <= budget_; }
   // Keeps `weights` (replacing an older copy of the model). False if it is
   // larger than the budget.
-  bool Put(const std::string& model, const std::string& path,
+  bool Put(const std::string& model, const std::string& path, engine::WeightQuant quant,
            std::shared_ptr<const engine::HostWeights> weights);
   // The kept copy (and marks it most recently used), or null. The copy
   // stays cached: a model evicted again needs no new copy.
-  std::shared_ptr<const engine::HostWeights> Get(const std::string& model, const std::string& path);
-  bool Contains(const std::string& model, const std::string& path) const;
+  std::shared_ptr<const engine::HostWeights> Get(const std::string& model, const std::string& path,
+                                                 engine::WeightQuant quant);
+  bool Contains(const std::string& model, const std::string& path, engine::WeightQuant quant) const;
   void Erase(const std::string& model);
   // Drops the least recently used copy that only the cache holds (counted
   // as dropped): dropping one that an engine still holds, having been
@@ -56,7 +59,11 @@ class HostWeightCache {
  private:
   struct Entry {
     std::string model, path;
+    engine::WeightQuant quant = engine::WeightQuant::kNone;
     std::shared_ptr<const engine::HostWeights> weights;
+    bool Is(const std::string& m, const std::string& p, engine::WeightQuant q) const {
+      return model == m && path == p && quant == q;
+    }
   };
   // REQUIRES: mu_ held.
   void EraseLocked(const std::string& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -25,12 +25,13 @@ absl::StatusOr<std::shared_ptr<engine::HostArena>> NodeManager::PinHostCopyArena
 
 void NodeManager::KeepHostCopy(const std::string& name, engine::ModelEngine& e) {
   const std::string& path = e.options().path;
+  const engine::WeightQuant quant = e.config().weight_quant;
   // Weights are immutable, so a copy made earlier is still this model's:
   // the one in the cache, or the one this engine was activated from (the
   // cache may have dropped it since).
-  if (host_cache_.Contains(name, path)) return;
+  if (host_cache_.Contains(name, path, quant)) return;
   if (e.options().host_weights) {
-    host_cache_.Put(name, path, e.options().host_weights);
+    host_cache_.Put(name, path, quant, e.options().host_weights);
     return;
   }
   if (!host_cache_.Fits(e.weight_bytes())) return;
@@ -53,7 +54,7 @@ void NodeManager::KeepHostCopy(const std::string& name, engine::ModelEngine& e) 
     hw = e.KeepHostWeights();
   }
   if (hw.ok()) {
-    host_cache_.Put(name, path, std::move(*hw));
+    host_cache_.Put(name, path, quant, std::move(*hw));
   } else {
     spdlog::warn("model {}: keeping a host copy of the weights failed: {}", name,
                  std::string(hw.status().message()));

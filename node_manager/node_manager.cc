@@ -148,6 +148,7 @@ v1::ResidentModel NodeManager::Describe(const engine::ModelEngine& e,
   m.set_context_window(e.context_window());
   m.set_weight_bytes(e.weight_bytes());
   m.set_kv_dtype(e.kv_dtype_name());
+  m.set_quantization(engine::WeightQuantName(e.config().weight_quant));
   m.set_kv_bytes_per_token(e.kv_bytes_per_token());
   absl::MutexLock lock(&mu_);
   if (auto it = lifecycle_.find(e.name()); it != lifecycle_.end()) {
@@ -204,14 +205,35 @@ void NodeManager::RequestDone(const std::string& model) {
   if (it != inflight_.end() && --it->second <= 0) inflight_.erase(it);
 }
 
+// A device over-full for now (its usage above its total while KV is
+// mapped) is still a candidate: the load then fails for room
+// (RESOURCE_EXHAUSTED, so the scheduler makes room), not as a missing device.
+DeviceWorker* NodeManager::FreestDevice(const std::string& device, int64_t* best_free) const {
+  DeviceWorker* target = nullptr;
+  for (const auto& d : devices_) {
+    if (!device.empty() && d->name() != device) continue;
+    const DeviceUsage u = d->Usage();
+    const int64_t free = u.memory_total_bytes - u.memory_used_bytes;
+    if (target == nullptr || free > *best_free) {
+      *best_free = free;
+      target = d.get();
+    }
+  }
+  return target;
+}
+
 absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name,
                                                          const std::string& path,
                                                          const std::string& kv_dtype,
                                                          const std::string& device,
-                                                         const memory::TenantLimits& kv_limits) {
+                                                         const memory::TenantLimits& kv_limits,
+                                                         const std::string& quantization) {
   if (auto st = ValidateModelName(name); !st.ok()) return st;
   if (path.empty())
     return absl::InvalidArgumentError(absl::StrCat("model ", name, ": path is empty"));
+  auto quant = engine::WeightQuantFromConfig(quantization);
+  if (!quant.ok())
+    return absl::InvalidArgumentError(absl::StrCat("model ", name, ": ", quant.status().message()));
   absl::MutexLock serial(&load_mu_);
   chat_prompts_.Invalidate(path);  // a fixed template is read again
   std::string where;
@@ -219,21 +241,8 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
     return absl::AlreadyExistsError(
         absl::StrCat("model ", name, " is already resident on ", where));
   }
-  // The freest device (or the one named). A device over-full for now (its
-  // usage above its total while KV is mapped) is still a candidate: the
-  // load then fails for room (RESOURCE_EXHAUSTED, so the scheduler makes
-  // room), not as a missing device.
-  DeviceWorker* target = nullptr;
   int64_t best_free = 0;
-  for (auto& d : devices_) {
-    if (!device.empty() && d->name() != device) continue;
-    const DeviceUsage u = d->Usage();
-    const int64_t free = u.memory_total_bytes - u.memory_used_bytes;
-    if (target == nullptr || free > best_free) {
-      best_free = free;
-      target = d.get();
-    }
-  }
+  DeviceWorker* target = FreestDevice(device, &best_free);
   if (target == nullptr) {
     return absl::NotFoundError(devices_.empty()
                                    ? std::string("this node has no devices")
@@ -247,6 +256,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.device = std::max(target->gpu(), 0);
   o.cuda_graphs = options_.engine.cuda_graphs;
   o.kv_dtype = kv_dtype.empty() ? "auto" : kv_dtype;
+  o.quantization = engine::WeightQuantName(*quant);
   o.block_tokens = options_.engine.block_tokens;
   o.kv_cache_bytes = options_.engine.kv_cache_bytes;
   o.max_batch_tokens = options_.engine.max_batch_tokens;
@@ -262,10 +272,11 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
     o.model_fingerprint = *fp;
     o.layerwise_kv_load = options_.kv_tiers.layerwise_load;
   }
-  return Activate(o, target, best_free);
+  return Activate(o, *quant, target, best_free);
 }
 
 absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngineOptions& base,
+                                                        engine::WeightQuant quant,
                                                         DeviceWorker* target, int64_t best_free) {
   engine::ModelEngineOptions o = base;
   const std::string& name = o.name;
@@ -278,7 +289,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngin
     SetState(name, v1::MODEL_STATE_EVICTED);
     return st;
   };
-  o.host_weights = host_cache_.Get(name, o.path);
+  o.host_weights = host_cache_.Get(name, o.path, quant);
   if (!target->balloon()) {
     // Static: refuse before reading the weights when they and the private
     // KV pool alone cannot fit (the workspace, known only once built, is
@@ -358,11 +369,12 @@ absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool k
       // next model into it at once, and a load refused for room now would
       // evict one more model (seen in LifecycleTest under load).
       const std::string path = e->options().path;
+      const engine::WeightQuant quant = e->config().weight_quant;
       d->AwaitRetired();
       e.reset();
       SetState(name, v1::MODEL_STATE_EVICTED);
       spdlog::info("evicted model {} from {}{}", name, d->name(),
-                   host_cache_.Contains(name, path) ? " (host copy kept)" : "");
+                   host_cache_.Contains(name, path, quant) ? " (host copy kept)" : "");
       return absl::OkStatus();
     }
   }

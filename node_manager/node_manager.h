@@ -143,12 +143,15 @@ class NodeManager {
                        std::function<void(const absl::Status&)> on_refused = nullptr);
   void Shutdown();
 
-  // Loads a model on `device` (or the device with the most free memory).
+  // Loads a model on `device` (or the device with the most free memory),
+  // its linear layers' weights as `quantization` says ("none", empty, or
+  // "fp8": engine::WeightQuantFromConfig; INVALID_ARGUMENT otherwise).
   // RESOURCE_EXHAUSTED if no device has room; ALREADY_EXISTS if resident.
   absl::StatusOr<v1::ResidentModel> LoadModel(const std::string& name, const std::string& path,
                                               const std::string& kv_dtype,
                                               const std::string& device,
-                                              const memory::TenantLimits& kv_limits = {});
+                                              const memory::TenantLimits& kv_limits = {},
+                                              const std::string& quantization = "none");
   // Moves a resident model's KV floor/limit (elastic mode). NOT_FOUND if not
   // resident; FAILED_PRECONDITION in static mode.
   absl::Status SetKvLimits(const std::string& name, const memory::TenantLimits& kv_limits);
@@ -215,8 +218,13 @@ class NodeManager {
   absl::Status RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* interval);
   std::shared_ptr<engine::ModelEngine> FindEngine(const std::string& model,
                                                   std::string* device) const;
+  // The device named `device` (empty: the one with the most free memory),
+  // its free bytes in *best_free; null if there is none.
+  DeviceWorker* FreestDevice(const std::string& device, int64_t* best_free) const;
+  // `quant`: base.quantization, parsed (it picks the host copy).
   absl::StatusOr<v1::ResidentModel> Activate(const engine::ModelEngineOptions& base,
-                                             DeviceWorker* target, int64_t best_free);
+                                             engine::WeightQuant quant, DeviceWorker* target,
+                                             int64_t best_free);
   // Keeps a host copy of `e`'s weights in host_cache_ for EvictModel,
   // reusing an earlier copy when there is one.
   void KeepHostCopy(const std::string& name, engine::ModelEngine& e);

@@ -112,8 +112,8 @@ int RunModels(const std::string& target) {
   v1::ListModelsResponse resp;
   grpc::Status st = stub->ListModels(&ctx, v1::ListModelsRequest(), &resp);
   if (!st.ok()) return PrintError(st);
-  std::cout << absl::StrFormat("%-20s %-18s %8s %10s %-6s %s\n", "MODEL", "ARCHITECTURE", "CONTEXT",
-                               "WEIGHTS", "KV", "RESIDENT ON");
+  std::cout << absl::StrFormat("%-20s %-18s %8s %10s %-8s %-5s %s\n", "MODEL", "ARCHITECTURE",
+                               "CONTEXT", "WEIGHTS", "KV", "QUANT", "RESIDENT ON");
   for (const auto& m : resp.models()) {
     std::string where;
     for (const auto& r : m.replicas()) {
@@ -123,8 +123,9 @@ int RunModels(const std::string& target) {
                                    : absl::StrCat(r.node_id(), "/", r.device(), " ", state);
     }
     if (where.empty()) where = "(not resident)";
-    std::cout << absl::StrFormat("%-20s %-18s %8d %10s %-6s %s\n", m.name(), m.architecture(),
-                                 m.context_window(), Mib(m.weight_bytes()), m.kv_dtype(), where);
+    std::cout << absl::StrFormat("%-20s %-18s %8d %10s %-8s %-5s %s\n", m.name(), m.architecture(),
+                                 m.context_window(), Mib(m.weight_bytes()), m.kv_dtype(),
+                                 m.quantization(), where);
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/gpu_backend.h"
+#include "engine/model_config.h"
 #include "node_manager/arbitration.h"
 #include "server/yaml_section.h"
 #include "yaml-cpp/yaml.h"
@@ -29,6 +30,16 @@ absl::Status ParseRemap(const YAML::Node& node, const std::string* file,
   }
   if (!(revert_ms >= 0)) return rs.Error("node.memory.remap.revert_after_ms", "must be >= 0");
   o->revert_after = absl::Milliseconds(revert_ms);
+  return absl::OkStatus();
+}
+
+// A model's `quantization`, checked as the engine will (WeightQuantFromConfig)
+// and kept under the engine's name for it ("fp8_e4m3" reads as "fp8").
+absl::Status GetQuantization(YamlSection& m, std::string* out) {
+  RETURN_IF_ERROR(m.Get("quantization", out));
+  auto q = engine::WeightQuantFromConfig(*out);
+  if (!q.ok()) return m.Error(m.Key("quantization"), std::string(q.status().message()));
+  *out = engine::WeightQuantName(*q);
   return absl::OkStatus();
 }
 
@@ -254,6 +265,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
       RETURN_IF_ERROR(m.Get("name", &spec.name));
       RETURN_IF_ERROR(m.Get("path", &spec.path));
       RETURN_IF_ERROR(m.Get("kv_dtype", &spec.kv_dtype));
+      RETURN_IF_ERROR(GetQuantization(m, &spec.quantization));
       RETURN_IF_ERROR(m.Get("replicas", &spec.replicas));
       int64_t floor_mib = 0, limit_mib = 0;
       RETURN_IF_ERROR(m.Get("kv_floor_mib", &floor_mib));
@@ -439,6 +451,7 @@ absl::Status ParseServe(const YAML::Node& n, const std::string* file, ServeSecti
       RETURN_IF_ERROR(m.Get("tie_embeddings", &sp.tie_embeddings));
       RETURN_IF_ERROR(m.Get("init_std", &sp.init_std));
       RETURN_IF_ERROR(m.Get("kv_dtype", &e.kv_dtype));
+      RETURN_IF_ERROR(GetQuantization(m, &e.quantization));
       RETURN_IF_ERROR(m.Get("replicas", &e.replicas));
       RETURN_IF_ERROR(m.Get("tokenizer", &e.tokenizer));
       RETURN_IF_ERROR(m.Finish());

@@ -55,6 +55,8 @@ struct SyntheticModelEntry {
   std::string name;
   engine::SyntheticModelSpec spec;
   std::string kv_dtype = "auto";
+  // Linear-layer weights: "none" or "fp8" (engine::WeightQuant).
+  std::string quantization = "none";
   int replicas = 1;
   // A Hugging Face tokenizer directory (tokenizer.json and
   // tokenizer_config.json; "~" expands) the model is served with: its chat

@@ -48,8 +48,9 @@ static memory::TenantLimits KvLimits(int64_t floor, int64_t limit) {
 
 grpc::Status NodeService::LoadModel(grpc::ServerContext*, const v1::LoadModelRequest* req,
                                     v1::LoadModelResponse* resp) {
-  auto m = node_->LoadModel(req->name(), req->path(), req->kv_dtype(), req->device(),
-                            KvLimits(req->kv_floor_bytes(), req->kv_limit_bytes()));
+  auto m =
+      node_->LoadModel(req->name(), req->path(), req->kv_dtype(), req->device(),
+                       KvLimits(req->kv_floor_bytes(), req->kv_limit_bytes()), req->quantization());
   if (!m.ok()) return ToGrpc(m.status());
   metrics_->Activation(req->name(), m->from_host_copy() ? "host_copy" : "disk",
                        m->activation_ms() / 1000.0);

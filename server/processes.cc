@@ -332,6 +332,7 @@ absl::StatusOr<std::vector<global_scheduler::ModelSpec>> PrepareSyntheticModels(
     spec.name = m.name;
     spec.path = dir.string();
     spec.kv_dtype = m.kv_dtype;
+    spec.quantization = m.quantization;
     spec.replicas = m.replicas;
     out.push_back(spec);
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "engine/model_config.h"
 #include "global_scheduler/request_validation.h"
 #include "proto/model_name.h"
 #include "server/auth.h"
@@ -121,6 +122,13 @@ grpc::Status AdminService::RegisterModel(grpc::ServerContext* ctx,
   spec.name = req->name();
   spec.path = req->path();
   spec.kv_dtype = req->kv_dtype().empty() ? "auto" : req->kv_dtype();
+  // Empty is "none"; aliases take the engine's name, as in the config.
+  auto quant = engine::WeightQuantFromConfig(req->quantization());
+  if (!quant.ok()) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("model ", req->name(), ": ", quant.status().message())));
+  }
+  spec.quantization = engine::WeightQuantName(*quant);
   spec.ttft_ms = req->slo().ttft_ms();
   spec.tpot_ms = req->slo().tpot_ms();
   spec.replicas = req->replicas() == 0 ? 1 : req->replicas();

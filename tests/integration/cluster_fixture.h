@@ -258,11 +258,14 @@ class ClusterTest : public ::testing::Test {
     return r;
   }
 
-  // Greedy tokens from an in-process engine on the same checkpoint.
-  std::vector<int> Reference(const std::string& model, std::vector<int> prompt, int n) {
+  // Greedy tokens from an in-process engine on the same checkpoint, its
+  // weights quantized as `quantization` says.
+  std::vector<int> Reference(const std::string& model, std::vector<int> prompt, int n,
+                             const std::string& quantization = "none") {
     engine::ModelEngineOptions o;
     o.name = model;
     o.path = Model(model);
+    o.quantization = quantization;
     auto e = engine::ModelEngine::Create(o);
     EXPECT_TRUE(e.ok()) << e.status();
     struct Sink : engine::GenerationSink {

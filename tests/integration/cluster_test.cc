@@ -2,6 +2,8 @@
 // processes on loopback ports, driven over the public gRPC API like a
 // frontend would. Greedy outputs are compared with an in-process
 // ModelEngine on the same checkpoints.
+#include <map>
+
 #include "tests/integration/cluster_fixture.h"
 
 namespace ballast {
@@ -122,6 +124,40 @@ TEST_F(ClusterTest, KvLimitsMoveAtRuntimeThroughTheAdminApi) {
   EXPECT_EQ(set(128 << 10, 64 << 10).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ASSERT_TRUE(set(0, 0).ok());
   EXPECT_TRUE(Generate("alpha", long_prompt, 4).status.ok());
+}
+
+// quantization through the Admin API reaches the node's engine: a model
+// registered with fp8 serves what an in-process fp8 engine computes, and
+// ListModels shows it; an unknown value is refused, naming it, and nothing
+// is registered.
+TEST_F(ClusterTest, QuantizationThroughTheAdminApiReachesTheEngine) {
+  auto reg = [&](const std::string& name, const std::string& quantization) {
+    v1::RegisterModelRequest req;
+    req.set_name(name);
+    req.set_path(Model("alpha"));
+    req.set_quantization(quantization);
+    grpc::ClientContext ctx;
+    v1::RegisterModelResponse resp;
+    return admin_->RegisterModel(&ctx, req, &resp);
+  };
+  const grpc::Status bad = reg("alpha-int4", "int4");
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("quantization \"int4\" is unknown"), std::string::npos)
+      << bad.error_message();
+  ASSERT_TRUE(reg("alpha-fp8", "fp8").ok());
+  ASSERT_TRUE(WaitFor([&] { return ReadyReplicas("alpha-fp8") == 1; }, absl::Seconds(20)))
+      << Logs();
+  const std::vector<int> prompt = Bytes("The cat sat on", true);
+  const std::vector<int> fp8 = Reference("alpha", prompt, 24, "fp8");
+  ASSERT_NE(fp8, Reference("alpha", prompt, 24)) << "this checkpoint cannot tell fp8 apart";
+  StreamResult r = Generate("alpha-fp8", "The cat sat on", 24);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.ids, fp8);
+  std::map<std::string, std::string> quantization;
+  const v1::ClusterState state = State();
+  for (const auto& m : state.models()) quantization[m.name()] = m.quantization();
+  EXPECT_EQ(quantization, (std::map<std::string, std::string>{
+                              {"alpha", "none"}, {"alpha-fp8", "fp8"}, {"beta", "none"}}));
 }
 
 TEST_F(ClusterTest, ClientCancellationFreesTheSequenceOnTheNode) {

@@ -197,9 +197,19 @@ TEST(ModelRegistry, ValidatesSpecs) {
   ModelSpec bad{"m", "/p"};
   bad.kv_dtype = "int3";
   EXPECT_EQ(r.Add(bad).code(), absl::StatusCode::kInvalidArgument);
+  ModelSpec bad_quant{"m", "/p"};
+  bad_quant.quantization = "int4";
+  const absl::Status refused = r.Add(bad_quant);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("quantization \"int4\" is unknown"), std::string::npos)
+      << refused;
   EXPECT_TRUE(r.Add({"m", "/p"}).ok());
   EXPECT_TRUE(r.Add({"m", "/p"}).ok());  // idempotent
   EXPECT_EQ(r.Add({"m", "/q"}).code(), absl::StatusCode::kAlreadyExists);
+  // Another quantization is another spec, not an update.
+  ModelSpec fp8{"m", "/p"};
+  fp8.quantization = "fp8";
+  EXPECT_EQ(r.Add(fp8).code(), absl::StatusCode::kAlreadyExists);
   // Only the KV floor/limit changed: an update, reported to the caller.
   ModelSpec limits{"m", "/p"};
   limits.kv_floor_bytes = 1 << 20;

@@ -3,7 +3,7 @@
 // holds (compared against the live directory, operation by operation); a
 // store that cannot write refuses new sessions and counts later failures;
 // a full store is RESOURCE_EXHAUSTED; a damaged row or a newer schema is
-// refused naming the file.
+// refused naming the file; a file of the previous schema is upgraded.
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -81,7 +81,7 @@ TEST_F(StateStoreTest, SessionsAndTheCatalogueReadBackExactly) {
     ASSERT_TRUE(store->EraseSession("c").ok());
     ASSERT_TRUE(store->SetAffinity("b", "node-2").ok());
     ASSERT_TRUE(store->ForgetNode("node-1").ok());
-    ModelSpec spec{"tuned", "/models/tuned", "bf16", 300, 40, 2, 1 << 20, 1 << 30};
+    ModelSpec spec{"tuned", "/models/tuned", "bf16", "fp8", 300, 40, 2, 1 << 20, 1 << 30};
     ASSERT_TRUE(store->PutRegistered(spec).ok());
     ASSERT_TRUE(store->PutUnregistered("old").ok());
     ASSERT_TRUE(store->PutRegistered({"old", "/models/old"}).ok());  // back again
@@ -105,9 +105,11 @@ TEST_F(StateStoreTest, SessionsAndTheCatalogueReadBackExactly) {
   auto catalogue = *store->LoadCatalogue();
   ASSERT_EQ(catalogue.registered.size(), 2u);
   EXPECT_EQ(catalogue.registered[0].name, "old");
+  EXPECT_EQ(catalogue.registered[0].quantization, "none");
   const ModelSpec& t = catalogue.registered[1];
   EXPECT_EQ(t.path, "/models/tuned");
   EXPECT_EQ(t.kv_dtype, "bf16");
+  EXPECT_EQ(t.quantization, "fp8");
   EXPECT_EQ(t.ttft_ms, 300u);
   EXPECT_EQ(t.tpot_ms, 40u);
   EXPECT_EQ(t.replicas, 2);
@@ -330,6 +332,52 @@ TEST_F(StateStoreTest, DamagedRowsAndNewerSchemasAreRefusedNamingTheFile) {
   auto newer = OpenSqliteStateStore(path_);
   EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(newer.status().message().find("newer Ballast"), std::string::npos) << newer.status();
+}
+
+// A file written by the schema before models.quantization (version 1)
+// opens: the column is added, its models read "none", and it then stores
+// and reads back a quantization like a new file.
+TEST_F(StateStoreTest, AVersionOneFileGainsTheQuantizationColumn) {
+  RawSql(path_,
+         "CREATE TABLE models(name TEXT PRIMARY KEY, registered INTEGER NOT NULL, "
+         "path TEXT NOT NULL, kv_dtype TEXT NOT NULL, ttft_ms INTEGER NOT NULL, "
+         "tpot_ms INTEGER NOT NULL, replicas INTEGER NOT NULL, kv_floor_bytes INTEGER NOT NULL, "
+         "kv_limit_bytes INTEGER NOT NULL) WITHOUT ROWID;"
+         "CREATE TABLE sessions(id TEXT PRIMARY KEY, model TEXT NOT NULL, tenant TEXT NOT NULL, "
+         "chat INTEGER NOT NULL, node TEXT NOT NULL, lost INTEGER, "
+         "last_used_us INTEGER NOT NULL);"
+         "CREATE TABLE session_turns(session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+         "tokens BLOB NOT NULL, messages BLOB NOT NULL, PRIMARY KEY(session_id, seq));"
+         "CREATE INDEX sessions_by_node ON sessions(node);"
+         "INSERT INTO models VALUES ('kept', 1, '/models/kept', 'bf16', 300, 40, 2, 0, 0);"
+         "INSERT INTO models VALUES ('gone', 0, '', '', 0, 0, 0, 0, 0);"
+         "INSERT INTO sessions VALUES ('s', 'kept', '', 0, 'node-1', NULL, 5);"
+         "PRAGMA user_version = 1;");
+  {
+    auto store = OpenSqliteStateStore(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto catalogue = (*store)->LoadCatalogue();
+    ASSERT_TRUE(catalogue.ok()) << catalogue.status();
+    ASSERT_EQ(catalogue->registered.size(), 1u);
+    EXPECT_EQ(catalogue->registered[0].name, "kept");
+    EXPECT_EQ(catalogue->registered[0].kv_dtype, "bf16");
+    EXPECT_EQ(catalogue->registered[0].replicas, 2);
+    EXPECT_EQ(catalogue->registered[0].quantization, "none");
+    EXPECT_EQ(catalogue->unregistered, std::vector<std::string>{"gone"});
+    EXPECT_EQ((*store)->LoadSessions()->size(), 1u);
+    ModelSpec fp8{"fp8", "/models/fp8"};
+    fp8.quantization = "fp8";
+    ASSERT_TRUE((*store)->PutRegistered(fp8).ok());
+    ASSERT_TRUE((*store)->PutUnregistered("gone2").ok());
+  }
+  auto store = OpenSqliteStateStore(path_);  // upgraded once: opens as it is
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto catalogue = *(*store)->LoadCatalogue();
+  ASSERT_EQ(catalogue.registered.size(), 2u);
+  EXPECT_EQ(catalogue.registered[0].name, "fp8");
+  EXPECT_EQ(catalogue.registered[0].quantization, "fp8");
+  EXPECT_EQ(catalogue.registered[1].quantization, "none");
+  EXPECT_EQ(catalogue.unregistered, (std::vector<std::string>{"gone", "gone2"}));
 }
 
 }  // namespace

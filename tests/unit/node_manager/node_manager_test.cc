@@ -361,5 +361,38 @@ TEST(NodeManager, DropSessionSaysWhetherTheSessionWasServed) {
   EXPECT_FALSE(n.node->DropSession("s"));
 }
 
+// `quantization` reaches the engine and what the scheduler learns; an
+// unknown one is refused, naming it, before anything loads; a model loaded
+// again with another quantization is not activated from the host copy of
+// the other's weights (HostWeightCache keys copies by it).
+TEST(NodeManager, QuantizationReachesTheEngineAndKeysTheHostCopy) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  NodeOptions n;
+  n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
+  auto node = std::move(*NodeManager::Create(n));
+  auto bad = node->LoadModel("a", path, "auto", "", {}, "int4");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("quantization \"int4\" is unknown"), std::string::npos)
+      << bad.status();
+  EXPECT_TRUE(node->ResidentModels().empty());
+  auto plain = node->LoadModel("a", path, "auto", "");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->quantization(), "none");
+  ASSERT_TRUE(node->EvictModel("a").ok());  // keeps the unquantized copy
+  ASSERT_EQ(node->host_weights().stats().entries, 1);
+  auto fp8 = node->LoadModel("a", path, "auto", "", {}, "fp8");
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  EXPECT_EQ(fp8->quantization(), "fp8");
+  EXPECT_FALSE(fp8->from_host_copy());
+  EXPECT_EQ(node->devices()[0]->Find("a")->options().quantization, "fp8");
+  ASSERT_TRUE(node->EvictModel("a").ok());  // its copy replaces the other
+  EXPECT_EQ(node->host_weights().stats().entries, 1);
+  auto again = node->LoadModel("a", path, "auto", "", {}, "fp8");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->from_host_copy());
+  node->Shutdown();
+}
+
 }  // namespace
 }  // namespace ballast::node_manager

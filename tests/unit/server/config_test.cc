@@ -212,6 +212,35 @@ TEST(Config, BadValuesAreNamed) {
       std::string::npos);
 }
 
+// A model's quantization, in both model lists: "none" by default, "fp8"
+// (its alias fp8_e4m3 kept as fp8), anything else refused naming the key.
+TEST(Config, ModelQuantizationParsesAndBadValuesNameTheirKey) {
+  auto c = ParseConfig(
+      "scheduler: {models: [{name: a, path: /a, kv_dtype: fp8_e4m3, quantization: fp8}, "
+      "{name: b, path: /b}, {name: c, path: /c, quantization: fp8_e4m3}]}\n"
+      "serve: {models: [{name: s, kv_dtype: bf16, quantization: fp8}, {name: t}]}",
+      "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const auto& m = c->scheduler.options.models;
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].kv_dtype, "fp8_e4m3");
+  EXPECT_EQ(m[0].quantization, "fp8");
+  EXPECT_EQ(m[1].quantization, "none");
+  EXPECT_EQ(m[2].quantization, "fp8");
+  ASSERT_EQ(c->serve.models.size(), 2u);
+  EXPECT_EQ(c->serve.models[0].quantization, "fp8");
+  EXPECT_EQ(c->serve.models[1].quantization, "none");
+  EXPECT_EQ(Msg("scheduler: {models: [{name: a, path: /a, quantization: int4}]}"),
+            "test.yaml: scheduler.models[0].quantization: quantization \"int4\" is unknown "
+            "(expected none or fp8)");
+  EXPECT_NE(Msg("serve: {models: [{name: t}, {name: s, quantization: fp4}]}")
+                .find("test.yaml: serve.models[1].quantization: quantization \"fp4\" is unknown"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {models: [{name: a, path: /a, quantization: [fp8]}]}")
+                .find("scheduler.models[0].quantization: wrong type"),
+            std::string::npos);
+}
+
 TEST(Config, SessionLimits) {
   auto c = ParseConfig("scheduler: {session_ttl_ms: 60000, max_sessions: 7}", "test.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
