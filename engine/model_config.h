@@ -23,16 +23,19 @@ struct RopeScaling {
   int original_max_position_embeddings = 8192;
 };
 
-// How the linear layers' weights (q/k/v, o, gate/up, down) are stored when
-// served. Not read from config.json: set from the serving options
+// How the linear layers (q/k/v, o, gate/up, down) compute when served.
+// Not read from config.json: set from the serving options
 // (ModelEngineOptions::quantization) before anything is sized.
-//   kNone: the activation type (BF16/FP16 on cuda, float32 on cpu).
-//   kFp8:  OCP E4M3 with one float32 scale per output channel (row),
-//          scale = max|row| / 448, q = round_to_e4m3(w / scale); the cuda
-//          backend stores 1 byte a weight (embeddings, norms, biases and
-//          lm_head stay in the activation type), the cpu backend keeps
-//          float32 tensors holding the dequantized values q * scale (the
-//          reference the cuda path is checked against).
+//   kNone: weights and activations in the activation type (BF16/FP16 on
+//          cuda, float32 on cpu).
+//   kFp8:  dynamic FP8, as vLLM's "fp8": weights in OCP E4M3 with one
+//          float32 scale per output channel (row), scale = max|row| / 448,
+//          w = scale * e4m3(w / scale); each layer's input rounded the same
+//          way with one scale per token; products accumulated in FP32. The
+//          cuda backend stores 1 byte a weight (embeddings, norms, biases
+//          and lm_head stay in the activation type) and runs FP8 tensor
+//          cores; the cpu backend computes the same rounding in float32
+//          (the reference the cuda path is checked against; no saving).
 enum class WeightQuant { kNone, kFp8 };
 // "none" | "fp8"; errors name the accepted values.
 absl::StatusOr<WeightQuant> WeightQuantFromConfig(std::string_view name);

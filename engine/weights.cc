@@ -34,17 +34,20 @@ absl::StatusOr<Matrix> GetMatrix(const CheckpointIndex& idx, const std::string& 
 
 }  // namespace
 
+void RoundRowsToFp8(float* data, int rows, int cols, float* scales) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = data + static_cast<size_t>(r) * cols;
+    float amax = 0.0f;
+    for (int i = 0; i < cols; ++i) amax = std::max(amax, std::fabs(row[i]));
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    for (int i = 0; i < cols; ++i) row[i] = Fp8E4M3ToFloat(FloatToFp8E4M3(row[i] / scale)) * scale;
+    if (scales != nullptr) scales[r] = scale;
+  }
+}
+
 std::vector<float> RoundRowsToFp8(Matrix* m) {
   std::vector<float> scales(static_cast<size_t>(m->rows));
-  for (int r = 0; r < m->rows; ++r) {
-    float* row = m->data.data() + static_cast<size_t>(r) * m->cols;
-    float amax = 0.0f;
-    for (int i = 0; i < m->cols; ++i) amax = std::max(amax, std::fabs(row[i]));
-    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-    for (int i = 0; i < m->cols; ++i)
-      row[i] = Fp8E4M3ToFloat(FloatToFp8E4M3(row[i] / scale)) * scale;
-    scales[static_cast<size_t>(r)] = scale;
-  }
+  RoundRowsToFp8(m->data.data(), m->rows, m->cols, scales.data());
   return scales;
 }
 

@@ -26,8 +26,10 @@ struct Matrix {
 // scale_r * e4m3(m[r][i] / scale_r), scale_r = max|m[r]| / 448 (1 for a
 // zero row), e4m3 rounding to nearest even and saturating: the values the
 // CUDA backend's E4M3 weights and per-row scales stand for. Returns the
-// scales.
+// scales. The CPU backend also rounds each linear layer's input this way,
+// one scale per token, as the CUDA backend quantizes its activations.
 std::vector<float> RoundRowsToFp8(Matrix* m);
+void RoundRowsToFp8(float* data, int rows, int cols, float* scales = nullptr);
 
 struct LayerWeights {
   Matrix input_norm;              // [1, hidden]
@@ -52,7 +54,8 @@ struct ModelWeights {
 
   // Loads every *.safetensors file in `dir` (sharded checkpoints included).
   // With config.weight_quant == kFp8 the linear layers' rows are rounded
-  // by RoundRowsToFp8 (float32 storage: a reference, not a saving).
+  // by RoundRowsToFp8 (float32 storage: a reference, not a saving; the
+  // CpuExecutor rounds their inputs per token).
   static absl::StatusOr<ModelWeights> Load(const std::string& dir, const ModelConfig& config);
 };
 

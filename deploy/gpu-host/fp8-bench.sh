@@ -9,7 +9,7 @@ set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
 MODEL=${MODEL:-/tmp/llama3-8b-random}
-BATCHES=${BATCHES:-"1 16 64 256"}
+BATCHES=${BATCHES:-1,16,64,256}
 SKINNY=${SKINNY:-"2 8"}
 B="$BUILD/server/ballast"
 mkdir -p "$OUT"
@@ -18,11 +18,11 @@ if [ ! -f "$MODEL/config.json" ]; then
     --kv-heads 8 --vocab 128256 --max-position 8192 --init-std 0.02 --llama3-rope-scaling
 fi
 # shellcheck disable=SC2086
-"$B" bench-engine --model "$MODEL" --batches $BATCHES --quantization none \
+"$B" bench-engine --model "$MODEL" --batches "$BATCHES" --quantization none \
   --out "$OUT/bf16.json" ${BENCH_ENGINE_FLAGS:-}
 for s in $SKINNY; do
   # shellcheck disable=SC2086
-  "$B" bench-engine --model "$MODEL" --batches $BATCHES --quantization fp8 --skinny-max-m "$s" \
+  "$B" bench-engine --model "$MODEL" --batches "$BATCHES" --quantization fp8 --skinny-max-m "$s" \
     --out "$OUT/fp8-skinny$s.json" ${BENCH_ENGINE_FLAGS:-}
 done
 python3 - "$OUT" <<'PY'

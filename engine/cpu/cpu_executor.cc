@@ -308,6 +308,8 @@ void CpuExecutor::AttentionBlock(int l, const LayerWeights& L,
     RmsNorm(x->data() + static_cast<size_t>(t) * H, L.input_norm, c.rms_norm_eps, H,
             &h[static_cast<size_t>(t) * H]);
   }
+  const bool fp8 = c.weight_quant == WeightQuant::kFp8;
+  if (fp8) RoundRowsToFp8(h.data(), T, H);  // FP8 activations, one scale per token
   Linear(L.q, &L.q_bias, h.data(), T, q.data());
   Linear(L.k, &L.k_bias, h.data(), T, k.data());
   Linear(L.v, &L.v_bias, h.data(), T, v.data());
@@ -329,6 +331,7 @@ void CpuExecutor::AttentionBlock(int l, const LayerWeights& L,
                  &scratch);
     }
   }
+  if (fp8) RoundRowsToFp8(attn.data(), T, Q);
   Linear(L.o, &L.o_bias, attn.data(), T, proj.data());
   for (size_t i = 0; i < x->size(); ++i) (*x)[i] += proj[i];
 }
@@ -342,12 +345,15 @@ void CpuExecutor::MlpBlock(const LayerWeights& L, int T, std::vector<float>* x) 
     RmsNorm(x->data() + static_cast<size_t>(t) * H, L.post_norm, c.rms_norm_eps, H,
             &h[static_cast<size_t>(t) * H]);
   }
+  const bool fp8 = c.weight_quant == WeightQuant::kFp8;
+  if (fp8) RoundRowsToFp8(h.data(), T, H);  // FP8 activations, one scale per token
   Linear(L.gate, nullptr, h.data(), T, gate.data());
   Linear(L.up, nullptr, h.data(), T, up.data());
   for (size_t i = 0; i < gate.size(); ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
   }
+  if (fp8) RoundRowsToFp8(gate.data(), T, I);
   Linear(L.down, nullptr, gate.data(), T, proj.data());
   for (size_t i = 0; i < x->size(); ++i) (*x)[i] += proj[i];
 }

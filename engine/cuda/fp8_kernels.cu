@@ -1,6 +1,6 @@
 // FP8 (E4M3) weights: per-row quantization (weights at load, activations
-// before an FP8 GEMM) and the skinny decode GEMM that reads E4M3 weights
-// with one scale per output channel.
+// before an FP8 GEMM) and the skinny decode GEMM over E4M3 weights (one
+// scale per output channel) and E4M3-rounded activations (one per token).
 #include <cuda_fp8.h>
 
 #include "engine/cuda/common.cuh"
@@ -52,17 +52,31 @@ __device__ __forceinline__ void Fp8x16ToFloat(const uint4& raw, float out[16]) {
 constexpr int kWarps = 8;
 constexpr int kChunk = 32 * 16;  // K elements a warp covers per step (16 bytes of w a lane)
 
-// As gemv_kernels.cu's SkinnyGemmKernel, over E4M3 weights: a block owns C
-// output columns, its warps split K into interleaved 512-element chunks,
-// each lane keeps C 16-byte weight loads in flight; the column's scale
-// multiplies the FP32 sum once at the end.
+// As gemv_kernels.cu's SkinnyGemmKernel, over E4M3 weights, with x rounded
+// to E4M3 per row exactly as QuantizeRowsKernel does (the same scale, the
+// same rounding, so the product equals cuBLASLt's FP8 path up to the order
+// of the FP32 sums): each block first finds its rows' max |x| (x is a few
+// KB, read from L2), then its warps split K into interleaved 512-element
+// chunks, each lane keeping C 16-byte weight loads in flight. y = sum *
+// x_scale[i] * w_scale[n].
 template <typename T, typename OutT, int M, int C>
 __global__ void __launch_bounds__(kWarps * 32)
     SkinnyFp8Kernel(const T* __restrict__ x, const __nv_fp8_e4m3* __restrict__ w,
                     const float* __restrict__ w_scale, OutT* __restrict__ y, int m, int n, int k) {
   __shared__ float red[kWarps][M][C];
+  __shared__ float scratch[32];
+  __shared__ float x_scale[M];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * C;
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const T* xr = x + static_cast<size_t>(min(i, m - 1)) * k;
+    float amax = 0.0f;
+    for (int j = threadIdx.x; j < k; j += blockDim.x) amax = fmaxf(amax, fabsf(ToF(xr[j])));
+    amax = BlockMax(amax, scratch);
+    if (threadIdx.x == 0) x_scale[i] = amax > 0.0f ? amax / kFp8Max : 1.0f;
+  }
+  __syncthreads();
   float acc[M][C];
 #pragma unroll
   for (int i = 0; i < M; ++i)
@@ -81,9 +95,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     float xf[M][16];
 #pragma unroll
     for (int i = 0; i < M; ++i) {
-      const int r = min(i, m - 1);
-      Load8(x + static_cast<size_t>(r) * k + k0, xf[i]);
-      Load8(x + static_cast<size_t>(r) * k + k0 + 8, xf[i] + 8);
+      const T* xr = x + static_cast<size_t>(min(i, m - 1)) * k + k0;
+      Load8(xr, xf[i]);
+      Load8(xr + 8, xf[i] + 8);
+      const float s = x_scale[i];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) xf[i][j] = ToF(FromF<__nv_fp8_e4m3>(xf[i][j] / s));
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -109,8 +126,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     float v = 0.0f;
 #pragma unroll
     for (int wv = 0; wv < kWarps; ++wv) v += red[wv][i][c];
-    if (i < m && n0 + c < n)
-      y[static_cast<size_t>(i) * n + n0 + c] = FromF<OutT>(v * w_scale[n0 + c]);
+    if (i < m && n0 + c < n) {
+      y[static_cast<size_t>(i) * n + n0 + c] = FromF<OutT>(v * x_scale[i] * w_scale[n0 + c]);
+    }
   }
 }
 

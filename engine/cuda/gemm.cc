@@ -123,8 +123,8 @@ Gemm::~Gemm() {
   if (handle_) Lt().cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, bool out_f32,
-                                          bool fp8) {
+absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, bool out_f32, bool fp8,
+                                          const float* w_scale, const float* x_scale) {
   const Key key{m, n, k, static_cast<int>(type), out_f32, fp8};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
@@ -146,6 +146,10 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
                                         sizeof(mode));
     Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
                                         sizeof(mode));
+    Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
+                                        sizeof(w_scale));
+    Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
+                                        sizeof(x_scale));
   }
   if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->a, in, k, n, k), "layout a"); !s.ok())
     return s;
@@ -216,7 +220,7 @@ absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, vo
     return absl::InternalError(
         absl::StrCat("FP8 activation quantization: ", cudaGetErrorString(e)));
   }
-  auto plan = GetPlan(m, n, k, type, false, true);
+  auto plan = GetPlan(m, n, k, type, false, true, w_scale, x_scale);
   if (!plan.ok()) return plan.status();
   Plan* p = *plan;
   // The scale pointers change per weight; the descriptor is read at each call.

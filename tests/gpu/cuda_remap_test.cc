@@ -160,6 +160,10 @@ TEST(CudaRemap, Fp8LayersStreamWithTheirScales) {
   BALLAST_SKIP_WITHOUT_GPU();
   testing::TempDir dir;
   ModelEngineOptions o = EightLayerEngine(dir);
+  // Twice the intermediate size: an E4M3 layer still spans several pages.
+  SyntheticModelSpec spec = EightLayers();
+  spec.intermediate = 4096;
+  o.path = testing::WriteTinyModel(dir, "fp8", spec);
   o.quantization = "fp8";
   int64_t lent = 0;
   auto want = Generate(o, {{0, 0}}, &lent);

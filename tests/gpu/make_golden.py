@@ -13,11 +13,12 @@ golden.json beside it:
 Run on the GPU host: python3 tests/gpu/make_golden.py tests/data/golden [MODEL...]
 (only the named model directories when any are given).
 
-With --fp8 first, the linear layers' weights (q/k/v/o, gate/up/down) are
-replaced by their FP8 values as Ballast's `quantization: fp8` stores them
-(per output row: scale = max|row| / 448, or 1 for a zero row;
-w = e4m3(w / scale) * scale, torch's float8_e4m3fn rounding), and the
-result goes to golden-fp8.json.
+With --fp8 first, the linear layers (q/k/v/o, gate/up/down) compute as
+Ballast's `quantization: fp8` does: their weights are replaced by their FP8
+values (per output row: scale = max|row| / 448, or 1 for a zero row;
+w = e4m3(w / scale) * scale, torch's float8_e4m3fn rounding) and a forward
+pre-hook rounds each input the same way, one scale per token. The result
+goes to golden-fp8.json.
 """
 import json
 import pathlib
@@ -44,15 +45,20 @@ def positions_to_keep(n: int, vocab: int) -> list:
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def round_rows_to_fp8(w: torch.Tensor) -> torch.Tensor:
+    """Each row (last dimension) as scale * e4m3(row / scale), scale = max|row| / 448."""
+    w = w.float()
+    scale = w.abs().amax(dim=-1, keepdim=True) / 448.0
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return (w / scale).to(torch.float8_e4m3fn).float() * scale
+
+
 def round_linear_to_fp8(model) -> int:
     n = 0
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and name.split(".")[-1] in LINEAR:
-            w = module.weight.data.float()
-            scale = w.abs().amax(dim=1, keepdim=True) / 448.0
-            scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-            q = (w / scale).to(torch.float8_e4m3fn)
-            module.weight.data.copy_(q.float() * scale)
+            module.weight.data.copy_(round_rows_to_fp8(module.weight.data))
+            module.register_forward_pre_hook(lambda _m, args: (round_rows_to_fp8(args[0]),))
             n += 1
     return n
 

@@ -15,10 +15,13 @@ inline std::string GoldenDir(const std::string& model) {
   return std::string(BALLAST_SOURCE_DIR) + "/tests/data/golden/" + model;
 }
 
-// {"tokens": [...], "logits": [[...]], "greedy": [...], ...}
-inline nlohmann::json LoadGolden(const std::string& model) {
-  std::ifstream in(GoldenDir(model) + "/golden.json");
-  EXPECT_TRUE(in.good()) << "missing golden.json for " << model;
+// {"tokens": [...], "logits": [[...]], "greedy": [...], ...}; `file` is
+// golden.json, or golden-fp8.json (make_golden.py --fp8: the model with
+// quantization: fp8's rounding of linear weights and inputs).
+inline nlohmann::json LoadGolden(const std::string& model,
+                                 const std::string& file = "golden.json") {
+  std::ifstream in(GoldenDir(model) + "/" + file);
+  EXPECT_TRUE(in.good()) << "missing " << file << " for " << model;
   return nlohmann::json::parse(in);
 }
 
