@@ -97,6 +97,14 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   auto kt = KvTypeOf(kv_->layout().dtype, act_);
   if (!kt.ok()) return kt.status();
   kv_type_ = *kt;
+  if (config_.weight_quant == WeightQuant::kFp8 &&
+      (config_.hidden_size % 16 != 0 || config_.q_dim() % 16 != 0 ||
+       config_.intermediate_size % 16 != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "quantization fp8 needs hidden_size, heads x head_dim and intermediate_size to be "
+        "multiples of 16 (FP8 GEMMs); this model has ",
+        config_.hidden_size, ", ", config_.q_dim(), " and ", config_.intermediate_size));
+  }
   const WeightDest dest{options_.weights_at, options_.weights_capacity};
   absl::StatusOr<std::unique_ptr<DeviceWeights>> w;
   if (options_.host_weights) {
@@ -111,7 +119,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   if (!w.ok()) return w.status();
   weights_ = std::move(*w);
   constexpr size_t kGemmWorkspace = 32u << 20;
-  // FP8 weights: x of up to max_batch_tokens rows is quantized for cuBLASLt.
+  // FP8 weights: x of up to max_batch_tokens rows is quantized before each product.
   const bool fp8 = config_.weight_quant == WeightQuant::kFp8;
   const int fp8_rows = fp8 ? options_.max_batch_tokens : 0;
   const int fp8_k =

@@ -1,6 +1,6 @@
 // FP8 (E4M3) weights: per-row quantization (weights at load, activations
-// before an FP8 GEMM) and the skinny decode GEMM over E4M3 weights (one
-// scale per output channel) and E4M3-rounded activations (one per token).
+// before each FP8 product) and the skinny decode GEMM over E4M3 weights (one
+// scale per output channel) and E4M3 activations (one scale per token).
 #include <cuda_fp8.h>
 
 #include "engine/cuda/common.cuh"
@@ -52,37 +52,27 @@ __device__ __forceinline__ void Fp8x16ToFloat(const uint4& raw, float out[16]) {
 constexpr int kWarps = 8;
 constexpr int kChunk = 32 * 16;  // K elements a warp covers per step (16 bytes of w a lane)
 
-// As gemv_kernels.cu's SkinnyGemmKernel, over E4M3 weights, with x rounded
-// to E4M3 per row exactly as QuantizeRowsKernel does (the same scale, the
-// same rounding, so the product equals cuBLASLt's FP8 path up to the order
-// of the FP32 sums): each block first finds its rows' max |x| (x is a few
-// KB, read from L2), then its warps split K into interleaved 512-element
-// chunks, each lane keeping C 16-byte weight loads in flight. y = sum *
-// x_scale[i] * w_scale[n].
-template <typename T, typename OutT, int M, int C>
+// As gemv_kernels.cu's SkinnyGemmKernel, over E4M3 weights and E4M3
+// activations (LaunchQuantizeRowsFp8's output, so the product is cuBLASLt's
+// FP8 path up to the order of the FP32 sums): a block owns C output
+// columns, its warps split K into interleaved 512-element chunks, each lane
+// keeping C 16-byte weight loads in flight (x's rows, a few KB, stay in
+// L1/L2). y = sum * x_scale[i] * w_scale[n].
+template <typename OutT, int M, int C>
 __global__ void __launch_bounds__(kWarps * 32)
-    SkinnyFp8Kernel(const T* __restrict__ x, const __nv_fp8_e4m3* __restrict__ w,
-                    const float* __restrict__ w_scale, OutT* __restrict__ y, int m, int n, int k) {
+    SkinnyFp8Kernel(const __nv_fp8_e4m3* __restrict__ xq, const float* __restrict__ x_scale,
+                    const __nv_fp8_e4m3* __restrict__ w, const float* __restrict__ w_scale,
+                    OutT* __restrict__ y, int m, int n, int k) {
   __shared__ float red[kWarps][M][C];
-  __shared__ float scratch[32];
-  __shared__ float x_scale[M];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * C;
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-    const T* xr = x + static_cast<size_t>(min(i, m - 1)) * k;
-    float amax = 0.0f;
-    for (int j = threadIdx.x; j < k; j += blockDim.x) amax = fmaxf(amax, fabsf(ToF(xr[j])));
-    amax = BlockMax(amax, scratch);
-    if (threadIdx.x == 0) x_scale[i] = amax > 0.0f ? amax / kFp8Max : 1.0f;
-  }
-  __syncthreads();
   float acc[M][C];
 #pragma unroll
   for (int i = 0; i < M; ++i)
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
   const int chunks = (k + kChunk - 1) / kChunk;
+#pragma unroll 2
   for (int ch = warp; ch < chunks; ch += kWarps) {
     const int k0 = ch * kChunk + lane * 16;
     if (k0 >= k) continue;
@@ -95,12 +85,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     float xf[M][16];
 #pragma unroll
     for (int i = 0; i < M; ++i) {
-      const T* xr = x + static_cast<size_t>(min(i, m - 1)) * k + k0;
-      Load8(xr, xf[i]);
-      Load8(xr + 8, xf[i] + 8);
-      const float s = x_scale[i];
-#pragma unroll
-      for (int j = 0; j < 16; ++j) xf[i][j] = ToF(FromF<__nv_fp8_e4m3>(xf[i][j] / s));
+      const size_t r = static_cast<size_t>(min(i, m - 1));
+      Fp8x16ToFloat(*reinterpret_cast<const uint4*>(xq + r * k + k0), xf[i]);
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -132,22 +118,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <typename T, typename OutT, int M, int C>
-cudaError_t LaunchFp8M(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
-                       int k, cudaStream_t stream) {
-  SkinnyFp8Kernel<T, OutT, M, C><<<(n + C - 1) / C, kWarps * 32, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const __nv_fp8_e4m3*>(w), w_scale,
+template <typename OutT, int M, int C>
+cudaError_t LaunchFp8M(const void* xq, const float* x_scale, const void* w, const float* w_scale,
+                       void* y, int m, int n, int k, cudaStream_t stream) {
+  SkinnyFp8Kernel<OutT, M, C><<<(n + C - 1) / C, kWarps * 32, 0, stream>>>(
+      static_cast<const __nv_fp8_e4m3*>(xq), x_scale, static_cast<const __nv_fp8_e4m3*>(w), w_scale,
       static_cast<OutT*>(y), m, n, k);
   return cudaGetLastError();
 }
 
-template <typename T, typename OutT>
-cudaError_t DispatchFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
-                        int k, cudaStream_t stream) {
-  if (m <= 1) return LaunchFp8M<T, OutT, 1, 8>(x, w, w_scale, y, m, n, k, stream);
-  if (m <= 2) return LaunchFp8M<T, OutT, 2, 8>(x, w, w_scale, y, m, n, k, stream);
-  if (m <= 4) return LaunchFp8M<T, OutT, 4, 4>(x, w, w_scale, y, m, n, k, stream);
-  return LaunchFp8M<T, OutT, 8, 4>(x, w, w_scale, y, m, n, k, stream);
+template <typename OutT>
+cudaError_t DispatchFp8(const void* xq, const float* x_scale, const void* w, const float* w_scale,
+                        void* y, int m, int n, int k, cudaStream_t stream) {
+  if (m <= 1) return LaunchFp8M<OutT, 1, 8>(xq, x_scale, w, w_scale, y, m, n, k, stream);
+  if (m <= 2) return LaunchFp8M<OutT, 2, 8>(xq, x_scale, w, w_scale, y, m, n, k, stream);
+  if (m <= 4) return LaunchFp8M<OutT, 4, 8>(xq, x_scale, w, w_scale, y, m, n, k, stream);
+  return LaunchFp8M<OutT, 8, 4>(xq, x_scale, w, w_scale, y, m, n, k, stream);
 }
 
 }  // namespace
@@ -167,13 +153,13 @@ cudaError_t LaunchQuantizeRowsFp8(const void* src, SrcType src_type, int rows, i
 
 bool SkinnyGemmFp8Supports(int m, int k) { return m >= 1 && m <= kSkinnyGemmMaxM && k % 16 == 0; }
 
-cudaError_t LaunchSkinnyGemmFp8(const void* x, const void* w, const float* w_scale, void* y, int m,
-                                int n, int k, ActType type, bool out_f32, cudaStream_t stream) {
+cudaError_t LaunchSkinnyGemmFp8(const void* xq, const float* x_scale, const void* w,
+                                const float* w_scale, void* y, int m, int n, int k, ActType type,
+                                bool out_f32, cudaStream_t stream) {
   if (!SkinnyGemmFp8Supports(m, k)) return cudaErrorInvalidValue;
-  BALLAST_DISPATCH_ACT(type, T, {
-    return out_f32 ? DispatchFp8<T, float>(x, w, w_scale, y, m, n, k, stream)
-                   : DispatchFp8<T, T>(x, w, w_scale, y, m, n, k, stream);
-  });
+  if (out_f32) return DispatchFp8<float>(xq, x_scale, w, w_scale, y, m, n, k, stream);
+  BALLAST_DISPATCH_ACT(type, T,
+                       { return DispatchFp8<T>(xq, x_scale, w, w_scale, y, m, n, k, stream); });
   return cudaErrorInvalidValue;
 }
 

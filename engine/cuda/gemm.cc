@@ -200,12 +200,6 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
 absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                           int k, ActType type, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
-  if (m <= skinny_max_m_ && SkinnyGemmFp8Supports(m, k)) {
-    const cudaError_t e = LaunchSkinnyGemmFp8(x, w, w_scale, y, m, n, k, type, false, stream);
-    if (e != cudaSuccess)
-      return absl::InternalError(absl::StrCat("skinny FP8 gemm: ", cudaGetErrorString(e)));
-    return absl::OkStatus();
-  }
   if (m > fp8_rows_ || k > fp8_max_k_) {
     return absl::InternalError(absl::StrCat("FP8 gemm of [", m, " x ", k,
                                             "] exceeds the scratch sized for [", fp8_rows_, " x ",
@@ -219,6 +213,13 @@ absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, vo
       e != cudaSuccess) {
     return absl::InternalError(
         absl::StrCat("FP8 activation quantization: ", cudaGetErrorString(e)));
+  }
+  if (m <= skinny_max_m_ && SkinnyGemmFp8Supports(m, k)) {
+    const cudaError_t e =
+        LaunchSkinnyGemmFp8(xq, x_scale, w, w_scale, y, m, n, k, type, false, stream);
+    if (e != cudaSuccess)
+      return absl::InternalError(absl::StrCat("skinny FP8 gemm: ", cudaGetErrorString(e)));
+    return absl::OkStatus();
   }
   auto plan = GetPlan(m, n, k, type, false, true, w_scale, x_scale);
   if (!plan.ok()) return plan.status();

@@ -11,10 +11,10 @@
 // cuBLASLt from allocating.
 //
 // FP8 weights (E4M3, one scale per output channel; RunFp8): x is rounded to
-// E4M3 per row (one scale per token) and the product accumulates in FP32.
-// Decode-sized products do it inside the skinny FP8 kernel; larger ones
-// quantize x into the Gemm's own scratch and run cuBLASLt's FP8 GEMM with
-// both scale vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F).
+// E4M3 per row (one scale per token) into the Gemm's own scratch, then
+// decode-sized products run the skinny FP8 kernel and larger ones cuBLASLt's
+// FP8 GEMM with both scale vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+// both accumulate in FP32.
 //
 // Thread-safety: thread-compatible (one step thread drives it).
 #pragma once
@@ -47,7 +47,8 @@ class Gemm {
   absl::Status Run(const void* x, const void* w, void* y, int m, int n, int k, ActType type,
                    bool out_f32, cudaStream_t stream);
   // y[m][n] = (x_scale[m] * e4m3(x / x_scale)[m][k]) (w_scale[n] *
-  // e4m3(w)[n][k])^T, y in the activation type. m beyond the skinny limit needs m <= fp8_rows and k <= fp8_max_k.
+  // e4m3(w)[n][k])^T, y in the activation type. Needs m <= fp8_rows and
+  // k <= fp8_max_k.
   absl::Status RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                       int k, ActType type, cudaStream_t stream);
   // Scratch bytes Create allocates for FP8 products of these limits.

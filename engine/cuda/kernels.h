@@ -157,14 +157,15 @@ cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n
 // at load and for activations before an FP8 GEMM (one scale per token).
 cudaError_t LaunchQuantizeRowsFp8(const void* src, SrcType src_type, int rows, int cols, void* dst,
                                   float* scales, cudaStream_t stream);
-// y[m][n] = (q(x)[m][k] e4m3(w)[n][k]^T) * x_scale[m] * w_scale[n], where
-// q(x) rounds each row of x to E4M3 as LaunchQuantizeRowsFp8 does (scale
-// x_scale[m]): the FP8 GEMM's arithmetic for decode-sized m (<=
-// kSkinnyGemmMaxM), as LaunchSkinnyGemm; k % 16 == 0, 16-byte aligned
-// rows; w [n][k] bytes, w_scale [n].
+// y[m][n] = (xq[m][k] w[n][k]^T) * x_scale[m] * w_scale[n] over E4M3 xq
+// (LaunchQuantizeRowsFp8 of x) and w, FP32 sums: the FP8 GEMM for
+// decode-sized m (<= kSkinnyGemmMaxM), as LaunchSkinnyGemm; k % 16 == 0,
+// 16-byte aligned rows; xq [m][k] and w [n][k] bytes, w_scale [n]; y in
+// the activation type or FP32.
 bool SkinnyGemmFp8Supports(int m, int k);
-cudaError_t LaunchSkinnyGemmFp8(const void* x, const void* w, const float* w_scale, void* y, int m,
-                                int n, int k, ActType type, bool out_f32, cudaStream_t stream);
+cudaError_t LaunchSkinnyGemmFp8(const void* xq, const float* x_scale, const void* w,
+                                const float* w_scale, void* y, int m, int n, int k, ActType type,
+                                bool out_f32, cudaStream_t stream);
 
 // Sampling, one row per request, by engine/sampler.h's rule (the CPU
 // sampler is the reference): log-probabilities of the raw logits (rows
