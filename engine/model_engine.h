@@ -64,10 +64,11 @@ struct ModelEngineOptions {
   // KV cache element type; "auto" = f32 on the CPU backend, the model's
   // dtype (bf16/fp16) on cuda; "fp8_e4m3" stores KV in 8 bits (scale 1).
   std::string kv_dtype = "auto";
-  // Weights of the linear layers: "none" (default) or "fp8" (E4M3, one
-  // scale per output channel; engine/model_config.h's WeightQuant). On
-  // cuda fp8 halves those weights' bytes; on cpu it rounds them to the
-  // values fp8 can hold and keeps float32 (a reference, no saving).
+  // The linear layers: "none" (default) or "fp8" (dynamic FP8: E4M3
+  // weights with one scale per output channel, inputs with one per token;
+  // engine/model_config.h's WeightQuant). On cuda fp8 halves those
+  // weights' bytes; on cpu it computes the same rounding in float32 (a
+  // reference, no saving).
   std::string quantization = "none";
   // Positions per KV block. Default 16; smaller wastes less, costs more
   // block-table entries.
