@@ -20,6 +20,7 @@
 #include "engine/model_engine.h"
 #include "engine/weights.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/device_copies.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/unit/engine/executor_harness.h"
 #include "tests/unit/engine/golden.h"
@@ -32,19 +33,8 @@ using cuda::SrcType;
 using testing::CompareLogits;
 using testing::GpuHarness;
 
-template <typename T>
-T* ToDevice(const std::vector<T>& v) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
-template <typename T>
-std::vector<T> ToHost(const T* d, size_t n) {
-  std::vector<T> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return v;
-}
+using testing::ToDevice;
+using testing::ToHost;
 
 std::vector<float> Normal(size_t n, float std, unsigned seed) {
   std::mt19937 rng(seed);

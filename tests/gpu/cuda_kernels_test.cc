@@ -18,25 +18,15 @@
 #include "engine/dtype.h"
 #include "engine/gpu_backend.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/device_copies.h"
 
 namespace ballast::engine::cuda {
 namespace {
 
 bool HaveGpu() { return GpuMemoryInfo(0).ok(); }
 
-template <typename T>
-T* ToDevice(const std::vector<T>& v) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
-template <typename T>
-std::vector<T> ToHost(const T* d, size_t n) {
-  std::vector<T> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return v;
-}
+using testing::ToDevice;
+using testing::ToHost;
 
 struct AttnCase {
   int head_dim, heads, kv_heads, block_tokens;

@@ -17,6 +17,7 @@
 #include "engine/cuda/kernels.h"
 #include "engine/sampler.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/device_copies.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/unit/engine/test_util.h"
 
@@ -58,19 +59,8 @@ struct Row {
   uint64_t seed = 1, counter = 0;
 };
 
-template <typename T>
-T* ToDevice(const std::vector<T>& v) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, v.size() * sizeof(T))), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
-template <typename T>
-std::vector<T> ToHost(const T* d, size_t n) {
-  std::vector<T> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return v;
-}
+using testing::ToDevice;
+using testing::ToHost;
 
 // Runs LaunchSample over `rows`; returns the tokens and the rows' logprobs.
 std::vector<int> Sample(const std::vector<Row>& rows, int vocab,
