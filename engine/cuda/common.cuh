@@ -86,6 +86,24 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
   return WarpMax(v);
 }
 
+// Rounds one row of n values (already in their stored type T) to E4M3 with
+// one scale, as QuantizeRowsKernel and the host's RoundRowsToFp8 do:
+// scale = max|row| / 448 (1 for a zero row), q[i] = e4m3(row[i] / scale).
+// Called by every thread of the block; `scratch` holds 32 floats. Shared
+// by the standalone quantization and the kernels that produce a layer's
+// input (RMSNorm, SiLU-and-multiply), so all round alike.
+template <typename T>
+__device__ __forceinline__ void QuantizeRowInBlock(const T* row, int n, __nv_fp8_e4m3* q,
+                                                   float* scale_out, float* scratch) {
+  float amax = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) amax = fmaxf(amax, fabsf(ToF(row[i])));
+  amax = BlockMax(amax, scratch);
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    q[i] = FromF<__nv_fp8_e4m3>(ToF(row[i]) / scale);
+  if (threadIdx.x == 0) *scale_out = scale;
+}
+
 // Address of element 0 of (position pos, kv head h) of sequence row `seq`,
 // in the K (value = false) or V half of the block holding pos.
 __device__ __forceinline__ uint8_t* KvSlot(const PagedKv& kv, int seq, int pos, int h, bool value,

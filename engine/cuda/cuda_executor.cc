@@ -201,7 +201,10 @@ absl::StatusOr<std::shared_ptr<const HostWeights>> CudaExecutor::KeepHostWeights
 }
 
 absl::Status CudaExecutor::Linear(const void* x, const void* w, const float* w_scale, void* y,
-                                  int m, int n, int k) {
+                                  int m, int n, int k, bool x_in_fp8) {
+  if (w_scale != nullptr && x_in_fp8) {
+    return gemm_->RunFp8Quantized(w, w_scale, y, m, n, k, act_, stream_);
+  }
   if (w_scale != nullptr) return gemm_->RunFp8(x, w, w_scale, y, m, n, k, act_, stream_);
   return gemm_->Run(x, w, y, m, n, k, act_, false, stream_);
 }
@@ -247,10 +250,14 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
     if (load_pending_) {  // layer l's KV from a lease: its copies must be done
       BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, layer_loaded_[l], 0), "layer KV load");
     }
+    // FP8 layers: the norms and SiLU also write their output in E4M3 for
+    // the product that follows (no quantization launch of its own).
+    const Fp8Rows fp8_in = L.qkv_scale != nullptr ? gemm_->fp8_input() : Fp8Rows{};
+    const bool fused = fp8_in.q != nullptr;
     BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr,
-                                         L.input_norm, eps, T, H, x_.get(), act_, stream_),
+                                         L.input_norm, eps, T, H, x_.get(), act_, stream_, fp8_in),
                         "input norm");
-    if (auto s = Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), T, Q + 2 * KV, H); !s.ok())
+    if (auto s = Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), T, Q + 2 * KV, H, fused); !s.ok())
       return s;
     kv.block_ids = table + static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
     BALLAST_CUDA_RETURN(
@@ -268,13 +275,16 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
         "prefill attention");
     if (auto s = Linear(attn_.get(), L.o, L.o_scale, o_.get(), T, H, Q); !s.ok()) return s;
     BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), L.o_bias, L.post_norm, eps,
-                                         T, H, x_.get(), act_, stream_),
+                                         T, H, x_.get(), act_, stream_, fp8_in),
                         "post-attention norm");
-    if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), T, 2 * I, H); !s.ok())
+    if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), T, 2 * I, H, fused);
+        !s.ok())
       return s;
-    BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_), "silu");
+    BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_, fp8_in),
+                        "silu");
     // The down projection's output feeds the next layer's input norm.
-    if (auto s = Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I); !s.ok()) return s;
+    if (auto s = Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I, fused); !s.ok())
+      return s;
     if (auto s = StreamAfter(l); !s.ok()) return s;
   }
   if (auto s = StreamJoin(); !s.ok()) return s;

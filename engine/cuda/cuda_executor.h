@@ -139,9 +139,10 @@ class CudaExecutor final : public Executor {
   absl::Status ReserveLoadSpans(size_t spans);
   absl::Status Enqueue(const StepShape& shape);
   // y[m][n] = x[m][k] w[n][k]^T on stream_: w in the activation type, or
-  // E4M3 with per-row scales when w_scale is set (Gemm::RunFp8).
+  // E4M3 with per-row scales when w_scale is set (Gemm::RunFp8; with
+  // x_in_fp8, x's E4M3 rows are already in the Gemm's fp8_input()).
   absl::Status Linear(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
-                      int k);
+                      int k, bool x_in_fp8 = false);
   // Remapping inside Enqueue (cuda_layer_stream.cc): the tensors layer l
   // computes with (its slot's when streamed), after ordering the step
   // after its copy; after layer l, the next copy into its slot; at the

@@ -27,7 +27,8 @@ __global__ void EmbeddingKernel(const T* __restrict__ table, const int* __restri
 template <typename T>
 __global__ void AddRmsNormKernel(float* __restrict__ resid, const T* __restrict__ delta,
                                  const T* __restrict__ bias, const T* __restrict__ weight,
-                                 float eps, int hidden, T* __restrict__ out) {
+                                 float eps, int hidden, T* __restrict__ out,
+                                 __nv_fp8_e4m3* __restrict__ q, float* __restrict__ q_scale) {
   __shared__ float scratch[32];
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   float* r = resid + base;
@@ -46,6 +47,23 @@ __global__ void AddRmsNormKernel(float* __restrict__ resid, const T* __restrict_
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
     out[base + i] = FromF<T>(ToF(weight[i]) * (r[i] * inv));
   }
+  // Each thread reads back only what it wrote; the block max syncs.
+  if (q != nullptr) QuantizeRowInBlock(out + base, hidden, q + base, q_scale + blockIdx.x, scratch);
+}
+
+// SiLU-and-multiply of one row per block, then the row rounded to E4M3.
+template <typename T>
+__global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, int inter, T* __restrict__ out,
+                                 __nv_fp8_e4m3* __restrict__ q, float* __restrict__ q_scale) {
+  __shared__ float scratch[32];
+  const size_t t = blockIdx.x;
+  const T* g = gate_up + t * 2 * inter;
+  T* o = out + t * inter;
+  for (int i = threadIdx.x; i < inter; i += blockDim.x) {
+    const float a = ToF(g[i]);
+    o[i] = FromF<T>(a / (1.0f + __expf(-a)) * ToF(g[inter + i]));
+  }
+  QuantizeRowInBlock(o, inter, q + t * inter, q_scale + t, scratch);
 }
 
 // 8 elements per thread with 16-byte loads and stores (inter % 8 == 0).
@@ -127,12 +145,13 @@ cudaError_t LaunchEmbedding(const void* table, ActType type, const int* tokens, 
 
 cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias, const void* weight,
                              float eps, int num_tokens, int hidden, void* out, ActType type,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, Fp8Rows fp8) {
   if (num_tokens == 0) return cudaSuccess;
   BALLAST_DISPATCH_ACT(type, T, {
     AddRmsNormKernel<<<num_tokens, RowThreads(hidden), 0, stream>>>(
         resid, static_cast<const T*>(delta), static_cast<const T*>(bias),
-        static_cast<const T*>(weight), eps, hidden, static_cast<T*>(out));
+        static_cast<const T*>(weight), eps, hidden, static_cast<T*>(out),
+        static_cast<__nv_fp8_e4m3*>(fp8.q), fp8.scale);
   });
   return cudaGetLastError();
 }
@@ -146,8 +165,16 @@ cudaError_t LaunchGatherRows(const void* in, const int* rows, int n, size_t row_
 }
 
 cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* out, ActType type,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, Fp8Rows fp8) {
   if (num_tokens == 0) return cudaSuccess;
+  if (fp8.q != nullptr) {
+    BALLAST_DISPATCH_ACT(type, T, {
+      SiluMulFp8Kernel<<<num_tokens, RowThreads(inter), 0, stream>>>(
+          static_cast<const T*>(gate_up), inter, static_cast<T*>(out),
+          static_cast<__nv_fp8_e4m3*>(fp8.q), fp8.scale);
+    });
+    return cudaGetLastError();
+  }
   const int threads = 256;
   if (inter % 8 == 0) {
     const dim3 grid(std::min((inter / 8 + threads - 1) / threads, 64), num_tokens);

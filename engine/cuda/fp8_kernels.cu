@@ -8,25 +8,14 @@
 namespace ballast::engine::cuda {
 namespace {
 
-constexpr float kFp8Max = 448.0f;  // largest finite E4M3 (OCP E4M3FN)
-
-// One block per row of [rows][cols]: scale = max|row| / 448 (1 for a row of
-// zeros), dst = e4m3(src / scale), rounded to nearest even and saturating.
-// engine/weights.cc does the same on the host (the CPU reference).
+// One block per row of [rows][cols] (common.cuh's QuantizeRowInBlock;
+// engine/weights.cc does the same on the host, the CPU reference).
 template <typename S>
 __global__ void QuantizeRowsKernel(const S* __restrict__ src, int cols,
                                    __nv_fp8_e4m3* __restrict__ dst, float* __restrict__ scales) {
   __shared__ float scratch[32];
   const size_t base = static_cast<size_t>(blockIdx.x) * cols;
-  float amax = 0.0f;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x)
-    amax = fmaxf(amax, fabsf(ToF(src[base + i])));
-  amax = BlockMax(amax, scratch);
-  const float scale = amax > 0.0f ? amax / kFp8Max : 1.0f;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-    dst[base + i] = FromF<__nv_fp8_e4m3>(ToF(src[base + i]) / scale);
-  }
-  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  QuantizeRowInBlock(src + base, cols, dst + base, scales + blockIdx.x, scratch);
 }
 
 template <typename S>

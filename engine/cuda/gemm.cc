@@ -197,6 +197,13 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
       "matmul");
 }
 
+Fp8Rows Gemm::fp8_input() const {
+  uint8_t* xq = fp8_x_.get<uint8_t>();
+  if (xq == nullptr) return {};
+  return {xq, reinterpret_cast<float*>(xq + (static_cast<size_t>(fp8_rows_) * fp8_max_k_ + 255) /
+                                                256 * 256)};
+}
+
 absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                           int k, ActType type, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
@@ -205,15 +212,27 @@ absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, vo
                                             "] exceeds the scratch sized for [", fp8_rows_, " x ",
                                             fp8_max_k_, "]"));
   }
-  uint8_t* xq = fp8_x_.get<uint8_t>();
-  float* x_scale = reinterpret_cast<float*>(
-      xq + (static_cast<size_t>(fp8_rows_) * fp8_max_k_ + 255) / 256 * 256);
+  const Fp8Rows in = fp8_input();
   const SrcType src = type == ActType::kBF16 ? SrcType::kBF16 : SrcType::kF16;
-  if (const cudaError_t e = LaunchQuantizeRowsFp8(x, src, m, k, xq, x_scale, stream);
+  if (const cudaError_t e = LaunchQuantizeRowsFp8(x, src, m, k, in.q, in.scale, stream);
       e != cudaSuccess) {
     return absl::InternalError(
         absl::StrCat("FP8 activation quantization: ", cudaGetErrorString(e)));
   }
+  return RunFp8Quantized(w, w_scale, y, m, n, k, type, stream);
+}
+
+absl::Status Gemm::RunFp8Quantized(const void* w, const float* w_scale, void* y, int m, int n,
+                                   int k, ActType type, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  if (m > fp8_rows_ || k > fp8_max_k_) {
+    return absl::InternalError(absl::StrCat("FP8 gemm of [", m, " x ", k,
+                                            "] exceeds the scratch sized for [", fp8_rows_, " x ",
+                                            fp8_max_k_, "]"));
+  }
+  const Fp8Rows in = fp8_input();
+  const void* xq = in.q;
+  float* x_scale = in.scale;
   if (m <= skinny_max_m_ && SkinnyGemmFp8Supports(m, k)) {
     const cudaError_t e =
         LaunchSkinnyGemmFp8(xq, x_scale, w, w_scale, y, m, n, k, type, false, stream);

@@ -51,6 +51,13 @@ class Gemm {
   // k <= fp8_max_k.
   absl::Status RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                       int k, ActType type, cudaStream_t stream);
+  // The same product with x already in fp8_input() (rows of k bytes and
+  // their scales, written by the kernel that produced x: Fp8Rows).
+  absl::Status RunFp8Quantized(const void* w, const float* w_scale, void* y, int m, int n, int k,
+                               ActType type, cudaStream_t stream);
+  // Where RunFp8 puts x rounded to E4M3 ([m][k] bytes, [m] scales) and
+  // RunFp8Quantized reads it; valid until the next FP8 product is queued.
+  Fp8Rows fp8_input() const;
   // Scratch bytes Create allocates for FP8 products of these limits.
   static size_t Fp8ScratchBytes(int fp8_rows, int fp8_max_k);
 

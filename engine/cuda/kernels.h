@@ -62,20 +62,31 @@ cudaError_t LaunchConvert(const void* src, SrcType src_type, void* dst, ActType 
 cudaError_t LaunchEmbedding(const void* table, ActType type, const int* tokens, int num_tokens,
                             int hidden, float* resid, cudaStream_t stream);
 
+// Where a kernel that produces a layer's input also writes it rounded to
+// E4M3, one scale per row, exactly as LaunchQuantizeRowsFp8 would from its
+// output (the next product's FP8 input, with no launch of its own): q
+// [rows][cols] bytes, scale [rows]. Null q: not written.
+struct Fp8Rows {
+  void* q = nullptr;
+  float* scale = nullptr;
+};
+
 // Fused residual add and RMSNorm, per row t of [T][hidden]:
 //   if delta: resid[t] += float(delta[t]) (+ float(bias) if bias)
 //   out[t] = weight * (resid[t] / sqrt(mean(resid[t]^2) + eps))
+// and, when fp8.q is set, out[t] rounded to E4M3 there.
 cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias, const void* weight,
                              float eps, int num_tokens, int hidden, void* out, ActType type,
-                             cudaStream_t stream);
+                             cudaStream_t stream, Fp8Rows fp8 = {});
 
 // out[i][:] = in[rows[i]][:] for i < n; rows of `row_bytes` bytes.
 cudaError_t LaunchGatherRows(const void* in, const int* rows, int n, size_t row_bytes, void* out,
                              cudaStream_t stream);
 
-// out[t][i] = silu(gate_up[t][i]) * gate_up[t][I + i]; gate_up [T][2I], out [T][I].
+// out[t][i] = silu(gate_up[t][i]) * gate_up[t][I + i]; gate_up [T][2I], out [T][I];
+// and, when fp8.q is set, out[t] rounded to E4M3 there.
 cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* out, ActType type,
-                          cudaStream_t stream);
+                          cudaStream_t stream, Fp8Rows fp8 = {});
 
 // Qwen3's q_norm / k_norm: RMSNorm over each head of q and of k with
 // weights [D] (activation type) and `eps`. Null weights: no norm.

@@ -81,6 +81,52 @@ TEST(CudaFp8, QuantizationMatchesTheHostReferenceBitForBit) {
   }
 }
 
+// RMSNorm and SiLU-and-multiply write the next product's E4M3 input as the
+// standalone quantization would from their BF16 output, bit for bit.
+TEST(CudaFp8, FusedProducersRoundLikeTheStandaloneKernel) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  const int rows = 5, hidden = 4096, inter = 1536;
+  auto bf16 = [](std::vector<float> v) {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = FloatToBF16(v[i]);
+    return b;
+  };
+  float* resid = ToDevice(Normal(static_cast<size_t>(rows) * hidden, 3.0f, 1));
+  uint16_t* weight = ToDevice(bf16(Normal(hidden, 1.0f, 2)));
+  uint16_t* gate_up = ToDevice(bf16(Normal(static_cast<size_t>(rows) * 2 * inter, 2.0f, 3)));
+  uint16_t* out = nullptr;
+  uint8_t *q_fused = nullptr, *q_alone = nullptr;
+  float *s_fused = nullptr, *s_alone = nullptr;
+  const size_t most = static_cast<size_t>(rows) * hidden;
+  ASSERT_EQ(cudaMalloc(&out, most * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&q_fused, most), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&q_alone, most), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&s_fused, rows * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&s_alone, rows * sizeof(float)), cudaSuccess);
+  auto check = [&](int cols, const char* what) {
+    ASSERT_EQ(
+        cuda::LaunchQuantizeRowsFp8(out, SrcType::kBF16, rows, cols, q_alone, s_alone, nullptr),
+        cudaSuccess);
+    const size_t n = static_cast<size_t>(rows) * cols;
+    EXPECT_EQ(ToHost(q_fused, n), ToHost(q_alone, n)) << what;
+    EXPECT_EQ(ToHost(s_fused, rows), ToHost(s_alone, rows)) << what;
+  };
+  ASSERT_EQ(cuda::LaunchAddRmsNorm(resid, nullptr, nullptr, weight, 1e-5f, rows, hidden, out,
+                                   cuda::ActType::kBF16, nullptr, {q_fused, s_fused}),
+            cudaSuccess);
+  check(hidden, "rms norm");
+  ASSERT_EQ(cuda::LaunchSiluMul(gate_up, rows, inter, out, cuda::ActType::kBF16, nullptr,
+                                {q_fused, s_fused}),
+            cudaSuccess);
+  check(inter, "silu");
+  for (void* p :
+       {static_cast<void*>(resid), static_cast<void*>(weight), static_cast<void*>(gate_up),
+        static_cast<void*>(out), static_cast<void*>(q_fused), static_cast<void*>(q_alone),
+        static_cast<void*>(s_fused), static_cast<void*>(s_alone)}) {
+    cudaFree(p);
+  }
+}
+
 // y = x w^T over the dequantized weights, in double.
 std::vector<double> Reference(const std::vector<float>& x, const Matrix& w, int m) {
   std::vector<double> y(static_cast<size_t>(m) * w.rows);
