@@ -1,6 +1,7 @@
 #include "engine/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +43,37 @@ absl::StatusOr<const TensorView*> CheckpointIndex::Get(const std::string& name, 
         "], config.json implies [", absl::StrJoin(want, ", "), "]"));
   }
   return view;
+}
+
+absl::StatusOr<std::vector<float>> CheckpointIndex::Fp8RowScales(const std::string& weight_name,
+                                                                 int rows) const {
+  const std::string name = weight_name + "_scale";
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    return absl::NotFoundError(absl::StrCat(FileOf(weight_name), ": FP8 tensor \"", weight_name,
+                                            "\" has no scale \"", name, "\""));
+  }
+  const auto& [file, view] = it->second;
+  const int64_t n = view->numel();
+  const bool per_row = n == rows && (view->shape == std::vector<int64_t>{rows} ||
+                                     view->shape == std::vector<int64_t>{rows, 1});
+  if ((n != 1 && !per_row) ||
+      (view->dtype != DType::kF32 && view->dtype != DType::kBF16 && view->dtype != DType::kF16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file->path(), ": scale \"", name, "\" must be one F32/BF16/F16 value or one per row (",
+        rows, "); it is ", SafetensorsName(view->dtype), " [", absl::StrJoin(view->shape, ", "),
+        "] (block-wise scales are not supported)"));
+  }
+  std::vector<float> scales(static_cast<size_t>(n));
+  ToFloat(view->dtype, view->data, scales.data(), scales.size());
+  for (float v : scales) {
+    if (!(v > 0) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file->path(), ": scale \"", name, "\" holds ", v, "; scales must be > 0"));
+    }
+  }
+  if (n == 1) scales.assign(static_cast<size_t>(rows), scales[0]);
+  return scales;
 }
 
 std::string CheckpointIndex::FileOf(const std::string& name) const {

@@ -32,6 +32,43 @@ absl::Status Read(const json& j, const std::string& origin, const char* key, T* 
   return absl::OkStatus();
 }
 
+// config.json's quantization_config: FP8 forms with per-tensor or
+// per-channel weight scales are accepted; anything else is refused.
+absl::Status ParseQuantizationConfig(const json& q, const std::string& origin, ModelConfig* c) {
+  const std::string key = "quantization_config";
+  if (!q.is_object()) return KeyError(origin, key, "expected an object");
+  const std::string method = q.value("quant_method", std::string());
+  if (method == "fp8") {
+    if (q.contains("weight_block_size") && !q["weight_block_size"].is_null()) {
+      return KeyError(origin, key + ".weight_block_size",
+                      "block-wise FP8 scales are not supported (per-tensor or per-channel only)");
+    }
+    c->fp8_checkpoint = true;
+    return absl::OkStatus();
+  }
+  if (method == "compressed-tensors") {
+    const auto groups = q.find("config_groups");
+    if (groups == q.end() || !groups->is_object() || groups->empty()) {
+      return KeyError(origin, key + ".config_groups", "expected at least one group");
+    }
+    for (const auto& [name, g] : groups->items()) {
+      const json w = g.is_object() && g.contains("weights") ? g["weights"] : json();
+      const bool fp8 = w.is_object() && w.value("type", std::string()) == "float" &&
+                       w.value("num_bits", 0) == 8 &&
+                       (w.value("strategy", std::string()) == "tensor" ||
+                        w.value("strategy", std::string()) == "channel");
+      if (!fp8) {
+        return KeyError(origin, absl::StrCat(key, ".config_groups.", name, ".weights"),
+                        "only 8-bit float weights with tensor or channel strategy are supported");
+      }
+    }
+    c->fp8_checkpoint = true;
+    return absl::OkStatus();
+  }
+  return KeyError(origin, key + ".quant_method",
+                  absl::StrCat("\"", method, "\" is not supported (fp8, compressed-tensors FP8)"));
+}
+
 }  // namespace
 
 absl::StatusOr<WeightQuant> WeightQuantFromConfig(std::string_view name) {
@@ -129,6 +166,16 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
                &r.original_max_position_embeddings, true));
     if (!s.ok()) return s;
     c.rope_scaling = r;
+  }
+  if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
+    absl::Status st;
+    try {
+      st = ParseQuantizationConfig(*it, origin, &c);
+    } catch (const json::exception& e) {
+      st = KeyError(origin, "quantization_config", absl::StrCat("wrong type (", e.what(), ")"));
+    }
+    if (!st.ok()) return st;
+    c.weight_quant = WeightQuant::kFp8;
   }
   bool attention_bias = false;
   chain(Read(j, origin, "attention_bias", &attention_bias, false));

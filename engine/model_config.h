@@ -70,6 +70,13 @@ struct ModelConfig {
   int eos_token_id = 257;
   // Serving choice, not part of config.json (ToJson leaves it out).
   WeightQuant weight_quant = WeightQuant::kNone;
+  // The checkpoint's linear weights are already E4M3 with scales
+  // (config.json's quantization_config: vLLM's "fp8" without blocks, or
+  // compressed-tensors' 8-bit float with tensor or channel strategy). Such
+  // a model is always served with weight_quant kFp8: the bytes and scales
+  // are used as stored (activations are quantized per token, whatever
+  // static input scales the checkpoint has).
+  bool fp8_checkpoint = false;
 
   // Parses config.json at `path`. Errors name the file and the key.
   static absl::StatusOr<ModelConfig> Load(const std::string& path);

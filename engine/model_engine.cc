@@ -79,7 +79,8 @@ absl::Status ModelEngine::LoadModel() {
   if (!quant.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("model ", o.name, ": ", quant.status().message()));
-  config_.weight_quant = *quant;
+  // An FP8 checkpoint is served as stored (ModelConfig::fp8_checkpoint).
+  if (!config_.fp8_checkpoint) config_.weight_quant = *quant;
   // tokenizer.json when the checkpoint has one, else the byte tokenizer of
   // synthetic models (engine/tokenizer.h).
   auto tokenizer = LoadCheckpointTokenizer(o.path, config_.vocab_size);
@@ -202,7 +203,7 @@ absl::StatusOr<int64_t> ModelEngine::WeightBytesNeeded(const ModelEngineOptions&
   if (!quant.ok())
     return absl::InvalidArgumentError(
         absl::StrCat("model ", o.name, ": ", quant.status().message()));
-  cfg->weight_quant = *quant;
+  if (!cfg->fp8_checkpoint) cfg->weight_quant = *quant;
   if (o.backend == "cuda") return GpuWeightBytes(*cfg);
   // The cpu backend reports the checkpoint's stored bytes (weight_bytes()).
   CheckpointIndex idx;

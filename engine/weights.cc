@@ -32,6 +32,21 @@ absl::StatusOr<Matrix> GetMatrix(const CheckpointIndex& idx, const std::string& 
   return m;
 }
 
+// When `name` is stored as E4M3 (an FP8 checkpoint), multiplies each row
+// of `m` (its values as read) by the row's scale; returns whether it was.
+absl::StatusOr<bool> ApplyFp8Scales(const CheckpointIndex& idx, const std::string& name,
+                                    Matrix* m) {
+  auto view = idx.Get(name, m->rows, m->cols);
+  if (!view.ok() || (*view)->dtype != DType::kFP8E4M3) return false;
+  auto scales = idx.Fp8RowScales(name, m->rows);
+  if (!scales.ok()) return scales.status();
+  for (int r = 0; r < m->rows; ++r) {
+    float* row = m->data.data() + static_cast<size_t>(r) * m->cols;
+    for (int i = 0; i < m->cols; ++i) row[i] *= (*scales)[static_cast<size_t>(r)];
+  }
+  return true;
+}
+
 }  // namespace
 
 void RoundRowsToFp8(float* data, int rows, int cols, float* scales) {
@@ -66,6 +81,16 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const std::string& dir, const Mo
     }
     *out = std::move(*m);
   };
+  // Linear weights: an FP8 checkpoint's E4M3 tensors are kept as stored;
+  // the others are rounded below when serving fp8.
+  std::vector<Matrix*> to_round;
+  auto linear = [&](const std::string& name, int rows, int cols, Matrix* out) {
+    get(name, rows, cols, out);
+    if (!status.ok()) return;
+    auto fp8 = ApplyFp8Scales(idx, name, out);
+    if (!fp8.ok()) status = fp8.status();
+    if (fp8.ok() && !*fp8) to_round.push_back(out);
+  };
   const int h = c.hidden_size;
   get("model.embed_tokens.weight", c.vocab_size, h, &w.embed);
   w.layers.resize(c.num_hidden_layers);
@@ -73,10 +98,10 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const std::string& dir, const Mo
     const std::string p = absl::StrCat("model.layers.", l, ".");
     LayerWeights& L = w.layers[l];
     get(p + "input_layernorm.weight", 0, h, &L.input_norm);
-    get(p + "self_attn.q_proj.weight", c.q_dim(), h, &L.q);
-    get(p + "self_attn.k_proj.weight", c.kv_dim(), h, &L.k);
-    get(p + "self_attn.v_proj.weight", c.kv_dim(), h, &L.v);
-    get(p + "self_attn.o_proj.weight", h, c.q_dim(), &L.o);
+    linear(p + "self_attn.q_proj.weight", c.q_dim(), h, &L.q);
+    linear(p + "self_attn.k_proj.weight", c.kv_dim(), h, &L.k);
+    linear(p + "self_attn.v_proj.weight", c.kv_dim(), h, &L.v);
+    linear(p + "self_attn.o_proj.weight", h, c.q_dim(), &L.o);
     if (c.qkv_bias) {
       get(p + "self_attn.q_proj.bias", 0, c.q_dim(), &L.q_bias);
       get(p + "self_attn.k_proj.bias", 0, c.kv_dim(), &L.k_bias);
@@ -88,17 +113,15 @@ absl::StatusOr<ModelWeights> ModelWeights::Load(const std::string& dir, const Mo
       get(p + "self_attn.k_norm.weight", 0, c.head_dim, &L.k_norm);
     }
     get(p + "post_attention_layernorm.weight", 0, h, &L.post_norm);
-    get(p + "mlp.gate_proj.weight", c.intermediate_size, h, &L.gate);
-    get(p + "mlp.up_proj.weight", c.intermediate_size, h, &L.up);
-    get(p + "mlp.down_proj.weight", h, c.intermediate_size, &L.down);
+    linear(p + "mlp.gate_proj.weight", c.intermediate_size, h, &L.gate);
+    linear(p + "mlp.up_proj.weight", c.intermediate_size, h, &L.up);
+    linear(p + "mlp.down_proj.weight", h, c.intermediate_size, &L.down);
   }
   get("model.norm.weight", 0, h, &w.final_norm);
   if (!c.tie_word_embeddings) get("lm_head.weight", c.vocab_size, h, &w.lm_head);
   if (!status.ok()) return status;
   if (c.weight_quant == WeightQuant::kFp8) {
-    for (LayerWeights& L : w.layers) {
-      for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) RoundRowsToFp8(m);
-    }
+    for (Matrix* m : to_round) RoundRowsToFp8(m);
   }
   w.stored_bytes = stored;
   return w;

@@ -97,6 +97,16 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   auto kt = KvTypeOf(kv_->layout().dtype, act_);
   if (!kt.ok()) return kt.status();
   kv_type_ = *kt;
+  if (config_.weight_quant == WeightQuant::kFp8) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options_.device);
+    if (major * 10 + minor < 89) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "quantization fp8 needs FP8 tensor cores (compute capability 8.9 or later); device ",
+          options_.device, " is ", major, ".", minor));
+    }
+  }
   if (config_.weight_quant == WeightQuant::kFp8 &&
       (config_.hidden_size % 16 != 0 || config_.q_dim() % 16 != 0 ||
        config_.intermediate_size % 16 != 0)) {

@@ -16,6 +16,13 @@ struct DeviceWeights::Piece {
   int rows = 0, cols = 0;
   uint8_t* dst = nullptr;
   float* scale = nullptr;  // FP8: the rows' scales go here, dst holds E4M3 bytes
+  bool fp8 = false;        // an FP8 linear weight (scale is null while sizing)
+};
+
+// A piece's source in the checkpoint; FP8 tensors come with their row scales.
+struct DeviceWeights::Source {
+  const TensorView* view = nullptr;
+  std::vector<float> scales;  // E4M3 tensors of an FP8 checkpoint: one per row
 };
 
 namespace {
@@ -216,6 +223,68 @@ absl::Status DeviceWeights::Place(const ModelConfig& c, WeightDest dest) {
   return absl::OkStatus();
 }
 
+absl::Status DeviceWeights::CheckSources(const CheckpointIndex& idx, const ModelConfig& c,
+                                         const std::vector<Piece>& pieces,
+                                         std::vector<Source>* sources, size_t* staging) const {
+  for (const Piece& pc : pieces) {
+    auto v = idx.Get(pc.name, pc.rows, pc.cols);
+    if (!v.ok()) return v.status();
+    Source src{*v, {}};
+    if ((*v)->dtype == DType::kFP8E4M3) {
+      if (!pc.fp8) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            idx.FileOf(pc.name), ": tensor \"", pc.name,
+            "\" is F8_E4M3; only the linear layers' weights of an FP8 checkpoint may be"));
+      }
+      auto scales = idx.Fp8RowScales(pc.name, pc.rows);
+      if (!scales.ok()) return scales.status();
+      src.scales = std::move(*scales);
+    } else {
+      auto t = SourceType((*v)->dtype, pc.name);
+      if (!t.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(idx.FileOf(pc.name), ": ", t.status().message()));
+      }
+      if (!SameType(*t, type_) || c.weight_quant == WeightQuant::kFp8) {
+        *staging = std::max(*staging, (*v)->nbytes);
+      }
+    }
+    sources->push_back(std::move(src));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceWeights::Upload(const Piece& pc, const Source& src, void* stage,
+                                   cudaStream_t stream) const {
+  const TensorView* v = src.view;
+  if (!src.scales.empty()) {  // E4M3 bytes and scales as stored
+    BALLAST_CUDA_RETURN(cudaMemcpyAsync(pc.dst, v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
+                        "weight upload");
+    BALLAST_CUDA_RETURN(
+        cudaMemcpyAsync(pc.scale, src.scales.data(), src.scales.size() * sizeof(float),
+                        cudaMemcpyHostToDevice, stream),
+        "weight scales upload");
+    return absl::OkStatus();
+  }
+  const SrcType t = *SourceType(v->dtype, v->name);
+  if (pc.scale == nullptr && SameType(t, type_)) {
+    BALLAST_CUDA_RETURN(cudaMemcpyAsync(pc.dst, v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
+                        "weight upload");
+    return absl::OkStatus();
+  }
+  BALLAST_CUDA_RETURN(cudaMemcpyAsync(stage, v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
+                      "weight upload");
+  if (pc.scale != nullptr) {  // FP8: quantized from the checkpoint's own precision
+    BALLAST_CUDA_RETURN(LaunchQuantizeRowsFp8(stage, t, pc.rows, pc.cols, pc.dst, pc.scale, stream),
+                        "weight quantization");
+    return absl::OkStatus();
+  }
+  BALLAST_CUDA_RETURN(
+      LaunchConvert(stage, t, pc.dst, type_, static_cast<size_t>(v->numel()), stream),
+      "weight conversion");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::string& dir,
                                                                    const ModelConfig& c,
                                                                    ActType type,
@@ -227,54 +296,18 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Load(const std::st
   w->type_ = type;
   std::vector<Piece> pieces;
   w->Layout(c, nullptr, &pieces);  // names and shapes, to check first
-
-  // Check every tensor before allocating anything.
-  std::vector<const TensorView*> views;
+  std::vector<Source> sources;
   size_t staging = 0;
-  for (const Piece& pc : pieces) {
-    auto v = idx.Get(pc.name, pc.rows, pc.cols);
-    if (!v.ok()) return v.status();
-    auto src = SourceType((*v)->dtype, pc.name);
-    if (!src.ok())
-      return absl::InvalidArgumentError(
-          absl::StrCat(idx.FileOf(pc.name), ": ", src.status().message()));
-    views.push_back(*v);
-    if (!SameType(*src, type) || c.weight_quant == WeightQuant::kFp8) {
-      staging = std::max(staging, (*v)->nbytes);
-    }
-  }
+  if (auto s = w->CheckSources(idx, c, pieces, &sources, &staging); !s.ok()) return s;
   if (auto s = w->Place(c, dest); !s.ok()) return s;
   pieces.clear();
   w->Layout(c, w->base_, &pieces);
-
   DeviceBuffer stage;
   if (staging > 0) {
     if (auto s = stage.Allocate(staging, "weight staging"); !s.ok()) return s;
   }
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const TensorView* v = views[i];
-    uint8_t* dst = pieces[i].dst;
-    const SrcType src = *SourceType(v->dtype, v->name);
-    if (pieces[i].scale != nullptr) {  // FP8: quantized from the checkpoint's own precision
-      BALLAST_CUDA_RETURN(
-          cudaMemcpyAsync(stage.get(), v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
-          "weight upload");
-      BALLAST_CUDA_RETURN(LaunchQuantizeRowsFp8(stage.get(), src, pieces[i].rows, pieces[i].cols,
-                                                dst, pieces[i].scale, stream),
-                          "weight quantization");
-      continue;
-    }
-    if (SameType(src, type)) {
-      BALLAST_CUDA_RETURN(cudaMemcpyAsync(dst, v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
-                          "weight upload");
-      continue;
-    }
-    BALLAST_CUDA_RETURN(
-        cudaMemcpyAsync(stage.get(), v->data, v->nbytes, cudaMemcpyHostToDevice, stream),
-        "weight upload");
-    BALLAST_CUDA_RETURN(
-        LaunchConvert(stage.get(), src, dst, type, static_cast<size_t>(v->numel()), stream),
-        "weight conversion");
+    if (auto s = w->Upload(pieces[i], sources[i], stage.get(), stream); !s.ok()) return s;
   }
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream), "weight upload");
   return w;

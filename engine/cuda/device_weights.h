@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/checkpoint.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/kernels.h"
 #include "engine/executor.h"
@@ -130,7 +131,16 @@ class DeviceWeights {
 
  private:
   struct Piece;
+  struct Source;
   DeviceWeights() = default;
+  // Every tensor (and an FP8 checkpoint's scales) checked against the
+  // layout before anything is allocated; `staging` grows to the largest
+  // tensor that is converted or quantized on the way.
+  absl::Status CheckSources(const CheckpointIndex& idx, const ModelConfig& c,
+                            const std::vector<Piece>& pieces, std::vector<Source>* sources,
+                            size_t* staging) const;
+  // Queues one piece's copy (and conversion or quantization) on `stream`.
+  absl::Status Upload(const Piece& pc, const Source& src, void* stage, cudaStream_t stream) const;
   // Lays the tensors out from `base` (null: sizes only); returns the bytes
   // and, when `pieces` is set, what to copy where.
   size_t Layout(const ModelConfig& c, uint8_t* base, std::vector<Piece>* pieces);

@@ -99,7 +99,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   if (!cfg.ok()) return cfg.status();
   auto quant = WeightQuantFromConfig(o.quantization);
   if (!quant.ok()) return quant.status();
-  cfg->weight_quant = *quant;
+  if (!cfg->fp8_checkpoint) cfg->weight_quant = *quant;
   const ModelConfig& c = *cfg;
   if (o.batches.empty() || o.context <= 0 || o.steps <= 0) {
     return absl::InvalidArgumentError("batches, context and steps must be positive");

@@ -141,11 +141,16 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
   Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
   if (fp8) {  // one scale per row of op(A) (output channel) and per column of B (token)
+    // A cuBLASLt older than 12.9 refuses these modes: an error here, not
+    // scalar scales (the first of each vector) silently.
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
-                                        sizeof(mode));
-    Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
-                                        sizeof(mode));
+    for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE}) {
+      if (auto s = Check(Lt().cublasLtMatmulDescSetAttribute(p->op, attr, &mode, sizeof(mode)),
+                         "FP8 per-row scales (needs cuBLASLt 12.9 or later)");
+          !s.ok()) {
+        return s;
+      }
+    }
     Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
                                         sizeof(w_scale));
     Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,

@@ -169,6 +169,7 @@ TEST(CudaRemap, Fp8LayersStreamWithTheirScales) {
   auto want = Generate(o, {{0, 0}}, &lent);
   ASSERT_TRUE(want.ok()) << want.status();
   for (int slots : {1, 2}) {
+    lent = 0;
     auto got = Generate(o, {{1, 1}, {3, slots}, {3, slots}, {0, 0}, {2, slots}}, &lent);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*got, *want) << "slots " << slots;

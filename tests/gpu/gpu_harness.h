@@ -53,7 +53,7 @@ class GpuHarness {
     auto cfg = ModelConfig::Load(model_dir + "/config.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     config = *cfg;
-    config.weight_quant = quant;
+    if (!config.fp8_checkpoint) config.weight_quant = quant;
     KvLayout layout{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
                     block_tokens, GpuAutoKvDType(config)};
     if (kv_dtype != "auto") layout.dtype = *DTypeFromConfig(kv_dtype);

@@ -68,7 +68,7 @@ class ExecutorHarness {
     auto cfg = ModelConfig::Load(model_dir + "/config.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     config = *cfg;
-    config.weight_quant = quant;
+    if (!config.fp8_checkpoint) config.weight_quant = quant;
     auto w = ModelWeights::Load(model_dir, config);
     EXPECT_TRUE(w.ok()) << w.status();
     KvLayout layout{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,

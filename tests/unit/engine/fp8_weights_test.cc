@@ -7,10 +7,19 @@
 #include <limits>
 #include <random>
 
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "engine/checkpoint.h"
 #include "engine/model_engine.h"
+#include "engine/safetensors.h"
 #include "engine/weights.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/unit/engine/executor_harness.h"
+#include "tests/unit/engine/fp8_checkpoint.h"
 #include "tests/unit/engine/test_util.h"
 
 namespace ballast::engine {
@@ -125,7 +134,6 @@ TEST(Fp8Weights, TheEngineOptionReachesTheWeights) {
   TempDir dir;
   ModelEngineOptions o;
   o.name = "tiny";
-  o.path = testing::WriteTinyModel(dir, "m", Spec());
   // Large weights make the random model chaotic, so rounding changes its
   // continuation.
   SyntheticModelSpec spec = Spec();
@@ -155,6 +163,89 @@ TEST(Fp8Weights, TheEngineOptionReachesTheWeights) {
   // This model's continuation tells the two apart, so the check above
   // would fail if the option were dropped on the way.
   EXPECT_NE(greedy(full), greedy(fp8));
+}
+
+// An FP8 checkpoint with per-channel scales holds exactly what online
+// quantization makes of the original: the same logits, bit for bit.
+TEST(Fp8Checkpoint, PerChannelMatchesOnlineQuantizationExactly) {
+  TempDir dir;
+  const std::string orig = testing::WriteTinyModel(dir, "m", Spec());
+  const std::string fp8 = dir.sub("fp8");
+  testing::WriteFp8Checkpoint(orig, fp8, true, testing::kCompressedChannel);
+  auto cfg = ModelConfig::Load(fp8 + "/config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_TRUE(cfg->fp8_checkpoint);
+  EXPECT_EQ(cfg->weight_quant, WeightQuant::kFp8);
+  ExecutorHarness online(orig, 16, DType::kF32, WeightQuant::kFp8);
+  ExecutorHarness stored(fp8, 16);  // served as fp8 whatever the option says
+  std::vector<int> prompt;
+  for (int i = 0; i < 30; ++i) prompt.push_back((i * 13 + 7) % 300);
+  EXPECT_EQ(stored.PromptLogits(prompt), online.PromptLogits(prompt));
+}
+
+// vLLM's "fp8" form with one scale per tensor: every row uses it.
+TEST(Fp8Checkpoint, PerTensorScalesApplyToEveryRow) {
+  TempDir dir;
+  const std::string orig = testing::WriteTinyModel(dir, "m", Spec());
+  const std::string fp8 = dir.sub("fp8");
+  const auto scales = testing::WriteFp8Checkpoint(
+      orig, fp8, false, R"({"quant_method": "fp8", "activation_scheme": "dynamic"})");
+  auto cfg = ModelConfig::Load(fp8 + "/config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto w = ModelWeights::Load(fp8, *cfg);
+  ASSERT_TRUE(w.ok()) << w.status();
+  CheckpointIndex idx;
+  ASSERT_TRUE(idx.Open(fp8).ok());
+  const std::string name = "model.layers.1.mlp.down_proj.weight";
+  auto q = idx.Get(name, cfg->hidden_size, cfg->intermediate_size);
+  ASSERT_TRUE(q.ok()) << q.status();
+  const float s = scales.at(name)[0];
+  const Matrix& down = w->layers[1].down;
+  for (size_t i = 0; i < down.data.size(); ++i) {
+    ASSERT_EQ(down.data[i], Fp8E4M3ToFloat((*q)->data[i]) * s) << i;
+  }
+  ExecutorHarness h(fp8, 16);
+  EXPECT_FALSE(h.PromptLogits({1, 2, 3}).empty());
+}
+
+TEST(Fp8Checkpoint, UnsupportedFormsAreRefusedNamingTheKey) {
+  TempDir dir;
+  const std::string orig = testing::WriteTinyModel(dir, "m", Spec());
+  const std::string base = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+    "vocab_size": 300, "quantization_config": )";
+  for (const auto& [q, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"quant_method": "fp8", "weight_block_size": [128, 128]})",
+            "quantization_config.weight_block_size"},
+           {R"({"quant_method": "gptq", "bits": 4})", "quantization_config.quant_method"},
+           {R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights":
+              {"type": "int", "num_bits": 8, "strategy": "channel"}}}})",
+            "quantization_config.config_groups.g.weights"},
+           {R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights":
+              {"type": "float", "num_bits": "8"}}}})",
+            "quantization_config"}}) {
+    auto c = ModelConfig::Parse(base + q + "}", "m/config.json");
+    ASSERT_FALSE(c.ok()) << q;
+    EXPECT_NE(c.status().message().find("m/config.json: key \"" + key + "\""), std::string::npos)
+        << c.status();
+  }
+  // An E4M3 tensor without its scale.
+  const std::string fp8 = dir.sub("fp8");
+  testing::WriteFp8Checkpoint(orig, fp8, true, testing::kCompressedChannel);
+  auto file = SafetensorsFile::Open(fp8 + "/model.safetensors");
+  ASSERT_TRUE(file.ok());
+  std::vector<OwnedTensor> kept;
+  for (const auto& [name, v] : (*file)->tensors()) {
+    if (name == "model.layers.0.self_attn.o_proj.weight_scale") continue;
+    kept.push_back({name, v.dtype, v.shape, std::vector<uint8_t>(v.data, v.data + v.nbytes)});
+  }
+  file->reset();
+  ASSERT_TRUE(WriteSafetensors(fp8 + "/model.safetensors", kept).ok());
+  auto cfg = ModelConfig::Load(fp8 + "/config.json");
+  ASSERT_TRUE(cfg.ok());
+  auto w = ModelWeights::Load(fp8, *cfg);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("o_proj.weight_scale"), std::string::npos) << w.status();
 }
 
 }  // namespace
