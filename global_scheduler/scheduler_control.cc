@@ -293,7 +293,22 @@ void Scheduler::EvictUnlisted(const Tick& tick) {
   for (const auto& n : tick.nodes) {
     if (!n.alive) continue;
     for (const auto& r : n.models) {
-      if (!registry_.Contains(r.name())) StartEvict(r.name(), n.node_id);
+      const std::optional<ModelStatus> listed = registry_.Get(r.name());
+      if (!listed) {
+        StartEvict(r.name(), n.node_id);
+        continue;
+      }
+      // A ready replica with other weights (the model was registered again
+      // with another quantization, or the scheduler restarted with a
+      // changed catalogue) is not the listed model: it goes, and the
+      // replica reconciliation loads the listed one. Nodes from before
+      // the field report none.
+      const std::string quant = r.quantization().empty() ? "none" : r.quantization();
+      if (r.state() == v1::MODEL_STATE_READY && quant != listed->spec.quantization) {
+        spdlog::info("model {} on node {} is served with quantization {}, listed with {}: evicting",
+                     r.name(), n.node_id, quant, listed->spec.quantization);
+        StartEvict(r.name(), n.node_id);
+      }
     }
   }
 }

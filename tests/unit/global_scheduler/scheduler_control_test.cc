@@ -69,6 +69,27 @@ TEST(SchedulerControl, StartupGraceWaitsForNodesToReRegister) {
   s->Stop();
 }
 
+// A node that comes back holding a replica loaded with other weights than
+// the catalogue lists (here: full precision where fp8 is listed) loses it;
+// a replica that matches is kept.
+TEST(SchedulerControl, AReplicaWithAnotherQuantizationIsEvicted) {
+  FakeNode fake;
+  SchedulerOptions o;
+  o.models = {{"fp8", "/models/a"}, {"full", "/models/b"}};
+  o.models[0].quantization = "fp8";
+  auto s = *Scheduler::Create(o);
+  v1::RegisterNodeRequest node =
+      NodeAt("a", fake, {"cpu:0"}, {{"fp8", "cpu:0"}, {"full", "cpu:0"}});
+  node.mutable_models(0)->set_quantization("none");
+  ASSERT_TRUE(s->RegisterNode(node).ok());
+  s->RunControlTick();
+  ASSERT_TRUE(fake.AwaitCalls(0, 1));
+  s->Stop();
+  const auto evicts = fake.evicts();
+  ASSERT_EQ(evicts.size(), 1u);
+  EXPECT_EQ(evicts[0].model, "fp8");
+}
+
 // A request parked for a replica (no thread held) learns at once that its
 // model's load failed permanently: the failure changes the routing
 // version, so it does not wait out route_wait.
