@@ -68,14 +68,22 @@ void Scheduler::MaybeRebalance() {
 Scheduler::Tick Scheduler::BeginTick() {
   Tick t;
   t.now = clock_();
+  // Pending operations first, the cluster after: a load ends by recording
+  // its replica and then leaving pending_, so one that ends in between is
+  // in the snapshot. (The other order could see it in neither and load the
+  // model a second time.)
+  std::map<PendingKey, std::string> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    pending = pending_;
+    for (const auto& [model, n] : inflight_by_model_) {
+      if (n > 0) t.busy.insert(model);
+    }
+  }
   t.nodes = cluster_.Snapshot();
   const std::vector<ModelStatus> models = registry_.List();
   for (const ModelStatus& m : models) t.last_request[m.spec.name] = m.last_request;
-  absl::MutexLock lock(&mu_);
-  for (const auto& [model, n] : inflight_by_model_) {
-    if (n > 0) t.busy.insert(model);
-  }
-  for (const auto& entry : pending_) {
+  for (const auto& entry : pending) {
     // Not a structured binding: clang 14 cannot capture one in the lambdas.
     const auto& key = entry.first;
     const auto& device = entry.second;
