@@ -54,7 +54,7 @@ std::vector<KvBlockCopy> BlockCopies(const KvCache& kv, const SequenceKv& table,
 
 }  // namespace
 
-uint64_t KvFingerprint(uint64_t model_fingerprint, const KvLayout& l) {
+uint64_t KvFingerprint(uint64_t model_fingerprint, const KvLayout& l, WeightQuant quant) {
   const uint64_t fields[] = {model_fingerprint,
                              static_cast<uint64_t>(l.num_layers),
                              static_cast<uint64_t>(l.num_kv_heads),
@@ -62,8 +62,11 @@ uint64_t KvFingerprint(uint64_t model_fingerprint, const KvLayout& l) {
                              static_cast<uint64_t>(l.block_tokens),
                              static_cast<uint64_t>(l.dtype),
                              static_cast<uint64_t>(l.k_scale * 1e6f),
-                             static_cast<uint64_t>(l.v_scale * 1e6f)};
-  return XXH3_64bits(fields, sizeof(fields));
+                             static_cast<uint64_t>(l.v_scale * 1e6f),
+                             static_cast<uint64_t>(quant)};
+  // kNone leaves the last field out: the keys from before it existed.
+  const size_t n = quant == WeightQuant::kNone ? sizeof(fields) - sizeof(uint64_t) : sizeof(fields);
+  return XXH3_64bits(fields, n);
 }
 
 absl::Status ExportSessionKv(const KvCache& kv, Executor* executor, KvTierPort* tiers,

@@ -15,12 +15,17 @@
 #include "engine/executor.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_tiers.h"
+#include "engine/model_config.h"
 
 namespace ballast::engine {
 
 // The fingerprint chunk keys use: the model's weights and config
-// (`model_fingerprint`) and everything that shapes the KV bytes.
-uint64_t KvFingerprint(uint64_t model_fingerprint, const KvLayout& layout);
+// (`model_fingerprint`), how its linear layers compute (`quant`: fp8
+// weights make other KV) and everything that shapes the KV bytes. kNone
+// hashes what it hashed before the field existed, so stored chunks keep
+// their keys.
+uint64_t KvFingerprint(uint64_t model_fingerprint, const KvLayout& layout,
+                       WeightQuant quant = WeightQuant::kNone);
 
 // Where an export's time went (the slow-step log).
 struct ExportTimes {

@@ -80,6 +80,13 @@ absl::StatusOr<WeightQuant> WeightQuantFromConfig(std::string_view name) {
 
 const char* WeightQuantName(WeightQuant q) { return q == WeightQuant::kFp8 ? "fp8" : "none"; }
 
+absl::Status ApplyServingQuant(std::string_view option, ModelConfig* c) {
+  auto quant = WeightQuantFromConfig(option);
+  if (!quant.ok()) return quant.status();
+  if (!c->fp8_checkpoint) c->weight_quant = *quant;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> ModelConfig::Load(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));

@@ -90,4 +90,9 @@ struct ModelConfig {
   int64_t NumParameters() const;
 };
 
+// Sets c->weight_quant from a serving option ("none" | "fp8"), except for
+// an FP8 checkpoint, which is served as stored (fp8) whatever it says.
+// INVALID_ARGUMENT for an unknown option.
+absl::Status ApplyServingQuant(std::string_view option, ModelConfig* c);
+
 }  // namespace ballast::engine

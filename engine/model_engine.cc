@@ -75,12 +75,9 @@ absl::Status ModelEngine::LoadModel() {
   auto cfg = ModelConfig::Load((std::filesystem::path(o.path) / "config.json").string());
   if (!cfg.ok()) return cfg.status();
   config_ = *cfg;
-  auto quant = WeightQuantFromConfig(o.quantization);
-  if (!quant.ok())
-    return absl::InvalidArgumentError(
-        absl::StrCat("model ", o.name, ": ", quant.status().message()));
-  // An FP8 checkpoint is served as stored (ModelConfig::fp8_checkpoint).
-  if (!config_.fp8_checkpoint) config_.weight_quant = *quant;
+  if (auto st = ApplyServingQuant(o.quantization, &config_); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", o.name, ": ", st.message()));
+  }
   // tokenizer.json when the checkpoint has one, else the byte tokenizer of
   // synthetic models (engine/tokenizer.h).
   auto tokenizer = LoadCheckpointTokenizer(o.path, config_.vocab_size);
@@ -127,11 +124,7 @@ absl::Status ModelEngine::InitKv() {
     allocator_ = std::move(*pool);
   }
   kv_ = std::make_unique<KvCache>(layout, allocator_.get());
-  // KV computed by fp8 weights differs from KV of the full-precision ones.
-  const uint64_t weights_fp = config_.weight_quant == WeightQuant::kFp8
-                                  ? o.model_fingerprint ^ 0x9e3779b97f4a7c15ull
-                                  : o.model_fingerprint;
-  kv_fingerprint_ = KvFingerprint(weights_fp, layout);
+  kv_fingerprint_ = KvFingerprint(o.model_fingerprint, layout, config_.weight_quant);
   kv_manager_ = std::make_unique<KvManager>(kv_.get());
   planner_ = std::make_unique<BatchPlanner>(
       BatchPlannerOptions{o.max_batch_tokens, o.max_seqs, o.reclaim_kv}, kv_manager_.get());
@@ -199,11 +192,9 @@ double ModelEngine::TimeOneDecode() {
 absl::StatusOr<int64_t> ModelEngine::WeightBytesNeeded(const ModelEngineOptions& o) {
   auto cfg = ModelConfig::Load((std::filesystem::path(o.path) / "config.json").string());
   if (!cfg.ok()) return cfg.status();
-  auto quant = WeightQuantFromConfig(o.quantization);
-  if (!quant.ok())
-    return absl::InvalidArgumentError(
-        absl::StrCat("model ", o.name, ": ", quant.status().message()));
-  if (!cfg->fp8_checkpoint) cfg->weight_quant = *quant;
+  if (auto st = ApplyServingQuant(o.quantization, &*cfg); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", o.name, ": ", st.message()));
+  }
   if (o.backend == "cuda") return GpuWeightBytes(*cfg);
   // The cpu backend reports the checkpoint's stored bytes (weight_bytes()).
   CheckpointIndex idx;

@@ -109,84 +109,98 @@ DeviceLayer DeviceLayer::Shifted(ptrdiff_t delta) const {
   return L;
 }
 
-size_t DeviceWeights::Layout(const ModelConfig& c, uint8_t* base, std::vector<Piece>* pieces) {
-  layers_.assign(c.num_hidden_layers, DeviceLayer{});
-  const size_t esz = ActSize(type_);
-  const bool fp8 = c.weight_quant == WeightQuant::kFp8;
-  const int h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+// Lays an image out slot by slot (addresses null when sizing: base null)
+// and lists what to copy where (when `pieces` is set).
+struct DeviceWeights::Carver {
+  uint8_t* base = nullptr;
+  size_t esz = 2;    // activation type bytes
+  bool fp8 = false;  // linear weights in E4M3 with row scales
+  std::vector<Piece>* pieces = nullptr;
   size_t off = 0;
-  auto carve = [&](size_t bytes) {
+
+  uint8_t* Carve(size_t bytes) {
     uint8_t* at = base ? base + off : nullptr;
     off += (bytes + kAlign - 1) / kAlign * kAlign;
     return at;
-  };
-  // Carves a slot of `elems` activation-type elements (null when sizing).
-  auto slot = [&](void** s, size_t elems) { *s = carve(elems * esz); };
-  auto piece = [&](const std::string& name, int rows, int cols, void* s, size_t elem_offset) {
+  }
+  // A slot of `elems` activation-type elements.
+  void Slot(void** s, size_t elems) { *s = Carve(elems * esz); }
+  // Tensor `name` ({rows, cols}; a vector when rows == 0) at element
+  // `elem_offset` of slot s.
+  void Tensor(const std::string& name, int rows, int cols, void* s, size_t elem_offset) {
     if (pieces) pieces->push_back({name, rows, cols, static_cast<uint8_t*>(s) + elem_offset * esz});
-  };
+  }
   // A linear weight of `rows` x `cols`: activation type, or E4M3 bytes
   // followed by `rows` float scales.
-  auto linear = [&](void** s, float** scale, int rows, int cols) {
+  void Linear(void** s, float** scale, int rows, int cols) {
     const size_t elems = static_cast<size_t>(rows) * cols;
-    if (!fp8) return slot(s, elems);
-    *s = carve(elems);
-    *scale = reinterpret_cast<float*>(carve(static_cast<size_t>(rows) * sizeof(float)));
-  };
-  // Tensor `name` ({rows, cols}) at row `row0` of linear slot s.
-  auto part = [&](const std::string& name, int rows, int cols, void* s, float* scale, int row0) {
+    if (!fp8) return Slot(s, elems);
+    *s = Carve(elems);
+    *scale = reinterpret_cast<float*>(Carve(static_cast<size_t>(rows) * sizeof(float)));
+  }
+  // Linear tensor `name` ({rows, cols}) at row `row0` of linear slot s.
+  void Part(const std::string& name, int rows, int cols, void* s, float* scale, int row0) {
     if (!pieces) return;
-    if (!fp8) return piece(name, rows, cols, s, static_cast<size_t>(row0) * cols);
+    if (!fp8) return Tensor(name, rows, cols, s, static_cast<size_t>(row0) * cols);
     pieces->push_back({name, rows, cols,
                        static_cast<uint8_t*>(s) + static_cast<size_t>(row0) * cols,
-                       scale ? scale + row0 : nullptr});
-  };
-  slot(&embed_, static_cast<size_t>(c.vocab_size) * h);
-  piece("model.embed_tokens.weight", c.vocab_size, h, embed_, 0);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    DeviceLayer& L = layers_[l];
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    slot(&L.input_norm, h);
-    piece(p + "input_layernorm.weight", 0, h, L.input_norm, 0);
-    linear(&L.qkv, &L.qkv_scale, q + 2 * kv, h);
-    part(p + "self_attn.q_proj.weight", q, h, L.qkv, L.qkv_scale, 0);
-    part(p + "self_attn.k_proj.weight", kv, h, L.qkv, L.qkv_scale, q);
-    part(p + "self_attn.v_proj.weight", kv, h, L.qkv, L.qkv_scale, q + kv);
-    if (c.qkv_bias) {
-      slot(&L.qkv_bias, q + 2 * kv);
-      piece(p + "self_attn.q_proj.bias", 0, q, L.qkv_bias, 0);
-      piece(p + "self_attn.k_proj.bias", 0, kv, L.qkv_bias, q);
-      piece(p + "self_attn.v_proj.bias", 0, kv, L.qkv_bias, q + kv);
-    }
-    linear(&L.o, &L.o_scale, h, q);
-    part(p + "self_attn.o_proj.weight", h, q, L.o, L.o_scale, 0);
-    if (c.o_bias) {
-      slot(&L.o_bias, h);
-      piece(p + "self_attn.o_proj.bias", 0, h, L.o_bias, 0);
-    }
-    if (c.qk_norm) {
-      slot(&L.q_norm, c.head_dim);
-      piece(p + "self_attn.q_norm.weight", 0, c.head_dim, L.q_norm, 0);
-      slot(&L.k_norm, c.head_dim);
-      piece(p + "self_attn.k_norm.weight", 0, c.head_dim, L.k_norm, 0);
-    }
-    slot(&L.post_norm, h);
-    piece(p + "post_attention_layernorm.weight", 0, h, L.post_norm, 0);
-    linear(&L.gate_up, &L.gate_up_scale, 2 * inter, h);
-    part(p + "mlp.gate_proj.weight", inter, h, L.gate_up, L.gate_up_scale, 0);
-    part(p + "mlp.up_proj.weight", inter, h, L.gate_up, L.gate_up_scale, inter);
-    linear(&L.down, &L.down_scale, h, inter);
-    part(p + "mlp.down_proj.weight", h, inter, L.down, L.down_scale, 0);
+                       scale ? scale + row0 : nullptr, true});
   }
-  slot(&final_norm_, h);
-  piece("model.norm.weight", 0, h, final_norm_, 0);
+};
+
+void DeviceWeights::LayoutLayer(const ModelConfig& c, int l, Carver* k) {
+  const int h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+  DeviceLayer& L = layers_[l];
+  const std::string p = absl::StrCat("model.layers.", l, ".");
+  k->Slot(&L.input_norm, h);
+  k->Tensor(p + "input_layernorm.weight", 0, h, L.input_norm, 0);
+  k->Linear(&L.qkv, &L.qkv_scale, q + 2 * kv, h);
+  k->Part(p + "self_attn.q_proj.weight", q, h, L.qkv, L.qkv_scale, 0);
+  k->Part(p + "self_attn.k_proj.weight", kv, h, L.qkv, L.qkv_scale, q);
+  k->Part(p + "self_attn.v_proj.weight", kv, h, L.qkv, L.qkv_scale, q + kv);
+  if (c.qkv_bias) {
+    k->Slot(&L.qkv_bias, q + 2 * kv);
+    k->Tensor(p + "self_attn.q_proj.bias", 0, q, L.qkv_bias, 0);
+    k->Tensor(p + "self_attn.k_proj.bias", 0, kv, L.qkv_bias, q);
+    k->Tensor(p + "self_attn.v_proj.bias", 0, kv, L.qkv_bias, q + kv);
+  }
+  k->Linear(&L.o, &L.o_scale, h, q);
+  k->Part(p + "self_attn.o_proj.weight", h, q, L.o, L.o_scale, 0);
+  if (c.o_bias) {
+    k->Slot(&L.o_bias, h);
+    k->Tensor(p + "self_attn.o_proj.bias", 0, h, L.o_bias, 0);
+  }
+  if (c.qk_norm) {
+    k->Slot(&L.q_norm, c.head_dim);
+    k->Tensor(p + "self_attn.q_norm.weight", 0, c.head_dim, L.q_norm, 0);
+    k->Slot(&L.k_norm, c.head_dim);
+    k->Tensor(p + "self_attn.k_norm.weight", 0, c.head_dim, L.k_norm, 0);
+  }
+  k->Slot(&L.post_norm, h);
+  k->Tensor(p + "post_attention_layernorm.weight", 0, h, L.post_norm, 0);
+  k->Linear(&L.gate_up, &L.gate_up_scale, 2 * inter, h);
+  k->Part(p + "mlp.gate_proj.weight", inter, h, L.gate_up, L.gate_up_scale, 0);
+  k->Part(p + "mlp.up_proj.weight", inter, h, L.gate_up, L.gate_up_scale, inter);
+  k->Linear(&L.down, &L.down_scale, h, inter);
+  k->Part(p + "mlp.down_proj.weight", h, inter, L.down, L.down_scale, 0);
+}
+
+size_t DeviceWeights::Layout(const ModelConfig& c, uint8_t* base, std::vector<Piece>* pieces) {
+  layers_.assign(c.num_hidden_layers, DeviceLayer{});
+  Carver k{base, ActSize(type_), c.weight_quant == WeightQuant::kFp8, pieces};
+  const int h = c.hidden_size;
+  k.Slot(&embed_, static_cast<size_t>(c.vocab_size) * h);
+  k.Tensor("model.embed_tokens.weight", c.vocab_size, h, embed_, 0);
+  for (int l = 0; l < c.num_hidden_layers; ++l) LayoutLayer(c, l, &k);
+  k.Slot(&final_norm_, h);
+  k.Tensor("model.norm.weight", 0, h, final_norm_, 0);
   if (!c.tie_word_embeddings) {
-    slot(&lm_head_, static_cast<size_t>(c.vocab_size) * h);
-    piece("lm_head.weight", c.vocab_size, h, lm_head_, 0);
+    k.Slot(&lm_head_, static_cast<size_t>(c.vocab_size) * h);
+    k.Tensor("lm_head.weight", c.vocab_size, h, lm_head_, 0);
   } else {
     lm_head_ = embed_;
   }
-  return off;
+  return k.off;
 }
 
 LayerExtent DeviceWeights::layer_extent(int l) const {

@@ -132,7 +132,10 @@ class DeviceWeights {
  private:
   struct Piece;
   struct Source;
+  struct Carver;
   DeviceWeights() = default;
+  // Layer l's tensors, carved in order by `k`.
+  void LayoutLayer(const ModelConfig& c, int l, Carver* k);
   // Every tensor (and an FP8 checkpoint's scales) checked against the
   // layout before anything is allocated; `staging` grows to the largest
   // tensor that is converted or quantized on the way.

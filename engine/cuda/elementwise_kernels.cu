@@ -5,6 +5,9 @@
 namespace ballast::engine::cuda {
 namespace {
 
+// silu(a) * u, as every SiLU-and-multiply kernel here computes it.
+__device__ __forceinline__ float SiluTimes(float a, float u) { return a / (1.0f + __expf(-a)) * u; }
+
 template <typename S, typename D>
 __global__ void ConvertKernel(const S* __restrict__ src, D* __restrict__ dst, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -61,7 +64,7 @@ __global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, int inter, T* __
   T* o = out + t * inter;
   for (int i = threadIdx.x; i < inter; i += blockDim.x) {
     const float a = ToF(g[i]);
-    o[i] = FromF<T>(a / (1.0f + __expf(-a)) * ToF(g[inter + i]));
+    o[i] = FromF<T>(SiluTimes(a, ToF(g[inter + i])));
   }
   QuantizeRowInBlock(o, inter, q + t * inter, q_scale + t, scratch);
 }
@@ -77,7 +80,7 @@ __global__ void SiluMulVecKernel(const T* __restrict__ gate_up, int inter, T* __
     Load8(g + i, a);
     Load8(g + inter + i, u);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) r[j] = a[j] / (1.0f + __expf(-a[j])) * u[j];
+    for (int j = 0; j < 8; ++j) r[j] = SiluTimes(a[j], u[j]);
     uint4 raw;
     T* e = reinterpret_cast<T*>(&raw);
 #pragma unroll
@@ -92,7 +95,7 @@ __global__ void SiluMulKernel(const T* __restrict__ gate_up, int inter, T* __res
   const T* g = gate_up + t * 2 * inter;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < inter; i += gridDim.x * blockDim.x) {
     const float a = ToF(g[i]);
-    out[t * inter + i] = FromF<T>(a / (1.0f + __expf(-a)) * ToF(g[inter + i]));
+    out[t * inter + i] = FromF<T>(SiluTimes(a, ToF(g[inter + i])));
   }
 }
 

@@ -97,9 +97,7 @@ double DatasheetBandwidth(const std::string& name) {
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   auto cfg = ModelConfig::Load((std::filesystem::path(o.model_dir) / "config.json").string());
   if (!cfg.ok()) return cfg.status();
-  auto quant = WeightQuantFromConfig(o.quantization);
-  if (!quant.ok()) return quant.status();
-  if (!cfg->fp8_checkpoint) cfg->weight_quant = *quant;
+  if (auto st = ApplyServingQuant(o.quantization, &*cfg); !st.ok()) return st;
   const ModelConfig& c = *cfg;
   if (o.batches.empty() || o.context <= 0 || o.steps <= 0) {
     return absl::InvalidArgumentError("batches, context and steps must be positive");

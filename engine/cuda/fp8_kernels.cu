@@ -116,6 +116,8 @@ cudaError_t LaunchFp8M(const void* xq, const float* x_scale, const void* w, cons
   return cudaGetLastError();
 }
 
+static_assert(kSkinnyGemmMaxM <= 8, "DispatchFp8 instantiates up to 8 rows");
+
 template <typename OutT>
 cudaError_t DispatchFp8(const void* xq, const float* x_scale, const void* w, const float* w_scale,
                         void* y, int m, int n, int k, cudaStream_t stream) {

@@ -88,9 +88,17 @@ absl::Status Check(cublasStatus_t s, const char* what) {
 
 }  // namespace
 
+namespace {
+
+// The FP8 scratch: E4M3 rows, then (256-byte aligned) their scales.
+size_t Fp8ScalesOffset(int fp8_rows, int fp8_max_k) {
+  return (static_cast<size_t>(fp8_rows) * fp8_max_k + 255) / 256 * 256;
+}
+
+}  // namespace
+
 size_t Gemm::Fp8ScratchBytes(int fp8_rows, int fp8_max_k) {
-  const size_t q = (static_cast<size_t>(fp8_rows) * fp8_max_k + 255) / 256 * 256;
-  return q + static_cast<size_t>(fp8_rows) * sizeof(float);
+  return Fp8ScalesOffset(fp8_rows, fp8_max_k) + static_cast<size_t>(fp8_rows) * sizeof(float);
 }
 
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int skinny_max_m,
@@ -202,21 +210,23 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
       "matmul");
 }
 
+absl::Status Gemm::CheckFp8Shape(int m, int k) const {
+  if (m <= fp8_rows_ && k <= fp8_max_k_) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("FP8 gemm of [", m, " x ", k,
+                                          "] exceeds the scratch sized for [", fp8_rows_, " x ",
+                                          fp8_max_k_, "]"));
+}
+
 Fp8Rows Gemm::fp8_input() const {
   uint8_t* xq = fp8_x_.get<uint8_t>();
   if (xq == nullptr) return {};
-  return {xq, reinterpret_cast<float*>(xq + (static_cast<size_t>(fp8_rows_) * fp8_max_k_ + 255) /
-                                                256 * 256)};
+  return {xq, reinterpret_cast<float*>(xq + Fp8ScalesOffset(fp8_rows_, fp8_max_k_))};
 }
 
 absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                           int k, ActType type, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
-  if (m > fp8_rows_ || k > fp8_max_k_) {
-    return absl::InternalError(absl::StrCat("FP8 gemm of [", m, " x ", k,
-                                            "] exceeds the scratch sized for [", fp8_rows_, " x ",
-                                            fp8_max_k_, "]"));
-  }
+  if (auto st = CheckFp8Shape(m, k); !st.ok()) return st;
   const Fp8Rows in = fp8_input();
   const SrcType src = type == ActType::kBF16 ? SrcType::kBF16 : SrcType::kF16;
   if (const cudaError_t e = LaunchQuantizeRowsFp8(x, src, m, k, in.q, in.scale, stream);
@@ -230,11 +240,7 @@ absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, vo
 absl::Status Gemm::RunFp8Quantized(const void* w, const float* w_scale, void* y, int m, int n,
                                    int k, ActType type, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
-  if (m > fp8_rows_ || k > fp8_max_k_) {
-    return absl::InternalError(absl::StrCat("FP8 gemm of [", m, " x ", k,
-                                            "] exceeds the scratch sized for [", fp8_rows_, " x ",
-                                            fp8_max_k_, "]"));
-  }
+  if (auto st = CheckFp8Shape(m, k); !st.ok()) return st;
   const Fp8Rows in = fp8_input();
   const void* xq = in.q;
   float* x_scale = in.scale;

@@ -1,6 +1,9 @@
 // FakeNode: a node (an in-process gRPC server on loopback) that answers
 // LoadModel/EvictModel as told and records the calls it gets, for tests of
 // the scheduler's control loop; NodeAt: its registration.
+//
+// Thread-safety: thread-safe; gRPC's threads and the test share it under
+// its mutex (the accessors return copies).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
