@@ -111,6 +111,31 @@ std::vector<TraceRecord> GenerateArrivals(const ArrivalParams& p) {
   return out;
 }
 
+std::vector<TraceRecord> GenerateShareGpt(const ShareGptParams& p) {
+  Rng rng(p.seed);
+  std::vector<TraceRecord> out;
+  if (p.models.empty() || p.requests <= 0) return out;
+  const auto limit = [&](int v) { return std::max(1, static_cast<int>(std::lround(v * p.scale))); };
+  const int prompt_max = limit(p.prompt_max), total_max = limit(p.total_max);
+  const int min_tokens = std::min(limit(p.min_tokens), total_max / 2);
+  const auto draw = [&](double mean, double cv) {
+    return static_cast<int>(std::lround(rng.LogNormal(std::max(1.0, mean * p.scale), cv)));
+  };
+  out.reserve(static_cast<size_t>(p.requests));
+  for (int i = 0; i < p.requests; ++i) {
+    TraceRecord r;
+    r.id = absl::StrCat("r", i);
+    r.model = p.models[static_cast<size_t>(i) % p.models.size()];
+    do {  // the dataset filter, as rejection
+      r.prompt_tokens = draw(p.prompt_mean, p.prompt_cv);
+      r.output_tokens = draw(p.output_mean, p.output_cv);
+    } while (r.prompt_tokens < min_tokens || r.output_tokens < min_tokens ||
+             r.prompt_tokens > prompt_max || r.prompt_tokens + r.output_tokens > total_max);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 std::vector<TraceRecord> GenerateBursty(const BurstyParams& p) {
   Rng rng(p.seed);
   std::vector<TraceRecord> out;
@@ -327,6 +352,27 @@ void ActiveSets(const std::map<std::string, std::vector<double>>& arrivals, doub
   s->active_set_changes_per_hour = changes / (s->duration_s / 3600.0);
 }
 
+// Mean and CV of the requests' prompt (synthesised ones) and output lengths.
+void LengthMoments(const std::vector<TraceRecord>& trace, TraceStats* s) {
+  std::vector<double> prompts, outputs;
+  for (const auto& r : trace) {
+    if (!r.is_request()) continue;
+    if (r.prompt.empty()) prompts.push_back(r.prompt_tokens);
+    outputs.push_back(r.output_tokens);
+  }
+  const auto moments = [](const std::vector<double>& v, double* mean, double* cv) {
+    if (v.empty()) return;
+    double sum = 0, sq = 0;
+    for (double x : v) sum += x;
+    *mean = sum / static_cast<double>(v.size());
+    for (double x : v) sq += (x - *mean) * (x - *mean);
+    const double sd = v.size() > 1 ? std::sqrt(sq / static_cast<double>(v.size() - 1)) : 0;
+    *cv = *mean > 0 ? sd / *mean : 0;
+  };
+  moments(prompts, &s->prompt_tokens_mean, &s->prompt_tokens_cv);
+  moments(outputs, &s->output_tokens_mean, &s->output_tokens_cv);
+}
+
 }  // namespace
 
 TraceStats ComputeStats(const std::vector<TraceRecord>& trace, double window_s,
@@ -349,6 +395,8 @@ TraceStats ComputeStats(const std::vector<TraceRecord>& trace, double window_s,
     s.duration_s = std::max(s.duration_s, r.arrival_s);
   }
   s.sessions = static_cast<int>(sessions.size());
+  LengthMoments(trace, &s);
+  s.models = static_cast<int>(arrivals.size());
   if (arrivals.empty() || s.duration_s <= 0) return s;
   std::vector<double> cvs, gaps;
   for (auto& [m, a] : arrivals) {
@@ -363,7 +411,6 @@ TraceStats ComputeStats(const std::vector<TraceRecord>& trace, double window_s,
     }
     gaps.push_back(IdleGaps(a, s.duration_s));
   }
-  s.models = static_cast<int>(arrivals.size());
   s.idle_gaps_per_hour = Median(gaps) / (s.duration_s / 3600.0);
   if (!cvs.empty()) {
     s.median_interarrival_cv = Median(cvs);
@@ -384,6 +431,9 @@ std::string FormatStats(const TraceStats& s) {
       s.requests, s.advisories, s.sessions, s.models, s.duration_s, 100 * s.mean_active_fraction,
       s.active_set_changes_per_hour, s.median_interarrival_cv, 100 * s.fraction_models_cv_above_1,
       s.idle_gaps_per_hour);
+  out += absl::StrFormat("prompt tokens mean %.1f (CV %.2f), output tokens mean %.1f (CV %.2f)\n",
+                         s.prompt_tokens_mean, s.prompt_tokens_cv, s.output_tokens_mean,
+                         s.output_tokens_cv);
   for (const auto& [m, n] : s.requests_per_model) out += absl::StrFormat("  %-16s %d\n", m, n);
   return out;
 }

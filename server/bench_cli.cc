@@ -62,6 +62,29 @@ int RunImport(ImportFlags* f, const std::string& out) {
   return RunTraceImport(f->options, out);
 }
 
+CLI::App* AddShareGpt(CLI::App* trace, bench::ShareGptParams* p, std::string* out,
+                      std::string* models) {
+  CLI::App* c = trace->add_subcommand(
+      "sharegpt", "offline throughput: N requests at t = 0 with ShareGPT-like lengths");
+  c->add_option("--out,-o", *out, "trace file to write")->capture_default_str();
+  c->add_option("--models", *models, "comma-separated model names (requests go in turn)")
+      ->capture_default_str();
+  c->add_option("--seed", p->seed)->capture_default_str();
+  c->add_option("--requests,-n", p->requests)->capture_default_str()->check(CLI::PositiveNumber);
+  c->add_option("--prompt-mean", p->prompt_mean, "log-normal mean before the filter")
+      ->capture_default_str();
+  c->add_option("--prompt-cv", p->prompt_cv)->capture_default_str();
+  c->add_option("--output-mean", p->output_mean, "log-normal mean before the filter")
+      ->capture_default_str();
+  c->add_option("--output-cv", p->output_cv)->capture_default_str();
+  c->add_option("--prompt-max", p->prompt_max)->capture_default_str();
+  c->add_option("--total-max", p->total_max, "prompt + output at most")->capture_default_str();
+  c->add_option("--min-tokens", p->min_tokens, "prompt and output at least")->capture_default_str();
+  c->add_option("--length-scale", p->scale, "multiplies the means and limits (small for CPU)")
+      ->capture_default_str();
+  return c;
+}
+
 }  // namespace
 
 struct BenchCli::State {
@@ -77,9 +100,11 @@ struct BenchCli::State {
   bench::BurstyParams bursty;
   bench::ChatParams chat;
   bench::AgentParams agents;
+  bench::ShareGptParams sharegpt;
   ImportFlags import;
   BenchFlags bench;
-  CLI::App *arrivals_cmd, *bursty_cmd, *chat_cmd, *agents_cmd, *stats_cmd, *bench_cmd, *compare_cmd;
+  CLI::App *arrivals_cmd, *bursty_cmd, *chat_cmd, *agents_cmd, *sharegpt_cmd, *stats_cmd,
+      *bench_cmd, *compare_cmd;
 };
 
 BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
@@ -143,6 +168,8 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   s.agents_cmd->add_option("--workflow-rate", s.agents.workflow_rate)->capture_default_str();
   s.agents_cmd->add_option("--tool-mean", s.agents.tool_mean_s)->capture_default_str();
   AddLengths(s.agents_cmd, &s.agents.lengths);
+
+  s.sharegpt_cmd = AddShareGpt(trace, &s.sharegpt, &s.out, &s.models);
 
   s.stats_cmd = trace->add_subcommand("stats", "print a trace's statistics");
   s.stats_cmd->add_option("file", s.stats_file)->required();
@@ -229,6 +256,16 @@ bool BenchCli::RunParsed(int* rc) {
   if (s.agents_cmd->parsed()) {
     s.agents.models = models;
     *rc = RunTraceGenerate(bench::GenerateAgents(s.agents), s.out);
+    return true;
+  }
+  if (s.sharegpt_cmd->parsed()) {
+    s.sharegpt.models = models;
+    if (models.empty()) {
+      std::cerr << "error: --models: expected at least one model name\n";
+      *rc = 2;
+      return true;
+    }
+    *rc = RunTraceGenerate(bench::GenerateShareGpt(s.sharegpt), s.out);
     return true;
   }
   if (s.stats_cmd->parsed()) {

@@ -128,6 +128,28 @@ TEST_F(CliTest, TraceImportWritesATraceThatReadsBack) {
   EXPECT_EQ(second.output_tokens, 16);
 }
 
+TEST_F(CliTest, TraceShareGptWritesAnOfflineTrace) {
+  CommandResult r = Exec(
+      {"trace", "sharegpt", "-n", "7", "--models", "a,b", "--seed", "3", "--out", Path("s.jsonl")},
+      Path("sharegpt.log"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto trace = bench::ReadTrace(Path("s.jsonl"));
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->size(), 7u);
+  EXPECT_EQ((*trace)[6].model, "a");
+  EXPECT_EQ((*trace)[5].model, "b");
+  for (const auto& t : *trace) EXPECT_EQ(t.arrival_s, 0);
+  CommandResult stats = Exec({"trace", "stats", Path("s.jsonl")}, Path("stats.log"));
+  ASSERT_EQ(stats.exit_code, 0) << stats.output;
+  EXPECT_NE(stats.output.find("7 requests"), std::string::npos) << stats.output;
+  EXPECT_NE(stats.output.find("prompt tokens mean"), std::string::npos) << stats.output;
+  CommandResult none =
+      Exec({"trace", "sharegpt", "--models", "", "--out", Path("n.jsonl")}, Path("none.log"));
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.output.find("--models: expected at least one model name"), std::string::npos)
+      << none.output;
+}
+
 TEST_F(CliTest, TraceImportErrorsExitTwoNamingFileLineAndColumn) {
   std::ofstream(Path("bad.csv")) << "TIMESTAMP,ContextTokens,GeneratedTokens\n"
                                     "2023-11-16 18:15:46.6805900,x,1\n";

@@ -183,6 +183,83 @@ TEST(Generators, ArrivalRatesAndGammaBurstiness) {
   EXPECT_NEAR(ComputeStats(GenerateArrivals(p)).median_interarrival_cv, 1.0, 0.15);
 }
 
+TEST(Generators, ShareGptReleasesEveryRequestAtOnceWithTheFilteredLengths) {
+  ShareGptParams p;
+  p.models = {"a", "b"};
+  p.requests = 5000;
+  const auto trace = GenerateShareGpt(p);
+  ASSERT_EQ(trace.size(), 5000u);
+  EXPECT_EQ(Dump(trace), Dump(GenerateShareGpt(p)));
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const TraceRecord& r = trace[i];
+    ASSERT_EQ(r.id, absl::StrCat("r", i));
+    ASSERT_EQ(r.model, i % 2 ? "b" : "a");
+    ASSERT_EQ(r.arrival_s, 0);
+    ASSERT_GE(r.prompt_tokens, 4);
+    ASSERT_GE(r.output_tokens, 4);
+    ASSERT_LE(r.prompt_tokens, 1024);
+    ASSERT_LE(r.prompt_tokens + r.output_tokens, 2048);
+  }
+  auto parsed = ParseTrace(Dump(trace), "sharegpt");
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  // The filter cuts the long tails, so the kept means sit below the drawn
+  // ones, but not far: most of the mass is under the limits.
+  const TraceStats s = ComputeStats(trace);
+  SCOPED_TRACE(FormatStats(s));
+  EXPECT_EQ(s.requests, 5000);
+  EXPECT_LT(s.prompt_tokens_mean, 161.31);
+  EXPECT_GT(s.prompt_tokens_mean, 145);
+  EXPECT_LT(s.output_tokens_mean, 337.99);
+  EXPECT_GT(s.output_tokens_mean, 320);
+}
+
+TEST(Generators, ShareGptWithoutTheFilterHasTheDrawnMeansAndSpread) {
+  ShareGptParams p;
+  p.models = {"m"};
+  p.requests = 40000;
+  p.prompt_max = p.total_max = 1 << 30;
+  p.min_tokens = 1;
+  const TraceStats s = ComputeStats(GenerateShareGpt(p));
+  SCOPED_TRACE(FormatStats(s));
+  EXPECT_NEAR(s.prompt_tokens_mean, 161.31, 161.31 * 0.03);
+  EXPECT_NEAR(s.output_tokens_mean, 337.99, 337.99 * 0.02);
+  EXPECT_NEAR(s.prompt_tokens_cv, 1.0, 0.1);
+  EXPECT_NEAR(s.output_tokens_cv, 0.8, 0.06);
+  p.scale = 0.1;  // CPU runs: means and limits shrink together
+  p.prompt_max = 102;
+  p.total_max = 204;
+  p.min_tokens = 4;
+  for (const TraceRecord& r : GenerateShareGpt(p)) {
+    ASSERT_LE(r.prompt_tokens, 10);
+    ASSERT_LE(r.prompt_tokens + r.output_tokens, 20);
+  }
+  p.models.clear();
+  EXPECT_TRUE(GenerateShareGpt(p).empty());
+}
+
+TEST(Generators, StatsReportLengthMomentsOfSynthesisedPrompts) {
+  std::vector<TraceRecord> t(3);
+  t[0].prompt_tokens = 10;
+  t[0].output_tokens = 1;
+  t[1].prompt_tokens = 30;
+  t[1].output_tokens = 3;
+  t[2].prompt = "a text prompt has no synthesised length";
+  t[2].output_tokens = 5;
+  for (size_t i = 0; i < t.size(); ++i) {
+    t[i].id = absl::StrCat("r", i);
+    t[i].model = "m";
+  }
+  const TraceStats s = ComputeStats(t);
+  EXPECT_DOUBLE_EQ(s.prompt_tokens_mean, 20);
+  EXPECT_NEAR(s.prompt_tokens_cv, std::sqrt(200.0) / 20, 1e-12);
+  EXPECT_DOUBLE_EQ(s.output_tokens_mean, 3);
+  EXPECT_NEAR(s.output_tokens_cv, 2.0 / 3, 1e-12);
+  EXPECT_NE(FormatStats(s).find("prompt tokens mean 20.0 (CV 0.71), output tokens mean 3.0 (CV "
+                                "0.67)"),
+            std::string::npos)
+      << FormatStats(s);
+}
+
 TEST(Generators, BurstyTraceHasPrismProperties) {
   for (uint64_t seed : {1, 2, 3}) {
     BurstyParams p;
