@@ -59,11 +59,16 @@ TEST(CudaTiering, DramAndAdviseContinuationsMatchRecompute) {
   auto node = std::move(*NodeManager::Create(n));
   ASSERT_TRUE(node->LoadModel("m", path, "auto", "").ok());
   auto engine = node->devices()[0]->Find("m");
+  // The engine keys a session's KV by (tenant, session id); each session
+  // here is its own tenant.
   auto drop_device = [&](const std::string& s) {
-    engine->DropSession(s);
-    for (int i = 0; i < 10000 && engine->CachedSessionTokens(s) > 0; ++i) {
+    const std::string key = NodeManager::SessionKey(s, s);
+    EXPECT_GT(engine->CachedSessionTokens(key), 0) << s;  // else the drop tests nothing
+    engine->DropSession(key);
+    for (int i = 0; i < 10000 && engine->CachedSessionTokens(key) > 0; ++i) {
       absl::SleepFor(absl::Milliseconds(1));
     }
+    EXPECT_EQ(engine->CachedSessionTokens(key), 0) << s;
   };
   const std::string q1 = "A first question that spans more than one KV chunk, please.";
   const std::string q2 = " And a second one.";
