@@ -44,6 +44,13 @@ struct GpuExecutorOptions {
   // rather than cuBLASLt (decode). Default 2: measured faster than
   // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
   int skinny_gemm_max_m = 2;
+  // Batch-invariant kernels (engine.deterministic): a sequence's logits do
+  // not depend on what else shares its steps. GEMMs run one fixed cuBLASLt
+  // algorithm per shape (no split-K, no skinny kernel) and every token's
+  // attention the split-KV kernel with fixed-length partitions (no
+  // tensor-core prefill kernel). Costs speed; docs/benchmarks.md says how
+  // much. Default off.
+  bool deterministic = false;
   // Where the weights go: weight pages mapped from the device's balloon
   // (elastic mode). Null: one cudaMalloc owned by the executor.
   uint8_t* weights_at = nullptr;

@@ -140,6 +140,7 @@ absl::Status ModelEngine::InitExecutor() {
     g.max_seqs = o.max_seqs;
     g.max_context = context_window_;
     g.cuda_graphs = o.cuda_graphs;
+    g.deterministic = o.deterministic;
     if (o.weight_pages) {
       g.weights_at = o.weight_pages->data();
       g.weights_capacity = o.weight_pages->bytes();

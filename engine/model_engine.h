@@ -61,6 +61,11 @@ struct ModelEngineOptions {
   int device = 0;
   // Replay decode steps from CUDA graphs (cuda backend). Default on.
   bool cuda_graphs = true;
+  // Batch-invariant kernels: a request's logits (so, with its seed, its
+  // tokens) do not depend on what else shares its steps
+  // (GpuExecutorOptions::deterministic says what it costs on cuda; the cpu
+  // backend is batch-invariant either way). Default off.
+  bool deterministic = false;
   // KV cache element type; "auto" = f32 on the CPU backend, the model's
   // dtype (bf16/fp16) on cuda; "fp8_e4m3" stores KV in 8 bits (scale 1).
   std::string kv_dtype = "auto";

@@ -401,6 +401,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     RETURN_IF_ERROR(es.Get("max_seqs", &eo.max_seqs));
     RETURN_IF_ERROR(es.Get("max_context", &eo.max_context));
     RETURN_IF_ERROR(es.Get("cuda_graphs", &eo.cuda_graphs));
+    RETURN_IF_ERROR(es.Get("deterministic", &eo.deterministic));
     RETURN_IF_ERROR(es.Get("slow_step_warn_ms", &eo.slow_step_warn_ms));
     RETURN_IF_ERROR(es.Get("overlap_steps", &o.overlap_steps));
     RETURN_IF_ERROR(es.Finish());

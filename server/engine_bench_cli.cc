@@ -44,6 +44,8 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--quantization", o.quantization, "none | fp8 (linear-layer weights in E4M3)")
       ->capture_default_str();
   c->add_flag("!--no-graphs", o.cuda_graphs, "disable CUDA graphs for decode steps");
+  c->add_flag("--deterministic", o.deterministic,
+              "batch-invariant kernels (engine.deterministic), to measure their cost");
   c->add_option("--skinny-max-m", o.skinny_gemm_max_m,
                 "GEMMs with at most this many rows use the skinny kernel (0 = cuBLASLt only)")
       ->capture_default_str();

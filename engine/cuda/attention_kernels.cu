@@ -265,6 +265,13 @@ AttentionPlan PlanPagedAttention(int num_tokens, int num_heads, int num_kv_heads
   return p;
 }
 
+AttentionPlan PlanPagedAttentionFixed(int max_context, int partition_tokens) {
+  AttentionPlan p;
+  p.partition_tokens = std::max(1, (partition_tokens + kTile - 1) / kTile) * kTile;
+  p.num_partitions = std::max(1, (max_context + p.partition_tokens - 1) / p.partition_tokens);
+  return p;
+}
+
 size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim,
                                     const AttentionPlan& plan) {
   if (plan.num_partitions <= 1) return 0;

@@ -85,6 +85,33 @@ CudaExecutor::~CudaExecutor() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+size_t CudaExecutor::AttentionWorkspaceBytes() {
+  const ModelConfig& c = config_;
+  const int T = options_.max_batch_tokens;
+  if (options_.deterministic) {
+    // Partitions of a fixed length: the shortest (from 512 keys) whose
+    // workspace for a full step stays within 256 MiB.
+    constexpr size_t kBudget = 256u << 20;
+    fixed_partition_tokens_ = 512;
+    auto bytes = [&] {
+      return PagedAttentionWorkspaceBytes(
+          T, c.num_attention_heads, c.head_dim,
+          PlanPagedAttentionFixed(options_.max_context, fixed_partition_tokens_));
+    };
+    while (bytes() > kBudget && fixed_partition_tokens_ < options_.max_context) {
+      fixed_partition_tokens_ *= 2;
+    }
+    return bytes();
+  }
+  size_t ws = 0;
+  for (int t = 1; t <= T; ++t) {
+    const AttentionPlan p = PlanPagedAttention(t, c.num_attention_heads, c.num_key_value_heads,
+                                               options_.max_context, num_sms_);
+    ws = std::max(ws, PagedAttentionWorkspaceBytes(t, c.num_attention_heads, c.head_dim, p));
+  }
+  return ws;
+}
+
 absl::Status CudaExecutor::Init(const std::string& model_dir) {
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
   BALLAST_CUDA_RETURN(
@@ -93,7 +120,10 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
   BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming), "step event");
   act_ = ActivationType(config_);
-  prefill_kernel_ok_ = PrefillAttentionSupports(config_.head_dim) && PrefillAttentionLayoutOk();
+  // Deterministic mode: every token through the split-KV kernel, whose
+  // per-query reduction does not depend on how the prompt was chunked.
+  prefill_kernel_ok_ = !options_.deterministic && PrefillAttentionSupports(config_.head_dim) &&
+                       PrefillAttentionLayoutOk();
   auto kt = KvTypeOf(kv_->layout().dtype, act_);
   if (!kt.ok()) return kt.status();
   kv_type_ = *kt;
@@ -135,7 +165,8 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   const int fp8_k =
       fp8 ? std::max({config_.hidden_size, config_.q_dim(), config_.intermediate_size}) : 0;
   workspace_bytes_ = kGemmWorkspace + (fp8 ? Gemm::Fp8ScratchBytes(fp8_rows, fp8_k) : 0);
-  auto g = Gemm::Create(kGemmWorkspace, options_.skinny_gemm_max_m, fp8_rows, fp8_k);
+  auto g = Gemm::Create(kGemmWorkspace, options_.skinny_gemm_max_m, fp8_rows, fp8_k,
+                        options_.deterministic);
   if (!g.ok()) return g.status();
   gemm_ = std::move(*g);
 
@@ -152,12 +183,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
     size_t bytes;
     const char* what;
   };
-  size_t ws = 0;
-  for (int t = 1; t <= options_.max_batch_tokens; ++t) {
-    const AttentionPlan p = PlanPagedAttention(t, c.num_attention_heads, c.num_key_value_heads,
-                                               options_.max_context, num_sms_);
-    ws = std::max(ws, PagedAttentionWorkspaceBytes(t, c.num_attention_heads, c.head_dim, p));
-  }
+  const size_t ws = AttentionWorkspaceBytes();
   const Alloc allocs[] = {
       {&inv_freq_, inv_freq_host_.size() * sizeof(float), "rope table"},
       {&resid_, T * H * sizeof(float), "residual stream"},
@@ -247,7 +273,9 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   kv.v_scale = lay.v_scale;
   const int* table = reinterpret_cast<const int*>(meta_.get<uint8_t>() + table_offset_);
   const AttentionPlan plan =
-      PlanPagedAttention(T, c.num_attention_heads, c.num_key_value_heads, sh.max_context, num_sms_);
+      options_.deterministic ? PlanPagedAttentionFixed(sh.max_context, fixed_partition_tokens_)
+                             : PlanPagedAttention(T, c.num_attention_heads, c.num_key_value_heads,
+                                                  sh.max_context, num_sms_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const DeviceWeights& w = *weights_;
 

@@ -135,6 +135,9 @@ class CudaExecutor final : public Executor {
   absl::Status Run(const StepShape& shape);
   // KV block copies through the staging buffer (cuda_kv_copy.cc).
   absl::Status InitKvStaging();
+  // Bytes of the split-KV workspace for a full step; in deterministic mode
+  // also chooses fixed_partition_tokens_.
+  size_t AttentionWorkspaceBytes();
   absl::Status StagedKvCopy(absl::Span<const KvBlockCopy> copies, bool to_host);
   absl::Status ReserveLoadSpans(size_t spans);
   absl::Status Enqueue(const StepShape& shape);
@@ -160,6 +163,7 @@ class CudaExecutor final : public Executor {
   KvType kv_type_ = KvType::kBF16;
   int num_sms_ = 0;
   bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
+  int fixed_partition_tokens_ = 0;  // deterministic mode: the split-KV partition length
   int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
   // The smallest power of two >= x (graph buckets).
   static int NextPow2(int x) {

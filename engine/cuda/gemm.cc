@@ -27,6 +27,8 @@ struct LtApi {
   BALLAST_LT_FN(cublasLtMatmulPreferenceDestroy)
   BALLAST_LT_FN(cublasLtMatmulPreferenceSetAttribute)
   BALLAST_LT_FN(cublasLtMatmulAlgoGetHeuristic)
+  BALLAST_LT_FN(cublasLtMatmulAlgoCheck)
+  BALLAST_LT_FN(cublasLtMatmulAlgoConfigSetAttribute)
   BALLAST_LT_FN(cublasLtMatmul)
 #undef BALLAST_LT_FN
   std::string error;
@@ -58,6 +60,8 @@ const LtApi& Lt() {
     BALLAST_LT_LOAD(cublasLtMatmulPreferenceDestroy)
     BALLAST_LT_LOAD(cublasLtMatmulPreferenceSetAttribute)
     BALLAST_LT_LOAD(cublasLtMatmulAlgoGetHeuristic)
+    BALLAST_LT_LOAD(cublasLtMatmulAlgoCheck)
+    BALLAST_LT_LOAD(cublasLtMatmulAlgoConfigSetAttribute)
     BALLAST_LT_LOAD(cublasLtMatmul)
 #undef BALLAST_LT_LOAD
     return a;
@@ -86,6 +90,38 @@ absl::Status Check(cublasStatus_t s, const char* what) {
   return absl::InternalError(absl::StrCat("cuBLASLt ", what, ": status ", static_cast<int>(s)));
 }
 
+// cuBLASLt's first heuristic algorithm for the descriptors. Batch-invariant:
+// no workspace (so no split-K reduction buffer or stream-K fix-up), and one
+// K split set explicitly.
+absl::StatusOr<cublasLtMatmulAlgo_t> Heuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
+                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                               cublasLtMatrixLayout_t c, size_t workspace_bytes,
+                                               bool batch_invariant, const std::string& what) {
+  const size_t ws = batch_invariant ? 0 : workspace_bytes;
+  cublasLtMatmulPreference_t pref;
+  Lt().cublasLtMatmulPreferenceCreate(&pref);
+  Lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                            sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t hs =
+      Lt().cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, pref, 1, &result, &found);
+  Lt().cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", what,
+                                            batch_invariant ? " without workspace" : ""));
+  }
+  if (batch_invariant) {
+    const int32_t one_split = 1;
+    const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+    Lt().cublasLtMatmulAlgoConfigSetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                              &one_split, sizeof(one_split));
+    Lt().cublasLtMatmulAlgoConfigSetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                              &no_reduction, sizeof(no_reduction));
+  }
+  return result.algo;
+}
+
 }  // namespace
 
 namespace {
@@ -102,7 +138,8 @@ size_t Gemm::Fp8ScratchBytes(int fp8_rows, int fp8_max_k) {
 }
 
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int skinny_max_m,
-                                                   int fp8_rows, int fp8_max_k) {
+                                                   int fp8_rows, int fp8_max_k,
+                                                   bool batch_invariant) {
   if (!Lt().error.empty()) return absl::UnavailableError(Lt().error);
   std::unique_ptr<Gemm> g(new Gemm());
   cublasLtHandle_t h;
@@ -113,7 +150,8 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int s
         absl::StrCat("cannot allocate the ", workspace_bytes, "-byte cuBLASLt workspace"));
   }
   g->workspace_bytes_ = workspace_bytes;
-  g->skinny_max_m_ = std::min(skinny_max_m, kSkinnyGemmMaxM);
+  g->skinny_max_m_ = batch_invariant ? 0 : std::min(skinny_max_m, kSkinnyGemmMaxM);
+  g->batch_invariant_ = batch_invariant;
   if (fp8_rows > 0 && fp8_max_k > 0) {
     if (auto s = g->fp8_x_.Allocate(Fp8ScratchBytes(fp8_rows, fp8_max_k), "FP8 activations");
         !s.ok()) {
@@ -170,22 +208,29 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
     return s;
   if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->c, out, n, m, n), "layout c"); !s.ok())
     return s;
-  cublasLtMatmulPreference_t pref;
-  Lt().cublasLtMatmulPreferenceCreate(&pref);
-  Lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                            &workspace_bytes_, sizeof(workspace_bytes_));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t hs =
-      Lt().cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
-                                          p->c, p->c, pref, 1, &result, &found);
-  Lt().cublasLtMatmulPreferenceDestroy(pref);
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
-    return absl::InternalError(absl::StrCat("cuBLASLt has no ", fp8 ? "FP8 " : "",
-                                            "algorithm for [", m, " x ", k, "] x [", n, " x ", k,
-                                            "]^T"));
+  if (batch_invariant_ && m != kInvariantRefRows) {
+    // Every row count runs the algorithm chosen for the reference shape.
+    auto ref = GetPlan(kInvariantRefRows, n, k, type, out_f32, fp8, w_scale, x_scale);
+    if (!ref.ok()) return ref.status();
+    p->algo = (*ref)->algo;
+  } else {
+    auto algo =
+        Heuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c, workspace_bytes_,
+                  batch_invariant_,
+                  absl::StrCat(fp8 ? "FP8 " : "", "[", m, " x ", k, "] x [", n, " x ", k, "]^T"));
+    if (!algo.ok()) return algo.status();
+    p->algo = *algo;
   }
-  p->algo = result.algo;
+  if (batch_invariant_) {
+    cublasLtMatmulHeuristicResult_t check{};
+    if (auto s = Check(Lt().cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), p->op,
+                                                    p->a, p->b, p->c, p->c, &p->algo, &check),
+                       "batch-invariant algorithm check");
+        !s.ok()) {
+      return absl::InternalError(absl::StrCat(s.message(), " for [", m, " x ", k, "] x [", n, " x ",
+                                              k, "]^T (deterministic mode)"));
+    }
+  }
   Plan* raw = p.get();
   plans_.emplace(key, std::move(p));
   return raw;

@@ -16,6 +16,13 @@
 // FP8 GEMM with both scale vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
 // both accumulate in FP32.
 //
+// Batch-invariant mode (the engine's deterministic mode): a row's product
+// does not depend on how many other rows share the call. Every row count
+// runs the one cuBLASLt algorithm chosen for kInvariantRefRows rows, with
+// no workspace and one K split, so each output element is reduced by one
+// thread block in one order; the skinny kernels are off. Slower for
+// decode (no GEMV) and for shapes far from the reference.
+//
 // Thread-safety: thread-compatible (one step thread drives it).
 #pragma once
 
@@ -37,9 +44,13 @@ class Gemm {
   // LaunchSkinnyGemm instead of cuBLASLt; 0 = always cuBLASLt.
   // fp8_rows, fp8_max_k: the largest x RunFp8 quantizes for cuBLASLt
   // (rows x k bytes + rows floats of scratch); 0: no FP8 products.
+  // batch_invariant: see above (skinny_max_m is then ignored). Default off.
   static absl::StatusOr<std::unique_ptr<Gemm>> Create(size_t workspace_bytes,
                                                       int skinny_max_m = kSkinnyGemmDefaultMaxM,
-                                                      int fp8_rows = 0, int fp8_max_k = 0);
+                                                      int fp8_rows = 0, int fp8_max_k = 0,
+                                                      bool batch_invariant = false);
+  // The row count whose algorithm every product uses in batch-invariant mode.
+  static constexpr int kInvariantRefRows = 128;
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -76,6 +87,7 @@ class Gemm {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int skinny_max_m_ = 0;
+  bool batch_invariant_ = false;
   DeviceBuffer fp8_x_;  // [fp8_rows_][fp8_max_k_] E4M3, then [fp8_rows_] float scales
   int fp8_rows_ = 0;
   int fp8_max_k_ = 0;

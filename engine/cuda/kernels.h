@@ -121,6 +121,12 @@ struct AttentionPlan {
 };
 AttentionPlan PlanPagedAttention(int num_tokens, int num_heads, int num_kv_heads, int max_context,
                                  int num_sms);
+// The batch-invariant plan (deterministic mode): partitions of a fixed
+// length (partition_tokens rounded up to the kernel's 128-key tile), so a
+// query's keys are reduced in the same tiles, partitions and order whatever
+// else shares the step. Empty partitions add nothing to the merge, and one
+// partition merged equals the unsplit path bit for bit.
+AttentionPlan PlanPagedAttentionFixed(int max_context, int partition_tokens);
 size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim,
                                     const AttentionPlan& plan);
 cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
