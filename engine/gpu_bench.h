@@ -59,6 +59,9 @@ struct GpuActivationBenchOptions {
   int device = 0;
   int runs = 3;
   int copy_streams = 4;
+  // Linear-layer weights: "none" or "fp8" (the host copy is then the E4M3
+  // image with its scales, about 0.57x the bytes for an 8B Llama).
+  std::string quantization = "none";
   // VMM page (physical handle) size the weights are mapped in. Default
   // 64 MiB: measured on H100, mapping 15 GiB in 2 MiB pages costs ~200 ms
   // (one cuMemMap per page), in 64 MiB pages a few ms.

@@ -67,6 +67,8 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   a->add_option("--device", s_->act.device)->capture_default_str();
   a->add_option("--runs", s_->act.runs)->capture_default_str();
   a->add_option("--copy-streams", s_->act.copy_streams)->capture_default_str();
+  a->add_option("--quantization", s_->act.quantization, "none | fp8 (linear-layer weights in E4M3)")
+      ->capture_default_str();
   a->add_option("--page-mib", s_->act_page_mib, "VMM page size the weights are mapped in")
       ->capture_default_str();
   a->add_option("--out", s_->act_out, "write the JSON result here");

@@ -53,6 +53,7 @@ absl::StatusOr<double> H2dBandwidth() {
 absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOptions& o) {
   auto cfg = ModelConfig::Load(o.config_path);
   if (!cfg.ok()) return cfg.status();
+  if (auto st = ApplyServingQuant(o.quantization, &*cfg); !st.ok()) return st;
   const ModelConfig& c = *cfg;
   BALLAST_CUDA_RETURN(cudaSetDevice(o.device), "cudaSetDevice");
   cudaDeviceProp prop{};
@@ -133,6 +134,7 @@ absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOption
   nlohmann::json j;
   j["device"] = prop.name;
   j["model"] = o.config_path;
+  j["quantization"] = o.quantization;
   j["weight_bytes"] = bytes;
   j["h2d_bytes_per_s"] = *bw;
   j["pcie_bound_ms"] = bound_ms;
