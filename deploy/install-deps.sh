@@ -12,6 +12,7 @@ PKGS=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libcli11-dev gnuplot-nox libsqlite3-dev python3-jsonschema
   python3 curl  # curl: the gateway test drives it too
+  etcd-server   # the etcd state store and scheduler-pair tests start a local etcd
   prometheus    # promtool: the metrics_promtool test lints /metrics
   openssl       # deploy/tls/make-test-ca.sh: the TLS tests make their CA
   # OpenAI-compatible gateway: Boost.Beast + Asio (header-only). node + npm

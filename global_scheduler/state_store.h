@@ -1,6 +1,6 @@
 // StateStore: what the scheduler keeps across a restart, behind one narrow
 // interface so the backend can change (SQLite by default; etcd for a highly
-// available pair is not built yet) and tests can inject faults.
+// available pair of schedulers, etcd_client.h) and tests can inject faults.
 //
 // What is stored:
 //   - the catalogue's Admin changes: specs registered through the Admin API
@@ -120,5 +120,24 @@ struct SqliteStateOptions {
 // destroyed: a second scheduler on the same file fails FAILED_PRECONDITION.
 absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(
     const std::string& path, const SqliteStateOptions& options = {});
+
+class EtcdClient;
+
+struct EtcdStateOptions {
+  // Every key lives under it ("/ballast": "/ballast/models/...").
+  std::string prefix = "/ballast";
+  // Each write commits only while this key holds this value (the leader
+  // election's key and this scheduler's id, etcd_client.h); empty: no
+  // fence (a single scheduler). Default empty.
+  std::string fence_key, fence_value;
+};
+
+// The state in etcd (etcd_state_store.cc gives the key layout); a write
+// returns once etcd committed it (a majority of members, fsynced). Fails
+// now if etcd cannot be reached. A deposed leader's writes fail
+// FAILED_PRECONDITION. A value is at most etcd's request limit (1.5 MiB by
+// default): a session whose one turn is larger cannot be stored.
+absl::StatusOr<std::unique_ptr<StateStore>> OpenEtcdStateStore(std::shared_ptr<EtcdClient> client,
+                                                               const EtcdStateOptions& options);
 
 }  // namespace ballast::global_scheduler

@@ -142,8 +142,27 @@ absl::Status ParseSessionLimits(YamlSection& s, global_scheduler::SchedulerOptio
 }
 
 // scheduler.state: where the scheduler's state persists (state_store.h).
-absl::Status ParseState(YamlSection& parent, const std::string* file,
-                        global_scheduler::SchedulerOptions* o) {
+absl::Status ParseEtcd(YamlSection& parent, const std::string* file, SchedulerSection::Etcd* e) {
+  YAML::Node n = parent.Child("etcd");
+  if (!n) return absl::OkStatus();
+  YamlSection s(n, "scheduler.state.etcd", file);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(s.Get("endpoints", &e->endpoints));
+  RETURN_IF_ERROR(s.Get("prefix", &e->prefix));
+  RETURN_IF_ERROR(s.Get("lease_ttl_s", &e->lease_ttl_s));
+  RETURN_IF_ERROR(s.Get("timeout_ms", &e->timeout_ms));
+  RETURN_IF_ERROR(s.Finish());
+  if (e->endpoints.empty()) return s.Error(s.Key("endpoints"), "missing (etcd's client address)");
+  if (e->prefix.empty() || e->prefix[0] != '/' || e->prefix.back() == '/') {
+    return s.Error(s.Key("prefix"), "expected /name, with no trailing slash");
+  }
+  if (e->lease_ttl_s < 1) return s.Error(s.Key("lease_ttl_s"), "must be >= 1");
+  if (e->timeout_ms < 1) return s.Error(s.Key("timeout_ms"), "must be >= 1");
+  return absl::OkStatus();
+}
+
+absl::Status ParseState(YamlSection& parent, const std::string* file, SchedulerSection* out) {
+  global_scheduler::SchedulerOptions* o = &out->options;
   if (parent.Child("catalogue_file")) {
     return parent.Error(parent.Key("catalogue_file"),
                         "replaced by scheduler.state.path, a SQLite database that keeps the "
@@ -155,6 +174,10 @@ absl::Status ParseState(YamlSection& parent, const std::string* file,
   YamlSection s(n, "scheduler.state", file);
   RETURN_IF_ERROR(s.Check());
   RETURN_IF_ERROR(s.Get("path", &o->state_path));
+  RETURN_IF_ERROR(ParseEtcd(s, file, &out->etcd));
+  if (!o->state_path.empty() && !out->etcd.endpoints.empty()) {
+    return s.Error(s.Key("etcd"), "set path (SQLite) or etcd, not both");
+  }
   std::string sync = "normal";
   RETURN_IF_ERROR(s.Get("sync", &sync));
   if (sync == "normal") {
@@ -191,7 +214,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
     RETURN_IF_ERROR(as.Finish());
   }
   auto& o = out->options;
-  RETURN_IF_ERROR(ParseState(s, file, &o));
+  RETURN_IF_ERROR(ParseState(s, file, out));
   auto ms = [&](const std::string& key, absl::Duration* d) -> absl::Status {
     int64_t v = absl::ToInt64Milliseconds(*d);
     RETURN_IF_ERROR(s.Get(key, &v));

@@ -32,6 +32,15 @@ struct SchedulerSection {
   // scheduler.auth.keys_file: API keys, tenants and roles (server/auth.h).
   // Empty (the default): no authentication.
   std::string keys_file;
+  // scheduler.state.etcd: the state in etcd, with leader election between
+  // the schedulers that share it (global_scheduler/etcd_client.h). Empty
+  // endpoints (the default): SQLite at scheduler.state.path, or nothing.
+  struct Etcd {
+    std::string endpoints;  // a gRPC target: "10.0.0.5:2379" or "ipv4:a:2379,b:2379"
+    std::string prefix = "/ballast";
+    int lease_ttl_s = 5;    // a dead leader is replaced within about this
+    int timeout_ms = 5000;  // each etcd call's deadline
+  } etcd;
   global_scheduler::SchedulerOptions options;
 };
 

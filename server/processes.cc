@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "global_scheduler/etcd_client.h"
 #include "server/gateway/http_gateway.h"
 #include "server/grpc_errors.h"
 #include "server/metrics.h"
@@ -367,15 +368,99 @@ absl::Status CheckNodeTransport(const Config& c) {
 
 }  // namespace
 
+// Waits for SIGINT/SIGTERM on a thread of its own, so that a standby
+// scheduler blocked in its campaign can be stopped; on_signal runs there.
+class ShutdownSignal {
+ public:
+  explicit ShutdownSignal(std::function<void()> on_signal)
+      : thread_([this, f = std::move(on_signal)] {
+          WaitForSignal();
+          got_.Notify();
+          if (f) f();
+        }) {}
+  ~ShutdownSignal() {
+    if (!got_.HasBeenNotified()) kill(getpid(), SIGTERM);  // releases the thread
+    thread_.join();
+  }
+  void Wait() { got_.WaitForNotification(); }
+  bool received() const { return got_.HasBeenNotified(); }
+
+ private:
+  absl::Notification got_;
+  std::thread thread_;
+};
+
+// scheduler.state.etcd: this scheduler's candidacy (its id names its
+// address, host and pid).
+std::unique_ptr<global_scheduler::LeaderElection> Candidacy(
+    const SchedulerSection& cfg, std::shared_ptr<global_scheduler::EtcdClient> client) {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  global_scheduler::LeaderElectionOptions eo;
+  eo.key = cfg.etcd.prefix + "/leader";
+  eo.id = absl::StrCat(cfg.listen, " (", host, ", pid ", getpid(), ")");
+  eo.ttl_s = cfg.etcd.lease_ttl_s;
+  return std::make_unique<global_scheduler::LeaderElection>(std::move(client), eo);
+}
+
+// Stands for leadership, blocking while another scheduler leads (this one's
+// ports stay closed meanwhile, so nodes and clients that list both
+// addresses reach the leader), then opens the store fenced by it. A leader
+// that loses its lease exits at once (status 75) so that a restart stands
+// by again: it must not go on acting as leader.
+absl::StatusOr<std::shared_ptr<global_scheduler::StateStore>> Lead(
+    const SchedulerSection& cfg, std::shared_ptr<global_scheduler::EtcdClient> client,
+    global_scheduler::LeaderElection* election) {
+  spdlog::info("scheduler {}: standing for {} in etcd {}", election->id(), election->key(),
+               cfg.etcd.endpoints);
+  absl::Status st = election->Campaign([](const absl::Status& lost) {
+    spdlog::critical("{}; exiting (status 75) so that a restart stands by",
+                     std::string(lost.message()));
+    spdlog::shutdown();
+    std::_Exit(75);
+  });
+  if (!st.ok()) return st;
+  global_scheduler::EtcdStateOptions so;
+  so.prefix = cfg.etcd.prefix;
+  so.fence_key = election->key();
+  so.fence_value = election->id();
+  auto store = global_scheduler::OpenEtcdStateStore(std::move(client), so);
+  if (!store.ok()) return store.status();
+  return std::shared_ptr<global_scheduler::StateStore>(std::move(*store));
+}
+
 int RunScheduler(const Config& config) {
   if (absl::Status st = CheckSchedulerTransport(config); !st.ok()) return Fail(st);
   Metrics metrics;
   auto exposer = MaybeExpose(config.scheduler.metrics_listen, metrics);
   if (!exposer.ok()) return Fail(exposer.status());
-  auto s = StartScheduler(config.scheduler, &metrics);
+  SchedulerSection cfg = config.scheduler;
+  std::shared_ptr<global_scheduler::EtcdClient> etcd;
+  std::unique_ptr<global_scheduler::LeaderElection> election;
+  if (!cfg.etcd.endpoints.empty()) {
+    auto client = global_scheduler::EtcdClient::Create(cfg.etcd.endpoints,
+                                                       absl::Milliseconds(cfg.etcd.timeout_ms));
+    if (!client.ok()) return Fail(client.status());
+    etcd = *client;
+    election = Candidacy(cfg, etcd);
+  }
+  // A signal during the campaign cancels it (Cancel is harmless after).
+  ShutdownSignal signal([e = election.get()] {
+    if (e != nullptr) e->Cancel();
+  });
+  if (election) {
+    auto store = Lead(cfg, etcd, election.get());
+    if (!store.ok()) {
+      if (absl::IsCancelled(store.status()) && signal.received()) return 0;  // a standby stopped
+      return Fail(store.status());
+    }
+    cfg.options.state_store = std::move(*store);
+  }
+  auto s = StartScheduler(cfg, &metrics);
   if (!s.ok()) return Fail(s.status());
-  WaitForSignal();
+  signal.Wait();
   (*s)->Shutdown();
+  if (election) election->Resign().IgnoreError();  // the standby need not wait for the TTL
   return 0;
 }
 
@@ -398,6 +483,12 @@ int RunNode(const Config& config) {
 
 int RunServe(const Config& config) {
   if (absl::Status st = CheckSchedulerTransport(config); !st.ok()) return Fail(st);
+  if (!config.scheduler.etcd.endpoints.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat(config.source,
+                     ": scheduler.state.etcd: a highly available pair runs `ballast scheduler` "
+                     "processes; `serve` keeps one scheduler (use scheduler.state.path)")));
+  }
   if (absl::Status st = CheckNodeTransport(config); !st.ok()) return Fail(st);
   Config c = config;
   auto models = PrepareSyntheticModels(c.serve);

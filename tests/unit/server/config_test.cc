@@ -31,10 +31,12 @@ TEST(Config, ShippedConfigsParse) {
 TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   auto c = ParseConfig(
       "node: {arbitration: {policy: edf, max_queue_wait_ms: 1500}, "
-      "engine: {slow_step_warn_ms: 50, overlap_steps: false}}",
+      "engine: {slow_step_warn_ms: 50, overlap_steps: false, deterministic: true}}",
       "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->node.options.overlap_steps);
+  EXPECT_TRUE(c->node.options.engine.deterministic);
+  EXPECT_FALSE(ParseConfig("node: {}", "t.yaml")->node.options.engine.deterministic);
   EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.overlap_steps);  // the default
   EXPECT_EQ(ParseConfig("node: {stream_threads: 6}", "t.yaml")->node.stream_threads, 6);
   EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.stream_threads, 2);
@@ -277,6 +279,32 @@ TEST(Config, NodeFailureBounds) {
   EXPECT_NE(Msg("scheduler: {state: {max_mb: -1}}").find("test.yaml: scheduler.state.max_mb"),
             std::string::npos);
   EXPECT_NE(Msg("scheduler: {state: {file: x}}").find("test.yaml: scheduler.state.file: unknown"),
+            std::string::npos);
+  // etcd instead of SQLite: every field, and the errors naming the key.
+  auto h = ParseConfig(
+      "scheduler: {state: {etcd: {endpoints: \"ipv4:10.0.0.5:2379,10.0.0.6:2379\", prefix: /prod, "
+      "lease_ttl_s: 3, timeout_ms: 800}}}",
+      "test.yaml");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->scheduler.etcd.endpoints, "ipv4:10.0.0.5:2379,10.0.0.6:2379");
+  EXPECT_EQ(h->scheduler.etcd.prefix, "/prod");
+  EXPECT_EQ(h->scheduler.etcd.lease_ttl_s, 3);
+  EXPECT_EQ(h->scheduler.etcd.timeout_ms, 800);
+  EXPECT_TRUE(d->scheduler.etcd.endpoints.empty());
+  EXPECT_NE(Msg("scheduler: {state: {path: /x.db, etcd: {endpoints: a:1}}}")
+                .find("test.yaml: scheduler.state.etcd: set path (SQLite) or etcd, not both"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {state: {etcd: {prefix: /p}}}")
+                .find("test.yaml: scheduler.state.etcd.endpoints: missing"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {state: {etcd: {endpoints: a:1, prefix: p/}}}")
+                .find("test.yaml: scheduler.state.etcd.prefix: expected /name"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {state: {etcd: {endpoints: a:1, lease_ttl_s: 0}}}")
+                .find("test.yaml: scheduler.state.etcd.lease_ttl_s: must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(Msg("scheduler: {state: {etcd: {endpoints: a:1, ttl: 3}}}")
+                .find("test.yaml: scheduler.state.etcd.ttl: unknown"),
             std::string::npos);
   // The old key says what replaced it.
   EXPECT_NE(Msg("scheduler: {catalogue_file: /var/lib/ballast/catalogue.json}")

@@ -1,0 +1,240 @@
+#include "global_scheduler/etcd_client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::global_scheduler {
+
+absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Create(const std::string& endpoints,
+                                                               absl::Duration timeout) {
+  if (endpoints.empty()) return absl::InvalidArgumentError("etcd: no endpoints");
+  std::shared_ptr<EtcdClient> c(new EtcdClient());
+  c->endpoints_ = endpoints;
+  c->timeout_ = timeout;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  c->channel_ = grpc::CreateCustomChannel(endpoints, grpc::InsecureChannelCredentials(), args);
+  c->kv_ = etcdserverpb::KV::NewStub(c->channel_);
+  c->lease_ = etcdserverpb::Lease::NewStub(c->channel_);
+  c->watch_ = etcdserverpb::Watch::NewStub(c->channel_);
+  return c;
+}
+
+std::string EtcdClient::PrefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty()) {
+    if (static_cast<unsigned char>(end.back()) < 0xff) {
+      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+absl::Status EtcdClient::Error(const grpc::Status& st, const std::string& call) const {
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                      absl::StrCat("etcd ", endpoints_, ": ", call, ": ", st.error_message()));
+}
+
+absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::Range(const std::string& key,
+                                                                bool prefix_range) const {
+  std::vector<mvccpb::KeyValue> out;
+  etcdserverpb::RangeRequest req;
+  req.set_key(key);
+  if (prefix_range) req.set_range_end(PrefixEnd(key));
+  req.set_sort_order(etcdserverpb::RangeRequest::ASCEND);
+  req.set_limit(1000);
+  for (;;) {  // pages of 1000 keys (an etcd response is at most 1.5 MiB by default)
+    etcdserverpb::RangeResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    if (grpc::Status st = kv_->Range(&ctx, req, &resp); !st.ok()) {
+      return Error(st, absl::StrCat("range ", key));
+    }
+    for (auto& kv : *resp.mutable_kvs()) out.push_back(std::move(kv));
+    if (!resp.more() || !prefix_range || resp.kvs_size() == 0) return out;
+    req.set_key(out.back().key() + std::string(1, '\0'));  // after the last one read
+    req.set_revision(resp.header().revision());            // the same snapshot
+  }
+}
+
+absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(
+    const etcdserverpb::TxnRequest& req) const {
+  etcdserverpb::TxnResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  if (grpc::Status st = kv_->Txn(&ctx, req, &resp); !st.ok()) return Error(st, "txn");
+  return resp;
+}
+
+absl::StatusOr<int64_t> EtcdClient::LeaseGrant(int64_t ttl_s) const {
+  etcdserverpb::LeaseGrantRequest req;
+  req.set_ttl(ttl_s);
+  etcdserverpb::LeaseGrantResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  if (grpc::Status st = lease_->LeaseGrant(&ctx, req, &resp); !st.ok()) {
+    return Error(st, "lease grant");
+  }
+  if (!resp.error().empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd ", endpoints_, ": lease grant: ", resp.error()));
+  }
+  return resp.id();
+}
+
+absl::Status EtcdClient::LeaseRevoke(int64_t id) const {
+  etcdserverpb::LeaseRevokeRequest req;
+  req.set_id(id);
+  etcdserverpb::LeaseRevokeResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  if (grpc::Status st = lease_->LeaseRevoke(&ctx, req, &resp); !st.ok()) {
+    return Error(st, "lease revoke");
+  }
+  return absl::OkStatus();
+}
+
+LeaderElection::LeaderElection(std::shared_ptr<EtcdClient> client, LeaderElectionOptions options)
+    : client_(std::move(client)), options_(std::move(options)) {}
+
+LeaderElection::~LeaderElection() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (keepalive_.joinable()) keepalive_.join();
+}
+
+absl::StatusOr<bool> LeaderElection::TryAcquire(int64_t* watch_from) {
+  etcdserverpb::TxnRequest txn;
+  auto* cmp = txn.add_compare();
+  cmp->set_key(options_.key);
+  cmp->set_target(etcdserverpb::Compare::CREATE);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  cmp->set_create_revision(0);  // the key does not exist
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(options_.key);
+  put->set_value(options_.id);
+  put->set_lease(lease_);
+  txn.add_failure()->mutable_request_range()->set_key(options_.key);
+  auto resp = client_->Txn(txn);
+  if (!resp.ok()) return resp.status();
+  if (resp->succeeded()) return true;
+  const auto& kvs = resp->responses(0).response_range().kvs();
+  if (!kvs.empty()) {
+    spdlog::info("etcd {}: {} leads; standing by", options_.key, kvs[0].value());
+  }
+  *watch_from = resp->header().revision() + 1;
+  return false;
+}
+
+absl::Status LeaderElection::WaitForDelete(int64_t from) {
+  grpc::ClientContext ctx;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return absl::CancelledError("campaign cancelled");
+    watching_ = &ctx;  // Cancel() ends the blocking read
+  }
+  auto stream = client_->watch()->Watch(&ctx);
+  etcdserverpb::WatchRequest req;
+  auto* create = req.mutable_create_request();
+  create->set_key(options_.key);
+  create->set_start_revision(from);
+  create->add_filters(etcdserverpb::WatchCreateRequest::NOPUT);
+  absl::Status result = absl::UnavailableError(
+      absl::StrCat("etcd ", client_->endpoints(), ": watch of ", options_.key, " ended"));
+  if (stream->Write(req)) {
+    etcdserverpb::WatchResponse resp;
+    while (stream->Read(&resp)) {
+      if (resp.canceled()) break;
+      if (resp.events_size() > 0) {  // the key was deleted
+        result = absl::OkStatus();
+        break;
+      }
+    }
+  }
+  ctx.TryCancel();
+  stream->Finish().IgnoreError();
+  absl::MutexLock lock(&mu_);
+  watching_ = nullptr;
+  if (cancelled_) return absl::CancelledError("campaign cancelled");
+  return result;
+}
+
+void LeaderElection::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (watching_ != nullptr) watching_->TryCancel();
+}
+
+absl::Status LeaderElection::Campaign(std::function<void(const absl::Status&)> on_lost) {
+  auto lease = client_->LeaseGrant(options_.ttl_s);
+  if (!lease.ok()) return lease.status();
+  lease_ = *lease;
+  for (;;) {
+    int64_t from = 0;
+    auto won = TryAcquire(&from);
+    if (!won.ok()) return won.status();
+    if (*won) break;
+    const absl::Status waited = WaitForDelete(from);
+    // A fresh lease for the next try: the old one, not kept alive while
+    // waiting, may have expired.
+    client_->LeaseRevoke(lease_).IgnoreError();
+    lease_ = 0;
+    if (!waited.ok() && !absl::IsUnavailable(waited)) return waited;
+    auto again = client_->LeaseGrant(options_.ttl_s);
+    if (!again.ok()) return again.status();
+    lease_ = *again;
+  }
+  spdlog::info("etcd {}: {} is the leader (lease {:x}, {} s)", options_.key, options_.id, lease_,
+               options_.ttl_s);
+  keepalive_ = std::thread([this, on_lost = std::move(on_lost)] { KeepAlive(on_lost); });
+  return absl::OkStatus();
+}
+
+void LeaderElection::KeepAlive(std::function<void(const absl::Status&)> on_lost) {
+  const absl::Duration ttl = absl::Seconds(options_.ttl_s);
+  absl::Time last_ok = absl::Now();
+  absl::Status lost;
+  while (!stop_.WaitForNotificationWithTimeout(ttl / 3)) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + std::min(client_->timeout(), ttl / 3)));
+    auto stream = client_->lease()->LeaseKeepAlive(&ctx);
+    etcdserverpb::LeaseKeepAliveRequest req;
+    req.set_id(lease_);
+    etcdserverpb::LeaseKeepAliveResponse resp;
+    const bool ok = stream->Write(req) && stream->Read(&resp);
+    stream->WritesDone();
+    ctx.TryCancel();
+    stream->Finish().IgnoreError();
+    if (ok && resp.ttl() > 0) {
+      last_ok = absl::Now();
+      continue;
+    }
+    if (ok) {  // etcd answered: the lease is gone
+      lost = absl::AbortedError(absl::StrCat("etcd ", client_->endpoints(), ": lease of ",
+                                             options_.key, " expired: leadership lost"));
+      break;
+    }
+    if (absl::Now() - last_ok >= ttl) {
+      lost = absl::UnavailableError(absl::StrCat("etcd ", client_->endpoints(),
+                                                 ": no lease renewal for ", options_.ttl_s,
+                                                 " s: leadership of ", options_.key, " lost"));
+      break;
+    }
+  }
+  if (!lost.ok() && on_lost) on_lost(lost);
+}
+
+absl::Status LeaderElection::Resign() {
+  if (lease_ == 0) return absl::OkStatus();
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (keepalive_.joinable()) keepalive_.join();
+  const absl::Status st = client_->LeaseRevoke(lease_);
+  lease_ = 0;
+  return st;
+}
+
+}  // namespace ballast::global_scheduler

@@ -1,0 +1,110 @@
+// A highly available scheduler pair (issue 19, item 4): two `ballast
+// scheduler` processes share one etcd (scheduler.state.etcd, lease 2 s).
+// The first leads and serves; the second stands by with its ports closed.
+// The nodes dial both addresses ("ipv4:a,b", gRPC's pick_first). After
+// kill -9 of the leader, the standby takes over within the lease plus a
+// few seconds, the nodes re-register with it, the models the Admin API
+// registered with the old leader are still registered, and requests are
+// served. A standby stopped with SIGTERM exits at once, cleanly.
+#include "tests/integration/cluster_fixture.h"
+#include "tests/integration/etcd_process.h"
+
+namespace ballast {
+namespace {
+
+class SchedulerHaTest : public ClusterTest {
+ protected:
+  ClusterSetup Cluster() override {
+    // Runs first in SetUp: etcd must be up before the first scheduler.
+    if (!testing::EtcdProcess::Installed()) return ClusterTest::Cluster();
+    etcd_dir_ = std::filesystem::path(::testing::TempDir()) /
+                absl::StrCat("ha_etcd_", getpid(), "_",
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(etcd_dir_);
+    etcd_ = std::make_unique<testing::EtcdProcess>(etcd_dir_);
+    standby_port_ = testing::FreePort();
+    ClusterSetup s = ClusterTest::Cluster();
+    s.scheduler_yaml = absl::StrCat("scheduler:\n  state:\n    etcd: {endpoints: \"",
+                                    etcd_->endpoint(), "\", prefix: /ha, lease_ttl_s: 2}\n");
+    return s;
+  }
+  std::string NodeSchedulerAddress(int i) override {
+    return absl::StrCat("ipv4:", Addr(sched_port_), ",", Addr(standby_port_));
+  }
+  // The first scheduler's command with the standby's ports.
+  std::unique_ptr<ChildProcess> StartStandby() {
+    std::vector<std::string> args = sched_args_;
+    for (size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == "--listen") args[i + 1] = Addr(standby_port_);
+      if (args[i] == "--metrics-listen") args[i + 1] = Addr(testing::FreePort());
+    }
+    return std::make_unique<ChildProcess>(args, (dir_ / "standby.log").string());
+  }
+  void SetUp() override {
+    if (!testing::EtcdProcess::Installed()) GTEST_SKIP() << "etcd missing (etcd-server)";
+    ClusterTest::SetUp();
+  }
+  void TearDown() override {
+    if (standby_) standby_->Stop(SIGTERM);
+    if (!testing::EtcdProcess::Installed()) return;
+    if (HasFailure() && standby_) std::cerr << "--- standby log\n" << standby_->Log();
+    ClusterTest::TearDown();
+    etcd_.reset();
+    std::filesystem::remove_all(etcd_dir_);
+  }
+
+  std::filesystem::path etcd_dir_;
+  std::unique_ptr<testing::EtcdProcess> etcd_;
+  std::unique_ptr<ChildProcess> standby_;
+  int standby_port_ = 0;
+};
+
+TEST_F(SchedulerHaTest, TheStandbyTakesOverWithWhatTheLeaderAcknowledged) {
+  ASSERT_TRUE(etcd_->ok()) << etcd_->Log();
+  standby_ = StartStandby();
+  EXPECT_FALSE(testing::WaitForPort(standby_port_, 1500)) << "the standby listens beside a leader";
+  EXPECT_NE(standby_->Log().find("standing for /ha/leader"), std::string::npos) << standby_->Log();
+  const StreamResult before = Generate("alpha", "hello", 8);
+  ASSERT_TRUE(before.status.ok()) << before.status.error_message();
+
+  const absl::Time killed = absl::Now();
+  scheduler_->Stop(SIGKILL);
+  ASSERT_TRUE(testing::WaitForPort(standby_port_, 15000)) << standby_->Log();
+  const double took = absl::ToDoubleSeconds(absl::Now() - killed);
+  std::cout << "the standby listened " << took << " s after kill -9 of the leader (lease 2 s)\n";
+  EXPECT_LT(took, 2 + 4.0);
+
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
+  channel_ = grpc::CreateCustomChannel(Addr(standby_port_), ClientCredentials(), args);
+  inference_ = v1::Inference::NewStub(channel_);
+  admin_ = v1::Admin::NewStub(channel_);
+  ASSERT_TRUE(WaitFor([&] { return AliveNodes() == 2; }, absl::Seconds(20)))
+      << "the nodes did not re-register\n"
+      << standby_->Log();
+  // Both models were registered through the old leader's Admin API only.
+  const v1::ClusterState state = State();
+  int registered = 0;
+  for (const auto& m : state.models()) registered += m.name() == "alpha" || m.name() == "beta";
+  EXPECT_EQ(registered, 2) << state.DebugString();
+  const StreamResult after = Generate("alpha", "hello", 8);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message() << standby_->Log();
+  EXPECT_EQ(after.ids, before.ids);  // the same greedy tokens from the same weights
+}
+
+TEST_F(SchedulerHaTest, AStandbyStopsAtOnceOnSigterm) {
+  ASSERT_TRUE(etcd_->ok()) << etcd_->Log();
+  standby_ = StartStandby();
+  ASSERT_TRUE(WaitFor([&] { return standby_->Log().find("standing for") != std::string::npos; },
+                      absl::Seconds(10)))
+      << standby_->Log();
+  const absl::Time t0 = absl::Now();
+  const int status = standby_->Stop(SIGTERM);
+  EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - t0), 3.0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << standby_->Log();
+  standby_.reset();
+}
+
+}  // namespace
+}  // namespace ballast

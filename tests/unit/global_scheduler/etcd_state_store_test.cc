@@ -1,0 +1,233 @@
+// The etcd StateStore and leader election against a real etcd (Debian's
+// etcd-server, started by the test on loopback ports): what was written
+// reads back exactly; turns append and rewrite; a leader's writes are
+// fenced once another scheduler leads; a standby takes over when the
+// leader's lease expires; a leader cut off from etcd learns it has lost;
+// a campaign can be cancelled; an unreachable etcd is an error naming it.
+// Skips when etcd is not installed (deploy/install-deps.sh installs it).
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "global_scheduler/etcd_client.h"
+#include "global_scheduler/state_store.h"
+#include "gtest/gtest.h"
+#include "tests/integration/etcd_process.h"
+
+namespace ballast::global_scheduler {
+namespace {
+
+namespace fs = std::filesystem;
+
+class EtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::EtcdProcess::Installed()) GTEST_SKIP() << "etcd missing (etcd-server)";
+    dir_ = fs::path(::testing::TempDir()) / absl::StrCat("etcd_", getpid());
+    fs::remove_all(dir_);
+    etcd_ = std::make_unique<testing::EtcdProcess>(dir_);
+    ASSERT_TRUE(etcd_->ok()) << etcd_->Log();
+    port_ = etcd_->port();
+    client_ = *EtcdClient::Create(etcd_->endpoint(), absl::Seconds(5));
+    // The port accepts before the member serves: the first call waits.
+    for (int i = 0; i < 100 && !client_->Range("/probe", false).ok(); ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  void TearDown() override {
+    etcd_.reset();
+    fs::remove_all(dir_);
+  }
+  std::unique_ptr<StateStore> Store(const std::string& fence_key = "",
+                                    const std::string& fence_value = "") {
+    EtcdStateOptions o;
+    o.prefix = "/t";
+    o.fence_key = fence_key;
+    o.fence_value = fence_value;
+    auto s = OpenEtcdStateStore(client_, o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  fs::path dir_;
+  int port_ = 0;
+  std::unique_ptr<testing::EtcdProcess> etcd_;
+  std::shared_ptr<EtcdClient> client_;
+};
+
+v1::ChatMessage Msg(const std::string& role, const std::string& content) {
+  v1::ChatMessage m;
+  m.set_role(role);
+  m.set_content(content);
+  return m;
+}
+
+TEST_F(EtcdTest, WhatWasWrittenReadsBackExactly) {
+  StoredSession a{"a/with%slash",
+                  "m",
+                  "acme",
+                  true,
+                  "node-1",
+                  {0, -1, 2147483647, -2147483647 - 1, 42},
+                  {Msg("user", "héllo"), Msg("assistant", std::string("nul\0byte", 8))},
+                  std::nullopt,
+                  absl::FromUnixMicros(1234567)};
+  StoredSession b{"b", "m2", "", false, "", {}, {}, LostReason::kExpired, absl::FromUnixSeconds(9)};
+  {
+    auto store = Store();
+    ASSERT_TRUE(store->PutSession(a).ok());
+    ASSERT_TRUE(store->PutSession(b).ok());
+    ASSERT_TRUE(
+        store
+            ->PutSession(
+                {"c", "m", "", false, "node-1", {7}, {}, LostReason::kForgotten, absl::UnixEpoch()})
+            .ok());
+    ASSERT_TRUE(store->EraseSession("c").ok());
+    ASSERT_TRUE(store->SetAffinity("b", "node-2").ok());
+    ASSERT_TRUE(store->SetAffinity("nobody", "node-2").ok());  // no-op
+    ASSERT_TRUE(store->ForgetNode("node-1").ok());
+    ASSERT_TRUE(
+        store
+            ->PutRegistered({"tuned", "/models/tuned", "bf16", "fp8", 300, 40, 2, 1 << 20, 1 << 30})
+            .ok());
+    ASSERT_TRUE(store->PutUnregistered("old").ok());
+    ASSERT_TRUE(store->PutRegistered({"old", "/models/old"}).ok());  // back again
+    ASSERT_TRUE(store->PutUnregistered("gone").ok());
+  }
+  auto store = Store();  // a new store over the same etcd: what a restart reads
+  EXPECT_EQ(store->Describe(), absl::StrCat("etcd:127.0.0.1:", port_, "/t"));
+  auto sessions = *store->LoadSessions();
+  ASSERT_EQ(sessions.size(), 2u);
+  EXPECT_EQ(sessions[0].id, "a/with%slash");
+  EXPECT_EQ(sessions[0].tenant, "acme");
+  EXPECT_TRUE(sessions[0].chat);
+  EXPECT_EQ(sessions[0].node_id, "");  // ForgetNode
+  EXPECT_EQ(sessions[0].tokens, a.tokens);
+  ASSERT_EQ(sessions[0].messages.size(), 2u);
+  EXPECT_EQ(sessions[0].messages[1].content(), a.messages[1].content());
+  EXPECT_FALSE(sessions[0].lost.has_value());
+  EXPECT_EQ(sessions[0].last_used, a.last_used);
+  EXPECT_EQ(sessions[1].node_id, "node-2");
+  EXPECT_EQ(sessions[1].lost, LostReason::kExpired);
+  auto catalogue = *store->LoadCatalogue();
+  ASSERT_EQ(catalogue.registered.size(), 2u);
+  EXPECT_EQ(catalogue.registered[0].name, "old");
+  const ModelSpec& t = catalogue.registered[1];
+  EXPECT_EQ(t.path, "/models/tuned");
+  EXPECT_EQ(t.kv_dtype, "bf16");
+  EXPECT_EQ(t.quantization, "fp8");
+  EXPECT_EQ(t.ttft_ms, 300u);
+  EXPECT_EQ(t.tpot_ms, 40u);
+  EXPECT_EQ(t.replicas, 2);
+  EXPECT_EQ(t.kv_floor_bytes, 1 << 20);
+  EXPECT_EQ(t.kv_limit_bytes, 1 << 30);
+  EXPECT_EQ(catalogue.unregistered, std::vector<std::string>{"gone"});
+}
+
+TEST_F(EtcdTest, TurnsAppendAndRewrite) {
+  auto store = Store();
+  EXPECT_EQ(store->AppendTurn({"nobody", "n", absl::UnixEpoch(), {1}, {}, false}).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(
+      store->PutSession({"s", "m", "", false, "", {1, 2}, {}, std::nullopt, absl::UnixEpoch()})
+          .ok());
+  ASSERT_TRUE(store->AppendTurn({"s", "n1", absl::FromUnixSeconds(5), {3}, {}, false}).ok());
+  ASSERT_TRUE(
+      store->AppendTurn({"s", "n2", absl::FromUnixSeconds(6), {4, 5}, {Msg("user", "x")}, false})
+          .ok());
+  auto sessions = *store->LoadSessions();
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0].tokens, (std::vector<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(sessions[0].messages.size(), 1u);
+  EXPECT_EQ(sessions[0].node_id, "n2");
+  EXPECT_EQ(sessions[0].last_used, absl::FromUnixSeconds(6));
+  ASSERT_TRUE(store->AppendTurn({"s", "n2", absl::FromUnixSeconds(7), {9}, {}, true}).ok());
+  EXPECT_EQ((*store->LoadSessions())[0].tokens, (std::vector<int>{9}));
+  EXPECT_TRUE((*store->LoadSessions())[0].messages.empty());
+  // A whole rewrite keeps one turn key, not the history's.
+  EXPECT_EQ(client_->Range("/t/session-turns/s/", true)->size(), 1u);
+  ASSERT_TRUE(store->EraseSession("s").ok());
+  EXPECT_TRUE(store->LoadSessions()->empty());
+  EXPECT_TRUE(client_->Range("/t/session-turns/s/", true)->empty());
+}
+
+TEST_F(EtcdTest, ALeadersWritesAreFencedOnceAnotherLeads) {
+  LeaderElection a(client_, {"/t/leader", "a", 2});
+  ASSERT_TRUE(a.Campaign(nullptr).ok());
+  auto store_a = Store("/t/leader", "a");
+  ASSERT_TRUE(store_a->PutUnregistered("x").ok());
+  ASSERT_TRUE(a.Resign().ok());
+  LeaderElection b(client_, {"/t/leader", "b", 2});
+  ASSERT_TRUE(b.Campaign(nullptr).ok());
+  auto store_b = Store("/t/leader", "b");
+  const absl::Status late = store_a->PutUnregistered("y");
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  EXPECT_NE(late.message().find("no longer holds /t/leader"), std::string::npos) << late;
+  EXPECT_TRUE(store_b->PutUnregistered("z").ok());
+  EXPECT_EQ(store_b->LoadCatalogue()->unregistered, (std::vector<std::string>{"x", "z"}));
+}
+
+TEST_F(EtcdTest, AStandbyTakesOverWhenTheLeadersLeaseExpires) {
+  auto a = std::make_unique<LeaderElection>(client_, LeaderElectionOptions{"/t/leader", "a", 2});
+  ASSERT_TRUE(a->Campaign(nullptr).ok());
+  LeaderElection b(client_, {"/t/leader", "b", 2});
+  absl::Notification b_leads;
+  absl::Status b_status;
+  std::thread standby([&] {
+    b_status = b.Campaign(nullptr);
+    b_leads.Notify();
+  });
+  EXPECT_FALSE(b_leads.WaitForNotificationWithTimeout(absl::Seconds(3)))
+      << "b led while a kept its lease alive";
+  const absl::Time died = absl::Now();
+  a.reset();  // a dies: its keep-alive stops, its lease is not revoked
+  ASSERT_TRUE(b_leads.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  standby.join();
+  ASSERT_TRUE(b_status.ok()) << b_status;
+  const double took = absl::ToDoubleSeconds(absl::Now() - died);
+  std::cout << "standby led " << took << " s after the leader died (lease TTL 2 s)\n";
+  EXPECT_LT(took, 2 + 3.0);  // the TTL (etcd may round it up) and one watch round trip
+  EXPECT_EQ((*client_->Range("/t/leader", false))[0].value(), "b");
+}
+
+TEST_F(EtcdTest, ALeaderCutOffFromEtcdLearnsItLost) {
+  LeaderElection a(client_, {"/t/leader", "a", 2});
+  absl::Notification lost;
+  absl::Status why;
+  ASSERT_TRUE(a.Campaign([&](const absl::Status& st) {
+                 why = st;
+                 lost.Notify();
+               }).ok());
+  EXPECT_FALSE(lost.WaitForNotificationWithTimeout(absl::Seconds(3)));  // renewals succeed
+  etcd_->Signal(SIGSTOP);
+  const bool noticed = lost.WaitForNotificationWithTimeout(absl::Seconds(10));
+  etcd_->Signal(SIGCONT);
+  ASSERT_TRUE(noticed);
+  EXPECT_NE(why.message().find("leadership of /t/leader lost"), std::string::npos) << why;
+}
+
+TEST_F(EtcdTest, ACampaignCanBeCancelled) {
+  LeaderElection a(client_, {"/t/leader", "a", 5});
+  ASSERT_TRUE(a.Campaign(nullptr).ok());
+  LeaderElection b(client_, {"/t/leader", "b", 5});
+  absl::Status st;
+  std::thread standby([&] { st = b.Campaign(nullptr); });
+  absl::SleepFor(absl::Milliseconds(500));  // b is watching
+  b.Cancel();
+  standby.join();
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_EQ((*client_->Range("/t/leader", false))[0].value(), "a");
+}
+
+TEST(EtcdUnreachable, OpeningFailsNamingTheEndpoint) {
+  const std::string target = absl::StrCat("127.0.0.1:", testing::FreePort());
+  auto client = *EtcdClient::Create(target, absl::Milliseconds(300));
+  auto store = OpenEtcdStateStore(client, {});
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("etcd " + target), std::string::npos) << store.status();
+  EXPECT_EQ(OpenEtcdStateStore(client, {"ballast/", "", ""}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ballast::global_scheduler
