@@ -14,6 +14,7 @@
 #include "global_scheduler/state_store.h"
 #include "gtest/gtest.h"
 #include "tests/integration/etcd_process.h"
+#include "tests/unit/global_scheduler/state_store_sample.h"
 
 namespace ballast::global_scheduler {
 namespace {
@@ -23,10 +24,10 @@ namespace fs = std::filesystem;
 class EtcdTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!testing::EtcdProcess::Installed()) GTEST_SKIP() << "etcd missing (etcd-server)";
+    if (!ballast::testing::EtcdProcess::Installed()) GTEST_SKIP() << "etcd missing (etcd-server)";
     dir_ = fs::path(::testing::TempDir()) / absl::StrCat("etcd_", getpid());
     fs::remove_all(dir_);
-    etcd_ = std::make_unique<testing::EtcdProcess>(dir_);
+    etcd_ = std::make_unique<ballast::testing::EtcdProcess>(dir_);
     ASSERT_TRUE(etcd_->ok()) << etcd_->Log();
     port_ = etcd_->port();
     client_ = *EtcdClient::Create(etcd_->endpoint(), absl::Seconds(5));
@@ -51,77 +52,17 @@ class EtcdTest : public ::testing::Test {
   }
   fs::path dir_;
   int port_ = 0;
-  std::unique_ptr<testing::EtcdProcess> etcd_;
+  std::unique_ptr<ballast::testing::EtcdProcess> etcd_;
   std::shared_ptr<EtcdClient> client_;
 };
 
-v1::ChatMessage Msg(const std::string& role, const std::string& content) {
-  v1::ChatMessage m;
-  m.set_role(role);
-  m.set_content(content);
-  return m;
-}
+using testing::Msg;
 
 TEST_F(EtcdTest, WhatWasWrittenReadsBackExactly) {
-  StoredSession a{"a/with%slash",
-                  "m",
-                  "acme",
-                  true,
-                  "node-1",
-                  {0, -1, 2147483647, -2147483647 - 1, 42},
-                  {Msg("user", "héllo"), Msg("assistant", std::string("nul\0byte", 8))},
-                  std::nullopt,
-                  absl::FromUnixMicros(1234567)};
-  StoredSession b{"b", "m2", "", false, "", {}, {}, LostReason::kExpired, absl::FromUnixSeconds(9)};
-  {
-    auto store = Store();
-    ASSERT_TRUE(store->PutSession(a).ok());
-    ASSERT_TRUE(store->PutSession(b).ok());
-    ASSERT_TRUE(
-        store
-            ->PutSession(
-                {"c", "m", "", false, "node-1", {7}, {}, LostReason::kForgotten, absl::UnixEpoch()})
-            .ok());
-    ASSERT_TRUE(store->EraseSession("c").ok());
-    ASSERT_TRUE(store->SetAffinity("b", "node-2").ok());
-    ASSERT_TRUE(store->SetAffinity("nobody", "node-2").ok());  // no-op
-    ASSERT_TRUE(store->ForgetNode("node-1").ok());
-    ASSERT_TRUE(
-        store
-            ->PutRegistered({"tuned", "/models/tuned", "bf16", "fp8", 300, 40, 2, 1 << 20, 1 << 30})
-            .ok());
-    ASSERT_TRUE(store->PutUnregistered("old").ok());
-    ASSERT_TRUE(store->PutRegistered({"old", "/models/old"}).ok());  // back again
-    ASSERT_TRUE(store->PutUnregistered("gone").ok());
-  }
+  testing::WriteSample(Store().get());
   auto store = Store();  // a new store over the same etcd: what a restart reads
   EXPECT_EQ(store->Describe(), absl::StrCat("etcd:127.0.0.1:", port_, "/t"));
-  auto sessions = *store->LoadSessions();
-  ASSERT_EQ(sessions.size(), 2u);
-  EXPECT_EQ(sessions[0].id, "a/with%slash");
-  EXPECT_EQ(sessions[0].tenant, "acme");
-  EXPECT_TRUE(sessions[0].chat);
-  EXPECT_EQ(sessions[0].node_id, "");  // ForgetNode
-  EXPECT_EQ(sessions[0].tokens, a.tokens);
-  ASSERT_EQ(sessions[0].messages.size(), 2u);
-  EXPECT_EQ(sessions[0].messages[1].content(), a.messages[1].content());
-  EXPECT_FALSE(sessions[0].lost.has_value());
-  EXPECT_EQ(sessions[0].last_used, a.last_used);
-  EXPECT_EQ(sessions[1].node_id, "node-2");
-  EXPECT_EQ(sessions[1].lost, LostReason::kExpired);
-  auto catalogue = *store->LoadCatalogue();
-  ASSERT_EQ(catalogue.registered.size(), 2u);
-  EXPECT_EQ(catalogue.registered[0].name, "old");
-  const ModelSpec& t = catalogue.registered[1];
-  EXPECT_EQ(t.path, "/models/tuned");
-  EXPECT_EQ(t.kv_dtype, "bf16");
-  EXPECT_EQ(t.quantization, "fp8");
-  EXPECT_EQ(t.ttft_ms, 300u);
-  EXPECT_EQ(t.tpot_ms, 40u);
-  EXPECT_EQ(t.replicas, 2);
-  EXPECT_EQ(t.kv_floor_bytes, 1 << 20);
-  EXPECT_EQ(t.kv_limit_bytes, 1 << 30);
-  EXPECT_EQ(catalogue.unregistered, std::vector<std::string>{"gone"});
+  testing::ExpectSample(store.get());
 }
 
 TEST_F(EtcdTest, TurnsAppendAndRewrite) {
@@ -220,7 +161,7 @@ TEST_F(EtcdTest, ACampaignCanBeCancelled) {
 }
 
 TEST(EtcdUnreachable, OpeningFailsNamingTheEndpoint) {
-  const std::string target = absl::StrCat("127.0.0.1:", testing::FreePort());
+  const std::string target = absl::StrCat("127.0.0.1:", ballast::testing::FreePort());
   auto client = *EtcdClient::Create(target, absl::Milliseconds(300));
   auto store = OpenEtcdStateStore(client, {});
   ASSERT_FALSE(store.ok());
