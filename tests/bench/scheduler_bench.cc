@@ -3,11 +3,13 @@
 // <= 2 ms). A benchmark, not a test: run build/tests/bench/scheduler_bench.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "global_scheduler/etcd_client.h"
 #include "global_scheduler/kvpr.h"
 #include "global_scheduler/session_directory.h"
 #include "global_scheduler/state_store.h"
@@ -64,7 +66,9 @@ BENCHMARK(BM_Arbitrate)
 // of 256 tokens on a session whose history has `history` to `history` +
 // 8K tokens: it is started again every 32 turns, outside the timing), with
 // the state kept in memory only (sync -1) or written through to SQLite with
-// synchronous NORMAL (0) or FULL (1) (scheduler.state; state_store.h).
+// synchronous NORMAL (0) or FULL (1), or to etcd (2: the etcd at
+// $BALLAST_BENCH_ETCD, host:port; skipped when unset) (scheduler.state;
+// state_store.h).
 void BM_SessionTurn(benchmark::State& state) {
   const int history = static_cast<int>(state.range(0));
   const int sync = static_cast<int>(state.range(1));
@@ -73,7 +77,21 @@ void BM_SessionTurn(benchmark::State& state) {
   std::filesystem::create_directories(dir);
   std::unique_ptr<global_scheduler::StateStore> store;
   global_scheduler::SessionDirectory d;
-  if (sync >= 0) {
+  if (sync == 2) {
+    const char* etcd = std::getenv("BALLAST_BENCH_ETCD");
+    if (etcd == nullptr) {
+      state.SkipWithError("set BALLAST_BENCH_ETCD=host:port");
+      return;
+    }
+    auto client = *global_scheduler::EtcdClient::Create(etcd, absl::Seconds(5));
+    auto opened = global_scheduler::OpenEtcdStateStore(client, {"/bench", "", ""});
+    if (!opened.ok()) {
+      state.SkipWithError(std::string(opened.status().message()).c_str());
+      return;
+    }
+    store = std::move(*opened);
+    if (!d.Restore(store.get()).ok()) state.SkipWithError("restore failed");
+  } else if (sync >= 0) {
     global_scheduler::SqliteStateOptions o;
     o.sync = sync ? global_scheduler::StateSync::kFull : global_scheduler::StateSync::kNormal;
     store = *global_scheduler::OpenSqliteStateStore((dir / "state.db").string(), o);
@@ -112,6 +130,8 @@ BENCHMARK(BM_SessionTurn)
     ->Args({1024, 1})
     ->Args({32768, -1})
     ->Args({32768, 0})
+    ->Args({1024, 2})
+    ->Args({32768, 2})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
