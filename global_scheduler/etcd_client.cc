@@ -170,23 +170,25 @@ void LeaderElection::Cancel() {
 }
 
 absl::Status LeaderElection::Campaign(std::function<void(const absl::Status&)> on_lost) {
-  auto lease = client_->LeaseGrant(options_.ttl_s);
-  if (!lease.ok()) return lease.status();
-  lease_ = *lease;
+  // Any way out but winning gives the lease back (else it lives its TTL).
+  const auto give_up = [this](absl::Status st) {
+    if (lease_ != 0) client_->LeaseRevoke(lease_).IgnoreError();
+    lease_ = 0;
+    return st;
+  };
   for (;;) {
+    auto lease = client_->LeaseGrant(options_.ttl_s);
+    if (!lease.ok()) return give_up(lease.status());
+    lease_ = *lease;
     int64_t from = 0;
     auto won = TryAcquire(&from);
-    if (!won.ok()) return won.status();
+    if (!won.ok()) return give_up(won.status());
     if (*won) break;
+    // The next try takes a fresh lease: this one, not kept alive while
+    // waiting, may expire.
     const absl::Status waited = WaitForDelete(from);
-    // A fresh lease for the next try: the old one, not kept alive while
-    // waiting, may have expired.
-    client_->LeaseRevoke(lease_).IgnoreError();
-    lease_ = 0;
+    give_up(absl::OkStatus()).IgnoreError();
     if (!waited.ok() && !absl::IsUnavailable(waited)) return waited;
-    auto again = client_->LeaseGrant(options_.ttl_s);
-    if (!again.ok()) return again.status();
-    lease_ = *again;
   }
   spdlog::info("etcd {}: {} is the leader (lease {:x}, {} s)", options_.key, options_.id, lease_,
                options_.ttl_s);
