@@ -61,6 +61,19 @@ class ClusterTest : public ::testing::Test {
     return ClusterSetup{{{"alpha", a}, {"beta", b}}, "", ""};
   }
 
+  // Makes the first model ("alpha") large enough that a 200-token stream
+  // takes a few hundred ms on the CPU (4 layers, hidden 256), for tests
+  // that act while a stream is in flight.
+  static void LargerAlpha(ClusterSetup* s) {
+    engine::SyntheticModelSpec& a = s->models[0].second;
+    a.layers = 4;
+    a.hidden = 256;
+    a.heads = 8;
+    a.kv_heads = 4;
+    a.intermediate = 1024;
+    a.max_position = 1024;
+  }
+
   // Flags for node i (0 or 1) besides the ids, ports and config.
   virtual std::vector<std::string> ExtraNodeArgs(int i) { return {}; }
   // The scheduler address node i dials (a proxy in the link-fault tests).

@@ -16,16 +16,9 @@ using Mode = testing::TcpProxy::Mode;
 
 class LinkFaultTest : public ClusterTest {
  protected:
-  // alpha large enough that 200 tokens take a few hundred ms (as DrainTest).
   ClusterSetup Cluster() override {
     ClusterSetup s = ClusterTest::Cluster();
-    engine::SyntheticModelSpec& a = s.models[0].second;
-    a.layers = 4;
-    a.hidden = 256;
-    a.heads = 8;
-    a.kv_heads = 4;
-    a.intermediate = 1024;
-    a.max_position = 1024;
+    LargerAlpha(&s);
     return s;
   }
   std::string NodeSchedulerAddress(int i) override {

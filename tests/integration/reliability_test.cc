@@ -327,13 +327,7 @@ class DrainTest : public ReliabilityTest {
  protected:
   ClusterSetup Cluster() override {
     ClusterSetup s = ReliabilityTest::Cluster();
-    engine::SyntheticModelSpec& a = s.models[0].second;
-    a.layers = 4;
-    a.hidden = 256;
-    a.heads = 8;
-    a.kv_heads = 4;
-    a.intermediate = 1024;
-    a.max_position = 1024;
+    LargerAlpha(&s);
     return s;
   }
 };

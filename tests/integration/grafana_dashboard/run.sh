@@ -20,23 +20,11 @@ dash="$src/deploy/grafana/ballast.json"
 python3 "$check" static "$dash" "$src/deploy/grafana/dashboard.schema.json" \
   "$src/server/metrics.cc" "$src/deploy/prometheus/alerts.yaml" "$work"
 
-port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-sched=$(port) node=$(port) metrics=$(port) prom=$(port)
-cat > "$work/c.yaml" <<YAML
-log_level: warn
-scheduler: {listen: "127.0.0.1:$sched", metrics_listen: "127.0.0.1:$metrics"}
-node:
-  node_id: n1
-  listen: "127.0.0.1:$node"
-  metrics_listen: ""
-  devices: [{name: "cpu:0", memory_mib: 2048}]
-  engine: {backend: cpu, kv_cache_mib: 64}
-serve:
-  cache_dir: $work/models
-  models:
-    - {name: tiny, architecture: llama, layers: 2, hidden: 128, heads: 4, kv_heads: 2,
-       intermediate: 256, vocab: 258}
-YAML
+# shellcheck source=../serve_fixture.sh
+source "$(dirname "$0")/../serve_fixture.sh"
+sched=$(serve_port) node=$(serve_port) metrics=$(serve_port) prom=$(serve_port)
+serve_config "$work/c.yaml" "$work" "$sched" "$node" "$metrics" \
+  "layers: 2, hidden: 128, heads: 4, kv_heads: 2, intermediate: 256"
 cp "$src/deploy/prometheus/alerts.yaml" "$work/alerts.yaml"
 cat > "$work/prometheus.yml" <<YAML
 global: {scrape_interval: 1s, evaluation_interval: 1s}
@@ -52,11 +40,7 @@ pids+=($!)
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="127.0.0.1:$prom" > "$work/prometheus.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 120); do
-  "$bin" health --target "127.0.0.1:$sched" > /dev/null 2>&1 && break
-  kill -0 "${pids[0]}" 2> /dev/null || { cat "$work/serve.log"; exit 1; }
-  sleep 0.5
-done
+serve_wait "$bin" "$sched" "${pids[0]}" "$work/serve.log"
 gen() { "$bin" generate --target "127.0.0.1:$sched" -m tiny -n 8 --ignore-eos "$@" > /dev/null; }
 # Requests spread over the rate windows (30 s in the live check), one of
 # them in a session, one that misses its TTFT target.

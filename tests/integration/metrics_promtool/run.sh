@@ -10,31 +10,15 @@ bin=$1
 work=$2
 command -v promtool > /dev/null || { echo "promtool not found (Debian package prometheus)"; exit 1; }
 rm -rf "$work" && mkdir -p "$work"
-port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-sched=$(port) node=$(port) metrics=$(port)
-cat > "$work/c.yaml" <<YAML
-log_level: warn
-scheduler: {listen: "127.0.0.1:$sched", metrics_listen: "127.0.0.1:$metrics"}
-node:
-  node_id: n1
-  listen: "127.0.0.1:$node"
-  metrics_listen: ""
-  devices: [{name: "cpu:0", memory_mib: 2048}]
-  engine: {backend: cpu, kv_cache_mib: 64}
-serve:
-  cache_dir: $work/models
-  models:
-    - {name: tiny, architecture: llama, layers: 4, hidden: 256, heads: 8, kv_heads: 4,
-       intermediate: 1024, vocab: 258}
-YAML
+# shellcheck source=../serve_fixture.sh
+source "$(dirname "$0")/../serve_fixture.sh"
+sched=$(serve_port) node=$(serve_port) metrics=$(serve_port)
+serve_config "$work/c.yaml" "$work" "$sched" "$node" "$metrics" \
+  "layers: 4, hidden: 256, heads: 8, kv_heads: 4, intermediate: 1024"
 "$bin" serve --config "$work/c.yaml" > "$work/serve.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2> /dev/null || true; wait $pid 2> /dev/null || true' EXIT
-for _ in $(seq 1 120); do
-  "$bin" health --target "127.0.0.1:$sched" > /dev/null 2>&1 && break
-  kill -0 $pid 2> /dev/null || { cat "$work/serve.log"; exit 1; }
-  sleep 0.5
-done
+serve_wait "$bin" "$sched" "$pid" "$work/serve.log"
 gen() { "$bin" generate --target "127.0.0.1:$sched" -m tiny -n 8 --ignore-eos "$@" > /dev/null; }
 gen -p hello --ttft-ms 60000 --tpot-ms 60000   # met
 gen -p hello --ttft-ms 60000 --tpot-ms 60000
