@@ -10,10 +10,14 @@
 // and writes that index, in one transaction (etcd refuses a put inside a
 // range the same transaction deletes). Every write transaction compares
 // the fence key's value with this scheduler's id, so a deposed leader's
-// writes fail FAILED_PRECONDITION.
+// writes fail FAILED_PRECONDITION. Session metas this store read or wrote
+// are kept in memory with their revision, so a turn is one round trip (a
+// transaction that also checks the meta is still at that revision; a
+// refused one drops the entry, and the next call reads etcd again).
 #include <cstdio>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
@@ -100,12 +104,14 @@ class EtcdStateStore final : public StateStore {
   }
 
   absl::StatusOr<std::vector<StoredSession>> LoadSessions() override {
+    absl::MutexLock lock(&mu_);
     auto metas = client_->Range(o_.prefix + "/session-meta/", true);
     if (!metas.ok()) return metas.status();
     std::vector<StoredSession> out;
     for (const auto& kv : *metas) {
       auto m = ParseMeta(kv);
       if (!m.ok()) return m.status();
+      metas_[m->s.id] = *m;
       auto turns = client_->Range(TurnsPrefix(m->s.id), true);
       if (!turns.ok()) return turns.status();
       for (const auto& t : *turns) {
@@ -156,13 +162,15 @@ class EtcdStateStore final : public StateStore {
     Meta meta = **m;
     meta.s.node_id = t.node_id;
     meta.s.last_used = t.last_used;
+    meta.s.lost.reset();  // a turn clears it
     const std::string what = absl::StrCat("record a turn of session ", t.id);
     if (t.rewrite) return Rewrite(meta.s, t.tokens, t.messages, meta, what);
     TxnRequest txn = Fenced();
     Unchanged(&txn, meta);
     Put(&txn, TurnsPrefix(t.id) + TurnIndex(meta.next_turn), TurnValue(t.tokens, t.messages));
     Put(&txn, MetaKey(t.id), MetaJson(meta.s, meta.next_turn + 1));
-    return Commit(txn, what);
+    ++meta.next_turn;
+    return CommitMeta(txn, meta, what);
   }
 
   absl::Status SetAffinity(const std::string& id, const std::string& node_id) override {
@@ -175,7 +183,7 @@ class EtcdStateStore final : public StateStore {
     TxnRequest txn = Fenced();
     Unchanged(&txn, meta);
     Put(&txn, MetaKey(id), MetaJson(meta.s, meta.next_turn));
-    return Commit(txn, absl::StrCat("record the affinity of session ", id));
+    return CommitMeta(txn, meta, absl::StrCat("record the affinity of session ", id));
   }
 
   absl::Status ForgetNode(const std::string& node_id) override {
@@ -183,7 +191,7 @@ class EtcdStateStore final : public StateStore {
     auto metas = client_->Range(o_.prefix + "/session-meta/", true);
     if (!metas.ok()) return metas.status();
     TxnRequest txn = Fenced();
-    const auto flush = [&]() -> absl::Status {
+    const auto flush = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
       if (txn.success_size() == 0) return absl::OkStatus();
       absl::Status st = Commit(txn, absl::StrCat("forget node ", node_id));
       txn = Fenced();
@@ -193,6 +201,7 @@ class EtcdStateStore final : public StateStore {
       auto m = ParseMeta(kv);
       if (!m.ok()) return m.status();
       if (m->s.node_id != node_id) continue;
+      metas_.erase(m->s.id);  // read again when next needed
       m->s.node_id.clear();
       Put(&txn, kv.key(), MetaJson(m->s, m->next_turn));
       if (txn.success_size() >= 100) {  // etcd's default limit is 128 operations
@@ -204,6 +213,7 @@ class EtcdStateStore final : public StateStore {
 
   absl::Status EraseSession(const std::string& id) override {
     absl::MutexLock lock(&mu_);
+    metas_.erase(id);
     TxnRequest txn = Fenced();
     auto* del = txn.add_success()->mutable_request_delete_range();
     del->set_key(MetaKey(id));
@@ -255,16 +265,35 @@ class EtcdStateStore final : public StateStore {
     p->set_key(key);
     p->set_value(std::move(value));
   }
-  absl::Status Commit(const TxnRequest& txn, const std::string& what) const {
+  // revision: where the committed transaction's revision goes (the new
+  // mod_revision of every key it wrote); may be null.
+  absl::Status Commit(const TxnRequest& txn, const std::string& what,
+                      int64_t* revision = nullptr) const {
     auto r = client_->Txn(txn);
     if (!r.ok()) {
       return absl::Status(r.status().code(), absl::StrCat("state store ", Describe(), ": ", what,
                                                           ": ", r.status().message()));
     }
+    if (revision != nullptr) *revision = r->header().revision();
     if (r->succeeded()) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
         "state store ", Describe(), ": ", what, ": refused: this scheduler (", o_.fence_value,
         ") no longer holds ", o_.fence_key, ", or another writer changed the session"));
+  }
+
+  // Commits a transaction that writes `written`'s meta, and remembers it at
+  // the new revision (forgets it if the commit failed). REQUIRES: mu_ held.
+  absl::Status CommitMeta(const TxnRequest& txn, Meta written, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t revision = 0;
+    absl::Status st = Commit(txn, what, &revision);
+    if (st.ok()) {
+      written.mod_revision = revision;
+      metas_[written.s.id] = std::move(written);
+    } else {
+      metas_.erase(written.s.id);
+    }
+    return st;
   }
 
   // Writes a session whole: meta, and its turns replaced by one.
@@ -282,12 +311,19 @@ class EtcdStateStore final : public StateStore {
     del->set_range_end(turn);  // every older turn, not the one written
     Put(&txn, turn, TurnValue(tokens, messages));
     Put(&txn, MetaKey(s.id), MetaJson(s, old.next_turn + 1));
-    return Commit(txn, what);
+    Meta written;
+    written.s = s;
+    written.s.tokens.clear();
+    written.s.messages.clear();
+    written.next_turn = old.next_turn + 1;
+    return CommitMeta(txn, std::move(written), what);
   }
 
-  // The stored meta of a session, or nullopt. REQUIRES: mu_ held.
+  // The stored meta of a session (remembered, or read), or nullopt.
+  // REQUIRES: mu_ held.
   absl::StatusOr<std::optional<Meta>> ReadMeta(const std::string& id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (auto it = metas_.find(id); it != metas_.end()) return std::optional<Meta>(it->second);
     auto kvs = client_->Range(MetaKey(id), false);
     if (!kvs.ok()) return kvs.status();
     if (kvs->empty()) return std::optional<Meta>();
@@ -328,6 +364,7 @@ class EtcdStateStore final : public StateStore {
   const EtcdStateOptions o_;
   // Serializes read-modify-write of session metas (etcd checks the rest).
   absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Meta> metas_ ABSL_GUARDED_BY(mu_);  // see the header
 };
 
 }  // namespace

@@ -70,7 +70,9 @@ TEST_F(EtcdTest, TurnsAppendAndRewrite) {
   EXPECT_EQ(store->AppendTurn({"nobody", "n", absl::UnixEpoch(), {1}, {}, false}).code(),
             absl::StatusCode::kNotFound);
   ASSERT_TRUE(
-      store->PutSession({"s", "m", "", false, "", {1, 2}, {}, std::nullopt, absl::UnixEpoch()})
+      store
+          ->PutSession(
+              {"s", "m", "", false, "", {1, 2}, {}, LostReason::kExpired, absl::UnixEpoch()})
           .ok());
   ASSERT_TRUE(store->AppendTurn({"s", "n1", absl::FromUnixSeconds(5), {3}, {}, false}).ok());
   ASSERT_TRUE(
@@ -82,6 +84,7 @@ TEST_F(EtcdTest, TurnsAppendAndRewrite) {
   EXPECT_EQ(sessions[0].messages.size(), 1u);
   EXPECT_EQ(sessions[0].node_id, "n2");
   EXPECT_EQ(sessions[0].last_used, absl::FromUnixSeconds(6));
+  EXPECT_FALSE(sessions[0].lost.has_value());  // a turn clears it
   ASSERT_TRUE(store->AppendTurn({"s", "n2", absl::FromUnixSeconds(7), {9}, {}, true}).ok());
   EXPECT_EQ((*store->LoadSessions())[0].tokens, (std::vector<int>{9}));
   EXPECT_TRUE((*store->LoadSessions())[0].messages.empty());
@@ -90,6 +93,26 @@ TEST_F(EtcdTest, TurnsAppendAndRewrite) {
   ASSERT_TRUE(store->EraseSession("s").ok());
   EXPECT_TRUE(store->LoadSessions()->empty());
   EXPECT_TRUE(client_->Range("/t/session-turns/s/", true)->empty());
+}
+
+// The store remembers the session records it wrote: a record changed
+// behind its back makes the next write fail (etcd's revision check), and
+// the one after that reads etcd again and succeeds.
+TEST_F(EtcdTest, ASessionRecordChangedElsewhereIsReadAgain) {
+  auto store = Store();
+  ASSERT_TRUE(
+      store->PutSession({"s", "m", "", false, "", {1}, {}, std::nullopt, absl::UnixEpoch()}).ok());
+  ASSERT_TRUE(store->AppendTurn({"s", "n1", absl::FromUnixSeconds(5), {2}, {}, false}).ok());
+  auto other = Store();  // another writer (no fence): moves the affinity
+  ASSERT_TRUE(other->SetAffinity("s", "n9").ok());
+  const absl::Status stale =
+      store->AppendTurn({"s", "n1", absl::FromUnixSeconds(6), {3}, {}, false});
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
+  ASSERT_TRUE(store->AppendTurn({"s", "n1", absl::FromUnixSeconds(7), {4}, {}, false}).ok());
+  const auto sessions = *Store()->LoadSessions();
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0].tokens, (std::vector<int>{1, 2, 4}));  // the refused turn is not there
+  EXPECT_EQ(sessions[0].node_id, "n1");
 }
 
 TEST_F(EtcdTest, ALeadersWritesAreFencedOnceAnotherLeads) {
