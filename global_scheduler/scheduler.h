@@ -306,7 +306,15 @@ class Scheduler {
   // serve the session's next turn, has it move the KV onto its device
   // (from its tiers, or from the session's last node as a peer) and makes
   // it the session's affinity; activates next_hops' models.
+  // It is AdmitAdvisory then AdviseAdmitted: a server refuses over quota
+  // on its own thread (cheap, no node call) and runs the rest elsewhere.
   absl::StatusOr<v1::AdviseResponse> Advise(const v1::AdviseRequest& req);
+  // RESOURCE_EXHAUSTED (with a retry hint) when `tenant` is over its
+  // advisory quota; takes one advisory from its bucket otherwise.
+  absl::Status AdmitAdvisory(const std::string& tenant);
+  // The rest of Advise, for an advisory already admitted (may call a node:
+  // blocks up to the advisory RPC timeout).
+  absl::StatusOr<v1::AdviseResponse> AdviseAdmitted(const v1::AdviseRequest& req);
   // Invalidate: drops the unused prefetch on the session's node.
   absl::Status Invalidate(const v1::InvalidateRequest& req);
 

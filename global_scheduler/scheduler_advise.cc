@@ -56,7 +56,15 @@ std::string Scheduler::PeerAddress(const std::string& affinity, const std::strin
 }
 
 absl::StatusOr<v1::AdviseResponse> Scheduler::Advise(const v1::AdviseRequest& req) {
-  if (auto st = quotas_.AdmitAdvisory(req.tenant()); !st.ok()) return st;
+  if (auto st = AdmitAdvisory(req.tenant()); !st.ok()) return st;
+  return AdviseAdmitted(req);
+}
+
+absl::Status Scheduler::AdmitAdvisory(const std::string& tenant) {
+  return quotas_.AdmitAdvisory(tenant);
+}
+
+absl::StatusOr<v1::AdviseResponse> Scheduler::AdviseAdmitted(const v1::AdviseRequest& req) {
   auto session = PeekHinted(sessions_, req.session_id(), req.tenant());
   if (!session.ok()) return session.status();
   const std::string& model = req.model().empty() ? session->model : req.model();

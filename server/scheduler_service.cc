@@ -51,23 +51,36 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(
   return StartSchedulerGenerate(sched_, metrics_, routing_.get(), keys_, ctx, req);
 }
 
-grpc::Status InferenceService::Advise(grpc::ServerContext* ctx, const v1::AdviseRequest* in,
-                                      v1::AdviseResponse* resp) {
+grpc::ServerUnaryReactor* InferenceService::Advise(grpc::CallbackServerContext* ctx,
+                                                   const v1::AdviseRequest* in,
+                                                   v1::AdviseResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto refuse = [&](const absl::Status& st) {
+    AddRetryHint(ctx, st);
+    reactor->Finish(ToGrpc(st));
+    return reactor;
+  };
   auto caller = CallerOf(keys_, *ctx);
-  if (!caller.ok()) return ToGrpc(caller.status());
+  if (!caller.ok()) return refuse(caller.status());
   v1::AdviseRequest req = *in;
-  if (auto st = CheckModel(*caller, req.model()); !st.ok()) return ToGrpc(st);
+  if (auto st = CheckModel(*caller, req.model()); !st.ok()) return refuse(st);
   for (const std::string& hop : req.next_hops()) {  // hops load models: the same rule
-    if (auto st = CheckModel(*caller, hop); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckModel(*caller, hop); !st.ok()) return refuse(st);
   }
-  if (auto st = ApplyTenant(*caller, &req); !st.ok()) return ToGrpc(st);
-  auto r = sched_->Advise(req);
-  if (!r.ok()) {
-    AddRetryHint(ctx, r.status());
-    return ToGrpc(r.status());
-  }
-  *resp = std::move(*r);
-  return grpc::Status::OK;
+  if (auto st = ApplyTenant(*caller, &req); !st.ok()) return refuse(st);
+  if (auto st = sched_->AdmitAdvisory(req.tenant()); !st.ok()) return refuse(st);
+  const bool queued = routing_->Schedule([this, ctx, reactor, resp, req = std::move(req)] {
+    auto r = sched_->AdviseAdmitted(req);
+    if (!r.ok()) {
+      AddRetryHint(ctx, r.status());
+      reactor->Finish(ToGrpc(r.status()));
+      return;
+    }
+    *resp = std::move(*r);
+    reactor->Finish(grpc::Status::OK);
+  });
+  if (!queued) return refuse(absl::UnavailableError("the scheduler is shutting down"));
+  return reactor;
 }
 
 grpc::Status InferenceService::Invalidate(grpc::ServerContext* ctx, const v1::InvalidateRequest* in,

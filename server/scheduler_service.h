@@ -21,8 +21,12 @@ namespace ballast::server {
 
 // Generate runs on gRPC's callback API (server/scheduler_generate.h): no
 // thread per stream. Shut the gRPC server down before destroying it.
+// Generate and Advise use gRPC's callback API: no thread per call. Advise
+// refuses over-quota calls on gRPC's own thread (a flood costs no hand-off)
+// and runs admitted ones, which may call a node, on the routing pool.
 class InferenceService final
-    : public v1::Inference::WithRawCallbackMethod_Generate<v1::Inference::Service> {
+    : public v1::Inference::WithCallbackMethod_Advise<
+          v1::Inference::WithRawCallbackMethod_Generate<v1::Inference::Service>> {
  public:
   // Threads that route requests (validation, session checks, the pick;
   // requests waiting for a replica park without a thread), whatever the
@@ -39,8 +43,8 @@ class InferenceService final
   // Raw: parsed by StartSchedulerGenerate (request_parse.h).
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* req) override;
-  grpc::Status Advise(grpc::ServerContext* ctx, const v1::AdviseRequest* req,
-                      v1::AdviseResponse* resp) override;
+  grpc::ServerUnaryReactor* Advise(grpc::CallbackServerContext* ctx, const v1::AdviseRequest* req,
+                                   v1::AdviseResponse* resp) override;
   grpc::Status Invalidate(grpc::ServerContext* ctx, const v1::InvalidateRequest* req,
                           v1::InvalidateResponse* resp) override;
   grpc::Status EndSession(grpc::ServerContext* ctx, const v1::EndSessionRequest* req,
