@@ -111,26 +111,45 @@ std::vector<TraceRecord> GenerateArrivals(const ArrivalParams& p) {
   return out;
 }
 
-std::vector<TraceRecord> GenerateShareGpt(const ShareGptParams& p) {
-  Rng rng(p.seed);
-  std::vector<TraceRecord> out;
-  if (p.models.empty() || p.requests <= 0) return out;
-  const auto limit = [&](int v) { return std::max(1, static_cast<int>(std::lround(v * p.scale))); };
+absl::StatusOr<std::vector<TraceRecord>> GenerateShareGpt(const ShareGptParams& p) {
+  if (p.models.empty())
+    return absl::InvalidArgumentError("--models: expected at least one model name");
+  if (p.requests < 1) return absl::InvalidArgumentError("--requests: must be >= 1");
+  if (!(p.scale > 0)) return absl::InvalidArgumentError("--length-scale: must be > 0");
+  if (!(p.prompt_mean > 0) || !(p.output_mean > 0) || p.prompt_cv < 0 || p.output_cv < 0) {
+    return absl::InvalidArgumentError("--prompt-mean, --output-mean: must be > 0; CVs >= 0");
+  }
+  const auto limit = [&](int v) { return static_cast<int>(std::lround(v * p.scale)); };
   const int prompt_max = limit(p.prompt_max), total_max = limit(p.total_max);
-  const int min_tokens = std::min(limit(p.min_tokens), total_max / 2);
+  const int min_tokens = std::max(1, limit(p.min_tokens));
+  if (prompt_max < min_tokens || total_max < 2 * min_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no request fits: after --length-scale, --prompt-max is ", prompt_max, " and --total-max ",
+        total_max, ", against --min-tokens ", min_tokens, " for prompt and output each"));
+  }
+  Rng rng(p.seed);
   const auto draw = [&](double mean, double cv) {
     return static_cast<int>(std::lround(rng.LogNormal(std::max(1.0, mean * p.scale), cv)));
   };
+  std::vector<TraceRecord> out;
   out.reserve(static_cast<size_t>(p.requests));
   for (int i = 0; i < p.requests; ++i) {
     TraceRecord r;
     r.id = absl::StrCat("r", i);
     r.model = p.models[static_cast<size_t>(i) % p.models.size()];
-    do {  // the dataset filter, as rejection
+    for (int tries = 0;; ++tries) {  // the dataset filter, as rejection
+      if (tries == 100000) {
+        return absl::InvalidArgumentError(
+            "the length filter keeps almost no draws: bring the means within --prompt-max and "
+            "--total-max");
+      }
       r.prompt_tokens = draw(p.prompt_mean, p.prompt_cv);
       r.output_tokens = draw(p.output_mean, p.output_cv);
-    } while (r.prompt_tokens < min_tokens || r.output_tokens < min_tokens ||
-             r.prompt_tokens > prompt_max || r.prompt_tokens + r.output_tokens > total_max);
+      if (r.prompt_tokens >= min_tokens && r.output_tokens >= min_tokens &&
+          r.prompt_tokens <= prompt_max && r.prompt_tokens + r.output_tokens <= total_max) {
+        break;
+      }
+    }
     out.push_back(std::move(r));
   }
   return out;
@@ -431,8 +450,11 @@ std::string FormatStats(const TraceStats& s) {
       s.requests, s.advisories, s.sessions, s.models, s.duration_s, 100 * s.mean_active_fraction,
       s.active_set_changes_per_hour, s.median_interarrival_cv, 100 * s.fraction_models_cv_above_1,
       s.idle_gaps_per_hour);
-  out += absl::StrFormat("prompt tokens mean %.1f (CV %.2f), output tokens mean %.1f (CV %.2f)\n",
-                         s.prompt_tokens_mean, s.prompt_tokens_cv, s.output_tokens_mean,
+  if (s.prompt_tokens_mean > 0) {  // text prompts have no synthesised length
+    out += absl::StrFormat("prompt tokens mean %.1f (CV %.2f), ", s.prompt_tokens_mean,
+                           s.prompt_tokens_cv);
+  }
+  out += absl::StrFormat("output tokens mean %.1f (CV %.2f)\n", s.output_tokens_mean,
                          s.output_tokens_cv);
   for (const auto& [m, n] : s.requests_per_model) out += absl::StrFormat("  %-16s %d\n", m, n);
   return out;

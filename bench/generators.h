@@ -113,7 +113,8 @@ std::vector<TraceRecord> GenerateArrivals(const ArrivalParams& p);
 std::vector<TraceRecord> GenerateBursty(const BurstyParams& p);
 std::vector<TraceRecord> GenerateChat(const ChatParams& p);
 std::vector<TraceRecord> GenerateAgents(const AgentParams& p);
-std::vector<TraceRecord> GenerateShareGpt(const ShareGptParams& p);
+// INVALID_ARGUMENT, naming the flag, for parameters no request fits.
+absl::StatusOr<std::vector<TraceRecord>> GenerateShareGpt(const ShareGptParams& p);
 
 // Properties of a trace's independent request arrivals (dependent records
 // are placed at their nominal arrival_s). A model is active at t if it had

@@ -16,6 +16,13 @@ absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Create(const std::string
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // A silently dead connection fails in seconds (a standby's watch would
+  // otherwise wait on it for ever), and a page of session turns may exceed
+  // gRPC's 4 MiB default.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetMaxReceiveMessageSize(-1);
   c->channel_ = grpc::CreateCustomChannel(endpoints, grpc::InsecureChannelCredentials(), args);
   c->kv_ = etcdserverpb::KV::NewStub(c->channel_);
   c->lease_ = etcdserverpb::Lease::NewStub(c->channel_);
@@ -46,9 +53,10 @@ absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::Range(const std::strin
   etcdserverpb::RangeRequest req;
   req.set_key(key);
   if (prefix_range) req.set_range_end(PrefixEnd(key));
-  req.set_sort_order(etcdserverpb::RangeRequest::ASCEND);
+  // Keys come in ascending order unsorted: asking etcd to sort makes it read
+  // the whole rest of the range for every page.
   req.set_limit(1000);
-  for (;;) {  // pages of 1000 keys (an etcd response is at most 1.5 MiB by default)
+  for (;;) {  // pages of 1000 keys
     etcdserverpb::RangeResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
@@ -121,7 +129,10 @@ absl::StatusOr<bool> LeaderElection::TryAcquire(int64_t* watch_from) {
   txn.add_failure()->mutable_request_range()->set_key(options_.key);
   auto resp = client_->Txn(txn);
   if (!resp.ok()) return resp.status();
-  if (resp->succeeded()) return true;
+  if (resp->succeeded()) {
+    won_revision_ = resp->header().revision();  // the key's create_revision
+    return true;
+  }
   const auto& kvs = resp->responses(0).response_range().kvs();
   if (!kvs.empty()) {
     spdlog::info("etcd {}: {} leads; standing by", options_.key, kvs[0].value());
@@ -132,6 +143,11 @@ absl::StatusOr<bool> LeaderElection::TryAcquire(int64_t* watch_from) {
 
 absl::Status LeaderElection::WaitForDelete(int64_t from) {
   grpc::ClientContext ctx;
+  // Only from a member that has a leader (a partitioned one would never
+  // report the delete), and for a bounded time: the caller then tries again.
+  ctx.AddMetadata("hasleader", "true");
+  ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(std::max<int64_t>(10, 3 * options_.ttl_s))));
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return absl::CancelledError("campaign cancelled");
@@ -176,19 +192,39 @@ absl::Status LeaderElection::Campaign(std::function<void(const absl::Status&)> o
     lease_ = 0;
     return st;
   };
+  // etcd unreachable or electing: wait (from 100 ms, doubling to 2 s) and
+  // try again; only Cancel, or an error that is not transient, ends it.
+  absl::Duration backoff = absl::Milliseconds(100);
+  const auto transient = [](const absl::Status& st) {
+    return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st);
+  };
   for (;;) {
+    if (Cancelled(absl::ZeroDuration())) return give_up(absl::CancelledError("campaign cancelled"));
+    absl::Status st;
     auto lease = client_->LeaseGrant(options_.ttl_s);
-    if (!lease.ok()) return give_up(lease.status());
-    lease_ = *lease;
-    int64_t from = 0;
-    auto won = TryAcquire(&from);
-    if (!won.ok()) return give_up(won.status());
-    if (*won) break;
-    // The next try takes a fresh lease: this one, not kept alive while
-    // waiting, may expire.
-    const absl::Status waited = WaitForDelete(from);
-    give_up(absl::OkStatus()).IgnoreError();
-    if (!waited.ok() && !absl::IsUnavailable(waited)) return waited;
+    if (lease.ok()) {
+      lease_ = *lease;
+      int64_t from = 0;
+      auto won = TryAcquire(&from);
+      if (won.ok() && *won) {
+        if (!Cancelled(absl::ZeroDuration())) break;
+        return give_up(absl::CancelledError("campaign cancelled"));
+      }
+      // The next try takes a fresh lease: this one, not kept alive while
+      // waiting, may expire.
+      st = won.ok() ? WaitForDelete(from) : won.status();
+      give_up(absl::OkStatus()).IgnoreError();
+      if (won.ok() && st.ok()) {
+        backoff = absl::Milliseconds(100);
+        continue;
+      }
+    } else {
+      st = lease.status();
+    }
+    if (!transient(st)) return give_up(st);
+    spdlog::warn("etcd {}: campaign: {}; trying again", options_.key, std::string(st.message()));
+    if (Cancelled(backoff)) return give_up(absl::CancelledError("campaign cancelled"));
+    backoff = std::min(2 * backoff, absl::Seconds(2));
   }
   spdlog::info("etcd {}: {} is the leader (lease {:x}, {} s)", options_.key, options_.id, lease_,
                options_.ttl_s);
@@ -196,13 +232,27 @@ absl::Status LeaderElection::Campaign(std::function<void(const absl::Status&)> o
   return absl::OkStatus();
 }
 
+bool LeaderElection::Cancelled(absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  if (wait > absl::ZeroDuration()) {
+    mu_.AwaitWithTimeout(absl::Condition(&cancelled_), wait);
+  }
+  return cancelled_;
+}
+
 void LeaderElection::KeepAlive(std::function<void(const absl::Status&)> on_lost) {
+  // Renewals every TTL/4, each bounded by TTL/4. Leadership counts as lost
+  // once the last renewal etcd confirmed was *sent* 3/4 of a TTL ago: etcd
+  // cannot expire the lease before a full TTL after that send, so this
+  // leader stops before a standby can win.
   const absl::Duration ttl = absl::Seconds(options_.ttl_s);
-  absl::Time last_ok = absl::Now();
+  absl::Time confirmed_sent = absl::Now();
   absl::Status lost;
-  while (!stop_.WaitForNotificationWithTimeout(ttl / 3)) {
+  while (!stop_.WaitForNotificationWithTimeout(ttl / 4)) {
+    const absl::Time sent = absl::Now();
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + std::min(client_->timeout(), ttl / 3)));
+    ctx.AddMetadata("hasleader", "true");
+    ctx.set_deadline(absl::ToChronoTime(sent + std::min(client_->timeout(), ttl / 4)));
     auto stream = client_->lease()->LeaseKeepAlive(&ctx);
     etcdserverpb::LeaseKeepAliveRequest req;
     req.set_id(lease_);
@@ -212,7 +262,7 @@ void LeaderElection::KeepAlive(std::function<void(const absl::Status&)> on_lost)
     ctx.TryCancel();
     stream->Finish().IgnoreError();
     if (ok && resp.ttl() > 0) {
-      last_ok = absl::Now();
+      confirmed_sent = sent;
       continue;
     }
     if (ok) {  // etcd answered: the lease is gone
@@ -220,10 +270,11 @@ void LeaderElection::KeepAlive(std::function<void(const absl::Status&)> on_lost)
                                              options_.key, " expired: leadership lost"));
       break;
     }
-    if (absl::Now() - last_ok >= ttl) {
-      lost = absl::UnavailableError(absl::StrCat("etcd ", client_->endpoints(),
-                                                 ": no lease renewal for ", options_.ttl_s,
-                                                 " s: leadership of ", options_.key, " lost"));
+    if (absl::Now() - confirmed_sent >= ttl * 3 / 4) {
+      lost = absl::UnavailableError(
+          absl::StrCat("etcd ", client_->endpoints(), ": no lease renewal confirmed for ",
+                       absl::FormatDuration(absl::Now() - confirmed_sent), " of a ", options_.ttl_s,
+                       " s lease: leadership of ", options_.key, " lost"));
       break;
     }
   }

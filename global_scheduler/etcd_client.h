@@ -9,13 +9,16 @@
 // seconds and puts `key` = its id, attached to the lease, in a transaction
 // that succeeds only if the key does not exist (create_revision == 0).
 // Losers watch the key and try again when it is deleted: the leader's
-// lease expired (it died or lost etcd for ttl) or it resigned. The leader
-// keeps its lease alive every ttl/3 on a stream; when a renewal fails for
-// longer than the lease can still run, or etcd reports the lease gone, it
-// has lost and calls on_lost once (the scheduler process then exits: a
-// deposed leader must not act). Every write of the etcd state store is
-// fenced by `key` == id, so a leader that lost its lease cannot write even
-// before it notices.
+// lease expired (it died or lost etcd for ttl) or it resigned. A campaign
+// rides out etcd being unreachable (backing off); only Cancel ends it.
+// The leader renews its lease every ttl/4; once no renewal sent in the
+// last 3/4 of a ttl was confirmed, or etcd reports the lease gone, it has
+// lost and calls on_lost once (the scheduler process then exits: a deposed
+// leader must not act), before etcd can expire the lease and a standby
+// win. Every write of the etcd state store is fenced by the leader key's
+// create_revision, so a leader that lost its lease cannot write even
+// before it notices. on_lost must not destroy the election (its thread
+// runs it).
 //
 // Thread-safety: EtcdClient is thread-safe. LeaderElection: Campaign and
 // Resign from one thread, Cancel from any; on_lost runs on its keep-alive
@@ -101,19 +104,31 @@ class LeaderElection {
 
   const std::string& key() const { return options_.key; }
   const std::string& id() const { return options_.id; }
+  // REQUIRES: called from the campaigning thread (lease_ is not guarded).
   bool leading() const { return lease_ != 0; }
+  // The leader key's create_revision since this candidate won: what the
+  // state store fences its writes on (an id could be shared by two
+  // processes; a revision cannot). 0 before winning.
+  int64_t won_revision() const { return won_revision_; }
 
  private:
   // One try: OK and true if this candidate now holds the key, else the
   // revision to watch from.
   absl::StatusOr<bool> TryAcquire(int64_t* watch_from);
-  // Waits until the key is deleted after `from` (OK), or Cancel().
+  // Waits until the key is deleted after `from` (OK), Cancel()
+  // (CANCELLED), or a bounded time or a broken watch (UNAVAILABLE or
+  // DEADLINE_EXCEEDED: the caller tries again).
   absl::Status WaitForDelete(int64_t from);
+  // Whether Cancel() was called, waiting up to `wait` for it.
+  bool Cancelled(absl::Duration wait) ABSL_LOCKS_EXCLUDED(mu_);
   void KeepAlive(std::function<void(const absl::Status&)> on_lost);
 
   std::shared_ptr<EtcdClient> client_;
   const LeaderElectionOptions options_;
+  // Written by the campaigning thread before the keep-alive thread starts
+  // (which reads lease_) and after it is joined.
   int64_t lease_ = 0;
+  int64_t won_revision_ = 0;
   absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* watching_ ABSL_GUARDED_BY(mu_) = nullptr;  // the campaign's watch

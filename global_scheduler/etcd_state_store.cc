@@ -3,18 +3,27 @@
 //   P/models/<name>            JSON: a registration, or {"registered": false}
 //   P/session-meta/<id>        JSON: model, tenant, chat, node, lost,
 //                              last use, and the next turn's index
-//   P/session-turns/<id>/<n>   turn n (8 digits): 4-byte LE token-bytes
+//   P/session-turns/<id>/<n>   turn n (12 digits): 4-byte LE token-bytes
 //                              length, the tokens, then the messages
-// A turn is one key, so appending costs the turn, not the history. Writing
-// a session whole (or rewriting it) deletes its turns below the next index
-// and writes that index, in one transaction (etcd refuses a put inside a
-// range the same transaction deletes). Every write transaction compares
+// A session's history is its turns in [first_turn, next_turn) (the meta
+// says which). A turn is one key, so appending costs the turn, not the
+// history. Writing a session whole (or rewriting it) writes the history
+// in pieces of at most kPieceBytes from index next_turn on (all but the
+// first in transactions of their own, outside [first, next) until the
+// last one commits), then, in one transaction, deletes the turns below
+// and writes the first piece and the meta that makes them the history:
+// a history past etcd's 1.5 MiB request limit is stored, and a rewrite
+// cut short leaves the old one. (etcd refuses a put inside a range the
+// same transaction deletes, hence the order.) Every write transaction compares
 // the fence key's value with this scheduler's id, so a deposed leader's
-// writes fail FAILED_PRECONDITION. Session metas this store read or wrote
+// writes fail FAILED_PRECONDITION. A write whose outcome is unknown (a
+// timeout) is read back: if the session's meta holds what was written,
+// it committed (else a retry would append the turn twice). Session metas this store read or wrote
 // are kept in memory with their revision, so a turn is one round trip (a
 // transaction that also checks the meta is still at that revision; a
 // refused one drops the entry, and the next call reads etcd again).
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,18 +49,18 @@ std::string Unescape(const std::string& s) {
 }
 std::string TurnIndex(int64_t n) {
   char buf[24];
-  std::snprintf(buf, sizeof(buf), "%08lld", static_cast<long long>(n));
+  std::snprintf(buf, sizeof(buf), "%012lld", static_cast<long long>(n));
   return buf;
 }
 
 // A session's meta record.
 struct Meta {
-  StoredSession s;  // without tokens and messages
-  int64_t next_turn = 0;
-  int64_t mod_revision = 0;  // of the key as read (0: absent)
+  StoredSession s;                        // without tokens and messages
+  int64_t first_turn = 0, next_turn = 0;  // the history is turns [first, next)
+  int64_t mod_revision = 0;               // of the key as read (0: absent)
 };
 
-std::string MetaJson(const StoredSession& s, int64_t next_turn) {
+std::string MetaJson(const StoredSession& s, int64_t first_turn, int64_t next_turn) {
   Json j = {{"model", s.model},
             {"tenant", s.tenant},
             {"chat", s.chat},
@@ -60,15 +69,44 @@ std::string MetaJson(const StoredSession& s, int64_t next_turn) {
                      : *s.lost == LostReason::kExpired ? "expired"
                                                        : "forgotten"},
             {"last_used_us", absl::ToUnixMicros(s.last_used)},
+            {"first_turn", first_turn},
             {"next_turn", next_turn}};
   return j.dump();
 }
+std::string MetaJson(const Meta& m) { return MetaJson(m.s, m.first_turn, m.next_turn); }
 
 std::string TurnValue(const std::vector<int>& tokens, const std::vector<v1::ChatMessage>& msgs) {
   const std::string t = EncodeTokens(tokens);
   std::string out(4, '\0');
   for (int b = 0; b < 4; ++b) out[b] = static_cast<char>((t.size() >> (8 * b)) & 0xff);
   return out + t + EncodeMessages(msgs);
+}
+
+// A rewrite's pieces: the tokens in slices, then the messages in groups,
+// each piece at most about kPieceBytes (etcd refuses requests over 1.5 MiB).
+constexpr size_t kPieceBytes = 512 << 10;
+std::vector<std::string> Pieces(const std::vector<int>& tokens,
+                                const std::vector<v1::ChatMessage>& msgs) {
+  std::vector<std::string> out;
+  constexpr size_t kTokens = kPieceBytes / 4;
+  for (size_t i = 0; i < tokens.size(); i += kTokens) {
+    const auto end =
+        tokens.begin() + static_cast<std::ptrdiff_t>(std::min(tokens.size(), i + kTokens));
+    out.push_back(TurnValue({tokens.begin() + static_cast<std::ptrdiff_t>(i), end}, {}));
+  }
+  std::vector<v1::ChatMessage> group;
+  size_t bytes = 0;
+  for (const auto& m : msgs) {
+    if (!group.empty() && bytes + m.ByteSizeLong() > kPieceBytes) {
+      out.push_back(TurnValue({}, group));
+      group.clear();
+      bytes = 0;
+    }
+    group.push_back(m);
+    bytes += m.ByteSizeLong();
+  }
+  if (!group.empty() || out.empty()) out.push_back(TurnValue({}, group));
+  return out;
 }
 
 class EtcdStateStore final : public StateStore {
@@ -107,15 +145,26 @@ class EtcdStateStore final : public StateStore {
     absl::MutexLock lock(&mu_);
     auto metas = client_->Range(o_.prefix + "/session-meta/", true);
     if (!metas.ok()) return metas.status();
+    // Every turn in one paged read, in key order: by session, then index.
+    auto turns = client_->Range(o_.prefix + "/session-turns/", true);
+    if (!turns.ok()) return turns.status();
+    absl::flat_hash_map<std::string, std::vector<const mvccpb::KeyValue*>> by_id;
+    const size_t base = o_.prefix.size() + 15;  // "/session-turns/"
+    for (const auto& t : *turns) {
+      const size_t slash = t.key().rfind('/');
+      if (slash == std::string::npos || slash < base) return Damaged(t.key(), "not a turn key");
+      by_id[t.key().substr(base, slash - base)].push_back(&t);
+    }
     std::vector<StoredSession> out;
     for (const auto& kv : *metas) {
       auto m = ParseMeta(kv);
       if (!m.ok()) return m.status();
       metas_[m->s.id] = *m;
-      auto turns = client_->Range(TurnsPrefix(m->s.id), true);
-      if (!turns.ok()) return turns.status();
-      for (const auto& t : *turns) {
-        if (auto st = DecodeTurn(m->s.id, t.value(), &m->s); !st.ok()) return st;
+      for (const mvccpb::KeyValue* t : by_id[Escape(m->s.id)]) {
+        const int64_t index = std::strtoll(t->key().c_str() + t->key().rfind('/') + 1, nullptr, 10);
+        if (index < m->first_turn || index >= m->next_turn)
+          continue;  // not (or no longer) its history
+        if (auto st = DecodeTurn(t->key(), m->s.id, t->value(), &m->s); !st.ok()) return st;
       }
       out.push_back(std::move(m->s));
     }
@@ -132,12 +181,14 @@ class EtcdStateStore final : public StateStore {
               {"replicas", s.replicas},
               {"kv_floor_bytes", s.kv_floor_bytes},
               {"kv_limit_bytes", s.kv_limit_bytes}};
+    absl::MutexLock lock(&mu_);  // writes are serialized (state_store.h)
     TxnRequest txn = Fenced();
     Put(&txn, ModelKey(s.name), j.dump());
     return Commit(txn, absl::StrCat("record model ", s.name));
   }
 
   absl::Status PutUnregistered(const std::string& name) override {
+    absl::MutexLock lock(&mu_);
     TxnRequest txn = Fenced();
     Put(&txn, ModelKey(name), Json{{"registered", false}}.dump());
     return Commit(txn, absl::StrCat("record the unregistration of model ", name));
@@ -168,9 +219,8 @@ class EtcdStateStore final : public StateStore {
     TxnRequest txn = Fenced();
     Unchanged(&txn, meta);
     Put(&txn, TurnsPrefix(t.id) + TurnIndex(meta.next_turn), TurnValue(t.tokens, t.messages));
-    Put(&txn, MetaKey(t.id), MetaJson(meta.s, meta.next_turn + 1));
     ++meta.next_turn;
-    return CommitMeta(txn, meta, what);
+    return CommitMeta(&txn, meta, what);
   }
 
   absl::Status SetAffinity(const std::string& id, const std::string& node_id) override {
@@ -182,8 +232,7 @@ class EtcdStateStore final : public StateStore {
     meta.s.node_id = node_id;
     TxnRequest txn = Fenced();
     Unchanged(&txn, meta);
-    Put(&txn, MetaKey(id), MetaJson(meta.s, meta.next_turn));
-    return CommitMeta(txn, meta, absl::StrCat("record the affinity of session ", id));
+    return CommitMeta(&txn, meta, absl::StrCat("record the affinity of session ", id));
   }
 
   absl::Status ForgetNode(const std::string& node_id) override {
@@ -203,7 +252,7 @@ class EtcdStateStore final : public StateStore {
       if (m->s.node_id != node_id) continue;
       metas_.erase(m->s.id);  // read again when next needed
       m->s.node_id.clear();
-      Put(&txn, kv.key(), MetaJson(m->s, m->next_turn));
+      Put(&txn, kv.key(), MetaJson(*m));
       if (txn.success_size() >= 100) {  // etcd's default limit is 128 operations
         if (auto st = flush(); !st.ok()) return st;
       }
@@ -247,9 +296,9 @@ class EtcdStateStore final : public StateStore {
     if (o_.fence_key.empty()) return txn;
     auto* c = txn.add_compare();
     c->set_key(o_.fence_key);
-    c->set_target(etcdserverpb::Compare::VALUE);
+    c->set_target(etcdserverpb::Compare::CREATE);
     c->set_result(etcdserverpb::Compare::EQUAL);
-    c->set_value(o_.fence_value);
+    c->set_create_revision(o_.fence_revision);
     return txn;
   }
   // ... and only if the session's meta is as read.
@@ -276,47 +325,73 @@ class EtcdStateStore final : public StateStore {
     }
     if (revision != nullptr) *revision = r->header().revision();
     if (r->succeeded()) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state store ", Describe(), ": ", what, ": refused: this scheduler (", o_.fence_value,
-        ") no longer holds ", o_.fence_key, ", or another writer changed the session"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("state store ", Describe(), ": ", what, ": refused: ", WhyRefused()));
+  }
+  // Which compare refused a transaction: the fence, or the session record.
+  std::string WhyRefused() const {
+    if (!o_.fence_key.empty()) {
+      auto held = client_->Range(o_.fence_key, false);
+      if (held.ok() && (held->empty() || (*held)[0].create_revision() != o_.fence_revision)) {
+        return absl::StrCat("this scheduler (", o_.fence_id, ") no longer holds ", o_.fence_key);
+      }
+    }
+    return "the session's record changed elsewhere (it is read again next time)";
   }
 
-  // Commits a transaction that writes `written`'s meta, and remembers it at
-  // the new revision (forgets it if the commit failed). REQUIRES: mu_ held.
-  absl::Status CommitMeta(const TxnRequest& txn, Meta written, const std::string& what)
+  // Adds the put of `written`'s meta to *txn, commits it, and remembers the
+  // meta at the new revision (forgets it if refused). An outcome unknown
+  // (the call failed, e.g. a timeout) is read back: the meta as written
+  // means it committed. REQUIRES: mu_ held.
+  absl::Status CommitMeta(TxnRequest* txn, Meta written, const std::string& what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string value = MetaJson(written);
+    Put(txn, MetaKey(written.s.id), value);
     int64_t revision = 0;
-    absl::Status st = Commit(txn, what, &revision);
+    absl::Status st = Commit(*txn, what, &revision);
+    metas_.erase(written.s.id);
+    if (!st.ok() && !absl::IsFailedPrecondition(st)) {
+      auto back = client_->Range(MetaKey(written.s.id), false);
+      if (back.ok() && !back->empty() && (*back)[0].value() == value) {
+        revision = (*back)[0].mod_revision();
+        st = absl::OkStatus();
+      }
+    }
     if (st.ok()) {
       written.mod_revision = revision;
       metas_[written.s.id] = std::move(written);
-    } else {
-      metas_.erase(written.s.id);
     }
     return st;
   }
 
-  // Writes a session whole: meta, and its turns replaced by one.
-  // REQUIRES: mu_ held.
+  // Writes a session whole: meta, and its history replaced by new pieces
+  // (see the header). REQUIRES: mu_ held.
   absl::Status Rewrite(const StoredSession& s, const std::vector<int>& tokens,
                        const std::vector<v1::ChatMessage>& messages, const Meta& old,
                        const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::vector<std::string> pieces = Pieces(tokens, messages);
+    const int64_t first = old.next_turn;
+    for (size_t i = 1; i < pieces.size(); ++i) {  // outside the history until the meta commits
+      TxnRequest txn = Fenced();
+      Put(&txn, TurnsPrefix(s.id) + TurnIndex(first + static_cast<int64_t>(i)), pieces[i]);
+      if (auto st = Commit(txn, what); !st.ok()) return st;
+    }
     TxnRequest txn = Fenced();
     Meta cmp = old;
     cmp.s.id = s.id;
     Unchanged(&txn, cmp);  // mod_revision 0: the session must still be absent
-    const std::string turn = TurnsPrefix(s.id) + TurnIndex(old.next_turn);
+    const std::string turn = TurnsPrefix(s.id) + TurnIndex(first);
     auto* del = txn.add_success()->mutable_request_delete_range();
     del->set_key(TurnsPrefix(s.id));
-    del->set_range_end(turn);  // every older turn, not the one written
-    Put(&txn, turn, TurnValue(tokens, messages));
-    Put(&txn, MetaKey(s.id), MetaJson(s, old.next_turn + 1));
+    del->set_range_end(turn);  // every older turn, not the ones written
+    Put(&txn, turn, pieces[0]);
     Meta written;
     written.s = s;
     written.s.tokens.clear();
     written.s.messages.clear();
-    written.next_turn = old.next_turn + 1;
-    return CommitMeta(txn, std::move(written), what);
+    written.first_turn = first;
+    written.next_turn = first + static_cast<int64_t>(pieces.size());
+    return CommitMeta(&txn, std::move(written), what);
   }
 
   // The stored meta of a session (remembered, or read), or nullopt.
@@ -346,16 +421,18 @@ class EtcdStateStore final : public StateStore {
     if (lost == "expired") m.s.lost = LostReason::kExpired;
     if (lost == "forgotten") m.s.lost = LostReason::kForgotten;
     m.s.last_used = absl::FromUnixMicros(j.value("last_used_us", int64_t{0}));
+    m.first_turn = j.value("first_turn", int64_t{0});
     m.next_turn = j.value("next_turn", int64_t{0});
     m.mod_revision = kv.mod_revision();
     return m;
   }
 
-  absl::Status DecodeTurn(const std::string& id, const std::string& v, StoredSession* s) const {
-    if (v.size() < 4) return Damaged(TurnsPrefix(id), "a turn shorter than its header");
+  absl::Status DecodeTurn(const std::string& key, const std::string& id, const std::string& v,
+                          StoredSession* s) const {
+    if (v.size() < 4) return Damaged(key, "a turn shorter than its header");
     size_t n = 0;
     for (int b = 0; b < 4; ++b) n |= size_t{static_cast<uint8_t>(v[b])} << (8 * b);
-    if (4 + n > v.size()) return Damaged(TurnsPrefix(id), "a turn's tokens past its end");
+    if (4 + n > v.size()) return Damaged(key, "a turn's tokens past its end");
     if (auto st = DecodeTokens(Describe(), id, v.substr(4, n), &s->tokens); !st.ok()) return st;
     return DecodeMessages(Describe(), id, v.substr(4 + n), &s->messages);
   }

@@ -126,17 +126,22 @@ class EtcdClient;
 struct EtcdStateOptions {
   // Every key lives under it ("/ballast": "/ballast/models/...").
   std::string prefix = "/ballast";
-  // Each write commits only while this key holds this value (the leader
-  // election's key and this scheduler's id, etcd_client.h); empty: no
-  // fence (a single scheduler). Default empty.
-  std::string fence_key, fence_value;
+  // Each write commits only while this key's create_revision is
+  // fence_revision (the leader election's key and LeaderElection::
+  // won_revision(), etcd_client.h): a deposed leader's writes are refused.
+  // fence_id names this scheduler in messages. Empty key: no fence (a
+  // single scheduler). Default empty.
+  std::string fence_key;
+  int64_t fence_revision = 0;
+  std::string fence_id;
 };
 
 // The state in etcd (etcd_state_store.cc gives the key layout); a write
 // returns once etcd committed it (a majority of members, fsynced). Fails
 // now if etcd cannot be reached. A deposed leader's writes fail
-// FAILED_PRECONDITION. A value is at most etcd's request limit (1.5 MiB by
-// default): a session whose one turn is larger cannot be stored.
+// FAILED_PRECONDITION. A session's history may be any size (written in
+// pieces), but one appended turn must fit etcd's request limit (1.5 MiB by
+// default: about 390,000 tokens).
 absl::StatusOr<std::unique_ptr<StateStore>> OpenEtcdStateStore(std::shared_ptr<EtcdClient> client,
                                                                const EtcdStateOptions& options);
 

@@ -260,12 +260,13 @@ bool BenchCli::RunParsed(int* rc) {
   }
   if (s.sharegpt_cmd->parsed()) {
     s.sharegpt.models = models;
-    if (models.empty()) {
-      std::cerr << "error: --models: expected at least one model name\n";
+    auto trace = bench::GenerateShareGpt(s.sharegpt);
+    if (!trace.ok()) {
+      std::cerr << "error: " << trace.status().message() << "\n";
       *rc = 2;
       return true;
     }
-    *rc = RunTraceGenerate(bench::GenerateShareGpt(s.sharegpt), s.out);
+    *rc = RunTraceGenerate(*trace, s.out);
     return true;
   }
   if (s.stats_cmd->parsed()) {

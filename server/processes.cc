@@ -370,6 +370,9 @@ absl::Status CheckNodeTransport(const Config& c) {
 
 // Waits for SIGINT/SIGTERM on a thread of its own, so that a standby
 // scheduler blocked in its campaign can be stopped; on_signal runs there.
+// Thread-safety: Wait and received from any thread; the destructor from
+// the owner's (it releases the thread with a SIGTERM of its own if none
+// came).
 class ShutdownSignal {
  public:
   explicit ShutdownSignal(std::function<void()> on_signal)
@@ -416,16 +419,20 @@ absl::StatusOr<std::shared_ptr<global_scheduler::StateStore>> Lead(
   absl::Status st = election->Campaign([](const absl::Status& lost) {
     spdlog::critical("{}; exiting (status 75) so that a restart stands by",
                      std::string(lost.message()));
-    spdlog::shutdown();
+    spdlog::default_logger()->flush();
     std::_Exit(75);
   });
   if (!st.ok()) return st;
   global_scheduler::EtcdStateOptions so;
   so.prefix = cfg.etcd.prefix;
   so.fence_key = election->key();
-  so.fence_value = election->id();
+  so.fence_revision = election->won_revision();
+  so.fence_id = election->id();
   auto store = global_scheduler::OpenEtcdStateStore(std::move(client), so);
-  if (!store.ok()) return store.status();
+  if (!store.ok()) {
+    election->Resign().IgnoreError();  // the standby need not wait for the TTL
+    return store.status();
+  }
   return std::shared_ptr<global_scheduler::StateStore>(std::move(*store));
 }
 
@@ -457,7 +464,10 @@ int RunScheduler(const Config& config) {
     cfg.options.state_store = std::move(*store);
   }
   auto s = StartScheduler(cfg, &metrics);
-  if (!s.ok()) return Fail(s.status());
+  if (!s.ok()) {
+    if (election) election->Resign().IgnoreError();
+    return Fail(s.status());
+  }
   signal.Wait();
   (*s)->Shutdown();
   if (election) election->Resign().IgnoreError();  // the standby need not wait for the TTL

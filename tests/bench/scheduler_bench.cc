@@ -84,7 +84,9 @@ void BM_SessionTurn(benchmark::State& state) {
       return;
     }
     auto client = *global_scheduler::EtcdClient::Create(etcd, absl::Seconds(5));
-    auto opened = global_scheduler::OpenEtcdStateStore(client, {"/bench", "", ""});
+    global_scheduler::EtcdStateOptions o;
+    o.prefix = "/bench";
+    auto opened = global_scheduler::OpenEtcdStateStore(client, o);
     if (!opened.ok()) {
       state.SkipWithError(std::string(opened.status().message()).c_str());
       return;

@@ -27,11 +27,14 @@ class CudaDeterministic : public ::testing::TestWithParam<WeightQuant> {
     model_ = testing::WriteTinyModel(*dir_, "m", testing::GpuTestModelSpec());
   }
   // Differences from the alone run, per count of others ("" where equal).
-  std::vector<std::string> Run(bool deterministic) {
+  // A 300-token prompt stays in one 512-key partition (alone: the unsplit
+  // path; beside the first other's 600: merged); 700 spans two (1,400
+  // beside it: three).
+  std::vector<std::string> Run(bool deterministic, int prompt) {
     GpuHarness h(model_, 16, "auto", true, 2048, 512, GetParam(), deterministic);
     InvarianceScenario s;
     s.vocab = h.config.vocab_size;
-    s.prompt = 700;  // two 512-key partitions; the first other's 1,400 make three
+    s.prompt = prompt;
     s.decode_steps = 12;
     s.budget = 512;
     const std::vector<float> alone = TargetLogits(h.executor.get(), h.kv.get(), s);
@@ -51,19 +54,19 @@ class CudaDeterministic : public ::testing::TestWithParam<WeightQuant> {
 };
 
 TEST_P(CudaDeterministic, LogitsAloneEqualLogitsInAnyBatch) {
-  const std::vector<std::string> def = Run(false);
-  for (size_t i = 0; i < def.size(); ++i) {
-    std::cout << "default mode, "
-              << (i == 0   ? 1
-                  : i == 1 ? 7
-                           : 64)
-              << " others: " << (def[i].empty() ? "equal" : def[i]) << "\n";
+  constexpr int kOthers[] = {1, 7, 64};
+  for (int prompt : {700, 300}) {
+    const std::vector<std::string> def = Run(false, prompt);
+    for (size_t i = 0; i < def.size(); ++i) {
+      std::cout << "default mode, prompt " << prompt << ", " << kOthers[i]
+                << " others: " << (def[i].empty() ? "equal" : def[i]) << "\n";
+    }
+    const std::vector<std::string> det = Run(true, prompt);
+    ASSERT_EQ(det.size(), 3u);
+    for (size_t i = 0; i < det.size(); ++i) {
+      EXPECT_EQ(det[i], "") << "prompt " << prompt << ", " << kOthers[i] << " others";
+    }
   }
-  const std::vector<std::string> det = Run(true);
-  ASSERT_EQ(det.size(), 3u);
-  EXPECT_EQ(det[0], "") << "1 other";
-  EXPECT_EQ(det[1], "") << "7 others";
-  EXPECT_EQ(det[2], "") << "64 others";
 }
 
 INSTANTIATE_TEST_SUITE_P(Quant, CudaDeterministic,

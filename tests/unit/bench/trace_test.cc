@@ -187,9 +187,9 @@ TEST(Generators, ShareGptReleasesEveryRequestAtOnceWithTheFilteredLengths) {
   ShareGptParams p;
   p.models = {"a", "b"};
   p.requests = 5000;
-  const auto trace = GenerateShareGpt(p);
+  const auto trace = *GenerateShareGpt(p);
   ASSERT_EQ(trace.size(), 5000u);
-  EXPECT_EQ(Dump(trace), Dump(GenerateShareGpt(p)));
+  EXPECT_EQ(Dump(trace), Dump(*GenerateShareGpt(p)));
   for (size_t i = 0; i < trace.size(); ++i) {
     const TraceRecord& r = trace[i];
     ASSERT_EQ(r.id, absl::StrCat("r", i));
@@ -219,7 +219,7 @@ TEST(Generators, ShareGptWithoutTheFilterHasTheDrawnMeansAndSpread) {
   p.requests = 40000;
   p.prompt_max = p.total_max = 1 << 30;
   p.min_tokens = 1;
-  const TraceStats s = ComputeStats(GenerateShareGpt(p));
+  const TraceStats s = ComputeStats(*GenerateShareGpt(p));
   SCOPED_TRACE(FormatStats(s));
   EXPECT_NEAR(s.prompt_tokens_mean, 161.31, 161.31 * 0.03);
   EXPECT_NEAR(s.output_tokens_mean, 337.99, 337.99 * 0.02);
@@ -229,12 +229,27 @@ TEST(Generators, ShareGptWithoutTheFilterHasTheDrawnMeansAndSpread) {
   p.prompt_max = 102;
   p.total_max = 204;
   p.min_tokens = 4;
-  for (const TraceRecord& r : GenerateShareGpt(p)) {
+  auto scaled = GenerateShareGpt(p);
+  ASSERT_TRUE(scaled.ok()) << scaled.status();
+  for (const TraceRecord& r : *scaled) {
     ASSERT_LE(r.prompt_tokens, 10);
     ASSERT_LE(r.prompt_tokens + r.output_tokens, 20);
   }
-  p.models.clear();
-  EXPECT_TRUE(GenerateShareGpt(p).empty());
+  // Parameters no request fits are refused, naming the flag, not looped on.
+  ShareGptParams bad = p;
+  bad.models.clear();
+  EXPECT_EQ(GenerateShareGpt(bad).status().message(), "--models: expected at least one model name");
+  bad = p;
+  bad.scale = 0;
+  EXPECT_EQ(GenerateShareGpt(bad).status().message(), "--length-scale: must be > 0");
+  bad = p;
+  bad.prompt_max = 2;
+  EXPECT_NE(GenerateShareGpt(bad).status().message().find("no request fits"), std::string::npos);
+  bad = p;
+  bad.prompt_mean = 1e9;
+  bad.prompt_cv = 0.01;
+  EXPECT_NE(GenerateShareGpt(bad).status().message().find("keeps almost no draws"),
+            std::string::npos);
 }
 
 TEST(Generators, StatsReportLengthMomentsOfSynthesisedPrompts) {

@@ -40,12 +40,14 @@ class EtcdTest : public ::testing::Test {
     etcd_.reset();
     fs::remove_all(dir_);
   }
-  std::unique_ptr<StateStore> Store(const std::string& fence_key = "",
-                                    const std::string& fence_value = "") {
+  std::unique_ptr<StateStore> Store(const LeaderElection* fence = nullptr) {
     EtcdStateOptions o;
     o.prefix = "/t";
-    o.fence_key = fence_key;
-    o.fence_value = fence_value;
+    if (fence != nullptr) {
+      o.fence_key = fence->key();
+      o.fence_revision = fence->won_revision();
+      o.fence_id = fence->id();
+    }
     auto s = OpenEtcdStateStore(client_, o);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
@@ -95,6 +97,31 @@ TEST_F(EtcdTest, TurnsAppendAndRewrite) {
   EXPECT_TRUE(client_->Range("/t/session-turns/s/", true)->empty());
 }
 
+// A history past etcd's 1.5 MiB request limit (600,000 tokens, 2.4 MB, and
+// 3 MB of chat text) is written in pieces and reads back whole; a turn
+// appends after it; a whole rewrite replaces all the pieces.
+TEST_F(EtcdTest, AHistoryPastEtcdsRequestLimitIsStoredInPieces) {
+  std::vector<int> tokens(600000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>(i * 7919 % 150000);
+  std::vector<v1::ChatMessage> messages;
+  for (int i = 0; i < 6; ++i) messages.push_back(Msg("user", std::string(500000, 'a' + i)));
+  auto store = Store();
+  ASSERT_TRUE(store
+                  ->PutSession(
+                      {"big", "m", "", true, "", tokens, messages, std::nullopt, absl::UnixEpoch()})
+                  .ok());
+  ASSERT_TRUE(store->AppendTurn({"big", "n", absl::FromUnixSeconds(3), {42}, {}, false}).ok());
+  auto sessions = *Store()->LoadSessions();
+  ASSERT_EQ(sessions.size(), 1u);
+  tokens.push_back(42);
+  EXPECT_EQ(sessions[0].tokens, tokens);
+  ASSERT_EQ(sessions[0].messages.size(), 6u);
+  EXPECT_EQ(sessions[0].messages[5].content(), messages[5].content());
+  ASSERT_TRUE(store->AppendTurn({"big", "n", absl::FromUnixSeconds(4), {1, 2}, {}, true}).ok());
+  EXPECT_EQ((*Store()->LoadSessions())[0].tokens, (std::vector<int>{1, 2}));
+  EXPECT_EQ(client_->Range("/t/session-turns/big/", true)->size(), 1u);
+}
+
 // The store remembers the session records it wrote: a record changed
 // behind its back makes the next write fail (etcd's revision check), and
 // the one after that reads etcd again and succeeds.
@@ -118,15 +145,16 @@ TEST_F(EtcdTest, ASessionRecordChangedElsewhereIsReadAgain) {
 TEST_F(EtcdTest, ALeadersWritesAreFencedOnceAnotherLeads) {
   LeaderElection a(client_, {"/t/leader", "a", 2});
   ASSERT_TRUE(a.Campaign(nullptr).ok());
-  auto store_a = Store("/t/leader", "a");
+  auto store_a = Store(&a);
   ASSERT_TRUE(store_a->PutUnregistered("x").ok());
   ASSERT_TRUE(a.Resign().ok());
   LeaderElection b(client_, {"/t/leader", "b", 2});
   ASSERT_TRUE(b.Campaign(nullptr).ok());
-  auto store_b = Store("/t/leader", "b");
+  auto store_b = Store(&b);
   const absl::Status late = store_a->PutUnregistered("y");
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
-  EXPECT_NE(late.message().find("no longer holds /t/leader"), std::string::npos) << late;
+  EXPECT_NE(late.message().find("this scheduler (a) no longer holds /t/leader"), std::string::npos)
+      << late;
   EXPECT_TRUE(store_b->PutUnregistered("z").ok());
   EXPECT_EQ(store_b->LoadCatalogue()->unregistered, (std::vector<std::string>{"x", "z"}));
 }
@@ -189,8 +217,9 @@ TEST(EtcdUnreachable, OpeningFailsNamingTheEndpoint) {
   auto store = OpenEtcdStateStore(client, {});
   ASSERT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find("etcd " + target), std::string::npos) << store.status();
-  EXPECT_EQ(OpenEtcdStateStore(client, {"ballast/", "", ""}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EtcdStateOptions bad;
+  bad.prefix = "ballast/";
+  EXPECT_EQ(OpenEtcdStateStore(client, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
