@@ -146,8 +146,9 @@ absl::Status LeaderElection::WaitForDelete(int64_t from) {
   // Only from a member that has a leader (a partitioned one would never
   // report the delete), and for a bounded time: the caller then tries again.
   ctx.AddMetadata("hasleader", "true");
-  ctx.set_deadline(
-      absl::ToChronoTime(absl::Now() + absl::Seconds(std::max<int64_t>(10, 3 * options_.ttl_s))));
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(std::max<int64_t>(10, 3 * options_.ttl_s));
+  ctx.set_deadline(absl::ToChronoTime(deadline));
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return absl::CancelledError("campaign cancelled");
@@ -171,6 +172,8 @@ absl::Status LeaderElection::WaitForDelete(int64_t from) {
       }
     }
   }
+  // A watch that ran its time is not an error: the caller looks again.
+  if (!result.ok() && absl::Now() >= deadline) result = absl::OkStatus();
   ctx.TryCancel();
   stream->Finish().IgnoreError();
   absl::MutexLock lock(&mu_);

@@ -115,9 +115,9 @@ class LeaderElection {
   // One try: OK and true if this candidate now holds the key, else the
   // revision to watch from.
   absl::StatusOr<bool> TryAcquire(int64_t* watch_from);
-  // Waits until the key is deleted after `from` (OK), Cancel()
-  // (CANCELLED), or a bounded time or a broken watch (UNAVAILABLE or
-  // DEADLINE_EXCEEDED: the caller tries again).
+  // Waits until the key is deleted after `from`, or a bounded time passed
+  // (OK either way: the caller looks again), Cancel() (CANCELLED), or the
+  // watch broke (UNAVAILABLE: the caller backs off and tries again).
   absl::Status WaitForDelete(int64_t from);
   // Whether Cancel() was called, waiting up to `wait` for it.
   bool Cancelled(absl::Duration wait) ABSL_LOCKS_EXCLUDED(mu_);
