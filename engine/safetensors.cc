@@ -84,6 +84,17 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
       auto dt = DTypeFromSafetensors(e["dtype"].get<std::string>());
       if (!dt.ok()) return bad(std::string(dt.status().message()));
       v.dtype = *dt;
+      // Integers only: a number past 2^64 parses as a float, and converting
+      // that to an integer is undefined (the fuzzer found it).
+      const auto integers = [](const json& a) {
+        if (!a.is_array()) return false;
+        for (const json& x : a) {
+          if (!x.is_number_integer()) return false;
+        }
+        return true;
+      };
+      if (!integers(e["shape"])) return bad("shape is not an array of integers");
+      if (!integers(e["data_offsets"])) return bad("data_offsets is not an array of integers");
       v.shape = e["shape"].get<std::vector<int64_t>>();
       auto off = e["data_offsets"].get<std::vector<uint64_t>>();
       if (off.size() != 2 || off[0] > off[1]) return bad("malformed data_offsets");
@@ -91,8 +102,15 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
         return bad(absl::StrCat("data_offsets [", off[0], ", ", off[1], ") run past the end of ",
                                 "the data (", data_size, " bytes): file truncated?"));
       }
-      for (int64_t d : v.shape)
+      // numel() (an int64 product) cannot overflow.
+      int64_t elements = 1;
+      for (int64_t d : v.shape) {
         if (d < 0) return bad("negative dimension");
+        if (__builtin_mul_overflow(elements, d, &elements)) {
+          return bad(absl::StrCat("shape [", absl::StrJoin(v.shape, ", "),
+                                  "] has more than 2^63 elements"));
+        }
+      }
       v.data = data + off[0];
       v.nbytes = off[1] - off[0];
     } catch (const json::exception& ex) {

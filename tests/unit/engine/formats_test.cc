@@ -151,6 +151,35 @@ TEST(Safetensors, TruncatedFileNamesTheTensor) {
   EXPECT_NE(f.status().message().find("truncated"), std::string::npos);
 }
 
+// Headers a fuzzer found (fuzz/corpus/safetensors_fuzzer/float-dimension.*):
+// a dimension past 2^64 (JSON parses it as a float) and element counts past
+// 2^63 are refused, naming the tensor, with no undefined conversion.
+TEST(Safetensors, OversizedDimensionsAreRefusedNamingTheTensor) {
+  TempDir dir;
+  auto open = [&](const std::string& entry) {
+    const std::string header = "{\"t\": " + entry + "}";
+    std::string bytes(8, '\0');
+    for (int b = 0; b < 8; ++b) bytes[b] = static_cast<char>((header.size() >> (8 * b)) & 0xff);
+    bytes += header + std::string(16, '\0');
+    const std::string path = dir.sub("x.safetensors");
+    std::ofstream(path, std::ios::binary) << bytes;
+    return SafetensorsFile::Open(path);
+  };
+  auto huge =
+      open(R"({"dtype": "F32", "shape": [43333333333333333333333, 2], "data_offsets": [0, 16]})");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("tensor \"t\": shape is not an array of integers"),
+            std::string::npos)
+      << huge.status();
+  auto wide =
+      open(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 16]})");
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.status().message().find("more than 2^63 elements"), std::string::npos)
+      << wide.status();
+  auto fine = open(R"({"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]})");
+  EXPECT_TRUE(fine.ok()) << fine.status();
+}
+
 TEST(Weights, CorruptValuesNameTheTensor) {
   TempDir dir;
   const std::string model = testing::WriteTinyModel(dir, "m");
