@@ -90,7 +90,8 @@ stage_clang() {
 
 # The tests TSan runs: those whose code has threads of its own (device
 # workers, node manager, model engine, KV arena, scheduler and its worker
-# pool, the HTTP gateway) and the multi-process integration tests with the
+# pool, the HTTP gateway, the etcd leader election and store) and the
+# multi-process integration tests with the
 # daemon they start. Single-threaded tests (kernels, formats, tokenizers,
 # chat templates, traces) are not built, so ctest skips them.
 TSAN_TARGETS=(ballast device_worker_test device_arbitration_test node_manager_test
@@ -98,7 +99,7 @@ TSAN_TARGETS=(ballast device_worker_test device_arbitration_test node_manager_te
   gateway_protocol_test cluster_test lifecycle_test cli_test bench_integration_test
   gateway_test kv_tier_store_test session_tiering_test tiering_test worker_pool_test
   layer_kv_loader_test cpu_executor_test pinned_pool_test node_generate_test request_parse_test
-  session_test)
+  session_test etcd_state_store_test scheduler_ha_test)
 
 stage_tsan() {
   local b=build-tsan logs=$ROOT/build-tsan/sanitizer-logs
