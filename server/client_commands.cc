@@ -19,6 +19,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/model_state.h"
 #include "server/auth.h"
+#include "server/http_probe.h"
 #include "server/status_util.h"
 #include "server/tls.h"
 
@@ -224,6 +225,17 @@ int RunHealth(const std::string& target, const std::string& service) {
   if (!st.ok()) return PrintError(st);
   std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()) << "\n";
   return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+}
+
+int RunMetricsHealth(const std::string& url) {
+  const absl::Status st = ProbeHttp(url, absl::Seconds(3));  // as RunHealth's deadline
+  if (st.ok()) {
+    std::cout << "OK: " << url << " answered 200\n";
+    return 0;
+  }
+  std::cerr << "error: " << st.message() << "\n";
+  if (absl::IsInvalidArgument(st)) return 2;
+  return absl::IsFailedPrecondition(st) ? 1 : 3;
 }
 
 int RunDemo(const std::string& target, const std::string& prompt, int max_tokens) {

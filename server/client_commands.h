@@ -55,6 +55,11 @@ int RunDrain(const std::string& target, const std::string& node, bool undo, int 
 int RunCluster(const std::string& target);
 // grpc.health.v1 Check; exit 0 when SERVING (for probes and scripts).
 int RunHealth(const std::string& target, const std::string& service);
+// `health --metrics-url`: an HTTP GET of the metrics endpoint (HttpProbe,
+// server/http_probe.h), a liveness check that needs no gRPC port (a
+// standby scheduler's are closed). Exit 0 on 200, 1 on another status, 2
+// for a bad URL, 3 when nothing answers (refused, unresolved, timed out).
+int RunMetricsHealth(const std::string& url);
 int RunDemo(const std::string& target, const std::string& prompt, int max_tokens);
 
 }  // namespace ballast::server

@@ -214,10 +214,19 @@ int main(int argc, char** argv) {
   models->add_option("--target", target, "scheduler address")->capture_default_str();
   auto* cluster = app.add_subcommand("cluster", "show nodes, devices and memory");
   cluster->add_option("--target", target, "scheduler address")->capture_default_str();
-  std::string health_service;
-  auto* health = app.add_subcommand("health", "grpc.health.v1 check (exit 0 if SERVING)");
-  health->add_option("--target", target, "server address")->capture_default_str();
-  health->add_option("--service", health_service, "service name ('' = the whole server)");
+  std::string health_service, health_metrics_url;
+  auto* health = app.add_subcommand(
+      "health", "grpc.health.v1 check (exit 0 if SERVING), or GET of a metrics endpoint");
+  auto* health_target =
+      health->add_option("--target", target, "server address")->capture_default_str();
+  auto* health_service_opt =
+      health->add_option("--service", health_service, "service name ('' = the whole server)");
+  health
+      ->add_option("--metrics-url", health_metrics_url,
+                   "instead of gRPC: GET this URL, exit 0 on HTTP 200 (liveness of a standby "
+                   "scheduler, whose gRPC port stays closed), e.g. http://localhost:9400/metrics")
+      ->excludes(health_target)
+      ->excludes(health_service_opt);
   std::string demo_prompt = "Once upon a time";
   int demo_tokens = 48;
   auto* demo = app.add_subcommand("demo", "stream from every model at once");
@@ -320,7 +329,10 @@ int main(int argc, char** argv) {
   }
   if (models->parsed()) return ballast::server::RunModels(target);
   if (cluster->parsed()) return ballast::server::RunCluster(target);
-  if (health->parsed()) return ballast::server::RunHealth(target, health_service);
+  if (health->parsed()) {
+    if (!health_metrics_url.empty()) return ballast::server::RunMetricsHealth(health_metrics_url);
+    return ballast::server::RunHealth(target, health_service);
+  }
   if (drain->parsed()) {
     return ballast::server::RunDrain(target, drain_node, drain_undo, drain_wait_s);
   }

@@ -59,6 +59,12 @@ Metrics::Metrics()
                               .Help("Session changes the state store (scheduler.state) failed to "
                                     "write; they are kept in memory only, until a restart")
                               .Register(*registry_)),
+      sched_leader_(
+          BuildGauge()
+              .Name("ballast_scheduler_leader")
+              .Help("1 while this scheduler leads (or runs without scheduler.state.etcd), "
+                    "0 while it stands by for the etcd leadership")
+              .Register(*registry_)),
       node_requests_(BuildCounter()
                          .Name("ballast_node_requests_total")
                          .Help("Requests served by this node, by model and gRPC status")
@@ -254,6 +260,8 @@ void Metrics::SetStateWriteErrors(int64_t total) {
   const int64_t seen = state_errors_seen_.exchange(total);
   if (total > seen) counter.Increment(static_cast<double>(total - seen));
 }
+
+void Metrics::SetLeader(bool leads) { sched_leader_.Add({}).Set(leads ? 1 : 0); }
 
 void Metrics::SetDevice(const DeviceGauges& g) {
   kv_blocks_.Add({{"device", g.device}, {"state", "used"}})

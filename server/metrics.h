@@ -102,6 +102,10 @@ class Metrics {
   // The session directory's failed state-store writes so far
   // (SessionDirectory::write_errors): ballast_scheduler_state_write_errors_total.
   void SetStateWriteErrors(int64_t total);
+  // ballast_scheduler_leader: 1 while this process schedules (it won the
+  // scheduler.state.etcd election, or runs without one), 0 while it stands
+  // by with its gRPC ports closed. Never set: not exported (a node).
+  void SetLeader(bool leads);
   void NodeRequest(const RequestOutcome& o);
   void SetDevice(const DeviceGauges& g);
   void SetKvTiers(const KvTierGauges& g);
@@ -134,6 +138,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& sched_nodes_;
   prometheus::Family<prometheus::Gauge>& sched_sessions_;
   prometheus::Family<prometheus::Counter>& sched_state_errors_;
+  prometheus::Family<prometheus::Gauge>& sched_leader_;
   std::atomic<int64_t> state_errors_seen_{0};
   prometheus::Family<prometheus::Counter>& node_requests_;
   prometheus::Family<prometheus::Histogram>& node_ttft_;

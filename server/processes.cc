@@ -439,6 +439,10 @@ absl::StatusOr<std::shared_ptr<global_scheduler::StateStore>> Lead(
 int RunScheduler(const Config& config) {
   if (absl::Status st = CheckSchedulerTransport(config); !st.ok()) return Fail(st);
   Metrics metrics;
+  // A standby exports ballast_scheduler_leader 0 until it leads, and serves
+  // /metrics all along: its liveness probe (`ballast health --metrics-url`)
+  // needs no gRPC port.
+  metrics.SetLeader(config.scheduler.etcd.endpoints.empty());
   auto exposer = MaybeExpose(config.scheduler.metrics_listen, metrics);
   if (!exposer.ok()) return Fail(exposer.status());
   SchedulerSection cfg = config.scheduler;
@@ -462,6 +466,7 @@ int RunScheduler(const Config& config) {
       return Fail(store.status());
     }
     cfg.options.state_store = std::move(*store);
+    metrics.SetLeader(true);
   }
   auto s = StartScheduler(cfg, &metrics);
   if (!s.ok()) {
@@ -504,7 +509,8 @@ int RunServe(const Config& config) {
   auto models = PrepareSyntheticModels(c.serve);
   if (!models.ok()) return Fail(models.status());
   for (auto& m : *models) c.scheduler.options.models.push_back(m);
-  Metrics metrics;  // one registry, scheduler and node families
+  Metrics metrics;          // one registry, scheduler and node families
+  metrics.SetLeader(true);  // the one scheduler
   auto exposer = MaybeExpose(c.scheduler.metrics_listen, metrics);
   if (!exposer.ok()) return Fail(exposer.status());
   auto s = StartScheduler(c.scheduler, &metrics);

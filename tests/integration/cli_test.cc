@@ -90,6 +90,16 @@ TEST_F(CliTest, ClientCommandsReportAnUnreachableServer) {
   EXPECT_NE(r.output.find("UNAVAILABLE"), std::string::npos) << r.output;
   EXPECT_NE(Exec({"models", "--target", target}, Path("m.log")).exit_code, 0);
   EXPECT_NE(Exec({"health", "--target", target}, Path("h.log")).exit_code, 0);
+  // The metrics probe (a standby scheduler's liveness) names the URL.
+  const std::string url = absl::StrCat("http://", target, "/metrics");
+  CommandResult metrics = Exec({"health", "--metrics-url", url}, Path("hm.log"));
+  EXPECT_EQ(metrics.exit_code, 3);
+  EXPECT_NE(metrics.output.find("error: GET " + url + ": cannot connect to " + target),
+            std::string::npos)
+      << metrics.output;
+  CommandResult bad = Exec({"health", "--metrics-url", "https://" + target}, Path("hb.log"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("https is not supported"), std::string::npos) << bad.output;
 }
 
 TEST_F(CliTest, TraceImportWritesATraceThatReadsBack) {

@@ -31,8 +31,12 @@ grep -q '^ballast_scheduler_slo_requests_total{model="tiny",result="met",slo="tt
   "$work/metrics.txt" || { grep slo "$work/metrics.txt"; echo "no ttft met series"; exit 1; }
 grep -q '^ballast_scheduler_slo_requests_total{model="tiny",result="missed",slo="ttft"} 1' \
   "$work/metrics.txt" || { grep slo "$work/metrics.txt"; echo "no ttft missed series"; exit 1; }
+# serve runs the one scheduler: it leads (ballast_scheduler_leader 1).
 for series in 'ballast_node_queue_seconds_count{model="tiny"} 3' \
-              'ballast_node_activation_seconds_count{model="tiny",source="disk"} 1'; do
+              'ballast_node_activation_seconds_count{model="tiny",source="disk"} 1' \
+              'ballast_scheduler_leader 1'; do
   grep -qF "$series" "$work/metrics.txt" || { echo "missing: $series"; exit 1; }
 done
+# The liveness probe of a scheduler without its gRPC port (deploy/kubernetes).
+"$bin" health --metrics-url "http://127.0.0.1:$metrics/metrics"
 echo "metrics_promtool: $(grep -c '^# TYPE' "$work/metrics.txt") families pass promtool check metrics"

@@ -176,5 +176,20 @@ TEST(Metrics, ModelMemoryFollowsTheResidentModels) {
       << text;
 }
 
+// The leadership gauge: no series until a scheduler sets it (a node
+// exports none), then one unlabelled series that follows the last call.
+TEST(Metrics, LeaderGaugeFollowsTheElection) {
+  Metrics m;
+  EXPECT_EQ(Scrape(m).find("\nballast_scheduler_leader "), std::string::npos) << Scrape(m);
+  m.SetLeader(false);  // a standby, campaigning
+  std::string text = Scrape(m);
+  EXPECT_NE(text.find("\nballast_scheduler_leader 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE ballast_scheduler_leader gauge"), std::string::npos) << text;
+  m.SetLeader(true);  // won
+  text = Scrape(m);
+  EXPECT_NE(text.find("\nballast_scheduler_leader 1\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\nballast_scheduler_leader 0\n"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace ballast::server
