@@ -1,39 +1,314 @@
 // Paged causal attention for mixed prefill/decode batches, split over the
-// KV length (flash-decoding): each block handles one query token, up to 8
-// query heads sharing one kv head (GQA), and one partition of the context,
-// in tiles of kTile keys with an online softmax. Partitions are merged by
-// PartitionMergeKernel. CUDA cores, FP32 accumulation. Head sizes are
-// multiples of 8 (BALLAST_ATTENTION_HEAD_DIMS); where D / 8 does not divide
-// the block, the threads past the last full V row idle in the P V phase.
+// KV length (flash-decoding). Each block handles one query token, up to G
+// query heads sharing one kv head (GQA: K and V are read once for the
+// group), and one partition of the context. Inside the block each warp
+// takes every kWarps-th chunk of keys and streams it through shared memory
+// with cp.async, kStages chunks in flight; inside a warp each group of
+// kLanes lanes takes one key per load, each lane 8 elements of it, so K and
+// V rows are read whole with coalesced vector copies and the loop has no
+// block barrier. Every lane group keeps its own online softmax (base 2);
+// the groups, then the warps, then the partitions (PartitionMergeKernel)
+// are merged in a fixed order, so a query's result depends only on its own
+// keys and the partition length (deterministic mode relies on it). CUDA
+// cores, FP32 accumulation.
 #include <algorithm>
+#include <type_traits>
 
 #include "engine/cuda/common.cuh"
 
 namespace ballast::engine::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kTile = 128;    // keys per tile: one per thread in the score phase
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTile = 128;    // partition lengths are multiples of this (fixed plan)
 constexpr int kMaxGroup = 8;  // query heads per block
 constexpr int kMinPartition = 64;
+constexpr float kLog2e = 1.4426950408889634f;
 
 struct Workspace {
-  float* o;  // [T][H][parts][D], unnormalised
-  float* m;  // [T][H][parts], running max (-inf: empty partition)
+  float* o;  // [T][H][parts][D], unnormalised (times v_scale)
+  float* m;  // [T][H][parts], running max, base 2 (-inf: empty partition)
   float* l;  // [T][H][parts], softmax denominator
 };
 
-template <typename T, typename KvT, int D>
+// Shapes of one head's row for a head size D: 8 elements per lane.
+template <int D>
+struct RowShape {
+  static constexpr int kSlices = D / 8;  // lanes that hold part of a row
+  static constexpr int kLanes = kSlices <= 1    ? 1
+                                : kSlices <= 2  ? 2
+                                : kSlices <= 4  ? 4
+                                : kSlices <= 8  ? 8
+                                : kSlices <= 16 ? 16
+                                                : 32;  // lanes per key (a power of two)
+  static constexpr int kKeysPerLoad = 32 / kLanes;
+  static_assert(D % 8 == 0 && kSlices <= 32, "head size");
+};
+
+// Raw storage of 8 KV elements: 16 bytes (2-byte types) or 8 (FP8).
+template <typename KvT>
+struct Vec8 {
+  using Raw = typename std::conditional<sizeof(KvT) == 2, uint4, uint2>::type;
+  Raw raw;
+  __device__ __forceinline__ void Clear() { raw = Raw{}; }
+  __device__ __forceinline__ void Load(const KvT* p) { raw = *reinterpret_cast<const Raw*>(p); }
+  __device__ __forceinline__ void ToFloat(float out[8]) const {
+    const KvT* e = reinterpret_cast<const KvT*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = ToF(e[i]);
+  }
+};
+
+// Online-softmax state of one lane group for G heads and the lane's 8 columns.
+template <int G>
+struct SoftmaxState {
+  float m[G], l[G], acc[G][8];
+  __device__ __forceinline__ void Init() {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      m[g] = -INFINITY;
+      l[g] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
+    }
+  }
+  // Folds in (m2, l2, acc2) of the same heads: both sides come out equal
+  // whichever is `this` (addition is commutative), which the lane-exchange
+  // merge relies on.
+  __device__ __forceinline__ void Merge(int g, float m2, float l2, const float acc2[8]) {
+    const float mn = fmaxf(m[g], m2);
+    const float a = m[g] == -INFINITY ? 0.0f : exp2f(m[g] - mn);
+    const float b = m2 == -INFINITY ? 0.0f : exp2f(m2 - mn);
+    l[g] = l[g] * a + l2 * b;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[g][j] = acc[g][j] * a + acc2[j] * b;
+    m[g] = mn;
+  }
+};
+
+// Start of KV block `id` (as KvSlot finds it).
+__device__ __forceinline__ const uint8_t* BlockBase(const PagedKv& kv, int id) {
+  const unsigned u = static_cast<unsigned>(id), mask = (1u << kv.slab_shift) - 1u;
+  return kv.base + static_cast<size_t>(u >> kv.slab_shift) * kv.slab_bytes +
+         static_cast<size_t>(u & mask) * kv.block_bytes;
+}
+
+// cp.async of kBytes (16 or 8) into shared memory; when !valid nothing is
+// read and the destination is zero-filled.
+template <int kBytes>
+__device__ __forceinline__ void CopyAsync(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? kBytes : 0;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(n)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem),
+                 "n"(kBytes), "r"(n)
+                 : "memory");
+  }
+}
+__device__ __forceinline__ void CopyCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void CopyWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+constexpr int kStages = 3;  // chunks in flight per warp (2 ahead of the one computed)
+
+// The keys one warp reads: chunks c = 0, 1, ... of kChunk keys from
+// start + (c * kWarps + warp) * kChunk, staged through kStages slots of the
+// warp's shared memory by cp.async. Each lane copies and reads back only its
+// own 8 elements of K and of V, so no barrier is needed. Block ids are
+// fetched 32 chunks at a time (one per lane), off the copies' critical path.
+template <typename KvT, int D, int U>
+class WarpKeys {
+ public:
+  using Shape = RowShape<D>;
+  using Raw = typename Vec8<KvT>::Raw;
+  static constexpr int kChunk = U * Shape::kKeysPerLoad;
+  static constexpr int kStageBytes = 2 * U * 32 * static_cast<int>(sizeof(Raw));
+
+  __device__ WarpKeys(const PagedKv& kv, int seq, int kvh, int start, int end, uint8_t* smem)
+      : kv_(kv), seq_(seq), kvh_(kvh), start_(start), end_(end), smem_(smem) {}
+
+  __device__ int First(int c) const {
+    return start_ + (c * kWarps + static_cast<int>(threadIdx.x >> 5)) * kChunk;
+  }
+  __device__ bool Exists(int c) const { return First(c) < end_; }
+  __device__ int end() const { return end_; }
+
+  // Starts the copies of chunk c into its slot (none past the end) and
+  // closes one commit group either way. Called by the whole warp for
+  // c = 0, 1, 2, ... in order.
+  __device__ void Issue(int c) {
+    const int lane = threadIdx.x & 31;
+    if (c % 32 == 0) {
+      const int f = First(c + lane);
+      ids_ = f < end_
+                 ? kv_.block_ids[static_cast<size_t>(seq_) * kv_.max_blocks + f / kv_.block_tokens]
+                 : 0;
+    }
+    const int id = __shfl_sync(0xffffffffu, ids_, c % 32);
+    if (Exists(c)) {
+      const int f = First(c), bt = kv_.block_tokens;
+      const int page_pos0 = f - f % bt;
+      // Straddling two blocks (block sizes not a multiple of the chunk):
+      // each key's block is looked up on its own.
+      const uint8_t* page = f % bt + kChunk <= bt ? BlockBase(kv_, id) : nullptr;
+      const int key_in_load = lane / Shape::kLanes, slice = lane % Shape::kLanes;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int pos = f + u * Shape::kKeysPerLoad + key_in_load;
+        const bool valid = pos < end_ && slice < Shape::kSlices;
+        const KvT* k = valid ? RowAt(page, page_pos0, pos, false) + slice * 8
+                             : reinterpret_cast<const KvT*>(kv_.base);
+        const KvT* v = valid ? RowAt(page, page_pos0, pos, true) + slice * 8 : k;
+        CopyAsync<sizeof(Raw)>(Slot(c, false, u), k, valid);
+        CopyAsync<sizeof(Raw)>(Slot(c, true, u), v, valid);
+      }
+    }
+    CopyCommit();
+  }
+
+  // This lane's 8 elements of load u of chunk c (after its group is waited).
+  __device__ Vec8<KvT> Get(int c, bool value, int u) const {
+    Vec8<KvT> r;
+    r.raw = *reinterpret_cast<const Raw*>(Slot(c, value, u));
+    return r;
+  }
+
+ private:
+  __device__ uint8_t* Slot(int c, bool value, int u) const {
+    return smem_ + (c % kStages) * kStageBytes +
+           ((value ? U : 0) + u) * 32 * static_cast<int>(sizeof(Raw)) +
+           static_cast<int>(threadIdx.x & 31) * static_cast<int>(sizeof(Raw));
+  }
+  // Row of key `pos` for this kv head (K, or V when value); `page` is the
+  // block holding positions from page_pos0, or nullptr (look it up).
+  __device__ const KvT* RowAt(const uint8_t* page, int page_pos0, int pos, bool value) const {
+    if (page == nullptr) {
+      return reinterpret_cast<const KvT*>(KvSlot(kv_, seq_, pos, kvh_, value, sizeof(KvT)));
+    }
+    const size_t row = static_cast<size_t>(kv_.num_kv_heads) * kv_.head_dim * sizeof(KvT);
+    return reinterpret_cast<const KvT*>(page + (value ? kv_.block_tokens * row : 0) +
+                                        static_cast<size_t>(pos - page_pos0) * row +
+                                        static_cast<size_t>(kvh_) * kv_.head_dim * sizeof(KvT));
+  }
+
+  const PagedKv& kv_;
+  const int seq_, kvh_, start_, end_;
+  uint8_t* const smem_;
+  int ids_ = 0;  // lane j: block id of chunk (c - c % 32 + j)'s first key
+};
+
+// Chunk c (already copied) for one lane: scores for its key of each load,
+// then the online-softmax update and P V for its 8 columns. Keys at or past
+// the end are masked.
+template <typename KvT, int D, int G, int U>
+__device__ __forceinline__ void AttendChunk(const WarpKeys<KvT, D, U>& keys, int c, int ng,
+                                            const float (&q)[G][8], SoftmaxState<G>& st) {
+  using Shape = RowShape<D>;
+  const int key_in_load = (threadIdx.x & 31) / Shape::kLanes;
+  const int first = keys.First(c);
+  float s[U][G];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    float kf[8];
+    keys.Get(c, false, u).ToFloat(kf);
+    const bool live = first + u * Shape::kKeysPerLoad + key_in_load < keys.end();
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float d = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) d += q[g][j] * kf[j];
+#pragma unroll
+      for (int o = Shape::kLanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+      s[u][g] = live ? d : -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (g >= ng) continue;
+    float mx = s[0][g];
+#pragma unroll
+    for (int u = 1; u < U; ++u) mx = fmaxf(mx, s[u][g]);
+    const float mn = fmaxf(st.m[g], mx);
+    if (mn == -INFINITY) continue;  // nothing yet for this lane group
+    const float a = exp2f(st.m[g] - mn);
+    st.l[g] *= a;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) st.acc[g][j] *= a;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const float p = exp2f(s[u][g] - mn);
+      st.l[g] += p;
+      float vf[8];
+      keys.Get(c, true, u).ToFloat(vf);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) st.acc[g][j] += p * vf[j];
+    }
+    st.m[g] = mn;
+  }
+}
+
+// Merges the states of a warp's lane groups (lanes kLanes apart) in a
+// fixed butterfly order; every lane ends with the warp's state.
+template <int kLanes, int G>
+__device__ __forceinline__ void MergeLaneGroups(SoftmaxState<G>& st) {
+#pragma unroll
+  for (int o = kLanes; o < 32; o <<= 1) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float acc2[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc2[j] = __shfl_xor_sync(0xffffffffu, st.acc[g][j], o);
+      const float m2 = __shfl_xor_sync(0xffffffffu, st.m[g], o);
+      const float l2 = __shfl_xor_sync(0xffffffffu, st.l[g], o);
+      st.Merge(g, m2, l2, acc2);
+    }
+  }
+}
+
+// A warp's merged state in its shared-memory region (after its copies):
+// o [G][D], m [G], l [G].
+template <int G, int D>
+struct WarpStateView {
+  static constexpr int kBytes = (G * D + 2 * G) * static_cast<int>(sizeof(float));
+  float* o;
+  float* m;
+  float* l;
+  __device__ explicit WarpStateView(uint8_t* p)
+      : o(reinterpret_cast<float*>(p)), m(o + G * D), l(m + G) {}
+  // Lane `slice`'s 8 columns (and, from slice 0, m and l).
+  __device__ void Store(const SoftmaxState<G>& st, int slice) const {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[g * D + slice * 8 + j] = st.acc[g][j];
+      if (slice == 0) {
+        m[g] = st.m[g];
+        l[g] = st.l[g];
+      }
+    }
+  }
+};
+
+template <typename T, typename KvT, int D, int G>
 __global__ void __launch_bounds__(kThreads)
     PagedAttentionKernel(const T* __restrict__ q, TokenMap tokens, int num_heads, PagedKv kv,
                          float scale, int partition_tokens, Workspace ws, T* __restrict__ out) {
-  static_assert(D % 8 == 0 && D <= 256, "head size");
-  constexpr int kCols = D / 8;             // threads per V row (8 elements each)
-  constexpr int kRows = kThreads / kCols;  // V rows processed in parallel
-  __shared__ float q_s[kMaxGroup][D];
-  __shared__ float s_s[kMaxGroup][kTile];
-  __shared__ float red[kRows * kMaxGroup * D];
-  __shared__ float m_s[kMaxGroup], l_s[kMaxGroup], alpha_s[kMaxGroup];
+  using Shape = RowShape<D>;
+  constexpr int U = G <= 4 ? 4 : 2;  // loads of K and of V in flight per lane
+  using Keys = WarpKeys<KvT, D, U>;
+  // Per warp: the copy slots, then (reused) its merged state.
+  constexpr int kWarpBytes = kStages * Keys::kStageBytes > WarpStateView<G, D>::kBytes
+                                 ? kStages * Keys::kStageBytes
+                                 : WarpStateView<G, D>::kBytes;
+  __shared__ __align__(16) uint8_t smem[kWarps][kWarpBytes];
 
   const int t = blockIdx.x;
   const int pos = tokens.pos[t];
@@ -41,15 +316,13 @@ __global__ void __launch_bounds__(kThreads)
   const int seq = tokens.seq[t];
   const int parts = gridDim.z, part = blockIdx.z;
   const int group = num_heads / kv.num_kv_heads;
-  const int chunks = (group + kMaxGroup - 1) / kMaxGroup;
-  const int kvh = blockIdx.y / chunks, g0 = (blockIdx.y % chunks) * kMaxGroup;
-  const int ng = min(kMaxGroup, group - g0);
+  const int chunks = (group + G - 1) / G;
+  const int kvh = blockIdx.y / chunks, g0 = (blockIdx.y % chunks) * G;
+  const int ng = min(G, group - g0);
   const int head0 = kvh * group + g0;
-  const int ctx = pos + 1;
   const int start = part * partition_tokens;
-  const int end = min(ctx, start + partition_tokens);
-  const int tid = threadIdx.x;
-
+  const int end = min(pos + 1, start + partition_tokens);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (start >= end) {  // only with parts > 1: an empty partition
     if (tid < ng) {
       const size_t i = (static_cast<size_t>(t) * num_heads + head0 + tid) * parts + part;
@@ -58,118 +331,61 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  for (int i = tid; i < ng * D; i += kThreads) {
-    q_s[i / D][i % D] = ToF(q[(static_cast<size_t>(t) * num_heads + head0) * D + i]) * scale;
-  }
-  if (tid < kMaxGroup) {
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.0f;
-  }
-  float acc[kMaxGroup][8];
+  // This lane's 8 columns of each head's query, scaled for base-2 softmax.
+  const int slice = lane % Shape::kLanes;
+  const float qs = scale * kv.k_scale * kLog2e;
+  float qr[G][8];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g)
+  for (int g = 0; g < G; ++g) {
+    if (g < ng && slice < Shape::kSlices) {
+      const T* src = q + (static_cast<size_t>(t) * num_heads + head0 + g) * D + slice * 8;
+      Load8(src, qr[g]);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
-  __syncthreads();
-
-  const int warp = tid >> 5, lane = tid & 31;
-  const int r = tid / kCols, c = tid % kCols;
-  // False for the kThreads % kCols spare threads (none for powers of two).
-  const bool pv_thread = kThreads % kCols == 0 || r < kRows;
-  for (int tile = start; tile < end; tile += kTile) {
-    const int n = min(kTile, end - tile);
-    // Scores: thread tid takes key tile + tid.
-    if (tid < n) {
-      const KvT* k =
-          reinterpret_cast<const KvT*>(KvSlot(kv, seq, tile + tid, kvh, false, sizeof(KvT)));
-      float s[kMaxGroup];
+      for (int j = 0; j < 8; ++j) qr[g][j] *= qs;
+    } else {
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
-#pragma unroll 4
-      for (int cc = 0; cc < kCols; ++cc) {
-        float kf[8];
-        Load8(k + cc * 8, kf);
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-          if (g < ng) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) s[g] += q_s[g][cc * 8 + j] * kf[j];
-          }
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g)
-        if (g < ng) s_s[g][tid] = s[g] * kv.k_scale;
+      for (int j = 0; j < 8; ++j) qr[g][j] = 0.0f;
     }
-    __syncthreads();
-    // Online softmax: warp w updates heads w, w + 4.
-    for (int g = warp; g < ng; g += kThreads / 32) {
-      float mx = -INFINITY;
-      for (int i = lane; i < n; i += 32) mx = fmaxf(mx, s_s[g][i]);
-      mx = WarpMax(mx);
-      const float m_old = m_s[g];
-      const float m_new = fmaxf(m_old, mx);
-      float sum = 0.0f;
-      for (int i = lane; i < n; i += 32) {
-        const float p = expf(s_s[g][i] - m_new);
-        s_s[g][i] = p;
-        sum += p;
-      }
-      sum = WarpSum(sum);
-      if (lane == 0) {
-        const float a = expf(m_old - m_new);
-        alpha_s[g] = a;
-        l_s[g] = l_s[g] * a + sum;
-        m_s[g] = m_new;
-      }
-    }
-    __syncthreads();
-    // P V: thread (r, c) takes rows r, r + kRows, ... and 8 columns.
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g < ng) {
-        const float a = alpha_s[g];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[g][j] *= a;
-      }
-    }
-    for (int i = pv_thread ? r : n; i < n; i += kRows) {
-      const KvT* v =
-          reinterpret_cast<const KvT*>(KvSlot(kv, seq, tile + i, kvh, true, sizeof(KvT)));
-      float vf[8];
-      Load8(v + c * 8, vf);
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < ng) {
-          const float p = s_s[g][i] * kv.v_scale;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc[g][j] += p * vf[j];
-        }
-      }
-    }
-    __syncthreads();
   }
-  // Merge the kRows partial sums.
-  if (pv_thread) {
+  SoftmaxState<G> st;
+  st.Init();
+  Keys keys(kv, seq, kvh, start, end, smem[warp]);
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) red[(r * kMaxGroup + g) * D + c * 8 + j] = acc[g][j];
+  for (int c = 0; c < kStages - 1; ++c) keys.Issue(c);
+  for (int c = 0; keys.Exists(c); ++c) {
+    keys.Issue(c + kStages - 1);
+    CopyWait<kStages - 1>();
+    AttendChunk<KvT, D, G, U>(keys, c, ng, qr, st);
   }
+  CopyWait<0>();  // the slots are reused below
+  MergeLaneGroups<Shape::kLanes>(st);
+  __syncwarp();  // every lane is done with its slots
+  const WarpStateView<G, D> mine(smem[warp]);
+  if (lane < Shape::kSlices) mine.Store(st, lane);
   __syncthreads();
   for (int i = tid; i < ng * D; i += kThreads) {
     const int g = i / D, d = i % D;
-    float sum = 0.0f;
-#pragma unroll 4
-    for (int rr = 0; rr < kRows; ++rr) sum += red[(rr * kMaxGroup + g) * D + d];
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, WarpStateView<G, D>(smem[w]).m[g]);
+    float l = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {  // a fixed order
+      const WarpStateView<G, D> v(smem[w]);
+      if (v.m[g] == -INFINITY) continue;
+      const float a = exp2f(v.m[g] - m);
+      l += v.l[g] * a;
+      o += v.o[g * D + d] * a;
+    }
+    o *= kv.v_scale;
     const size_t th = static_cast<size_t>(t) * num_heads + head0 + g;
     if (parts == 1) {
-      out[th * D + d] = FromF<T>(sum / l_s[g]);
+      out[th * D + d] = FromF<T>(o / l);
     } else {
-      ws.o[(th * parts + part) * D + d] = sum;
+      ws.o[(th * parts + part) * D + d] = o;
       if (d == 0) {
-        ws.m[th * parts + part] = m_s[g];
-        ws.l[th * parts + part] = l_s[g];
+        ws.m[th * parts + part] = m;
+        ws.l[th * parts + part] = l;
       }
     }
   }
@@ -186,13 +402,13 @@ __global__ void PartitionMergeKernel(TokenMap tokens, int parts, int head_dim, W
   float denom = 0.0f;
   for (int p = 0; p < parts; ++p) {
     const float m = ws.m[th * parts + p];
-    if (m != -INFINITY) denom += expf(m - mx) * ws.l[th * parts + p];
+    if (m != -INFINITY) denom += exp2f(m - mx) * ws.l[th * parts + p];
   }
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float num = 0.0f;
     for (int p = 0; p < parts; ++p) {
       const float m = ws.m[th * parts + p];
-      if (m != -INFINITY) num += expf(m - mx) * ws.o[(th * parts + p) * head_dim + d];
+      if (m != -INFINITY) num += exp2f(m - mx) * ws.o[(th * parts + p) * head_dim + d];
     }
     out[th * head_dim + d] = FromF<T>(num / denom);
   }
@@ -206,17 +422,46 @@ Workspace Carve(void* workspace, int T, int H, int D, int parts) {
   return w;
 }
 
+// Query heads per block: the GQA group rounded up to a power of two, at
+// most kMaxGroup (larger groups take several blocks).
+int HeadsPerBlock(int group) {
+  int g = 1;
+  while (g < group && g < kMaxGroup) g *= 2;
+  return g;
+}
+
+template <typename T, typename KvT, int D>
+cudaError_t LaunchForGroup(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv,
+                           float scale, const AttentionPlan& plan, Workspace ws, T* out,
+                           cudaStream_t stream) {
+  const int group = num_heads / kv.num_kv_heads;
+  const int g = HeadsPerBlock(group);
+  const dim3 grid(tokens.num_tokens, kv.num_kv_heads * ((group + g - 1) / g), plan.num_partitions);
+#define BALLAST_ATTN_GROUP(G)                                             \
+  case G:                                                                 \
+    PagedAttentionKernel<T, KvT, D, G><<<grid, kThreads, 0, stream>>>(    \
+        q, tokens, num_heads, kv, scale, plan.partition_tokens, ws, out); \
+    break;
+  switch (g) {
+    BALLAST_ATTN_GROUP(1)
+    BALLAST_ATTN_GROUP(2)
+    BALLAST_ATTN_GROUP(4)
+    BALLAST_ATTN_GROUP(8)
+    default:
+      return cudaErrorInvalidValue;
+  }
+#undef BALLAST_ATTN_GROUP
+  return cudaGetLastError();
+}
+
 template <typename T, typename KvT>
 cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv,
                              float scale, const AttentionPlan& plan, Workspace ws, T* out,
                              cudaStream_t stream) {
-  const int group = num_heads / kv.num_kv_heads;
-  const dim3 grid(tokens.num_tokens, kv.num_kv_heads * ((group + kMaxGroup - 1) / kMaxGroup),
-                  plan.num_partitions);
-#define BALLAST_ATTN_CASE(DIM)                                            \
-  case DIM:                                                               \
-    PagedAttentionKernel<T, KvT, DIM><<<grid, kThreads, 0, stream>>>(     \
-        q, tokens, num_heads, kv, scale, plan.partition_tokens, ws, out); \
+  cudaError_t e = cudaErrorInvalidValue;
+#define BALLAST_ATTN_CASE(DIM)                                                               \
+  case DIM:                                                                                  \
+    e = LaunchForGroup<T, KvT, DIM>(q, tokens, num_heads, kv, scale, plan, ws, out, stream); \
     break;
   switch (kv.head_dim) {
     BALLAST_ATTENTION_HEAD_DIMS(BALLAST_ATTN_CASE)
@@ -224,7 +469,6 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
       return cudaErrorInvalidValue;
   }
 #undef BALLAST_ATTN_CASE
-  cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || plan.num_partitions == 1) return e;
   PartitionMergeKernel<T>
       <<<dim3(tokens.num_tokens, num_heads), std::min(kv.head_dim, 128), 0, stream>>>(
@@ -233,7 +477,6 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
 }
 
 }  // namespace
-
 bool PagedAttentionSupports(int head_dim) {
 #define BALLAST_ATTN_SUPPORTS(DIM) \
   if (head_dim == DIM) return true;

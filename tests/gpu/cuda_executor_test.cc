@@ -51,7 +51,12 @@ TEST_P(CudaGolden, LogitsMatchTransformers) {
             << " (max abs logit " << d.max_mag << "), argmax mismatches " << d.argmax_mismatch
             << " of " << tokens.size() << "\n";
   EXPECT_LT(d.max_abs, kHalfTolerance * std::max(1.0, d.max_mag));
-  EXPECT_EQ(d.argmax_mismatch, 0);
+  // Logits within max_abs of the reference can flip only a pair the
+  // reference separates by at most 2 max_abs (a near-tie, as the CPU golden
+  // test allows); any wider flip is a real error.
+  const auto decisive =
+      CompareLogits(got, want, h.config.vocab_size, 2.0 * d.max_abs / std::max(1e-9, d.max_mag));
+  EXPECT_EQ(decisive.decisive_mismatch, 0) << d.argmax_mismatch << " argmax flips in all";
 }
 
 TEST_P(CudaGolden, GreedyTokensMatchTransformers) {
