@@ -14,11 +14,13 @@
 // and writes the first piece and the meta that makes them the history:
 // a history past etcd's 1.5 MiB request limit is stored, and a rewrite
 // cut short leaves the old one. (etcd refuses a put inside a range the
-// same transaction deletes, hence the order.) Every write transaction compares
-// the fence key's value with this scheduler's id, so a deposed leader's
-// writes fail FAILED_PRECONDITION. A write whose outcome is unknown (a
-// timeout) is read back: if the session's meta holds what was written,
-// it committed (else a retry would append the turn twice). Session metas this store read or wrote
+// same transaction deletes, hence the order.) A turn past kPieceBytes is
+// appended the same way, less the delete. Every write transaction
+// compares the fence key's value with this scheduler's id, so a deposed
+// leader's writes fail FAILED_PRECONDITION. A write whose outcome is
+// unknown (a timeout) is read back: if the session's meta holds what was
+// written, it committed (else a retry would append the turn twice).
+// Session metas this store read or wrote
 // are kept in memory with their revision, so a turn is one round trip (a
 // transaction that also checks the meta is still at that revision; a
 // refused one drops the entry, and the next call reads etcd again).
@@ -82,7 +84,7 @@ std::string TurnValue(const std::vector<int>& tokens, const std::vector<v1::Chat
   return out + t + EncodeMessages(msgs);
 }
 
-// A rewrite's pieces: the tokens in slices, then the messages in groups,
+// A history's or a turn's pieces: the tokens in slices, then the messages in groups,
 // each piece at most about kPieceBytes (etcd refuses requests over 1.5 MiB).
 constexpr size_t kPieceBytes = 512 << 10;
 std::vector<std::string> Pieces(const std::vector<int>& tokens,
@@ -216,10 +218,15 @@ class EtcdStateStore final : public StateStore {
     meta.s.lost.reset();  // a turn clears it
     const std::string what = absl::StrCat("record a turn of session ", t.id);
     if (t.rewrite) return Rewrite(meta.s, t.tokens, t.messages, meta, what);
+    // One key, unless the turn is past a piece: then its pieces from
+    // next_turn + 1 on first (outside the history), and the first with the
+    // meta that takes them all in.
+    const std::vector<std::string> pieces = Pieces(t.tokens, t.messages);
+    if (auto st = WriteOutside(t.id, meta.next_turn, pieces, what); !st.ok()) return st;
     TxnRequest txn = Fenced();
     Unchanged(&txn, meta);
-    Put(&txn, TurnsPrefix(t.id) + TurnIndex(meta.next_turn), TurnValue(t.tokens, t.messages));
-    ++meta.next_turn;
+    Put(&txn, TurnsPrefix(t.id) + TurnIndex(meta.next_turn), pieces[0]);
+    meta.next_turn += static_cast<int64_t>(pieces.size());
     return CommitMeta(&txn, meta, what);
   }
 
@@ -364,6 +371,21 @@ class EtcdStateStore final : public StateStore {
     return st;
   }
 
+  // Writes pieces[1..] at turns first + 1, ... in transactions of their
+  // own: outside the history until a meta that takes them in commits (a
+  // write cut short leaves keys past next_turn that the next write of
+  // those indices replaces). REQUIRES: mu_ held.
+  absl::Status WriteOutside(const std::string& id, int64_t first,
+                            const std::vector<std::string>& pieces, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (size_t i = 1; i < pieces.size(); ++i) {
+      TxnRequest txn = Fenced();
+      Put(&txn, TurnsPrefix(id) + TurnIndex(first + static_cast<int64_t>(i)), pieces[i]);
+      if (auto st = Commit(txn, what); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+
   // Writes a session whole: meta, and its history replaced by new pieces
   // (see the header). REQUIRES: mu_ held.
   absl::Status Rewrite(const StoredSession& s, const std::vector<int>& tokens,
@@ -371,11 +393,7 @@ class EtcdStateStore final : public StateStore {
                        const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const std::vector<std::string> pieces = Pieces(tokens, messages);
     const int64_t first = old.next_turn;
-    for (size_t i = 1; i < pieces.size(); ++i) {  // outside the history until the meta commits
-      TxnRequest txn = Fenced();
-      Put(&txn, TurnsPrefix(s.id) + TurnIndex(first + static_cast<int64_t>(i)), pieces[i]);
-      if (auto st = Commit(txn, what); !st.ok()) return st;
-    }
+    if (auto st = WriteOutside(s.id, first, pieces, what); !st.ok()) return st;
     TxnRequest txn = Fenced();
     Meta cmp = old;
     cmp.s.id = s.id;

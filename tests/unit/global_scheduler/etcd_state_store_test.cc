@@ -98,8 +98,9 @@ TEST_F(EtcdTest, TurnsAppendAndRewrite) {
 }
 
 // A history past etcd's 1.5 MiB request limit (600,000 tokens, 2.4 MB, and
-// 3 MB of chat text) is written in pieces and reads back whole; a turn
-// appends after it; a whole rewrite replaces all the pieces.
+// 3 MB of chat text) is written in pieces and reads back whole; turns
+// append after it, one of them past the limit itself; a whole rewrite
+// replaces all the pieces.
 TEST_F(EtcdTest, AHistoryPastEtcdsRequestLimitIsStoredInPieces) {
   std::vector<int> tokens(600000);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>(i * 7919 % 150000);
@@ -111,12 +112,28 @@ TEST_F(EtcdTest, AHistoryPastEtcdsRequestLimitIsStoredInPieces) {
                       {"big", "m", "", true, "", tokens, messages, std::nullopt, absl::UnixEpoch()})
                   .ok());
   ASSERT_TRUE(store->AppendTurn({"big", "n", absl::FromUnixSeconds(3), {42}, {}, false}).ok());
+  // A turn past the limit too (450,000 tokens, 1.8 MB, and two messages of
+  // 1 MB): appended in pieces, after the history, before the next turn. (A
+  // single message must fit one etcd request: pieces split between
+  // messages, not inside one.)
+  std::vector<int> turn(450000);
+  for (size_t i = 0; i < turn.size(); ++i) turn[i] = static_cast<int>(i * 31 % 150000);
+  const v1::ChatMessage ask = Msg("user", std::string(1000000, 'y'));
+  const v1::ChatMessage reply = Msg("assistant", std::string(1000000, 'z'));
+  const absl::Status appended =
+      store->AppendTurn({"big", "n", absl::FromUnixSeconds(3), turn, {ask, reply}, false});
+  ASSERT_TRUE(appended.ok()) << appended;
+  ASSERT_TRUE(store->AppendTurn({"big", "n", absl::FromUnixSeconds(3), {43}, {}, false}).ok());
   auto sessions = *Store()->LoadSessions();
   ASSERT_EQ(sessions.size(), 1u);
   tokens.push_back(42);
+  tokens.insert(tokens.end(), turn.begin(), turn.end());
+  tokens.push_back(43);
   EXPECT_EQ(sessions[0].tokens, tokens);
-  ASSERT_EQ(sessions[0].messages.size(), 6u);
+  ASSERT_EQ(sessions[0].messages.size(), 8u);
   EXPECT_EQ(sessions[0].messages[5].content(), messages[5].content());
+  EXPECT_EQ(sessions[0].messages[6].content(), ask.content());
+  EXPECT_EQ(sessions[0].messages[7].content(), reply.content());
   ASSERT_TRUE(store->AppendTurn({"big", "n", absl::FromUnixSeconds(4), {1, 2}, {}, true}).ok());
   EXPECT_EQ((*Store()->LoadSessions())[0].tokens, (std::vector<int>{1, 2}));
   EXPECT_EQ(client_->Range("/t/session-turns/big/", true)->size(), 1u);
