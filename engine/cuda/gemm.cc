@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -114,10 +116,17 @@ absl::StatusOr<cublasLtMatmulAlgo_t> Heuristic(cublasLtHandle_t handle, cublasLt
   if (batch_invariant) {
     const int32_t one_split = 1;
     const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
-    Lt().cublasLtMatmulAlgoConfigSetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                              &one_split, sizeof(one_split));
-    Lt().cublasLtMatmulAlgoConfigSetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-                                              &no_reduction, sizeof(no_reduction));
+    absl::Status st =
+        Check(Lt().cublasLtMatmulAlgoConfigSetAttribute(
+                  &result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one_split, sizeof(one_split)),
+              "one K split (deterministic mode)");
+    if (st.ok()) {
+      st = Check(Lt().cublasLtMatmulAlgoConfigSetAttribute(&result.algo,
+                                                           CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                           &no_reduction, sizeof(no_reduction)),
+                 "no split-K reduction (deterministic mode)");
+    }
+    if (!st.ok()) return absl::InternalError(absl::StrCat(st.message(), " for ", what));
   }
   return result.algo;
 }
@@ -169,6 +178,48 @@ Gemm::~Gemm() {
   if (handle_) Lt().cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
+absl::Status Gemm::SetScalePointers(Plan* p, const float* w_scale, const float* x_scale) {
+  absl::Status s =
+      Check(Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                &w_scale, sizeof(w_scale)),
+            "FP8 weight scales");
+  if (!s.ok()) return s;
+  return Check(Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                   &x_scale, sizeof(x_scale)),
+               "FP8 input scales");
+}
+
+absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool out_f32, bool fp8,
+                              const float* w_scale, const float* x_scale) {
+  const std::string what =
+      absl::StrCat(fp8 ? "FP8 " : "", "[", m, " x ", k, "] x [", n, " x ", k, "]^T");
+  if (batch_invariant_ && m != kInvariantRefRows) {
+    // Every row count runs the algorithm chosen for the reference shape.
+    auto ref = GetPlan(kInvariantRefRows, n, k, type, out_f32, fp8, w_scale, x_scale);
+    if (!ref.ok()) return ref.status();
+    p->algo = (*ref)->algo;
+  } else {
+    auto algo = Heuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c,
+                          workspace_bytes_, batch_invariant_, what);
+    if (!algo.ok()) return algo.status();
+    p->algo = *algo;
+  }
+  if (!batch_invariant_) return absl::OkStatus();
+  cublasLtMatmulHeuristicResult_t check{};
+  absl::Status s = Check(Lt().cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), p->op,
+                                                      p->a, p->b, p->c, p->c, &p->algo, &check),
+                         "batch-invariant algorithm check");
+  if (s.ok() && check.workspaceSize > workspace_bytes_) {
+    s = absl::InternalError(absl::StrCat("cuBLASLt's batch-invariant algorithm wants ",
+                                         check.workspaceSize, " bytes of workspace, more than ",
+                                         workspace_bytes_));
+  }
+  if (!s.ok()) {
+    return absl::InternalError(absl::StrCat(s.message(), " for ", what, " (deterministic mode)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, bool out_f32, bool fp8,
                                           const float* w_scale, const float* x_scale) {
   const Key key{m, n, k, static_cast<int>(type), out_f32, fp8};
@@ -184,8 +235,14 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
   }
   // Column-major view: D[n x m] = W^T(op T of a k x n matrix) * X(k x m).
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-  Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  for (auto [attr, v] :
+       {std::pair{CUBLASLT_MATMUL_DESC_TRANSA, &ta}, std::pair{CUBLASLT_MATMUL_DESC_TRANSB, &tb}}) {
+    if (auto s =
+            Check(Lt().cublasLtMatmulDescSetAttribute(p->op, attr, v, sizeof(*v)), "transpose");
+        !s.ok()) {
+      return s;
+    }
+  }
   if (fp8) {  // one scale per row of op(A) (output channel) and per column of B (token)
     // A cuBLASLt older than 12.9 refuses these modes: an error here, not
     // scalar scales (the first of each vector) silently.
@@ -197,10 +254,7 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
         return s;
       }
     }
-    Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
-                                        sizeof(w_scale));
-    Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
-                                        sizeof(x_scale));
+    if (auto s = SetScalePointers(p.get(), w_scale, x_scale); !s.ok()) return s;
   }
   if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->a, in, k, n, k), "layout a"); !s.ok())
     return s;
@@ -208,28 +262,8 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
     return s;
   if (auto s = Check(Lt().cublasLtMatrixLayoutCreate(&p->c, out, n, m, n), "layout c"); !s.ok())
     return s;
-  if (batch_invariant_ && m != kInvariantRefRows) {
-    // Every row count runs the algorithm chosen for the reference shape.
-    auto ref = GetPlan(kInvariantRefRows, n, k, type, out_f32, fp8, w_scale, x_scale);
-    if (!ref.ok()) return ref.status();
-    p->algo = (*ref)->algo;
-  } else {
-    auto algo =
-        Heuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c, workspace_bytes_,
-                  batch_invariant_,
-                  absl::StrCat(fp8 ? "FP8 " : "", "[", m, " x ", k, "] x [", n, " x ", k, "]^T"));
-    if (!algo.ok()) return algo.status();
-    p->algo = *algo;
-  }
-  if (batch_invariant_) {
-    cublasLtMatmulHeuristicResult_t check{};
-    if (auto s = Check(Lt().cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), p->op,
-                                                    p->a, p->b, p->c, p->c, &p->algo, &check),
-                       "batch-invariant algorithm check");
-        !s.ok()) {
-      return absl::InternalError(absl::StrCat(s.message(), " for [", m, " x ", k, "] x [", n, " x ",
-                                              k, "]^T (deterministic mode)"));
-    }
+  if (auto s = ChooseAlgo(p.get(), m, n, k, type, out_f32, fp8, w_scale, x_scale); !s.ok()) {
+    return s;
   }
   Plan* raw = p.get();
   plans_.emplace(key, std::move(p));
@@ -300,10 +334,7 @@ absl::Status Gemm::RunFp8Quantized(const void* w, const float* w_scale, void* y,
   if (!plan.ok()) return plan.status();
   Plan* p = *plan;
   // The scale pointers change per weight; the descriptor is read at each call.
-  Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
-                                      sizeof(w_scale));
-  Lt().cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
-                                      sizeof(x_scale));
+  if (auto s = SetScalePointers(p, w_scale, x_scale); !s.ok()) return s;
   const float alpha = 1.0f, beta = 0.0f;
   return Check(
       Lt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, xq, p->b,

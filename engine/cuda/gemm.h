@@ -82,6 +82,14 @@ class Gemm {
   // scale vectors, set on the descriptor before the heuristic runs.
   absl::StatusOr<Plan*> GetPlan(int m, int n, int k, ActType type, bool out_f32, bool fp8,
                                 const float* w_scale = nullptr, const float* x_scale = nullptr);
+  // Sets p->algo: cuBLASLt's heuristic, or (batch-invariant) the algorithm
+  // chosen for kInvariantRefRows rows of the same shape, checked for m rows
+  // (and against the workspace: at some row counts it asks for a few bytes,
+  // e.g. 4 for [512 x 512] x [768 x 512]^T on an H200, with one K split
+  // and no reduction still set).
+  absl::Status ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool out_f32, bool fp8,
+                          const float* w_scale, const float* x_scale);
+  absl::Status SetScalePointers(Plan* p, const float* w_scale, const float* x_scale);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
