@@ -144,6 +144,19 @@ struct SchedulerOptions {
   // Per-tenant rate limits and caps (scheduler.quotas; tenant_quotas.h).
   // Default: none.
   QuotaOptions quotas;
+  // Advise calls that passed their tenant's quota run on a pool of their
+  // own (server/scheduler_service.h), apart from Generate's routing, so a
+  // tenant allowed many advisories cannot hold up other tenants' requests.
+  // Threads of that pool: each runs one advisory at a time, blocked in its
+  // node call (PrefetchKv: up to 30 s). Default 4.
+  int advise_threads = 4;
+  // Admitted advisories waiting for one of those threads. Past it, Advise
+  // is refused RESOURCE_EXHAUSTED with a retry hint (counted in
+  // ballast_scheduler_rejections_total{reason="advise_queue_full"}); its
+  // quota token is not given back. Each waiting advisory holds its request
+  // and an open call (about a kilobyte), and a deep queue delays hints
+  // that only help before their turn arrives. Default 256.
+  int advise_queue = 256;
   std::vector<ModelSpec> models;
   // The SQLite database that keeps the scheduler's state across restarts
   // (state_store.h): the Admin API's catalogue changes (catalogue_store.h)
@@ -307,7 +320,8 @@ class Scheduler {
   // (from its tiers, or from the session's last node as a peer) and makes
   // it the session's affinity; activates next_hops' models.
   // It is AdmitAdvisory then AdviseAdmitted: a server refuses over quota
-  // on its own thread (cheap, no node call) and runs the rest elsewhere.
+  // on its own thread (cheap, no node call) and runs the rest elsewhere
+  // (a bounded pool of its own: advise_threads, advise_queue).
   absl::StatusOr<v1::AdviseResponse> Advise(const v1::AdviseRequest& req);
   // RESOURCE_EXHAUSTED (with a retry hint) when `tenant` is over its
   // advisory quota; takes one advisory from its bucket otherwise.

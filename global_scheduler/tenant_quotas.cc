@@ -163,10 +163,11 @@ absl::Status TenantQuotas::AdmitAdvisory(const std::string& tenant) {
   return absl::OkStatus();
 }
 
-absl::Status QuotaExceeded(const std::string& what, absl::Duration wait) {
+absl::Status QuotaExceeded(const std::string& what, absl::Duration wait,
+                           const std::string& setting) {
   const int64_t ms = static_cast<int64_t>(std::ceil(absl::ToDoubleMilliseconds(wait)));
   absl::Status st =
-      absl::ResourceExhaustedError(absl::StrCat(what, "; retry in ", ms, " ms (scheduler.quotas)"));
+      absl::ResourceExhaustedError(absl::StrCat(what, "; retry in ", ms, " ms (", setting, ")"));
   st.SetPayload(kRetryAfterPayload, absl::Cord(absl::StrCat(ms)));
   return st;
 }

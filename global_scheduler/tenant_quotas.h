@@ -107,8 +107,10 @@ class TenantQuotas {
 };
 
 // RESOURCE_EXHAUSTED for `what`, retryable after `wait` (message and
-// payload).
-absl::Status QuotaExceeded(const std::string& what, absl::Duration wait);
+// payload); the message ends naming `setting`, the config that sets the
+// limit.
+absl::Status QuotaExceeded(const std::string& what, absl::Duration wait,
+                           const std::string& setting = "scheduler.quotas");
 // The retry hint of a status (kRetryAfterPayload), or -1.
 int64_t RetryAfterMs(const absl::Status& st);
 

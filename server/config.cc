@@ -141,6 +141,21 @@ absl::Status ParseSessionLimits(YamlSection& s, global_scheduler::SchedulerOptio
   return absl::OkStatus();
 }
 
+// scheduler.control_threads (node calls), advise_threads and advise_queue
+// (admitted Advise calls).
+absl::Status ParsePools(YamlSection& s, global_scheduler::SchedulerOptions* o) {
+  for (const auto& [key, v] : {std::pair<const char*, int*>{"control_threads", &o->control_threads},
+                               {"advise_threads", &o->advise_threads}}) {
+    RETURN_IF_ERROR(s.Get(key, v));
+    if (*v < 1 || *v > 1024) return s.Error(s.Key(key), "must be in [1, 1024]");
+  }
+  RETURN_IF_ERROR(s.Get("advise_queue", &o->advise_queue));
+  if (o->advise_queue < 1 || o->advise_queue > 1000000) {
+    return s.Error(s.Key("advise_queue"), "must be in [1, 1000000]");
+  }
+  return absl::OkStatus();
+}
+
 // scheduler.state: where the scheduler's state persists (state_store.h).
 absl::Status ParseEtcd(YamlSection& parent, const std::string* file, SchedulerSection::Etcd* e) {
   YAML::Node n = parent.Child("etcd");
@@ -247,10 +262,7 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   if (o.node_channels < 1 || o.node_channels > 64) {
     return s.Error(s.Key("node_channels"), "must be in [1, 64]");
   }
-  RETURN_IF_ERROR(s.Get("control_threads", &o.control_threads));
-  if (o.control_threads < 1 || o.control_threads > 1024) {
-    return s.Error(s.Key("control_threads"), "must be in [1, 1024]");
-  }
+  RETURN_IF_ERROR(ParsePools(s, &o));
   {
     int64_t idle_ms = absl::ToInt64Milliseconds(o.idle_evict_after);
     RETURN_IF_ERROR(s.Get("idle_evict_ms", &idle_ms));

@@ -65,6 +65,12 @@ Metrics::Metrics()
               .Help("1 while this scheduler leads (or runs without scheduler.state.etcd), "
                     "0 while it stands by for the etcd leadership")
               .Register(*registry_)),
+      sched_rejections_(BuildCounter()
+                            .Name("ballast_scheduler_rejections_total")
+                            .Help("Calls refused before any work, by reason (advise_quota: the "
+                                  "tenant's advisory rate; advise_queue_full: "
+                                  "scheduler.advise_queue) and tenant")
+                            .Register(*registry_)),
       node_requests_(BuildCounter()
                          .Name("ballast_node_requests_total")
                          .Help("Requests served by this node, by model and gRPC status")
@@ -262,6 +268,10 @@ void Metrics::SetStateWriteErrors(int64_t total) {
 }
 
 void Metrics::SetLeader(bool leads) { sched_leader_.Add({}).Set(leads ? 1 : 0); }
+
+void Metrics::Rejection(const char* reason, const std::string& tenant) {
+  sched_rejections_.Add({{"reason", reason}, {"tenant", TenantLabel(tenant)}}).Increment();
+}
 
 void Metrics::SetDevice(const DeviceGauges& g) {
   kv_blocks_.Add({{"device", g.device}, {"state", "used"}})

@@ -106,6 +106,15 @@ class Metrics {
   // scheduler.state.etcd election, or runs without one), 0 while it stands
   // by with its gRPC ports closed. Never set: not exported (a node).
   void SetLeader(bool leads);
+  // Rejection reasons, a fixed set: the tenant is over its advisory rate
+  // (scheduler.quotas); the queue of admitted advisories is full
+  // (scheduler.advise_queue).
+  static constexpr const char* kRejectAdviseQuota = "advise_quota";
+  static constexpr const char* kRejectAdviseQueueFull = "advise_queue_full";
+  // A call refused before any work was done for it, by reason (a kReject*
+  // value) and tenant (TenantLabel):
+  // ballast_scheduler_rejections_total{reason,tenant}.
+  void Rejection(const char* reason, const std::string& tenant);
   void NodeRequest(const RequestOutcome& o);
   void SetDevice(const DeviceGauges& g);
   void SetKvTiers(const KvTierGauges& g);
@@ -139,6 +148,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& sched_sessions_;
   prometheus::Family<prometheus::Counter>& sched_state_errors_;
   prometheus::Family<prometheus::Gauge>& sched_leader_;
+  prometheus::Family<prometheus::Counter>& sched_rejections_;
   std::atomic<int64_t> state_errors_seen_{0};
   prometheus::Family<prometheus::Counter>& node_requests_;
   prometheus::Family<prometheus::Histogram>& node_ttft_;

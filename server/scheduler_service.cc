@@ -44,6 +44,24 @@ absl::Status RequireAdmin(KeyStore* keys, const grpc::ServerContext& ctx) {
   return absl::OkStatus();
 }
 
+// Ends an Advise call with `st`; a refusal's retry hint goes into the
+// trailing metadata.
+void FinishAdvise(grpc::ServerContextBase* ctx, grpc::ServerUnaryReactor* reactor,
+                  const absl::Status& st) {
+  AddRetryHint(ctx, st);
+  reactor->Finish(ToGrpc(st));
+}
+
+// Admitted advisories past SchedulerOptions::advise_queue are refused; a
+// retry this much later finds room unless the queue is flooded.
+constexpr absl::Duration kAdviseQueueRetry = absl::Milliseconds(250);
+
+absl::Status AdviseQueueFull(int queue) {
+  return global_scheduler::QuotaExceeded(
+      absl::StrCat("the scheduler's advisory queue is full (", queue, " waiting)"),
+      kAdviseQueueRetry, "scheduler.advise_queue");
+}
+
 }  // namespace
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(
@@ -55,32 +73,41 @@ grpc::ServerUnaryReactor* InferenceService::Advise(grpc::CallbackServerContext* 
                                                    const v1::AdviseRequest* in,
                                                    v1::AdviseResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  auto refuse = [&](const absl::Status& st) {
-    AddRetryHint(ctx, st);
-    reactor->Finish(ToGrpc(st));
+  v1::AdviseRequest req = *in;
+  // A refusal: counted under `reason` (null: not counted) and ended now.
+  auto refuse = [&](const absl::Status& st, const char* reason = nullptr) {
+    if (reason != nullptr) metrics_->Rejection(reason, req.tenant());
+    FinishAdvise(ctx, reactor, st);
     return reactor;
   };
   auto caller = CallerOf(keys_, *ctx);
   if (!caller.ok()) return refuse(caller.status());
-  v1::AdviseRequest req = *in;
   if (auto st = CheckModel(*caller, req.model()); !st.ok()) return refuse(st);
   for (const std::string& hop : req.next_hops()) {  // hops load models: the same rule
     if (auto st = CheckModel(*caller, hop); !st.ok()) return refuse(st);
   }
   if (auto st = ApplyTenant(*caller, &req); !st.ok()) return refuse(st);
-  if (auto st = sched_->AdmitAdvisory(req.tenant()); !st.ok()) return refuse(st);
-  const bool queued = routing_->Schedule([this, ctx, reactor, resp, req = std::move(req)] {
+  if (auto st = sched_->AdmitAdvisory(req.tenant()); !st.ok()) {
+    const bool quota = st.code() == absl::StatusCode::kResourceExhausted;
+    return refuse(st, quota ? Metrics::kRejectAdviseQuota : nullptr);
+  }
+  using Result = transfer::WorkerPool::ScheduleResult;
+  // A copy (a refusal below still names the tenant).
+  const Result queued = advise_->TrySchedule([this, ctx, reactor, resp, req] {
     auto r = sched_->AdviseAdmitted(req);
-    if (!r.ok()) {
-      AddRetryHint(ctx, r.status());
-      reactor->Finish(ToGrpc(r.status()));
-      return;
-    }
-    *resp = std::move(*r);
-    reactor->Finish(grpc::Status::OK);
+    if (r.ok()) *resp = std::move(*r);
+    FinishAdvise(ctx, reactor, r.status());
   });
-  if (!queued) return refuse(absl::UnavailableError("the scheduler is shutting down"));
-  return reactor;
+  switch (queued) {
+    case Result::kQueued:
+      return reactor;
+    case Result::kFull:
+      return refuse(AdviseQueueFull(sched_->options().advise_queue),
+                    Metrics::kRejectAdviseQueueFull);
+    case Result::kStopped:
+      break;
+  }
+  return refuse(absl::UnavailableError("the scheduler is shutting down"));
 }
 
 grpc::Status InferenceService::Invalidate(grpc::ServerContext* ctx, const v1::InvalidateRequest* in,

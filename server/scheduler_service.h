@@ -23,7 +23,10 @@ namespace ballast::server {
 // thread per stream. Shut the gRPC server down before destroying it.
 // Generate and Advise use gRPC's callback API: no thread per call. Advise
 // refuses over-quota calls on gRPC's own thread (a flood costs no hand-off)
-// and runs admitted ones, which may call a node, on the routing pool.
+// and runs admitted ones, which may call a node, on a bounded pool of their
+// own (SchedulerOptions::advise_threads, advise_queue), never on Generate's
+// routing pool: advisories cannot hold up routing. A full queue refuses
+// RESOURCE_EXHAUSTED with a retry hint, as a quota does.
 class InferenceService final
     : public v1::Inference::WithCallbackMethod_Advise<
           v1::Inference::WithRawCallbackMethod_Generate<v1::Inference::Service>> {
@@ -38,7 +41,9 @@ class InferenceService final
       : sched_(s),
         metrics_(m),
         keys_(keys),
-        routing_(std::make_unique<transfer::WorkerPool>(kRoutingThreads)) {}
+        routing_(std::make_unique<transfer::WorkerPool>(kRoutingThreads)),
+        advise_(std::make_unique<transfer::WorkerPool>(s->options().advise_threads,
+                                                       s->options().advise_queue)) {}
 
   // Raw: parsed by StartSchedulerGenerate (request_parse.h).
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
@@ -52,11 +57,16 @@ class InferenceService final
   grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
                           v1::ListModelsResponse* resp) override;
 
+  // The pool admitted advisories run on (tests watch it).
+  const transfer::WorkerPool& advisories() const { return *advise_; }
+
  private:
   global_scheduler::Scheduler* sched_;
   Metrics* metrics_;
   KeyStore* keys_;  // null: no authentication
   std::unique_ptr<transfer::WorkerPool> routing_;
+  // Admitted advisories (declared last: stopped first, running what is queued).
+  std::unique_ptr<transfer::WorkerPool> advise_;
 };
 
 class AdminService final : public v1::Admin::Service {

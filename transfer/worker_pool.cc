@@ -4,18 +4,21 @@
 
 namespace ballast::transfer {
 
-WorkerPool::WorkerPool(int threads) {
+WorkerPool::WorkerPool(int threads, int max_queued) : max_queued_(std::max(max_queued, 0)) {
   threads_.reserve(static_cast<size_t>(std::max(threads, 1)));
   for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { Run(); });
 }
 
 WorkerPool::~WorkerPool() { Stop(); }
 
-bool WorkerPool::Schedule(std::function<void()> fn) {
+WorkerPool::ScheduleResult WorkerPool::TrySchedule(std::function<void()> fn) {
   absl::MutexLock lock(&mu_);
-  if (stopping_) return false;
+  if (stopping_) return ScheduleResult::kStopped;
+  if (max_queued_ > 0 && static_cast<int>(queue_.size()) >= max_queued_) {
+    return ScheduleResult::kFull;
+  }
   queue_.push_back(std::move(fn));
-  return true;
+  return ScheduleResult::kQueued;
 }
 
 int WorkerPool::pending() const {
@@ -28,6 +31,14 @@ void WorkerPool::WaitIdle() {
   auto idle = [this]()
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
   mu_.Await(absl::Condition(&idle));
+}
+
+bool WorkerPool::AwaitPending(int n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return static_cast<int>(queue_.size()) + running_ >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
 }
 
 void WorkerPool::Stop() {

@@ -2,6 +2,7 @@
 // rejected naming the file and the key.
 #include "server/config.h"
 
+#include "absl/strings/str_cat.h"
 #include "engine/gpu_backend.h"
 #include "gtest/gtest.h"
 
@@ -256,6 +257,25 @@ TEST(Config, SessionLimits) {
             std::string::npos);
   EXPECT_NE(Msg("scheduler: {max_sessions: 0}").find("test.yaml: scheduler.max_sessions"),
             std::string::npos);
+}
+
+TEST(Config, AdvisePoolBounds) {
+  auto c = ParseConfig("scheduler: {advise_threads: 2, advise_queue: 16, control_threads: 3}",
+                       "test.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->scheduler.options.advise_threads, 2);
+  EXPECT_EQ(c->scheduler.options.advise_queue, 16);
+  EXPECT_EQ(c->scheduler.options.control_threads, 3);
+  auto d = ParseConfig("scheduler: {}", "test.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->scheduler.options.advise_threads, 4);
+  EXPECT_EQ(d->scheduler.options.advise_queue, 256);
+  for (const char* bad : {"advise_threads: 0", "advise_queue: 0", "control_threads: 2000"}) {
+    const std::string key = std::string(bad).substr(0, std::string(bad).find(':'));
+    EXPECT_NE(Msg(absl::StrCat("scheduler: {", bad, "}")).find("test.yaml: scheduler." + key),
+              std::string::npos)
+        << bad;
+  }
 }
 
 TEST(Config, NodeFailureBounds) {

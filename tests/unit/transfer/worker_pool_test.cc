@@ -1,5 +1,5 @@
 // WorkerPool: bounded threads, FIFO, everything queued runs before Stop
-// returns, nothing runs after.
+// returns, nothing runs after; a bounded queue refuses past its bound.
 #include "transfer/worker_pool.h"
 
 #include <atomic>
@@ -52,6 +52,34 @@ TEST(WorkerPool, StopRunsWhatIsQueuedThenRefusesMore) {
   EXPECT_EQ(done.load(), 10);
   EXPECT_FALSE(pool.Schedule([&] { ++done; }));
   EXPECT_EQ(done.load(), 10);
+}
+
+// Two waiting closures fill a queue of 2 (the running one does not count):
+// the next is refused kFull and dropped; once the queue drains it takes
+// closures again; after Stop, kStopped.
+TEST(WorkerPool, ABoundedQueueRefusesWhenFull) {
+  using Result = WorkerPool::ScheduleResult;
+  std::atomic<int> done{0};
+  WorkerPool pool(1, /*max_queued=*/2);
+  absl::Notification started, release;
+  ASSERT_EQ(pool.TrySchedule([&] {
+    started.Notify();
+    release.WaitForNotification();
+    ++done;
+  }),
+            Result::kQueued);
+  started.WaitForNotification();  // running: the queue is empty again
+  EXPECT_EQ(pool.TrySchedule([&] { ++done; }), Result::kQueued);
+  EXPECT_EQ(pool.TrySchedule([&] { ++done; }), Result::kQueued);
+  EXPECT_EQ(pool.TrySchedule([&] { done += 100; }), Result::kFull);
+  EXPECT_FALSE(pool.Schedule([&] { done += 100; }));
+  release.Notify();
+  pool.WaitIdle();
+  EXPECT_EQ(done.load(), 3);
+  EXPECT_EQ(pool.TrySchedule([&] { ++done; }), Result::kQueued);
+  pool.Stop();
+  EXPECT_EQ(done.load(), 4);
+  EXPECT_EQ(pool.TrySchedule([&] { ++done; }), Result::kStopped);
 }
 
 }  // namespace
