@@ -19,14 +19,13 @@
 
 namespace ballast::server {
 
-// Generate runs on gRPC's callback API (server/scheduler_generate.h): no
-// thread per stream. Shut the gRPC server down before destroying it.
-// Generate and Advise use gRPC's callback API: no thread per call. Advise
-// refuses over-quota calls on gRPC's own thread (a flood costs no hand-off)
-// and runs admitted ones, which may call a node, on a bounded pool of their
-// own (SchedulerOptions::advise_threads, advise_queue), never on Generate's
-// routing pool: advisories cannot hold up routing. A full queue refuses
-// RESOURCE_EXHAUSTED with a retry hint, as a quota does.
+// Generate (server/scheduler_generate.h) and Advise run on gRPC's callback
+// API: no thread per call. Shut the gRPC server down before destroying it.
+// Advise refuses over-quota calls on gRPC's own thread (a flood costs no
+// hand-off) and runs admitted ones, which may call a node, on a bounded
+// pool of their own (SchedulerOptions::advise_threads, advise_queue), never
+// on Generate's routing pool: advisories cannot hold up routing. A full
+// queue refuses RESOURCE_EXHAUSTED with a retry hint, as a quota does.
 class InferenceService final
     : public v1::Inference::WithCallbackMethod_Advise<
           v1::Inference::WithRawCallbackMethod_Generate<v1::Inference::Service>> {

@@ -51,8 +51,6 @@ template <typename KvT>
 struct Vec8 {
   using Raw = typename std::conditional<sizeof(KvT) == 2, uint4, uint2>::type;
   Raw raw;
-  __device__ __forceinline__ void Clear() { raw = Raw{}; }
-  __device__ __forceinline__ void Load(const KvT* p) { raw = *reinterpret_cast<const Raw*>(p); }
   __device__ __forceinline__ void ToFloat(float out[8]) const {
     const KvT* e = reinterpret_cast<const KvT*>(&raw);
 #pragma unroll
