@@ -307,6 +307,8 @@ __global__ void __launch_bounds__(kThreads)
                                  ? kStages * Keys::kStageBytes
                                  : WarpStateView<G, D>::kBytes;
   __shared__ __align__(16) uint8_t smem[kWarps][kWarpBytes];
+  AllowNextGrid();
+  WaitPriorGrid();
 
   const int t = blockIdx.x;
   const int pos = tokens.pos[t];
@@ -392,6 +394,8 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void PartitionMergeKernel(TokenMap tokens, int parts, int head_dim, Workspace ws,
                                      T* __restrict__ out) {
+  AllowNextGrid();
+  WaitPriorGrid();
   const int t = blockIdx.x;
   if (tokens.pos[t] < 0) return;
   const size_t th = static_cast<size_t>(t) * gridDim.y + blockIdx.y;
@@ -435,11 +439,10 @@ cudaError_t LaunchForGroup(const T* q, TokenMap tokens, int num_heads, const Pag
   const int group = num_heads / kv.num_kv_heads;
   const int g = HeadsPerBlock(group);
   const dim3 grid(tokens.num_tokens, kv.num_kv_heads * ((group + g - 1) / g), plan.num_partitions);
-#define BALLAST_ATTN_GROUP(G)                                             \
-  case G:                                                                 \
-    PagedAttentionKernel<T, KvT, D, G><<<grid, kThreads, 0, stream>>>(    \
-        q, tokens, num_heads, kv, scale, plan.partition_tokens, ws, out); \
-    break;
+#define BALLAST_ATTN_GROUP(G)                                                                     \
+  case G:                                                                                         \
+    return LaunchKernel(PagedAttentionKernel<T, KvT, D, G>, grid, kThreads, 0, stream, q, tokens, \
+                        num_heads, kv, scale, plan.partition_tokens, ws, out);
   switch (g) {
     BALLAST_ATTN_GROUP(1)
     BALLAST_ATTN_GROUP(2)
@@ -449,7 +452,6 @@ cudaError_t LaunchForGroup(const T* q, TokenMap tokens, int num_heads, const Pag
       return cudaErrorInvalidValue;
   }
 #undef BALLAST_ATTN_GROUP
-  return cudaGetLastError();
 }
 
 template <typename T, typename KvT>
@@ -468,10 +470,9 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
   }
 #undef BALLAST_ATTN_CASE
   if (e != cudaSuccess || plan.num_partitions == 1) return e;
-  PartitionMergeKernel<T>
-      <<<dim3(tokens.num_tokens, num_heads), std::min(kv.head_dim, 128), 0, stream>>>(
-          tokens, plan.num_partitions, kv.head_dim, ws, out);
-  return cudaGetLastError();
+  return LaunchKernel(PartitionMergeKernel<T>, dim3(tokens.num_tokens, num_heads),
+                      std::min(kv.head_dim, 128), 0, stream, tokens, plan.num_partitions,
+                      kv.head_dim, ws, out);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Device-side helpers shared by the kernels: element conversions and
-// 8-wide vector loads/stores, warp and block reductions. Device code only.
+// 8-wide vector loads/stores, warp and block reductions, and the launch
+// helper for programmatic dependent launch. Included by .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -7,10 +8,64 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "engine/cuda/kernels.h"
 
 namespace ballast::engine::cuda {
+
+// Programmatic dependent launch (Hopper, sm_90+). The forward pass's
+// kernels are launched by LaunchKernel, which lets each one start while
+// the kernel before it in the stream is still running; inside a CUDA graph
+// the captured edge keeps that. Every such kernel must, in every block:
+//   - call AllowNextGrid() (any time: from then on the next kernel's blocks
+//     may be placed on free SMs, where they wait in WaitPriorGrid);
+//   - call WaitPriorGrid() before it reads anything an earlier kernel of
+//     the step wrote, writes anything, or exits. It returns once the
+//     previous kernel has finished and its writes are visible; since that
+//     kernel waited for its own predecessor, the whole stream before it is
+//     done too. Without exit-after-wait this chain would break.
+// Before the wait a kernel may only read what no kernel of the step writes
+// (weights), e.g. to start its weight stream early (the skinny GEMMs).
+// On earlier GPUs, or with BALLAST_CUDA_PDL=0, the calls are no-ops and
+// launches are ordinary stream-ordered ones.
+#ifndef BALLAST_CUDA_PDL
+#define BALLAST_CUDA_PDL 1
+#endif
+constexpr bool kProgrammaticLaunch = BALLAST_CUDA_PDL != 0;
+
+__device__ __forceinline__ void WaitPriorGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void AllowNextGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+// Prefetches the 128-byte line holding p into L2 (no register written).
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the
+// previous kernel in the stream (see above). Returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = kProgrammaticLaunch ? 1 : 0;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 __device__ __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float ToF(__half x) { return __half2float(x); }

@@ -245,11 +245,22 @@ absl::Status CudaExecutor::Linear(const void* x, const void* w, const float* w_s
   return gemm_->Run(x, w, y, m, n, k, act_, false, stream_);
 }
 
+absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in) {
+  const int H = config_.hidden_size, I = config_.intermediate_size;
+  const bool fused = fp8_in.q != nullptr;
+  if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), T, 2 * I, H, fused);
+      !s.ok())
+    return s;
+  // The down projection's output feeds the next layer's input norm.
+  BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_, fp8_in),
+                      "silu");
+  return Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I, fused);
+}
+
 absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   const ModelConfig& c = config_;
   const int Tmax = options_.max_batch_tokens;
-  const int T = sh.tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(),
-            I = c.intermediate_size;
+  const int T = sh.tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
   int* tok = meta_.get<int>();
   TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
   const int* rows = tok + 3 * Tmax;
@@ -315,14 +326,7 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
     BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), L.o_bias, L.post_norm, eps,
                                          T, H, x_.get(), act_, stream_, fp8_in),
                         "post-attention norm");
-    if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), T, 2 * I, H, fused);
-        !s.ok())
-      return s;
-    BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_, fp8_in),
-                        "silu");
-    // The down projection's output feeds the next layer's input norm.
-    if (auto s = Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I, fused); !s.ok())
-      return s;
+    if (auto s = Mlp(L, T, fp8_in); !s.ok()) return s;
     if (auto s = StreamAfter(l); !s.ok()) return s;
   }
   if (auto s = StreamJoin(); !s.ok()) return s;

@@ -19,6 +19,8 @@ __global__ void ConvertKernel(const S* __restrict__ src, D* __restrict__ dst, si
 template <typename T>
 __global__ void EmbeddingKernel(const T* __restrict__ table, const int* __restrict__ tokens,
                                 int hidden, float* __restrict__ resid) {
+  AllowNextGrid();
+  WaitPriorGrid();
   const int t = blockIdx.x;
   const T* row = table + static_cast<size_t>(tokens[t]) * hidden;
   float* out = resid + static_cast<size_t>(t) * hidden;
@@ -32,6 +34,8 @@ __global__ void AddRmsNormKernel(float* __restrict__ resid, const T* __restrict_
                                  const T* __restrict__ bias, const T* __restrict__ weight,
                                  float eps, int hidden, T* __restrict__ out,
                                  __nv_fp8_e4m3* __restrict__ q, float* __restrict__ q_scale) {
+  AllowNextGrid();
+  WaitPriorGrid();
   __shared__ float scratch[32];
   const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
   float* r = resid + base;
@@ -58,6 +62,8 @@ __global__ void AddRmsNormKernel(float* __restrict__ resid, const T* __restrict_
 template <typename T>
 __global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, int inter, T* __restrict__ out,
                                  __nv_fp8_e4m3* __restrict__ q, float* __restrict__ q_scale) {
+  AllowNextGrid();
+  WaitPriorGrid();
   __shared__ float scratch[32];
   const size_t t = blockIdx.x;
   const T* g = gate_up + t * 2 * inter;
@@ -72,6 +78,8 @@ __global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, int inter, T* __
 // 8 elements per thread with 16-byte loads and stores (inter % 8 == 0).
 template <typename T>
 __global__ void SiluMulVecKernel(const T* __restrict__ gate_up, int inter, T* __restrict__ out) {
+  AllowNextGrid();
+  WaitPriorGrid();
   const size_t t = blockIdx.y;
   const T* g = gate_up + t * 2 * inter;
   for (int i = (blockIdx.x * blockDim.x + threadIdx.x) * 8; i < inter;
@@ -91,6 +99,8 @@ __global__ void SiluMulVecKernel(const T* __restrict__ gate_up, int inter, T* __
 
 template <typename T>
 __global__ void SiluMulKernel(const T* __restrict__ gate_up, int inter, T* __restrict__ out) {
+  AllowNextGrid();
+  WaitPriorGrid();
   const size_t t = blockIdx.y;
   const T* g = gate_up + t * 2 * inter;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < inter; i += gridDim.x * blockDim.x) {
@@ -101,6 +111,8 @@ __global__ void SiluMulKernel(const T* __restrict__ gate_up, int inter, T* __res
 
 __global__ void GatherRowsKernel(const uint8_t* __restrict__ in, const int* __restrict__ rows,
                                  size_t row_bytes, uint8_t* __restrict__ out) {
+  AllowNextGrid();
+  WaitPriorGrid();
   const uint8_t* src = in + static_cast<size_t>(rows[blockIdx.x]) * row_bytes;
   uint8_t* dst = out + static_cast<size_t>(blockIdx.x) * row_bytes;
   for (size_t i = threadIdx.x; i < row_bytes; i += blockDim.x) dst[i] = src[i];
@@ -140,10 +152,10 @@ cudaError_t LaunchEmbedding(const void* table, ActType type, const int* tokens, 
                             int hidden, float* resid, cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
   BALLAST_DISPATCH_ACT(type, T, {
-    EmbeddingKernel<<<num_tokens, RowThreads(hidden), 0, stream>>>(static_cast<const T*>(table),
-                                                                   tokens, hidden, resid);
+    return LaunchKernel(EmbeddingKernel<T>, num_tokens, RowThreads(hidden), 0, stream,
+                        static_cast<const T*>(table), tokens, hidden, resid);
   });
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias, const void* weight,
@@ -151,20 +163,19 @@ cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias, 
                              cudaStream_t stream, Fp8Rows fp8) {
   if (num_tokens == 0) return cudaSuccess;
   BALLAST_DISPATCH_ACT(type, T, {
-    AddRmsNormKernel<<<num_tokens, RowThreads(hidden), 0, stream>>>(
-        resid, static_cast<const T*>(delta), static_cast<const T*>(bias),
-        static_cast<const T*>(weight), eps, hidden, static_cast<T*>(out),
-        static_cast<__nv_fp8_e4m3*>(fp8.q), fp8.scale);
+    return LaunchKernel(AddRmsNormKernel<T>, num_tokens, RowThreads(hidden), 0, stream, resid,
+                        static_cast<const T*>(delta), static_cast<const T*>(bias),
+                        static_cast<const T*>(weight), eps, hidden, static_cast<T*>(out),
+                        static_cast<__nv_fp8_e4m3*>(fp8.q), fp8.scale);
   });
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchGatherRows(const void* in, const int* rows, int n, size_t row_bytes, void* out,
                              cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  GatherRowsKernel<<<n, 256, 0, stream>>>(static_cast<const uint8_t*>(in), rows, row_bytes,
-                                          static_cast<uint8_t*>(out));
-  return cudaGetLastError();
+  return LaunchKernel(GatherRowsKernel, n, 256, 0, stream, static_cast<const uint8_t*>(in), rows,
+                      row_bytes, static_cast<uint8_t*>(out));
 }
 
 cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* out, ActType type,
@@ -172,27 +183,27 @@ cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* 
   if (num_tokens == 0) return cudaSuccess;
   if (fp8.q != nullptr) {
     BALLAST_DISPATCH_ACT(type, T, {
-      SiluMulFp8Kernel<<<num_tokens, RowThreads(inter), 0, stream>>>(
-          static_cast<const T*>(gate_up), inter, static_cast<T*>(out),
-          static_cast<__nv_fp8_e4m3*>(fp8.q), fp8.scale);
+      return LaunchKernel(SiluMulFp8Kernel<T>, num_tokens, RowThreads(inter), 0, stream,
+                          static_cast<const T*>(gate_up), inter, static_cast<T*>(out),
+                          static_cast<__nv_fp8_e4m3*>(fp8.q), fp8.scale);
     });
-    return cudaGetLastError();
+    return cudaErrorInvalidValue;
   }
   const int threads = 256;
   if (inter % 8 == 0) {
     const dim3 grid(std::min((inter / 8 + threads - 1) / threads, 64), num_tokens);
     BALLAST_DISPATCH_ACT(type, T, {
-      SiluMulVecKernel<<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up), inter,
-                                                     static_cast<T*>(out));
+      return LaunchKernel(SiluMulVecKernel<T>, grid, threads, 0, stream,
+                          static_cast<const T*>(gate_up), inter, static_cast<T*>(out));
     });
-    return cudaGetLastError();
+    return cudaErrorInvalidValue;
   }
   const dim3 grid(std::min((inter + threads - 1) / threads, 64), num_tokens);
   BALLAST_DISPATCH_ACT(type, T, {
-    SiluMulKernel<<<grid, threads, 0, stream>>>(static_cast<const T*>(gate_up), inter,
-                                                static_cast<T*>(out));
+    return LaunchKernel(SiluMulKernel<T>, grid, threads, 0, stream, static_cast<const T*>(gate_up),
+                        inter, static_cast<T*>(out));
   });
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace ballast::engine::cuda

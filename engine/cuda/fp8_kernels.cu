@@ -14,6 +14,8 @@ template <typename S>
 __global__ void QuantizeRowsKernel(const S* __restrict__ src, int cols,
                                    __nv_fp8_e4m3* __restrict__ dst, float* __restrict__ scales) {
   __shared__ float scratch[32];
+  AllowNextGrid();
+  WaitPriorGrid();
   const size_t base = static_cast<size_t>(blockIdx.x) * cols;
   QuantizeRowInBlock(src + base, cols, dst + base, scales + blockIdx.x, scratch);
 }
@@ -22,9 +24,8 @@ template <typename S>
 cudaError_t LaunchQuantize(const void* src, int rows, int cols, void* dst, float* scales,
                            cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  QuantizeRowsKernel<S><<<rows, 256, 0, stream>>>(static_cast<const S*>(src), cols,
-                                                  static_cast<__nv_fp8_e4m3*>(dst), scales);
-  return cudaGetLastError();
+  return LaunchKernel(QuantizeRowsKernel<S>, rows, 256, 0, stream, static_cast<const S*>(src), cols,
+                      static_cast<__nv_fp8_e4m3*>(dst), scales);
 }
 
 // 16 consecutive E4M3 values (16-byte aligned) as floats.
@@ -55,6 +56,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ float red[kWarps][M][C];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * C;
+  AllowNextGrid();
+  // The weights are no earlier kernel's output: start their stream (each
+  // warp's first chunk into L2) while the kernel producing x finishes.
+  if (warp * kChunk + lane * 16 < k) {
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      PrefetchL2(w + static_cast<size_t>(min(n0 + c, n - 1)) * k + warp * kChunk + lane * 16);
+  }
+  WaitPriorGrid();
   float acc[M][C];
 #pragma unroll
   for (int i = 0; i < M; ++i)
@@ -110,10 +120,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename OutT, int M, int C>
 cudaError_t LaunchFp8M(const void* xq, const float* x_scale, const void* w, const float* w_scale,
                        void* y, int m, int n, int k, cudaStream_t stream) {
-  SkinnyFp8Kernel<OutT, M, C><<<(n + C - 1) / C, kWarps * 32, 0, stream>>>(
-      static_cast<const __nv_fp8_e4m3*>(xq), x_scale, static_cast<const __nv_fp8_e4m3*>(w), w_scale,
-      static_cast<OutT*>(y), m, n, k);
-  return cudaGetLastError();
+  return LaunchKernel(SkinnyFp8Kernel<OutT, M, C>, (n + C - 1) / C, kWarps * 32, 0, stream,
+                      static_cast<const __nv_fp8_e4m3*>(xq), x_scale,
+                      static_cast<const __nv_fp8_e4m3*>(w), w_scale, static_cast<OutT*>(y), m, n,
+                      k);
 }
 
 static_assert(kSkinnyGemmMaxM <= 8, "DispatchFp8 instantiates up to 8 rows");

@@ -26,6 +26,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   const T* wr[C];
 #pragma unroll
   for (int c = 0; c < C; ++c) wr[c] = w + static_cast<size_t>(min(n0 + c, n - 1)) * k;
+  AllowNextGrid();
+  // The weights are no earlier kernel's output: start their stream (each
+  // warp's first chunk into L2) while the kernel producing x finishes.
+  if (warp * kChunk + lane * 8 < k) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) PrefetchL2(wr[c] + warp * kChunk + lane * 8);
+  }
+  WaitPriorGrid();
   float acc[M][C];
 #pragma unroll
   for (int i = 0; i < M; ++i)
@@ -70,9 +78,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T, typename OutT, int M, int C>
 cudaError_t LaunchM(const void* x, const void* w, void* y, int m, int n, int k,
                     cudaStream_t stream) {
-  SkinnyGemmKernel<T, OutT, M, C><<<(n + C - 1) / C, kWarps * 32, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<OutT*>(y), m, n, k);
-  return cudaGetLastError();
+  return LaunchKernel(SkinnyGemmKernel<T, OutT, M, C>, (n + C - 1) / C, kWarps * 32, 0, stream,
+                      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<OutT*>(y), m,
+                      n, k);
 }
 
 template <typename T, typename OutT>

@@ -5,6 +5,9 @@
 // stream; it returns the launch's cudaError_t and never synchronises.
 // Activations and weights are BF16 or FP16 (`ActType`); the residual stream
 // is FP32. KV is paged (see PagedKv) in the activation type or FP8-E4M3.
+// The forward pass's kernels are launched with programmatic dependent
+// launch (common.cuh): each may start while the previous kernel in its
+// stream finishes, and waits for its writes before touching activations.
 // This header is included from .cc and .cu files: no spdlog/fmt, no Abseil.
 //
 // Thread-safety: launchers are stateless; the caller orders work on streams.

@@ -69,6 +69,8 @@ __global__ void __launch_bounds__(kThreads)
   using AFrag = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
   extern __shared__ __align__(128) uint8_t smem[];
   T* Qs = reinterpret_cast<T*>(smem + S::kQ);
+  AllowNextGrid();
+  WaitPriorGrid();
 
   const PrefillTile tile = tiles[blockIdx.x];
   const int h = blockIdx.y;
@@ -269,9 +271,8 @@ cudaError_t Launch(const T* q, const PrefillTile* tiles, int num_tiles, int num_
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(num_tiles, num_heads), kThreads, bytes, stream>>>(q, tiles, num_heads, kv, scale,
-                                                                  out);
-  return cudaGetLastError();
+  return LaunchKernel(kernel, dim3(num_tiles, num_heads), kThreads, bytes, stream, q, tiles,
+                      num_heads, kv, scale, out);
 }
 
 template <typename T, typename KvT>

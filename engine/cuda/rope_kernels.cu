@@ -28,6 +28,8 @@ __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict
                                   const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                                   float eps, const float* __restrict__ inv_freq, TokenMap tokens,
                                   int num_heads, PagedKv kv, T* __restrict__ q_out) {
+  AllowNextGrid();
+  WaitPriorGrid();
   __shared__ float cos_s[128], sin_s[128];  // head_dim <= 256
   extern __shared__ float inv_rms_s[];      // [num_heads + Hkv] when normalising
   const int t = blockIdx.x;
@@ -85,11 +87,10 @@ cudaError_t Launch(const void* qkv, const void* bias, const QkNorm& norm, const 
                    cudaStream_t stream) {
   const int threads = 256;
   const size_t smem = norm.q_weight != nullptr ? (num_heads + kv.num_kv_heads) * sizeof(float) : 0;
-  RopeKvWriteKernel<T, KvT><<<tokens.num_tokens, threads, smem, stream>>>(
-      static_cast<const T*>(qkv), static_cast<const T*>(bias), static_cast<const T*>(norm.q_weight),
-      static_cast<const T*>(norm.k_weight), norm.eps, inv_freq, tokens, num_heads, kv,
-      static_cast<T*>(q_out));
-  return cudaGetLastError();
+  return LaunchKernel(RopeKvWriteKernel<T, KvT>, tokens.num_tokens, threads, smem, stream,
+                      static_cast<const T*>(qkv), static_cast<const T*>(bias),
+                      static_cast<const T*>(norm.q_weight), static_cast<const T*>(norm.k_weight),
+                      norm.eps, inv_freq, tokens, num_heads, kv, static_cast<T*>(q_out));
 }
 
 }  // namespace

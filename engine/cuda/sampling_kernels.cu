@@ -245,6 +245,8 @@ __global__ void __launch_bounds__(kThreads)
     SampleKernel(float* logits, int vocab, const SampleParams* params, SamplePenalty* penalties,
                  int* tokens, SampleLogprobs* logprobs) {
   __shared__ Shared sh;
+  AllowNextGrid();
+  WaitPriorGrid();
   float* x = logits + static_cast<size_t>(blockIdx.x) * vocab;
   const SampleParams p = params[blockIdx.x];  // uniform over the block
   const bool want_logprobs = p.top_logprobs >= 0;
@@ -267,8 +269,8 @@ cudaError_t LaunchSample(float* logits, int n, int vocab, const SampleParams* pa
                          SamplePenalty* penalties, int* tokens, SampleLogprobs* logprobs,
                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  SampleKernel<<<n, kThreads, 0, stream>>>(logits, vocab, params, penalties, tokens, logprobs);
-  return cudaGetLastError();
+  return LaunchKernel(SampleKernel, n, kThreads, 0, stream, logits, vocab, params, penalties,
+                      tokens, logprobs);
 }
 
 }  // namespace ballast::engine::cuda
