@@ -1,6 +1,7 @@
 // CUDA VMM page pool on a real GPU (label gpu; skips without one): the KV
 // arena over it hands out device memory kernels can use, handles are pooled
-// (no cuMemCreate after warm-up), the budget is enforced; the build-time
+// (no cuMemCreate after warm-up), the budget is enforced, Exchange moves
+// pages at a full budget (remapping); the build-time
 // factory (memory/gpu_page_pool.h) hands out this backend.
 #include "memory/cuda/cuda_page_pool.h"
 
@@ -81,6 +82,63 @@ TEST(CudaPagePool, FactoryMakesTheVmmBackend) {
   EXPECT_EQ(p.Map(base + (4u << 20), 2u << 20).code(), absl::StatusCode::kResourceExhausted);
   p.Unmap(base, 4u << 20);
   EXPECT_EQ(p.stats().mapped_bytes, 0);
+}
+
+// Byte `at` of device memory.
+uint8_t DeviceByte(const uint8_t* at) {
+  uint8_t v = 0;
+  EXPECT_EQ(cudaMemcpy(&v, at, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
+// Remapping's page move (PagePool::Exchange) on real VMM mappings: at a
+// full budget it unmaps some pages and maps others in one step, reusing
+// the unmapped handles (no cuMemCreate); the new pages are usable device
+// memory and the pages left mapped keep their contents; an exchange past
+// the budget is refused with nothing changed.
+TEST(CudaPagePool, ExchangeMovesPagesAtAFullBudget) {
+  constexpr size_t kMiB = 1u << 20;
+  auto pool = MakePool(8 * kMiB);
+  if (!pool) GTEST_SKIP() << "no usable CUDA device";
+  uint8_t* base = *pool->Reserve(16 * kMiB);
+  ASSERT_TRUE(pool->Map(base, 8 * kMiB).ok());
+  ASSERT_EQ(cudaMemset(base, 1, 4 * kMiB), cudaSuccess);
+  ASSERT_EQ(cudaMemset(base + 4 * kMiB, 2, 4 * kMiB), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const int64_t created = pool->driver_calls().create;
+  EXPECT_EQ(pool->Map(base + 8 * kMiB, 2 * kMiB).code(), absl::StatusCode::kResourceExhausted);
+
+  // Lend [0, 4) MiB, take [8, 12) MiB: the budget stays full, not passed.
+  const PageRange lend{base, 4 * kMiB}, take{base + 8 * kMiB, 4 * kMiB};
+  ASSERT_TRUE(pool->Exchange({lend}, {take}).ok());
+  EXPECT_EQ(pool->stats().mapped_bytes, static_cast<int64_t>(8 * kMiB));
+  EXPECT_EQ(pool->driver_calls().create, created);  // the lent pages' handles
+  ASSERT_EQ(cudaMemset(take.addr, 7, take.bytes), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(DeviceByte(take.addr), 7);
+  EXPECT_EQ(DeviceByte(take.addr + take.bytes - 1), 7);
+  EXPECT_EQ(DeviceByte(base + 4 * kMiB), 2);  // untouched by the move
+  EXPECT_EQ(DeviceByte(base + 8 * kMiB - 1), 2);
+
+  // Unmapping 2 MiB to map 6 MiB would pass the budget: refused, and the
+  // pages it would have unmapped are still mapped with their contents.
+  const PageRange give{base + 4 * kMiB, 2 * kMiB}, grab{base + 12 * kMiB, 4 * kMiB};
+  const PageRange grab_more{base, 2 * kMiB};
+  EXPECT_EQ(pool->Exchange({give}, {grab, grab_more}).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool->stats().mapped_bytes, static_cast<int64_t>(8 * kMiB));
+  EXPECT_EQ(DeviceByte(give.addr), 2);
+  EXPECT_EQ(DeviceByte(take.addr), 7);
+
+  // And back: the lent range is device memory again (its old contents are
+  // gone; the caller rewrites them, as remapping does from the host copy).
+  ASSERT_TRUE(pool->Exchange({take}, {lend}).ok());
+  EXPECT_EQ(pool->stats().mapped_bytes, static_cast<int64_t>(8 * kMiB));
+  ASSERT_EQ(cudaMemset(lend.addr, 9, lend.bytes), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(DeviceByte(lend.addr + lend.bytes - 1), 9);
+  EXPECT_EQ(pool->driver_calls().create, created);
+  pool->Unmap(base, 8 * kMiB);
+  EXPECT_EQ(pool->stats().mapped_bytes, 0);
 }
 
 }  // namespace
