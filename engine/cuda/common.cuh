@@ -27,8 +27,9 @@ namespace ballast::engine::cuda {
 //     done too. Without exit-after-wait this chain would break.
 // Before the wait a kernel may only read what no kernel of the step writes
 // (weights), e.g. to start its weight stream early (the skinny GEMMs).
-// On earlier GPUs, or with BALLAST_CUDA_PDL=0, the calls are no-ops and
-// launches are ordinary stream-ordered ones.
+// With BALLAST_CUDA_PDL=0 (CMake option BALLAST_CUDA_PDL=OFF) launches are
+// ordinary stream-ordered ones and the waits return at once. The device
+// calls compile to nothing below sm_90; build OFF for such GPUs.
 #ifndef BALLAST_CUDA_PDL
 #define BALLAST_CUDA_PDL 1
 #endif
