@@ -110,6 +110,7 @@ absl::Status ParseModel(const YAML::Node& node, const std::string& key, const st
   RETURN_IF_ERROR(s.Get("ttft_ms", &m.ttft_ms));
   RETURN_IF_ERROR(s.Get("tpot_ms", &m.tpot_ms));
   RETURN_IF_ERROR(s.Get("max_seqs", &m.max_seqs));
+  RETURN_IF_ERROR(s.Get("replicas", &m.replicas));
   RETURN_IF_ERROR(s.Get("copies", &copies));
   const YAML::Node shape = s.Child("shape");
   RETURN_IF_ERROR(s.Finish());
@@ -125,6 +126,7 @@ absl::Status ParseModel(const YAML::Node& node, const std::string& key, const st
   m.shape.kv_dtype_bytes = *kb;
   if (m.ttft_ms == 0 || m.tpot_ms == 0) return s.Error(key, "ttft_ms and tpot_ms must be > 0");
   if (m.max_seqs <= 0) return s.Error(s.Key("max_seqs"), "must be > 0");
+  if (m.replicas < 1) return s.Error(s.Key("replicas"), "must be >= 1");
   if (copies <= 0) return s.Error(s.Key("copies"), "must be > 0");
   if (copies == 1) {
     out->push_back(m);

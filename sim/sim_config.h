@@ -21,6 +21,11 @@ struct SimModel {
   uint32_t ttft_ms = 1000;  // the model's SLOs (a trace's own values win)
   uint32_t tpot_ms = 100;
   int max_seqs = 256;  // running requests at most (the engine's batch)
+  // Nodes that keep it resident (the catalogue's `replicas`), at most one
+  // replica per node. A request goes to the least loaded ready replica;
+  // missing replicas are placed (on demand: when a request comes) and an
+  // eviction takes one replica. Only single-replica models are migrated.
+  int replicas = 1;
 };
 
 struct SimPolicy {

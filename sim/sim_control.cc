@@ -59,14 +59,30 @@ double Simulator::IdleSeconds(const std::string& model) const {
   return events_.now() - models_[static_cast<size_t>(it->second)].last_request;
 }
 
+size_t Simulator::Wanted(int m) const {
+  const int replicas = config_.models[static_cast<size_t>(m)].replicas;
+  return static_cast<size_t>(std::min(replicas, node_count_));
+}
+
+int Simulator::ReplicaOn(int m, const std::string& node_id) const {
+  for (int d : models_[static_cast<size_t>(m)].devices) {
+    if (devices_[static_cast<size_t>(d)]->node_id() == node_id) return d;
+  }
+  return -1;
+}
+
 int Simulator::Choose(int m) {
   const SimModel& spec = config_.models[static_cast<size_t>(m)];
   const std::vector<gs::NodeInfo>& nodes = Nodes();
+  std::set<std::string> exclude;  // anti-affinity: one replica per node
+  for (int d : models_[static_cast<size_t>(m)].devices) {
+    exclude.insert(devices_[static_cast<size_t>(d)]->node_id());
+  }
   const int64_t w = spec.shape.weight_bytes();
   std::optional<gs::Target> t;
   if (config_.policy.placement == "kvpr") {
     t = gs::ChooseNodeKvpr(
-        nodes, {}, [&](const std::string& name) { return Demand(model_index_.at(name)); },
+        nodes, exclude, [&](const std::string& name) { return Demand(model_index_.at(name)); },
         Demand(m), w);
   } else if (config_.policy.placement == "mme") {
     auto mu = [&](int i) {
@@ -74,38 +90,46 @@ int Simulator::Choose(int m) {
              static_cast<double>(config_.models[static_cast<size_t>(i)].shape.kv_bytes_per_token());
     };
     t = gs::ChooseNodeMme(
-        nodes, {}, [&](const std::string& name) { return mu(model_index_.at(name)); }, mu(m), w);
+        nodes, exclude, [&](const std::string& name) { return mu(model_index_.at(name)); }, mu(m),
+        w);
   } else {
-    t = gs::ChooseNodeForLoad(nodes, {});
+    t = gs::ChooseNodeForLoad(nodes, exclude);
   }
   return t ? DeviceIndex(t->node_id, t->device) : -1;
 }
 
 void Simulator::PlaceInitial() {
   // Largest weights first (ties in catalogue order): the big models get
-  // the empty GPUs they need before the small ones spread out.
+  // the empty GPUs they need before the small ones spread out. Every
+  // model's first replica is placed before any model's second.
   std::vector<int> order(models_.size());
   for (size_t m = 0; m < order.size(); ++m) order[m] = static_cast<int>(m);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return config_.models[static_cast<size_t>(a)].shape.weight_bytes() >
            config_.models[static_cast<size_t>(b)].shape.weight_bytes();
   });
-  for (int m : order) {
-    const int d = Choose(m);
-    if (d < 0) continue;
-    SimDevice& dev = *devices_[static_cast<size_t>(d)];
-    if (!dev.CanLoad(config_.models[static_cast<size_t>(m)].shape.weight_bytes())) continue;
-    dev.Load(m);
-    dev.Ready(m);
-    ++changes_;
-    models_[static_cast<size_t>(m)].device = d;
-    ++stats_.initial_placed;
+  size_t most = 0;
+  for (size_t m = 0; m < models_.size(); ++m) most = std::max(most, Wanted(static_cast<int>(m)));
+  for (size_t k = 0; k < most; ++k) {
+    for (int m : order) {
+      // A model whose previous replica found no GPU gets no more.
+      if (Wanted(m) <= k || models_[static_cast<size_t>(m)].devices.size() != k) continue;
+      const int d = Choose(m);
+      if (d < 0) continue;
+      SimDevice& dev = *devices_[static_cast<size_t>(d)];
+      if (!dev.CanLoad(config_.models[static_cast<size_t>(m)].shape.weight_bytes())) continue;
+      dev.Load(m);
+      dev.Ready(m);
+      ++changes_;
+      models_[static_cast<size_t>(m)].devices.push_back(d);
+      ++stats_.initial_placed;
+    }
   }
 }
 
 void Simulator::Activate(int m) {
   ModelState& ms = models_[static_cast<size_t>(m)];
-  if (ms.device >= 0 || ms.needs_room) return;
+  if (ms.devices.size() >= Wanted(m) || ms.needs_room) return;
   const int d = Choose(m);
   const ModelShape& shape = config_.models[static_cast<size_t>(m)].shape;
   if (d < 0 || !devices_[static_cast<size_t>(d)]->CanLoad(shape.weight_bytes())) {
@@ -115,7 +139,7 @@ void Simulator::Activate(int m) {
   }
   const bool revived = devices_[static_cast<size_t>(d)]->Load(m);
   ++changes_;
-  ms.device = d;
+  ms.devices.push_back(d);
   if (!revived) {
     ++stats_.activations;
     events_.At(events_.now() + engine_.ActivationSeconds(shape), [this, d, m] {
@@ -134,13 +158,15 @@ const std::set<std::string>& Simulator::BusyOrLeaving() {
   std::set<std::string>& out = busy_;
   out.clear();
   for (size_t m = 0; m < models_.size(); ++m) {
-    const int d = models_[m].device;
-    if (d < 0) continue;
-    const SimDevice& dev = *devices_[static_cast<size_t>(d)];
-    if (dev.Busy(static_cast<int>(m)) || dev.phase(static_cast<int>(m)) == ModelPhase::kDraining ||
-        migration_.model == static_cast<int>(m)) {
-      out.insert(config_.models[m].name);
+    // Name-level, as the policies take it: one replica busy or leaving
+    // keeps all of the model's replicas.
+    bool busy = migration_.model == static_cast<int>(m);
+    for (int d : models_[m].devices) {
+      const SimDevice& dev = *devices_[static_cast<size_t>(d)];
+      busy = busy || dev.Busy(static_cast<int>(m)) ||
+             dev.phase(static_cast<int>(m)) == ModelPhase::kDraining;
     }
+    if (busy) out.insert(config_.models[m].name);
   }
   return out;
 }
@@ -160,10 +186,12 @@ void Simulator::MakeRoom(int m) {
     return;
   }
   const int v = model_index_.at(victim->model);
+  const int d = ReplicaOn(v, victim->node_id);  // the victim's replica there only
+  if (d < 0) return;
   ++changes_;
   ++stats_.idle_evictions;
   models_[static_cast<size_t>(m)].needs_room = false;  // load once the room is there
-  devices_[static_cast<size_t>(models_[static_cast<size_t>(v)].device)]->Drain(v);
+  devices_[static_cast<size_t>(d)]->Drain(v);
 }
 
 void Simulator::RelieveKvPressure() {
@@ -176,16 +204,24 @@ void Simulator::RelieveKvPressure() {
       config_.policy.kv_pressure_free_fraction, {});
   if (!victim) return;
   const int v = model_index_.at(victim->model);
+  const int d = ReplicaOn(v, victim->node_id);
+  if (d < 0) return;
   ++changes_;
   ++stats_.kv_pressure_evictions;
-  devices_[static_cast<size_t>(models_[static_cast<size_t>(v)].device)]->Drain(v);
+  devices_[static_cast<size_t>(d)]->Drain(v);
 }
 
 void Simulator::Tick() {
   if (config_.policy.fixed()) return;
+  const double now = events_.now();
   for (size_t m = 0; m < models_.size(); ++m) {
     ModelState& ms = models_[m];
-    if (ms.waiting.empty() || ms.device >= 0) continue;
+    if (ms.devices.size() >= Wanted(static_cast<int>(m))) continue;
+    // Requests wait for a replica, or a served model short of replicas
+    // was refused room for one since the last tick.
+    const bool short_of_room = ms.needs_room && !ms.devices.empty() &&
+                               now - ms.last_request < config_.policy.control_interval_s;
+    if (ms.waiting.empty() && !short_of_room) continue;
     if (ms.needs_room) {
       MakeRoom(static_cast<int>(m));
     } else {
@@ -208,9 +244,10 @@ void Simulator::Rebalance() {
   std::vector<gs::ModelDemand> models;
   std::vector<int> index;  // catalogue index of models[i]
   for (size_t m = 0; m < models_.size(); ++m) {
-    const int d = models_[m].device;
-    if (d < 0 ||
-        devices_[static_cast<size_t>(d)]->phase(static_cast<int>(m)) != ModelPhase::kReady) {
+    // Only single-replica models move (as the daemon).
+    if (config_.models[m].replicas > 1 || models_[m].devices.size() != 1) continue;
+    const int d = models_[m].devices[0];
+    if (devices_[static_cast<size_t>(d)]->phase(static_cast<int>(m)) != ModelPhase::kReady) {
       continue;
     }
     models.push_back({config_.models[m].name, Demand(static_cast<int>(m)),
@@ -245,14 +282,14 @@ void Simulator::FinishMigration() {
   ++changes_;
   ModelState& ms = models_[static_cast<size_t>(mv.model)];
   SimDevice& source = *devices_[static_cast<size_t>(mv.from)];
-  if (ms.device != mv.from || source.phase(mv.model) != ModelPhase::kReady) {
+  if (ms.devices != std::vector<int>{mv.from} || source.phase(mv.model) != ModelPhase::kReady) {
     // The source changed under the move (evicted, or the model is now
     // elsewhere): give the move up and drop the target's copy.
     devices_[static_cast<size_t>(mv.to)]->Drain(mv.model);
     return;
   }
   devices_[static_cast<size_t>(mv.to)]->Ready(mv.model);
-  ms.device = mv.to;  // new requests go to the target
+  ms.devices = {mv.to};  // new requests go to the target
   ms.needs_room = false;
   std::vector<SimRequest*> waiting;
   waiting.swap(ms.waiting);
@@ -262,13 +299,13 @@ void Simulator::FinishMigration() {
 
 void Simulator::Drained(int d, int m) {
   ++changes_;
-  // A migration's source (or an abandoned target) leaving changes nothing
-  // about where the model serves.
-  if (models_[static_cast<size_t>(m)].device == d) models_[static_cast<size_t>(m)].device = -1;
+  // The replica leaves the model's replicas; a migration's source (or an
+  // abandoned target) is none of them by then.
+  std::erase(models_[static_cast<size_t>(m)].devices, d);
   // Memory was freed: every model waiting for a replica tries again.
   for (size_t i = 0; i < models_.size(); ++i) {
     ModelState& ms = models_[i];
-    if (ms.waiting.empty() || ms.device >= 0) continue;
+    if (ms.waiting.empty() || ms.devices.size() >= Wanted(static_cast<int>(i))) continue;
     ms.needs_room = false;
     Activate(static_cast<int>(i));
   }

@@ -72,6 +72,14 @@ bool SimDevice::Busy(int model) const {
                      [&](const SimRequest* p) { return p->model == model; });
 }
 
+int SimDevice::Requests(int model) const {
+  const Resident* r = Find(model);
+  const int running = r == nullptr ? 0 : static_cast<int>(r->running.size());
+  return running +
+         static_cast<int>(std::count_if(pending_.begin(), pending_.end(),
+                                        [&](const SimRequest* p) { return p->model == model; }));
+}
+
 int64_t SimDevice::weight_bytes() const {
   int64_t w = 0;
   for (const auto& r : residents_) w += Spec(r.model).shape.weight_bytes();

@@ -24,6 +24,9 @@ Simulator::Simulator(const SimConfig& config, const EngineModel& engine,
           &config, &engine, &events_, std::move(hooks)));
     }
   }
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    if (d == 0 || devices_[d]->node_id() != devices_[d - 1]->node_id()) ++node_count_;
+  }
   models_.resize(config.models.size());
   for (size_t m = 0; m < config.models.size(); ++m) {
     model_index_[config.models[m].name] = static_cast<int>(m);
@@ -81,7 +84,10 @@ SimResult Simulator::Run() {
   out.advisories_skipped = stats_.advisories_ignored;
   for (const SimModel& m : config_.models) out.model_slos[m.name] = {m.ttft_ms, m.tpot_ms};
   stats_.simulated_s = events_.now();
-  for (const auto& d : devices_) stats_.model_steps += d->model_steps();
+  for (const auto& d : devices_) {
+    stats_.model_steps += d->model_steps();
+    stats_.device_model_steps.push_back(d->model_steps());
+  }
   stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return SimResult{std::move(out), stats_};
 }
@@ -127,21 +133,36 @@ void Simulator::Release(int i) {
 void Simulator::Route(SimRequest* r) {
   ModelState& ms = models_[static_cast<size_t>(r->model)];
   const SimModel& spec = config_.models[static_cast<size_t>(r->model)];
-  if (ms.device >= 0) {
-    SimDevice& dev = *devices_[static_cast<size_t>(ms.device)];
-    if (dev.phase(r->model) != ModelPhase::kDraining) {
-      if (r->kv_bytes > dev.KvCapacity(r->model)) {
-        Fail(r->index, "RESOURCE_EXHAUSTED",
-             absl::StrFormat("prompt + output need %.1f MiB of KV; a GPU holds at most %.1f MiB "
-                             "for model %s",
-                             r->kv_bytes / 1048576.0, dev.KvCapacity(r->model) / 1048576.0,
-                             spec.name));
-        return;
-      }
-      ++changes_;  // the device's queue (and its model's busyness) changed
-      dev.Enqueue(r);
+  // The least loaded ready replica (ties: the lowest device); else one
+  // still loading, where the request waits for it.
+  int target = -1, target_load = 0, loading = -1;
+  for (int d : ms.devices) {
+    const SimDevice& dev = *devices_[static_cast<size_t>(d)];
+    const ModelPhase phase = dev.phase(r->model);
+    if (phase == ModelPhase::kLoading && (loading < 0 || d < loading)) loading = d;
+    if (phase != ModelPhase::kReady) continue;
+    const int load = dev.Requests(r->model);
+    if (target < 0 || load < target_load || (load == target_load && d < target)) {
+      target = d;
+      target_load = load;
+    }
+  }
+  if (target < 0) target = loading;
+  if (target >= 0) {
+    SimDevice& dev = *devices_[static_cast<size_t>(target)];
+    if (r->kv_bytes > dev.KvCapacity(r->model)) {
+      Fail(r->index, "RESOURCE_EXHAUSTED",
+           absl::StrFormat("prompt + output need %.1f MiB of KV; a GPU holds at most %.1f MiB "
+                           "for model %s",
+                           r->kv_bytes / 1048576.0, dev.KvCapacity(r->model) / 1048576.0,
+                           spec.name));
       return;
     }
+    ++changes_;  // the device's queue (and its model's busyness) changed
+    dev.Enqueue(r);
+    // A model short of replicas gets the next one placed.
+    if (!config_.policy.fixed()) Activate(r->model);
+    return;
   }
   if (config_.policy.fixed()) {
     Fail(r->index, "UNAVAILABLE",
@@ -211,6 +232,11 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& e
     return absl::InvalidArgumentError("cluster: nodes, gpus_per_node and GPU memory must be > 0");
   }
   if (config.models.empty()) return absl::InvalidArgumentError("models: the catalogue is empty");
+  for (const SimModel& m : config.models) {
+    if (m.replicas < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("model ", m.name, ": replicas must be >= 1"));
+    }
+  }
   if (rate_scale <= 0) return absl::InvalidArgumentError("rate_scale must be > 0");
   if (config.policy.control_interval_s <= 0) {
     return absl::InvalidArgumentError("policy.control_interval_s must be > 0");

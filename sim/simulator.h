@@ -7,18 +7,25 @@
 // memory, admission and step rules).
 //
 // The control plane mirrors the scheduler's tick (scheduler_control.cc):
+//  * A model keeps up to `replicas` replicas, never two on one node. A
+//    request goes to its least loaded ready replica (running and queued
+//    requests there; ties: the lowest device), else to one still loading.
 //  * At start every model, largest weights first, is placed by the policy
-//    where a GPU can take it (a warmed-up cluster).
+//    where a GPU can take it (a warmed-up cluster); then every model's
+//    second replica, and so on.
+//  * A request for a model short of replicas places one more (on a node
+//    without one) as below; with none ready or loading it waits.
 //  * A request for a model with no replica waits; the model is placed by
 //    the policy. A GPU that cannot take the weights refuses the load (as a
 //    node answers RESOURCE_EXHAUSTED); from the next tick the model needs
 //    room and the longest-idle model (idle >= idle_evict_after_s, none of
 //    whose requests is queued or running) is drained and evicted; the
-//    model is placed again as soon as a GPU frees memory.
+//    model is placed again as soon as a GPU frees memory. An eviction
+//    drains one replica.
 //  * Each tick, an elastic GPU whose requests queue while its free KV is
 //    below kv_pressure_free_fraction evicts its longest-idle model.
 //  * KVPR rebalancing (Scheduler::Rebalance): every rebalance_interval_s,
-//    PlaceKvpr over the placed models; the first model whose device
+//    PlaceKvpr over the placed single-replica models; the first whose device
 //    changes moves (between nodes only, as the daemon, unless
 //    migrate_within_node): it loads on the target while the source
 //    serves, then new requests go to the target and the source drains.
@@ -26,7 +33,7 @@
 //    activates or evicts: a request for a model that was not placed at the
 //    start fails UNAVAILABLE.
 //  * Activation takes the engine model's ActivationSeconds; an eviction
-//    takes effect when the model's last request ends.
+//    takes effect when the replica's last request there ends.
 // Each request gets the outcome a replay would record (bench/replay.h), so
 // bench's reports, CSV and plots apply unchanged. Trace records with
 // "after" are released when their dependency ends, plus delay_s;
@@ -53,7 +60,9 @@ struct SimStats {
   double wall_s = 0;       // real time the simulation took
   int64_t events = 0;
   int64_t model_steps = 0;  // engine steps, summed over models and GPUs
-  int initial_placed = 0;   // models resident at the start
+  // Engine steps per GPU, in cluster order (not in ToJson: one per GPU).
+  std::vector<int64_t> device_model_steps;
+  int initial_placed = 0;  // replicas resident at the start
   int activations = 0, idle_evictions = 0, kv_pressure_evictions = 0;
   int load_refusals = 0;  // loads a GPU refused for room
   int migrations = 0;     // KVPR rebalancing moves started

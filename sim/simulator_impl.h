@@ -25,7 +25,9 @@ class Simulator {
 
  private:
   struct ModelState {
-    int device = -1;  // where its replica is (loading, ready or draining)
+    // Its replicas' devices (loading, ready or draining), one per node, in
+    // the order they were placed.
+    std::vector<int> devices;
     bool needs_room = false;
     double last_request = 0;
     std::vector<SimRequest*> waiting;  // for a replica
@@ -60,8 +62,13 @@ class Simulator {
   // control-plane change (a load or a drain bumps `changes_`).
   const std::vector<global_scheduler::NodeInfo>& Nodes();
   int DeviceIndex(const std::string& node_id, const std::string& device) const;
-  // The policy's device for model m's replica; -1 if none.
+  // The policy's device for a new replica of model m, on a node that holds
+  // none of its replicas; -1 if none.
   int Choose(int m);
+  // Replicas model m should have: its `replicas`, at most one per node.
+  size_t Wanted(int m) const;
+  // The device of model m's replica on `node_id`; -1 if none.
+  int ReplicaOn(int m, const std::string& node_id) const;
   const std::set<std::string>& BusyOrLeaving();
   double Demand(int m);
   double IdleSeconds(const std::string& model) const;
@@ -73,6 +80,7 @@ class Simulator {
   EventQueue events_;
   std::vector<std::unique_ptr<SimDevice>> devices_;
   std::vector<ModelState> models_;
+  int node_count_ = 0;
   std::map<std::string, int> model_index_;
   // Per trace record (advisories included, unused for them).
   std::vector<std::unique_ptr<SimRequest>> requests_;

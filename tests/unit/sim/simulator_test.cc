@@ -1,6 +1,6 @@
 // The simulator against outcomes computed by hand (an engine model whose
 // step takes a constant 10 ms), conservation, determinism, eviction and
-// activation timing, and static partitioning.
+// activation timing, static partitioning, and model replicas.
 #include "sim/simulator.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/generators.h"
 #include "bench/report.h"
+#include "server/sim_config.h"
 
 namespace ballast::sim {
 namespace {
@@ -356,6 +357,127 @@ TEST(SimulatorTest, AdvisoriesNeverBlockTheirDependents) {
   EXPECT_EQ(Find(*r, "r1").status, "OK");
   EXPECT_NEAR(Find(*r, "r1").release_s, Find(*r, "r0").end_s + 3, 1e-9);
   EXPECT_EQ(r->stats.advisories_ignored, 1);
+}
+
+// A steady load on one model: 6 requests a second, each running 1 s with
+// at most 4 running per GPU, so one GPU serves 4 a second.
+std::vector<bench::TraceRecord> SteadyLoad(const std::string& model, double seconds) {
+  std::vector<bench::TraceRecord> t;
+  for (int i = 0; i < static_cast<int>(seconds * 6); ++i) {
+    t.push_back(Req(absl::StrCat(model, i), model, i / 6.0, 100, 100));
+  }
+  return t;
+}
+
+double TtftAttainment(const SimResult& r) {
+  int met = 0;
+  for (const auto& o : r.replay.requests) met += o.status == "OK" && o.ttft_ms() <= 1000;
+  return static_cast<double>(met) / static_cast<double>(r.replay.requests.size());
+}
+
+SimConfig TwoNodes(int replicas, int gpus_per_node = 1) {
+  SimConfig c;
+  c.cluster.nodes = 2;
+  c.cluster.gpus_per_node = gpus_per_node;
+  c.cluster.gpu_memory_bytes = 80LL << 30;
+  c.models = {Model("hot")};
+  c.models[0].max_seqs = 4;
+  c.models[0].replicas = replicas;
+  return c;
+}
+
+// Two replicas on two nodes share a load one GPU cannot keep up with.
+TEST(SimulatorTest, ReplicasShareAHotModelAcrossNodes) {
+  const std::vector<bench::TraceRecord> t = SteadyLoad("hot", 60);
+  auto one = Simulate(TwoNodes(1), ConstantEngine(), t);
+  auto two = Simulate(TwoNodes(2), ConstantEngine(), t);
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ(one->stats.initial_placed, 1);
+  EXPECT_EQ(two->stats.initial_placed, 2);
+  ASSERT_EQ(two->stats.device_model_steps.size(), 2u);
+  EXPECT_GT(two->stats.device_model_steps[0], 0);
+  EXPECT_GT(two->stats.device_model_steps[1], 0);
+  EXPECT_EQ(one->stats.device_model_steps[0] * one->stats.device_model_steps[1], 0);
+  // One replica: Moore-Hodgson serves about the 4 a second it can on
+  // time and pushes the rest back.
+  EXPECT_GT(TtftAttainment(*two), 0.95);
+  EXPECT_LT(TtftAttainment(*one), 0.75);
+  // Both serve everything in the end; two replicas finish much sooner.
+  EXPECT_LT(two->replay.wall_s, one->replay.wall_s - 20);
+}
+
+// A replica refused room is placed once an idle model is evicted for it,
+// while the first replica serves.
+TEST(SimulatorTest, AMissingReplicaIsActivatedOnDemand) {
+  const ModelShape s8 = *NamedShape("llama-8b");
+  SimConfig c = TwoNodes(2);
+  c.cluster.gpu_memory_bytes = s8.weight_bytes() + (8LL << 30);
+  c.models = {Model("idle", "llama-8b"), Model("hot", "llama-8b")};
+  c.models[1].replicas = 2;
+  c.models[1].max_seqs = 4;
+  auto r = Simulate(c, ConstantEngine(1e9), SteadyLoad("hot", 120));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stats.initial_placed, 2);  // idle and one replica of hot
+  EXPECT_EQ(r->stats.idle_evictions, 1);  // idle, at the 45 s tick
+  EXPECT_EQ(r->stats.activations, 1);     // hot's second replica
+  EXPECT_GT(r->stats.device_model_steps[0], 0);
+  EXPECT_GT(r->stats.device_model_steps[1], 0);
+  const bench::Report rep = bench::Summarize(r->replay, 1.0, 1e9);
+  EXPECT_TRUE(rep.accounting_ok);
+  EXPECT_EQ(rep.total.completed, 720);
+}
+
+// Never two replicas of a model on one node: replicas 3 on two nodes of
+// two GPUs each places one replica per node, and asks for no more.
+TEST(SimulatorTest, ReplicasAreOnePerNode) {
+  for (const char* activation : {"on_demand", "fixed"}) {
+    SimConfig c = TwoNodes(3, 2);
+    c.policy.activation = activation;
+    auto r = Simulate(c, ConstantEngine(), SteadyLoad("hot", 30));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->stats.initial_placed, 2) << activation;
+    EXPECT_EQ(r->stats.activations, 0) << activation;
+    EXPECT_EQ(r->stats.load_refusals, 0) << activation;
+    const std::vector<int64_t>& steps = r->stats.device_model_steps;
+    ASSERT_EQ(steps.size(), 4u);
+    // Devices 0 and 1 are node-0000's, 2 and 3 node-0001's.
+    EXPECT_EQ((steps[0] > 0) + (steps[1] > 0), 1) << activation;
+    EXPECT_EQ((steps[2] > 0) + (steps[3] > 0), 1) << activation;
+  }
+}
+
+// `replicas: 1` is the default: the same config, and the same outcomes.
+TEST(SimulatorTest, OneReplicaIsTheDefault) {
+  const std::string base = R"(
+calibration: c.json
+cluster: {nodes: 2, gpus_per_node: 1, gpu_memory_gib: 80}
+models:
+  - {name: hot, shape: llama-1b, max_seqs: 4)";
+  auto omitted = server::ParseSimConfig(base + "}\n", "/x/s.yaml");
+  auto one = server::ParseSimConfig(base + ", replicas: 1}\n", "/x/s.yaml");
+  ASSERT_TRUE(omitted.ok() && one.ok()) << omitted.status() << one.status();
+  EXPECT_EQ(omitted->config.models[0].replicas, 1);
+  EXPECT_EQ(one->config.models[0].replicas, 1);
+  const std::vector<bench::TraceRecord> t = SteadyLoad("hot", 30);
+  auto a = Simulate(omitted->config, ConstantEngine(), t);
+  auto b = Simulate(one->config, ConstantEngine(), t);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->replay.requests.size(), b->replay.requests.size());
+  for (size_t i = 0; i < a->replay.requests.size(); ++i) {
+    EXPECT_EQ(a->replay.requests[i].first_token_s, b->replay.requests[i].first_token_s);
+    EXPECT_EQ(a->replay.requests[i].end_s, b->replay.requests[i].end_s);
+  }
+  EXPECT_EQ(a->stats.device_model_steps, b->stats.device_model_steps);
+}
+
+TEST(SimulatorTest, ConfigRejectsZeroReplicas) {
+  auto f = server::ParseSimConfig(
+      "calibration: c.json\nmodels: [{name: a, shape: llama-1b, replicas: 0}]\n", "/x/s.yaml");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("models[0].replicas"), std::string::npos) << f.status();
+  SimConfig c = OneGpu({Model("a")});
+  c.models[0].replicas = 0;
+  EXPECT_FALSE(Simulate(c, ConstantEngine(), {}).ok());
 }
 
 }  // namespace
