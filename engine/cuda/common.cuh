@@ -27,6 +27,10 @@ namespace ballast::engine::cuda {
 //     done too. Without exit-after-wait this chain would break.
 // Before the wait a kernel may only read what no kernel of the step writes
 // (weights), e.g. to start its weight stream early (the skinny GEMMs).
+// Remapping's streamed layers are written during the step, by copies on
+// another stream: that is safe only because StreamBefore's event wait
+// (cuda_layer_stream.cc) comes before the layer's first launch, a full
+// dependency that PDL does not relax. Keep it there.
 // With BALLAST_CUDA_PDL=0 (CMake option BALLAST_CUDA_PDL=OFF) launches are
 // ordinary stream-ordered ones and the waits return at once. The device
 // calls compile to nothing below sm_90; build OFF for such GPUs.
@@ -65,7 +69,9 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   attr[0].val.programmaticStreamSerializationAllowed = kProgrammaticLaunch ? 1 : 0;
   config.attrs = attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  const cudaError_t last = cudaGetLastError();  // cleared, as after <<<>>>
+  return e != cudaSuccess ? e : last;
 }
 
 __device__ __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }

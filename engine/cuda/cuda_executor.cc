@@ -251,9 +251,9 @@ absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_i
   if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), T, 2 * I, H, fused);
       !s.ok())
     return s;
-  // The down projection's output feeds the next layer's input norm.
   BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_, fp8_in),
                       "silu");
+  // The down projection's output feeds the next layer's input norm.
   return Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I, fused);
 }
 

@@ -141,12 +141,12 @@ class CudaExecutor final : public Executor {
   absl::Status StagedKvCopy(absl::Span<const KvBlockCopy> copies, bool to_host);
   absl::Status ReserveLoadSpans(size_t spans);
   absl::Status Enqueue(const StepShape& shape);
-  // y[m][n] = x[m][k] w[n][k]^T on stream_: w in the activation type, or
-  // E4M3 with per-row scales when w_scale is set (Gemm::RunFp8; with
-  // x_in_fp8, x's E4M3 rows are already in the Gemm's fp8_input()).
   // Layer L's MLP over x_ (post-attention norm output; fp8_in: its E4M3
   // rows for FP8 layers): gate_up, SiLU-and-multiply, down into o_.
   absl::Status Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in);
+  // y[m][n] = x[m][k] w[n][k]^T on stream_: w in the activation type, or
+  // E4M3 with per-row scales when w_scale is set (Gemm::RunFp8; with
+  // x_in_fp8, x's E4M3 rows are already in the Gemm's fp8_input()).
   absl::Status Linear(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                       int k, bool x_in_fp8 = false);
   // Remapping inside Enqueue (cuda_layer_stream.cc): the tensors layer l
