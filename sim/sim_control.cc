@@ -64,6 +64,13 @@ size_t Simulator::Wanted(int m) const {
   return static_cast<size_t>(std::min(replicas, node_count_));
 }
 
+bool Simulator::WantsReplica(int m) const {
+  const ModelState& ms = models_[static_cast<size_t>(m)];
+  if (ms.devices.size() >= Wanted(m)) return false;
+  if (!ms.waiting.empty()) return true;
+  return !ms.devices.empty() && events_.now() - ms.last_request < config_.policy.control_interval_s;
+}
+
 int Simulator::ReplicaOn(int m, const std::string& node_id) const {
   for (int d : models_[static_cast<size_t>(m)].devices) {
     if (devices_[static_cast<size_t>(d)]->node_id() == node_id) return d;
@@ -172,16 +179,29 @@ const std::set<std::string>& Simulator::BusyOrLeaving() {
 }
 
 void Simulator::MakeRoom(int m) {
-  if (config_.policy.idle_evict_after_s <= 0) return;
-  std::set<std::string> skip = BusyOrLeaving();
-  skip.insert(config_.models[static_cast<size_t>(m)].name);
-  auto victim = gs::ChooseIdleVictim(
-      Nodes(), [&](const std::string& name) { return absl::Seconds(IdleSeconds(name)); },
-      absl::Seconds(config_.policy.idle_evict_after_s), skip);
+  ModelState& ms = models_[static_cast<size_t>(m)];
+  std::optional<gs::IdleVictim> victim;
+  if (config_.policy.idle_evict_after_s > 0) {
+    std::set<std::string> skip = BusyOrLeaving();
+    skip.insert(config_.models[static_cast<size_t>(m)].name);
+    // Only a node without a replica of m can take the new one: evicting
+    // elsewhere would free room m cannot use.
+    const std::vector<gs::NodeInfo>* nodes = &Nodes();
+    std::vector<gs::NodeInfo> allowed;
+    if (!ms.devices.empty()) {
+      for (const gs::NodeInfo& n : *nodes) {
+        if (ReplicaOn(m, n.node_id) < 0) allowed.push_back(n);
+      }
+      nodes = &allowed;
+    }
+    victim = gs::ChooseIdleVictim(
+        *nodes, [&](const std::string& name) { return absl::Seconds(IdleSeconds(name)); },
+        absl::Seconds(config_.policy.idle_evict_after_s), skip);
+  }
   if (!victim) {
-    // No model to evict: the refusal may have been KV in use that has
-    // drained since; try the load again.
-    models_[static_cast<size_t>(m)].needs_room = false;
+    // No model to evict (or eviction off): the refusal may have been KV
+    // in use that has drained since; try the load again.
+    ms.needs_room = false;
     Activate(m);
     return;
   }
@@ -213,15 +233,9 @@ void Simulator::RelieveKvPressure() {
 
 void Simulator::Tick() {
   if (config_.policy.fixed()) return;
-  const double now = events_.now();
   for (size_t m = 0; m < models_.size(); ++m) {
     ModelState& ms = models_[m];
-    if (ms.devices.size() >= Wanted(static_cast<int>(m))) continue;
-    // Requests wait for a replica, or a served model short of replicas
-    // was refused room for one since the last tick.
-    const bool short_of_room = ms.needs_room && !ms.devices.empty() &&
-                               now - ms.last_request < config_.policy.control_interval_s;
-    if (ms.waiting.empty() && !short_of_room) continue;
+    if (!WantsReplica(static_cast<int>(m))) continue;
     if (ms.needs_room) {
       MakeRoom(static_cast<int>(m));
     } else {
@@ -299,13 +313,13 @@ void Simulator::FinishMigration() {
 
 void Simulator::Drained(int d, int m) {
   ++changes_;
-  // The replica leaves the model's replicas; a migration's source (or an
-  // abandoned target) is none of them by then.
+  // The replica leaves the model's replicas (a migration's source has
+  // left them already; an abandoned target may be one again).
   std::erase(models_[static_cast<size_t>(m)].devices, d);
-  // Memory was freed: every model waiting for a replica tries again.
+  // Memory was freed: every model that wants a replica tries again.
   for (size_t i = 0; i < models_.size(); ++i) {
     ModelState& ms = models_[i];
-    if (ms.waiting.empty() || ms.devices.size() >= Wanted(static_cast<int>(i))) continue;
+    if (!WantsReplica(static_cast<int>(i))) continue;
     ms.needs_room = false;
     Activate(static_cast<int>(i));
   }

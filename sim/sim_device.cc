@@ -72,12 +72,10 @@ bool SimDevice::Busy(int model) const {
                      [&](const SimRequest* p) { return p->model == model; });
 }
 
-int SimDevice::Requests(int model) const {
-  const Resident* r = Find(model);
-  const int running = r == nullptr ? 0 : static_cast<int>(r->running.size());
-  return running +
-         static_cast<int>(std::count_if(pending_.begin(), pending_.end(),
-                                        [&](const SimRequest* p) { return p->model == model; }));
+int SimDevice::Requests() const {
+  int n = static_cast<int>(pending_.size());
+  for (const Resident& r : residents_) n += static_cast<int>(r.running.size());
+  return n;
 }
 
 int64_t SimDevice::weight_bytes() const {

@@ -91,8 +91,8 @@ class SimDevice {
   void Enqueue(SimRequest* r);
 
   ModelPhase phase(int model) const;
-  bool Busy(int model) const;     // running or queued requests
-  int Requests(int model) const;  // how many are running or queued
+  bool Busy(int model) const;  // running or queued requests
+  int Requests() const;        // running or queued, every model's
   // Whether `weight_bytes` more weights fit beside what is resident and
   // the KV in use, leaving min_kv_fraction of the memory for KV.
   bool CanLoad(int64_t weight_bytes) const;

@@ -130,36 +130,57 @@ void Simulator::Release(int i) {
   Route(requests_[static_cast<size_t>(i)].get());
 }
 
-void Simulator::Route(SimRequest* r) {
-  ModelState& ms = models_[static_cast<size_t>(r->model)];
-  const SimModel& spec = config_.models[static_cast<size_t>(r->model)];
-  // The least loaded ready replica (ties: the lowest device); else one
-  // still loading, where the request waits for it.
+int Simulator::NodeLoad(int d) const {
+  const std::string& node = devices_[static_cast<size_t>(d)]->node_id();
+  int load = 0;  // a node's devices are contiguous
+  for (int i = d; i >= 0 && devices_[static_cast<size_t>(i)]->node_id() == node; --i) {
+    load += devices_[static_cast<size_t>(i)]->Requests();
+  }
+  for (size_t i = static_cast<size_t>(d) + 1; i < devices_.size() && devices_[i]->node_id() == node;
+       ++i) {
+    load += devices_[i]->Requests();
+  }
+  return load;
+}
+
+int Simulator::PickReplica(const SimRequest& r, int64_t* ready_capacity) const {
+  const std::vector<int>& replicas = models_[static_cast<size_t>(r.model)].devices;
+  *ready_capacity = -1;
   int target = -1, target_load = 0, loading = -1;
-  for (int d : ms.devices) {
+  for (int d : replicas) {
     const SimDevice& dev = *devices_[static_cast<size_t>(d)];
-    const ModelPhase phase = dev.phase(r->model);
+    const ModelPhase phase = dev.phase(r.model);
     if (phase == ModelPhase::kLoading && (loading < 0 || d < loading)) loading = d;
     if (phase != ModelPhase::kReady) continue;
-    const int load = dev.Requests(r->model);
+    const int64_t capacity = dev.KvCapacity(r.model);
+    *ready_capacity = std::max(*ready_capacity, capacity);
+    if (r.kv_bytes > capacity) continue;
+    const int load = replicas.size() > 1 ? NodeLoad(d) : 0;
     if (target < 0 || load < target_load || (load == target_load && d < target)) {
       target = d;
       target_load = load;
     }
   }
-  if (target < 0) target = loading;
+  return target >= 0 ? target : loading;
+}
+
+void Simulator::Route(SimRequest* r) {
+  ModelState& ms = models_[static_cast<size_t>(r->model)];
+  const SimModel& spec = config_.models[static_cast<size_t>(r->model)];
+  int64_t ready_capacity = -1;
+  const int target = PickReplica(*r, &ready_capacity);
+  const int64_t capacity =
+      target >= 0 ? devices_[static_cast<size_t>(target)]->KvCapacity(r->model) : ready_capacity;
+  if (capacity >= 0 && r->kv_bytes > capacity) {
+    Fail(r->index, "RESOURCE_EXHAUSTED",
+         absl::StrFormat("prompt + output need %.1f MiB of KV; a GPU holds at most %.1f MiB "
+                         "for model %s",
+                         r->kv_bytes / 1048576.0, capacity / 1048576.0, spec.name));
+    return;
+  }
   if (target >= 0) {
-    SimDevice& dev = *devices_[static_cast<size_t>(target)];
-    if (r->kv_bytes > dev.KvCapacity(r->model)) {
-      Fail(r->index, "RESOURCE_EXHAUSTED",
-           absl::StrFormat("prompt + output need %.1f MiB of KV; a GPU holds at most %.1f MiB "
-                           "for model %s",
-                           r->kv_bytes / 1048576.0, dev.KvCapacity(r->model) / 1048576.0,
-                           spec.name));
-      return;
-    }
     ++changes_;  // the device's queue (and its model's busyness) changed
-    dev.Enqueue(r);
+    devices_[static_cast<size_t>(target)]->Enqueue(r);
     // A model short of replicas gets the next one placed.
     if (!config_.policy.fixed()) Activate(r->model);
     return;

@@ -44,6 +44,14 @@ class Simulator {
   // simulator.cc
   void Release(int i);
   void Route(SimRequest* r);
+  // Where request r goes: among model r.model's ready replicas whose KV
+  // can ever hold it, the one on the least loaded node (running and
+  // queued requests of every model on the node's devices, the scheduler's
+  // LeastLoaded), ties to the lowest device; else a replica still loading;
+  // -1 if none. *ready_capacity: the most KV a ready replica offers (-1:
+  // none ready), for the refusal when none can hold r.
+  int PickReplica(const SimRequest& r, int64_t* ready_capacity) const;
+  int NodeLoad(int d) const;  // running + queued requests on device d's node
   void Done(SimRequest* r);
   void Fail(int i, const std::string& status, const std::string& message);
   void ReleaseDependents(int i, bool ok);
@@ -67,6 +75,10 @@ class Simulator {
   int Choose(int m);
   // Replicas model m should have: its `replicas`, at most one per node.
   size_t Wanted(int m) const;
+  // Whether model m should get another replica now: it has fewer than it
+  // wants, and requests wait for one or (a served model) one came within
+  // the last control interval.
+  bool WantsReplica(int m) const;
   // The device of model m's replica on `node_id`; -1 if none.
   int ReplicaOn(int m, const std::string& node_id) const;
   const std::set<std::string>& BusyOrLeaving();

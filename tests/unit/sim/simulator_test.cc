@@ -4,6 +4,7 @@
 #include "sim/simulator.h"
 
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "bench/generators.h"
@@ -425,6 +426,38 @@ TEST(SimulatorTest, AMissingReplicaIsActivatedOnDemand) {
   const bench::Report rep = bench::Summarize(r->replay, 1.0, 1e9);
   EXPECT_TRUE(rep.accounting_ok);
   EXPECT_EQ(rep.total.completed, 720);
+}
+
+// Room for a missing replica is made only on a node without one: the
+// longest-idle model shares hot's node, so evicting it would free room hot
+// cannot use (and a second eviction would follow); the victim is one of
+// the other node's models. most_free placement puts hot and idle-b on
+// node 0, idle-a and idle-c on node 1 (each GPU holds two 8B models).
+TEST(SimulatorTest, RoomForAReplicaIsMadeOnANodeWithoutOne) {
+  const ModelShape s8 = *NamedShape("llama-8b");
+  SimConfig c = TwoNodes(2);
+  c.policy.placement = "most_free";
+  c.cluster.gpu_memory_bytes = 2 * s8.weight_bytes() + (8LL << 30);
+  c.models = {Model("hot", "llama-8b"), Model("idle-a", "llama-8b"), Model("idle-b", "llama-8b"),
+              Model("idle-c", "llama-8b")};
+  c.models[0].replicas = 2;
+  c.models[0].max_seqs = 4;
+  std::vector<bench::TraceRecord> t = SteadyLoad("hot", 120);
+  // idle-a and idle-c were used a little later than idle-b.
+  t.push_back(Req("a", "idle-a", 1.0, 10, 2));
+  t.push_back(Req("c", "idle-c", 1.0, 10, 2));
+  std::sort(t.begin(), t.end(),
+            [](const auto& x, const auto& y) { return x.arrival_s < y.arrival_s; });
+  auto r = Simulate(c, ConstantEngine(1e9), t);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stats.initial_placed, 4);
+  EXPECT_EQ(r->stats.idle_evictions, 1);
+  EXPECT_EQ(r->stats.activations, 1);  // hot's second replica, on node 1
+  EXPECT_GT(r->stats.device_model_steps[0], 0);
+  EXPECT_GT(r->stats.device_model_steps[1], 0);
+  const bench::Report rep = bench::Summarize(r->replay, 1.0, 1e9);
+  EXPECT_TRUE(rep.accounting_ok);
+  EXPECT_EQ(rep.total.completed, 722);
 }
 
 // Never two replicas of a model on one node: replicas 3 on two nodes of
