@@ -8,8 +8,10 @@
 //
 // The control plane mirrors the scheduler's tick (scheduler_control.cc):
 //  * A model keeps up to `replicas` replicas, never two on one node. A
-//    request goes to its least loaded ready replica (running and queued
-//    requests there; ties: the lowest device), else to one still loading.
+//    request goes to the ready replica on the least loaded node (running
+//    and queued requests of every model on its GPUs, the scheduler's
+//    LeastLoaded; ties: the lowest device) among those whose KV can hold
+//    it, else to one still loading. Session affinity is not modelled.
 //  * At start every model, largest weights first, is placed by the policy
 //    where a GPU can take it (a warmed-up cluster); then every model's
 //    second replica, and so on.
@@ -20,8 +22,9 @@
 //    node answers RESOURCE_EXHAUSTED); from the next tick the model needs
 //    room and the longest-idle model (idle >= idle_evict_after_s, none of
 //    whose requests is queued or running) is drained and evicted; the
-//    model is placed again as soon as a GPU frees memory. An eviction
-//    drains one replica.
+//    model is placed again as soon as a GPU frees memory, or retried at
+//    each tick. An eviction drains one replica, and room for a missing
+//    replica is made only on a node that holds none.
 //  * Each tick, an elastic GPU whose requests queue while its free KV is
 //    below kv_pressure_free_fraction evicts its longest-idle model.
 //  * KVPR rebalancing (Scheduler::Rebalance): every rebalance_interval_s,
