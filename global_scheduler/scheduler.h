@@ -390,6 +390,14 @@ class Scheduler {
   // The devices (DeviceKey) whose last KV-pressure eviction is still under
   // way or not yet seen in a heartbeat; forgets the others.
   std::set<std::string> KvPressureHeld(const Tick& tick) ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks the hold on `model`'s eviction from `node_id` as ended now, when
+  // the eviction RPC returns and before the replica leaves the cluster
+  // state: a heartbeat after this shows its effect. (A tick that sees the
+  // eviction gone ends it too; this makes the end not depend on a tick
+  // running between the RPC's return and that heartbeat.)
+  // REQUIRES: mu_ held.
+  void EndKvPressureHold(const std::string& model, const std::string& node_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlaceReplica(const ModelStatus& m, const std::set<std::string>& exclude, Tick* tick);
   // The KVPR rebalancer's whole-catalogue pass (see rebalance_interval).
   void Rebalance();

@@ -246,6 +246,14 @@ std::set<std::string> Scheduler::KvPressureHeld(const Tick& tick) {
   return held;
 }
 
+void Scheduler::EndKvPressureHold(const std::string& model, const std::string& node_id) {
+  for (auto& [device, h] : kv_pressure_holds_) {
+    if (h.model == model && h.node_id == node_id && h.ended == absl::InfiniteFuture()) {
+      h.ended = clock_();
+    }
+  }
+}
+
 void Scheduler::RelieveKvPressure(Tick* tick) {
   if (options_.idle_evict_after <= absl::ZeroDuration() ||
       options_.kv_pressure_free_fraction <= 0) {
@@ -422,6 +430,12 @@ void Scheduler::StartEvict(const std::string& model, const std::string& node_id,
         (drain ? options_.drain_timeout : absl::ZeroDuration()) + options_.evict_rpc_margin;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + budget));
     grpc::Status st = stub->EvictModel(&ctx, req, &resp);
+    {
+      // Before the replica goes from the cluster: whoever sees it gone sees
+      // the hold's end too.
+      absl::MutexLock lock(&mu_);
+      EndKvPressureHold(model, node_id);
+    }
     if (st.ok() || st.error_code() == grpc::StatusCode::NOT_FOUND) {
       cluster_.RemoveResident(node_id, model);
       spdlog::info("model {} evicted from node {}", model, node_id);
