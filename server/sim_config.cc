@@ -31,6 +31,8 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("rebalance_interval_s", &p->rebalance_interval_s));
   RETURN_IF_ERROR(s.Get("migration_threshold", &p->migration_threshold));
   RETURN_IF_ERROR(s.Get("migrate_within_node", &p->migrate_within_node));
+  RETURN_IF_ERROR(s.Get("tp_allreduce_latency_s", &p->tp_allreduce_latency_s));
+  RETURN_IF_ERROR(s.Get("tp_allreduce_bus_bytes_per_s", &p->tp_allreduce_bus_bytes_per_s));
   RETURN_IF_ERROR(s.Finish());
   if (p->memory_mode != "elastic" && p->memory_mode != "static") {
     return s.Error(s.Key("memory_mode"), "expected elastic or static");
@@ -54,6 +56,12 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   }
   if (p->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
   if (!(p->step_host_s >= 0)) return s.Error(s.Key("step_host_s"), "must be >= 0");
+  if (!(p->tp_allreduce_latency_s >= 0)) {
+    return s.Error(s.Key("tp_allreduce_latency_s"), "must be >= 0");
+  }
+  if (!(p->tp_allreduce_bus_bytes_per_s > 0)) {
+    return s.Error(s.Key("tp_allreduce_bus_bytes_per_s"), "must be > 0");
+  }
   if (p->min_kv_fraction < 0 || p->min_kv_fraction >= 1) {
     return s.Error(s.Key("min_kv_fraction"), "must be in [0, 1)");
   }
@@ -111,6 +119,7 @@ absl::Status ParseModel(const YAML::Node& node, const std::string& key, const st
   RETURN_IF_ERROR(s.Get("tpot_ms", &m.tpot_ms));
   RETURN_IF_ERROR(s.Get("max_seqs", &m.max_seqs));
   RETURN_IF_ERROR(s.Get("replicas", &m.replicas));
+  RETURN_IF_ERROR(s.Get("tp", &m.tp));
   RETURN_IF_ERROR(s.Get("copies", &copies));
   const YAML::Node shape = s.Child("shape");
   RETURN_IF_ERROR(s.Finish());
@@ -127,6 +136,10 @@ absl::Status ParseModel(const YAML::Node& node, const std::string& key, const st
   if (m.ttft_ms == 0 || m.tpot_ms == 0) return s.Error(key, "ttft_ms and tpot_ms must be > 0");
   if (m.max_seqs <= 0) return s.Error(s.Key("max_seqs"), "must be > 0");
   if (m.replicas < 1) return s.Error(s.Key("replicas"), "must be >= 1");
+  if (m.tp < 1 || m.shape.heads % m.tp != 0) {
+    return s.Error(s.Key("tp"), absl::StrCat("must be >= 1 and divide the shape's ", m.shape.heads,
+                                             " attention heads"));
+  }
   if (copies <= 0) return s.Error(s.Key("copies"), "must be > 0");
   if (copies == 1) {
     out->push_back(m);

@@ -1,5 +1,6 @@
 #include "sim/engine_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -28,6 +29,16 @@ int64_t ModelShape::weight_bytes() const {
 
 int64_t ModelShape::kv_bytes_per_token() const {
   return 2LL * layers * kv_heads * head_dim * kv_dtype_bytes;
+}
+
+ModelShape TensorParallelPart(const ModelShape& shape, int tp) {
+  if (tp <= 1) return shape;
+  ModelShape part = shape;
+  part.heads = shape.heads / tp;
+  part.kv_heads = std::max(1, shape.kv_heads / tp);
+  part.intermediate = (shape.intermediate + tp - 1) / tp;
+  part.vocab = (shape.vocab + tp - 1) / tp;
+  return part;
 }
 
 absl::StatusOr<ModelShape> NamedShape(const std::string& name) {

@@ -54,6 +54,14 @@ struct ModelShape {
   int64_t kv_bytes_per_token() const;
 };
 
+// One GPU's part of `shape` under tensor parallelism over `tp` GPUs
+// (Megatron-style, as vLLM and SGLang shard a Llama): attention heads, the
+// MLP's intermediate width and the vocabulary (LM head and embedding) are
+// split `tp` ways; KV heads too while there are at least `tp` of them,
+// else each GPU keeps one (replicated). Norms stay whole. tp = 1 returns
+// `shape`. REQUIRES: heads % tp == 0.
+ModelShape TensorParallelPart(const ModelShape& shape, int tp);
+
 // A shape by name: llama-1b, llama-3b, llama-8b, qwen-14b, qwen-32b,
 // llama-70b (BF16 weights and KV; callers set the dtypes).
 absl::StatusOr<ModelShape> NamedShape(const std::string& name);

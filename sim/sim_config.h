@@ -26,6 +26,12 @@ struct SimModel {
   // missing replicas are placed (on demand: when a request comes) and an
   // eviction takes one replica. Only single-replica models are migrated.
   int replicas = 1;
+  // Tensor parallelism: each replica spans this many GPUs of one node, one
+  // part (TensorParallelPart) on each, never two parts on one GPU (Prism
+  // A.2.2's anti-affinity). The part's weights and KV are what a GPU holds;
+  // its step is the part's step plus the all-reduces (SimPolicy's tp_*).
+  int tp = 1;
+  ModelShape Part() const { return TensorParallelPart(shape, tp); }
 };
 
 struct SimPolicy {
@@ -60,6 +66,15 @@ struct SimPolicy {
   // halves in parallel, so an iteration adds it once. Default 0: the
   // engine alone, as bench-engine measures it.
   double step_host_s = 0;
+  // Tensor-parallel steps (SimModel::tp > 1) add two all-reduces per layer
+  // of the step's tokens x hidden BF16 activations, each taking
+  //   tp_allreduce_latency_s + bytes x 2 (tp - 1) / tp / tp_allreduce_bus_bytes_per_s
+  // (NCCL's ring cost in bus bandwidth). Not calibrated here (no NCCL run
+  // on the GPU host yet): the defaults are nccl-tests' published 8 x H100
+  // SXM figures, about 460 GB/s bus bandwidth for large messages and
+  // 10-20 us for a small all-reduce.
+  double tp_allreduce_latency_s = 15e-6;
+  double tp_allreduce_bus_bytes_per_s = 450e9;
   double control_interval_s = 1;  // the scheduler's control tick
   // KVPR rebalancing (placement kvpr only; scheduler.rebalance_interval):
   // every this many seconds Prism's Algorithm 1 over all placed models,

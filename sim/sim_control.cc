@@ -1,6 +1,7 @@
 // The simulator's control plane (simulator.h): placement, activation and
 // eviction through the scheduler's own policy functions.
 #include <algorithm>
+#include <functional>
 
 #include "global_scheduler/idle_eviction.h"
 #include "global_scheduler/kvpr.h"
@@ -50,7 +51,7 @@ double Simulator::Demand(int m) {
   const SimModel& spec = config_.models[static_cast<size_t>(m)];
   return gs::KvDemand(static_cast<double>(ms.window_prompt) / window,
                       static_cast<double>(ms.window_output) / window,
-                      static_cast<double>(spec.shape.kv_bytes_per_token()), spec.tpot_ms / 1e3);
+                      static_cast<double>(spec.Part().kv_bytes_per_token()), spec.tpot_ms / 1e3);
 }
 
 double Simulator::IdleSeconds(const std::string& model) const {
@@ -78,14 +79,10 @@ int Simulator::ReplicaOn(int m, const std::string& node_id) const {
   return -1;
 }
 
-int Simulator::Choose(int m) {
+int Simulator::ChooseOne(int m, const std::vector<gs::NodeInfo>& nodes,
+                         const std::set<std::string>& exclude) {
   const SimModel& spec = config_.models[static_cast<size_t>(m)];
-  const std::vector<gs::NodeInfo>& nodes = Nodes();
-  std::set<std::string> exclude;  // anti-affinity: one replica per node
-  for (int d : models_[static_cast<size_t>(m)].devices) {
-    exclude.insert(devices_[static_cast<size_t>(d)]->node_id());
-  }
-  const int64_t w = spec.shape.weight_bytes();
+  const int64_t w = spec.Part().weight_bytes();
   std::optional<gs::Target> t;
   if (config_.policy.placement == "kvpr") {
     t = gs::ChooseNodeKvpr(
@@ -93,8 +90,8 @@ int Simulator::Choose(int m) {
         Demand(m), w);
   } else if (config_.policy.placement == "mme") {
     auto mu = [&](int i) {
-      return 1.0 /
-             static_cast<double>(config_.models[static_cast<size_t>(i)].shape.kv_bytes_per_token());
+      const SimModel& s = config_.models[static_cast<size_t>(i)];
+      return 1.0 / static_cast<double>(s.Part().kv_bytes_per_token());
     };
     t = gs::ChooseNodeMme(
         nodes, exclude, [&](const std::string& name) { return mu(model_index_.at(name)); }, mu(m),
@@ -103,6 +100,79 @@ int Simulator::Choose(int m) {
     t = gs::ChooseNodeForLoad(nodes, exclude);
   }
   return t ? DeviceIndex(t->node_id, t->device) : -1;
+}
+
+namespace {
+
+// `node` with only the devices `keep` accepts (and the models on them).
+gs::NodeInfo OnlyDevices(const gs::NodeInfo& node,
+                         const std::function<bool(const std::string& device)>& keep) {
+  gs::NodeInfo out = node;
+  std::erase_if(out.devices, [&](const v1::DeviceState& d) { return !keep(d.name()); });
+  std::erase_if(out.models, [&](const v1::ResidentModel& r) { return !keep(r.device()); });
+  return out;
+}
+
+}  // namespace
+
+// Tensor parallelism (Prism A.2.2): a replica of tp parts, each with the
+// part's weights and demand, placed one after another by the policy, never
+// two on one GPU, and all on one node (the all-reduces need NVLink). Only
+// GPUs that can take a part's weights are candidates, and only nodes with
+// tp of them: the first part goes where the policy puts it among those;
+// each further part where the policy puts it among that node's GPUs not
+// yet holding one.
+std::vector<int> Simulator::Choose(int m) {
+  const SimModel& spec = config_.models[static_cast<size_t>(m)];
+  const std::vector<gs::NodeInfo>& nodes = Nodes();
+  std::set<std::string> exclude;  // anti-affinity: one replica per node
+  for (int d : models_[static_cast<size_t>(m)].devices) {
+    exclude.insert(devices_[static_cast<size_t>(d)]->node_id());
+  }
+  if (spec.tp == 1) {
+    const int d = ChooseOne(m, nodes, exclude);
+    return d < 0 ? std::vector<int>{} : std::vector<int>{d};
+  }
+  const int64_t w = spec.Part().weight_bytes();
+  std::vector<gs::NodeInfo> eligible;
+  for (const gs::NodeInfo& n : nodes) {
+    if (exclude.count(n.node_id)) continue;
+    gs::NodeInfo view = OnlyDevices(n, [&](const std::string& device) {
+      return devices_[static_cast<size_t>(DeviceIndex(n.node_id, device))]->CanLoad(w);
+    });
+    if (static_cast<int>(view.devices.size()) >= spec.tp) eligible.push_back(std::move(view));
+  }
+  std::vector<int> group;
+  const int first = ChooseOne(m, eligible, {});
+  if (first < 0) return group;
+  group.push_back(first);
+  const std::string& node_id = devices_[static_cast<size_t>(first)]->node_id();
+  const gs::NodeInfo& node =
+      *std::find_if(eligible.begin(), eligible.end(),
+                    [&](const gs::NodeInfo& n) { return n.node_id == node_id; });
+  while (static_cast<int>(group.size()) < spec.tp) {
+    const std::vector<gs::NodeInfo> rest = {OnlyDevices(node, [&](const std::string& device) {
+      const int d = DeviceIndex(node_id, device);
+      return std::find(group.begin(), group.end(), d) == group.end();
+    })};
+    const int d = ChooseOne(m, rest, {});
+    if (d < 0) return {};
+    group.push_back(d);
+  }
+  return group;
+}
+
+bool Simulator::LoadGroup(int m, const std::vector<int>& group) {
+  ModelState& ms = models_[static_cast<size_t>(m)];
+  const bool revived = devices_[static_cast<size_t>(group[0])]->Load(m);
+  for (size_t i = 1; i < group.size(); ++i) {
+    devices_[static_cast<size_t>(group[i])]->LoadShadow(m);
+    ms.leader_of[group[i]] = group[0];
+  }
+  if (group.size() > 1) ms.members[group[0]] = {group.begin() + 1, group.end()};
+  ms.devices.push_back(group[0]);
+  ++changes_;
+  return revived;
 }
 
 void Simulator::PlaceInitial() {
@@ -121,14 +191,11 @@ void Simulator::PlaceInitial() {
     for (int m : order) {
       // A model whose previous replica found no GPU gets no more.
       if (Wanted(m) <= k || models_[static_cast<size_t>(m)].devices.size() != k) continue;
-      const int d = Choose(m);
-      if (d < 0) continue;
-      SimDevice& dev = *devices_[static_cast<size_t>(d)];
-      if (!dev.CanLoad(config_.models[static_cast<size_t>(m)].shape.weight_bytes())) continue;
-      dev.Load(m);
-      dev.Ready(m);
-      ++changes_;
-      models_[static_cast<size_t>(m)].devices.push_back(d);
+      const std::vector<int> group = Choose(m);
+      const int64_t w = config_.models[static_cast<size_t>(m)].Part().weight_bytes();
+      if (group.empty() || !devices_[static_cast<size_t>(group[0])]->CanLoad(w)) continue;
+      LoadGroup(m, group);
+      for (int d : group) devices_[static_cast<size_t>(d)]->Ready(m);
       ++stats_.initial_placed;
     }
   }
@@ -137,21 +204,19 @@ void Simulator::PlaceInitial() {
 void Simulator::Activate(int m) {
   ModelState& ms = models_[static_cast<size_t>(m)];
   if (ms.devices.size() >= Wanted(m) || ms.needs_room) return;
-  const int d = Choose(m);
-  const ModelShape& shape = config_.models[static_cast<size_t>(m)].shape;
-  if (d < 0 || !devices_[static_cast<size_t>(d)]->CanLoad(shape.weight_bytes())) {
+  const std::vector<int> group = Choose(m);
+  const ModelShape part = config_.models[static_cast<size_t>(m)].Part();
+  if (group.empty() || !devices_[static_cast<size_t>(group[0])]->CanLoad(part.weight_bytes())) {
     ++stats_.load_refusals;  // the node answers RESOURCE_EXHAUSTED: evict from the next tick
     ms.needs_room = true;
     return;
   }
-  const bool revived = devices_[static_cast<size_t>(d)]->Load(m);
-  ++changes_;
-  ms.devices.push_back(d);
-  if (!revived) {
+  if (!LoadGroup(m, group)) {
     ++stats_.activations;
-    events_.At(events_.now() + engine_.ActivationSeconds(shape), [this, d, m] {
+    // Each GPU copies its part over its own link, all at once.
+    events_.At(events_.now() + engine_.ActivationSeconds(part), [this, group, m] {
       ++changes_;
-      devices_[static_cast<size_t>(d)]->Ready(m);
+      for (int d : group) devices_[static_cast<size_t>(d)]->Ready(m);
     });
   }
   std::vector<SimRequest*> waiting;
@@ -258,8 +323,11 @@ void Simulator::Rebalance() {
   std::vector<gs::ModelDemand> models;
   std::vector<int> index;  // catalogue index of models[i]
   for (size_t m = 0; m < models_.size(); ++m) {
-    // Only single-replica models move (as the daemon).
-    if (config_.models[m].replicas > 1 || models_[m].devices.size() != 1) continue;
+    // Only single-replica, single-GPU models move (as the daemon).
+    if (config_.models[m].replicas > 1 || config_.models[m].tp > 1 ||
+        models_[m].devices.size() != 1) {
+      continue;
+    }
     const int d = models_[m].devices[0];
     if (devices_[static_cast<size_t>(d)]->phase(static_cast<int>(m)) != ModelPhase::kReady) {
       continue;
@@ -314,8 +382,20 @@ void Simulator::FinishMigration() {
 void Simulator::Drained(int d, int m) {
   ++changes_;
   // The replica leaves the model's replicas (a migration's source has
-  // left them already; an abandoned target may be one again).
-  std::erase(models_[static_cast<size_t>(m)].devices, d);
+  // left them already; an abandoned target may be one again). A
+  // tensor-parallel leader's shadows leave with it (they hold nothing the
+  // leader still runs).
+  ModelState& left = models_[static_cast<size_t>(m)];
+  std::erase(left.devices, d);
+  left.leader_of.erase(d);
+  if (auto it = left.members.find(d); it != left.members.end()) {
+    const std::vector<int> others = it->second;
+    left.members.erase(it);
+    for (int x : others) {
+      left.leader_of.erase(x);
+      devices_[static_cast<size_t>(x)]->Drain(m);
+    }
+  }
   // Memory was freed: every model that wants a replica tries again.
   for (size_t i = 0; i < models_.size(); ++i) {
     ModelState& ms = models_[i];

@@ -8,6 +8,20 @@
 
 namespace ballast::sim {
 
+double TpStepSeconds(const EngineModel& engine, const SimPolicy& policy, const SimModel& model,
+                     const StepWork& work) {
+  const ModelShape part = model.Part();
+  double t = engine.StepSeconds(part, work);
+  if (model.tp > 1) {
+    const double tokens = work.decode_tokens + work.prefill_tokens;
+    const double bytes = tokens * model.shape.hidden * 2;  // BF16 activations
+    const double ring = 2.0 * (model.tp - 1) / model.tp;
+    t += 2.0 * model.shape.layers *
+         (policy.tp_allreduce_latency_s + bytes * ring / policy.tp_allreduce_bus_bytes_per_s);
+  }
+  return t;
+}
+
 SimDevice::SimDevice(std::string node_id, std::string name, int64_t memory_bytes,
                      const SimConfig* config, const EngineModel* engine, EventQueue* events,
                      Hooks hooks)
@@ -39,6 +53,22 @@ bool SimDevice::Load(int model) {
   }
   residents_.push_back(Resident{model, ModelPhase::kLoading, {}, 0});
   return false;
+}
+
+void SimDevice::LoadShadow(int model) {
+  residents_.push_back(Resident{model, ModelPhase::kLoading, {}, 0, /*shadow=*/true});
+}
+
+bool SimDevice::ShadowFits(int model, int64_t bytes) const {
+  const Resident* r = Find(model);
+  return r != nullptr && Fits(*r, bytes, kv_used());
+}
+
+void SimDevice::TakeShadowKv(int model, int64_t bytes) {
+  Resident* r = Find(model);
+  if (r == nullptr) return;
+  r->kv_used += bytes;
+  if (bytes > 0) Kick();  // its steps start (or a decode stretch is cut)
 }
 
 void SimDevice::Ready(int model) {
@@ -80,7 +110,7 @@ int SimDevice::Requests() const {
 
 int64_t SimDevice::weight_bytes() const {
   int64_t w = 0;
-  for (const auto& r : residents_) w += Spec(r.model).shape.weight_bytes();
+  for (const auto& r : residents_) w += Spec(r.model).Part().weight_bytes();
   return w;
 }
 
@@ -103,7 +133,7 @@ int64_t SimDevice::KvCapacity(int model) const {
                : (memory_ - weight_bytes()) / static_cast<int64_t>(residents_.size());
   }
   // Elastic: all but its own weights, once the other models have left.
-  return memory_ - Spec(model).shape.weight_bytes();
+  return memory_ - Spec(model).Part().weight_bytes();
 }
 
 void SimDevice::Report(v1::DeviceState* s, std::vector<v1::ResidentModel>* models) const {
@@ -126,8 +156,9 @@ void SimDevice::Report(v1::DeviceState* s, std::vector<v1::ResidentModel>* model
     m.set_state(r.phase == ModelPhase::kLoading    ? v1::MODEL_STATE_LOADING
                 : r.phase == ModelPhase::kDraining ? v1::MODEL_STATE_DRAINING
                                                    : v1::MODEL_STATE_READY);
-    m.set_weight_bytes(spec.shape.weight_bytes());
-    m.set_kv_bytes_per_token(spec.shape.kv_bytes_per_token());
+    const ModelShape part = spec.Part();
+    m.set_weight_bytes(part.weight_bytes());
+    m.set_kv_bytes_per_token(part.kv_bytes_per_token());
     models->push_back(std::move(m));
   }
   s->set_running(running);
@@ -142,12 +173,12 @@ void SimDevice::Kick() {
   }
 }
 
-bool SimDevice::Fits(const Resident& res, const SimRequest& r, int64_t total_kv) const {
+bool SimDevice::Fits(const Resident& res, int64_t bytes, int64_t total_kv) const {
   const int64_t room = memory_ - weight_bytes();
   if (config_->policy.memory_mode == "static") {
-    return res.kv_used + r.kv_bytes <= room / static_cast<int64_t>(residents_.size());
+    return res.kv_used + bytes <= room / static_cast<int64_t>(residents_.size());
   }
-  return total_kv + r.kv_bytes <= room;
+  return total_kv + bytes <= room;
 }
 
 void SimDevice::Admit() {
@@ -173,7 +204,9 @@ void SimDevice::Admit() {
     if (blocked.count(r->model)) continue;
     Resident* res = Find(r->model);
     if (static_cast<int>(res->running.size()) >= Spec(r->model).max_seqs) continue;
-    if (!Fits(*res, *r, total_kv)) {
+    const bool tp = Spec(r->model).tp > 1;
+    if (!Fits(*res, r->kv_bytes, total_kv) ||
+        (tp && hooks_.group_fits && !hooks_.group_fits(r->model, r->kv_bytes))) {
       // Elastic: the first request that does not fit stops admission,
       // unless it cannot fit even with no KV in use (only once another
       // model's weights leave): it waits without blocking the others.
@@ -185,9 +218,36 @@ void SimDevice::Admit() {
     res->running.push_back(r);
     res->kv_used += r->kv_bytes;
     total_kv += r->kv_bytes;
+    if (tp && hooks_.group_kv) hooks_.group_kv(r->model, r->kv_bytes);
     admitted.insert(r);
   }
   std::erase_if(pending_, [&](SimRequest* r) { return admitted.count(r) > 0; });
+}
+
+StepWork SimDevice::WorkOf(const Resident& res, std::vector<Chunk>* chunks, int* k) const {
+  StepWork w;
+  for (const SimRequest* r : res.running) {
+    if (r->prefilled < r->prompt) continue;
+    ++w.decode_tokens;
+    w.decode_context += r->prompt + r->generated;
+    *k = std::min(*k, r->output - r->generated);
+  }
+  int budget = config_->policy.max_batch_tokens - w.decode_tokens;
+  for (SimRequest* r : res.running) {
+    if (r->prefilled >= r->prompt || budget <= 0) continue;
+    const int n = std::min(budget, r->prompt - r->prefilled);
+    if (chunks != nullptr) chunks->push_back({r, n});
+    w.prefill_tokens += n;
+    w.prefill_attention += PrefillAttentionPairs(n, r->prefilled);
+    budget -= n;
+  }
+  return w;
+}
+
+StepWork SimDevice::Work(int model) const {
+  const Resident* res = Find(model);
+  int k = INT_MAX;
+  return res == nullptr || res->shadow ? StepWork{} : WorkOf(*res, nullptr, &k);
 }
 
 double SimDevice::PlanIteration(bool* decode_only) {
@@ -195,32 +255,25 @@ double SimDevice::PlanIteration(bool* decode_only) {
   double work = 0, latency = 0, serial = 0, delta = 0;
   int k = INT_MAX, stepped = 0;
   for (const Resident& res : residents_) {
-    if (res.running.empty()) continue;
-    const ModelShape& shape = Spec(res.model).shape;
     StepWork w;
-    for (const SimRequest* r : res.running) {
-      if (r->prefilled < r->prompt) continue;
-      ++w.decode_tokens;
-      w.decode_context += r->prompt + r->generated;
-      k = std::min(k, r->output - r->generated);
+    if (res.shadow) {
+      // The leader's step, run here too: re-read every iteration.
+      if (hooks_.lead_work) w = hooks_.lead_work(res.model);
+      if (w.decode_tokens + w.prefill_tokens == 0) continue;
+      k = 1;
+    } else {
+      if (res.running.empty()) continue;
+      w = WorkOf(res, &chunks_, &k);
     }
-    int budget = config_->policy.max_batch_tokens - w.decode_tokens;
-    for (SimRequest* r : res.running) {
-      if (r->prefilled >= r->prompt || budget <= 0) continue;
-      const int n = std::min(budget, r->prompt - r->prefilled);
-      chunks_.push_back({r, n});
-      w.prefill_tokens += n;
-      w.prefill_attention += PrefillAttentionPairs(n, r->prefilled);
-      budget -= n;
-    }
-    const double step = engine_->StepSeconds(shape, w);
-    const double lat = std::min(step, engine_->LatencySeconds(shape));
+    const SimModel& spec = Spec(res.model);
+    const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
+    const double lat = std::min(step, engine_->LatencySeconds(spec.Part()));
     serial += step;
     work += step - lat;
     latency = std::max(latency, lat);
     StepWork next = w;
     next.decode_context += w.decode_tokens;
-    delta += engine_->StepSeconds(shape, next) - step;
+    delta += TpStepSeconds(*engine_, config_->policy, spec, next) - step;
     ++stepped;
   }
   const double host = config_->policy.step_host_s;
@@ -316,6 +369,7 @@ void SimDevice::EndIteration(uint64_t version, int iterations) {
 void SimDevice::Finish(Resident* res, SimRequest* r) {
   r->end = events_->now();
   res->kv_used -= r->kv_bytes;
+  if (Spec(r->model).tp > 1 && hooks_.group_kv) hooks_.group_kv(r->model, -r->kv_bytes);
   std::erase(res->running, r);
   hooks_.done(r);
 }

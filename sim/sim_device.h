@@ -33,6 +33,19 @@
 //    does not capture. A request's first token comes at the end of the
 //    iteration that finishes its prefill, every later one at the end of an
 //    iteration.
+//  * Tensor parallelism (SimModel::tp > 1). A replica spans tp GPUs of one
+//    node. Its first GPU leads: requests queue, are admitted and step
+//    there, and its tokens follow that GPU's iterations. Every GPU of the
+//    group holds the model's part (weights and each running request's KV,
+//    TensorParallelPart); the others hold it as a shadow, which admits
+//    nothing and whose KV moves with the leader's admissions (a request is
+//    admitted only if every GPU of the group has room for its part). Each
+//    of them spends the part's step (the leader's current step work, plus
+//    the all-reduces, TpStepSeconds) in its own iterations, so the models
+//    sharing those GPUs slow down by it. The leader does not wait for the
+//    others' iterations (a real TP step would, at its all-reduces): with
+//    busy neighbours on the other GPUs the TP model's latency is
+//    optimistic by up to their step times.
 //  * Speed. While only decodes run and no queued request could be admitted
 //    by a later step (fcfs and edf: none fits now; other policies: none of
 //    a serving model is queued), the device runs whole stretches of
@@ -70,11 +83,24 @@ struct SimRequest {
 
 enum class ModelPhase { kAbsent, kLoading, kReady, kDraining };
 
+// One step of `model`'s replica on each of its GPUs: its part's step
+// (EngineModel::StepSeconds of SimModel::Part) plus, for tp > 1, two
+// all-reduces per layer of the step's tokens (SimPolicy's tp_* figures).
+double TpStepSeconds(const EngineModel& engine, const SimPolicy& policy, const SimModel& model,
+                     const StepWork& work);
+
 class SimDevice {
  public:
   struct Hooks {
     std::function<void(SimRequest*)> done;   // a request's last token
     std::function<void(int model)> drained;  // a draining model left
+    // Tensor-parallel models this device leads: whether every other GPU of
+    // the group can take `bytes` more KV now, and KV taken (> 0) or freed
+    // (< 0) there. Unset: tp = 1 models only.
+    std::function<bool(int model, int64_t bytes)> group_fits;
+    std::function<void(int model, int64_t bytes)> group_kv;
+    // A shadow here: the step work of `model`'s replica on its leader now.
+    std::function<StepWork(int model)> lead_work;
   };
 
   SimDevice(std::string node_id, std::string name, int64_t memory_bytes, const SimConfig* config,
@@ -83,12 +109,22 @@ class SimDevice {
   // Reserves `model`'s weights now; it serves from Ready(). A model still
   // draining here serves again at once (true: no activation needed).
   bool Load(int model);
+  // Reserves the part of a tensor-parallel `model` whose replica another
+  // GPU of this node leads (a shadow: see the rules above).
+  void LoadShadow(int model);
   void Ready(int model);
   // No new admissions for `model`; it leaves (weights freed, `drained`
   // called) once its running and queued requests are done. Queued ones
   // are still served.
   void Drain(int model);
   void Enqueue(SimRequest* r);
+  // A shadow's KV: whether `bytes` more fit now, and taking (> 0) or
+  // freeing (< 0) them. TakeShadowKv starts an iteration if none runs.
+  bool ShadowFits(int model, int64_t bytes) const;
+  void TakeShadowKv(int model, int64_t bytes);
+  // The work `model`'s next step here would run (its decodes and the
+  // prefill chunks that fit max_batch_tokens); empty if none runs.
+  StepWork Work(int model) const;
 
   ModelPhase phase(int model) const;
   bool Busy(int model) const;  // running or queued requests
@@ -116,6 +152,7 @@ class SimDevice {
     ModelPhase phase = ModelPhase::kLoading;
     std::vector<SimRequest*> running;  // in admission order
     int64_t kv_used = 0;
+    bool shadow = false;  // a tensor-parallel part another GPU leads
   };
   struct Chunk {
     SimRequest* r;
@@ -128,7 +165,10 @@ class SimDevice {
   void Kick();
   void StartIteration();
   void Admit();
-  bool Fits(const Resident& res, const SimRequest& r, int64_t total_kv) const;
+  bool Fits(const Resident& res, int64_t bytes, int64_t total_kv) const;
+  // The work of `res`'s next step; appends its prefill chunks to `chunks`
+  // (if not null) and lowers *k to the fewest tokens a decode still owes.
+  StepWork WorkOf(const Resident& res, std::vector<Chunk>* chunks, int* k) const;
   // Plans the next iteration's chunks; returns its time, or < 0 if idle.
   double PlanIteration(bool* decode_only);
   void Cut();

@@ -1,5 +1,6 @@
 #include "sim/simulator.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -17,11 +18,9 @@ Simulator::Simulator(const SimConfig& config, const EngineModel& engine,
     for (int g = 0; g < config.cluster.gpus_per_node && static_cast<int>(devices_.size()) < total;
          ++g) {
       const int d = static_cast<int>(devices_.size());
-      SimDevice::Hooks hooks{[this](SimRequest* r) { Done(r); },
-                             [this, d](int m) { Drained(d, m); }};
       devices_.push_back(std::make_unique<SimDevice>(
           absl::StrFormat("node-%04d", n), absl::StrCat("gpu:", g), config.cluster.gpu_memory_bytes,
-          &config, &engine, &events_, std::move(hooks)));
+          &config, &engine, &events_, HooksFor(d)));
     }
   }
   for (size_t d = 0; d < devices_.size(); ++d) {
@@ -36,6 +35,36 @@ Simulator::Simulator(const SimConfig& config, const EngineModel& engine,
   requests_.resize(trace.size());
   outcomes_.resize(trace.size());
   dependents_.resize(trace.size());
+}
+
+SimDevice::Hooks Simulator::HooksFor(int d) {
+  SimDevice::Hooks h;
+  h.done = [this](SimRequest* r) { Done(r); };
+  h.drained = [this, d](int m) { Drained(d, m); };
+  auto members = [this, d](int m) -> const std::vector<int>* {
+    const ModelState& ms = models_[static_cast<size_t>(m)];
+    auto it = ms.members.find(d);
+    return it == ms.members.end() ? nullptr : &it->second;
+  };
+  h.group_fits = [this, members](int m, int64_t bytes) {
+    const std::vector<int>* others = members(m);
+    if (others == nullptr) return true;
+    return std::all_of(others->begin(), others->end(), [&](int x) {
+      return devices_[static_cast<size_t>(x)]->ShadowFits(m, bytes);
+    });
+  };
+  h.group_kv = [this, members](int m, int64_t bytes) {
+    if (const std::vector<int>* others = members(m); others != nullptr) {
+      for (int x : *others) devices_[static_cast<size_t>(x)]->TakeShadowKv(m, bytes);
+    }
+  };
+  h.lead_work = [this, d](int m) {
+    const ModelState& ms = models_[static_cast<size_t>(m)];
+    auto it = ms.leader_of.find(d);
+    return it == ms.leader_of.end() ? StepWork{}
+                                    : devices_[static_cast<size_t>(it->second)]->Work(m);
+  };
+  return h;
 }
 
 SimResult Simulator::Run() {
@@ -119,8 +148,11 @@ void Simulator::Release(int i) {
   r->output = rec.output_tokens;
   o.prompt_tokens = r->prompt;
   r->deadline = now + (rec.ttft_ms > 0 ? rec.ttft_ms : spec.ttft_ms) / 1e3;
-  r->cost_s = engine_.PrefillSeconds(spec.shape, r->prompt);
-  r->kv_bytes = static_cast<int64_t>(r->prompt + r->output) * spec.shape.kv_bytes_per_token();
+  // The prefill alone on the model's GPUs; KV per GPU (a tensor-parallel
+  // part's share on each of its group's).
+  r->cost_s = TpStepSeconds(engine_, config_.policy, spec,
+                            {0, 0, r->prompt, PrefillAttentionPairs(r->prompt, 0)});
+  r->kv_bytes = static_cast<int64_t>(r->prompt + r->output) * spec.Part().kv_bytes_per_token();
   ModelState& ms = models_[static_cast<size_t>(r->model)];
   ms.last_request = now;
   ms.window.push_back({now, r->prompt, r->output});
@@ -256,6 +288,11 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& e
   for (const SimModel& m : config.models) {
     if (m.replicas < 1) {
       return absl::InvalidArgumentError(absl::StrCat("model ", m.name, ": replicas must be >= 1"));
+    }
+    if (m.tp < 1 || m.tp > config.cluster.gpus_per_node || m.shape.heads % m.tp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", m.name, ": tp ", m.tp, " must be >= 1, at most gpus_per_node (",
+          config.cluster.gpus_per_node, ") and divide its ", m.shape.heads, " attention heads"));
     }
   }
   if (rate_scale <= 0) return absl::InvalidArgumentError("rate_scale must be > 0");

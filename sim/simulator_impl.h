@@ -28,6 +28,11 @@ class Simulator {
     // Its replicas' devices (loading, ready or draining), one per node, in
     // the order they were placed.
     std::vector<int> devices;
+    // Tensor parallelism (tp > 1): `devices` holds each replica's leading
+    // GPU; the group's other GPUs (shadows, sim_device.h) by leader, and
+    // the leader of each of them.
+    std::map<int, std::vector<int>> members;
+    std::map<int, int> leader_of;
     bool needs_room = false;
     double last_request = 0;
     std::vector<SimRequest*> waiting;  // for a replica
@@ -70,9 +75,19 @@ class Simulator {
   // control-plane change (a load or a drain bumps `changes_`).
   const std::vector<global_scheduler::NodeInfo>& Nodes();
   int DeviceIndex(const std::string& node_id, const std::string& device) const;
-  // The policy's device for a new replica of model m, on a node that holds
-  // none of its replicas; -1 if none.
-  int Choose(int m);
+  // The policy's GPUs for a new replica of model m, on a node that holds
+  // none of its replicas: one, or for tp > 1 the leader first and then the
+  // other parts (Choose's rule); empty if none.
+  std::vector<int> Choose(int m);
+  // The policy's device for one part of model m among `nodes` less
+  // `exclude`; -1 if none.
+  int ChooseOne(int m, const std::vector<global_scheduler::NodeInfo>& nodes,
+                const std::set<std::string>& exclude);
+  // Loads (Load, or LoadShadow on the others) a replica of m on `group`;
+  // true if it serves at once (a draining single-GPU replica revived).
+  bool LoadGroup(int m, const std::vector<int>& group);
+  // The device hooks of device d (tensor-parallel parts need the others).
+  SimDevice::Hooks HooksFor(int d);
   // Replicas model m should have: its `replicas`, at most one per node.
   size_t Wanted(int m) const;
   // Whether model m should get another replica now: it has fewer than it

@@ -1,0 +1,182 @@
+// Tensor-parallel models in the simulator (SimModel::tp): parts on
+// distinct GPUs of one node, the all-reduce cost computed by hand, the
+// shadow steps that slow a group's neighbours, eviction of every part, the
+// part shape, and the config's checks.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "server/sim_config.h"
+#include "sim/simulator.h"
+
+namespace ballast::sim {
+namespace {
+
+constexpr double kStep = 0.010;  // every engine step, whatever its work
+
+EngineModel ConstantEngine() {
+  std::array<double, kFeatures> k{};
+  k[0] = kStep;
+  return EngineModel(k, 1e9, 1.0);
+}
+
+SimModel Model(const std::string& name, const std::string& shape, int tp = 1) {
+  SimModel m;
+  m.name = name;
+  m.shape_name = shape;
+  m.shape = *NamedShape(shape);
+  m.tp = tp;
+  return m;
+}
+
+SimConfig Cluster(int nodes, int gpus_per_node, std::vector<SimModel> models) {
+  SimConfig c;
+  c.cluster.nodes = nodes;
+  c.cluster.gpus_per_node = gpus_per_node;
+  c.cluster.gpu_memory_bytes = 80LL << 30;
+  c.models = std::move(models);
+  return c;
+}
+
+bench::TraceRecord Req(const std::string& id, const std::string& model, double t, int prompt,
+                       int output) {
+  bench::TraceRecord r;
+  r.id = id;
+  r.model = model;
+  r.arrival_s = t;
+  r.prompt_tokens = prompt;
+  r.output_tokens = output;
+  return r;
+}
+
+const bench::RequestOutcome& Find(const SimResult& r, const std::string& id) {
+  for (const auto& o : r.replay.requests) {
+    if (o.id == id) return o;
+  }
+  ADD_FAILURE() << "no request " << id;
+  static const bench::RequestOutcome kNone;
+  return kNone;
+}
+
+TEST(TensorParallelTest, PartShapeSplitsHeadsMlpAndVocab) {
+  const ModelShape full = *NamedShape("llama-70b");  // 64 heads, 8 KV heads
+  const ModelShape four = TensorParallelPart(full, 4);
+  EXPECT_EQ(four.heads, 16);
+  EXPECT_EQ(four.kv_heads, 2);
+  EXPECT_EQ(four.intermediate, full.intermediate / 4);
+  EXPECT_EQ(four.kv_bytes_per_token(), full.kv_bytes_per_token() / 4);
+  // Weights split four ways but for the norms, which every part keeps.
+  EXPECT_NEAR(static_cast<double>(four.weight_bytes()), full.weight_bytes() / 4.0,
+              full.weight_bytes() * 1e-3);
+  // More GPUs than KV heads: each keeps one KV head.
+  EXPECT_EQ(TensorParallelPart(full, 16).kv_heads, 1);
+  EXPECT_EQ(TensorParallelPart(full, 1).heads, 64);
+}
+
+TEST(TensorParallelTest, PartsGoOnDistinctGpusOfOneNode) {
+  // A 70B in BF16 (141 GB) fits no 80 GiB GPU; four parts of 35 GB do.
+  auto r = Simulate(Cluster(2, 4, {Model("big", "llama-70b", 4)}), ConstantEngine(),
+                    {Req("x", "big", 0, 100, 20)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Find(*r, "x").status, "OK");
+  EXPECT_EQ(r->stats.initial_placed, 1);
+  std::set<int> stepping, nodes;
+  for (size_t d = 0; d < r->stats.device_model_steps.size(); ++d) {
+    if (r->stats.device_model_steps[d] == 0) continue;
+    stepping.insert(static_cast<int>(d));
+    nodes.insert(static_cast<int>(d) / 4);
+  }
+  EXPECT_EQ(stepping.size(), 4u);  // every part steps, each on its own GPU
+  EXPECT_EQ(nodes.size(), 1u);     // all on one node
+  // The same model with tp 1 fits nowhere: its request waits and fails.
+  auto one = Simulate(Cluster(2, 4, {Model("big", "llama-70b")}), ConstantEngine(),
+                      {Req("x", "big", 0, 100, 20)});
+  ASSERT_TRUE(one.ok());
+  EXPECT_NE(Find(*one, "x").status, "OK");
+}
+
+TEST(TensorParallelTest, AllReducesAddToEveryStepByHand) {
+  // Two layers, hidden 64: each step adds 2 x 2 all-reduces, each 1 ms of
+  // latency plus tokens x 64 x 2 bytes x 2 (tp - 1) / tp at 1.28 MB/s:
+  // 1 ms for the 10-token prefill, 0.1 ms for a decode token.
+  // Prefill 10 + 4 x 2 = 18 ms; decodes 10 + 4 x 1.1 = 14.4 ms each.
+  SimModel m;
+  m.name = "tiny";
+  m.shape = ModelShape{2, 64, 4, 2, 16, 128, 256, false};
+  m.tp = 2;
+  SimConfig c = Cluster(1, 2, {m});
+  c.policy.tp_allreduce_latency_s = 1e-3;
+  c.policy.tp_allreduce_bus_bytes_per_s = 1.28e6;
+  auto r = Simulate(c, ConstantEngine(), {Req("x", "tiny", 0, 10, 3)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(Find(*r, "x").ttft_ms(), 18, 1e-6);
+  EXPECT_NEAR(Find(*r, "x").e2e_ms(), 18 + 2 * 14.4, 1e-6);
+}
+
+TEST(TensorParallelTest, ShadowStepsSlowTheGroupsNeighbours) {
+  // Serial steps of 10 ms. big (tp 2) spans both GPUs; s0 and s1 go one on
+  // each (placement spreads them), so one shares the leader's GPU and the
+  // other a shadow's. While big decodes, each of their iterations also
+  // runs big's step: 20 ms per token. Without big, 10 ms.
+  for (const bool big_runs : {true, false}) {
+    SimConfig c = Cluster(
+        1, 2, {Model("big", "llama-8b", 2), Model("s0", "llama-1b"), Model("s1", "llama-1b")});
+    c.policy.overlap_steps = false;
+    c.policy.tp_allreduce_latency_s = 0;  // and no bytes term:
+    c.policy.tp_allreduce_bus_bytes_per_s = 1e30;
+    std::vector<bench::TraceRecord> t = {Req("a", "s0", 0.005, 10, 6),
+                                         Req("b", "s1", 0.005, 10, 6)};
+    if (big_runs) t.push_back(Req("big", "big", 0, 10, 200));
+    auto r = Simulate(c, ConstantEngine(), t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->stats.initial_placed, 3);
+    for (const char* id : {"a", "b"}) {
+      EXPECT_EQ(Find(*r, id).status, "OK");
+      EXPECT_NEAR(Find(*r, id).tpot_ms(), big_runs ? 20 : 10, 1e-6) << id << " " << big_runs;
+    }
+    // Each GPU stepped: the small models apart, big on both.
+    ASSERT_EQ(r->stats.device_model_steps.size(), 2u);
+    EXPECT_GT(r->stats.device_model_steps[0], 0);
+    EXPECT_GT(r->stats.device_model_steps[1], 0);
+  }
+}
+
+TEST(TensorParallelTest, EvictionFreesEveryPartAndTheGroupComesBack) {
+  // One node of two GPUs. big (70B, tp 2: a 70 GB part on each) leaves no
+  // GPU room for mid (14B, 30 GB): mid's request evicts big, big's next
+  // request evicts mid, and big is loaded again on both GPUs.
+  SimConfig c = Cluster(1, 2, {Model("big", "llama-70b", 2), Model("mid", "qwen-14b")});
+  c.policy.idle_evict_after_s = 1;
+  c.policy.rebalance_interval_s = 0;
+  auto r = Simulate(
+      c, ConstantEngine(),
+      {Req("b1", "big", 0, 100, 10), Req("m1", "mid", 10, 100, 10), Req("b2", "big", 20, 100, 10)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const char* id : {"b1", "m1", "b2"}) EXPECT_EQ(Find(*r, id).status, "OK") << id;
+  EXPECT_EQ(r->stats.initial_placed, 1);  // big only: mid fits beside no part
+  EXPECT_EQ(r->stats.idle_evictions, 2);
+  EXPECT_EQ(r->stats.activations, 2);
+  // b2 waited for mid's drain and big's activation: after 20 s.
+  EXPECT_GT(Find(*r, "b2").first_token_s, 20.0);
+}
+
+TEST(TensorParallelTest, ConfigChecksTp) {
+  const std::string base = "calibration: c.json\ncluster: {nodes: 1, gpus_per_node: 4}\n";
+  auto ok =
+      server::ParseSimConfig(base + "models: [{name: a, shape: llama-70b, tp: 4}]\n", "/x/s.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->config.models[0].tp, 4);
+  // 3 does not divide llama-8b's 32 heads.
+  auto bad =
+      server::ParseSimConfig(base + "models: [{name: a, shape: llama-8b, tp: 3}]\n", "/x/s.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("models[0].tp"), std::string::npos) << bad.status();
+  // More GPUs than a node has.
+  SimConfig c = Cluster(2, 4, {Model("a", "llama-70b", 8)});
+  auto r = Simulate(c, ConstantEngine(), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("gpus_per_node"), std::string::npos) << r.status();
+}
+
+}  // namespace
+}  // namespace ballast::sim
