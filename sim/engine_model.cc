@@ -66,14 +66,16 @@ double PrefillAttentionPairs(int tokens, int before) {
 
 std::array<double, kFeatures> StepFeatures(const ModelShape& s, const StepWork& w) {
   const double params2 = 2.0 * s.dense_params();
-  return {1.0,
-          static_cast<double>(s.layers),
-          s.weight_bytes_read(),
-          w.decode_context * static_cast<double>(s.kv_bytes_per_token()),
-          static_cast<double>(w.decode_tokens) * s.layers,
-          params2 * w.decode_tokens,
-          params2 * w.prefill_tokens,
-          4.0 * s.layers * s.heads * s.head_dim * w.prefill_attention};
+  return {
+      1.0,
+      static_cast<double>(s.layers),
+      s.weight_bytes_read(),
+      w.decode_context * static_cast<double>(s.kv_bytes_per_token()),
+      static_cast<double>(w.decode_tokens) * s.layers,
+      params2 * w.decode_tokens,
+      params2 * w.prefill_tokens,
+      4.0 * s.layers * s.heads * s.head_dim * w.prefill_attention,
+      s.kv_dtype_bytes == 1 ? w.decode_context * 2.0 * s.layers * s.kv_heads * s.head_dim : 0.0};
 }
 
 namespace {

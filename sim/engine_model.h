@@ -5,7 +5,7 @@
 //
 // A step runs B decode tokens (their KV spans C tokens in total) and P
 // prefill tokens (chunks whose attention spans A query x key pairs in
-// total). Its time is linear in eight features of the model's shape:
+// total). Its time is linear in nine features of the model's shape:
 //
 //   t = k0                                  per-step host cost
 //     + k1 * layers                         kernel launches per layer
@@ -15,8 +15,14 @@
 //     + k5 * 2 * dense params * B           decode GEMM FLOPs
 //     + k6 * 2 * dense params * P           prefill GEMM FLOPs
 //     + k7 * 4 * layers * q heads * head dim * A    prefill attention FLOPs
+//     + k8 * C * KV elements per token if the KV is FP8   dequantisation
 //
-// The coefficients k0..k7 (seconds per unit) are one per card, fitted by
+// k8: the decode attention kernel turns each FP8 K and V element back into
+// BF16 before it uses it, which costs more than the bytes it saves (on the
+// H200 an 8B step at batch 128 took 14.1 ms with FP8 KV, 12.4 ms with
+// BF16 KV). Zero when the calibration has no FP8-KV step.
+//
+// The coefficients k0..k8 (seconds per unit) are one per card, fitted by
 // non-negative least squares on the relative error over every recorded
 // step of every calibrated shape, so a shape never measured (a 70B) is
 // predicted from the same physical rates. Activation (weights copied from
@@ -67,7 +73,7 @@ ModelShape TensorParallelPart(const ModelShape& shape, int tp);
 absl::StatusOr<ModelShape> NamedShape(const std::string& name);
 
 // What one engine step computes.
-inline constexpr int kFeatures = 8;
+inline constexpr int kFeatures = 9;
 
 struct StepWork {
   int decode_tokens = 0;         // B
@@ -105,7 +111,7 @@ absl::StatusOr<Calibration> ParseCalibration(const std::string& json, const std:
 
 class EngineModel {
  public:
-  // Fits k0..k7 to `calibration`'s points. INVALID_ARGUMENT if there are
+  // Fits k0..k8 to `calibration`'s points. INVALID_ARGUMENT if there are
   // too few points to identify them (fewer than kFeatures, or no prefill point).
   static absl::StatusOr<EngineModel> Fit(const Calibration& calibration);
   // A model with given coefficients (tests, hand-computed clusters).
@@ -128,7 +134,7 @@ class EngineModel {
   double h2d_bytes_per_s_, activation_ratio_;
 };
 
-// The features of a step (the k0..k7 multipliers above).
+// The features of a step (the k0..k8 multipliers above).
 std::array<double, kFeatures> StepFeatures(const ModelShape& shape, const StepWork& work);
 
 }  // namespace ballast::sim

@@ -82,8 +82,14 @@ absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
   }
   // Non-negative least squares by elimination: drop the most negative
   // coefficient and refit until none is negative (a rate cannot be < 0).
+  // A feature no measured step has (FP8 KV in a BF16-only calibration)
+  // keeps its coefficient at 0.
   std::vector<int> active;
-  for (int i = 0; i < kK; ++i) active.push_back(i);
+  for (int i = 0; i < kK; ++i) {
+    if (std::any_of(rows.begin(), rows.end(), [&](const auto& r) { return r[i] != 0; })) {
+      active.push_back(i);
+    }
+  }
   std::array<double, kK> k{};
   while (!active.empty()) {
     if (!LeastSquares(rows, active, &k)) {

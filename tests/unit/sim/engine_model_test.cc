@@ -34,12 +34,18 @@ Calibration Synthetic(const std::array<double, kFeatures>& k) {
       c.points.push_back({name, s, w, truth.StepSeconds(s, w)});
     }
   }
+  ModelShape fp8 = *NamedShape("llama-8b");  // FP8 KV: k8's steps
+  fp8.kv_dtype_bytes = 1;
+  for (int b : {16, 128}) {
+    StepWork w{b, b * 1024.0, 0, 0};
+    c.points.push_back({"llama-8b-fp8kv", fp8, w, truth.StepSeconds(fp8, w)});
+  }
   return c;
 }
 
 TEST(EngineModelTest, FitRecoversKnownCoefficients) {
-  const std::array<double, kFeatures> k = {2e-3, 3e-5,       1 / 3e12,   1 / 2e12,
-                                           2e-7, 1 / 400e12, 1 / 600e12, 1 / 300e12};
+  const std::array<double, kFeatures> k = {2e-3,       3e-5,       1 / 3e12,   1 / 2e12, 2e-7,
+                                           1 / 400e12, 1 / 600e12, 1 / 300e12, 1 / 1e13};
   auto m = EngineModel::Fit(Synthetic(k));
   ASSERT_TRUE(m.ok()) << m.status();
   for (int i = 0; i < kFeatures; ++i) EXPECT_NEAR(m->coefficients()[i] / k[i], 1.0, 1e-6) << i;
