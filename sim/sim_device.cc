@@ -244,27 +244,47 @@ StepWork SimDevice::WorkOf(const Resident& res, std::vector<Chunk>* chunks, int*
   return w;
 }
 
-StepWork SimDevice::Work(int model) const {
+int64_t SimDevice::TpSteps(int model) const {
   const Resident* res = Find(model);
-  int k = INT_MAX;
-  return res == nullptr || res->shadow ? StepWork{} : WorkOf(*res, nullptr, &k);
+  return res == nullptr ? 0 : res->tp_steps;
+}
+
+bool SimDevice::PlanResident(Resident* res, StepWork* w, int* k) {
+  if (res->shadow) {
+    // One part step per step the leader started, with the work of its last.
+    if (!hooks_.lead_steps || hooks_.lead_steps(res->model) <= res->tp_steps) return false;
+    *w = hooks_.lead_work(res->model);
+    ++res->tp_steps;
+  } else {
+    if (res->running.empty()) return false;
+    const bool tp = Spec(res->model).tp > 1 && hooks_.members_steps;
+    if (tp && hooks_.members_steps(res->model) < res->tp_steps) return false;  // lockstep
+    *w = WorkOf(*res, &chunks_, k);
+    if (!tp) return true;
+    ++res->tp_steps;
+    res->tp_work = *w;
+  }
+  *k = 1;
+  if (hooks_.stepped) {
+    const int model = res->model;
+    events_->At(events_->now(), [this, model] { hooks_.stepped(model); });
+  }
+  return w->decode_tokens + w->prefill_tokens > 0;
+}
+
+StepWork SimDevice::LastTpWork(int model) const {
+  const Resident* res = Find(model);
+  return res == nullptr ? StepWork{} : res->tp_work;
 }
 
 double SimDevice::PlanIteration(bool* decode_only) {
   chunks_.clear();
   double work = 0, latency = 0, serial = 0, delta = 0;
   int k = INT_MAX, stepped = 0;
-  for (const Resident& res : residents_) {
+  for (Resident& res : residents_) {
     StepWork w;
-    if (res.shadow) {
-      // The leader's step, run here too: re-read every iteration.
-      if (hooks_.lead_work) w = hooks_.lead_work(res.model);
-      if (w.decode_tokens + w.prefill_tokens == 0) continue;
-      k = 1;
-    } else {
-      if (res.running.empty()) continue;
-      w = WorkOf(res, &chunks_, &k);
-    }
+    res.stepped = PlanResident(&res, &w, &k);
+    if (!res.stepped) continue;
     const SimModel& spec = Spec(res.model);
     const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
     const double lat = std::min(step, engine_->LatencySeconds(spec.Part()));
@@ -339,6 +359,7 @@ void SimDevice::EndIteration(uint64_t version, int iterations) {
   if (version != version_) return;
   const double now = events_->now();
   for (Resident& res : residents_) {
+    if (!res.stepped) continue;  // a tensor-parallel model waiting for its group
     for (SimRequest* r : res.running) {
       if (r->prefilled >= r->prompt) r->generated += decode_only_ ? iterations : 1;
     }

@@ -40,12 +40,16 @@
 //    TensorParallelPart); the others hold it as a shadow, which admits
 //    nothing and whose KV moves with the leader's admissions (a request is
 //    admitted only if every GPU of the group has room for its part). Each
-//    of them spends the part's step (the leader's current step work, plus
-//    the all-reduces, TpStepSeconds) in its own iterations, so the models
-//    sharing those GPUs slow down by it. The leader does not wait for the
-//    others' iterations (a real TP step would, at its all-reduces): with
-//    busy neighbours on the other GPUs the TP model's latency is
-//    optimistic by up to their step times.
+//    of them runs the part's step (the leader's current step work, plus
+//    the all-reduces, TpStepSeconds) once for each step the leader takes,
+//    in its own next iteration, so the models sharing those GPUs slow down
+//    by it. Lockstep: the leader starts the model's next step only once
+//    every other GPU of the group has started the previous one (a real TP
+//    step waits at its all-reduces), so the model steps at the pace of the
+//    group's busiest GPU; meanwhile the leader steps its other models
+//    alone. The leader may be one step ahead of that GPU, so its tokens
+//    can come up to one of that GPU's iterations early. Each such
+//    iteration is a single step (no decode stretches).
 //  * Speed. While only decodes run and no queued request could be admitted
 //    by a later step (fcfs and edf: none fits now; other policies: none of
 //    a serving model is queued), the device runs whole stretches of
@@ -99,8 +103,16 @@ class SimDevice {
     // (< 0) there. Unset: tp = 1 models only.
     std::function<bool(int model, int64_t bytes)> group_fits;
     std::function<void(int model, int64_t bytes)> group_kv;
-    // A shadow here: the step work of `model`'s replica on its leader now.
+    // A shadow here: the work of the last step of `model` that its leader
+    // started, and how many it has started.
     std::function<StepWork(int model)> lead_work;
+    std::function<int64_t(int model)> lead_steps;
+    // Leading: the fewest steps of `model` the group's other GPUs have
+    // started (the lockstep gate).
+    std::function<int64_t(int model)> members_steps;
+    // Tells the group's other GPUs (a leader's) or its leader (a shadow's)
+    // that `model` stepped here: they may have a step to run now.
+    std::function<void(int model)> stepped;
   };
 
   SimDevice(std::string node_id, std::string name, int64_t memory_bytes, const SimConfig* config,
@@ -122,9 +134,12 @@ class SimDevice {
   // freeing (< 0) them. TakeShadowKv starts an iteration if none runs.
   bool ShadowFits(int model, int64_t bytes) const;
   void TakeShadowKv(int model, int64_t bytes);
-  // The work `model`'s next step here would run (its decodes and the
-  // prefill chunks that fit max_batch_tokens); empty if none runs.
-  StepWork Work(int model) const;
+  // A tensor-parallel `model` led here: the steps started, and the work of
+  // the last (its decodes and prefill chunks). A shadow's: steps started.
+  int64_t TpSteps(int model) const;
+  StepWork LastTpWork(int model) const;
+  // Starts an iteration if none runs (a group's GPU may have a step to run).
+  void Wake() { Kick(); }
 
   ModelPhase phase(int model) const;
   bool Busy(int model) const;  // running or queued requests
@@ -152,7 +167,10 @@ class SimDevice {
     ModelPhase phase = ModelPhase::kLoading;
     std::vector<SimRequest*> running;  // in admission order
     int64_t kv_used = 0;
-    bool shadow = false;  // a tensor-parallel part another GPU leads
+    bool shadow = false;    // a tensor-parallel part another GPU leads
+    int64_t tp_steps = 0;   // tp > 1: steps started here (leader or shadow)
+    StepWork tp_work = {};  // tp > 1, leading: the last step's work
+    bool stepped = false;   // stepped in the iteration under way
   };
   struct Chunk {
     SimRequest* r;
@@ -171,6 +189,9 @@ class SimDevice {
   StepWork WorkOf(const Resident& res, std::vector<Chunk>* chunks, int* k) const;
   // Plans the next iteration's chunks; returns its time, or < 0 if idle.
   double PlanIteration(bool* decode_only);
+  // The work `res` steps in the next iteration (false: it does not step).
+  // Tensor-parallel residents step under the lockstep rule above.
+  bool PlanResident(Resident* res, StepWork* w, int* k);
   void Cut();
   void EndIteration(uint64_t version, int iterations);
   void Finish(Resident* res, SimRequest* r);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -58,11 +59,31 @@ SimDevice::Hooks Simulator::HooksFor(int d) {
       for (int x : *others) devices_[static_cast<size_t>(x)]->TakeShadowKv(m, bytes);
     }
   };
-  h.lead_work = [this, d](int m) {
+  auto leader = [this, d](int m) -> SimDevice* {
     const ModelState& ms = models_[static_cast<size_t>(m)];
     auto it = ms.leader_of.find(d);
-    return it == ms.leader_of.end() ? StepWork{}
-                                    : devices_[static_cast<size_t>(it->second)]->Work(m);
+    return it == ms.leader_of.end() ? nullptr : devices_[static_cast<size_t>(it->second)].get();
+  };
+  h.lead_work = [leader](int m) {
+    const SimDevice* l = leader(m);
+    return l == nullptr ? StepWork{} : l->LastTpWork(m);
+  };
+  h.lead_steps = [leader](int m) {
+    const SimDevice* l = leader(m);
+    return l == nullptr ? int64_t{0} : l->TpSteps(m);
+  };
+  h.members_steps = [this, members](int m) {
+    const std::vector<int>* others = members(m);
+    int64_t fewest = INT64_MAX;
+    if (others == nullptr) return fewest;
+    for (int x : *others) fewest = std::min(fewest, devices_[static_cast<size_t>(x)]->TpSteps(m));
+    return fewest;
+  };
+  h.stepped = [this, members, leader](int m) {
+    if (SimDevice* l = leader(m); l != nullptr) l->Wake();
+    if (const std::vector<int>* others = members(m); others != nullptr) {
+      for (int x : *others) devices_[static_cast<size_t>(x)]->Wake();
+    }
   };
   return h;
 }

@@ -4,6 +4,7 @@
 // part shape, and the config's checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "server/sim_config.h"
@@ -138,6 +139,35 @@ TEST(TensorParallelTest, ShadowStepsSlowTheGroupsNeighbours) {
     ASSERT_EQ(r->stats.device_model_steps.size(), 2u);
     EXPECT_GT(r->stats.device_model_steps[0], 0);
     EXPECT_GT(r->stats.device_model_steps[1], 0);
+  }
+}
+
+TEST(TensorParallelTest, TheGroupStepsInLockstepWithItsBusiestGpu) {
+  // Serial 10 ms steps. big (tp 2) spans both GPUs; s0 and s1 sit one on
+  // each. Only one of them is busy: on its GPU an iteration is big's part
+  // plus its own step, 20 ms, and big, which cannot start a step before
+  // every part has started the last, decodes at that GPU's pace, 20 ms a
+  // token, whichever GPU the busy neighbour shares (leader's or shadow's).
+  // With the neighbour on a shadow's GPU the leader runs up to one step
+  // ahead at the start (its first steps take 10 ms), hence the tolerance.
+  for (const char* busy : {"s0", "s1"}) {
+    SimConfig c = Cluster(
+        1, 2, {Model("big", "llama-8b", 2), Model("s0", "llama-1b"), Model("s1", "llama-1b")});
+    c.policy.overlap_steps = false;
+    c.policy.tp_allreduce_latency_s = 0;
+    c.policy.tp_allreduce_bus_bytes_per_s = 1e30;
+    auto r = Simulate(c, ConstantEngine(),
+                      {Req("big", "big", 0, 10, 200), Req("n", busy, 0.005, 10, 400)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(Find(*r, "big").status, "OK");
+    EXPECT_NEAR(Find(*r, "big").tpot_ms(), 20, 0.2) << busy;
+    // Each GPU ran big's part once per token (199 decodes and the
+    // prefill), the idle neighbour's GPU no more often than the other;
+    // the busy one ran n's 400 steps too.
+    const auto& steps = r->stats.device_model_steps;
+    ASSERT_EQ(steps.size(), 2u);
+    EXPECT_EQ(std::min(steps[0], steps[1]), 200) << busy;
+    EXPECT_EQ(std::max(steps[0], steps[1]), 600) << busy;
   }
 }
 
