@@ -31,11 +31,31 @@ struct ModelDemand {
   double demand = 0;  // d_m
   int64_t weight_bytes = 0;
   int current_device = -1;  // index into the devices, -1 if not placed
+  // The step budget (StepBudgetHolds): the model's step time on one GPU
+  // and its TPOT SLO, in seconds; 0: unknown (no constraint).
+  double step_s = 0, tpot_s = 0;
 };
+
+// The step budget: a device's models step one after another, so with all
+// of them busy an iteration takes the sum of their steps, and every
+// model's TPOT is at least that. The budget holds on a device if
+//   sum of step_s over its models <= headroom x the smallest tpot_s
+// (models with tpot_s 0 do not bound it). Placement with a budget
+// (headroom > 0) prefers devices where it holds after the move, and among
+// them the lowest KVPR; where it holds on none, the lowest KVPR of all.
+// KVPR alone places by memory only: a model with a tight TPOT SLO can land
+// beside a large model whose step alone exceeds that SLO.
+bool StepBudgetHolds(double step_sum_s, double min_tpot_s, double headroom);
 
 struct DeviceCapacity {
   std::string name;
   int64_t memory_bytes = 0;  // budget for weights + KV
+  // What stays on the device whatever the placement (models not given to
+  // PlaceKvpr: replicated or tensor-parallel ones): their weights and
+  // demand, and for the step budget the sum of their steps and their
+  // tightest TPOT SLO (0: none).
+  int64_t fixed_weight_bytes = 0;
+  double fixed_demand = 0, fixed_step_s = 0, fixed_tpot_s = 0;
 };
 
 struct KvprPlacement {
@@ -49,8 +69,11 @@ struct KvprPlacement {
 double KvDemand(double prompt_tokens_per_s, double decode_tokens_per_s, double kv_bytes_per_token,
                 double tpot_slo_s);
 
+// step_headroom > 0: with the step budget (above); the placement kept by
+// the global check must also break the budget on no more devices.
 KvprPlacement PlaceKvpr(const std::vector<ModelDemand>& models,
-                        const std::vector<DeviceCapacity>& devices, double migration_threshold);
+                        const std::vector<DeviceCapacity>& devices, double migration_threshold,
+                        double step_headroom = 0);
 
 // Max KVPR of a given assignment (device index per model).
 double MaxKvpr(const std::vector<ModelDemand>& models, const std::vector<DeviceCapacity>& devices,

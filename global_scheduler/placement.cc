@@ -3,6 +3,8 @@
 #include <limits>
 #include <tuple>
 
+#include "global_scheduler/kvpr.h"
+
 namespace ballast::global_scheduler {
 
 std::vector<DeviceView> DeviceViews(const std::vector<NodeInfo>& nodes,
@@ -70,14 +72,30 @@ std::optional<Target> ChooseNodeForLoad(const std::vector<NodeInfo>& nodes,
 std::optional<Target> ChooseNodeKvpr(const std::vector<NodeInfo>& nodes,
                                      const std::set<std::string>& exclude,
                                      const std::function<double(const std::string&)>& demand,
-                                     double new_demand, int64_t new_weight_bytes) {
-  return Best(DeviceViews(nodes, exclude), [&](const DeviceView& d) -> std::optional<double> {
+                                     double new_demand, int64_t new_weight_bytes,
+                                     const StepBudget* budget) {
+  const std::vector<DeviceView> views = DeviceViews(nodes, exclude);
+  auto within = [&](const DeviceView& d) {
+    double steps = budget->new_step_s, tightest = budget->new_tpot_s;
+    for (const auto& m : d.models) {
+      steps += budget->step_s(m);
+      const double t = budget->tpot_s(m);
+      if (t > 0 && (tightest <= 0 || t < tightest)) tightest = t;
+    }
+    return StepBudgetHolds(steps, tightest, budget->headroom);
+  };
+  auto kvpr = [&](const DeviceView& d, bool only_within) -> std::optional<double> {
     const int64_t room = d.memory_bytes - d.weight_bytes - new_weight_bytes;
-    if (room <= 0) return std::nullopt;
+    if (room <= 0 || (only_within && !within(d))) return std::nullopt;
     double d_sum = new_demand;
     for (const auto& m : d.models) d_sum += demand(m);
     return -d_sum / static_cast<double>(room);  // lowest KVPR scores highest
-  });
+  };
+  if (budget != nullptr && budget->headroom > 0) {
+    auto t = Best(views, [&](const DeviceView& d) { return kvpr(d, true); });
+    if (t) return t;
+  }
+  return Best(views, [&](const DeviceView& d) { return kvpr(d, false); });
 }
 
 std::optional<Target> ChooseNodeMme(const std::vector<NodeInfo>& nodes,

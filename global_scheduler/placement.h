@@ -57,10 +57,20 @@ std::optional<Target> ChooseNodeForLoad(const std::vector<NodeInfo>& nodes,
 //             / (memory of g - their weight bytes - new_weight_bytes)
 // (devices where that room is <= 0 are skipped). d_m comes from `demand`
 // (bytes/s^2, kvpr.h's KvDemand), weights from what the nodes reported.
+//
+// With a step budget (kvpr.h's StepBudgetHolds), devices where it holds
+// after adding the model come first.
+struct StepBudget {
+  std::function<double(const std::string&)> step_s;  // a resident model's step time
+  std::function<double(const std::string&)> tpot_s;  // its TPOT SLO (0: none)
+  double new_step_s = 0, new_tpot_s = 0;             // the model placed
+  double headroom = 1.0;
+};
 std::optional<Target> ChooseNodeKvpr(const std::vector<NodeInfo>& nodes,
                                      const std::set<std::string>& exclude,
                                      const std::function<double(const std::string&)>& demand,
-                                     double new_demand, int64_t new_weight_bytes);
+                                     double new_demand, int64_t new_weight_bytes,
+                                     const StepBudget* budget = nullptr);
 
 // FineServe's score for one replica: the candidate device with the highest
 //   score(g | M) = (1 / |g'|) * sum over g' of mu_m * K_rem(g'),

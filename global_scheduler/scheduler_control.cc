@@ -549,6 +549,22 @@ void Scheduler::Rebalance() {
     models.push_back({m.spec.name, Demand(m.spec.name), m.weight_bytes, it->second});
   }
   if (models.size() < 2 || devices.size() < 2) return;
+  // Models that do not move (replicated ones, or not ready) keep their
+  // device's memory and demand: the fixed part of its load.
+  std::map<std::string, int64_t> moving;  // name -> weight bytes
+  for (const auto& m : models) moving[m.name] = m.weight_bytes;
+  for (size_t g = 0; g < views.size(); ++g) {
+    int64_t listed = 0;
+    for (const auto& name : views[g].models) {
+      auto it = moving.find(name);
+      if (it != moving.end()) {
+        listed += it->second;
+      } else {
+        devices[g].fixed_demand += Demand(name);
+      }
+    }
+    devices[g].fixed_weight_bytes = std::max<int64_t>(0, views[g].weight_bytes - listed);
+  }
   const KvprPlacement plan = PlaceKvpr(models, devices, options_.migration_threshold);
   std::vector<int> current;
   for (const auto& m : models) current.push_back(m.current_device);

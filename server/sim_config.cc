@@ -32,6 +32,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("migration_threshold", &p->migration_threshold));
   RETURN_IF_ERROR(s.Get("migrate_within_node", &p->migrate_within_node));
   RETURN_IF_ERROR(s.Get("tp_allreduce_latency_s", &p->tp_allreduce_latency_s));
+  RETURN_IF_ERROR(s.Get("step_budget_headroom", &p->step_budget_headroom));
   RETURN_IF_ERROR(s.Get("tp_allreduce_bus_bytes_per_s", &p->tp_allreduce_bus_bytes_per_s));
   RETURN_IF_ERROR(s.Finish());
   if (p->memory_mode != "elastic" && p->memory_mode != "static") {
@@ -56,6 +57,9 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   }
   if (p->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
   if (!(p->step_host_s >= 0)) return s.Error(s.Key("step_host_s"), "must be >= 0");
+  if (!(p->step_budget_headroom >= 0)) {
+    return s.Error(s.Key("step_budget_headroom"), "must be >= 0 (0: off)");
+  }
   if (!(p->tp_allreduce_latency_s >= 0)) {
     return s.Error(s.Key("tp_allreduce_latency_s"), "must be >= 0");
   }

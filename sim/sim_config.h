@@ -85,6 +85,15 @@ struct SimPolicy {
   // simulates moves between GPUs of one node too.
   bool migrate_within_node = false;
   double demand_window_s = 60;  // KVPR's rate window
+  // KVPR with a step budget (global_scheduler/kvpr.h's StepBudgetHolds):
+  // placement and rebalancing prefer GPUs where the sum of the models'
+  // nominal steps stays within this many times the tightest TPOT SLO among
+  // them. A model's nominal step: its part's decode step at batch
+  // kNominalBatch, 1,024 tokens of context each (TpStepSeconds). 0: off,
+  // KVPR by memory alone (Prism's). Not in the daemon yet: its scheduler
+  // has no step times (see sim's notes in docs/benchmarks.md).
+  double step_budget_headroom = 0;
+  static constexpr int kNominalBatch = 8;
 };
 
 struct SimCluster {

@@ -85,9 +85,17 @@ int Simulator::ChooseOne(int m, const std::vector<gs::NodeInfo>& nodes,
   const int64_t w = spec.Part().weight_bytes();
   std::optional<gs::Target> t;
   if (config_.policy.placement == "kvpr") {
+    gs::StepBudget budget;
+    budget.step_s = [&](const std::string& name) { return NominalStep(model_index_.at(name)); };
+    budget.tpot_s = [&](const std::string& name) {
+      return config_.models[static_cast<size_t>(model_index_.at(name))].tpot_ms / 1e3;
+    };
+    budget.new_step_s = NominalStep(m);
+    budget.new_tpot_s = spec.tpot_ms / 1e3;
+    budget.headroom = config_.policy.step_budget_headroom;
     t = gs::ChooseNodeKvpr(
         nodes, exclude, [&](const std::string& name) { return Demand(model_index_.at(name)); },
-        Demand(m), w);
+        Demand(m), w, &budget);
   } else if (config_.policy.placement == "mme") {
     auto mu = [&](int i) {
       const SimModel& s = config_.models[static_cast<size_t>(i)];
@@ -333,11 +341,30 @@ void Simulator::Rebalance() {
       continue;
     }
     models.push_back({config_.models[m].name, Demand(static_cast<int>(m)),
-                      config_.models[m].shape.weight_bytes(), d});
+                      config_.models[m].shape.weight_bytes(), d, NominalStep(static_cast<int>(m)),
+                      config_.models[m].tpot_ms / 1e3});
     index.push_back(static_cast<int>(m));
   }
   if (models.size() < 2 || devices.size() < 2) return;
-  const gs::KvprPlacement plan = gs::PlaceKvpr(models, devices, config_.policy.migration_threshold);
+  // The models that do not move (replicated, tensor-parallel, loading or
+  // draining) stay where they are: their load is the devices' fixed part.
+  std::set<std::string> moving;
+  for (const auto& m : models) moving.insert(m.name);
+  for (size_t g = 0; g < views.size(); ++g) {
+    for (const std::string& name : views[g].models) {
+      if (moving.count(name)) continue;
+      const int i = model_index_.at(name);
+      const SimModel& spec = config_.models[static_cast<size_t>(i)];
+      gs::DeviceCapacity& c = devices[g];
+      c.fixed_weight_bytes += spec.Part().weight_bytes();
+      c.fixed_demand += Demand(i);
+      c.fixed_step_s += NominalStep(i);
+      const double tpot = spec.tpot_ms / 1e3;
+      if (c.fixed_tpot_s <= 0 || tpot < c.fixed_tpot_s) c.fixed_tpot_s = tpot;
+    }
+  }
+  const gs::KvprPlacement plan = gs::PlaceKvpr(models, devices, config_.policy.migration_threshold,
+                                               config_.policy.step_budget_headroom);
   for (size_t i = 0; i < models.size(); ++i) {
     const int from = models[i].current_device, to = plan.device_of[i];
     if (to < 0 || to == from) continue;

@@ -30,6 +30,9 @@ Simulator::Simulator(const SimConfig& config, const EngineModel& engine,
   models_.resize(config.models.size());
   for (size_t m = 0; m < config.models.size(); ++m) {
     model_index_[config.models[m].name] = static_cast<int>(m);
+    const int b = SimPolicy::kNominalBatch;
+    nominal_step_.push_back(
+        TpStepSeconds(engine, config.policy, config.models[m], {b, b * 1024.0, 0, 0}));
   }
   stats_.gpus = static_cast<int>(devices_.size());
   stats_.models = static_cast<int>(models_.size());

@@ -97,6 +97,8 @@ class Simulator {
   // The device of model m's replica on `node_id`; -1 if none.
   int ReplicaOn(int m, const std::string& node_id) const;
   const std::set<std::string>& BusyOrLeaving();
+  // Model m's nominal step on one of its GPUs (SimPolicy's step budget).
+  double NominalStep(int m) const { return nominal_step_[static_cast<size_t>(m)]; }
   double Demand(int m);
   double IdleSeconds(const std::string& model) const;
 
@@ -109,6 +111,7 @@ class Simulator {
   std::vector<ModelState> models_;
   int node_count_ = 0;
   std::map<std::string, int> model_index_;
+  std::vector<double> nominal_step_;  // per model
   // Per trace record (advisories included, unused for them).
   std::vector<std::unique_ptr<SimRequest>> requests_;
   std::vector<bench::RequestOutcome> outcomes_;

@@ -323,5 +323,32 @@ TEST(Placement, KvprAndRoomArePerDeviceNotPerNode) {
             std::nullopt);
 }
 
+// With a step budget (kvpr.h): x has the lower KVPR, but its model's 20 ms
+// step leaves no room under the new model's 15 ms TPOT SLO, so y (1 ms)
+// takes it; where the budget holds nowhere, KVPR decides again.
+TEST(Placement, KvprWithAStepBudgetSkipsADeviceTooSlowForTheTpot) {
+  FakeClock clock;
+  ClusterState c(absl::Seconds(3), clock.fn());
+  for (auto [id, model] : {std::pair{"x", "hot"}, std::pair{"y", "cold"}}) {
+    v1::RegisterNodeRequest r = Node(id, {model}, 1000, 100);
+    r.mutable_models(0)->set_weight_bytes(100);
+    ASSERT_TRUE(c.Register(r).ok());
+  }
+  // KVPR(x) = (0 + 1) / 800 < KVPR(y) = (10 + 1) / 800.
+  auto demand = [](const std::string& m) { return m == "cold" ? 10.0 : 0.0; };
+  EXPECT_EQ(NodeOf(ChooseNodeKvpr(c.Snapshot(), {}, demand, 1.0, 100)), "x");
+  StepBudget budget;
+  budget.step_s = [](const std::string& m) { return m == "hot" ? 0.020 : 0.001; };
+  budget.tpot_s = [](const std::string&) { return 0.1; };
+  budget.new_step_s = 0.002;
+  budget.new_tpot_s = 0.015;
+  EXPECT_EQ(NodeOf(ChooseNodeKvpr(c.Snapshot(), {}, demand, 1.0, 100, &budget)), "y");
+  budget.headroom = 0;  // off
+  EXPECT_EQ(NodeOf(ChooseNodeKvpr(c.Snapshot(), {}, demand, 1.0, 100, &budget)), "x");
+  budget.headroom = 1;
+  budget.new_step_s = 0.5;  // within the budget nowhere
+  EXPECT_EQ(NodeOf(ChooseNodeKvpr(c.Snapshot(), {}, demand, 1.0, 100, &budget)), "x");
+}
+
 }  // namespace
 }  // namespace ballast::global_scheduler

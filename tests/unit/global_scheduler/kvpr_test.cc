@@ -103,5 +103,44 @@ TEST(Kvpr, ModelsThatFitNowhereStayUnplaced) {
   EXPECT_DOUBLE_EQ(KvDemand(100, 50, 2048, 0.05), 150 * 2048 / 0.05);
 }
 
+// The step budget: "tight" (TPOT 11 ms, 2 ms steps) has the highest
+// demand and goes first, to g0; "big" (a 20 ms step) would go beside it by
+// memory pressure alone (g1 holds a model with more demand per free byte),
+// but 2 + 20 ms exceeds tight's 11 ms, so with the budget it goes to g1,
+// where 20 + 3 ms is within the 100 ms of both.
+TEST(Kvpr, StepBudgetKeepsABigStepAwayFromATightTpot) {
+  std::vector<DeviceCapacity> devices = {{"g0", 1000}, {"g1", 1000}};
+  std::vector<ModelDemand> models = {{"tight", 10, 100, -1, 0.002, 0.011},
+                                     {"busy", 9, 500, -1, 0.003, 0.100},
+                                     {"big", 1, 100, -1, 0.020, 0.100}};
+  const auto plain = PlaceKvpr(models, devices, 0.0);
+  EXPECT_EQ(plain.device_of[0], plain.device_of[2]);  // memory alone: big beside tight
+  const auto budgeted = PlaceKvpr(models, devices, 0.0, 1.0);
+  EXPECT_NE(budgeted.device_of[0], budgeted.device_of[2]);
+  EXPECT_EQ(budgeted.device_of[1], budgeted.device_of[2]);
+  // Where the budget holds nowhere (a TPOT below every step), KVPR decides.
+  models[2].tpot_s = 0.001;
+  EXPECT_EQ(PlaceKvpr(models, devices, 0.0, 1.0).device_of, plain.device_of);
+  // A current placement that breaks the budget is not kept for its KVPR.
+  for (size_t i = 0; i < models.size(); ++i) models[i].current_device = plain.device_of[i];
+  models[2].tpot_s = 0.100;
+  const auto moved = PlaceKvpr(models, devices, 0.5, 1.0);
+  EXPECT_NE(moved.device_of[0], moved.device_of[2]);
+  EXPECT_GT(moved.migrations, 0);
+}
+
+// A device's fixed load (models that do not move) counts: its weights take
+// room and its demand adds pressure.
+TEST(Kvpr, FixedLoadCountsAgainstADevice) {
+  std::vector<DeviceCapacity> devices = {{"g0", 1000}, {"g1", 1000}};
+  std::vector<ModelDemand> models = {{"a", 1, 300}};
+  devices[0].fixed_weight_bytes = 800;  // a replicated model's weights
+  EXPECT_EQ(PlaceKvpr(models, devices, 0.0).device_of[0], 1);
+  devices[0].fixed_weight_bytes = 0;
+  devices[1].fixed_demand = 50;  // a tensor-parallel part's demand
+  EXPECT_EQ(PlaceKvpr(models, devices, 0.0).device_of[0], 0);
+  EXPECT_DOUBLE_EQ(MaxKvpr(models, devices, {0}), 50.0 / 1000);
+}
+
 }  // namespace
 }  // namespace ballast::global_scheduler
