@@ -26,6 +26,8 @@ TEST(SimConfigTest, CommittedExamplesParse) {
   EXPECT_TRUE(prism->variants.at("static").fixed());
   EXPECT_TRUE(prism->variants.at("muxserve-like").fixed());
   EXPECT_FALSE(prism->variants.at("ballast").fixed());
+  EXPECT_EQ(prism->variants.at("ballast-budget").step_budget_headroom, 1.0);
+  EXPECT_EQ(prism->config.models.back().tp, 4);  // x70b-1, as Prism runs it
   EXPECT_EQ(prism->variants.at("muxserve-like").arbitration,
             node_manager::ArbitrationPolicy::kFcfs);
   auto big = ReadSimConfig(kDir + "cluster-1000.yaml");
