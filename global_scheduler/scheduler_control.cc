@@ -584,9 +584,10 @@ void Scheduler::Rebalance() {
     } else {
       st = MigrateModel(models[i].name, from.node_id, dest.node_id, dest.device);
     }
-    if (!st.ok()) {
+    if (!st.ok()) {  // refused: the plan's next move may still be taken
       spdlog::warn("KVPR rebalance of {} not started: {}", models[i].name,
                    std::string(st.message()));
+      continue;
     }
     break;  // one move per rebalance
   }

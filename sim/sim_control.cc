@@ -372,9 +372,10 @@ void Simulator::Rebalance() {
     const bool same_node = devices_[static_cast<size_t>(from)]->node_id() == dest.node_id();
     const int m = index[i];
     const ModelShape& shape = config_.models[static_cast<size_t>(m)].shape;
-    // One move per rebalance, as the daemon; a refused one waits for the next.
+    // One move per rebalance, as the daemon: the first the cluster takes
+    // (a move within a node, or to a GPU without room now, is skipped).
     if ((same_node && !config_.policy.migrate_within_node) || !dest.CanLoad(shape.weight_bytes())) {
-      return;
+      continue;
     }
     dest.Load(m);
     ++changes_;
