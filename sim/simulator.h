@@ -27,11 +27,19 @@
 //    replica is made only on a node that holds none.
 //  * Each tick, an elastic GPU whose requests queue while its free KV is
 //    below kv_pressure_free_fraction evicts its longest-idle model.
+//  * Tensor-parallel models (SimModel::tp > 1): a replica's parts go one
+//    after another where the policy puts them, on distinct GPUs of one
+//    node with room for a part (Prism A.2.2); sim_device.h has how a
+//    group steps. Evicting a replica frees every part.
+//  * KVPR placement may take a step budget (SimPolicy's
+//    step_budget_headroom, global_scheduler/kvpr.h's StepBudgetHolds).
 //  * KVPR rebalancing (Scheduler::Rebalance): every rebalance_interval_s,
-//    PlaceKvpr over the placed single-replica models; the first whose device
-//    changes moves (between nodes only, as the daemon, unless
-//    migrate_within_node): it loads on the target while the source
-//    serves, then new requests go to the target and the source drains.
+//    PlaceKvpr over the placed single-replica, single-GPU models (the rest
+//    count as the devices' fixed load); the first whose device changes
+//    and that the cluster can take moves (between nodes only, as the
+//    daemon, unless migrate_within_node; a GPU with room): it loads on the
+//    target while the source serves, then new requests go to the target
+//    and the source drains.
 //  * A fixed placement (activation: fixed, and static memory) never
 //    activates or evicts: a request for a model that was not placed at the
 //    start fails UNAVAILABLE.
