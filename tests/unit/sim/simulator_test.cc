@@ -10,53 +10,22 @@
 #include "bench/generators.h"
 #include "bench/report.h"
 #include "server/sim_config.h"
+#include "tests/unit/sim/sim_test_util.h"
 
 namespace ballast::sim {
 namespace {
 
-constexpr double kStep = 0.010;  // every engine step, whatever its work
-
-EngineModel ConstantEngine(double h2d = 1e9) {
-  std::array<double, kFeatures> k{};
-  k[0] = kStep;
-  return EngineModel(k, h2d, 1.0);
-}
-
-SimModel Model(const std::string& name, const std::string& shape = "llama-1b") {
-  SimModel m;
-  m.name = name;
-  m.shape_name = shape;
-  m.shape = *NamedShape(shape);
-  m.ttft_ms = 1000;
-  m.tpot_ms = 100;
-  return m;
-}
+using testing::ConstantEngine;
+using testing::Find;
+using testing::kStep;
+using testing::Model;
+using testing::Req;
 
 SimConfig OneGpu(std::vector<SimModel> models, int64_t memory = 80LL << 30) {
   SimConfig c;
   c.cluster.gpu_memory_bytes = memory;
   c.models = std::move(models);
   return c;
-}
-
-bench::TraceRecord Req(const std::string& id, const std::string& model, double t, int prompt,
-                       int output) {
-  bench::TraceRecord r;
-  r.id = id;
-  r.model = model;
-  r.arrival_s = t;
-  r.prompt_tokens = prompt;
-  r.output_tokens = output;
-  return r;
-}
-
-const bench::RequestOutcome& Find(const SimResult& r, const std::string& id) {
-  for (const auto& o : r.replay.requests) {
-    if (o.id == id) return o;
-  }
-  ADD_FAILURE() << "no request " << id;
-  static const bench::RequestOutcome kNone;
-  return kNone;
 }
 
 TEST(SimulatorTest, OneRequestByHand) {

@@ -9,26 +9,15 @@
 
 #include "server/sim_config.h"
 #include "sim/simulator.h"
+#include "tests/unit/sim/sim_test_util.h"
 
 namespace ballast::sim {
 namespace {
 
-constexpr double kStep = 0.010;  // every engine step, whatever its work
-
-EngineModel ConstantEngine() {
-  std::array<double, kFeatures> k{};
-  k[0] = kStep;
-  return EngineModel(k, 1e9, 1.0);
-}
-
-SimModel Model(const std::string& name, const std::string& shape, int tp = 1) {
-  SimModel m;
-  m.name = name;
-  m.shape_name = shape;
-  m.shape = *NamedShape(shape);
-  m.tp = tp;
-  return m;
-}
+using testing::ConstantEngine;
+using testing::Find;
+using testing::Model;
+using testing::Req;
 
 SimConfig Cluster(int nodes, int gpus_per_node, std::vector<SimModel> models) {
   SimConfig c;
@@ -37,26 +26,6 @@ SimConfig Cluster(int nodes, int gpus_per_node, std::vector<SimModel> models) {
   c.cluster.gpu_memory_bytes = 80LL << 30;
   c.models = std::move(models);
   return c;
-}
-
-bench::TraceRecord Req(const std::string& id, const std::string& model, double t, int prompt,
-                       int output) {
-  bench::TraceRecord r;
-  r.id = id;
-  r.model = model;
-  r.arrival_s = t;
-  r.prompt_tokens = prompt;
-  r.output_tokens = output;
-  return r;
-}
-
-const bench::RequestOutcome& Find(const SimResult& r, const std::string& id) {
-  for (const auto& o : r.replay.requests) {
-    if (o.id == id) return o;
-  }
-  ADD_FAILURE() << "no request " << id;
-  static const bench::RequestOutcome kNone;
-  return kNone;
 }
 
 TEST(TensorParallelTest, PartShapeSplitsHeadsMlpAndVocab) {
