@@ -11,7 +11,10 @@
 # Env: BUILD (/tmp/bb), N (4 models), DURATION (60 s), PRATE (persistent
 # rate, 20/s), BRATE (burst rate, 40/s), SEED (24: every one of the four
 # models gets requests), RATES (rate scales, "1 2 4"), BACKEND
-# (cuda), SHAPE (make-model flags), MEMORY_MIB (40960).
+# (cuda), SHAPE (make-model flags), MEMORY_MIB (40960), MAX_INFLIGHT
+# (4096: `ballast bench --max-inflight`, the client's cap on requests in
+# flight; bench's own default of 512 throttled the loaded replays on the
+# H100, whose runs bench then flagged invalid for client lag).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-validate.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -72,7 +75,8 @@ scrape() {  # sum and count of the per-step host time
 : > "$OUT/host.txt"
 for k in ${RATES:-1 2 4}; do
   before=$(scrape)
-  "$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real-$k" --rate-scale "$k" --no-plots \
+  "$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real-$k" --rate-scale "$k" \
+    --max-inflight "${MAX_INFLIGHT:-4096}" --no-plots \
     | tee -a "$OUT/real.txt"
   after=$(scrape)
   awk -v a="$before" -v b="$after" -v k="$k" 'BEGIN { split(a, x, " "); split(b, y, " ");
