@@ -102,6 +102,13 @@ void ModelRegistry::RecordLoaded(const std::string& name, const std::string& arc
   it->second.load_failures = 0;
 }
 
+void ModelRegistry::RecordStepMs(const std::string& name, double decode_step_ms) {
+  if (!(decode_step_ms > 0)) return;
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it != models_.end()) it->second.decode_step_ms = decode_step_ms;
+}
+
 void ModelRegistry::RecordLoadError(const std::string& name, const std::string& error,
                                     LoadFailure failure, absl::Time now,
                                     absl::Duration base_backoff) {

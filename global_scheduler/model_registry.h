@@ -58,7 +58,10 @@ struct ModelStatus {
   int context_window = 0;  // 0 until a node has loaded it
   int64_t weight_bytes = 0;
   int64_t kv_bytes_per_token = 0;  // 0 until a node has loaded it
-  std::string last_error;          // last failed load, if any
+  // Its decode step when it stepped alone, as a node last reported it
+  // (ResidentModel.decode_step_ms); 0 until one was.
+  double decode_step_ms = 0;
+  std::string last_error;  // last failed load, if any
   absl::Time retry_after = absl::InfinitePast();
   int load_failures = 0;  // consecutive failed loads (backoff exponent)
   bool failed = false;    // a permanent load failure (LoadFailure)
@@ -90,6 +93,8 @@ class ModelRegistry {
   void RecordLoadError(const std::string& name, const std::string& error, LoadFailure failure,
                        absl::Time now, absl::Duration base_backoff);
   void ClearNeedsRoom(const std::string& name);
+  // Keeps a node's latest decode_step_ms for `name` (ignored if <= 0).
+  void RecordStepMs(const std::string& name, double decode_step_ms);
   // A request arrived (or the model was registered) at `now`.
   void RecordRequest(const std::string& name, absl::Time now);
   // The model's replicas were evicted for being idle at `now`.

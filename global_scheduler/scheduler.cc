@@ -180,6 +180,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Scheduler::RegisterNode(
 
 v1::HeartbeatResponse Scheduler::Heartbeat(const v1::HeartbeatRequest& req) {
   v1::HeartbeatResponse resp;
+  for (const auto& m : req.models()) registry_.RecordStepMs(m.name(), m.decode_step_ms());
   switch (cluster_.Heartbeat(req)) {
     case HeartbeatResult::kOk:
       break;
@@ -267,6 +268,17 @@ double Scheduler::Demand(const std::string& model) const {
   const uint32_t tpot_ms = status->spec.tpot_ms ? status->spec.tpot_ms : options_.default_tpot_ms;
   return KvDemand(r.prompt_tokens_per_s, r.decode_tokens_per_s,
                   static_cast<double>(status->kv_bytes_per_token), tpot_ms / 1000.0);
+}
+
+double Scheduler::StepSeconds(const std::string& model) const {
+  const auto status = registry_.Get(model);
+  return status ? status->decode_step_ms / 1000.0 : 0;
+}
+
+double Scheduler::TpotSeconds(const std::string& model) const {
+  const auto status = registry_.Get(model);
+  if (!status) return 0;
+  return (status->spec.tpot_ms ? status->spec.tpot_ms : options_.default_tpot_ms) / 1000.0;
 }
 
 double Scheduler::Mme(const std::string& model) const {

@@ -77,6 +77,13 @@ struct SchedulerOptions {
   // Algorithm 1's threshold: move only if the KVPR improves by more than
   // this fraction. Default 0.2.
   double migration_threshold = 0.2;
+  // KVPR's step budget (kvpr.h's StepBudgetHolds; placement_policy kvpr):
+  // new replicas and rebalancing moves prefer devices where the models'
+  // decode steps (ResidentModel.decode_step_ms, as the nodes measure them)
+  // sum to at most this many times the tightest TPOT SLO among them.
+  // Models not yet measured count 0. Costs a lookup per model per
+  // candidate device. 0 (the default): off, KVPR by memory alone.
+  double step_budget_headroom = 0;
   // SLOs used when neither the request nor the model sets one.
   uint32_t default_ttft_ms = 5000;
   uint32_t default_tpot_ms = 500;
@@ -437,6 +444,11 @@ class Scheduler {
   double Demand(const std::string& model) const;
   // FineServe's marginal memory efficiency mu_m: tokens per KV byte.
   double Mme(const std::string& model) const;
+  // The step budget's inputs: the model's measured decode step (0 until
+  // one was) and its TPOT SLO (the catalogue's, else default_tpot_ms), in
+  // seconds.
+  double StepSeconds(const std::string& model) const;
+  double TpotSeconds(const std::string& model) const;
 
   const SchedulerOptions options_;
   // Where state persists (null: nowhere). Outlives every member using it.

@@ -290,9 +290,15 @@ void Scheduler::PlaceReplica(const ModelStatus& m, const std::set<std::string>& 
                              Tick* tick) {
   std::optional<Target> target;
   if (options_.placement_policy == "kvpr") {
+    StepBudget budget;
+    budget.step_s = [&](const std::string& model) { return StepSeconds(model); };
+    budget.tpot_s = [&](const std::string& model) { return TpotSeconds(model); };
+    budget.new_step_s = m.decode_step_ms / 1000.0;
+    budget.new_tpot_s = TpotSeconds(m.spec.name);
+    budget.headroom = options_.step_budget_headroom;
     target = ChooseNodeKvpr(
         tick->nodes, exclude, [&](const std::string& model) { return Demand(model); },
-        Demand(m.spec.name), m.weight_bytes);
+        Demand(m.spec.name), m.weight_bytes, &budget);
   } else if (options_.placement_policy == "mme") {
     target = ChooseNodeMme(
         tick->nodes, exclude, [&](const std::string& model) { return Mme(model); },
@@ -546,7 +552,8 @@ void Scheduler::Rebalance() {
     const auto ready = cluster_.NodesWithModel(m.spec.name);
     auto it = where.find(m.spec.name);
     if (ready.size() != 1 || it == where.end() || it->second < 0) continue;
-    models.push_back({m.spec.name, Demand(m.spec.name), m.weight_bytes, it->second});
+    models.push_back({m.spec.name, Demand(m.spec.name), m.weight_bytes, it->second,
+                      m.decode_step_ms / 1000.0, TpotSeconds(m.spec.name)});
   }
   if (models.size() < 2 || devices.size() < 2) return;
   // Models that do not move (replicated ones, or not ready) keep their
@@ -559,13 +566,18 @@ void Scheduler::Rebalance() {
       auto it = moving.find(name);
       if (it != moving.end()) {
         listed += it->second;
-      } else {
-        devices[g].fixed_demand += Demand(name);
+        continue;
       }
+      DeviceCapacity& c = devices[g];
+      c.fixed_demand += Demand(name);
+      c.fixed_step_s += StepSeconds(name);
+      const double tpot = TpotSeconds(name);
+      if (tpot > 0 && (c.fixed_tpot_s <= 0 || tpot < c.fixed_tpot_s)) c.fixed_tpot_s = tpot;
     }
     devices[g].fixed_weight_bytes = std::max<int64_t>(0, views[g].weight_bytes - listed);
   }
-  const KvprPlacement plan = PlaceKvpr(models, devices, options_.migration_threshold);
+  const KvprPlacement plan =
+      PlaceKvpr(models, devices, options_.migration_threshold, options_.step_budget_headroom);
   std::vector<int> current;
   for (const auto& m : models) current.push_back(m.current_device);
   for (size_t i = 0; i < models.size(); ++i) {

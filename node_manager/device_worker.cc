@@ -423,11 +423,17 @@ void DeviceWorker::FinishInFlight() {
     steps[0].engine->FinishStep();
     left.Wait();
   }
+  const bool alone = steps.size() == 1;
   for (InFlight& f : steps) {
     f.engine->FinishStep();  // no-op if finished above
     {
       absl::MutexLock lock(&mu_);
       step_host_.Add(f.engine->last_step_host_seconds());
+      if (alone && f.engine->last_step_prefill_tokens() == 0) {
+        const double ms = absl::ToDoubleMilliseconds(absl::Now() - f.began);
+        auto [it, fresh] = decode_step_ms_.try_emplace(f.engine->name(), ms);
+        if (!fresh) it->second += 0.2 * (ms - it->second);
+      }
     }
     if (f.engine->last_step_prefill_tokens() > 0) {
       auto it = costs_.try_emplace(f.engine->name()).first;
@@ -435,6 +441,12 @@ void DeviceWorker::FinishInFlight() {
                         absl::ToDoubleMilliseconds(absl::Now() - f.began));
     }
   }
+}
+
+double DeviceWorker::DecodeStepMs(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  auto it = decode_step_ms_.find(model);
+  return it == decode_step_ms_.end() ? 0 : it->second;
 }
 
 void DeviceWorker::Loop() {

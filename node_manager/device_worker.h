@@ -203,6 +203,10 @@ class DeviceWorker {
   std::vector<std::shared_ptr<engine::ModelEngine>> Engines() const;
   DeviceUsage Usage() const;
   ArbitrationStats arbitration_stats() const;
+  // `model`'s decode step, wall time in ms, when it stepped alone on this
+  // device (no other engine's step in flight, no prefill): a moving average
+  // (weight 0.2 on the newest step), 0 until one was measured.
+  double DecodeStepMs(const std::string& model) const;
   void Stop();
 
  private:
@@ -252,6 +256,8 @@ class DeviceWorker {
   std::thread thread_;
   DeviceArbitrationOptions arbitration_;
   std::map<std::string, PrefillCostModel> costs_;  // per model; step thread only
+  // Per model: moving average of decode-only steps taken alone (DecodeStepMs).
+  std::map<std::string, double> decode_step_ms_ ABSL_GUARDED_BY(mu_);
   // Steps begun and not yet finished, in the order begun; step thread only.
   struct InFlight {
     std::shared_ptr<engine::ModelEngine> engine;

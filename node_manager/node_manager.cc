@@ -139,10 +139,11 @@ NodeManager::NodeManager(const NodeOptions& options)
 
 // What the scheduler learns about a resident model.
 v1::ResidentModel NodeManager::Describe(const engine::ModelEngine& e,
-                                        const std::string& device) const {
+                                        const DeviceWorker& device) const {
   v1::ResidentModel m;
   m.set_name(e.name());
-  m.set_device(device);
+  m.set_device(device.name());
+  m.set_decode_step_ms(device.DecodeStepMs(e.name()));
   m.set_state(v1::MODEL_STATE_READY);
   m.set_architecture(e.config().architecture);
   m.set_context_window(e.context_window());
@@ -343,7 +344,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::Activate(const engine::ModelEngin
   spdlog::info("activated model {} on {} in {:.1f} ms (weights from {}; workspace {:.1f} MiB)",
                name, target->name(), ms, o.host_weights ? "the host copy" : o.path,
                engine->workspace_bytes() / 1048576.0);
-  return Describe(*engine, target->name());
+  return Describe(*engine, *target);
 }
 
 absl::Status NodeManager::EvictModel(const std::string& name, bool drain, bool keep_host_copy,
@@ -570,7 +571,7 @@ std::vector<v1::DeviceState> NodeManager::DeviceStates() const {
 std::vector<v1::ResidentModel> NodeManager::ResidentModels() const {
   std::vector<v1::ResidentModel> out;
   for (const auto& d : devices_) {
-    for (const auto& e : d->Engines()) out.push_back(Describe(*e, d->name()));
+    for (const auto& e : d->Engines()) out.push_back(Describe(*e, *d));
   }
   return out;
 }

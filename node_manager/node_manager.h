@@ -236,7 +236,7 @@ class NodeManager {
   // template) into g->prompt / history_tokens and a->turn_tokens.
   absl::Status FillPrompt(const v1::NodeGenerateRequest& req, Admission* a,
                           engine::GenerationRequest* g);
-  v1::ResidentModel Describe(const engine::ModelEngine& e, const std::string& device) const;
+  v1::ResidentModel Describe(const engine::ModelEngine& e, const DeviceWorker& device) const;
   // The request's prompt prefix held in the tiers or at `peer` (null when
   // the device cache holds the session, or nothing is found).
   std::shared_ptr<const engine::KvPrefixLease> AcquireLease(const engine::ModelEngine& e,

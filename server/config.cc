@@ -281,6 +281,10 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
     o.rebalance_interval = absl::Milliseconds(rebalance_ms);
     RETURN_IF_ERROR(s.Get("migration_threshold", &o.migration_threshold));
     if (o.migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
+    RETURN_IF_ERROR(s.Get("step_budget_headroom", &o.step_budget_headroom));
+    if (!(o.step_budget_headroom >= 0)) {
+      return s.Error(s.Key("step_budget_headroom"), "must be >= 0 (0: KVPR by memory alone)");
+    }
   }
   RETURN_IF_ERROR(ParseSessionLimits(s, &o));
   RETURN_IF_ERROR(ParseQuotas(s, file, &o.quotas));

@@ -90,8 +90,8 @@ struct SimPolicy {
   // nominal steps stays within this many times the tightest TPOT SLO among
   // them. A model's nominal step: its part's decode step at batch
   // kNominalBatch, 1,024 tokens of context each (TpStepSeconds). 0: off,
-  // KVPR by memory alone (Prism's). Not in the daemon yet: its scheduler
-  // has no step times (see sim's notes in docs/benchmarks.md).
+  // KVPR by memory alone (Prism's). The daemon's scheduler.step_budget_
+  // headroom is the same rule over the steps its nodes measure.
   double step_budget_headroom = 0;
   static constexpr int kNominalBatch = 8;
 };

@@ -394,5 +394,31 @@ TEST(NodeManager, QuantizationReachesTheEngineAndKeysTheHostCopy) {
   node->Shutdown();
 }
 
+// A model's decode step, timed when it stepped alone, reaches the
+// scheduler in ResidentModel.decode_step_ms: 0 before any step, then a
+// positive time below the whole request's.
+TEST(NodeManager, ResidentModelsReportTheDecodeStepTakenAlone) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  NodeOptions n;
+  n.devices = {DeviceOptions{"cpu:0", 64ll << 20}};
+  auto node = std::move(*NodeManager::Create(n));
+  ASSERT_TRUE(node->LoadModel("a", path, "auto", "").ok());
+  ASSERT_EQ(node->ResidentModels().size(), 1u);
+  EXPECT_EQ(node->ResidentModels()[0].decode_step_ms(), 0);
+  auto engine = node->devices()[0]->Find("a");
+  Done d;
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(engine->Submit(Req("r", 1, 8, 20), &d).ok());
+  ASSERT_TRUE(d.AwaitDone(absl::Seconds(30)));
+  ASSERT_TRUE(d.result.ok()) << d.result.status();
+  const double whole_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+  const double step_ms = node->ResidentModels()[0].decode_step_ms();
+  EXPECT_GT(step_ms, 0);
+  EXPECT_LT(step_ms, whole_ms);
+  EXPECT_EQ(step_ms, node->devices()[0]->DecodeStepMs("a"));
+  node->Shutdown();
+}
+
 }  // namespace
 }  // namespace ballast::node_manager

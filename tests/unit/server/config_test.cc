@@ -199,6 +199,11 @@ TEST(Config, BadValuesAreNamed) {
   EXPECT_NE(Msg("scheduler: {kv_pressure_free_fraction: -0.1}")
                 .find("scheduler.kv_pressure_free_fraction"),
             std::string::npos);
+  EXPECT_NE(Msg("scheduler: {step_budget_headroom: -1}").find("scheduler.step_budget_headroom"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(ParseConfig("scheduler: {step_budget_headroom: 0.8}", "t.yaml")
+                       ->scheduler.options.step_budget_headroom,
+                   0.8);
   EXPECT_DOUBLE_EQ(ParseConfig("scheduler: {kv_pressure_free_fraction: 0.2}", "t.yaml")
                        ->scheduler.options.kv_pressure_free_fraction,
                    0.2);
