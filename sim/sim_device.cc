@@ -187,8 +187,8 @@ void SimDevice::Admit() {
   for (SimRequest* r : pending_) {
     const ModelPhase p = phase(r->model);
     if (p != ModelPhase::kReady && p != ModelPhase::kDraining) continue;
-    reqs.push_back(
-        {static_cast<uint64_t>(r->index), r->release, r->deadline, r->cost_s, r->prompt});
+    const double cost_s = costs_[r->model].PredictMs(r->prompt - r->prefilled) / 1e3;
+    reqs.push_back({static_cast<uint64_t>(r->index), r->release, r->deadline, cost_s, r->prompt});
     by_id[static_cast<uint64_t>(r->index)] = r;
   }
   if (reqs.empty()) return;
@@ -363,6 +363,13 @@ void SimDevice::EndIteration(uint64_t version, int iterations) {
     for (SimRequest* r : res.running) {
       if (r->prefilled >= r->prompt) r->generated += decode_only_ ? iterations : 1;
     }
+  }
+  // The node's prefill cost model: each model's prefill tokens in this
+  // iteration against the iteration's whole time.
+  std::map<int, int> prefill_tokens;
+  for (const Chunk& c : chunks_) prefill_tokens[c.r->model] += c.tokens;
+  for (const auto& [model, tokens] : prefill_tokens) {
+    costs_[model].Record(tokens, (now - start_) * 1e3);
   }
   for (const Chunk& c : chunks_) {
     c.r->prefilled += c.tokens;

@@ -9,7 +9,10 @@
 //    weights leave; static: each resident model gets an equal share of it.
 //  * Admission (at step boundaries): the queue is ordered by the
 //    configured arbitration policy (node_manager::Arbitrate, the node's own
-//    code), with each request's cost the engine model's prefill time.
+//    code), with each request's cost predicted as the node does: by the
+//    model's node_manager::PrefillCostModel, fitted from this device's
+//    iterations that carried the model's prefill tokens (their whole time,
+//    decodes and other models' steps included, as the node times them).
 //    Requests are admitted in that order while their KV fits and their
 //    model has fewer than max_seqs running; elastic: the first that does
 //    not fit stops admission (no bypass) unless it could only fit once
@@ -63,11 +66,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "ballast/v1/admin.pb.h"
 #include "ballast/v1/node.pb.h"
+#include "node_manager/prefill_cost_model.h"
 #include "sim/engine_model.h"
 #include "sim/event_queue.h"
 #include "sim/sim_config.h"
@@ -213,7 +218,8 @@ class SimDevice {
   int iterations_ = 0;
   int stepped_ = 0;  // models stepped per iteration
   bool decode_only_ = false;
-  std::vector<Chunk> chunks_;  // the prefill chunks of a single iteration
+  std::vector<Chunk> chunks_;                            // the prefill chunks of a single iteration
+  std::map<int, node_manager::PrefillCostModel> costs_;  // per model, as the node's
   int64_t model_steps_ = 0;
 };
 
