@@ -84,7 +84,6 @@ struct SimRequest {
   int model = 0;  // into the catalogue
   double release = 0, deadline = 0;
   int prompt = 0, output = 0;
-  double cost_s = 0;  // the engine model's prefill time alone
   int64_t kv_bytes = 0;
   int prefilled = 0, generated = 0;
   double admitted = -1, first_token = -1, end = -1;

@@ -172,10 +172,7 @@ void Simulator::Release(int i) {
   r->output = rec.output_tokens;
   o.prompt_tokens = r->prompt;
   r->deadline = now + (rec.ttft_ms > 0 ? rec.ttft_ms : spec.ttft_ms) / 1e3;
-  // The prefill alone on the model's GPUs; KV per GPU (a tensor-parallel
-  // part's share on each of its group's).
-  r->cost_s = TpStepSeconds(engine_, config_.policy, spec,
-                            {0, 0, r->prompt, PrefillAttentionPairs(r->prompt, 0)});
+  // KV per GPU (a tensor-parallel part's share on each of its group's).
   r->kv_bytes = static_cast<int64_t>(r->prompt + r->output) * spec.Part().kv_bytes_per_token();
   ModelState& ms = models_[static_cast<size_t>(r->model)];
   ms.last_request = now;
