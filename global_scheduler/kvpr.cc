@@ -31,9 +31,7 @@ int BudgetBreaks(const std::vector<ModelDemand>& models,
     const int g = device_of[i];
     if (g < 0) continue;
     steps[g] += models[i].step_s;
-    if (models[i].tpot_s > 0 && (tightest[g] == 0 || models[i].tpot_s < tightest[g])) {
-      tightest[g] = models[i].tpot_s;
-    }
+    tightest[g] = TighterTpot(tightest[g], models[i].tpot_s);
   }
   int breaks = 0;
   for (size_t g = 0; g < devices; ++g)
@@ -79,9 +77,8 @@ KvprPlacement PlaceKvpr(const std::vector<ModelDemand>& models,
   for (size_t i : order) {
     const ModelDemand& m = models[i];
     auto within = [&](size_t g) {
-      double t = tightest[g];
-      if (m.tpot_s > 0 && (t == 0 || m.tpot_s < t)) t = m.tpot_s;
-      return StepBudgetHolds(steps[g] + m.step_s, t, step_headroom);
+      return StepBudgetHolds(steps[g] + m.step_s, TighterTpot(tightest[g], m.tpot_s),
+                             step_headroom);
     };
     // Devices within the step budget first; all of them if none is.
     int best = -1;
@@ -116,9 +113,7 @@ KvprPlacement PlaceKvpr(const std::vector<ModelDemand>& models,
     demand[best] += m.demand;
     weights[best] += m.weight_bytes;
     steps[best] += m.step_s;
-    if (m.tpot_s > 0 && (tightest[best] == 0 || m.tpot_s < tightest[best])) {
-      tightest[best] = m.tpot_s;
-    }
+    tightest[best] = TighterTpot(tightest[best], m.tpot_s);
   }
   // Global check: if every model has a valid current device and the current
   // placement's max KVPR (under today's demands) is within the threshold of

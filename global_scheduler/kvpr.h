@@ -19,6 +19,7 @@
 // to the whole placement). Pure and thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,6 +47,8 @@ struct ModelDemand {
 // KVPR alone places by memory only: a model with a tight TPOT SLO can land
 // beside a large model whose step alone exceeds that SLO.
 bool StepBudgetHolds(double step_sum_s, double min_tpot_s, double headroom);
+// The tighter of two TPOT SLOs, where 0 means none.
+inline double TighterTpot(double a, double b) { return a <= 0 ? b : (b <= 0 ? a : std::min(a, b)); }
 
 struct DeviceCapacity {
   std::string name;

@@ -79,8 +79,7 @@ std::optional<Target> ChooseNodeKvpr(const std::vector<NodeInfo>& nodes,
     double steps = budget->new_step_s, tightest = budget->new_tpot_s;
     for (const auto& m : d.models) {
       steps += budget->step_s(m);
-      const double t = budget->tpot_s(m);
-      if (t > 0 && (tightest <= 0 || t < tightest)) tightest = t;
+      tightest = TighterTpot(tightest, budget->tpot_s(m));
     }
     return StepBudgetHolds(steps, tightest, budget->headroom);
   };

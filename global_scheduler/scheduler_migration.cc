@@ -133,8 +133,7 @@ void Scheduler::Rebalance() {
       DeviceCapacity& c = devices[g];
       c.fixed_demand += Demand(name);
       c.fixed_step_s += StepSeconds(name);
-      const double tpot = TpotSeconds(name);
-      if (tpot > 0 && (c.fixed_tpot_s <= 0 || tpot < c.fixed_tpot_s)) c.fixed_tpot_s = tpot;
+      c.fixed_tpot_s = TighterTpot(c.fixed_tpot_s, TpotSeconds(name));
     }
     devices[g].fixed_weight_bytes = std::max<int64_t>(0, views[g].weight_bytes - listed);
   }

@@ -359,8 +359,7 @@ void Simulator::Rebalance() {
       c.fixed_weight_bytes += spec.Part().weight_bytes();
       c.fixed_demand += Demand(i);
       c.fixed_step_s += NominalStep(i);
-      const double tpot = spec.tpot_ms / 1e3;
-      if (c.fixed_tpot_s <= 0 || tpot < c.fixed_tpot_s) c.fixed_tpot_s = tpot;
+      c.fixed_tpot_s = gs::TighterTpot(c.fixed_tpot_s, spec.tpot_ms / 1e3);
     }
   }
   const gs::KvprPlacement plan = gs::PlaceKvpr(models, devices, config_.policy.migration_threshold,

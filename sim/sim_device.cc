@@ -224,7 +224,7 @@ void SimDevice::Admit() {
   std::erase_if(pending_, [&](SimRequest* r) { return admitted.count(r) > 0; });
 }
 
-StepWork SimDevice::WorkOf(const Resident& res, std::vector<Chunk>* chunks, int* k) const {
+StepWork SimDevice::WorkOf(const Resident& res, int* k) {
   StepWork w;
   for (const SimRequest* r : res.running) {
     if (r->prefilled < r->prompt) continue;
@@ -236,7 +236,7 @@ StepWork SimDevice::WorkOf(const Resident& res, std::vector<Chunk>* chunks, int*
   for (SimRequest* r : res.running) {
     if (r->prefilled >= r->prompt || budget <= 0) continue;
     const int n = std::min(budget, r->prompt - r->prefilled);
-    if (chunks != nullptr) chunks->push_back({r, n});
+    chunks_.push_back({r, n});
     w.prefill_tokens += n;
     w.prefill_attention += PrefillAttentionPairs(n, r->prefilled);
     budget -= n;
@@ -259,7 +259,7 @@ bool SimDevice::PlanResident(Resident* res, StepWork* w, int* k) {
     if (res->running.empty()) return false;
     const bool tp = Spec(res->model).tp > 1 && hooks_.members_steps;
     if (tp && hooks_.members_steps(res->model) < res->tp_steps) return false;  // lockstep
-    *w = WorkOf(*res, &chunks_, k);
+    *w = WorkOf(*res, k);
     if (!tp) return true;
     ++res->tp_steps;
     res->tp_work = *w;

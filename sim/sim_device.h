@@ -188,9 +188,9 @@ class SimDevice {
   void StartIteration();
   void Admit();
   bool Fits(const Resident& res, int64_t bytes, int64_t total_kv) const;
-  // The work of `res`'s next step; appends its prefill chunks to `chunks`
-  // (if not null) and lowers *k to the fewest tokens a decode still owes.
-  StepWork WorkOf(const Resident& res, std::vector<Chunk>* chunks, int* k) const;
+  // The work of `res`'s next step; appends its prefill chunks to chunks_
+  // and lowers *k to the fewest tokens a decode still owes.
+  StepWork WorkOf(const Resident& res, int* k);
   // Plans the next iteration's chunks; returns its time, or < 0 if idle.
   double PlanIteration(bool* decode_only);
   // The work `res` steps in the next iteration (false: it does not step).
