@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 
@@ -24,7 +25,7 @@ namespace fs = std::filesystem;
 struct SimCli::State {
   CLI::App* cmd = nullptr;
   CLI::App* sweep = nullptr;
-  std::string config, trace, out = "sim-out", policies, gpus, scales = "1";
+  std::string config, trace, out = "sim-out", policies, gpus, scales = "1", slo_scales = "1";
   double slo_scale = 1, target = 0.99;
   bool plots = true;
 };
@@ -39,10 +40,10 @@ SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
     c->add_option("--config", s.config, "simulation config (configs/sim/*.yaml), required");
     c->add_option("--trace", s.trace, "trace file (ballast trace ...), required");
     c->add_option("--out", s.out, "output directory")->capture_default_str();
-    c->add_option("--slo-scale", s.slo_scale, "multiplies every SLO")->capture_default_str();
     c->add_flag("!--no-plots", s.plots, "skip the PNG plots");
   };
   common(s.cmd);
+  s.cmd->add_option("--slo-scale", s.slo_scale, "multiplies every SLO")->capture_default_str();
   s.cmd->add_option("--policy", s.policies,
                     "a variant from the config's `policies` (default: "
                     "`policy`)");
@@ -51,6 +52,10 @@ SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
       ->capture_default_str();
   s.sweep = s.cmd->add_subcommand("sweep", "the fewest GPUs meeting the SLOs, per policy");
   common(s.sweep);
+  s.sweep
+      ->add_option("--slo-scale", s.slo_scales,
+                   "comma-separated SLO multipliers; each run is judged at every one")
+      ->capture_default_str();
   s.sweep->add_option("--gpus", s.gpus, "comma-separated GPU counts, required");
   s.sweep->add_option("--policy", s.policies,
                       "comma-separated variants (default: every one in `policies`)");
@@ -188,13 +193,119 @@ int RunSimulate(const SimCli::State& s) {
   return 0;
 }
 
+// One policy's sweep: attainment[gpu index][scale index] = (TTFT, TPOT).
+struct PolicySweep {
+  std::string name;
+  std::vector<std::vector<std::pair<double, double>>> attainment;
+};
+
+// The fewest of `gpus` at which `met` holds for the policy at SLO scale
+// index k; 0 when none does.
+template <typename Met>
+int Fewest(const PolicySweep& p, const std::vector<int>& gpus, size_t k, Met met) {
+  for (size_t g = 0; g < gpus.size(); ++g) {
+    if (met(p.attainment[g][k])) return gpus[g];
+  }
+  return 0;
+}
+
+// A cell of the cost-saving tables: the fewest GPUs (or "> max") and its
+// ratio to the first policy's; a bound where only one of them is known
+// (the unknown one needs more than `max_gpus`).
+std::string SavingCell(int fewest, int base, int max_gpus) {
+  const std::string gpus = fewest ? absl::StrCat(fewest) : absl::StrCat("> ", max_gpus);
+  if (base == 0 && fewest == 0) return gpus + " (n/a)";
+  if (base == 0) return absl::StrFormat("%s (< %.2f)", gpus, double(fewest) / max_gpus);
+  if (fewest == 0) return absl::StrFormat("%s (> %.2f)", gpus, double(max_gpus) / base);
+  return absl::StrFormat("%s (%.2f)", gpus, double(fewest) / base);
+}
+
+// sweep.md: for TTFT and TPOT alone and for both, the fewest GPUs reaching
+// the target per policy (rows) and SLO scale (columns), with the ratio to
+// the first policy's (Prism's Figure 9(b)).
+std::string SavingTables(const std::vector<PolicySweep>& ps, const std::vector<int>& gpus,
+                         const std::vector<double>& slo, double target) {
+  using Att = std::pair<double, double>;
+  const std::pair<const char*, std::function<bool(const Att&)>> metrics[] = {
+      {"TTFT and TPOT", [&](const Att& a) { return a.first >= target && a.second >= target; }},
+      {"TTFT", [&](const Att& a) { return a.first >= target; }},
+      {"TPOT", [&](const Att& a) { return a.second >= target; }}};
+  std::string md;
+  for (const auto& [what, met] : metrics) {
+    absl::StrAppendFormat(&md,
+                          "Fewest GPUs with %s attainment >= %.0f%% (GPUs / %s's), by SLO scale\n\n"
+                          "| policy |",
+                          what, 100 * target, ps.front().name);
+    for (double k : slo) absl::StrAppend(&md, " ", k, " |");
+    absl::StrAppend(&md, "\n|---|",
+                    absl::StrJoin(std::vector<std::string>(slo.size(), "---:"), "|"), "|\n");
+    for (const PolicySweep& p : ps) {
+      absl::StrAppend(&md, "| ", p.name, " |");
+      for (size_t k = 0; k < slo.size(); ++k) {
+        absl::StrAppend(
+            &md, " ",
+            SavingCell(Fewest(p, gpus, k, met), Fewest(ps.front(), gpus, k, met), gpus.back()),
+            " |");
+      }
+      absl::StrAppend(&md, "\n");
+    }
+    absl::StrAppend(&md, "\n");
+  }
+  return md;
+}
+
+// Runs one policy at every GPU count (rate scale `rate`), judging each run
+// at every SLO scale: fills `out`, appends CSV rows, returns its JSON.
+absl::StatusOr<nlohmann::json> SweepPolicy(const Loaded& l, const sim::SimPolicy& policy,
+                                           const std::vector<int>& gpus, double rate,
+                                           const std::vector<double>& slo, double target,
+                                           PolicySweep* out, std::string* csv) {
+  nlohmann::json pj = {{"runs", nlohmann::json::array()}};
+  for (int g : gpus) {
+    sim::SimConfig config = l.file.config;
+    config.policy = policy;
+    SetGpus(g, &config.cluster);
+    auto res = sim::Simulate(config, *l.engine, l.trace, rate);
+    if (!res.ok()) return res.status();
+    nlohmann::json run = {{"gpus", g},
+                          {"simulation", sim::ToJson(res->stats)},
+                          {"by_slo_scale", nlohmann::json::array()}};
+    out->attainment.emplace_back();
+    for (double k : slo) {  // one simulation, judged at every SLO scale
+      const bench::Report rep =
+          bench::Summarize(res->replay, k, std::numeric_limits<double>::infinity());
+      const double ttft = rep.total.ttft_attainment, tpot = rep.total.tpot_attainment;
+      std::cout << absl::StrFormat("%-20s %5d GPUs, SLO x%g: TTFT %.1f%% TPOT %.1f%% (%.1f s)\n",
+                                   out->name, g, k, 100 * ttft, 100 * tpot, res->stats.wall_s)
+                << std::flush;
+      if (k == slo.front()) run["report"] = bench::ToJson(rep);
+      run["by_slo_scale"].push_back({{"slo_scale", k}, {"ttft", ttft}, {"tpot", tpot}});
+      out->attainment.back().push_back({ttft, tpot});
+      absl::StrAppendFormat(csv, "%s,%d,%.6f,%.6f,%.4f,%.1f,%d,%d,%.2f,%g\n", out->name, g, ttft,
+                            tpot, rep.goodput_rps, rep.total.ttft_ms.p99, res->stats.activations,
+                            res->stats.idle_evictions + res->stats.kv_pressure_evictions,
+                            res->stats.wall_s, k);
+    }
+    pj["runs"].push_back(run);
+  }
+  // Both metrics at the first SLO scale.
+  const int fewest = Fewest(*out, gpus, 0, [&](const std::pair<double, double>& a) {
+    return a.first >= target && a.second >= target;
+  });
+  pj["fewest_gpus"] = fewest ? nlohmann::json(fewest) : nlohmann::json(nullptr);
+  return pj;
+}
+
 int RunSweep(const SimCli::State& s) {
   std::vector<int> gpus;
-  std::vector<double> scale;
+  std::vector<double> scale, slo;
   if (!ParsePositiveList(s.gpus, &gpus))
     return Fail("sweep --gpus: expected positive integers, e.g. 4,8,16");
   if (!ParsePositiveList(s.scales, &scale) || scale.size() != 1) {
     return Fail("--rate-scale: one positive number");
+  }
+  if (!ParsePositiveList(s.slo_scales, &slo)) {
+    return Fail("sweep --slo-scale: expected positive numbers, e.g. 1,2,5");
   }
   auto l = Load(s);
   if (!l.ok()) return Fail(std::string(l.status().message()));
@@ -204,65 +315,36 @@ int RunSweep(const SimCli::State& s) {
   }
   if (names.empty()) return Fail("no policies: give --policy or a `policies` section");
   std::sort(gpus.begin(), gpus.end());
-  bench::SweepTable table{names, gpus, {}};
-  nlohmann::json json = {{"trace", s.trace},         {"config", s.config},
-                         {"engine", EngineJson(*l)}, {"target", s.target},
-                         {"rate_scale", scale[0]},   {"policies", nlohmann::json::object()}};
+  std::vector<PolicySweep> sweeps;
+  nlohmann::json json = {{"trace", s.trace},
+                         {"config", s.config},
+                         {"engine", EngineJson(*l)},
+                         {"target", s.target},
+                         {"rate_scale", scale[0]},
+                         {"slo_scales", slo},
+                         {"policies", nlohmann::json::object()}};
   std::string csv =
       "policy,gpus,ttft_attainment,tpot_attainment,goodput_rps,ttft_p99_ms,"
-      "activations,evictions,sim_wall_s\n";
+      "activations,evictions,sim_wall_s,slo_scale\n";
   for (const std::string& name : names) {
     auto policy = Variant(l->file, name);
     if (!policy.ok()) return Fail(std::string(policy.status().message()));
-    nlohmann::json pj = {{"runs", nlohmann::json::array()}, {"fewest_gpus", nullptr}};
-    table.attainment.emplace_back();
-    for (int g : gpus) {
-      sim::SimConfig config = l->file.config;
-      config.policy = *policy;
-      SetGpus(g, &config.cluster);
-      auto res = sim::Simulate(config, *l->engine, l->trace, scale[0]);
-      if (!res.ok()) return Fail(std::string(res.status().message()));
-      const bench::Report rep =
-          bench::Summarize(res->replay, s.slo_scale, std::numeric_limits<double>::infinity());
-      const double ttft = rep.total.ttft_attainment, tpot = rep.total.tpot_attainment;
-      const bool met = ttft >= s.target && tpot >= s.target;
-      std::cout << absl::StrFormat("%-20s %5d GPUs: TTFT %.1f%% TPOT %.1f%%%s (%.1f s)\n", name, g,
-                                   100 * ttft, 100 * tpot, met ? "  meets" : "", res->stats.wall_s)
-                << std::flush;
-      if (met && pj["fewest_gpus"].is_null()) pj["fewest_gpus"] = g;
-      nlohmann::json run = {
-          {"gpus", g}, {"report", bench::ToJson(rep)}, {"simulation", sim::ToJson(res->stats)}};
-      pj["runs"].push_back(run);
-      table.attainment.back().push_back({ttft, tpot});
-      absl::StrAppendFormat(&csv, "%s,%d,%.6f,%.6f,%.4f,%.1f,%d,%d,%.2f\n", name, g, ttft, tpot,
-                            rep.goodput_rps, rep.total.ttft_ms.p99, res->stats.activations,
-                            res->stats.idle_evictions + res->stats.kv_pressure_evictions,
-                            res->stats.wall_s);
-    }
-    json["policies"][name] = pj;
+    sweeps.push_back({name, {}});
+    auto pj = SweepPolicy(*l, *policy, gpus, scale[0], slo, s.target, &sweeps.back(), &csv);
+    if (!pj.ok()) return Fail(std::string(pj.status().message()));
+    json["policies"][name] = *std::move(pj);
     WriteFileAtomic(fs::path(s.out) / "sweep.json", json.dump(2) + "\n");
     WriteFileAtomic(fs::path(s.out) / "sweep.csv", csv);
   }
-  // The cost saving: each policy's GPUs against the first policy's (the
-  // one to beat comes first on --policy); unknown where either never met
-  // the target within the sweep.
-  const auto& base = json["policies"][names.front()]["fewest_gpus"];
-  std::string md = absl::StrFormat(
-      "| policy | fewest GPUs with TTFT and TPOT attainment >= %.0f%% | GPUs / %s's |\n"
-      "|---|---:|---:|\n",
-      100 * s.target, names.front());
-  for (const std::string& name : names) {
-    const auto& f = json["policies"][name]["fewest_gpus"];
-    const std::string ratio = f.is_null() || base.is_null()
-                                  ? "n/a"
-                                  : absl::StrFormat("%.2f", f.get<double>() / base.get<double>());
-    absl::StrAppend(&md, "| ", name, " | ",
-                    f.is_null() ? absl::StrCat("> ", gpus.back()) : absl::StrCat(f.get<int>()),
-                    " | ", ratio, " |\n");
-  }
+  const std::string md = SavingTables(sweeps, gpus, slo, s.target);
   WriteFileAtomic(fs::path(s.out) / "sweep.md", md);
   std::cout << "\n" << md;
   if (s.plots) {
+    bench::SweepTable table{names, gpus, {}};
+    for (const PolicySweep& p : sweeps) {
+      table.attainment.emplace_back();
+      for (const auto& by_scale : p.attainment) table.attainment.back().push_back(by_scale[0]);
+    }
     auto png = bench::RenderSweepPlot(s.out, table, s.target);
     if (!png.ok()) std::cerr << "warning: no plot: " << png.status().message() << "\n";
   }

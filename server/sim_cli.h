@@ -7,11 +7,12 @@
 //     writes what `ballast bench` writes: result.json (runs, each with a
 //     "simulation" section), requests-<scale>.csv and the PNG plots.
 //   ballast simulate sweep --config ... --trace ... --out DIR --gpus 4,8,16
-//       [--policy a,b] [--target 0.99]
-//     runs every policy variant at every GPU count and reports, per policy,
-//     the fewest GPUs whose TTFT and TPOT attainment both reach the target
-//     and its ratio to the first policy's (the cost saving): sweep.json,
-//     sweep.csv, sweep.md and sweep.png.
+//       [--policy a,b] [--target 0.99] [--slo-scale 1,2,5]
+//     runs every policy variant at every GPU count, judges each run at every
+//     SLO scale, and reports, per policy and SLO scale, the fewest GPUs whose
+//     TTFT attainment, TPOT attainment, and both, reach the target, with the
+//     ratio to the first policy's (the cost saving, Prism's Figure 9(b)):
+//     sweep.json, sweep.csv, sweep.md and sweep.png (at the first scale).
 #pragma once
 
 #include <memory>

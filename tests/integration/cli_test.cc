@@ -214,7 +214,7 @@ TEST_F(CliTest, SimulateAndSweepWriteTheirResults) {
   }
   EXPECT_TRUE(std::filesystem::exists(Path("sim/requests-4.csv")));
   r = Exec({"simulate", "sweep", "--config", config, "--trace", Path("t.jsonl"), "--out",
-            Path("sweep"), "--gpus", "1,3,8", "--no-plots"},
+            Path("sweep"), "--gpus", "1,3,8", "--slo-scale", "1,20", "--no-plots"},
            Path("sweep.log"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   j = nlohmann::json::parse(std::ifstream(Path("sweep/sweep.json")));
@@ -222,7 +222,22 @@ TEST_F(CliTest, SimulateAndSweepWriteTheirResults) {
   EXPECT_EQ(j["policies"]["static-fcfs"]["runs"][1]["simulation"]["gpus"], 3);
   std::stringstream md;
   md << std::ifstream(Path("sweep/sweep.md")).rdbuf();
-  EXPECT_NE(md.str().find("| GPUs / ballast's |"), std::string::npos) << md.str();
+  // One table per metric (both, TTFT, TPOT), a column per SLO scale.
+  for (const char* what : {"TTFT and TPOT attainment", "TTFT attainment", "TPOT attainment"}) {
+    EXPECT_NE(md.str().find(absl::StrCat("Fewest GPUs with ", what, " >= 99% (GPUs / ballast's)")),
+              std::string::npos)
+        << md.str();
+  }
+  EXPECT_NE(md.str().find("| policy | 1 | 20 |"), std::string::npos) << md.str();
+  // Each run is judged at both scales; a looser SLO never lowers attainment.
+  for (const auto& run : j["policies"]["ballast"]["runs"]) {
+    ASSERT_EQ(run["by_slo_scale"].size(), 2u);
+    EXPECT_EQ(run["by_slo_scale"][1]["slo_scale"], 20);
+    EXPECT_GE(run["by_slo_scale"][1]["ttft"].get<double>(),
+              run["by_slo_scale"][0]["ttft"].get<double>());
+    EXPECT_GE(run["by_slo_scale"][1]["tpot"].get<double>(),
+              run["by_slo_scale"][0]["tpot"].get<double>());
+  }
   // Mistakes exit 2 naming what to fix.
   std::ofstream(Path("bad.yaml")) << "calibration: calibration-h200.json\nmodels: []\n";
   r = Exec({"simulate", "--config", Path("bad.yaml"), "--trace", Path("t.jsonl")}, Path("b.log"));
