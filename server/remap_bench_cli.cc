@@ -208,6 +208,7 @@ struct RemapBenchCli::State {
                 {"revert_events", u.remap.revert_events},
                 {"capped_events", u.remap.capped_events},
                 {"streamed_gib", static_cast<double>(u.remap.streamed_bytes) / (1 << 30)},
+                {"stall_s", u.remap.stall_seconds},  // compute waiting on copies
                 {"respect_timing", !ignore_timing}};
     (*w)->Stop();  // the step thread is gone: the remapper may be read here
     if (const engine::WeightRemapper* r = (*e)->remapper(); r != nullptr && mode != "preempt") {
@@ -216,6 +217,7 @@ struct RemapBenchCli::State {
         out.json["peak_layers_lent"] = r->alpha();
         out.json["streamed_gib"] =
             static_cast<double>(r->streaming_stats().streamed_bytes) / (1 << 30);
+        out.json["stall_s"] = r->streaming_stats().stall_seconds;
       }
       const double tt = r->t_transfer(), tc = r->t_compute();
       out.json["t_transfer_ms"] = tt * 1e3;

@@ -81,6 +81,10 @@ CudaExecutor::~CudaExecutor() {
   if (weight_stream_) cudaStreamSynchronize(weight_stream_);
   for (cudaEvent_t e : weight_loaded_) cudaEventDestroy(e);
   for (cudaEvent_t e : slot_free_) cudaEventDestroy(e);
+  for (int set = 0; set < 2; ++set) {
+    for (cudaEvent_t e : reached_[set]) cudaEventDestroy(e);
+    for (cudaEvent_t e : copied_[set]) cudaEventDestroy(e);
+  }
   if (weight_stream_) cudaStreamDestroy(weight_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -354,6 +358,8 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
 }
 
 absl::Status CudaExecutor::Run(const StepShape& sh) {
+  HarvestStall();  // the previous step's, before its events are recorded again
+  const int timed_set = stream_plan_.alpha > 0 ? 0 : -1;  // direct runs, warm-ups
   if (stream_plan_.alpha > 0) {  // every streamed layer is copied once per step
     streamed_bytes_.fetch_add(static_cast<int64_t>(stream_plan_.streamed.size()) *
                                   static_cast<int64_t>(weights_->layer_extent(0).bytes),
@@ -362,6 +368,7 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
   if (!sh.graph) {
     absl::Status st = Enqueue(sh);
     if (st.ok()) load_pending_ = false;  // every layer waited for its load
+    if (st.ok()) stall_set_ = timed_set;
     return st;
   }
   const auto key = std::make_tuple(sh.tokens, sh.max_blocks, sh.sample);
@@ -385,9 +392,11 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
     cudaGraphDestroy(graph);
     BALLAST_CUDA_RETURN(inst, "graph instantiate");
     graphs_.emplace(key, exec);
+    stall_set_ = timed_set;
     return absl::OkStatus();  // the warm-up run already computed this step
   }
   BALLAST_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
+  stall_set_ = timed_set < 0 ? -1 : 1;
   ++graph_replays_;
   return absl::OkStatus();
 }
@@ -404,6 +413,7 @@ absl::Status CudaExecutor::Forward(absl::Span<const SequenceChunk> batch,
                                       cudaMemcpyDeviceToHost, stream_),
                       "logits download");
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "step");
+  HarvestStall();
   return absl::OkStatus();
 }
 
@@ -454,6 +464,7 @@ absl::Status CudaExecutor::FinishForwardSample(std::vector<int>* tokens,
   const int rows = started_rows_;
   started_rows_ = -1;
   BALLAST_CUDA_RETURN(cudaEventSynchronize(step_done_), "step");
+  HarvestStall();
   const int* out = reinterpret_cast<const int*>(static_cast<uint8_t*>(host_meta_) + out_offset_);
   tokens->assign(out, out + rows);
   if (logprobs != nullptr) {

@@ -156,6 +156,9 @@ class CudaExecutor final : public Executor {
   absl::StatusOr<const DeviceLayer*> StreamBefore(int l);
   absl::Status StreamAfter(int l);
   absl::Status StreamJoin();
+  // Adds the last step's copy stall to stall_ns_ (events not yet complete
+  // are skipped, never waited for). Step thread.
+  void HarvestStall();
   absl::Status EnsureHostImage();
   void DropGraphs();
 
@@ -241,6 +244,17 @@ class CudaExecutor final : public Executor {
   cudaStream_t weight_stream_ = nullptr;
   std::vector<cudaEvent_t> weight_loaded_, slot_free_;
   std::atomic<int64_t> streamed_bytes_{0};
+  // The copy stall, timed on the device: per streamed layer k >= slots,
+  // `reached_[set][k]` when the compute stream reaches the layer (before it
+  // waits) and `copied_[set][k]` when its copy ends; the stall is the part
+  // of the copy after the compute got there. The step's end waiting for
+  // the home layers' reloads is not timed (a lower bound). Set 0 is recorded by
+  // steps run directly, set 1 by graph replays (captured as external event records: CUDA refuses a
+  // plain record of an event a graph records). HarvestStall reads back `stall_set_`'s pairs once
+  // the step has finished (-1: none). Step thread only, except stall_ns_.
+  std::vector<cudaEvent_t> reached_[2], copied_[2];
+  int stall_set_ = -1;
+  std::atomic<int64_t> stall_ns_{0};
 
   // (tokens, max_blocks, sample) -> instantiated graph
   std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;

@@ -8,6 +8,36 @@
 #include "spdlog/spdlog.h"
 
 namespace ballast::engine::cuda {
+namespace {
+
+// Records streamed layer k's timing event of `set` (CudaExecutor::reached_
+// or copied_) on `s`. Under stream capture, set 1's, as an external record
+// so that the graph keeps it as a node and every replay records it;
+// otherwise set 0's, as a plain record. CUDA refuses the external flag
+// outside capture; and on an H200 a plain record of an event that a graph
+// also records failed ("illegal state"), hence two sets.
+cudaError_t RecordTimed(const std::vector<cudaEvent_t> (&set)[2], int k, cudaStream_t s) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaError_t err = cudaStreamIsCapturing(s, &capture); err) return err;
+  const auto i = static_cast<size_t>(k);
+  return capture == cudaStreamCaptureStatusActive
+             ? cudaEventRecordWithFlags(set[1][i], s, cudaEventRecordExternal)
+             : cudaEventRecord(set[0][i], s);
+}
+
+// Milliseconds from `from` to `to` when both have completed; -1 otherwise
+// (unfinished or never recorded: the pair is skipped, not waited for).
+float ElapsedMs(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  if (cudaEventQuery(from) != cudaSuccess || cudaEventQuery(to) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, from, to) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return ms;
+}
+
+}  // namespace
 
 std::vector<LayerExtent> CudaExecutor::LayerExtents() const {
   std::vector<LayerExtent> out;
@@ -63,18 +93,26 @@ absl::Status CudaExecutor::SetLayerStreaming(const memory::StreamingPlan& plan) 
   if (plan.alpha > 0) {
     if (auto st = EnsureHostImage(); !st.ok()) return st;
   }
-  auto grow = [](std::vector<cudaEvent_t>* v, size_t want) -> cudaError_t {
+  auto grow = [](std::vector<cudaEvent_t>* v, size_t want, unsigned flags) -> cudaError_t {
     while (v->size() < want) {
       cudaEvent_t e = nullptr;
-      if (cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err) return err;
+      if (cudaError_t err = cudaEventCreateWithFlags(&e, flags); err) return err;
       v->push_back(e);
     }
     return cudaSuccess;
   };
-  BALLAST_CUDA_RETURN(grow(&weight_loaded_, static_cast<size_t>(m)), "streaming events");
-  BALLAST_CUDA_RETURN(grow(&slot_free_, static_cast<size_t>(plan.slots)), "streaming events");
+  const auto um = static_cast<size_t>(m);
+  BALLAST_CUDA_RETURN(grow(&weight_loaded_, um, cudaEventDisableTiming), "streaming events");
+  BALLAST_CUDA_RETURN(grow(&slot_free_, static_cast<size_t>(plan.slots), cudaEventDisableTiming),
+                      "streaming events");
+  for (int set = 0; set < 2; ++set) {
+    BALLAST_CUDA_RETURN(grow(&reached_[set], um, cudaEventDefault), "stall events");
+    BALLAST_CUDA_RETURN(grow(&copied_[set], um, cudaEventDefault), "stall events");
+  }
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "streaming plan");
   if (weight_stream_) BALLAST_CUDA_RETURN(cudaStreamSynchronize(weight_stream_), "streaming plan");
+  HarvestStall();  // under the old plan's indices
+  stall_set_ = -1;
   DropGraphs();  // they captured the old plan's addresses and copies
   stream_plan_ = {};
   stream_index_.clear();
@@ -144,7 +182,24 @@ absl::StatusOr<double> CudaExecutor::MeasureLayerTransferSeconds() {
 LayerStreamingStats CudaExecutor::streaming_stats() const {
   LayerStreamingStats s;
   s.streamed_bytes = streamed_bytes_.load(std::memory_order_relaxed);
-  return s;  // stall: not measured on the device (see docs/benchmarks.md)
+  s.stall_seconds = static_cast<double>(stall_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  return s;
+}
+
+void CudaExecutor::HarvestStall() {
+  if (stall_set_ < 0) return;
+  const std::vector<cudaEvent_t>& reached = reached_[stall_set_];
+  const std::vector<cudaEvent_t>& copied = copied_[stall_set_];
+  stall_set_ = -1;
+  const int m = static_cast<int>(stream_plan_.streamed.size());
+  double ms_total = 0;
+  // Each streamed layer past the slots' homes: its copy ending after the
+  // compute got there. Not timed: the step's end waiting for the homes'
+  // reloads (StreamJoin), so this is a lower bound of the stall.
+  for (int k = stream_plan_.slots; k < m; ++k) {
+    ms_total += std::max(0.f, ElapsedMs(reached[k], copied[k]));
+  }
+  stall_ns_.fetch_add(static_cast<int64_t>(ms_total * 1e6), std::memory_order_relaxed);
 }
 
 absl::StatusOr<const DeviceLayer*> CudaExecutor::StreamBefore(int l) {
@@ -155,6 +210,7 @@ absl::StatusOr<const DeviceLayer*> CudaExecutor::StreamBefore(int l) {
   // The first `slots` layers are in their homes when the step starts (the
   // previous step joined their copies, stream-ordered before this one).
   if (k >= stream_plan_.slots) {
+    BALLAST_CUDA_RETURN(RecordTimed(reached_, k, stream_), "stall event");
     BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, weight_loaded_[static_cast<size_t>(k)], 0),
                         "streamed layer");
   }
@@ -181,6 +237,9 @@ absl::Status CudaExecutor::StreamAfter(int l) {
                       "streaming a layer");
   BALLAST_CUDA_RETURN(cudaEventRecord(weight_loaded_[static_cast<size_t>(next)], weight_stream_),
                       "layer streamed");
+  if (next >= slots) {  // a home layer's reload is joined at the end, not timed
+    BALLAST_CUDA_RETURN(RecordTimed(copied_, next, weight_stream_), "stall event");
+  }
   return absl::OkStatus();
 }
 

@@ -2,8 +2,11 @@
 // pinned host image into their slots on a copy stream, ordered by events,
 // captured into CUDA graphs) give bit-identical logits and tokens for
 // α = 1 and several α, one and two slots, and a plan changed (remapped
-// and reverted) between the steps of one generation.
+// and reverted) between the steps of one generation; the copy stall is
+// timed on the device.
 #include <cuda_runtime.h>
+
+#include "absl/time/clock.h"
 
 #include "engine/gpu_backend.h"
 #include "engine/model_engine.h"
@@ -60,7 +63,7 @@ struct Sink : GenerationSink {
 // `schedule[i]` = {α, β} set before step i (the last entry repeats).
 absl::StatusOr<std::vector<std::vector<int>>> Generate(
     const ModelEngineOptions& base, const std::vector<std::pair<int, int>>& schedule,
-    int64_t* lent_max) {
+    int64_t* lent_max, LayerStreamingStats* stats = nullptr) {
   auto pool = memory::CreateGpuPagePool(0, 2u << 20, 1ll << 30);
   if (!pool.ok()) return pool.status();
   memory::BalloonOptions bo;
@@ -98,6 +101,7 @@ absl::StatusOr<std::vector<std::vector<int>>> Generate(
     (*e)->Step();
     ++step;
   }
+  if (stats != nullptr) *stats = r->streaming_stats();
   std::vector<std::vector<int>> out;
   for (auto& s : sinks) {
     if (!s.result.ok()) return s.result.status();
@@ -153,6 +157,47 @@ TEST(CudaRemap, TokensStayExactWhileLayersAreLentStreamedAndTakenBack) {
                         &lent);
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   EXPECT_EQ(*mixed, *want);
+}
+
+// The copy stall (compute waiting for a streamed layer) is timed on the
+// device, in plain steps and in graph replays: a small model's layers
+// compute in less time than one layer takes to copy from host memory, so
+// streaming stalls; the stall never exceeds the wall time of the steps,
+// and a step with nothing streamed adds none.
+TEST(CudaRemap, CopyStallIsTimedOnTheDevice) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  const std::string model = testing::WriteTinyModel(dir, "m", EightLayers());
+  testing::GpuHarness h(model, 16);
+  const std::vector<int> prompt = Prompt(300);
+  memory::StreamingPlan p;
+  p.alpha = 3;
+  p.slots = 1;
+  p.streamed = memory::UniformLayers(8, 4);
+  ASSERT_TRUE(h.executor->SetLayerStreaming(p).ok());
+  const absl::Time t0 = absl::Now();
+  for (int i = 0; i < 4; ++i) h.PromptLogits(prompt, 128);
+  const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
+  ASSERT_TRUE(h.executor->SetLayerStreaming({}).ok());  // harvests the last step
+  const double stall = h.executor->streaming_stats().stall_seconds;
+  EXPECT_GT(stall, 0);
+  EXPECT_LT(stall, wall);
+  h.PromptLogits(prompt, 128);  // nothing streamed
+  EXPECT_EQ(h.executor->streaming_stats().stall_seconds, stall);
+
+  // Decode steps replayed from CUDA graphs.
+  const ModelEngineOptions o = EightLayerEngine(dir);
+  int64_t lent = 0;
+  LayerStreamingStats graphs;
+  const absl::Time t1 = absl::Now();
+  auto got = Generate(o, {{3, 1}, {3, 1}, {3, 1}, {0, 0}}, &lent, &graphs);
+  const double gen_wall = absl::ToDoubleSeconds(absl::Now() - t1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_GT(graphs.stall_seconds, 0);
+  EXPECT_LT(graphs.stall_seconds, gen_wall);
+  LayerStreamingStats whole;
+  ASSERT_TRUE(Generate(o, {{3, 1}}, &lent, &whole).ok());  // lent throughout: graph replays
+  EXPECT_GT(whole.stall_seconds, graphs.stall_seconds);
 }
 
 // FP8 weights: a layer's scales live inside its extent and stream with it.
