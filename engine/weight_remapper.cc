@@ -137,7 +137,8 @@ void WeightRemapper::ObserveForward(double seconds, bool decode_only) {
   const double compute = std::max(0.0, seconds - (stall - last_stall_));
   last_stall_ = stall;
   // Steps that streamed layers are not counted either: where the stall is
-  // not measured (CUDA), their time includes it and would justify itself.
+  // measured only in part (CUDA times the per-layer waits, not the step's
+  // final join), their time includes the rest and would justify itself.
   if (!decode_only || plan_.alpha > 0) return;
   const double per_layer = compute / num_layers();
   if (per_layer <= 0) return;

@@ -222,20 +222,39 @@ std::string SavingCell(int fewest, int base, int max_gpus) {
 
 // sweep.md: for TTFT and TPOT alone and for both, the fewest GPUs reaching
 // the target per policy (rows) and SLO scale (columns), with the ratio to
-// the first policy's (Prism's Figure 9(b)).
+// the first policy's (Prism's Figure 9(b)). The same counts go into
+// `json`'s policies.<name>.fewest_gpus_by_slo_scale (null: not within the
+// sweep).
 std::string SavingTables(const std::vector<PolicySweep>& ps, const std::vector<int>& gpus,
-                         const std::vector<double>& slo, double target) {
+                         const std::vector<double>& slo, double target, nlohmann::json* json) {
   using Att = std::pair<double, double>;
-  const std::pair<const char*, std::function<bool(const Att&)>> metrics[] = {
-      {"TTFT and TPOT", [&](const Att& a) { return a.first >= target && a.second >= target; }},
-      {"TTFT", [&](const Att& a) { return a.first >= target; }},
-      {"TPOT", [&](const Att& a) { return a.second >= target; }}};
+  struct Metric {
+    const char* what;
+    const char* key;
+    std::function<bool(const Att&)> met;
+  };
+  const Metric metrics[] = {{"TTFT and TPOT", "both",
+                             [&](const Att& a) { return a.first >= target && a.second >= target; }},
+                            {"TTFT", "ttft", [&](const Att& a) { return a.first >= target; }},
+                            {"TPOT", "tpot", [&](const Att& a) { return a.second >= target; }}};
+  for (const PolicySweep& p : ps) {
+    nlohmann::json& by = (*json)["policies"][p.name]["fewest_gpus_by_slo_scale"];
+    by = nlohmann::json::array();
+    for (size_t k = 0; k < slo.size(); ++k) {
+      nlohmann::json row = {{"slo_scale", slo[k]}};
+      for (const Metric& m : metrics) {
+        const int f = Fewest(p, gpus, k, m.met);
+        row[m.key] = f ? nlohmann::json(f) : nlohmann::json(nullptr);
+      }
+      by.push_back(row);
+    }
+  }
   std::string md;
-  for (const auto& [what, met] : metrics) {
+  for (const Metric& m : metrics) {
     absl::StrAppendFormat(&md,
                           "Fewest GPUs with %s attainment >= %.0f%% (GPUs / %s's), by SLO scale\n\n"
                           "| policy |",
-                          what, 100 * target, ps.front().name);
+                          m.what, 100 * target, ps.front().name);
     for (double k : slo) absl::StrAppend(&md, " ", k, " |");
     absl::StrAppend(&md, "\n|---|",
                     absl::StrJoin(std::vector<std::string>(slo.size(), "---:"), "|"), "|\n");
@@ -244,7 +263,7 @@ std::string SavingTables(const std::vector<PolicySweep>& ps, const std::vector<i
       for (size_t k = 0; k < slo.size(); ++k) {
         absl::StrAppend(
             &md, " ",
-            SavingCell(Fewest(p, gpus, k, met), Fewest(ps.front(), gpus, k, met), gpus.back()),
+            SavingCell(Fewest(p, gpus, k, m.met), Fewest(ps.front(), gpus, k, m.met), gpus.back()),
             " |");
       }
       absl::StrAppend(&md, "\n");
@@ -307,6 +326,9 @@ int RunSweep(const SimCli::State& s) {
   if (!ParsePositiveList(s.slo_scales, &slo)) {
     return Fail("sweep --slo-scale: expected positive numbers, e.g. 1,2,5");
   }
+  if (s.slo_scale != 1) {  // `simulate --slo-scale K sweep`: the sweep's own list decides
+    return Fail("give --slo-scale after `sweep` (a list, e.g. sweep --slo-scale 1,5)");
+  }
   auto l = Load(s);
   if (!l.ok()) return Fail(std::string(l.status().message()));
   std::vector<std::string> names = SplitList(s.policies);
@@ -336,7 +358,8 @@ int RunSweep(const SimCli::State& s) {
     WriteFileAtomic(fs::path(s.out) / "sweep.json", json.dump(2) + "\n");
     WriteFileAtomic(fs::path(s.out) / "sweep.csv", csv);
   }
-  const std::string md = SavingTables(sweeps, gpus, slo, s.target);
+  const std::string md = SavingTables(sweeps, gpus, slo, s.target, &json);
+  WriteFileAtomic(fs::path(s.out) / "sweep.json", json.dump(2) + "\n");
   WriteFileAtomic(fs::path(s.out) / "sweep.md", md);
   std::cout << "\n" << md;
   if (s.plots) {

@@ -64,16 +64,21 @@ run() {  # $1: quota|none, $2: rate
   config "$1" > "$OUT/flood-$1.yaml"
   taskset -c "$SERVER_CPUS" "$BALLAST" serve --config "$OUT/flood-$1.yaml" \
     > "$OUT/serve-$1-$2.log" 2>&1 &
-  local pid=$!
+  local pid=$! up=""
+  trap 'kill $pid 2> /dev/null || true' EXIT
   for _ in $(seq 1 120); do
-    "$BALLAST" health --target 127.0.0.1:$PORT > /dev/null 2>&1 && break
+    # Our server, not one left on the port: it must still be running.
+    kill -0 "$pid" 2> /dev/null || { echo "ballast serve exited; see $OUT/serve-$1-$2.log" >&2; exit 1; }
+    "$BALLAST" health --target 127.0.0.1:$PORT > /dev/null 2>&1 && { up=1; break; }
     sleep 1
   done
+  [ -n "$up" ] || { echo "ballast serve not healthy after 120 s" >&2; exit 1; }
   echo "== ${SIZE:-small} model, quota: $1, flood $2/s, server on cpus $SERVER_CPUS, client on $CLIENT_CPUS"
   timeout 300 taskset -c "$CLIENT_CPUS" "$FLOOD" 127.0.0.1:$PORT victim-model "$2" "$PROBES" \
     "$TOKENS" || echo "advise_flood exited with $?"
   kill "$pid" 2> /dev/null || true
   wait "$pid" 2> /dev/null || true
+  trap - EXIT
 }
 
 nproc
