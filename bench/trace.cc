@@ -158,6 +158,11 @@ absl::StatusOr<std::vector<TraceRecord>> ParseTrace(const std::string& text,
       return bad(absl::StrCat("\"after\": \"", r.after, "\" is not an earlier record"));
     }
     if (r.arrival_s < 0 || r.delay_s < 0) return bad("negative arrival_s or delay_s");
+    if (!(r.arrival_s <= kMaxTraceSeconds && r.delay_s <= kMaxTraceSeconds &&
+          r.expected_arrival_s <= kMaxTraceSeconds)) {
+      return bad(absl::StrCat("arrival_s, delay_s and expected_arrival_s must be at most ",
+                              kMaxTraceSeconds, " s (about 116 days)"));
+    }
     if (r.is_request()) {
       if (r.model.empty()) return bad("request without a model");
       if (r.output_tokens <= 0) return bad("output_tokens must be > 0");

@@ -30,6 +30,11 @@
 
 namespace ballast::bench {
 
+// The longest time a trace may name (arrival_s, delay_s, expected_arrival_s):
+// about 116 days. Longer is refused when parsing: the statistics walk the
+// trace on a 1 s grid, and the replay would never reach such a time.
+inline constexpr double kMaxTraceSeconds = 1e7;
+
 struct TraceRecord {
   enum class Type { kRequest, kAdvise };
   Type type = Type::kRequest;

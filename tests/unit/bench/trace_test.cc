@@ -54,6 +54,21 @@ TEST(Trace, ErrorsNameTheLine) {
   EXPECT_NE(err(R"({"id":"b","output_tokens":3,"prompt":"x"})").find("model"), std::string::npos);
   EXPECT_NE(err("not json").find("t.jsonl:2 (record 1): malformed"), std::string::npos);
   EXPECT_NE(err(R"({"type":"poke","id":"b"})").find("unknown type"), std::string::npos);
+  // Times past kMaxTraceSeconds (the fuzzer's 5.6e34 s arrival overflowed the
+  // statistics' grid).
+  EXPECT_NE(err(R"({"id":"b","model":"m","prompt_tokens":3,"output_tokens":2,"arrival_s":5.6e34})")
+                .find("t.jsonl:2 (record 1, id \"b\"): arrival_s, delay_s and expected_arrival_s "
+                      "must be at most"),
+            std::string::npos);
+  EXPECT_FALSE(err(R"({"id":"b","model":"m","prompt_tokens":3,"output_tokens":2,"after":"a",)"
+                   R"("delay_s":1e300})")
+                   .empty());
+  EXPECT_TRUE(ParseTrace(ok + "\n" +
+                             R"({"id":"b","model":"m","prompt_tokens":3,"output_tokens":2,)"
+                             R"("arrival_s":2592000})" +
+                             "\n",
+                         "t.jsonl")
+                  .ok());  // 30 days is fine
 }
 
 TEST(Trace, WrongTypesNameTheField) {
