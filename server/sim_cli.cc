@@ -224,7 +224,7 @@ std::string SavingCell(int fewest, int base, int max_gpus) {
 // the target per policy (rows) and SLO scale (columns), with the ratio to
 // the first policy's (Prism's Figure 9(b)). The same counts go into
 // `json`'s policies.<name>.fewest_gpus_by_slo_scale (null: not within the
-// sweep).
+// sweep), and both metrics' at the first scale into its fewest_gpus.
 std::string SavingTables(const std::vector<PolicySweep>& ps, const std::vector<int>& gpus,
                          const std::vector<double>& slo, double target, nlohmann::json* json) {
   using Att = std::pair<double, double>;
@@ -248,6 +248,7 @@ std::string SavingTables(const std::vector<PolicySweep>& ps, const std::vector<i
       }
       by.push_back(row);
     }
+    (*json)["policies"][p.name]["fewest_gpus"] = by[0]["both"];  // at the first SLO scale
   }
   std::string md;
   for (const Metric& m : metrics) {
@@ -277,8 +278,8 @@ std::string SavingTables(const std::vector<PolicySweep>& ps, const std::vector<i
 // at every SLO scale: fills `out`, appends CSV rows, returns its JSON.
 absl::StatusOr<nlohmann::json> SweepPolicy(const Loaded& l, const sim::SimPolicy& policy,
                                            const std::vector<int>& gpus, double rate,
-                                           const std::vector<double>& slo, double target,
-                                           PolicySweep* out, std::string* csv) {
+                                           const std::vector<double>& slo, PolicySweep* out,
+                                           std::string* csv) {
   nlohmann::json pj = {{"runs", nlohmann::json::array()}};
   for (int g : gpus) {
     sim::SimConfig config = l.file.config;
@@ -307,11 +308,6 @@ absl::StatusOr<nlohmann::json> SweepPolicy(const Loaded& l, const sim::SimPolicy
     }
     pj["runs"].push_back(run);
   }
-  // Both metrics at the first SLO scale.
-  const int fewest = Fewest(*out, gpus, 0, [&](const std::pair<double, double>& a) {
-    return a.first >= target && a.second >= target;
-  });
-  pj["fewest_gpus"] = fewest ? nlohmann::json(fewest) : nlohmann::json(nullptr);
   return pj;
 }
 
@@ -352,7 +348,7 @@ int RunSweep(const SimCli::State& s) {
     auto policy = Variant(l->file, name);
     if (!policy.ok()) return Fail(std::string(policy.status().message()));
     sweeps.push_back({name, {}});
-    auto pj = SweepPolicy(*l, *policy, gpus, scale[0], slo, s.target, &sweeps.back(), &csv);
+    auto pj = SweepPolicy(*l, *policy, gpus, scale[0], slo, &sweeps.back(), &csv);
     if (!pj.ok()) return Fail(std::string(pj.status().message()));
     json["policies"][name] = *std::move(pj);
     WriteFileAtomic(fs::path(s.out) / "sweep.json", json.dump(2) + "\n");
