@@ -164,6 +164,12 @@ class Executor {
     return absl::UnimplementedError("this backend does not stream weight layers");
   }
   virtual LayerStreamingStats streaming_stats() const { return {}; }
+  // From the next step on, runs steps at the device's greatest stream
+  // priority (true) or the default one (false), so that urgent work is
+  // scheduled ahead of other models' steps sharing the device. Ordered
+  // after the steps already queued. REQUIRES: no step in flight. Backends
+  // with no stream priorities ignore it.
+  virtual absl::Status SetUrgent(bool urgent) { return absl::OkStatus(); }
   virtual const ModelConfig& config() const = 0;
   // Bytes of weights this executor holds (checkpoint dtype on the CPU, the
   // device copy on GPUs).

@@ -45,6 +45,15 @@ struct GpuEngineBenchOptions {
   // "static": one cudaMalloc'd block pool; "arena": the elastic KV slab
   // arena over CUDA VMM pages (64 MiB slabs), as elastic nodes use.
   std::string kv_pool = "static";
+  // > 0: after the prefill run, a second executor of the same model (its
+  // own weights) steps without pause on another thread while this one's
+  // work is timed again, at the default and then at the greatest stream
+  // priority (Executor::SetUrgent): what priority streams buy a device's
+  // urgent model. Foreground "prefill": the second decodes this batch, the
+  // prefill is timed; "decode": the second prefills prefill_tokens over
+  // and over, a batch-1 decode step is timed. Needs prefill_tokens.
+  int interference_batch = 0;
+  std::string interference_foreground = "prefill";
 };
 // Results as JSON (see engine/cuda/engine_bench.cc for the fields).
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& options);

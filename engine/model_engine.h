@@ -159,6 +159,13 @@ struct EngineStats {
   PrefetchOutcomes prefetches;
 };
 
+// The stream priority of a step (ModelEngine::BeginStep).
+enum class StepUrgency {
+  kDefault,            // the default priority
+  kUrgent,             // the greatest
+  kUrgentIfDecodeOnly  // the greatest if the step has no prefill tokens
+};
+
 class ModelEngine {
  public:
   // Device bytes the model's weights will take with these options (what
@@ -239,8 +246,12 @@ class ModelEngine {
   // the tokens and finishes sequences. Between them the engine must not be
   // touched but by HasWork, stats and the thread-safe calls: its plan's
   // sequences and blocks are in use on the device (shedding or closing it
-  // must wait for FinishStep). REQUIRES: the thread that calls Step.
-  bool BeginStep();
+  // must wait for FinishStep). `urgency`: whether the forward runs at the
+  // device's greatest stream priority (Executor::SetUrgent) or the
+  // default one. REQUIRES: the thread that calls Step.
+  bool BeginStep(StepUrgency urgency = StepUrgency::kDefault);
+  // Steps begun urgent so far. Step thread.
+  int64_t urgent_steps() const { return urgent_steps_; }
   void FinishStep();
   // Whether a step was begun and not yet finished. Step thread.
   bool step_in_flight() const { return step_.active; }
@@ -350,6 +361,8 @@ class ModelEngine {
   std::unique_ptr<KvManager> kv_manager_;
   std::unique_ptr<BatchPlanner> planner_;
   std::unique_ptr<Executor> executor_;
+  bool urgent_ = false;  // the executor's stream priority (step thread)
+  int64_t urgent_steps_ = 0;
   std::unique_ptr<WeightRemapper> remapper_;  // after executor_: destroyed first
 
   mutable absl::Mutex mu_;

@@ -20,7 +20,7 @@ bool ModelEngine::Step() {
   return true;
 }
 
-bool ModelEngine::BeginStep() {
+bool ModelEngine::BeginStep(StepUrgency urgency) {
   last_prefill_tokens_ = 0;  // also when this step does nothing
   step_ = StepInFlight{};
   absl::Time at[5];
@@ -35,6 +35,17 @@ bool ModelEngine::BeginStep() {
   at[2] = absl::Now();
   last_prefill_tokens_ = step_.plan.prefill_tokens;
   export_times_ = {};
+  const bool urgent =
+      urgency == StepUrgency::kUrgent ||
+      (urgency == StepUrgency::kUrgentIfDecodeOnly && step_.plan.prefill_tokens == 0);
+  if (urgent != urgent_) {  // no step in flight: the executor may switch streams
+    if (absl::Status st = executor_->SetUrgent(urgent); st.ok()) {
+      urgent_ = urgent;
+    } else {
+      spdlog::warn("model {}: stream priority not changed: {}", options_.name, st.ToString());
+    }
+  }
+  urgent_steps_ += urgent_;
   step_.status = RunLoads(step_.plan);
   at[3] = absl::Now();
   if (step_.status.ok()) step_.status = Launch(step_.plan);

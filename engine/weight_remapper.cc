@@ -136,9 +136,9 @@ void WeightRemapper::ObserveForward(double seconds, bool decode_only) {
   const double stall = executor_->streaming_stats().stall_seconds;
   const double compute = std::max(0.0, seconds - (stall - last_stall_));
   last_stall_ = stall;
-  // Steps that streamed layers are not counted either: where the stall is
-  // measured only in part (CUDA times the per-layer waits, not the step's
-  // final join), their time includes the rest and would justify itself.
+  // Steps that streamed layers are not counted either: their compute is
+  // their time less the timed stall, and any wait the timing misses (host
+  // work blocked behind a copy) would count as compute and justify itself.
   if (!decode_only || plan_.alpha > 0) return;
   const double per_layer = compute / num_layers();
   if (per_layer <= 0) return;

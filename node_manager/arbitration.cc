@@ -138,6 +138,14 @@ absl::StatusOr<ArbitrationPolicy> ParseArbitrationPolicy(const std::string& name
       "arbitration policy \"", name, "\" (expected fcfs, edf, moore_hodgson or fineserve_batch)"));
 }
 
+absl::StatusOr<StreamPriorityPolicy> ParseStreamPriorityPolicy(const std::string& name) {
+  if (name == "none") return StreamPriorityPolicy::kNone;
+  if (name == "first") return StreamPriorityPolicy::kFirst;
+  if (name == "decode") return StreamPriorityPolicy::kDecode;
+  return absl::InvalidArgumentError(
+      absl::StrCat("stream priority policy \"", name, "\" (expected none, first or decode)"));
+}
+
 int CountOnTime(absl::Span<const PendingRequest> requests, absl::Span<const uint64_t> order,
                 double now_s) {
   std::map<uint64_t, const PendingRequest*> by_id;

@@ -37,6 +37,18 @@ enum class ArbitrationPolicy { kFcfs, kEdf, kMooreHodgson, kFineServeBatch };
 
 absl::StatusOr<ArbitrationPolicy> ParseArbitrationPolicy(const std::string& name);
 
+// Which of a device's overlapping steps run on a stream of the GPU's
+// greatest priority (node.engine.priority_streams), so that their kernels
+// are scheduled ahead of the others' (measured in docs/benchmarks.md).
+enum class StreamPriorityPolicy {
+  kNone,    // "none": every step at the default priority
+  kFirst,   // "first": the step of the model holding the request the
+            // arbitration policy put first (TTFT-urgent prefill)
+  kDecode,  // "decode": every step with no prefill tokens (TPOT), ahead
+            // of prefill chunks, which take what is left
+};
+absl::StatusOr<StreamPriorityPolicy> ParseStreamPriorityPolicy(const std::string& name);
+
 struct PendingRequest {
   uint64_t id = 0;
   double arrival_s = 0;

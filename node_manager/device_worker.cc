@@ -319,7 +319,7 @@ ArbitrationStats DeviceWorker::arbitration_stats() const {
   return arb_stats_;
 }
 
-std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Arbitrate(
+DeviceWorker::StepOrder DeviceWorker::Arbitrate(
     std::vector<std::shared_ptr<engine::ModelEngine>> engines) {
   // Times are seconds relative to now: deadline = arrival + TTFT SLO,
   // cost = the model's predicted prefill time for the tokens left.
@@ -344,7 +344,7 @@ std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Arbitrate(
       rejectable.push_back(q.reject_if_slo_unmet);
     }
   }
-  if (reqs.empty()) return engines;
+  if (reqs.empty()) return {std::move(engines), false};
   const absl::Time t0 = absl::Now();
   const node_manager::Arbitration a =
       node_manager::Arbitrate(arbitration_.policy, reqs, 0.0, arbitration_.batch);
@@ -395,8 +395,9 @@ std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Arbitrate(
   std::vector<size_t> idx(engines.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return first[x] < first[y]; });
-  std::vector<std::shared_ptr<engine::ModelEngine>> out;
-  for (size_t i : idx) out.push_back(std::move(engines[i]));
+  StepOrder out;
+  out.first_holds_first = !idx.empty() && first[idx[0]] != INT32_MAX;
+  for (size_t i : idx) out.engines.push_back(std::move(engines[i]));
   return out;
 }
 
@@ -479,11 +480,30 @@ void DeviceWorker::Loop() {
     // overlap on the device with each other and with the host work of the
     // steps around them.
     bool did = false;
-    for (auto& e : Arbitrate(std::move(engines))) {
+    StepOrder order = Arbitrate(std::move(engines));
+    // Several steps overlapping: some may run at the greatest priority.
+    const StreamPriorityPolicy prio =
+        arbitration_.overlap_steps && std::count_if(order.engines.begin(), order.engines.end(),
+                                                    [](const auto& e) { return e->HasWork(); }) > 1
+            ? arbitration_.priority_streams
+            : StreamPriorityPolicy::kNone;
+    for (size_t i = 0; i < order.engines.size(); ++i) {
+      const std::shared_ptr<engine::ModelEngine>& e = order.engines[i];
       if (!e->HasWork()) continue;
       const absl::Time t0 = absl::Now();
-      if (e->BeginStep()) {
+      using engine::StepUrgency;
+      const StepUrgency urgency =
+          prio == StreamPriorityPolicy::kDecode ? StepUrgency::kUrgentIfDecodeOnly
+          : prio == StreamPriorityPolicy::kFirst && i == 0 && order.first_holds_first
+              ? StepUrgency::kUrgent
+              : StepUrgency::kDefault;
+      const int64_t urgent_before = e->urgent_steps();
+      if (e->BeginStep(urgency)) {
         did = true;
+        if (e->urgent_steps() != urgent_before) {
+          absl::MutexLock lock(&mu_);
+          ++arb_stats_.urgent_steps;
+        }
         if (remap_) remap_->NoteActive(e->name());
         in_flight_.push_back({e, t0});
         if (!arbitration_.overlap_steps) FinishInFlight();

@@ -81,6 +81,9 @@ struct NodeOptions {
   // DeviceArbitrationOptions::overlap_steps (node.engine.overlap_steps).
   // Default on.
   bool overlap_steps = true;
+  // DeviceArbitrationOptions::priority_streams
+  // (node.engine.priority_streams: none, first or decode). Default none.
+  StreamPriorityPolicy priority_streams = StreamPriorityPolicy::kNone;
   // Longest a draining eviction waits for in-flight requests when the
   // EvictModel call names no timeout (the scheduler always sends its
   // scheduler.drain_timeout_ms). Default 10 min.

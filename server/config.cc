@@ -443,6 +443,8 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     RETURN_IF_ERROR(es.Get("deterministic", &eo.deterministic));
     RETURN_IF_ERROR(es.Get("slow_step_warn_ms", &eo.slow_step_warn_ms));
     RETURN_IF_ERROR(es.Get("overlap_steps", &o.overlap_steps));
+    std::string priority_streams = "none";
+    RETURN_IF_ERROR(es.Get("priority_streams", &priority_streams));
     RETURN_IF_ERROR(es.Finish());
     if (eo.backend != "cpu" && eo.backend != "cuda") {
       return es.Error("node.engine.backend",
@@ -451,6 +453,11 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     if (eo.backend == "cuda" && !engine::GpuBackendBuilt()) {
       return es.Error("node.engine.backend",
                       "cuda: this ballast was built without CUDA (no nvcc at configure time)");
+    }
+    if (auto p = node_manager::ParseStreamPriorityPolicy(priority_streams); p.ok()) {
+      o.priority_streams = *p;
+    } else {
+      return es.Error("node.engine.priority_streams", std::string(p.status().message()));
     }
     if (eo.block_tokens <= 0) return es.Error("node.engine.block_tokens", "must be > 0");
     if (kv_mib <= 0) return es.Error("node.engine.kv_cache_mib", "must be > 0");

@@ -51,6 +51,14 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
       ->capture_default_str();
   c->add_option("--hbm-bytes-per-s", o.hbm_bytes_per_s,
                 "HBM bandwidth of the roofline (default: the device's datasheet figure)");
+  c->add_option("--interference-batch", o.interference_batch,
+                "also time the prefill beside a second copy decoding this batch, at default and "
+                "greatest stream priority (0 = skip)")
+      ->capture_default_str();
+  c->add_option("--interference-foreground", o.interference_foreground,
+                "prefill (beside a decoding batch) | decode (batch 1, beside prefills)")
+      ->capture_default_str();
+  c->add_option("--prefill-runs", o.prefill_runs, "timed prefill runs")->capture_default_str();
   c->add_option("--kv-pool", o.kv_pool, "static | arena (elastic slab arena over CUDA VMM)")
       ->capture_default_str();
   c->add_option("--out", s_->out, "write the JSON result here");

@@ -45,6 +45,9 @@ void LayerStreamer::Release(int layer) {
   const int m = static_cast<int>(streamed_.size());
   const int slot = k % slots_;
   const int next = k + slots_ < m ? k + slots_ : slot;
+  // The slot's home layer was its only one this pass (fewer remapped
+  // layers than slots): it still holds it, nothing to copy.
+  if (next == k) return;
   absl::MutexLock lock(&mu_);
   holds_[static_cast<size_t>(slot)] = -1;
   queue_.emplace_back(slot, next);

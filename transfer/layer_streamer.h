@@ -8,7 +8,9 @@
 // The rule. Streamed layer k (index in `streamed`) always uses slot
 // k % slots. When slot s's reader (layer streamed[k]) is done (Release),
 // the copy of the slot's next layer is queued: streamed[k + slots], or
-// streamed[s] again (the next pass's first) past the end. Copies run one
+// streamed[s] again (the next pass's first) past the end; when that is the
+// layer just read (a slot with no other layer: α < slots), nothing is
+// copied. Copies run one
 // at a time in the order queued (one copy engine). Acquire(layer) returns
 // once the slot holds that layer. At construction slot s must already hold
 // streamed[s] (its home), and after a whole pass it does again.

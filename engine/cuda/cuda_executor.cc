@@ -86,7 +86,21 @@ CudaExecutor::~CudaExecutor() {
     for (cudaEvent_t e : copied_[set]) cudaEventDestroy(e);
   }
   if (weight_stream_) cudaStreamDestroy(weight_stream_);
-  if (stream_) cudaStreamDestroy(stream_);
+  for (cudaStream_t st : streams_) {
+    if (st) cudaStreamSynchronize(st);
+    if (st) cudaStreamDestroy(st);
+  }
+  if (stream_switch_) cudaEventDestroy(stream_switch_);
+}
+
+absl::Status CudaExecutor::SetUrgent(bool urgent) {
+  cudaStream_t want = streams_[urgent ? 1 : 0];
+  if (want == stream_ || want == nullptr) return absl::OkStatus();
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  BALLAST_CUDA_RETURN(cudaEventRecord(stream_switch_, stream_), "stream switch");
+  BALLAST_CUDA_RETURN(cudaStreamWaitEvent(want, stream_switch_, 0), "stream switch");
+  stream_ = want;
+  return absl::OkStatus();
 }
 
 size_t CudaExecutor::AttentionWorkspaceBytes() {
@@ -121,7 +135,15 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   BALLAST_CUDA_RETURN(
       cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device),
       "device query");
-  BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+  int least = 0, greatest = 0;
+  BALLAST_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream priorities");
+  BALLAST_CUDA_RETURN(cudaStreamCreateWithPriority(&streams_[0], cudaStreamNonBlocking, least),
+                      "stream");
+  BALLAST_CUDA_RETURN(cudaStreamCreateWithPriority(&streams_[1], cudaStreamNonBlocking, greatest),
+                      "stream");
+  BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming),
+                      "stream event");
+  stream_ = streams_[0];
   BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming), "step event");
   act_ = ActivationType(config_);
   // Deterministic mode: every token through the split-KV kernel, whose
@@ -360,9 +382,11 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
 absl::Status CudaExecutor::Run(const StepShape& sh) {
   HarvestStall();  // the previous step's, before its events are recorded again
   const int timed_set = stream_plan_.alpha > 0 ? 0 : -1;  // direct runs, warm-ups
-  if (stream_plan_.alpha > 0) {  // every streamed layer is copied once per step
-    streamed_bytes_.fetch_add(static_cast<int64_t>(stream_plan_.streamed.size()) *
-                                  static_cast<int64_t>(weights_->layer_extent(0).bytes),
+  if (stream_plan_.alpha > 0) {  // every streamed layer is copied once per step,
+    // but for homes whose slot holds no other layer (α < slots)
+    const int copies = static_cast<int>(stream_plan_.streamed.size()) -
+                       std::max(0, stream_plan_.slots - stream_plan_.alpha);
+    streamed_bytes_.fetch_add(copies * static_cast<int64_t>(weights_->layer_extent(0).bytes),
                               std::memory_order_relaxed);
   }
   if (!sh.graph) {

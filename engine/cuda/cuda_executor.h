@@ -86,6 +86,9 @@ class CudaExecutor final : public Executor {
   absl::Status RestoreLayers(absl::Span<const int> layers) override;
   absl::StatusOr<double> MeasureLayerTransferSeconds() override;
   LayerStreamingStats streaming_stats() const override;
+  // Switches stream_ between streams_[0] (default priority) and streams_[1]
+  // (the greatest), the new one waiting for the old one's queued work.
+  absl::Status SetUrgent(bool urgent) override;
 
   // The activation type this model runs in (from its torch_dtype).
   static ActType ActivationType(const ModelConfig& config);
@@ -180,7 +183,11 @@ class CudaExecutor final : public Executor {
   int max_rows_ = 0;  // sampled rows / sequences a step may have (max_seqs)
   // Grows on the step thread (penalty buffers); read by status threads.
   std::atomic<int64_t> workspace_bytes_{0};
+  // The stream the steps and their copies run on: one of streams_ (0:
+  // default priority, 1: the device's greatest), chosen by SetUrgent.
   cudaStream_t stream_ = nullptr;
+  cudaStream_t streams_[2] = {nullptr, nullptr};
+  cudaEvent_t stream_switch_ = nullptr;  // orders a switched-to stream after the other
   // A started sampled step (StartForwardSample): its end on stream_, its
   // rows (-1: none started) and which rows asked for log-probabilities
   // (empty: none).
@@ -247,11 +254,14 @@ class CudaExecutor final : public Executor {
   // The copy stall, timed on the device: per streamed layer k >= slots,
   // `reached_[set][k]` when the compute stream reaches the layer (before it
   // waits) and `copied_[set][k]` when its copy ends; the stall is the part
-  // of the copy after the compute got there. The step's end waiting for
-  // the home layers' reloads is not timed (a lower bound). Set 0 is recorded by
-  // steps run directly, set 1 by graph replays (captured as external event records: CUDA refuses a
-  // plain record of an event a graph records). HarvestStall reads back `stall_set_`'s pairs once
-  // the step has finished (-1: none). Step thread only, except stall_ns_.
+  // of the copy after the compute got there. `reached_[set][m]` is the
+  // step-end join (StreamJoin), which waits for the homes' reloads
+  // (`copied_[set][s]`, s < slots): the latest of those past it is stall
+  // too. Set 0 is recorded by steps run directly, set 1 by graph replays
+  // (captured as external event records: CUDA refuses a plain record of an
+  // event a graph records). HarvestStall reads back `stall_set_`'s events
+  // once the step has finished (-1: none). Step thread only, except
+  // stall_ns_.
   std::vector<cudaEvent_t> reached_[2], copied_[2];
   int stall_set_ = -1;
   std::atomic<int64_t> stall_ns_{0};

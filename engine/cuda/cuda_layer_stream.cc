@@ -105,8 +105,8 @@ absl::Status CudaExecutor::SetLayerStreaming(const memory::StreamingPlan& plan) 
   BALLAST_CUDA_RETURN(grow(&weight_loaded_, um, cudaEventDisableTiming), "streaming events");
   BALLAST_CUDA_RETURN(grow(&slot_free_, static_cast<size_t>(plan.slots), cudaEventDisableTiming),
                       "streaming events");
-  for (int set = 0; set < 2; ++set) {
-    BALLAST_CUDA_RETURN(grow(&reached_[set], um, cudaEventDefault), "stall events");
+  for (int set = 0; set < 2; ++set) {  // reached_[set][m]: the step-end join
+    BALLAST_CUDA_RETURN(grow(&reached_[set], um + 1, cudaEventDefault), "stall events");
     BALLAST_CUDA_RETURN(grow(&copied_[set], um, cudaEventDefault), "stall events");
   }
   BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "streaming plan");
@@ -191,14 +191,16 @@ void CudaExecutor::HarvestStall() {
   const std::vector<cudaEvent_t>& reached = reached_[stall_set_];
   const std::vector<cudaEvent_t>& copied = copied_[stall_set_];
   stall_set_ = -1;
+  const int slots = stream_plan_.slots;
   const int m = static_cast<int>(stream_plan_.streamed.size());
   double ms_total = 0;
   // Each streamed layer past the slots' homes: its copy ending after the
-  // compute got there. Not timed: the step's end waiting for the homes'
-  // reloads (StreamJoin), so this is a lower bound of the stall.
-  for (int k = stream_plan_.slots; k < m; ++k) {
-    ms_total += std::max(0.f, ElapsedMs(reached[k], copied[k]));
-  }
+  // compute got there.
+  for (int k = slots; k < m; ++k) ms_total += std::max(0.f, ElapsedMs(reached[k], copied[k]));
+  // The step's end (StreamJoin) waits for the last of the homes' reloads.
+  float join = 0;
+  for (int s = 0; s < slots; ++s) join = std::max(join, ElapsedMs(reached[m], copied[s]));
+  ms_total += join;
   stall_ns_.fetch_add(static_cast<int64_t>(ms_total * 1e6), std::memory_order_relaxed);
 }
 
@@ -226,25 +228,28 @@ absl::Status CudaExecutor::StreamAfter(int l) {
   const int m = static_cast<int>(stream_plan_.streamed.size());
   const int slot = k % slots;
   const int next = k + slots < m ? k + slots : slot;  // past the end: the home layer again
-  const int next_layer = stream_plan_.streamed[static_cast<size_t>(next)];
-  const LayerExtent home = weights_->layer_extent(stream_plan_.streamed[static_cast<size_t>(slot)]);
-  const LayerExtent src = weights_->layer_extent(next_layer);
-  BALLAST_CUDA_RETURN(cudaEventRecord(slot_free_[static_cast<size_t>(slot)], stream_), "slot free");
-  BALLAST_CUDA_RETURN(cudaStreamWaitEvent(weight_stream_, slot_free_[static_cast<size_t>(slot)], 0),
-                      "slot free");
-  BALLAST_CUDA_RETURN(host_image_->CopyToDevice(weights_->base() + home.offset, src.offset,
-                                                src.bytes, weight_stream_),
-                      "streaming a layer");
-  BALLAST_CUDA_RETURN(cudaEventRecord(weight_loaded_[static_cast<size_t>(next)], weight_stream_),
-                      "layer streamed");
-  if (next >= slots) {  // a home layer's reload is joined at the end, not timed
-    BALLAST_CUDA_RETURN(RecordTimed(copied_, next, weight_stream_), "stall event");
+  const auto sl = static_cast<size_t>(slot), nx = static_cast<size_t>(next);
+  BALLAST_CUDA_RETURN(cudaEventRecord(slot_free_[sl], stream_), "slot free");
+  BALLAST_CUDA_RETURN(cudaStreamWaitEvent(weight_stream_, slot_free_[sl], 0), "slot free");
+  if (next != k) {  // else the slot's home layer was its only one this step: it is still there
+    const LayerExtent home = weights_->layer_extent(stream_plan_.streamed[sl]);
+    const LayerExtent src = weights_->layer_extent(stream_plan_.streamed[nx]);
+    BALLAST_CUDA_RETURN(host_image_->CopyToDevice(weights_->base() + home.offset, src.offset,
+                                                  src.bytes, weight_stream_),
+                        "streaming a layer");
   }
+  // The copy's end is timed before weight_loaded_ is recorded, so that the
+  // waits on weight_loaded_ (the layer's, or StreamJoin's for a home)
+  // join it: under capture, work after the last join is refused.
+  BALLAST_CUDA_RETURN(RecordTimed(copied_, next, weight_stream_), "stall event");
+  BALLAST_CUDA_RETURN(cudaEventRecord(weight_loaded_[nx], weight_stream_), "layer streamed");
   return absl::OkStatus();
 }
 
 absl::Status CudaExecutor::StreamJoin() {
   if (stream_index_.empty()) return absl::OkStatus();
+  const int m = static_cast<int>(stream_plan_.streamed.size());
+  BALLAST_CUDA_RETURN(RecordTimed(reached_, m, stream_), "stall event");
   for (int s = 0; s < stream_plan_.slots; ++s) {
     BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, weight_loaded_[static_cast<size_t>(s)], 0),
                         "streamed layers");

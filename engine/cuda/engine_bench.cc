@@ -10,8 +10,10 @@
 // JSON: {device, model, decode: [{batch, ms_per_step, tokens_per_s,
 // bytes_per_step, roofline_ms, roofline_fraction}], prefill: {tokens,
 // ms, tokens_per_s, tflops, fraction_of_gemm_peak}, gemm_peak_tflops}
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_executor.h"
@@ -84,6 +86,150 @@ absl::StatusOr<double> CopyBandwidth() {
   return 2.0 * kBytes * kIters / Seconds(t0, Clock::now());
 }
 
+std::vector<int> PromptFor(int n, const ModelConfig& c) {
+  std::vector<int> prompt(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % c.vocab_size;
+  return prompt;
+}
+
+// Mean seconds of `runs` one-chunk prefills of `prompt` on `e` (after one
+// untimed run).
+absl::StatusOr<double> PrefillSeconds(cuda::CudaExecutor* e, KvCache* kv,
+                                      const std::vector<int>& prompt, int runs) {
+  SequenceKv seq;
+  if (auto st = kv->Reserve(&seq, static_cast<int>(prompt.size())); !st.ok()) return st;
+  std::vector<int> sampled;
+  const DeviceSampling greedy;
+  double total = 0;
+  absl::Status st;
+  for (int r = 0; r < 1 + runs && st.ok(); ++r) {
+    SequenceChunk ch{&seq, 0, absl::MakeConstSpan(prompt), LogitsMode::kLast};
+    const auto t0 = Clock::now();
+    st = e->ForwardSample({ch}, {greedy}, &sampled, nullptr);
+    if (r > 0) total += Seconds(t0, Clock::now());
+  }
+  kv->Release(&seq);
+  if (!st.ok()) return st;
+  return total / runs;
+}
+
+// Mean milliseconds of `steps` batch-1 decode steps on `e` at `context`
+// tokens (after three untimed ones: plans and the graph capture).
+absl::StatusOr<double> DecodeStepMs(cuda::CudaExecutor* e, KvCache* kv, int context, int steps) {
+  SequenceKv seq;
+  if (auto st = kv->Reserve(&seq, context + 1); !st.ok()) return st;
+  const int tok = 1;
+  const SequenceChunk ch{&seq, context, absl::MakeConstSpan(&tok, 1), LogitsMode::kLast};
+  const DeviceSampling greedy;
+  std::vector<int> sampled;
+  absl::Status st;
+  Clock::time_point t0;
+  for (int i = 0; i < 3 + steps && st.ok(); ++i) {
+    if (i == 3) t0 = Clock::now();
+    st = e->ForwardSample({ch}, {greedy}, &sampled, nullptr);
+  }
+  const double ms = Seconds(t0, Clock::now()) * 1e3 / steps;
+  kv->Release(&seq);
+  if (!st.ok()) return st;
+  return ms;
+}
+
+// Two executors of one model (each its own weights) on the device: a
+// background one steps without pause on its own thread while the
+// foreground's work is timed, with the foreground's stream at the default
+// and then at the greatest priority (Executor::SetUrgent).
+//   foreground "prefill": the background decodes o.interference_batch
+//     sequences; the foreground prefills `prompt` (ms per prefill);
+//   foreground "decode": the background prefills `prompt` over and over;
+//   the foreground decodes one sequence (ms per step).
+// Also the background's step rate alone and during each.
+absl::StatusOr<nlohmann::json> MeasureInterference(const GpuEngineBenchOptions& o,
+                                                   const ModelConfig& c,
+                                                   const GpuExecutorOptions& eo, KvCache* kv,
+                                                   cuda::CudaExecutor* e,
+                                                   const std::vector<int>& prompt) {
+  const bool fg_prefill = o.interference_foreground == "prefill";
+  if (!fg_prefill && o.interference_foreground != "decode") {
+    return absl::InvalidArgumentError(absl::StrCat("interference foreground \"",
+                                                   o.interference_foreground,
+                                                   "\" (expected prefill or decode)"));
+  }
+  auto bg = cuda::CudaExecutor::Create(c, o.model_dir, kv, eo);
+  if (!bg.ok()) return bg.status();
+  const int B = fg_prefill ? o.interference_batch : 1;
+  std::vector<SequenceKv> seqs(static_cast<size_t>(B));
+  const int reserve = fg_prefill ? o.context + 1 : static_cast<int>(prompt.size());
+  for (auto& s : seqs) {
+    if (auto st = kv->Reserve(&s, reserve); !st.ok()) return st;
+  }
+  const int tok = 1;
+  std::vector<SequenceChunk> chunks;
+  for (auto& s : seqs) {
+    chunks.push_back(fg_prefill ? SequenceChunk{&s, o.context, absl::MakeConstSpan(&tok, 1)}
+                                : SequenceChunk{&s, 0, absl::MakeConstSpan(prompt)});
+  }
+  const std::vector<DeviceSampling> sampling(static_cast<size_t>(B));
+  std::vector<int> warm;
+  for (int i = 0; i < 3; ++i) {  // plans and the graph capture, untimed
+    if (auto st = (*bg)->ForwardSample(chunks, sampling, &warm, nullptr); !st.ok()) return st;
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> steps{0};
+  absl::Status bg_status;
+  std::thread background([&] {
+    std::vector<int> sampled;
+    while (!stop.load() && bg_status.ok()) {  // the same positions each step: timing only
+      bg_status = (*bg)->ForwardSample(chunks, sampling, &sampled, nullptr);
+      steps.fetch_add(1);
+    }
+  });
+  auto rate = [&](auto&& during) -> absl::StatusOr<std::pair<double, double>> {
+    const int64_t s0 = steps.load();
+    const auto t0 = Clock::now();
+    absl::StatusOr<double> r = during();
+    const double span = Seconds(t0, Clock::now());
+    if (!r.ok()) return r.status();
+    return std::make_pair(*r, static_cast<double>(steps.load() - s0) / span);
+  };
+  auto foreground = [&]() -> absl::StatusOr<double> {
+    if (fg_prefill) {
+      auto sec = PrefillSeconds(e, kv, prompt, o.prefill_runs);
+      if (!sec.ok()) return sec.status();
+      return *sec * 1e3;
+    }
+    return DecodeStepMs(e, kv, o.context, o.steps);
+  };
+  absl::StatusOr<std::pair<double, double>> plain = absl::UnknownError("not run"),
+                                            urgent = absl::UnknownError("not run");
+  auto alone = rate([] {  // the background by itself, half a second
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    return absl::StatusOr<double>(0.0);
+  });
+  absl::Status st = alone.status();
+  if (st.ok()) {
+    plain = rate(foreground);
+    st = plain.status();
+  }
+  if (st.ok()) st = e->SetUrgent(true);
+  if (st.ok()) {
+    urgent = rate(foreground);
+    st = urgent.status();
+  }
+  stop = true;
+  background.join();
+  for (auto& s : seqs) kv->Release(&s);
+  const absl::Status reset = e->SetUrgent(false);
+  if (!bg_status.ok()) return bg_status;
+  if (!st.ok()) return st;
+  if (!reset.ok()) return reset;
+  nlohmann::json j = {{"foreground", o.interference_foreground}};
+  if (fg_prefill) j["background_batch"] = B;
+  j["foreground_ms"] = {{"default_priority", plain->first}, {"urgent", urgent->first}};
+  j["background_steps_per_s"] = {
+      {"alone", alone->second}, {"default_priority", plain->second}, {"urgent", urgent->second}};
+  return j;
+}
+
 double DatasheetBandwidth(const std::string& name) {
   if (name.find("H200") != std::string::npos) return 4.8e12;
   if (name.find("H100") != std::string::npos) {
@@ -133,8 +279,11 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   const int decode_len = o.context + o.warmup + o.steps + 1;
   const int64_t per_seq = (decode_len + o.block_tokens - 1) / o.block_tokens;
   const int64_t prefill_blocks = (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens;
+  // With interference, room for the second executor's sequences too.
+  const int64_t second =
+      o.interference_batch > 0 ? per_seq * std::max(1, o.interference_batch) + prefill_blocks : 0;
   const int64_t blocks =
-      std::max<int64_t>(per_seq * max_batch, prefill_blocks) * c.num_hidden_layers;
+      (std::max<int64_t>(per_seq * max_batch, prefill_blocks) + second) * c.num_hidden_layers;
   std::shared_ptr<memory::KvArena> arena;  // outlives the allocator
   absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> pool;
   if (o.kv_pool == "arena") {
@@ -213,8 +362,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   out["graph_replays"] = e.graph_replays();
 
   if (o.prefill_tokens > 0) {
-    std::vector<int> prompt(o.prefill_tokens);
-    for (int i = 0; i < o.prefill_tokens; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
+    const std::vector<int> prompt = PromptFor(o.prefill_tokens, c);
     SequenceKv seq;
     if (auto st = kv.Reserve(&seq, o.prefill_tokens); !st.ok()) return st;
     std::vector<int> sampled;
@@ -247,6 +395,11 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
       p["fraction_of_gemm_peak"] = flops / mean / 1e12 / out["gemm_peak_tflops"].get<double>();
     }
     out["prefill"] = p;
+    if (o.interference_batch > 0) {
+      auto in = MeasureInterference(o, c, eo, &kv, &e, PromptFor(o.prefill_tokens, c));
+      if (!in.ok()) return in.status();
+      out["interference"] = *in;
+    }
   }
   return out.dump(2);
 }

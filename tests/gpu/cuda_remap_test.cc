@@ -8,6 +8,7 @@
 
 #include "absl/time/clock.h"
 
+#include "engine/cuda/cuda_executor.h"
 #include "engine/gpu_backend.h"
 #include "engine/model_engine.h"
 #include "memory/balloon.h"
@@ -198,6 +199,58 @@ TEST(CudaRemap, CopyStallIsTimedOnTheDevice) {
   LayerStreamingStats whole;
   ASSERT_TRUE(Generate(o, {{3, 1}}, &lent, &whole).ok());  // lent throughout: graph replays
   EXPECT_GT(whole.stall_seconds, graphs.stall_seconds);
+}
+
+// Graph replays alone raise the stall, and the step-end join is timed.
+// With α = 1 and one slot homed at layer 3, layer 7 is copied in after
+// layer 3 (three layers hide part of it) and layer 3's reload starts after
+// layer 7, the last: nothing hides it, so the join waits about one whole
+// copy a step. Decode steps of one sequence are captured once and then
+// replayed; the replays' stall is the increase after the capture.
+TEST(CudaRemap, GraphReplaysAloneAreTimed) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  const std::string model = testing::WriteTinyModel(dir, "m", EightLayers());
+  testing::GpuHarness h(model, 16);
+  auto* cuda = dynamic_cast<cuda::CudaExecutor*>(h.executor.get());
+  ASSERT_NE(cuda, nullptr);
+  const std::vector<int> prompt = Prompt(64);
+  const int steps = 24;
+  SequenceKv seq;
+  ASSERT_TRUE(h.kv->Reserve(&seq, static_cast<int>(prompt.size()) + steps + 2).ok());
+  std::vector<float> out;
+  auto step = [&](int start, absl::Span<const int> tokens) {
+    SequenceChunk c;
+    c.kv = &seq;
+    c.start_pos = start;
+    c.tokens = tokens;
+    c.logits = LogitsMode::kLast;
+    return h.executor->Forward({c}, &out);
+  };
+  memory::StreamingPlan p;
+  p.alpha = 1;
+  p.slots = 1;
+  p.streamed = {3, 7};
+  ASSERT_TRUE(h.executor->SetLayerStreaming(p).ok());
+  ASSERT_TRUE(step(0, prompt).ok());
+  int pos = static_cast<int>(prompt.size());
+  const int tok = 65;
+  ASSERT_TRUE(step(pos++, absl::MakeConstSpan(&tok, 1)).ok());  // warm-up run and capture
+  const double before = h.executor->streaming_stats().stall_seconds;
+  const int64_t replays = cuda->graph_replays();
+  const absl::Time t0 = absl::Now();
+  for (int i = 0; i < steps; ++i) ASSERT_TRUE(step(pos++, absl::MakeConstSpan(&tok, 1)).ok());
+  const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
+  EXPECT_EQ(cuda->graph_replays() - replays, steps);
+  const double replayed = h.executor->streaming_stats().stall_seconds - before;
+  auto copy_s = h.executor->MeasureLayerTransferSeconds();  // the fastest of three copies
+  ASSERT_TRUE(copy_s.ok()) << copy_s.status();
+  // The join alone stalls about one copy a step (the fastest copy is the
+  // bound), and layer 7 adds the part of its copy that layers 4-6 do not
+  // hide. Without the join timed, the stall was that part alone.
+  EXPECT_GT(replayed, steps * *copy_s) << "one copy " << *copy_s << " s, wall " << wall;
+  EXPECT_LT(replayed, wall);
+  h.kv->Release(&seq);
 }
 
 // FP8 weights: a layer's scales live inside its extent and stream with it.

@@ -4,6 +4,7 @@
 // asked to be rejected.
 #include <atomic>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/model_engine.h"
 #include "gtest/gtest.h"
@@ -106,7 +107,53 @@ TEST(DeviceArbitration, AdmissionFollowsDeadlinesNotArrival) {
             : std::vector<std::string>{"urgent", "middle", "late-deadline"};
     EXPECT_EQ(order.ids, want) << static_cast<int>(policy);
     EXPECT_GT(w->arbitration_stats().decisions, 0);
+    EXPECT_EQ(w->arbitration_stats().urgent_steps, 0);  // one model: no one to go ahead of
     w->Stop();
+  }
+}
+
+// Two models stepping in one pass, priority_streams "first": the one
+// holding the request the policy put first steps urgent (the GPU's
+// greatest stream priority; a no-op on the CPU backend); with "none" no
+// step is urgent.
+TEST(DeviceArbitration, TheFirstRequestsModelStepsUrgentWhenStepsOverlap) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  for (bool on : {true, false}) {
+    DeviceMemoryOptions mem;
+    mem.page_bytes = 64 << 10;
+    DeviceArbitrationOptions arb;
+    arb.policy = ArbitrationPolicy::kMooreHodgson;
+    arb.priority_streams = on ? StreamPriorityPolicy::kFirst : StreamPriorityPolicy::kNone;
+    auto w = std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+    auto relaxed = Engine("relaxed", path, w.get());
+    auto urgent = Engine("urgent", path, w.get());
+    Order order;
+    std::vector<std::unique_ptr<Sink>> sinks;
+    auto submit = [&](ModelEngine* e, const std::string& id, double ttft_ms) {
+      sinks.push_back(std::make_unique<Sink>(id, &order));
+      ASSERT_TRUE(e->Submit(Req(id, 200, ttft_ms), sinks.back().get()).ok());
+    };
+    // Queued before the engines join, so the first pass with both sees
+    // both queues; the relaxed model has enough work to outlast the join.
+    for (int i = 0; i < 6; ++i) submit(relaxed.get(), absl::StrCat("r", i), 600000);
+    submit(urgent.get(), "u", 1000);
+    ASSERT_TRUE(w->Add(relaxed).ok());
+    ASSERT_TRUE(w->Add(urgent).ok());
+    ASSERT_TRUE(WaitAll(&order, 7));
+    w->Stop();
+    for (const auto& s : sinks) EXPECT_TRUE(s->result.ok()) << s->id << ": " << s->result.status();
+    if (on) {
+      EXPECT_GT(urgent->urgent_steps(), 0);
+      EXPECT_GT(w->arbitration_stats().urgent_steps, 0);
+    } else {
+      EXPECT_EQ(urgent->urgent_steps(), 0);
+      EXPECT_EQ(w->arbitration_stats().urgent_steps, 0);
+    }
+    // Once "u" runs, the relaxed model's queue comes first and its steps
+    // may be urgent in turn; one model is urgent per pass at most.
+    EXPECT_EQ(relaxed->urgent_steps() + urgent->urgent_steps(),
+              w->arbitration_stats().urgent_steps);
   }
 }
 
@@ -168,6 +215,41 @@ TEST(PrefillCostModel, FitsMeasuredStepsAndStartsFromThePrior) {
   for (int t : {10, 20, 30, 40}) w.Record(t, 100.0 + t);
   for (int t : {10, 20, 30, 40}) w.Record(t, 1.0 * t);
   EXPECT_NEAR(w.PredictMs(50), 50.0, 1e-9);
+}
+
+// priority_streams "decode": a model's decode-only steps run urgent while
+// another model's prefill chunks overlap them; a step carrying prefill
+// tokens never does.
+TEST(DeviceArbitration, DecodeOnlyStepsRunUrgentBesidePrefills) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  DeviceMemoryOptions mem;
+  mem.page_bytes = 64 << 10;
+  DeviceArbitrationOptions arb;
+  arb.priority_streams = StreamPriorityPolicy::kDecode;
+  auto w = std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+  auto chat = Engine("chat", path, w.get());
+  auto bulk = Engine("bulk", path, w.get());
+  Order order;
+  std::vector<std::unique_ptr<Sink>> sinks;
+  auto submit = [&](ModelEngine* e, const std::string& id, int prompt, int max_tokens) {
+    sinks.push_back(std::make_unique<Sink>(id, &order));
+    GenerationRequest r = Req(id, prompt, 60000);
+    r.params.max_tokens = max_tokens;
+    ASSERT_TRUE(e->Submit(r, sinks.back().get()).ok());
+  };
+  // The bulk model only prefills (one token each, from the prefill step);
+  // the chat model decodes long enough to overlap them.
+  for (int i = 0; i < 12; ++i) submit(bulk.get(), absl::StrCat("b", i), 300, 1);
+  submit(chat.get(), "c", 20, 48);
+  ASSERT_TRUE(w->Add(bulk).ok());
+  ASSERT_TRUE(w->Add(chat).ok());
+  ASSERT_TRUE(WaitAll(&order, 13));
+  w->Stop();
+  for (const auto& s : sinks) EXPECT_TRUE(s->result.ok()) << s->id << ": " << s->result.status();
+  EXPECT_GT(chat->urgent_steps(), 0);
+  EXPECT_EQ(bulk->urgent_steps(), 0);
+  EXPECT_EQ(w->arbitration_stats().urgent_steps, chat->urgent_steps());
 }
 
 }  // namespace

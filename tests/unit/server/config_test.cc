@@ -32,10 +32,20 @@ TEST(Config, ShippedConfigsParse) {
 TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   auto c = ParseConfig(
       "node: {arbitration: {policy: edf, max_queue_wait_ms: 1500}, "
-      "engine: {slow_step_warn_ms: 50, overlap_steps: false, deterministic: true}}",
+      "engine: {slow_step_warn_ms: 50, overlap_steps: false, deterministic: true, "
+      "priority_streams: decode}}",
       "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->node.options.overlap_steps);
+  EXPECT_EQ(c->node.options.priority_streams, node_manager::StreamPriorityPolicy::kDecode);
+  EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.options.priority_streams,
+            node_manager::StreamPriorityPolicy::kNone);  // the default
+  const auto bad_prio = ParseConfig("node: {engine: {priority_streams: true}}", "t.yaml");
+  ASSERT_FALSE(bad_prio.ok());
+  EXPECT_NE(bad_prio.status().message().find("node.engine.priority_streams"), std::string::npos)
+      << bad_prio.status();
+  EXPECT_NE(bad_prio.status().message().find("expected none, first or decode"), std::string::npos)
+      << bad_prio.status();
   EXPECT_TRUE(c->node.options.engine.deterministic);
   EXPECT_FALSE(ParseConfig("node: {}", "t.yaml")->node.options.engine.deterministic);
   EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.overlap_steps);  // the default
