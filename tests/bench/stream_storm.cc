@@ -5,8 +5,12 @@
 // thread count of the server process when its pid is given. A benchmark,
 // not a test: results go to docs/benchmarks.md.
 //
+// Also each stream's TTFT and every gap between tokens (TBT), p50 and p99.
+//
 // Usage: stream_storm ADDRESS MODEL STREAMS TOKENS [SERVER_PID]
-// Env: STORM_CHANNELS (connections the streams are spread over, default 1).
+// Env: STORM_CHANNELS (connections the streams are spread over, default 1),
+//      STORM_PROMPT_CHARS (prompt length in characters, padded with text;
+//      default: a short prompt).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -47,8 +51,13 @@ class Stream final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   void OnReadDone(bool ok) override {
     if (!ok) return;
     if (resp_.has_token()) {
-      if (++tokens == 1) first = absl::Now();
-      last = absl::Now();
+      const absl::Time now = absl::Now();
+      if (++tokens == 1) {
+        first = now;
+      } else {
+        gaps_ms.push_back(absl::ToDoubleMilliseconds(now - last));
+      }
+      last = now;
     }
     StartRead(&resp_);
   }
@@ -57,8 +66,10 @@ class Stream final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     end = absl::Now();
     done.Notify();
   }
+  const absl::Time start = absl::Now();
   int tokens = 0;
-  absl::Time first, last;  // first and last token's arrival
+  absl::Time first, last;       // first and last token's arrival
+  std::vector<double> gaps_ms;  // between consecutive tokens
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   absl::Time end;
   absl::Notification done;
@@ -82,6 +93,8 @@ int main(int argc, char** argv) {
   // K clients' would be.
   const char* k_env = std::getenv("STORM_CHANNELS");
   const int k = std::max(1, k_env ? std::atoi(k_env) : 1);
+  const char* chars_env = std::getenv("STORM_PROMPT_CHARS");
+  const int prompt_chars = chars_env ? std::atoi(chars_env) : 0;
   std::vector<std::unique_ptr<v1::Inference::Stub>> stubs;
   for (int i = 0; i < k; ++i) {
     grpc::ChannelArguments args;
@@ -95,7 +108,10 @@ int main(int argc, char** argv) {
   for (int i = 0; i < n; ++i) {
     v1::GenerateRequest req;
     req.set_model(argv[2]);
-    req.set_prompt(absl::StrCat("request ", i, " of the storm"));
+    std::string prompt = absl::StrCat("request ", i, " of the storm");
+    while (static_cast<int>(prompt.size()) < prompt_chars) prompt += " and the storm goes on";
+    if (prompt_chars > 0) prompt.resize(static_cast<size_t>(prompt_chars));
+    req.set_prompt(prompt);
     req.mutable_sampling()->set_max_tokens(max_tokens);
     req.mutable_sampling()->set_ignore_eos(true);
     streams.push_back(std::make_unique<Stream>(stubs[i % k].get(), std::move(req)));
@@ -126,6 +142,21 @@ int main(int argc, char** argv) {
               static_cast<long long>(tokens), secs, tokens / secs);
   for (const auto& [c, k] : codes) std::printf(" %s=%d", c.c_str(), k);
   if (!tpot_ms.empty()) std::printf("; TPOT p50 %.3f ms", tpot_ms[tpot_ms.size() / 2]);
+  std::vector<double> ttft_ms, gaps_ms;
+  for (auto& s : streams) {
+    if (s->tokens > 0) ttft_ms.push_back(absl::ToDoubleMilliseconds(s->first - s->start));
+    gaps_ms.insert(gaps_ms.end(), s->gaps_ms.begin(), s->gaps_ms.end());
+  }
+  auto pct = [](std::vector<double>* v, double q) {
+    std::sort(v->begin(), v->end());
+    return (*v)[std::min(v->size() - 1, static_cast<size_t>(q * static_cast<double>(v->size())))];
+  };
+  if (!ttft_ms.empty()) {
+    std::printf("; TTFT p50 %.3f p99 %.3f ms", pct(&ttft_ms, 0.5), pct(&ttft_ms, 0.99));
+  }
+  if (!gaps_ms.empty()) {
+    std::printf("; TBT p50 %.3f p99 %.3f ms", pct(&gaps_ms, 0.5), pct(&gaps_ms, 0.99));
+  }
   if (!pid.empty()) std::printf("; server threads %d -> peak %d", threads_before, peak);
   std::printf("\n");
   return 0;
