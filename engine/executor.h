@@ -9,6 +9,7 @@
 // models' steps run on one device at once, each executor on its own stream.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -170,6 +171,11 @@ class Executor {
   // after the steps already queued. REQUIRES: no step in flight. Backends
   // with no stream priorities ignore it.
   virtual absl::Status SetUrgent(bool urgent) { return absl::OkStatus(); }
+  // Calls `done` once the device work of the step StartForwardSample began
+  // has ended, on any thread (a driver thread on CUDA): it must not block
+  // or call the executor. At once if no device step is pending (backends
+  // that compute in FinishForwardSample).
+  virtual void NotifyWhenStepDone(std::function<void()> done) { done(); }
   virtual const ModelConfig& config() const = 0;
   // Bytes of weights this executor holds (checkpoint dtype on the CPU, the
   // device copy on GPUs).

@@ -252,6 +252,11 @@ class ModelEngine {
   bool BeginStep(StepUrgency urgency = StepUrgency::kDefault);
   // Steps begun urgent so far. Step thread.
   int64_t urgent_steps() const { return urgent_steps_; }
+  // After a BeginStep that returned true: calls `done` (on any thread; it
+  // must not block or touch the engine) once the begun step's device work
+  // has ended, so FinishStep will not wait; at once if there is none
+  // (host sampling computes in FinishStep, a failed launch). Step thread.
+  void NotifyWhenDeviceDone(std::function<void()> done);
   void FinishStep();
   // Whether a step was begun and not yet finished. Step thread.
   bool step_in_flight() const { return step_.active; }

@@ -55,6 +55,14 @@ bool ModelEngine::BeginStep(StepUrgency urgency) {
   return true;
 }
 
+void ModelEngine::NotifyWhenDeviceDone(std::function<void()> done) {
+  if (step_.active && step_.status.ok() && executor_->samples_on_device()) {
+    executor_->NotifyWhenStepDone(std::move(done));
+  } else {
+    done();
+  }
+}
+
 void ModelEngine::FinishStep() {
   if (!step_.active) return;
   step_.active = false;

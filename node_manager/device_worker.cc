@@ -37,7 +37,13 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
   if (arbitration.overlap_steps && arbitration.finish_threads > 0) {
     w->finishers_ = std::make_unique<transfer::WorkerPool>(arbitration.finish_threads);
   }
-  w->thread_ = std::thread([raw = w.get()] { raw->Loop(); });
+  w->thread_ = std::thread([raw = w.get()] {
+    if (raw->arbitration_.overlap_steps && raw->arbitration_.rolling_steps) {
+      raw->RollingLoop();
+    } else {
+      raw->Loop();
+    }
+  });
   return w;
 }
 
@@ -53,6 +59,7 @@ void DeviceWorker::Stop() {
     stop_ = true;
     cv_.Signal();
   }
+  signal_->Bump();
   if (thread_.joinable()) thread_.join();  // not started if Create failed
   if (finishers_) finishers_->Stop();
   std::vector<std::function<void(bool)>> tasks;
@@ -74,9 +81,12 @@ void DeviceWorker::Stop() {
 }
 
 void DeviceWorker::Wake() {
-  absl::MutexLock lock(&mu_);
-  wake_ = true;
-  cv_.Signal();
+  {
+    absl::MutexLock lock(&mu_);
+    wake_ = true;
+    cv_.Signal();
+  }
+  signal_->Bump();
 }
 
 absl::Status DeviceWorker::Add(std::shared_ptr<engine::ModelEngine> engine) {
@@ -404,6 +414,10 @@ DeviceWorker::StepOrder DeviceWorker::Arbitrate(
 void DeviceWorker::FinishInFlight() {
   std::vector<InFlight> steps;
   steps.swap(in_flight_);
+  FinishSteps(std::move(steps));
+}
+
+void DeviceWorker::FinishSteps(std::vector<InFlight> steps) {
   // The steps' host halves (tokens to their streams, finished sequences,
   // exports) run in parallel, one engine per thread: each engine is handed
   // to one finisher while this thread waits, so it is still touched by one
@@ -424,7 +438,7 @@ void DeviceWorker::FinishInFlight() {
     steps[0].engine->FinishStep();
     left.Wait();
   }
-  const bool alone = steps.size() == 1;
+  const bool alone = steps.size() == 1 && in_flight_.empty();
   for (InFlight& f : steps) {
     f.engine->FinishStep();  // no-op if finished above
     {
@@ -479,36 +493,7 @@ void DeviceWorker::Loop() {
     // same order. The engines' forwards run on their own streams, so they
     // overlap on the device with each other and with the host work of the
     // steps around them.
-    bool did = false;
-    StepOrder order = Arbitrate(std::move(engines));
-    // Several steps overlapping: some may run at the greatest priority.
-    const StreamPriorityPolicy prio =
-        arbitration_.overlap_steps && std::count_if(order.engines.begin(), order.engines.end(),
-                                                    [](const auto& e) { return e->HasWork(); }) > 1
-            ? arbitration_.priority_streams
-            : StreamPriorityPolicy::kNone;
-    for (size_t i = 0; i < order.engines.size(); ++i) {
-      const std::shared_ptr<engine::ModelEngine>& e = order.engines[i];
-      if (!e->HasWork()) continue;
-      const absl::Time t0 = absl::Now();
-      using engine::StepUrgency;
-      const StepUrgency urgency =
-          prio == StreamPriorityPolicy::kDecode ? StepUrgency::kUrgentIfDecodeOnly
-          : prio == StreamPriorityPolicy::kFirst && i == 0 && order.first_holds_first
-              ? StepUrgency::kUrgent
-              : StepUrgency::kDefault;
-      const int64_t urgent_before = e->urgent_steps();
-      if (e->BeginStep(urgency)) {
-        did = true;
-        if (e->urgent_steps() != urgent_before) {
-          absl::MutexLock lock(&mu_);
-          ++arb_stats_.urgent_steps;
-        }
-        if (remap_) remap_->NoteActive(e->name());
-        in_flight_.push_back({e, t0});
-        if (!arbitration_.overlap_steps) FinishInFlight();
-      }
-    }
+    const bool did = BeginSteps(std::move(engines), 0);
     FinishInFlight();
     if (!did) {
       if (balloon_) balloon_->arena()->Replenish();  // idle: get the next slabs ready
@@ -517,6 +502,48 @@ void DeviceWorker::Loop() {
       wake_ = false;
     }
   }
+}
+
+bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines,
+                              size_t others) {
+  StepOrder order = Arbitrate(std::move(engines));
+  // Several steps overlapping: some may run at the greatest priority.
+  const size_t stepping =
+      others + static_cast<size_t>(std::count_if(order.engines.begin(), order.engines.end(),
+                                                 [](const auto& e) { return e->HasWork(); }));
+  const StreamPriorityPolicy prio = arbitration_.overlap_steps && stepping > 1
+                                        ? arbitration_.priority_streams
+                                        : StreamPriorityPolicy::kNone;
+  bool did = false;
+  for (size_t i = 0; i < order.engines.size(); ++i) {
+    const std::shared_ptr<engine::ModelEngine>& e = order.engines[i];
+    if (!e->HasWork()) continue;
+    const absl::Time t0 = absl::Now();
+    using engine::StepUrgency;
+    const StepUrgency urgency =
+        prio == StreamPriorityPolicy::kDecode ? StepUrgency::kUrgentIfDecodeOnly
+        : prio == StreamPriorityPolicy::kFirst && i == 0 && order.first_holds_first
+            ? StepUrgency::kUrgent
+            : StepUrgency::kDefault;
+    const int64_t urgent_before = e->urgent_steps();
+    if (!e->BeginStep(urgency)) continue;
+    did = true;
+    if (e->urgent_steps() != urgent_before) {
+      absl::MutexLock lock(&mu_);
+      ++arb_stats_.urgent_steps;
+    }
+    if (remap_) remap_->NoteActive(e->name());
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    if (arbitration_.rolling_steps) {
+      e->NotifyWhenDeviceDone([done, signal = signal_] {
+        done->store(true);
+        signal->Bump();
+      });
+    }
+    in_flight_.push_back({e, t0, std::move(done)});
+    if (!arbitration_.overlap_steps) FinishInFlight();
+  }
+  return did;
 }
 
 }  // namespace ballast::node_manager

@@ -53,6 +53,7 @@
 // (also run by the destructor) aborts all requests and joins the thread.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -146,6 +147,16 @@ struct DeviceArbitrationOptions {
   // the prefills nearly stop; an urgent 2K prefill beside a decoding batch
   // gains 0-7%.
   StreamPriorityPolicy priority_streams = StreamPriorityPolicy::kNone;
+  // With overlap_steps: each model steps at its own pace. A model's step
+  // is finished as soon as its own device work ends (a host callback
+  // after the step, engine::ModelEngine::NotifyWhenDeviceDone), and its
+  // next step begins at once, while the other models' steps are still on
+  // the device. Off (lockstep): a pass begins every model's step and
+  // finishes all of them, so each model waits for the pass's slowest step
+  // (a short decode behind another model's prefill chunk). Between-step
+  // tasks, retiring engines and remapping's reversion (at most every
+  // 100 ms) still wait for every step in flight. Default off.
+  bool rolling_steps = false;
 };
 
 struct ArbitrationStats {
@@ -220,8 +231,30 @@ class DeviceWorker {
   void Stop();
 
  private:
+  // A step begun and not yet finished. `device_done`: set by its
+  // device-done callback (rolling_steps).
+  struct InFlight {
+    std::shared_ptr<engine::ModelEngine> engine;
+    absl::Time began;
+    std::shared_ptr<std::atomic<bool>> device_done;
+  };
+  struct StepSignal {
+    absl::Mutex mu;
+    int64_t events ABSL_GUARDED_BY(mu) = 0;
+    void Bump() {
+      absl::MutexLock lock(&mu);
+      ++events;
+    }
+  };
   DeviceWorker(std::string name, int64_t memory_bytes);
   void Loop();
+  // The loop with rolling_steps (device_worker_rolling.cc).
+  void RollingLoop();
+  // Begins a step of each engine in `engines` that has work, in
+  // arbitration order, at the stream priority the policy gives (`others`:
+  // steps already in flight besides these). Returns whether any began.
+  // Step thread only.
+  bool BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines, size_t others);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
   // Who the memory freed by ShedForShortfall is for.
   enum class ShedFor {
@@ -244,6 +277,9 @@ class DeviceWorker {
   // Finishes the steps begun in this pass (in_flight_), in order: tokens,
   // step host time, prefill cost. Step thread only.
   void FinishInFlight();
+  // Finishes `steps` (removed from in_flight_), several in parallel on the
+  // finishers. Step thread only.
+  void FinishSteps(std::vector<InFlight> steps);
   // One arbitration decision over the engines' queues: the engines in
   // stepping order, and whether the first holds the request the policy
   // put first. Step thread only.
@@ -272,12 +308,11 @@ class DeviceWorker {
   std::map<std::string, PrefillCostModel> costs_;  // per model; step thread only
   // Per model: moving average of decode-only steps taken alone (DecodeStepMs).
   std::map<std::string, double> decode_step_ms_ ABSL_GUARDED_BY(mu_);
-  // Steps begun and not yet finished, in the order begun; step thread only.
-  struct InFlight {
-    std::shared_ptr<engine::ModelEngine> engine;
-    absl::Time began;
-  };
-  std::vector<InFlight> in_flight_;
+  std::vector<InFlight> in_flight_;  // begun, not finished, in order; step thread only
+  // Bumped by the steps' device-done callbacks (rolling_steps), Wake and
+  // Stop; the rolling loop waits on it. Shared with the callbacks, which
+  // may run after the worker is gone.
+  std::shared_ptr<StepSignal> signal_ = std::make_shared<StepSignal>();
   std::unique_ptr<transfer::WorkerPool> finishers_;  // null: finish on the step thread
   StepHostHistogram step_host_ ABSL_GUARDED_BY(mu_);
   ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);

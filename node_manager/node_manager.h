@@ -84,6 +84,9 @@ struct NodeOptions {
   // DeviceArbitrationOptions::priority_streams
   // (node.engine.priority_streams: none, first or decode). Default none.
   StreamPriorityPolicy priority_streams = StreamPriorityPolicy::kNone;
+  // DeviceArbitrationOptions::rolling_steps (node.engine.rolling_steps).
+  // Default off.
+  bool rolling_steps = false;
   // Longest a draining eviction waits for in-flight requests when the
   // EvictModel call names no timeout (the scheduler always sends its
   // scheduler.drain_timeout_ms). Default 10 min.

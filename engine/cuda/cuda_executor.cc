@@ -93,6 +93,27 @@ CudaExecutor::~CudaExecutor() {
   if (stream_switch_) cudaEventDestroy(stream_switch_);
 }
 
+void CudaExecutor::NotifyWhenStepDone(std::function<void()> done) {
+  if (started_rows_ < 0) {
+    done();
+    return;
+  }
+  auto* fn = new std::function<void()>(std::move(done));
+  const cudaError_t err = cudaLaunchHostFunc(
+      stream_,
+      [](void* p) {
+        auto* f = static_cast<std::function<void()>*>(p);
+        (*f)();
+        delete f;
+      },
+      fn);
+  if (err != cudaSuccess) {  // the step's end will be waited for instead
+    cudaGetLastError();
+    (*fn)();
+    delete fn;
+  }
+}
+
 absl::Status CudaExecutor::SetUrgent(bool urgent) {
   cudaStream_t want = streams_[urgent ? 1 : 0];
   if (want == stream_ || want == nullptr) return absl::OkStatus();

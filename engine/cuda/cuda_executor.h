@@ -89,6 +89,8 @@ class CudaExecutor final : public Executor {
   // Switches stream_ between streams_[0] (default priority) and streams_[1]
   // (the greatest), the new one waiting for the old one's queued work.
   absl::Status SetUrgent(bool urgent) override;
+  // A host function queued on stream_ after the started step.
+  void NotifyWhenStepDone(std::function<void()> done) override;
 
   // The activation type this model runs in (from its torch_dtype).
   static ActType ActivationType(const ModelConfig& config);

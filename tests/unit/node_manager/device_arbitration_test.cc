@@ -3,6 +3,7 @@
 // and a request that cannot meet its TTFT SLO is served late unless it
 // asked to be rejected.
 #include <atomic>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -250,6 +251,52 @@ TEST(DeviceArbitration, DecodeOnlyStepsRunUrgentBesidePrefills) {
   EXPECT_GT(chat->urgent_steps(), 0);
   EXPECT_EQ(bulk->urgent_steps(), 0);
   EXPECT_EQ(w->arbitration_stats().urgent_steps, chat->urgent_steps());
+}
+
+// rolling_steps: every model's requests are served, with the same tokens
+// as in lockstep passes (the CPU backend is deterministic), while
+// between-step tasks still run (they wait for the steps in flight), and
+// the worker stops cleanly with a request in flight.
+TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  std::map<std::string, std::vector<int>> tokens[2];
+  for (int rolling = 0; rolling < 2; ++rolling) {
+    DeviceMemoryOptions mem;
+    mem.page_bytes = 64 << 10;
+    DeviceArbitrationOptions arb;
+    arb.rolling_steps = rolling == 1;
+    auto w = std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+    auto a = Engine("a", path, w.get());
+    auto b = Engine("b", path, w.get());
+    ASSERT_TRUE(w->Add(a).ok());
+    ASSERT_TRUE(w->Add(b).ok());
+    Order order;
+    std::vector<std::unique_ptr<Sink>> sinks;
+    for (int i = 0; i < 4; ++i) {
+      for (ModelEngine* e : {a.get(), b.get()}) {
+        const std::string id = absl::StrCat(e->name(), i);
+        sinks.push_back(std::make_unique<Sink>(id, &order));
+        GenerationRequest r = Req(id, 30 + 7 * i, 60000);
+        r.params.max_tokens = 12;
+        ASSERT_TRUE(e->Submit(r, sinks.back().get()).ok());
+      }
+      // A between-step task while steps are in flight.
+      EXPECT_TRUE(w->RunOnStepThread([] { return absl::OkStatus(); }).ok());
+    }
+    ASSERT_TRUE(WaitAll(&order, 8));
+    for (const auto& s : sinks) {
+      ASSERT_TRUE(s->result.ok()) << s->id << ": " << s->result.status();
+      EXPECT_EQ(s->result->output_tokens.size(), 12u) << s->id;
+      tokens[rolling][s->id] = s->result->output_tokens;
+    }
+    // Stopping with a request in flight ends it (served or failed) and returns.
+    Sink left("left", &order);
+    ASSERT_TRUE(a->Submit(Req("left", 40, 60000), &left).ok());
+    w->Stop();
+    EXPECT_TRUE(left.done);
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
 }
 
 }  // namespace

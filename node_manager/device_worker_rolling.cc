@@ -1,0 +1,85 @@
+// DeviceWorker's loop with rolling_steps (device_worker.h): each model's
+// step is finished when its own device work ends and its next one begins
+// at once, instead of every model waiting for the pass's slowest step.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "node_manager/device_worker.h"
+
+namespace ballast::node_manager {
+namespace {
+
+// Remapping's reversion waits for every step in flight; under continuous
+// load there is always one, so it is forced this often.
+constexpr absl::Duration kRemapTickEvery = absl::Milliseconds(100);
+
+}  // namespace
+
+void DeviceWorker::RollingLoop() {
+  absl::Time last_tick = absl::InfinitePast();
+  while (true) {
+    int64_t seen = 0;  // events before this iteration looked at anything
+    {
+      absl::MutexLock lock(&signal_->mu);
+      seen = signal_->events;
+    }
+    std::vector<std::shared_ptr<engine::ModelEngine>> engines, retiring;
+    std::vector<std::function<void(bool)>> tasks;
+    bool stop = false;
+    {
+      absl::MutexLock lock(&mu_);
+      stop = stop_;
+      tasks.swap(tasks_);
+      retiring.swap(retiring_);
+      for (const auto& [n, e] : engines_) engines.push_back(e);
+      wake_ = false;
+    }
+    const absl::Time now = absl::Now();
+    const bool tick = remap_ && now - last_tick >= kRemapTickEvery;
+    // Tasks, retiring engines and the remapping tick need every engine
+    // between steps.
+    if (stop || !tasks.empty() || !retiring.empty() || tick) FinishInFlight();
+    if (stop) {
+      // Tasks not run are failed by Stop, after the thread is gone.
+      absl::MutexLock lock(&mu_);
+      for (auto& t : tasks) tasks_.push_back(std::move(t));
+      for (auto& e : retiring) retiring_.push_back(std::move(e));
+      return;
+    }
+    for (auto& t : tasks) t(true);
+    for (auto& e : retiring) {
+      e->Close(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
+    }
+    retiring.clear();
+    if (tick) {
+      remap_->Tick(engines, *balloon_, slab_bytes_, now);
+      last_tick = now;
+    }
+    // The steps whose device work has ended.
+    std::vector<InFlight> done, running;
+    for (InFlight& f : in_flight_) {
+      (f.device_done->load() ? done : running).push_back(std::move(f));
+    }
+    in_flight_ = std::move(running);
+    const bool finished = !done.empty();
+    FinishSteps(std::move(done));
+    // Every model not in flight with work begins its next step.
+    std::vector<std::shared_ptr<engine::ModelEngine>> idle;
+    for (auto& e : engines) {
+      const bool flying = std::any_of(in_flight_.begin(), in_flight_.end(),
+                                      [&](const InFlight& f) { return f.engine == e; });
+      if (!flying) idle.push_back(std::move(e));
+    }
+    const bool began = BeginSteps(std::move(idle), in_flight_.size());
+    if (finished || began) continue;  // look again: a callback may be due
+    if (in_flight_.empty() && balloon_) balloon_->arena()->Replenish();
+    // Until a step's device work ends, work arrives or the worker stops.
+    absl::MutexLock lock(&signal_->mu);
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(signal_->mu) {
+      return signal_->events != seen;
+    };
+    signal_->mu.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(50));
+  }
+}
+
+}  // namespace ballast::node_manager
