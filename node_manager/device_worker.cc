@@ -533,14 +533,7 @@ bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> 
       ++arb_stats_.urgent_steps;
     }
     if (remap_) remap_->NoteActive(e->name());
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    if (arbitration_.rolling_steps) {
-      e->NotifyWhenDeviceDone([done, signal = signal_] {
-        done->store(true);
-        signal->Bump();
-      });
-    }
-    in_flight_.push_back({e, t0, std::move(done)});
+    in_flight_.push_back({e, t0, std::make_shared<std::atomic<bool>>(false)});
     if (!arbitration_.overlap_steps) FinishInFlight();
   }
   return did;

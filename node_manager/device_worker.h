@@ -232,11 +232,12 @@ class DeviceWorker {
 
  private:
   // A step begun and not yet finished. `device_done`: set by its
-  // device-done callback (rolling_steps).
+  // device-done callback, once the rolling loop asked for one (`notified`).
   struct InFlight {
     std::shared_ptr<engine::ModelEngine> engine;
     absl::Time began;
     std::shared_ptr<std::atomic<bool>> device_done;
+    bool notified = false;
   };
   struct StepSignal {
     absl::Mutex mu;

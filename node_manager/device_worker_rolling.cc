@@ -71,8 +71,26 @@ void DeviceWorker::RollingLoop() {
       if (!flying) idle.push_back(std::move(e));
     }
     const bool began = BeginSteps(std::move(idle), in_flight_.size());
-    if (finished || began) continue;  // look again: a callback may be due
-    if (in_flight_.empty() && balloon_) balloon_->arena()->Replenish();
+    if (in_flight_.size() == 1) {
+      // One step on the device: wait on its own event, as lockstep passes
+      // do. A host function after every step costs more (each delays the
+      // stream's next work until it has run): a 130M model's batch-1 TPOT
+      // went from 0.30 to 0.39 ms on an H200.
+      FinishInFlight();
+      continue;
+    }
+    if (in_flight_.empty() && !began && !finished && balloon_) {
+      balloon_->arena()->Replenish();  // idle: get the next slabs ready
+    }
+    // Several steps on the device: each one's end wakes this thread.
+    for (InFlight& f : in_flight_) {
+      if (f.notified) continue;
+      f.notified = true;
+      f.engine->NotifyWhenDeviceDone([done = f.device_done, signal = signal_] {
+        done->store(true);
+        signal->Bump();
+      });
+    }
     // Until a step's device work ends, work arrives or the worker stops.
     absl::MutexLock lock(&signal_->mu);
     auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(signal_->mu) {

@@ -15,7 +15,8 @@
 #      node.stream_threads, 2), NODE_CHANNELS (scheduler.node_channels, 1),
 #      STORM_CHANNELS (each client's connections, 1), PROFILE (non-empty:
 #      per-thread CPU of serve one second into each loaded run; use a T that
-#      lasts a few seconds).
+#      lasts a few seconds), ROLLING (node.engine.rolling_steps, false),
+#      PRIORITY (node.engine.priority_streams, none).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -44,7 +45,8 @@ node:
   devices:
     - {name: "${DEVICE:-cuda:0}", memory_mib: 24576}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
-           max_seqs: 128, max_context: 4096, overlap_steps: $overlap}
+           max_seqs: 128, max_context: 4096, overlap_steps: $overlap,
+           rolling_steps: ${ROLLING:-false}, priority_streams: ${PRIORITY:-none}}
 serve:
   cache_dir: $OUT/models
   models:
