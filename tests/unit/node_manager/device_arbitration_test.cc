@@ -76,12 +76,16 @@ std::shared_ptr<ModelEngine> Engine(const std::string& name, const std::string& 
   return std::shared_ptr<ModelEngine>(std::move(*ModelEngine::Create(o, [w] { w->Wake(); })));
 }
 
-std::unique_ptr<DeviceWorker> Worker(ArbitrationPolicy policy) {
+std::unique_ptr<DeviceWorker> Worker(const DeviceArbitrationOptions& arb) {
   DeviceMemoryOptions mem;
   mem.page_bytes = 64 << 10;
+  return std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+}
+
+std::unique_ptr<DeviceWorker> Worker(ArbitrationPolicy policy) {
   DeviceArbitrationOptions arb;
   arb.policy = policy;
-  return std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+  return Worker(arb);
 }
 
 TEST(DeviceArbitration, AdmissionFollowsDeadlinesNotArrival) {
@@ -121,12 +125,10 @@ TEST(DeviceArbitration, TheFirstRequestsModelStepsUrgentWhenStepsOverlap) {
   engine::testing::TempDir dir;
   const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
   for (bool on : {true, false}) {
-    DeviceMemoryOptions mem;
-    mem.page_bytes = 64 << 10;
     DeviceArbitrationOptions arb;
     arb.policy = ArbitrationPolicy::kMooreHodgson;
     arb.priority_streams = on ? StreamPriorityPolicy::kFirst : StreamPriorityPolicy::kNone;
-    auto w = std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+    auto w = Worker(arb);
     auto relaxed = Engine("relaxed", path, w.get());
     auto urgent = Engine("urgent", path, w.get());
     Order order;
@@ -183,11 +185,9 @@ TEST(DeviceArbitration, UnmeetableSloIsServedLateUnlessRejectionWasAsked) {
 TEST(DeviceArbitration, AQueueBeyondTheWaitBoundIsRefusedEarly) {
   engine::testing::TempDir dir;
   const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
-  DeviceMemoryOptions mem;
-  mem.page_bytes = 64 << 10;
   DeviceArbitrationOptions arb;
   arb.max_queue_wait_ms = 0.001;  // below any prefill estimate
-  auto w = std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+  auto w = Worker(arb);
   auto e = Engine("a", path, w.get());
   Order order;
   Sink sink("r", &order);
@@ -224,11 +224,9 @@ TEST(PrefillCostModel, FitsMeasuredStepsAndStartsFromThePrior) {
 TEST(DeviceArbitration, DecodeOnlyStepsRunUrgentBesidePrefills) {
   engine::testing::TempDir dir;
   const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
-  DeviceMemoryOptions mem;
-  mem.page_bytes = 64 << 10;
   DeviceArbitrationOptions arb;
   arb.priority_streams = StreamPriorityPolicy::kDecode;
-  auto w = std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+  auto w = Worker(arb);
   auto chat = Engine("chat", path, w.get());
   auto bulk = Engine("bulk", path, w.get());
   Order order;
@@ -262,11 +260,9 @@ TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
   const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
   std::map<std::string, std::vector<int>> tokens[2];
   for (int rolling = 0; rolling < 2; ++rolling) {
-    DeviceMemoryOptions mem;
-    mem.page_bytes = 64 << 10;
     DeviceArbitrationOptions arb;
     arb.rolling_steps = rolling == 1;
-    auto w = std::move(*DeviceWorker::Create("cpu:0", 256 << 20, mem, arb));
+    auto w = Worker(arb);
     auto a = Engine("a", path, w.get());
     auto b = Engine("b", path, w.get());
     ASSERT_TRUE(w->Add(a).ok());
