@@ -98,6 +98,7 @@ absl::Status DeviceWorker::Add(std::shared_ptr<engine::ModelEngine> engine) {
   engines_[engine->name()] = std::move(engine);
   wake_ = true;
   cv_.Signal();
+  signal_->Bump();  // the rolling loop's wait (lock order: mu_, then the signal's)
   return absl::OkStatus();
 }
 
@@ -110,6 +111,7 @@ bool DeviceWorker::Remove(const std::string& model) {
   if (balloon_) balloon_->SetWorkspace(model, 0);
   wake_ = true;
   cv_.Signal();
+  signal_->Bump();
   return true;
 }
 
@@ -131,6 +133,7 @@ absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
     });
     wake_ = true;
     cv_.Signal();
+    signal_->Bump();
   }
   done.WaitForNotification();
   return result;
@@ -438,7 +441,9 @@ void DeviceWorker::FinishSteps(std::vector<InFlight> steps) {
     steps[0].engine->FinishStep();
     left.Wait();
   }
-  const bool alone = steps.size() == 1 && in_flight_.empty();
+  finished_steps_ += static_cast<int64_t>(steps.size());
+  // Decode-step timing: a step that shared the device with no other.
+  const bool alone = steps.size() == 1 && in_flight_.empty() && !steps[0].overlapped;
   for (InFlight& f : steps) {
     f.engine->FinishStep();  // no-op if finished above
     {
@@ -533,7 +538,9 @@ bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> 
       ++arb_stats_.urgent_steps;
     }
     if (remap_) remap_->NoteActive(e->name());
-    in_flight_.push_back({e, t0, std::make_shared<std::atomic<bool>>(false)});
+    const bool overlapped = !in_flight_.empty();
+    for (InFlight& f : in_flight_) f.overlapped = true;
+    in_flight_.push_back({e, t0, std::make_shared<std::atomic<bool>>(false), false, overlapped});
     if (!arbitration_.overlap_steps) FinishInFlight();
   }
   return did;

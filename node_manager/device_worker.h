@@ -233,11 +233,13 @@ class DeviceWorker {
  private:
   // A step begun and not yet finished. `device_done`: set by its
   // device-done callback, once the rolling loop asked for one (`notified`).
+  // `overlapped`: another step was on the device at some time beside it.
   struct InFlight {
     std::shared_ptr<engine::ModelEngine> engine;
     absl::Time began;
     std::shared_ptr<std::atomic<bool>> device_done;
     bool notified = false;
+    bool overlapped = false;
   };
   struct StepSignal {
     absl::Mutex mu;
@@ -310,6 +312,7 @@ class DeviceWorker {
   // Per model: moving average of decode-only steps taken alone (DecodeStepMs).
   std::map<std::string, double> decode_step_ms_ ABSL_GUARDED_BY(mu_);
   std::vector<InFlight> in_flight_;  // begun, not finished, in order; step thread only
+  int64_t finished_steps_ = 0;       // by FinishSteps, ever; step thread only
   // Bumped by the steps' device-done callbacks (rolling_steps), Wake and
   // Stop; the rolling loop waits on it. Shared with the callbacks, which
   // may run after the worker is gone.

@@ -12,6 +12,9 @@ namespace {
 // Remapping's reversion waits for every step in flight; under continuous
 // load there is always one, so it is forced this often.
 constexpr absl::Duration kRemapTickEvery = absl::Milliseconds(100);
+// With steps in flight, the longest wait for any of their device-done
+// callbacks (or new work) before waiting on the steps' events instead.
+constexpr absl::Duration kCallbackLimit = absl::Seconds(1);
 
 }  // namespace
 
@@ -61,7 +64,9 @@ void DeviceWorker::RollingLoop() {
       (f.device_done->load() ? done : running).push_back(std::move(f));
     }
     in_flight_ = std::move(running);
-    const bool finished = !done.empty();
+    // Steps may also be finished inside BeginSteps (a model short of KV
+    // reclaims from the others, which first finishes every step in flight).
+    const int64_t finished_before = finished_steps_;
     FinishSteps(std::move(done));
     // Every model not in flight with work begins its next step.
     std::vector<std::shared_ptr<engine::ModelEngine>> idle;
@@ -71,6 +76,7 @@ void DeviceWorker::RollingLoop() {
       if (!flying) idle.push_back(std::move(e));
     }
     const bool began = BeginSteps(std::move(idle), in_flight_.size());
+    const bool finished = finished_steps_ != finished_before;
     if (in_flight_.size() == 1) {
       // One step on the device: wait on its own event, as lockstep passes
       // do. A host function after every step costs more (each delays the
@@ -79,7 +85,8 @@ void DeviceWorker::RollingLoop() {
       FinishInFlight();
       continue;
     }
-    if (in_flight_.empty() && !began && !finished && balloon_) {
+    if (finished && in_flight_.empty()) continue;  // their models may have more work
+    if (in_flight_.empty() && !began && balloon_) {
       balloon_->arena()->Replenish();  // idle: get the next slabs ready
     }
     // Several steps on the device: each one's end wakes this thread.
@@ -92,11 +99,20 @@ void DeviceWorker::RollingLoop() {
       });
     }
     // Until a step's device work ends, work arrives or the worker stops.
-    absl::MutexLock lock(&signal_->mu);
-    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(signal_->mu) {
-      return signal_->events != seen;
-    };
-    signal_->mu.AwaitWithTimeout(absl::Condition(&changed), absl::Milliseconds(50));
+    bool woken = false;
+    {
+      absl::MutexLock lock(&signal_->mu);
+      auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(signal_->mu) {
+        return signal_->events != seen;
+      };
+      // Idle, the loop also wakes to replenish slabs (as lockstep does).
+      const absl::Duration limit = in_flight_.empty() ? absl::Milliseconds(50) : kCallbackLimit;
+      woken = signal_->mu.AwaitWithTimeout(absl::Condition(&changed), limit);
+    }
+    // Steps in flight and no callback for that long: wait on their events
+    // (after a sticky CUDA error host functions never run; the wait
+    // returns the error, which fails the steps' requests).
+    if (!woken && !in_flight_.empty()) FinishInFlight();
   }
 }
 

@@ -88,6 +88,15 @@ std::unique_ptr<DeviceWorker> Worker(ArbitrationPolicy policy) {
   return Worker(arb);
 }
 
+// Both engines join between two passes (on the step thread), so the first
+// pass that steps either sees both queues.
+void AddBoth(DeviceWorker* w, std::shared_ptr<ModelEngine> a, std::shared_ptr<ModelEngine> b) {
+  ASSERT_TRUE(w->RunOnStepThread([&] {
+                 if (absl::Status st = w->Add(a); !st.ok()) return st;
+                 return w->Add(b);
+               }).ok());
+}
+
 TEST(DeviceArbitration, AdmissionFollowsDeadlinesNotArrival) {
   engine::testing::TempDir dir;
   const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
@@ -141,8 +150,7 @@ TEST(DeviceArbitration, TheFirstRequestsModelStepsUrgentWhenStepsOverlap) {
     // both queues; the relaxed model has enough work to outlast the join.
     for (int i = 0; i < 6; ++i) submit(relaxed.get(), absl::StrCat("r", i), 600000);
     submit(urgent.get(), "u", 1000);
-    ASSERT_TRUE(w->Add(relaxed).ok());
-    ASSERT_TRUE(w->Add(urgent).ok());
+    AddBoth(w.get(), relaxed, urgent);
     ASSERT_TRUE(WaitAll(&order, 7));
     w->Stop();
     for (const auto& s : sinks) EXPECT_TRUE(s->result.ok()) << s->id << ": " << s->result.status();
@@ -241,8 +249,7 @@ TEST(DeviceArbitration, DecodeOnlyStepsRunUrgentBesidePrefills) {
   // the chat model decodes long enough to overlap them.
   for (int i = 0; i < 12; ++i) submit(bulk.get(), absl::StrCat("b", i), 300, 1);
   submit(chat.get(), "c", 20, 48);
-  ASSERT_TRUE(w->Add(bulk).ok());
-  ASSERT_TRUE(w->Add(chat).ok());
+  AddBoth(w.get(), bulk, chat);
   ASSERT_TRUE(WaitAll(&order, 13));
   w->Stop();
   for (const auto& s : sinks) EXPECT_TRUE(s->result.ok()) << s->id << ": " << s->result.status();
