@@ -148,14 +148,16 @@ struct DeviceArbitrationOptions {
   // gains 0-7%.
   StreamPriorityPolicy priority_streams = StreamPriorityPolicy::kNone;
   // With overlap_steps: each model steps at its own pace. A model's step
-  // is finished as soon as its own device work ends (a host callback
-  // after the step, engine::ModelEngine::NotifyWhenDeviceDone), and its
-  // next step begins at once, while the other models' steps are still on
-  // the device. Off (lockstep): a pass begins every model's step and
-  // finishes all of them, so each model waits for the pass's slowest step
-  // (a short decode behind another model's prefill chunk). Between-step
-  // tasks, retiring engines and remapping's reversion (at most every
-  // 100 ms) still wait for every step in flight. Default off.
+  // is finished as soon as its own device work ends, and its next step
+  // begins at once, while the other models' steps are still on the device.
+  // While several steps are in flight, each one's end is signalled by a
+  // host function queued after it (engine::ModelEngine::
+  // NotifyWhenDeviceDone); one step alone is waited for on its event. Off
+  // (lockstep): a pass begins every model's step and finishes all of
+  // them, so each model waits for the pass's slowest step (a short decode
+  // behind another model's prefill chunk). Between-step tasks, retiring
+  // engines and remapping's reversion (at most every 100 ms) still wait
+  // for every step in flight. Default off.
   bool rolling_steps = false;
 };
 
