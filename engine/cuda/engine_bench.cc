@@ -92,25 +92,32 @@ std::vector<int> PromptFor(int n, const ModelConfig& c) {
   return prompt;
 }
 
-// Mean seconds of `runs` one-chunk prefills of `prompt` on `e` (after one
-// untimed run).
-absl::StatusOr<double> PrefillSeconds(cuda::CudaExecutor* e, KvCache* kv,
-                                      const std::vector<int>& prompt, int runs) {
+// Seconds of `runs` one-chunk prefills of `prompt` on `e` (after one
+// untimed run): the mean and the fastest.
+struct PrefillTimes {
+  double mean = 0, best = 0;
+};
+absl::StatusOr<PrefillTimes> TimePrefill(cuda::CudaExecutor* e, KvCache* kv,
+                                         const std::vector<int>& prompt, int runs) {
   SequenceKv seq;
   if (auto st = kv->Reserve(&seq, static_cast<int>(prompt.size())); !st.ok()) return st;
   std::vector<int> sampled;
   const DeviceSampling greedy;
-  double total = 0;
+  double total = 0, best = 1e30;
   absl::Status st;
   for (int r = 0; r < 1 + runs && st.ok(); ++r) {
     SequenceChunk ch{&seq, 0, absl::MakeConstSpan(prompt), LogitsMode::kLast};
     const auto t0 = Clock::now();
     st = e->ForwardSample({ch}, {greedy}, &sampled, nullptr);
-    if (r > 0) total += Seconds(t0, Clock::now());
+    const double s = Seconds(t0, Clock::now());
+    if (r > 0) {
+      total += s;
+      best = std::min(best, s);
+    }
   }
   kv->Release(&seq);
   if (!st.ok()) return st;
-  return total / runs;
+  return PrefillTimes{total / runs, best};
 }
 
 // Mean milliseconds of `steps` batch-1 decode steps on `e` at `context`
@@ -193,9 +200,9 @@ absl::StatusOr<nlohmann::json> MeasureInterference(const GpuEngineBenchOptions& 
   };
   auto foreground = [&]() -> absl::StatusOr<double> {
     if (fg_prefill) {
-      auto sec = PrefillSeconds(e, kv, prompt, o.prefill_runs);
-      if (!sec.ok()) return sec.status();
-      return *sec * 1e3;
+      auto t = TimePrefill(e, kv, prompt, o.prefill_runs);
+      if (!t.ok()) return t.status();
+      return t->mean * 1e3;
     }
     return DecodeStepMs(e, kv, o.context, o.steps);
   };
@@ -363,29 +370,15 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
 
   if (o.prefill_tokens > 0) {
     const std::vector<int> prompt = PromptFor(o.prefill_tokens, c);
-    SequenceKv seq;
-    if (auto st = kv.Reserve(&seq, o.prefill_tokens); !st.ok()) return st;
-    std::vector<int> sampled;
-    const DeviceSampling greedy;
-    double best = 1e30, total = 0;
-    for (int r = 0; r < 1 + o.prefill_runs; ++r) {
-      SequenceChunk ch{&seq, 0, absl::MakeConstSpan(prompt), LogitsMode::kLast};
-      const auto t0 = Clock::now();
-      if (auto st = e.ForwardSample({ch}, {greedy}, &sampled, nullptr); !st.ok()) return st;
-      const double s = Seconds(t0, Clock::now());
-      if (r > 0) {
-        best = std::min(best, s);
-        total += s;
-      }
-    }
-    kv.Release(&seq);
+    auto times = TimePrefill(&e, &kv, prompt, o.prefill_runs);
+    if (!times.ok()) return times.status();
+    const double mean = times->mean, best = times->best;
     const double T = o.prefill_tokens;
     const double L = c.num_hidden_layers, H = c.hidden_size, Q = c.q_dim(), KVd = c.kv_dim(),
                  I = c.intermediate_size;
     const double linear = L * (H * (Q + 2 * KVd) + Q * H + 3 * H * I);
     const double flops = 2 * linear * T + 2.0 * c.vocab_size * H +
                          L * 4.0 * c.num_attention_heads * c.head_dim * (T * (T + 1) / 2);
-    const double mean = total / o.prefill_runs;
     nlohmann::json p = {{"tokens", o.prefill_tokens},
                         {"ms", mean * 1e3},
                         {"best_ms", best * 1e3},
