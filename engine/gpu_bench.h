@@ -53,6 +53,11 @@ struct GpuEngineBenchOptions {
   // prefill is timed; "decode": the second prefills prefill_tokens over
   // and over, a batch-1 decode step is timed. Needs prefill_tokens.
   int interference_batch = 0;
+  // > 1: after the decode runs, this many copies of the model (each its own
+  // weights and streams, one host thread each) decode every batch size at
+  // once: the device's aggregate tokens/s for N resident models, the
+  // figure the serving path is held to. Costs N - 1 more weight copies.
+  int concurrent_models = 0;
   std::string interference_foreground = "prefill";
 };
 // Results as JSON (see engine/cuda/engine_bench.cc for the fields).

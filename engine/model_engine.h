@@ -396,9 +396,10 @@ class ModelEngine {
     absl::Status status;                // of its KV loads and launch, then its forward
     std::vector<int> sampled;
     std::vector<TokenLogprobs> logprobs;
-    // Milliseconds in: inbox and tasks, plan, KV loads, forward (launch
-    // and wait), tokens and finishes.
-    double phase_ms[5] = {};
+    // Milliseconds in: inbox and tasks, plan, KV loads, launch, tokens and
+    // finishes, the forward's wait (Collect).
+    double phase_ms[6] = {};
+    absl::Time began;  // BeginStep's start
   };
   StepInFlight step_;
 };

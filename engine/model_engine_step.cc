@@ -25,6 +25,7 @@ bool ModelEngine::BeginStep(StepUrgency urgency) {
   step_ = StepInFlight{};
   absl::Time at[5];
   at[0] = absl::Now();
+  step_.began = at[0];
   DrainInbox();
   at[1] = absl::Now();
   step_.plan = planner_->empty() ? StepPlan{} : planner_->Plan();
@@ -69,10 +70,11 @@ void ModelEngine::FinishStep() {
   const absl::Time t0 = absl::Now();
   if (step_.status.ok()) step_.status = Collect();
   const absl::Time t1 = absl::Now();
-  step_.phase_ms[3] += Ms(t1 - t0);
+  step_.phase_ms[5] = Ms(t1 - t0);
   ++steps_;
   if (remapper_ && step_.status.ok()) {
-    remapper_->ObserveForward(step_.phase_ms[3] / 1e3, step_.plan.prefill_tokens == 0);
+    remapper_->ObserveForward((step_.phase_ms[3] + step_.phase_ms[5]) / 1e3,
+                              step_.plan.prefill_tokens == 0);
   }
   const StepPlan& plan = step_.plan;
   if (!step_.status.ok()) {
@@ -112,11 +114,12 @@ void ModelEngine::LogSlowStep(const StepPlan& plan, double total_ms) const {
   const ExportTimes& e = export_times_;
   spdlog::warn(
       "model {}: slow step, {:.1f} ms ({} chunks, {} prefill tokens, {} loads): inbox and tasks "
-      "{:.1f}, plan {:.1f}, KV loads {:.1f}, forward {:.1f}, tokens and finishes {:.1f} (exports "
-      "of {} chunks, {} KiB: buffers {:.1f}, copies {:.1f}, checksums {:.1f}, puts {:.1f})",
+      "{:.3f}, plan {:.3f}, KV loads {:.3f}, launch {:.3f}, wait {:.3f}, tokens and finishes "
+      "{:.3f}; {:.3f} from begin to end (exports of {} chunks, {} KiB: buffers {:.1f}, copies "
+      "{:.1f}, checksums {:.1f}, puts {:.1f})",
       options_.name, total_ms, plan.chunks.size(), plan.prefill_tokens, plan.loads.size(), ms(0),
-      ms(1), ms(2), ms(3), ms(4), e.chunks, e.bytes >> 10, e.alloc_ms, e.copy_ms, e.seal_ms,
-      e.put_ms);
+      ms(1), ms(2), ms(3), ms(5), ms(4), Ms(absl::Now() - step_.began), e.chunks, e.bytes >> 10,
+      e.alloc_ms, e.copy_ms, e.seal_ms, e.put_ms);
 }
 
 absl::Status ModelEngine::Launch(const StepPlan& plan) {

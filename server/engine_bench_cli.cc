@@ -58,6 +58,10 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--interference-foreground", o.interference_foreground,
                 "prefill (beside a decoding batch) | decode (batch 1, beside prefills)")
       ->capture_default_str();
+  c->add_option("--concurrent-models", o.concurrent_models,
+                "also decode every batch size on this many copies at once, one thread each "
+                "(aggregate tokens/s; 0 = skip)")
+      ->capture_default_str();
   c->add_option("--prefill-runs", o.prefill_runs, "timed prefill runs")->capture_default_str();
   c->add_option("--kv-pool", o.kv_pool, "static | arena (elastic slab arena over CUDA VMM)")
       ->capture_default_str();

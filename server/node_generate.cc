@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -145,6 +146,8 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   }
 
  private:
+  // The most tokens one batched message carries (token_batches).
+  static constexpr size_t kMaxTokensPerMessage = 256;
   struct Token {
     int id = 0;
     std::string text;
@@ -155,7 +158,8 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   // What a Pump does once it has dropped mu_.
   struct Step {
     enum { kNone, kToken, kWrite, kFinish } action = kNone;
-    Token token;                                   // kToken: goes into current_
+    // kToken: go into current_ (one: `token`; more: `tokens`, a batch).
+    std::vector<Token> tokens;
     const engine::Tokenizer* tokenizer = nullptr;  // kToken
     grpc::Status finish;                           // kFinish
   };
@@ -228,8 +232,16 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
       events_.pop_front();
       if (auto* t = std::get_if<Token>(&e)) {
         next.action = Step::kToken;
-        next.token = std::move(*t);
+        next.tokens.push_back(std::move(*t));
         next.tokenizer = &admitted_->engine->tokenizer();
+        // A batching caller gets every token queued behind it, up to a cap.
+        while (req_.token_batches() && !events_.empty() &&
+               next.tokens.size() < kMaxTokensPerMessage) {
+          t = std::get_if<Token>(&events_.front());
+          if (t == nullptr) break;
+          next.tokens.push_back(std::move(*t));
+          events_.pop_front();
+        }
       } else if (FinalToCurrent(std::get<absl::StatusOr<engine::GenerationResult>>(e))) {
         next.action = Step::kWrite;
       }
@@ -280,8 +292,11 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     while (next.action == Step::kToken || next.action == Step::kWrite) {
       if (next.action == Step::kToken) {  // current_ is ours (starting_)
         current_.Clear();
-        FillToken(*next.tokenizer, next.token.id, next.token.text,
-                  next.token.logprobs ? &*next.token.logprobs : nullptr, current_.mutable_token());
+        for (const Token& t : next.tokens) {
+          FillToken(*next.tokenizer, t.id, t.text, t.logprobs ? &*t.logprobs : nullptr,
+                    next.tokens.size() == 1 ? current_.mutable_token()
+                                            : current_.mutable_tokens()->add_tokens());
+        }
       }
       StartWrite(&current_);
       absl::MutexLock lock(&mu_);

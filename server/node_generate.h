@@ -3,7 +3,10 @@
 // (NodeManager::Submit: tokenizing, reading the KV tiers, which may wait on
 // a disk or a peer) on a small shared pool; the engine's step thread then
 // pushes tokens and the final result into the stream, which writes one
-// message at a time as gRPC completes the previous one. A client that
+// message at a time as gRPC completes the previous one. A caller that set
+// token_batches gets the tokens queued behind a write in one message
+// (NodeGenerateResponse.tokens, up to 256), so a stream that falls behind
+// catches up in fewer writes. A client that
 // cancels (or whose write fails) cancels the sequence in the engine.
 //
 // Lifetime: the stream is both gRPC's reactor and the engine's sink; it

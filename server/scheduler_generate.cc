@@ -3,6 +3,7 @@
 #include <grpcpp/alarm.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -120,14 +121,21 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     {
       absl::MutexLock lock(&mu_);
       const v1::NodeGenerateResponse& r = u->resp();
-      if (r.has_token()) {
+      if (r.has_token() || r.tokens().tokens_size() > 0) {
         if (ttft_ms_ < 0) ttft_ms_ = MsSince(t0_);
         streamed_ = true;
         if (client_ok_) {
           current_.Clear();
-          *current_.mutable_token() = r.token();
+          if (r.has_token()) {
+            *current_.mutable_token() = r.token();
+          } else if (req_.token_batches()) {
+            *current_.mutable_tokens() = r.tokens();
+          } else {  // a token per message: the rest wait in relay_
+            *current_.mutable_token() = r.tokens().tokens(0);
+            relay_.assign(r.tokens().tokens().begin() + 1, r.tokens().tokens().end());
+          }
           Encode();
-          writing_ = write = true;  // the next read starts when it is written
+          writing_ = write = true;  // the next read starts when all is written
         } else {
           read = true;  // drain: the call was cancelled
         }
@@ -230,6 +238,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   void OnWriteDone(bool ok) override {
     Upstream* read = nullptr;
     Upstream* cancel = nullptr;
+    bool write = false;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
@@ -238,13 +247,23 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         cancelled_ = true;
         if (upstream_active_) cancel = upstream_.get();
       }
-      if (upstream_active_ && !final_written_) read = upstream_.get();
-      if (cancel || read) ++calls_out_;
+      if (!client_ok_) relay_.clear();
+      if (!relay_.empty()) {  // the node's batch, a token per message
+        current_.Clear();
+        *current_.mutable_token() = std::move(relay_.front());
+        relay_.pop_front();
+        Encode();
+        writing_ = write = true;
+      } else if (upstream_active_ && !final_written_) {
+        read = upstream_.get();
+      }
+      if (cancel || read || write) ++calls_out_;
     }
     if (cancel) cancel->Cancel();
+    if (write) StartWrite(&wire_);
     if (read) read->ReadNext();
     Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (cancel || read) --calls_out_;
+      if (cancel || read || write) --calls_out_;
     });
   }
   void OnCancel() override {
@@ -461,6 +480,9 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   // others off both). The method is raw (request_parse.h).
   v1::GenerateResponse current_;
   grpc::ByteBuffer wire_;
+  // Tokens of the node's last batch still to write, one per message, to
+  // a client that did not ask for batches (token_batches).
+  std::deque<v1::Token> relay_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::NodeFinal> final_ ABSL_GUARDED_BY(mu_);             // this attempt's
   std::optional<v1::GenerateResponse> final_msg_ ABSL_GUARDED_BY(mu_);  // to write last
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);
@@ -529,6 +551,7 @@ v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
   nreq.set_priority(req.priority());
   nreq.set_reject_if_slo_unmet(req.reject_if_slo_unmet());
   nreq.set_scheduler_ms(MsSince(t0));
+  nreq.set_token_batches(true);  // relayed a token per message if the client wants
   return nreq;
 }
 

@@ -6,9 +6,11 @@
 # served by `ballast serve` as 1, 2 and 6 resident copies with B streams of
 # T tokens to each at once (tests/bench/stream_storm), with the device's
 # steps overlapped (node.engine.overlap_steps: true) and serial (false).
-# Prints one line per run: aggregate tokens/s, its fraction of N x the
-# engine's own rate at batch B, and the mean per-step host time
-# (ballast_node_step_host_seconds).
+# Prints one line per run: aggregate tokens/s, the mean per-step host time
+# (ballast_node_step_host_seconds) and TPOT p50 per model; then TPOT at low
+# load, one stream to every model at once and one stream to m1 alone. Last,
+# bench-engine: one copy at batches 1 and B, then the largest count of
+# copies decoding at once (the device's own aggregate for N models).
 # Usage: deploy/gpu-host/overlap-bench.sh [BUILD_DIR] [OUT_DIR]
 # Env: B (streams per model, default 64), T (tokens per stream, 512),
 #      COUNTS ("1 2 6"), MODES ("true false"), STREAM_THREADS (the node's
@@ -16,7 +18,11 @@
 #      STORM_CHANNELS (each client's connections, 1), PROFILE (non-empty:
 #      per-thread CPU of serve one second into each loaded run; use a T that
 #      lasts a few seconds), ROLLING (node.engine.rolling_steps, false),
-#      PRIORITY (node.engine.priority_streams, none).
+#      PRIORITY (node.engine.priority_streams, none), TOKEN_BATCHES (1: the
+#      clients ask for token batches, stream_storm's STORM_TOKEN_BATCHES),
+#      SLOW_STEP_MS
+#      (node.engine.slow_step_warn_ms, 0 = off; 0.001 logs every step's
+#      phases to serve-N-MODE.log, see step-phases.sh).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -46,7 +52,8 @@ node:
     - {name: "${DEVICE:-cuda:0}", memory_mib: 24576}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 4096, overlap_steps: $overlap,
-           rolling_steps: ${ROLLING:-false}, priority_streams: ${PRIORITY:-none}}
+           rolling_steps: ${ROLLING:-false}, priority_streams: ${PRIORITY:-none},
+           slow_step_warn_ms: ${SLOW_STEP_MS:-0}}
 serve:
   cache_dir: $OUT/models
   models:
@@ -82,7 +89,8 @@ for overlap in $MODES; do
     t0=$(date +%s.%N)
     storms=()
     for i in $(seq 1 "$n"); do
-      "$STORM" 127.0.0.1:${SCHED_PORT:-50051} "m$i" "$B" "$T" > "$OUT/storm-$n-$overlap-$i.txt" &
+      STORM_TOKEN_BATCHES=${TOKEN_BATCHES:-0} "$STORM" 127.0.0.1:${SCHED_PORT:-50051} "m$i" "$B" "$T" \
+        > "$OUT/storm-$n-$overlap-$i.txt" &
       storms+=($!)
     done
     if [ -n "${PROFILE:-}" ]; then  # per-thread CPU of serve mid-run
@@ -98,7 +106,8 @@ for overlap in $MODES; do
     echo "models $n overlap $overlap: $tokens tokens in $rate tokens/s;" \
       "step host $(host_us "$before" "$after") us; TPOT p50 per model (ms):" \
       "$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "TPOT p50 [0-9.]*" | awk '{print $3}' | tr '\n' ' ');" \
-      "$codes" | tee -a "$OUT/serve.txt"
+      "$codes $(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "[0-9.]* tokens per message" | head -1)" |
+      tee -a "$OUT/serve.txt"
     # Low load: one stream per model at once; each one's TPOT against the
     # engine's batch-1 step.
     storms=()
@@ -110,6 +119,11 @@ for overlap in $MODES; do
     echo "  low load (1 stream per model): TPOT p50 per model (ms):" \
       "$(cat "$OUT"/low-"$n"-"$overlap"-*.txt | grep -o "TPOT p50 [0-9.]*" | awk '{print $3}' | tr '\n' ' ')" |
       tee -a "$OUT/serve.txt"
+    # Low load with N resident and one active: one stream to m1 alone.
+    "$STORM" 127.0.0.1:${SCHED_PORT:-50051} m1 1 "$T" > "$OUT/solo-$n-$overlap.txt"
+    echo "  low load (1 stream, m1 only of $n resident): TPOT p50 (ms):" \
+      "$(grep -o "TPOT p50 [0-9.]*" "$OUT/solo-$n-$overlap.txt" | awk '{print $3}')" |
+      tee -a "$OUT/serve.txt"
     kill "$pid"
     wait "$pid" 2> /dev/null || true
   done
@@ -117,5 +131,8 @@ done
 # The engine alone: decode ms/step at batch B (a checkpoint the serve runs
 # wrote).
 model=$(ls -d "$OUT"/models/m1-*/ | head -1)
+# With several counts, the largest also runs that many copies at once
+# (--concurrent-models): the device's own aggregate for N models.
+most=$(echo "$COUNTS" | tr ' ' '\n' | sort -n | tail -1)
 "$BALLAST" bench-engine --model "$model" --batches "1,$B" --context 512 --prefill 0 \
-  --steps 64 --out "$OUT/engine.json" | tee "$OUT/engine.txt"
+  --steps 64 --concurrent-models "$most" --out "$OUT/engine.json" | tee "$OUT/engine.txt"

@@ -9,8 +9,11 @@
 //
 // JSON: {device, model, decode: [{batch, ms_per_step, tokens_per_s,
 // bytes_per_step, roofline_ms, roofline_fraction}], prefill: {tokens,
-// ms, tokens_per_s, tflops, fraction_of_gemm_peak}, gemm_peak_tflops}
+// ms, tokens_per_s, tflops, fraction_of_gemm_peak}, gemm_peak_tflops,
+// concurrent: {models, decode: [{batch, ms_per_step, tokens_per_s}]},
+// interference: {...}}
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -237,6 +240,97 @@ absl::StatusOr<nlohmann::json> MeasureInterference(const GpuEngineBenchOptions& 
   return j;
 }
 
+// Decodes `seqs` (reserved for o.context + o.warmup + o.steps + 1
+// tokens) one token each per step from position o.context: o.warmup
+// untimed steps (plans, graph capture), then, after `start` (if any) lets
+// every caller go, o.steps timed ones. Returns when the timed steps began
+// and ended.
+absl::StatusOr<std::pair<Clock::time_point, Clock::time_point>> TimeDecode(
+    cuda::CudaExecutor* e, std::vector<SequenceKv>* seqs, const GpuEngineBenchOptions& o, int vocab,
+    std::barrier<>* start) {
+  const int batch = static_cast<int>(seqs->size());
+  std::vector<int> toks(batch, 1);
+  const std::vector<DeviceSampling> sampling(batch);
+  std::vector<int> sampled;
+  Clock::time_point t0;
+  absl::Status st;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    if (i == o.warmup) {
+      if (start != nullptr) start->arrive_and_wait();
+      t0 = Clock::now();
+    }
+    if (!st.ok()) continue;  // still reach the barrier: the others wait on it
+    std::vector<SequenceChunk> chunks;
+    for (int s = 0; s < batch; ++s) {
+      chunks.push_back(
+          {&(*seqs)[s], o.context + i, absl::MakeConstSpan(&toks[s], 1), LogitsMode::kLast});
+    }
+    st = e->ForwardSample(chunks, sampling, &sampled, nullptr);
+    for (int s = 0; s < batch && st.ok(); ++s) toks[s] = sampled[s] % vocab;
+  }
+  if (!st.ok()) return st;
+  return std::make_pair(t0, Clock::now());
+}
+
+// N copies of the model (e and o.concurrent_models - 1 more, each its own
+// weights and streams), each decoding `batch` sequences on its own host
+// thread at once: the device's own aggregate rate for N models, which the
+// serving path is held to (issue 13, item 5). Per batch: the aggregate
+// tokens/s over the span from the first timed step's start to the last's
+// end, and the mean ms per step of one copy.
+absl::StatusOr<nlohmann::json> MeasureConcurrent(const GpuEngineBenchOptions& o,
+                                                 const ModelConfig& c, const GpuExecutorOptions& eo,
+                                                 KvCache* kv, cuda::CudaExecutor* e) {
+  const int n = o.concurrent_models;
+  std::vector<std::unique_ptr<cuda::CudaExecutor>> more;
+  std::vector<cuda::CudaExecutor*> copies = {e};
+  for (int i = 1; i < n; ++i) {
+    auto x = cuda::CudaExecutor::Create(c, o.model_dir, kv, eo);
+    if (!x.ok()) return x.status();
+    more.push_back(std::move(*x));
+    copies.push_back(more.back().get());
+  }
+  const int decode_len = o.context + o.warmup + o.steps + 1;
+  nlohmann::json out = {{"models", n}};
+  for (int batch : o.batches) {
+    std::vector<std::vector<SequenceKv>> seqs(n, std::vector<SequenceKv>(batch));
+    absl::Status st;
+    for (auto& per : seqs) {
+      for (auto& s : per) {
+        if (st.ok()) st = kv->Reserve(&s, decode_len);
+      }
+    }
+    std::vector<absl::StatusOr<std::pair<Clock::time_point, Clock::time_point>>> spans(
+        n, absl::UnknownError("not run"));
+    if (st.ok()) {
+      std::barrier<> start(n);
+      std::vector<std::thread> threads;
+      for (int i = 0; i < n; ++i) {
+        threads.emplace_back(
+            [&, i] { spans[i] = TimeDecode(copies[i], &seqs[i], o, c.vocab_size, &start); });
+      }
+      for (auto& t : threads) t.join();
+    }
+    for (auto& per : seqs) {
+      for (auto& s : per) kv->Release(&s);
+    }
+    if (!st.ok()) return st;
+    Clock::time_point first = Clock::time_point::max(), last = Clock::time_point::min();
+    double step_s = 0;
+    for (const auto& sp : spans) {
+      if (!sp.ok()) return sp.status();
+      first = std::min(first, sp->first);
+      last = std::max(last, sp->second);
+      step_s += Seconds(sp->first, sp->second) / o.steps / n;
+    }
+    const double wall = Seconds(first, last);
+    out["decode"].push_back({{"batch", batch},
+                             {"ms_per_step", step_s * 1e3},
+                             {"tokens_per_s", static_cast<double>(n) * batch * o.steps / wall}});
+  }
+  return out;
+}
+
 double DatasheetBandwidth(const std::string& name) {
   if (name.find("H200") != std::string::npos) return 4.8e12;
   if (name.find("H100") != std::string::npos) {
@@ -289,8 +383,11 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   // With interference, room for the second executor's sequences too.
   const int64_t second =
       o.interference_batch > 0 ? per_seq * std::max(1, o.interference_batch) + prefill_blocks : 0;
+  // With concurrent models, room for every copy's batch.
+  const int64_t copies = std::max(1, o.concurrent_models);
   const int64_t blocks =
-      (std::max<int64_t>(per_seq * max_batch, prefill_blocks) + second) * c.num_hidden_layers;
+      (std::max<int64_t>(per_seq * max_batch * copies, prefill_blocks) + second) *
+      c.num_hidden_layers;
   std::shared_ptr<memory::KvArena> arena;  // outlives the allocator
   absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> pool;
   if (o.kv_pool == "arena") {
@@ -338,21 +435,9 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
     for (auto& s : seqs) {
       if (auto st = kv.Reserve(&s, decode_len); !st.ok()) return st;
     }
-    std::vector<int> toks(batch, 1);
-    std::vector<DeviceSampling> sampling(batch);
-    std::vector<int> sampled;
-    Clock::time_point t0;
-    for (int i = 0; i < o.warmup + o.steps; ++i) {
-      if (i == o.warmup) t0 = Clock::now();
-      std::vector<SequenceChunk> chunks;
-      for (int s = 0; s < batch; ++s) {
-        chunks.push_back(
-            {&seqs[s], o.context + i, absl::MakeConstSpan(&toks[s], 1), LogitsMode::kLast});
-      }
-      if (auto st = e.ForwardSample(chunks, sampling, &sampled, nullptr); !st.ok()) return st;
-      for (int s = 0; s < batch; ++s) toks[s] = sampled[s] % c.vocab_size;
-    }
-    const double ms = Seconds(t0, Clock::now()) * 1e3 / o.steps;
+    auto span = TimeDecode(&e, &seqs, o, c.vocab_size, nullptr);
+    if (!span.ok()) return span.status();
+    const double ms = Seconds(span->first, span->second) * 1e3 / o.steps;
     const double ctx = o.context + o.warmup + o.steps / 2.0;
     const double kv_bytes = static_cast<double>(batch) * ctx * c.num_hidden_layers *
                             static_cast<double>(layout.token_bytes()) * 2;
@@ -367,6 +452,11 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
     for (auto& s : seqs) kv.Release(&s);
   }
   out["graph_replays"] = e.graph_replays();
+  if (o.concurrent_models > 1) {
+    auto con = MeasureConcurrent(o, c, eo, &kv, &e);
+    if (!con.ok()) return con.status();
+    out["concurrent"] = *con;
+  }
 
   if (o.prefill_tokens > 0) {
     const std::vector<int> prompt = PromptFor(o.prefill_tokens, c);

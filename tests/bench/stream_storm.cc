@@ -10,7 +10,9 @@
 // Usage: stream_storm ADDRESS MODEL STREAMS TOKENS [SERVER_PID]
 // Env: STORM_CHANNELS (connections the streams are spread over, default 1),
 //      STORM_PROMPT_CHARS (prompt length in characters, padded with text;
-//      default: a short prompt).
+//      default: a short prompt), STORM_TOKEN_BATCHES (1: the streams ask
+//      for token batches, GenerateRequest.token_batches; the tokens per
+//      message are printed).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -50,8 +52,10 @@ class Stream final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   }
   void OnReadDone(bool ok) override {
     if (!ok) return;
-    if (resp_.has_token()) {
-      const absl::Time now = absl::Now();
+    // A batch's tokens arrive together: the gaps between them are 0.
+    const int got = resp_.has_token() ? 1 : resp_.tokens().tokens_size();
+    const absl::Time now = absl::Now();
+    for (int i = 0; i < got; ++i) {
       if (++tokens == 1) {
         first = now;
       } else {
@@ -59,6 +63,7 @@ class Stream final : public grpc::ClientReadReactor<v1::GenerateResponse> {
       }
       last = now;
     }
+    messages += got > 0;
     StartRead(&resp_);
   }
   void OnDone(const grpc::Status& s) override {
@@ -67,9 +72,9 @@ class Stream final : public grpc::ClientReadReactor<v1::GenerateResponse> {
     done.Notify();
   }
   const absl::Time start = absl::Now();
-  int tokens = 0;
-  absl::Time first, last;       // first and last token's arrival
-  std::vector<double> gaps_ms;  // between consecutive tokens
+  int tokens = 0, messages = 0;  // messages that carried tokens
+  absl::Time first, last;        // first and last token's arrival
+  std::vector<double> gaps_ms;   // between consecutive tokens
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   absl::Time end;
   absl::Notification done;
@@ -95,6 +100,8 @@ int main(int argc, char** argv) {
   const int k = std::max(1, k_env ? std::atoi(k_env) : 1);
   const char* chars_env = std::getenv("STORM_PROMPT_CHARS");
   const int prompt_chars = chars_env ? std::atoi(chars_env) : 0;
+  const char* batches_env = std::getenv("STORM_TOKEN_BATCHES");
+  const bool token_batches = batches_env != nullptr && std::atoi(batches_env) != 0;
   std::vector<std::unique_ptr<v1::Inference::Stub>> stubs;
   for (int i = 0; i < k; ++i) {
     grpc::ChannelArguments args;
@@ -114,6 +121,7 @@ int main(int argc, char** argv) {
     req.set_prompt(prompt);
     req.mutable_sampling()->set_max_tokens(max_tokens);
     req.mutable_sampling()->set_ignore_eos(true);
+    req.set_token_batches(token_batches);
     streams.push_back(std::make_unique<Stream>(stubs[i % k].get(), std::move(req)));
   }
   int peak = threads_before;
@@ -156,6 +164,12 @@ int main(int argc, char** argv) {
   }
   if (!gaps_ms.empty()) {
     std::printf("; TBT p50 %.3f p99 %.3f ms", pct(&gaps_ms, 0.5), pct(&gaps_ms, 0.99));
+  }
+  if (token_batches) {
+    int64_t messages = 0;
+    for (auto& s : streams) messages += s->messages;
+    std::printf("; %.2f tokens per message",
+                messages > 0 ? static_cast<double>(tokens) / messages : 0);
   }
   if (!pid.empty()) std::printf("; server threads %d -> peak %d", threads_before, peak);
   std::printf("\n");

@@ -40,6 +40,7 @@ struct StreamResult {
   std::vector<int> ids;
   std::string text;
   v1::Final final;
+  int token_messages = 0;  // messages that carried tokens (token_batches: fewer)
 };
 
 class ClusterTest : public ::testing::Test {
@@ -250,22 +251,31 @@ class ClusterTest : public ::testing::Test {
 
   // One Generate call, read to its end; `on_token` runs after each token
   // is read (the link-fault tests cut a link mid-stream there).
+  // `stub`: another connection's (default: the fixture's).
   StreamResult Run(const v1::GenerateRequest& req, absl::Duration deadline = absl::Seconds(30),
-                   const std::function<void(int tokens)>& on_token = {}) {
+                   const std::function<void(int tokens)>& on_token = {},
+                   v1::Inference::Stub* stub = nullptr) {
     grpc::ClientContext ctx;
     Decorate(&ctx);
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
-    auto reader = inference_->Generate(&ctx, req);
+    auto reader = (stub ? stub : inference_.get())->Generate(&ctx, req);
     StreamResult r;
     v1::GenerateResponse resp;
+    auto token = [&](const v1::Token& t) {
+      r.ids.push_back(t.id());
+      r.text += t.text();
+      if (on_token) on_token(static_cast<int>(r.ids.size()));
+    };
     while (reader->Read(&resp)) {
       if (resp.has_token()) {
-        r.ids.push_back(resp.token().id());
-        r.text += resp.token().text();
-        if (on_token) on_token(static_cast<int>(r.ids.size()));
+        token(resp.token());
+      } else if (resp.has_tokens()) {
+        for (const v1::Token& t : resp.tokens().tokens()) token(t);
       } else {
         r.final = resp.final();
+        continue;
       }
+      ++r.token_messages;
     }
     r.status = reader->Finish();
     return r;

@@ -301,5 +301,57 @@ TEST_F(ClusterTest, KilledNodeIsDeclaredDeadAndTheOtherModelKeepsServing) {
   EXPECT_EQ(b.ids, Reference("beta", Bytes("back?", true), 8));
 }
 
+// A first model whose context holds a 1,500-token stream.
+class TokenBatchTest : public ClusterTest {
+ protected:
+  ClusterSetup Cluster() override {
+    ClusterSetup s = ClusterTest::Cluster();
+    s.models[0].second.max_position = 4096;
+    return s;
+  }
+};
+
+// A client that stops reading: its 4 KiB flow-control window fills, the
+// scheduler stops reading the node, the node's writes back up and it
+// sends what queues behind them in batches. The scheduler relays them a
+// token per message to a client that did not ask for batches, as batches
+// to one that did (token_relay_test pins that down with a fake node).
+// Both get the in-process engine's tokens.
+TEST_F(TokenBatchTest, BatchesGoOnlyToClientsThatAskAndCarryTheSameTokens) {
+  constexpr int kTokens = 1500;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4096);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = v1::Inference::NewStub(
+      grpc::CreateCustomChannel(Addr(sched_port_), ClientCredentials(), args));
+  const std::vector<int> reference = Reference("alpha", Bytes("Hello", true), kTokens);
+  for (bool batches : {false, true}) {
+    v1::GenerateRequest req;
+    req.set_model("alpha");
+    req.set_prompt("Hello");
+    req.mutable_sampling()->set_max_tokens(kTokens);
+    req.mutable_sampling()->set_ignore_eos(true);
+    req.mutable_sampling()->set_logprobs(true);
+    req.mutable_sampling()->set_top_logprobs(20);  // ~300-byte messages
+    req.set_token_batches(batches);
+    const StreamResult r = Run(
+        req, absl::Seconds(120),
+        [](int n) {
+          if (n == 1) absl::SleepFor(absl::Seconds(1));  // the engine runs ahead
+        },
+        stub.get());
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.ids, reference) << "batches " << batches;
+    EXPECT_EQ(r.final.text(), r.text);
+    // How much the node batches depends on the buffers of two
+    // connections (the unit tests pin it down): only the bound here.
+    EXPECT_LE(r.token_messages, kTokens);
+    if (!batches) {
+      EXPECT_EQ(r.token_messages, kTokens) << "one token per message";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ballast

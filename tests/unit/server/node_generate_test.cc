@@ -196,6 +196,7 @@ class NodeGenerateTest : public ::testing::Test {
     }
     server_ = b.BuildAndStart();
     ASSERT_NE(server_, nullptr);
+    port_ = port;
     stub_ = v1::Node::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   }
@@ -220,12 +221,65 @@ class NodeGenerateTest : public ::testing::Test {
     return s.waiting + s.running;
   }
 
+  // A client that reads nothing does not hold the engine: its sequence runs
+  // to the end while the stream's messages wait (flow control), then it
+  // reads every token (with its log-probabilities) in order and the final
+  // message. Read on this thread alone (the synchronous client). Returns the
+  // messages that carried tokens.
+  int ReadEverythingLater(bool token_batches, v1::Node::Stub* stub) {
+    constexpr int kTokens = 1500;
+    v1::NodeGenerateRequest req = Request("slow", kTokens);
+    req.mutable_sampling()->set_logprobs(true);
+    req.mutable_sampling()->set_top_logprobs(5);
+    req.set_token_batches(token_batches);
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::NodeGenerateResponse>> stream =
+        stub->Generate(&ctx, req);
+    absl::SleepFor(absl::Milliseconds(50));
+    for (int i = 0; i < 3000 && InEngine() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+    EXPECT_EQ(InEngine(), 0) << "the engine waits for a client that does not read";
+    std::vector<int> ids, output;
+    int with_logprobs = 0, finals = 0, after_final = 0, messages = 0, batches = 0;
+    auto token = [&](const v1::Token& tok) {
+      ids.push_back(tok.id());
+      with_logprobs += tok.has_logprob() && tok.top_logprobs_size() == 5;
+    };
+    v1::NodeGenerateResponse m;
+    while (stream->Read(&m)) {
+      if (finals > 0) ++after_final;
+      if (m.has_token()) {
+        token(m.token());
+        ++messages;
+      } else if (m.has_tokens()) {
+        EXPECT_GE(m.tokens().tokens_size(), 2) << "one token comes as `token`";
+        for (const v1::Token& tok : m.tokens().tokens()) token(tok);
+        ++messages;
+        ++batches;
+      } else if (m.has_final()) {
+        ++finals;
+        output.assign(m.final().output_tokens().begin(), m.final().output_tokens().end());
+      }
+    }
+    const grpc::Status status = stream->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(static_cast<int>(ids.size()), kTokens);
+    EXPECT_EQ(with_logprobs, kTokens);
+    EXPECT_EQ(ids, output);
+    EXPECT_EQ(finals, 1);
+    EXPECT_EQ(after_final, 0);
+    if (!token_batches) {
+      EXPECT_EQ(batches, 0) << "batches only for a caller that asks";
+    }
+    return messages;
+  }
+
   engine::testing::TempDir dir_;
   Metrics metrics_;
   std::unique_ptr<node_manager::NodeManager> node_;
   std::unique_ptr<NodeService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Node::Stub> stub_;
+  int port_ = 0;
   SendThreads* sends_ = nullptr;  // owned by server_, with InterceptSends()
 };
 
@@ -327,40 +381,25 @@ TEST_F(NodeGenerateTest, StreamsCancelledMidStreamEndOnceAndFreeTheirSequences) 
   EXPECT_EQ(InEngine(), 0) << "the engine still runs cancelled sequences";
 }
 
-// A client that reads nothing does not hold the engine: its sequence runs
-// to the end while the stream's messages wait (flow control), then it
-// reads every token (with its log-probabilities) in order and the final
-// message. Read on this thread alone (the synchronous client).
 TEST_F(NodeGenerateTest, AClientThatDoesNotReadGetsEverythingLater) {
-  constexpr int kTokens = 1500;
-  v1::NodeGenerateRequest req = Request("slow", kTokens);
-  req.mutable_sampling()->set_logprobs(true);
-  req.mutable_sampling()->set_top_logprobs(5);
-  grpc::ClientContext ctx;
-  std::unique_ptr<grpc::ClientReader<v1::NodeGenerateResponse>> stream = stub_->Generate(&ctx, req);
-  absl::SleepFor(absl::Milliseconds(50));
-  for (int i = 0; i < 3000 && InEngine() > 0; ++i) absl::SleepFor(absl::Milliseconds(10));
-  EXPECT_EQ(InEngine(), 0) << "the engine waits for a client that does not read";
-  std::vector<int> ids, output;
-  int with_logprobs = 0, finals = 0, after_final = 0;
-  v1::NodeGenerateResponse m;
-  while (stream->Read(&m)) {
-    if (finals > 0) ++after_final;
-    if (m.has_token()) {
-      ids.push_back(m.token().id());
-      with_logprobs += m.token().has_logprob() && m.token().top_logprobs_size() == 5;
-    } else if (m.has_final()) {
-      ++finals;
-      output.assign(m.final().output_tokens().begin(), m.final().output_tokens().end());
-    }
-  }
-  const grpc::Status status = stream->Finish();
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(static_cast<int>(ids.size()), kTokens);
-  EXPECT_EQ(with_logprobs, kTokens);
-  EXPECT_EQ(ids, output);
-  EXPECT_EQ(finals, 1);
-  EXPECT_EQ(after_final, 0);
+  EXPECT_EQ(ReadEverythingLater(false, stub_.get()), 1500);
+}
+
+// With token_batches, the tokens that queued while the client did not read
+// come in fewer messages: the same tokens, in order, with their
+// log-probabilities.
+TEST_F(NodeGenerateTest, ABatchingClientThatDoesNotReadGetsTheTokensInFewerMessages) {
+  // A client whose flow-control window stays at 4 KiB (no BDP probing):
+  // the first messages fill it one token each, what queued behind them
+  // comes in batches.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4096);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = v1::Node::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials(), args));
+  const int messages = ReadEverythingLater(true, stub.get());
+  EXPECT_LT(messages, 1500 / 2) << "the queued tokens were not batched";
 }
 
 TEST_F(NodeGenerateTest, ARefusedRequestEndsWithItsStatus) {

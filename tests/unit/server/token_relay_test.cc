@@ -1,0 +1,176 @@
+// The scheduler's relay of a node's token batches (GenerateRequest and
+// NodeGenerateRequest token_batches), over a real in-process gRPC server
+// and Scheduler with a fake node whose Generate sends a fixed sequence of
+// messages: token 1 alone, a batch of 2, 3, 4, a batch of 5, 6, then the
+// final. A client that did not ask for batches gets one token per message;
+// one that did gets the node's three messages as they came. The node is
+// always asked for batches.
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "ballast/v1/inference.grpc.pb.h"
+#include "ballast/v1/node.grpc.pb.h"
+#include "global_scheduler/scheduler.h"
+#include "gtest/gtest.h"
+#include "server/metrics.h"
+#include "server/scheduler_service.h"
+
+namespace ballast::server {
+namespace {
+
+// A node serving model "m" whose Generate streams tokens 1..6 in three
+// messages, then the final.
+class BatchingNode final : public v1::Node::Service {
+ public:
+  BatchingNode() {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    // The scheduler's keepalive pings, as a real node allows (processes.cc).
+    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+    b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~BatchingNode() override { server_->Shutdown(); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  // Whether every Generate so far asked for batches.
+  bool all_asked_for_batches() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return calls_ > 0 && asked_ == calls_;
+  }
+
+  grpc::Status Generate(grpc::ServerContext*, const v1::NodeGenerateRequest* req,
+                        grpc::ServerWriter<v1::NodeGenerateResponse>* w) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock l(&mu_);
+      ++calls_;
+      asked_ += req->token_batches();
+    }
+    auto fill = [](int id, v1::Token* t) {
+      t->set_id(id);
+      t->set_text(absl::StrCat("<", id, ">"));
+    };
+    v1::NodeGenerateResponse one;
+    fill(1, one.mutable_token());
+    w->Write(one);
+    for (const std::vector<int>& batch : {std::vector<int>{2, 3, 4}, std::vector<int>{5, 6}}) {
+      v1::NodeGenerateResponse r;
+      for (int id : batch) fill(id, r.mutable_tokens()->add_tokens());
+      w->Write(r);
+    }
+    v1::NodeGenerateResponse fin;
+    fin.mutable_final()->add_prompt_tokens(1);
+    for (int id = 1; id <= 6; ++id) fin.mutable_final()->add_output_tokens(id);
+    fin.mutable_final()->mutable_final()->mutable_usage()->set_completion_tokens(6);
+    w->Write(fin);
+    return grpc::Status::OK;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int asked_ ABSL_GUARDED_BY(mu_) = 0;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+class TokenRelayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    global_scheduler::SchedulerOptions o;
+    o.models = {{"m", "/models/m"}};
+    o.node_accept_timeout = absl::ZeroDuration();
+    sched_ = *global_scheduler::Scheduler::Create(o);
+    v1::RegisterNodeRequest r;
+    r.set_node_id("n1");
+    r.set_address(node_.address());
+    r.add_devices()->set_name("cpu:0");
+    r.mutable_devices(0)->set_memory_total_bytes(1000);
+    v1::ResidentModel* m = r.add_models();
+    m->set_name("m");
+    m->set_device("cpu:0");
+    m->set_state(v1::MODEL_STATE_READY);
+    m->set_context_window(128);
+    ASSERT_TRUE(sched_->RegisterNode(r).ok());
+    service_ = std::make_unique<InferenceService>(sched_.get(), &metrics_);
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(service_.get());
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_ != nullptr);
+    stub_ = v1::Inference::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+    if (sched_) sched_->Stop();
+  }
+
+  // The token messages of one Generate call, each as its token ids; the
+  // streamed text goes to `text`.
+  std::vector<std::vector<int>> Generate(bool token_batches, std::string* text) {
+    v1::GenerateRequest req;
+    req.set_model("m");
+    req.set_prompt("hi");
+    req.mutable_sampling()->set_max_tokens(6);
+    req.set_token_batches(token_batches);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    auto reader = stub_->Generate(&ctx, req);
+    v1::GenerateResponse resp;
+    std::vector<std::vector<int>> messages;
+    int finals = 0;
+    while (reader->Read(&resp)) {
+      if (resp.has_token()) {
+        messages.push_back({resp.token().id()});
+        *text += resp.token().text();
+      } else if (resp.has_tokens()) {
+        messages.emplace_back();
+        for (const v1::Token& t : resp.tokens().tokens()) {
+          messages.back().push_back(t.id());
+          *text += t.text();
+        }
+      } else if (resp.has_final()) {
+        ++finals;
+        EXPECT_EQ(resp.final().usage().completion_tokens(), 6);
+      }
+    }
+    const grpc::Status st = reader->Finish();
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(finals, 1);
+    return messages;
+  }
+
+  BatchingNode node_;
+  Metrics metrics_;
+  std::unique_ptr<global_scheduler::Scheduler> sched_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+TEST_F(TokenRelayTest, AClientThatDidNotAskGetsOneTokenPerMessage) {
+  std::string text;
+  const std::vector<std::vector<int>> got = Generate(false, &text);
+  EXPECT_EQ(got, (std::vector<std::vector<int>>{{1}, {2}, {3}, {4}, {5}, {6}}));
+  EXPECT_EQ(text, "<1><2><3><4><5><6>");
+  EXPECT_TRUE(node_.all_asked_for_batches());
+}
+
+TEST_F(TokenRelayTest, AClientThatAskedGetsTheNodesBatches) {
+  std::string text;
+  const std::vector<std::vector<int>> got = Generate(true, &text);
+  EXPECT_EQ(got, (std::vector<std::vector<int>>{{1}, {2, 3, 4}, {5, 6}}));
+  EXPECT_EQ(text, "<1><2><3><4><5><6>");
+  EXPECT_TRUE(node_.all_asked_for_batches());
+}
+
+}  // namespace
+}  // namespace ballast::server
