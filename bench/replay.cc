@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "ballast/v1/inference.grpc.pb.h"
+#include "proto/token_events.h"
 
 namespace ballast::bench {
 namespace {
@@ -207,6 +208,7 @@ class Runner {
     req.mutable_slo()->set_ttft_ms(r.ttft_ms);
     req.mutable_slo()->set_tpot_ms(r.tpot_ms);
     req.set_priority(r.priority);
+    req.set_token_batches(true);  // as a production frontend would
     grpc::ClientContext ctx;
     if (!o_.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + o_.api_key);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(30));
@@ -215,9 +217,9 @@ class Runner {
     v1::GenerateResponse resp;
     int tokens = 0;
     while (reader->Read(&resp)) {
-      if (resp.has_token()) {
+      if (const int n = ForEachToken(resp, [](const v1::Token&) {}); n > 0) {
         if (tokens == 0) out.first_token_s = Now();
-        ++tokens;
+        tokens += n;
         out.any_token = true;
       } else if (resp.has_final()) {
         const auto& f = resp.final();

@@ -297,6 +297,7 @@ DeviceUsage DeviceWorker::Usage() const {
   {
     absl::MutexLock lock(&mu_);
     u.step_host = step_host_;
+    u.step_thread = thread_time_;
     if (remap_) u.remap = remap_->stats();
   }
   if (balloon_) {
@@ -421,6 +422,7 @@ void DeviceWorker::FinishInFlight() {
 }
 
 void DeviceWorker::FinishSteps(std::vector<InFlight> steps) {
+  const StepThreadClock::Activity was = clock_.Switch(&StepThreadTime::finish_s);
   // The steps' host halves (tokens to their streams, finished sequences,
   // exports) run in parallel, one engine per thread: each engine is handed
   // to one finisher while this thread waits, so it is still touched by one
@@ -461,6 +463,7 @@ void DeviceWorker::FinishSteps(std::vector<InFlight> steps) {
                         absl::ToDoubleMilliseconds(absl::Now() - f.began));
     }
   }
+  clock_.Switch(was);
 }
 
 double DeviceWorker::DecodeStepMs(const std::string& model) const {
@@ -475,6 +478,7 @@ void DeviceWorker::Loop() {
     std::vector<std::function<void(bool)>> tasks;
     {
       absl::MutexLock lock(&mu_);
+      thread_time_ += clock_.Take();
       if (stop_) return;
       tasks.swap(tasks_);
     }
@@ -498,31 +502,39 @@ void DeviceWorker::Loop() {
     // same order. The engines' forwards run on their own streams, so they
     // overlap on the device with each other and with the host work of the
     // steps around them.
-    const bool did = BeginSteps(std::move(engines), 0);
+    const bool did = BeginSteps(std::move(engines));
     FinishInFlight();
     if (!did) {
       if (balloon_) balloon_->arena()->Replenish();  // idle: get the next slabs ready
       absl::MutexLock lock(&mu_);
+      clock_.Switch(&StepThreadTime::idle_s);
       if (!wake_ && !stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
       wake_ = false;
+      clock_.Switch(&StepThreadTime::other_s);
     }
   }
 }
 
-bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines,
-                              size_t others) {
+bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines) {
+  const StepThreadClock::Activity was = clock_.Switch(&StepThreadTime::begin_s);
+  // Engines with a step in flight (rolling) count in the arbitration but
+  // do not begin another.
+  std::vector<const engine::ModelEngine*> flying;
+  for (const InFlight& f : in_flight_) flying.push_back(f.engine.get());
+  auto begins = [&](const std::shared_ptr<engine::ModelEngine>& e) {
+    return e->HasWork() && std::find(flying.begin(), flying.end(), e.get()) == flying.end();
+  };
   StepOrder order = Arbitrate(std::move(engines));
   // Several steps overlapping: some may run at the greatest priority.
-  const size_t stepping =
-      others + static_cast<size_t>(std::count_if(order.engines.begin(), order.engines.end(),
-                                                 [](const auto& e) { return e->HasWork(); }));
+  const size_t stepping = flying.size() + static_cast<size_t>(std::count_if(
+                                              order.engines.begin(), order.engines.end(), begins));
   const StreamPriorityPolicy prio = arbitration_.overlap_steps && stepping > 1
                                         ? arbitration_.priority_streams
                                         : StreamPriorityPolicy::kNone;
   bool did = false;
   for (size_t i = 0; i < order.engines.size(); ++i) {
     const std::shared_ptr<engine::ModelEngine>& e = order.engines[i];
-    if (!e->HasWork()) continue;
+    if (!begins(e)) continue;
     const absl::Time t0 = absl::Now();
     using engine::StepUrgency;
     const StepUrgency urgency =
@@ -543,6 +555,7 @@ bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> 
     in_flight_.push_back({e, t0, std::make_shared<std::atomic<bool>>(false), false, overlapped});
     if (!arbitration_.overlap_steps) FinishInFlight();
   }
+  clock_.Switch(was);
   return did;
 }
 

@@ -96,6 +96,8 @@ struct DeviceUsage {
   int64_t page_map_calls = 0, page_unmap_calls = 0;
   // Host time of every step taken on the device so far (cumulative).
   StepHostHistogram step_host;
+  // The step thread's wall time by activity (cumulative).
+  StepThreadTime step_thread;
   // Parameter remapping (elastic mode with remap enabled).
   RemapStats remap;
 };
@@ -157,8 +159,16 @@ struct DeviceArbitrationOptions {
   // them, so each model waits for the pass's slowest step (a short decode
   // behind another model's prefill chunk). Between-step tasks, retiring
   // engines and remapping's reversion (at most every 100 ms) still wait
-  // for every step in flight. Default off.
+  // for every step in flight. Arbitration orders every model's queue,
+  // those with a step in flight included (they begin once it ends).
+  // Default off.
   bool rolling_steps = false;
+  // With rolling_steps: how the loop learns that a step's device work
+  // ended, with several steps in flight; it calls `done` once it has (on
+  // any thread, possibly after the worker is gone). Empty (the default):
+  // the engine's own ModelEngine::NotifyWhenDeviceDone. Tests inject one
+  // that holds steps in flight (a CPU step has no device work to wait for).
+  std::function<void(engine::ModelEngine& engine, std::function<void()> done)> notify_device_done;
 };
 
 struct ArbitrationStats {
@@ -255,11 +265,11 @@ class DeviceWorker {
   void Loop();
   // The loop with rolling_steps (device_worker_rolling.cc).
   void RollingLoop();
-  // Begins a step of each engine in `engines` that has work, in
-  // arbitration order, at the stream priority the policy gives (`others`:
-  // steps already in flight besides these). Returns whether any began.
-  // Step thread only.
-  bool BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines, size_t others);
+  // Arbitrates over the queues of `engines`, then begins a step of each
+  // one that has work and none in flight (in_flight_), in arbitration
+  // order, at the stream priority the policy gives. Returns whether any
+  // began. Step thread only.
+  bool BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
   // Who the memory freed by ShedForShortfall is for.
   enum class ShedFor {
@@ -315,12 +325,14 @@ class DeviceWorker {
   std::map<std::string, double> decode_step_ms_ ABSL_GUARDED_BY(mu_);
   std::vector<InFlight> in_flight_;  // begun, not finished, in order; step thread only
   int64_t finished_steps_ = 0;       // by FinishSteps, ever; step thread only
+  StepThreadClock clock_;            // charged into thread_time_; step thread only
   // Bumped by the steps' device-done callbacks (rolling_steps), Wake and
   // Stop; the rolling loop waits on it. Shared with the callbacks, which
   // may run after the worker is gone.
   std::shared_ptr<StepSignal> signal_ = std::make_shared<StepSignal>();
   std::unique_ptr<transfer::WorkerPool> finishers_;  // null: finish on the step thread
   StepHostHistogram step_host_ ABSL_GUARDED_BY(mu_);
+  StepThreadTime thread_time_ ABSL_GUARDED_BY(mu_);
   ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -31,6 +31,7 @@ void DeviceWorker::RollingLoop() {
     bool stop = false;
     {
       absl::MutexLock lock(&mu_);
+      thread_time_ += clock_.Take();
       stop = stop_;
       tasks.swap(tasks_);
       retiring.swap(retiring_);
@@ -68,14 +69,9 @@ void DeviceWorker::RollingLoop() {
     // reclaims from the others, which first finishes every step in flight).
     const int64_t finished_before = finished_steps_;
     FinishSteps(std::move(done));
-    // Every model not in flight with work begins its next step.
-    std::vector<std::shared_ptr<engine::ModelEngine>> idle;
-    for (auto& e : engines) {
-      const bool flying = std::any_of(in_flight_.begin(), in_flight_.end(),
-                                      [&](const InFlight& f) { return f.engine == e; });
-      if (!flying) idle.push_back(std::move(e));
-    }
-    const bool began = BeginSteps(std::move(idle), in_flight_.size());
+    // Arbitration over every model's queue; each model not in flight with
+    // work begins its next step.
+    const bool began = BeginSteps(std::move(engines));
     const bool finished = finished_steps_ != finished_before;
     if (in_flight_.size() == 1) {
       // One step on the device: wait on its own event, as lockstep passes
@@ -93,14 +89,20 @@ void DeviceWorker::RollingLoop() {
     for (InFlight& f : in_flight_) {
       if (f.notified) continue;
       f.notified = true;
-      f.engine->NotifyWhenDeviceDone([done = f.device_done, signal = signal_] {
+      std::function<void()> done = [done = f.device_done, signal = signal_] {
         done->store(true);
         signal->Bump();
-      });
+      };
+      if (arbitration_.notify_device_done) {
+        arbitration_.notify_device_done(*f.engine, std::move(done));
+      } else {
+        f.engine->NotifyWhenDeviceDone(std::move(done));
+      }
     }
     // Until a step's device work ends, work arrives or the worker stops.
     bool woken = false;
     {
+      clock_.Switch(&StepThreadTime::idle_s);
       absl::MutexLock lock(&signal_->mu);
       auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(signal_->mu) {
         return signal_->events != seen;
@@ -108,6 +110,7 @@ void DeviceWorker::RollingLoop() {
       // Idle, the loop also wakes to replenish slabs (as lockstep does).
       const absl::Duration limit = in_flight_.empty() ? absl::Milliseconds(50) : kCallbackLimit;
       woken = signal_->mu.AwaitWithTimeout(absl::Condition(&changed), limit);
+      clock_.Switch(&StepThreadTime::other_s);
     }
     // Steps in flight and no callback for that long: wait on their events
     // (after a sticky CUDA error host functions never run; the wait

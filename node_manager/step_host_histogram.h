@@ -5,10 +5,16 @@
 // it unless steps overlap (issue 13); `ballast_node_step_host_seconds`
 // exports it.
 //
-// Thread-compatible value type (DeviceWorker guards its copy).
+// StepThreadTime: where the device's step thread spends its wall time,
+// cumulative; `ballast_node_step_thread_seconds_total` exports it. A step
+// thread near 100% busy (little idle) is what limits a device whose
+// engines' steps overlap.
+//
+// Thread-compatible value types (DeviceWorker guards its copies).
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 
 namespace ballast::node_manager {
@@ -28,6 +34,55 @@ struct StepHostHistogram {
     sum_s += seconds;
     ++steps;
   }
+};
+
+struct StepThreadTime {
+  double begin_s = 0;  // arbitration, then planning and launching steps
+  // Finishing steps: tokens, finished sequences; and the wait for the
+  // device when the loop waits on a step's event (lockstep, or one step
+  // in flight).
+  double finish_s = 0;
+  double idle_s = 0;   // waiting for work or for a step's device work to end
+  double other_s = 0;  // tasks, evictions, remapping ticks, the loop itself
+
+  StepThreadTime& operator+=(const StepThreadTime& o) {
+    begin_s += o.begin_s;
+    finish_s += o.finish_s;
+    idle_s += o.idle_s;
+    other_s += o.other_s;
+    return *this;
+  }
+};
+
+// Charges the step thread's time to the activity it is in: Switch
+// charges the time since the last switch to the current activity and makes
+// `next` current (returning the previous one, to switch back); Take
+// returns what was charged since the last Take. Step thread only.
+class StepThreadClock {
+ public:
+  using Activity = double StepThreadTime::*;
+  Activity Switch(Activity next) {
+    Charge();
+    const Activity prev = current_;
+    current_ = next;
+    return prev;
+  }
+  StepThreadTime Take() {
+    Charge();
+    StepThreadTime t = charged_;
+    charged_ = {};
+    return t;
+  }
+
+ private:
+  void Charge() {
+    const auto now = std::chrono::steady_clock::now();
+    charged_.*current_ += std::chrono::duration<double>(now - since_).count();
+    since_ = now;
+  }
+  Activity current_ = &StepThreadTime::other_s;
+  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
+  StepThreadTime charged_;
 };
 
 }  // namespace ballast::node_manager

@@ -18,6 +18,7 @@
 #include "bench/replay.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/model_state.h"
+#include "proto/token_events.h"
 #include "server/auth.h"
 #include "server/http_probe.h"
 #include "server/status_util.h"
@@ -59,11 +60,13 @@ grpc::Status StreamGenerate(v1::Inference::StubInterface* stub, const v1::Genera
                             std::ostream& out, std::optional<v1::Final>* final) {
   grpc::ClientContext ctx;
   AddApiKey(&ctx);
-  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateRequest batched = req;
+  batched.set_token_batches(true);
+  auto reader = stub->Generate(&ctx, batched);
   v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
-    if (resp.has_token()) {
-      out << resp.token().text() << std::flush;
+    if (ForEachToken(resp, [&](const v1::Token& t) { out << t.text(); }) > 0) {
+      out << std::flush;
     } else if (resp.has_final()) {
       *final = resp.final();
     }
@@ -288,14 +291,14 @@ int RunDemo(const std::string& target, const std::string& prompt, int max_tokens
       req.set_prompt(prompt);
       req.mutable_sampling()->set_max_tokens(max_tokens);
       req.mutable_sampling()->set_ignore_eos(true);
+      req.set_token_batches(true);
       grpc::ClientContext ctx;
       AddApiKey(&ctx);
       auto reader = inference->Generate(&ctx, req);
       v1::GenerateResponse resp;
       while (reader->Read(&resp)) {
         std::lock_guard<std::mutex> lock(mu);
-        if (resp.has_token()) {
-          lines[i].text += resp.token().text();
+        if (ForEachToken(resp, [&](const v1::Token& t) { lines[i].text += t.text(); }) > 0) {
           lines[i].status = "streaming";
         } else if (resp.has_final()) {
           const auto& f = resp.final();

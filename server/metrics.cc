@@ -155,6 +155,12 @@ Metrics::Metrics()
                            "outside the executor's forward (planning, token streaming, "
                            "finishes, KV exports)")
                      .Register(*registry_)),
+      step_thread_(BuildCounter()
+                       .Name("ballast_node_step_thread_seconds_total")
+                       .Help("Wall time of each device's step thread by activity: begin "
+                             "(arbitration, planning, launches), finish (tokens, finished "
+                             "sequences; the device wait when it waits on a step), idle, other")
+                       .Register(*registry_)),
       node_queue_(BuildHistogram()
                       .Name("ballast_node_queue_seconds")
                       .Help("Time a request waited on the node before admission, per model")
@@ -311,6 +317,17 @@ void Metrics::SetDevice(const DeviceGauges& g) {
         .ObserveMultiple(increments, g.step_host.sum_s - seen.sum_s);
   }
   seen = g.step_host;
+  node_manager::StepThreadTime& was = seen_step_thread_[g.device];
+  using T = node_manager::StepThreadTime;
+  for (const auto& [activity, field] :
+       {std::pair{"begin", &T::begin_s}, std::pair{"finish", &T::finish_s},
+        std::pair{"idle", &T::idle_s}, std::pair{"other", &T::other_s}}) {
+    if (g.step_thread.*field > was.*field) {
+      step_thread_.Add({{"device", g.device}, {"activity", activity}})
+          .Increment(g.step_thread.*field - was.*field);
+    }
+  }
+  was = g.step_thread;
   SetRemap(g.device, g.remap);
   SetModelMemory(g.device, g.model_memory);
 }

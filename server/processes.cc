@@ -251,8 +251,8 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
         metrics->SetDevice({d->name(), u.kv_blocks_total - u.kv_blocks_free, u.kv_blocks_free,
                             u.memory_used_bytes, u.waiting, u.running, u.preemptions,
                             u.slabs_formatted, u.slabs_empty, u.kv_bytes_used, u.kv_bytes_free,
-                            u.page_map_calls, u.page_unmap_calls, u.step_host, u.remap,
-                            u.model_memory});
+                            u.page_map_calls, u.page_unmap_calls, u.step_host, u.step_thread,
+                            u.remap, u.model_memory});
       }
       if (const auto* tiers = raw->node->kv_tiers()) {
         const auto t = tiers->stats();

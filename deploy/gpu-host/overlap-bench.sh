@@ -69,6 +69,17 @@ host_us() {  # mean step host time (µs) between two scrapes of the metrics
     split(a, x, " "); split(b, y, " ");
     if (y[2] - x[2] > 0) printf "%.0f", 1e6 * (y[1] - x[1]) / (y[2] - x[2]); else print "n/a" }'
 }
+threads() {  # the step threads' seconds by activity: begin finish idle other
+  curl_ 127.0.0.1:${METRICS_PORT:-9400}/metrics | awk '/^ballast_node_step_thread_seconds_total/ {
+    if ($0 ~ /activity="begin"/) b += $2; else if ($0 ~ /activity="finish"/) f += $2;
+    else if ($0 ~ /activity="idle"/) i += $2; else o += $2 } END {print b + 0, f + 0, i + 0, o + 0}'
+}
+thread_share() {  # shares of the step thread's time between two threads() scrapes
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); t = 0; for (k = 1; k <= 4; k++) {d[k] = y[k] - x[k]; t += d[k]}
+    if (t <= 0) {print "n/a"; exit}
+    printf "begin %.0f%%, finish %.0f%%, idle %.0f%%, other %.0f%%", 100*d[1]/t, 100*d[2]/t, 100*d[3]/t, 100*d[4]/t }'
+}
 scrape() {
   curl_ 127.0.0.1:${METRICS_PORT:-9400}/metrics | awk '/^ballast_node_step_host_seconds_sum/ {s += $2}
     /^ballast_node_step_host_seconds_count/ {c += $2} END {print s + 0, c + 0}'
@@ -86,6 +97,7 @@ for overlap in $MODES; do
     done
     for i in $(seq 1 "$n"); do "$STORM" 127.0.0.1:${SCHED_PORT:-50051} "m$i" 2 8 > /dev/null; done  # resident
     before=$(scrape)
+    tb=$(threads)
     t0=$(date +%s.%N)
     storms=()
     for i in $(seq 1 "$n"); do
@@ -100,11 +112,13 @@ for overlap in $MODES; do
     wait "${storms[@]}"
     t1=$(date +%s.%N)
     after=$(scrape)
+    ta=$(threads)
     tokens=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | awk '{t += $4} END {print t}')
     codes=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "status codes: [0-9=]*" | sort | uniq -c | tr '\n' ';')
     rate=$(awk -v t="$tokens" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f s: %.0f", b - a, t / (b - a)}')
     echo "models $n overlap $overlap: $tokens tokens in $rate tokens/s;" \
-      "step host $(host_us "$before" "$after") us; TPOT p50 per model (ms):" \
+      "step host $(host_us "$before" "$after") us (step thread: $(thread_share "$tb" "$ta"));" \
+      "TPOT p50 per model (ms):" \
       "$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "TPOT p50 [0-9.]*" | awk '{print $3}' | tr '\n' ' ');" \
       "$codes $(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "[0-9.]* tokens per message" | head -1)" |
       tee -a "$OUT/serve.txt"

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "ballast/v1/inference.grpc.pb.h"
+#include "proto/token_events.h"
 #include "server/gateway/call_registry.h"
 #include "server/gateway/gateway_tls.h"
 #include "server/gateway/http_framing.h"
@@ -352,10 +353,15 @@ void Session<Stream>::OnEvent(const v1::GenerateResponse& r) {
     final_ = r.final();
     return;
   }
-  if (request_.logprobs) tokens_.push_back(r.token());
-  if (!request_.stream || r.token().text().empty()) return;
+  // A batch (the stream fell behind) goes out as one chunk.
+  std::string text;
+  ForEachToken(r, [&](const v1::Token& t) {
+    if (request_.logprobs) tokens_.push_back(t);
+    text += t.text();
+  });
+  if (!request_.stream || text.empty()) return;
   StartStream();
-  Write(StreamChunkEvent(ctx_, r.token().text(), tokens_, ""), After::kNothing);
+  Write(StreamChunkEvent(ctx_, text, tokens_, ""), After::kNothing);
   tokens_.clear();
 }
 

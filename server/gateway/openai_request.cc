@@ -230,6 +230,7 @@ bool ParseCommon(const json& j, int64_t default_max_tokens, CompletionRequest* o
     return false;
   }
   g.set_model(model->get<std::string>());
+  g.set_token_batches(true);  // a stream that falls behind catches up in fewer chunks
   if (!String(j, "session_id", g.mutable_session_id(), error)) return false;
   v1::SamplingParams* s = g.mutable_sampling();
   int64_t max_tokens = default_max_tokens, top_k = 0, seed = -1;

@@ -269,6 +269,7 @@ TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
   for (int rolling = 0; rolling < 2; ++rolling) {
     DeviceArbitrationOptions arb;
     arb.rolling_steps = rolling == 1;
+    const absl::Time created = absl::Now();
     auto w = Worker(arb);
     auto a = Engine("a", path, w.get());
     auto b = Engine("b", path, w.get());
@@ -293,6 +294,13 @@ TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
       EXPECT_EQ(s->result->output_tokens.size(), 12u) << s->id;
       tokens[rolling][s->id] = s->result->output_tokens;
     }
+    // The step thread's time was charged to beginning and finishing steps,
+    // and in all to no more than the worker's life.
+    const StepThreadTime t = w->Usage().step_thread;
+    EXPECT_GT(t.begin_s, 0);
+    EXPECT_GT(t.finish_s, 0);
+    EXPECT_LE(t.begin_s + t.finish_s + t.idle_s + t.other_s,
+              absl::ToDoubleSeconds(absl::Now() - created));
     // Stopping with a request in flight ends it (served or failed) and returns.
     Sink left("left", &order);
     ASSERT_TRUE(a->Submit(Req("left", 40, 60000), &left).ok());
