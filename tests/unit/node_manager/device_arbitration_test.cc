@@ -310,5 +310,108 @@ TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
   EXPECT_EQ(tokens[0], tokens[1]);
 }
 
+// Holds the rolling loop's device-done callbacks (notify_device_done)
+// until Open: steps stay in flight on the CPU backend, whose steps have no
+// device work to wait for.
+class HeldSteps {
+ public:
+  std::function<void(ModelEngine&, std::function<void()>)> Notifier() {
+    return [this](ModelEngine& e, std::function<void()> done) {
+      {
+        absl::MutexLock lock(&mu_);
+        ++notified_[e.name()];
+        if (!open_) {
+          held_.push_back(std::move(done));
+          return;
+        }
+      }
+      done();
+    };
+  }
+  // Device-done notifications asked for `model`'s steps so far.
+  int notified(const std::string& model) {
+    absl::MutexLock lock(&mu_);
+    return notified_[model];
+  }
+  bool AwaitHeld(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
+  }
+  // Releases what is held; later steps are not held.
+  void Open() {
+    std::vector<std::function<void()>> release;
+    {
+      absl::MutexLock lock(&mu_);
+      open_ = true;
+      release.swap(held_);
+    }
+    for (auto& done : release) done();
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> notified_ ABSL_GUARDED_BY(mu_);
+};
+
+// Rolling steps: a model's queue is arbitrated while its step is in
+// flight. A and B are held on the device; four 400-token requests then
+// queue (three for A, one for C) behind a wait bound that admits two
+// (20 and 40 ms of predicted prefill, 60 and 80 beyond 50). The two are
+// refused while A's step is still held, not once it ends.
+TEST(DeviceArbitration, RollingStepsArbitrateTheQueuesOfModelsInFlight) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  HeldSteps held;
+  DeviceArbitrationOptions arb;
+  arb.rolling_steps = true;
+  arb.policy = ArbitrationPolicy::kEdf;
+  arb.max_queue_wait_ms = 50;  // the prior: 0.05 ms a prompt token
+  arb.notify_device_done = held.Notifier();
+  auto w = Worker(arb);
+  auto a = Engine("a", path, w.get());
+  auto b = Engine("b", path, w.get());
+  auto c = Engine("c", path, w.get());
+  ASSERT_TRUE(w->Add(c).ok());
+  Order order;
+  Sink a0("a0", &order), b0("b0", &order);
+  GenerationRequest r = Req("a0", 8, 60000);
+  r.params.max_tokens = 64;  // still running when the queue is arbitrated
+  ASSERT_TRUE(a->Submit(r, &a0).ok());
+  r.id = "b0";
+  ASSERT_TRUE(b->Submit(r, &b0).ok());
+  AddBoth(w.get(), a, b);
+  ASSERT_TRUE(held.AwaitHeld(2));  // a's and b's steps in flight
+  const int a_steps = held.notified("a");
+  std::vector<std::unique_ptr<Sink>> queued;
+  for (const char* id : {"a1", "a2", "a3", "c0"}) {
+    queued.push_back(std::make_unique<Sink>(id, &order));
+    ModelEngine* e = id[0] == 'a' ? a.get() : c.get();
+    ASSERT_TRUE(e->Submit(Req(id, 400, 60000), queued.back().get()).ok());
+  }
+  ASSERT_TRUE(WaitAll(&order, 2));
+  {
+    absl::MutexLock lock(&order.mu);
+    EXPECT_EQ(order.ids.size(), 2u);
+    EXPECT_FALSE(a0.done);
+  }
+  EXPECT_EQ(held.notified("a"), a_steps) << "a's step ended before its queue was arbitrated";
+  held.Open();
+  ASSERT_TRUE(WaitAll(&order, 6));
+  int refused = 0;
+  for (const auto& q : queued) {
+    if (!q->result.ok()) {
+      EXPECT_EQ(q->result.status().code(), absl::StatusCode::kResourceExhausted) << q->id;
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 2);  // a request left waiting behind a0 ages past the bound too
+  EXPECT_TRUE(a0.result.ok()) << a0.result.status();
+  EXPECT_TRUE(b0.result.ok()) << b0.result.status();
+  w->Stop();
+}
+
 }  // namespace
 }  // namespace ballast::node_manager
