@@ -85,8 +85,8 @@ struct NodeOptions {
   // (node.engine.priority_streams: none, first or decode). Default none.
   StreamPriorityPolicy priority_streams = StreamPriorityPolicy::kNone;
   // DeviceArbitrationOptions::rolling_steps (node.engine.rolling_steps).
-  // Default off.
-  bool rolling_steps = false;
+  // Default on.
+  bool rolling_steps = true;
   // Longest a draining eviction waits for in-flight requests when the
   // EvictModel call names no timeout (the scheduler always sends its
   // scheduler.drain_timeout_ms). Default 10 min.
