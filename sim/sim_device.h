@@ -18,7 +18,9 @@
 //    not fit stops admission (no bypass) unless it could only fit once
 //    another model's weights leave (it waits, the others go on); static:
 //    it blocks its own model.
-//  * Steps. One iteration steps every model that has running requests,
+//  * Steps (the node's lockstep loop, node.engine.rolling_steps: false;
+//    the node's default is now rolling, which this does not model yet).
+//    One iteration steps every model that has running requests,
 //    each a batch of its decode tokens plus prefill chunks (in admission
 //    order) up to max_batch_tokens. With overlap_steps (the node's
 //    default) the steps run on their own streams: the iteration takes the

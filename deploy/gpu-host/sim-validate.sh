@@ -47,7 +47,8 @@ node:
   devices:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-40960}}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
-           max_seqs: 128, max_context: 4096, overlap_steps: true}
+           max_seqs: 128, max_context: 4096, overlap_steps: true,
+           rolling_steps: false}   # the lockstep iterations sim_device.h models
 serve:
   cache_dir: ${CACHE:-/tmp/sim-validate-models}
   models:
