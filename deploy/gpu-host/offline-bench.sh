@@ -13,7 +13,8 @@
 # Env: N (requests, 1000), QUANTS ("none fp8"), SEQS ("256"), BATCH_TOKENS
 #      (node.engine.max_batch_tokens, 8192), MEMORY_MIB (the device's
 #      budget, 120000), MODEL (checkpoint dir, made if missing), SEED (1),
-#      BACKEND (cuda; cpu checks the script on a small MODEL).
+#      BACKEND (cuda; cpu checks the script on a small MODEL), ROLLING
+#      (node.engine.rolling_steps, true; runs before 2026-11-29 were false).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -48,7 +49,8 @@ node:
   devices:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-120000}}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16,
-           max_batch_tokens: ${BATCH_TOKENS:-8192}, max_seqs: $2, max_context: 4096}
+           max_batch_tokens: ${BATCH_TOKENS:-8192}, max_seqs: $2, max_context: 4096,
+           rolling_steps: ${ROLLING:-true}}
 EOF
 }
 
