@@ -291,6 +291,7 @@ class ModelEngine {
   EngineStats stats() const;
 
   // Device-wide arbitration hooks. REQUIRES: the thread that calls Step.
+  // Each finishes a step in flight first (waiting for its device work).
   // The waiting requests (the inbox drained first).
   std::vector<QueuedRequest> Queued();
   // Admission order for the waiting requests: ascending rank; preempted

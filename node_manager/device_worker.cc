@@ -57,7 +57,6 @@ void DeviceWorker::Stop() {
     absl::MutexLock lock(&mu_);
     if (stop_) return;
     stop_ = true;
-    cv_.Signal();
   }
   signal_->Bump();
   if (thread_.joinable()) thread_.join();  // not started if Create failed
@@ -80,14 +79,7 @@ void DeviceWorker::Stop() {
   for (auto& e : retiring) e->Close(absl::UnavailableError("node shutting down"));
 }
 
-void DeviceWorker::Wake() {
-  {
-    absl::MutexLock lock(&mu_);
-    wake_ = true;
-    cv_.Signal();
-  }
-  signal_->Bump();
-}
+void DeviceWorker::Wake() { signal_->Bump(); }
 
 absl::Status DeviceWorker::Add(std::shared_ptr<engine::ModelEngine> engine) {
   absl::MutexLock lock(&mu_);
@@ -96,9 +88,7 @@ absl::Status DeviceWorker::Add(std::shared_ptr<engine::ModelEngine> engine) {
   }
   if (balloon_) balloon_->SetWorkspace(engine->name(), engine->workspace_bytes());
   engines_[engine->name()] = std::move(engine);
-  wake_ = true;
-  cv_.Signal();
-  signal_->Bump();  // the rolling loop's wait (lock order: mu_, then the signal's)
+  signal_->Bump();  // lock order: mu_, then the signal's
   return absl::OkStatus();
 }
 
@@ -109,8 +99,6 @@ bool DeviceWorker::Remove(const std::string& model) {
   retiring_.push_back(std::move(it->second));
   engines_.erase(it);
   if (balloon_) balloon_->SetWorkspace(model, 0);
-  wake_ = true;
-  cv_.Signal();
   signal_->Bump();
   return true;
 }
@@ -131,8 +119,6 @@ absl::Status DeviceWorker::RunOnStepThread(std::function<absl::Status()> fn) {
       result = run ? fn() : absl::UnavailableError(absl::StrCat("device ", name_, " stopped"));
       done.Notify();
     });
-    wake_ = true;
-    cv_.Signal();
     signal_->Bump();
   }
   done.WaitForNotification();
@@ -474,6 +460,7 @@ double DeviceWorker::DecodeStepMs(const std::string& model) const {
 
 void DeviceWorker::Loop() {
   while (true) {
+    const int64_t seen = signal_->Events();  // before this iteration looks at anything
     std::vector<std::shared_ptr<engine::ModelEngine>> engines, retiring;
     std::vector<std::function<void(bool)>> tasks;
     {
@@ -506,10 +493,8 @@ void DeviceWorker::Loop() {
     FinishInFlight();
     if (!did) {
       if (balloon_) balloon_->arena()->Replenish();  // idle: get the next slabs ready
-      absl::MutexLock lock(&mu_);
       clock_.Switch(&StepThreadTime::idle_s);
-      if (!wake_ && !stop_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
-      wake_ = false;
+      signal_->AwaitChange(seen, absl::Milliseconds(50));  // also wakes to replenish
       clock_.Switch(&StepThreadTime::other_s);
     }
   }
@@ -517,24 +502,29 @@ void DeviceWorker::Loop() {
 
 bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines) {
   const StepThreadClock::Activity was = clock_.Switch(&StepThreadTime::begin_s);
-  // Engines with a step in flight (rolling) count in the arbitration but
-  // do not begin another.
+  // Engines with a step in flight (rolling) neither begin another nor take
+  // part in the arbitration: its hooks (Queued, RejectWaiting) finish an
+  // engine's step in flight first, which would wait for its device work.
   std::vector<const engine::ModelEngine*> flying;
   for (const InFlight& f : in_flight_) flying.push_back(f.engine.get());
-  auto begins = [&](const std::shared_ptr<engine::ModelEngine>& e) {
-    return e->HasWork() && std::find(flying.begin(), flying.end(), e.get()) == flying.end();
-  };
+  engines.erase(std::remove_if(engines.begin(), engines.end(),
+                               [&](const std::shared_ptr<engine::ModelEngine>& e) {
+                                 return std::find(flying.begin(), flying.end(), e.get()) !=
+                                        flying.end();
+                               }),
+                engines.end());
   StepOrder order = Arbitrate(std::move(engines));
   // Several steps overlapping: some may run at the greatest priority.
   const size_t stepping = flying.size() + static_cast<size_t>(std::count_if(
-                                              order.engines.begin(), order.engines.end(), begins));
+                                              order.engines.begin(), order.engines.end(),
+                                              [](const auto& e) { return e->HasWork(); }));
   const StreamPriorityPolicy prio = arbitration_.overlap_steps && stepping > 1
                                         ? arbitration_.priority_streams
                                         : StreamPriorityPolicy::kNone;
   bool did = false;
   for (size_t i = 0; i < order.engines.size(); ++i) {
     const std::shared_ptr<engine::ModelEngine>& e = order.engines[i];
-    if (!begins(e)) continue;
+    if (!e->HasWork()) continue;
     const absl::Time t0 = absl::Now();
     using engine::StepUrgency;
     const StepUrgency urgency =

@@ -159,11 +159,11 @@ struct DeviceArbitrationOptions {
   // them, so each model waits for the pass's slowest step (a short decode
   // behind another model's prefill chunk). Between-step tasks, retiring
   // engines and remapping's reversion (at most every 100 ms) still wait
-  // for every step in flight. Arbitration orders every model's queue,
-  // those with a step in flight included (they begin once it ends).
-  // Default on: on an H200 it cut a chat model's TBT beside a bulk model's
-  // prefills from 15.0 to 5.0 ms, gave six small models 8-10% more tokens/s
-  // than lockstep, and left one model's TPOT unchanged (docs/benchmarks.md).
+  // for every step in flight. Arbitration orders the queues of the
+  // models with no step in flight (the engine's arbitration hooks finish a
+  // step in flight first, waiting for its device work). Default on: on an H200 it cut a chat
+  // model's TBT beside a bulk model's prefills from 15.0 to 5.0 ms, gave six small models 8-10%
+  // more tokens/s than lockstep, and left one model's TPOT unchanged (docs/benchmarks.md).
   bool rolling_steps = true;
   // With rolling_steps: how the loop learns that a step's device work
   // ended, with several steps in flight; it calls `done` once it has (on
@@ -255,6 +255,10 @@ class DeviceWorker {
     bool notified = false;
     bool overlapped = false;
   };
+  // What wakes the step thread: every event that may give it work (new
+  // work, a task, an engine added or removed, a step's device work ended,
+  // Stop) bumps a count; the loop reads the count before it looks at
+  // anything and sleeps only while it is unchanged, so no wake is lost.
   struct StepSignal {
     absl::Mutex mu;
     int64_t events ABSL_GUARDED_BY(mu) = 0;
@@ -262,15 +266,25 @@ class DeviceWorker {
       absl::MutexLock lock(&mu);
       ++events;
     }
+    int64_t Events() {
+      absl::MutexLock lock(&mu);
+      return events;
+    }
+    // Until the count differs from `seen` or `limit` passes; whether it did.
+    bool AwaitChange(int64_t seen, absl::Duration limit) {
+      absl::MutexLock lock(&mu);
+      auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return events != seen; };
+      return mu.AwaitWithTimeout(absl::Condition(&changed), limit);
+    }
   };
   DeviceWorker(std::string name, int64_t memory_bytes);
   void Loop();
   // The loop with rolling_steps (device_worker_rolling.cc).
   void RollingLoop();
-  // Arbitrates over the queues of `engines`, then begins a step of each
-  // one that has work and none in flight (in_flight_), in arbitration
-  // order, at the stream priority the policy gives. Returns whether any
-  // began. Step thread only.
+  // Of `engines`, those with no step in flight (in_flight_): arbitrates
+  // over their queues, then begins a step of each one that has work, in
+  // arbitration order, at the stream priority the policy gives. Returns
+  // whether any began. Step thread only.
   bool BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
   // Who the memory freed by ShedForShortfall is for.
@@ -313,8 +327,6 @@ class DeviceWorker {
   size_t slab_bytes_ = 0;
   std::unique_ptr<RemapController> remap_;  // null: remapping off
   mutable absl::Mutex mu_;
-  absl::CondVar cv_;
-  bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<engine::ModelEngine>> engines_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<engine::ModelEngine>> retiring_ ABSL_GUARDED_BY(mu_);
@@ -328,9 +340,9 @@ class DeviceWorker {
   std::vector<InFlight> in_flight_;  // begun, not finished, in order; step thread only
   int64_t finished_steps_ = 0;       // by FinishSteps, ever; step thread only
   StepThreadClock clock_;            // charged into thread_time_; step thread only
-  // Bumped by the steps' device-done callbacks (rolling_steps), Wake and
-  // Stop; the rolling loop waits on it. Shared with the callbacks, which
-  // may run after the worker is gone.
+  // Bumped by Wake, Add, Remove, RunOnStepThread, Stop and the steps'
+  // device-done callbacks (rolling_steps); both loops wait on it. Shared
+  // with the callbacks, which may run after the worker is gone.
   std::shared_ptr<StepSignal> signal_ = std::make_shared<StepSignal>();
   std::unique_ptr<transfer::WorkerPool> finishers_;  // null: finish on the step thread
   StepHostHistogram step_host_ ABSL_GUARDED_BY(mu_);

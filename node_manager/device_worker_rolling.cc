@@ -21,11 +21,7 @@ constexpr absl::Duration kCallbackLimit = absl::Seconds(1);
 void DeviceWorker::RollingLoop() {
   absl::Time last_tick = absl::InfinitePast();
   while (true) {
-    int64_t seen = 0;  // events before this iteration looked at anything
-    {
-      absl::MutexLock lock(&signal_->mu);
-      seen = signal_->events;
-    }
+    const int64_t seen = signal_->Events();  // before this iteration looks at anything
     std::vector<std::shared_ptr<engine::ModelEngine>> engines, retiring;
     std::vector<std::function<void(bool)>> tasks;
     bool stop = false;
@@ -36,7 +32,6 @@ void DeviceWorker::RollingLoop() {
       tasks.swap(tasks_);
       retiring.swap(retiring_);
       for (const auto& [n, e] : engines_) engines.push_back(e);
-      wake_ = false;
     }
     const absl::Time now = absl::Now();
     const bool tick = remap_ && now - last_tick >= kRemapTickEvery;
@@ -69,8 +64,7 @@ void DeviceWorker::RollingLoop() {
     // reclaims from the others, which first finishes every step in flight).
     const int64_t finished_before = finished_steps_;
     FinishSteps(std::move(done));
-    // Arbitration over every model's queue; each model not in flight with
-    // work begins its next step.
+    // Every model not in flight with work begins its next step.
     const bool began = BeginSteps(std::move(engines));
     const bool finished = finished_steps_ != finished_before;
     if (in_flight_.size() == 1) {
@@ -100,18 +94,11 @@ void DeviceWorker::RollingLoop() {
       }
     }
     // Until a step's device work ends, work arrives or the worker stops.
-    bool woken = false;
-    {
-      clock_.Switch(&StepThreadTime::idle_s);
-      absl::MutexLock lock(&signal_->mu);
-      auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(signal_->mu) {
-        return signal_->events != seen;
-      };
-      // Idle, the loop also wakes to replenish slabs (as lockstep does).
-      const absl::Duration limit = in_flight_.empty() ? absl::Milliseconds(50) : kCallbackLimit;
-      woken = signal_->mu.AwaitWithTimeout(absl::Condition(&changed), limit);
-      clock_.Switch(&StepThreadTime::other_s);
-    }
+    // Idle, the loop also wakes to replenish slabs (as lockstep does).
+    clock_.Switch(&StepThreadTime::idle_s);
+    const bool woken =
+        signal_->AwaitChange(seen, in_flight_.empty() ? absl::Milliseconds(50) : kCallbackLimit);
+    clock_.Switch(&StepThreadTime::other_s);
     // Steps in flight and no callback for that long: wait on their events
     // (after a sticky CUDA error host functions never run; the wait
     // returns the error, which fails the steps' requests).

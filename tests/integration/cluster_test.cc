@@ -345,8 +345,7 @@ TEST_F(TokenBatchTest, BatchesGoOnlyToClientsThatAskAndCarryTheSameTokens) {
     EXPECT_EQ(r.ids, reference) << "batches " << batches;
     EXPECT_EQ(r.final.text(), r.text);
     // How much the node batches depends on the buffers of two
-    // connections (the unit tests pin it down): only the bound here.
-    EXPECT_LE(r.token_messages, kTokens);
+    // connections (token_relay_test and node_generate_test pin it down).
     if (!batches) {
       EXPECT_EQ(r.token_messages, kTokens) << "one token per message";
     }

@@ -86,6 +86,7 @@ class TokenRelayTest : public ::testing::Test {
     global_scheduler::SchedulerOptions o;
     o.models = {{"m", "/models/m"}};
     o.node_accept_timeout = absl::ZeroDuration();
+    o.heartbeat_timeout = absl::Minutes(1);  // the fake node sends none
     sched_ = *global_scheduler::Scheduler::Create(o);
     v1::RegisterNodeRequest r;
     r.set_node_id("n1");
