@@ -25,6 +25,7 @@
 #include "prometheus/text_serializer.h"
 #include "server/metrics.h"
 #include "server/scheduler_service.h"
+#include "tests/unit/server/scheduler_front.h"
 
 namespace ballast::server {
 namespace {
@@ -33,15 +34,7 @@ namespace {
 // PrefetchKv blocks while the gate is closed.
 class GatedNode final : public v1::Node::Service {
  public:
-  GatedNode() {
-    grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    // The scheduler's keepalive pings, as a real node allows (processes.cc).
-    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
-    b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-    b.RegisterService(this);
-    server_ = b.BuildAndStart();
-  }
+  GatedNode() { server_ = testing::StartFakeNode(this, &port_); }
   ~GatedNode() override {
     Open();
     server_->Shutdown();
@@ -157,38 +150,15 @@ class AdvisePoolTest : public ::testing::Test {
   void Start(int advise_threads, int advise_queue, global_scheduler::QuotaOptions quotas = {}) {
     global_scheduler::SchedulerOptions o;
     o.quotas = std::move(quotas);
-    o.models = {{"m", "/models/m"}};
-    o.node_accept_timeout = absl::ZeroDuration();
     o.advise_threads = advise_threads;
     o.advise_queue = advise_queue;
-    sched_ = *global_scheduler::Scheduler::Create(o);
-    v1::RegisterNodeRequest r;
-    r.set_node_id("n1");
-    r.set_address(node_.address());
-    r.add_devices()->set_name("cpu:0");
-    r.mutable_devices(0)->set_memory_total_bytes(1000);
-    v1::ResidentModel* m = r.add_models();
-    m->set_name("m");
-    m->set_device("cpu:0");
-    m->set_state(v1::MODEL_STATE_READY);
-    m->set_context_window(128);
-    ASSERT_TRUE(sched_->RegisterNode(r).ok());
-    service_ = std::make_unique<InferenceService>(sched_.get(), &metrics_);
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(service_.get());
-    server_ = b.BuildAndStart();
-    ASSERT_TRUE(server_ != nullptr);
-    stub_ = v1::Inference::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    ASSERT_NO_FATAL_FAILURE(front_.Start(node_.address(), std::move(o)));
     ASSERT_TRUE(Generate("s1").ok());  // the session advisories name
   }
   void TearDown() override {
     node_.Open();
     EXPECT_TRUE(advisories_.AwaitAll());  // no callback outlives the test
-    if (server_) server_->Shutdown();
-    if (sched_) sched_->Stop();
+    front_.Stop();
   }
 
   // One Generate turn (10 s deadline: a routing pool held by advisories
@@ -201,7 +171,7 @@ class AdvisePoolTest : public ::testing::Test {
     req.mutable_sampling()->set_max_tokens(1);
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    auto reader = stub_->Generate(&ctx, req);
+    auto reader = front_.stub->Generate(&ctx, req);
     v1::GenerateResponse resp;
     int tokens = 0;
     while (reader->Read(&resp)) tokens += resp.has_token();
@@ -212,17 +182,13 @@ class AdvisePoolTest : public ::testing::Test {
 
   std::string Scrape() {
     std::ostringstream out;
-    prometheus::TextSerializer().Serialize(out, metrics_.registry()->Collect());
+    prometheus::TextSerializer().Serialize(out, front_.metrics.registry()->Collect());
     return out.str();
   }
 
   GatedNode node_;
   Advisories advisories_;
-  Metrics metrics_;
-  std::unique_ptr<global_scheduler::Scheduler> sched_;
-  std::unique_ptr<InferenceService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<v1::Inference::Stub> stub_;
+  testing::SchedulerFront front_;
 };
 
 TEST_F(AdvisePoolTest, GenerateIsRoutedWhileAdvisoriesHoldTheirPool) {
@@ -231,9 +197,9 @@ TEST_F(AdvisePoolTest, GenerateIsRoutedWhileAdvisoriesHoldTheirPool) {
   const int n = InferenceService::kRoutingThreads + 2;
   Start(/*advise_threads=*/2, /*advise_queue=*/n);
   node_.Close();
-  for (int i = 0; i < n; ++i) advisories_.Send(stub_.get(), "s1");
+  for (int i = 0; i < n; ++i) advisories_.Send(front_.stub.get(), "s1");
   ASSERT_TRUE(node_.AwaitWaiting(2));  // both advisory threads blocked in the node
-  ASSERT_TRUE(service_->advisories().AwaitPending(n, absl::Seconds(10)));
+  ASSERT_TRUE(front_.service->advisories().AwaitPending(n, absl::Seconds(10)));
 
   for (int i = 0; i < 3; ++i) {
     const grpc::Status st = Generate(absl::StrCat("other-", i));
@@ -256,20 +222,20 @@ TEST_F(AdvisePoolTest, AFullQueueIsRefusedWithARetryHintAndCounted) {
   req.set_tenant("capped");
   for (int i = 0; i < 2; ++i) {
     grpc::ClientContext ctx;
-    const grpc::Status st = stub_->Advise(&ctx, req, &resp);
+    const grpc::Status st = front_.stub->Advise(&ctx, req, &resp);
     EXPECT_EQ(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED, i == 1)
         << st.error_message();
   }
   req.clear_tenant();
 
   node_.Close();
-  advisories_.Send(stub_.get(), "s1");
+  advisories_.Send(front_.stub.get(), "s1");
   ASSERT_TRUE(node_.AwaitWaiting(1));  // the one thread is blocked
-  advisories_.Send(stub_.get(), "s1");
-  ASSERT_TRUE(service_->advisories().AwaitPending(2, absl::Seconds(10)));  // and one waits
+  advisories_.Send(front_.stub.get(), "s1");
+  ASSERT_TRUE(front_.service->advisories().AwaitPending(2, absl::Seconds(10)));  // and one waits
 
   grpc::ClientContext ctx;
-  const grpc::Status full = stub_->Advise(&ctx, req, &resp);
+  const grpc::Status full = front_.stub->Advise(&ctx, req, &resp);
   EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(full.error_message().find("retry in 250 ms (scheduler.advise_queue)"),
             std::string::npos)
@@ -291,7 +257,7 @@ TEST_F(AdvisePoolTest, AFullQueueIsRefusedWithARetryHintAndCounted) {
   node_.Open();
   EXPECT_EQ(advisories_.AwaitAllOk(), 2);  // the admitted ones are served
   grpc::ClientContext again;
-  const grpc::Status st = stub_->Advise(&again, req, &resp);  // room again
+  const grpc::Status st = front_.stub->Advise(&again, req, &resp);  // room again
   EXPECT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(resp.node_id(), "n1");
   EXPECT_EQ(resp.prefetched_tokens(), 2);  // the session's prompt and output

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "server/metrics.h"
 #include "server/scheduler_service.h"
+#include "tests/unit/server/scheduler_front.h"
 
 namespace ballast::server {
 namespace {
@@ -27,15 +28,7 @@ namespace {
 // messages, then the final.
 class BatchingNode final : public v1::Node::Service {
  public:
-  BatchingNode() {
-    grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    // The scheduler's keepalive pings, as a real node allows (processes.cc).
-    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
-    b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-    b.RegisterService(this);
-    server_ = b.BuildAndStart();
-  }
+  BatchingNode() { server_ = testing::StartFakeNode(this, &port_); }
   ~BatchingNode() override { server_->Shutdown(); }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   // Whether every Generate so far asked for batches.
@@ -82,37 +75,8 @@ class BatchingNode final : public v1::Node::Service {
 
 class TokenRelayTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    global_scheduler::SchedulerOptions o;
-    o.models = {{"m", "/models/m"}};
-    o.node_accept_timeout = absl::ZeroDuration();
-    o.heartbeat_timeout = absl::Minutes(1);  // the fake node sends none
-    sched_ = *global_scheduler::Scheduler::Create(o);
-    v1::RegisterNodeRequest r;
-    r.set_node_id("n1");
-    r.set_address(node_.address());
-    r.add_devices()->set_name("cpu:0");
-    r.mutable_devices(0)->set_memory_total_bytes(1000);
-    v1::ResidentModel* m = r.add_models();
-    m->set_name("m");
-    m->set_device("cpu:0");
-    m->set_state(v1::MODEL_STATE_READY);
-    m->set_context_window(128);
-    ASSERT_TRUE(sched_->RegisterNode(r).ok());
-    service_ = std::make_unique<InferenceService>(sched_.get(), &metrics_);
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(service_.get());
-    server_ = b.BuildAndStart();
-    ASSERT_TRUE(server_ != nullptr);
-    stub_ = v1::Inference::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  }
-  void TearDown() override {
-    if (server_) server_->Shutdown();
-    if (sched_) sched_->Stop();
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(front_.Start(node_.address())); }
+  void TearDown() override { front_.Stop(); }
 
   // The token messages of one Generate call, each as its token ids; the
   // streamed text goes to `text`.
@@ -124,7 +88,7 @@ class TokenRelayTest : public ::testing::Test {
     req.set_token_batches(token_batches);
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    auto reader = stub_->Generate(&ctx, req);
+    auto reader = front_.stub->Generate(&ctx, req);
     v1::GenerateResponse resp;
     std::vector<std::vector<int>> messages;
     int finals = 0;
@@ -150,11 +114,7 @@ class TokenRelayTest : public ::testing::Test {
   }
 
   BatchingNode node_;
-  Metrics metrics_;
-  std::unique_ptr<global_scheduler::Scheduler> sched_;
-  std::unique_ptr<InferenceService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<v1::Inference::Stub> stub_;
+  testing::SchedulerFront front_;
 };
 
 TEST_F(TokenRelayTest, AClientThatDidNotAskGetsOneTokenPerMessage) {
