@@ -4,12 +4,12 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "memory/gpu_page_pool.h"
 #include "memory/memory_ladder.h"
 #include "memory/page_pool.h"
 #include "spdlog/spdlog.h"
+#include "transfer/latch.h"
 
 namespace ballast::node_manager {
 
@@ -415,19 +415,22 @@ void DeviceWorker::FinishSteps(std::vector<InFlight> steps) {
   // thread at a time; what engines share (the arena, the tiers, the sinks,
   // the node's counters) is thread-safe.
   if (steps.size() > 1 && finishers_) {
-    absl::BlockingCounter left(static_cast<int>(steps.size()) - 1);
+    // Not absl::BlockingCounter: ThreadSanitizer cannot see it order the
+    // finishers' work before Wait returns (transfer/latch.h).
+    std::shared_ptr<transfer::Latch> left =
+        transfer::Latch::Create(static_cast<int64_t>(steps.size()) - 1);
     for (size_t i = 1; i < steps.size(); ++i) {
       engine::ModelEngine* e = steps[i].engine.get();
-      if (!finishers_->Schedule([e, &left] {
+      if (!finishers_->Schedule([e, left] {
             e->FinishStep();
-            left.DecrementCount();
+            left->CountDown();
           })) {
         e->FinishStep();  // the pool is stopping
-        left.DecrementCount();
+        left->CountDown();
       }
     }
     steps[0].engine->FinishStep();
-    left.Wait();
+    left->Wait();
   }
   finished_steps_ += static_cast<int64_t>(steps.size());
   // Decode-step timing: a step that shared the device with no other.
