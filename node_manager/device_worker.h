@@ -161,9 +161,10 @@ struct DeviceArbitrationOptions {
   // engines and remapping's reversion (at most every 100 ms) still wait
   // for every step in flight. Arbitration orders the queues of the
   // models with no step in flight (the engine's arbitration hooks finish a
-  // step in flight first, waiting for its device work). Default on: on an H200 it cut a chat
-  // model's TBT beside a bulk model's prefills from 15.0 to 5.0 ms, gave six small models 8-10%
-  // more tokens/s than lockstep, and left one model's TPOT unchanged (docs/benchmarks.md).
+  // step in flight first, waiting for its device work). Default on: on an
+  // H200 it cut a chat model's TBT beside a bulk model's prefills from 15.0
+  // to 5.0 ms and gave six small models 5-10% more tokens/s than lockstep;
+  // one model under load was mixed (docs/benchmarks.md).
   bool rolling_steps = true;
   // With rolling_steps: how the loop learns that a step's device work
   // ended, with several steps in flight; it calls `done` once it has (on
