@@ -19,38 +19,54 @@ namespace {
 void AddChunk(StepPlan* plan, Sequence* s, int take) {
   const int end = s->num_computed + take;
   const bool last = end == static_cast<int>(s->tokens.size());
-  plan->chunks.push_back({s, s->num_computed, take, last});
+  const bool pending = s->tokens[static_cast<size_t>(s->num_computed)] == kPendingToken;
+  plan->chunks.push_back({s, s->num_computed, take, last, pending ? s->pending_row : -1});
   // Everything but a single decode token is prefill work.
   if (!(take == 1 && last)) plan->prefill_tokens += take;
 }
 
 }  // namespace
 
-StepPlan BatchPlanner::Plan() {
+StepPlan BatchPlanner::Plan(bool ahead) {
   StepPlan plan;
   int budget = options_.max_batch_tokens;
-  PlanRunning(&plan, &budget);
-  PlanAdmissions(&plan, &budget);
+  PlanRunning(&plan, &budget, ahead);
+  PlanAdmissions(&plan, &budget, ahead);
   return plan;
 }
 
-void BatchPlanner::PlanRunning(StepPlan* plan, int* budget) {
+void BatchPlanner::PlanRunning(StepPlan* plan, int* budget, bool ahead) {
   // Oldest first. Preemption takes from the back, so indexes below i stay.
   for (size_t i = 0; i < running_.size() && *budget > 0; ++i) {
     Sequence* s = running_[i].get();
     const int take = std::min(s->remaining(), *budget);
+    if (ahead) {
+      if (s->pending() && static_cast<int>(s->tokens.size()) >= s->max_len) continue;  // ends
+      if ((s->pending() && s->req.params.sampling.has_penalties()) ||
+          !kv_->Reserve(&s->kv, s->num_computed + take)) {
+        plan->drain = true;
+        continue;
+      }
+      AddChunk(plan, s, take);
+      *budget -= take;
+      continue;
+    }
     if (!ReserveOrPreempt(s, s->num_computed + take)) break;
     AddChunk(plan, s, take);
     *budget -= take;
   }
 }
 
-void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget) {
-  bool reclaimed = false;
+void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget, bool ahead) {
+  bool reclaimed = ahead;  // ahead plans never reclaim
   while (*budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_seqs) {
     Sequence* s = waiting_.front().get();
     AttachSessionPrefix(s);
+    if (ahead && (s->load || s->req.params.sampling.has_penalties())) {
+      plan->drain = true;
+      break;
+    }
     const int take = std::min(s->remaining(), *budget);
     const int tokens = s->num_computed + take;
     const int running = static_cast<int>(running_.size());
@@ -77,8 +93,11 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget) {
     }
     // No room now: wait. Submit() refused requests that could never fit; in
     // elastic mode other models' running sequences may hold the memory for
-    // a while.
-    if (!ok) break;
+    // a while. (An ahead plan could not ask the other models.)
+    if (!ok) {
+      plan->drain = ahead && options_.reclaim != nullptr;
+      break;
+    }
     if (s->load) {
       plan->loads.push_back({s, std::move(s->load), s->load_from, s->load_resident_layers});
       s->load = nullptr;

@@ -29,6 +29,13 @@
 //      sequence recomputes everything.
 // Shedding for the device preempts a named running sequence the same way.
 //
+// Ahead plans (Plan(true)) are made while the previous step is still in
+// flight, so they never preempt or reclaim (the blocks in flight must
+// stay): a running sequence whose blocks cannot grow, or whose pending
+// token needs penalties, is left out; admission stops at a request with
+// penalties or a lease to load. Either sets StepPlan::drain. A sequence
+// whose pending token ends it (max_len) is left out: it will be done.
+//
 // Thread-safety: thread-compatible; the engine's step thread owns it.
 #pragma once
 
@@ -60,6 +67,9 @@ struct PlannedChunk {
   int start = 0;
   int tokens = 0;
   bool logits = false;  // the chunk ends the sequence's tokens: sample one
+  // Its one token is the in-flight step's row `from_row` (seq->pending_row);
+  // -1: its tokens are known.
+  int from_row = -1;
 };
 
 // KV to copy from a lease into a newly admitted sequence's blocks before
@@ -77,6 +87,10 @@ struct StepPlan {
   // Tokens of prefill work: everything but single decode tokens (prompt
   // chunks, and preempted sequences recomputing their KV).
   int prefill_tokens = 0;
+  // An ahead plan left out work a plan with no step in flight would have
+  // done (see the rule above): the next plan should wait for the steps in
+  // flight.
+  bool drain = false;
   bool empty() const { return chunks.empty(); }
 };
 
@@ -90,7 +104,8 @@ class BatchPlanner {
   BatchPlanner& operator=(const BatchPlanner&) = delete;
 
   // Plans the next step (reserving its blocks). Empty: nothing can run now.
-  StepPlan Plan();
+  // `ahead`: the previous step is still in flight (the rule above).
+  StepPlan Plan(bool ahead = false);
 
   // Adds a new sequence at the back of the waiting queue.
   void Enqueue(std::unique_ptr<Sequence> seq);
@@ -127,8 +142,8 @@ class BatchPlanner {
   void AttachSessionPrefix(Sequence* seq);
   // Frees running_[i]'s blocks and moves it to the front of waiting_.
   void PreemptAt(size_t i);
-  void PlanRunning(StepPlan* plan, int* budget);
-  void PlanAdmissions(StepPlan* plan, int* budget);
+  void PlanRunning(StepPlan* plan, int* budget, bool ahead);
+  void PlanAdmissions(StepPlan* plan, int* budget, bool ahead);
 
   const BatchPlannerOptions options_;
   KvManager* const kv_;

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace ballast::engine {
 
 absl::Status Executor::CopyKvToHost(absl::Span<const KvBlockCopy> copies) {
@@ -25,18 +27,40 @@ absl::Status Executor::StartKvLoad(LayerKvCopies load) {
 absl::Status Executor::StartForwardSample(absl::Span<const SequenceChunk> batch,
                                           absl::Span<const DeviceSampling> sampling,
                                           bool /*want_logprobs*/) {
-  started_tokens_.clear();
-  started_logprobs_.clear();
-  return ForwardSample(batch, sampling, &started_tokens_, &started_logprobs_);
+  if (static_cast<int>(started_.size()) >= max_started_steps()) {
+    return absl::FailedPreconditionError("as many sampled steps started as the backend allows");
+  }
+  // Ahead chunks take their token from the previous step's rows.
+  std::vector<SequenceChunk> chunks(batch.begin(), batch.end());
+  std::vector<int> resolved(batch.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const int row = chunks[i].from_row;
+    if (row < 0) continue;
+    if (row >= static_cast<int>(last_started_tokens_.size()) || chunks[i].tokens.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", i, " takes row ", row, " of a step that sampled ",
+                       last_started_tokens_.size(), " rows (an ahead chunk is one token)"));
+    }
+    resolved[i] = last_started_tokens_[row];
+    chunks[i].tokens = absl::MakeConstSpan(&resolved[i], 1);
+    chunks[i].from_row = -1;
+  }
+  Started s;
+  s.status = ForwardSample(chunks, sampling, &s.tokens, &s.logprobs);
+  if (!s.status.ok()) return s.status;
+  last_started_tokens_ = s.tokens;
+  started_.push_back(std::move(s));
+  return absl::OkStatus();
 }
 
 absl::Status Executor::FinishForwardSample(std::vector<int>* tokens,
                                            std::vector<TokenLogprobs>* logprobs) {
-  *tokens = std::move(started_tokens_);
-  if (logprobs != nullptr) *logprobs = std::move(started_logprobs_);
-  started_tokens_.clear();
-  started_logprobs_.clear();
-  return absl::OkStatus();
+  if (started_.empty()) return absl::FailedPreconditionError("no sampled step was started");
+  Started s = std::move(started_.front());
+  started_.erase(started_.begin());
+  *tokens = std::move(s.tokens);
+  if (logprobs != nullptr) *logprobs = std::move(s.logprobs);
+  return s.status;
 }
 
 }  // namespace ballast::engine

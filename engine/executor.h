@@ -36,6 +36,12 @@ struct SequenceChunk {
   int start_pos = 0;
   absl::Span<const int> tokens;
   LogitsMode logits = LogitsMode::kLast;
+  // Ahead steps (StartForwardSample while the previous step runs): >= 0
+  // makes the chunk one token whose id is the token the previous started
+  // step sampled for its row `from_row`, read where that step left it (on
+  // the device for GPUs); tokens[0] is then a placeholder, not read. -1:
+  // the ids are in `tokens`.
+  int from_row = -1;
 };
 
 // How to draw one token on the device: the request's sampling options, its
@@ -120,11 +126,20 @@ class Executor {
   // not finished; Finish only after a Start that returned OK; the chunks'
   // block tables and KV stay untouched until Finish returns (the device
   // may still write them). The default runs ForwardSample in Start.
+  // With max_started_steps() == 2 a second Start may follow before the
+  // first's Finish (an ahead step: its chunks may take tokens from the
+  // first's rows, SequenceChunk::from_row); Finish then ends the oldest.
   virtual absl::Status StartForwardSample(absl::Span<const SequenceChunk> batch,
                                           absl::Span<const DeviceSampling> sampling,
                                           bool want_logprobs);
   virtual absl::Status FinishForwardSample(std::vector<int>* tokens,
                                            std::vector<TokenLogprobs>* logprobs);
+  // How many sampled steps may be started and not finished at once: 1, or
+  // 2 where the backend can queue a step behind a running one (its inputs
+  // staged apart, its tokens taken from the first's on the device).
+  // The default halves compute in Start, so they allow 2 when the backend
+  // samples (samples_on_device()).
+  virtual int max_started_steps() const { return samples_on_device() ? 2 : 1; }
   // Copies KV blocks to host memory (session export to the lower tiers)
   // or from it (a lease's chunks into a sequence's blocks); returns when
   // the copies are done. The default is memcpy (KV in host memory); GPU
@@ -189,9 +204,16 @@ class Executor {
   virtual absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() = 0;
 
  private:
-  // The default StartForwardSample's results, until FinishForwardSample.
-  std::vector<int> started_tokens_;
-  std::vector<TokenLogprobs> started_logprobs_;
+  // The default StartForwardSample's results, oldest first, until
+  // FinishForwardSample; the last started step's tokens (from_row reads
+  // them, finished or not).
+  struct Started {
+    absl::Status status;
+    std::vector<int> tokens;
+    std::vector<TokenLogprobs> logprobs;
+  };
+  std::vector<Started> started_;
+  std::vector<int> last_started_tokens_;
 };
 
 }  // namespace ballast::engine

@@ -165,7 +165,7 @@ absl::Status ModelEngine::InitExecutor() {
     if (!w.ok()) return w.status();
     weights = std::make_shared<const ModelWeights>(std::move(*w));
   }
-  auto ex = CpuExecutor::Create(config_, std::move(weights), kv_.get());
+  auto ex = CpuExecutor::Create(config_, std::move(weights), kv_.get(), o.cpu_sample_in_step);
   if (!ex.ok()) return ex.status();
   executor_ = std::move(*ex);
   return absl::OkStatus();
@@ -283,6 +283,8 @@ std::unique_ptr<Sequence> ModelEngine::NewSequence(GenerationRequest req,
   if (req.arrival == absl::InfinitePast()) req.arrival = absl::Now();
   seq->tokens = req.prompt;
   seq->prompt_len = static_cast<int>(req.prompt.size());
+  seq->max_len = static_cast<int>(
+      std::min<int64_t>(static_cast<int64_t>(seq->prompt_len) + p.max_tokens, context_window_));
   seq->seed = p.seed
                   ? *p.seed
                   : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
@@ -375,8 +377,9 @@ void ModelEngine::DrainInbox() {
   for (auto& t : tasks) t();
   for (auto& s : in) planner_->Enqueue(std::move(s));
   for (const auto& sid : drops) kv_manager_->Drop(sid);
+  // Those a step in flight computes for are failed once it ends.
   for (auto& s : planner_->Remove(cancels)) {
-    Fail(std::move(s), absl::CancelledError("request cancelled"));
+    Retire(std::move(s), absl::CancelledError("request cancelled"));
   }
   // Arbitration drains the inbox (Queued) without stepping an engine whose
   // work was all cancelled: the gauges must not wait for a step that may
@@ -385,7 +388,7 @@ void ModelEngine::DrainInbox() {
 }
 
 std::vector<QueuedRequest> ModelEngine::Queued() {
-  FinishStep();  // no-op unless a step is in flight
+  FinishAllSteps();  // no-op unless a step is in flight
   DrainInbox();
   std::vector<QueuedRequest> out;
   out.reserve(planner_->waiting().size());
@@ -401,13 +404,13 @@ void ModelEngine::SetAdmissionOrder(const absl::flat_hash_map<std::string, int>&
 }
 
 void ModelEngine::RejectWaiting(const std::string& id, const absl::Status& why) {
-  FinishStep();
+  FinishAllSteps();
   if (std::unique_ptr<Sequence> s = planner_->RemoveWaiting(id)) Fail(std::move(s), why);
 }
 
 std::vector<KvHolding> ModelEngine::KvHoldings() {
-  // The step in flight uses its sequences' blocks: shedding waits for it.
-  FinishStep();
+  // The steps in flight use their sequences' blocks: shedding waits for them.
+  FinishAllSteps();
   std::vector<KvHolding> out = kv_manager_->Holdings();
   std::vector<KvHolding> running = planner_->Holdings();
   out.insert(out.end(), std::make_move_iterator(running.begin()),
@@ -424,14 +427,14 @@ int64_t ModelEngine::ShedOne(const KvHolding& h, int64_t want_bytes) {
 }
 
 int64_t ModelEngine::Shed(const KvHolding& h, int64_t want_bytes) {
-  FinishStep();
+  FinishAllSteps();
   const int64_t freed = ShedOne(h, want_bytes);
   PublishStats();
   return freed;
 }
 
 int64_t ModelEngine::ShedKv(int64_t want_bytes) {
-  FinishStep();
+  FinishAllSteps();
   // Cached sessions first, least recently used first; then running
   // sequences, lowest priority first, newest (last admitted) among equals.
   std::vector<KvHolding> order = KvHoldings();

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -117,6 +118,10 @@ struct ModelEngineOptions {
   int max_batch_tokens = 256;
   // Most sequences running at once. Default 64.
   int max_seqs = 64;
+  // cpu backend: draw tokens inside the step as the GPU does
+  // (CpuExecutor's sample_in_step), so ahead steps (BeginStep) run in
+  // tests without a GPU. Default false.
+  bool cpu_sample_in_step = false;
   // Context window cap; 0 = the model's max_position_embeddings.
   int max_context = 0;
   // The node's lower KV tiers (engine/kv_tiers.h): finished session turns
@@ -242,24 +247,46 @@ class ModelEngine {
   // A step in two halves, so a device's worker can overlap several models'
   // steps: BeginStep drains the inbox, plans, issues KV loads and queues
   // the forward on the executor (returns false, with nothing begun, if
-  // there was nothing to do); FinishStep waits for the forward, streams
-  // the tokens and finishes sequences. Between them the engine must not be
-  // touched but by HasWork, stats and the thread-safe calls: its plan's
-  // sequences and blocks are in use on the device (shedding or closing it
-  // must wait for FinishStep). `urgency`: whether the forward runs at the
-  // device's greatest stream priority (Executor::SetUrgent) or the
-  // default one. REQUIRES: the thread that calls Step.
+  // there was nothing to do); FinishStep waits for the oldest step begun,
+  // streams its tokens and finishes sequences. Between them the engine must
+  // not be touched but by HasWork, stats, CanBeginAhead, BeginStep and the
+  // thread-safe calls: the plans' sequences and blocks are in use on the
+  // device (shedding or closing it finishes every step first).
+  // `urgency`: whether the forward runs at the device's greatest stream
+  // priority (Executor::SetUrgent) or the default one.
+  //
+  // Ahead steps: while one step is in flight, BeginStep may begin the next
+  // one if CanBeginAhead(), so the device runs it straight after (the
+  // host's finishing and planning no longer sit between the two on the
+  // device). Its plan counts the step in flight as done: each sequence
+  // sampling there decodes the token it will sample, which the executor
+  // reads on the device (SequenceChunk::from_row); a sequence that the
+  // token ends (EOS, a stop string) wasted one token's work, dropped when
+  // its step finishes. Tokens are the same as without ahead steps (the
+  // draws depend on (seed, counter) only). The ahead step keeps the first
+  // one's urgency. REQUIRES: the thread that calls Step.
   bool BeginStep(StepUrgency urgency = StepUrgency::kDefault);
+  // Whether BeginStep would begin an ahead step now: one step in flight,
+  // launched; an executor that takes a second (Executor::max_started_steps);
+  // no running sequence with penalties (they need the token in flight on
+  // the host); no layers streamed (remapping); and the last ahead plan did
+  // not leave work out that needs a plan with nothing in flight
+  // (StepPlan::drain). Step thread.
+  bool CanBeginAhead() const;
   // Steps begun urgent so far. Step thread.
   int64_t urgent_steps() const { return urgent_steps_; }
   // After a BeginStep that returned true: calls `done` (on any thread; it
-  // must not block or touch the engine) once the begun step's device work
-  // has ended, so FinishStep will not wait; at once if there is none
+  // must not block or touch the engine) once that step's device work has
+  // ended, so FinishStep will not wait for it; at once if there is none
   // (host sampling computes in FinishStep, a failed launch). Step thread.
   void NotifyWhenDeviceDone(std::function<void()> done);
+  // Finishes the oldest step in flight (none: nothing).
   void FinishStep();
   // Whether a step was begun and not yet finished. Step thread.
-  bool step_in_flight() const { return step_.active; }
+  bool step_in_flight() const { return !flight_.empty(); }
+  int steps_in_flight() const { return static_cast<int>(flight_.size()); }
+  // Ahead steps begun so far. Step thread.
+  int64_t ahead_steps() const { return ahead_steps_; }
   // Fails every queued, inbox and running request with `why` (a failed
   // forward). The engine stays open: later requests are served.
   // REQUIRES: the thread that calls Step.
@@ -291,7 +318,7 @@ class ModelEngine {
   EngineStats stats() const;
 
   // Device-wide arbitration hooks. REQUIRES: the thread that calls Step.
-  // Each finishes a step in flight first (waiting for its device work).
+  // Each finishes the steps in flight first (waiting for their device work).
   // The waiting requests (the inbox drained first).
   std::vector<QueuedRequest> Queued();
   // Admission order for the waiting requests: ascending rank; preempted
@@ -299,9 +326,10 @@ class ModelEngine {
   void SetAdmissionOrder(const absl::flat_hash_map<std::string, int>& rank);
   // Fails a waiting request with `why` (arbitration's SLO rejection).
   void RejectWaiting(const std::string& id, const absl::Status& why);
-  // Prompt tokens the last Step computed (prefill chunks, not decodes).
+  // Prompt tokens the last step finished computed (prefill chunks, not
+  // decodes).
   int last_step_prefill_tokens() const { return last_prefill_tokens_; }
-  // Seconds the last Step that ran spent outside the executor's forward
+  // Seconds the last step finished spent outside the executor's forward
   // (inbox, plan, KV load issue, tokens, finishes, exports). Step thread.
   double last_step_host_seconds() const { return last_step_host_s_; }
   // Parameter remapping (engine/weight_remapper.h): null when the backend
@@ -332,12 +360,28 @@ class ModelEngine {
                                                   std::vector<int> tokens,
                                                   const KvPrefixLease& lease, int priority,
                                                   absl::Time deadline);
-  // Starts the plan on the executor (host-sampling backends run it in
-  // Collect); Collect waits for it. Then step_.sampled has one token per chunk that
-  // asked for logits, in plan order, and step_.logprobs one entry per such
-  // row (filled for requests with sampling.top_logprobs >= 0).
-  absl::Status Launch(const StepPlan& plan);
-  absl::Status Collect();
+  struct StepInFlight;
+  // Starts the step's plan on the executor (host-sampling backends run it
+  // in Collect); Collect waits for it. Then step->sampled has one token
+  // per chunk that asked for logits, in plan order, and step->logprobs one
+  // entry per such row (filled for requests with sampling.top_logprobs >=
+  // 0).
+  absl::Status Launch(StepInFlight* step);
+  absl::Status Collect(StepInFlight* step);
+  // The step's chunks count as computed and each sampling row's token is
+  // pending (Sequence::pending_step): at launch when the executor samples
+  // (later plans build on it), else when the step finishes.
+  void Advance(const StepInFlight& step);
+  // Streams a finished step's tokens; retires the sequences done.
+  void TakeTokens(StepInFlight& step);
+  // Finishes every step in flight.
+  void FinishAllSteps();
+  // Whether a step in flight computes for `seq`.
+  bool InFlight(const Sequence* seq) const;
+  // Finishes (ok) or fails `seq`, once no step in flight uses its blocks;
+  // until then it is kept in retired_, marked done (its rows dropped).
+  void Retire(std::unique_ptr<Sequence> seq, absl::Status status);
+  void RetireReady();
   void FailAll(const absl::Status& why, bool close);
   int64_t ShedOne(const KvHolding& h, int64_t want_bytes);
   // Copies the plan's leases into their sequences' blocks.
@@ -345,13 +389,15 @@ class ModelEngine {
   // Hands a finished session turn's KV down to the tiers (if any).
   // True if the tiers now hold the session's KV.
   bool ExportSession(const Sequence& seq);
-  // Logs a step over options_.slow_step_warn_ms (step_.phase_ms holds its
+  // Logs a step over options_.slow_step_warn_ms (step.phase_ms holds its
   // phases' times).
-  void LogSlowStep(const StepPlan& plan, double total_ms) const;
+  void LogSlowStep(const StepInFlight& step, double total_ms) const;
   void Finish(std::unique_ptr<Sequence> seq);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
+  // The token sampled for tokens[index] (a pending one) of `step_id`.
   // `logprobs`: the token's log-probabilities, or null when not asked for.
-  void AfterToken(Sequence* seq, int id, const TokenLogprobs* logprobs);
+  void AfterToken(Sequence* seq, int64_t step_id, size_t index, int id,
+                  const TokenLogprobs* logprobs);
   void PublishStats();
 
   ModelEngineOptions options_;
@@ -389,12 +435,13 @@ class ModelEngine {
   int last_prefill_tokens_ = 0;
   double last_step_host_s_ = 0;  // step thread
   ExportTimes export_times_;     // this step's exports (step thread only)
-  // The step between BeginStep and FinishStep (step thread only).
+  // A step between BeginStep and FinishStep (step thread only).
   struct StepInFlight {
-    bool active = false;
+    int64_t id = 0;
     StepPlan plan;
     std::vector<SequenceChunk> chunks;  // host-sampling backends: run in Collect
     absl::Status status;                // of its KV loads and launch, then its forward
+    bool launched = false;              // started on the executor: Collect ends it
     std::vector<int> sampled;
     std::vector<TokenLogprobs> logprobs;
     // Milliseconds in: inbox and tasks, plan, KV loads, launch, tokens and
@@ -402,7 +449,12 @@ class ModelEngine {
     double phase_ms[6] = {};
     absl::Time began;  // BeginStep's start
   };
-  StepInFlight step_;
+  std::deque<StepInFlight> flight_;  // oldest first; at most 2
+  int64_t next_step_id_ = 0;
+  int64_t ahead_steps_ = 0;
+  bool drain_ = false;  // an ahead plan left work out (StepPlan::drain)
+  // Done or cancelled sequences a step in flight still computes for.
+  std::vector<std::pair<std::unique_ptr<Sequence>, absl::Status>> retired_;
 };
 
 }  // namespace ballast::engine

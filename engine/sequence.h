@@ -20,12 +20,25 @@
 
 namespace ballast::engine {
 
+// Where an ahead step's sampled token will go (ModelEngine::BeginStep):
+// tokens[] holds this until the step that samples it finishes.
+inline constexpr int kPendingToken = -1;
+
 struct Sequence {
   GenerationRequest req;
   GenerationSink* sink = nullptr;
   std::vector<int> tokens;  // prompt, then generated tokens
   int prompt_len = 0;
-  int num_computed = 0;  // leading tokens whose KV is written
+  // Its length when it must end: min(prompt + max_tokens, context window).
+  int max_len = std::numeric_limits<int>::max();
+  // KV of the leading tokens is written, or being written by a step in
+  // flight (the engine advances it when a step is launched).
+  int num_computed = 0;
+  // The step in flight whose row `pending_row` samples tokens.back()
+  // (kPendingToken until then); -1: none. Ahead steps feed that row's
+  // token to the next step on the device (SequenceChunk::from_row).
+  int64_t pending_step = -1;
+  int pending_row = -1;
   SequenceKv kv;
   bool admitted_once = false;  // true once admitted (a preempted one waits again)
   // When it last entered the running set (KvRecencyNow; larger = newer).
@@ -53,7 +66,9 @@ struct Sequence {
   absl::Time first_token = absl::InfinitePast();
   absl::Time last_token = absl::InfinitePast();
 
+  // Generated tokens, counting a pending one.
   int outputs() const { return static_cast<int>(tokens.size()) - prompt_len; }
+  bool pending() const { return pending_step >= 0; }
   int remaining() const { return static_cast<int>(tokens.size()) - num_computed; }
 };
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/sampler.h"
 
 namespace ballast::engine {
 namespace {
@@ -138,7 +139,8 @@ void AttendHead(const KvCache& kv, const SequenceKv& seq, int layer, int kvh, in
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
-    const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv) {
+    const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv,
+    bool sample_in_step) {
   const KvLayout& l = kv->layout();
   if (l.num_layers != config.num_hidden_layers || l.num_kv_heads != config.num_key_value_heads ||
       l.head_dim != config.head_dim) {
@@ -147,12 +149,14 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
   if (static_cast<int>(weights->layers.size()) != config.num_hidden_layers) {
     return absl::InvalidArgumentError("weights do not match the model config");
   }
-  return std::unique_ptr<CpuExecutor>(new CpuExecutor(config, std::move(weights), kv));
+  return std::unique_ptr<CpuExecutor>(
+      new CpuExecutor(config, std::move(weights), kv, sample_in_step));
 }
 
 CpuExecutor::CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights,
-                         KvCache* kv)
+                         KvCache* kv, bool sample_in_step)
     : config_(config),
+      sample_in_step_(sample_in_step),
       weights_(std::move(weights)),
       kv_(kv),
       inv_freq_(RopeInverseFrequencies(config)) {}
@@ -191,6 +195,32 @@ absl::Status CpuExecutor::Forward(absl::Span<const SequenceChunk> batch,
     if (streamer_) streamer_->Release(l);
   }
   ComputeLogits(batch, x, logits);
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutor::ForwardSample(absl::Span<const SequenceChunk> batch,
+                                        absl::Span<const DeviceSampling> sampling,
+                                        std::vector<int>* tokens,
+                                        std::vector<TokenLogprobs>* logprobs) {
+  if (!sample_in_step_) return Executor::ForwardSample(batch, sampling, tokens, logprobs);
+  std::vector<float> logits;
+  if (auto st = Forward(batch, &logits); !st.ok()) return st;
+  const int vocab = config_.vocab_size;
+  const size_t rows = logits.size() / static_cast<size_t>(vocab);
+  if (rows != sampling.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(sampling.size(), " sampling entries for ", rows, " rows"));
+  }
+  tokens->clear();
+  if (logprobs != nullptr) logprobs->assign(rows, TokenLogprobs{});
+  for (size_t r = 0; r < rows; ++r) {
+    const DeviceSampling& s = sampling[r];
+    // One generator per draw, from (seed, counter) only.
+    std::mt19937_64 rng(s.seed ^ ((s.counter + 1) * 0x9E3779B97F4A7C15ull));
+    const bool want = logprobs != nullptr && s.options.top_logprobs >= 0;
+    tokens->push_back(SampleToken(logits.data() + r * vocab, vocab, s.options, s.penalties, rng,
+                                  want ? &(*logprobs)[r] : nullptr));
+  }
   return absl::OkStatus();
 }
 

@@ -35,11 +35,23 @@ class CpuHostWeights final : public HostWeights {
 
 class CpuExecutor final : public Executor {
  public:
-  // `kv` must outlive the executor.
+  // `kv` must outlive the executor. `sample_in_step`: draw tokens in the
+  // step as a GPU does (ForwardSample; each draw from (seed, counter), see
+  // ForwardSample), so engine paths that need it (ahead steps) run without
+  // a GPU. Default false: the engine samples on the host.
   static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(
-      const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv);
+      const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv,
+      bool sample_in_step = false);
 
   absl::Status Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) override;
+  bool samples_on_device() const override { return sample_in_step_; }
+  // Forward, then engine/sampler.h's SampleToken per row with a generator
+  // seeded from (seed, counter) alone, so a draw does not depend on what
+  // else is in the step (not the GPU's Philox stream: tokens match the
+  // GPU's only for greedy requests).
+  absl::Status ForwardSample(absl::Span<const SequenceChunk> batch,
+                             absl::Span<const DeviceSampling> sampling, std::vector<int>* tokens,
+                             std::vector<TokenLogprobs>* logprobs) override;
   // Layer-wise: a LayerKvLoader thread copies while Forward computes,
   // layer l waiting for layer l's blocks only.
   absl::Status StartKvLoad(LayerKvCopies load) override;
@@ -61,7 +73,8 @@ class CpuExecutor final : public Executor {
   }
 
  private:
-  CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv);
+  CpuExecutor(const ModelConfig& config, std::shared_ptr<const ModelWeights> weights, KvCache* kv,
+              bool sample_in_step);
   void ApplyRope(float* vec, int num_heads, int pos) const;
   // One decoder layer's halves, updating the residual stream x [T][hidden]
   // in place: the attention block (tokens at pos[t] of chunk owner[t];
@@ -75,6 +88,7 @@ class CpuExecutor final : public Executor {
                      std::vector<float>* logits) const;
 
   ModelConfig config_;
+  bool sample_in_step_ = false;
   std::shared_ptr<const ModelWeights> weights_;
   KvCache* kv_;
   std::vector<float> inv_freq_;            // [head_dim / 2], Llama-3 scaling applied
