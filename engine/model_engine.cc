@@ -388,7 +388,8 @@ void ModelEngine::DrainInbox() {
 }
 
 std::vector<QueuedRequest> ModelEngine::Queued() {
-  FinishAllSteps();  // no-op unless a step is in flight
+  // Waiting requests are in no step in flight, and cancels of running ones
+  // wait for theirs (Retire): the steps in flight keep running.
   DrainInbox();
   std::vector<QueuedRequest> out;
   out.reserve(planner_->waiting().size());
@@ -404,7 +405,6 @@ void ModelEngine::SetAdmissionOrder(const absl::flat_hash_map<std::string, int>&
 }
 
 void ModelEngine::RejectWaiting(const std::string& id, const absl::Status& why) {
-  FinishAllSteps();
   if (std::unique_ptr<Sequence> s = planner_->RemoveWaiting(id)) Fail(std::move(s), why);
 }
 

@@ -318,7 +318,8 @@ class ModelEngine {
   EngineStats stats() const;
 
   // Device-wide arbitration hooks. REQUIRES: the thread that calls Step.
-  // Each finishes the steps in flight first (waiting for their device work).
+  // They touch only the waiting requests (in no step's plan), so steps in
+  // flight keep running.
   // The waiting requests (the inbox drained first).
   std::vector<QueuedRequest> Queued();
   // Admission order for the waiting requests: ascending rank; preempted

@@ -407,49 +407,77 @@ void DeviceWorker::FinishInFlight() {
   FinishSteps(std::move(steps));
 }
 
+void DeviceWorker::FinishOne(InFlight* f) {
+  if (f->finished) return;
+  f->engine->FinishStep();
+  f->finished = true;
+  f->ended = absl::Now();
+  f->host_s = f->engine->last_step_host_seconds();
+  f->prefill_tokens = f->engine->last_step_prefill_tokens();
+}
+
 void DeviceWorker::FinishSteps(std::vector<InFlight> steps) {
   const StepThreadClock::Activity was = clock_.Switch(&StepThreadTime::finish_s);
   // The steps' host halves (tokens to their streams, finished sequences,
-  // exports) run in parallel, one engine per thread: each engine is handed
-  // to one finisher while this thread waits, so it is still touched by one
-  // thread at a time; what engines share (the arena, the tiers, the sinks,
-  // the node's counters) is thread-safe.
-  if (steps.size() > 1 && finishers_) {
+  // exports) run in parallel, one engine per thread: each engine's steps
+  // (two with ahead steps) are handed to one finisher, in order, while
+  // this thread waits, so an engine is still touched by one thread at a
+  // time; what engines share (the arena, the tiers, the sinks, the node's
+  // counters) is thread-safe.
+  std::vector<std::vector<InFlight*>> by_engine;
+  for (InFlight& f : steps) {
+    auto it = std::find_if(by_engine.begin(), by_engine.end(),
+                           [&](const auto& g) { return g[0]->engine == f.engine; });
+    if (it == by_engine.end()) {
+      by_engine.push_back({&f});
+    } else {
+      it->push_back(&f);
+    }
+  }
+  if (by_engine.size() > 1 && finishers_) {
     // Not absl::BlockingCounter: ThreadSanitizer cannot see it order the
     // finishers' work before Wait returns (transfer/latch.h).
     std::shared_ptr<transfer::Latch> left =
-        transfer::Latch::Create(static_cast<int64_t>(steps.size()) - 1);
-    for (size_t i = 1; i < steps.size(); ++i) {
-      engine::ModelEngine* e = steps[i].engine.get();
-      if (!finishers_->Schedule([e, left] {
-            e->FinishStep();
-            left->CountDown();
-          })) {
-        e->FinishStep();  // the pool is stopping
+        transfer::Latch::Create(static_cast<int64_t>(by_engine.size()) - 1);
+    for (size_t i = 1; i < by_engine.size(); ++i) {
+      std::vector<InFlight*>* group = &by_engine[i];
+      auto finish = [group, left] {
+        for (InFlight* f : *group) FinishOne(f);
         left->CountDown();
-      }
+      };
+      if (!finishers_->Schedule(finish)) finish();  // the pool is stopping
     }
-    steps[0].engine->FinishStep();
+    for (InFlight* f : by_engine[0]) FinishOne(f);
     left->Wait();
   }
   finished_steps_ += static_cast<int64_t>(steps.size());
-  // Decode-step timing: a step that shared the device with no other.
-  const bool alone = steps.size() == 1 && in_flight_.empty() && !steps[0].overlapped;
+  // Decode-step timing: a step that shared the device with no other model's.
+  const bool alone = by_engine.size() == 1 &&
+                     std::all_of(in_flight_.begin(), in_flight_.end(),
+                                 [&](const InFlight& f) { return f.engine == steps[0].engine; });
   for (InFlight& f : steps) {
-    f.engine->FinishStep();  // no-op if finished above
+    FinishOne(&f);  // no-op if finished above
+    // The engine's next step (ahead) starts on the device about now.
+    for (InFlight& next : steps) {
+      if (&next != &f && next.engine == f.engine && !next.finished) {
+        next.began = std::max(next.began, f.ended);
+        break;
+      }
+    }
+    for (InFlight& next : in_flight_) {
+      if (next.engine == f.engine) next.began = std::max(next.began, f.ended);
+    }
+    const double ms = absl::ToDoubleMilliseconds(f.ended - f.began);
     {
       absl::MutexLock lock(&mu_);
-      step_host_.Add(f.engine->last_step_host_seconds());
-      if (alone && f.engine->last_step_prefill_tokens() == 0) {
-        const double ms = absl::ToDoubleMilliseconds(absl::Now() - f.began);
+      step_host_.Add(f.host_s);
+      if (alone && !f.overlapped && f.prefill_tokens == 0) {
         auto [it, fresh] = decode_step_ms_.try_emplace(f.engine->name(), ms);
         if (!fresh) it->second += 0.2 * (ms - it->second);
       }
     }
-    if (f.engine->last_step_prefill_tokens() > 0) {
-      auto it = costs_.try_emplace(f.engine->name()).first;
-      it->second.Record(f.engine->last_step_prefill_tokens(),
-                        absl::ToDoubleMilliseconds(absl::Now() - f.began));
+    if (f.prefill_tokens > 0) {
+      costs_.try_emplace(f.engine->name()).first->second.Record(f.prefill_tokens, ms);
     }
   }
   clock_.Switch(was);
@@ -505,29 +533,27 @@ void DeviceWorker::Loop() {
 
 bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines) {
   const StepThreadClock::Activity was = clock_.Switch(&StepThreadTime::begin_s);
-  // Engines with a step in flight (rolling) neither begin another nor take
-  // part in the arbitration: its hooks (Queued, RejectWaiting) finish an
-  // engine's step in flight first, which would wait for its device work.
+  // Every engine's queue takes part in the arbitration (its hooks leave
+  // steps in flight running); those with a step in flight (rolling) begin
+  // no other here (BeginAheadSteps may queue one behind it).
   std::vector<const engine::ModelEngine*> flying;
   for (const InFlight& f : in_flight_) flying.push_back(f.engine.get());
-  engines.erase(std::remove_if(engines.begin(), engines.end(),
-                               [&](const std::shared_ptr<engine::ModelEngine>& e) {
-                                 return std::find(flying.begin(), flying.end(), e.get()) !=
-                                        flying.end();
-                               }),
-                engines.end());
+  auto is_flying = [&](const std::shared_ptr<engine::ModelEngine>& e) {
+    return std::find(flying.begin(), flying.end(), e.get()) != flying.end();
+  };
   StepOrder order = Arbitrate(std::move(engines));
   // Several steps overlapping: some may run at the greatest priority.
-  const size_t stepping = flying.size() + static_cast<size_t>(std::count_if(
-                                              order.engines.begin(), order.engines.end(),
-                                              [](const auto& e) { return e->HasWork(); }));
+  const size_t stepping =
+      flying.size() + static_cast<size_t>(std::count_if(
+                          order.engines.begin(), order.engines.end(),
+                          [&](const auto& e) { return !is_flying(e) && e->HasWork(); }));
   const StreamPriorityPolicy prio = arbitration_.overlap_steps && stepping > 1
                                         ? arbitration_.priority_streams
                                         : StreamPriorityPolicy::kNone;
   bool did = false;
   for (size_t i = 0; i < order.engines.size(); ++i) {
     const std::shared_ptr<engine::ModelEngine>& e = order.engines[i];
-    if (!e->HasWork()) continue;
+    if (is_flying(e) || !e->HasWork()) continue;
     const absl::Time t0 = absl::Now();
     using engine::StepUrgency;
     const StepUrgency urgency =
@@ -545,10 +571,63 @@ bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> 
     if (remap_) remap_->NoteActive(e->name());
     const bool overlapped = !in_flight_.empty();
     for (InFlight& f : in_flight_) f.overlapped = true;
-    in_flight_.push_back({e, t0, std::make_shared<std::atomic<bool>>(false), false, overlapped});
+    InFlight f;
+    f.engine = e;
+    f.began = t0;
+    f.device_done = std::make_shared<std::atomic<bool>>(false);
+    f.overlapped = overlapped;
+    in_flight_.push_back(std::move(f));
     if (!arbitration_.overlap_steps) FinishInFlight();
   }
+  if (arbitration_.overlap_steps && arbitration_.rolling_steps && arbitration_.ahead_steps) {
+    did |= BeginAheadSteps();
+  }
   clock_.Switch(was);
+  return did;
+}
+
+bool DeviceWorker::OneEngineInFlight() const {
+  return !in_flight_.empty() &&
+         std::all_of(in_flight_.begin(), in_flight_.end(),
+                     [&](const InFlight& f) { return f.engine == in_flight_[0].engine; });
+}
+
+void DeviceWorker::Notify(InFlight* f) {
+  if (f->notified) return;
+  f->notified = true;
+  std::function<void()> done = [done = f->device_done, signal = signal_] {
+    done->store(true);
+    signal->Bump();
+  };
+  if (arbitration_.notify_device_done) {
+    arbitration_.notify_device_done(*f->engine, std::move(done));
+  } else {
+    f->engine->NotifyWhenDeviceDone(std::move(done));
+  }
+}
+
+bool DeviceWorker::BeginAheadSteps() {
+  bool did = false;
+  const size_t n = in_flight_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const std::shared_ptr<engine::ModelEngine>& e = in_flight_[i].engine;
+    if (!e->CanBeginAhead() || !e->HasWork()) continue;
+    // Several models in flight: each step's end is signalled by a host
+    // function queued after it, so this one's must be queued before its
+    // successor is (one model alone waits on its oldest step's event).
+    if (!OneEngineInFlight()) Notify(&in_flight_[i]);
+    const absl::Time t0 = absl::Now();
+    if (!e->BeginStep(engine::StepUrgency::kDefault)) continue;
+    did = true;
+    InFlight f;
+    f.engine = e;
+    f.began = t0;
+    f.device_done = std::make_shared<std::atomic<bool>>(false);
+    for (InFlight& other : in_flight_) {
+      if (other.engine != e) other.overlapped = f.overlapped = true;
+    }
+    in_flight_.push_back(std::move(f));
+  }
   return did;
 }
 

@@ -159,13 +159,20 @@ struct DeviceArbitrationOptions {
   // them, so each model waits for the pass's slowest step (a short decode
   // behind another model's prefill chunk). Between-step tasks, retiring
   // engines and remapping's reversion (at most every 100 ms) still wait
-  // for every step in flight. Arbitration orders the queues of the
-  // models with no step in flight (the engine's arbitration hooks finish a
-  // step in flight first, waiting for its device work). Default on: on an
+  // for every step in flight. Arbitration orders every model's queue,
+  // steps in flight or not (its hooks leave them running). Default on: on an
   // H200 it cut a chat model's TBT beside a bulk model's prefills from 15.0
   // to 5.0 ms and gave six small models 5-10% more tokens/s than lockstep;
   // one model under load was mixed (docs/benchmarks.md).
   bool rolling_steps = true;
+  // With rolling_steps: each model keeps two steps queued on the device
+  // when it can (engine::ModelEngine::CanBeginAhead): its next step is
+  // planned and queued while its current one runs, its decodes fed from
+  // the current one's samples on the device, so the device does not idle
+  // while the host finishes one step and plans the next. Costs a wasted
+  // token's work for each sequence that ends on EOS or a stop string, and
+  // a new request waits up to one more step to be admitted. Default off.
+  bool ahead_steps = false;
   // With rolling_steps: how the loop learns that a step's device work
   // ended, with several steps in flight; it calls `done` once it has (on
   // any thread, possibly after the worker is gone). Empty (the default):
@@ -248,13 +255,20 @@ class DeviceWorker {
  private:
   // A step begun and not yet finished. `device_done`: set by its
   // device-done callback, once the rolling loop asked for one (`notified`).
-  // `overlapped`: another step was on the device at some time beside it.
+  // `overlapped`: another model's step was on the device at some time
+  // beside it. `began`: when it began, or for an ahead step when the step
+  // before it ended (its device work starts about then). Set by FinishOne:
+  // what the finished step measured.
   struct InFlight {
     std::shared_ptr<engine::ModelEngine> engine;
     absl::Time began;
     std::shared_ptr<std::atomic<bool>> device_done;
     bool notified = false;
     bool overlapped = false;
+    bool finished = false;
+    absl::Time ended;
+    double host_s = 0;
+    int prefill_tokens = 0;
   };
   // What wakes the step thread: every event that may give it work (new
   // work, a task, an engine added or removed, a step's device work ended,
@@ -282,10 +296,10 @@ class DeviceWorker {
   void Loop();
   // The loop with rolling_steps (device_worker_rolling.cc).
   void RollingLoop();
-  // Of `engines`, those with no step in flight (in_flight_): arbitrates
-  // over their queues, then begins a step of each one that has work, in
-  // arbitration order, at the stream priority the policy gives. Returns
-  // whether any began. Step thread only.
+  // Arbitrates over `engines`' queues, then begins a step of each one with
+  // work and no step in flight (in_flight_), in arbitration order, at the
+  // stream priority the policy gives; then ahead steps (ahead_steps).
+  // Returns whether any began. Step thread only.
   bool BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
   // Who the memory freed by ShedForShortfall is for.
@@ -309,9 +323,19 @@ class DeviceWorker {
   // Finishes the steps begun in this pass (in_flight_), in order: tokens,
   // step host time, prefill cost. Step thread only.
   void FinishInFlight();
-  // Finishes `steps` (removed from in_flight_), several in parallel on the
-  // finishers. Step thread only.
+  // Finishes `steps` (removed from in_flight_, each engine's in order),
+  // several engines in parallel on the finishers. Step thread only.
   void FinishSteps(std::vector<InFlight> steps);
+  // Finishes one step and records what it measured (any one thread).
+  static void FinishOne(InFlight* f);
+  // Asks for `f`'s device-done callback (rolling loop). Step thread only.
+  void Notify(InFlight* f);
+  // With ahead_steps: every engine with one step in flight that can
+  // (CanBeginAhead) begins its next one behind it. Step thread only.
+  bool BeginAheadSteps();
+  // Whether every step in flight is one engine's (the loop then waits on
+  // the oldest step's own event). Step thread only.
+  bool OneEngineInFlight() const;
   // One arbitration decision over the engines' queues: the engines in
   // stepping order, and whether the first holds the request the policy
   // put first. Step thread only.

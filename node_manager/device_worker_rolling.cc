@@ -54,10 +54,16 @@ void DeviceWorker::RollingLoop() {
       remap_->Tick(engines, *balloon_, slab_bytes_, now);
       last_tick = now;
     }
-    // The steps whose device work has ended.
+    // The steps whose device work has ended: an engine's steps end in
+    // order, so one that has ended ends those begun before it (whose own
+    // callback may not have been asked for).
     std::vector<InFlight> done, running;
-    for (InFlight& f : in_flight_) {
-      (f.device_done->load() ? done : running).push_back(std::move(f));
+    for (size_t i = 0; i < in_flight_.size(); ++i) {
+      bool ended = false;
+      for (size_t j = i; j < in_flight_.size() && !ended; ++j) {
+        ended = in_flight_[j].engine == in_flight_[i].engine && in_flight_[j].device_done->load();
+      }
+      (ended ? done : running).push_back(std::move(in_flight_[i]));
     }
     in_flight_ = std::move(running);
     // Steps may also be finished inside BeginSteps (a model short of KV
@@ -67,31 +73,31 @@ void DeviceWorker::RollingLoop() {
     // Every model not in flight with work begins its next step.
     const bool began = BeginSteps(std::move(engines));
     const bool finished = finished_steps_ != finished_before;
-    if (in_flight_.size() == 1) {
-      // One step on the device: wait on its own event, as lockstep passes
-      // do. A host function after every step costs more (each delays the
-      // stream's next work until it has run): a 130M model's batch-1 TPOT
-      // went from 0.30 to 0.39 ms on an H200.
-      FinishInFlight();
+    if (OneEngineInFlight()) {
+      // One model on the device: wait on its oldest step's own event, as
+      // lockstep passes do (its ahead step, if any, keeps the device
+      // busy meanwhile). A host function after every step costs more (each
+      // delays the stream's next work until it has run): a 130M model's
+      // batch-1 TPOT went from 0.30 to 0.39 ms on an H200.
+      std::vector<InFlight> oldest;
+      oldest.push_back(std::move(in_flight_.front()));
+      in_flight_.erase(in_flight_.begin());
+      FinishSteps(std::move(oldest));
       continue;
     }
     if (finished && in_flight_.empty()) continue;  // their models may have more work
     if (in_flight_.empty() && !began && balloon_) {
       balloon_->arena()->Replenish();  // idle: get the next slabs ready
     }
-    // Several steps on the device: each one's end wakes this thread.
-    for (InFlight& f : in_flight_) {
-      if (f.notified) continue;
-      f.notified = true;
-      std::function<void()> done = [done = f.device_done, signal = signal_] {
-        done->store(true);
-        signal->Bump();
-      };
-      if (arbitration_.notify_device_done) {
-        arbitration_.notify_device_done(*f.engine, std::move(done));
-      } else {
-        f.engine->NotifyWhenDeviceDone(std::move(done));
-      }
+    // Several models' steps on the device: each one's end wakes this
+    // thread. Only an engine's last step can ask (the host function goes
+    // after the engine's last queued work); its earlier ones end before it.
+    for (size_t i = 0; i < in_flight_.size(); ++i) {
+      const bool last = std::none_of(in_flight_.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                     in_flight_.end(), [&](const InFlight& later) {
+                                       return later.engine == in_flight_[i].engine;
+                                     });
+      if (last) Notify(&in_flight_[i]);
     }
     // Until a step's device work ends, work arrives or the worker stops.
     // Idle, the loop also wakes to replenish slabs (as lockstep does).

@@ -92,6 +92,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
   arb.overlap_steps = options.overlap_steps;
   arb.priority_streams = options.priority_streams;
   arb.rolling_steps = options.rolling_steps;
+  arb.ahead_steps = options.ahead_steps;
   DeviceMemoryOptions mem;
   mem.elastic = options.memory_mode == "elastic";
   mem.slab_bytes = options.slab_bytes;

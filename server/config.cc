@@ -444,6 +444,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     RETURN_IF_ERROR(es.Get("slow_step_warn_ms", &eo.slow_step_warn_ms));
     RETURN_IF_ERROR(es.Get("overlap_steps", &o.overlap_steps));
     RETURN_IF_ERROR(es.Get("rolling_steps", &o.rolling_steps));
+    RETURN_IF_ERROR(es.Get("ahead_steps", &o.ahead_steps));
     std::string priority_streams = "none";
     RETURN_IF_ERROR(es.Get("priority_streams", &priority_streams));
     RETURN_IF_ERROR(es.Finish());

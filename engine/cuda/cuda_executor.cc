@@ -66,8 +66,10 @@ CudaExecutor::~CudaExecutor() {
   cudaSetDevice(options_.device);
   DropGraphs();
   if (stream_) cudaStreamSynchronize(stream_);
-  if (step_done_) cudaEventDestroy(step_done_);
-  if (host_meta_) cudaFreeHost(host_meta_);
+  for (StartedStep& slot : slots_) {
+    if (slot.done) cudaEventDestroy(slot.done);
+    if (slot.host) cudaFreeHost(slot.host);
+  }
   if (host_penalties_) cudaFreeHost(host_penalties_);
   for (int b = 0; b < 2; ++b) {
     if (host_spans_[b]) cudaFreeHost(host_spans_[b]);
@@ -94,7 +96,7 @@ CudaExecutor::~CudaExecutor() {
 }
 
 void CudaExecutor::NotifyWhenStepDone(std::function<void()> done) {
-  if (started_rows_ < 0) {
+  if (started_ == 0) {
     done();
     return;
   }
@@ -165,7 +167,9 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming),
                       "stream event");
   stream_ = streams_[0];
-  BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming), "step event");
+  for (StartedStep& slot : slots_) {
+    BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "step event");
+  }
   act_ = ActivationType(config_);
   // Deterministic mode: every token through the split-KV kernel, whose
   // per-query reduction does not depend on how the prompt was chunked.
@@ -256,7 +260,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       (options_.max_context + kv_->layout().block_tokens - 1) / kv_->layout().block_tokens;
   // Every array starts 256-byte aligned (SampleParams holds 8-byte fields).
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
-  params_offset_ = align(5 * T * sizeof(int));
+  params_offset_ = align(6 * T * sizeof(int));
   tiles_offset_ = align(params_offset_ + T * sizeof(SampleParams));
   out_offset_ = align(tiles_offset_ + T * sizeof(PrefillTile));
   logprobs_offset_ = align(out_offset_ + T * sizeof(int));
@@ -265,7 +269,10 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
                 static_cast<size_t>(c.num_hidden_layers) * R * max_table_blocks_ * sizeof(int);
   if (auto s = meta_.Allocate(meta_bytes_, "step metadata"); !s.ok()) return s;
   workspace_bytes_ += static_cast<int64_t>(meta_bytes_);
-  BALLAST_CUDA_RETURN(cudaMallocHost(&host_meta_, meta_bytes_), "pinned step metadata");
+  for (StartedStep& slot : slots_) {
+    BALLAST_CUDA_RETURN(cudaMallocHost(&slot.host, meta_bytes_), "pinned step metadata");
+  }
+  host_meta_ = slots_[0].host;
   // Room for the penalty entries of a typical step; more is allocated on
   // demand (ReservePenalties).
   constexpr size_t kInitialPenalties = 16384;
@@ -315,6 +322,13 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T};
   const auto* tiles = reinterpret_cast<const PrefillTile*>(meta_.get<uint8_t>() + tiles_offset_);
   const float eps = static_cast<float>(c.rms_norm_eps);
+  if (sh.resolve || sh.graph) {  // graphs serve steps with and without ahead tokens
+    BALLAST_CUDA_RETURN(
+        LaunchResolveTokens(tok, tok + 5 * Tmax,
+                            reinterpret_cast<const int*>(meta_.get<uint8_t>() + out_offset_), T,
+                            stream_),
+        "ahead tokens");
+  }
   const KvLayout& lay = kv_->layout();
   const memory::BlockAddressing addr = kv_->allocator()->addressing();
   PagedKv kv;
@@ -448,7 +462,9 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
 
 absl::Status CudaExecutor::Forward(absl::Span<const SequenceChunk> batch,
                                    std::vector<float>* logits) {
+  if (started_ > 0) return absl::FailedPreconditionError("a sampled step is in flight");
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  host_meta_ = slots_[oldest_].host;
   auto sh = Stage(batch, {}, false);
   if (!sh.ok()) return sh.status();
   if (auto s = Run(*sh); !s.ok()) return s;
@@ -476,53 +492,57 @@ absl::Status CudaExecutor::ForwardSample(absl::Span<const SequenceChunk> batch,
 absl::Status CudaExecutor::StartForwardSample(absl::Span<const SequenceChunk> batch,
                                               absl::Span<const DeviceSampling> sampling,
                                               bool want_logprobs) {
-  if (started_rows_ >= 0) {
-    return absl::FailedPreconditionError("a sampled step was started and not finished");
-  }
+  if (started_ >= 2) return absl::FailedPreconditionError("two sampled steps are in flight");
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  // The other mirror than a step in flight's: that one is still read by
+  // its uploads and written by its downloads.
+  StartedStep& slot = slots_[(oldest_ + started_) % 2];
+  host_meta_ = slot.host;
   auto sh = Stage(batch, sampling, true);
   if (!sh.ok()) return sh.status();
   if (auto s = Run(*sh); !s.ok()) return s;
-  auto* host_out = static_cast<uint8_t*>(host_meta_) + out_offset_;
-  BALLAST_CUDA_RETURN(cudaMemcpyAsync(host_out, meta_.get<uint8_t>() + out_offset_,
+  auto* host = static_cast<uint8_t*>(slot.host);
+  BALLAST_CUDA_RETURN(cudaMemcpyAsync(host + out_offset_, meta_.get<uint8_t>() + out_offset_,
                                       sh->real_rows * sizeof(int), cudaMemcpyDeviceToHost, stream_),
                       "token download");
-  started_top_.clear();
+  slot.top.clear();
   if (want_logprobs) {
     BALLAST_CUDA_RETURN(
-        cudaMemcpyAsync(static_cast<uint8_t*>(host_meta_) + logprobs_offset_,
-                        meta_.get<uint8_t>() + logprobs_offset_,
+        cudaMemcpyAsync(host + logprobs_offset_, meta_.get<uint8_t>() + logprobs_offset_,
                         sh->real_rows * sizeof(SampleLogprobs), cudaMemcpyDeviceToHost, stream_),
         "logprobs download");
-    for (const DeviceSampling& s : sampling) started_top_.push_back(s.options.top_logprobs >= 0);
+    for (const DeviceSampling& s : sampling) slot.top.push_back(s.options.top_logprobs >= 0);
   }
   // The host waits on this event alone (pinned results, no stream or
   // device-wide sync), so other executors' streams keep running.
-  BALLAST_CUDA_RETURN(cudaEventRecord(step_done_, stream_), "step event");
-  started_rows_ = sh->real_rows;
+  BALLAST_CUDA_RETURN(cudaEventRecord(slot.done, stream_), "step event");
+  slot.rows = sh->real_rows;
+  last_sampled_rows_ = sh->real_rows;
+  ++started_;
   return absl::OkStatus();
 }
 
 absl::Status CudaExecutor::FinishForwardSample(std::vector<int>* tokens,
                                                std::vector<TokenLogprobs>* logprobs) {
-  if (started_rows_ < 0) return absl::FailedPreconditionError("no sampled step was started");
-  const int rows = started_rows_;
-  started_rows_ = -1;
-  BALLAST_CUDA_RETURN(cudaEventSynchronize(step_done_), "step");
+  if (started_ == 0) return absl::FailedPreconditionError("no sampled step was started");
+  const StartedStep& slot = slots_[oldest_];
+  oldest_ = (oldest_ + 1) % 2;
+  --started_;
+  BALLAST_CUDA_RETURN(cudaEventSynchronize(slot.done), "step");
   HarvestStall();
-  const int* out = reinterpret_cast<const int*>(static_cast<uint8_t*>(host_meta_) + out_offset_);
-  tokens->assign(out, out + rows);
+  const auto* host = static_cast<const uint8_t*>(slot.host);
+  const int* out = reinterpret_cast<const int*>(host + out_offset_);
+  tokens->assign(out, out + slot.rows);
   if (logprobs != nullptr) {
-    logprobs->assign(rows, TokenLogprobs{});
-    if (!started_top_.empty()) ReadLogprobs(started_top_, rows, logprobs);
+    logprobs->assign(slot.rows, TokenLogprobs{});
+    if (!slot.top.empty()) ReadLogprobs(host, slot.top, slot.rows, logprobs);
   }
   return absl::OkStatus();
 }
 
-void CudaExecutor::ReadLogprobs(const std::vector<bool>& wanted, int rows,
+void CudaExecutor::ReadLogprobs(const uint8_t* host, const std::vector<bool>& wanted, int rows,
                                 std::vector<TokenLogprobs>* logprobs) const {
-  const auto* src =
-      reinterpret_cast<const SampleLogprobs*>(static_cast<uint8_t*>(host_meta_) + logprobs_offset_);
+  const auto* src = reinterpret_cast<const SampleLogprobs*>(host + logprobs_offset_);
   for (int i = 0; i < rows; ++i) {
     if (!wanted[i]) continue;
     TokenLogprobs& lp = (*logprobs)[i];

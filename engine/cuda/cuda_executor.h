@@ -55,12 +55,17 @@ class CudaExecutor final : public Executor {
                              absl::Span<const DeviceSampling> sampling, std::vector<int>* tokens,
                              std::vector<TokenLogprobs>* logprobs) override;
   // The step's tokens come back through pinned memory and an event: Finish
-  // waits for this executor's step alone.
+  // waits for this executor's step alone. Two steps may be started (the
+  // second staged in the other pinned mirror, queued behind the first on
+  // the stream); ahead chunks' tokens are copied on the device from the
+  // first step's sampled tokens, which stay in meta_ until the next
+  // sampling.
   absl::Status StartForwardSample(absl::Span<const SequenceChunk> batch,
                                   absl::Span<const DeviceSampling> sampling,
                                   bool want_logprobs) override;
   absl::Status FinishForwardSample(std::vector<int>* tokens,
                                    std::vector<TokenLogprobs>* logprobs) override;
+  int max_started_steps() const override { return 2; }
   const ModelConfig& config() const override { return config_; }
   int64_t weight_bytes() const override { return weights_->bytes(); }
   int64_t workspace_bytes() const override { return workspace_bytes_; }
@@ -89,7 +94,7 @@ class CudaExecutor final : public Executor {
   // Switches stream_ between streams_[0] (default priority) and streams_[1]
   // (the greatest), the new one waiting for the old one's queued work.
   absl::Status SetUrgent(bool urgent) override;
-  // A host function queued on stream_ after the started step.
+  // A host function queued on stream_ after the last started step.
   void NotifyWhenStepDone(std::function<void()> done) override;
 
   // The activation type this model runs in (from its torch_dtype).
@@ -109,6 +114,7 @@ class CudaExecutor final : public Executor {
     bool graph = false;
     int prefill_tiles = 0;  // tensor-core prefill attention tiles
     int small_tokens = 0;   // tokens left to the split-KV attention kernel
+    bool resolve = false;   // some token comes from the previous step's rows
   };
   CudaExecutor(const ModelConfig& config, KvCache* kv, const CudaExecutorOptions& options);
   absl::Status Init(const std::string& model_dir);
@@ -130,9 +136,9 @@ class CudaExecutor final : public Executor {
   // Makes penalties_ hold `entries`; growing it drops the sampling graphs
   // (they captured its address).
   absl::Status ReservePenalties(size_t entries);
-  // Copies the rows' log-probabilities back (after the step's event), for
-  // the rows marked in `wanted`.
-  void ReadLogprobs(const std::vector<bool>& wanted, int rows,
+  // Copies the rows' log-probabilities back from a step's pinned mirror
+  // `host` (after the step's event), for the rows marked in `wanted`.
+  void ReadLogprobs(const uint8_t* host, const std::vector<bool>& wanted, int rows,
                     std::vector<TokenLogprobs>* logprobs) const;
   void WriteBlockTable(absl::Span<const SequenceChunk> batch, const StepShape& shape);
   // Copies the staged metadata to meta_ on stream_ (asynchronous).
@@ -190,12 +196,21 @@ class CudaExecutor final : public Executor {
   cudaStream_t stream_ = nullptr;
   cudaStream_t streams_[2] = {nullptr, nullptr};
   cudaEvent_t stream_switch_ = nullptr;  // orders a switched-to stream after the other
-  // A started sampled step (StartForwardSample): its end on stream_, its
-  // rows (-1: none started) and which rows asked for log-probabilities
-  // (empty: none).
-  cudaEvent_t step_done_ = nullptr;
-  int started_rows_ = -1;
-  std::vector<bool> started_top_;
+  // A started sampled step (StartForwardSample): its pinned mirror (its
+  // staged inputs and its tokens' download), its end on stream_, its rows
+  // and which rows asked for log-probabilities (empty: none). Two, used in
+  // turn; `started_` of them are in flight, the oldest at `oldest_`.
+  struct StartedStep {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;
+    int rows = 0;
+    std::vector<bool> top;
+  };
+  StartedStep slots_[2];
+  int started_ = 0;
+  int oldest_ = 0;
+  // Rows of the last sampled step started: what an ahead chunk may take.
+  int last_sampled_rows_ = 0;
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<Gemm> gemm_;
   std::vector<float> inv_freq_host_;
@@ -203,9 +218,10 @@ class CudaExecutor final : public Executor {
   // Activations, sized for max_batch_tokens rows.
   DeviceBuffer inv_freq_, resid_, x_, qkv_, q_, attn_, o_, gate_up_, act_buf_, x_sel_, logits_,
       attn_ws_;
-  // Step metadata: tokens, seq, pos, rows, pos_small (int32 x
+  // Step metadata: tokens, seq, pos, rows, pos_small, from_row (int32 x
   // max_batch_tokens each; pos_small is pos with -1 for tokens in prefill
-  // tiles), sampling params, prefill tiles, output tokens, sampling
+  // tiles; from_row the previous step's row an ahead token takes, or -1),
+  // sampling params, prefill tiles, output tokens, sampling
   // log-probabilities, then the block table.
   DeviceBuffer meta_;
   // Session KV copies (cuda_kv_copy.cc): two of each (pieces alternate, so
@@ -228,7 +244,8 @@ class CudaExecutor final : public Executor {
   size_t load_span_capacity_ = 0;
   bool load_pending_ = false;  // started, not yet waited for by a step
   bool load_started_ = false;  // any load since Init
-  void* host_meta_ = nullptr;  // pinned mirror of meta_
+  // Pinned mirror of meta_ the next step stages into: slots_[i].host.
+  void* host_meta_ = nullptr;
   size_t meta_bytes_ = 0;
   size_t table_offset_ = 0, params_offset_ = 0, tiles_offset_ = 0, out_offset_ = 0;
   // Sampling log-probabilities (SampleLogprobs x max_batch_tokens), after

@@ -20,6 +20,11 @@ constexpr int kMinPrefillTileTokens = 16;
 
 absl::Status CudaExecutor::CheckChunk(size_t index, const SequenceChunk& ch) const {
   const int end = ch.start_pos + static_cast<int>(ch.tokens.size());
+  if (ch.from_row >= 0 && (ch.tokens.size() != 1 || ch.from_row >= last_sampled_rows_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", index, " takes row ", ch.from_row, " of a step that sampled ",
+        last_sampled_rows_, " rows (an ahead chunk is one token)"));
+  }
   if (ch.kv->capacity_tokens(kv_->layout().block_tokens) < end) {
     return absl::InternalError(absl::StrCat("chunk ", index, ": KV capacity below position ", end));
   }
@@ -29,6 +34,7 @@ absl::Status CudaExecutor::CheckChunk(size_t index, const SequenceChunk& ch) con
                                                    options_.max_context));
   }
   for (int id : ch.tokens) {
+    if (ch.from_row >= 0) break;  // a placeholder
     if (id < 0 || id >= config_.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside the vocabulary"));
     }
@@ -93,6 +99,7 @@ void CudaExecutor::WriteTokens(absl::Span<const SequenceChunk> batch, StepShape*
   int* pos = seq + Tmax;
   int* rows = pos + Tmax;
   int* pos_small = rows + Tmax;
+  int* from_row = pos_small + Tmax;
   auto* tiles = reinterpret_cast<PrefillTile*>(base + tiles_offset_);
   int t = 0, r = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -109,8 +116,10 @@ void CudaExecutor::WriteTokens(absl::Span<const SequenceChunk> batch, StepShape*
         tile.pos0 = ch.start_pos + j;
       }
     }
+    sh->resolve |= ch.from_row >= 0;
     for (int i = 0; i < n; ++i, ++t) {
-      tok[t] = ch.tokens[i];
+      tok[t] = ch.from_row >= 0 ? 0 : ch.tokens[i];  // an ahead token: set on the device
+      from_row[t] = ch.from_row;
       seq[t] = static_cast<int>(b);
       pos[t] = ch.start_pos + i;
       pos_small[t] = flash ? -1 : pos[t];
@@ -124,6 +133,7 @@ void CudaExecutor::WriteTokens(absl::Span<const SequenceChunk> batch, StepShape*
     seq[t] = 0;
     pos[t] = -1;
     pos_small[t] = -1;
+    from_row[t] = -1;
     rows[r++] = t;
   }
 }

@@ -118,6 +118,14 @@ __global__ void GatherRowsKernel(const uint8_t* __restrict__ in, const int* __re
   for (size_t i = threadIdx.x; i < row_bytes; i += blockDim.x) dst[i] = src[i];
 }
 
+__global__ void ResolveTokensKernel(int* __restrict__ tokens, const int* __restrict__ from_row,
+                                    const int* __restrict__ sampled, int n) {
+  AllowNextGrid();
+  WaitPriorGrid();
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < n && from_row[t] >= 0) tokens[t] = sampled[from_row[t]];
+}
+
 int RowThreads(int hidden) {
   int t = 128;
   while (t < 1024 && t < hidden / 4) t *= 2;
@@ -176,6 +184,13 @@ cudaError_t LaunchGatherRows(const void* in, const int* rows, int n, size_t row_
   if (n == 0) return cudaSuccess;
   return LaunchKernel(GatherRowsKernel, n, 256, 0, stream, static_cast<const uint8_t*>(in), rows,
                       row_bytes, static_cast<uint8_t*>(out));
+}
+
+cudaError_t LaunchResolveTokens(int* tokens, const int* from_row, const int* sampled, int n,
+                                cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return LaunchKernel(ResolveTokensKernel, (n + 255) / 256, 256, 0, stream, tokens, from_row,
+                      sampled, n);
 }
 
 cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* out, ActType type,

@@ -86,6 +86,11 @@ cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias, 
 cudaError_t LaunchGatherRows(const void* in, const int* rows, int n, size_t row_bytes, void* out,
                              cudaStream_t stream);
 
+// Ahead steps: tokens[t] = sampled[from_row[t]] where from_row[t] >= 0, for
+// t < n (sampled: the previous step's token per sampling row).
+cudaError_t LaunchResolveTokens(int* tokens, const int* from_row, const int* sampled, int n,
+                                cudaStream_t stream);
+
 // out[t][i] = silu(gate_up[t][i]) * gate_up[t][I + i]; gate_up [T][2I], out [T][I];
 // and, when fp8.q is set, out[t] rounded to E4M3 there.
 cudaError_t LaunchSiluMul(const void* gate_up, int num_tokens, int inter, void* out, ActType type,
