@@ -68,10 +68,11 @@ bool WaitAll(Order* o, size_t n) {
 }
 
 std::shared_ptr<ModelEngine> Engine(const std::string& name, const std::string& path,
-                                    DeviceWorker* w) {
+                                    DeviceWorker* w, bool sample_in_step = false) {
   ModelEngineOptions o;
   o.name = name;
   o.path = path;
+  o.cpu_sample_in_step = sample_in_step;  // ahead steps need it
   o.max_seqs = 1;  // one at a time: completion order = admission order
   o.kv_arena = w->arena();
   return std::shared_ptr<ModelEngine>(std::move(*ModelEngine::Create(o, [w] { w->Wake(); })));
@@ -259,21 +260,22 @@ TEST(DeviceArbitration, DecodeOnlyStepsRunUrgentBesidePrefills) {
   EXPECT_EQ(w->arbitration_stats().urgent_steps, chat->urgent_steps());
 }
 
-// rolling_steps: every model's requests are served, with the same tokens
-// as in lockstep passes (the CPU backend is deterministic), while
-// between-step tasks still run (they wait for the steps in flight), and
-// the worker stops cleanly with a request in flight.
+// rolling_steps, with and without ahead_steps: every model's requests are
+// served, with the same tokens as in lockstep passes (the CPU backend is
+// deterministic), while between-step tasks still run (they wait for the
+// steps in flight), and the worker stops cleanly with a request in flight.
 TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
   engine::testing::TempDir dir;
   const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
-  std::map<std::string, std::vector<int>> tokens[2];
-  for (int rolling = 0; rolling < 2; ++rolling) {
+  std::map<std::string, std::vector<int>> tokens[3];
+  for (int mode = 0; mode < 3; ++mode) {  // lockstep, rolling, rolling with ahead steps
     DeviceArbitrationOptions arb;
-    arb.rolling_steps = rolling == 1;
+    arb.rolling_steps = mode >= 1;
+    arb.ahead_steps = mode == 2;
     const absl::Time created = absl::Now();
     auto w = Worker(arb);
-    auto a = Engine("a", path, w.get());
-    auto b = Engine("b", path, w.get());
+    auto a = Engine("a", path, w.get(), mode == 2);
+    auto b = Engine("b", path, w.get(), mode == 2);
     ASSERT_TRUE(w->Add(a).ok());
     ASSERT_TRUE(w->Add(b).ok());
     Order order;
@@ -293,7 +295,7 @@ TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
     for (const auto& s : sinks) {
       ASSERT_TRUE(s->result.ok()) << s->id << ": " << s->result.status();
       EXPECT_EQ(s->result->output_tokens.size(), 12u) << s->id;
-      tokens[rolling][s->id] = s->result->output_tokens;
+      tokens[mode][s->id] = s->result->output_tokens;
     }
     // The step thread's time was charged to beginning and finishing steps,
     // and in all to no more than the worker's life.
@@ -307,8 +309,15 @@ TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
     ASSERT_TRUE(a->Submit(Req("left", 40, 60000), &left).ok());
     w->Stop();
     EXPECT_TRUE(left.done);
+    // Read once the step thread is gone.
+    if (mode == 2) {
+      EXPECT_GT(a->ahead_steps() + b->ahead_steps(), 0);
+    } else {
+      EXPECT_EQ(a->ahead_steps() + b->ahead_steps(), 0);
+    }
   }
   EXPECT_EQ(tokens[0], tokens[1]);
+  EXPECT_EQ(tokens[0], tokens[2]);
 }
 
 // Holds the rolling loop's device-done callbacks (notify_device_done)

@@ -1,0 +1,234 @@
+// Ahead steps (ModelEngine::BeginStep while a step is in flight): the same
+// tokens, texts, finish reasons and log-probabilities as one step at a
+// time, whatever ends a request (length, a stop string, a cancel); a
+// sequence a step in flight computes for keeps its blocks until that step
+// ends; penalties make the engine wait for the step in flight. On the CPU
+// backend sampling in the step (cpu_sample_in_step), which draws from
+// (seed, counter) as a GPU does.
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model_engine.h"
+#include "gtest/gtest.h"
+#include "tests/unit/engine/test_util.h"
+
+namespace ballast::engine {
+namespace {
+
+using testing::TempDir;
+
+struct Collect : GenerationSink {
+  void OnToken(int id, const std::string& text, const TokenLogprobs* lp) override {
+    ids.push_back(id);
+    streamed += text;
+    if (lp != nullptr) logprobs.push_back(lp->logprob);
+  }
+  void OnDone(absl::StatusOr<GenerationResult> r) override {
+    result = std::move(r);
+    done = true;
+  }
+  std::vector<int> ids;
+  std::string streamed;
+  std::vector<float> logprobs;
+  bool done = false;
+  absl::StatusOr<GenerationResult> result = absl::UnknownError("not done");
+};
+
+std::vector<int> Prompt(int n, int salt) {
+  std::vector<int> t = {ByteTokenizer::kBos};
+  for (int i = 1; i < n; ++i) t.push_back(32 + (i * 31 + salt * 17) % 90);
+  return t;
+}
+
+// Greedy, seeded sampling and log-probabilities; prompts longer than a
+// step's budget (chunked prefill); lengths that end at different steps.
+std::vector<GenerationRequest> Mix() {
+  std::vector<GenerationRequest> out;
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r;
+    r.id = absl::StrCat("r", i);
+    r.prompt = Prompt(i % 3 == 0 ? 90 : 7 + 5 * i, i);
+    r.params.max_tokens = 6 + 3 * i;
+    r.params.ignore_eos = true;
+    if (i % 2 == 1) {
+      r.params.sampling.temperature = 0.9f;
+      r.params.sampling.top_p = 0.95f;
+      r.params.seed = 100 + i;
+    }
+    if (i == 4) r.params.sampling.top_logprobs = 2;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+class AheadStepTest : public ::testing::Test {
+ protected:
+  void SetUp() override { model_ = testing::WriteTinyModel(dir_, "m"); }
+  std::unique_ptr<ModelEngine> Make() {
+    ModelEngineOptions o;
+    o.name = "tiny";
+    o.path = model_;
+    o.kv_cache_bytes = 8 << 20;
+    o.max_batch_tokens = 64;
+    o.block_tokens = 4;
+    o.cpu_sample_in_step = true;
+    auto e = ModelEngine::Create(o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return std::move(*e);
+  }
+  // One step at a time; `at(i)` runs before step i.
+  static void RunPlain(ModelEngine& e, const std::function<void(int)>& at = {}) {
+    for (int i = 0; i < 100000 && e.HasWork(); ++i) {
+      if (at) at(i);
+      e.Step();
+    }
+    ASSERT_FALSE(e.HasWork());
+  }
+  // Two steps in flight whenever the engine allows; `at(i)` runs before
+  // the i-th finish. Returns the ahead steps begun.
+  static int64_t RunAhead(ModelEngine& e, const std::function<void(int)>& at = {}) {
+    for (int i = 0; i < 100000 && (e.HasWork() || e.step_in_flight()); ++i) {
+      if (!e.step_in_flight()) e.BeginStep();
+      while (e.CanBeginAhead() && e.BeginStep()) {
+      }
+      EXPECT_LE(e.steps_in_flight(), 2);
+      if (at) at(i);
+      e.FinishStep();
+    }
+    EXPECT_FALSE(e.HasWork());
+    EXPECT_FALSE(e.step_in_flight());
+    return e.ahead_steps();
+  }
+  static void ExpectAllBlocksFree(const ModelEngine& e) {
+    const EngineStats s = e.stats();
+    EXPECT_EQ(s.kv_blocks_free, s.kv_blocks_total);
+  }
+  TempDir dir_;
+  std::string model_;
+};
+
+void ExpectSame(const Collect& want, const Collect& got, const std::string& id) {
+  ASSERT_TRUE(want.result.ok()) << id << ": " << want.result.status();
+  ASSERT_TRUE(got.result.ok()) << id << ": " << got.result.status();
+  EXPECT_EQ(want.ids, got.ids) << id;
+  EXPECT_EQ(want.streamed, got.streamed) << id;
+  EXPECT_EQ(want.logprobs, got.logprobs) << id;
+  EXPECT_EQ(want.result->output_tokens, got.result->output_tokens) << id;
+  EXPECT_EQ(want.result->text, got.result->text) << id;
+  EXPECT_EQ(want.result->reason, got.result->reason) << id;
+}
+
+TEST_F(AheadStepTest, SameTokensTextsAndLogprobsAsOneStepAtATime) {
+  std::map<std::string, Collect> plain, ahead;
+  const std::vector<GenerationRequest> mix = Mix();
+  // Half at once, half while the first are decoding.
+  auto submit = [&](ModelEngine& e, std::map<std::string, Collect>& sinks, int from, int to) {
+    for (int i = from; i < to; ++i) {
+      ASSERT_TRUE(e.Submit(mix[i], &sinks[mix[i].id]).ok());
+    }
+  };
+  auto p = Make();
+  submit(*p, plain, 0, 4);
+  RunPlain(*p, [&](int i) {
+    if (i == 5) submit(*p, plain, 4, 8);
+  });
+  auto a = Make();
+  submit(*a, ahead, 0, 4);
+  const int64_t ahead_steps = RunAhead(*a, [&](int i) {
+    if (i == 5) submit(*a, ahead, 4, 8);
+  });
+  EXPECT_GT(ahead_steps, 10);
+  for (const GenerationRequest& r : mix) ExpectSame(plain[r.id], ahead[r.id], r.id);
+  EXPECT_EQ(ahead["r4"].logprobs.size(), ahead["r4"].ids.size());
+  ExpectAllBlocksFree(*p);
+  ExpectAllBlocksFree(*a);
+}
+
+// A stop string ends a request on a token an ahead step already fed: the
+// ahead step's row is dropped, the text is cut as without ahead steps.
+TEST_F(AheadStepTest, AStopStringEndsTheRequestAsWithoutAheadSteps) {
+  GenerationRequest r = Mix()[1];
+  r.params.max_tokens = 40;
+  Collect probe;
+  auto e = Make();
+  ASSERT_TRUE(e->Submit(r, &probe).ok());
+  RunPlain(*e);
+  ASSERT_TRUE(probe.result.ok());
+  ASSERT_GT(probe.result->text.size(), 8u);
+  r.params.stop = {probe.result->text.substr(5, 2)};
+  Collect plain, ahead;
+  ASSERT_TRUE(e->Submit(r, &plain).ok());
+  RunPlain(*e);
+  auto a = Make();
+  ASSERT_TRUE(a->Submit(r, &ahead).ok());
+  EXPECT_GT(RunAhead(*a), 0);
+  ExpectSame(plain, ahead, r.id);
+  EXPECT_EQ(ahead.result->reason, FinishReason::kStop);
+  ExpectAllBlocksFree(*a);
+}
+
+// A request cancelled while two steps are in flight: it is failed only
+// once the step computing for it has ended (its blocks are in use until
+// then); the other request's tokens are unchanged.
+TEST_F(AheadStepTest, ACancelWaitsForTheStepInFlight) {
+  GenerationRequest keep = Mix()[2], drop = Mix()[3];
+  keep.params.max_tokens = drop.params.max_tokens = 30;
+  Collect plain;
+  auto p = Make();
+  ASSERT_TRUE(p->Submit(keep, &plain).ok());
+  RunPlain(*p);
+
+  auto e = Make();
+  Collect kept, dropped;
+  ASSERT_TRUE(e->Submit(keep, &kept).ok());
+  ASSERT_TRUE(e->Submit(drop, &dropped).ok());
+  // Prefill, then decode with a step always queued behind another.
+  for (int i = 0; i < 4; ++i) {
+    if (!e->step_in_flight()) {
+      ASSERT_TRUE(e->BeginStep());
+    }
+    while (e->CanBeginAhead() && e->BeginStep()) {
+    }
+    e->FinishStep();
+  }
+  ASSERT_EQ(e->steps_in_flight(), 1);
+  ASSERT_TRUE(e->CanBeginAhead());
+  e->Cancel(drop.id);
+  ASSERT_TRUE(e->BeginStep());  // drains the cancel: the step in flight computes for it
+  EXPECT_FALSE(dropped.done);
+  e->FinishStep();
+  EXPECT_TRUE(dropped.done);
+  EXPECT_EQ(dropped.result.status().code(), absl::StatusCode::kCancelled);
+  RunAhead(*e);
+  ExpectSame(plain, kept, keep.id);
+  ExpectAllBlocksFree(*e);
+}
+
+// Penalties count the output so far on the host: while such a request
+// runs, no step is queued behind another, and its tokens are unchanged.
+TEST_F(AheadStepTest, PenaltiesWaitForTheStepInFlight) {
+  GenerationRequest pen = Mix()[1];
+  pen.params.max_tokens = 20;
+  pen.params.sampling.frequency_penalty = 1.5f;
+  GenerationRequest other = Mix()[2];
+  other.params.max_tokens = 30;
+  std::map<std::string, Collect> plain, ahead;
+  auto p = Make();
+  ASSERT_TRUE(p->Submit(pen, &plain[pen.id]).ok());
+  ASSERT_TRUE(p->Submit(other, &plain[other.id]).ok());
+  RunPlain(*p);
+  auto a = Make();
+  ASSERT_TRUE(a->Submit(pen, &ahead[pen.id]).ok());
+  ASSERT_TRUE(a->Submit(other, &ahead[other.id]).ok());
+  bool ahead_with_penalties = false;
+  RunAhead(*a, [&](int) { ahead_with_penalties |= !ahead[pen.id].done && a->steps_in_flight() > 1; });
+  EXPECT_FALSE(ahead_with_penalties);
+  // Once the penalised request is done, the other one goes ahead.
+  EXPECT_GT(a->ahead_steps(), 0);
+  ExpectSame(plain[pen.id], ahead[pen.id], pen.id);
+  ExpectSame(plain[other.id], ahead[other.id], other.id);
+  ExpectAllBlocksFree(*a);
+}
+
+}  // namespace
+}  // namespace ballast::engine
