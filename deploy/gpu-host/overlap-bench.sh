@@ -18,7 +18,9 @@
 #      STORM_CHANNELS (each client's connections, 1), PROFILE (non-empty:
 #      per-thread CPU of serve one second into each loaded run; use a T that
 #      lasts a few seconds), ROLLING (node.engine.rolling_steps, false),
-#      PRIORITY (node.engine.priority_streams, none), TOKEN_BATCHES (1: the
+#      PRIORITY (node.engine.priority_streams, none), AHEAD
+#      (node.engine.ahead_steps, false), ENGINE (0: skip the bench-engine
+#      runs at the end), TOKEN_BATCHES (1: the
 #      clients ask for token batches, stream_storm's STORM_TOKEN_BATCHES),
 #      SLOW_STEP_MS
 #      (node.engine.slow_step_warn_ms, 0 = off; 0.001 logs every step's
@@ -52,7 +54,8 @@ node:
     - {name: "${DEVICE:-cuda:0}", memory_mib: 24576}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 4096, overlap_steps: $overlap,
-           rolling_steps: ${ROLLING:-false}, priority_streams: ${PRIORITY:-none},
+           rolling_steps: ${ROLLING:-false}, ahead_steps: ${AHEAD:-false},
+           priority_streams: ${PRIORITY:-none},
            slow_step_warn_ms: ${SLOW_STEP_MS:-0}}
 serve:
   cache_dir: $OUT/models
@@ -142,6 +145,7 @@ for overlap in $MODES; do
     wait "$pid" 2> /dev/null || true
   done
 done
+[ "${ENGINE:-1}" = 0 ] && exit 0
 # The engine alone: decode ms/step at batch B (a checkpoint the serve runs
 # wrote).
 model=$(ls -d "$OUT"/models/m1-*/ | head -1)
