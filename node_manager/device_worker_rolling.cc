@@ -93,10 +93,9 @@ void DeviceWorker::RollingLoop() {
     // thread. Only an engine's last step can ask (the host function goes
     // after the engine's last queued work); its earlier ones end before it.
     for (size_t i = 0; i < in_flight_.size(); ++i) {
-      const bool last = std::none_of(in_flight_.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                                     in_flight_.end(), [&](const InFlight& later) {
-                                       return later.engine == in_flight_[i].engine;
-                                     });
+      const bool last =
+          std::none_of(in_flight_.begin() + static_cast<std::ptrdiff_t>(i) + 1, in_flight_.end(),
+                       [&](const InFlight& later) { return later.engine == in_flight_[i].engine; });
       if (last) Notify(&in_flight_[i]);
     }
     // Until a step's device work ends, work arrives or the worker stops.

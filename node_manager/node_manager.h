@@ -88,8 +88,8 @@ struct NodeOptions {
   // Default on.
   bool rolling_steps = true;
   // DeviceArbitrationOptions::ahead_steps (node.engine.ahead_steps).
-  // Default off.
-  bool ahead_steps = false;
+  // Default on.
+  bool ahead_steps = true;
   // Longest a draining eviction waits for in-flight requests when the
   // EvictModel call names no timeout (the scheduler always sends its
   // scheduler.drain_timeout_ms). Default 10 min.

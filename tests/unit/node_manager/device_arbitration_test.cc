@@ -73,7 +73,7 @@ std::shared_ptr<ModelEngine> Engine(const std::string& name, const std::string& 
   o.name = name;
   o.path = path;
   o.cpu_sample_in_step = sample_in_step;  // ahead steps need it
-  o.max_seqs = 1;  // one at a time: completion order = admission order
+  o.max_seqs = 1;                         // one at a time: completion order = admission order
   o.kv_arena = w->arena();
   return std::shared_ptr<ModelEngine>(std::move(*ModelEngine::Create(o, [w] { w->Wake(); })));
 }
