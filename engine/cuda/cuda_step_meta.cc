@@ -21,9 +21,9 @@ constexpr int kMinPrefillTileTokens = 16;
 absl::Status CudaExecutor::CheckChunk(size_t index, const SequenceChunk& ch) const {
   const int end = ch.start_pos + static_cast<int>(ch.tokens.size());
   if (ch.from_row >= 0 && (ch.tokens.size() != 1 || ch.from_row >= last_sampled_rows_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", index, " takes row ", ch.from_row, " of a step that sampled ",
-        last_sampled_rows_, " rows (an ahead chunk is one token)"));
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", index, " takes row ", ch.from_row,
+                                                   " of a step that sampled ", last_sampled_rows_,
+                                                   " rows (an ahead chunk is one token)"));
   }
   if (ch.kv->capacity_tokens(kv_->layout().block_tokens) < end) {
     return absl::InternalError(absl::StrCat("chunk ", index, ": KV capacity below position ", end));
