@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/safetensors.h"
 #include "engine/tokenizer.h"
+#include "transfer/latch.h"
 #include "transfer/worker_pool.h"
 
 namespace ballast::engine {
@@ -62,32 +62,18 @@ class TensorFiller {
       Fill(g_, out, 0, n, dt, mean, std);
       return t;
     }
-    // The count lives on the heap, under an absl::Mutex: the last worker may
-    // still be unlocking it when this thread returns, and absl's
-    // BlockingCounter counts with an atomic inside the uninstrumented
-    // library, which ThreadSanitizer cannot see order the fills before the
-    // return (as in KvTierStore::ParallelFor).
-    struct Latch {
-      absl::Mutex mu;
-      int64_t left ABSL_GUARDED_BY(mu) = 0;
-    };
-    auto latch = std::make_shared<Latch>();
-    {
-      absl::MutexLock lock(&latch->mu);
-      latch->left = (n + chunk_ - 1) / chunk_;
-    }
+    // transfer::Latch, not absl::BlockingCounter: ThreadSanitizer sees it
+    // order the fills before the return.
+    std::shared_ptr<transfer::Latch> left = transfer::Latch::Create((n + chunk_ - 1) / chunk_);
     for (int64_t begin = 0; begin < n; begin += chunk_) {
       const int64_t len = std::min(chunk_, n - begin);
-      pool_->Schedule([g = g_, out, begin, len, dt, mean, std, latch]() mutable {
+      pool_->Schedule([g = g_, out, begin, len, dt, mean, std, left]() mutable {
         Fill(g, out, begin, len, dt, mean, std);
-        absl::MutexLock lock(&latch->mu);
-        --latch->left;
+        left->CountDown();
       });
       g_.Skip(len);
     }
-    absl::MutexLock lock(&latch->mu);
-    latch->mu.Await(absl::Condition(
-        +[](int64_t* left) { return *left == 0; }, &latch->left));
+    left->Wait();
     return t;
   }
 

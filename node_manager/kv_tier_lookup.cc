@@ -7,6 +7,7 @@
 
 #include "node_manager/kv_tier_store.h"
 #include "spdlog/spdlog.h"
+#include "transfer/latch.h"
 
 namespace ballast::node_manager {
 
@@ -111,30 +112,17 @@ void KvTierStore::DropCorrupt(const KvChunkKey& key, uint64_t id, const absl::St
 }
 
 void KvTierStore::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
-  // The count lives on the heap: the last task may still be unlocking it
-  // when this thread wakes and returns. (absl::BlockingCounter's count is an
-  // atomic inside the uninstrumented library, which ThreadSanitizer cannot
-  // see order the tasks' work before the return.)
-  struct Latch {
-    absl::Mutex mu;
-    size_t left ABSL_GUARDED_BY(mu) = 0;
-  };
-  auto latch = std::make_shared<Latch>();
-  {
-    absl::MutexLock lock(&latch->mu);
-    latch->left = n;
-  }
+  // transfer::Latch, not absl::BlockingCounter: ThreadSanitizer sees it
+  // order the tasks' work before Wait returns.
+  std::shared_ptr<transfer::Latch> left = transfer::Latch::Create(static_cast<int64_t>(n));
   for (size_t i = 0; i < n; ++i) {
-    auto task = [&fn, latch, i] {
+    auto task = [&fn, left, i] {
       fn(i);
-      absl::MutexLock lock(&latch->mu);
-      --latch->left;
+      left->CountDown();
     };
     if (!io_pool_->Schedule(task)) task();
   }
-  absl::MutexLock lock(&latch->mu);
-  latch->mu.Await(absl::Condition(
-      +[](size_t* left) { return *left == 0; }, &latch->left));
+  left->Wait();
 }
 
 std::vector<std::shared_ptr<const KvChunk>> KvTierStore::LoadAll(

@@ -3,8 +3,7 @@
 // inside the uninstrumented Debian library, so TSan cannot see it order
 // the counted work before Wait returns; this one counts under an
 // absl::Mutex. Held by shared_ptr: the last to count down may still be
-// unlocking it when the waiter wakes and returns (the same pattern as
-// KvTierStore::ParallelFor and the synthetic model's fill).
+// unlocking it when the waiter wakes and returns.
 //
 // Thread-safety: CountDown from any thread; Wait from one.
 #pragma once
