@@ -62,11 +62,13 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget, bool ahead) {
   while (*budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_seqs) {
     Sequence* s = waiting_.front().get();
-    AttachSessionPrefix(s);
-    if (ahead && (s->load || s->req.params.sampling.has_penalties())) {
+    // Checked before the prefix is attached, which marks the request as
+    // admitted once (arbitration would take it for a preempted one).
+    if (ahead && (s->req.lease || s->load || s->req.params.sampling.has_penalties())) {
       plan->drain = true;
       break;
     }
+    AttachSessionPrefix(s);
     const int take = std::min(s->remaining(), *budget);
     const int tokens = s->num_computed + take;
     const int running = static_cast<int>(running_.size());

@@ -33,7 +33,7 @@
 // flight, so they never preempt or reclaim (the blocks in flight must
 // stay): a running sequence whose blocks cannot grow, or whose pending
 // token needs penalties, is left out; admission stops at a request with
-// penalties or a lease to load. Either sets StepPlan::drain. A sequence
+// penalties or a lease. Either sets StepPlan::drain. A sequence
 // whose pending token ends it (max_len) is left out: it will be done.
 //
 // Thread-safety: thread-compatible; the engine's step thread owns it.

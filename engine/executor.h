@@ -136,10 +136,10 @@ class Executor {
                                            std::vector<TokenLogprobs>* logprobs);
   // How many sampled steps may be started and not finished at once: 1, or
   // 2 where the backend can queue a step behind a running one (its inputs
-  // staged apart, its tokens taken from the first's on the device).
-  // The default halves compute in Start, so they allow 2 when the backend
-  // samples (samples_on_device()).
-  virtual int max_started_steps() const { return samples_on_device() ? 2 : 1; }
+  // staged apart, its tokens taken from the first's on the device). The
+  // default halves (which compute in Start) support 2: a backend using
+  // them opts in.
+  virtual int max_started_steps() const { return 1; }
   // Copies KV blocks to host memory (session export to the lower tiers)
   // or from it (a lease's chunks into a sequence's blocks); returns when
   // the copies are done. The default is memcpy (KV in host memory); GPU

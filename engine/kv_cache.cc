@@ -60,6 +60,27 @@ int64_t KvCache::ReleaseLayers(SequenceKv* seq, int first_layer) {
   return freed;
 }
 
+int64_t KvCache::Truncate(SequenceKv* seq, int tokens) {
+  const size_t keep =
+      static_cast<size_t>((std::max(tokens, 0) + layout_.block_tokens - 1) / layout_.block_tokens);
+  int64_t freed = 0;
+  for (size_t l = 0; l < seq->blocks.size(); ++l) {
+    std::vector<memory::BlockId>& ids = seq->blocks[l];
+    if (ids.size() <= keep) continue;
+    std::vector<memory::BlockId> tail(ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end());
+    ids.resize(keep);
+    if (absl::Status st = allocator_->Free(tail); st.ok()) {
+      freed += static_cast<int64_t>(tail.size());
+    } else {
+      release_errors_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::error(
+          "KV cache: freeing the tail of layer {} of a sequence ({} blocks) was refused: {}", l,
+          tail.size(), st.ToString());
+    }
+  }
+  return freed;
+}
+
 void KvCache::Release(SequenceKv* seq) {
   ReleaseLayers(seq, 0);
   seq->blocks.clear();

@@ -77,6 +77,9 @@ class KvCache {
   // the table is cleared all the same: the caller carries on, since the
   // refused blocks were not this table's to free.
   void Release(SequenceKv* seq);
+  // Frees every layer's blocks past those covering positions [0, tokens);
+  // returns the blocks freed (refusals as Release).
+  int64_t Truncate(SequenceKv* seq, int tokens);
   // Frees the blocks of layers [first_layer, num_layers) of `seq`, leaving
   // those layers empty; returns the blocks freed (refusals as Release).
   int64_t ReleaseLayers(SequenceKv* seq, int first_layer);

@@ -371,7 +371,10 @@ void ModelEngine::DrainInbox() {
     in.swap(inbox_);
     cancels.swap(cancels_);
     drops.swap(drop_sessions_);
-    tasks.swap(tasks_);
+    // Tasks (imports) copy on the model's stream and wait for it: with a
+    // step in flight they would hold this thread until it ends. They run
+    // at the next step begun with none in flight (CanBeginAhead refuses).
+    if (flight_.empty()) tasks.swap(tasks_);
   }
   kv_manager_->ExpirePrefetches(absl::Now());
   for (auto& t : tasks) t();

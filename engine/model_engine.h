@@ -271,7 +271,8 @@ class ModelEngine {
   // no running sequence with penalties (they need the token in flight on
   // the host); no layers streamed (remapping); and the last ahead plan did
   // not leave work out that needs a plan with nothing in flight
-  // (StepPlan::drain). Step thread.
+  // (StepPlan::drain); no queued task (imports wait for no step in
+  // flight). Step thread.
   bool CanBeginAhead() const;
   // Steps begun urgent so far. Step thread.
   int64_t urgent_steps() const { return urgent_steps_; }
@@ -443,6 +444,7 @@ class ModelEngine {
     std::vector<SequenceChunk> chunks;  // host-sampling backends: run in Collect
     absl::Status status;                // of its KV loads and launch, then its forward
     bool launched = false;              // started on the executor: Collect ends it
+    bool ahead = false;                 // begun with another step in flight
     std::vector<int> sampled;
     std::vector<TokenLogprobs> logprobs;
     // Milliseconds in: inbox and tasks, plan, KV loads, launch, tokens and

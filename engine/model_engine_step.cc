@@ -25,6 +25,10 @@ bool ModelEngine::CanBeginAhead() const {
   if (flight_.size() != 1 || drain_ || !flight_.front().launched) return false;
   if (!executor_->samples_on_device() || executor_->max_started_steps() < 2) return false;
   if (remapper_ && remapper_->alpha() > 0) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!tasks_.empty()) return false;  // they wait for no step in flight
+  }
   for (const auto& s : planner_->running()) {
     if (s->req.params.sampling.has_penalties()) return false;
   }
@@ -49,6 +53,7 @@ bool ModelEngine::BeginStep(StepUrgency urgency) {
   }
   at[2] = absl::Now();
   step.id = next_step_id_++;
+  step.ahead = ahead;
   ahead_steps_ += ahead;
   const bool urgent =
       urgency == StepUrgency::kUrgent ||
@@ -142,7 +147,10 @@ void ModelEngine::FinishStep() {
   step.phase_ms[5] = Ms(t1 - t0);
   ++steps_;
   last_prefill_tokens_ = step.plan.prefill_tokens;
-  if (remapper_ && step.status.ok()) {
+  // Launch + wait is the forward's time only for a step alone on the
+  // model's stream: an ahead step's wait misses its start, and a step with
+  // one queued behind it was waited for late.
+  if (remapper_ && step.status.ok() && !step.ahead && flight_.empty()) {
     remapper_->ObserveForward((step.phase_ms[3] + step.phase_ms[5]) / 1e3,
                               step.plan.prefill_tokens == 0);
   }
@@ -323,6 +331,7 @@ void ModelEngine::Finish(std::unique_ptr<Sequence> s) {
   // An ahead step may have fed the last token too; what is kept is the
   // same as without one.
   s->num_computed = std::min(s->num_computed, static_cast<int>(s->tokens.size()) - 1);
+  kv_->Truncate(&s->kv, s->num_computed);  // a block it reserved for that token
   if (!s->req.session_id.empty()) {
     const bool exported = ExportSession(*s);
     // Keep the KV of every token but the last generated one (never fed).

@@ -409,11 +409,13 @@ void DeviceWorker::FinishInFlight() {
 
 void DeviceWorker::FinishOne(InFlight* f) {
   if (f->finished) return;
+  // Nothing in flight: a failed step before it dropped this one too.
+  const bool measured = f->engine->step_in_flight();
   f->engine->FinishStep();
   f->finished = true;
   f->ended = absl::Now();
-  f->host_s = f->engine->last_step_host_seconds();
-  f->prefill_tokens = f->engine->last_step_prefill_tokens();
+  f->host_s = measured ? f->engine->last_step_host_seconds() : 0;
+  f->prefill_tokens = measured ? f->engine->last_step_prefill_tokens() : 0;
 }
 
 void DeviceWorker::FinishSteps(std::vector<InFlight> steps) {
@@ -458,9 +460,9 @@ void DeviceWorker::FinishSteps(std::vector<InFlight> steps) {
   for (InFlight& f : steps) {
     FinishOne(&f);  // no-op if finished above
     // The engine's next step (ahead) starts on the device about now.
-    for (InFlight& next : steps) {
-      if (&next != &f && next.engine == f.engine && !next.finished) {
-        next.began = std::max(next.began, f.ended);
+    for (InFlight* next = &f + 1; next < steps.data() + steps.size(); ++next) {
+      if (next->engine == f.engine) {
+        next->began = std::max(next->began, f.ended);
         break;
       }
     }

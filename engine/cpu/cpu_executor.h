@@ -45,6 +45,8 @@ class CpuExecutor final : public Executor {
 
   absl::Status Forward(absl::Span<const SequenceChunk> batch, std::vector<float>* logits) override;
   bool samples_on_device() const override { return sample_in_step_; }
+  // The default halves, two at a time, when sampling in the step.
+  int max_started_steps() const override { return sample_in_step_ ? 2 : 1; }
   // Forward, then engine/sampler.h's SampleToken per row with a generator
   // seeded from (seed, counter) alone, so a draw does not depend on what
   // else is in the step (not the GPU's Philox stream: tokens match the

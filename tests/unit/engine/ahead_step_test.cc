@@ -80,15 +80,18 @@ TEST_F(AheadStepTest, AStopStringEndsTheRequestAsWithoutAheadSteps) {
   ASSERT_TRUE(probe.result.ok());
   ASSERT_GT(probe.result->text.size(), 8u);
   r.params.stop = {probe.result->text.substr(5, 2)};
+  r.session_id = "chat";  // the turn's KV is kept: as much of it as without ahead steps
   Collect plain, ahead;
-  ASSERT_TRUE(e->Submit(r, &plain).ok());
-  RunPlain(*e);
+  auto p = Make();
+  ASSERT_TRUE(p->Submit(r, &plain).ok());
+  RunPlain(*p);
   auto a = Make();
   ASSERT_TRUE(a->Submit(r, &ahead).ok());
   EXPECT_GT(RunAhead(*a), 0);
   ExpectSame(plain, ahead, r.id);
   EXPECT_EQ(ahead.result->reason, FinishReason::kStop);
-  ExpectAllBlocksFree(*a);
+  EXPECT_EQ(a->CachedSessionTokens("chat"), p->CachedSessionTokens("chat"));
+  EXPECT_EQ(a->stats().kv_blocks_free, p->stats().kv_blocks_free);
 }
 
 // A request cancelled while two steps are in flight: it is failed only
@@ -153,6 +156,37 @@ TEST_F(AheadStepTest, PenaltiesWaitForTheStepInFlight) {
   ExpectSame(plain[pen.id], ahead[pen.id], pen.id);
   ExpectSame(plain[other.id], ahead[other.id], other.id);
   ExpectAllBlocksFree(*a);
+}
+
+// A request an ahead plan leaves waiting (it has penalties) is still a new
+// one to the device's arbitration, not a preempted one (which would skip
+// its SLO checks and jump the order).
+TEST_F(AheadStepTest, ARequestLeftWaitingByAnAheadPlanIsNotTakenForPreempted) {
+  GenerationRequest a = Mix()[0], pen = Mix()[2];
+  a.params.max_tokens = 30;
+  pen.params.sampling.presence_penalty = 1.0f;
+  auto e = Make();
+  Collect ca, cp;
+  ASSERT_TRUE(e->Submit(a, &ca).ok());
+  for (int i = 0; i < 3; ++i) {  // prefill, then decoding with a step in flight
+    if (!e->step_in_flight()) {
+      ASSERT_TRUE(e->BeginStep());
+    }
+    while (e->CanBeginAhead() && e->BeginStep()) {
+    }
+    e->FinishStep();
+  }
+  ASSERT_TRUE(e->CanBeginAhead());
+  ASSERT_TRUE(e->Submit(pen, &cp).ok());
+  ASSERT_TRUE(e->BeginStep());  // ahead: drains the request, leaves it waiting
+  EXPECT_FALSE(e->CanBeginAhead());
+  const std::vector<QueuedRequest> q = e->Queued();
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_EQ(q[0].id, pen.id);
+  EXPECT_FALSE(q[0].preempted);
+  RunAhead(*e);
+  EXPECT_TRUE(ca.result.ok() && cp.result.ok());
+  ExpectAllBlocksFree(*e);
 }
 
 }  // namespace
