@@ -174,7 +174,7 @@ struct DeviceArbitrationOptions {
   // a new request waits up to one more step to be admitted. Backends that
   // sample on the host (cpu by default) never step ahead. Default on: on
   // an H200 (130M model, 64 streams of 2,048 tokens per model) it gave 1,
-  // 2 and 6 models 3-8% more tokens/s and 4-8% lower TPOT, and lower TPOT
+  // 2 and 6 models 3-8% more tokens/s and 3-8% lower TPOT, and lower TPOT
   // at low load, in every pair (docs/benchmarks.md).
   bool ahead_steps = true;
   // With rolling_steps: how the loop learns that a step's device work
