@@ -40,21 +40,24 @@ absl::Status KvCache::Reserve(SequenceKv* seq, int tokens) {
   return absl::OkStatus();
 }
 
+int64_t KvCache::FreeBlocks(size_t layer, const std::vector<memory::BlockId>& ids) {
+  if (absl::Status st = allocator_->Free(ids); !st.ok()) {
+    // A block table the allocator refuses is an engine bug. The allocator
+    // freed nothing of it (all or nothing); callers keep going so other
+    // layers' blocks are not leaked, and drop the table so it cannot be
+    // freed twice.
+    release_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("KV cache: freeing {} blocks of layer {} of a sequence was refused: {}",
+                  ids.size(), layer, st.ToString());
+    return 0;
+  }
+  return static_cast<int64_t>(ids.size());
+}
+
 int64_t KvCache::ReleaseLayers(SequenceKv* seq, int first_layer) {
   int64_t freed = 0;
   for (size_t l = std::max(first_layer, 0); l < seq->blocks.size(); ++l) {
-    const auto n = static_cast<int64_t>(seq->blocks[l].size());
-    if (absl::Status st = allocator_->Free(seq->blocks[l]); st.ok()) {
-      freed += n;
-    } else {
-      // A block table the allocator refuses is an engine bug. The allocator
-      // freed nothing of this layer (all or nothing); keep going so the
-      // other layers' blocks are not leaked, and drop the layer's table so
-      // it cannot be freed twice.
-      release_errors_.fetch_add(1, std::memory_order_relaxed);
-      spdlog::error("KV cache: freeing layer {} of a sequence ({} blocks) was refused: {}", l, n,
-                    st.ToString());
-    }
+    freed += FreeBlocks(l, seq->blocks[l]);
     seq->blocks[l].clear();
   }
   return freed;
@@ -67,16 +70,8 @@ int64_t KvCache::Truncate(SequenceKv* seq, int tokens) {
   for (size_t l = 0; l < seq->blocks.size(); ++l) {
     std::vector<memory::BlockId>& ids = seq->blocks[l];
     if (ids.size() <= keep) continue;
-    std::vector<memory::BlockId> tail(ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end());
+    freed += FreeBlocks(l, {ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end()});
     ids.resize(keep);
-    if (absl::Status st = allocator_->Free(tail); st.ok()) {
-      freed += static_cast<int64_t>(tail.size());
-    } else {
-      release_errors_.fetch_add(1, std::memory_order_relaxed);
-      spdlog::error(
-          "KV cache: freeing the tail of layer {} of a sequence ({} blocks) was refused: {}", l,
-          tail.size(), st.ToString());
-    }
   }
   return freed;
 }

@@ -93,6 +93,9 @@ class KvCache {
   void ReadV(const SequenceKv& seq, int layer, int pos, int head, float* out) const;
 
  private:
+  // Frees `ids` (layer `layer`'s blocks, for the log); the blocks freed,
+  // 0 if the allocator refused them (counted in release_errors_).
+  int64_t FreeBlocks(size_t layer, const std::vector<memory::BlockId>& ids);
   uint8_t* Slot(const SequenceKv& seq, int layer, int pos, bool value) const;
 
   KvLayout layout_;

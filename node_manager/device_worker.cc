@@ -573,10 +573,7 @@ bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> 
     if (remap_) remap_->NoteActive(e->name());
     const bool overlapped = !in_flight_.empty();
     for (InFlight& f : in_flight_) f.overlapped = true;
-    InFlight f;
-    f.engine = e;
-    f.began = t0;
-    f.device_done = std::make_shared<std::atomic<bool>>(false);
+    InFlight f = Began(e, t0);
     f.overlapped = overlapped;
     in_flight_.push_back(std::move(f));
     if (!arbitration_.overlap_steps) FinishInFlight();
@@ -585,51 +582,6 @@ bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> 
     did |= BeginAheadSteps();
   }
   clock_.Switch(was);
-  return did;
-}
-
-bool DeviceWorker::OneEngineInFlight() const {
-  return !in_flight_.empty() &&
-         std::all_of(in_flight_.begin(), in_flight_.end(),
-                     [&](const InFlight& f) { return f.engine == in_flight_[0].engine; });
-}
-
-void DeviceWorker::Notify(InFlight* f) {
-  if (f->notified) return;
-  f->notified = true;
-  std::function<void()> done = [done = f->device_done, signal = signal_] {
-    done->store(true);
-    signal->Bump();
-  };
-  if (arbitration_.notify_device_done) {
-    arbitration_.notify_device_done(*f->engine, std::move(done));
-  } else {
-    f->engine->NotifyWhenDeviceDone(std::move(done));
-  }
-}
-
-bool DeviceWorker::BeginAheadSteps() {
-  bool did = false;
-  const size_t n = in_flight_.size();
-  for (size_t i = 0; i < n; ++i) {
-    const std::shared_ptr<engine::ModelEngine>& e = in_flight_[i].engine;
-    if (!e->CanBeginAhead() || !e->HasWork()) continue;
-    // Several models in flight: each step's end is signalled by a host
-    // function queued after it, so this one's must be queued before its
-    // successor is (one model alone waits on its oldest step's event).
-    if (!OneEngineInFlight()) Notify(&in_flight_[i]);
-    const absl::Time t0 = absl::Now();
-    if (!e->BeginStep(engine::StepUrgency::kDefault)) continue;
-    did = true;
-    InFlight f;
-    f.engine = e;
-    f.began = t0;
-    f.device_done = std::make_shared<std::atomic<bool>>(false);
-    for (InFlight& other : in_flight_) {
-      if (other.engine != e) other.overlapped = f.overlapped = true;
-    }
-    in_flight_.push_back(std::move(f));
-  }
   return did;
 }
 

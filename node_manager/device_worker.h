@@ -274,6 +274,13 @@ class DeviceWorker {
     double host_s = 0;
     int prefill_tokens = 0;
   };
+  static InFlight Began(std::shared_ptr<engine::ModelEngine> engine, absl::Time at) {
+    InFlight f;
+    f.engine = std::move(engine);
+    f.began = at;
+    f.device_done = std::make_shared<std::atomic<bool>>(false);
+    return f;
+  }
   // What wakes the step thread: every event that may give it work (new
   // work, a task, an engine added or removed, a step's device work ended,
   // Stop) bumps a count; the loop reads the count before it looks at

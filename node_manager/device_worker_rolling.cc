@@ -1,6 +1,8 @@
 // DeviceWorker's loop with rolling_steps (device_worker.h): each model's
 // step is finished when its own device work ends and its next one begins
-// at once, instead of every model waiting for the pass's slowest step.
+// at once, instead of every model waiting for the pass's slowest step;
+// with ahead_steps, each model's next step is queued behind its current
+// one (BeginAheadSteps).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +111,48 @@ void DeviceWorker::RollingLoop() {
     // returns the error, which fails the steps' requests).
     if (!woken && !in_flight_.empty()) FinishInFlight();
   }
+}
+
+bool DeviceWorker::OneEngineInFlight() const {
+  return !in_flight_.empty() &&
+         std::all_of(in_flight_.begin(), in_flight_.end(),
+                     [&](const InFlight& f) { return f.engine == in_flight_[0].engine; });
+}
+
+void DeviceWorker::Notify(InFlight* f) {
+  if (f->notified) return;
+  f->notified = true;
+  std::function<void()> done = [done = f->device_done, signal = signal_] {
+    done->store(true);
+    signal->Bump();
+  };
+  if (arbitration_.notify_device_done) {
+    arbitration_.notify_device_done(*f->engine, std::move(done));
+  } else {
+    f->engine->NotifyWhenDeviceDone(std::move(done));
+  }
+}
+
+bool DeviceWorker::BeginAheadSteps() {
+  bool did = false;
+  const size_t n = in_flight_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const std::shared_ptr<engine::ModelEngine> e = in_flight_[i].engine;  // in_flight_ grows
+    if (!e->CanBeginAhead() || !e->HasWork()) continue;
+    // Several models in flight: each step's end is signalled by a host
+    // function queued after it, so this one's must be queued before its
+    // successor is (one model alone waits on its oldest step's event).
+    if (!OneEngineInFlight()) Notify(&in_flight_[i]);
+    const absl::Time t0 = absl::Now();
+    if (!e->BeginStep(engine::StepUrgency::kDefault)) continue;
+    did = true;
+    InFlight f = Began(e, t0);
+    for (InFlight& other : in_flight_) {
+      if (other.engine != e) other.overlapped = f.overlapped = true;
+    }
+    in_flight_.push_back(std::move(f));
+  }
+  return did;
 }
 
 }  // namespace ballast::node_manager
