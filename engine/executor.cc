@@ -7,6 +7,14 @@
 
 namespace ballast::engine {
 
+absl::StatusOr<StepDoneSignal> ParseStepDoneSignal(const std::string& name) {
+  if (name == "thread") return StepDoneSignal::kThread;
+  if (name == "spinning_thread") return StepDoneSignal::kSpinningThread;
+  if (name == "host_function") return StepDoneSignal::kHostFunction;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "\"", name, "\" is unknown (expected thread, spinning_thread or host_function)"));
+}
+
 absl::Status Executor::CopyKvToHost(absl::Span<const KvBlockCopy> copies) {
   for (const KvBlockCopy& c : copies) std::memcpy(c.host, c.block, c.bytes);
   return absl::OkStatus();

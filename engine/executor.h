@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -97,6 +98,25 @@ struct LayerStreamingStats {
   int64_t streamed_bytes = 0;  // copied into slots so far
   double stall_seconds = 0;    // compute waited for a copy (not hidden)
 };
+
+// How a GPU executor signals the end of a step's device work to whoever
+// asked (the device worker, with several models' steps in flight).
+enum class StepDoneSignal {
+  // A thread of the executor's own, asleep on an event recorded after the
+  // step (cudaEventBlockingSync; StepDoneWaiter). One thread per model
+  // that asks; no hold on the stream.
+  kThread,
+  // The same thread, spinning on the event: the earliest wake-up, at the
+  // cost of a busy core per model while its steps run.
+  kSpinningThread,
+  // A host function queued on the step's stream (cudaLaunchHostFunc). It
+  // holds the stream's next work (an ahead step) until it has run on the
+  // driver's single callback thread.
+  kHostFunction,
+};
+
+// "thread", "spinning_thread", "host_function".
+absl::StatusOr<StepDoneSignal> ParseStepDoneSignal(const std::string& name);
 
 class Executor {
  public:

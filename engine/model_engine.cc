@@ -141,6 +141,7 @@ absl::Status ModelEngine::InitExecutor() {
     g.max_context = context_window_;
     g.cuda_graphs = o.cuda_graphs;
     g.deterministic = o.deterministic;
+    g.step_done = o.step_done;
     if (o.weight_pages) {
       g.weights_at = o.weight_pages->data();
       g.weights_capacity = o.weight_pages->bytes();

@@ -260,6 +260,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.device = std::max(target->gpu(), 0);
   o.cuda_graphs = options_.engine.cuda_graphs;
   o.deterministic = options_.engine.deterministic;
+  o.step_done = options_.engine.step_done;
   o.kv_dtype = kv_dtype.empty() ? "auto" : kv_dtype;
   o.quantization = engine::WeightQuantName(*quant);
   o.block_tokens = options_.engine.block_tokens;

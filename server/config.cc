@@ -445,8 +445,9 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     RETURN_IF_ERROR(es.Get("overlap_steps", &o.overlap_steps));
     RETURN_IF_ERROR(es.Get("rolling_steps", &o.rolling_steps));
     RETURN_IF_ERROR(es.Get("ahead_steps", &o.ahead_steps));
-    std::string priority_streams = "none";
+    std::string priority_streams = "none", step_done = "thread";
     RETURN_IF_ERROR(es.Get("priority_streams", &priority_streams));
+    RETURN_IF_ERROR(es.Get("step_done", &step_done));
     RETURN_IF_ERROR(es.Finish());
     if (eo.backend != "cpu" && eo.backend != "cuda") {
       return es.Error("node.engine.backend",
@@ -460,6 +461,11 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
       o.priority_streams = *p;
     } else {
       return es.Error("node.engine.priority_streams", std::string(p.status().message()));
+    }
+    if (auto p = engine::ParseStepDoneSignal(step_done); p.ok()) {
+      eo.step_done = *p;
+    } else {
+      return es.Error("node.engine.step_done", std::string(p.status().message()));
     }
     if (eo.block_tokens <= 0) return es.Error("node.engine.block_tokens", "must be > 0");
     if (kv_mib <= 0) return es.Error("node.engine.kv_cache_mib", "must be > 0");

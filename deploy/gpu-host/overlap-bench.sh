@@ -19,7 +19,8 @@
 #      per-thread CPU of serve one second into each loaded run; use a T that
 #      lasts a few seconds), ROLLING (node.engine.rolling_steps, false),
 #      PRIORITY (node.engine.priority_streams, none), AHEAD
-#      (node.engine.ahead_steps, true), ENGINE (0: skip the bench-engine
+#      (node.engine.ahead_steps, true), STEP_DONE (node.engine.step_done,
+#      thread), ENGINE (0: skip the bench-engine
 #      runs at the end), TOKEN_BATCHES (1: the
 #      clients ask for token batches, stream_storm's STORM_TOKEN_BATCHES),
 #      SLOW_STEP_MS
@@ -55,7 +56,7 @@ node:
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 4096, overlap_steps: $overlap,
            rolling_steps: ${ROLLING:-false}, ahead_steps: ${AHEAD:-true},
-           priority_streams: ${PRIORITY:-none},
+           priority_streams: ${PRIORITY:-none}, step_done: ${STEP_DONE:-thread},
            slow_step_warn_ms: ${SLOW_STEP_MS:-0}}
 serve:
   cache_dir: $OUT/models

@@ -64,6 +64,7 @@ CudaExecutor::CudaExecutor(const ModelConfig& config, KvCache* kv,
 
 CudaExecutor::~CudaExecutor() {
   cudaSetDevice(options_.device);
+  step_waiter_.reset();  // its events are on stream_
   DropGraphs();
   if (stream_) cudaStreamSynchronize(stream_);
   for (StartedStep& slot : slots_) {
@@ -99,6 +100,14 @@ void CudaExecutor::NotifyWhenStepDone(std::function<void()> done) {
   if (started_ == 0) {
     done();
     return;
+  }
+  if (options_.step_done != StepDoneSignal::kHostFunction) {
+    if (!step_waiter_) {
+      step_waiter_ = std::make_unique<StepDoneWaiter>(
+          options_.device, options_.step_done == StepDoneSignal::kSpinningThread);
+    }
+    if (step_waiter_->NotifyAfter(stream_, done) == cudaSuccess) return;
+    cudaGetLastError();  // the host function below, or the caller's own wait
   }
   auto* fn = new std::function<void()>(std::move(done));
   const cudaError_t err = cudaLaunchHostFunc(

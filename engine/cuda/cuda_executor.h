@@ -31,6 +31,7 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/step_done_waiter.h"
 #include "engine/executor.h"
 #include "engine/gpu_backend.h"
 #include "engine/kv_cache.h"
@@ -196,6 +197,8 @@ class CudaExecutor final : public Executor {
   cudaStream_t stream_ = nullptr;
   cudaStream_t streams_[2] = {nullptr, nullptr};
   cudaEvent_t stream_switch_ = nullptr;  // orders a switched-to stream after the other
+  std::unique_ptr<StepDoneWaiter>
+      step_waiter_;  // options_.step_done != kHostFunction, made on first use
   // A started sampled step (StartForwardSample): its pinned mirror (its
   // staged inputs and its tokens' download), its end on stream_, its rows
   // and which rows asked for log-probabilities (empty: none). Two, used in

@@ -33,13 +33,26 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   auto c = ParseConfig(
       "node: {arbitration: {policy: edf, max_queue_wait_ms: 1500}, "
       "engine: {slow_step_warn_ms: 50, overlap_steps: false, deterministic: true, "
-      "priority_streams: decode, rolling_steps: false, ahead_steps: false}}",
+      "priority_streams: decode, rolling_steps: false, ahead_steps: false, "
+      "step_done: host_function}}",
       "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->node.options.overlap_steps);
   EXPECT_EQ(c->node.options.priority_streams, node_manager::StreamPriorityPolicy::kDecode);
   EXPECT_FALSE(c->node.options.rolling_steps);
   EXPECT_FALSE(c->node.options.ahead_steps);
+  EXPECT_EQ(c->node.options.engine.step_done, engine::StepDoneSignal::kHostFunction);
+  EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.options.engine.step_done,
+            engine::StepDoneSignal::kThread);  // the default
+  EXPECT_EQ(ParseConfig("node: {engine: {step_done: spinning_thread}}", "t.yaml")
+                ->node.options.engine.step_done,
+            engine::StepDoneSignal::kSpinningThread);
+  const auto bad_done = ParseConfig("node: {engine: {step_done: callback}}", "t.yaml");
+  ASSERT_FALSE(bad_done.ok());
+  EXPECT_NE(bad_done.status().message().find("node.engine.step_done"), std::string::npos)
+      << bad_done.status();
+  EXPECT_NE(bad_done.status().message().find("\"callback\" is unknown"), std::string::npos)
+      << bad_done.status();
   EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.rolling_steps);  // the default
   EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.ahead_steps);    // the default
   EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.options.priority_streams,
