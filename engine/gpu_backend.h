@@ -53,7 +53,7 @@ struct GpuExecutorOptions {
   bool deterministic = false;
   // How the end of a step's device work is signalled
   // (Executor::NotifyWhenStepDone; StepDoneSignal says what each costs).
-  StepDoneSignal step_done = StepDoneSignal::kThread;
+  StepDoneSignal step_done = StepDoneSignal::kSpinningThread;
   // Where the weights go: weight pages mapped from the device's balloon
   // (elastic mode). Null: one cudaMalloc owned by the executor.
   uint8_t* weights_at = nullptr;

@@ -68,8 +68,8 @@ struct ModelEngineOptions {
   // backend is batch-invariant either way). Default off.
   bool deterministic = false;
   // cuda: how a step's end is signalled to the device worker
-  // (GpuExecutorOptions::step_done). Default a waiting thread.
-  StepDoneSignal step_done = StepDoneSignal::kThread;
+  // (GpuExecutorOptions::step_done). Default a spinning thread.
+  StepDoneSignal step_done = StepDoneSignal::kSpinningThread;
   // KV cache element type; "auto" = f32 on the CPU backend, the model's
   // dtype (bf16/fp16) on cuda; "fp8_e4m3" stores KV in 8 bits (scale 1).
   std::string kv_dtype = "auto";

@@ -50,7 +50,7 @@ struct EngineDefaults {
   bool cuda_graphs = true;      // cuda: replay decode steps from CUDA graphs
   bool deterministic = false;   // ModelEngineOptions::deterministic
   // ModelEngineOptions::step_done (node.engine.step_done).
-  engine::StepDoneSignal step_done = engine::StepDoneSignal::kThread;
+  engine::StepDoneSignal step_done = engine::StepDoneSignal::kSpinningThread;
   int block_tokens = 16;
   int64_t kv_cache_bytes = 64ll << 20;
   int max_batch_tokens = 256;

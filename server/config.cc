@@ -445,7 +445,7 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     RETURN_IF_ERROR(es.Get("overlap_steps", &o.overlap_steps));
     RETURN_IF_ERROR(es.Get("rolling_steps", &o.rolling_steps));
     RETURN_IF_ERROR(es.Get("ahead_steps", &o.ahead_steps));
-    std::string priority_streams = "none", step_done = "thread";
+    std::string priority_streams = "none", step_done = "spinning_thread";
     RETURN_IF_ERROR(es.Get("priority_streams", &priority_streams));
     RETURN_IF_ERROR(es.Get("step_done", &step_done));
     RETURN_IF_ERROR(es.Finish());

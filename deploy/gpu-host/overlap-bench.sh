@@ -20,8 +20,8 @@
 #      lasts a few seconds), ROLLING (node.engine.rolling_steps, false),
 #      PRIORITY (node.engine.priority_streams, none), AHEAD
 #      (node.engine.ahead_steps, true), STEP_DONE (node.engine.step_done,
-#      thread), ENGINE (0: skip the bench-engine
-#      runs at the end), TOKEN_BATCHES (1: the
+#      spinning_thread), ENGINE (0: skip the bench-engine runs at the end),
+#      ENGINE_CONTEXT (their context, 512), TOKEN_BATCHES (1: the
 #      clients ask for token batches, stream_storm's STORM_TOKEN_BATCHES),
 #      SLOW_STEP_MS
 #      (node.engine.slow_step_warn_ms, 0 = off; 0.001 logs every step's
@@ -56,7 +56,7 @@ node:
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 4096, overlap_steps: $overlap,
            rolling_steps: ${ROLLING:-false}, ahead_steps: ${AHEAD:-true},
-           priority_streams: ${PRIORITY:-none}, step_done: ${STEP_DONE:-thread},
+           priority_streams: ${PRIORITY:-none}, step_done: ${STEP_DONE:-spinning_thread},
            slow_step_warn_ms: ${SLOW_STEP_MS:-0}}
 serve:
   cache_dir: $OUT/models
@@ -153,5 +153,5 @@ model=$(ls -d "$OUT"/models/m1-*/ | head -1)
 # With several counts, the largest also runs that many copies at once
 # (--concurrent-models): the device's own aggregate for N models.
 most=$(echo "$COUNTS" | tr ' ' '\n' | sort -n | tail -1)
-"$BALLAST" bench-engine --model "$model" --batches "1,$B" --context 512 --prefill 0 \
+"$BALLAST" bench-engine --model "$model" --batches "1,$B" --context "${ENGINE_CONTEXT:-512}" --prefill 0 \
   --steps 64 --concurrent-models "$most" --out "$OUT/engine.json" | tee "$OUT/engine.txt"

@@ -43,10 +43,10 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   EXPECT_FALSE(c->node.options.ahead_steps);
   EXPECT_EQ(c->node.options.engine.step_done, engine::StepDoneSignal::kHostFunction);
   EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.options.engine.step_done,
-            engine::StepDoneSignal::kThread);  // the default
-  EXPECT_EQ(ParseConfig("node: {engine: {step_done: spinning_thread}}", "t.yaml")
-                ->node.options.engine.step_done,
-            engine::StepDoneSignal::kSpinningThread);
+            engine::StepDoneSignal::kSpinningThread);  // the default
+  EXPECT_EQ(
+      ParseConfig("node: {engine: {step_done: thread}}", "t.yaml")->node.options.engine.step_done,
+      engine::StepDoneSignal::kThread);
   const auto bad_done = ParseConfig("node: {engine: {step_done: callback}}", "t.yaml");
   ASSERT_FALSE(bad_done.ok());
   EXPECT_NE(bad_done.status().message().find("node.engine.step_done"), std::string::npos)
