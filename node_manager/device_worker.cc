@@ -284,6 +284,7 @@ DeviceUsage DeviceWorker::Usage() const {
     absl::MutexLock lock(&mu_);
     u.step_host = step_host_;
     u.step_thread = thread_time_;
+    u.step_starts = step_starts_;
     if (remap_) u.remap = remap_->stats();
   }
   if (balloon_) {
@@ -499,6 +500,7 @@ void DeviceWorker::Loop() {
     {
       absl::MutexLock lock(&mu_);
       thread_time_ += clock_.Take();
+      step_starts_ += std::exchange(starts_, {});
       if (stop_) return;
       tasks.swap(tasks_);
     }
@@ -571,6 +573,7 @@ bool DeviceWorker::BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> 
       ++arb_stats_.urgent_steps;
     }
     if (remap_) remap_->NoteActive(e->name());
+    ++starts_.alone;
     const bool overlapped = !in_flight_.empty();
     for (InFlight& f : in_flight_) f.overlapped = true;
     InFlight f = Began(e, t0);

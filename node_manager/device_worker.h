@@ -98,6 +98,8 @@ struct DeviceUsage {
   StepHostHistogram step_host;
   // The step thread's wall time by activity (cumulative).
   StepThreadTime step_thread;
+  // How the device's steps were begun (cumulative).
+  StepStarts step_starts;
   // Parameter remapping (elastic mode with remap enabled).
   RemapStats remap;
 };
@@ -376,6 +378,7 @@ class DeviceWorker {
   std::vector<InFlight> in_flight_;  // begun, not finished, in order; step thread only
   int64_t finished_steps_ = 0;       // by FinishSteps, ever; step thread only
   StepThreadClock clock_;            // charged into thread_time_; step thread only
+  StepStarts starts_;                // added to step_starts_ by the loop; step thread only
   // Bumped by Wake, Add, Remove, RunOnStepThread, Stop and the steps'
   // device-done callbacks (rolling_steps); both loops wait on it. Shared
   // with the callbacks, which may run after the worker is gone.
@@ -383,6 +386,7 @@ class DeviceWorker {
   std::unique_ptr<transfer::WorkerPool> finishers_;  // null: finish on the step thread
   StepHostHistogram step_host_ ABSL_GUARDED_BY(mu_);
   StepThreadTime thread_time_ ABSL_GUARDED_BY(mu_);
+  StepStarts step_starts_ ABSL_GUARDED_BY(mu_);
   ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);
 };
 

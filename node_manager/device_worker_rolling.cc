@@ -4,6 +4,7 @@
 // with ahead_steps, each model's next step is queued behind its current
 // one (BeginAheadSteps).
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "node_manager/device_worker.h"
@@ -30,6 +31,7 @@ void DeviceWorker::RollingLoop() {
     {
       absl::MutexLock lock(&mu_);
       thread_time_ += clock_.Take();
+      step_starts_ += std::exchange(starts_, {});
       stop = stop_;
       tasks.swap(tasks_);
       retiring.swap(retiring_);
@@ -143,9 +145,11 @@ bool DeviceWorker::BeginAheadSteps() {
     // function queued after it, so this one's must be queued before its
     // successor is (one model alone waits on its oldest step's event).
     if (!OneEngineInFlight()) Notify(&in_flight_[i]);
+    const bool late = in_flight_[i].device_done->load();
     const absl::Time t0 = absl::Now();
     if (!e->BeginStep(engine::StepUrgency::kDefault)) continue;
     did = true;
+    ++(late ? starts_.late : starts_.ahead);
     InFlight f = Began(e, t0);
     for (InFlight& other : in_flight_) {
       if (other.engine != e) other.overlapped = f.overlapped = true;

@@ -54,6 +54,24 @@ struct StepThreadTime {
   }
 };
 
+// How each step on the device was begun (cumulative counts; disjoint).
+// With rolling and ahead steps a model's stream idles between its steps
+// for every one counted as alone or late.
+struct StepStarts {
+  int64_t alone = 0;  // none of its model's steps in flight
+  int64_t ahead = 0;  // queued behind its model's running step
+  // Queued behind a step of its model whose device work had already ended
+  // (as far as the step thread had been told).
+  int64_t late = 0;
+
+  StepStarts& operator+=(const StepStarts& o) {
+    alone += o.alone;
+    ahead += o.ahead;
+    late += o.late;
+    return *this;
+  }
+};
+
 // Charges the step thread's time to the activity it is in: Switch
 // charges the time since the last switch to the current activity and makes
 // `next` current (returning the previous one, to switch back); Take

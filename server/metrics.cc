@@ -161,6 +161,13 @@ Metrics::Metrics()
                              "(arbitration, planning, launches), finish (tokens, finished "
                              "sequences; the device wait when it waits on a step), idle, other")
                        .Register(*registry_)),
+      step_starts_(BuildCounter()
+                       .Name("ballast_node_steps_total")
+                       .Help("Steps begun on each device, by how: alone (none of the model's "
+                             "in flight), ahead (queued behind the model's running step), late "
+                             "(queued behind a step that had already ended: the model's stream "
+                             "idled)")
+                       .Register(*registry_)),
       node_queue_(BuildHistogram()
                       .Name("ballast_node_queue_seconds")
                       .Help("Time a request waited on the node before admission, per model")
@@ -328,6 +335,16 @@ void Metrics::SetDevice(const DeviceGauges& g) {
     }
   }
   was = g.step_thread;
+  node_manager::StepStarts& began = seen_step_starts_[g.device];
+  using S = node_manager::StepStarts;
+  for (const auto& [how, field] : {std::pair{"alone", &S::alone}, std::pair{"ahead", &S::ahead},
+                                   std::pair{"late", &S::late}}) {
+    if (g.step_starts.*field > began.*field) {
+      step_starts_.Add({{"device", g.device}, {"start", how}})
+          .Increment(static_cast<double>(g.step_starts.*field - began.*field));
+    }
+  }
+  began = g.step_starts;
   SetRemap(g.device, g.remap);
   SetModelMemory(g.device, g.model_memory);
 }

@@ -84,6 +84,15 @@ thread_share() {  # shares of the step thread's time between two threads() scrap
     if (t <= 0) {print "n/a"; exit}
     printf "begin %.0f%%, finish %.0f%%, idle %.0f%%, other %.0f%%", 100*d[1]/t, 100*d[2]/t, 100*d[3]/t, 100*d[4]/t }'
 }
+starts() {  # steps begun: alone ahead late (ballast_node_steps_total)
+  curl_ 127.0.0.1:${METRICS_PORT:-9400}/metrics | awk '/^ballast_node_steps_total/ {
+    if ($0 ~ /start="alone"/) a += $2; else if ($0 ~ /start="ahead"/) h += $2; else l += $2 }
+    END {print a + 0, h + 0, l + 0}'
+}
+starts_diff() {  # steps begun between two starts() scrapes
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    printf "steps alone %d, ahead %d, late %d", y[1] - x[1], y[2] - x[2], y[3] - x[3] }'
+}
 scrape() {
   curl_ 127.0.0.1:${METRICS_PORT:-9400}/metrics | awk '/^ballast_node_step_host_seconds_sum/ {s += $2}
     /^ballast_node_step_host_seconds_count/ {c += $2} END {print s + 0, c + 0}'
@@ -102,6 +111,7 @@ for overlap in $MODES; do
     for i in $(seq 1 "$n"); do "$STORM" 127.0.0.1:${SCHED_PORT:-50051} "m$i" 2 8 > /dev/null; done  # resident
     before=$(scrape)
     tb=$(threads)
+    sb=$(starts)
     t0=$(date +%s.%N)
     storms=()
     for i in $(seq 1 "$n"); do
@@ -117,11 +127,12 @@ for overlap in $MODES; do
     t1=$(date +%s.%N)
     after=$(scrape)
     ta=$(threads)
+    sa=$(starts)
     tokens=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | awk '{t += $4} END {print t}')
     codes=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "status codes: [0-9=]*" | sort | uniq -c | tr '\n' ';')
     rate=$(awk -v t="$tokens" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f s: %.0f", b - a, t / (b - a)}')
     echo "models $n overlap $overlap: $tokens tokens in $rate tokens/s;" \
-      "step host $(host_us "$before" "$after") us (step thread: $(thread_share "$tb" "$ta"));" \
+      "step host $(host_us "$before" "$after") us (step thread: $(thread_share "$tb" "$ta"); $(starts_diff "$sb" "$sa"));" \
       "TPOT p50 per model (ms):" \
       "$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "TPOT p50 [0-9.]*" | awk '{print $3}' | tr '\n' ' ');" \
       "$codes $(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "[0-9.]* tokens per message" | head -1)" |

@@ -315,6 +315,10 @@ TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
     } else {
       EXPECT_EQ(a->ahead_steps() + b->ahead_steps(), 0);
     }
+    // The device counted each step begun once, by how it began.
+    const StepStarts starts = w->Usage().step_starts;
+    EXPECT_GT(starts.alone, 0);
+    EXPECT_EQ(starts.ahead + starts.late, a->ahead_steps() + b->ahead_steps());
   }
   EXPECT_EQ(tokens[0], tokens[1]);
   EXPECT_EQ(tokens[0], tokens[2]);

@@ -118,6 +118,26 @@ TEST(Metrics, StepThreadTimeIsCountedByActivity) {
   has("ballast_node_step_thread_seconds_total{activity=\"idle\",device=\"cuda:0\"} 2");
 }
 
+TEST(Metrics, StepStartsAreCountedByHowTheyBegan) {
+  Metrics m;
+  DeviceGauges g;
+  g.device = "cuda:0";
+  g.step_starts.alone = 3;
+  g.step_starts.ahead = 10;
+  m.SetDevice(g);
+  m.SetDevice(g);  // no growth: nothing counted twice
+  g.step_starts.ahead = 25;
+  g.step_starts.late = 2;
+  m.SetDevice(g);
+  const std::string text = Scrape(m);
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  };
+  has("ballast_node_steps_total{device=\"cuda:0\",start=\"alone\"} 3");
+  has("ballast_node_steps_total{device=\"cuda:0\",start=\"ahead\"} 25");
+  has("ballast_node_steps_total{device=\"cuda:0\",start=\"late\"} 2");
+}
+
 // SLO attainment: each finished request is met or missed against its own
 // targets; a failure misses; a cancelled request and a one-token TPOT are
 // not judged.
