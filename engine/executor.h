@@ -169,7 +169,10 @@ class Executor {
   // Copies KV blocks to host memory (session export to the lower tiers)
   // or from it (a lease's chunks into a sequence's blocks); returns when
   // the copies are done. The default is memcpy (KV in host memory); GPU
-  // backends copy on their own stream.
+  // backends copy on their own stream. CopyKvToHost REQUIRES: no step still
+  // started (not finished) writes the blocks, so the copy need not wait
+  // for one (a GPU backend copies beside an ahead step queued on the
+  // model's stream).
   virtual absl::Status CopyKvToHost(absl::Span<const KvBlockCopy> copies);
   virtual absl::Status CopyKvFromHost(absl::Span<const KvBlockCopy> copies);
   // Layer-wise loading of KV from host memory (a lease's chunks, before

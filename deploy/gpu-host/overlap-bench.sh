@@ -21,7 +21,9 @@
 #      PRIORITY (node.engine.priority_streams, none), AHEAD
 #      (node.engine.ahead_steps, true), STEP_DONE (node.engine.step_done,
 #      spinning_thread), ENGINE (0: skip the bench-engine runs at the end),
-#      ENGINE_CONTEXT (their context, 512), TOKEN_BATCHES (1: the
+#      ENGINE_CONTEXT (their context, 512), MEMORY_MODE (node.memory.mode,
+#      elastic), KV_MIB (engine.kv_cache_mib, each model's pool in static
+#      mode, 1024), BLOCK_TOKENS (engine.block_tokens, 16), TOKEN_BATCHES (1: the
 #      clients ask for token batches, stream_storm's STORM_TOKEN_BATCHES),
 #      SLOW_STEP_MS
 #      (node.engine.slow_step_warn_ms, 0 = off; 0.001 logs every step's
@@ -50,10 +52,11 @@ node:
   listen: 127.0.0.1:${NODE_PORT:-50061}
   metrics_listen: ""   # serve: one registry, on the scheduler's address
   stream_threads: ${STREAM_THREADS:-2}
-  memory: {mode: elastic, slab_mib: 64}
+  memory: {mode: ${MEMORY_MODE:-elastic}, slab_mib: 64}
   devices:
     - {name: "${DEVICE:-cuda:0}", memory_mib: 24576}
-  engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
+  engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: ${BLOCK_TOKENS:-16}, max_batch_tokens: 2048,
+           kv_cache_mib: ${KV_MIB:-1024},
            max_seqs: 128, max_context: 4096, overlap_steps: $overlap,
            rolling_steps: ${ROLLING:-false}, ahead_steps: ${AHEAD:-true},
            priority_streams: ${PRIORITY:-none}, step_done: ${STEP_DONE:-spinning_thread},

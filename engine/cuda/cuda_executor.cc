@@ -76,6 +76,9 @@ CudaExecutor::~CudaExecutor() {
     if (host_spans_[b]) cudaFreeHost(host_spans_[b]);
     if (kv_done_[b]) cudaEventDestroy(kv_done_[b]);
   }
+  if (export_stream_) cudaStreamSynchronize(export_stream_);
+  if (export_stream_) cudaStreamDestroy(export_stream_);
+  if (export_after_) cudaEventDestroy(export_after_);
   if (load_stream_) cudaStreamSynchronize(load_stream_);
   if (load_host_spans_) cudaFreeHost(load_host_spans_);
   for (cudaEvent_t e : layer_loaded_) cudaEventDestroy(e);

@@ -234,6 +234,11 @@ class CudaExecutor final : public Executor {
   DeviceBuffer kv_staging_[2], kv_spans_[2];
   BlockSpan* host_spans_[2] = {nullptr, nullptr};
   cudaEvent_t kv_done_[2] = {nullptr, nullptr};
+  // Exports (CopyKvToHost) run on a stream of their own, so they need not
+  // wait for steps queued on stream_; with no step started they start
+  // after stream_'s work (export_after_).
+  cudaStream_t export_stream_ = nullptr;
+  cudaEvent_t export_after_ = nullptr;
   // Layer-wise lease loads (cuda_kv_copy.cc): a copy stream, one event per
   // layer recorded after that layer's copies (the step's layer l waits for
   // layer_loaded_[l]; the last one marks the whole load), an event on

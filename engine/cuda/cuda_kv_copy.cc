@@ -44,6 +44,9 @@ absl::Status CudaExecutor::InitKvStaging() {
   }
   BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&load_stream_, cudaStreamNonBlocking),
                       "KV load stream");
+  BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&export_stream_, cudaStreamNonBlocking),
+                      "KV export stream");
+  BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&export_after_, cudaEventDisableTiming), "event");
   BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&load_after_, cudaEventDisableTiming), "event");
   layer_loaded_.assign(config_.num_hidden_layers, nullptr);
   for (cudaEvent_t& e : layer_loaded_) {
@@ -206,8 +209,17 @@ absl::Status CudaExecutor::WaitKvLoad() {
 absl::Status CudaExecutor::StagedKvCopy(absl::Span<const KvBlockCopy> copies, bool to_host) {
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
   const char* what = to_host ? "KV copy to host" : "KV copy from host";
+  // An export copies blocks no started step writes (Executor::CopyKvToHost),
+  // so it waits for none: a step queued behind another (ahead steps) would
+  // otherwise hold every finished session turn's export, and the step
+  // thread with it. With none started it follows stream_'s work.
+  cudaStream_t stream = to_host ? export_stream_ : stream_;
+  if (to_host && started_ == 0) {
+    BALLAST_CUDA_RETURN(cudaEventRecord(export_after_, stream_), what);
+    BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream, export_after_, 0), what);
+  }
   if (load_started_) {  // the staging buffers are the last load's until it ends
-    BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, layer_loaded_.back(), 0), what);
+    BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream, layer_loaded_.back(), 0), what);
   }
   size_t i = 0;
   int buf = 0;  // alternates between the two staging buffers
@@ -215,9 +227,9 @@ absl::Status CudaExecutor::StagedKvCopy(absl::Span<const KvBlockCopy> copies, bo
     const KvBlockCopy& first = copies[i];
     if (first.bytes > kStagingBytes) {  // larger than the staging: copy it alone
       BALLAST_CUDA_RETURN(to_host ? cudaMemcpyAsync(first.host, first.block, first.bytes,
-                                                    cudaMemcpyDeviceToHost, stream_)
+                                                    cudaMemcpyDeviceToHost, stream)
                                   : cudaMemcpyAsync(first.block, first.host, first.bytes,
-                                                    cudaMemcpyHostToDevice, stream_),
+                                                    cudaMemcpyHostToDevice, stream),
                           what);
       ++i;
       continue;
@@ -238,22 +250,22 @@ absl::Status CudaExecutor::StagedKvCopy(absl::Span<const KvBlockCopy> copies, bo
     auto* spans = kv_spans_[buf].get<BlockSpan>();
     auto* staging = kv_staging_[buf].get<unsigned char>();
     BALLAST_CUDA_RETURN(
-        cudaMemcpyAsync(spans, host_spans, n * sizeof(BlockSpan), cudaMemcpyHostToDevice, stream_),
+        cudaMemcpyAsync(spans, host_spans, n * sizeof(BlockSpan), cudaMemcpyHostToDevice, stream),
         what);
     if (to_host) {
-      BALLAST_CUDA_RETURN(LaunchBlockCopy(staging, spans, n, /*gather=*/true, stream_), what);
+      BALLAST_CUDA_RETURN(LaunchBlockCopy(staging, spans, n, /*gather=*/true, stream), what);
       BALLAST_CUDA_RETURN(
-          cudaMemcpyAsync(first.host, staging, total, cudaMemcpyDeviceToHost, stream_), what);
+          cudaMemcpyAsync(first.host, staging, total, cudaMemcpyDeviceToHost, stream), what);
     } else {
       BALLAST_CUDA_RETURN(
-          cudaMemcpyAsync(staging, first.host, total, cudaMemcpyHostToDevice, stream_), what);
-      BALLAST_CUDA_RETURN(LaunchBlockCopy(staging, spans, n, /*gather=*/false, stream_), what);
+          cudaMemcpyAsync(staging, first.host, total, cudaMemcpyHostToDevice, stream), what);
+      BALLAST_CUDA_RETURN(LaunchBlockCopy(staging, spans, n, /*gather=*/false, stream), what);
     }
-    BALLAST_CUDA_RETURN(cudaEventRecord(kv_done_[buf], stream_), what);
+    BALLAST_CUDA_RETURN(cudaEventRecord(kv_done_[buf], stream), what);
     buf ^= 1;
     i += n;
   }
-  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), what);
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream), what);
   return absl::OkStatus();
 }
 

@@ -120,5 +120,73 @@ TEST(CudaTiering, DramAndAdviseContinuationsMatchRecompute) {
   node->Shutdown();
 }
 
+// A turn that ends while another request keeps the model stepping (an
+// ahead step queued on its stream, the node's default) is exported beside
+// that step (CudaExecutor's export stream), not behind it: the KV that
+// comes back from DRAM must still continue the session exactly as a turn
+// that ran alone does. Batch-invariant kernels, so sharing the steps
+// changes no bit.
+TEST(CudaTiering, ExportBesideAheadStepsMatchesATurnAlone) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  engine::testing::TempDir dir;
+  const std::string path =
+      engine::testing::WriteTinyModel(dir, "m", engine::testing::GpuTestModelSpec());
+  NodeOptions n;
+  n.engine.backend = "cuda";
+  n.engine.deterministic = true;
+  n.slab_bytes = 2u << 20;
+  n.devices = {DeviceOptions{"cuda:0", 1ll << 30}};
+  n.kv_tiers.dram_bytes = 256 << 20;
+  n.kv_tiers.chunk_tokens = 32;
+  ASSERT_TRUE(n.ahead_steps && n.rolling_steps);  // the defaults this tests
+  auto node = std::move(*NodeManager::Create(n));
+  ASSERT_TRUE(node->LoadModel("m", path, "auto", "").ok());
+  auto engine = node->devices()[0]->Find("m");
+  auto from_dram = [&](const std::string& s, const std::vector<int>& history) {
+    const std::string key = NodeManager::SessionKey(s, s);
+    engine->DropSession(key);
+    for (int i = 0; i < 10000 && engine->CachedSessionTokens(key) > 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    Turn t = RunTurn(node.get(), s, history, " And a second one.");
+    EXPECT_EQ(t.result.kv_source, engine::KvSource::kHostDram) << s;
+    return t.result.output_tokens;
+  };
+  const std::string q1 = "A first question that spans more than one KV chunk, please.";
+  auto history_of = [](const Turn& t) {
+    std::vector<int> h = t.prompt;
+    h.insert(h.end(), t.result.output_tokens.begin(), t.result.output_tokens.end());
+    return h;
+  };
+  const std::vector<int> history = history_of(RunTurn(node.get(), "alone", {}, q1));
+  const std::vector<int> alone = from_dram("alone", history);
+  ASSERT_EQ(alone.size(), 24u);
+
+  // A long request from another tenant keeps ahead steps in flight while
+  // the busy session's first turn ends and is exported.
+  v1::NodeGenerateRequest bg;
+  bg.set_tenant("background");
+  bg.set_request_id("background");
+  bg.set_model("m");
+  bg.set_prompt("Tell a long story.");
+  bg.mutable_sampling()->set_max_tokens(1500);
+  bg.mutable_sampling()->set_ignore_eos(true);
+  Sink background;
+  ASSERT_TRUE(node->Submit(bg, &background).ok());
+  auto ahead = [&] {  // steps queued behind a running one, so far
+    const StepStarts s = node->devices()[0]->Usage().step_starts;
+    return s.ahead + s.late;
+  };
+  const int64_t ahead_before = ahead();
+  Turn busy = RunTurn(node.get(), "busy", {}, q1);
+  EXPECT_FALSE(background.done.HasBeenNotified()) << "the turn did not end beside another's steps";
+  EXPECT_GT(ahead(), ahead_before);
+  ASSERT_EQ(history_of(busy), history);
+  EXPECT_EQ(from_dram("busy", history), alone);
+  ASSERT_TRUE(background.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_TRUE(background.result.ok()) << background.result.status();
+  node->Shutdown();
+}
+
 }  // namespace
 }  // namespace ballast::node_manager
