@@ -169,10 +169,12 @@ class Executor {
   // Copies KV blocks to host memory (session export to the lower tiers)
   // or from it (a lease's chunks into a sequence's blocks); returns when
   // the copies are done. The default is memcpy (KV in host memory); GPU
-  // backends copy on their own stream. CopyKvToHost REQUIRES: no step still
-  // started (not finished) writes the blocks, so the copy need not wait
-  // for one (a GPU backend copies beside an ahead step queued on the
-  // model's stream).
+  // backends copy on their own stream. CopyKvToHost REQUIRES: every write
+  // to the blocks has completed as the host sees it (a finished step, a
+  // synchronous copy) and no started step writes them, so the copy need not
+  // wait for one (a GPU backend copies beside an ahead step queued on the
+  // model's stream). ModelEngine exports only sequences that no step in
+  // flight computes for (Retire).
   virtual absl::Status CopyKvToHost(absl::Span<const KvBlockCopy> copies);
   virtual absl::Status CopyKvFromHost(absl::Span<const KvBlockCopy> copies);
   // Layer-wise loading of KV from host memory (a lease's chunks, before
@@ -216,10 +218,14 @@ class Executor {
   // with no stream priorities ignore it.
   virtual absl::Status SetUrgent(bool urgent) { return absl::OkStatus(); }
   // Calls `done` once the device work of the step StartForwardSample began
-  // has ended, on any thread (a driver thread on CUDA): it must not block
-  // or call the executor. At once if no device step is pending (backends
+  // has ended, on any thread (on CUDA a waiting thread of the executor's,
+  // or the driver's callback thread: StepDoneSignal): it must not block or
+  // call the executor. At once if no device step is pending (backends
   // that compute in FinishForwardSample).
   virtual void NotifyWhenStepDone(std::function<void()> done) { done(); }
+  // Whether the device work of every started step has ended, without
+  // waiting (true where steps compute in Start or Finish).
+  virtual bool StartedStepsEnded() const { return true; }
   virtual const ModelConfig& config() const = 0;
   // Bytes of weights this executor holds (checkpoint dtype on the CPU, the
   // device copy on GPUs).

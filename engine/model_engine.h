@@ -284,6 +284,10 @@ class ModelEngine {
   // ended, so FinishStep will not wait for it; at once if there is none
   // (host sampling computes in FinishStep, a failed launch). Step thread.
   void NotifyWhenDeviceDone(std::function<void()> done);
+  // Whether the device work of every step in flight has ended (true with
+  // none in flight, and on backends that compute in FinishStep). Does not
+  // wait. Step thread.
+  bool StepDeviceEnded() const;
   // Finishes the oldest step in flight (none: nothing).
   void FinishStep();
   // Whether a step was begun and not yet finished. Step thread.

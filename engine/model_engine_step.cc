@@ -97,6 +97,11 @@ void ModelEngine::NotifyWhenDeviceDone(std::function<void()> done) {
   }
 }
 
+bool ModelEngine::StepDeviceEnded() const {
+  if (flight_.empty() || !flight_.back().launched || !executor_->samples_on_device()) return true;
+  return executor_->StartedStepsEnded();
+}
+
 void ModelEngine::FinishAllSteps() {
   while (!flight_.empty()) FinishStep();
 }

@@ -154,9 +154,10 @@ struct DeviceArbitrationOptions {
   // With overlap_steps: each model steps at its own pace. A model's step
   // is finished as soon as its own device work ends, and its next step
   // begins at once, while the other models' steps are still on the device.
-  // While several steps are in flight, each one's end is signalled by a
-  // host function queued after it (engine::ModelEngine::
-  // NotifyWhenDeviceDone); one step alone is waited for on its event. Off
+  // While several steps are in flight, each one's end is signalled by the
+  // engine (engine::ModelEngine::NotifyWhenDeviceDone: on CUDA a thread
+  // waiting on an event after it, node.engine.step_done); one step alone
+  // is waited for on its event. Off
   // (lockstep): a pass begins every model's step and finishes all of
   // them, so each model waits for the pass's slowest step (a short decode
   // behind another model's prefill chunk). Between-step tasks, retiring

@@ -80,9 +80,10 @@ void DeviceWorker::RollingLoop() {
     if (OneEngineInFlight()) {
       // One model on the device: wait on its oldest step's own event, as
       // lockstep passes do (its ahead step, if any, keeps the device
-      // busy meanwhile). A host function after every step costs more (each
-      // delays the stream's next work until it has run): a 130M model's
-      // batch-1 TPOT went from 0.30 to 0.39 ms on an H200.
+      // busy meanwhile). A signal after every step costs more (as a host
+      // function on the stream, it delayed the stream's next work until it
+      // had run: a 130M model's batch-1 TPOT went from 0.30 to 0.39 ms on
+      // an H200).
       std::vector<InFlight> oldest;
       oldest.push_back(std::move(in_flight_.front()));
       in_flight_.erase(in_flight_.begin());
@@ -94,8 +95,8 @@ void DeviceWorker::RollingLoop() {
       balloon_->arena()->Replenish();  // idle: get the next slabs ready
     }
     // Several models' steps on the device: each one's end wakes this
-    // thread. Only an engine's last step can ask (the host function goes
-    // after the engine's last queued work); its earlier ones end before it.
+    // thread. Only an engine's last step can ask (the signal follows the
+    // engine's last queued work); its earlier ones end before it.
     for (size_t i = 0; i < in_flight_.size(); ++i) {
       const bool last =
           std::none_of(in_flight_.begin() + static_cast<std::ptrdiff_t>(i) + 1, in_flight_.end(),
@@ -109,8 +110,8 @@ void DeviceWorker::RollingLoop() {
         signal_->AwaitChange(seen, in_flight_.empty() ? absl::Milliseconds(50) : kCallbackLimit);
     clock_.Switch(&StepThreadTime::other_s);
     // Steps in flight and no callback for that long: wait on their events
-    // (after a sticky CUDA error host functions never run; the wait
-    // returns the error, which fails the steps' requests).
+    // (a lost signal, or a sticky CUDA error: the wait returns the error,
+    // which fails the steps' requests).
     if (!woken && !in_flight_.empty()) FinishInFlight();
   }
 }
@@ -141,11 +142,11 @@ bool DeviceWorker::BeginAheadSteps() {
   for (size_t i = 0; i < n; ++i) {
     const std::shared_ptr<engine::ModelEngine> e = in_flight_[i].engine;  // in_flight_ grows
     if (!e->CanBeginAhead() || !e->HasWork()) continue;
-    // Several models in flight: each step's end is signalled by a host
-    // function queued after it, so this one's must be queued before its
-    // successor is (one model alone waits on its oldest step's event).
+    // Several models in flight: each step's end is signalled after it, so
+    // this one's must be asked for before its successor is queued (one
+    // model alone waits on its oldest step's event).
     if (!OneEngineInFlight()) Notify(&in_flight_[i]);
-    const bool late = in_flight_[i].device_done->load();
+    const bool late = e->StepDeviceEnded();  // its stream had nothing left
     const absl::Time t0 = absl::Now();
     if (!e->BeginStep(engine::StepUrgency::kDefault)) continue;
     did = true;

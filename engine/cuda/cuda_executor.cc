@@ -67,6 +67,7 @@ CudaExecutor::~CudaExecutor() {
   step_waiter_.reset();  // its events are on stream_
   DropGraphs();
   if (stream_) cudaStreamSynchronize(stream_);
+  if (export_stream_) cudaStreamSynchronize(export_stream_);
   for (StartedStep& slot : slots_) {
     if (slot.done) cudaEventDestroy(slot.done);
     if (slot.host) cudaFreeHost(slot.host);
@@ -76,7 +77,6 @@ CudaExecutor::~CudaExecutor() {
     if (host_spans_[b]) cudaFreeHost(host_spans_[b]);
     if (kv_done_[b]) cudaEventDestroy(kv_done_[b]);
   }
-  if (export_stream_) cudaStreamSynchronize(export_stream_);
   if (export_stream_) cudaStreamDestroy(export_stream_);
   if (export_after_) cudaEventDestroy(export_after_);
   if (load_stream_) cudaStreamSynchronize(load_stream_);
@@ -126,6 +126,14 @@ void CudaExecutor::NotifyWhenStepDone(std::function<void()> done) {
     (*fn)();
     delete fn;
   }
+}
+
+bool CudaExecutor::StartedStepsEnded() const {
+  if (started_ == 0) return true;
+  const int newest = (oldest_ + started_ - 1) % 2;
+  const cudaError_t err = cudaEventQuery(slots_[newest].done);
+  if (err != cudaSuccess && err != cudaErrorNotReady) cudaGetLastError();
+  return err != cudaErrorNotReady;  // an error ends the wait too
 }
 
 absl::Status CudaExecutor::SetUrgent(bool urgent) {
@@ -448,6 +456,8 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
     // Plans (cuBLASLt heuristics) are made on a first, uncaptured run.
     if (auto s = Enqueue(sh); !s.ok()) return s;
     BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "warm-up step");
+    // Relaxed: other threads' calls meanwhile (a StepDoneWaiter's event
+    // waits, other engines' launches) neither fail nor end the capture.
     BALLAST_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
                         "graph capture");
     absl::Status st = Enqueue(sh);

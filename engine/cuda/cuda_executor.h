@@ -71,8 +71,10 @@ class CudaExecutor final : public Executor {
   int64_t weight_bytes() const override { return weights_->bytes(); }
   int64_t workspace_bytes() const override { return workspace_bytes_; }
   absl::StatusOr<std::shared_ptr<const HostWeights>> KeepHostWeights() override;
-  // On the executor's stream, ordered after its steps; returns when done
-  // (cuda_kv_copy.cc).
+  // Return when done (cuda_kv_copy.cc). Exports (CopyKvToHost) run on a
+  // stream of their own, beside any started step (Executor::CopyKvToHost's
+  // contract), after stream_'s work when none is started; imports on
+  // stream_, ordered after its steps.
   absl::Status CopyKvToHost(absl::Span<const KvBlockCopy> copies) override;
   absl::Status CopyKvFromHost(absl::Span<const KvBlockCopy> copies) override;
   // On a copy stream, after the steps already queued; the next step's
@@ -95,8 +97,11 @@ class CudaExecutor final : public Executor {
   // Switches stream_ between streams_[0] (default priority) and streams_[1]
   // (the greatest), the new one waiting for the old one's queued work.
   absl::Status SetUrgent(bool urgent) override;
-  // A host function queued on stream_ after the last started step.
+  // After the last started step: by step_waiter_'s thread
+  // (options_.step_done thread or spinning_thread) or a host function
+  // queued on stream_ (host_function, or if the waiter fails).
   void NotifyWhenStepDone(std::function<void()> done) override;
+  bool StartedStepsEnded() const override;
 
   // The activation type this model runs in (from its torch_dtype).
   static ActType ActivationType(const ModelConfig& config);
@@ -151,6 +156,9 @@ class CudaExecutor final : public Executor {
   // also chooses fixed_partition_tokens_.
   size_t AttentionWorkspaceBytes();
   absl::Status StagedKvCopy(absl::Span<const KvBlockCopy> copies, bool to_host);
+  // StagedKvCopy's pieces, queued on `stream` (not waited for).
+  absl::Status QueueKvPieces(absl::Span<const KvBlockCopy> copies, bool to_host,
+                             cudaStream_t stream, const char* what);
   absl::Status ReserveLoadSpans(size_t spans);
   absl::Status Enqueue(const StepShape& shape);
   // Layer L's MLP over x_ (post-attention norm output; fp8_in: its E4M3

@@ -3,9 +3,10 @@
 // arena but contiguous in the host chunk, so each piece of up to
 // kStagingBytes moves with one DMA between the host and a device staging
 // buffer, and one kernel scatters it into (or gathers it from) the blocks
-// (LaunchBlockCopy). Everything runs on the executor's stream, ordered
-// after the steps that wrote the blocks and before the next step that reads
-// them. Pieces alternate between two staging buffers, so the host fills
+// (LaunchBlockCopy). Imports run on the executor's stream, before the next
+// step that reads the blocks; exports on a stream of their own, beside any
+// started step (none writes the blocks they copy: Executor::CopyKvToHost),
+// else after the stream's work. Pieces alternate between two staging buffers, so the host fills
 // one piece's spans while the device copies the other; the call returns
 // once every copy is done.
 //
@@ -221,6 +222,18 @@ absl::Status CudaExecutor::StagedKvCopy(absl::Span<const KvBlockCopy> copies, bo
   if (load_started_) {  // the staging buffers are the last load's until it ends
     BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream, layer_loaded_.back(), 0), what);
   }
+  absl::Status st = QueueKvPieces(copies, to_host, stream, what);
+  // On an error too: nothing queued may outlive the call (the staging
+  // buffers go to the next copy or load, the host bytes to the caller).
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  if (st.ok() && synced != cudaSuccess) {
+    BALLAST_CUDA_RETURN(synced, what);
+  }
+  return st;
+}
+
+absl::Status CudaExecutor::QueueKvPieces(absl::Span<const KvBlockCopy> copies, bool to_host,
+                                         cudaStream_t stream, const char* what) {
   size_t i = 0;
   int buf = 0;  // alternates between the two staging buffers
   while (i < copies.size()) {
@@ -265,7 +278,6 @@ absl::Status CudaExecutor::StagedKvCopy(absl::Span<const KvBlockCopy> copies, bo
     buf ^= 1;
     i += n;
   }
-  BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream), what);
   return absl::OkStatus();
 }
 

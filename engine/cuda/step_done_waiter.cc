@@ -5,11 +5,14 @@
 namespace ballast::engine::cuda {
 
 StepDoneWaiter::~StepDoneWaiter() {
+  std::thread thread;
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    thread = std::move(thread_);
   }
-  if (thread_.joinable()) thread_.join();
+  if (thread.joinable()) thread.join();  // runs what is pending first
+  absl::MutexLock lock(&mu_);
   for (cudaEvent_t e : free_) cudaEventDestroy(e);
 }
 

@@ -38,15 +38,16 @@ class StepDoneWaiter {
   // Runs `done` once the work queued on `stream` so far has ended (or
   // failed: the caller's own wait then returns the error). The thread
   // starts on the first call. On an error recording the event nothing is
-  // queued and the error is returned; `done` has not run.
-  cudaError_t NotifyAfter(cudaStream_t stream, std::function<void()> done);
+  // queued and the error is returned; `done` has not run. REQUIRES: the
+  // calling thread's current device is `device` (events are made there).
+  cudaError_t NotifyAfter(cudaStream_t stream, std::function<void()> done) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Pending {
     cudaEvent_t event = nullptr;
     std::function<void()> done;
   };
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int device_;
   const bool spin_;
@@ -54,7 +55,7 @@ class StepDoneWaiter {
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<cudaEvent_t> free_ ABSL_GUARDED_BY(mu_);  // waited for, reusable
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // started by the first NotifyAfter (under mu_)
+  std::thread thread_ ABSL_GUARDED_BY(mu_);  // started by the first NotifyAfter
 };
 
 }  // namespace ballast::engine::cuda
