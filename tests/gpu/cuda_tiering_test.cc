@@ -45,19 +45,31 @@ Turn RunTurn(NodeManager* node, const std::string& session, const std::vector<in
   return {a->turn_tokens, sink.result.ok() ? *sink.result : engine::GenerationResult{}};
 }
 
-TEST(CudaTiering, DramAndAdviseContinuationsMatchRecompute) {
-  BALLAST_SKIP_WITHOUT_GPU();
-  engine::testing::TempDir dir;
+// A node with one CUDA device, a DRAM tier of 32-token chunks and the
+// tiny GPU test model loaded as "m"; null on failure.
+std::unique_ptr<NodeManager> MakeNode(const engine::testing::TempDir& dir, bool deterministic) {
   const std::string path =
       engine::testing::WriteTinyModel(dir, "m", engine::testing::GpuTestModelSpec());
   NodeOptions n;
   n.engine.backend = "cuda";
+  n.engine.deterministic = deterministic;
   n.slab_bytes = 2u << 20;
   n.devices = {DeviceOptions{"cuda:0", 1ll << 30}};
   n.kv_tiers.dram_bytes = 256 << 20;
   n.kv_tiers.chunk_tokens = 32;
-  auto node = std::move(*NodeManager::Create(n));
-  ASSERT_TRUE(node->LoadModel("m", path, "auto", "").ok());
+  auto node = NodeManager::Create(n);
+  EXPECT_TRUE(node.ok()) << node.status();
+  if (!node.ok()) return nullptr;
+  const auto loaded = (*node)->LoadModel("m", path, "auto", "");
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? std::move(*node) : nullptr;
+}
+
+TEST(CudaTiering, DramAndAdviseContinuationsMatchRecompute) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  engine::testing::TempDir dir;
+  auto node = MakeNode(dir, /*deterministic=*/false);
+  ASSERT_TRUE(node);
   auto engine = node->devices()[0]->Find("m");
   // The engine keys a session's KV by (tenant, session id); each session
   // here is its own tenant.
@@ -129,18 +141,9 @@ TEST(CudaTiering, DramAndAdviseContinuationsMatchRecompute) {
 TEST(CudaTiering, ExportBesideAheadStepsMatchesATurnAlone) {
   BALLAST_SKIP_WITHOUT_GPU();
   engine::testing::TempDir dir;
-  const std::string path =
-      engine::testing::WriteTinyModel(dir, "m", engine::testing::GpuTestModelSpec());
-  NodeOptions n;
-  n.engine.backend = "cuda";
-  n.engine.deterministic = true;
-  n.slab_bytes = 2u << 20;
-  n.devices = {DeviceOptions{"cuda:0", 1ll << 30}};
-  n.kv_tiers.dram_bytes = 256 << 20;
-  n.kv_tiers.chunk_tokens = 32;
-  ASSERT_TRUE(n.ahead_steps && n.rolling_steps);  // the defaults this tests
-  auto node = std::move(*NodeManager::Create(n));
-  ASSERT_TRUE(node->LoadModel("m", path, "auto", "").ok());
+  ASSERT_TRUE(NodeOptions{}.ahead_steps && NodeOptions{}.rolling_steps);  // the defaults tested
+  auto node = MakeNode(dir, /*deterministic=*/true);
+  ASSERT_TRUE(node);
   auto engine = node->devices()[0]->Find("m");
   auto from_dram = [&](const std::string& s, const std::vector<int>& history) {
     const std::string key = NodeManager::SessionKey(s, s);

@@ -96,18 +96,22 @@ TEST(Metrics, StepHostTimeIsObservedFromTheDevicesCumulativeHistogram) {
   has("ballast_node_step_host_seconds_bucket{device=\"cuda:0\",le=\"+Inf\"} 4");
 }
 
-// The step thread's cumulative time by activity becomes counters that grow
-// by what it grew.
-TEST(Metrics, StepThreadTimeIsCountedByActivity) {
+// The step thread's cumulative time by activity, and the device's steps by
+// how they began, become counters that grow by what they grew.
+TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   Metrics m;
   DeviceGauges g;
   g.device = "cuda:0";
   g.step_thread.begin_s = 0.25;
   g.step_thread.idle_s = 2;
+  g.step_starts.alone = 3;
+  g.step_starts.ahead = 10;
   m.SetDevice(g);
   m.SetDevice(g);  // no growth: nothing counted twice
   g.step_thread.begin_s = 0.75;
   g.step_thread.finish_s = 0.5;
+  g.step_starts.ahead = 25;
+  g.step_starts.late = 2;
   m.SetDevice(g);
   const std::string text = Scrape(m);
   auto has = [&](const std::string& line) {
@@ -116,23 +120,6 @@ TEST(Metrics, StepThreadTimeIsCountedByActivity) {
   has("ballast_node_step_thread_seconds_total{activity=\"begin\",device=\"cuda:0\"} 0.75");
   has("ballast_node_step_thread_seconds_total{activity=\"finish\",device=\"cuda:0\"} 0.5");
   has("ballast_node_step_thread_seconds_total{activity=\"idle\",device=\"cuda:0\"} 2");
-}
-
-TEST(Metrics, StepStartsAreCountedByHowTheyBegan) {
-  Metrics m;
-  DeviceGauges g;
-  g.device = "cuda:0";
-  g.step_starts.alone = 3;
-  g.step_starts.ahead = 10;
-  m.SetDevice(g);
-  m.SetDevice(g);  // no growth: nothing counted twice
-  g.step_starts.ahead = 25;
-  g.step_starts.late = 2;
-  m.SetDevice(g);
-  const std::string text = Scrape(m);
-  auto has = [&](const std::string& line) {
-    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
-  };
   has("ballast_node_steps_total{device=\"cuda:0\",start=\"alone\"} 3");
   has("ballast_node_steps_total{device=\"cuda:0\",start=\"ahead\"} 25");
   has("ballast_node_steps_total{device=\"cuda:0\",start=\"late\"} 2");
