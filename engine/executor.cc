@@ -11,8 +11,9 @@ absl::StatusOr<StepDoneSignal> ParseStepDoneSignal(const std::string& name) {
   if (name == "thread") return StepDoneSignal::kThread;
   if (name == "spinning_thread") return StepDoneSignal::kSpinningThread;
   if (name == "host_function") return StepDoneSignal::kHostFunction;
+  if (name == "poll") return StepDoneSignal::kWorkerPoll;
   return absl::InvalidArgumentError(absl::StrCat(
-      "\"", name, "\" is unknown (expected thread, spinning_thread or host_function)"));
+      "\"", name, "\" is unknown (expected thread, spinning_thread, host_function or poll)"));
 }
 
 absl::Status Executor::CopyKvToHost(absl::Span<const KvBlockCopy> copies) {

@@ -119,9 +119,14 @@ enum class StepDoneSignal {
   // holds the stream's next work (an ahead step) until it has run on the
   // driver's single callback thread.
   kHostFunction,
+  // No signal: the device worker polls its models' step events itself
+  // (ModelEngine::StepDeviceEnded): one busy core per device while several
+  // models' steps are in flight, however many models, and no cross-thread
+  // wake-up.
+  kWorkerPoll,
 };
 
-// "thread", "spinning_thread", "host_function".
+// "thread", "spinning_thread", "host_function", "poll".
 absl::StatusOr<StepDoneSignal> ParseStepDoneSignal(const std::string& name);
 
 class Executor {
@@ -226,6 +231,8 @@ class Executor {
   // Whether the device work of every started step has ended, without
   // waiting (true where steps compute in Start or Finish).
   virtual bool StartedStepsEnded() const { return true; }
+  // The same for the oldest started step alone.
+  virtual bool OldestStartedStepEnded() const { return true; }
   virtual const ModelConfig& config() const = 0;
   // Bytes of weights this executor holds (checkpoint dtype on the CPU, the
   // device copy on GPUs).

@@ -288,6 +288,8 @@ class ModelEngine {
   // none in flight, and on backends that compute in FinishStep). Does not
   // wait. Step thread.
   bool StepDeviceEnded() const;
+  // The same for the oldest step in flight alone.
+  bool OldestStepDeviceEnded() const;
   // Finishes the oldest step in flight (none: nothing).
   void FinishStep();
   // Whether a step was begun and not yet finished. Step thread.

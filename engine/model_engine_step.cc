@@ -102,6 +102,11 @@ bool ModelEngine::StepDeviceEnded() const {
   return executor_->StartedStepsEnded();
 }
 
+bool ModelEngine::OldestStepDeviceEnded() const {
+  if (flight_.empty() || !flight_.front().launched || !executor_->samples_on_device()) return true;
+  return executor_->OldestStartedStepEnded();
+}
+
 void ModelEngine::FinishAllSteps() {
   while (!flight_.empty()) FinishStep();
 }

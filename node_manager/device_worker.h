@@ -180,6 +180,11 @@ struct DeviceArbitrationOptions {
   // 2 and 6 models 3-8% more tokens/s and 3-8% lower TPOT, and lower TPOT
   // at low load, in every pair (docs/benchmarks.md).
   bool ahead_steps = true;
+  // With rolling_steps and several models' steps in flight: the loop
+  // polls the steps' ends itself (engine::StepDoneSignal::kWorkerPoll,
+  // node.engine.step_done: poll) instead of asking each engine for a
+  // signal and sleeping until one comes. Default off.
+  bool poll_steps = false;
   // With rolling_steps: how the loop learns that a step's device work
   // ended, with several steps in flight; it calls `done` once it has (on
   // any thread, possibly after the worker is gone). Empty (the default):
@@ -344,6 +349,10 @@ class DeviceWorker {
   static void FinishOne(InFlight* f);
   // Asks for `f`'s device-done callback (rolling loop). Step thread only.
   void Notify(InFlight* f);
+  // poll_steps: until a step in flight has ended (marked device_done),
+  // the signal moves past `seen`, or `limit` passes (false then). Step
+  // thread only.
+  bool PollSteps(int64_t seen, absl::Duration limit);
   // With ahead_steps: every engine with one step in flight that can
   // (CanBeginAhead) begins its next one behind it. Step thread only.
   bool BeginAheadSteps();

@@ -106,8 +106,10 @@ void DeviceWorker::RollingLoop() {
     // Until a step's device work ends, work arrives or the worker stops.
     // Idle, the loop also wakes to replenish slabs (as lockstep does).
     clock_.Switch(&StepThreadTime::idle_s);
-    const bool woken =
-        signal_->AwaitChange(seen, in_flight_.empty() ? absl::Milliseconds(50) : kCallbackLimit);
+    const bool woken = arbitration_.poll_steps && !in_flight_.empty()
+                           ? PollSteps(seen, kCallbackLimit)
+                           : signal_->AwaitChange(seen, in_flight_.empty() ? absl::Milliseconds(50)
+                                                                           : kCallbackLimit);
     clock_.Switch(&StepThreadTime::other_s);
     // Steps in flight and no callback for that long: wait on their events
     // (a lost signal, or a sticky CUDA error: the wait returns the error,
@@ -122,9 +124,32 @@ bool DeviceWorker::OneEngineInFlight() const {
                      [&](const InFlight& f) { return f.engine == in_flight_[0].engine; });
 }
 
+bool DeviceWorker::PollSteps(int64_t seen, absl::Duration limit) {
+  const absl::Time until = absl::Now() + limit;
+  for (int spin = 1;; ++spin) {
+    bool ended = false;
+    for (size_t i = 0; i < in_flight_.size(); ++i) {
+      InFlight& f = in_flight_[i];
+      // An engine's first entry is its oldest step; a later one has ended
+      // once all of the engine's have.
+      const bool oldest =
+          std::none_of(in_flight_.begin(), in_flight_.begin() + static_cast<std::ptrdiff_t>(i),
+                       [&](const InFlight& earlier) { return earlier.engine == f.engine; });
+      if (f.device_done->load() ||
+          (oldest ? f.engine->OldestStepDeviceEnded() : f.engine->StepDeviceEnded())) {
+        f.device_done->store(true);
+        ended = true;
+      }
+    }
+    if (ended || signal_->Events() != seen) return true;
+    if (spin % 256 == 0 && absl::Now() > until) return false;
+  }
+}
+
 void DeviceWorker::Notify(InFlight* f) {
   if (f->notified) return;
   f->notified = true;
+  if (arbitration_.poll_steps) return;  // PollSteps looks instead
   std::function<void()> done = [done = f->device_done, signal = signal_] {
     done->store(true);
     signal->Bump();

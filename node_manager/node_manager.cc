@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
   arb.priority_streams = options.priority_streams;
   arb.rolling_steps = options.rolling_steps;
   arb.ahead_steps = options.ahead_steps;
+  arb.poll_steps = options.engine.step_done == engine::StepDoneSignal::kWorkerPoll;
   DeviceMemoryOptions mem;
   mem.elastic = options.memory_mode == "elastic";
   mem.slab_bytes = options.slab_bytes;

@@ -128,12 +128,22 @@ void CudaExecutor::NotifyWhenStepDone(std::function<void()> done) {
   }
 }
 
-bool CudaExecutor::StartedStepsEnded() const {
-  if (started_ == 0) return true;
-  const int newest = (oldest_ + started_ - 1) % 2;
-  const cudaError_t err = cudaEventQuery(slots_[newest].done);
+namespace {
+// Whether `e`'s work has ended (an error ends the wait too: the step's
+// finish returns it).
+bool EventEnded(cudaEvent_t e) {
+  const cudaError_t err = cudaEventQuery(e);
   if (err != cudaSuccess && err != cudaErrorNotReady) cudaGetLastError();
-  return err != cudaErrorNotReady;  // an error ends the wait too
+  return err != cudaErrorNotReady;
+}
+}  // namespace
+
+bool CudaExecutor::StartedStepsEnded() const {
+  return started_ == 0 || EventEnded(slots_[(oldest_ + started_ - 1) % 2].done);
+}
+
+bool CudaExecutor::OldestStartedStepEnded() const {
+  return started_ == 0 || EventEnded(slots_[oldest_].done);
 }
 
 absl::Status CudaExecutor::SetUrgent(bool urgent) {

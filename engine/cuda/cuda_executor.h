@@ -102,6 +102,7 @@ class CudaExecutor final : public Executor {
   // queued on stream_ (host_function, or if the waiter fails).
   void NotifyWhenStepDone(std::function<void()> done) override;
   bool StartedStepsEnded() const override;
+  bool OldestStartedStepEnded() const override;
 
   // The activation type this model runs in (from its torch_dtype).
   static ActType ActivationType(const ModelConfig& config);

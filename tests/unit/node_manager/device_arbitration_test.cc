@@ -260,22 +260,26 @@ TEST(DeviceArbitration, DecodeOnlyStepsRunUrgentBesidePrefills) {
   EXPECT_EQ(w->arbitration_stats().urgent_steps, chat->urgent_steps());
 }
 
-// rolling_steps, with and without ahead_steps: every model's requests are
+// rolling_steps, with and without ahead_steps (and with the loop polling
+// the steps' ends, poll_steps): every model's requests are
 // served, with the same tokens as in lockstep passes (the CPU backend is
 // deterministic), while between-step tasks still run (they wait for the
 // steps in flight), and the worker stops cleanly with a request in flight.
 TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
   engine::testing::TempDir dir;
   const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
-  std::map<std::string, std::vector<int>> tokens[3];
-  for (int mode = 0; mode < 3; ++mode) {  // lockstep, rolling, rolling with ahead steps
+  std::map<std::string, std::vector<int>> tokens[4];
+  // lockstep, rolling, rolling with ahead steps, the same polling
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool ahead = mode >= 2;
     DeviceArbitrationOptions arb;
     arb.rolling_steps = mode >= 1;
-    arb.ahead_steps = mode == 2;
+    arb.ahead_steps = ahead;
+    arb.poll_steps = mode == 3;
     const absl::Time created = absl::Now();
     auto w = Worker(arb);
-    auto a = Engine("a", path, w.get(), mode == 2);
-    auto b = Engine("b", path, w.get(), mode == 2);
+    auto a = Engine("a", path, w.get(), ahead);
+    auto b = Engine("b", path, w.get(), ahead);
     ASSERT_TRUE(w->Add(a).ok());
     ASSERT_TRUE(w->Add(b).ok());
     Order order;
@@ -310,7 +314,7 @@ TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
     w->Stop();
     EXPECT_TRUE(left.done);
     // Read once the step thread is gone.
-    if (mode == 2) {
+    if (ahead) {
       EXPECT_GT(a->ahead_steps() + b->ahead_steps(), 0);
     } else {
       EXPECT_EQ(a->ahead_steps() + b->ahead_steps(), 0);
@@ -322,6 +326,7 @@ TEST(DeviceArbitration, RollingStepsServeEveryModelWithTheSameTokens) {
   }
   EXPECT_EQ(tokens[0], tokens[1]);
   EXPECT_EQ(tokens[0], tokens[2]);
+  EXPECT_EQ(tokens[0], tokens[3]);
 }
 
 // Holds the rolling loop's device-done callbacks (notify_device_done)

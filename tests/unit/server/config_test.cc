@@ -47,6 +47,9 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   EXPECT_EQ(
       ParseConfig("node: {engine: {step_done: thread}}", "t.yaml")->node.options.engine.step_done,
       engine::StepDoneSignal::kThread);
+  EXPECT_EQ(
+      ParseConfig("node: {engine: {step_done: poll}}", "t.yaml")->node.options.engine.step_done,
+      engine::StepDoneSignal::kWorkerPoll);
   const auto bad_done = ParseConfig("node: {engine: {step_done: callback}}", "t.yaml");
   ASSERT_FALSE(bad_done.ok());
   EXPECT_NE(bad_done.status().message().find("node.engine.step_done"), std::string::npos)
