@@ -122,7 +122,9 @@ enum class StepDoneSignal {
   // No signal: the device worker polls its models' step events itself
   // (ModelEngine::StepDeviceEnded): one busy core per device while several
   // models' steps are in flight, however many models, and no cross-thread
-  // wake-up.
+  // wake-up. Measured slower than the spinning thread (six 130M models on
+  // an H200: 125-126k tokens/s against 134k in the same lease), so only
+  // for hosts short of cores.
   kWorkerPoll,
 };
 
