@@ -25,6 +25,8 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("min_kv_fraction", &p->min_kv_fraction));
   RETURN_IF_ERROR(s.Get("max_batch_tokens", &p->max_batch_tokens));
   RETURN_IF_ERROR(s.Get("overlap_steps", &p->overlap_steps));
+  RETURN_IF_ERROR(s.Get("rolling_steps", &p->rolling_steps));
+  RETURN_IF_ERROR(s.Get("rolling_share_exponent", &p->rolling_share_exponent));
   RETURN_IF_ERROR(s.Get("step_host_s", &p->step_host_s));
   RETURN_IF_ERROR(s.Get("control_interval_s", &p->control_interval_s));
   RETURN_IF_ERROR(s.Get("demand_window_s", &p->demand_window_s));
@@ -57,6 +59,9 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   }
   if (p->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
   if (!(p->step_host_s >= 0)) return s.Error(s.Key("step_host_s"), "must be >= 0");
+  if (!(p->rolling_share_exponent >= 0 && p->rolling_share_exponent <= 4)) {
+    return s.Error(s.Key("rolling_share_exponent"), "must be in [0, 4]");
+  }
   if (!(p->step_budget_headroom >= 0)) {
     return s.Error(s.Key("step_budget_headroom"), "must be >= 0 (0: off)");
   }

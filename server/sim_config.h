@@ -9,7 +9,7 @@
 //            arbitration: moore_hodgson,
 //            idle_evict_after_s: 45, kv_pressure_free_fraction: 0.05,
 //            min_kv_fraction: 0.1, max_batch_tokens: 8192, overlap_steps: true,
-//            step_host_s: 0,
+//            rolling_steps: true, rolling_share_exponent: 0.5, step_host_s: 0,
 //            control_interval_s: 1, demand_window_s: 60,
 //            rebalance_interval_s: 30, migration_threshold: 0.2,
 //            migrate_within_node: false}

@@ -58,13 +58,29 @@ struct SimPolicy {
   // (node.engine.overlap_steps): the iteration takes the longest step's
   // launch latency plus every step's GPU work. false: one after another.
   bool overlap_steps = true;
+  // With overlap_steps: each model steps at its own pace
+  // (node.engine.rolling_steps, the node's default): a model's next step
+  // begins as soon as its own step ends, and the GPU is shared by the
+  // steps in flight (sim_device.h's rules). false: lockstep iterations,
+  // each waiting for its slowest step.
+  bool rolling_steps = true;
+  // Rolling: how the steps on the GPU share it. Each gets a share of the
+  // GPU in proportion to its work (its time alone, less the latency) to
+  // this power: 0, equal shares (processor sharing); 1, every step
+  // progresses by the same fraction of itself. 0.5 fits the H200's
+  // measurements (docs/benchmarks.md): a small decode step beside a
+  // 2,048-token prefill chunk got 22-33% of the GPU (0.5 predicts 22-37%,
+  // 0 predicts 50%). The shares always add up to the whole GPU.
+  double rolling_share_exponent = 0.5;
   // Host time of a model step outside the GPU work (draining the inbox,
   // planning, streaming tokens, finishing sequences): the mean of the
   // node's ballast_node_step_host_seconds, measured under `ballast serve`
-  // (deploy/gpu-host/sim-validate.sh). The GPU idles for it: serial steps
-  // add it once per model stepped; overlapped steps finish their host
-  // halves in parallel, so an iteration adds it once. Default 0: the
-  // engine alone, as bench-engine measures it.
+  // (deploy/gpu-host/sim-validate.sh). Lockstep, the GPU idles for it:
+  // serial steps add it once per model stepped; overlapped steps finish
+  // their host halves in parallel, so an iteration adds it once. Rolling,
+  // each step of each model begins with it (that model waits; the others'
+  // steps keep the GPU busy). Default 0: the engine alone, as
+  // bench-engine measures it.
   double step_host_s = 0;
   // Tensor-parallel steps (SimModel::tp > 1) add two all-reduces per layer
   // of the step's tokens x hidden BF16 activations, each taking

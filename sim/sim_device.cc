@@ -166,6 +166,11 @@ void SimDevice::Report(v1::DeviceState* s, std::vector<v1::ResidentModel>* model
 
 void SimDevice::Kick() {
   if (ending_) return;
+  if (Rolling()) {
+    RollUnstretch();
+    RollStart();
+    return;
+  }
   if (!busy_) {
     StartIteration();
   } else if (decode_only_ && iterations_ > 1) {
@@ -182,16 +187,24 @@ bool SimDevice::Fits(const Resident& res, int64_t bytes, int64_t total_kv) const
 }
 
 void SimDevice::Admit() {
+  // Rolling: a model with a step in flight admits at its next boundary.
+  const bool rolling = Rolling();
+  auto flying = [&](int model) {
+    const Resident* res = Find(model);
+    return rolling && res != nullptr && res->step.on;
+  };
   std::vector<node_manager::PendingRequest> reqs;
   std::map<uint64_t, SimRequest*> by_id;
+  bool any = false;  // a request whose model admits now
   for (SimRequest* r : pending_) {
     const ModelPhase p = phase(r->model);
     if (p != ModelPhase::kReady && p != ModelPhase::kDraining) continue;
     const double cost_s = costs_[r->model].PredictMs(r->prompt - r->prefilled) / 1e3;
     reqs.push_back({static_cast<uint64_t>(r->index), r->release, r->deadline, cost_s, r->prompt});
     by_id[static_cast<uint64_t>(r->index)] = r;
+    any = any || !flying(r->model);
   }
-  if (reqs.empty()) return;
+  if (!any) return;
   const node_manager::Arbitration a =
       node_manager::Arbitrate(config_->policy.arbitration, std::move(reqs), events_->now(),
                               {256, config_->policy.max_batch_tokens});
@@ -201,7 +214,7 @@ void SimDevice::Admit() {
   std::set<SimRequest*> admitted;
   for (uint64_t id : a.order) {
     SimRequest* r = by_id.at(id);
-    if (blocked.count(r->model)) continue;
+    if (blocked.count(r->model) || flying(r->model)) continue;
     Resident* res = Find(r->model);
     if (static_cast<int>(res->running.size()) >= Spec(r->model).max_seqs) continue;
     const bool tp = Spec(r->model).tp > 1;
@@ -224,7 +237,7 @@ void SimDevice::Admit() {
   std::erase_if(pending_, [&](SimRequest* r) { return admitted.count(r) > 0; });
 }
 
-StepWork SimDevice::WorkOf(const Resident& res, int* k) {
+StepWork SimDevice::WorkOf(const Resident& res, int* k, std::vector<Chunk>* chunks) {
   StepWork w;
   for (const SimRequest* r : res.running) {
     if (r->prefilled < r->prompt) continue;
@@ -236,7 +249,7 @@ StepWork SimDevice::WorkOf(const Resident& res, int* k) {
   for (SimRequest* r : res.running) {
     if (r->prefilled >= r->prompt || budget <= 0) continue;
     const int n = std::min(budget, r->prompt - r->prefilled);
-    chunks_.push_back({r, n});
+    chunks->push_back({r, n});
     w.prefill_tokens += n;
     w.prefill_attention += PrefillAttentionPairs(n, r->prefilled);
     budget -= n;
@@ -249,7 +262,7 @@ int64_t SimDevice::TpSteps(int model) const {
   return res == nullptr ? 0 : res->tp_steps;
 }
 
-bool SimDevice::PlanResident(Resident* res, StepWork* w, int* k) {
+bool SimDevice::PlanResident(Resident* res, StepWork* w, int* k, std::vector<Chunk>* chunks) {
   if (res->shadow) {
     // One part step per step the leader started, with the work of its last.
     if (!hooks_.lead_steps || hooks_.lead_steps(res->model) <= res->tp_steps) return false;
@@ -259,7 +272,7 @@ bool SimDevice::PlanResident(Resident* res, StepWork* w, int* k) {
     if (res->running.empty()) return false;
     const bool tp = Spec(res->model).tp > 1 && hooks_.members_steps;
     if (tp && hooks_.members_steps(res->model) < res->tp_steps) return false;  // lockstep
-    *w = WorkOf(*res, k);
+    *w = WorkOf(*res, k, chunks);
     if (!tp) return true;
     ++res->tp_steps;
     res->tp_work = *w;
@@ -277,121 +290,25 @@ StepWork SimDevice::LastTpWork(int model) const {
   return res == nullptr ? StepWork{} : res->tp_work;
 }
 
-double SimDevice::PlanIteration(bool* decode_only) {
-  chunks_.clear();
-  double work = 0, latency = 0, serial = 0, delta = 0;
-  int k = INT_MAX, stepped = 0;
-  for (Resident& res : residents_) {
-    StepWork w;
-    res.stepped = PlanResident(&res, &w, &k);
-    if (!res.stepped) continue;
-    const SimModel& spec = Spec(res.model);
-    const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
-    const double lat = std::min(step, engine_->LatencySeconds(spec.Part()));
-    serial += step;
-    work += step - lat;
-    latency = std::max(latency, lat);
-    StepWork next = w;
-    next.decode_context += w.decode_tokens;
-    delta += TpStepSeconds(*engine_, config_->policy, spec, next) - step;
-    ++stepped;
-  }
-  const double host = config_->policy.step_host_s;
-  const double t = config_->policy.overlap_steps ? latency + work + host : serial + host * stepped;
-  *decode_only = chunks_.empty();
+bool SimDevice::AdmissionMayChange() const {
   // A stretch skips the admission checks of the steps inside it: only when
   // no queued request's model serves, or the order cannot change with time
   // (fcfs, edf: a request that does not fit now still heads the queue).
   const auto policy = config_->policy.arbitration;
-  const bool static_order = policy == node_manager::ArbitrationPolicy::kFcfs ||
-                            policy == node_manager::ArbitrationPolicy::kEdf;
-  if (*decode_only && !static_order) {
-    for (const SimRequest* r : pending_) {
-      const ModelPhase p = phase(r->model);
-      if (p == ModelPhase::kReady || p == ModelPhase::kDraining) k = 1;
-    }
+  if (policy == node_manager::ArbitrationPolicy::kFcfs ||
+      policy == node_manager::ArbitrationPolicy::kEdf) {
+    return false;
   }
-  iterations_ = *decode_only ? std::max(k, 1) : 1;
-  t0_ = t;
-  delta_ = *decode_only ? delta : 0;
-  stepped_ = stepped;
-  return stepped > 0 ? t : -1;
+  return std::any_of(pending_.begin(), pending_.end(), [&](const SimRequest* r) {
+    const ModelPhase p = phase(r->model);
+    return p == ModelPhase::kReady || p == ModelPhase::kDraining;
+  });
 }
 
-void SimDevice::StartIteration() {
-  Admit();
-  bool decode_only = false;
-  if (PlanIteration(&decode_only) < 0) {
-    busy_ = false;
-    RemoveDrained();
-    return;
+void SimDevice::CreditDecodes(Resident* res, int steps) {
+  for (SimRequest* r : res->running) {
+    if (r->prefilled >= r->prompt) r->generated += steps;
   }
-  busy_ = true;
-  decode_only_ = decode_only;
-  start_ = events_->now();
-  const uint64_t v = ++version_;
-  const int k = iterations_;
-  const double end = start_ + k * t0_ + delta_ * k * (k - 1) / 2.0;
-  events_->At(end, [this, v, k] { EndIteration(v, k); });
-}
-
-void SimDevice::Cut() {
-  const double elapsed = events_->now() - start_;
-  // Smallest j >= 1 with j * t0 + delta * j (j - 1) / 2 >= elapsed.
-  auto cum = [&](int j) { return j * t0_ + delta_ * j * (j - 1) / 2.0; };
-  int j = 1;
-  if (delta_ > 0) {
-    const double b = t0_ - delta_ / 2;
-    j = static_cast<int>(std::ceil((-b + std::sqrt(b * b + 2 * delta_ * elapsed)) / delta_));
-  } else if (t0_ > 0) {
-    j = static_cast<int>(std::ceil(elapsed / t0_));
-  }
-  j = std::max(j, 1);
-  while (j > 1 && cum(j - 1) >= elapsed) --j;
-  while (cum(j) < elapsed) ++j;
-  if (j >= iterations_) return;
-  iterations_ = j;
-  const uint64_t v = ++version_;
-  events_->At(start_ + cum(j), [this, v, j] { EndIteration(v, j); });
-}
-
-void SimDevice::EndIteration(uint64_t version, int iterations) {
-  if (version != version_) return;
-  const double now = events_->now();
-  for (Resident& res : residents_) {
-    if (!res.stepped) continue;  // a tensor-parallel model waiting for its group
-    for (SimRequest* r : res.running) {
-      if (r->prefilled >= r->prompt) r->generated += decode_only_ ? iterations : 1;
-    }
-  }
-  // The node's prefill cost model: each model's prefill tokens in this
-  // iteration against the iteration's whole time.
-  std::map<int, int> prefill_tokens;
-  for (const Chunk& c : chunks_) prefill_tokens[c.r->model] += c.tokens;
-  for (const auto& [model, tokens] : prefill_tokens) {
-    costs_[model].Record(tokens, (now - start_) * 1e3);
-  }
-  for (const Chunk& c : chunks_) {
-    c.r->prefilled += c.tokens;
-    if (c.r->prefilled == c.r->prompt) {
-      c.r->first_token = now;
-      c.r->generated = 1;
-    }
-  }
-  chunks_.clear();
-  model_steps_ += static_cast<int64_t>(stepped_) * iterations;
-  std::vector<std::pair<Resident*, SimRequest*>> done;
-  for (Resident& res : residents_) {
-    for (SimRequest* r : res.running) {
-      if (r->generated >= r->output) done.emplace_back(&res, r);
-    }
-  }
-  ending_ = true;
-  for (auto& [res, r] : done) Finish(res, r);
-  ending_ = false;
-  busy_ = false;
-  RemoveDrained();
-  if (!busy_) StartIteration();
 }
 
 void SimDevice::Finish(Resident* res, SimRequest* r) {
@@ -407,12 +324,21 @@ void SimDevice::RemoveDrained() {
   for (const Resident& r : residents_) {
     if (r.phase == ModelPhase::kDraining && !Busy(r.model)) gone.push_back(r.model);
   }
+  if (gone.empty()) return;
+  // Rolling: a shadow may leave with its part step on the GPU; the others
+  // share it from now.
+  if (Rolling()) RollAdvance();
   for (int m : gone) {
     std::erase_if(residents_, [&](const Resident& r) { return r.model == m; });
   }
   for (int m : gone) hooks_.drained(m);
   // Freed weights may let queued requests in.
-  if (!gone.empty() && !busy_ && !ending_) StartIteration();
+  if (ending_) return;
+  if (Rolling()) {
+    RollStart();
+  } else if (!busy_) {
+    StartIteration();
+  }
 }
 
 }  // namespace ballast::sim

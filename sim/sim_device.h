@@ -18,18 +18,51 @@
 //    not fit stops admission (no bypass) unless it could only fit once
 //    another model's weights leave (it waits, the others go on); static:
 //    it blocks its own model.
-//  * Steps (the node's lockstep loop, node.engine.rolling_steps: false;
-//    the node's default is now rolling, which this does not model yet).
-//    One iteration steps every model that has running requests,
-//    each a batch of its decode tokens plus prefill chunks (in admission
-//    order) up to max_batch_tokens. With overlap_steps (the node's
-//    default) the steps run on their own streams: the iteration takes the
-//    longest step's launch latency (the per-step constant k0,
-//    EngineModel::LatencySeconds) plus the sum of the rest of the steps'
-//    times, which keep the GPU busy; without, the sum of the step times.
-//    The serving path's host time (policy.step_host_s) comes on top: once
-//    per iteration overlapped, once per model stepped serially.
-//    Why the per-layer cost is not overlapped: four 1B models served on an
+//  * Steps, rolling (policy.rolling_steps with overlap_steps: the node's
+//    default, node.engine.rolling_steps). Each model steps at its own
+//    pace: it has at most one step in flight, a batch of its decode
+//    tokens plus prefill chunks (in admission order) up to
+//    max_batch_tokens, and it begins the next as soon as that one ends.
+//    A step of alone-time s (TpStepSeconds) is host time
+//    (policy.step_host_s) and the launch latency l = min(s, k0)
+//    (EngineModel::LatencySeconds), during which the model waits but
+//    takes none of the GPU, then GPU work s - l. The GPU is shared by
+//    the steps whose work is on it: each progresses at g / G of its alone
+//    rate, g its work to the power policy.rolling_share_exponent and G
+//    the sum of those on the GPU (0: processor sharing, equal shares;
+//    the default 0.5: a long step gets more than a short one, as
+//    measured). The shares add up to one: the device does its steps' work
+//    at serial speed (the measurements below), but a short step is no
+//    longer held by a long one. A step's tokens come when its work is
+//    done; its model then admits and begins its next step. One model
+//    alone steps every host + s, as lockstep; k identical models begun
+//    together take host + l + k (s - l) a step, as a lockstep iteration.
+//    Checked against the H200 (docs/benchmarks.md): beside a 2,048-token
+//    prefill chunk, a small decode step got 22-33% of the GPU (bench-
+//    engine's interference runs; work^0.5 predicts 22-37%, equal shares
+//    50%), and the device did 1.05-1.11 of serial work (not modelled).
+//    Through the daemon, a 1B chat model beside another 1B model's
+//    prefill chunks: TPOT p50 10.1 ms lockstep and 4.95 ms rolling,
+//    simulated 8.5 and 5.25 ms (equal shares: 2.65 ms); the bulk model 4%
+//    slower rolling, simulated 5%. Only launch-bound models far below 1B
+//    gain more from overlap (issue 13: six 130M models), which this does
+//    not capture.
+//  * Admission, rolling: at a model's step boundary (or at once when it
+//    has no step in flight), by the same arbitration over the whole
+//    queue; the requests of models with a step in flight are passed over
+//    (their model admits at its next boundary) and never stop admission.
+//    The cost model times each model's own step (begin to end), as the
+//    rolling node does.
+//  * Steps, lockstep (rolling_steps: false, or overlap_steps: false). One
+//    iteration steps every model that has running requests, each a batch
+//    as above. With overlap_steps (the node's default) the steps run on
+//    their own streams: the iteration takes the longest step's launch
+//    latency plus the sum of the rest of the steps' times, which keep the
+//    GPU busy; without, the sum of the step times. The serving path's
+//    host time (policy.step_host_s) comes on top: once per iteration
+//    overlapped, once per model stepped serially.
+//    Why the per-layer cost is not overlapped (either way): four 1B
+//    models served on an
 //    H100 ran at serial speed (TPOT p50 9.4-9.5 ms for the three bursty
 //    ones, where serial stepping predicts 9.6 and overlapping the
 //    per-layer cost 6.3; docs/benchmarks.md). Only
@@ -54,14 +87,22 @@
 //    group's busiest GPU; meanwhile the leader steps its other models
 //    alone. The leader may be one step ahead of that GPU, so its tokens
 //    can come up to one of that GPU's iterations early. Each such
-//    iteration is a single step (no decode stretches).
+//    iteration is a single step (no decode stretches). Rolling, the same:
+//    each part is a model of its GPU (a shadow's part begins once its
+//    leader has begun a step it has not run, and its previous part step
+//    has ended), and the leader's gate is the one above.
 //  * Speed. While only decodes run and no queued request could be admitted
 //    by a later step (fcfs and edf: none fits now; other policies: none of
 //    a serving model is queued), the device runs whole stretches of
-//    iterations in one event
+//    steps in one event
 //    (until the next request finishes; step time grows linearly with the
-//    context, so the stretch's length is closed-form). An arrival or a
-//    model becoming ready cuts the stretch at the next step boundary.
+//    context, so the stretch's length is closed-form): lockstep, of
+//    iterations; rolling, only while a single model (tp 1) has a step in
+//    flight, as processor sharing between several has no such closed
+//    form. Lockstep, an arrival or a model becoming ready cuts the stretch
+//    at the next step boundary; rolling, at once: the step under way
+//    goes on as an ordinary step (the time it has had counted), so
+//    another model's step begins without waiting for it.
 //
 // Thread-safety: none (the simulator's single thread).
 #pragma once
@@ -168,6 +209,25 @@ class SimDevice {
   int64_t model_steps() const { return model_steps_; }
 
  private:
+  struct Chunk {
+    SimRequest* r;
+    int tokens;
+  };
+  // Rolling: a model's step in flight (or a decode stretch of n steps).
+  struct Step {
+    bool on = false;
+    double start = 0;     // when it began (its first step, for a stretch)
+    double delay = 0;     // host time + launch latency, before its GPU work
+    double work = 0;      // its GPU work, in seconds alone
+    bool joined = false;  // its work is on the GPU (after the delay)
+    double weight = 0;    // joined: its share of the GPU, relative
+    double finish = 0;    // joined: the device's served_ at which it is done
+    StepWork w;
+    std::vector<Chunk> chunks;
+    // A stretch (n > 1): step i (from 0) takes t0 + i * delta alone.
+    int n = 1;
+    double t0 = 0, delta = 0;
+  };
   struct Resident {
     int model = 0;
     ModelPhase phase = ModelPhase::kLoading;
@@ -177,31 +237,51 @@ class SimDevice {
     int64_t tp_steps = 0;   // tp > 1: steps started here (leader or shadow)
     StepWork tp_work = {};  // tp > 1, leading: the last step's work
     bool stepped = false;   // stepped in the iteration under way
-  };
-  struct Chunk {
-    SimRequest* r;
-    int tokens;
+    Step step{};            // rolling
   };
 
   Resident* Find(int model);
   const Resident* Find(int model) const;
   const SimModel& Spec(int model) const { return config_->models[static_cast<size_t>(model)]; }
+  bool Rolling() const { return config_->policy.rolling_steps && config_->policy.overlap_steps; }
   void Kick();
-  void StartIteration();
   void Admit();
   bool Fits(const Resident& res, int64_t bytes, int64_t total_kv) const;
-  // The work of `res`'s next step; appends its prefill chunks to chunks_
+  // The work of `res`'s next step; appends its prefill chunks to *chunks
   // and lowers *k to the fewest tokens a decode still owes.
-  StepWork WorkOf(const Resident& res, int* k);
-  // Plans the next iteration's chunks; returns its time, or < 0 if idle.
-  double PlanIteration(bool* decode_only);
-  // The work `res` steps in the next iteration (false: it does not step).
-  // Tensor-parallel residents step under the lockstep rule above.
-  bool PlanResident(Resident* res, StepWork* w, int* k);
-  void Cut();
-  void EndIteration(uint64_t version, int iterations);
+  StepWork WorkOf(const Resident& res, int* k, std::vector<Chunk>* chunks);
+  // The work `res` steps next (false: it does not step now). Tensor-
+  // parallel residents step under the lockstep rule above.
+  bool PlanResident(Resident* res, StepWork* w, int* k, std::vector<Chunk>* chunks);
+  // Whether a queued request might be admitted at a later step of a
+  // decode stretch (the rule under Speed above).
+  bool AdmissionMayChange() const;
+  // Credits `steps` decode tokens to `res`'s running decodes.
+  static void CreditDecodes(Resident* res, int steps);
   void Finish(Resident* res, SimRequest* r);
   void RemoveDrained();
+
+  // Lockstep (sim_device_lockstep.cc).
+  void StartIteration();
+  // Plans the next iteration's chunks; returns its time, or < 0 if idle.
+  double PlanIteration(bool* decode_only);
+  void Cut();
+  void EndIteration(uint64_t version, int iterations);
+
+  // Rolling (sim_device_rolling.cc).
+  // Admits, begins a step for each model that can, and reschedules.
+  void RollStart();
+  bool RollBegin(Resident* res, int* k);
+  void RollStretch(Resident* res, int k);
+  // A stretch under way goes on as an ordinary step (Speed above).
+  void RollUnstretch();
+  double Sharing() const;  // the weights of the steps whose work is on the GPU
+  void RollAdvance();      // served_ up to now
+  // `s`'s work joins the GPU with `left` seconds of it (alone) to do.
+  void RollJoin(Step* s, double left);
+  void RollReschedule();
+  void RollEvent(uint64_t version);
+  void RollEnd(Resident* res);
 
   const std::string node_id_, name_;
   const int64_t memory_;
@@ -222,6 +302,11 @@ class SimDevice {
   std::vector<Chunk> chunks_;                            // the prefill chunks of a single iteration
   std::map<int, node_manager::PrefillCostModel> costs_;  // per model, as the node's
   int64_t model_steps_ = 0;
+  // Rolling: the service per unit of weight each step on the GPU has had
+  // since served_ was 0 (it grows by dt / the weights' sum), as of
+  // served_at_.
+  double served_ = 0, served_at_ = 0;
+  double pending_at_ = -1;  // when the pending RollEvent is due (-1: none)
 };
 
 }  // namespace ballast::sim

@@ -1,6 +1,6 @@
 // Helpers shared by the simulator's tests: an engine model whose every step
-// takes kStep, catalogue models by shape name, trace records and outcome
-// lookup. Header-only; test code only.
+// takes kStep (or a fixed time per layer), catalogue models by shape name,
+// trace records and outcome lookup. Header-only; test code only.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,6 +18,17 @@ inline constexpr double kStep = 0.010;  // every engine step, whatever its work
 inline EngineModel ConstantEngine(double h2d = 1e9) {
   std::array<double, kFeatures> k{};
   k[0] = kStep;
+  return EngineModel(k, h2d, 1.0);
+}
+
+// An engine model whose step takes `latency` (k0, the launch latency that
+// overlapped steps do not share) plus `per_layer` seconds of GPU work per
+// layer, whatever its batch: llama-1b's step has 16 layers, llama-3b's 28,
+// llama-8b's 32.
+inline EngineModel LayerEngine(double latency, double per_layer, double h2d = 1e9) {
+  std::array<double, kFeatures> k{};
+  k[0] = latency;
+  k[1] = per_layer;
   return EngineModel(k, h2d, 1.0);
 }
 

@@ -65,27 +65,38 @@ TEST(SimulatorTest, TwoModelsStepOneAfterTheOther) {
 
 TEST(SimulatorTest, OverlappedStepsShareTheLaunchLatency) {
   // The constant engine's step is all launch latency (k0), so two models'
-  // overlapped steps take 10 ms together: x ends at 50 ms, y (joining at
-  // 10 ms) at 60 ms.
-  auto r = Simulate(OneGpu({Model("a"), Model("b")}), ConstantEngine(),
-                    {Req("x", "a", 0, 10, 5), Req("y", "b", 0, 10, 5)});
-  ASSERT_TRUE(r.ok());
-  EXPECT_NEAR(Find(*r, "x").e2e_ms(), 50, 1e-9);
-  EXPECT_NEAR(Find(*r, "y").ttft_ms(), 20, 1e-9);
-  EXPECT_NEAR(Find(*r, "y").e2e_ms(), 60, 1e-9);
+  // overlapped steps take 10 ms together: x ends at 50 ms. Lockstep, y
+  // joins at x's first boundary (10 ms) and ends at 60 ms; rolling, y's
+  // model begins its own step at once and ends at 50 ms.
+  for (bool rolling : {false, true}) {
+    SimConfig c = OneGpu({Model("a"), Model("b")});
+    c.policy.rolling_steps = rolling;
+    auto r = Simulate(c, ConstantEngine(), {Req("x", "a", 0, 10, 5), Req("y", "b", 0, 10, 5)});
+    ASSERT_TRUE(r.ok());
+    EXPECT_NEAR(Find(*r, "x").e2e_ms(), 50, 1e-9) << rolling;
+    EXPECT_NEAR(Find(*r, "y").ttft_ms(), rolling ? 10 : 20, 1e-9) << rolling;
+    EXPECT_NEAR(Find(*r, "y").e2e_ms(), rolling ? 50 : 60, 1e-9) << rolling;
+  }
 }
 
 TEST(SimulatorTest, StepHostTimeComesOnTopOfTheGpuWork) {
-  // 5 ms of host time per step: overlapped, once per iteration (two models
-  // stepping together: 10 + 5 ms); serial, once per model (2 x 15 ms).
-  for (bool overlap : {true, false}) {
+  // 5 ms of host time per step. Lockstep overlapped, once per iteration
+  // (two models stepping together: 10 + 5 ms); serial, once per model
+  // (2 x 15 ms). Rolling, once per step of each model, which y's model
+  // begins at once: 15 ms.
+  struct Mode {
+    bool overlap, rolling;
+    double y_ttft_ms;
+  };
+  for (const Mode m : {Mode{true, false, 30}, Mode{false, false, 45}, Mode{true, true, 15}}) {
     SimConfig c = OneGpu({Model("a"), Model("b")});
-    c.policy.overlap_steps = overlap;
+    c.policy.overlap_steps = m.overlap;
+    c.policy.rolling_steps = m.rolling;
     c.policy.step_host_s = 0.005;
     auto r = Simulate(c, ConstantEngine(), {Req("x", "a", 0, 10, 3), Req("y", "b", 0, 10, 3)});
     ASSERT_TRUE(r.ok());
     EXPECT_NEAR(Find(*r, "x").ttft_ms(), 15, 1e-9);  // alone
-    EXPECT_NEAR(Find(*r, "y").ttft_ms(), overlap ? 30 : 45, 1e-9) << overlap;
+    EXPECT_NEAR(Find(*r, "y").ttft_ms(), m.y_ttft_ms, 1e-9) << m.overlap << m.rolling;
   }
 }
 
@@ -164,8 +175,12 @@ TEST(SimulatorTest, EveryRequestIsAccountedFor) {
   EXPECT_EQ(rep.total.completed, 2);
 }
 
+void CheckDeterministicAndConserved(const SimConfig& c, const EngineModel& engine,
+                                    const std::vector<bench::TraceRecord>& trace);
+void CheckDecodeStretch(bool rolling);
+
 // A bursty trace over 12 models on 4 GPUs: conservation holds under load
-// and a second run gives exactly the same outcomes.
+// and a second run gives exactly the same outcomes, lockstep and rolling.
 TEST(SimulatorTest, BurstyTraceIsDeterministicAndConserved) {
   bench::BurstyParams p;
   for (int i = 0; i < 12; ++i) p.models.push_back(absl::StrCat("m", i));
@@ -181,6 +196,15 @@ TEST(SimulatorTest, BurstyTraceIsDeterministicAndConserved) {
   std::array<double, kFeatures> k = {1e-3, 2e-5,       1 / 3e12,   1 / 2e12,
                                      1e-7, 1 / 400e12, 1 / 600e12, 1 / 300e12};
   const EngineModel engine(k, 50e9, 1.05);
+  for (bool rolling : {false, true}) {
+    SCOPED_TRACE(rolling ? "rolling" : "lockstep");
+    c.policy.rolling_steps = rolling;
+    CheckDeterministicAndConserved(c, engine, trace);
+  }
+}
+
+void CheckDeterministicAndConserved(const SimConfig& c, const EngineModel& engine,
+                                    const std::vector<bench::TraceRecord>& trace) {
   auto a = Simulate(c, engine, trace);
   auto b = Simulate(c, engine, trace);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -202,8 +226,17 @@ TEST(SimulatorTest, BurstyTraceIsDeterministicAndConserved) {
 
 // A decode stretch's closed form and its cut, against step-by-step sums:
 // steps cost k0 plus k3 per KV byte read, so each decode step is longer
-// than the last.
+// than the last. One model: the same lockstep and rolling.
 TEST(SimulatorTest, DecodeStretchMatchesStepByStepSums) {
+  for (bool rolling : {false, true}) {
+    SCOPED_TRACE(rolling ? "rolling" : "lockstep");
+    CheckDecodeStretch(rolling);
+  }
+}
+
+void CheckDecodeStretch(bool rolling) {
+  SimConfig c = OneGpu({Model("a")});
+  c.policy.rolling_steps = rolling;
   std::array<double, kFeatures> k{};
   k[0] = 1e-3;
   k[3] = 1e-9;  // 1 ms per MB of KV: a llama-1b token's KV (32 KiB) adds 33 us
@@ -213,7 +246,7 @@ TEST(SimulatorTest, DecodeStretchMatchesStepByStepSums) {
   // A alone: prefill (k0), then 199 decode steps over contexts 101..299.
   std::vector<double> boundary = {k[0]};
   for (int g = 1; g < 200; ++g) boundary.push_back(boundary.back() + k[0] + k[3] * kvb * (100 + g));
-  auto r = Simulate(OneGpu({Model("a")}), engine, {Req("A", "a", 0, 100, 200)});
+  auto r = Simulate(c, engine, {Req("A", "a", 0, 100, 200)});
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(Find(*r, "A").end_s, boundary.back(), 1e-9);
   // B arrives mid-stretch: admitted at the next boundary, prefilled in the
@@ -222,28 +255,31 @@ TEST(SimulatorTest, DecodeStretchMatchesStepByStepSums) {
   size_t g = 0;
   while (boundary[g] < arrival) ++g;
   const double b_first = boundary[g] + k[0] + k[3] * kvb * (100 + g + 1);
-  r = Simulate(OneGpu({Model("a")}), engine,
-               {Req("A", "a", 0, 100, 200), Req("B", "a", arrival, 100, 2)});
+  r = Simulate(c, engine, {Req("A", "a", 0, 100, 200), Req("B", "a", arrival, 100, 2)});
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(Find(*r, "B").first_token_s, b_first, 1e-9);
 }
 
 // Overlapped steps through the device: the iteration is the longest launch
 // latency plus every step's GPU work (here weight bytes at 1 TB/s).
+// Rolling, both models begin at once: each waits its latency, then their
+// work shares the GPU, so both first tokens come at k0 + 2w.
 TEST(SimulatorTest, OverlappedIterationAddsWorkNotLatency) {
   std::array<double, kFeatures> k{};
   k[0] = 2e-3;
   k[2] = 1e-12;
   const EngineModel engine(k, 1e9, 1.0);
   const double w = k[2] * NamedShape("llama-1b")->weight_bytes_read();
-  for (bool overlap : {true, false}) {
+  for (int mode = 0; mode < 3; ++mode) {  // serial, lockstep overlapped, rolling
     SimConfig c = OneGpu({Model("a"), Model("b")});
-    c.policy.overlap_steps = overlap;
+    c.policy.overlap_steps = mode > 0;
+    c.policy.rolling_steps = mode == 2;
     auto r = Simulate(c, engine, {Req("x", "a", 0, 10, 2), Req("y", "b", 0, 10, 2)});
     ASSERT_TRUE(r.ok());
-    // x's prefill alone, then x's decode beside y's prefill.
-    const double both = overlap ? k[0] + 2 * w : 2 * (k[0] + w);
-    EXPECT_NEAR(Find(*r, "y").first_token_s, (k[0] + w) + both, 1e-9) << overlap;
+    // Lockstep: x's prefill alone, then x's decode beside y's prefill.
+    const double both = mode == 1 ? k[0] + 2 * w : 2 * (k[0] + w);
+    const double y_first = mode == 2 ? k[0] + 2 * w : (k[0] + w) + both;
+    EXPECT_NEAR(Find(*r, "y").first_token_s, y_first, 1e-9) << mode;
   }
 }
 

@@ -140,6 +140,34 @@ TEST(TensorParallelTest, TheGroupStepsInLockstepWithItsBusiestGpu) {
   }
 }
 
+TEST(TensorParallelTest, RollingTheGroupStepsAtItsBusiestGpusPace) {
+  // Rolling steps, every step 10 ms of GPU work and no latency (32 layers
+  // of 0.3125 ms: big's part and the llama-8b neighbours alike). The busy
+  // neighbour's GPU shares itself between its steps and big's part (two
+  // steps always in flight: 20 ms each); big's leader begins a step only
+  // once every part has begun the last, so big decodes at 20 ms a token,
+  // whichever GPU the neighbour shares, as in lockstep.
+  for (const char* busy : {"s0", "s1"}) {
+    SimConfig c = Cluster(
+        1, 2, {Model("big", "llama-8b", 2), Model("s0", "llama-8b"), Model("s1", "llama-8b")});
+    c.policy.tp_allreduce_latency_s = 0;
+    c.policy.tp_allreduce_bus_bytes_per_s = 1e30;
+    ASSERT_TRUE(c.policy.rolling_steps);
+    auto r = Simulate(c, testing::LayerEngine(0, 0.3125e-3),
+                      {Req("big", "big", 0, 10, 200), Req("n", busy, 0.005, 10, 400)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->stats.initial_placed, 3);
+    EXPECT_EQ(Find(*r, "big").status, "OK");
+    EXPECT_NEAR(Find(*r, "big").tpot_ms(), 20, 0.2) << busy;
+    // n: 20 ms a token beside big's part, then 10 ms alone (about 200 of each).
+    EXPECT_NEAR(Find(*r, "n").tpot_ms(), 15, 0.5) << busy;
+    const auto& steps = r->stats.device_model_steps;
+    ASSERT_EQ(steps.size(), 2u);
+    EXPECT_EQ(std::min(steps[0], steps[1]), 200) << busy;
+    EXPECT_EQ(std::max(steps[0], steps[1]), 600) << busy;
+  }
+}
+
 TEST(TensorParallelTest, EvictionFreesEveryPartAndTheGroupComesBack) {
   // One node of two GPUs. big (70B, tp 2: a 70 GB part on each) leaves no
   // GPU room for mid (14B, 30 GB): mid's request evicts big, big's next

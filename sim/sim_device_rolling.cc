@@ -1,0 +1,215 @@
+// SimDevice's rolling steps (sim_device.h's rules: rolling_steps with
+// overlap_steps): each model steps at its own pace, and the steps whose
+// work is on the GPU share it (processor sharing).
+//
+// The shared clock: a step on the GPU with weight g (its work to the
+// power policy.rolling_share_exponent) gets g / G of the GPU, G the sum of
+// the weights on it. served_ grows by dt / G, so a step that joins with
+// work w when served_ is v is done when served_ reaches v + w / g: one
+// event per step end, whatever joins or leaves meanwhile.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+
+#include "sim/sim_device.h"
+
+namespace ballast::sim {
+namespace {
+
+// Service left below which a step counts as done (the rounding of the
+// shared clock: far below any step's time).
+constexpr double kServedEps = 1e-9;
+
+// Time the first j steps of a stretch take.
+double Cum(double t0, double delta, int j) { return j * t0 + delta * j * (j - 1) / 2.0; }
+
+// The most steps of a stretch (at most n) whose time is within `elapsed`.
+int StepsWithin(double t0, double delta, int n, double elapsed) {
+  int j = 0;
+  if (delta > 0) {
+    const double b = t0 - delta / 2;
+    j = static_cast<int>(std::floor((-b + std::sqrt(b * b + 2 * delta * elapsed)) / delta));
+  } else if (t0 > 0) {
+    j = static_cast<int>(std::floor(elapsed / t0));
+  }
+  j = std::clamp(j, 0, n);
+  while (j < n && Cum(t0, delta, j + 1) <= elapsed) ++j;
+  while (j > 0 && Cum(t0, delta, j) > elapsed) --j;
+  return j;
+}
+
+}  // namespace
+
+double SimDevice::Sharing() const {
+  double g = 0;
+  for (const Resident& r : residents_) g += r.step.on && r.step.joined ? r.step.weight : 0;
+  return g;
+}
+
+void SimDevice::RollAdvance() {
+  const double now = events_->now();
+  const double g = Sharing();
+  if (g > 0) served_ += (now - served_at_) / g;
+  served_at_ = now;
+}
+
+void SimDevice::RollJoin(Step* s, double left) {
+  s->joined = true;
+  s->weight = std::pow(s->work, config_->policy.rolling_share_exponent);
+  s->finish = served_ + (left > 0 ? left / s->weight : 0);
+}
+
+void SimDevice::RollStart() {
+  Admit();
+  int k = INT_MAX, began = 0, flying = 0;
+  Resident* last = nullptr;
+  for (Resident& res : residents_) {
+    if (!res.step.on && RollBegin(&res, &k)) {
+      ++began;
+      last = &res;
+    }
+    flying += res.step.on ? 1 : 0;
+  }
+  // One model alone, decodes only: a stretch until its next request ends.
+  if (began == 1 && flying == 1 && k > 1 && last->step.chunks.empty() && !last->shadow &&
+      Spec(last->model).tp == 1 && !AdmissionMayChange()) {
+    RollStretch(last, k);
+  }
+  RollReschedule();
+  if (flying == 0) RemoveDrained();
+}
+
+bool SimDevice::RollBegin(Resident* res, int* k) {
+  Step& s = res->step;
+  s.chunks.clear();
+  StepWork w;
+  if (!PlanResident(res, &w, k, &s.chunks)) return false;
+  const SimModel& spec = Spec(res->model);
+  const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
+  const double lat = std::min(step, engine_->LatencySeconds(spec.Part()));
+  s.on = true;
+  s.start = events_->now();
+  s.delay = config_->policy.step_host_s + lat;
+  s.work = step - lat;
+  s.joined = false;
+  s.w = w;
+  s.n = 1;
+  s.t0 = s.delay + s.work;
+  s.delta = 0;
+  return true;
+}
+
+void SimDevice::RollStretch(Resident* res, int k) {
+  Step& s = res->step;
+  const SimModel& spec = Spec(res->model);
+  StepWork next = s.w;
+  next.decode_context += s.w.decode_tokens;
+  s.delta = TpStepSeconds(*engine_, config_->policy, spec, next) -
+            TpStepSeconds(*engine_, config_->policy, spec, s.w);
+  s.n = k;
+}
+
+void SimDevice::RollUnstretch() {
+  const double now = events_->now();
+  for (Resident& res : residents_) {
+    Step& s = res.step;
+    if (!s.on || s.n <= 1) continue;
+    const int j = StepsWithin(s.t0, s.delta, s.n, now - s.start);
+    if (j >= s.n) continue;  // it ends now: its event comes next
+    CreditDecodes(&res, j);
+    model_steps_ += j;
+    s.start += Cum(s.t0, s.delta, j);
+    s.w.decode_context += static_cast<double>(j) * s.w.decode_tokens;
+    s.work = s.t0 + j * s.delta - s.delay;  // step j's work alone
+    s.n = 1;
+    s.delta = 0;
+    const double in = now - s.start;
+    if (in <= 0) {  // at a boundary: the model begins afresh (and admits)
+      s.on = false;
+      continue;
+    }
+    s.joined = false;
+    if (in >= s.delay) {
+      RollAdvance();  // nothing else was on the GPU: only moves served_at_
+      RollJoin(&s, s.work - (in - s.delay));
+    }
+  }
+}
+
+void SimDevice::RollReschedule() {
+  double next = std::numeric_limits<double>::infinity();
+  const double g = Sharing();
+  for (const Resident& r : residents_) {
+    const Step& s = r.step;
+    if (!s.on) continue;
+    if (s.n > 1) {
+      next = std::min(next, s.start + Cum(s.t0, s.delta, s.n));
+    } else if (!s.joined) {
+      next = std::min(next, s.start + s.delay);
+    } else {
+      next = std::min(next, served_at_ + std::max(0.0, s.finish - served_) * g);
+    }
+  }
+  if (next == pending_at_) return;  // the event due then still stands
+  const uint64_t v = ++version_;
+  pending_at_ = next;
+  if (std::isfinite(next)) events_->At(next, [this, v] { RollEvent(v); });
+}
+
+void SimDevice::RollEvent(uint64_t version) {
+  if (version != version_) return;
+  pending_at_ = -1;
+  const double now = events_->now();
+  RollAdvance();
+  for (Resident& r : residents_) {
+    Step& s = r.step;
+    if (s.on && s.n == 1 && !s.joined && s.start + s.delay <= now) RollJoin(&s, s.work);
+  }
+  std::vector<int> ended;  // models, in resident order
+  for (const Resident& r : residents_) {
+    const Step& s = r.step;
+    if (!s.on) continue;
+    const bool done = s.n > 1 ? s.start + Cum(s.t0, s.delta, s.n) <= now
+                              : s.joined && s.finish <= served_ + kServedEps;
+    if (done) ended.push_back(r.model);
+  }
+  std::vector<std::pair<Resident*, SimRequest*>> done;
+  for (int m : ended) {
+    Resident* res = Find(m);
+    RollEnd(res);
+    for (SimRequest* r : res->running) {
+      if (r->generated >= r->output) done.emplace_back(res, r);
+    }
+  }
+  ending_ = true;
+  for (auto& [res, r] : done) Finish(res, r);
+  RemoveDrained();
+  ending_ = false;
+  RollStart();
+}
+
+void SimDevice::RollEnd(Resident* res) {
+  const double now = events_->now();
+  Step& s = res->step;
+  CreditDecodes(res, s.n);
+  // The node's prefill cost model: the model's prefill tokens in this step
+  // against the step's whole time, begin to end.
+  int tokens = 0;
+  for (const Chunk& c : s.chunks) tokens += c.tokens;
+  if (tokens > 0) costs_[res->model].Record(tokens, (now - s.start) * 1e3);
+  for (const Chunk& c : s.chunks) {
+    c.r->prefilled += c.tokens;
+    if (c.r->prefilled == c.r->prompt) {
+      c.r->first_token = now;
+      c.r->generated = 1;
+    }
+  }
+  s.chunks.clear();
+  model_steps_ += s.n;
+  s.on = false;
+  s.joined = false;
+  s.n = 1;
+}
+
+}  // namespace ballast::sim
