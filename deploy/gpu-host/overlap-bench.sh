@@ -25,7 +25,11 @@
 #      elastic), KV_MIB (engine.kv_cache_mib, each model's pool in static
 #      mode, 1024), BLOCK_TOKENS (engine.block_tokens, 16), TOKEN_BATCHES (1: the
 #      clients ask for token batches, stream_storm's STORM_TOKEN_BATCHES),
-#      SLOW_STEP_MS
+#      TRACE_LIB (a libkernel_trace.so built by kernel-trace.sh: each serve
+#      runs under it, and trace-N-MODE.txt summarises the device timeline of
+#      the middle 60% of the loaded run, trace-N-MODE-bins.txt the whole run
+#      by 0.1 s; the bench-engine run too, into trace-engine.txt, its last
+#      half), SLOW_STEP_MS
 #      (node.engine.slow_step_warn_ms, 0 = off; 0.001 logs every step's
 #      phases to serve-N-MODE.log, see step-phases.sh).
 set -euo pipefail
@@ -96,6 +100,17 @@ starts_diff() {  # steps begun between two starts() scrapes
   awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
     printf "steps alone %d, ahead %d, late %d", y[1] - x[1], y[2] - x[2], y[3] - x[3] }'
 }
+progress() {  # the node's steps begun, sampled every 0.1 s until $1.stop exists
+  while [ ! -e "$1.stop" ]; do
+    echo "$(date +%s.%N) $(curl_ 127.0.0.1:${METRICS_PORT:-9400}/metrics |
+      awk '/^ballast_node_steps_total/ {s += $2} END {print s + 0}')"
+    sleep 0.1
+  done > "$1"
+}
+steps_end() {  # seconds from $2 until the node began its last step ($1: progress's file)
+  awk -v t0="$2" '{t[NR] = $1; s[NR] = $2} END {
+    for (i = 1; i <= NR; i++) if (s[i] == s[NR]) {printf "%.2f", t[i] - t0; exit} }' "$1"
+}
 scrape() {
   curl_ 127.0.0.1:${METRICS_PORT:-9400}/metrics | awk '/^ballast_node_step_host_seconds_sum/ {s += $2}
     /^ballast_node_step_host_seconds_count/ {c += $2} END {print s + 0, c + 0}'
@@ -104,7 +119,8 @@ scrape() {
 for overlap in $MODES; do
   for n in $COUNTS; do
     config "$n" "$overlap" > "$OUT/c-$n-$overlap.yaml"
-    "$BALLAST" serve --config "$OUT/c-$n-$overlap.yaml" > "$OUT/serve-$n-$overlap.log" 2>&1 &
+    ${TRACE_LIB:+env CUDA_INJECTION64_PATH=$TRACE_LIB KERNEL_TRACE_OUT=$OUT/trace-$n-$overlap.csv} \
+      "$BALLAST" serve --config "$OUT/c-$n-$overlap.yaml" > "$OUT/serve-$n-$overlap.log" 2>&1 &
     pid=$!
     trap 'kill $pid 2> /dev/null || true' EXIT
     for _ in $(seq 1 120); do
@@ -116,6 +132,9 @@ for overlap in $MODES; do
     tb=$(threads)
     sb=$(starts)
     t0=$(date +%s.%N)
+    rm -f "$OUT/progress-$n-$overlap.txt.stop"
+    progress "$OUT/progress-$n-$overlap.txt" &
+    sampler=$!
     storms=()
     for i in $(seq 1 "$n"); do
       STORM_TOKEN_BATCHES=${TOKEN_BATCHES:-0} "$STORM" 127.0.0.1:${SCHED_PORT:-50051} "m$i" "$B" "$T" \
@@ -128,6 +147,8 @@ for overlap in $MODES; do
     fi
     wait "${storms[@]}"
     t1=$(date +%s.%N)
+    touch "$OUT/progress-$n-$overlap.txt.stop"
+    wait "$sampler"
     after=$(scrape)
     ta=$(threads)
     sa=$(starts)
@@ -135,6 +156,7 @@ for overlap in $MODES; do
     codes=$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "status codes: [0-9=]*" | sort | uniq -c | tr '\n' ';')
     rate=$(awk -v t="$tokens" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f s: %.0f", b - a, t / (b - a)}')
     echo "models $n overlap $overlap: $tokens tokens in $rate tokens/s;" \
+      "the node began its last step $(steps_end "$OUT/progress-$n-$overlap.txt" "$t0") s in;" \
       "step host $(host_us "$before" "$after") us (step thread: $(thread_share "$tb" "$ta"); $(starts_diff "$sb" "$sa"));" \
       "TPOT p50 per model (ms):" \
       "$(cat "$OUT"/storm-"$n"-"$overlap"-*.txt | grep -o "TPOT p50 [0-9.]*" | awk '{print $3}' | tr '\n' ' ');" \
@@ -158,6 +180,13 @@ for overlap in $MODES; do
       tee -a "$OUT/serve.txt"
     kill "$pid"
     wait "$pid" 2> /dev/null || true
+    if [ -n "${TRACE_LIB:-}" ]; then
+      python3 "$(dirname "$0")/kernel-trace.py" "$OUT/trace-$n-$overlap.csv" --wall "$t0" "$t1" \
+        --middle 0.6 > "$OUT/trace-$n-$overlap.txt"
+      python3 "$(dirname "$0")/kernel-trace.py" "$OUT/trace-$n-$overlap.csv" --wall "$t0" "$t1" \
+        --bins 0.1 | grep " s: busy" > "$OUT/trace-$n-$overlap-bins.txt"
+      rm -f "$OUT/trace-$n-$overlap.csv"
+    fi
   done
 done
 [ "${ENGINE:-1}" = 0 ] && exit 0
@@ -169,3 +198,11 @@ model=$(ls -d "$OUT"/models/m1-*/ | head -1)
 most=$(echo "$COUNTS" | tr ' ' '\n' | sort -n | tail -1)
 "$BALLAST" bench-engine --model "$model" --batches "1,$B" --context "${ENGINE_CONTEXT:-512}" --prefill 0 \
   --steps 64 --concurrent-models "$most" --out "$OUT/engine.json" | tee "$OUT/engine.txt"
+if [ -n "${TRACE_LIB:-}" ]; then  # the copies alone, traced: their last half
+  CUDA_INJECTION64_PATH=$TRACE_LIB KERNEL_TRACE_OUT=$OUT/trace-engine.csv "$BALLAST" bench-engine \
+    --model "$model" --batches "$B" --context "${ENGINE_CONTEXT:-512}" --prefill 0 --steps 1024 \
+    --concurrent-models "$most" --out "$OUT/engine-traced.json" > /dev/null
+  python3 "$(dirname "$0")/kernel-trace.py" "$OUT/trace-engine.csv" --last 0.5 --middle 0.8 \
+    --bins 0.1 > "$OUT/trace-engine.txt"
+  rm -f "$OUT/trace-engine.csv"
+fi
