@@ -2,7 +2,9 @@
 
 #include <grpcpp/alarm.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -115,38 +117,37 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     }
   }
 
-  // The node's next message (an Upstream's reaction).
+  // The node's next message (an Upstream's reaction). Its tokens join
+  // relay_; the next read starts at once unless relay_ is full, so the
+  // node's messages are taken as they come while the client's write is
+  // outstanding (read-ahead), and what gathers meanwhile goes out in one
+  // message to a client that asked for batches.
   void OnNodeMessage(Upstream* u) {
-    bool write = false, read = false;
+    bool write = false;
+    Upstream* read = nullptr;
     {
       absl::MutexLock lock(&mu_);
+      reading_ = false;
       const v1::NodeGenerateResponse& r = u->resp();
       if (r.has_token() || r.tokens().tokens_size() > 0) {
         if (ttft_ms_ < 0) ttft_ms_ = MsSince(t0_);
         streamed_ = true;
-        if (client_ok_) {
-          current_.Clear();
+        if (client_ok_) {  // else drained: the call was cancelled
           if (r.has_token()) {
-            *current_.mutable_token() = r.token();
-          } else if (req_.token_batches()) {
-            *current_.mutable_tokens() = r.tokens();
-          } else {  // a token per message: the rest wait in relay_
-            *current_.mutable_token() = r.tokens().tokens(0);
-            relay_.assign(r.tokens().tokens().begin() + 1, r.tokens().tokens().end());
+            relay_.push_back(r.token());
+          } else {
+            relay_.insert(relay_.end(), r.tokens().tokens().begin(), r.tokens().tokens().end());
           }
-          Encode();
-          writing_ = write = true;  // the next read starts when all is written
-        } else {
-          read = true;  // drain: the call was cancelled
+          if (!writing_) write = FillFromRelay();
         }
-      } else {
-        if (r.has_final()) final_ = r.final();
-        read = true;
+      } else if (r.has_final()) {
+        final_ = r.final();
       }
+      read = ReadAhead();
       ++calls_out_;
     }
     if (write) StartWrite(&wire_);
-    if (read) u->ReadNext();
+    if (read) read->ReadNext();
     Returned();
   }
 
@@ -248,15 +249,8 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         if (upstream_active_) cancel = upstream_.get();
       }
       if (!client_ok_) relay_.clear();
-      if (!relay_.empty()) {  // the node's batch, a token per message
-        current_.Clear();
-        *current_.mutable_token() = std::move(relay_.front());
-        relay_.pop_front();
-        Encode();
-        writing_ = write = true;
-      } else if (upstream_active_ && !final_written_) {
-        read = upstream_.get();
-      }
+      write = FillFromRelay();
+      read = ReadAhead();  // relay_ may have room again
       if (cancel || read || write) ++calls_out_;
     }
     if (cancel) cancel->Cancel();
@@ -268,16 +262,20 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   }
   void OnCancel() override {
     Upstream* cancel = nullptr;
+    Upstream* read = nullptr;
     {
       absl::MutexLock lock(&mu_);
       client_ok_ = false;
       cancelled_ = true;
+      relay_.clear();
       if (upstream_active_) cancel = upstream_.get();
-      if (cancel) ++calls_out_;
+      read = ReadAhead();  // a read stopped by a full relay_: the node's end
+      if (cancel || read) ++calls_out_;
     }
     if (cancel) cancel->Cancel();
+    if (read) read->ReadNext();
     Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (cancel) --calls_out_;
+      if (cancel || read) --calls_out_;
     });
   }
   void OnDone() override {
@@ -339,6 +337,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         if (upstream_) retired_.push_back(std::move(upstream_));
         upstream_ = std::move(up);
         upstream_active_ = true;
+        reading_ = true;  // Start() reads
         ++attempts_;
         accepted_ = false;
         final_.reset();
@@ -361,6 +360,39 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
       routing_pending_ = false;
       End(grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the request"));
     });
+  }
+
+  // The next message from relay_ into wire_, marked outstanding: every
+  // token gathered (up to kMaxRelayTokens) for a client that asked for
+  // batches, one token otherwise. False if there is none to write.
+  // REQUIRES: mu_ held, no write outstanding.
+  bool FillFromRelay() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (relay_.empty() || !client_ok_) return false;
+    current_.Clear();
+    const size_t n = req_.token_batches() ? std::min(relay_.size(), kMaxRelayTokens) : 1;
+    if (n == 1) {
+      *current_.mutable_token() = std::move(relay_.front());
+    } else {
+      auto* tokens = current_.mutable_tokens()->mutable_tokens();
+      tokens->Reserve(static_cast<int>(n));
+      for (size_t i = 0; i < n; ++i) *tokens->Add() = std::move(relay_[i]);
+    }
+    relay_.erase(relay_.begin(), relay_.begin() + static_cast<std::ptrdiff_t>(n));
+    Encode();
+    writing_ = true;
+    return true;
+  }
+
+  // The attempt whose next read is to start now, marked outstanding: none
+  // while one is, or while relay_ is full for a client still there (the
+  // node's stream then waits on HTTP/2 flow control, and the node batches
+  // what gathers). REQUIRES: mu_ held.
+  Upstream* ReadAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!upstream_active_ || reading_ || (client_ok_ && relay_.size() >= kMaxRelayTokens)) {
+      return nullptr;
+    }
+    reading_ = true;
+    return upstream_.get();
   }
 
   // current_ into wire_. REQUIRES: mu_ held, no write outstanding.
@@ -423,7 +455,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         last = Release();
       } else if (!writing_ && !finishing_) {
         if (!client_ok_) End(grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled"));
-        if (final_msg_ && client_ok_ && !final_written_) {
+        if (final_msg_ && client_ok_ && !final_written_ && relay_.empty()) {
           current_ = std::move(*final_msg_);
           Encode();
           final_msg_.reset();
@@ -480,8 +512,11 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   // others off both). The method is raw (request_parse.h).
   v1::GenerateResponse current_;
   grpc::ByteBuffer wire_;
-  // Tokens of the node's last batch still to write, one per message, to
-  // a client that did not ask for batches (token_batches).
+  // The most tokens relay_ holds before the node's stream is no longer
+  // read, and the most one batched message to the client carries.
+  static constexpr size_t kMaxRelayTokens = 256;
+  // Tokens read from the node and not yet written to the client: read
+  // ahead while a write is outstanding (OnNodeMessage).
   std::deque<v1::Token> relay_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::NodeFinal> final_ ABSL_GUARDED_BY(mu_);             // this attempt's
   std::optional<v1::GenerateResponse> final_msg_ ABSL_GUARDED_BY(mu_);  // to write last
@@ -494,6 +529,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   bool streamed_ ABSL_GUARDED_BY(mu_) = false;   // a token reached the client: no retry now
   bool client_ok_ ABSL_GUARDED_BY(mu_) = true;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;  // the attempt's read is outstanding
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool final_written_ ABSL_GUARDED_BY(mu_) = false;
   bool upstream_active_ ABSL_GUARDED_BY(mu_) = false;

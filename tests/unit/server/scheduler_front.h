@@ -57,7 +57,6 @@ struct SchedulerFront {
     ASSERT_TRUE(sched->RegisterNode(r).ok());
     service = std::make_unique<InferenceService>(sched.get(), &metrics);
     grpc::ServerBuilder b;
-    int port = 0;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     b.RegisterService(service.get());
     server = b.BuildAndStart();
@@ -75,6 +74,7 @@ struct SchedulerFront {
   std::unique_ptr<InferenceService> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<v1::Inference::Stub> stub;
+  int port = 0;  // the Inference service's
 };
 
 }  // namespace ballast::server::testing

@@ -3,16 +3,21 @@
 // and Scheduler with a fake node whose Generate sends a fixed sequence of
 // messages: token 1 alone, a batch of 2, 3, 4, a batch of 5, 6, then the
 // final. A client that did not ask for batches gets one token per message;
-// one that did gets the node's three messages as they came. The node is
-// always asked for batches.
+// one that did gets the node's messages, or several of them joined where
+// they came while its previous message was being written (the relay reads
+// ahead). The node is always asked for batches. And a client that does
+// not read while a node streams single tokens gets what gathered behind
+// its flow-control window in batches.
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "ballast/v1/inference.grpc.pb.h"
 #include "ballast/v1/node.grpc.pb.h"
 #include "global_scheduler/scheduler.h"
@@ -128,9 +133,93 @@ TEST_F(TokenRelayTest, AClientThatDidNotAskGetsOneTokenPerMessage) {
 TEST_F(TokenRelayTest, AClientThatAskedGetsTheNodesBatches) {
   std::string text;
   const std::vector<std::vector<int>> got = Generate(true, &text);
-  EXPECT_EQ(got, (std::vector<std::vector<int>>{{1}, {2, 3, 4}, {5, 6}}));
+  std::vector<int> ids;
+  for (const std::vector<int>& m : got) {
+    ids.insert(ids.end(), m.begin(), m.end());
+    // Each message ends where one of the node's did (1, 4 or 6): the node's
+    // messages, whole, some joined.
+    ASSERT_FALSE(m.empty());
+    EXPECT_TRUE(m.back() == 1 || m.back() == 4 || m.back() == 6) << "split at " << m.back();
+  }
+  EXPECT_EQ(ids, (std::vector<int>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(text, "<1><2><3><4><5><6>");
   EXPECT_TRUE(node_.all_asked_for_batches());
+}
+
+// A node streaming kTokens tokens, each alone in its message with 200
+// bytes of text, then the final; `sent` once its Generate has written all.
+class SingleTokenNode final : public v1::Node::Service {
+ public:
+  static constexpr int kTokens = 100;
+  SingleTokenNode() { server_ = testing::StartFakeNode(this, &port_); }
+  ~SingleTokenNode() override { server_->Shutdown(); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+  grpc::Status Generate(grpc::ServerContext*, const v1::NodeGenerateRequest*,
+                        grpc::ServerWriter<v1::NodeGenerateResponse>* w) override {
+    v1::NodeGenerateResponse fin;
+    for (int id = 1; id <= kTokens; ++id) {
+      v1::NodeGenerateResponse r;
+      r.mutable_token()->set_id(id);
+      r.mutable_token()->set_text(std::string(200, 'a'));
+      if (!w->Write(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "write failed");
+      fin.mutable_final()->add_output_tokens(id);
+    }
+    fin.mutable_final()->add_prompt_tokens(1);
+    fin.mutable_final()->mutable_final()->mutable_usage()->set_completion_tokens(kTokens);
+    w->Write(fin);
+    sent.Notify();
+    return grpc::Status::OK;
+  }
+
+  absl::Notification sent;
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST(TokenRelayReadAheadTest, TokensGatheredWhileTheClientDoesNotReadComeInBatches) {
+  SingleTokenNode node;
+  testing::SchedulerFront front;
+  ASSERT_NO_FATAL_FAILURE(front.Start(node.address()));
+  // A client whose flow-control window stays at 4 KiB (no BDP probing): the
+  // first few messages fill it, and the scheduler's writes then wait while
+  // the node's messages (20 KiB, within the scheduler's own window) arrive.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4096);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = v1::Inference::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", front.port), grpc::InsecureChannelCredentials(), args));
+  v1::GenerateRequest req;
+  req.set_model("m");
+  req.set_prompt("hi");
+  req.mutable_sampling()->set_max_tokens(SingleTokenNode::kTokens);
+  req.set_token_batches(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  auto reader = stub->Generate(&ctx, req);
+  ASSERT_TRUE(node.sent.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "the node could not write while the client did not read";
+  std::vector<int> ids;
+  int messages = 0, finals = 0;
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (resp.has_token()) ids.push_back(resp.token().id());
+    for (const v1::Token& t : resp.tokens().tokens()) ids.push_back(t.id());
+    messages += resp.has_token() || resp.has_tokens();
+    finals += resp.has_final();
+  }
+  const grpc::Status st = reader->Finish();
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  std::vector<int> want(SingleTokenNode::kTokens);
+  std::iota(want.begin(), want.end(), 1);
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(finals, 1);
+  EXPECT_LT(messages, SingleTokenNode::kTokens / 2)
+      << "the relay wrote the node's messages one by one instead of gathering them";
+  front.Stop();
 }
 
 }  // namespace
