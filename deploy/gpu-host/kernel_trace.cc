@@ -22,13 +22,13 @@
 #include <cupti.h>
 #include <cxxabi.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
 #include <string>
-#include <unistd.h>
 #include <unordered_map>
 
 namespace {
@@ -39,15 +39,15 @@ std::mutex mu;
 FILE* out = nullptr;
 std::unordered_map<const char*, std::string> names;  // CUPTI's name pointers are stable
 
-#define CUPTI_OR_DIE(call)                                                                 \
-  do {                                                                                     \
-    const CUptiResult r = (call);                                                          \
-    if (r != CUPTI_SUCCESS) {                                                              \
-      const char* s = nullptr;                                                             \
-      cuptiGetResultString(r, &s);                                                         \
-      std::fprintf(stderr, "kernel_trace: %s failed: %s\n", #call, s ? s : "?");          \
-      std::abort();                                                                        \
-    }                                                                                      \
+#define CUPTI_OR_DIE(call)                                                       \
+  do {                                                                           \
+    const CUptiResult r = (call);                                                \
+    if (r != CUPTI_SUCCESS) {                                                    \
+      const char* s = nullptr;                                                   \
+      cuptiGetResultString(r, &s);                                               \
+      std::fprintf(stderr, "kernel_trace: %s failed: %s\n", #call, s ? s : "?"); \
+      std::abort();                                                              \
+    }                                                                            \
   } while (0)
 
 // The demangled name without its parameter list (templates kept).
