@@ -58,6 +58,11 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--interference-foreground", o.interference_foreground,
                 "prefill (beside a decoding batch) | decode (batch 1, beside prefills)")
       ->capture_default_str();
+  c->add_option("--interference-sms", o.interference_sms,
+                "give the interference foreground this many SMs and the background the rest "
+                "(CUDA green contexts; 0 = both share every SM)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c->add_option("--concurrent-models", o.concurrent_models,
                 "also decode every batch size on this many copies at once, one thread each "
                 "(aggregate tokens/s; 0 = skip)")

@@ -2,35 +2,23 @@
 
 #include <grpcpp/alarm.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cstddef>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/request_id.h"
 #include "server/request_parse.h"
 #include "server/status_util.h"
+#include "server/token_relay.h"
 #include "spdlog/spdlog.h"
 
 namespace ballast::server {
 namespace {
-
-// The node-side key of one attempt (its Cancel), unique per attempt; the
-// client's request id travels separately (server/request_id.h).
-std::string NewAttemptId() {
-  static std::atomic<uint64_t> counter{0};
-  thread_local absl::BitGen gen;
-  return absl::StrCat("req-", counter.fetch_add(1), "-",
-                      absl::Hex(absl::Uniform<uint32_t>(gen), absl::kZeroPad8));
-}
 
 double MsSince(absl::Time t) { return absl::ToDoubleMilliseconds(absl::Now() - t); }
 
@@ -87,6 +75,12 @@ class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> 
 };
 
 class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+  // The node's call ended while relay_ still had tokens to write.
+  struct NodeEnd {
+    Upstream* upstream;
+    grpc::Status status;
+  };
+
  public:
   SchedulerGenerateStream(global_scheduler::Scheduler* sched, Metrics* metrics,
                           transfer::WorkerPool* routing, const v1::GenerateRequest& req,
@@ -97,7 +91,8 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         routing_(routing),
         req_(req),
         request_id_(std::move(request_id)),
-        t0_(absl::Now()) {
+        t0_(absl::Now()),
+        relay_(req.token_batches()) {
     outcome_.model = req.model();
     outcome_.tenant = req.tenant();
   }
@@ -133,11 +128,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         if (ttft_ms_ < 0) ttft_ms_ = MsSince(t0_);
         streamed_ = true;
         if (client_ok_) {  // else drained: the call was cancelled
-          if (r.has_token()) {
-            relay_.push_back(r.token());
-          } else {
-            relay_.insert(relay_.end(), r.tokens().tokens().begin(), r.tokens().tokens().end());
-          }
+          relay_.Add(r);
           if (!writing_) write = FillFromRelay();
         }
       } else if (r.has_final()) {
@@ -151,8 +142,22 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     Returned();
   }
 
-  // The node's call ended.
+  // The node's call ended. Taken up once the tokens read ahead have been
+  // written (or the client is gone): the turn is saved, and the request
+  // counted, only after the client has every token (NodeCallEnded).
   void OnNodeDone(Upstream* u, const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (client_ok_ && !relay_.empty()) {  // a write is outstanding: its OnWriteDone resumes
+        node_end_.emplace(NodeEnd{u, status});
+        return;
+      }
+    }
+    NodeCallEnded(u, status);
+  }
+
+  // The node's call ended and nothing read from it is left to write.
+  void NodeCallEnded(Upstream* u, const grpc::Status& status) {
     bool client_ok;
     std::optional<v1::NodeFinal> final;
     {
@@ -240,6 +245,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     Upstream* read = nullptr;
     Upstream* cancel = nullptr;
     bool write = false;
+    std::optional<NodeEnd> ended;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
@@ -248,34 +254,39 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
         cancelled_ = true;
         if (upstream_active_) cancel = upstream_.get();
       }
-      if (!client_ok_) relay_.clear();
+      if (!client_ok_) relay_.Clear();
       write = FillFromRelay();
       read = ReadAhead();  // relay_ may have room again
-      if (cancel || read || write) ++calls_out_;
+      if (!write) ended = TakeNodeEnd();
+      if (cancel || read || write || ended) ++calls_out_;
     }
     if (cancel) cancel->Cancel();
     if (write) StartWrite(&wire_);
     if (read) read->ReadNext();
+    if (ended) NodeCallEnded(ended->upstream, ended->status);
     Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (cancel || read || write) --calls_out_;
+      if (cancel || read || write || ended) --calls_out_;
     });
   }
   void OnCancel() override {
     Upstream* cancel = nullptr;
     Upstream* read = nullptr;
+    std::optional<NodeEnd> ended;
     {
       absl::MutexLock lock(&mu_);
       client_ok_ = false;
       cancelled_ = true;
-      relay_.clear();
+      relay_.Clear();
       if (upstream_active_) cancel = upstream_.get();
       read = ReadAhead();  // a read stopped by a full relay_: the node's end
-      if (cancel || read) ++calls_out_;
+      ended = TakeNodeEnd();
+      if (cancel || read || ended) ++calls_out_;
     }
     if (cancel) cancel->Cancel();
     if (read) read->ReadNext();
+    if (ended) NodeCallEnded(ended->upstream, ended->status);
     Pump([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (cancel || read) --calls_out_;
+      if (cancel || read || ended) --calls_out_;
     });
   }
   void OnDone() override {
@@ -362,22 +373,11 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     });
   }
 
-  // The next message from relay_ into wire_, marked outstanding: every
-  // token gathered (up to kMaxRelayTokens) for a client that asked for
-  // batches, one token otherwise. False if there is none to write.
+  // The next message from relay_ (TokenRelay::Next) into wire_, marked
+  // outstanding; false if there is none to write.
   // REQUIRES: mu_ held, no write outstanding.
   bool FillFromRelay() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (relay_.empty() || !client_ok_) return false;
-    current_.Clear();
-    const size_t n = req_.token_batches() ? std::min(relay_.size(), kMaxRelayTokens) : 1;
-    if (n == 1) {
-      *current_.mutable_token() = std::move(relay_.front());
-    } else {
-      auto* tokens = current_.mutable_tokens()->mutable_tokens();
-      tokens->Reserve(static_cast<int>(n));
-      for (size_t i = 0; i < n; ++i) *tokens->Add() = std::move(relay_[i]);
-    }
-    relay_.erase(relay_.begin(), relay_.begin() + static_cast<std::ptrdiff_t>(n));
+    if (!client_ok_ || !relay_.Next(&current_)) return false;
     Encode();
     writing_ = true;
     return true;
@@ -388,11 +388,20 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   // node's stream then waits on HTTP/2 flow control, and the node batches
   // what gathers). REQUIRES: mu_ held.
   Upstream* ReadAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!upstream_active_ || reading_ || (client_ok_ && relay_.size() >= kMaxRelayTokens)) {
+    if (!upstream_active_ || reading_ || (client_ok_ && relay_.full())) {
       return nullptr;
     }
     reading_ = true;
     return upstream_.get();
+  }
+
+  // The node's end held back by OnNodeDone, once nothing read ahead is
+  // left to write to a client still there. REQUIRES: mu_ held.
+  std::optional<NodeEnd> TakeNodeEnd() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!node_end_ || (client_ok_ && !relay_.empty())) return std::nullopt;
+    std::optional<NodeEnd> e = std::move(node_end_);
+    node_end_.reset();
+    return e;
   }
 
   // current_ into wire_. REQUIRES: mu_ held, no write outstanding.
@@ -462,7 +471,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
           final_written_ = true;
           writing_ = true;
           action = kWrite;
-        } else if (end_ && !(routing_pending_ && client_ok_)) {
+        } else if (end_ && !(routing_pending_ && client_ok_) && (relay_.empty() || !client_ok_)) {
           finishing_ = true;
           finish = *end_;
           // Counted before the client can see the status (a scrape right
@@ -512,12 +521,10 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   // others off both). The method is raw (request_parse.h).
   v1::GenerateResponse current_;
   grpc::ByteBuffer wire_;
-  // The most tokens relay_ holds before the node's stream is no longer
-  // read, and the most one batched message to the client carries.
-  static constexpr size_t kMaxRelayTokens = 256;
   // Tokens read from the node and not yet written to the client: read
   // ahead while a write is outstanding (OnNodeMessage).
-  std::deque<v1::Token> relay_ ABSL_GUARDED_BY(mu_);
+  TokenRelay relay_ ABSL_GUARDED_BY(mu_);
+  std::optional<NodeEnd> node_end_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::NodeFinal> final_ ABSL_GUARDED_BY(mu_);             // this attempt's
   std::optional<v1::GenerateResponse> final_msg_ ABSL_GUARDED_BY(mu_);  // to write last
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);
@@ -526,7 +533,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
   int alarms_pending_ ABSL_GUARDED_BY(mu_) = 0;  // acceptance alarms not yet called back
   bool accepted_ ABSL_GUARDED_BY(mu_) = false;   // the current attempt's node accepted
-  bool streamed_ ABSL_GUARDED_BY(mu_) = false;   // a token reached the client: no retry now
+  bool streamed_ ABSL_GUARDED_BY(mu_) = false;   // a token came from the node: no retry now
   bool client_ok_ ABSL_GUARDED_BY(mu_) = true;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;  // the attempt's read is outstanding
@@ -568,28 +575,6 @@ void Upstream::OnDone(const grpc::Status& st) {
 }
 
 }  // namespace
-
-v1::NodeGenerateRequest NodeRequest(const v1::GenerateRequest& req,
-                                    const global_scheduler::Route& route, absl::Time t0) {
-  v1::NodeGenerateRequest nreq;
-  nreq.set_request_id(NewAttemptId());
-  nreq.set_model(req.model());
-  for (int t : route.history) nreq.add_history_tokens(t);
-  nreq.set_prompt(req.prompt());
-  for (const auto& m : route.history_messages) *nreq.add_history_messages() = m;
-  *nreq.mutable_messages() = req.messages();
-  nreq.set_session_id(req.session_id());
-  nreq.set_tenant(req.tenant());
-  nreq.set_kv_peer(route.kv_peer);
-  *nreq.mutable_sampling() = req.sampling();
-  nreq.mutable_slo()->set_ttft_ms(route.ttft_ms);
-  nreq.mutable_slo()->set_tpot_ms(route.tpot_ms);
-  nreq.set_priority(req.priority());
-  nreq.set_reject_if_slo_unmet(req.reject_if_slo_unmet());
-  nreq.set_scheduler_ms(MsSince(t0));
-  nreq.set_token_batches(true);  // relayed a token per message if the client wants
-  return nreq;
-}
 
 namespace {
 

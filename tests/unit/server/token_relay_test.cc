@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -24,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "server/metrics.h"
 #include "server/scheduler_service.h"
+#include "server/token_relay.h"
 #include "tests/unit/server/scheduler_front.h"
 
 namespace ballast::server {
@@ -183,6 +185,7 @@ TEST(TokenRelayReadAheadTest, TokensGatheredWhileTheClientDoesNotReadComeInBatch
   SingleTokenNode node;
   testing::SchedulerFront front;
   ASSERT_NO_FATAL_FAILURE(front.Start(node.address()));
+  absl::Cleanup stop = [&] { front.Stop(); };
   // A client whose flow-control window stays at 4 KiB (no BDP probing): the
   // first few messages fill it, and the scheduler's writes then wait while
   // the node's messages (20 KiB, within the scheduler's own window) arrive.
@@ -201,7 +204,7 @@ TEST(TokenRelayReadAheadTest, TokensGatheredWhileTheClientDoesNotReadComeInBatch
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
   auto reader = stub->Generate(&ctx, req);
   ASSERT_TRUE(node.sent.WaitForNotificationWithTimeout(absl::Seconds(30)))
-      << "the node could not write while the client did not read";
+      << "the node's messages did not fit the scheduler's window";
   std::vector<int> ids;
   int messages = 0, finals = 0;
   v1::GenerateResponse resp;
@@ -219,7 +222,69 @@ TEST(TokenRelayReadAheadTest, TokensGatheredWhileTheClientDoesNotReadComeInBatch
   EXPECT_EQ(finals, 1);
   EXPECT_LT(messages, SingleTokenNode::kTokens / 2)
       << "the relay wrote the node's messages one by one instead of gathering them";
-  front.Stop();
+}
+
+// TokenRelay alone: what each client message takes from what gathered.
+std::vector<int> Ids(const v1::GenerateResponse& m) {
+  if (m.has_token()) return {m.token().id()};
+  std::vector<int> ids;
+  for (const v1::Token& t : m.tokens().tokens()) ids.push_back(t.id());
+  return ids;
+}
+
+v1::NodeGenerateResponse NodeTokens(int first, int count) {
+  v1::NodeGenerateResponse r;
+  for (int id = first; id < first + count; ++id) {
+    v1::Token* t = count == 1 ? r.mutable_token() : r.mutable_tokens()->add_tokens();
+    t->set_id(id);
+  }
+  return r;
+}
+
+TEST(TokenRelayBuffer, ABatchingClientTakesEverythingGatheredUpToTheCap) {
+  TokenRelay relay(true);
+  v1::GenerateResponse m;
+  EXPECT_FALSE(relay.Next(&m));
+  relay.Add(NodeTokens(1, 1));
+  relay.Add(NodeTokens(2, 2));
+  relay.Add(v1::NodeGenerateResponse());  // no tokens (a final's message)
+  ASSERT_TRUE(relay.Next(&m));
+  EXPECT_TRUE(m.has_tokens());
+  EXPECT_EQ(Ids(m), (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(relay.empty());
+  relay.Add(NodeTokens(4, 1));
+  ASSERT_TRUE(relay.Next(&m));
+  EXPECT_TRUE(m.has_token()) << "one token goes alone, as `token`";
+  EXPECT_EQ(Ids(m), (std::vector<int>{4}));
+  // Past the cap: full, and a message carries kMaxTokens.
+  const int n = static_cast<int>(TokenRelay::kMaxTokens) + 44;
+  relay.Add(NodeTokens(10, n));
+  EXPECT_TRUE(relay.full());
+  ASSERT_TRUE(relay.Next(&m));
+  EXPECT_EQ(m.tokens().tokens_size(), static_cast<int>(TokenRelay::kMaxTokens));
+  EXPECT_EQ(m.tokens().tokens(0).id(), 10);
+  EXPECT_FALSE(relay.full());
+  ASSERT_TRUE(relay.Next(&m));
+  EXPECT_EQ(m.tokens().tokens_size(), 44);
+  EXPECT_EQ(m.tokens().tokens(0).id(), 10 + static_cast<int>(TokenRelay::kMaxTokens));
+  EXPECT_FALSE(relay.Next(&m));
+}
+
+TEST(TokenRelayBuffer, AClientWithoutBatchesTakesOneTokenAMessageInOrder) {
+  TokenRelay relay(false);
+  relay.Add(NodeTokens(1, 3));
+  relay.Add(NodeTokens(4, 1));
+  std::vector<int> ids;
+  v1::GenerateResponse m;
+  while (relay.Next(&m)) {
+    ASSERT_TRUE(m.has_token());
+    ids.push_back(m.token().id());
+  }
+  EXPECT_EQ(ids, (std::vector<int>{1, 2, 3, 4}));
+  relay.Add(NodeTokens(5, 2));
+  relay.Clear();
+  EXPECT_TRUE(relay.empty());
+  EXPECT_FALSE(relay.Next(&m));
 }
 
 }  // namespace
