@@ -66,6 +66,14 @@ struct GpuExecutorOptions {
   std::shared_ptr<HostArena> host_arena;
   // Streams that copy a host copy to the device in parallel chunks. Default 4.
   int copy_streams = 4;
+  // > 0: the step streams belong to an SM partition (a CUDA green context,
+  // engine/cuda/sm_partition.h): their kernels run on the device's first
+  // sm_partition SMs (rounded up to the partition granule), or with
+  // sm_partition_rest on the SMs left after them. 0: the whole device.
+  // Only the engine benchmark's interference runs set it
+  // (--interference-sms; docs/benchmarks.md has what it does). Default 0.
+  int sm_partition = 0;
+  bool sm_partition_rest = false;
 };
 
 // True when this binary was built with the CUDA backend.

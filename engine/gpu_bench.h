@@ -59,6 +59,12 @@ struct GpuEngineBenchOptions {
   // figure the serving path is held to. Costs N - 1 more weight copies.
   int concurrent_models = 0;
   std::string interference_foreground = "prefill";
+  // > 0: the interference runs split the device's SMs (CUDA green
+  // contexts): the foreground gets the first interference_sms (rounded up
+  // to the partition granule), the background the rest. Costs one more
+  // weight copy (the foreground's own executor). Default 0: both share
+  // every SM.
+  int interference_sms = 0;
 };
 // Results as JSON (see engine/cuda/engine_bench.cc for the fields).
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& options);

@@ -190,10 +190,23 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       "device query");
   int least = 0, greatest = 0;
   BALLAST_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream priorities");
-  BALLAST_CUDA_RETURN(cudaStreamCreateWithPriority(&streams_[0], cudaStreamNonBlocking, least),
-                      "stream");
-  BALLAST_CUDA_RETURN(cudaStreamCreateWithPriority(&streams_[1], cudaStreamNonBlocking, greatest),
-                      "stream");
+  if (options_.sm_partition > 0) {  // the step streams on a partition's SMs
+    auto part =
+        SmPartition::Create(options_.device, options_.sm_partition, options_.sm_partition_rest);
+    if (!part.ok()) return part.status();
+    partition_ = std::move(*part);
+    num_sms_ = partition_->sm_count();  // attention plans split over these
+    for (int i = 0; i < 2; ++i) {
+      auto s = partition_->NewStream(i == 0 ? least : greatest);
+      if (!s.ok()) return s.status();
+      streams_[i] = *s;
+    }
+  } else {
+    BALLAST_CUDA_RETURN(cudaStreamCreateWithPriority(&streams_[0], cudaStreamNonBlocking, least),
+                        "stream");
+    BALLAST_CUDA_RETURN(cudaStreamCreateWithPriority(&streams_[1], cudaStreamNonBlocking, greatest),
+                        "stream");
+  }
   BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming),
                       "stream event");
   stream_ = streams_[0];

@@ -31,6 +31,7 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/sm_partition.h"
 #include "engine/cuda/step_done_waiter.h"
 #include "engine/executor.h"
 #include "engine/gpu_backend.h"
@@ -108,6 +109,8 @@ class CudaExecutor final : public Executor {
   static ActType ActivationType(const ModelConfig& config);
   // Steps replayed from graphs so far (for tests and benchmarks).
   int64_t graph_replays() const { return graph_replays_; }
+  // The SMs its steps run on: the device's, or its SM partition's.
+  int num_sms() const { return num_sms_; }
 
  private:
   struct StepShape {
@@ -201,6 +204,8 @@ class CudaExecutor final : public Executor {
   int max_rows_ = 0;  // sampled rows / sequences a step may have (max_seqs)
   // Grows on the step thread (penalty buffers); read by status threads.
   std::atomic<int64_t> workspace_bytes_{0};
+  // options_.sm_partition > 0: the green context streams_ belong to.
+  std::unique_ptr<SmPartition> partition_;
   // The stream the steps and their copies run on: one of streams_ (0:
   // default priority, 1: the device's greatest), chosen by SetUrgent.
   cudaStream_t stream_ = nullptr;

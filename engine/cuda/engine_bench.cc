@@ -164,7 +164,18 @@ absl::StatusOr<nlohmann::json> MeasureInterference(const GpuEngineBenchOptions& 
                                                    o.interference_foreground,
                                                    "\" (expected prefill or decode)"));
   }
-  auto bg = cuda::CudaExecutor::Create(c, o.model_dir, kv, eo);
+  // With an SM split, the foreground's own executor on its partition.
+  GpuExecutorOptions fg_options = eo, bg_options = eo;
+  std::unique_ptr<cuda::CudaExecutor> own_fg;
+  if (o.interference_sms > 0) {
+    fg_options.sm_partition = bg_options.sm_partition = o.interference_sms;
+    bg_options.sm_partition_rest = true;
+    auto fg = cuda::CudaExecutor::Create(c, o.model_dir, kv, fg_options);
+    if (!fg.ok()) return fg.status();
+    own_fg = std::move(*fg);
+    e = own_fg.get();
+  }
+  auto bg = cuda::CudaExecutor::Create(c, o.model_dir, kv, bg_options);
   if (!bg.ok()) return bg.status();
   const int B = fg_prefill ? o.interference_batch : 1;
   std::vector<SequenceKv> seqs(static_cast<size_t>(B));
@@ -233,6 +244,10 @@ absl::StatusOr<nlohmann::json> MeasureInterference(const GpuEngineBenchOptions& 
   if (!st.ok()) return st;
   if (!reset.ok()) return reset;
   nlohmann::json j = {{"foreground", o.interference_foreground}};
+  if (o.interference_sms > 0) {
+    j["foreground_sms"] = e->num_sms();
+    j["background_sms"] = (*bg)->num_sms();
+  }
   if (fg_prefill) j["background_batch"] = B;
   j["foreground_ms"] = {{"default_priority", plain->first}, {"urgent", urgent->first}};
   j["background_steps_per_s"] = {
