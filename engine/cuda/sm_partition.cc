@@ -22,10 +22,12 @@ template <typename F>
 absl::Status Lookup(const char* name, F* fn) {
   cudaDriverEntryPointQueryResult q;
   void* p = nullptr;
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12040, cudaEnableDefault, &q) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(name, &p, CUDA_VERSION, cudaEnableDefault, &q) !=
+          cudaSuccess ||
       q != cudaDriverEntryPointSuccess || p == nullptr) {
     return absl::UnavailableError(
-        absl::StrCat("CUDA driver entry point ", name, " not found (green contexts need 12.4+)"));
+        absl::StrCat("CUDA driver entry point ", name,
+                     " not found (green contexts need a driver of CUDA 12.5 or later)"));
   }
   *fn = reinterpret_cast<F>(p);
   return absl::OkStatus();
