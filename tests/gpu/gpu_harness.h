@@ -49,7 +49,8 @@ class GpuHarness {
   // kv_dtype: "auto" (the model's dtype), "fp8_e4m3", ...
   GpuHarness(const std::string& model_dir, int block_tokens, const std::string& kv_dtype = "auto",
              bool graphs = true, int max_context = 2048, int max_batch_tokens = 512,
-             WeightQuant quant = WeightQuant::kNone, bool deterministic = false) {
+             WeightQuant quant = WeightQuant::kNone, bool deterministic = false,
+             int sm_partition = 0) {
     auto cfg = ModelConfig::Load(model_dir + "/config.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     config = *cfg;
@@ -67,6 +68,7 @@ class GpuHarness {
     o.max_context = max_context;
     o.max_batch_tokens = max_batch_tokens;
     o.deterministic = deterministic;
+    o.sm_partition = sm_partition;
     auto e = CreateGpuExecutor(config, model_dir, kv.get(), o);
     EXPECT_TRUE(e.ok()) << e.status();
     executor = std::move(*e);
