@@ -142,6 +142,8 @@ absl::Status ModelEngine::InitExecutor() {
     g.cuda_graphs = o.cuda_graphs;
     g.deterministic = o.deterministic;
     g.step_done = o.step_done;
+    g.sm_partition = o.sm_partition;
+    g.sm_partition_rest = o.sm_partition_rest;
     if (o.weight_pages) {
       g.weights_at = o.weight_pages->data();
       g.weights_capacity = o.weight_pages->bytes();

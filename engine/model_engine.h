@@ -70,6 +70,10 @@ struct ModelEngineOptions {
   // cuda: how a step's end is signalled to the device worker
   // (GpuExecutorOptions::step_done). Default a spinning thread.
   StepDoneSignal step_done = StepDoneSignal::kSpinningThread;
+  // cuda: an SM partition for the steps (GpuExecutorOptions::sm_partition
+  // and sm_partition_rest). Default 0: the whole device.
+  int sm_partition = 0;
+  bool sm_partition_rest = false;
   // KV cache element type; "auto" = f32 on the CPU backend, the model's
   // dtype (bf16/fp16) on cuda; "fp8_e4m3" stores KV in 8 bits (scale 1).
   std::string kv_dtype = "auto";

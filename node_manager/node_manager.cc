@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/algorithm/container.h"
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -262,6 +263,10 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.cuda_graphs = options_.engine.cuda_graphs;
   o.deterministic = options_.engine.deterministic;
   o.step_done = options_.engine.step_done;
+  if (options_.engine.sm_reserve > 0) {
+    o.sm_partition = options_.engine.sm_reserve;
+    o.sm_partition_rest = !absl::c_linear_search(options_.engine.sm_reserve_models, name);
+  }
   o.kv_dtype = kv_dtype.empty() ? "auto" : kv_dtype;
   o.quantization = engine::WeightQuantName(*quant);
   o.block_tokens = options_.engine.block_tokens;

@@ -57,6 +57,14 @@ struct EngineDefaults {
   int max_seqs = 64;
   int max_context = 0;
   double slow_step_warn_ms = 0;  // ModelEngineOptions::slow_step_warn_ms
+  // cuda: SMs reserved for latency-critical models (node.engine.sm_reserve,
+  // CUDA green contexts): the engines of sm_reserve_models run on the
+  // device's first sm_reserve SMs (rounded up to the partition granule),
+  // every other engine on the SMs left. Static: the rest lose those SMs even
+  // while the reserved models are idle (docs/benchmarks.md measures the
+  // trade against priority_streams). Default 0: off.
+  int sm_reserve = 0;
+  std::vector<std::string> sm_reserve_models;
 };
 
 struct NodeOptions {

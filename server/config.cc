@@ -448,6 +448,8 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     std::string priority_streams = "none", step_done = "spinning_thread";
     RETURN_IF_ERROR(es.Get("priority_streams", &priority_streams));
     RETURN_IF_ERROR(es.Get("step_done", &step_done));
+    RETURN_IF_ERROR(es.Get("sm_reserve", &eo.sm_reserve));
+    RETURN_IF_ERROR(es.Get("sm_reserve_models", &eo.sm_reserve_models));
     RETURN_IF_ERROR(es.Finish());
     if (eo.backend != "cpu" && eo.backend != "cuda") {
       return es.Error("node.engine.backend",
@@ -466,6 +468,14 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
       eo.step_done = *p;
     } else {
       return es.Error("node.engine.step_done", std::string(p.status().message()));
+    }
+    if (eo.sm_reserve < 0) return es.Error("node.engine.sm_reserve", "must be >= 0 (0 = off)");
+    if (eo.sm_reserve > 0 && eo.backend != "cuda") {
+      return es.Error("node.engine.sm_reserve", "needs backend cuda (SM partitions)");
+    }
+    if (eo.sm_reserve > 0 && eo.sm_reserve_models.empty()) {
+      return es.Error("node.engine.sm_reserve_models",
+                      "names no model: list the models that get the reserved SMs");
     }
     if (eo.block_tokens <= 0) return es.Error("node.engine.block_tokens", "must be > 0");
     if (kv_mib <= 0) return es.Error("node.engine.kv_cache_mib", "must be > 0");

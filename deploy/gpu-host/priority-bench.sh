@@ -8,7 +8,8 @@
 # TBT and TPOT and bulk's TTFT and rate (tests/bench/stream_storm).
 # Env: BUILD (/tmp/bb: server/ballast, tests/bench/stream_storm), MODES
 # ("none decode first"), BULK (256), BULK_CHARS (3000), CHAT (4),
-# CHAT_TOKENS (512), ROLLING (node.engine.rolling_steps, false), SHAPE
+# CHAT_TOKENS (512), ROLLING (node.engine.rolling_steps, false), SM_RESERVE
+# (node.engine.sm_reserve for chat: its SMs, the bulk model the rest; 0), SHAPE
 # (the models' shape), BACKEND (cuda), DEVICE
 # (cuda:0; cpu:0 with BACKEND=cpu, to try the script without a GPU).
 # Usage (repository root, GPU host): deploy/gpu-host/priority-bench.sh OUT_DIR
@@ -35,7 +36,7 @@ node:
     - {name: "${DEVICE:-cuda:0}", memory_mib: 40960}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 8192, overlap_steps: true, priority_streams: $1,
-           rolling_steps: ${ROLLING:-false}}
+           rolling_steps: ${ROLLING:-false}, sm_reserve: ${SM_RESERVE:-0}, sm_reserve_models: [chat]}
 serve:
   cache_dir: $OUT/models
   models:
@@ -62,7 +63,7 @@ for mode in $MODES; do
   sleep 1
   "$STORM" "$ADDR" chat "${CHAT:-4}" "${CHAT_TOKENS:-512}" > "$OUT/chat-$mode.txt"
   wait "$bulk"
-  echo "priority_streams $mode, rolling_steps ${ROLLING:-false}: chat $(grep -o 'TPOT p50 [0-9.]* ms\|TBT p50 [0-9.]* p99 [0-9.]* ms' "$OUT/chat-$mode.txt" | tr '\n' ' ');" \
+  echo "priority_streams $mode, rolling_steps ${ROLLING:-false}, sm_reserve ${SM_RESERVE:-0}: chat $(grep -o 'TPOT p50 [0-9.]* ms\|TBT p50 [0-9.]* p99 [0-9.]* ms' "$OUT/chat-$mode.txt" | tr '\n' ' ');" \
     "bulk $(grep -o '[0-9.]* tokens/s\|TTFT p50 [0-9.]* p99 [0-9.]* ms\|status codes: [0-9= ]*' "$OUT/bulk-$mode.txt" | tr '\n' ' ')" |
     tee -a "$OUT/summary.txt"
   kill "$pid"

@@ -68,6 +68,18 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
       << bad_prio.status();
   EXPECT_TRUE(c->node.options.engine.deterministic);
   EXPECT_FALSE(ParseConfig("node: {}", "t.yaml")->node.options.engine.deterministic);
+  EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.options.engine.sm_reserve, 0);  // off
+  const auto cpu_reserve =
+      ParseConfig("node: {engine: {sm_reserve: 64, sm_reserve_models: [chat]}}", "t.yaml");
+  ASSERT_FALSE(cpu_reserve.ok());  // the default backend is cpu
+  EXPECT_NE(cpu_reserve.status().message().find("node.engine.sm_reserve: needs backend cuda"),
+            std::string::npos)
+      << cpu_reserve.status();
+  const auto negative = ParseConfig("node: {engine: {sm_reserve: -1}}", "t.yaml");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("node.engine.sm_reserve: must be >= 0"),
+            std::string::npos)
+      << negative.status();
   EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.overlap_steps);  // the default
   EXPECT_EQ(ParseConfig("node: {stream_threads: 6}", "t.yaml")->node.stream_threads, 6);
   EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.stream_threads, 2);
