@@ -266,6 +266,9 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   if (options_.engine.sm_reserve > 0) {
     o.sm_partition = options_.engine.sm_reserve;
     o.sm_partition_rest = !absl::c_linear_search(options_.engine.sm_reserve_models, name);
+    spdlog::info("model {} runs on {} (node.engine.sm_reserve {})", name,
+                 o.sm_partition_rest ? "the SMs left after the reserve" : "the reserved SMs",
+                 options_.engine.sm_reserve);
   }
   o.kv_dtype = kv_dtype.empty() ? "auto" : kv_dtype;
   o.quantization = engine::WeightQuantName(*quant);

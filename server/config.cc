@@ -473,6 +473,10 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
     if (eo.sm_reserve > 0 && eo.backend != "cuda") {
       return es.Error("node.engine.sm_reserve", "needs backend cuda (SM partitions)");
     }
+    if (eo.sm_reserve == 0 && !eo.sm_reserve_models.empty()) {
+      return es.Error("node.engine.sm_reserve_models",
+                      "set, but node.engine.sm_reserve is 0 (off): give the reserved SMs");
+    }
     if (eo.sm_reserve > 0 && eo.sm_reserve_models.empty()) {
       return es.Error("node.engine.sm_reserve_models",
                       "names no model: list the models that get the reserved SMs");

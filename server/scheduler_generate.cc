@@ -142,13 +142,16 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     Returned();
   }
 
-  // The node's call ended. Taken up once the tokens read ahead have been
-  // written (or the client is gone): the turn is saved, and the request
-  // counted, only after the client has every token (NodeCallEnded).
+  // The node's call ended. Taken up once every token read from it has been
+  // written (no write outstanding, relay_ empty) or the client is gone:
+  // the turn is saved, and the request counted, only after the client has
+  // every token (NodeCallEnded), as when the node's end could only be read
+  // after the last write. A client that stops reading keeps the route
+  // counted until its call ends, as before.
   void OnNodeDone(Upstream* u, const grpc::Status& status) {
     {
       absl::MutexLock lock(&mu_);
-      if (client_ok_ && !relay_.empty()) {  // a write is outstanding: its OnWriteDone resumes
+      if (client_ok_ && (writing_ || !relay_.empty())) {  // its OnWriteDone resumes
         node_end_.emplace(NodeEnd{u, status});
         return;
       }
@@ -395,10 +398,10 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
     return upstream_.get();
   }
 
-  // The node's end held back by OnNodeDone, once nothing read ahead is
-  // left to write to a client still there. REQUIRES: mu_ held.
+  // The node's end held back by OnNodeDone, once nothing read from the
+  // node is left to write to a client still there. REQUIRES: mu_ held.
   std::optional<NodeEnd> TakeNodeEnd() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!node_end_ || (client_ok_ && !relay_.empty())) return std::nullopt;
+    if (!node_end_ || (client_ok_ && (writing_ || !relay_.empty()))) return std::nullopt;
     std::optional<NodeEnd> e = std::move(node_end_);
     node_end_.reset();
     return e;

@@ -43,10 +43,18 @@ absl::Status CudaExecutor::InitKvStaging() {
     BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&kv_done_[b], cudaEventDisableTiming), "event");
     workspace_bytes_ += static_cast<int64_t>(kv_staging_[b].bytes() + kv_spans_[b].bytes());
   }
-  BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&load_stream_, cudaStreamNonBlocking),
-                      "KV load stream");
-  BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&export_stream_, cudaStreamNonBlocking),
-                      "KV export stream");
+  if (partition_) {  // their block-copy kernels stay on the partition's SMs too
+    for (cudaStream_t* s : {&load_stream_, &export_stream_}) {
+      auto made = partition_->NewStream(0);
+      if (!made.ok()) return made.status();
+      *s = *made;
+    }
+  } else {
+    BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&load_stream_, cudaStreamNonBlocking),
+                        "KV load stream");
+    BALLAST_CUDA_RETURN(cudaStreamCreateWithFlags(&export_stream_, cudaStreamNonBlocking),
+                        "KV export stream");
+  }
   BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&export_after_, cudaEventDisableTiming), "event");
   BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&load_after_, cudaEventDisableTiming), "event");
   layer_loaded_.assign(config_.num_hidden_layers, nullptr);

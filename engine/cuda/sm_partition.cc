@@ -63,13 +63,18 @@ absl::StatusOr<std::unique_ptr<SmPartition>> SmPartition::Create(int device, int
       !st.ok()) {
     return st;
   }
+  if (static_cast<unsigned>(sms) >= all.sm.smCount) {
+    return absl::InvalidArgumentError(absl::StrCat("an SM partition of ", sms, " on device ",
+                                                   device, " (", all.sm.smCount,
+                                                   " SMs) leaves none for the rest"));
+  }
   if (auto st =
           Check(d.split(&first, &groups, &all, &left, 0, static_cast<unsigned>(sms)), "SM split");
       !st.ok()) {
     return st;
   }
   CUdevResource* mine = rest ? &left : &first;
-  if (groups != 1 || mine->sm.smCount == 0) {
+  if (groups != 1 || first.sm.smCount == 0 || left.sm.smCount == 0) {  // rounded up past it
     return absl::InvalidArgumentError(absl::StrCat("an SM partition of ", sms, " on device ",
                                                    device, " (", all.sm.smCount,
                                                    " SMs) leaves none for the rest"));

@@ -75,6 +75,11 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   EXPECT_NE(cpu_reserve.status().message().find("node.engine.sm_reserve: needs backend cuda"),
             std::string::npos)
       << cpu_reserve.status();
+  const auto unreserved = ParseConfig("node: {engine: {sm_reserve_models: [chat]}}", "t.yaml");
+  ASSERT_FALSE(unreserved.ok());
+  EXPECT_NE(unreserved.status().message().find("node.engine.sm_reserve_models: set, but"),
+            std::string::npos)
+      << unreserved.status();
   const auto negative = ParseConfig("node: {engine: {sm_reserve: -1}}", "t.yaml");
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("node.engine.sm_reserve: must be >= 0"),
