@@ -4,6 +4,10 @@
 // session whose model moved continues from its old node's tiers (peer
 // transfer); Advise moves the KV onto the serving device before the turn.
 // Every continuation gives exactly the tokens a cold recompute gives.
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/match.h"
 #include "tests/integration/cluster_fixture.h"
 
 namespace ballast {
@@ -50,6 +54,31 @@ class TieringTest : public ClusterTest {
         << Logs();
   }
   int Index(const std::string& node_id) const { return node_id == "n1" ? 0 : 1; }
+  // Waits (up to 30 s) until `dir` holds chunk files (".kv"), none is being
+  // written (".tmp") and the set has not changed for 300 ms: the node's SSD
+  // writer, which runs in the background, is done with what it was given.
+  bool WaitForSettledSsd(const std::string& dir) {
+    std::set<std::string> last;
+    absl::Time since = absl::Now();
+    return WaitFor(
+        [&] {
+          std::set<std::string> now;
+          bool writing = false;
+          std::error_code ec;
+          for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+            const std::string name = f.path().filename().string();
+            writing |= absl::EndsWith(name, ".tmp");
+            if (absl::EndsWith(name, ".kv")) now.insert(name);
+          }
+          if (now.empty() || writing || now != last) {
+            last = std::move(now);
+            since = absl::Now();
+            return false;
+          }
+          return absl::Now() - since >= absl::Milliseconds(300);
+        },
+        absl::Seconds(30));
+  }
 };
 
 TEST_F(TieringTest, ASessionContinuesFromItsRestartedNodesSsd) {
@@ -58,7 +87,7 @@ TEST_F(TieringTest, ASessionContinuesFromItsRestartedNodesSsd) {
   // Only `home` can host alpha after the crash.
   nodes_[1 - i]->Stop(SIGTERM);
   const std::vector<int> history = FirstTurn("s", "Tell me about tiers.");
-  absl::SleepFor(absl::Milliseconds(500));  // the SSD writer runs in the background
+  ASSERT_TRUE(WaitForSettledSsd(SsdDir(i))) << "no KV reached " << SsdDir(i) << Logs();
   nodes_[i]->Stop(SIGKILL);
   const std::string bin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
   const std::string address = Addr(testing::FreePort());
