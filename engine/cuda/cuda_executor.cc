@@ -216,8 +216,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   act_ = ActivationType(config_);
   // Deterministic mode: every token through the split-KV kernel, whose
   // per-query reduction does not depend on how the prompt was chunked.
-  prefill_kernel_ok_ = !options_.deterministic && PrefillAttentionSupports(config_.head_dim) &&
-                       PrefillAttentionLayoutOk();
+  prefill_kernel_ok_ = !options_.deterministic && PrefillAttentionSupports(config_.head_dim);
   auto kt = KvTypeOf(kv_->layout().dtype, act_);
   if (!kt.ok()) return kt.status();
   kv_type_ = *kt;

@@ -142,23 +142,20 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
                                  ActType type, cudaStream_t stream);
 
 // Prefill attention on tensor cores for chunks of many tokens: each tile is
-// up to 64 consecutive tokens of one chunk (flat token indices
+// up to 128 consecutive tokens of one chunk (flat token indices
 // [first_token, first_token + n), positions [pos0, pos0 + n) of block-table
 // row seq), each attending causally to positions [0, its own]. Head sizes
 // 64, 80, 96, 128 and 256 (PrefillAttentionSupports; others use
-// LaunchPagedAttention); q, out as in LaunchPagedAttention.
+// LaunchPagedAttention); q, out as in LaunchPagedAttention. mma.sync
+// (sm_80+); at most 65,535 tiles a launch.
 struct PrefillTile {
   int first_token = 0;
   int n = 0;
   int seq = 0;
   int pos0 = 0;
 };
-constexpr int kPrefillTileTokens = 64;
+constexpr int kPrefillTileTokens = 128;
 bool PrefillAttentionSupports(int head_dim);
-// The prefill kernel relies on the sm_80+ register layout of WMMA fragments
-// (FlashAttention-2 style: softmax and P stay in registers); this checks it
-// on the current device. When false, use LaunchPagedAttention instead.
-bool PrefillAttentionLayoutOk();
 cudaError_t LaunchPrefillAttention(const void* q, const PrefillTile* tiles, int num_tiles,
                                    int num_heads, PagedKv kv, float scale, void* out, ActType type,
                                    cudaStream_t stream);

@@ -1,15 +1,22 @@
-// Causal paged attention for prefill chunks on tensor cores (WMMA, BF16/
-// FP16 in, FP32 accumulate), flash-attention style: a block takes a tile of
-// up to 64 consecutive queries of one chunk and one query head, and walks
-// the sequence's KV in tiles of 64 keys with an online softmax. K/V tiles
-// are gathered from their paged blocks (and FP8 dequantised) into shared
-// memory. Each of the 4 warps owns 16 query rows: S = Q K^T, softmax, and
-// O += P V for its rows, so only K/V loads need block-wide barriers. Head
-// sizes are multiples of 16; up to 128 the warp keeps its Q rows in
-// registers, above (256) Q stays in shared memory, where the fragments of
-// Q and O together would spill.
+// Causal paged attention for prefill chunks on tensor cores, FlashAttention-2
+// style, written with mma.sync (m16n8k16, BF16/FP16 in, FP32 accumulate) and
+// ldmatrix, whose register layouts the PTX ISA defines:
+// - a block takes a tile of up to 128 consecutive queries of one chunk and
+//   one query head; each warp owns 32 query rows (two 16-row MMA tiles, so
+//   each K/V fragment read from shared memory feeds four MMAs: shared
+//   memory bandwidth, not the tensor cores, bounded the one-tile form), or
+//   16 rows for head size 256, whose accumulators would not fit twice;
+// - the sequence's KV is walked in tiles of 64 keys, gathered from their
+//   paged blocks into shared memory with cp.async, one tile ahead of the
+//   math (FP8 caches are dequantised on the way, synchronously);
+// - S = Q K^T, the online softmax (base 2, one FMA and one ex2 per score)
+//   and O += P V stay in registers; Q is read from shared memory; the
+//   causal mask is applied only on tiles that cross a warp's diagonal; row
+//   sums are kept per lane and reduced once at the end;
+// - blocks are ordered longest tile first (the last tile of a chunk sees
+//   the most keys), with the heads of one tile adjacent so that a GQA
+//   group's K/V tiles are read from L2 together.
 #include <cuda_pipeline.h>
-#include <mma.h>
 
 #include <type_traits>
 
@@ -18,261 +25,398 @@
 namespace ballast::engine::cuda {
 namespace {
 
-using namespace nvcuda;
+constexpr int kRowsPerTile = kPrefillTileTokens;  // queries per block
+constexpr int kKeysPerTile = 64;                  // keys per KV tile
+constexpr float kLog2e = 1.4426950408889634f;
 
-constexpr int kRowsPerTile = 64;  // queries per block
-constexpr int kKeysPerTile = 64;  // keys per KV tile
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-
-// Element i of a lane's 16x16 accumulator (and, for 16-bit types, matrix_a)
-// fragment on sm_80+: row g + 8 ((i / 2) % 2) (g = lane / 4), column
-// 2 (lane % 4) + i % 2 + 8 (i / 4). WMMA does not promise this mapping, so
-// PrefillAttentionLayoutOk() checks it on the device before the kernel that
-// relies on it is used.
-__device__ __forceinline__ int FragCol(int lane, int i) {
-  return (lane & 3) * 2 + (i & 1) + 8 * (i >> 2);
-}
-
-// Two K/V buffers (double buffering); the Q tile is staged in the second
-// K buffer before the first KV tile is fetched, or, when Q stays in shared
-// memory, in a fifth tile of its own.
+// Per head size D: kM 16-row MMA tiles per warp, kWarps warps a block.
+// Shared memory: two K/V buffers (double buffering), the Q tile, and each
+// buffer's key row offsets. Rows are padded by 16 bytes, so the 8 rows an
+// ldmatrix reads fall in 8 different 16-byte bank groups for every head
+// size here.
 template <int D>
-struct Smem {
+struct Shape {
   static_assert(D % 16 == 0 && D <= 256, "head size");
-  static constexpr bool kQInRegs = D <= 128;
-  static constexpr int kLd = D + 8;  // elements per Q/K/V row (16-byte pad)
+  static constexpr int kM = D <= 128 ? 2 : 1;
+  static constexpr int kWarps = kRowsPerTile / (16 * kM);
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kLd = D + 8;  // elements per Q/K/V row
   static constexpr size_t kTile = kKeysPerTile * kLd * 2;
-  static_assert(kRowsPerTile == kKeysPerTile, "Q staged in a K-sized tile");
   __host__ __device__ static constexpr size_t K(int buf) { return buf * 2 * kTile; }
   __host__ __device__ static constexpr size_t V(int buf) { return buf * 2 * kTile + kTile; }
-  static constexpr size_t kQ = kQInRegs ? 2 * kTile : 4 * kTile;  // K(1), or past the KV tiles
-  static constexpr size_t kBytes = kQInRegs ? 4 * kTile : 5 * kTile;
+  static constexpr size_t kQ = 4 * kTile;
+  static constexpr size_t kRows = kQ + kRowsPerTile * kLd * 2;  // [2][kKeysPerTile] size_t
+  static constexpr size_t kBytes = kRows + 2 * kKeysPerTile * sizeof(size_t);
 };
 
-// Converts 8 floats to T and stores them as one 16-byte write.
-template <typename T>
-__device__ __forceinline__ void Store8(T* dst, const float v[8]) {
-  uint4 raw;
-  T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) e[j] = FromF<T>(v[j]);
-  *reinterpret_cast<uint4*>(dst) = raw;
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give matrix i's row addresses and
+// each lane gets (row lane / 4, columns 2 (lane % 4), +1) of every matrix,
+// or of its transpose with `.trans`. Volatile: the same address is read
+// again after other threads rewrite the buffer.
+__device__ __forceinline__ void Ldsm4(uint32_t addr, uint32_t r[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void Ldsm4T(uint32_t addr, uint32_t r[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
+// d[4] += a (16x16, row-major fragment) * b (16x8, column-major fragment).
+// Fragments (g = lane / 4, t = lane % 4): a = {(g, 2t), (g + 8, 2t),
+// (g, 2t + 8), (g + 8, 2t + 8)} pairs; b = {(2t, g), (2t + 8, g)} pairs
+// (k, n); d = {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}.
+template <typename T>
+__device__ __forceinline__ void Mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as a packed pair of T, `lo` in the low half (the lower column).
+template <typename T>
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    r = *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    r = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  return r;
+}
+
+__device__ __forceinline__ float Exp2(float x) {  // ex2.approx(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One lane's share of a warp's query rows: rows g and g + 8 of each of the
+// warp's kM 16-row tiles.
+template <int kM>
+struct RowState {
+  float m[kM][2];  // running max of the scaled (log2) scores
+  float l[kM][2];  // this lane's partial row sums
+  __device__ RowState() {
+#pragma unroll
+    for (int a = 0; a < kM; ++a) m[a][0] = m[a][1] = -INFINITY, l[a][0] = l[a][1] = 0.0f;
+  }
+};
+
+// S (kM x 16 rows x 64 keys, n-tiles of 8 keys) = Q K^T for one warp; qs:
+// the warp's first Q row, ks: the K tile.
+template <typename T, int D>
+__device__ __forceinline__ void ScoreTile(const T* qs, const T* ks, int lane,
+                                          float s[Shape<D>::kM][kKeysPerTile / 8][4]) {
+  constexpr int kLd = Shape<D>::kLd, kM = Shape<D>::kM;
+#pragma unroll
+  for (int a = 0; a < kM; ++a) {
+#pragma unroll
+    for (int j = 0; j < kKeysPerTile / 8; ++j)
+      s[a][j][0] = s[a][j][1] = s[a][j][2] = s[a][j][3] = 0;
+  }
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t qa[kM][4];
+#pragma unroll
+    for (int a = 0; a < kM; ++a)
+      Ldsm4(SmemAddr(qs + (16 * a + (lane & 15)) * kLd + kk * 16 + 8 * (lane >> 4)), qa[a]);
+#pragma unroll
+    for (int np = 0; np < kKeysPerTile / 16; ++np) {
+      // Keys 16 np + 0..15: matrices (keys 0-7, d 0-7), (0-7, 8-15),
+      // (8-15, 0-7), (8-15, 8-15) give b0, b1 of n-tiles 2 np and 2 np + 1.
+      uint32_t b[4];
+      Ldsm4(SmemAddr(ks + (16 * np + (lane & 7) + 8 * (lane >> 4)) * kLd + kk * 16 +
+                     8 * ((lane >> 3) & 1)),
+            b);
+#pragma unroll
+      for (int a = 0; a < kM; ++a) {
+        Mma<T>(s[a][2 * np], qa[a], b[0], b[1]);
+        Mma<T>(s[a][2 * np + 1], qa[a], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Online softmax over one tile of scores (raw dot products; c = scale in
+// log2 units > 0): updates the row state, rescales O by alpha and returns
+// P (rounded to T) as A fragments, keys 16 kk + 0..15.
+template <typename T, int D>
+__device__ __forceinline__ void Softmax(float s[Shape<D>::kM][kKeysPerTile / 8][4], float c,
+                                        RowState<Shape<D>::kM>& st, float o[][D / 8][4],
+                                        uint32_t p[][kKeysPerTile / 16][4]) {
+  constexpr int kM = Shape<D>::kM;
+#pragma unroll
+  for (int a = 0; a < kM; ++a) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kKeysPerTile / 8; ++j) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[a][j][0], s[a][j][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[a][j][2], s[a][j][3]));
+    }
+    float alpha[2], mc[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float mn = fmaxf(st.m[a][r], mx[r] * c);
+      mc[r] = mn == -INFINITY ? 0.0f : mn;  // a row with no key yet: p = 0
+      alpha[r] = Exp2(st.m[a][r] - mc[r]);
+      st.m[a][r] = mn;
+      st.l[a][r] *= alpha[r];
+    }
+#pragma unroll
+    for (int j = 0; j < kKeysPerTile / 8; ++j) {
+      const float p0 = Exp2(fmaf(s[a][j][0], c, -mc[0])), p1 = Exp2(fmaf(s[a][j][1], c, -mc[0]));
+      const float p2 = Exp2(fmaf(s[a][j][2], c, -mc[1])), p3 = Exp2(fmaf(s[a][j][3], c, -mc[1]));
+      st.l[a][0] += p0 + p1;
+      st.l[a][1] += p2 + p3;
+      p[a][j / 2][(j & 1) * 2] = Pack2<T>(p0, p1);
+      p[a][j / 2][(j & 1) * 2 + 1] = Pack2<T>(p2, p3);
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[a][n][0] *= alpha[0];
+      o[a][n][1] *= alpha[0];
+      o[a][n][2] *= alpha[1];
+      o[a][n][3] *= alpha[1];
+    }
+  }
+}
+
+// O += P V for one warp; vs: the V tile.
+template <typename T, int D>
+__device__ __forceinline__ void AccumulatePv(const uint32_t p[][kKeysPerTile / 16][4], const T* vs,
+                                             int lane, float o[][D / 8][4]) {
+  constexpr int kLd = Shape<D>::kLd, kM = Shape<D>::kM;
+#pragma unroll
+  for (int kk = 0; kk < kKeysPerTile / 16; ++kk) {
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      // Transposed: (keys 0-7, d 0-7), (8-15, 0-7), (0-7, 8-15), (8-15,
+      // 8-15) give b0, b1 of d-tiles 2 dp and 2 dp + 1.
+      uint32_t b[4];
+      Ldsm4T(SmemAddr(vs + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * kLd + 16 * dp +
+                      8 * (lane >> 4)),
+             b);
+#pragma unroll
+      for (int a = 0; a < kM; ++a) {
+        Mma<T>(o[a][2 * dp], p[a][kk], b[0], b[1]);
+        Mma<T>(o[a][2 * dp + 1], p[a][kk], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Byte offsets from kv.base of the K rows of keys k0 .. k0 + 63 (past the
+// last key: the last key's, whose copy is zero-filled), one per thread.
+template <typename KvT>
+__device__ __forceinline__ void KeyRows(const PagedKv& kv, const PrefillTile& tile, int kvh, int k0,
+                                        int kv_len, size_t* rows) {
+  const int r = threadIdx.x;
+  if (r < kKeysPerTile) {
+    const int key = min(k0 + r, kv_len - 1);
+    rows[r] = static_cast<size_t>(KvSlot(kv, tile.seq, key, kvh, false, sizeof(KvT)) - kv.base);
+  }
+}
+
+// Fetches KV tile k0 (key rows from `rows`) into K/V tiles ks, vs: 16-byte
+// cp.async copies (zero fill past kv_len) when the cache holds T, else a
+// synchronous FP8 dequantising load. FP8 scales are applied to S and O.
 template <typename T, typename KvT, int D>
-__global__ void __launch_bounds__(kThreads)
-    PrefillAttentionKernel(const T* __restrict__ q, const PrefillTile* __restrict__ tiles,
-                           int num_heads, PagedKv kv, float scale, T* __restrict__ out) {
-  using S = Smem<D>;
-  using AccFrag = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-  using AFrag = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-  extern __shared__ __align__(128) uint8_t smem[];
-  T* Qs = reinterpret_cast<T*>(smem + S::kQ);
-  AllowNextGrid();
-  WaitPriorGrid();
-
-  const PrefillTile tile = tiles[blockIdx.x];
-  const int h = blockIdx.y;
-  const int kvh = h / (num_heads / kv.num_kv_heads);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+__device__ __forceinline__ void FetchKv(const PagedKv& kv, const size_t* rows, int k0, int kv_len,
+                                        T* ks, T* vs) {
   constexpr int kGroups = D / 8;  // 8-element groups per row
+  constexpr int kLd = Shape<D>::kLd;
+  const size_t v_off = static_cast<size_t>(kv.block_tokens) * kv.num_kv_heads * D * sizeof(KvT);
+  for (int i = threadIdx.x; i < kKeysPerTile * kGroups; i += Shape<D>::kThreads) {
+    const int r = i / kGroups, c = (i % kGroups) * 8;
+    const bool valid = k0 + r < kv_len;
+    const KvT* kp = reinterpret_cast<const KvT*>(kv.base + rows[r]) + c;
+    const KvT* vp = reinterpret_cast<const KvT*>(kv.base + rows[r] + v_off) + c;
+    if constexpr (std::is_same_v<KvT, T>) {
+      __pipeline_memcpy_async(ks + r * kLd + c, kp, 16, valid ? 0 : 16);
+      __pipeline_memcpy_async(vs + r * kLd + c, vp, 16, valid ? 0 : 16);
+    } else {
+      float kf[8], vf[8];
+      Load8(kp, kf);
+      Load8(vp, vf);
+      uint4 kr, vr;
+      uint32_t* kw = reinterpret_cast<uint32_t*>(&kr);
+      uint32_t* vw = reinterpret_cast<uint32_t*>(&vr);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        kw[j] = valid ? Pack2<T>(kf[2 * j], kf[2 * j + 1]) : 0u;
+        vw[j] = valid ? Pack2<T>(vf[2 * j], vf[2 * j + 1]) : 0u;
+      }
+      *reinterpret_cast<uint4*>(ks + r * kLd + c) = kr;
+      *reinterpret_cast<uint4*>(vs + r * kLd + c) = vr;
+    }
+  }
+  __pipeline_commit();
+}
 
-  for (int i = tid; i < kRowsPerTile * kGroups; i += kThreads) {
+// Copies the tile's Q rows (zeros past tile.n) into qs.
+template <typename T, int D>
+__device__ __forceinline__ void StageQ(const T* q, const PrefillTile& tile, int num_heads, int h,
+                                       T* qs) {
+  constexpr int kGroups = D / 8;
+  for (int i = threadIdx.x; i < kRowsPerTile * kGroups; i += Shape<D>::kThreads) {
     const int r = i / kGroups, c = (i % kGroups) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < tile.n) {
       v = *reinterpret_cast<const uint4*>(
           q + (static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + c);
     }
-    *reinterpret_cast<uint4*>(Qs + r * S::kLd + c) = v;
+    *reinterpret_cast<uint4*>(qs + r * Shape<D>::kLd + c) = v;
   }
-  __syncthreads();
-  const int row0 = warp * 16;  // this warp's 16 query rows
-  AFrag qf[S::kQInRegs ? D / 16 : 1];
-  if constexpr (S::kQInRegs) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wmma::load_matrix_sync(qf[kk], Qs + row0 * S::kLd + kk * 16, S::kLd);
-  }
-  __syncthreads();  // Q's buffer is reused for K/V from here on (kQInRegs)
-  AccFrag o[D / 16];
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o[n], 0.0f);
-  // Per lane: its two rows (g and g + 8 of the warp's 16).
-  const int ra = row0 + (lane >> 2), rb = ra + 8;
-  const int qpos_a = ra < tile.n ? tile.pos0 + ra : -1;  // -1: row past the chunk
-  const int qpos_b = rb < tile.n ? tile.pos0 + rb : -1;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-  const int kv_len = tile.pos0 + tile.n;  // keys the last query sees
+}
 
-  // Fetches KV tile `k0` into buffer `buf`: 16-byte cp.async copies (zero
-  // fill past kv_len) when the cache holds T, else a synchronous FP8
-  // dequantising load. Scales are applied to S and O, not here.
-  auto fetch = [&](int k0, int buf) {
-    T* ks = reinterpret_cast<T*>(smem + S::K(buf));
-    T* vs = reinterpret_cast<T*>(smem + S::V(buf));
-    for (int i = tid; i < kKeysPerTile * kGroups; i += kThreads) {
-      const int r = i / kGroups, c = (i % kGroups) * 8;
-      const int key = min(k0 + r, kv_len - 1);
-      const bool valid = k0 + r < kv_len;
-      const KvT* kp =
-          reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, false, sizeof(KvT))) + c;
-      const KvT* vp =
-          reinterpret_cast<const KvT*>(KvSlot(kv, tile.seq, key, kvh, true, sizeof(KvT))) + c;
-      if constexpr (std::is_same_v<KvT, T>) {
-        __pipeline_memcpy_async(ks + r * S::kLd + c, kp, 16, valid ? 0 : 16);
-        __pipeline_memcpy_async(vs + r * S::kLd + c, vp, 16, valid ? 0 : 16);
-      } else {
-        float kf[8], vf[8];
-        Load8(kp, kf);
-        Load8(vp, vf);
-        if (!valid) {
+// Masks scores of keys past each row's position; qpos[a][r]: the position
+// of the lane's row g + 8 r of 16-row tile a.
+template <int kM>
+__device__ __forceinline__ void CausalMask(float s[kM][kKeysPerTile / 8][4], int k0, int lane,
+                                           const int qpos[kM][2]) {
 #pragma unroll
-          for (int j = 0; j < 8; ++j) kf[j] = vf[j] = 0.0f;
-        }
-        Store8(ks + r * S::kLd + c, kf);
-        Store8(vs + r * S::kLd + c, vf);
+  for (int a = 0; a < kM; ++a) {
+#pragma unroll
+    for (int j = 0; j < kKeysPerTile / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + 8 * j + 2 * (lane & 3) + (i & 1);
+        if (key > qpos[a][i >> 1]) s[a][j][i] = -INFINITY;
       }
     }
-    __pipeline_commit();
-  };
-  const float qk_scale = scale * kv.k_scale;
-  fetch(0, 0);
-  for (int k0 = 0, it = 0; k0 < kv_len; k0 += kKeysPerTile, ++it) {
-    const int buf = it & 1;
-    if (k0 + kKeysPerTile < kv_len) {
-      fetch(k0 + kKeysPerTile, buf ^ 1);  // overlaps this tile's math
+  }
+}
+
+// out rows of the warp (from row0) = O / l (* v_scale), as packed pairs.
+template <typename T, int D>
+__device__ __forceinline__ void WriteOut(float o[][D / 8][4], RowState<Shape<D>::kM>& st,
+                                         float v_scale, const PrefillTile& tile, int row0,
+                                         int num_heads, int h, int lane, T* out) {
+#pragma unroll
+  for (int a = 0; a < Shape<D>::kM; ++a) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = st.l[a][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = row0 + 16 * a + (lane >> 2) + 8 * r;
+      if (row >= tile.n) continue;
+      const float f = v_scale / l;
+      T* dst =
+          out + (static_cast<size_t>(tile.first_token + row) * num_heads + h) * D + 2 * (lane & 3);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * n) =
+            Pack2<T>(o[a][n][2 * r] * f, o[a][n][2 * r + 1] * f);
+      }
+    }
+  }
+}
+
+template <typename T, typename KvT, int D>
+__global__ void __launch_bounds__(Shape<D>::kThreads)
+    PrefillAttentionKernel(const T* __restrict__ q, const PrefillTile* __restrict__ tiles,
+                           int num_heads, PagedKv kv, float scale, T* __restrict__ out) {
+  using S = Shape<D>;
+  constexpr int kM = S::kM;
+  extern __shared__ __align__(128) uint8_t smem[];
+  T* qs = reinterpret_cast<T*>(smem + S::kQ);
+  size_t* rows = reinterpret_cast<size_t*>(smem + S::kRows);  // [2][kKeysPerTile]
+  AllowNextGrid();
+  WaitPriorGrid();
+
+  const PrefillTile tile = tiles[gridDim.y - 1 - blockIdx.y];  // longest first
+  const int h = blockIdx.x;
+  const int kvh = h / (num_heads / kv.num_kv_heads);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int kv_len = tile.pos0 + tile.n;  // keys the last query sees
+  const int num_kv_tiles = (kv_len + kKeysPerTile - 1) / kKeysPerTile;
+
+  StageQ<T, D>(q, tile, num_heads, h, qs);
+  KeyRows<KvT>(kv, tile, kvh, 0, kv_len, rows);
+  if (num_kv_tiles > 1) KeyRows<KvT>(kv, tile, kvh, kKeysPerTile, kv_len, rows + kKeysPerTile);
+  __syncthreads();
+  const int row0 = warp * 16 * kM;  // this warp's query rows
+  float o[kM][D / 8][4];
+#pragma unroll
+  for (int a = 0; a < kM; ++a) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[a][n][0] = o[a][n][1] = o[a][n][2] = o[a][n][3] = 0.0f;
+  }
+  RowState<kM> st;
+  // Rows past the chunk compute as the chunk's last row and are not written.
+  const int last = tile.n - 1;
+  int qpos[kM][2];
+#pragma unroll
+  for (int a = 0; a < kM; ++a) {
+    qpos[a][0] = tile.pos0 + min(row0 + 16 * a + (lane >> 2), last);
+    qpos[a][1] = tile.pos0 + min(row0 + 16 * a + (lane >> 2) + 8, last);
+  }
+  const int warp_first = tile.pos0 + row0;
+  const int warp_last = tile.pos0 + min(row0 + 16 * kM - 1, last);
+  const float c = scale * kv.k_scale * kLog2e;
+
+  FetchKv<T, KvT, D>(kv, rows, 0, kv_len, reinterpret_cast<T*>(smem + S::K(0)),
+                     reinterpret_cast<T*>(smem + S::V(0)));
+  for (int it = 0; it < num_kv_tiles; ++it) {
+    const int buf = it & 1, k0 = it * kKeysPerTile;
+    if (it + 1 < num_kv_tiles) {  // overlaps this tile's math
+      FetchKv<T, KvT, D>(kv, rows + (buf ^ 1) * kKeysPerTile, k0 + kKeysPerTile, kv_len,
+                         reinterpret_cast<T*>(smem + S::K(buf ^ 1)),
+                         reinterpret_cast<T*>(smem + S::V(buf ^ 1)));
       __pipeline_wait_prior(1);
     } else {
       __pipeline_wait_prior(0);
     }
     __syncthreads();
-    const T* Ks = reinterpret_cast<const T*>(smem + S::K(buf));
-    const T* Vs = reinterpret_cast<const T*>(smem + S::V(buf));
-    // Warp tiles beyond every causal limit contribute nothing.
-    if (k0 <= tile.pos0 + min(row0 + 15, tile.n - 1)) {
-      // S = Q K^T for this warp's rows, in registers.
-      AccFrag sf[kKeysPerTile / 16];
-#pragma unroll
-      for (int n = 0; n < kKeysPerTile / 16; ++n) wmma::fill_fragment(sf[n], 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const int qi = S::kQInRegs ? kk : 0;
-        if constexpr (!S::kQInRegs)
-          wmma::load_matrix_sync(qf[0], Qs + row0 * S::kLd + kk * 16, S::kLd);
-#pragma unroll
-        for (int n = 0; n < kKeysPerTile / 16; ++n) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-          wmma::load_matrix_sync(b, Ks + (n * 16) * S::kLd + kk * 16, S::kLd);
-          wmma::mma_sync(sf[n], qf[qi], b, sf[n]);
-        }
-      }
-      // Scale, causal mask, row maxima (rows are shared by the 4 lanes of a quad).
-      float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kKeysPerTile / 16; ++n) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const bool hi = (i >> 1) & 1;
-          const int key = k0 + n * 16 + FragCol(lane, i);
-          const float v = key <= (hi ? qpos_b : qpos_a) ? sf[n].x[i] * qk_scale : -INFINITY;
-          sf[n].x[i] = v;
-          if (hi)
-            mx_b = fmaxf(mx_b, v);
-          else
-            mx_a = fmaxf(mx_a, v);
-        }
-      }
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-      }
-      const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-      const float al_a = mn_a == -INFINITY ? 1.0f : expf(m_a - mn_a);
-      const float al_b = mn_b == -INFINITY ? 1.0f : expf(m_b - mn_b);
-      float sum_a = 0.0f, sum_b = 0.0f;
-      AFrag pf[kKeysPerTile / 16];
-#pragma unroll
-      for (int n = 0; n < kKeysPerTile / 16; ++n) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const bool hi = (i >> 1) & 1;
-          const float mn = hi ? mn_b : mn_a;
-          const float p = mn == -INFINITY ? 0.0f : expf(sf[n].x[i] - mn);
-          if (hi)
-            sum_b += p;
-          else
-            sum_a += p;
-          pf[n].x[i] = FromF<T>(p);  // same element mapping as the accumulator
-        }
-      }
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        sum_a += __shfl_xor_sync(0xffffffffu, sum_a, off);
-        sum_b += __shfl_xor_sync(0xffffffffu, sum_b, off);
-      }
-      l_a = l_a * al_a + sum_a;
-      l_b = l_b * al_b + sum_b;
-      m_a = mn_a;
-      m_b = mn_b;
-      // O = diag(alpha) O + P V.
-#pragma unroll
-      for (int n = 0; n < D / 16; ++n) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) o[n].x[i] *= ((i >> 1) & 1) ? al_b : al_a;
-#pragma unroll
-        for (int kk = 0; kk < kKeysPerTile / 16; ++kk) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-          wmma::load_matrix_sync(b, Vs + (kk * 16) * S::kLd + n * 16, S::kLd);
-          wmma::mma_sync(o[n], pf[kk], b, o[n]);
-        }
-      }
+    // This buffer's rows were used by the previous iteration's fetch: reuse
+    // them for the tile after next.
+    if (it + 2 < num_kv_tiles)
+      KeyRows<KvT>(kv, tile, kvh, k0 + 2 * kKeysPerTile, kv_len, rows + buf * kKeysPerTile);
+    // Warps past the chunk, and tiles past a warp's last row, add nothing.
+    if (row0 < tile.n && k0 <= warp_last) {
+      float s[kM][kKeysPerTile / 8][4];
+      ScoreTile<T, D>(qs + row0 * S::kLd, reinterpret_cast<const T*>(smem + S::K(buf)), lane, s);
+      if (k0 + kKeysPerTile - 1 > warp_first) CausalMask<kM>(s, k0, lane, qpos);
+      uint32_t p[kM][kKeysPerTile / 16][4];
+      Softmax<T, D>(s, c, st, o, p);
+      AccumulatePv<T, D>(p, reinterpret_cast<const T*>(smem + S::V(buf)), lane, o);
     }
     __syncthreads();  // this buffer is refilled by the next iteration's fetch
   }
-  // out = O / l * v_scale, written from the fragments.
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const bool hi = (i >> 1) & 1;
-      const int r = hi ? rb : ra;
-      if (r < tile.n) {
-        out[(static_cast<size_t>(tile.first_token + r) * num_heads + h) * D + n * 16 +
-            FragCol(lane, i)] = FromF<T>(o[n].x[i] * kv.v_scale / (hi ? l_b : l_a));
-      }
-    }
-  }
-}
-
-// Writes, for every lane and element, the (row, col) each fragment element
-// holds: accumulator fragments loaded from a float matrix and matrix_a
-// fragments loaded from a bf16 matrix whose values encode their position.
-__global__ void LayoutProbeKernel(const float* accm, const __nv_bfloat16* am, int* acc_out,
-                                  int* a_out) {
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-  wmma::load_matrix_sync(c, accm, 16, wmma::mem_row_major);
-  wmma::load_matrix_sync(a, am, 16);
-  const int lane = threadIdx.x;
-  for (int i = 0; i < 8; ++i) {
-    acc_out[lane * 8 + i] = i < c.num_elements ? static_cast<int>(c.x[i]) : -1;
-    a_out[lane * 8 + i] = i < a.num_elements ? static_cast<int>(__bfloat162float(a.x[i])) : -1;
-  }
+  WriteOut<T, D>(o, st, kv.v_scale, tile, row0, num_heads, h, lane, out);
 }
 
 template <typename T, typename KvT, int D>
 cudaError_t Launch(const T* q, const PrefillTile* tiles, int num_tiles, int num_heads,
                    const PagedKv& kv, float scale, T* out, cudaStream_t stream) {
-  constexpr size_t bytes = Smem<D>::kBytes;
+  constexpr size_t bytes = Shape<D>::kBytes;
   auto* kernel = &PrefillAttentionKernel<T, KvT, D>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
-  return LaunchKernel(kernel, dim3(num_tiles, num_heads), kThreads, bytes, stream, q, tiles,
-                      num_heads, kv, scale, out);
+  return LaunchKernel(kernel, dim3(num_heads, num_tiles), Shape<D>::kThreads, bytes, stream, q,
+                      tiles, num_heads, kv, scale, out);
 }
 
 template <typename T, typename KvT>
@@ -300,44 +444,11 @@ bool PrefillAttentionSupports(int head_dim) {
   return head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
 
-bool PrefillAttentionLayoutOk() {
-  // Values are row * 16 + col (exact in bf16: below 256).
-  float accm[256];
-  __nv_bfloat16 am[256];
-  for (int i = 0; i < 256; ++i) {
-    accm[i] = static_cast<float>(i);
-    am[i] = __float2bfloat16(static_cast<float>(i));
-  }
-  float* d_acc = nullptr;
-  __nv_bfloat16* d_a = nullptr;
-  int* d_out = nullptr;
-  bool ok = cudaMalloc(&d_acc, sizeof(accm)) == cudaSuccess &&
-            cudaMalloc(&d_a, sizeof(am)) == cudaSuccess &&
-            cudaMalloc(&d_out, 2 * 256 * sizeof(int)) == cudaSuccess &&
-            cudaMemcpy(d_acc, accm, sizeof(accm), cudaMemcpyHostToDevice) == cudaSuccess &&
-            cudaMemcpy(d_a, am, sizeof(am), cudaMemcpyHostToDevice) == cudaSuccess;
-  int got[512];
-  if (ok) {
-    LayoutProbeKernel<<<1, 32>>>(d_acc, d_a, d_out, d_out + 256);
-    ok = cudaMemcpy(got, d_out, sizeof(got), cudaMemcpyDeviceToHost) == cudaSuccess;
-  }
-  cudaFree(d_acc);
-  cudaFree(d_a);
-  cudaFree(d_out);
-  for (int lane = 0; ok && lane < 32; ++lane) {
-    for (int i = 0; i < 8; ++i) {
-      const int want =
-          ((lane >> 2) + 8 * ((i >> 1) & 1)) * 16 + (lane & 3) * 2 + (i & 1) + 8 * (i >> 2);
-      ok = ok && got[lane * 8 + i] == want && got[256 + lane * 8 + i] == want;
-    }
-  }
-  return ok;
-}
-
 cudaError_t LaunchPrefillAttention(const void* q, const PrefillTile* tiles, int num_tiles,
                                    int num_heads, PagedKv kv, float scale, void* out, ActType type,
                                    cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
+  if (num_tiles > 65535) return cudaErrorInvalidValue;  // grid.y
   if (kv.num_kv_heads <= 0 || num_heads % kv.num_kv_heads != 0) return cudaErrorInvalidValue;
   BALLAST_DISPATCH_ACT(type, T, {
     const T* qt = static_cast<const T*>(q);
