@@ -11,7 +11,9 @@
 # Env: BUILD (/tmp/bb), N (4 models), DURATION (60 s), PRATE (persistent
 # rate, 20/s), BRATE (burst rate, 40/s), SEED (24: every one of the four
 # models gets requests), RATES (rate scales, "1 2 4"), BACKEND
-# (cuda), SHAPE (make-model flags), MEMORY_MIB (40960), MAX_INFLIGHT
+# (cuda), SHAPE (make-model flags), MEMORY_MIB (40960), ROLLING
+# (node.engine.rolling_steps, false; true for the rolling-step
+# validation, validate-h200.yaml's `rolling` variant), MAX_INFLIGHT
 # (4096: `ballast bench --max-inflight`, the client's cap on requests in
 # flight; bench's own default of 512 throttled the loaded replays on the
 # H100, whose runs bench then flagged invalid for client lag).
@@ -48,7 +50,7 @@ node:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-40960}}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 4096, overlap_steps: true,
-           rolling_steps: false}   # the lockstep iterations sim_device.h models
+           rolling_steps: ${ROLLING:-false}}   # false: the lockstep iterations of validate-h200.yaml
 serve:
   cache_dir: ${CACHE:-/tmp/sim-validate-models}
   models:
