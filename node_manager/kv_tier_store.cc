@@ -17,11 +17,6 @@ using transfer::KvChunkKey;
 namespace {
 constexpr char kFileSuffix[] = ".kv";
 static_assert(transfer::kMaxEncodedHeaderBytes <= KvTierStore::kSsdPayloadOffset);
-
-// Eviction order: lower priority first, then least recently used.
-bool EvictsBefore(int prio_a, uint64_t use_a, int prio_b, uint64_t use_b) {
-  return prio_a != prio_b ? prio_a < prio_b : use_a < use_b;
-}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOptions& o) {
@@ -214,19 +209,17 @@ void KvTierStore::DropFromDram(Entry* e) {
   ++stats_.dram_evictions;
 }
 
+node_manager::TierCopy KvTierStore::CopyOf(const Entry& e) {
+  return {e.dram != nullptr, e.on_ssd, e.ssd_queued, e.refs > 0, e.priority, e.last_use};
+}
+
 void KvTierStore::TrimDram() {
+  // Victims and what they leave: kv_tier_policy.h.
+  auto view = [](const Map::value_type& kv) { return CopyOf(kv.second); };
   while (stats_.dram_bytes > options_.dram_bytes) {
-    Map::iterator victim = entries_.end();
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      const Entry& e = it->second;
-      if (!e.dram || e.ssd_queued) continue;  // not in DRAM, or its only copy until written
-      if (victim == entries_.end() ||
-          EvictsBefore(e.priority, e.last_use, victim->second.priority, victim->second.last_use)) {
-        victim = it;
-      }
-    }
+    Map::iterator victim = PickDramVictim(entries_.begin(), entries_.end(), view);
     if (victim == entries_.end()) return;
-    if (victim->second.on_ssd) {
+    if (DramEviction(CopyOf(victim->second)) == TierEviction::kDemote) {
       DropFromDram(&victim->second);
     } else {
       ++stats_.dropped_chunks;
@@ -236,18 +229,13 @@ void KvTierStore::TrimDram() {
 }
 
 void KvTierStore::TrimSsd() {
+  auto view = [](const Map::value_type& kv) { return CopyOf(kv.second); };
   while (stats_.ssd_bytes > options_.ssd_bytes) {
-    // Chunks no session names (found at a restart) go first.
-    Map::iterator victim = entries_.end();
-    auto rank = [](const Entry& e) { return std::make_tuple(e.refs > 0, e.priority, e.last_use); };
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (!it->second.on_ssd) continue;
-      if (victim == entries_.end() || rank(it->second) < rank(victim->second)) victim = it;
-    }
+    Map::iterator victim = PickSsdVictim(entries_.begin(), entries_.end(), view);
     if (victim == entries_.end()) return;
     ++stats_.ssd_evictions;
     Entry& e = victim->second;
-    if (e.dram) {  // stays in DRAM only
+    if (SsdEviction(CopyOf(e)) == TierEviction::kKeepDramOnly) {
       e.on_ssd = false;
       stats_.ssd_bytes -= e.file_bytes;
       to_delete_.push_back(PathOf(e.meta.key));

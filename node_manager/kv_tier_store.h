@@ -8,10 +8,11 @@
 //     SSD tier, queues it for the background writer; so the SSD holds a
 //     full copy of every kept session and a DRAM copy may be dropped at any
 //     time. Without an SSD tier, DRAM is the lowest tier.
-//   * Eviction within a tier: lowest priority first, then least recently
-//     used. A DRAM copy still waiting for its SSD write is not evicted. A
-//     chunk evicted from its lowest tier is gone: the sessions naming it
-//     recompute from it on (never a wrong token).
+//   * Eviction within a tier (kv_tier_policy.h, shared with the
+//     simulator): lowest priority first, then least recently used. A DRAM
+//     copy still waiting for its SSD write is not evicted. A chunk evicted
+//     from its lowest tier is gone: the sessions naming it recompute from
+//     it on (never a wrong token).
 //   * Retention: a chunk lives while a session names it (SetSession,
 //     DropSession); chunks found on disk at start (a restart) are named by
 //     no session and kept until the SSD needs room or a session names and
@@ -50,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "engine/kv_tiers.h"
+#include "node_manager/kv_tier_policy.h"
 #include "transfer/kv_chunk.h"
 #include "transfer/kv_file_env.h"
 #include "transfer/pinned_pool.h"
@@ -211,7 +213,9 @@ class KvTierStore final : public engine::KvTierPort {
   // Removes an entry from every tier (its file deleted by the writer).
   void Erase(Map::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unref(const transfer::KvChunkKey& key, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts DRAM copies / SSD files while over budget (see the file comment).
+  // The entry as the eviction rules see it (kv_tier_policy.h).
+  static TierCopy CopyOf(const Entry& e);
+  // Evicts DRAM copies / SSD files while over budget (kv_tier_policy.h).
   void TrimDram() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TrimSsd() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropFromDram(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

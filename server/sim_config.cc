@@ -36,6 +36,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("tp_allreduce_latency_s", &p->tp_allreduce_latency_s));
   RETURN_IF_ERROR(s.Get("step_budget_headroom", &p->step_budget_headroom));
   RETURN_IF_ERROR(s.Get("tp_allreduce_bus_bytes_per_s", &p->tp_allreduce_bus_bytes_per_s));
+  RETURN_IF_ERROR(s.Get("session_kv", &p->session_kv));
   RETURN_IF_ERROR(s.Finish());
   if (p->memory_mode != "elastic" && p->memory_mode != "static") {
     return s.Error(s.Key("memory_mode"), "expected elastic or static");
@@ -73,6 +74,9 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   }
   if (p->min_kv_fraction < 0 || p->min_kv_fraction >= 1) {
     return s.Error(s.Key("min_kv_fraction"), "must be in [0, 1)");
+  }
+  if (p->session_kv != "tiers" && p->session_kv != "device" && p->session_kv != "recompute") {
+    return s.Error(s.Key("session_kv"), "expected tiers, device or recompute");
   }
   return absl::OkStatus();
 }
@@ -176,16 +180,24 @@ absl::Status ParseTop(const YAML::Node& root, const std::string* file, SimFile* 
       (std::filesystem::path(*file).parent_path() / calibration).lexically_normal().string();
   YamlSection c(cluster, "cluster", file);
   if (cluster) RETURN_IF_ERROR(c.Check());
-  double memory_gib = 0;
-  RETURN_IF_ERROR(c.Get("nodes", &f->config.cluster.nodes));
-  RETURN_IF_ERROR(c.Get("gpus_per_node", &f->config.cluster.gpus_per_node));
-  RETURN_IF_ERROR(c.Get("gpus", &f->config.cluster.gpus));
-  RETURN_IF_ERROR(c.Get("gpu_memory_gib", &memory_gib));
-  if (cluster) RETURN_IF_ERROR(c.Finish());
   sim::SimCluster& cl = f->config.cluster;
+  double memory_gib = 0;
+  double dram_gib = static_cast<double>(cl.dram_bytes) / (1LL << 30);
+  double ssd_gib = static_cast<double>(cl.ssd_bytes) / (1LL << 30);
+  RETURN_IF_ERROR(c.Get("nodes", &cl.nodes));
+  RETURN_IF_ERROR(c.Get("gpus_per_node", &cl.gpus_per_node));
+  RETURN_IF_ERROR(c.Get("gpus", &cl.gpus));
+  RETURN_IF_ERROR(c.Get("gpu_memory_gib", &memory_gib));
+  RETURN_IF_ERROR(c.Get("dram_gib", &dram_gib));
+  RETURN_IF_ERROR(c.Get("ssd_gib", &ssd_gib));
+  if (cluster) RETURN_IF_ERROR(c.Finish());
   if (cl.nodes <= 0 || cl.gpus_per_node <= 0 || cl.gpus < 0 || memory_gib < 0) {
     return c.Error("cluster", "nodes and gpus_per_node must be > 0, gpus and gpu_memory_gib >= 0");
   }
+  if (!(dram_gib >= 0)) return c.Error(c.Key("dram_gib"), "must be >= 0 (0: no DRAM tier)");
+  if (!(ssd_gib >= 0)) return c.Error(c.Key("ssd_gib"), "must be >= 0 (0: no SSD tier)");
+  cl.dram_bytes = static_cast<int64_t>(dram_gib * (1LL << 30));
+  cl.ssd_bytes = static_cast<int64_t>(ssd_gib * (1LL << 30));
   // gpus: that many in all, on as many nodes as it takes.
   if (cl.gpus > 0) cl.nodes = (cl.gpus + cl.gpus_per_node - 1) / cl.gpus_per_node;
   if (f->config.drain_s < 0) return top.Error("drain_s", "must be >= 0");

@@ -3,7 +3,8 @@
 // into sim::SimConfig. Errors name the file and the key.
 //
 //   calibration: calibration-h100.json   # relative to this file
-//   cluster: {nodes: 2, gpus_per_node: 8, gpus: 12, gpu_memory_gib: 80}
+//   cluster: {nodes: 2, gpus_per_node: 8, gpus: 12, gpu_memory_gib: 80,
+//             dram_gib: 4, ssd_gib: 64}    # session KV tiers per node
 //   drain_s: 600
 //   policy: {memory_mode: elastic, placement: kvpr, activation: on_demand,
 //            arbitration: moore_hodgson,
@@ -12,7 +13,8 @@
 //            rolling_steps: true, rolling_share_exponent: 0.5, step_host_s: 0,
 //            control_interval_s: 1, demand_window_s: 60,
 //            rebalance_interval_s: 30, migration_threshold: 0.2,
-//            migrate_within_node: false}
+//            migrate_within_node: false,
+//            session_kv: tiers}           # tiers | device | recompute
 //   policies:                       # sweep variants: overrides of `policy`
 //     static-fcfs: {memory_mode: static, placement: most_free, arbitration: fcfs}
 //   models:

@@ -151,6 +151,26 @@ absl::StatusOr<CalibrationPoint> ParsePoint(const nlohmann::json& p, const std::
   return pt;
 }
 
+// The optional "kv_tiers" object (KvLinkRates): each rate > 0.
+absl::Status ParseKvRates(const nlohmann::json& j, const std::string& origin, Calibration* c) {
+  if (!j.contains("kv_tiers")) return absl::OkStatus();
+  const nlohmann::json& t = j["kv_tiers"];
+  if (!t.is_object()) return FieldError(origin, "kv_tiers", "an object of load rates");
+  const std::pair<const char*, double*> rates[] = {
+      {"dram_load_bytes_per_s", &c->kv_rates.dram_bytes_per_s},
+      {"ssd_load_bytes_per_s", &c->kv_rates.ssd_bytes_per_s},
+      {"peer_load_bytes_per_s", &c->kv_rates.peer_bytes_per_s}};
+  for (const auto& [key, out] : rates) {
+    if (!t.contains(key)) continue;
+    if (!t[key].is_number() || !(t[key].get<double>() > 0)) {
+      return FieldError(origin, absl::StrCat("kv_tiers.", key), "a number > 0 (bytes/s)");
+    }
+    *out = t[key].get<double>();
+  }
+  c->kv_rates_source = t.value("source", "");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Calibration> ParseCalibrationJson(const std::string& text,
                                                  const std::string& origin) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -172,6 +192,7 @@ absl::StatusOr<Calibration> ParseCalibrationJson(const std::string& text,
     return FieldError(origin, "memory_bytes/h2d_bytes_per_s/activation_ratio",
                       "must be > 0 (activation_ratio >= 1)");
   }
+  if (auto st = ParseKvRates(j, origin, &c); !st.ok()) return st;
   if (!j.contains("shapes") || !j["shapes"].is_object()) {
     return FieldError(origin, "shapes", "an object of model shapes");
   }

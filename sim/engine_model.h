@@ -94,6 +94,32 @@ struct CalibrationPoint {
   double seconds = 0;
 };
 
+// Where a session's KV comes from when a turn (or an Advise) brings it
+// onto the device from below it.
+enum class KvTier { kDram, kSsd, kPeer };
+
+// Rates at which a session's KV reaches the device from each tier: its
+// bytes over the time the load adds to the turn's TTFT (tier read and
+// checksum, then the layer-wise copy, the part not hidden behind the
+// step). A calibration file's optional "kv_tiers" object sets them
+// ("dram_load_bytes_per_s", "ssd_load_bytes_per_s",
+// "peer_load_bytes_per_s", "source"). The defaults are issue 16's
+// `ballast bench-tiers` run (docs/benchmarks.md, "Session KV tiers": one
+// H100 host, 2026-11-26, Llama-3-8B shape, a 2,049-token history =
+// 268,566,528 bytes of BF16 KV, layer-wise loads, medians of 5 runs), TTFT
+// less the resident TTFT:
+//   DRAM (pinned):                     15.43 - 7.87 =   7.56 ms: 35.5 GB/s
+//   SSD (io_uring, O_DIRECT, the
+//     host's virtio disk; NVMe would
+//     be several times faster):       292.65 - 7.87 = 284.78 ms: 0.943 GB/s
+//   peer (loopback gRPC, after the
+//     pinned receive; 3 runs):         222.8 - 7.85 = 214.95 ms: 1.25 GB/s
+struct KvLinkRates {
+  double dram_bytes_per_s = 35.5e9;
+  double ssd_bytes_per_s = 0.943e9;
+  double peer_bytes_per_s = 1.25e9;
+};
+
 struct Calibration {
   std::string device;             // the card's name as CUDA reports it
   std::string date;               // when it was measured
@@ -101,6 +127,8 @@ struct Calibration {
   int64_t memory_bytes = 0;       // the card's memory
   double h2d_bytes_per_s = 0;     // pinned host-to-device copy rate
   double activation_ratio = 1.0;  // activation time / the copy bound
+  KvLinkRates kv_rates;           // "kv_tiers" (defaults above when absent)
+  std::string kv_rates_source;    // "kv_tiers.source": where they were measured
   std::vector<CalibrationPoint> points;
 };
 
@@ -115,7 +143,8 @@ class EngineModel {
   // too few points to identify them (fewer than kFeatures, or no prefill point).
   static absl::StatusOr<EngineModel> Fit(const Calibration& calibration);
   // A model with given coefficients (tests, hand-computed clusters).
-  EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s, double activation_ratio);
+  EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s, double activation_ratio,
+              KvLinkRates kv_rates = {});
 
   double StepSeconds(const ModelShape& shape, const StepWork& work) const;
   // The part of StepSeconds that steps of several models on their own
@@ -127,11 +156,16 @@ class EngineModel {
   double PrefillSeconds(const ModelShape& shape, int tokens) const;
   // Time to copy a model's weights from pinned host memory and set it up.
   double ActivationSeconds(const ModelShape& shape) const;
+  // Time a load of `bytes` of session KV from `tier` adds before the
+  // turn's step (KvLinkRates).
+  double KvLoadSeconds(KvTier tier, int64_t bytes) const;
+  const KvLinkRates& kv_rates() const { return kv_rates_; }
   const std::array<double, kFeatures>& coefficients() const { return k_; }
 
  private:
   std::array<double, kFeatures> k_;
   double h2d_bytes_per_s_, activation_ratio_;
+  KvLinkRates kv_rates_;
 };
 
 // The features of a step (the k0..k8 multipliers above).

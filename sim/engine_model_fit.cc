@@ -63,8 +63,11 @@ bool LeastSquares(const std::vector<std::array<double, kK>>& rows, const std::ve
 }  // namespace
 
 EngineModel::EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s,
-                         double activation_ratio)
-    : k_(k), h2d_bytes_per_s_(h2d_bytes_per_s), activation_ratio_(activation_ratio) {}
+                         double activation_ratio, KvLinkRates kv_rates)
+    : k_(k),
+      h2d_bytes_per_s_(h2d_bytes_per_s),
+      activation_ratio_(activation_ratio),
+      kv_rates_(kv_rates) {}
 
 absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
   bool prefill = false;
@@ -103,7 +106,7 @@ absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
     if (k[*worst] >= 0) break;
     active.erase(worst);
   }
-  return EngineModel(k, c.h2d_bytes_per_s, c.activation_ratio);
+  return EngineModel(k, c.h2d_bytes_per_s, c.activation_ratio, c.kv_rates);
 }
 
 double EngineModel::StepSeconds(const ModelShape& shape, const StepWork& work) const {
@@ -124,6 +127,13 @@ double EngineModel::PrefillSeconds(const ModelShape& shape, int tokens) const {
 
 double EngineModel::ActivationSeconds(const ModelShape& shape) const {
   return static_cast<double>(shape.weight_bytes()) / h2d_bytes_per_s_ * activation_ratio_;
+}
+
+double EngineModel::KvLoadSeconds(KvTier tier, int64_t bytes) const {
+  const double rate = tier == KvTier::kDram  ? kv_rates_.dram_bytes_per_s
+                      : tier == KvTier::kSsd ? kv_rates_.ssd_bytes_per_s
+                                             : kv_rates_.peer_bytes_per_s;
+  return static_cast<double>(bytes) / rate;
 }
 
 }  // namespace ballast::sim

@@ -110,6 +110,19 @@ struct SimPolicy {
   // headroom is the same rule over the steps its nodes measure.
   double step_budget_headroom = 0;
   static constexpr int kNominalBatch = 8;
+  // Multi-turn sessions (trace records with a session id; sim_sessions.cc
+  // has the rules). A turn's prompt is the session's history (every
+  // earlier turn's prompt and output) plus its own tokens, as the
+  // scheduler's session directory sends it; where the history's KV is
+  // decides what the turn prefills:
+  //   tiers: a finished turn's KV stays on its GPU while the GPU has room
+  //     and is written through to its node's DRAM and SSD tiers
+  //     (cluster.dram_bytes, ssd_bytes); Advise prefetches it onto the
+  //     GPU (the daemon with node.kv_tiers);
+  //   device: on the GPU only; lost when the GPU needs the room (the
+  //     daemon without node.kv_tiers);
+  //   recompute: kept nowhere: every turn prefills its whole context.
+  std::string session_kv = "tiers";
 };
 
 struct SimCluster {
@@ -117,6 +130,12 @@ struct SimCluster {
   int gpus_per_node = 1;
   int gpus = 0;                  // > 0: only this many in all (the last node has fewer)
   int64_t gpu_memory_bytes = 0;  // 0: the calibrated card's memory
+  // Each node's session KV tiers below its GPUs (policy.session_kv
+  // tiers; the daemon's node.kv_tiers dram_mib and ssd_gib): 0, none.
+  // YAML cluster.dram_gib and cluster.ssd_gib. Defaults: configs/node.yaml's
+  // example node (4 GiB of DRAM, 64 GiB of SSD).
+  int64_t dram_bytes = 4LL << 30;
+  int64_t ssd_bytes = 64LL << 30;
 };
 
 struct SimConfig {

@@ -52,11 +52,13 @@ bool SimDevice::Load(int model) {
     return true;
   }
   residents_.push_back(Resident{model, ModelPhase::kLoading, {}, 0});
+  ShedSessions();  // the memory ladder: kept sessions' KV gives way to weights
   return false;
 }
 
 void SimDevice::LoadShadow(int model) {
   residents_.push_back(Resident{model, ModelPhase::kLoading, {}, 0, /*shadow=*/true});
+  ShedSessions();
 }
 
 bool SimDevice::ShadowFits(int model, int64_t bytes) const {
@@ -68,6 +70,7 @@ void SimDevice::TakeShadowKv(int model, int64_t bytes) {
   Resident* r = Find(model);
   if (r == nullptr) return;
   r->kv_used += bytes;
+  if (bytes > 0) ShedSessions();
   if (bytes > 0) Kick();  // its steps start (or a decode stretch is cut)
 }
 
@@ -228,6 +231,7 @@ void SimDevice::Admit() {
       continue;
     }
     r->admitted = events_->now();
+    TakeSession(r);
     res->running.push_back(r);
     res->kv_used += r->kv_bytes;
     total_kv += r->kv_bytes;
@@ -235,6 +239,7 @@ void SimDevice::Admit() {
     admitted.insert(r);
   }
   std::erase_if(pending_, [&](SimRequest* r) { return admitted.count(r) > 0; });
+  if (!admitted.empty()) ShedSessions();
 }
 
 StepWork SimDevice::WorkOf(const Resident& res, int* k, std::vector<Chunk>* chunks) {
@@ -314,6 +319,7 @@ void SimDevice::CreditDecodes(Resident* res, int steps) {
 void SimDevice::Finish(Resident* res, SimRequest* r) {
   r->end = events_->now();
   res->kv_used -= r->kv_bytes;
+  KeepSession(*res, *r);
   if (Spec(r->model).tp > 1 && hooks_.group_kv) hooks_.group_kv(r->model, -r->kv_bytes);
   std::erase(res->running, r);
   hooks_.done(r);
@@ -330,6 +336,7 @@ void SimDevice::RemoveDrained() {
   if (Rolling()) RollAdvance();
   for (int m : gone) {
     std::erase_if(residents_, [&](const Resident& r) { return r.model == m; });
+    DropSessions(m);
   }
   for (int m : gone) hooks_.drained(m);
   // Freed weights may let queued requests in.

@@ -18,6 +18,19 @@
 //    not fit stops admission (no bypass) unless it could only fit once
 //    another model's weights leave (it waits, the others go on); static:
 //    it blocks its own model.
+//  * Session KV (policy.session_kv tiers or device; tp 1 models only). A
+//    finished turn's KV stays here (the engine's session cache) in memory
+//    that weights and running KV leave: it counts as free for admission
+//    and for loads, and whenever weights, running KV and kept KV exceed
+//    the memory (static: a model's running and kept KV its share), idle
+//    sessions give theirs back, least recently used first
+//    (memory::PlanKvShedding, the node's memory ladder). An Advise's
+//    prefetch is kept the same way until its turn takes it or its
+//    deadline passes. At admission a turn takes its session's KV kept
+//    here and prefills only its new tokens (a prefetch still loading
+//    delayed its arrival instead); else the lease its node read on
+//    arrival; else it prefills its whole history too. A model leaving
+//    drops its sessions' KV.
 //  * Steps, rolling (policy.rolling_steps with overlap_steps: the node's
 //    default, node.engine.rolling_steps). Each model steps at its own
 //    pace: it has at most one step in flight, a batch of its decode
@@ -122,14 +135,47 @@
 
 namespace ballast::sim {
 
+// Where a turn's history KV came from (bench's kv_source names them).
+enum class KvOrigin { kNone, kDevice, kAdvised, kDram, kSsd, kPeer, kRecomputed };
+
 struct SimRequest {
   int index = 0;  // into the simulator's requests
   int model = 0;  // into the catalogue
   double release = 0, deadline = 0;
-  int prompt = 0, output = 0;
+  int prompt = 0, output = 0;  // prompt: the history's tokens included
   int64_t kv_bytes = 0;
   int prefilled = 0, generated = 0;
   double admitted = -1, first_token = -1, end = -1;
+  // Multi-turn sessions (sim_sessions.cc): the session (-1: none), its
+  // tokens before this turn, and where the request was sent.
+  int session = -1, history = 0, priority = 0, device = -1;
+  // A lease the node read from its tiers (or a peer's) on arrival: the
+  // history tokens it covers (0: none) and where from.
+  int lease_tokens = 0;
+  KvOrigin lease_origin = KvOrigin::kRecomputed;
+  double load_s = 0;  // time its KV's load added before it was queued
+  // Set at admission: where the history's KV came from and its tokens
+  // not prefilled.
+  KvOrigin origin = KvOrigin::kNone;
+  int reused = 0;
+};
+
+// A session's KV kept on a GPU between its turns.
+struct CachedSession {
+  int model = 0;
+  int tokens = 0;
+  int64_t bytes = 0;
+  int64_t recency = 0;    // larger = more recently kept or advised
+  bool prefetch = false;  // moved here by an Advise and not used yet
+  double ready_at = 0;    // prefetch: when its load ends
+  double expires = 0;     // prefetch: when it is dropped unused
+};
+
+struct SessionCounters {
+  int64_t shed = 0;              // idle sessions' KV given back for room
+  int64_t prefetch_shed = 0;     // ... of which unused prefetches
+  int64_t prefetch_expired = 0;  // unused prefetches dropped at their deadline
+  int64_t unloaded = 0;          // dropped with their model's weights
 };
 
 enum class ModelPhase { kAbsent, kLoading, kReady, kDraining };
@@ -208,6 +254,19 @@ class SimDevice {
   void Report(v1::DeviceState* state, std::vector<v1::ResidentModel>* models) const;
   int64_t model_steps() const { return model_steps_; }
 
+  // Session KV kept here (sim_device_sessions.cc; the rules above).
+  // The session's KV for `model` (null: none).
+  const CachedSession* Cached(int session, int model) const;
+  // Moves a session's KV here ahead of its turn (an Advise), usable from
+  // `ready_at`, dropped at `expires` unless a turn takes it first. False
+  // if the room is held by weights and running requests (nothing done).
+  bool Prefetch(int session, int model, int tokens, int64_t bytes, double ready_at, double expires);
+  // Drops the session's prefetch if it is still the unused one that
+  // expires at `expires`.
+  void ExpirePrefetch(int session, double expires);
+  int64_t session_bytes() const { return session_bytes_; }
+  const SessionCounters& session_counters() const { return session_counters_; }
+
  private:
   struct Chunk {
     SimRequest* r;
@@ -261,6 +320,20 @@ class SimDevice {
   void Finish(Resident* res, SimRequest* r);
   void RemoveDrained();
 
+  // Sessions (sim_device_sessions.cc).
+  bool KeepsSessions(int model) const;
+  // A finished turn's KV stays here for the session's next turn.
+  void KeepSession(const Resident& res, const SimRequest& r);
+  // At admission: the request takes its session's KV kept here, else its
+  // lease, else recomputes its history (sets origin, reused, prefilled).
+  void TakeSession(SimRequest* r);
+  // Gives back idle sessions' KV, least recently used first
+  // (memory::PlanKvShedding), until weights, running KV and kept KV fit.
+  void ShedSessions();
+  void ShedFrom(int model, int64_t over);
+  void DropSessions(int model);
+  void EraseSession(std::map<int, CachedSession>::iterator it);
+
   // Lockstep (sim_device_lockstep.cc).
   void StartIteration();
   // Plans the next iteration's chunks; returns its time, or < 0 if idle.
@@ -306,7 +379,11 @@ class SimDevice {
   // since served_ was 0 (it grows by dt / the weights' sum), as of
   // served_at_.
   double served_ = 0, served_at_ = 0;
-  double pending_at_ = -1;  // when the pending RollEvent is due (-1: none)
+  double pending_at_ = -1;                 // when the pending RollEvent is due (-1: none)
+  std::map<int, CachedSession> sessions_;  // by the simulator's session index
+  int64_t session_bytes_ = 0;              // their bytes
+  int64_t session_recency_ = 0;
+  SessionCounters session_counters_;
 };
 
 }  // namespace ballast::sim

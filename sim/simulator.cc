@@ -26,6 +26,12 @@ Simulator::Simulator(const SimConfig& config, const EngineModel& engine,
   }
   for (size_t d = 0; d < devices_.size(); ++d) {
     if (d == 0 || devices_[d]->node_id() != devices_[d - 1]->node_id()) ++node_count_;
+    node_of_.push_back(node_count_ - 1);
+  }
+  for (int n = 0; n < node_count_; ++n) {
+    tiers_.push_back(
+        Tiers() ? std::make_unique<SimKvTiers>(config.cluster.dram_bytes, config.cluster.ssd_bytes)
+                : std::make_unique<SimKvTiers>(0, 0));
   }
   models_.resize(config.models.size());
   for (size_t m = 0; m < config.models.size(); ++m) {
@@ -105,7 +111,7 @@ SimResult Simulator::Run() {
       outcomes_[i].model = rec.model;
       outcomes_[i].session = rec.session;
       outcomes_[i].turn = rec.turn;
-    } else {
+    } else if (rec.session.empty() || config_.policy.session_kv == "recompute") {
       ++stats_.advisories_ignored;
     }
     if (!rec.after.empty()) {
@@ -141,13 +147,16 @@ SimResult Simulator::Run() {
     stats_.model_steps += d->model_steps();
     stats_.device_model_steps.push_back(d->model_steps());
   }
+  SummarizeSessions();
+  out.advisories_sent = stats_.sessions.advisories;  // the ones the simulator acted on
   stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return SimResult{std::move(out), stats_};
 }
 
 void Simulator::Release(int i) {
   const bench::TraceRecord& rec = trace_[static_cast<size_t>(i)];
-  if (!rec.is_request()) {  // an advisory: ignored, it ends at once (as in a replay)
+  if (!rec.is_request()) {  // an advisory: it ends at once (as in a replay)
+    if (!rec.session.empty() && config_.policy.session_kv != "recompute") Advise(i);
     ReleaseDependents(i, true);
     return;
   }
@@ -170,6 +179,12 @@ void Simulator::Release(int i) {
   r->prompt = rec.prompt_tokens > 0 ? rec.prompt_tokens : static_cast<int>(rec.prompt.size());
   r->prompt = std::max(r->prompt, 1);
   r->output = rec.output_tokens;
+  r->priority = rec.priority;
+  if (!rec.session.empty()) {  // the scheduler sends the history before the turn's own tokens
+    r->session = SessionFor(rec.session);
+    r->history = sessions_[static_cast<size_t>(r->session)].history;
+    r->prompt += r->history;
+  }
   o.prompt_tokens = r->prompt;
   r->deadline = now + (rec.ttft_ms > 0 ? rec.ttft_ms : spec.ttft_ms) / 1e3;
   // KV per GPU (a tensor-parallel part's share on each of its group's).
@@ -214,6 +229,13 @@ int Simulator::PickReplica(const SimRequest& r, int64_t* ready_capacity) const {
       target_load = load;
     }
   }
+  // A session's turn goes to its affinity GPU while that one can serve it.
+  const int a = r.session >= 0 ? sessions_[static_cast<size_t>(r.session)].device : -1;
+  if (a >= 0 && std::find(replicas.begin(), replicas.end(), a) != replicas.end() &&
+      devices_[static_cast<size_t>(a)]->phase(r.model) == ModelPhase::kReady &&
+      r.kv_bytes <= devices_[static_cast<size_t>(a)]->KvCapacity(r.model)) {
+    return a;
+  }
   return target >= 0 ? target : loading;
 }
 
@@ -232,8 +254,7 @@ void Simulator::Route(SimRequest* r) {
     return;
   }
   if (target >= 0) {
-    ++changes_;  // the device's queue (and its model's busyness) changed
-    devices_[static_cast<size_t>(target)]->Enqueue(r);
+    Arrive(r, target);
     // A model short of replicas gets the next one placed.
     if (!config_.policy.fixed()) Activate(r->model);
     return;
@@ -255,6 +276,8 @@ void Simulator::Done(SimRequest* r) {
   o.any_token = true;
   o.status = "OK";
   o.server_queue_ms = (r->admitted - r->release) * 1e3;
+  FillKvOutcome(*r, &o);
+  TurnEnded(*r);
   ++changes_;
   --outstanding_;
   ReleaseDependents(r->index, true);
@@ -320,25 +343,38 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& e
   if (config.policy.control_interval_s <= 0) {
     return absl::InvalidArgumentError("policy.control_interval_s must be > 0");
   }
+  const std::string& kv = config.policy.session_kv;
+  if (kv != "tiers" && kv != "device" && kv != "recompute") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.session_kv: \"", kv, "\": expected tiers, device or recompute"));
+  }
+  if (config.cluster.dram_bytes < 0) {
+    return absl::InvalidArgumentError("cluster.dram_gib must be >= 0 (0: no DRAM tier)");
+  }
+  if (config.cluster.ssd_bytes < 0) {
+    return absl::InvalidArgumentError("cluster.ssd_gib must be >= 0 (0: no SSD tier)");
+  }
   Simulator sim(config, engine, trace, rate_scale);
   return sim.Run();
 }
 
 nlohmann::json ToJson(const SimStats& s) {
-  return {{"gpus", s.gpus},
-          {"models", s.models},
-          {"simulated_s", s.simulated_s},
-          {"wall_s", s.wall_s},
-          {"events", s.events},
-          {"model_steps", s.model_steps},
-          {"initial_placed", s.initial_placed},
-          {"activations", s.activations},
-          {"idle_evictions", s.idle_evictions},
-          {"kv_pressure_evictions", s.kv_pressure_evictions},
-          {"load_refusals", s.load_refusals},
-          {"migrations", s.migrations},
-          {"advisories_ignored", s.advisories_ignored},
-          {"unfinished", s.unfinished}};
+  nlohmann::json j = {{"gpus", s.gpus},
+                      {"models", s.models},
+                      {"simulated_s", s.simulated_s},
+                      {"wall_s", s.wall_s},
+                      {"events", s.events},
+                      {"model_steps", s.model_steps},
+                      {"initial_placed", s.initial_placed},
+                      {"activations", s.activations},
+                      {"idle_evictions", s.idle_evictions},
+                      {"kv_pressure_evictions", s.kv_pressure_evictions},
+                      {"load_refusals", s.load_refusals},
+                      {"migrations", s.migrations},
+                      {"advisories_ignored", s.advisories_ignored},
+                      {"unfinished", s.unfinished}};
+  if (s.sessions.sessions > 0) j["session_kv"] = ToJson(s.sessions);
+  return j;
 }
 
 }  // namespace ballast::sim

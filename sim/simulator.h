@@ -11,7 +11,9 @@
 //    request goes to the ready replica on the least loaded node (running
 //    and queued requests of every model on its GPUs, the scheduler's
 //    LeastLoaded; ties: the lowest device) among those whose KV can hold
-//    it, else to one still loading. Session affinity is not modelled.
+//    it, else to one still loading. A session's turn goes to its
+//    affinity GPU (its last turn's or prefetch's) while that one is ready
+//    and can hold it (the scheduler's affinity node).
 //  * At start every model, largest weights first, is placed by the policy
 //    where a GPU can take it (a warmed-up cluster); then every model's
 //    second replica, and so on.
@@ -45,25 +47,70 @@
 //    start fails UNAVAILABLE.
 //  * Activation takes the engine model's ActivationSeconds; an eviction
 //    takes effect when the replica's last request there ends.
+//  * Multi-turn sessions and their KV tiers (SimPolicy::session_kv): the
+//    rules are in sim_sessions.cc; the GPU's side in sim_device.h, the
+//    node's DRAM and SSD in sim_kv_tiers.h.
 // Each request gets the outcome a replay would record (bench/replay.h), so
 // bench's reports, CSV and plots apply unchanged. Trace records with
 // "after" are released when their dependency ends, plus delay_s;
-// advisories are counted and ignored (session tiering is not simulated).
+// advisories prefetch (sim_sessions.cc), or are counted and ignored with
+// session_kv recompute or no session id.
 //
 // Deterministic: the same config, engine model and trace give the same
 // result. Thread-safety: Simulate is reentrant (no shared state).
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "bench/replay.h"
+#include "bench/report.h"
 #include "bench/trace.h"
 #include "nlohmann/json.hpp"
 #include "sim/engine_model.h"
 #include "sim/sim_config.h"
 
 namespace ballast::sim {
+
+// Multi-turn sessions (sim_sessions.cc). Every turn (a request with a
+// session id) ends in one of: first_turns (completed, no history),
+// next_turns (completed with history, by where its KV came from: the
+// keys of next_by_origin add up to it), failed (released, not completed)
+// or not_released (its dependency failed).
+struct SessionKvStats {
+  std::string mode;  // SimPolicy::session_kv
+  int sessions = 0, turns = 0;
+  int first_turns = 0, next_turns = 0, failed = 0, not_released = 0;
+  // device (kept from the last turn), advised (an Advise moved it onto
+  // the GPU), host_dram, ssd, peer, recomputed.
+  std::map<std::string, int> next_by_origin;
+  // TTFT of completed turns by origin ("first" for first turns).
+  std::map<std::string, bench::LatencySummary> ttft_ms;
+  int64_t reused_tokens = 0;      // history tokens not prefilled again
+  int64_t recomputed_tokens = 0;  // history tokens prefilled again
+  // Loads from below the GPU (leases and prefetches), by tier, and the
+  // time leases added to turns' TTFT.
+  std::map<std::string, int> loads;
+  std::map<std::string, int64_t> loaded_bytes;
+  double lease_wait_s = 0;
+  // GPUs: idle sessions' KV given back for room (demoted with tiers,
+  // lost without), of which unused prefetches; prefetches expired unused;
+  // sessions' KV dropped with their model.
+  int64_t hbm_shed = 0, prefetch_shed = 0, prefetch_expired = 0, hbm_unloaded = 0;
+  // Nodes' tiers (SimKvTiers::Counters, summed).
+  int64_t dram_demoted = 0, ssd_evicted = 0, tier_dropped = 0;
+  // Advisories with a session id: prefetched (by the tier read), already
+  // on the GPU, nothing to move (no history or no copy), no room on the
+  // GPU, no ready replica.
+  int advisories = 0, advise_on_device = 0, advise_no_kv = 0, advise_no_room = 0,
+      advise_no_replica = 0;
+  std::map<std::string, int> advise_prefetched;
+  KvLinkRates rates;
+};
+
+nlohmann::json ToJson(const SessionKvStats& s);
 
 struct SimStats {
   int gpus = 0, models = 0;
@@ -78,7 +125,8 @@ struct SimStats {
   int load_refusals = 0;  // loads a GPU refused for room
   int migrations = 0;     // KVPR rebalancing moves started
   int advisories_ignored = 0;
-  int unfinished = 0;  // still running at the horizon (DEADLINE_EXCEEDED)
+  int unfinished = 0;       // still running at the horizon (DEADLINE_EXCEEDED)
+  SessionKvStats sessions;  // in ToJson as "session_kv" when the trace has sessions
 };
 
 struct SimResult {

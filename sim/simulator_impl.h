@@ -13,6 +13,7 @@
 
 #include "global_scheduler/cluster_state.h"
 #include "sim/sim_device.h"
+#include "sim/sim_kv_tiers.h"
 #include "sim/simulator.h"
 
 namespace ballast::sim {
@@ -61,6 +62,35 @@ class Simulator {
   void Fail(int i, const std::string& status, const std::string& message);
   void ReleaseDependents(int i, bool ok);
   void ScheduleTick();
+
+  // sim_sessions.cc (its comment has the rules)
+  struct Session {
+    int model = -1;   // of its last finished turn (its KV's model)
+    int history = 0;  // tokens of its finished turns (prompts and outputs)
+    int device = -1;  // affinity: the GPU of its last turn or prefetch
+  };
+  // A lease read from below the GPU: the history tokens it covers (0:
+  // none), where from and the time its load adds.
+  struct Lease {
+    int tokens = 0;
+    KvOrigin origin = KvOrigin::kRecomputed;
+    double seconds = 0;
+  };
+  int SessionFor(const std::string& id);
+  // Sends r to device d: reads a lease from the node's tiers (or its
+  // affinity node's) when d keeps none of the session's KV, and queues r
+  // there once the KV has loaded.
+  void Arrive(SimRequest* r, int d);
+  void EnqueueAt(SimRequest* r, int d, double t);
+  Lease ReadLease(int session, int model, int node, int priority);
+  void Advise(int i);
+  // The device an Advise prefetches onto (the scheduler's rule); -1: none.
+  int AdviseTarget(int session, int model) const;
+  void TurnEnded(const SimRequest& r);
+  void FillKvOutcome(const SimRequest& r, bench::RequestOutcome* o) const;
+  void SummarizeSessions();
+  int NodeOf(int d) const { return node_of_[static_cast<size_t>(d)]; }
+  bool Tiers() const { return config_.policy.session_kv == "tiers"; }
 
   // sim_control.cc
   void PlaceInitial();
@@ -132,6 +162,10 @@ class Simulator {
   Cached nodes_at_, busy_at_;
   std::vector<global_scheduler::NodeInfo> nodes_;
   std::set<std::string> busy_;
+  std::vector<int> node_of_;  // per device: its node's index
+  std::vector<Session> sessions_;
+  std::map<std::string, int> session_index_;
+  std::vector<std::unique_ptr<SimKvTiers>> tiers_;  // per node
 };
 
 }  // namespace ballast::sim

@@ -10,8 +10,8 @@ namespace {
 const std::string kDir = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/";
 
 TEST(SimConfigTest, CommittedExamplesParse) {
-  for (const char* name :
-       {"small.yaml", "prism-58.yaml", "cluster-1000.yaml", "validate-h200.yaml"}) {
+  for (const char* name : {"small.yaml", "prism-58.yaml", "cluster-1000.yaml",
+                           "validate-h200.yaml", "chat-tiers.yaml"}) {
     auto f = ReadSimConfig(kDir + name);
     ASSERT_TRUE(f.ok()) << name << ": " << f.status();
     EXPECT_EQ(f->calibration_path, kDir + "calibration-h200.json") << name;
@@ -30,6 +30,11 @@ TEST(SimConfigTest, CommittedExamplesParse) {
   EXPECT_EQ(prism->config.models.back().tp, 4);  // x70b-1, as Prism runs it
   EXPECT_EQ(prism->variants.at("muxserve-like").arbitration,
             node_manager::ArbitrationPolicy::kFcfs);
+  auto chat = ReadSimConfig(kDir + "chat-tiers.yaml");
+  ASSERT_TRUE(chat.ok());
+  EXPECT_EQ(chat->config.policy.session_kv, "tiers");
+  EXPECT_EQ(chat->variants.at("recompute").session_kv, "recompute");
+  EXPECT_EQ(chat->variants.at("device").session_kv, "device");
   auto big = ReadSimConfig(kDir + "cluster-1000.yaml");
   ASSERT_TRUE(big.ok());
   EXPECT_EQ(big->config.models.size(), 2000u);
@@ -79,6 +84,12 @@ TEST(SimConfigTest, ErrorsNameTheFileAndTheKey) {
        "policy.kv_pressure_free_fraction"},
       {"calibration: c.json\ncluster: {gpus: -3}\nmodels: [{name: a, shape: llama-1b}]", "cluster"},
       {"- just\n- a list", "(top level)"},
+      {"calibration: c.json\npolicy: {session_kv: ssd}\nmodels: [{name: a, shape: llama-1b}]",
+       "policy.session_kv"},
+      {"calibration: c.json\ncluster: {dram_gib: -1}\nmodels: [{name: a, shape: llama-1b}]",
+       "cluster.dram_gib"},
+      {"calibration: c.json\ncluster: {ssd_gib: -2}\nmodels: [{name: a, shape: llama-1b}]",
+       "cluster.ssd_gib"},
   };
   for (const auto& [yaml, key] : cases) {
     auto f = ParseSimConfig(yaml, "s.yaml");
@@ -97,6 +108,21 @@ TEST(SimConfigTest, GpusSetsTheNodeCount) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->config.cluster.nodes, 3);  // 8 + 8 + 4
   EXPECT_EQ(f->config.cluster.gpus, 20);
+}
+
+TEST(SimConfigTest, SessionTiersHaveDefaultsAndKeys) {
+  const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
+  auto dflt = ParseSimConfig(base, "s.yaml");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  EXPECT_EQ(dflt->config.policy.session_kv, "tiers");
+  EXPECT_EQ(dflt->config.cluster.dram_bytes, 4LL << 30);
+  EXPECT_EQ(dflt->config.cluster.ssd_bytes, 64LL << 30);
+  auto set = ParseSimConfig(
+      base + "cluster: {dram_gib: 0.5, ssd_gib: 0}\npolicy: {session_kv: recompute}\n", "s.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->config.cluster.dram_bytes, 512LL << 20);
+  EXPECT_EQ(set->config.cluster.ssd_bytes, 0);
+  EXPECT_EQ(set->config.policy.session_kv, "recompute");
 }
 
 }  // namespace
