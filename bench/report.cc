@@ -11,25 +11,6 @@
 namespace ballast::bench {
 namespace {
 
-LatencySummary LatencyOf(std::vector<double> v) {
-  LatencySummary s;
-  s.n = static_cast<int>(v.size());
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(v.size());
-  auto pct = [&](double p) {
-    const size_t k = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
-    return v[std::min(k, v.size() - 1)];
-  };
-  s.p50 = pct(0.50);
-  s.p90 = pct(0.90);
-  s.p99 = pct(0.99);
-  s.max = v.back();
-  return s;
-}
-
 struct Slo {
   double ttft_ms, tpot_ms;
 };
@@ -88,10 +69,10 @@ void Finish(GroupReport& g, Acc& a) {
   g.ttft_attainment = g.met_ttft / n;
   g.tpot_attainment = g.met_tpot / static_cast<double>(std::max(1, g.total - g.no_tpot));
   g.slo_attainment = g.met_both / n;
-  g.ttft_ms = LatencyOf(a.ttft);
-  g.tpot_ms = LatencyOf(a.tpot);
-  g.e2e_ms = LatencyOf(a.e2e);
-  g.queue_ms = LatencyOf(a.queue);
+  g.ttft_ms = SummarizeLatency(a.ttft);
+  g.tpot_ms = SummarizeLatency(a.tpot);
+  g.e2e_ms = SummarizeLatency(a.e2e);
+  g.queue_ms = SummarizeLatency(a.queue);
 }
 
 nlohmann::json ToJson(const LatencySummary& s) {
@@ -119,6 +100,25 @@ nlohmann::json ToJson(const GroupReport& g) {
 }
 
 }  // namespace
+
+LatencySummary SummarizeLatency(std::vector<double> v) {
+  LatencySummary s;
+  s.n = static_cast<int>(v.size());
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  auto pct = [&](double p) {
+    const size_t k = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
+    return v[std::min(k, v.size() - 1)];
+  };
+  s.p50 = pct(0.50);
+  s.p90 = pct(0.90);
+  s.p99 = pct(0.99);
+  s.max = v.back();
+  return s;
+}
 
 Outcome Classify(const RequestOutcome& r) {
   if (r.status == "OK") return Outcome::kCompleted;
@@ -161,7 +161,7 @@ Report Summarize(const ReplayResult& res, double slo_scale, double max_client_la
     rep.output_token_throughput = static_cast<double>(rep.total.output_tokens) / rep.wall_s;
     rep.token_throughput = rep.input_token_throughput + rep.output_token_throughput;
   }
-  rep.client_lag_ms = LatencyOf(std::move(lag));
+  rep.client_lag_ms = SummarizeLatency(std::move(lag));
   rep.max_client_lag_ms = max_client_lag_ms;
   if (rep.client_lag_ms.p99 > max_client_lag_ms) {
     rep.valid = false;

@@ -22,6 +22,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "bench/replay.h"
@@ -33,6 +34,8 @@ struct LatencySummary {
   int n = 0;
   double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
 };
+// The summary of `v` (any order): nearest-rank percentiles.
+LatencySummary SummarizeLatency(std::vector<double> v);
 
 struct GroupReport {
   int total = 0, completed = 0, rejected = 0, failed = 0;
