@@ -6,6 +6,11 @@ bench-engine` JSON per line, in the script's run order: contexts 256, 1024,
 
 Usage: scripts/sim-calibration.py --dir DIR --date YYYY-MM-DD --memory-gib G
            --h2d-gbps R --activation-ratio X --out configs/sim/calibration-h200.json
+           [--kv-tiers-from FILE]
+
+The session KV tiers' load rates ("kv_tiers": DRAM, SSD and peer, with their
+source) are not measured by sim-calibrate.sh: they are kept from the file
+being replaced (--out), or taken from --kv-tiers-from.
 """
 import argparse
 import json
@@ -31,7 +36,16 @@ def main():
     ap.add_argument("--h2d-gbps", type=float, required=True)
     ap.add_argument("--activation-ratio", type=float, required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--kv-tiers-from", help="a calibration JSON whose kv_tiers to keep "
+                    "(default: --out, if it exists)")
     a = ap.parse_args()
+    kv_tiers = None
+    src = a.kv_tiers_from or (a.out if os.path.exists(a.out) else None)
+    if src:
+        with open(src) as f:
+            kv_tiers = json.load(f).get("kv_tiers")
+        if a.kv_tiers_from and kv_tiers is None:
+            raise SystemExit(f"{src}: no kv_tiers block")
     points, device = [], None
     for short, name in (("1b", "llama-1b"), ("3b", "llama-3b"), ("8b", "llama-8b")):
         path = os.path.join(a.dir, f"calib-{short}.jsonl")
@@ -57,7 +71,10 @@ def main():
                  "static KV pool, 16-token blocks, random BF16 weights); "
                  "scripts/sim-calibration.py"),
         memory_bytes=int(a.memory_gib * (1 << 30)), h2d_bytes_per_s=a.h2d_gbps * 1e9,
-        activation_ratio=a.activation_ratio, shapes=SHAPES, points=points)
+        activation_ratio=a.activation_ratio)
+    if kv_tiers is not None:
+        out["kv_tiers"] = kv_tiers
+    out.update(shapes=SHAPES, points=points)
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
