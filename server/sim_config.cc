@@ -15,7 +15,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
                          sim::SimPolicy* p) {
   YamlSection s(node, key, file);
   RETURN_IF_ERROR(s.Check());
-  std::string arbitration;
+  std::string arbitration, session_kv;
   RETURN_IF_ERROR(s.Get("memory_mode", &p->memory_mode));
   RETURN_IF_ERROR(s.Get("placement", &p->placement));
   RETURN_IF_ERROR(s.Get("activation", &p->activation));
@@ -36,7 +36,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("tp_allreduce_latency_s", &p->tp_allreduce_latency_s));
   RETURN_IF_ERROR(s.Get("step_budget_headroom", &p->step_budget_headroom));
   RETURN_IF_ERROR(s.Get("tp_allreduce_bus_bytes_per_s", &p->tp_allreduce_bus_bytes_per_s));
-  RETURN_IF_ERROR(s.Get("session_kv", &p->session_kv));
+  RETURN_IF_ERROR(s.Get("session_kv", &session_kv));
   RETURN_IF_ERROR(s.Finish());
   if (p->memory_mode != "elastic" && p->memory_mode != "static") {
     return s.Error(s.Key("memory_mode"), "expected elastic or static");
@@ -75,8 +75,13 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   if (p->min_kv_fraction < 0 || p->min_kv_fraction >= 1) {
     return s.Error(s.Key("min_kv_fraction"), "must be in [0, 1)");
   }
-  if (p->session_kv != "tiers" && p->session_kv != "device" && p->session_kv != "recompute") {
-    return s.Error(s.Key("session_kv"), "expected tiers, device or recompute");
+  if (!session_kv.empty()) {
+    const std::optional<sim::SessionKv> kv = sim::ParseSessionKv(session_kv);
+    if (!kv) {
+      return s.Error(s.Key("session_kv"),
+                     absl::StrCat("\"", session_kv, "\": expected tiers, device or recompute"));
+    }
+    p->session_kv = *kv;
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,31 @@
 #include "sim/engine_model.h"
 
 namespace ballast::sim {
+
+// Where a multi-turn session's KV is kept between turns (SimPolicy::
+// session_kv has the meanings).
+enum class SessionKv { kTiers, kDevice, kRecompute };
+
+// "tiers", "device" or "recompute" (the YAML's policy.session_kv); nullopt
+// for anything else.
+inline std::optional<SessionKv> ParseSessionKv(const std::string& s) {
+  if (s == "tiers") return SessionKv::kTiers;
+  if (s == "device") return SessionKv::kDevice;
+  if (s == "recompute") return SessionKv::kRecompute;
+  return std::nullopt;
+}
+
+inline const char* SessionKvName(SessionKv k) {
+  switch (k) {
+    case SessionKv::kTiers:
+      return "tiers";
+    case SessionKv::kDevice:
+      return "device";
+    case SessionKv::kRecompute:
+      return "recompute";
+  }
+  return "tiers";
+}
 
 struct SimModel {
   std::string name;
@@ -122,7 +148,7 @@ struct SimPolicy {
   //   device: on the GPU only; lost when the GPU needs the room (the
   //     daemon without node.kv_tiers);
   //   recompute: kept nowhere: every turn prefills its whole context.
-  std::string session_kv = "tiers";
+  SessionKv session_kv = SessionKv::kTiers;
 };
 
 struct SimCluster {

@@ -19,7 +19,8 @@
 //    another model's weights leave (it waits, the others go on); static:
 //    it blocks its own model.
 //  * Session KV (policy.session_kv tiers or device; tp 1 models only). A
-//    finished turn's KV stays here (the engine's session cache) in memory
+//    finished turn's KV (every token but the last generated one, never
+//    fed: the engine's) stays here (the engine's session cache) in memory
 //    that weights and running KV leave: it counts as free for admission
 //    and for loads, and whenever weights, running KV and kept KV exceed
 //    the memory (static: a model's running and kept KV its share), idle
@@ -257,6 +258,10 @@ class SimDevice {
   // Session KV kept here (sim_device_sessions.cc; the rules above).
   // The session's KV for `model` (null: none).
   const CachedSession* Cached(int session, int model) const;
+  // Whether a Prefetch of model's KV can be kept here at all (the model
+  // ready here, tp 1, session KV kept on GPUs); Prefetch may still find no
+  // room.
+  bool CanPrefetch(int model) const;
   // Moves a session's KV here ahead of its turn (an Advise), usable from
   // `ready_at`, dropped at `expires` unless a turn takes it first. False
   // if the room is held by weights and running requests (nothing done).

@@ -12,7 +12,7 @@
 namespace ballast::sim {
 
 bool SimDevice::KeepsSessions(int model) const {
-  return config_->policy.session_kv != "recompute" && Spec(model).tp == 1;
+  return config_->policy.session_kv != SessionKv::kRecompute && Spec(model).tp == 1;
 }
 
 const CachedSession* SimDevice::Cached(int session, int model) const {
@@ -28,9 +28,12 @@ void SimDevice::EraseSession(std::map<int, CachedSession>::iterator it) {
 void SimDevice::KeepSession(const Resident& res, const SimRequest& r) {
   if (r.session < 0 || res.phase == ModelPhase::kDraining || !KeepsSessions(r.model)) return;
   if (auto it = sessions_.find(r.session); it != sessions_.end()) EraseSession(it);
-  // Its running reservation (prompt and output) becomes the kept KV.
-  sessions_[r.session] = {r.model, r.prompt + r.output, r.kv_bytes, ++session_recency_};
-  session_bytes_ += r.kv_bytes;
+  // Every token but the last generated one (never fed), as the engine
+  // keeps (model_engine_step.cc); the rest of the reservation is freed.
+  const int tokens = r.prompt + r.output - 1;
+  const int64_t bytes = static_cast<int64_t>(tokens) * Spec(r.model).Part().kv_bytes_per_token();
+  sessions_[r.session] = {r.model, tokens, bytes, ++session_recency_};
+  session_bytes_ += bytes;
 }
 
 void SimDevice::TakeSession(SimRequest* r) {
@@ -52,12 +55,15 @@ void SimDevice::TakeSession(SimRequest* r) {
   r->prefilled = std::min(r->reused, r->prompt - 1);
 }
 
+bool SimDevice::CanPrefetch(int model) const {
+  const Resident* res = Find(model);
+  return res != nullptr && res->phase == ModelPhase::kReady && !res->shadow && KeepsSessions(model);
+}
+
 bool SimDevice::Prefetch(int session, int model, int tokens, int64_t bytes, double ready_at,
                          double expires) {
+  if (!CanPrefetch(model)) return false;
   const Resident* res = Find(model);
-  if (res == nullptr || res->phase != ModelPhase::kReady || res->shadow || !KeepsSessions(model)) {
-    return false;
-  }
   const int64_t room =
       config_->policy.memory_mode == "static"
           ? (memory_ - weight_bytes()) / static_cast<int64_t>(residents_.size()) - res->kv_used

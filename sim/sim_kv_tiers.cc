@@ -4,17 +4,18 @@ namespace ballast::sim {
 
 using node_manager::TierEviction;
 
-SimKvTiers::Held SimKvTiers::Find(int session) const {
+SimKvTiers::Held SimKvTiers::Find(int session, int model) const {
   auto it = copies_.find(session);
-  if (it == copies_.end()) return {};
+  if (it == copies_.end() || it->second.model != model) return {};
   const Copy& c = it->second;
   return {c.tokens, c.bytes, c.c.in_dram, c.c.on_ssd};
 }
 
-void SimKvTiers::Put(int session, int tokens, int64_t bytes, int priority) {
+void SimKvTiers::Put(int session, int model, int tokens, int64_t bytes, int priority) {
   if (!enabled() || tokens <= 0) return;
   if (auto it = copies_.find(session); it != copies_.end()) Erase(it);
   Copy& c = copies_[session];
+  c.model = model;
   c.tokens = tokens;
   c.bytes = bytes;
   c.c.in_dram = true;
@@ -34,9 +35,9 @@ void SimKvTiers::Put(int session, int tokens, int64_t bytes, int priority) {
   TrimDram();
 }
 
-SimKvTiers::Held SimKvTiers::Read(int session) {
+SimKvTiers::Held SimKvTiers::Read(int session, int model) {
   auto it = copies_.find(session);
-  if (it == copies_.end()) return {};
+  if (it == copies_.end() || it->second.model != model) return {};
   Copy& c = it->second;
   c.c.last_use = ++clock_;
   const Held found{c.tokens, c.bytes, c.c.in_dram, c.c.on_ssd};

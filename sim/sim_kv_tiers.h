@@ -4,6 +4,8 @@
 // (node_manager/kv_tier_policy.h).
 //
 // Rules (the store's, kv_tier_store.h, on a virtual clock):
+//  * A copy is of one model's KV (the store keys chunks by the model's
+//    fingerprint): Find and Read see only a copy of the model asked for.
 //  * Write-through. Put (a finished turn, or KV fetched from a peer) keeps
 //    the session's KV in DRAM and, with an SSD tier, writes it to SSD; it
 //    replaces the session's older copy (the store's SetSession frees the
@@ -44,13 +46,16 @@ class SimKvTiers {
     int64_t bytes = 0;
     bool in_dram = false, on_ssd = false;
   };
-  // Where the session's copy is now, without using it.
-  Held Find(int session) const;
-  // Keeps `tokens` tokens (`bytes`) of the session's KV (see the rules).
-  void Put(int session, int tokens, int64_t bytes, int priority);
-  // Uses the session's copy: as it was found (in_dram: a DRAM read, else
-  // an SSD read, promoted into DRAM now); tokens 0 if none.
-  Held Read(int session);
+  // Where the session's copy of `model`'s KV is now, without using it
+  // (tokens 0: none, or a copy of another model).
+  Held Find(int session, int model) const;
+  // Keeps `tokens` tokens (`bytes`) of the session's KV of `model` (see
+  // the rules); it replaces the session's copy of any model.
+  void Put(int session, int model, int tokens, int64_t bytes, int priority);
+  // Uses the session's copy of `model`'s KV: as it was found (in_dram: a
+  // DRAM read, else an SSD read, promoted into DRAM now); tokens 0 if none
+  // (a copy of another model is left alone).
+  Held Read(int session, int model);
 
   struct Counters {
     int64_t demoted = 0;      // DRAM evictions that left the SSD copy
@@ -64,6 +69,7 @@ class SimKvTiers {
  private:
   struct Copy {
     node_manager::TierCopy c;
+    int model = -1;
     int tokens = 0;
     int64_t bytes = 0;
   };

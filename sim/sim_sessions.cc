@@ -14,17 +14,22 @@
 //    reads a lease from its tiers (tiers only): the session's copy in
 //    DRAM, else on SSD (promoted into DRAM); when the affinity GPU is on
 //    another node whose tiers hold more of it, the rest comes from that
-//    peer and is kept in this node's tiers. The turn is queued once the
-//    lease has loaded: EngineModel::KvLoadSeconds of the bytes each GPU
-//    loads (a tensor-parallel part's), from the slowest tier used, as the
-//    node reads and verifies a lease before it queues the request. A GPU
+//    peer and is kept in this node's tiers. A copy is of one model's KV
+//    (SimKvTiers): a turn never reads another model's. The turn is queued
+//    once the lease has loaded: EngineModel::KvLoadSeconds of the local
+//    read plus that of the peer's fetch, one after the other (the node's
+//    KvTierStore::Acquire, then the fetch), as the node reads and verifies
+//    a lease before it queues the request. A DRAM read moves a tensor-
+//    parallel part's bytes on each GPU's own link; an SSD read and a
+//    peer's fetch move the whole KV through the node's. A GPU
 //    that keeps the KV reads no tier (as the node); a prefetch still
 //    loading holds the turn until its load ends.
 //  * At admission (SimDevice::TakeSession) the turn takes its session's
 //    KV kept on the GPU, else its lease, else prefills its whole history
 //    (recomputed); only the rest of the prompt is prefilled, at least one
 //    token, with attention over the reused prefix.
-//  * A finished turn's KV (prompt and output) stays on its GPU
+//  * A finished turn's KV (prompt and output but the last generated
+//    token, never fed, as the engine keeps) stays on its GPU
 //    (sim_device.h; device and tiers, tp 1) and, with tiers, is written
 //    through to its node's tiers (SimKvTiers::Put).
 //  * Advise (an advisory with a session id; device and tiers): the
@@ -34,12 +39,12 @@
 //    finished turn, its model differs, or the GPU keeps its KV already
 //    (with tiers: no copy below either). Otherwise the lease is read as
 //    on arrival and the KV moved onto the GPU (SimDevice::Prefetch; no
-//    room: nothing), usable once loaded, and dropped unused after the
+//    room: nothing; a tp > 1 model's GPUs keep none, so nothing is read
+//    for it), usable once loaded, and dropped unused after the
 //    advisory's expected arrival plus 30 s (2 min without one), the
 //    scheduler's kAdviseGrace and kAdviseDefaultTtl. The GPU becomes the
 //    session's affinity. Traces carry no Invalidate, so none is modelled.
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -75,26 +80,6 @@ const char* TierName(KvTier t) {
   return t == KvTier::kDram ? "host_dram" : t == KvTier::kSsd ? "ssd" : "peer";
 }
 
-// bench's LatencySummary (nearest rank, as bench/report.cc).
-bench::LatencySummary Summary(std::vector<double> v) {
-  bench::LatencySummary s;
-  s.n = static_cast<int>(v.size());
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(v.size());
-  auto pct = [&](double p) {
-    const size_t k = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
-    return v[std::min(k, v.size() - 1)];
-  };
-  s.p50 = pct(0.5);
-  s.p90 = pct(0.9);
-  s.p99 = pct(0.99);
-  s.max = v.back();
-  return s;
-}
-
 }  // namespace
 
 int Simulator::SessionFor(const std::string& id) {
@@ -106,7 +91,7 @@ int Simulator::SessionFor(const std::string& id) {
 void Simulator::Arrive(SimRequest* r, int d) {
   r->device = d;
   const double now = events_.now();
-  if (r->session < 0 || r->history <= 0 || config_.policy.session_kv == "recompute") {
+  if (r->session < 0 || r->history <= 0 || config_.policy.session_kv == SessionKv::kRecompute) {
     EnqueueAt(r, d, now);
     return;
   }
@@ -152,10 +137,11 @@ Simulator::Lease Simulator::ReadLease(int session, int model, int node, int prio
   auto count = [&](KvTier tier, int tokens) {
     ++st.loads[TierName(tier)];
     st.loaded_bytes[TierName(tier)] += tokens * full;
-    l.seconds += engine_.KvLoadSeconds(tier, tokens * part);
+    // DRAM: each GPU's link carries its part; SSD and peer: the node's, all.
+    l.seconds += engine_.KvLoadSeconds(tier, tokens * (tier == KvTier::kDram ? part : full));
   };
   SimKvTiers& local = *tiers_[static_cast<size_t>(node)];
-  const SimKvTiers::Held here = local.Read(session);
+  const SimKvTiers::Held here = local.Read(session, model);
   if (here.tokens > 0) {
     const KvTier tier = here.in_dram ? KvTier::kDram : KvTier::kSsd;
     count(tier, here.tokens);
@@ -165,10 +151,10 @@ Simulator::Lease Simulator::ReadLease(int session, int model, int node, int prio
   const int peer = s.device >= 0 ? NodeOf(s.device) : -1;
   if (peer < 0 || peer == node) return l;
   SimKvTiers& there = *tiers_[static_cast<size_t>(peer)];
-  if (there.Find(session).tokens <= here.tokens) return l;
-  const SimKvTiers::Held got = there.Read(session);
+  if (there.Find(session, model).tokens <= here.tokens) return l;
+  const SimKvTiers::Held got = there.Read(session, model);
   count(KvTier::kPeer, got.tokens - here.tokens);
-  local.Put(session, got.tokens, got.tokens * full, priority);
+  local.Put(session, model, got.tokens, got.tokens * full, priority);
   l.tokens = got.tokens;
   l.origin = KvOrigin::kPeer;
   return l;
@@ -222,6 +208,10 @@ void Simulator::Advise(int i) {
     ses.device = d;
     return;
   }
+  if (!dev.CanPrefetch(m)) {  // tp > 1: its GPUs keep no session KV; nothing is read
+    ++st.advise_no_room;
+    return;
+  }
   const Lease l = ReadLease(s, m, NodeOf(d), rec.priority);
   if (l.tokens == 0) {
     ++st.advise_no_kv;
@@ -239,6 +229,7 @@ void Simulator::Advise(int i) {
   ++st.advise_prefetched[OriginName(l.origin)];
   ses.device = d;
   events_.At(expires, [this, d, s, expires] {
+    ++expiries_run_;  // not a real event for simulated_s (RunEvents)
     devices_[static_cast<size_t>(d)]->ExpirePrefetch(s, expires);
   });
 }
@@ -251,22 +242,23 @@ void Simulator::TurnEnded(const SimRequest& r) {
   s.device = r.device;
   if (!Tiers()) return;
   const int64_t full = config_.models[static_cast<size_t>(r.model)].shape.kv_bytes_per_token();
-  tiers_[static_cast<size_t>(NodeOf(r.device))]->Put(r.session, s.history, s.history * full,
-                                                     r.priority);
+  tiers_[static_cast<size_t>(NodeOf(r.device))]->Put(r.session, r.model, s.history,
+                                                     s.history * full, r.priority);
 }
 
 void Simulator::FillKvOutcome(const SimRequest& r, bench::RequestOutcome* o) const {
   static const v1::KvSource kProto[] = {
       v1::KV_SOURCE_NONE, v1::KV_SOURCE_DEVICE, v1::KV_SOURCE_DEVICE,    v1::KV_SOURCE_HOST_DRAM,
       v1::KV_SOURCE_SSD,  v1::KV_SOURCE_PEER,   v1::KV_SOURCE_RECOMPUTED};
+  if (r.session < 0) return;  // no session: nothing to say (as a replay without one)
   o->kv_source = bench::KvSourceName(kProto[static_cast<int>(r.origin)]);
   o->cached_tokens = r.reused;
-  if (r.session >= 0) o->kv_load_ms = r.load_s * 1e3;
+  o->kv_load_ms = r.load_s * 1e3;
 }
 
 void Simulator::SummarizeSessions() {
   SessionKvStats& st = stats_.sessions;
-  st.mode = config_.policy.session_kv;
+  st.mode = SessionKvName(config_.policy.session_kv);
   st.rates = engine_.kv_rates();
   std::set<std::string> ids;
   std::map<std::string, std::vector<double>> ttft;
@@ -293,7 +285,7 @@ void Simulator::SummarizeSessions() {
     }
   }
   st.sessions = static_cast<int>(ids.size());
-  for (auto& [name, v] : ttft) st.ttft_ms[name] = Summary(std::move(v));
+  for (auto& [name, v] : ttft) st.ttft_ms[name] = bench::SummarizeLatency(std::move(v));
   for (const auto& d : devices_) {
     const SessionCounters& c = d->session_counters();
     st.hbm_shed += c.shed;

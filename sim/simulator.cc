@@ -111,8 +111,11 @@ SimResult Simulator::Run() {
       outcomes_[i].model = rec.model;
       outcomes_[i].session = rec.session;
       outcomes_[i].turn = rec.turn;
-    } else if (rec.session.empty() || config_.policy.session_kv == "recompute") {
-      ++stats_.advisories_ignored;
+    } else {
+      ++advisories_;
+      if (rec.session.empty() || config_.policy.session_kv == SessionKv::kRecompute) {
+        ++stats_.advisories_ignored;
+      }
     }
     if (!rec.after.empty()) {
       dependents_[static_cast<size_t>(index.at(rec.after))].push_back(static_cast<int>(i));
@@ -123,7 +126,7 @@ SimResult Simulator::Run() {
     events_.At(t, [this, i] { Release(static_cast<int>(i)); });
   }
   ScheduleTick();
-  stats_.events = events_.RunUntil(last_release + config_.drain_s);
+  stats_.events = RunEvents(last_release + config_.drain_s);
   bench::ReplayResult out;
   out.rate_scale = rate_scale_;
   double end = 0;
@@ -140,23 +143,37 @@ SimResult Simulator::Run() {
   }
   out.trace_requests = static_cast<int>(out.requests.size());
   out.wall_s = end;
-  out.advisories_skipped = stats_.advisories_ignored;
   for (const SimModel& m : config_.models) out.model_slos[m.name] = {m.ttft_ms, m.tpot_ms};
-  stats_.simulated_s = events_.now();
+  stats_.simulated_s = last_event_;
   for (const auto& d : devices_) {
     stats_.model_steps += d->model_steps();
     stats_.device_model_steps.push_back(d->model_steps());
   }
   SummarizeSessions();
   out.advisories_sent = stats_.sessions.advisories;  // the ones the simulator acted on
+  // The rest: ignored, or never released (a dependency failed or never
+  // ended), as a replay skips them.
+  out.advisories_skipped = advisories_ - out.advisories_sent;
   stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return SimResult{std::move(out), stats_};
+}
+
+int64_t Simulator::RunEvents(double until) {
+  int64_t n = 0;
+  while (!events_.empty() && events_.next_time() <= until) {
+    const double t = events_.next_time();
+    const int64_t expiries = expiries_run_;
+    const int64_t ran = events_.RunUntil(t);  // every event at t
+    if (ran > expiries_run_ - expiries) last_event_ = t;
+    n += ran;
+  }
+  return n;
 }
 
 void Simulator::Release(int i) {
   const bench::TraceRecord& rec = trace_[static_cast<size_t>(i)];
   if (!rec.is_request()) {  // an advisory: it ends at once (as in a replay)
-    if (!rec.session.empty() && config_.policy.session_kv != "recompute") Advise(i);
+    if (!rec.session.empty() && config_.policy.session_kv != SessionKv::kRecompute) Advise(i);
     ReleaseDependents(i, true);
     return;
   }
@@ -342,11 +359,6 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& e
   if (rate_scale <= 0) return absl::InvalidArgumentError("rate_scale must be > 0");
   if (config.policy.control_interval_s <= 0) {
     return absl::InvalidArgumentError("policy.control_interval_s must be > 0");
-  }
-  const std::string& kv = config.policy.session_kv;
-  if (kv != "tiers" && kv != "device" && kv != "recompute") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("policy.session_kv: \"", kv, "\": expected tiers, device or recompute"));
   }
   if (config.cluster.dram_bytes < 0) {
     return absl::InvalidArgumentError("cluster.dram_gib must be >= 0 (0: no DRAM tier)");

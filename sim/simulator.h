@@ -54,7 +54,8 @@
 // bench's reports, CSV and plots apply unchanged. Trace records with
 // "after" are released when their dependency ends, plus delay_s;
 // advisories prefetch (sim_sessions.cc), or are counted and ignored with
-// session_kv recompute or no session id.
+// session_kv recompute or no session id; one never released (its
+// dependency failed or never ended) is skipped, as in a replay.
 //
 // Deterministic: the same config, engine model and trace give the same
 // result. Thread-safety: Simulate is reentrant (no shared state).
@@ -103,7 +104,7 @@ struct SessionKvStats {
   int64_t dram_demoted = 0, ssd_evicted = 0, tier_dropped = 0;
   // Advisories with a session id: prefetched (by the tier read), already
   // on the GPU, nothing to move (no history or no copy), no room on the
-  // GPU, no ready replica.
+  // GPU (or its GPUs keep no session KV: tp > 1), no ready replica.
   int advisories = 0, advise_on_device = 0, advise_no_kv = 0, advise_no_room = 0,
       advise_no_replica = 0;
   std::map<std::string, int> advise_prefetched;
@@ -114,8 +115,10 @@ nlohmann::json ToJson(const SessionKvStats& s);
 
 struct SimStats {
   int gpus = 0, models = 0;
-  double simulated_s = 0;  // virtual time at the end
-  double wall_s = 0;       // real time the simulation took
+  // Virtual time at the end: the last event other than a prefetch's expiry
+  // (an unused prefetch expiring after the last turn does not stretch it).
+  double simulated_s = 0;
+  double wall_s = 0;  // real time the simulation took
   int64_t events = 0;
   int64_t model_steps = 0;  // engine steps, summed over models and GPUs
   // Engine steps per GPU, in cluster order (not in ToJson: one per GPU).

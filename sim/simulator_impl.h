@@ -62,6 +62,9 @@ class Simulator {
   void Fail(int i, const std::string& status, const std::string& message);
   void ReleaseDependents(int i, bool ok);
   void ScheduleTick();
+  // Runs the events up to `until`; returns how many ran. last_event_: the
+  // time of the last that was not a prefetch's expiry.
+  int64_t RunEvents(double until);
 
   // sim_sessions.cc (its comment has the rules)
   struct Session {
@@ -90,7 +93,7 @@ class Simulator {
   void FillKvOutcome(const SimRequest& r, bench::RequestOutcome* o) const;
   void SummarizeSessions();
   int NodeOf(int d) const { return node_of_[static_cast<size_t>(d)]; }
-  bool Tiers() const { return config_.policy.session_kv == "tiers"; }
+  bool Tiers() const { return config_.policy.session_kv == SessionKv::kTiers; }
 
   // sim_control.cc
   void PlaceInitial();
@@ -146,7 +149,10 @@ class Simulator {
   std::vector<std::unique_ptr<SimRequest>> requests_;
   std::vector<bench::RequestOutcome> outcomes_;
   std::vector<std::vector<int>> dependents_;
-  int outstanding_ = 0;  // released or to be released, not yet ended
+  int outstanding_ = 0;       // released or to be released, not yet ended
+  int advisories_ = 0;        // advisories in the trace
+  int64_t expiries_run_ = 0;  // prefetch expiries run (RunEvents)
+  double last_event_ = 0;
   bool tick_scheduled_ = false;
   SimStats stats_;
   double last_rebalance_ = 0;

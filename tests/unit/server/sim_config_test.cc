@@ -32,9 +32,9 @@ TEST(SimConfigTest, CommittedExamplesParse) {
             node_manager::ArbitrationPolicy::kFcfs);
   auto chat = ReadSimConfig(kDir + "chat-tiers.yaml");
   ASSERT_TRUE(chat.ok());
-  EXPECT_EQ(chat->config.policy.session_kv, "tiers");
-  EXPECT_EQ(chat->variants.at("recompute").session_kv, "recompute");
-  EXPECT_EQ(chat->variants.at("device").session_kv, "device");
+  EXPECT_EQ(chat->config.policy.session_kv, sim::SessionKv::kTiers);
+  EXPECT_EQ(chat->variants.at("recompute").session_kv, sim::SessionKv::kRecompute);
+  EXPECT_EQ(chat->variants.at("device").session_kv, sim::SessionKv::kDevice);
   auto big = ReadSimConfig(kDir + "cluster-1000.yaml");
   ASSERT_TRUE(big.ok());
   EXPECT_EQ(big->config.models.size(), 2000u);
@@ -114,7 +114,7 @@ TEST(SimConfigTest, SessionTiersHaveDefaultsAndKeys) {
   const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
   auto dflt = ParseSimConfig(base, "s.yaml");
   ASSERT_TRUE(dflt.ok()) << dflt.status();
-  EXPECT_EQ(dflt->config.policy.session_kv, "tiers");
+  EXPECT_EQ(dflt->config.policy.session_kv, sim::SessionKv::kTiers);
   EXPECT_EQ(dflt->config.cluster.dram_bytes, 4LL << 30);
   EXPECT_EQ(dflt->config.cluster.ssd_bytes, 64LL << 30);
   auto set = ParseSimConfig(
@@ -122,7 +122,12 @@ TEST(SimConfigTest, SessionTiersHaveDefaultsAndKeys) {
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->config.cluster.dram_bytes, 512LL << 20);
   EXPECT_EQ(set->config.cluster.ssd_bytes, 0);
-  EXPECT_EQ(set->config.policy.session_kv, "recompute");
+  EXPECT_EQ(set->config.policy.session_kv, sim::SessionKv::kRecompute);
+  for (sim::SessionKv k :
+       {sim::SessionKv::kTiers, sim::SessionKv::kDevice, sim::SessionKv::kRecompute}) {
+    EXPECT_EQ(sim::ParseSessionKv(sim::SessionKvName(k)), k);
+  }
+  EXPECT_FALSE(sim::ParseSessionKv("ssd").has_value());
 }
 
 }  // namespace

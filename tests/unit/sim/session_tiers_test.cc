@@ -48,7 +48,7 @@ SimConfig TierGpu(int room, int64_t dram, int64_t ssd, const std::string& mode =
   c.cluster.ssd_bytes = ssd * kBpt;
   c.policy.min_kv_fraction = 0;
   c.policy.kv_pressure_free_fraction = 0;
-  c.policy.session_kv = mode;
+  c.policy.session_kv = *ParseSessionKv(mode);
   return c;
 }
 
@@ -125,8 +125,11 @@ TEST(SessionTiersTest, KvLeftOnTheGpuPrefillsOnlyTheNewTokens) {
     auto r = Simulate(TierGpu(1000, 1000, 0, mode), TierEngine(),
                       {Turn("t1", "s", 100, 50), Turn("t2", "s", 20, 5, "t1", 1.0)});
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_NEAR(Find(*r, "t2").ttft_ms(), 12, 1e-6);
+    // The GPU keeps 149 tokens (all but the last generated one, as the
+    // engine): one step prefilling 1 + 20 tokens.
+    EXPECT_NEAR(Find(*r, "t2").ttft_ms(), 10 + 21 * 0.1, 1e-6);
     EXPECT_EQ(Find(*r, "t2").kv_source, "device");
+    EXPECT_EQ(Find(*r, "t2").cached_tokens, 149);
   }
   auto r = Simulate(TierGpu(1000, 1000, 0, "recompute"), TierEngine(),
                     {Turn("t1", "s", 100, 50), Turn("t2", "s", 20, 5, "t1", 1.0)});
@@ -173,36 +176,43 @@ TEST(SessionTiersTest, AnUnusedPrefetchExpiresAndAdvisoriesNeedTheirKv) {
 TEST(SessionTiersTest, TiersDemoteToSsdAndThenDropByTheNodesRules) {
   // DRAM for 2 units, SSD for 3; every copy is 1 unit (100 bytes).
   SimKvTiers t(200, 300);
-  t.Put(1, 10, 100, 0);
-  t.Put(2, 10, 100, 0);
-  t.Put(3, 10, 100, 0);  // DRAM over: 1 (least recent) demoted
-  EXPECT_FALSE(t.Find(1).in_dram);
-  EXPECT_TRUE(t.Find(1).on_ssd);
-  t.Put(4, 10, 100, 0);  // 2 demoted; SSD over: 1, SSD only, dropped
-  EXPECT_EQ(t.Find(1).tokens, 0);
-  EXPECT_TRUE(t.Find(2).on_ssd && !t.Find(2).in_dram);
-  const SimKvTiers::Held got = t.Read(2);  // from SSD, promoted: 3 demoted
+  t.Put(1, 0, 10, 100, 0);
+  t.Put(2, 0, 10, 100, 0);
+  t.Put(3, 0, 10, 100, 0);  // DRAM over: 1 (least recent) demoted
+  EXPECT_FALSE(t.Find(1, 0).in_dram);
+  EXPECT_TRUE(t.Find(1, 0).on_ssd);
+  t.Put(4, 0, 10, 100, 0);  // 2 demoted; SSD over: 1, SSD only, dropped
+  EXPECT_EQ(t.Find(1, 0).tokens, 0);
+  EXPECT_TRUE(t.Find(2, 0).on_ssd && !t.Find(2, 0).in_dram);
+  const SimKvTiers::Held got = t.Read(2, 0);  // from SSD, promoted: 3 demoted
   EXPECT_TRUE(got.on_ssd && !got.in_dram);
-  EXPECT_TRUE(t.Find(2).in_dram);
-  EXPECT_FALSE(t.Find(3).in_dram);
+  EXPECT_TRUE(t.Find(2, 0).in_dram);
+  EXPECT_FALSE(t.Find(3, 0).in_dram);
   EXPECT_EQ(t.counters().demoted, 3);
   EXPECT_EQ(t.counters().ssd_evicted, 1);
   EXPECT_EQ(t.counters().dropped, 1);
   EXPECT_EQ(t.dram_used(), 200);
   EXPECT_EQ(t.ssd_used(), 300);
   // Priority before recency: 5 (priority 1) outlives 6, newer; the copy
-  // being written (7) is never the victim.
-  t.Put(5, 10, 100, 1);
-  t.Put(6, 10, 100, 0);
-  t.Put(7, 10, 100, 0);
-  EXPECT_TRUE(t.Find(5).in_dram);
-  EXPECT_FALSE(t.Find(6).in_dram);
-  EXPECT_TRUE(t.Find(7).in_dram);
+  // being written (7) is never the victim, though its priority is lowest.
+  t.Put(5, 0, 10, 100, 1);
+  t.Put(6, 0, 10, 100, 0);
+  t.Put(7, 0, 10, 100, -1);
+  EXPECT_TRUE(t.Find(5, 0).in_dram);
+  EXPECT_FALSE(t.Find(6, 0).in_dram);
+  EXPECT_TRUE(t.Find(7, 0).in_dram);
+  // A copy is of one model: another model's turn finds none, and its Put
+  // replaces it.
+  EXPECT_EQ(t.Find(7, 1).tokens, 0);
+  EXPECT_EQ(t.Read(7, 1).tokens, 0);
+  t.Put(7, 1, 20, 100, 0);
+  EXPECT_EQ(t.Find(7, 0).tokens, 0);
+  EXPECT_EQ(t.Find(7, 1).tokens, 20);
   // DRAM alone: the victim is dropped.
   SimKvTiers dram(100, 0);
-  dram.Put(1, 10, 100, 0);
-  dram.Put(2, 10, 100, 0);
-  EXPECT_EQ(dram.Find(1).tokens, 0);
+  dram.Put(1, 0, 10, 100, 0);
+  dram.Put(2, 0, 10, 100, 0);
+  EXPECT_EQ(dram.Find(1, 0).tokens, 0);
   EXPECT_EQ(dram.counters().dropped, 1);
 }
 
@@ -216,7 +226,7 @@ TEST(SessionTiersTest, CapacityPressureDemotesToSsdThenDrops) {
   auto r = Simulate(TierGpu(200, 200, 400), TierEngine(), t);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Find(*r, "C2").kv_source, "device");
-  EXPECT_NEAR(Find(*r, "C2").ttft_ms(), 12, 1e-6);
+  EXPECT_NEAR(Find(*r, "C2").ttft_ms(), 12.1, 1e-6);  // 149 kept: 21 tokens prefilled
   EXPECT_EQ(Find(*r, "B2").kv_source, "ssd");
   EXPECT_NEAR(Find(*r, "B2").ttft_ms(), 1500 + 12, 1e-6);  // 150 tokens at 10 ms each
   EXPECT_EQ(Find(*r, "A2").kv_source, "recomputed");
@@ -226,9 +236,9 @@ TEST(SessionTiersTest, CapacityPressureDemotesToSsdThenDrops) {
   const SessionKvStats& s = r->stats.sessions;
   EXPECT_EQ(s.dram_demoted, 4);  // A at B1, B at C1, C when B2 promoted B, B at A2's end
   EXPECT_EQ(s.ssd_evicted, 2);
-  EXPECT_EQ(s.tier_dropped, 2);  // A at C1, C at A2's end
-  EXPECT_EQ(s.hbm_shed, 4);      // A, B, C, then B2's at A2
-  EXPECT_EQ(s.recomputed_tokens, 150);
+  EXPECT_EQ(s.tier_dropped, 2);             // A at C1, C at A2's end
+  EXPECT_EQ(s.hbm_shed, 4);                 // A, B, C, then B2's at A2
+  EXPECT_EQ(s.recomputed_tokens, 150 + 1);  // A2's history, C2's last token
 }
 
 TEST(SessionTiersTest, ATurnOnAnotherNodeFetchesItsKvFromItsAffinityNode) {
@@ -257,6 +267,103 @@ TEST(SessionTiersTest, ATurnOnAnotherNodeFetchesItsKvFromItsAffinityNode) {
   EXPECT_EQ(r->stats.idle_evictions, 2);
 }
 
+TEST(SessionTiersTest, ATurnOnAnotherModelNeverReadsTheFirstModelsKv) {
+  // Two nodes of one GPU, each with room for one of three models. s's turn
+  // 1 runs on a (node 0), turn 2 on b (node 1; 175 tokens of b's KV there).
+  // c evicts a (node 0), a evicts b (node 1), and s's turn 3 brings b back
+  // on node 0, whose tiers hold s's KV of model a only: b's 175 tokens come
+  // from node 1 (a token per 2 ms), none from node 0's DRAM.
+  SimConfig c = TierGpu(1000, 1000, 0);
+  c.cluster.nodes = 2;
+  c.models = {Model("a"), Model("b"), Model("c")};
+  c.policy.idle_evict_after_s = 0.5;
+  KvLinkRates rates = TierEngine().kv_rates();
+  rates.peer_bytes_per_s = static_cast<double>(kBpt) * 500;
+  const EngineModel engine(TierEngine().coefficients(), 1e9, 1.0, rates);
+  std::vector<bench::TraceRecord> t = {Turn("t1", "s", 100, 50), Turn("t2", "s", 20, 5),
+                                       testing::Req("rc", "c", 1.0, 10, 2),
+                                       testing::Req("ra", "a", 3.0, 10, 2), Turn("t3", "s", 20, 5)};
+  t[1].model = "b";
+  t[1].arrival_s = 0.9;
+  t[4].model = "b";
+  t[4].arrival_s = 6;
+  auto r = Simulate(c, engine, t);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Find(*r, "t2").kv_source, "recomputed");
+  const auto& t3 = Find(*r, "t3");
+  ASSERT_EQ(t3.status, "OK");
+  EXPECT_EQ(t3.kv_source, "peer");
+  EXPECT_EQ(t3.cached_tokens, 175);
+  EXPECT_NEAR(t3.kv_load_ms, 350, 1e-6);
+  EXPECT_EQ(r->stats.sessions.loads.count("host_dram"), 0u);
+  EXPECT_EQ(r->stats.sessions.loads.at("peer"), 1);
+}
+
+TEST(SessionTiersTest, WithoutSessionsTheOutcomesAreTheSameInEveryMode) {
+  const std::vector<bench::TraceRecord> t = {Turn("r1", "", 100, 50), Turn("r2", "", 20, 5, "r1"),
+                                             Turn("r3", "", 800, 100, "r2")};
+  auto rec = Simulate(TierGpu(1000, 1000, 0, "recompute"), TierEngine(), t);
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  for (const std::string mode : {"tiers", "device"}) {
+    SCOPED_TRACE(mode);
+    auto r = Simulate(TierGpu(1000, 1000, 0, mode), TierEngine(), t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->replay.requests.size(), rec->replay.requests.size());
+    for (size_t i = 0; i < r->replay.requests.size(); ++i) {
+      const auto &x = r->replay.requests[i], &y = rec->replay.requests[i];
+      EXPECT_EQ(x.status, "OK");
+      EXPECT_EQ(x.kv_source, "") << x.id;
+      EXPECT_EQ(y.kv_source, "") << y.id;
+      EXPECT_EQ(x.cached_tokens, y.cached_tokens) << x.id;
+      EXPECT_EQ(x.first_token_s, y.first_token_s) << x.id;
+    }
+  }
+}
+
+TEST(SessionTiersTest, ATensorParallelModelIsNeverPrefetchedAndLoadsItsPartFromDram) {
+  // tp 2: its GPUs keep no session KV, so an Advise reads nothing; the turn
+  // reads its lease from DRAM, each GPU its half (150 tokens: 75 ms).
+  SimConfig c = TierGpu(1000, 1000, 0);
+  c.cluster.gpus_per_node = 2;
+  c.models[0].tp = 2;
+  auto r = Simulate(c, TierEngine(), DramCase({Advisory("a2", "s", "f", 0.5, 0.5)}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const SessionKvStats& s = r->stats.sessions;
+  EXPECT_EQ(s.advise_no_room, 1);
+  EXPECT_EQ(s.loads.at("host_dram"), 1);
+  EXPECT_EQ(Find(*r, "t2").kv_source, "host_dram");
+  EXPECT_NEAR(Find(*r, "t2").kv_load_ms, 75, 1e-6);
+}
+
+TEST(SessionTiersTest, AnUnusedPrefetchDoesNotStretchTheRun) {
+  // The prefetch expires at about 131 s; the last turn ends near 1 s.
+  std::vector<bench::TraceRecord> t = {Turn("t1", "s", 100, 50), Turn("f", "", 800, 100, "t1"),
+                                       Advisory("a2", "s", "f", 0.1, 100)};
+  auto r = Simulate(TierGpu(1000, 1000, 0), TierEngine(), t);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stats.sessions.advise_prefetched.at("host_dram"), 1);
+  EXPECT_EQ(r->stats.sessions.prefetch_expired, 1);
+  EXPECT_LT(r->stats.simulated_s, 5);
+  auto again = Simulate(TierGpu(1000, 1000, 0), TierEngine(), t);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->stats.simulated_s, r->stats.simulated_s);
+}
+
+TEST(SessionTiersTest, AnAdvisoryNeverReleasedIsSkipped) {
+  // t1 fails (it needs more KV than the GPU holds): a1 after it is never
+  // released; a2 is acted on; a3 (no session) is ignored.
+  std::vector<bench::TraceRecord> t = {Turn("t1", "s", 5000, 50), Advisory("a1", "s", "t1", 0, 1),
+                                       Advisory("a2", "s", "", 0, 1), Advisory("a3", "", "", 0, 1)};
+  for (const std::string mode : {"tiers", "device", "recompute"}) {
+    SCOPED_TRACE(mode);
+    auto r = Simulate(TierGpu(1000, 1000, 0, mode), TierEngine(), t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const int sent = mode == "recompute" ? 0 : 1;
+    EXPECT_EQ(r->replay.advisories_sent, sent);
+    EXPECT_EQ(r->replay.advisories_skipped, 3 - sent);
+  }
+}
+
 // A chat trace on one small GPU: KV leaves the GPU, DRAM and SSD under
 // pressure.
 std::vector<bench::TraceRecord> ChatTrace() {
@@ -276,7 +383,7 @@ SimConfig ChatGpu(const std::string& mode) {
       c.models[0].shape.weight_bytes() + c.models[1].shape.weight_bytes() + (2LL << 30);
   c.cluster.dram_bytes = 2LL << 30;
   c.cluster.ssd_bytes = 8LL << 30;
-  c.policy.session_kv = mode;
+  c.policy.session_kv = *ParseSessionKv(mode);
   return c;
 }
 
@@ -351,13 +458,8 @@ void CheckChat(const std::string& mode, bool rolling) {
 
 TEST(SessionTiersTest, ConfigErrorsNameTheKey) {
   const std::vector<bench::TraceRecord> t = {Turn("t1", "s", 10, 2)};
-  SimConfig c = TierGpu(1000, 10, 10);
-  c.policy.session_kv = "ssd";
+  SimConfig c = TierGpu(1000, -1, 10);
   auto r = Simulate(c, TierEngine(), t);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("policy.session_kv"), std::string::npos) << r.status();
-  c = TierGpu(1000, -1, 10);
-  r = Simulate(c, TierEngine(), t);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("cluster.dram_gib"), std::string::npos) << r.status();
   c = TierGpu(1000, 10, -1);
