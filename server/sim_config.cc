@@ -11,6 +11,24 @@
 namespace ballast::server {
 namespace {
 
+// policy.remap (the daemon's node.memory.remap, its checks): fields absent
+// keep `r`'s values (a variant's start from `policy`'s).
+absl::Status ParseRemap(const YAML::Node& node, const std::string& key, const std::string* file,
+                        sim::SimRemap* r) {
+  YamlSection s(node, key, file);
+  RETURN_IF_ERROR(s.Check());
+  RETURN_IF_ERROR(s.Get("enabled", &r->enabled));
+  RETURN_IF_ERROR(s.Get("max_fraction", &r->max_fraction));
+  RETURN_IF_ERROR(s.Get("respect_timing", &r->respect_timing));
+  RETURN_IF_ERROR(s.Get("revert_after_s", &r->revert_after_s));
+  RETURN_IF_ERROR(s.Finish());
+  if (!(r->max_fraction > 0 && r->max_fraction < 1)) {
+    return s.Error(s.Key("max_fraction"), "must be in (0, 1)");
+  }
+  if (!(r->revert_after_s >= 0)) return s.Error(s.Key("revert_after_s"), "must be >= 0");
+  return absl::OkStatus();
+}
+
 absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const std::string* file,
                          sim::SimPolicy* p) {
   YamlSection s(node, key, file);
@@ -37,7 +55,9 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("step_budget_headroom", &p->step_budget_headroom));
   RETURN_IF_ERROR(s.Get("tp_allreduce_bus_bytes_per_s", &p->tp_allreduce_bus_bytes_per_s));
   RETURN_IF_ERROR(s.Get("session_kv", &session_kv));
+  const YAML::Node remap = s.Child("remap");
   RETURN_IF_ERROR(s.Finish());
+  if (remap) RETURN_IF_ERROR(ParseRemap(remap, s.Key("remap"), file, &p->remap));
   if (p->memory_mode != "elastic" && p->memory_mode != "static") {
     return s.Error(s.Key("memory_mode"), "expected elastic or static");
   }

@@ -14,7 +14,9 @@
 //            control_interval_s: 1, demand_window_s: 60,
 //            rebalance_interval_s: 30, migration_threshold: 0.2,
 //            migrate_within_node: false,
-//            session_kv: tiers}           # tiers | device | recompute
+//            session_kv: tiers,           # tiers | device | recompute
+//            remap: {enabled: false, max_fraction: 0.5, respect_timing: true,
+//                    revert_after_s: 1}}  # node.memory.remap's defaults
 //   policies:                       # sweep variants: overrides of `policy`
 //     static-fcfs: {memory_mode: static, placement: most_free, arbitration: fcfs}
 //   models:

@@ -160,6 +160,8 @@ class EngineModel {
   // turn's step (KvLinkRates).
   double KvLoadSeconds(KvTier tier, int64_t bytes) const;
   const KvLinkRates& kv_rates() const { return kv_rates_; }
+  // The pinned host-to-device copy rate (remapping's layer copies).
+  double h2d_bytes_per_s() const { return h2d_bytes_per_s_; }
   const std::array<double, kFeatures>& coefficients() const { return k_; }
 
  private:

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "node_manager/arbitration.h"
+#include "node_manager/remap_options.h"
 #include "sim/engine_model.h"
 
 namespace ballast::sim {
@@ -58,6 +60,22 @@ struct SimModel {
   // its step is the part's step plus the all-reduces (SimPolicy's tp_*).
   int tp = 1;
   ModelShape Part() const { return TensorParallelPart(shape, tp); }
+};
+
+// Parameter remapping (Mirage), the daemon's node.memory.remap
+// (node_manager/remap_options.h, whose defaults these are): when a GPU's
+// KV runs short after idle session KV, resident models lend weight
+// layers to it (sim_device_remap.cc has the rules). Elastic memory only,
+// as the daemon (static mode has no weight pages to lend).
+struct SimRemap {
+  bool enabled = node_manager::RemapOptions{}.enabled;
+  // Most of a model's layers it may lend (the rest stay resident).
+  double max_fraction = node_manager::RemapOptions{}.max_fraction;
+  // Cap a busy model's α by Mirage's T_T/T_c constraint; false: by
+  // max_fraction alone (streaming stalls the steps where it does not hold).
+  bool respect_timing = node_manager::RemapOptions{}.respect_timing;
+  // Quiet time (no KV shortfall on the GPU) before layers are taken back.
+  double revert_after_s = absl::ToDoubleSeconds(node_manager::RemapOptions{}.revert_after);
 };
 
 struct SimPolicy {
@@ -149,6 +167,7 @@ struct SimPolicy {
   //     daemon without node.kv_tiers);
   //   recompute: kept nowhere: every turn prefills its whole context.
   SessionKv session_kv = SessionKv::kTiers;
+  SimRemap remap;  // policy.remap (off by default)
 };
 
 struct SimCluster {

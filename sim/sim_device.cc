@@ -113,7 +113,11 @@ int SimDevice::Requests() const {
 
 int64_t SimDevice::weight_bytes() const {
   int64_t w = 0;
-  for (const auto& r : residents_) w += Spec(r.model).Part().weight_bytes();
+  for (const auto& r : residents_) {
+    w += Spec(r.model).Part().weight_bytes();
+    // Lent layers' bytes are KV room now (remapping).
+    if (r.lent.alpha > 0) w -= r.lent.alpha * LayerBytes(Spec(r.model).Part());
+  }
   return w;
 }
 
@@ -221,8 +225,12 @@ void SimDevice::Admit() {
     Resident* res = Find(r->model);
     if (static_cast<int>(res->running.size()) >= Spec(r->model).max_seqs) continue;
     const bool tp = Spec(r->model).tp > 1;
-    if (!Fits(*res, r->kv_bytes, total_kv) ||
-        (tp && hooks_.group_fits && !hooks_.group_fits(r->model, r->kv_bytes))) {
+    bool fits = Fits(*res, r->kv_bytes, total_kv);
+    // The memory ladder's next rung: remapped layers (idle session KV
+    // already counts as free).
+    if (!fits && Remapping()) fits = LendFor(*res, r->kv_bytes, total_kv);
+    if (!fits || (tp && hooks_.group_fits && !hooks_.group_fits(r->model, r->kv_bytes))) {
+      if (!fits) NoteKvWait(r);
       // Elastic: the first request that does not fit stops admission,
       // unless it cannot fit even with no KV in use (only once another
       // model's weights leave): it waits without blocking the others.
@@ -278,6 +286,7 @@ bool SimDevice::PlanResident(Resident* res, StepWork* w, int* k, std::vector<Chu
     const bool tp = Spec(res->model).tp > 1 && hooks_.members_steps;
     if (tp && hooks_.members_steps(res->model) < res->tp_steps) return false;  // lockstep
     *w = WorkOf(*res, k, chunks);
+    res->last_active = ++active_clock_;  // MRU order among remapping's donors
     if (!tp) return true;
     ++res->tp_steps;
     res->tp_work = *w;
@@ -334,6 +343,7 @@ void SimDevice::RemoveDrained() {
   // Rolling: a shadow may leave with its part step on the GPU; the others
   // share it from now.
   if (Rolling()) RollAdvance();
+  if (Remapping()) RemapAccrue();  // a leaving model's lent layers leave with it
   for (int m : gone) {
     std::erase_if(residents_, [&](const Resident& r) { return r.model == m; });
     DropSessions(m);

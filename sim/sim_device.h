@@ -105,6 +105,26 @@
 //    each part is a model of its GPU (a shadow's part begins once its
 //    leader has begun a step it has not run, and its previous part step
 //    has ended), and the leader's gate is the one above.
+//  * Parameter remapping (policy.remap, elastic memory; tp 1 models lend;
+//    sim_device_remap.cc, sim_remap.h's figures). Where a request does not
+//    fit at admission (idle session KV already counts as free), the GPU's
+//    models lend weight layers for the shortfall by the daemon's own
+//    functions (memory::PlanRemap over DonorOrder: idle models first,
+//    each to its cap, RemapCap), so the lent layers' bytes become KV room
+//    (weights count less by them); past every cap the request waits as
+//    before (a capped event). Layers come back one at a time, as the
+//    daemon's RemapController::Tick (memory::RevertNext), a model over its
+//    cap first, else once no shortfall (a request lending could not place,
+//    or a queued request of a serving model that does not fit) was seen
+//    for revert_after_s, and only while a layer's bytes are free (beside
+//    weights, running and kept KV). The tick runs at every step boundary
+//    before admission (rolling: at most every 100 ms) and every 50 ms
+//    while the GPU is idle (rolling: 100 ms). A model lending layers
+//    streams them in every step: no cost while the plan's copies hide
+//    behind the step, else the step waits for them (sim_remap.h), as
+//    host-side time that takes none of the GPU (rolling: before its GPU
+//    work; lockstep: the iteration lasts at least that model's launch,
+//    wait and work). While any model lends, no stretches run.
 //  * Speed. While only decodes run and no queued request could be admitted
 //    by a later step (fcfs and edf: none fits now; other policies: none of
 //    a serving model is queued), the device runs whole stretches of
@@ -133,6 +153,7 @@
 #include "sim/engine_model.h"
 #include "sim/event_queue.h"
 #include "sim/sim_config.h"
+#include "sim/sim_remap.h"
 
 namespace ballast::sim {
 
@@ -159,6 +180,7 @@ struct SimRequest {
   // not prefilled.
   KvOrigin origin = KvOrigin::kNone;
   int reused = 0;
+  bool kv_waited = false;  // refused admission for KV room at least once
 };
 
 // A session's KV kept on a GPU between its turns.
@@ -204,6 +226,9 @@ class SimDevice {
     // Leading: the fewest steps of `model` the group's other GPUs have
     // started (the lockstep gate).
     std::function<int64_t(int model)> members_steps;
+    // Whether the simulation has requests outstanding (remapping's idle
+    // ticks stop with them, as the control ticks do). Unset: always.
+    std::function<bool()> outstanding;
     // Tells the group's other GPUs (a leader's) or its leader (a shadow's)
     // that `model` stepped here: they may have a step to run now.
     std::function<void(int model)> stepped;
@@ -272,6 +297,10 @@ class SimDevice {
   int64_t session_bytes() const { return session_bytes_; }
   const SessionCounters& session_counters() const { return session_counters_; }
 
+  // Parameter remapping (sim_device_remap.cc; the rules above). The
+  // counters, layer-seconds up to now.
+  RemapCounters remap_counters() const;
+
  private:
   struct Chunk {
     SimRequest* r;
@@ -302,6 +331,12 @@ class SimDevice {
     StepWork tp_work = {};  // tp > 1, leading: the last step's work
     bool stepped = false;   // stepped in the iteration under way
     Step step{};            // rolling
+    // Remapping: the layers it lends and streams (alpha 0: none), whether
+    // their plan was made under the timing constraint (the daemon's
+    // set_respect_timing), and when it last stepped (MRU donor order).
+    memory::StreamingPlan lent{};
+    bool lent_respect = true;
+    int64_t last_active = 0;
   };
 
   Resident* Find(int model);
@@ -338,6 +373,31 @@ class SimDevice {
   void ShedFrom(int model, int64_t over);
   void DropSessions(int model);
   void EraseSession(std::map<int, CachedSession>::iterator it);
+
+  // Remapping (sim_device_remap.cc).
+  bool Remapping() const;
+  bool Lending() const;    // some model lends layers
+  bool KvWaiting() const;  // a queued request of a serving model does not fit
+  // The daemon's RemapController::Tick: one layer back when the rules
+  // allow.
+  void RemapTick();
+  // At a step boundary, before admission (rolling: at most every 100 ms).
+  void RemapStep();
+  // The GPU stops stepping: ticks at the daemon's idle cadence while it
+  // lends layers and the simulation has requests outstanding.
+  void RemapIdle();
+  const RemapTimings& Timings(int model);
+  std::vector<memory::RemapCandidate> RemapCandidates();
+  // Lends layers for `shortfall` bytes of KV; returns the bytes freed.
+  int64_t Lend(int64_t shortfall);
+  // A request of `res` (`bytes` of KV) short of room beside `total_kv`:
+  // lends for the shortfall; whether it fits now.
+  bool LendFor(const Resident& res, int64_t bytes, int64_t total_kv);
+  // The wait of `res`'s step of `step_s` for its streamed layers (0 when
+  // it lends none), counted.
+  double RemapStall(const Resident& res, double step_s);
+  void RemapAccrue();  // layer-seconds up to now
+  void NoteKvWait(SimRequest* r);
 
   // Lockstep (sim_device_lockstep.cc).
   void StartIteration();
@@ -389,6 +449,14 @@ class SimDevice {
   int64_t session_bytes_ = 0;              // their bytes
   int64_t session_recency_ = 0;
   SessionCounters session_counters_;
+  // Remapping.
+  std::map<int, RemapTimings> timings_;  // by model, as first needed
+  double last_shortfall_ = -1e300;       // when a KV shortfall was last seen
+  double remap_at_ = 0;                  // layer-seconds counted up to here
+  double remap_ticked_ = -1e300;         // rolling: the last tick
+  uint64_t remap_wake_ = 0;              // the idle tick's version
+  int64_t active_clock_ = 0;
+  RemapCounters remap_counters_;
 };
 
 }  // namespace ballast::sim

@@ -12,7 +12,8 @@ namespace ballast::sim {
 
 double SimDevice::PlanIteration(bool* decode_only) {
   chunks_.clear();
-  double work = 0, latency = 0, serial = 0, delta = 0;
+  // solo: the longest of a streaming model's launch, wait and work alone.
+  double work = 0, latency = 0, serial = 0, delta = 0, solo = 0;
   int k = INT_MAX, stepped = 0;
   for (Resident& res : residents_) {
     StepWork w;
@@ -21,7 +22,11 @@ double SimDevice::PlanIteration(bool* decode_only) {
     const SimModel& spec = Spec(res.model);
     const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
     const double lat = std::min(step, engine_->LatencySeconds(spec.Part()));
-    serial += step;
+    // Remapping: the wait for copies its compute does not hide, before
+    // its work (the other models' work goes on meanwhile).
+    const double stall = RemapStall(res, step);
+    if (stall > 0) solo = std::max(solo, step + stall);
+    serial += step + stall;
     work += step - lat;
     latency = std::max(latency, lat);
     StepWork next = w;
@@ -30,9 +35,10 @@ double SimDevice::PlanIteration(bool* decode_only) {
     ++stepped;
   }
   const double host = config_->policy.step_host_s;
-  const double t = config_->policy.overlap_steps ? latency + work + host : serial + host * stepped;
+  const double t = config_->policy.overlap_steps ? std::max(solo, latency + work) + host
+                                                 : serial + host * stepped;
   *decode_only = chunks_.empty();
-  if (*decode_only && AdmissionMayChange()) k = 1;
+  if (*decode_only && (Lending() || AdmissionMayChange())) k = 1;
   iterations_ = *decode_only ? std::max(k, 1) : 1;
   t0_ = t;
   delta_ = *decode_only ? delta : 0;
@@ -41,11 +47,13 @@ double SimDevice::PlanIteration(bool* decode_only) {
 }
 
 void SimDevice::StartIteration() {
+  RemapStep();
   Admit();
   bool decode_only = false;
   if (PlanIteration(&decode_only) < 0) {
     busy_ = false;
     RemoveDrained();
+    RemapIdle();
     return;
   }
   busy_ = true;

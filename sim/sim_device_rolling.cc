@@ -61,6 +61,7 @@ void SimDevice::RollJoin(Step* s, double left) {
 }
 
 void SimDevice::RollStart() {
+  RemapStep();
   Admit();
   int k = INT_MAX, began = 0, flying = 0;
   Resident* last = nullptr;
@@ -73,11 +74,14 @@ void SimDevice::RollStart() {
   }
   // One model alone, decodes only: a stretch until its next request ends.
   if (began == 1 && flying == 1 && k > 1 && last->step.chunks.empty() && !last->shadow &&
-      Spec(last->model).tp == 1 && !AdmissionMayChange()) {
+      Spec(last->model).tp == 1 && !Lending() && !AdmissionMayChange()) {
     RollStretch(last, k);
   }
   RollReschedule();
-  if (flying == 0) RemoveDrained();
+  if (flying == 0) {
+    RemoveDrained();
+    RemapIdle();
+  }
 }
 
 bool SimDevice::RollBegin(Resident* res, int* k) {
@@ -90,7 +94,9 @@ bool SimDevice::RollBegin(Resident* res, int* k) {
   const double lat = std::min(step, engine_->LatencySeconds(spec.Part()));
   s.on = true;
   s.start = events_->now();
-  s.delay = config_->policy.step_host_s + lat;
+  // A step streaming lent layers waits for copies its compute does not
+  // hide (remapping): the model waits, the GPU serves the others.
+  s.delay = config_->policy.step_host_s + lat + RemapStall(*res, step);
   s.work = step - lat;
   s.joined = false;
   s.w = w;

@@ -49,6 +49,7 @@ Simulator::Simulator(const SimConfig& config, const EngineModel& engine,
 
 SimDevice::Hooks Simulator::HooksFor(int d) {
   SimDevice::Hooks h;
+  h.outstanding = [this] { return outstanding_ > 0; };
   h.done = [this](SimRequest* r) { Done(r); };
   h.drained = [this, d](int m) { Drained(d, m); };
   auto members = [this, d](int m) -> const std::vector<int>* {
@@ -150,6 +151,10 @@ SimResult Simulator::Run() {
     stats_.device_model_steps.push_back(d->model_steps());
   }
   SummarizeSessions();
+  for (const auto& d : devices_) stats_.remap.Add(d->remap_counters());
+  if (config_.policy.remap.enabled) {
+    stats_.remap_json = RemapJson(config_.policy.remap, stats_.remap, config_);
+  }
   out.advisories_sent = stats_.sessions.advisories;  // the ones the simulator acted on
   // The rest: ignored, or never released (a dependency failed or never
   // ended), as a replay skips them.
@@ -384,8 +389,10 @@ nlohmann::json ToJson(const SimStats& s) {
                       {"load_refusals", s.load_refusals},
                       {"migrations", s.migrations},
                       {"advisories_ignored", s.advisories_ignored},
-                      {"unfinished", s.unfinished}};
+                      {"unfinished", s.unfinished},
+                      {"kv_wait_requests", s.remap.kv_wait_requests}};
   if (s.sessions.sessions > 0) j["session_kv"] = ToJson(s.sessions);
+  if (!s.remap_json.is_null()) j["remap"] = s.remap_json;
   return j;
 }
 

@@ -72,6 +72,7 @@
 #include "nlohmann/json.hpp"
 #include "sim/engine_model.h"
 #include "sim/sim_config.h"
+#include "sim/sim_remap.h"
 
 namespace ballast::sim {
 
@@ -130,6 +131,12 @@ struct SimStats {
   int advisories_ignored = 0;
   int unfinished = 0;       // still running at the horizon (DEADLINE_EXCEEDED)
   SessionKvStats sessions;  // in ToJson as "session_kv" when the trace has sessions
+  // Parameter remapping (policy.remap): the GPUs' counters summed
+  // (max_alpha: the most any GPU lent); kv_wait_requests is counted with
+  // remapping off too (in ToJson as "kv_wait_requests" always). In ToJson
+  // as "remap" (remap_json, RemapJson) when it is enabled.
+  RemapCounters remap;
+  nlohmann::json remap_json;  // null: remapping off
 };
 
 struct SimResult {

@@ -11,7 +11,7 @@ const std::string kDir = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/";
 
 TEST(SimConfigTest, CommittedExamplesParse) {
   for (const char* name : {"small.yaml", "prism-58.yaml", "cluster-1000.yaml", "validate-h200.yaml",
-                           "chat-tiers.yaml"}) {
+                           "chat-tiers.yaml", "remap.yaml"}) {
     auto f = ReadSimConfig(kDir + name);
     ASSERT_TRUE(f.ok()) << name << ": " << f.status();
     EXPECT_EQ(f->calibration_path, kDir + "calibration-h200.json") << name;
@@ -90,6 +90,23 @@ TEST(SimConfigTest, ErrorsNameTheFileAndTheKey) {
        "cluster.dram_gib"},
       {"calibration: c.json\ncluster: {ssd_gib: -2}\nmodels: [{name: a, shape: llama-1b}]",
        "cluster.ssd_gib"},
+      {"calibration: c.json\npolicy: {remap: {max_fraction: 1}}\nmodels: [{name: a, shape: "
+       "llama-1b}]",
+       "policy.remap.max_fraction"},
+      {"calibration: c.json\npolicy: {remap: {revert_after_s: -1}}\nmodels: [{name: a, shape: "
+       "llama-1b}]",
+       "policy.remap.revert_after_s"},
+      {"calibration: c.json\npolicy: {remap: {enabled: maybe}}\nmodels: [{name: a, shape: "
+       "llama-1b}]",
+       "policy.remap.enabled"},
+      {"calibration: c.json\npolicy: {remap: {revert_after_ms: 5}}\nmodels: [{name: a, shape: "
+       "llama-1b}]",
+       "policy.remap.revert_after_ms"},
+      {"calibration: c.json\npolicy: {remap: on}\nmodels: [{name: a, shape: llama-1b}]",
+       "policy.remap"},
+      {"calibration: c.json\npolicies: {x: {remap: {max_fraction: 0}}}\nmodels: [{name: a, shape: "
+       "llama-1b}]",
+       "policies.x.remap.max_fraction"},
   };
   for (const auto& [yaml, key] : cases) {
     auto f = ParseSimConfig(yaml, "s.yaml");
@@ -128,6 +145,40 @@ TEST(SimConfigTest, SessionTiersHaveDefaultsAndKeys) {
     EXPECT_EQ(sim::ParseSessionKv(sim::SessionKvName(k)), k);
   }
   EXPECT_FALSE(sim::ParseSessionKv("ssd").has_value());
+}
+
+TEST(SimConfigTest, RemapHasTheDaemonsDefaultsAndKeys) {
+  const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
+  auto dflt = ParseSimConfig(base, "s.yaml");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  const node_manager::RemapOptions daemon;
+  const sim::SimRemap& r = dflt->config.policy.remap;
+  EXPECT_EQ(r.enabled, daemon.enabled);
+  EXPECT_FALSE(r.enabled);
+  EXPECT_EQ(r.max_fraction, daemon.max_fraction);
+  EXPECT_EQ(r.respect_timing, daemon.respect_timing);
+  EXPECT_EQ(r.revert_after_s, absl::ToDoubleSeconds(daemon.revert_after));
+  auto set = ParseSimConfig(base +
+                                "policy: {remap: {enabled: true, max_fraction: 0.25, "
+                                "respect_timing: false, revert_after_s: 3}}\n"
+                                "policies: {quick: {remap: {revert_after_s: 0}}}\n",
+                            "s.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  const sim::SimRemap& s = set->config.policy.remap;
+  EXPECT_TRUE(s.enabled);
+  EXPECT_EQ(s.max_fraction, 0.25);
+  EXPECT_FALSE(s.respect_timing);
+  EXPECT_EQ(s.revert_after_s, 3);
+  // A variant overrides only the keys it names.
+  const sim::SimRemap& q = set->variants.at("quick").remap;
+  EXPECT_TRUE(q.enabled);
+  EXPECT_EQ(q.max_fraction, 0.25);
+  EXPECT_EQ(q.revert_after_s, 0);
+  auto example = ReadSimConfig(kDir + "remap.yaml");
+  ASSERT_TRUE(example.ok()) << example.status();
+  EXPECT_FALSE(example->variants.at("off").remap.enabled);
+  EXPECT_TRUE(example->variants.at("remap").remap.respect_timing);
+  EXPECT_FALSE(example->variants.at("forced").remap.respect_timing);
 }
 
 }  // namespace
