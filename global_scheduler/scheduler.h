@@ -355,6 +355,11 @@ class Scheduler {
   };
   struct Migration {
     std::string from, to, to_device;
+    // Set once StartLoad has returned: until then no pending load marks the
+    // move under way, and AdvanceMigrations must not take its absence for
+    // a failed load (a control tick between the two did, and a second
+    // replica was loaded and then drained).
+    bool load_started = false;
   };
   // The working state of one control tick (scheduler_control.cc).
   struct Tick {

@@ -48,11 +48,15 @@ absl::Status Scheduler::MigrateModel(const std::string& model, const std::string
     if (migrations_.count(model)) {
       return absl::FailedPreconditionError(absl::StrCat("model ", model, " is already moving"));
     }
-    migrations_[model] = Migration{from_node, to_node, to_device};
+    migrations_[model] = Migration{from_node, to_node, to_device, false};
   }
   spdlog::info("migrating model {} from node {} to node {} {}", model, from_node, to_node,
                to_device);
   StartLoad(m->spec, Target{to_node, to_device});  // the source keeps serving meanwhile
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = migrations_.find(model); it != migrations_.end()) it->second.load_started = true;
+  }
   return absl::OkStatus();
 }
 
@@ -75,7 +79,7 @@ void Scheduler::AdvanceMigrations() {
       // The load ended (StartLoad keeps it pending until then) without a
       // READY replica: it failed; give the move up, the source stays.
       absl::MutexLock lock(&mu_);
-      done = !pending_.count(PendingKey{PendingKind::kLoad, model, mv.to});
+      done = mv.load_started && !pending_.count(PendingKey{PendingKind::kLoad, model, mv.to});
       if (done)
         spdlog::warn("migration of {} to node {} failed; it stays on {}", model, mv.to, mv.from);
     }
