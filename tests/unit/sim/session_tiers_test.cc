@@ -241,18 +241,28 @@ TEST(SessionTiersTest, CapacityPressureDemotesToSsdThenDrops) {
   EXPECT_EQ(s.recomputed_tokens, 150 + 1);  // A2's history, C2's last token
 }
 
+// Two nodes of one GPU, each with room for one of models a, b and c, idle
+// after 0.5 s; the engine's peer link moves a token per 2 ms.
+SimConfig TwoNodesThreeModels() {
+  SimConfig c = TierGpu(1000, 1000, 0);
+  c.cluster.nodes = 2;
+  c.models = {Model("a"), Model("b"), Model("c")};
+  c.policy.idle_evict_after_s = 0.5;
+  return c;
+}
+EngineModel PeerEngine() {
+  KvLinkRates rates = TierEngine().kv_rates();
+  rates.peer_bytes_per_s = static_cast<double>(kBpt) * 500;
+  return EngineModel(TierEngine().coefficients(), 1e9, 1.0, rates);
+}
+
 TEST(SessionTiersTest, ATurnOnAnotherNodeFetchesItsKvFromItsAffinityNode) {
   // Two nodes of one GPU, each with room for one of the three models. s's
   // first turn runs on a's GPU; c's request evicts a (the longest idle),
   // and s's second turn brings a back on the other node (b idle longer
   // than c), which fetches the 150 tokens from node 0's tiers.
-  SimConfig c = TierGpu(1000, 1000, 0);
-  c.cluster.nodes = 2;
-  c.models = {Model("a"), Model("b"), Model("c")};
-  c.policy.idle_evict_after_s = 0.5;
-  KvLinkRates rates = TierEngine().kv_rates();
-  rates.peer_bytes_per_s = static_cast<double>(kBpt) * 500;  // a token per 2 ms
-  const EngineModel engine(TierEngine().coefficients(), 1e9, 1.0, rates);
+  SimConfig c = TwoNodesThreeModels();
+  const EngineModel engine = PeerEngine();
   std::vector<bench::TraceRecord> t = {Turn("t1", "s", 100, 50),
                                        testing::Req("rb", "b", 0.9, 10, 2),
                                        testing::Req("rc", "c", 1.0, 10, 2), Turn("t2", "s", 20, 5)};
@@ -273,13 +283,8 @@ TEST(SessionTiersTest, ATurnOnAnotherModelNeverReadsTheFirstModelsKv) {
   // c evicts a (node 0), a evicts b (node 1), and s's turn 3 brings b back
   // on node 0, whose tiers hold s's KV of model a only: b's 175 tokens come
   // from node 1 (a token per 2 ms), none from node 0's DRAM.
-  SimConfig c = TierGpu(1000, 1000, 0);
-  c.cluster.nodes = 2;
-  c.models = {Model("a"), Model("b"), Model("c")};
-  c.policy.idle_evict_after_s = 0.5;
-  KvLinkRates rates = TierEngine().kv_rates();
-  rates.peer_bytes_per_s = static_cast<double>(kBpt) * 500;
-  const EngineModel engine(TierEngine().coefficients(), 1e9, 1.0, rates);
+  SimConfig c = TwoNodesThreeModels();
+  const EngineModel engine = PeerEngine();
   std::vector<bench::TraceRecord> t = {Turn("t1", "s", 100, 50), Turn("t2", "s", 20, 5),
                                        testing::Req("rc", "c", 1.0, 10, 2),
                                        testing::Req("ra", "a", 3.0, 10, 2), Turn("t3", "s", 20, 5)};
