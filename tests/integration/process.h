@@ -14,6 +14,7 @@
 #include <ctime>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -92,12 +93,18 @@ class ChildProcess {
 // neither the outgoing connections of tests running beside this one nor
 // their own port 0 binds take it before the child binds it (a CI run
 // failed when a scheduler's metrics port, picked by binding port 0, was
-// taken by the time the scheduler started).
+// taken by the time the scheduler started). A port is never handed out
+// twice in one process: the children have not bound the earlier ones yet,
+// so they would still look free (a CI run failed when a second node was
+// given the scheduler's metrics port). Not thread-safe: call from the
+// test's thread.
 inline int FreePort() {
   static std::mt19937 rng(static_cast<unsigned>(getpid()) * 2654435761u ^
                           static_cast<unsigned>(time(nullptr)));
+  static std::set<int> handed_out;
   for (int attempt = 0; attempt < 200; ++attempt) {
     const int port = 20000 + static_cast<int>(rng() % 12000);
+    if (handed_out.count(port) > 0) continue;
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -105,7 +112,10 @@ inline int FreePort() {
     addr.sin_port = htons(static_cast<uint16_t>(port));
     const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     close(fd);
-    if (ok) return port;
+    if (ok) {
+      handed_out.insert(port);
+      return port;
+    }
   }
   return server::FreeLoopbackPort();
 }
