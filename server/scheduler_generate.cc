@@ -1,6 +1,6 @@
+// The scheduler's Generate (scheduler_generate.h): the client's stream, its
+// routing and its attempts on nodes (each an Upstream, scheduler_upstream.h).
 #include "server/scheduler_generate.h"
-
-#include <grpcpp/alarm.h>
 
 #include <atomic>
 #include <memory>
@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/request_id.h"
 #include "server/request_parse.h"
+#include "server/scheduler_upstream.h"
 #include "server/status_util.h"
 #include "server/token_relay.h"
 #include "spdlog/spdlog.h"
@@ -22,8 +23,6 @@ namespace {
 
 double MsSince(absl::Time t) { return absl::ToDoubleMilliseconds(absl::Now() - t); }
 
-class SchedulerGenerateStream;
-
 // A request refused before any routing (it could not be parsed).
 class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
@@ -31,50 +30,9 @@ class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnDone() override { delete this; }
 };
 
-// One attempt on a node: the node's stream, read with the callback client.
-// Owned by its stream until the stream is deleted (so a cancel never
-// races its deletion).
-class Upstream final : public grpc::ClientReadReactor<v1::NodeGenerateResponse> {
- public:
-  Upstream(SchedulerGenerateStream* s, global_scheduler::Route route, v1::NodeGenerateRequest nreq,
-           const std::string& request_id)
-      : stream_(s), route_(std::move(route)), nreq_(std::move(nreq)) {
-    ctx_.AddMetadata(kRequestIdKey, request_id);  // the node logs it
-  }
-  // Arms the acceptance deadline (before Start): `fired` tells the stream
-  // whether the node's initial metadata was late.
-  void ArmAcceptAlarm(absl::Duration timeout);
-  // The hold keeps OnDone from running while this side may still start a
-  // read: reads go on (token by token) until one fails, which drops it.
-  void Start() {
-    route_.stub->async()->Generate(&ctx_, &nreq_, this);
-    AddHold();
-    StartRead(&resp_);
-    StartCall();
-  }
-  void ReadNext() { StartRead(&resp_); }
-  void Cancel() { ctx_.TryCancel(); }
-  // Cancelled because the node did not accept in time (then retried).
-  void MarkUnaccepted() { unaccepted_ = true; }
-  bool unaccepted() const { return unaccepted_; }
-  void OnReadInitialMetadataDone(bool ok) override;
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& st) override;
-
-  const global_scheduler::Route& route() const { return route_; }
-  const v1::NodeGenerateResponse& resp() const { return resp_; }
-
- private:
-  SchedulerGenerateStream* const stream_;
-  const global_scheduler::Route route_;
-  const v1::NodeGenerateRequest nreq_;
-  grpc::ClientContext ctx_;
-  v1::NodeGenerateResponse resp_;
-  grpc::Alarm alarm_;
-  std::atomic<bool> unaccepted_{false};
-};
-
-class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+// One client's Generate: routed, then proxied from its node (see the header).
+class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                                      public UpstreamOwner {
   // The node's call ended while relay_ still had tokens to write.
   struct NodeEnd {
     Upstream* upstream;
@@ -117,7 +75,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   // node's messages are taken as they come while the client's write is
   // outstanding (read-ahead), and what gathers meanwhile goes out in one
   // message to a client that asked for batches.
-  void OnNodeMessage(Upstream* u) {
+  void OnNodeMessage(Upstream* u) override {
     bool write = false;
     Upstream* read = nullptr;
     {
@@ -148,7 +106,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   // every token (NodeCallEnded), as when the node's end could only be read
   // after the last write. A client that stops reading keeps the route
   // counted until its call ends, as before.
-  void OnNodeDone(Upstream* u, const grpc::Status& status) {
+  void OnNodeDone(Upstream* u, const grpc::Status& status) override {
     {
       absl::MutexLock lock(&mu_);
       if (client_ok_ && (writing_ || !relay_.empty())) {  // its OnWriteDone resumes
@@ -217,7 +175,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   // when the model has a replica elsewhere: the attempt is cancelled and
   // retried there (OnNodeDone). The pending count is dropped only after
   // the cancel, so the stream (and `u`) outlive it.
-  void OnAcceptAlarm(Upstream* u, bool fired) {
+  void OnAcceptAlarm(Upstream* u, bool fired) override {
     const std::string& node = u->route().node_id;
     const bool elsewhere = fired && sched_->HasReplicaElsewhere(req_.model(), node);
     bool cancel = false;
@@ -238,7 +196,7 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   }
 
   // The node sent the attempt's initial metadata (it accepted the call).
-  void NodeAccepted(Upstream* u) {
+  void NodeAccepted(Upstream* u) override {
     absl::MutexLock lock(&mu_);
     if (u == upstream_.get()) accepted_ = true;
   }
@@ -553,33 +511,6 @@ class SchedulerGenerateStream final : public grpc::ServerWriteReactor<grpc::Byte
   // gRPC's internal hand-off (invisible to ThreadSanitizer), orders them.
   int calls_out_ ABSL_GUARDED_BY(mu_) = 0;
 };
-
-void Upstream::OnReadDone(bool ok) {
-  if (ok) {
-    stream_->OnNodeMessage(this);
-  } else {
-    RemoveHold();  // the end of the node's stream: OnDone follows
-  }
-}
-
-void Upstream::OnReadInitialMetadataDone(bool ok) {
-  if (ok) stream_->NodeAccepted(this);
-  alarm_.Cancel();
-}
-
-void Upstream::ArmAcceptAlarm(absl::Duration timeout) {
-  alarm_.Set(absl::ToChronoTime(absl::Now() + timeout),
-             [this](bool fired) { stream_->OnAcceptAlarm(this, fired); });
-}
-
-void Upstream::OnDone(const grpc::Status& st) {
-  alarm_.Cancel();  // in case the initial metadata never came
-  stream_->OnNodeDone(this, st);
-}
-
-}  // namespace
-
-namespace {
 
 // With API keys (server/auth.h): the caller's key, its model allow-list and
 // its tenant, which the request then carries.

@@ -3,11 +3,13 @@
 // polling. Routing (Scheduler::BeginRoute/TryRoute) runs on a bounded pool;
 // while no replica is ready the stream parks with the scheduler's waiters
 // (AwaitReplica), holding no thread. The node's stream is read with the
-// callback client, one message at a time: the next read starts when the
-// client has taken the previous token (flow control end to end). A node
-// that fails UNAVAILABLE, or does not accept within node_accept_timeout,
-// before the first token is retried once on another replica; a client that
-// cancels (or stops reading) cancels the node call.
+// callback client (an Upstream, server/scheduler_upstream.h), one message
+// at a time, ahead of the client's writes into a TokenRelay (token_relay.h)
+// of at most TokenRelay::kMaxTokens tokens; when it is full, reading waits
+// for the client (flow control end to end). A node that fails
+// UNAVAILABLE, or does not accept within node_accept_timeout, before the
+// first token is retried once on another replica; a client that cancels
+// (or stops reading) cancels the node call.
 //
 // Lifetime: the stream deletes itself once gRPC is done with it, no node
 // call is in flight, no routing is pending and no acceptance alarm is
