@@ -45,6 +45,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("overlap_steps", &p->overlap_steps));
   RETURN_IF_ERROR(s.Get("rolling_steps", &p->rolling_steps));
   RETURN_IF_ERROR(s.Get("rolling_share_exponent", &p->rolling_share_exponent));
+  RETURN_IF_ERROR(s.Get("ahead_steps", &p->ahead_steps));
   RETURN_IF_ERROR(s.Get("step_host_s", &p->step_host_s));
   RETURN_IF_ERROR(s.Get("control_interval_s", &p->control_interval_s));
   RETURN_IF_ERROR(s.Get("demand_window_s", &p->demand_window_s));

@@ -116,6 +116,12 @@ struct SimPolicy {
   // 2,048-token prefill chunk got 22-33% of the GPU (0.5 predicts 22-37%,
   // 0 predicts 50%). The shares always add up to the whole GPU.
   double rolling_share_exponent = 0.5;
+  // With rolling_steps: each model's next step is planned and queued
+  // behind the one on the GPU (node.engine.ahead_steps, the node's
+  // default; sim_device.h's rules): its host time is hidden, and a
+  // request that arrives meanwhile waits for the step already queued.
+  // Default true, as node_manager::DeviceArbitrationOptions::ahead_steps.
+  bool ahead_steps = true;
   // Host time of a model step outside the GPU work (draining the inbox,
   // planning, streaming tokens, finishing sequences): the mean of the
   // node's ballast_node_step_host_seconds, measured under `ballast serve`
@@ -123,8 +129,9 @@ struct SimPolicy {
   // serial steps add it once per model stepped; overlapped steps finish
   // their host halves in parallel, so an iteration adds it once. Rolling,
   // each step of each model begins with it (that model waits; the others'
-  // steps keep the GPU busy). Default 0: the engine alone, as
-  // bench-engine measures it.
+  // steps keep the GPU busy), except a step planned ahead, whose host time
+  // ran beside the step before it (ahead_steps). Default 0: the engine
+  // alone, as bench-engine measures it.
   double step_host_s = 0;
   // Tensor-parallel steps (SimModel::tp > 1) add two all-reduces per layer
   // of the step's tokens x hidden BF16 activations, each taking

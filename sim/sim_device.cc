@@ -175,7 +175,13 @@ void SimDevice::Kick() {
   if (ending_) return;
   if (Rolling()) {
     RollUnstretch();
-    RollStart();
+    // One model stepping alone: the node's loop is waiting on its step's
+    // event and begins (or admits) nothing before that step ends.
+    if (LoneStepInFlight()) {
+      RollReschedule();
+    } else {
+      RollStart();
+    }
     return;
   }
   if (!busy_) {
@@ -194,11 +200,15 @@ bool SimDevice::Fits(const Resident& res, int64_t bytes, int64_t total_kv) const
 }
 
 void SimDevice::Admit() {
-  // Rolling: a model with a step in flight admits at its next boundary.
+  // Rolling: a model with a step in flight admits at its next boundary;
+  // with ahead steps, when a step begins, for the step after it (the node
+  // plans that one at once).
   const bool rolling = Rolling();
+  const double now = events_->now();
   auto flying = [&](int model) {
     const Resident* res = Find(model);
-    return rolling && res != nullptr && res->step.on;
+    return rolling && res != nullptr && res->step.on &&
+           !(StepsAhead(*res) && res->step.start == now);
   };
   std::vector<node_manager::PendingRequest> reqs;
   std::map<uint64_t, SimRequest*> by_id;

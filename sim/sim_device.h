@@ -48,9 +48,27 @@
 //    measured). The shares add up to one: the device does its steps' work
 //    at serial speed (the measurements below), but a short step is no
 //    longer held by a long one. A step's tokens come when its work is
-//    done; its model then admits and begins its next step. One model
-//    alone steps every host + s, as lockstep; k identical models begun
-//    together take host + l + k (s - l) a step, as a lockstep iteration.
+//    done; its model then admits and begins its next step. Without ahead
+//    steps, one model alone steps every host + s, as lockstep; k
+//    identical models begun together take host + l + k (s - l) a step, as
+//    a lockstep iteration.
+//  * Ahead steps (policy.ahead_steps, the node's node.engine.ahead_steps;
+//    device_worker_rolling.cc's BeginAheadSteps, the engine's
+//    CanBeginAhead). A model's next step is planned as its current one
+//    begins (at the same instant) and queued behind it: when a step ends
+//    the next one begins at once from the requests admitted before, and
+//    the host time of its planning ran beside the last step (hidden, up
+//    to that step's length; the launch latency l stays). The model's
+//    admissions at that boundary are for the step after it, so a request
+//    that arrives while a model steps waits for the step already queued
+//    too. Not for tensor-parallel models (the node runs none) nor a model
+//    streaming lent layers (remapping). One 1B model alone on the H200:
+//    TPOT p50 1.41 ms measured, 1.42 simulated (1.44 without).
+//  * One model stepping alone (rolling): the node's loop waits on that
+//    step's own event (OneEngineInFlight), so work that arrives for
+//    another model meanwhile is looked at, and that model begins, only
+//    when the step ends (at the instant it began: at once). With two or
+//    more models in flight the loop wakes on new work at once.
 //    Checked against the H200 (docs/benchmarks.md): beside a 2,048-token
 //    prefill chunk, a small decode step got 22-33% of the GPU (bench-
 //    engine's interference runs; work^0.5 predicts 22-37%, equal shares
@@ -58,13 +76,17 @@
 //    Through the daemon, a 1B chat model beside another 1B model's
 //    prefill chunks: TPOT p50 10.1 ms lockstep and 4.95 ms rolling,
 //    simulated 8.5 and 5.25 ms (equal shares: 2.65 ms); the bulk model 4%
-//    slower rolling, simulated 5%. Only launch-bound models far below 1B
-//    gain more from overlap (issue 13: six 130M models), which this does
-//    not capture.
+//    slower rolling, simulated 5%. Not captured: concurrent small steps
+//    overlap on the H200 (six 130M models, issue 13; through the rolling
+//    daemon, four 1B models' decode steps at batches of 10-30 took 4.35
+//    ms a round where their calibrated serial sum is 5.9 ms, and about
+//    their serial sum at batch 128; docs/benchmarks.md). The
+//    calibration, one model at a time, does not measure that overlap.
 //  * Admission, rolling: at a model's step boundary (or at once when it
-//    has no step in flight), by the same arbitration over the whole
-//    queue; the requests of models with a step in flight are passed over
-//    (their model admits at its next boundary) and never stop admission.
+//    has no step in flight; with ahead steps, when its step begins, for
+//    the step after), by the same arbitration over the whole queue; the
+//    requests of models with a step in flight are passed over (their
+//    model admits at its next boundary) and never stop admission.
 //    The cost model times each model's own step (begin to end), as the
 //    rolling node does.
 //  * Steps, lockstep (rolling_steps: false, or overlap_steps: false). One
@@ -133,10 +155,12 @@
 //    context, so the stretch's length is closed-form): lockstep, of
 //    iterations; rolling, only while a single model (tp 1) has a step in
 //    flight, as processor sharing between several has no such closed
-//    form. Lockstep, an arrival or a model becoming ready cuts the stretch
-//    at the next step boundary; rolling, at once: the step under way
-//    goes on as an ordinary step (the time it has had counted), so
-//    another model's step begins without waiting for it.
+//    form (with ahead steps, a stretch begins at a step whose host time
+//    was hidden and admits nothing: every running request decodes).
+//    Lockstep, an arrival or a model becoming ready cuts the stretch at
+//    the next step boundary; rolling, at once: the step under way goes
+//    on as an ordinary step (the time it has had counted), and the
+//    newcomer is looked at when it ends (the lone-model rule above).
 //
 // Thread-safety: none (the simulator's single thread).
 #pragma once
@@ -320,6 +344,12 @@ class SimDevice {
     // A stretch (n > 1): step i (from 0) takes t0 + i * delta alone.
     int n = 1;
     double t0 = 0, delta = 0;
+    // Ahead steps: `ahead`, this step was planned while the model's last
+    // one ran; `follows`, the step ended and the model's next one was
+    // planned while it ran (last_s long).
+    bool ahead = false;
+    bool follows = false;
+    double last_s = 0;
   };
   struct Resident {
     int model = 0;
@@ -343,6 +373,14 @@ class SimDevice {
   const Resident* Find(int model) const;
   const SimModel& Spec(int model) const { return config_->models[static_cast<size_t>(model)]; }
   bool Rolling() const { return config_->policy.rolling_steps && config_->policy.overlap_steps; }
+  // Rolling: whether exactly one model has a step in flight, begun before
+  // now (the node's loop then waits on that step's end before it looks
+  // at new work).
+  bool LoneStepInFlight() const;
+  // Whether `res` plans its next step while its current one runs (rolling
+  // with policy.ahead_steps; as the engine's CanBeginAhead: no layers
+  // streamed, and not tensor-parallel, which the node does not run).
+  bool StepsAhead(const Resident& res) const;
   void Kick();
   void Admit();
   bool Fits(const Resident& res, int64_t bytes, int64_t total_kv) const;
@@ -409,7 +447,8 @@ class SimDevice {
   // Rolling (sim_device_rolling.cc).
   // Admits, begins a step for each model that can, and reschedules.
   void RollStart();
-  bool RollBegin(Resident* res, int* k);
+  // `ahead`: the step planned while the model's last one ran.
+  bool RollBegin(Resident* res, int* k, bool ahead);
   void RollStretch(Resident* res, int k);
   // A stretch under way goes on as an ordinary step (Speed above).
   void RollUnstretch();

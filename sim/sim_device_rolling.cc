@@ -11,6 +11,7 @@
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "sim/sim_device.h"
 
@@ -60,21 +61,55 @@ void SimDevice::RollJoin(Step* s, double left) {
   s->finish = served_ + (left > 0 ? left / s->weight : 0);
 }
 
+bool SimDevice::LoneStepInFlight() const {
+  // A step begun at this very instant: the loop has not blocked on it yet
+  // (work that came at the same time is looked at together).
+  const double now = events_->now();
+  int on = 0, before = 0;
+  for (const Resident& r : residents_) {
+    on += r.step.on ? 1 : 0;
+    before += r.step.on && r.step.start < now ? 1 : 0;
+  }
+  return on == 1 && before == 1;
+}
+
+bool SimDevice::StepsAhead(const Resident& res) const {
+  return Rolling() && config_->policy.ahead_steps && !res.shadow && Spec(res.model).tp == 1 &&
+         res.lent.alpha == 0;
+}
+
 void SimDevice::RollStart() {
   RemapStep();
-  Admit();
   int k = INT_MAX, began = 0, flying = 0;
   Resident* last = nullptr;
-  for (Resident& res : residents_) {
-    if (!res.step.on && RollBegin(&res, &k)) {
+  auto begin = [&](Resident& res, bool ahead) {
+    if (RollBegin(&res, &k, ahead)) {
       ++began;
       last = &res;
     }
+  };
+  // Ahead steps: a model whose step just ended begins the one planned
+  // while it ran, from the requests admitted before; this boundary's
+  // admissions go to the step after (the node plans that one now).
+  for (Resident& res : residents_) {
+    if (!res.step.on && std::exchange(res.step.follows, false)) begin(res, true);
+  }
+  Admit();
+  for (Resident& res : residents_) {
+    if (!res.step.on) begin(res, false);
     flying += res.step.on ? 1 : 0;
   }
-  // One model alone, decodes only: a stretch until its next request ends.
-  if (began == 1 && flying == 1 && k > 1 && last->step.chunks.empty() && !last->shadow &&
-      Spec(last->model).tp == 1 && !Lending() && !AdmissionMayChange()) {
+  // One model alone, decodes only (none admitted for its next step): a
+  // stretch until its next request ends (with ahead steps, from a step
+  // whose host time the last one hid, as each of the stretch's steps
+  // hides the next one's).
+  const double host = config_->policy.step_host_s;
+  auto decoding = [](const SimRequest* r) { return r->prefilled >= r->prompt; };
+  if (began == 1 && flying == 1 && k > 1 && last->step.chunks.empty() &&
+      std::all_of(last->running.begin(), last->running.end(), decoding) && !last->shadow &&
+      Spec(last->model).tp == 1 && !Lending() && !AdmissionMayChange() &&
+      (!StepsAhead(*last) ||
+       (last->step.ahead && host <= std::min(last->step.last_s, last->step.t0)))) {
     RollStretch(last, k);
   }
   RollReschedule();
@@ -84,7 +119,7 @@ void SimDevice::RollStart() {
   }
 }
 
-bool SimDevice::RollBegin(Resident* res, int* k) {
+bool SimDevice::RollBegin(Resident* res, int* k, bool ahead) {
   Step& s = res->step;
   s.chunks.clear();
   StepWork w;
@@ -92,11 +127,16 @@ bool SimDevice::RollBegin(Resident* res, int* k) {
   const SimModel& spec = Spec(res->model);
   const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
   const double lat = std::min(step, engine_->LatencySeconds(spec.Part()));
+  // The host time before the step: an ahead step's ran beside the last
+  // step (the node finishes one step and plans the next meanwhile).
+  const double host =
+      ahead ? std::max(0.0, config_->policy.step_host_s - s.last_s) : config_->policy.step_host_s;
   s.on = true;
+  s.ahead = ahead;
   s.start = events_->now();
   // A step streaming lent layers waits for copies its compute does not
   // hide (remapping): the model waits, the GPU serves the others.
-  s.delay = config_->policy.step_host_s + lat + RemapStall(*res, step);
+  s.delay = host + lat + RemapStall(*res, step);
   s.work = step - lat;
   s.joined = false;
   s.w = w;
@@ -125,14 +165,17 @@ void SimDevice::RollUnstretch() {
     if (j >= s.n) continue;  // it ends now: its event comes next
     CreditDecodes(&res, j);
     model_steps_ += j;
+    const double last = s.t0 + (j - 1) * s.delta;  // step j - 1's time, if j > 0
     s.start += Cum(s.t0, s.delta, j);
     s.w.decode_context += static_cast<double>(j) * s.w.decode_tokens;
     s.work = s.t0 + j * s.delta - s.delay;  // step j's work alone
     s.n = 1;
     s.delta = 0;
     const double in = now - s.start;
-    if (in <= 0) {  // at a boundary: the model begins afresh (and admits)
+    if (in <= 0) {  // at a boundary: the model begins its next step (and admits)
       s.on = false;
+      s.follows = StepsAhead(res);
+      if (j > 0) s.last_s = last;
       continue;
     }
     s.joined = false;
@@ -213,6 +256,9 @@ void SimDevice::RollEnd(Resident* res) {
   }
   s.chunks.clear();
   model_steps_ += s.n;
+  s.follows = StepsAhead(*res);
+  s.last_s = s.t0 + (s.n - 1) * s.delta;
+  if (s.n == 1) s.last_s = now - s.start;
   s.on = false;
   s.joined = false;
   s.n = 1;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "node_manager/device_worker.h"
+
 namespace ballast::server {
 namespace {
 
@@ -145,6 +147,21 @@ TEST(SimConfigTest, SessionTiersHaveDefaultsAndKeys) {
     EXPECT_EQ(sim::ParseSessionKv(sim::SessionKvName(k)), k);
   }
   EXPECT_FALSE(sim::ParseSessionKv("ssd").has_value());
+}
+
+// Ahead steps (rolling) default to the node's setting and can be turned
+// off per variant.
+TEST(SimConfigTest, AheadStepsFollowTheNodesDefault) {
+  const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
+  auto dflt = ParseSimConfig(base, "s.yaml");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  EXPECT_EQ(dflt->config.policy.ahead_steps, node_manager::DeviceArbitrationOptions{}.ahead_steps);
+  auto set = ParseSimConfig(base + "policies: {behind: {ahead_steps: false}}\n", "s.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_TRUE(set->config.policy.ahead_steps);
+  EXPECT_FALSE(set->variants.at("behind").ahead_steps);
+  auto bad = ParseSimConfig(base + "policy: {ahead_steps: 3}\n", "s.yaml");
+  EXPECT_FALSE(bad.ok());
 }
 
 TEST(SimConfigTest, RemapHasTheDaemonsDefaultsAndKeys) {

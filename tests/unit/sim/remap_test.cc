@@ -47,8 +47,9 @@ SimConfig Gpu(std::vector<std::string> names, bool remap) {
 
 // Four requests of model a at t = 0, each kRoom tokens of KV (4,950 +
 // 1,050): 18,000 tokens beyond the room. The first is admitted alone (the
-// others come while its first step is in flight) and they at its end,
-// 10 ms later; they end at about 10.5 s.
+// others come while its first step is in flight) and they at once for
+// the step after it (rolling: the step planned ahead; lockstep: at its
+// end, 10 ms later); they end at about 10.5 s.
 std::vector<bench::TraceRecord> Burst(std::vector<bench::TraceRecord> extra = {}, int n = 4) {
   std::vector<bench::TraceRecord> t;
   for (int i = 0; i < n; ++i) t.push_back(Req(absl::StrCat("r", i), "a", 0, 4950, 1050));
@@ -104,13 +105,15 @@ TEST(SimRemapTest, LayersComeBackAtTheDaemonsTickOnceQuietAndFree) {
     EXPECT_NEAR(Find(*r, "r0").end_s, 10.50, 1e-9);
     EXPECT_NEAR(Find(*r, "r1").end_s, 10.51, 1e-9);
     EXPECT_NEAR(Find(*r, "r3").end_s, 10.52, 1e-9);
-    // b lends 5 layers from 0.01 s. Quiet from 1.01 s, but a layer's bytes
-    // are free only once a request ends (till then 561 tokens are).
+    // b lends 5 layers from 0.01 s (rolling: from 0). Quiet from 1.01 s,
+    // but a layer's bytes are free only once a request ends (till then
+    // 561 tokens are).
     EXPECT_EQ(c.revert_events, 5);
     if (rolling) {
-      // Ticks at most every 100 ms: one at 10.51 (r0's KV free), then
-      // the idle GPU's at 10.62, 10.72, 10.82 and 10.92.
-      EXPECT_NEAR(c.layer_seconds.at(1), 5 * 10.50 + 4 * 0.11 + 3 * 0.1 + 2 * 0.1 + 0.1, 1e-9);
+      // Ticks at most every 100 ms: the last while stepping at 10.49 (r0
+      // not ended), then the idle GPU's at 10.62, 10.72, 10.82, 10.92
+      // and 11.02.
+      EXPECT_NEAR(c.layer_seconds.at(1), 5 * 10.62 + 4 * 0.1 + 3 * 0.1 + 2 * 0.1 + 0.1, 1e-9);
     } else {
       // A tick at each iteration: 10.50 (r0 ended), 10.51 (r1), 10.52
       // (r2 and r3), then the idle GPU's every 50 ms: 10.57, 10.62.

@@ -1,8 +1,8 @@
 // Rolling steps in the simulator (sim_device.h's rules): each model steps
 // at its own pace and the steps on the GPU share it (processor sharing).
-// Outcomes computed by hand, work conserved, a stretch cut at once by
-// another model, a small model beside a large one against lockstep, and
-// the config switch.
+// Outcomes computed by hand, work conserved, ahead steps, a lone model's
+// step holding another model's start, a small model beside a large one
+// against lockstep, and the config switch.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,12 +80,14 @@ TEST(RollingStepsTest, SharesFollowTheWorkToTheExponent) {
   }
 }
 
-// Host time begins each step of each model: a model waits for it, while
-// the other model's step has the GPU to itself meanwhile.
+// Without ahead steps, host time begins each step of each model: a model
+// waits for it, while the other model's step has the GPU to itself
+// meanwhile.
 TEST(RollingStepsTest, HostTimeDelaysOnlyItsOwnModel) {
   // As above without latency and with 1 ms of host time instead: the
   // same timeline, as both are a delay before the step's work.
   SimConfig c = OneGpu({Model("a", "llama-1b"), Model("b", "llama-8b")}, true);
+  c.policy.ahead_steps = false;
   c.policy.step_host_s = 1e-3;
   auto r = Simulate(c, LayerEngine(0, 0.25e-3), {Req("x", "a", 0, 10, 4), Req("y", "b", 0, 10, 2)});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -113,12 +115,49 @@ TEST(RollingStepsTest, TheGpuDoesItsStepsWorkAtSerialSpeed) {
   }
 }
 
+// Ahead steps (the node's node.engine.ahead_steps): a model's next step is
+// planned while its current one runs. Its host time is hidden: with 1 ms of
+// host time and 5 ms steps (1 + 16 x 0.25), x's tokens come at 6, 11, 16
+// and 21 ms (without: every 6 ms, the last at 24).
+TEST(RollingStepsTest, AheadStepsHideTheHostTime) {
+  for (const bool ahead : {true, false}) {
+    SimConfig c = OneGpu({Model("a")}, true);
+    c.policy.ahead_steps = ahead;
+    c.policy.step_host_s = 1e-3;
+    auto r = Simulate(c, LayerEngine(1e-3, 0.25e-3), {Req("x", "a", 0, 10, 4)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NEAR(Find(*r, "x").ttft_ms(), 6, 1e-6) << ahead;
+    EXPECT_NEAR(Find(*r, "x").e2e_ms(), ahead ? 21 : 24, 1e-6) << ahead;
+  }
+}
+
+// ... and a request that arrives meanwhile waits for the step already
+// queued: x's steps end at 5, 10, 15 ms; y arrives at 7 ms and is admitted
+// at 10 ms. Without ahead steps it is prefilled in the step 10-15; with
+// them that step was planned at 5 ms, so in 15-20. (x decodes alone in a
+// stretch, which no later step may swallow y's prefill into.)
+TEST(RollingStepsTest, ARequestWaitsForTheStepQueuedAhead) {
+  for (const bool ahead : {true, false}) {
+    SimConfig c = OneGpu({Model("a")}, true);
+    c.policy.ahead_steps = ahead;
+    auto r = Simulate(c, LayerEngine(1e-3, 0.25e-3),
+                      {Req("x", "a", 0, 10, 100), Req("y", "a", 0.007, 10, 2)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NEAR(Find(*r, "y").ttft_ms(), ahead ? 13 : 8, 1e-6) << ahead;
+    EXPECT_NEAR(Find(*r, "y").e2e_ms(), ahead ? 18 : 13, 1e-6) << ahead;
+    EXPECT_NEAR(Find(*r, "x").e2e_ms(), 500, 1e-6) << ahead;
+  }
+}
+
 // A model alone decodes in a stretch; another model's request arrives in
-// the middle of a step. Rolling, the other model begins at once (its
-// prefill here is all latency: 1 ms, no GPU work), and the stretched
-// model's steps keep their times exactly. Lockstep, the newcomer waits for
-// the stretch's next boundary.
-TEST(RollingStepsTest, AnotherModelDoesNotWaitForAStretch) {
+// the middle of a step. The node's loop is then waiting on that step's
+// event (one model in flight), so the newcomer begins at the step's end
+// (its prefill here is all latency: 1 ms, no GPU work), as it joins the
+// next iteration in lockstep;
+// the stretched model's steps keep their times exactly. With a second
+// model stepping too, the loop waits on any step's end or new work: the
+// newcomer begins at once.
+TEST(RollingStepsTest, AnotherModelWaitsForALoneModelsStep) {
   std::array<double, kFeatures> k{};
   k[0] = 1e-3;
   k[3] = 1e-9;  // decode KV reads: each decode step a little longer than the last
@@ -132,14 +171,19 @@ TEST(RollingStepsTest, AnotherModelDoesNotWaitForAStretch) {
   for (const bool rolling : {true, false}) {
     auto r = Simulate(OneGpu({Model("a"), Model("b")}, rolling), engine,
                       {Req("A", "a", 0, 100, 200), Req("B", "b", arrival, 100, 1)});
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r.ok());
     if (rolling) {
-      EXPECT_NEAR(Find(*r, "B").first_token_s, arrival + k[0], 1e-9);
+      EXPECT_NEAR(Find(*r, "B").first_token_s, boundary[g] + k[0], 1e-9);
       EXPECT_NEAR(Find(*r, "A").end_s, boundary.back(), 1e-9);
     } else {
       EXPECT_GE(Find(*r, "B").first_token_s, boundary[g] + k[0] - 1e-9);
     }
   }
+  auto r = Simulate(
+      OneGpu({Model("a"), Model("b"), Model("c")}, true), engine,
+      {Req("A", "a", 0, 100, 200), Req("C", "c", 0, 100, 200), Req("B", "b", arrival, 100, 1)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(Find(*r, "B").first_token_s, arrival + k[0], 1e-9);
 }
 
 // The H200 chat/bulk case (docs/benchmarks.md, "Rolling steps"): two

@@ -101,15 +101,21 @@ TEST(SimulatorTest, StepHostTimeComesOnTopOfTheGpuWork) {
 }
 
 TEST(SimulatorTest, AnArrivalCutsADecodeStretchAtTheNextStep) {
-  // A decodes in one stretch from 10 ms; B arrives at 25.5 ms, is admitted
-  // at the boundary at 30 ms and prefilled in the step that ends at 40 ms
-  // (one step: same model). A still needs 100 steps in all: ends at 1 s.
-  auto r = Simulate(OneGpu({Model("a")}), ConstantEngine(),
-                    {Req("A", "a", 0, 10, 100), Req("B", "a", 0.0255, 10, 3)});
-  ASSERT_TRUE(r.ok());
-  EXPECT_NEAR(Find(*r, "B").ttft_ms(), 14.5, 1e-6);
-  EXPECT_NEAR(Find(*r, "B").end_s, 0.060, 1e-9);
-  EXPECT_NEAR(Find(*r, "A").end_s, 1.0, 1e-9);
+  // A decodes in one stretch from 10 ms; B arrives at 25.5 ms and is
+  // admitted at the boundary at 30 ms. Without ahead steps it is prefilled
+  // in the step that ends at 40 ms (one step: same model); with them
+  // (the node's default) the step 30-40 was planned at 20 ms, so B's
+  // prefill ends at 50 ms. A still needs 100 steps in all: ends at 1 s.
+  for (const bool ahead : {true, false}) {
+    SimConfig c = OneGpu({Model("a")});
+    c.policy.ahead_steps = ahead;
+    auto r =
+        Simulate(c, ConstantEngine(), {Req("A", "a", 0, 10, 100), Req("B", "a", 0.0255, 10, 3)});
+    ASSERT_TRUE(r.ok());
+    EXPECT_NEAR(Find(*r, "B").ttft_ms(), ahead ? 24.5 : 14.5, 1e-6) << ahead;
+    EXPECT_NEAR(Find(*r, "B").end_s, ahead ? 0.070 : 0.060, 1e-9) << ahead;
+    EXPECT_NEAR(Find(*r, "A").end_s, 1.0, 1e-9) << ahead;
+  }
 }
 
 TEST(SimulatorTest, KvThatDoesNotFitWaitsForRoom) {
@@ -250,11 +256,12 @@ void CheckDecodeStretch(bool rolling) {
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(Find(*r, "A").end_s, boundary.back(), 1e-9);
   // B arrives mid-stretch: admitted at the next boundary, prefilled in the
-  // step after it (A's decode step, its context then 100 + g).
+  // step after it (A's decode step, its context then 100 + g + 1); rolling,
+  // that step was queued ahead, so in the one after.
   const double arrival = 0.1234;
   size_t g = 0;
   while (boundary[g] < arrival) ++g;
-  const double b_first = boundary[g] + k[0] + k[3] * kvb * (100 + g + 1);
+  const double b_first = rolling ? boundary[g + 2] : boundary[g + 1];
   r = Simulate(c, engine, {Req("A", "a", 0, 100, 200), Req("B", "a", arrival, 100, 2)});
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(Find(*r, "B").first_token_s, b_first, 1e-9);
@@ -316,8 +323,10 @@ TEST(SimulatorTest, KvPressureEvictsAnIdleModelAndAdmitsTheWaitingRequest) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->stats.kv_pressure_evictions, 1);
   EXPECT_EQ(Find(*r, "big").status, "OK");
-  // Evicted at the 45 s tick; 65,536 tokens are 8 prefill chunks.
-  EXPECT_NEAR(Find(*r, "big").first_token_s, 45 + 8 * kStep, 2 * kStep);
+  // Evicted at the 45 s tick; long's model admits big at its next step
+  // boundary, for the step after the one queued ahead; 65,536 tokens are
+  // 9 prefill chunks (8,191 tokens beside long's decode).
+  EXPECT_NEAR(Find(*r, "big").first_token_s, 45 + 11 * kStep, kStep);
 }
 
 // KVPR rebalancing: two busy models share a GPU while a third is idle on
