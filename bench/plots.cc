@@ -27,6 +27,134 @@ absl::Status RunGnuplot(const std::string& dir, const std::string& script,
   return absl::OkStatus();
 }
 
+// Attainment vs rate scale: writes attainment.dat, adds its plot to
+// `script` and its PNG to `pngs`.
+void AddAttainmentPlot(const std::string& dir, const std::vector<Report>& reports,
+                       std::string* script, std::vector<std::string>* pngs) {
+  namespace fs = std::filesystem;
+  std::set<std::string> models;
+  for (const auto& r : reports)
+    for (const auto& [m, g] : r.per_model) models.insert(m);
+  std::ofstream dat(fs::path(dir) / "attainment.dat");
+  dat << "# rate_scale ttft_total tpot_total";
+  for (const auto& m : models) dat << " ttft_" << m;
+  dat << "\n";
+  std::vector<size_t> order(reports.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return reports[a].rate_scale < reports[b].rate_scale; });
+  for (size_t i : order) {
+    const Report& r = reports[i];
+    dat << absl::StrFormat("%g %g %g", r.rate_scale, 100 * r.total.ttft_attainment,
+                           100 * r.total.tpot_attainment);
+    for (const auto& m : models) {
+      auto it = r.per_model.find(m);
+      dat << " " << (it == r.per_model.end() ? 0.0 : 100 * it->second.ttft_attainment);
+    }
+    dat << "\n";
+  }
+  *script +=
+      absl::StrCat("set output ", Quote((fs::path(dir) / "attainment.png").string()), "\n",
+                   "set title 'SLO attainment vs rate scale'\nset xlabel 'rate scale'\n",
+                   "set ylabel 'attainment (%)'\nset yrange [0:105]\nset xrange [*:*]\n",
+                   "plot 'attainment.dat' using 1:2 with linespoints lw 2 title 'TTFT (all)', ",
+                   "'' using 1:3 with linespoints lw 2 title 'TPOT (all)', ",
+                   "99 with lines dt 3 lc rgb 'red' title '99%'");
+  int col = 4;
+  for (const auto& m : models) {
+    *script += absl::StrCat(", '' using 1:", col++, " with linespoints dt 2 title 'TTFT ", m, "'");
+  }
+  *script += "\nset yrange [*:*]\n";
+  pngs->push_back((fs::path(dir) / "attainment.png").string());
+}
+
+// Latency CDFs of `run`'s OK requests per model: writes latency_cdf.dat
+// and, if any, adds its plot to `script` and its PNG to `pngs`.
+void AddLatencyCdfPlot(const std::string& dir, const ReplayResult& run, std::string* script,
+                       std::vector<std::string>* pngs) {
+  namespace fs = std::filesystem;
+  std::map<std::string, std::vector<double>> ttft, e2e;
+  for (const auto& r : run.requests) {
+    if (r.status != "OK") continue;
+    ttft[r.model].push_back(r.ttft_ms());
+    e2e[r.model].push_back(r.e2e_ms());
+  }
+  std::string plot_ttft, plot_e2e;
+  int block = 0;
+  {
+    std::ofstream dat(fs::path(dir) / "latency_cdf.dat");
+    for (auto& [m, v] : ttft) {
+      auto& e = e2e[m];
+      std::sort(v.begin(), v.end());
+      std::sort(e.begin(), e.end());
+      dat << "# " << m << "\n";
+      for (size_t i = 0; i < v.size(); ++i) {
+        dat << v[i] << " " << e[i] << " " << static_cast<double>(i + 1) / v.size() << "\n";
+      }
+      dat << "\n\n";
+      const std::string sep = block ? ", " : "";
+      plot_ttft += absl::StrCat(sep, "'latency_cdf.dat' index ", block,
+                                " using 1:3 with steps lw 2 title ", Quote(m));
+      plot_e2e += absl::StrCat(sep, "'latency_cdf.dat' index ", block,
+                               " using 2:3 with steps lw 2 title ", Quote(m));
+      ++block;
+    }
+  }
+  if (block > 0) {
+    *script +=
+        absl::StrCat("set output ", Quote((fs::path(dir) / "latency_cdf.png").string()), "\n",
+                     "set multiplot layout 1,2 title ",
+                     Quote(absl::StrFormat("latency CDFs (rate scale %g)", run.rate_scale)), "\n",
+                     "set logscale x\nset title 'TTFT'\nset xlabel 'TTFT (ms)'\nset ylabel "
+                     "'fraction of requests'\n",
+                     "set yrange [0:1]\nplot ", plot_ttft,
+                     "\nset title 'end to end'\nset xlabel 'end-to-end latency (ms)'\nplot ",
+                     plot_e2e, "\nunset multiplot\nunset logscale x\nset yrange [*:*]\n");
+    pngs->push_back((fs::path(dir) / "latency_cdf.png").string());
+  }
+}
+
+// Requests in flight per model over `run`: writes timeline.dat and, if
+// any request was sent, adds its plot to `script` and its PNG to `pngs`.
+void AddTimelinePlot(const std::string& dir, const ReplayResult& run, std::string* script,
+                     std::vector<std::string>* pngs) {
+  namespace fs = std::filesystem;
+  // Timeline: in-flight requests per model, sampled every 0.1 s.
+  std::map<std::string, std::vector<std::pair<double, double>>> spans;
+  double end = 0;
+  for (const auto& r : run.requests) {
+    if (r.send_s < 0) continue;
+    spans[r.model].push_back({r.send_s, r.end_s});
+    end = std::max(end, r.end_s);
+  }
+  if (spans.empty()) return;
+  std::ofstream dat(fs::path(dir) / "timeline.dat");
+  dat << "# t";
+  for (const auto& [m, s] : spans) dat << " " << m;
+  dat << "\n";
+  for (double t = 0; t <= end + 0.1; t += 0.1) {
+    dat << absl::StrFormat("%.1f", t);
+    for (const auto& [m, s] : spans) {
+      int n = 0;
+      for (const auto& [a, b] : s) n += a <= t && t < b;
+      dat << " " << n;
+    }
+    dat << "\n";
+  }
+  *script += absl::StrCat(
+      "set output ", Quote((fs::path(dir) / "timeline.png").string()), "\n", "set title ",
+      Quote(absl::StrFormat("requests in flight per model (rate scale %g)", run.rate_scale)),
+      "\nset xlabel 'time (s)'\nset ylabel 'requests in flight'\nplot ");
+  int col = 2;
+  for (const auto& [m, s] : spans) {
+    *script += absl::StrCat(col > 2 ? ", " : "", "'timeline.dat' using 1:", col,
+                            " with steps lw 2 title ", Quote(m));
+    ++col;
+  }
+  *script += "\n";
+  pngs->push_back((fs::path(dir) / "timeline.png").string());
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& out_dir,
@@ -41,119 +169,11 @@ absl::StatusOr<std::vector<std::string>> RenderPlots(const std::string& out_dir,
   std::string script =
       "set terminal pngcairo size 960,540 font ',10'\nset grid\nset key outside right\n";
   // 1. Attainment vs rate scale.
-  if (!reports.empty()) {
-    std::set<std::string> models;
-    for (const auto& r : reports)
-      for (const auto& [m, g] : r.per_model) models.insert(m);
-    std::ofstream dat(fs::path(dir) / "attainment.dat");
-    dat << "# rate_scale ttft_total tpot_total";
-    for (const auto& m : models) dat << " ttft_" << m;
-    dat << "\n";
-    std::vector<size_t> order(reports.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return reports[a].rate_scale < reports[b].rate_scale; });
-    for (size_t i : order) {
-      const Report& r = reports[i];
-      dat << absl::StrFormat("%g %g %g", r.rate_scale, 100 * r.total.ttft_attainment,
-                             100 * r.total.tpot_attainment);
-      for (const auto& m : models) {
-        auto it = r.per_model.find(m);
-        dat << " " << (it == r.per_model.end() ? 0.0 : 100 * it->second.ttft_attainment);
-      }
-      dat << "\n";
-    }
-    script +=
-        absl::StrCat("set output ", Quote((fs::path(dir) / "attainment.png").string()), "\n",
-                     "set title 'SLO attainment vs rate scale'\nset xlabel 'rate scale'\n",
-                     "set ylabel 'attainment (%)'\nset yrange [0:105]\nset xrange [*:*]\n",
-                     "plot 'attainment.dat' using 1:2 with linespoints lw 2 title 'TTFT (all)', ",
-                     "'' using 1:3 with linespoints lw 2 title 'TPOT (all)', ",
-                     "99 with lines dt 3 lc rgb 'red' title '99%'");
-    int col = 4;
-    for (const auto& m : models) {
-      script += absl::StrCat(", '' using 1:", col++, " with linespoints dt 2 title 'TTFT ", m, "'");
-    }
-    script += "\nset yrange [*:*]\n";
-    pngs.push_back((fs::path(dir) / "attainment.png").string());
-  }
+  if (!reports.empty()) AddAttainmentPlot(dir, reports, &script, &pngs);
   // 2. Latency CDFs and 3. timeline, from one run.
   if (detail_run < runs.size()) {
-    const ReplayResult& run = runs[detail_run];
-    std::map<std::string, std::vector<double>> ttft, e2e;
-    for (const auto& r : run.requests) {
-      if (r.status != "OK") continue;
-      ttft[r.model].push_back(r.ttft_ms());
-      e2e[r.model].push_back(r.e2e_ms());
-    }
-    std::string plot_ttft, plot_e2e;
-    int block = 0;
-    {
-      std::ofstream dat(fs::path(dir) / "latency_cdf.dat");
-      for (auto& [m, v] : ttft) {
-        auto& e = e2e[m];
-        std::sort(v.begin(), v.end());
-        std::sort(e.begin(), e.end());
-        dat << "# " << m << "\n";
-        for (size_t i = 0; i < v.size(); ++i) {
-          dat << v[i] << " " << e[i] << " " << static_cast<double>(i + 1) / v.size() << "\n";
-        }
-        dat << "\n\n";
-        const std::string sep = block ? ", " : "";
-        plot_ttft += absl::StrCat(sep, "'latency_cdf.dat' index ", block,
-                                  " using 1:3 with steps lw 2 title ", Quote(m));
-        plot_e2e += absl::StrCat(sep, "'latency_cdf.dat' index ", block,
-                                 " using 2:3 with steps lw 2 title ", Quote(m));
-        ++block;
-      }
-    }
-    if (block > 0) {
-      script +=
-          absl::StrCat("set output ", Quote((fs::path(dir) / "latency_cdf.png").string()), "\n",
-                       "set multiplot layout 1,2 title ",
-                       Quote(absl::StrFormat("latency CDFs (rate scale %g)", run.rate_scale)), "\n",
-                       "set logscale x\nset title 'TTFT'\nset xlabel 'TTFT (ms)'\nset ylabel "
-                       "'fraction of requests'\n",
-                       "set yrange [0:1]\nplot ", plot_ttft,
-                       "\nset title 'end to end'\nset xlabel 'end-to-end latency (ms)'\nplot ",
-                       plot_e2e, "\nunset multiplot\nunset logscale x\nset yrange [*:*]\n");
-      pngs.push_back((fs::path(dir) / "latency_cdf.png").string());
-    }
-    // Timeline: in-flight requests per model, sampled every 0.1 s.
-    std::map<std::string, std::vector<std::pair<double, double>>> spans;
-    double end = 0;
-    for (const auto& r : run.requests) {
-      if (r.send_s < 0) continue;
-      spans[r.model].push_back({r.send_s, r.end_s});
-      end = std::max(end, r.end_s);
-    }
-    if (!spans.empty()) {
-      std::ofstream dat(fs::path(dir) / "timeline.dat");
-      dat << "# t";
-      for (const auto& [m, s] : spans) dat << " " << m;
-      dat << "\n";
-      for (double t = 0; t <= end + 0.1; t += 0.1) {
-        dat << absl::StrFormat("%.1f", t);
-        for (const auto& [m, s] : spans) {
-          int n = 0;
-          for (const auto& [a, b] : s) n += a <= t && t < b;
-          dat << " " << n;
-        }
-        dat << "\n";
-      }
-      script += absl::StrCat(
-          "set output ", Quote((fs::path(dir) / "timeline.png").string()), "\n", "set title ",
-          Quote(absl::StrFormat("requests in flight per model (rate scale %g)", run.rate_scale)),
-          "\nset xlabel 'time (s)'\nset ylabel 'requests in flight'\nplot ");
-      int col = 2;
-      for (const auto& [m, s] : spans) {
-        script += absl::StrCat(col > 2 ? ", " : "", "'timeline.dat' using 1:", col,
-                               " with steps lw 2 title ", Quote(m));
-        ++col;
-      }
-      script += "\n";
-      pngs.push_back((fs::path(dir) / "timeline.png").string());
-    }
+    AddLatencyCdfPlot(dir, runs[detail_run], &script, &pngs);
+    AddTimelinePlot(dir, runs[detail_run], &script, &pngs);
   }
   if (auto st = RunGnuplot(dir, script, "plots.gp"); !st.ok()) return st;
   return pngs;

@@ -69,6 +69,179 @@ absl::Status ParseQuantizationConfig(const json& q, const std::string& origin, M
                   absl::StrCat("\"", method, "\" is not supported (fp8, compressed-tensors FP8)"));
 }
 
+// The first error of a series of checks (the later ones still run).
+struct FirstError {
+  absl::Status s;
+  void operator()(absl::Status st) {
+    if (s.ok()) s = std::move(st);
+  }
+};
+
+// "architectures": one of the supported decoders (Qwen3 also sets its
+// head_dim default).
+absl::Status ParseArchitecture(const json& j, const std::string& origin, ModelConfig* c) {
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty()) {
+    c->architecture = (*it)[0].get<std::string>();
+  }
+  if (c->architecture != "LlamaForCausalLM" && c->architecture != "MistralForCausalLM" &&
+      c->architecture != "Qwen2ForCausalLM" && c->architecture != "Qwen3ForCausalLM") {
+    return KeyError(origin, "architectures",
+                    absl::StrCat("unsupported architecture ", c->architecture,
+                                 " (supported: LlamaForCausalLM, MistralForCausalLM, "
+                                 "Qwen2ForCausalLM, Qwen3ForCausalLM)"));
+  }
+  if (c->architecture == "Qwen3ForCausalLM")
+    c->head_dim = 128;  // Qwen3Config's default (not hidden / heads)
+  return absl::OkStatus();
+}
+
+// The shape keys (sizes, layers, heads, vocabulary, norms, RoPE base) and
+// the special token ids.
+absl::Status ReadShape(const json& j, const std::string& origin, ModelConfig* c) {
+  FirstError chain;
+  chain(Read(j, origin, "model_type", &c->model_type, false));
+  chain(Read(j, origin, "hidden_size", &c->hidden_size, true));
+  chain(Read(j, origin, "intermediate_size", &c->intermediate_size, true));
+  chain(Read(j, origin, "num_hidden_layers", &c->num_hidden_layers, true));
+  chain(Read(j, origin, "num_attention_heads", &c->num_attention_heads, true));
+  c->num_key_value_heads = c->num_attention_heads;
+  chain(Read(j, origin, "num_key_value_heads", &c->num_key_value_heads, false));
+  chain(Read(j, origin, "head_dim", &c->head_dim, false));
+  chain(Read(j, origin, "vocab_size", &c->vocab_size, true));
+  chain(Read(j, origin, "max_position_embeddings", &c->max_position_embeddings, false));
+  chain(Read(j, origin, "rms_norm_eps", &c->rms_norm_eps, false));
+  chain(Read(j, origin, "rope_theta", &c->rope_theta, false));
+  chain(Read(j, origin, "tie_word_embeddings", &c->tie_word_embeddings, false));
+  chain(Read(j, origin, "bos_token_id", &c->bos_token_id, false));
+  // eos_token_id is an int or (Llama 3.1 and later) a list; the first is
+  // kept here, and the tokenizer collects every EOS id (tokenizer.h).
+  if (auto it = j.find("eos_token_id"); it != j.end() && it->is_array()) {
+    if (it->empty() || !(*it)[0].is_number_integer()) {
+      chain(KeyError(origin, "eos_token_id", "expected an integer or a non-empty integer list"));
+    } else {
+      c->eos_token_id = (*it)[0].get<int>();
+    }
+  } else {
+    chain(Read(j, origin, "eos_token_id", &c->eos_token_id, false));
+  }
+  return chain.s;
+}
+
+// RoPE scaling (llama3 only) from rope_scaling or rope_parameters.
+absl::Status ParseRope(const json& j, const std::string& origin, ModelConfig* c) {
+  // transformers >= 5 may nest rope_theta/rope_scaling under rope_parameters.
+  const json* rope = nullptr;
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) rope = &*it;
+  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) {
+    if (auto th = it->find("rope_theta"); th != it->end()) c->rope_theta = th->get<double>();
+    if (auto t = it->find("rope_type"); t != it->end() && t->get<std::string>() != "default")
+      rope = &*it;
+  }
+  if (rope == nullptr) return absl::OkStatus();
+  RopeScaling r;
+  std::string type;
+  if (auto t = rope->find("rope_type"); t != rope->end())
+    type = t->get<std::string>();
+  else if (auto t2 = rope->find("type"); t2 != rope->end())
+    type = t2->get<std::string>();
+  if (type != "llama3") {
+    return KeyError(origin, "rope_scaling",
+                    absl::StrCat("unsupported rope type \"", type, "\" (supported: llama3)"));
+  }
+  r.type = type;
+  FirstError chain;
+  chain(Read(*rope, origin, "factor", &r.factor, true));
+  chain(Read(*rope, origin, "low_freq_factor", &r.low_freq_factor, true));
+  chain(Read(*rope, origin, "high_freq_factor", &r.high_freq_factor, true));
+  chain(Read(*rope, origin, "original_max_position_embeddings", &r.original_max_position_embeddings,
+             true));
+  if (!chain.s.ok()) return chain.s;
+  c->rope_scaling = r;
+  return absl::OkStatus();
+}
+
+// quantization_config, if present: an FP8 checkpoint (ParseQuantizationConfig).
+absl::Status ParseQuantization(const json& j, const std::string& origin, ModelConfig* c) {
+  if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
+    absl::Status st;
+    try {
+      st = ParseQuantizationConfig(*it, origin, c);
+    } catch (const json::exception& e) {
+      st = KeyError(origin, "quantization_config", absl::StrCat("wrong type (", e.what(), ")"));
+    }
+    if (!st.ok()) return st;
+    c->weight_quant = WeightQuant::kFp8;
+  }
+  return absl::OkStatus();
+}
+
+// Biases, activation and dtype: what the forward pass supports.
+absl::Status ParseFeatures(const json& j, const std::string& origin, ModelConfig* c) {
+  FirstError chain;
+  bool attention_bias = false;
+  chain(Read(j, origin, "attention_bias", &attention_bias, false));
+  bool mlp_bias = false;
+  chain(Read(j, origin, "mlp_bias", &mlp_bias, false));
+  std::string act = "silu";
+  chain(Read(j, origin, "hidden_act", &act, false));
+  std::string dtype = "bfloat16";
+  if (j.contains("dtype"))
+    chain(Read(j, origin, "dtype", &dtype, false));
+  else
+    chain(Read(j, origin, "torch_dtype", &dtype, false));
+  if (!chain.s.ok()) return chain.s;
+  if (mlp_bias) return KeyError(origin, "mlp_bias", "true is not supported");
+  if (act != "silu") return KeyError(origin, "hidden_act", "only silu is supported");
+  auto dt = DTypeFromConfig(dtype);
+  if (!dt.ok()) return KeyError(origin, "torch_dtype", std::string(dt.status().message()));
+  c->torch_dtype = *dt;
+  if (c->architecture == "Qwen2ForCausalLM") {
+    c->qkv_bias = true;
+  } else {
+    c->qkv_bias = attention_bias;
+    c->o_bias = attention_bias;
+  }
+  c->qk_norm = c->architecture == "Qwen3ForCausalLM";
+  return absl::OkStatus();
+}
+
+// Checks the shape's sizes, caps the context at a sliding window and
+// derives head_dim where it is not given.
+absl::Status CheckShape(const json& j, const std::string& origin, ModelConfig* c) {
+  FirstError chain;
+  auto positive = [&](const char* key, int v) -> absl::Status {
+    return v > 0 ? absl::OkStatus() : KeyError(origin, key, "must be > 0");
+  };
+  chain(positive("hidden_size", c->hidden_size));
+  chain(positive("intermediate_size", c->intermediate_size));
+  chain(positive("num_hidden_layers", c->num_hidden_layers));
+  chain(positive("num_attention_heads", c->num_attention_heads));
+  chain(positive("num_key_value_heads", c->num_key_value_heads));
+  chain(positive("vocab_size", c->vocab_size));
+  chain(positive("max_position_embeddings", c->max_position_embeddings));
+  if (!chain.s.ok()) return chain.s;
+  // Sliding-window attention is not implemented: contexts are capped at the
+  // window, where full attention and sliding-window attention agree.
+  if (auto it = j.find("sliding_window"); it != j.end() && it->is_number_integer()) {
+    bool use = c->architecture == "MistralForCausalLM";
+    if (auto u = j.find("use_sliding_window"); u != j.end() && u->is_boolean())
+      use = u->get<bool>();
+    const int window = it->get<int>();
+    if (use && window > 0 && window < c->max_position_embeddings)
+      c->max_position_embeddings = window;
+  }
+  if (c->head_dim < 0) return KeyError(origin, "head_dim", "must be > 0");
+  if (c->head_dim == 0) {
+    if (c->hidden_size % c->num_attention_heads != 0)
+      return KeyError(origin, "num_attention_heads", "does not divide hidden_size");
+    c->head_dim = c->hidden_size / c->num_attention_heads;
+  }
+  if (c->head_dim % 2 != 0) return KeyError(origin, "head_dim", "must be even (RoPE)");
+  if (c->num_attention_heads % c->num_key_value_heads != 0)
+    return KeyError(origin, "num_key_value_heads", "must divide num_attention_heads");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<WeightQuant> WeightQuantFromConfig(std::string_view name) {
@@ -104,139 +277,11 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
   }
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(origin, ": not an object"));
   ModelConfig c;
-  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty()) {
-    c.architecture = (*it)[0].get<std::string>();
+  // The phases in turn; the first error ends the parse.
+  for (auto* phase :
+       {ParseArchitecture, ReadShape, ParseRope, ParseQuantization, ParseFeatures, CheckShape}) {
+    if (absl::Status st = phase(j, origin, &c); !st.ok()) return st;
   }
-  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
-      c.architecture != "Qwen2ForCausalLM" && c.architecture != "Qwen3ForCausalLM") {
-    return KeyError(origin, "architectures",
-                    absl::StrCat("unsupported architecture ", c.architecture,
-                                 " (supported: LlamaForCausalLM, MistralForCausalLM, "
-                                 "Qwen2ForCausalLM, Qwen3ForCausalLM)"));
-  }
-  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
-  if (qwen3) c.head_dim = 128;  // Qwen3Config's default (not hidden / heads)
-  absl::Status s;
-  auto chain = [&](absl::Status st) {
-    if (s.ok()) s = st;
-  };
-  chain(Read(j, origin, "model_type", &c.model_type, false));
-  chain(Read(j, origin, "hidden_size", &c.hidden_size, true));
-  chain(Read(j, origin, "intermediate_size", &c.intermediate_size, true));
-  chain(Read(j, origin, "num_hidden_layers", &c.num_hidden_layers, true));
-  chain(Read(j, origin, "num_attention_heads", &c.num_attention_heads, true));
-  c.num_key_value_heads = c.num_attention_heads;
-  chain(Read(j, origin, "num_key_value_heads", &c.num_key_value_heads, false));
-  chain(Read(j, origin, "head_dim", &c.head_dim, false));
-  chain(Read(j, origin, "vocab_size", &c.vocab_size, true));
-  chain(Read(j, origin, "max_position_embeddings", &c.max_position_embeddings, false));
-  chain(Read(j, origin, "rms_norm_eps", &c.rms_norm_eps, false));
-  chain(Read(j, origin, "rope_theta", &c.rope_theta, false));
-  chain(Read(j, origin, "tie_word_embeddings", &c.tie_word_embeddings, false));
-  chain(Read(j, origin, "bos_token_id", &c.bos_token_id, false));
-  // eos_token_id is an int or (Llama 3.1 and later) a list; the first is
-  // kept here, and the tokenizer collects every EOS id (tokenizer.h).
-  if (auto it = j.find("eos_token_id"); it != j.end() && it->is_array()) {
-    if (it->empty() || !(*it)[0].is_number_integer()) {
-      chain(KeyError(origin, "eos_token_id", "expected an integer or a non-empty integer list"));
-    } else {
-      c.eos_token_id = (*it)[0].get<int>();
-    }
-  } else {
-    chain(Read(j, origin, "eos_token_id", &c.eos_token_id, false));
-  }
-  if (!s.ok()) return s;
-  // transformers >= 5 may nest rope_theta/rope_scaling under rope_parameters.
-  const json* rope = nullptr;
-  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) rope = &*it;
-  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) {
-    if (auto th = it->find("rope_theta"); th != it->end()) c.rope_theta = th->get<double>();
-    if (auto t = it->find("rope_type"); t != it->end() && t->get<std::string>() != "default")
-      rope = &*it;
-  }
-  if (rope != nullptr) {
-    RopeScaling r;
-    std::string type;
-    if (auto t = rope->find("rope_type"); t != rope->end())
-      type = t->get<std::string>();
-    else if (auto t2 = rope->find("type"); t2 != rope->end())
-      type = t2->get<std::string>();
-    if (type != "llama3") {
-      return KeyError(origin, "rope_scaling",
-                      absl::StrCat("unsupported rope type \"", type, "\" (supported: llama3)"));
-    }
-    r.type = type;
-    chain(Read(*rope, origin, "factor", &r.factor, true));
-    chain(Read(*rope, origin, "low_freq_factor", &r.low_freq_factor, true));
-    chain(Read(*rope, origin, "high_freq_factor", &r.high_freq_factor, true));
-    chain(Read(*rope, origin, "original_max_position_embeddings",
-               &r.original_max_position_embeddings, true));
-    if (!s.ok()) return s;
-    c.rope_scaling = r;
-  }
-  if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
-    absl::Status st;
-    try {
-      st = ParseQuantizationConfig(*it, origin, &c);
-    } catch (const json::exception& e) {
-      st = KeyError(origin, "quantization_config", absl::StrCat("wrong type (", e.what(), ")"));
-    }
-    if (!st.ok()) return st;
-    c.weight_quant = WeightQuant::kFp8;
-  }
-  bool attention_bias = false;
-  chain(Read(j, origin, "attention_bias", &attention_bias, false));
-  bool mlp_bias = false;
-  chain(Read(j, origin, "mlp_bias", &mlp_bias, false));
-  std::string act = "silu";
-  chain(Read(j, origin, "hidden_act", &act, false));
-  std::string dtype = "bfloat16";
-  if (j.contains("dtype"))
-    chain(Read(j, origin, "dtype", &dtype, false));
-  else
-    chain(Read(j, origin, "torch_dtype", &dtype, false));
-  if (!s.ok()) return s;
-  if (mlp_bias) return KeyError(origin, "mlp_bias", "true is not supported");
-  if (act != "silu") return KeyError(origin, "hidden_act", "only silu is supported");
-  auto dt = DTypeFromConfig(dtype);
-  if (!dt.ok()) return KeyError(origin, "torch_dtype", std::string(dt.status().message()));
-  c.torch_dtype = *dt;
-  if (c.architecture == "Qwen2ForCausalLM") {
-    c.qkv_bias = true;
-  } else {
-    c.qkv_bias = attention_bias;
-    c.o_bias = attention_bias;
-  }
-  c.qk_norm = qwen3;
-  auto positive = [&](const char* key, int v) -> absl::Status {
-    return v > 0 ? absl::OkStatus() : KeyError(origin, key, "must be > 0");
-  };
-  chain(positive("hidden_size", c.hidden_size));
-  chain(positive("intermediate_size", c.intermediate_size));
-  chain(positive("num_hidden_layers", c.num_hidden_layers));
-  chain(positive("num_attention_heads", c.num_attention_heads));
-  chain(positive("num_key_value_heads", c.num_key_value_heads));
-  chain(positive("vocab_size", c.vocab_size));
-  chain(positive("max_position_embeddings", c.max_position_embeddings));
-  if (!s.ok()) return s;
-  // Sliding-window attention is not implemented: contexts are capped at the
-  // window, where full attention and sliding-window attention agree.
-  if (auto it = j.find("sliding_window"); it != j.end() && it->is_number_integer()) {
-    bool use = c.architecture == "MistralForCausalLM";
-    if (auto u = j.find("use_sliding_window"); u != j.end() && u->is_boolean())
-      use = u->get<bool>();
-    const int window = it->get<int>();
-    if (use && window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
-  }
-  if (c.head_dim < 0) return KeyError(origin, "head_dim", "must be > 0");
-  if (c.head_dim == 0) {
-    if (c.hidden_size % c.num_attention_heads != 0)
-      return KeyError(origin, "num_attention_heads", "does not divide hidden_size");
-    c.head_dim = c.hidden_size / c.num_attention_heads;
-  }
-  if (c.head_dim % 2 != 0) return KeyError(origin, "head_dim", "must be even (RoPE)");
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    return KeyError(origin, "num_key_value_heads", "must divide num_attention_heads");
   return c;
 }
 

@@ -18,16 +18,16 @@ namespace ballast::engine {
 
 using nlohmann::json;
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_ != nullptr) munmap(map_, map_size_);
-}
+namespace {
 
-const TensorView* SafetensorsFile::Find(const std::string& name) const {
-  auto it = tensors_.find(name);
-  return it == tensors_.end() ? nullptr : &it->second;
-}
+// A file mapped read-only, whole.
+struct FileMap {
+  void* map = nullptr;
+  size_t size = 0;
+};
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+// Maps `path` (at least 8 bytes: the header length) read-only.
+absl::StatusOr<FileMap> MapFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
@@ -46,6 +46,84 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (map == MAP_FAILED) return absl::InternalError(absl::StrCat("cannot mmap ", path));
+  return FileMap{map, size};
+}
+
+// Whether `a` is an array of integers.
+bool AllIntegers(const json& a) {
+  if (!a.is_array()) return false;
+  for (const json& x : a) {
+    if (!x.is_number_integer()) return false;
+  }
+  return true;
+}
+
+// One header entry `e` (tensor `name` of file `path`) as a view into
+// `data` (the `data_size` bytes after the header), checked.
+absl::StatusOr<TensorView> ParseTensorEntry(const std::string& path, const std::string& name,
+                                            const json& e, const uint8_t* data, size_t data_size) {
+  auto bad = [&](const std::string& what) {
+    return absl::DataLossError(absl::StrCat(path, ": tensor \"", name, "\": ", what));
+  };
+  if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
+      !e.contains("data_offsets")) {
+    return bad("entry lacks dtype, shape or data_offsets");
+  }
+  TensorView v;
+  v.name = name;
+  try {
+    auto dt = DTypeFromSafetensors(e["dtype"].get<std::string>());
+    if (!dt.ok()) return bad(std::string(dt.status().message()));
+    v.dtype = *dt;
+    // Integers only: a number past 2^64 parses as a float, and converting
+    // that to an integer is undefined (the fuzzer found it).
+    if (!AllIntegers(e["shape"])) return bad("shape is not an array of integers");
+    if (!AllIntegers(e["data_offsets"])) return bad("data_offsets is not an array of integers");
+    v.shape = e["shape"].get<std::vector<int64_t>>();
+    auto off = e["data_offsets"].get<std::vector<uint64_t>>();
+    if (off.size() != 2 || off[0] > off[1]) return bad("malformed data_offsets");
+    if (off[1] > data_size) {
+      return bad(absl::StrCat("data_offsets [", off[0], ", ", off[1], ") run past the end of ",
+                              "the data (", data_size, " bytes): file truncated?"));
+    }
+    // numel() (an int64 product) cannot overflow.
+    int64_t elements = 1;
+    for (int64_t d : v.shape) {
+      if (d < 0) return bad("negative dimension");
+      if (__builtin_mul_overflow(elements, d, &elements)) {
+        return bad(
+            absl::StrCat("shape [", absl::StrJoin(v.shape, ", "), "] has more than 2^63 elements"));
+      }
+    }
+    v.data = data + off[0];
+    v.nbytes = off[1] - off[0];
+  } catch (const json::exception& ex) {
+    return bad(absl::StrCat("malformed entry: ", ex.what()));
+  }
+  if (static_cast<size_t>(v.numel()) * DTypeSize(v.dtype) != v.nbytes) {
+    return bad(absl::StrCat("shape [", absl::StrJoin(v.shape, ", "), "] of ",
+                            SafetensorsName(v.dtype), " needs ", v.numel() * DTypeSize(v.dtype),
+                            " bytes but data_offsets span ", v.nbytes));
+  }
+  return v;
+}
+
+}  // namespace
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr) munmap(map_, map_size_);
+}
+
+const TensorView* SafetensorsFile::Find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  auto mapped = MapFile(path);
+  if (!mapped.ok()) return mapped.status();
+  void* map = mapped->map;
+  const size_t size = mapped->size;
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
   f->map_ = map;
@@ -70,58 +148,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const std::string& name = it.key();
-    auto bad = [&](const std::string& what) {
-      return absl::DataLossError(absl::StrCat(path, ": tensor \"", name, "\": ", what));
-    };
-    const json& e = it.value();
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
-        !e.contains("data_offsets")) {
-      return bad("entry lacks dtype, shape or data_offsets");
-    }
-    TensorView v;
-    v.name = name;
-    try {
-      auto dt = DTypeFromSafetensors(e["dtype"].get<std::string>());
-      if (!dt.ok()) return bad(std::string(dt.status().message()));
-      v.dtype = *dt;
-      // Integers only: a number past 2^64 parses as a float, and converting
-      // that to an integer is undefined (the fuzzer found it).
-      const auto integers = [](const json& a) {
-        if (!a.is_array()) return false;
-        for (const json& x : a) {
-          if (!x.is_number_integer()) return false;
-        }
-        return true;
-      };
-      if (!integers(e["shape"])) return bad("shape is not an array of integers");
-      if (!integers(e["data_offsets"])) return bad("data_offsets is not an array of integers");
-      v.shape = e["shape"].get<std::vector<int64_t>>();
-      auto off = e["data_offsets"].get<std::vector<uint64_t>>();
-      if (off.size() != 2 || off[0] > off[1]) return bad("malformed data_offsets");
-      if (off[1] > data_size) {
-        return bad(absl::StrCat("data_offsets [", off[0], ", ", off[1], ") run past the end of ",
-                                "the data (", data_size, " bytes): file truncated?"));
-      }
-      // numel() (an int64 product) cannot overflow.
-      int64_t elements = 1;
-      for (int64_t d : v.shape) {
-        if (d < 0) return bad("negative dimension");
-        if (__builtin_mul_overflow(elements, d, &elements)) {
-          return bad(absl::StrCat("shape [", absl::StrJoin(v.shape, ", "),
-                                  "] has more than 2^63 elements"));
-        }
-      }
-      v.data = data + off[0];
-      v.nbytes = off[1] - off[0];
-    } catch (const json::exception& ex) {
-      return bad(absl::StrCat("malformed entry: ", ex.what()));
-    }
-    if (static_cast<size_t>(v.numel()) * DTypeSize(v.dtype) != v.nbytes) {
-      return bad(absl::StrCat("shape [", absl::StrJoin(v.shape, ", "), "] of ",
-                              SafetensorsName(v.dtype), " needs ", v.numel() * DTypeSize(v.dtype),
-                              " bytes but data_offsets span ", v.nbytes));
-    }
-    f->tensors_.emplace(name, std::move(v));
+    auto v = ParseTensorEntry(path, name, it.value(), data, data_size);
+    if (!v.ok()) return v.status();
+    f->tensors_.emplace(name, *std::move(v));
   }
   return f;
 }

@@ -52,6 +52,25 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot lend ", alpha, " of ", n, " layers through ", slots, " slot(s)"));
   }
+  auto next = PlanFor(alpha, slots);
+  if (!next.ok()) return next.status();
+  const std::vector<int> was = plan_.Lent(), now = next->Lent();
+  std::vector<int> lend, restore;
+  std::set_difference(now.begin(), now.end(), was.begin(), was.end(), std::back_inserter(lend));
+  std::set_difference(was.begin(), was.end(), now.begin(), now.end(), std::back_inserter(restore));
+  if (broken_) {
+    return absl::FailedPreconditionError(
+        "an earlier remapping lost weight layers after a device fault; reload the model");
+  }
+  auto net = SwapLayers(lend, restore, *next);
+  if (!net.ok()) return net.status();
+  if (alpha != plan_.alpha) (alpha > plan_.alpha ? remaps_ : reverts_)++;
+  plan_ = *std::move(next);
+  return *net;
+}
+
+absl::StatusOr<memory::StreamingPlan> WeightRemapper::PlanFor(int alpha, int slots) {
+  const int n = num_layers();
   memory::StreamingPlan next;
   if (alpha > 0) {
     if (auto st = Prepare(); !st.ok()) return st;
@@ -75,23 +94,23 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
                        t_transfer_ * 1e3, " ms, T_c ", t_compute() * 1e3, " ms per layer)"));
     }
   }
-  const std::vector<int> was = plan_.Lent(), now = next.Lent();
-  std::vector<int> lend, restore;
-  std::set_difference(now.begin(), now.end(), was.begin(), was.end(), std::back_inserter(lend));
-  std::set_difference(was.begin(), was.end(), now.begin(), now.end(), std::back_inserter(restore));
-  if (broken_) {
-    return absl::FailedPreconditionError(
-        "an earlier remapping lost weight layers after a device fault; reload the model");
+  return next;
+}
+
+std::vector<memory::WeightPages::Extent> WeightRemapper::ExtentsOf(
+    const std::vector<int>& layers) const {
+  std::vector<memory::WeightPages::Extent> out;
+  for (int l : layers) {
+    const LayerExtent& e = extents_[static_cast<size_t>(l)];
+    out.push_back({e.offset, e.bytes});
   }
-  auto extents = [this](const std::vector<int>& layers) {
-    std::vector<memory::WeightPages::Extent> out;
-    for (int l : layers) {
-      const LayerExtent& e = extents_[static_cast<size_t>(l)];
-      out.push_back({e.offset, e.bytes});
-    }
-    return out;
-  };
-  const auto lend_x = extents(lend), restore_x = extents(restore);
+  return out;
+}
+
+absl::StatusOr<int64_t> WeightRemapper::SwapLayers(const std::vector<int>& lend,
+                                                   const std::vector<int>& restore,
+                                                   const memory::StreamingPlan& next) {
+  const auto lend_x = ExtentsOf(lend), restore_x = ExtentsOf(restore);
   // One step on the device's pool: what the lends free covers the restores
   // (one fewer layer), and no other model's KV or activation can take it in
   // between. (Lending, then restoring, left that window open: a failure
@@ -123,9 +142,7 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
     executor_->SetLayerStreaming(plan_).IgnoreError();
     return st;
   }
-  if (alpha != plan_.alpha) (alpha > plan_.alpha ? remaps_ : reverts_)++;
-  plan_ = std::move(next);
-  return *net;
+  return net;
 }
 
 void WeightRemapper::SetActivationDecode(double seconds) {

@@ -85,6 +85,16 @@ class WeightRemapper {
  private:
   WeightRemapper(Executor* executor, std::shared_ptr<memory::WeightPages> pages,
                  std::vector<LayerExtent> extents);
+  // SetAlpha's plan for lending `alpha` layers through `slots` (0: as
+  // timing allows); measures T_T first (Prepare).
+  absl::StatusOr<memory::StreamingPlan> PlanFor(int alpha, int slots);
+  // The weight-page extents of `layers`.
+  std::vector<memory::WeightPages::Extent> ExtentsOf(const std::vector<int>& layers) const;
+  // Lends `lend` and restores `restore` in one exchange on the pool, then
+  // streams by `next`; undoes both on failure (broken_ if it cannot).
+  // Returns the bytes lent less the bytes mapped (WeightPages::Exchange).
+  absl::StatusOr<int64_t> SwapLayers(const std::vector<int>& lend, const std::vector<int>& restore,
+                                     const memory::StreamingPlan& next);
 
   Executor* const executor_;
   const std::shared_ptr<memory::WeightPages> pages_;

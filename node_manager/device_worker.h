@@ -315,6 +315,29 @@ class DeviceWorker {
   void Loop();
   // The loop with rolling_steps (device_worker_rolling.cc).
   void RollingLoop();
+  // What one rolling pass takes from under mu_: the engines, and the
+  // between-step work queued since the last pass.
+  struct RollingIntake {
+    std::vector<std::shared_ptr<engine::ModelEngine>> engines, retiring;
+    std::vector<std::function<void(bool)>> tasks;
+    bool stop = false;
+  };
+  // The rolling loop's phases (device_worker_rolling.cc), step thread only.
+  // Takes the pass's intake and charges the step thread's clock and starts.
+  RollingIntake TakeRollingIntake() ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs the intake's tasks, closes its retiring engines and ticks
+  // remapping (`tick`), with every step finished first if there is any of
+  // that (or stop); false on stop, with the tasks and engines handed back.
+  bool RunBetweenSteps(RollingIntake* in, bool tick, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes from in_flight_ the steps whose device work has ended.
+  std::vector<InFlight> TakeEndedSteps();
+  // Finishes the oldest step in flight, waiting on its own event.
+  void FinishOldestStep();
+  // Asks for the device-done callback of each engine's last step in flight.
+  void NotifyLastSteps();
+  // Waits (as idle time) for a step's end, new work or Stop; whether woken
+  // before the limit.
+  bool AwaitRollingWake(int64_t seen);
   // Arbitrates over `engines`' queues, then begins a step of each one with
   // work and no step in flight (in_flight_), in arbitration order, at the
   // stream priority the policy gives; then ahead steps (ahead_steps).

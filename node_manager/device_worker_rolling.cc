@@ -25,97 +25,126 @@ void DeviceWorker::RollingLoop() {
   absl::Time last_tick = absl::InfinitePast();
   while (true) {
     const int64_t seen = signal_->Events();  // before this iteration looks at anything
-    std::vector<std::shared_ptr<engine::ModelEngine>> engines, retiring;
-    std::vector<std::function<void(bool)>> tasks;
-    bool stop = false;
-    {
-      absl::MutexLock lock(&mu_);
-      thread_time_ += clock_.Take();
-      step_starts_ += std::exchange(starts_, {});
-      stop = stop_;
-      tasks.swap(tasks_);
-      retiring.swap(retiring_);
-      for (const auto& [n, e] : engines_) engines.push_back(e);
-    }
+    RollingIntake in = TakeRollingIntake();
     const absl::Time now = absl::Now();
     const bool tick = remap_ && now - last_tick >= kRemapTickEvery;
-    // Tasks, retiring engines and the remapping tick need every engine
-    // between steps.
-    if (stop || !tasks.empty() || !retiring.empty() || tick) FinishInFlight();
-    if (stop) {
-      // Tasks not run are failed by Stop, after the thread is gone.
-      absl::MutexLock lock(&mu_);
-      for (auto& t : tasks) tasks_.push_back(std::move(t));
-      for (auto& e : retiring) retiring_.push_back(std::move(e));
-      return;
-    }
-    for (auto& t : tasks) t(true);
-    for (auto& e : retiring) {
-      e->Close(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
-    }
-    retiring.clear();
-    if (tick) {
-      remap_->Tick(engines, *balloon_, slab_bytes_, now);
-      last_tick = now;
-    }
-    // The steps whose device work has ended: an engine's steps end in
-    // order, so one that has ended ends those begun before it (whose own
-    // callback may not have been asked for).
-    std::vector<InFlight> done, running;
-    for (size_t i = 0; i < in_flight_.size(); ++i) {
-      bool ended = false;
-      for (size_t j = i; j < in_flight_.size() && !ended; ++j) {
-        ended = in_flight_[j].engine == in_flight_[i].engine && in_flight_[j].device_done->load();
-      }
-      (ended ? done : running).push_back(std::move(in_flight_[i]));
-    }
-    in_flight_ = std::move(running);
+    if (!RunBetweenSteps(&in, tick, now)) return;
+    if (tick) last_tick = now;
     // Steps may also be finished inside BeginSteps (a model short of KV
     // reclaims from the others, which first finishes every step in flight).
     const int64_t finished_before = finished_steps_;
-    FinishSteps(std::move(done));
+    FinishSteps(TakeEndedSteps());
     // Every model not in flight with work begins its next step.
-    const bool began = BeginSteps(std::move(engines));
+    const bool began = BeginSteps(std::move(in.engines));
     const bool finished = finished_steps_ != finished_before;
     if (OneEngineInFlight()) {
-      // One model on the device: wait on its oldest step's own event, as
-      // lockstep passes do (its ahead step, if any, keeps the device
-      // busy meanwhile). A signal after every step costs more (as a host
-      // function on the stream, it delayed the stream's next work until it
-      // had run: a 130M model's batch-1 TPOT went from 0.30 to 0.39 ms on
-      // an H200).
-      std::vector<InFlight> oldest;
-      oldest.push_back(std::move(in_flight_.front()));
-      in_flight_.erase(in_flight_.begin());
-      FinishSteps(std::move(oldest));
+      FinishOldestStep();
       continue;
     }
     if (finished && in_flight_.empty()) continue;  // their models may have more work
     if (in_flight_.empty() && !began && balloon_) {
       balloon_->arena()->Replenish();  // idle: get the next slabs ready
     }
-    // Several models' steps on the device: each one's end wakes this
-    // thread. Only an engine's last step can ask (the signal follows the
-    // engine's last queued work); its earlier ones end before it.
-    for (size_t i = 0; i < in_flight_.size(); ++i) {
-      const bool last =
-          std::none_of(in_flight_.begin() + static_cast<std::ptrdiff_t>(i) + 1, in_flight_.end(),
-                       [&](const InFlight& later) { return later.engine == in_flight_[i].engine; });
-      if (last) Notify(&in_flight_[i]);
-    }
-    // Until a step's device work ends, work arrives or the worker stops.
-    // Idle, the loop also wakes to replenish slabs (as lockstep does).
-    clock_.Switch(&StepThreadTime::idle_s);
-    const bool woken = arbitration_.poll_steps && !in_flight_.empty()
-                           ? PollSteps(seen, kCallbackLimit)
-                           : signal_->AwaitChange(seen, in_flight_.empty() ? absl::Milliseconds(50)
-                                                                           : kCallbackLimit);
-    clock_.Switch(&StepThreadTime::other_s);
+    NotifyLastSteps();
+    const bool woken = AwaitRollingWake(seen);
     // Steps in flight and no callback for that long: wait on their events
     // (a lost signal, or a sticky CUDA error: the wait returns the error,
     // which fails the steps' requests).
     if (!woken && !in_flight_.empty()) FinishInFlight();
   }
+}
+
+// Takes the pass's engines, tasks and retiring engines, and charges the
+// step thread's clock and step starts into the guarded counters.
+DeviceWorker::RollingIntake DeviceWorker::TakeRollingIntake() {
+  RollingIntake in;
+  absl::MutexLock lock(&mu_);
+  thread_time_ += clock_.Take();
+  step_starts_ += std::exchange(starts_, {});
+  in.stop = stop_;
+  in.tasks.swap(tasks_);
+  in.retiring.swap(retiring_);
+  for (const auto& [n, e] : engines_) in.engines.push_back(e);
+  return in;
+}
+
+// Runs the pass's between-step work: tasks, retiring engines and the
+// remapping tick; false (after handing the work back) on stop.
+bool DeviceWorker::RunBetweenSteps(RollingIntake* in, bool tick, absl::Time now) {
+  // Tasks, retiring engines and the remapping tick need every engine
+  // between steps.
+  if (in->stop || !in->tasks.empty() || !in->retiring.empty() || tick) FinishInFlight();
+  if (in->stop) {
+    // Tasks not run are failed by Stop, after the thread is gone.
+    absl::MutexLock lock(&mu_);
+    for (auto& t : in->tasks) tasks_.push_back(std::move(t));
+    for (auto& e : in->retiring) retiring_.push_back(std::move(e));
+    return false;
+  }
+  for (auto& t : in->tasks) t(true);
+  for (auto& e : in->retiring) {
+    e->Close(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
+  }
+  in->retiring.clear();
+  if (tick) remap_->Tick(in->engines, *balloon_, slab_bytes_, now);
+  return true;
+}
+
+// Removes from in_flight_ the steps whose device work has ended.
+std::vector<DeviceWorker::InFlight> DeviceWorker::TakeEndedSteps() {
+  // The steps whose device work has ended: an engine's steps end in
+  // order, so one that has ended ends those begun before it (whose own
+  // callback may not have been asked for).
+  std::vector<InFlight> done, running;
+  for (size_t i = 0; i < in_flight_.size(); ++i) {
+    bool ended = false;
+    for (size_t j = i; j < in_flight_.size() && !ended; ++j) {
+      ended = in_flight_[j].engine == in_flight_[i].engine && in_flight_[j].device_done->load();
+    }
+    (ended ? done : running).push_back(std::move(in_flight_[i]));
+  }
+  in_flight_ = std::move(running);
+  return done;
+}
+
+// Finishes the oldest step in flight, waiting on its own event.
+void DeviceWorker::FinishOldestStep() {
+  // One model on the device: wait on its oldest step's own event, as
+  // lockstep passes do (its ahead step, if any, keeps the device
+  // busy meanwhile). A signal after every step costs more (as a host
+  // function on the stream, it delayed the stream's next work until it
+  // had run: a 130M model's batch-1 TPOT went from 0.30 to 0.39 ms on
+  // an H200).
+  std::vector<InFlight> oldest;
+  oldest.push_back(std::move(in_flight_.front()));
+  in_flight_.erase(in_flight_.begin());
+  FinishSteps(std::move(oldest));
+}
+
+// Asks for the device-done callback of each engine's last step in flight.
+void DeviceWorker::NotifyLastSteps() {
+  // Several models' steps on the device: each one's end wakes this
+  // thread. Only an engine's last step can ask (the signal follows the
+  // engine's last queued work); its earlier ones end before it.
+  for (size_t i = 0; i < in_flight_.size(); ++i) {
+    const bool last =
+        std::none_of(in_flight_.begin() + static_cast<std::ptrdiff_t>(i) + 1, in_flight_.end(),
+                     [&](const InFlight& later) { return later.engine == in_flight_[i].engine; });
+    if (last) Notify(&in_flight_[i]);
+  }
+}
+
+// Sleeps (charged as idle) until woken; whether it was before the limit.
+bool DeviceWorker::AwaitRollingWake(int64_t seen) {
+  // Until a step's device work ends, work arrives or the worker stops.
+  // Idle, the loop also wakes to replenish slabs (as lockstep does).
+  clock_.Switch(&StepThreadTime::idle_s);
+  const bool woken = arbitration_.poll_steps && !in_flight_.empty()
+                         ? PollSteps(seen, kCallbackLimit)
+                         : signal_->AwaitChange(
+                               seen, in_flight_.empty() ? absl::Milliseconds(50) : kCallbackLimit);
+  clock_.Switch(&StepThreadTime::other_s);
+  return woken;
 }
 
 bool DeviceWorker::OneEngineInFlight() const {

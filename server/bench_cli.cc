@@ -85,6 +85,135 @@ CLI::App* AddShareGpt(CLI::App* trace, bench::ShareGptParams* p, std::string* ou
   return c;
 }
 
+// Where a trace generator writes: the trace file and the models.
+struct TraceOut {
+  std::string* out;
+  std::string* models;
+};
+
+// The options every generator shares: output, models, seed, duration.
+void AddCommon(CLI::App* c, const TraceOut& o, uint64_t* seed, double* duration) {
+  c->add_option("--out,-o", *o.out, "trace file to write")->capture_default_str();
+  c->add_option("--models", *o.models, "comma-separated model names")->capture_default_str();
+  c->add_option("--seed", *seed)->capture_default_str();
+  c->add_option("--duration", *duration, "seconds of arrivals")->capture_default_str();
+}
+
+// `trace arrivals`: Poisson or Gamma arrivals per model.
+CLI::App* AddArrivals(CLI::App* trace, const TraceOut& o, bench::ArrivalParams* p,
+                      std::string* rates) {
+  CLI::App* c = trace->add_subcommand("arrivals", "Poisson or Gamma arrivals per model");
+  AddCommon(c, o, &p->seed, &p->duration_s);
+  c->add_option("--rates", *rates, "requests/s per model, comma-separated (one value: all)");
+  c->add_option("--process", p->process, "poisson | gamma")->capture_default_str();
+  c->add_option("--cv", p->cv, "Gamma coefficient of variation")->capture_default_str();
+  AddLengths(c, &p->lengths);
+  return c;
+}
+
+// `trace bursty`: bursty multi-model traffic.
+CLI::App* AddBursty(CLI::App* trace, const TraceOut& o, bench::BurstyParams* p) {
+  CLI::App* c = trace->add_subcommand("bursty", "bursty multi-model traffic (Prism §3 properties)");
+  AddCommon(c, o, &p->seed, &p->duration_s);
+  c->add_option("--persistent-fraction", p->persistent_fraction)->capture_default_str();
+  c->add_option("--persistent-rate", p->persistent_rate)->capture_default_str();
+  c->add_option("--burst-rate", p->burst_rate)->capture_default_str();
+  c->add_option("--cv", p->cv, "persistent models' inter-arrival CV")->capture_default_str();
+  c->add_option("--burst-cv", p->burst_cv, "inter-arrival CV inside bursts")->capture_default_str();
+  c->add_option("--on-mean", p->on_mean_s, "mean burst length (s)")->capture_default_str();
+  c->add_option("--group-interval", p->group_interval_s, "mean time between group bursts (s)")
+      ->capture_default_str();
+  c->add_option("--group-fraction", p->group_fraction, "chance a sporadic model joins a burst")
+      ->capture_default_str();
+  AddLengths(c, &p->lengths);
+  return c;
+}
+
+// `trace chat`: multi-turn chat sessions with advisories.
+CLI::App* AddChat(CLI::App* trace, const TraceOut& o, bench::ChatParams* p) {
+  CLI::App* c = trace->add_subcommand("chat", "multi-turn chat sessions with advisories");
+  AddCommon(c, o, &p->seed, &p->duration_s);
+  c->add_option("--session-rate", p->session_rate, "new sessions/s")->capture_default_str();
+  c->add_option("--turns-mean", p->turns_mean)->capture_default_str();
+  c->add_option("--typing-mean", p->typing_mean_s, "advisory lead (s)")->capture_default_str();
+  c->add_option("--reading-speed", p->reading_tokens_per_s)->capture_default_str();
+  c->add_option("--advise-miss", p->advise_miss)->capture_default_str();
+  c->add_option("--advise-spurious", p->advise_spurious)->capture_default_str();
+  AddLengths(c, &p->lengths);
+  return c;
+}
+
+// `trace agents`: agent call graphs with next-hop advisories.
+CLI::App* AddAgents(CLI::App* trace, const TraceOut& o, bench::AgentParams* p) {
+  CLI::App* c = trace->add_subcommand("agents", "agent call graphs with next-hop advisories");
+  AddCommon(c, o, &p->seed, &p->duration_s);
+  c->add_option("--workflow-rate", p->workflow_rate)->capture_default_str();
+  c->add_option("--tool-mean", p->tool_mean_s)->capture_default_str();
+  AddLengths(c, &p->lengths);
+  return c;
+}
+
+// `trace stats`: a trace's statistics.
+CLI::App* AddStats(CLI::App* trace, std::string* file, std::string* models) {
+  CLI::App* c = trace->add_subcommand("stats", "print a trace's statistics");
+  c->add_option("file", *file)->required();
+  c->add_option("--models", *models,
+                "the catalogue (comma-separated): idle models count in the active share");
+  return c;
+}
+
+// The replay options of `bench compare` (`target`: also --target).
+void AddReplayOptions(CLI::App* c, BenchFlags* b, std::string* scales, bool target) {
+  c->add_option("--trace", b->trace, "trace file (JSONL)")->required();
+  if (target) c->add_option("--target", b->target, "scheduler address")->capture_default_str();
+  c->add_option("--rate-scale", *scales, "comma-separated rate scales")->capture_default_str();
+  c->add_option("--slo-scale", b->slo_scale, "multiplies every SLO")->capture_default_str();
+  c->add_option("--duration", b->duration_s, "replay only this many seconds of arrivals");
+  c->add_option("--out", b->out, "output directory")->capture_default_str();
+  c->add_option("--max-inflight", b->max_inflight)->capture_default_str();
+  c->add_option("--max-client-lag-ms", b->max_client_lag_ms,
+                "client lag p99 beyond which a run is flagged invalid")
+      ->capture_default_str();
+  c->add_flag("!--no-plots", b->plots, "skip the gnuplot PNGs");
+}
+
+// `bench compare`: `ballast serve` under each config on one trace.
+CLI::App* AddCompare(CLI::App* bench_cmd, BenchFlags* b, std::string* scales, std::string* configs,
+                     std::string* search) {
+  CLI::App* c = bench_cmd->add_subcommand(
+      "compare", "run `ballast serve` under each config on the same trace");
+  AddReplayOptions(c, b, scales, false);
+  c->add_option("--configs", *configs, "comma-separated ballast serve configs")->required();
+  c->add_option("--search", *search,
+                "LO,HI: instead of --rate-scale, search each config's highest rate scale "
+                "with >= 99% TTFT attainment in [LO, HI] by geometric bisection")
+      ->capture_default_str();
+  c->add_option("--search-runs", b->search_runs, "runs per config at most")->capture_default_str();
+  c->add_flag("--warmup", b->warmup,
+              "before each run, send one request to every model of the trace and "
+              "wait for the catalogue to settle (a steady state, not a cold start)");
+  return c;
+}
+
+// Plain `bench`'s own options (a replay against --target).
+void AddPlainBenchOptions(CLI::App* bench_cmd, BenchFlags* b, std::string* scales) {
+  // Options of plain `bench` are parsed only when `compare` is absent.
+  bench_cmd->fallthrough(false);
+  bench_cmd->add_option("--trace", b->trace, "trace file (JSONL)");
+  bench_cmd->add_option("--target", b->target, "scheduler address")->capture_default_str();
+  bench_cmd->add_option("--rate-scale", *scales, "comma-separated rate scales")
+      ->capture_default_str();
+  bench_cmd->add_option("--slo-scale", b->slo_scale, "multiplies every SLO")->capture_default_str();
+  bench_cmd->add_option("--duration", b->duration_s, "replay only this many seconds of arrivals");
+  bench_cmd->add_option("--out", b->out, "output directory")->capture_default_str();
+  bench_cmd->add_option("--max-inflight", b->max_inflight)->capture_default_str();
+  bench_cmd
+      ->add_option("--max-client-lag-ms", b->max_client_lag_ms,
+                   "client lag p99 beyond which a run is flagged invalid")
+      ->capture_default_str();
+  bench_cmd->add_flag("!--no-plots", b->plots, "skip the gnuplot PNGs");
+}
+
 }  // namespace
 
 struct BenchCli::State {
@@ -112,125 +241,42 @@ BenchCli::BenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   auto* trace = app->add_subcommand(
       "trace", "generate or import workload traces (JSONL), or show their statistics");
   trace->require_subcommand(1);
-  auto common = [&](CLI::App* c, uint64_t* seed, double* duration) {
-    c->add_option("--out,-o", s.out, "trace file to write")->capture_default_str();
-    c->add_option("--models", s.models, "comma-separated model names")->capture_default_str();
-    c->add_option("--seed", *seed)->capture_default_str();
-    c->add_option("--duration", *duration, "seconds of arrivals")->capture_default_str();
-  };
-  s.arrivals_cmd = trace->add_subcommand("arrivals", "Poisson or Gamma arrivals per model");
-  common(s.arrivals_cmd, &s.arrivals.seed, &s.arrivals.duration_s);
-  s.arrivals_cmd->add_option("--rates", s.rates,
-                             "requests/s per model, comma-separated (one value: all)");
-  s.arrivals_cmd->add_option("--process", s.arrivals.process, "poisson | gamma")
-      ->capture_default_str();
-  s.arrivals_cmd->add_option("--cv", s.arrivals.cv, "Gamma coefficient of variation")
-      ->capture_default_str();
-  AddLengths(s.arrivals_cmd, &s.arrivals.lengths);
-
-  s.bursty_cmd =
-      trace->add_subcommand("bursty", "bursty multi-model traffic (Prism §3 properties)");
-  common(s.bursty_cmd, &s.bursty.seed, &s.bursty.duration_s);
-  s.bursty_cmd->add_option("--persistent-fraction", s.bursty.persistent_fraction)
-      ->capture_default_str();
-  s.bursty_cmd->add_option("--persistent-rate", s.bursty.persistent_rate)->capture_default_str();
-  s.bursty_cmd->add_option("--burst-rate", s.bursty.burst_rate)->capture_default_str();
-  s.bursty_cmd->add_option("--cv", s.bursty.cv, "persistent models' inter-arrival CV")
-      ->capture_default_str();
-  s.bursty_cmd->add_option("--burst-cv", s.bursty.burst_cv, "inter-arrival CV inside bursts")
-      ->capture_default_str();
-  s.bursty_cmd->add_option("--on-mean", s.bursty.on_mean_s, "mean burst length (s)")
-      ->capture_default_str();
-  s.bursty_cmd
-      ->add_option("--group-interval", s.bursty.group_interval_s,
-                   "mean time between group bursts (s)")
-      ->capture_default_str();
-  s.bursty_cmd
-      ->add_option("--group-fraction", s.bursty.group_fraction,
-                   "chance a sporadic model joins a burst")
-      ->capture_default_str();
-  AddLengths(s.bursty_cmd, &s.bursty.lengths);
-
-  s.chat_cmd = trace->add_subcommand("chat", "multi-turn chat sessions with advisories");
-  common(s.chat_cmd, &s.chat.seed, &s.chat.duration_s);
-  s.chat_cmd->add_option("--session-rate", s.chat.session_rate, "new sessions/s")
-      ->capture_default_str();
-  s.chat_cmd->add_option("--turns-mean", s.chat.turns_mean)->capture_default_str();
-  s.chat_cmd->add_option("--typing-mean", s.chat.typing_mean_s, "advisory lead (s)")
-      ->capture_default_str();
-  s.chat_cmd->add_option("--reading-speed", s.chat.reading_tokens_per_s)->capture_default_str();
-  s.chat_cmd->add_option("--advise-miss", s.chat.advise_miss)->capture_default_str();
-  s.chat_cmd->add_option("--advise-spurious", s.chat.advise_spurious)->capture_default_str();
-  AddLengths(s.chat_cmd, &s.chat.lengths);
-
-  s.agents_cmd = trace->add_subcommand("agents", "agent call graphs with next-hop advisories");
-  common(s.agents_cmd, &s.agents.seed, &s.agents.duration_s);
-  s.agents_cmd->add_option("--workflow-rate", s.agents.workflow_rate)->capture_default_str();
-  s.agents_cmd->add_option("--tool-mean", s.agents.tool_mean_s)->capture_default_str();
-  AddLengths(s.agents_cmd, &s.agents.lengths);
-
+  const TraceOut out{&s.out, &s.models};
+  s.arrivals_cmd = AddArrivals(trace, out, &s.arrivals, &s.rates);
+  s.bursty_cmd = AddBursty(trace, out, &s.bursty);
+  s.chat_cmd = AddChat(trace, out, &s.chat);
+  s.agents_cmd = AddAgents(trace, out, &s.agents);
   s.sharegpt_cmd = AddShareGpt(trace, &s.sharegpt, &s.out, &s.models);
-
-  s.stats_cmd = trace->add_subcommand("stats", "print a trace's statistics");
-  s.stats_cmd->add_option("file", s.stats_file)->required();
-  s.stats_cmd->add_option("--models", s.stats_models,
-                          "the catalogue (comma-separated): idle models count in the active share");
-
+  s.stats_cmd = AddStats(trace, &s.stats_file, &s.stats_models);
   AddImport(trace, &s.import, &s.out);
 
   s.bench_cmd = app->add_subcommand("bench", "replay a trace and report SLO attainment");
   s.bench_cmd->require_subcommand(0, 1);
-  auto bench_opts = [&](CLI::App* c, bool target) {
-    c->add_option("--trace", s.bench.trace, "trace file (JSONL)")->required();
-    if (target)
-      c->add_option("--target", s.bench.target, "scheduler address")->capture_default_str();
-    c->add_option("--rate-scale", s.scales, "comma-separated rate scales")->capture_default_str();
-    c->add_option("--slo-scale", s.bench.slo_scale, "multiplies every SLO")->capture_default_str();
-    c->add_option("--duration", s.bench.duration_s, "replay only this many seconds of arrivals");
-    c->add_option("--out", s.bench.out, "output directory")->capture_default_str();
-    c->add_option("--max-inflight", s.bench.max_inflight)->capture_default_str();
-    c->add_option("--max-client-lag-ms", s.bench.max_client_lag_ms,
-                  "client lag p99 beyond which a run is flagged invalid")
-        ->capture_default_str();
-    c->add_flag("!--no-plots", s.bench.plots, "skip the gnuplot PNGs");
-  };
-  s.compare_cmd = s.bench_cmd->add_subcommand(
-      "compare", "run `ballast serve` under each config on the same trace");
-  bench_opts(s.compare_cmd, false);
-  s.compare_cmd->add_option("--configs", s.configs, "comma-separated ballast serve configs")
-      ->required();
-  s.compare_cmd
-      ->add_option("--search", s.search,
-                   "LO,HI: instead of --rate-scale, search each config's highest rate scale "
-                   "with >= 99% TTFT attainment in [LO, HI] by geometric bisection")
-      ->capture_default_str();
-  s.compare_cmd->add_option("--search-runs", s.bench.search_runs, "runs per config at most")
-      ->capture_default_str();
-  s.compare_cmd->add_flag("--warmup", s.bench.warmup,
-                          "before each run, send one request to every model of the trace and "
-                          "wait for the catalogue to settle (a steady state, not a cold start)");
-  // Options of plain `bench` are parsed only when `compare` is absent.
-  s.bench_cmd->fallthrough(false);
-  s.bench_cmd->add_option("--trace", s.bench.trace, "trace file (JSONL)");
-  s.bench_cmd->add_option("--target", s.bench.target, "scheduler address")->capture_default_str();
-  s.bench_cmd->add_option("--rate-scale", s.scales, "comma-separated rate scales")
-      ->capture_default_str();
-  s.bench_cmd->add_option("--slo-scale", s.bench.slo_scale, "multiplies every SLO")
-      ->capture_default_str();
-  s.bench_cmd->add_option("--duration", s.bench.duration_s,
-                          "replay only this many seconds of arrivals");
-  s.bench_cmd->add_option("--out", s.bench.out, "output directory")->capture_default_str();
-  s.bench_cmd->add_option("--max-inflight", s.bench.max_inflight)->capture_default_str();
-  s.bench_cmd
-      ->add_option("--max-client-lag-ms", s.bench.max_client_lag_ms,
-                   "client lag p99 beyond which a run is flagged invalid")
-      ->capture_default_str();
-  s.bench_cmd->add_flag("!--no-plots", s.bench.plots, "skip the gnuplot PNGs");
+  s.compare_cmd = AddCompare(s.bench_cmd, &s.bench, &s.scales, &s.configs, &s.search);
+  AddPlainBenchOptions(s.bench_cmd, &s.bench, &s.scales);
 }
 
 BenchCli::~BenchCli() = default;
 
 bool BenchCli::RunParsed(int* rc) {
+  State& s = *s_;
+  if (RunTraceParsed(rc)) return true;
+  if (s.stats_cmd->parsed()) {
+    *rc = RunTraceStats(s.stats_file, SplitList(s.stats_models));
+    return true;
+  }
+  if (s.import.cmd->parsed()) {
+    *rc = RunImport(&s.import, s.out);
+    return true;
+  }
+  if (s.bench_cmd->parsed()) {
+    *rc = RunBenchParsed();
+    return true;
+  }
+  return false;
+}
+
+bool BenchCli::RunTraceParsed(int* rc) {
   State& s = *s_;
   const auto models = SplitList(s.models);
   if (s.arrivals_cmd->parsed()) {
@@ -269,38 +315,29 @@ bool BenchCli::RunParsed(int* rc) {
     *rc = RunTraceGenerate(*trace, s.out);
     return true;
   }
-  if (s.stats_cmd->parsed()) {
-    *rc = RunTraceStats(s.stats_file, SplitList(s.stats_models));
-    return true;
-  }
-  if (s.import.cmd->parsed()) {
-    *rc = RunImport(&s.import, s.out);
-    return true;
-  }
-  if (s.bench_cmd->parsed()) {
-    if (!ParsePositiveList(s.scales, &s.bench.rate_scales)) {
-      std::cerr << "error: --rate-scale: expected positive numbers\n";
-      *rc = 2;
-      return true;
-    }
-    if (!s.search.empty() &&
-        (!ParsePositiveList(s.search, &s.bench.search) || s.bench.search.size() != 2)) {
-      std::cerr << "error: --search: expected LO,HI (two positive rate scales)\n";
-      *rc = 2;
-      return true;
-    }
-    if (s.compare_cmd->parsed()) {
-      s.bench.configs = SplitList(s.configs);
-      *rc = RunBenchCompare(s.bench);
-    } else if (s.bench.trace.empty()) {
-      std::cerr << "error: bench needs --trace FILE\n";
-      *rc = 2;
-    } else {
-      *rc = RunBench(s.bench);
-    }
-    return true;
-  }
   return false;
+}
+
+int BenchCli::RunBenchParsed() {
+  State& s = *s_;
+  if (!ParsePositiveList(s.scales, &s.bench.rate_scales)) {
+    std::cerr << "error: --rate-scale: expected positive numbers\n";
+    return 2;
+  }
+  if (!s.search.empty() &&
+      (!ParsePositiveList(s.search, &s.bench.search) || s.bench.search.size() != 2)) {
+    std::cerr << "error: --search: expected LO,HI (two positive rate scales)\n";
+    return 2;
+  }
+  if (s.compare_cmd->parsed()) {
+    s.bench.configs = SplitList(s.configs);
+    return RunBenchCompare(s.bench);
+  }
+  if (s.bench.trace.empty()) {
+    std::cerr << "error: bench needs --trace FILE\n";
+    return 2;
+  }
+  return RunBench(s.bench);
 }
 
 }  // namespace ballast::server

@@ -18,6 +18,11 @@ class BenchCli {
 
  private:
   struct State;
+  // RunParsed for the trace generators (arrivals, bursty, chat, agents,
+  // sharegpt): true and *rc if one was parsed.
+  bool RunTraceParsed(int* rc);
+  // RunParsed for `bench` (plain or compare): its exit code.
+  int RunBenchParsed();
   std::unique_ptr<State> s_;
 };
 

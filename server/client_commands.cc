@@ -241,6 +241,85 @@ int RunMetricsHealth(const std::string& url) {
   return absl::IsFailedPrecondition(st) ? 1 : 3;
 }
 
+namespace {
+
+// One model's stream in the demo: its text so far, state and summary.
+struct DemoLine {
+  std::string model, text, status = "waiting", summary;
+};
+
+// The demo's screen, shared by the streams' threads: a line per model,
+// redrawn in place on a terminal.
+struct DemoScreen {
+  std::mutex mu;  // guards lines and failures while the streams run
+  std::vector<DemoLine> lines;
+  int failures = 0;
+  bool tty = false;
+  // Draws every line: on a terminal at each call, over the last drawing;
+  // otherwise once, at the final draw. With streams running, mu held.
+  void Draw(bool final_draw);
+};
+
+// `s` with control characters as spaces.
+std::string Printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) out += (c < 32 || c == 127) ? ' ' : static_cast<char>(c);
+  return out;
+}
+
+void DemoScreen::Draw(bool final_draw) {
+  if (!tty && !final_draw) return;
+  if (tty) std::cout << "\033[" << lines.size() << "A";  // back to the first line
+  for (const auto& l : lines) {
+    std::string t = Printable(l.text);
+    if (t.size() > 60) t = "…" + t.substr(t.size() - 59);
+    std::cout << (tty ? "\033[2K" : "")
+              << absl::StrFormat("%-14s %-9s | %s\n", l.model, l.status, t);
+  }
+  std::cout << std::flush;
+}
+
+// Streams `prompt` from line `i`'s model into that line (a thread of the
+// demo), then its summary or its failure.
+void StreamDemoLine(v1::Inference::Stub* inference, const std::string& prompt, int max_tokens,
+                    int i, DemoScreen* screen) {
+  DemoLine& line = screen->lines[i];
+  v1::GenerateRequest req;
+  req.set_model(line.model);
+  req.set_prompt(prompt);
+  req.mutable_sampling()->set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_ignore_eos(true);
+  req.set_token_batches(true);
+  grpc::ClientContext ctx;
+  AddApiKey(&ctx);
+  auto reader = inference->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    std::lock_guard<std::mutex> lock(screen->mu);
+    if (ForEachToken(resp, [&](const v1::Token& t) { line.text += t.text(); }) > 0) {
+      line.status = "streaming";
+    } else if (resp.has_final()) {
+      const auto& f = resp.final();
+      const double secs = f.timings().e2e_ms() / 1000.0;
+      line.summary = absl::StrFormat("%d tokens on %s/%s, ttft %.0f ms, %.1f tokens/s",
+                                     f.usage().completion_tokens(), f.node_id(), f.device(),
+                                     f.timings().ttft_ms(),
+                                     secs > 0 ? f.usage().completion_tokens() / secs : 0.0);
+    }
+    screen->Draw(false);
+  }
+  grpc::Status st = reader->Finish();
+  std::lock_guard<std::mutex> lock(screen->mu);
+  line.status = st.ok() ? "done" : "FAILED";
+  if (!st.ok()) {
+    line.summary = absl::StrCat(CodeName(st.error_code()), ": ", st.error_message());
+    ++screen->failures;
+  }
+  screen->Draw(false);
+}
+
+}  // namespace
+
 int RunDemo(const std::string& target, const std::string& prompt, int max_tokens) {
   auto channel = Connect(target);
   auto inference = v1::Inference::NewStub(channel);
@@ -257,73 +336,23 @@ int RunDemo(const std::string& target, const std::string& prompt, int max_tokens
     std::cerr << "error: the server has no models\n";
     return 2;
   }
-  struct Line {
-    std::string model, text, status = "waiting", summary;
-  };
-  std::vector<Line> lines(n);
-  std::mutex mu;
-  const bool tty = isatty(STDOUT_FILENO);
-  auto printable = [](const std::string& s) {
-    std::string out;
-    for (unsigned char c : s) out += (c < 32 || c == 127) ? ' ' : static_cast<char>(c);
-    return out;
-  };
-  auto draw = [&](bool final_draw) {
-    if (!tty && !final_draw) return;
-    if (tty) std::cout << "\033[" << n << "A";  // back to the first line
-    for (const auto& l : lines) {
-      std::string t = printable(l.text);
-      if (t.size() > 60) t = "…" + t.substr(t.size() - 59);
-      std::cout << (tty ? "\033[2K" : "")
-                << absl::StrFormat("%-14s %-9s | %s\n", l.model, l.status, t);
-    }
-    std::cout << std::flush;
-  };
+  DemoScreen screen;
+  screen.lines.resize(n);
+  screen.tty = isatty(STDOUT_FILENO);
   std::cout << "prompt: \"" << prompt << "\" — one concurrent stream per model\n";
-  if (tty) std::cout << std::string(n, '\n');
+  if (screen.tty) std::cout << std::string(n, '\n');
   std::vector<std::thread> threads;
-  int failures = 0;
   for (int i = 0; i < n; ++i) {
-    lines[i].model = models.models(i).name();
-    threads.emplace_back([&, i] {
-      v1::GenerateRequest req;
-      req.set_model(lines[i].model);
-      req.set_prompt(prompt);
-      req.mutable_sampling()->set_max_tokens(max_tokens);
-      req.mutable_sampling()->set_ignore_eos(true);
-      req.set_token_batches(true);
-      grpc::ClientContext ctx;
-      AddApiKey(&ctx);
-      auto reader = inference->Generate(&ctx, req);
-      v1::GenerateResponse resp;
-      while (reader->Read(&resp)) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (ForEachToken(resp, [&](const v1::Token& t) { lines[i].text += t.text(); }) > 0) {
-          lines[i].status = "streaming";
-        } else if (resp.has_final()) {
-          const auto& f = resp.final();
-          const double secs = f.timings().e2e_ms() / 1000.0;
-          lines[i].summary = absl::StrFormat("%d tokens on %s/%s, ttft %.0f ms, %.1f tokens/s",
-                                             f.usage().completion_tokens(), f.node_id(), f.device(),
-                                             f.timings().ttft_ms(),
-                                             secs > 0 ? f.usage().completion_tokens() / secs : 0.0);
-        }
-        draw(false);
-      }
-      grpc::Status st = reader->Finish();
-      std::lock_guard<std::mutex> lock(mu);
-      lines[i].status = st.ok() ? "done" : "FAILED";
-      if (!st.ok()) {
-        lines[i].summary = absl::StrCat(CodeName(st.error_code()), ": ", st.error_message());
-        ++failures;
-      }
-      draw(false);
-    });
+    screen.lines[i].model = models.models(i).name();
+    threads.emplace_back(
+        [&, i] { StreamDemoLine(inference.get(), prompt, max_tokens, i, &screen); });
   }
   for (auto& t : threads) t.join();
-  if (!tty) draw(true);
-  for (const auto& l : lines) std::cout << absl::StrFormat("%-14s %s\n", l.model, l.summary);
-  return failures == 0 ? 0 : 2;
+  if (!screen.tty) screen.Draw(true);
+  for (const auto& l : screen.lines) {
+    std::cout << absl::StrFormat("%-14s %s\n", l.model, l.summary);
+  }
+  return screen.failures == 0 ? 0 : 2;
 }
 
 }  // namespace ballast::server

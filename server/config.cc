@@ -214,6 +214,122 @@ absl::Status ParseState(YamlSection& parent, const std::string* file, SchedulerS
   return s.Finish();
 }
 
+// scheduler.auth: the API keys file.
+absl::Status ParseAuth(YamlSection& s, const std::string* file, SchedulerSection* out) {
+  YAML::Node a = s.Child("auth");
+  if (!a) return absl::OkStatus();
+  YamlSection as(a, "scheduler.auth", file);
+  RETURN_IF_ERROR(as.Check());
+  RETURN_IF_ERROR(as.Get("keys_file", &out->keys_file));
+  return as.Finish();
+}
+
+// A duration in ms under `key` that must be > 0.
+absl::Status GetPositiveMs(YamlSection& s, const std::string& key, absl::Duration* d) {
+  int64_t v = absl::ToInt64Milliseconds(*d);
+  RETURN_IF_ERROR(s.Get(key, &v));
+  if (v <= 0) return s.Error(s.Key(key), "must be > 0");
+  *d = absl::Milliseconds(v);
+  return absl::OkStatus();
+}
+
+// scheduler's heartbeats, waits and timeouts (the *_ms keys).
+absl::Status ParseTimings(YamlSection& s, global_scheduler::SchedulerOptions* o) {
+  RETURN_IF_ERROR(GetPositiveMs(s, "heartbeat_timeout_ms", &o->heartbeat_timeout));
+  RETURN_IF_ERROR(GetPositiveMs(s, "heartbeat_interval_ms", &o->heartbeat_interval));
+  {
+    // Nodes re-register at their next heartbeat or registration retry.
+    int64_t grace_ms = 2 * absl::ToInt64Milliseconds(o->heartbeat_timeout);
+    RETURN_IF_ERROR(s.Get("startup_grace_ms", &grace_ms));
+    if (grace_ms < 0) return s.Error(s.Key("startup_grace_ms"), "must be >= 0");
+    o->startup_grace = absl::Milliseconds(grace_ms);
+  }
+  RETURN_IF_ERROR(GetPositiveMs(s, "route_wait_ms", &o->route_wait));
+  RETURN_IF_ERROR(GetPositiveMs(s, "load_retry_ms", &o->load_retry));
+  RETURN_IF_ERROR(GetPositiveMs(s, "load_timeout_ms", &o->load_timeout));
+  RETURN_IF_ERROR(GetPositiveMs(s, "stats_window_ms", &o->stats_window));
+  RETURN_IF_ERROR(GetPositiveMs(s, "drain_timeout_ms", &o->drain_timeout));
+  RETURN_IF_ERROR(GetPositiveMs(s, "node_connect_wait_ms", &o->node_connect_wait));
+  int64_t accept_ms = absl::ToInt64Milliseconds(o->node_accept_timeout);
+  RETURN_IF_ERROR(s.Get("node_accept_timeout_ms", &accept_ms));
+  if (accept_ms < 0) return s.Error(s.Key("node_accept_timeout_ms"), "must be >= 0 (0: off)");
+  o->node_accept_timeout = absl::Milliseconds(accept_ms);
+  return absl::OkStatus();
+}
+
+// scheduler's idle eviction, KV pressure, rebalancing and step budget.
+absl::Status ParseRebalancing(YamlSection& s, global_scheduler::SchedulerOptions* o) {
+  int64_t idle_ms = absl::ToInt64Milliseconds(o->idle_evict_after);
+  RETURN_IF_ERROR(s.Get("idle_evict_ms", &idle_ms));
+  if (idle_ms < 0)
+    return s.Error(s.Key("idle_evict_ms"), "must be >= 0 (0 never evicts idle models)");
+  o->idle_evict_after = absl::Milliseconds(idle_ms);
+  RETURN_IF_ERROR(s.Get("kv_pressure_free_fraction", &o->kv_pressure_free_fraction));
+  if (!(o->kv_pressure_free_fraction >= 0 && o->kv_pressure_free_fraction < 1)) {
+    return s.Error(s.Key("kv_pressure_free_fraction"),
+                   "must be in [0, 1) (0 evicts idle models only for weight room)");
+  }
+  int64_t rebalance_ms = absl::ToInt64Milliseconds(o->rebalance_interval);
+  RETURN_IF_ERROR(s.Get("rebalance_interval_ms", &rebalance_ms));
+  if (rebalance_ms < 0)
+    return s.Error(s.Key("rebalance_interval_ms"), "must be >= 0 (0 never rebalances)");
+  o->rebalance_interval = absl::Milliseconds(rebalance_ms);
+  RETURN_IF_ERROR(s.Get("migration_threshold", &o->migration_threshold));
+  if (o->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
+  RETURN_IF_ERROR(s.Get("step_budget_headroom", &o->step_budget_headroom));
+  if (!(o->step_budget_headroom >= 0)) {
+    return s.Error(s.Key("step_budget_headroom"), "must be >= 0 (0: KVPR by memory alone)");
+  }
+  return absl::OkStatus();
+}
+
+// scheduler.models[i]: one catalogue entry.
+absl::Status ParseModelSpec(const YAML::Node& n, size_t i, const std::string* file,
+                            global_scheduler::ModelSpec* spec) {
+  YamlSection m(n, absl::StrCat("scheduler.models[", i, "]"), file);
+  RETURN_IF_ERROR(m.Check());
+  RETURN_IF_ERROR(m.Get("name", &spec->name));
+  RETURN_IF_ERROR(m.Get("path", &spec->path));
+  RETURN_IF_ERROR(m.Get("kv_dtype", &spec->kv_dtype));
+  RETURN_IF_ERROR(GetQuantization(m, &spec->quantization));
+  RETURN_IF_ERROR(m.Get("replicas", &spec->replicas));
+  int64_t floor_mib = 0, limit_mib = 0;
+  RETURN_IF_ERROR(m.Get("kv_floor_mib", &floor_mib));
+  RETURN_IF_ERROR(m.Get("kv_limit_mib", &limit_mib));
+  RETURN_IF_ERROR(ParseSlo(m, &spec->ttft_ms, &spec->tpot_ms, file));
+  RETURN_IF_ERROR(m.Finish());
+  if (floor_mib < 0 || limit_mib < 0 || (limit_mib > 0 && floor_mib > limit_mib)) {
+    return m.Error(m.Key("kv_floor_mib"),
+                   "kv_floor_mib and kv_limit_mib must be >= 0, floor <= limit");
+  }
+  spec->kv_floor_bytes = floor_mib << 20;
+  spec->kv_limit_bytes = limit_mib << 20;
+  if (spec->name.empty()) return m.Error(m.Key("name"), "missing");
+  if (spec->path.empty()) return m.Error(m.Key("path"), "missing");
+  return absl::OkStatus();
+}
+
+// scheduler.placement_policy, default SLOs and the models list.
+absl::Status ParseCatalogue(YamlSection& s, const std::string* file,
+                            global_scheduler::SchedulerOptions* o) {
+  RETURN_IF_ERROR(s.Get("placement_policy", &o->placement_policy));
+  if (o->placement_policy != "most_free" && o->placement_policy != "kvpr" &&
+      o->placement_policy != "mme") {
+    return s.Error(s.Key("placement_policy"),
+                   absl::StrCat("\"", o->placement_policy, "\" (expected most_free, kvpr or mme)"));
+  }
+  RETURN_IF_ERROR(ParseSlo(s, &o->default_ttft_ms, &o->default_tpot_ms, file));
+  if (YAML::Node models = s.Child("models")) {
+    if (!models.IsSequence()) return s.Error(s.Key("models"), "expected a list");
+    for (size_t i = 0; i < models.size(); ++i) {
+      global_scheduler::ModelSpec spec;
+      RETURN_IF_ERROR(ParseModelSpec(models[i], i, file, &spec));
+      o->models.push_back(spec);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, SchedulerSection* out) {
   YamlSection s(n, "scheduler", file);
   RETURN_IF_ERROR(s.Check());
@@ -223,106 +339,19 @@ absl::Status ParseScheduler(const YAML::Node& n, const std::string* file, Schedu
   RETURN_IF_ERROR(ParseTls(s, /*scheduler=*/true, file, &out->tls));
   RETURN_IF_ERROR(s.Get("shutdown_grace_s", &out->shutdown_grace_s));
   if (!(out->shutdown_grace_s >= 0)) return s.Error(s.Key("shutdown_grace_s"), "must be >= 0");
-  if (YAML::Node a = s.Child("auth")) {
-    YamlSection as(a, "scheduler.auth", file);
-    RETURN_IF_ERROR(as.Check());
-    RETURN_IF_ERROR(as.Get("keys_file", &out->keys_file));
-    RETURN_IF_ERROR(as.Finish());
-  }
+  RETURN_IF_ERROR(ParseAuth(s, file, out));
   auto& o = out->options;
   RETURN_IF_ERROR(ParseState(s, file, out));
-  auto ms = [&](const std::string& key, absl::Duration* d) -> absl::Status {
-    int64_t v = absl::ToInt64Milliseconds(*d);
-    RETURN_IF_ERROR(s.Get(key, &v));
-    if (v <= 0) return s.Error(s.Key(key), "must be > 0");
-    *d = absl::Milliseconds(v);
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(ms("heartbeat_timeout_ms", &o.heartbeat_timeout));
-  RETURN_IF_ERROR(ms("heartbeat_interval_ms", &o.heartbeat_interval));
-  {
-    // Nodes re-register at their next heartbeat or registration retry.
-    int64_t grace_ms = 2 * absl::ToInt64Milliseconds(o.heartbeat_timeout);
-    RETURN_IF_ERROR(s.Get("startup_grace_ms", &grace_ms));
-    if (grace_ms < 0) return s.Error(s.Key("startup_grace_ms"), "must be >= 0");
-    o.startup_grace = absl::Milliseconds(grace_ms);
-  }
-  RETURN_IF_ERROR(ms("route_wait_ms", &o.route_wait));
-  RETURN_IF_ERROR(ms("load_retry_ms", &o.load_retry));
-  RETURN_IF_ERROR(ms("load_timeout_ms", &o.load_timeout));
-  RETURN_IF_ERROR(ms("stats_window_ms", &o.stats_window));
-  RETURN_IF_ERROR(ms("drain_timeout_ms", &o.drain_timeout));
-  RETURN_IF_ERROR(ms("node_connect_wait_ms", &o.node_connect_wait));
-  {
-    int64_t accept_ms = absl::ToInt64Milliseconds(o.node_accept_timeout);
-    RETURN_IF_ERROR(s.Get("node_accept_timeout_ms", &accept_ms));
-    if (accept_ms < 0) return s.Error(s.Key("node_accept_timeout_ms"), "must be >= 0 (0: off)");
-    o.node_accept_timeout = absl::Milliseconds(accept_ms);
-  }
+  RETURN_IF_ERROR(ParseTimings(s, &o));
   RETURN_IF_ERROR(s.Get("node_channels", &o.node_channels));
   if (o.node_channels < 1 || o.node_channels > 64) {
     return s.Error(s.Key("node_channels"), "must be in [1, 64]");
   }
   RETURN_IF_ERROR(ParsePools(s, &o));
-  {
-    int64_t idle_ms = absl::ToInt64Milliseconds(o.idle_evict_after);
-    RETURN_IF_ERROR(s.Get("idle_evict_ms", &idle_ms));
-    if (idle_ms < 0)
-      return s.Error(s.Key("idle_evict_ms"), "must be >= 0 (0 never evicts idle models)");
-    o.idle_evict_after = absl::Milliseconds(idle_ms);
-    RETURN_IF_ERROR(s.Get("kv_pressure_free_fraction", &o.kv_pressure_free_fraction));
-    if (!(o.kv_pressure_free_fraction >= 0 && o.kv_pressure_free_fraction < 1)) {
-      return s.Error(s.Key("kv_pressure_free_fraction"),
-                     "must be in [0, 1) (0 evicts idle models only for weight room)");
-    }
-    int64_t rebalance_ms = absl::ToInt64Milliseconds(o.rebalance_interval);
-    RETURN_IF_ERROR(s.Get("rebalance_interval_ms", &rebalance_ms));
-    if (rebalance_ms < 0)
-      return s.Error(s.Key("rebalance_interval_ms"), "must be >= 0 (0 never rebalances)");
-    o.rebalance_interval = absl::Milliseconds(rebalance_ms);
-    RETURN_IF_ERROR(s.Get("migration_threshold", &o.migration_threshold));
-    if (o.migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
-    RETURN_IF_ERROR(s.Get("step_budget_headroom", &o.step_budget_headroom));
-    if (!(o.step_budget_headroom >= 0)) {
-      return s.Error(s.Key("step_budget_headroom"), "must be >= 0 (0: KVPR by memory alone)");
-    }
-  }
+  RETURN_IF_ERROR(ParseRebalancing(s, &o));
   RETURN_IF_ERROR(ParseSessionLimits(s, &o));
   RETURN_IF_ERROR(ParseQuotas(s, file, &o.quotas));
-  RETURN_IF_ERROR(s.Get("placement_policy", &o.placement_policy));
-  if (o.placement_policy != "most_free" && o.placement_policy != "kvpr" &&
-      o.placement_policy != "mme") {
-    return s.Error(s.Key("placement_policy"),
-                   absl::StrCat("\"", o.placement_policy, "\" (expected most_free, kvpr or mme)"));
-  }
-  RETURN_IF_ERROR(ParseSlo(s, &o.default_ttft_ms, &o.default_tpot_ms, file));
-  if (YAML::Node models = s.Child("models")) {
-    if (!models.IsSequence()) return s.Error(s.Key("models"), "expected a list");
-    for (size_t i = 0; i < models.size(); ++i) {
-      YamlSection m(models[i], absl::StrCat("scheduler.models[", i, "]"), file);
-      RETURN_IF_ERROR(m.Check());
-      global_scheduler::ModelSpec spec;
-      RETURN_IF_ERROR(m.Get("name", &spec.name));
-      RETURN_IF_ERROR(m.Get("path", &spec.path));
-      RETURN_IF_ERROR(m.Get("kv_dtype", &spec.kv_dtype));
-      RETURN_IF_ERROR(GetQuantization(m, &spec.quantization));
-      RETURN_IF_ERROR(m.Get("replicas", &spec.replicas));
-      int64_t floor_mib = 0, limit_mib = 0;
-      RETURN_IF_ERROR(m.Get("kv_floor_mib", &floor_mib));
-      RETURN_IF_ERROR(m.Get("kv_limit_mib", &limit_mib));
-      RETURN_IF_ERROR(ParseSlo(m, &spec.ttft_ms, &spec.tpot_ms, file));
-      RETURN_IF_ERROR(m.Finish());
-      if (floor_mib < 0 || limit_mib < 0 || (limit_mib > 0 && floor_mib > limit_mib)) {
-        return m.Error(m.Key("kv_floor_mib"),
-                       "kv_floor_mib and kv_limit_mib must be >= 0, floor <= limit");
-      }
-      spec.kv_floor_bytes = floor_mib << 20;
-      spec.kv_limit_bytes = limit_mib << 20;
-      if (spec.name.empty()) return m.Error(m.Key("name"), "missing");
-      if (spec.path.empty()) return m.Error(m.Key("path"), "missing");
-      o.models.push_back(spec);
-    }
-  }
+  RETURN_IF_ERROR(ParseCatalogue(s, file, &o));
   RETURN_IF_ERROR(s.Finish());
   RETURN_IF_ERROR(ValidateAddress(out->listen, *file + ": scheduler.listen"));
   if (!out->http_listen.empty()) {
@@ -362,6 +391,73 @@ absl::Status ParseKvTiers(YamlSection& s, const std::string* file, node_manager:
   return absl::OkStatus();
 }
 
+// node.devices: replaces the default devices when given.
+absl::Status ParseDevices(YamlSection& s, const std::string* file, node_manager::NodeOptions* o) {
+  YAML::Node devices = s.Child("devices");
+  if (!devices) return absl::OkStatus();
+  if (!devices.IsSequence() || devices.size() == 0) {
+    return s.Error(s.Key("devices"), "expected a non-empty list");
+  }
+  o->devices.clear();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    YamlSection d(devices[i], absl::StrCat("node.devices[", i, "]"), file);
+    RETURN_IF_ERROR(d.Check());
+    node_manager::DeviceOptions dev;
+    int64_t mib = dev.memory_bytes >> 20;
+    RETURN_IF_ERROR(d.Get("name", &dev.name));
+    RETURN_IF_ERROR(d.Get("memory_mib", &mib));
+    RETURN_IF_ERROR(d.Finish());
+    if (mib <= 0) return d.Error(d.Key("memory_mib"), "must be > 0");
+    dev.memory_bytes = mib << 20;
+    o->devices.push_back(dev);
+  }
+  return absl::OkStatus();
+}
+
+// node.memory: mode, slab size, host weight cache and remapping.
+absl::Status ParseNodeMemory(YamlSection& s, const std::string* file,
+                             node_manager::NodeOptions* o) {
+  YAML::Node m = s.Child("memory");
+  if (!m) return absl::OkStatus();
+  YamlSection ms(m, "node.memory", file);
+  RETURN_IF_ERROR(ms.Check());
+  int64_t slab_mib = static_cast<int64_t>(o->slab_bytes >> 20);
+  int64_t host_mib = o->host_weight_cache_bytes >> 20;
+  RETURN_IF_ERROR(ms.Get("mode", &o->memory_mode));
+  RETURN_IF_ERROR(ms.Get("slab_mib", &slab_mib));
+  RETURN_IF_ERROR(ms.Get("host_weight_cache_mib", &host_mib));
+  if (YAML::Node r = ms.Child("remap")) RETURN_IF_ERROR(ParseRemap(r, file, &o->remap));
+  RETURN_IF_ERROR(ms.Finish());
+  if (host_mib < 0) return ms.Error("node.memory.host_weight_cache_mib", "must be >= 0");
+  o->host_weight_cache_bytes = host_mib << 20;
+  if (o->memory_mode != "elastic" && o->memory_mode != "static") {
+    return ms.Error("node.memory.mode", "expected elastic or static");
+  }
+  if (slab_mib <= 0 || slab_mib % 2 != 0)
+    return ms.Error("node.memory.slab_mib", "must be a positive multiple of 2");
+  o->slab_bytes = static_cast<size_t>(slab_mib) << 20;
+  return absl::OkStatus();
+}
+
+// node.arbitration: the per-device policy and its queue-wait bound.
+absl::Status ParseArbitration(YamlSection& s, const std::string* file,
+                              node_manager::NodeOptions* o) {
+  YAML::Node a = s.Child("arbitration");
+  if (!a) return absl::OkStatus();
+  YamlSection as(a, "node.arbitration", file);
+  RETURN_IF_ERROR(as.Check());
+  RETURN_IF_ERROR(as.Get("policy", &o->arbitration_policy));
+  RETURN_IF_ERROR(as.Get("max_queue_wait_ms", &o->max_queue_wait_ms));
+  RETURN_IF_ERROR(as.Finish());
+  if (!(o->max_queue_wait_ms >= 0)) {
+    return as.Error("node.arbitration.max_queue_wait_ms", "must be >= 0 (0 = no bound)");
+  }
+  if (auto p = node_manager::ParseArbitrationPolicy(o->arbitration_policy); !p.ok()) {
+    return as.Error("node.arbitration.policy", std::string(p.status().message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection* out) {
   YamlSection s(n, "node", file);
   RETURN_IF_ERROR(s.Check());
@@ -378,57 +474,10 @@ absl::Status ParseNode(const YAML::Node& n, const std::string* file, NodeSection
   if (out->stream_threads < 1 || out->stream_threads > 64) {
     return s.Error(s.Key("stream_threads"), "must be between 1 and 64");
   }
-  if (YAML::Node devices = s.Child("devices")) {
-    if (!devices.IsSequence() || devices.size() == 0) {
-      return s.Error(s.Key("devices"), "expected a non-empty list");
-    }
-    o.devices.clear();
-    for (size_t i = 0; i < devices.size(); ++i) {
-      YamlSection d(devices[i], absl::StrCat("node.devices[", i, "]"), file);
-      RETURN_IF_ERROR(d.Check());
-      node_manager::DeviceOptions dev;
-      int64_t mib = dev.memory_bytes >> 20;
-      RETURN_IF_ERROR(d.Get("name", &dev.name));
-      RETURN_IF_ERROR(d.Get("memory_mib", &mib));
-      RETURN_IF_ERROR(d.Finish());
-      if (mib <= 0) return d.Error(d.Key("memory_mib"), "must be > 0");
-      dev.memory_bytes = mib << 20;
-      o.devices.push_back(dev);
-    }
-  }
-  if (YAML::Node m = s.Child("memory")) {
-    YamlSection ms(m, "node.memory", file);
-    RETURN_IF_ERROR(ms.Check());
-    int64_t slab_mib = static_cast<int64_t>(o.slab_bytes >> 20);
-    int64_t host_mib = o.host_weight_cache_bytes >> 20;
-    RETURN_IF_ERROR(ms.Get("mode", &o.memory_mode));
-    RETURN_IF_ERROR(ms.Get("slab_mib", &slab_mib));
-    RETURN_IF_ERROR(ms.Get("host_weight_cache_mib", &host_mib));
-    if (YAML::Node r = ms.Child("remap")) RETURN_IF_ERROR(ParseRemap(r, file, &o.remap));
-    RETURN_IF_ERROR(ms.Finish());
-    if (host_mib < 0) return ms.Error("node.memory.host_weight_cache_mib", "must be >= 0");
-    o.host_weight_cache_bytes = host_mib << 20;
-    if (o.memory_mode != "elastic" && o.memory_mode != "static") {
-      return ms.Error("node.memory.mode", "expected elastic or static");
-    }
-    if (slab_mib <= 0 || slab_mib % 2 != 0)
-      return ms.Error("node.memory.slab_mib", "must be a positive multiple of 2");
-    o.slab_bytes = static_cast<size_t>(slab_mib) << 20;
-  }
+  RETURN_IF_ERROR(ParseDevices(s, file, &o));
+  RETURN_IF_ERROR(ParseNodeMemory(s, file, &o));
   RETURN_IF_ERROR(ParseKvTiers(s, file, &o));
-  if (YAML::Node a = s.Child("arbitration")) {
-    YamlSection as(a, "node.arbitration", file);
-    RETURN_IF_ERROR(as.Check());
-    RETURN_IF_ERROR(as.Get("policy", &o.arbitration_policy));
-    RETURN_IF_ERROR(as.Get("max_queue_wait_ms", &o.max_queue_wait_ms));
-    RETURN_IF_ERROR(as.Finish());
-    if (!(o.max_queue_wait_ms >= 0)) {
-      return as.Error("node.arbitration.max_queue_wait_ms", "must be >= 0 (0 = no bound)");
-    }
-    if (auto p = node_manager::ParseArbitrationPolicy(o.arbitration_policy); !p.ok()) {
-      return as.Error("node.arbitration.policy", std::string(p.status().message()));
-    }
-  }
+  RETURN_IF_ERROR(ParseArbitration(s, file, &o));
   if (YAML::Node e = s.Child("engine")) RETURN_IF_ERROR(ParseNodeEngine(e, file, &o));
   RETURN_IF_ERROR(s.Finish());
   RETURN_IF_ERROR(ValidateAddress(out->listen, *file + ": node.listen"));

@@ -111,14 +111,7 @@ struct RemapBenchCli::State {
   // (controller off; --fixed-alpha layers streamed from the start).
   absl::StatusOr<RunResult> RunMode(const std::string& mode) {
     const bool remap = mode == "remap";
-    node_manager::DeviceMemoryOptions mem;
-    mem.slab_bytes = static_cast<size_t>(slab_mib) << 20;
-    mem.page_bytes = backend == "cuda" ? mem.slab_bytes : (64u << 10);
-    mem.gpu = backend == "cuda" ? 0 : -1;
-    mem.remap.enabled = remap;
-    mem.remap.max_fraction = max_fraction;
-    mem.remap.respect_timing = !ignore_timing;
-    auto w = DeviceWorker::Create(backend == "cuda" ? "cuda:0" : "cpu:0", memory_mib << 20, mem);
+    auto w = CreateWorker(remap);
     if (!w.ok()) return w.status();
     if (!idle_model.empty()) {
       auto idle = Activate(w->get(), "idle", idle_model, remap);
@@ -135,10 +128,36 @@ struct RemapBenchCli::State {
         return st;
       }
     }
-    const int vocab = (*e)->config().vocab_size;
-    std::mt19937 rng(static_cast<uint32_t>(seed));
     std::vector<std::unique_ptr<TimedSink>> sinks;
     const absl::Time t0 = absl::Now();
+    if (auto st = SubmitBurst(e->get(), &sinks); !st.ok()) return st;
+    BurstSamples samples;
+    if (auto st = SampleUntilDone(w->get(), sinks, &samples); !st.ok()) return st;
+    auto out = Summarize(mode, t0, sinks, samples, w->get());
+    if (!out.ok()) return out.status();
+    (*w)->Stop();  // the step thread is gone: the remapper may be read here
+    if (const engine::WeightRemapper* r = (*e)->remapper(); r != nullptr && mode != "preempt") {
+      AddRemapperStats(*r, mode, &out->json);
+    }
+    return out;
+  }
+
+  // The device worker of one run, remapping on for `remap`.
+  absl::StatusOr<std::unique_ptr<DeviceWorker>> CreateWorker(bool remap) const {
+    node_manager::DeviceMemoryOptions mem;
+    mem.slab_bytes = static_cast<size_t>(slab_mib) << 20;
+    mem.page_bytes = backend == "cuda" ? mem.slab_bytes : (64u << 10);
+    mem.gpu = backend == "cuda" ? 0 : -1;
+    mem.remap.enabled = remap;
+    mem.remap.max_fraction = max_fraction;
+    mem.remap.respect_timing = !ignore_timing;
+    return DeviceWorker::Create(backend == "cuda" ? "cuda:0" : "cpu:0", memory_mib << 20, mem);
+  }
+
+  // Submits the burst to `e`: --requests random prompts, each with its sink.
+  absl::Status SubmitBurst(ModelEngine* e, std::vector<std::unique_ptr<TimedSink>>* sinks) const {
+    const int vocab = e->config().vocab_size;
+    std::mt19937 rng(static_cast<uint32_t>(seed));
     for (int i = 0; i < requests; ++i) {
       engine::GenerationRequest r;
       r.id = absl::StrCat("r", i);
@@ -146,37 +165,58 @@ struct RemapBenchCli::State {
       for (int& t : r.prompt) t = static_cast<int>(rng() % static_cast<uint32_t>(vocab));
       r.params.max_tokens = output;
       r.params.ignore_eos = true;
-      sinks.push_back(std::make_unique<TimedSink>());
-      if (auto st = (*e)->Submit(r, sinks.back().get()); !st.ok()) return st;
+      sinks->push_back(std::make_unique<TimedSink>());
+      if (auto st = e->Submit(r, sinks->back().get()); !st.ok()) return st;
     }
-    // Concurrency and lent layers, sampled every 5 ms until every request is done.
+    return absl::OkStatus();
+  }
+
+  // What SampleUntilDone saw of the device over a run.
+  struct BurstSamples {
     int peak_running = 0, peak_lent = 0, peak_idle_lent = 0;
     double running_sum = 0;
-    int64_t samples = 0, tokens_seen = 0;
+    int64_t samples = 0;
+  };
+
+  // Samples `w`'s concurrency and lent layers until every sink is done;
+  // fails (stopping `w`) after 60 s without a token.
+  absl::Status SampleUntilDone(DeviceWorker* w,
+                               const std::vector<std::unique_ptr<TimedSink>>& sinks,
+                               BurstSamples* out) const {
+    // Concurrency and lent layers, sampled every 5 ms until every request is done.
+    int64_t tokens_seen = 0;
     absl::Time progress = absl::Now();
     for (bool all = false; !all;) {
-      const node_manager::DeviceUsage u = (*w)->Usage();
+      const node_manager::DeviceUsage u = w->Usage();
       int64_t tokens_now = 0;
       for (auto& s : sinks) tokens_now += static_cast<int64_t>(s->times().size());
       if (tokens_now > tokens_seen) {
         tokens_seen = tokens_now;
         progress = absl::Now();
       } else if (absl::Now() - progress > absl::Seconds(60)) {
-        (*w)->Stop();  // fails the requests still queued
+        w->Stop();  // fails the requests still queued
         return absl::DeadlineExceededError(
             absl::StrCat("no token for 60 s with ", u.waiting, " requests waiting: the budget (",
                          memory_mib, " MiB) holds the weights but not one request's KV"));
       }
-      peak_running = std::max(peak_running, u.running);
-      running_sum += u.running;
-      ++samples;
+      out->peak_running = std::max(out->peak_running, u.running);
+      out->running_sum += u.running;
+      ++out->samples;
       for (const auto& [m, n] : u.remap.layers) {
-        (m == "idle" ? peak_idle_lent : peak_lent) =
-            std::max(m == "idle" ? peak_idle_lent : peak_lent, n);
+        (m == "idle" ? out->peak_idle_lent : out->peak_lent) =
+            std::max(m == "idle" ? out->peak_idle_lent : out->peak_lent, n);
       }
       all = std::all_of(sinks.begin(), sinks.end(), [](const auto& s) { return s->Done(); });
       if (!all) absl::SleepFor(absl::Milliseconds(5));
     }
+    return absl::OkStatus();
+  }
+
+  // One run's row from its sinks (started at `t0`), samples and `w`'s
+  // counters, and every request's tokens.
+  absl::StatusOr<RunResult> Summarize(const std::string& mode, absl::Time t0,
+                                      const std::vector<std::unique_ptr<TimedSink>>& sinks,
+                                      const BurstSamples& samples, DeviceWorker* w) const {
     const double wall_s = absl::ToDoubleSeconds(absl::Now() - t0);
     RunResult out;
     std::vector<double> tbt_ms, ttft_ms;
@@ -191,95 +231,103 @@ struct RemapBenchCli::State {
       for (size_t i = 1; i < t.size(); ++i)
         tbt_ms.push_back(absl::ToDoubleMilliseconds(t[i] - t[i - 1]));
     }
-    const node_manager::DeviceUsage u = (*w)->Usage();
-    out.json = {{"mode", mode},
-                {"peak_running", peak_running},
-                {"mean_running", samples ? running_sum / static_cast<double>(samples) : 0.0},
-                {"wall_s", wall_s},
-                {"output_tokens_per_s", static_cast<double>(tokens) / wall_s},
-                {"tbt_p50_ms", Percentile(tbt_ms, 0.5)},
-                {"tbt_p99_ms", Percentile(tbt_ms, 0.99)},
-                {"ttft_p50_ms", Percentile(ttft_ms, 0.5)},
-                {"ttft_p99_ms", Percentile(ttft_ms, 0.99)},
-                {"preemptions", u.preemptions},
-                {"peak_layers_lent", peak_lent},
-                {"peak_idle_model_layers_lent", peak_idle_lent},
-                {"remap_events", u.remap.remap_events},
-                {"revert_events", u.remap.revert_events},
-                {"capped_events", u.remap.capped_events},
-                {"streamed_gib", static_cast<double>(u.remap.streamed_bytes) / (1 << 30)},
-                {"stall_s", u.remap.stall_seconds},  // compute waiting on copies
-                {"respect_timing", !ignore_timing}};
-    (*w)->Stop();  // the step thread is gone: the remapper may be read here
-    if (const engine::WeightRemapper* r = (*e)->remapper(); r != nullptr && mode != "preempt") {
-      const int n = r->num_layers();
-      if (mode == "fixed") {
-        out.json["peak_layers_lent"] = r->alpha();
-        out.json["streamed_gib"] =
-            static_cast<double>(r->streaming_stats().streamed_bytes) / (1 << 30);
-        out.json["stall_s"] = r->streaming_stats().stall_seconds;
-      }
-      const double tt = r->t_transfer(), tc = r->t_compute();
-      out.json["t_transfer_ms"] = tt * 1e3;
-      out.json["t_compute_ms"] = tc * 1e3;
-      // α_max by the exact check (memory::MaxAlpha) and by Mirage's eq. 5 alone.
-      out.json["alpha_max"] = tt > 0 && tc > 0 ? memory::MaxAlpha(n, tt, tc, n) : -1;
-      out.json["alpha_max_eq5"] =
-          tt > 0 && tc > 0 ? std::max(0, static_cast<int>(std::floor(tc * n / tt)) - 2) : -1;
-    }
+    const node_manager::DeviceUsage u = w->Usage();
+    out.json = {
+        {"mode", mode},
+        {"peak_running", samples.peak_running},
+        {"mean_running",
+         samples.samples ? samples.running_sum / static_cast<double>(samples.samples) : 0.0},
+        {"wall_s", wall_s},
+        {"output_tokens_per_s", static_cast<double>(tokens) / wall_s},
+        {"tbt_p50_ms", Percentile(tbt_ms, 0.5)},
+        {"tbt_p99_ms", Percentile(tbt_ms, 0.99)},
+        {"ttft_p50_ms", Percentile(ttft_ms, 0.5)},
+        {"ttft_p99_ms", Percentile(ttft_ms, 0.99)},
+        {"preemptions", u.preemptions},
+        {"peak_layers_lent", samples.peak_lent},
+        {"peak_idle_model_layers_lent", samples.peak_idle_lent},
+        {"remap_events", u.remap.remap_events},
+        {"revert_events", u.remap.revert_events},
+        {"capped_events", u.remap.capped_events},
+        {"streamed_gib", static_cast<double>(u.remap.streamed_bytes) / (1 << 30)},
+        {"stall_s", u.remap.stall_seconds},  // compute waiting on copies
+        {"respect_timing", !ignore_timing}};
     return out;
   }
 
-  int Run() {
+  // The remapper's own figures into `json`: T_T, T_c, alpha_max (and for
+  // "fixed", its lent layers and streaming in place of the device's).
+  static void AddRemapperStats(const engine::WeightRemapper& r, const std::string& mode,
+                               nlohmann::json* json) {
+    nlohmann::json& j = *json;
+    const int n = r.num_layers();
+    if (mode == "fixed") {
+      j["peak_layers_lent"] = r.alpha();
+      j["streamed_gib"] = static_cast<double>(r.streaming_stats().streamed_bytes) / (1 << 30);
+      j["stall_s"] = r.streaming_stats().stall_seconds;
+    }
+    const double tt = r.t_transfer(), tc = r.t_compute();
+    j["t_transfer_ms"] = tt * 1e3;
+    j["t_compute_ms"] = tc * 1e3;
+    // α_max by the exact check (memory::MaxAlpha) and by Mirage's eq. 5 alone.
+    j["alpha_max"] = tt > 0 && tc > 0 ? memory::MaxAlpha(n, tt, tc, n) : -1;
+    j["alpha_max_eq5"] =
+        tt > 0 && tc > 0 ? std::max(0, static_cast<int>(std::floor(tc * n / tt)) - 2) : -1;
+  }
+
+  // The modes named by --modes, in run order; empty (after an error
+  // message) if none is or fixed lacks --fixed-alpha.
+  std::vector<std::string> ModesToRun() const {
     std::vector<std::string> runs;
     for (const char* m : {"preempt", "remap", "fixed"}) {
       if (modes.find(m) != std::string::npos) runs.push_back(m);
     }
     if (runs.empty()) {
       std::cerr << "error: --modes must name preempt, remap and/or fixed\n";
-      return 2;
+      return {};
     }
     if (std::count(runs.begin(), runs.end(), "fixed") && fixed_alpha <= 0) {
       std::cerr << "error: --modes fixed needs --fixed-alpha > 0\n";
-      return 2;
+      return {};
     }
-    nlohmann::json rows = nlohmann::json::array();
-    std::vector<std::vector<int>> first;
-    std::cout << absl::StrFormat("%-8s | %5s | %6s | %9s | %8s | %8s | %7s | %5s | %9s\n", "mode",
-                                 "peak", "mean", "tok/s", "TBT p50", "TBT p99", "preempt", "lent",
-                                 "streamed");
-    for (const std::string& mode : runs) {
-      auto r = RunMode(mode);
-      if (!r.ok()) {
-        std::cerr << "error: " << r.status() << "\n";
-        return 1;
-      }
-      const nlohmann::json& j = r->json;
-      std::cout << absl::StrFormat(
-          "%-8s | %5d | %6.1f | %9.0f | %8.2f | %8.2f | %7d | %5d | %6.1f GiB\n",
-          j["mode"].get<std::string>(), j["peak_running"].get<int>(),
-          j["mean_running"].get<double>(), j["output_tokens_per_s"].get<double>(),
-          j["tbt_p50_ms"].get<double>(), j["tbt_p99_ms"].get<double>(), j["preemptions"].get<int>(),
-          j["peak_layers_lent"].get<int>(), j["streamed_gib"].get<double>());
-      if (first.empty()) {
-        first = r->tokens;
-      } else {
-        // The CPU backend is batch-invariant: any difference is a bug. On
-        // GPUs reductions depend on the batch's shape, which the two modes
-        // change (issue 18's deterministic mode); the fixed-batch tests
-        // (tests/gpu/cuda_remap_test.cc) check remapping's bit-identity.
-        int differ = 0;
-        for (size_t i = 0; i < first.size(); ++i) differ += r->tokens[i] != first[i];
-        r->json["requests_with_other_tokens"] = differ;
-        std::cout << differ << " of " << first.size()
-                  << " requests' tokens differ from the first mode's\n";
-        if (differ > 0 && backend == "cpu") {
-          std::cerr << "error: the cpu backend produced different tokens\n";
-          return 1;
-        }
-      }
-      rows.push_back(r->json);
+    return runs;
+  }
+
+  // Prints one run's row of the table.
+  static void PrintRow(const nlohmann::json& j) {
+    std::cout << absl::StrFormat(
+        "%-8s | %5d | %6.1f | %9.0f | %8.2f | %8.2f | %7d | %5d | %6.1f GiB\n",
+        j["mode"].get<std::string>(), j["peak_running"].get<int>(), j["mean_running"].get<double>(),
+        j["output_tokens_per_s"].get<double>(), j["tbt_p50_ms"].get<double>(),
+        j["tbt_p99_ms"].get<double>(), j["preemptions"].get<int>(),
+        j["peak_layers_lent"].get<int>(), j["streamed_gib"].get<double>());
+  }
+
+  // Compares run `r`'s tokens with the first mode's (`first`, set by the
+  // first run); false if the CPU backend's differ.
+  bool CheckTokens(RunResult* r, std::vector<std::vector<int>>* first) const {
+    if (first->empty()) {
+      *first = r->tokens;
+      return true;
     }
+    // The CPU backend is batch-invariant: any difference is a bug. On
+    // GPUs reductions depend on the batch's shape, which the two modes
+    // change (issue 18's deterministic mode); the fixed-batch tests
+    // (tests/gpu/cuda_remap_test.cc) check remapping's bit-identity.
+    int differ = 0;
+    for (size_t i = 0; i < first->size(); ++i) differ += r->tokens[i] != (*first)[i];
+    r->json["requests_with_other_tokens"] = differ;
+    std::cout << differ << " of " << first->size()
+              << " requests' tokens differ from the first mode's\n";
+    if (differ > 0 && backend == "cpu") {
+      std::cerr << "error: the cpu backend produced different tokens\n";
+      return false;
+    }
+    return true;
+  }
+
+  // Prints the timing lines of the rows that have them, then writes --out.
+  void Report(const nlohmann::json& rows) const {
     for (const auto& j : rows) {
       if (j.contains("t_transfer_ms")) {
         std::cout << absl::StrFormat(
@@ -296,6 +344,27 @@ struct RemapBenchCli::State {
                                            {"output", output},     {"rows", rows}}
                                 .dump(2);
     }
+  }
+
+  int Run() {
+    const std::vector<std::string> runs = ModesToRun();
+    if (runs.empty()) return 2;
+    nlohmann::json rows = nlohmann::json::array();
+    std::vector<std::vector<int>> first;
+    std::cout << absl::StrFormat("%-8s | %5s | %6s | %9s | %8s | %8s | %7s | %5s | %9s\n", "mode",
+                                 "peak", "mean", "tok/s", "TBT p50", "TBT p99", "preempt", "lent",
+                                 "streamed");
+    for (const std::string& mode : runs) {
+      auto r = RunMode(mode);
+      if (!r.ok()) {
+        std::cerr << "error: " << r.status() << "\n";
+        return 1;
+      }
+      PrintRow(r->json);
+      if (!CheckTokens(&*r, &first)) return 1;
+      rows.push_back(r->json);
+    }
+    Report(rows);
     return 0;
   }
 };

@@ -37,6 +37,148 @@ struct Ring {
   }
 };
 
+// One Direct call (UringKvFileEnv::Direct): the pieces still to do, the
+// ring's slots in flight and the first error.
+class DirectIo {
+ public:
+  DirectIo(Ring* r, int fd, const std::string& path, uint64_t offset, void* dst, size_t n,
+           bool write)
+      : r_(r),
+        fd_(fd),
+        path_(path),
+        offset_(offset),
+        n_(n),
+        write_(write),
+        op_(write ? "write" : "read"),
+        base_(static_cast<uint8_t*>(dst)),
+        inflight_(kDepth) {
+    for (size_t at = 0; at < n; at += kPiece) todo_.push_back({at, std::min(kPiece, n - at)});
+    for (unsigned i = 0; i < kDepth; ++i) free_slots_.push_back(kDepth - 1 - i);
+  }
+
+  // Runs every piece to completion (or the first error); see Direct.
+  absl::Status Run(bool* broken) {
+    while (true) {
+      PrepareRequests();
+      if (queued_ + submitted_ == 0) break;
+      if (queued_ > 0 && !Submit()) break;
+      if (!Reap()) {
+        *broken = true;  // completions left unreaped
+        return st_;
+      }
+    }
+    if (queued_ > 0) *broken = true;  // prepared requests left in the ring
+    if (st_.ok() && next_ < todo_.size()) {
+      st_ = absl::InternalError(absl::StrCat(op_, " incomplete"));
+    }
+    return st_;
+  }
+
+ private:
+  struct Piece {
+    uint64_t at;  // relative to offset
+    size_t left;
+  };
+
+  // Keeps the first error.
+  void Fail(absl::Status why) {
+    if (st_.ok()) st_ = std::move(why);
+  }
+
+  // Prepares a request per free slot (and free SQE) while pieces remain.
+  void PrepareRequests() {
+    while (st_.ok() && next_ < todo_.size() && !free_slots_.empty()) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&r_->ring);
+      if (sqe == nullptr) break;
+      const unsigned slot = free_slots_.back();
+      free_slots_.pop_back();
+      inflight_[slot] = todo_[next_++];
+      const Piece& p = inflight_[slot];
+      if (write_) {
+        io_uring_prep_write(sqe, fd_, base_ + p.at, static_cast<unsigned>(p.left), offset_ + p.at);
+      } else {
+        io_uring_prep_read(sqe, fd_, base_ + p.at, static_cast<unsigned>(p.left), offset_ + p.at);
+      }
+      io_uring_sqe_set_data64(sqe, slot);
+      ++queued_;
+    }
+  }
+
+  // Submits the prepared requests; false when nothing is in the kernel to
+  // wait for (no progress can be made).
+  bool Submit() {
+    const int got = io_uring_submit(&r_->ring);
+    if (got > 0) {
+      queued_ -= static_cast<unsigned>(got);
+      submitted_ += static_cast<unsigned>(got);
+    } else if (got != -EINTR && got != -EAGAIN && got != -EBUSY) {
+      Fail(absl::UnavailableError(absl::StrCat("io_uring submit: ", std::strerror(-got))));
+    }
+    if (submitted_ == 0) {  // nothing to wait for: cannot make progress
+      if (st_.ok()) Fail(absl::UnavailableError("io_uring accepted no request"));
+      return false;
+    }
+    return true;
+  }
+
+  // Waits for completions and handles each; false if the wait failed.
+  bool Reap() {
+    // Reap at least one completion, then whatever else is ready.
+    io_uring_cqe* cqe = nullptr;
+    int w = io_uring_wait_cqe(&r_->ring, &cqe);
+    while (w == -EINTR) w = io_uring_wait_cqe(&r_->ring, &cqe);
+    if (w < 0) {
+      Fail(absl::UnavailableError(absl::StrCat("io_uring wait: ", std::strerror(-w))));
+      return false;
+    }
+    while (cqe != nullptr) {
+      const auto slot = static_cast<unsigned>(io_uring_cqe_get_data64(cqe));
+      const int res = cqe->res;
+      io_uring_cqe_seen(&r_->ring, cqe);
+      --submitted_;
+      Complete(slot, res);
+      cqe = nullptr;
+      if (io_uring_peek_cqe(&r_->ring, &cqe) != 0) cqe = nullptr;
+    }
+    return true;
+  }
+
+  // Handles the completion `res` of the request in `slot` and frees the slot.
+  void Complete(unsigned slot, int res) {
+    const Piece& p = inflight_[slot];
+    if (res == -EINVAL || res == -EOPNOTSUPP) {
+      Fail(absl::InvalidArgumentError(absl::StrCat("O_DIRECT ", op_, " refused")));
+    } else if (res == -ENOSPC || res == -EDQUOT) {
+      Fail(absl::ResourceExhaustedError(absl::StrCat("write ", path_, ": disk full")));
+    } else if (res < 0) {
+      Fail(absl::InternalError(absl::StrCat(op_, " ", path_, ": ", std::strerror(-res))));
+    } else if (res == 0 && write_) {
+      Fail(absl::InternalError(absl::StrCat("write ", path_, ": no progress")));
+    } else if (res == 0) {
+      Fail(absl::DataLossError(absl::StrCat(path_, ": truncated (", offset_ + p.at,
+                                            " bytes, expected ", offset_ + n_, ")")));
+    } else if (static_cast<size_t>(res) < p.left) {  // short: the rest again
+      todo_.push_back({p.at + res, p.left - res});
+    }
+    free_slots_.push_back(slot);
+  }
+
+  Ring* const r_;
+  const int fd_;
+  const std::string& path_;
+  const uint64_t offset_;
+  const size_t n_;
+  const bool write_;
+  const char* const op_;
+  uint8_t* const base_;
+  std::vector<Piece> todo_;
+  std::vector<Piece> inflight_;
+  std::vector<unsigned> free_slots_;
+  size_t next_ = 0;
+  unsigned queued_ = 0, submitted_ = 0;  // prepared but not submitted; in the kernel
+  absl::Status st_;
+};
+
 class UringKvFileEnv final : public KvFileEnv {
  public:
   UringKvFileEnv() : posix_(NewPosixKvFileEnv()) {}
@@ -144,90 +286,7 @@ class UringKvFileEnv final : public KvFileEnv {
   // or completions it could not reap).
   absl::Status Direct(Ring* r, int fd, const std::string& path, uint64_t offset, void* dst,
                       size_t n, bool* broken, bool write) {
-    const char* op = write ? "write" : "read";
-    struct Piece {
-      uint64_t at;  // relative to offset
-      size_t left;
-    };
-    std::vector<Piece> todo;
-    for (size_t at = 0; at < n; at += kPiece) todo.push_back({at, std::min(kPiece, n - at)});
-    std::vector<Piece> inflight(kDepth);
-    std::vector<unsigned> free_slots;
-    for (unsigned i = 0; i < kDepth; ++i) free_slots.push_back(kDepth - 1 - i);
-    size_t next = 0;
-    unsigned queued = 0, submitted = 0;  // prepared but not submitted; in the kernel
-    auto* base = static_cast<uint8_t*>(dst);
-    absl::Status st;
-    auto fail = [&](absl::Status why) {
-      if (st.ok()) st = std::move(why);
-    };
-    while (true) {
-      while (st.ok() && next < todo.size() && !free_slots.empty()) {
-        io_uring_sqe* sqe = io_uring_get_sqe(&r->ring);
-        if (sqe == nullptr) break;
-        const unsigned slot = free_slots.back();
-        free_slots.pop_back();
-        inflight[slot] = todo[next++];
-        const Piece& p = inflight[slot];
-        if (write) {
-          io_uring_prep_write(sqe, fd, base + p.at, static_cast<unsigned>(p.left), offset + p.at);
-        } else {
-          io_uring_prep_read(sqe, fd, base + p.at, static_cast<unsigned>(p.left), offset + p.at);
-        }
-        io_uring_sqe_set_data64(sqe, slot);
-        ++queued;
-      }
-      if (queued + submitted == 0) break;
-      if (queued > 0) {
-        const int got = io_uring_submit(&r->ring);
-        if (got > 0) {
-          queued -= static_cast<unsigned>(got);
-          submitted += static_cast<unsigned>(got);
-        } else if (got != -EINTR && got != -EAGAIN && got != -EBUSY) {
-          fail(absl::UnavailableError(absl::StrCat("io_uring submit: ", std::strerror(-got))));
-        }
-        if (submitted == 0) {  // nothing to wait for: cannot make progress
-          if (st.ok()) fail(absl::UnavailableError("io_uring accepted no request"));
-          break;
-        }
-      }
-      // Reap at least one completion, then whatever else is ready.
-      io_uring_cqe* cqe = nullptr;
-      int w = io_uring_wait_cqe(&r->ring, &cqe);
-      while (w == -EINTR) w = io_uring_wait_cqe(&r->ring, &cqe);
-      if (w < 0) {
-        fail(absl::UnavailableError(absl::StrCat("io_uring wait: ", std::strerror(-w))));
-        *broken = true;  // completions left unreaped
-        return st;
-      }
-      while (cqe != nullptr) {
-        const auto slot = static_cast<unsigned>(io_uring_cqe_get_data64(cqe));
-        const int res = cqe->res;
-        io_uring_cqe_seen(&r->ring, cqe);
-        --submitted;
-        const Piece& p = inflight[slot];
-        if (res == -EINVAL || res == -EOPNOTSUPP) {
-          fail(absl::InvalidArgumentError(absl::StrCat("O_DIRECT ", op, " refused")));
-        } else if (res == -ENOSPC || res == -EDQUOT) {
-          fail(absl::ResourceExhaustedError(absl::StrCat("write ", path, ": disk full")));
-        } else if (res < 0) {
-          fail(absl::InternalError(absl::StrCat(op, " ", path, ": ", std::strerror(-res))));
-        } else if (res == 0 && write) {
-          fail(absl::InternalError(absl::StrCat("write ", path, ": no progress")));
-        } else if (res == 0) {
-          fail(absl::DataLossError(absl::StrCat(path, ": truncated (", offset + p.at,
-                                                " bytes, expected ", offset + n, ")")));
-        } else if (static_cast<size_t>(res) < p.left) {  // short: the rest again
-          todo.push_back({p.at + res, p.left - res});
-        }
-        free_slots.push_back(slot);
-        cqe = nullptr;
-        if (io_uring_peek_cqe(&r->ring, &cqe) != 0) cqe = nullptr;
-      }
-    }
-    if (queued > 0) *broken = true;  // prepared requests left in the ring
-    if (st.ok() && next < todo.size()) st = absl::InternalError(absl::StrCat(op, " incomplete"));
-    return st;
+    return DirectIo(r, fd, path, offset, dst, n, write).Run(broken);
   }
 
   std::unique_ptr<Ring> TakeRing() {

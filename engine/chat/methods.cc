@@ -1,6 +1,7 @@
 // Attribute/item access and the str/dict/list methods templates call.
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "engine/chat/builtins.h"
@@ -216,11 +217,21 @@ Value AllChars(const std::string& s, Pred pred) {
   return Value::Bool(true);
 }
 
-absl::StatusOr<Value> CallStrMethod(const std::string& s, std::string_view m, const ValueList& args,
-                                    const Kwargs& kwargs) {
-  auto bind = [&](std::initializer_list<std::string_view> params) {
-    return ArgBinder(m, args, kwargs, params);
-  };
+// str.isupper / str.islower: some cased character, and all of one case.
+Value StrIsCase(const std::string& s, bool upper) {
+  bool cased = false, ok = true;
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp;
+    i += unicode::DecodeAt(s, i, &cp);
+    if (unicode::IsUpper(cp)) cased = true, ok = ok && upper;
+    if (unicode::IsLower(cp)) cased = true, ok = ok && !upper;
+  }
+  return Value::Bool(cased && ok);
+}
+
+// The str methods that take no argument (case, character classes,
+// splitlines); nullopt if `m` is none of them.
+std::optional<Value> StrNoArgMethod(const std::string& s, std::string_view m) {
   if (m == "upper") return Value::String(unicode::Upper(s));
   if (m == "lower") return Value::String(unicode::Lower(s));
   if (m == "title") return Value::String(unicode::Title(s));
@@ -231,21 +242,48 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, std::string_view m, co
   if (m == "isalnum") {
     return AllChars(s, [](char32_t c) { return unicode::IsAlpha(c) || unicode::IsDigit(c); });
   }
-  if (m == "isupper" || m == "islower") {
-    bool cased = false, ok = true;
-    for (size_t i = 0; i < s.size();) {
-      char32_t cp;
-      i += unicode::DecodeAt(s, i, &cp);
-      if (unicode::IsUpper(cp)) cased = true, ok = ok && m == "isupper";
-      if (unicode::IsLower(cp)) cased = true, ok = ok && m == "islower";
-    }
-    return Value::Bool(cased && ok);
-  }
+  if (m == "isupper" || m == "islower") return StrIsCase(s, m == "isupper");
   if (m == "splitlines") {
     ValueList out;
     for (auto& line : unicode::SplitLines(s)) out.push_back(Value::String(std::move(line)));
     return Value::List(std::move(out));
   }
+  return std::nullopt;
+}
+
+// str.removeprefix / str.removesuffix (`method`).
+absl::StatusOr<Value> StrRemoveAffix(const std::string& s, const ArgBinder& b,
+                                     std::string_view method) {
+  auto a = StrArg(b, 0, method);
+  if (!a.ok()) return a.status();
+  std::string_view v = s;
+  if (method == "removeprefix" && v.starts_with(*a)) v.remove_prefix(a->size());
+  if (method == "removesuffix" && v.ends_with(*a)) v.remove_suffix(a->size());
+  return Value::String(std::string(v));
+}
+
+// str.join: the iterable's strings with `s` between them.
+absl::StatusOr<Value> StrJoin(const std::string& s, const ArgBinder& b) {
+  auto items = Iterate(b.Get(0));
+  if (!items.ok()) return items.status();
+  std::string out;
+  for (size_t i = 0; i < items->size(); ++i) {
+    if (!(*items)[i].is_string()) {
+      return TypeErrorStatus(
+          Cat("sequence item ", i, ": expected str instance, ", (*items)[i].TypeName(), " found"));
+    }
+    if (i > 0) out += s;
+    out += (*items)[i].AsString();
+  }
+  return Value::String(std::move(out));
+}
+
+absl::StatusOr<Value> CallStrMethod(const std::string& s, std::string_view m, const ValueList& args,
+                                    const Kwargs& kwargs) {
+  auto bind = [&](std::initializer_list<std::string_view> params) {
+    return ArgBinder(m, args, kwargs, params);
+  };
+  if (std::optional<Value> v = StrNoArgMethod(s, m)) return *std::move(v);
   if (m == "split" || m == "rsplit") {
     ArgBinder b = bind({"sep", "maxsplit"});
     if (!b.status().ok()) return b.status();
@@ -276,28 +314,12 @@ absl::StatusOr<Value> CallStrMethod(const std::string& s, std::string_view m, co
   if (m == "removeprefix" || m == "removesuffix") {
     ArgBinder b = bind({"affix"});
     if (!b.status().ok()) return b.status();
-    auto a = StrArg(b, 0, m);
-    if (!a.ok()) return a.status();
-    std::string_view v = s;
-    if (m == "removeprefix" && v.starts_with(*a)) v.remove_prefix(a->size());
-    if (m == "removesuffix" && v.ends_with(*a)) v.remove_suffix(a->size());
-    return Value::String(std::string(v));
+    return StrRemoveAffix(s, b, m);
   }
   if (m == "join") {
     ArgBinder b = bind({"iterable"});
     if (!b.status().ok()) return b.status();
-    auto items = Iterate(b.Get(0));
-    if (!items.ok()) return items.status();
-    std::string out;
-    for (size_t i = 0; i < items->size(); ++i) {
-      if (!(*items)[i].is_string()) {
-        return TypeErrorStatus(Cat("sequence item ", i, ": expected str instance, ",
-                                   (*items)[i].TypeName(), " found"));
-      }
-      if (i > 0) out += s;
-      out += (*items)[i].AsString();
-    }
-    return Value::String(std::move(out));
+    return StrJoin(s, b);
   }
   return absl::UnimplementedError(Cat("unsupported str method '", m, "'"));
 }
