@@ -5,7 +5,9 @@
 # contexts and one prefill per context, BF16 KV, plus FP8 KV for 8B.
 # Each shape's runs go to OUT/calib-<shape>.jsonl (one bench-engine JSON
 # per line); `configs/sim/calibration-<card>.json` is built from them by
-# scripts/sim-calibration.py. SHAPES picks shapes (default: 1b 3b 8b).
+# scripts/sim-calibration.py. For 1b, OUT/calib-1b-concurrent.jsonl also
+# holds decode steps of 2 and 4 copies at once (not fitted yet).
+# SHAPES picks shapes (default: 1b 3b 8b).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-calibrate.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -44,5 +46,17 @@ for s in ${SHAPES:-1b 3b 8b}; do
   run 1024 2048 1,8,32,128,256
   run 4096 8192 1,8,32,64
   [ "$s" = 8b ] && run 1024 2048 1,32,128 --kv-dtype fp8_e4m3
+  # Several copies stepping at once (one thread each): how far concurrent
+  # small steps overlap on the device, which one model at a time does not
+  # measure (the simulator's rolling validation, docs/benchmarks.md). Kept
+  # apart in calib-<shape>-concurrent.jsonl: the fit reads calib-<shape>.
+  if [ "$s" = 1b ]; then
+    for n in 2 4; do
+      "$B" bench-engine --model "$M" --context 1024 --prefill 0 --batches 8,32,128 --steps 16 \
+        --warmup 3 --concurrent-models "$n" --out /tmp/sim-run.json >> "$OUT/summary.txt" 2>&1
+      python3 -c 'import json,sys; print(json.dumps(json.load(open("/tmp/sim-run.json"))))' \
+        >> "$OUT/calib-$s-concurrent.jsonl"
+    done
+  fi
 done
 tail -40 "$OUT/summary.txt"
