@@ -29,14 +29,27 @@ absl::Status ParseRemap(const YAML::Node& node, const std::string& key, const st
   return absl::OkStatus();
 }
 
+// Sets *out to the value `text` names in `table` (the YAML's `name` key);
+// empty `text` (the key was not given) leaves it; a name not in the table
+// is an error naming the key.
+template <typename E, size_t N>
+absl::Status SetNamed(const YamlSection& s, const char* name, const std::string& text,
+                      const sim::NamedValue<E> (&table)[N], const char* expected, E* out) {
+  if (text.empty()) return absl::OkStatus();
+  const std::optional<E> v = sim::ParseNamed(text, table);
+  if (!v) return s.Error(s.Key(name), expected);
+  *out = *v;
+  return absl::OkStatus();
+}
+
 absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const std::string* file,
                          sim::SimPolicy* p) {
   YamlSection s(node, key, file);
   RETURN_IF_ERROR(s.Check());
-  std::string arbitration, session_kv;
-  RETURN_IF_ERROR(s.Get("memory_mode", &p->memory_mode));
-  RETURN_IF_ERROR(s.Get("placement", &p->placement));
-  RETURN_IF_ERROR(s.Get("activation", &p->activation));
+  std::string arbitration, session_kv, memory_mode, placement, activation;
+  RETURN_IF_ERROR(s.Get("memory_mode", &memory_mode));
+  RETURN_IF_ERROR(s.Get("placement", &placement));
+  RETURN_IF_ERROR(s.Get("activation", &activation));
   RETURN_IF_ERROR(s.Get("arbitration", &arbitration));
   RETURN_IF_ERROR(s.Get("idle_evict_after_s", &p->idle_evict_after_s));
   RETURN_IF_ERROR(s.Get("kv_pressure_free_fraction", &p->kv_pressure_free_fraction));
@@ -59,15 +72,12 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   const YAML::Node remap = s.Child("remap");
   RETURN_IF_ERROR(s.Finish());
   if (remap) RETURN_IF_ERROR(ParseRemap(remap, s.Key("remap"), file, &p->remap));
-  if (p->memory_mode != "elastic" && p->memory_mode != "static") {
-    return s.Error(s.Key("memory_mode"), "expected elastic or static");
-  }
-  if (p->placement != "most_free" && p->placement != "kvpr" && p->placement != "mme") {
-    return s.Error(s.Key("placement"), "expected most_free, kvpr or mme");
-  }
-  if (p->activation != "on_demand" && p->activation != "fixed") {
-    return s.Error(s.Key("activation"), "expected on_demand or fixed");
-  }
+  RETURN_IF_ERROR(SetNamed(s, "memory_mode", memory_mode, sim::kMemoryModeNames,
+                           "expected elastic or static", &p->memory_mode));
+  RETURN_IF_ERROR(SetNamed(s, "placement", placement, sim::kPlacementNames,
+                           "expected most_free, kvpr or mme", &p->placement));
+  RETURN_IF_ERROR(SetNamed(s, "activation", activation, sim::kActivationNames,
+                           "expected on_demand or fixed", &p->activation));
   if (!arbitration.empty()) {
     auto a = node_manager::ParseArbitrationPolicy(arbitration);
     if (!a.ok()) return s.Error(s.Key("arbitration"), std::string(a.status().message()));

@@ -17,30 +17,51 @@
 
 namespace ballast::sim {
 
-// Where a multi-turn session's KV is kept between turns (SimPolicy::
-// session_kv has the meanings).
+// The policy's named choices (SimPolicy has their meanings): each enum's
+// values and YAML names in one table, parsed and named through it.
 enum class SessionKv { kTiers, kDevice, kRecompute };
+enum class MemoryMode { kElastic, kStatic };
+enum class Placement { kMostFree, kKvpr, kMme };
+enum class Activation { kOnDemand, kFixed };
+
+template <typename E>
+struct NamedValue {
+  E value;
+  const char* name;
+};
+inline constexpr NamedValue<SessionKv> kSessionKvNames[] = {{SessionKv::kTiers, "tiers"},
+                                                            {SessionKv::kDevice, "device"},
+                                                            {SessionKv::kRecompute, "recompute"}};
+inline constexpr NamedValue<MemoryMode> kMemoryModeNames[] = {{MemoryMode::kElastic, "elastic"},
+                                                              {MemoryMode::kStatic, "static"}};
+inline constexpr NamedValue<Placement> kPlacementNames[] = {
+    {Placement::kMostFree, "most_free"}, {Placement::kKvpr, "kvpr"}, {Placement::kMme, "mme"}};
+inline constexpr NamedValue<Activation> kActivationNames[] = {{Activation::kOnDemand, "on_demand"},
+                                                              {Activation::kFixed, "fixed"}};
+
+// The value named `s` in `table`; nullopt for any other name.
+template <typename E, size_t N>
+std::optional<E> ParseNamed(const std::string& s, const NamedValue<E> (&table)[N]) {
+  for (const NamedValue<E>& v : table) {
+    if (s == v.name) return v.value;
+  }
+  return std::nullopt;
+}
+// The name of `e` in `table` ("" if absent, which no caller passes).
+template <typename E, size_t N>
+const char* NameOf(E e, const NamedValue<E> (&table)[N]) {
+  for (const NamedValue<E>& v : table) {
+    if (v.value == e) return v.name;
+  }
+  return "";
+}
 
 // "tiers", "device" or "recompute" (the YAML's policy.session_kv); nullopt
 // for anything else.
 inline std::optional<SessionKv> ParseSessionKv(const std::string& s) {
-  if (s == "tiers") return SessionKv::kTiers;
-  if (s == "device") return SessionKv::kDevice;
-  if (s == "recompute") return SessionKv::kRecompute;
-  return std::nullopt;
+  return ParseNamed(s, kSessionKvNames);
 }
-
-inline const char* SessionKvName(SessionKv k) {
-  switch (k) {
-    case SessionKv::kTiers:
-      return "tiers";
-    case SessionKv::kDevice:
-      return "device";
-    case SessionKv::kRecompute:
-      return "recompute";
-  }
-  return "tiers";
-}
+inline const char* SessionKvName(SessionKv k) { return NameOf(k, kSessionKvNames); }
 
 struct SimModel {
   std::string name;
@@ -83,13 +104,16 @@ struct SimPolicy {
   // models are activated on demand and idle ones evicted.
   // static: each GPU's memory less weights split equally between the models
   // placed on it at the start; nothing is activated or evicted later.
-  std::string memory_mode = "elastic";
-  std::string placement = "kvpr";  // most_free | kvpr | mme
+  MemoryMode memory_mode = MemoryMode::kElastic;
+  bool elastic() const { return memory_mode == MemoryMode::kElastic; }
+  // Where a replica goes: most free memory, KVPR (Prism's Algorithm 1) or
+  // FineServe's MME (global_scheduler/placement.h).
+  Placement placement = Placement::kKvpr;
   // on_demand: a model with no replica is placed when a request comes, and
   // idle models are evicted for room (Prism). fixed: the placement at the
   // start never changes (MuxServe); static memory implies fixed.
-  std::string activation = "on_demand";
-  bool fixed() const { return activation == "fixed" || memory_mode == "static"; }
+  Activation activation = Activation::kOnDemand;
+  bool fixed() const { return activation == Activation::kFixed || !elastic(); }
   node_manager::ArbitrationPolicy arbitration = node_manager::ArbitrationPolicy::kMooreHodgson;
   double idle_evict_after_s = 45;  // <= 0: never evict for room
   // KV-pressure eviction (idle_eviction.h) below this free fraction; 0: off.

@@ -84,7 +84,7 @@ int Simulator::ChooseOne(int m, const std::vector<gs::NodeInfo>& nodes,
   const SimModel& spec = config_.models[static_cast<size_t>(m)];
   const int64_t w = spec.Part().weight_bytes();
   std::optional<gs::Target> t;
-  if (config_.policy.placement == "kvpr") {
+  if (config_.policy.placement == Placement::kKvpr) {
     gs::StepBudget budget;
     budget.step_s = [&](const std::string& name) { return NominalStep(model_index_.at(name)); };
     budget.tpot_s = [&](const std::string& name) {
@@ -96,7 +96,7 @@ int Simulator::ChooseOne(int m, const std::vector<gs::NodeInfo>& nodes,
     t = gs::ChooseNodeKvpr(
         nodes, exclude, [&](const std::string& name) { return Demand(model_index_.at(name)); },
         Demand(m), w, &budget);
-  } else if (config_.policy.placement == "mme") {
+  } else if (config_.policy.placement == Placement::kMme) {
     auto mu = [&](int i) {
       const SimModel& s = config_.models[static_cast<size_t>(i)];
       return 1.0 / static_cast<double>(s.Part().kv_bytes_per_token());
@@ -316,7 +316,7 @@ void Simulator::Tick() {
     }
   }
   RelieveKvPressure();
-  if (config_.policy.placement == "kvpr" && config_.policy.rebalance_interval_s > 0 &&
+  if (config_.policy.placement == Placement::kKvpr && config_.policy.rebalance_interval_s > 0 &&
       events_.now() - last_rebalance_ >= config_.policy.rebalance_interval_s) {
     last_rebalance_ = events_.now();
     Rebalance();

@@ -134,7 +134,7 @@ bool SimDevice::CanLoad(int64_t weight_bytes) const {
 }
 
 int64_t SimDevice::KvCapacity(int model) const {
-  if (config_->policy.memory_mode == "static") {
+  if (!config_->policy.elastic()) {
     return residents_.empty()
                ? 0
                : (memory_ - weight_bytes()) / static_cast<int64_t>(residents_.size());
@@ -151,7 +151,7 @@ void SimDevice::Report(v1::DeviceState* s, std::vector<v1::ResidentModel>* model
   s->set_kv_bytes_used(kv);
   s->set_kv_bytes_free(memory_ - w - kv);
   s->set_queue_length(queue_length());
-  s->set_elastic(config_->policy.memory_mode != "static");
+  s->set_elastic(config_->policy.elastic());
   int running = 0;
   for (const auto& r : residents_) {
     running += static_cast<int>(r.running.size());
@@ -193,7 +193,7 @@ void SimDevice::Kick() {
 
 bool SimDevice::Fits(const Resident& res, int64_t bytes, int64_t total_kv) const {
   const int64_t room = memory_ - weight_bytes();
-  if (config_->policy.memory_mode == "static") {
+  if (!config_->policy.elastic()) {
     return res.kv_used + bytes <= room / static_cast<int64_t>(residents_.size());
   }
   return total_kv + bytes <= room;
@@ -225,7 +225,7 @@ void SimDevice::Admit() {
   const node_manager::Arbitration a =
       node_manager::Arbitrate(config_->policy.arbitration, std::move(reqs), events_->now(),
                               {256, config_->policy.max_batch_tokens});
-  const bool elastic = config_->policy.memory_mode != "static";
+  const bool elastic = config_->policy.elastic();
   int64_t total_kv = kv_used();
   std::set<int> blocked;  // static: models whose next request does not fit
   std::set<SimRequest*> admitted;

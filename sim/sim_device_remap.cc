@@ -20,7 +20,7 @@ constexpr double kRollingTickS = 0.1;
 }  // namespace
 
 bool SimDevice::Remapping() const {
-  return config_->policy.remap.enabled && config_->policy.memory_mode != "static";
+  return config_->policy.remap.enabled && config_->policy.elastic();
 }
 
 const RemapTimings& SimDevice::Timings(int model) {

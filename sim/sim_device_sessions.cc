@@ -65,7 +65,7 @@ bool SimDevice::Prefetch(int session, int model, int tokens, int64_t bytes, doub
   if (!CanPrefetch(model)) return false;
   const Resident* res = Find(model);
   const int64_t room =
-      config_->policy.memory_mode == "static"
+      !config_->policy.elastic()
           ? (memory_ - weight_bytes()) / static_cast<int64_t>(residents_.size()) - res->kv_used
           : memory_ - weight_bytes() - kv_used();
   if (bytes > room) return false;
@@ -85,7 +85,7 @@ void SimDevice::ExpirePrefetch(int session, double expires) {
 
 void SimDevice::ShedSessions() {
   if (sessions_.empty()) return;
-  if (config_->policy.memory_mode != "static") {
+  if (config_->policy.elastic()) {
     ShedFrom(-1, weight_bytes() + kv_used() + session_bytes_ - memory_);
     return;
   }

@@ -223,7 +223,7 @@ TEST(SimRemapTest, DeterministicOnABurstyTrace) {
 
 TEST(SimRemapTest, StaticMemoryLendsNothing) {
   SimConfig c = Gpu({"a", "b"}, true);
-  c.policy.memory_mode = "static";
+  c.policy.memory_mode = MemoryMode::kStatic;
   // a's share: 3,000 tokens; 1,000 a request: the fourth waits.
   std::vector<bench::TraceRecord> t;
   for (int i = 0; i < 4; ++i) t.push_back(Req(absl::StrCat("s", i), "a", 0, 900, 100));

@@ -152,7 +152,7 @@ TEST(SimulatorTest, StaticPartitioningNeverActivates) {
   const ModelShape s8 = *NamedShape("llama-8b");
   SimConfig c =
       OneGpu({Model("a", "llama-8b"), Model("b", "llama-8b")}, s8.weight_bytes() + (4LL << 30));
-  c.policy.memory_mode = "static";
+  c.policy.memory_mode = MemoryMode::kStatic;
   auto r = Simulate(c, ConstantEngine(), {Req("x", "a", 0, 10, 2), Req("y", "b", 0, 10, 2)});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Find(*r, "x").status, "OK");
@@ -450,7 +450,7 @@ TEST(SimulatorTest, AMissingReplicaIsActivatedOnDemand) {
 TEST(SimulatorTest, RoomForAReplicaIsMadeOnANodeWithoutOne) {
   const ModelShape s8 = *NamedShape("llama-8b");
   SimConfig c = TwoNodes(2);
-  c.policy.placement = "most_free";
+  c.policy.placement = Placement::kMostFree;
   c.cluster.gpu_memory_bytes = 2 * s8.weight_bytes() + (8LL << 30);
   c.models = {Model("hot", "llama-8b"), Model("idle-a", "llama-8b"), Model("idle-b", "llama-8b"),
               Model("idle-c", "llama-8b")};
@@ -477,19 +477,19 @@ TEST(SimulatorTest, RoomForAReplicaIsMadeOnANodeWithoutOne) {
 // Never two replicas of a model on one node: replicas 3 on two nodes of
 // two GPUs each places one replica per node, and asks for no more.
 TEST(SimulatorTest, ReplicasAreOnePerNode) {
-  for (const char* activation : {"on_demand", "fixed"}) {
+  for (Activation activation : {Activation::kOnDemand, Activation::kFixed}) {
     SimConfig c = TwoNodes(3, 2);
     c.policy.activation = activation;
     auto r = Simulate(c, ConstantEngine(), SteadyLoad("hot", 30));
     ASSERT_TRUE(r.ok());
-    EXPECT_EQ(r->stats.initial_placed, 2) << activation;
-    EXPECT_EQ(r->stats.activations, 0) << activation;
-    EXPECT_EQ(r->stats.load_refusals, 0) << activation;
+    EXPECT_EQ(r->stats.initial_placed, 2) << NameOf(activation, kActivationNames);
+    EXPECT_EQ(r->stats.activations, 0) << NameOf(activation, kActivationNames);
+    EXPECT_EQ(r->stats.load_refusals, 0) << NameOf(activation, kActivationNames);
     const std::vector<int64_t>& steps = r->stats.device_model_steps;
     ASSERT_EQ(steps.size(), 4u);
     // Devices 0 and 1 are node-0000's, 2 and 3 node-0001's.
-    EXPECT_EQ((steps[0] > 0) + (steps[1] > 0), 1) << activation;
-    EXPECT_EQ((steps[2] > 0) + (steps[3] > 0), 1) << activation;
+    EXPECT_EQ((steps[0] > 0) + (steps[1] > 0), 1) << NameOf(activation, kActivationNames);
+    EXPECT_EQ((steps[2] > 0) + (steps[3] > 0), 1) << NameOf(activation, kActivationNames);
   }
 }
 
