@@ -359,10 +359,12 @@ void SimDevice::RemoveDrained() {
     DropSessions(m);
   }
   for (int m : gone) hooks_.drained(m);
-  // Freed weights may let queued requests in.
+  // Freed weights may let queued requests in. Rolling, as any new work:
+  // a lone model's step is waited for (the node finishes every step in
+  // flight before it closes a retiring engine) and a stretch is cut.
   if (ending_) return;
   if (Rolling()) {
-    RollStart();
+    Kick();
   } else if (!busy_) {
     StartIteration();
   }

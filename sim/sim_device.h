@@ -68,7 +68,12 @@
 //    step's own event (OneEngineInFlight), so work that arrives for
 //    another model meanwhile is looked at, and that model begins, only
 //    when the step ends (at the instant it began: at once). With two or
-//    more models in flight the loop wakes on new work at once.
+//    more models in flight the loop wakes on new work at once. Not on a
+//    GPU holding a tensor-parallel part (the node runs none). A model with
+//    a step in flight and none queued behind it (its last plan had no
+//    work) is passed over until that step ends and then begins afresh,
+//    its host time not hidden; the node would queue the new request's
+//    step behind it at once (a little TTFT over, with step_host_s > 0).
 //    Checked against the H200 (docs/benchmarks.md): beside a 2,048-token
 //    prefill chunk, a small decode step got 22-33% of the GPU (bench-
 //    engine's interference runs; work^0.5 predicts 22-37%, equal shares

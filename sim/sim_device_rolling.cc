@@ -63,10 +63,13 @@ void SimDevice::RollJoin(Step* s, double left) {
 
 bool SimDevice::LoneStepInFlight() const {
   // A step begun at this very instant: the loop has not blocked on it yet
-  // (work that came at the same time is looked at together).
+  // (work that came at the same time is looked at together). A GPU with a
+  // tensor-parallel part keeps the old rule (the node runs no tensor
+  // parallelism): a part's step is never held behind another model's.
   const double now = events_->now();
   int on = 0, before = 0;
   for (const Resident& r : residents_) {
+    if (r.shadow || Spec(r.model).tp > 1) return false;
     on += r.step.on ? 1 : 0;
     before += r.step.on && r.step.start < now ? 1 : 0;
   }

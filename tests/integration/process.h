@@ -117,7 +117,11 @@ inline int FreePort() {
       return port;
     }
   }
-  return server::FreeLoopbackPort();
+  // Kernel-chosen ports, still never one handed out before.
+  for (;;) {
+    const int port = server::FreeLoopbackPort();
+    if (handed_out.insert(port).second) return port;
+  }
 }
 
 // Waits until something accepts TCP connections on 127.0.0.1:port.

@@ -171,7 +171,7 @@ TEST(RollingStepsTest, AnotherModelWaitsForALoneModelsStep) {
   for (const bool rolling : {true, false}) {
     auto r = Simulate(OneGpu({Model("a"), Model("b")}, rolling), engine,
                       {Req("A", "a", 0, 100, 200), Req("B", "b", arrival, 100, 1)});
-    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(r.ok()) << r.status();
     if (rolling) {
       EXPECT_NEAR(Find(*r, "B").first_token_s, boundary[g] + k[0], 1e-9);
       EXPECT_NEAR(Find(*r, "A").end_s, boundary.back(), 1e-9);
@@ -182,7 +182,7 @@ TEST(RollingStepsTest, AnotherModelWaitsForALoneModelsStep) {
   auto r = Simulate(
       OneGpu({Model("a"), Model("b"), Model("c")}, true), engine,
       {Req("A", "a", 0, 100, 200), Req("C", "c", 0, 100, 200), Req("B", "b", arrival, 100, 1)});
-  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NEAR(Find(*r, "B").first_token_s, arrival + k[0], 1e-9);
 }
 
