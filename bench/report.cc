@@ -75,11 +75,6 @@ void Finish(GroupReport& g, Acc& a) {
   g.queue_ms = SummarizeLatency(a.queue);
 }
 
-nlohmann::json ToJson(const LatencySummary& s) {
-  return {{"n", s.n},     {"mean", s.mean}, {"p50", s.p50},
-          {"p90", s.p90}, {"p99", s.p99},   {"max", s.max}};
-}
-
 nlohmann::json ToJson(const GroupReport& g) {
   return {{"total", g.total},
           {"completed", g.completed},
@@ -100,6 +95,11 @@ nlohmann::json ToJson(const GroupReport& g) {
 }
 
 }  // namespace
+
+nlohmann::json ToJson(const LatencySummary& s) {
+  return {{"n", s.n},     {"mean", s.mean}, {"p50", s.p50},
+          {"p90", s.p90}, {"p99", s.p99},   {"max", s.max}};
+}
 
 LatencySummary SummarizeLatency(std::vector<double> v) {
   LatencySummary s;

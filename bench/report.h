@@ -36,6 +36,8 @@ struct LatencySummary {
 };
 // The summary of `v` (any order): nearest-rank percentiles.
 LatencySummary SummarizeLatency(std::vector<double> v);
+// {n, mean, p50, p90, p99, max}.
+nlohmann::json ToJson(const LatencySummary& s);
 
 struct GroupReport {
   int total = 0, completed = 0, rejected = 0, failed = 0;

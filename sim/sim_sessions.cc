@@ -303,8 +303,7 @@ void Simulator::SummarizeSessions() {
 nlohmann::json ToJson(const SessionKvStats& s) {
   nlohmann::json ttft = nlohmann::json::object();
   for (const auto& [name, l] : s.ttft_ms) {
-    ttft[name] = {{"n", l.n},     {"mean", l.mean}, {"p50", l.p50},
-                  {"p90", l.p90}, {"p99", l.p99},   {"max", l.max}};
+    ttft[name] = bench::ToJson(l);
   }
   nlohmann::json gib = nlohmann::json::object();
   for (const auto& [tier, b] : s.loaded_bytes) gib[tier] = static_cast<double>(b) / (1LL << 30);
