@@ -5,8 +5,8 @@
 # contexts and one prefill per context, BF16 KV, plus FP8 KV for 8B.
 # Each shape's runs go to OUT/calib-<shape>.jsonl (one bench-engine JSON
 # per line); `configs/sim/calibration-<card>.json` is built from them by
-# scripts/sim-calibration.py. For 1b, OUT/calib-1b-concurrent.jsonl also
-# holds decode steps of 2 and 4 copies at once (not fitted yet).
+# scripts/sim-calibration.py. OUT/calib-<shape>-concurrent.jsonl holds
+# decode steps of 2 or 4 copies of the shape stepping at once.
 # SHAPES picks shapes (default: 1b 3b 8b).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-calibrate.sh OUT_DIR
 set -euo pipefail
@@ -48,15 +48,17 @@ for s in ${SHAPES:-1b 3b 8b}; do
   [ "$s" = 8b ] && run 1024 2048 1,32,128 --kv-dtype fp8_e4m3
   # Several copies stepping at once (one thread each): how far concurrent
   # small steps overlap on the device, which one model at a time does not
-  # measure (the simulator's rolling validation, docs/benchmarks.md). Kept
-  # apart in calib-<shape>-concurrent.jsonl: the fit reads calib-<shape>.
-  if [ "$s" = 1b ]; then
-    for n in 2 4; do
-      "$B" bench-engine --model "$M" --context 1024 --prefill 0 --batches 8,32,128 --steps 16 \
-        --warmup 3 --concurrent-models "$n" --out /tmp/sim-run.json >> "$OUT/summary.txt" 2>&1
-      python3 -c 'import json,sys; print(json.dumps(json.load(open("/tmp/sim-run.json"))))' \
-        >> "$OUT/calib-$s-concurrent.jsonl"
-    done
-  fi
+  # measure (the simulator's rolling steps, docs/benchmarks.md). Kept
+  # apart in calib-<shape>-concurrent.jsonl (one line per copy count):
+  # 2 and 4 copies of 1b and 3b, 2 of 8b.
+  : > "$OUT/calib-$s-concurrent.jsonl"
+  copies="2 4"
+  [ "$s" = 8b ] && copies=2
+  for n in $copies; do
+    "$B" bench-engine --model "$M" --context 1024 --prefill 0 --batches 1,4,8,32,128 --steps 16 \
+      --warmup 3 --concurrent-models "$n" --out /tmp/sim-run.json >> "$OUT/summary.txt" 2>&1
+    python3 -c 'import json,sys; print(json.dumps(json.load(open("/tmp/sim-run.json"))))' \
+      >> "$OUT/calib-$s-concurrent.jsonl"
+  done
 done
 tail -40 "$OUT/summary.txt"

@@ -1,5 +1,5 @@
 // Device-side helpers shared by the kernels: element conversions and
-// 8-wide vector loads/stores, warp and block reductions, and the launch
+// 8-wide vector loads and stores, warp and block reductions, and the launch
 // helper for programmatic dependent launch. Included by .cu files only.
 #pragma once
 
@@ -114,6 +114,26 @@ __device__ __forceinline__ void Load8<__nv_fp8_e4m3>(const __nv_fp8_e4m3* p, flo
   const __nv_fp8_e4m3* e = reinterpret_cast<const __nv_fp8_e4m3*>(&raw);
 #pragma unroll
   for (int i = 0; i < 8; ++i) out[i] = ToF(e[i]);
+}
+
+// Stores 8 floats as consecutive elements of T (16-byte aligned for
+// 2-byte types, 8-byte aligned for FP8), each rounded as FromF<T>.
+template <typename T>
+__device__ __forceinline__ void Store8(T* p, const float v[8]) {
+  static_assert(sizeof(T) == 2, "2-byte types");
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = FromF<T>(v[i]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+template <>
+__device__ __forceinline__ void Store8<__nv_fp8_e4m3>(__nv_fp8_e4m3* p, const float v[8]) {
+  uint2 raw;
+  __nv_fp8_e4m3* e = reinterpret_cast<__nv_fp8_e4m3*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = FromF<__nv_fp8_e4m3>(v[i]);
+  *reinterpret_cast<uint2*>(p) = raw;
 }
 
 __device__ __forceinline__ float WarpSum(float v) {

@@ -58,6 +58,88 @@ __global__ void AddRmsNormKernel(float* __restrict__ resid, const T* __restrict_
   if (q != nullptr) QuantizeRowInBlock(out + base, hidden, q + base, q_scale + blockIdx.x, scratch);
 }
 
+// AddRmsNormKernel with the row held in registers between the passes:
+// each thread owns up to kNormVectors 4-wide vectors (float4 loads of resid,
+// 8-byte loads of the 2-byte types), so resid is read once. The FP8
+// rounding works from the registers with QuantizeRowInBlock's arithmetic on
+// the values as stored in `out`. Needs hidden % 4 == 0, hidden <= 4 *
+// kNormVectors * blockDim.x and aligned pointers (NormVecAligned).
+constexpr int kNormVectors = 4;
+
+template <typename T>
+__device__ __forceinline__ void Load4(const T* p, float v[4]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = ToF(e[j]);
+}
+
+template <typename T>
+__global__ void AddRmsNormVecKernel(float* __restrict__ resid, const T* __restrict__ delta,
+                                    const T* __restrict__ bias, const T* __restrict__ weight,
+                                    float eps, int hidden, T* __restrict__ out,
+                                    __nv_fp8_e4m3* __restrict__ q, float* __restrict__ q_scale) {
+  AllowNextGrid();
+  WaitPriorGrid();
+  __shared__ float scratch[32];
+  const size_t base = static_cast<size_t>(blockIdx.x) * hidden;
+  const int vectors = hidden / 4;
+  float x[kNormVectors][4];
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kNormVectors; ++k) {
+    const int v = threadIdx.x + k * blockDim.x;
+    if (v >= vectors) continue;
+    float4* r = reinterpret_cast<float4*>(resid + base) + v;
+    float4 f = *r;
+    if (delta != nullptr) {
+      float d[4];
+      Load4(delta + base + 4 * v, d);
+      f.x += d[0], f.y += d[1], f.z += d[2], f.w += d[3];
+      if (bias != nullptr) {
+        Load4(bias + 4 * v, d);
+        f.x += d[0], f.y += d[1], f.z += d[2], f.w += d[3];
+      }
+      *r = f;
+    }
+    x[k][0] = f.x, x[k][1] = f.y, x[k][2] = f.z, x[k][3] = f.w;
+    ss += f.x * f.x + f.y * f.y + f.z * f.z + f.w * f.w;
+  }
+  ss = BlockSum(ss, scratch);
+  const float inv = rsqrtf(ss / static_cast<float>(hidden) + eps);
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kNormVectors; ++k) {
+    const int v = threadIdx.x + k * blockDim.x;
+    if (v >= vectors) continue;
+    float w[4];
+    Load4(weight + 4 * v, w);
+    uint2 raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      e[j] = FromF<T>(w[j] * (x[k][j] * inv));
+      x[k][j] = ToF(e[j]);  // as stored: what the FP8 rounding reads
+      amax = fmaxf(amax, fabsf(x[k][j]));
+    }
+    *reinterpret_cast<uint2*>(out + base + 4 * v) = raw;
+  }
+  if (q == nullptr) return;
+  amax = BlockMax(amax, scratch);
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+#pragma unroll
+  for (int k = 0; k < kNormVectors; ++k) {
+    const int v = threadIdx.x + k * blockDim.x;
+    if (v >= vectors) continue;
+    uint32_t raw;
+    __nv_fp8_e4m3* e = reinterpret_cast<__nv_fp8_e4m3*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) e[j] = FromF<__nv_fp8_e4m3>(x[k][j] / scale);
+    *reinterpret_cast<uint32_t*>(q + base + 4 * v) = raw;
+  }
+  if (threadIdx.x == 0) q_scale[blockIdx.x] = scale;
+}
+
 // SiLU-and-multiply of one row per block, then the row rounded to E4M3.
 template <typename T>
 __global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, int inter, T* __restrict__ out,
@@ -89,11 +171,7 @@ __global__ void SiluMulVecKernel(const T* __restrict__ gate_up, int inter, T* __
     Load8(g + inter + i, u);
 #pragma unroll
     for (int j = 0; j < 8; ++j) r[j] = SiluTimes(a[j], u[j]);
-    uint4 raw;
-    T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) e[j] = FromF<T>(r[j]);
-    *reinterpret_cast<uint4*>(out + t * inter + i) = raw;
+    Store8(out + t * inter + i, r);
   }
 }
 
@@ -130,6 +208,25 @@ int RowThreads(int hidden) {
   int t = 128;
   while (t < 1024 && t < hidden / 4) t *= 2;
   return t;
+}
+
+bool AlignedTo(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
+// AddRmsNormVecKernel's block size for a row of `hidden` (about two
+// vectors per thread), or 0 where it does not apply: hidden % 4 != 0, rows
+// too wide for the registers, or a pointer off its access width (null
+// pointers are aligned).
+int NormVecThreads(const float* resid, const void* delta, const void* bias, const void* weight,
+                   int hidden, const void* out, const Fp8Rows& fp8) {
+  if (hidden % 4 != 0 || hidden > 4 * kNormVectors * 1024) return 0;
+  if (!AlignedTo(resid, 16) || !AlignedTo(delta, 8) || !AlignedTo(bias, 8) ||
+      !AlignedTo(weight, 8) || !AlignedTo(out, 8) || !AlignedTo(fp8.q, 4)) {
+    return 0;
+  }
+  const int vectors = hidden / 4;
+  int threads = std::max(32, ((vectors + 1) / 2 + 31) / 32 * 32);
+  threads = std::min(threads, 1024);
+  return vectors <= threads * kNormVectors ? threads : 0;
 }
 
 }  // namespace
@@ -170,8 +267,10 @@ cudaError_t LaunchAddRmsNorm(float* resid, const void* delta, const void* bias, 
                              float eps, int num_tokens, int hidden, void* out, ActType type,
                              cudaStream_t stream, Fp8Rows fp8) {
   if (num_tokens == 0) return cudaSuccess;
+  const int vec = NormVecThreads(resid, delta, bias, weight, hidden, out, fp8);
   BALLAST_DISPATCH_ACT(type, T, {
-    return LaunchKernel(AddRmsNormKernel<T>, num_tokens, RowThreads(hidden), 0, stream, resid,
+    return LaunchKernel(vec > 0 ? AddRmsNormVecKernel<T> : AddRmsNormKernel<T>, num_tokens,
+                        vec > 0 ? vec : RowThreads(hidden), 0, stream, resid,
                         static_cast<const T*>(delta), static_cast<const T*>(bias),
                         static_cast<const T*>(weight), eps, hidden, static_cast<T*>(out),
                         static_cast<__nv_fp8_e4m3*>(fp8.q), fp8.scale);

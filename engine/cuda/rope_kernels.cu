@@ -81,16 +81,111 @@ __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict
   }
 }
 
+// The same arithmetic with 8 rotation pairs per thread and 16-byte loads
+// and stores (8-byte for FP8 KV): element for element the results of
+// RopeKvWriteKernel. Needs D % 16 == 0 and every pointer 16-byte aligned
+// (VecAligned below); each head's half is then a whole number of vectors.
+template <typename T, typename KvT>
+__global__ void RopeKvWriteVecKernel(const T* __restrict__ qkv, const T* __restrict__ bias,
+                                     const T* __restrict__ q_norm, const T* __restrict__ k_norm,
+                                     float eps, const float* __restrict__ inv_freq, TokenMap tokens,
+                                     int num_heads, PagedKv kv, T* __restrict__ q_out) {
+  AllowNextGrid();
+  WaitPriorGrid();
+  __shared__ float cos_s[128], sin_s[128];
+  extern __shared__ float inv_rms_s[];
+  const int t = blockIdx.x;
+  const int pos = tokens.pos[t];
+  if (pos < 0) return;
+  const int seq = tokens.seq[t];
+  const int D = kv.head_dim, half = D / 2, Hkv = kv.num_kv_heads;
+  const T* row = qkv + static_cast<size_t>(t) * (num_heads + 2 * Hkv) * D;
+  const bool norm = q_norm != nullptr;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    sincosf(static_cast<float>(pos) * inv_freq[i], &sin_s[i], &cos_s[i]);
+  }
+  if (norm) HeadInvRms(row, bias, num_heads + Hkv, D, eps, inv_rms_s);
+  __syncthreads();
+  // x[0..8) = row[i..i+8) (+ bias), as RopeKvWriteKernel's in().
+  auto load = [&](int i, float x[8]) {
+    Load8(row + i, x);
+    if (bias == nullptr) return;
+    float b[8];
+    Load8(bias + i, b);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) x[j] += b[j];
+  };
+  const int groups = half / 8;  // vectors of pairs per head
+  for (int g = threadIdx.x; g < (num_heads + Hkv) * groups; g += blockDim.x) {
+    const int head = g / groups, i = (g % groups) * 8, base = head * D;
+    float x1[8], x2[8], o1[8], o2[8];
+    load(base + i, x1);
+    load(base + i + half, x2);
+    if (norm) {
+      const T* w = head < num_heads ? q_norm : k_norm;
+      const float inv = inv_rms_s[head];
+      float w1[8], w2[8];
+      Load8(w + i, w1);
+      Load8(w + i + half, w2);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        x1[j] = w1[j] * (x1[j] * inv);
+        x2[j] = w2[j] * (x2[j] * inv);
+      }
+    }
+    const float scale = head < num_heads ? 1.0f : 1.0f / kv.k_scale;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float s = sin_s[i + j], c = cos_s[i + j];
+      o1[j] = (x1[j] * c - x2[j] * s) * scale;
+      o2[j] = (x2[j] * c + x1[j] * s) * scale;
+    }
+    if (head < num_heads) {
+      T* q = q_out + (static_cast<size_t>(t) * num_heads + head) * D;
+      Store8(q + i, o1);
+      Store8(q + i + half, o2);
+    } else {
+      KvT* k = reinterpret_cast<KvT*>(KvSlot(kv, seq, pos, head - num_heads, false, sizeof(KvT)));
+      Store8(k + i, o1);
+      Store8(k + i + half, o2);
+    }
+  }
+  const int vbase = (num_heads + Hkv) * D;
+  const float vinv = 1.0f / kv.v_scale;
+  for (int j = threadIdx.x * 8; j < Hkv * D; j += blockDim.x * 8) {
+    float v[8];
+    load(vbase + j, v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] *= vinv;
+    KvT* dst = reinterpret_cast<KvT*>(KvSlot(kv, seq, pos, j / D, true, sizeof(KvT)));
+    Store8(dst + j % D, v);
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether RopeKvWriteVecKernel's 16-byte accesses are all aligned: every
+// row, head and half starts on a vector when D % 16 == 0 and the bases,
+// slabs and blocks are 16-byte aligned (a null pointer is aligned).
+bool VecAligned(const void* qkv, const void* bias, const QkNorm& norm, const PagedKv& kv,
+                const void* q_out) {
+  return kv.head_dim % 16 == 0 && Aligned16(qkv) && Aligned16(bias) && Aligned16(norm.q_weight) &&
+         Aligned16(norm.k_weight) && Aligned16(kv.base) && kv.slab_bytes % 16 == 0 &&
+         kv.block_bytes % 16 == 0 && Aligned16(q_out);
+}
+
 template <typename T, typename KvT>
 cudaError_t Launch(const void* qkv, const void* bias, const QkNorm& norm, const float* inv_freq,
                    TokenMap tokens, int num_heads, const PagedKv& kv, void* q_out,
                    cudaStream_t stream) {
   const int threads = 256;
   const size_t smem = norm.q_weight != nullptr ? (num_heads + kv.num_kv_heads) * sizeof(float) : 0;
-  return LaunchKernel(RopeKvWriteKernel<T, KvT>, tokens.num_tokens, threads, smem, stream,
-                      static_cast<const T*>(qkv), static_cast<const T*>(bias),
-                      static_cast<const T*>(norm.q_weight), static_cast<const T*>(norm.k_weight),
-                      norm.eps, inv_freq, tokens, num_heads, kv, static_cast<T*>(q_out));
+  auto kernel = VecAligned(qkv, bias, norm, kv, q_out) ? RopeKvWriteVecKernel<T, KvT>
+                                                       : RopeKvWriteKernel<T, KvT>;
+  return LaunchKernel(kernel, tokens.num_tokens, threads, smem, stream, static_cast<const T*>(qkv),
+                      static_cast<const T*>(bias), static_cast<const T*>(norm.q_weight),
+                      static_cast<const T*>(norm.k_weight), norm.eps, inv_freq, tokens, num_heads,
+                      kv, static_cast<T*>(q_out));
 }
 
 }  // namespace

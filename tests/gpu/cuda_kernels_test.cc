@@ -3,7 +3,8 @@
 // 16..256 including 80 and 96, GQA groups 1..12 including 5:1, contexts
 // spanning several tiles and partitions, decode and prefill queries,
 // BF16/FP16/FP8 KV), RoPE + KV append with and without Qwen3's q/k norms,
-// fused residual RMSNorm and SiLU-and-multiply. Skips without a GPU.
+// fused residual RMSNorm and SiLU-and-multiply (RoPE and RMSNorm through
+// their vector kernels and their scalar fallbacks). Skips without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -237,39 +238,60 @@ TEST(CudaKernels, HeadDimListsAgree) {
   for (int d : {0, 4, 12, 72, 100, 130, 512}) EXPECT_FALSE(PagedAttentionSupports(d)) << d;
 }
 
-TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
-  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+// Residual add + RMSNorm of T rows of width H, the device arrays starting
+// `offset` elements into their allocations (offset 2: off the 16-byte
+// boundary, so the scalar kernel runs; so does H % 4 != 0).
+void RunRmsNorm(int T, int H, int offset) {
+  SCOPED_TRACE(::testing::Message() << "H=" << H << " offset=" << offset);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int T = 5, H = 320;
-  std::vector<float> resid(T * H);
-  std::vector<uint16_t> delta(T * H), w(H);
+  std::vector<float> resid(T * H + offset);
+  std::vector<uint16_t> delta(T * H + offset), w(H + offset);
   for (auto& x : resid) x = nd(rng);
   for (auto& x : delta) x = FloatToBF16(nd(rng));
   for (auto& x : w) x = FloatToBF16(1.0f + 0.1f * nd(rng));
   float* d_resid = ToDevice(resid);
   uint16_t* d_delta = ToDevice(delta);
   uint16_t* d_w = ToDevice(w);
-  uint16_t* d_out = ToDevice(std::vector<uint16_t>(T * H));
-  ASSERT_EQ(
-      LaunchAddRmsNorm(d_resid, d_delta, nullptr, d_w, 1e-5f, T, H, d_out, ActType::kBF16, nullptr),
-      cudaSuccess);
-  const auto r2 = ToHost(d_resid, T * H);
-  const auto o = ToHost(d_out, T * H);
+  uint16_t* d_out = ToDevice(std::vector<uint16_t>(T * H + offset));
+  ASSERT_EQ(LaunchAddRmsNorm(d_resid + offset, d_delta + offset, nullptr, d_w + offset, 1e-5f, T, H,
+                             d_out + offset, ActType::kBF16, nullptr),
+            cudaSuccess);
+  const auto r2 = ToHost(d_resid, T * H + offset);
+  const auto o = ToHost(d_out, T * H + offset);
   for (int t = 0; t < T; ++t) {
     double ss = 0;
     std::vector<double> x(H);
     for (int i = 0; i < H; ++i) {
-      x[i] = resid[t * H + i] + BF16ToFloat(delta[t * H + i]);
+      const int at = offset + t * H + i;
+      x[i] = resid[at] + BF16ToFloat(delta[at]);
       ss += x[i] * x[i];
-      EXPECT_NEAR(r2[t * H + i], x[i], 1e-5);
+      EXPECT_NEAR(r2[at], x[i], 1e-5) << "t " << t << " i " << i;
     }
     const double inv = 1.0 / std::sqrt(ss / H + 1e-5);
     for (int i = 0; i < H; ++i) {
-      EXPECT_NEAR(BF16ToFloat(o[t * H + i]), BF16ToFloat(w[i]) * x[i] * inv,
-                  0.01 * std::abs(x[i] * inv) + 1e-3);
+      EXPECT_NEAR(BF16ToFloat(o[offset + t * H + i]), BF16ToFloat(w[offset + i]) * x[i] * inv,
+                  0.01 * std::abs(x[i] * inv) + 1e-3)
+          << "t " << t << " i " << i;
     }
   }
+  for (void* p : {static_cast<void*>(d_resid), static_cast<void*>(d_delta), static_cast<void*>(d_w),
+                  static_cast<void*>(d_out)}) {
+    cudaFree(p);
+  }
+}
+
+TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  RunRmsNorm(5, 320, 0);    // vector kernel, 2 vectors per thread at most
+  RunRmsNorm(3, 4096, 0);   // Llama-3-8B
+  RunRmsNorm(2, 16384, 0);  // the widest the vector kernel holds in registers
+  RunRmsNorm(3, 16388, 0);  // wider: the scalar kernel
+  RunRmsNorm(5, 322, 0);    // H % 4 != 0: the scalar kernel
+  RunRmsNorm(5, 320, 2);    // misaligned rows: the scalar kernel
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int T = 5;
   // SiLU(gate) * up.
   const int I = 96;
   std::vector<uint16_t> gu(T * 2 * I);
@@ -285,10 +307,8 @@ TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
       EXPECT_NEAR(BF16ToFloat(act[t * I + i]), want, 0.01 * std::abs(want) + 1e-3);
     }
   }
-  for (void* p : {static_cast<void*>(d_resid), static_cast<void*>(d_delta), static_cast<void*>(d_w),
-                  static_cast<void*>(d_out), static_cast<void*>(d_gu), static_cast<void*>(d_act)}) {
-    cudaFree(p);
-  }
+  cudaFree(d_gu);
+  cudaFree(d_act);
 }
 
 TEST(CudaKernels, GemmMatchesReference) {
@@ -440,6 +460,7 @@ TEST(CudaKernels, RopeKvWriteMatchesReference) {
   RunRope(80, 5, 1, true);  // Qwen3 q/k norms
   RunRope(128, 16, 8, true);
   RunRope(256, 4, 2, true);
+  RunRope(8, 4, 2, true);  // D % 16 != 0: the scalar kernel (the others: 8 pairs a thread)
 }
 
 }  // namespace
