@@ -2,7 +2,9 @@
 """Builds configs/sim/calibration-<card>.json from the output of
 deploy/gpu-host/sim-calibrate.sh (calib-<shape>.jsonl: one `ballast
 bench-engine` JSON per line, in the script's run order: contexts 256, 1024,
-4096 with prefills 512, 2048, 8192, then for 8b one FP8-KV run at 1024).
+4096 with prefills 512, 2048, 8192, then for 8b one FP8-KV run at 1024),
+and calib-<shape>-concurrent.jsonl where present (decode steps of 2 or 4
+copies at once, context 1024: the "concurrent" points).
 
 Usage: scripts/sim-calibration.py --dir DIR --date YYYY-MM-DD --memory-gib G
            --h2d-gbps R --activation-ratio X --out configs/sim/calibration-h200.json
@@ -65,6 +67,27 @@ def main():
                 assert t == prefill, (path, i, t)
                 points.append(dict(shape=name, kv_dtype_bytes=kv_bytes, prefill_tokens=t,
                                    prefill_attention=t * (t + 1) / 2, ms=round(p["ms"], 4)))
+    # Several copies stepping at once (calib-<shape>-concurrent.jsonl, one
+    # run per copy count, context 1024): each copy's step time against one
+    # copy's alone in the same run (the engine model's concurrent overlap).
+    concurrent = []
+    for short, name in (("1b", "llama-1b"), ("3b", "llama-3b"), ("8b", "llama-8b")):
+        path = os.path.join(a.dir, f"calib-{short}-concurrent.jsonl")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                run = json.loads(line)
+                alone = {d["batch"]: d["ms_per_step"] for d in run["decode"]}
+                mean_ctx = 1024 + WARMUP + STEPS / 2
+                for d in run["concurrent"]["decode"]:
+                    b = d["batch"]
+                    concurrent.append(dict(shape=name, copies=run["concurrent"]["models"],
+                                           decode_tokens=b, decode_context=b * mean_ctx,
+                                           ms=round(d["ms_per_step"], 4),
+                                           ms_alone=round(alone[b], 4)))
     out = dict(
         device=device, date=a.date,
         command=("deploy/gpu-host/sim-calibrate.sh OUT (ballast bench-engine, CUDA graphs, "
@@ -75,10 +98,12 @@ def main():
     if kv_tiers is not None:
         out["kv_tiers"] = kv_tiers
     out.update(shapes=SHAPES, points=points)
+    if concurrent:
+        out["concurrent"] = concurrent
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
-    print(f"{a.out}: {len(points)} points from {device}")
+    print(f"{a.out}: {len(points)} points and {len(concurrent)} concurrent from {device}")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,8 @@ absl::StatusOr<sim::SimPolicy> Variant(const SimFile& f, const std::string& name
 nlohmann::json EngineJson(const Loaded& l) {
   return {{"device", l.calibration.device},
           {"calibrated", l.calibration.date},
-          {"coefficients", l.engine->coefficients()}};
+          {"coefficients", l.engine->coefficients()},
+          {"overlap_per_layer_s", l.engine->overlap_per_layer_s()}};
 }
 
 int RunSimulate(const SimCli::State& s) {

@@ -42,6 +42,38 @@ absl::Status SetNamed(const YamlSection& s, const char* name, const std::string&
   return absl::OkStatus();
 }
 
+// The policy's numeric keys within their ranges; errors name the key.
+absl::Status CheckPolicyRanges(const YamlSection& s, const sim::SimPolicy& policy) {
+  const sim::SimPolicy* p = &policy;
+  if (p->max_batch_tokens <= 0) return s.Error(s.Key("max_batch_tokens"), "must be > 0");
+  if (p->control_interval_s <= 0) return s.Error(s.Key("control_interval_s"), "must be > 0");
+  if (p->demand_window_s <= 0) return s.Error(s.Key("demand_window_s"), "must be > 0");
+  if (p->kv_pressure_free_fraction < 0 || p->kv_pressure_free_fraction >= 1) {
+    return s.Error(s.Key("kv_pressure_free_fraction"), "must be in [0, 1)");
+  }
+  if (p->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
+  if (!(p->step_host_s >= 0)) return s.Error(s.Key("step_host_s"), "must be >= 0");
+  if (!(p->rolling_share_exponent >= 0 && p->rolling_share_exponent <= 4)) {
+    return s.Error(s.Key("rolling_share_exponent"), "must be in [0, 4]");
+  }
+  if (!(p->rolling_overlap_share >= 0 && p->rolling_overlap_share <= 1)) {
+    return s.Error(s.Key("rolling_overlap_share"), "must be in [0, 1]");
+  }
+  if (!(p->step_budget_headroom >= 0)) {
+    return s.Error(s.Key("step_budget_headroom"), "must be >= 0 (0: off)");
+  }
+  if (!(p->tp_allreduce_latency_s >= 0)) {
+    return s.Error(s.Key("tp_allreduce_latency_s"), "must be >= 0");
+  }
+  if (!(p->tp_allreduce_bus_bytes_per_s > 0)) {
+    return s.Error(s.Key("tp_allreduce_bus_bytes_per_s"), "must be > 0");
+  }
+  if (p->min_kv_fraction < 0 || p->min_kv_fraction >= 1) {
+    return s.Error(s.Key("min_kv_fraction"), "must be in [0, 1)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const std::string* file,
                          sim::SimPolicy* p) {
   YamlSection s(node, key, file);
@@ -58,6 +90,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("overlap_steps", &p->overlap_steps));
   RETURN_IF_ERROR(s.Get("rolling_steps", &p->rolling_steps));
   RETURN_IF_ERROR(s.Get("rolling_share_exponent", &p->rolling_share_exponent));
+  RETURN_IF_ERROR(s.Get("rolling_overlap_share", &p->rolling_overlap_share));
   RETURN_IF_ERROR(s.Get("ahead_steps", &p->ahead_steps));
   RETURN_IF_ERROR(s.Get("step_host_s", &p->step_host_s));
   RETURN_IF_ERROR(s.Get("control_interval_s", &p->control_interval_s));
@@ -83,29 +116,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
     if (!a.ok()) return s.Error(s.Key("arbitration"), std::string(a.status().message()));
     p->arbitration = *a;
   }
-  if (p->max_batch_tokens <= 0) return s.Error(s.Key("max_batch_tokens"), "must be > 0");
-  if (p->control_interval_s <= 0) return s.Error(s.Key("control_interval_s"), "must be > 0");
-  if (p->demand_window_s <= 0) return s.Error(s.Key("demand_window_s"), "must be > 0");
-  if (p->kv_pressure_free_fraction < 0 || p->kv_pressure_free_fraction >= 1) {
-    return s.Error(s.Key("kv_pressure_free_fraction"), "must be in [0, 1)");
-  }
-  if (p->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
-  if (!(p->step_host_s >= 0)) return s.Error(s.Key("step_host_s"), "must be >= 0");
-  if (!(p->rolling_share_exponent >= 0 && p->rolling_share_exponent <= 4)) {
-    return s.Error(s.Key("rolling_share_exponent"), "must be in [0, 4]");
-  }
-  if (!(p->step_budget_headroom >= 0)) {
-    return s.Error(s.Key("step_budget_headroom"), "must be >= 0 (0: off)");
-  }
-  if (!(p->tp_allreduce_latency_s >= 0)) {
-    return s.Error(s.Key("tp_allreduce_latency_s"), "must be >= 0");
-  }
-  if (!(p->tp_allreduce_bus_bytes_per_s > 0)) {
-    return s.Error(s.Key("tp_allreduce_bus_bytes_per_s"), "must be > 0");
-  }
-  if (p->min_kv_fraction < 0 || p->min_kv_fraction >= 1) {
-    return s.Error(s.Key("min_kv_fraction"), "must be in [0, 1)");
-  }
+  RETURN_IF_ERROR(CheckPolicyRanges(s, *p));
   if (!session_kv.empty()) {
     const std::optional<sim::SessionKv> kv = sim::ParseSessionKv(session_kv);
     if (!kv) {

@@ -151,6 +151,33 @@ absl::StatusOr<CalibrationPoint> ParsePoint(const nlohmann::json& p, const std::
   return pt;
 }
 
+absl::StatusOr<ConcurrentPoint> ParseConcurrent(const nlohmann::json& p, const std::string& where,
+                                                const std::map<std::string, ModelShape>& shapes) {
+  ConcurrentPoint pt;
+  if (!p.contains("shape") || !p["shape"].is_string() || !shapes.count(p["shape"])) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".shape: one of the \"shapes\""));
+  }
+  pt.shape_name = p["shape"].get<std::string>();
+  pt.shape = shapes.at(pt.shape_name);
+  auto n = Number(p, "copies", where);
+  auto b = Number(p, "decode_tokens", where);
+  auto c = Number(p, "decode_context", where, false);
+  auto ms = Number(p, "ms", where);
+  auto alone = Number(p, "ms_alone", where);
+  for (const auto* st : {&n, &b, &c, &ms, &alone}) {
+    if (!st->ok()) return st->status();
+  }
+  pt.copies = static_cast<int>(*n);
+  pt.work = {static_cast<int>(*b), *c, 0, 0};
+  pt.seconds = *ms / 1e3;
+  pt.alone_seconds = *alone / 1e3;
+  if (pt.copies < 2 || pt.work.decode_tokens <= 0 || pt.seconds <= 0 || pt.alone_seconds <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": needs copies >= 2, decode_tokens > 0, ms > 0 and ms_alone > 0"));
+  }
+  return pt;
+}
+
 // The optional "kv_tiers" object (KvLinkRates): each rate > 0.
 absl::Status ParseKvRates(const nlohmann::json& j, const std::string& origin, Calibration* c) {
   if (!j.contains("kv_tiers")) return absl::OkStatus();
@@ -209,6 +236,17 @@ absl::StatusOr<Calibration> ParseCalibrationJson(const std::string& text,
     auto pt = ParsePoint(j["points"][i], absl::StrCat(origin, ": points[", i, "]"), shapes);
     if (!pt.ok()) return pt.status();
     c.points.push_back(*std::move(pt));
+  }
+  if (j.contains("concurrent")) {
+    if (!j["concurrent"].is_array()) {
+      return FieldError(origin, "concurrent", "an array of concurrent steps");
+    }
+    for (size_t i = 0; i < j["concurrent"].size(); ++i) {
+      auto pt = ParseConcurrent(j["concurrent"][i], absl::StrCat(origin, ": concurrent[", i, "]"),
+                                shapes);
+      if (!pt.ok()) return pt.status();
+      c.concurrent.push_back(*std::move(pt));
+    }
   }
   return c;
 }

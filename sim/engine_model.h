@@ -120,6 +120,19 @@ struct KvLinkRates {
   double peer_bytes_per_s = 1.25e9;
 };
 
+// `copies` copies of one model, each stepping the same decode batch at
+// once on its own host thread and stream (`ballast bench-engine
+// --concurrent-models`): how far concurrent small steps overlap on the
+// device, which one model at a time does not show.
+struct ConcurrentPoint {
+  std::string shape_name;
+  ModelShape shape;
+  int copies = 0;            // >= 2
+  StepWork work;             // each copy's step
+  double seconds = 0;        // one copy's step time, all stepping at once
+  double alone_seconds = 0;  // one copy's step time alone, same run
+};
+
 struct Calibration {
   std::string device;             // the card's name as CUDA reports it
   std::string date;               // when it was measured
@@ -130,6 +143,7 @@ struct Calibration {
   KvLinkRates kv_rates;           // "kv_tiers" (defaults above when absent)
   std::string kv_rates_source;    // "kv_tiers.source": where they were measured
   std::vector<CalibrationPoint> points;
+  std::vector<ConcurrentPoint> concurrent;  // "concurrent" (optional)
 };
 
 // Reads configs/sim/calibration-<card>.json. Errors name the file and the
@@ -144,7 +158,7 @@ class EngineModel {
   static absl::StatusOr<EngineModel> Fit(const Calibration& calibration);
   // A model with given coefficients (tests, hand-computed clusters).
   EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s, double activation_ratio,
-              KvLinkRates kv_rates = {});
+              KvLinkRates kv_rates = {}, double overlap_per_layer_s = 0);
 
   double StepSeconds(const ModelShape& shape, const StepWork& work) const;
   // The part of StepSeconds that steps of several models on their own
@@ -152,6 +166,16 @@ class EngineModel {
   // The rest, per-layer kernels included, keeps the GPU busy and adds up
   // (sim_device.h says why).
   double LatencySeconds(const ModelShape& shape) const;
+  // Of a decode step's time alone, the part beyond LatencySeconds that
+  // other models' decode steps overlap when they step at the same time:
+  // overlap_per_layer_s x layers (launch gaps and kernels too small to
+  // fill the GPU, about 50 us a layer on the H200). Fitted from the
+  // calibration's concurrent points: n copies at once take
+  // l + n (t - l) a step, t the step alone, so each point gives
+  // l = (n t - t_n) / (n - 1); least squares of l - k0 against layers.
+  // 0 without concurrent points (then only k0 overlaps).
+  double OverlapSeconds(const ModelShape& shape) const;
+  double overlap_per_layer_s() const { return overlap_per_layer_s_; }
   // Time to prefill `tokens` tokens alone (arbitration's cost estimate).
   double PrefillSeconds(const ModelShape& shape, int tokens) const;
   // Time to copy a model's weights from pinned host memory and set it up.
@@ -167,6 +191,7 @@ class EngineModel {
  private:
   std::array<double, kFeatures> k_;
   double h2d_bytes_per_s_, activation_ratio_;
+  double overlap_per_layer_s_;
   KvLinkRates kv_rates_;
 };
 

@@ -60,13 +60,30 @@ bool LeastSquares(const std::vector<std::array<double, kK>>& rows, const std::ve
   return true;
 }
 
+// Concurrent steps' overlap per layer beyond k0 (OverlapSeconds):
+// least squares through the origin of each point's overlap less k0
+// against its layers (a point whose copies overlap less than k0 counts
+// as 0).
+double FitOverlapPerLayer(const std::vector<ConcurrentPoint>& points, double k0) {
+  double num = 0, den = 0;
+  for (const ConcurrentPoint& p : points) {
+    const double n = p.copies;
+    const double overlap = (n * p.alone_seconds - p.seconds) / (n - 1);
+    const double layers = p.shape.layers;
+    num += std::max(0.0, overlap - k0) * layers;
+    den += layers * layers;
+  }
+  return den > 0 ? num / den : 0.0;
+}
+
 }  // namespace
 
 EngineModel::EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s,
-                         double activation_ratio, KvLinkRates kv_rates)
+                         double activation_ratio, KvLinkRates kv_rates, double overlap_per_layer_s)
     : k_(k),
       h2d_bytes_per_s_(h2d_bytes_per_s),
       activation_ratio_(activation_ratio),
+      overlap_per_layer_s_(overlap_per_layer_s),
       kv_rates_(kv_rates) {}
 
 absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
@@ -106,7 +123,8 @@ absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
     if (k[*worst] >= 0) break;
     active.erase(worst);
   }
-  return EngineModel(k, c.h2d_bytes_per_s, c.activation_ratio, c.kv_rates);
+  return EngineModel(k, c.h2d_bytes_per_s, c.activation_ratio, c.kv_rates,
+                     FitOverlapPerLayer(c.concurrent, k[0]));
 }
 
 double EngineModel::StepSeconds(const ModelShape& shape, const StepWork& work) const {
@@ -119,6 +137,10 @@ double EngineModel::StepSeconds(const ModelShape& shape, const StepWork& work) c
 double EngineModel::LatencySeconds(const ModelShape& shape) const {
   (void)shape;
   return k_[0];
+}
+
+double EngineModel::OverlapSeconds(const ModelShape& shape) const {
+  return overlap_per_layer_s_ * shape.layers;
 }
 
 double EngineModel::PrefillSeconds(const ModelShape& shape, int tokens) const {

@@ -140,6 +140,16 @@ struct SimPolicy {
   // 2,048-token prefill chunk got 22-33% of the GPU (0.5 predicts 22-37%,
   // 0 predicts 50%). The shares always add up to the whole GPU.
   double rolling_share_exponent = 0.5;
+  // Rolling: the share of the engine's concurrent overlap
+  // (EngineModel::OverlapSeconds, measured with one host thread per model)
+  // that the node realises. A decode-only step's launch latency is
+  // k0 + this x OverlapSeconds; steps with prefill chunks keep k0 (no
+  // concurrent prefill was measured). The node's one device thread, woken
+  // by each step's device-done callback, begins the next steps later than
+  // free-running threads would. 0.5 is fitted to the rolling daemon on
+  // the four-1B validation trace (seed 24, H200, 2026-11-30) and checked
+  // on another (seed 42): docs/benchmarks.md. 0: only k0 overlaps.
+  double rolling_overlap_share = 0.5;
   // With rolling_steps: each model's next step is planned and queued
   // behind the one on the GPU (node.engine.ahead_steps, the node's
   // default; sim_device.h's rules): its host time is hidden, and a

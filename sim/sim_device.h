@@ -38,9 +38,11 @@
 //    tokens plus prefill chunks (in admission order) up to
 //    max_batch_tokens, and it begins the next as soon as that one ends.
 //    A step of alone-time s (TpStepSeconds) is host time
-//    (policy.step_host_s) and the launch latency l = min(s, k0)
-//    (EngineModel::LatencySeconds), during which the model waits but
-//    takes none of the GPU, then GPU work s - l. The GPU is shared by
+//    (policy.step_host_s) and the launch latency l = min(s, k0 + o)
+//    (EngineModel::LatencySeconds; o, for a decode-only step,
+//    policy.rolling_overlap_share x EngineModel::OverlapSeconds: the
+//    measured overlap of concurrent small steps), during which the model
+//    waits but takes none of the GPU, then GPU work s - l. The GPU is shared by
 //    the steps whose work is on it: each progresses at g / G of its alone
 //    rate, g its work to the power policy.rolling_share_exponent and G
 //    the sum of those on the GPU (0: processor sharing, equal shares;

@@ -129,7 +129,12 @@ bool SimDevice::RollBegin(Resident* res, int* k, bool ahead) {
   if (!PlanResident(res, &w, k, &s.chunks)) return false;
   const SimModel& spec = Spec(res->model);
   const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
-  const double lat = std::min(step, engine_->LatencySeconds(spec.Part()));
+  // A decode-only step overlaps other models' steps further (the node's
+  // share of the engine's measured concurrent overlap).
+  const double overlap = w.prefill_tokens == 0 ? config_->policy.rolling_overlap_share *
+                                                     engine_->OverlapSeconds(spec.Part())
+                                               : 0.0;
+  const double lat = std::min(step, engine_->LatencySeconds(spec.Part()) + overlap);
   // The host time before the step: an ahead step's ran beside the last
   // step (the node finishes one step and plans the next meanwhile).
   const double host =

@@ -22,6 +22,10 @@ MODES=${MODES:-none decode first}
 SHAPE=${SHAPE:-"layers: 16, hidden: 2048, heads: 32, kv_heads: 8, intermediate: 8192, vocab: 128256, tie_embeddings: true"}
 ADDR=127.0.0.1:${SCHED_PORT:-50051}
 mkdir -p "$OUT"
+# sm_reserve_models without sm_reserve is a config error: name chat only
+# when SMs are reserved.
+RESERVE_MODELS=""
+[ "${SM_RESERVE:-0}" != 0 ] && RESERVE_MODELS=", sm_reserve_models: [chat]"
 
 config() {
   cat <<EOF
@@ -36,7 +40,7 @@ node:
     - {name: "${DEVICE:-cuda:0}", memory_mib: 40960}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 8192, overlap_steps: true, priority_streams: $1,
-           rolling_steps: ${ROLLING:-false}, sm_reserve: ${SM_RESERVE:-0}, sm_reserve_models: [chat]}
+           rolling_steps: ${ROLLING:-false}, sm_reserve: ${SM_RESERVE:-0}$RESERVE_MODELS}
 serve:
   cache_dir: $OUT/models
   models:

@@ -164,6 +164,22 @@ TEST(SimConfigTest, AheadStepsFollowTheNodesDefault) {
   EXPECT_FALSE(bad.ok());
 }
 
+// The share of the measured concurrent overlap: 0.5 by default, set per
+// variant, and outside [0, 1] an error naming the key.
+TEST(SimConfigTest, RollingOverlapShareIsReadAndChecked) {
+  const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
+  auto dflt = ParseSimConfig(base, "s.yaml");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  EXPECT_EQ(dflt->config.policy.rolling_overlap_share, 0.5);
+  auto set = ParseSimConfig(base + "policies: {bench: {rolling_overlap_share: 1}}\n", "s.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->variants.at("bench").rolling_overlap_share, 1.0);
+  auto bad = ParseSimConfig(base + "policy: {rolling_overlap_share: 1.5}\n", "s.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rolling_overlap_share"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
+}
+
 TEST(SimConfigTest, RemapHasTheDaemonsDefaultsAndKeys) {
   const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
   auto dflt = ParseSimConfig(base, "s.yaml");

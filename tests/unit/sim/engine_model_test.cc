@@ -1,6 +1,7 @@
-// The engine model: the least-squares fit recovers known coefficients, the
-// committed calibration predicts its own measurements, and bad calibration
-// files fail with the file and the field.
+// The engine model: the least-squares fit recovers known coefficients and
+// the concurrent overlap, the committed calibration predicts its own
+// measurements (concurrent ones too), and bad calibration files fail with
+// the file and the field.
 #include "sim/engine_model.h"
 
 #include <gtest/gtest.h>
@@ -66,6 +67,32 @@ TEST(EngineModelTest, TooFewPointsIsAnError) {
   EXPECT_EQ(EngineModel::Fit(c).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Concurrent points made with a known overlap per layer (n copies at once
+// take l + n (t - l), l = k0 + 50 us x layers) give it back; none gives 0.
+TEST(EngineModelTest, FitRecoversTheConcurrentOverlap) {
+  const std::array<double, kFeatures> k = {30e-6,      20e-6,      1 / 3.0e12, 1 / 2.5e12, 1e-7,
+                                           1 / 400e12, 1 / 600e12, 1 / 300e12, 0};
+  Calibration c = Synthetic(k);
+  auto plain = EngineModel::Fit(c);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->overlap_per_layer_s(), 0);
+  const EngineModel truth(k, 50e9, 1.0);
+  for (const char* name : {"llama-1b", "llama-3b", "llama-8b"}) {
+    const ModelShape s = *NamedShape(name);
+    for (int b : {1, 32}) {
+      for (int n : {2, 4}) {
+        const StepWork w{b, b * 1024.0, 0, 0};
+        const double t = truth.StepSeconds(s, w), l = k[0] + 50e-6 * s.layers;
+        c.concurrent.push_back({name, s, n, w, l + n * (t - l), t});
+      }
+    }
+  }
+  auto m = EngineModel::Fit(c);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_NEAR(m->overlap_per_layer_s() / 50e-6, 1.0, 1e-3);
+  EXPECT_NEAR(m->OverlapSeconds(*NamedShape("llama-8b")), 32 * 50e-6, 1e-8);
+}
+
 TEST(EngineModelTest, ShapesMatchTheirCheckpoints) {
   // Llama-3-8B: 8.03B parameters (16.06 GB in BF16), 128 KiB of KV per token.
   const ModelShape s = *NamedShape("llama-8b");
@@ -98,6 +125,21 @@ TEST_P(CommittedCalibrationTest, PredictsItsMeasurements) {
   std::sort(err.begin(), err.end());
   EXPECT_LE(err.back(), 0.25);
   EXPECT_LE(err[err.size() / 2], 0.10);
+  // Concurrent steps (the engine's own overlap, share 1): n copies at once
+  // take l + n (t - l), t measured alone, l = k0 + OverlapSeconds.
+  std::vector<double> cerr;
+  for (const auto& p : c->concurrent) {
+    const double l = m->LatencySeconds(p.shape) + m->OverlapSeconds(p.shape);
+    const double pred = l + p.copies * (p.alone_seconds - l);
+    cerr.push_back(std::fabs(pred - p.seconds) / p.seconds);
+    std::printf("%-9s x%d B=%-4d measured %8.3f ms predicted %8.3f ms (%+.1f%%)\n",
+                p.shape_name.c_str(), p.copies, p.work.decode_tokens, p.seconds * 1e3, pred * 1e3,
+                100 * (pred - p.seconds) / p.seconds);
+  }
+  if (cerr.empty()) return;  // the H100's calibration has none
+  std::sort(cerr.begin(), cerr.end());
+  EXPECT_LE(cerr.back(), 0.15);
+  EXPECT_LE(cerr[cerr.size() / 2], 0.05);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, CommittedCalibrationTest,
@@ -121,6 +163,15 @@ TEST(EngineModelTest, BadFilesNameTheFileAndField) {
       "c.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("c.json"), std::string::npos);
+  bad = ParseCalibration(
+      "{\"memory_bytes\": 1, \"h2d_bytes_per_s\": 1, \"activation_ratio\": 1, \"shapes\": "
+      "{\"s\": {\"layers\": 1, \"hidden\": 8, \"heads\": 1, \"kv_heads\": 1, "
+      "\"intermediate\": 8, \"vocab\": 8}}, \"points\": [], \"concurrent\": [{\"shape\": \"s\", "
+      "\"copies\": 1, \"decode_tokens\": 1, \"ms\": 1, \"ms_alone\": 1}]}",
+      "c.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("concurrent[0]"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("copies >= 2"), std::string::npos);
 }
 
 }  // namespace
