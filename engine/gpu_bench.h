@@ -59,6 +59,11 @@ struct GpuEngineBenchOptions {
   // figure the serving path is held to. Costs N - 1 more weight copies.
   int concurrent_models = 0;
   std::string interference_foreground = "prefill";
+  // Not empty: after the decode runs, per decode batch and chunk length C,
+  // a step of the batch's decodes plus one C-token prefill chunk against
+  // the decodes alone and the chunk alone (engine/cuda/engine_bench_mixed.h):
+  // whether chunked prefill mixed with decodes keeps its speed.
+  std::vector<int> mixed_chunks;
   // > 0: the interference runs split the device's SMs (CUDA green
   // contexts): the foreground gets the first interference_sms (rounded up
   // to the partition granule), the background the rest. Costs one more

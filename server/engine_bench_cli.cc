@@ -15,6 +15,7 @@ namespace ballast::server {
 struct EngineBenchCli::State {
   engine::GpuEngineBenchOptions o;
   std::string batches = "1,16,64,256";
+  std::string mixed;
   std::string out;
   std::string hf_json;
   CLI::App* cmd = nullptr;
@@ -68,6 +69,9 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
                 "(aggregate tokens/s; 0 = skip)")
       ->capture_default_str();
   c->add_option("--prefill-runs", o.prefill_runs, "timed prefill runs")->capture_default_str();
+  c->add_option("--mixed", s_->mixed,
+                "chunk lengths: per decode batch, a step of its decodes plus one chunk of this "
+                "many prompt tokens, against each alone (empty = skip)");
   c->add_option("--kv-pool", o.kv_pool, "static | arena (elastic slab arena over CUDA VMM)")
       ->capture_default_str();
   c->add_option("--out", s_->out, "write the JSON result here");
@@ -93,69 +97,68 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
 
 EngineBenchCli::~EngineBenchCli() = default;
 
-bool EngineBenchCli::RunParsed(int* rc) {
-  if (s_->act_cmd->parsed()) {
-    if (s_->act_page_mib <= 0 || s_->act_page_mib % 2 != 0) {
-      std::cerr << "error: --page-mib must be a positive multiple of 2\n";
-      *rc = 2;
-      return true;
-    }
-    s_->act.page_bytes = static_cast<size_t>(s_->act_page_mib) << 20;
-    auto r = engine::RunGpuActivationBench(s_->act);
-    if (!r.ok()) {
-      std::cerr << "error: " << r.status().message() << "\n";
-      *rc = 1;
-      return true;
-    }
-    nlohmann::json j = nlohmann::json::parse(*r);
-    if (!s_->act_out.empty()) std::ofstream(s_->act_out) << j.dump(2) << "\n";
-    std::cout << absl::StrFormat(
-        "%s: %.2f GiB of weights, PCIe bound %.0f ms at %.1f GB/s; activation best %.0f ms "
-        "(%.2fx the bound); one copy stream %.0f ms\n",
-        j["device"].get<std::string>(), j["weight_bytes"].get<double>() / (1 << 30),
-        j["pcie_bound_ms"].get<double>(), j["h2d_bytes_per_s"].get<double>() / 1e9,
-        j["best_total_ms"].get<double>(), j["ratio_to_bound"].get<double>(),
-        j["single_stream_copy_ms"].get<double>());
-    for (const auto& run : j["runs"]) {
-      std::cout << absl::StrFormat(
-          "  map %.1f ms, copy %.1f ms, executor (copy + set-up) %.1f ms\n",
-          run["map_ms"].get<double>(), run["copy_ms"].get<double>(),
-          run["executor_ms"].get<double>());
-    }
-    *rc = 0;
-    return true;
-  }
-  if (!s_->cmd->parsed()) return false;
-  auto& o = s_->o;
-  o.batches.clear();
-  for (absl::string_view b : absl::StrSplit(s_->batches, ',', absl::SkipEmpty())) {
+bool ParsePositiveInts(const std::string& flag, const std::string& text, std::vector<int>* out) {
+  out->clear();
+  for (absl::string_view b : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     int v = 0;
     if (!absl::SimpleAtoi(b, &v) || v <= 0) {
-      std::cerr << "error: --batches: \"" << b << "\" is not a positive integer\n";
-      *rc = 2;
-      return true;
+      std::cerr << "error: " << flag << ": \"" << b << "\" is not a positive integer\n";
+      return false;
     }
-    o.batches.push_back(v);
+    out->push_back(v);
   }
-  auto r = engine::RunGpuEngineBench(o);
+  return true;
+}
+
+namespace {
+
+// The mixed chunked-prefill rows (engine_bench_mixed.h) as a table.
+void PrintMixed(const nlohmann::json& mixed) {
+  std::cout << "\n| decode batch | chunk | mixed ms | decodes alone ms | chunk alone ms | "
+               "chunk's marginal ms | chunk speed kept |\n"
+               "|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& m : mixed) {
+    std::cout << absl::StrFormat("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                                 m["batch"].get<int>(), m["chunk"].get<int>(),
+                                 m["mixed_ms"].get<double>(), m["decode_ms"].get<double>(),
+                                 m["chunk_ms"].get<double>(), m["marginal_ms"].get<double>(),
+                                 m["chunk_speed_kept"].get<double>());
+  }
+}
+
+// `ballast bench-activation`: runs it and prints the result; the exit code.
+int RunActivationBench(engine::GpuActivationBenchOptions act, int page_mib,
+                       const std::string& out) {
+  if (page_mib <= 0 || page_mib % 2 != 0) {
+    std::cerr << "error: --page-mib must be a positive multiple of 2\n";
+    return 2;
+  }
+  act.page_bytes = static_cast<size_t>(page_mib) << 20;
+  auto r = engine::RunGpuActivationBench(act);
   if (!r.ok()) {
     std::cerr << "error: " << r.status().message() << "\n";
-    *rc = 1;
-    return true;
+    return 1;
   }
   nlohmann::json j = nlohmann::json::parse(*r);
-  nlohmann::json hf;
-  if (!s_->hf_json.empty()) {
-    std::ifstream in(s_->hf_json);
-    if (!in) {
-      std::cerr << "error: cannot read " << s_->hf_json << "\n";
-      *rc = 2;
-      return true;
-    }
-    hf = nlohmann::json::parse(in, nullptr, false);
-    j["transformers"] = hf;
+  if (!out.empty()) std::ofstream(out) << j.dump(2) << "\n";
+  std::cout << absl::StrFormat(
+      "%s: %.2f GiB of weights, PCIe bound %.0f ms at %.1f GB/s; activation best %.0f ms "
+      "(%.2fx the bound); one copy stream %.0f ms\n",
+      j["device"].get<std::string>(), j["weight_bytes"].get<double>() / (1 << 30),
+      j["pcie_bound_ms"].get<double>(), j["h2d_bytes_per_s"].get<double>() / 1e9,
+      j["best_total_ms"].get<double>(), j["ratio_to_bound"].get<double>(),
+      j["single_stream_copy_ms"].get<double>());
+  for (const auto& run : j["runs"]) {
+    std::cout << absl::StrFormat("  map %.1f ms, copy %.1f ms, executor (copy + set-up) %.1f ms\n",
+                                 run["map_ms"].get<double>(), run["copy_ms"].get<double>(),
+                                 run["executor_ms"].get<double>());
   }
-  if (!s_->out.empty()) std::ofstream(s_->out) << j.dump(2) << "\n";
+  return 0;
+}
+
+// bench-engine's result as tables: decode (beside transformers' figures
+// in `hf`, if any), prefill, mixed steps.
+void PrintEngineResult(const nlohmann::json& j, const nlohmann::json& hf) {
   std::cout << "device: " << j["device"].get<std::string>() << ", weights "
             << absl::StrFormat("%.2f GiB", j["weight_bytes"].get<double>() / (1 << 30)) << ", load "
             << absl::StrFormat("%.1f s", j["load_s"].get<double>())
@@ -198,6 +201,43 @@ bool EngineBenchCli::RunParsed(int* rc) {
     }
     std::cout << "\n";
   }
+  if (j.contains("mixed")) PrintMixed(j["mixed"]);
+}
+
+}  // namespace
+
+bool EngineBenchCli::RunParsed(int* rc) {
+  if (s_->act_cmd->parsed()) {
+    *rc = RunActivationBench(s_->act, s_->act_page_mib, s_->act_out);
+    return true;
+  }
+  if (!s_->cmd->parsed()) return false;
+  auto& o = s_->o;
+  if (!ParsePositiveInts("--batches", s_->batches, &o.batches) ||
+      !ParsePositiveInts("--mixed", s_->mixed, &o.mixed_chunks)) {
+    *rc = 2;
+    return true;
+  }
+  auto r = engine::RunGpuEngineBench(o);
+  if (!r.ok()) {
+    std::cerr << "error: " << r.status().message() << "\n";
+    *rc = 1;
+    return true;
+  }
+  nlohmann::json j = nlohmann::json::parse(*r);
+  nlohmann::json hf;
+  if (!s_->hf_json.empty()) {
+    std::ifstream in(s_->hf_json);
+    if (!in) {
+      std::cerr << "error: cannot read " << s_->hf_json << "\n";
+      *rc = 2;
+      return true;
+    }
+    hf = nlohmann::json::parse(in, nullptr, false);
+    j["transformers"] = hf;
+  }
+  if (!s_->out.empty()) std::ofstream(s_->out) << j.dump(2) << "\n";
+  PrintEngineResult(j, hf);
   *rc = 0;
   return true;
 }

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 
@@ -21,5 +23,9 @@ class EngineBenchCli {
   struct State;
   std::unique_ptr<State> s_;
 };
+
+// Parses "1,16,64" into *out; false (after printing an error naming
+// `flag`) if an entry is not a positive integer. Empty text: no entries.
+bool ParsePositiveInts(const std::string& flag, const std::string& text, std::vector<int>* out);
 
 }  // namespace ballast::server

@@ -11,6 +11,7 @@
 // bytes_per_step, roofline_ms, roofline_fraction}], prefill: {tokens,
 // ms, tokens_per_s, tflops, fraction_of_gemm_peak}, gemm_peak_tflops,
 // concurrent: {models, decode: [{batch, ms_per_step, tokens_per_s}]},
+// mixed: [...] (engine_bench_mixed.h),
 // interference: {...}}
 #include <atomic>
 #include <barrier>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/engine_bench_mixed.h"
 #include "engine/gpu_backend.h"
 #include "engine/gpu_bench.h"
 #include "memory/gpu_page_pool.h"
@@ -400,9 +402,9 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
       o.interference_batch > 0 ? per_seq * std::max(1, o.interference_batch) + prefill_blocks : 0;
   // With concurrent models, room for every copy's batch.
   const int64_t copies = std::max(1, o.concurrent_models);
-  const int64_t blocks =
-      (std::max<int64_t>(per_seq * max_batch * copies, prefill_blocks) + second) *
-      c.num_hidden_layers;
+  const int64_t blocks = (std::max<int64_t>(per_seq * max_batch * copies, prefill_blocks) + second +
+                          (o.mixed_chunks.empty() ? 0 : MixedChunkBlocks(o))) *
+                         c.num_hidden_layers;
   std::shared_ptr<memory::KvArena> arena;  // outlives the allocator
   absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> pool;
   if (o.kv_pool == "arena") {
@@ -429,8 +431,10 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   out["kv_pool"] = o.kv_pool;
   GpuExecutorOptions eo;
   eo.device = o.device;
-  eo.max_batch_tokens = std::max(max_batch, o.prefill_tokens);
-  eo.max_context = std::max(decode_len, o.prefill_tokens);
+  int longest_chunk = 0;
+  for (int chunk : o.mixed_chunks) longest_chunk = std::max(longest_chunk, chunk);
+  eo.max_batch_tokens = std::max(max_batch + longest_chunk, o.prefill_tokens);
+  eo.max_context = std::max({decode_len, o.prefill_tokens, 2 * longest_chunk});
   eo.cuda_graphs = o.cuda_graphs;
   eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
   eo.deterministic = o.deterministic;
@@ -467,6 +471,11 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
     for (auto& s : seqs) kv.Release(&s);
   }
   out["graph_replays"] = e.graph_replays();
+  if (!o.mixed_chunks.empty()) {
+    auto mixed = MeasureMixed(o, c, &kv, &e);
+    if (!mixed.ok()) return mixed.status();
+    out["mixed"] = *mixed;
+  }
   if (o.concurrent_models > 1) {
     auto con = MeasureConcurrent(o, c, eo, &kv, &e);
     if (!con.ok()) return con.status();

@@ -323,5 +323,19 @@ TEST_F(BenchTest, StoppedCompareLeavesPerScaleFilesAndNoServe) {
   for (pid_t pid : left) kill(pid, SIGKILL);
 }
 
+// bench-engine's lists (--batches, --mixed chunk lengths) are checked
+// before anything is loaded: a bad entry is a usage error naming the flag.
+TEST_F(BenchTest, BenchEngineRejectsABadListNamingTheFlag) {
+  for (const auto& [flag, list] : {std::pair<std::string, std::string>{"--mixed", "256,0"},
+                                   {"--mixed", "512,x"},
+                                   {"--batches", "1,-4"}}) {
+    const std::string log = "bench-engine.log";
+    EXPECT_EQ(Run({"bench-engine", "--model", dir_.string(), flag, list}, log), 2) << list;
+    std::ifstream in(dir_ / log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("error: " + flag + ": \""), std::string::npos) << text;
+  }
+}
+
 }  // namespace
 }  // namespace ballast
