@@ -118,11 +118,12 @@ void PrintMixed(const nlohmann::json& mixed) {
                "chunk's marginal ms | chunk speed kept |\n"
                "|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& m : mixed) {
-    std::cout << absl::StrFormat("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
-                                 m["batch"].get<int>(), m["chunk"].get<int>(),
-                                 m["mixed_ms"].get<double>(), m["decode_ms"].get<double>(),
-                                 m["chunk_ms"].get<double>(), m["marginal_ms"].get<double>(),
-                                 m["chunk_speed_kept"].get<double>());
+    const auto& kept = m["chunk_speed_kept"];
+    std::cout << absl::StrFormat(
+        "| %d | %d | %.2f | %.2f | %.2f | %.2f | %s |\n", m["batch"].get<int>(),
+        m["chunk"].get<int>(), m["mixed_ms"].get<double>(), m["decode_ms"].get<double>(),
+        m["chunk_ms"].get<double>(), m["marginal_ms"].get<double>(),
+        kept.is_null() ? "-" : absl::StrFormat("%.2f", kept.get<double>()));
   }
 }
 

@@ -167,6 +167,11 @@ absl::StatusOr<ConcurrentPoint> ParseConcurrent(const nlohmann::json& p, const s
   for (const auto* st : {&n, &b, &c, &ms, &alone}) {
     if (!st->ok()) return st->status();
   }
+  for (const char* key : {"copies", "decode_tokens"}) {
+    if (!p[key].is_number_integer()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".", key, ": an integer"));
+    }
+  }
   pt.copies = static_cast<int>(*n);
   pt.work = {static_cast<int>(*b), *c, 0, 0};
   pt.seconds = *ms / 1e3;

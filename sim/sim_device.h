@@ -80,15 +80,14 @@
 //    prefill chunk, a small decode step got 22-33% of the GPU (bench-
 //    engine's interference runs; work^0.5 predicts 22-37%, equal shares
 //    50%), and the device did 1.05-1.11 of serial work (not modelled).
-//    Through the daemon, a 1B chat model beside another 1B model's
-//    prefill chunks: TPOT p50 10.1 ms lockstep and 4.95 ms rolling,
-//    simulated 8.5 and 5.25 ms (equal shares: 2.65 ms); the bulk model 4%
-//    slower rolling, simulated 5%. Not captured: concurrent small steps
-//    overlap on the H200 (six 130M models, issue 13; through the rolling
-//    daemon, four 1B models' decode steps at batches of 10-30 took 4.35
-//    ms a round where their calibrated serial sum is 5.9 ms, and about
-//    their serial sum at batch 128; docs/benchmarks.md). The
-//    calibration, one model at a time, does not measure that overlap.
+//    Through the daemon (2026-11-30), a 1B chat model beside another 1B
+//    model's prefill chunks: TPOT p50 6.93 ms lockstep and 4.96 ms
+//    rolling, simulated 5.93 and 4.02 ms; the bulk model 0.5% slower
+//    rolling, simulated 2%. Concurrent decode steps overlap further on
+//    the GPU: the calibration's concurrent points (N copies at once, one
+//    host thread each) give EngineModel::OverlapSeconds, of which the
+//    node realises policy.rolling_overlap_share (docs/benchmarks.md,
+//    "Concurrent steps' overlap").
 //  * Admission, rolling: at a model's step boundary (or at once when it
 //    has no step in flight; with ahead steps, when its step begins, for
 //    the step after), by the same arbitration over the whole queue; the

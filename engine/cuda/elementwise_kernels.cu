@@ -75,10 +75,11 @@ __device__ __forceinline__ void Load4(const T* p, float v[4]) {
 }
 
 template <typename T>
-__global__ void AddRmsNormVecKernel(float* __restrict__ resid, const T* __restrict__ delta,
-                                    const T* __restrict__ bias, const T* __restrict__ weight,
-                                    float eps, int hidden, T* __restrict__ out,
-                                    __nv_fp8_e4m3* __restrict__ q, float* __restrict__ q_scale) {
+__global__ void __launch_bounds__(1024)
+    AddRmsNormVecKernel(float* __restrict__ resid, const T* __restrict__ delta,
+                        const T* __restrict__ bias, const T* __restrict__ weight, float eps,
+                        int hidden, T* __restrict__ out, __nv_fp8_e4m3* __restrict__ q,
+                        float* __restrict__ q_scale) {
   AllowNextGrid();
   WaitPriorGrid();
   __shared__ float scratch[32];

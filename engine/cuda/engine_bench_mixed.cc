@@ -10,13 +10,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Mean ms of o.steps calls of `step` after two untimed ones (plans, the
-// graph capture).
+// Mean ms of o.steps calls of `step` after o.warmup untimed ones (plans,
+// the graph capture).
 template <typename Step>
 absl::StatusOr<double> MeanMs(const GpuEngineBenchOptions& o, Step step) {
   Clock::time_point t0;
-  for (int i = 0; i < 2 + o.steps; ++i) {
-    if (i == 2) t0 = Clock::now();
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    if (i == o.warmup) t0 = Clock::now();
     if (auto st = step(); !st.ok()) return st;
   }
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / o.steps;
@@ -49,15 +49,18 @@ absl::StatusOr<MixedRow> TimeRow(const GpuEngineBenchOptions& o, cuda::CudaExecu
 
 nlohmann::json RowJson(int batch, int chunk, const MixedRow& r) {
   const double marginal = r.mixed_ms - r.decode_ms;
-  return {{"batch", batch},
-          {"chunk", chunk},
-          {"mixed_ms", r.mixed_ms},
-          {"decode_ms", r.decode_ms},
-          {"chunk_ms", r.chunk_ms},
-          {"marginal_ms", marginal},
-          {"chunk_tokens_per_s_mixed", marginal > 0 ? chunk * 1e3 / marginal : 0.0},
-          {"chunk_tokens_per_s_alone", chunk * 1e3 / r.chunk_ms},
-          {"chunk_speed_kept", marginal > 0 ? r.chunk_ms / marginal : 0.0}};
+  nlohmann::json j = {{"batch", batch},
+                      {"chunk", chunk},
+                      {"mixed_ms", r.mixed_ms},
+                      {"decode_ms", r.decode_ms},
+                      {"chunk_ms", r.chunk_ms},
+                      {"marginal_ms", marginal},
+                      {"chunk_tokens_per_s_alone", chunk * 1e3 / r.chunk_ms}};
+  // A chunk that added nothing measurable (marginal <= 0, noise at small
+  // chunks) has no rate: null, not 0 (which would read as "speed lost").
+  j["chunk_tokens_per_s_mixed"] = marginal > 0 ? nlohmann::json(chunk * 1e3 / marginal) : nullptr;
+  j["chunk_speed_kept"] = marginal > 0 ? nlohmann::json(r.chunk_ms / marginal) : nullptr;
+  return j;
 }
 
 }  // namespace

@@ -24,8 +24,9 @@ int64_t MixedChunkBlocks(const GpuEngineBenchOptions& o);
 // JSON: [{batch, chunk, mixed_ms, decode_ms, chunk_ms, marginal_ms,
 // chunk_tokens_per_s_mixed, chunk_tokens_per_s_alone, chunk_speed_kept}],
 // chunk_speed_kept = chunk_ms / marginal_ms (1: the chunk costs no more
-// mixed in than alone). REQUIRES: kv has room for the largest batch at
-// o.context + 1 tokens plus MixedChunkBlocks.
+// mixed in than alone; null with the rate when marginal_ms <= 0). Each
+// figure is the mean of o.steps steps after o.warmup untimed ones. REQUIRES: kv has room for the
+// largest batch at o.context + 1 tokens plus MixedChunkBlocks.
 absl::StatusOr<nlohmann::json> MeasureMixed(const GpuEngineBenchOptions& o, const ModelConfig& c,
                                             KvCache* kv, cuda::CudaExecutor* e);
 

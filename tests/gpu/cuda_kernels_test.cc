@@ -238,24 +238,27 @@ TEST(CudaKernels, HeadDimListsAgree) {
   for (int d : {0, 4, 12, 72, 100, 130, 512}) EXPECT_FALSE(PagedAttentionSupports(d)) << d;
 }
 
-// Residual add + RMSNorm of T rows of width H, the device arrays starting
-// `offset` elements into their allocations (offset 2: off the 16-byte
-// boundary, so the scalar kernel runs; so does H % 4 != 0).
-void RunRmsNorm(int T, int H, int offset) {
-  SCOPED_TRACE(::testing::Message() << "H=" << H << " offset=" << offset);
+// Residual add (with a bias when `bias`) + RMSNorm of T rows of width H,
+// the device arrays starting `offset` elements into their allocations
+// (offset 2: off the 16-byte boundary, so the scalar kernel runs; so does
+// H % 4 != 0).
+void RunRmsNorm(int T, int H, int offset, bool bias = false) {
+  SCOPED_TRACE(::testing::Message() << "H=" << H << " offset=" << offset << " bias=" << bias);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> resid(T * H + offset);
-  std::vector<uint16_t> delta(T * H + offset), w(H + offset);
+  std::vector<uint16_t> delta(T * H + offset), w(H + offset), b(H + offset);
   for (auto& x : resid) x = nd(rng);
   for (auto& x : delta) x = FloatToBF16(nd(rng));
   for (auto& x : w) x = FloatToBF16(1.0f + 0.1f * nd(rng));
+  for (auto& x : b) x = FloatToBF16(0.5f * nd(rng));
   float* d_resid = ToDevice(resid);
   uint16_t* d_delta = ToDevice(delta);
   uint16_t* d_w = ToDevice(w);
+  uint16_t* d_b = ToDevice(b);
   uint16_t* d_out = ToDevice(std::vector<uint16_t>(T * H + offset));
-  ASSERT_EQ(LaunchAddRmsNorm(d_resid + offset, d_delta + offset, nullptr, d_w + offset, 1e-5f, T, H,
-                             d_out + offset, ActType::kBF16, nullptr),
+  ASSERT_EQ(LaunchAddRmsNorm(d_resid + offset, d_delta + offset, bias ? d_b + offset : nullptr,
+                             d_w + offset, 1e-5f, T, H, d_out + offset, ActType::kBF16, nullptr),
             cudaSuccess);
   const auto r2 = ToHost(d_resid, T * H + offset);
   const auto o = ToHost(d_out, T * H + offset);
@@ -264,7 +267,7 @@ void RunRmsNorm(int T, int H, int offset) {
     std::vector<double> x(H);
     for (int i = 0; i < H; ++i) {
       const int at = offset + t * H + i;
-      x[i] = resid[at] + BF16ToFloat(delta[at]);
+      x[i] = resid[at] + BF16ToFloat(delta[at]) + (bias ? BF16ToFloat(b[offset + i]) : 0.0);
       ss += x[i] * x[i];
       EXPECT_NEAR(r2[at], x[i], 1e-5) << "t " << t << " i " << i;
     }
@@ -276,19 +279,21 @@ void RunRmsNorm(int T, int H, int offset) {
     }
   }
   for (void* p : {static_cast<void*>(d_resid), static_cast<void*>(d_delta), static_cast<void*>(d_w),
-                  static_cast<void*>(d_out)}) {
+                  static_cast<void*>(d_b), static_cast<void*>(d_out)}) {
     cudaFree(p);
   }
 }
 
 TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  RunRmsNorm(5, 320, 0);    // vector kernel, 2 vectors per thread at most
-  RunRmsNorm(3, 4096, 0);   // Llama-3-8B
-  RunRmsNorm(2, 16384, 0);  // the widest the vector kernel holds in registers
-  RunRmsNorm(3, 16388, 0);  // wider: the scalar kernel
-  RunRmsNorm(5, 322, 0);    // H % 4 != 0: the scalar kernel
-  RunRmsNorm(5, 320, 2);    // misaligned rows: the scalar kernel
+  RunRmsNorm(5, 320, 0);         // vector kernel, 2 vectors per thread at most
+  RunRmsNorm(3, 4096, 0);        // Llama-3-8B
+  RunRmsNorm(2, 16384, 0);       // the widest the vector kernel holds in registers
+  RunRmsNorm(3, 16388, 0);       // wider: the scalar kernel
+  RunRmsNorm(5, 322, 0);         // H % 4 != 0: the scalar kernel
+  RunRmsNorm(5, 320, 2);         // misaligned rows: the scalar kernel
+  RunRmsNorm(3, 4096, 0, true);  // with the bias (Qwen2's o_proj)
+  RunRmsNorm(5, 322, 0, true);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int T = 5;
@@ -360,10 +365,11 @@ TEST(CudaKernels, GemmMatchesReference) {
 }
 
 // RoPE + KV append for T tokens of H query and Hkv KV heads of size D,
-// with the QKV bias and, when `norm`, Qwen3's per-head q/k RMSNorm first.
-void RunRope(int D, int H, int Hkv, bool norm) {
+// with the QKV bias and, when `norm`, Qwen3's per-head q/k RMSNorm first;
+// FP8 KV (k scale 0.5, v scale 0.25) when `fp8`.
+void RunRope(int D, int H, int Hkv, bool norm, bool fp8 = false) {
   SCOPED_TRACE(::testing::Message()
-               << "D=" << D << " H=" << H << " Hkv=" << Hkv << " norm=" << norm);
+               << "D=" << D << " H=" << H << " Hkv=" << Hkv << " norm=" << norm << " fp8=" << fp8);
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int T = 3, BT = 16, width = (H + 2 * Hkv) * D;
@@ -377,7 +383,7 @@ void RunRope(int D, int H, int Hkv, bool norm) {
   for (int i = 0; i < D / 2; ++i) inv[i] = 1.0f / std::pow(10000.0f, 2.0f * i / D);
   const std::vector<int> seq = {0, 1, 1}, pos = {5, 17, 40};
   const std::vector<int> table = {2, 0, 0, 1, 3, 4};  // 2 seqs x 3 blocks
-  const size_t row = Hkv * D * 2, block_bytes = 2 * BT * row;
+  const size_t row = Hkv * D * (fp8 ? 1 : 2), block_bytes = 2 * BT * row;
   uint8_t* d_pool = ToDevice(std::vector<uint8_t>(block_bytes * 5, 0));
   int* d_table = ToDevice(table);
   int* d_seq = ToDevice(seq);
@@ -396,6 +402,11 @@ void RunRope(int D, int H, int Hkv, bool norm) {
   kv.block_tokens = BT;
   kv.num_kv_heads = Hkv;
   kv.head_dim = D;
+  if (fp8) {
+    kv.dtype = KvType::kFP8E4M3;
+    kv.k_scale = 0.5f;
+    kv.v_scale = 0.25f;
+  }
   const QkNorm qk = norm ? QkNorm{d_qn, d_kn, eps} : QkNorm{};
   ASSERT_EQ(LaunchRopeKvWrite(d_qkv, d_bias, qk, d_inv, TokenMap{d_seq, d_pos, T}, H, kv, d_q,
                               ActType::kBF16, nullptr),
@@ -407,11 +418,15 @@ void RunRope(int D, int H, int Hkv, bool norm) {
     auto in = [&](int i) { return BF16ToFloat(qkv[t * width + i]) + BF16ToFloat(bias[i]); };
     const uint8_t* blk =
         pool.data() + table[seq[t] * 3 + pos[t] / BT] * block_bytes + (pos[t] % BT) * row;
-    auto stored = [&](const uint8_t* p, int idx) {
+    // A stored K (v = false) or V element, scaled back for FP8.
+    auto stored = [&](const uint8_t* p, int idx, bool v = false) -> double {
+      if (fp8) return Fp8E4M3ToFloat(p[idx]) * (v ? kv.v_scale : kv.k_scale);
       uint16_t b;
       std::memcpy(&b, p + idx * 2, 2);
       return BF16ToFloat(b);
     };
+    // BF16 rounds to 2^-8 relative, E4M3 to 2^-4.
+    const double rel = fp8 ? 0.07 : 0.01;
     for (int h = 0; h < H + Hkv; ++h) {
       double inv_rms = 1.0;
       if (norm) {
@@ -436,13 +451,14 @@ void RunRope(int D, int H, int Hkv, bool norm) {
           g1 = stored(blk, (h - H) * D + i);
           g2 = stored(blk, (h - H) * D + i + D / 2);
         }
-        EXPECT_NEAR(g1, o1, 0.01 * std::abs(o1) + 1e-3) << "t " << t << " head " << h << " i " << i;
-        EXPECT_NEAR(g2, o2, 0.01 * std::abs(o2) + 1e-3) << "t " << t << " head " << h << " i " << i;
+        const double r = h < H ? 0.01 : rel;  // q stays BF16
+        EXPECT_NEAR(g1, o1, r * std::abs(o1) + 1e-3) << "t " << t << " head " << h << " i " << i;
+        EXPECT_NEAR(g2, o2, r * std::abs(o2) + 1e-3) << "t " << t << " head " << h << " i " << i;
       }
     }
     for (int j = 0; j < Hkv * D; ++j) {
-      EXPECT_NEAR(stored(blk + BT * row, j), in((H + Hkv) * D + j),
-                  0.01 * std::abs(in((H + Hkv) * D + j)) + 1e-3);
+      EXPECT_NEAR(stored(blk + BT * row, j, true), in((H + Hkv) * D + j),
+                  rel * std::abs(in((H + Hkv) * D + j)) + 1e-3);
     }
   }
   for (void* p : {static_cast<void*>(d_pool), static_cast<void*>(d_table),
@@ -461,6 +477,8 @@ TEST(CudaKernels, RopeKvWriteMatchesReference) {
   RunRope(128, 16, 8, true);
   RunRope(256, 4, 2, true);
   RunRope(8, 4, 2, true);  // D % 16 != 0: the scalar kernel (the others: 8 pairs a thread)
+  RunRope(128, 16, 8, true, /*fp8=*/true);  // FP8 KV: 8-byte stores, scales
+  RunRope(8, 4, 2, false, /*fp8=*/true);
 }
 
 }  // namespace
