@@ -13,7 +13,8 @@
 # models gets requests), RATES (rate scales, "1 2 4"), BACKEND
 # (cuda), SHAPE (make-model flags), MEMORY_MIB (40960), ROLLING
 # (node.engine.rolling_steps, false; true for the rolling-step
-# validation, validate-h200.yaml's `rolling` variant), MAX_INFLIGHT
+# validation, validate-h200.yaml's `rolling` variant), WARMUP (0; 1: one
+# untimed replay at the first rate scale before the measured ones), MAX_INFLIGHT
 # (4096: `ballast bench --max-inflight`, the client's cap on requests in
 # flight; bench's own default of 512 throttled the loaded replays on the
 # H100, whose runs bench then flagged invalid for client lag).
@@ -69,6 +70,14 @@ done
 for i in $(seq 1 "$N"); do  # every model resident before the clock starts
   "$B" generate --model "m$i" --prompt "warm up" -n 2 --ignore-eos > /dev/null
 done
+# WARMUP=1: replay the trace once at the first rate scale first, results
+# discarded, so the measured replays see a warm daemon (graphs captured
+# for the batch sizes the trace reaches, KV slabs mapped).
+if [ "${WARMUP:-0}" = 1 ]; then
+  set -- ${RATES:-1 2 4}
+  "$B" bench --trace "$OUT/trace.jsonl" --out "$WORK/warmup" --rate-scale "$1" \
+    --max-inflight "${MAX_INFLIGHT:-4096}" --no-plots > "$WORK/warmup.txt"
+fi
 scrape() {  # sum and count of the per-step host time
   env -u LD_LIBRARY_PATH curl -s 127.0.0.1:9400/metrics |
     awk '/^ballast_node_step_host_seconds_sum/ {s += $2} /^ballast_node_step_host_seconds_count/ {c += $2}
