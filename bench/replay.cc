@@ -229,6 +229,7 @@ class Runner {
         out.scheduler_ms = f.timings().scheduler_ms();
         out.kv_fetch_ms = f.timings().kv_fetch_ms();
         out.kv_load_ms = f.timings().kv_load_ms();
+        if (f.timings().node_ttft_ms() > 0) out.node_ttft_ms = f.timings().node_ttft_ms();
         out.kv_source = KvSourceName(f.kv_source());
         out.preemptions = f.preemptions();
       }

@@ -40,7 +40,7 @@ Verdict Judge(const RequestOutcome& r, const ReplayResult& res, double slo_scale
 }
 
 struct Acc {
-  std::vector<double> ttft, tpot, e2e, queue;
+  std::vector<double> ttft, tpot, e2e, queue, path;
 };
 
 void Add(GroupReport& g, Acc& a, const RequestOutcome& r, const Verdict& v) {
@@ -61,6 +61,7 @@ void Add(GroupReport& g, Acc& a, const RequestOutcome& r, const Verdict& v) {
     if (r.has_tpot()) a.tpot.push_back(r.tpot_ms());
     a.e2e.push_back(r.e2e_ms());
     if (r.server_queue_ms >= 0) a.queue.push_back(r.server_queue_ms);
+    if (r.path_ms() >= 0) a.path.push_back(r.path_ms());
   }
 }
 
@@ -73,6 +74,7 @@ void Finish(GroupReport& g, Acc& a) {
   g.tpot_ms = SummarizeLatency(a.tpot);
   g.e2e_ms = SummarizeLatency(a.e2e);
   g.queue_ms = SummarizeLatency(a.queue);
+  g.path_ms = SummarizeLatency(a.path);
 }
 
 nlohmann::json ToJson(const GroupReport& g) {
@@ -91,7 +93,8 @@ nlohmann::json ToJson(const GroupReport& g) {
           {"ttft_ms", ToJson(g.ttft_ms)},
           {"tpot_ms", ToJson(g.tpot_ms)},
           {"e2e_ms", ToJson(g.e2e_ms)},
-          {"queue_ms", ToJson(g.queue_ms)}};
+          {"queue_ms", ToJson(g.queue_ms)},
+          {"path_ms", ToJson(g.path_ms)}};
 }
 
 }  // namespace
@@ -238,6 +241,12 @@ std::string FormatReport(const Report& r) {
   out += absl::StrFormat(
       "client lag (send - scheduled): mean %.1f ms, p50 %.1f, p99 %.1f, max %.1f\n",
       r.client_lag_ms.mean, r.client_lag_ms.p50, r.client_lag_ms.p99, r.client_lag_ms.max);
+  if (r.total.path_ms.n > 0) {
+    out += absl::StrFormat(
+        "TTFT outside the node's engine (client TTFT - node TTFT): p50 %.2f ms, p90 %.2f, p99 "
+        "%.2f\n",
+        r.total.path_ms.p50, r.total.path_ms.p90, r.total.path_ms.p99);
+  }
   if (!r.valid) out += absl::StrCat("INVALID RUN: ", r.invalid_reason, "\n");
   if (!r.accounting_ok) out += "ACCOUNTING MISMATCH: counts do not add up\n";
   return out;
@@ -249,7 +258,7 @@ absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, 
   out << "id,model,session,turn,status,class,release_s,send_s,client_lag_ms,ttft_ms,tpot_ms,e2e_ms,"
          "queue_ms,"
          "prompt_tokens,cached_tokens,output_tokens,kv_source,ttft_slo_ms,tpot_slo_ms,ttft_met,"
-         "tpot_met,scheduler_ms,kv_fetch_ms,kv_load_ms,preemptions\n";
+         "tpot_met,scheduler_ms,kv_fetch_ms,kv_load_ms,preemptions,node_ttft_ms\n";
   for (const auto& r : res.requests) {
     const Verdict v = Judge(r, res, slo_scale);
     const Slo slo = SloFor(r, res, slo_scale);
@@ -258,12 +267,12 @@ absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, 
                                                         : "failed";
     out << absl::StrFormat(
         "%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%s,%.3f,"
-        "%.3f,%.3f,%d\n",
+        "%.3f,%.3f,%d,%.3f\n",
         r.id, r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s, r.client_lag_ms(),
         r.ttft_ms(), r.tpot_ms(), r.e2e_ms(), r.server_queue_ms, r.prompt_tokens, r.cached_tokens,
         r.output_tokens, r.kv_source, slo.ttft_ms, slo.tpot_ms, v.ttft_ok,
         v.no_tpot ? "" : (v.tpot_ok ? "1" : "0"), r.scheduler_ms, r.kv_fetch_ms, r.kv_load_ms,
-        r.preemptions);
+        r.preemptions, r.node_ttft_ms);
   }
   out.close();
   return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));

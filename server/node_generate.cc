@@ -48,6 +48,7 @@ v1::NodeGenerateResponse FinalMessage(const engine::GenerationResult& g,
   v1::Timings* t = f->mutable_timings();
   t->set_queue_ms(g.queue_ms);
   t->set_ttft_ms(g.ttft_ms);
+  t->set_node_ttft_ms(g.ttft_ms);
   t->set_mean_tpot_ms(g.mean_tpot_ms);
   t->set_e2e_ms(g.e2e_ms);
   t->set_scheduler_ms(req.scheduler_ms());

@@ -53,6 +53,9 @@ absl::Status CheckPolicyRanges(const YamlSection& s, const sim::SimPolicy& polic
   }
   if (p->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
   if (!(p->step_host_s >= 0)) return s.Error(s.Key("step_host_s"), "must be >= 0");
+  if (!(p->request_path_s >= 0 && p->request_path_s < 60)) {
+    return s.Error(s.Key("request_path_s"), "must be in [0, 60) seconds");
+  }
   if (!(p->rolling_share_exponent >= 0 && p->rolling_share_exponent <= 4)) {
     return s.Error(s.Key("rolling_share_exponent"), "must be in [0, 4]");
   }
@@ -93,6 +96,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("rolling_overlap_share", &p->rolling_overlap_share));
   RETURN_IF_ERROR(s.Get("ahead_steps", &p->ahead_steps));
   RETURN_IF_ERROR(s.Get("step_host_s", &p->step_host_s));
+  RETURN_IF_ERROR(s.Get("request_path_s", &p->request_path_s));
   RETURN_IF_ERROR(s.Get("control_interval_s", &p->control_interval_s));
   RETURN_IF_ERROR(s.Get("demand_window_s", &p->demand_window_s));
   RETURN_IF_ERROR(s.Get("rebalance_interval_s", &p->rebalance_interval_s));

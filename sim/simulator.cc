@@ -292,8 +292,12 @@ void Simulator::Route(SimRequest* r) {
 
 void Simulator::Done(SimRequest* r) {
   bench::RequestOutcome& o = outcomes_[static_cast<size_t>(r->index)];
-  o.first_token_s = r->first_token;
-  o.end_s = r->end;
+  // Tokens reach the client request_path_s after their step (the RPCs and
+  // relay outside the engine); the engine's own TTFT runs from its arrival.
+  const double path = config_.policy.request_path_s;
+  o.first_token_s = r->first_token + path;
+  o.end_s = r->end + path;
+  o.node_ttft_ms = (r->first_token - r->release) * 1e3;
   o.output_tokens = r->output;
   o.any_token = true;
   o.status = "OK";
@@ -302,7 +306,7 @@ void Simulator::Done(SimRequest* r) {
   TurnEnded(*r);
   ++changes_;
   --outstanding_;
-  ReleaseDependents(r->index, true);
+  ReleaseDependents(r->index, true, path);
 }
 
 void Simulator::Fail(int i, const std::string& status, const std::string& message) {
@@ -314,11 +318,11 @@ void Simulator::Fail(int i, const std::string& status, const std::string& messag
   ReleaseDependents(i, false);
 }
 
-void Simulator::ReleaseDependents(int i, bool ok) {
+void Simulator::ReleaseDependents(int i, bool ok, double seen_after_s) {
   for (int j : dependents_[static_cast<size_t>(i)]) {
     const bench::TraceRecord& rec = trace_[static_cast<size_t>(j)];
     if (ok) {
-      events_.At(events_.now() + rec.delay_s, [this, j] { Release(j); });
+      events_.At(events_.now() + seen_after_s + rec.delay_s, [this, j] { Release(j); });
       continue;
     }
     if (!rec.is_request()) {  // a skipped advisory: its dependents fail too

@@ -60,7 +60,9 @@ class Simulator {
   int NodeLoad(int d) const;  // running + queued requests on device d's node
   void Done(SimRequest* r);
   void Fail(int i, const std::string& status, const std::string& message);
-  void ReleaseDependents(int i, bool ok);
+  // Releases (ok) or aborts record i's dependents; the client saw i end
+  // seen_after_s after now (its request path).
+  void ReleaseDependents(int i, bool ok, double seen_after_s = 0);
   void ScheduleTick();
   // Runs the events up to `until`; returns how many ran. last_event_: the
   // time of the last that was not a prefetch's expiry.

@@ -7,7 +7,8 @@
 # Writes OUT/trace.jsonl, OUT/real-<scale>/result.json per rate scale,
 # OUT/real.txt (the reports) and OUT/host.txt: the node's mean step host
 # time (ballast_node_step_host_seconds) during each scale's replay, the
-# simulator's policy.step_host_s.
+# simulator's policy.step_host_s, and the median TTFT outside the node's
+# engine (bench's path_ms), its policy.request_path_s.
 # Env: BUILD (/tmp/bb), N (4 models), DURATION (60 s), PRATE (persistent
 # rate, 20/s), BRATE (burst rate, 40/s), SEED (24: every one of the four
 # models gets requests), RATES (rate scales, "1 2 4"), BACKEND
@@ -94,6 +95,9 @@ for k in ${RATES:-1 2 4}; do
   awk -v a="$before" -v b="$after" -v k="$k" 'BEGIN { split(a, x, " "); split(b, y, " ");
     printf "rate scale %s: %d steps, mean step host time %.1f us\n", k, y[2] - x[2],
            (y[2] > x[2]) ? 1e6 * (y[1] - x[1]) / (y[2] - x[2]) : 0 }' | tee -a "$OUT/host.txt"
+  # The request path outside the engine (the simulator's policy.request_path_s).
+  grep "TTFT outside the node's engine" "$OUT/real.txt" | tail -1 | sed "s/^/rate scale $k: /" |
+    tee -a "$OUT/host.txt"
   rm -f "$OUT/real-$k"/requests-*.csv "$OUT/real-$k"/result-*.json
 done
 kill $pid

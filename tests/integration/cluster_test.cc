@@ -29,6 +29,9 @@ TEST_F(ClusterTest, ConcurrentStreamsOnTwoModelsMatchTheInProcessEngine) {
     EXPECT_EQ(results[i].final.text(), results[i].text);
     EXPECT_EQ(results[i].final.node_id(), NodeOf(model));
     EXPECT_GT(results[i].final.timings().ttft_ms(), 0.0);
+    // The node's engine's own TTFT comes through the scheduler, inside it.
+    EXPECT_GT(results[i].final.timings().node_ttft_ms(), 0.0);
+    EXPECT_LT(results[i].final.timings().node_ttft_ms(), results[i].final.timings().ttft_ms());
   }
   // The scheduler's sliding-window statistics saw the four requests of
   // each model: 4 x 24 decode tokens over a 60 s window.

@@ -2,7 +2,12 @@
 // against per-request and per-model SLOs, and the counts adding up.
 #include "bench/report.h"
 
+#include <algorithm>
 #include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
 
 #include "gtest/gtest.h"
 
@@ -97,6 +102,24 @@ TEST(Report, LatenciesAreTimedFromTheScheduledArrival) {
   EXPECT_NEAR(r.client_lag_ms.p50, 0, 1e-6);
 }
 
+// The path outside the node's engine: client TTFT less the node's own,
+// over the requests whose node reported it; in the JSON and the text.
+TEST(Report, PathIsClientTtftLessTheNodesTtft) {
+  ReplayResult res = Result();
+  res.requests[0].node_ttft_ms = 77;  // client TTFT 80 ms
+  res.requests[3].node_ttft_ms = 39;  // client TTFT 40 ms
+  EXPECT_NEAR(res.requests[0].path_ms(), 3, 1e-6);
+  EXPECT_EQ(res.requests[1].path_ms(), -1);  // not reported
+  const Report r = Summarize(res, 1.0);
+  EXPECT_EQ(r.total.path_ms.n, 2);
+  EXPECT_NEAR(r.total.path_ms.max, 3, 1e-6);
+  EXPECT_NEAR(r.per_model.at("b").path_ms.p50, 1, 1e-6);
+  EXPECT_EQ(ToJson(r)["total"]["path_ms"]["n"], 2);
+  EXPECT_NE(FormatReport(r).find("TTFT outside the node's engine"), std::string::npos);
+  EXPECT_EQ(FormatReport(Summarize(Result(), 1.0)).find("outside the node's engine"),
+            std::string::npos);  // nothing reported, no line
+}
+
 TEST(Report, ClientLagBeyondTheThresholdInvalidatesTheRun) {
   ReplayResult res = Result();
   EXPECT_TRUE(Summarize(res, 1.0).valid);
@@ -161,8 +184,14 @@ TEST(Report, CountsPreemptionsPerRequest) {
   std::string header, first;
   std::getline(in, header);
   std::getline(in, first);
-  EXPECT_EQ(header.substr(header.rfind(',') + 1), "preemptions");
-  EXPECT_EQ(first.substr(first.rfind(',') + 1), "2");
+  const std::vector<std::string> names = absl::StrSplit(header, ',');
+  const std::vector<std::string> values = absl::StrSplit(first, ',');
+  ASSERT_EQ(names.size(), values.size());
+  const auto col = std::find(names.begin(), names.end(), "preemptions");
+  ASSERT_NE(col, names.end()) << header;
+  EXPECT_EQ(values[static_cast<size_t>(col - names.begin())], "2");
+  EXPECT_EQ(names.back(), "node_ttft_ms");
+  EXPECT_EQ(values.back(), "-1.000");  // not reported
 }
 
 TEST(Report, DetectsAccountingMismatch) {

@@ -180,6 +180,22 @@ TEST(SimConfigTest, RollingOverlapShareIsReadAndChecked) {
   EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
 }
 
+// The request path outside the engine: 0 by default; a negative or
+// absurd value is an error naming the key and the file.
+TEST(SimConfigTest, RequestPathIsReadAndChecked) {
+  const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
+  auto dflt = ParseSimConfig(base, "s.yaml");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  EXPECT_EQ(dflt->config.policy.request_path_s, 0);
+  auto set = ParseSimConfig(base + "policies: {real: {request_path_s: 0.002}}\n", "s.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->variants.at("real").request_path_s, 0.002);
+  auto bad = ParseSimConfig(base + "policy: {request_path_s: -1}\n", "s.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("request_path_s"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
+}
+
 TEST(SimConfigTest, RemapHasTheDaemonsDefaultsAndKeys) {
   const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
   auto dflt = ParseSimConfig(base, "s.yaml");

@@ -39,6 +39,29 @@ TEST(SimulatorTest, OneRequestByHand) {
   EXPECT_NEAR(o.tpot_ms(), 10, 1e-9);
 }
 
+TEST(SimulatorTest, TheRequestPathAddsToTtftAndE2eOnly) {
+  // 3 ms outside the engine: the client sees every token 3 ms after its
+  // step; the engine's own TTFT (node_ttft_ms) and TPOT do not move, and
+  // a session's next turn is released from when the client saw the end.
+  SimConfig c = OneGpu({Model("a")});
+  c.policy.request_path_s = 0.003;
+  std::vector<bench::TraceRecord> t = {Req("r", "a", 0, 100, 5), Req("n", "a", 0, 100, 2)};
+  t[1].after = "r";
+  t[1].delay_s = 1;
+  auto r = Simulate(c, ConstantEngine(), t);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& o = Find(*r, "r");
+  EXPECT_NEAR(o.ttft_ms(), 13, 1e-9);
+  EXPECT_NEAR(o.e2e_ms(), 53, 1e-9);
+  EXPECT_NEAR(o.tpot_ms(), 10, 1e-9);
+  EXPECT_NEAR(o.node_ttft_ms, 10, 1e-9);
+  EXPECT_NEAR(o.path_ms(), 3, 1e-9);
+  EXPECT_NEAR(Find(*r, "n").release_s, o.end_s + 1, 1e-9);
+  EXPECT_NEAR(Find(*r, "n").ttft_ms(), 13, 1e-9);
+  const bench::Report rep = bench::Summarize(r->replay, 1.0);
+  EXPECT_NEAR(rep.total.path_ms.p50, 3, 1e-9);
+}
+
 TEST(SimulatorTest, ChunkedPrefillTakesTwoSteps) {
   SimConfig c = OneGpu({Model("a")});
   c.policy.max_batch_tokens = 64;  // a 100-token prompt: chunks of 64 and 36
