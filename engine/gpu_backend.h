@@ -44,6 +44,14 @@ struct GpuExecutorOptions {
   // rather than cuBLASLt (decode). Default 2: measured faster than
   // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
   int skinny_gemm_max_m = 2;
+  // cuBLASLt algorithms timed per GEMM shape and power-of-two row bucket at
+  // its first uncaptured call (Gemm's tuning): the fastest is kept. Costs
+  // each bucket's first step about this many x 4 products of each shape and
+  // a stream sync. Default 0 (cuBLASLt's heuristic first, untimed): on an
+  // H200, 8B shapes, 8 candidates gained nothing in the engine's steps
+  // (docs/benchmarks.md, "GEMM algorithms timed"). Off in deterministic
+  // mode.
+  int gemm_tune_candidates = 0;
   // Batch-invariant kernels (engine.deterministic): a sequence's logits do
   // not depend on what else shares its steps. GEMMs run one fixed cuBLASLt
   // algorithm per shape (no split-K, no skinny kernel) and every token's

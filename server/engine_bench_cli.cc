@@ -50,6 +50,11 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--skinny-max-m", o.skinny_gemm_max_m,
                 "GEMMs with at most this many rows use the skinny kernel (0 = cuBLASLt only)")
       ->capture_default_str();
+  c->add_option(
+       "--gemm-tune", o.gemm_tune_candidates,
+       "cuBLASLt algorithms timed per GEMM shape and row bucket (0 = the heuristic's first)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--hbm-bytes-per-s", o.hbm_bytes_per_s,
                 "HBM bandwidth of the roofline (default: the device's datasheet figure)");
   c->add_option("--interference-batch", o.interference_batch,
@@ -194,6 +199,11 @@ void PrintEngineResult(const nlohmann::json& j, const nlohmann::json& hf) {
       std::cout << absl::StrFormat(" = %.1f%% of the cuBLASLt 8192^3 GEMM (%.0f TFLOP/s)",
                                    100 * p["fraction_of_gemm_peak"].get<double>(),
                                    j["gemm_peak_tflops"].get<double>());
+    }
+    if (p.contains("fraction_of_gemm_peak_random")) {
+      std::cout << absl::StrFormat(", %.1f%% of it on random data (%.0f TFLOP/s)",
+                                   100 * p["fraction_of_gemm_peak_random"].get<double>(),
+                                   j["gemm_peak_random_tflops"].get<double>());
     }
     if (hf.contains("prefill")) {
       const double hms = hf["prefill"]["ms"].get<double>();

@@ -125,14 +125,22 @@ absl::StatusOr<double> Number(const nlohmann::json& j, const char* key, const st
   return j[key].get<double>();
 }
 
-absl::StatusOr<CalibrationPoint> ParsePoint(const nlohmann::json& p, const std::string& where,
-                                            const std::map<std::string, ModelShape>& shapes) {
-  CalibrationPoint pt;
+// A point's "shape": the name of one of `shapes`, into *name and *shape.
+absl::Status LookUpShape(const nlohmann::json& p, const std::string& where,
+                         const std::map<std::string, ModelShape>& shapes, std::string* name,
+                         ModelShape* shape) {
   if (!p.contains("shape") || !p["shape"].is_string() || !shapes.count(p["shape"])) {
     return absl::InvalidArgumentError(absl::StrCat(where, ".shape: one of the \"shapes\""));
   }
-  pt.shape_name = p["shape"].get<std::string>();
-  pt.shape = shapes.at(pt.shape_name);
+  *name = p["shape"].get<std::string>();
+  *shape = shapes.at(*name);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CalibrationPoint> ParsePoint(const nlohmann::json& p, const std::string& where,
+                                            const std::map<std::string, ModelShape>& shapes) {
+  CalibrationPoint pt;
+  if (auto st = LookUpShape(p, where, shapes, &pt.shape_name, &pt.shape); !st.ok()) return st;
   if (p.contains("kv_dtype_bytes")) pt.shape.kv_dtype_bytes = p["kv_dtype_bytes"].get<int>();
   auto b = Number(p, "decode_tokens", where, false);
   auto c = Number(p, "decode_context", where, false);
@@ -154,11 +162,7 @@ absl::StatusOr<CalibrationPoint> ParsePoint(const nlohmann::json& p, const std::
 absl::StatusOr<ConcurrentPoint> ParseConcurrent(const nlohmann::json& p, const std::string& where,
                                                 const std::map<std::string, ModelShape>& shapes) {
   ConcurrentPoint pt;
-  if (!p.contains("shape") || !p["shape"].is_string() || !shapes.count(p["shape"])) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ".shape: one of the \"shapes\""));
-  }
-  pt.shape_name = p["shape"].get<std::string>();
-  pt.shape = shapes.at(pt.shape_name);
+  if (auto st = LookUpShape(p, where, shapes, &pt.shape_name, &pt.shape); !st.ok()) return st;
   auto n = Number(p, "copies", where);
   auto b = Number(p, "decode_tokens", where);
   auto c = Number(p, "decode_context", where, false);

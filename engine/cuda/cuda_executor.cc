@@ -259,7 +259,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       fp8 ? std::max({config_.hidden_size, config_.q_dim(), config_.intermediate_size}) : 0;
   workspace_bytes_ = kGemmWorkspace + (fp8 ? Gemm::Fp8ScratchBytes(fp8_rows, fp8_k) : 0);
   auto g = Gemm::Create(kGemmWorkspace, options_.skinny_gemm_max_m, fp8_rows, fp8_k,
-                        options_.deterministic);
+                        options_.deterministic, options_.gemm_tune_candidates);
   if (!g.ok()) return g.status();
   gemm_ = std::move(*g);
 

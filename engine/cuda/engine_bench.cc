@@ -5,24 +5,32 @@
 // Prefill: one prompt of prefill_tokens in one chunk. Reported against
 //   decode roofline  = (weight bytes read + KV bytes read) / HBM bandwidth
 //   prefill fraction = achieved FLOP/s / cuBLASLt 8192^3 BF16 GEMM FLOP/s
-// measured in the same process.
+// measured in the same process, on zeros (gemm_peak_tflops, the figure of
+// earlier runs) and on uniform random values (gemm_peak_random_tflops,
+// lower: data draws more power), its algorithm timed as the engine's
+// (gemm_tune_candidates).
 //
 // JSON: {device, model, decode: [{batch, ms_per_step, tokens_per_s,
 // bytes_per_step, roofline_ms, roofline_fraction}], prefill: {tokens,
-// ms, tokens_per_s, tflops, fraction_of_gemm_peak}, gemm_peak_tflops,
+// ms, tokens_per_s, tflops, fraction_of_gemm_peak,
+// fraction_of_gemm_peak_random}, gemm_peak_tflops, gemm_peak_random_tflops,
+// gemm_tune_candidates,
 // concurrent: {models, decode: [{batch, ms_per_step, tokens_per_s}]},
 // mixed: [...] (engine_bench_mixed.h),
 // interference: {...}}
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/engine_bench_mixed.h"
+#include "engine/cuda/engine_bench_util.h"
 #include "engine/gpu_backend.h"
 #include "engine/gpu_bench.h"
 #include "memory/gpu_page_pool.h"
@@ -32,21 +40,43 @@
 namespace ballast::engine {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench_internal::Clock;
+using bench_internal::PromptFor;
+using bench_internal::Seconds;
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-absl::StatusOr<double> GemmPeakTflops(int device) {
+// cuBLASLt's BF16 rate on an 8192^3 product, its algorithm timed as the
+// engine's (tune_candidates). Zeros, or uniform values in [-1, 1): the
+// tensor cores draw less power on zeros, so the clocks and the rate are
+// higher than on data.
+absl::StatusOr<double> GemmPeakTflops(int tune_candidates, bool random_data) {
   constexpr int n = 8192;
   cuda::DeviceBuffer a, b, c;
   const size_t bytes = static_cast<size_t>(n) * n * 2;
+  std::vector<uint16_t> host;
+  if (random_data) {
+    host.resize(static_cast<size_t>(n) * n);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (uint16_t& v : host) {  // xorshift64; BF16 of 1 + [0, 1) less 1.5, doubled
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      const uint32_t bits = 0x3F800000u | static_cast<uint32_t>(x >> 41);
+      float f;
+      std::memcpy(&f, &bits, sizeof(f));
+      f = 2 * (f - 1.5f);
+      uint32_t fb;
+      std::memcpy(&fb, &f, sizeof(fb));
+      v = static_cast<uint16_t>(fb >> 16);
+    }
+  }
   for (auto* buf : {&a, &b, &c}) {
     if (auto s = buf->Allocate(bytes, "gemm peak"); !s.ok()) return s;
-    BALLAST_CUDA_RETURN(cudaMemset(buf->get(), 0, bytes), "memset");
+    if (random_data && buf != &c) {
+      BALLAST_CUDA_RETURN(cudaMemcpy(buf->get(), host.data(), bytes, cudaMemcpyHostToDevice),
+                          "gemm peak operands");
+    } else {
+      BALLAST_CUDA_RETURN(cudaMemset(buf->get(), 0, bytes), "memset");
+    }
   }
-  auto g = cuda::Gemm::Create(32u << 20, /*skinny_max_m=*/0);
+  auto g = cuda::Gemm::Create(32u << 20, /*skinny_max_m=*/0, 0, 0, false, tune_candidates);
   if (!g.ok()) return g.status();
   cudaStream_t st;
   BALLAST_CUDA_RETURN(cudaStreamCreate(&st), "stream");
@@ -89,12 +119,6 @@ absl::StatusOr<double> CopyBandwidth() {
   }
   BALLAST_CUDA_RETURN(cudaDeviceSynchronize(), "copy");
   return 2.0 * kBytes * kIters / Seconds(t0, Clock::now());
-}
-
-std::vector<int> PromptFor(int n, const ModelConfig& c) {
-  std::vector<int> prompt(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % c.vocab_size;
-  return prompt;
 }
 
 // Seconds of `runs` one-chunk prefills of `prompt` on `e` (after one
@@ -380,10 +404,14 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   out["model"] = o.model_dir;
   out["quantization"] = WeightQuantName(c.weight_quant);
   if (o.gemm_peak) {
-    auto peak = GemmPeakTflops(o.device);
+    auto peak = GemmPeakTflops(o.gemm_tune_candidates, false);
     if (!peak.ok()) return peak.status();
     out["gemm_peak_tflops"] = *peak;
+    auto on_data = GemmPeakTflops(o.gemm_tune_candidates, true);
+    if (!on_data.ok()) return on_data.status();
+    out["gemm_peak_random_tflops"] = *on_data;
   }
+  out["gemm_tune_candidates"] = o.gemm_tune_candidates;
 
   KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.block_tokens,
                   GpuAutoKvDType(c)};
@@ -437,6 +465,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   eo.max_context = std::max({decode_len, o.prefill_tokens, 2 * longest_chunk});
   eo.cuda_graphs = o.cuda_graphs;
   eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
+  eo.gemm_tune_candidates = o.gemm_tune_candidates;
   eo.deterministic = o.deterministic;
   out["deterministic"] = o.deterministic;
   const auto t_load = Clock::now();
@@ -500,6 +529,8 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
                         {"tflops", flops / mean / 1e12}};
     if (out.contains("gemm_peak_tflops")) {
       p["fraction_of_gemm_peak"] = flops / mean / 1e12 / out["gemm_peak_tflops"].get<double>();
+      p["fraction_of_gemm_peak_random"] =
+          flops / mean / 1e12 / out["gemm_peak_random_tflops"].get<double>();
     }
     out["prefill"] = p;
     if (o.interference_batch > 0) {

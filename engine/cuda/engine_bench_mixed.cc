@@ -5,10 +5,12 @@
 #include <chrono>
 #include <vector>
 
+#include "engine/cuda/engine_bench_util.h"
+
 namespace ballast::engine {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench_internal::Clock;
 
 // Mean ms of o.steps calls of `step` after o.warmup untimed ones (plans,
 // the graph capture).
@@ -76,8 +78,7 @@ absl::StatusOr<nlohmann::json> MeasureMixed(const GpuEngineBenchOptions& o, cons
   nlohmann::json out = nlohmann::json::array();
   const int tok = 1;
   for (int chunk : o.mixed_chunks) {
-    std::vector<int> prompt(2 * static_cast<size_t>(chunk));
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
+    const std::vector<int> prompt = bench_internal::PromptFor(2 * chunk, c);
     SequenceKv p;
     if (auto st = kv->Reserve(&p, 2 * chunk); !st.ok()) return st;
     const auto ids = absl::MakeConstSpan(prompt);

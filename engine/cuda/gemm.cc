@@ -5,8 +5,11 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -77,6 +80,10 @@ struct Gemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // Heuristic algorithms still to be timed (tuning); empty once tuned, or
+  // when there is nothing to choose.
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  Key bucket{};  // the plan's key with m rounded up to a power of two
   ~Plan() {
     if (c) Lt().cublasLtMatrixLayoutDestroy(c);
     if (b) Lt().cublasLtMatrixLayoutDestroy(b);
@@ -92,6 +99,30 @@ absl::Status Check(cublasStatus_t s, const char* what) {
   return absl::InternalError(absl::StrCat("cuBLASLt ", what, ": status ", static_cast<int>(s)));
 }
 
+// cuBLASLt's first `count` heuristic algorithms for the descriptors, with
+// at most `workspace_bytes` of workspace.
+absl::StatusOr<std::vector<cublasLtMatmulAlgo_t>> HeuristicList(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, size_t workspace_bytes, int count,
+    const std::string& what) {
+  cublasLtMatmulPreference_t pref;
+  Lt().cublasLtMatmulPreferenceCreate(&pref);
+  Lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                            &workspace_bytes, sizeof(workspace_bytes));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(count, 1)));
+  int found = 0;
+  const cublasStatus_t hs = Lt().cublasLtMatmulAlgoGetHeuristic(
+      handle, op, a, b, c, c, pref, static_cast<int>(results.size()), results.data(), &found);
+  Lt().cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", what,
+                                            workspace_bytes == 0 ? " without workspace" : ""));
+  }
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < found; ++i) algos.push_back(results[static_cast<size_t>(i)].algo);
+  return algos;
+}
+
 // cuBLASLt's first heuristic algorithm for the descriptors. Batch-invariant:
 // no workspace (so no split-K reduction buffer or stream-K fix-up), and one
 // K split set explicitly.
@@ -99,41 +130,37 @@ absl::StatusOr<cublasLtMatmulAlgo_t> Heuristic(cublasLtHandle_t handle, cublasLt
                                                cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                                cublasLtMatrixLayout_t c, size_t workspace_bytes,
                                                bool batch_invariant, const std::string& what) {
-  const size_t ws = batch_invariant ? 0 : workspace_bytes;
-  cublasLtMatmulPreference_t pref;
-  Lt().cublasLtMatmulPreferenceCreate(&pref);
-  Lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                            sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t hs =
-      Lt().cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, pref, 1, &result, &found);
-  Lt().cublasLtMatmulPreferenceDestroy(pref);
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
-    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", what,
-                                            batch_invariant ? " without workspace" : ""));
-  }
+  auto list = HeuristicList(handle, op, a, b, c, batch_invariant ? 0 : workspace_bytes, 1, what);
+  if (!list.ok()) return list.status();
+  cublasLtMatmulAlgo_t algo = list->front();
   if (batch_invariant) {
     const int32_t one_split = 1;
     const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
     absl::Status st =
-        Check(Lt().cublasLtMatmulAlgoConfigSetAttribute(
-                  &result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one_split, sizeof(one_split)),
+        Check(Lt().cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                        &one_split, sizeof(one_split)),
               "one K split (deterministic mode)");
     if (st.ok()) {
-      st = Check(Lt().cublasLtMatmulAlgoConfigSetAttribute(&result.algo,
-                                                           CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-                                                           &no_reduction, sizeof(no_reduction)),
-                 "no split-K reduction (deterministic mode)");
+      st = Check(
+          Lt().cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                    &no_reduction, sizeof(no_reduction)),
+          "no split-K reduction (deterministic mode)");
     }
     if (!st.ok()) return absl::InternalError(absl::StrCat(st.message(), " for ", what));
   }
-  return result.algo;
+  return algo;
 }
 
 }  // namespace
 
 namespace {
+
+// The tuning bucket of a product of m rows: the next power of two.
+int RowBucket(int m) {
+  int b = 1;
+  while (b < m) b *= 2;
+  return b;
+}
 
 // The FP8 scratch: E4M3 rows, then (256-byte aligned) their scales.
 size_t Fp8ScalesOffset(int fp8_rows, int fp8_max_k) {
@@ -148,7 +175,7 @@ size_t Gemm::Fp8ScratchBytes(int fp8_rows, int fp8_max_k) {
 
 absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int skinny_max_m,
                                                    int fp8_rows, int fp8_max_k,
-                                                   bool batch_invariant) {
+                                                   bool batch_invariant, int tune_candidates) {
   if (!Lt().error.empty()) return absl::UnavailableError(Lt().error);
   std::unique_ptr<Gemm> g(new Gemm());
   cublasLtHandle_t h;
@@ -161,6 +188,7 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int s
   g->workspace_bytes_ = workspace_bytes;
   g->skinny_max_m_ = batch_invariant ? 0 : std::min(skinny_max_m, kSkinnyGemmMaxM);
   g->batch_invariant_ = batch_invariant;
+  g->tune_candidates_ = batch_invariant ? 0 : std::max(tune_candidates, 0);
   if (fp8_rows > 0 && fp8_max_k > 0) {
     if (auto s = g->fp8_x_.Allocate(Fp8ScratchBytes(fp8_rows, fp8_max_k), "FP8 activations");
         !s.ok()) {
@@ -174,6 +202,9 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int s
 
 Gemm::~Gemm() {
   plans_.clear();
+  for (void* e : tune_events_) {
+    if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  }
   if (workspace_) cudaFree(workspace_);
   if (handle_) Lt().cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
@@ -198,11 +229,23 @@ absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool o
     auto ref = GetPlan(kInvariantRefRows, n, k, type, out_f32, fp8, w_scale, x_scale);
     if (!ref.ok()) return ref.status();
     p->algo = (*ref)->algo;
-  } else {
+  } else if (batch_invariant_ || tune_candidates_ == 0) {
     auto algo = Heuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c,
                           workspace_bytes_, batch_invariant_, what);
     if (!algo.ok()) return algo.status();
     p->algo = *algo;
+  } else {  // tuning: the heuristic's first until the bucket is timed
+    auto list = HeuristicList(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c,
+                              workspace_bytes_, tune_candidates_, what);
+    if (!list.ok()) return list.status();
+    p->algo = list->front();
+    if (auto won = tuned_.find(p->bucket); won != tuned_.end()) {
+      for (const cublasLtMatmulAlgo_t& a : *list) {  // the bucket's winner, if listed
+        if (std::memcmp(a.data, won->second.data(), sizeof(a.data)) == 0) p->algo = a;
+      }
+    } else if (list->size() > 1) {
+      p->candidates = std::move(*list);
+    }
   }
   if (!batch_invariant_) return absl::OkStatus();
   cublasLtMatmulHeuristicResult_t check{};
@@ -226,6 +269,7 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto p = std::make_unique<Plan>();
+  p->bucket = Key{RowBucket(m), n, k, static_cast<int>(type), out_f32, fp8};
   const cudaDataType_t act = type == ActType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
   const cudaDataType_t in = fp8 ? CUDA_R_8F_E4M3 : act;
   const cudaDataType_t out = out_f32 ? CUDA_R_32F : act;
@@ -281,12 +325,64 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
   }
   auto plan = GetPlan(m, n, k, type, out_f32, false);
   if (!plan.ok()) return plan.status();
+  return Launch(*plan, w, x, y, stream, "matmul");
+}
+
+int Gemm::Matmul(const Plan& p, const void* algo, const void* w, const void* x, void* y,
+                 cudaStream_t stream) const {
   const float alpha = 1.0f, beta = 0.0f;
-  Plan* p = *plan;
-  return Check(
-      Lt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, x, p->b,
-                          &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream),
-      "matmul");
+  return Lt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, w, p.a, x, p.b,
+                             &beta, y, p.c, y, p.c, static_cast<const cublasLtMatmulAlgo_t*>(algo),
+                             workspace_, workspace_bytes_, stream);
+}
+
+absl::Status Gemm::Launch(Plan* p, const void* w, const void* x, void* y, cudaStream_t stream,
+                          const char* what) {
+  if (!p->candidates.empty()) {
+    if (auto s = Tune(p, w, x, y, stream); !s.ok()) return s;
+  }
+  return Check(static_cast<cublasStatus_t>(Matmul(*p, &p->algo, w, x, y, stream)), what);
+}
+
+absl::Status Gemm::Tune(Plan* p, const void* w, const void* x, void* y, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  BALLAST_CUDA_RETURN(cudaStreamIsCapturing(stream, &capture), "GEMM tuning");
+  if (capture != cudaStreamCaptureStatusNone) return absl::OkStatus();  // at an uncaptured call
+  if (auto won = tuned_.find(p->bucket); won != tuned_.end()) {  // timed meanwhile, at another m
+    for (const cublasLtMatmulAlgo_t& a : p->candidates) {
+      if (std::memcmp(a.data, won->second.data(), sizeof(a.data)) == 0) p->algo = a;
+    }
+    p->candidates.clear();
+    return absl::OkStatus();
+  }
+  for (void*& e : tune_events_) {
+    if (e == nullptr)
+      BALLAST_CUDA_RETURN(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&e)), "GEMM tuning event");
+  }
+  const auto start = static_cast<cudaEvent_t>(tune_events_[0]);
+  const auto stop = static_cast<cudaEvent_t>(tune_events_[1]);
+  constexpr int kTimedRuns = 3;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (const cublasLtMatmulAlgo_t& a : p->candidates) {
+    if (Matmul(*p, &a, w, x, y, stream) != CUBLAS_STATUS_SUCCESS) continue;  // untimed warm-up
+    BALLAST_CUDA_RETURN(cudaEventRecord(start, stream), "GEMM tuning");
+    bool ok = true;
+    for (int r = 0; r < kTimedRuns; ++r)
+      ok = ok && Matmul(*p, &a, w, x, y, stream) == CUBLAS_STATUS_SUCCESS;
+    BALLAST_CUDA_RETURN(cudaEventRecord(stop, stream), "GEMM tuning");
+    BALLAST_CUDA_RETURN(cudaEventSynchronize(stop), "GEMM tuning");
+    float ms = 0;
+    BALLAST_CUDA_RETURN(cudaEventElapsedTime(&ms, start, stop), "GEMM tuning");
+    if (ok && ms < best_ms) {
+      best_ms = ms;
+      p->algo = a;
+    }
+  }
+  std::array<uint64_t, 8> won{};
+  std::memcpy(won.data(), p->algo.data, sizeof(p->algo.data));
+  tuned_.emplace(p->bucket, won);
+  p->candidates.clear();
+  return absl::OkStatus();
 }
 
 absl::Status Gemm::CheckFp8Shape(int m, int k) const {
@@ -335,11 +431,7 @@ absl::Status Gemm::RunFp8Quantized(const void* w, const float* w_scale, void* y,
   Plan* p = *plan;
   // The scale pointers change per weight; the descriptor is read at each call.
   if (auto s = SetScalePointers(p, w_scale, x_scale); !s.ok()) return s;
-  const float alpha = 1.0f, beta = 0.0f;
-  return Check(
-      Lt().cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p->op, &alpha, w, p->a, xq, p->b,
-                          &beta, y, p->c, y, p->c, &p->algo, workspace_, workspace_bytes_, stream),
-      "FP8 matmul");
+  return Launch(p, w, xq, y, stream, "FP8 matmul");
 }
 
 }  // namespace ballast::engine::cuda

@@ -16,6 +16,17 @@
 // FP8 GEMM with both scale vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
 // both accumulate in FP32.
 //
+// Tuning (tune_candidates > 0): the first uncaptured product of a shape
+// times cuBLASLt's first tune_candidates heuristic algorithms on the call's
+// own operands (one untimed and three timed runs each, a stream sync) and
+// keeps the fastest. A shape's rows are bucketed by the next power of two:
+// the bucket is timed once, at the first row count seen, and every other
+// row count of the bucket takes the bucket's winner when cuBLASLt's
+// heuristic lists it for that count (else the heuristic's first). Products
+// first met under graph capture keep the heuristic's first until an
+// uncaptured call. FP8 products with vector scales get one candidate and
+// are not timed.
+//
 // Batch-invariant mode (the engine's deterministic mode): a row's product
 // does not depend on how many other rows share the call. Every row count
 // runs the one cuBLASLt algorithm chosen for kInvariantRefRows rows, with
@@ -26,6 +37,7 @@
 // Thread-safety: thread-compatible (one step thread drives it).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -44,11 +56,15 @@ class Gemm {
   // LaunchSkinnyGemm instead of cuBLASLt; 0 = always cuBLASLt.
   // fp8_rows, fp8_max_k: the largest x RunFp8 quantizes for cuBLASLt
   // (rows x k bytes + rows floats of scratch); 0: no FP8 products.
-  // batch_invariant: see above (skinny_max_m is then ignored). Default off.
+  // batch_invariant: see above (skinny_max_m and tuning are then off).
+  // tune_candidates: see above; 0 (default) keeps the heuristic's first.
+  // Costs each shape bucket's first call tune_candidates x 4 products and a
+  // stream sync.
   static absl::StatusOr<std::unique_ptr<Gemm>> Create(size_t workspace_bytes,
                                                       int skinny_max_m = kSkinnyGemmDefaultMaxM,
                                                       int fp8_rows = 0, int fp8_max_k = 0,
-                                                      bool batch_invariant = false);
+                                                      bool batch_invariant = false,
+                                                      int tune_candidates = 0);
   // The row count whose algorithm every product uses in batch-invariant mode.
   static constexpr int kInvariantRefRows = 128;
   ~Gemm();
@@ -66,6 +82,8 @@ class Gemm {
   // their scales, written by the kernel that produced x: Fp8Rows).
   absl::Status RunFp8Quantized(const void* w, const float* w_scale, void* y, int m, int n, int k,
                                ActType type, cudaStream_t stream);
+  // Shape buckets timed so far (tests, benchmarks).
+  int tuned_buckets() const { return static_cast<int>(tuned_.size()); }
   // Where RunFp8 puts x rounded to E4M3 ([m][k] bytes, [m] scales) and
   // RunFp8Quantized reads it; valid until the next FP8 product is queued.
   Fp8Rows fp8_input() const;
@@ -90,16 +108,31 @@ class Gemm {
   absl::Status ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool out_f32, bool fp8,
                           const float* w_scale, const float* x_scale);
   absl::Status SetScalePointers(Plan* p, const float* w_scale, const float* x_scale);
+  // One product with p's descriptors and `algo`.
+  // Returns cuBLASLt's status (cublasStatus_t).
+  int Matmul(const Plan& p, const void* algo, const void* w, const void* x, void* y,
+             cudaStream_t stream) const;
+  // Times p->candidates on these operands and keeps the fastest in p->algo
+  // and tuned_; a no-op while `stream` is capturing (tried again later).
+  absl::Status Tune(Plan* p, const void* w, const void* x, void* y, cudaStream_t stream);
+  // The product of p, tuned first when p's bucket awaits it.
+  absl::Status Launch(Plan* p, const void* w, const void* x, void* y, cudaStream_t stream,
+                      const char* what);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int skinny_max_m_ = 0;
   bool batch_invariant_ = false;
+  int tune_candidates_ = 0;
+  void* tune_events_[2] = {nullptr, nullptr};  // cudaEvent_t, made at the first tuning
   DeviceBuffer fp8_x_;  // [fp8_rows_][fp8_max_k_] E4M3, then [fp8_rows_] float scales
   int fp8_rows_ = 0;
   int fp8_max_k_ = 0;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  // Per bucket key (m = the bucket's power of two): the winning algorithm
+  // (cublasLtMatmulAlgo_t's 64 bytes).
+  std::map<Key, std::array<uint64_t, 8>> tuned_;
 };
 
 }  // namespace ballast::engine::cuda

@@ -23,6 +23,41 @@ __device__ void HeadInvRms(const T* row, const T* bias, int heads, int D, float 
   }
 }
 
+// The token one block of either kernel below works on (t = blockIdx.x).
+template <typename T>
+struct RopeToken {
+  int pos, seq;
+  const T* row;  // its QKV output, (num_heads + 2 * Hkv) heads of D
+};
+
+// The prologue both kernels share: token t's position, sequence and QKV
+// row into *tok, one sincos per frequency (shared by every head of the
+// token) into sin_s/cos_s and, when `norm`, each q and k head's inverse RMS
+// into inv_rms_s, then a block barrier. False (nothing written, no
+// barrier) for a padding token (pos < 0), which the whole block skips.
+template <typename T>
+__device__ __forceinline__ bool RopePrologue(const T* __restrict__ qkv, const T* __restrict__ bias,
+                                             bool norm, float eps,
+                                             const float* __restrict__ inv_freq,
+                                             const TokenMap& tokens, int num_heads,
+                                             const PagedKv& kv, float* sin_s, float* cos_s,
+                                             float* inv_rms_s, RopeToken<T>* tok) {
+  const int t = blockIdx.x;
+  const int pos = tokens.pos[t];
+  if (pos < 0) return false;
+  const int seq = tokens.seq[t];
+  const int D = kv.head_dim, half = D / 2, Hkv = kv.num_kv_heads;
+  const int width = (num_heads + 2 * Hkv) * D;
+  const T* row = qkv + static_cast<size_t>(t) * width;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    sincosf(static_cast<float>(pos) * inv_freq[i], &sin_s[i], &cos_s[i]);
+  }
+  if (norm) HeadInvRms(row, bias, num_heads + Hkv, D, eps, inv_rms_s);
+  __syncthreads();
+  *tok = RopeToken<T>{pos, seq, row};
+  return true;
+}
+
 template <typename T, typename KvT>
 __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict__ bias,
                                   const T* __restrict__ q_norm, const T* __restrict__ k_norm,
@@ -32,20 +67,15 @@ __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict
   WaitPriorGrid();
   __shared__ float cos_s[128], sin_s[128];  // head_dim <= 256
   extern __shared__ float inv_rms_s[];      // [num_heads + Hkv] when normalising
-  const int t = blockIdx.x;
-  const int pos = tokens.pos[t];
-  if (pos < 0) return;
-  const int seq = tokens.seq[t];
-  const int D = kv.head_dim, half = D / 2, Hkv = kv.num_kv_heads;
-  const int width = (num_heads + 2 * Hkv) * D;
-  const T* row = qkv + static_cast<size_t>(t) * width;
   const bool norm = q_norm != nullptr;
-  // One sincos per frequency, shared by every head of the token.
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    sincosf(static_cast<float>(pos) * inv_freq[i], &sin_s[i], &cos_s[i]);
+  RopeToken<T> tok;
+  if (!RopePrologue(qkv, bias, norm, eps, inv_freq, tokens, num_heads, kv, sin_s, cos_s, inv_rms_s,
+                    &tok)) {
+    return;
   }
-  if (norm) HeadInvRms(row, bias, num_heads + Hkv, D, eps, inv_rms_s);
-  __syncthreads();
+  const int t = blockIdx.x, pos = tok.pos, seq = tok.seq;
+  const int D = kv.head_dim, half = D / 2, Hkv = kv.num_kv_heads;
+  const T* row = tok.row;
   auto in = [&](int i) { return ToF(row[i]) + (bias != nullptr ? ToF(bias[i]) : 0.0f); };
   // Rotated pairs (i, i + D/2) of q heads then k heads.
   const int pairs = (num_heads + Hkv) * half;
@@ -94,18 +124,15 @@ __global__ void RopeKvWriteVecKernel(const T* __restrict__ qkv, const T* __restr
   WaitPriorGrid();
   __shared__ float cos_s[128], sin_s[128];
   extern __shared__ float inv_rms_s[];
-  const int t = blockIdx.x;
-  const int pos = tokens.pos[t];
-  if (pos < 0) return;
-  const int seq = tokens.seq[t];
-  const int D = kv.head_dim, half = D / 2, Hkv = kv.num_kv_heads;
-  const T* row = qkv + static_cast<size_t>(t) * (num_heads + 2 * Hkv) * D;
   const bool norm = q_norm != nullptr;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    sincosf(static_cast<float>(pos) * inv_freq[i], &sin_s[i], &cos_s[i]);
+  RopeToken<T> tok;
+  if (!RopePrologue(qkv, bias, norm, eps, inv_freq, tokens, num_heads, kv, sin_s, cos_s, inv_rms_s,
+                    &tok)) {
+    return;
   }
-  if (norm) HeadInvRms(row, bias, num_heads + Hkv, D, eps, inv_rms_s);
-  __syncthreads();
+  const int t = blockIdx.x, pos = tok.pos, seq = tok.seq;
+  const int D = kv.head_dim, half = D / 2, Hkv = kv.num_kv_heads;
+  const T* row = tok.row;
   // x[0..8) = row[i..i+8) (+ bias), as RopeKvWriteKernel's in().
   auto load = [&](int i, float x[8]) {
     Load8(row + i, x);

@@ -316,52 +316,111 @@ TEST(CudaKernels, RmsNormSiluAndRopeMatchReference) {
   cudaFree(d_act);
 }
 
+struct GemmShape {
+  int m, n, k;
+  bool f32;
+};
+
+// One product of random BF16 operands through `g` on `stream`, against a
+// double-precision reference.
+void CheckGemm(Gemm& g, const GemmShape sh, std::mt19937& rng, cudaStream_t stream = nullptr) {
+  SCOPED_TRACE(::testing::Message() << sh.m << "x" << sh.n << "x" << sh.k);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> x(static_cast<size_t>(sh.m) * sh.k), w(static_cast<size_t>(sh.n) * sh.k);
+  for (auto& v : x) v = FloatToBF16(nd(rng));
+  for (auto& v : w) v = FloatToBF16(0.05f * nd(rng));
+  uint16_t* dx = ToDevice(x);
+  uint16_t* dw = ToDevice(w);
+  void* dy = nullptr;
+  ASSERT_EQ(cudaMalloc(&dy, static_cast<size_t>(sh.m) * sh.n * 4), cudaSuccess);
+  ASSERT_TRUE(g.Run(dx, dw, dy, sh.m, sh.n, sh.k, ActType::kBF16, sh.f32, stream).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> y(static_cast<size_t>(sh.m) * sh.n);
+  if (sh.f32) {
+    y = ToHost(static_cast<float*>(dy), y.size());
+  } else {
+    const auto yb = ToHost(static_cast<uint16_t*>(dy), y.size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = BF16ToFloat(yb[i]);
+  }
+  double max_err = 0, max_mag = 0;
+  for (int i = 0; i < sh.m; ++i) {
+    for (int j = 0; j < sh.n; ++j) {
+      double acc = 0;
+      for (int k = 0; k < sh.k; ++k)
+        acc += BF16ToFloat(x[static_cast<size_t>(i) * sh.k + k]) *
+               BF16ToFloat(w[static_cast<size_t>(j) * sh.k + k]);
+      max_err = std::max(max_err, std::abs(acc - y[static_cast<size_t>(i) * sh.n + j]));
+      max_mag = std::max(max_mag, std::abs(acc));
+    }
+  }
+  EXPECT_LT(max_err, 0.01 * max_mag);
+  cudaFree(dx);
+  cudaFree(dw);
+  cudaFree(dy);
+}
+
 TEST(CudaKernels, GemmMatchesReference) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  auto g = Gemm::Create(32u << 20, kSkinnyGemmMaxM);  // rows <= 8: skinny kernel; more: cuBLASLt
-  ASSERT_TRUE(g.ok()) << g.status();
-  std::mt19937 rng(9);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  struct Shape {
-    int m, n, k;
-    bool f32;
-  };
-  for (const Shape sh :
-       {Shape{1, 384, 512, false}, Shape{20, 1536, 512, false}, Shape{300, 512, 1024, false},
-        Shape{7, 300, 512, true}, Shape{64, 4096, 4096, false}, Shape{16, 1000, 4104, false},
-        Shape{3, 4097, 64, true}, Shape{12, 96, 8, false}}) {
-    std::vector<uint16_t> x(static_cast<size_t>(sh.m) * sh.k), w(static_cast<size_t>(sh.n) * sh.k);
-    for (auto& v : x) v = FloatToBF16(nd(rng));
-    for (auto& v : w) v = FloatToBF16(0.05f * nd(rng));
-    uint16_t* dx = ToDevice(x);
-    uint16_t* dw = ToDevice(w);
-    void* dy = nullptr;
-    ASSERT_EQ(cudaMalloc(&dy, static_cast<size_t>(sh.m) * sh.n * 4), cudaSuccess);
-    ASSERT_TRUE((*g)->Run(dx, dw, dy, sh.m, sh.n, sh.k, ActType::kBF16, sh.f32, nullptr).ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<float> y(static_cast<size_t>(sh.m) * sh.n);
-    if (sh.f32) {
-      y = ToHost(static_cast<float*>(dy), y.size());
-    } else {
-      const auto yb = ToHost(static_cast<uint16_t*>(dy), y.size());
-      for (size_t i = 0; i < y.size(); ++i) y[i] = BF16ToFloat(yb[i]);
+  for (const int tune : {0, 8}) {  // the heuristic's first algorithm; the fastest of 8 timed
+    SCOPED_TRACE(::testing::Message() << "tune_candidates=" << tune);
+    // rows <= 8: skinny kernel; more: cuBLASLt
+    auto g = Gemm::Create(32u << 20, kSkinnyGemmMaxM, 0, 0, false, tune);
+    ASSERT_TRUE(g.ok()) << g.status();
+    std::mt19937 rng(9);
+    for (const GemmShape sh : {GemmShape{1, 384, 512, false}, GemmShape{20, 1536, 512, false},
+                               GemmShape{300, 512, 1024, false}, GemmShape{7, 300, 512, true},
+                               GemmShape{64, 4096, 4096, false}, GemmShape{16, 1000, 4104, false},
+                               GemmShape{3, 4097, 64, true}, GemmShape{12, 96, 8, false}}) {
+      CheckGemm(**g, sh, rng);
     }
-    double max_err = 0, max_mag = 0;
-    for (int i = 0; i < sh.m; ++i) {
-      for (int j = 0; j < sh.n; ++j) {
-        double acc = 0;
-        for (int k = 0; k < sh.k; ++k)
-          acc += BF16ToFloat(x[static_cast<size_t>(i) * sh.k + k]) *
-                 BF16ToFloat(w[static_cast<size_t>(j) * sh.k + k]);
-        max_err = std::max(max_err, std::abs(acc - y[static_cast<size_t>(i) * sh.n + j]));
-        max_mag = std::max(max_mag, std::abs(acc));
-      }
-    }
-    EXPECT_LT(max_err, 0.01 * max_mag) << sh.m << "x" << sh.n << "x" << sh.k;
-    cudaFree(dx);
-    cudaFree(dw);
-    cudaFree(dy);
   }
+}
+
+// Tuning: one timing per shape and power-of-two row bucket; none under
+// graph capture (the product is captured with the heuristic's first
+// algorithm and timed at the next uncaptured call).
+TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  auto made = Gemm::Create(32u << 20, 0, 0, 0, false, 8);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Gemm& g = **made;
+  std::mt19937 rng(11);
+  CheckGemm(g, {300, 512, 1024, false}, rng);  // bucket 512: timed
+  EXPECT_EQ(g.tuned_buckets(), 1);
+  CheckGemm(g, {400, 512, 1024, false}, rng);  // bucket 512: its winner, untimed
+  EXPECT_EQ(g.tuned_buckets(), 1);
+  CheckGemm(g, {300, 768, 1024, true}, rng);  // another shape
+  EXPECT_EQ(g.tuned_buckets(), 2);
+
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<uint16_t> x(1000 * 256, FloatToBF16(0.5f)), w(512 * 256, FloatToBF16(0.25f));
+  uint16_t* dx = ToDevice(x);
+  uint16_t* dw = ToDevice(w);
+  uint16_t* dy = ToDevice(std::vector<uint16_t>(1000 * 512));
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  const bool ran = g.Run(dx, dw, dy, 1000, 512, 256, ActType::kBF16, false, s).ok();
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(g.tuned_buckets(), 2);  // nothing timed while capturing
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const auto y = ToHost(dy, 1000 * 512);
+  EXPECT_EQ(BF16ToFloat(y[0]), 256 * 0.125f);  // exact: 32 in BF16
+  EXPECT_EQ(BF16ToFloat(y[999 * 512 + 511]), 256 * 0.125f);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  ASSERT_TRUE(g.Run(dx, dw, dy, 1000, 512, 256, ActType::kBF16, false, s).ok());
+  EXPECT_EQ(g.tuned_buckets(), 3);  // timed at the first uncaptured call
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(BF16ToFloat(ToHost(dy, 1000 * 512)[12345]), 256 * 0.125f);
+  cudaFree(dx);
+  cudaFree(dw);
+  cudaFree(dy);
+  cudaStreamDestroy(s);
 }
 
 // RoPE + KV append for T tokens of H query and Hkv KV heads of size D,
