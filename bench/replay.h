@@ -54,8 +54,9 @@ struct RequestOutcome {
   double end_s = -1;
   double server_queue_ms = -1;
   double scheduler_ms = -1, kv_fetch_ms = -1, kv_load_ms = -1;  // parts of it (Timings)
-  // The node's engine: its arrival there until its first token
-  // (Timings.node_ttft_ms; -1: not reported).
+  // The node's own TTFT (Timings.node_ttft_ms: from the arrival at the
+  // scheduler, by the node's reckoning, until the engine's first token;
+  // -1: not reported).
   double node_ttft_ms = -1;
   std::string kv_source;
   int preemptions = 0;              // times the server preempted it (KV recomputed)
@@ -76,8 +77,9 @@ struct RequestOutcome {
   double tpot_ms() const {
     return has_tpot() ? (end_s - first_token_s) * 1e3 / (output_tokens - 1) : -1;
   }
-  // TTFT outside the node's engine (the client's lag, the RPCs, the
-  // scheduler and the token relay); -1: unknown.
+  // TTFT outside the node: the client's send lag, the RPCs to the
+  // scheduler and the node, the token's relay back and the client's read
+  // of it; -1: unknown.
   double path_ms() const {
     return node_ttft_ms < 0 || first_token_s < 0 ? -1 : ttft_ms() - node_ttft_ms;
   }

@@ -241,10 +241,9 @@ std::string FormatReport(const Report& r) {
   out += absl::StrFormat(
       "client lag (send - scheduled): mean %.1f ms, p50 %.1f, p99 %.1f, max %.1f\n",
       r.client_lag_ms.mean, r.client_lag_ms.p50, r.client_lag_ms.p99, r.client_lag_ms.max);
-  if (r.total.path_ms.n > 0) {
+  if (r.total.path_ms.n > 0 && r.total.path_ms.max > 0) {
     out += absl::StrFormat(
-        "TTFT outside the node's engine (client TTFT - node TTFT): p50 %.2f ms, p90 %.2f, p99 "
-        "%.2f\n",
+        "TTFT outside the node (client TTFT - node TTFT): p50 %.2f ms, p90 %.2f, p99 %.2f\n",
         r.total.path_ms.p50, r.total.path_ms.p90, r.total.path_ms.p99);
   }
   if (!r.valid) out += absl::StrCat("INVALID RUN: ", r.invalid_reason, "\n");

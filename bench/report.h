@@ -50,7 +50,7 @@ struct GroupReport {
   int64_t preemptions = 0;
   int preempted_requests = 0;
   LatencySummary ttft_ms, tpot_ms, e2e_ms, queue_ms;
-  // TTFT outside the node's engine (RequestOutcome::path_ms), requests
+  // TTFT outside the node (RequestOutcome::path_ms), requests
   // whose node reported its own TTFT.
   LatencySummary path_ms;
 };

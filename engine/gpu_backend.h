@@ -47,7 +47,7 @@ struct GpuExecutorOptions {
   // cuBLASLt algorithms timed per GEMM shape and power-of-two row bucket at
   // its first uncaptured call (Gemm's tuning): the fastest is kept. Costs
   // each bucket's first step about this many x 4 products of each shape and
-  // a stream sync. Default 0 (cuBLASLt's heuristic first, untimed): on an
+  // as many waits for the stream. Default 0 (cuBLASLt's heuristic first, untimed): on an
   // H200, 8B shapes, 8 candidates gained nothing in the engine's steps
   // (docs/benchmarks.md, "GEMM algorithms timed"). Off in deterministic
   // mode.

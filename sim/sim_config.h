@@ -167,13 +167,14 @@ struct SimPolicy {
   // ran beside the step before it (ahead_steps). Default 0: the engine
   // alone, as bench-engine measures it.
   double step_host_s = 0;
-  // A request's path outside the node's engine: the client's send, the
-  // RPCs to the scheduler and on to the node, the scheduler's routing, and
-  // the first token's relay back. Added to every request's TTFT and E2E
-  // (not to TPOT), as a constant: `ballast bench` reports it for a real
-  // run as path_ms (client TTFT less the node's Timings.node_ttft_ms);
-  // sim-validate.sh's host.txt has its median per rate scale. Default 0:
-  // tokens reach the client the moment their step ends.
+  // A request's path outside the node: the client's send, the RPCs to the
+  // scheduler and on to the node, and the first token's relay back to the
+  // client. Added to every request's TTFT and E2E (not to TPOT), and to a
+  // failed request's end, as a constant (it does not queue under load):
+  // `ballast bench` reports it for a real run as path_ms (client TTFT less
+  // the node's Timings.node_ttft_ms); sim-validate.sh's host.txt has its
+  // median per rate scale. Default 0: tokens reach the client the moment
+  // their step ends.
   double request_path_s = 0;
   // Tensor-parallel steps (SimModel::tp > 1) add two all-reduces per layer
   // of the step's tokens x hidden BF16 activations, each taking

@@ -313,7 +313,7 @@ void Simulator::Fail(int i, const std::string& status, const std::string& messag
   bench::RequestOutcome& o = outcomes_[static_cast<size_t>(i)];
   o.status = status;
   o.message = message;
-  o.end_s = events_.now();
+  o.end_s = events_.now() + config_.policy.request_path_s;  // when the client hears of it
   --outstanding_;
   ReleaseDependents(i, false);
 }

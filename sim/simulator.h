@@ -51,8 +51,11 @@
 //    rules are in sim_sessions.cc; the GPU's side in sim_device.h, the
 //    node's DRAM and SSD in sim_kv_tiers.h.
 // Each request gets the outcome a replay would record (bench/replay.h), so
-// bench's reports, CSV and plots apply unchanged. Trace records with
-// "after" are released when their dependency ends, plus delay_s;
+// bench's reports, CSV and plots apply unchanged; the client hears of its
+// tokens and its end request_path_s after the device's step (a constant:
+// the RPCs and the relay, which do not queue here). Trace records with
+// "after" are released when the client saw their dependency end, plus
+// delay_s (an advisory ends at once);
 // advisories prefetch (sim_sessions.cc), or are counted and ignored with
 // session_kv recompute or no session id; one never released (its
 // dependency failed or never ended) is skipped, as in a replay.

@@ -7,8 +7,8 @@
 # Writes OUT/trace.jsonl, OUT/real-<scale>/result.json per rate scale,
 # OUT/real.txt (the reports) and OUT/host.txt: the node's mean step host
 # time (ballast_node_step_host_seconds) during each scale's replay, the
-# simulator's policy.step_host_s, and the median TTFT outside the node's
-# engine (bench's path_ms), its policy.request_path_s.
+# simulator's policy.step_host_s, and the median TTFT outside the node
+# (bench's path_ms), its policy.request_path_s.
 # Env: BUILD (/tmp/bb), N (4 models), DURATION (60 s), PRATE (persistent
 # rate, 20/s), BRATE (burst rate, 40/s), SEED (24: every one of the four
 # models gets requests), RATES (rate scales, "1 2 4"), BACKEND
@@ -89,15 +89,15 @@ scrape() {  # sum and count of the per-step host time
 for k in ${RATES:-1 2 4}; do
   before=$(scrape)
   "$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real-$k" --rate-scale "$k" \
-    --max-inflight "${MAX_INFLIGHT:-4096}" --no-plots \
-    | tee -a "$OUT/real.txt"
+    --max-inflight "${MAX_INFLIGHT:-4096}" --no-plots > "$WORK/real-$k.txt"
+  cat "$WORK/real-$k.txt" | tee -a "$OUT/real.txt"
   after=$(scrape)
   awk -v a="$before" -v b="$after" -v k="$k" 'BEGIN { split(a, x, " "); split(b, y, " ");
     printf "rate scale %s: %d steps, mean step host time %.1f us\n", k, y[2] - x[2],
            (y[2] > x[2]) ? 1e6 * (y[1] - x[1]) / (y[2] - x[2]) : 0 }' | tee -a "$OUT/host.txt"
   # The request path outside the engine (the simulator's policy.request_path_s).
-  grep "TTFT outside the node's engine" "$OUT/real.txt" | tail -1 | sed "s/^/rate scale $k: /" |
-    tee -a "$OUT/host.txt"
+  { grep "TTFT outside the node" "$WORK/real-$k.txt" || echo "no path reported"; } |
+    sed "s/^/rate scale $k: /" | tee -a "$OUT/host.txt"
   rm -f "$OUT/real-$k"/requests-*.csv "$OUT/real-$k"/result-*.json
 done
 kill $pid

@@ -382,6 +382,48 @@ double DatasheetBandwidth(const std::string& name) {
 
 }  // namespace
 
+// gemm_peak_tflops and gemm_peak_random_tflops (o.gemm_peak), and the
+// tuning in effect (none in deterministic mode, as the engine's Gemm).
+absl::Status AddGemmPeaks(const GpuEngineBenchOptions& o, nlohmann::json* out) {
+  const int tune = o.deterministic ? 0 : o.gemm_tune_candidates;
+  (*out)["gemm_tune_candidates"] = tune;
+  if (!o.gemm_peak) return absl::OkStatus();
+  auto peak = GemmPeakTflops(tune, false);
+  if (!peak.ok()) return peak.status();
+  (*out)["gemm_peak_tflops"] = *peak;
+  auto on_data = GemmPeakTflops(tune, true);
+  if (!on_data.ok()) return on_data.status();
+  (*out)["gemm_peak_random_tflops"] = *on_data;
+  return absl::OkStatus();
+}
+
+// One prompt of o.prefill_tokens in one chunk: its time, rate and share of
+// the GEMM peaks in `out` (when measured).
+absl::StatusOr<nlohmann::json> MeasurePrefill(const GpuEngineBenchOptions& o, const ModelConfig& c,
+                                              KvCache* kv, cuda::CudaExecutor* e,
+                                              const nlohmann::json& out) {
+  auto times = TimePrefill(e, kv, PromptFor(o.prefill_tokens, c), o.prefill_runs);
+  if (!times.ok()) return times.status();
+  const double mean = times->mean, best = times->best;
+  const double T = o.prefill_tokens;
+  const double L = c.num_hidden_layers, H = c.hidden_size, Q = c.q_dim(), KVd = c.kv_dim(),
+               I = c.intermediate_size;
+  const double linear = L * (H * (Q + 2 * KVd) + Q * H + 3 * H * I);
+  const double flops = 2 * linear * T + 2.0 * c.vocab_size * H +
+                       L * 4.0 * c.num_attention_heads * c.head_dim * (T * (T + 1) / 2);
+  nlohmann::json p = {{"tokens", o.prefill_tokens},
+                      {"ms", mean * 1e3},
+                      {"best_ms", best * 1e3},
+                      {"tokens_per_s", T / mean},
+                      {"tflops", flops / mean / 1e12}};
+  if (out.contains("gemm_peak_tflops")) {
+    p["fraction_of_gemm_peak"] = flops / mean / 1e12 / out["gemm_peak_tflops"].get<double>();
+    p["fraction_of_gemm_peak_random"] =
+        flops / mean / 1e12 / out["gemm_peak_random_tflops"].get<double>();
+  }
+  return p;
+}
+
 absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   auto cfg = ModelConfig::Load((std::filesystem::path(o.model_dir) / "config.json").string());
   if (!cfg.ok()) return cfg.status();
@@ -403,15 +445,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   out["hbm_bytes_per_s"] = hbm;
   out["model"] = o.model_dir;
   out["quantization"] = WeightQuantName(c.weight_quant);
-  if (o.gemm_peak) {
-    auto peak = GemmPeakTflops(o.gemm_tune_candidates, false);
-    if (!peak.ok()) return peak.status();
-    out["gemm_peak_tflops"] = *peak;
-    auto on_data = GemmPeakTflops(o.gemm_tune_candidates, true);
-    if (!on_data.ok()) return on_data.status();
-    out["gemm_peak_random_tflops"] = *on_data;
-  }
-  out["gemm_tune_candidates"] = o.gemm_tune_candidates;
+  if (auto st = AddGemmPeaks(o, &out); !st.ok()) return st;
 
   KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.block_tokens,
                   GpuAutoKvDType(c)};
@@ -512,27 +546,9 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   }
 
   if (o.prefill_tokens > 0) {
-    const std::vector<int> prompt = PromptFor(o.prefill_tokens, c);
-    auto times = TimePrefill(&e, &kv, prompt, o.prefill_runs);
-    if (!times.ok()) return times.status();
-    const double mean = times->mean, best = times->best;
-    const double T = o.prefill_tokens;
-    const double L = c.num_hidden_layers, H = c.hidden_size, Q = c.q_dim(), KVd = c.kv_dim(),
-                 I = c.intermediate_size;
-    const double linear = L * (H * (Q + 2 * KVd) + Q * H + 3 * H * I);
-    const double flops = 2 * linear * T + 2.0 * c.vocab_size * H +
-                         L * 4.0 * c.num_attention_heads * c.head_dim * (T * (T + 1) / 2);
-    nlohmann::json p = {{"tokens", o.prefill_tokens},
-                        {"ms", mean * 1e3},
-                        {"best_ms", best * 1e3},
-                        {"tokens_per_s", T / mean},
-                        {"tflops", flops / mean / 1e12}};
-    if (out.contains("gemm_peak_tflops")) {
-      p["fraction_of_gemm_peak"] = flops / mean / 1e12 / out["gemm_peak_tflops"].get<double>();
-      p["fraction_of_gemm_peak_random"] =
-          flops / mean / 1e12 / out["gemm_peak_random_tflops"].get<double>();
-    }
-    out["prefill"] = p;
+    auto p = MeasurePrefill(o, c, &kv, &e, out);
+    if (!p.ok()) return p.status();
+    out["prefill"] = *p;
     if (o.interference_batch > 0) {
       auto in = MeasureInterference(o, c, eo, &kv, &e, PromptFor(o.prefill_tokens, c));
       if (!in.ok()) return in.status();

@@ -119,7 +119,13 @@ absl::StatusOr<std::vector<cublasLtMatmulAlgo_t>> HeuristicList(
                                             workspace_bytes == 0 ? " without workspace" : ""));
   }
   std::vector<cublasLtMatmulAlgo_t> algos;
-  for (int i = 0; i < found; ++i) algos.push_back(results[static_cast<size_t>(i)].algo);
+  for (int i = 0; i < found; ++i) {
+    const cublasLtMatmulHeuristicResult_t& r = results[static_cast<size_t>(i)];
+    if (r.state == CUBLAS_STATUS_SUCCESS) algos.push_back(r.algo);
+  }
+  if (algos.empty()) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no usable algorithm for ", what));
+  }
   return algos;
 }
 

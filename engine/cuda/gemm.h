@@ -18,14 +18,16 @@
 //
 // Tuning (tune_candidates > 0): the first uncaptured product of a shape
 // times cuBLASLt's first tune_candidates heuristic algorithms on the call's
-// own operands (one untimed and three timed runs each, a stream sync) and
-// keeps the fastest. A shape's rows are bucketed by the next power of two:
-// the bucket is timed once, at the first row count seen, and every other
-// row count of the bucket takes the bucket's winner when cuBLASLt's
-// heuristic lists it for that count (else the heuristic's first). Products
-// first met under graph capture keep the heuristic's first until an
-// uncaptured call. FP8 products with vector scales get one candidate and
-// are not timed.
+// own operands (one untimed and three timed runs each, then a wait for the
+// stream, per candidate) and keeps the fastest. A shape's rows are
+// bucketed by the next power of two: the bucket is timed once, at the
+// first row count seen, and every other row count of the bucket takes the
+// bucket's winner when cuBLASLt's heuristic lists it for that count (else
+// the heuristic's first). A product first met under graph capture runs the
+// heuristic's first, and a graph captured then keeps it for its life; the
+// next uncaptured call times the bucket. A shape for which the heuristic
+// lists one algorithm (on cuBLASLt 13.0, FP8 with per-row scale vectors)
+// is not timed.
 //
 // Batch-invariant mode (the engine's deterministic mode): a row's product
 // does not depend on how many other rows share the call. Every row count
@@ -58,8 +60,8 @@ class Gemm {
   // (rows x k bytes + rows floats of scratch); 0: no FP8 products.
   // batch_invariant: see above (skinny_max_m and tuning are then off).
   // tune_candidates: see above; 0 (default) keeps the heuristic's first.
-  // Costs each shape bucket's first call tune_candidates x 4 products and a
-  // stream sync.
+  // Costs each shape bucket's first call tune_candidates x 4 products and
+  // as many waits for the stream.
   static absl::StatusOr<std::unique_ptr<Gemm>> Create(size_t workspace_bytes,
                                                       int skinny_max_m = kSkinnyGemmDefaultMaxM,
                                                       int fp8_rows = 0, int fp8_max_k = 0,

@@ -373,6 +373,11 @@ TEST(CudaKernels, GemmMatchesReference) {
                                GemmShape{3, 4097, 64, true}, GemmShape{12, 96, 8, false}}) {
       CheckGemm(**g, sh, rng);
     }
+    if (tune == 0) {
+      EXPECT_EQ((*g)->tuned_buckets(), 0);
+    } else {
+      EXPECT_GT((*g)->tuned_buckets(), 0);
+    }
   }
 }
 
@@ -421,6 +426,12 @@ TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   cudaFree(dw);
   cudaFree(dy);
   cudaStreamDestroy(s);
+
+  // Batch-invariant mode times nothing: one fixed algorithm per shape.
+  auto invariant = Gemm::Create(32u << 20, 0, 0, 0, /*batch_invariant=*/true, 8);
+  ASSERT_TRUE(invariant.ok()) << invariant.status();
+  CheckGemm(**invariant, {300, 512, 1024, false}, rng);
+  EXPECT_EQ((*invariant)->tuned_buckets(), 0);
 }
 
 // RoPE + KV append for T tokens of H query and Hkv KV heads of size D,
