@@ -161,6 +161,15 @@ absl::StatusOr<cublasLtMatmulAlgo_t> Heuristic(cublasLtHandle_t handle, cublasLt
 
 namespace {
 
+// *algo = the bucket's winner (cublasLtMatmulAlgo_t's bytes) if `listed`
+// has it; else *algo is left as it is.
+void AdoptIfListed(const std::vector<cublasLtMatmulAlgo_t>& listed,
+                   const std::array<uint64_t, 8>& winner, cublasLtMatmulAlgo_t* algo) {
+  for (const cublasLtMatmulAlgo_t& a : listed) {
+    if (std::memcmp(a.data, winner.data(), sizeof(a.data)) == 0) *algo = a;
+  }
+}
+
 // The tuning bucket of a product of m rows: the next power of two.
 int RowBucket(int m) {
   int b = 1;
@@ -246,9 +255,7 @@ absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool o
     if (!list.ok()) return list.status();
     p->algo = list->front();
     if (auto won = tuned_.find(p->bucket); won != tuned_.end()) {
-      for (const cublasLtMatmulAlgo_t& a : *list) {  // the bucket's winner, if listed
-        if (std::memcmp(a.data, won->second.data(), sizeof(a.data)) == 0) p->algo = a;
-      }
+      AdoptIfListed(*list, won->second, &p->algo);
     } else if (list->size() > 1) {
       p->candidates = std::move(*list);
     }
@@ -355,9 +362,7 @@ absl::Status Gemm::Tune(Plan* p, const void* w, const void* x, void* y, cudaStre
   BALLAST_CUDA_RETURN(cudaStreamIsCapturing(stream, &capture), "GEMM tuning");
   if (capture != cudaStreamCaptureStatusNone) return absl::OkStatus();  // at an uncaptured call
   if (auto won = tuned_.find(p->bucket); won != tuned_.end()) {  // timed meanwhile, at another m
-    for (const cublasLtMatmulAlgo_t& a : p->candidates) {
-      if (std::memcmp(a.data, won->second.data(), sizeof(a.data)) == 0) p->algo = a;
-    }
+    AdoptIfListed(p->candidates, won->second, &p->algo);
     p->candidates.clear();
     return absl::OkStatus();
   }
