@@ -230,6 +230,7 @@ class Runner {
         out.kv_fetch_ms = f.timings().kv_fetch_ms();
         out.kv_load_ms = f.timings().kv_load_ms();
         if (f.timings().node_ttft_ms() > 0) out.node_ttft_ms = f.timings().node_ttft_ms();
+        if (f.timings().ttft_ms() > 0) out.scheduler_ttft_ms = f.timings().ttft_ms();
         out.kv_source = KvSourceName(f.kv_source());
         out.preemptions = f.preemptions();
       }

@@ -58,6 +58,10 @@ struct RequestOutcome {
   // scheduler, by the node's reckoning, until the engine's first token;
   // -1: not reported).
   double node_ttft_ms = -1;
+  // The scheduler's TTFT (Timings.ttft_ms: from the arrival at the
+  // scheduler until it read the first token from the node; -1: not
+  // reported).
+  double scheduler_ttft_ms = -1;
   std::string kv_source;
   int preemptions = 0;              // times the server preempted it (KV recomputed)
   std::string status = "NOT_SENT";  // gRPC code name, or ABORTED (dependency failed)
@@ -82,6 +86,22 @@ struct RequestOutcome {
   // of it; -1: unknown.
   double path_ms() const {
     return node_ttft_ms < 0 || first_token_s < 0 ? -1 : ttft_ms() - node_ttft_ms;
+  }
+  // The path's parts, -1 when unknown. Between the node and the scheduler
+  // (scheduler TTFT - node TTFT): the request's RPC to the node and the
+  // first token's way back to the scheduler, through the node's delivery
+  // and both gRPC stacks.
+  double node_relay_ms() const {
+    return node_ttft_ms < 0 || scheduler_ttft_ms < 0 ? -1 : scheduler_ttft_ms - node_ttft_ms;
+  }
+  // Between the client and the scheduler (client TTFT - send lag -
+  // scheduler TTFT): the client's RPC to the scheduler, the scheduler's
+  // write of the first token and the client's read of it.
+  double client_relay_ms() const {
+    const double lag = client_lag_ms();
+    return scheduler_ttft_ms < 0 || first_token_s < 0 || lag < 0
+               ? -1
+               : ttft_ms() - lag - scheduler_ttft_ms;
   }
 };
 

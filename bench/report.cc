@@ -40,7 +40,7 @@ Verdict Judge(const RequestOutcome& r, const ReplayResult& res, double slo_scale
 }
 
 struct Acc {
-  std::vector<double> ttft, tpot, e2e, queue, path;
+  std::vector<double> ttft, tpot, e2e, queue, path, node_relay, client_relay, node_ttft;
 };
 
 void Add(GroupReport& g, Acc& a, const RequestOutcome& r, const Verdict& v) {
@@ -62,6 +62,9 @@ void Add(GroupReport& g, Acc& a, const RequestOutcome& r, const Verdict& v) {
     a.e2e.push_back(r.e2e_ms());
     if (r.server_queue_ms >= 0) a.queue.push_back(r.server_queue_ms);
     if (r.path_ms() >= 0) a.path.push_back(r.path_ms());
+    if (r.node_ttft_ms >= 0) a.node_ttft.push_back(r.node_ttft_ms);
+    if (r.node_relay_ms() >= 0) a.node_relay.push_back(r.node_relay_ms());
+    if (r.client_relay_ms() >= 0) a.client_relay.push_back(r.client_relay_ms());
   }
 }
 
@@ -75,6 +78,9 @@ void Finish(GroupReport& g, Acc& a) {
   g.e2e_ms = SummarizeLatency(a.e2e);
   g.queue_ms = SummarizeLatency(a.queue);
   g.path_ms = SummarizeLatency(a.path);
+  g.node_relay_ms = SummarizeLatency(a.node_relay);
+  g.client_relay_ms = SummarizeLatency(a.client_relay);
+  g.node_ttft_ms = SummarizeLatency(a.node_ttft);
 }
 
 nlohmann::json ToJson(const GroupReport& g) {
@@ -94,7 +100,10 @@ nlohmann::json ToJson(const GroupReport& g) {
           {"tpot_ms", ToJson(g.tpot_ms)},
           {"e2e_ms", ToJson(g.e2e_ms)},
           {"queue_ms", ToJson(g.queue_ms)},
-          {"path_ms", ToJson(g.path_ms)}};
+          {"path_ms", ToJson(g.path_ms)},
+          {"node_relay_ms", ToJson(g.node_relay_ms)},
+          {"client_relay_ms", ToJson(g.client_relay_ms)},
+          {"node_ttft_ms", ToJson(g.node_ttft_ms)}};
 }
 
 }  // namespace
@@ -243,8 +252,18 @@ std::string FormatReport(const Report& r) {
       r.client_lag_ms.mean, r.client_lag_ms.p50, r.client_lag_ms.p99, r.client_lag_ms.max);
   if (r.total.path_ms.n > 0 && r.total.path_ms.max > 0) {
     out += absl::StrFormat(
-        "TTFT outside the node (client TTFT - node TTFT): p50 %.2f ms, p90 %.2f, p99 %.2f\n",
-        r.total.path_ms.p50, r.total.path_ms.p90, r.total.path_ms.p99);
+        "TTFT outside the node (client TTFT - node TTFT): p50 %.2f ms, p90 %.2f, p99 %.2f; the "
+        "node's own TTFT: p50 %.2f ms, p99 %.2f\n",
+        r.total.path_ms.p50, r.total.path_ms.p90, r.total.path_ms.p99, r.total.node_ttft_ms.p50,
+        r.total.node_ttft_ms.p99);
+  }
+  if (r.total.node_relay_ms.n > 0 && r.total.client_relay_ms.n > 0) {
+    const LatencySummary &n = r.total.node_relay_ms, &c = r.total.client_relay_ms;
+    out += absl::StrFormat(
+        "  node -> scheduler (scheduler TTFT - node TTFT): p50 %.2f ms, p90 %.2f, p99 %.2f; "
+        "scheduler -> client (client TTFT - send lag - scheduler TTFT): p50 %.2f ms, p90 %.2f, "
+        "p99 %.2f\n",
+        n.p50, n.p90, n.p99, c.p50, c.p90, c.p99);
   }
   if (!r.valid) out += absl::StrCat("INVALID RUN: ", r.invalid_reason, "\n");
   if (!r.accounting_ok) out += "ACCOUNTING MISMATCH: counts do not add up\n";
@@ -257,7 +276,8 @@ absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, 
   out << "id,model,session,turn,status,class,release_s,send_s,client_lag_ms,ttft_ms,tpot_ms,e2e_ms,"
          "queue_ms,"
          "prompt_tokens,cached_tokens,output_tokens,kv_source,ttft_slo_ms,tpot_slo_ms,ttft_met,"
-         "tpot_met,scheduler_ms,kv_fetch_ms,kv_load_ms,preemptions,node_ttft_ms\n";
+         "tpot_met,scheduler_ms,kv_fetch_ms,kv_load_ms,preemptions,node_ttft_ms,scheduler_ttft_"
+         "ms\n";
   for (const auto& r : res.requests) {
     const Verdict v = Judge(r, res, slo_scale);
     const Slo slo = SloFor(r, res, slo_scale);
@@ -266,12 +286,12 @@ absl::Status WriteRequestsCsv(const std::string& path, const ReplayResult& res, 
                                                         : "failed";
     out << absl::StrFormat(
         "%s,%s,%s,%d,%s,%s,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%.3f,%d,%d,%d,%s,%.1f,%.1f,%d,%s,%.3f,"
-        "%.3f,%.3f,%d,%.3f\n",
+        "%.3f,%.3f,%d,%.3f,%.3f\n",
         r.id, r.model, r.session, r.turn, r.status, cls, r.release_s, r.send_s, r.client_lag_ms(),
         r.ttft_ms(), r.tpot_ms(), r.e2e_ms(), r.server_queue_ms, r.prompt_tokens, r.cached_tokens,
         r.output_tokens, r.kv_source, slo.ttft_ms, slo.tpot_ms, v.ttft_ok,
         v.no_tpot ? "" : (v.tpot_ok ? "1" : "0"), r.scheduler_ms, r.kv_fetch_ms, r.kv_load_ms,
-        r.preemptions, r.node_ttft_ms);
+        r.preemptions, r.node_ttft_ms, r.scheduler_ttft_ms);
   }
   out.close();
   return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("short write to ", path));

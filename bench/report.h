@@ -53,6 +53,13 @@ struct GroupReport {
   // TTFT outside the node (RequestOutcome::path_ms), requests
   // whose node reported its own TTFT.
   LatencySummary path_ms;
+  // Its parts (RequestOutcome::node_relay_ms, client_relay_ms), requests
+  // that reported them.
+  LatencySummary node_relay_ms, client_relay_ms;
+  // The node's own TTFT (RequestOutcome::node_ttft_ms), requests whose
+  // node reported it: the TTFT without the path, what the simulator's
+  // engine model alone decides.
+  LatencySummary node_ttft_ms;
 };
 
 struct Report {

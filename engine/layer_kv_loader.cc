@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "transfer/thread_name.h"
+
 namespace ballast::engine {
 
 LayerKvLoader::LayerKvLoader(CopyFn copy) : copy_(std::move(copy)) {}
@@ -24,7 +26,11 @@ void LayerKvLoader::Start(LayerKvCopies load) {
     done_layers_ = 0;
     active_ = !load_.layers.empty();
   }
-  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  if (!thread_.joinable())
+    thread_ = std::thread([this] {
+      transfer::NameThisThread("kv-layer-load");
+      Loop();
+    });
 }
 
 void LayerKvLoader::WaitLayer(int layer) {

@@ -45,7 +45,7 @@ class TensorFiller {
   // `threads` <= 1: everything on the calling thread.
   TensorFiller(uint64_t seed, int threads, int64_t chunk)
       : g_(seed), chunk_(std::max<int64_t>(1, chunk)) {
-    if (threads > 1) pool_ = std::make_unique<transfer::WorkerPool>(threads);
+    if (threads > 1) pool_ = std::make_unique<transfer::WorkerPool>(threads, 0, "model-fill");
   }
 
   OwnedTensor Make(const std::string& name, std::vector<int64_t> shape, DType dt, double mean,

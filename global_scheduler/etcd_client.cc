@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "transfer/thread_name.h"
 
 namespace ballast::global_scheduler {
 
@@ -231,7 +232,10 @@ absl::Status LeaderElection::Campaign(std::function<void(const absl::Status&)> o
   }
   spdlog::info("etcd {}: {} is the leader (lease {:x}, {} s)", options_.key, options_.id, lease_,
                options_.ttl_s);
-  keepalive_ = std::thread([this, on_lost = std::move(on_lost)] { KeepAlive(on_lost); });
+  keepalive_ = std::thread([this, on_lost = std::move(on_lost)] {
+    transfer::NameThisThread("etcd-keepalive");
+    KeepAlive(on_lost);
+  });
   return absl::OkStatus();
 }
 

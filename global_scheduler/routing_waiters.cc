@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "transfer/thread_name.h"
+
 namespace ballast::global_scheduler {
 namespace {
 // The longest a cancelled waiter stays parked.
@@ -10,7 +12,10 @@ constexpr absl::Duration kCancelCheck = absl::Milliseconds(250);
 }  // namespace
 
 RoutingWaiters::RoutingWaiters(const ClusterState* cluster)
-    : cluster_(cluster), thread_([this] { Loop(); }) {}
+    : cluster_(cluster), thread_([this] {
+        transfer::NameThisThread("sched-waiters");
+        Loop();
+      }) {}
 
 RoutingWaiters::~RoutingWaiters() { Stop(); }
 

@@ -13,6 +13,7 @@
 #include "global_scheduler/request_validation.h"
 #include "proto/model_name.h"
 #include "spdlog/spdlog.h"
+#include "transfer/thread_name.h"
 
 namespace ballast::global_scheduler {
 
@@ -61,13 +62,16 @@ Scheduler::Scheduler(const SchedulerOptions& options, Clock clock)
       sessions_(clock, options.max_sessions),
       quotas_(options.quotas, clock),
       stats_(options.stats_window),
-      pool_(std::make_unique<transfer::WorkerPool>(options.control_threads)) {}
+      pool_(std::make_unique<transfer::WorkerPool>(options.control_threads, 0, "sched-control")) {}
 
 Scheduler::~Scheduler() { Stop(); }
 
 void Scheduler::Start() {
   if (control_.joinable()) return;
-  control_ = std::thread([this] { ControlLoop(); });
+  control_ = std::thread([this] {
+    transfer::NameThisThread("sched-loop");
+    ControlLoop();
+  });
 }
 
 void Scheduler::Stop() {

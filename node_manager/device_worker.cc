@@ -10,6 +10,7 @@
 #include "memory/page_pool.h"
 #include "spdlog/spdlog.h"
 #include "transfer/latch.h"
+#include "transfer/thread_name.h"
 
 namespace ballast::node_manager {
 
@@ -35,9 +36,11 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
     if (memory.remap.enabled) w->remap_ = std::make_unique<RemapController>(memory.remap);
   }
   if (arbitration.overlap_steps && arbitration.finish_threads > 0) {
-    w->finishers_ = std::make_unique<transfer::WorkerPool>(arbitration.finish_threads);
+    w->finishers_ =
+        std::make_unique<transfer::WorkerPool>(arbitration.finish_threads, 0, "step-finish");
   }
   w->thread_ = std::thread([raw = w.get()] {
+    transfer::NameThisThread("step-" + raw->name_);
     if (raw->arbitration_.overlap_steps && raw->arbitration_.rolling_steps) {
       raw->RollingLoop();
     } else {

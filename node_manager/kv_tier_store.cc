@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "transfer/thread_name.h"
 
 namespace ballast::node_manager {
 
@@ -33,10 +34,13 @@ absl::StatusOr<std::unique_ptr<KvTierStore>> KvTierStore::Create(const KvTierOpt
   if (o.io_threads < 0) return absl::InvalidArgumentError("KV tiers: io_threads must be >= 0");
   std::unique_ptr<KvTierStore> s(new KvTierStore(o));
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  s->io_pool_ = std::make_unique<transfer::WorkerPool>(o.io_threads > 0 ? o.io_threads
-                                                                        : std::clamp(cores, 2, 16));
+  s->io_pool_ = std::make_unique<transfer::WorkerPool>(
+      o.io_threads > 0 ? o.io_threads : std::clamp(cores, 2, 16), 0, "kv-io");
   if (auto st = s->Rebuild(); !st.ok()) return st;
-  s->writer_ = std::thread([p = s.get()] { p->WriterLoop(); });
+  s->writer_ = std::thread([p = s.get()] {
+    transfer::NameThisThread("kv-writer");
+    p->WriterLoop();
+  });
   return s;
 }
 

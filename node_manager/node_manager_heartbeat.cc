@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "node_manager/node_manager.h"
 #include "spdlog/spdlog.h"
+#include "transfer/thread_name.h"
 
 namespace ballast::node_manager {
 
@@ -17,7 +18,10 @@ void NodeManager::StartHeartbeats(const std::string& address,
   if (options_.scheduler_address.empty() || heartbeat_.joinable()) return;
   advertise_ = address;
   on_refused_ = std::move(on_refused);
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  heartbeat_ = std::thread([this] {
+    transfer::NameThisThread("node-heartbeat");
+    HeartbeatLoop();
+  });
 }
 
 absl::Status NodeManager::RegisterOnce(v1::NodeRegistry::Stub* stub, absl::Duration* interval) {

@@ -7,7 +7,7 @@
 namespace ballast::server {
 
 DeliveryQueue::DeliveryQueue(int threads)
-    : max_draining_(std::max(threads, 1)), pool_(std::max(threads, 1)) {}
+    : max_draining_(std::max(threads, 1)), pool_(std::max(threads, 1), 0, "node-deliver") {}
 
 void DeliveryQueue::Post(std::function<void()> pump) {
   bool start = false;

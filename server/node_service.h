@@ -34,7 +34,7 @@ class NodeService final : public v1::Node::WithCallbackMethod_Generate<v1::Node:
       : node_(node),
         metrics_(metrics),
         delivery_(std::make_unique<DeliveryQueue>(delivery_threads)),
-        admission_(std::make_unique<transfer::WorkerPool>(kAdmissionThreads)) {}
+        admission_(std::make_unique<transfer::WorkerPool>(kAdmissionThreads, 0, "node-admit")) {}
 
   grpc::Status LoadModel(grpc::ServerContext* ctx, const v1::LoadModelRequest* req,
                          v1::LoadModelResponse* resp) override;

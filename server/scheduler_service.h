@@ -40,9 +40,9 @@ class InferenceService final
       : sched_(s),
         metrics_(m),
         keys_(keys),
-        routing_(std::make_unique<transfer::WorkerPool>(kRoutingThreads)),
-        advise_(std::make_unique<transfer::WorkerPool>(s->options().advise_threads,
-                                                       s->options().advise_queue)) {}
+        routing_(std::make_unique<transfer::WorkerPool>(kRoutingThreads, 0, "sched-route")),
+        advise_(std::make_unique<transfer::WorkerPool>(
+            s->options().advise_threads, s->options().advise_queue, "sched-advise")) {}
 
   // Raw: parsed by StartSchedulerGenerate (request_parse.h).
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,

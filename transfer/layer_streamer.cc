@@ -1,5 +1,7 @@
 #include "transfer/layer_streamer.h"
 
+#include "transfer/thread_name.h"
+
 namespace ballast::transfer {
 
 LayerStreamer::LayerStreamer(std::vector<int> streamed, int slots, int num_layers, CopyFn copy)
@@ -11,7 +13,10 @@ LayerStreamer::LayerStreamer(std::vector<int> streamed, int slots, int num_layer
   absl::MutexLock lock(&mu_);
   holds_.resize(static_cast<size_t>(slots_));
   for (int s = 0; s < slots_; ++s) holds_[static_cast<size_t>(s)] = s;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("layer-stream");
+    Loop();
+  });
 }
 
 LayerStreamer::~LayerStreamer() {

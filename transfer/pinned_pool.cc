@@ -5,6 +5,8 @@
 #include <new>
 #include <utility>
 
+#include "transfer/thread_name.h"
+
 namespace ballast::transfer {
 namespace {
 constexpr size_t kPage = 4096;
@@ -20,7 +22,12 @@ PinnedBufferPool::Buffer::~Buffer() {
 
 std::shared_ptr<PinnedBufferPool> PinnedBufferPool::Create(PinFn pin, size_t max_idle_bytes) {
   std::shared_ptr<PinnedBufferPool> pool(new PinnedBufferPool(std::move(pin), max_idle_bytes));
-  if (pool->pin_) pool->pinner_ = std::thread([p = pool.get()] { p->PinLoop(); });
+  if (pool->pin_) {
+    pool->pinner_ = std::thread([p = pool.get()] {
+      NameThisThread("pin-host");
+      p->PinLoop();
+    });
+  }
   return pool;
 }
 

@@ -1,12 +1,21 @@
 #include "transfer/worker_pool.h"
 
 #include <algorithm>
+#include <utility>
+
+#include "transfer/thread_name.h"
 
 namespace ballast::transfer {
 
-WorkerPool::WorkerPool(int threads, int max_queued) : max_queued_(std::max(max_queued, 0)) {
+WorkerPool::WorkerPool(int threads, int max_queued, std::string name)
+    : max_queued_(std::max(max_queued, 0)) {
   threads_.reserve(static_cast<size_t>(std::max(threads, 1)));
-  for (int i = 0; i < std::max(threads, 1); ++i) threads_.emplace_back([this] { Run(); });
+  for (int i = 0; i < std::max(threads, 1); ++i) {
+    threads_.emplace_back([this, name] {
+      NameThisThread(name);
+      Run();
+    });
+  }
 }
 
 WorkerPool::~WorkerPool() { Stop(); }

@@ -14,6 +14,7 @@
 
 #include <deque>
 #include <functional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -29,8 +30,9 @@ class WorkerPool {
   enum class ScheduleResult { kQueued, kFull, kStopped };
 
   // `threads` >= 1. `max_queued` > 0: at most that many closures wait for
-  // a thread (TrySchedule refuses more); 0: no bound.
-  explicit WorkerPool(int threads, int max_queued = 0);
+  // a thread (TrySchedule refuses more); 0: no bound. `name`: the threads'
+  // name (transfer/thread_name.h; at most 15 bytes are kept).
+  explicit WorkerPool(int threads, int max_queued = 0, std::string name = "ballast-pool");
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;

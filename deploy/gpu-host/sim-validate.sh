@@ -7,8 +7,10 @@
 # Writes OUT/trace.jsonl, OUT/real-<scale>/result.json per rate scale,
 # OUT/real.txt (the reports) and OUT/host.txt: the node's mean step host
 # time (ballast_node_step_host_seconds) during each scale's replay, the
-# simulator's policy.step_host_s, and the median TTFT outside the node
-# (bench's path_ms), its policy.request_path_s.
+# simulator's policy.step_host_s; the median TTFT outside the node
+# (bench's path_ms), its policy.request_path_s, and its two parts; and the
+# CPU seconds each replay took: the daemon's by thread name, the client's,
+# and the machine's busy share.
 # Env: BUILD (/tmp/bb), N (4 models), DURATION (60 s), PRATE (persistent
 # rate, 20/s), BRATE (burst rate, 40/s), SEED (24: every one of the four
 # models gets requests), RATES (rate scales, "1 2 4"), BACKEND
@@ -19,6 +21,7 @@
 # (4096: `ballast bench --max-inflight`, the client's cap on requests in
 # flight; bench's own default of 512 throttled the loaded replays on the
 # H100, whose runs bench then flagged invalid for client lag).
+# STREAM_THREADS (node.stream_threads, 2: the node's token delivery threads).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-validate.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -47,6 +50,7 @@ node:
   node_id: gpu-0
   listen: 127.0.0.1:50061
   metrics_listen: ""
+  stream_threads: ${STREAM_THREADS:-2}
   memory: {mode: elastic, slab_mib: 64}
   devices:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-40960}}
@@ -84,19 +88,57 @@ scrape() {  # sum and count of the per-step host time
     awk '/^ballast_node_step_host_seconds_sum/ {s += $2} /^ballast_node_step_host_seconds_count/ {c += $2}
          END {print s + 0, c + 0}'
 }
+threads() {  # "name/tid ticks" per thread of the daemon (utime + stime)
+  for t in /proc/"$pid"/task/*; do
+    { read -r n < "$t/comm" && read -r s < "$t/stat"; } 2> /dev/null || continue
+    set -- ${s##*) }  # fields from the state on: utime is the 12th, stime the 13th
+    echo "${n// /_}/${t##*/} $((${12} + ${13}))"
+  done
+}
+machine() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6}' /proc/stat; }
+# CPU seconds during one replay: the daemon's by thread name (the busiest
+# first), the client's (bench), and the machine's busy share of its cores.
+cpu_report() {  # k, threads before, after, machine before, after, client "real user sys"
+  local hz
+  hz=$(getconf CLK_TCK)
+  { echo "$2" | sed 's/^/A /'; echo "$3" | sed 's/^/B /'; } |
+    awk -v hz="$hz" -v k="$1" -v ma="$4" -v mb="$5" -v c="$6" -v cores="$(nproc)" '
+      { if ($1 == "A") a[$2] += $3; else b[$2] += $3 }
+      function top(d, m,   i, n, best) {
+        for (i = 0; i < m; i++) { best = ""; for (n in d) if (best == "" || d[n] > d[best]) best = n
+          if (best == "" || d[best] < 0.05) break; printf " %s %.1f s", best, d[best]; delete d[best] } }
+      END { for (t in b) { one[t] = (b[t] - (t in a ? a[t] : 0)) / hz; total += one[t]
+          n = t; sub("/[0-9]+$", "", n); byname[n] += one[t]; count[n]++ }
+        split(ma, x, " "); split(mb, y, " "); split(c, w, " ")
+        busy = y[1] - x[1]; idle = y[2] - x[2]
+        printf "rate scale %s: CPU over %.1f s: daemon %.1f s, client %.1f s, machine %.0f%% busy of %d cores\n",
+          k, w[1], total, w[2] + w[3], 100 * busy / (busy + idle), cores
+        printf "rate scale %s:   daemon threads by name (count):", k
+        for (n in byname) { label[n " (" count[n] ")"] = byname[n] }
+        top(label, 8); printf "\n"
+        printf "rate scale %s:   busiest threads (name/tid):", k; top(one, 8); printf "\n" }'
+}
 : > "$OUT/real.txt"
 : > "$OUT/host.txt"
+TIMEFORMAT='%R %U %S'
 for k in ${RATES:-1 2 4}; do
   before=$(scrape)
-  "$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real-$k" --rate-scale "$k" \
-    --max-inflight "${MAX_INFLIGHT:-4096}" --no-plots > "$WORK/real-$k.txt"
+  t0=$(threads)
+  m0=$(machine)
+  { time "$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real-$k" --rate-scale "$k" \
+    --max-inflight "${MAX_INFLIGHT:-4096}" --no-plots > "$WORK/real-$k.txt"; } 2> "$WORK/client-$k.txt"
+  m1=$(machine)
+  t1=$(threads)
   cat "$WORK/real-$k.txt" | tee -a "$OUT/real.txt"
   after=$(scrape)
+  cpu_report "$k" "$t0" "$t1" "$m0" "$m1" "$(tail -1 "$WORK/client-$k.txt")" | tee -a "$OUT/host.txt"
   awk -v a="$before" -v b="$after" -v k="$k" 'BEGIN { split(a, x, " "); split(b, y, " ");
     printf "rate scale %s: %d steps, mean step host time %.1f us\n", k, y[2] - x[2],
            (y[2] > x[2]) ? 1e6 * (y[1] - x[1]) / (y[2] - x[2]) : 0 }' | tee -a "$OUT/host.txt"
   # The request path outside the engine (the simulator's policy.request_path_s).
-  { grep "TTFT outside the node" "$WORK/real-$k.txt" || echo "no path reported"; } |
+  # Its parts: node -> scheduler, scheduler -> client.
+  { grep -e "TTFT outside the node" -e "node -> scheduler" "$WORK/real-$k.txt" ||
+    echo "no path reported"; } |
     sed "s/^/rate scale $k: /" | tee -a "$OUT/host.txt"
   rm -f "$OUT/real-$k"/requests-*.csv "$OUT/real-$k"/result-*.json
 done

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "transfer/thread_name.h"
+
 namespace ballast::engine::cuda {
 
 StepDoneWaiter::~StepDoneWaiter() {
@@ -32,7 +34,11 @@ cudaError_t StepDoneWaiter::NotifyAfter(cudaStream_t stream, std::function<void(
     return err;
   }
   pending_.push_back({event, std::move(done)});
-  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  if (!thread_.joinable())
+    thread_ = std::thread([this] {
+      transfer::NameThisThread("step-done");
+      Loop();
+    });
   return cudaSuccess;
 }
 

@@ -115,9 +115,39 @@ TEST(Report, PathIsClientTtftLessTheNodesTtft) {
   EXPECT_NEAR(r.total.path_ms.max, 3, 1e-6);
   EXPECT_NEAR(r.per_model.at("b").path_ms.p50, 1, 1e-6);
   EXPECT_EQ(ToJson(r)["total"]["path_ms"]["n"], 2);
+  EXPECT_EQ(r.total.node_ttft_ms.n, 2);
+  EXPECT_NEAR(r.total.node_ttft_ms.max, 77, 1e-6);
+  EXPECT_NEAR(ToJson(r)["per_model"]["b"]["node_ttft_ms"]["p50"].get<double>(), 39, 1e-6);
   EXPECT_NE(FormatReport(r).find("TTFT outside the node ("), std::string::npos);
   EXPECT_EQ(FormatReport(Summarize(Result(), 1.0)).find("outside the node"),
             std::string::npos);  // nothing reported, no line
+}
+
+// The path's parts: node -> scheduler is the scheduler's TTFT less the
+// node's; scheduler -> client is the client's TTFT less its send lag and
+// the scheduler's TTFT. With the lag they add up to the path.
+TEST(Report, PathSplitsAtTheScheduler) {
+  ReplayResult res = Result();
+  RequestOutcome& a = res.requests[0];  // released at 1.0 s, client TTFT 80 ms
+  a.send_s = 1.002;                     // sent 2 ms late
+  a.node_ttft_ms = 70;
+  a.scheduler_ttft_ms = 75;
+  EXPECT_NEAR(a.node_relay_ms(), 5, 1e-6);
+  EXPECT_NEAR(a.client_relay_ms(), 80 - 2 - 75, 1e-6);
+  EXPECT_NEAR(a.client_lag_ms() + a.node_relay_ms() + a.client_relay_ms(), a.path_ms(), 1e-6);
+  res.requests[3].scheduler_ttft_ms = 38;  // no node TTFT: only the client's part
+  EXPECT_EQ(res.requests[3].node_relay_ms(), -1);
+  EXPECT_NEAR(res.requests[3].client_relay_ms(), 2, 1e-6);
+  EXPECT_EQ(res.requests[1].client_relay_ms(), -1);  // nothing reported
+  const Report r = Summarize(res, 1.0);
+  EXPECT_EQ(r.total.node_relay_ms.n, 1);
+  EXPECT_EQ(r.total.client_relay_ms.n, 2);
+  EXPECT_NEAR(r.per_model.at("a").client_relay_ms.max, 3, 1e-6);
+  EXPECT_EQ(ToJson(r)["total"]["node_relay_ms"]["n"], 1);
+  EXPECT_EQ(ToJson(r)["per_model"]["b"]["client_relay_ms"]["n"], 1);
+  EXPECT_NE(FormatReport(r).find("node -> scheduler (scheduler TTFT - node TTFT): p50 5.00 ms"),
+            std::string::npos)
+      << FormatReport(r);
 }
 
 TEST(Report, ClientLagBeyondTheThresholdInvalidatesTheRun) {
@@ -190,7 +220,8 @@ TEST(Report, CountsPreemptionsPerRequest) {
   const auto col = std::find(names.begin(), names.end(), "preemptions");
   ASSERT_NE(col, names.end()) << header;
   EXPECT_EQ(values[static_cast<size_t>(col - names.begin())], "2");
-  EXPECT_EQ(names.back(), "node_ttft_ms");
+  EXPECT_EQ(names[names.size() - 2], "node_ttft_ms");
+  EXPECT_EQ(names.back(), "scheduler_ttft_ms");
   EXPECT_EQ(values.back(), "-1.000");  // not reported
 }
 

@@ -2,12 +2,16 @@
 // returns, nothing runs after; a bounded queue refuses past its bound.
 #include "transfer/worker_pool.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "transfer/thread_name.h"
 
 namespace ballast::transfer {
 namespace {
@@ -80,6 +84,35 @@ TEST(WorkerPool, ABoundedQueueRefusesWhenFull) {
   pool.Stop();
   EXPECT_EQ(done.load(), 4);
   EXPECT_EQ(pool.TrySchedule([&] { ++done; }), Result::kStopped);
+}
+
+// The calling thread's name, as top -H shows it.
+std::string ThreadName() {
+  char name[32] = {};
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  return name;
+}
+
+// The pool's threads carry its name (cut to Linux's 15 bytes), so top -H
+// tells the daemon's pools apart.
+TEST(WorkerPool, ThreadsCarryThePoolsName) {
+  std::string seen;
+  {
+    WorkerPool pool(1, 0, "node-deliver");
+    ASSERT_TRUE(pool.Schedule([&] { seen = ThreadName(); }));
+  }  // Stop ran it and joined
+  EXPECT_EQ(seen, "node-deliver");
+  {
+    WorkerPool pool(1, 0, "a-name-longer-than-fifteen");
+    ASSERT_TRUE(pool.Schedule([&] { seen = ThreadName(); }));
+  }
+  EXPECT_EQ(seen, std::string("a-name-longer-than-fifteen").substr(0, kMaxThreadName));
+  std::thread t([&] {
+    NameThisThread("step-cuda:0");
+    seen = ThreadName();
+  });
+  t.join();
+  EXPECT_EQ(seen, "step-cuda:0");
 }
 
 }  // namespace
