@@ -231,6 +231,12 @@ class Runner {
         out.kv_load_ms = f.timings().kv_load_ms();
         if (f.timings().node_ttft_ms() > 0) out.node_ttft_ms = f.timings().node_ttft_ms();
         if (f.timings().ttft_ms() > 0) out.scheduler_ttft_ms = f.timings().ttft_ms();
+        if (f.timings().node_admission_ms() > 0) {
+          out.node_admission_ms = f.timings().node_admission_ms();
+        }
+        if (f.timings().first_token_delivery_ms() > 0) {
+          out.first_token_delivery_ms = f.timings().first_token_delivery_ms();
+        }
         out.kv_source = KvSourceName(f.kv_source());
         out.preemptions = f.preemptions();
       }

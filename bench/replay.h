@@ -62,6 +62,10 @@ struct RequestOutcome {
   // scheduler until it read the first token from the node; -1: not
   // reported).
   double scheduler_ttft_ms = -1;
+  // The node's parts of the path (Timings.node_admission_ms,
+  // first_token_delivery_ms: its admission queue, its delivery of the first
+  // token; -1: not reported).
+  double node_admission_ms = -1, first_token_delivery_ms = -1;
   std::string kv_source;
   int preemptions = 0;              // times the server preempted it (KV recomputed)
   std::string status = "NOT_SENT";  // gRPC code name, or ABORTED (dependency failed)

@@ -40,7 +40,8 @@ Verdict Judge(const RequestOutcome& r, const ReplayResult& res, double slo_scale
 }
 
 struct Acc {
-  std::vector<double> ttft, tpot, e2e, queue, path, node_relay, client_relay, node_ttft;
+  std::vector<double> ttft, tpot, e2e, queue, path, node_relay, client_relay, node_ttft, admission,
+      delivery;
 };
 
 void Add(GroupReport& g, Acc& a, const RequestOutcome& r, const Verdict& v) {
@@ -63,6 +64,8 @@ void Add(GroupReport& g, Acc& a, const RequestOutcome& r, const Verdict& v) {
     if (r.server_queue_ms >= 0) a.queue.push_back(r.server_queue_ms);
     if (r.path_ms() >= 0) a.path.push_back(r.path_ms());
     if (r.node_ttft_ms >= 0) a.node_ttft.push_back(r.node_ttft_ms);
+    if (r.node_admission_ms >= 0) a.admission.push_back(r.node_admission_ms);
+    if (r.first_token_delivery_ms >= 0) a.delivery.push_back(r.first_token_delivery_ms);
     if (r.node_relay_ms() >= 0) a.node_relay.push_back(r.node_relay_ms());
     if (r.client_relay_ms() >= 0) a.client_relay.push_back(r.client_relay_ms());
   }
@@ -81,6 +84,8 @@ void Finish(GroupReport& g, Acc& a) {
   g.node_relay_ms = SummarizeLatency(a.node_relay);
   g.client_relay_ms = SummarizeLatency(a.client_relay);
   g.node_ttft_ms = SummarizeLatency(a.node_ttft);
+  g.node_admission_ms = SummarizeLatency(a.admission);
+  g.first_token_delivery_ms = SummarizeLatency(a.delivery);
 }
 
 nlohmann::json ToJson(const GroupReport& g) {
@@ -103,7 +108,9 @@ nlohmann::json ToJson(const GroupReport& g) {
           {"path_ms", ToJson(g.path_ms)},
           {"node_relay_ms", ToJson(g.node_relay_ms)},
           {"client_relay_ms", ToJson(g.client_relay_ms)},
-          {"node_ttft_ms", ToJson(g.node_ttft_ms)}};
+          {"node_ttft_ms", ToJson(g.node_ttft_ms)},
+          {"node_admission_ms", ToJson(g.node_admission_ms)},
+          {"first_token_delivery_ms", ToJson(g.first_token_delivery_ms)}};
 }
 
 }  // namespace
@@ -264,6 +271,13 @@ std::string FormatReport(const Report& r) {
         "scheduler -> client (client TTFT - send lag - scheduler TTFT): p50 %.2f ms, p90 %.2f, "
         "p99 %.2f\n",
         n.p50, n.p90, n.p99, c.p50, c.p90, c.p99);
+  }
+  if (r.total.node_admission_ms.n > 0 && r.total.first_token_delivery_ms.n > 0) {
+    const LatencySummary &a = r.total.node_admission_ms, &d = r.total.first_token_delivery_ms;
+    out += absl::StrFormat(
+        "  in node -> scheduler, the node's admission queue: p50 %.2f ms, p90 %.2f, p99 %.2f; its "
+        "delivery of the first token: p50 %.2f ms, p90 %.2f, p99 %.2f\n",
+        a.p50, a.p90, a.p99, d.p50, d.p90, d.p99);
   }
   if (!r.valid) out += absl::StrCat("INVALID RUN: ", r.invalid_reason, "\n");
   if (!r.accounting_ok) out += "ACCOUNTING MISMATCH: counts do not add up\n";

@@ -56,6 +56,9 @@ struct GroupReport {
   // Its parts (RequestOutcome::node_relay_ms, client_relay_ms), requests
   // that reported them.
   LatencySummary node_relay_ms, client_relay_ms;
+  // The node's parts of node -> scheduler (RequestOutcome::
+  // node_admission_ms, first_token_delivery_ms), requests that reported them.
+  LatencySummary node_admission_ms, first_token_delivery_ms;
   // The node's own TTFT (RequestOutcome::node_ttft_ms), requests whose
   // node reported it: the TTFT without the path, what the simulator's
   // engine model alone decides.

@@ -8,6 +8,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "server/node_service.h"
 #include "server/request_id.h"
 #include "server/status_util.h"
@@ -80,6 +82,10 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   // On the admission pool: tokenizes, reads the tiers and queues the
   // sequence. Engine events may arrive before it returns; they wait.
   void Admit() {
+    {
+      absl::MutexLock lock(&mu_);
+      admit_started_ = absl::Now();
+    }
     absl::StatusOr<node_manager::Admission> admitted = node_->Submit(req_, this);
     Settle(std::move(admitted));
   }
@@ -111,7 +117,10 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   void OnToken(int id, const std::string& text, const engine::TokenLogprobs* logprobs) override {
     Token t{id, text, std::nullopt};
     if (logprobs) t.logprobs = *logprobs;
-    Post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { events_.push_back(std::move(t)); });
+    Post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (first_token_at_ == absl::InfinitePast()) first_token_at_ = absl::Now();
+      events_.push_back(std::move(t));
+    });
   }
   void OnDone(absl::StatusOr<engine::GenerationResult> r) override {
     Post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -206,6 +215,11 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
     }
     const engine::GenerationResult& g = *done;
     current_ = FinalMessage(g, *admitted_, req_, node_->options().node_id);
+    v1::Timings* t = current_.mutable_final()->mutable_final()->mutable_timings();
+    t->set_node_admission_ms(absl::ToDoubleMilliseconds(admit_started_ - created_));
+    if (first_write_at_ != absl::InfinitePast()) {
+      t->set_first_token_delivery_ms(absl::ToDoubleMilliseconds(first_write_at_ - first_token_at_));
+    }
     End(grpc::Status::OK, "OK");
     outcome_.ttft_s = g.ttft_ms / 1000.0;
     outcome_.queue_s = g.queue_ms / 1000.0;
@@ -254,6 +268,9 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
       // after the call ends includes it).
       metrics_->NodeRequest(outcome_);
       next.action = Step::kFinish;
+    }
+    if (next.action == Step::kToken && first_write_at_ == absl::InfinitePast()) {
+      first_write_at_ = absl::Now();
     }
     writing_ = next.action == Step::kToken || next.action == Step::kWrite;
     starting_ = next.action != Step::kNone;
@@ -349,8 +366,15 @@ class NodeGenerateStream final : public grpc::ServerWriteReactor<v1::NodeGenerat
   Metrics* const metrics_;
   DeliveryQueue* const delivery_;
   const v1::NodeGenerateRequest req_;
-  const std::string request_id_;  // the client's (server/request_id.h), for logs
+  const std::string request_id_;            // the client's (server/request_id.h), for logs
+  const absl::Time created_ = absl::Now();  // the call's receipt
   absl::Mutex mu_;
+  // The path's node-side stamps (Timings.node_admission_ms,
+  // first_token_delivery_ms): admission began; the first token reached
+  // this stream (the engine's step); its write was taken up.
+  absl::Time admit_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time first_token_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time first_write_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::optional<node_manager::Admission> admitted_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
   // Being written: filled by the Pump that set starting_ (under mu_ or

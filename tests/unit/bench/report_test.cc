@@ -148,6 +148,15 @@ TEST(Report, PathSplitsAtTheScheduler) {
   EXPECT_NE(FormatReport(r).find("node -> scheduler (scheduler TTFT - node TTFT): p50 5.00 ms"),
             std::string::npos)
       << FormatReport(r);
+  EXPECT_EQ(FormatReport(r).find("admission queue"), std::string::npos);  // not reported
+  a.node_admission_ms = 0.5;
+  a.first_token_delivery_ms = 1.5;
+  const Report parts = Summarize(res, 1.0);
+  EXPECT_EQ(parts.total.node_admission_ms.n, 1);
+  EXPECT_NEAR(parts.per_model.at("a").first_token_delivery_ms.p50, 1.5, 1e-6);
+  EXPECT_EQ(ToJson(parts)["total"]["node_admission_ms"]["n"], 1);
+  EXPECT_NE(FormatReport(parts).find("admission queue: p50 0.50 ms"), std::string::npos)
+      << FormatReport(parts);
 }
 
 TEST(Report, ClientLagBeyondTheThresholdInvalidatesTheRun) {
