@@ -111,6 +111,36 @@ __global__ void RopeKvWriteKernel(const T* __restrict__ qkv, const T* __restrict
   }
 }
 
+// x[0..8) = row[i..i+8) (+ bias[i..i+8)), as RopeKvWriteKernel's in().
+template <typename T>
+__device__ __forceinline__ void LoadBiased8(const T* __restrict__ row, const T* __restrict__ bias,
+                                            int i, float x[8]) {
+  Load8(row + i, x);
+  if (bias == nullptr) return;
+  float b[8];
+  Load8(bias + i, b);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] += b[j];
+}
+
+// RopeKvWriteVecKernel's V part: token `tok`'s V heads (+ bias) into their
+// KV blocks, divided by kv.v_scale, 8 elements a thread.
+template <typename T, typename KvT>
+__device__ __forceinline__ void WriteVVec(const RopeToken<T>& tok, const T* __restrict__ bias,
+                                          int num_heads, const PagedKv& kv) {
+  const int D = kv.head_dim, Hkv = kv.num_kv_heads;
+  const int vbase = (num_heads + Hkv) * D;
+  const float vinv = 1.0f / kv.v_scale;
+  for (int j = threadIdx.x * 8; j < Hkv * D; j += blockDim.x * 8) {
+    float v[8];
+    LoadBiased8(tok.row, bias, vbase + j, v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] *= vinv;
+    KvT* dst = reinterpret_cast<KvT*>(KvSlot(kv, tok.seq, tok.pos, j / D, true, sizeof(KvT)));
+    Store8(dst + j % D, v);
+  }
+}
+
 // The same arithmetic with 8 rotation pairs per thread and 16-byte loads
 // and stores (8-byte for FP8 KV): element for element the results of
 // RopeKvWriteKernel. Needs D % 16 == 0 and every pointer 16-byte aligned
@@ -133,15 +163,7 @@ __global__ void RopeKvWriteVecKernel(const T* __restrict__ qkv, const T* __restr
   const int t = blockIdx.x, pos = tok.pos, seq = tok.seq;
   const int D = kv.head_dim, half = D / 2, Hkv = kv.num_kv_heads;
   const T* row = tok.row;
-  // x[0..8) = row[i..i+8) (+ bias), as RopeKvWriteKernel's in().
-  auto load = [&](int i, float x[8]) {
-    Load8(row + i, x);
-    if (bias == nullptr) return;
-    float b[8];
-    Load8(bias + i, b);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) x[j] += b[j];
-  };
+  auto load = [&](int i, float x[8]) { LoadBiased8(row, bias, i, x); };
   const int groups = half / 8;  // vectors of pairs per head
   for (int g = threadIdx.x; g < (num_heads + Hkv) * groups; g += blockDim.x) {
     const int head = g / groups, i = (g % groups) * 8, base = head * D;
@@ -177,16 +199,7 @@ __global__ void RopeKvWriteVecKernel(const T* __restrict__ qkv, const T* __restr
       Store8(k + i + half, o2);
     }
   }
-  const int vbase = (num_heads + Hkv) * D;
-  const float vinv = 1.0f / kv.v_scale;
-  for (int j = threadIdx.x * 8; j < Hkv * D; j += blockDim.x * 8) {
-    float v[8];
-    load(vbase + j, v);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] *= vinv;
-    KvT* dst = reinterpret_cast<KvT*>(KvSlot(kv, seq, pos, j / D, true, sizeof(KvT)));
-    Store8(dst + j % D, v);
-  }
+  WriteVVec<T, KvT>(tok, bias, num_heads, kv);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
