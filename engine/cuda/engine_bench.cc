@@ -18,6 +18,7 @@
 // concurrent: {models, decode: [{batch, ms_per_step, tokens_per_s}]},
 // mixed: [...] (engine_bench_mixed.h),
 // interference: {...}}
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -380,6 +381,125 @@ double DatasheetBandwidth(const std::string& name) {
   return 0;
 }
 
+// The device's name, its measured copy rate and the HBM rate the rooflines
+// use (o.hbm_bytes_per_s, else the datasheet's, else the copy rate) into
+// `out`; returns that HBM rate.
+absl::StatusOr<double> DescribeDevice(const GpuEngineBenchOptions& o, nlohmann::json* out) {
+  BALLAST_CUDA_RETURN(cudaSetDevice(o.device), "cudaSetDevice");
+  cudaDeviceProp prop;
+  BALLAST_CUDA_RETURN(cudaGetDeviceProperties(&prop, o.device), "device query");
+  (*out)["device"] = prop.name;
+  auto copy_bw = CopyBandwidth();
+  if (!copy_bw.ok()) return copy_bw.status();
+  (*out)["copy_bytes_per_s"] = *copy_bw;
+  double hbm = o.hbm_bytes_per_s > 0 ? o.hbm_bytes_per_s : DatasheetBandwidth(prop.name);
+  if (hbm <= 0) hbm = *copy_bw;
+  (*out)["hbm_bytes_per_s"] = hbm;
+  return hbm;
+}
+
+// The KV layout: the model's, in o.kv_dtype ("auto": the engine's choice).
+absl::StatusOr<KvLayout> BenchKvLayout(const GpuEngineBenchOptions& o, const ModelConfig& c) {
+  KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.block_tokens,
+                  GpuAutoKvDType(c)};
+  if (o.kv_dtype != "auto") {
+    auto dt = DTypeFromConfig(o.kv_dtype);
+    if (!dt.ok()) return dt.status();
+    layout.dtype = *dt;
+  }
+  return layout;
+}
+
+// KV blocks, all layers: the largest decode batch of every concurrent copy
+// (or the prompt, if more), the interference executor's sequences and the
+// mixed steps'.
+int64_t BenchKvBlocks(const GpuEngineBenchOptions& o, const ModelConfig& c, int max_batch,
+                      int decode_len) {
+  const int64_t per_seq = (decode_len + o.block_tokens - 1) / o.block_tokens;
+  const int64_t prefill_blocks = (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens;
+  const int64_t second =
+      o.interference_batch > 0 ? per_seq * std::max(1, o.interference_batch) + prefill_blocks : 0;
+  const int64_t copies = std::max(1, o.concurrent_models);
+  return (std::max<int64_t>(per_seq * max_batch * copies, prefill_blocks) + second +
+          (o.mixed_chunks.empty() ? 0 : MixedChunkBlocks(o))) *
+         c.num_hidden_layers;
+}
+
+// The KV block pool of o.kv_pool: a static pool, or an elastic arena that
+// `*arena` keeps (it must outlive the allocator).
+absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> CreateBenchPool(
+    const GpuEngineBenchOptions& o, const KvLayout& layout, int64_t blocks,
+    std::shared_ptr<memory::KvArena>* arena) {
+  if (o.kv_pool == "static") return CreateGpuBlockPool(o.device, layout.block_bytes(), blocks);
+  if (o.kv_pool != "arena") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_pool \"", o.kv_pool, "\" (expected static or arena)"));
+  }
+  constexpr size_t kSlab = 64u << 20;
+  const size_t bytes = static_cast<size_t>(blocks) * layout.block_bytes();
+  const size_t budget = (bytes / kSlab + 2) * kSlab;
+  auto pages = memory::CreateGpuPagePool(o.device, kSlab, static_cast<int64_t>(budget));
+  if (!pages.ok()) return pages.status();
+  memory::KvArenaOptions ao;
+  ao.slab_bytes = kSlab;
+  ao.reserve_bytes = budget;
+  auto a = memory::KvArena::Create(*pages, ao);
+  if (!a.ok()) return a.status();
+  *arena = std::move(*a);
+  return (*arena)->CreateAllocator(layout.block_bytes());
+}
+
+// The executor's options: room for the largest batch plus the longest mixed
+// chunk, or the prompt; the bench's graph, GEMM and determinism settings.
+GpuExecutorOptions BenchExecutorOptions(const GpuEngineBenchOptions& o, int max_batch,
+                                        int decode_len) {
+  GpuExecutorOptions eo;
+  eo.device = o.device;
+  int longest_chunk = 0;
+  for (int chunk : o.mixed_chunks) longest_chunk = std::max(longest_chunk, chunk);
+  eo.max_batch_tokens = std::max(max_batch + longest_chunk, o.prefill_tokens);
+  eo.max_context = std::max({decode_len, o.prefill_tokens, 2 * longest_chunk});
+  eo.cuda_graphs = o.cuda_graphs;
+  eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
+  eo.gemm_tune_candidates = o.gemm_tune_candidates;
+  eo.deterministic = o.deterministic;
+  return eo;
+}
+
+// Decode at each of o.batches (every sequence at o.context tokens of KV):
+// ms per step, tokens/s, and the bytes a step reads against the roofline
+// at `hbm` bytes/s.
+absl::StatusOr<nlohmann::json> MeasureDecode(const GpuEngineBenchOptions& o, const ModelConfig& c,
+                                             double hbm, int decode_len, KvCache* kv,
+                                             cuda::CudaExecutor* e) {
+  const double weight_bytes = static_cast<double>(e->weight_bytes());
+  // The embedding table is gathered, not streamed (unless tied to the head).
+  const double embed_bytes = c.tie_word_embeddings ? 0.0 : 2.0 * c.vocab_size * c.hidden_size;
+  nlohmann::json decode = nlohmann::json::array();
+  for (int batch : o.batches) {
+    std::vector<SequenceKv> seqs(batch);
+    for (auto& s : seqs) {
+      if (auto st = kv->Reserve(&s, decode_len); !st.ok()) return st;
+    }
+    auto span = TimeDecode(e, &seqs, o, c.vocab_size, nullptr);
+    if (!span.ok()) return span.status();
+    const double ms = Seconds(span->first, span->second) * 1e3 / o.steps;
+    const double ctx = o.context + o.warmup + o.steps / 2.0;
+    const double kv_bytes = static_cast<double>(batch) * ctx * c.num_hidden_layers *
+                            static_cast<double>(kv->layout().token_bytes()) * 2;
+    const double bytes = weight_bytes - embed_bytes + kv_bytes;
+    const double roof_ms = bytes / hbm * 1e3;
+    decode.push_back({{"batch", batch},
+                      {"ms_per_step", ms},
+                      {"tokens_per_s", batch * 1e3 / ms},
+                      {"bytes_per_step", bytes},
+                      {"roofline_ms", roof_ms},
+                      {"roofline_fraction", roof_ms / ms}});
+    for (auto& s : seqs) kv->Release(&s);
+  }
+  return decode;
+}
+
 }  // namespace
 
 // gemm_peak_tflops and gemm_peak_random_tflops (o.gemm_peak), and the
@@ -432,107 +552,34 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   if (o.batches.empty() || o.context <= 0 || o.steps <= 0) {
     return absl::InvalidArgumentError("batches, context and steps must be positive");
   }
-  BALLAST_CUDA_RETURN(cudaSetDevice(o.device), "cudaSetDevice");
-  cudaDeviceProp prop;
-  BALLAST_CUDA_RETURN(cudaGetDeviceProperties(&prop, o.device), "device query");
   nlohmann::json out;
-  out["device"] = prop.name;
-  auto copy_bw = CopyBandwidth();
-  if (!copy_bw.ok()) return copy_bw.status();
-  out["copy_bytes_per_s"] = *copy_bw;
-  double hbm = o.hbm_bytes_per_s > 0 ? o.hbm_bytes_per_s : DatasheetBandwidth(prop.name);
-  if (hbm <= 0) hbm = *copy_bw;
-  out["hbm_bytes_per_s"] = hbm;
+  auto hbm = DescribeDevice(o, &out);
+  if (!hbm.ok()) return hbm.status();
   out["model"] = o.model_dir;
   out["quantization"] = WeightQuantName(c.weight_quant);
   if (auto st = AddGemmPeaks(o, &out); !st.ok()) return st;
 
-  KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.block_tokens,
-                  GpuAutoKvDType(c)};
-  if (o.kv_dtype != "auto") {
-    auto dt = DTypeFromConfig(o.kv_dtype);
-    if (!dt.ok()) return dt.status();
-    layout.dtype = *dt;
-  }
-  int max_batch = 0;
-  for (int b : o.batches) max_batch = std::max(max_batch, b);
+  auto layout = BenchKvLayout(o, c);
+  if (!layout.ok()) return layout.status();
+  const int max_batch = std::max(0, *std::max_element(o.batches.begin(), o.batches.end()));
   const int decode_len = o.context + o.warmup + o.steps + 1;
-  const int64_t per_seq = (decode_len + o.block_tokens - 1) / o.block_tokens;
-  const int64_t prefill_blocks = (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens;
-  // With interference, room for the second executor's sequences too.
-  const int64_t second =
-      o.interference_batch > 0 ? per_seq * std::max(1, o.interference_batch) + prefill_blocks : 0;
-  // With concurrent models, room for every copy's batch.
-  const int64_t copies = std::max(1, o.concurrent_models);
-  const int64_t blocks = (std::max<int64_t>(per_seq * max_batch * copies, prefill_blocks) + second +
-                          (o.mixed_chunks.empty() ? 0 : MixedChunkBlocks(o))) *
-                         c.num_hidden_layers;
   std::shared_ptr<memory::KvArena> arena;  // outlives the allocator
-  absl::StatusOr<std::unique_ptr<memory::BlockAllocator>> pool;
-  if (o.kv_pool == "arena") {
-    constexpr size_t kSlab = 64u << 20;
-    const size_t bytes = static_cast<size_t>(blocks) * layout.block_bytes();
-    const size_t budget = (bytes / kSlab + 2) * kSlab;
-    auto pages = memory::CreateGpuPagePool(o.device, kSlab, static_cast<int64_t>(budget));
-    if (!pages.ok()) return pages.status();
-    memory::KvArenaOptions ao;
-    ao.slab_bytes = kSlab;
-    ao.reserve_bytes = budget;
-    auto a = memory::KvArena::Create(*pages, ao);
-    if (!a.ok()) return a.status();
-    arena = std::move(*a);
-    pool = arena->CreateAllocator(layout.block_bytes());
-  } else if (o.kv_pool == "static") {
-    pool = CreateGpuBlockPool(o.device, layout.block_bytes(), blocks);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kv_pool \"", o.kv_pool, "\" (expected static or arena)"));
-  }
+  auto pool = CreateBenchPool(o, *layout, BenchKvBlocks(o, c, max_batch, decode_len), &arena);
   if (!pool.ok()) return pool.status();
-  KvCache kv(layout, pool->get());
+  KvCache kv(*layout, pool->get());
   out["kv_pool"] = o.kv_pool;
-  GpuExecutorOptions eo;
-  eo.device = o.device;
-  int longest_chunk = 0;
-  for (int chunk : o.mixed_chunks) longest_chunk = std::max(longest_chunk, chunk);
-  eo.max_batch_tokens = std::max(max_batch + longest_chunk, o.prefill_tokens);
-  eo.max_context = std::max({decode_len, o.prefill_tokens, 2 * longest_chunk});
-  eo.cuda_graphs = o.cuda_graphs;
-  eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
-  eo.gemm_tune_candidates = o.gemm_tune_candidates;
-  eo.deterministic = o.deterministic;
+  const GpuExecutorOptions eo = BenchExecutorOptions(o, max_batch, decode_len);
   out["deterministic"] = o.deterministic;
   const auto t_load = Clock::now();
   auto ex = cuda::CudaExecutor::Create(c, o.model_dir, &kv, eo);
   if (!ex.ok()) return ex.status();
   out["load_s"] = Seconds(t_load, Clock::now());
   cuda::CudaExecutor& e = **ex;
-  const double weight_bytes = static_cast<double>(e.weight_bytes());
-  // The embedding table is gathered, not streamed (unless tied to the head).
-  const double embed_bytes = c.tie_word_embeddings ? 0.0 : 2.0 * c.vocab_size * c.hidden_size;
-  out["weight_bytes"] = weight_bytes;
+  out["weight_bytes"] = static_cast<double>(e.weight_bytes());
 
-  for (int batch : o.batches) {
-    std::vector<SequenceKv> seqs(batch);
-    for (auto& s : seqs) {
-      if (auto st = kv.Reserve(&s, decode_len); !st.ok()) return st;
-    }
-    auto span = TimeDecode(&e, &seqs, o, c.vocab_size, nullptr);
-    if (!span.ok()) return span.status();
-    const double ms = Seconds(span->first, span->second) * 1e3 / o.steps;
-    const double ctx = o.context + o.warmup + o.steps / 2.0;
-    const double kv_bytes = static_cast<double>(batch) * ctx * c.num_hidden_layers *
-                            static_cast<double>(layout.token_bytes()) * 2;
-    const double bytes = weight_bytes - embed_bytes + kv_bytes;
-    const double roof_ms = bytes / hbm * 1e3;
-    out["decode"].push_back({{"batch", batch},
-                             {"ms_per_step", ms},
-                             {"tokens_per_s", batch * 1e3 / ms},
-                             {"bytes_per_step", bytes},
-                             {"roofline_ms", roof_ms},
-                             {"roofline_fraction", roof_ms / ms}});
-    for (auto& s : seqs) kv.Release(&s);
-  }
+  auto decode = MeasureDecode(o, c, *hbm, decode_len, &kv, &e);
+  if (!decode.ok()) return decode.status();
+  out["decode"] = *decode;
   out["graph_replays"] = e.graph_replays();
   if (!o.mixed_chunks.empty()) {
     auto mixed = MeasureMixed(o, c, &kv, &e);
@@ -544,7 +591,6 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
     if (!con.ok()) return con.status();
     out["concurrent"] = *con;
   }
-
   if (o.prefill_tokens > 0) {
     auto p = MeasurePrefill(o, c, &kv, &e, out);
     if (!p.ok()) return p.status();
