@@ -92,9 +92,9 @@ struct RequestOutcome {
     return node_ttft_ms < 0 || first_token_s < 0 ? -1 : ttft_ms() - node_ttft_ms;
   }
   // The path's parts, -1 when unknown. Between the node and the scheduler
-  // (scheduler TTFT - node TTFT): the request's RPC to the node and the
-  // first token's way back to the scheduler, through the node's delivery
-  // and both gRPC stacks.
+  // (scheduler TTFT - node TTFT): the request's RPC to the node, the node's
+  // admission queue, and the first token's way back to the scheduler,
+  // through the node's delivery and both gRPC stacks.
   double node_relay_ms() const {
     return node_ttft_ms < 0 || scheduler_ttft_ms < 0 ? -1 : scheduler_ttft_ms - node_ttft_ms;
   }

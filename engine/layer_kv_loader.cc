@@ -26,11 +26,12 @@ void LayerKvLoader::Start(LayerKvCopies load) {
     done_layers_ = 0;
     active_ = !load_.layers.empty();
   }
-  if (!thread_.joinable())
+  if (!thread_.joinable()) {
     thread_ = std::thread([this] {
       transfer::NameThisThread("kv-layer-load");
       Loop();
     });
+  }
 }
 
 void LayerKvLoader::WaitLayer(int layer) {

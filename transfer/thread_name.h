@@ -6,6 +6,7 @@
 // Thread-safety: affects only the calling thread.
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 
 namespace ballast::transfer {

@@ -88,7 +88,9 @@ scrape() {  # sum and count of the per-step host time
     awk '/^ballast_node_step_host_seconds_sum/ {s += $2} /^ballast_node_step_host_seconds_count/ {c += $2}
          END {print s + 0, c + 0}'
 }
-threads() {  # "name/tid ticks" per thread of the daemon (utime + stime)
+threads() {  # "name/tid ticks" per thread of the daemon (utime + stime), and
+  # "@process ticks": the whole process's, threads that exited included
+  { read -r s < /proc/"$pid"/stat; } 2> /dev/null && set -- ${s##*) } && echo "@process $((${12} + ${13}))"
   for t in /proc/"$pid"/task/*; do
     { read -r n < "$t/comm" && read -r s < "$t/stat"; } 2> /dev/null || continue
     set -- ${s##*) }  # fields from the state on: utime is the 12th, stime the 13th
@@ -96,8 +98,9 @@ threads() {  # "name/tid ticks" per thread of the daemon (utime + stime)
   done
 }
 machine() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6}' /proc/stat; }
-# CPU seconds during one replay: the daemon's by thread name (the busiest
-# first), the client's (bench), and the machine's busy share of its cores.
+# CPU seconds during one replay: the daemon's (in total, and by thread name
+# and the busiest threads among those alive at its end), the client's
+# (bench), and the machine's busy share of its cores.
 cpu_report() {  # k, threads before, after, machine before, after, client "real user sys"
   local hz
   hz=$(getconf CLK_TCK)
@@ -107,7 +110,8 @@ cpu_report() {  # k, threads before, after, machine before, after, client "real 
       function top(d, m,   i, n, best) {
         for (i = 0; i < m; i++) { best = ""; for (n in d) if (best == "" || d[n] > d[best]) best = n
           if (best == "" || d[best] < 0.05) break; printf " %s %.1f s", best, d[best]; delete d[best] } }
-      END { for (t in b) { one[t] = (b[t] - (t in a ? a[t] : 0)) / hz; total += one[t]
+      END { total = (b["@process"] - a["@process"]) / hz; delete a["@process"]; delete b["@process"]
+        for (t in b) { one[t] = (b[t] - ((t in a) ? a[t] : 0)) / hz
           n = t; sub("/[0-9]+$", "", n); byname[n] += one[t]; count[n]++ }
         split(ma, x, " "); split(mb, y, " "); split(c, w, " ")
         busy = y[1] - x[1]; idle = y[2] - x[2]
@@ -126,7 +130,8 @@ for k in ${RATES:-1 2 4}; do
   t0=$(threads)
   m0=$(machine)
   { time "$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real-$k" --rate-scale "$k" \
-    --max-inflight "${MAX_INFLIGHT:-4096}" --no-plots > "$WORK/real-$k.txt"; } 2> "$WORK/client-$k.txt"
+    --max-inflight "${MAX_INFLIGHT:-4096}" --no-plots > "$WORK/real-$k.txt"; } 2> "$WORK/client-$k.txt" ||
+    { cat "$WORK/client-$k.txt" >&2; exit 1; }
   m1=$(machine)
   t1=$(threads)
   cat "$WORK/real-$k.txt" | tee -a "$OUT/real.txt"

@@ -34,11 +34,12 @@ cudaError_t StepDoneWaiter::NotifyAfter(cudaStream_t stream, std::function<void(
     return err;
   }
   pending_.push_back({event, std::move(done)});
-  if (!thread_.joinable())
+  if (!thread_.joinable()) {
     thread_ = std::thread([this] {
       transfer::NameThisThread("step-done");
       Loop();
     });
+  }
   return cudaSuccess;
 }
 
