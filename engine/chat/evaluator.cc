@@ -1,6 +1,10 @@
 #include "engine/chat/evaluator.h"
 
+#include <memory>
+#include <vector>
+
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "engine/chat/builtins.h"
@@ -42,6 +46,17 @@ absl::Status At(SourcePos pos, const absl::Status& status) {
 class Evaluator {
  public:
   explicit Evaluator(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
+  // Breaks the reference cycles a template can make, so the values are
+  // freed: a namespace that holds itself (`set ns.me = ns`, directly or
+  // through other values), or a loop.changed() whose remembered value holds
+  // the loop. Every cycle passes through a namespace assigned to or a
+  // loop's remembered value, and nothing outlives the render.
+  ~Evaluator() {
+    for (const Value& ns : assigned_namespaces_) ns.AsObject().attrs.items.clear();
+    for (const auto& changed : loop_changed_) *changed = Value();
+  }
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
 
   absl::StatusOr<Flow> Exec(const StmtList& body, std::string* out);
   absl::StatusOr<Value> Eval(const Expr& e);
@@ -72,6 +87,10 @@ class Evaluator {
 
   std::shared_ptr<Frame> frame_;
   int call_depth_ = 0;
+  // Namespaces assigned to, and loops' remembered values (the destructor).
+  std::vector<Value> assigned_namespaces_;
+  absl::flat_hash_set<const Object*> assigned_seen_;
+  std::vector<std::shared_ptr<Value>> loop_changed_;
 };
 
 absl::StatusOr<Flow> Evaluator::Exec(const StmtList& body, std::string* out) {
@@ -167,6 +186,7 @@ absl::Status Evaluator::Assign(const Target& t, const Value& v, SourcePos pos) {
           "TemplateRuntimeError: cannot assign attribute on non-namespace object");
     }
     ns->AsObject().attrs.Set(Value::String(t.ns_attr), v);
+    if (assigned_seen_.insert(&ns->AsObject()).second) assigned_namespaces_.push_back(*ns);
     return absl::OkStatus();
   }
   if (!t.unpack) {
@@ -250,6 +270,7 @@ absl::StatusOr<Flow> Evaluator::ExecFor(const Stmt& s, std::string* out) {
     return Flow::kNormal;
   }
   auto last_changed = std::make_shared<Value>();
+  loop_changed_.push_back(last_changed);
   for (size_t i = 0; i < items.size(); ++i) {
     frame_ = std::make_shared<Frame>(Frame{{}, outer});
     frame_->vars["loop"] = MakeLoop(items, i, last_changed);

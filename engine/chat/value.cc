@@ -1,8 +1,10 @@
 #include "engine/chat/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/chat/unicode.h"
@@ -33,22 +35,93 @@ void AppendEscape(char32_t cp, std::string* out) {
   out->append(buf);
 }
 
-std::string JoinRepr(const ValueList& items) {
+// Where a Repr is: the objects on the path from the outermost value, and
+// how deep it is. Objects are the only mutable values, so every cycle
+// (`set ns.self = ns`, or `set ns.l = [ns]`) passes through one: its second
+// visit prints as "...", as Python prints a recursive container. Past
+// kMaxReprDepth nested containers, "..." too: a deep value cannot overflow
+// the stack.
+struct ReprGuard {
+  std::vector<const Object*> objects;
+  int depth = 0;
+};
+constexpr int kMaxReprDepth = 200;
+
+std::string ReprOf(const Value& v, ReprGuard* g);
+
+std::string JoinRepr(const ValueList& items, ReprGuard* g) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     if (i > 0) out += ", ";
-    out += items[i].Repr();
+    out += ReprOf(items[i], g);
   }
   return out;
 }
 
-std::string DictRepr(const ValueDict& dict) {
+std::string DictRepr(const ValueDict& dict, ReprGuard* g) {
   std::string out = "{";
   for (size_t i = 0; i < dict.items.size(); ++i) {
     if (i > 0) out += ", ";
-    out += Cat(dict.items[i].first.Repr(), ": ", dict.items[i].second.Repr());
+    out += Cat(ReprOf(dict.items[i].first, g), ": ", ReprOf(dict.items[i].second, g));
   }
   return out + "}";
+}
+
+std::string ObjectRepr(const Object& o, ReprGuard* g) {
+  if (std::find(g->objects.begin(), g->objects.end(), &o) != g->objects.end()) {
+    return Cat("<", o.type_name, " {...}>");  // Python: the recursive dict as {...}
+  }
+  g->objects.push_back(&o);
+  std::string out = Cat("<", o.type_name, " ", DictRepr(o.attrs, g), ">");
+  g->objects.pop_back();
+  return out;
+}
+
+// A container's repr, one level deeper.
+std::string ContainerRepr(const Value& v, ReprGuard* g) {
+  if (g->depth >= kMaxReprDepth) return "...";
+  ++g->depth;
+  std::string out;
+  switch (v.kind()) {
+    case Value::Kind::kList:
+      out = Cat("[", JoinRepr(v.AsList(), g), "]");
+      break;
+    case Value::Kind::kTuple:
+      out = Cat("(", JoinRepr(v.AsList(), g), v.AsList().size() == 1 ? ",)" : ")");
+      break;
+    case Value::Kind::kDict:
+      out = DictRepr(v.AsDict(), g);
+      break;
+    default:
+      out = ObjectRepr(v.AsObject(), g);
+  }
+  --g->depth;
+  return out;
+}
+
+std::string ReprOf(const Value& v, ReprGuard* g) {
+  switch (v.kind()) {
+    case Value::Kind::kList:
+    case Value::Kind::kTuple:
+    case Value::Kind::kDict:
+    case Value::Kind::kObject:
+      return ContainerRepr(v, g);
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.AsBool() ? "True" : "False";
+    case Value::Kind::kInt:
+      return std::to_string(v.AsInt());
+    case Value::Kind::kFloat:
+      return FloatRepr(v.AsDouble());
+    case Value::Kind::kString:
+      return StringRepr(v.AsString());
+    case Value::Kind::kCallable:
+      return Cat("<function ", v.AsCallable().name, ">");
+  }
+  return "";
 }
 
 int Sign(double d) { return d < 0 ? -1 : (d > 0 ? 1 : 0); }
@@ -207,31 +280,8 @@ std::string Value::Str() const {
 }
 
 std::string Value::Repr() const {
-  switch (kind_) {
-    case Kind::kUndefined:
-      return "Undefined";
-    case Kind::kNone:
-      return "None";
-    case Kind::kBool:
-      return AsBool() ? "True" : "False";
-    case Kind::kInt:
-      return std::to_string(AsInt());
-    case Kind::kFloat:
-      return FloatRepr(AsDouble());
-    case Kind::kString:
-      return StringRepr(AsString());
-    case Kind::kList:
-      return Cat("[", JoinRepr(AsList()), "]");
-    case Kind::kTuple:
-      return Cat("(", JoinRepr(AsList()), AsList().size() == 1 ? ",)" : ")");
-    case Kind::kDict:
-      return DictRepr(AsDict());
-    case Kind::kObject:
-      return Cat("<", AsObject().type_name, " ", DictRepr(AsObject().attrs), ">");
-    case Kind::kCallable:
-      return Cat("<function ", AsCallable().name, ">");
-  }
-  return "";
+  ReprGuard guard;
+  return ReprOf(*this, &guard);
 }
 
 std::string Value::TypeName() const {

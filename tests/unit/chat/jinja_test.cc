@@ -196,6 +196,29 @@ TEST(ChatErrors, HostileTemplatesAreBounded) {
   EXPECT_FALSE(RenderError("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").ok());
 }
 
+// A namespace that holds itself (directly or through a list) prints its
+// second visit as Python does, <Namespace {...}>, instead of recursing until
+// the stack overflows (a fuzzer's find); a value nested deeper than the
+// printer's limit prints "..." there.
+TEST(ChatExpressions, RecursiveAndDeepValuesPrint) {
+  EXPECT_EQ(R("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}"),
+            "<Namespace {'a': 1, 'me': <Namespace {...}>}>");
+  EXPECT_EQ(R("{% set ns = namespace(a=1) %}{% set ns.l = [ns, 2] %}{{ ns.l }}"),
+            "[<Namespace {'a': 1, 'l': [<Namespace {...}>, 2]}>, 2]");
+  const std::string deep =
+      R("{% set ns = namespace(x=0) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}"
+        "{% endfor %}{{ ns.x }}");
+  EXPECT_EQ(deep, std::string(200, '[') + "..." + std::string(200, ']'));
+  EXPECT_EQ(R("{% set ns = namespace(x=0) %}{% for i in range(3) %}{% set ns.x = [ns.x] %}"
+              "{% endfor %}{{ ns.x }}"),
+            "[[[0]]]");
+  // Cycles through two namespaces, and through a loop's remembered value:
+  // rendered, then freed (the sanitizer builds' leak check runs this).
+  EXPECT_EQ(R("{% set a = namespace() %}{% set b = namespace(a=a) %}{% set a.b = b %}{{ a }}"),
+            "<Namespace {'b': <Namespace {'a': <Namespace {...}>}>}>");
+  EXPECT_EQ(R("{% for i in [1, 2] %}{{ loop.changed([loop]) }}{% endfor %}"), "TrueTrue");
+}
+
 TEST(ChatContext, MakeContextLikeTransformers) {
   const Json config = {{"chat_template", "{{ bos_token }}{{ messages[0].content }}{{ eos_token }}"},
                        {"bos_token", {{"__type", "AddedToken"}, {"content", "<s>"}}},
