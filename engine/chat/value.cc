@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -40,12 +41,16 @@ void AppendEscape(char32_t cp, std::string* out) {
 // (`set ns.self = ns`, or `set ns.l = [ns]`) passes through one: its second
 // visit prints as "...", as Python prints a recursive container. Past
 // kMaxReprDepth nested containers, "..." too: a deep value cannot overflow
-// the stack.
+// the stack. After kMaxReprValues values, "..." for the rest: a value that
+// shares its parts (`set ns.x = [ns.x, ns.x]` in a loop) is exponentially
+// large printed, and could otherwise hold the render for hours.
+constexpr int kMaxReprDepth = 200;
+constexpr int64_t kMaxReprValues = 1 << 20;
 struct ReprGuard {
   std::vector<const Object*> objects;
   int depth = 0;
+  int64_t values_left = kMaxReprValues;
 };
-constexpr int kMaxReprDepth = 200;
 
 std::string ReprOf(const Value& v, ReprGuard* g);
 
@@ -100,6 +105,8 @@ std::string ContainerRepr(const Value& v, ReprGuard* g) {
 }
 
 std::string ReprOf(const Value& v, ReprGuard* g) {
+  if (g->values_left <= 0) return "...";
+  --g->values_left;
   switch (v.kind()) {
     case Value::Kind::kList:
     case Value::Kind::kTuple:

@@ -217,6 +217,14 @@ TEST(ChatExpressions, RecursiveAndDeepValuesPrint) {
   EXPECT_EQ(R("{% set a = namespace() %}{% set b = namespace(a=a) %}{% set a.b = b %}{{ a }}"),
             "<Namespace {'b': <Namespace {'a': <Namespace {...}>}>}>");
   EXPECT_EQ(R("{% for i in [1, 2] %}{{ loop.changed([loop]) }}{% endfor %}"), "TrueTrue");
+  // A value that shares its parts, 2^40 values printed in full: cut after
+  // 2^20 values, in a fraction of a second.
+  const std::string shared =
+      R("{% set ns = namespace(x=0) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}"
+        "{% endfor %}{{ ns.x | length }}{{ ns.x }}");
+  EXPECT_EQ(shared.substr(0, 1), "2");
+  EXPECT_LT(shared.size(), size_t{64} << 20);
+  EXPECT_NE(shared.find("..."), std::string::npos);
 }
 
 TEST(ChatContext, MakeContextLikeTransformers) {
