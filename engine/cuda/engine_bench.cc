@@ -18,11 +18,11 @@
 // concurrent: {models, decode: [{batch, ms_per_step, tokens_per_s}]},
 // mixed: [...] (engine_bench_mixed.h),
 // interference: {...}}
+// The device figures (copy rate, GEMM peak) are engine_bench_device.cc's.
 #include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_status.h"
+#include "engine/cuda/engine_bench_device.h"
 #include "engine/cuda/engine_bench_mixed.h"
 #include "engine/cuda/engine_bench_util.h"
 #include "engine/gpu_backend.h"
@@ -41,86 +42,11 @@
 namespace ballast::engine {
 namespace {
 
+using bench_internal::AddGemmPeaks;
 using bench_internal::Clock;
+using bench_internal::DescribeDevice;
 using bench_internal::PromptFor;
 using bench_internal::Seconds;
-
-// cuBLASLt's BF16 rate on an 8192^3 product, its algorithm timed as the
-// engine's (tune_candidates). Zeros, or uniform values in [-1, 1): the
-// tensor cores draw less power on zeros, so the clocks and the rate are
-// higher than on data.
-absl::StatusOr<double> GemmPeakTflops(int tune_candidates, bool random_data) {
-  constexpr int n = 8192;
-  cuda::DeviceBuffer a, b, c;
-  const size_t bytes = static_cast<size_t>(n) * n * 2;
-  std::vector<uint16_t> host;
-  if (random_data) {
-    host.resize(static_cast<size_t>(n) * n);
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (uint16_t& v : host) {  // xorshift64; BF16 of 1 + [0, 1) less 1.5, doubled
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      const uint32_t bits = 0x3F800000u | static_cast<uint32_t>(x >> 41);
-      float f;
-      std::memcpy(&f, &bits, sizeof(f));
-      f = 2 * (f - 1.5f);
-      uint32_t fb;
-      std::memcpy(&fb, &f, sizeof(fb));
-      v = static_cast<uint16_t>(fb >> 16);
-    }
-  }
-  for (auto* buf : {&a, &b, &c}) {
-    if (auto s = buf->Allocate(bytes, "gemm peak"); !s.ok()) return s;
-    if (random_data && buf != &c) {
-      BALLAST_CUDA_RETURN(cudaMemcpy(buf->get(), host.data(), bytes, cudaMemcpyHostToDevice),
-                          "gemm peak operands");
-    } else {
-      BALLAST_CUDA_RETURN(cudaMemset(buf->get(), 0, bytes), "memset");
-    }
-  }
-  auto g = cuda::Gemm::Create(32u << 20, /*skinny_max_m=*/0, 0, 0, false, tune_candidates);
-  if (!g.ok()) return g.status();
-  cudaStream_t st;
-  BALLAST_CUDA_RETURN(cudaStreamCreate(&st), "stream");
-  for (int i = 0; i < 3; ++i) {
-    if (auto s = (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st);
-        !s.ok())
-      return s;
-  }
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  constexpr int kIters = 20;
-  cudaEventRecord(e0, st);
-  for (int i = 0; i < kIters; ++i) {
-    if (auto s = (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st);
-        !s.ok())
-      return s;
-  }
-  cudaEventRecord(e1, st);
-  BALLAST_CUDA_RETURN(cudaEventSynchronize(e1), "gemm peak");
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaStreamDestroy(st);
-  return 2.0 * n * n * static_cast<double>(n) * kIters / (ms * 1e-3) / 1e12;
-}
-
-// Device-to-device copy of 2 GiB: bytes read + written per second.
-absl::StatusOr<double> CopyBandwidth() {
-  constexpr size_t kBytes = 2ull << 30;
-  cuda::DeviceBuffer a, b;
-  if (auto s = a.Allocate(kBytes, "copy bandwidth"); !s.ok()) return s;
-  if (auto s = b.Allocate(kBytes, "copy bandwidth"); !s.ok()) return s;
-  BALLAST_CUDA_RETURN(cudaMemcpy(b.get(), a.get(), kBytes, cudaMemcpyDeviceToDevice), "copy");
-  const auto t0 = Clock::now();
-  constexpr int kIters = 5;
-  for (int i = 0; i < kIters; ++i) {
-    BALLAST_CUDA_RETURN(cudaMemcpy(b.get(), a.get(), kBytes, cudaMemcpyDeviceToDevice), "copy");
-  }
-  BALLAST_CUDA_RETURN(cudaDeviceSynchronize(), "copy");
-  return 2.0 * kBytes * kIters / Seconds(t0, Clock::now());
-}
 
 // Seconds of `runs` one-chunk prefills of `prompt` on `e` (after one
 // untimed run): the mean and the fastest.
@@ -373,31 +299,6 @@ absl::StatusOr<nlohmann::json> MeasureConcurrent(const GpuEngineBenchOptions& o,
   return out;
 }
 
-double DatasheetBandwidth(const std::string& name) {
-  if (name.find("H200") != std::string::npos) return 4.8e12;
-  if (name.find("H100") != std::string::npos) {
-    return name.find("PCIe") != std::string::npos ? 2.0e12 : 3.35e12;
-  }
-  return 0;
-}
-
-// The device's name, its measured copy rate and the HBM rate the rooflines
-// use (o.hbm_bytes_per_s, else the datasheet's, else the copy rate) into
-// `out`; returns that HBM rate.
-absl::StatusOr<double> DescribeDevice(const GpuEngineBenchOptions& o, nlohmann::json* out) {
-  BALLAST_CUDA_RETURN(cudaSetDevice(o.device), "cudaSetDevice");
-  cudaDeviceProp prop;
-  BALLAST_CUDA_RETURN(cudaGetDeviceProperties(&prop, o.device), "device query");
-  (*out)["device"] = prop.name;
-  auto copy_bw = CopyBandwidth();
-  if (!copy_bw.ok()) return copy_bw.status();
-  (*out)["copy_bytes_per_s"] = *copy_bw;
-  double hbm = o.hbm_bytes_per_s > 0 ? o.hbm_bytes_per_s : DatasheetBandwidth(prop.name);
-  if (hbm <= 0) hbm = *copy_bw;
-  (*out)["hbm_bytes_per_s"] = hbm;
-  return hbm;
-}
-
 // The KV layout: the model's, in o.kv_dtype ("auto": the engine's choice).
 absl::StatusOr<KvLayout> BenchKvLayout(const GpuEngineBenchOptions& o, const ModelConfig& c) {
   KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.block_tokens,
@@ -501,21 +402,6 @@ absl::StatusOr<nlohmann::json> MeasureDecode(const GpuEngineBenchOptions& o, con
 }
 
 }  // namespace
-
-// gemm_peak_tflops and gemm_peak_random_tflops (o.gemm_peak), and the
-// tuning in effect (none in deterministic mode, as the engine's Gemm).
-absl::Status AddGemmPeaks(const GpuEngineBenchOptions& o, nlohmann::json* out) {
-  const int tune = o.deterministic ? 0 : o.gemm_tune_candidates;
-  (*out)["gemm_tune_candidates"] = tune;
-  if (!o.gemm_peak) return absl::OkStatus();
-  auto peak = GemmPeakTflops(tune, false);
-  if (!peak.ok()) return peak.status();
-  (*out)["gemm_peak_tflops"] = *peak;
-  auto on_data = GemmPeakTflops(tune, true);
-  if (!on_data.ok()) return on_data.status();
-  (*out)["gemm_peak_random_tflops"] = *on_data;
-  return absl::OkStatus();
-}
 
 // One prompt of o.prefill_tokens in one chunk: its time, rate and share of
 // the GEMM peaks in `out` (when measured).
