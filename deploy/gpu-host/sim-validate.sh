@@ -22,6 +22,8 @@
 # flight; bench's own default of 512 throttled the loaded replays on the
 # H100, whose runs bench then flagged invalid for client lag).
 # STREAM_THREADS (node.stream_threads, 2: the node's token delivery threads).
+# STEP_DONE (node.engine.step_done, spinning_thread). A rate scale may be
+# repeated (RATES="4 4 4": three replays on one daemon, each reported).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-validate.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -56,7 +58,8 @@ node:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-40960}}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 4096, overlap_steps: true,
-           rolling_steps: ${ROLLING:-false}}   # false: the lockstep iterations of validate-h200.yaml
+           rolling_steps: ${ROLLING:-false},   # false: the lockstep iterations of validate-h200.yaml
+           step_done: ${STEP_DONE:-spinning_thread}}
 serve:
   cache_dir: ${CACHE:-/tmp/sim-validate-models}
   models:
@@ -88,16 +91,21 @@ scrape() {  # sum and count of the per-step host time
     awk '/^ballast_node_step_host_seconds_sum/ {s += $2} /^ballast_node_step_host_seconds_count/ {c += $2}
          END {print s + 0, c + 0}'
 }
-threads() {  # "name/tid ticks" per thread of the daemon (utime + stime), and
-  # "@process ticks": the whole process's, threads that exited included
+threads() {  # "name/tid ticks" per thread of the daemon (utime + stime),
+  # "@process ticks": the whole process's, threads that exited included, and
+  # "@preempted N": the live threads' involuntary context switches
   { read -r s < /proc/"$pid"/stat; } 2> /dev/null && set -- ${s##*) } && echo "@process $((${12} + ${13}))"
+  cat /proc/"$pid"/task/*/status 2> /dev/null |
+    awk '/^nonvoluntary_ctxt_switches/ {n += $2} END {print "@preempted", n + 0}'
   for t in /proc/"$pid"/task/*; do
     { read -r n < "$t/comm" && read -r s < "$t/stat"; } 2> /dev/null || continue
     set -- ${s##*) }  # fields from the state on: utime is the 12th, stime the 13th
     echo "${n// /_}/${t##*/} $((${12} + ${13}))"
   done
 }
-machine() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6}' /proc/stat; }
+# Ticks busy (steal included), idle, and stolen (the hypervisor ran
+# something else on a virtual CPU that wanted to run).
+machine() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6, $9}' /proc/stat; }
 # CPU seconds during one replay: the daemon's (in total, and by thread name
 # and the busiest threads among those alive at its end), the client's
 # (bench), and the machine's busy share of its cores.
@@ -111,12 +119,14 @@ cpu_report() {  # k, threads before, after, machine before, after, client "real 
         for (i = 0; i < m; i++) { best = ""; for (n in d) if (best == "" || d[n] > d[best]) best = n
           if (best == "" || d[best] < 0.05) break; printf " %s %.1f s", best, d[best]; delete d[best] } }
       END { total = (b["@process"] - a["@process"]) / hz; delete a["@process"]; delete b["@process"]
+        preempted = b["@preempted"] - a["@preempted"]; delete a["@preempted"]; delete b["@preempted"]
         for (t in b) { one[t] = (b[t] - ((t in a) ? a[t] : 0)) / hz
           n = t; sub("/[0-9]+$", "", n); byname[n] += one[t]; count[n]++ }
         split(ma, x, " "); split(mb, y, " "); split(c, w, " ")
-        busy = y[1] - x[1]; idle = y[2] - x[2]
-        printf "rate scale %s: CPU over %.1f s: daemon %.1f s, client %.1f s, machine %.0f%% busy of %d cores\n",
-          k, w[1], total, w[2] + w[3], 100 * busy / (busy + idle), cores
+        busy = y[1] - x[1]; idle = y[2] - x[2]; steal = y[3] - x[3]
+        printf "rate scale %s: CPU over %.1f s: daemon %.1f s, client %.1f s, machine %.0f%% busy of %d cores (%.1f%% stolen), daemon threads preempted %d times\n",
+          k, w[1], total, w[2] + w[3], 100 * busy / (busy + idle), cores,
+          100 * steal / (busy + idle), preempted
         printf "rate scale %s:   daemon threads by name (count):", k
         for (n in byname) { label[n " (" count[n] ")"] = byname[n] }
         top(label, 8); printf "\n"

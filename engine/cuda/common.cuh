@@ -136,6 +136,10 @@ __device__ __forceinline__ void Store8<__nv_fp8_e4m3>(__nv_fp8_e4m3* p, const fl
   *reinterpret_cast<uint2*>(p) = raw;
 }
 
+// silu(a) * u, as the MLP's SiLU kernels and the fused skinny gate/up
+// product compute it (one formula, so their outputs agree bit for bit).
+__device__ __forceinline__ float SiluTimes(float a, float u) { return a / (1.0f + __expf(-a)) * u; }
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -6,7 +6,6 @@ namespace ballast::engine::cuda {
 namespace {
 
 // silu(a) * u, as every SiLU-and-multiply kernel here computes it.
-__device__ __forceinline__ float SiluTimes(float a, float u) { return a / (1.0f + __expf(-a)) * u; }
 
 template <typename S, typename D>
 __global__ void ConvertKernel(const S* __restrict__ src, D* __restrict__ dst, size_t n) {

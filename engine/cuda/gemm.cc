@@ -327,10 +327,26 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
   return raw;
 }
 
+bool Gemm::UsesSkinny(int m, int k) const { return m <= skinny_max_m_ && SkinnyGemmSupports(m, k); }
+
+absl::Status Gemm::RunSkinnySiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
+                                    int k, ActType type, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  if (!UsesSkinny(m, k)) {
+    return absl::InternalError(absl::StrCat("skinny gate/up + SiLU: ", m, " rows of depth ", k,
+                                            " are not a skinny product"));
+  }
+  const cudaError_t e = LaunchSkinnyGemmSiluMul(x, w_gate_up, y, m, inter, k, type, stream);
+  if (e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("skinny gate/up + SiLU: ", cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int k, ActType type,
                        bool out_f32, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
-  if (m <= skinny_max_m_ && SkinnyGemmSupports(m, k)) {
+  if (UsesSkinny(m, k)) {
     const cudaError_t e = LaunchSkinnyGemm(x, w, y, m, n, k, type, out_f32, stream);
     if (e != cudaSuccess)
       return absl::InternalError(absl::StrCat("skinny gemm: ", cudaGetErrorString(e)));

@@ -75,6 +75,14 @@ class Gemm {
 
   absl::Status Run(const void* x, const void* w, void* y, int m, int n, int k, ActType type,
                    bool out_f32, cudaStream_t stream);
+  // Whether Run takes the skinny kernel for m rows of depth k (decode-sized
+  // products; never in batch-invariant mode).
+  bool UsesSkinny(int m, int k) const;
+  // y[m][inter] = silu(x w_gate^T) * (x w_up^T) for an MLP's w_gate_up
+  // ([2 * inter][k], gate rows first) in one launch: LaunchSkinnyGemmSiluMul.
+  // REQUIRES: UsesSkinny(m, k).
+  absl::Status RunSkinnySiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
+                                int k, ActType type, cudaStream_t stream);
   // y[m][n] = (x_scale[m] * e4m3(x / x_scale)[m][k]) (w_scale[n] *
   // e4m3(w)[n][k])^T, y in the activation type. Needs m <= fp8_rows and
   // k <= fp8_max_k.

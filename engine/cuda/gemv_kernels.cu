@@ -16,16 +16,28 @@ constexpr int kChunk = 32 * 8;  // K elements a warp covers per step (16 bytes a
 // block with C independent 16-byte loads in flight per lane. Partial sums
 // are reduced within each warp by shuffles, then across warps in shared
 // memory.
-template <typename T, typename OutT, int M, int C>
+//
+// kSiluPairs: w is an MLP's [gate; up] ([2n][k], gate rows first) and y
+// [m][n] = silu(x w_gate^T) * (x w_up^T): a block owns C / 2 gate rows and
+// the up rows of the same outputs, and its epilogue rounds both sums to T
+// and applies SiluTimes as SiluMulKernel does, so the result is bit for bit
+// that of the product followed by LaunchSiluMul, with one launch and no
+// [m][2n] intermediate.
+template <typename T, typename OutT, int M, int C, bool kSiluPairs = false>
 __global__ void __launch_bounds__(kWarps * 32)
     SkinnyGemmKernel(const T* __restrict__ x, const T* __restrict__ w, OutT* __restrict__ y, int m,
                      int n, int k) {
+  static_assert(!kSiluPairs || C % 2 == 0, "pairs of gate and up rows");
   __shared__ float red[kWarps][M][C];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n0 = blockIdx.x * C;
+  const int n0 = blockIdx.x * (kSiluPairs ? C / 2 : C);
   const T* wr[C];
 #pragma unroll
-  for (int c = 0; c < C; ++c) wr[c] = w + static_cast<size_t>(min(n0 + c, n - 1)) * k;
+  for (int c = 0; c < C; ++c) {
+    const int row = kSiluPairs ? (c < C / 2 ? min(n0 + c, n - 1) : n + min(n0 + c - C / 2, n - 1))
+                               : min(n0 + c, n - 1);
+    wr[c] = w + static_cast<size_t>(row) * k;
+  }
   AllowNextGrid();
   // The weights are no earlier kernel's output: start their stream (each
   // warp's first chunk into L2) while the kernel producing x finishes.
@@ -66,30 +78,48 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < M * C; idx += blockDim.x) {
-    const int i = idx / C, c = idx % C;
-    float v = 0.0f;
+  if constexpr (kSiluPairs) {
+    for (int idx = threadIdx.x; idx < M * (C / 2); idx += blockDim.x) {
+      const int i = idx / (C / 2), c = idx % (C / 2);
+      float g = 0.0f, u = 0.0f;
 #pragma unroll
-    for (int wv = 0; wv < kWarps; ++wv) v += red[wv][i][c];
-    if (i < m && n0 + c < n) y[static_cast<size_t>(i) * n + n0 + c] = FromF<OutT>(v);
+      for (int wv = 0; wv < kWarps; ++wv) g += red[wv][i][c];
+#pragma unroll
+      for (int wv = 0; wv < kWarps; ++wv) u += red[wv][i][c + C / 2];
+      if (i < m && n0 + c < n) {
+        y[static_cast<size_t>(i) * n + n0 + c] =
+            FromF<OutT>(SiluTimes(ToF(FromF<T>(g)), ToF(FromF<T>(u))));
+      }
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < M * C; idx += blockDim.x) {
+      const int i = idx / C, c = idx % C;
+      float v = 0.0f;
+#pragma unroll
+      for (int wv = 0; wv < kWarps; ++wv) v += red[wv][i][c];
+      if (i < m && n0 + c < n) y[static_cast<size_t>(i) * n + n0 + c] = FromF<OutT>(v);
+    }
   }
 }
 
-template <typename T, typename OutT, int M, int C>
+// n: y's columns (for kSiluPairs, the MLP's intermediate size: w has 2n
+// rows).
+template <typename T, typename OutT, int M, int C, bool kSiluPairs>
 cudaError_t LaunchM(const void* x, const void* w, void* y, int m, int n, int k,
                     cudaStream_t stream) {
-  return LaunchKernel(SkinnyGemmKernel<T, OutT, M, C>, (n + C - 1) / C, kWarps * 32, 0, stream,
-                      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<OutT*>(y), m,
-                      n, k);
+  constexpr int kCols = kSiluPairs ? C / 2 : C;
+  return LaunchKernel(SkinnyGemmKernel<T, OutT, M, C, kSiluPairs>, (n + kCols - 1) / kCols,
+                      kWarps * 32, 0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
+                      static_cast<OutT*>(y), m, n, k);
 }
 
-template <typename T, typename OutT>
+template <typename T, typename OutT, bool kSiluPairs = false>
 cudaError_t Dispatch(const void* x, const void* w, void* y, int m, int n, int k,
                      cudaStream_t stream) {
-  if (m <= 1) return LaunchM<T, OutT, 1, 8>(x, w, y, m, n, k, stream);
-  if (m <= 2) return LaunchM<T, OutT, 2, 8>(x, w, y, m, n, k, stream);
-  if (m <= 4) return LaunchM<T, OutT, 4, 8>(x, w, y, m, n, k, stream);
-  return LaunchM<T, OutT, 8, 4>(x, w, y, m, n, k, stream);
+  if (m <= 1) return LaunchM<T, OutT, 1, 8, kSiluPairs>(x, w, y, m, n, k, stream);
+  if (m <= 2) return LaunchM<T, OutT, 2, 8, kSiluPairs>(x, w, y, m, n, k, stream);
+  if (m <= 4) return LaunchM<T, OutT, 4, 8, kSiluPairs>(x, w, y, m, n, k, stream);
+  return LaunchM<T, OutT, 8, 4, kSiluPairs>(x, w, y, m, n, k, stream);
 }
 
 }  // namespace
@@ -103,6 +133,14 @@ cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n
     return out_f32 ? Dispatch<T, float>(x, w, y, m, n, k, stream)
                    : Dispatch<T, T>(x, w, y, m, n, k, stream);
   });
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchSkinnyGemmSiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
+                                    int k, ActType type, cudaStream_t stream) {
+  if (!SkinnyGemmSupports(m, k)) return cudaErrorInvalidValue;
+  BALLAST_DISPATCH_ACT(type, T,
+                       { return Dispatch<T, T, true>(x, w_gate_up, y, m, inter, k, stream); });
   return cudaErrorInvalidValue;
 }
 

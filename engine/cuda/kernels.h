@@ -171,6 +171,13 @@ constexpr int kSkinnyGemmDefaultMaxM = 2;
 bool SkinnyGemmSupports(int m, int k);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
                              ActType type, bool out_f32, cudaStream_t stream);
+// An MLP's gate/up product and its SiLU in one launch, for decode-sized m
+// as LaunchSkinnyGemm: y[m][inter] = silu(x w_gate^T) * (x w_up^T), w_gate_up
+// [2 * inter][k] with the gate rows first, y in the activation type. Bit for
+// bit the result of LaunchSkinnyGemm into [m][2 * inter] followed by
+// LaunchSiluMul.
+cudaError_t LaunchSkinnyGemmSiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
+                                    int k, ActType type, cudaStream_t stream);
 
 // FP8 (E4M3) weights, one FP32 scale per row (output channel).
 // Per row r of src [rows][cols]: scales[r] = max|row| / 448 (1 when the row

@@ -1,0 +1,143 @@
+// CudaExecutor's forward pass (cuda_executor.h): the kernels one step
+// queues on the executor's stream, layer by layer, and the linear layers'
+// choice of product (skinny, cuBLASLt, FP8). Kept apart from the
+// executor's lifecycle, graphs and sampling in cuda_executor.cc.
+#include <cmath>
+
+#include "engine/cuda/cuda_executor.h"
+
+namespace ballast::engine::cuda {
+
+absl::Status CudaExecutor::Linear(const void* x, const void* w, const float* w_scale, void* y,
+                                  int m, int n, int k, bool x_in_fp8) {
+  if (w_scale != nullptr && x_in_fp8) {
+    return gemm_->RunFp8Quantized(w, w_scale, y, m, n, k, act_, stream_);
+  }
+  if (w_scale != nullptr) return gemm_->RunFp8(x, w, w_scale, y, m, n, k, act_, stream_);
+  return gemm_->Run(x, w, y, m, n, k, act_, false, stream_);
+}
+
+absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in) {
+  const int H = config_.hidden_size, I = config_.intermediate_size;
+  const bool fused = fp8_in.q != nullptr;
+  if (L.gate_up_scale == nullptr && gemm_->UsesSkinny(T, H)) {
+    // Decode-sized, unquantized: the product and the SiLU in one launch.
+    if (auto s =
+            gemm_->RunSkinnySiluMul(x_.get(), L.gate_up, act_buf_.get(), T, I, H, act_, stream_);
+        !s.ok())
+      return s;
+  } else {
+    if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), T, 2 * I, H, fused);
+        !s.ok())
+      return s;
+    BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_, fp8_in),
+                        "silu");
+  }
+  // The down projection's output feeds the next layer's input norm.
+  return Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I, fused);
+}
+
+absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
+  const ModelConfig& c = config_;
+  const int Tmax = options_.max_batch_tokens;
+  const int T = sh.tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+  int* tok = meta_.get<int>();
+  TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
+  const int* rows = tok + 3 * Tmax;
+  // The split-KV kernel skips tokens that prefill tiles cover.
+  const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T};
+  const auto* tiles = reinterpret_cast<const PrefillTile*>(meta_.get<uint8_t>() + tiles_offset_);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  if (sh.resolve || sh.graph) {  // graphs serve steps with and without ahead tokens
+    BALLAST_CUDA_RETURN(
+        LaunchResolveTokens(tok, tok + 5 * Tmax,
+                            reinterpret_cast<const int*>(meta_.get<uint8_t>() + out_offset_), T,
+                            stream_),
+        "ahead tokens");
+  }
+  const KvLayout& lay = kv_->layout();
+  const memory::BlockAddressing addr = kv_->allocator()->addressing();
+  PagedKv kv;
+  kv.max_blocks = sh.max_blocks;
+  kv.base = addr.base;
+  kv.slab_shift = addr.slab_shift;
+  kv.slab_bytes = addr.slab_bytes;
+  kv.block_bytes = addr.block_bytes;
+  kv.block_tokens = lay.block_tokens;
+  kv.num_kv_heads = lay.num_kv_heads;
+  kv.head_dim = lay.head_dim;
+  kv.dtype = kv_type_;
+  kv.k_scale = lay.k_scale;
+  kv.v_scale = lay.v_scale;
+  const int* table = reinterpret_cast<const int*>(meta_.get<uint8_t>() + table_offset_);
+  const AttentionPlan plan =
+      options_.deterministic ? PlanPagedAttentionFixed(sh.max_context, fixed_partition_tokens_)
+                             : PlanPagedAttention(T, c.num_attention_heads, c.num_key_value_heads,
+                                                  sh.max_context, num_sms_);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const DeviceWeights& w = *weights_;
+
+  BALLAST_CUDA_RETURN(LaunchEmbedding(w.embed(), act_, tok, T, H, resid_.get<float>(), stream_),
+                      "embedding");
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    auto streamed = StreamBefore(l);  // remapping: maybe its slot's tensors
+    if (!streamed.ok()) return streamed.status();
+    const DeviceLayer& L = **streamed;
+    if (load_pending_) {  // layer l's KV from a lease: its copies must be done
+      BALLAST_CUDA_RETURN(cudaStreamWaitEvent(stream_, layer_loaded_[l], 0), "layer KV load");
+    }
+    // FP8 layers: the norms and SiLU also write their output in E4M3 for
+    // the product that follows (no quantization launch of its own).
+    const Fp8Rows fp8_in = L.qkv_scale != nullptr ? gemm_->fp8_input() : Fp8Rows{};
+    const bool fused = fp8_in.q != nullptr;
+    BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr,
+                                         L.input_norm, eps, T, H, x_.get(), act_, stream_, fp8_in),
+                        "input norm");
+    if (auto s = Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), T, Q + 2 * KV, H, fused); !s.ok())
+      return s;
+    kv.block_ids = table + static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
+    BALLAST_CUDA_RETURN(
+        LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, {L.q_norm, L.k_norm, eps}, inv_freq_.get<float>(),
+                          tm, c.num_attention_heads, kv, q_.get(), act_, stream_),
+        "rope/kv write");
+    if (sh.small_tokens > 0 || sh.graph) {
+      BALLAST_CUDA_RETURN(LaunchPagedAttention(q_.get(), tm_small, c.num_attention_heads, kv, scale,
+                                               plan, attn_ws_.get(), attn_.get(), act_, stream_),
+                          "attention");
+    }
+    BALLAST_CUDA_RETURN(
+        LaunchPrefillAttention(q_.get(), tiles, sh.prefill_tiles, c.num_attention_heads, kv, scale,
+                               attn_.get(), act_, stream_),
+        "prefill attention");
+    if (auto s = Linear(attn_.get(), L.o, L.o_scale, o_.get(), T, H, Q); !s.ok()) return s;
+    BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), L.o_bias, L.post_norm, eps,
+                                         T, H, x_.get(), act_, stream_, fp8_in),
+                        "post-attention norm");
+    if (auto s = Mlp(L, T, fp8_in); !s.ok()) return s;
+    if (auto s = StreamAfter(l); !s.ok()) return s;
+  }
+  if (auto s = StreamJoin(); !s.ok()) return s;
+  BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), nullptr, w.final_norm(), eps,
+                                       T, H, x_.get(), act_, stream_),
+                      "final norm");
+  BALLAST_CUDA_RETURN(
+      LaunchGatherRows(x_.get(), rows, sh.rows, H * ActSize(act_), x_sel_.get(), stream_),
+      "row gather");
+  if (auto s = gemm_->Run(x_sel_.get(), w.lm_head(), logits_.get(), sh.rows, c.vocab_size, H, act_,
+                          true, stream_);
+      !s.ok()) {
+    return s;
+  }
+  if (sh.sample) {
+    auto* meta = meta_.get<uint8_t>();
+    BALLAST_CUDA_RETURN(
+        LaunchSample(logits_.get<float>(), sh.rows, c.vocab_size,
+                     reinterpret_cast<const SampleParams*>(meta + params_offset_),
+                     penalties_.get<SamplePenalty>(), reinterpret_cast<int*>(meta + out_offset_),
+                     reinterpret_cast<SampleLogprobs*>(meta + logprobs_offset_), stream_),
+        "sampling");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ballast::engine::cuda

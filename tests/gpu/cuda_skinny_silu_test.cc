@@ -1,0 +1,117 @@
+// The decode MLP's fused gate/up product and SiLU (LaunchSkinnyGemmSiluMul,
+// through Gemm::RunSkinnySiluMul) against the two launches it replaces (the
+// skinny product into [m][2 * inter], then LaunchSiluMul): bit for bit, in
+// BF16 and FP16, for 1 to 8 rows, with output counts that do and do not
+// fill the kernel's blocks; and both against a double-precision reference.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
+#include "engine/dtype.h"
+#include "engine/gpu_backend.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/device_copies.h"
+
+namespace ballast::engine::cuda {
+namespace {
+
+using testing::ToDevice;
+using testing::ToHost;
+
+bool HaveGpu() { return GpuMemoryInfo(0).ok(); }
+
+uint16_t ToBits(float f, ActType type) {
+  if (type == ActType::kBF16) return FloatToBF16(f);
+  return __half_as_ushort(__float2half_rn(f));
+}
+
+float FromBits(uint16_t bits, ActType type) {
+  if (type == ActType::kBF16) return BF16ToFloat(bits);
+  return __half2float(__ushort_as_half(bits));
+}
+
+struct Shape {
+  int m, inter, k;
+};
+
+void CheckFusedSilu(Gemm& g, Shape sh, ActType type, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << (type == ActType::kBF16 ? "bf16 " : "fp16 ") << sh.m << "x"
+                                    << sh.inter << "x" << sh.k);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const size_t xs = static_cast<size_t>(sh.m) * sh.k, ws = 2 * static_cast<size_t>(sh.inter) * sh.k;
+  std::vector<uint16_t> x(xs), w(ws);
+  for (auto& v : x) v = ToBits(nd(rng), type);
+  for (auto& v : w) v = ToBits(0.05f * nd(rng), type);
+  const size_t outs = static_cast<size_t>(sh.m) * sh.inter;
+  uint16_t* dx = ToDevice(x);
+  uint16_t* dw = ToDevice(w);
+  uint16_t* d_gu = ToDevice(std::vector<uint16_t>(2 * outs));
+  uint16_t* d_two = ToDevice(std::vector<uint16_t>(outs));
+  uint16_t* d_one = ToDevice(std::vector<uint16_t>(outs, 0xFFFF));  // NaN: unwritten shows
+  ASSERT_TRUE(g.UsesSkinny(sh.m, sh.k));
+  ASSERT_TRUE(g.Run(dx, dw, d_gu, sh.m, 2 * sh.inter, sh.k, type, false, nullptr).ok());
+  ASSERT_EQ(LaunchSiluMul(d_gu, sh.m, sh.inter, d_two, type, nullptr), cudaSuccess);
+  ASSERT_TRUE(g.RunSkinnySiluMul(dx, dw, d_one, sh.m, sh.inter, sh.k, type, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto two = ToHost(d_two, outs), one = ToHost(d_one, outs);
+  int differ = 0;
+  double max_err = 0, max_mag = 0;
+  for (int i = 0; i < sh.m; ++i) {
+    for (int j = 0; j < sh.inter; ++j) {
+      const size_t at = static_cast<size_t>(i) * sh.inter + j;
+      if (one[at] != two[at]) ++differ;
+      double gate = 0, up = 0;
+      for (int k = 0; k < sh.k; ++k) {
+        const double xv = FromBits(x[static_cast<size_t>(i) * sh.k + k], type);
+        gate += xv * FromBits(w[static_cast<size_t>(j) * sh.k + k], type);
+        up += xv * FromBits(w[static_cast<size_t>(sh.inter + j) * sh.k + k], type);
+      }
+      const double want = gate / (1 + std::exp(-gate)) * up;
+      max_err = std::max(max_err, std::abs(want - FromBits(one[at], type)));
+      max_mag = std::max(max_mag, std::abs(want));
+    }
+  }
+  EXPECT_EQ(differ, 0) << "of " << outs << " outputs differ from the two launches'";
+  EXPECT_GT(max_mag, 0.0);
+  EXPECT_LT(max_err, 0.02 * max_mag);
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dw), static_cast<void*>(d_gu),
+                  static_cast<void*>(d_two), static_cast<void*>(d_one)}) {
+    cudaFree(p);
+  }
+}
+
+TEST(CudaSkinnySilu, FusedGateUpMatchesTheTwoLaunchesBitForBit) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  auto g = Gemm::Create(32u << 20, kSkinnyGemmMaxM);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::mt19937 rng(11);
+  for (const ActType type : {ActType::kBF16, ActType::kF16}) {
+    for (const Shape sh : {Shape{1, 96, 512}, Shape{1, 1432, 4096}, Shape{2, 301, 264},
+                           Shape{3, 64, 1024}, Shape{5, 77, 128}, Shape{8, 130, 520}}) {
+      CheckFusedSilu(**g, sh, type, rng);
+    }
+  }
+}
+
+TEST(CudaSkinnySilu, RefusesProductsTooTallForTheSkinnyKernel) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  auto g = Gemm::Create(32u << 20, 2);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE((*g)->UsesSkinny(2, 512));
+  EXPECT_FALSE((*g)->UsesSkinny(3, 512));
+  EXPECT_FALSE((*g)->UsesSkinny(1, 500));  // k % 8 != 0
+  const absl::Status s =
+      (*g)->RunSkinnySiluMul(nullptr, nullptr, nullptr, 3, 64, 512, ActType::kBF16, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  auto inv = Gemm::Create(32u << 20, kSkinnyGemmMaxM, 0, 0, /*batch_invariant=*/true);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_FALSE((*inv)->UsesSkinny(1, 512));
+}
+
+}  // namespace
+}  // namespace ballast::engine::cuda
