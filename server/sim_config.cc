@@ -62,6 +62,9 @@ absl::Status CheckPolicyRanges(const YamlSection& s, const sim::SimPolicy& polic
   if (!(p->rolling_overlap_share >= 0 && p->rolling_overlap_share <= 1)) {
     return s.Error(s.Key("rolling_overlap_share"), "must be in [0, 1]");
   }
+  if (!(p->lockstep_overlap_share >= 0 && p->lockstep_overlap_share <= 1)) {
+    return s.Error(s.Key("lockstep_overlap_share"), "must be in [0, 1]");
+  }
   if (!(p->step_budget_headroom >= 0)) {
     return s.Error(s.Key("step_budget_headroom"), "must be >= 0 (0: off)");
   }
@@ -94,6 +97,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("rolling_steps", &p->rolling_steps));
   RETURN_IF_ERROR(s.Get("rolling_share_exponent", &p->rolling_share_exponent));
   RETURN_IF_ERROR(s.Get("rolling_overlap_share", &p->rolling_overlap_share));
+  RETURN_IF_ERROR(s.Get("lockstep_overlap_share", &p->lockstep_overlap_share));
   RETURN_IF_ERROR(s.Get("ahead_steps", &p->ahead_steps));
   RETURN_IF_ERROR(s.Get("step_host_s", &p->step_host_s));
   RETURN_IF_ERROR(s.Get("request_path_s", &p->request_path_s));

@@ -150,6 +150,10 @@ struct SimPolicy {
   // the four-1B validation trace (seed 24, H200, 2026-11-30) and checked
   // on another (seed 42): docs/benchmarks.md. 0: only k0 overlaps.
   double rolling_overlap_share = 0.5;
+  // Lockstep (rolling_steps false, overlap_steps true): the same share for
+  // the decode-only steps of an iteration, whose launch latency becomes
+  // k0 + this x OverlapSeconds. 0: only k0 overlaps.
+  double lockstep_overlap_share = 0;
   // With rolling_steps: each model's next step is planned and queued
   // behind the one on the GPU (node.engine.ahead_steps, the node's
   // default; sim_device.h's rules): its host time is hidden, and a

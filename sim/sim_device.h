@@ -100,7 +100,10 @@
 //    as above. With overlap_steps (the node's default) the steps run on
 //    their own streams: the iteration takes the longest step's launch
 //    latency plus the sum of the rest of the steps' times, which keep the
-//    GPU busy; without, the sum of the step times. The serving path's
+//    GPU busy; without, the sum of the step times. A decode-only step's
+//    latency is k0 + policy.lockstep_overlap_share x
+//    EngineModel::OverlapSeconds (0 by default, as the H100 measured; the
+//    H200 realises about half: docs/benchmarks.md). The serving path's
 //    host time (policy.step_host_s) comes on top: once per iteration
 //    overlapped, once per model stepped serially.
 //    Why the per-layer cost is not overlapped (either way): four 1B

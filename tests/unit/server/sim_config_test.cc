@@ -180,6 +180,21 @@ TEST(SimConfigTest, RollingOverlapShareIsReadAndChecked) {
   EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
 }
 
+// Lockstep's share: 0 by default (only k0 overlaps, as the H100 measured),
+// set per variant, and outside [0, 1] an error naming the key.
+TEST(SimConfigTest, LockstepOverlapShareIsReadAndChecked) {
+  const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
+  auto dflt = ParseSimConfig(base, "s.yaml");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  EXPECT_EQ(dflt->config.policy.lockstep_overlap_share, 0.0);
+  auto set = ParseSimConfig(base + "policies: {ls: {lockstep_overlap_share: 0.5}}\n", "s.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->variants.at("ls").lockstep_overlap_share, 0.5);
+  auto bad = ParseSimConfig(base + "policy: {lockstep_overlap_share: -0.1}\n", "s.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("lockstep_overlap_share"), std::string::npos);
+}
+
 // The request path outside the engine: 0 by default; a negative or
 // absurd value is an error naming the key and the file.
 TEST(SimConfigTest, RequestPathIsReadAndChecked) {

@@ -1,8 +1,9 @@
 // Rolling steps in the simulator (sim_device.h's rules): each model steps
 // at its own pace and the steps on the GPU share it (processor sharing).
 // Outcomes computed by hand, work conserved, ahead steps, decode steps'
-// measured overlap, a lone model's step holding another model's start, a
-// small model beside a large one against lockstep, and the config switch.
+// measured overlap (and lockstep's share of it), a lone model's step
+// holding another model's start, a small model beside a large one against
+// lockstep, and the config switch.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,6 +88,32 @@ TEST(RollingStepsTest, DecodeStepsOverlapByTheConfiguredShare) {
       EXPECT_NEAR(Find(*r, id).ttft_ms(), 9, 1e-6) << share << " " << id;
       EXPECT_NEAR(Find(*r, id).e2e_ms(), e2e, 1e-6) << share << " " << id;
     }
+  }
+}
+
+// Lockstep iterations overlap decode-only steps by lockstep_overlap_share
+// the same way. With the engine above (every step 5 ms alone; a decode
+// step's latency lat = 1 + share x 2), b joins at the second iteration:
+//   [a prefill]             5 ms            -> x's first token at 5
+//   [a decode, b prefill]   lat + (5 - lat) + 4 = 9     -> 14: y's first
+//   [a decode, b decode]    lat + 2 x (5 - lat) = 9 - 2 share  -> x ends
+//   [b decode]              5 ms            -> y ends
+// so x ends at 23 - 2 share and y at 28 - 2 share.
+TEST(RollingStepsTest, LockstepDecodeStepsOverlapByTheirShare) {
+  std::array<double, kFeatures> k{};
+  k[0] = 1e-3;
+  k[1] = 0.25e-3;
+  const EngineModel engine(k, 1e9, 1.0, {}, 0.125e-3);
+  for (const double share : {0.0, 0.5, 1.0}) {
+    SimConfig c = OneGpu({Model("a"), Model("b")}, false);
+    c.policy.lockstep_overlap_share = share;
+    c.policy.rolling_overlap_share = 1 - share;  // rolling's: no effect here
+    auto r = Simulate(c, engine, {Req("x", "a", 0, 10, 3), Req("y", "b", 0, 10, 3)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NEAR(Find(*r, "x").ttft_ms(), 5, 1e-6) << share;
+    EXPECT_NEAR(Find(*r, "y").ttft_ms(), 14, 1e-6) << share;
+    EXPECT_NEAR(Find(*r, "x").e2e_ms(), 23 - 2 * share, 1e-6) << share;
+    EXPECT_NEAR(Find(*r, "y").e2e_ms(), 28 - 2 * share, 1e-6) << share;
   }
 }
 
