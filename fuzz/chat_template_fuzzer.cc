@@ -1,7 +1,8 @@
 // libFuzzer target: a chat template (engine/chat/chat_template.h). The
 // input is the Jinja source; a template that parses is applied to a fixed
 // conversation. Both must return a status, bounded in time and memory (the
-// evaluator's output, range and recursion limits), never crash.
+// evaluator's output, range, recursion, step and list-size limits), never
+// crash.
 #include <cstddef>
 #include <cstdint>
 #include <string>

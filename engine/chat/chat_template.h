@@ -16,7 +16,11 @@
 // UNIMPLEMENTED for a Jinja construct this interpreter lacks, naming it and
 // its line:column. Render fails with INVALID_ARGUMENT when the template
 // calls raise_exception(msg) (message exactly `msg`; IsTemplateException()
-// is true) or hits a runtime error.
+// is true) or hits a runtime error. A render's work is bounded whatever the
+// template: RESOURCE_EXHAUSTED past 64 MiB of text (or of one tojson) or
+// 1,000,000 steps (statements, expressions; a loop iteration counts four),
+// OUT_OF_RANGE for strings over 64 MiB or lists over 4,194,304 items, and
+// ranges over 100,000 items are refused as Jinja's sandbox does.
 //
 // Thread-safety: immutable after creation; Render/Apply may run
 // concurrently from any number of threads.

@@ -15,6 +15,14 @@ namespace {
 
 constexpr size_t kMaxOutputBytes = size_t{64} << 20;
 constexpr int kMaxCallDepth = 64;
+// The steps one render may take: a statement or an expression is one, a
+// loop iteration (a new scope and loop object, about four times the work)
+// four. About a second of work at most; a chat template takes a few dozen
+// steps a message, so this holds conversations of 10,000 messages, while
+// nested loops over Jinja's largest ranges (10^10 iterations) would hold
+// the caller for hours.
+constexpr int64_t kMaxSteps = 1'000'000;
+constexpr int64_t kLoopIterationSteps = 4;
 
 struct Frame {
   absl::flat_hash_map<std::string, Value> vars;
@@ -62,6 +70,14 @@ class Evaluator {
   absl::StatusOr<Value> Eval(const Expr& e);
 
  private:
+  // Counts n steps against kMaxSteps: RESOURCE_EXHAUSTED past it.
+  absl::Status Step(int64_t n = 1) {
+    steps_ += n;
+    if (steps_ <= kMaxSteps) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        "chat template: the render took more than 1,000,000 steps (statements, expressions and "
+        "loop iterations)");
+  }
   absl::StatusOr<Flow> ExecOne(const Stmt& s, std::string* out);
   absl::StatusOr<Flow> ExecFor(const Stmt& s, std::string* out);
   absl::StatusOr<Flow> ExecCaptureBlock(const Stmt& s, std::string* out);
@@ -87,6 +103,7 @@ class Evaluator {
 
   std::shared_ptr<Frame> frame_;
   int call_depth_ = 0;
+  int64_t steps_ = 0;
   // Namespaces assigned to, and loops' remembered values (the destructor).
   std::vector<Value> assigned_namespaces_;
   absl::flat_hash_set<const Object*> assigned_seen_;
@@ -95,6 +112,7 @@ class Evaluator {
 
 absl::StatusOr<Flow> Evaluator::Exec(const StmtList& body, std::string* out) {
   for (const auto& s : body) {
+    if (auto st = Step(); !st.ok()) return At(s->pos, st);
     auto flow = ExecOne(*s, out);
     if (!flow.ok()) return At(s->pos, flow.status());
     if (*flow != Flow::kNormal) return flow;
@@ -272,6 +290,7 @@ absl::StatusOr<Flow> Evaluator::ExecFor(const Stmt& s, std::string* out) {
   auto last_changed = std::make_shared<Value>();
   loop_changed_.push_back(last_changed);
   for (size_t i = 0; i < items.size(); ++i) {
+    if (auto st = Step(kLoopIterationSteps); !st.ok()) return At(s.pos, st);
     frame_ = std::make_shared<Frame>(Frame{{}, outer});
     frame_->vars["loop"] = MakeLoop(items, i, last_changed);
     absl::Status st = Assign(s.target, items[i], s.pos);
@@ -380,6 +399,7 @@ absl::StatusOr<Value> Evaluator::ApplyChain(const Expr& e, const Value& input) {
 }
 
 absl::StatusOr<Value> Evaluator::Eval(const Expr& e) {
+  if (auto st = Step(); !st.ok()) return At(e.pos, st);
   auto v = EvalInner(e);
   if (!v.ok()) return At(e.pos, v.status());
   return v;

@@ -10,6 +10,10 @@
 namespace ballast::chat {
 namespace {
 
+// The most JSON text one tojson call writes, as the evaluator's cap on the
+// rendered text.
+constexpr size_t kMaxJsonBytes = size_t{64} << 20;
+
 void AppendU(unsigned v, std::string* out) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "\\u%04x", v);
@@ -91,6 +95,11 @@ class Encoder {
 
 absl::Status Encoder::Encode(const Value& v, int depth, std::string* out) {
   if (depth > 512) return absl::InvalidArgumentError("RecursionError: value nested too deeply");
+  // Every value appends at least one byte, so this also bounds the work on
+  // a value that shares its parts (2^40 values from 40 doublings).
+  if (out->size() > kMaxJsonBytes) {
+    return absl::ResourceExhaustedError("tojson: the JSON text exceeds 64 MiB");
+  }
   switch (v.kind()) {
     case Value::Kind::kNone:
       out->append("null");

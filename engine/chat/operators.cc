@@ -11,6 +11,9 @@ namespace {
 // Strings and sequences grow no larger than this (a template cannot make
 // the server allocate gigabytes with 'x' * 10**10 or by doubling a string).
 constexpr int64_t kMaxRepeatBytes = int64_t{64} << 20;
+// Lists and tuples hold no more items than this (about 128 MiB of values):
+// nor can doubling a list (`set ns.x = ns.x + ns.x` in a loop).
+constexpr int64_t kMaxListItems = int64_t{1} << 22;
 
 absl::Status TypeError(std::string message) {
   return absl::InvalidArgumentError("TypeError: " + message);
@@ -35,7 +38,7 @@ absl::StatusOr<Value> Repeat(const Value& seq, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out += seq.AsString();
     return Value::String(std::move(out));
   }
-  if (static_cast<int64_t>(seq.AsList().size()) * n > kMaxRepeatBytes) return Overflow();
+  if (static_cast<int64_t>(seq.AsList().size()) * n > kMaxListItems) return Overflow();
   ValueList out;
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.AsList().begin(), seq.AsList().end());
   return seq.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(out))
@@ -126,6 +129,9 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
       return Value::String(a.AsString() + b.AsString());
     }
     if (a.is_sequence() && a.kind() == b.kind()) {
+      if (static_cast<int64_t>(a.AsList().size() + b.AsList().size()) > kMaxListItems) {
+        return Overflow();
+      }
       ValueList out = a.AsList();
       out.insert(out.end(), b.AsList().begin(), b.AsList().end());
       return a.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(out))

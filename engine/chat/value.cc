@@ -335,6 +335,10 @@ bool Equals(const Value& a, const Value& b) {
     case K::kList:
     case K::kTuple: {
       const auto &x = a.AsList(), &y = b.AsList();
+      // One shared (immutable) list is equal to itself, as Python's
+      // comparison finds by identity first: a value that shares its parts
+      // (`set ns.x = [ns.x, ns.x]`, repeated) compares in linear time.
+      if (&x == &y) return true;
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i) {
         if (!Equals(x[i], y[i])) return false;
@@ -343,6 +347,7 @@ bool Equals(const Value& a, const Value& b) {
     }
     case K::kDict: {
       const auto &x = a.AsDict(), &y = b.AsDict();
+      if (&x == &y) return true;
       if (x.items.size() != y.items.size()) return false;
       for (const auto& [k, v] : x.items) {
         const Value* other = y.Find(k);

@@ -227,6 +227,38 @@ TEST(ChatExpressions, RecursiveAndDeepValuesPrint) {
   EXPECT_NE(shared.find("..."), std::string::npos);
 }
 
+// A render's work is bounded whatever the template: nested loops over
+// Jinja's largest ranges stop at the step budget, doubling a list at the
+// item cap, and a value that shares its parts compares with itself at once
+// and stops tojson at its 64 MiB cap; each is an error the caller sees.
+TEST(ChatLimits, EveryRenderIsBounded) {
+  const absl::Status loops = RenderError(
+      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
+  EXPECT_EQ(loops.code(), absl::StatusCode::kResourceExhausted) << loops;
+  EXPECT_THAT(loops.message(), HasSubstr("1,000,000 steps"));
+  EXPECT_THAT(loops.message(), HasSubstr("chat template 1:"));
+  const absl::Status doubling = RenderError(
+      "{% set ns = namespace(x=[0]) %}{% for i in range(40) %}{% set ns.x = ns.x + ns.x %}"
+      "{% endfor %}");
+  EXPECT_EQ(doubling.code(), absl::StatusCode::kOutOfRange) << doubling;
+  EXPECT_EQ(RenderError("{{ [0] * 5000000 }}").code(), absl::StatusCode::kOutOfRange);
+  const std::string shared =
+      "{% set ns = namespace(x=0) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}"
+      "{% endfor %}";
+  EXPECT_EQ(R(shared + "{{ ns.x == ns.x }}|{{ [ns.x] == [ns.x] }}|{{ ns.x in [1, ns.x] }}"),
+            "True|True|True");
+  const absl::Status json = RenderError(shared + "{{ ns.x | tojson }}");
+  EXPECT_EQ(json.code(), absl::StatusCode::kResourceExhausted) << json;
+  EXPECT_THAT(json.message(), HasSubstr("64 MiB"));
+  // A long conversation stays far inside the budget.
+  Json msgs = Json::array();
+  for (int i = 0; i < 2000; ++i) msgs.push_back({{"role", "user"}, {"content", "hi"}});
+  EXPECT_EQ(
+      R("{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}", {{"messages", msgs}})
+          .size(),
+      size_t{2000 * 8});
+}
+
 TEST(ChatContext, MakeContextLikeTransformers) {
   const Json config = {{"chat_template", "{{ bos_token }}{{ messages[0].content }}{{ eos_token }}"},
                        {"bos_token", {{"__type", "AddedToken"}, {"content", "<s>"}}},
