@@ -18,7 +18,7 @@
 // calls raise_exception(msg) (message exactly `msg`; IsTemplateException()
 // is true) or hits a runtime error. A render's work is bounded whatever the
 // template: RESOURCE_EXHAUSTED past 64 MiB of text (or of one tojson) or
-// 1,000,000 steps (statements, expressions; a loop iteration counts four),
+// 1,000,000 steps (statements, expressions; a loop iteration counts 16),
 // OUT_OF_RANGE for strings over 64 MiB or lists over 4,194,304 items, and
 // ranges over 100,000 items are refused as Jinja's sandbox does.
 //
