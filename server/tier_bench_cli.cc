@@ -40,6 +40,23 @@ const char* Name(Where w) {
   return "?";
 }
 
+// Where turn 2 must find the history's KV when nothing was advised.
+engine::KvSource Expected(Where w) {
+  switch (w) {
+    case Where::kResident:
+      return engine::KvSource::kDevice;
+    case Where::kDram:
+      return engine::KvSource::kHostDram;
+    case Where::kSsd:
+      return engine::KvSource::kSsd;
+    case Where::kPeer:
+      return engine::KvSource::kPeer;
+    case Where::kRecompute:
+      return engine::KvSource::kRecomputed;
+  }
+  return engine::KvSource::kNone;
+}
+
 struct Turn {
   std::vector<int> prompt_tokens;
   engine::GenerationResult result;
@@ -153,9 +170,16 @@ struct TierBenchCli::State {
     full.insert(full.end(), t1->prompt_tokens.begin(), t1->prompt_tokens.end());
     full.insert(full.end(), t1->result.output_tokens.begin(), t1->result.output_tokens.end());
     auto engine = serving->devices()[0]->Find("m");
+    // The engine keeps a session under the node's tenant-scoped key (these
+    // turns have no tenant). Dropping the raw id dropped nothing, and every
+    // "dram" and "ssd" turn then found its KV still on the device.
+    const std::string key = NodeManager::SessionKey("", session);
+    if (w != Where::kPeer && engine->CachedSessionTokens(key) == 0) {
+      return absl::InternalError("turn 1 left no device copy of the session to place");
+    }
     auto drop_device = [&] {
-      engine->DropSession(session);
-      while (engine->CachedSessionTokens(session) > 0) absl::SleepFor(absl::Milliseconds(1));
+      engine->DropSession(key);
+      while (engine->CachedSessionTokens(key) > 0) absl::SleepFor(absl::Milliseconds(1));
     };
     switch (w) {
       case Where::kResident:
@@ -198,6 +222,11 @@ struct TierBenchCli::State {
     row["cached_tokens"] = t2->result.cached_tokens;
     row["prompt_tokens"] = t2->result.prompt_tokens;
     row["kv_source"] = static_cast<int>(t2->result.kv_source);
+    if (!advise && t2->result.kv_source != Expected(w)) {
+      return absl::InternalError(absl::StrCat("turn 2 took its KV from source ",
+                                              static_cast<int>(t2->result.kv_source), ", not ",
+                                              static_cast<int>(Expected(w)), " (KvSource)"));
+    }
     row["kv_bytes"] = engine->kv_bytes_per_token() * t2->result.cached_tokens;
     serving->DropSession(session);
     peer->DropSession(session);

@@ -23,7 +23,10 @@
 # H100, whose runs bench then flagged invalid for client lag).
 # STREAM_THREADS (node.stream_threads, 2: the node's token delivery threads).
 # STEP_DONE (node.engine.step_done, spinning_thread). A rate scale may be
-# repeated (RATES="4 4 4": three replays on one daemon, each reported).
+# repeated (RATES="4 4 4": three replays on one daemon, reported as 4, 4-2
+# and 4-3, each with its own real-<label>/). The CPU report's preemptions
+# are the involuntary context switches of the daemon's threads alive at
+# both ends of the replay.
 # Usage (repository root, GPU host): deploy/gpu-host/sim-validate.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -135,11 +138,15 @@ cpu_report() {  # k, threads before, after, machine before, after, client "real 
 : > "$OUT/real.txt"
 : > "$OUT/host.txt"
 TIMEFORMAT='%R %U %S'
+declare -A replays  # a repeated rate scale k: its n-th replay is reported as k-n
 for k in ${RATES:-1 2 4}; do
+  replays[$k]=$((${replays[$k]:-0} + 1))
+  scale=$k
+  [ "${replays[$k]}" -gt 1 ] && k="$k-${replays[$k]}"
   before=$(scrape)
   t0=$(threads)
   m0=$(machine)
-  { time "$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real-$k" --rate-scale "$k" \
+  { time "$B" bench --trace "$OUT/trace.jsonl" --out "$OUT/real-$k" --rate-scale "$scale" \
     --max-inflight "${MAX_INFLIGHT:-4096}" --no-plots > "$WORK/real-$k.txt"; } 2> "$WORK/client-$k.txt" ||
     { cat "$WORK/client-$k.txt" >&2; exit 1; }
   m1=$(machine)

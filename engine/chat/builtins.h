@@ -11,6 +11,7 @@
 // read, never written, here).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -68,5 +69,14 @@ class ArgBinder {
 
 // "TypeError: <message>" as an INVALID_ARGUMENT status.
 absl::Status TypeErrorStatus(std::string_view message);
+
+// The most one value may hold, so that a template cannot make the server
+// allocate gigabytes ('x' * 10**10, doubling a list, a huge center()
+// width): strings of 64 MiB and lists of 4,194,304 items (about 128 MiB of
+// values). Past them, OUT_OF_RANGE "OverflowError: ..." naming the cap.
+inline constexpr uint64_t kMaxStringBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kMaxListItems = uint64_t{1} << 22;
+absl::Status CheckStringBytes(uint64_t bytes);
+absl::Status CheckListItems(uint64_t items);
 
 }  // namespace ballast::chat

@@ -17,8 +17,9 @@
 // its line:column. Render fails with INVALID_ARGUMENT when the template
 // calls raise_exception(msg) (message exactly `msg`; IsTemplateException()
 // is true) or hits a runtime error. A render's work is bounded whatever the
-// template: RESOURCE_EXHAUSTED past 64 MiB of text (or of one tojson) or
-// 1,000,000 steps (statements, expressions; a loop iteration counts 16),
+// template: RESOURCE_EXHAUSTED past 64 MiB of text (16 MiB from one tojson)
+// or 1,000,000 steps (statements and expressions, a loop iteration 16, a
+// value one more per 16 items or KiB),
 // OUT_OF_RANGE for strings over 64 MiB or lists over 4,194,304 items, and
 // ranges over 100,000 items are refused as Jinja's sandbox does.
 //

@@ -16,14 +16,20 @@ namespace {
 constexpr size_t kMaxOutputBytes = size_t{64} << 20;
 constexpr int kMaxCallDepth = 64;
 // The steps one render may take: a statement or an expression is one, a
-// loop iteration 16 (it makes a scope and a loop object of 13 attributes,
-// about the work of 16 expressions). A tenth of a second of work at most
-// (a few seconds in a sanitizer build); a chat template takes a few dozen
-// steps a message, so this holds conversations of 10,000 messages, while
-// nested loops over Jinja's largest ranges (10^10 iterations) would hold
-// the caller for hours.
+// loop iteration 16 (a scope and a loop object of 13 attributes), a value
+// one more per 16 items or KiB (SizeSteps). Conversations of thousands of
+// messages fit (a few dozen to a hundred steps a message); nested loops
+// over Jinja's largest ranges (10^10 iterations) stop in about a tenth of
+// a second, a few seconds in a sanitizer build.
 constexpr int64_t kMaxSteps = 1'000'000;
 constexpr int64_t kLoopIterationSteps = 16;
+
+int64_t SizeSteps(const Value& v) {
+  if (v.is_string()) return static_cast<int64_t>(v.AsString().size() >> 10);
+  if (v.is_sequence()) return static_cast<int64_t>(v.AsList().size() >> 4);
+  if (v.is_dict()) return static_cast<int64_t>(v.AsDict().items.size() >> 4);
+  return 0;
+}
 
 struct Frame {
   absl::flat_hash_map<std::string, Value> vars;
@@ -76,8 +82,8 @@ class Evaluator {
     steps_ += n;
     if (steps_ <= kMaxSteps) return absl::OkStatus();
     return absl::ResourceExhaustedError(
-        "chat template: the render took more than 1,000,000 steps (statements, expressions and "
-        "loop iterations)");
+        "the render took more than 1,000,000 steps (statements, expressions and loop "
+        "iterations)");
   }
   absl::StatusOr<Flow> ExecOne(const Stmt& s, std::string* out);
   absl::StatusOr<Flow> ExecFor(const Stmt& s, std::string* out);
@@ -403,6 +409,10 @@ absl::StatusOr<Value> Evaluator::Eval(const Expr& e) {
   if (auto st = Step(); !st.ok()) return At(e.pos, st);
   auto v = EvalInner(e);
   if (!v.ok()) return At(e.pos, v.status());
+  // A large value costs in proportion to its size (what copying or
+  // scanning it costs), so that a loop over operations on multi-million-item
+  // lists or 64 MiB strings stops within the budget too.
+  if (auto st = Step(SizeSteps(*v)); !st.ok()) return At(e.pos, st);
   return v;
 }
 

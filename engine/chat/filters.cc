@@ -122,10 +122,16 @@ absl::StatusOr<Value> FilterIndent(const Value& in, const ValueList& args, const
     return TypeErrorStatus(
         Cat("unsupported operand type(s) for +=: '", in.TypeName(), "' and 'str'"));
   }
-  std::string indention = b.Get(0).is_string() ? b.Get(0).AsString()
-                                               : std::string(b.Has(0) ? b.Get(0).AsInt() : 4, ' ');
+  const int64_t spaces = b.Get(0).is_string() ? 0 : (b.Has(0) ? b.Get(0).AsInt() : 4);
+  if (auto st = CheckStringBytes(std::max<int64_t>(spaces, 0)); !st.ok()) return st;
+  std::string indention =
+      b.Get(0).is_string() ? b.Get(0).AsString() : std::string(std::max<int64_t>(spaces, 0), ' ');
   const std::string s = in.Str() + "\n";  // Jinja appends a newline before splitlines()
   const auto lines = unicode::SplitLines(s);
+  // Every line but the first may take the indention.
+  if (auto st = CheckStringBytes(s.size() + lines.size() * (indention.size() + 1)); !st.ok()) {
+    return st;
+  }
   std::string rv;
   if (b.Get(2).Truthy()) {  // blank: indent empty lines too
     for (size_t i = 0; i < lines.size(); ++i) rv += (i > 0 ? "\n" + indention : "") + lines[i];
@@ -145,6 +151,9 @@ absl::StatusOr<Value> FilterCenter(const Value& in, const ValueList& args, const
   const int64_t width = b.Has(0) ? b.Get(0).AsInt() : 80;
   const int64_t len = static_cast<int64_t>(unicode::Length(s));
   if (width <= len) return Value::String(s);
+  if (auto st = CheckStringBytes(s.size() + static_cast<uint64_t>(width - len)); !st.ok()) {
+    return st;
+  }
   const int64_t marg = width - len;
   const int64_t left = marg / 2 + (marg & width & 1);  // CPython's pad()
   return Value::String(std::string(left, ' ') + s + std::string(marg - left, ' '));

@@ -10,9 +10,8 @@
 namespace ballast::chat {
 namespace {
 
-// The most JSON text one tojson call writes, as the evaluator's cap on the
-// rendered text.
-constexpr size_t kMaxJsonBytes = size_t{64} << 20;
+// The most JSON text one tojson call writes (a tools schema is a few KiB).
+constexpr size_t kMaxJsonBytes = size_t{16} << 20;
 
 void AppendU(unsigned v, std::string* out) {
   char buf[16];
@@ -98,7 +97,7 @@ absl::Status Encoder::Encode(const Value& v, int depth, std::string* out) {
   // Every value appends at least one byte, so this also bounds the work on
   // a value that shares its parts (2^40 values from 40 doublings).
   if (out->size() > kMaxJsonBytes) {
-    return absl::ResourceExhaustedError("tojson: the JSON text exceeds 64 MiB");
+    return absl::ResourceExhaustedError("tojson: the JSON text exceeds 16 MiB");
   }
   switch (v.kind()) {
     case Value::Kind::kNone:

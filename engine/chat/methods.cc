@@ -124,8 +124,15 @@ absl::StatusOr<Value> StrSplit(const std::string& s, const ArgBinder& b, bool fr
     auto sep = StrArg(b, 0, "split");
     if (!sep.ok()) return sep.status();
     if (sep->empty()) return absl::InvalidArgumentError("ValueError: empty separator");
+    uint64_t n = 1;  // the parts, counted before any is made
+    for (size_t at = s.find(*sep);
+         at != std::string::npos && (maxsplit < 0 || n <= static_cast<uint64_t>(maxsplit));
+         at = s.find(*sep, at + sep->size())) {
+      if (auto st = CheckListItems(++n); !st.ok()) return st;
+    }
     parts = SplitOn(s, *sep, maxsplit, from_right);
   }
+  if (auto st = CheckListItems(parts.size()); !st.ok()) return st;
   ValueList out;
   for (auto& p : parts) out.push_back(Value::String(std::move(p)));
   return Value::List(std::move(out));
@@ -173,6 +180,7 @@ absl::StatusOr<Value> StrReplace(const std::string& s, const ArgBinder& b) {
     for (size_t i = 0; i + 1 < offsets.size() + 1; ++i) {
       if (count < 0 || static_cast<int64_t>(i) < count) out += *to;
       if (i + 1 < offsets.size()) out.append(s, offsets[i], offsets[i + 1] - offsets[i]);
+      if (auto st = CheckStringBytes(out.size()); !st.ok()) return st;
     }
     return Value::String(std::move(out));
   }
@@ -180,6 +188,7 @@ absl::StatusOr<Value> StrReplace(const std::string& s, const ArgBinder& b) {
   while (count != 0 && (hit = s.find(*from, start)) != std::string::npos) {
     out.append(s, start, hit - start);
     out += *to;
+    if (auto st = CheckStringBytes(out.size()); !st.ok()) return st;
     start = hit + from->size();
     if (count > 0) --count;
   }
@@ -274,6 +283,7 @@ absl::StatusOr<Value> StrJoin(const std::string& s, const ArgBinder& b) {
     }
     if (i > 0) out += s;
     out += (*items)[i].AsString();
+    if (auto st = CheckStringBytes(out.size()); !st.ok()) return st;
   }
   return Value::String(std::move(out));
 }
@@ -393,6 +403,18 @@ std::optional<Value> Method(const Value& obj, std::string_view name) {
 
 absl::Status TypeErrorStatus(std::string_view message) {
   return absl::InvalidArgumentError(Cat("TypeError: ", message));
+}
+
+absl::Status CheckStringBytes(uint64_t bytes) {
+  if (bytes <= kMaxStringBytes) return absl::OkStatus();
+  return absl::OutOfRangeError(
+      Cat("OverflowError: a string of ", bytes, " bytes is over the limit of 64 MiB"));
+}
+
+absl::Status CheckListItems(uint64_t items) {
+  if (items <= kMaxListItems) return absl::OkStatus();
+  return absl::OutOfRangeError(
+      Cat("OverflowError: a list of ", items, " items is over the limit of 4,194,304"));
 }
 
 ArgBinder::ArgBinder(std::string_view function, const ValueList& args, const Kwargs& kwargs,

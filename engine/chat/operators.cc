@@ -3,17 +3,11 @@
 #include <cmath>
 
 #include "absl/status/status.h"
+#include "engine/chat/builtins.h"
 #include "engine/chat/unicode.h"
 
 namespace ballast::chat {
 namespace {
-
-// Strings and sequences grow no larger than this (a template cannot make
-// the server allocate gigabytes with 'x' * 10**10 or by doubling a string).
-constexpr int64_t kMaxRepeatBytes = int64_t{64} << 20;
-// Lists and tuples hold no more items than this (about 128 MiB of values):
-// nor can doubling a list (`set ns.x = ns.x + ns.x` in a loop).
-constexpr int64_t kMaxListItems = int64_t{1} << 22;
 
 absl::Status TypeError(std::string message) {
   return absl::InvalidArgumentError("TypeError: " + message);
@@ -31,14 +25,20 @@ absl::StatusOr<Value> Repeat(const Value& seq, int64_t n) {
     if (seq.is_string()) return Value::String("");
     return seq.kind() == Value::Kind::kTuple ? Value::Tuple({}) : Value::List({});
   }
+  // size x n, checked without overflowing (n may be near 2^63).
+  const auto over = [n](uint64_t size, uint64_t cap) {
+    return size > 0 && static_cast<uint64_t>(n) > cap / size;
+  };
   if (seq.is_string()) {
-    if (static_cast<int64_t>(seq.AsString().size()) * n > kMaxRepeatBytes) return Overflow();
+    if (over(seq.AsString().size(), kMaxStringBytes)) {
+      return CheckStringBytes(kMaxStringBytes + 1);
+    }
     std::string out;
     out.reserve(seq.AsString().size() * n);
     for (int64_t i = 0; i < n; ++i) out += seq.AsString();
     return Value::String(std::move(out));
   }
-  if (static_cast<int64_t>(seq.AsList().size()) * n > kMaxListItems) return Overflow();
+  if (over(seq.AsList().size(), kMaxListItems)) return CheckListItems(kMaxListItems + 1);
   ValueList out;
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.AsList().begin(), seq.AsList().end());
   return seq.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(out))
@@ -123,15 +123,13 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
   }
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
-      if (a.AsString().size() + b.AsString().size() > static_cast<size_t>(kMaxRepeatBytes)) {
-        return Overflow();
+      if (auto st = CheckStringBytes(a.AsString().size() + b.AsString().size()); !st.ok()) {
+        return st;
       }
       return Value::String(a.AsString() + b.AsString());
     }
     if (a.is_sequence() && a.kind() == b.kind()) {
-      if (static_cast<int64_t>(a.AsList().size() + b.AsList().size()) > kMaxListItems) {
-        return Overflow();
-      }
+      if (auto st = CheckListItems(a.AsList().size() + b.AsList().size()); !st.ok()) return st;
       ValueList out = a.AsList();
       out.insert(out.end(), b.AsList().begin(), b.AsList().end());
       return a.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(out))
@@ -365,6 +363,7 @@ absl::StatusOr<ValueList> Iterate(const Value& v) {
       for (size_t i = 0; i < s.size();) {
         char32_t cp;
         const int n = unicode::DecodeAt(s, i, &cp);
+        if (chars.size() == kMaxListItems) return CheckListItems(kMaxListItems + 1);
         chars.push_back(Value::String(s.substr(i, n)));
         i += n;
       }

@@ -125,6 +125,7 @@ absl::StatusOr<Value> FilterJoin(const Value& in, const ValueList& args, const K
     }
     if (i > 0) out += sep;
     out += v.Str();
+    if (auto st = CheckStringBytes(out.size()); !st.ok()) return st;
   }
   return Value::String(std::move(out));
 }

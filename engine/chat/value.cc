@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "engine/chat/unicode.h"
 
@@ -319,7 +321,14 @@ std::string Value::TypeName() const {
   return "object";
 }
 
-bool Equals(const Value& a, const Value& b) {
+namespace {
+
+// Pairs of containers (list or dict storage) found equal during one
+// comparison: a value that shares its parts compares each pair once, not
+// once per path to it (two towers of 40 `[x, x]` doublings: 2^40 paths).
+using EqualPairs = absl::flat_hash_set<std::pair<const void*, const void*>>;
+
+bool EqualsIn(const Value& a, const Value& b, EqualPairs* seen) {
   using K = Value::Kind;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.AsDouble() == b.AsDouble();
@@ -336,23 +345,24 @@ bool Equals(const Value& a, const Value& b) {
     case K::kTuple: {
       const auto &x = a.AsList(), &y = b.AsList();
       // One shared (immutable) list is equal to itself, as Python's
-      // comparison finds by identity first: a value that shares its parts
-      // (`set ns.x = [ns.x, ns.x]`, repeated) compares in linear time.
-      if (&x == &y) return true;
+      // comparison finds by identity first.
+      if (&x == &y || seen->contains({&x, &y})) return true;
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i) {
-        if (!Equals(x[i], y[i])) return false;
+        if (!EqualsIn(x[i], y[i], seen)) return false;
       }
+      seen->insert({&x, &y});
       return true;
     }
     case K::kDict: {
       const auto &x = a.AsDict(), &y = b.AsDict();
-      if (&x == &y) return true;
+      if (&x == &y || seen->contains({&x, &y})) return true;
       if (x.items.size() != y.items.size()) return false;
       for (const auto& [k, v] : x.items) {
         const Value* other = y.Find(k);
-        if (other == nullptr || !Equals(v, *other)) return false;
+        if (other == nullptr || !EqualsIn(v, *other, seen)) return false;
       }
+      seen->insert({&x, &y});
       return true;
     }
     case K::kObject:
@@ -362,6 +372,13 @@ bool Equals(const Value& a, const Value& b) {
     default:
       return false;
   }
+}
+
+}  // namespace
+
+bool Equals(const Value& a, const Value& b) {
+  EqualPairs seen;
+  return EqualsIn(a, b, &seen);
 }
 
 absl::StatusOr<int> Compare(const Value& a, const Value& b, std::string_view op) {

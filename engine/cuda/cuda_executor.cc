@@ -1,7 +1,6 @@
 #include "engine/cuda/cuda_executor.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"

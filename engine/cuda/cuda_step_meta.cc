@@ -2,7 +2,7 @@
 // batch, choosing the step's shape (graph buckets, prefill tiles), and
 // writing the tokens, sampling parameters, penalties and block table into
 // the pinned step metadata, then uploading it. Host code on the step
-// thread; the kernels that read it are enqueued by cuda_executor.cc.
+// thread; the kernels that read it are enqueued by cuda_forward.cc.
 #include <algorithm>
 #include <cstring>
 

@@ -5,8 +5,6 @@
 namespace ballast::engine::cuda {
 namespace {
 
-// silu(a) * u, as every SiLU-and-multiply kernel here computes it.
-
 template <typename S, typename D>
 __global__ void ConvertKernel(const S* __restrict__ src, D* __restrict__ dst, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;

@@ -138,7 +138,7 @@ cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n
 
 cudaError_t LaunchSkinnyGemmSiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
                                     int k, ActType type, cudaStream_t stream) {
-  if (!SkinnyGemmSupports(m, k)) return cudaErrorInvalidValue;
+  if (!SkinnyGemmSupports(m, k) || inter <= 0) return cudaErrorInvalidValue;
   BALLAST_DISPATCH_ACT(type, T,
                        { return Dispatch<T, T, true>(x, w_gate_up, y, m, inter, k, stream); });
   return cudaErrorInvalidValue;

@@ -228,9 +228,9 @@ TEST(ChatExpressions, RecursiveAndDeepValuesPrint) {
 }
 
 // A render's work is bounded whatever the template: nested loops over
-// Jinja's largest ranges stop at the step budget, doubling a list at the
-// item cap, and a value that shares its parts compares with itself at once
-// and stops tojson at its 64 MiB cap; each is an error the caller sees.
+// Jinja's largest ranges stop at the step budget, as does doubling a list
+// (large values cost steps) or at the item cap, and a value that shares its parts compares with
+// itself at once and stops tojson at its 16 MiB cap; each is an error the caller sees.
 TEST(ChatLimits, EveryRenderIsBounded) {
   const absl::Status loops = RenderError(
       "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
@@ -240,16 +240,45 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   const absl::Status doubling = RenderError(
       "{% set ns = namespace(x=[0]) %}{% for i in range(40) %}{% set ns.x = ns.x + ns.x %}"
       "{% endfor %}");
-  EXPECT_EQ(doubling.code(), absl::StatusCode::kOutOfRange) << doubling;
-  EXPECT_EQ(RenderError("{{ [0] * 5000000 }}").code(), absl::StatusCode::kOutOfRange);
+  // The step budget (large values cost steps) or the item cap stops it.
+  EXPECT_TRUE(doubling.code() == absl::StatusCode::kResourceExhausted ||
+              doubling.code() == absl::StatusCode::kOutOfRange)
+      << doubling;
+  const absl::Status concat = RenderError("{{ ([0] * 3000000) + ([0] * 3000000) }}");
+  EXPECT_EQ(concat.code(), absl::StatusCode::kOutOfRange) << concat;
+  EXPECT_THAT(concat.message(), HasSubstr("6000000 items is over the limit of 4,194,304"));
+  // Size caps wherever a value is built, overflow-safe.
+  for (const char* big :
+       {"{{ [0] * 5000000 }}", "{{ 'ab' * 4611686018427387904 }}",
+        "{{ [0, 0] * 4611686018427387904 }}", "{{ 'a' | center(99999999999) }}",
+        "{{ 'a' | indent(99999999999) }}", "{% set s = 'x' * 5000000 %}{{ s | list | length }}",
+        "{% set s = ',' * 5000000 %}{{ s.split(',') | length }}",
+        "{% set s = 'x' * 40000000 %}{{ [s, s] | join }}",
+        "{% set s = 'x' * 40000000 %}{{ s.replace('x', 'yy') }}"}) {
+    const absl::Status st = RenderError(big);
+    EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << big << ": " << st;
+  }
+  // Operations on large values cost in proportion to their size.
+  const absl::Status copies = RenderError(
+      "{% set x = [0] * 4000000 %}{% for i in range(100000) %}{% if x + [] %}{% endif %}"
+      "{% endfor %}");
+  EXPECT_EQ(copies.code(), absl::StatusCode::kResourceExhausted) << copies;
   const std::string shared =
       "{% set ns = namespace(x=0) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}"
       "{% endfor %}";
   EXPECT_EQ(R(shared + "{{ ns.x == ns.x }}|{{ [ns.x] == [ns.x] }}|{{ ns.x in [1, ns.x] }}"),
             "True|True|True");
+  // Two such values built apart compare each pair of parts once.
+  const std::string towers =
+      "{% set ns = namespace(x=0, y=0, z=1) %}{% for i in range(40) %}"
+      "{% set ns.x = [ns.x, ns.x] %}{% set ns.y = [ns.y, ns.y] %}{% set ns.z = [ns.z, ns.z] %}"
+      "{% endfor %}";
+  EXPECT_EQ(R(towers + "{{ ns.x == ns.y }}|{{ ns.x == ns.z }}|{{ ns.x < ns.z }}|"
+                       "{{ ns.z in [ns.x, ns.y] }}"),
+            "True|False|True|False");
   const absl::Status json = RenderError(shared + "{{ ns.x | tojson }}");
   EXPECT_EQ(json.code(), absl::StatusCode::kResourceExhausted) << json;
-  EXPECT_THAT(json.message(), HasSubstr("64 MiB"));
+  EXPECT_THAT(json.message(), HasSubstr("16 MiB"));
   // A long conversation stays far inside the budget.
   Json msgs = Json::array();
   for (int i = 0; i < 2000; ++i) msgs.push_back({{"role", "user"}, {"content", "hi"}});

@@ -259,7 +259,7 @@ TEST(RollingStepsTest, ASmallStepIsNotHeldByALongOne) {
     SimConfig c =
         OneGpu({Model("chat"), Model("bulk")}, rolling, SimPolicy{}.rolling_share_exponent);
     c.policy.max_batch_tokens = 2048;
-    c.policy.step_host_s = 29.2e-6;  // validate-h200.yaml's lockstep policy
+    c.policy.step_host_s = 29.2e-6;  // validate-h200.yaml's lockstep host time (overlap share 0)
     for (SimModel& m : c.models) m.ttft_ms = 60000;
     auto r = Simulate(c, *engine, t);
     ASSERT_TRUE(r.ok()) << r.status();
