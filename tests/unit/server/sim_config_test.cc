@@ -164,35 +164,33 @@ TEST(SimConfigTest, AheadStepsFollowTheNodesDefault) {
   EXPECT_FALSE(bad.ok());
 }
 
-// The share of the measured concurrent overlap: 0.5 by default, set per
-// variant, and outside [0, 1] an error naming the key.
-TEST(SimConfigTest, RollingOverlapShareIsReadAndChecked) {
+// The shares of the measured concurrent overlap, rolling (0.5 by default)
+// and lockstep (0: only k0 overlaps, as the H100 measured): set per
+// variant, and outside [0, 1] an error naming the key and the file.
+TEST(SimConfigTest, OverlapSharesAreReadAndChecked) {
   const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
-  auto dflt = ParseSimConfig(base, "s.yaml");
-  ASSERT_TRUE(dflt.ok()) << dflt.status();
-  EXPECT_EQ(dflt->config.policy.rolling_overlap_share, 0.5);
-  auto set = ParseSimConfig(base + "policies: {bench: {rolling_overlap_share: 1}}\n", "s.yaml");
-  ASSERT_TRUE(set.ok()) << set.status();
-  EXPECT_EQ(set->variants.at("bench").rolling_overlap_share, 1.0);
-  auto bad = ParseSimConfig(base + "policy: {rolling_overlap_share: 1.5}\n", "s.yaml");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("rolling_overlap_share"), std::string::npos);
-  EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
-}
-
-// Lockstep's share: 0 by default (only k0 overlaps, as the H100 measured),
-// set per variant, and outside [0, 1] an error naming the key.
-TEST(SimConfigTest, LockstepOverlapShareIsReadAndChecked) {
-  const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
-  auto dflt = ParseSimConfig(base, "s.yaml");
-  ASSERT_TRUE(dflt.ok()) << dflt.status();
-  EXPECT_EQ(dflt->config.policy.lockstep_overlap_share, 0.0);
-  auto set = ParseSimConfig(base + "policies: {ls: {lockstep_overlap_share: 0.5}}\n", "s.yaml");
-  ASSERT_TRUE(set.ok()) << set.status();
-  EXPECT_EQ(set->variants.at("ls").lockstep_overlap_share, 0.5);
-  auto bad = ParseSimConfig(base + "policy: {lockstep_overlap_share: -0.1}\n", "s.yaml");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("lockstep_overlap_share"), std::string::npos);
+  struct Share {
+    std::string key;
+    double sim::SimPolicy::*field;
+    double dflt;
+  };
+  for (const Share& sh :
+       {Share{"rolling_overlap_share", &sim::SimPolicy::rolling_overlap_share, 0.5},
+        Share{"lockstep_overlap_share", &sim::SimPolicy::lockstep_overlap_share, 0}}) {
+    SCOPED_TRACE(sh.key);
+    auto dflt = ParseSimConfig(base, "s.yaml");
+    ASSERT_TRUE(dflt.ok()) << dflt.status();
+    EXPECT_EQ(dflt->config.policy.*sh.field, sh.dflt);
+    auto set = ParseSimConfig(base + "policies: {v: {" + sh.key + ": 0.75}}\n", "s.yaml");
+    ASSERT_TRUE(set.ok()) << set.status();
+    EXPECT_EQ(set->variants.at("v").*sh.field, 0.75);
+    for (const char* bad_value : {"1.5", "-0.1"}) {
+      auto bad = ParseSimConfig(base + "policy: {" + sh.key + ": " + bad_value + "}\n", "s.yaml");
+      ASSERT_FALSE(bad.ok()) << bad_value;
+      EXPECT_NE(bad.status().message().find(sh.key), std::string::npos);
+      EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
+    }
+  }
 }
 
 // The request path outside the engine: 0 by default; a negative or
