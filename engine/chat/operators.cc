@@ -175,9 +175,11 @@ absl::StatusOr<std::string> FormatOne(std::string_view spec, char conv, const Va
          ++k) {
       left = left || spec[k] == '-';
     }
-    size_t width = 0;
-    for (; k < spec.size() && spec[k] >= '0' && spec[k] <= '9'; ++k)
+    uint64_t width = 0;
+    for (; k < spec.size() && spec[k] >= '0' && spec[k] <= '9'; ++k) {
       width = width * 10 + (spec[k] - '0');
+      if (auto st = CheckStringBytes(width); !st.ok()) return st;  // before it can wrap
+    }
     if (k < spec.size() && spec[k] == '.') {  // precision truncates (in code points)
       size_t keep = 0;
       for (++k; k < spec.size() && spec[k] >= '0' && spec[k] <= '9'; ++k)

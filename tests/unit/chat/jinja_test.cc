@@ -248,13 +248,14 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   EXPECT_EQ(concat.code(), absl::StatusCode::kOutOfRange) << concat;
   EXPECT_THAT(concat.message(), HasSubstr("6000000 items is over the limit of 4,194,304"));
   // Size caps wherever a value is built, overflow-safe.
-  for (const char* big :
-       {"{{ [0] * 5000000 }}", "{{ 'ab' * 4611686018427387904 }}",
-        "{{ [0, 0] * 4611686018427387904 }}", "{{ 'a' | center(99999999999) }}",
-        "{{ 'a' | indent(99999999999) }}", "{% set s = 'x' * 5000000 %}{{ s | list | length }}",
-        "{% set s = ',' * 5000000 %}{{ s.split(',') | length }}",
-        "{% set s = 'x' * 40000000 %}{{ [s, s] | join }}",
-        "{% set s = 'x' * 40000000 %}{{ s.replace('x', 'yy') }}"}) {
+  for (const char* big : {"{{ [0] * 5000000 }}", "{{ 'ab' * 4611686018427387904 }}",
+                          "{{ [0, 0] * 4611686018427387904 }}", "{{ 'a' | center(99999999999) }}",
+                          "{{ 'a' | indent(99999999999) }}", "{{ '%99999999999s' % 'a' }}",
+                          "{{ '%999999999999999999999999s' % 'a' }}",
+                          "{% set s = 'x' * 5000000 %}{{ s | list | length }}",
+                          "{% set s = ',' * 5000000 %}{{ s.split(',') | length }}",
+                          "{% set s = 'x' * 40000000 %}{{ [s, s] | join }}",
+                          "{% set s = 'x' * 40000000 %}{{ s.replace('x', 'yy') }}"}) {
     const absl::Status st = RenderError(big);
     EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << big << ": " << st;
   }
