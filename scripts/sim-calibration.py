@@ -3,8 +3,10 @@
 deploy/gpu-host/sim-calibrate.sh (calib-<shape>.jsonl: one `ballast
 bench-engine` JSON per line, in the script's run order: contexts 256, 1024,
 4096 with prefills 512, 2048, 8192, then for 8b one FP8-KV run at 1024),
-and calib-<shape>-concurrent.jsonl where present (decode steps of 2 or 4
-copies at once, context 1024: the "concurrent" points).
+calib-<shape>-large.jsonl where present (decode steps of 512 and 1,024
+sequences, decode only: RUNS_LARGE), and calib-<shape>-concurrent.jsonl
+where present (decode steps of 2 or 4 copies at once, context 1024: the
+"concurrent" points).
 
 Usage: scripts/sim-calibration.py --dir DIR --date YYYY-MM-DD --memory-gib G
            --h2d-gbps R --activation-ratio X --out configs/sim/calibration-h200.json
@@ -27,7 +29,31 @@ SHAPES = {  # as sim-calibrate.sh makes them (sim::NamedShape's values)
                      intermediate=14336, vocab=128256, tied_embeddings=False),
 }
 RUNS = [(256, 512, 2), (1024, 2048, 2), (4096, 8192, 2), (1024, 2048, 1)]  # ctx, prefill, kv bytes
+RUNS_LARGE = [(256, 0, 2), (1024, 0, 2)]  # calib-<shape>-large.jsonl
 WARMUP, STEPS = 3, 16  # sim-calibrate.sh's --warmup / --steps
+
+
+def read_points(path, order, name, points):
+    """Appends the steps of one calib-*.jsonl (its runs in `order`) to
+    `points`; returns the device's name."""
+    device = None
+    with open(path) as f:
+        runs = [json.loads(line) for line in f if line.strip()]
+    for i, run in enumerate(runs):
+        ctx, prefill, kv_bytes = order[i]
+        device = device or run["device"]
+        mean_ctx = ctx + WARMUP + STEPS / 2
+        for d in run["decode"]:
+            b = d["batch"]
+            points.append(dict(shape=name, kv_dtype_bytes=kv_bytes, decode_tokens=b,
+                               decode_context=b * mean_ctx, ms=round(d["ms_per_step"], 4)))
+        p = run.get("prefill")
+        if p:
+            t = p["tokens"]
+            assert t == prefill, (path, i, t)
+            points.append(dict(shape=name, kv_dtype_bytes=kv_bytes, prefill_tokens=t,
+                               prefill_attention=t * (t + 1) / 2, ms=round(p["ms"], 4)))
+    return device
 
 
 def main():
@@ -50,23 +76,11 @@ def main():
             raise SystemExit(f"{src}: no kv_tiers block")
     points, device = [], None
     for short, name in (("1b", "llama-1b"), ("3b", "llama-3b"), ("8b", "llama-8b")):
-        path = os.path.join(a.dir, f"calib-{short}.jsonl")
-        with open(path) as f:
-            runs = [json.loads(line) for line in f if line.strip()]
-        for i, run in enumerate(runs):
-            ctx, prefill, kv_bytes = RUNS[i]
-            device = device or run["device"]
-            mean_ctx = ctx + WARMUP + STEPS / 2
-            for d in run["decode"]:
-                b = d["batch"]
-                points.append(dict(shape=name, kv_dtype_bytes=kv_bytes, decode_tokens=b,
-                                   decode_context=b * mean_ctx, ms=round(d["ms_per_step"], 4)))
-            p = run.get("prefill")
-            if p:
-                t = p["tokens"]
-                assert t == prefill, (path, i, t)
-                points.append(dict(shape=name, kv_dtype_bytes=kv_bytes, prefill_tokens=t,
-                                   prefill_attention=t * (t + 1) / 2, ms=round(p["ms"], 4)))
+        for suffix, order in (("", RUNS), ("-large", RUNS_LARGE)):
+            path = os.path.join(a.dir, f"calib-{short}{suffix}.jsonl")
+            if suffix and not os.path.exists(path):
+                continue
+            device = read_points(path, order, name, points) or device
     # Several copies stepping at once (calib-<shape>-concurrent.jsonl, one
     # run per copy count, context 1024): each copy's step time against one
     # copy's alone in the same run (the engine model's concurrent overlap).

@@ -138,7 +138,8 @@ nlohmann::json EngineJson(const Loaded& l) {
   return {{"device", l.calibration.device},
           {"calibrated", l.calibration.date},
           {"coefficients", l.engine->coefficients()},
-          {"overlap_per_layer_s", l.engine->overlap_per_layer_s()}};
+          {"overlap_per_layer_s", l.engine->overlap_per_layer_s()},
+          {"ridge_tokens", l.engine->ridge_tokens()}};
 }
 
 int RunSimulate(const SimCli::State& s) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/graph_buckets.h"
 #include "nlohmann/json.hpp"
 
 namespace ballast::sim {
@@ -64,18 +65,25 @@ double PrefillAttentionPairs(int tokens, int before) {
   return static_cast<double>(tokens) * (before + (tokens + 1) / 2.0);
 }
 
-std::array<double, kFeatures> StepFeatures(const ModelShape& s, const StepWork& w) {
+std::array<double, kFeatures> StepFeatures(const ModelShape& s, const StepWork& w,
+                                           double ridge_tokens) {
   const double params2 = 2.0 * s.dense_params();
-  return {
-      1.0,
-      static_cast<double>(s.layers),
-      s.weight_bytes_read(),
-      w.decode_context * static_cast<double>(s.kv_bytes_per_token()),
-      static_cast<double>(w.decode_tokens) * s.layers,
-      params2 * w.decode_tokens,
-      params2 * w.prefill_tokens,
-      4.0 * s.layers * s.heads * s.head_dim * w.prefill_attention,
-      s.kv_dtype_bytes == 1 ? w.decode_context * 2.0 * s.layers * s.kv_heads * s.head_dim : 0.0};
+  // A decode-only step replays a CUDA graph of its bucket's rows
+  // (engine/graph_buckets.h): the padded rows' GEMM FLOPs count too.
+  const int gemm_tokens = w.prefill_tokens == 0 && w.decode_tokens > 0
+                              ? engine::GraphBucketTokens(w.decode_tokens)
+                              : w.decode_tokens + w.prefill_tokens;
+  const double past_ridge = std::max(0.0, gemm_tokens - ridge_tokens);
+  return {1.0,
+          static_cast<double>(s.layers),
+          s.weight_bytes_read(),
+          w.decode_context * static_cast<double>(s.kv_bytes_per_token()),
+          static_cast<double>(w.decode_tokens) * s.layers,
+          params2 * w.decode_tokens,
+          params2 * w.prefill_tokens,
+          4.0 * s.layers * s.heads * s.head_dim * w.prefill_attention,
+          s.kv_dtype_bytes == 1 ? w.decode_context * 2.0 * s.layers * s.kv_heads * s.head_dim : 0.0,
+          params2 * past_ridge};
 }
 
 namespace {

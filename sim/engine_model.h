@@ -5,7 +5,7 @@
 //
 // A step runs B decode tokens (their KV spans C tokens in total) and P
 // prefill tokens (chunks whose attention spans A query x key pairs in
-// total). Its time is linear in nine features of the model's shape:
+// total). Its time is linear in ten features of the model's shape:
 //
 //   t = k0                                  per-step host cost
 //     + k1 * layers                         kernel launches per layer
@@ -16,16 +16,28 @@
 //     + k6 * 2 * dense params * P           prefill GEMM FLOPs
 //     + k7 * 4 * layers * q heads * head dim * A    prefill attention FLOPs
 //     + k8 * C * KV elements per token if the KV is FP8   dequantisation
+//     + k9 * 2 * dense params * max(0, B + P - R)  GEMM FLOPs past the ridge
 //
+// (in k9's feature a decode-only step's B is its CUDA graph's padded rows,
+// engine/graph_buckets.h's GraphBucketTokens(B))
 // k8: the decode attention kernel turns each FP8 K and V element back into
 // BF16 before it uses it, which costs more than the bytes it saves (on the
 // H200 an 8B step at batch 128 took 14.1 ms with FP8 KV, 12.4 ms with
 // BF16 KV). Zero when the calibration has no FP8-KV step.
 //
-// The coefficients k0..k8 (seconds per unit) are one per card, fitted by
+// k9: a step's GEMMs read every weight once whatever the batch (k2), and
+// up to about R tokens (the card's ridge) that read is what bounds them;
+// past it they are bound by compute, and each further token costs its
+// FLOPs at the card's GEMM rate. Without it the model is 13% low for an
+// 8B's 1,024-sequence step on the H200 (docs/benchmarks.md, "Large
+// batches in the engine model").
+//
+// The coefficients k0..k9 (seconds per unit) are one per card, fitted by
 // non-negative least squares on the relative error over every recorded
 // step of every calibrated shape, so a shape never measured (a 70B) is
-// predicted from the same physical rates. Activation (weights copied from
+// predicted from the same physical rates. R is fitted with them: the fit
+// tries R = 32, 64, ..., 512 tokens and keeps the one whose least squares
+// leave the smallest error (k9 = 0 when no R helps). Activation (weights copied from
 // pinned host memory) takes weight bytes / the measured host-to-device
 // rate x the measured activation overhead ratio.
 //
@@ -73,7 +85,7 @@ ModelShape TensorParallelPart(const ModelShape& shape, int tp);
 absl::StatusOr<ModelShape> NamedShape(const std::string& name);
 
 // What one engine step computes.
-inline constexpr int kFeatures = 9;
+inline constexpr int kFeatures = 10;
 
 struct StepWork {
   int decode_tokens = 0;         // B
@@ -153,12 +165,14 @@ absl::StatusOr<Calibration> ParseCalibration(const std::string& json, const std:
 
 class EngineModel {
  public:
-  // Fits k0..k8 to `calibration`'s points. INVALID_ARGUMENT if there are
-  // too few points to identify them (fewer than kFeatures, or no prefill point).
+  // Fits k0..k9 and R to `calibration`'s points. INVALID_ARGUMENT if there
+  // are too few points to identify them (fewer than kFeatures, or no
+  // prefill point).
   static absl::StatusOr<EngineModel> Fit(const Calibration& calibration);
-  // A model with given coefficients (tests, hand-computed clusters).
+  // A model with given coefficients and ridge R in tokens (tests,
+  // hand-computed clusters).
   EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s, double activation_ratio,
-              KvLinkRates kv_rates = {}, double overlap_per_layer_s = 0);
+              KvLinkRates kv_rates = {}, double overlap_per_layer_s = 0, double ridge_tokens = 0);
 
   double StepSeconds(const ModelShape& shape, const StepWork& work) const;
   // The part of StepSeconds that steps of several models on their own
@@ -187,15 +201,21 @@ class EngineModel {
   // The pinned host-to-device copy rate (remapping's layer copies).
   double h2d_bytes_per_s() const { return h2d_bytes_per_s_; }
   const std::array<double, kFeatures>& coefficients() const { return k_; }
+  // R: the tokens a step's GEMMs take before compute, not the weights'
+  // read, bounds them (k9's feature).
+  double ridge_tokens() const { return ridge_tokens_; }
 
  private:
   std::array<double, kFeatures> k_;
   double h2d_bytes_per_s_, activation_ratio_;
   double overlap_per_layer_s_;
+  double ridge_tokens_;
   KvLinkRates kv_rates_;
 };
 
-// The features of a step (the k0..k8 multipliers above).
-std::array<double, kFeatures> StepFeatures(const ModelShape& shape, const StepWork& work);
+// The features of a step (the k0..k9 multipliers above), R =
+// `ridge_tokens`.
+std::array<double, kFeatures> StepFeatures(const ModelShape& shape, const StepWork& work,
+                                           double ridge_tokens);
 
 }  // namespace ballast::sim

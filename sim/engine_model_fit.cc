@@ -9,6 +9,9 @@ namespace ballast::sim {
 namespace {
 
 constexpr int kK = kFeatures;
+// The ridges R the fit tries (engine_model.h): kRidgeStep, 2 kRidgeStep,
+// ..., kRidgeMax tokens.
+constexpr double kRidgeStep = 32, kRidgeMax = 512;
 
 // Solves a (n x n, row-major) x = b by Gaussian elimination with partial
 // pivoting; false if singular.
@@ -76,59 +79,99 @@ double FitOverlapPerLayer(const std::vector<ConcurrentPoint>& points, double k0)
   return den > 0 ? num / den : 0.0;
 }
 
-}  // namespace
-
-EngineModel::EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s,
-                         double activation_ratio, KvLinkRates kv_rates, double overlap_per_layer_s)
-    : k_(k),
-      h2d_bytes_per_s_(h2d_bytes_per_s),
-      activation_ratio_(activation_ratio),
-      overlap_per_layer_s_(overlap_per_layer_s),
-      kv_rates_(kv_rates) {}
-
-absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
-  bool prefill = false;
-  std::vector<std::array<double, kK>> rows;
-  for (const CalibrationPoint& p : c.points) {
-    std::array<double, kK> f = StepFeatures(p.shape, p.work);
-    for (double& x : f) x /= p.seconds;
-    rows.push_back(f);
-    prefill |= p.work.prefill_tokens > 0;
-  }
-  if (rows.size() < kK || !prefill) {
-    return absl::InvalidArgumentError(absl::StrCat("calibration of ", c.device, ": needs at least ",
-                                                   kK, " measured steps including a prefill (has ",
-                                                   rows.size(), ")"));
-  }
-  // Non-negative least squares by elimination: drop the most negative
-  // coefficient and refit until none is negative (a rate cannot be < 0).
-  // A feature no measured step has (FP8 KV in a BF16-only calibration)
-  // keeps its coefficient at 0.
+// Non-negative least squares of `rows` by elimination: drop the most
+// negative coefficient and refit until none is negative (a rate cannot be
+// < 0). A feature no row has (FP8 KV in a BF16-only calibration) keeps
+// its coefficient at 0. False if the rows do not determine the rest.
+bool NonNegativeFit(const std::vector<std::array<double, kK>>& rows, std::array<double, kK>* k) {
   std::vector<int> active;
   for (int i = 0; i < kK; ++i) {
     if (std::any_of(rows.begin(), rows.end(), [&](const auto& r) { return r[i] != 0; })) {
       active.push_back(i);
     }
   }
-  std::array<double, kK> k{};
+  k->fill(0);
   while (!active.empty()) {
-    if (!LeastSquares(rows, active, &k)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("calibration of ", c.device,
-                       ": the measured steps do not determine the model "
-                       "(vary batch, context and prefill length)"));
-    }
-    auto worst =
-        std::min_element(active.begin(), active.end(), [&](int a, int b) { return k[a] < k[b]; });
-    if (k[*worst] >= 0) break;
+    if (!LeastSquares(rows, active, k)) return false;
+    auto worst = std::min_element(active.begin(), active.end(),
+                                  [&](int a, int b) { return (*k)[a] < (*k)[b]; });
+    if ((*k)[*worst] >= 0) break;
     active.erase(worst);
   }
-  return EngineModel(k, c.h2d_bytes_per_s, c.activation_ratio, c.kv_rates,
-                     FitOverlapPerLayer(c.concurrent, k[0]));
+  return true;
+}
+
+// The rows (features / measured seconds) of every point for ridge R.
+std::vector<std::array<double, kK>> Rows(const Calibration& c, double ridge) {
+  std::vector<std::array<double, kK>> rows;
+  for (const CalibrationPoint& p : c.points) {
+    std::array<double, kK> f = StepFeatures(p.shape, p.work, ridge);
+    for (double& x : f) x /= p.seconds;
+    rows.push_back(f);
+  }
+  return rows;
+}
+
+// The sum of squared relative errors of `k` over `rows`.
+double SquaredError(const std::vector<std::array<double, kK>>& rows,
+                    const std::array<double, kK>& k) {
+  double sum = 0;
+  for (const auto& r : rows) {
+    double pred = 0;  // predicted / measured
+    for (int i = 0; i < kK; ++i) pred += k[i] * r[i];
+    sum += (pred - 1) * (pred - 1);
+  }
+  return sum;
+}
+
+}  // namespace
+
+EngineModel::EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s,
+                         double activation_ratio, KvLinkRates kv_rates, double overlap_per_layer_s,
+                         double ridge_tokens)
+    : k_(k),
+      h2d_bytes_per_s_(h2d_bytes_per_s),
+      activation_ratio_(activation_ratio),
+      overlap_per_layer_s_(overlap_per_layer_s),
+      ridge_tokens_(ridge_tokens),
+      kv_rates_(kv_rates) {}
+
+absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
+  const bool prefill = std::any_of(c.points.begin(), c.points.end(), [](const CalibrationPoint& p) {
+    return p.work.prefill_tokens > 0;
+  });
+  if (c.points.size() < kK || !prefill) {
+    return absl::InvalidArgumentError(absl::StrCat("calibration of ", c.device, ": needs at least ",
+                                                   kK, " measured steps including a prefill (has ",
+                                                   c.points.size(), ")"));
+  }
+  // R on a grid (engine_model.h): the fit with the smallest error. A
+  // ridge at which the features are degenerate is skipped.
+  std::array<double, kK> best_k{};
+  double best_ridge = -1, best_error = 0;
+  for (double ridge = kRidgeStep; ridge <= kRidgeMax; ridge += kRidgeStep) {
+    const auto rows = Rows(c, ridge);
+    std::array<double, kK> k{};
+    if (!NonNegativeFit(rows, &k)) continue;
+    const double error = SquaredError(rows, k);
+    if (best_ridge < 0 || error < best_error) {
+      best_k = k;
+      best_ridge = ridge;
+      best_error = error;
+    }
+  }
+  if (best_ridge < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration of ", c.device,
+                     ": the measured steps do not determine the model "
+                     "(vary batch, context and prefill length)"));
+  }
+  return EngineModel(best_k, c.h2d_bytes_per_s, c.activation_ratio, c.kv_rates,
+                     FitOverlapPerLayer(c.concurrent, best_k[0]), best_ridge);
 }
 
 double EngineModel::StepSeconds(const ModelShape& shape, const StepWork& work) const {
-  const std::array<double, kK> f = StepFeatures(shape, work);
+  const std::array<double, kK> f = StepFeatures(shape, work, ridge_tokens_);
   double t = 0;
   for (int i = 0; i < kK; ++i) t += k_[i] * f[i];
   return t;

@@ -14,7 +14,10 @@
 #      (node.engine.max_batch_tokens, 8192), MEMORY_MIB (the device's
 #      budget, 120000), MODEL (checkpoint dir, made if missing), SEED (1),
 #      BACKEND (cuda; cpu checks the script on a small MODEL), ROLLING
-#      (node.engine.rolling_steps, true; runs before 2026-11-29 were false).
+#      (node.engine.rolling_steps, true; runs before 2026-11-29 were false),
+#      METRICS (the scheduler's /metrics address, 127.0.0.1:9400: each run's
+#      node metrics, step thread time and step host time among them, are
+#      saved to OUT/metrics-TAG.txt after the run).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -37,7 +40,7 @@ config() {  # quantization, max_seqs
 log_level: warn
 scheduler:
   listen: 127.0.0.1:50051
-  metrics_listen: ""
+  metrics_listen: ${METRICS:-127.0.0.1:9400}
   slo: {ttft_ms: 600000, tpot_ms: 10000}
   models:
     - {name: llama8b, path: $MODEL, quantization: $1}
@@ -71,6 +74,8 @@ for q in $QUANTS; do
     # 500 ms (about 1% of a run) keeps the run valid.
     "$B" bench --trace "$OUT/sharegpt.jsonl" --max-inflight "$N" --no-plots --max-client-lag-ms 500 \
       --out "$OUT/run-$tag" 2>&1 | tee "$OUT/run-$tag.txt" | grep -iE "throughput|requests|status"
+    python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" \
+      "http://${METRICS:-127.0.0.1:9400}/metrics" > "$OUT/metrics-$tag.txt" || echo "no metrics from ${METRICS:-127.0.0.1:9400}" >&2
     kill "$pid"
     wait "$pid" 2> /dev/null || true
   done

@@ -7,7 +7,11 @@
 # per line); `configs/sim/calibration-<card>.json` is built from them by
 # scripts/sim-calibration.py. OUT/calib-<shape>-concurrent.jsonl holds
 # decode steps of 2 or 4 copies of the shape stepping at once.
-# SHAPES picks shapes (default: 1b 3b 8b).
+# OUT/calib-<shape>-large.jsonl holds decode steps of 512 and 1,024
+# sequences (contexts 256 and 1024, where the KV fits the card), where the
+# GEMMs are bound by compute, not by reading the weights.
+# SHAPES picks shapes (default: 1b 3b 8b); LARGE_ONLY=1 runs only the
+# large batches (adding them to an earlier run's OUT).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-calibrate.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -33,15 +37,24 @@ for s in ${SHAPES:-1b 3b 8b}; do
     "$B" make-model --out "$M" $(shape_args "$s") --vocab 128256 --max-position 16384 \
       --llama3-rope-scaling --init-std 0.02 --threads 16 > /dev/null
   fi
-  : > "$OUT/calib-$s.jsonl"
+  FILE="$OUT/calib-$s.jsonl"
   run() {  # context prefill batches [extra flags]
     local ctx=$1 pre=$2 batches=$3; shift 3
     "$B" bench-engine --model "$M" --context "$ctx" --prefill "$pre" --batches "$batches" \
       --steps 16 --warmup 3 "$@" --out /tmp/sim-run.json >> "$OUT/summary.txt" 2>&1
     python3 -c 'import json,sys; print(json.dumps(json.load(open("/tmp/sim-run.json"))))' \
-      >> "$OUT/calib-$s.jsonl"
+      >> "$FILE"
   }
   echo "== $s" >> "$OUT/summary.txt"
+  # Large batches (scripts/sim-calibration.py's RUNS_LARGE order): at
+  # context 1024 the KV of 1,024 sequences fits only for 1b.
+  FILE="$OUT/calib-$s-large.jsonl"
+  : > "$FILE"
+  run 256 0 512,1024
+  if [ "$s" = 1b ]; then run 1024 0 512,1024; else run 1024 0 512; fi
+  [ "${LARGE_ONLY:-0}" = 1 ] && continue
+  FILE="$OUT/calib-$s.jsonl"
+  : > "$FILE"
   run 256 512 1,8,32,128,256
   run 1024 2048 1,8,32,128,256
   run 4096 8192 1,8,32,64

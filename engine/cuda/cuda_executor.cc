@@ -265,7 +265,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   const ModelConfig& c = config_;
   const size_t T = options_.max_batch_tokens, a = ActSize(act_);
   max_rows_ = options_.max_seqs > 0
-                  ? std::min(NextPow2(options_.max_seqs), options_.max_batch_tokens)
+                  ? std::min(GraphBucketTokens(options_.max_seqs), options_.max_batch_tokens)
                   : options_.max_batch_tokens;
   const size_t R = static_cast<size_t>(max_rows_);
   const size_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size;

@@ -7,8 +7,9 @@
 // the GPU so only token ids cross to the host.
 //
 // Decode-only steps are replayed from CUDA graphs captured per (batch
-// bucket, block-table bucket): the batch is padded to a power of two with
-// tokens at position -1 that touch nothing.
+// bucket, block-table bucket): the batch is padded to its bucket
+// (engine/graph_buckets.h: a power of two up to 256 tokens, then a
+// multiple of 64) with tokens at position -1 that touch nothing.
 //
 // KV blocks come from the KvCache's allocator, which must hand out device
 // memory (a HostBlockPool over cudaMalloc'd storage, or a KvArena over a
@@ -35,6 +36,7 @@
 #include "engine/cuda/step_done_waiter.h"
 #include "engine/executor.h"
 #include "engine/gpu_backend.h"
+#include "engine/graph_buckets.h"
 #include "engine/kv_cache.h"
 
 namespace ballast::engine::cuda {
@@ -195,7 +197,7 @@ class CudaExecutor final : public Executor {
   bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
   int fixed_partition_tokens_ = 0;  // deterministic mode: the split-KV partition length
   int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
-  // The smallest power of two >= x (graph buckets).
+  // The smallest power of two >= x (block-table buckets).
   static int NextPow2(int x) {
     int p = 1;
     while (p < x) p <<= 1;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_executor.h"
+#include "engine/graph_buckets.h"
 
 namespace ballast::engine::cuda {
 namespace {
@@ -72,7 +73,7 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Shape(absl::Span<const Seq
   }
   sh.graph = decode_only && sh.tokens > 0;
   if (sh.graph) {  // buckets: one captured graph serves many steps
-    sh.tokens = std::min(NextPow2(sh.tokens), Tmax);
+    sh.tokens = std::min(GraphBucketTokens(sh.tokens), Tmax);
     sh.max_blocks = std::min(NextPow2(need_blocks), max_table_blocks_);
     sh.max_context = std::min(sh.max_blocks * BT, options_.max_context);
     sh.seqs = sh.tokens;

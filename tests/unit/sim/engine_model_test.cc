@@ -15,16 +15,16 @@
 namespace ballast::sim {
 namespace {
 
-Calibration Synthetic(const std::array<double, kFeatures>& k) {
+Calibration Synthetic(const std::array<double, kFeatures>& k, double ridge = 0) {
   Calibration c;
   c.device = "synthetic";
   c.memory_bytes = 80LL << 30;
   c.h2d_bytes_per_s = 50e9;
   c.activation_ratio = 1.0;
-  const EngineModel truth(k, 50e9, 1.0);
+  const EngineModel truth(k, 50e9, 1.0, {}, 0, ridge);
   for (const char* name : {"llama-1b", "llama-3b", "llama-8b"}) {
     const ModelShape s = *NamedShape(name);
-    for (int b : {1, 16, 128}) {
+    for (int b : {1, 16, 128, 512, 1024}) {
       for (double ctx : {256.0, 4096.0}) {
         StepWork w{b, b * ctx, 0, 0};
         c.points.push_back({name, s, w, truth.StepSeconds(s, w)});
@@ -44,12 +44,27 @@ Calibration Synthetic(const std::array<double, kFeatures>& k) {
   return c;
 }
 
+// The grid holds the true ridge (192 tokens), so the fit finds it and
+// every coefficient exactly.
 TEST(EngineModelTest, FitRecoversKnownCoefficients) {
-  const std::array<double, kFeatures> k = {2e-3,       3e-5,       1 / 3e12,   1 / 2e12, 2e-7,
-                                           1 / 400e12, 1 / 600e12, 1 / 300e12, 1 / 1e13};
+  const std::array<double, kFeatures> k = {2e-3,     3e-5,       1 / 3e12,   1 / 2e12,
+                                           2e-7,     1 / 400e12, 1 / 600e12, 1 / 300e12,
+                                           1 / 1e13, 1 / 800e12};
+  auto m = EngineModel::Fit(Synthetic(k, 192));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->ridge_tokens(), 192);
+  for (int i = 0; i < kFeatures; ++i) EXPECT_NEAR(m->coefficients()[i] / k[i], 1.0, 1e-6) << i;
+}
+
+// Steps that never pass a ridge: no ridge's feature helps, and its rate
+// is 0 (the model is the nine features' alone).
+TEST(EngineModelTest, NoRidgeWhenComputeNeverBinds) {
+  const std::array<double, kFeatures> k = {2e-3,     3e-5,       1 / 3e12,   1 / 2e12, 2e-7,
+                                           1 / 4e14, 1 / 600e12, 1 / 300e12, 1 / 1e13};
   auto m = EngineModel::Fit(Synthetic(k));
   ASSERT_TRUE(m.ok()) << m.status();
-  for (int i = 0; i < kFeatures; ++i) EXPECT_NEAR(m->coefficients()[i] / k[i], 1.0, 1e-6) << i;
+  EXPECT_NEAR(m->coefficients()[9] * 1e15, 0.0, 1e-6);
+  for (int i = 0; i < 9; ++i) EXPECT_NEAR(m->coefficients()[i] / k[i], 1.0, 1e-6) << i;
 }
 
 TEST(EngineModelTest, FitKeepsRatesNonNegative) {
