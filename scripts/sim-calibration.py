@@ -74,13 +74,14 @@ def main():
             kv_tiers = json.load(f).get("kv_tiers")
         if a.kv_tiers_from and kv_tiers is None:
             raise SystemExit(f"{src}: no kv_tiers block")
-    points, device = [], None
+    points, device, large = [], None, False
     for short, name in (("1b", "llama-1b"), ("3b", "llama-3b"), ("8b", "llama-8b")):
         for suffix, order in (("", RUNS), ("-large", RUNS_LARGE)):
             path = os.path.join(a.dir, f"calib-{short}{suffix}.jsonl")
             if suffix and not os.path.exists(path):
                 continue
             device = read_points(path, order, name, points) or device
+            large |= bool(suffix)
     # Several copies stepping at once (calib-<shape>-concurrent.jsonl, one
     # run per copy count, context 1024): each copy's step time against one
     # copy's alone in the same run (the engine model's concurrent overlap).
@@ -106,7 +107,9 @@ def main():
         device=device, date=a.date,
         command=("deploy/gpu-host/sim-calibrate.sh OUT (ballast bench-engine, CUDA graphs, "
                  "static KV pool, 16-token blocks, random BF16 weights); "
-                 "scripts/sim-calibration.py"),
+                 + ("the 512- and 1,024-sequence steps by LARGE_ONLY=1 sim-calibrate.sh OUT; "
+                    if large else "")
+                 + "scripts/sim-calibration.py"),
         memory_bytes=int(a.memory_gib * (1 << 30)), h2d_bytes_per_s=a.h2d_gbps * 1e9,
         activation_ratio=a.activation_ratio)
     if kv_tiers is not None:

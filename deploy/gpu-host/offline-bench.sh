@@ -15,9 +15,11 @@
 #      budget, 120000), MODEL (checkpoint dir, made if missing), SEED (1),
 #      BACKEND (cuda; cpu checks the script on a small MODEL), ROLLING
 #      (node.engine.rolling_steps, true; runs before 2026-11-29 were false),
-#      METRICS (the scheduler's /metrics address, 127.0.0.1:9400: each run's
-#      node metrics, step thread time and step host time among them, are
-#      saved to OUT/metrics-TAG.txt after the run).
+#      MEMORY_MODE (node.memory.mode, elastic; static gives the model a
+#      private pool of KV_MIB, 100000, node.engine.kv_cache_mib), METRICS
+#      (the scheduler's /metrics address, 127.0.0.1:9400: each run's node
+#      metrics, step thread time and step host time among them, are saved
+#      to OUT/metrics-TAG.txt after the run).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -48,12 +50,12 @@ node:
   node_id: gpu-0
   listen: 127.0.0.1:50061
   metrics_listen: ""
-  memory: {mode: elastic, slab_mib: 64}
+  memory: {mode: ${MEMORY_MODE:-elastic}, slab_mib: 64}
   devices:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-120000}}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16,
            max_batch_tokens: ${BATCH_TOKENS:-8192}, max_seqs: $2, max_context: 4096,
-           rolling_steps: ${ROLLING:-true}}
+           rolling_steps: ${ROLLING:-true}, kv_cache_mib: ${KV_MIB:-100000}}
 EOF
 }
 
