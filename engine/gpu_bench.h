@@ -25,7 +25,11 @@ struct GpuEngineBenchOptions {
   std::string model_dir;
   int device = 0;
   std::vector<int> batches = {1, 16, 64, 256};
-  int context = 1024;         // tokens of KV each decoding sequence attends to
+  int context = 1024;  // tokens of KV each decoding sequence attends to
+  // > 0: the decoding sequences' contexts differ, as a server's do: each is
+  // drawn log-normal with mean `context` and this sigma (seed 1, the same
+  // draws for every batch size), clamped to [1, 4 x context]. 0: all equal.
+  double context_sigma = 0;
   int prefill_tokens = 2048;  // prompt length of the prefill measurement
   int steps = 32;             // timed decode steps per batch size
   int warmup = 4;             // untimed steps first (graph capture happens here)

@@ -36,6 +36,11 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--device", o.device)->capture_default_str();
   c->add_option("--batches", s_->batches, "decode batch sizes")->capture_default_str();
   c->add_option("--context", o.context, "KV tokens per decoding sequence")->capture_default_str();
+  c->add_option("--context-sigma", o.context_sigma,
+                "> 0: contexts drawn log-normal with mean --context and this sigma (seed 1), "
+                "clamped to [1, 4 x context], as a server's differ; 0: all equal")
+      ->check(CLI::Range(0.0, 3.0))
+      ->capture_default_str();
   c->add_option("--prefill", o.prefill_tokens, "prompt tokens of the prefill run (0 = skip)")
       ->capture_default_str();
   c->add_option("--steps", o.steps, "timed decode steps per batch size")->capture_default_str();

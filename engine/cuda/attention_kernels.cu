@@ -310,14 +310,18 @@ __global__ void __launch_bounds__(kThreads)
   AllowNextGrid();
   WaitPriorGrid();
 
-  const int t = blockIdx.x;
+  // grid.x: (token slot, KV head chunk), a token's head chunks adjacent
+  // so the slots' order (tokens.order) is the blocks' order.
+  const int group = num_heads / kv.num_kv_heads;
+  const int chunks = (group + G - 1) / G;
+  const int per_token = kv.num_kv_heads * chunks;
+  const int slot = blockIdx.x / per_token, hc = blockIdx.x % per_token;
+  const int t = tokens.order != nullptr ? tokens.order[slot] : slot;
   const int pos = tokens.pos[t];
   if (pos < 0) return;
   const int seq = tokens.seq[t];
   const int parts = gridDim.z, part = blockIdx.z;
-  const int group = num_heads / kv.num_kv_heads;
-  const int chunks = (group + G - 1) / G;
-  const int kvh = blockIdx.y / chunks, g0 = (blockIdx.y % chunks) * G;
+  const int kvh = hc / chunks, g0 = (hc % chunks) * G;
   const int ng = min(G, group - g0);
   const int head0 = kvh * group + g0;
   const int start = part * partition_tokens;
@@ -438,7 +442,10 @@ cudaError_t LaunchForGroup(const T* q, TokenMap tokens, int num_heads, const Pag
                            cudaStream_t stream) {
   const int group = num_heads / kv.num_kv_heads;
   const int g = HeadsPerBlock(group);
-  const dim3 grid(tokens.num_tokens, kv.num_kv_heads * ((group + g - 1) / g), plan.num_partitions);
+  const long blocks =
+      static_cast<long>(tokens.num_tokens) * kv.num_kv_heads * ((group + g - 1) / g);
+  if (blocks > 0x7fffffffL) return cudaErrorInvalidValue;  // grid.x
+  const dim3 grid(static_cast<unsigned>(blocks), 1, plan.num_partitions);
 #define BALLAST_ATTN_GROUP(G)                                                                     \
   case G:                                                                                         \
     return LaunchKernel(PagedAttentionKernel<T, KvT, D, G>, grid, kThreads, 0, stream, q, tokens, \

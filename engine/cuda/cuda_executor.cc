@@ -301,7 +301,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       (options_.max_context + kv_->layout().block_tokens - 1) / kv_->layout().block_tokens;
   // Every array starts 256-byte aligned (SampleParams holds 8-byte fields).
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
-  params_offset_ = align(6 * T * sizeof(int));
+  params_offset_ = align(7 * T * sizeof(int));
   tiles_offset_ = align(params_offset_ + T * sizeof(SampleParams));
   out_offset_ = align(tiles_offset_ + T * sizeof(PrefillTile));
   logprobs_offset_ = align(out_offset_ + T * sizeof(int));

@@ -198,6 +198,8 @@ class CudaExecutor final : public Executor {
   int fixed_partition_tokens_ = 0;  // deterministic mode: the split-KV partition length
   int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
   // The smallest power of two >= x (block-table buckets).
+  // The split-KV attention's token order into `order` (cuda_step_meta.cc).
+  static void WriteAttentionOrder(const int* pos_small, int tokens, int* order);
   static int NextPow2(int x) {
     int p = 1;
     while (p < x) p <<= 1;
@@ -237,9 +239,10 @@ class CudaExecutor final : public Executor {
   // Activations, sized for max_batch_tokens rows.
   DeviceBuffer inv_freq_, resid_, x_, qkv_, q_, attn_, o_, gate_up_, act_buf_, x_sel_, logits_,
       attn_ws_;
-  // Step metadata: tokens, seq, pos, rows, pos_small, from_row (int32 x
-  // max_batch_tokens each; pos_small is pos with -1 for tokens in prefill
-  // tiles; from_row the previous step's row an ahead token takes, or -1),
+  // Step metadata: tokens, seq, pos, rows, pos_small, from_row, order
+  // (int32 x max_batch_tokens each; pos_small is pos with -1 for tokens in
+  // prefill tiles; from_row the previous step's row an ahead token takes,
+  // or -1; order the split-KV attention's token order, TokenMap::order),
   // sampling params, prefill tiles, output tokens, sampling
   // log-probabilities, then the block table.
   DeviceBuffer meta_;

@@ -45,7 +45,7 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
   const int* rows = tok + 3 * Tmax;
   // The split-KV kernel skips tokens that prefill tiles cover.
-  const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T};
+  const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T, tok + 6 * Tmax};
   const auto* tiles = reinterpret_cast<const PrefillTile*>(meta_.get<uint8_t>() + tiles_offset_);
   const float eps = static_cast<float>(c.rms_norm_eps);
   if (sh.resolve || sh.graph) {  // graphs serve steps with and without ahead tokens

@@ -137,6 +137,18 @@ void CudaExecutor::WriteTokens(absl::Span<const SequenceChunk> batch, StepShape*
     from_row[t] = -1;
     rows[r++] = t;
   }
+  WriteAttentionOrder(pos_small, sh->tokens, from_row + Tmax);
+}
+
+// The split-KV attention's token order (TokenMap::order): the longest
+// contexts first, the tokens it skips (pos_small -1) last. Its blocks run
+// in about this order, so the longest start first and the short ones fill
+// the end, where a long one started last would run alone (largest
+// processing time first). Ties keep token order.
+void CudaExecutor::WriteAttentionOrder(const int* pos_small, int tokens, int* order) {
+  for (int t = 0; t < tokens; ++t) order[t] = t;
+  std::stable_sort(order, order + tokens,
+                   [pos_small](int a, int b) { return pos_small[a] > pos_small[b]; });
 }
 
 absl::Status CudaExecutor::ReservePenalties(size_t entries) {

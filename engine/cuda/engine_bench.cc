@@ -10,7 +10,7 @@
 // lower: data draws more power), its algorithm timed as the engine's
 // (gemm_tune_candidates).
 //
-// JSON: {device, model, decode: [{batch, ms_per_step, tokens_per_s,
+// JSON: {device, model, decode: [{batch, mean_context, ms_per_step, tokens_per_s,
 // bytes_per_step, roofline_ms, roofline_fraction}], prefill: {tokens,
 // ms, tokens_per_s, tflops, fraction_of_gemm_peak,
 // fraction_of_gemm_peak_random}, gemm_peak_tflops, gemm_peak_random_tflops,
@@ -23,7 +23,9 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -208,14 +210,45 @@ absl::StatusOr<nlohmann::json> MeasureInterference(const GpuEngineBenchOptions& 
   return j;
 }
 
-// Decodes `seqs` (reserved for o.context + o.warmup + o.steps + 1
-// tokens) one token each per step from position o.context: o.warmup
-// untimed steps (plans, graph capture), then, after `start` (if any) lets
-// every caller go, o.steps timed ones. Returns when the timed steps began
-// and ended.
+// The most a drawn context may exceed o.context (context_sigma).
+constexpr int kMaxSpread = 4;
+
+// The decoding sequences' contexts (GpuEngineBenchOptions::context_sigma):
+// all o.context, or log-normal draws with that mean; a batch of b takes
+// the first b draws, so every batch size sees the same sequences.
+std::vector<int> BenchContexts(const GpuEngineBenchOptions& o, int batch) {
+  std::vector<int> ctx(static_cast<size_t>(batch), o.context);
+  if (o.context_sigma <= 0) return ctx;
+  std::mt19937_64 rng(1);
+  const double sigma = o.context_sigma;
+  std::lognormal_distribution<double> draw(std::log(o.context) - sigma * sigma / 2, sigma);
+  for (int& c : ctx) {
+    c = std::clamp(static_cast<int>(std::lround(draw(rng))), 1, kMaxSpread * o.context);
+  }
+  return ctx;
+}
+
+// The tokens a decoding sequence at `context` reserves.
+int DecodeTokens(const GpuEngineBenchOptions& o, int context) {
+  return context + o.warmup + o.steps + 1;
+}
+
+// Reserves each of `seqs` for its context's decode (`contexts`).
+absl::Status ReserveDecode(const GpuEngineBenchOptions& o, const std::vector<int>& contexts,
+                           KvCache* kv, std::vector<SequenceKv>* seqs) {
+  for (size_t s = 0; s < seqs->size(); ++s) {
+    if (auto st = kv->Reserve(&(*seqs)[s], DecodeTokens(o, contexts[s])); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+// Decodes `seqs` (reserved by ReserveDecode) one token each per step from
+// position contexts[s]: o.warmup untimed steps (plans, graph capture),
+// then, after `start` (if any) lets every caller go, o.steps timed ones.
+// Returns when the timed steps began and ended.
 absl::StatusOr<std::pair<Clock::time_point, Clock::time_point>> TimeDecode(
-    cuda::CudaExecutor* e, std::vector<SequenceKv>* seqs, const GpuEngineBenchOptions& o, int vocab,
-    std::barrier<>* start) {
+    cuda::CudaExecutor* e, std::vector<SequenceKv>* seqs, const std::vector<int>& contexts,
+    const GpuEngineBenchOptions& o, int vocab, std::barrier<>* start) {
   const int batch = static_cast<int>(seqs->size());
   std::vector<int> toks(batch, 1);
   const std::vector<DeviceSampling> sampling(batch);
@@ -231,7 +264,7 @@ absl::StatusOr<std::pair<Clock::time_point, Clock::time_point>> TimeDecode(
     std::vector<SequenceChunk> chunks;
     for (int s = 0; s < batch; ++s) {
       chunks.push_back(
-          {&(*seqs)[s], o.context + i, absl::MakeConstSpan(&toks[s], 1), LogitsMode::kLast});
+          {&(*seqs)[s], contexts[s] + i, absl::MakeConstSpan(&toks[s], 1), LogitsMode::kLast});
     }
     st = e->ForwardSample(chunks, sampling, &sampled, nullptr);
     for (int s = 0; s < batch && st.ok(); ++s) toks[s] = sampled[s] % vocab;
@@ -258,15 +291,13 @@ absl::StatusOr<nlohmann::json> MeasureConcurrent(const GpuEngineBenchOptions& o,
     more.push_back(std::move(*x));
     copies.push_back(more.back().get());
   }
-  const int decode_len = o.context + o.warmup + o.steps + 1;
   nlohmann::json out = {{"models", n}};
   for (int batch : o.batches) {
     std::vector<std::vector<SequenceKv>> seqs(n, std::vector<SequenceKv>(batch));
+    const std::vector<int> contexts = BenchContexts(o, batch);
     absl::Status st;
     for (auto& per : seqs) {
-      for (auto& s : per) {
-        if (st.ok()) st = kv->Reserve(&s, decode_len);
-      }
+      if (st.ok()) st = ReserveDecode(o, contexts, kv, &per);
     }
     std::vector<absl::StatusOr<std::pair<Clock::time_point, Clock::time_point>>> spans(
         n, absl::UnknownError("not run"));
@@ -274,8 +305,9 @@ absl::StatusOr<nlohmann::json> MeasureConcurrent(const GpuEngineBenchOptions& o,
       std::barrier<> start(n);
       std::vector<std::thread> threads;
       for (int i = 0; i < n; ++i) {
-        threads.emplace_back(
-            [&, i] { spans[i] = TimeDecode(copies[i], &seqs[i], o, c.vocab_size, &start); });
+        threads.emplace_back([&, i] {
+          spans[i] = TimeDecode(copies[i], &seqs[i], contexts, o, c.vocab_size, &start);
+        });
       }
       for (auto& t : threads) t.join();
     }
@@ -321,7 +353,11 @@ int64_t BenchKvBlocks(const GpuEngineBenchOptions& o, const ModelConfig& c, int 
   const int64_t second =
       o.interference_batch > 0 ? per_seq * std::max(1, o.interference_batch) + prefill_blocks : 0;
   const int64_t copies = std::max(1, o.concurrent_models);
-  return (std::max<int64_t>(per_seq * max_batch * copies, prefill_blocks) + second +
+  int64_t decode_blocks = 0;  // the largest batch's (ReserveDecode)
+  for (int ctx : BenchContexts(o, max_batch)) {
+    decode_blocks += (DecodeTokens(o, ctx) + o.block_tokens - 1) / o.block_tokens;
+  }
+  return (std::max<int64_t>(decode_blocks * copies, prefill_blocks) + second +
           (o.mixed_chunks.empty() ? 0 : MixedChunkBlocks(o))) *
          c.num_hidden_layers;
 }
@@ -371,26 +407,27 @@ GpuExecutorOptions BenchExecutorOptions(const GpuEngineBenchOptions& o, int max_
 // ms per step, tokens/s, and the bytes a step reads against the roofline
 // at `hbm` bytes/s.
 absl::StatusOr<nlohmann::json> MeasureDecode(const GpuEngineBenchOptions& o, const ModelConfig& c,
-                                             double hbm, int decode_len, KvCache* kv,
-                                             cuda::CudaExecutor* e) {
+                                             double hbm, KvCache* kv, cuda::CudaExecutor* e) {
   const double weight_bytes = static_cast<double>(e->weight_bytes());
   // The embedding table is gathered, not streamed (unless tied to the head).
   const double embed_bytes = c.tie_word_embeddings ? 0.0 : 2.0 * c.vocab_size * c.hidden_size;
   nlohmann::json decode = nlohmann::json::array();
   for (int batch : o.batches) {
     std::vector<SequenceKv> seqs(batch);
-    for (auto& s : seqs) {
-      if (auto st = kv->Reserve(&s, decode_len); !st.ok()) return st;
-    }
-    auto span = TimeDecode(e, &seqs, o, c.vocab_size, nullptr);
+    const std::vector<int> contexts = BenchContexts(o, batch);
+    if (auto st = ReserveDecode(o, contexts, kv, &seqs); !st.ok()) return st;
+    auto span = TimeDecode(e, &seqs, contexts, o, c.vocab_size, nullptr);
     if (!span.ok()) return span.status();
     const double ms = Seconds(span->first, span->second) * 1e3 / o.steps;
-    const double ctx = o.context + o.warmup + o.steps / 2.0;
+    double ctx = 0;  // mean over the timed steps
+    for (int x : contexts) ctx += x + o.warmup + o.steps / 2.0;
+    ctx /= batch;
     const double kv_bytes = static_cast<double>(batch) * ctx * c.num_hidden_layers *
                             static_cast<double>(kv->layout().token_bytes()) * 2;
     const double bytes = weight_bytes - embed_bytes + kv_bytes;
     const double roof_ms = bytes / hbm * 1e3;
     decode.push_back({{"batch", batch},
+                      {"mean_context", ctx},
                       {"ms_per_step", ms},
                       {"tokens_per_s", batch * 1e3 / ms},
                       {"bytes_per_step", bytes},
@@ -448,7 +485,8 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   auto layout = BenchKvLayout(o, c);
   if (!layout.ok()) return layout.status();
   const int max_batch = std::max(0, *std::max_element(o.batches.begin(), o.batches.end()));
-  const int decode_len = o.context + o.warmup + o.steps + 1;
+  // The longest a decoding sequence gets (the executor's max_context).
+  const int decode_len = DecodeTokens(o, (o.context_sigma > 0 ? kMaxSpread : 1) * o.context);
   std::shared_ptr<memory::KvArena> arena;  // outlives the allocator
   auto pool = CreateBenchPool(o, *layout, BenchKvBlocks(o, c, max_batch, decode_len), &arena);
   if (!pool.ok()) return pool.status();
@@ -463,7 +501,8 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   cuda::CudaExecutor& e = **ex;
   out["weight_bytes"] = static_cast<double>(e.weight_bytes());
 
-  auto decode = MeasureDecode(o, c, *hbm, decode_len, &kv, &e);
+  out["context_sigma"] = o.context_sigma;
+  auto decode = MeasureDecode(o, c, *hbm, &kv, &e);
   if (!decode.ok()) return decode.status();
   out["decode"] = *decode;
   out["graph_replays"] = e.graph_replays();

@@ -55,6 +55,11 @@ struct TokenMap {
   const int* seq = nullptr;  // [num_tokens]
   const int* pos = nullptr;  // [num_tokens]
   int num_tokens = 0;
+  // [num_tokens], LaunchPagedAttention only: the order its blocks take the
+  // tokens in, a permutation (the executor's: longest context first, so a
+  // long sequence does not start last and run alone). Null: 0, 1, ...
+  // Any order gives the same output bit for bit.
+  const int* order = nullptr;
 };
 
 // dst[n] = src[n] converted to `dst_type`.

@@ -157,6 +157,19 @@ void RunAttention(const AttnCase& c) {
     ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T}, c.heads, kv, scale, plan, ws,
                                    d_out, ActType::kBF16, nullptr),
               cudaSuccess);
+    // The same launch taking its tokens in another order (TokenMap::order;
+    // the executor's is longest first): the same output bit for bit.
+    std::vector<int> order(T);
+    for (int t = 0; t < T; ++t) order[t] = T - 1 - t;
+    int* d_order = ToDevice(order);
+    uint16_t* d_out2 = ToDevice(std::vector<uint16_t>(q.size(), 0));
+    ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T, d_order}, c.heads, kv, scale,
+                                   plan, ws, d_out2, ActType::kBF16, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(ToHost(d_out2, q.size()), ToHost(d_out, q.size())) << "tokens in reverse order";
+    cudaFree(d_order);
+    cudaFree(d_out2);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto out = ToHost(d_out, q.size());
