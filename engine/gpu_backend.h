@@ -30,8 +30,9 @@ struct GpuExecutorOptions {
   // sequence, not per token: the logits (one row per sampled position,
   // vocab x 4 bytes each; for an 8B Llama-3 at 1,024 batch tokens that was
   // 525 MB, at 64 sequences 33 MB), their gathered rows and the block
-  // table. Rows are min(max_batch_tokens, next power of two of max_seqs):
-  // decode graphs bucket the batch to a power of two. 0: max_batch_tokens
+  // table. Rows are min(max_batch_tokens, GraphBucketTokens(max_seqs)):
+  // decode graphs pad the batch to its bucket (engine/graph_buckets.h).
+  // 0: max_batch_tokens
   // (the engine benchmark's decode batches). Default 0.
   int max_seqs = 0;
   // Longest context a sequence reaches; sizes the block-table stride

@@ -28,7 +28,9 @@ struct GpuEngineBenchOptions {
   int context = 1024;  // tokens of KV each decoding sequence attends to
   // > 0: the decoding sequences' contexts differ, as a server's do: each is
   // drawn log-normal with mean `context` and this sigma (seed 1, the same
-  // draws for every batch size), clamped to [1, 4 x context]. 0: all equal.
+  // draws for every batch size), clamped to [1, 4 x context] (so the mean
+  // falls as sigma grows; each decode entry reports its mean_context). The
+  // mixed and interference runs keep equal contexts. 0: all equal.
   double context_sigma = 0;
   int prefill_tokens = 2048;  // prompt length of the prefill measurement
   int steps = 32;             // timed decode steps per batch size

@@ -11,8 +11,8 @@
 // the buckets are multiples of kGraphTokenStep (at most 64 rows, 12% of a
 // 513-token step, where a power of two would pad it to 1,024).
 //
-// Header-only and pure: the simulator applies the same padding
-// (sim/sim_device.cc) and the unit tests check it without a GPU.
+// Header-only and pure: the simulator's engine model applies the same
+// padding (sim/engine_model.cc) and the unit tests check it without a GPU.
 #pragma once
 
 namespace ballast::engine {

@@ -107,7 +107,7 @@ def main():
         device=device, date=a.date,
         command=("deploy/gpu-host/sim-calibrate.sh OUT (ballast bench-engine, CUDA graphs, "
                  "static KV pool, 16-token blocks, random BF16 weights); "
-                 + ("the 512- and 1,024-sequence steps by LARGE_ONLY=1 sim-calibrate.sh OUT; "
+                 + ("the 512- and 1,024-sequence steps from calib-<shape>-large.jsonl; "
                     if large else "")
                  + "scripts/sim-calibration.py"),
         memory_bytes=int(a.memory_gib * (1 << 30)), h2d_bytes_per_s=a.h2d_gbps * 1e9,

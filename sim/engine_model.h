@@ -19,7 +19,9 @@
 //     + k9 * 2 * dense params * max(0, B + P - R)  GEMM FLOPs past the ridge
 //
 // (in k9's feature a decode-only step's B is its CUDA graph's padded rows,
-// engine/graph_buckets.h's GraphBucketTokens(B))
+// engine/graph_buckets.h's GraphBucketTokens(B): the engine modelled is the
+// CUDA one with graphs, as calibrated; its cap of the rows at
+// max_batch_tokens is not applied)
 // k8: the decode attention kernel turns each FP8 K and V element back into
 // BF16 before it uses it, which costs more than the bytes it saves (on the
 // H200 an 8B step at batch 128 took 14.1 ms with FP8 KV, 12.4 ms with
@@ -36,8 +38,9 @@
 // non-negative least squares on the relative error over every recorded
 // step of every calibrated shape, so a shape never measured (a 70B) is
 // predicted from the same physical rates. R is fitted with them: the fit
-// tries R = 32, 64, ..., 512 tokens and keeps the one whose least squares
-// leave the smallest error (k9 = 0 when no R helps). Activation (weights copied from
+// tries R = 32, 64, ..., 512 tokens below the largest decode-only step
+// measured, and keeps the one whose least squares leave the smallest error.
+// R = 0 and k9 = 0 when no R helps or none can be tried. Activation (weights copied from
 // pinned host memory) takes weight bytes / the measured host-to-device
 // rate x the measured activation overhead ratio.
 //

@@ -101,11 +101,13 @@ bool NonNegativeFit(const std::vector<std::array<double, kK>>& rows, std::array<
   return true;
 }
 
-// The rows (features / measured seconds) of every point for ridge R.
+// The rows (features / measured seconds) of every point for ridge R; k9's
+// feature left out (0) when R < 0.
 std::vector<std::array<double, kK>> Rows(const Calibration& c, double ridge) {
   std::vector<std::array<double, kK>> rows;
   for (const CalibrationPoint& p : c.points) {
-    std::array<double, kK> f = StepFeatures(p.shape, p.work, ridge);
+    std::array<double, kK> f = StepFeatures(p.shape, p.work, std::max(ridge, 0.0));
+    if (ridge < 0) f[kK - 1] = 0;
     for (double& x : f) x /= p.seconds;
     rows.push_back(f);
   }
@@ -145,26 +147,46 @@ absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
                                                    kK, " measured steps including a prefill (has ",
                                                    c.points.size(), ")"));
   }
-  // R on a grid (engine_model.h): the fit with the smallest error. A
-  // ridge at which the features are degenerate is skipped.
+  // R on a grid (engine_model.h): the fit with the smallest error. Only
+  // ridges below the largest decode-only step measured are tried (above
+  // it, only prefills would place R); with none, k9's feature is left out.
+  // A ridge at which the features are degenerate is skipped.
+  int max_decode = 0;
+  for (const CalibrationPoint& p : c.points) {
+    if (p.work.prefill_tokens == 0) max_decode = std::max(max_decode, p.work.decode_tokens);
+  }
+  std::vector<double> ridges;
+  for (double r = kRidgeStep; r <= kRidgeMax && r < max_decode; r += kRidgeStep) {
+    ridges.push_back(r);
+  }
+  if (ridges.empty()) ridges.push_back(-1);
   std::array<double, kK> best_k{};
-  double best_ridge = -1, best_error = 0;
-  for (double ridge = kRidgeStep; ridge <= kRidgeMax; ridge += kRidgeStep) {
+  double best_ridge = 0, best_error = -1;
+  for (double ridge : ridges) {
     const auto rows = Rows(c, ridge);
     std::array<double, kK> k{};
     if (!NonNegativeFit(rows, &k)) continue;
     const double error = SquaredError(rows, k);
-    if (best_ridge < 0 || error < best_error) {
+    if (best_error < 0 || error < best_error) {
       best_k = k;
-      best_ridge = ridge;
+      best_ridge = std::max(ridge, 0.0);
       best_error = error;
     }
   }
-  if (best_ridge < 0) {
+  if (best_error < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("calibration of ", c.device,
                      ": the measured steps do not determine the model "
                      "(vary batch, context and prefill length)"));
+  }
+  // A ridge term that moves no measured step by 0.1% is rounding: without
+  // it R means nothing.
+  double ridge_share = 0;
+  for (const auto& r : Rows(c, best_ridge))
+    ridge_share = std::max(ridge_share, best_k[kK - 1] * r[kK - 1]);
+  if (ridge_share < 1e-3) {
+    best_k[kK - 1] = 0;
+    best_ridge = 0;
   }
   return EngineModel(best_k, c.h2d_bytes_per_s, c.activation_ratio, c.kv_rates,
                      FitOverlapPerLayer(c.concurrent, best_k[0]), best_ridge);

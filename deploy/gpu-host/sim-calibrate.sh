@@ -38,40 +38,46 @@ for s in ${SHAPES:-1b 3b 8b}; do
       --llama3-rope-scaling --init-std 0.02 --threads 16 > /dev/null
   fi
   FILE="$OUT/calib-$s.jsonl"
-  run() {  # context prefill batches [extra flags]
+  run() {  # context prefill batches [extra flags]; non-zero if bench-engine failed
     local ctx=$1 pre=$2 batches=$3; shift 3
     "$B" bench-engine --model "$M" --context "$ctx" --prefill "$pre" --batches "$batches" \
-      --steps 16 --warmup 3 "$@" --out /tmp/sim-run.json >> "$OUT/summary.txt" 2>&1
+      --steps 16 --warmup 3 "$@" --out /tmp/sim-run.json >> "$OUT/summary.txt" 2>&1 || {
+      echo "bench-engine failed (context $ctx, batches $batches): not recorded" >> "$OUT/summary.txt"
+      return 1
+    }
     python3 -c 'import json,sys; print(json.dumps(json.load(open("/tmp/sim-run.json"))))' \
       >> "$FILE"
   }
   echo "== $s" >> "$OUT/summary.txt"
-  # Large batches (scripts/sim-calibration.py's RUNS_LARGE order): at
-  # context 1024 the KV of 1,024 sequences fits only for 1b.
+  if [ "${LARGE_ONLY:-0}" != 1 ]; then
+    : > "$FILE"
+    run 256 512 1,8,32,128,256
+    run 1024 2048 1,8,32,128,256
+    run 4096 8192 1,8,32,64
+    [ "$s" = 8b ] && run 1024 2048 1,32,128 --kv-dtype fp8_e4m3
+    # Several copies stepping at once (one thread each): how far concurrent
+    # small steps overlap on the device, which one model at a time does not
+    # measure (the simulator's rolling steps, docs/benchmarks.md). Kept
+    # apart in calib-<shape>-concurrent.jsonl (one line per copy count):
+    # 2 and 4 copies of 1b and 3b, 2 of 8b.
+    : > "$OUT/calib-$s-concurrent.jsonl"
+    copies="2 4"
+    [ "$s" = 8b ] && copies=2
+    for n in $copies; do
+      "$B" bench-engine --model "$M" --context 1024 --prefill 0 --batches 1,4,8,32,128 --steps 16 \
+        --warmup 3 --concurrent-models "$n" --out /tmp/sim-run.json >> "$OUT/summary.txt" 2>&1
+      python3 -c 'import json,sys; print(json.dumps(json.load(open("/tmp/sim-run.json"))))' \
+        >> "$OUT/calib-$s-concurrent.jsonl"
+    done
+  fi
+  # Large batches last (scripts/sim-calibration.py's RUNS_LARGE order). At
+  # context 1024 the KV of 1,024 sequences fits only for 1b; where a card
+  # lacks the memory even for 512 (an 80 GB card, 8b), the runs stop there
+  # and the file keeps the ones before.
   FILE="$OUT/calib-$s-large.jsonl"
   : > "$FILE"
-  run 256 0 512,1024
-  if [ "$s" = 1b ]; then run 1024 0 512,1024; else run 1024 0 512; fi
-  [ "${LARGE_ONLY:-0}" = 1 ] && continue
-  FILE="$OUT/calib-$s.jsonl"
-  : > "$FILE"
-  run 256 512 1,8,32,128,256
-  run 1024 2048 1,8,32,128,256
-  run 4096 8192 1,8,32,64
-  [ "$s" = 8b ] && run 1024 2048 1,32,128 --kv-dtype fp8_e4m3
-  # Several copies stepping at once (one thread each): how far concurrent
-  # small steps overlap on the device, which one model at a time does not
-  # measure (the simulator's rolling steps, docs/benchmarks.md). Kept
-  # apart in calib-<shape>-concurrent.jsonl (one line per copy count):
-  # 2 and 4 copies of 1b and 3b, 2 of 8b.
-  : > "$OUT/calib-$s-concurrent.jsonl"
-  copies="2 4"
-  [ "$s" = 8b ] && copies=2
-  for n in $copies; do
-    "$B" bench-engine --model "$M" --context 1024 --prefill 0 --batches 1,4,8,32,128 --steps 16 \
-      --warmup 3 --concurrent-models "$n" --out /tmp/sim-run.json >> "$OUT/summary.txt" 2>&1
-    python3 -c 'import json,sys; print(json.dumps(json.load(open("/tmp/sim-run.json"))))' \
-      >> "$OUT/calib-$s-concurrent.jsonl"
-  done
+  if run 256 0 512,1024; then
+    if [ "$s" = 1b ]; then run 1024 0 512,1024 || true; else run 1024 0 512 || true; fi
+  fi
 done
 tail -40 "$OUT/summary.txt"

@@ -376,6 +376,7 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
   BALLAST_CUDA_RETURN(cudaGraphLaunch(it->second, stream_), "graph launch");
   stall_set_ = timed_set < 0 ? -1 : 1;
   ++graph_replays_;
+  last_graph_rows_ = sh.tokens;
   return absl::OkStatus();
 }
 

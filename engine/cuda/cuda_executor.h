@@ -111,6 +111,9 @@ class CudaExecutor final : public Executor {
   static ActType ActivationType(const ModelConfig& config);
   // Steps replayed from graphs so far (for tests and benchmarks).
   int64_t graph_replays() const { return graph_replays_; }
+  // The rows (the bucket, engine/graph_buckets.h) of the last step
+  // replayed from a graph (for tests).
+  int last_graph_rows() const { return last_graph_rows_; }
   // The SMs its steps run on: the device's, or its SM partition's.
   int num_sms() const { return num_sms_; }
 
@@ -197,9 +200,9 @@ class CudaExecutor final : public Executor {
   bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
   int fixed_partition_tokens_ = 0;  // deterministic mode: the split-KV partition length
   int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
-  // The smallest power of two >= x (block-table buckets).
   // The split-KV attention's token order into `order` (cuda_step_meta.cc).
   static void WriteAttentionOrder(const int* pos_small, int tokens, int* order);
+  // The smallest power of two >= x (block-table buckets).
   static int NextPow2(int x) {
     int p = 1;
     while (p < x) p <<= 1;
@@ -315,6 +318,7 @@ class CudaExecutor final : public Executor {
   // (tokens, max_blocks, sample) -> instantiated graph
   std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;
   int64_t graph_replays_ = 0;
+  int last_graph_rows_ = 0;
 };
 
 }  // namespace ballast::engine::cuda

@@ -222,10 +222,14 @@ std::vector<int> BenchContexts(const GpuEngineBenchOptions& o, int batch) {
   std::mt19937_64 rng(1);
   const double sigma = o.context_sigma;
   std::lognormal_distribution<double> draw(std::log(o.context) - sigma * sigma / 2, sigma);
-  for (int& c : ctx) {
-    c = std::clamp(static_cast<int>(std::lround(draw(rng))), 1, kMaxSpread * o.context);
-  }
+  const double most = static_cast<double>(kMaxSpread) * o.context;
+  for (int& c : ctx) c = static_cast<int>(std::lround(std::clamp(draw(rng), 1.0, most)));
   return ctx;
+}
+
+// The longest context BenchContexts draws.
+int MaxBenchContext(const GpuEngineBenchOptions& o) {
+  return (o.context_sigma > 0 ? kMaxSpread : 1) * o.context;
 }
 
 // The tokens a decoding sequence at `context` reserves.
@@ -353,10 +357,13 @@ int64_t BenchKvBlocks(const GpuEngineBenchOptions& o, const ModelConfig& c, int 
   const int64_t second =
       o.interference_batch > 0 ? per_seq * std::max(1, o.interference_batch) + prefill_blocks : 0;
   const int64_t copies = std::max(1, o.concurrent_models);
-  int64_t decode_blocks = 0;  // the largest batch's (ReserveDecode)
+  // The largest batch's (ReserveDecode), and at least its blocks at equal
+  // contexts (the mixed steps reserve those).
+  int64_t decode_blocks = 0;
   for (int ctx : BenchContexts(o, max_batch)) {
     decode_blocks += (DecodeTokens(o, ctx) + o.block_tokens - 1) / o.block_tokens;
   }
+  decode_blocks = std::max(decode_blocks, per_seq * max_batch);
   return (std::max<int64_t>(decode_blocks * copies, prefill_blocks) + second +
           (o.mixed_chunks.empty() ? 0 : MixedChunkBlocks(o))) *
          c.num_hidden_layers;
@@ -485,14 +492,16 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   auto layout = BenchKvLayout(o, c);
   if (!layout.ok()) return layout.status();
   const int max_batch = std::max(0, *std::max_element(o.batches.begin(), o.batches.end()));
-  // The longest a decoding sequence gets (the executor's max_context).
-  const int decode_len = DecodeTokens(o, (o.context_sigma > 0 ? kMaxSpread : 1) * o.context);
+  // A decoding sequence at o.context (the interference and mixed runs'),
+  // and the longest any gets (the executor's max_context).
+  const int decode_len = DecodeTokens(o, o.context);
+  const int longest = DecodeTokens(o, MaxBenchContext(o));
   std::shared_ptr<memory::KvArena> arena;  // outlives the allocator
   auto pool = CreateBenchPool(o, *layout, BenchKvBlocks(o, c, max_batch, decode_len), &arena);
   if (!pool.ok()) return pool.status();
   KvCache kv(*layout, pool->get());
   out["kv_pool"] = o.kv_pool;
-  const GpuExecutorOptions eo = BenchExecutorOptions(o, max_batch, decode_len);
+  const GpuExecutorOptions eo = BenchExecutorOptions(o, max_batch, longest);
   out["deterministic"] = o.deterministic;
   const auto t_load = Clock::now();
   auto ex = cuda::CudaExecutor::Create(c, o.model_dir, &kv, eo);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -56,15 +57,41 @@ TEST(EngineModelTest, FitRecoversKnownCoefficients) {
   for (int i = 0; i < kFeatures; ++i) EXPECT_NEAR(m->coefficients()[i] / k[i], 1.0, 1e-6) << i;
 }
 
-// Steps that never pass a ridge: no ridge's feature helps, and its rate
-// is 0 (the model is the nine features' alone).
-TEST(EngineModelTest, NoRidgeWhenComputeNeverBinds) {
+// Measurements with no cost past a ridge: the fit's rate for it is 0,
+// and with it R (which then means nothing) is 0.
+TEST(EngineModelTest, NoRidgeWhenTheMeasurementsHaveNone) {
   const std::array<double, kFeatures> k = {2e-3,     3e-5,       1 / 3e12,   1 / 2e12, 2e-7,
                                            1 / 4e14, 1 / 600e12, 1 / 300e12, 1 / 1e13};
   auto m = EngineModel::Fit(Synthetic(k));
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_NEAR(m->coefficients()[9] * 1e15, 0.0, 1e-6);
+  EXPECT_EQ(m->ridge_tokens(), 0);
   for (int i = 0; i < 9; ++i) EXPECT_NEAR(m->coefficients()[i] / k[i], 1.0, 1e-6) << i;
+}
+
+// Without a decode-only step past the smallest ridge tried (32 tokens),
+// only prefills could place R: the ridge's feature is left out.
+TEST(EngineModelTest, NoRidgeWithoutLargeDecodeSteps) {
+  const std::array<double, kFeatures> k = {2e-3,     3e-5,       1 / 3e12,   1 / 2e12,
+                                           2e-7,     1 / 400e12, 1 / 600e12, 1 / 300e12,
+                                           1 / 1e13, 1 / 800e12};
+  Calibration c = Synthetic(k, 192);
+  std::erase_if(c.points, [](const CalibrationPoint& p) { return p.work.decode_tokens > 16; });
+  auto m = EngineModel::Fit(c);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->ridge_tokens(), 0);
+  EXPECT_EQ(m->coefficients()[9], 0);
+}
+
+// k9's feature counts a decode-only step's graph rows (engine/
+// graph_buckets.h), a mixed step's tokens as they are.
+TEST(EngineModelTest, DecodeStepsCountTheirGraphsPaddedRows) {
+  const ModelShape s = *NamedShape("llama-1b");
+  const double params2 = 2 * s.dense_params();
+  EXPECT_DOUBLE_EQ(StepFeatures(s, {300, 300 * 100.0, 0, 0}, 192)[9], params2 * (320 - 192));
+  EXPECT_DOUBLE_EQ(StepFeatures(s, {100, 100 * 100.0, 0, 0}, 64)[9], params2 * (128 - 64));
+  EXPECT_DOUBLE_EQ(StepFeatures(s, {300, 300 * 100.0, 100, 5050}, 192)[9], params2 * (400 - 192));
+  EXPECT_DOUBLE_EQ(StepFeatures(s, {100, 100 * 100.0, 0, 0}, 192)[9], 0);
 }
 
 TEST(EngineModelTest, FitKeepsRatesNonNegative) {
