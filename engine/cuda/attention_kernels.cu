@@ -21,15 +21,16 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kTile = 128;    // partition lengths are multiples of this (fixed plan)
-constexpr int kMaxGroup = 8;  // query heads per block
-constexpr int kMinPartition = 64;
+constexpr int kMaxGroup = kAttentionMaxGroup;  // query heads per block
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Partial results of the split tokens, by token slot (the position in
+// TokenMap::order): slots [0, rows) only (AttentionPlan::workspace_rows).
 struct Workspace {
-  float* o;  // [T][H][parts][D], unnormalised (times v_scale)
-  float* m;  // [T][H][parts], running max, base 2 (-inf: empty partition)
-  float* l;  // [T][H][parts], softmax denominator
+  float* o;  // [rows][H][parts][D], unnormalised (times v_scale)
+  float* m;  // [rows][H][parts], running max, base 2 (-inf: empty partition)
+  float* l;  // [rows][H][parts], softmax denominator
+  int rows;
 };
 
 // Shapes of one head's row for a head size D: 8 elements per lane.
@@ -327,9 +328,15 @@ __global__ void __launch_bounds__(kThreads)
   const int start = part * partition_tokens;
   const int end = min(pos + 1, start + partition_tokens);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // A context within one partition is not split: its block writes the
+  // output. A split one's partials go to the workspace, by slot; the plan
+  // puts every split token in the first ws.rows slots (nothing is written
+  // past them, should a caller's order break that).
+  const bool direct = parts == 1 || pos < partition_tokens;
+  if (!direct && slot >= ws.rows) return;
   if (start >= end) {  // only with parts > 1: an empty partition
-    if (tid < ng) {
-      const size_t i = (static_cast<size_t>(t) * num_heads + head0 + tid) * parts + part;
+    if (!direct && tid < ng) {
+      const size_t i = (static_cast<size_t>(slot) * num_heads + head0 + tid) * parts + part;
       ws.m[i] = -INFINITY;
       ws.l[i] = 0.0f;
     }
@@ -382,10 +389,10 @@ __global__ void __launch_bounds__(kThreads)
       o += v.o[g * D + d] * a;
     }
     o *= kv.v_scale;
-    const size_t th = static_cast<size_t>(t) * num_heads + head0 + g;
-    if (parts == 1) {
-      out[th * D + d] = FromF<T>(o / l);
+    if (direct) {
+      out[(static_cast<size_t>(t) * num_heads + head0 + g) * D + d] = FromF<T>(o / l);
     } else {
+      const size_t th = static_cast<size_t>(slot) * num_heads + head0 + g;
       ws.o[(th * parts + part) * D + d] = o;
       if (d == 0) {
         ws.m[th * parts + part] = m;
@@ -395,14 +402,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// grid (ws.rows slots, H): merges the partitions of the split tokens; the
+// attention kernel wrote the others' output.
 template <typename T>
-__global__ void PartitionMergeKernel(TokenMap tokens, int parts, int head_dim, Workspace ws,
-                                     T* __restrict__ out) {
+__global__ void PartitionMergeKernel(TokenMap tokens, int parts, int partition_tokens, int head_dim,
+                                     Workspace ws, T* __restrict__ out) {
   AllowNextGrid();
   WaitPriorGrid();
-  const int t = blockIdx.x;
-  if (tokens.pos[t] < 0) return;
-  const size_t th = static_cast<size_t>(t) * gridDim.y + blockIdx.y;
+  const int slot = blockIdx.x;
+  const int t = tokens.order != nullptr ? tokens.order[slot] : slot;
+  if (t >= tokens.num_tokens || tokens.pos[t] < partition_tokens) return;  // -1: skipped
+  const size_t th = static_cast<size_t>(slot) * gridDim.y + blockIdx.y;
+  const size_t oh = static_cast<size_t>(t) * gridDim.y + blockIdx.y;
   float mx = -INFINITY;
   for (int p = 0; p < parts; ++p) mx = fmaxf(mx, ws.m[th * parts + p]);
   float denom = 0.0f;
@@ -416,15 +427,16 @@ __global__ void PartitionMergeKernel(TokenMap tokens, int parts, int head_dim, W
       const float m = ws.m[th * parts + p];
       if (m != -INFINITY) num += exp2f(m - mx) * ws.o[(th * parts + p) * head_dim + d];
     }
-    out[th * head_dim + d] = FromF<T>(num / denom);
+    out[oh * head_dim + d] = FromF<T>(num / denom);
   }
 }
 
-Workspace Carve(void* workspace, int T, int H, int D, int parts) {
+Workspace Carve(void* workspace, int rows, int H, int D, int parts) {
   Workspace w;
   w.o = static_cast<float*>(workspace);
-  w.m = w.o + static_cast<size_t>(T) * H * parts * D;
-  w.l = w.m + static_cast<size_t>(T) * H * parts;
+  w.m = w.o + static_cast<size_t>(rows) * H * parts * D;
+  w.l = w.m + static_cast<size_t>(rows) * H * parts;
+  w.rows = parts > 1 ? rows : 0;
   return w;
 }
 
@@ -476,10 +488,10 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
       return cudaErrorInvalidValue;
   }
 #undef BALLAST_ATTN_CASE
-  if (e != cudaSuccess || plan.num_partitions == 1) return e;
-  return LaunchKernel(PartitionMergeKernel<T>, dim3(tokens.num_tokens, num_heads),
-                      std::min(kv.head_dim, 128), 0, stream, tokens, plan.num_partitions,
-                      kv.head_dim, ws, out);
+  if (e != cudaSuccess || plan.num_partitions == 1 || ws.rows == 0) return e;
+  return LaunchKernel(PartitionMergeKernel<T>, dim3(ws.rows, num_heads), std::min(kv.head_dim, 128),
+                      0, stream, tokens, plan.num_partitions, plan.partition_tokens, kv.head_dim,
+                      ws, out);
 }
 
 }  // namespace
@@ -491,50 +503,17 @@ bool PagedAttentionSupports(int head_dim) {
   return false;
 }
 
-AttentionPlan PlanPagedAttention(int num_tokens, int num_heads, int num_kv_heads, int max_context,
-                                 int num_sms) {
-  AttentionPlan p;
-  const int group = num_heads / num_kv_heads;
-  const long base =
-      static_cast<long>(num_tokens) * num_kv_heads * ((group + kMaxGroup - 1) / kMaxGroup);
-  max_context = std::max(max_context, 1);
-  if (base >= 2L * num_sms || max_context <= kMinPartition) {
-    p.num_partitions = 1;
-    p.partition_tokens = max_context;
-    return p;
-  }
-  const long want = (4L * num_sms + base - 1) / base;  // about four blocks per SM
-  int parts =
-      static_cast<int>(std::min<long>(want, (max_context + kMinPartition - 1) / kMinPartition));
-  parts = std::max(parts, 1);
-  int len = (max_context + parts - 1) / parts;
-  len = (len + kMinPartition - 1) / kMinPartition * kMinPartition;
-  p.partition_tokens = len;
-  p.num_partitions = (max_context + len - 1) / len;
-  return p;
-}
-
-AttentionPlan PlanPagedAttentionFixed(int max_context, int partition_tokens) {
-  AttentionPlan p;
-  p.partition_tokens = std::max(1, (partition_tokens + kTile - 1) / kTile) * kTile;
-  p.num_partitions = std::max(1, (max_context + p.partition_tokens - 1) / p.partition_tokens);
-  return p;
-}
-
-size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim,
-                                    const AttentionPlan& plan) {
-  if (plan.num_partitions <= 1) return 0;
-  const size_t th = static_cast<size_t>(num_tokens) * num_heads * plan.num_partitions;
-  return th * (head_dim + 2) * sizeof(float);
-}
-
 cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
                                  float scale, const AttentionPlan& plan, void* workspace, void* out,
                                  ActType type, cudaStream_t stream) {
   if (tokens.num_tokens == 0) return cudaSuccess;
   if (kv.num_kv_heads <= 0 || num_heads % kv.num_kv_heads != 0) return cudaErrorInvalidValue;
+  if (plan.num_partitions > 1 &&
+      (plan.workspace_rows <= 0 || plan.workspace_rows > tokens.num_tokens)) {
+    return cudaErrorInvalidValue;  // a split plan's rows: 1..T
+  }
   const Workspace ws =
-      Carve(workspace, tokens.num_tokens, num_heads, kv.head_dim, plan.num_partitions);
+      Carve(workspace, plan.workspace_rows, num_heads, kv.head_dim, plan.num_partitions);
   BALLAST_DISPATCH_ACT(type, T, {
     const T* qt = static_cast<const T*>(q);
     T* o = static_cast<T*>(out);

@@ -165,21 +165,16 @@ size_t CudaExecutor::AttentionWorkspaceBytes() {
     fixed_partition_tokens_ = 512;
     auto bytes = [&] {
       return PagedAttentionWorkspaceBytes(
-          T, c.num_attention_heads, c.head_dim,
-          PlanPagedAttentionFixed(options_.max_context, fixed_partition_tokens_));
+          PlanPagedAttentionFixed(T, options_.max_context, fixed_partition_tokens_),
+          c.num_attention_heads, c.head_dim);
     };
     while (bytes() > kBudget && fixed_partition_tokens_ < options_.max_context) {
       fixed_partition_tokens_ *= 2;
     }
     return bytes();
   }
-  size_t ws = 0;
-  for (int t = 1; t <= T; ++t) {
-    const AttentionPlan p = PlanPagedAttention(t, c.num_attention_heads, c.num_key_value_heads,
-                                               options_.max_context, num_sms_);
-    ws = std::max(ws, PagedAttentionWorkspaceBytes(t, c.num_attention_heads, c.head_dim, p));
-  }
-  return ws;
+  return MaxPagedAttentionWorkspaceBytes(T, c.num_attention_heads, c.num_key_value_heads,
+                                         c.head_dim, options_.max_context, num_sms_);
 }
 
 absl::Status CudaExecutor::Init(const std::string& model_dir) {
@@ -347,7 +342,12 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
     if (st.ok()) stall_set_ = timed_set;
     return st;
   }
-  const auto key = std::make_tuple(sh.tokens, sh.max_blocks, sh.sample);
+  const GraphKey key{sh.tokens,
+                     sh.max_blocks,
+                     sh.sample,
+                     sh.attention.partition_tokens,
+                     sh.attention.num_partitions,
+                     sh.attention.workspace_rows};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     // Plans (cuBLASLt heuristics) are made on a first, uncaptured run.

@@ -114,6 +114,8 @@ class CudaExecutor final : public Executor {
   // The rows (the bucket, engine/graph_buckets.h) of the last step
   // replayed from a graph (for tests).
   int last_graph_rows() const { return last_graph_rows_; }
+  // The split-KV attention plan of the last step staged (for tests).
+  AttentionPlan last_attention_plan() const { return last_attention_plan_; }
   // The SMs its steps run on: the device's, or its SM partition's.
   int num_sms() const { return num_sms_; }
 
@@ -130,6 +132,11 @@ class CudaExecutor final : public Executor {
     int prefill_tiles = 0;  // tensor-core prefill attention tiles
     int small_tokens = 0;   // tokens left to the split-KV attention kernel
     bool resolve = false;   // some token comes from the previous step's rows
+    // The split-KV kernel's tokens: their contexts' sum and the longest
+    // (WriteTokens), and its plan from them (PlanAttention).
+    int64_t small_context = 0;
+    int small_longest = 0;
+    AttentionPlan attention;
   };
   CudaExecutor(const ModelConfig& config, KvCache* kv, const CudaExecutorOptions& options);
   absl::Status Init(const std::string& model_dir);
@@ -202,6 +209,9 @@ class CudaExecutor final : public Executor {
   int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
   // The split-KV attention's token order into `order` (cuda_step_meta.cc).
   static void WriteAttentionOrder(const int* pos_small, int tokens, int* order);
+  // The split-KV attention's plan for a staged step: the fixed one in
+  // deterministic mode, else from its contexts (engine/attention_plan.h).
+  AttentionPlan PlanAttention(const StepShape& shape) const;
   // The smallest power of two >= x (block-table buckets).
   static int NextPow2(int x) {
     int p = 1;
@@ -315,10 +325,13 @@ class CudaExecutor final : public Executor {
   int stall_set_ = -1;
   std::atomic<int64_t> stall_ns_{0};
 
-  // (tokens, max_blocks, sample) -> instantiated graph
-  std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;
+  // (tokens, max_blocks, sample, the attention plan's partition length,
+  // count and workspace rows) -> instantiated graph
+  using GraphKey = std::tuple<int, int, bool, int, int, int>;
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
   int64_t graph_replays_ = 0;
   int last_graph_rows_ = 0;
+  AttentionPlan last_attention_plan_;
 };
 
 }  // namespace ballast::engine::cuda

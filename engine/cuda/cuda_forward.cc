@@ -70,10 +70,7 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   kv.k_scale = lay.k_scale;
   kv.v_scale = lay.v_scale;
   const int* table = reinterpret_cast<const int*>(meta_.get<uint8_t>() + table_offset_);
-  const AttentionPlan plan =
-      options_.deterministic ? PlanPagedAttentionFixed(sh.max_context, fixed_partition_tokens_)
-                             : PlanPagedAttention(T, c.num_attention_heads, c.num_key_value_heads,
-                                                  sh.max_context, num_sms_);
+  const AttentionPlan& plan = sh.attention;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const DeviceWeights& w = *weights_;
 

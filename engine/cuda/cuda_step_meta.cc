@@ -125,6 +125,10 @@ void CudaExecutor::WriteTokens(absl::Span<const SequenceChunk> batch, StepShape*
       pos[t] = ch.start_pos + i;
       pos_small[t] = flash ? -1 : pos[t];
       sh->small_tokens += !flash;
+      if (!flash) {
+        sh->small_context += pos[t] + 1;
+        sh->small_longest = std::max(sh->small_longest, pos[t] + 1);
+      }
       if (ch.logits == LogitsMode::kAll || (ch.logits == LogitsMode::kLast && i == n - 1))
         rows[r++] = t;
     }
@@ -149,6 +153,20 @@ void CudaExecutor::WriteAttentionOrder(const int* pos_small, int tokens, int* or
   for (int t = 0; t < tokens; ++t) order[t] = t;
   std::stable_sort(order, order + tokens,
                    [pos_small](int a, int b) { return pos_small[a] > pos_small[b]; });
+}
+
+AttentionPlan CudaExecutor::PlanAttention(const StepShape& sh) const {
+  if (options_.deterministic) {
+    return PlanPagedAttentionFixed(sh.tokens, sh.max_context, fixed_partition_tokens_);
+  }
+  AttentionWork w;
+  w.num_tokens = sh.tokens;
+  w.num_heads = config_.num_attention_heads;
+  w.num_kv_heads = config_.num_key_value_heads;
+  w.max_context = sh.max_context;
+  w.total_context = sh.small_context;
+  w.longest_context = sh.small_longest;
+  return PlanPagedAttention(w, num_sms_);
 }
 
 absl::Status CudaExecutor::ReservePenalties(size_t entries) {
@@ -261,6 +279,8 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
   auto sh = Shape(batch, sampling.size(), sample);
   if (!sh.ok()) return sh.status();
   WriteTokens(batch, &*sh);
+  sh->attention = PlanAttention(*sh);
+  last_attention_plan_ = sh->attention;
   if (auto s = WriteSampleParams(sampling, *sh); !s.ok()) return s;
   WriteBlockTable(batch, *sh);
   if (auto s = Upload(*sh); !s.ok()) return s;

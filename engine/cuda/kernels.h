@@ -18,6 +18,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "engine/attention_plan.h"
+
 namespace ballast::engine::cuda {
 
 enum class ActType { kBF16, kF16 };
@@ -58,7 +60,8 @@ struct TokenMap {
   // [num_tokens], LaunchPagedAttention only: the order its blocks take the
   // tokens in, a permutation (the executor's: longest context first, so a
   // long sequence does not start last and run alone). Null: 0, 1, ...
-  // Any order gives the same output bit for bit.
+  // Any order gives the same output bit for bit, if the plan's split tokens
+  // come first (AttentionPlan::workspace_rows).
   const int* order = nullptr;
 };
 
@@ -126,22 +129,10 @@ bool PagedAttentionSupports(int head_dim);
 // Causal paged attention for a flat batch mixing prefill chunks and decode
 // tokens: query t (of head h) attends to positions [0, pos[t]] of sequence
 // seq[t], through kv head h / (num_heads / num_kv_heads). Long contexts are
-// split into partitions that run in parallel and are merged (flash-decoding).
-// q [T][H][D], out [T][H][D]; workspace from PagedAttentionWorkspaceBytes.
-struct AttentionPlan {
-  int num_partitions = 1;
-  int partition_tokens = 0;  // multiple of the kernel's tile
-};
-AttentionPlan PlanPagedAttention(int num_tokens, int num_heads, int num_kv_heads, int max_context,
-                                 int num_sms);
-// The batch-invariant plan (deterministic mode): partitions of a fixed
-// length (partition_tokens rounded up to the kernel's 128-key tile), so a
-// query's keys are reduced in the same tiles, partitions and order whatever
-// else shares the step. Empty partitions add nothing to the merge, and one
-// partition merged equals the unsplit path bit for bit.
-AttentionPlan PlanPagedAttentionFixed(int max_context, int partition_tokens);
-size_t PagedAttentionWorkspaceBytes(int num_tokens, int num_heads, int head_dim,
-                                    const AttentionPlan& plan);
+// split into partitions that run in parallel and are merged (flash-decoding)
+// as `plan` says (engine/attention_plan.h; its split tokens first in
+// tokens.order). q [T][H][D], out [T][H][D]; workspace of
+// PagedAttentionWorkspaceBytes(plan, ...).
 cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
                                  float scale, const AttentionPlan& plan, void* workspace, void* out,
                                  ActType type, cudaStream_t stream);

@@ -272,6 +272,79 @@ TEST_F(CudaModel, GraphBucketsPastPowersOfTwoMatchEagerSteps) {
   EXPECT_LE(d.argmax_mismatch, 4 * kSeqs / 100);
 }
 
+// A decode batch of spread contexts (one of 900 tokens after 299 of 8),
+// replayed from a graph: the attention plan splits only the long context
+// (the balanced rule, engine/attention_plan.h) into the first of 264
+// workspace rows of the 320-row bucket, the short ones write their output
+// directly, and the logits match the CPU backend's.
+TEST_F(CudaModel, SpreadContextsSplitOnlyTheLongestAndMatchTheCpuBackend) {
+  constexpr int kSeqs = 300, kShortPrompt = 8, kSteps = 3, kLong = kSeqs - 1;
+  testing::ExecutorHarness cpu(model_, 16);
+  GpuHarness gpu(model_, 16);
+  auto run = [&](auto& h) {
+    std::vector<SequenceKv> seqs(kSeqs);
+    std::vector<std::vector<int>> toks(kSeqs);
+    for (int s = 0; s < kLong; ++s) {
+      for (int i = 0; i < kShortPrompt; ++i) toks[s].push_back((s * 13 + i * 7) % 500);
+    }
+    toks[kLong] = prompt_;
+    for (int s = 0; s < kSeqs; ++s) {
+      EXPECT_TRUE(h.kv->Reserve(&seqs[s], static_cast<int>(toks[s].size()) + kSteps).ok());
+    }
+    std::vector<float> out;
+    for (int s0 = 0; s0 < kLong; s0 += 50) {
+      std::vector<SequenceChunk> batch;
+      for (int s = s0; s < std::min(s0 + 50, kLong); ++s) {
+        batch.push_back({&seqs[s], 0, absl::MakeConstSpan(toks[s]), LogitsMode::kLast});
+      }
+      EXPECT_TRUE(h.executor->Forward(batch, &out).ok());
+    }
+    for (int start = 0; start < static_cast<int>(prompt_.size()); start += 256) {
+      const int n = std::min<int>(256, static_cast<int>(prompt_.size()) - start);
+      SequenceChunk c{&seqs[kLong], start, absl::MakeConstSpan(prompt_).subspan(start, n),
+                      LogitsMode::kLast};
+      EXPECT_TRUE(h.executor->Forward({c}, &out).ok());
+    }
+    std::vector<float> all;
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<SequenceChunk> batch;
+      std::vector<int> next(kSeqs);
+      for (int s = 0; s < kSeqs; ++s) {
+        next[s] = (step * 11 + s * 5) % 500;
+        batch.push_back({&seqs[s], static_cast<int>(toks[s].size()),
+                         absl::MakeConstSpan(&next[s], 1), LogitsMode::kLast});
+      }
+      EXPECT_TRUE(h.executor->Forward(batch, &out).ok());
+      all.insert(all.end(), out.begin(), out.end());
+      for (int s = 0; s < kSeqs; ++s) toks[s].push_back(next[s]);
+    }
+    for (auto& s : seqs) h.kv->Release(&s);
+    return all;
+  };
+  const auto want = run(cpu);
+  const auto got = run(gpu);
+  const auto* ge = dynamic_cast<const cuda::CudaExecutor*>(gpu.executor.get());
+  ASSERT_NE(ge, nullptr);
+  EXPECT_GE(ge->graph_replays(), kSteps - 1);
+  EXPECT_EQ(ge->last_graph_rows(), 320);
+  // 640 blocks (320 rows x 2 KV heads) on 132 SMs; a share is 14 keys
+  // ((901 + 299 x 9) x 2 / 528), so 256-key partitions, four over the
+  // 1,024-key bucket, and min(320, 528 / 2) workspace rows.
+  const AttentionPlan plan = ge->last_attention_plan();
+  if (ge->num_sms() == 132) {
+    EXPECT_EQ(plan.partition_tokens, kMinSplitTokens);
+    EXPECT_EQ(plan.num_partitions, 4);
+    EXPECT_EQ(plan.workspace_rows, 264);
+  }
+  const auto d = CompareLogits(got, want, 512);
+  std::cout << "spread contexts, cuda vs cpu: max abs diff " << d.max_abs << " (max |logit| "
+            << d.max_mag << "), argmax mismatches " << d.argmax_mismatch << " of " << kSteps * kSeqs
+            << "\n";
+  EXPECT_LT(d.max_abs, kHalfTolerance * std::max(1.0, d.max_mag));
+  const auto decisive = CompareLogits(got, want, 512, 2.0 * d.max_abs / std::max(1e-9, d.max_mag));
+  EXPECT_EQ(decisive.decisive_mismatch, 0) << d.argmax_mismatch << " argmax flips in all";
+}
+
 TEST_F(CudaModel, SamplerFollowsTheSoftmax) {
   GpuHarness h(model_, 16, "auto", /*graphs=*/true);
   SequenceKv seq;

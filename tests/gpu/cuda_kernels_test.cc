@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -35,7 +36,20 @@ struct AttnCase {
   std::vector<int> queries;   // queries per sequence (the last positions)
   KvType kv = KvType::kBF16;
   bool prefill_kernel = false;  // LaunchPrefillAttention (tiles) instead of the split-KV kernel
+  // The SMs the plan is made for: few make a small batch plan as a large
+  // one does on a whole GPU (the balanced rule, engine/attention_plan.h).
+  int num_sms = 132;
+  bool some_split = false;  // the plan must split some tokens, not all
 };
+
+// The executor's order (CudaExecutor::WriteAttentionOrder): longest
+// context first, padding last; ties in token order.
+std::vector<int> LongestFirst(const std::vector<int>& pos) {
+  std::vector<int> order(pos.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return pos[a] > pos[b]; });
+  return order;
+}
 
 void RunAttention(const AttnCase& c) {
   SCOPED_TRACE(::testing::Message()
@@ -114,7 +128,16 @@ void RunAttention(const AttnCase& c) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   int max_ctx = 0;
   for (int L : c.seq_lens) max_ctx = std::max(max_ctx, L);
-  const AttentionPlan plan = PlanPagedAttention(T, c.heads, Hkv, max_ctx, 132);
+  AttentionWork work;
+  work.num_tokens = T;
+  work.num_heads = c.heads;
+  work.num_kv_heads = Hkv;
+  work.max_context = max_ctx;
+  for (int p : tpos) {
+    work.total_context += p + 1;
+    work.longest_context = std::max(work.longest_context, p + 1);
+  }
+  const AttentionPlan plan = PlanPagedAttention(work, c.num_sms);
   uint8_t* d_pool = ToDevice(pool);
   int* d_table = ToDevice(table);
   int* d_seq = ToDevice(tseq);
@@ -122,9 +145,8 @@ void RunAttention(const AttnCase& c) {
   uint16_t* d_q = ToDevice(q);
   uint16_t* d_out = ToDevice(std::vector<uint16_t>(q.size(), 0));
   void* ws = nullptr;
-  ASSERT_EQ(
-      cudaMalloc(&ws, std::max<size_t>(16, PagedAttentionWorkspaceBytes(T, c.heads, D, plan))),
-      cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ws, std::max<size_t>(16, PagedAttentionWorkspaceBytes(plan, c.heads, D))),
+            cudaSuccess);
   PagedKv kv;
   kv.block_ids = d_table;
   kv.max_blocks = max_blocks;
@@ -154,13 +176,27 @@ void RunAttention(const AttnCase& c) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(d_tiles);
   } else {
-    ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T}, c.heads, kv, scale, plan, ws,
-                                   d_out, ActType::kBF16, nullptr),
+    // A plan that splits only some tokens needs them first: the executor's
+    // order. Otherwise any order (none: token order).
+    const bool some = plan.num_partitions > 1 && plan.workspace_rows < T;
+    ASSERT_EQ(some, c.some_split) << plan.num_partitions << " x " << plan.partition_tokens;
+    std::vector<int> order = LongestFirst(tpos);
+    int* d_first = some ? ToDevice(order) : nullptr;
+    ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T, d_first}, c.heads, kv, scale,
+                                   plan, ws, d_out, ActType::kBF16, nullptr),
               cudaSuccess);
-    // The same launch taking its tokens in another order (TokenMap::order;
-    // the executor's is longest first): the same output bit for bit.
-    std::vector<int> order(T);
-    for (int t = 0; t < T; ++t) order[t] = T - 1 - t;
+    // The same launch taking its tokens in another order: the same output
+    // bit for bit. Reversed, or with `some`, the split tokens reversed and
+    // the rest reversed after them.
+    if (some) {
+      const auto split = std::partition_point(
+          order.begin(), order.end(), [&](int t) { return tpos[t] >= plan.partition_tokens; });
+      ASSERT_LE(split - order.begin(), plan.workspace_rows);
+      std::reverse(order.begin(), split);
+      std::reverse(split, order.end());
+    } else {
+      for (int t = 0; t < T; ++t) order[t] = T - 1 - t;
+    }
     int* d_order = ToDevice(order);
     uint16_t* d_out2 = ToDevice(std::vector<uint16_t>(q.size(), 0));
     ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T, d_order}, c.heads, kv, scale,
@@ -170,6 +206,7 @@ void RunAttention(const AttnCase& c) {
     EXPECT_EQ(ToHost(d_out2, q.size()), ToHost(d_out, q.size())) << "tokens in reverse order";
     cudaFree(d_order);
     cudaFree(d_out2);
+    if (d_first != nullptr) cudaFree(d_first);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto out = ToHost(d_out, q.size());
@@ -228,6 +265,13 @@ TEST(CudaKernels, PagedAttentionMatchesReference) {
       RunAttention({D, 12, 1, 7, {260, 5}, {3, 5}, kv});
       // 5 query heads over 1 KV head: decode and a prefill chunk.
       RunAttention({D, 5, 1, 16, {333, 90}, {1, 90}, kv});
+      // Spread contexts planned as a large batch: only the longest split,
+      // into slots other than their tokens (1,000 and 800 into 512-key
+      // partitions; 900 into 256-key ones with two head chunks); the
+      // others write their output directly.
+      RunAttention(
+          {D, 8, 2, 16, {40, 1000, 7, 800, 20, 1}, {1, 1, 1, 1, 1, 1}, kv, false, 2, true});
+      RunAttention({D, 12, 1, 7, {5, 900, 60}, {5, 1, 1}, kv, false, 2, true});
     }
     for (int D : {64, 80, 96, 128, 256}) {  // the tensor-core prefill kernel
       ASSERT_TRUE(PrefillAttentionSupports(D)) << D;

@@ -1,0 +1,129 @@
+#include "engine/attention_plan.h"
+
+#include <algorithm>
+
+namespace ballast::engine {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Blocks a token takes: one per KV head and group of kAttentionMaxGroup
+// query heads.
+int64_t BlocksPerToken(int num_heads, int num_kv_heads) {
+  const int group = num_heads / std::max(num_kv_heads, 1);
+  return std::max<int64_t>(
+      1, static_cast<int64_t>(num_kv_heads) * CeilDiv(std::max(group, 1), kAttentionMaxGroup));
+}
+
+// The smallest power of two at least `n` and kMinSplitTokens: at most
+// twice a share, and few distinct lengths, since a CUDA graph is captured
+// per length.
+int RoundPartition(int64_t n) {
+  int64_t p = kMinSplitTokens;
+  while (p < n) p *= 2;
+  return static_cast<int>(p);
+}
+
+// The few-blocks rule's partitions before rounding their length: no
+// context up to max_context is cut into more (FillDevice).
+int64_t FillDeviceParts(int64_t blocks, int max_context, int num_sms) {
+  const int64_t want = CeilDiv(static_cast<int64_t>(kAttentionBlocksPerSm) * num_sms, blocks);
+  return std::max<int64_t>(1, std::min(want, CeilDiv(max_context, kMinPartitionTokens)));
+}
+
+AttentionPlan Unsplit(int max_context) {
+  AttentionPlan p;
+  p.partition_tokens = max_context;
+  return p;
+}
+
+// Few blocks: every context cut into about kAttentionBlocksPerSm blocks
+// per SM, partitions of at least kMinPartitionTokens.
+AttentionPlan FillDevice(int64_t blocks, int num_tokens, int max_context, int num_sms) {
+  if (max_context <= kMinPartitionTokens) return Unsplit(max_context);
+  const int64_t parts = FillDeviceParts(blocks, max_context, num_sms);
+  int64_t len = CeilDiv(max_context, parts);
+  len = CeilDiv(len, kMinPartitionTokens) * kMinPartitionTokens;
+  AttentionPlan p;
+  p.partition_tokens = static_cast<int>(len);
+  p.num_partitions = static_cast<int>(CeilDiv(max_context, len));
+  p.workspace_rows = p.num_partitions > 1 ? num_tokens : 0;
+  return p;
+}
+
+}  // namespace
+
+AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms) {
+  const int max_context = std::max(work.max_context, 1);
+  const int T = std::max(work.num_tokens, 0);
+  const int64_t per_token = BlocksPerToken(work.num_heads, work.num_kv_heads);
+  const int64_t blocks = T * per_token;
+  num_sms = std::max(num_sms, 1);
+  if (T == 0) return Unsplit(max_context);
+  if (blocks < 2L * num_sms) return FillDevice(blocks, T, max_context, num_sms);
+  // Many blocks: a balanced share of the keys for each resident block.
+  // A context past twice the share would run on long after the rest; cut
+  // the long ones into partitions of about the share. (Up to twice, the
+  // merge and its launch cost more than the tail: 64 equal contexts of
+  // about 1,040 cut at 1,024 took 2% longer, docs/benchmarks.md.) Fewer than
+  // slots / per_token tokens can be longer than a partition (each holds
+  // more than the share, and the shares add up to the total), which
+  // bounds the workspace.
+  if (work.total_context <= 0) return Unsplit(max_context);
+  const int longest =
+      work.longest_context > 0 ? std::min(work.longest_context, max_context) : max_context;
+  const int64_t slots = static_cast<int64_t>(kAttentionBlocksPerSm) * num_sms;
+  const int64_t share = CeilDiv(work.total_context * per_token, slots);
+  if (longest <= 2 * share) return Unsplit(max_context);
+  int len = RoundPartition(share);
+  while (CeilDiv(max_context, len) > kMaxSplitPartitions) len *= 2;
+  if (len >= longest) return Unsplit(max_context);
+  AttentionPlan p;
+  p.partition_tokens = len;
+  p.num_partitions = static_cast<int>(CeilDiv(max_context, len));
+  p.workspace_rows = static_cast<int>(std::min<int64_t>(T, CeilDiv(slots, per_token)));
+  return p;
+}
+
+AttentionPlan PlanPagedAttentionFixed(int num_tokens, int max_context, int partition_tokens) {
+  AttentionPlan p;
+  p.partition_tokens = static_cast<int>(
+      std::max<int64_t>(1, CeilDiv(partition_tokens, kAttentionTile)) * kAttentionTile);
+  p.num_partitions =
+      static_cast<int>(std::max<int64_t>(1, CeilDiv(max_context, p.partition_tokens)));
+  p.workspace_rows = p.num_partitions > 1 ? std::max(num_tokens, 0) : 0;
+  return p;
+}
+
+size_t PagedAttentionWorkspaceBytes(const AttentionPlan& plan, int num_heads, int head_dim) {
+  if (plan.num_partitions <= 1) return 0;
+  const size_t partials =
+      static_cast<size_t>(plan.workspace_rows) * num_heads * plan.num_partitions;
+  return partials * (head_dim + 2) * sizeof(float);  // o [D], m, l
+}
+
+size_t MaxPagedAttentionWorkspaceBytes(int max_tokens, int num_heads, int num_kv_heads,
+                                       int head_dim, int max_context, int num_sms) {
+  const int64_t per_token = BlocksPerToken(num_heads, num_kv_heads);
+  num_sms = std::max(num_sms, 1);
+  size_t most = 0;
+  // The few-blocks rule: t rows and FillDeviceParts partitions at most (a
+  // shorter context may round to more partitions than the longest does,
+  // never to more than that).
+  for (int t = 1; t <= max_tokens && t * per_token < 2L * num_sms; ++t) {
+    AttentionPlan p;
+    p.workspace_rows = t;
+    p.num_partitions =
+        static_cast<int>(FillDeviceParts(t * per_token, std::max(max_context, 1), num_sms));
+    most = std::max(most, PagedAttentionWorkspaceBytes(p, num_heads, head_dim));
+  }
+  // The balanced rule: its rows and partitions at their bounds.
+  AttentionPlan b;
+  b.workspace_rows = static_cast<int>(std::min<int64_t>(
+      max_tokens, CeilDiv(static_cast<int64_t>(kAttentionBlocksPerSm) * num_sms, per_token)));
+  b.num_partitions = static_cast<int>(
+      std::min<int64_t>(kMaxSplitPartitions, CeilDiv(max_context, kMinSplitTokens)));
+  return std::max(most, PagedAttentionWorkspaceBytes(b, num_heads, head_dim));
+}
+
+}  // namespace ballast::engine

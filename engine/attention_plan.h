@@ -1,0 +1,88 @@
+// The split-KV decode attention's launch plan (engine/cuda/attention_kernels.cu):
+// how many partitions each (token, KV head) pair's keys are cut into, and
+// how much workspace their partial results need. Pure host arithmetic, kept
+// apart from the kernels (as FlashInfer splits plan from run) so the CPU
+// unit tests check it and the CUDA executor sizes its workspace from it.
+// Stateless functions: safe from any thread.
+//
+// The kernel gives each (token, KV head, group of up to kAttentionMaxGroup
+// query heads, partition) a block of 128 threads.
+// Every partition has partition_tokens keys; a token whose context is at
+// most partition_tokens is not split: its one block writes the output, and
+// its other partitions' blocks return at once. A split token's partitions
+// write partial results to the workspace, and a merge kernel combines them.
+//
+// Two rules choose partition_tokens (PlanPagedAttention):
+// - Few blocks (under two per SM): split every context into about
+//   four blocks per SM, so a small batch fills the device.
+// - Many blocks: when the longest context is past twice a balanced share
+//   of the step's keys, split the contexts longer than about that share.
+//   With spread contexts, one long sequence's blocks would otherwise run
+//   long after the rest, the SMs mostly idle.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ballast::engine {
+
+// The fixed plan's partitions are multiples of this (the kernel's tile).
+inline constexpr int kAttentionTile = 128;
+// The few-blocks rule's shortest partition.
+inline constexpr int kMinPartitionTokens = 64;
+// The balanced rule's shortest partition: shorter ones would merge more
+// than they save.
+inline constexpr int kMinSplitTokens = 256;
+// The balanced rule's most partitions a token (bounds the workspace).
+inline constexpr int kMaxSplitPartitions = 16;
+// Query heads per block of the kernel (larger GQA groups take several).
+inline constexpr int kAttentionMaxGroup = 8;
+// Blocks the kernel keeps resident per SM, about (its shared memory).
+inline constexpr int kAttentionBlocksPerSm = 4;
+
+struct AttentionPlan {
+  int num_partitions = 1;
+  int partition_tokens = 0;  // keys a partition (> 0)
+  // Token slots (positions in the launch's token order) whose partial
+  // results the workspace holds: the first workspace_rows slots. A launch
+  // whose order puts the split tokens (context > partition_tokens) first,
+  // as the executor's longest-first order does, needs no more; with no
+  // order it is every token.
+  int workspace_rows = 0;
+};
+
+// What the planner knows of a launch.
+struct AttentionWork {
+  int num_tokens = 0;    // T: the launch's tokens, skipped ones included
+  int num_heads = 0;     // query heads
+  int num_kv_heads = 0;  // a divisor of num_heads
+  // The grid's bound: no token's context (pos + 1) exceeds it. A graph
+  // replays one plan for many steps, so this is its bucket's bound.
+  int max_context = 0;
+  // The sum of the tokens' contexts and the longest one, over the tokens
+  // the kernel attends for (0: unknown; only the few-blocks rule applies).
+  int64_t total_context = 0;
+  int longest_context = 0;
+};
+
+// The plan of a launch on `num_sms` SMs. The balanced rule's split tokens
+// must come first in the launch's order (workspace_rows).
+AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms);
+
+// The batch-invariant plan (deterministic mode): partitions of a fixed
+// length (partition_tokens rounded up to kAttentionTile), so a query's keys
+// are reduced in the same tiles, partitions and order whatever else shares
+// the step. Empty partitions add nothing to the merge, and a context of one
+// partition is written directly, as the merge of it alone would write it
+// bit for bit. Every one of `num_tokens` slots may be split.
+AttentionPlan PlanPagedAttentionFixed(int num_tokens, int max_context, int partition_tokens);
+
+// Bytes of workspace `plan` needs (0 when nothing is split).
+size_t PagedAttentionWorkspaceBytes(const AttentionPlan& plan, int num_heads, int head_dim);
+
+// The most workspace PlanPagedAttention asks for over every launch of at
+// most max_tokens tokens and contexts of at most max_context.
+size_t MaxPagedAttentionWorkspaceBytes(int max_tokens, int num_heads, int num_kv_heads,
+                                       int head_dim, int max_context, int num_sms);
+
+}  // namespace ballast::engine

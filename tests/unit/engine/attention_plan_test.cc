@@ -1,0 +1,152 @@
+// The split-KV attention's plan (engine/attention_plan.h), without a GPU:
+// small batches fill the device as before; large batches split only the
+// contexts past a balanced share, and never more tokens than the workspace
+// bound holds (checked by brute force over random batches).
+#include "engine/attention_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace ballast::engine {
+namespace {
+
+constexpr int kSms = 132;  // an H100/H200
+
+// Llama-3-8B's heads (32 over 8 KV heads: one block per KV head a token).
+AttentionWork Llama8b(const std::vector<int>& contexts, int max_context = 0) {
+  AttentionWork w;
+  w.num_tokens = static_cast<int>(contexts.size());
+  w.num_heads = 32;
+  w.num_kv_heads = 8;
+  for (int c : contexts) {
+    w.total_context += c;
+    w.longest_context = std::max(w.longest_context, c);
+  }
+  w.max_context = max_context > 0 ? max_context : w.longest_context;
+  return w;
+}
+
+TEST(AttentionPlan, OneSequenceFillsTheDevice) {
+  // 8 blocks on 132 SMs: 66 partitions wanted (about four blocks an SM),
+  // at most 4,096 / 64 = 64 of 64 keys.
+  const AttentionPlan p = PlanPagedAttention(Llama8b({4096}), kSms);
+  EXPECT_EQ(p.partition_tokens, 64);
+  EXPECT_EQ(p.num_partitions, 64);
+  EXPECT_EQ(p.workspace_rows, 1);
+  // A context of one partition is not split, and needs no workspace.
+  const AttentionPlan q = PlanPagedAttention(Llama8b({50}), kSms);
+  EXPECT_EQ(q.num_partitions, 1);
+  EXPECT_EQ(PagedAttentionWorkspaceBytes(q, 32, 128), 0u);
+}
+
+TEST(AttentionPlan, EqualContextsInALargeBatchAreNotSplit) {
+  for (int batch : {64, 256, 1000}) {
+    for (int ctx : {300, 1024, 1040, 4096}) {  // 1,040: just past a 1,024 partition
+      const AttentionPlan p = PlanPagedAttention(Llama8b(std::vector<int>(batch, ctx)), kSms);
+      EXPECT_EQ(p.num_partitions, 1) << batch << " x " << ctx;
+      EXPECT_EQ(p.workspace_rows, 0);
+    }
+  }
+}
+
+TEST(AttentionPlan, ALongContextAmongShortOnesIsSplit) {
+  // 63 contexts of 500 and one of 4,000: a share is 35,500 keys x 8 heads
+  // over 528 resident blocks = 538, so partitions of 1,024 (4 cover 4,096).
+  std::vector<int> ctx(63, 500);
+  ctx.push_back(4000);
+  const AttentionPlan p = PlanPagedAttention(Llama8b(ctx, 4096), kSms);
+  EXPECT_EQ(p.partition_tokens, 1024);
+  EXPECT_EQ(p.num_partitions, 4);
+  EXPECT_EQ(p.workspace_rows, 64);  // at most 528 / 8 split tokens
+  // Unknown contexts: nothing to balance against, not split.
+  AttentionWork w = Llama8b(ctx, 4096);
+  w.total_context = 0;
+  EXPECT_EQ(PlanPagedAttention(w, kSms).num_partitions, 1);
+}
+
+TEST(AttentionPlan, PartitionsAreCappedForVeryLongContexts) {
+  std::vector<int> ctx(100, 20);
+  ctx.push_back(120000);
+  const AttentionPlan p = PlanPagedAttention(Llama8b(ctx), kSms);
+  EXPECT_LE(p.num_partitions, kMaxSplitPartitions);
+  EXPECT_GE(p.partition_tokens * p.num_partitions, 120000);
+}
+
+TEST(AttentionPlan, FixedPlanSplitsEveryTokenAtOneLength) {
+  const AttentionPlan p = PlanPagedAttentionFixed(10, 1000, 500);
+  EXPECT_EQ(p.partition_tokens, 512);
+  EXPECT_EQ(p.num_partitions, 2);
+  EXPECT_EQ(p.workspace_rows, 10);
+  EXPECT_EQ(PagedAttentionWorkspaceBytes(p, 4, 64), 10u * 4 * 2 * (64 + 2) * sizeof(float));
+  EXPECT_EQ(PlanPagedAttentionFixed(10, 300, 500).num_partitions, 1);
+}
+
+// The few-blocks rule at every token count and context up to a short
+// limit: a context below the limit can round to more partitions than the
+// limit itself (256 with 29 tokens: 2 of 128, but 160: 3 of 64); the bound
+// holds them.
+TEST(AttentionPlan, FewBlocksBoundHoldsBelowTheLongestContext) {
+  for (int sms : {1, 7, 132}) {
+    const size_t bound = MaxPagedAttentionWorkspaceBytes(64, 32, 8, 128, 256, sms);
+    for (int t = 1; t <= 64; ++t) {
+      for (int c = 1; c <= 256; ++c) {
+        AttentionWork w = Llama8b(std::vector<int>(t, c));
+        const AttentionPlan p = PlanPagedAttention(w, sms);
+        ASSERT_LE(PagedAttentionWorkspaceBytes(p, 32, 128), bound) << t << " x " << c;
+      }
+    }
+  }
+}
+
+// Random batches (log-normal contexts, as a server's), many shapes: every
+// plan covers the longest context, the split tokens fit workspace_rows, and
+// the workspace stays within the executor's bound.
+TEST(AttentionPlan, SplitTokensAlwaysFitTheWorkspaceBound) {
+  std::mt19937_64 rng(7);
+  struct Heads {
+    int q, kv, dim;
+  };
+  int balanced_splits = 0;
+  for (const Heads h : {Heads{32, 8, 128}, Heads{12, 1, 64}, Heads{64, 8, 128}, Heads{8, 8, 64}}) {
+    for (int sms : {1, 16, 132}) {
+      const int max_tokens = 1024, max_context = 32768;
+      const size_t bound =
+          MaxPagedAttentionWorkspaceBytes(max_tokens, h.q, h.kv, h.dim, max_context, sms);
+      for (int trial = 0; trial < 300; ++trial) {
+        const int n = 1 + static_cast<int>(rng() % max_tokens);
+        const double mean = 16.0 + static_cast<double>(rng() % 4000);
+        const double sigma = static_cast<double>(rng() % 200) / 100.0;
+        std::lognormal_distribution<double> draw(std::log(mean) - sigma * sigma / 2, sigma);
+        std::vector<int> ctx(n);
+        for (int& c : ctx) {
+          c = static_cast<int>(std::clamp(draw(rng), 1.0, static_cast<double>(max_context)));
+        }
+        AttentionWork w = Llama8b(ctx);
+        w.num_heads = h.q;
+        w.num_kv_heads = h.kv;
+        // A graph bucket's bound: up to twice the longest, within the limit.
+        w.max_context = std::min(max_context, w.longest_context * (1 + trial % 2));
+        const AttentionPlan p = PlanPagedAttention(w, sms);
+        ASSERT_GE(static_cast<int64_t>(p.partition_tokens) * p.num_partitions, w.max_context);
+        ASSERT_GE(p.partition_tokens, 1);
+        const int split = static_cast<int>(
+            std::count_if(ctx.begin(), ctx.end(), [&](int c) { return c > p.partition_tokens; }));
+        if (p.num_partitions > 1) {
+          ASSERT_LE(split, p.workspace_rows) << "n " << n << " sms " << sms;
+          balanced_splits += p.workspace_rows < n;
+        } else {
+          ASSERT_EQ(split, 0);
+        }
+        ASSERT_LE(PagedAttentionWorkspaceBytes(p, h.q, h.dim), bound);
+      }
+    }
+  }
+  EXPECT_GT(balanced_splits, 100);  // the balanced rule was exercised
+}
+
+}  // namespace
+}  // namespace ballast::engine
