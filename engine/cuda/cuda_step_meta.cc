@@ -148,10 +148,17 @@ void CudaExecutor::WriteTokens(absl::Span<const SequenceChunk> batch, StepShape*
 // contexts first, the tokens it skips (pos_small -1) last. Its blocks run
 // in about this order, so the longest start first and the short ones fill
 // the end, where a long one started last would run alone (largest
-// processing time first). Ties keep token order.
+// processing time first). Ties keep token order. The skipped tokens are
+// set apart first, so a prefill step (mostly tile tokens) sorts few.
 void CudaExecutor::WriteAttentionOrder(const int* pos_small, int tokens, int* order) {
-  for (int t = 0; t < tokens; ++t) order[t] = t;
-  std::stable_sort(order, order + tokens,
+  int attended = 0;
+  for (int t = 0; t < tokens; ++t) {
+    if (pos_small[t] >= 0) order[attended++] = t;
+  }
+  for (int t = 0, next = attended; t < tokens; ++t) {
+    if (pos_small[t] < 0) order[next++] = t;
+  }
+  std::stable_sort(order, order + attended,
                    [pos_small](int a, int b) { return pos_small[a] > pos_small[b]; });
 }
 
