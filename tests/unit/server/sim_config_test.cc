@@ -12,8 +12,9 @@ namespace {
 const std::string kDir = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/";
 
 TEST(SimConfigTest, CommittedExamplesParse) {
-  for (const char* name : {"small.yaml", "prism-58.yaml", "cluster-1000.yaml", "validate-h200.yaml",
-                           "chat-tiers.yaml", "remap.yaml"}) {
+  for (const char* name :
+       {"small.yaml", "prism-58.yaml", "cluster-1000.yaml", "cluster-1000-5000.yaml",
+        "validate-h200.yaml", "chat-tiers.yaml", "remap.yaml"}) {
     auto f = ReadSimConfig(kDir + name);
     ASSERT_TRUE(f.ok()) << name << ": " << f.status();
     EXPECT_EQ(f->calibration_path, kDir + "calibration-h200.json") << name;
@@ -41,6 +42,9 @@ TEST(SimConfigTest, CommittedExamplesParse) {
   ASSERT_TRUE(big.ok());
   EXPECT_EQ(big->config.models.size(), 2000u);
   EXPECT_EQ(big->config.cluster.nodes * big->config.cluster.gpus_per_node, 1000);
+  auto biggest = ReadSimConfig(kDir + "cluster-1000-5000.yaml");
+  ASSERT_TRUE(biggest.ok());
+  EXPECT_EQ(biggest->config.models.size(), 5000u);  // the largest catalogue
 }
 
 TEST(SimConfigTest, ModelsTakeNamedOrExplicitShapesAndDtypes) {
