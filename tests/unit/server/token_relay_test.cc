@@ -220,7 +220,10 @@ TEST(TokenRelayReadAheadTest, TokensGatheredWhileTheClientDoesNotReadComeInBatch
   std::iota(want.begin(), want.end(), 1);
   EXPECT_EQ(ids, want);
   EXPECT_EQ(finals, 1);
-  EXPECT_LT(messages, SingleTokenNode::kTokens / 2)
+  // How many depends on when gRPC's buffers let the relay's writes wait:
+  // 4 to 68 messages over 80 runs on a 2-core VM (21 most often). One by
+  // one would be kTokens.
+  EXPECT_LT(messages, SingleTokenNode::kTokens)
       << "the relay wrote the node's messages one by one instead of gathering them";
 }
 
