@@ -252,8 +252,15 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   const int fp8_k =
       fp8 ? std::max({config_.hidden_size, config_.q_dim(), config_.intermediate_size}) : 0;
   workspace_bytes_ = kGemmWorkspace + (fp8 ? Gemm::Fp8ScratchBytes(fp8_rows, fp8_k) : 0);
-  auto g = Gemm::Create(kGemmWorkspace, options_.skinny_gemm_max_m, fp8_rows, fp8_k,
-                        options_.deterministic, options_.gemm_tune_candidates);
+  GemmOptions go;
+  go.workspace_bytes = kGemmWorkspace;
+  go.skinny_max_m = options_.skinny_gemm_max_m;
+  go.skinny_mma_max_m = options_.skinny_mma_gemm_max_m;
+  go.fp8_rows = fp8_rows;
+  go.fp8_max_k = fp8_k;
+  go.batch_invariant = options_.deterministic;
+  go.tune_candidates = options_.gemm_tune_candidates;
+  auto g = Gemm::Create(go);
   if (!g.ok()) return g.status();
   gemm_ = std::move(*g);
 

@@ -44,7 +44,11 @@ absl::StatusOr<double> GemmPeakTflops(int tune_candidates, bool random_data) {
       BALLAST_CUDA_RETURN(cudaMemset(buf->get(), 0, bytes), "memset");
     }
   }
-  auto g = cuda::Gemm::Create(32u << 20, /*skinny_max_m=*/0, 0, 0, false, tune_candidates);
+  cuda::GemmOptions go;
+  go.skinny_max_m = 0;
+  go.skinny_mma_max_m = 0;
+  go.tune_candidates = tune_candidates;
+  auto g = cuda::Gemm::Create(go);
   if (!g.ok()) return g.status();
   cudaStream_t st;
   BALLAST_CUDA_RETURN(cudaStreamCreate(&st), "stream");

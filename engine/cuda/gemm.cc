@@ -188,29 +188,28 @@ size_t Gemm::Fp8ScratchBytes(int fp8_rows, int fp8_max_k) {
   return Fp8ScalesOffset(fp8_rows, fp8_max_k) + static_cast<size_t>(fp8_rows) * sizeof(float);
 }
 
-absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes, int skinny_max_m,
-                                                   int fp8_rows, int fp8_max_k,
-                                                   bool batch_invariant, int tune_candidates) {
+absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(const GemmOptions& o) {
   if (!Lt().error.empty()) return absl::UnavailableError(Lt().error);
   std::unique_ptr<Gemm> g(new Gemm());
   cublasLtHandle_t h;
   if (auto s = Check(Lt().cublasLtCreate(&h), "create"); !s.ok()) return s;
   g->handle_ = h;
-  if (cudaMalloc(&g->workspace_, workspace_bytes) != cudaSuccess) {
+  if (cudaMalloc(&g->workspace_, o.workspace_bytes) != cudaSuccess) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate the ", workspace_bytes, "-byte cuBLASLt workspace"));
+        absl::StrCat("cannot allocate the ", o.workspace_bytes, "-byte cuBLASLt workspace"));
   }
-  g->workspace_bytes_ = workspace_bytes;
-  g->skinny_max_m_ = batch_invariant ? 0 : std::min(skinny_max_m, kSkinnyGemmMaxM);
-  g->batch_invariant_ = batch_invariant;
-  g->tune_candidates_ = batch_invariant ? 0 : std::max(tune_candidates, 0);
-  if (fp8_rows > 0 && fp8_max_k > 0) {
-    if (auto s = g->fp8_x_.Allocate(Fp8ScratchBytes(fp8_rows, fp8_max_k), "FP8 activations");
+  g->workspace_bytes_ = o.workspace_bytes;
+  g->skinny_max_m_ = o.batch_invariant ? 0 : std::min(o.skinny_max_m, kSkinnyGemmMaxM);
+  g->skinny_mma_max_m_ = o.batch_invariant ? 0 : std::min(o.skinny_mma_max_m, kSkinnyMmaGemmMaxM);
+  g->batch_invariant_ = o.batch_invariant;
+  g->tune_candidates_ = o.batch_invariant ? 0 : std::max(o.tune_candidates, 0);
+  if (o.fp8_rows > 0 && o.fp8_max_k > 0) {
+    if (auto s = g->fp8_x_.Allocate(Fp8ScratchBytes(o.fp8_rows, o.fp8_max_k), "FP8 activations");
         !s.ok()) {
       return s;
     }
-    g->fp8_rows_ = fp8_rows;
-    g->fp8_max_k_ = fp8_max_k;
+    g->fp8_rows_ = o.fp8_rows;
+    g->fp8_max_k_ = o.fp8_max_k;
   }
   return g;
 }
@@ -329,6 +328,10 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
 
 bool Gemm::UsesSkinny(int m, int k) const { return m <= skinny_max_m_ && SkinnyGemmSupports(m, k); }
 
+bool Gemm::UsesSkinnyMma(int m, int k) const {
+  return !UsesSkinny(m, k) && m <= skinny_mma_max_m_ && SkinnyMmaGemmSupports(m, k);
+}
+
 absl::Status Gemm::RunSkinnySiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
                                     int k, ActType type, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
@@ -350,6 +353,12 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
     const cudaError_t e = LaunchSkinnyGemm(x, w, y, m, n, k, type, out_f32, stream);
     if (e != cudaSuccess)
       return absl::InternalError(absl::StrCat("skinny gemm: ", cudaGetErrorString(e)));
+    return absl::OkStatus();
+  }
+  if (UsesSkinnyMma(m, k)) {
+    const cudaError_t e = LaunchSkinnyMmaGemm(x, w, y, m, n, k, type, out_f32, stream);
+    if (e != cudaSuccess)
+      return absl::InternalError(absl::StrCat("tensor-core skinny gemm: ", cudaGetErrorString(e)));
     return absl::OkStatus();
   }
   auto plan = GetPlan(m, n, k, type, out_f32, false);

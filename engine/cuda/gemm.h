@@ -4,8 +4,9 @@
 //
 // x and w in the activation type (BF16 or FP16), FP32 accumulation, y in the
 // activation type or FP32 (logits). Weights keep Hugging Face's [out, in]
-// row-major layout. Decode-sized products (a few rows) use the skinny
-// kernel of kernels.h instead. Each shape's descriptors and heuristic algorithm are
+// row-major layout. Decode-sized products (up to 32 rows by default) use
+// the skinny kernels of kernels.h instead: the CUDA-core one for one or two
+// rows, the tensor-core one past that. Each shape's descriptors and heuristic algorithm are
 // built once and cached, so a step issues no host-side planning and the
 // calls can be captured in CUDA graphs. A caller-provided workspace keeps
 // cuBLASLt from allocating.
@@ -51,22 +52,31 @@
 
 namespace ballast::engine::cuda {
 
+// What Create builds. Each field's default and cost:
+struct GemmOptions {
+  // cuBLASLt workspace, allocated by Create (32 MiB suffices on H100).
+  size_t workspace_bytes = 32u << 20;
+  // Products with at most this many rows use the CUDA-core skinny kernel
+  // (LaunchSkinnyGemm) instead of cuBLASLt; 0 = never.
+  int skinny_max_m = kSkinnyGemmDefaultMaxM;
+  // Products with more rows than skinny_max_m and at most this many use
+  // the tensor-core skinny kernel (LaunchSkinnyMmaGemm); 0 = never.
+  int skinny_mma_max_m = kSkinnyMmaGemmDefaultMaxM;
+  // The largest x RunFp8 quantizes for cuBLASLt (rows x k bytes + rows
+  // floats of scratch, allocated by Create); 0: no FP8 products.
+  int fp8_rows = 0;
+  int fp8_max_k = 0;
+  // See Gemm (both skinny kernels and tuning are then off).
+  bool batch_invariant = false;
+  // See Gemm; 0 (default) keeps the heuristic's first. Costs each shape
+  // bucket's first call tune_candidates x 4 products and as many waits
+  // for the stream.
+  int tune_candidates = 0;
+};
+
 class Gemm {
  public:
-  // workspace_bytes: cuBLASLt workspace (32 MiB suffices on H100).
-  // skinny_max_m: products with at most this many rows (decode) use
-  // LaunchSkinnyGemm instead of cuBLASLt; 0 = always cuBLASLt.
-  // fp8_rows, fp8_max_k: the largest x RunFp8 quantizes for cuBLASLt
-  // (rows x k bytes + rows floats of scratch); 0: no FP8 products.
-  // batch_invariant: see above (skinny_max_m and tuning are then off).
-  // tune_candidates: see above; 0 (default) keeps the heuristic's first.
-  // Costs each shape bucket's first call tune_candidates x 4 products and
-  // as many waits for the stream.
-  static absl::StatusOr<std::unique_ptr<Gemm>> Create(size_t workspace_bytes,
-                                                      int skinny_max_m = kSkinnyGemmDefaultMaxM,
-                                                      int fp8_rows = 0, int fp8_max_k = 0,
-                                                      bool batch_invariant = false,
-                                                      int tune_candidates = 0);
+  static absl::StatusOr<std::unique_ptr<Gemm>> Create(const GemmOptions& options);
   // The row count whose algorithm every product uses in batch-invariant mode.
   static constexpr int kInvariantRefRows = 128;
   ~Gemm();
@@ -75,9 +85,11 @@ class Gemm {
 
   absl::Status Run(const void* x, const void* w, void* y, int m, int n, int k, ActType type,
                    bool out_f32, cudaStream_t stream);
-  // Whether Run takes the skinny kernel for m rows of depth k (decode-sized
-  // products; never in batch-invariant mode).
+  // Whether Run takes the CUDA-core skinny kernel for m rows of depth k
+  // (decode-sized products; never in batch-invariant mode).
   bool UsesSkinny(int m, int k) const;
+  // Whether Run takes the tensor-core skinny kernel for m rows of depth k.
+  bool UsesSkinnyMma(int m, int k) const;
   // y[m][inter] = silu(x w_gate^T) * (x w_up^T) for an MLP's w_gate_up
   // ([2 * inter][k], gate rows first) in one launch: LaunchSkinnyGemmSiluMul.
   // REQUIRES: UsesSkinny(m, k).
@@ -133,6 +145,7 @@ class Gemm {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int skinny_max_m_ = 0;
+  int skinny_mma_max_m_ = 0;
   bool batch_invariant_ = false;
   int tune_candidates_ = 0;
   void* tune_events_[2] = {nullptr, nullptr};  // cudaEvent_t, made at the first tuning

@@ -158,7 +158,11 @@ TEST(CudaFp8, BothProductsMatchTheDequantizedReference) {
             cudaSuccess);
   RoundRowsToFp8(&w);  // the values the device's bytes and scales stand for
   for (int skinny : {cuda::kSkinnyGemmMaxM, 0}) {
-    auto g = cuda::Gemm::Create(32u << 20, skinny, max_m, k);
+    cuda::GemmOptions go;
+    go.skinny_max_m = skinny;
+    go.fp8_rows = max_m;
+    go.fp8_max_k = k;
+    auto g = cuda::Gemm::Create(go);
     ASSERT_TRUE(g.ok()) << g.status();
     for (int m : {1, 2, 5, 8, 64, 300}) {
       SCOPED_TRACE(::testing::Message() << "m=" << m << " skinny limit " << skinny);

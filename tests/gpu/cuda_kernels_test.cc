@@ -418,22 +418,33 @@ void CheckGemm(Gemm& g, const GemmShape sh, std::mt19937& rng, cudaStream_t stre
 
 TEST(CudaKernels, GemmMatchesReference) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  for (const int tune : {0, 8}) {  // the heuristic's first algorithm; the fastest of 8 timed
-    SCOPED_TRACE(::testing::Message() << "tune_candidates=" << tune);
-    // rows <= 8: skinny kernel; more: cuBLASLt
-    auto g = Gemm::Create(32u << 20, kSkinnyGemmMaxM, 0, 0, false, tune);
-    ASSERT_TRUE(g.ok()) << g.status();
-    std::mt19937 rng(9);
-    for (const GemmShape sh : {GemmShape{1, 384, 512, false}, GemmShape{20, 1536, 512, false},
-                               GemmShape{300, 512, 1024, false}, GemmShape{7, 300, 512, true},
-                               GemmShape{64, 4096, 4096, false}, GemmShape{16, 1000, 4104, false},
-                               GemmShape{3, 4097, 64, true}, GemmShape{12, 96, 8, false}}) {
-      CheckGemm(**g, sh, rng);
-    }
-    if (tune == 0) {
-      EXPECT_EQ((*g)->tuned_buckets(), 0);
-    } else {
-      EXPECT_GT((*g)->tuned_buckets(), 0);
+  // Rows <= 8: the CUDA-core skinny kernel, more: cuBLASLt; then rows <= 2
+  // on CUDA cores, 3-32 on tensor cores (k % 32 == 0), more on cuBLASLt.
+  for (const int mma_max_m : {0, kSkinnyMmaGemmMaxM}) {
+    for (const int tune : {0, 8}) {  // the heuristic's first algorithm; the fastest of 8 timed
+      SCOPED_TRACE(::testing::Message() << "tune_candidates=" << tune << " mma " << mma_max_m);
+      GemmOptions go;
+      go.skinny_max_m = mma_max_m == 0 ? kSkinnyGemmMaxM : 2;
+      go.skinny_mma_max_m = mma_max_m;
+      go.tune_candidates = tune;
+      auto g = Gemm::Create(go);
+      ASSERT_TRUE(g.ok()) << g.status();
+      EXPECT_EQ((*g)->UsesSkinnyMma(20, 512), mma_max_m > 0);
+      EXPECT_FALSE((*g)->UsesSkinnyMma(2, 512));  // CUDA cores either way
+      EXPECT_FALSE((*g)->UsesSkinnyMma(12, 8));   // k % 32 != 0: cuBLASLt
+      std::mt19937 rng(9);
+      for (const GemmShape sh : {GemmShape{1, 384, 512, false}, GemmShape{20, 1536, 512, false},
+                                 GemmShape{300, 512, 1024, false}, GemmShape{7, 300, 512, true},
+                                 GemmShape{64, 4096, 4096, false}, GemmShape{16, 1000, 4104, false},
+                                 GemmShape{3, 4097, 64, true}, GemmShape{12, 96, 8, false},
+                                 GemmShape{32, 130, 4096, false}, GemmShape{33, 256, 256, false}}) {
+        CheckGemm(**g, sh, rng);
+      }
+      if (tune == 0) {
+        EXPECT_EQ((*g)->tuned_buckets(), 0);
+      } else {
+        EXPECT_GT((*g)->tuned_buckets(), 0);
+      }
     }
   }
 }
@@ -443,7 +454,11 @@ TEST(CudaKernels, GemmMatchesReference) {
 // algorithm and timed at the next uncaptured call).
 TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  auto made = Gemm::Create(32u << 20, 0, 0, 0, false, 8);
+  GemmOptions go;
+  go.skinny_max_m = 0;
+  go.skinny_mma_max_m = 0;
+  go.tune_candidates = 8;
+  auto made = Gemm::Create(go);
   ASSERT_TRUE(made.ok()) << made.status();
   Gemm& g = **made;
   std::mt19937 rng(11);
@@ -485,7 +500,8 @@ TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   cudaStreamDestroy(s);
 
   // Batch-invariant mode times nothing: one fixed algorithm per shape.
-  auto invariant = Gemm::Create(32u << 20, 0, 0, 0, /*batch_invariant=*/true, 8);
+  go.batch_invariant = true;
+  auto invariant = Gemm::Create(go);
   ASSERT_TRUE(invariant.ok()) << invariant.status();
   CheckGemm(**invariant, {300, 512, 1024, false}, rng);
   EXPECT_EQ((*invariant)->tuned_buckets(), 0);

@@ -89,7 +89,9 @@ void CheckFusedSilu(Gemm& g, Shape sh, ActType type, std::mt19937& rng) {
 
 TEST(CudaSkinnySilu, FusedGateUpMatchesTheTwoLaunchesBitForBit) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  auto g = Gemm::Create(32u << 20, kSkinnyGemmMaxM);
+  GemmOptions go;
+  go.skinny_max_m = kSkinnyGemmMaxM;
+  auto g = Gemm::Create(go);
   ASSERT_TRUE(g.ok()) << g.status();
   std::mt19937 rng(11);
   for (const ActType type : {ActType::kBF16, ActType::kF16}) {
@@ -102,7 +104,9 @@ TEST(CudaSkinnySilu, FusedGateUpMatchesTheTwoLaunchesBitForBit) {
 
 TEST(CudaSkinnySilu, RefusesProductsTooTallForTheSkinnyKernel) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  auto g = Gemm::Create(32u << 20, 2);
+  GemmOptions go;
+  go.skinny_max_m = 2;
+  auto g = Gemm::Create(go);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_TRUE((*g)->UsesSkinny(2, 512));
   EXPECT_FALSE((*g)->UsesSkinny(3, 512));
@@ -110,7 +114,9 @@ TEST(CudaSkinnySilu, RefusesProductsTooTallForTheSkinnyKernel) {
   const absl::Status s =
       (*g)->RunSkinnySiluMul(nullptr, nullptr, nullptr, 3, 64, 512, ActType::kBF16, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
-  auto inv = Gemm::Create(32u << 20, kSkinnyGemmMaxM, 0, 0, /*batch_invariant=*/true);
+  go.skinny_max_m = kSkinnyGemmMaxM;
+  go.batch_invariant = true;
+  auto inv = Gemm::Create(go);
   ASSERT_TRUE(inv.ok()) << inv.status();
   EXPECT_FALSE((*inv)->UsesSkinny(1, 512));
 }
