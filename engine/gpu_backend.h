@@ -46,10 +46,10 @@ struct GpuExecutorOptions {
   // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
   int skinny_gemm_max_m = 2;
   // Products with more rows than skinny_gemm_max_m and at most this many
-  // use the tensor-core skinny kernel (at most 32): decode batches of a few
-  // sequences. Default 0 (off): on an H200 it streamed the 8B layer's
-  // weights at 2.5 TB/s where cuBLASLt reaches 3.5 (docs/benchmarks.md,
-  // "Decode GEMMs on tensor cores").
+  // use the tensor-core skinny kernel (at most 16): decode batches of a few
+  // sequences. Default 0 (off): per layer at parity with cuBLASLt at 3-8
+  // rows, but 12-24% slower decode steps in the engine (H200, 8B shapes;
+  // docs/benchmarks.md, "Decode GEMMs on tensor cores").
   int skinny_mma_gemm_max_m = 0;
   // cuBLASLt algorithms timed per GEMM shape and power-of-two row bucket at
   // its first uncaptured call (Gemm's tuning): the fastest is kept. Costs

@@ -56,7 +56,7 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
                 "GEMMs with at most this many rows use the CUDA-core skinny kernel (0 = never)")
       ->capture_default_str();
   c->add_option("--skinny-mma-max-m", o.skinny_mma_gemm_max_m,
-                "GEMMs with more rows than --skinny-max-m and at most this many (<= 32) use the "
+                "GEMMs with more rows than --skinny-max-m and at most this many (<= 16) use the "
                 "tensor-core skinny kernel (0 = never)")
       ->capture_default_str();
   c->add_option(

@@ -4,7 +4,7 @@
 //
 // x and w in the activation type (BF16 or FP16), FP32 accumulation, y in the
 // activation type or FP32 (logits). Weights keep Hugging Face's [out, in]
-// row-major layout. Decode-sized products (up to 32 rows by default) use
+// row-major layout. Decode-sized products (up to 8 rows by default) use
 // the skinny kernels of kernels.h instead: the CUDA-core one for one or two
 // rows, the tensor-core one past that. Each shape's descriptors and heuristic algorithm are
 // built once and cached, so a step issues no host-side planning and the

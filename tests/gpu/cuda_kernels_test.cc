@@ -419,7 +419,7 @@ void CheckGemm(Gemm& g, const GemmShape sh, std::mt19937& rng, cudaStream_t stre
 TEST(CudaKernels, GemmMatchesReference) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
   // Rows <= 8: the CUDA-core skinny kernel, more: cuBLASLt; then rows <= 2
-  // on CUDA cores, 3-32 on tensor cores (k % 32 == 0), more on cuBLASLt.
+  // on CUDA cores, 3-16 on tensor cores (k % 64 == 0), more on cuBLASLt.
   for (const int mma_max_m : {0, kSkinnyMmaGemmMaxM}) {
     for (const int tune : {0, 8}) {  // the heuristic's first algorithm; the fastest of 8 timed
       SCOPED_TRACE(::testing::Message() << "tune_candidates=" << tune << " mma " << mma_max_m);
@@ -429,15 +429,15 @@ TEST(CudaKernels, GemmMatchesReference) {
       go.tune_candidates = tune;
       auto g = Gemm::Create(go);
       ASSERT_TRUE(g.ok()) << g.status();
-      EXPECT_EQ((*g)->UsesSkinnyMma(20, 512), mma_max_m > 0);
+      EXPECT_EQ((*g)->UsesSkinnyMma(12, 512), mma_max_m > 0);
       EXPECT_FALSE((*g)->UsesSkinnyMma(2, 512));  // CUDA cores either way
-      EXPECT_FALSE((*g)->UsesSkinnyMma(12, 8));   // k % 32 != 0: cuBLASLt
+      EXPECT_FALSE((*g)->UsesSkinnyMma(12, 8));   // k % 64 != 0: cuBLASLt
       std::mt19937 rng(9);
       for (const GemmShape sh : {GemmShape{1, 384, 512, false}, GemmShape{20, 1536, 512, false},
                                  GemmShape{300, 512, 1024, false}, GemmShape{7, 300, 512, true},
                                  GemmShape{64, 4096, 4096, false}, GemmShape{16, 1000, 4104, false},
                                  GemmShape{3, 4097, 64, true}, GemmShape{12, 96, 8, false},
-                                 GemmShape{32, 130, 4096, false}, GemmShape{33, 256, 256, false}}) {
+                                 GemmShape{16, 130, 4096, false}, GemmShape{33, 256, 256, false}}) {
         CheckGemm(**g, sh, rng);
       }
       if (tune == 0) {

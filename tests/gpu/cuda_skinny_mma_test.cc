@@ -1,10 +1,10 @@
 // The tensor-core skinny GEMM (LaunchSkinnyMmaGemm) against a
 // double-precision reference: BF16 and FP16, BF16/FP16 or FP32 output,
-// 1 to 32 rows (each token-tile count), output counts that do and do not
-// fill a block's 16 or 32 weight rows, and depths of one step to many.
-// Also: rows past m of y are not written; a token's result is the same bits
-// whatever the row count and row tiling (the k order is fixed); shapes the
-// kernel does not take are refused.
+// 1 to 16 rows (both token-tile counts), output counts that do and do not
+// fill a block's 16 weight rows, and depths of one step to many. Also: rows
+// past m of y are not written; a token's result is the same bits whatever
+// the row count (the k order is fixed); shapes the kernel does not take are
+// refused.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -66,16 +66,15 @@ struct Operands {
   }
 };
 
-// y for `rows` of o's tokens (rows <= o.m) with the given row tiling, as
-// floats; y's row past them must keep its sentinel.
-std::vector<float> RunMma(const Operands& o, int rows, bool out_f32, int row_tiles) {
+// y for `rows` of o's tokens (rows <= o.m), as floats; y's row past them
+// must keep its sentinel.
+std::vector<float> RunMma(const Operands& o, int rows, bool out_f32) {
   const size_t outs = static_cast<size_t>(rows) * o.n, width = out_f32 ? 4 : 2;
   void* dy = nullptr;
   EXPECT_EQ(cudaMalloc(&dy, (outs + o.n) * width), cudaSuccess);
   EXPECT_EQ(cudaMemset(dy, 0xFF, (outs + o.n) * width), cudaSuccess);  // NaN sentinels
-  EXPECT_EQ(
-      LaunchSkinnyMmaGemm(o.dx, o.dw, dy, rows, o.n, o.k, o.type, out_f32, nullptr, row_tiles),
-      cudaSuccess);
+  EXPECT_EQ(LaunchSkinnyMmaGemm(o.dx, o.dw, dy, rows, o.n, o.k, o.type, out_f32, nullptr),
+            cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> y(outs + o.n);
   if (out_f32) {
@@ -104,24 +103,20 @@ void CheckAgainstReference(const Operands& o, const std::vector<float>& y) {
   EXPECT_LT(max_err, 0.01 * max_mag);
 }
 
-TEST(CudaSkinnyMma, MatchesReferenceForEveryTokenTileAndRowTiling) {
+TEST(CudaSkinnyMma, MatchesReferenceForEveryTokenTile) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
   std::mt19937 rng(5);
   struct Shape {
     int m, n, k;
   };
   for (const ActType type : {ActType::kBF16, ActType::kF16}) {
-    for (const Shape sh :
-         {Shape{1, 48, 32}, Shape{3, 33, 96}, Shape{8, 130, 4096}, Shape{9, 16, 1024},
-          Shape{16, 520, 256}, Shape{17, 31, 64}, Shape{32, 300, 1536}}) {
+    for (const Shape sh : {Shape{1, 48, 64}, Shape{3, 33, 192}, Shape{8, 130, 4096},
+                           Shape{9, 16, 1024}, Shape{12, 520, 256}, Shape{16, 31, 14336}}) {
       Operands o(sh.m, sh.n, sh.k, type, rng);
-      for (const int row_tiles : {1, 2}) {
-        for (const bool out_f32 : {false, true}) {
-          SCOPED_TRACE(::testing::Message()
-                       << (type == ActType::kBF16 ? "bf16 " : "fp16 ") << sh.m << "x" << sh.n << "x"
-                       << sh.k << " row tiles " << row_tiles << " f32 " << out_f32);
-          CheckAgainstReference(o, RunMma(o, sh.m, out_f32, row_tiles));
-        }
+      for (const bool out_f32 : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << (type == ActType::kBF16 ? "bf16 " : "fp16 ") << sh.m
+                                          << "x" << sh.n << "x" << sh.k << " f32 " << out_f32);
+        CheckAgainstReference(o, RunMma(o, sh.m, out_f32));
       }
     }
   }
@@ -129,36 +124,31 @@ TEST(CudaSkinnyMma, MatchesReferenceForEveryTokenTileAndRowTiling) {
 
 // Each token's sums run over the same k partition in the same order
 // whatever else is in the launch, so its output bits do not depend on the
-// row count (1, 2 or 4 token tiles) or the row tiling.
+// row count (one or two token tiles).
 TEST(CudaSkinnyMma, ATokensResultDoesNotDependOnTheBatch) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
   std::mt19937 rng(6);
-  Operands o(32, 200, 4096, ActType::kBF16, rng);
-  const std::vector<float> all = RunMma(o, 32, true, 1);
-  for (const int rows : {1, 3, 8, 9, 16, 17, 32}) {
-    for (const int row_tiles : {1, 2}) {
-      SCOPED_TRACE(::testing::Message() << rows << " rows, row tiles " << row_tiles);
-      const std::vector<float> y = RunMma(o, rows, true, row_tiles);
-      int differ = 0;
-      for (size_t i = 0; i < y.size(); ++i) differ += y[i] != all[i];
-      EXPECT_EQ(differ, 0);
-    }
+  Operands o(kSkinnyMmaGemmMaxM, 200, 4096, ActType::kBF16, rng);
+  const std::vector<float> all = RunMma(o, kSkinnyMmaGemmMaxM, true);
+  for (const int rows : {1, 3, 8, 9, 15}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    const std::vector<float> y = RunMma(o, rows, true);
+    int differ = 0;
+    for (size_t i = 0; i < y.size(); ++i) differ += y[i] != all[i];
+    EXPECT_EQ(differ, 0);
   }
 }
 
 TEST(CudaSkinnyMma, RefusesShapesItDoesNotTake) {
-  EXPECT_TRUE(SkinnyMmaGemmSupports(1, 32));
+  EXPECT_TRUE(SkinnyMmaGemmSupports(1, 64));
   EXPECT_TRUE(SkinnyMmaGemmSupports(kSkinnyMmaGemmMaxM, 4096));
   EXPECT_FALSE(SkinnyMmaGemmSupports(kSkinnyMmaGemmMaxM + 1, 4096));
   EXPECT_FALSE(SkinnyMmaGemmSupports(0, 4096));
-  EXPECT_FALSE(SkinnyMmaGemmSupports(4, 4104));  // k % 32 != 0
+  EXPECT_FALSE(SkinnyMmaGemmSupports(4, 4128));  // k % 64 != 0
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
   EXPECT_EQ(
-      LaunchSkinnyMmaGemm(nullptr, nullptr, nullptr, 4, 64, 4104, ActType::kBF16, false, nullptr),
+      LaunchSkinnyMmaGemm(nullptr, nullptr, nullptr, 4, 64, 4128, ActType::kBF16, false, nullptr),
       cudaErrorInvalidValue);
-  EXPECT_EQ(LaunchSkinnyMmaGemm(nullptr, nullptr, nullptr, 4, 64, 64, ActType::kBF16, false,
-                                nullptr, /*row_tiles=*/3),
-            cudaErrorInvalidValue);
 }
 
 }  // namespace
