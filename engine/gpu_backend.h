@@ -45,12 +45,6 @@ struct GpuExecutorOptions {
   // rather than cuBLASLt (decode). Default 2: measured faster than
   // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
   int skinny_gemm_max_m = 2;
-  // Products with more rows than skinny_gemm_max_m and at most this many
-  // use the tensor-core skinny kernel (at most 16): decode batches of a few
-  // sequences. Default 0 (off): per layer at parity with cuBLASLt at 3-8
-  // rows, but 12-24% slower decode steps in the engine (H200, 8B shapes;
-  // docs/benchmarks.md, "Decode GEMMs on tensor cores").
-  int skinny_mma_gemm_max_m = 0;
   // cuBLASLt algorithms timed per GEMM shape and power-of-two row bucket at
   // its first uncaptured call (Gemm's tuning): the fastest is kept. Costs
   // each bucket's first step about this many x 4 products of each shape and

@@ -45,11 +45,10 @@ struct GpuEngineBenchOptions {
   // (H100 SXM 3.35 TB/s, H100 PCIe 2.0, H200 4.8), else the measured
   // device-to-device copy rate.
   double hbm_bytes_per_s = 0;
-  bool gemm_peak = true;          // also time an 8192^3 cuBLASLt GEMM
-  int skinny_gemm_max_m = 2;      // see GpuExecutorOptions
-  int skinny_mma_gemm_max_m = 0;  // see GpuExecutorOptions
-  int gemm_tune_candidates = 0;   // GpuExecutorOptions::gemm_tune_candidates
-  bool deterministic = false;     // GpuExecutorOptions::deterministic
+  bool gemm_peak = true;         // also time an 8192^3 cuBLASLt GEMM
+  int skinny_gemm_max_m = 2;     // see GpuExecutorOptions
+  int gemm_tune_candidates = 0;  // GpuExecutorOptions::gemm_tune_candidates
+  bool deterministic = false;    // GpuExecutorOptions::deterministic
   // "static": one cudaMalloc'd block pool; "arena": the elastic KV slab
   // arena over CUDA VMM pages (64 MiB slabs), as elastic nodes use.
   std::string kv_pool = "static";

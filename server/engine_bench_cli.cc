@@ -53,11 +53,7 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_flag("--deterministic", o.deterministic,
               "batch-invariant kernels (engine.deterministic), to measure their cost");
   c->add_option("--skinny-max-m", o.skinny_gemm_max_m,
-                "GEMMs with at most this many rows use the CUDA-core skinny kernel (0 = never)")
-      ->capture_default_str();
-  c->add_option("--skinny-mma-max-m", o.skinny_mma_gemm_max_m,
-                "GEMMs with more rows than --skinny-max-m and at most this many (<= 16) use the "
-                "tensor-core skinny kernel (0 = never)")
+                "GEMMs with at most this many rows use the skinny kernel (0 = cuBLASLt only)")
       ->capture_default_str();
   c->add_option(
        "--gemm-tune", o.gemm_tune_candidates,

@@ -405,7 +405,6 @@ GpuExecutorOptions BenchExecutorOptions(const GpuEngineBenchOptions& o, int max_
   eo.max_context = std::max({decode_len, o.prefill_tokens, 2 * longest_chunk});
   eo.cuda_graphs = o.cuda_graphs;
   eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
-  eo.skinny_mma_gemm_max_m = o.skinny_mma_gemm_max_m;
   eo.gemm_tune_candidates = o.gemm_tune_candidates;
   eo.deterministic = o.deterministic;
   return eo;

@@ -46,7 +46,6 @@ absl::StatusOr<double> GemmPeakTflops(int tune_candidates, bool random_data) {
   }
   cuda::GemmOptions go;
   go.skinny_max_m = 0;
-  go.skinny_mma_max_m = 0;
   go.tune_candidates = tune_candidates;
   auto g = cuda::Gemm::Create(go);
   if (!g.ok()) return g.status();

@@ -200,7 +200,6 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(const GemmOptions& o) {
   }
   g->workspace_bytes_ = o.workspace_bytes;
   g->skinny_max_m_ = o.batch_invariant ? 0 : std::min(o.skinny_max_m, kSkinnyGemmMaxM);
-  g->skinny_mma_max_m_ = o.batch_invariant ? 0 : std::min(o.skinny_mma_max_m, kSkinnyMmaGemmMaxM);
   g->batch_invariant_ = o.batch_invariant;
   g->tune_candidates_ = o.batch_invariant ? 0 : std::max(o.tune_candidates, 0);
   if (o.fp8_rows > 0 && o.fp8_max_k > 0) {
@@ -328,10 +327,6 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
 
 bool Gemm::UsesSkinny(int m, int k) const { return m <= skinny_max_m_ && SkinnyGemmSupports(m, k); }
 
-bool Gemm::UsesSkinnyMma(int m, int k) const {
-  return !UsesSkinny(m, k) && m <= skinny_mma_max_m_ && SkinnyMmaGemmSupports(m, k);
-}
-
 absl::Status Gemm::RunSkinnySiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
                                     int k, ActType type, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
@@ -353,12 +348,6 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
     const cudaError_t e = LaunchSkinnyGemm(x, w, y, m, n, k, type, out_f32, stream);
     if (e != cudaSuccess)
       return absl::InternalError(absl::StrCat("skinny gemm: ", cudaGetErrorString(e)));
-    return absl::OkStatus();
-  }
-  if (UsesSkinnyMma(m, k)) {
-    const cudaError_t e = LaunchSkinnyMmaGemm(x, w, y, m, n, k, type, out_f32, stream);
-    if (e != cudaSuccess)
-      return absl::InternalError(absl::StrCat("tensor-core skinny gemm: ", cudaGetErrorString(e)));
     return absl::OkStatus();
   }
   auto plan = GetPlan(m, n, k, type, out_f32, false);

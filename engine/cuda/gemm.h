@@ -4,9 +4,8 @@
 //
 // x and w in the activation type (BF16 or FP16), FP32 accumulation, y in the
 // activation type or FP32 (logits). Weights keep Hugging Face's [out, in]
-// row-major layout. Decode-sized products (up to 8 rows by default) use
-// the skinny kernels of kernels.h instead: the CUDA-core one for one or two
-// rows, the tensor-core one past that. Each shape's descriptors and heuristic algorithm are
+// row-major layout. Decode-sized products (a few rows) use the skinny
+// kernel of kernels.h instead. Each shape's descriptors and heuristic algorithm are
 // built once and cached, so a step issues no host-side planning and the
 // calls can be captured in CUDA graphs. A caller-provided workspace keeps
 // cuBLASLt from allocating.
@@ -59,14 +58,11 @@ struct GemmOptions {
   // Products with at most this many rows use the CUDA-core skinny kernel
   // (LaunchSkinnyGemm) instead of cuBLASLt; 0 = never.
   int skinny_max_m = kSkinnyGemmDefaultMaxM;
-  // Products with more rows than skinny_max_m and at most this many use
-  // the tensor-core skinny kernel (LaunchSkinnyMmaGemm); 0 = never.
-  int skinny_mma_max_m = kSkinnyMmaGemmDefaultMaxM;
   // The largest x RunFp8 quantizes for cuBLASLt (rows x k bytes + rows
   // floats of scratch, allocated by Create); 0: no FP8 products.
   int fp8_rows = 0;
   int fp8_max_k = 0;
-  // See Gemm (both skinny kernels and tuning are then off).
+  // See Gemm (the skinny kernel and tuning are then off).
   bool batch_invariant = false;
   // See Gemm; 0 (default) keeps the heuristic's first. Costs each shape
   // bucket's first call tune_candidates x 4 products and as many waits
@@ -85,11 +81,9 @@ class Gemm {
 
   absl::Status Run(const void* x, const void* w, void* y, int m, int n, int k, ActType type,
                    bool out_f32, cudaStream_t stream);
-  // Whether Run takes the CUDA-core skinny kernel for m rows of depth k
-  // (decode-sized products; never in batch-invariant mode).
+  // Whether Run takes the skinny kernel for m rows of depth k (decode-sized
+  // products; never in batch-invariant mode).
   bool UsesSkinny(int m, int k) const;
-  // Whether Run takes the tensor-core skinny kernel for m rows of depth k.
-  bool UsesSkinnyMma(int m, int k) const;
   // y[m][inter] = silu(x w_gate^T) * (x w_up^T) for an MLP's w_gate_up
   // ([2 * inter][k], gate rows first) in one launch: LaunchSkinnyGemmSiluMul.
   // REQUIRES: UsesSkinny(m, k).
@@ -145,7 +139,6 @@ class Gemm {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int skinny_max_m_ = 0;
-  int skinny_mma_max_m_ = 0;
   bool batch_invariant_ = false;
   int tune_candidates_ = 0;
   void* tune_events_[2] = {nullptr, nullptr};  // cudaEvent_t, made at the first tuning

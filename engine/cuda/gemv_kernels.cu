@@ -13,7 +13,10 @@ constexpr int kChunk = 32 * 8;  // K elements a warp covers per step (16 bytes a
 
 // A block owns C output columns; its 8 warps split K into interleaved
 // 256-element chunks, so each column's weight row is read by the whole
-// block with C independent 16-byte loads in flight per lane. Partial sums
+// block with C independent 16-byte loads per chunk and lane, and (one or two
+// rows) 4 chunks in flight. It waits for the kernel producing x before it
+// loads anything: an L2 prefetch of the first chunk before the wait (which
+// PDL allows for weights) cost 0.1 ms a batch-1 step on an H200. Partial sums
 // are reduced within each warp by shuffles, then across warps in shared
 // memory.
 //
@@ -39,12 +42,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     wr[c] = w + static_cast<size_t>(row) * k;
   }
   AllowNextGrid();
-  // The weights are no earlier kernel's output: start their stream (each
-  // warp's first chunk into L2) while the kernel producing x finishes.
-  if (warp * kChunk + lane * 8 < k) {
-#pragma unroll
-    for (int c = 0; c < C; ++c) PrefetchL2(wr[c] + warp * kChunk + lane * 8);
-  }
   WaitPriorGrid();
   float acc[M][C];
 #pragma unroll
@@ -52,7 +49,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
   const int chunks = (k + kChunk - 1) / kChunk;
-#pragma unroll 2
+  // Chunks in flight per warp: 4 for one or two rows (on an H200, 8B
+  // shapes, 9% faster than 2: docs/benchmarks.md, "The skinny GEMV's loads
+  // in flight"); more rows hold more registers per chunk.
+  constexpr int kUnroll = M <= 2 ? 4 : 2;
+#pragma unroll kUnroll
   for (int ch = warp; ch < chunks; ch += kWarps) {
     const int k0 = ch * kChunk + lane * 8;
     if (k0 >= k) continue;

@@ -167,18 +167,6 @@ constexpr int kSkinnyGemmDefaultMaxM = 2;
 bool SkinnyGemmSupports(int m, int k);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
                              ActType type, bool out_f32, cudaStream_t stream);
-// The same product on tensor cores (mma.sync) for 1 to kSkinnyMmaGemmMaxM
-// rows, k % 64 == 0, 16-byte aligned rows; FP32 sums reduced in a fixed
-// order, y in the activation type or FP32. Rows of x past m are not read.
-// On an H200 it streams an 8B layer's weights at cuBLASLt's rate at 3 to 8
-// rows, slower from 12, and made decode steps slower (docs/benchmarks.md,
-// "Decode GEMMs on tensor cores").
-constexpr int kSkinnyMmaGemmMaxM = 16;
-// Default row limit for using it (GemmOptions::skinny_mma_max_m).
-constexpr int kSkinnyMmaGemmDefaultMaxM = 0;
-bool SkinnyMmaGemmSupports(int m, int k);
-cudaError_t LaunchSkinnyMmaGemm(const void* x, const void* w, void* y, int m, int n, int k,
-                                ActType type, bool out_f32, cudaStream_t stream);
 // An MLP's gate/up product and its SiLU in one launch, for decode-sized m
 // as LaunchSkinnyGemm: y[m][inter] = silu(x w_gate^T) * (x w_up^T), w_gate_up
 // [2 * inter][k] with the gate rows first, y in the activation type. Bit for

@@ -1,10 +1,9 @@
 // Decode-sized GEMMs on the GPU host (issue 18, item 1): the four products
 // of one Llama-3-8B layer (qkv 6144x4096, o 4096x4096, gate/up 28672x4096,
-// down 4096x14336; BF16) at M = 1..32 rows, through cuBLASLt, the CUDA-core
-// skinny kernel (M <= 8) and the tensor-core skinny kernel (M <= 16). Four
-// layers' weights (1.7 GB, far past L2) are walked in turn, so every
-// product streams its weights from HBM, as in a step. Prints the time per
-// layer and the weight bytes per second.
+// down 4096x14336; BF16) at M = 1..32 rows, through cuBLASLt and the
+// skinny kernel (M <= 8). Four layers' weights (1.7 GB, far past L2) are
+// walked in turn, so every product streams its weights from HBM, as in a
+// step. Prints the time per layer and the weight bytes per second.
 // Usage: skinny_gemm_bench [iterations]   (default 50)
 #include <cuda_runtime_api.h>
 
@@ -73,7 +72,7 @@ int main(int argc, char** argv) {
       weights.push_back(d);
     }
   }
-  const int max_k = 14336, max_n = 28672, max_m = cuda::kSkinnyMmaGemmMaxM, rows = 32;
+  const int max_k = 14336, max_n = 28672, rows = 32;
   const auto xh = RandomBf16(static_cast<size_t>(rows) * max_k, 3);
   void *x = nullptr, *y = nullptr;
   Must(cudaMalloc(&x, xh.size() * 2), "x");
@@ -83,12 +82,10 @@ int main(int argc, char** argv) {
   Must(cudaStreamCreate(&st), "stream");
   cuda::GemmOptions lt_opts;
   lt_opts.skinny_max_m = 0;
-  lt_opts.skinny_mma_max_m = 0;
   auto lt = cuda::Gemm::Create(lt_opts);
   Must(lt.status(), "cuBLASLt");
   cuda::GemmOptions core_opts;
   core_opts.skinny_max_m = cuda::kSkinnyGemmMaxM;
-  core_opts.skinny_mma_max_m = 0;
   auto core = cuda::Gemm::Create(core_opts);
   Must(core.status(), "skinny");
 
@@ -103,13 +100,9 @@ int main(int argc, char** argv) {
        [&](const void* w, int m, int n, int k) {
          Must((*lt)->Run(x, w, y, m, n, k, ActType::kBF16, false, st), "cuBLASLt");
        }},
-      {"cuda-core", cuda::kSkinnyGemmMaxM,
+      {"skinny", cuda::kSkinnyGemmMaxM,
        [&](const void* w, int m, int n, int k) {
          Must((*core)->Run(x, w, y, m, n, k, ActType::kBF16, false, st), "skinny");
-       }},
-      {"mma", max_m,
-       [&](const void* w, int m, int n, int k) {
-         Must(cuda::LaunchSkinnyMmaGemm(x, w, y, m, n, k, ActType::kBF16, false, st), "mma");
        }},
   };
   cudaEvent_t a, b;

@@ -418,20 +418,17 @@ void CheckGemm(Gemm& g, const GemmShape sh, std::mt19937& rng, cudaStream_t stre
 
 TEST(CudaKernels, GemmMatchesReference) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  // Rows <= 8: the CUDA-core skinny kernel, more: cuBLASLt; then rows <= 2
-  // on CUDA cores, 3-16 on tensor cores (k % 64 == 0), more on cuBLASLt.
-  for (const int mma_max_m : {0, kSkinnyMmaGemmMaxM}) {
+  // Rows up to the skinny limit (8, then the default 2): the skinny kernel;
+  // more: cuBLASLt.
+  for (const int skinny : {kSkinnyGemmMaxM, kSkinnyGemmDefaultMaxM}) {
     for (const int tune : {0, 8}) {  // the heuristic's first algorithm; the fastest of 8 timed
-      SCOPED_TRACE(::testing::Message() << "tune_candidates=" << tune << " mma " << mma_max_m);
+      SCOPED_TRACE(::testing::Message() << "tune_candidates=" << tune << " skinny " << skinny);
       GemmOptions go;
-      go.skinny_max_m = mma_max_m == 0 ? kSkinnyGemmMaxM : 2;
-      go.skinny_mma_max_m = mma_max_m;
+      go.skinny_max_m = skinny;
       go.tune_candidates = tune;
       auto g = Gemm::Create(go);
       ASSERT_TRUE(g.ok()) << g.status();
-      EXPECT_EQ((*g)->UsesSkinnyMma(12, 512), mma_max_m > 0);
-      EXPECT_FALSE((*g)->UsesSkinnyMma(2, 512));  // CUDA cores either way
-      EXPECT_FALSE((*g)->UsesSkinnyMma(12, 8));   // k % 64 != 0: cuBLASLt
+      EXPECT_EQ((*g)->UsesSkinny(7, 512), skinny >= 7);
       std::mt19937 rng(9);
       for (const GemmShape sh : {GemmShape{1, 384, 512, false}, GemmShape{20, 1536, 512, false},
                                  GemmShape{300, 512, 1024, false}, GemmShape{7, 300, 512, true},
@@ -456,7 +453,6 @@ TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
   GemmOptions go;
   go.skinny_max_m = 0;
-  go.skinny_mma_max_m = 0;
   go.tune_candidates = 8;
   auto made = Gemm::Create(go);
   ASSERT_TRUE(made.ok()) << made.status();

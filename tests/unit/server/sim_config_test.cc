@@ -14,7 +14,7 @@ const std::string kDir = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/";
 TEST(SimConfigTest, CommittedExamplesParse) {
   for (const char* name :
        {"small.yaml", "prism-58.yaml", "cluster-1000.yaml", "cluster-1000-5000.yaml",
-        "validate-h200.yaml", "chat-tiers.yaml", "remap.yaml"}) {
+        "validate-h200.yaml", "chat-tiers.yaml", "remap.yaml", "offline-h200.yaml"}) {
     auto f = ReadSimConfig(kDir + name);
     ASSERT_TRUE(f.ok()) << name << ": " << f.status();
     EXPECT_EQ(f->calibration_path, kDir + "calibration-h200.json") << name;
