@@ -62,11 +62,12 @@ struct GemmOptions {
   // floats of scratch, allocated by Create); 0: no FP8 products.
   int fp8_rows = 0;
   int fp8_max_k = 0;
-  // See Gemm (the skinny kernel and tuning are then off).
+  // Batch-invariant mode, described at the top of this file (the skinny
+  // kernel and tuning are then off).
   bool batch_invariant = false;
-  // See Gemm; 0 (default) keeps the heuristic's first. Costs each shape
-  // bucket's first call tune_candidates x 4 products and as many waits
-  // for the stream.
+  // Tuning, described at the top of this file; 0 (default) keeps the
+  // heuristic's first. Costs each shape bucket's first call
+  // tune_candidates x 4 products and as many waits for the stream.
   int tune_candidates = 0;
 };
 

@@ -50,7 +50,7 @@ std::vector<uint16_t> RandomBf16(size_t n, uint32_t seed) {
   uint32_t s = seed;
   for (auto& e : v) {
     s = s * 1664525u + 1013904223u;
-    // exponent around 2^-6, random sign and mantissa
+    // magnitudes in [2^-7, 2^-6), random sign and mantissa
     e = static_cast<uint16_t>(((s >> 16) & 0x807Fu) | 0x3C00u);
   }
   return v;

@@ -430,11 +430,13 @@ TEST(CudaKernels, GemmMatchesReference) {
       ASSERT_TRUE(g.ok()) << g.status();
       EXPECT_EQ((*g)->UsesSkinny(7, 512), skinny >= 7);
       std::mt19937 rng(9);
+      // 1 x 14336 and 2 x 8456 (34 chunks of 256) run the skinny kernel's
+      // whole unrolled loop, its remainder and a partial last chunk.
       for (const GemmShape sh : {GemmShape{1, 384, 512, false}, GemmShape{20, 1536, 512, false},
                                  GemmShape{300, 512, 1024, false}, GemmShape{7, 300, 512, true},
                                  GemmShape{64, 4096, 4096, false}, GemmShape{16, 1000, 4104, false},
                                  GemmShape{3, 4097, 64, true}, GemmShape{12, 96, 8, false},
-                                 GemmShape{16, 130, 4096, false}, GemmShape{33, 256, 256, false}}) {
+                                 GemmShape{1, 130, 14336, false}, GemmShape{2, 96, 8456, true}}) {
         CheckGemm(**g, sh, rng);
       }
       if (tune == 0) {
