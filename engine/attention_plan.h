@@ -1,4 +1,5 @@
-// The split-KV decode attention's launch plan (engine/cuda/attention_kernels.cu):
+// The split-KV decode attention's launch plan (engine/cuda/paged_attention.cuh:
+// the tensor-core and CUDA-core kernels share it):
 // how many partitions each (token, KV head) pair's keys are cut into, and
 // how much workspace their partial results need. Pure host arithmetic, kept
 // apart from the kernels (as FlashInfer splits plan from run) so the CPU

@@ -1,13 +1,17 @@
 // Paged causal attention for mixed prefill/decode batches, split over the
-// KV length (flash-decoding). Each block handles one query token, up to G
-// query heads sharing one kv head (GQA: K and V are read once for the
-// group), and one partition of the context. Inside the block each warp
-// takes every kWarps-th chunk of keys and streams it through shared memory
-// with cp.async, kStages chunks in flight; inside a warp each group of
-// kLanes lanes takes one key per load, each lane 8 elements of it, so K and
-// V rows are read whole with coalesced vector copies and the loop has no
-// block barrier. Every lane group keeps its own online softmax (base 2);
-// the groups, then the warps, then the partitions (PartitionMergeKernel)
+// KV length (flash-decoding). Caches in the activation type with head sizes
+// that are multiples of 16 up to 128 go to the tensor-core kernel
+// (paged_attention_mma_kernels.cu); this file's CUDA-core kernel serves the
+// rest (FP8 caches, head sizes 8 and 256), and both share the grid, plan,
+// workspace and merge (paged_attention.cuh). Each block handles one query
+// token, up to G query heads sharing one kv head (GQA: K and V are read
+// once for the group), and one partition of the context. Inside the block
+// each warp takes every kWarps-th chunk of keys and streams it through
+// shared memory with cp.async, kStages chunks in flight; inside a warp each
+// group of kLanes lanes takes one key per load, each lane 8 elements of it,
+// so K and V rows are read whole with coalesced vector copies and the loop
+// has no block barrier. Every lane group keeps its own online softmax (base
+// 2); the groups, then the warps, then the partitions (PartitionMergeKernel)
 // are merged in a fixed order, so a query's result depends only on its own
 // keys and the partition length (deterministic mode relies on it). CUDA
 // cores, FP32 accumulation.
@@ -15,23 +19,16 @@
 #include <type_traits>
 
 #include "engine/cuda/common.cuh"
+#include "engine/cuda/paged_attention.cuh"
 
 namespace ballast::engine::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = kPagedAttentionWarps;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxGroup = kAttentionMaxGroup;  // query heads per block
-constexpr float kLog2e = 1.4426950408889634f;
-
-// Partial results of the split tokens, by token slot (the position in
-// TokenMap::order): slots [0, rows) only (AttentionPlan::workspace_rows).
-struct Workspace {
-  float* o;  // [rows][H][parts][D], unnormalised (times v_scale)
-  float* m;  // [rows][H][parts], running max, base 2 (-inf: empty partition)
-  float* l;  // [rows][H][parts], softmax denominator
-  int rows;
-};
+constexpr float kLog2e = kPagedLog2e;
+using Workspace = PagedWorkspace;
 
 // Shapes of one head's row for a head size D: 8 elements per lane.
 template <int D>
@@ -85,36 +82,6 @@ struct SoftmaxState {
     m[g] = mn;
   }
 };
-
-// Start of KV block `id` (as KvSlot finds it).
-__device__ __forceinline__ const uint8_t* BlockBase(const PagedKv& kv, int id) {
-  const unsigned u = static_cast<unsigned>(id), mask = (1u << kv.slab_shift) - 1u;
-  return kv.base + static_cast<size_t>(u >> kv.slab_shift) * kv.slab_bytes +
-         static_cast<size_t>(u & mask) * kv.block_bytes;
-}
-
-// cp.async of kBytes (16 or 8) into shared memory; when !valid nothing is
-// read and the destination is zero-filled.
-template <int kBytes>
-__device__ __forceinline__ void CopyAsync(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? kBytes : 0;
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(n)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem),
-                 "n"(kBytes), "r"(n)
-                 : "memory");
-  }
-}
-__device__ __forceinline__ void CopyCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void CopyWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 constexpr int kStages = 3;  // chunks in flight per warp (2 ahead of the one computed)
 
@@ -272,29 +239,21 @@ __device__ __forceinline__ void MergeLaneGroups(SoftmaxState<G>& st) {
   }
 }
 
-// A warp's merged state in its shared-memory region (after its copies):
-// o [G][D], m [G], l [G].
+// Lane `slice`'s 8 columns of a warp's merged state (and, from slice 0,
+// m and l) into its view.
 template <int G, int D>
-struct WarpStateView {
-  static constexpr int kBytes = (G * D + 2 * G) * static_cast<int>(sizeof(float));
-  float* o;
-  float* m;
-  float* l;
-  __device__ explicit WarpStateView(uint8_t* p)
-      : o(reinterpret_cast<float*>(p)), m(o + G * D), l(m + G) {}
-  // Lane `slice`'s 8 columns (and, from slice 0, m and l).
-  __device__ void Store(const SoftmaxState<G>& st, int slice) const {
+__device__ __forceinline__ void StoreWarpState(const SoftmaxState<G>& st, int slice,
+                                               const WarpStateView<G, D>& v) {
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < G; ++g) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) o[g * D + slice * 8 + j] = st.acc[g][j];
-      if (slice == 0) {
-        m[g] = st.m[g];
-        l[g] = st.l[g];
-      }
+    for (int j = 0; j < 8; ++j) v.o[g * D + slice * 8 + j] = st.acc[g][j];
+    if (slice == 0) {
+      v.m[g] = st.m[g];
+      v.l[g] = st.l[g];
     }
   }
-};
+}
 
 template <typename T, typename KvT, int D, int G>
 __global__ void __launch_bounds__(kThreads)
@@ -311,37 +270,10 @@ __global__ void __launch_bounds__(kThreads)
   AllowNextGrid();
   WaitPriorGrid();
 
-  // grid.x: (token slot, KV head chunk), a token's head chunks adjacent
-  // so the slots' order (tokens.order) is the blocks' order.
-  const int group = num_heads / kv.num_kv_heads;
-  const int chunks = (group + G - 1) / G;
-  const int per_token = kv.num_kv_heads * chunks;
-  const int slot = blockIdx.x / per_token, hc = blockIdx.x % per_token;
-  const int t = tokens.order != nullptr ? tokens.order[slot] : slot;
-  const int pos = tokens.pos[t];
-  if (pos < 0) return;
-  const int seq = tokens.seq[t];
-  const int parts = gridDim.z, part = blockIdx.z;
-  const int kvh = hc / chunks, g0 = (hc % chunks) * G;
-  const int ng = min(G, group - g0);
-  const int head0 = kvh * group + g0;
-  const int start = part * partition_tokens;
-  const int end = min(pos + 1, start + partition_tokens);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // A context within one partition is not split: its block writes the
-  // output. A split one's partials go to the workspace, by slot; the plan
-  // puts every split token in the first ws.rows slots (nothing is written
-  // past them, should a caller's order break that).
-  const bool direct = parts == 1 || pos < partition_tokens;
-  if (!direct && slot >= ws.rows) return;
-  if (start >= end) {  // only with parts > 1: an empty partition
-    if (!direct && tid < ng) {
-      const size_t i = (static_cast<size_t>(slot) * num_heads + head0 + tid) * parts + part;
-      ws.m[i] = -INFINITY;
-      ws.l[i] = 0.0f;
-    }
-    return;
-  }
+  PagedBlockTask w;
+  if (!GetPagedBlockTask(tokens, num_heads, kv, partition_tokens, G, ws, &w)) return;
+  const int ng = w.ng;
+  const int lane = threadIdx.x & 31;
   // This lane's 8 columns of each head's query, scaled for base-2 softmax.
   const int slice = lane % Shape::kLanes;
   const float qs = scale * kv.k_scale * kLog2e;
@@ -349,7 +281,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     if (g < ng && slice < Shape::kSlices) {
-      const T* src = q + (static_cast<size_t>(t) * num_heads + head0 + g) * D + slice * 8;
+      const T* src = q + (static_cast<size_t>(w.t) * num_heads + w.head0 + g) * D + slice * 8;
       Load8(src, qr[g]);
 #pragma unroll
       for (int j = 0; j < 8; ++j) qr[g][j] *= qs;
@@ -360,7 +292,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   SoftmaxState<G> st;
   st.Init();
-  Keys keys(kv, seq, kvh, start, end, smem[warp]);
+  Keys keys(kv, w.seq, w.kvh, w.start, w.end, smem[threadIdx.x >> 5]);
 #pragma unroll
   for (int c = 0; c < kStages - 1; ++c) keys.Issue(c);
   for (int c = 0; keys.Exists(c); ++c) {
@@ -371,35 +303,9 @@ __global__ void __launch_bounds__(kThreads)
   CopyWait<0>();  // the slots are reused below
   MergeLaneGroups<Shape::kLanes>(st);
   __syncwarp();  // every lane is done with its slots
-  const WarpStateView<G, D> mine(smem[warp]);
-  if (lane < Shape::kSlices) mine.Store(st, lane);
+  if (lane < Shape::kSlices) StoreWarpState(st, lane, WarpStateView<G, D>(smem[threadIdx.x >> 5]));
   __syncthreads();
-  for (int i = tid; i < ng * D; i += kThreads) {
-    const int g = i / D, d = i % D;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, WarpStateView<G, D>(smem[w]).m[g]);
-    float l = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {  // a fixed order
-      const WarpStateView<G, D> v(smem[w]);
-      if (v.m[g] == -INFINITY) continue;
-      const float a = exp2f(v.m[g] - m);
-      l += v.l[g] * a;
-      o += v.o[g * D + d] * a;
-    }
-    o *= kv.v_scale;
-    if (direct) {
-      out[(static_cast<size_t>(t) * num_heads + head0 + g) * D + d] = FromF<T>(o / l);
-    } else {
-      const size_t th = static_cast<size_t>(slot) * num_heads + head0 + g;
-      ws.o[(th * parts + part) * D + d] = o;
-      if (d == 0) {
-        ws.m[th * parts + part] = m;
-        ws.l[th * parts + part] = l;
-      }
-    }
-  }
+  MergeWarpsAndStore<T, G, D>(&smem[0][0], kWarpBytes, w, num_heads, kv.v_scale, ws, out);
 }
 
 // grid (ws.rows slots, H): merges the partitions of the split tokens; the
@@ -448,21 +354,30 @@ int HeadsPerBlock(int group) {
   return g;
 }
 
-template <typename T, typename KvT, int D>
-cudaError_t LaunchForGroup(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv,
-                           float scale, const AttentionPlan& plan, Workspace ws, T* out,
-                           cudaStream_t stream) {
+// The grid of both attention kernels (GetPagedBlockTask): false when it
+// is too large.
+bool PagedGrid(TokenMap tokens, int num_heads, const PagedKv& kv, const AttentionPlan& plan,
+               dim3* grid) {
   const int group = num_heads / kv.num_kv_heads;
   const int g = HeadsPerBlock(group);
   const long blocks =
       static_cast<long>(tokens.num_tokens) * kv.num_kv_heads * ((group + g - 1) / g);
-  if (blocks > 0x7fffffffL) return cudaErrorInvalidValue;  // grid.x
-  const dim3 grid(static_cast<unsigned>(blocks), 1, plan.num_partitions);
+  if (blocks > 0x7fffffffL) return false;  // grid.x
+  *grid = dim3(static_cast<unsigned>(blocks), 1, plan.num_partitions);
+  return true;
+}
+
+template <typename T, typename KvT, int D>
+cudaError_t LaunchForGroup(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv,
+                           float scale, const AttentionPlan& plan, Workspace ws, T* out,
+                           cudaStream_t stream) {
+  dim3 grid;
+  if (!PagedGrid(tokens, num_heads, kv, plan, &grid)) return cudaErrorInvalidValue;
 #define BALLAST_ATTN_GROUP(G)                                                                     \
   case G:                                                                                         \
     return LaunchKernel(PagedAttentionKernel<T, KvT, D, G>, grid, kThreads, 0, stream, q, tokens, \
                         num_heads, kv, scale, plan.partition_tokens, ws, out);
-  switch (g) {
+  switch (HeadsPerBlock(num_heads / kv.num_kv_heads)) {
     BALLAST_ATTN_GROUP(1)
     BALLAST_ATTN_GROUP(2)
     BALLAST_ATTN_GROUP(4)
@@ -477,21 +392,15 @@ template <typename T, typename KvT>
 cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv,
                              float scale, const AttentionPlan& plan, Workspace ws, T* out,
                              cudaStream_t stream) {
-  cudaError_t e = cudaErrorInvalidValue;
-#define BALLAST_ATTN_CASE(DIM)                                                               \
-  case DIM:                                                                                  \
-    e = LaunchForGroup<T, KvT, DIM>(q, tokens, num_heads, kv, scale, plan, ws, out, stream); \
-    break;
+#define BALLAST_ATTN_CASE(DIM) \
+  case DIM:                    \
+    return LaunchForGroup<T, KvT, DIM>(q, tokens, num_heads, kv, scale, plan, ws, out, stream);
   switch (kv.head_dim) {
     BALLAST_ATTENTION_HEAD_DIMS(BALLAST_ATTN_CASE)
     default:
       return cudaErrorInvalidValue;
   }
 #undef BALLAST_ATTN_CASE
-  if (e != cudaSuccess || plan.num_partitions == 1 || ws.rows == 0) return e;
-  return LaunchKernel(PartitionMergeKernel<T>, dim3(ws.rows, num_heads), std::min(kv.head_dim, 128),
-                      0, stream, tokens, plan.num_partitions, plan.partition_tokens, kv.head_dim,
-                      ws, out);
 }
 
 }  // namespace
@@ -512,19 +421,32 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
       (plan.workspace_rows <= 0 || plan.workspace_rows > tokens.num_tokens)) {
     return cudaErrorInvalidValue;  // a split plan's rows: 1..T
   }
+  if (kv.dtype != KvType::kFP8E4M3 && (kv.dtype == KvType::kBF16) != (type == ActType::kBF16)) {
+    return cudaErrorInvalidValue;  // KV is stored in the activation type or in FP8
+  }
   const Workspace ws =
       Carve(workspace, plan.workspace_rows, num_heads, kv.head_dim, plan.num_partitions);
+  cudaError_t e = cudaErrorInvalidValue;
+  if (PagedAttentionMmaSupports(kv.head_dim, kv.dtype, type)) {
+    dim3 grid;
+    if (!PagedGrid(tokens, num_heads, kv, plan, &grid)) return cudaErrorInvalidValue;
+    e = LaunchPagedAttentionMma(q, tokens, num_heads, kv, scale, plan.partition_tokens, grid,
+                                HeadsPerBlock(num_heads / kv.num_kv_heads), ws, out, type, stream);
+  } else {
+    BALLAST_DISPATCH_ACT(type, T, {
+      const T* qt = static_cast<const T*>(q);
+      T* o = static_cast<T*>(out);
+      e = kv.dtype == KvType::kFP8E4M3
+              ? LaunchForHeadDim<T, __nv_fp8_e4m3>(qt, tokens, num_heads, kv, scale, plan, ws, o,
+                                                   stream)
+              : LaunchForHeadDim<T, T>(qt, tokens, num_heads, kv, scale, plan, ws, o, stream);
+    });
+  }
+  if (e != cudaSuccess || plan.num_partitions == 1 || ws.rows == 0) return e;
   BALLAST_DISPATCH_ACT(type, T, {
-    const T* qt = static_cast<const T*>(q);
-    T* o = static_cast<T*>(out);
-    // KV is stored in the activation type or in FP8.
-    if (kv.dtype == KvType::kFP8E4M3) {
-      return LaunchForHeadDim<T, __nv_fp8_e4m3>(qt, tokens, num_heads, kv, scale, plan, ws, o,
-                                                stream);
-    }
-    const bool same = (kv.dtype == KvType::kBF16) == (type == ActType::kBF16);
-    if (!same) return cudaErrorInvalidValue;
-    return LaunchForHeadDim<T, T>(qt, tokens, num_heads, kv, scale, plan, ws, o, stream);
+    return LaunchKernel(PartitionMergeKernel<T>, dim3(ws.rows, num_heads),
+                        std::min(kv.head_dim, 128), 0, stream, tokens, plan.num_partitions,
+                        plan.partition_tokens, kv.head_dim, ws, static_cast<T*>(out));
   });
   return cudaErrorInvalidValue;
 }

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "engine/cuda/common.cuh"
+#include "engine/cuda/mma.cuh"
 
 namespace ballast::engine::cuda {
 namespace {
@@ -48,65 +49,6 @@ struct Shape {
   static constexpr size_t kRows = kQ + kRowsPerTile * kLd * 2;  // [2][kKeysPerTile] size_t
   static constexpr size_t kBytes = kRows + 2 * kKeysPerTile * sizeof(size_t);
 };
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give matrix i's row addresses and
-// each lane gets (row lane / 4, columns 2 (lane % 4), +1) of every matrix,
-// or of its transpose with `.trans`. Volatile: the same address is read
-// again after other threads rewrite the buffer.
-__device__ __forceinline__ void Ldsm4(uint32_t addr, uint32_t r[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void Ldsm4T(uint32_t addr, uint32_t r[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// d[4] += a (16x16, row-major fragment) * b (16x8, column-major fragment).
-// Fragments (g = lane / 4, t = lane % 4): a = {(g, 2t), (g + 8, 2t),
-// (g, 2t + 8), (g + 8, 2t + 8)} pairs; b = {(2t, g), (2t + 8, g)} pairs
-// (k, n); d = {(g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)}.
-template <typename T>
-__device__ __forceinline__ void Mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two floats as a packed pair of T, `lo` in the low half (the lower column).
-template <typename T>
-__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    r = *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    r = *reinterpret_cast<const uint32_t*>(&v);
-  }
-  return r;
-}
-
-__device__ __forceinline__ float Exp2(float x) {  // ex2.approx(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // One lane's share of a warp's query rows: rows g and g + 8 of each of the
 // warp's kM 16-row tiles.

@@ -1,0 +1,169 @@
+// What the two paged (decode) attention kernels share: the grid's mapping
+// of blocks to (token slot, query heads, partition), the split-KV
+// workspace, cp.async helpers, and the end of a block, where its warps'
+// online-softmax states are merged in a fixed order and written to the
+// output or to the workspace. The kernels differ only in how a warp
+// reduces its keys: on CUDA cores (attention_kernels.cu, any head size and
+// FP8 caches) or on tensor cores (paged_attention_mma_kernels.cu, BF16 and
+// FP16 caches). Included by .cu files only; device functions act on the
+// calling block alone.
+#pragma once
+
+#include "engine/cuda/common.cuh"
+
+namespace ballast::engine::cuda {
+
+constexpr int kPagedAttentionWarps = 4;  // warps per block, both kernels
+constexpr float kPagedLog2e = 1.4426950408889634f;
+
+// Partial results of the split tokens, by token slot (the position in
+// TokenMap::order): slots [0, rows) only (AttentionPlan::workspace_rows).
+struct PagedWorkspace {
+  float* o;  // [rows][H][parts][D], unnormalised (times v_scale)
+  float* m;  // [rows][H][parts], running max, base 2 (-inf: empty partition)
+  float* l;  // [rows][H][parts], softmax denominator
+  int rows;
+};
+
+// What one block attends: query heads [head0, head0 + ng) of token t (one
+// KV head, kvh) over keys [start, end) of its sequence.
+struct PagedBlockTask {
+  int slot, t, seq, kvh, head0, ng, start, end;
+  bool direct;  // the output is written here (the context is not split)
+};
+
+// The block's task, from grid.x = (token slot, KV head chunk of G query
+// heads), a token's chunks adjacent so that the slots' order (tokens.order)
+// is the blocks' order, and grid.z = partition. False when the block has nothing
+// to do: a padding token, a split token past the workspace's rows, or an
+// empty partition (whose workspace entries it marks empty: m = -inf).
+__device__ __forceinline__ bool GetPagedBlockTask(const TokenMap& tokens, int num_heads,
+                                                  const PagedKv& kv, int partition_tokens, int G,
+                                                  const PagedWorkspace& ws, PagedBlockTask* task) {
+  const int group = num_heads / kv.num_kv_heads;
+  const int chunks = (group + G - 1) / G;
+  const int per_token = kv.num_kv_heads * chunks;
+  PagedBlockTask& w = *task;
+  w.slot = blockIdx.x / per_token;
+  const int hc = blockIdx.x % per_token;
+  w.t = tokens.order != nullptr ? tokens.order[w.slot] : w.slot;
+  const int pos = tokens.pos[w.t];
+  if (pos < 0) return false;
+  w.seq = tokens.seq[w.t];
+  const int parts = gridDim.z, part = blockIdx.z;
+  w.kvh = hc / chunks;
+  const int g0 = (hc % chunks) * G;
+  w.ng = min(G, group - g0);
+  w.head0 = w.kvh * group + g0;
+  w.start = part * partition_tokens;
+  w.end = min(pos + 1, w.start + partition_tokens);
+  // A context within one partition is not split: its block writes the
+  // output. A split one's partials go to the workspace, by slot; the plan
+  // puts every split token in the first ws.rows slots (nothing is written
+  // past them, should a caller's order break that).
+  w.direct = parts == 1 || pos < partition_tokens;
+  if (!w.direct && w.slot >= ws.rows) return false;
+  if (w.start >= w.end) {  // only with parts > 1: an empty partition
+    const int tid = threadIdx.x;
+    if (!w.direct && tid < w.ng) {
+      const size_t i = (static_cast<size_t>(w.slot) * num_heads + w.head0 + tid) * parts + part;
+      ws.m[i] = -INFINITY;
+      ws.l[i] = 0.0f;
+    }
+    return false;
+  }
+  return true;
+}
+
+// cp.async of kBytes (16 or 8) into shared memory; when !valid nothing is
+// read and the destination is zero-filled.
+template <int kBytes>
+__device__ __forceinline__ void CopyAsync(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? kBytes : 0;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(n)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem),
+                 "n"(kBytes), "r"(n)
+                 : "memory");
+  }
+}
+__device__ __forceinline__ void CopyCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void CopyWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Start of KV block `id` (as KvSlot finds it).
+__device__ __forceinline__ const uint8_t* BlockBase(const PagedKv& kv, int id) {
+  const unsigned u = static_cast<unsigned>(id), mask = (1u << kv.slab_shift) - 1u;
+  return kv.base + static_cast<size_t>(u >> kv.slab_shift) * kv.slab_bytes +
+         static_cast<size_t>(u & mask) * kv.block_bytes;
+}
+
+// A warp's merged state in its shared-memory region (after its copies):
+// o [G][D], m [G], l [G]; m is the running max of the scores in base-2
+// units (-inf: the warp saw no key), o is unnormalised.
+template <int G, int D>
+struct WarpStateView {
+  static constexpr int kBytes = (G * D + 2 * G) * static_cast<int>(sizeof(float));
+  float* o;
+  float* m;
+  float* l;
+  __device__ explicit WarpStateView(uint8_t* p)
+      : o(reinterpret_cast<float*>(p)), m(o + G * D), l(m + G) {}
+};
+
+// The block's end, after __syncthreads(): merges the kPagedAttentionWarps
+// warps' states (warp w's at smem + w * warp_bytes) in a fixed order and
+// writes the output (direct) or the partition's partial result.
+template <typename T, int G, int D>
+__device__ __forceinline__ void MergeWarpsAndStore(uint8_t* smem, int warp_bytes,
+                                                   const PagedBlockTask& w, int num_heads,
+                                                   float v_scale, const PagedWorkspace& ws,
+                                                   T* __restrict__ out) {
+  const int parts = gridDim.z, part = blockIdx.z;
+  for (int i = threadIdx.x; i < w.ng * D; i += blockDim.x) {
+    const int g = i / D, d = i % D;
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kPagedAttentionWarps; ++k)
+      m = fmaxf(m, WarpStateView<G, D>(smem + k * warp_bytes).m[g]);
+    float l = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPagedAttentionWarps; ++k) {  // a fixed order
+      const WarpStateView<G, D> v(smem + k * warp_bytes);
+      if (v.m[g] == -INFINITY) continue;
+      const float a = exp2f(v.m[g] - m);
+      l += v.l[g] * a;
+      o += v.o[g * D + d] * a;
+    }
+    o *= v_scale;
+    if (w.direct) {
+      out[(static_cast<size_t>(w.t) * num_heads + w.head0 + g) * D + d] = FromF<T>(o / l);
+    } else {
+      const size_t th = static_cast<size_t>(w.slot) * num_heads + w.head0 + g;
+      ws.o[(th * parts + part) * D + d] = o;
+      if (d == 0) {
+        ws.m[th * parts + part] = m;
+        ws.l[th * parts + part] = l;
+      }
+    }
+  }
+}
+
+// Tensor-core paged attention (paged_attention_mma_kernels.cu): whether it
+// serves head size D with KV of the activation type, and its launch, on
+// the same grid, plan and workspace as the CUDA-core kernel's (G query
+// heads a block: 1, 2, 4 or 8). The caller launches the partition merge.
+bool PagedAttentionMmaSupports(int head_dim, KvType kv_type, ActType act_type);
+cudaError_t LaunchPagedAttentionMma(const void* q, TokenMap tokens, int num_heads,
+                                    const PagedKv& kv, float scale, int partition_tokens, dim3 grid,
+                                    int heads_per_block, const PagedWorkspace& ws, void* out,
+                                    ActType type, cudaStream_t stream);
+
+}  // namespace ballast::engine::cuda
