@@ -27,7 +27,8 @@
 
 namespace ballast::engine {
 
-// The fixed plan's partitions are multiples of this (the kernel's tile).
+// The fixed plan's partitions are multiples of this (a multiple of both
+// kernels' keys per round of their warps).
 inline constexpr int kAttentionTile = 128;
 // The few-blocks rule's shortest partition.
 inline constexpr int kMinPartitionTokens = 64;
@@ -38,7 +39,11 @@ inline constexpr int kMinSplitTokens = 256;
 inline constexpr int kMaxSplitPartitions = 16;
 // Query heads per block of the kernel (larger GQA groups take several).
 inline constexpr int kAttentionMaxGroup = 8;
-// Blocks the kernel keeps resident per SM, about (its shared memory).
+// Blocks the kernel keeps resident per SM, about: the CUDA-core kernel's
+// (its shared memory). The tensor-core kernel fits 3 at head sizes 80-128
+// (registers and 68 KB of shared memory) and 5 at 64; its measurements
+// (docs/benchmarks.md, session 38) were made with 4. Retuning for it, or
+// taking the figure from the occupancy API per kernel, is not measured.
 inline constexpr int kAttentionBlocksPerSm = 4;
 
 struct AttentionPlan {

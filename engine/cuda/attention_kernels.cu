@@ -371,21 +371,25 @@ template <typename T, typename KvT, int D>
 cudaError_t LaunchForGroup(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv,
                            float scale, const AttentionPlan& plan, Workspace ws, T* out,
                            cudaStream_t stream) {
-  dim3 grid;
-  if (!PagedGrid(tokens, num_heads, kv, plan, &grid)) return cudaErrorInvalidValue;
+  if constexpr (std::is_same_v<KvT, T> && PagedAttentionMmaServes(D)) {
+    return cudaErrorInvalidValue;  // the tensor-core kernel's (not built here)
+  } else {
+    dim3 grid;
+    if (!PagedGrid(tokens, num_heads, kv, plan, &grid)) return cudaErrorInvalidValue;
 #define BALLAST_ATTN_GROUP(G)                                                                     \
   case G:                                                                                         \
     return LaunchKernel(PagedAttentionKernel<T, KvT, D, G>, grid, kThreads, 0, stream, q, tokens, \
                         num_heads, kv, scale, plan.partition_tokens, ws, out);
-  switch (HeadsPerBlock(num_heads / kv.num_kv_heads)) {
-    BALLAST_ATTN_GROUP(1)
-    BALLAST_ATTN_GROUP(2)
-    BALLAST_ATTN_GROUP(4)
-    BALLAST_ATTN_GROUP(8)
-    default:
-      return cudaErrorInvalidValue;
-  }
+    switch (HeadsPerBlock(num_heads / kv.num_kv_heads)) {
+      BALLAST_ATTN_GROUP(1)
+      BALLAST_ATTN_GROUP(2)
+      BALLAST_ATTN_GROUP(4)
+      BALLAST_ATTN_GROUP(8)
+      default:
+        return cudaErrorInvalidValue;
+    }
 #undef BALLAST_ATTN_GROUP
+  }
 }
 
 template <typename T, typename KvT>

@@ -133,9 +133,9 @@ bool PagedAttentionSupports(int head_dim);
 // as `plan` says (engine/attention_plan.h; its split tokens first in
 // tokens.order). q [T][H][D], out [T][H][D]; workspace of
 // PagedAttentionWorkspaceBytes(plan, ...). KV in the activation type with
-// head sizes that are multiples of 16 up to 128 runs on tensor cores (P V
-// with P rounded to the activation type); FP8 KV and other head sizes on
-// CUDA cores (FP32 throughout).
+// head sizes that are multiples of 16 up to 128 runs on tensor cores (P in
+// two parts of the activation type, so its error is about FP32's); FP8 KV
+// and other head sizes on CUDA cores (FP32 throughout).
 cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
                                  float scale, const AttentionPlan& plan, void* workspace, void* out,
                                  ActType type, cudaStream_t stream);

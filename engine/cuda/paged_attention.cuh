@@ -156,6 +156,12 @@ __device__ __forceinline__ void MergeWarpsAndStore(uint8_t* smem, int warp_bytes
   }
 }
 
+// Head sizes the tensor-core kernel is built for (with KV in the
+// activation type); the CUDA-core kernel is not built for them then.
+constexpr bool PagedAttentionMmaServes(int head_dim) {
+  return head_dim % 16 == 0 && head_dim <= 128;
+}
+
 // Tensor-core paged attention (paged_attention_mma_kernels.cu): whether it
 // serves head size D with KV of the activation type, and its launch, on
 // the same grid, plan and workspace as the CUDA-core kernel's (G query

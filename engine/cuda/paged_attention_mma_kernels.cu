@@ -133,6 +133,38 @@ struct WarpState {
   float l = 0.0f;       // this lane's part of row g's denominator
 };
 
+// Row g's online-softmax update for one chunk's masked scores s (columns
+// 0, 1 of each n-tile; scale c2 in log2 units): max and denominator in
+// st, O rescaled, and P as A fragments in two parts, p + pl, in T.
+template <typename T, int D>
+__device__ __forceinline__ void SoftmaxUpdate(const float (&s)[2][4], float c2, WarpState<D>& st,
+                                              uint32_t (&p)[4], uint32_t (&pl)[4]) {
+  float mx = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float mn = fmaxf(st.m, mx * c2);
+  const float mc = mn == -INFINITY ? 0.0f : mn;
+  const float alpha = Exp2(st.m - mc);
+  st.m = mn;
+  const float p00 = Exp2(fmaf(s[0][0], c2, -mc)), p01 = Exp2(fmaf(s[0][1], c2, -mc));
+  const float p10 = Exp2(fmaf(s[1][0], c2, -mc)), p11 = Exp2(fmaf(s[1][1], c2, -mc));
+  st.l = st.l * alpha + ((p00 + p01) + (p10 + p11));
+  // P as a sum of two T parts, each multiplied by V: P's rounding error
+  // falls from T's (2^-9 for BF16) to about its square, as close to the
+  // CUDA-core kernel's FP32 P as makes no difference (an FP8 model's next
+  // rounding step magnifies such errors); the extra MMAs cost nothing here.
+  const uint32_t hi0 = Pack2<T>(p00, p01), hi1 = Pack2<T>(p10, p11);
+  const float2 h0 = Unpack2<T>(hi0), h1 = Unpack2<T>(hi1);
+  p[0] = hi0, p[1] = 0u, p[2] = hi1, p[3] = 0u;
+  pl[0] = Pack2<T>(p00 - h0.x, p01 - h0.y), pl[1] = 0u;
+  pl[2] = Pack2<T>(p10 - h1.x, p11 - h1.y), pl[3] = 0u;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    st.o[n][0] *= alpha;
+    st.o[n][1] *= alpha;
+  }
+}
+
 // Chunk c of the warp's keys (staged and visible to the warp): scores,
 // mask past the end, softmax update with scale c2 (log2 units), P V.
 template <typename T, int D>
@@ -162,30 +194,8 @@ __device__ __forceinline__ void AttendChunk(const WarpChunks<T, D>& keys, int c,
       }
     }
   }
-  float mx = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  const float mn = fmaxf(st.m, mx * c2);
-  const float mc = mn == -INFINITY ? 0.0f : mn;
-  const float alpha = Exp2(st.m - mc);
-  st.m = mn;
-  const float p00 = Exp2(fmaf(s[0][0], c2, -mc)), p01 = Exp2(fmaf(s[0][1], c2, -mc));
-  const float p10 = Exp2(fmaf(s[1][0], c2, -mc)), p11 = Exp2(fmaf(s[1][1], c2, -mc));
-  st.l = st.l * alpha + ((p00 + p01) + (p10 + p11));
-  // P as a sum of two T parts, each multiplied by V: P's rounding error
-  // falls from T's (2^-9 for BF16) to about its square, as close to the
-  // CUDA-core kernel's FP32 P as makes no difference (an FP8 model's next
-  // rounding step magnifies such errors); the extra MMAs cost nothing here.
-  const uint32_t hi0 = Pack2<T>(p00, p01), hi1 = Pack2<T>(p10, p11);
-  const float2 h0 = Unpack2<T>(hi0), h1 = Unpack2<T>(hi1);
-  const uint32_t p[4] = {hi0, 0u, hi1, 0u};
-  const uint32_t pl[4] = {Pack2<T>(p00 - h0.x, p01 - h0.y), 0u, Pack2<T>(p10 - h1.x, p11 - h1.y),
-                          0u};
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
-    st.o[n][0] *= alpha;
-    st.o[n][1] *= alpha;
-  }
+  uint32_t p[4], pl[4];
+  SoftmaxUpdate<T, D>(s, c2, st, p, pl);
   const T* vs = keys.V(c);
 #pragma unroll
   for (int dp = 0; dp < D / 16; ++dp) {
@@ -206,6 +216,7 @@ __global__ void __launch_bounds__(kThreads)
     PagedAttentionMmaKernel(const T* __restrict__ q, TokenMap tokens, int num_heads, PagedKv kv,
                             float scale, int partition_tokens, int heads_per_block,
                             PagedWorkspace ws, T* __restrict__ out) {
+  static_assert(sizeof(T) == 2, "Shape's rows are of 2-byte elements");
   extern __shared__ __align__(128) uint8_t smem[];
   AllowNextGrid();
   WaitPriorGrid();
@@ -274,16 +285,15 @@ cudaError_t LaunchForDim(const void* q, TokenMap tokens, int num_heads, const Pa
   const T* qt = static_cast<const T*>(q);
   T* o = static_cast<T*>(out);
   switch (kv.head_dim) {
-#define BALLAST_MMA_CASE(DIM)                                                       \
-  case DIM:                                                                         \
-    return Launch<T, DIM>(qt, tokens, num_heads, kv, scale, partition_tokens, grid, \
-                          heads_per_block, ws, o, stream);
-    BALLAST_MMA_CASE(16)
-    BALLAST_MMA_CASE(32)
-    BALLAST_MMA_CASE(64)
-    BALLAST_MMA_CASE(80)
-    BALLAST_MMA_CASE(96)
-    BALLAST_MMA_CASE(128)
+#define BALLAST_MMA_CASE(DIM)                                                         \
+  case DIM:                                                                           \
+    if constexpr (PagedAttentionMmaServes(DIM)) {                                     \
+      return Launch<T, DIM>(qt, tokens, num_heads, kv, scale, partition_tokens, grid, \
+                            heads_per_block, ws, o, stream);                          \
+    } else {                                                                          \
+      return cudaErrorInvalidValue;                                                   \
+    }
+    BALLAST_ATTENTION_HEAD_DIMS(BALLAST_MMA_CASE)
 #undef BALLAST_MMA_CASE
     default:
       return cudaErrorInvalidValue;
@@ -295,7 +305,7 @@ cudaError_t LaunchForDim(const void* q, TokenMap tokens, int num_heads, const Pa
 bool PagedAttentionMmaSupports(int head_dim, KvType kv_type, ActType act_type) {
   const bool same = (kv_type == KvType::kBF16 && act_type == ActType::kBF16) ||
                     (kv_type == KvType::kF16 && act_type == ActType::kF16);
-  return same && head_dim % 16 == 0 && head_dim <= 128 && PagedAttentionSupports(head_dim);
+  return same && PagedAttentionMmaServes(head_dim) && PagedAttentionSupports(head_dim);
 }
 
 cudaError_t LaunchPagedAttentionMma(const void* q, TokenMap tokens, int num_heads,

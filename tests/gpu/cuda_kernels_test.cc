@@ -60,6 +60,10 @@ void RunAttention(const AttnCase& c) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int D = c.head_dim, Hkv = c.kv_heads, BT = c.block_tokens, S = c.seq_lens.size();
   const size_t esz = KvSize(c.kv);
+  // FP16 caches go with FP16 activations; BF16 and FP8 ones with BF16.
+  const bool half = c.kv == KvType::kF16;
+  const ActType act = half ? ActType::kF16 : ActType::kBF16;
+  const auto to_float = [half](uint16_t x) { return half ? HalfToFloat(x) : BF16ToFloat(x); };
   const size_t row = static_cast<size_t>(Hkv) * D * esz, block_bytes = 2 * BT * row;
   int max_blocks = 0, total_blocks = 0;
   for (int L : c.seq_lens) {
@@ -98,9 +102,9 @@ void RunAttention(const AttnCase& c) {
               *dst = FloatToFp8E4M3(x / sc);
               x = Fp8E4M3ToFloat(*dst) * sc;
             } else {
-              const uint16_t b16 = FloatToBF16(x);
+              const uint16_t b16 = half ? FloatToHalf(x) : FloatToBF16(x);
               std::memcpy(dst, &b16, 2);
-              x = BF16ToFloat(b16);
+              x = half ? HalfToFloat(b16) : BF16ToFloat(b16);
             }
             (kv ? V : K)[s][i] = x;
           }
@@ -122,8 +126,9 @@ void RunAttention(const AttnCase& c) {
   std::vector<uint16_t> q(static_cast<size_t>(T) * c.heads * D);
   std::vector<float> qf(q.size());
   for (size_t i = 0; i < q.size(); ++i) {
-    q[i] = FloatToBF16(nd(rng));
-    qf[i] = BF16ToFloat(q[i]);
+    const float x = nd(rng);
+    q[i] = half ? FloatToHalf(x) : FloatToBF16(x);
+    qf[i] = to_float(q[i]);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   int max_ctx = 0;
@@ -170,9 +175,9 @@ void RunAttention(const AttnCase& c) {
       first += c.queries[s];
     }
     PrefillTile* d_tiles = ToDevice(tiles);
-    ASSERT_EQ(LaunchPrefillAttention(d_q, d_tiles, tiles.size(), c.heads, kv, scale, d_out,
-                                     ActType::kBF16, nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        LaunchPrefillAttention(d_q, d_tiles, tiles.size(), c.heads, kv, scale, d_out, act, nullptr),
+        cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(d_tiles);
   } else {
@@ -183,7 +188,7 @@ void RunAttention(const AttnCase& c) {
     std::vector<int> order = LongestFirst(tpos);
     int* d_first = some ? ToDevice(order) : nullptr;
     ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T, d_first}, c.heads, kv, scale,
-                                   plan, ws, d_out, ActType::kBF16, nullptr),
+                                   plan, ws, d_out, act, nullptr),
               cudaSuccess);
     // The same launch taking its tokens in another order: the same output
     // bit for bit. Reversed, or with `some`, the split tokens reversed and
@@ -200,7 +205,7 @@ void RunAttention(const AttnCase& c) {
     int* d_order = ToDevice(order);
     uint16_t* d_out2 = ToDevice(std::vector<uint16_t>(q.size(), 0));
     ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T, d_order}, c.heads, kv, scale,
-                                   plan, ws, d_out2, ActType::kBF16, nullptr),
+                                   plan, ws, d_out2, act, nullptr),
               cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(ToHost(d_out2, q.size()), ToHost(d_out, q.size())) << "tokens in reverse order";
@@ -238,7 +243,7 @@ void RunAttention(const AttnCase& c) {
       // BF16 rounding (of the output, and of P in the prefill kernel) is the
       // only expected error: relative to the head's largest output.
       for (int d = 0; d < D; ++d) {
-        const double got = BF16ToFloat(out[(static_cast<size_t>(t) * c.heads + h) * D + d]);
+        const double got = to_float(out[(static_cast<size_t>(t) * c.heads + h) * D + d]);
         max_err = std::max(max_err, std::abs(got - o[d]) / mag);
       }
     }
@@ -253,8 +258,10 @@ void RunAttention(const AttnCase& c) {
 
 TEST(CudaKernels, PagedAttentionMatchesReference) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  for (KvType kv : {KvType::kBF16, KvType::kFP8E4M3}) {
-    for (int D : {16, 64, 80, 96, 128, 256}) {
+  // BF16 and FP16 caches with head sizes 16-128 run the tensor-core
+  // kernel; FP8 caches and head size 256 the CUDA-core one.
+  for (KvType kv : {KvType::kBF16, KvType::kFP8E4M3, KvType::kF16}) {
+    for (int D : {16, 32, 64, 80, 96, 128, 256}) {
       // Decode: three sequences, one query each, contexts over many tiles.
       RunAttention({D, 8, 2, 16, {1, 300, 900}, {1, 1, 1}, kv});
       // Prefill chunks: one long chunk (one partition, several tiles) and
