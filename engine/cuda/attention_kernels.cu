@@ -99,7 +99,7 @@ class WarpKeys {
   static constexpr int kStageBytes = 2 * U * 32 * static_cast<int>(sizeof(Raw));
 
   __device__ WarpKeys(const PagedKv& kv, int seq, int kvh, int start, int end, uint8_t* smem)
-      : kv_(kv), seq_(seq), kvh_(kvh), start_(start), end_(end), smem_(smem) {}
+      : kv_(kv), rows_(kv, seq, kvh, end, kv.head_dim), start_(start), end_(end), smem_(smem) {}
 
   __device__ int First(int c) const {
     return start_ + (c * kWarps + static_cast<int>(threadIdx.x >> 5)) * kChunk;
@@ -112,27 +112,19 @@ class WarpKeys {
   // c = 0, 1, 2, ... in order.
   __device__ void Issue(int c) {
     const int lane = threadIdx.x & 31;
-    if (c % 32 == 0) {
-      const int f = First(c + lane);
-      ids_ = f < end_
-                 ? kv_.block_ids[static_cast<size_t>(seq_) * kv_.max_blocks + f / kv_.block_tokens]
-                 : 0;
-    }
-    const int id = __shfl_sync(0xffffffffu, ids_, c % 32);
+    const int id = rows_.BlockId(c, [this](int j) { return First(j); });
     if (Exists(c)) {
-      const int f = First(c), bt = kv_.block_tokens;
-      const int page_pos0 = f - f % bt;
-      // Straddling two blocks (block sizes not a multiple of the chunk):
-      // each key's block is looked up on its own.
-      const uint8_t* page = f % bt + kChunk <= bt ? BlockBase(kv_, id) : nullptr;
+      const int f = First(c);
+      int page_pos0;
+      const uint8_t* page = rows_.Page(id, f, kChunk, &page_pos0);
       const int key_in_load = lane / Shape::kLanes, slice = lane % Shape::kLanes;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int pos = f + u * Shape::kKeysPerLoad + key_in_load;
         const bool valid = pos < end_ && slice < Shape::kSlices;
-        const KvT* k = valid ? RowAt(page, page_pos0, pos, false) + slice * 8
+        const KvT* k = valid ? rows_.Row(page, page_pos0, pos, false) + slice * 8
                              : reinterpret_cast<const KvT*>(kv_.base);
-        const KvT* v = valid ? RowAt(page, page_pos0, pos, true) + slice * 8 : k;
+        const KvT* v = valid ? rows_.Row(page, page_pos0, pos, true) + slice * 8 : k;
         CopyAsync<sizeof(Raw)>(Slot(c, false, u), k, valid);
         CopyAsync<sizeof(Raw)>(Slot(c, true, u), v, valid);
       }
@@ -153,22 +145,10 @@ class WarpKeys {
            ((value ? U : 0) + u) * 32 * static_cast<int>(sizeof(Raw)) +
            static_cast<int>(threadIdx.x & 31) * static_cast<int>(sizeof(Raw));
   }
-  // Row of key `pos` for this kv head (K, or V when value); `page` is the
-  // block holding positions from page_pos0, or nullptr (look it up).
-  __device__ const KvT* RowAt(const uint8_t* page, int page_pos0, int pos, bool value) const {
-    if (page == nullptr) {
-      return reinterpret_cast<const KvT*>(KvSlot(kv_, seq_, pos, kvh_, value, sizeof(KvT)));
-    }
-    const size_t row = static_cast<size_t>(kv_.num_kv_heads) * kv_.head_dim * sizeof(KvT);
-    return reinterpret_cast<const KvT*>(page + (value ? kv_.block_tokens * row : 0) +
-                                        static_cast<size_t>(pos - page_pos0) * row +
-                                        static_cast<size_t>(kvh_) * kv_.head_dim * sizeof(KvT));
-  }
-
   const PagedKv& kv_;
-  const int seq_, kvh_, start_, end_;
+  ChunkRows<KvT> rows_;
+  const int start_, end_;
   uint8_t* const smem_;
-  int ids_ = 0;  // lane j: block id of chunk (c - c % 32 + j)'s first key
 };
 
 // Chunk c (already copied) for one lane: scores for its key of each load,

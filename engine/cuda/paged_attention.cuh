@@ -105,6 +105,53 @@ __device__ __forceinline__ const uint8_t* BlockBase(const PagedKv& kv, int id) {
          static_cast<size_t>(u & mask) * kv.block_bytes;
 }
 
+// The KV rows of one (sequence, kv head) that a warp stages chunk by chunk
+// (chunk j's first key: first(j)). Block ids are fetched 32 chunks at a
+// time, one per lane, and passed by shuffle, off the copies' critical
+// path. Every call is made by the whole warp.
+template <typename KvT>
+class ChunkRows {
+ public:
+  __device__ ChunkRows(const PagedKv& kv, int seq, int kvh, int end, int head_dim)
+      : kv_(kv), seq_(seq), kvh_(kvh), end_(end), head_dim_(head_dim) {}
+
+  // The block id of chunk c's first key (0 past the end); called for
+  // c = 0, 1, 2, ... in order.
+  template <typename First>
+  __device__ int BlockId(int c, First first) {
+    if (c % 32 == 0) {
+      const int f = first(c + static_cast<int>(threadIdx.x & 31));
+      ids_ = f < end_
+                 ? kv_.block_ids[static_cast<size_t>(seq_) * kv_.max_blocks + f / kv_.block_tokens]
+                 : 0;
+    }
+    return __shfl_sync(0xffffffffu, ids_, c % 32);
+  }
+  // Block `id`'s start when it holds keys [f, f + n), else nullptr: the
+  // keys straddle two blocks (block sizes not a multiple of the chunk) and
+  // Row looks each one up. *pos0: the block's first position.
+  __device__ const uint8_t* Page(int id, int f, int n, int* pos0) const {
+    const int bt = kv_.block_tokens;
+    *pos0 = f - f % bt;
+    return f % bt + n <= bt ? BlockBase(kv_, id) : nullptr;
+  }
+  // Row of key `pos` (K, or V when value), from Page's result.
+  __device__ const KvT* Row(const uint8_t* page, int pos0, int pos, bool value) const {
+    if (page == nullptr) {
+      return reinterpret_cast<const KvT*>(KvSlot(kv_, seq_, pos, kvh_, value, sizeof(KvT)));
+    }
+    const size_t row = static_cast<size_t>(kv_.num_kv_heads) * head_dim_ * sizeof(KvT);
+    return reinterpret_cast<const KvT*>(page + (value ? kv_.block_tokens * row : 0) +
+                                        static_cast<size_t>(pos - pos0) * row +
+                                        static_cast<size_t>(kvh_) * head_dim_ * sizeof(KvT));
+  }
+
+ private:
+  const PagedKv& kv_;
+  const int seq_, kvh_, end_, head_dim_;
+  int ids_ = 0;  // lane j: block id of chunk (c - c % 32 + j)'s first key
+};
+
 // A warp's merged state in its shared-memory region (after its copies):
 // o [G][D], m [G], l [G]; m is the running max of the scores in base-2
 // units (-inf: the warp saw no key), o is unnormalised.

@@ -49,13 +49,12 @@ struct Shape {
 };
 
 // The chunks one warp reads: c = 0, 1, ... of 16 keys from
-// start + (c * kWarps + warp) * 16, staged in slot c % kStages. Block ids
-// are fetched 32 chunks at a time (one per lane), off the copies' path.
+// start + (c * kWarps + warp) * 16, staged in slot c % kStages.
 template <typename T, int D>
 class WarpChunks {
  public:
   __device__ WarpChunks(const PagedKv& kv, const PagedBlockTask& w, uint8_t* smem)
-      : kv_(kv), seq_(w.seq), kvh_(w.kvh), start_(w.start), end_(w.end), smem_(smem) {}
+      : kv_(kv), rows_(kv, w.seq, w.kvh, w.end, D), start_(w.start), end_(w.end), smem_(smem) {}
 
   __device__ int First(int c) const {
     return start_ + (c * kWarps + static_cast<int>(threadIdx.x >> 5)) * kChunk;
@@ -72,19 +71,11 @@ class WarpChunks {
   // whole warp for c = 0, 1, 2, ... in order, after its slot was last read.
   __device__ void Issue(int c) {
     const int lane = threadIdx.x & 31;
-    if (c % 32 == 0) {
-      const int f = First(c + lane);
-      ids_ = f < end_
-                 ? kv_.block_ids[static_cast<size_t>(seq_) * kv_.max_blocks + f / kv_.block_tokens]
-                 : 0;
-    }
-    const int id = __shfl_sync(0xffffffffu, ids_, c % 32);
+    const int id = rows_.BlockId(c, [this](int j) { return First(j); });
     if (Exists(c)) {
-      const int f = First(c), bt = kv_.block_tokens;
-      const int page_pos0 = f - f % bt;
-      // Straddling two blocks (block sizes not a multiple of 16): each
-      // key's block is looked up on its own.
-      const uint8_t* page = f % bt + kChunk <= bt ? BlockBase(kv_, id) : nullptr;
+      const int f = First(c);
+      int page_pos0;
+      const uint8_t* page = rows_.Page(id, f, kChunk, &page_pos0);
       T* ks = const_cast<T*>(K(c));
       T* vs = const_cast<T*>(V(c));
       constexpr int kPieces = D / 8;  // 16-byte pieces a row
@@ -93,9 +84,9 @@ class WarpChunks {
         const int r = i / kPieces, col = (i % kPieces) * 8;
         const int pos = f + r;
         const bool valid = pos < end_;
-        const T* k =
-            valid ? RowAt(page, page_pos0, pos, false) + col : reinterpret_cast<const T*>(kv_.base);
-        const T* v = valid ? RowAt(page, page_pos0, pos, true) + col : k;
+        const T* k = valid ? rows_.Row(page, page_pos0, pos, false) + col
+                           : reinterpret_cast<const T*>(kv_.base);
+        const T* v = valid ? rows_.Row(page, page_pos0, pos, true) + col : k;
         CopyAsync<16>(ks + r * Shape<D>::kLd + col, k, valid);
         CopyAsync<16>(vs + r * Shape<D>::kLd + col, v, valid);
       }
@@ -104,22 +95,10 @@ class WarpChunks {
   }
 
  private:
-  // Row of key `pos` for this kv head (K, or V when value); `page` is the
-  // block holding positions from page_pos0, or nullptr (look it up).
-  __device__ const T* RowAt(const uint8_t* page, int page_pos0, int pos, bool value) const {
-    if (page == nullptr) {
-      return reinterpret_cast<const T*>(KvSlot(kv_, seq_, pos, kvh_, value, sizeof(T)));
-    }
-    const size_t row = static_cast<size_t>(kv_.num_kv_heads) * D * sizeof(T);
-    return reinterpret_cast<const T*>(page + (value ? kv_.block_tokens * row : 0) +
-                                      static_cast<size_t>(pos - page_pos0) * row +
-                                      static_cast<size_t>(kvh_) * D * sizeof(T));
-  }
-
   const PagedKv& kv_;
-  const int seq_, kvh_, start_, end_;
+  ChunkRows<T> rows_;
+  const int start_, end_;
   uint8_t* const smem_;
-  int ids_ = 0;  // lane j: block id of chunk (c - c % 32 + j)'s first key
 };
 
 // One warp's online-softmax state, in MMA fragment layout (g = lane / 4,
