@@ -1,5 +1,5 @@
 // Warp-level tensor-core helpers shared by the attention kernels: ldmatrix,
-// mma.sync m16n8k16 (BF16/FP16 in, FP32 accumulate), packing and ex2, with
+// movmatrix, mma.sync m16n8k16 (BF16/FP16 in, FP32 accumulate), packing and ex2, with
 // the register layouts the PTX ISA defines. Included by .cu files only;
 // every function acts on the calling lane's registers (no shared state).
 #pragma once
@@ -47,6 +47,15 @@ __device__ __forceinline__ void Mma(float d[4], const uint32_t a[4], uint32_t b0
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// The transpose of an 8x8 b16 matrix held in fragment layout (each lane:
+// row lane / 4, columns 2 (lane % 4), +1): turns an MMA's accumulator
+// (packed) into the B fragment of the next MMA. Whole warp.
+__device__ __forceinline__ uint32_t Movt(uint32_t a) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(a));
+  return r;
 }
 
 // Two floats as a packed pair of T, `lo` in the low half (the lower column).

@@ -2,18 +2,21 @@
 // type (BF16, FP16) and head sizes that are multiples of 16 up to 128: the
 // decode path's kernel. Same grid, plan, workspace and merge as the CUDA-
 // core kernel (paged_attention.cuh), which it replaces there; only how a
-// warp reduces its keys differs. As FlashInfer's tensor-core decode does,
-// a GQA group's query heads are the rows of the MMA (m16n8k16: rows 0-7
-// hold up to 8 heads, rows 8-15 are zero), so each K and V element read
-// from shared memory feeds every head of the group in one instruction:
+// warp reduces its keys differs. Each K and V element read from shared
+// memory feeds every query head of a GQA group in one instruction, as in
+// FlashInfer's tensor-core decode, but transposed: the MMA (m16n8k16) takes
+// 16 keys as its rows and the group's heads (up to 8) as its columns, so a
+// decode step (one query row a head) wastes none of it (heads as rows
+// left 8 of 16 rows zero: twice the MMAs and accumulators):
 // - each warp takes every kWarps-th chunk of 16 keys of the block's
 //   partition and stages its K and V rows into its own shared memory with
 //   cp.async, kStages chunks in flight, padded rows so ldmatrix is free of
 //   bank conflicts;
-// - S = Q K^T (2 n-tiles of 8 keys, D/16 k-steps, Q's A fragments held in
-//   registers), the online softmax (base 2) of its own rows, and O += P V
-//   (P split into two parts in the activation type, so its rounding error
-//   is about FP32's) stay in registers;
+// - S^T = K Q^T (D/16 k-steps, Q^T's B fragments held in registers), the
+//   online softmax (base 2) of its heads' columns, and O^T += V^T P^T (P
+//   split into two parts in the activation type, so its rounding error is
+//   about FP32's; movmatrix turns S^T's accumulators into P^T's B
+//   fragments) stay in registers;
 // - the warps' states are merged in a fixed order, so a query's result
 //   depends only on its keys and the partition length (deterministic mode).
 // The CUDA-core kernel spreads each key's dot product over 16 lanes and
@@ -101,92 +104,93 @@ class WarpChunks {
   uint8_t* const smem_;
 };
 
-// One warp's online-softmax state, in MMA fragment layout (g = lane / 4,
-// t = lane % 4): the lane holds row g (query head g of the block) at
-// columns 8 n + 2t, +1 of O; rows g + 8 (o[n][2], o[n][3]) stay zero.
+// One warp's online-softmax state, transposed: keys are the MMA's rows
+// and the group's query heads its 8 columns, so no row is wasted. In
+// fragment layout (g = lane / 4, t = lane % 4) the lane holds heads 2t and
+// 2t + 1 (j = 0, 1): O^T at dims 16 i + g and 16 i + g + 8, and the
+// running max and its keys' part of the denominator of each.
 template <int D>
 struct WarpState {
-  uint32_t q[D / 16][2];  // Q's A fragments a0, a2 (a1 = a3 = 0: rows g + 8)
-  float o[D / 8][4];
-  float m = -INFINITY;  // running max of row g's scores, base 2
-  float l = 0.0f;       // this lane's part of row g's denominator
+  uint32_t q[D / 16][2];  // Q^T's B fragments: head g, dims 16 kk + 2t, +1 and + 8
+  float o[D / 16][4];     // (16 i + g, 2t), (16 i + g, 2t + 1), (16 i + g + 8, 2t), ...
+  float m[2] = {-INFINITY, -INFINITY};  // running max of head 2t + j's scores, base 2
+  float l[2] = {0.0f, 0.0f};            // this lane's part of head 2t + j's denominator
 };
 
-// Row g's online-softmax update for one chunk's masked scores s (columns
-// 0, 1 of each n-tile; scale c2 in log2 units): max and denominator in
-// st, O rescaled, and P as A fragments in two parts, p + pl, in T.
+// The online-softmax update for one chunk's masked scores S^T (s: keys g
+// and g + 8 of heads 2t, 2t + 1; scale c2 in log2 units): max and
+// denominator in st, O rescaled, and P^T as B fragments (keys 2t, +1 and
+// + 8 of head g) in two parts, p + pl, in T.
 template <typename T, int D>
-__device__ __forceinline__ void SoftmaxUpdate(const float (&s)[2][4], float c2, WarpState<D>& st,
-                                              uint32_t (&p)[4], uint32_t (&pl)[4]) {
-  float mx = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  const float mn = fmaxf(st.m, mx * c2);
-  const float mc = mn == -INFINITY ? 0.0f : mn;
-  const float alpha = Exp2(st.m - mc);
-  st.m = mn;
-  const float p00 = Exp2(fmaf(s[0][0], c2, -mc)), p01 = Exp2(fmaf(s[0][1], c2, -mc));
-  const float p10 = Exp2(fmaf(s[1][0], c2, -mc)), p11 = Exp2(fmaf(s[1][1], c2, -mc));
-  st.l = st.l * alpha + ((p00 + p01) + (p10 + p11));
+__device__ __forceinline__ void SoftmaxUpdate(const float (&s)[4], float c2, WarpState<D>& st,
+                                              uint32_t (&p)[2], uint32_t (&pl)[2]) {
+  float e[4], alpha[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    float mx = fmaxf(s[j], s[2 + j]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+    const float mn = fmaxf(st.m[j], mx * c2);
+    const float mc = mn == -INFINITY ? 0.0f : mn;
+    alpha[j] = Exp2(st.m[j] - mc);
+    st.m[j] = mn;
+    e[j] = Exp2(fmaf(s[j], c2, -mc));
+    e[2 + j] = Exp2(fmaf(s[2 + j], c2, -mc));
+    st.l[j] = st.l[j] * alpha[j] + (e[j] + e[2 + j]);
+  }
   // P as a sum of two T parts, each multiplied by V: P's rounding error
   // falls from T's (2^-9 for BF16) to about its square, as close to the
   // CUDA-core kernel's FP32 P as makes no difference (an FP8 model's next
-  // rounding step magnifies such errors); the extra MMAs cost nothing here.
-  const uint32_t hi0 = Pack2<T>(p00, p01), hi1 = Pack2<T>(p10, p11);
+  // rounding step magnifies such errors); the extra MMAs cost little here.
+  // Packed, a part is S^T's accumulator layout; movmatrix transposes each
+  // 8x8 half into the B layout.
+  const uint32_t hi0 = Pack2<T>(e[0], e[1]), hi1 = Pack2<T>(e[2], e[3]);
   const float2 h0 = Unpack2<T>(hi0), h1 = Unpack2<T>(hi1);
-  p[0] = hi0, p[1] = 0u, p[2] = hi1, p[3] = 0u;
-  pl[0] = Pack2<T>(p00 - h0.x, p01 - h0.y), pl[1] = 0u;
-  pl[2] = Pack2<T>(p10 - h1.x, p11 - h1.y), pl[3] = 0u;
+  p[0] = Movt(hi0), p[1] = Movt(hi1);
+  pl[0] = Movt(Pack2<T>(e[0] - h0.x, e[1] - h0.y));
+  pl[1] = Movt(Pack2<T>(e[2] - h1.x, e[3] - h1.y));
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
-    st.o[n][0] *= alpha;
-    st.o[n][1] *= alpha;
+  for (int i = 0; i < D / 16; ++i) {
+    st.o[i][0] *= alpha[0], st.o[i][1] *= alpha[1];
+    st.o[i][2] *= alpha[0], st.o[i][3] *= alpha[1];
   }
 }
 
-// Chunk c of the warp's keys (staged and visible to the warp): scores,
-// mask past the end, softmax update with scale c2 (log2 units), P V.
+// Chunk c of the warp's keys (staged and visible to the warp): scores
+// S^T = K Q^T, mask past the end, softmax update with scale c2 (log2
+// units), O^T += V^T P^T.
 template <typename T, int D>
 __device__ __forceinline__ void AttendChunk(const WarpChunks<T, D>& keys, int c, float c2,
                                             WarpState<D>& st) {
   constexpr int kLd = Shape<D>::kLd;
   const int lane = threadIdx.x & 31;
-  float s[2][4] = {};
+  float s[4] = {};
   const T* ks = keys.K(c);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    // Matrices (keys 0-7, d 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15):
-    // b0, b1 of n-tile 0 and of n-tile 1.
-    uint32_t b[4];
-    Ldsm4(SmemAddr(ks + ((lane & 7) + 8 * (lane >> 4)) * kLd + kk * 16 + 8 * ((lane >> 3) & 1)), b);
-    const uint32_t a[4] = {st.q[kk][0], 0u, st.q[kk][1], 0u};
-    Mma<T>(s[0], a, b[0], b[1]);
-    Mma<T>(s[1], a, b[2], b[3]);
+    // K's A fragment: matrices (keys 0-7, d 0-7), (8-15, 0-7), (0-7,
+    // 8-15), (8-15, 8-15) of this k-step.
+    uint32_t a[4];
+    Ldsm4(SmemAddr(ks + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kLd + kk * 16 + 8 * (lane >> 4)), a);
+    Mma<T>(s, a, st.q[kk][0], st.q[kk][1]);
   }
-  const int first = keys.First(c);
+  const int first = keys.First(c), g = lane >> 2;
   if (first + kChunk > keys.end()) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        if (first + 8 * j + 2 * (lane & 3) + i >= keys.end()) s[j][i] = -INFINITY;
-      }
-    }
+    if (first + g >= keys.end()) s[0] = s[1] = -INFINITY;
+    if (first + g + 8 >= keys.end()) s[2] = s[3] = -INFINITY;
   }
-  uint32_t p[4], pl[4];
+  uint32_t p[2], pl[2];
   SoftmaxUpdate<T, D>(s, c2, st, p, pl);
   const T* vs = keys.V(c);
 #pragma unroll
-  for (int dp = 0; dp < D / 16; ++dp) {
-    // Transposed: (keys 0-7, d 0-7), (8-15, 0-7), (0-7, 8-15), (8-15,
-    // 8-15) give b0, b1 of d-tiles 2 dp and 2 dp + 1.
-    uint32_t b[4];
-    Ldsm4T(SmemAddr(vs + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kLd + 16 * dp + 8 * (lane >> 4)),
-           b);
-    Mma<T>(st.o[2 * dp], p, b[0], b[1]);
-    Mma<T>(st.o[2 * dp + 1], p, b[2], b[3]);
-    Mma<T>(st.o[2 * dp], pl, b[0], b[1]);
-    Mma<T>(st.o[2 * dp + 1], pl, b[2], b[3]);
+  for (int i = 0; i < D / 16; ++i) {
+    // V^T's A fragment, transposed loads of (keys 0-7, d 0-7), (0-7,
+    // 8-15), (8-15, 0-7), (8-15, 8-15) of dims 16 i ...
+    uint32_t a[4];
+    Ldsm4T(SmemAddr(vs + ((lane & 7) + 8 * (lane >> 4)) * kLd + 16 * i + 8 * ((lane >> 3) & 1)), a);
+    Mma<T>(st.o[i], a, p[0], p[1]);
+    Mma<T>(st.o[i], a, pl[0], pl[1]);
   }
 }
 
@@ -215,7 +219,7 @@ __global__ void __launch_bounds__(kThreads)
       st.q[kk][1] = g < w.ng ? *reinterpret_cast<const uint32_t*>(qrow + 16 * kk + 8 + t2) : 0u;
     }
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) st.o[n][0] = st.o[n][1] = st.o[n][2] = st.o[n][3] = 0.0f;
+    for (int i = 0; i < D / 16; ++i) st.o[i][0] = st.o[i][1] = st.o[i][2] = st.o[i][3] = 0.0f;
   }
   const float c2 = scale * kv.k_scale * kPagedLog2e;
   for (int c = 0; keys.Exists(c); ++c) {
@@ -227,18 +231,24 @@ __global__ void __launch_bounds__(kThreads)
   }
   CopyWait<0>();  // the slots are reused below
   __syncwarp();
-  st.l += __shfl_xor_sync(0xffffffffu, st.l, 1);
-  st.l += __shfl_xor_sync(0xffffffffu, st.l, 2);
   const WarpStateView<kRows, D> view(mine);
-  if (g < w.ng) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      view.o[g * D + 8 * n + t2] = st.o[n][0];
-      view.o[g * D + 8 * n + t2 + 1] = st.o[n][1];
-    }
-    if (t2 == 0) {
-      view.m[g] = st.m;
-      view.l[g] = st.l;
+  for (int j = 0; j < 2; ++j) {
+    float l = st.l[j];
+    l += __shfl_xor_sync(0xffffffffu, l, 4);
+    l += __shfl_xor_sync(0xffffffffu, l, 8);
+    l += __shfl_xor_sync(0xffffffffu, l, 16);
+    const int h = t2 + j;
+    if (h < w.ng) {
+#pragma unroll
+      for (int i = 0; i < D / 16; ++i) {
+        view.o[h * D + 16 * i + g] = st.o[i][j];
+        view.o[h * D + 16 * i + g + 8] = st.o[i][2 + j];
+      }
+      if (g == 0) {
+        view.m[h] = st.m[j];
+        view.l[h] = l;
+      }
     }
   }
   __syncthreads();
