@@ -41,9 +41,10 @@ inline constexpr int kMaxSplitPartitions = 16;
 inline constexpr int kAttentionMaxGroup = 8;
 // Blocks the kernel keeps resident per SM, about: the CUDA-core kernel's
 // (its shared memory). The tensor-core kernel fits 3 at head sizes 80-128
-// (registers and 68 KB of shared memory) and 5 at 64; its measurements
-// (docs/benchmarks.md, session 38) were made with 4. Retuning for it, or
-// taking the figure from the occupancy API per kernel, is not measured.
+// (68 KB of shared memory; its 124 registers would allow 4) and 5 at 64;
+// its measurements (docs/benchmarks.md, sessions 38-39) were made with 4.
+// Retuning for it, or taking the figure from the occupancy API per
+// kernel, is not measured.
 inline constexpr int kAttentionBlocksPerSm = 4;
 
 struct AttentionPlan {

@@ -175,7 +175,8 @@ class EngineModel {
   // A model with given coefficients and ridge R in tokens (tests,
   // hand-computed clusters).
   EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s, double activation_ratio,
-              KvLinkRates kv_rates = {}, double overlap_per_layer_s = 0, double ridge_tokens = 0);
+              KvLinkRates kv_rates = {}, double overlap_per_layer_s = 0, double ridge_tokens = 0,
+              double stream_share = 1);
 
   double StepSeconds(const ModelShape& shape, const StepWork& work) const;
   // The part of StepSeconds that steps of several models on their own
@@ -187,12 +188,29 @@ class EngineModel {
   // other models' decode steps overlap when they step at the same time:
   // overlap_per_layer_s x layers (launch gaps and kernels too small to
   // fill the GPU, about 50 us a layer on the H200). Fitted from the
-  // calibration's concurrent points: n copies at once take
-  // l + n (t - l) a step, t the step alone, so each point gives
-  // l = (n t - t_n) / (n - 1); least squares of l - k0 against layers.
-  // 0 without concurrent points (then only k0 overlaps).
+  // calibration's concurrent points with stream_share (n copies at once
+  // take l + n (t - l) a step, t the step alone, l = OverlappedSeconds
+  // with share 1): the pair with the least squared relative error on a
+  // grid. 0 without concurrent points (then only k0 overlaps).
   double OverlapSeconds(const ModelShape& shape) const;
   double overlap_per_layer_s() const { return overlap_per_layer_s_; }
+  double stream_share() const { return stream_share_; }
+  // The part of a step that streams HBM: its weight and decode-KV reads
+  // (the k2 and k3 terms).
+  double StreamSeconds(const ModelShape& shape, const StepWork& work) const;
+  // Of a step of `step_s` seconds (StepSeconds, or a TP step's time), the
+  // part that other models' steps at the same time overlap, with `share`
+  // of OverlapSeconds realised (0 for a step with prefill chunks):
+  // k0 + share x OverlapSeconds, but no more than step_s less the part of
+  // its HBM reads that steps at the same time cannot hide, stream_share x
+  // StreamSeconds (they share the bandwidth), and not less than k0.
+  // stream_share is fitted with the per-layer overlap from the concurrent
+  // points (1 without them). On the H200 (2026-12-01) it is what holds
+  // small steps that stream their weights fast: four 1B copies at batch 1
+  // took 2.69 ms a step together and 1.07 ms alone, where the per-layer
+  // overlap alone predicts 1.64 ms.
+  double OverlappedSeconds(const ModelShape& shape, const StepWork& work, double share,
+                           double step_s) const;
   // Time to prefill `tokens` tokens alone (arbitration's cost estimate).
   double PrefillSeconds(const ModelShape& shape, int tokens) const;
   // Time to copy a model's weights from pinned host memory and set it up.
@@ -212,6 +230,7 @@ class EngineModel {
   std::array<double, kFeatures> k_;
   double h2d_bytes_per_s_, activation_ratio_;
   double overlap_per_layer_s_;
+  double stream_share_;  // of StreamSeconds, what concurrent steps cannot hide
   double ridge_tokens_;
   KvLinkRates kv_rates_;
 };

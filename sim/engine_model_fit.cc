@@ -63,20 +63,45 @@ bool LeastSquares(const std::vector<std::array<double, kK>>& rows, const std::ve
   return true;
 }
 
-// Concurrent steps' overlap per layer beyond k0 (OverlapSeconds):
-// least squares through the origin of each point's overlap less k0
-// against its layers (a point whose copies overlap less than k0 counts
-// as 0).
-double FitOverlapPerLayer(const std::vector<ConcurrentPoint>& points, double k0) {
-  double num = 0, den = 0;
+// What concurrent steps overlap (OverlapSeconds, OverlappedSeconds): the
+// overlap per layer beyond k0, o, and the share s of a step's HBM-read
+// time (StreamSeconds) that steps at the same time cannot hide. n copies
+// at once take l + n (t - l) a step, t alone, l = min(t, k0 + o layers,
+// max(k0, t - s stream)); o and s are the grid point (o by 0.25 us up to
+// 200 us, s by 0.01 from 1 down to 0, the first best kept) with the least
+// squared relative error over the concurrent points. None: o = 0, s = 1.
+struct OverlapFit {
+  double per_layer_s = 0, stream_share = 1;
+};
+OverlapFit FitOverlap(const std::vector<ConcurrentPoint>& points, const std::array<double, kK>& k,
+                      double ridge) {
+  OverlapFit best;
+  if (points.empty()) return best;
+  std::vector<double> stream;
   for (const ConcurrentPoint& p : points) {
-    const double n = p.copies;
-    const double overlap = (n * p.alone_seconds - p.seconds) / (n - 1);
-    const double layers = p.shape.layers;
-    num += std::max(0.0, overlap - k0) * layers;
-    den += layers * layers;
+    const std::array<double, kK> f = StepFeatures(p.shape, p.work, ridge);
+    stream.push_back(k[2] * f[2] + k[3] * f[3]);
   }
-  return den > 0 ? num / den : 0.0;
+  double best_error = -1;
+  for (int si = 100; si >= 0; --si) {
+    for (int oi = 0; oi <= 800; ++oi) {
+      const double share = si / 100.0, per_layer = oi * 0.25e-6;
+      double error = 0;
+      for (size_t i = 0; i < points.size(); ++i) {
+        const ConcurrentPoint& p = points[i];
+        const double t = p.alone_seconds;  // l as OverlappedSeconds computes it
+        const double l =
+            std::min({t, k[0] + per_layer * p.shape.layers, std::max(k[0], t - share * stream[i])});
+        const double e = (l + p.copies * (t - l) - p.seconds) / p.seconds;
+        error += e * e;
+      }
+      if (best_error < 0 || error < best_error) {
+        best_error = error;
+        best = {per_layer, share};
+      }
+    }
+  }
+  return best;
 }
 
 // Non-negative least squares of `rows` by elimination: drop the most
@@ -130,11 +155,12 @@ double SquaredError(const std::vector<std::array<double, kK>>& rows,
 
 EngineModel::EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s,
                          double activation_ratio, KvLinkRates kv_rates, double overlap_per_layer_s,
-                         double ridge_tokens)
+                         double ridge_tokens, double stream_share)
     : k_(k),
       h2d_bytes_per_s_(h2d_bytes_per_s),
       activation_ratio_(activation_ratio),
       overlap_per_layer_s_(overlap_per_layer_s),
+      stream_share_(stream_share),
       ridge_tokens_(ridge_tokens),
       kv_rates_(kv_rates) {}
 
@@ -188,8 +214,9 @@ absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
     best_k[kK - 1] = 0;
     best_ridge = 0;
   }
-  return EngineModel(best_k, c.h2d_bytes_per_s, c.activation_ratio, c.kv_rates,
-                     FitOverlapPerLayer(c.concurrent, best_k[0]), best_ridge);
+  const OverlapFit overlap = FitOverlap(c.concurrent, best_k, best_ridge);
+  return EngineModel(best_k, c.h2d_bytes_per_s, c.activation_ratio, c.kv_rates, overlap.per_layer_s,
+                     best_ridge, overlap.stream_share);
 }
 
 double EngineModel::StepSeconds(const ModelShape& shape, const StepWork& work) const {
@@ -206,6 +233,18 @@ double EngineModel::LatencySeconds(const ModelShape& shape) const {
 
 double EngineModel::OverlapSeconds(const ModelShape& shape) const {
   return overlap_per_layer_s_ * shape.layers;
+}
+
+double EngineModel::StreamSeconds(const ModelShape& shape, const StepWork& work) const {
+  const std::array<double, kK> f = StepFeatures(shape, work, ridge_tokens_);
+  return k_[2] * f[2] + k_[3] * f[3];
+}
+
+double EngineModel::OverlappedSeconds(const ModelShape& shape, const StepWork& work, double share,
+                                      double step_s) const {
+  const double k0 = LatencySeconds(shape);
+  const double most = std::max(k0, step_s - stream_share_ * StreamSeconds(shape, work));
+  return std::min({step_s, k0 + share * OverlapSeconds(shape), most});
 }
 
 double EngineModel::PrefillSeconds(const ModelShape& shape, int tokens) const {

@@ -146,10 +146,11 @@ struct SimPolicy {
   // k0 + this x OverlapSeconds; steps with prefill chunks keep k0 (no
   // concurrent prefill was measured). The node's one device thread, woken
   // by each step's device-done callback, begins the next steps later than
-  // free-running threads would. 0.5 is fitted to the rolling daemon on
-  // the four-1B validation trace (seed 24, H200, 2026-11-30) and checked
+  // free-running threads would. 0.4 is fitted to the rolling daemon on
+  // the four-1B validation trace (seed 24, H200, 2026-12-01, with that
+  // day's calibration; 0.5 on 2026-11-30 with the one before) and checked
   // on another (seed 42): docs/benchmarks.md. 0: only k0 overlaps.
-  double rolling_overlap_share = 0.5;
+  double rolling_overlap_share = 0.4;
   // Lockstep (rolling_steps false, overlap_steps true): the same share for
   // the decode-only steps of an iteration, whose launch latency becomes
   // k0 + this x OverlapSeconds. 0: only k0 overlaps.

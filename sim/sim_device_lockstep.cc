@@ -21,10 +21,8 @@ double SimDevice::PlanIteration(bool* decode_only) {
     if (!res.stepped) continue;
     const SimModel& spec = Spec(res.model);
     const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
-    const double overlap = w.prefill_tokens == 0 ? config_->policy.lockstep_overlap_share *
-                                                       engine_->OverlapSeconds(spec.Part())
-                                                 : 0.0;
-    const double lat = std::min(step, engine_->LatencySeconds(spec.Part()) + overlap);
+    const double share = w.prefill_tokens == 0 ? config_->policy.lockstep_overlap_share : 0.0;
+    const double lat = engine_->OverlappedSeconds(spec.Part(), w, share, step);
     // Remapping: the wait for copies its compute does not hide, before
     // its work (the other models' work goes on meanwhile).
     const double stall = RemapStall(res, step);

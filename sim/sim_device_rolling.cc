@@ -131,10 +131,8 @@ bool SimDevice::RollBegin(Resident* res, int* k, bool ahead) {
   const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
   // A decode-only step overlaps other models' steps further (the node's
   // share of the engine's measured concurrent overlap).
-  const double overlap = w.prefill_tokens == 0 ? config_->policy.rolling_overlap_share *
-                                                     engine_->OverlapSeconds(spec.Part())
-                                               : 0.0;
-  const double lat = std::min(step, engine_->LatencySeconds(spec.Part()) + overlap);
+  const double share = w.prefill_tokens == 0 ? config_->policy.rolling_overlap_share : 0.0;
+  const double lat = engine_->OverlappedSeconds(spec.Part(), w, share, step);
   // The host time before the step: an ahead step's ran beside the last
   // step (the node finishes one step and plans the next meanwhile).
   const double host =
