@@ -176,7 +176,7 @@ class EngineModel {
   // hand-computed clusters).
   EngineModel(std::array<double, kFeatures> k, double h2d_bytes_per_s, double activation_ratio,
               KvLinkRates kv_rates = {}, double overlap_per_layer_s = 0, double ridge_tokens = 0,
-              double stream_share = 1);
+              double stream_share = 0);
 
   double StepSeconds(const ModelShape& shape, const StepWork& work) const;
   // The part of StepSeconds that steps of several models on their own
@@ -187,7 +187,7 @@ class EngineModel {
   // Of a decode step's time alone, the part beyond LatencySeconds that
   // other models' decode steps overlap when they step at the same time:
   // overlap_per_layer_s x layers (launch gaps and kernels too small to
-  // fill the GPU, about 50 us a layer on the H200). Fitted from the
+  // fill the GPU, about 60 us a layer on the H200). Fitted from the
   // calibration's concurrent points with stream_share (n copies at once
   // take l + n (t - l) a step, t the step alone, l = OverlappedSeconds
   // with share 1): the pair with the least squared relative error on a
@@ -205,10 +205,16 @@ class EngineModel {
   // its HBM reads that steps at the same time cannot hide, stream_share x
   // StreamSeconds (they share the bandwidth), and not less than k0.
   // stream_share is fitted with the per-layer overlap from the concurrent
-  // points (1 without them). On the H200 (2026-12-01) it is what holds
-  // small steps that stream their weights fast: four 1B copies at batch 1
-  // took 2.69 ms a step together and 1.07 ms alone, where the per-layer
-  // overlap alone predicts 1.64 ms.
+  // points (0, no bound, without them or when none is held by it; 0 too
+  // for a model built with coefficients unless given). On the H200
+  // (2026-12-01) the bound is what fits the concurrent points at the
+  // engine's own overlap (share 1): four 1B copies at batch 1 took 2.69 ms
+  // a step together and 1.07 ms alone, where the per-layer overlap fitted
+  // without the bound predicted 1.64 ms. At the node's realised shares
+  // (rolling 0.4, lockstep 0-0.5) it does not bind for 1B-8B decode
+  // steps. A TP step's step_s includes its all-reduces while
+  // StreamSeconds is one part's reads: the all-reduce time counts as
+  // hideable (not measured).
   double OverlappedSeconds(const ModelShape& shape, const StepWork& work, double share,
                            double step_s) const;
   // Time to prefill `tokens` tokens alone (arbitration's cost estimate).

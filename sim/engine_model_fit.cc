@@ -68,10 +68,11 @@ bool LeastSquares(const std::vector<std::array<double, kK>>& rows, const std::ve
 // time (StreamSeconds) that steps at the same time cannot hide. n copies
 // at once take l + n (t - l) a step, t alone, l = min(t, k0 + o layers,
 // max(k0, t - s stream)); o and s are the grid point (o by 0.25 us up to
-// 200 us, s by 0.01 from 1 down to 0, the first best kept) with the least
-// squared relative error over the concurrent points. None: o = 0, s = 1.
+// 200 us, s by 0.01 from 0 up to 1, the first best kept: a share no point
+// determines stays 0, no bound) with the least squared relative error
+// over the concurrent points. None: o = 0, s = 0.
 struct OverlapFit {
-  double per_layer_s = 0, stream_share = 1;
+  double per_layer_s = 0, stream_share = 0;
 };
 OverlapFit FitOverlap(const std::vector<ConcurrentPoint>& points, const std::array<double, kK>& k,
                       double ridge) {
@@ -83,7 +84,7 @@ OverlapFit FitOverlap(const std::vector<ConcurrentPoint>& points, const std::arr
     stream.push_back(k[2] * f[2] + k[3] * f[3]);
   }
   double best_error = -1;
-  for (int si = 100; si >= 0; --si) {
+  for (int si = 0; si <= 100; ++si) {
     for (int oi = 0; oi <= 800; ++oi) {
       const double share = si / 100.0, per_layer = oi * 0.25e-6;
       double error = 0;

@@ -143,7 +143,8 @@ struct SimPolicy {
   // Rolling: the share of the engine's concurrent overlap
   // (EngineModel::OverlapSeconds, measured with one host thread per model)
   // that the node realises. A decode-only step's launch latency is
-  // k0 + this x OverlapSeconds; steps with prefill chunks keep k0 (no
+  // k0 + this x OverlapSeconds, at most what its HBM reads leave
+  // (EngineModel::OverlappedSeconds); steps with prefill chunks keep k0 (no
   // concurrent prefill was measured). The node's one device thread, woken
   // by each step's device-done callback, begins the next steps later than
   // free-running threads would. 0.4 is fitted to the rolling daemon on
@@ -153,7 +154,7 @@ struct SimPolicy {
   double rolling_overlap_share = 0.4;
   // Lockstep (rolling_steps false, overlap_steps true): the same share for
   // the decode-only steps of an iteration, whose launch latency becomes
-  // k0 + this x OverlapSeconds. 0: only k0 overlaps.
+  // k0 + this x OverlapSeconds (bounded as above). 0: only k0 overlaps.
   double lockstep_overlap_share = 0;
   // With rolling_steps: each model's next step is planned and queued
   // behind the one on the GPU (node.engine.ahead_steps, the node's

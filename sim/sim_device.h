@@ -38,10 +38,12 @@
 //    tokens plus prefill chunks (in admission order) up to
 //    max_batch_tokens, and it begins the next as soon as that one ends.
 //    A step of alone-time s (TpStepSeconds) is host time
-//    (policy.step_host_s) and the launch latency l = min(s, k0 + o)
-//    (EngineModel::LatencySeconds; o, for a decode-only step,
-//    policy.rolling_overlap_share x EngineModel::OverlapSeconds: the
-//    measured overlap of concurrent small steps), during which the model
+//    (policy.step_host_s) and the launch latency l = min(s, k0 + o), and
+//    no more than s less its unhideable HBM reads
+//    (EngineModel::OverlappedSeconds; k0 is LatencySeconds; o, for a
+//    decode-only step, policy.rolling_overlap_share x
+//    EngineModel::OverlapSeconds: the measured overlap of concurrent
+//    small steps), during which the model
 //    waits but takes none of the GPU, then GPU work s - l. The GPU is shared by
 //    the steps whose work is on it: each progresses at g / G of its alone
 //    rate, g its work to the power policy.rolling_share_exponent and G
@@ -102,7 +104,8 @@
 //    latency plus the sum of the rest of the steps' times, which keep the
 //    GPU busy; without, the sum of the step times. A decode-only step's
 //    latency is k0 + policy.lockstep_overlap_share x
-//    EngineModel::OverlapSeconds (0 by default, as the H100 measured; the
+//    EngineModel::OverlapSeconds, bounded as in rolling steps
+//    (EngineModel::OverlappedSeconds; the share is 0 by default, as the H100 measured; the
 //    H200 realises about half: docs/benchmarks.md). The serving path's
 //    host time (policy.step_host_s) comes on top: once per iteration
 //    overlapped, once per model stepped serially.

@@ -165,10 +165,22 @@ TEST(EngineModelTest, FitRecoversTheStreamBound) {
     const double l = m->OverlappedSeconds(p.shape, p.work, 1.0, p.alone_seconds);
     EXPECT_NEAR((l + p.copies * (p.alone_seconds - l)) / p.seconds, 1.0, 0.01) << p.shape_name;
   }
-  // The bound never takes k0 away, nor gives more than the step.
+  // By hand, for the truth: 1B at batch 1, 1,024 tokens of BF16 KV. Its
+  // reads take weight bytes / 3 TB/s + KV bytes / 2.5 TB/s; a step of t
+  // overlaps t - 0.8 x that when it is below k0 + 50 us x 16 layers.
   const ModelShape s1 = *NamedShape("llama-1b");
-  EXPECT_GE(m->OverlappedSeconds(s1, {1, 1024, 0, 0}, 0.0, 1e-3), k[0] * 0.999);
-  EXPECT_LE(m->OverlappedSeconds(s1, {1, 1024, 0, 0}, 1.0, 10e-6), 10e-6);
+  const StepWork w1{1, 1024, 0, 0};
+  const double reads = s1.weight_bytes_read() / 3.0e12 + 1024.0 * s1.kv_bytes_per_token() / 2.5e12;
+  EXPECT_NEAR(truth.StreamSeconds(s1, w1) / reads, 1.0, 1e-12);
+  const double t1 = truth.StepSeconds(s1, w1);
+  ASSERT_LT(t1 - 0.8 * reads, k[0] + 50e-6 * 16);  // held by the bound
+  EXPECT_NEAR(truth.OverlappedSeconds(s1, w1, 1.0, t1), t1 - 0.8 * reads, 1e-12);
+  // Never less than k0 (a step shorter than its reads, share 1), never
+  // more than the step, and without the bound k0 + share x overlap.
+  EXPECT_DOUBLE_EQ(truth.OverlappedSeconds(s1, w1, 1.0, 0.5 * reads), k[0]);
+  EXPECT_DOUBLE_EQ(truth.OverlappedSeconds(s1, w1, 1.0, 10e-6), 10e-6);
+  const EngineModel unbounded(k, 50e9, 1.0, {}, 50e-6, 0);
+  EXPECT_DOUBLE_EQ(unbounded.OverlappedSeconds(s1, w1, 0.5, t1), k[0] + 0.5 * 50e-6 * 16);
 }
 
 TEST(EngineModelTest, ShapesMatchTheirCheckpoints) {
