@@ -63,6 +63,20 @@ bool LeastSquares(const std::vector<std::array<double, kK>>& rows, const std::ve
   return true;
 }
 
+// A step's HBM-read time (StreamSeconds): its k2 and k3 terms.
+double Stream(const std::array<double, kK>& k, const ModelShape& shape, const StepWork& work,
+              double ridge) {
+  const std::array<double, kK> f = StepFeatures(shape, work, ridge);
+  return k[2] * f[2] + k[3] * f[3];
+}
+
+// Of a step of t seconds, what steps at the same time overlap
+// (OverlappedSeconds): k0 + overlap, at most t less the reads no step
+// hides (`unhidden`), never below k0 nor above t.
+double Overlapped(double t, double k0, double overlap, double unhidden) {
+  return std::min({t, k0 + overlap, std::max(k0, t - unhidden)});
+}
+
 // What concurrent steps overlap (OverlapSeconds, OverlappedSeconds): the
 // overlap per layer beyond k0, o, and the share s of a step's HBM-read
 // time (StreamSeconds) that steps at the same time cannot hide. n copies
@@ -79,10 +93,7 @@ OverlapFit FitOverlap(const std::vector<ConcurrentPoint>& points, const std::arr
   OverlapFit best;
   if (points.empty()) return best;
   std::vector<double> stream;
-  for (const ConcurrentPoint& p : points) {
-    const std::array<double, kK> f = StepFeatures(p.shape, p.work, ridge);
-    stream.push_back(k[2] * f[2] + k[3] * f[3]);
-  }
+  for (const ConcurrentPoint& p : points) stream.push_back(Stream(k, p.shape, p.work, ridge));
   double best_error = -1;
   for (int si = 0; si <= 100; ++si) {
     for (int oi = 0; oi <= 800; ++oi) {
@@ -90,9 +101,8 @@ OverlapFit FitOverlap(const std::vector<ConcurrentPoint>& points, const std::arr
       double error = 0;
       for (size_t i = 0; i < points.size(); ++i) {
         const ConcurrentPoint& p = points[i];
-        const double t = p.alone_seconds;  // l as OverlappedSeconds computes it
-        const double l =
-            std::min({t, k[0] + per_layer * p.shape.layers, std::max(k[0], t - share * stream[i])});
+        const double t = p.alone_seconds;
+        const double l = Overlapped(t, k[0], per_layer * p.shape.layers, share * stream[i]);
         const double e = (l + p.copies * (t - l) - p.seconds) / p.seconds;
         error += e * e;
       }
@@ -237,15 +247,13 @@ double EngineModel::OverlapSeconds(const ModelShape& shape) const {
 }
 
 double EngineModel::StreamSeconds(const ModelShape& shape, const StepWork& work) const {
-  const std::array<double, kK> f = StepFeatures(shape, work, ridge_tokens_);
-  return k_[2] * f[2] + k_[3] * f[3];
+  return Stream(k_, shape, work, ridge_tokens_);
 }
 
 double EngineModel::OverlappedSeconds(const ModelShape& shape, const StepWork& work, double share,
                                       double step_s) const {
-  const double k0 = LatencySeconds(shape);
-  const double most = std::max(k0, step_s - stream_share_ * StreamSeconds(shape, work));
-  return std::min({step_s, k0 + share * OverlapSeconds(shape), most});
+  return Overlapped(step_s, LatencySeconds(shape), share * OverlapSeconds(shape),
+                    stream_share_ * StreamSeconds(shape, work));
 }
 
 double EngineModel::PrefillSeconds(const ModelShape& shape, int tokens) const {
