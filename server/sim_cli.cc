@@ -139,6 +139,7 @@ nlohmann::json EngineJson(const Loaded& l) {
           {"calibrated", l.calibration.date},
           {"coefficients", l.engine->coefficients()},
           {"overlap_per_layer_s", l.engine->overlap_per_layer_s()},
+          {"stream_share", l.engine->stream_share()},
           {"ridge_tokens", l.engine->ridge_tokens()}};
 }
 
