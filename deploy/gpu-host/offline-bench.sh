@@ -19,7 +19,8 @@
 #      private pool of KV_MIB, 100000, node.engine.kv_cache_mib), METRICS
 #      (the scheduler's /metrics address, 127.0.0.1:9400: each run's node
 #      metrics, step thread time and step host time among them, are saved
-#      to OUT/metrics-TAG.txt after the run).
+#      to OUT/metrics-TAG.txt after the run), KV_DTYPE (the model's
+#      kv_dtype, auto: the activation type; fp8_e4m3 halves the KV bytes).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -45,7 +46,7 @@ scheduler:
   metrics_listen: ${METRICS:-127.0.0.1:9400}
   slo: {ttft_ms: 600000, tpot_ms: 10000}
   models:
-    - {name: llama8b, path: $MODEL, quantization: $1}
+    - {name: llama8b, path: $MODEL, quantization: $1, kv_dtype: ${KV_DTYPE:-auto}}
 node:
   node_id: gpu-0
   listen: 127.0.0.1:50061

@@ -1,8 +1,8 @@
 // Paged causal attention for mixed prefill/decode batches, split over the
-// KV length (flash-decoding). Caches in the activation type with head sizes
-// that are multiples of 16 up to 128 go to the tensor-core kernel
-// (paged_attention_mma_kernels.cu); this file's CUDA-core kernel serves the
-// rest (FP8 caches, head sizes 8 and 256), and both share the grid, plan,
+// KV length (flash-decoding). Head sizes that are multiples of 16 up to 128
+// go to the tensor-core kernel (paged_attention_mma_kernels.cu), whatever
+// the cache type; this file's CUDA-core kernel serves the rest (head sizes
+// 8 and 256, BF16, FP16 or FP8 caches), and both share the grid, plan,
 // workspace and merge (paged_attention.cuh). Each block handles one query
 // token, up to G query heads sharing one kv head (GQA: K and V are read
 // once for the group), and one partition of the context. Inside the block
@@ -351,8 +351,8 @@ template <typename T, typename KvT, int D>
 cudaError_t LaunchForGroup(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv,
                            float scale, const AttentionPlan& plan, Workspace ws, T* out,
                            cudaStream_t stream) {
-  if constexpr (std::is_same_v<KvT, T> && PagedAttentionMmaServes(D)) {
-    return cudaErrorInvalidValue;  // the tensor-core kernel's (not built here)
+  if constexpr (PagedAttentionMmaServes(D)) {
+    return cudaErrorInvalidValue;  // the tensor-core kernel's, FP8 too (not built here)
   } else {
     dim3 grid;
     if (!PagedGrid(tokens, num_heads, kv, plan, &grid)) return cudaErrorInvalidValue;

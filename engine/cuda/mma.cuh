@@ -1,7 +1,7 @@
 // Warp-level tensor-core helpers shared by the attention kernels: ldmatrix,
-// movmatrix, mma.sync m16n8k16 (BF16/FP16 in, FP32 accumulate), packing and ex2, with
-// the register layouts the PTX ISA defines. Included by .cu files only;
-// every function acts on the calling lane's registers (no shared state).
+// movmatrix, E4M3 pairs to FP16, mma.sync m16n8k16 (BF16/FP16 in, FP32 accumulate), packing and
+// ex2, with the register layouts the PTX ISA defines. Included by .cu files only; every function
+// acts on the calling lane's registers (no shared state).
 #pragma once
 
 #include <type_traits>
@@ -26,6 +26,27 @@ __device__ __forceinline__ void Ldsm4T(uint32_t addr, uint32_t r[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// Two 8x8 b16 matrices (lanes 0-15 give the row addresses), as Ldsm4.
+__device__ __forceinline__ void Ldsm2(uint32_t addr, uint32_t r[2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+__device__ __forceinline__ void Ldsm2T(uint32_t addr, uint32_t r[2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+// Two E4M3 values (the low 16 bits of x, the lower byte first) as a packed
+// pair of halves, exactly (every E4M3 value is an FP16 value): one
+// cvt.rn.f16x2.e4m3x2 on sm_89 and later.
+__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t x) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
 // d[4] += a (16x16, row-major fragment) * b (16x8, column-major fragment).

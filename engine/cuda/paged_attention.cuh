@@ -3,9 +3,10 @@
 // workspace, cp.async helpers, and the end of a block, where its warps'
 // online-softmax states are merged in a fixed order and written to the
 // output or to the workspace. The kernels differ only in how a warp
-// reduces its keys: on CUDA cores (attention_kernels.cu, any head size and
-// FP8 caches) or on tensor cores (paged_attention_mma_kernels.cu, BF16 and
-// FP16 caches). Included by .cu files only; device functions act on the
+// reduces its keys: on CUDA cores (attention_kernels.cu, head sizes the
+// other does not serve) or on tensor cores (paged_attention_mma_kernels.cu,
+// head sizes that are multiples of 16 up to 128; BF16, FP16 and FP8
+// caches). Included by .cu files only; device functions act on the
 // calling block alone.
 #pragma once
 
@@ -203,14 +204,14 @@ __device__ __forceinline__ void MergeWarpsAndStore(uint8_t* smem, int warp_bytes
   }
 }
 
-// Head sizes the tensor-core kernel is built for (with KV in the
-// activation type); the CUDA-core kernel is not built for them then.
+// Head sizes the tensor-core kernel is built for (KV in the activation
+// type or in FP8); the CUDA-core kernel is not built for them.
 constexpr bool PagedAttentionMmaServes(int head_dim) {
   return head_dim % 16 == 0 && head_dim <= 128;
 }
 
 // Tensor-core paged attention (paged_attention_mma_kernels.cu): whether it
-// serves head size D with KV of the activation type, and its launch, on
+// serves head size D with KV of the activation type or FP8, and its launch, on
 // the same grid, plan and workspace as the CUDA-core kernel's (G query
 // heads a block: 1, 2, 4 or 8). The caller launches the partition merge.
 bool PagedAttentionMmaSupports(int head_dim, KvType kv_type, ActType act_type);
