@@ -32,9 +32,13 @@ struct GpuEngineBenchOptions {
   // falls as sigma grows; each decode entry reports its mean_context). The
   // mixed and interference runs keep equal contexts. 0: all equal.
   double context_sigma = 0;
-  int prefill_tokens = 2048;  // prompt length of the prefill measurement
-  int steps = 32;             // timed decode steps per batch size
-  int warmup = 4;             // untimed steps first (graph capture happens here)
+  int prefill_tokens = 2048;  // prompt tokens of the prefill measurement
+  // The prefill's tokens as this many prompts (lengths differing by at most
+  // one), each its own sequence, in one step: a server's step of many short
+  // prompts rather than one long one. 1: one prompt.
+  int prefill_prompts = 1;
+  int steps = 32;  // timed decode steps per batch size
+  int warmup = 4;  // untimed steps first (graph capture happens here)
   int prefill_runs = 3;
   int block_tokens = 16;
   std::string kv_dtype = "auto";

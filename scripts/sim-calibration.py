@@ -4,7 +4,8 @@ deploy/gpu-host/sim-calibrate.sh (calib-<shape>.jsonl: one `ballast
 bench-engine` JSON per line, in the script's run order: contexts 256, 1024,
 4096 with prefills 512, 2048, 8192, then for 8b one FP8-KV run at 1024),
 calib-<shape>-large.jsonl where present (decode steps of 512 and 1,024
-sequences, decode only: RUNS_LARGE), and calib-<shape>-concurrent.jsonl
+sequences, decode only: RUNS_LARGE), calib-<shape>-prompts.jsonl where
+present (prefill steps of many short prompts), and calib-<shape>-concurrent.jsonl
 where present (decode steps of 2 or 4 copies at once, context 1024: the
 "concurrent" points).
 
@@ -82,6 +83,20 @@ def main():
                 continue
             device = read_points(path, order, name, points) or device
             large |= bool(suffix)
+    # Prefill steps of many short prompts (calib-<shape>-prompts.jsonl):
+    # their prefill only, attention as the sum of the prompts' pairs.
+    for short, name in (("1b", "llama-1b"), ("3b", "llama-3b"), ("8b", "llama-8b")):
+        path = os.path.join(a.dir, f"calib-{short}-prompts.jsonl")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                p = json.loads(line)["prefill"]
+                points.append(dict(shape=name, kv_dtype_bytes=2, prefill_tokens=p["tokens"],
+                                   prefill_attention=p["attention_pairs"],
+                                   prompts=p["prompts"], ms=round(p["ms"], 4)))
     # Several copies stepping at once (calib-<shape>-concurrent.jsonl, one
     # run per copy count, context 1024): each copy's step time against one
     # copy's alone in the same run (the engine model's concurrent overlap).

@@ -43,6 +43,11 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
       ->capture_default_str();
   c->add_option("--prefill", o.prefill_tokens, "prompt tokens of the prefill run (0 = skip)")
       ->capture_default_str();
+  c->add_option("--prefill-prompts", o.prefill_prompts,
+                "the prefill's tokens as this many prompts in one step (as a server's step of "
+                "many short prompts)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   c->add_option("--steps", o.steps, "timed decode steps per batch size")->capture_default_str();
   c->add_option("--warmup", o.warmup)->capture_default_str();
   c->add_option("--block-tokens", o.block_tokens)->capture_default_str();
@@ -197,9 +202,11 @@ void PrintEngineResult(const nlohmann::json& j, const nlohmann::json& hf) {
   }
   if (j.contains("prefill")) {
     const auto& p = j["prefill"];
-    std::cout << absl::StrFormat("\nprefill %d tokens: %.1f ms, %.0f tokens/s, %.0f TFLOP/s",
-                                 p["tokens"].get<int>(), p["ms"].get<double>(),
-                                 p["tokens_per_s"].get<double>(), p["tflops"].get<double>());
+    std::cout << absl::StrFormat(
+        "\nprefill %d tokens in %d prompt(s): %.1f ms, %.0f tokens/s, "
+        "%.0f TFLOP/s",
+        p["tokens"].get<int>(), p.value("prompts", 1), p["ms"].get<double>(),
+        p["tokens_per_s"].get<double>(), p["tflops"].get<double>());
     if (p.contains("fraction_of_gemm_peak")) {
       std::cout << absl::StrFormat(" = %.1f%% of the cuBLASLt 8192^3 GEMM on zeros (%.0f TFLOP/s)",
                                    100 * p["fraction_of_gemm_peak"].get<double>(),

@@ -2,7 +2,8 @@
 // checkpoint. Decode: `batch` sequences at `context` tokens each, one token
 // per sequence per step, greedy sampling on the GPU, CUDA graphs as in
 // serving; the KV read is real (zeroed blocks), the prefix is not computed.
-// Prefill: one prompt of prefill_tokens in one chunk. Reported against
+// Prefill: prefill_tokens in one step, as one prompt or prefill_prompts
+// (one chunk each). Reported against
 //   decode roofline  = (weight bytes read + KV bytes read) / HBM bandwidth
 //   prefill fraction = achieved FLOP/s / cuBLASLt 8192^3 BF16 GEMM FLOP/s
 // measured in the same process, on zeros (gemm_peak_tflops, the figure of
@@ -50,32 +51,42 @@ using bench_internal::DescribeDevice;
 using bench_internal::PromptFor;
 using bench_internal::Seconds;
 
-// Seconds of `runs` one-chunk prefills of `prompt` on `e` (after one
-// untimed run): the mean and the fastest.
+// Seconds of `runs` prefill steps of `prompts` on `e` (one chunk each,
+// all in one step; after one untimed run): the mean and the fastest.
 struct PrefillTimes {
   double mean = 0, best = 0;
 };
 absl::StatusOr<PrefillTimes> TimePrefill(cuda::CudaExecutor* e, KvCache* kv,
-                                         const std::vector<int>& prompt, int runs) {
-  SequenceKv seq;
-  if (auto st = kv->Reserve(&seq, static_cast<int>(prompt.size())); !st.ok()) return st;
-  std::vector<int> sampled;
-  const DeviceSampling greedy;
-  double total = 0, best = 1e30;
+                                         const std::vector<std::vector<int>>& prompts, int runs) {
+  std::vector<SequenceKv> seqs(prompts.size());
   absl::Status st;
+  size_t reserved = 0;
+  for (; reserved < prompts.size() && st.ok(); ++reserved) {
+    st = kv->Reserve(&seqs[reserved], static_cast<int>(prompts[reserved].size()));
+  }
+  std::vector<SequenceChunk> chunks;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    chunks.push_back({&seqs[i], 0, absl::MakeConstSpan(prompts[i]), LogitsMode::kLast});
+  }
+  const std::vector<DeviceSampling> greedy(prompts.size());
+  std::vector<int> sampled;
+  double total = 0, best = 1e30;
   for (int r = 0; r < 1 + runs && st.ok(); ++r) {
-    SequenceChunk ch{&seq, 0, absl::MakeConstSpan(prompt), LogitsMode::kLast};
     const auto t0 = Clock::now();
-    st = e->ForwardSample({ch}, {greedy}, &sampled, nullptr);
+    st = e->ForwardSample(chunks, greedy, &sampled, nullptr);
     const double s = Seconds(t0, Clock::now());
     if (r > 0) {
       total += s;
       best = std::min(best, s);
     }
   }
-  kv->Release(&seq);
+  for (size_t i = 0; i < reserved; ++i) kv->Release(&seqs[i]);
   if (!st.ok()) return st;
   return PrefillTimes{total / runs, best};
+}
+absl::StatusOr<PrefillTimes> TimePrefill(cuda::CudaExecutor* e, KvCache* kv,
+                                         const std::vector<int>& prompt, int runs) {
+  return TimePrefill(e, kv, std::vector<std::vector<int>>{prompt}, runs);
 }
 
 // Mean milliseconds of `steps` batch-1 decode steps on `e` at `context`
@@ -359,7 +370,9 @@ absl::StatusOr<KvLayout> BenchKvLayout(const GpuEngineBenchOptions& o, const Mod
 int64_t BenchKvBlocks(const GpuEngineBenchOptions& o, const ModelConfig& c, int max_batch,
                       int decode_len) {
   const int64_t per_seq = (decode_len + o.block_tokens - 1) / o.block_tokens;
-  const int64_t prefill_blocks = (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens;
+  // One block more per prompt where the prompts' lengths do not fill theirs.
+  const int64_t prefill_blocks =
+      (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens + std::max(o.prefill_prompts, 1);
   const int64_t second =
       o.interference_batch > 0 ? per_seq * std::max(1, o.interference_batch) + prefill_blocks : 0;
   const int64_t copies = std::max(1, o.concurrent_models);
@@ -453,24 +466,34 @@ absl::StatusOr<nlohmann::json> MeasureDecode(const GpuEngineBenchOptions& o, con
 
 }  // namespace
 
-// One prompt of o.prefill_tokens in one chunk: its time, rate and share of
-// the GEMM peaks in `out` (when measured).
+// o.prefill_tokens as o.prefill_prompts prompts (one chunk each, one
+// step): its time, rate and share of the GEMM peaks in `out` (when
+// measured); "attention_pairs": the (query, key) pairs of causal attention.
 absl::StatusOr<nlohmann::json> MeasurePrefill(const GpuEngineBenchOptions& o, const ModelConfig& c,
                                               KvCache* kv, cuda::CudaExecutor* e,
                                               const nlohmann::json& out) {
-  auto times = TimePrefill(e, kv, PromptFor(o.prefill_tokens, c), o.prefill_runs);
+  const int n = std::min(std::max(o.prefill_prompts, 1), o.prefill_tokens);
+  std::vector<std::vector<int>> prompts;
+  double pairs = 0;
+  for (int i = 0; i < n; ++i) {
+    const int len = o.prefill_tokens / n + (i < o.prefill_tokens % n ? 1 : 0);
+    std::vector<int> p = PromptFor(len, c);
+    for (int& t : p) t = (t + 104729 * i) % c.vocab_size;  // distinct prompts
+    pairs += 0.5 * len * (len + 1.0);
+    prompts.push_back(std::move(p));
+  }
+  auto times = TimePrefill(e, kv, prompts, o.prefill_runs);
   if (!times.ok()) return times.status();
   const double mean = times->mean, best = times->best;
   const double T = o.prefill_tokens;
   const double L = c.num_hidden_layers, H = c.hidden_size, Q = c.q_dim(), KVd = c.kv_dim(),
                I = c.intermediate_size;
   const double linear = L * (H * (Q + 2 * KVd) + Q * H + 3 * H * I);
-  const double flops = 2 * linear * T + 2.0 * c.vocab_size * H +
-                       L * 4.0 * c.num_attention_heads * c.head_dim * (T * (T + 1) / 2);
-  nlohmann::json p = {{"tokens", o.prefill_tokens},
-                      {"ms", mean * 1e3},
-                      {"best_ms", best * 1e3},
-                      {"tokens_per_s", T / mean},
+  const double flops = 2 * linear * T + 2.0 * c.vocab_size * H * n +
+                       L * 4.0 * c.num_attention_heads * c.head_dim * pairs;
+  nlohmann::json p = {{"tokens", o.prefill_tokens},   {"prompts", n},
+                      {"attention_pairs", pairs},     {"ms", mean * 1e3},
+                      {"best_ms", best * 1e3},        {"tokens_per_s", T / mean},
                       {"tflops", flops / mean / 1e12}};
   if (out.contains("gemm_peak_tflops")) {
     p["fraction_of_gemm_peak"] = flops / mean / 1e12 / out["gemm_peak_tflops"].get<double>();

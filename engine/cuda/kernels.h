@@ -132,10 +132,11 @@ bool PagedAttentionSupports(int head_dim);
 // split into partitions that run in parallel and are merged (flash-decoding)
 // as `plan` says (engine/attention_plan.h; its split tokens first in
 // tokens.order). q [T][H][D], out [T][H][D]; workspace of
-// PagedAttentionWorkspaceBytes(plan, ...). KV in the activation type with
-// head sizes that are multiples of 16 up to 128 runs on tensor cores (P in
-// two parts of the activation type, so its error is about FP32's); FP8 KV
-// and other head sizes on CUDA cores (FP32 throughout).
+// PagedAttentionWorkspaceBytes(plan, ...). Head sizes that are multiples of
+// 16 up to 128 run on tensor cores, KV in the activation type or FP8 (FP16
+// MMAs; P in two parts, so its error is about FP32's, with an absolute
+// floor of about 2^-25 from FP16's subnormals when the KV is FP8); other
+// head sizes on CUDA cores (FP32 throughout).
 cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
                                  float scale, const AttentionPlan& plan, void* workspace, void* out,
                                  ActType type, cudaStream_t stream);

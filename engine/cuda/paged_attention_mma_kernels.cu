@@ -15,9 +15,9 @@
 //   bank conflicts;
 // - S^T = K Q^T (D/16 k-steps, Q^T's B fragments held in registers), the
 //   online softmax (base 2) of its heads' columns, and O^T += V^T P^T (P
-//   split into two parts in the activation type, so its rounding error is
-//   about FP32's; movmatrix turns S^T's accumulators into P^T's B
-//   fragments) stay in registers;
+//   split into two parts in the MMA's type, so its rounding error is about
+//   FP32's; movmatrix turns S^T's accumulators into P^T's B fragments)
+//   stay in registers;
 // - the warps' states are merged in a fixed order, so a query's result
 //   depends only on its keys and the partition length (deterministic mode).
 // The CUDA-core kernel spreads each key's dot product over 16 lanes and
@@ -29,9 +29,9 @@
 // FP8 (E4M3) caches take the same path in FP16 MMAs: every E4M3 value is
 // an FP16 value, so K and V lose nothing, and the query (BF16 or FP16) is
 // converted to FP16 once (exact for |q| in [2^-14, 65504]; smaller values
-// lose mantissa bits, larger ones would overflow: activations are far
-// inside). Rows are staged as bytes, half the shared memory, and read with
-// ldmatrix as pairs of bytes (b16):
+// lose mantissa bits, larger ones saturate: activations are far inside).
+// Rows are staged as bytes, half the shared memory, and read with ldmatrix
+// as pairs of bytes (b16):
 // - K: the lane's word of a (keys, 16 dims) matrix holds dims 4t .. 4t + 3
 //   of its key; the MMA's k columns 2t, 2t + 1 (low pair) and 2t + 8,
 //   2t + 9 (high pair) are taken to be these dims, and Q^T's fragments
@@ -292,6 +292,10 @@ __device__ __forceinline__ void AttendChunkFp8(const WarpChunks<__nv_fp8_e4m3, D
   }
 }
 
+// x clamped to FP16's finite range: a query element past it (none in
+// practice) saturates rather than turning the head's scores into inf/NaN.
+__device__ __forceinline__ float Fp16Range(float x) { return fminf(fmaxf(x, -65504.0f), 65504.0f); }
+
 // Q^T's B fragments for head g of the block (zero past the group): in the
 // activation type (dims 16 kk + 2t, +1 and + 8), or for FP8 caches in
 // FP16 with AttendChunkFp8's permutation (dims 16 kk + 4t, +1 and +2, +3).
@@ -307,7 +311,8 @@ __device__ __forceinline__ void LoadQuery(const T* qrow, bool valid, WarpState<D
         st.q[kk][0] = u.x, st.q[kk][1] = u.y;
       } else {
         const float2 lo = Unpack2<T>(u.x), hi = Unpack2<T>(u.y);
-        st.q[kk][0] = Pack2<__half>(lo.x, lo.y), st.q[kk][1] = Pack2<__half>(hi.x, hi.y);
+        st.q[kk][0] = Pack2<__half>(Fp16Range(lo.x), Fp16Range(lo.y));
+        st.q[kk][1] = Pack2<__half>(Fp16Range(hi.x), Fp16Range(hi.y));
       }
     } else {
       st.q[kk][0] = valid ? *reinterpret_cast<const uint32_t*>(qrow + 16 * kk + 2 * t) : 0u;

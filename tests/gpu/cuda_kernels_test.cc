@@ -40,6 +40,7 @@ struct AttnCase {
   // one does on a whole GPU (the balanced rule, engine/attention_plan.h).
   int num_sms = 132;
   bool some_split = false;  // the plan must split some tokens, not all
+  bool fp16_act = false;    // FP8 caches with FP16 activations (else BF16)
 };
 
 // The executor's order (CudaExecutor::WriteAttentionOrder): longest
@@ -55,13 +56,15 @@ void RunAttention(const AttnCase& c) {
   SCOPED_TRACE(::testing::Message()
                << (c.prefill_kernel ? "prefill " : "split-kv ") << "D=" << c.head_dim
                << " H=" << c.heads << " Hkv=" << c.kv_heads << " kv=" << static_cast<int>(c.kv)
-               << " len0=" << c.seq_lens[0] << " q0=" << c.queries[0]);
+               << " len0=" << c.seq_lens[0] << " q0=" << c.queries[0]
+               << (c.fp16_act ? " fp16 activations" : ""));
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int D = c.head_dim, Hkv = c.kv_heads, BT = c.block_tokens, S = c.seq_lens.size();
   const size_t esz = KvSize(c.kv);
-  // FP16 caches go with FP16 activations; BF16 and FP8 ones with BF16.
-  const bool half = c.kv == KvType::kF16;
+  // FP16 caches go with FP16 activations, BF16 ones with BF16, FP8 ones
+  // with either (fp16_act).
+  const bool half = c.kv == KvType::kF16 || (c.kv == KvType::kFP8E4M3 && c.fp16_act);
   const ActType act = half ? ActType::kF16 : ActType::kBF16;
   const auto to_float = [half](uint16_t x) { return half ? HalfToFloat(x) : BF16ToFloat(x); };
   const size_t row = static_cast<size_t>(Hkv) * D * esz, block_bytes = 2 * BT * row;
@@ -258,8 +261,8 @@ void RunAttention(const AttnCase& c) {
 
 TEST(CudaKernels, PagedAttentionMatchesReference) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
-  // BF16 and FP16 caches with head sizes 16-128 run the tensor-core
-  // kernel; FP8 caches and head size 256 the CUDA-core one.
+  // Head sizes 16-128 run the tensor-core kernel (FP8 caches in FP16
+  // MMAs), 8 and 256 the CUDA-core one.
   for (KvType kv : {KvType::kBF16, KvType::kFP8E4M3, KvType::kF16}) {
     for (int D : {16, 32, 64, 80, 96, 128, 256}) {
       // Decode: three sequences, one query each, contexts over many tiles.
@@ -279,6 +282,19 @@ TEST(CudaKernels, PagedAttentionMatchesReference) {
       RunAttention(
           {D, 8, 2, 16, {40, 1000, 7, 800, 20, 1}, {1, 1, 1, 1, 1, 1}, kv, false, 2, true});
       RunAttention({D, 12, 1, 7, {5, 900, 60}, {5, 1, 1}, kv, false, 2, true});
+    }
+    if (kv == KvType::kFP8E4M3) {  // FP8 caches with FP16 activations: decodes, a chunk
+      for (int D : {16, 64, 80, 128, 256}) {
+        AttnCase d{D, 8, 2, 16, {1, 300, 900}, {1, 1, 1}, kv};
+        d.fp16_act = true;
+        RunAttention(d);
+        AttnCase g{D, 12, 2, 7, {5, 900, 60}, {5, 1, 1}, kv, false, 2, true};  // groups of 6
+        g.fp16_act = true;
+        RunAttention(g);
+        AttnCase p{D, 4, 4, 16, {700}, {37}, kv};
+        p.fp16_act = true;
+        RunAttention(p);
+      }
     }
     for (int D : {64, 80, 96, 128, 256}) {  // the tensor-core prefill kernel
       ASSERT_TRUE(PrefillAttentionSupports(D)) << D;
