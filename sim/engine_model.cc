@@ -12,13 +12,17 @@
 
 namespace ballast::sim {
 
-double ModelShape::dense_params() const {
+double ModelShape::layer_params() const {
   const double q = static_cast<double>(heads) * head_dim;
   const double kv = static_cast<double>(kv_heads) * head_dim;
   const double per_layer = hidden * q + 2.0 * hidden * kv + q * hidden +
                            3.0 * hidden * static_cast<double>(intermediate);
-  return layers * per_layer + static_cast<double>(vocab) * hidden;  // + LM head
+  return layers * per_layer;
 }
+
+double ModelShape::lm_head_params() const { return static_cast<double>(vocab) * hidden; }
+
+double ModelShape::dense_params() const { return layer_params() + lm_head_params(); }
 
 double ModelShape::weight_bytes_read() const { return dense_params() * weight_dtype_bytes; }
 
@@ -67,23 +71,27 @@ double PrefillAttentionPairs(int tokens, int before) {
 
 std::array<double, kFeatures> StepFeatures(const ModelShape& s, const StepWork& w,
                                            double ridge_tokens) {
-  const double params2 = 2.0 * s.dense_params();
+  const double layers2 = 2.0 * s.layer_params(), head2 = 2.0 * s.lm_head_params();
   // A decode-only step replays a CUDA graph of its bucket's rows
-  // (engine/graph_buckets.h): the padded rows' GEMM FLOPs count too.
-  const int gemm_tokens = w.prefill_tokens == 0 && w.decode_tokens > 0
-                              ? engine::GraphBucketTokens(w.decode_tokens)
-                              : w.decode_tokens + w.prefill_tokens;
-  const double past_ridge = std::max(0.0, gemm_tokens - ridge_tokens);
+  // (engine/graph_buckets.h): the padded rows' GEMM FLOPs count too, the
+  // head's among them. Otherwise the layers multiply every token and the
+  // head the sampled rows.
+  const bool graph = w.prefill_tokens == 0 && w.decode_tokens > 0;
+  const int gemm_tokens =
+      graph ? engine::GraphBucketTokens(w.decode_tokens) : w.decode_tokens + w.prefill_tokens;
+  const int head_rows = graph ? gemm_tokens : w.decode_tokens + w.prefill_logits;
+  const double past_ridge = layers2 * std::max(0.0, gemm_tokens - ridge_tokens) +
+                            head2 * std::max(0.0, head_rows - ridge_tokens);
   return {1.0,
           static_cast<double>(s.layers),
           s.weight_bytes_read(),
           w.decode_context * static_cast<double>(s.kv_bytes_per_token()),
           static_cast<double>(w.decode_tokens) * s.layers,
-          params2 * w.decode_tokens,
-          params2 * w.prefill_tokens,
+          (layers2 + head2) * w.decode_tokens,
+          layers2 * w.prefill_tokens + head2 * w.prefill_logits,
           4.0 * s.layers * s.heads * s.head_dim * w.prefill_attention,
           s.kv_dtype_bytes == 1 ? w.decode_context * 2.0 * s.layers * s.kv_heads * s.head_dim : 0.0,
-          params2 * past_ridge};
+          past_ridge};
 }
 
 namespace {
@@ -158,7 +166,12 @@ absl::StatusOr<CalibrationPoint> ParsePoint(const nlohmann::json& p, const std::
   for (const auto* st : {&b, &c, &pf, &a, &ms}) {
     if (!st->ok()) return st->status();
   }
-  pt.work = {static_cast<int>(*b), *c, static_cast<int>(*pf), *a};
+  // The prompts of the prefill (one sampled row each): 1 unless the point
+  // says ("prompts": a step of many prompts).
+  auto prompts = Number(p, "prompts", where, false);
+  if (!prompts.ok()) return prompts.status();
+  const int logits = *pf > 0 ? std::max(1, static_cast<int>(*prompts)) : 0;
+  pt.work = {static_cast<int>(*b), *c, static_cast<int>(*pf), *a, logits};
   pt.seconds = *ms / 1e3;
   if (pt.seconds <= 0 || (pt.work.decode_tokens == 0 && pt.work.prefill_tokens == 0)) {
     return absl::InvalidArgumentError(

@@ -13,15 +13,21 @@
 //     + k3 * C * KV bytes per token         decode attention's KV reads
 //     + k4 * B * layers                     per-sequence attention work
 //     + k5 * 2 * dense params * B           decode GEMM FLOPs
-//     + k6 * 2 * dense params * P           prefill GEMM FLOPs
+//     + k6 * 2 * (layer params * P + LM head params * L)   prefill GEMM FLOPs
 //     + k7 * 4 * layers * q heads * head dim * A    prefill attention FLOPs
 //     + k8 * C * KV elements per token if the KV is FP8   dequantisation
-//     + k9 * 2 * dense params * max(0, B + P - R)  GEMM FLOPs past the ridge
+//     + k9 * 2 * (layer params * max(0, B + P - R)
+//                 + LM head params * max(0, B + L - R))  GEMM FLOPs past the ridge
 //
-// (in k9's feature a decode-only step's B is its CUDA graph's padded rows,
-// engine/graph_buckets.h's GraphBucketTokens(B): the engine modelled is the
-// CUDA one with graphs, as calibrated; its cap of the rows at
-// max_batch_tokens is not applied)
+// (dense params = layer params + LM head params. The LM head multiplies
+// only the sampled rows: every decode, and the last token of each prompt
+// that a chunk completes (L), so a step of many short prompts costs its
+// layers' FLOPs plus one head row per prompt; counting the head on every
+// prompt token overstated a 1B's prefill by 21% and an 8B's by 7%, and the
+// shared coefficient split the difference. In k9's feature a decode-only
+// step's B is its CUDA graph's padded rows, engine/graph_buckets.h's
+// GraphBucketTokens(B): the engine modelled is the CUDA one with graphs,
+// as calibrated; its cap of the rows at max_batch_tokens is not applied.)
 // k8: the decode attention kernel turns each FP8 K and V element back into
 // BF16 before it uses it, which costs more than the bytes it saves (on the
 // H200 an 8B step at batch 128 took 14.1 ms with FP8 KV, 12.4 ms with
@@ -66,6 +72,10 @@ struct ModelShape {
   // Parameters a step multiplies by: every layer's projections and the LM
   // head (the embedding table is gathered, not multiplied).
   double dense_params() const;
+  // The layers' projections alone, and the LM head (vocab x hidden): the
+  // head multiplies only the rows that are sampled.
+  double layer_params() const;
+  double lm_head_params() const;
   // Bytes a decode step reads: the dense parameters in the weight dtype.
   double weight_bytes_read() const;
   // Bytes resident on the device: dense parameters plus an untied
@@ -95,6 +105,7 @@ struct StepWork {
   double decode_context = 0;     // C: KV tokens the decodes attend over
   int prefill_tokens = 0;        // P
   double prefill_attention = 0;  // A: query x key pairs of the prefill chunks
+  int prefill_logits = 0;        // L: prefill chunks that end their prompt (one sampled row each)
 };
 
 // The attention pairs of a prefill chunk of `tokens` tokens after `before`

@@ -275,6 +275,7 @@ StepWork SimDevice::WorkOf(const Resident& res, int* k, std::vector<Chunk>* chun
     chunks->push_back({r, n});
     w.prefill_tokens += n;
     w.prefill_attention += PrefillAttentionPairs(n, r->prefilled);
+    if (n == r->prompt - r->prefilled) ++w.prefill_logits;  // its last token is sampled
     budget -= n;
   }
   return w;

@@ -179,7 +179,7 @@ TEST(SimConfigTest, OverlapSharesAreReadAndChecked) {
     double dflt;
   };
   for (const Share& sh :
-       {Share{"rolling_overlap_share", &sim::SimPolicy::rolling_overlap_share, 0.4},
+       {Share{"rolling_overlap_share", &sim::SimPolicy::rolling_overlap_share, 0.3},
         Share{"lockstep_overlap_share", &sim::SimPolicy::lockstep_overlap_share, 0}}) {
     SCOPED_TRACE(sh.key);
     auto dflt = ParseSimConfig(base, "s.yaml");

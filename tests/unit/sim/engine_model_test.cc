@@ -32,7 +32,7 @@ Calibration Synthetic(const std::array<double, kFeatures>& k, double ridge = 0) 
       }
     }
     for (int p : {512, 4096}) {
-      StepWork w{0, 0, p, PrefillAttentionPairs(p, 0)};
+      StepWork w{0, 0, p, PrefillAttentionPairs(p, 0), 1};
       c.points.push_back({name, s, w, truth.StepSeconds(s, w)});
     }
   }
@@ -87,11 +87,29 @@ TEST(EngineModelTest, NoRidgeWithoutLargeDecodeSteps) {
 // graph_buckets.h), a mixed step's tokens as they are.
 TEST(EngineModelTest, DecodeStepsCountTheirGraphsPaddedRows) {
   const ModelShape s = *NamedShape("llama-1b");
-  const double params2 = 2 * s.dense_params();
+  const double params2 = 2 * s.dense_params(), layers2 = 2 * s.layer_params();
   EXPECT_DOUBLE_EQ(StepFeatures(s, {300, 300 * 100.0, 0, 0}, 192)[9], params2 * (320 - 192));
   EXPECT_DOUBLE_EQ(StepFeatures(s, {100, 100 * 100.0, 0, 0}, 64)[9], params2 * (128 - 64));
-  EXPECT_DOUBLE_EQ(StepFeatures(s, {300, 300 * 100.0, 100, 5050}, 192)[9], params2 * (400 - 192));
+  // A mixed step: the layers' rows are every token, the head's the decodes
+  // and the one prompt the chunk ends (301 rows).
+  EXPECT_DOUBLE_EQ(StepFeatures(s, {300, 300 * 100.0, 100, 5050, 1}, 192)[9],
+                   layers2 * (400 - 192) + 2 * s.lm_head_params() * (301 - 192));
   EXPECT_DOUBLE_EQ(StepFeatures(s, {100, 100 * 100.0, 0, 0}, 192)[9], 0);
+}
+
+// The LM head multiplies the sampled rows only: a prefill's tokens cost the
+// layers' FLOPs, and each prompt a chunk ends one row of the head's.
+TEST(EngineModelTest, PrefillCountsTheHeadOncePerPrompt) {
+  const ModelShape s = *NamedShape("llama-8b");
+  EXPECT_DOUBLE_EQ(s.dense_params(), s.layer_params() + 128256.0 * 4096);
+  const auto one = StepFeatures(s, {0, 0, 8192, 0, 1}, 0);
+  const auto many = StepFeatures(s, {0, 0, 8192, 0, 32}, 0);
+  const auto none = StepFeatures(s, {0, 0, 8192, 0, 0}, 0);  // a chunk mid-prompt
+  EXPECT_DOUBLE_EQ(one[6], 2 * s.layer_params() * 8192 + 2 * s.lm_head_params());
+  EXPECT_DOUBLE_EQ(many[6] - one[6], 31 * 2 * s.lm_head_params());
+  EXPECT_DOUBLE_EQ(none[6], 2 * s.layer_params() * 8192);
+  // Decodes sample every row: the head on each.
+  EXPECT_DOUBLE_EQ(StepFeatures(s, {64, 64 * 100.0, 0, 0}, 0)[5], 2 * s.dense_params() * 64);
 }
 
 TEST(EngineModelTest, FitKeepsRatesNonNegative) {

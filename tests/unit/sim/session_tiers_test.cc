@@ -31,18 +31,27 @@ const int64_t kBpt = NamedShape("llama-1b")->kv_bytes_per_token();
 EngineModel TierEngine() {
   std::array<double, kFeatures> k{};
   k[0] = kStep;
-  k[6] = kPerToken / (2 * NamedShape("llama-1b")->dense_params());
+  k[6] = kPerToken / (2 * NamedShape("llama-1b")->layer_params());
   KvLinkRates rates;
   rates.dram_bytes_per_s = static_cast<double>(kBpt) * 1000;  // a token per ms
   rates.ssd_bytes_per_s = static_cast<double>(kBpt) * 100;    // a token per 10 ms
   return EngineModel(k, 1e9, 1.0, rates);
 }
 
+// A llama-1b-shaped model without an LM head (a prompt's sampled row would
+// cost the head's FLOPs on top), so that a prefill token costs exactly
+// kPerToken.
+SimModel TierModel(const std::string& name) {
+  SimModel m = Model(name);
+  m.shape.vocab = 0;
+  return m;
+}
+
 // One GPU with room for `room` tokens of KV beside model a's weights, and
 // tiers of `dram` and `ssd` tokens.
 SimConfig TierGpu(int room, int64_t dram, int64_t ssd, const std::string& mode = "tiers") {
   SimConfig c;
-  c.models = {Model("a")};
+  c.models = {TierModel("a")};
   c.cluster.gpu_memory_bytes = c.models[0].shape.weight_bytes() + room * kBpt;
   c.cluster.dram_bytes = dram * kBpt;
   c.cluster.ssd_bytes = ssd * kBpt;
@@ -246,7 +255,7 @@ TEST(SessionTiersTest, CapacityPressureDemotesToSsdThenDrops) {
 SimConfig TwoNodesThreeModels() {
   SimConfig c = TierGpu(1000, 1000, 0);
   c.cluster.nodes = 2;
-  c.models = {Model("a"), Model("b"), Model("c")};
+  c.models = {TierModel("a"), TierModel("b"), TierModel("c")};
   c.policy.idle_evict_after_s = 0.5;
   return c;
 }
