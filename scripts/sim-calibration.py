@@ -57,6 +57,19 @@ def read_points(path, order, name, points):
     return device
 
 
+def optional_runs(directory, kind):
+    """(shape name, bench-engine JSON) for each line of every
+    calib-<shape>-<kind>.jsonl in `directory` (shapes without one skipped)."""
+    for short, name in (("1b", "llama-1b"), ("3b", "llama-3b"), ("8b", "llama-8b")):
+        path = os.path.join(directory, f"calib-{short}-{kind}.jsonl")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    yield name, json.loads(line)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
@@ -85,39 +98,24 @@ def main():
             large |= bool(suffix)
     # Prefill steps of many short prompts (calib-<shape>-prompts.jsonl):
     # their prefill only, attention as the sum of the prompts' pairs.
-    for short, name in (("1b", "llama-1b"), ("3b", "llama-3b"), ("8b", "llama-8b")):
-        path = os.path.join(a.dir, f"calib-{short}-prompts.jsonl")
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                p = json.loads(line)["prefill"]
-                points.append(dict(shape=name, kv_dtype_bytes=2, prefill_tokens=p["tokens"],
-                                   prefill_attention=p["attention_pairs"],
-                                   prompts=p["prompts"], ms=round(p["ms"], 4)))
+    for name, run in optional_runs(a.dir, "prompts"):
+        p = run["prefill"]
+        points.append(dict(shape=name, kv_dtype_bytes=2, prefill_tokens=p["tokens"],
+                           prefill_attention=p["attention_pairs"],
+                           prompts=p["prompts"], ms=round(p["ms"], 4)))
     # Several copies stepping at once (calib-<shape>-concurrent.jsonl, one
     # run per copy count, context 1024): each copy's step time against one
     # copy's alone in the same run (the engine model's concurrent overlap).
     concurrent = []
-    for short, name in (("1b", "llama-1b"), ("3b", "llama-3b"), ("8b", "llama-8b")):
-        path = os.path.join(a.dir, f"calib-{short}-concurrent.jsonl")
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                run = json.loads(line)
-                alone = {d["batch"]: d["ms_per_step"] for d in run["decode"]}
-                mean_ctx = 1024 + WARMUP + STEPS / 2
-                for d in run["concurrent"]["decode"]:
-                    b = d["batch"]
-                    concurrent.append(dict(shape=name, copies=run["concurrent"]["models"],
-                                           decode_tokens=b, decode_context=b * mean_ctx,
-                                           ms=round(d["ms_per_step"], 4),
-                                           ms_alone=round(alone[b], 4)))
+    for name, run in optional_runs(a.dir, "concurrent"):
+        alone = {d["batch"]: d["ms_per_step"] for d in run["decode"]}
+        mean_ctx = 1024 + WARMUP + STEPS / 2
+        for d in run["concurrent"]["decode"]:
+            b = d["batch"]
+            concurrent.append(dict(shape=name, copies=run["concurrent"]["models"],
+                                   decode_tokens=b, decode_context=b * mean_ctx,
+                                   ms=round(d["ms_per_step"], 4),
+                                   ms_alone=round(alone[b], 4)))
     out = dict(
         device=device, date=a.date,
         command=("deploy/gpu-host/sim-calibrate.sh OUT (ballast bench-engine, CUDA graphs, "
