@@ -5,7 +5,9 @@ bench-engine` JSON per line, in the script's run order: contexts 256, 1024,
 4096 with prefills 512, 2048, 8192, then for 8b one FP8-KV run at 1024),
 calib-<shape>-large.jsonl where present (decode steps of 512 and 1,024
 sequences, decode only: RUNS_LARGE), calib-<shape>-prompts.jsonl where
-present (prefill steps of many short prompts), and calib-<shape>-concurrent.jsonl
+present (prefill steps of many short prompts), calib-<shape>-mixed.jsonl
+where present (chunked prefill: a chunk over a prefix, alone and beside
+decodes), and calib-<shape>-concurrent.jsonl
 where present (decode steps of 2 or 4 copies at once, context 1024: the
 "concurrent" points).
 
@@ -57,6 +59,16 @@ def read_points(path, order, name, points):
     return device
 
 
+MIXED_CONTEXT = 256  # sim-calibrate.sh's --context of the --mixed runs
+
+
+def chunk_point(name, c):
+    """A prefill chunk [c, 2c) of one prompt: attention over its c-token
+    prefix (sim::PrefillAttentionPairs(c, c)), its last token sampled."""
+    return dict(shape=name, kv_dtype_bytes=2, prefill_tokens=c,
+                prefill_attention=c * (c + (c + 1) / 2))
+
+
 def optional_runs(directory, kind):
     """(shape name, bench-engine JSON) for each line of every
     calib-<shape>-<kind>.jsonl in `directory` (shapes without one skipped)."""
@@ -103,6 +115,27 @@ def main():
         points.append(dict(shape=name, kv_dtype_bytes=2, prefill_tokens=p["tokens"],
                            prefill_attention=p["attention_pairs"],
                            prompts=p["prompts"], ms=round(p["ms"], 4)))
+    # Chunked prefill (calib-<shape>-mixed.jsonl, bench-engine --mixed at
+    # context 256): each row's chunk [C, 2C) of a prompt alone (attention
+    # over its C-token prefix) and beside its decodes in one step.
+    # A chunk alone is timed once per row: its mean is one point. Mixed
+    # steps are kept where their rows (B + C) are a multiple of 128, as a
+    # node's steps filled to max_batch_tokens are: a step just past a
+    # multiple runs its GEMMs on one more row tile (or wave) than its
+    # tokens need (measured: 8B 32 + 2,048 as slow as 256 + 2,048; 1B 32
+    # + 2,048 slower than its parts apart), which the model, linear in
+    # FLOPs, does not represent (docs/benchmarks.md, session 40).
+    for name, run in optional_runs(a.dir, "mixed"):
+        alone = {}
+        for r in run["mixed"]:
+            b, c = r["batch"], r["chunk"]
+            alone.setdefault(c, []).append(r["chunk_ms"])
+            if (b + c) % 128 == 0:
+                points.append(dict(chunk_point(name, c), decode_tokens=b,
+                                   decode_context=b * (MIXED_CONTEXT + 1.0),
+                                   ms=round(r["mixed_ms"], 4)))
+        for c, ms in sorted(alone.items()):
+            points.append(dict(chunk_point(name, c), ms=round(sum(ms) / len(ms), 4)))
     # Several copies stepping at once (calib-<shape>-concurrent.jsonl, one
     # run per copy count, context 1024): each copy's step time against one
     # copy's alone in the same run (the engine model's concurrent overlap).

@@ -167,10 +167,16 @@ absl::StatusOr<CalibrationPoint> ParsePoint(const nlohmann::json& p, const std::
     if (!st->ok()) return st->status();
   }
   // The prompts of the prefill (one sampled row each): 1 unless the point
-  // says ("prompts": a step of many prompts).
-  auto prompts = Number(p, "prompts", where, false);
-  if (!prompts.ok()) return prompts.status();
-  const int logits = *pf > 0 ? std::max(1, static_cast<int>(*prompts)) : 0;
+  // says ("prompts": a step of many prompts, an integer in [1, P]).
+  int logits = *pf > 0 ? 1 : 0;
+  if (p.contains("prompts")) {
+    if (!p["prompts"].is_number_integer() || p["prompts"].get<int64_t>() < 1 ||
+        p["prompts"].get<double>() > *pf) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".prompts: an integer from 1 to the point's prefill_tokens"));
+    }
+    logits = p["prompts"].get<int>();
+  }
   pt.work = {static_cast<int>(*b), *c, static_cast<int>(*pf), *a, logits};
   pt.seconds = *ms / 1e3;
   if (pt.seconds <= 0 || (pt.work.decode_tokens == 0 && pt.work.prefill_tokens == 0)) {

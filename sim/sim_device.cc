@@ -272,11 +272,17 @@ StepWork SimDevice::WorkOf(const Resident& res, int* k, std::vector<Chunk>* chun
   for (SimRequest* r : res.running) {
     if (r->prefilled >= r->prompt || budget <= 0) continue;
     const int n = std::min(budget, r->prompt - r->prefilled);
+    const bool last = n == r->prompt - r->prefilled;  // its last token is sampled
     chunks->push_back({r, n});
+    budget -= n;
+    if (n == 1 && last) {  // a decode row, as the engine plans it (engine/batch_planner.cc)
+      ++w.decode_tokens;
+      w.decode_context += r->prompt;
+      continue;
+    }
     w.prefill_tokens += n;
     w.prefill_attention += PrefillAttentionPairs(n, r->prefilled);
-    if (n == r->prompt - r->prefilled) ++w.prefill_logits;  // its last token is sampled
-    budget -= n;
+    if (last) ++w.prefill_logits;
   }
   return w;
 }

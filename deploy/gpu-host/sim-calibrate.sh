@@ -10,10 +10,11 @@
 # OUT/calib-<shape>-large.jsonl holds decode steps of 512 and 1,024
 # sequences (contexts 256 and 1024, where the KV fits the card), where the
 # GEMMs are bound by compute, not by reading the weights.
-# OUT/calib-<shape>-prompts.jsonl holds prefill steps of many short prompts.
+# OUT/calib-<shape>-prompts.jsonl holds prefill steps of many short prompts,
+# OUT/calib-<shape>-mixed.jsonl chunked-prefill steps (bench-engine --mixed).
 # SHAPES picks shapes (default: 1b 3b 8b); LARGE_ONLY=1 runs only the
-# large batches, PROMPTS_ONLY=1 only the many-prompt prefills (adding them
-# to an earlier run's OUT).
+# large batches, PREFILL_ONLY=1 only the many-prompt and mixed prefills
+# (adding them to an earlier run's OUT).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-calibrate.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -51,7 +52,7 @@ for s in ${SHAPES:-1b 3b 8b}; do
       >> "$FILE"
   }
   echo "== $s" >> "$OUT/summary.txt"
-  if [ "${LARGE_ONLY:-0}" != 1 ] && [ "${PROMPTS_ONLY:-0}" != 1 ]; then
+  if [ "${LARGE_ONLY:-0}" != 1 ] && [ "${PREFILL_ONLY:-0}" != 1 ]; then
     : > "$FILE"
     run 256 512 1,8,32,128,256
     run 1024 2048 1,8,32,128,256
@@ -75,14 +76,20 @@ for s in ${SHAPES:-1b 3b 8b}; do
   # Prefill steps of many short prompts (a server's first steps), not one
   # long one: calib-<shape>-prompts.jsonl, 8,192 tokens as 32 prompts and
   # 2,048 as 16 (scripts/sim-calibration.py reads their prefill only).
-  # PROMPTS_ONLY=1 runs only these (adding them to an earlier run's OUT).
+  # Chunked prefill: calib-<shape>-mixed.jsonl, chunks of 512, 2,048 and
+  # 7,168 tokens over a prefix as long, alone and beside 32, 256 or 1,000
+  # decodes at context 256 (sim-calibration.py's MIXED_CONTEXT).
+  # PREFILL_ONLY=1 runs only these (adding them to an earlier run's OUT).
   if [ "${LARGE_ONLY:-0}" != 1 ]; then
     FILE="$OUT/calib-$s-prompts.jsonl"
     : > "$FILE"
     run 16 8192 1 --prefill-prompts 32 || true
     run 16 2048 1 --prefill-prompts 16 || true
+    FILE="$OUT/calib-$s-mixed.jsonl"
+    : > "$FILE"
+    run 256 0 32,256,1000 --mixed 512,2048,7168 || true
   fi
-  [ "${PROMPTS_ONLY:-0}" = 1 ] && continue
+  [ "${PREFILL_ONLY:-0}" = 1 ] && continue
   # Large batches last (scripts/sim-calibration.py's RUNS_LARGE order). At
   # context 1024 the KV of 1,024 sequences fits only for 1b; where a card
   # lacks the memory even for 512 (an 80 GB card, 8b), the runs stop there

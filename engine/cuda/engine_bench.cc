@@ -370,9 +370,11 @@ absl::StatusOr<KvLayout> BenchKvLayout(const GpuEngineBenchOptions& o, const Mod
 int64_t BenchKvBlocks(const GpuEngineBenchOptions& o, const ModelConfig& c, int max_batch,
                       int decode_len) {
   const int64_t per_seq = (decode_len + o.block_tokens - 1) / o.block_tokens;
-  // One block more per prompt where the prompts' lengths do not fill theirs.
-  const int64_t prefill_blocks =
-      (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens + std::max(o.prefill_prompts, 1);
+  // One block more per prompt where the prompts' lengths do not fill theirs
+  // (MeasurePrefill's prompt count: at most one a token).
+  const int64_t prompts =
+      o.prefill_tokens > 0 ? std::min(std::max(o.prefill_prompts, 1), o.prefill_tokens) : 0;
+  const int64_t prefill_blocks = (o.prefill_tokens + o.block_tokens - 1) / o.block_tokens + prompts;
   const int64_t second =
       o.interference_batch > 0 ? per_seq * std::max(1, o.interference_batch) + prefill_blocks : 0;
   const int64_t copies = std::max(1, o.concurrent_models);
@@ -478,7 +480,7 @@ absl::StatusOr<nlohmann::json> MeasurePrefill(const GpuEngineBenchOptions& o, co
   for (int i = 0; i < n; ++i) {
     const int len = o.prefill_tokens / n + (i < o.prefill_tokens % n ? 1 : 0);
     std::vector<int> p = PromptFor(len, c);
-    for (int& t : p) t = (t + 104729 * i) % c.vocab_size;  // distinct prompts
+    for (int& t : p) t = static_cast<int>((t + 104729LL * i) % c.vocab_size);  // distinct prompts
     pairs += 0.5 * len * (len + 1.0);
     prompts.push_back(std::move(p));
   }

@@ -76,7 +76,12 @@ int64_t MixedChunkBlocks(const GpuEngineBenchOptions& o) {
 absl::StatusOr<nlohmann::json> MeasureMixed(const GpuEngineBenchOptions& o, const ModelConfig& c,
                                             KvCache* kv, cuda::CudaExecutor* e) {
   nlohmann::json out = nlohmann::json::array();
-  const int tok = 1;
+  // A distinct token per decoding sequence: identical rows run the GEMMs
+  // faster than a server's ever do (docs/benchmarks.md, "Distinct rows").
+  int max_batch = 0;
+  for (int b : o.batches) max_batch = std::max(max_batch, b);
+  std::vector<int> toks(static_cast<size_t>(max_batch));
+  for (int s = 0; s < max_batch; ++s) toks[s] = static_cast<int>((1 + 7919LL * s) % c.vocab_size);
   for (int chunk : o.mixed_chunks) {
     const std::vector<int> prompt = bench_internal::PromptFor(2 * chunk, c);
     SequenceKv p;
@@ -90,9 +95,10 @@ absl::StatusOr<nlohmann::json> MeasureMixed(const GpuEngineBenchOptions& o, cons
       if (!st.ok()) break;
       std::vector<SequenceKv> seqs(static_cast<size_t>(batch));
       std::vector<SequenceChunk> decodes;
-      for (auto& s : seqs) {
-        if (st.ok()) st = kv->Reserve(&s, o.context + 1);
-        decodes.push_back({&s, o.context, absl::MakeConstSpan(&tok, 1), LogitsMode::kLast});
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        if (st.ok()) st = kv->Reserve(&seqs[i], o.context + 1);
+        decodes.push_back(
+            {&seqs[i], o.context, absl::MakeConstSpan(&toks[i], 1), LogitsMode::kLast});
       }
       absl::StatusOr<MixedRow> row =
           st.ok() ? TimeRow(o, e, decodes, second) : absl::StatusOr<MixedRow>(st);

@@ -285,6 +285,34 @@ TEST(EngineModelTest, BadFilesNameTheFileAndField) {
   EXPECT_NE(bad.status().message().find("copies >= 2"), std::string::npos);
 }
 
+// A point's "prompts" (the prefill's sampled rows): 1 by default, else an
+// integer from 1 to its prefill tokens.
+TEST(EngineModelTest, APointsPromptsAreItsSampledRows) {
+  const auto parse = [](const std::string& point) {
+    return ParseCalibration(
+        "{\"memory_bytes\": 1, \"h2d_bytes_per_s\": 1, \"activation_ratio\": 1, \"shapes\": "
+        "{\"s\": {\"layers\": 1, \"hidden\": 8, \"heads\": 1, \"kv_heads\": 1, "
+        "\"intermediate\": 8, \"vocab\": 8}}, \"points\": [" +
+            point + "]}",
+        "c.json");
+  };
+  auto one = parse("{\"shape\": \"s\", \"prefill_tokens\": 64, \"ms\": 1}");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->points[0].work.prefill_logits, 1);
+  auto many = parse("{\"shape\": \"s\", \"prefill_tokens\": 64, \"prompts\": 16, \"ms\": 1}");
+  ASSERT_TRUE(many.ok()) << many.status();
+  EXPECT_EQ(many->points[0].work.prefill_logits, 16);
+  auto decode = parse("{\"shape\": \"s\", \"decode_tokens\": 4, \"ms\": 1}");
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  EXPECT_EQ(decode->points[0].work.prefill_logits, 0);
+  for (const char* bad : {"0", "65", "2.5", "\"4\""}) {
+    auto b = parse(std::string("{\"shape\": \"s\", \"prefill_tokens\": 64, \"prompts\": ") + bad +
+                   ", \"ms\": 1}");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("points[0].prompts"), std::string::npos) << b.status();
+  }
+}
+
 }  // namespace
 }  // namespace ballast::sim
 

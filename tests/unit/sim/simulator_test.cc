@@ -71,6 +71,28 @@ TEST(SimulatorTest, ChunkedPrefillTakesTwoSteps) {
   EXPECT_NEAR(Find(*r, "r").e2e_ms(), 30, 1e-9);
 }
 
+// The LM head multiplies a prompt's last token only: a prompt in two
+// chunks pays its layers' FLOPs for every token and the head once, on the
+// chunk that ends it; a last chunk of one token is a decode row (head
+// included), as the engine plans it.
+TEST(SimulatorTest, OnlyThePromptsLastChunkSamples) {
+  const ModelShape s = *NamedShape("llama-1b");
+  std::array<double, kFeatures> k{};
+  k[5] = 1e-3 / (2 * s.dense_params());  // 1 ms a decode row
+  k[6] = 1e-3 / (2 * s.layer_params());  // 1 ms a prefill token, the head's row on top
+  const EngineModel engine(k, 1e9, 1.0);
+  const double head_ms = s.lm_head_params() / s.layer_params();
+  SimConfig c = OneGpu({Model("a")});
+  c.policy.max_batch_tokens = 64;
+  for (const auto& [prompt, ttft] :
+       {std::pair{100, 100 + head_ms}, {64, 64 + head_ms}, {65, 64 + 1.0}}) {
+    auto r = Simulate(c, engine, {Req("r", "a", 0, prompt, 2)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NEAR(Find(*r, "r").ttft_ms(), ttft, 1e-6) << prompt;
+    EXPECT_NEAR(Find(*r, "r").e2e_ms(), ttft + 1, 1e-6) << prompt;
+  }
+}
+
 TEST(SimulatorTest, TwoModelsStepOneAfterTheOther) {
   // Serial steps: x starts alone (first token at 10 ms); y joins at that
   // boundary, and from then on each iteration steps both models (20 ms):
