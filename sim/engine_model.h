@@ -28,10 +28,11 @@
 // step's B is its CUDA graph's padded rows, engine/graph_buckets.h's
 // GraphBucketTokens(B): the engine modelled is the CUDA one with graphs,
 // as calibrated; its cap of the rows at max_batch_tokens is not applied.)
-// k8: the decode attention kernel turns each FP8 K and V element back into
-// BF16 before it uses it, which costs more than the bytes it saves (on the
-// H200 an 8B step at batch 128 took 14.1 ms with FP8 KV, 12.4 ms with
-// BF16 KV). Zero when the calibration has no FP8-KV step.
+// k8: what turning each FP8 K and V element back into a 16-bit type costs
+// beyond its bytes. It was large while FP8 caches ran on CUDA cores (an 8B
+// step at batch 128 on the H200: 14.1 ms with FP8 KV, 12.4 ms with BF16);
+// on tensor cores (2026-12-01) it fits to 0. Zero when the calibration has
+// no FP8-KV step.
 //
 // k9: a step's GEMMs read every weight once whatever the batch (k2), and
 // up to about R tokens (the card's ridge) that read is what bounds them;

@@ -27,7 +27,6 @@ case "${1:-}" in
     shift 2
     rm -rf "$RUN" && mkdir -p "$RUN/bin" "$RUN/debs"
     for b in server/ballast "$@"; do cp "$BUILD/$b" "$RUN/bin/"; done
-
     # The packages owning the libraries the binaries load (merged /usr:
     # ldd may print /lib/... for a file dpkg registered under /usr/lib/...).
     pkgs=$(for b in "$RUN"/bin/*; do ldd "$b"; done | awk '/=>/ {print $3}' | sort -u |

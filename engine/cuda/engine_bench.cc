@@ -265,13 +265,7 @@ absl::StatusOr<std::pair<Clock::time_point, Clock::time_point>> TimeDecode(
     cuda::CudaExecutor* e, std::vector<SequenceKv>* seqs, const std::vector<int>& contexts,
     const GpuEngineBenchOptions& o, int vocab, std::barrier<>* start) {
   const int batch = static_cast<int>(seqs->size());
-  // A distinct first token per sequence: with one token for all, equal
-  // contexts made every row of the batch identical, and the same GEMMs ran
-  // 13-17% faster than in a spread-context step, most likely for the
-  // power repeated data saves at the card's limit (docs/benchmarks.md,
-  // session 39; serving never batches identical rows).
-  std::vector<int> toks(batch);
-  for (int s = 0; s < batch; ++s) toks[s] = static_cast<int>((1 + 7919LL * s) % vocab);
+  std::vector<int> toks = bench_internal::DistinctTokens(batch, vocab);  // then the sampled ones
   const std::vector<DeviceSampling> sampling(batch);
   std::vector<int> sampled;
   Clock::time_point t0;

@@ -76,12 +76,9 @@ int64_t MixedChunkBlocks(const GpuEngineBenchOptions& o) {
 absl::StatusOr<nlohmann::json> MeasureMixed(const GpuEngineBenchOptions& o, const ModelConfig& c,
                                             KvCache* kv, cuda::CudaExecutor* e) {
   nlohmann::json out = nlohmann::json::array();
-  // A distinct token per decoding sequence: identical rows run the GEMMs
-  // faster than a server's ever do (docs/benchmarks.md, "Distinct rows").
   int max_batch = 0;
   for (int b : o.batches) max_batch = std::max(max_batch, b);
-  std::vector<int> toks(static_cast<size_t>(max_batch));
-  for (int s = 0; s < max_batch; ++s) toks[s] = static_cast<int>((1 + 7919LL * s) % c.vocab_size);
+  const std::vector<int> toks = bench_internal::DistinctTokens(max_batch, c.vocab_size);
   for (int chunk : o.mixed_chunks) {
     const std::vector<int> prompt = bench_internal::PromptFor(2 * chunk, c);
     SequenceKv p;

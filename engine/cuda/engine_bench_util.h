@@ -30,4 +30,16 @@ inline std::vector<int> PromptFor(int n, const ModelConfig& c) {
   return prompt;
 }
 
+// One decode token per sequence, each distinct: (1 + s * 7919) mod the
+// vocabulary. With one token for all, equal contexts made every row of a
+// batch identical, and the same GEMMs ran 10-17% faster than a server's
+// ever do (the power repeated data saves at the card's limit;
+// docs/benchmarks.md, "Distinct rows").
+inline std::vector<int> DistinctTokens(int n, int vocab) {
+  std::vector<int> toks(static_cast<size_t>(n));
+  for (int s = 0; s < n; ++s)
+    toks[static_cast<size_t>(s)] = static_cast<int>((1 + 7919LL * s) % vocab);
+  return toks;
+}
+
 }  // namespace ballast::engine::bench_internal
