@@ -45,13 +45,17 @@ struct GpuExecutorOptions {
   // rather than cuBLASLt (decode). Default 2: measured faster than
   // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
   int skinny_gemm_max_m = 2;
-  // cuBLASLt algorithms timed per GEMM shape and power-of-two row bucket at
-  // its first uncaptured call (Gemm's tuning): the fastest is kept. Costs
-  // each bucket's first step about this many x 4 products of each shape and
-  // as many waits for the stream. Default 0 (cuBLASLt's heuristic first, untimed): on an
-  // H200, 8B shapes, 8 candidates gained nothing in the engine's steps
-  // (docs/benchmarks.md, "GEMM algorithms timed"). Off in deterministic
-  // mode.
+  // cuBLASLt algorithms timed per GEMM shape and row bucket (up to 2,048
+  // rows) at its first uncaptured call (Gemm's tuning, engine/cuda/gemm.h):
+  // the fastest is kept. Costs each bucket's first step about this many x 4
+  // products of each shape and as many waits for the stream (a decode
+  // graph's bucket: at its warm-up run, before capture). Default 0:
+  // cuBLASLt's heuristic first, untimed, the same algorithms every run. On
+  // an H200 (8B, docs/benchmarks.md, "cuBLASLt's picks between powers of
+  // two") 8 candidates took a 448-row decode step from 19.5 to 16.2 ms, but
+  // moved other buckets by -4% to +3%, and 1,000 requests offline gained
+  // nothing: their buckets lived too few steps to repay the timing. Off in
+  // deterministic mode.
   int gemm_tune_candidates = 0;
   // Batch-invariant kernels (engine.deterministic): a sequence's logits do
   // not depend on what else shares its steps. GEMMs run one fixed cuBLASLt

@@ -32,6 +32,11 @@ struct GpuEngineBenchOptions {
   // falls as sigma grows; each decode entry reports its mean_context). The
   // mixed and interference runs keep equal contexts. 0: all equal.
   double context_sigma = 0;
+  // How the decoding sequences' KV blocks are allocated: false (default),
+  // each sequence's blocks in one run; true, one block of each sequence in
+  // turn until all are covered, as a server's sequences grow together (a
+  // sequence's consecutive blocks then lie a whole batch of blocks apart).
+  bool interleave_kv = false;
   int prefill_tokens = 2048;  // prompt tokens of the prefill measurement
   // The prefill's tokens as this many prompts (lengths differing by at most
   // one), each its own sequence, in one step: a server's step of many short

@@ -67,6 +67,10 @@ struct ModelEngineOptions {
   // (GpuExecutorOptions::deterministic says what it costs on cuda; the cpu
   // backend is batch-invariant either way). Default off.
   bool deterministic = false;
+  // cuda: cuBLASLt algorithms timed per GEMM shape and row bucket
+  // (GpuExecutorOptions::gemm_tune_candidates). Default 0: the
+  // heuristic's first, untimed.
+  int gemm_tune_candidates = 0;
   // cuda: how a step's end is signalled to the device worker
   // (GpuExecutorOptions::step_done). Default a spinning thread.
   StepDoneSignal step_done = StepDoneSignal::kSpinningThread;
@@ -404,9 +408,11 @@ class ModelEngine {
   // Hands a finished session turn's KV down to the tiers (if any).
   // True if the tiers now hold the session's KV.
   bool ExportSession(const Sequence& seq);
-  // Logs a step over options_.slow_step_warn_ms (step.phase_ms holds its
-  // phases' times).
-  void LogSlowStep(const StepInFlight& step, double total_ms) const;
+  // Logs a step over options_.slow_step_warn_ms: its phases' times
+  // (step.phase_ms), its work as the simulator counts it, and when its end
+  // was collected (`collected`, in Unix microseconds: consecutive steps'
+  // differences are the device's step times while it is never idle).
+  void LogSlowStep(const StepInFlight& step, double total_ms, absl::Time collected) const;
   void Finish(std::unique_ptr<Sequence> seq);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
   // The token sampled for tokens[index] (a pending one) of `step_id`.

@@ -189,7 +189,7 @@ void ModelEngine::FinishStep() {
   double total_ms = 0;
   for (double ms : step.phase_ms) total_ms += ms;
   if (options_.slow_step_warn_ms > 0 && total_ms >= options_.slow_step_warn_ms) {
-    LogSlowStep(step, total_ms);
+    LogSlowStep(step, total_ms, t1);
   }
 }
 
@@ -211,18 +211,36 @@ void ModelEngine::TakeTokens(StepInFlight& step) {
   RetireReady();
 }
 
-void ModelEngine::LogSlowStep(const StepInFlight& step, double total_ms) const {
+void ModelEngine::LogSlowStep(const StepInFlight& step, double total_ms,
+                              absl::Time collected) const {
   auto ms = [&](int i) { return step.phase_ms[i]; };
   const StepPlan& plan = step.plan;
   const ExportTimes& e = export_times_;
+  // The step's work as the simulator's engine model counts it
+  // (sim::StepWork): decode rows and the KV they attend over, prefill
+  // tokens, their causal query x key pairs, and the prompts they complete.
+  int decodes = 0, prompts_done = 0;
+  int64_t decode_context = 0;
+  double pairs = 0;
+  for (const PlannedChunk& c : plan.chunks) {
+    if (c.tokens == 1 && c.logits) {
+      ++decodes;
+      decode_context += c.start + 1;
+    } else {
+      pairs += c.tokens * (c.start + (c.tokens + 1) / 2.0);
+      prompts_done += c.logits;
+    }
+  }
   spdlog::warn(
       "model {}: slow step, {:.1f} ms ({} chunks, {} prefill tokens, {} loads): inbox and tasks "
       "{:.3f}, plan {:.3f}, KV loads {:.3f}, launch {:.3f}, wait {:.3f}, tokens and finishes "
       "{:.3f}; {:.3f} from begin to end (exports of {} chunks, {} KiB: buffers {:.1f}, copies "
-      "{:.1f}, checksums {:.1f}, puts {:.1f})",
+      "{:.1f}, checksums {:.1f}, puts {:.1f}); work: {} decodes over {} KV tokens, {:.0f} "
+      "prefill pairs, {} prompts done; collected at {} us",
       options_.name, total_ms, plan.chunks.size(), plan.prefill_tokens, plan.loads.size(), ms(0),
       ms(1), ms(2), ms(3), ms(5), ms(4), Ms(absl::Now() - step.began), e.chunks, e.bytes >> 10,
-      e.alloc_ms, e.copy_ms, e.seal_ms, e.put_ms);
+      e.alloc_ms, e.copy_ms, e.seal_ms, e.put_ms, decodes, decode_context, pairs, prompts_done,
+      absl::ToUnixMicros(collected));
 }
 
 absl::Status ModelEngine::Launch(StepInFlight* step) {

@@ -46,9 +46,10 @@ struct DeviceOptions {
 };
 
 struct EngineDefaults {
-  std::string backend = "cpu";  // cpu | cuda
-  bool cuda_graphs = true;      // cuda: replay decode steps from CUDA graphs
-  bool deterministic = false;   // ModelEngineOptions::deterministic
+  std::string backend = "cpu";   // cpu | cuda
+  bool cuda_graphs = true;       // cuda: replay decode steps from CUDA graphs
+  bool deterministic = false;    // ModelEngineOptions::deterministic
+  int gemm_tune_candidates = 0;  // ModelEngineOptions::gemm_tune_candidates
   // ModelEngineOptions::step_done (node.engine.step_done).
   engine::StepDoneSignal step_done = engine::StepDoneSignal::kSpinningThread;
   int block_tokens = 16;

@@ -7,7 +7,8 @@ calib-<shape>-large.jsonl where present (decode steps of 512 and 1,024
 sequences, decode only: RUNS_LARGE), calib-<shape>-prompts.jsonl where
 present (prefill steps of many short prompts), calib-<shape>-mixed.jsonl
 where present (chunked prefill: a chunk over a prefix, alone and beside
-decodes), and calib-<shape>-concurrent.jsonl
+decodes), calib-<shape>-buckets.jsonl where present (decode steps at the
+CUDA graphs' row buckets between powers of two, spread contexts), and calib-<shape>-concurrent.jsonl
 where present (decode steps of 2 or 4 copies at once, context 1024: the
 "concurrent" points).
 
@@ -136,6 +137,17 @@ def main():
                                    ms=round(r["mixed_ms"], 4)))
         for c, ms in sorted(alone.items()):
             points.append(dict(chunk_point(name, c), ms=round(sum(ms) / len(ms), 4)))
+    # Decode steps at the graph buckets between powers of two
+    # (calib-<shape>-buckets.jsonl, spread contexts): each entry's own mean
+    # context.
+    buckets = False
+    for name, run in optional_runs(a.dir, "buckets"):
+        buckets = True
+        for d in run["decode"]:
+            b = d["batch"]
+            points.append(dict(shape=name, kv_dtype_bytes=2, decode_tokens=b,
+                               decode_context=round(b * d["mean_context"], 1),
+                               ms=round(d["ms_per_step"], 4)))
     # Several copies stepping at once (calib-<shape>-concurrent.jsonl, one
     # run per copy count, context 1024): each copy's step time against one
     # copy's alone in the same run (the engine model's concurrent overlap).
@@ -155,6 +167,8 @@ def main():
                  "static KV pool, 16-token blocks, random BF16 weights); "
                  + ("the 512- and 1,024-sequence steps from calib-<shape>-large.jsonl; "
                     if large else "")
+                 + ("decode steps at the graph buckets from calib-<shape>-buckets.jsonl; "
+                    if buckets else "")
                  + "scripts/sim-calibration.py"),
         memory_bytes=int(a.memory_gib * (1 << 30)), h2d_bytes_per_s=a.h2d_gbps * 1e9,
         activation_ratio=a.activation_ratio)

@@ -22,6 +22,7 @@ absl::Status ParseNodeEngine(const YAML::Node& e, const std::string* file,
   RETURN_IF_ERROR(es.Get("max_context", &eo.max_context));
   RETURN_IF_ERROR(es.Get("cuda_graphs", &eo.cuda_graphs));
   RETURN_IF_ERROR(es.Get("deterministic", &eo.deterministic));
+  RETURN_IF_ERROR(es.Get("gemm_tune_candidates", &eo.gemm_tune_candidates));
   RETURN_IF_ERROR(es.Get("slow_step_warn_ms", &eo.slow_step_warn_ms));
   RETURN_IF_ERROR(es.Get("overlap_steps", &o.overlap_steps));
   RETURN_IF_ERROR(es.Get("rolling_steps", &o.rolling_steps));
@@ -61,6 +62,9 @@ absl::Status ParseNodeEngine(const YAML::Node& e, const std::string* file,
   if (eo.sm_reserve > 0 && eo.sm_reserve_models.empty()) {
     return es.Error("node.engine.sm_reserve_models",
                     "names no model: list the models that get the reserved SMs");
+  }
+  if (eo.gemm_tune_candidates < 0 || eo.gemm_tune_candidates > 64) {
+    return es.Error("node.engine.gemm_tune_candidates", "must be in [0, 64] (0 = untimed)");
   }
   if (eo.block_tokens <= 0) return es.Error("node.engine.block_tokens", "must be > 0");
   if (kv_mib <= 0) return es.Error("node.engine.kv_cache_mib", "must be > 0");

@@ -41,6 +41,9 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
                 "clamped to [1, 4 x context], as a server's differ; 0: all equal")
       ->check(CLI::Range(0.0, 3.0))
       ->capture_default_str();
+  c->add_flag("--interleave-kv", o.interleave_kv,
+              "allocate the decoding sequences' KV one block of each in turn, as a server's "
+              "sequences grow together (default: each sequence's blocks in one run)");
   c->add_option("--prefill", o.prefill_tokens, "prompt tokens of the prefill run (0 = skip)")
       ->capture_default_str();
   c->add_option("--prefill-prompts", o.prefill_prompts,

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,7 @@
 #include "server/cli_lists.h"
 #include "server/sim_config.h"
 #include "sim/simulator.h"
+#include "sim/step_replay.h"
 
 namespace ballast::server {
 
@@ -25,7 +28,11 @@ namespace fs = std::filesystem;
 struct SimCli::State {
   CLI::App* cmd = nullptr;
   CLI::App* sweep = nullptr;
+  CLI::App* steps = nullptr;
   std::string config, trace, out = "sim-out", policies, gpus, scales = "1", slo_scales = "1";
+  // `simulate steps`
+  std::string calibration, shape = "llama-8b", steps_csv, steps_out;
+  int weight_bytes = 2, kv_bytes = 2;
   double slo_scale = 1, target = 0.99;
   bool plots = true;
 };
@@ -62,6 +69,20 @@ SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
   s.sweep->add_option("--rate-scale", s.scales, "arrival-rate multiplier")->capture_default_str();
   s.sweep->add_option("--target", s.target, "attainment to reach (TTFT and TPOT)")
       ->capture_default_str();
+  s.steps = s.cmd->add_subcommand(
+      "steps", "recorded engine steps (scripts/step-log.py) against the calibrated model");
+  s.steps->add_option("--calibration", s.calibration, "configs/sim/calibration-<card>.json")
+      ->required();
+  s.steps->add_option("--steps", s.steps_csv, "CSV of steps (sim/step_replay.h)")->required();
+  s.steps->add_option("--shape", s.shape, "the model's shape (llama-1b, llama-8b, ...)")
+      ->capture_default_str();
+  s.steps->add_option("--weight-dtype-bytes", s.weight_bytes, "2 (BF16) or 1 (FP8)")
+      ->check(CLI::IsMember({1, 2}))
+      ->capture_default_str();
+  s.steps->add_option("--kv-dtype-bytes", s.kv_bytes, "2 (BF16) or 1 (FP8 E4M3)")
+      ->check(CLI::IsMember({1, 2}))
+      ->capture_default_str();
+  s.steps->add_option("--out", s.steps_out, "also write each step with its predicted ms (CSV)");
 }
 
 SimCli::~SimCli() = default;
@@ -374,10 +395,55 @@ int RunSweep(const SimCli::State& s) {
   return 0;
 }
 
+// `simulate steps`: each recorded step's predicted time, and the sums by
+// kind of step.
+int RunSteps(const SimCli::State& s) {
+  auto cal = sim::ReadCalibration(s.calibration);
+  if (!cal.ok()) return Fail(std::string(cal.status().message()));
+  auto model = sim::EngineModel::Fit(*cal);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  auto shape = sim::NamedShape(s.shape);
+  if (!shape.ok()) return Fail(std::string(shape.status().message()));
+  shape->weight_dtype_bytes = s.weight_bytes;
+  shape->kv_dtype_bytes = s.kv_bytes;
+  std::ifstream in(s.steps_csv);
+  if (!in) return Fail(absl::StrCat("--steps ", s.steps_csv, ": cannot read the file"));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto steps = sim::ParseRecordedSteps(text.str(), s.steps_csv);
+  if (!steps.ok()) return Fail(std::string(steps.status().message()));
+  if (!s.steps_out.empty()) {
+    std::string csv =
+        "decode_tokens,decode_context,prefill_tokens,prefill_attention,prefill_logits,ms,"
+        "predicted_ms\n";
+    for (const sim::RecordedStep& r : *steps) {
+      const sim::StepWork& w = r.work;
+      absl::StrAppendFormat(&csv, "%d,%.0f,%d,%.0f,%d,%.3f,%.3f\n", w.decode_tokens,
+                            w.decode_context, w.prefill_tokens, w.prefill_attention,
+                            w.prefill_logits, r.ms, model->StepSeconds(*shape, w) * 1e3);
+    }
+    WriteFileAtomic(s.steps_out, csv);
+  }
+  std::cout << absl::StrFormat("%s on %s (%s, calibrated %s): %d steps\n", s.shape, cal->device,
+                               s.calibration, cal->date, steps->size())
+            << absl::StrFormat("%-16s %7s %12s %12s %8s %14s\n", "steps", "count", "measured ms",
+                               "model ms", "sum err", "median err");
+  for (const sim::StepGroup& g : sim::CompareSteps(*model, *shape, *steps)) {
+    std::cout << absl::StrFormat("%-16s %7d %12.1f %12.1f %+7.1f%% %+13.1f%%\n", g.name, g.steps,
+                                 g.measured_ms, g.predicted_ms,
+                                 100 * (g.predicted_ms / g.measured_ms - 1), 100 * g.median_error);
+  }
+  return 0;
+}
+
 }  // namespace
 
 bool SimCli::RunParsed(int* rc) {
   if (!s_->cmd->parsed()) return false;
+  if (s_->steps->parsed()) {
+    *rc = RunSteps(*s_);
+    return true;
+  }
   if (s_->config.empty() || s_->trace.empty()) {
     *rc = Fail("simulate needs --config FILE and --trace FILE");
     return true;

@@ -13,6 +13,11 @@
 //     TTFT attainment, TPOT attainment, and both, reach the target, with the
 //     ratio to the first policy's (the cost saving, Prism's Figure 9(b)):
 //     sweep.json, sweep.csv, sweep.md and sweep.png (at the first scale).
+//   ballast simulate steps --calibration configs/sim/calibration-h200.json
+//       --steps steps.csv [--shape llama-8b] [--kv-dtype-bytes 1] [--out pred.csv]
+//     the engine model against steps a real node ran (scripts/step-log.py
+//     turns its per-step log into steps.csv): measured and predicted sums
+//     by kind of step (sim/step_replay.h).
 #pragma once
 
 #include <memory>

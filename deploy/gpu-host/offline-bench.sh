@@ -20,7 +20,13 @@
 #      (the scheduler's /metrics address, 127.0.0.1:9400: each run's node
 #      metrics, step thread time and step host time among them, are saved
 #      to OUT/metrics-TAG.txt after the run), KV_DTYPE (the model's
-#      kv_dtype, auto: the activation type; fp8_e4m3 halves the KV bytes).
+#      kv_dtype, auto: the activation type; fp8_e4m3 halves the KV bytes),
+#      SLOW_STEP_MS (node.engine.slow_step_warn_ms, 0 = off; 0.001 logs
+#      every step with its work and end time to OUT/serve-TAG.log, for
+#      scripts/step-log.py), TRACE_LIB (a libkernel_trace.so built by
+#      kernel-trace.sh: the server's kernels go to OUT/trace-TAG.csv),
+#      GEMM_TUNE (node.engine.gemm_tune_candidates, 0 = cuBLASLt's
+#      heuristic first, untimed).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -56,7 +62,8 @@ node:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-120000}}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16,
            max_batch_tokens: ${BATCH_TOKENS:-8192}, max_seqs: $2, max_context: 4096,
-           rolling_steps: ${ROLLING:-true}, kv_cache_mib: ${KV_MIB:-100000}}
+           rolling_steps: ${ROLLING:-true}, kv_cache_mib: ${KV_MIB:-100000},
+           slow_step_warn_ms: ${SLOW_STEP_MS:-0}, gemm_tune_candidates: ${GEMM_TUNE:-0}}
 EOF
 }
 
@@ -64,7 +71,8 @@ for q in $QUANTS; do
   for s in $SEQS; do
     tag=$q-seqs$s
     config "$q" "$s" > "$OUT/$tag.yaml"
-    "$B" serve --config "$OUT/$tag.yaml" > "$OUT/serve-$tag.log" 2>&1 &
+    ${TRACE_LIB:+env CUDA_INJECTION64_PATH=$TRACE_LIB KERNEL_TRACE_OUT=$OUT/trace-$tag.csv} \
+      "$B" serve --config "$OUT/$tag.yaml" > "$OUT/serve-$tag.log" 2>&1 &
     pid=$!
     trap 'kill $pid 2> /dev/null || true' EXIT
     for _ in $(seq 1 120); do

@@ -12,9 +12,14 @@
 # GEMMs are bound by compute, not by reading the weights.
 # OUT/calib-<shape>-prompts.jsonl holds prefill steps of many short prompts,
 # OUT/calib-<shape>-mixed.jsonl chunked-prefill steps (bench-engine --mixed).
+# OUT/calib-<shape>-buckets.jsonl holds decode steps at the CUDA graphs'
+# row buckets between powers of two (320 ... 960 sequences, contexts
+# spread around 200), where cuBLASLt's heuristic picks differ from those
+# at powers of two.
 # SHAPES picks shapes (default: 1b 3b 8b); LARGE_ONLY=1 runs only the
-# large batches, PREFILL_ONLY=1 only the many-prompt and mixed prefills
-# (adding them to an earlier run's OUT).
+# large batches, PREFILL_ONLY=1 only the many-prompt and mixed prefills,
+# BUCKETS_ONLY=1 only the graph buckets (adding them to an earlier run's
+# OUT).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-calibrate.sh OUT_DIR
 set -euo pipefail
 OUT=${1:?output directory}
@@ -52,7 +57,7 @@ for s in ${SHAPES:-1b 3b 8b}; do
       >> "$FILE"
   }
   echo "== $s" >> "$OUT/summary.txt"
-  if [ "${LARGE_ONLY:-0}" != 1 ] && [ "${PREFILL_ONLY:-0}" != 1 ]; then
+  if [ "${LARGE_ONLY:-0}" != 1 ] && [ "${PREFILL_ONLY:-0}" != 1 ] && [ "${BUCKETS_ONLY:-0}" != 1 ]; then
     : > "$FILE"
     run 256 512 1,8,32,128,256
     run 1024 2048 1,8,32,128,256
@@ -80,7 +85,7 @@ for s in ${SHAPES:-1b 3b 8b}; do
   # 7,168 tokens over a prefix as long, alone and beside 32, 256 or 1,000
   # decodes at context 256 (sim-calibration.py's MIXED_CONTEXT).
   # PREFILL_ONLY=1 runs only these (adding them to an earlier run's OUT).
-  if [ "${LARGE_ONLY:-0}" != 1 ]; then
+  if [ "${LARGE_ONLY:-0}" != 1 ] && [ "${BUCKETS_ONLY:-0}" != 1 ]; then
     FILE="$OUT/calib-$s-prompts.jsonl"
     : > "$FILE"
     run 16 8192 1 --prefill-prompts 32 || true
@@ -90,6 +95,15 @@ for s in ${SHAPES:-1b 3b 8b}; do
     run 256 0 32,256,1000 --mixed 512,2048,7168 || true
   fi
   [ "${PREFILL_ONLY:-0}" = 1 ] && continue
+  # Decode steps at the graph buckets between powers of two (engine/
+  # graph_buckets.h: multiples of 64 past 256), contexts spread as a
+  # server's (log-normal, sigma 0.8, mean 200): calib-<shape>-buckets.jsonl.
+  if [ "${LARGE_ONLY:-0}" != 1 ]; then
+    FILE="$OUT/calib-$s-buckets.jsonl"
+    : > "$FILE"
+    run 200 0 320,384,448,576,640,704,768,832,896,960 --context-sigma 0.8 || true
+  fi
+  [ "${BUCKETS_ONLY:-0}" = 1 ] && continue
   # Large batches last (scripts/sim-calibration.py's RUNS_LARGE order). At
   # context 1024 the KV of 1,024 sequences fits only for 1b; where a card
   # lacks the memory even for 512 (an 80 GB card, 8b), the runs stop there

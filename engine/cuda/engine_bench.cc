@@ -249,12 +249,19 @@ int DecodeTokens(const GpuEngineBenchOptions& o, int context) {
 }
 
 // Reserves each of `seqs` for its context's decode (`contexts`).
+// (GpuEngineBenchOptions::interleave_kv: one block of each in turn.)
 absl::Status ReserveDecode(const GpuEngineBenchOptions& o, const std::vector<int>& contexts,
                            KvCache* kv, std::vector<SequenceKv>* seqs) {
-  for (size_t s = 0; s < seqs->size(); ++s) {
-    if (auto st = kv->Reserve(&(*seqs)[s], DecodeTokens(o, contexts[s])); !st.ok()) return st;
+  int most = 0;
+  for (int c : contexts) most = std::max(most, DecodeTokens(o, c));
+  const int step = o.interleave_kv ? o.block_tokens : most;
+  for (int upto = step;; upto += step) {
+    for (size_t s = 0; s < seqs->size(); ++s) {
+      const int tokens = std::min(upto, DecodeTokens(o, contexts[s]));
+      if (auto st = kv->Reserve(&(*seqs)[s], tokens); !st.ok()) return st;
+    }
+    if (upto >= most) return absl::OkStatus();
   }
-  return absl::OkStatus();
 }
 
 // Decodes `seqs` (reserved by ReserveDecode) one token each per step from
@@ -526,6 +533,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   if (!pool.ok()) return pool.status();
   KvCache kv(*layout, pool->get());
   out["kv_pool"] = o.kv_pool;
+  out["interleave_kv"] = o.interleave_kv;
   const GpuExecutorOptions eo = BenchExecutorOptions(o, max_batch, longest);
   out["deterministic"] = o.deterministic;
   const auto t_load = Clock::now();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/graph_buckets.h"
 
 namespace ballast::engine::cuda {
 namespace {
@@ -170,12 +171,11 @@ void AdoptIfListed(const std::vector<cublasLtMatmulAlgo_t>& listed,
   }
 }
 
-// The tuning bucket of a product of m rows: the next power of two.
-int RowBucket(int m) {
-  int b = 1;
-  while (b < m) b *= 2;
-  return b;
-}
+// Tuning (gemm.h) times products of up to kMaxTunedRows rows, bucketed by
+// the decode graphs' row buckets: each graph gets the algorithm timed for
+// its own rows.
+constexpr int kMaxTunedRows = 2048;
+int RowBucket(int m) { return GraphBucketTokens(m); }
 
 // The FP8 scratch: E4M3 rows, then (256-byte aligned) their scales.
 size_t Fp8ScalesOffset(int fp8_rows, int fp8_max_k) {
@@ -242,7 +242,7 @@ absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool o
     auto ref = GetPlan(kInvariantRefRows, n, k, type, out_f32, fp8, w_scale, x_scale);
     if (!ref.ok()) return ref.status();
     p->algo = (*ref)->algo;
-  } else if (batch_invariant_ || tune_candidates_ == 0) {
+  } else if (batch_invariant_ || tune_candidates_ == 0 || m > kMaxTunedRows) {
     auto algo = Heuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c,
                           workspace_bytes_, batch_invariant_, what);
     if (!algo.ok()) return algo.status();

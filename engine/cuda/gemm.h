@@ -19,15 +19,21 @@
 // Tuning (tune_candidates > 0): the first uncaptured product of a shape
 // times cuBLASLt's first tune_candidates heuristic algorithms on the call's
 // own operands (one untimed and three timed runs each, then a wait for the
-// stream, per candidate) and keeps the fastest. A shape's rows are
-// bucketed by the next power of two: the bucket is timed once, at the
-// first row count seen, and every other row count of the bucket takes the
-// bucket's winner when cuBLASLt's heuristic lists it for that count (else
-// the heuristic's first). A product first met under graph capture runs the
-// heuristic's first, and a graph captured then keeps it for its life; the
-// next uncaptured call times the bucket. A shape for which the heuristic
-// lists one algorithm (on cuBLASLt 13.0, FP8 with per-row scale vectors)
-// is not timed.
+// stream, per candidate) and keeps the fastest. Only products of up to
+// 2,048 rows are timed, bucketed by the decode graphs' row buckets
+// (engine/graph_buckets.h: powers of two to 256, then multiples of 64), so
+// every graph runs the algorithm timed for its own rows; larger ones
+// (prefill) keep the heuristic's first, since the winners timed back to
+// back ran 23% slower in a server's 8,192-token prefill steps. A bucket is
+// timed once, at the first row count seen, and every other row count of
+// the bucket takes the bucket's winner when cuBLASLt's heuristic lists it
+// for that count (else the heuristic's first). The heuristic's first can be
+// far off between powers of two: an 8B's gate/up product of 448 rows took
+// 270 us with it and 158 us with the timed winner on an H200
+// (docs/benchmarks.md, "cuBLASLt's picks between powers of two"). A product first met under graph
+// capture runs the heuristic's first, and a graph captured then keeps it for its life; the next
+// uncaptured call times the bucket. A shape for which the heuristic lists one algorithm (on
+// cuBLASLt 13.0, FP8 with per-row scale vectors) is not timed.
 //
 // Batch-invariant mode (the engine's deterministic mode): a row's product
 // does not depend on how many other rows share the call. Every row count

@@ -34,10 +34,11 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
       "node: {arbitration: {policy: edf, max_queue_wait_ms: 1500}, "
       "engine: {slow_step_warn_ms: 50, overlap_steps: false, deterministic: true, "
       "priority_streams: decode, rolling_steps: false, ahead_steps: false, "
-      "step_done: host_function}}",
+      "step_done: host_function, gemm_tune_candidates: 8}}",
       "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->node.options.overlap_steps);
+  EXPECT_EQ(c->node.options.engine.gemm_tune_candidates, 8);
   EXPECT_EQ(c->node.options.priority_streams, node_manager::StreamPriorityPolicy::kDecode);
   EXPECT_FALSE(c->node.options.rolling_steps);
   EXPECT_FALSE(c->node.options.ahead_steps);
@@ -105,6 +106,9 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
             std::string::npos);
   EXPECT_NE(Msg("node: {engine: {slow_step_warn_ms: -5}}").find("node.engine.slow_step_warn_ms"),
             std::string::npos);
+  EXPECT_NE(
+      Msg("node: {engine: {gemm_tune_candidates: 65}}").find("node.engine.gemm_tune_candidates"),
+      std::string::npos);
 }
 
 TEST(Config, TlsBlocksParseAndBadValuesNameTheirKey) {
