@@ -409,9 +409,10 @@ class ModelEngine {
   // True if the tiers now hold the session's KV.
   bool ExportSession(const Sequence& seq);
   // Logs a step over options_.slow_step_warn_ms: its phases' times
-  // (step.phase_ms), its work as the simulator counts it, and when its end
-  // was collected (`collected`, in Unix microseconds: consecutive steps'
-  // differences are the device's step times while it is never idle).
+  // (step.phase_ms), its work as the simulator counts it, and when its
+  // launch began and its end was collected (`collected`), in Unix
+  // microseconds: consecutive steps' collections are the device's step
+  // times while it is never idle (scripts/step-log.py).
   void LogSlowStep(const StepInFlight& step, double total_ms, absl::Time collected) const;
   void Finish(std::unique_ptr<Sequence> seq);
   void Fail(std::unique_ptr<Sequence> seq, const absl::Status& status);
@@ -469,7 +470,8 @@ class ModelEngine {
     // Milliseconds in: inbox and tasks, plan, KV loads, launch, tokens and
     // finishes, the forward's wait (Collect).
     double phase_ms[6] = {};
-    absl::Time began;  // BeginStep's start
+    absl::Time began;         // BeginStep's start
+    absl::Time launch_began;  // its launch's start (after inbox, plan and KV loads)
   };
   std::deque<StepInFlight> flight_;  // oldest first; at most 2
   int64_t next_step_id_ = 0;

@@ -69,6 +69,7 @@ bool ModelEngine::BeginStep(StepUrgency urgency) {
   urgent_steps_ += urgent_;
   step.status = RunLoads(step.plan);
   at[3] = absl::Now();
+  step.launch_began = at[3];
   if (step.status.ok()) step.status = Launch(&step);
   at[4] = absl::Now();
   for (int p = 0; p < 4; ++p) step.phase_ms[p] = Ms(at[p + 1] - at[p]);
@@ -236,11 +237,11 @@ void ModelEngine::LogSlowStep(const StepInFlight& step, double total_ms,
       "{:.3f}, plan {:.3f}, KV loads {:.3f}, launch {:.3f}, wait {:.3f}, tokens and finishes "
       "{:.3f}; {:.3f} from begin to end (exports of {} chunks, {} KiB: buffers {:.1f}, copies "
       "{:.1f}, checksums {:.1f}, puts {:.1f}); work: {} decodes over {} KV tokens, {:.0f} "
-      "prefill pairs, {} prompts done; collected at {} us",
+      "prefill pairs, {} prompts done; launched at {} us, collected at {} us",
       options_.name, total_ms, plan.chunks.size(), plan.prefill_tokens, plan.loads.size(), ms(0),
       ms(1), ms(2), ms(3), ms(5), ms(4), Ms(absl::Now() - step.began), e.chunks, e.bytes >> 10,
       e.alloc_ms, e.copy_ms, e.seal_ms, e.put_ms, decodes, decode_context, pairs, prompts_done,
-      absl::ToUnixMicros(collected));
+      absl::ToUnixMicros(step.launch_began), absl::ToUnixMicros(collected));
 }
 
 absl::Status ModelEngine::Launch(StepInFlight* step) {

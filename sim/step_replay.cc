@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <map>
 
 #include "absl/strings/numbers.h"
@@ -28,20 +31,28 @@ int GroupOf(const StepWork& w) {
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
   const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  return v[mid];
+  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 }  // namespace
 
 absl::StatusOr<std::vector<RecordedStep>> ParseRecordedSteps(const std::string& csv,
                                                              const std::string& origin) {
-  std::vector<absl::string_view> lines = absl::StrSplit(csv, '\n', absl::SkipWhitespace());
-  if (lines.empty()) return absl::InvalidArgumentError(absl::StrCat(origin, ": empty"));
+  std::vector<absl::string_view> lines = absl::StrSplit(csv, '\n');
+  size_t first = 0;  // the header: the first line that is not blank
+  while (first < lines.size() && absl::StripAsciiWhitespace(lines[first]).empty()) ++first;
+  if (first == lines.size()) return absl::InvalidArgumentError(absl::StrCat(origin, ": empty"));
   std::map<std::string, size_t> col;
-  std::vector<absl::string_view> header = absl::StrSplit(absl::StripAsciiWhitespace(lines[0]), ',');
-  for (size_t i = 0; i < header.size(); ++i) col[std::string(header[i])] = i;
+  std::vector<absl::string_view> header = absl::StrSplit(lines[first], ',');
+  for (size_t i = 0; i < header.size(); ++i) {
+    const std::string name(absl::StripAsciiWhitespace(header[i]));
+    if (!col.emplace(name, i).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ": the header names column \"", name, "\" twice"));
+    }
+  }
   for (const char* c : kColumns) {
     if (!col.count(c)) {
       return absl::InvalidArgumentError(
@@ -50,30 +61,43 @@ absl::StatusOr<std::vector<RecordedStep>> ParseRecordedSteps(const std::string& 
   }
   const bool has_ms = col.count("ms") > 0;
   std::vector<RecordedStep> steps;
-  for (size_t l = 1; l < lines.size(); ++l) {
-    std::vector<absl::string_view> f = absl::StrSplit(absl::StripAsciiWhitespace(lines[l]), ',');
-    auto get = [&](const char* name, double* v) -> absl::Status {
+  for (size_t l = first + 1; l < lines.size(); ++l) {
+    if (absl::StripAsciiWhitespace(lines[l]).empty()) continue;
+    std::vector<absl::string_view> f = absl::StrSplit(lines[l], ',');
+    const std::string where = absl::StrCat(origin, " line ", l + 1, ": column \"");
+    auto field = [&](const char* name) -> absl::string_view {
       const size_t i = col.at(name);
-      if (i >= f.size() || !absl::SimpleAtod(f[i], v)) {
+      return i < f.size() ? absl::StripAsciiWhitespace(f[i]) : absl::string_view();
+    };
+    // A count: a whole number in [0, INT_MAX].
+    auto count = [&](const char* name, int* v) -> absl::Status {
+      int64_t x = 0;
+      if (!absl::SimpleAtoi(field(name), &x) || x < 0 || x > std::numeric_limits<int>::max()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(origin, " line ", l + 1, ": column \"", name, "\" is not a number"));
+            absl::StrCat(where, name, "\" is not a whole number in [0, 2^31)"));
+      }
+      *v = static_cast<int>(x);
+      return absl::OkStatus();
+    };
+    // A finite number, >= 0 unless `any_sign`.
+    auto number = [&](const char* name, double* v, bool any_sign = false) -> absl::Status {
+      if (!absl::SimpleAtod(field(name), v) || !std::isfinite(*v) || (!any_sign && *v < 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, name,
+            any_sign ? "\" is not a finite number" : "\" is not a finite number >= 0"));
       }
       return absl::OkStatus();
     };
-    double v[5], ms = -1;
-    for (size_t c = 0; c < kColumns.size(); ++c) {
-      if (auto s = get(kColumns[c], &v[c]); !s.ok()) return s;
-      if (v[c] < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(origin, " line ", l + 1, ": column \"", kColumns[c], "\" is negative"));
-      }
-    }
-    if (has_ms) {
-      if (auto s = get("ms", &ms); !s.ok()) return s;
-    }
     RecordedStep r;
-    r.work = {static_cast<int>(v[0]), v[1], static_cast<int>(v[2]), v[3], static_cast<int>(v[4])};
-    r.ms = ms;
+    StepWork& w = r.work;
+    for (const absl::Status& st :
+         {count("decode_tokens", &w.decode_tokens), number("decode_context", &w.decode_context),
+          count("prefill_tokens", &w.prefill_tokens),
+          number("prefill_attention", &w.prefill_attention),
+          count("prefill_logits", &w.prefill_logits),
+          has_ms ? number("ms", &r.ms, true) : absl::OkStatus()}) {
+      if (!st.ok()) return st;
+    }
     steps.push_back(r);
   }
   return steps;

@@ -24,8 +24,10 @@ struct RecordedStep {
 
 // Parses CSV with a header row naming at least decode_tokens,
 // decode_context, prefill_tokens, prefill_attention and prefill_logits
-// (any order, other columns ignored); an `ms` column is the measured time.
-// Errors name `origin`, the line and the column.
+// (any order, other columns ignored; blank lines skipped); an `ms` column
+// is the measured time (< 0: not measured). Counts must be whole numbers
+// in [0, 2^31), the others finite. Errors name `origin`, the line (of the
+// file, blank ones counted) and the column.
 absl::StatusOr<std::vector<RecordedStep>> ParseRecordedSteps(const std::string& csv,
                                                              const std::string& origin);
 

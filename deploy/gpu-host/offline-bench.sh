@@ -71,8 +71,10 @@ for q in $QUANTS; do
   for s in $SEQS; do
     tag=$q-seqs$s
     config "$q" "$s" > "$OUT/$tag.yaml"
-    ${TRACE_LIB:+env CUDA_INJECTION64_PATH=$TRACE_LIB KERNEL_TRACE_OUT=$OUT/trace-$tag.csv} \
-      "$B" serve --config "$OUT/$tag.yaml" > "$OUT/serve-$tag.log" 2>&1 &
+    traced=()
+    [ -n "${TRACE_LIB:-}" ] &&
+      traced=(env "CUDA_INJECTION64_PATH=$TRACE_LIB" "KERNEL_TRACE_OUT=$OUT/trace-$tag.csv")
+    "${traced[@]}" "$B" serve --config "$OUT/$tag.yaml" > "$OUT/serve-$tag.log" 2>&1 &
     pid=$!
     trap 'kill $pid 2> /dev/null || true' EXIT
     for _ in $(seq 1 120); do

@@ -181,9 +181,10 @@ TEST(CudaKernels, GemmMatchesReference) {
   }
 }
 
-// Tuning: one timing per shape and power-of-two row bucket; none under
-// graph capture (the product is captured with the heuristic's first
-// algorithm and timed at the next uncaptured call).
+// Tuning: one timing per shape and graph row bucket (multiples of 64 past
+// 256 rows), none past 2,048 rows, and none under graph capture (the
+// product is captured with the heuristic's first algorithm and timed at
+// the next uncaptured call).
 TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
   GemmOptions go;

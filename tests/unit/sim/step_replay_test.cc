@@ -35,19 +35,37 @@ TEST(StepReplay, ParsesColumnsInAnyOrderAndNamesBadValues) {
   auto missing = ParseRecordedSteps("decode_tokens,ms\n1,2\n", "m.csv");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(std::string(missing.status().message()).find("decode_context"), std::string::npos);
+  // Blank lines and CRLF endings: skipped, but counted in the line named.
   auto bad = ParseRecordedSteps(
-      "decode_tokens,decode_context,prefill_tokens,prefill_attention,prefill_logits,ms\n"
-      "1,5,0,0,0,3\n"
-      "1,five,0,0,0,3\n",
+      "decode_tokens,decode_context,prefill_tokens,prefill_attention,prefill_logits,ms\r\n"
+      "\r\n"
+      "1,5,0,0,0,3\r\n"
+      "\n"
+      "1,five,0,0,0,3\r\n",
       "b.csv");
   ASSERT_FALSE(bad.ok());
   const std::string msg(bad.status().message());
-  EXPECT_NE(msg.find("b.csv line 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("b.csv line 5"), std::string::npos) << msg;
   EXPECT_NE(msg.find("decode_context"), std::string::npos) << msg;
-  EXPECT_FALSE(ParseRecordedSteps("decode_tokens,decode_context,prefill_tokens,prefill_attention,"
-                                  "prefill_logits\n-1,0,0,0,0\n",
-                                  "n.csv")
-                   .ok());
+  const std::string header =
+      "decode_tokens, decode_context, prefill_tokens, prefill_attention, prefill_logits, ms\n";
+  EXPECT_TRUE(ParseRecordedSteps(header + "1, 5, 0, 0, 0, 3\n", "spaces.csv").ok());
+  for (const char* row : {"-1,0,0,0,0,1",          // a negative count
+                          "1.5,0,0,0,0,1",         // a fraction of a row
+                          "1e12,0,0,0,0,1",        // past int
+                          "3000000000,0,0,0,0,1",  // past int
+                          "1,nan,0,0,0,1",         // not finite
+                          "1,5,0,inf,0,1",         // not finite
+                          "1,5,0,0,0,nan"}) {      // measured, not finite
+    auto r = ParseRecordedSteps(header + row + "\n", "r.csv");
+    ASSERT_FALSE(r.ok()) << row;
+    EXPECT_NE(std::string(r.status().message()).find("r.csv line 2"), std::string::npos) << row;
+  }
+  auto twice = ParseRecordedSteps(
+      "ms,decode_tokens,decode_context,prefill_tokens,prefill_attention,prefill_logits,ms\n",
+      "t.csv");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(std::string(twice.status().message()).find("twice"), std::string::npos);
 }
 
 TEST(StepReplay, GroupsStepsAndSumsThePredictions) {
@@ -70,6 +88,7 @@ TEST(StepReplay, GroupsStepsAndSumsThePredictions) {
   ASSERT_EQ(groups.size(), 4u);  // 1-32, 33-128, with prefill, all
   EXPECT_EQ(groups[0].name, "decode 1-32");
   EXPECT_EQ(groups[0].steps, 2);
+  EXPECT_NEAR(groups[0].median_error, (0 - 0.5) / 2, 1e-9);  // errors 0 and -0.5: their mean
   EXPECT_NEAR(groups[0].measured_ms, 3.48, 1e-9);
   EXPECT_NEAR(groups[0].predicted_ms, 2.32, 1e-9);
   EXPECT_EQ(groups[1].name, "decode 33-128");
