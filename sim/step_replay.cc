@@ -36,6 +36,48 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
+// One data row of ParseRecordedSteps' CSV (`col`: the header's column
+// indices); errors start with `where` (the file and line).
+absl::StatusOr<RecordedStep> ParseRow(absl::string_view line,
+                                      const std::map<std::string, size_t>& col, bool has_ms,
+                                      const std::string& where) {
+  std::vector<absl::string_view> f = absl::StrSplit(line, ',');
+  auto field = [&](const char* name) -> absl::string_view {
+    const size_t i = col.at(name);
+    return i < f.size() ? absl::StripAsciiWhitespace(f[i]) : absl::string_view();
+  };
+  auto bad = [&](const char* name, const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": column \"", name, "\" is not ", what));
+  };
+  // A count: a whole number in [0, INT_MAX].
+  auto count = [&](const char* name, int* v) -> absl::Status {
+    int64_t x = 0;
+    if (!absl::SimpleAtoi(field(name), &x) || x < 0 || x > std::numeric_limits<int>::max()) {
+      return bad(name, "a whole number in [0, 2^31)");
+    }
+    *v = static_cast<int>(x);
+    return absl::OkStatus();
+  };
+  // A finite number, >= 0 unless `any_sign`.
+  auto number = [&](const char* name, double* v, bool any_sign = false) -> absl::Status {
+    if (!absl::SimpleAtod(field(name), v) || !std::isfinite(*v) || (!any_sign && *v < 0)) {
+      return bad(name, any_sign ? "a finite number" : "a finite number >= 0");
+    }
+    return absl::OkStatus();
+  };
+  RecordedStep r;
+  StepWork& w = r.work;
+  for (const absl::Status& st :
+       {count("decode_tokens", &w.decode_tokens), number("decode_context", &w.decode_context),
+        count("prefill_tokens", &w.prefill_tokens),
+        number("prefill_attention", &w.prefill_attention),
+        count("prefill_logits", &w.prefill_logits),
+        has_ms ? number("ms", &r.ms, true) : absl::OkStatus()}) {
+    if (!st.ok()) return st;
+  }
+  return r;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<RecordedStep>> ParseRecordedSteps(const std::string& csv,
@@ -63,42 +105,9 @@ absl::StatusOr<std::vector<RecordedStep>> ParseRecordedSteps(const std::string& 
   std::vector<RecordedStep> steps;
   for (size_t l = first + 1; l < lines.size(); ++l) {
     if (absl::StripAsciiWhitespace(lines[l]).empty()) continue;
-    std::vector<absl::string_view> f = absl::StrSplit(lines[l], ',');
-    const std::string where = absl::StrCat(origin, " line ", l + 1, ": column \"");
-    auto field = [&](const char* name) -> absl::string_view {
-      const size_t i = col.at(name);
-      return i < f.size() ? absl::StripAsciiWhitespace(f[i]) : absl::string_view();
-    };
-    // A count: a whole number in [0, INT_MAX].
-    auto count = [&](const char* name, int* v) -> absl::Status {
-      int64_t x = 0;
-      if (!absl::SimpleAtoi(field(name), &x) || x < 0 || x > std::numeric_limits<int>::max()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, name, "\" is not a whole number in [0, 2^31)"));
-      }
-      *v = static_cast<int>(x);
-      return absl::OkStatus();
-    };
-    // A finite number, >= 0 unless `any_sign`.
-    auto number = [&](const char* name, double* v, bool any_sign = false) -> absl::Status {
-      if (!absl::SimpleAtod(field(name), v) || !std::isfinite(*v) || (!any_sign && *v < 0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, name,
-            any_sign ? "\" is not a finite number" : "\" is not a finite number >= 0"));
-      }
-      return absl::OkStatus();
-    };
-    RecordedStep r;
-    StepWork& w = r.work;
-    for (const absl::Status& st :
-         {count("decode_tokens", &w.decode_tokens), number("decode_context", &w.decode_context),
-          count("prefill_tokens", &w.prefill_tokens),
-          number("prefill_attention", &w.prefill_attention),
-          count("prefill_logits", &w.prefill_logits),
-          has_ms ? number("ms", &r.ms, true) : absl::OkStatus()}) {
-      if (!st.ok()) return st;
-    }
-    steps.push_back(r);
+    auto r = ParseRow(lines[l], col, has_ms, absl::StrCat(origin, " line ", l + 1));
+    if (!r.ok()) return r.status();
+    steps.push_back(*r);
   }
   return steps;
 }

@@ -30,10 +30,11 @@
 // for that count (else the heuristic's first). The heuristic's first can be
 // far off between powers of two: an 8B's gate/up product of 448 rows took
 // 270 us with it and 158 us with the timed winner on an H200
-// (docs/benchmarks.md, "cuBLASLt's picks between powers of two"). A product first met under graph
-// capture runs the heuristic's first, and a graph captured then keeps it for its life; the next
-// uncaptured call times the bucket. A shape for which the heuristic lists one algorithm (on
-// cuBLASLt 13.0, FP8 with per-row scale vectors) is not timed.
+// (docs/benchmarks.md, "cuBLASLt's picks between powers of two"). A
+// product first met under graph capture runs the heuristic's first, and a
+// graph captured then keeps it for its life; the next uncaptured call
+// times the bucket. A shape for which the heuristic lists one algorithm
+// (on cuBLASLt 13.0, FP8 with per-row scale vectors) is not timed.
 //
 // Batch-invariant mode (the engine's deterministic mode): a row's product
 // does not depend on how many other rows share the call. Every row count
