@@ -16,6 +16,11 @@
 // demangled, without its argument list). The records are written as
 // CUPTI hands over its buffers (at least once a second) and at exit, so a
 // process ended by SIGTERM through its own shutdown keeps them all.
+// KERNEL_TRACE_API_US: also record the CUDA runtime and driver API calls
+// that took at least this many microseconds on the host (a launch that
+// blocked, a synchronising call), as comment lines
+// `# api start_ns end_ns thread correlation name`, which the kernel
+// summary skips; unset: no API records.
 //
 // Thread-safety: CUPTI calls the buffer callbacks on its own thread; the
 // file and the name cache are guarded by one mutex.
@@ -23,6 +28,7 @@
 #include <cxxabi.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +44,7 @@ constexpr size_t kBufferBytes = 8 << 20;
 std::mutex mu;
 FILE* out = nullptr;
 std::unordered_map<const char*, std::string> names;  // CUPTI's name pointers are stable
+uint64_t api_min_ns = 0;  // KERNEL_TRACE_API_US, in ns; 0: API records off
 
 #define CUPTI_OR_DIE(call)                                                       \
   do {                                                                           \
@@ -79,6 +86,18 @@ const std::string& ShortName(const char* mangled) {
   return names.emplace(mangled, std::move(n)).first->second;
 }
 
+// One API call's record, if it took at least api_min_ns. REQUIRES: mu held.
+void WriteApi(const CUpti_ActivityAPI* a) {
+  if (a->end - a->start < api_min_ns) return;
+  const char* name = nullptr;
+  const CUpti_CallbackDomain domain = a->kind == CUPTI_ACTIVITY_KIND_RUNTIME
+                                          ? CUPTI_CB_DOMAIN_RUNTIME_API
+                                          : CUPTI_CB_DOMAIN_DRIVER_API;
+  if (cuptiGetCallbackName(domain, a->cbid, &name) != CUPTI_SUCCESS || name == nullptr) name = "?";
+  std::fprintf(out, "# api %llu %llu %u %u %s\n", static_cast<unsigned long long>(a->start),
+               static_cast<unsigned long long>(a->end), a->threadId, a->correlationId, name);
+}
+
 void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = kBufferBytes;
@@ -89,7 +108,12 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
   std::lock_guard<std::mutex> lock(mu);
   CUpti_Activity* record = nullptr;
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || out == nullptr) continue;
+    if (out == nullptr) continue;
+    if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME || record->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+      WriteApi(reinterpret_cast<const CUpti_ActivityAPI*>(record));
+      continue;
+    }
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
     std::fprintf(out, "%llu,%llu,%u,%u,%u,%d,%d,%s\n", static_cast<unsigned long long>(k->start),
                  static_cast<unsigned long long>(k->end), k->deviceId, k->streamId,
@@ -134,6 +158,11 @@ extern "C" int InitializeInjection() {
                static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec);
   CUPTI_OR_DIE(cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted));
   CUPTI_OR_DIE(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  if (const char* us = std::getenv("KERNEL_TRACE_API_US"); us != nullptr && *us != '\0') {
+    api_min_ns = std::max<uint64_t>(1, std::strtoull(us, nullptr, 10) * 1000);
+    CUPTI_OR_DIE(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
+    CUPTI_OR_DIE(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
+  }
   CUPTI_OR_DIE(cuptiActivityFlushPeriod(1000));
   std::atexit(AtExit);
   return 1;

@@ -26,7 +26,8 @@
 #      scripts/step-log.py), TRACE_LIB (a libkernel_trace.so built by
 #      kernel-trace.sh: the server's kernels go to OUT/trace-TAG.csv),
 #      GEMM_TUNE (node.engine.gemm_tune_candidates, 0 = cuBLASLt's
-#      heuristic first, untimed).
+#      heuristic first, untimed), AHEAD (node.engine.ahead_steps, true),
+#      SUFFIX (appended to each run's TAG, for A/B runs into one OUT_DIR).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
 OUT=${2:-.}
@@ -62,14 +63,15 @@ node:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-120000}}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16,
            max_batch_tokens: ${BATCH_TOKENS:-8192}, max_seqs: $2, max_context: 4096,
-           rolling_steps: ${ROLLING:-true}, kv_cache_mib: ${KV_MIB:-100000},
+           rolling_steps: ${ROLLING:-true}, ahead_steps: ${AHEAD:-true},
+           kv_cache_mib: ${KV_MIB:-100000},
            slow_step_warn_ms: ${SLOW_STEP_MS:-0}, gemm_tune_candidates: ${GEMM_TUNE:-0}}
 EOF
 }
 
 for q in $QUANTS; do
   for s in $SEQS; do
-    tag=$q-seqs$s
+    tag=$q-seqs$s${SUFFIX:-}
     config "$q" "$s" > "$OUT/$tag.yaml"
     traced=()
     [ -n "${TRACE_LIB:-}" ] &&

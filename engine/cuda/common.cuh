@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -74,6 +75,28 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   const cudaError_t last = cudaGetLastError();  // cleared, as after <<<>>>
   return e != cudaSuccess ? e : last;
+}
+
+// Raises `kernel`'s dynamic shared memory limit to `bytes` on the current
+// device, once per device and `done` (a static of the launching template,
+// so one flag word per kernel), not at every launch: the call can wait for
+// the work already queued on the device. On an H200 (2026-12-01) each
+// 8K-token prefill step's cuKernelSetAttribute blocked its launch for
+// 180-365 ms, the whole step in flight, so the node collected the step
+// before it only after that (deploy/gpu-host/kernel_trace.cc's API records
+// show it). Racing first calls both set the same value. Devices past 63
+// set it at every launch.
+template <typename... Params>
+cudaError_t SetMaxDynamicSmemOnce(void (*kernel)(Params...), int bytes,
+                                  std::atomic<uint64_t>* done) {
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done->load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) done->fetch_or(bit, std::memory_order_acq_rel);
+  return e;
 }
 
 __device__ __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }

@@ -43,6 +43,7 @@
 // - the scales are applied where the CUDA-core kernel applies them: k_scale
 //   in the softmax's scale, v_scale at the merge.
 #include <algorithm>
+#include <atomic>
 
 #include "engine/cuda/common.cuh"
 #include "engine/cuda/mma.cuh"
@@ -397,8 +398,8 @@ cudaError_t Launch(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv
                    T* out, cudaStream_t stream) {
   auto* kernel = &PagedAttentionMmaKernel<T, KvT, D>;
   constexpr int kBytes = Shape<KvT, D>::kBytes;
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  static std::atomic<uint64_t> smem_set{0};  // per device (SetMaxDynamicSmemOnce)
+  const cudaError_t e = SetMaxDynamicSmemOnce(kernel, kBytes, &smem_set);
   if (e != cudaSuccess) return e;
   return LaunchKernel(kernel, grid, kThreads, kBytes, stream, q, tokens, num_heads, kv, scale,
                       partition_tokens, heads_per_block, ws, out);

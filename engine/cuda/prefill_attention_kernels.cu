@@ -18,6 +18,7 @@
 //   group's K/V tiles are read from L2 together.
 #include <cuda_pipeline.h>
 
+#include <atomic>
 #include <type_traits>
 
 #include "engine/cuda/common.cuh"
@@ -354,8 +355,8 @@ cudaError_t Launch(const T* q, const PrefillTile* tiles, int num_tiles, int num_
                    const PagedKv& kv, float scale, T* out, cudaStream_t stream) {
   constexpr size_t bytes = Shape<D>::kBytes;
   auto* kernel = &PrefillAttentionKernel<T, KvT, D>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(bytes));
+  static std::atomic<uint64_t> smem_set{0};  // per device (SetMaxDynamicSmemOnce)
+  const cudaError_t e = SetMaxDynamicSmemOnce(kernel, static_cast<int>(bytes), &smem_set);
   if (e != cudaSuccess) return e;
   return LaunchKernel(kernel, dim3(num_heads, num_tiles), Shape<D>::kThreads, bytes, stream, q,
                       tiles, num_heads, kv, scale, out);
