@@ -243,6 +243,13 @@ absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool o
     if (!ref.ok()) return ref.status();
     p->algo = (*ref)->algo;
   } else if (batch_invariant_ || tune_candidates_ == 0 || m > kMaxTunedRows) {
+    if (!batch_invariant_ && RowBucket(m) != m) {
+      // The bucket's algorithm (gemm.h, "One algorithm per row bucket").
+      auto ref = GetPlan(RowBucket(m), n, k, type, out_f32, fp8, w_scale, x_scale);
+      if (!ref.ok()) return ref.status();
+      p->algo = (*ref)->algo;
+      if (Runs(*p)) return absl::OkStatus();
+    }
     auto algo = Heuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c,
                           workspace_bytes_, batch_invariant_, what);
     if (!algo.ok()) return algo.status();
@@ -272,6 +279,13 @@ absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool o
     return absl::InternalError(absl::StrCat(s.message(), " for ", what, " (deterministic mode)"));
   }
   return absl::OkStatus();
+}
+
+bool Gemm::Runs(const Plan& p) const {
+  cublasLtMatmulHeuristicResult_t check{};
+  const cublasStatus_t st = Lt().cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_),
+                                                         p.op, p.a, p.b, p.c, p.c, &p.algo, &check);
+  return st == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_;
 }
 
 absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, bool out_f32, bool fp8,

@@ -36,6 +36,20 @@
 // times the bucket. A shape for which the heuristic lists one algorithm
 // (on cuBLASLt 13.0, FP8 with per-row scale vectors) is not timed.
 //
+// One algorithm per row bucket (no tuning, or more than 2,048 rows): a
+// row count between buckets runs the algorithm cuBLASLt's heuristic picks
+// for its bucket's row count (if it runs the count within the workspace;
+// else the count's own pick), so the row counts of a server's eager steps,
+// which change every step, use the kernels of a few buckets, mostly those
+// the decode graphs already run. cuBLASLt sets a kernel's attributes
+// (cuKernelSetAttribute) at its first launch, and on an H200 (2026-12-02)
+// that call waited for the work queued on the device: with the head's
+// product at each step's own row count (the prompts it finished, plus its
+// decodes), nearly every 8K-token prefill step met a new kernel there and
+// its launch blocked for the whole step (180-380 ms), so the node
+// collected the step before it a step late (docs/benchmarks.md, "The
+// prefill launch that waited for the device").
+//
 // Batch-invariant mode (the engine's deterministic mode): a row's product
 // does not depend on how many other rows share the call. Every row count
 // runs the one cuBLASLt algorithm chosen for kInvariantRefRows rows, with
@@ -131,6 +145,8 @@ class Gemm {
   // and no reduction still set).
   absl::Status ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool out_f32, bool fp8,
                           const float* w_scale, const float* x_scale);
+  // Whether p->algo runs p's shape within the workspace.
+  bool Runs(const Plan& p) const;
   absl::Status SetScalePointers(Plan* p, const float* w_scale, const float* x_scale);
   // One product with p's descriptors and `algo`.
   // Returns cuBLASLt's status (cublasStatus_t).
