@@ -5,7 +5,9 @@
 #   With no command, only builds OUT_DIR/libkernel_trace.so (for scripts
 #   that take TRACE_LIB, such as overlap-bench.sh).
 #   Env: CUDA (the toolkit, /usr/local/cuda), SUMMARY (kernel-trace.py's
-#   options for the summary, default none: the whole trace).
+#   options for the summary, default none: the whole trace),
+#   KERNEL_TRACE_API_US (read by the library: also record the CUDA API
+#   calls that took at least this many microseconds, kernel_trace.cc).
 set -euo pipefail
 OUT=$1
 shift
