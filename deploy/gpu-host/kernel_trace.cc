@@ -20,7 +20,9 @@
 // that took at least this many microseconds on the host (a launch that
 // blocked, a synchronising call), as comment lines
 // `# api start_ns end_ns thread correlation name`, which the kernel
-// summary skips; unset: no API records.
+// summary skips; unset: no API records. CUPTI then records every API call
+// (the threshold only filters what is written), which adds host time to
+// each call.
 //
 // Thread-safety: CUPTI calls the buffer callbacks on its own thread; the
 // file and the name cache are guarded by one mutex.
@@ -88,7 +90,7 @@ const std::string& ShortName(const char* mangled) {
 
 // One API call's record, if it took at least api_min_ns. REQUIRES: mu held.
 void WriteApi(const CUpti_ActivityAPI* a) {
-  if (a->end - a->start < api_min_ns) return;
+  if (a->end < a->start || a->end - a->start < api_min_ns) return;
   const char* name = nullptr;
   const CUpti_CallbackDomain domain = a->kind == CUPTI_ACTIVITY_KIND_RUNTIME
                                           ? CUPTI_CB_DOMAIN_RUNTIME_API
@@ -144,6 +146,16 @@ std::string OutPath() {
 }  // namespace
 
 extern "C" int InitializeInjection() {
+  // Read before the callbacks are registered (CUPTI's thread reads it).
+  if (const char* us = std::getenv("KERNEL_TRACE_API_US"); us != nullptr && *us != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(us, &end, 10);
+    if (end == us || *end != '\0') {
+      std::fprintf(stderr, "kernel_trace: KERNEL_TRACE_API_US=%s is not a whole number\n", us);
+      return 0;
+    }
+    api_min_ns = std::max<uint64_t>(1, v * 1000);
+  }
   const std::string path = OutPath();
   out = std::fopen(path.c_str(), "w");
   if (out == nullptr) {
@@ -158,8 +170,7 @@ extern "C" int InitializeInjection() {
                static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec);
   CUPTI_OR_DIE(cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted));
   CUPTI_OR_DIE(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-  if (const char* us = std::getenv("KERNEL_TRACE_API_US"); us != nullptr && *us != '\0') {
-    api_min_ns = std::max<uint64_t>(1, std::strtoull(us, nullptr, 10) * 1000);
+  if (api_min_ns > 0) {
     CUPTI_OR_DIE(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
     CUPTI_OR_DIE(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
   }

@@ -79,11 +79,12 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
 
 // Raises `kernel`'s dynamic shared memory limit to `bytes` on the current
 // device, once per device and `done` (a static of the launching template,
-// so one flag word per kernel), not at every launch: each call is a driver
-// call (cuKernelSetAttribute), and that call can wait for the work queued
-// on the device (cuBLASLt's calls of it did: gemm.h, "One algorithm per
-// row bucket"). Racing first calls both set the same value. Devices past
-// 63 set it at every launch.
+// so one flag word per kernel), not at every launch, which saves a driver
+// call (cuKernelSetAttribute) per launch. That driver call may also wait
+// for the work queued on the device: cuBLASLt's calls of it did (gemm.h,
+// "One algorithm per row bucket"); these, measured per launch, did not.
+// Racing first calls both set the same value. Devices past 63 set it at
+// every launch.
 template <typename... Params>
 cudaError_t SetMaxDynamicSmemOnce(void (*kernel)(Params...), int bytes,
                                   std::atomic<uint64_t>* done) {

@@ -84,7 +84,7 @@ struct Gemm::Plan {
   // Heuristic algorithms still to be timed (tuning); empty once tuned, or
   // when there is nothing to choose.
   std::vector<cublasLtMatmulAlgo_t> candidates;
-  Key bucket{};  // the plan's key with m rounded up to a power of two
+  Key bucket{};  // the plan's key with m rounded up to its row bucket
   ~Plan() {
     if (c) Lt().cublasLtMatrixLayoutDestroy(c);
     if (b) Lt().cublasLtMatrixLayoutDestroy(b);
@@ -175,7 +175,11 @@ void AdoptIfListed(const std::vector<cublasLtMatmulAlgo_t>& listed,
 // the decode graphs' row buckets: each graph gets the algorithm timed for
 // its own rows.
 constexpr int kMaxTunedRows = 2048;
-int RowBucket(int m) { return GraphBucketTokens(m); }
+constexpr int RowBucket(int m) { return GraphBucketTokens(m); }
+// A bucket is its own bucket: ChooseAlgo's plan for a bucket asks for no
+// further one.
+static_assert(RowBucket(RowBucket(3)) == RowBucket(3) && RowBucket(RowBucket(300)) == 320 &&
+              RowBucket(RowBucket(2049)) == RowBucket(2049));
 
 // The FP8 scratch: E4M3 rows, then (256-byte aligned) their scales.
 size_t Fp8ScalesOffset(int fp8_rows, int fp8_max_k) {
@@ -246,9 +250,10 @@ absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool o
     if (!batch_invariant_ && RowBucket(m) != m) {
       // The bucket's algorithm (gemm.h, "One algorithm per row bucket").
       auto ref = GetPlan(RowBucket(m), n, k, type, out_f32, fp8, w_scale, x_scale);
-      if (!ref.ok()) return ref.status();
-      p->algo = (*ref)->algo;
-      if (Runs(*p)) return absl::OkStatus();
+      if (ref.ok()) {  // else (no algorithm for the bucket) m's own pick
+        p->algo = (*ref)->algo;
+        if (Runs(*p)) return absl::OkStatus();
+      }
     }
     auto algo = Heuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c,
                           workspace_bytes_, batch_invariant_, what);

@@ -23,8 +23,9 @@
 // 2,048 rows are timed, bucketed by the decode graphs' row buckets
 // (engine/graph_buckets.h: powers of two to 256, then multiples of 64), so
 // every graph runs the algorithm timed for its own rows; larger ones
-// (prefill) keep the heuristic's first, since the winners timed back to
-// back ran 23% slower in a server's 8,192-token prefill steps. A bucket is
+// (prefill) are not timed, since the winners timed back to back ran 23%
+// slower in a server's 8,192-token prefill steps, and take their bucket's
+// heuristic pick (below). A bucket is
 // timed once, at the first row count seen, and every other row count of
 // the bucket takes the bucket's winner when cuBLASLt's heuristic lists it
 // for that count (else the heuristic's first). The heuristic's first can be
@@ -36,12 +37,13 @@
 // times the bucket. A shape for which the heuristic lists one algorithm
 // (on cuBLASLt 13.0, FP8 with per-row scale vectors) is not timed.
 //
-// One algorithm per row bucket (no tuning, or more than 2,048 rows): a
-// row count between buckets runs the algorithm cuBLASLt's heuristic picks
-// for its bucket's row count (if it runs the count within the workspace;
-// else the count's own pick), so the row counts of a server's eager steps,
-// which change every step, use the kernels of a few buckets, mostly those
-// the decode graphs already run. cuBLASLt sets a kernel's attributes
+// One algorithm per row bucket (no tuning, or more than 2,048 rows; not
+// in batch-invariant mode): a row count between buckets runs the
+// algorithm cuBLASLt's heuristic picks for its bucket's row count (if it
+// runs the count within the workspace; else the count's own pick), so the
+// row counts of a server's eager steps, which change every step, run the
+// kernels of their buckets (up to 8,192 rows: 9 powers of two, then 124
+// multiples of 64), mostly those the decode graphs already run. cuBLASLt sets a kernel's attributes
 // (cuKernelSetAttribute) at its first launch, and on an H200 (2026-12-02)
 // that call waited for the work queued on the device: with the head's
 // product at each step's own row count (the prompts it finished, plus its
@@ -138,7 +140,9 @@ class Gemm {
   // scale vectors, set on the descriptor before the heuristic runs.
   absl::StatusOr<Plan*> GetPlan(int m, int n, int k, ActType type, bool out_f32, bool fp8,
                                 const float* w_scale = nullptr, const float* x_scale = nullptr);
-  // Sets p->algo: cuBLASLt's heuristic, or (batch-invariant) the algorithm
+  // Sets p->algo: cuBLASLt's heuristic; the heuristic's pick for m's row
+  // bucket (building and caching the bucket's plan), if it runs m rows;
+  // or (batch-invariant) the algorithm
   // chosen for kInvariantRefRows rows of the same shape, checked for m rows
   // (and against the workspace: at some row counts it asks for a few bytes,
   // e.g. 4 for [512 x 512] x [768 x 512]^T on an H200, with one K split
@@ -170,7 +174,7 @@ class Gemm {
   int fp8_rows_ = 0;
   int fp8_max_k_ = 0;
   std::map<Key, std::unique_ptr<Plan>> plans_;
-  // Per bucket key (m = the bucket's power of two): the winning algorithm
+  // Per bucket key (m = the row bucket, graph_buckets.h): the winning algorithm
   // (cublasLtMatmulAlgo_t's 64 bytes).
   std::map<Key, std::array<uint64_t, 8>> tuned_;
 };
