@@ -252,7 +252,7 @@ absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool o
       auto ref = GetPlan(RowBucket(m), n, k, type, out_f32, fp8, w_scale, x_scale);
       if (ref.ok()) {  // else (no algorithm for the bucket) m's own pick
         p->algo = (*ref)->algo;
-        if (Runs(*p)) return absl::OkStatus();
+        if (CheckRuns(*p).ok()) return absl::OkStatus();
       }
     }
     auto algo = Heuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c,
@@ -271,26 +271,23 @@ absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool o
     }
   }
   if (!batch_invariant_) return absl::OkStatus();
-  cublasLtMatmulHeuristicResult_t check{};
-  absl::Status s = Check(Lt().cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), p->op,
-                                                      p->a, p->b, p->c, p->c, &p->algo, &check),
-                         "batch-invariant algorithm check");
-  if (s.ok() && check.workspaceSize > workspace_bytes_) {
-    s = absl::InternalError(absl::StrCat("cuBLASLt's batch-invariant algorithm wants ",
-                                         check.workspaceSize, " bytes of workspace, more than ",
-                                         workspace_bytes_));
-  }
-  if (!s.ok()) {
-    return absl::InternalError(absl::StrCat(s.message(), " for ", what, " (deterministic mode)"));
+  if (absl::Status s = CheckRuns(*p); !s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("batch-invariant ", s.message(), " for ", what, " (deterministic mode)"));
   }
   return absl::OkStatus();
 }
 
-bool Gemm::Runs(const Plan& p) const {
+absl::Status Gemm::CheckRuns(const Plan& p) const {
   cublasLtMatmulHeuristicResult_t check{};
-  const cublasStatus_t st = Lt().cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_),
-                                                         p.op, p.a, p.b, p.c, p.c, &p.algo, &check);
-  return st == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_;
+  absl::Status s = Check(Lt().cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), p.op,
+                                                      p.a, p.b, p.c, p.c, &p.algo, &check),
+                         "algorithm check");
+  if (s.ok() && check.workspaceSize > workspace_bytes_) {
+    s = absl::InternalError(absl::StrCat("cuBLASLt algorithm wants ", check.workspaceSize,
+                                         " bytes of workspace, more than ", workspace_bytes_));
+  }
+  return s;
 }
 
 absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, bool out_f32, bool fp8,

@@ -43,9 +43,10 @@
 // runs the count within the workspace; else the count's own pick), so the
 // row counts of a server's eager steps, which change every step, run the
 // kernels of their buckets (up to 8,192 rows: 9 powers of two, then 124
-// multiples of 64), mostly those the decode graphs already run. cuBLASLt sets a kernel's attributes
-// (cuKernelSetAttribute) at its first launch, and on an H200 (2026-12-02)
-// that call waited for the work queued on the device: with the head's
+// multiples of 64), mostly those the decode graphs already run. cuBLASLt
+// sets a kernel's attributes (cuKernelSetAttribute) at its first launch,
+// and on an H200 (2026-12-02) that call waited for the work queued on the
+// device: with the head's
 // product at each step's own row count (the prompts it finished, plus its
 // decodes), nearly every 8K-token prefill step met a new kernel there and
 // its launch blocked for the whole step (180-380 ms), so the node
@@ -149,8 +150,9 @@ class Gemm {
   // and no reduction still set).
   absl::Status ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool out_f32, bool fp8,
                           const float* w_scale, const float* x_scale);
-  // Whether p->algo runs p's shape within the workspace.
-  bool Runs(const Plan& p) const;
+  // OK if p->algo runs p's shape within the workspace; else why not
+  // (cuBLASLt's check, or the workspace it wants).
+  absl::Status CheckRuns(const Plan& p) const;
   absl::Status SetScalePointers(Plan* p, const float* w_scale, const float* x_scale);
   // One product with p's descriptors and `algo`.
   // Returns cuBLASLt's status (cublasStatus_t).
