@@ -107,6 +107,11 @@ struct GpuActivationBenchOptions {
   // 64 MiB: measured on H100, mapping 15 GiB in 2 MiB pages costs ~200 ms
   // (one cuMemMap per page), in 64 MiB pages a few ms.
   size_t page_bytes = 64u << 20;
+  // The executor's max_seqs (GpuExecutorOptions::max_seqs; its step budget
+  // is then at least as many tokens). Default 0: 256 rows.
+  int max_seqs = 0;
+  // GpuExecutorOptions::warm_products. Default on, as a node activates.
+  bool warm_products = true;
 };
 absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOptions& options);
 

@@ -142,6 +142,7 @@ absl::Status ModelEngine::InitExecutor() {
     g.cuda_graphs = o.cuda_graphs;
     g.deterministic = o.deterministic;
     g.gemm_tune_candidates = o.gemm_tune_candidates;
+    g.warm_products = o.warm_products;
     g.step_done = o.step_done;
     g.sm_partition = o.sm_partition;
     g.sm_partition_rest = o.sm_partition_rest;

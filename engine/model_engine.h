@@ -71,6 +71,9 @@ struct ModelEngineOptions {
   // (GpuExecutorOptions::gemm_tune_candidates). Default 0: the
   // heuristic's first, untimed.
   int gemm_tune_candidates = 0;
+  // cuda: every cuBLASLt product shape of a step launched once at
+  // activation (GpuExecutorOptions::warm_products). Default on.
+  bool warm_products = true;
   // cuda: how a step's end is signalled to the device worker
   // (GpuExecutorOptions::step_done). Default a spinning thread.
   StepDoneSignal step_done = StepDoneSignal::kSpinningThread;

@@ -263,6 +263,7 @@ absl::StatusOr<v1::ResidentModel> NodeManager::LoadModel(const std::string& name
   o.cuda_graphs = options_.engine.cuda_graphs;
   o.deterministic = options_.engine.deterministic;
   o.gemm_tune_candidates = options_.engine.gemm_tune_candidates;
+  o.warm_products = options_.engine.warm_products;
   o.step_done = options_.engine.step_done;
   if (options_.engine.sm_reserve > 0) {
     o.sm_partition = options_.engine.sm_reserve;

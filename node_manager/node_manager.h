@@ -50,6 +50,7 @@ struct EngineDefaults {
   bool cuda_graphs = true;       // cuda: replay decode steps from CUDA graphs
   bool deterministic = false;    // ModelEngineOptions::deterministic
   int gemm_tune_candidates = 0;  // ModelEngineOptions::gemm_tune_candidates
+  bool warm_products = true;     // ModelEngineOptions::warm_products
   // ModelEngineOptions::step_done (node.engine.step_done).
   engine::StepDoneSignal step_done = engine::StepDoneSignal::kSpinningThread;
   int block_tokens = 16;

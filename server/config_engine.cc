@@ -23,6 +23,7 @@ absl::Status ParseNodeEngine(const YAML::Node& e, const std::string* file,
   RETURN_IF_ERROR(es.Get("cuda_graphs", &eo.cuda_graphs));
   RETURN_IF_ERROR(es.Get("deterministic", &eo.deterministic));
   RETURN_IF_ERROR(es.Get("gemm_tune_candidates", &eo.gemm_tune_candidates));
+  RETURN_IF_ERROR(es.Get("warm_products", &eo.warm_products));
   RETURN_IF_ERROR(es.Get("slow_step_warn_ms", &eo.slow_step_warn_ms));
   RETURN_IF_ERROR(es.Get("overlap_steps", &o.overlap_steps));
   RETURN_IF_ERROR(es.Get("rolling_steps", &o.rolling_steps));

@@ -110,6 +110,13 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
       ->capture_default_str();
   a->add_option("--page-mib", s_->act_page_mib, "VMM page size the weights are mapped in")
       ->capture_default_str();
+  a->add_option("--max-seqs", s_->act.max_seqs,
+                "the executor's max_seqs (node.engine.max_seqs): sizes its buffers and the "
+                "products warmed at activation; 0: 256 rows")
+      ->check(CLI::Range(0, 8192))
+      ->capture_default_str();
+  a->add_flag("!--no-warm-products", s_->act.warm_products,
+              "skip launching each product shape once at activation (node.engine.warm_products)");
   a->add_option("--out", s_->act_out, "write the JSON result here");
 }
 

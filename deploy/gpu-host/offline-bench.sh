@@ -27,6 +27,7 @@
 #      kernel-trace.sh: the server's kernels go to OUT/trace-TAG.csv),
 #      GEMM_TUNE (node.engine.gemm_tune_candidates, 0 = cuBLASLt's
 #      heuristic first, untimed), AHEAD (node.engine.ahead_steps, true),
+#      WARM (node.engine.warm_products, true),
 #      SUFFIX (appended to each run's TAG, for A/B runs into one OUT_DIR).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
@@ -65,7 +66,8 @@ node:
            max_batch_tokens: ${BATCH_TOKENS:-8192}, max_seqs: $2, max_context: 4096,
            rolling_steps: ${ROLLING:-true}, ahead_steps: ${AHEAD:-true},
            kv_cache_mib: ${KV_MIB:-100000},
-           slow_step_warn_ms: ${SLOW_STEP_MS:-0}, gemm_tune_candidates: ${GEMM_TUNE:-0}}
+           slow_step_warn_ms: ${SLOW_STEP_MS:-0}, gemm_tune_candidates: ${GEMM_TUNE:-0},
+           warm_products: ${WARM:-true}}
 EOF
 }
 

@@ -8,6 +8,7 @@
 // JSON: {device, model, weight_bytes, h2d_bytes_per_s, pcie_bound_ms,
 // runs: [{map_ms, copy_ms, executor_ms, total_ms}], best_total_ms,
 // ratio_to_bound, single_stream_copy_ms}
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -107,6 +108,9 @@ absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOption
     g.weights_capacity = mapped;
     g.host_weights = host;
     g.copy_streams = o.copy_streams;
+    g.max_seqs = o.max_seqs;
+    g.max_batch_tokens = std::max(g.max_batch_tokens, o.max_seqs);
+    g.warm_products = o.warm_products;
     const auto t3 = Clock::now();
     auto ex = cuda::CudaExecutor::Create(c, "", &kv, g);
     if (!ex.ok()) return ex.status();
@@ -140,6 +144,8 @@ absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOption
   j["pcie_bound_ms"] = bound_ms;
   j["copy_streams"] = o.copy_streams;
   j["page_bytes"] = o.page_bytes;
+  j["max_seqs"] = o.max_seqs;
+  j["warm_products"] = o.warm_products;
   j["runs"] = runs;
   j["best_total_ms"] = best;
   j["ratio_to_bound"] = best / bound_ms;

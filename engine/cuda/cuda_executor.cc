@@ -319,7 +319,8 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   // demand (ReservePenalties).
   constexpr size_t kInitialPenalties = 16384;
   if (auto s = ReservePenalties(kInitialPenalties); !s.ok()) return s;
-  return InitKvStaging();
+  if (auto s = InitKvStaging(); !s.ok()) return s;
+  return options_.warm_products ? WarmProducts() : absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const HostWeights>> CudaExecutor::KeepHostWeights() {
@@ -356,9 +357,14 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
                      sh.attention.workspace_rows};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    // Plans (cuBLASLt heuristics) are made on a first, uncaptured run.
+    // Plans (cuBLASLt heuristics) are made on a first, uncaptured run,
+    // which computes this step. The capture is not made to wait for it (nor
+    // for the step queued before it): a server meets a new bucket every
+    // few dozen steps while its batch grows or drains, and a wait there
+    // left the device idle through the capture and instantiation (10-20
+    // ms each on an H200, docs/benchmarks.md, "Graph capture without a
+    // wait"). The device runs the queued steps meanwhile.
     if (auto s = Enqueue(sh); !s.ok()) return s;
-    BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), "warm-up step");
     // Relaxed: other threads' calls meanwhile (a StepDoneWaiter's event
     // waits, other engines' launches) neither fail nor end the capture.
     BALLAST_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),

@@ -185,6 +185,13 @@ class CudaExecutor final : public Executor {
   // x_in_fp8, x's E4M3 rows are already in the Gemm's fp8_input()).
   absl::Status Linear(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                       int k, bool x_in_fp8 = false);
+  // GpuExecutorOptions::warm_products: one product of every shape a step
+  // can run through cuBLASLt, at every decode graph bucket up to
+  // max_rows_, queued on stream_ (not waited for). REQUIRES: Init's
+  // buffers allocated; no layer streamed yet.
+  absl::Status WarmProducts();
+  // WarmProducts' launches, with layer L's weights.
+  absl::Status WarmBuckets(const DeviceLayer& L);
   // Remapping inside Enqueue (cuda_layer_stream.cc): the tensors layer l
   // computes with (its slot's when streamed), after ordering the step
   // after its copy; after layer l, the next copy into its slot; at the

@@ -3,8 +3,10 @@
 // choice of product (skinny, cuBLASLt, FP8). Kept apart from the
 // executor's lifecycle, graphs and sampling in cuda_executor.cc.
 #include <cmath>
+#include <utility>
 
 #include "engine/cuda/cuda_executor.h"
+#include "engine/graph_buckets.h"
 
 namespace ballast::engine::cuda {
 
@@ -15,6 +17,42 @@ absl::Status CudaExecutor::Linear(const void* x, const void* w, const float* w_s
   }
   if (w_scale != nullptr) return gemm_->RunFp8(x, w, w_scale, y, m, n, k, act_, stream_);
   return gemm_->Run(x, w, y, m, n, k, act_, false, stream_);
+}
+
+absl::Status CudaExecutor::WarmProducts() {
+  const int H = config_.hidden_size, Q = config_.q_dim(), I = config_.intermediate_size;
+  const size_t a = ActSize(act_);
+  // Zeros in, so no product meets a NaN; the outputs are scratch.
+  const size_t R = static_cast<size_t>(max_rows_);
+  const std::pair<DeviceBuffer*, int> inputs[] = {
+      {&x_, H}, {&attn_, Q}, {&act_buf_, I}, {&x_sel_, H}};
+  for (auto [buf, cols] : inputs) {
+    BALLAST_CUDA_RETURN(cudaMemsetAsync(buf->get(), 0, R * cols * a, stream_), "warm-up inputs");
+  }
+  const DeviceLayer& L = weights_->layer(0);
+  gemm_->PauseTuning(true);  // tuning times a step's own operands, not zeros
+  absl::Status st = WarmBuckets(L);
+  gemm_->PauseTuning(false);
+  return st;
+}
+
+absl::Status CudaExecutor::WarmBuckets(const DeviceLayer& L) {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size;
+  for (int m = 1; m <= max_rows_; m = GraphBucketTokens(m + 1)) {
+    // The layer products as Enqueue and Mlp run them (gate/up unfused).
+    if (auto s = Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), m, Q + 2 * KV, H); !s.ok())
+      return s;
+    if (auto s = Linear(attn_.get(), L.o, L.o_scale, o_.get(), m, H, Q); !s.ok()) return s;
+    if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), m, 2 * I, H); !s.ok())
+      return s;
+    if (auto s = Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), m, H, I); !s.ok()) return s;
+    if (auto s = gemm_->Run(x_sel_.get(), weights_->lm_head(), logits_.get(), m, c.vocab_size, H,
+                            act_, true, stream_);
+        !s.ok())
+      return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in) {

@@ -123,6 +123,11 @@ class Gemm {
   // their scales, written by the kernel that produced x: Fp8Rows).
   absl::Status RunFp8Quantized(const void* w, const float* w_scale, void* y, int m, int n, int k,
                                ActType type, cudaStream_t stream);
+  // While paused, products run without being timed (as under capture):
+  // their bucket is timed at the next call after, on that call's operands.
+  // CudaExecutor's warm-up at activation runs on zeros, which time unlike
+  // data.
+  void PauseTuning(bool paused) { tuning_paused_ = paused; }
   // Shape buckets timed so far (tests, benchmarks).
   int tuned_buckets() const { return static_cast<int>(tuned_.size()); }
   // Where RunFp8 puts x rounded to E4M3 ([m][k] bytes, [m] scales) and
@@ -171,6 +176,7 @@ class Gemm {
   int skinny_max_m_ = 0;
   bool batch_invariant_ = false;
   int tune_candidates_ = 0;
+  bool tuning_paused_ = false;
   void* tune_events_[2] = {nullptr, nullptr};  // cudaEvent_t, made at the first tuning
   DeviceBuffer fp8_x_;  // [fp8_rows_][fp8_max_k_] E4M3, then [fp8_rows_] float scales
   int fp8_rows_ = 0;

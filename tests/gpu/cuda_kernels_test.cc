@@ -206,6 +206,12 @@ TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   EXPECT_EQ(g.tuned_buckets(), 3);
   CheckGemm(g, {2100, 512, 256, false}, rng);  // past 2,048 rows: not timed
   EXPECT_EQ(g.tuned_buckets(), 3);
+  g.PauseTuning(true);                         // as the executor's warm-up: runs, times nothing
+  CheckGemm(g, {600, 512, 1024, false}, rng);  // bucket 640
+  EXPECT_EQ(g.tuned_buckets(), 3);
+  g.PauseTuning(false);
+  CheckGemm(g, {620, 512, 1024, false}, rng);  // bucket 640 at its next call: timed
+  EXPECT_EQ(g.tuned_buckets(), 4);
 
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
@@ -218,7 +224,7 @@ TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
   EXPECT_TRUE(ran);
-  EXPECT_EQ(g.tuned_buckets(), 3);  // nothing timed while capturing
+  EXPECT_EQ(g.tuned_buckets(), 4);  // nothing timed while capturing
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
@@ -229,7 +235,7 @@ TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   ASSERT_TRUE(g.Run(dx, dw, dy, 1000, 512, 256, ActType::kBF16, false, s).ok());
-  EXPECT_EQ(g.tuned_buckets(), 4);  // timed at the first uncaptured call
+  EXPECT_EQ(g.tuned_buckets(), 5);  // timed at the first uncaptured call
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_EQ(BF16ToFloat(ToHost(dy, 1000 * 512)[12345]), 256 * 0.125f);
   cudaFree(dx);

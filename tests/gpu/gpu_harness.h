@@ -50,7 +50,7 @@ class GpuHarness {
   GpuHarness(const std::string& model_dir, int block_tokens, const std::string& kv_dtype = "auto",
              bool graphs = true, int max_context = 2048, int max_batch_tokens = 512,
              WeightQuant quant = WeightQuant::kNone, bool deterministic = false,
-             int sm_partition = 0) {
+             int sm_partition = 0, bool warm_products = true) {
     auto cfg = ModelConfig::Load(model_dir + "/config.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     config = *cfg;
@@ -69,6 +69,7 @@ class GpuHarness {
     o.max_batch_tokens = max_batch_tokens;
     o.deterministic = deterministic;
     o.sm_partition = sm_partition;
+    o.warm_products = warm_products;
     auto e = CreateGpuExecutor(config, model_dir, kv.get(), o);
     EXPECT_TRUE(e.ok()) << e.status();
     executor = std::move(*e);

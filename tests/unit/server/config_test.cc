@@ -34,11 +34,12 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
       "node: {arbitration: {policy: edf, max_queue_wait_ms: 1500}, "
       "engine: {slow_step_warn_ms: 50, overlap_steps: false, deterministic: true, "
       "priority_streams: decode, rolling_steps: false, ahead_steps: false, "
-      "step_done: host_function, gemm_tune_candidates: 8}}",
+      "step_done: host_function, gemm_tune_candidates: 8, warm_products: false}}",
       "t.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->node.options.overlap_steps);
   EXPECT_EQ(c->node.options.engine.gemm_tune_candidates, 8);
+  EXPECT_FALSE(c->node.options.engine.warm_products);
   EXPECT_EQ(c->node.options.priority_streams, node_manager::StreamPriorityPolicy::kDecode);
   EXPECT_FALSE(c->node.options.rolling_steps);
   EXPECT_FALSE(c->node.options.ahead_steps);
@@ -57,8 +58,9 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
       << bad_done.status();
   EXPECT_NE(bad_done.status().message().find("\"callback\" is unknown"), std::string::npos)
       << bad_done.status();
-  EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.rolling_steps);  // the default
-  EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.ahead_steps);    // the default
+  EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.rolling_steps);         // the default
+  EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.ahead_steps);           // the default
+  EXPECT_TRUE(ParseConfig("node: {}", "t.yaml")->node.options.engine.warm_products);  // the default
   EXPECT_EQ(ParseConfig("node: {}", "t.yaml")->node.options.priority_streams,
             node_manager::StreamPriorityPolicy::kNone);  // the default
   const auto bad_prio = ParseConfig("node: {engine: {priority_streams: true}}", "t.yaml");
