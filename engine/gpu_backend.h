@@ -57,19 +57,26 @@ struct GpuExecutorOptions {
   // nothing: their buckets lived too few steps to repay the timing. Off in
   // deterministic mode.
   int gemm_tune_candidates = 0;
-  // At Init, run one product of every shape a step runs through cuBLASLt
-  // (each layer product with layer 0's weights, and the LM head's) at every
-  // decode graph bucket up to max_seqs's rows (engine/graph_buckets.h),
-  // queued on the step stream and not waited for. cuBLASLt sets a kernel's
-  // attributes at its first launch, and on an H200 that call waited for
-  // all the work queued on the device: a server's first step in a new
-  // bucket (the head's rows change with every step that finishes prompts)
-  // blocked its launch for the step in flight (docs/benchmarks.md, "The
-  // prefill launch that waited for the device"). Costs, for an 8B at
-  // max_seqs 1,024 on an H200, 5-20 ms of an activation, and about 230 ms
-  // more of a process's first, where cuBLASLt loads the kernels
-  // (docs/benchmarks.md, "Products warmed at activation"). Tuning (gemm_tune_candidates) still
-  // times a bucket at its first step, on that step's operands. Default on.
+  // At Init, launch each cuBLASLt product a step runs (each layer
+  // product with layer 0's weights, and the LM head's) at every decode
+  // graph bucket up to the executor's rows (min(GraphBucketTokens(max_seqs),
+  // max_batch_tokens); engine/graph_buckets.h), on zeros, queued on the
+  // step stream and not waited for; a product whose algorithm was already
+  // launched for its shape is skipped (Gemm::SetWarming). cuBLASLt sets a
+  // kernel's attributes at its first launch, and on an H200 that call
+  // waited for all the work queued on the device: a busy server's first
+  // step in a new bucket (the head's rows change with every step that
+  // finishes prompts) blocked its launch for the step in flight
+  // (docs/benchmarks.md, "The prefill launch that waited for the
+  // device"). Costs, for an 8B at max_seqs 1,024 on an H200, a few ms of
+  // an activation, and about 230 ms more of a process's first, where
+  // cuBLASLt loads the kernels (docs/benchmarks.md, "Products warmed at
+  // activation"); on a device busy with other models each first launch
+  // also waits for their queued work, as it would in this model's steps.
+  // With tuning (gemm_tune_candidates) a row count between buckets runs
+  // its own pick or its bucket's timed winner, which may still be a first
+  // launch in a step; the buckets are timed at their first step, on its
+  // operands. A failure here is logged, not returned. Default on.
   bool warm_products = true;
   // Batch-invariant kernels (engine.deterministic): a sequence's logits do
   // not depend on what else shares its steps. GEMMs run one fixed cuBLASLt

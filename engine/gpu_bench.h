@@ -110,6 +110,10 @@ struct GpuActivationBenchOptions {
   // The executor's max_seqs (GpuExecutorOptions::max_seqs; its step budget
   // is then at least as many tokens). Default 0: 256 rows.
   int max_seqs = 0;
+  // The executor's step budget in tokens (GpuExecutorOptions::
+  // max_batch_tokens: sizes its activations and FP8 scratch). Default 0:
+  // max(256, max_seqs).
+  int max_batch_tokens = 0;
   // GpuExecutorOptions::warm_products. Default on, as a node activates.
   bool warm_products = true;
 };

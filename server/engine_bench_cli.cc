@@ -115,6 +115,11 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
                 "products warmed at activation; 0: 256 rows")
       ->check(CLI::Range(0, 8192))
       ->capture_default_str();
+  a->add_option("--max-batch-tokens", s_->act.max_batch_tokens,
+                "the executor's step budget (node.engine.max_batch_tokens); 0: max(256, "
+                "--max-seqs)")
+      ->check(CLI::Range(0, 65536))
+      ->capture_default_str();
   a->add_flag("!--no-warm-products", s_->act.warm_products,
               "skip launching each product shape once at activation (node.engine.warm_products)");
   a->add_option("--out", s_->act_out, "write the JSON result here");

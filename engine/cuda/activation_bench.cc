@@ -109,7 +109,8 @@ absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOption
     g.host_weights = host;
     g.copy_streams = o.copy_streams;
     g.max_seqs = o.max_seqs;
-    g.max_batch_tokens = std::max(g.max_batch_tokens, o.max_seqs);
+    g.max_batch_tokens =
+        o.max_batch_tokens > 0 ? o.max_batch_tokens : std::max(g.max_batch_tokens, o.max_seqs);
     g.warm_products = o.warm_products;
     const auto t3 = Clock::now();
     auto ex = cuda::CudaExecutor::Create(c, "", &kv, g);
@@ -145,6 +146,7 @@ absl::StatusOr<std::string> RunGpuActivationBench(const GpuActivationBenchOption
   j["copy_streams"] = o.copy_streams;
   j["page_bytes"] = o.page_bytes;
   j["max_seqs"] = o.max_seqs;
+  j["max_batch_tokens"] = o.max_batch_tokens;
   j["warm_products"] = o.warm_products;
   j["runs"] = runs;
   j["best_total_ms"] = best;

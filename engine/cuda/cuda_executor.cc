@@ -361,9 +361,10 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
     // which computes this step. The capture is not made to wait for it (nor
     // for the step queued before it): a server meets a new bucket every
     // few dozen steps while its batch grows or drains, and a wait there
-    // left the device idle through the capture and instantiation (10-20
-    // ms each on an H200, docs/benchmarks.md, "Graph capture without a
-    // wait"). The device runs the queued steps meanwhile.
+    // left the device idle through the capture and instantiation (on an
+    // H200, 8B offline: 164 ms more over a run's 19 bucket changes with
+    // the wait, 15-45 ms without; docs/benchmarks.md, "Products warmed at
+    // activation"). The device runs the queued steps meanwhile.
     if (auto s = Enqueue(sh); !s.ok()) return s;
     // Relaxed: other threads' calls meanwhile (a StepDoneWaiter's event
     // waits, other engines' launches) neither fail nor end the capture.

@@ -187,8 +187,10 @@ class CudaExecutor final : public Executor {
                       int k, bool x_in_fp8 = false);
   // GpuExecutorOptions::warm_products: one product of every shape a step
   // can run through cuBLASLt, at every decode graph bucket up to
-  // max_rows_, queued on stream_ (not waited for). REQUIRES: Init's
-  // buffers allocated; no layer streamed yet.
+  // max_rows_ and at max_rows_, queued on stream_ (not waited for). A
+  // failure is logged, not returned (an optimization; the steps report
+  // what is wrong). REQUIRES: Init's buffers allocated; no layer streamed
+  // yet.
   absl::Status WarmProducts();
   // WarmProducts' launches, with layer L's weights.
   absl::Status WarmBuckets(const DeviceLayer& L);

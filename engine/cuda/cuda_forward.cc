@@ -2,11 +2,13 @@
 // queues on the executor's stream, layer by layer, and the linear layers'
 // choice of product (skinny, cuBLASLt, FP8). Kept apart from the
 // executor's lifecycle, graphs and sampling in cuda_executor.cc.
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "engine/cuda/cuda_executor.h"
 #include "engine/graph_buckets.h"
+#include "spdlog/spdlog.h"
 
 namespace ballast::engine::cuda {
 
@@ -29,17 +31,21 @@ absl::Status CudaExecutor::WarmProducts() {
   for (auto [buf, cols] : inputs) {
     BALLAST_CUDA_RETURN(cudaMemsetAsync(buf->get(), 0, R * cols * a, stream_), "warm-up inputs");
   }
-  const DeviceLayer& L = weights_->layer(0);
-  gemm_->PauseTuning(true);  // tuning times a step's own operands, not zeros
-  absl::Status st = WarmBuckets(L);
-  gemm_->PauseTuning(false);
-  return st;
+  gemm_->SetWarming(true);  // untimed; each algorithm once per shape
+  absl::Status st = WarmBuckets(weights_->layer(0));
+  gemm_->SetWarming(false);
+  if (!st.ok()) {  // an optimization: the steps report what is really wrong
+    spdlog::warn("warming the products at activation stopped: {}", st.ToString());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaExecutor::WarmBuckets(const DeviceLayer& L) {
   const ModelConfig& c = config_;
   const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size;
-  for (int m = 1; m <= max_rows_; m = GraphBucketTokens(m + 1)) {
+  // Every bucket, and max_rows_ itself, to which graph steps are clamped
+  // when it is not a bucket.
+  for (int m = 1;; m = std::min(GraphBucketTokens(m + 1), max_rows_)) {
     // The layer products as Enqueue and Mlp run them (gate/up unfused).
     if (auto s = Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), m, Q + 2 * KV, H); !s.ok())
       return s;
@@ -51,8 +57,8 @@ absl::Status CudaExecutor::WarmBuckets(const DeviceLayer& L) {
                             act_, true, stream_);
         !s.ok())
       return s;
+    if (m == max_rows_) return absl::OkStatus();
   }
-  return absl::OkStatus();
 }
 
 absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in) {

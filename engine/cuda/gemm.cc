@@ -381,7 +381,13 @@ int Gemm::Matmul(const Plan& p, const void* algo, const void* w, const void* x, 
 
 absl::Status Gemm::Launch(Plan* p, const void* w, const void* x, void* y, cudaStream_t stream,
                           const char* what) {
-  if (!p->candidates.empty() && !tuning_paused_) {
+  if (warming_) {
+    Key shape = p->bucket;
+    std::get<0>(shape) = 0;
+    std::array<uint64_t, 8> algo{};
+    std::memcpy(algo.data(), p->algo.data, sizeof(p->algo.data));
+    if (!warmed_.emplace(shape, algo).second) return absl::OkStatus();  // launched before
+  } else if (!p->candidates.empty()) {
     if (auto s = Tune(p, w, x, y, stream); !s.ok()) return s;
   }
   return Check(static_cast<cublasStatus_t>(Matmul(*p, &p->algo, w, x, y, stream)), what);

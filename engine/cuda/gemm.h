@@ -17,6 +17,7 @@
 // both accumulate in FP32.
 //
 // Tuning (tune_candidates > 0): the first uncaptured product of a shape
+// (not warming: SetWarming)
 // times cuBLASLt's first tune_candidates heuristic algorithms on the call's
 // own operands (one untimed and three timed runs each, then a wait for the
 // stream, per candidate) and keeps the fastest. Only products of up to
@@ -67,7 +68,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/cuda_status.h"
@@ -123,11 +126,15 @@ class Gemm {
   // their scales, written by the kernel that produced x: Fp8Rows).
   absl::Status RunFp8Quantized(const void* w, const float* w_scale, void* y, int m, int n, int k,
                                ActType type, cudaStream_t stream);
-  // While paused, products run without being timed (as under capture):
-  // their bucket is timed at the next call after, on that call's operands.
-  // CudaExecutor's warm-up at activation runs on zeros, which time unlike
-  // data.
-  void PauseTuning(bool paused) { tuning_paused_ = paused; }
+  // Warming (CudaExecutor's warm-up at activation, whose point is each
+  // kernel's first launch): products run untimed, as under capture, so
+  // their bucket is timed at its next call after, on that call's operands
+  // (the warm-up runs on zeros, which time unlike data); and a cuBLASLt
+  // product is skipped when this Gemm already launched its algorithm for
+  // its shape while warming, at another row count.
+  void SetWarming(bool warming) { warming_ = warming; }
+  // cuBLASLt products launched while warming, not skipped (tests).
+  int warm_launches() const { return static_cast<int>(warmed_.size()); }
   // Shape buckets timed so far (tests, benchmarks).
   int tuned_buckets() const { return static_cast<int>(tuned_.size()); }
   // Where RunFp8 puts x rounded to E4M3 ([m][k] bytes, [m] scales) and
@@ -176,7 +183,9 @@ class Gemm {
   int skinny_max_m_ = 0;
   bool batch_invariant_ = false;
   int tune_candidates_ = 0;
-  bool tuning_paused_ = false;
+  bool warming_ = false;
+  // While warming: the shapes (m = 0) and algorithms launched.
+  std::set<std::pair<Key, std::array<uint64_t, 8>>> warmed_;
   void* tune_events_[2] = {nullptr, nullptr};  // cudaEvent_t, made at the first tuning
   DeviceBuffer fp8_x_;  // [fp8_rows_][fp8_max_k_] E4M3, then [fp8_rows_] float scales
   int fp8_rows_ = 0;

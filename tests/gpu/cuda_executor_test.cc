@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_executor.h"
@@ -221,12 +222,12 @@ TEST_F(CudaModel, GraphsAndMixedBatchesMatchEagerSteps) {
 // The products launched at activation (GpuExecutorOptions::warm_products)
 // write only scratch: an executor that warmed them gives the same logits,
 // bit for bit, as one that did not, over prefill, decode graphs and a
-// mixed step.
+// mixed step; with BF16 and FP8 weights, and in deterministic mode. 500
+// batch tokens is not a graph bucket: the warm-up ends at 500 rows.
 TEST_F(CudaModel, WarmedProductsChangeNoLogits) {
   constexpr int kSeqs = 40, kVocab = 512;
-  auto run = [&](bool warm) {
-    GpuHarness h(model_, 16, "auto", /*graphs=*/true, 2048, 512, WeightQuant::kNone, false, 0,
-                 warm);
+  auto run = [&](bool warm, WeightQuant quant, bool deterministic) {
+    GpuHarness h(model_, 16, "auto", /*graphs=*/true, 2048, 500, quant, deterministic, 0, warm);
     std::vector<SequenceKv> seqs(kSeqs + 1);
     std::vector<std::vector<int>> toks(kSeqs + 1);
     for (int s = 0; s <= kSeqs; ++s) {
@@ -257,11 +258,17 @@ TEST_F(CudaModel, WarmedProductsChangeNoLogits) {
     }
     return all;
   };
-  const auto cold = run(false);
-  const auto warm = run(true);
-  ASSERT_EQ(warm.size(), cold.size());
-  ASSERT_EQ(warm.size(), static_cast<size_t>(5 * kSeqs + 1) * kVocab);
-  EXPECT_EQ(std::memcmp(warm.data(), cold.data(), warm.size() * sizeof(float)), 0);
+  for (const auto& [quant, deterministic] : {std::pair{WeightQuant::kNone, false},
+                                             {WeightQuant::kFp8, false},
+                                             {WeightQuant::kNone, true}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "fp8 " << (quant == WeightQuant::kFp8) << ", deterministic " << deterministic);
+    const auto cold = run(false, quant, deterministic);
+    const auto warm = run(true, quant, deterministic);
+    ASSERT_EQ(warm.size(), cold.size());
+    ASSERT_EQ(warm.size(), static_cast<size_t>(5 * kSeqs + 1) * kVocab);
+    EXPECT_EQ(std::memcmp(warm.data(), cold.data(), warm.size() * sizeof(float)), 0);
+  }
 }
 
 // A decode batch past the power-of-two buckets (300 sequences: the

@@ -182,9 +182,10 @@ TEST(CudaKernels, GemmMatchesReference) {
 }
 
 // Tuning: one timing per shape and graph row bucket (multiples of 64 past
-// 256 rows), none past 2,048 rows, and none under graph capture (the
-// product is captured with the heuristic's first algorithm and timed at
-// the next uncaptured call).
+// 256 rows), none past 2,048 rows, none while warming (SetWarming, which
+// also launches an algorithm once per shape), and none under graph capture
+// (the product is captured with the heuristic's first algorithm and timed
+// at the next uncaptured call).
 TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
   GemmOptions go;
@@ -206,10 +207,22 @@ TEST(CudaKernels, GemmTunesOncePerBucketAndNotUnderCapture) {
   EXPECT_EQ(g.tuned_buckets(), 3);
   CheckGemm(g, {2100, 512, 256, false}, rng);  // past 2,048 rows: not timed
   EXPECT_EQ(g.tuned_buckets(), 3);
-  g.PauseTuning(true);                         // as the executor's warm-up: runs, times nothing
-  CheckGemm(g, {600, 512, 1024, false}, rng);  // bucket 640
-  EXPECT_EQ(g.tuned_buckets(), 3);
-  g.PauseTuning(false);
+  {  // warming, as the executor's warm-up: nothing timed, each algorithm once
+    uint16_t* wx = ToDevice(std::vector<uint16_t>(640 * 1024));
+    uint16_t* ww = ToDevice(std::vector<uint16_t>(512 * 1024));
+    uint16_t* wy = ToDevice(std::vector<uint16_t>(640 * 512));
+    g.SetWarming(true);
+    for (int i = 0; i < 2; ++i) {  // bucket 640, twice: the second is skipped
+      EXPECT_TRUE(g.Run(wx, ww, wy, 600, 512, 1024, ActType::kBF16, false, nullptr).ok());
+    }
+    g.SetWarming(false);
+    EXPECT_EQ(g.tuned_buckets(), 3);
+    EXPECT_EQ(g.warm_launches(), 1);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaFree(wx);
+    cudaFree(ww);
+    cudaFree(wy);
+  }
   CheckGemm(g, {620, 512, 1024, false}, rng);  // bucket 640 at its next call: timed
   EXPECT_EQ(g.tuned_buckets(), 4);
 
