@@ -68,8 +68,8 @@ struct GpuExecutorOptions {
   // step in a new bucket (the head's rows change with every step that
   // finishes prompts) blocked its launch for the step in flight
   // (docs/benchmarks.md, "The prefill launch that waited for the
-  // device"). Costs, for an 8B at max_seqs 1,024 on an H200, a few ms of
-  // an activation, and about 230 ms more of a process's first, where
+  // device"). Costs, for an 8B at max_seqs 1,024 on an H200, 4-18 ms of
+  // an activation, and 230-400 ms more of a process's first, where
   // cuBLASLt loads the kernels (docs/benchmarks.md, "Products warmed at
   // activation"); on a device busy with other models each first launch
   // also waits for their queued work, as it would in this model's steps.
