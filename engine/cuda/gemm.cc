@@ -162,6 +162,14 @@ absl::StatusOr<cublasLtMatmulAlgo_t> Heuristic(cublasLtHandle_t handle, cublasLt
 
 namespace {
 
+// An algorithm's bytes, as tuned_ and warmed_ keep them.
+std::array<uint64_t, 8> AlgoBytes(const cublasLtMatmulAlgo_t& algo) {
+  std::array<uint64_t, 8> bytes{};
+  static_assert(sizeof(bytes) == sizeof(algo.data));
+  std::memcpy(bytes.data(), algo.data, sizeof(algo.data));
+  return bytes;
+}
+
 // *algo = the bucket's winner (cublasLtMatmulAlgo_t's bytes) if `listed`
 // has it; else *algo is left as it is.
 void AdoptIfListed(const std::vector<cublasLtMatmulAlgo_t>& listed,
@@ -384,9 +392,7 @@ absl::Status Gemm::Launch(Plan* p, const void* w, const void* x, void* y, cudaSt
   if (warming_) {
     Key shape = p->bucket;
     std::get<0>(shape) = 0;
-    std::array<uint64_t, 8> algo{};
-    std::memcpy(algo.data(), p->algo.data, sizeof(p->algo.data));
-    if (!warmed_.emplace(shape, algo).second) return absl::OkStatus();  // launched before
+    if (!warmed_.emplace(shape, AlgoBytes(p->algo)).second) return absl::OkStatus();  // launched
   } else if (!p->candidates.empty()) {
     if (auto s = Tune(p, w, x, y, stream); !s.ok()) return s;
   }
@@ -425,9 +431,7 @@ absl::Status Gemm::Tune(Plan* p, const void* w, const void* x, void* y, cudaStre
       p->algo = a;
     }
   }
-  std::array<uint64_t, 8> won{};
-  std::memcpy(won.data(), p->algo.data, sizeof(p->algo.data));
-  tuned_.emplace(p->bucket, won);
+  tuned_.emplace(p->bucket, AlgoBytes(p->algo));
   p->candidates.clear();
   return absl::OkStatus();
 }
