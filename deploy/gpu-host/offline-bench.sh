@@ -27,7 +27,8 @@
 #      kernel-trace.sh: the server's kernels go to OUT/trace-TAG.csv),
 #      GEMM_TUNE (node.engine.gemm_tune_candidates, 0 = cuBLASLt's
 #      heuristic first, untimed), AHEAD (node.engine.ahead_steps, true),
-#      WARM (node.engine.warm_products, true),
+#      WARM (node.engine.warm_products, true), LOG_LEVEL (warn; info also
+#      logs each new decode graph's eager run, capture and instantiation),
 #      SUFFIX (appended to each run's TAG, for A/B runs into one OUT_DIR).
 set -euo pipefail
 BUILD=${1:-/tmp/ballast-build}
@@ -48,7 +49,7 @@ fi
 
 config() {  # quantization, max_seqs
   cat <<EOF
-log_level: warn
+log_level: ${LOG_LEVEL:-warn}
 scheduler:
   listen: 127.0.0.1:50051
   metrics_listen: ${METRICS:-127.0.0.1:9400}

@@ -4,7 +4,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "engine/rope.h"
+#include "spdlog/spdlog.h"
 
 namespace ballast::engine::cuda {
 namespace {
@@ -365,7 +368,9 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
     // H200, 8B offline: 164 ms more over a run's 19 bucket changes with
     // the wait, 15-45 ms without; docs/benchmarks.md, "Products warmed at
     // activation"). The device runs the queued steps meanwhile.
+    const absl::Time t0 = absl::Now();
     if (auto s = Enqueue(sh); !s.ok()) return s;
+    const absl::Time t1 = absl::Now();
     // Relaxed: other threads' calls meanwhile (a StepDoneWaiter's event
     // waits, other engines' launches) neither fail nor end the capture.
     BALLAST_CUDA_RETURN(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
@@ -378,11 +383,19 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
       return st;
     }
     BALLAST_CUDA_RETURN(end, "graph capture");
+    const absl::Time t2 = absl::Now();
     cudaGraphExec_t exec = nullptr;
     const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     BALLAST_CUDA_RETURN(inst, "graph instantiate");
     graphs_.emplace(key, exec);
+    // Where a new graph's host time goes (a step that meets one takes
+    // tens of ms to launch on an 8B model; docs/benchmarks.md).
+    spdlog::info("decode graph {} for {} rows ({} blocks, {} partitions): eager run {:.2f} ms, "
+                 "capture {:.2f} ms, instantiate {:.2f} ms",
+                 graphs_.size(), sh.tokens, sh.max_blocks, sh.attention.num_partitions,
+                 absl::ToDoubleMilliseconds(t1 - t0), absl::ToDoubleMilliseconds(t2 - t1),
+                 absl::ToDoubleMilliseconds(absl::Now() - t2));
     stall_set_ = timed_set;
     return absl::OkStatus();  // the warm-up run already computed this step
   }
