@@ -391,11 +391,12 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
     graphs_.emplace(key, exec);
     // Where a new graph's host time goes (a step that meets one takes
     // tens of ms to launch on an 8B model; docs/benchmarks.md).
-    spdlog::info("decode graph {} for {} rows ({} blocks, {} partitions): eager run {:.2f} ms, "
-                 "capture {:.2f} ms, instantiate {:.2f} ms",
-                 graphs_.size(), sh.tokens, sh.max_blocks, sh.attention.num_partitions,
-                 absl::ToDoubleMilliseconds(t1 - t0), absl::ToDoubleMilliseconds(t2 - t1),
-                 absl::ToDoubleMilliseconds(absl::Now() - t2));
+    spdlog::info(
+        "decode graph {} for {} rows ({} blocks, {} partitions): eager run {:.2f} ms, "
+        "capture {:.2f} ms, instantiate {:.2f} ms",
+        graphs_.size(), sh.tokens, sh.max_blocks, sh.attention.num_partitions,
+        absl::ToDoubleMilliseconds(t1 - t0), absl::ToDoubleMilliseconds(t2 - t1),
+        absl::ToDoubleMilliseconds(absl::Now() - t2));
     stall_set_ = timed_set;
     return absl::OkStatus();  // the warm-up run already computed this step
   }
