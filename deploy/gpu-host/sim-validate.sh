@@ -10,7 +10,7 @@
 # simulator's policy.step_host_s; the median TTFT outside the node
 # (bench's path_ms), its policy.request_path_s, and its two parts; and the
 # CPU seconds each replay took: the daemon's by thread name, the client's,
-# and the machine's busy share.
+# and the machine's busy share; OUT/metrics.txt: /metrics after the last.
 # Env: BUILD (/tmp/bb), N (4 models), DURATION (60 s), PRATE (persistent
 # rate, 20/s), BRATE (burst rate, 40/s), SEED (24: every one of the four
 # models gets requests), RATES (rate scales, "1 2 4"), BACKEND
@@ -22,6 +22,14 @@
 # flight; bench's own default of 512 throttled the loaded replays on the
 # H100, whose runs bench then flagged invalid for client lag).
 # STREAM_THREADS (node.stream_threads, 2: the node's token delivery threads).
+# REMAP (node.memory.remap.enabled, false; true for the remapping
+# validation, configs/sim/remap-validate-h200.yaml; each model streaming
+# layers needs its pinned copy, so give HOST_CACHE_MIB,
+# node.memory.host_weight_cache_mib, 16384, room for all). MODEL_DIR (a
+# checkpoint every model serves from, as scheduler.models paths; default:
+# N synthetic models of SHAPE made at startup). PROMPT_MAX (2048) and
+# OUTPUT_MAX (512): the trace's caps. TRACE_ARGS (more `ballast trace
+# bursty` flags, none of those above).
 # STEP_DONE (node.engine.step_done, spinning_thread). A rate scale may be
 # repeated (RATES="4 4 4": three replays on one daemon, reported as 4, 4-2
 # and 4-3, each with its own real-<label>/). The CPU report's preemptions
@@ -45,31 +53,44 @@ B="$BUILD/server/ballast"
 SHAPE=${SHAPE:-"layers: 16, hidden: 2048, heads: 32, kv_heads: 8, intermediate: 8192, vocab: 128256, tie_embeddings: true"}
 models=$(seq -s, -f "m%g" 1 "$N")
 "$B" trace bursty --models "$models" --duration "${DURATION:-60}" --persistent-rate "${PRATE:-20}" \
-  --burst-rate "${BRATE:-40}" --prompt-max 2048 --output-max 512 --seed "${SEED:-24}" \
-  -o "$OUT/trace.jsonl" > "$WORK/trace-stats.txt"
+  --burst-rate "${BRATE:-40}" --prompt-max "${PROMPT_MAX:-2048}" \
+  --output-max "${OUTPUT_MAX:-512}" --seed "${SEED:-24}" \
+  ${TRACE_ARGS:-} -o "$OUT/trace.jsonl" > "$WORK/trace-stats.txt"
 {
   cat <<YAML
 log_level: warn
-scheduler: {listen: 127.0.0.1:50051, metrics_listen: "127.0.0.1:9400", slo: {ttft_ms: 1000, tpot_ms: 50}}
+scheduler:
+  listen: 127.0.0.1:50051
+  metrics_listen: "127.0.0.1:9400"
+  slo: {ttft_ms: 1000, tpot_ms: 50}
+YAML
+  if [ -n "${MODEL_DIR:-}" ]; then
+    echo "  models:"
+    for i in $(seq 1 "$N"); do echo "    - {name: m$i, path: $MODEL_DIR}"; done
+  fi
+  cat <<YAML
 node:
   node_id: gpu-0
   listen: 127.0.0.1:50061
   metrics_listen: ""
   stream_threads: ${STREAM_THREADS:-2}
-  memory: {mode: elastic, slab_mib: 64}
+  memory: {mode: elastic, slab_mib: 64, remap: {enabled: ${REMAP:-false}},
+           host_weight_cache_mib: ${HOST_CACHE_MIB:-16384}}
   devices:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-40960}}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 4096, overlap_steps: true,
            rolling_steps: ${ROLLING:-false},   # false: the lockstep iterations of validate-h200.yaml
            step_done: ${STEP_DONE:-spinning_thread}}
-serve:
-  cache_dir: ${CACHE:-/tmp/sim-validate-models}
-  models:
 YAML
-  for i in $(seq 1 "$N"); do
-    echo "    - {name: m$i, architecture: llama, $SHAPE, max_position: 8192, seed: $i, init_std: 0.02}"
-  done
+  if [ -z "${MODEL_DIR:-}" ]; then
+    echo "serve:"
+    echo "  cache_dir: ${CACHE:-/tmp/sim-validate-models}"
+    echo "  models:"
+    for i in $(seq 1 "$N"); do
+      echo "    - {name: m$i, architecture: llama, $SHAPE, max_position: 8192, seed: $i, init_std: 0.02}"
+    done
+  fi
 } > "$WORK/serve.yaml"
 "$B" serve --config "$WORK/serve.yaml" > "$OUT/serve.log" 2>&1 &
 pid=$!
@@ -78,8 +99,15 @@ for _ in $(seq 1 300); do
   "$B" health --target 127.0.0.1:50051 > /dev/null 2>&1 && break
   sleep 1
 done
-for i in $(seq 1 "$N"); do  # every model resident before the clock starts
-  "$B" generate --model "m$i" --prompt "warm up" -n 2 --ignore-eos > /dev/null
+# Every model resident before the clock starts. A node still pinning its
+# host cache, or loading other models first (with remapping, each 8B load
+# pinned a 15 GB image for 11 s when the cache was full), can outlast the
+# scheduler's route_wait (30 s), so a warm-up is retried for 10 minutes.
+for i in $(seq 1 "$N"); do
+  for try in $(seq 1 20); do
+    "$B" generate --model "m$i" --prompt "warm up" -n 2 --ignore-eos > /dev/null && break
+    [ "$try" = 20 ] && { echo "sim-validate.sh: model m$i never loaded" >&2; exit 1; }
+  done
 done
 # WARMUP=1: replay the trace once at the first rate scale first, results
 # discarded, so the measured replays see a warm daemon (graphs captured
@@ -164,5 +192,7 @@ for k in ${RATES:-1 2 4}; do
     sed "s/^/rate scale $k: /" | tee -a "$OUT/host.txt"
   rm -f "$OUT/real-$k"/requests-*.csv "$OUT/real-$k"/result-*.json
 done
+# The node's counters at the end (remapping's lent layers, preemptions).
+env -u LD_LIBRARY_PATH curl -s 127.0.0.1:9400/metrics > "$OUT/metrics.txt" || true
 kill $pid
 wait $pid 2> /dev/null || true

@@ -12,13 +12,20 @@ namespace {
 const std::string kDir = std::string(BALLAST_SOURCE_DIR) + "/configs/sim/";
 
 TEST(SimConfigTest, CommittedExamplesParse) {
-  for (const char* name :
-       {"small.yaml", "prism-58.yaml", "cluster-1000.yaml", "cluster-1000-5000.yaml",
-        "validate-h200.yaml", "chat-tiers.yaml", "remap.yaml", "offline-h200.yaml"}) {
+  for (const char* name : {"small.yaml", "prism-58.yaml", "cluster-1000.yaml",
+                           "cluster-1000-5000.yaml", "validate-h200.yaml", "chat-tiers.yaml",
+                           "remap.yaml", "offline-h200.yaml", "remap-validate-h200.yaml"}) {
     auto f = ReadSimConfig(kDir + name);
     ASSERT_TRUE(f.ok()) << name << ": " << f.status();
     EXPECT_EQ(f->calibration_path, kDir + "calibration-h200.json") << name;
   }
+  // The daemon's remapping validation: remapping off and on, as the
+  // two sim-validate.sh runs (REMAP=false|true).
+  auto remap = ReadSimConfig(kDir + "remap-validate-h200.yaml");
+  ASSERT_TRUE(remap.ok()) << remap.status();
+  EXPECT_FALSE(remap->variants.at("off").remap.enabled);
+  EXPECT_TRUE(remap->variants.at("remap").remap.enabled);
+  EXPECT_EQ(remap->config.cluster.gpu_memory_bytes, 72LL << 30);  // MEMORY_MIB 73728
   auto h100 = ReadSimConfig(kDir + "validate-h100.yaml");
   ASSERT_TRUE(h100.ok()) << h100.status();
   EXPECT_EQ(h100->calibration_path, kDir + "calibration-h100.json");
