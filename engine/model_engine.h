@@ -326,9 +326,14 @@ class ModelEngine {
   // the bytes of blocks freed. REQUIRES: the thread that calls Step.
   int64_t ShedKv(int64_t want_bytes);
   // What this engine could give back for device-wide shedding: one holding
-  // per cached session and per running sequence (KvHolding, kv_manager.h).
+  // per cached session and per running sequence (KvHolding, kv_manager.h),
+  // after its steps in flight end (a wait for the device).
   // REQUIRES: the thread that calls Step.
   std::vector<KvHolding> KvHoldings();
+  // The same without finishing the steps in flight (no wait): what those
+  // steps end (a turn's session kept, a sequence finished) is not seen
+  // yet. REQUIRES: the thread that calls Step.
+  std::vector<KvHolding> PeekKvHoldings() const;
   // Frees that cached session, or preempts that running request (it waits
   // and recomputes later, same output). Returns the bytes freed (0 if it no
   // longer exists). With lower KV tiers, a cached session gives back only

@@ -133,6 +133,19 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
   if (!engine) return 0;
   // The steps already on the device hold their sequences' blocks (and
   // read their weights): they end before any of those is shed or lent.
+  // That is a wait for the device, and under KV pressure every blocked
+  // admission asks at every step boundary, so a reclaim that nothing
+  // could answer returns at once (a session a step in flight keeps is
+  // seen at the next boundary's ask).
+  if (!remap_ && !AnySheddable(engine.get(), newer_than)) {
+    absl::MutexLock lock(&mu_);
+    ++reclaims_.nothing;
+    return 0;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++reclaims_.asked;
+  }
   FinishInFlight();
   // The ladder's rungs 2-4 and 6 (device_worker.h): idle session KV, lent
   // weight layers, then newer running sequences.
@@ -143,6 +156,18 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
     freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than);
   }
   return freed;
+}
+
+bool DeviceWorker::AnySheddable(const engine::ModelEngine* spare, uint64_t running_after) const {
+  for (const auto& e : Engines()) {
+    if (e.get() == spare) continue;
+    for (const engine::KvHolding& h : e->PeekKvHoldings()) {
+      // ShedForShortfall's filter: idle sessions, and running sequences
+      // admitted after running_after.
+      if (h.kind != engine::KvHolding::Kind::kRunning || h.recency > running_after) return true;
+    }
+  }
+  return false;
 }
 
 std::function<int64_t(int64_t, uint64_t)> DeviceWorker::ReclaimKvFor(const std::string& model) {
@@ -288,6 +313,7 @@ DeviceUsage DeviceWorker::Usage() const {
     u.step_host = step_host_;
     u.step_thread = thread_time_;
     u.step_starts = step_starts_;
+    u.kv_reclaims = reclaims_;
     if (remap_) u.remap = remap_->stats();
   }
   if (balloon_) {

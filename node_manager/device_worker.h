@@ -102,6 +102,8 @@ struct DeviceUsage {
   StepStarts step_starts;
   // Parameter remapping (elastic mode with remap enabled).
   RemapStats remap;
+  // Other models asked for KV room (cumulative).
+  KvReclaims kv_reclaims;
 };
 
 // How a device holds KV: one shared elastic arena, or a static pool per model.
@@ -242,7 +244,13 @@ class DeviceWorker {
   // on this device give back `bytes` of the shared arena, idle session KV
   // first, then running sequences admitted after `newer_than`. Called from
   // inside that engine's Step, on the step thread; never touches it.
+  // Returns 0 at once, without waiting for the steps in flight, when no
+  // other model holds anything it could give (and remapping is off).
   int64_t ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than);
+  // Whether an engine but `spare` holds idle session KV or a running
+  // sequence admitted after `running_after`, seen without finishing the
+  // steps in flight. Step thread.
+  bool AnySheddable(const engine::ModelEngine* spare, uint64_t running_after) const;
   // ReclaimFor(model, ...) as an engine option (null in static mode: each
   // model has its own pool).
   std::function<int64_t(int64_t, uint64_t)> ReclaimKvFor(const std::string& model);
@@ -420,6 +428,7 @@ class DeviceWorker {
   StepHostHistogram step_host_ ABSL_GUARDED_BY(mu_);
   StepThreadTime thread_time_ ABSL_GUARDED_BY(mu_);
   StepStarts step_starts_ ABSL_GUARDED_BY(mu_);
+  KvReclaims reclaims_ ABSL_GUARDED_BY(mu_);
   ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);
 };
 

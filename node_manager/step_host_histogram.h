@@ -72,6 +72,19 @@ struct StepStarts {
   }
 };
 
+// A device's KV reclaims (DeviceWorker::ReclaimFor): a model's planner
+// asking the device's other models for room, at a step boundary, when an
+// admission or a running sequence's growth does not fit (cumulative).
+struct KvReclaims {
+  // The steps in flight were finished (a wait for the device) and the
+  // other models' idle session KV, newer running sequences or weight
+  // layers (remapping) were asked for the room.
+  int64_t asked = 0;
+  // Nothing another model held could be given (no idle session KV, no
+  // newer running sequence, no remapping): answered at once, no wait.
+  int64_t nothing = 0;
+};
+
 // Charges the step thread's time to the activity it is in: Switch
 // charges the time since the last switch to the current activity and makes
 // `next` current (returning the previous one, to switch back); Take

@@ -168,6 +168,12 @@ Metrics::Metrics()
                              "(queued behind a step that had already ended: the model's stream "
                              "idled)")
                        .Register(*registry_)),
+      kv_reclaims_(BuildCounter()
+                       .Name("ballast_node_kv_reclaims_total")
+                       .Help("A model asking the device's other models for KV room, by result: "
+                             "asked (their steps in flight finished first: a wait for the "
+                             "device), nothing (none held anything to give: answered at once)")
+                       .Register(*registry_)),
       node_queue_(BuildHistogram()
                       .Name("ballast_node_queue_seconds")
                       .Help("Time a request waited on the node before admission, per model")
@@ -345,6 +351,16 @@ void Metrics::SetDevice(const DeviceGauges& g) {
     }
   }
   began = g.step_starts;
+  node_manager::KvReclaims& asked = seen_kv_reclaims_[g.device];
+  using R = node_manager::KvReclaims;
+  for (const auto& [result, field] :
+       {std::pair{"asked", &R::asked}, std::pair{"nothing", &R::nothing}}) {
+    if (g.kv_reclaims.*field > asked.*field) {
+      kv_reclaims_.Add({{"device", g.device}, {"result", result}})
+          .Increment(static_cast<double>(g.kv_reclaims.*field - asked.*field));
+    }
+  }
+  asked = g.kv_reclaims;
   SetRemap(g.device, g.remap);
   SetModelMemory(g.device, g.model_memory);
 }

@@ -252,7 +252,7 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
                             u.memory_used_bytes, u.waiting, u.running, u.preemptions,
                             u.slabs_formatted, u.slabs_empty, u.kv_bytes_used, u.kv_bytes_free,
                             u.page_map_calls, u.page_unmap_calls, u.step_host, u.step_thread,
-                            u.step_starts, u.remap, u.model_memory});
+                            u.step_starts, u.remap, u.kv_reclaims, u.model_memory});
       }
       if (const auto* tiers = raw->node->kv_tiers()) {
         const auto t = tiers->stats();

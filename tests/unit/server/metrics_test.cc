@@ -96,8 +96,9 @@ TEST(Metrics, StepHostTimeIsObservedFromTheDevicesCumulativeHistogram) {
   has("ballast_node_step_host_seconds_bucket{device=\"cuda:0\",le=\"+Inf\"} 4");
 }
 
-// The step thread's cumulative time by activity, and the device's steps by
-// how they began, become counters that grow by what they grew.
+// The step thread's cumulative time by activity, the device's steps by how
+// they began and its KV reclaims by result become counters that grow by
+// what they grew.
 TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   Metrics m;
   DeviceGauges g;
@@ -106,12 +107,15 @@ TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   g.step_thread.idle_s = 2;
   g.step_starts.alone = 3;
   g.step_starts.ahead = 10;
+  g.kv_reclaims.nothing = 4;
   m.SetDevice(g);
   m.SetDevice(g);  // no growth: nothing counted twice
   g.step_thread.begin_s = 0.75;
   g.step_thread.finish_s = 0.5;
   g.step_starts.ahead = 25;
   g.step_starts.late = 2;
+  g.kv_reclaims.asked = 1;
+  g.kv_reclaims.nothing = 9;
   m.SetDevice(g);
   const std::string text = Scrape(m);
   auto has = [&](const std::string& line) {
@@ -123,6 +127,8 @@ TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   has("ballast_node_steps_total{device=\"cuda:0\",start=\"alone\"} 3");
   has("ballast_node_steps_total{device=\"cuda:0\",start=\"ahead\"} 25");
   has("ballast_node_steps_total{device=\"cuda:0\",start=\"late\"} 2");
+  has("ballast_node_kv_reclaims_total{device=\"cuda:0\",result=\"asked\"} 1");
+  has("ballast_node_kv_reclaims_total{device=\"cuda:0\",result=\"nothing\"} 9");
 }
 
 // SLO attainment: each finished request is met or missed against its own
