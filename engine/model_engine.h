@@ -263,7 +263,8 @@ class ModelEngine {
   // the forward on the executor (returns false, with nothing begun, if
   // there was nothing to do); FinishStep waits for the oldest step begun,
   // streams its tokens and finishes sequences. Between them the engine must
-  // not be touched but by HasWork, stats, CanBeginAhead, BeginStep and the
+  // not be touched but by HasWork, stats, CanBeginAhead, BeginStep,
+  // PeekKvHoldings (read only, on the step thread) and the
   // thread-safe calls: the plans' sequences and blocks are in use on the
   // device (shedding or closing it finishes every step first).
   // `urgency`: whether the forward runs at the device's greatest stream

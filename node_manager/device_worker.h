@@ -244,13 +244,11 @@ class DeviceWorker {
   // on this device give back `bytes` of the shared arena, idle session KV
   // first, then running sequences admitted after `newer_than`. Called from
   // inside that engine's Step, on the step thread; never touches it.
-  // Returns 0 at once, without waiting for the steps in flight, when no
-  // other model holds anything it could give (and remapping is off).
-  int64_t ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than);
-  // Whether an engine but `spare` holds idle session KV or a running
-  // sequence admitted after `running_after`, seen without finishing the
-  // steps in flight. Step thread.
-  bool AnySheddable(const engine::ModelEngine* spare, uint64_t running_after) const;
+  // For an admission (newer_than max), returns 0 at once, without waiting
+  // for the steps in flight, when no other model holds idle session KV as
+  // seen before those steps end (and remapping is off).
+  int64_t ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // ReclaimFor(model, ...) as an engine option (null in static mode: each
   // model has its own pool).
   std::function<int64_t(int64_t, uint64_t)> ReclaimKvFor(const std::string& model);
@@ -273,6 +271,11 @@ class DeviceWorker {
   void Stop();
 
  private:
+  // Whether an engine but `spare` holds idle session KV or a running
+  // sequence admitted after `running_after`, seen without finishing the
+  // steps in flight (ModelEngine::PeekKvHoldings). Step thread.
+  bool AnySheddable(const engine::ModelEngine* spare, uint64_t running_after) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A step begun and not yet finished. `device_done`: set by its
   // device-done callback, once the rolling loop asked for one (`notified`).
   // `overlapped`: another model's step was on the device at some time

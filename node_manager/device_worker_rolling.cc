@@ -31,7 +31,8 @@ void DeviceWorker::RollingLoop() {
     if (!RunBetweenSteps(&in, tick, now)) return;
     if (tick) last_tick = now;
     // Steps may also be finished inside BeginSteps (a model short of KV
-    // reclaims from the others, which first finishes every step in flight).
+    // reclaims from the others, which first finishes every step in flight
+    // unless an admission's ask finds nothing to take).
     const int64_t finished_before = finished_steps_;
     FinishSteps(TakeEndedSteps());
     // Every model not in flight with work begins its next step.

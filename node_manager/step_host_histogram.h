@@ -78,10 +78,11 @@ struct StepStarts {
 struct KvReclaims {
   // The steps in flight were finished (a wait for the device) and the
   // other models' idle session KV, newer running sequences or weight
-  // layers (remapping) were asked for the room.
+  // layers (remapping) were asked for the room. Counts asks, not blocked
+  // requests: a planner asks again while an ask frees something.
   int64_t asked = 0;
-  // Nothing another model held could be given (no idle session KV, no
-  // newer running sequence, no remapping): answered at once, no wait.
+  // An admission's ask that no other model could answer (no idle session
+  // KV seen, remapping off): answered at once, no wait.
   int64_t nothing = 0;
 };
 

@@ -351,16 +351,16 @@ void Metrics::SetDevice(const DeviceGauges& g) {
     }
   }
   began = g.step_starts;
-  node_manager::KvReclaims& asked = seen_kv_reclaims_[g.device];
+  node_manager::KvReclaims& reclaims = seen_kv_reclaims_[g.device];
   using R = node_manager::KvReclaims;
   for (const auto& [result, field] :
        {std::pair{"asked", &R::asked}, std::pair{"nothing", &R::nothing}}) {
-    if (g.kv_reclaims.*field > asked.*field) {
+    if (g.kv_reclaims.*field > reclaims.*field) {
       kv_reclaims_.Add({{"device", g.device}, {"result", result}})
-          .Increment(static_cast<double>(g.kv_reclaims.*field - asked.*field));
+          .Increment(static_cast<double>(g.kv_reclaims.*field - reclaims.*field));
     }
   }
-  asked = g.kv_reclaims;
+  reclaims = g.kv_reclaims;
   SetRemap(g.device, g.remap);
   SetModelMemory(g.device, g.model_memory);
 }

@@ -168,8 +168,8 @@ TEST_F(SessionTieringTest, AnotherBlockSizeTakesWholeSessions) {
                     .ok());
     return freed;
   };
-  // Nothing to give yet (a keeps no session): answered without waiting
-  // for the steps in flight.
+  // Nothing to give yet (a keeps no session): counted as answered at once.
+  // (Between steps, as here, nothing is in flight either way.)
   EXPECT_EQ(reclaim(), 0);
   EXPECT_EQ(device->Usage().kv_reclaims.nothing, 1);
   EXPECT_EQ(device->Usage().kv_reclaims.asked, 0);
