@@ -122,6 +122,10 @@ absl::StatusOr<Value> FilterIndent(const Value& in, const ValueList& args, const
     return TypeErrorStatus(
         Cat("unsupported operand type(s) for +=: '", in.TypeName(), "' and 'str'"));
   }
+  if (b.Has(0) && !b.Get(0).is_string() && !b.Get(0).is_int() && !b.Get(0).is_bool()) {
+    return TypeErrorStatus(
+        Cat("can't multiply sequence by non-int of type '", b.Get(0).TypeName(), "'"));
+  }
   const int64_t spaces = b.Get(0).is_string() ? 0 : (b.Has(0) ? b.Get(0).AsInt() : 4);
   if (auto st = CheckStringBytes(std::max<int64_t>(spaces, 0)); !st.ok()) return st;
   std::string indention =

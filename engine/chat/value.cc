@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -224,7 +225,16 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
 }
 
 int64_t Value::AsInt() const {
-  return is_bool() ? static_cast<int64_t>(AsBool()) : std::get<int64_t>(data_);
+  if (is_bool()) return static_cast<int64_t>(AsBool());
+  if (is_int()) return std::get<int64_t>(data_);
+  if (is_float()) {  // toward zero, saturating; NaN gives 0
+    const double d = std::get<double>(data_);
+    if (std::isnan(d)) return 0;
+    if (d >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+    if (d <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+    return static_cast<int64_t>(d);
+  }
+  return 0;
 }
 
 double Value::AsDouble() const {

@@ -106,7 +106,10 @@ class Value {
   bool is_callable() const { return kind_ == Kind::kCallable; }
 
   bool AsBool() const { return std::get<bool>(data_); }
-  int64_t AsInt() const;    // int or bool
+  // int or bool; never throws: a float truncates toward zero (saturating,
+  // NaN 0) and any other type gives 0. Where Python raises a TypeError for
+  // a non-int, the caller checks the type first.
+  int64_t AsInt() const;
   double AsDouble() const;  // int, float or bool
   const std::string& AsString() const;
   const ValueList& AsList() const;

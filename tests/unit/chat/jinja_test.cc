@@ -34,6 +34,22 @@ absl::Status RenderError(const std::string& source, const Json& context = Json::
   return out.ok() ? absl::OkStatus() : out.status();
 }
 
+// A float (or other non-int) where a filter or method wants an int never
+// throws (the chat fuzzer found indent(99.99) ending the process): indent
+// raises Python's TypeError; the others truncate the float.
+TEST(ChatExpressions, NonIntArgumentsGiveAnErrorOrTruncate) {
+  const absl::Status indent = RenderError("{{ 'a\nb' | indent(2.5) }}");
+  EXPECT_EQ(indent.code(), absl::StatusCode::kInvalidArgument) << indent;
+  EXPECT_THAT(std::string(indent.message()),
+              HasSubstr("can't multiply sequence by non-int of type 'float'"));
+  EXPECT_EQ(R("{{ 'a\nb' | indent(2) }}"), "a\n  b");
+  EXPECT_EQ(R("{{ 'abc' | center(5.9) }}"), R("{{ 'abc' | center(5) }}"));
+  EXPECT_EQ(R("{{ 'a,b,c'.split(',', 1.5) | length }}"), "2");
+  EXPECT_EQ(R("{{ 'aaa'.replace('a', 'b', 1.5) }}"), "baa");
+  EXPECT_EQ(R("{{ [1, 2, 3] | batch(2.5) | list | length }}"),
+            R("{{ [1, 2, 3] | batch(2) | list | length }}"));
+}
+
 TEST(ChatExpressions, LiteralsPrintAsPython) {
   EXPECT_EQ(R("{{ none }}|{{ true }}|{{ 1.0 }}|{{ 1e-05 }}|{{ 10**16 * 1.0 }}"),
             "None|True|1.0|1e-05|1e+16");
