@@ -1,0 +1,162 @@
+// DeviceWorker's memory ladder across its models (device_worker.h): a
+// model short of KV asking the others (ReclaimFor), operators shedding KV
+// (ShedKv), and weights mapped for an activation (ReserveWeights), each by
+// ShedForShortfall over every engine's holdings.
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "memory/memory_ladder.h"
+#include "node_manager/device_worker.h"
+#include "spdlog/spdlog.h"
+
+namespace ballast::node_manager {
+
+int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than) {
+  const std::shared_ptr<engine::ModelEngine> engine = Find(model);
+  if (!engine) return 0;
+  // The steps already on the device hold their sequences' blocks (and
+  // read their weights): they end before any of those is shed or lent.
+  // That is a wait for the device, and under KV pressure every blocked
+  // admission (newer_than max: idle session KV only) asks at every step
+  // boundary, so an admission's ask that nothing could answer returns at
+  // once; a session a step in flight keeps is seen at the next boundary's
+  // ask, the request admitted a step later. A running sequence's growth
+  // (newer_than set) still waits: its planner preempts its own newest
+  // sequence on a 0, and the steps in flight may end sessions or free
+  // blocks that spare it.
+  if (!remap_ && newer_than == std::numeric_limits<uint64_t>::max() &&
+      !AnySheddable(engine.get(), newer_than)) {
+    absl::MutexLock lock(&mu_);
+    ++reclaims_.nothing;
+    return 0;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++reclaims_.asked;
+  }
+  FinishInFlight();
+  // The ladder's rungs 2-4 and 6 (device_worker.h): idle session KV, lent
+  // weight layers, then newer running sequences.
+  int64_t freed =
+      ShedForShortfall(bytes, ShedFor::kModel, engine.get(), std::numeric_limits<uint64_t>::max());
+  if (freed < bytes && remap_) freed += remap_->Lend(Engines(), bytes - freed, absl::Now());
+  if (freed < bytes && newer_than != std::numeric_limits<uint64_t>::max()) {
+    freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than);
+  }
+  return freed;
+}
+
+bool DeviceWorker::AnySheddable(const engine::ModelEngine* spare, uint64_t running_after) const {
+  for (const auto& e : Engines()) {
+    if (e.get() == spare) continue;
+    for (const engine::KvHolding& h : e->PeekKvHoldings()) {
+      // ShedForShortfall's filter: idle sessions, and running sequences
+      // admitted after running_after.
+      if (h.kind != engine::KvHolding::Kind::kRunning || h.recency > running_after) return true;
+    }
+  }
+  return false;
+}
+
+std::function<int64_t(int64_t, uint64_t)> DeviceWorker::ReclaimKvFor(const std::string& model) {
+  if (!balloon_) return nullptr;
+  return [this, model](int64_t bytes, uint64_t newer_than) {
+    return ReclaimFor(model, bytes, newer_than);
+  };
+}
+
+absl::StatusOr<int64_t> DeviceWorker::ShedKv(int64_t bytes) {
+  int64_t freed = 0;
+  if (auto st = RunOnStepThread([&] {
+        freed = ShedForShortfall(bytes, ShedFor::kAnyone);
+        return absl::OkStatus();
+      });
+      !st.ok()) {
+    return st;
+  }
+  return freed;
+}
+
+absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReserveWeights(int64_t bytes) {
+  if (!balloon_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device ", name_, " has static memory: weights are not mapped from a balloon"));
+  }
+  std::unique_ptr<memory::WeightPages> pages;
+  absl::Status st = RunOnStepThread([&]() -> absl::Status {
+    auto p = ReclaimAndMap(bytes);
+    if (!p.ok()) return p.status();
+    pages = std::move(*p);
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return pages;
+}
+
+absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap(int64_t bytes) {
+  memory::KvArena& arena = *balloon_->arena();
+  auto pages = balloon_->MapWeights(static_cast<size_t>(bytes));
+  if (pages.ok()) return pages;
+  arena.ReclaimFreeSlabs();  // the ready-slab buffer first
+  pages = balloon_->MapWeights(static_cast<size_t>(bytes));
+  // The memory ladder (memory_ladder.h) across every model on the device:
+  // idle session KV, least recently used first, then running sequences,
+  // lowest priority and newest first, only as far as the shortfall. Freed
+  // blocks empty a slab only once all its blocks are gone, so re-plan
+  // until the pages map or nothing is left to shed.
+  int64_t shed = 0;
+  while (!pages.ok()) {
+    const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes(), ShedFor::kWeights);
+    if (got == 0) break;
+    shed += got;
+    arena.ReclaimFreeSlabs();
+    pages = balloon_->MapWeights(static_cast<size_t>(bytes));
+  }
+  if (!pages.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "weights need ", bytes, " bytes but device ", name_, " has ", balloon_->FreeBytes(),
+        " free even after the resident models gave back ", shed, " bytes of KV"));
+  }
+  if (shed > 0)
+    spdlog::info("device {}: resident models shed {} bytes of KV for weights", name_, shed);
+  return pages;
+}
+
+int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
+                                       const engine::ModelEngine* spare, uint64_t running_after) {
+  const std::vector<std::shared_ptr<engine::ModelEngine>> engines = Engines();
+  std::vector<memory::KvHolder> holders;
+  std::vector<engine::KvHolding> source;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    if (engines[i].get() == spare) continue;
+    for (engine::KvHolding& h : engines[i]->KvHoldings()) {
+      if (h.kind == engine::KvHolding::Kind::kRunning && h.recency <= running_after) continue;
+      memory::KvHolder m;
+      m.kind = h.kind == engine::KvHolding::Kind::kCachedSession
+                   ? memory::KvHolder::Kind::kIdleSession
+                   : memory::KvHolder::Kind::kRunning;
+      m.owner = static_cast<int>(i);
+      m.id = h.id;
+      m.priority = h.priority;
+      m.recency = static_cast<int64_t>(h.recency);
+      m.bytes = h.bytes;
+      holders.push_back(std::move(m));
+      source.push_back(std::move(h));
+    }
+  }
+  int64_t freed = 0;
+  for (size_t i : memory::PlanKvShedding(holders, std::max<int64_t>(shortfall_bytes, 1))) {
+    if (freed >= std::max<int64_t>(shortfall_bytes, 1)) break;
+    // The last holding may give back only part (a session's later layers),
+    // where those blocks serve the beneficiary as they are.
+    engine::ModelEngine& e = *engines[static_cast<size_t>(holders[i].owner)];
+    const bool partial =
+        what == ShedFor::kAnyone || (what == ShedFor::kModel && spare != nullptr &&
+                                     spare->kv_block_bytes() == e.kv_block_bytes());
+    freed += e.Shed(source[i], partial ? std::max<int64_t>(shortfall_bytes - freed, 1) : -1);
+  }
+  return freed;
+}
+
+}  // namespace ballast::node_manager
