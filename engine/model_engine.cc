@@ -419,10 +419,6 @@ void ModelEngine::RejectWaiting(const std::string& id, const absl::Status& why) 
 std::vector<KvHolding> ModelEngine::KvHoldings() {
   // The steps in flight use their sequences' blocks: shedding waits for them.
   FinishAllSteps();
-  return PeekKvHoldings();
-}
-
-std::vector<KvHolding> ModelEngine::PeekKvHoldings() const {
   std::vector<KvHolding> out = kv_manager_->Holdings();
   std::vector<KvHolding> running = planner_->Holdings();
   out.insert(out.end(), std::make_move_iterator(running.begin()),

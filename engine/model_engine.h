@@ -264,7 +264,7 @@ class ModelEngine {
   // there was nothing to do); FinishStep waits for the oldest step begun,
   // streams its tokens and finishes sequences. Between them the engine must
   // not be touched but by HasWork, stats, CanBeginAhead, BeginStep,
-  // PeekKvHoldings (read only, on the step thread) and the
+  // KeepsSessionKv (read only, on the step thread) and the
   // thread-safe calls: the plans' sequences and blocks are in use on the
   // device (shedding or closing it finishes every step first).
   // `urgency`: whether the forward runs at the device's greatest stream
@@ -331,10 +331,11 @@ class ModelEngine {
   // after its steps in flight end (a wait for the device).
   // REQUIRES: the thread that calls Step.
   std::vector<KvHolding> KvHoldings();
-  // The same without finishing the steps in flight (no wait): what those
-  // steps end (a turn's session kept, a sequence finished) is not seen
-  // yet. REQUIRES: the thread that calls Step.
-  std::vector<KvHolding> PeekKvHoldings() const;
+  // Whether it keeps any session's KV idle on the device (KvHoldings'
+  // cached sessions: what another model's admission may take), without
+  // finishing the steps in flight (no wait): a session those steps keep is
+  // not seen yet. REQUIRES: the thread that calls Step.
+  bool KeepsSessionKv() const { return kv_manager_->num_sessions() > 0; }
   // Frees that cached session, or preempts that running request (it waits
   // and recomputes later, same output). Returns the bytes freed (0 if it no
   // longer exists). With lower KV tiers, a cached session gives back only

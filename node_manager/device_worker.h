@@ -271,11 +271,10 @@ class DeviceWorker {
   void Stop();
 
  private:
-  // Whether an engine but `spare` holds idle session KV or a running
-  // sequence admitted after `running_after`, seen without finishing the
-  // steps in flight (ModelEngine::PeekKvHoldings). Step thread.
-  bool AnySheddable(const engine::ModelEngine* spare, uint64_t running_after) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether an engine but `spare` keeps idle session KV, seen without
+  // finishing the steps in flight (ModelEngine::KeepsSessionKv). Step
+  // thread.
+  bool AnyIdleSessionKv(const engine::ModelEngine* spare) const ABSL_LOCKS_EXCLUDED(mu_);
   // A step begun and not yet finished. `device_done`: set by its
   // device-done callback, once the rolling loop asked for one (`notified`).
   // `overlapped`: another model's step was on the device at some time

@@ -26,7 +26,7 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
   // sequence on a 0, and the steps in flight may end sessions or free
   // blocks that spare it.
   if (!remap_ && newer_than == std::numeric_limits<uint64_t>::max() &&
-      !AnySheddable(engine.get(), newer_than)) {
+      !AnyIdleSessionKv(engine.get())) {
     absl::MutexLock lock(&mu_);
     ++reclaims_.nothing;
     return 0;
@@ -47,14 +47,9 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
   return freed;
 }
 
-bool DeviceWorker::AnySheddable(const engine::ModelEngine* spare, uint64_t running_after) const {
+bool DeviceWorker::AnyIdleSessionKv(const engine::ModelEngine* spare) const {
   for (const auto& e : Engines()) {
-    if (e.get() == spare) continue;
-    for (const engine::KvHolding& h : e->PeekKvHoldings()) {
-      // ShedForShortfall's filter: idle sessions, and running sequences
-      // admitted after running_after.
-      if (h.kind != engine::KvHolding::Kind::kRunning || h.recency > running_after) return true;
-    }
+    if (e.get() != spare && e->KeepsSessionKv()) return true;
   }
   return false;
 }
