@@ -164,7 +164,8 @@ DeviceUsage DeviceWorker::Usage() const {
     u.models.push_back(e->name());
     u.model_memory.push_back(
         {e->name(), e->weight_bytes(),
-         (s.kv_blocks_total - s.kv_blocks_free) * static_cast<int64_t>(e->kv_block_bytes())});
+         (s.kv_blocks_total - s.kv_blocks_free) * static_cast<int64_t>(e->kv_block_bytes()),
+         e->workspace_bytes()});
   }
   {
     absl::MutexLock lock(&mu_);

@@ -193,7 +193,8 @@ Metrics::Metrics()
       model_memory_(BuildGauge()
                         .Name("ballast_node_model_memory_bytes")
                         .Help("Device memory of each resident model by kind (weights; kv: "
-                              "blocks held by its running and cached sequences)")
+                              "blocks held by its running and cached sequences; workspace: "
+                              "its engine's buffers outside the KV pool)")
                         .Register(*registry_)),
       remap_streamed_(BuildCounter()
                           .Name("ballast_node_remap_streamed_bytes_total")
@@ -375,11 +376,13 @@ void Metrics::SetModelMemory(const std::string& device,
         .Set(static_cast<double>(m.weight_bytes));
     model_memory_.Add({{"device", device}, {"model", label}, {"kind", "kv"}})
         .Set(static_cast<double>(m.kv_bytes_used));
+    model_memory_.Add({{"device", device}, {"model", label}, {"kind", "workspace"}})
+        .Set(static_cast<double>(m.workspace_bytes));
     now.insert(label);
   }
   for (const std::string& label : before) {
     if (now.count(label)) continue;
-    for (const char* kind : {"weights", "kv"}) {
+    for (const char* kind : {"weights", "kv", "workspace"}) {
       model_memory_.Remove(
           &model_memory_.Add({{"device", device}, {"model", label}, {"kind", kind}}));
     }

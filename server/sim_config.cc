@@ -46,6 +46,7 @@ absl::Status SetNamed(const YamlSection& s, const char* name, const std::string&
 absl::Status CheckPolicyRanges(const YamlSection& s, const sim::SimPolicy& policy) {
   const sim::SimPolicy* p = &policy;
   if (p->max_batch_tokens <= 0) return s.Error(s.Key("max_batch_tokens"), "must be > 0");
+  if (p->kv_block_tokens <= 0) return s.Error(s.Key("kv_block_tokens"), "must be > 0");
   if (p->control_interval_s <= 0) return s.Error(s.Key("control_interval_s"), "must be > 0");
   if (p->demand_window_s <= 0) return s.Error(s.Key("demand_window_s"), "must be > 0");
   if (p->kv_pressure_free_fraction < 0 || p->kv_pressure_free_fraction >= 1) {
@@ -110,6 +111,9 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("step_budget_headroom", &p->step_budget_headroom));
   RETURN_IF_ERROR(s.Get("tp_allreduce_bus_bytes_per_s", &p->tp_allreduce_bus_bytes_per_s));
   RETURN_IF_ERROR(s.Get("session_kv", &session_kv));
+  RETURN_IF_ERROR(s.Get("kv_paged", &p->kv_paged));
+  RETURN_IF_ERROR(s.Get("kv_block_tokens", &p->kv_block_tokens));
+  RETURN_IF_ERROR(s.Get("charge_workspace", &p->charge_workspace));
   const YAML::Node remap = s.Child("remap");
   RETURN_IF_ERROR(s.Finish());
   if (remap) RETURN_IF_ERROR(ParseRemap(remap, s.Key("remap"), file, &p->remap));

@@ -46,6 +46,19 @@ ModelShape TensorParallelPart(const ModelShape& shape, int tp) {
   return part;
 }
 
+int64_t EngineWorkspaceBytes(const ModelShape& s, int max_batch_tokens, int max_seqs) {
+  const int64_t t = max_batch_tokens, a = 2;  // BF16 activations
+  const int64_t rows = std::min<int64_t>(engine::GraphBucketTokens(std::max(max_seqs, 1)), t);
+  const int64_t h = s.hidden, q = static_cast<int64_t>(s.heads) * s.head_dim,
+                kv = static_cast<int64_t>(s.kv_heads) * s.head_dim, i = s.intermediate;
+  const int64_t activations = t * h * 4                       // residual stream (FP32)
+                              + t * (2 * h + q + 2 * kv) * a  // x, projections, qkv
+                              + 2 * t * q * a                 // queries, attention output
+                              + 3 * t * i * a;                // gate/up, MLP activations
+  const int64_t logits = rows * h * a + rows * static_cast<int64_t>(s.vocab) * 4;
+  return activations + logits + (32LL << 20) + 2 * (16LL << 20);
+}
+
 absl::StatusOr<ModelShape> NamedShape(const std::string& name) {
   // {layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, tied}
   static const std::map<std::string, ModelShape> kShapes = {

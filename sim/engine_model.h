@@ -94,6 +94,15 @@ struct ModelShape {
 // `shape`. REQUIRES: heads % tp == 0.
 ModelShape TensorParallelPart(const ModelShape& shape, int tp);
 
+// The device memory an engine of `shape` allocates beside its weights and
+// KV, as the CUDA executor does (engine/cuda/cuda_executor.cc): a step's
+// activations for max_batch_tokens rows, the logits of the sampled rows
+// (max_seqs, rounded up to a graph bucket), the 32 MiB cuBLASLt workspace
+// and two 16 MiB KV staging buffers; not its attention workspace and step
+// metadata (tens of MiB). About 416 MiB for llama-8b at 2,048 tokens and
+// 128 sequences. FP8 weights' scratch is not counted.
+int64_t EngineWorkspaceBytes(const ModelShape& shape, int max_batch_tokens, int max_seqs);
+
 // A shape by name: llama-1b, llama-3b, llama-8b, qwen-14b, qwen-32b,
 // llama-70b (BF16 weights and KV; callers set the dtypes).
 absl::StatusOr<ModelShape> NamedShape(const std::string& name);

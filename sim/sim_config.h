@@ -224,6 +224,23 @@ struct SimPolicy {
   //     daemon without node.kv_tiers);
   //   recompute: kept nowhere: every turn prefills its whole context.
   SessionKv session_kv = SessionKv::kTiers;
+  // How a request's KV is held (sim_device_kv.cc has the rules).
+  // false: its whole KV (prompt and every output token) is reserved at
+  // admission and kept to its end: nothing is preempted. true: as the
+  // daemon's engine (engine/batch_planner.cc): blocks of kv_block_tokens
+  // for the tokens of its next step only, grown step by step; where a
+  // step's growth does not fit, the GPU's newest running requests give
+  // theirs back and recompute later (preemption). Tensor-parallel models
+  // keep the whole reservation. Default false: the figures published
+  // before it (docs/benchmarks.md) used it.
+  bool kv_paged = false;
+  int kv_block_tokens = 16;  // kv_paged: node.engine.block_tokens
+  // Each resident model's engine buffers (EngineWorkspaceBytes at
+  // max_batch_tokens and its max_seqs) take GPU memory beside its weights,
+  // as the daemon charges them outside the KV pool (never lent by
+  // remapping). Loads and placement still count weights alone. Default
+  // false, as the figures published before it.
+  bool charge_workspace = false;
   SimRemap remap;  // policy.remap (off by default)
 };
 

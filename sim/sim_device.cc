@@ -114,7 +114,7 @@ int SimDevice::Requests() const {
 int64_t SimDevice::weight_bytes() const {
   int64_t w = 0;
   for (const auto& r : residents_) {
-    w += Spec(r.model).Part().weight_bytes();
+    w += Spec(r.model).Part().weight_bytes() + Workspace(r.model);
     // Lent layers' bytes are KV room now (remapping).
     if (r.lent.alpha > 0) w -= r.lent.alpha * LayerBytes(Spec(r.model).Part());
   }
@@ -140,7 +140,13 @@ int64_t SimDevice::KvCapacity(int model) const {
                : (memory_ - weight_bytes()) / static_cast<int64_t>(residents_.size());
   }
   // Elastic: all but its own weights, once the other models have left.
-  return memory_ - Spec(model).Part().weight_bytes();
+  return memory_ - Spec(model).Part().weight_bytes() - Workspace(model);
+}
+
+int64_t SimDevice::Workspace(int model) const {
+  if (!config_->policy.charge_workspace) return 0;
+  return EngineWorkspaceBytes(Spec(model).Part(), config_->policy.max_batch_tokens,
+                              Spec(model).max_seqs);
 }
 
 void SimDevice::Report(v1::DeviceState* s, std::vector<v1::ResidentModel>* models) const {
@@ -212,47 +218,74 @@ void SimDevice::Admit() {
   };
   std::vector<node_manager::PendingRequest> reqs;
   std::map<uint64_t, SimRequest*> by_id;
-  bool any = false;  // a request whose model admits now
+  std::vector<uint64_t> order;  // kv_paged: preempted requests first, as queued
+  bool any = false;             // a request whose model admits now
   for (SimRequest* r : pending_) {
     const ModelPhase p = phase(r->model);
     if (p != ModelPhase::kReady && p != ModelPhase::kDraining) continue;
-    const double cost_s = costs_[r->model].PredictMs(r->prompt - r->prefilled) / 1e3;
-    reqs.push_back({static_cast<uint64_t>(r->index), r->release, r->deadline, cost_s, r->prompt});
     by_id[static_cast<uint64_t>(r->index)] = r;
     any = any || !flying(r->model);
+    if (r->requeued) {
+      order.push_back(static_cast<uint64_t>(r->index));
+      continue;
+    }
+    const double cost_s = costs_[r->model].PredictMs(PrefillEnd(*r) - r->prefilled) / 1e3;
+    reqs.push_back({static_cast<uint64_t>(r->index), r->release, r->deadline, cost_s, r->prompt});
   }
   if (!any) return;
   const node_manager::Arbitration a =
       node_manager::Arbitrate(config_->policy.arbitration, std::move(reqs), events_->now(),
                               {256, config_->policy.max_batch_tokens});
+  order.insert(order.end(), a.order.begin(), a.order.end());
   const bool elastic = config_->policy.elastic();
   int64_t total_kv = kv_used();
-  std::set<int> blocked;  // static: models whose next request does not fit
+  // Static, and kv_paged: models whose next request does not fit.
+  std::set<int> blocked;
+  std::map<int, int> budget;  // kv_paged: tokens left in a model's next step
   std::set<SimRequest*> admitted;
-  for (uint64_t id : a.order) {
+  for (uint64_t id : order) {
     SimRequest* r = by_id.at(id);
     if (blocked.count(r->model) || flying(r->model)) continue;
     Resident* res = Find(r->model);
     if (static_cast<int>(res->running.size()) >= Spec(r->model).max_seqs) continue;
     const bool tp = Spec(r->model).tp > 1;
-    bool fits = Fits(*res, r->kv_bytes, total_kv);
+    const bool paged = Paged(r->model);
+    int take = 0;
+    int64_t watermark = 0;  // paged: a block for each running request's next step
+    if (paged) {
+      auto [left, fresh] = budget.try_emplace(r->model, 0);
+      if (fresh) left->second = config_->policy.max_batch_tokens - StepTokens(*res);
+      if (left->second <= 0) {
+        blocked.insert(r->model);
+        continue;
+      }
+      take = std::min(PrefillEnd(*r) - SessionPrefix(*r), left->second);
+      watermark = static_cast<int64_t>(res->running.size()) * BlockBytes(r->model);
+    }
+    const int64_t bytes = AdmitBytes(*r, take);
+    bool fits = Fits(*res, bytes + watermark, total_kv);
     // The memory ladder's next rung: remapped layers (idle session KV
     // already counts as free).
-    if (!fits && Remapping()) fits = LendFor(*res, r->kv_bytes, total_kv);
+    if (!fits && Remapping()) fits = LendFor(*res, bytes + watermark, total_kv);
     if (!fits || (tp && hooks_.group_fits && !hooks_.group_fits(r->model, r->kv_bytes))) {
       if (!fits) NoteKvWait(r);
       // Elastic: the first request that does not fit stops admission,
       // unless it cannot fit even with no KV in use (only once another
       // model's weights leave): it waits without blocking the others.
-      if (elastic && r->kv_bytes <= memory_ - weight_bytes()) break;
-      if (!elastic) blocked.insert(r->model);
+      // kv_paged: it stops its own model's admissions.
+      if (elastic && !paged && r->kv_bytes <= memory_ - weight_bytes()) break;
+      if (!elastic || paged) blocked.insert(r->model);
       continue;
     }
-    r->admitted = events_->now();
+    if (r->admitted < 0) r->admitted = events_->now();
     TakeSession(r);
+    r->requeued = false;
+    r->admit_order = ++admit_clock_;
+    if (paged) budget[r->model] -= take;
     res->running.push_back(r);
-    res->kv_used += r->kv_bytes;
-    total_kv += r->kv_bytes;
+    r->kv_held = bytes;
+    res->kv_used += bytes;
+    total_kv += bytes;
     if (tp && hooks_.group_kv) hooks_.group_kv(r->model, r->kv_bytes);
     admitted.insert(r);
   }
@@ -263,21 +296,21 @@ void SimDevice::Admit() {
 StepWork SimDevice::WorkOf(const Resident& res, int* k, std::vector<Chunk>* chunks) {
   StepWork w;
   for (const SimRequest* r : res.running) {
-    if (r->prefilled < r->prompt) continue;
+    if (r->prefilled < PrefillEnd(*r)) continue;
     ++w.decode_tokens;
     w.decode_context += r->prompt + r->generated;
     *k = std::min(*k, r->output - r->generated);
   }
   int budget = config_->policy.max_batch_tokens - w.decode_tokens;
   for (SimRequest* r : res.running) {
-    if (r->prefilled >= r->prompt || budget <= 0) continue;
-    const int n = std::min(budget, r->prompt - r->prefilled);
-    const bool last = n == r->prompt - r->prefilled;  // its last token is sampled
+    if (r->prefilled >= PrefillEnd(*r) || budget <= 0) continue;
+    const int n = std::min(budget, PrefillEnd(*r) - r->prefilled);
+    const bool last = n == PrefillEnd(*r) - r->prefilled;  // its last token is sampled
     chunks->push_back({r, n});
     budget -= n;
     if (n == 1 && last) {  // a decode row, as the engine plans it (engine/batch_planner.cc)
       ++w.decode_tokens;
-      w.decode_context += r->prompt;
+      w.decode_context += PrefillEnd(*r);
       continue;
     }
     w.prefill_tokens += n;
@@ -299,6 +332,7 @@ bool SimDevice::PlanResident(Resident* res, StepWork* w, int* k, std::vector<Chu
     *w = hooks_.lead_work(res->model);
     ++res->tp_steps;
   } else {
+    GrowKv(res);  // kv_paged: may preempt (this model's or newer ones)
     if (res->running.empty()) return false;
     const bool tp = Spec(res->model).tp > 1 && hooks_.members_steps;
     if (tp && hooks_.members_steps(res->model) < res->tp_steps) return false;  // lockstep
@@ -338,13 +372,14 @@ bool SimDevice::AdmissionMayChange() const {
 
 void SimDevice::CreditDecodes(Resident* res, int steps) {
   for (SimRequest* r : res->running) {
-    if (r->prefilled >= r->prompt) r->generated += steps;
+    if (r->prefilled >= PrefillEnd(*r)) r->generated += steps;
   }
 }
 
 void SimDevice::Finish(Resident* res, SimRequest* r) {
   r->end = events_->now();
-  res->kv_used -= r->kv_bytes;
+  res->kv_used -= r->kv_held;
+  r->kv_held = 0;
   KeepSession(*res, *r);
   if (Spec(r->model).tp > 1 && hooks_.group_kv) hooks_.group_kv(r->model, -r->kv_bytes);
   std::erase(res->running, r);

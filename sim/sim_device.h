@@ -5,7 +5,11 @@
 //  * Memory. Weights of every resident model (loading ones included) plus
 //    the KV of its running requests. A request reserves the KV of its
 //    prompt and all its output tokens when it is admitted and frees it
-//    when it ends (no preemption). elastic: all models share what the
+//    when it ends (no preemption); with policy.kv_paged, as the daemon's
+//    engine, only its next step's blocks, grown step by step, and the
+//    newest requests are preempted where growth does not fit
+//    (sim_device_kv.cc has those rules; they replace the admission rule
+//    below where it differs). elastic: all models share what the
 //    weights leave; static: each resident model gets an equal share of it.
 //  * Admission (at step boundaries): the queue is ordered by the
 //    configured arbitration policy (node_manager::Arbitrate, the node's own
@@ -201,7 +205,19 @@ struct SimRequest {
   int model = 0;  // into the catalogue
   double release = 0, deadline = 0;
   int prompt = 0, output = 0;  // prompt: the history's tokens included
-  int64_t kv_bytes = 0;
+  int64_t kv_bytes = 0;        // its whole KV: prompt and output
+  // KV held on its GPU now (policy.kv_paged: its blocks so far; else
+  // kv_bytes from admission to its end).
+  int64_t kv_held = 0;
+  // kv_paged preemption (sim_device_kv.cc): tokens generated before its
+  // last preemption, whose KV its next prefill recomputes with the
+  // prompt's (it prefills prompt + recompute tokens); times preempted;
+  // waiting to be admitted again (ahead of the arbitration's order); and
+  // its admission's place among the GPU's (larger: newer).
+  int recompute = 0;
+  int preemptions = 0;
+  bool requeued = false;
+  int64_t admit_order = 0;
   int prefilled = 0, generated = 0;
   double admitted = -1, first_token = -1, end = -1;
   // Multi-turn sessions (sim_sessions.cc): the session (-1: none), its
@@ -217,6 +233,16 @@ struct SimRequest {
   KvOrigin origin = KvOrigin::kNone;
   int reused = 0;
   bool kv_waited = false;  // refused admission for KV room at least once
+};
+
+// The tokens a request prefills: its prompt, and after a preemption the
+// output it had generated too.
+inline int PrefillEnd(const SimRequest& r) { return r.prompt + r.recompute; }
+
+// policy.kv_paged's counters, per GPU.
+struct KvCounters {
+  int64_t preemptions = 0;
+  int64_t recomputed_tokens = 0;  // KV tokens preempted requests gave back
 };
 
 // A session's KV kept on a GPU between its turns.
@@ -309,7 +335,9 @@ class SimDevice {
   const std::string& node_id() const { return node_id_; }
   const std::string& name() const { return name_; }
   int64_t memory_bytes() const { return memory_; }
-  int64_t weight_bytes() const;
+  int64_t weight_bytes() const;  // its residents' weights (and workspace, if charged)
+  // A resident model's engine buffers (policy.charge_workspace; else 0).
+  int64_t Workspace(int model) const;
   int64_t kv_used() const;
   int queue_length() const { return static_cast<int>(pending_.size()); }
   // The device and its residents as a heartbeat reports them.
@@ -332,6 +360,7 @@ class SimDevice {
   void ExpirePrefetch(int session, double expires);
   int64_t session_bytes() const { return session_bytes_; }
   const SessionCounters& session_counters() const { return session_counters_; }
+  const KvCounters& kv_counters() const { return kv_counters_; }
 
   // Parameter remapping (sim_device_remap.cc; the rules above). The
   // counters, layer-seconds up to now.
@@ -417,6 +446,9 @@ class SimDevice {
   // At admission: the request takes its session's KV kept here, else its
   // lease, else recomputes its history (sets origin, reused, prefilled).
   void TakeSession(SimRequest* r);
+  // The tokens TakeSession would find computed for r now (0 for a
+  // preempted request, which recomputes everything).
+  int SessionPrefix(const SimRequest& r) const;
   // Gives back idle sessions' KV, least recently used first
   // (memory::PlanKvShedding), until weights, running KV and kept KV fit.
   void ShedSessions();
@@ -448,6 +480,31 @@ class SimDevice {
   double RemapStall(const Resident& res, double step_s);
   void RemapAccrue();  // layer-seconds up to now
   void NoteKvWait(SimRequest* r);
+
+  // KV held block by block (policy.kv_paged; sim_device_kv.cc).
+  bool Paged(int model) const;
+  int64_t BlockBytes(int model) const;
+  int64_t BlocksBytes(int model, int tokens) const;  // tokens rounded up to blocks
+  // The KV a queued request reserves at admission: whole, or (paged) its
+  // first step's `take` tokens after what its session's KV covers.
+  int64_t AdmitBytes(const SimRequest& r, int take) const;
+  // The tokens of `res`'s next step already taken by its running requests.
+  int StepTokens(const Resident& res) const;
+  // Before `res` plans a step: each running request, oldest first, holds
+  // the blocks of its next step's tokens, preempting where they do not fit.
+  void GrowKv(Resident* res);
+  // Grows r's blocks to `tokens`; false if r itself was preempted.
+  bool Reserve(Resident* res, SimRequest* r, int tokens);
+  // A running request of another model newer than `than` (lowest priority
+  // first, then newest), or null.
+  std::pair<Resident*, SimRequest*> NewerVictim(const Resident& res, int64_t than);
+  void Preempt(Resident* owner, SimRequest* v);
+  // A decode stretch of up to k steps of `stepping`: the most steps whose
+  // blocks fit, reserved now (paged; else k).
+  int ReserveStretch(const std::vector<Resident*>& stepping, int k);
+  // The blocks `res`'s running requests need for j more decode steps
+  // beyond those they hold.
+  int64_t StretchBytes(const Resident& res, int j) const;
 
   // Lockstep (sim_device_lockstep.cc).
   void StartIteration();
@@ -500,6 +557,8 @@ class SimDevice {
   int64_t session_bytes_ = 0;              // their bytes
   int64_t session_recency_ = 0;
   SessionCounters session_counters_;
+  KvCounters kv_counters_;
+  int64_t admit_clock_ = 0;  // admissions so far (SimRequest::admit_order)
   // Remapping.
   std::map<int, RemapTimings> timings_;  // by model, as first needed
   double last_shortfall_ = -1e300;       // when a KV shortfall was last seen

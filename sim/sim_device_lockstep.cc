@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <map>
+#include <vector>
 
 #include "sim/sim_device.h"
 
@@ -41,6 +42,13 @@ double SimDevice::PlanIteration(bool* decode_only) {
   *decode_only = chunks_.empty();
   if (*decode_only && (Lending() || AdmissionMayChange())) k = 1;
   iterations_ = *decode_only ? std::max(k, 1) : 1;
+  if (iterations_ > 1) {  // kv_paged: the iterations whose blocks fit
+    std::vector<Resident*> stepping;
+    for (Resident& res : residents_) {
+      if (res.stepped) stepping.push_back(&res);
+    }
+    iterations_ = ReserveStretch(stepping, iterations_);
+  }
   t0_ = t;
   delta_ = *decode_only ? delta : 0;
   stepped_ = stepped;
@@ -102,9 +110,9 @@ void SimDevice::EndIteration(uint64_t version, int iterations) {
   }
   for (const Chunk& c : chunks_) {
     c.r->prefilled += c.tokens;
-    if (c.r->prefilled == c.r->prompt) {
-      c.r->first_token = now;
-      c.r->generated = 1;
+    if (c.r->prefilled == PrefillEnd(*c.r)) {
+      if (c.r->first_token < 0) c.r->first_token = now;
+      c.r->generated = c.r->recompute + 1;  // after a preemption, the next token
     }
   }
   chunks_.clear();

@@ -42,7 +42,7 @@ bool SimDevice::KvWaiting() const {
     const ModelPhase p = phase(r->model);
     if (p != ModelPhase::kReady && p != ModelPhase::kDraining) return false;
     const Resident* res = Find(r->model);
-    return res != nullptr && !Fits(*res, r->kv_bytes, kv);
+    return res != nullptr && !Fits(*res, AdmitBytes(*r, config_->policy.max_batch_tokens), kv);
   });
 }
 

@@ -107,13 +107,14 @@ void SimDevice::RollStart() {
   // whose host time the last one hid, as each of the stretch's steps
   // hides the next one's).
   const double host = config_->policy.step_host_s;
-  auto decoding = [](const SimRequest* r) { return r->prefilled >= r->prompt; };
+  auto decoding = [](const SimRequest* r) { return r->prefilled >= PrefillEnd(*r); };
   if (began == 1 && flying == 1 && k > 1 && last->step.chunks.empty() &&
       std::all_of(last->running.begin(), last->running.end(), decoding) && !last->shadow &&
       Spec(last->model).tp == 1 && !Lending() && !AdmissionMayChange() &&
       (!StepsAhead(*last) ||
        (last->step.ahead && host <= std::min(last->step.last_s, last->step.t0)))) {
-    RollStretch(last, k);
+    k = ReserveStretch({last}, k);  // kv_paged: the steps whose blocks fit
+    if (k > 1) RollStretch(last, k);
   }
   RollReschedule();
   if (flying == 0) {
@@ -255,9 +256,9 @@ void SimDevice::RollEnd(Resident* res) {
   if (tokens > 0) costs_[res->model].Record(tokens, (now - s.start) * 1e3);
   for (const Chunk& c : s.chunks) {
     c.r->prefilled += c.tokens;
-    if (c.r->prefilled == c.r->prompt) {
-      c.r->first_token = now;
-      c.r->generated = 1;
+    if (c.r->prefilled == PrefillEnd(*c.r)) {
+      if (c.r->first_token < 0) c.r->first_token = now;
+      c.r->generated = c.r->recompute + 1;  // after a preemption, the next token
     }
   }
   s.chunks.clear();

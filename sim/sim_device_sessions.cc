@@ -36,7 +36,22 @@ void SimDevice::KeepSession(const Resident& res, const SimRequest& r) {
   session_bytes_ += bytes;
 }
 
+int SimDevice::SessionPrefix(const SimRequest& r) const {
+  if (r.requeued || r.session < 0 || r.history <= 0) return 0;
+  int reused = 0;
+  if (const CachedSession* c = Cached(r.session, r.model); c != nullptr) {
+    reused = std::min(c->tokens, r.history);
+  } else if (r.lease_tokens > 0) {
+    reused = std::min(r.lease_tokens, r.history);
+  }
+  return std::min(reused, r.prompt - 1);
+}
+
 void SimDevice::TakeSession(SimRequest* r) {
+  if (r->requeued) {  // preempted: the engine recomputes everything
+    r->prefilled = 0;
+    return;
+  }
   r->origin = KvOrigin::kNone;
   r->reused = 0;
   if (r->session < 0 || r->history <= 0) return;

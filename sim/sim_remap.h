@@ -78,9 +78,10 @@ struct RemapCounters {
   int64_t remap_events = 0;  // models whose α grew at a shortfall
   int64_t revert_events = 0;
   int64_t capped_events = 0;  // shortfalls the caps left (partly) uncovered
-  // Requests refused admission for KV room at least once (the sim reserves
-  // a request's whole KV at admission, so a request short of room waits in
-  // the queue where the daemon would preempt and recompute).
+  // Requests refused admission for KV room at least once (without
+  // policy.kv_paged the sim reserves a request's whole KV at admission, so
+  // a request short of room waits in the queue where the daemon would
+  // preempt and recompute).
   int64_t kv_wait_requests = 0;
   int64_t max_lent_bytes = 0;  // the most lent on one GPU at once
   int64_t streamed_steps = 0;

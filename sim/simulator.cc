@@ -151,7 +151,11 @@ SimResult Simulator::Run() {
     stats_.device_model_steps.push_back(d->model_steps());
   }
   SummarizeSessions();
-  for (const auto& d : devices_) stats_.remap.Add(d->remap_counters());
+  for (const auto& d : devices_) {
+    stats_.remap.Add(d->remap_counters());
+    stats_.preemptions += d->kv_counters().preemptions;
+    stats_.recomputed_tokens += d->kv_counters().recomputed_tokens;
+  }
   if (config_.policy.remap.enabled) {
     stats_.remap_json = RemapJson(config_.policy.remap, stats_.remap, config_);
   }
@@ -302,6 +306,7 @@ void Simulator::Done(SimRequest* r) {
   o.any_token = true;
   o.status = "OK";
   o.server_queue_ms = (r->admitted - r->release) * 1e3;
+  o.preemptions = r->preemptions;
   FillKvOutcome(*r, &o);
   TurnEnded(*r);
   ++changes_;
@@ -394,7 +399,9 @@ nlohmann::json ToJson(const SimStats& s) {
                       {"migrations", s.migrations},
                       {"advisories_ignored", s.advisories_ignored},
                       {"unfinished", s.unfinished},
-                      {"kv_wait_requests", s.remap.kv_wait_requests}};
+                      {"kv_wait_requests", s.remap.kv_wait_requests},
+                      {"preemptions", s.preemptions},
+                      {"recomputed_tokens", s.recomputed_tokens}};
   if (s.sessions.sessions > 0) j["session_kv"] = ToJson(s.sessions);
   if (!s.remap_json.is_null()) j["remap"] = s.remap_json;
   return j;

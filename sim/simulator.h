@@ -140,6 +140,10 @@ struct SimStats {
   // as "remap" (remap_json, RemapJson) when it is enabled.
   RemapCounters remap;
   nlohmann::json remap_json;  // null: remapping off
+  // policy.kv_paged: preemptions, and the KV tokens the preempted
+  // requests gave back (and computed again). 0 without kv_paged.
+  int64_t preemptions = 0;
+  int64_t recomputed_tokens = 0;
 };
 
 struct SimResult {

@@ -185,23 +185,24 @@ TEST(Metrics, ActivationsQueueTimesAndEvictionsAreRecordedPerModel) {
   }
 }
 
-// Memory by model: weights and KV per resident model and device; a model
+// Memory by model: weights, KV and workspace per resident model and device; a model
 // that leaves the device loses its series (no stale gauges).
 TEST(Metrics, ModelMemoryFollowsTheResidentModels) {
   Metrics m;
   m.AddModelSource([](const std::string& name) { return name == "a" || name == "b"; });
   DeviceGauges g;
   g.device = "cuda:0";
-  g.model_memory = {{"a", 1000, 64}, {"b", 2000, 0}};
+  g.model_memory = {{"a", 1000, 64, 300}, {"b", 2000, 0, 500}};
   m.SetDevice(g);
   std::string text = Scrape(m);
   for (const char* line :
        {R"(ballast_node_model_memory_bytes{device="cuda:0",kind="weights",model="a"} 1000)",
         R"(ballast_node_model_memory_bytes{device="cuda:0",kind="kv",model="a"} 64)",
+        R"(ballast_node_model_memory_bytes{device="cuda:0",kind="workspace",model="a"} 300)",
         R"(ballast_node_model_memory_bytes{device="cuda:0",kind="weights",model="b"} 2000)"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   }
-  g.model_memory = {{"b", 2000, 128}};  // "a" was evicted
+  g.model_memory = {{"b", 2000, 128, 500}};  // "a" was evicted
   m.SetDevice(g);
   text = Scrape(m);
   EXPECT_EQ(text.find(R"(model="a")"), std::string::npos) << text;

@@ -26,6 +26,11 @@ TEST(SimConfigTest, CommittedExamplesParse) {
   EXPECT_FALSE(remap->variants.at("off").remap.enabled);
   EXPECT_TRUE(remap->variants.at("remap").remap.enabled);
   EXPECT_EQ(remap->config.cluster.gpu_memory_bytes, 72LL << 30);  // MEMORY_MIB 73728
+  // KV held block by block, as the daemon (node.engine.block_tokens 16).
+  EXPECT_TRUE(remap->variants.at("off").kv_paged);
+  EXPECT_EQ(remap->variants.at("off").kv_block_tokens, 16);
+  EXPECT_FALSE(remap->variants.at("whole").kv_paged);
+  EXPECT_TRUE(remap->variants.at("off").charge_workspace);
   auto h100 = ReadSimConfig(kDir + "validate-h100.yaml");
   ASSERT_TRUE(h100.ok()) << h100.status();
   EXPECT_EQ(h100->calibration_path, kDir + "calibration-h100.json");
@@ -217,6 +222,25 @@ TEST(SimConfigTest, RequestPathIsReadAndChecked) {
   auto bad = ParseSimConfig(base + "policy: {request_path_s: -1}\n", "s.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("request_path_s"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
+}
+
+// KV held whole by default; kv_paged and its block size are read, and a
+// block of no tokens is an error naming the key and the file.
+TEST(SimConfigTest, PagedKvIsReadAndChecked) {
+  const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
+  auto dflt = ParseSimConfig(base, "s.yaml");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  EXPECT_FALSE(dflt->config.policy.kv_paged);
+  EXPECT_EQ(dflt->config.policy.kv_block_tokens, 16);
+  auto set =
+      ParseSimConfig(base + "policies: {p: {kv_paged: true, kv_block_tokens: 32}}\n", "s.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_TRUE(set->variants.at("p").kv_paged);
+  EXPECT_EQ(set->variants.at("p").kv_block_tokens, 32);
+  auto bad = ParseSimConfig(base + "policy: {kv_block_tokens: 0}\n", "s.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kv_block_tokens"), std::string::npos);
   EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
 }
 

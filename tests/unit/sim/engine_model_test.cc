@@ -340,5 +340,23 @@ TEST(EngineModelTest, PredictsTheServedSmallModel) {
   EXPECT_NEAR(6 * t1 / 1.606e-3, 1.0, 0.25);
 }
 
+// The engine's buffers, as cuda_executor.cc allocates them for llama-8b
+// at 2,048 tokens a step and 128 sequences (graph bucket 128): the FP32
+// residual stream, x, projections, qkv, queries, attention output,
+// gate/up and MLP activations, the sampled rows and their FP32 logits,
+// the cuBLASLt workspace and two KV staging buffers.
+TEST(EngineModelTest, WorkspaceIsTheExecutorsBuffers) {
+  const int64_t t = 2048, mib = 1 << 20;
+  const int64_t expect = t * 4096 * 4 + t * 4096 * 2 + t * 4096 * 2 + t * 6144 * 2 +
+                         2 * t * 4096 * 2 + t * 2 * 14336 * 2 + t * 14336 * 2 + 128 * 4096 * 2 +
+                         128LL * 128256 * 4 + 32 * mib + 2 * 16 * mib;
+  EXPECT_EQ(EngineWorkspaceBytes(*NamedShape("llama-8b"), 2048, 128), expect);
+  EXPECT_EQ(expect, 435814400);
+  // Fewer sequences, fewer logit rows; at most the step's tokens.
+  EXPECT_LT(EngineWorkspaceBytes(*NamedShape("llama-8b"), 2048, 8), expect);
+  EXPECT_EQ(EngineWorkspaceBytes(*NamedShape("llama-8b"), 64, 128),
+            EngineWorkspaceBytes(*NamedShape("llama-8b"), 64, 64));
+}
+
 }  // namespace
 }  // namespace ballast::sim

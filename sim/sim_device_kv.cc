@@ -1,0 +1,181 @@
+// SimDevice's KV held block by block (policy.kv_paged), as the daemon's
+// engine holds it (engine/batch_planner.cc, node_manager's ReclaimFor):
+//  * Admission reserves the blocks of the request's first step only: the
+//    tokens its session's KV covers plus a chunk of at most what the
+//    model's next step has left of max_batch_tokens (none left: the model
+//    admits no more now), and only while the blocks of one more step for
+//    each of the model's running requests stay free beside them (the KV
+//    manager's watermark). A model's first request that does not fit
+//    stops that model's admissions; the other models go on (each engine
+//    admits from its own queue in the arbitration's order).
+//  * Growth: before a model plans a step, its running requests, oldest
+//    first, grow their blocks to that step's tokens (a decode: its
+//    context; a prefill: its next chunk, within the step's budget). Where
+//    that does not fit (idle session KV counting as free, then remapped
+//    layers), the GPU's running requests of other models admitted after
+//    this model's newest give theirs back, lowest priority and newest
+//    first, as far as the shortfall; then this model's newest, and so on
+//    until it fits or the growing request was the one preempted (the
+//    model's pass ends).
+//  * A preempted request frees all its blocks and waits again, ahead of
+//    the arbitration's order (admitted first); it then prefills its prompt
+//    and the output it had generated (its session's KV is not reused) and
+//    samples its next token. Its first token's time stays the first one.
+//  * A decode stretch reserves its steps' blocks when it begins, and is
+//    cut short to the steps whose blocks fit.
+// Not modelled: the daemon finishes every step in flight on the device
+// before it preempts (a wait of the stepping model); here a victim whose
+// step is in flight loses that step's tokens instead.
+#include <algorithm>
+#include <climits>
+
+#include "sim/sim_device.h"
+
+namespace ballast::sim {
+
+bool SimDevice::Paged(int model) const { return config_->policy.kv_paged && Spec(model).tp == 1; }
+
+int64_t SimDevice::BlockBytes(int model) const {
+  return static_cast<int64_t>(config_->policy.kv_block_tokens) *
+         Spec(model).Part().kv_bytes_per_token();
+}
+
+int64_t SimDevice::BlocksBytes(int model, int tokens) const {
+  const int64_t b = config_->policy.kv_block_tokens;
+  return (tokens + b - 1) / b * BlockBytes(model);
+}
+
+int64_t SimDevice::AdmitBytes(const SimRequest& r, int take) const {
+  if (!Paged(r.model)) return r.kv_bytes;
+  return BlocksBytes(r.model, std::min(PrefillEnd(r), SessionPrefix(r) + take));
+}
+
+int SimDevice::StepTokens(const Resident& res) const {
+  int tokens = 0;
+  for (const SimRequest* r : res.running) {
+    tokens += r->prefilled >= PrefillEnd(*r) ? 1 : PrefillEnd(*r) - r->prefilled;
+  }
+  return std::min(tokens, config_->policy.max_batch_tokens);
+}
+
+void SimDevice::GrowKv(Resident* res) {
+  if (!Paged(res->model) || res->shadow) return;
+  int budget = config_->policy.max_batch_tokens;
+  for (size_t i = 0; i < res->running.size() && budget > 0; ++i) {
+    SimRequest* r = res->running[i];
+    const bool decoding = r->prefilled >= PrefillEnd(*r);
+    const int take = decoding ? 1 : std::min(PrefillEnd(*r) - r->prefilled, budget);
+    // A decode writes the KV of its last sampled token: prompt + generated.
+    const int tokens = decoding ? r->prompt + r->generated : r->prefilled + take;
+    if (!Reserve(res, r, tokens)) break;  // r was the newest: the rest went before it
+    budget -= take;
+  }
+}
+
+bool SimDevice::Reserve(Resident* res, SimRequest* r, int tokens) {
+  const int64_t need = BlocksBytes(res->model, tokens) - r->kv_held;
+  if (need <= 0) return true;
+  auto fits = [&] {
+    if (!Fits(*res, need, kv_used()) && !(Remapping() && LendFor(*res, need, kv_used()))) {
+      return false;
+    }
+    r->kv_held += need;
+    res->kv_used += need;
+    ShedSessions();  // idle sessions' KV counted as free: it gives way
+    return true;
+  };
+  while (true) {
+    if (fits()) return true;
+    SimRequest* own = res->running.back();
+    for (auto v = NewerVictim(*res, own->admit_order); v.second != nullptr;
+         v = NewerVictim(*res, own->admit_order)) {
+      Preempt(v.first, v.second);
+      if (fits()) return true;
+    }
+    Preempt(res, own);
+    if (own == r) return false;
+  }
+}
+
+std::pair<SimDevice::Resident*, SimRequest*> SimDevice::NewerVictim(const Resident& res,
+                                                                    int64_t than) {
+  std::pair<Resident*, SimRequest*> best{nullptr, nullptr};
+  if (!config_->policy.elastic()) return best;  // static: each model its own share
+  for (Resident& o : residents_) {
+    if (&o == &res || o.shadow || !Paged(o.model)) continue;
+    for (SimRequest* v : o.running) {
+      if (v->admit_order <= than) continue;
+      const SimRequest* b = best.second;
+      if (b == nullptr || v->priority < b->priority ||
+          (v->priority == b->priority && v->admit_order > b->admit_order)) {
+        best = {&o, v};
+      }
+    }
+  }
+  return best;
+}
+
+void SimDevice::Preempt(Resident* owner, SimRequest* v) {
+  ++kv_counters_.preemptions;
+  kv_counters_.recomputed_tokens +=
+      v->prefilled >= PrefillEnd(*v) ? v->prompt + v->generated - 1 : v->prefilled;
+  owner->kv_used -= v->kv_held;
+  v->kv_held = 0;
+  std::erase(owner->running, v);
+  // A step in flight that carried its chunk no longer advances it.
+  std::erase_if(owner->step.chunks, [&](const Chunk& c) { return c.r == v; });
+  std::erase_if(chunks_, [&](const Chunk& c) { return c.r == v; });
+  v->recompute = v->generated;
+  v->prefilled = 0;
+  ++v->preemptions;
+  v->requeued = true;
+  pending_.insert(pending_.begin(), v);
+}
+
+int64_t SimDevice::StretchBytes(const Resident& res, int j) const {
+  int64_t bytes = 0;
+  if (!Paged(res.model) || res.shadow) return 0;
+  for (const SimRequest* r : res.running) {
+    bytes +=
+        std::max<int64_t>(0, BlocksBytes(res.model, r->prompt + r->generated + j - 1) - r->kv_held);
+  }
+  return bytes;
+}
+
+int SimDevice::ReserveStretch(const std::vector<Resident*>& stepping, int k) {
+  if (k <= 1 || !config_->policy.kv_paged) return k;
+  const int64_t room = memory_ - weight_bytes();
+  auto fit = [&](int j) {
+    if (config_->policy.elastic()) {
+      int64_t extra = 0;
+      for (const Resident* res : stepping) extra += StretchBytes(*res, j);
+      return kv_used() + extra <= room;
+    }
+    const int64_t share = room / static_cast<int64_t>(residents_.size());
+    return std::all_of(stepping.begin(), stepping.end(), [&](const Resident* res) {
+      return res->kv_used + StretchBytes(*res, j) <= share;
+    });
+  };
+  int lo = 1, hi = k;  // one step's blocks are held (GrowKv)
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (fit(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  for (Resident* res : stepping) {
+    if (!Paged(res->model) || res->shadow) continue;
+    for (SimRequest* r : res->running) {
+      const int64_t grow = BlocksBytes(res->model, r->prompt + r->generated + lo - 1) - r->kv_held;
+      if (grow <= 0) continue;
+      r->kv_held += grow;
+      res->kv_used += grow;
+    }
+  }
+  ShedSessions();
+  return lo;
+}
+
+}  // namespace ballast::sim
