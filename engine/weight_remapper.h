@@ -67,6 +67,11 @@ class WeightRemapper {
   void set_respect_timing(bool on) { respect_timing_ = on; }
   // Measures T_T now (at activation) rather than at the first lend.
   absl::Status Prepare();
+  // A T_T profiled offline (seconds), in place of the measurement; <= 0:
+  // ignored.
+  void set_t_transfer(double seconds) {
+    if (seconds > 0) t_transfer_ = seconds;
+  }
   // A finished step's forward time (seconds): refreshes T_c. Only
   // decode-only steps count (Mirage §5.3: an active model's T_c is its
   // decode step's).

@@ -406,7 +406,7 @@ void DeviceWorker::Loop() {
     }
     retiring.clear();
     // Remapping's reversion and counters, with no step in flight.
-    if (remap_) remap_->Tick(engines, *balloon_, slab_bytes_, absl::Now());
+    if (remap_) TickRemap(engines, absl::Now());
     // Every engine with work begins its step (arbitration order: the most
     // urgent is queued on the device first), then each is finished in the
     // same order. The engines' forwards run on their own streams, so they

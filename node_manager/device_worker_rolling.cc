@@ -87,7 +87,7 @@ bool DeviceWorker::RunBetweenSteps(RollingIntake* in, bool tick, absl::Time now)
     e->Close(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
   }
   in->retiring.clear();
-  if (tick) remap_->Tick(in->engines, *balloon_, slab_bytes_, now);
+  if (tick) TickRemap(in->engines, now);
   return true;
 }
 

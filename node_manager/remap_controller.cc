@@ -20,6 +20,16 @@ void CloseIfBroken(engine::ModelEngine& e, const absl::Status& why) {
 
 }  // namespace
 
+void RemapController::ApplyProfile(
+    const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const {
+  if (options_.layer_transfer <= absl::ZeroDuration()) return;
+  for (const auto& e : engines) {
+    if (engine::WeightRemapper* r = e->remapper(); r != nullptr) {
+      r->set_t_transfer(absl::ToDoubleSeconds(options_.layer_transfer));
+    }
+  }
+}
+
 std::vector<memory::RemapCandidate> RemapController::Candidates(
     const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const {
   std::vector<memory::RemapCandidate> out;
@@ -46,6 +56,7 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
                               int64_t shortfall_bytes, absl::Time now) {
   last_shortfall_ = now;
   if (shortfall_bytes <= 0) return 0;
+  ApplyProfile(engines);
   const std::vector<memory::RemapCandidate> cands = Candidates(engines);
   const std::vector<int> target = memory::PlanRemap(cands, shortfall_bytes);
   int64_t freed = 0;
@@ -76,13 +87,15 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
 }
 
 void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
-                           memory::Balloon& balloon, size_t slab_bytes, absl::Time now) {
+                           memory::Balloon& balloon, size_t slab_bytes, absl::Time now,
+                           const std::function<int64_t(int64_t)>& make_room) {
   RemapStats sample;
   for (const auto& e : engines) {
     const engine::WeightRemapper* r = e->remapper();
     if (r == nullptr) continue;
     sample.layers[e->name()] = r->alpha();
   }
+  ApplyProfile(engines);
   const std::vector<memory::RemapCandidate> cands = Candidates(engines);
   // A model lending more than its cap now allows (its decode steps got
   // faster than the copies) goes first and needs no quiet time: its
@@ -91,24 +104,31 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
   for (size_t i = 0; i < cands.size() && next < 0; ++i) {
     if (cands[i].alpha > cands[i].alpha_cap) next = static_cast<int>(i);
   }
+  const bool over = next >= 0;
   if (next < 0 && now - last_shortfall_ >= options_.revert_after) next = memory::RevertNext(cands);
-  int64_t reverted = 0;
+  int64_t reverted = 0, forced = 0, shed = 0;
   if (next >= 0) {
+    const memory::RemapCandidate& c = cands[static_cast<size_t>(next)];
     const auto& e = engines[static_cast<size_t>(next)];
-    const int64_t need =
-        cands[static_cast<size_t>(next)].layer_bytes + static_cast<int64_t>(slab_bytes);
+    // Over its cap: back to the cap at once. Else one layer.
+    const int target = over ? c.alpha_cap : c.alpha - 1;
+    const int64_t need = (c.alpha - target) * c.layer_bytes + static_cast<int64_t>(slab_bytes);
     // Empty slabs are unmapped only when they and the free budget suffice:
     // else every pass would unmap the ready buffer and remap it when idle.
     const int64_t empty = balloon.arena()->stats().slabs_empty * static_cast<int64_t>(slab_bytes);
     if (balloon.FreeBytes() + empty >= need) balloon.arena()->ReclaimFreeSlabs();
+    if (over && balloon.FreeBytes() < need && make_room) shed = make_room(need);
     if (balloon.FreeBytes() >= need) {
-      auto got = e->remapper()->SetAlpha(cands[static_cast<size_t>(next)].alpha - 1);
+      auto got = e->remapper()->SetAlpha(target);
       if (!got.ok()) CloseIfBroken(*e, got.status());
       if (got.ok()) {
         ++reverted;
+        forced += shed > 0 ? 1 : 0;
         sample.layers[e->name()] = e->remapper()->alpha();
-        spdlog::info("model {}: took a weight layer back from KV ({} still lent)", e->name(),
-                     e->remapper()->alpha());
+        spdlog::info("model {}: took {} weight layer(s) back from KV ({} still lent{})", e->name(),
+                     c.alpha - target, e->remapper()->alpha(),
+                     shed > 0 ? absl::StrCat("; running sequences gave back ", shed, " bytes")
+                              : std::string());
       }
     }
   }
@@ -130,6 +150,8 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
   }
   stats_.layers = std::move(sample.layers);
   stats_.revert_events += reverted;
+  stats_.forced_reverts += forced;
+  stats_.forced_shed_bytes += shed;
 }
 
 RemapStats RemapController::stats() const {

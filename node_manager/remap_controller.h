@@ -9,13 +9,18 @@
 // falls to the next rung (preemption) and the event is counted.
 //
 // Reversion (§5.5), checked by Tick before every pass: a model lending
-// more layers than its cap now allows goes first, at once; otherwise once
-// no KV shortfall has been seen for `revert_after`. Either way only when
-// the device's free budget
-// (empty slabs unmapped first) holds one more layer of the next model to
-// revert plus one slab of headroom, that model takes one layer back; in
-// the reverse of donor order (busy models first), one layer per pass, so
-// step time returns to its unremapped value off-peak.
+// more layers than its cap now allows (an idle donor that got requests:
+// every step of it now waits for the copies its compute cannot hide) goes
+// first, at once, and takes back every layer past its cap in one go; when
+// the device's free budget (empty slabs unmapped first) does not hold
+// them plus one slab of headroom, running sequences give their KV back
+// for them (`make_room`: the memory ladder, newest first, as for an
+// activation's weights; they recompute later), since a stalled model
+// slows every step it takes while the shortfall lasts. Otherwise, once no
+// KV shortfall has been seen for `revert_after`, the next model in the
+// reverse of donor order (busy models first) takes one layer back per
+// pass when the free budget holds it plus a slab, so step time returns to
+// its unremapped value off-peak.
 //
 // Time comes from the caller (`now`), so the policy never reads a clock.
 //
@@ -24,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,10 +52,14 @@ class RemapController {
   // balloon got back.
   int64_t Lend(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
                int64_t shortfall_bytes, absl::Time now);
-  // Samples the engines' streaming counters and reverts one layer when
-  // the rule above allows.
+  // Samples the engines' streaming counters and reverts layers when the
+  // rules above allow. `make_room(bytes)` sheds running sequences' KV
+  // until the balloon has `bytes` free (or nothing is left to shed) and
+  // returns the bytes shed; null: a model over its cap waits for free
+  // room like any other revert.
   void Tick(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
-            memory::Balloon& balloon, size_t slab_bytes, absl::Time now);
+            memory::Balloon& balloon, size_t slab_bytes, absl::Time now,
+            const std::function<int64_t(int64_t)>& make_room = nullptr);
   // `model` stepped (MRU order among equals).
   void NoteActive(const std::string& model) { last_active_[model] = ++clock_; }
   RemapStats stats() const;
@@ -57,6 +67,8 @@ class RemapController {
  private:
   std::vector<memory::RemapCandidate> Candidates(
       const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
+  // options_.layer_transfer (if set) as each remapper's T_T.
+  void ApplyProfile(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
 
   const RemapOptions options_;
   // Step thread only.

@@ -26,6 +26,11 @@ struct RemapOptions {
   bool respect_timing = true;
   // Quiet time (no KV shortfall) before layers are taken back. Default 1 s.
   absl::Duration revert_after = absl::Seconds(1);
+  // T_T profiled offline (Mirage §5.3: the transfer time per layer is
+  // known ahead of runtime): one layer's host-to-device copy, for every
+  // model on the device. Zero (default): each model measures its own at
+  // the first lend (engine/weight_remapper.h).
+  absl::Duration layer_transfer = absl::ZeroDuration();
 };
 
 struct RemapStats {
@@ -34,6 +39,10 @@ struct RemapStats {
   double stall_seconds = 0;           // cumulative compute waiting on copies
   int64_t remap_events = 0, revert_events = 0;
   int64_t capped_events = 0;  // shortfalls left to preemption at every cap
+  // Reverts of a model over its cap (it got requests) for which running
+  // sequences gave their KV back (preempted), and the bytes they gave.
+  int64_t forced_reverts = 0;
+  int64_t forced_shed_bytes = 0;
 };
 
 }  // namespace ballast::node_manager

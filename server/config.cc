@@ -21,11 +21,17 @@ absl::Status ParseRemap(const YAML::Node& node, const std::string* file,
   YamlSection rs(node, "node.memory.remap", file);
   RETURN_IF_ERROR(rs.Check());
   double revert_ms = absl::ToDoubleMilliseconds(o->revert_after);
+  double transfer_ms = absl::ToDoubleMilliseconds(o->layer_transfer);
   RETURN_IF_ERROR(rs.Get("enabled", &o->enabled));
   RETURN_IF_ERROR(rs.Get("max_fraction", &o->max_fraction));
   RETURN_IF_ERROR(rs.Get("respect_timing", &o->respect_timing));
   RETURN_IF_ERROR(rs.Get("revert_after_ms", &revert_ms));
+  RETURN_IF_ERROR(rs.Get("layer_transfer_ms", &transfer_ms));
   RETURN_IF_ERROR(rs.Finish());
+  if (!(transfer_ms >= 0)) {
+    return rs.Error("node.memory.remap.layer_transfer_ms", "must be >= 0 (0: measured)");
+  }
+  o->layer_transfer = absl::Milliseconds(transfer_ms);
   if (!(o->max_fraction > 0 && o->max_fraction < 1)) {
     return rs.Error("node.memory.remap.max_fraction", "must be in (0, 1)");
   }

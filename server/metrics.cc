@@ -207,7 +207,9 @@ Metrics::Metrics()
       remap_events_(BuildCounter()
                         .Name("ballast_node_remap_events_total")
                         .Help("Remapping events by kind: remap (layers lent), revert (taken "
-                              "back), capped (every model at its cap; left to preemption)")
+                              "back), capped (every model at its cap; left to preemption), "
+                              "forced (a revert of a model over its cap that preempted "
+                              "running sequences for room)")
                         .Register(*registry_)) {}
 
 void Metrics::AddModelSource(std::function<bool(const std::string&)> known) {
@@ -407,6 +409,8 @@ void Metrics::SetRemap(const std::string& device, const node_manager::RemapStats
        r.revert_events);
   Grow(remap_events_.Add({{"device", device}, {"kind", "capped"}}), "capped/" + device,
        r.capped_events);
+  Grow(remap_events_.Add({{"device", device}, {"kind", "forced"}}), "forced/" + device,
+       r.forced_reverts);
   double& stall = seen_stall_[device];
   if (r.stall_seconds > stall)
     remap_stall_.Add({{"device", device}}).Increment(r.stall_seconds - stall);

@@ -379,6 +379,73 @@ TEST(DeviceWorker, KvShortfallBorrowsAnIdleModelsLayersFirstAndGivesThemBack) {
   w->Stop();
 }
 
+// An idle lender that gets a request is over its cap: with T_T profiled
+// at 10 s a layer (layer_transfer), a busy model's cap is 0, so only the
+// idle B lends to A's burst, and once B has work every layer it lent
+// must come back. A's burst holds the KV, so A's newest sequences give
+// theirs back for them (preempted, recomputed: every output stays exact).
+// The quiet time is long, so only that forced revert takes layers back.
+// (B's T_c is timed at activation: with none known, a cap is the floor.)
+TEST(DeviceWorker, AnIdleLenderThatGetsARequestTakesItsLayersBackAtOnce) {
+  engine::testing::TempDir dir;
+  const std::string a_path = engine::testing::WriteTinyModel(dir, "a", Spec(61));
+  const std::string b_path = engine::testing::WriteTinyModel(dir, "b", Spec(62));
+  constexpr int64_t kPage = 16 << 10;
+  auto pages_of = [&](const std::string& path) {
+    ModelEngineOptions o;
+    o.path = path;
+    const int64_t b = *ModelEngine::WeightBytesNeeded(o);
+    return (b + kPage - 1) / kPage * kPage;
+  };
+  const int64_t memory = pages_of(a_path) + pages_of(b_path) + 100 * kPage;
+  DeviceMemoryOptions mem = testing::HostPages(kPage);
+  mem.remap.enabled = true;
+  mem.remap.revert_after = absl::Seconds(600);
+  mem.remap.layer_transfer = absl::Seconds(10);
+  auto w = std::move(*DeviceWorker::Create("cpu:0", memory, mem));
+  auto a = testing::Activate("a", a_path, w.get());
+  ASSERT_TRUE(a.ok()) << a.status();
+  // B's T_c is timed at activation (a busy model's cap needs it).
+  auto b = testing::Activate("b", b_path, w.get(), /*prepare_remap=*/true);
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 5; ++i) reqs.push_back(Req("a" + std::to_string(i), 80 + i, 120, 60));
+  std::vector<std::unique_ptr<Done>> done;
+  auto stop = absl::MakeCleanup([&] { w->Stop(); });
+  for (const auto& r : reqs) {
+    done.push_back(std::make_unique<Done>());
+    ASSERT_TRUE((*a)->Submit(r, done.back().get()).ok());
+  }
+  ASSERT_TRUE(WaitFor([&] { return w->Usage().remap.remap_events > 0; }, absl::Seconds(120)))
+      << "no layer was ever lent";
+  Done db;
+  const GenerationRequest rb = Req("b0", 90, 30, 120);
+  ASSERT_TRUE((*b)->Submit(rb, &db).ok());
+  RemapStats forced;  // the counters when the forced revert is first seen
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        forced = w->Usage().remap;
+        return forced.forced_reverts > 0;
+      },
+      absl::Seconds(120)))
+      << "B's layers never came back while A held the KV";
+  EXPECT_GT(forced.forced_shed_bytes, 0);
+  EXPECT_EQ(forced.layers.at("b"), 0);  // back to its cap (0) in one go
+  EXPECT_EQ(forced.layers.at("a"), 0);  // busy: it lends nothing
+  ASSERT_TRUE(db.AwaitDone(absl::Seconds(120)));
+  ASSERT_TRUE(db.result.ok()) << db.result.status();
+  EXPECT_EQ(db.result->output_tokens, Alone(b_path, rb));
+  int preemptions = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(done[i]->AwaitDone(absl::Seconds(120)));
+    ASSERT_TRUE(done[i]->result.ok()) << done[i]->result.status();
+    EXPECT_EQ(done[i]->result->output_tokens, Alone(a_path, reqs[i])) << reqs[i].id;
+    preemptions += done[i]->result->preemptions;
+  }
+  EXPECT_GT(preemptions, 0);  // the newest gave their KV back
+  w->Stop();
+}
+
 }  // namespace remap
 
 }  // namespace

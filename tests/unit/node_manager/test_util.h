@@ -84,12 +84,15 @@ inline DeviceMemoryOptions HostPages(size_t page = 64 << 10) {
 // Activation as the node does it: weight pages from the balloon (the
 // device reclaims KV for them), then the engine over those pages, then
 // added to the device.
+// prepare_remap: T_T and T_c measured at activation (ModelEngineOptions).
 inline absl::StatusOr<std::shared_ptr<ModelEngine>> Activate(const std::string& name,
                                                              const std::string& path,
-                                                             DeviceWorker* w) {
+                                                             DeviceWorker* w,
+                                                             bool prepare_remap = false) {
   ModelEngineOptions o;
   o.name = name;
   o.path = path;
+  o.prepare_remap = prepare_remap;
   o.kv_arena = w->arena();
   auto need = ModelEngine::WeightBytesNeeded(o);
   if (!need.ok()) return need.status();

@@ -234,15 +234,22 @@ TEST(Config, BadValuesAreNamed) {
   EXPECT_NE(Msg("node: {memory: {remap: {revert_after_ms: -1}}}")
                 .find("node.memory.remap.revert_after_ms"),
             std::string::npos);
+  EXPECT_NE(Msg("node: {memory: {remap: {layer_transfer_ms: -2}}}")
+                .find("node.memory.remap.layer_transfer_ms"),
+            std::string::npos);
   {
     auto c = ParseConfig(
-        "node: {memory: {remap: {enabled: true, max_fraction: 0.25, revert_after_ms: 200}}}",
+        "node: {memory: {remap: {enabled: true, max_fraction: 0.25, revert_after_ms: 200, "
+        "layer_transfer_ms: 8.5}}}",
         "t.yaml");
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_TRUE(c->node.options.remap.enabled);
     EXPECT_DOUBLE_EQ(c->node.options.remap.max_fraction, 0.25);
     EXPECT_EQ(c->node.options.remap.revert_after, absl::Milliseconds(200));
-    EXPECT_FALSE(ParseConfig("node: {}", "t.yaml")->node.options.remap.enabled);
+    EXPECT_EQ(c->node.options.remap.layer_transfer, absl::Microseconds(8500));
+    auto d = ParseConfig("node: {}", "t.yaml");
+    EXPECT_FALSE(d->node.options.remap.enabled);
+    EXPECT_EQ(d->node.options.remap.layer_transfer, absl::ZeroDuration());  // measured
   }
   EXPECT_NE(Msg("scheduler: [1, 2]").find("scheduler: expected a mapping"), std::string::npos);
   EXPECT_NE(Msg("a: [").find("invalid YAML"), std::string::npos);
