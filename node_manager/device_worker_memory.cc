@@ -18,15 +18,16 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
   // The steps already on the device hold their sequences' blocks (and
   // read their weights): they end before any of those is shed or lent.
   // That is a wait for the device, and under KV pressure every blocked
-  // admission (newer_than max: idle session KV only) asks at every step
-  // boundary, so an admission's ask that nothing could answer returns at
-  // once; a session a step in flight keeps is seen at the next boundary's
-  // ask, the request admitted a step later. A running sequence's growth
-  // (newer_than set) still waits: its planner preempts its own newest
-  // sequence on a 0, and the steps in flight may end sessions or free
-  // blocks that spare it.
-  if (!remap_ && newer_than == std::numeric_limits<uint64_t>::max() &&
-      !AnyIdleSessionKv(engine.get())) {
+  // admission (newer_than max: idle session KV and lent layers only) asks
+  // at every step boundary, so an admission's ask that nothing could
+  // answer (no idle session KV, and no model below its remapping cap)
+  // returns at once; a session a step in flight keeps is seen at the next
+  // boundary's ask, the request admitted a step later. A running
+  // sequence's growth (newer_than set) still waits: its planner preempts
+  // its own newest sequence on a 0, and the steps in flight may end
+  // sessions or free blocks that spare it.
+  if (newer_than == std::numeric_limits<uint64_t>::max() && !AnyIdleSessionKv(engine.get()) &&
+      (!remap_ || !remap_->CanLend(Engines()))) {
     absl::MutexLock lock(&mu_);
     ++reclaims_.nothing;
     return 0;

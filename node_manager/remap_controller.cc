@@ -52,6 +52,15 @@ std::vector<memory::RemapCandidate> RemapController::Candidates(
   return out;
 }
 
+bool RemapController::CanLend(
+    const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const {
+  ApplyProfile(engines);
+  for (const memory::RemapCandidate& c : Candidates(engines)) {
+    if (c.layer_bytes > 0 && c.alpha < c.alpha_cap) return true;
+  }
+  return false;
+}
+
 int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
                               int64_t shortfall_bytes, absl::Time now) {
   last_shortfall_ = now;

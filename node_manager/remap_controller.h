@@ -60,6 +60,10 @@ class RemapController {
   void Tick(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
             memory::Balloon& balloon, size_t slab_bytes, absl::Time now,
             const std::function<int64_t(int64_t)>& make_room = nullptr);
+  // Whether Lend could lend anything now: some model lends fewer layers
+  // than its cap. Reads the remappers' state only (no step may be
+  // finishing: the step thread, as Lend).
+  bool CanLend(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
   // `model` stepped (MRU order among equals).
   void NoteActive(const std::string& model) { last_active_[model] = ++clock_; }
   RemapStats stats() const;

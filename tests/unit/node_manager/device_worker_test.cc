@@ -443,6 +443,10 @@ TEST(DeviceWorker, AnIdleLenderThatGetsARequestTakesItsLayersBackAtOnce) {
     preemptions += done[i]->result->preemptions;
   }
   EXPECT_GT(preemptions, 0);  // the newest gave their KV back
+  // Once no model could lend more (B at its floor, then both busy: caps
+  // 0), A's blocked admissions were answered without waiting for the
+  // device's steps.
+  EXPECT_GT(w->Usage().kv_reclaims.nothing, 0);
   w->Stop();
 }
 
