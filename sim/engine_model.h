@@ -98,9 +98,11 @@ ModelShape TensorParallelPart(const ModelShape& shape, int tp);
 // KV, as the CUDA executor does (engine/cuda/cuda_executor.cc): a step's
 // activations for max_batch_tokens rows, the logits of the sampled rows
 // (max_seqs, rounded up to a graph bucket), the 32 MiB cuBLASLt workspace
-// and two 16 MiB KV staging buffers; not its attention workspace and step
-// metadata (tens of MiB). About 416 MiB for llama-8b at 2,048 tokens and
-// 128 sequences. FP8 weights' scratch is not counted.
+// and two 16 MiB KV staging buffers; not its attention workspace nor its
+// step metadata, whose block tables grow with node.engine.max_context
+// (about 4 MiB for llama-8b at 4,096 tokens, 128 MiB at 131,072). About
+// 416 MiB for llama-8b at 2,048 tokens and 128 sequences. FP8 weights'
+// scratch is not counted.
 int64_t EngineWorkspaceBytes(const ModelShape& shape, int max_batch_tokens, int max_seqs);
 
 // A shape by name: llama-1b, llama-3b, llama-8b, qwen-14b, qwen-32b,

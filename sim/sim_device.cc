@@ -253,6 +253,10 @@ void SimDevice::Admit() {
     int take = 0;
     int64_t watermark = 0;  // paged: a block for each running request's next step
     if (paged) {
+      // One that could not fit even with no KV in use (only once another
+      // model's weights leave) waits without blocking its model: admitted,
+      // it would only grow into preempting itself, again and again.
+      if (BlocksBytes(r->model, r->prompt + r->output) > memory_ - weight_bytes()) continue;
       auto [left, fresh] = budget.try_emplace(r->model, 0);
       if (fresh) left->second = config_->policy.max_batch_tokens - StepTokens(*res);
       if (left->second <= 0) {
@@ -332,7 +336,6 @@ bool SimDevice::PlanResident(Resident* res, StepWork* w, int* k, std::vector<Chu
     *w = hooks_.lead_work(res->model);
     ++res->tp_steps;
   } else {
-    GrowKv(res);  // kv_paged: may preempt (this model's or newer ones)
     if (res->running.empty()) return false;
     const bool tp = Spec(res->model).tp > 1 && hooks_.members_steps;
     if (tp && hooks_.members_steps(res->model) < res->tp_steps) return false;  // lockstep

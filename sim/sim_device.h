@@ -490,8 +490,9 @@ class SimDevice {
   int64_t AdmitBytes(const SimRequest& r, int take) const;
   // The tokens of `res`'s next step already taken by its running requests.
   int StepTokens(const Resident& res) const;
-  // Before `res` plans a step: each running request, oldest first, holds
-  // the blocks of its next step's tokens, preempting where they do not fit.
+  // Before `res` plans a step (and before the GPU's admissions at that
+  // boundary): each running request, oldest first, holds the blocks of its
+  // next step's tokens, preempting where they do not fit.
   void GrowKv(Resident* res);
   // Grows r's blocks to `tokens`; false if r itself was preempted.
   bool Reserve(Resident* res, SimRequest* r, int tokens);
@@ -500,11 +501,15 @@ class SimDevice {
   std::pair<Resident*, SimRequest*> NewerVictim(const Resident& res, int64_t than);
   void Preempt(Resident* owner, SimRequest* v);
   // A decode stretch of up to k steps of `stepping`: the most steps whose
-  // blocks fit, reserved now (paged; else k).
-  int ReserveStretch(const std::vector<Resident*>& stepping, int k);
-  // The blocks `res`'s running requests need for j more decode steps
+  // blocks fit (paged; else k). Nothing is reserved: a stretch is cut
+  // before anything else takes memory, and SyncHeld counts what it wrote.
+  int StretchFits(const std::vector<const Resident*>& stepping, int k) const;
+  // The blocks `res`'s decoding requests need for j more decode steps
   // beyond those they hold.
   int64_t StretchBytes(const Resident& res, int j) const;
+  // After a stretch's steps are credited: each decoding request holds the
+  // blocks of the KV it wrote.
+  void SyncHeld(Resident* res);
 
   // Lockstep (sim_device_lockstep.cc).
   void StartIteration();

@@ -21,13 +21,14 @@
 //    the arbitration's order (admitted first); it then prefills its prompt
 //    and the output it had generated (its session's KV is not reused) and
 //    samples its next token. Its first token's time stays the first one.
-//  * A decode stretch reserves its steps' blocks when it begins, and is
-//    cut short to the steps whose blocks fit.
+//  * A decode stretch runs only as many steps as its blocks fit, and its
+//    requests hold the blocks they wrote when it ends or is cut.
 // Not modelled: the daemon finishes every step in flight on the device
 // before it preempts (a wait of the stepping model); here a victim whose
 // step is in flight loses that step's tokens instead.
 #include <algorithm>
 #include <climits>
+#include <map>
 
 #include "sim/sim_device.h"
 
@@ -51,9 +52,17 @@ int64_t SimDevice::AdmitBytes(const SimRequest& r, int take) const {
 }
 
 int SimDevice::StepTokens(const Resident& res) const {
+  // A step in flight has computed its chunks already (the engine advances
+  // a sequence as it launches a step; an ahead plan sees that).
+  std::map<const SimRequest*, int> flying;
+  if (res.step.on) {
+    for (const Chunk& c : res.step.chunks) flying[c.r] += c.tokens;
+  }
   int tokens = 0;
   for (const SimRequest* r : res.running) {
-    tokens += r->prefilled >= PrefillEnd(*r) ? 1 : PrefillEnd(*r) - r->prefilled;
+    auto it = flying.find(r);
+    const int done = r->prefilled + (it == flying.end() ? 0 : it->second);
+    tokens += done >= PrefillEnd(*r) ? 1 : PrefillEnd(*r) - done;
   }
   return std::min(tokens, config_->policy.max_batch_tokens);
 }
@@ -136,13 +145,14 @@ int64_t SimDevice::StretchBytes(const Resident& res, int j) const {
   int64_t bytes = 0;
   if (!Paged(res.model) || res.shadow) return 0;
   for (const SimRequest* r : res.running) {
+    if (r->prefilled < PrefillEnd(*r)) continue;  // not decoding: no chunk this stretch
     bytes +=
         std::max<int64_t>(0, BlocksBytes(res.model, r->prompt + r->generated + j - 1) - r->kv_held);
   }
   return bytes;
 }
 
-int SimDevice::ReserveStretch(const std::vector<Resident*>& stepping, int k) {
+int SimDevice::StretchFits(const std::vector<const Resident*>& stepping, int k) const {
   if (k <= 1 || !config_->policy.kv_paged) return k;
   const int64_t room = memory_ - weight_bytes();
   auto fit = [&](int j) {
@@ -165,17 +175,19 @@ int SimDevice::ReserveStretch(const std::vector<Resident*>& stepping, int k) {
       hi = mid - 1;
     }
   }
-  for (Resident* res : stepping) {
-    if (!Paged(res->model) || res->shadow) continue;
-    for (SimRequest* r : res->running) {
-      const int64_t grow = BlocksBytes(res->model, r->prompt + r->generated + lo - 1) - r->kv_held;
-      if (grow <= 0) continue;
-      r->kv_held += grow;
-      res->kv_used += grow;
-    }
-  }
-  ShedSessions();
   return lo;
+}
+
+void SimDevice::SyncHeld(Resident* res) {
+  if (!Paged(res->model) || res->shadow) return;
+  for (SimRequest* r : res->running) {
+    if (r->prefilled < PrefillEnd(*r)) continue;
+    // The KV written: every token but the last one sampled.
+    const int64_t grow = BlocksBytes(res->model, r->prompt + r->generated - 1) - r->kv_held;
+    if (grow <= 0) continue;
+    r->kv_held += grow;
+    res->kv_used += grow;
+  }
 }
 
 }  // namespace ballast::sim

@@ -41,13 +41,14 @@ double SimDevice::PlanIteration(bool* decode_only) {
                                                  : serial + host * stepped;
   *decode_only = chunks_.empty();
   if (*decode_only && (Lending() || AdmissionMayChange())) k = 1;
+  if (k == INT_MAX) k = 1;  // no decode among the stepped (prefills starved of budget)
   iterations_ = *decode_only ? std::max(k, 1) : 1;
   if (iterations_ > 1) {  // kv_paged: the iterations whose blocks fit
-    std::vector<Resident*> stepping;
-    for (Resident& res : residents_) {
+    std::vector<const Resident*> stepping;
+    for (const Resident& res : residents_) {
       if (res.stepped) stepping.push_back(&res);
     }
-    iterations_ = ReserveStretch(stepping, iterations_);
+    iterations_ = StretchFits(stepping, iterations_);
   }
   t0_ = t;
   delta_ = *decode_only ? delta : 0;
@@ -57,6 +58,10 @@ double SimDevice::PlanIteration(bool* decode_only) {
 
 void SimDevice::StartIteration() {
   RemapStep();
+  // kv_paged: every model's running requests grow first (the engine's
+  // PlanRunning before PlanAdmissions), so no request of this iteration's
+  // plan is preempted after it was planned.
+  for (Resident& res : residents_) GrowKv(&res);
   Admit();
   bool decode_only = false;
   if (PlanIteration(&decode_only) < 0) {
@@ -99,7 +104,9 @@ void SimDevice::EndIteration(uint64_t version, int iterations) {
   const double now = events_->now();
   for (Resident& res : residents_) {
     // Not stepped: a tensor-parallel model waiting for its group.
-    if (res.stepped) CreditDecodes(&res, decode_only_ ? iterations : 1);
+    if (!res.stepped) continue;
+    CreditDecodes(&res, decode_only_ ? iterations : 1);
+    SyncHeld(&res);  // a stretch's blocks, as written
   }
   // The node's prefill cost model: each model's prefill tokens in this
   // iteration against the iteration's whole time.

@@ -95,7 +95,14 @@ void SimDevice::RollStart() {
   // while it ran, from the requests admitted before; this boundary's
   // admissions go to the step after (the node plans that one now).
   for (Resident& res : residents_) {
-    if (!res.step.on && std::exchange(res.step.follows, false)) begin(res, true);
+    if (res.step.on || !std::exchange(res.step.follows, false)) continue;
+    GrowKv(&res);  // kv_paged: the running requests' blocks for this step
+    begin(res, true);
+  }
+  // kv_paged: the models about to begin grow their running requests first
+  // (the engine's PlanRunning before PlanAdmissions).
+  for (Resident& res : residents_) {
+    if (!res.step.on) GrowKv(&res);
   }
   Admit();
   for (Resident& res : residents_) {
@@ -113,7 +120,7 @@ void SimDevice::RollStart() {
       Spec(last->model).tp == 1 && !Lending() && !AdmissionMayChange() &&
       (!StepsAhead(*last) ||
        (last->step.ahead && host <= std::min(last->step.last_s, last->step.t0)))) {
-    k = ReserveStretch({last}, k);  // kv_paged: the steps whose blocks fit
+    k = StretchFits({last}, k);  // kv_paged: the steps whose blocks fit
     if (k > 1) RollStretch(last, k);
   }
   RollReschedule();
@@ -171,6 +178,7 @@ void SimDevice::RollUnstretch() {
     const int j = StepsWithin(s.t0, s.delta, s.n, now - s.start);
     if (j >= s.n) continue;  // it ends now: its event comes next
     CreditDecodes(&res, j);
+    SyncHeld(&res);  // the blocks its j steps wrote
     model_steps_ += j;
     const double last = s.t0 + (j - 1) * s.delta;  // step j - 1's time, if j > 0
     s.start += Cum(s.t0, s.delta, j);
@@ -249,6 +257,7 @@ void SimDevice::RollEnd(Resident* res) {
   const double now = events_->now();
   Step& s = res->step;
   CreditDecodes(res, s.n);
+  if (s.n > 1) SyncHeld(res);  // a stretch's blocks, as written
   // The node's prefill cost model: the model's prefill tokens in this step
   // against the step's whole time, begin to end.
   int tokens = 0;

@@ -155,6 +155,7 @@ SimResult Simulator::Run() {
     stats_.remap.Add(d->remap_counters());
     stats_.preemptions += d->kv_counters().preemptions;
     stats_.recomputed_tokens += d->kv_counters().recomputed_tokens;
+    stats_.kv_bytes_at_end += d->kv_used();
   }
   if (config_.policy.remap.enabled) {
     stats_.remap_json = RemapJson(config_.policy.remap, stats_.remap, config_);

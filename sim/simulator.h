@@ -141,9 +141,13 @@ struct SimStats {
   RemapCounters remap;
   nlohmann::json remap_json;  // null: remapping off
   // policy.kv_paged: preemptions, and the KV tokens the preempted
-  // requests gave back (and computed again). 0 without kv_paged.
+  // requests gave back (each recomputes them and its last sampled token
+  // when admitted again). 0 without kv_paged.
   int64_t preemptions = 0;
   int64_t recomputed_tokens = 0;
+  // KV the GPUs' running requests still hold at the end: 0 unless some
+  // were unfinished (not in ToJson; conservation tests check it).
+  int64_t kv_bytes_at_end = 0;
 };
 
 struct SimResult {
