@@ -302,6 +302,20 @@ engine::SyntheticModelSpec Spec(uint64_t seed) {
   return s;
 }
 
+constexpr int64_t kPage = 16 << 10;
+
+// Two tiny models' weight pages plus 100 pages of KV (4 KiB a token: room
+// for about two of five 150-token requests).
+int64_t TwoModelsAndSomeKv(const std::string& a_path, const std::string& b_path) {
+  auto pages_of = [&](const std::string& path) {
+    ModelEngineOptions o;
+    o.path = path;
+    const int64_t b = *ModelEngine::WeightBytesNeeded(o);
+    return (b + kPage - 1) / kPage * kPage;
+  };
+  return pages_of(a_path) + pages_of(b_path) + 100 * kPage;
+}
+
 // Mirage's two-model case on one device: a burst on A while B is idle.
 // With remapping on, A's KV shortfall is met by B's weight layers first
 // (B inactive), then A's own; every output stays exact, B serves a request
@@ -310,15 +324,7 @@ TEST(DeviceWorker, KvShortfallBorrowsAnIdleModelsLayersFirstAndGivesThemBack) {
   engine::testing::TempDir dir;
   const std::string a_path = engine::testing::WriteTinyModel(dir, "a", Spec(51));
   const std::string b_path = engine::testing::WriteTinyModel(dir, "b", Spec(52));
-  constexpr int64_t kPage = 16 << 10;
-  auto pages_of = [&](const std::string& path) {
-    ModelEngineOptions o;
-    o.path = path;
-    const int64_t b = *ModelEngine::WeightBytesNeeded(o);
-    return (b + kPage - 1) / kPage * kPage;
-  };
-  // KV room for about two of the five requests (4 KiB per token, 150 tokens).
-  const int64_t memory = pages_of(a_path) + pages_of(b_path) + 100 * kPage;
+  const int64_t memory = TwoModelsAndSomeKv(a_path, b_path);
   DeviceMemoryOptions mem = testing::HostPages(kPage);
   mem.remap.enabled = true;
   mem.remap.revert_after = absl::Seconds(2);  // sanitizer builds step slowly
@@ -390,14 +396,7 @@ TEST(DeviceWorker, AnIdleLenderThatGetsARequestTakesItsLayersBackAtOnce) {
   engine::testing::TempDir dir;
   const std::string a_path = engine::testing::WriteTinyModel(dir, "a", Spec(61));
   const std::string b_path = engine::testing::WriteTinyModel(dir, "b", Spec(62));
-  constexpr int64_t kPage = 16 << 10;
-  auto pages_of = [&](const std::string& path) {
-    ModelEngineOptions o;
-    o.path = path;
-    const int64_t b = *ModelEngine::WeightBytesNeeded(o);
-    return (b + kPage - 1) / kPage * kPage;
-  };
-  const int64_t memory = pages_of(a_path) + pages_of(b_path) + 100 * kPage;
+  const int64_t memory = TwoModelsAndSomeKv(a_path, b_path);
   DeviceMemoryOptions mem = testing::HostPages(kPage);
   mem.remap.enabled = true;
   mem.remap.revert_after = absl::Seconds(600);
