@@ -119,13 +119,13 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
   return pages;
 }
 
-int64_t DeviceWorker::MakeRoomForWeights(int64_t bytes) {
+int64_t DeviceWorker::MakeRoomForWeights(int64_t bytes, const engine::ModelEngine* spare) {
   // The memory ladder's rungs as ReclaimAndMap climbs them, until the
   // budget holds `bytes` or nothing is left to shed.
   memory::KvArena& arena = *balloon_->arena();
   int64_t shed = 0;
   while (balloon_->FreeBytes() < bytes) {
-    const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes(), ShedFor::kWeights);
+    const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes(), ShedFor::kWeights, spare);
     if (got == 0) break;
     shed += got;
     arena.ReclaimFreeSlabs();
@@ -136,7 +136,9 @@ int64_t DeviceWorker::MakeRoomForWeights(int64_t bytes) {
 void DeviceWorker::TickRemap(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
                              absl::Time now) {
   remap_->Tick(engines, *balloon_, slab_bytes_, now,
-               [this](int64_t bytes) { return MakeRoomForWeights(bytes); });
+               [this](int64_t bytes, const engine::ModelEngine* spare) {
+                 return MakeRoomForWeights(bytes, spare);
+               });
 }
 
 int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, ShedFor what,

@@ -97,7 +97,7 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
 
 void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
                            memory::Balloon& balloon, size_t slab_bytes, absl::Time now,
-                           const std::function<int64_t(int64_t)>& make_room) {
+                           const MakeRoom& make_room) {
   RemapStats sample;
   for (const auto& e : engines) {
     const engine::WeightRemapper* r = e->remapper();
@@ -126,7 +126,7 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
     // else every pass would unmap the ready buffer and remap it when idle.
     const int64_t empty = balloon.arena()->stats().slabs_empty * static_cast<int64_t>(slab_bytes);
     if (balloon.FreeBytes() + empty >= need) balloon.arena()->ReclaimFreeSlabs();
-    if (over && balloon.FreeBytes() < need && make_room) shed = make_room(need);
+    if (over && balloon.FreeBytes() < need && make_room) shed = make_room(need, e.get());
     if (balloon.FreeBytes() >= need) {
       auto got = e->remapper()->SetAlpha(target);
       if (!got.ok()) CloseIfBroken(*e, got.status());

@@ -13,9 +13,9 @@
 // every step of it now waits for the copies its compute cannot hide) goes
 // first, at once, and takes back every layer past its cap in one go; when
 // the device's free budget (empty slabs unmapped first) does not hold
-// them plus one slab of headroom, running sequences give their KV back
-// for them (`make_room`: the memory ladder, newest first, as for an
-// activation's weights; they recompute later), since a stalled model
+// them plus one slab of headroom, the other models' running sequences give
+// their KV back for them (`make_room`: the memory ladder, newest first, as
+// for an activation's weights; they recompute later), since a stalled model
 // slows every step it takes while the shortfall lasts. Otherwise, once no
 // KV shortfall has been seen for `revert_after`, the next model in the
 // reverse of donor order (busy models first) takes one layer back per
@@ -53,13 +53,15 @@ class RemapController {
   int64_t Lend(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
                int64_t shortfall_bytes, absl::Time now);
   // Samples the engines' streaming counters and reverts layers when the
-  // rules above allow. `make_room(bytes)` sheds running sequences' KV
-  // until the balloon has `bytes` free (or nothing is left to shed) and
-  // returns the bytes shed; null: a model over its cap waits for free
-  // room like any other revert.
+  // rules above allow. `make_room(bytes, spare)` sheds the KV of running
+  // sequences of every model but `spare` (the one taking its layers back,
+  // whose new requests made it busy) until the balloon has `bytes` free
+  // or nothing is left, and returns the bytes shed; null: a model over
+  // its cap waits for free room like any other revert.
+  using MakeRoom = std::function<int64_t(int64_t bytes, const engine::ModelEngine* spare)>;
   void Tick(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
             memory::Balloon& balloon, size_t slab_bytes, absl::Time now,
-            const std::function<int64_t(int64_t)>& make_room = nullptr);
+            const MakeRoom& make_room = nullptr);
   // Whether Lend could lend anything now: some model lends fewer layers
   // than its cap. Reads the remappers' state only (no step may be
   // finishing: the step thread, as Lend).

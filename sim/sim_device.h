@@ -150,12 +150,14 @@
 //    functions (memory::PlanRemap over DonorOrder: idle models first,
 //    each to its cap, RemapCap), so the lent layers' bytes become KV room
 //    (weights count less by them); past every cap the request waits as
-//    before (a capped event). Layers come back one at a time, as the
-//    daemon's RemapController::Tick (memory::RevertNext), a model over its
-//    cap first, else once no shortfall (a request lending could not place,
-//    or a queued request of a serving model that does not fit) was seen
-//    for revert_after_s, and only while a layer's bytes are free (beside
-//    weights, running and kept KV). The tick runs at every step boundary
+//    before (a capped event). Layers come back as the daemon's
+//    RemapController::Tick (memory::RevertNext): a model over its cap (a
+//    lender that got requests) first, every layer past its cap at once,
+//    the newest running requests preempted for their room with kv_paged;
+//    else one layer at a time once no shortfall (a request lending could
+//    not place, or a queued request of a serving model that does not fit)
+//    was seen for revert_after_s, and only while its bytes are free
+//    (beside weights, running and kept KV). The tick runs at every step boundary
 //    before admission (rolling: at most every 100 ms) and every 50 ms
 //    while the GPU is idle (rolling: 100 ms). A model lending layers
 //    streams them in every step: no cost while the plan's copies hide
@@ -496,9 +498,9 @@ class SimDevice {
   void GrowKv(Resident* res);
   // Grows r's blocks to `tokens`; false if r itself was preempted.
   bool Reserve(Resident* res, SimRequest* r, int tokens);
-  // A running request of another model newer than `than` (lowest priority
-  // first, then newest), or null.
-  std::pair<Resident*, SimRequest*> NewerVictim(const Resident& res, int64_t than);
+  // A running request of a model other than `res` (null: any) newer than
+  // `than` (lowest priority first, then newest), or null.
+  std::pair<Resident*, SimRequest*> NewerVictim(const Resident* res, int64_t than);
   void Preempt(Resident* owner, SimRequest* v);
   // A decode stretch of up to k steps of `stepping`: the most steps whose
   // blocks fit (paged; else k). Nothing is reserved: a stretch is cut

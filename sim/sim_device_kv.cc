@@ -96,8 +96,8 @@ bool SimDevice::Reserve(Resident* res, SimRequest* r, int tokens) {
   while (true) {
     if (fits()) return true;
     SimRequest* own = res->running.back();
-    for (auto v = NewerVictim(*res, own->admit_order); v.second != nullptr;
-         v = NewerVictim(*res, own->admit_order)) {
+    for (auto v = NewerVictim(res, own->admit_order); v.second != nullptr;
+         v = NewerVictim(res, own->admit_order)) {
       Preempt(v.first, v.second);
       if (fits()) return true;
     }
@@ -106,12 +106,12 @@ bool SimDevice::Reserve(Resident* res, SimRequest* r, int tokens) {
   }
 }
 
-std::pair<SimDevice::Resident*, SimRequest*> SimDevice::NewerVictim(const Resident& res,
+std::pair<SimDevice::Resident*, SimRequest*> SimDevice::NewerVictim(const Resident* res,
                                                                     int64_t than) {
   std::pair<Resident*, SimRequest*> best{nullptr, nullptr};
   if (!config_->policy.elastic()) return best;  // static: each model its own share
   for (Resident& o : residents_) {
-    if (&o == &res || o.shadow || !Paged(o.model)) continue;
+    if (&o == res || o.shadow || !Paged(o.model)) continue;
     for (SimRequest* v : o.running) {
       if (v->admit_order <= than) continue;
       const SimRequest* b = best.second;

@@ -142,6 +142,7 @@ void SimDevice::RemapTick() {
   for (size_t i = 0; i < cands.size() && next < 0; ++i) {
     if (cands[i].alpha > cands[i].alpha_cap) next = static_cast<int>(i);
   }
+  const bool over = next >= 0;
   if (next < 0) {
     const double quiet = config_->policy.remap.revert_after_s;
     if (now - last_shortfall_ < quiet) return;
@@ -150,13 +151,30 @@ void SimDevice::RemapTick() {
   if (next < 0) return;
   Resident& res = residents_[static_cast<size_t>(next)];
   const RemapTimings& t = Timings(res.model);
-  // The layer's bytes must be free: beside weights, running and kept KV.
-  if (memory_ - weight_bytes() - kv_used() - session_bytes_ < t.layer_bytes) return;
-  memory::StreamingPlan plan = PlanFor(t, res.lent.alpha - 1, res.lent_respect);
-  if (res.lent.alpha > 1 && plan.alpha == 0) return;  // no plan for one fewer
+  // Over its cap (the daemon's forced revert): back to the cap at once;
+  // else one layer.
+  const int target = over ? cands[static_cast<size_t>(next)].alpha_cap : res.lent.alpha - 1;
+  const int64_t need = (res.lent.alpha - target) * t.layer_bytes;
+  auto free = [&] { return memory_ - weight_bytes() - kv_used() - session_bytes_; };
+  // kv_paged, over its cap: the other models' newest running requests
+  // give their KV back for the layers (DeviceWorker::MakeRoomForWeights,
+  // sparing the model taking them back; idle sessions' KV counts as free
+  // here already).
+  bool forced = false;
+  while (over && free() < need) {
+    const auto v = NewerVictim(&res, -1);
+    if (v.second == nullptr) break;
+    Preempt(v.first, v.second);
+    forced = true;
+  }
+  // The layers' bytes must be free: beside weights, running and kept KV.
+  if (free() < need) return;
+  memory::StreamingPlan plan = PlanFor(t, target, res.lent_respect);
+  if (target > 0 && plan.alpha == 0) return;  // no plan for that many
   RemapAccrue();
   res.lent = std::move(plan);
   ++remap_counters_.revert_events;
+  if (forced) ++remap_counters_.forced_reverts;
 }
 
 double SimDevice::RemapStall(const Resident& res, double step_s) {

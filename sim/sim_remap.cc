@@ -61,6 +61,7 @@ void RemapCounters::Add(const RemapCounters& o) {
   remap_events += o.remap_events;
   revert_events += o.revert_events;
   capped_events += o.capped_events;
+  forced_reverts += o.forced_reverts;
   kv_wait_requests += o.kv_wait_requests;
   max_lent_bytes = std::max(max_lent_bytes, o.max_lent_bytes);
   streamed_steps += o.streamed_steps;
@@ -86,6 +87,7 @@ nlohmann::json RemapJson(const SimRemap& options, const RemapCounters& c, const 
           {"remap_events", c.remap_events},
           {"revert_events", c.revert_events},
           {"capped_events", c.capped_events},
+          {"forced_reverts", c.forced_reverts},
           {"kv_wait_requests", c.kv_wait_requests},
           {"max_alpha", max_alpha},
           {"max_lent_gib", static_cast<double>(c.max_lent_bytes) / (1LL << 30)},

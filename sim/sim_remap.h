@@ -78,6 +78,9 @@ struct RemapCounters {
   int64_t remap_events = 0;  // models whose α grew at a shortfall
   int64_t revert_events = 0;
   int64_t capped_events = 0;  // shortfalls the caps left (partly) uncovered
+  // Reverts of a model over its cap for which running requests were
+  // preempted (kv_paged; the daemon's remap_events_total{kind="forced"}).
+  int64_t forced_reverts = 0;
   // Requests refused admission for KV room at least once (without
   // policy.kv_paged the sim reserves a request's whole KV at admission, so
   // a request short of room waits in the queue where the daemon would

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/generators.h"
+#include "bench/report.h"
 #include "sim/sim_remap.h"
 #include "sim/simulator.h"
 #include "tests/unit/sim/sim_test_util.h"
@@ -127,6 +128,36 @@ TEST(SimRemapTest, LayersComeBackAtTheDaemonsTickOnceQuietAndFree) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->stats.remap.revert_events, 0);
   EXPECT_GT(s->stats.remap.layer_seconds.at(1), 5 * 30.0);
+}
+
+TEST(SimRemapTest, ALenderThatGetsARequestTakesItsLayersBackPreemptingTheNewest) {
+  // b lends to a's burst while idle; at 2 s it gets a request and is over
+  // its cap (busy: T_T 122 ms against T_c 0.6 ms allows none). Held block
+  // by block (kv_paged), every layer comes back at its first tick and a's
+  // newest requests give their KV back for them (the daemon's forced
+  // revert); b's request is served from resident weights. With whole
+  // reservations nothing is preempted: b's layers wait for free room.
+  const auto trace = Burst({Req("b0", "b", 2, 100, 20)});
+  SimConfig paged = Gpu({"a", "b"}, true);
+  paged.policy.kv_paged = true;
+  auto r = Simulate(paged, testing::ConstantEngine(), trace);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const RemapCounters& c = r->stats.remap;
+  EXPECT_GT(c.max_alpha.at(1), 0);
+  EXPECT_EQ(c.forced_reverts, 1);
+  EXPECT_GT(r->stats.preemptions, 0);
+  EXPECT_EQ(Find(*r, "b0").status, "OK");
+  EXPECT_EQ(Find(*r, "b0").preemptions, 0);
+  // Back at once: b streams for at most the steps before its first tick.
+  EXPECT_LE(c.streamed_steps, 2);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Find(*r, absl::StrCat("r", i)).status, "OK");
+  const bench::Report rep = bench::Summarize(r->replay, 1.0, 1e9);
+  EXPECT_EQ(rep.total.completed, rep.total.total);
+  EXPECT_EQ(r->stats.kv_bytes_at_end, 0);
+  auto whole = Simulate(Gpu({"a", "b"}, true), testing::ConstantEngine(), trace);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->stats.remap.forced_reverts, 0);
+  EXPECT_EQ(whole->stats.preemptions, 0);
 }
 
 TEST(SimRemapTest, TheBusyModelLendsOnlyPastTheIdleOnesCapAndWhereItsCopiesHide) {
