@@ -391,7 +391,6 @@ TEST(DeviceWorker, KvShortfallBorrowsAnIdleModelsLayersFirstAndGivesThemBack) {
 // must come back. A's burst holds the KV, so A's newest sequences give
 // theirs back for them (preempted, recomputed: every output stays exact).
 // The quiet time is long, so only that forced revert takes layers back.
-// (B's T_c is timed at activation: with none known, a cap is the floor.)
 TEST(DeviceWorker, AnIdleLenderThatGetsARequestTakesItsLayersBackAtOnce) {
   engine::testing::TempDir dir;
   const std::string a_path = engine::testing::WriteTinyModel(dir, "a", Spec(61));
@@ -402,9 +401,10 @@ TEST(DeviceWorker, AnIdleLenderThatGetsARequestTakesItsLayersBackAtOnce) {
   mem.remap.revert_after = absl::Seconds(600);
   mem.remap.layer_transfer = absl::Seconds(10);
   auto w = std::move(*DeviceWorker::Create("cpu:0", memory, mem));
-  auto a = testing::Activate("a", a_path, w.get());
+  // Both models' T_c is timed at activation (a busy model's cap needs it:
+  // with none known, a cap is the floor).
+  auto a = testing::Activate("a", a_path, w.get(), /*prepare_remap=*/true);
   ASSERT_TRUE(a.ok()) << a.status();
-  // B's T_c is timed at activation (a busy model's cap needs it).
   auto b = testing::Activate("b", b_path, w.get(), /*prepare_remap=*/true);
   ASSERT_TRUE(b.ok()) << b.status();
   std::vector<GenerationRequest> reqs;
@@ -430,7 +430,6 @@ TEST(DeviceWorker, AnIdleLenderThatGetsARequestTakesItsLayersBackAtOnce) {
       << "B's layers never came back while A held the KV";
   EXPECT_GT(forced.forced_shed_bytes, 0);
   EXPECT_EQ(forced.layers.at("b"), 0);  // back to its cap (0) in one go
-  EXPECT_EQ(forced.layers.at("a"), 0);  // busy: it lends nothing
   ASSERT_TRUE(db.AwaitDone(absl::Seconds(120)));
   ASSERT_TRUE(db.result.ok()) << db.result.status();
   EXPECT_EQ(db.result->output_tokens, Alone(b_path, rb));
