@@ -34,7 +34,9 @@ int WeightRemapper::AlphaCap(double max_fraction, bool respect_timing) const {
   const int n = num_layers();
   const int floor_cap = std::clamp(static_cast<int>(std::floor(max_fraction * n)), 0, n - 2);
   if (!respect_timing || t_compute() <= 0 || t_transfer_ <= 0) return floor_cap;
-  return memory::MaxAlpha(n, t_transfer_, t_compute(), floor_cap);
+  const double t_transfer = memory::SharedTransfer(t_transfer_, link_others_);
+  if (t_transfer < 0) return 0;  // the other streaming models fill the link
+  return memory::MaxAlpha(n, t_transfer, t_compute(), floor_cap);
 }
 
 absl::Status WeightRemapper::Prepare() {
@@ -81,7 +83,9 @@ absl::StatusOr<memory::StreamingPlan> WeightRemapper::PlanFor(int alpha, int slo
       next.slots = slots;
       next.streamed = memory::UniformLayers(n, alpha + slots);
     } else {
-      next = memory::PlanStreaming(n, alpha, t_transfer_, tc);
+      // With the link the other streaming models leave; none: no plan.
+      const double tt = memory::SharedTransfer(t_transfer_, link_others_);
+      if (tt > 0) next = memory::PlanStreaming(n, alpha, tt, tc);
       if (next.alpha == 0 && !respect_timing_) {  // stream anyway, double buffered
         next.alpha = alpha;
         next.slots = 2;
@@ -89,9 +93,10 @@ absl::StatusOr<memory::StreamingPlan> WeightRemapper::PlanFor(int alpha, int slo
       }
     }
     if (next.alpha == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("lending ", alpha, " of ", n, " layers would stall compute (T_T ",
-                       t_transfer_ * 1e3, " ms, T_c ", t_compute() * 1e3, " ms per layer)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "lending ", alpha, " of ", n, " layers would stall compute (T_T ", t_transfer_ * 1e3,
+          " ms, T_c ", t_compute() * 1e3, " ms per layer; other models' copies hold ",
+          link_others_ * 100, "% of the link)"));
     }
   }
   return next;

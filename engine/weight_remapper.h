@@ -19,6 +19,7 @@
 // the engine in flight.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -49,7 +50,9 @@ class WeightRemapper {
   int64_t layer_bytes() const { return layer_bytes_; }
   // The most layers this model may lend now: at most max_fraction of its
   // layers (the floor kept resident), and, once T_c is known, the largest
-  // α whose transfers hide behind compute (memory::MaxAlpha).
+  // α whose transfers hide behind compute (memory::MaxAlpha) with the
+  // link the other streaming models leave (set_link_share; 0 when they
+  // leave none).
   // `respect_timing` false: the floor alone (streaming whatever it costs).
   int AlphaCap(double max_fraction, bool respect_timing = true) const;
 
@@ -80,6 +83,16 @@ class WeightRemapper {
   // live decode steps are seen.
   void SetActivationDecode(double seconds);
   double t_transfer() const { return t_transfer_; }
+  // The share of the device's host-to-device link the other streaming
+  // models take (memory::LinkShare summed over them; RemapController sets
+  // it before each decision). AlphaCap and SetAlpha's plans then time a
+  // copy as memory::SharedTransfer: T_T / (1 - others). Default 0.
+  void set_link_share(double others) { link_others_ = std::max(0.0, others); }
+  double link_others() const { return link_others_; }
+  // This model's own share of the link while it streams (0: it lends none).
+  double link_share() const {
+    return memory::LinkShare(num_layers(), plan_, t_transfer_, t_compute());
+  }
   // Per layer: the live decode steps' (window minimum), else the activation's batch-1
   // decode, else 0 (unknown).
   double t_compute() const { return t_compute_ > 0 ? t_compute_ : t_compute_activation_; }
@@ -106,8 +119,9 @@ class WeightRemapper {
   const std::vector<LayerExtent> extents_;
   int64_t layer_bytes_ = 0;
   memory::StreamingPlan plan_;
-  double t_transfer_ = 0;  // 0: not measured yet
-  double t_compute_ = 0;   // 0: no decode step seen yet
+  double t_transfer_ = 0;   // 0: not measured yet
+  double link_others_ = 0;  // the other streaming models' share of the link
+  double t_compute_ = 0;    // 0: no decode step seen yet
   static constexpr int kWindow = 16;
   double recent_[kWindow] = {};  // per-layer times of the last decode steps (0: none)
   int recent_next_ = 0;

@@ -74,6 +74,22 @@ StreamingPlan PlanStreaming(int n, int alpha, double t_transfer, double t_comput
   return p;
 }
 
+int CopiesPerStep(const StreamingPlan& plan) {
+  return plan.alpha <= 0 ? 0 : plan.alpha + std::min(plan.alpha, plan.slots);
+}
+
+double LinkShare(int n, const StreamingPlan& plan, double t_transfer, double t_compute) {
+  const int copies = CopiesPerStep(plan);
+  if (copies == 0 || t_transfer <= 0) return 0;
+  if (n <= 0 || t_compute <= 0) return 0;  // unknown compute: not estimated
+  return copies * t_transfer / (n * t_compute);
+}
+
+double SharedTransfer(double t_transfer, double others) {
+  if (others >= 1) return -1;
+  return t_transfer / (1 - std::max(0.0, others));
+}
+
 std::vector<size_t> DonorOrder(const std::vector<RemapCandidate>& models) {
   std::vector<size_t> order(models.size());
   std::iota(order.begin(), order.end(), size_t{0});

@@ -59,6 +59,24 @@ int MaxAlpha(int n, double t_transfer, double t_compute, int cap);
 // alpha == 0 or SlotsFor == 0: the empty plan.
 StreamingPlan PlanStreaming(int n, int alpha, double t_transfer, double t_compute);
 
+// Layer copies one step of `plan` makes: the α lent layers into the slots,
+// and the slots' home layers back (a slot whose home is its only layer is
+// not reloaded): α + min(α, β). 0 without remapping.
+int CopiesPerStep(const StreamingPlan& plan);
+
+// The host-to-device link is one per device, and every streaming model's
+// copies share it. A model whose steps copy CopiesPerStep(plan) layers of
+// T_T each, and take n x T_c of compute, keeps the link busy this share of
+// the time (above 1 its copies cannot keep up even alone). Unknown T_c
+// (<= 0): 0, as the caps take an unknown T_c for no constraint.
+double LinkShare(int n, const StreamingPlan& plan, double t_transfer, double t_compute);
+
+// One layer's copy as a model sees it when the other streaming models hold
+// `others` of the link (their LinkShare summed): the link's rest, shared
+// fluidly, so T_T / (1 - others). Returns a negative value when the others
+// leave nothing (others >= 1): no α > 0 hides then.
+double SharedTransfer(double t_transfer, double others);
+
 // A resident model as the remap controller sees it.
 struct RemapCandidate {
   int owner = 0;            // the caller's index

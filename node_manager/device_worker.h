@@ -354,9 +354,9 @@ class DeviceWorker {
   // Returns whether any began. Step thread only.
   bool BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
-  // Sheds KV (the ladder, as ReclaimAndMap) of every model but `spare`
-  // until the balloon has `bytes` free or nothing is left; returns the
-  // bytes shed. Step thread, no step in flight.
+  // Sheds KV (the ladder, as ReclaimAndMap) until the balloon has `bytes`
+  // free or nothing is left: every model's but `spare`'s first, then
+  // `spare`'s own. Returns the bytes shed. Step thread, no step in flight.
   int64_t MakeRoomForWeights(int64_t bytes, const engine::ModelEngine* spare);
   // The remapping tick (RemapController::Tick), a model over its cap
   // taking its layers back by MakeRoomForWeights. Same thread rule.

@@ -30,8 +30,26 @@ void RemapController::ApplyProfile(
   }
 }
 
+void RemapController::ShareLink(
+    const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const {
+  // Only a model with requests steps, so only its copies take the link.
+  double total = 0;
+  std::vector<double> own(engines.size(), 0.0);
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const engine::WeightRemapper* r = engines[i]->remapper();
+    if (r != nullptr && engines[i]->HasWork()) own[i] = r->link_share();
+    total += own[i];
+  }
+  for (size_t i = 0; i < engines.size(); ++i) {
+    if (engine::WeightRemapper* r = engines[i]->remapper(); r != nullptr) {
+      r->set_link_share(total - own[i]);
+    }
+  }
+}
+
 std::vector<memory::RemapCandidate> RemapController::Candidates(
     const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const {
+  ShareLink(engines);
   std::vector<memory::RemapCandidate> out;
   for (size_t i = 0; i < engines.size(); ++i) {
     const engine::WeightRemapper* r = engines[i]->remapper();
@@ -66,12 +84,27 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
   last_shortfall_ = now;
   if (shortfall_bytes <= 0) return 0;
   ApplyProfile(engines);
-  const std::vector<memory::RemapCandidate> cands = Candidates(engines);
-  const std::vector<int> target = memory::PlanRemap(cands, shortfall_bytes);
   int64_t freed = 0;
   int64_t events = 0;
-  for (size_t i = 0; i < engines.size(); ++i) {
-    if (target[i] <= cands[i].alpha) continue;
+  std::vector<bool> asked(engines.size(), false);
+  // One donor at a time, each asked once: a busy donor's copies take link
+  // time from the next ones, whose caps are computed again after it.
+  while (freed < shortfall_bytes) {
+    std::vector<memory::RemapCandidate> cands = Candidates(engines);
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (asked[i]) cands[i].alpha_cap = std::min(cands[i].alpha_cap, cands[i].alpha);
+    }
+    const std::vector<int> target = memory::PlanRemap(cands, shortfall_bytes - freed);
+    int next = -1;
+    for (size_t i : memory::DonorOrder(cands)) {
+      if (target[i] > cands[i].alpha) {
+        next = static_cast<int>(i);
+        break;
+      }
+    }
+    if (next < 0) break;
+    const auto i = static_cast<size_t>(next);
+    asked[i] = true;
     engine::WeightRemapper* r = engines[i]->remapper();
     r->set_respect_timing(options_.respect_timing && cands[i].active);
     auto got = r->SetAlpha(target[i]);
@@ -85,9 +118,9 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
     ++events;
     spdlog::info(
         "model {}: {} of {} weight layers lent to KV ({} slot(s), T_T {:.3f} ms, "
-        "T_c {:.3f} ms per layer)",
+        "T_c {:.3f} ms per layer, {:.0f}% of the link taken by other models)",
         engines[i]->name(), r->alpha(), r->num_layers(), r->plan().slots, r->t_transfer() * 1e3,
-        r->t_compute() * 1e3);
+        r->t_compute() * 1e3, r->link_others() * 100);
   }
   absl::MutexLock lock(&mu_);
   stats_.remap_events += events;
@@ -109,9 +142,20 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
   // A model lending more than its cap now allows (its decode steps got
   // faster than the copies) goes first and needs no quiet time: its
   // streaming stalls every step. Else the reverse donor order, once quiet.
+  // Among several over their caps (the link oversubscribed), the one
+  // furthest past its cap first: its copies hold most of the link, and
+  // the others' caps may allow them once it is back (ties: the reverse of
+  // donor order, as for any revert).
   int next = -1;
-  for (size_t i = 0; i < cands.size() && next < 0; ++i) {
-    if (cands[i].alpha > cands[i].alpha_cap) next = static_cast<int>(i);
+  const std::vector<size_t> order = memory::DonorOrder(cands);
+  for (auto it = order.rbegin(), most = order.rend(); it != order.rend(); ++it) {
+    const memory::RemapCandidate& c = cands[*it];
+    if (c.alpha <= c.alpha_cap) continue;
+    if (most == order.rend() ||
+        c.alpha - c.alpha_cap > cands[*most].alpha - cands[*most].alpha_cap) {
+      most = it;
+      next = static_cast<int>(*it);
+    }
   }
   const bool over = next >= 0;
   if (next < 0 && now - last_shortfall_ >= options_.revert_after) next = memory::RevertNext(cands);

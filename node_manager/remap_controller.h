@@ -8,14 +8,23 @@
 // model streams nothing until it runs, so its cap is the floor alone). Past every cap the shortfall
 // falls to the next rung (preemption) and the event is counted.
 //
+// The device has one host-to-device link, and every busy streaming
+// model's copies share it: a model's cap times its copies at the link the
+// other busy streaming models leave (memory::SharedTransfer). Lend asks
+// one donor at a time, computing the caps again after each, so two busy
+// models never both take the same spare link time; a model whose share
+// the others' grew past (an idle lender that got requests starts to copy)
+// is over its cap and reverts as below.
+//
 // Reversion (§5.5), checked by Tick before every pass: a model lending
 // more layers than its cap now allows (an idle donor that got requests:
 // every step of it now waits for the copies its compute cannot hide) goes
-// first, at once, and takes back every layer past its cap in one go; when
-// the device's free budget (empty slabs unmapped first) does not hold
-// them plus one slab of headroom, the other models' running sequences give
-// their KV back for them (`make_room`: the memory ladder, newest first, as
-// for an activation's weights; they recompute later), since a stalled model
+// first (several: the one furthest past its cap, whose copies hold most
+// of the link), at once, and takes back every layer past its cap in one
+// go; when the device's free budget (empty slabs unmapped first) does not
+// hold them plus one slab of headroom, running sequences give their KV
+// back for them (`make_room`: the memory ladder, newest first, as for an
+// activation's weights; they recompute later), since a stalled model
 // slows every step it takes while the shortfall lasts. Otherwise, once no
 // KV shortfall has been seen for `revert_after`, the next model in the
 // reverse of donor order (busy models first) takes one layer back per
@@ -53,11 +62,11 @@ class RemapController {
   int64_t Lend(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
                int64_t shortfall_bytes, absl::Time now);
   // Samples the engines' streaming counters and reverts layers when the
-  // rules above allow. `make_room(bytes, spare)` sheds the KV of running
-  // sequences of every model but `spare` (the one taking its layers back,
-  // whose new requests made it busy) until the balloon has `bytes` free
-  // or nothing is left, and returns the bytes shed; null: a model over
-  // its cap waits for free room like any other revert.
+  // rules above allow. `make_room(bytes, spare)` sheds KV until the
+  // balloon has `bytes` free, the other models' first and then `spare`'s
+  // own (the model taking its layers back, whose new requests made it
+  // busy), or until nothing is left, and returns the bytes shed. Null: a
+  // model over its cap waits for free room like any other revert.
   using MakeRoom = std::function<int64_t(int64_t bytes, const engine::ModelEngine* spare)>;
   void Tick(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
             memory::Balloon& balloon, size_t slab_bytes, absl::Time now,
@@ -73,6 +82,9 @@ class RemapController {
  private:
   std::vector<memory::RemapCandidate> Candidates(
       const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
+  // Each remapper's share of the link left by the other streaming models
+  // (WeightRemapper::set_link_share). Candidates calls it first.
+  void ShareLink(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
   // options_.layer_transfer (if set) as each remapper's T_T.
   void ApplyProfile(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
 

@@ -183,6 +183,7 @@
 // Thread-safety: none (the simulator's single thread).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -410,6 +411,10 @@ class SimDevice {
     memory::StreamingPlan lent{};
     bool lent_respect = true;
     int64_t last_active = 0;
+    // T_c as the daemon's WeightRemapper samples it: per-layer times of
+    // the last decode-only steps that streamed nothing (0: none yet).
+    std::array<double, 16> tc_recent{};
+    size_t tc_next = 0;
   };
 
   Resident* Find(int model);
@@ -471,7 +476,15 @@ class SimDevice {
   // lends layers and the simulation has requests outstanding.
   void RemapIdle();
   const RemapTimings& Timings(int model);
-  std::vector<memory::RemapCandidate> RemapCandidates();
+  // Timings with T_c as sampled now (sim_remap.h).
+  RemapTimings TimingsNow(const Resident& res);
+  // A decode-only step of `res` that took `seconds` (T_c's window).
+  void ObserveDecode(Resident* res, double seconds);
+  // The link the busy streaming models take (memory::LinkShare), by
+  // resident index, and in all.
+  std::vector<double> LinkShares(double* total);
+  // The candidates, with the link each one's others take (`others`).
+  std::vector<memory::RemapCandidate> RemapCandidates(std::vector<double>* others = nullptr);
   // Lends layers for `shortfall` bytes of KV; returns the bytes freed.
   int64_t Lend(int64_t shortfall);
   // A request of `res` (`bytes` of KV) short of room beside `total_kv`:

@@ -46,7 +46,43 @@ bool SimDevice::KvWaiting() const {
   });
 }
 
-std::vector<memory::RemapCandidate> SimDevice::RemapCandidates() {
+RemapTimings SimDevice::TimingsNow(const Resident& res) {
+  RemapTimings t = Timings(res.model);
+  double best = 0;
+  for (double tc : res.tc_recent) {
+    if (tc > 0) best = best > 0 ? std::min(best, tc) : tc;
+  }
+  if (best > 0) t.t_compute = best;
+  return t;
+}
+
+void SimDevice::ObserveDecode(Resident* res, double seconds) {
+  // As WeightRemapper::ObserveForward: streaming steps are not sampled.
+  if (!Remapping() || res->lent.alpha > 0 || seconds <= 0) return;
+  const int layers = Spec(res->model).Part().layers;
+  if (layers <= 0) return;
+  res->tc_recent[res->tc_next] = seconds / layers;
+  res->tc_next = (res->tc_next + 1) % res->tc_recent.size();
+}
+
+std::vector<double> SimDevice::LinkShares(double* total) {
+  std::vector<double> own(residents_.size(), 0.0);
+  *total = 0;
+  for (size_t i = 0; i < residents_.size(); ++i) {
+    const Resident& res = residents_[i];
+    // Only a busy model steps, so only its copies take the link.
+    if (res.lent.alpha <= 0 || !Busy(res.model)) continue;
+    const RemapTimings t = TimingsNow(res);
+    own[i] = memory::LinkShare(t.layers, res.lent, t.t_transfer, t.t_compute);
+    *total += own[i];
+  }
+  return own;
+}
+
+std::vector<memory::RemapCandidate> SimDevice::RemapCandidates(std::vector<double>* others) {
+  double total = 0;
+  const std::vector<double> own = LinkShares(&total);
+  if (others != nullptr) others->assign(residents_.size(), 0.0);
   std::vector<memory::RemapCandidate> out;
   for (size_t i = 0; i < residents_.size(); ++i) {
     const Resident& res = residents_[i];
@@ -58,11 +94,12 @@ std::vector<memory::RemapCandidate> SimDevice::RemapCandidates() {
     const bool lends = !res.shadow && Spec(res.model).tp == 1 &&
                        (res.phase == ModelPhase::kReady || res.phase == ModelPhase::kDraining);
     if (lends) {
-      const RemapTimings& t = Timings(res.model);
+      const RemapTimings t = TimingsNow(res);
       c.active = Busy(res.model);
       c.last_active = res.last_active;
-      c.alpha_cap = RemapCap(t, config_->policy.remap, c.active);
+      c.alpha_cap = RemapCap(t, config_->policy.remap, c.active, total - own[i]);
       c.layer_bytes = t.layer_bytes;
+      if (others != nullptr) (*others)[i] = total - own[i];
     }
     out.push_back(c);
   }
@@ -72,16 +109,32 @@ std::vector<memory::RemapCandidate> SimDevice::RemapCandidates() {
 int64_t SimDevice::Lend(int64_t shortfall) {
   last_shortfall_ = events_->now();
   if (shortfall <= 0) return 0;
-  const std::vector<memory::RemapCandidate> cands = RemapCandidates();
-  const std::vector<int> target = memory::PlanRemap(cands, shortfall);
   RemapAccrue();
   int64_t freed = 0;
-  for (size_t i = 0; i < residents_.size(); ++i) {
-    if (target[i] <= cands[i].alpha) continue;
+  std::vector<bool> asked(residents_.size(), false);
+  // As RemapController::Lend: one donor at a time, each asked once, the
+  // caps computed again after each (a busy donor's copies take link time
+  // from the next).
+  while (freed < shortfall) {
+    std::vector<double> others;
+    std::vector<memory::RemapCandidate> cands = RemapCandidates(&others);
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (asked[i]) cands[i].alpha_cap = std::min(cands[i].alpha_cap, cands[i].alpha);
+    }
+    const std::vector<int> target = memory::PlanRemap(cands, shortfall - freed);
+    size_t i = cands.size();
+    for (size_t d : memory::DonorOrder(cands)) {
+      if (target[d] > cands[d].alpha) {
+        i = d;
+        break;
+      }
+    }
+    if (i == cands.size()) break;
+    asked[i] = true;
     Resident& res = residents_[i];
     // As the controller: the timing constraint only for a busy model.
     const bool respect = config_->policy.remap.respect_timing && cands[i].active;
-    memory::StreamingPlan plan = PlanFor(Timings(res.model), target[i], respect);
+    memory::StreamingPlan plan = PlanFor(TimingsNow(res), target[i], respect, others[i]);
     if (plan.alpha == 0) continue;  // SetAlpha's FAILED_PRECONDITION: nothing changes
     freed += static_cast<int64_t>(target[i] - cands[i].alpha) * cands[i].layer_bytes;
     res.lent = std::move(plan);
@@ -134,13 +187,21 @@ void SimDevice::RemapTick() {
   // A queued request that does not fit is a shortfall too (admission,
   // which would lend for it, is skipped while its model steps).
   if (KvWaiting()) last_shortfall_ = now;
-  const std::vector<memory::RemapCandidate> cands = RemapCandidates();
+  std::vector<double> others;
+  const std::vector<memory::RemapCandidate> cands = RemapCandidates(&others);
   // A model lending more than its cap now allows (an idle lender that got
-  // requests) goes first, with no quiet time; else the reverse donor
-  // order once no shortfall was seen for revert_after_s.
-  int next = -1;
-  for (size_t i = 0; i < cands.size() && next < 0; ++i) {
-    if (cands[i].alpha > cands[i].alpha_cap) next = static_cast<int>(i);
+  // requests, or the link oversubscribed) goes first, with no quiet time;
+  // else the reverse donor order once no shortfall was seen for
+  // revert_after_s.
+  // Several over: the furthest past its cap first (ties: the reverse of
+  // donor order), as the controller.
+  int next = -1, excess = 0;
+  const std::vector<size_t> order = memory::DonorOrder(cands);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (cands[*it].alpha - cands[*it].alpha_cap > excess) {
+      excess = cands[*it].alpha - cands[*it].alpha_cap;
+      next = static_cast<int>(*it);
+    }
   }
   const bool over = next >= 0;
   if (next < 0) {
@@ -150,26 +211,30 @@ void SimDevice::RemapTick() {
   }
   if (next < 0) return;
   Resident& res = residents_[static_cast<size_t>(next)];
-  const RemapTimings& t = Timings(res.model);
+  const RemapTimings t = TimingsNow(res);
   // Over its cap (the daemon's forced revert): back to the cap at once;
   // else one layer.
   const int target = over ? cands[static_cast<size_t>(next)].alpha_cap : res.lent.alpha - 1;
   const int64_t need = (res.lent.alpha - target) * t.layer_bytes;
   auto free = [&] { return memory_ - weight_bytes() - kv_used() - session_bytes_; };
-  // kv_paged, over its cap: the other models' newest running requests
-  // give their KV back for the layers (DeviceWorker::MakeRoomForWeights,
-  // sparing the model taking them back; idle sessions' KV counts as free
+  // kv_paged, over its cap: running requests give their KV back for the
+  // layers, the other models' newest first, then the model's own
+  // (DeviceWorker::MakeRoomForWeights; idle sessions' KV counts as free
   // here already).
   bool forced = false;
-  while (over && free() < need) {
-    const auto v = NewerVictim(&res, -1);
-    if (v.second == nullptr) break;
-    Preempt(v.first, v.second);
-    forced = true;
+  for (const Resident* skip :
+       {static_cast<const Resident*>(&res), static_cast<const Resident*>(nullptr)}) {
+    while (over && free() < need) {
+      const auto v = NewerVictim(skip, -1);
+      if (v.second == nullptr) break;
+      Preempt(v.first, v.second);
+      forced = true;
+    }
   }
   // The layers' bytes must be free: beside weights, running and kept KV.
   if (free() < need) return;
-  memory::StreamingPlan plan = PlanFor(t, target, res.lent_respect);
+  memory::StreamingPlan plan =
+      PlanFor(t, target, res.lent_respect, others[static_cast<size_t>(next)]);
   if (target > 0 && plan.alpha == 0) return;  // no plan for that many
   RemapAccrue();
   res.lent = std::move(plan);
@@ -179,10 +244,13 @@ void SimDevice::RemapTick() {
 
 double SimDevice::RemapStall(const Resident& res, double step_s) {
   if (res.lent.alpha <= 0) return 0;
-  const RemapTimings& t = Timings(res.model);
-  const double stall = StreamingStall(t, res.lent, step_s);
+  const RemapTimings t = TimingsNow(res);
+  double total = 0;
+  const std::vector<double> own = LinkShares(&total);
+  const auto i = static_cast<size_t>(&res - residents_.data());
+  const double stall = StreamingStall(t, res.lent, step_s, total - own[i]);
   ++remap_counters_.streamed_steps;
-  remap_counters_.streamed_bytes += CopiesPerStep(res.lent) * t.layer_bytes;
+  remap_counters_.streamed_bytes += memory::CopiesPerStep(res.lent) * t.layer_bytes;
   remap_counters_.stall_s += stall;
   return stall;
 }

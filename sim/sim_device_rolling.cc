@@ -275,6 +275,9 @@ void SimDevice::RollEnd(Resident* res) {
   s.follows = StepsAhead(*res);
   s.last_s = s.t0 + (s.n - 1) * s.delta;
   if (s.n == 1) s.last_s = now - s.start;
+  // T_c's sample, as the daemon times a decode step alone on its stream
+  // (not ahead): launch to end, beside the other models' steps.
+  if (tokens == 0 && !s.ahead) ObserveDecode(res, s.last_s - config_->policy.step_host_s);
   s.on = false;
   s.joined = false;
   s.n = 1;

@@ -27,7 +27,7 @@ RemapTimings TimingsOf(const EngineModel& engine, const SimPolicy& policy, const
   return t;
 }
 
-int RemapCap(const RemapTimings& t, const SimRemap& options, bool active) {
+int RemapCap(const RemapTimings& t, const SimRemap& options, bool active, double others) {
   const int n = t.layers;
   if (n < 2) return 0;
   const int floor_cap =
@@ -35,11 +35,16 @@ int RemapCap(const RemapTimings& t, const SimRemap& options, bool active) {
   if (!options.respect_timing || !active || t.t_compute <= 0 || t.t_transfer <= 0) {
     return floor_cap;
   }
-  return memory::MaxAlpha(n, t.t_transfer, t.t_compute, floor_cap);
+  const double t_transfer = memory::SharedTransfer(t.t_transfer, others);
+  if (t_transfer < 0) return 0;
+  return memory::MaxAlpha(n, t_transfer, t.t_compute, floor_cap);
 }
 
-memory::StreamingPlan PlanFor(const RemapTimings& t, int alpha, bool respect_timing) {
-  memory::StreamingPlan p = memory::PlanStreaming(t.layers, alpha, t.t_transfer, t.t_compute);
+memory::StreamingPlan PlanFor(const RemapTimings& t, int alpha, bool respect_timing,
+                              double others) {
+  memory::StreamingPlan p;
+  const double t_transfer = memory::SharedTransfer(t.t_transfer, others);
+  if (t_transfer > 0) p = memory::PlanStreaming(t.layers, alpha, t_transfer, t.t_compute);
   if (p.alpha == 0 && alpha > 0 && !respect_timing && alpha + 2 <= t.layers) {
     p.alpha = alpha;
     p.slots = 2;
@@ -48,13 +53,15 @@ memory::StreamingPlan PlanFor(const RemapTimings& t, int alpha, bool respect_tim
   return p;
 }
 
-int CopiesPerStep(const memory::StreamingPlan& plan) {
-  return plan.alpha <= 0 ? 0 : plan.alpha + std::min(plan.alpha, plan.slots);
-}
-
-double StreamingStall(const RemapTimings& t, const memory::StreamingPlan& plan, double step_s) {
+double StreamingStall(const RemapTimings& t, const memory::StreamingPlan& plan, double step_s,
+                      double others) {
   if (plan.alpha <= 0 || t.layers <= 0) return 0;
-  return std::max(0.0, CopiesPerStep(plan) * t.t_transfer - step_s);
+  // The link's load over the load this model alone puts on it: 1 while
+  // the link carries every busy model's copies.
+  const double own = memory::LinkShare(t.layers, plan, t.t_transfer, t.t_compute);
+  const double stretch = std::max(1.0, own + std::max(0.0, others)) / std::max(1.0, own);
+  const double copies = memory::CopiesPerStep(plan) * t.t_transfer * stretch;
+  return std::max(0.0, copies - step_s);
 }
 
 void RemapCounters::Add(const RemapCounters& o) {

@@ -12,16 +12,19 @@
 //    A layer's bytes: one decoder layer's parameters (attention, MLP and
 //    its two norms; the embedding and LM head are not lent): 436.2 MB for
 //    the 8B, T_T 7.87 ms at 55.4 GB/s.
-//  * T_c, one layer's compute: a batch-1 decode step of the model (the
-//    engine model's, at a context of one token) over its layers. The
-//    daemon takes the smallest of its last decode steps with nothing
-//    streamed, or a batch-1 decode timed at activation: the batch-1 step
-//    is their lower bound (H200 8B: the sim's 0.17 ms against the measured
-//    0.15-0.18 ms), and it does not move while layers stream (the daemon's
-//    does not either: streaming steps are not sampled).
+//  * T_c, one layer's compute, as the daemon's: the smallest of the
+//    model's last 16 decode-only steps that streamed nothing, over its
+//    layers (SimDevice::ObserveDecode; rolling, a step's time from launch
+//    to end, beside the other models' steps, as the daemon times launch
+//    and wait; lockstep, the model's own step), and before any, a batch-1
+//    decode step of the engine model at a context of one token (H200 8B:
+//    0.17 ms against the measured 0.15-0.18 ms at activation). It does
+//    not move while layers stream (streaming steps are not sampled).
 //  * A step waits for the copies its compute does not hide: stall =
 //    max(0, copies x T_T - step), the copies α + min(α, β) a step (a slot
-//    whose home is its only layer is not reloaded; β the plan's slots). A
+//    whose home is its only layer is not reloaded; β the plan's slots;
+//    memory::CopiesPerStep), T_T stretched where the busy streaming models
+//    together ask more of the link than it carries (StreamingStall). A
 //    step whose copies hide costs nothing more: with the constraint
 //    holding, TBT p50 changed by -0.2% (α = 1) and -0.1% (α = 4) on the
 //    H200 (prefill-heavy steps, "Where the constraint holds"). Measured on
@@ -57,21 +60,26 @@ RemapTimings TimingsOf(const EngineModel& engine, const SimPolicy& policy, const
 
 // The most layers a model may lend now, as the daemon's WeightRemapper::
 // AlphaCap: floor(max_fraction x n), at most n - 2; for a busy model with
-// respect_timing, memory::MaxAlpha under it (an idle one streams nothing
-// until it runs: the floor alone).
-int RemapCap(const RemapTimings& t, const SimRemap& options, bool active);
+// respect_timing, memory::MaxAlpha under it, a copy timed at the link the
+// other busy streaming models leave (`others`, memory::SharedTransfer; 0
+// when they leave none). An idle one streams nothing until it runs: the
+// floor alone.
+int RemapCap(const RemapTimings& t, const SimRemap& options, bool active, double others = 0);
 
 // The plan for α lent layers, as WeightRemapper::SetAlpha makes it:
-// memory::PlanStreaming; where that finds none and `respect_timing` is off,
-// α + 2 layers through two slots anyway. Empty: none (α == 0, or refused).
-memory::StreamingPlan PlanFor(const RemapTimings& t, int alpha, bool respect_timing);
+// memory::PlanStreaming at the link `others` leave; where that finds none
+// and `respect_timing` is off, α + 2 layers through two slots anyway.
+// Empty: none (α == 0, or refused).
+memory::StreamingPlan PlanFor(const RemapTimings& t, int alpha, bool respect_timing,
+                              double others = 0);
 
-// Layer copies a step of `plan` makes: α + min(α, β).
-int CopiesPerStep(const memory::StreamingPlan& plan);
-
-// The time a step that takes `step_s` alone waits for its copies (the
-// rules above): 0 while they hide behind it.
-double StreamingStall(const RemapTimings& t, const memory::StreamingPlan& plan, double step_s);
+// The time a step that takes `step_s` alone waits for its copies: 0 while
+// they hide behind it. `others` is the link the other busy streaming
+// models take (their memory::LinkShare summed): where the link's load,
+// this model's share with theirs, passes 1, each copy takes T_T x that
+// load over the load this model alone puts on it (max 1 each).
+double StreamingStall(const RemapTimings& t, const memory::StreamingPlan& plan, double step_s,
+                      double others = 0);
 
 // Per GPU, and summed over the cluster for the report.
 struct RemapCounters {

@@ -114,6 +114,44 @@ TEST(RemapPlan, WhereTheConstraintHoldsStreamingAddsNoStall) {
   EXPECT_GT(SimulatedStep(40, tight, 4.0, 1.0), 40.0);
 }
 
+TEST(RemapPlan, BusyModelsShareOneCopyLink) {
+  StreamingPlan one;  // α = 1 through one slot: layer 4 copied in, layer 0 back
+  one.alpha = 1;
+  one.slots = 1;
+  one.streamed = UniformLayers(8, 2);
+  StreamingPlan four = PlanStreaming(8, 4, 0.1, 1.0);
+  ASSERT_EQ(four.slots, 2);
+  EXPECT_EQ(CopiesPerStep(StreamingPlan{}), 0);
+  EXPECT_EQ(CopiesPerStep(one), 2);
+  EXPECT_EQ(CopiesPerStep(four), 6);
+  // 2 copies of 2.5 ms against 8 layers of 1 ms: the link is busy 62.5%.
+  EXPECT_DOUBLE_EQ(LinkShare(8, one, 2.5, 1.0), 0.625);
+  EXPECT_DOUBLE_EQ(LinkShare(8, StreamingPlan{}, 2.5, 1.0), 0.0);
+  EXPECT_DOUBLE_EQ(LinkShare(8, one, 2.5, 0.0), 0.0);  // unknown T_c
+  EXPECT_DOUBLE_EQ(SharedTransfer(2.5, 0.0), 2.5);
+  EXPECT_DOUBLE_EQ(SharedTransfer(2.5, 0.625), 2.5 / 0.375);
+  EXPECT_LT(SharedTransfer(2.5, 1.0), 0.0);
+  // Alone the model may lend one layer; beside a model taking 62.5% of
+  // the link, none (a copy takes 6.7 ms, and the slot's gap is 3 ms).
+  EXPECT_EQ(MaxAlpha(8, SharedTransfer(2.5, 0.0), 1.0, 4), 1);
+  EXPECT_EQ(MaxAlpha(8, SharedTransfer(2.5, 0.625), 1.0, 4), 0);
+  // Whatever the others take, a plan within the cap keeps the link's
+  // load at most 1 (so the busy models' copies together keep up).
+  for (int n : {8, 16, 32, 40}) {
+    for (double ratio : {0.05, 0.2, 1.0, 4.0}) {
+      for (double others : {0.0, 0.1, 0.4, 0.7, 0.95}) {
+        const double tt = SharedTransfer(ratio, others);
+        for (int a = 1; a <= MaxAlpha(n, tt, 1.0, n - 2); ++a) {
+          const StreamingPlan p = PlanStreaming(n, a, tt, 1.0);
+          ASSERT_GT(p.slots, 0);
+          EXPECT_LE(LinkShare(n, p, ratio, 1.0) + others, 1.0 + 1e-12)
+              << "n " << n << " T_T/T_c " << ratio << " others " << others << " alpha " << a;
+        }
+      }
+    }
+  }
+}
+
 RemapCandidate Model(int owner, bool active, int priority, int64_t last, int alpha, int cap) {
   return {owner, active, priority, last, alpha, cap, 100};
 }

@@ -347,8 +347,8 @@ TEST(SimRemapTest, PlansAndStallsFollowTheMirageEquations) {
   EXPECT_TRUE(PlanFor(t, 4, true).streamed.empty());
   const memory::StreamingPlan forced = PlanFor(t, 4, false);
   EXPECT_EQ(forced.slots, 2);
-  EXPECT_EQ(CopiesPerStep(forced), 6);
-  EXPECT_EQ(CopiesPerStep(PlanFor(t, 1, false)), 2);  // no copy of a home onto itself
+  EXPECT_EQ(memory::CopiesPerStep(forced), 6);
+  EXPECT_EQ(memory::CopiesPerStep(PlanFor(t, 1, false)), 2);  // no copy of a home onto itself
   // 6 copies of 7.87 ms against a 10.6 ms step (the H200's fixed α = 4):
   // 36.6 ms, measured 48.2 - 10.6 = 37.6 ms.
   EXPECT_NEAR(StreamingStall(t, forced, 0.0106), 6 * t.t_transfer - 0.0106, 1e-12);
@@ -366,6 +366,39 @@ TEST(SimRemapTest, TheStallFollowsThePlansOwnSlots) {
   p.slots = 2;
   p.streamed = memory::UniformLayers(32, 5);
   EXPECT_NEAR(StreamingStall(t, p, 32 * tc), 0.5 * tc, 1e-12);
+}
+
+TEST(SimRemapTest, BusyModelsShareTheCopyLink) {
+  // n = 8, T_T = 2.5 T_c: alone a busy model may lend one layer (its 2
+  // copies hide in the 3 T_c between the slot's readers); beside one whose
+  // copies hold 62.5% of the link, a copy takes 6.7 T_c and it may lend
+  // none; an idle one lends to its floor whatever the link.
+  const double tc = 0.001;
+  const RemapTimings t{8, 1 << 20, 2.5 * tc, tc};
+  SimRemap o;
+  EXPECT_EQ(RemapCap(t, o, /*active=*/true), 1);
+  EXPECT_EQ(RemapCap(t, o, /*active=*/true, 0.625), 0);
+  EXPECT_EQ(RemapCap(t, o, /*active=*/true, 1.0), 0);
+  EXPECT_EQ(RemapCap(t, o, /*active=*/false, 1.0), 4);
+  EXPECT_EQ(PlanFor(t, 1, /*respect_timing=*/true).slots, 1);
+  EXPECT_TRUE(PlanFor(t, 1, /*respect_timing=*/true, 0.625).streamed.empty());
+  EXPECT_EQ(PlanFor(t, 1, /*respect_timing=*/false, 1.0).slots, 2);  // streamed anyway
+  // The stall: copies take T_T each while the link keeps up, stretched by
+  // the load past it. 2 copies (62.5% of the link) against a step of 8 T_c
+  // hide beside others taking 0.375 (load 1) or 0.875 (7.5 T_c), and
+  // stall 2 T_c beside 1.375 (load 2: 10 T_c); alone, against a 4 T_c step,
+  // 1 T_c.
+  const memory::StreamingPlan one = PlanFor(t, 1, true);
+  EXPECT_EQ(StreamingStall(t, one, 8 * tc, 0.375), 0);
+  EXPECT_EQ(StreamingStall(t, one, 8 * tc, 0.875), 0);
+  EXPECT_NEAR(StreamingStall(t, one, 8 * tc, 1.375), 2 * tc, 1e-12);
+  EXPECT_NEAR(StreamingStall(t, one, 4 * tc), 1 * tc, 1e-12);
+  // A model whose own copies overload the link (timing cap off: 6 copies,
+  // 187.5%) is stretched only by the others' part: beside 0.375, by
+  // 2.25 / 1.875.
+  const memory::StreamingPlan four = PlanFor(t, 4, false);
+  EXPECT_NEAR(StreamingStall(t, four, 8 * tc), 15 * tc - 8 * tc, 1e-12);
+  EXPECT_NEAR(StreamingStall(t, four, 8 * tc, 0.375), 15 * tc * 1.2 - 8 * tc, 1e-12);
 }
 
 }  // namespace

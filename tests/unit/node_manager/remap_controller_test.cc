@@ -1,0 +1,133 @@
+// RemapController over two CPU engines sharing one balloon: busy models'
+// copies share the device's one host-to-device link, so a second busy
+// model lends no layer the first one's copies leave no link time for; an
+// idle model lends to its floor whatever the link; and when the link is
+// oversubscribed (an idle lender got requests), the model furthest past
+// its cap takes its layers back first. Timings are
+// set by hand (T_T from the options, T_c from an activation decode), so
+// the caps are computed here: the test does not time anything.
+#include "node_manager/remap_controller.h"
+
+#include "engine/model_engine.h"
+#include "engine/tokenizer.h"
+#include "gtest/gtest.h"
+#include "memory/balloon.h"
+#include "memory/page_pool.h"
+#include "tests/unit/engine/test_util.h"
+
+namespace ballast::node_manager {
+namespace {
+
+using engine::ModelEngine;
+using engine::testing::TempDir;
+
+class Sink : public engine::GenerationSink {
+ public:
+  void OnToken(int, const std::string&, const engine::TokenLogprobs*) override {}
+  void OnDone(absl::StatusOr<engine::GenerationResult>) override {}
+};
+
+struct Device {
+  std::shared_ptr<memory::Balloon> balloon;
+  std::vector<std::shared_ptr<ModelEngine>> engines;
+};
+
+// Two 8-layer models on one 64 MiB balloon, each with T_c 1 ms a layer.
+Device TwoModels(const TempDir& dir) {
+  Device d;
+  auto pool = memory::HostPagePool::Create(4096, 64 << 20);
+  EXPECT_TRUE(pool.ok());
+  memory::BalloonOptions bo;
+  bo.memory_bytes = 64 << 20;
+  bo.slab_bytes = 64 << 10;
+  d.balloon = *memory::Balloon::Create(std::shared_ptr<memory::PagePool>(std::move(*pool)), bo);
+  engine::SyntheticModelSpec spec;
+  spec.layers = 8;
+  for (const char* name : {"a", "b"}) {
+    engine::ModelEngineOptions o;
+    o.name = name;
+    o.path = engine::testing::WriteTinyModel(dir, name, spec);
+    auto need = ModelEngine::WeightBytesNeeded(o);
+    EXPECT_TRUE(need.ok());
+    auto pages = d.balloon->MapWeights(static_cast<size_t>(*need));
+    EXPECT_TRUE(pages.ok()) << pages.status();
+    o.weight_pages = std::move(*pages);
+    o.kv_arena = d.balloon->arena();
+    auto e = ModelEngine::Create(o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    EXPECT_NE((*e)->remapper(), nullptr);
+    (*e)->remapper()->SetActivationDecode(8e-3);
+    d.engines.push_back(std::move(*e));
+  }
+  return d;
+}
+
+void Busy(ModelEngine& e, const std::string& id, Sink* sink) {
+  engine::GenerationRequest req;
+  req.id = id;
+  req.prompt = {engine::ByteTokenizer::kBos, 65, 66};
+  req.params.max_tokens = 4;
+  ASSERT_TRUE(e.Submit(req, sink).ok());
+  ASSERT_TRUE(e.HasWork());
+}
+
+TEST(RemapController, BusyModelsShareOneCopyLink) {
+  TempDir dir;
+  Device d = TwoModels(dir);
+  ModelEngine& a = *d.engines[0];
+  ModelEngine& b = *d.engines[1];
+  RemapOptions options;
+  options.enabled = true;
+  options.layer_transfer = absl::Microseconds(2500);
+  RemapController c(options);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  Sink sink;
+  Busy(a, "a1", &sink);
+  Busy(b, "b1", &sink);
+
+  // Alone, each busy model may lend one layer: its 2 copies of 2.5 ms
+  // hide in the 3 ms between a slot's readers. a gives first (owner
+  // order among equals); its copies then hold 62.5% of the link, so b's
+  // copy would take 6.7 ms: b lends none, and the ask is capped.
+  const int64_t huge = int64_t{1} << 30;
+  EXPECT_GT(c.Lend(d.engines, huge, t0), 0);
+  EXPECT_EQ(a.remapper()->alpha(), 1);
+  EXPECT_EQ(b.remapper()->alpha(), 0);
+  EXPECT_DOUBLE_EQ(a.remapper()->link_share(), 0.625);
+  EXPECT_DOUBLE_EQ(b.remapper()->link_others(), 0.625);
+  EXPECT_EQ(c.stats().capped_events, 1);
+  EXPECT_FALSE(c.CanLend(d.engines));
+
+  // a goes idle: it copies nothing now, so b has the link to itself, and
+  // a, idle, lends to its floor (half its layers) first.
+  a.Cancel("a1");
+  for (int i = 0; i < 8 && a.HasWork(); ++i) a.Step();
+  ASSERT_FALSE(a.HasWork());
+  EXPECT_TRUE(c.CanLend(d.engines));
+  c.Lend(d.engines, huge, t0);
+  EXPECT_EQ(a.remapper()->alpha(), 4);
+  EXPECT_EQ(b.remapper()->alpha(), 1);
+
+  // a gets a request: its 6 copies a step (α 4 through 2 slots) and b's
+  // 2 ask 250% of the link. Both are over their caps (0 each beside the
+  // other); a, 4 past its cap against b's 1, takes its layers back first,
+  // and then b has the link to itself again: within its cap, it keeps its
+  // layer.
+  Busy(a, "a2", &sink);
+  const size_t slab = 64 << 10;
+  c.Tick(d.engines, *d.balloon, slab, t0);  // t0: no quiet time, so only reverts past a cap
+  EXPECT_EQ(a.remapper()->alpha(), 0);
+  EXPECT_EQ(b.remapper()->alpha(), 1);
+  c.Tick(d.engines, *d.balloon, slab, t0);  // within every cap now: nothing moves
+  EXPECT_EQ(a.remapper()->alpha(), 0);
+  EXPECT_EQ(b.remapper()->alpha(), 1);
+  EXPECT_DOUBLE_EQ(b.remapper()->link_others(), 0.0);
+  const RemapStats st = c.stats();
+  EXPECT_EQ(st.revert_events, 1);
+  EXPECT_EQ(st.forced_reverts, 0);  // the balloon had room: nothing shed
+  EXPECT_EQ(st.layers.at("a"), 0);
+  EXPECT_EQ(st.layers.at("b"), 1);
+}
+
+}  // namespace
+}  // namespace ballast::node_manager
