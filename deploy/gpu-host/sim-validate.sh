@@ -58,7 +58,7 @@ models=$(seq -s, -f "m%g" 1 "$N")
   ${TRACE_ARGS:-} -o "$OUT/trace.jsonl" > "$WORK/trace-stats.txt"
 {
   cat <<YAML
-log_level: warn
+log_level: ${LOG_LEVEL:-warn}
 scheduler:
   listen: 127.0.0.1:50051
   metrics_listen: "127.0.0.1:9400"
