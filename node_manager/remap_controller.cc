@@ -1,5 +1,7 @@
 #include "node_manager/remap_controller.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
@@ -16,6 +18,18 @@ void CloseIfBroken(engine::ModelEngine& e, const absl::Status& why) {
   e.Close(absl::InternalError(absl::StrCat("model ", e.name(),
                                            " lost weight layers in a failed remapping (",
                                            why.message(), "); evict and load it again")));
+}
+
+// The most bytes taking `e`'s lent layers back to `target` maps again:
+// what it lends now less what `target` layers free at least. Layers lend
+// their whole pages only, so their sizes differ (an 8B layer of 6.5
+// 64 MiB pages lends 5 or 6), and the smallest layer's bytes times the
+// layers undercounts: the exchange then fails on the budget every pass
+// while the room made for it is taken again.
+int64_t RevertBytes(const engine::ModelEngine& e, int target, int64_t least) {
+  const std::shared_ptr<memory::WeightPages>& pages = e.options().weight_pages;
+  const int64_t lent = pages != nullptr ? pages->lent_bytes() : 0;
+  return std::max<int64_t>(0, lent - target * least);
 }
 
 }  // namespace
@@ -165,7 +179,7 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
     const auto& e = engines[static_cast<size_t>(next)];
     // Over its cap: back to the cap at once. Else one layer.
     const int target = over ? c.alpha_cap : c.alpha - 1;
-    const int64_t need = (c.alpha - target) * c.layer_bytes + static_cast<int64_t>(slab_bytes);
+    const int64_t need = RevertBytes(*e, target, c.layer_bytes) + static_cast<int64_t>(slab_bytes);
     // Empty slabs are unmapped only when they and the free budget suffice:
     // else every pass would unmap the ready buffer and remap it when idle.
     const int64_t empty = balloon.arena()->stats().slabs_empty * static_cast<int64_t>(slab_bytes);
@@ -173,8 +187,11 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
     if (over && balloon.FreeBytes() < need && make_room) shed = make_room(need, e.get());
     if (balloon.FreeBytes() >= need) {
       auto got = e->remapper()->SetAlpha(target);
-      if (!got.ok()) CloseIfBroken(*e, got.status());
-      if (got.ok()) {
+      if (!got.ok()) {
+        spdlog::warn("model {}: taking {} weight layer(s) back from KV failed: {}", e->name(),
+                     c.alpha - target, got.status().ToString());
+        CloseIfBroken(*e, got.status());
+      } else {
         ++reverted;
         forced += shed > 0 ? 1 : 0;
         sample.layers[e->name()] = e->remapper()->alpha();

@@ -22,7 +22,9 @@
 // first (several: the one furthest past its cap, whose copies hold most
 // of the link), at once, and takes back every layer past its cap in one
 // go; when the device's free budget (empty slabs unmapped first) does not
-// hold them plus one slab of headroom, running sequences give their KV
+// hold them (every page they lent: layers lend their whole pages only, so
+// some lend a page more than the smallest) plus one slab of headroom,
+// running sequences give their KV
 // back for them (`make_room`: the memory ladder, newest first, as for an
 // activation's weights; they recompute later), since a stalled model
 // slows every step it takes while the shortfall lasts. Otherwise, once no

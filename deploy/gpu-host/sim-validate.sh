@@ -28,7 +28,9 @@
 # node.memory.host_weight_cache_mib, 16384, room for all). MODEL_DIR (a
 # checkpoint every model serves from, as scheduler.models paths; default:
 # N synthetic models of SHAPE made at startup). PROMPT_MAX (2048) and
-# OUTPUT_MAX (512): the trace's caps. TRACE_ARGS (more `ballast trace
+# OUTPUT_MAX (512): the trace's caps. LOG_LEVEL (the daemon's, warn).
+# KV_PRESSURE (scheduler.kv_pressure_free_fraction, 0.05; 0: idle models
+# are not evicted for KV room). TRACE_ARGS (more `ballast trace
 # bursty` flags, none of those above).
 # STEP_DONE (node.engine.step_done, spinning_thread). A rate scale may be
 # repeated (RATES="4 4 4": three replays on one daemon, reported as 4, 4-2
@@ -63,6 +65,7 @@ scheduler:
   listen: 127.0.0.1:50051
   metrics_listen: "127.0.0.1:9400"
   slo: {ttft_ms: 1000, tpot_ms: 50}
+  kv_pressure_free_fraction: ${KV_PRESSURE:-0.05}
 YAML
   if [ -n "${MODEL_DIR:-}" ]; then
     echo "  models:"

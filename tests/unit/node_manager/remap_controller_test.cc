@@ -33,13 +33,13 @@ struct Device {
 };
 
 // Two 8-layer models on one 64 MiB balloon, each with T_c 1 ms a layer.
-Device TwoModels(const TempDir& dir) {
+Device TwoModels(const TempDir& dir, size_t page_bytes = 4096, size_t slab_bytes = 64 << 10) {
   Device d;
-  auto pool = memory::HostPagePool::Create(4096, 64 << 20);
+  auto pool = memory::HostPagePool::Create(page_bytes, 64 << 20);
   EXPECT_TRUE(pool.ok());
   memory::BalloonOptions bo;
   bo.memory_bytes = 64 << 20;
-  bo.slab_bytes = 64 << 10;
+  bo.slab_bytes = slab_bytes;
   d.balloon = *memory::Balloon::Create(std::shared_ptr<memory::PagePool>(std::move(*pool)), bo);
   engine::SyntheticModelSpec spec;
   spec.layers = 8;
@@ -127,6 +127,66 @@ TEST(RemapController, BusyModelsShareOneCopyLink) {
   EXPECT_EQ(st.forced_reverts, 0);  // the balloon had room: nothing shed
   EXPECT_EQ(st.layers.at("a"), 0);
   EXPECT_EQ(st.layers.at("b"), 1);
+}
+
+TEST(RemapController, ATakeBackMakesRoomForEveryPageItMaps) {
+  // Layers lend their whole pages only, so with pages that do not divide
+  // a layer some lend a page more than the smallest. a lends 4 idle; busy,
+  // its cap is 0 (T_T 10 ms against 3 ms of compute between a slot's
+  // readers). KV fills the balloon to less than a's lent pages but more
+  // than 4 of its smallest layers: the room must be made for the pages
+  // (here by make_room, which frees the test's KV), and the layers come
+  // back at the first tick.
+  TempDir dir;
+  RemapOptions options;
+  options.enabled = true;
+  options.layer_transfer = absl::Milliseconds(10);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  // The first page size (a page is a slab here) at which a's first four
+  // lent layers lend more than four of its smallest.
+  Device d;
+  std::unique_ptr<RemapController> c;
+  int64_t least = 0, lent = 0, slab = 0;
+  for (int pages = 3; pages <= 24 && lent <= 4 * least + slab; ++pages) {
+    slab = 4096 * pages;
+    d = TwoModels(dir, static_cast<size_t>(slab), static_cast<size_t>(slab));
+    c = std::make_unique<RemapController>(options);
+    least = d.engines[0]->remapper()->layer_bytes();
+    c->Lend(d.engines, 4 * least, t0);
+    ASSERT_EQ(d.engines[0]->remapper()->alpha(), 4);
+    lent = d.engines[0]->options().weight_pages->lent_bytes();
+  }
+  ASSERT_GT(lent, 4 * least + slab) << "no page size tried splits the layers unevenly";
+  ModelEngine& a = *d.engines[0];
+  auto kv = *d.balloon->arena()->CreateAllocator(static_cast<size_t>(slab));
+  std::vector<int> blocks;
+  while (d.balloon->FreeBytes() >= lent) {
+    auto b = kv->Allocate(1);
+    ASSERT_TRUE(b.ok()) << b.status();
+    blocks.push_back((*b)[0]);
+  }
+  ASSERT_GE(d.balloon->FreeBytes(), 4 * least + slab);
+  Sink sink;
+  Busy(a, "a1", &sink);
+  int64_t asked = 0;
+  auto make_room = [&](int64_t bytes, const engine::ModelEngine* spare) {
+    EXPECT_EQ(spare, &a);
+    asked = bytes;
+    int64_t freed = 0;
+    while (d.balloon->FreeBytes() < bytes && !blocks.empty()) {
+      EXPECT_TRUE(kv->Free({blocks.back()}).ok());
+      blocks.pop_back();
+      d.balloon->arena()->ReclaimFreeSlabs();
+      freed += slab;
+    }
+    return freed;
+  };
+  c->Tick(d.engines, *d.balloon, static_cast<size_t>(slab), t0, make_room);
+  EXPECT_EQ(a.remapper()->alpha(), 0);
+  EXPECT_EQ(a.options().weight_pages->lent_bytes(), 0);
+  EXPECT_EQ(asked, lent + slab);
+  EXPECT_EQ(c->stats().forced_reverts, 1);
+  ASSERT_TRUE(kv->Free(blocks).ok());
 }
 
 }  // namespace
