@@ -32,6 +32,24 @@ int64_t RevertBytes(const engine::ModelEngine& e, int target, int64_t least) {
   return std::max<int64_t>(0, lent - target * least);
 }
 
+// The model lending most past its cap (its decode steps got faster than
+// its copies, or the other busy models' copies took the link), -1 if
+// none: its copies hold most of the link, and the others' caps may allow
+// theirs once it is back. Ties: the reverse of donor order, as for any
+// revert.
+int FurthestOverCap(const std::vector<memory::RemapCandidate>& cands) {
+  int next = -1, most = 0;
+  const std::vector<size_t> order = memory::DonorOrder(cands);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const memory::RemapCandidate& c = cands[*it];
+    if (c.alpha - c.alpha_cap > most) {
+      most = c.alpha - c.alpha_cap;
+      next = static_cast<int>(*it);
+    }
+  }
+  return next;
+}
+
 }  // namespace
 
 void RemapController::ApplyProfile(
@@ -153,24 +171,10 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
   }
   ApplyProfile(engines);
   const std::vector<memory::RemapCandidate> cands = Candidates(engines);
-  // A model lending more than its cap now allows (its decode steps got
-  // faster than the copies) goes first and needs no quiet time: its
-  // streaming stalls every step. Else the reverse donor order, once quiet.
-  // Among several over their caps (the link oversubscribed), the one
-  // furthest past its cap first: its copies hold most of the link, and
-  // the others' caps may allow them once it is back (ties: the reverse of
-  // donor order, as for any revert).
-  int next = -1;
-  const std::vector<size_t> order = memory::DonorOrder(cands);
-  for (auto it = order.rbegin(), most = order.rend(); it != order.rend(); ++it) {
-    const memory::RemapCandidate& c = cands[*it];
-    if (c.alpha <= c.alpha_cap) continue;
-    if (most == order.rend() ||
-        c.alpha - c.alpha_cap > cands[*most].alpha - cands[*most].alpha_cap) {
-      most = it;
-      next = static_cast<int>(*it);
-    }
-  }
+  // A model lending more than its cap now allows goes first and needs no
+  // quiet time: its streaming stalls every step. Else the reverse donor
+  // order, once quiet.
+  int next = FurthestOverCap(cands);
   const bool over = next >= 0;
   if (next < 0 && now - last_shortfall_ >= options_.revert_after) next = memory::RevertNext(cands);
   int64_t reverted = 0, forced = 0, shed = 0;
