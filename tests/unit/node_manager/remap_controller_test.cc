@@ -73,6 +73,7 @@ void Busy(ModelEngine& e, const std::string& id, Sink* sink) {
 
 TEST(RemapController, BusyModelsShareOneCopyLink) {
   TempDir dir;
+  Sink sink;  // outlives the engines, which fail their requests into it
   Device d = TwoModels(dir);
   ModelEngine& a = *d.engines[0];
   ModelEngine& b = *d.engines[1];
@@ -81,7 +82,6 @@ TEST(RemapController, BusyModelsShareOneCopyLink) {
   options.layer_transfer = absl::Microseconds(2500);
   RemapController c(options);
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  Sink sink;
   Busy(a, "a1", &sink);
   Busy(b, "b1", &sink);
 
@@ -138,6 +138,7 @@ TEST(RemapController, ATakeBackMakesRoomForEveryPageItMaps) {
   // (here by make_room, which frees the test's KV), and the layers come
   // back at the first tick.
   TempDir dir;
+  Sink sink;  // outlives the engines
   RemapOptions options;
   options.enabled = true;
   options.layer_transfer = absl::Milliseconds(10);
@@ -166,7 +167,6 @@ TEST(RemapController, ATakeBackMakesRoomForEveryPageItMaps) {
     blocks.push_back((*b)[0]);
   }
   ASSERT_GE(d.balloon->FreeBytes(), 4 * least + slab);
-  Sink sink;
   Busy(a, "a1", &sink);
   int64_t asked = 0;
   auto make_room = [&](int64_t bytes, const engine::ModelEngine* spare) {
