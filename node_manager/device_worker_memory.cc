@@ -123,9 +123,7 @@ int64_t DeviceWorker::MakeRoomForWeights(int64_t bytes, const engine::ModelEngin
   memory::KvArena& arena = *balloon_->arena();
   // The memory ladder's rungs as ReclaimAndMap climbs them, the other
   // models' holdings first, then the spared model's own too: a model left
-  // over its cap stalls every step on copies (on the H200 in session 46,
-  // sparing it kept idle lenders streaming 16 layers a step, TPOT 200-350
-  // ms).
+  // over its cap stalls every step on its copies.
   int64_t shed = 0;
   for (const engine::ModelEngine* skip :
        {spare, static_cast<const engine::ModelEngine*>(nullptr)}) {

@@ -12,9 +12,9 @@
 // model's copies share it: a model's cap times its copies at the link the
 // other busy streaming models leave (memory::SharedTransfer). Lend asks
 // one donor at a time, computing the caps again after each, so two busy
-// models never both take the same spare link time; a model whose share
-// the others' grew past (an idle lender that got requests starts to copy)
-// is over its cap and reverts as below.
+// models never both take the same spare link time; a busy model whose
+// copies no longer fit in the link the others leave (an idle lender that
+// got requests starts to copy) is over its cap and reverts as below.
 //
 // Reversion (§5.5), checked by Tick before every pass: a model lending
 // more layers than its cap now allows (an idle donor that got requests:
