@@ -271,7 +271,7 @@ int64_t BatchPlanner::Preempt(const std::string& request_id) {
   return 0;
 }
 
-std::vector<KvHolding> BatchPlanner::Holdings() const {
+std::vector<KvHolding> BatchPlanner::Holdings(bool with_slabs) const {
   std::vector<KvHolding> out;
   out.reserve(running_.size());
   for (const auto& s : running_) {
@@ -281,6 +281,7 @@ std::vector<KvHolding> BatchPlanner::Holdings() const {
     h.priority = s->req.priority;
     h.recency = s->admitted_at;
     h.bytes = kv_->BytesOf(s->kv);
+    if (with_slabs) h.slabs = kv_->SlabsOf(s->kv);
     out.push_back(std::move(h));
   }
   return out;

@@ -130,8 +130,9 @@ class BatchPlanner {
   // Device shedding: preempts the running sequence of `request_id`; returns
   // the bytes freed (0 if it is not running).
   int64_t Preempt(const std::string& request_id);
-  // One kRunning holding per running sequence.
-  std::vector<KvHolding> Holdings() const;
+  // One kRunning holding per running sequence (with_slabs: as
+  // KvManager::Holdings).
+  std::vector<KvHolding> Holdings(bool with_slabs = false) const;
 
  private:
   // Reserves blocks for `seq` up to `tokens` positions, preempting the

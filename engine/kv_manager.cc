@@ -171,7 +171,14 @@ int64_t KvManager::EvictLeastRecent(int64_t want_bytes) {
   return ShedLayers(id, want_bytes);
 }
 
-std::vector<KvHolding> KvManager::Holdings() const {
+std::vector<memory::SlabBlocks> KvManager::SlabsOf(const SequenceKv& kv) const {
+  std::vector<memory::SlabBlocks> out;
+  const int shift = kv_->allocator()->addressing().slab_shift;
+  for (const auto& layer : kv.blocks) memory::CountSlabBlocks(layer, shift, &out);
+  return out;
+}
+
+std::vector<KvHolding> KvManager::Holdings(bool with_slabs) const {
   std::vector<KvHolding> out;
   out.reserve(sessions_.size());
   for (const auto& [id, s] : sessions_) {
@@ -181,6 +188,7 @@ std::vector<KvHolding> KvManager::Holdings() const {
     h.priority = s.priority;
     h.recency = s.last_use;
     h.bytes = BytesOf(s.kv);
+    if (with_slabs) h.slabs = SlabsOf(s.kv);
     out.push_back(std::move(h));
   }
   return out;

@@ -67,6 +67,8 @@ struct KvHolding {
   // KvRecencyNow units: comparable across the engines of one process.
   uint64_t recency = 0;
   int64_t bytes = 0;  // KV bytes freed by shedding it
+  // Its blocks by arena slab; filled only where asked (Holdings(true)).
+  std::vector<memory::SlabBlocks> slabs;
 };
 
 // What became of Advise prefetches (KvManager's rule), cumulative.
@@ -94,6 +96,8 @@ class KvManager {
   // memory cannot give it more.
   bool AtCapacity() const { return kv_->allocator()->num_total() >= kv_->allocator()->num_max(); }
   int64_t BytesOf(const SequenceKv& kv) const { return kv.num_blocks() * block_bytes(); }
+  // Its blocks counted by the allocator's slabs (BlockAddressing).
+  std::vector<memory::SlabBlocks> SlabsOf(const SequenceKv& kv) const;
   // Bytes Reserve(kv, tokens) would allocate.
   int64_t BytesNeeded(const SequenceKv& kv, int tokens) const {
     return static_cast<int64_t>(kv_->BlocksNeeded(kv, tokens)) * block_bytes();
@@ -145,8 +149,9 @@ class KvManager {
   // Returns the bytes freed (0: no session).
   int64_t EvictLeastRecent(int64_t want_bytes = std::numeric_limits<int64_t>::max());
   int num_sessions() const { return static_cast<int>(sessions_.size()); }
-  // One kCachedSession holding per kept session.
-  std::vector<KvHolding> Holdings() const;
+  // One kCachedSession holding per kept session; with_slabs fills each
+  // holding's slabs (a pass over its block table).
+  std::vector<KvHolding> Holdings(bool with_slabs = false) const;
 
  private:
   struct CachedSession {

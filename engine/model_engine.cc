@@ -416,11 +416,11 @@ void ModelEngine::RejectWaiting(const std::string& id, const absl::Status& why) 
   if (std::unique_ptr<Sequence> s = planner_->RemoveWaiting(id)) Fail(std::move(s), why);
 }
 
-std::vector<KvHolding> ModelEngine::KvHoldings() {
+std::vector<KvHolding> ModelEngine::KvHoldings(bool with_slabs) {
   // The steps in flight use their sequences' blocks: shedding waits for them.
   FinishAllSteps();
-  std::vector<KvHolding> out = kv_manager_->Holdings();
-  std::vector<KvHolding> running = planner_->Holdings();
+  std::vector<KvHolding> out = kv_manager_->Holdings(with_slabs);
+  std::vector<KvHolding> running = planner_->Holdings(with_slabs);
   out.insert(out.end(), std::make_move_iterator(running.begin()),
              std::make_move_iterator(running.end()));
   return out;

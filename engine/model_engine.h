@@ -328,9 +328,10 @@ class ModelEngine {
   int64_t ShedKv(int64_t want_bytes);
   // What this engine could give back for device-wide shedding: one holding
   // per cached session and per running sequence (KvHolding, kv_manager.h),
-  // after its steps in flight end (a wait for the device).
+  // after its steps in flight end (a wait for the device); with_slabs
+  // fills where each holding's blocks lie (PlanSlabShedding).
   // REQUIRES: the thread that calls Step.
-  std::vector<KvHolding> KvHoldings();
+  std::vector<KvHolding> KvHoldings(bool with_slabs = false);
   // Whether it keeps any session's KV idle on the device (KvHoldings'
   // cached sessions: what another model's admission may take), without
   // finishing the steps in flight (no wait): a session those steps keep is

@@ -33,6 +33,17 @@ struct BlockAddressing {
   size_t block_bytes = 0;
 };
 
+// Blocks in one slab (slab = id >> BlockAddressing::slab_shift): a holder's,
+// or all in use (KvArena::SlabsInUse).
+struct SlabBlocks {
+  int64_t slab = 0;
+  int64_t blocks = 0;
+};
+
+// Counts `ids` by slab, adding to `out`, which stays one entry per slab,
+// sorted by slab.
+void CountSlabBlocks(absl::Span<const BlockId> ids, int slab_shift, std::vector<SlabBlocks>* out);
+
 class BlockAllocator {
  public:
   virtual ~BlockAllocator() = default;

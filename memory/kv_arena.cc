@@ -376,6 +376,17 @@ int64_t KvArena::ReclaimFreeSlabs() {
   return bytes;
 }
 
+std::vector<SlabBlocks> KvArena::SlabsInUse() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<SlabBlocks> out;
+  for (size_t i = 0; i < slabs_.size(); ++i) {
+    if (slabs_[i].state == Slab::State::kFormatted && slabs_[i].used > 0) {
+      out.push_back({static_cast<int64_t>(i), slabs_[i].used});
+    }
+  }
+  return out;
+}
+
 KvArenaStats KvArena::stats() const {
   absl::MutexLock lock(&mu_);
   KvArenaStats s = stats_;

@@ -104,6 +104,9 @@ class KvArena {
   // idle. Returns the slabs mapped.
   int Replenish();
   KvArenaStats stats() const;
+  // Every FORMATTED slab's blocks in use, by slab, ascending: what must be
+  // freed for each to give its pages back (PlanSlabShedding).
+  std::vector<SlabBlocks> SlabsInUse() const;
   size_t slab_bytes() const { return options_.slab_bytes; }
   PagePool* pool() const { return pool_.get(); }
 

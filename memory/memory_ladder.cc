@@ -1,7 +1,6 @@
 #include "memory/memory_ladder.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -25,29 +24,10 @@ void SortByLadder(const std::vector<KvHolder>& holders, std::vector<size_t>* ord
 
 // One formatted slab as PlanSlabShedding sees it.
 struct SlabState {
-  int64_t remaining = 0;          // blocks in use not yet shed
-  int64_t listed = 0;             // blocks `holders` have in it
-  std::vector<size_t> holders;    // who has blocks in it
+  int64_t remaining = 0;        // blocks in use not yet shed
+  int64_t listed = 0;           // blocks `holders` have in it
+  std::vector<size_t> holders;  // who has blocks in it
 };
-
-// The rung a holder sheds at: idle sessions 0, running sequences 1 + the
-// rank of their priority among the running ones (lower gives way first).
-std::vector<int> Rungs(const std::vector<KvHolder>& holders) {
-  std::vector<int> priorities;
-  for (const KvHolder& h : holders) {
-    if (h.kind == KvHolder::Kind::kRunning) priorities.push_back(h.priority);
-  }
-  std::sort(priorities.begin(), priorities.end());
-  priorities.erase(std::unique(priorities.begin(), priorities.end()), priorities.end());
-  std::vector<int> rungs(holders.size(), 0);
-  for (size_t i = 0; i < holders.size(); ++i) {
-    if (holders[i].kind != KvHolder::Kind::kRunning) continue;
-    rungs[i] = 1 + static_cast<int>(std::lower_bound(priorities.begin(), priorities.end(),
-                                                     holders[i].priority) -
-                                    priorities.begin());
-  }
-  return rungs;
-}
 
 }  // namespace
 
@@ -81,25 +61,30 @@ std::vector<size_t> PlanSlabShedding(const std::vector<KvHolder>& holders,
       it->second.holders.push_back(i);
     }
   }
-  const std::vector<int> rungs = Rungs(holders);
+  // Each holder's place in the ladder's order: a slab is as costly as the
+  // latest-placed holder it still needs.
+  std::vector<size_t> order(holders.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  SortByLadder(holders, &order);
+  std::vector<size_t> place(holders.size());
+  for (size_t k = 0; k < order.size(); ++k) place[order[k]] = k;
   std::vector<bool> shed(holders.size(), false);
   std::vector<size_t> plan;
   int64_t emptied = 0;
   while (emptied < slabs_needed) {
-    // Key (ascending): the highest rung still needed, the bytes still to
-    // shed, the oldest admission still needed (newest first, negated).
-    using Key = std::tuple<int, int64_t, int64_t>;
+    // Key (ascending): the latest ladder place still needed, then the
+    // bytes still to shed.
+    using Key = std::pair<size_t, int64_t>;
     const SlabState* best = nullptr;
     Key best_key;
     for (const auto& [id, slab] : slabs) {
       // A slab with blocks of someone not in `holders` cannot empty.
       if (slab.remaining <= 0 || slab.listed < slab.remaining) continue;
-      Key key{0, 0, std::numeric_limits<int64_t>::min()};
+      Key key{0, 0};
       for (size_t i : slab.holders) {
         if (shed[i]) continue;
-        std::get<0>(key) = std::max(std::get<0>(key), rungs[i]);
-        std::get<1>(key) += holders[i].bytes;
-        std::get<2>(key) = std::max(std::get<2>(key), -holders[i].recency);
+        key.first = std::max(key.first, place[i]);
+        key.second += holders[i].bytes;
       }
       if (best == nullptr || key < best_key) {
         best = &slab;

@@ -25,15 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "memory/block_allocator.h"
+
 namespace ballast::memory {
 
 // One thing holding KV that could be given back.
-// Blocks one holder has in one slab of the KV arena.
-struct SlabBlocks {
-  int64_t slab = 0;
-  int64_t blocks = 0;
-};
-
 struct KvHolder {
   enum class Kind { kIdleSession, kRunning };
   Kind kind = Kind::kRunning;
@@ -57,9 +53,11 @@ std::vector<size_t> PlanKvShedding(const std::vector<KvHolder>& holders, int64_t
 // shedding by PlanKvShedding's order until slabs empty can shed several
 // times the room it makes. This plan picks whole slabs instead: again and
 // again, of the slabs every block of which belongs to `holders`, the one
-// that is cheapest to empty (the lowest rung among the holders it still
-// needs, then the fewest bytes, then their newest admission first), and
-// sheds all of its holders, until `slabs_needed` slabs are empty.
+// whose holders still needed all come earliest in the ladder's order (the
+// latest of them earliest; then the fewest bytes), and sheds those
+// holders, until `slabs_needed` slabs are empty. So it sheds a subset of
+// the shortest prefix of the ladder's order that would empty as many
+// slabs: never more bytes, and nobody the ladder would have spared.
 // `in_use` is every formatted slab's blocks in use, by anyone (blocks of a
 // holder missing from `holders` keep their slab). Returns indices into
 // `holders` in the order to shed them (each rung's own order within a

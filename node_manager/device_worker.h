@@ -66,6 +66,7 @@
 #include "engine/model_engine.h"
 #include "memory/balloon.h"
 #include "memory/kv_arena.h"
+#include "memory/memory_ladder.h"
 #include "node_manager/arbitration.h"
 #include "node_manager/model_memory.h"
 #include "node_manager/prefill_cost_model.h"
@@ -379,6 +380,22 @@ class DeviceWorker {
   // 50 ms pass after another). Step thread only.
   int64_t ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
                            const engine::ModelEngine* spare = nullptr, uint64_t running_after = 0);
+  // For weights: sheds, from every engine but `spare`, the holdings whose
+  // blocks empty whole slabs (memory::PlanSlabShedding) until the pool's
+  // free budget covers `bytes`, then unmaps the emptied slabs; returns the
+  // bytes of blocks freed. Shedding by the ladder's order instead empties
+  // a slab only once every sequence with a block in it is gone: on the
+  // H200, a take-back of 16 layers shed 10.8 GB of running sequences for
+  // about 5.9 GB of pages. Step thread only.
+  int64_t ShedWholeSlabs(int64_t bytes, const engine::ModelEngine* spare);
+  // The holdings of every engine but `spare` (running sequences only when
+  // admitted after `running_after`) as the ladder's plain data, with the
+  // engine-side holdings they stand for (`source`, same order) and the
+  // engines (`engines`, indexed by each holder's owner). Step thread only.
+  void GatherHolders(const engine::ModelEngine* spare, uint64_t running_after, bool with_slabs,
+                     std::vector<std::shared_ptr<engine::ModelEngine>>* engines,
+                     std::vector<memory::KvHolder>* holders,
+                     std::vector<engine::KvHolding>* source);
   // Finishes the steps begun in this pass (in_flight_), in order: tokens,
   // step host time, prefill cost. Step thread only.
   void FinishInFlight();

@@ -100,8 +100,13 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
   // idle session KV, least recently used first, then running sequences,
   // lowest priority and newest first, only as far as the shortfall. Freed
   // blocks empty a slab only once all its blocks are gone, so re-plan
-  // until the pages map or nothing is left to shed.
+  // until the pages map or nothing is left to shed. Whole slabs first
+  // (ShedWholeSlabs), then the ladder's order for what they leave.
   int64_t shed = 0;
+  if (!pages.ok()) {
+    shed += ShedWholeSlabs(bytes, nullptr);
+    pages = balloon_->MapWeights(static_cast<size_t>(bytes));
+  }
   while (!pages.ok()) {
     const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes(), ShedFor::kWeights);
     if (got == 0) break;
@@ -127,6 +132,7 @@ int64_t DeviceWorker::MakeRoomForWeights(int64_t bytes, const engine::ModelEngin
   int64_t shed = 0;
   for (const engine::ModelEngine* skip :
        {spare, static_cast<const engine::ModelEngine*>(nullptr)}) {
+    shed += ShedWholeSlabs(bytes, skip);
     while (balloon_->FreeBytes() < bytes) {
       const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes(), ShedFor::kWeights, skip);
       if (got == 0) break;
@@ -145,14 +151,15 @@ void DeviceWorker::TickRemap(const std::vector<std::shared_ptr<engine::ModelEngi
                });
 }
 
-int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
-                                       const engine::ModelEngine* spare, uint64_t running_after) {
-  const std::vector<std::shared_ptr<engine::ModelEngine>> engines = Engines();
-  std::vector<memory::KvHolder> holders;
-  std::vector<engine::KvHolding> source;
-  for (size_t i = 0; i < engines.size(); ++i) {
-    if (engines[i].get() == spare) continue;
-    for (engine::KvHolding& h : engines[i]->KvHoldings()) {
+void DeviceWorker::GatherHolders(const engine::ModelEngine* spare, uint64_t running_after,
+                                 bool with_slabs,
+                                 std::vector<std::shared_ptr<engine::ModelEngine>>* engines,
+                                 std::vector<memory::KvHolder>* holders,
+                                 std::vector<engine::KvHolding>* source) {
+  *engines = Engines();
+  for (size_t i = 0; i < engines->size(); ++i) {
+    if ((*engines)[i].get() == spare) continue;
+    for (engine::KvHolding& h : (*engines)[i]->KvHoldings(with_slabs)) {
       if (h.kind == engine::KvHolding::Kind::kRunning && h.recency <= running_after) continue;
       memory::KvHolder m;
       m.kind = h.kind == engine::KvHolding::Kind::kCachedSession
@@ -163,10 +170,38 @@ int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
       m.priority = h.priority;
       m.recency = static_cast<int64_t>(h.recency);
       m.bytes = h.bytes;
-      holders.push_back(std::move(m));
-      source.push_back(std::move(h));
+      m.slabs = std::move(h.slabs);
+      holders->push_back(std::move(m));
+      source->push_back(std::move(h));
     }
   }
+}
+
+int64_t DeviceWorker::ShedWholeSlabs(int64_t bytes, const engine::ModelEngine* spare) {
+  memory::KvArena& arena = *balloon_->arena();
+  arena.ReclaimFreeSlabs();
+  const int64_t shortfall = bytes - balloon_->FreeBytes();
+  if (shortfall <= 0) return 0;
+  const auto slab = static_cast<int64_t>(arena.slab_bytes());
+  std::vector<std::shared_ptr<engine::ModelEngine>> engines;
+  std::vector<memory::KvHolder> holders;
+  std::vector<engine::KvHolding> source;
+  GatherHolders(spare, 0, /*with_slabs=*/true, &engines, &holders, &source);
+  int64_t freed = 0;
+  for (size_t i :
+       memory::PlanSlabShedding(holders, arena.SlabsInUse(), (shortfall + slab - 1) / slab)) {
+    freed += engines[static_cast<size_t>(holders[i].owner)]->Shed(source[i], -1);
+  }
+  arena.ReclaimFreeSlabs();
+  return freed;
+}
+
+int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
+                                       const engine::ModelEngine* spare, uint64_t running_after) {
+  std::vector<std::shared_ptr<engine::ModelEngine>> engines;
+  std::vector<memory::KvHolder> holders;
+  std::vector<engine::KvHolding> source;
+  GatherHolders(spare, running_after, /*with_slabs=*/false, &engines, &holders, &source);
   int64_t freed = 0;
   for (size_t i : memory::PlanKvShedding(holders, std::max<int64_t>(shortfall_bytes, 1))) {
     if (freed >= std::max<int64_t>(shortfall_bytes, 1)) break;

@@ -118,8 +118,13 @@ void SimDevice::ShedFrom(int model, int64_t over) {
   std::vector<int> ids;
   for (const auto& [s, c] : sessions_) {
     if (model >= 0 && c.model != model) continue;
-    holders.push_back(
-        {memory::KvHolder::Kind::kIdleSession, c.model, std::to_string(s), 0, c.recency, c.bytes});
+    holders.push_back({memory::KvHolder::Kind::kIdleSession,
+                       c.model,
+                       std::to_string(s),
+                       0,
+                       c.recency,
+                       c.bytes,
+                       {}});
     ids.push_back(s);
   }
   for (size_t i : memory::PlanKvShedding(holders, over)) {

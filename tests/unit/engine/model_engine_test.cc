@@ -509,6 +509,13 @@ TEST_F(ModelEngineTest, KvHoldingsAndShedGiveBackSessionsAndRunningRequests) {
   EXPECT_LT(cached->recency, l->recency);
   EXPECT_LT(l->recency, h->recency);  // admission order
   for (const KvHolding* x : {cached, l, h}) EXPECT_GT(x->bytes, 0);
+  // With slabs: each holding's blocks by slab add up to its bytes.
+  for (const KvHolding& x : e->KvHoldings(/*with_slabs=*/true)) {
+    int64_t blocks = 0;
+    for (const memory::SlabBlocks& s : x.slabs) blocks += s.blocks;
+    EXPECT_FALSE(x.slabs.empty()) << x.id;
+    EXPECT_EQ(blocks * static_cast<int64_t>(e->kv_block_bytes()), x.bytes) << x.id;
+  }
 
   const int64_t free_before = e->stats().kv_blocks_free;
   EXPECT_EQ(e->Shed(*l), l->bytes);

@@ -169,6 +169,49 @@ TEST(KvArena, ReplenishMapsTheBufferAheadWithinBudgetAndFloors) {
   EXPECT_TRUE(v->Free(ids).ok());
 }
 
+// SlabsInUse lists each formatted slab's blocks in use; CountSlabBlocks over
+// every holder's blocks, by the allocator's addressing, gives the same
+// figures (what PlanSlabShedding compares to decide a slab can empty).
+TEST(KvArena, SlabsInUseAgreeWithTheBlocksCountedBySlab) {
+  Fixture f(/*budget_pages=*/8);
+  auto small = *f.arena->CreateAllocator(4096);  // 16 blocks a slab
+  auto large = *f.arena->CreateAllocator(8192);  // 8 blocks a slab
+  // Interleaved: two holders of small blocks share slabs.
+  std::vector<BlockId> h1, h2, h3;
+  for (int i = 0; i < 20; ++i) {
+    auto one = *small->Allocate(1);
+    (i % 3 == 0 ? h2 : h1).push_back(one[0]);
+  }
+  h3 = *large->Allocate(10);
+  std::vector<SlabBlocks> counted;
+  for (const auto* h : {&h1, &h2}) CountSlabBlocks(*h, small->addressing().slab_shift, &counted);
+  CountSlabBlocks(h3, large->addressing().slab_shift, &counted);
+  const std::vector<SlabBlocks> in_use = f.arena->SlabsInUse();
+  ASSERT_EQ(in_use.size(), 4u);  // two slabs of each size
+  ASSERT_EQ(counted.size(), in_use.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < in_use.size(); ++i) {
+    EXPECT_EQ(counted[i].slab, in_use[i].slab);
+    EXPECT_EQ(counted[i].blocks, in_use[i].blocks);
+    total += in_use[i].blocks;
+  }
+  EXPECT_EQ(total, 30);
+  // Counting in two calls adds up, one entry a slab, sorted.
+  std::vector<SlabBlocks> twice;
+  CountSlabBlocks(absl::MakeConstSpan(h1).subspan(0, 5), small->addressing().slab_shift, &twice);
+  CountSlabBlocks(absl::MakeConstSpan(h1).subspan(5), small->addressing().slab_shift, &twice);
+  std::vector<SlabBlocks> once;
+  CountSlabBlocks(h1, small->addressing().slab_shift, &once);
+  ASSERT_EQ(twice.size(), once.size());
+  for (size_t i = 0; i < once.size(); ++i) {
+    EXPECT_EQ(twice[i].slab, once[i].slab);
+    EXPECT_EQ(twice[i].blocks, once[i].blocks);
+  }
+  for (const auto* h : {&h1, &h2}) ASSERT_TRUE(small->Free(*h).ok());
+  ASSERT_TRUE(large->Free(h3).ok());
+  EXPECT_TRUE(f.arena->SlabsInUse().empty());
+}
+
 TEST(KvArena, SlabSizeKeepsTailWasteUnderThreePercent) {
   const size_t page = 2 << 20;
   // Power-of-two block sizes: the LCM is the page itself.

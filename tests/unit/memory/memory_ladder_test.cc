@@ -3,6 +3,7 @@
 #include "memory/memory_ladder.h"
 
 #include <algorithm>
+#include <limits>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -160,9 +161,11 @@ TEST(SlabShedding, IdleSessionsAndLowPriorityGoBeforeCheaperHighPriority) {
   EXPECT_EQ(Ids(h, PlanSlabShedding(h, in_use, 2)), (std::vector<std::string>{"idle", "low"}));
 }
 
-// On small random instances: the plan never lists a holder twice, and it
+// On small random instances: the plan never lists a holder twice; it
 // empties as many slabs as asked where that many can empty at all (slabs
-// holding no block of anyone unlisted).
+// holding no block of anyone unlisted); and it sheds only holders of the
+// shortest prefix of the ladder's order that empties as many, so never
+// more bytes than shedding in the ladder's order.
 TEST(SlabShedding, EmptiesWhatCanBeEmptiedOnRandomInstances) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 1000; ++trial) {
@@ -177,9 +180,10 @@ TEST(SlabShedding, EmptiesWhatCanBeEmptiedOnRandomInstances) {
         at.push_back({s, 1 + static_cast<int64_t>(rng() % 3)});
         used[static_cast<size_t>(s)] += at.back().blocks;
       }
-      KvHolder x = rng() % 3 ? Running(static_cast<int>(rng() % 2), std::to_string(i),
-                                       static_cast<int>(rng() % 2), rng() % 50, 0)
-                             : Session(static_cast<int>(rng() % 2), std::to_string(i), rng() % 50, 0);
+      KvHolder x = rng() % 3
+                       ? Running(static_cast<int>(rng() % 2), std::to_string(i),
+                                 static_cast<int>(rng() % 2), rng() % 50, 0)
+                       : Session(static_cast<int>(rng() % 2), std::to_string(i), rng() % 50, 0);
       h.push_back(WithSlabs(std::move(x), std::move(at)));
     }
     std::vector<SlabBlocks> in_use;
@@ -195,8 +199,20 @@ TEST(SlabShedding, EmptiesWhatCanBeEmptiedOnRandomInstances) {
     std::sort(sorted.begin(), sorted.end());
     EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "trial " << trial;
     EXPECT_GE(SlabsEmptied(h, in_use, plan), std::min(want, can_empty)) << "trial " << trial;
-    if (want == 0) {
-      EXPECT_TRUE(plan.empty());
+    const int64_t target = std::min(want, can_empty);
+    if (target == 0) {
+      EXPECT_TRUE(plan.empty()) << "trial " << trial;
+      continue;
+    }
+    const std::vector<size_t> ladder = PlanKvShedding(h, std::numeric_limits<int64_t>::max());
+    std::vector<size_t> prefix;
+    for (size_t i : ladder) {
+      if (SlabsEmptied(h, in_use, prefix) >= target) break;
+      prefix.push_back(i);
+    }
+    for (size_t i : plan) {
+      EXPECT_NE(std::find(prefix.begin(), prefix.end(), i), prefix.end())
+          << "trial " << trial << ": " << h[i].id << " is past the ladder's prefix";
     }
   }
 }
