@@ -170,6 +170,7 @@ Report Summarize(const ReplayResult& res, double slo_scale, double max_client_la
     Add(rep.total, all, r, v);
     Add(rep.per_model[r.model], acc[r.model], r, v);
     ++rep.by_status[r.status];
+    if (r.status != "OK" && !r.message.empty()) rep.first_message.emplace(r.status, r.message);
     if (r.client_lag_ms() >= 0) lag.push_back(r.client_lag_ms());
   }
   Finish(rep.total, all);
@@ -208,6 +209,7 @@ nlohmann::json ToJson(const Report& r) {
           {"total", ToJson(r.total)},
           {"per_model", per_model},
           {"by_status", r.by_status},
+          {"first_message", r.first_message},
           {"goodput_rps", r.goodput_rps},
           {"token_throughput", r.token_throughput},
           {"input_token_throughput", r.input_token_throughput},
@@ -253,6 +255,9 @@ std::string FormatReport(const Report& r) {
     out += "by status:";
     for (const auto& [s, n] : r.by_status) out += absl::StrFormat(" %s=%d", s, n);
     out += "\n";
+    for (const auto& [s, m] : r.first_message) {
+      out += absl::StrFormat("  first %s: %s\n", s, m.substr(0, 300));
+    }
   }
   out += absl::StrFormat(
       "client lag (send - scheduled): mean %.1f ms, p50 %.1f, p99 %.1f, max %.1f\n",

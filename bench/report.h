@@ -71,6 +71,9 @@ struct Report {
   GroupReport total;
   std::map<std::string, GroupReport> per_model;
   std::map<std::string, int> by_status;
+  // Each failed status's first message (in trace order), so a run's
+  // failures say why without its requests CSV.
+  std::map<std::string, std::string> first_message;
   double goodput_rps = 0;
   double token_throughput = 0;  // input + output tokens/s
   double input_token_throughput = 0, output_token_throughput = 0;

@@ -39,6 +39,7 @@ RequestOutcome Failed(const std::string& model, const std::string& status, bool 
     r.send_s = 1.0;
   }
   r.end_s = 1.1;
+  r.message = "why " + model + " " + status;
   return r;
 }
 
@@ -69,6 +70,12 @@ TEST(Report, ClassifiesAndCountsEveryRequest) {
   EXPECT_EQ(r.total.failed, 2);  // UNAVAILABLE mid-stream, ABORTED dependent
   EXPECT_EQ(r.by_status.at("OK"), 4);
   EXPECT_EQ(r.per_model.at("a").total + r.per_model.at("b").total, 7);
+  // Each failed status keeps its first message, and the text report says it.
+  EXPECT_EQ(r.first_message.size(), 3u);
+  EXPECT_EQ(r.first_message.at("UNAVAILABLE"), "why b UNAVAILABLE");
+  EXPECT_EQ(r.first_message.count("OK"), 0u);
+  EXPECT_NE(FormatReport(r).find("first RESOURCE_EXHAUSTED: why b RESOURCE_EXHAUSTED"),
+            std::string::npos);
 }
 
 TEST(Report, AttainmentUsesModelSlosAndTheScale) {
