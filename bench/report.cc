@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,14 @@
 
 namespace ballast::bench {
 namespace {
+
+// `s` cut to at most `bytes` bytes without splitting a UTF-8 character.
+std::string Clip(const std::string& s, size_t bytes) {
+  if (s.size() <= bytes) return s;
+  size_t n = bytes;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
 
 struct Slo {
   double ttft_ms, tpot_ms;
@@ -165,12 +175,22 @@ Report Summarize(const ReplayResult& res, double slo_scale, double max_client_la
   std::map<std::string, Acc> acc;
   Acc all;
   std::vector<double> lag;
+  std::map<std::string, double> first_end;  // per failed status: its message's end
   for (const auto& r : res.requests) {
     const Verdict v = Judge(r, res, slo_scale);
     Add(rep.total, all, r, v);
     Add(rep.per_model[r.model], acc[r.model], r, v);
     ++rep.by_status[r.status];
-    if (r.status != "OK" && !r.message.empty()) rep.first_message.emplace(r.status, r.message);
+    if (r.status != "OK" && !r.message.empty()) {
+      // The earliest to end (an unknown end counts as last), else the
+      // first in the trace.
+      const double end = r.end_s >= 0 ? r.end_s : std::numeric_limits<double>::infinity();
+      auto [it, fresh] = first_end.emplace(r.status, end);
+      if (fresh || end < it->second) {
+        it->second = end;
+        rep.first_message[r.status] = r.message;
+      }
+    }
     if (r.client_lag_ms() >= 0) lag.push_back(r.client_lag_ms());
   }
   Finish(rep.total, all);
@@ -256,7 +276,7 @@ std::string FormatReport(const Report& r) {
     for (const auto& [s, n] : r.by_status) out += absl::StrFormat(" %s=%d", s, n);
     out += "\n";
     for (const auto& [s, m] : r.first_message) {
-      out += absl::StrFormat("  first %s: %s\n", s, m.substr(0, 300));
+      out += absl::StrFormat("  first %s: %s\n", s, Clip(m, 300));
     }
   }
   out += absl::StrFormat(

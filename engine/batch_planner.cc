@@ -287,4 +287,9 @@ std::vector<KvHolding> BatchPlanner::Holdings(bool with_slabs) const {
   return out;
 }
 
+void BatchPlanner::AppendTables(std::vector<SequenceKv*>* out) {
+  for (auto& s : running_) out->push_back(&s->kv);
+  for (auto& s : waiting_) out->push_back(&s->kv);
+}
+
 }  // namespace ballast::engine

@@ -133,6 +133,9 @@ class BatchPlanner {
   // One kRunning holding per running sequence (with_slabs: as
   // KvManager::Holdings).
   std::vector<KvHolding> Holdings(bool with_slabs = false) const;
+  // Adds the block table of every sequence it holds, running and waiting
+  // (KV relocation rewrites them).
+  void AppendTables(std::vector<SequenceKv*>* out);
 
  private:
   // Reserves blocks for `seq` up to `tokens` positions, preempting the

@@ -26,6 +26,11 @@ absl::Status Executor::CopyKvFromHost(absl::Span<const KvBlockCopy> copies) {
   return absl::OkStatus();
 }
 
+absl::Status Executor::MoveKvBlocks(absl::Span<const KvBlockMove> moves) {
+  for (const KvBlockMove& m : moves) std::memcpy(m.to, m.from, m.bytes);
+  return absl::OkStatus();
+}
+
 absl::Status Executor::StartKvLoad(LayerKvCopies load) {
   for (const auto& layer : load.layers) {
     if (auto st = CopyKvFromHost(layer); !st.ok()) return st;

@@ -64,6 +64,14 @@ struct KvBlockCopy {
   size_t bytes = 0;
 };
 
+// One KV block's bytes moving to another block of the same cache (KV
+// compaction, engine/kv_relocation.h): both are allocator addresses.
+struct KvBlockMove {
+  const uint8_t* from = nullptr;
+  uint8_t* to = nullptr;
+  size_t bytes = 0;
+};
+
 // Block copies grouped by the layer whose KV they hold: layers[l] are layer
 // l's copies (may be empty). A layer-wise load (Executor::StartKvLoad)
 // finishes them in layer order.
@@ -184,6 +192,11 @@ class Executor {
   // flight computes for (Retire).
   virtual absl::Status CopyKvToHost(absl::Span<const KvBlockCopy> copies);
   virtual absl::Status CopyKvFromHost(absl::Span<const KvBlockCopy> copies);
+  // Copies KV blocks to other blocks of the cache (compaction); returns
+  // when the copies are done. REQUIRES: no step in flight and no load
+  // pending (the blocks are neither read nor written meanwhile); the
+  // blocks of a move do not overlap. The default is memcpy.
+  virtual absl::Status MoveKvBlocks(absl::Span<const KvBlockMove> moves);
   // Layer-wise loading of KV from host memory (a lease's chunks, before
   // the step that extends the sequence): starts the copies and returns.
   // The next Forward/ForwardSample waits, before layer l touches the KV

@@ -173,8 +173,12 @@ int64_t KvManager::EvictLeastRecent(int64_t want_bytes) {
 
 std::vector<memory::SlabBlocks> KvManager::SlabsOf(const SequenceKv& kv) const {
   std::vector<memory::SlabBlocks> out;
-  const int shift = kv_->allocator()->addressing().slab_shift;
-  for (const auto& layer : kv.blocks) memory::CountSlabBlocks(layer, shift, &out);
+  const memory::BlockAddressing addr = kv_->allocator()->addressing();
+  // Not slab-addressed (a host pool): no slab is ever given back.
+  if (addr.slab_bytes == 0) return out;
+  std::vector<memory::BlockId> ids;
+  for (const auto& layer : kv.blocks) ids.insert(ids.end(), layer.begin(), layer.end());
+  memory::CountSlabBlocks(ids, addr.slab_shift, &out);
   return out;
 }
 
@@ -192,6 +196,10 @@ std::vector<KvHolding> KvManager::Holdings(bool with_slabs) const {
     out.push_back(std::move(h));
   }
   return out;
+}
+
+void KvManager::AppendTables(std::vector<SequenceKv*>* out) {
+  for (auto& [id, s] : sessions_) out->push_back(&s.kv);
 }
 
 }  // namespace ballast::engine

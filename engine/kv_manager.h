@@ -152,6 +152,8 @@ class KvManager {
   // One kCachedSession holding per kept session; with_slabs fills each
   // holding's slabs (a pass over its block table).
   std::vector<KvHolding> Holdings(bool with_slabs = false) const;
+  // Adds every kept session's block table (KV relocation rewrites them).
+  void AppendTables(std::vector<SequenceKv*>* out);
 
  private:
   struct CachedSession {

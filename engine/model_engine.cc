@@ -10,6 +10,7 @@
 #include "engine/cpu/cpu_executor.h"
 #include "engine/gpu_backend.h"
 #include "engine/kv_export.h"
+#include "engine/kv_relocation.h"
 #include "memory/host_block_pool.h"
 #include "spdlog/spdlog.h"
 
@@ -439,6 +440,18 @@ int64_t ModelEngine::Shed(const KvHolding& h, int64_t want_bytes) {
   const int64_t freed = ShedOne(h, want_bytes);
   PublishStats();
   return freed;
+}
+
+absl::StatusOr<int64_t> ModelEngine::MoveKvOutOf(absl::Span<const int64_t> slabs) {
+  FinishAllSteps();
+  if (auto st = executor_->WaitKvLoad(); !st.ok()) return st;
+  std::vector<SequenceKv*> tables;
+  planner_->AppendTables(&tables);
+  kv_manager_->AppendTables(&tables);
+  for (auto& [seq, why] : retired_) tables.push_back(&seq->kv);
+  return RelocateBlocks(
+      tables, slabs, kv_->allocator(),
+      [this](absl::Span<const KvBlockMove> moves) { return executor_->MoveKvBlocks(moves); });
 }
 
 int64_t ModelEngine::ShedKv(int64_t want_bytes) {

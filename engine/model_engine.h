@@ -343,6 +343,12 @@ class ModelEngine {
   // `want_bytes` (default: all of it), later layers first
   // (KvManager::ShedLayers). REQUIRES: the thread that calls Step.
   int64_t Shed(const KvHolding& h, int64_t want_bytes = -1);
+  // KV compaction (memory/kv_arena.h, BeginDrain): after its steps in
+  // flight end, moves every block it holds in `slabs` (ascending, the
+  // arena's draining slabs) elsewhere on the device, rewriting the block
+  // tables (engine/kv_relocation.h); nobody is preempted. Returns the bytes
+  // moved; on an error nothing moved. REQUIRES: the thread that calls Step.
+  absl::StatusOr<int64_t> MoveKvOutOf(absl::Span<const int64_t> slabs);
 
   EngineStats stats() const;
 

@@ -173,9 +173,11 @@ void Balloon::UpdateBudget() {
   pool_->SetBudget(std::max<int64_t>(0, options_.memory_bytes - ws));
 }
 
-int64_t Balloon::FreeBytes() const {
+int64_t Balloon::FreeBytes() const { return std::max<int64_t>(0, HeadroomBytes()); }
+
+int64_t Balloon::HeadroomBytes() const {
   const PagePoolStats ps = pool_->stats();
-  return std::max<int64_t>(0, ps.budget_bytes - ps.mapped_bytes);
+  return ps.budget_bytes - ps.mapped_bytes;
 }
 
 BalloonStats Balloon::stats() const {

@@ -132,6 +132,9 @@ class Balloon : public std::enable_shared_from_this<Balloon> {
   void SetWorkspace(const std::string& tenant, int64_t bytes);
   // Budget not mapped: what a MapWeights can take now.
   int64_t FreeBytes() const;
+  // Budget less what is mapped, negative when the budget has dropped below
+  // it (SetWorkspace): what must be unmapped before FreeBytes covers more.
+  int64_t HeadroomBytes() const;
   BalloonStats stats() const;
 
  private:

@@ -60,6 +60,15 @@ class BlockAllocator {
   // tell it from garbage, or held through another allocator: another
   // tenant's view of the same arena). Either is a caller bug.
   virtual absl::Status Free(absl::Span<const BlockId> blocks) = 0;
+  // New homes for `n` blocks moving out of slabs the arena is draining
+  // (KvArena::BeginDrain): taken only from formatted slabs not draining,
+  // never mapping memory, and allowed past the tenant's limit since the
+  // caller frees the old blocks once their bytes are copied. All or
+  // nothing: RESOURCE_EXHAUSTED when those slabs lack room. The default
+  // (a pool with no slabs to drain) is UNIMPLEMENTED.
+  virtual absl::StatusOr<std::vector<BlockId>> AllocateForMove(int n) {
+    return absl::UnimplementedError("this block pool has no slabs to drain");
+  }
   // Address of a block's first byte; O(1). Valid until the block is freed.
   virtual uint8_t* Address(BlockId id) = 0;
 

@@ -37,6 +37,9 @@ class KvArena::View final : public BlockAllocator {
   absl::StatusOr<std::vector<BlockId>> Allocate(int n) override {
     return arena_->Allocate(cls_, tenant_, n);
   }
+  absl::StatusOr<std::vector<BlockId>> AllocateForMove(int n) override {
+    return arena_->AllocateForMove(cls_, tenant_, n);
+  }
   absl::Status Free(absl::Span<const BlockId> blocks) override {
     return arena_->Free(cls_, tenant_, blocks);
   }
@@ -197,6 +200,7 @@ void KvArena::ReleaseSlab(int slab, bool keep_in_buffer) {
   s.used = 0;
   s.free.clear();
   s.owner.clear();
+  s.draining = false;
   if (keep_in_buffer && static_cast<int>(empty_.size()) < options_.free_slab_buffer) {
     s.state = Slab::State::kEmpty;
     empty_.push_back(slab);
@@ -241,19 +245,23 @@ absl::StatusOr<std::vector<BlockId>> KvArena::Allocate(int cls, int tenant, int 
       }
       slab = *taken;
     }
-    Slab& s = slabs_[slab];
-    c.partial.erase({-s.used, slab});
-    const uint16_t idx = s.free.back();
-    s.free.pop_back();
-    s.owner[idx] = tenant;
-    ++s.used;
-    if (!s.free.empty()) c.partial.insert({-s.used, slab});
-    ++c.used;
-    ++stats_.blocks_used;
-    out.push_back(static_cast<BlockId>(slab * kMaxBlocksPerSlab + idx));
+    out.push_back(TakeBlock(c, slab, tenant));
   }
   owner.used_bytes += want;
   return out;
+}
+
+BlockId KvArena::TakeBlock(Class& c, int slab, int tenant) {
+  Slab& s = slabs_[slab];
+  c.partial.erase({-s.used, slab});
+  const uint16_t idx = s.free.back();
+  s.free.pop_back();
+  s.owner[idx] = tenant;
+  ++s.used;
+  if (!s.free.empty()) c.partial.insert({-s.used, slab});
+  ++c.used;
+  ++stats_.blocks_used;
+  return static_cast<BlockId>(slab * kMaxBlocksPerSlab + idx);
 }
 
 void KvArena::FreeOne(int cls, BlockId id) {
@@ -269,7 +277,7 @@ void KvArena::FreeOne(int cls, BlockId id) {
   --stats_.blocks_used;
   if (s.used == 0) {
     ReleaseSlab(slab, /*keep_in_buffer=*/true);
-  } else {
+  } else if (!s.draining) {
     c.partial.insert({-s.used, slab});
   }
 }

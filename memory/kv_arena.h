@@ -107,6 +107,27 @@ class KvArena {
   // Every FORMATTED slab's blocks in use, by slab, ascending: what must be
   // freed for each to give its pages back (PlanSlabShedding).
   std::vector<SlabBlocks> SlabsInUse() const;
+
+  // Compaction: room for weights by moving KV blocks instead of dropping
+  // them (kv_arena_compact.cc). Freed blocks give a slab back only once
+  // every block in it is free, so many growing sequences leave many slabs
+  // part-used; where the free blocks of the other slabs of a size can hold
+  // a slab's blocks, moving them empties it with nothing shed.
+  //
+  // BeginDrain marks up to `slabs` formatted slabs DRAINING and returns
+  // them, ascending: the ones with the fewest bytes in use first, of each
+  // block size only as many as the free blocks of its other slabs can
+  // take (so the moves fit without mapping anything). No allocation takes
+  // a block from a draining slab. Each tenant then moves its blocks out:
+  // BlockAllocator::AllocateForMove for new homes, a copy, and Free of the
+  // old blocks (the last one empties the slab, which joins the EMPTY
+  // buffer; ReclaimFreeSlabs unmaps it). EndDrain lifts the mark from the
+  // slabs still formatted (a tenant that could not move its blocks).
+  // REQUIRES: one drain at a time (the device worker's step thread).
+  std::vector<int64_t> BeginDrain(int64_t slabs);
+  void EndDrain();
+  // Slabs draining now.
+  int64_t draining() const;
   size_t slab_bytes() const { return options_.slab_bytes; }
   PagePool* pool() const { return pool_.get(); }
 
@@ -119,6 +140,7 @@ class KvArena {
     std::vector<uint16_t> free;  // free block indexes (formatted slabs)
     // Formatted slabs: the tenant holding each block, kNoOwner when free.
     std::vector<int32_t> owner;
+    bool draining = false;  // BeginDrain: out of its class's partial set
   };
   static constexpr int32_t kNoOwner = -1;
   static constexpr int32_t kBeingFreed = -2;  // marks a block while Free validates
@@ -141,6 +163,13 @@ class KvArena {
 
   KvArena(std::shared_ptr<PagePool> pool, const KvArenaOptions& o, uint8_t* base);
   absl::StatusOr<std::vector<BlockId>> Allocate(int cls, int tenant, int n);
+  // For blocks moving out of draining slabs: `n` blocks from the class's
+  // partial slabs only (never carving, never a draining slab), past the
+  // tenant's limit (the old blocks are freed right after). All or nothing.
+  absl::StatusOr<std::vector<BlockId>> AllocateForMove(int cls, int tenant, int n);
+  // Takes one free block of `slab` (in c's partial set) for `tenant`.
+  // REQUIRES: mu_ held.
+  BlockId TakeBlock(Class& c, int slab, int tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Free(int cls, int tenant, absl::Span<const BlockId> ids);
   // Why `id` cannot be freed by (cls, tenant), or OK. REQUIRES: mu_ held.
   absl::Status CheckFree(int cls, int tenant, BlockId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -164,6 +193,7 @@ class KvArena {
   std::vector<Tenant> tenants_ ABSL_GUARDED_BY(mu_);  // one per allocator created
   std::vector<int> empty_ ABSL_GUARDED_BY(mu_);       // EMPTY slabs (buffer)
   std::vector<int> unmapped_ ABSL_GUARDED_BY(mu_);    // UNMAPPED slabs, next carve at back
+  std::vector<int> draining_ ABSL_GUARDED_BY(mu_);    // BeginDrain's slabs
   KvArenaStats stats_ ABSL_GUARDED_BY(mu_);
   // Block size per class, readable without the lock (Address is hot).
   std::array<std::atomic<size_t>, kMaxBlockSizes> block_bytes_of_{};

@@ -173,6 +173,7 @@ DeviceUsage DeviceWorker::Usage() const {
     u.step_thread = thread_time_;
     u.step_starts = step_starts_;
     u.kv_reclaims = reclaims_;
+    u.kv_compactions = compactions_;
     if (remap_) u.remap = remap_->stats();
   }
   if (balloon_) {

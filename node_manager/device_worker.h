@@ -105,6 +105,8 @@ struct DeviceUsage {
   RemapStats remap;
   // Other models asked for KV room (cumulative).
   KvReclaims kv_reclaims;
+  // KV moved out of slabs to make room for weights (cumulative).
+  KvCompactions kv_compactions;
 };
 
 // How a device holds KV: one shared elastic arena, or a static pool per model.
@@ -388,6 +390,15 @@ class DeviceWorker {
   // H200, a take-back of 16 layers shed 10.8 GB of running sequences for
   // about 5.9 GB of pages. Step thread only.
   int64_t ShedWholeSlabs(int64_t bytes, const engine::ModelEngine* spare);
+  // For weights, before anything is shed: drains the slabs whose blocks the
+  // free blocks of other slabs can hold (KvArena::BeginDrain), has every
+  // engine move its blocks out (ModelEngine::MoveKvOutOf) and unmaps the
+  // emptied slabs, until the pool's free budget covers `bytes` or no slab
+  // can drain. Returns the bytes of pages given back. Many growing
+  // sequences leave many slabs part-used: moving their blocks costs a
+  // device copy where shedding costs the sequences' recompute. Step thread
+  // only.
+  int64_t CompactForWeights(int64_t bytes);
   // The holdings of every engine but `spare` (running sequences only when
   // admitted after `running_after`) as the ladder's plain data, with the
   // engine-side holdings they stand for (`source`, same order) and the
@@ -455,6 +466,7 @@ class DeviceWorker {
   StepThreadTime thread_time_ ABSL_GUARDED_BY(mu_);
   StepStarts step_starts_ ABSL_GUARDED_BY(mu_);
   KvReclaims reclaims_ ABSL_GUARDED_BY(mu_);
+  KvCompactions compactions_ ABSL_GUARDED_BY(mu_);
   ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -100,15 +100,20 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
   // idle session KV, least recently used first, then running sequences,
   // lowest priority and newest first, only as far as the shortfall. Freed
   // blocks empty a slab only once all its blocks are gone, so re-plan
-  // until the pages map or nothing is left to shed. Whole slabs first
-  // (ShedWholeSlabs), then the ladder's order for what they leave.
+  // until the pages map or nothing is left to shed. Blocks moved out of
+  // part-used slabs first (CompactForWeights: nothing shed), then whole
+  // slabs (ShedWholeSlabs), then the ladder's order for what they leave.
   int64_t shed = 0;
+  if (!pages.ok()) {
+    CompactForWeights(bytes);
+    pages = balloon_->MapWeights(static_cast<size_t>(bytes));
+  }
   if (!pages.ok()) {
     shed += ShedWholeSlabs(bytes, nullptr);
     pages = balloon_->MapWeights(static_cast<size_t>(bytes));
   }
   while (!pages.ok()) {
-    const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes(), ShedFor::kWeights);
+    const int64_t got = ShedForShortfall(bytes - balloon_->HeadroomBytes(), ShedFor::kWeights);
     if (got == 0) break;
     shed += got;
     arena.ReclaimFreeSlabs();
@@ -128,13 +133,18 @@ int64_t DeviceWorker::MakeRoomForWeights(int64_t bytes, const engine::ModelEngin
   memory::KvArena& arena = *balloon_->arena();
   // The memory ladder's rungs as ReclaimAndMap climbs them, the other
   // models' holdings first, then the spared model's own too: a model left
-  // over its cap stalls every step on its copies.
+  // over its cap stalls every step on its copies. Blocks moved out of
+  // part-used slabs come first (CompactForWeights: nothing shed); then
+  // each pass sheds what empties whole slabs (ShedWholeSlabs), then the
+  // ladder's order for what that leaves.
+  CompactForWeights(bytes);
   int64_t shed = 0;
   for (const engine::ModelEngine* skip :
        {spare, static_cast<const engine::ModelEngine*>(nullptr)}) {
     shed += ShedWholeSlabs(bytes, skip);
     while (balloon_->FreeBytes() < bytes) {
-      const int64_t got = ShedForShortfall(bytes - balloon_->FreeBytes(), ShedFor::kWeights, skip);
+      const int64_t got =
+          ShedForShortfall(bytes - balloon_->HeadroomBytes(), ShedFor::kWeights, skip);
       if (got == 0) break;
       shed += got;
       arena.ReclaimFreeSlabs();
@@ -177,10 +187,51 @@ void DeviceWorker::GatherHolders(const engine::ModelEngine* spare, uint64_t runn
   }
 }
 
-int64_t DeviceWorker::ShedWholeSlabs(int64_t bytes, const engine::ModelEngine* spare) {
+int64_t DeviceWorker::CompactForWeights(int64_t bytes) {
+  if (balloon_->FreeBytes() >= bytes) return 0;
   memory::KvArena& arena = *balloon_->arena();
   arena.ReclaimFreeSlabs();
-  const int64_t shortfall = bytes - balloon_->FreeBytes();
+  const auto slab = static_cast<int64_t>(arena.slab_bytes());
+  const int64_t headroom = balloon_->HeadroomBytes();
+  const int64_t shortfall = bytes - headroom;
+  if (shortfall <= 0) return 0;
+  const std::vector<int64_t> slabs = arena.BeginDrain((shortfall + slab - 1) / slab);
+  if (slabs.empty()) return 0;
+  int64_t moved = 0, failed = 0;
+  for (const auto& e : Engines()) {
+    auto m = e->MoveKvOutOf(slabs);
+    if (m.ok()) {
+      moved += *m;
+    } else {
+      ++failed;
+      spdlog::warn("device {}: model {} could not move its KV out of {} slab(s): {}", name_,
+                   e->name(), slabs.size(), m.status().ToString());
+    }
+  }
+  const int64_t left = arena.draining();
+  arena.EndDrain();
+  arena.ReclaimFreeSlabs();
+  // Emptied slabs past the free-slab buffer were unmapped at once.
+  const int64_t freed = balloon_->HeadroomBytes() - headroom;
+  spdlog::info(
+      "device {}: moved {} bytes of KV out of {} slab(s) ({} left part-used); {} bytes "
+      "of pages freed for weights",
+      name_, moved, slabs.size(), left, freed);
+  absl::MutexLock lock(&mu_);
+  ++compactions_.drains;
+  compactions_.moved_bytes += moved;
+  compactions_.freed_bytes += freed;
+  compactions_.failed += failed;
+  return freed;
+}
+
+int64_t DeviceWorker::ShedWholeSlabs(int64_t bytes, const engine::ModelEngine* spare) {
+  // Nothing to do where the room is there: the ready-slab buffer stays.
+  if (balloon_->FreeBytes() >= bytes) return 0;
+  memory::KvArena& arena = *balloon_->arena();
+  arena.ReclaimFreeSlabs();
+  // Unclamped: over budget, the slabs to empty cover the excess too.
+  const int64_t shortfall = bytes - balloon_->HeadroomBytes();
   if (shortfall <= 0) return 0;
   const auto slab = static_cast<int64_t>(arena.slab_bytes());
   std::vector<std::shared_ptr<engine::ModelEngine>> engines;

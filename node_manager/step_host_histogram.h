@@ -86,6 +86,14 @@ struct KvReclaims {
   int64_t nothing = 0;
 };
 
+// KV compaction for weights (DeviceWorker::CompactForWeights), cumulative.
+struct KvCompactions {
+  int64_t drains = 0;       // times slabs were drained
+  int64_t moved_bytes = 0;  // KV blocks moved to other slabs
+  int64_t freed_bytes = 0;  // slab pages given back by the drains
+  int64_t failed = 0;       // a model's blocks that could not move (left in place)
+};
+
 // Charges the step thread's time to the activity it is in: Switch
 // charges the time since the last switch to the current activity and makes
 // `next` current (returning the previous one, to switch back); Take

@@ -174,6 +174,17 @@ Metrics::Metrics()
                              "asked (their steps in flight finished first: a wait for the "
                              "device), nothing (none held anything to give: answered at once)")
                        .Register(*registry_)),
+      kv_compactions_(BuildCounter()
+                          .Name("ballast_node_kv_compactions_total")
+                          .Help("KV compactions for weights (slabs drained: blocks moved to "
+                                "other slabs, nothing shed), by result: drained, failed (a "
+                                "model's blocks could not move and stayed)")
+                          .Register(*registry_)),
+      kv_compaction_bytes_(BuildCounter()
+                               .Name("ballast_node_kv_compaction_bytes_total")
+                               .Help("Bytes of KV compactions for weights: moved (blocks "
+                                     "copied to other slabs), freed (slab pages given back)")
+                               .Register(*registry_)),
       node_queue_(BuildHistogram()
                       .Name("ballast_node_queue_seconds")
                       .Help("Time a request waited on the node before admission, per model")
@@ -364,6 +375,12 @@ void Metrics::SetDevice(const DeviceGauges& g) {
     }
   }
   reclaims = g.kv_reclaims;
+  const std::string& d = g.device;
+  const node_manager::KvCompactions& c = g.kv_compactions;
+  Grow(kv_compactions_.Add({{"device", d}, {"result", "drained"}}), "drains/" + d, c.drains);
+  Grow(kv_compactions_.Add({{"device", d}, {"result", "failed"}}), "drain_failed/" + d, c.failed);
+  Grow(kv_compaction_bytes_.Add({{"device", d}, {"what", "moved"}}), "moved/" + d, c.moved_bytes);
+  Grow(kv_compaction_bytes_.Add({{"device", d}, {"what", "freed"}}), "freed/" + d, c.freed_bytes);
   SetRemap(g.device, g.remap);
   SetModelMemory(g.device, g.model_memory);
 }

@@ -64,6 +64,7 @@ struct DeviceGauges {
   node_manager::StepStarts step_starts = {};            // cumulative, by how begun
   node_manager::RemapStats remap = {};                  // parameter remapping (cumulative)
   node_manager::KvReclaims kv_reclaims = {};            // other models asked for KV (cumulative)
+  node_manager::KvCompactions kv_compactions = {};      // KV moved for weights (cumulative)
   std::vector<node_manager::ModelMemory> model_memory;  // per resident model
 };
 
@@ -176,6 +177,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& step_thread_;
   prometheus::Family<prometheus::Counter>& step_starts_;
   prometheus::Family<prometheus::Counter>& kv_reclaims_;
+  prometheus::Family<prometheus::Counter>& kv_compactions_;
+  prometheus::Family<prometheus::Counter>& kv_compaction_bytes_;
   prometheus::Family<prometheus::Histogram>& node_queue_;
   prometheus::Family<prometheus::Histogram>& activation_;
   prometheus::Family<prometheus::Counter>& evictions_;

@@ -248,11 +248,26 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
       }
       for (auto* d : raw->node->devices()) {
         const auto u = d->Usage();
-        metrics->SetDevice({d->name(), u.kv_blocks_total - u.kv_blocks_free, u.kv_blocks_free,
-                            u.memory_used_bytes, u.waiting, u.running, u.preemptions,
-                            u.slabs_formatted, u.slabs_empty, u.kv_bytes_used, u.kv_bytes_free,
-                            u.page_map_calls, u.page_unmap_calls, u.step_host, u.step_thread,
-                            u.step_starts, u.remap, u.kv_reclaims, u.model_memory});
+        metrics->SetDevice({d->name(),
+                            u.kv_blocks_total - u.kv_blocks_free,
+                            u.kv_blocks_free,
+                            u.memory_used_bytes,
+                            u.waiting,
+                            u.running,
+                            u.preemptions,
+                            u.slabs_formatted,
+                            u.slabs_empty,
+                            u.kv_bytes_used,
+                            u.kv_bytes_free,
+                            u.page_map_calls,
+                            u.page_unmap_calls,
+                            u.step_host,
+                            u.step_thread,
+                            u.step_starts,
+                            u.remap,
+                            u.kv_reclaims,
+                            u.kv_compactions,
+                            u.model_memory});
       }
       if (const auto* tiers = raw->node->kv_tiers()) {
         const auto t = tiers->stats();

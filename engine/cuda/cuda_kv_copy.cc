@@ -297,4 +297,30 @@ absl::Status CudaExecutor::CopyKvFromHost(absl::Span<const KvBlockCopy> copies) 
   return StagedKvCopy(copies, /*to_host=*/false);
 }
 
+absl::Status CudaExecutor::MoveKvBlocks(absl::Span<const KvBlockMove> moves) {
+  if (moves.empty()) return absl::OkStatus();
+  BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
+  const char* what = "KV block moves";
+  if (load_span_capacity_ == 0) return absl::FailedPreconditionError("KV staging not initialised");
+  // The spans of the last load are read until it ends.
+  BALLAST_CUDA_RETURN(cudaStreamSynchronize(load_stream_), what);
+  static_assert(sizeof(BlockMove) == sizeof(BlockSpan), "moves reuse the load spans' buffers");
+  auto* host = reinterpret_cast<BlockMove*>(load_host_spans_);
+  auto* dev = load_spans_.get<BlockMove>();
+  for (size_t at = 0; at < moves.size(); at += load_span_capacity_) {
+    const size_t n = std::min(load_span_capacity_, moves.size() - at);
+    for (size_t i = 0; i < n; ++i) {
+      const KvBlockMove& m = moves[at + i];
+      host[i] = {m.from, m.to, m.bytes};
+    }
+    BALLAST_CUDA_RETURN(
+        cudaMemcpyAsync(dev, host, n * sizeof(BlockMove), cudaMemcpyHostToDevice, stream_), what);
+    BALLAST_CUDA_RETURN(LaunchBlockMove(dev, static_cast<int>(n), stream_), what);
+    // The pinned spans are refilled next round; the caller frees the old
+    // blocks once this returns.
+    BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), what);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ballast::engine::cuda

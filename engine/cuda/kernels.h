@@ -249,6 +249,14 @@ struct BlockSpan {
   unsigned long long offset = 0;   // in the staging buffer
   unsigned long long bytes = 0;
 };
+// One block's bytes to another block (KV compaction).
+struct BlockMove {
+  const unsigned char* from = nullptr;
+  unsigned char* to = nullptr;
+  unsigned long long bytes = 0;
+};
+// moves [n] in device memory; one thread block per move; none overlap.
+cudaError_t LaunchBlockMove(const BlockMove* moves, int n, cudaStream_t stream);
 // gather == false: staging -> blocks (scatter); true: blocks -> staging.
 // spans [n] in device memory; one thread block per span.
 cudaError_t LaunchBlockCopy(unsigned char* staging, const BlockSpan* spans, int n, bool gather,

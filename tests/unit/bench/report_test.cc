@@ -73,9 +73,32 @@ TEST(Report, ClassifiesAndCountsEveryRequest) {
   // Each failed status keeps its first message, and the text report says it.
   EXPECT_EQ(r.first_message.size(), 3u);
   EXPECT_EQ(r.first_message.at("UNAVAILABLE"), "why b UNAVAILABLE");
-  EXPECT_EQ(r.first_message.count("OK"), 0u);
+  EXPECT_EQ(r.first_message.count("OK"), 0u);  // an OK request's message is no failure's
+
   EXPECT_NE(FormatReport(r).find("first RESOURCE_EXHAUSTED: why b RESOURCE_EXHAUSTED"),
             std::string::npos);
+}
+
+// "First" is by end time, not trace order; a long message is cut on a
+// character boundary.
+TEST(Report, FirstMessageIsTheEarliestFailureOfItsStatus) {
+  ReplayResult res = Result();
+  RequestOutcome later = Failed("a", "UNAVAILABLE", true);
+  later.end_s = 5.0;
+  later.message = "later";
+  res.requests.insert(res.requests.begin(), later);
+  RequestOutcome earlier = Failed("a", "UNAVAILABLE", true);
+  earlier.end_s = 0.5;
+  earlier.message = std::string(299, 'x') + "\xC3\xA9";  // 'é' across byte 300
+  res.requests.push_back(earlier);
+  RequestOutcome ok = Done("a", 80, 8, 5);
+  ok.message = "fine";
+  res.requests.push_back(ok);
+  const Report r = Summarize(res, 1.0);
+  EXPECT_EQ(r.first_message.count("OK"), 0u);
+  EXPECT_EQ(r.first_message.at("UNAVAILABLE"), earlier.message);
+  const std::string text = FormatReport(r);
+  EXPECT_NE(text.find("first UNAVAILABLE: " + std::string(299, 'x') + "\n"), std::string::npos);
 }
 
 TEST(Report, AttainmentUsesModelSlosAndTheScale) {

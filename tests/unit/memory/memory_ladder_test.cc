@@ -161,6 +161,26 @@ TEST(SlabShedding, IdleSessionsAndLowPriorityGoBeforeCheaperHighPriority) {
   EXPECT_EQ(Ids(h, PlanSlabShedding(h, in_use, 2)), (std::vector<std::string>{"idle", "low"}));
 }
 
+// Holders' slab lists as the engines may give them: the same slab twice
+// (merged per layer), a slab no longer in use (stale), more blocks listed
+// than in use. Each holder is shed at most once and the plan ends.
+TEST(SlabShedding, DuplicateStaleAndOverlistedSlabsShedEachHolderOnce) {
+  const std::vector<KvHolder> h = {
+      WithSlabs(Running(0, "twice", 0, 30, 0), {{0, 1}, {0, 2}}),
+      WithSlabs(Running(0, "stale", 0, 20, 0), {{7, 3}, {1, 1}}),
+      WithSlabs(Running(0, "over", 0, 10, 0), {{1, 5}}),
+  };
+  const std::vector<SlabBlocks> in_use = {{0, 3}, {1, 2}};
+  const std::vector<size_t> one = PlanSlabShedding(h, in_use, 1);
+  EXPECT_EQ(Ids(h, one), (std::vector<std::string>{"twice"}));
+  const std::vector<size_t> all = PlanSlabShedding(h, in_use, 5);
+  std::vector<size_t> sorted = all;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
+  EXPECT_EQ(all.size(), 3u);
+  EXPECT_EQ(SlabsEmptied(h, in_use, all), 2);
+}
+
 // On small random instances: the plan never lists a holder twice; it
 // empties as many slabs as asked where that many can empty at all (slabs
 // holding no block of anyone unlisted); and it sheds only holders of the

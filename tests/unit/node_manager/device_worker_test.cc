@@ -109,6 +109,68 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   w->Stop();
 }
 
+// Weights take room from part-used slabs by moving KV blocks, not by
+// dropping them: kept sessions interleaved over the slabs, half of them
+// forgotten, leave slabs half full; a reservation that fits only once the
+// survivors are packed maps with every survivor still cached, and their
+// next turns reuse that KV with exact outputs.
+TEST(DeviceWorker, WeightsTakeRoomByMovingKvOutOfPartUsedSlabs) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a");
+  constexpr int64_t kPage = 64 << 10;
+  ModelEngineOptions probe;
+  probe.path = path;
+  const int64_t wa = (*ModelEngine::WeightBytesNeeded(probe) + kPage - 1) / kPage * kPage;
+  const int64_t memory = wa + 16 * kPage;
+  auto w = std::move(*DeviceWorker::Create("cpu:0", memory, testing::HostPages(kPage)));
+  absl::Cleanup stop = [&] { w->Stop(); };
+  std::shared_ptr<ModelEngine> a = std::move(*testing::Activate("a", path, w.get()));
+  std::vector<GenerationRequest> turns;
+  std::vector<std::unique_ptr<Done>> done;
+  for (int i = 0; i < 8; ++i) {
+    turns.push_back(Req("t" + std::to_string(i), i, 100, 4));
+    turns.back().session_id = "s" + std::to_string(i);
+    done.push_back(std::make_unique<Done>());
+    ASSERT_TRUE(a->Submit(turns.back(), done.back().get()).ok());
+  }
+  for (auto& d : done) ASSERT_TRUE(d->AwaitDone(absl::Seconds(30)));
+  for (int i = 1; i < 8; i += 2) a->DropSession("s" + std::to_string(i));
+  ASSERT_TRUE(WaitFor([&] { return a->CachedSessionTokens("s7") == 0; }, absl::Seconds(10)));
+  // What packing the survivors' blocks leaves for weights.
+  const memory::KvArenaStats as = w->arena()->stats();
+  const int64_t per_slab = kPage / static_cast<int64_t>(a->kv_block_bytes());
+  const int64_t packed = (as.blocks_used + per_slab - 1) / per_slab;
+  ASSERT_GT(as.slabs_formatted, packed) << "the sessions left no slab part-used";
+  const int64_t budget = w->balloon()->pool()->stats().budget_bytes;
+  const int64_t want =
+      (budget - w->balloon()->stats().weight_bytes - packed * kPage) / kPage * kPage;
+  auto pages = w->ReserveWeights(want);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  const KvCompactions c = w->Usage().kv_compactions;
+  EXPECT_EQ(c.drains, 1);
+  EXPECT_GT(c.moved_bytes, 0);
+  EXPECT_GE(c.freed_bytes, (as.slabs_formatted - packed) * kPage);
+  EXPECT_EQ(c.failed, 0);
+  for (int i = 0; i < 8; i += 2) {
+    EXPECT_GT(a->CachedSessionTokens("s" + std::to_string(i)), 0) << i;
+  }
+  pages->reset();  // room for the next turns' growth
+  for (int i = 0; i < 8; i += 2) {
+    GenerationRequest next = turns[i];
+    next.id = "next" + std::to_string(i);
+    next.prompt.insert(next.prompt.end(), done[i]->result->output_tokens.begin(),
+                       done[i]->result->output_tokens.end());
+    next.prompt.push_back(5);
+    Done d;
+    ASSERT_TRUE(a->Submit(next, &d).ok());
+    ASSERT_TRUE(d.AwaitDone(absl::Seconds(30)));
+    ASSERT_TRUE(d.result.ok()) << d.result.status();
+    EXPECT_GT(d.result->cached_tokens, 0) << i;
+    next.session_id.clear();
+    EXPECT_EQ(d.result->output_tokens, Alone(path, next)) << i;
+  }
+}
+
 // An idle device reports nothing used, whenever it is asked: the node's
 // heartbeats sample Usage() while the arena maps and unmaps its buffer of
 // empty slabs, and a used figure off by a slab decides placement.
