@@ -357,9 +357,9 @@ class DeviceWorker {
   // Returns whether any began. Step thread only.
   bool BeginSteps(std::vector<std::shared_ptr<engine::ModelEngine>> engines);
   absl::StatusOr<std::unique_ptr<memory::WeightPages>> ReclaimAndMap(int64_t bytes);
-  // Sheds KV (the ladder, as ReclaimAndMap) until the balloon has `bytes`
-  // free or nothing is left: every model's but `spare`'s first, then
-  // `spare`'s own. Returns the bytes shed. Step thread, no step in flight.
+  // Makes `bytes` free for weights (ShedAndCompact, as ReclaimAndMap):
+  // every model's KV but `spare`'s first, then `spare`'s own. Returns the
+  // bytes shed. Step thread, no step in flight.
   int64_t MakeRoomForWeights(int64_t bytes, const engine::ModelEngine* spare);
   // The remapping tick (RemapController::Tick), a model over its cap
   // taking its layers back by MakeRoomForWeights. Same thread rule.
@@ -390,15 +390,27 @@ class DeviceWorker {
   // H200, a take-back of 16 layers shed 10.8 GB of running sequences for
   // about 5.9 GB of pages. Step thread only.
   int64_t ShedWholeSlabs(int64_t bytes, const engine::ModelEngine* spare);
-  // For weights, before anything is shed: drains the slabs whose blocks the
-  // free blocks of other slabs can hold (KvArena::BeginDrain), has every
-  // engine move its blocks out (ModelEngine::MoveKvOutOf) and unmaps the
-  // emptied slabs, until the pool's free budget covers `bytes` or no slab
-  // can drain. Returns the bytes of pages given back. Many growing
-  // sequences leave many slabs part-used: moving their blocks costs a
-  // device copy where shedding costs the sequences' recompute. Step thread
-  // only.
-  int64_t CompactForWeights(int64_t bytes);
+  // For weights: drains the slabs whose blocks the free blocks of other
+  // slabs can hold (KvArena::BeginDrain), has every engine move its
+  // blocks out (ModelEngine::MoveKvOutOf) and unmaps the emptied slabs,
+  // until the pool's free budget covers `bytes` or no slab can drain.
+  // Moving costs a device copy (on the H200, milliseconds for a few GB)
+  // where shedding costs the sequences' recompute. Step thread only.
+  struct Compaction {
+    int64_t freed = 0;    // bytes of pages given back
+    bool failed = false;  // some model's blocks could not move
+  };
+  Compaction CompactForWeights(int64_t bytes);
+  // For weights, from every engine but `spare`: packs the blocks in use
+  // (CompactForWeights), then sheds by the ladder's order only what is
+  // still missing, and packs again, so that the freed blocks become whole
+  // slabs, until the pool's free budget covers `bytes` or nothing is left
+  // to shed. Shedding by the ladder alone empties a slab only once every
+  // block in it is free: on the H200 a take-back of 16 layers shed 10.8 GB
+  // of running sequences for about 7 GB of pages. Where blocks cannot
+  // move, it sheds whole slabs (ShedWholeSlabs). Returns the bytes shed.
+  // Step thread only.
+  int64_t ShedAndCompact(int64_t bytes, const engine::ModelEngine* spare);
   // The holdings of every engine but `spare` (running sequences only when
   // admitted after `running_after`) as the ladder's plain data, with the
   // engine-side holdings they stand for (`source`, same order) and the

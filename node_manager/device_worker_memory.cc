@@ -96,20 +96,14 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
   if (pages.ok()) return pages;
   arena.ReclaimFreeSlabs();  // the ready-slab buffer first
   pages = balloon_->MapWeights(static_cast<size_t>(bytes));
-  // The memory ladder (memory_ladder.h) across every model on the device:
-  // idle session KV, least recently used first, then running sequences,
-  // lowest priority and newest first, only as far as the shortfall. Freed
-  // blocks empty a slab only once all its blocks are gone, so re-plan
-  // until the pages map or nothing is left to shed. Blocks moved out of
-  // part-used slabs first (CompactForWeights: nothing shed), then whole
-  // slabs (ShedWholeSlabs), then the ladder's order for what they leave.
+  // The memory ladder (memory_ladder.h) across every model on the device,
+  // only as far as the shortfall, with the freed blocks packed into whole
+  // slabs (ShedAndCompact). Should pages still not map (a model whose
+  // blocks could not move), the ladder's order again until they do or
+  // nothing is left to shed.
   int64_t shed = 0;
   if (!pages.ok()) {
-    CompactForWeights(bytes);
-    pages = balloon_->MapWeights(static_cast<size_t>(bytes));
-  }
-  if (!pages.ok()) {
-    shed += ShedWholeSlabs(bytes, nullptr);
+    shed += ShedAndCompact(bytes, nullptr);
     pages = balloon_->MapWeights(static_cast<size_t>(bytes));
   }
   while (!pages.ok()) {
@@ -130,25 +124,29 @@ absl::StatusOr<std::unique_ptr<memory::WeightPages>> DeviceWorker::ReclaimAndMap
 }
 
 int64_t DeviceWorker::MakeRoomForWeights(int64_t bytes, const engine::ModelEngine* spare) {
-  memory::KvArena& arena = *balloon_->arena();
   // The memory ladder's rungs as ReclaimAndMap climbs them, the other
   // models' holdings first, then the spared model's own too: a model left
-  // over its cap stalls every step on its copies. Blocks moved out of
-  // part-used slabs come first (CompactForWeights: nothing shed); then
-  // each pass sheds what empties whole slabs (ShedWholeSlabs), then the
-  // ladder's order for what that leaves.
-  CompactForWeights(bytes);
+  // over its cap stalls every step on its copies.
   int64_t shed = 0;
   for (const engine::ModelEngine* skip :
        {spare, static_cast<const engine::ModelEngine*>(nullptr)}) {
-    shed += ShedWholeSlabs(bytes, skip);
-    while (balloon_->FreeBytes() < bytes) {
-      const int64_t got =
-          ShedForShortfall(bytes - balloon_->HeadroomBytes(), ShedFor::kWeights, skip);
-      if (got == 0) break;
-      shed += got;
-      arena.ReclaimFreeSlabs();
-    }
+    shed += ShedAndCompact(bytes, skip);
+  }
+  return shed;
+}
+
+int64_t DeviceWorker::ShedAndCompact(int64_t bytes, const engine::ModelEngine* spare) {
+  int64_t shed = 0;
+  while (balloon_->FreeBytes() < bytes) {
+    const Compaction c = CompactForWeights(bytes);
+    if (balloon_->FreeBytes() >= bytes) break;
+    // Blocks that could not move keep their slabs: shed whole ones.
+    if (c.failed) shed += ShedWholeSlabs(bytes, spare);
+    if (balloon_->FreeBytes() >= bytes) break;
+    const int64_t got =
+        ShedForShortfall(bytes - balloon_->HeadroomBytes(), ShedFor::kWeights, spare);
+    if (got == 0) break;
+    shed += got;
   }
   return shed;
 }
@@ -187,16 +185,16 @@ void DeviceWorker::GatherHolders(const engine::ModelEngine* spare, uint64_t runn
   }
 }
 
-int64_t DeviceWorker::CompactForWeights(int64_t bytes) {
-  if (balloon_->FreeBytes() >= bytes) return 0;
+DeviceWorker::Compaction DeviceWorker::CompactForWeights(int64_t bytes) {
+  if (balloon_->FreeBytes() >= bytes) return {};
   memory::KvArena& arena = *balloon_->arena();
   arena.ReclaimFreeSlabs();
   const auto slab = static_cast<int64_t>(arena.slab_bytes());
   const int64_t headroom = balloon_->HeadroomBytes();
   const int64_t shortfall = bytes - headroom;
-  if (shortfall <= 0) return 0;
+  if (shortfall <= 0) return {};
   const std::vector<int64_t> slabs = arena.BeginDrain((shortfall + slab - 1) / slab);
-  if (slabs.empty()) return 0;
+  if (slabs.empty()) return {};
   int64_t moved = 0, failed = 0;
   for (const auto& e : Engines()) {
     auto m = e->MoveKvOutOf(slabs);
@@ -222,7 +220,7 @@ int64_t DeviceWorker::CompactForWeights(int64_t bytes) {
   compactions_.moved_bytes += moved;
   compactions_.freed_bytes += freed;
   compactions_.failed += failed;
-  return freed;
+  return {freed, failed > 0};
 }
 
 int64_t DeviceWorker::ShedWholeSlabs(int64_t bytes, const engine::ModelEngine* spare) {

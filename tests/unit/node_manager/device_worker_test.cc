@@ -112,8 +112,9 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
 // Weights take room from part-used slabs by moving KV blocks, not by
 // dropping them: kept sessions interleaved over the slabs, half of them
 // forgotten, leave slabs half full; a reservation that fits only once the
-// survivors are packed maps with every survivor still cached, and their
-// next turns reuse that KV with exact outputs.
+// survivors are packed maps with every survivor still cached. One that
+// needs more sheds only the sessions the ladder names for its bytes. The
+// next turns read what is left with exact outputs.
 TEST(DeviceWorker, WeightsTakeRoomByMovingKvOutOfPartUsedSlabs) {
   engine::testing::TempDir dir;
   const std::string path = engine::testing::WriteTinyModel(dir, "a");
@@ -154,7 +155,17 @@ TEST(DeviceWorker, WeightsTakeRoomByMovingKvOutOfPartUsedSlabs) {
   for (int i = 0; i < 8; i += 2) {
     EXPECT_GT(a->CachedSessionTokens("s" + std::to_string(i)), 0) << i;
   }
+  // Packed, two more slabs cost shedding: only the oldest sessions whose
+  // bytes cover them go (the ladder), and their freed blocks are packed
+  // into whole slabs; the newest survives.
+  const int64_t session = kPage * 7 / 8;  // 104 tokens: 14 blocks of 16 a slab
+  ASSERT_EQ(a->kv_block_bytes() * 14, session) << "the sizes below assume this model";
+  auto more = w->ReserveWeights(2 * kPage);
+  ASSERT_TRUE(more.ok()) << more.status();
+  for (int i = 0; i < 6; i += 2) EXPECT_EQ(a->CachedSessionTokens("s" + std::to_string(i)), 0);
+  EXPECT_GT(a->CachedSessionTokens("s6"), 0);
   pages->reset();  // room for the next turns' growth
+  more->reset();
   for (int i = 0; i < 8; i += 2) {
     GenerationRequest next = turns[i];
     next.id = "next" + std::to_string(i);
@@ -165,7 +176,7 @@ TEST(DeviceWorker, WeightsTakeRoomByMovingKvOutOfPartUsedSlabs) {
     ASSERT_TRUE(a->Submit(next, &d).ok());
     ASSERT_TRUE(d.AwaitDone(absl::Seconds(30)));
     ASSERT_TRUE(d.result.ok()) << d.result.status();
-    EXPECT_GT(d.result->cached_tokens, 0) << i;
+    EXPECT_EQ(d.result->cached_tokens > 0, i == 6) << i;
     next.session_id.clear();
     EXPECT_EQ(d.result->output_tokens, Alone(path, next)) << i;
   }
