@@ -448,6 +448,9 @@ absl::StatusOr<int64_t> ModelEngine::MoveKvOutOf(absl::Span<const int64_t> slabs
   std::vector<SequenceKv*> tables;
   planner_->AppendTables(&tables);
   kv_manager_->AppendTables(&tables);
+  // Empty after FinishAllSteps (FinishStep retires what it can); listed
+  // so that a sequence kept there later is never left pointing at a moved
+  // block.
   for (auto& [seq, why] : retired_) tables.push_back(&seq->kv);
   return RelocateBlocks(
       tables, slabs, kv_->allocator(),

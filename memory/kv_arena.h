@@ -123,11 +123,14 @@ class KvArena {
   // old blocks (the last one empties the slab, which joins the EMPTY
   // buffer; ReclaimFreeSlabs unmaps it). EndDrain lifts the mark from the
   // slabs still formatted (a tenant that could not move its blocks).
+  // Slabs in `exclude` (ascending) are not picked: the caller's earlier
+  // drains left them part-used (blocks that could not move), and moving
+  // the rest of their blocks would free nothing.
   // REQUIRES: one drain at a time (the device worker's step thread).
-  std::vector<int64_t> BeginDrain(int64_t slabs);
+  std::vector<int64_t> BeginDrain(int64_t slabs, const std::vector<int64_t>& exclude = {});
   void EndDrain();
-  // Slabs draining now.
-  int64_t draining() const;
+  // The slabs draining now (not yet emptied), ascending.
+  std::vector<int64_t> draining() const;
   size_t slab_bytes() const { return options_.slab_bytes; }
   PagePool* pool() const { return pool_.get(); }
 

@@ -8,7 +8,7 @@
 
 namespace ballast::memory {
 
-std::vector<int64_t> KvArena::BeginDrain(int64_t slabs) {
+std::vector<int64_t> KvArena::BeginDrain(int64_t slabs, const std::vector<int64_t>& exclude) {
   absl::MutexLock lock(&mu_);
   std::vector<int64_t> out;
   if (slabs <= 0 || !draining_.empty()) return out;
@@ -24,6 +24,7 @@ std::vector<int64_t> KvArena::BeginDrain(int64_t slabs) {
   for (size_t i = 0; i < slabs_.size(); ++i) {
     const Slab& s = slabs_[i];
     if (s.state != Slab::State::kFormatted || s.used == 0) continue;
+    if (std::binary_search(exclude.begin(), exclude.end(), static_cast<int64_t>(i))) continue;
     const auto bytes =
         static_cast<int64_t>(s.used) * static_cast<int64_t>(classes_[s.cls].block_bytes);
     candidates.emplace_back(bytes, static_cast<int>(i), s.cls);
@@ -54,11 +55,14 @@ void KvArena::EndDrain() {
   draining_.clear();
 }
 
-int64_t KvArena::draining() const {
+std::vector<int64_t> KvArena::draining() const {
   absl::MutexLock lock(&mu_);
-  int64_t n = 0;
-  for (int slab : draining_) n += slabs_[slab].draining ? 1 : 0;
-  return n;
+  std::vector<int64_t> out;
+  for (int slab : draining_) {
+    if (slabs_[slab].draining) out.push_back(slab);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 absl::StatusOr<std::vector<BlockId>> KvArena::AllocateForMove(int cls, int tenant, int n) {

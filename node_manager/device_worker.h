@@ -400,7 +400,9 @@ class DeviceWorker {
     int64_t freed = 0;    // bytes of pages given back
     bool failed = false;  // some model's blocks could not move
   };
-  Compaction CompactForWeights(int64_t bytes);
+  // `stuck` (ascending; may be null): slabs earlier drains left part-used,
+  // not drained again; this drain's are merged in.
+  Compaction CompactForWeights(int64_t bytes, std::vector<int64_t>* stuck = nullptr);
   // For weights, from every engine but `spare`: packs the blocks in use
   // (CompactForWeights), then sheds by the ladder's order only what is
   // still missing, and packs again, so that the freed blocks become whole

@@ -137,8 +137,9 @@ int64_t DeviceWorker::MakeRoomForWeights(int64_t bytes, const engine::ModelEngin
 
 int64_t DeviceWorker::ShedAndCompact(int64_t bytes, const engine::ModelEngine* spare) {
   int64_t shed = 0;
+  std::vector<int64_t> stuck;  // slabs a drain left part-used
   while (balloon_->FreeBytes() < bytes) {
-    const Compaction c = CompactForWeights(bytes);
+    const Compaction c = CompactForWeights(bytes, &stuck);
     if (balloon_->FreeBytes() >= bytes) break;
     // Blocks that could not move keep their slabs: shed whole ones.
     if (c.failed) shed += ShedWholeSlabs(bytes, spare);
@@ -185,7 +186,8 @@ void DeviceWorker::GatherHolders(const engine::ModelEngine* spare, uint64_t runn
   }
 }
 
-DeviceWorker::Compaction DeviceWorker::CompactForWeights(int64_t bytes) {
+DeviceWorker::Compaction DeviceWorker::CompactForWeights(int64_t bytes,
+                                                         std::vector<int64_t>* stuck) {
   if (balloon_->FreeBytes() >= bytes) return {};
   memory::KvArena& arena = *balloon_->arena();
   arena.ReclaimFreeSlabs();
@@ -193,7 +195,9 @@ DeviceWorker::Compaction DeviceWorker::CompactForWeights(int64_t bytes) {
   const int64_t headroom = balloon_->HeadroomBytes();
   const int64_t shortfall = bytes - headroom;
   if (shortfall <= 0) return {};
-  const std::vector<int64_t> slabs = arena.BeginDrain((shortfall + slab - 1) / slab);
+  const int64_t releases = arena.stats().releases;
+  const std::vector<int64_t> slabs =
+      arena.BeginDrain((shortfall + slab - 1) / slab, stuck ? *stuck : std::vector<int64_t>{});
   if (slabs.empty()) return {};
   int64_t moved = 0, failed = 0;
   for (const auto& e : Engines()) {
@@ -206,15 +210,20 @@ DeviceWorker::Compaction DeviceWorker::CompactForWeights(int64_t bytes) {
                    e->name(), slabs.size(), m.status().ToString());
     }
   }
-  const int64_t left = arena.draining();
+  const std::vector<int64_t> left = arena.draining();
   arena.EndDrain();
   arena.ReclaimFreeSlabs();
-  // Emptied slabs past the free-slab buffer were unmapped at once.
-  const int64_t freed = balloon_->HeadroomBytes() - headroom;
+  // Slabs unmapped since the drain began (emptied ones past the free-slab
+  // buffer went at once): the budget itself may move meanwhile.
+  const int64_t freed = (arena.stats().releases - releases) * slab;
+  if (stuck != nullptr && !left.empty()) {
+    stuck->insert(stuck->end(), left.begin(), left.end());
+    std::sort(stuck->begin(), stuck->end());
+  }
   spdlog::info(
       "device {}: moved {} bytes of KV out of {} slab(s) ({} left part-used); {} bytes "
       "of pages freed for weights",
-      name_, moved, slabs.size(), left, freed);
+      name_, moved, slabs.size(), left.size(), freed);
   absl::MutexLock lock(&mu_);
   ++compactions_.drains;
   compactions_.moved_bytes += moved;

@@ -365,22 +365,7 @@ void Metrics::SetDevice(const DeviceGauges& g) {
     }
   }
   began = g.step_starts;
-  node_manager::KvReclaims& reclaims = seen_kv_reclaims_[g.device];
-  using R = node_manager::KvReclaims;
-  for (const auto& [result, field] :
-       {std::pair{"asked", &R::asked}, std::pair{"nothing", &R::nothing}}) {
-    if (g.kv_reclaims.*field > reclaims.*field) {
-      kv_reclaims_.Add({{"device", g.device}, {"result", result}})
-          .Increment(static_cast<double>(g.kv_reclaims.*field - reclaims.*field));
-    }
-  }
-  reclaims = g.kv_reclaims;
-  const std::string& d = g.device;
-  const node_manager::KvCompactions& c = g.kv_compactions;
-  Grow(kv_compactions_.Add({{"device", d}, {"result", "drained"}}), "drains/" + d, c.drains);
-  Grow(kv_compactions_.Add({{"device", d}, {"result", "failed"}}), "drain_failed/" + d, c.failed);
-  Grow(kv_compaction_bytes_.Add({{"device", d}, {"what", "moved"}}), "moved/" + d, c.moved_bytes);
-  Grow(kv_compaction_bytes_.Add({{"device", d}, {"what", "freed"}}), "freed/" + d, c.freed_bytes);
+  SetKvCounters(g);
   SetRemap(g.device, g.remap);
   SetModelMemory(g.device, g.model_memory);
 }
@@ -432,6 +417,25 @@ void Metrics::SetRemap(const std::string& device, const node_manager::RemapStats
   if (r.stall_seconds > stall)
     remap_stall_.Add({{"device", device}}).Increment(r.stall_seconds - stall);
   stall = r.stall_seconds;
+}
+
+void Metrics::SetKvCounters(const DeviceGauges& g) {
+  node_manager::KvReclaims& reclaims = seen_kv_reclaims_[g.device];
+  using R = node_manager::KvReclaims;
+  for (const auto& [result, field] :
+       {std::pair{"asked", &R::asked}, std::pair{"nothing", &R::nothing}}) {
+    if (g.kv_reclaims.*field > reclaims.*field) {
+      kv_reclaims_.Add({{"device", g.device}, {"result", result}})
+          .Increment(static_cast<double>(g.kv_reclaims.*field - reclaims.*field));
+    }
+  }
+  reclaims = g.kv_reclaims;
+  const std::string& d = g.device;
+  const node_manager::KvCompactions& c = g.kv_compactions;
+  Grow(kv_compactions_.Add({{"device", d}, {"result", "drained"}}), "drains/" + d, c.drains);
+  Grow(kv_compactions_.Add({{"device", d}, {"result", "failed"}}), "drain_failed/" + d, c.failed);
+  Grow(kv_compaction_bytes_.Add({{"device", d}, {"what", "moved"}}), "moved/" + d, c.moved_bytes);
+  Grow(kv_compaction_bytes_.Add({{"device", d}, {"what", "freed"}}), "freed/" + d, c.freed_bytes);
 }
 
 void Metrics::Grow(prometheus::Counter& c, const std::string& key, int64_t total) {

@@ -216,6 +216,8 @@ class Metrics {
   void SetModelMemory(const std::string& device,
                       const std::vector<node_manager::ModelMemory>& models)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SetDevice's KV reclaim and compaction counters. REQUIRES: mu_ held.
+  void SetKvCounters(const DeviceGauges& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SetDevice's remapping series. REQUIRES: mu_ held.
   void SetRemap(const std::string& device, const node_manager::RemapStats& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

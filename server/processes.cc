@@ -28,6 +28,32 @@
 namespace ballast::server {
 namespace {
 
+// What the metrics show of one device's usage.
+DeviceGauges GaugesOf(const std::string& name, const node_manager::DeviceUsage& u) {
+  DeviceGauges g;
+  g.device = name;
+  g.kv_blocks_used = u.kv_blocks_total - u.kv_blocks_free;
+  g.kv_blocks_free = u.kv_blocks_free;
+  g.memory_used_bytes = u.memory_used_bytes;
+  g.queue_length = u.waiting;
+  g.running = u.running;
+  g.preemptions_total = u.preemptions;
+  g.slabs_formatted = u.slabs_formatted;
+  g.slabs_empty = u.slabs_empty;
+  g.kv_bytes_used = u.kv_bytes_used;
+  g.kv_bytes_free = u.kv_bytes_free;
+  g.page_map_calls = u.page_map_calls;
+  g.page_unmap_calls = u.page_unmap_calls;
+  g.step_host = u.step_host;
+  g.step_thread = u.step_thread;
+  g.step_starts = u.step_starts;
+  g.remap = u.remap;
+  g.kv_reclaims = u.kv_reclaims;
+  g.kv_compactions = u.kv_compactions;
+  g.model_memory = u.model_memory;
+  return g;
+}
+
 // Blocks until SIGINT or SIGTERM (which main() blocked in every thread).
 void WaitForSignal() {
   sigset_t set;
@@ -247,27 +273,7 @@ absl::StatusOr<std::unique_ptr<NodeParts>> StartNode(const NodeSection& cfg, Met
         serving = c;
       }
       for (auto* d : raw->node->devices()) {
-        const auto u = d->Usage();
-        metrics->SetDevice({d->name(),
-                            u.kv_blocks_total - u.kv_blocks_free,
-                            u.kv_blocks_free,
-                            u.memory_used_bytes,
-                            u.waiting,
-                            u.running,
-                            u.preemptions,
-                            u.slabs_formatted,
-                            u.slabs_empty,
-                            u.kv_bytes_used,
-                            u.kv_bytes_free,
-                            u.page_map_calls,
-                            u.page_unmap_calls,
-                            u.step_host,
-                            u.step_thread,
-                            u.step_starts,
-                            u.remap,
-                            u.kv_reclaims,
-                            u.kv_compactions,
-                            u.model_memory});
+        metrics->SetDevice(GaugesOf(d->name(), d->Usage()));
       }
       if (const auto* tiers = raw->node->kv_tiers()) {
         const auto t = tiers->stats();

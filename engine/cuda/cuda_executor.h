@@ -80,7 +80,7 @@ class CudaExecutor final : public Executor {
   // stream_, ordered after its steps.
   absl::Status CopyKvToHost(absl::Span<const KvBlockCopy> copies) override;
   absl::Status CopyKvFromHost(absl::Span<const KvBlockCopy> copies) override;
-  // On stream_, through the load spans' buffers (free between loads).
+  // On stream_, through the staged copies' span buffers; returns once done.
   absl::Status MoveKvBlocks(absl::Span<const KvBlockMove> moves) override;
   // On a copy stream, after the steps already queued; the next step's
   // layer l waits (on the device) for layer l's copies only.

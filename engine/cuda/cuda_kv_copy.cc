@@ -300,25 +300,29 @@ absl::Status CudaExecutor::CopyKvFromHost(absl::Span<const KvBlockCopy> copies) 
 absl::Status CudaExecutor::MoveKvBlocks(absl::Span<const KvBlockMove> moves) {
   if (moves.empty()) return absl::OkStatus();
   BALLAST_CUDA_RETURN(cudaSetDevice(options_.device), "cudaSetDevice");
-  const char* what = "KV block moves";
-  if (load_span_capacity_ == 0) return absl::FailedPreconditionError("KV staging not initialised");
-  // The spans of the last load are read until it ends.
-  BALLAST_CUDA_RETURN(cudaStreamSynchronize(load_stream_), what);
-  static_assert(sizeof(BlockMove) == sizeof(BlockSpan), "moves reuse the load spans' buffers");
-  auto* host = reinterpret_cast<BlockMove*>(load_host_spans_);
-  auto* dev = load_spans_.get<BlockMove>();
-  for (size_t at = 0; at < moves.size(); at += load_span_capacity_) {
-    const size_t n = std::min(load_span_capacity_, moves.size() - at);
+  if (host_spans_[0] == nullptr) return absl::FailedPreconditionError("KV staging not initialised");
+  // Through the staged copies' first span buffers (kMaxSpans, allocated at
+  // Init; those copies return only once done, so they are free here).
+  static_assert(sizeof(BlockMove) == sizeof(BlockSpan), "moves reuse the staged spans' buffers");
+  auto* host = reinterpret_cast<BlockMove*>(host_spans_[0]);
+  auto* dev = kv_spans_[0].get<BlockMove>();
+  cudaError_t err = cudaSuccess;
+  for (size_t at = 0; at < moves.size() && err == cudaSuccess; at += kMaxSpans) {
+    const size_t n = std::min<size_t>(kMaxSpans, moves.size() - at);
     for (size_t i = 0; i < n; ++i) {
       const KvBlockMove& m = moves[at + i];
       host[i] = {m.from, m.to, m.bytes};
     }
-    BALLAST_CUDA_RETURN(
-        cudaMemcpyAsync(dev, host, n * sizeof(BlockMove), cudaMemcpyHostToDevice, stream_), what);
-    BALLAST_CUDA_RETURN(LaunchBlockMove(dev, static_cast<int>(n), stream_), what);
-    // The pinned spans are refilled next round; the caller frees the old
-    // blocks once this returns.
-    BALLAST_CUDA_RETURN(cudaStreamSynchronize(stream_), what);
+    err = cudaMemcpyAsync(dev, host, n * sizeof(BlockMove), cudaMemcpyHostToDevice, stream_);
+    if (err == cudaSuccess) err = LaunchBlockMove(dev, static_cast<int>(n), stream_);
+    // The pinned spans are refilled next round, and the caller frees the
+    // old blocks (or, on an error, the new ones) once this returns: wait
+    // for what was queued, error or not.
+    const cudaError_t synced = cudaStreamSynchronize(stream_);
+    if (err == cudaSuccess) err = synced;
+  }
+  if (err != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("KV block moves: ", cudaGetErrorString(err)));
   }
   return absl::OkStatus();
 }

@@ -98,7 +98,7 @@ TEST(RelocateBlocks, MovesTheBytesAndEmptiesTheDrainedSlabs) {
   auto moved = RelocateBlocks(tables, slabs, f.allocator.get(), Memcpy());
   ASSERT_TRUE(moved.ok()) << moved.status();
   EXPECT_GT(*moved, 0);
-  EXPECT_EQ(f.arena->draining(), 0);
+  EXPECT_TRUE(f.arena->draining().empty());
   f.arena->EndDrain();
   EXPECT_EQ(f.arena->stats().slabs_formatted, 2);
   EXPECT_EQ(f.arena->stats().blocks_used, 120);
@@ -135,17 +135,20 @@ TEST(RelocateBlocks, AFailedCopyOrABadTableChangesNothing) {
   std::vector<SequenceKv*> twice = {&seqs[0], &seqs[0]};
   EXPECT_EQ(RelocateBlocks(twice, slabs, f.allocator.get(), Memcpy()).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  // A block the allocator does not hold (freed behind the table's back).
-  SequenceKv stray;
-  ASSERT_TRUE(f.cache->Reserve(&stray, 4).ok());
-  const std::vector<int64_t> stray_slab = {int64_t{stray.blocks[0][0]} >> 16};
+  // A block another tenant holds (a table that lists someone else's
+  // block): its free is refused, the table is put back.
   f.arena->EndDrain();
-  SequenceKv copy = stray;
-  f.cache->Release(&stray);
+  auto other = *f.arena->CreateAllocator(f.layout.block_bytes());
+  const memory::BlockId foreign = (*other->Allocate(1))[0];
+  SequenceKv copy;
+  copy.blocks = {{foreign}};
+  const std::vector<int64_t> foreign_slab = {int64_t{foreign} >> 16};
   const int64_t used = f.arena->stats().blocks_used;
-  auto bad = RelocateBlocks({&copy}, stray_slab, f.allocator.get(), Memcpy());
-  EXPECT_FALSE(bad.ok());
+  auto bad = RelocateBlocks({&copy}, foreign_slab, f.allocator.get(), Memcpy());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition) << bad.status();
+  EXPECT_EQ(copy.blocks[0][0], foreign);
   EXPECT_EQ(f.arena->stats().blocks_used, used);
+  ASSERT_TRUE(other->Free({foreign}).ok());
   for (size_t k = 0; k < seqs.size(); ++k) {
     EXPECT_EQ(seqs[k].blocks, saved[k].blocks) << k;
     EXPECT_TRUE(f.Tagged(seqs[k], static_cast<int>(k))) << k;

@@ -295,7 +295,7 @@ TEST_F(ModelEngineTest, MoveKvOutOfDrainingSlabsKeepsOutputsExact) {
   auto moved = e->MoveKvOutOf(slabs);
   ASSERT_TRUE(moved.ok()) << moved.status();
   EXPECT_EQ(*moved, blocks * static_cast<int64_t>(e->kv_block_bytes()));
-  EXPECT_EQ(a.arena->draining(), 0);  // all emptied
+  EXPECT_TRUE(a.arena->draining().empty());  // all emptied
   a.arena->EndDrain();
   a.arena->ReclaimFreeSlabs();
   EXPECT_EQ(a.arena->stats().slabs_formatted,
