@@ -141,7 +141,8 @@ TEST(KvArenaDrain, MovingEveryBlockOutEmptiesEveryDrainedSlab) {
     for (int c = 0; c < 2; ++c) {
       for (const auto& [b, tag] : held[c]) {
         const uint8_t* p = views[c]->Address(b);
-        ASSERT_TRUE(std::all_of(p, p + sizes[c], [&](uint8_t x) { return x == tag; })) << b;
+        const uint8_t want = tag;  // clang 14 cannot capture a structured binding
+        ASSERT_TRUE(std::all_of(p, p + sizes[c], [&](uint8_t x) { return x == want; })) << b;
       }
       std::vector<BlockId> rest;
       for (const auto& [b, tag] : held[c]) rest.push_back(b);
