@@ -32,7 +32,11 @@
 # KV_PRESSURE (scheduler.kv_pressure_free_fraction, 0.05; 0: idle models
 # are not evicted for KV room). TRACE_ARGS (more `ballast trace
 # bursty` flags, none of those above).
-# STEP_DONE (node.engine.step_done, spinning_thread). A rate scale may be
+# STEP_DONE (node.engine.step_done, spinning_thread). SLOW_STEP_MS
+# (node.engine.slow_step_warn_ms, 0 = off; 0.001 logs every step with its
+# work, for scripts/step-log.py). KEEP_REQUESTS (0; 1 keeps each scale's
+# requests CSV, xz-compressed: per-request preemptions, TTFT and TPOT for a
+# per-model comparison with the simulator's). A rate scale may be
 # repeated (RATES="4 4 4": three replays on one daemon, reported as 4, 4-2
 # and 4-3, each with its own real-<label>/). The CPU report's preemptions
 # are the involuntary context switches of the daemon's threads alive at
@@ -84,7 +88,7 @@ node:
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,
            max_seqs: 128, max_context: 4096, overlap_steps: true,
            rolling_steps: ${ROLLING:-false},   # false: the lockstep iterations of validate-h200.yaml
-           step_done: ${STEP_DONE:-spinning_thread}}
+           step_done: ${STEP_DONE:-spinning_thread}, slow_step_warn_ms: ${SLOW_STEP_MS:-0}}
 YAML
   if [ -z "${MODEL_DIR:-}" ]; then
     echo "serve:"
@@ -193,7 +197,12 @@ for k in ${RATES:-1 2 4}; do
   { grep -e "TTFT outside the node" -e "node -> scheduler" "$WORK/real-$k.txt" ||
     echo "no path reported"; } |
     sed "s/^/rate scale $k: /" | tee -a "$OUT/host.txt"
-  rm -f "$OUT/real-$k"/requests-*.csv "$OUT/real-$k"/result-*.json
+  if [ "${KEEP_REQUESTS:-0}" = 1 ]; then
+    xz -f "$OUT/real-$k"/requests-*.csv
+    rm -f "$OUT/real-$k"/result-*.json
+  else
+    rm -f "$OUT/real-$k"/requests-*.csv "$OUT/real-$k"/result-*.json
+  fi
 done
 # The node's counters at the end (remapping's lent layers, preemptions).
 env -u LD_LIBRARY_PATH curl -s 127.0.0.1:9400/metrics > "$OUT/metrics.txt" || true
