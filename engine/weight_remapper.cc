@@ -68,6 +68,7 @@ absl::StatusOr<int64_t> WeightRemapper::SetAlpha(int alpha, int slots) {
   if (!net.ok()) return net.status();
   if (alpha != plan_.alpha) (alpha > plan_.alpha ? remaps_ : reverts_)++;
   plan_ = *std::move(next);
+  stall_fix_.Restart();  // the window judges one plan
   return *net;
 }
 
@@ -156,13 +157,23 @@ void WeightRemapper::SetActivationDecode(double seconds) {
 
 void WeightRemapper::ObserveForward(double seconds, bool decode_only) {
   const double stall = executor_->streaming_stats().stall_seconds;
-  const double compute = std::max(0.0, seconds - (stall - last_stall_));
+  const double delta = stall - last_stall_;
   last_stall_ = stall;
-  // Steps that streamed layers are not counted either: their compute is
-  // their time less the timed stall, and any wait the timing misses (host
-  // work blocked behind a copy) would count as compute and justify itself.
-  if (!decode_only || plan_.alpha > 0) return;
-  const double per_layer = compute / num_layers();
+  ObserveStep(seconds, delta, decode_only);
+}
+
+void WeightRemapper::ObserveStep(double seconds, double stall, bool decode_only) {
+  // Steps that streamed layers do not sample T_c: their compute is their
+  // time less the timed stall, and any wait the timing misses (host work
+  // blocked behind a copy) would count as compute and justify itself.
+  // Their stall checks the plan instead. (The executor harvests a step's
+  // stall when the next one launches, so the share is one step late.)
+  if (plan_.alpha > 0) {
+    if (seconds > 0) stall_fix_.Observe(std::max(0.0, stall) / seconds);
+    return;
+  }
+  if (!decode_only) return;
+  const double per_layer = std::max(0.0, seconds - std::max(0.0, stall)) / num_layers();
   if (per_layer <= 0) return;
   // The smallest of the last kWindow decode steps: a step that also
   // captured a CUDA graph or waited on the host is not compute that hides

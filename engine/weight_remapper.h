@@ -12,8 +12,9 @@
 // the layer count: the smallest of the last 16 decode-only steps run with
 // no layer streamed (prefill steps are longer than the decode steps that
 // follow them; a streaming step's time includes its stall), and before
-// any, a batch-1 decode timed at activation. Unknown T_c: the cap is the
-// floor alone.
+// any, a batch-1 decode timed at activation; times the stall correction
+// (memory::StallCorrection: streaming steps whose copies stalled their
+// compute lower it). Unknown T_c: the cap is the floor alone.
 //
 // Thread-safety: the engine's step thread only; SetAlpha with no step of
 // the engine in flight.
@@ -77,8 +78,15 @@ class WeightRemapper {
   }
   // A finished step's forward time (seconds): refreshes T_c. Only
   // decode-only steps count (Mirage §5.3: an active model's T_c is its
-  // decode step's).
+  // decode step's). A streaming step instead feeds its stall share (the
+  // executor's stall since the last call over `seconds`) to the stall
+  // correction.
   void ObserveForward(double seconds, bool decode_only);
+  // ObserveForward with the step's stall given (seconds): for tests, and
+  // for the executor-free callers.
+  void ObserveStep(double seconds, double stall, bool decode_only);
+  // What the measured stalls have left of T_c (1: none seen).
+  double stall_factor() const { return stall_fix_.factor; }
   // A batch-1 decode forward timed at activation (seconds): T_c until
   // live decode steps are seen.
   void SetActivationDecode(double seconds);
@@ -94,8 +102,10 @@ class WeightRemapper {
     return memory::LinkShare(num_layers(), plan_, t_transfer_, t_compute());
   }
   // Per layer: the live decode steps' (window minimum), else the activation's batch-1
-  // decode, else 0 (unknown).
-  double t_compute() const { return t_compute_ > 0 ? t_compute_ : t_compute_activation_; }
+  // decode, else 0 (unknown); times stall_factor().
+  double t_compute() const {
+    return (t_compute_ > 0 ? t_compute_ : t_compute_activation_) * stall_fix_.factor;
+  }
   LayerStreamingStats streaming_stats() const { return executor_->streaming_stats(); }
   int64_t remaps() const { return remaps_; }
   int64_t reverts() const { return reverts_; }
@@ -127,6 +137,7 @@ class WeightRemapper {
   int recent_next_ = 0;
   double t_compute_activation_ = 0;
   double last_stall_ = 0;  // executor's cumulative stall at the last step
+  memory::StallCorrection stall_fix_;
   int64_t remaps_ = 0, reverts_ = 0;
   bool respect_timing_ = true;
   // A device fault failed a remapping and its undo found the pages taken:

@@ -124,4 +124,18 @@ int RevertNext(const std::vector<RemapCandidate>& models) {
   return -1;
 }
 
+bool StallCorrection::Observe(double stall_share) {
+  shares += std::clamp(stall_share, 0.0, 1.0);
+  if (++steps < kWindow) return false;
+  const double mean = shares / steps;
+  Restart();
+  const double was = factor;
+  if (mean > kHigh) {
+    factor = std::max(kMin, factor * (1 - mean));
+  } else if (mean < kLow) {
+    factor = std::min(1.0, factor * kRecover);
+  }
+  return factor != was;
+}
+
 }  // namespace ballast::memory

@@ -77,6 +77,35 @@ double LinkShare(int n, const StreamingPlan& plan, double t_transfer, double t_c
 // leave nothing (others >= 1): no α > 0 hides then.
 double SharedTransfer(double t_transfer, double others);
 
+// Streaming checked against the card. T_c is measured beside the device's
+// other models' steps (a busy model's layers take longer by what shares
+// the GPU with them), and a copy hides only where the model's own layers
+// then really take that long: on an H200 a busy 8B model that lent 3
+// layers at a measured T_c of 1.47 ms stalled about 16 ms of each 35-45
+// ms step for 30 s (docs/benchmarks.md, session 49). So each streaming
+// step's measured stall corrects T_c. Over each window of kWindow
+// streaming steps:
+//   - a mean stall share (stall / step time) above kHigh multiplies the
+//     correction by (1 - share), at least kMin: the cap falls and the
+//     model, now over its cap, takes layers back at once;
+//   - a mean below kLow lets it recover by kRecover, back to 1.
+// Thread-safety: a value; one owner.
+struct StallCorrection {
+  static constexpr int kWindow = 8;
+  static constexpr double kHigh = 0.1;
+  static constexpr double kLow = 0.02;
+  static constexpr double kRecover = 1.25;
+  static constexpr double kMin = 0.05;
+  double factor = 1;  // what T_c is multiplied by
+  double shares = 0;  // the window's stall shares so far
+  int steps = 0;      // streaming steps in the window so far
+  // One streaming step's stall share (clamped to [0, 1]). Returns whether
+  // `factor` changed.
+  bool Observe(double stall_share);
+  // A new streaming plan: the window starts again (the factor stays).
+  void Restart() { shares = 0, steps = 0; }
+};
+
 // A resident model as the remap controller sees it.
 struct RemapCandidate {
   int owner = 0;            // the caller's index

@@ -150,9 +150,10 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
     ++events;
     spdlog::info(
         "model {}: {} of {} weight layers lent to KV ({} slot(s), T_T {:.3f} ms, "
-        "T_c {:.3f} ms per layer, {:.0f}% of the link taken by other models)",
+        "T_c {:.3f} ms per layer (x{:.2f} for measured stalls), {:.0f}% of the link taken by "
+        "other models)",
         engines[i]->name(), r->alpha(), r->num_layers(), r->plan().slots, r->t_transfer() * 1e3,
-        r->t_compute() * 1e3, r->link_others() * 100);
+        r->t_compute() * 1e3, r->stall_factor(), r->link_others() * 100);
   }
   absl::MutexLock lock(&mu_);
   stats_.remap_events += events;
@@ -199,16 +200,26 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
         ++reverted;
         forced += shed > 0 ? 1 : 0;
         sample.layers[e->name()] = e->remapper()->alpha();
-        spdlog::info("model {}: took {} weight layer(s) back from KV ({} still lent{})", e->name(),
-                     c.alpha - target, e->remapper()->alpha(),
-                     shed > 0 ? absl::StrCat("; running sequences gave back ", shed, " bytes")
-                              : std::string());
+        const double fix = e->remapper()->stall_factor();
+        spdlog::info(
+            "model {}: took {} weight layer(s) back from KV ({} still lent{}{})", e->name(),
+            c.alpha - target, e->remapper()->alpha(),
+            shed > 0 ? absl::StrCat("; running sequences gave back ", shed, " bytes")
+                     : std::string(),
+            fix < 1 ? fmt::format("; its copies stalled: T_c x{:.2f}", fix) : std::string());
       }
     }
   }
-  // Counters: the growth of each engine's streaming totals since the last
-  // sample (a model that left keeps what it added).
   absl::MutexLock lock(&mu_);
+  CountStreaming(engines);
+  stats_.layers = std::move(sample.layers);
+  stats_.revert_events += reverted;
+  stats_.forced_reverts += forced;
+  stats_.forced_shed_bytes += shed;
+}
+
+void RemapController::CountStreaming(
+    const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) {
   for (const auto& e : engines) {
     if (e->remapper() == nullptr) continue;
     const engine::LayerStreamingStats now_stats = e->remapper()->streaming_stats();
@@ -222,10 +233,6 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
     }
     seen = now_stats;
   }
-  stats_.layers = std::move(sample.layers);
-  stats_.revert_events += reverted;
-  stats_.forced_reverts += forced;
-  stats_.forced_shed_bytes += shed;
 }
 
 RemapStats RemapController::stats() const {

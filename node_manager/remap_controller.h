@@ -89,6 +89,10 @@ class RemapController {
   void ShareLink(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
   // options_.layer_transfer (if set) as each remapper's T_T.
   void ApplyProfile(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
+  // Adds to stats_ the growth of each engine's streaming totals since the
+  // last call (a model that left keeps what it added). REQUIRES: mu_ held.
+  void CountStreaming(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RemapOptions options_;
   // Step thread only.

@@ -415,6 +415,7 @@ class SimDevice {
     // the last decode-only steps that streamed nothing (0: none yet).
     std::array<double, 16> tc_recent{};
     size_t tc_next = 0;
+    memory::StallCorrection stall_fix{};  // as the WeightRemapper's
   };
 
   Resident* Find(int model);
@@ -491,8 +492,8 @@ class SimDevice {
   // lends for the shortfall; whether it fits now.
   bool LendFor(const Resident& res, int64_t bytes, int64_t total_kv);
   // The wait of `res`'s step of `step_s` for its streamed layers (0 when
-  // it lends none), counted.
-  double RemapStall(const Resident& res, double step_s);
+  // it lends none), counted, and fed to its stall correction.
+  double RemapStall(Resident* res, double step_s);
   void RemapAccrue();  // layer-seconds up to now
   void NoteKvWait(SimRequest* r);
 

@@ -26,7 +26,7 @@ double SimDevice::PlanIteration(bool* decode_only) {
     const double lat = engine_->OverlappedSeconds(spec.Part(), w, share, step);
     // Remapping: the wait for copies its compute does not hide, before
     // its work (the other models' work goes on meanwhile).
-    const double stall = RemapStall(res, step);
+    const double stall = RemapStall(&res, step);
     if (w.prefill_tokens == 0) ObserveDecode(&res, step);  // T_c: the model's own step
     if (stall > 0) solo = std::max(solo, step + stall);
     serial += step + stall;

@@ -53,6 +53,7 @@ RemapTimings SimDevice::TimingsNow(const Resident& res) {
     if (tc > 0) best = best > 0 ? std::min(best, tc) : tc;
   }
   if (best > 0) t.t_compute = best;
+  t.t_compute *= res.stall_fix.factor;
   return t;
 }
 
@@ -138,6 +139,7 @@ int64_t SimDevice::Lend(int64_t shortfall) {
     if (plan.alpha == 0) continue;  // SetAlpha's FAILED_PRECONDITION: nothing changes
     freed += static_cast<int64_t>(target[i] - cands[i].alpha) * cands[i].layer_bytes;
     res.lent = std::move(plan);
+    res.stall_fix.Restart();
     res.lent_respect = respect;
     ++remap_counters_.remap_events;
     int& most = remap_counters_.max_alpha[res.model];
@@ -238,19 +240,22 @@ void SimDevice::RemapTick() {
   if (target > 0 && plan.alpha == 0) return;  // no plan for that many
   RemapAccrue();
   res.lent = std::move(plan);
+  res.stall_fix.Restart();
   ++remap_counters_.revert_events;
   if (forced) ++remap_counters_.forced_reverts;
 }
 
-double SimDevice::RemapStall(const Resident& res, double step_s) {
-  if (res.lent.alpha <= 0) return 0;
-  const RemapTimings t = TimingsNow(res);
+double SimDevice::RemapStall(Resident* res, double step_s) {
+  if (res->lent.alpha <= 0) return 0;
+  const RemapTimings t = TimingsNow(*res);
   double total = 0;
   const std::vector<double> own = LinkShares(&total);
-  const auto i = static_cast<size_t>(&res - residents_.data());
-  const double stall = StreamingStall(t, res.lent, step_s, total - own[i]);
+  const auto i = static_cast<size_t>(res - residents_.data());
+  const double stall = StreamingStall(t, res->lent, step_s, total - own[i]);
+  // The daemon's share: the stall over the forward it lengthened.
+  if (step_s + stall > 0) res->stall_fix.Observe(stall / (step_s + stall));
   ++remap_counters_.streamed_steps;
-  remap_counters_.streamed_bytes += memory::CopiesPerStep(res.lent) * t.layer_bytes;
+  remap_counters_.streamed_bytes += memory::CopiesPerStep(res->lent) * t.layer_bytes;
   remap_counters_.stall_s += stall;
   return stall;
 }

@@ -150,7 +150,7 @@ bool SimDevice::RollBegin(Resident* res, int* k, bool ahead) {
   s.start = events_->now();
   // A step streaming lent layers waits for copies its compute does not
   // hide (remapping): the model waits, the GPU serves the others.
-  s.delay = host + lat + RemapStall(*res, step);
+  s.delay = host + lat + RemapStall(res, step);
   s.work = step - lat;
   s.joined = false;
   s.w = w;

@@ -180,5 +180,37 @@ TEST(RemapPlan, InactiveLowestPriorityMruGiveFirstAndTakeBackLast) {
   EXPECT_EQ(RevertNext(r), 2);
 }
 
+TEST(RemapPlan, StallCorrectionLowersTcAfterAWindowOfStallsAndRecoversSlowly) {
+  StallCorrection f;
+  constexpr int w = StallCorrection::kWindow;
+  // A window judges only once full.
+  for (int i = 0; i + 1 < w; ++i) EXPECT_FALSE(f.Observe(0.4));
+  EXPECT_DOUBLE_EQ(f.factor, 1.0);
+  EXPECT_TRUE(f.Observe(0.4));  // mean 0.4 > kHigh: T_c x 0.6
+  EXPECT_DOUBLE_EQ(f.factor, 0.6);
+  EXPECT_EQ(f.steps, 0);
+  // Between kLow and kHigh: no change.
+  for (int i = 0; i < w; ++i) EXPECT_FALSE(f.Observe(0.05));
+  EXPECT_DOUBLE_EQ(f.factor, 0.6);
+  // A clean window recovers by kRecover, never past 1.
+  for (int i = 0; i < w; ++i) f.Observe(0.0);
+  EXPECT_DOUBLE_EQ(f.factor, 0.75);
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < w; ++i) f.Observe(0.0);
+  }
+  EXPECT_DOUBLE_EQ(f.factor, 1.0);
+  // Shares are clamped to [0, 1], and the factor never falls below kMin.
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < w; ++i) f.Observe(7.0);
+  }
+  EXPECT_DOUBLE_EQ(f.factor, StallCorrection::kMin);
+  // A new plan starts the window again.
+  f.Observe(0.9);
+  f.Restart();
+  for (int i = 0; i + 1 < w; ++i) f.Observe(0.0);
+  EXPECT_EQ(f.steps, w - 1);
+  EXPECT_DOUBLE_EQ(f.factor, StallCorrection::kMin);
+}
+
 }  // namespace
 }  // namespace ballast::memory

@@ -3,7 +3,8 @@
 // model lends no layer the first one's copies leave no link time for; an
 // idle model lends to its floor whatever the link; and when the link is
 // oversubscribed (an idle lender got requests), the model furthest past
-// its cap takes its layers back first. Timings are
+// its cap takes its layers back first; a busy model whose copies stall
+// takes its layers back. Timings are
 // set by hand (T_T from the options, T_c from an activation decode), so
 // the caps are computed here: the test does not time anything.
 #include "node_manager/remap_controller.h"
@@ -127,6 +128,44 @@ TEST(RemapController, BusyModelsShareOneCopyLink) {
   EXPECT_EQ(st.forced_reverts, 0);  // the balloon had room: nothing shed
   EXPECT_EQ(st.layers.at("a"), 0);
   EXPECT_EQ(st.layers.at("b"), 1);
+}
+
+// T_c is measured beside other models' steps, and on the card a busy
+// model's copies stalled a third of each step at a cap that predicted
+// none. The measured stall corrects T_c: the model, now over its cap,
+// takes its layers back at the next tick, and lends none until its copies
+// would hide again.
+TEST(RemapController, ABusyModelWhoseCopiesStallTakesItsLayersBack) {
+  TempDir dir;
+  Sink sink;
+  Device d = TwoModels(dir);
+  ModelEngine& a = *d.engines[0];
+  RemapOptions options;
+  options.enabled = true;
+  options.layer_transfer = absl::Microseconds(2500);
+  RemapController c(options);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const size_t slab = 64 << 10;
+  Busy(a, "a1", &sink);
+  const int64_t huge = int64_t{1} << 30;
+  c.Lend({d.engines[0]}, huge, t0);
+  ASSERT_EQ(a.remapper()->alpha(), 1);  // 2 copies of 2.5 ms hide in 3 ms
+  c.Tick(d.engines, *d.balloon, slab, t0);
+  EXPECT_EQ(a.remapper()->alpha(), 1);  // within its cap
+  // Its streaming steps (8 ms forwards) waited 4 ms each for the copies.
+  for (int i = 0; i < memory::StallCorrection::kWindow; ++i) {
+    a.remapper()->ObserveStep(8e-3, 4e-3, /*decode_only=*/true);
+  }
+  EXPECT_DOUBLE_EQ(a.remapper()->stall_factor(), 0.5);
+  EXPECT_DOUBLE_EQ(a.remapper()->t_compute(), 0.5e-3);
+  EXPECT_EQ(a.remapper()->AlphaCap(options.max_fraction), 0);
+  c.Tick(d.engines, *d.balloon, slab, t0);
+  EXPECT_EQ(a.remapper()->alpha(), 0);
+  EXPECT_EQ(c.stats().revert_events, 1);
+  // Asked again, it lends nothing: the ask is capped.
+  EXPECT_EQ(c.Lend({d.engines[0]}, huge, t0), 0);
+  EXPECT_EQ(a.remapper()->alpha(), 0);
+  EXPECT_EQ(c.stats().capped_events, 2);
 }
 
 TEST(RemapController, ATakeBackMakesRoomForEveryPageItMaps) {
