@@ -266,6 +266,7 @@ int64_t BatchPlanner::Preempt(const std::string& request_id) {
     if (running_[i]->req.id != request_id) continue;
     const int64_t bytes = kv_->BytesOf(running_[i]->kv);
     PreemptAt(i);
+    ++shed_preemptions_;
     return bytes;
   }
   return 0;

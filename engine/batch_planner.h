@@ -112,7 +112,10 @@ class BatchPlanner {
   bool empty() const { return waiting_.empty() && running_.empty(); }
   const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
+  // Sequences preempted so far: all of them, and those of them by Preempt
+  // (the device's shedding; the rest found no block to grow into).
   int64_t preemptions() const { return preemptions_; }
+  int64_t shed_preemptions() const { return shed_preemptions_; }
 
   // Removes the sequences whose request id is in `ids`, waiting ones first,
   // then running ones, each in order. Their blocks stay with them.
@@ -154,6 +157,7 @@ class BatchPlanner {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   int64_t preemptions_ = 0;
+  int64_t shed_preemptions_ = 0;
 };
 
 }  // namespace ballast::engine

@@ -359,6 +359,7 @@ void ModelEngine::PublishStats() {
   s.kv_blocks_free = allocator_->num_free();
   s.cached_sessions = kv_manager_->num_sessions();
   s.preemptions = planner_->preemptions();
+  s.shed_preemptions = planner_->shed_preemptions();
   s.tokens_generated = tokens_generated_;
   s.steps = steps_;
   s.prefetches = kv_manager_->prefetch_outcomes();

@@ -172,7 +172,8 @@ struct EngineStats {
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_free = 0;
   int cached_sessions = 0;
-  int64_t preemptions = 0;
+  int64_t preemptions = 0;       // running sequences preempted, all causes
+  int64_t shed_preemptions = 0;  // of those, shed for the device (Shed, ShedKv)
   int64_t tokens_generated = 0;
   int64_t steps = 0;
   PrefetchOutcomes prefetches;

@@ -241,11 +241,13 @@ void ModelEngine::LogSlowStep(const StepInFlight& step, double total_ms,
       "{:.3f}, plan {:.3f}, KV loads {:.3f}, launch {:.3f}, wait {:.3f}, tokens and finishes "
       "{:.3f}; {:.3f} from begin to end (exports of {} chunks, {} KiB: buffers {:.1f}, copies "
       "{:.1f}, checksums {:.1f}, puts {:.1f}); work: {} decodes over {} KV tokens, {:.0f} "
-      "prefill pairs, {} prompts done; launched at {} us, collected at {} us",
+      "prefill pairs, {} prompts done; launched at {} us, collected at {} us; preempted so far: "
+      "{} for growth, {} shed",
       options_.name, total_ms, plan.chunks.size(), plan.prefill_tokens, plan.loads.size(), ms(0),
       ms(1), ms(2), ms(3), ms(5), ms(4), Ms(absl::Now() - step.began), e.chunks, e.bytes >> 10,
       e.alloc_ms, e.copy_ms, e.seal_ms, e.put_ms, decodes, decode_context, pairs, prompts_done,
-      absl::ToUnixMicros(step.launch_began), absl::ToUnixMicros(collected));
+      absl::ToUnixMicros(step.launch_began), absl::ToUnixMicros(collected),
+      planner_->preemptions() - planner_->shed_preemptions(), planner_->shed_preemptions());
 }
 
 absl::Status ModelEngine::Launch(StepInFlight* step) {

@@ -90,6 +90,7 @@ absl::Status DeviceWorker::Add(std::shared_ptr<engine::ModelEngine> engine) {
     return absl::AlreadyExistsError(absl::StrCat("model ", engine->name(), " already on ", name_));
   }
   if (balloon_) balloon_->SetWorkspace(engine->name(), engine->workspace_bytes());
+  sheds_[engine->name()] = {engine->name()};
   engines_[engine->name()] = std::move(engine);
   signal_->Bump();  // lock order: mu_, then the signal's
   return absl::OkStatus();
@@ -102,6 +103,7 @@ bool DeviceWorker::Remove(const std::string& model) {
   retiring_.push_back(std::move(it->second));
   engines_.erase(it);
   if (balloon_) balloon_->SetWorkspace(model, 0);
+  sheds_.erase(model);
   signal_->Bump();
   return true;
 }
@@ -162,6 +164,7 @@ DeviceUsage DeviceWorker::Usage() const {
     u.running += s.running;
     u.preemptions += s.preemptions;
     u.models.push_back(e->name());
+    u.model_preemptions.push_back({e->name(), s.preemptions - s.shed_preemptions, 0, 0});
     u.model_memory.push_back(
         {e->name(), e->weight_bytes(),
          (s.kv_blocks_total - s.kv_blocks_free) * static_cast<int64_t>(e->kv_block_bytes()),
@@ -174,6 +177,12 @@ DeviceUsage DeviceWorker::Usage() const {
     u.step_starts = step_starts_;
     u.kv_reclaims = reclaims_;
     u.kv_compactions = compactions_;
+    for (ModelPreemptions& p : u.model_preemptions) {
+      auto it = sheds_.find(p.model);
+      if (it == sheds_.end()) continue;
+      p.for_kv = it->second.for_kv;
+      p.for_weights = it->second.for_weights;
+    }
     if (remap_) u.remap = remap_->stats();
   }
   if (balloon_) {

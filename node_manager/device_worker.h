@@ -91,7 +91,8 @@ struct DeviceUsage {
   int running = 0;
   int64_t preemptions = 0;
   std::vector<std::string> models;
-  std::vector<ModelMemory> model_memory;  // one per resident model
+  std::vector<ModelMemory> model_memory;            // one per resident model
+  std::vector<ModelPreemptions> model_preemptions;  // one per resident model
   // Elastic mode: KV arena state and page-pool driver calls (cumulative).
   int64_t slabs_formatted = 0, slabs_empty = 0;
   int64_t page_map_calls = 0, page_unmap_calls = 0;
@@ -382,6 +383,10 @@ class DeviceWorker {
   // 50 ms pass after another). Step thread only.
   int64_t ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
                            const engine::ModelEngine* spare = nullptr, uint64_t running_after = 0);
+  // Sheds `holding` of `e` (ModelEngine::Shed, `bytes` as there), counting
+  // a running sequence's preemption for `what` in sheds_. Step thread.
+  int64_t ShedHolding(engine::ModelEngine& e, const engine::KvHolding& holding, int64_t bytes,
+                      ShedFor what) ABSL_LOCKS_EXCLUDED(mu_);
   // For weights: sheds, from every engine but `spare`, the holdings whose
   // blocks empty whole slabs (memory::PlanSlabShedding) until the pool's
   // free budget covers `bytes`, then unmaps the emptied slabs; returns the
@@ -481,6 +486,10 @@ class DeviceWorker {
   StepStarts step_starts_ ABSL_GUARDED_BY(mu_);
   KvReclaims reclaims_ ABSL_GUARDED_BY(mu_);
   KvCompactions compactions_ ABSL_GUARDED_BY(mu_);
+  // Running sequences the device shed, per resident model (for_kv and
+  // for_weights of ModelPreemptions; growth is the engine's rest). Reset
+  // when a model of that name is added.
+  std::map<std::string, ModelPreemptions> sheds_ ABSL_GUARDED_BY(mu_);
   ArbitrationStats arb_stats_ ABSL_GUARDED_BY(mu_);
 };
 

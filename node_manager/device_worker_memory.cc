@@ -248,7 +248,8 @@ int64_t DeviceWorker::ShedWholeSlabs(int64_t bytes, const engine::ModelEngine* s
   int64_t freed = 0;
   for (size_t i :
        memory::PlanSlabShedding(holders, arena.SlabsInUse(), (shortfall + slab - 1) / slab)) {
-    freed += engines[static_cast<size_t>(holders[i].owner)]->Shed(source[i], -1);
+    freed += ShedHolding(*engines[static_cast<size_t>(holders[i].owner)], source[i], -1,
+                         ShedFor::kWeights);
   }
   arena.ReclaimFreeSlabs();
   return freed;
@@ -269,7 +270,20 @@ int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
     const bool partial =
         what == ShedFor::kAnyone || (what == ShedFor::kModel && spare != nullptr &&
                                      spare->kv_block_bytes() == e.kv_block_bytes());
-    freed += e.Shed(source[i], partial ? std::max<int64_t>(shortfall_bytes - freed, 1) : -1);
+    freed += ShedHolding(e, source[i], partial ? std::max<int64_t>(shortfall_bytes - freed, 1) : -1,
+                         what);
+  }
+  return freed;
+}
+
+int64_t DeviceWorker::ShedHolding(engine::ModelEngine& e, const engine::KvHolding& holding,
+                                  int64_t bytes, ShedFor what) {
+  const int64_t freed = e.Shed(holding, bytes);
+  if (holding.kind == engine::KvHolding::Kind::kRunning && freed > 0) {
+    absl::MutexLock lock(&mu_);
+    auto it = sheds_.find(e.name());
+    if (it != sheds_.end())
+      ++(what == ShedFor::kWeights ? it->second.for_weights : it->second.for_kv);
   }
   return freed;
 }

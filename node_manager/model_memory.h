@@ -1,5 +1,7 @@
-// ModelMemory: one resident model's share of a device's memory, as
-// DeviceWorker::Usage reports it (and the metrics export it). Plain data.
+// ModelMemory: one resident model's share of a device's memory, and
+// ModelPreemptions: why its running sequences were preempted, as
+// DeviceWorker::Usage reports them (and the metrics export them). Plain
+// data.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,16 @@ struct ModelMemory {
   // Its engine's buffers (activations, logits, GEMM and attention
   // workspace, KV staging), charged outside the KV pool.
   int64_t workspace_bytes = 0;
+};
+
+// A resident model's preempted running sequences by cause, over its
+// engine's life (a reloaded model starts again at 0). Each is recomputed
+// later (its prompt and the output so far), the same tokens.
+struct ModelPreemptions {
+  std::string model;
+  int64_t growth = 0;       // by its own planner: its sequences' next blocks found no room
+  int64_t for_kv = 0;       // shed by the device for another model's KV
+  int64_t for_weights = 0;  // shed by the device for weights (activation, remapping's take-back)
 };
 
 }  // namespace ballast::node_manager

@@ -107,6 +107,13 @@ Metrics::Metrics()
                        .Name("ballast_node_preemptions_total")
                        .Help("Sequences preempted (recomputed) for lack of KV blocks")
                        .Register(*registry_)),
+      model_preemptions_(BuildCounter()
+                             .Name("ballast_node_model_preemptions_total")
+                             .Help("Running sequences preempted (recomputed later), per model, "
+                                   "by cause: growth (its own next blocks found no room), kv "
+                                   "(shed for another model's KV), weights (shed for weights: "
+                                   "an activation or remapping's take-back)")
+                             .Register(*registry_)),
       kv_slabs_(BuildGauge()
                     .Name("ballast_node_kv_slabs")
                     .Help("KV arena slabs per device by state (formatted, empty)")
@@ -431,6 +438,15 @@ void Metrics::SetKvCounters(const DeviceGauges& g) {
   }
   reclaims = g.kv_reclaims;
   const std::string& d = g.device;
+  using P = node_manager::ModelPreemptions;
+  for (const P& p : g.model_preemptions) {
+    const std::string model = ModelLabel(p.model);
+    for (const auto& [cause, field] : {std::pair{"growth", &P::growth}, std::pair{"kv", &P::for_kv},
+                                       std::pair{"weights", &P::for_weights}}) {
+      Grow(model_preemptions_.Add({{"device", d}, {"model", model}, {"cause", cause}}),
+           absl::StrCat("preempt/", d, "/", p.model, "/", cause), p.*field);
+    }
+  }
   const node_manager::KvCompactions& c = g.kv_compactions;
   Grow(kv_compactions_.Add({{"device", d}, {"result", "drained"}}), "drains/" + d, c.drains);
   Grow(kv_compactions_.Add({{"device", d}, {"result", "failed"}}), "drain_failed/" + d, c.failed);

@@ -66,6 +66,7 @@ struct DeviceGauges {
   node_manager::KvReclaims kv_reclaims = {};            // other models asked for KV (cumulative)
   node_manager::KvCompactions kv_compactions = {};      // KV moved for weights (cumulative)
   std::vector<node_manager::ModelMemory> model_memory;  // per resident model
+  std::vector<node_manager::ModelPreemptions> model_preemptions;  // per resident model
 };
 
 // The node's session KV tiers (node_manager::KvTierStats plus the engines'
@@ -163,6 +164,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& queue_length_;
   prometheus::Family<prometheus::Gauge>& running_;
   prometheus::Family<prometheus::Counter>& preemptions_;
+  prometheus::Family<prometheus::Counter>& model_preemptions_;
   prometheus::Family<prometheus::Gauge>& kv_slabs_;
   prometheus::Family<prometheus::Gauge>& kv_bytes_;
   prometheus::Family<prometheus::Counter>& driver_calls_;

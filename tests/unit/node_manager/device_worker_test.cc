@@ -28,6 +28,15 @@ using testing::Done;
 using testing::Req;
 using testing::WaitFor;
 
+// `model`'s preemptions by cause as the device reports them.
+ModelPreemptions PreemptionsOf(const DeviceUsage& u, const std::string& model) {
+  for (const ModelPreemptions& p : u.model_preemptions) {
+    if (p.model == model) return p;
+  }
+  ADD_FAILURE() << "no preemptions reported for " << model;
+  return {};
+}
+
 TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   engine::testing::TempDir dir;
   engine::SyntheticModelSpec sa, sb;
@@ -71,6 +80,15 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   ASSERT_TRUE(b_or.ok()) << b_or.status();
   std::shared_ptr<ModelEngine> b = std::move(*b_or);
   EXPECT_GT(a->stats().preemptions, preempted_before);  // A shed KV by preemption
+  {
+    // Every one of A's sequences the device shed was for B's weights.
+    const ModelPreemptions p = PreemptionsOf(w->Usage(), "a");
+    EXPECT_GT(p.for_weights, 0);
+    EXPECT_EQ(p.for_kv, 0);
+    EXPECT_EQ(p.for_weights, a->stats().shed_preemptions);
+    EXPECT_EQ(p.growth + p.for_weights, a->stats().preemptions);
+    EXPECT_EQ(PreemptionsOf(w->Usage(), "b").for_weights, 0);
+  }
   EXPECT_LE(w->Usage().memory_used_bytes, memory);
   EXPECT_EQ(w->balloon()->stats().weight_bytes, wa + wb);
   EXPECT_GT(w->Usage().page_map_calls, map_calls_before);
@@ -262,6 +280,14 @@ TEST(DeviceWorker, KvReclaimedFromAModelWhoseStepIsInFlightKeepsOutputsExact) {
       absl::Seconds(120)));
   // The two models took KV from each other while both were stepping.
   EXPECT_GT((*a)->stats().preemptions + (*b)->stats().preemptions, 0);
+  // Every preemption has one cause, and none was for weights.
+  const DeviceUsage u = w->Usage();
+  for (const auto& e : {*a, *b}) {
+    const ModelPreemptions p = PreemptionsOf(u, e->name());
+    EXPECT_EQ(p.growth + p.for_kv + p.for_weights, e->stats().preemptions) << e->name();
+    EXPECT_EQ(p.for_kv, e->stats().shed_preemptions) << e->name();
+    EXPECT_EQ(p.for_weights, 0) << e->name();
+  }
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_TRUE(done[i]->result.ok()) << done[i]->result.status();
     EXPECT_EQ(done[i]->result->output_tokens, Alone(reqs[i].first, reqs[i].second))

@@ -212,6 +212,32 @@ TEST(Metrics, ModelMemoryFollowsTheResidentModels) {
       << text;
 }
 
+// Preemptions per model and cause: the device's cumulative counts become
+// counter increments; a count that fell (a reloaded model starts again at
+// 0) is a new start, from which only growth counts.
+TEST(Metrics, ModelPreemptionsAreCountedByCause) {
+  Metrics m;
+  m.AddModelSource([](const std::string& name) { return name == "a"; });
+  DeviceGauges g;
+  g.device = "cuda:0";
+  g.model_preemptions = {{"a", 3, 1, 2}};
+  m.SetDevice(g);
+  m.SetDevice(g);  // no growth: nothing counted twice
+  g.model_preemptions = {{"a", 5, 1, 4}};
+  m.SetDevice(g);
+  g.model_preemptions = {{"a", 1, 0, 0}};  // reloaded: counts from 0 again
+  m.SetDevice(g);
+  g.model_preemptions = {{"a", 2, 0, 0}};
+  m.SetDevice(g);
+  const std::string text = Scrape(m);
+  for (const char* line :
+       {R"(ballast_node_model_preemptions_total{cause="growth",device="cuda:0",model="a"} 6)",
+        R"(ballast_node_model_preemptions_total{cause="kv",device="cuda:0",model="a"} 1)",
+        R"(ballast_node_model_preemptions_total{cause="weights",device="cuda:0",model="a"} 4)"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+}
+
 // The leadership gauge: no series until a scheduler sets it (a node
 // exports none), then one unlabelled series that follows the last call.
 TEST(Metrics, LeaderGaugeFollowsTheElection) {
