@@ -72,16 +72,22 @@ void Busy(ModelEngine& e, const std::string& id, Sink* sink) {
   ASSERT_TRUE(e.HasWork());
 }
 
+// Remapping on, T_T 2.5 ms a layer: a busy model (T_c 1 ms) lends one
+// layer alone.
+RemapOptions SlowLink() {
+  RemapOptions options;
+  options.enabled = true;
+  options.layer_transfer = absl::Microseconds(2500);
+  return options;
+}
+
 TEST(RemapController, BusyModelsShareOneCopyLink) {
   TempDir dir;
   Sink sink;  // outlives the engines, which fail their requests into it
   Device d = TwoModels(dir);
   ModelEngine& a = *d.engines[0];
   ModelEngine& b = *d.engines[1];
-  RemapOptions options;
-  options.enabled = true;
-  options.layer_transfer = absl::Microseconds(2500);
-  RemapController c(options);
+  RemapController c(SlowLink());
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   Busy(a, "a1", &sink);
   Busy(b, "b1", &sink);
@@ -140,9 +146,7 @@ TEST(RemapController, ABusyModelWhoseCopiesStallTakesItsLayersBack) {
   Sink sink;
   Device d = TwoModels(dir);
   ModelEngine& a = *d.engines[0];
-  RemapOptions options;
-  options.enabled = true;
-  options.layer_transfer = absl::Microseconds(2500);
+  const RemapOptions options = SlowLink();
   RemapController c(options);
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   const size_t slab = 64 << 10;
