@@ -32,8 +32,11 @@ StepPlan BatchPlanner::Plan(bool ahead) {
   int budget = options_.max_batch_tokens;
   PlanRunning(&plan, &budget, ahead);
   PlanAdmissions(&plan, &budget, ahead);
+  PublishGrowth();
   return plan;
 }
+
+void BatchPlanner::PublishGrowth() { kv_->SetGrowthReserve(static_cast<int>(running_.size())); }
 
 void BatchPlanner::PlanRunning(StepPlan* plan, int* budget, bool ahead) {
   // Oldest first. Preemption takes from the back, so indexes below i stay.
@@ -85,8 +88,7 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget, bool ahead) {
       // others' blocks are of other sizes): ask again while something is
       // freed and more room could still be ours.
       reclaimed = true;
-      const int64_t headroom =
-          static_cast<int64_t>(running) * kv_->layout().num_layers * kv_->block_bytes();
+      const int64_t headroom = kv_->HeadroomBlocks(running) * kv_->block_bytes();
       while (!ok && !kv_->AtCapacity() &&
              options_.reclaim(kv_->BytesNeeded(s->kv, tokens) + headroom,
                               std::numeric_limits<uint64_t>::max()) > 0) {
@@ -185,6 +187,7 @@ void BatchPlanner::PreemptAt(size_t i) {
   ++v->result.preemptions;
   ++preemptions_;
   waiting_.push_front(std::move(v));
+  PublishGrowth();
 }
 
 void BatchPlanner::Enqueue(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
@@ -205,6 +208,7 @@ std::vector<std::unique_ptr<Sequence>> BatchPlanner::Remove(
   };
   take_from(waiting_);
   take_from(running_);
+  PublishGrowth();
   return out;
 }
 
@@ -228,6 +232,7 @@ std::vector<std::unique_ptr<Sequence>> BatchPlanner::TakeDone() {
       ++it;
     }
   }
+  if (!out.empty()) PublishGrowth();
   return out;
 }
 
@@ -240,6 +245,7 @@ std::vector<std::unique_ptr<Sequence>> BatchPlanner::TakeAll() {
   }
   for (auto& s : waiting_) out.push_back(std::move(s));
   waiting_.clear();
+  PublishGrowth();
   return out;
 }
 

@@ -151,6 +151,9 @@ class BatchPlanner {
   void PreemptAt(size_t i);
   void PlanRunning(StepPlan* plan, int* budget, bool ahead);
   void PlanAdmissions(StepPlan* plan, int* budget, bool ahead);
+  // The running sequences' next growth, for the other models' admission
+  // watermark on a shared pool (KvManager::SetGrowthReserve).
+  void PublishGrowth();
 
   const BatchPlannerOptions options_;
   KvManager* const kv_;

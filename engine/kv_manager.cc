@@ -37,9 +37,18 @@ bool KvManager::Reserve(SequenceKv* kv, int tokens) {
 }
 
 bool KvManager::FitsWatermark(const SequenceKv& kv, int tokens, int running) const {
-  const int64_t headroom = static_cast<int64_t>(running) * layout().num_layers;
   const int64_t available = kv_->allocator()->num_free() + cached_blocks_;
-  return available - kv_->BlocksNeeded(kv, tokens) >= headroom;
+  return available - kv_->BlocksNeeded(kv, tokens) >= HeadroomBlocks(running);
+}
+
+int64_t KvManager::HeadroomBlocks(int running) const {
+  return static_cast<int64_t>(running) * layout().num_layers +
+         kv_->allocator()->others_growth_blocks();
+}
+
+void KvManager::SetGrowthReserve(int running) {
+  kv_->allocator()->set_growth_reserve(static_cast<int64_t>(running) * layout().num_layers *
+                                       block_bytes());
 }
 
 int64_t KvManager::Free(SequenceKv* kv) {

@@ -16,7 +16,10 @@
 //   * Admission watermark: a waiting sequence may be admitted only if, after
 //     its reservation, every running sequence could still grow by one block
 //     per layer (else the newcomer is preempted at the next block boundary
-//     and its prefill wasted: thrashing). Blocks held by cached sessions
+//     and its prefill wasted: thrashing). On a pool shared by several
+//     models (the elastic arena) that counts their running sequences too
+//     (SetGrowthReserve): the newcomer is the device's newest, the first
+//     another model's growth preempts. Blocks held by cached sessions
 //     count as free, since Reserve evicts them on demand; counting them as
 //     used would let a pool full of cached sessions block every new request
 //     for good.
@@ -111,6 +114,12 @@ class KvManager {
   // whose table is `kv` reserve up to `tokens` positions while `running`
   // sequences run?
   bool FitsWatermark(const SequenceKv& kv, int tokens, int running) const;
+  // Blocks the watermark keeps free while `running` sequences run: one per
+  // layer for each of them, and the other models' growth on a shared pool.
+  int64_t HeadroomBlocks(int running) const;
+  // Tells a shared pool that `running` sequences of this model will grow
+  // (one block per layer each): the other models' watermark leaves room.
+  void SetGrowthReserve(int running);
   // Frees `kv`'s blocks and clears it; returns the bytes freed.
   int64_t Free(SequenceKv* kv);
 

@@ -80,6 +80,13 @@ class BlockAllocator {
   // Most blocks this allocator could ever hold (the whole pool, were every
   // other user's memory free). A request needing more can never run.
   virtual int64_t num_max() const { return num_total(); }
+  // The admission watermark on a pool shared by several users (the KV
+  // arena): this user's running sequences' next growth in bytes, and the
+  // other users' in blocks of this size (rounded up), which a newcomer
+  // must leave free: their growth may preempt it. A private pool has no
+  // other users (0).
+  virtual void set_growth_reserve(int64_t bytes) {}
+  virtual int64_t others_growth_blocks() const { return 0; }
 };
 
 }  // namespace ballast::memory

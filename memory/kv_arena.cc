@@ -33,6 +33,7 @@ class KvArena::View final : public BlockAllocator {
     absl::MutexLock lock(&arena_->mu_);
     --arena_->classes_[cls_].views;
     arena_->tenants_[tenant_].alive = false;
+    arena_->tenants_[tenant_].growth_bytes = 0;
   }
   absl::StatusOr<std::vector<BlockId>> Allocate(int n) override {
     return arena_->Allocate(cls_, tenant_, n);
@@ -54,6 +55,11 @@ class KvArena::View final : public BlockAllocator {
     return std::max<int64_t>(0, arena_->Capacity(cls_, tenant_, false) - UsedBlocks());
   }
   int64_t num_max() const override { return arena_->Capacity(cls_, tenant_, true); }
+  void set_growth_reserve(int64_t bytes) override { arena_->SetGrowth(tenant_, bytes); }
+  int64_t others_growth_blocks() const override {
+    const auto b = static_cast<int64_t>(block_bytes_);
+    return (arena_->GrowthOfOthers(tenant_) + b - 1) / b;
+  }
   int tenant() const { return tenant_; }
 
  private:
@@ -135,6 +141,20 @@ absl::Status KvArena::SetLimits(const BlockAllocator* allocator, TenantLimits li
   absl::MutexLock lock(&mu_);
   tenants_[view->tenant()].limits = limits;
   return absl::OkStatus();
+}
+
+int64_t KvArena::GrowthOfOthers(int tenant) const {
+  absl::MutexLock lock(&mu_);
+  int64_t g = 0;
+  for (size_t u = 0; u < tenants_.size(); ++u) {
+    if (static_cast<int>(u) != tenant && tenants_[u].alive) g += tenants_[u].growth_bytes;
+  }
+  return g;
+}
+
+void KvArena::SetGrowth(int tenant, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  tenants_[static_cast<size_t>(tenant)].growth_bytes = std::max<int64_t>(0, bytes);
 }
 
 int64_t KvArena::ReservedForOthers(int tenant) const {

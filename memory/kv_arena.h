@@ -162,6 +162,7 @@ class KvArena {
     TenantLimits limits;
     int64_t used_bytes = 0;
     bool alive = true;
+    int64_t growth_bytes = 0;  // its running sequences' next growth (set_growth_reserve)
   };
 
   KvArena(std::shared_ptr<PagePool> pool, const KvArenaOptions& o, uint8_t* base);
@@ -178,6 +179,9 @@ class KvArena {
   absl::Status CheckFree(int cls, int tenant, BlockId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint8_t* Address(int cls, BlockId id) const;
   int64_t Capacity(int cls, int tenant, bool max) const;
+  // The growth_bytes of every other live tenant.
+  int64_t GrowthOfOthers(int tenant) const ABSL_LOCKS_EXCLUDED(mu_);
+  void SetGrowth(int tenant, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Bytes other live tenants still lack to reach their floors.
   // REQUIRES: mu_ held.
   int64_t ReservedForOthers(int tenant) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

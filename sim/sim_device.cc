@@ -251,7 +251,9 @@ void SimDevice::Admit() {
     const bool tp = Spec(r->model).tp > 1;
     const bool paged = Paged(r->model);
     int take = 0;
-    int64_t watermark = 0;  // paged: a block for each running request's next step
+    // paged: a block for the next step of each request running on the GPU,
+    // whichever model's (any of them may preempt a newcomer to grow).
+    int64_t watermark = 0;
     if (paged) {
       // One that could not fit even with no KV in use (only once another
       // model's weights leave) waits without blocking its model: admitted,
@@ -264,7 +266,7 @@ void SimDevice::Admit() {
         continue;
       }
       take = std::min(PrefillEnd(*r) - SessionPrefix(*r), left->second);
-      watermark = static_cast<int64_t>(res->running.size()) * BlockBytes(r->model);
+      watermark = GrowthWatermark();
     }
     const int64_t bytes = AdmitBytes(*r, take);
     bool fits = Fits(*res, bytes + watermark, total_kv);

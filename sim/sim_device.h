@@ -501,6 +501,9 @@ class SimDevice {
   bool Paged(int model) const;
   int64_t BlockBytes(int model) const;
   int64_t BlocksBytes(int model, int tokens) const;  // tokens rounded up to blocks
+  // kv_paged admission's watermark: a block for every paged request
+  // running on the GPU, of any model (the node's KvManager::FitsWatermark).
+  int64_t GrowthWatermark() const;
   // The KV a queued request reserves at admission: whole, or (paged) its
   // first step's `take` tokens after what its session's KV covers.
   int64_t AdmitBytes(const SimRequest& r, int take) const;

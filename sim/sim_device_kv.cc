@@ -4,8 +4,9 @@
 //    tokens its session's KV covers plus a chunk of at most what the
 //    model's next step has left of max_batch_tokens (none left: the model
 //    admits no more now), and only while the blocks of one more step for
-//    each of the model's running requests stay free beside them (the KV
-//    manager's watermark). A model's first request that does not fit
+//    each request running on the GPU, of any model, stay free beside them
+//    (the KV manager's watermark: any of them may preempt the newcomer to
+//    grow). A model's first request that does not fit
 //    stops that model's admissions; the other models go on (each engine
 //    admits from its own queue in the arbitration's order).
 //  * Growth: before a model plans a step, its running requests, oldest
@@ -44,6 +45,16 @@ int64_t SimDevice::BlockBytes(int model) const {
 int64_t SimDevice::BlocksBytes(int model, int tokens) const {
   const int64_t b = config_->policy.kv_block_tokens;
   return (tokens + b - 1) / b * BlockBytes(model);
+}
+
+int64_t SimDevice::GrowthWatermark() const {
+  int64_t bytes = 0;
+  for (const Resident& o : residents_) {
+    if (!o.shadow && Paged(o.model)) {
+      bytes += static_cast<int64_t>(o.running.size()) * BlockBytes(o.model);
+    }
+  }
+  return bytes;
 }
 
 int64_t SimDevice::AdmitBytes(const SimRequest& r, int take) const {

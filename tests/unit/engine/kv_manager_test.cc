@@ -10,6 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "memory/host_block_pool.h"
+#include "memory/kv_arena.h"
+#include "memory/page_pool.h"
 
 namespace ballast::engine {
 namespace {
@@ -118,6 +120,41 @@ TEST_F(KvManagerTest, WatermarkCountsCachedSessionBlocksAsFree) {
   ASSERT_TRUE(kv_->Reserve(&hold, 20));  // the same 10 blocks, now running
   EXPECT_FALSE(kv_->FitsWatermark(empty, 8, /*running=*/0));
   kv_->Free(&hold);
+}
+
+// Two models on one elastic arena: a newcomer of one must leave room for
+// the other's running sequences to grow too (their growth would preempt
+// it, the device's newest), and a private pool has no such neighbours.
+TEST(KvManagerShared, WatermarkLeavesRoomForTheOtherModelsGrowth) {
+  KvLayout layout;
+  layout.num_layers = 2;
+  layout.num_kv_heads = 1;
+  layout.head_dim = 4;
+  layout.block_tokens = 4;
+  const size_t page = 64 << 10;
+  auto pool = std::shared_ptr<memory::HostPagePool>(*memory::HostPagePool::Create(page, 2 * page));
+  memory::KvArenaOptions o;
+  o.slab_bytes = page;
+  o.reserve_bytes = 16 * page;
+  auto arena = *memory::KvArena::Create(pool, o);
+  auto va = *arena->CreateAllocator(layout.block_bytes());
+  auto vb = *arena->CreateAllocator(layout.block_bytes());
+  KvCache ca(layout, va.get()), cb(layout, vb.get());
+  KvManager a(&ca), b(&cb);
+  const int64_t room = va->num_free();  // two slabs of blocks
+  ASSERT_GT(room, 40);
+  const SequenceKv empty;
+  // a asks for all but 2 x 10 blocks: with no running sequences anywhere
+  // that fits, and beside b's 10 running sequences (2 layers each) too.
+  const int tokens = static_cast<int>((room - 20) / 2 * 4);
+  EXPECT_TRUE(a.FitsWatermark(empty, tokens, /*running=*/0));
+  b.SetGrowthReserve(10);
+  EXPECT_TRUE(a.FitsWatermark(empty, tokens, 0));
+  b.SetGrowthReserve(11);  // one more of b's: 22 blocks kept free
+  EXPECT_FALSE(a.FitsWatermark(empty, tokens, 0));
+  EXPECT_EQ(a.HeadroomBlocks(1), 2 + 22);
+  b.SetGrowthReserve(0);
+  EXPECT_TRUE(a.FitsWatermark(empty, tokens, 0));
 }
 
 TEST_F(KvManagerTest, HoldingsDescribeEachCachedSession) {

@@ -294,6 +294,26 @@ TEST(KvArenaTenants, FloorKeepsRoomOthersCannotTake) {
 namespace ballast::memory {
 namespace {
 
+// The admission watermark on a shared arena: each tenant sees the other
+// live tenants' growth, in its own block size, rounded up; a tenant gone
+// reserves nothing.
+TEST(KvArenaTenants, EachTenantSeesTheOthersGrowth) {
+  Fixture f(/*budget_pages=*/8);
+  auto a = *f.arena->CreateAllocator(1024), b = *f.arena->CreateAllocator(4096);
+  auto c = *f.arena->CreateAllocator(1024);
+  EXPECT_EQ(a->others_growth_blocks(), 0);
+  b->set_growth_reserve(3 * 4096);
+  c->set_growth_reserve(1000);
+  EXPECT_EQ(a->others_growth_blocks(), 13);  // (12,288 + 1,000) / 1,024, up
+  EXPECT_EQ(b->others_growth_blocks(), 1);   // c's 1,000 bytes: one block of 4 KiB
+  EXPECT_EQ(c->others_growth_blocks(), 12);  // b's alone
+  a->set_growth_reserve(-5);                 // nothing
+  EXPECT_EQ(b->others_growth_blocks(), 1);
+  b.reset();
+  EXPECT_EQ(a->others_growth_blocks(), 1);
+  EXPECT_EQ(c->others_growth_blocks(), 0);
+}
+
 // Free is checked in every build type: a double, foreign or bogus free is
 // refused with a status and changes nothing, so a slab's use count stays
 // right and a slab holding live blocks is never released.

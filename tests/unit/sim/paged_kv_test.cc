@@ -128,6 +128,26 @@ TEST(PagedKvTest, AdmissionLeavesABlockPerRunningRequest) {
   EXPECT_EQ(w->stats.preemptions, 0);
 }
 
+TEST(PagedKvTest, AdmissionLeavesABlockForEveryModelsRunningRequest) {
+  // As above with the second request another model's: the first's growth
+  // may preempt it just the same (it is the GPU's newest), so its block of
+  // headroom counts too. 360 tokens are admitted beside the first; 376
+  // wait until it ends, and nobody is preempted.
+  for (const auto& [tokens, waits] : {std::pair{360, false}, std::pair{376, true}}) {
+    SCOPED_TRACE(tokens);
+    auto r = Simulate(Paged({Model("a"), Model("b")}, 1000), ConstantEngine(),
+                      {Req("1", "a", 0, 600, 2), Req("2", "b", 0, tokens, 2)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const auto &one = Find(*r, "1"), &two = Find(*r, "2");
+    if (waits) {
+      EXPECT_GE(two.ttft_ms(), one.e2e_ms());
+    } else {
+      EXPECT_LT(two.ttft_ms(), one.e2e_ms());
+    }
+    EXPECT_EQ(r->stats.preemptions, 0);
+  }
+}
+
 TEST(PagedKvTest, AStepAdmitsOnlyWhatItsTokenBudgetCarries) {
   // 64 tokens a step: the first request's 64-token prompt fills the step,
   // so the second waits for a step with room.
@@ -154,7 +174,7 @@ TEST(PagedKvTest, BurstyTraceUnderPressureIsDeterministicAndConserved) {
   p.lengths = {1024, 1.0, 256, 0.8, 1.0, 2048, 512};
   const std::vector<bench::TraceRecord> trace = bench::GenerateBursty(p);
   SimConfig c = Paged({}, 0);
-  c.cluster.gpu_memory_bytes = 12LL << 30;  // four 1B models, about 2 GiB of KV
+  c.cluster.gpu_memory_bytes = 11LL << 30;  // four 1B models, about 1 GiB of KV
   for (int i = 0; i < 4; ++i) c.models.push_back(Model(absl::StrCat("m", i)));
   std::array<double, kFeatures> k = {1e-3, 2e-5,       1 / 3e12,   1 / 2e12,
                                      1e-7, 1 / 400e12, 1 / 600e12, 1 / 300e12};
