@@ -16,7 +16,7 @@
 # Usage (repository root, GPU host): deploy/gpu-host/remap-validate.sh OUT
 set -uo pipefail
 OUT=${1:?output directory}
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 if [ -z "${BUILD:-}" ]; then
   BUILD=/tmp/remap-validate-build
   mkdir -p "$BUILD/server" && ln -sf "$(command -v ballast)" "$BUILD/server/ballast"
