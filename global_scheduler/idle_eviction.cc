@@ -46,7 +46,7 @@ std::optional<IdleVictim> ChooseKvPressureVictim(
   for (const auto& n : nodes) {
     if (!n.alive) continue;
     for (const v1::DeviceState& d : n.devices) {
-      const int64_t free = d.kv_bytes_free();
+      const int64_t free = d.kv_bytes_free() + d.kv_bytes_lendable();
       if (!d.elastic() || d.queue_length() <= 0 ||
           static_cast<double>(free) >=
               free_fraction * static_cast<double>(d.memory_total_bytes()) ||

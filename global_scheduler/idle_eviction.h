@@ -35,9 +35,12 @@ std::optional<IdleVictim> ChooseIdleVictim(
     const std::set<std::string>& skip);
 
 // KV pressure: on an elastic device (v1::DeviceState::elastic) where
-// requests queue (queue_length > 0) while its free KV room (kv_bytes_free:
-// free blocks, empty slabs and unmapped budget) is below `free_fraction` of
-// its memory, the resident weights leave the active models too little KV.
+// requests queue (queue_length > 0) while its KV room is below
+// `free_fraction` of its memory, the resident weights leave the active
+// models too little KV. The room: kv_bytes_free (free blocks, empty slabs
+// and unmapped budget) plus kv_bytes_lendable (weight layers the models
+// could still lend by parameter remapping: a short model gets them within
+// a step, where an eviction and the reload it brings cost seconds).
 // Returns the idle victim (as ChooseIdleVictim, among the READY replicas on
 // that device, never one in `skip`) of the device with the least room that
 // has one. Skipped: static devices (a model's fixed KV pool gains nothing

@@ -138,4 +138,12 @@ bool StallCorrection::Observe(double stall_share) {
   return factor != was;
 }
 
+int64_t LendableBytes(const std::vector<RemapCandidate>& models) {
+  int64_t bytes = 0;
+  for (const RemapCandidate& m : models) {
+    bytes += std::max(0, m.alpha_cap - m.alpha) * std::max<int64_t>(0, m.layer_bytes);
+  }
+  return bytes;
+}
+
 }  // namespace ballast::memory

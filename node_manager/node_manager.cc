@@ -574,6 +574,7 @@ std::vector<v1::DeviceState> NodeManager::DeviceStates() const {
     s.set_kv_blocks_used(u.kv_blocks_total - u.kv_blocks_free);
     s.set_kv_bytes_used(u.kv_bytes_used);
     s.set_kv_bytes_free(u.kv_bytes_free);
+    s.set_kv_bytes_lendable(u.remap.lendable_bytes);
     s.set_queue_length(u.waiting);
     s.set_running(u.running);
     s.set_elastic(d->balloon() != nullptr);

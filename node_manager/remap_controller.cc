@@ -171,7 +171,7 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
     sample.layers[e->name()] = r->alpha();
   }
   ApplyProfile(engines);
-  const std::vector<memory::RemapCandidate> cands = Candidates(engines);
+  std::vector<memory::RemapCandidate> cands = Candidates(engines);
   // A model lending more than its cap now allows goes first and needs no
   // quiet time: its streaming stalls every step. Else the reverse donor
   // order, once quiet.
@@ -207,12 +207,14 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
             shed > 0 ? absl::StrCat("; running sequences gave back ", shed, " bytes")
                      : std::string(),
             fix < 1 ? fmt::format("; its copies stalled: T_c x{:.2f}", fix) : std::string());
+        cands[static_cast<size_t>(next)].alpha = e->remapper()->alpha();  // after `c`'s last use
       }
     }
   }
   absl::MutexLock lock(&mu_);
   CountStreaming(engines);
   stats_.layers = std::move(sample.layers);
+  stats_.lendable_bytes = memory::LendableBytes(cands);
   stats_.revert_events += reverted;
   stats_.forced_reverts += forced;
   stats_.forced_shed_bytes += shed;

@@ -43,6 +43,9 @@ struct RemapStats {
   // sequences gave their KV back (preempted), and the bytes they gave.
   int64_t forced_reverts = 0;
   int64_t forced_shed_bytes = 0;
+  // Now, at the last tick: weight bytes the models could still lend to KV
+  // (memory::LendableBytes over every model's cap).
+  int64_t lendable_bytes = 0;
 };
 
 }  // namespace ballast::node_manager

@@ -151,10 +151,13 @@ int RunCluster(const std::string& target) {
       std::string models;
       for (const auto& m : d.resident_models()) models += (models.empty() ? "" : ", ") + m;
       // KV in bytes: block counts miss an elastic arena's unformatted room.
+      const std::string lendable =
+          d.kv_bytes_lendable() > 0 ? absl::StrCat(" + ", Mib(d.kv_bytes_lendable()), " lendable")
+                                    : std::string();
       std::cout << absl::StrFormat(
-          "  %s: memory %s / %s, KV %s used / %s free, queue %d, running %d, models [%s]\n",
+          "  %s: memory %s / %s, KV %s used / %s free%s, queue %d, running %d, models [%s]\n",
           d.name(), Mib(d.memory_used_bytes()), Mib(d.memory_total_bytes()), Mib(d.kv_bytes_used()),
-          Mib(d.kv_bytes_free()), d.queue_length(), d.running(), models);
+          Mib(d.kv_bytes_free()), lendable, d.queue_length(), d.running(), models);
     }
   }
   std::cout << state.sessions() << " session(s)\n";

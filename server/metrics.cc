@@ -208,6 +208,12 @@ Metrics::Metrics()
                         .Name("ballast_node_remap_layers")
                         .Help("Weight layers a model lends to KV (parameter remapping)")
                         .Register(*registry_)),
+      remap_lendable_(BuildGauge()
+                          .Name("ballast_node_remap_lendable_bytes")
+                          .Help("Weight bytes the device's models could still lend to KV "
+                                "(every model up to its remapping cap); the scheduler counts "
+                                "them as KV room before evicting an idle model")
+                          .Register(*registry_)),
       model_memory_(BuildGauge()
                         .Name("ballast_node_model_memory_bytes")
                         .Help("Device memory of each resident model by kind (weights; kv: "
@@ -411,6 +417,7 @@ void Metrics::SetRemap(const std::string& device, const node_manager::RemapStats
     remap_layers_.Add({{"device", device}, {"model", m}}).Set(n);
     models.insert(m);
   }
+  remap_lendable_.Add({{"device", device}}).Set(static_cast<double>(r.lendable_bytes));
   Grow(remap_streamed_.Add({{"device", device}}), "remap_bytes/" + device, r.streamed_bytes);
   Grow(remap_events_.Add({{"device", device}, {"kind", "remap"}}), "remap/" + device,
        r.remap_events);

@@ -185,6 +185,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& activation_;
   prometheus::Family<prometheus::Counter>& evictions_;
   prometheus::Family<prometheus::Gauge>& remap_layers_;
+  prometheus::Family<prometheus::Gauge>& remap_lendable_;
   prometheus::Family<prometheus::Gauge>& model_memory_;
   prometheus::Family<prometheus::Counter>& remap_streamed_;
   prometheus::Family<prometheus::Counter>& remap_stall_;

@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "memory/remap_plan.h"
+
 namespace ballast::sim {
 
 double TpStepSeconds(const EngineModel& engine, const SimPolicy& policy, const SimModel& model,
@@ -149,13 +151,14 @@ int64_t SimDevice::Workspace(int model) const {
                               Spec(model).max_seqs);
 }
 
-void SimDevice::Report(v1::DeviceState* s, std::vector<v1::ResidentModel>* models) const {
+void SimDevice::Report(v1::DeviceState* s, std::vector<v1::ResidentModel>* models) {
   const int64_t w = weight_bytes(), kv = kv_used();
   s->set_name(name_);
   s->set_memory_total_bytes(memory_);
   s->set_memory_used_bytes(w + kv);
   s->set_kv_bytes_used(kv);
   s->set_kv_bytes_free(memory_ - w - kv);
+  if (Remapping()) s->set_kv_bytes_lendable(memory::LendableBytes(RemapCandidates()));
   s->set_queue_length(queue_length());
   s->set_elastic(config_->policy.elastic());
   int running = 0;

@@ -343,8 +343,9 @@ class SimDevice {
   int64_t Workspace(int model) const;
   int64_t kv_used() const;
   int queue_length() const { return static_cast<int>(pending_.size()); }
-  // The device and its residents as a heartbeat reports them.
-  void Report(v1::DeviceState* state, std::vector<v1::ResidentModel>* models) const;
+  // The device and its residents as a heartbeat reports them (the
+  // layers still lendable, as RemapController's last tick counts them).
+  void Report(v1::DeviceState* state, std::vector<v1::ResidentModel>* models);
   int64_t model_steps() const { return model_steps_; }
 
   // Session KV kept here (sim_device_sessions.cc; the rules above).

@@ -116,6 +116,14 @@ TEST(IdleEviction, KvPressureEvictsAnIdleModelFromTheStarvedElasticDevice) {
   nodes[0].devices.front().set_elastic(false);
   EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, t, {}, 0.05, {}).has_value());
   nodes[0].devices.front().set_elastic(true);
+  // Layers the models could still lend are KV room: 2 free + 2 lendable
+  // is below 5% of 100, 2 + 3 is not (the short model gets them within a
+  // step; the eviction's reload would cost seconds).
+  nodes[0].devices.front().set_kv_bytes_lendable(2);
+  EXPECT_EQ(ChooseKvPressureVictim(nodes, idle_of, t, {}, 0.05, {})->model, "colder");
+  nodes[0].devices.front().set_kv_bytes_lendable(3);
+  EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, t, {}, 0.05, {}).has_value());
+  nodes[0].devices.front().set_kv_bytes_lendable(0);
   // Only models idle past the threshold.
   EXPECT_FALSE(ChooseKvPressureVictim(nodes, idle_of, absl::Seconds(100), {}, 0.05, {}));
   // A load under way on the device: its pages are not pressure.

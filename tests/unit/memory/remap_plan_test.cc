@@ -156,6 +156,34 @@ RemapCandidate Model(int owner, bool active, int priority, int64_t last, int alp
   return {owner, active, priority, last, alpha, cap, 100};
 }
 
+// What is still lendable is each model's layers up to its cap not lent
+// yet; a model past its cap (the stall correction lowered it) adds none
+// rather than taking from the others, and so does one with no layer size
+// (a model that does not remap).
+TEST(RemapPlan, LendableBytesCountEveryModelUpToItsCap) {
+  std::vector<RemapCandidate> m = {Model(0, true, 0, 90, 0, 4), Model(1, false, 5, 10, 0, 2),
+                                   Model(2, false, 1, 20, 0, 2)};
+  EXPECT_EQ(LendableBytes(m), 800);
+  m[0].alpha = 1;
+  m[1].alpha = 2;
+  EXPECT_EQ(LendableBytes(m), 300 + 0 + 200);
+  m[0].alpha = 6;  // over its cap by 2
+  EXPECT_EQ(LendableBytes(m), 200);
+  m[2].layer_bytes = 0;
+  EXPECT_EQ(LendableBytes(m), 0);
+  // A shortfall past every cap lends all of it: nothing is left.
+  std::vector<RemapCandidate> all = {Model(0, true, 0, 90, 1, 4), Model(1, false, 5, 10, 0, 2)};
+  const int64_t before = LendableBytes(all);
+  const std::vector<int> lent = PlanRemap(all, int64_t{1} << 20);
+  int64_t planned = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    planned += (lent[i] - all[i].alpha) * all[i].layer_bytes;
+    all[i].alpha = lent[i];
+  }
+  EXPECT_EQ(planned, before);
+  EXPECT_EQ(LendableBytes(all), 0);
+}
+
 TEST(RemapPlan, InactiveLowestPriorityMruGiveFirstAndTakeBackLast) {
   const std::vector<RemapCandidate> m = {
       Model(0, true, 0, 90, 0, 4),   // the busy model

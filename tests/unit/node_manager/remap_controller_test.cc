@@ -136,6 +136,34 @@ TEST(RemapController, BusyModelsShareOneCopyLink) {
   EXPECT_EQ(st.layers.at("b"), 1);
 }
 
+// Each tick counts what the models could still lend (the heartbeat's
+// kv_bytes_lendable, which the scheduler's KV-pressure eviction counts as
+// room): an idle model up to its floor, a busy one up to its timed cap,
+// less what each lends already.
+TEST(RemapController, ATickCountsWhatTheModelsCouldStillLend) {
+  TempDir dir;
+  Sink sink;  // outlives the engines, which fail their requests into it
+  Device d = TwoModels(dir);
+  ModelEngine& a = *d.engines[0];
+  const int64_t layer = a.remapper()->layer_bytes();
+  ASSERT_GT(layer, 0);
+  ASSERT_EQ(d.engines[1]->remapper()->layer_bytes(), layer);
+  RemapController c(SlowLink());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const size_t slab = 64 << 10;
+  EXPECT_EQ(c.stats().lendable_bytes, 0);  // no tick yet
+  c.Tick(d.engines, *d.balloon, slab, t0);
+  EXPECT_EQ(c.stats().lendable_bytes, (4 + 4) * layer);  // both idle: half their 8 layers
+  Busy(a, "a1", &sink);
+  c.Tick(d.engines, *d.balloon, slab, t0);
+  EXPECT_EQ(c.stats().lendable_bytes, (1 + 4) * layer);  // a's copies hide for one layer only
+  c.Lend(d.engines, int64_t{1} << 30, t0);
+  EXPECT_EQ(a.remapper()->alpha(), 1);
+  EXPECT_EQ(d.engines[1]->remapper()->alpha(), 4);
+  c.Tick(d.engines, *d.balloon, slab, t0);  // no quiet time: nothing comes back
+  EXPECT_EQ(c.stats().lendable_bytes, 0);
+}
+
 // T_c is measured beside other models' steps, and on the card a busy
 // model's copies stalled a third of each step at a cap that predicted
 // none. The measured stall corrects T_c: the model, now over its cap,
