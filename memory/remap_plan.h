@@ -137,10 +137,11 @@ int RevertNext(const std::vector<RemapCandidate>& models);
 
 // Bytes the models could still lend now: every model's layers up to its
 // cap (an idle model's floor, a busy one's timed cap) that it does not
-// lend yet. KV room as real as free memory for a model short of it (its
-// admission asks, and the lend answers within a step), so the scheduler
-// counts it before evicting an idle model for KV (v1::DeviceState::
-// kv_bytes_lendable).
+// lend yet, at `layer_bytes` each as PlanRemap counts them (a layer lends
+// its whole pages only: up to a page less each). KV room as real as free
+// memory for a model short of it (its admission asks, and the lend
+// answers within a step), so the scheduler counts it before evicting an
+// idle model for KV (v1::DeviceState::kv_bytes_lendable).
 int64_t LendableBytes(const std::vector<RemapCandidate>& models);
 
 }  // namespace ballast::memory
