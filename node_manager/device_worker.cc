@@ -175,6 +175,7 @@ DeviceUsage DeviceWorker::Usage() const {
     u.step_host = step_host_;
     u.step_thread = thread_time_;
     u.step_starts = step_starts_;
+    u.step_drains = step_drains_;
     u.kv_reclaims = reclaims_;
     u.kv_compactions = compactions_;
     for (ModelPreemptions& p : u.model_preemptions) {
@@ -306,6 +307,21 @@ void DeviceWorker::FinishInFlight() {
   FinishSteps(std::move(steps));
 }
 
+void DeviceWorker::Drain(int64_t StepDrains::*cause) {
+  if (in_flight_.empty()) return;
+  ++(drains_.*cause);
+  FinishInFlight();
+}
+
+void DeviceWorker::DrainEngine(const engine::ModelEngine& e) {
+  std::vector<InFlight> mine, rest;
+  for (InFlight& f : in_flight_) (f.engine.get() == &e ? mine : rest).push_back(std::move(f));
+  in_flight_ = std::move(rest);
+  if (mine.empty()) return;
+  ++drains_.lender;
+  FinishSteps(std::move(mine));
+}
+
 void DeviceWorker::FinishOne(InFlight* f) {
   if (f->finished) return;
   // Nothing in flight: a failed step before it dropped this one too.
@@ -399,6 +415,7 @@ void DeviceWorker::Loop() {
       absl::MutexLock lock(&mu_);
       thread_time_ += clock_.Take();
       step_starts_ += std::exchange(starts_, {});
+      step_drains_ += std::exchange(drains_, {});
       if (stop_) return;
       tasks.swap(tasks_);
     }

@@ -102,6 +102,8 @@ struct DeviceUsage {
   StepThreadTime step_thread;
   // How the device's steps were begun (cumulative).
   StepStarts step_starts;
+  // Waits for every step in flight, by cause (cumulative).
+  StepDrains step_drains;
   // Parameter remapping (elastic mode with remap enabled).
   RemapStats remap;
   // Other models asked for KV room (cumulative).
@@ -250,7 +252,8 @@ class DeviceWorker {
   // inside that engine's Step, on the step thread; never touches it.
   // For an admission (newer_than max), returns 0 at once, without waiting
   // for the steps in flight, when no other model holds idle session KV as
-  // seen before those steps end (and remapping is off).
+  // seen before those steps end and none could lend a layer; when only
+  // layers can answer, it waits for the lenders' own steps alone.
   int64_t ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than)
       ABSL_LOCKS_EXCLUDED(mu_);
   // ReclaimFor(model, ...) as an engine option (null in static mode: each
@@ -363,7 +366,8 @@ class DeviceWorker {
   // bytes shed. Step thread, no step in flight.
   int64_t MakeRoomForWeights(int64_t bytes, const engine::ModelEngine* spare);
   // The remapping tick (RemapController::Tick), a model over its cap
-  // taking its layers back by MakeRoomForWeights. Same thread rule.
+  // taking its layers back by MakeRoomForWeights. Step thread; it finishes
+  // the steps in flight only when it reverts.
   void TickRemap(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines, absl::Time now);
   // Who the memory freed by ShedForShortfall is for.
   enum class ShedFor {
@@ -429,6 +433,11 @@ class DeviceWorker {
   // Finishes the steps begun in this pass (in_flight_), in order: tokens,
   // step host time, prefill cost. Step thread only.
   void FinishInFlight();
+  // FinishInFlight, counted under `cause` when a step was in flight.
+  void Drain(int64_t StepDrains::*cause);
+  // Finishes `e`'s steps in flight only (a lender's: its weights are read
+  // by them), counted as a lender drain. Step thread only.
+  void DrainEngine(const engine::ModelEngine& e);
   // Finishes `steps` (removed from in_flight_, each engine's in order),
   // several engines in parallel on the finishers. Step thread only.
   void FinishSteps(std::vector<InFlight> steps);
@@ -476,6 +485,7 @@ class DeviceWorker {
   int64_t finished_steps_ = 0;       // by FinishSteps, ever; step thread only
   StepThreadClock clock_;            // charged into thread_time_; step thread only
   StepStarts starts_;                // added to step_starts_ by the loop; step thread only
+  StepDrains drains_;                // added to step_drains_ with starts_; step thread only
   // Bumped by Wake, Add, Remove, RunOnStepThread, Stop and the steps'
   // device-done callbacks (rolling_steps); both loops wait on it. Shared
   // with the callbacks, which may run after the worker is gone.
@@ -484,6 +494,7 @@ class DeviceWorker {
   StepHostHistogram step_host_ ABSL_GUARDED_BY(mu_);
   StepThreadTime thread_time_ ABSL_GUARDED_BY(mu_);
   StepStarts step_starts_ ABSL_GUARDED_BY(mu_);
+  StepDrains step_drains_ ABSL_GUARDED_BY(mu_);
   KvReclaims reclaims_ ABSL_GUARDED_BY(mu_);
   KvCompactions compactions_ ABSL_GUARDED_BY(mu_);
   // Running sequences the device shed, per resident model (for_kv and

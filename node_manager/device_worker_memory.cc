@@ -22,12 +22,16 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
   // at every step boundary, so an admission's ask that nothing could
   // answer (no idle session KV, and no model below its remapping cap)
   // returns at once; a session a step in flight keeps is seen at the next
-  // boundary's ask, the request admitted a step later. A running
-  // sequence's growth (newer_than set) still waits: its planner preempts
-  // its own newest sequence on a 0, and the steps in flight may end
-  // sessions or free blocks that spare it.
-  if (newer_than == std::numeric_limits<uint64_t>::max() && !AnyIdleSessionKv(engine.get()) &&
-      (!remap_ || !remap_->CanLend(Engines()))) {
+  // boundary's ask, the request admitted a step later. An admission that
+  // only layers can answer (no idle session KV) waits for the lenders'
+  // own steps alone: the other models' steps read neither their weights
+  // nor the pages lent. A running sequence's growth (newer_than set)
+  // still waits for every step: its planner preempts its own newest
+  // sequence on a 0, and the steps in flight may end sessions or free
+  // blocks that spare it.
+  const bool admission = newer_than == std::numeric_limits<uint64_t>::max();
+  const bool sessions = AnyIdleSessionKv(engine.get());
+  if (admission && !sessions && (!remap_ || !remap_->CanLend(Engines()))) {
     absl::MutexLock lock(&mu_);
     ++reclaims_.nothing;
     return 0;
@@ -36,12 +40,17 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
     absl::MutexLock lock(&mu_);
     ++reclaims_.asked;
   }
-  FinishInFlight();
+  const bool layers_only = admission && !sessions;
+  if (!layers_only) Drain(&StepDrains::reclaim);
   // The ladder's rungs 2-4 and 6 (device_worker.h): idle session KV, lent
   // weight layers, then newer running sequences.
-  int64_t freed =
-      ShedForShortfall(bytes, ShedFor::kModel, engine.get(), std::numeric_limits<uint64_t>::max());
-  if (freed < bytes && remap_) freed += remap_->Lend(Engines(), bytes - freed, absl::Now());
+  int64_t freed = layers_only ? 0
+                              : ShedForShortfall(bytes, ShedFor::kModel, engine.get(),
+                                                 std::numeric_limits<uint64_t>::max());
+  if (freed < bytes && remap_) {
+    freed += remap_->Lend(Engines(), bytes - freed, absl::Now(),
+                          [this](const engine::ModelEngine& donor) { DrainEngine(donor); });
+  }
   if (freed < bytes && newer_than != std::numeric_limits<uint64_t>::max()) {
     freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than);
   }
@@ -154,10 +163,12 @@ int64_t DeviceWorker::ShedAndCompact(int64_t bytes, const engine::ModelEngine* s
 
 void DeviceWorker::TickRemap(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
                              absl::Time now) {
-  remap_->Tick(engines, *balloon_, slab_bytes_, now,
-               [this](int64_t bytes, const engine::ModelEngine* spare) {
-                 return MakeRoomForWeights(bytes, spare);
-               });
+  remap_->Tick(
+      engines, *balloon_, slab_bytes_, now,
+      [this](int64_t bytes, const engine::ModelEngine* spare) {
+        return MakeRoomForWeights(bytes, spare);
+      },
+      [this] { Drain(&StepDrains::remap); });
 }
 
 void DeviceWorker::GatherHolders(const engine::ModelEngine* spare, uint64_t running_after,

@@ -51,7 +51,7 @@ void DeviceWorker::RollingLoop() {
     // Steps in flight and no callback for that long: wait on their events
     // (a lost signal, or a sticky CUDA error: the wait returns the error,
     // which fails the steps' requests).
-    if (!woken && !in_flight_.empty()) FinishInFlight();
+    if (!woken) Drain(&StepDrains::idle);
   }
 }
 
@@ -62,6 +62,7 @@ DeviceWorker::RollingIntake DeviceWorker::TakeRollingIntake() {
   absl::MutexLock lock(&mu_);
   thread_time_ += clock_.Take();
   step_starts_ += std::exchange(starts_, {});
+  step_drains_ += std::exchange(drains_, {});
   in.stop = stop_;
   in.tasks.swap(tasks_);
   in.retiring.swap(retiring_);
@@ -72,9 +73,9 @@ DeviceWorker::RollingIntake DeviceWorker::TakeRollingIntake() {
 // Runs the pass's between-step work: tasks, retiring engines and the
 // remapping tick; false (after handing the work back) on stop.
 bool DeviceWorker::RunBetweenSteps(RollingIntake* in, bool tick, absl::Time now) {
-  // Tasks, retiring engines and the remapping tick need every engine
-  // between steps.
-  if (in->stop || !in->tasks.empty() || !in->retiring.empty() || tick) FinishInFlight();
+  // Tasks and retiring engines need every engine between steps; the
+  // remapping tick only when it reverts (TickRemap's quiesce).
+  if (in->stop || !in->tasks.empty() || !in->retiring.empty()) Drain(&StepDrains::between);
   if (in->stop) {
     // Tasks not run are failed by Stop, after the thread is gone.
     absl::MutexLock lock(&mu_);

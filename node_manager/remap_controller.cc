@@ -112,7 +112,8 @@ bool RemapController::CanLend(
 }
 
 int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
-                              int64_t shortfall_bytes, absl::Time now) {
+                              int64_t shortfall_bytes, absl::Time now,
+                              const BeforeLend& before_lend) {
   last_shortfall_ = now;
   if (shortfall_bytes <= 0) return 0;
   ApplyProfile(engines);
@@ -137,6 +138,7 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
     if (next < 0) break;
     const auto i = static_cast<size_t>(next);
     asked[i] = true;
+    if (before_lend) before_lend(*engines[i]);
     engine::WeightRemapper* r = engines[i]->remapper();
     r->set_respect_timing(options_.respect_timing && cands[i].active);
     auto got = r->SetAlpha(target[i]);
@@ -163,7 +165,7 @@ int64_t RemapController::Lend(const std::vector<std::shared_ptr<engine::ModelEng
 
 void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
                            memory::Balloon& balloon, size_t slab_bytes, absl::Time now,
-                           const MakeRoom& make_room) {
+                           const MakeRoom& make_room, const Quiesce& quiesce) {
   RemapStats sample;
   for (const auto& e : engines) {
     const engine::WeightRemapper* r = e->remapper();
@@ -178,46 +180,58 @@ void RemapController::Tick(const std::vector<std::shared_ptr<engine::ModelEngine
   int next = FurthestOverCap(cands);
   const bool over = next >= 0;
   if (next < 0 && now - last_shortfall_ >= options_.revert_after) next = memory::RevertNext(cands);
-  int64_t reverted = 0, forced = 0, shed = 0;
+  Reverted done;
   if (next >= 0) {
-    const memory::RemapCandidate& c = cands[static_cast<size_t>(next)];
-    const auto& e = engines[static_cast<size_t>(next)];
-    // Over its cap: back to the cap at once. Else one layer.
-    const int target = over ? c.alpha_cap : c.alpha - 1;
-    const int64_t need = RevertBytes(*e, target, c.layer_bytes) + static_cast<int64_t>(slab_bytes);
-    // Empty slabs are unmapped only when they and the free budget suffice:
-    // else every pass would unmap the ready buffer and remap it when idle.
-    const int64_t empty = balloon.arena()->stats().slabs_empty * static_cast<int64_t>(slab_bytes);
-    if (balloon.FreeBytes() + empty >= need) balloon.arena()->ReclaimFreeSlabs();
-    if (over && balloon.FreeBytes() < need && make_room) shed = make_room(need, e.get());
-    if (balloon.FreeBytes() >= need) {
-      auto got = e->remapper()->SetAlpha(target);
-      if (!got.ok()) {
-        spdlog::warn("model {}: taking {} weight layer(s) back from KV failed: {}", e->name(),
-                     c.alpha - target, got.status().ToString());
-        CloseIfBroken(*e, got.status());
-      } else {
-        ++reverted;
-        forced += shed > 0 ? 1 : 0;
-        sample.layers[e->name()] = e->remapper()->alpha();
-        const double fix = e->remapper()->stall_factor();
-        spdlog::info(
-            "model {}: took {} weight layer(s) back from KV ({} still lent{}{})", e->name(),
-            c.alpha - target, e->remapper()->alpha(),
-            shed > 0 ? absl::StrCat("; running sequences gave back ", shed, " bytes")
-                     : std::string(),
-            fix < 1 ? fmt::format("; its copies stalled: T_c x{:.2f}", fix) : std::string());
-        cands[static_cast<size_t>(next)].alpha = e->remapper()->alpha();  // after `c`'s last use
-      }
-    }
+    memory::RemapCandidate& c = cands[static_cast<size_t>(next)];
+    done = Revert(*engines[static_cast<size_t>(next)], &c, over, balloon, slab_bytes, make_room,
+                  quiesce);
+    if (done.reverted > 0) sample.layers[engines[static_cast<size_t>(next)]->name()] = c.alpha;
   }
   absl::MutexLock lock(&mu_);
   CountStreaming(engines);
   stats_.layers = std::move(sample.layers);
   stats_.lendable_bytes = memory::LendableBytes(cands);
-  stats_.revert_events += reverted;
-  stats_.forced_reverts += forced;
-  stats_.forced_shed_bytes += shed;
+  stats_.revert_events += done.reverted;
+  stats_.forced_reverts += done.forced;
+  stats_.forced_shed_bytes += done.shed;
+}
+
+RemapController::Reverted RemapController::Revert(engine::ModelEngine& e, memory::RemapCandidate* c,
+                                                  bool over, memory::Balloon& balloon,
+                                                  size_t slab_bytes, const MakeRoom& make_room,
+                                                  const Quiesce& quiesce) {
+  // Over its cap: back to the cap at once. Else one layer.
+  const int target = over ? c->alpha_cap : c->alpha - 1;
+  const int64_t need = RevertBytes(e, target, c->layer_bytes) + static_cast<int64_t>(slab_bytes);
+  // Empty slabs are unmapped only when they and the free budget suffice:
+  // else every pass would unmap the ready buffer and remap it when idle.
+  const int64_t empty = balloon.arena()->stats().slabs_empty * static_cast<int64_t>(slab_bytes);
+  const bool room = balloon.FreeBytes() + empty >= need;
+  // Nothing changes unless it fits or may be made to fit: the steps in
+  // flight keep running.
+  if (!room && !(over && make_room)) return {};
+  if (quiesce) quiesce();
+  if (room) balloon.arena()->ReclaimFreeSlabs();
+  Reverted done;
+  if (over && balloon.FreeBytes() < need && make_room) done.shed = make_room(need, &e);
+  if (balloon.FreeBytes() < need) return done;
+  auto got = e.remapper()->SetAlpha(target);
+  if (!got.ok()) {
+    spdlog::warn("model {}: taking {} weight layer(s) back from KV failed: {}", e.name(),
+                 c->alpha - target, got.status().ToString());
+    CloseIfBroken(e, got.status());
+    return done;
+  }
+  done.reverted = 1;
+  done.forced = done.shed > 0 ? 1 : 0;
+  const double fix = e.remapper()->stall_factor();
+  spdlog::info("model {}: took {} weight layer(s) back from KV ({} still lent{}{})", e.name(),
+               c->alpha - target, e.remapper()->alpha(),
+               done.shed > 0 ? absl::StrCat("; running sequences gave back ", done.shed, " bytes")
+                             : std::string(),
+               fix < 1 ? fmt::format("; its copies stalled: T_c x{:.2f}", fix) : std::string());
+  c->alpha = e.remapper()->alpha();
+  return done;
 }
 
 void RemapController::CountStreaming(

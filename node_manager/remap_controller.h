@@ -59,20 +59,31 @@ class RemapController {
  public:
   explicit RemapController(const RemapOptions& options) : options_(options) {}
 
+  // Called with a donor before its layers change (`before_lend`), or once
+  // before a revert (`quiesce`): the caller finishes the steps in flight
+  // that could read what changes (a lender's own steps read its weights;
+  // a revert may shed running sequences). Null: nothing is in flight.
+  using BeforeLend = std::function<void(const engine::ModelEngine& donor)>;
+  using Quiesce = std::function<void()>;
+
   // Lends layers to cover `shortfall_bytes` of KV; returns the bytes the
   // balloon got back.
   int64_t Lend(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
-               int64_t shortfall_bytes, absl::Time now);
+               int64_t shortfall_bytes, absl::Time now, const BeforeLend& before_lend = nullptr);
   // Samples the engines' streaming counters and reverts layers when the
   // rules above allow. `make_room(bytes, spare)` sheds KV until the
   // balloon has `bytes` free, the other models' first and then `spare`'s
   // own (the model taking its layers back, whose new requests made it
   // busy), or until nothing is left, and returns the bytes shed. Null: a
   // model over its cap waits for free room like any other revert.
+  // `quiesce` runs only when a revert is attempted (a model over its cap
+  // that may shed, or a revert the free budget holds), so a tick that
+  // changes nothing leaves the device's steps running: under continuous
+  // load every tick used to drain them, ten times a second.
   using MakeRoom = std::function<int64_t(int64_t bytes, const engine::ModelEngine* spare)>;
   void Tick(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
             memory::Balloon& balloon, size_t slab_bytes, absl::Time now,
-            const MakeRoom& make_room = nullptr);
+            const MakeRoom& make_room = nullptr, const Quiesce& quiesce = nullptr);
   // Whether Lend could lend anything now: some model lends fewer layers
   // than its cap. Reads the remappers' state only (no step may be
   // finishing: the step thread, as Lend).
@@ -84,6 +95,16 @@ class RemapController {
  private:
   std::vector<memory::RemapCandidate> Candidates(
       const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
+  // What one Tick's revert did.
+  struct Reverted {
+    int64_t reverted = 0, forced = 0, shed = 0;
+  };
+  // Tick's revert of `e` (candidate `*c`, whose alpha it updates): back to
+  // its cap when `over`, else one layer, when the free budget holds the
+  // layers or (over) make_room frees it.
+  Reverted Revert(engine::ModelEngine& e, memory::RemapCandidate* c, bool over,
+                  memory::Balloon& balloon, size_t slab_bytes, const MakeRoom& make_room,
+                  const Quiesce& quiesce);
   // Each remapper's share of the link left by the other streaming models
   // (WeightRemapper::set_link_share). Candidates calls it first.
   void ShareLink(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;

@@ -72,17 +72,39 @@ struct StepStarts {
   }
 };
 
+// Waits for every step in flight (rolling steps) before work that needs
+// the device's engines quiescent, by cause (cumulative). Each one ends the
+// overlap of the models' steps until the next ones begin; a wait with no
+// step in flight is not counted.
+struct StepDrains {
+  int64_t reclaim = 0;  // a model's KV growth (or idle session KV) asked the others
+  int64_t lender = 0;   // only the steps of a model about to lend weight layers
+  int64_t remap = 0;    // a remapping revert (a model taking its layers back)
+  int64_t between = 0;  // tasks, a model leaving, stop
+  int64_t idle = 0;     // no step-end signal within the wait limit
+
+  StepDrains& operator+=(const StepDrains& o) {
+    reclaim += o.reclaim;
+    lender += o.lender;
+    remap += o.remap;
+    between += o.between;
+    idle += o.idle;
+    return *this;
+  }
+};
+
 // A device's KV reclaims (DeviceWorker::ReclaimFor): a model's planner
 // asking the device's other models for room, at a step boundary, when an
 // admission or a running sequence's growth does not fit (cumulative).
 struct KvReclaims {
-  // The steps in flight were finished (a wait for the device) and the
-  // other models' idle session KV, newer running sequences or weight
-  // layers (remapping) were asked for the room. Counts asks, not blocked
-  // requests: a planner asks again while an ask frees something.
+  // The other models' idle session KV, newer running sequences or weight
+  // layers (remapping) were asked for the room, after the steps in flight
+  // that could read them were finished (every step, or a lender's own:
+  // StepDrains). Counts asks, not blocked requests: a planner asks again
+  // while an ask frees something.
   int64_t asked = 0;
   // An admission's ask that no other model could answer (no idle session
-  // KV seen, remapping off): answered at once, no wait.
+  // KV seen, no layer to lend): answered at once, no wait.
   int64_t nothing = 0;
 };
 

@@ -175,6 +175,14 @@ Metrics::Metrics()
                              "(queued behind a step that had already ended: the model's stream "
                              "idled)")
                        .Register(*registry_)),
+      step_drains_(BuildCounter()
+                       .Name("ballast_node_step_drains_total")
+                       .Help("Waits for every step in flight on each device (rolling steps), by "
+                             "cause: reclaim (KV growth or idle session KV asked of the other "
+                             "models), lender (only a model's own steps, before it lends weight "
+                             "layers), remap (a revert), between (tasks, a model leaving), idle "
+                             "(no step-end signal in time)")
+                       .Register(*registry_)),
       kv_reclaims_(BuildCounter()
                        .Name("ballast_node_kv_reclaims_total")
                        .Help("A model asking the device's other models for KV room, by result: "
@@ -378,6 +386,18 @@ void Metrics::SetDevice(const DeviceGauges& g) {
     }
   }
   began = g.step_starts;
+  node_manager::StepDrains& drained = seen_step_drains_[g.device];
+  using D = node_manager::StepDrains;
+  for (const auto& [cause, field] :
+       {std::pair{"reclaim", &D::reclaim}, std::pair{"lender", &D::lender},
+        std::pair{"remap", &D::remap}, std::pair{"between", &D::between},
+        std::pair{"idle", &D::idle}}) {
+    if (g.step_drains.*field > drained.*field) {
+      step_drains_.Add({{"device", g.device}, {"cause", cause}})
+          .Increment(static_cast<double>(g.step_drains.*field - drained.*field));
+    }
+  }
+  drained = g.step_drains;
   SetKvCounters(g);
   SetRemap(g.device, g.remap);
   SetModelMemory(g.device, g.model_memory);

@@ -62,6 +62,7 @@ struct DeviceGauges {
   node_manager::StepHostHistogram step_host;            // cumulative per-step host time
   node_manager::StepThreadTime step_thread = {};        // cumulative, by activity
   node_manager::StepStarts step_starts = {};            // cumulative, by how begun
+  node_manager::StepDrains step_drains = {};            // cumulative, by cause
   node_manager::RemapStats remap = {};                  // parameter remapping (cumulative)
   node_manager::KvReclaims kv_reclaims = {};            // other models asked for KV (cumulative)
   node_manager::KvCompactions kv_compactions = {};      // KV moved for weights (cumulative)
@@ -178,6 +179,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& step_host_;
   prometheus::Family<prometheus::Counter>& step_thread_;
   prometheus::Family<prometheus::Counter>& step_starts_;
+  prometheus::Family<prometheus::Counter>& step_drains_;
   prometheus::Family<prometheus::Counter>& kv_reclaims_;
   prometheus::Family<prometheus::Counter>& kv_compactions_;
   prometheus::Family<prometheus::Counter>& kv_compaction_bytes_;
@@ -207,6 +209,7 @@ class Metrics {
   std::map<std::string, node_manager::StepHostHistogram> seen_step_host_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, node_manager::StepThreadTime> seen_step_thread_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, node_manager::StepStarts> seen_step_starts_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, node_manager::StepDrains> seen_step_drains_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, node_manager::KvReclaims> seen_kv_reclaims_ ABSL_GUARDED_BY(mu_);
   // Remapping: stall seconds seen per device; models with lent layers per
   // device at the last update (their gauge drops to 0 when they leave).

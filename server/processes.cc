@@ -47,6 +47,7 @@ DeviceGauges GaugesOf(const std::string& name, const node_manager::DeviceUsage& 
   g.step_host = u.step_host;
   g.step_thread = u.step_thread;
   g.step_starts = u.step_starts;
+  g.step_drains = u.step_drains;
   g.remap = u.remap;
   g.kv_reclaims = u.kv_reclaims;
   g.kv_compactions = u.kv_compactions;

@@ -41,7 +41,7 @@ for mode in ${MODES:-true false}; do
     BUILD="$BUILD" timeout "${LIMIT:-420}" bash deploy/gpu-host/sim-validate.sh "$dir/v"
   echo "remap=$mode: sim-validate rc=$? in $(($(date +%s) - t0)) s"
   grep -E "rate scale|MODEL|^m[0-9]|TOTAL|goodput|by status|first" "$dir/v/real.txt" 2> /dev/null
-  grep -E "^ballast_node_(model_preemptions|kv_compaction|remap_events|remap_stall|kv_reclaims)" \
+  grep -E "^ballast_node_(model_preemptions|kv_compaction|remap_events|remap_stall|kv_reclaims|step_drains)" \
     "$dir/v/metrics.txt" 2> /dev/null
   if [ -f "$dir/v/serve.log" ]; then
     grep -E "weight layer|moved [0-9]+ bytes of KV|failed" "$dir/v/serve.log" | cut -c1-220 | head -40

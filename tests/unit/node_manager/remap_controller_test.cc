@@ -136,6 +136,55 @@ TEST(RemapController, BusyModelsShareOneCopyLink) {
   EXPECT_EQ(st.layers.at("b"), 1);
 }
 
+// Under rolling steps the device worker finishes steps in flight only for
+// what reads the memory that changes: Lend hands each donor to
+// `before_lend` before its layers go (its own steps read them), and Tick
+// calls `quiesce` once, before a revert, and never for a tick that
+// changes nothing (every tick used to drain the device, ten times a
+// second).
+TEST(RemapController, OnlyAChangeWaitsForTheStepsInFlight) {
+  TempDir dir;
+  Sink sink;  // outlives the engines, which fail their requests into it
+  Device d = TwoModels(dir);
+  ModelEngine& a = *d.engines[0];
+  ModelEngine& b = *d.engines[1];
+  RemapOptions options = SlowLink();
+  options.revert_after = absl::Seconds(1);
+  RemapController c(options);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const size_t slab = 64 << 10;
+  std::vector<std::pair<std::string, int>> donors;  // name, alpha when handed over
+  c.Lend(d.engines, int64_t{1} << 30, t0,
+         [&](const ModelEngine& e) { donors.emplace_back(e.name(), e.remapper()->alpha()); });
+  // Both idle: each lends to its floor, each handed over once, before.
+  EXPECT_EQ(donors, (std::vector<std::pair<std::string, int>>{{"a", 0}, {"b", 0}}));
+  EXPECT_EQ(a.remapper()->alpha(), 4);
+  EXPECT_EQ(b.remapper()->alpha(), 4);
+
+  int quiesced = 0;
+  int alpha_seen = -1;
+  auto quiesce = [&] {
+    ++quiesced;
+    alpha_seen = a.remapper()->alpha();
+  };
+  c.Tick(d.engines, *d.balloon, slab, t0, nullptr, quiesce);  // idle, no quiet time
+  EXPECT_EQ(quiesced, 0);
+  EXPECT_EQ(a.remapper()->alpha(), 4);
+
+  Busy(a, "a1", &sink);  // a is now past its cap of 1: back at once
+  c.Tick(d.engines, *d.balloon, slab, t0, nullptr, quiesce);
+  EXPECT_EQ(quiesced, 1);
+  EXPECT_EQ(alpha_seen, 4);  // before the change
+  EXPECT_EQ(a.remapper()->alpha(), 1);
+  c.Tick(d.engines, *d.balloon, slab, t0, nullptr, quiesce);  // within every cap
+  EXPECT_EQ(quiesced, 1);
+
+  // Quiet for revert_after: one layer a tick comes back, each a change.
+  c.Tick(d.engines, *d.balloon, slab, t0 + absl::Seconds(2), nullptr, quiesce);
+  EXPECT_EQ(quiesced, 2);
+  EXPECT_EQ(a.remapper()->alpha() + b.remapper()->alpha(), 4);
+}
+
 // Each tick counts what the models could still lend (the heartbeat's
 // kv_bytes_lendable, which the scheduler's KV-pressure eviction counts as
 // room): an idle model up to its floor, a busy one up to its timed cap,

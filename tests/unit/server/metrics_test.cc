@@ -97,8 +97,8 @@ TEST(Metrics, StepHostTimeIsObservedFromTheDevicesCumulativeHistogram) {
 }
 
 // The step thread's cumulative time by activity, the device's steps by how
-// they began and its KV reclaims by result become counters that grow by
-// what they grew.
+// they began, its KV reclaims by result and its drains by cause become
+// counters that grow by what they grew.
 TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   Metrics m;
   DeviceGauges g;
@@ -108,6 +108,7 @@ TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   g.step_starts.alone = 3;
   g.step_starts.ahead = 10;
   g.kv_reclaims.nothing = 4;
+  g.step_drains.lender = 5;
   m.SetDevice(g);
   m.SetDevice(g);  // no growth: nothing counted twice
   g.step_thread.begin_s = 0.75;
@@ -116,6 +117,8 @@ TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   g.step_starts.late = 2;
   g.kv_reclaims.asked = 1;
   g.kv_reclaims.nothing = 9;
+  g.step_drains.lender = 7;
+  g.step_drains.remap = 1;
   m.SetDevice(g);
   const std::string text = Scrape(m);
   auto has = [&](const std::string& line) {
@@ -129,6 +132,9 @@ TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   has("ballast_node_steps_total{device=\"cuda:0\",start=\"late\"} 2");
   has("ballast_node_kv_reclaims_total{device=\"cuda:0\",result=\"asked\"} 1");
   has("ballast_node_kv_reclaims_total{device=\"cuda:0\",result=\"nothing\"} 9");
+  has("ballast_node_step_drains_total{cause=\"lender\",device=\"cuda:0\"} 7");
+  has("ballast_node_step_drains_total{cause=\"remap\",device=\"cuda:0\"} 1");
+  EXPECT_EQ(text.find("cause=\"reclaim\""), std::string::npos);  // never grew
 }
 
 // SLO attainment: each finished request is met or missed against its own
