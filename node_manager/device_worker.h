@@ -252,8 +252,10 @@ class DeviceWorker {
   // inside that engine's Step, on the step thread; never touches it.
   // For an admission (newer_than max), returns 0 at once, without waiting
   // for the steps in flight, when no other model holds idle session KV as
-  // seen before those steps end and none could lend a layer; when only
-  // layers can answer, it waits for the lenders' own steps alone.
+  // seen before those steps end and none could lend a layer. With no idle
+  // session KV, lent layers come first and wait for the lenders' own
+  // steps alone; only shedding (sessions, newer sequences) waits for
+  // every step in flight.
   int64_t ReclaimFor(const std::string& model, int64_t bytes, uint64_t newer_than)
       ABSL_LOCKS_EXCLUDED(mu_);
   // ReclaimFor(model, ...) as an engine option (null in static mode: each

@@ -17,21 +17,26 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
   if (!engine) return 0;
   // The steps already on the device hold their sequences' blocks (and
   // read their weights): they end before any of those is shed or lent.
-  // That is a wait for the device, and under KV pressure every blocked
-  // admission (newer_than max: idle session KV and lent layers only) asks
-  // at every step boundary, so an admission's ask that nothing could
-  // answer (no idle session KV, and no model below its remapping cap)
-  // returns at once; a session a step in flight keeps is seen at the next
-  // boundary's ask, the request admitted a step later. An admission that
-  // only layers can answer (no idle session KV) waits for the lenders'
-  // own steps alone: the other models' steps read neither their weights
-  // nor the pages lent. A running sequence's growth (newer_than set)
-  // still waits for every step: its planner preempts its own newest
-  // sequence on a 0, and the steps in flight may end sessions or free
-  // blocks that spare it.
+  // Ending them all (a drain) is a wait for the device, so each rung waits
+  // only for the steps that read what it takes:
+  //  * lent layers: the lenders' own steps (the others read neither their
+  //    weights nor the pages lent). With no idle session KV on the device
+  //    they are the ladder's first rung, for an admission and for a
+  //    running sequence's growth alike (the growth of the sequences that
+  //    lent layers let in used to drain the device at every lend);
+  //  * idle session KV and newer running sequences: every step (a step in
+  //    flight may keep a session or hold the blocks; ending it may also
+  //    free the room).
+  // Under KV pressure every blocked admission (newer_than max: idle
+  // session KV and lent layers only) asks at every step boundary, so an
+  // admission's ask that nothing could answer (no idle session KV, and no
+  // model below its remapping cap) returns at once; a session a step in
+  // flight keeps is seen at the next boundary's ask, the request admitted
+  // a step later.
   const bool admission = newer_than == std::numeric_limits<uint64_t>::max();
   const bool sessions = AnyIdleSessionKv(engine.get());
-  if (admission && !sessions && (!remap_ || !remap_->CanLend(Engines()))) {
+  const bool layers = remap_ && remap_->CanLend(Engines());
+  if (admission && !sessions && !layers) {
     absl::MutexLock lock(&mu_);
     ++reclaims_.nothing;
     return 0;
@@ -40,18 +45,24 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
     absl::MutexLock lock(&mu_);
     ++reclaims_.asked;
   }
-  const bool layers_only = admission && !sessions;
-  if (!layers_only) Drain(&StepDrains::reclaim);
+  auto lend = [&](int64_t want) {
+    return remap_->Lend(Engines(), want, absl::Now(),
+                        [this](const engine::ModelEngine& donor) { DrainEngine(donor); });
+  };
   // The ladder's rungs 2-4 and 6 (device_worker.h): idle session KV, lent
   // weight layers, then newer running sequences.
-  int64_t freed = layers_only ? 0
-                              : ShedForShortfall(bytes, ShedFor::kModel, engine.get(),
-                                                 std::numeric_limits<uint64_t>::max());
-  if (freed < bytes && remap_) {
-    freed += remap_->Lend(Engines(), bytes - freed, absl::Now(),
-                          [this](const engine::ModelEngine& donor) { DrainEngine(donor); });
+  int64_t freed = 0;
+  if (!sessions && layers) {
+    freed = lend(bytes);
+    if (freed >= bytes || admission) return freed;
   }
-  if (freed < bytes && newer_than != std::numeric_limits<uint64_t>::max()) {
+  Drain(&StepDrains::reclaim);
+  if (sessions) {
+    freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(),
+                              std::numeric_limits<uint64_t>::max());
+    if (freed < bytes && remap_) freed += lend(bytes - freed);
+  }
+  if (freed < bytes && !admission) {
     freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than);
   }
   return freed;

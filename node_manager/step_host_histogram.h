@@ -77,7 +77,7 @@ struct StepStarts {
 // overlap of the models' steps until the next ones begin; a wait with no
 // step in flight is not counted.
 struct StepDrains {
-  int64_t reclaim = 0;  // a model's KV growth (or idle session KV) asked the others
+  int64_t reclaim = 0;  // idle session KV or newer running sequences shed for a model's KV
   int64_t lender = 0;   // only the steps of a model about to lend weight layers
   int64_t remap = 0;    // a remapping revert (a model taking its layers back)
   int64_t between = 0;  // tasks, a model leaving, stop

@@ -175,14 +175,15 @@ Metrics::Metrics()
                              "(queued behind a step that had already ended: the model's stream "
                              "idled)")
                        .Register(*registry_)),
-      step_drains_(BuildCounter()
-                       .Name("ballast_node_step_drains_total")
-                       .Help("Waits for every step in flight on each device (rolling steps), by "
-                             "cause: reclaim (KV growth or idle session KV asked of the other "
-                             "models), lender (only a model's own steps, before it lends weight "
-                             "layers), remap (a revert), between (tasks, a model leaving), idle "
-                             "(no step-end signal in time)")
-                       .Register(*registry_)),
+      step_drains_(
+          BuildCounter()
+              .Name("ballast_node_step_drains_total")
+              .Help("Waits for every step in flight on each device (rolling steps), by "
+                    "cause: reclaim (idle session KV or newer running sequences shed "
+                    "for a model's KV), lender (only a model's own steps, before it lends weight "
+                    "layers), remap (a revert), between (tasks, a model leaving), idle "
+                    "(no step-end signal in time)")
+              .Register(*registry_)),
       kv_reclaims_(BuildCounter()
                        .Name("ballast_node_kv_reclaims_total")
                        .Help("A model asking the device's other models for KV room, by result: "
