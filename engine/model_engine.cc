@@ -127,8 +127,17 @@ absl::Status ModelEngine::InitKv() {
   kv_ = std::make_unique<KvCache>(layout, allocator_.get());
   kv_fingerprint_ = KvFingerprint(o.model_fingerprint, layout, config_.weight_quant);
   kv_manager_ = std::make_unique<KvManager>(kv_.get());
+  std::function<int64_t(int64_t, uint64_t)> reclaim;
+  if (o.reclaim_kv) {
+    reclaim = [this, ask = o.reclaim_kv](int64_t bytes, uint64_t newer_than) {
+      const absl::Time t0 = absl::Now();
+      const int64_t got = ask(bytes, newer_than);
+      reclaim_ms_ += absl::ToDoubleMilliseconds(absl::Now() - t0);
+      return got;
+    };
+  }
   planner_ = std::make_unique<BatchPlanner>(
-      BatchPlannerOptions{o.max_batch_tokens, o.max_seqs, o.reclaim_kv}, kv_manager_.get());
+      BatchPlannerOptions{o.max_batch_tokens, o.max_seqs, std::move(reclaim)}, kv_manager_.get());
   return absl::OkStatus();
 }
 

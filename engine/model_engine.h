@@ -486,15 +486,18 @@ class ModelEngine {
     std::vector<int> sampled;
     std::vector<TokenLogprobs> logprobs;
     // Milliseconds in: inbox and tasks, plan, KV loads, launch, tokens and
-    // finishes, the forward's wait (Collect).
-    double phase_ms[6] = {};
+    // finishes, the forward's wait (Collect); and, within the plan, asking
+    // the device's other models for KV (reclaim_kv: their shedding, lent
+    // layers and the waits for steps in flight that these need).
+    double phase_ms[7] = {};
     absl::Time began;         // BeginStep's start
     absl::Time launch_began;  // its launch's start (after inbox, plan and KV loads)
   };
   std::deque<StepInFlight> flight_;  // oldest first; at most 2
   int64_t next_step_id_ = 0;
   int64_t ahead_steps_ = 0;
-  bool drain_ = false;  // an ahead plan left work out (StepPlan::drain)
+  bool drain_ = false;     // an ahead plan left work out (StepPlan::drain)
+  double reclaim_ms_ = 0;  // in options_.reclaim_kv, ever (StepInFlight::phase_ms[6])
   // Done or cancelled sequences a step in flight still computes for.
   std::vector<std::pair<std::unique_ptr<Sequence>, absl::Status>> retired_;
 };

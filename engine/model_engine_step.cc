@@ -45,7 +45,9 @@ bool ModelEngine::BeginStep(StepUrgency urgency) {
   DrainInbox();
   at[1] = absl::Now();
   if (!ahead) drain_ = false;
+  const double reclaim_before = reclaim_ms_;
   step.plan = planner_->empty() ? StepPlan{} : planner_->Plan(ahead);
+  step.phase_ms[6] = reclaim_ms_ - reclaim_before;
   drain_ |= step.plan.drain;
   if (step.plan.empty()) {
     PublishStats();
@@ -242,12 +244,12 @@ void ModelEngine::LogSlowStep(const StepInFlight& step, double total_ms,
       "{:.3f}; {:.3f} from begin to end (exports of {} chunks, {} KiB: buffers {:.1f}, copies "
       "{:.1f}, checksums {:.1f}, puts {:.1f}); work: {} decodes over {} KV tokens, {:.0f} "
       "prefill pairs, {} prompts done; launched at {} us, collected at {} us; preempted so far: "
-      "{} for growth, {} shed",
+      "{} for growth, {} shed; {:.3f} ms of the plan asking the other models for KV",
       options_.name, total_ms, plan.chunks.size(), plan.prefill_tokens, plan.loads.size(), ms(0),
       ms(1), ms(2), ms(3), ms(5), ms(4), Ms(absl::Now() - step.began), e.chunks, e.bytes >> 10,
       e.alloc_ms, e.copy_ms, e.seal_ms, e.put_ms, decodes, decode_context, pairs, prompts_done,
       absl::ToUnixMicros(step.launch_began), absl::ToUnixMicros(collected),
-      planner_->preemptions() - planner_->shed_preemptions(), planner_->shed_preemptions());
+      planner_->preemptions() - planner_->shed_preemptions(), planner_->shed_preemptions(), ms(6));
 }
 
 absl::Status ModelEngine::Launch(StepInFlight* step) {

@@ -33,7 +33,8 @@
 // pass when the free budget holds it plus a slab, so step time returns to
 // its unremapped value off-peak.
 //
-// Time comes from the caller (`now`), so the policy never reads a clock.
+// Time comes from the caller (`now`), so the policy never reads a clock
+// (Lend times its exchanges for its log line only).
 //
 // Thread-safety: Lend, Tick and NoteActive on the device's step thread
 // with no step in flight; stats() from any thread.
