@@ -141,5 +141,35 @@ TEST(CudaPagePool, ExchangeMovesPagesAtAFullBudget) {
   EXPECT_EQ(pool->stats().mapped_bytes, 0);
 }
 
+// A lend runs while the other models' steps are on the device, so the
+// page move must not wait for their work (a 2K-token prefill step on an
+// H200 is about 50 ms): after Exchange returns, work queued on another
+// stream before it is still running. (cudaFree, by contrast, waits for
+// it: 95 ms behind a 100 ms kernel in a probe on the H200, 2026-12-04.)
+TEST(CudaPagePool, ExchangeDoesNotWaitForOtherStreams) {
+  constexpr size_t kMiB = 1u << 20;
+  auto pool = MakePool(8 * kMiB);
+  if (!pool) GTEST_SKIP() << "no usable CUDA device";
+  uint8_t* base = *pool->Reserve(16 * kMiB);
+  ASSERT_TRUE(pool->Map(base, 8 * kMiB).ok());
+  // Another stream's long work: memsets of a separate 1 GiB buffer, about
+  // 0.3 ms each on an H200, 0.5 s in all (enough on slower cards too).
+  void* busy_buf = nullptr;
+  ASSERT_EQ(cudaMalloc(&busy_buf, 1ull << 30), cudaSuccess);
+  cudaStream_t busy = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking), cudaSuccess);
+  for (int i = 0; i < 1500; ++i) {
+    ASSERT_EQ(cudaMemsetAsync(busy_buf, i & 0xff, 1ull << 30, busy), cudaSuccess);
+  }
+  const PageRange lend{base, 4 * kMiB}, take{base + 8 * kMiB, 4 * kMiB};
+  ASSERT_TRUE(pool->Exchange({lend}, {take}).ok());
+  ASSERT_TRUE(pool->Exchange({take}, {lend}).ok());
+  EXPECT_EQ(cudaStreamQuery(busy), cudaErrorNotReady) << "the exchange waited for another stream";
+  ASSERT_EQ(cudaStreamSynchronize(busy), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(busy), cudaSuccess);
+  ASSERT_EQ(cudaFree(busy_buf), cudaSuccess);
+  pool->Unmap(base, 8 * kMiB);
+}
+
 }  // namespace
 }  // namespace ballast::memory
