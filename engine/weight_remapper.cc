@@ -82,7 +82,7 @@ absl::StatusOr<memory::StreamingPlan> WeightRemapper::PlanFor(int alpha, int slo
     if (slots > 0) {
       next.alpha = alpha;
       next.slots = slots;
-      next.streamed = memory::UniformLayers(n, alpha + slots);
+      next.streamed = memory::StreamedLayers(n, alpha + slots);
     } else {
       // With the link the other streaming models leave; none: no plan.
       const double tt = memory::SharedTransfer(t_transfer_, link_others_);
@@ -90,7 +90,7 @@ absl::StatusOr<memory::StreamingPlan> WeightRemapper::PlanFor(int alpha, int slo
       if (next.alpha == 0 && !respect_timing_) {  // stream anyway, double buffered
         next.alpha = alpha;
         next.slots = 2;
-        next.streamed = memory::UniformLayers(n, alpha + 2);
+        next.streamed = memory::StreamedLayers(n, alpha + 2);
       }
     }
     if (next.alpha == 0) {

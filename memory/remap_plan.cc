@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <queue>
 #include <tuple>
 
 namespace ballast::memory {
@@ -11,32 +12,80 @@ std::vector<int> StreamingPlan::Lent() const {
   return std::vector<int>(streamed.begin() + slots, streamed.end());
 }
 
-std::vector<int> UniformLayers(int n, int m) {
+std::vector<int> LendOrder(int n) {
   std::vector<int> out;
-  if (m <= 0 || n <= 0 || m > n) return out;
-  out.reserve(static_cast<size_t>(m));
-  for (int k = 0; k < m; ++k) {
-    out.push_back(static_cast<int>(static_cast<int64_t>(k) * n / m));
+  if (n <= 0) return out;
+  out.reserve(static_cast<size_t>(n));
+  out.push_back(0);
+  // Gaps (lo, hi) between layers taken, widest first; a gap's middle is
+  // the layer farthest from both ends. Among equally wide gaps, the van
+  // der Corput order: `key` is the gap's path of halvings (bit d set: the
+  // upper half at depth d) read backwards, so each round of halvings
+  // spreads over the whole pass rather than filling it from layer 0 up.
+  struct Gap {
+    int lo, hi;
+    uint64_t key;
+    int depth;
+    int Reach() const { return (hi - lo) / 2; }
+    int Mid() const { return lo + Reach(); }
+  };
+  auto after = [](const Gap& a, const Gap& b) {
+    return a.Reach() != b.Reach() ? a.Reach() < b.Reach() : a.key > b.key;
+  };
+  std::priority_queue<Gap, std::vector<Gap>, decltype(after)> gaps(after);
+  gaps.push({0, n, 0, 0});
+  while (!gaps.empty()) {
+    const Gap g = gaps.top();
+    gaps.pop();
+    if (g.hi - g.lo < 2) continue;  // no layer inside
+    const int mid = g.Mid();
+    out.push_back(mid);
+    gaps.push({g.lo, mid, g.key, g.depth + 1});
+    gaps.push({mid, g.hi, g.key | (uint64_t{1} << g.depth), g.depth + 1});
   }
+  return out;
+}
+
+std::vector<int> StreamedLayers(int n, int m) {
+  if (m <= 0 || n <= 0 || m > n) return {};
+  std::vector<int> out = LendOrder(n);
+  out.resize(static_cast<size_t>(m));
+  std::sort(out.begin(), out.end());
   return out;
 }
 
 namespace {
 
-// Whether every copy into a slot fits in the compute between the slot's
-// last reader and its next one: streamed layer k's slot next holds layer
-// k + slots, and the copy runs while the layers strictly between them
-// compute. Past the last streamed layers the slots reload their home
-// layers for the next pass, and those copies must end within this pass:
-// a step joins its copies before it ends (the CUDA backend's graphs
-// capture them), so they have only the layers left in the pass.
-bool EveryCopyHides(int n, int m, int slots, double t_transfer, double t_compute) {
-  const std::vector<int> l = UniformLayers(n, m);
-  for (int k = 0; k < m; ++k) {
-    const int next = k + slots < m ? l[k + slots] : n;
-    if (t_transfer > t_compute * (next - l[k] - 1)) return false;
+// Whether a pass over the n layers streaming `l` through `slots` slots
+// takes no longer than its compute. The executors' pipeline
+// (engine/executor.h): streamed layer k uses slot k % slots; the copy of
+// the slot's next layer (k + slots, or past the last streamed layers the
+// slot's home layer, for the next pass) starts once layer k is computed
+// and the copy before it is done (one copy engine); a layer computes once
+// the one before it is done and its weights are in; the pass ends once the
+// slots hold their home layers again (a step joins its copies: the CUDA
+// backend's graphs capture them). Every pass starts the same way, so one
+// pass decides. (Checking each copy against the layers between its slot's
+// readers alone misses copies queued behind each other: n = 40, T_T =
+// 4 T_c, layers 0, 2, 5, 10, 15, 20, 22, 25, 30, 35 through two slots.)
+bool EveryCopyHides(int n, const std::vector<int>& l, int slots, double t_transfer,
+                    double t_compute) {
+  const int m = static_cast<int>(l.size());
+  std::vector<double> loaded(static_cast<size_t>(m), 0.0);
+  double t = 0, engine = 0;
+  int k = 0;  // the next streamed layer
+  for (int layer = 0; layer < n; ++layer) {
+    const bool streamed = k < m && l[static_cast<size_t>(k)] == layer;
+    if (streamed) t = std::max(t, loaded[static_cast<size_t>(k)]);
+    t += t_compute;
+    if (!streamed) continue;
+    const int next = k + slots < m ? k + slots : k % slots;
+    engine = std::max(t, engine) + t_transfer;
+    loaded[static_cast<size_t>(next)] = engine;
+    ++k;
   }
-  return true;
+  for (int s = 0; s < std::min(slots, m); ++s) t = std::max(t, loaded[static_cast<size_t>(s)]);
+  return t <= n * t_compute * (1 + 1e-12);
 }
 
 }  // namespace
@@ -46,18 +95,20 @@ int SlotsFor(int n, int alpha, double t_transfer, double t_compute) {
   for (int slots = 1; slots <= 2; ++slots) {
     const int m = alpha + slots;
     if (m > n) return 0;
-    // Mirage eq. 4 (one slot) and eq. 5 (two), then the exact per-copy
-    // check: the equations average the gaps, but m rarely divides n, and
-    // the shortest gap is the one that stalls.
+    // Mirage eq. 4 (one slot) and eq. 5 (two), then the pass itself: the
+    // equations average the gaps, but the streamed layers are not evenly
+    // spaced, and the copies share one engine.
     const bool mirage =
         slots == 1 ? t_transfer * m <= t_compute * (n - m) : t_transfer * m <= t_compute * n;
-    if (mirage && EveryCopyHides(n, m, slots, t_transfer, t_compute)) return slots;
+    if (mirage && EveryCopyHides(n, StreamedLayers(n, m), slots, t_transfer, t_compute)) {
+      return slots;
+    }
   }
   return 0;
 }
 
 int MaxAlpha(int n, double t_transfer, double t_compute, int cap) {
-  // Both constraints only tighten as α grows, so scan down from the cap.
+  // Scanned down from the cap: the largest α whose plan hides its copies.
   for (int a = std::min(cap, n); a > 0; --a) {
     if (SlotsFor(n, a, t_transfer, t_compute) > 0) return a;
   }
@@ -70,7 +121,7 @@ StreamingPlan PlanStreaming(int n, int alpha, double t_transfer, double t_comput
   if (slots == 0) return p;
   p.alpha = alpha;
   p.slots = slots;
-  p.streamed = UniformLayers(n, alpha + slots);
+  p.streamed = StreamedLayers(n, alpha + slots);
   return p;
 }
 

@@ -7,7 +7,13 @@
 // memory of α layers to KV. Then m = α + β layers are streamed from the
 // host copy each step, sharing β device slots (β = 1, or 2 for double
 // buffering); the other n - m layers stay resident. The m streamed layers
-// are evenly spaced over the layer cycle (layer 0 first); streamed layer k
+// are the first m of one fixed order of the layers (StreamedLayers), so
+// the set for m + 1 holds the set for m: lending one more layer copies
+// nothing, and taking one back copies just that layer. (Mirage spaces the
+// m layers evenly; then a change of m moves most of them, and each layer
+// that stops being lent is copied back from the host before the next
+// step: about 8 ms for a Llama-3-8B layer on an H200, so 25-67 ms per
+// lend and more per revert in issue 20's runs.) Streamed layer k
 // (0-based, in layer order) always uses slot k % β, and slot s's memory is
 // the home of streamed layer s, so the pages of streamed layers β..m-1
 // (exactly α layers) are the ones lent to KV.
@@ -32,9 +38,20 @@ struct StreamingPlan {
   bool operator==(const StreamingPlan&) const = default;
 };
 
-// m evenly spaced layers of n: floor(k * n / m) for k = 0..m-1 (Mirage's
-// example: n = 8, m = 2 gives layers 0 and 4). REQUIRES: 0 < m <= n.
-std::vector<int> UniformLayers(int n, int m);
+// Every layer of n once, in the order remapping streams them: layer 0,
+// then repeatedly the middle of the widest gap between layers taken
+// (counting n, the next pass's layer 0, as taken; ties in van der Corput
+// order, so each round of halvings spreads over the pass). n = 32: 0, 16,
+// 8, 24, 4, 20, 12, 28, 2, 18, ... Empty for n <= 0.
+std::vector<int> LendOrder(int n);
+
+// The m layers of n a plan streams: the first m of LendOrder(n),
+// ascending. Nested (StreamedLayers(n, m) is part of StreamedLayers(n,
+// m + 1)) and spread: the widest gap between neighbours (the last one's to
+// n included) is at most twice the narrowest plus one, and evenly spaced
+// where m is a power of two dividing n (Mirage's example: n = 8, m = 2
+// gives layers 0 and 4). Empty unless 0 < m <= n.
+std::vector<int> StreamedLayers(int n, int m);
 
 // β for α remapped layers of an n-layer model whose one-layer transfer
 // takes t_transfer and one-layer compute t_compute (seconds):
@@ -42,20 +59,20 @@ std::vector<int> UniformLayers(int n, int m);
 //     start before the slot's last reader is done, Mirage eq. 4);
 //   2 while T_T·(α+2) <= T_c·n        (double buffered, eq. 5);
 //   0 when neither holds (the transfers would stall compute) or α+β > n.
-// Each equation is checked together with the exact per-copy condition it
-// averages: a copy into a slot must fit in the compute of the layers
-// strictly between the slot's two readers (m rarely divides n, and the
-// shortest gap is the one that stalls; with n = 40, m = 25, T_T = T_c/2
-// eq. 4 holds but gaps of one layer leave no time at all), and a slot's
-// reload of its home layer must end within the pass (steps join their
-// copies), so the last streamed layers need room after them too.
+// Each equation is checked together with the pass it averages, run as the
+// executors run it: every copy, queued on one copy engine, must be in its
+// slot before its layer computes, and the slots' reloads of their home
+// layers must end within the pass (steps join their copies). The
+// equations miss uneven gaps (with n = 40, m = 25, T_T = T_c/2 eq. 4
+// holds but gaps of one layer leave no time at all) and copies queued
+// behind each other.
 // alpha == 0 gives 0 (nothing to stream).
 int SlotsFor(int n, int alpha, double t_transfer, double t_compute);
 
 // The largest α in [0, cap] with SlotsFor(n, α, ...) > 0 (0 if none).
 int MaxAlpha(int n, double t_transfer, double t_compute, int cap);
 
-// The plan for α layers: β = SlotsFor, streamed = UniformLayers(n, α+β).
+// The plan for α layers: β = SlotsFor, streamed = StreamedLayers(n, α+β).
 // alpha == 0 or SlotsFor == 0: the empty plan.
 StreamingPlan PlanStreaming(int n, int alpha, double t_transfer, double t_compute);
 

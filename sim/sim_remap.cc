@@ -48,7 +48,7 @@ memory::StreamingPlan PlanFor(const RemapTimings& t, int alpha, bool respect_tim
   if (p.alpha == 0 && alpha > 0 && !respect_timing && alpha + 2 <= t.layers) {
     p.alpha = alpha;
     p.slots = 2;
-    p.streamed = memory::UniformLayers(t.layers, alpha + 2);
+    p.streamed = memory::StreamedLayers(t.layers, alpha + 2);
   }
   return p;
 }

@@ -44,7 +44,7 @@ TEST(CudaRemap, StreamedLayersGiveBitIdenticalLogits) {
       memory::StreamingPlan p;
       p.alpha = alpha;
       p.slots = slots;
-      p.streamed = memory::UniformLayers(8, alpha + slots);
+      p.streamed = memory::StreamedLayers(8, alpha + slots);
       ASSERT_TRUE(h.executor->SetLayerStreaming(p).ok());
       EXPECT_EQ(h.PromptLogits(prompt, 128), want) << "alpha " << alpha << " slots " << slots;
     }
@@ -174,7 +174,7 @@ TEST(CudaRemap, CopyStallIsTimedOnTheDevice) {
   memory::StreamingPlan p;
   p.alpha = 3;
   p.slots = 1;
-  p.streamed = memory::UniformLayers(8, 4);
+  p.streamed = memory::StreamedLayers(8, 4);
   ASSERT_TRUE(h.executor->SetLayerStreaming(p).ok());
   const absl::Time t0 = absl::Now();
   for (int i = 0; i < 4; ++i) h.PromptLogits(prompt, 128);

@@ -31,7 +31,7 @@ memory::StreamingPlan Plan(int n, int alpha, int slots) {
   memory::StreamingPlan p;
   p.alpha = alpha;
   p.slots = slots;
-  p.streamed = memory::UniformLayers(n, alpha + slots);
+  p.streamed = memory::StreamedLayers(n, alpha + slots);
   return p;
 }
 

@@ -1,65 +1,117 @@
-// Parameter remapping's decisions: uniform layer spacing, Mirage's timing
+// Parameter remapping's decisions: nested, spread layer sets, Mirage's timing
 // constraints (eq. 4 and 5) checked against a brute-force simulation of the
 // slot pipeline, donor order and reversion order.
 #include "memory/remap_plan.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "gtest/gtest.h"
 
 namespace ballast::memory {
 namespace {
 
-TEST(RemapPlan, UniformLayersAreEvenlySpaced) {
-  EXPECT_EQ(UniformLayers(8, 2), (std::vector<int>{0, 4}));  // Mirage's example
-  EXPECT_EQ(UniformLayers(32, 3), (std::vector<int>{0, 10, 21}));
-  EXPECT_EQ(UniformLayers(5, 5), (std::vector<int>{0, 1, 2, 3, 4}));
-  EXPECT_TRUE(UniformLayers(4, 5).empty());
-  EXPECT_TRUE(UniformLayers(4, 0).empty());
-  // Gaps (circular) differ by at most one layer.
-  for (int n = 1; n <= 40; ++n) {
+TEST(RemapPlan, StreamedLayersAreNestedAndSpread) {
+  EXPECT_EQ(StreamedLayers(8, 2), (std::vector<int>{0, 4}));  // Mirage's example
+  EXPECT_EQ(StreamedLayers(32, 3), (std::vector<int>{0, 8, 16}));
+  EXPECT_EQ(StreamedLayers(32, 4), (std::vector<int>{0, 8, 16, 24}));
+  EXPECT_EQ(StreamedLayers(5, 5), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(StreamedLayers(4, 5).empty());
+  EXPECT_TRUE(StreamedLayers(4, 0).empty());
+  EXPECT_TRUE(LendOrder(0).empty());
+  const std::vector<int> order = LendOrder(32);
+  EXPECT_EQ(std::vector<int>(order.begin(), order.begin() + 10),
+            (std::vector<int>{0, 16, 8, 24, 4, 20, 12, 28, 2, 18}));
+  for (int n = 1; n <= 80; ++n) {
+    std::vector<int> all = LendOrder(n);
+    std::sort(all.begin(), all.end());
+    ASSERT_EQ(static_cast<int>(all.size()), n);
+    for (int l = 0; l < n; ++l) ASSERT_EQ(all[static_cast<size_t>(l)], l) << n;  // each once
+    std::vector<int> before;
     for (int m = 1; m <= n; ++m) {
-      const std::vector<int> l = UniformLayers(n, m);
+      const std::vector<int> l = StreamedLayers(n, m);
       ASSERT_EQ(static_cast<int>(l.size()), m);
+      // One more layer streamed keeps every layer streamed before: a
+      // lend copies nothing back.
+      EXPECT_TRUE(std::includes(l.begin(), l.end(), before.begin(), before.end())) << n << " " << m;
+      before = l;
       int lo = n, hi = 0;
       for (int k = 0; k < m; ++k) {
-        const int gap = k + 1 < m ? l[k + 1] - l[k] : l[0] + n - l[k];
+        const int gap = (k + 1 < m ? l[k + 1] : n) - l[k];
         lo = std::min(lo, gap);
         hi = std::max(hi, gap);
       }
-      EXPECT_LE(hi - lo, 1) << n << " " << m;
+      EXPECT_LE(hi, 2 * lo + 1) << n << " " << m;
+      if (n % m == 0 && (m & (m - 1)) == 0) {
+        EXPECT_EQ(hi, lo) << n << " " << m;
+      }
     }
   }
 }
 
 TEST(RemapPlan, SlotsFollowMirageEquations) {
-  // n = 40, T_T = T_c: one slot while (α+1) <= 40-α-1, i.e. α <= 19;
-  // then two slots, while every copy (the pass's last ones included) has
-  // a layer to hide behind.
-  EXPECT_EQ(SlotsFor(40, 19, 1.0, 1.0), 1);
-  EXPECT_EQ(SlotsFor(40, 20, 1.0, 1.0), 2);
+  // n = 40, T_T = T_c: one slot while Mirage's eq. 4 holds and every gap
+  // between streamed layers leaves a layer to hide a copy; α = 16 streams
+  // layers 0 and 1 (no layer between); then two slots, while every copy
+  // (the pass's last ones included) has a layer to hide behind.
+  EXPECT_EQ(SlotsFor(40, 15, 1.0, 1.0), 1);
+  EXPECT_EQ(SlotsFor(40, 16, 1.0, 1.0), 2);
   EXPECT_EQ(SlotsFor(40, 37, 1.0, 1.0), 2);
   EXPECT_EQ(SlotsFor(40, 38, 1.0, 1.0), 0);  // layer 39's reload would have no layer left
   EXPECT_EQ(SlotsFor(40, 39, 1.0, 1.0), 0);
   EXPECT_EQ(SlotsFor(40, 0, 1.0, 1.0), 0);
   // Transfer 4x slower than a layer's compute: eq. 4 holds to α = 7
-  // (4·8 = 32 <= 32) and every gap of 5 layers hides a copy; at α = 8
-  // eq. 5 holds (4·10 = 40 <= 40) but the last streamed layer (36) leaves
-  // 3 layers for its reload.
+  // (4·8 = 32 <= 32) and every gap of 5 layers hides a copy. α = 8 adds
+  // layer 2 and needs two slots: eq. 5 holds (4·10 = 40 <= 40) and each
+  // copy has 4 layers between its slot's readers, but the copies queue on
+  // the one engine and the reload of layer 2 ends a layer after the pass.
   EXPECT_EQ(SlotsFor(40, 7, 4.0, 1.0), 1);
   EXPECT_EQ(SlotsFor(40, 8, 4.0, 1.0), 0);
+  EXPECT_EQ(SlotsFor(40, 9, 4.0, 1.0), 0);
   EXPECT_EQ(MaxAlpha(40, 4.0, 1.0, 40), 7);
   EXPECT_EQ(MaxAlpha(40, 4.0, 1.0, 5), 5);
   EXPECT_EQ(MaxAlpha(40, 100.0, 1.0, 40), 0);
-  // T_T = 2 T_c: one slot to α = 12, two from 13.
-  EXPECT_EQ(SlotsFor(40, 12, 2.0, 1.0), 1);
-  EXPECT_EQ(SlotsFor(40, 13, 2.0, 1.0), 2);
+  // T_T = 2 T_c: one slot to α = 7, two from 8 to 14.
+  EXPECT_EQ(SlotsFor(40, 7, 2.0, 1.0), 1);
+  EXPECT_EQ(SlotsFor(40, 8, 2.0, 1.0), 2);
+  EXPECT_EQ(SlotsFor(40, 14, 2.0, 1.0), 2);
+  EXPECT_EQ(SlotsFor(40, 15, 2.0, 1.0), 0);
   const StreamingPlan p = PlanStreaming(40, 13, 2.0, 1.0);
   EXPECT_EQ(p.slots, 2);
-  EXPECT_EQ(p.streamed, UniformLayers(40, 15));
+  EXPECT_EQ(p.streamed, StreamedLayers(40, 15));
   EXPECT_EQ(p.Lent().size(), 13u);
   EXPECT_EQ(p.Lent().front(), p.streamed[2]);
   EXPECT_EQ(PlanStreaming(40, 8, 4.0, 1.0), StreamingPlan{});
+}
+
+// Lending a layer more lends its pages and copies nothing back; taking one
+// back copies that layer only (the lent sets are nested, slot changes
+// aside: a second slot's home stops being lent).
+TEST(RemapPlan, OneLayerMoreOrLessMovesOneLayer) {
+  auto plan = [](int n, int alpha, int slots) {
+    StreamingPlan p;
+    p.alpha = alpha;
+    p.slots = slots;
+    p.streamed = StreamedLayers(n, alpha + slots);
+    return p;
+  };
+  for (int n : {16, 32, 40, 80}) {
+    for (int slots = 1; slots <= 2; ++slots) {
+      for (int a = 1; a + slots + 1 <= n; ++a) {
+        const std::vector<int> was = plan(n, a, slots).Lent(), now = plan(n, a + 1, slots).Lent();
+        ASSERT_EQ(now.size(), was.size() + 1);
+        // Everything lent at α stays lent at α + 1: the lend copies none
+        // back, and the revert from α + 1 copies back the one layer.
+        EXPECT_TRUE(std::includes(now.begin(), now.end(), was.begin(), was.end()))
+            << n << " " << slots << " " << a;
+      }
+    }
+  }
+  // A second slot's home is the one layer the change of slot count moves.
+  const std::vector<int> one = plan(32, 4, 1).Lent(), two = plan(32, 5, 2).Lent();
+  std::vector<int> back;
+  std::set_difference(one.begin(), one.end(), two.begin(), two.end(), std::back_inserter(back));
+  EXPECT_EQ(back, (std::vector<int>{4}));
 }
 
 // The pipeline the executors run (engine/executor.h): streamed layer k uses
@@ -110,7 +162,7 @@ TEST(RemapPlan, WhereTheConstraintHoldsStreamingAddsNoStall) {
   StreamingPlan tight;
   tight.alpha = 20;
   tight.slots = 1;
-  tight.streamed = UniformLayers(40, 21);
+  tight.streamed = StreamedLayers(40, 21);
   EXPECT_GT(SimulatedStep(40, tight, 4.0, 1.0), 40.0);
 }
 
@@ -118,7 +170,7 @@ TEST(RemapPlan, BusyModelsShareOneCopyLink) {
   StreamingPlan one;  // α = 1 through one slot: layer 4 copied in, layer 0 back
   one.alpha = 1;
   one.slots = 1;
-  one.streamed = UniformLayers(8, 2);
+  one.streamed = StreamedLayers(8, 2);
   StreamingPlan four = PlanStreaming(8, 4, 0.1, 1.0);
   ASSERT_EQ(four.slots, 2);
   EXPECT_EQ(CopiesPerStep(StreamingPlan{}), 0);

@@ -364,7 +364,7 @@ TEST(SimRemapTest, TheStallFollowsThePlansOwnSlots) {
   memory::StreamingPlan p;
   p.alpha = 3;
   p.slots = 2;
-  p.streamed = memory::UniformLayers(32, 5);
+  p.streamed = memory::StreamedLayers(32, 5);
   EXPECT_NEAR(StreamingStall(t, p, 32 * tc), 0.5 * tc, 1e-12);
 }
 

@@ -14,7 +14,7 @@ namespace ballast::transfer {
 namespace {
 
 void RunPasses(int n, int alpha, int slots, int passes) {
-  const std::vector<int> streamed = memory::UniformLayers(n, alpha + slots);
+  const std::vector<int> streamed = memory::StreamedLayers(n, alpha + slots);
   std::vector<int> content(static_cast<size_t>(slots));
   for (int s = 0; s < slots; ++s)
     content[static_cast<size_t>(s)] = streamed[static_cast<size_t>(s)];
