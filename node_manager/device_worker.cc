@@ -313,12 +313,12 @@ void DeviceWorker::Drain(int64_t StepDrains::*cause) {
   FinishInFlight();
 }
 
-void DeviceWorker::DrainEngine(const engine::ModelEngine& e) {
+void DeviceWorker::DrainEngine(const engine::ModelEngine& e, int64_t StepDrains::*cause) {
   std::vector<InFlight> mine, rest;
   for (InFlight& f : in_flight_) (f.engine.get() == &e ? mine : rest).push_back(std::move(f));
   in_flight_ = std::move(rest);
   if (mine.empty()) return;
-  ++drains_.lender;
+  ++(drains_.*cause);
   FinishSteps(std::move(mine));
 }
 

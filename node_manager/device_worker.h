@@ -438,8 +438,21 @@ class DeviceWorker {
   // FinishInFlight, counted under `cause` when a step was in flight.
   void Drain(int64_t StepDrains::*cause);
   // Finishes `e`'s steps in flight only (a lender's: its weights are read
-  // by them), counted as a lender drain. Step thread only.
-  void DrainEngine(const engine::ModelEngine& e);
+  // by them; a model about to shed sequences: they hold the blocks),
+  // counted under `cause` when one was in flight. Step thread only.
+  void DrainEngine(const engine::ModelEngine& e, int64_t StepDrains::*cause);
+  // The engines PlanKvShedding would take running sequences newer than
+  // `running_after` from for `shortfall_bytes` (ShedForShortfall's plan
+  // with ShedFor::kModel, sparing `spare`), without shedding. Step thread
+  // only.
+  std::vector<const engine::ModelEngine*> ShedVictims(int64_t shortfall_bytes,
+                                                      const engine::ModelEngine* spare,
+                                                      uint64_t running_after);
+  // DrainEngine (cause shed) for each of ShedVictims' engines, planning
+  // again after each round until none has a step in flight. Step thread
+  // only.
+  void DrainVictims(int64_t shortfall_bytes, const engine::ModelEngine* spare,
+                    uint64_t running_after);
   // Finishes `steps` (removed from in_flight_, each engine's in order),
   // several engines in parallel on the finishers. Step thread only.
   void FinishSteps(std::vector<InFlight> steps);

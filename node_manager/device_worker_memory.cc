@@ -24,9 +24,12 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
   //    they are the ladder's first rung, for an admission and for a
   //    running sequence's growth alike (the growth of the sequences that
   //    lent layers let in used to drain the device at every lend);
-  //  * idle session KV and newer running sequences: every step (a step in
-  //    flight may keep a session or hold the blocks; ending it may also
-  //    free the room).
+  //  * idle session KV: every step (a step in flight may keep a session;
+  //    ending it may also free the room);
+  //  * newer running sequences (growth): the steps of the models the
+  //    shedding plan takes them from (they hold the blocks); the others'
+  //    steps go on (before, each growth's shedding ended every model's
+  //    steps: 20-80 ms of the device's overlap each on the H200).
   // Under KV pressure every blocked admission (newer_than max: idle
   // session KV and lent layers only) asks at every step boundary, so an
   // admission's ask that nothing could answer (no idle session KV, and no
@@ -46,8 +49,9 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
     ++reclaims_.asked;
   }
   auto lend = [&](int64_t want) {
-    return remap_->Lend(Engines(), want, absl::Now(),
-                        [this](const engine::ModelEngine& donor) { DrainEngine(donor); });
+    return remap_->Lend(Engines(), want, absl::Now(), [this](const engine::ModelEngine& donor) {
+      DrainEngine(donor, &StepDrains::lender);
+    });
   };
   // The ladder's rungs 2-4 and 6 (device_worker.h): idle session KV, lent
   // weight layers, then newer running sequences.
@@ -56,16 +60,52 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
     freed = lend(bytes);
     if (freed >= bytes || admission) return freed;
   }
-  Drain(&StepDrains::reclaim);
   if (sessions) {
+    Drain(&StepDrains::reclaim);
     freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(),
                               std::numeric_limits<uint64_t>::max());
     if (freed < bytes && remap_) freed += lend(bytes - freed);
   }
   if (freed < bytes && !admission) {
+    DrainVictims(bytes - freed, engine.get(), newer_than);
     freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than);
   }
   return freed;
+}
+
+void DeviceWorker::DrainVictims(int64_t shortfall_bytes, const engine::ModelEngine* spare,
+                                uint64_t running_after) {
+  // A victim's steps ending may finish sequences and change the plan, so
+  // plan again until every model it takes from has no step in flight;
+  // nothing else changes the holdings meanwhile (this thread plans every
+  // model's steps), so the shedding that follows takes from these.
+  std::vector<const engine::ModelEngine*> drained;
+  for (bool more = true; more;) {
+    more = false;
+    for (const engine::ModelEngine* v : ShedVictims(shortfall_bytes, spare, running_after)) {
+      if (std::find(drained.begin(), drained.end(), v) != drained.end()) continue;
+      DrainEngine(*v, &StepDrains::shed);
+      drained.push_back(v);
+      more = true;
+    }
+  }
+}
+
+std::vector<const engine::ModelEngine*> DeviceWorker::ShedVictims(int64_t shortfall_bytes,
+                                                                  const engine::ModelEngine* spare,
+                                                                  uint64_t running_after) {
+  std::vector<std::shared_ptr<engine::ModelEngine>> engines;
+  std::vector<memory::KvHolder> holders;
+  std::vector<engine::KvHolding> source;
+  GatherHolders(spare, running_after, /*with_slabs=*/false, &engines, &holders, &source);
+  // Every owner in the plan: ShedForShortfall takes at most these (it
+  // stops once the room is made, maybe before the plan's last).
+  std::vector<const engine::ModelEngine*> out;
+  for (size_t i : memory::PlanKvShedding(holders, std::max<int64_t>(shortfall_bytes, 1))) {
+    const engine::ModelEngine* e = engines[static_cast<size_t>(holders[i].owner)].get();
+    if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+  }
+  return out;
 }
 
 bool DeviceWorker::AnyIdleSessionKv(const engine::ModelEngine* spare) const {

@@ -79,6 +79,7 @@ struct StepStarts {
 struct StepDrains {
   int64_t reclaim = 0;  // idle session KV or newer running sequences shed for a model's KV
   int64_t lender = 0;   // only the steps of a model about to lend weight layers
+  int64_t shed = 0;     // only the steps of the models whose newer sequences are shed
   int64_t remap = 0;    // a remapping revert (a model taking its layers back)
   int64_t between = 0;  // tasks, a model leaving, stop
   int64_t idle = 0;     // no step-end signal within the wait limit
@@ -86,6 +87,7 @@ struct StepDrains {
   StepDrains& operator+=(const StepDrains& o) {
     reclaim += o.reclaim;
     lender += o.lender;
+    shed += o.shed;
     remap += o.remap;
     between += o.between;
     idle += o.idle;

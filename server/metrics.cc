@@ -179,10 +179,11 @@ Metrics::Metrics()
           BuildCounter()
               .Name("ballast_node_step_drains_total")
               .Help("Waits for every step in flight on each device (rolling steps), by "
-                    "cause: reclaim (idle session KV or newer running sequences shed "
-                    "for a model's KV), lender (only a model's own steps, before it lends weight "
-                    "layers), remap (a revert), between (tasks, a model leaving), idle "
-                    "(no step-end signal in time)")
+                    "cause: reclaim (idle session KV shed for a model's KV), lender (only a "
+                    "model's own steps, before it lends weight layers), shed (only the steps of "
+                    "the models whose newer running sequences are shed for a model's KV), remap "
+                    "(a revert), between (tasks, a model leaving), idle (no step-end signal in "
+                    "time)")
               .Register(*registry_)),
       kv_reclaims_(BuildCounter()
                        .Name("ballast_node_kv_reclaims_total")
@@ -391,8 +392,8 @@ void Metrics::SetDevice(const DeviceGauges& g) {
   using D = node_manager::StepDrains;
   for (const auto& [cause, field] :
        {std::pair{"reclaim", &D::reclaim}, std::pair{"lender", &D::lender},
-        std::pair{"remap", &D::remap}, std::pair{"between", &D::between},
-        std::pair{"idle", &D::idle}}) {
+        std::pair{"shed", &D::shed}, std::pair{"remap", &D::remap},
+        std::pair{"between", &D::between}, std::pair{"idle", &D::idle}}) {
     if (g.step_drains.*field > drained.*field) {
       step_drains_.Add({{"device", g.device}, {"cause", cause}})
           .Increment(static_cast<double>(g.step_drains.*field - drained.*field));

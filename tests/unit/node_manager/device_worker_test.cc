@@ -288,6 +288,9 @@ TEST(DeviceWorker, KvReclaimedFromAModelWhoseStepIsInFlightKeepsOutputsExact) {
     EXPECT_EQ(p.for_kv, e->stats().shed_preemptions) << e->name();
     EXPECT_EQ(p.for_weights, 0) << e->name();
   }
+  // No session KV is kept: shedding for growth ended only the shedding
+  // model's steps (cause shed), never every step on the device.
+  EXPECT_EQ(u.step_drains.reclaim, 0);
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_TRUE(done[i]->result.ok()) << done[i]->result.status();
     EXPECT_EQ(done[i]->result->output_tokens, Alone(reqs[i].first, reqs[i].second))

@@ -118,6 +118,7 @@ TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   g.kv_reclaims.asked = 1;
   g.kv_reclaims.nothing = 9;
   g.step_drains.lender = 7;
+  g.step_drains.shed = 3;
   g.step_drains.remap = 1;
   m.SetDevice(g);
   const std::string text = Scrape(m);
@@ -133,6 +134,7 @@ TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   has("ballast_node_kv_reclaims_total{device=\"cuda:0\",result=\"asked\"} 1");
   has("ballast_node_kv_reclaims_total{device=\"cuda:0\",result=\"nothing\"} 9");
   has("ballast_node_step_drains_total{cause=\"lender\",device=\"cuda:0\"} 7");
+  has("ballast_node_step_drains_total{cause=\"shed\",device=\"cuda:0\"} 3");
   has("ballast_node_step_drains_total{cause=\"remap\",device=\"cuda:0\"} 1");
   EXPECT_EQ(text.find("cause=\"reclaim\""), std::string::npos);  // never grew
 }
