@@ -46,12 +46,20 @@ std::vector<int> LendOrder(int n) {
   return out;
 }
 
-std::vector<int> StreamedLayers(int n, int m) {
-  if (m <= 0 || n <= 0 || m > n) return {};
-  std::vector<int> out = LendOrder(n);
-  out.resize(static_cast<size_t>(m));
+namespace {
+
+// The first m of `order` (a LendOrder), ascending.
+std::vector<int> FirstOf(const std::vector<int>& order, int m) {
+  std::vector<int> out(order.begin(), order.begin() + m);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+}  // namespace
+
+std::vector<int> StreamedLayers(int n, int m) {
+  if (m <= 0 || n <= 0 || m > n) return {};
+  return FirstOf(LendOrder(n), m);
 }
 
 namespace {
@@ -88,9 +96,8 @@ bool EveryCopyHides(int n, const std::vector<int>& l, int slots, double t_transf
   return t <= n * t_compute * (1 + 1e-12);
 }
 
-}  // namespace
-
-int SlotsFor(int n, int alpha, double t_transfer, double t_compute) {
+// SlotsFor with LendOrder(n) given: MaxAlpha asks for every α.
+int SlotsIn(int n, const std::vector<int>& order, int alpha, double t_transfer, double t_compute) {
   if (alpha <= 0 || n <= 0) return 0;
   for (int slots = 1; slots <= 2; ++slots) {
     const int m = alpha + slots;
@@ -100,17 +107,25 @@ int SlotsFor(int n, int alpha, double t_transfer, double t_compute) {
     // spaced, and the copies share one engine.
     const bool mirage =
         slots == 1 ? t_transfer * m <= t_compute * (n - m) : t_transfer * m <= t_compute * n;
-    if (mirage && EveryCopyHides(n, StreamedLayers(n, m), slots, t_transfer, t_compute)) {
+    if (mirage && EveryCopyHides(n, FirstOf(order, m), slots, t_transfer, t_compute)) {
       return slots;
     }
   }
   return 0;
 }
 
+}  // namespace
+
+int SlotsFor(int n, int alpha, double t_transfer, double t_compute) {
+  if (alpha <= 0 || n <= 0) return 0;
+  return SlotsIn(n, LendOrder(n), alpha, t_transfer, t_compute);
+}
+
 int MaxAlpha(int n, double t_transfer, double t_compute, int cap) {
   // Scanned down from the cap: the largest α whose plan hides its copies.
+  const std::vector<int> order = LendOrder(n);
   for (int a = std::min(cap, n); a > 0; --a) {
-    if (SlotsFor(n, a, t_transfer, t_compute) > 0) return a;
+    if (SlotsIn(n, order, a, t_transfer, t_compute) > 0) return a;
   }
   return 0;
 }
