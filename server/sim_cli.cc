@@ -35,6 +35,7 @@ struct SimCli::State {
   int weight_bytes = 2, kv_bytes = 2;
   double slo_scale = 1, target = 0.99;
   bool plots = true;
+  bool step_log = false;
 };
 
 SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
@@ -57,6 +58,9 @@ SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
   s.cmd->add_option("--gpus", s.gpus, "GPUs in all (overrides cluster.nodes)");
   s.cmd->add_option("--rate-scale", s.scales, "comma-separated arrival-rate multipliers")
       ->capture_default_str();
+  s.cmd->add_flag("--step-log", s.step_log,
+                  "also write every model step to steps-<rate>.csv (scripts/step-timeline.py "
+                  "lines it up with a node's step log)");
   s.sweep = s.cmd->add_subcommand("sweep", "the fewest GPUs meeting the SLOs, per policy");
   common(s.sweep);
   s.sweep
@@ -185,8 +189,12 @@ int RunSimulate(const SimCli::State& s) {
                          {"engine", EngineJson(*l)},
                          {"runs", nlohmann::json::array()}};
   for (double k : scales) {
-    auto res = sim::Simulate(config, *l->engine, l->trace, k);
+    auto res = sim::Simulate(config, *l->engine, l->trace, k, s.step_log);
     if (!res.ok()) return Fail(std::string(res.status().message()));
+    if (s.step_log) {
+      WriteFileAtomic(fs::path(s.out) / absl::StrCat("steps-", k, ".csv"),
+                      sim::StepsCsv(config, res->steps));
+    }
     bench::Report rep =
         bench::Summarize(res->replay, s.slo_scale, std::numeric_limits<double>::infinity());
     std::cout << bench::FormatReport(rep) << "\n"

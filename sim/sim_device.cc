@@ -384,6 +384,24 @@ void SimDevice::CreditDecodes(Resident* res, int steps) {
   }
 }
 
+void SimDevice::RecordStep(const Resident& res, double start, int steps, const StepWork& w) const {
+  if (!hooks_.step) return;
+  SimStepRecord rec;
+  rec.model = res.model;
+  rec.start_s = start;
+  rec.end_s = events_->now();
+  rec.steps = steps;
+  rec.work = w;
+  rec.running = static_cast<int>(res.running.size());
+  rec.waiting =
+      static_cast<int>(std::count_if(pending_.begin(), pending_.end(),
+                                     [&](const SimRequest* r) { return r->model == res.model; }));
+  rec.kv_bytes = res.kv_used;
+  rec.lent_layers = res.lent.alpha;
+  for (const Resident& r : residents_) rec.device_lent += r.lent.alpha;
+  hooks_.step(rec);
+}
+
 void SimDevice::Finish(Resident* res, SimRequest* r) {
   r->end = events_->now();
   res->kv_used -= r->kv_held;

@@ -197,6 +197,7 @@
 #include "sim/event_queue.h"
 #include "sim/sim_config.h"
 #include "sim/sim_remap.h"
+#include "sim/simulator.h"
 
 namespace ballast::sim {
 
@@ -297,6 +298,8 @@ class SimDevice {
     // Tells the group's other GPUs (a leader's) or its leader (a shadow's)
     // that `model` stepped here: they may have a step to run now.
     std::function<void(int model)> stepped;
+    // Each model step as it ends (unset: none recorded).
+    std::function<void(const SimStepRecord&)> step;
   };
 
   SimDevice(std::string node_id, std::string name, int64_t memory_bytes, const SimConfig* config,
@@ -553,6 +556,8 @@ class SimDevice {
   void RollReschedule();
   void RollEvent(uint64_t version);
   void RollEnd(Resident* res);
+  // Hooks::step for res's step(s) begun at `start` and ending now.
+  void RecordStep(const Resident& res, double start, int steps, const StepWork& w) const;
 
   const std::string node_id_, name_;
   const int64_t memory_;

@@ -20,6 +20,7 @@ double SimDevice::PlanIteration(bool* decode_only) {
     StepWork w;
     res.stepped = PlanResident(&res, &w, &k, &chunks_);
     if (!res.stepped) continue;
+    res.step.w = w;  // for RecordStep (the rest of `step` is rolling's)
     const SimModel& spec = Spec(res.model);
     const double step = TpStepSeconds(*engine_, config_->policy, spec, w);
     const double share = w.prefill_tokens == 0 ? config_->policy.lockstep_overlap_share : 0.0;
@@ -124,6 +125,11 @@ void SimDevice::EndIteration(uint64_t version, int iterations) {
     }
   }
   chunks_.clear();
+  if (hooks_.step) {
+    for (const Resident& res : residents_) {
+      if (res.stepped) RecordStep(res, start_, decode_only_ ? iterations : 1, res.step.w);
+    }
+  }
   model_steps_ += static_cast<int64_t>(stepped_) * iterations;
   std::vector<std::pair<Resident*, SimRequest*>> done;
   for (Resident& res : residents_) {

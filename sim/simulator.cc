@@ -11,8 +11,13 @@
 namespace ballast::sim {
 
 Simulator::Simulator(const SimConfig& config, const EngineModel& engine,
-                     const std::vector<bench::TraceRecord>& trace, double rate_scale)
-    : config_(config), engine_(engine), trace_(trace), rate_scale_(rate_scale) {
+                     const std::vector<bench::TraceRecord>& trace, double rate_scale,
+                     bool record_steps)
+    : config_(config),
+      engine_(engine),
+      trace_(trace),
+      rate_scale_(rate_scale),
+      record_steps_(record_steps) {
   const int total = config.cluster.gpus > 0 ? config.cluster.gpus
                                             : config.cluster.nodes * config.cluster.gpus_per_node;
   for (int n = 0; n < config.cluster.nodes; ++n) {
@@ -52,6 +57,9 @@ SimDevice::Hooks Simulator::HooksFor(int d) {
   h.outstanding = [this] { return outstanding_ > 0; };
   h.done = [this](SimRequest* r) { Done(r); };
   h.drained = [this, d](int m) { Drained(d, m); };
+  if (record_steps_) {
+    h.step = [this, d](const SimStepRecord& rec) { steps_.push_back({d, rec}); };
+  }
   auto members = [this, d](int m) -> const std::vector<int>* {
     const ModelState& ms = models_[static_cast<size_t>(m)];
     auto it = ms.members.find(d);
@@ -165,7 +173,7 @@ SimResult Simulator::Run() {
   // ended), as a replay skips them.
   out.advisories_skipped = advisories_ - out.advisories_sent;
   stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  return SimResult{std::move(out), stats_};
+  return SimResult{std::move(out), stats_, std::move(steps_)};
 }
 
 int64_t Simulator::RunEvents(double until) {
@@ -354,8 +362,8 @@ void Simulator::ScheduleTick() {
 }
 
 absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& engine,
-                                   const std::vector<bench::TraceRecord>& trace,
-                                   double rate_scale) {
+                                   const std::vector<bench::TraceRecord>& trace, double rate_scale,
+                                   bool record_steps) {
   if (config.cluster.nodes <= 0 || config.cluster.gpus_per_node <= 0 ||
       config.cluster.gpu_memory_bytes <= 0) {
     return absl::InvalidArgumentError("cluster: nodes, gpus_per_node and GPU memory must be > 0");
@@ -381,8 +389,24 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& e
   if (config.cluster.ssd_bytes < 0) {
     return absl::InvalidArgumentError("cluster.ssd_gib must be >= 0 (0: no SSD tier)");
   }
-  Simulator sim(config, engine, trace, rate_scale);
+  Simulator sim(config, engine, trace, rate_scale, record_steps);
   return sim.Run();
+}
+
+std::string StepsCsv(const SimConfig& config, const std::vector<SimStepRow>& steps) {
+  std::string out =
+      "gpu,model,start_s,end_s,steps,decode_tokens,decode_context,prefill_tokens,"
+      "prefill_attention,prefill_logits,running,waiting,kv_bytes,lent_layers,device_lent\n";
+  for (const SimStepRow& row : steps) {
+    const SimStepRecord& s = row.step;
+    const StepWork& w = s.work;
+    absl::StrAppendFormat(&out, "%d,%s,%.6f,%.6f,%d,%d,%.0f,%d,%.0f,%d,%d,%d,%d,%d,%d\n", row.gpu,
+                          config.models[static_cast<size_t>(s.model)].name, s.start_s, s.end_s,
+                          s.steps, w.decode_tokens, w.decode_context, w.prefill_tokens,
+                          w.prefill_attention, w.prefill_logits, s.running, s.waiting, s.kv_bytes,
+                          s.lent_layers, s.device_lent);
+  }
+  return out;
 }
 
 nlohmann::json ToJson(const SimStats& s) {

@@ -150,14 +150,44 @@ struct SimStats {
   int64_t kv_bytes_at_end = 0;
 };
 
+// One model's engine step as simulated (SimDevice::Hooks::step):
+// what `ballast simulate --step-log` writes, to line up with the steps a
+// node logs (scripts/step-log.py).
+struct SimStepRecord {
+  int model = 0;
+  double start_s = 0, end_s = 0;  // virtual time: it began (host time first) and ended
+  int steps = 1;                  // > 1: a stretch of decode steps (work: its first)
+  StepWork work;
+  int running = 0;       // the model's running requests after the step
+  int waiting = 0;       // its requests queued on the device
+  int64_t kv_bytes = 0;  // the KV its running requests hold
+  int lent_layers = 0;   // remapping: its weight layers lent to KV
+  int device_lent = 0;   // remapping: every model's on the GPU (idle lenders too)
+};
+
+// A model step on GPU `gpu` (cluster order), as Simulate records it.
+struct SimStepRow {
+  int gpu = 0;
+  SimStepRecord step;  // step.model: the index in SimConfig::models
+};
+
 struct SimResult {
   bench::ReplayResult replay;
   SimStats stats;
+  std::vector<SimStepRow> steps;  // record_steps: every model step, as they ended
 };
 
+// record_steps: keep every model step in SimResult::steps (memory grows
+// with the steps: for runs of one or a few GPUs, to line them up with a
+// node's step log).
 absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& engine,
                                    const std::vector<bench::TraceRecord>& trace,
-                                   double rate_scale = 1.0);
+                                   double rate_scale = 1.0, bool record_steps = false);
+
+// `steps` as CSV, one row per step: gpu, model (name), start_s, end_s,
+// steps, the StepWork columns ParseRecordedSteps reads (step_replay.h),
+// running, waiting, kv_bytes, lent_layers, device_lent.
+std::string StepsCsv(const SimConfig& config, const std::vector<SimStepRow>& steps);
 
 nlohmann::json ToJson(const SimStats& s);
 

@@ -21,7 +21,7 @@ namespace ballast::sim {
 class Simulator {
  public:
   Simulator(const SimConfig& config, const EngineModel& engine,
-            const std::vector<bench::TraceRecord>& trace, double rate_scale);
+            const std::vector<bench::TraceRecord>& trace, double rate_scale, bool record_steps);
   SimResult Run();
 
  private:
@@ -157,6 +157,8 @@ class Simulator {
   double last_event_ = 0;
   bool tick_scheduled_ = false;
   SimStats stats_;
+  const bool record_steps_;
+  std::vector<SimStepRow> steps_;  // record_steps_
   double last_rebalance_ = 0;
   struct Migration {
     int model = -1, from = -1, to = -1;

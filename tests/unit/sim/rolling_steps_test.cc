@@ -6,6 +6,7 @@
 // lockstep, and the config switch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -64,6 +65,58 @@ TEST(RollingStepsTest, TwoModelsShareTheGpuByHand) {
     EXPECT_NEAR(Find(*r, "y").ttft_ms(), want.y_ttft, 1e-6) << rolling;
     EXPECT_NEAR(Find(*r, "y").e2e_ms(), want.y_e2e, 1e-6) << rolling;
     EXPECT_EQ(r->stats.model_steps, 6) << rolling;  // a's 4 steps and b's 2
+  }
+}
+
+// The step log (Simulate's record_steps) of the run above, rolling and
+// lockstep: each model's steps with the times worked out there, their
+// work, and the same outcomes as without it.
+TEST(RollingStepsTest, StepLogHoldsEveryStepWithItsTimes) {
+  struct Row {
+    int model;
+    double start_ms, end_ms;
+    int prefill, decodes;
+  };
+  for (const bool rolling : {true, false}) {
+    const std::vector<Row> want =
+        rolling ? std::vector<Row>{{0, 0, 9, 10, 0},  {1, 0, 16, 10, 0}, {0, 9, 17, 0, 1},
+                                   {0, 17, 26, 0, 1}, {1, 16, 31, 0, 1}, {0, 26, 33, 0, 1}}
+                : std::vector<Row>{{0, 0, 5, 10, 0},  {0, 5, 18, 0, 1},  {1, 5, 18, 10, 0},
+                                   {0, 18, 31, 0, 1}, {1, 18, 31, 0, 1}, {0, 31, 36, 0, 1}};
+    const SimConfig c = OneGpu({Model("a", "llama-1b"), Model("b", "llama-8b")}, rolling);
+    const auto trace = {Req("x", "a", 0, 10, 4), Req("y", "b", 0, 10, 2)};
+    auto plain = Simulate(c, LayerEngine(1e-3, 0.25e-3), trace);
+    auto r = Simulate(c, LayerEngine(1e-3, 0.25e-3), trace, 1.0, true);
+    ASSERT_TRUE(plain.ok() && r.ok());
+    EXPECT_TRUE(plain->steps.empty());
+    ASSERT_EQ(r->steps.size(), want.size()) << rolling;
+    // As they ended (an iteration's models in resident order: by model here).
+    std::vector<SimStepRow> got = r->steps;
+    std::stable_sort(got.begin(), got.end(), [](const SimStepRow& a, const SimStepRow& b) {
+      return a.step.end_s < b.step.end_s ||
+             (a.step.end_s == b.step.end_s && a.step.model < b.step.model);
+    });
+    for (size_t i = 0; i < want.size(); ++i) {
+      const SimStepRecord& s = got[i].step;
+      EXPECT_EQ(got[i].gpu, 0);
+      EXPECT_EQ(s.model, want[i].model) << rolling << " " << i;
+      EXPECT_NEAR(s.start_s * 1e3, want[i].start_ms, 1e-6) << rolling << " " << i;
+      EXPECT_NEAR(s.end_s * 1e3, want[i].end_ms, 1e-6) << rolling << " " << i;
+      EXPECT_EQ(s.steps, 1);
+      EXPECT_EQ(s.work.prefill_tokens, want[i].prefill) << rolling << " " << i;
+      EXPECT_EQ(s.work.decode_tokens, want[i].decodes) << rolling << " " << i;
+      EXPECT_EQ(s.waiting, 0);
+      EXPECT_EQ(s.lent_layers, 0);
+    }
+    for (const char* id : {"x", "y"}) {
+      EXPECT_EQ(Find(*r, id).e2e_ms(), Find(*plain, id).e2e_ms()) << rolling << " " << id;
+    }
+    // Its CSV: a header and one line per step, the model by name.
+    const std::string csv = StepsCsv(c, r->steps);
+    EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), static_cast<long>(want.size()) + 1);
+    const char* b_prefill =
+        rolling ? "\n0,b,0.000000,0.016000,1,0,0,10," : "\n0,b,0.005000,0.018000,1,0,0,10,";
+    EXPECT_NE(csv.find(b_prefill), std::string::npos) << csv;
   }
 }
 
