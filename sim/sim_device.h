@@ -157,7 +157,11 @@
 //    else one layer at a time once no shortfall (a request lending could
 //    not place, or a queued request of a serving model that does not fit)
 //    was seen for revert_after_s, and only while its bytes are free
-//    (beside weights, running and kept KV). The tick runs at every step boundary
+//    (beside weights, running and kept KV). Each layer taken back is
+//    copied in from the host with every model's steps ended (the
+//    controller's quiesce, then WeightRemapper::SetAlpha's copies): the
+//    GPU begins no step until those in flight have ended and then T_T a
+//    layer has passed. The tick runs at every step boundary
 //    before admission (rolling: at most every 100 ms) and every 50 ms
 //    while the GPU is idle (rolling: 100 ms). A model lending layers
 //    streams them in every step: no cost while the plan's copies hide
@@ -499,6 +503,14 @@ class SimDevice {
   // it lends none), counted, and fed to its stall correction.
   double RemapStall(Resident* res, double step_s);
   void RemapAccrue();  // layer-seconds up to now
+  // A revert's copies (`seconds`): no step begins until every step in
+  // flight has ended and then `seconds` have passed.
+  void QuiesceForCopies(double seconds);
+  // Whether steps must wait for a revert's copies (CopyPause begun, or
+  // to begin once the steps in flight end); begins the pause when the
+  // device has nothing in flight.
+  bool CopyPaused();
+  bool AnyStepOn() const;
   void NoteKvWait(SimRequest* r);
 
   // KV held block by block (policy.kv_paged; sim_device_kv.cc).
@@ -595,6 +607,8 @@ class SimDevice {
   double remap_at_ = 0;                  // layer-seconds counted up to here
   double remap_ticked_ = -1e300;         // rolling: the last tick
   uint64_t remap_wake_ = 0;              // the idle tick's version
+  double copies_due_s_ = 0;              // reverts' copies not begun (QuiesceForCopies)
+  double paused_until_ = -1;             // their copies end then; no step begins before
   int64_t active_clock_ = 0;
   RemapCounters remap_counters_;
 };

@@ -60,6 +60,7 @@ double SimDevice::PlanIteration(bool* decode_only) {
 
 void SimDevice::StartIteration() {
   RemapStep();
+  if (CopyPaused()) return;  // the device idle: its resume event starts the next
   // kv_paged: every model's running requests grow first (the engine's
   // PlanRunning before PlanAdmissions), so no request of this iteration's
   // plan is preempted after it was planned.

@@ -3,6 +3,7 @@
 // (node_manager/remap_controller.cc) on the simulated GPU, its decisions
 // by memory/remap_plan.h's own functions.
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "memory/remap_plan.h"
@@ -160,7 +161,7 @@ bool SimDevice::LendFor(const Resident& res, int64_t bytes, int64_t total_kv) {
 }
 
 void SimDevice::RemapStep() {
-  if (!Remapping() || !Lending()) return;
+  if (!Remapping() || !Lending() || events_->now() < paused_until_) return;
   if (Rolling()) {
     if (events_->now() - remap_ticked_ < kRollingTickS) return;
     remap_ticked_ = events_->now();
@@ -172,7 +173,9 @@ void SimDevice::RemapIdle() {
   if (!Remapping() || !Lending() || (hooks_.outstanding && !hooks_.outstanding())) return;
   const uint64_t v = ++remap_wake_;
   const double period = Rolling() ? kRollingTickS : kIdleLoopS;
-  events_->At(events_->now() + period, [this, v] {
+  // The idle loop's next pass: after a revert's copies, if they end later.
+  const double at = std::max(events_->now() + period, paused_until_);
+  events_->At(at, [this, v] {
     // A step boundary ticks for a GPU stepping (RemapStep).
     const bool stepping = Rolling() ? std::any_of(residents_.begin(), residents_.end(),
                                                   [](const Resident& r) { return r.step.on; })
@@ -186,6 +189,8 @@ void SimDevice::RemapIdle() {
 void SimDevice::RemapTick() {
   if (!Remapping() || !Lending()) return;
   const double now = events_->now();
+  // The daemon's loop is copying a revert's layers: no tick till it ends.
+  if (now < paused_until_) return;
   // A queued request that does not fit is a shortfall too (admission,
   // which would lend for it, is skipped while its model steps).
   if (KvWaiting()) last_shortfall_ = now;
@@ -239,10 +244,35 @@ void SimDevice::RemapTick() {
       PlanFor(t, target, res.lent_respect, others[static_cast<size_t>(next)]);
   if (target > 0 && plan.alpha == 0) return;  // no plan for that many
   RemapAccrue();
+  const int back = res.lent.alpha - plan.alpha;
   res.lent = std::move(plan);
   res.stall_fix.Restart();
+  QuiesceForCopies(back * t.t_transfer);
   ++remap_counters_.revert_events;
   if (forced) ++remap_counters_.forced_reverts;
+}
+
+bool SimDevice::AnyStepOn() const {
+  if (!Rolling()) return busy_;
+  return std::any_of(residents_.begin(), residents_.end(),
+                     [](const Resident& r) { return r.step.on; });
+}
+
+void SimDevice::QuiesceForCopies(double seconds) {
+  if (seconds <= 0) return;
+  copies_due_s_ += seconds;
+  CopyPaused();  // an idle device copies at once
+}
+
+bool SimDevice::CopyPaused() {
+  const double now = events_->now();
+  if (copies_due_s_ > 0 && !AnyStepOn()) {
+    ++remap_counters_.copy_pauses;
+    remap_counters_.copy_s += copies_due_s_;
+    paused_until_ = std::max(paused_until_, now) + std::exchange(copies_due_s_, 0.0);
+    events_->At(paused_until_, [this] { Kick(); });
+  }
+  return copies_due_s_ > 0 || now < paused_until_;
 }
 
 double SimDevice::RemapStall(Resident* res, double step_s) {

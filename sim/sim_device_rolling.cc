@@ -83,6 +83,11 @@ bool SimDevice::StepsAhead(const Resident& res) const {
 
 void SimDevice::RollStart() {
   RemapStep();
+  // A revert's copies: the steps in flight end, then the copies run alone.
+  if (CopyPaused()) {
+    RollReschedule();
+    return;
+  }
   int k = INT_MAX, began = 0, flying = 0;
   Resident* last = nullptr;
   auto begin = [&](Resident& res, bool ahead) {

@@ -74,6 +74,8 @@ void RemapCounters::Add(const RemapCounters& o) {
   streamed_steps += o.streamed_steps;
   streamed_bytes += o.streamed_bytes;
   stall_s += o.stall_s;
+  copy_pauses += o.copy_pauses;
+  copy_s += o.copy_s;
   for (const auto& [m, a] : o.max_alpha) max_alpha[m] = std::max(max_alpha[m], a);
   for (const auto& [m, s] : o.layer_seconds) layer_seconds[m] += s;
 }
@@ -102,7 +104,9 @@ nlohmann::json RemapJson(const SimRemap& options, const RemapCounters& c, const 
           {"layer_seconds_by_model", by_model},
           {"streamed_steps", c.streamed_steps},
           {"streamed_gib", static_cast<double>(c.streamed_bytes) / (1LL << 30)},
-          {"stall_s", c.stall_s}};
+          {"stall_s", c.stall_s},
+          {"copy_pauses", c.copy_pauses},
+          {"copy_s", c.copy_s}};
 }
 
 }  // namespace ballast::sim

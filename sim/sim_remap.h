@@ -98,6 +98,10 @@ struct RemapCounters {
   int64_t streamed_steps = 0;
   int64_t streamed_bytes = 0;
   double stall_s = 0;
+  // Reverts' copies from the host, with the GPU's steps ended first: the
+  // pauses and the time they took (beside the drains before them).
+  int64_t copy_pauses = 0;
+  double copy_s = 0;
   std::map<int, int> max_alpha;         // by model index
   std::map<int, double> layer_seconds;  // α integrated over time, by model
   void Add(const RemapCounters& o);
