@@ -449,10 +449,22 @@ class DeviceWorker {
                                                       const engine::ModelEngine* spare,
                                                       uint64_t running_after);
   // DrainEngine (cause shed) for each of ShedVictims' engines, planning
-  // again after each round until none has a step in flight. Step thread
-  // only.
-  void DrainVictims(int64_t shortfall_bytes, const engine::ModelEngine* spare,
-                    uint64_t running_after);
+  // again after each round until none has a step in flight; returns how
+  // many engines it asked. Step thread only.
+  int DrainVictims(int64_t shortfall_bytes, const engine::ModelEngine* spare,
+                   uint64_t running_after);
+  // Where one ReclaimFor spent its time, in milliseconds.
+  struct AskTimes {
+    double lend_ms = 0;      // remapping's lends (with the lenders' steps ending)
+    double sessions_ms = 0;  // the drain and the idle session KV shed
+    int victims = 0;         // models whose sequences the plan sheds
+    double victims_ms = 0;   // their steps in flight ending
+    double shed_ms = 0;      // their sequences shed
+  };
+  // An ask of at least kSlowAskMs logs where its time went; returns freed.
+  static constexpr double kSlowAskMs = 5;
+  int64_t LogSlowAsk(const std::string& model, int64_t bytes, bool admission, int64_t freed,
+                     absl::Time began, const AskTimes& t);
   // Finishes `steps` (removed from in_flight_, each engine's in order),
   // several engines in parallel on the finishers. Step thread only.
   void FinishSteps(std::vector<InFlight> steps);

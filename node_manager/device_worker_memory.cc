@@ -48,9 +48,22 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
     absl::MutexLock lock(&mu_);
     ++reclaims_.asked;
   }
+  // Where the ask's time goes (logged when slow): lends, the idle
+  // sessions' drain and shedding, the victims' steps ending, and the
+  // victims' sequences shed.
+  AskTimes times;
+  const absl::Time began = absl::Now();
+  auto timed = [](double* ms, const auto& f) {
+    const absl::Time t0 = absl::Now();
+    const auto r = f();
+    *ms += absl::ToDoubleMilliseconds(absl::Now() - t0);
+    return r;
+  };
   auto lend = [&](int64_t want) {
-    return remap_->Lend(Engines(), want, absl::Now(), [this](const engine::ModelEngine& donor) {
-      DrainEngine(donor, &StepDrains::lender);
+    return timed(&times.lend_ms, [&] {
+      return remap_->Lend(Engines(), want, absl::Now(), [this](const engine::ModelEngine& donor) {
+        DrainEngine(donor, &StepDrains::lender);
+      });
     });
   };
   // The ladder's rungs 2-4 and 6 (device_worker.h): idle session KV, lent
@@ -58,23 +71,42 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
   int64_t freed = 0;
   if (!sessions && layers) {
     freed = lend(bytes);
-    if (freed >= bytes || admission) return freed;
+    if (freed >= bytes || admission)
+      return LogSlowAsk(model, bytes, admission, freed, began, times);
   }
   if (sessions) {
-    Drain(&StepDrains::reclaim);
-    freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(),
+    freed += timed(&times.sessions_ms, [&] {
+      Drain(&StepDrains::reclaim);
+      return ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(),
                               std::numeric_limits<uint64_t>::max());
+    });
     if (freed < bytes && remap_) freed += lend(bytes - freed);
   }
   if (freed < bytes && !admission) {
-    DrainVictims(bytes - freed, engine.get(), newer_than);
-    freed += ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than);
+    times.victims = timed(&times.victims_ms,
+                          [&] { return DrainVictims(bytes - freed, engine.get(), newer_than); });
+    freed += timed(&times.shed_ms, [&] {
+      return ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than);
+    });
   }
+  return LogSlowAsk(model, bytes, admission, freed, began, times);
+}
+
+int64_t DeviceWorker::LogSlowAsk(const std::string& model, int64_t bytes, bool admission,
+                                 int64_t freed, absl::Time began, const AskTimes& t) {
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - began);
+  if (ms < kSlowAskMs) return freed;
+  spdlog::info(
+      "model {}: asked the other models for {} bytes of KV ({}) in {:.1f} ms: lends {:.1f}, idle "
+      "sessions {:.1f}, {} victim model(s)' steps ended in {:.1f}, their sequences shed in "
+      "{:.1f}; {} bytes freed",
+      model, bytes, admission ? "an admission" : "growth", ms, t.lend_ms, t.sessions_ms, t.victims,
+      t.victims_ms, t.shed_ms, freed);
   return freed;
 }
 
-void DeviceWorker::DrainVictims(int64_t shortfall_bytes, const engine::ModelEngine* spare,
-                                uint64_t running_after) {
+int DeviceWorker::DrainVictims(int64_t shortfall_bytes, const engine::ModelEngine* spare,
+                               uint64_t running_after) {
   // A victim's steps ending may finish sequences and change the plan, so
   // plan again until every model it takes from has no step in flight;
   // nothing else changes the holdings meanwhile (this thread plans every
@@ -89,6 +121,7 @@ void DeviceWorker::DrainVictims(int64_t shortfall_bytes, const engine::ModelEngi
       more = true;
     }
   }
+  return static_cast<int>(drained.size());
 }
 
 std::vector<const engine::ModelEngine*> DeviceWorker::ShedVictims(int64_t shortfall_bytes,
