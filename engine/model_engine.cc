@@ -430,6 +430,10 @@ void ModelEngine::RejectWaiting(const std::string& id, const absl::Status& why) 
 std::vector<KvHolding> ModelEngine::KvHoldings(bool with_slabs) {
   // The steps in flight use their sequences' blocks: shedding waits for them.
   FinishAllSteps();
+  return PeekKvHoldings(with_slabs);
+}
+
+std::vector<KvHolding> ModelEngine::PeekKvHoldings(bool with_slabs) const {
   std::vector<KvHolding> out = kv_manager_->Holdings(with_slabs);
   std::vector<KvHolding> running = planner_->Holdings(with_slabs);
   out.insert(out.end(), std::make_move_iterator(running.begin()),

@@ -333,6 +333,11 @@ class ModelEngine {
   // fills where each holding's blocks lie (PlanSlabShedding).
   // REQUIRES: the thread that calls Step.
   std::vector<KvHolding> KvHoldings(bool with_slabs = false);
+  // KvHoldings as of the last plan, without finishing the steps in flight
+  // (no wait): a sequence they finish is still listed, a session they
+  // keep is not yet. For planning who sheds; shedding itself (Shed) ends
+  // the steps first. REQUIRES: the thread that calls Step.
+  std::vector<KvHolding> PeekKvHoldings(bool with_slabs = false) const;
   // Whether it keeps any session's KV idle on the device (KvHoldings'
   // cached sessions: what another model's admission may take), without
   // finishing the steps in flight (no wait): a session those steps keep is

@@ -387,8 +387,12 @@ class DeviceWorker {
   // or to weights, and shedding a few layers of many sessions empties none
   // (on the H100 chat trace it left admissions waiting 200-650 ms, one
   // 50 ms pass after another). Step thread only.
+  // `peek`: the plan from the holdings as planned (PeekKvHoldings), so
+  // only the engines shed from end their steps (ModelEngine::Shed); else
+  // every engine's steps end first.
   int64_t ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
-                           const engine::ModelEngine* spare = nullptr, uint64_t running_after = 0);
+                           const engine::ModelEngine* spare = nullptr, uint64_t running_after = 0,
+                           bool peek = false);
   // Sheds `holding` of `e` (ModelEngine::Shed, `bytes` as there), counting
   // a running sequence's preemption for `what` in sheds_. Step thread.
   int64_t ShedHolding(engine::ModelEngine& e, const engine::KvHolding& holding, int64_t bytes,
@@ -427,11 +431,13 @@ class DeviceWorker {
   // The holdings of every engine but `spare` (running sequences only when
   // admitted after `running_after`) as the ladder's plain data, with the
   // engine-side holdings they stand for (`source`, same order) and the
-  // engines (`engines`, indexed by each holder's owner). Step thread only.
+  // engines (`engines`, indexed by each holder's owner); `peek`: without
+  // ending their steps in flight (ModelEngine::PeekKvHoldings), else after
+  // (KvHoldings: a wait for each engine's steps). Step thread only.
   void GatherHolders(const engine::ModelEngine* spare, uint64_t running_after, bool with_slabs,
                      std::vector<std::shared_ptr<engine::ModelEngine>>* engines,
-                     std::vector<memory::KvHolder>* holders,
-                     std::vector<engine::KvHolding>* source);
+                     std::vector<memory::KvHolder>* holders, std::vector<engine::KvHolding>* source,
+                     bool peek = false);
   // Finishes the steps begun in this pass (in_flight_), in order: tokens,
   // step host time, prefill cost. Step thread only.
   void FinishInFlight();
@@ -448,6 +454,17 @@ class DeviceWorker {
   std::vector<const engine::ModelEngine*> ShedVictims(int64_t shortfall_bytes,
                                                       const engine::ModelEngine* spare,
                                                       uint64_t running_after);
+  // PlanKvShedding over GatherHolders' holdings (`peek` as there): the
+  // holdings, the engine-side ones and engines they stand for, and the
+  // shedding order (indices into `holders`). Step thread only.
+  struct ShedPlan {
+    std::vector<std::shared_ptr<engine::ModelEngine>> engines;
+    std::vector<memory::KvHolder> holders;
+    std::vector<engine::KvHolding> source;
+    std::vector<size_t> order;
+  };
+  ShedPlan PlanShed(int64_t shortfall_bytes, const engine::ModelEngine* spare,
+                    uint64_t running_after, bool peek);
   // DrainEngine (cause shed) for each of ShedVictims' engines, planning
   // again after each round until none has a step in flight; returns how
   // many engines it asked. Step thread only.

@@ -85,8 +85,10 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
   if (freed < bytes && !admission) {
     times.victims = timed(&times.victims_ms,
                           [&] { return DrainVictims(bytes - freed, engine.get(), newer_than); });
+    // The plan DrainVictims drained for: the other models' steps go on.
     freed += timed(&times.shed_ms, [&] {
-      return ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than);
+      return ShedForShortfall(bytes - freed, ShedFor::kModel, engine.get(), newer_than,
+                              /*peek=*/true);
     });
   }
   return LogSlowAsk(model, bytes, admission, freed, began, times);
@@ -127,18 +129,26 @@ int DeviceWorker::DrainVictims(int64_t shortfall_bytes, const engine::ModelEngin
 std::vector<const engine::ModelEngine*> DeviceWorker::ShedVictims(int64_t shortfall_bytes,
                                                                   const engine::ModelEngine* spare,
                                                                   uint64_t running_after) {
-  std::vector<std::shared_ptr<engine::ModelEngine>> engines;
-  std::vector<memory::KvHolder> holders;
-  std::vector<engine::KvHolding> source;
-  GatherHolders(spare, running_after, /*with_slabs=*/false, &engines, &holders, &source);
+  // As planned (no step ends): only the plan's engines are drained.
+  const ShedPlan plan = PlanShed(shortfall_bytes, spare, running_after, /*peek=*/true);
   // Every owner in the plan: ShedForShortfall takes at most these (it
   // stops once the room is made, maybe before the plan's last).
   std::vector<const engine::ModelEngine*> out;
-  for (size_t i : memory::PlanKvShedding(holders, std::max<int64_t>(shortfall_bytes, 1))) {
-    const engine::ModelEngine* e = engines[static_cast<size_t>(holders[i].owner)].get();
+  for (size_t i : plan.order) {
+    const engine::ModelEngine* e = plan.engines[static_cast<size_t>(plan.holders[i].owner)].get();
     if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
   }
   return out;
+}
+
+DeviceWorker::ShedPlan DeviceWorker::PlanShed(int64_t shortfall_bytes,
+                                              const engine::ModelEngine* spare,
+                                              uint64_t running_after, bool peek) {
+  ShedPlan p;
+  GatherHolders(spare, running_after, /*with_slabs=*/false, &p.engines, &p.holders, &p.source,
+                peek);
+  p.order = memory::PlanKvShedding(p.holders, std::max<int64_t>(shortfall_bytes, 1));
+  return p;
 }
 
 bool DeviceWorker::AnyIdleSessionKv(const engine::ModelEngine* spare) const {
@@ -259,11 +269,12 @@ void DeviceWorker::GatherHolders(const engine::ModelEngine* spare, uint64_t runn
                                  bool with_slabs,
                                  std::vector<std::shared_ptr<engine::ModelEngine>>* engines,
                                  std::vector<memory::KvHolder>* holders,
-                                 std::vector<engine::KvHolding>* source) {
+                                 std::vector<engine::KvHolding>* source, bool peek) {
   *engines = Engines();
   for (size_t i = 0; i < engines->size(); ++i) {
     if ((*engines)[i].get() == spare) continue;
-    for (engine::KvHolding& h : (*engines)[i]->KvHoldings(with_slabs)) {
+    engine::ModelEngine& e = *(*engines)[i];
+    for (engine::KvHolding& h : peek ? e.PeekKvHoldings(with_slabs) : e.KvHoldings(with_slabs)) {
       if (h.kind == engine::KvHolding::Kind::kRunning && h.recency <= running_after) continue;
       memory::KvHolder m;
       m.kind = h.kind == engine::KvHolding::Kind::kCachedSession
@@ -351,22 +362,20 @@ int64_t DeviceWorker::ShedWholeSlabs(int64_t bytes, const engine::ModelEngine* s
 }
 
 int64_t DeviceWorker::ShedForShortfall(int64_t shortfall_bytes, ShedFor what,
-                                       const engine::ModelEngine* spare, uint64_t running_after) {
-  std::vector<std::shared_ptr<engine::ModelEngine>> engines;
-  std::vector<memory::KvHolder> holders;
-  std::vector<engine::KvHolding> source;
-  GatherHolders(spare, running_after, /*with_slabs=*/false, &engines, &holders, &source);
+                                       const engine::ModelEngine* spare, uint64_t running_after,
+                                       bool peek) {
+  const ShedPlan plan = PlanShed(shortfall_bytes, spare, running_after, peek);
   int64_t freed = 0;
-  for (size_t i : memory::PlanKvShedding(holders, std::max<int64_t>(shortfall_bytes, 1))) {
+  for (size_t i : plan.order) {
     if (freed >= std::max<int64_t>(shortfall_bytes, 1)) break;
     // The last holding may give back only part (a session's later layers),
     // where those blocks serve the beneficiary as they are.
-    engine::ModelEngine& e = *engines[static_cast<size_t>(holders[i].owner)];
+    engine::ModelEngine& e = *plan.engines[static_cast<size_t>(plan.holders[i].owner)];
     const bool partial =
         what == ShedFor::kAnyone || (what == ShedFor::kModel && spare != nullptr &&
                                      spare->kv_block_bytes() == e.kv_block_bytes());
-    freed += ShedHolding(e, source[i], partial ? std::max<int64_t>(shortfall_bytes - freed, 1) : -1,
-                         what);
+    freed += ShedHolding(e, plan.source[i],
+                         partial ? std::max<int64_t>(shortfall_bytes - freed, 1) : -1, what);
   }
   return freed;
 }

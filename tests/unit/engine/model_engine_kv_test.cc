@@ -179,6 +179,36 @@ TEST_F(ModelEngineTest, KvHoldingsAndShedGiveBackSessionsAndRunningRequests) {
   EXPECT_EQ(e->stats().kv_blocks_free, e->stats().kv_blocks_total);
 }
 
+// Planning who sheds does not wait for the device: PeekKvHoldings lists
+// the running requests with a step in flight and leaves it in flight
+// (KvHoldings ends it first). A request that step finishes is still
+// listed by the peek, and gone once the step ends.
+TEST_F(ModelEngineTest, PeekKvHoldingsLeavesTheStepInFlight) {
+  Collect shortr, longr;
+  auto e = Make();
+  ASSERT_TRUE(e->Submit(Req("short", Prompt(10, 1), 1), &shortr).ok());
+  ASSERT_TRUE(e->Submit(Req("long", Prompt(10, 2), 8), &longr).ok());
+  ASSERT_TRUE(e->BeginStep());  // the prefills: "short" ends with this step
+  ASSERT_TRUE(e->step_in_flight());
+  const std::vector<KvHolding> peek = e->PeekKvHoldings();
+  EXPECT_TRUE(e->step_in_flight());
+  ASSERT_TRUE(FindHolding(peek, "short") && FindHolding(peek, "long"));
+  for (const KvHolding& h : peek) EXPECT_GT(h.bytes, 0) << h.id;
+  const std::vector<KvHolding> now = e->KvHoldings();
+  EXPECT_FALSE(e->step_in_flight());
+  EXPECT_EQ(FindHolding(now, "short"), nullptr);
+  ASSERT_NE(FindHolding(now, "long"), nullptr);
+  EXPECT_EQ(FindHolding(now, "long")->recency, FindHolding(peek, "long")->recency);
+  // Nothing is in flight now: the peek is what KvHoldings gives.
+  const std::vector<KvHolding> again = e->PeekKvHoldings();
+  ASSERT_EQ(again.size(), now.size());
+  EXPECT_EQ(again[0].id, now[0].id);
+  EXPECT_EQ(again[0].bytes, now[0].bytes);
+  RunUntilIdle(*e);
+  ASSERT_TRUE(shortr.result.ok() && longr.result.ok());
+  EXPECT_EQ(longr.result->output_tokens, ReferenceGreedy(model_, Prompt(10, 2), 8));
+}
+
 // Recency is steady-clock time, so holdings of two models on one device
 // compare: a session kept on `a` earlier is older than one kept on `b` later.
 TEST_F(ModelEngineTest, KvHoldingRecencyComparesAcrossEngines) {
