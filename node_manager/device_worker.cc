@@ -432,6 +432,7 @@ void DeviceWorker::Loop() {
       e->Close(absl::UnavailableError(absl::StrCat("model ", e->name(), " was evicted")));
     }
     retiring.clear();
+    if (remap_) remap_->NoteEngines(engines);
     // Remapping's reversion and counters, with no step in flight.
     if (remap_) TickRemap(engines, absl::Now());
     // Every engine with work begins its step (arbitration order: the most

@@ -26,6 +26,7 @@ void DeviceWorker::RollingLoop() {
   while (true) {
     const int64_t seen = signal_->Events();  // before this iteration looks at anything
     RollingIntake in = TakeRollingIntake();
+    if (remap_) remap_->NoteEngines(in.engines);
     const absl::Time now = absl::Now();
     const bool tick = remap_ && now - last_tick >= kRemapTickEvery;
     if (!RunBetweenSteps(&in, tick, now)) return;

@@ -79,6 +79,21 @@ void RemapController::ShareLink(
   }
 }
 
+void RemapController::NoteEngines(
+    const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) {
+  if (engines.size() == last_active_.size() &&
+      std::all_of(engines.begin(), engines.end(),
+                  [&](const auto& e) { return last_active_.count(e->name()) > 0; })) {
+    return;  // the same models (every pass: a lookup each)
+  }
+  std::map<std::string, int64_t> now;
+  for (const auto& e : engines) {
+    auto it = last_active_.find(e->name());
+    now[e->name()] = it != last_active_.end() ? it->second : ++clock_;
+  }
+  last_active_ = std::move(now);
+}
+
 std::vector<memory::RemapCandidate> RemapController::Candidates(
     const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const {
   ShareLink(engines);

@@ -91,6 +91,11 @@ class RemapController {
   bool CanLend(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines) const;
   // `model` stepped (MRU order among equals).
   void NoteActive(const std::string& model) { last_active_[model] = ++clock_; }
+  // The device's engines now: one first seen counts as active (Mirage's
+  // MRU is of the most recently activated model: a model just loaded is
+  // the last the round comes back to), in `engines`' order; one gone is
+  // forgotten (loaded again, it counts anew). Step thread.
+  void NoteEngines(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines);
   RemapStats stats() const;
 
  private:

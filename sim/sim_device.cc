@@ -79,6 +79,9 @@ void SimDevice::TakeShadowKv(int model, int64_t bytes) {
 void SimDevice::Ready(int model) {
   if (Resident* r = Find(model); r != nullptr && r->phase == ModelPhase::kLoading) {
     r->phase = ModelPhase::kReady;
+    // As the daemon's RemapController::NoteEngines: a model just loaded
+    // is the most recently activated (MRU among remapping's donors).
+    r->last_active = ++active_clock_;
     Kick();
   }
 }

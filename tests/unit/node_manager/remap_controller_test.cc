@@ -136,6 +136,37 @@ TEST(RemapController, BusyModelsShareOneCopyLink) {
   EXPECT_EQ(st.layers.at("b"), 1);
 }
 
+// Mirage's MRU among equal donors is of the most recently activated model:
+// two idle models that never stepped lend in the order they were loaded,
+// the later first (NoteEngines, in the engines' order); one loaded again
+// after it left counts anew. Without NoteEngines, owner order.
+TEST(RemapController, TheModelLoadedLastLendsFirst) {
+  TempDir dir;
+  Device d = TwoModels(dir);
+  ModelEngine& a = *d.engines[0];
+  ModelEngine& b = *d.engines[1];
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const int64_t layer = a.remapper()->layer_bytes();
+  {
+    RemapController c(SlowLink());
+    c.Lend(d.engines, layer, t0);  // owner order among equals
+    EXPECT_EQ(a.remapper()->alpha(), 1);
+    EXPECT_EQ(b.remapper()->alpha(), 0);
+    ASSERT_TRUE(a.remapper()->SetAlpha(0).ok());
+  }
+  RemapController c(SlowLink());
+  c.NoteEngines(d.engines);  // a, then b: b is the most recently activated
+  c.Lend(d.engines, layer, t0);
+  EXPECT_EQ(a.remapper()->alpha(), 0);
+  EXPECT_EQ(b.remapper()->alpha(), 1);
+  ASSERT_TRUE(b.remapper()->SetAlpha(0).ok());
+  c.NoteEngines({d.engines[1]});  // a left
+  c.NoteEngines(d.engines);       // and came back: now the latest
+  c.Lend(d.engines, layer, t0);
+  EXPECT_EQ(a.remapper()->alpha(), 1);
+  EXPECT_EQ(b.remapper()->alpha(), 0);
+}
+
 // Under rolling steps the device worker finishes steps in flight only for
 // what reads the memory that changes: Lend hands each donor to
 // `before_lend` before its layers go (its own steps read them), and Tick

@@ -90,6 +90,17 @@ TEST(SimRemapTest, TheIdleModelLendsTheLayersTheBurstNeedsByHand) {
   EXPECT_EQ(ToJson(off->stats).at("kv_wait_requests"), 3);  // with remapping off too
 }
 
+// Equal idle donors lend in MRU order of activation (the daemon's
+// RemapController::NoteEngines): c, placed last, lends the burst's 5
+// layers, not b.
+TEST(SimRemapTest, TheModelActivatedLastLendsFirst) {
+  auto r = Simulate(Gpu({"a", "b", "c"}, true), testing::ConstantEngine(), Burst());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const RemapCounters& c = r->stats.remap;
+  EXPECT_EQ(c.max_alpha.count(1), 0u);
+  EXPECT_EQ(c.max_alpha.at(2), 5);
+}
+
 TEST(SimRemapTest, LayersComeBackAtTheDaemonsTickOnceQuietAndFree) {
   // The daemon ticks before each pass of its loop (sim_device.h): layers
   // come back within a tenth of a second of the burst's end, not one a
