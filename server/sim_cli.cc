@@ -36,6 +36,8 @@ struct SimCli::State {
   double slo_scale = 1, target = 0.99;
   bool plots = true;
   bool step_log = false;
+  int repeats = 1;
+  double jitter_ms = 0;
 };
 
 SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
@@ -57,6 +59,14 @@ SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
                     "`policy`)");
   s.cmd->add_option("--gpus", s.gpus, "GPUs in all (overrides cluster.nodes)");
   s.cmd->add_option("--rate-scale", s.scales, "comma-separated arrival-rate multipliers")
+      ->capture_default_str();
+  s.cmd
+      ->add_option("--repeats", s.repeats,
+                   "runs per rate scale: the trace as it is, then with each arrival moved by up "
+                   "to --jitter-ms (an ensemble: mean, min and max in the report and "
+                   "result.json)")
+      ->capture_default_str();
+  s.cmd->add_option("--jitter-ms", s.jitter_ms, "the ensemble's arrival jitter, milliseconds")
       ->capture_default_str();
   s.cmd->add_flag("--step-log", s.step_log,
                   "also write every model step to steps-<rate>.csv (scripts/step-timeline.py "
@@ -168,9 +178,53 @@ nlohmann::json EngineJson(const Loaded& l) {
           {"ridge_tokens", l.engine->ridge_tokens()}};
 }
 
+// The figures an ensemble summarises, of one run.
+std::vector<std::pair<std::string, double>> EnsembleFigures(const bench::Report& r) {
+  return {{"slo_attainment", r.total.slo_attainment},
+          {"ttft_p50_ms", r.total.ttft_ms.p50},
+          {"ttft_p99_ms", r.total.ttft_ms.p99},
+          {"tpot_p50_ms", r.total.tpot_ms.p50},
+          {"token_throughput", r.token_throughput}};
+}
+
+// Runs 2..s.repeats of rate scale k on jittered arrivals (JitterArrivals,
+// seeds 1, 2, ...) beside `first` (the trace as it is): each figure's
+// runs, mean, min and max, and a line of the report per figure.
+absl::StatusOr<nlohmann::json> Ensemble(const SimCli::State& s, const sim::SimConfig& config,
+                                        const Loaded& l, double k, const bench::Report& first) {
+  std::vector<std::vector<std::pair<std::string, double>>> figures = {EnsembleFigures(first)};
+  for (int i = 1; i < s.repeats; ++i) {
+    auto trace = sim::JitterArrivals(l.trace, s.jitter_ms / 1e3, k, static_cast<uint64_t>(i));
+    auto res = sim::Simulate(config, *l.engine, trace, k);
+    if (!res.ok()) return res.status();
+    figures.push_back(EnsembleFigures(
+        bench::Summarize(res->replay, s.slo_scale, std::numeric_limits<double>::infinity())));
+  }
+  nlohmann::json j = {{"repeats", s.repeats}, {"jitter_ms", s.jitter_ms}};
+  std::cout << absl::StrFormat("ensemble of %d runs (arrivals moved by up to %g ms):\n", s.repeats,
+                               s.jitter_ms);
+  for (size_t f = 0; f < figures[0].size(); ++f) {
+    std::vector<double> v;
+    for (const auto& run : figures) v.push_back(run[f].second);
+    double sum = 0;
+    for (double x : v) sum += x;
+    const double mean = sum / static_cast<double>(v.size());
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    j[figures[0][f].first] = {{"runs", v}, {"mean", mean}, {"min", *lo}, {"max", *hi}};
+    std::cout << absl::StrFormat("  %-17s mean %.4g, min %.4g, max %.4g\n", figures[0][f].first,
+                                 mean, *lo, *hi);
+  }
+  return j;
+}
+
 int RunSimulate(const SimCli::State& s) {
   std::vector<double> scales;
   if (!ParsePositiveList(s.scales, &scales)) return Fail("--rate-scale: expected positive numbers");
+  if (s.repeats < 1) return Fail("--repeats: at least 1");
+  if (!(s.jitter_ms >= 0)) return Fail("--jitter-ms: at least 0");
+  if (s.repeats > 1 && s.jitter_ms == 0) {
+    return Fail("--repeats above 1 needs --jitter-ms above 0 (else every run is the same)");
+  }
   auto l = Load(s);
   if (!l.ok()) return Fail(std::string(l.status().message()));
   sim::SimConfig config = l->file.config;
@@ -207,6 +261,11 @@ int RunSimulate(const SimCli::State& s) {
     }
     nlohmann::json run = bench::ToJson(rep);
     run["simulation"] = sim::ToJson(res->stats);
+    if (s.repeats > 1) {
+      auto e = Ensemble(s, config, *l, k, rep);
+      if (!e.ok()) return Fail(std::string(e.status().message()));
+      run["ensemble"] = *std::move(e);
+    }
     json["runs"].push_back(run);
     WriteFileAtomic(fs::path(s.out) / "result.json", json.dump(2) + "\n");
     if (!rep.accounting_ok) return Fail("accounting mismatch (see the report)");

@@ -393,6 +393,28 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& e
   return sim.Run();
 }
 
+std::vector<bench::TraceRecord> JitterArrivals(const std::vector<bench::TraceRecord>& trace,
+                                               double jitter_s, double rate_scale, uint64_t seed) {
+  std::vector<bench::TraceRecord> out = trace;
+  if (!(jitter_s > 0)) return out;
+  // splitmix64: the same draws on every platform (std's distributions are
+  // implementation-defined).
+  uint64_t state = seed;
+  auto uniform = [&state] {  // in [0, 1)
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  };
+  for (bench::TraceRecord& r : out) {
+    if (!r.is_request() || !r.after.empty()) continue;
+    const double shift = (2 * uniform() - 1) * jitter_s * rate_scale;
+    r.arrival_s = std::max(0.0, r.arrival_s + shift);
+  }
+  return out;
+}
+
 std::string StepsCsv(const SimConfig& config, const std::vector<SimStepRow>& steps) {
   std::string out =
       "gpu,model,start_s,end_s,steps,decode_tokens,decode_context,prefill_tokens,"

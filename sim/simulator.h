@@ -184,6 +184,17 @@ absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& e
                                    const std::vector<bench::TraceRecord>& trace,
                                    double rate_scale = 1.0, bool record_steps = false);
 
+// `trace` with each request's arrival moved by a uniform draw in
+// [-jitter_s, +jitter_s] of simulated time at `rate_scale` (the trace's
+// times are divided by it), never before 0; records that follow another's
+// end (`after`) and advisories keep theirs. The same seed gives the same
+// trace. For ensembles: a replay is chaotic (a request that misses a step
+// boundary by a microsecond changes what follows, as on the card, where
+// identical runs differ by several points of attainment), so one run is
+// one draw of what the system does. jitter_s 0: `trace` as it is.
+std::vector<bench::TraceRecord> JitterArrivals(const std::vector<bench::TraceRecord>& trace,
+                                               double jitter_s, double rate_scale, uint64_t seed);
+
 // `steps` as CSV, one row per step: gpu, model (name), start_s, end_s,
 // steps, the StepWork columns ParseRecordedSteps reads (step_replay.h),
 // running, waiting, kv_bytes, lent_layers, device_lent.

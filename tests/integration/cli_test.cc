@@ -213,6 +213,29 @@ TEST_F(CliTest, SimulateAndSweepWriteTheirResults) {
     EXPECT_GT(run["by_status"]["NOT_FOUND"].get<int>(), 0);  // the unknown model's requests
   }
   EXPECT_TRUE(std::filesystem::exists(Path("sim/requests-4.csv")));
+  // An ensemble: the trace as it is, then jittered; each figure's runs,
+  // mean, min and max, the first run the one reported.
+  r = Exec({"simulate", "--config", config, "--trace", Path("t.jsonl"), "--out", Path("ens"),
+            "--rate-scale", "4", "--repeats", "3", "--jitter-ms", "2", "--no-plots"},
+           Path("ens.log"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ensemble of 3 runs (arrivals moved by up to 2 ms)"), std::string::npos)
+      << r.output;
+  j = nlohmann::json::parse(std::ifstream(Path("ens/result.json")));
+  const auto& ens = j["runs"][0]["ensemble"];
+  EXPECT_EQ(ens["repeats"], 3);
+  for (const char* f :
+       {"slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "token_throughput"}) {
+    ASSERT_EQ(ens[f]["runs"].size(), 3u) << f;
+    EXPECT_LE(ens[f]["min"].get<double>(), ens[f]["mean"].get<double>()) << f;
+    EXPECT_LE(ens[f]["mean"].get<double>(), ens[f]["max"].get<double>()) << f;
+  }
+  EXPECT_DOUBLE_EQ(ens["slo_attainment"]["runs"][0].get<double>(),
+                   j["runs"][0]["total"]["slo_attainment"].get<double>());
+  r = Exec({"simulate", "--config", config, "--trace", Path("t.jsonl"), "--repeats", "2"},
+           Path("rep.log"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--repeats above 1 needs --jitter-ms"), std::string::npos) << r.output;
   r = Exec(
       {"simulate", "sweep", "--config", config, "--trace", Path("t.jsonl"), "--out", Path("sweep"),
        "--gpus", "1,3,8", "--slo-scale", "1,20", "--target", "0.8", "--no-plots"},

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "bench/generators.h"
@@ -273,6 +274,54 @@ void CheckDeterministicAndConserved(const SimConfig& c, const EngineModel& engin
   EXPECT_TRUE(rep.accounting_ok);
   EXPECT_EQ(rep.total.total, static_cast<int>(a->replay.requests.size()));
   EXPECT_GT(rep.total.completed, rep.total.total * 9 / 10);
+}
+
+// Ensembles' jitter (JitterArrivals): each request's arrival moves by at
+// most the jitter in simulated time (so by jitter x rate in the trace's),
+// never before 0; a turn that follows another's end and an advisory keep
+// theirs; the same seed gives the same trace, another seed another.
+TEST(SimulatorTest, JitterMovesEachArrivalWithinItsBound) {
+  std::vector<bench::TraceRecord> t;
+  for (int i = 0; i < 50; ++i) t.push_back(Req(absl::StrCat("r", i), "a", i * 0.1, 10, 10));
+  bench::TraceRecord after = Req("next", "a", 0, 10, 10);
+  after.after = "r3";
+  after.delay_s = 0.5;
+  t.push_back(after);
+  bench::TraceRecord advise;
+  advise.type = bench::TraceRecord::Type::kAdvise;
+  advise.id = "adv";
+  advise.arrival_s = 2.0;
+  t.push_back(advise);
+  const double jitter_s = 0.002, rate = 4;
+  const auto a = JitterArrivals(t, jitter_s, rate, 1);
+  const auto b = JitterArrivals(t, jitter_s, rate, 1);
+  const auto c = JitterArrivals(t, jitter_s, rate, 2);
+  ASSERT_EQ(a.size(), t.size());
+  int moved = 0, differ = 0;
+  for (size_t i = 0; i < 50; ++i) {
+    EXPECT_EQ(a[i].id, t[i].id);
+    EXPECT_LE(std::abs(a[i].arrival_s - t[i].arrival_s), jitter_s * rate + 1e-12) << i;
+    EXPECT_GE(a[i].arrival_s, 0);
+    EXPECT_EQ(a[i].arrival_s, b[i].arrival_s);
+    moved += a[i].arrival_s != t[i].arrival_s;
+    differ += a[i].arrival_s != c[i].arrival_s;
+  }
+  EXPECT_GE(moved, 48);
+  EXPECT_GE(differ, 48);
+  EXPECT_EQ(a[50].arrival_s, 0);  // follows r3's end
+  EXPECT_EQ(a[51].arrival_s, 2.0);
+  // The spread covers the bound: some draws in each outer fifth.
+  int low = 0, high = 0;
+  for (size_t i = 1; i < 50; ++i) {
+    const double d = (a[i].arrival_s - t[i].arrival_s) / (jitter_s * rate);
+    low += d < -0.6;
+    high += d > 0.6;
+  }
+  EXPECT_GT(low, 0);
+  EXPECT_GT(high, 0);
+  for (size_t i = 0; i < t.size(); ++i) {
+    EXPECT_EQ(JitterArrivals(t, 0, rate, 1)[i].arrival_s, t[i].arrival_s);
+  }
 }
 
 // A decode stretch's closed form and its cut, against step-by-step sums:
