@@ -177,6 +177,7 @@ DeviceUsage DeviceWorker::Usage() const {
     u.step_starts = step_starts_;
     u.step_drains = step_drains_;
     u.kv_reclaims = reclaims_;
+    u.arbitration = arb_stats_;
     u.kv_compactions = compactions_;
     for (ModelPreemptions& p : u.model_preemptions) {
       auto it = sheds_.find(p.model);

@@ -110,6 +110,8 @@ struct DeviceUsage {
   KvReclaims kv_reclaims;
   // KV moved out of slabs to make room for weights (cumulative).
   KvCompactions kv_compactions;
+  // Request arbitration (cumulative; expected_late: the last decision's).
+  ArbitrationStats arbitration;
 };
 
 // How a device holds KV: one shared elastic arena, or a static pool per model.
@@ -199,14 +201,6 @@ struct DeviceArbitrationOptions {
   // the engine's own ModelEngine::NotifyWhenDeviceDone. Tests inject one
   // that holds steps in flight (a CPU step has no device work to wait for).
   std::function<void(engine::ModelEngine& engine, std::function<void()> done)> notify_device_done;
-};
-
-struct ArbitrationStats {
-  int64_t decisions = 0;        // passes that ordered a non-empty queue
-  int64_t rejected = 0;         // requests refused for an unmeetable SLO
-  int64_t expected_late = 0;    // in the last decision
-  int64_t urgent_steps = 0;     // steps run at the greatest stream priority
-  double last_decision_us = 0;  // time the last decision took
 };
 
 class DeviceWorker {

@@ -118,6 +118,15 @@ struct KvCompactions {
   int64_t failed = 0;       // a model's blocks that could not move (left in place)
 };
 
+// A device's request arbitration (DeviceWorker::Arbitrate).
+struct ArbitrationStats {
+  int64_t decisions = 0;        // passes that ordered a non-empty queue
+  int64_t rejected = 0;         // requests refused (unmeetable SLO, or overload)
+  int64_t expected_late = 0;    // in the last decision
+  int64_t urgent_steps = 0;     // steps run at the greatest stream priority
+  double last_decision_us = 0;  // time the last decision took
+};
+
 // Charges the step thread's time to the activity it is in: Switch
 // charges the time since the last switch to the current activity and makes
 // `next` current (returning the previous one, to switch back); Take

@@ -202,6 +202,28 @@ Metrics::Metrics()
                                .Help("Bytes of KV compactions for weights: moved (blocks "
                                      "copied to other slabs), freed (slab pages given back)")
                                .Register(*registry_)),
+      arbitration_decisions_(BuildCounter()
+                                 .Name("ballast_node_arbitration_decisions_total")
+                                 .Help("Arbitration passes that ordered a non-empty queue of "
+                                       "requests waiting for their first step (node.arbitration)")
+                                 .Register(*registry_)),
+      arbitration_rejected_(BuildCounter()
+                                .Name("ballast_node_arbitration_rejected_total")
+                                .Help("Requests arbitration refused: their TTFT SLO could not be "
+                                      "met and they asked to be refused rather than served late, "
+                                      "or the device's expected wait passed max_queue_wait_ms")
+                                .Register(*registry_)),
+      arbitration_late_(BuildGauge()
+                            .Name("ballast_node_arbitration_expected_late")
+                            .Help("Queued requests the last arbitration expects to begin "
+                                  "prefilling after their TTFT deadline, served back to back in "
+                                  "its order at their predicted prefill costs")
+                            .Register(*registry_)),
+      urgent_steps_(BuildCounter()
+                        .Name("ballast_node_urgent_steps_total")
+                        .Help("Steps run at the greatest stream priority: the model holding the "
+                              "arbitration's most urgent request, ahead of the others' steps")
+                        .Register(*registry_)),
       node_queue_(BuildHistogram()
                       .Name("ballast_node_queue_seconds")
                       .Help("Time a request waited on the node before admission, per model")
@@ -401,6 +423,7 @@ void Metrics::SetDevice(const DeviceGauges& g) {
   }
   drained = g.step_drains;
   SetKvCounters(g);
+  SetArbitration(g);
   SetRemap(g.device, g.remap);
   SetModelMemory(g.device, g.model_memory);
 }
@@ -453,6 +476,15 @@ void Metrics::SetRemap(const std::string& device, const node_manager::RemapStats
   if (r.stall_seconds > stall)
     remap_stall_.Add({{"device", device}}).Increment(r.stall_seconds - stall);
   stall = r.stall_seconds;
+}
+
+void Metrics::SetArbitration(const DeviceGauges& g) {
+  const std::string& d = g.device;
+  const node_manager::ArbitrationStats& a = g.arbitration;
+  Grow(arbitration_decisions_.Add({{"device", d}}), "arb-decisions/" + d, a.decisions);
+  Grow(arbitration_rejected_.Add({{"device", d}}), "arb-rejected/" + d, a.rejected);
+  Grow(urgent_steps_.Add({{"device", d}}), "urgent/" + d, a.urgent_steps);
+  arbitration_late_.Add({{"device", d}}).Set(static_cast<double>(a.expected_late));
 }
 
 void Metrics::SetKvCounters(const DeviceGauges& g) {

@@ -66,6 +66,7 @@ struct DeviceGauges {
   node_manager::RemapStats remap = {};                  // parameter remapping (cumulative)
   node_manager::KvReclaims kv_reclaims = {};            // other models asked for KV (cumulative)
   node_manager::KvCompactions kv_compactions = {};      // KV moved for weights (cumulative)
+  node_manager::ArbitrationStats arbitration = {};      // request arbitration (cumulative)
   std::vector<node_manager::ModelMemory> model_memory;  // per resident model
   std::vector<node_manager::ModelPreemptions> model_preemptions;  // per resident model
 };
@@ -183,6 +184,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& kv_reclaims_;
   prometheus::Family<prometheus::Counter>& kv_compactions_;
   prometheus::Family<prometheus::Counter>& kv_compaction_bytes_;
+  prometheus::Family<prometheus::Counter>& arbitration_decisions_;
+  prometheus::Family<prometheus::Counter>& arbitration_rejected_;
+  prometheus::Family<prometheus::Gauge>& arbitration_late_;
+  prometheus::Family<prometheus::Counter>& urgent_steps_;
   prometheus::Family<prometheus::Histogram>& node_queue_;
   prometheus::Family<prometheus::Histogram>& activation_;
   prometheus::Family<prometheus::Counter>& evictions_;
@@ -224,6 +229,8 @@ class Metrics {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SetDevice's KV reclaim and compaction counters. REQUIRES: mu_ held.
   void SetKvCounters(const DeviceGauges& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SetDevice's arbitration series. REQUIRES: mu_ held.
+  void SetArbitration(const DeviceGauges& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SetDevice's remapping series. REQUIRES: mu_ held.
   void SetRemap(const std::string& device, const node_manager::RemapStats& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

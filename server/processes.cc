@@ -51,6 +51,7 @@ DeviceGauges GaugesOf(const std::string& name, const node_manager::DeviceUsage& 
   g.remap = u.remap;
   g.kv_reclaims = u.kv_reclaims;
   g.kv_compactions = u.kv_compactions;
+  g.arbitration = u.arbitration;
   g.model_memory = u.model_memory;
   g.model_preemptions = u.model_preemptions;
   return g;

@@ -139,6 +139,33 @@ TEST(Metrics, StepThreadTimeAndStepStartsAreCountedByKind) {
   EXPECT_EQ(text.find("cause=\"reclaim\""), std::string::npos);  // never grew
 }
 
+// The device's arbitration: decisions, refusals and urgent steps count by
+// what they grew (an engine restart's lower totals count nothing); the
+// requests the last decision expects late are a gauge.
+TEST(Metrics, ArbitrationIsCountedPerDevice) {
+  Metrics m;
+  DeviceGauges g;
+  g.device = "cuda:0";
+  g.arbitration.decisions = 10;
+  g.arbitration.rejected = 1;
+  g.arbitration.expected_late = 4;
+  g.arbitration.urgent_steps = 6;
+  m.SetDevice(g);
+  m.SetDevice(g);  // no growth: nothing counted twice
+  g.arbitration.decisions = 25;
+  g.arbitration.expected_late = 2;
+  g.arbitration.urgent_steps = 9;
+  m.SetDevice(g);
+  const std::string text = Scrape(m);
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  };
+  has("ballast_node_arbitration_decisions_total{device=\"cuda:0\"} 25");
+  has("ballast_node_arbitration_rejected_total{device=\"cuda:0\"} 1");
+  has("ballast_node_arbitration_expected_late{device=\"cuda:0\"} 2");
+  has("ballast_node_urgent_steps_total{device=\"cuda:0\"} 9");
+}
+
 // SLO attainment: each finished request is met or missed against its own
 // targets; a failure misses; a cancelled request and a one-token TPOT are
 // not judged.
