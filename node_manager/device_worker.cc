@@ -91,6 +91,7 @@ absl::Status DeviceWorker::Add(std::shared_ptr<engine::ModelEngine> engine) {
   }
   if (balloon_) balloon_->SetWorkspace(engine->name(), engine->workspace_bytes());
   sheds_[engine->name()] = {engine->name()};
+  added_at_[engine->name()] = ++adds_;
   engines_[engine->name()] = std::move(engine);
   signal_->Bump();  // lock order: mu_, then the signal's
   return absl::OkStatus();
@@ -102,6 +103,7 @@ bool DeviceWorker::Remove(const std::string& model) {
   if (it == engines_.end()) return false;
   retiring_.push_back(std::move(it->second));
   engines_.erase(it);
+  added_at_.erase(model);
   if (balloon_) balloon_->SetWorkspace(model, 0);
   sheds_.erase(model);
   signal_->Bump();
@@ -138,8 +140,15 @@ std::shared_ptr<engine::ModelEngine> DeviceWorker::Find(const std::string& model
 
 std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::Engines() const {
   absl::MutexLock lock(&mu_);
+  return EnginesInOrder();
+}
+
+std::vector<std::shared_ptr<engine::ModelEngine>> DeviceWorker::EnginesInOrder() const {
+  std::vector<std::pair<int64_t, std::shared_ptr<engine::ModelEngine>>> by;
+  for (const auto& [n, e] : engines_) by.emplace_back(added_at_.at(n), e);
+  std::sort(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::shared_ptr<engine::ModelEngine>> out;
-  for (const auto& [n, e] : engines_) out.push_back(e);
+  for (auto& [at, e] : by) out.push_back(std::move(e));
   return out;
 }
 
@@ -245,7 +254,11 @@ DeviceWorker::StepOrder DeviceWorker::Arbitrate(
       rejectable.push_back(q.reject_if_slo_unmet);
     }
   }
-  if (reqs.empty()) return {std::move(engines), false};
+  if (reqs.empty()) {
+    absl::MutexLock lock(&mu_);
+    arb_stats_.expected_late = 0;  // nothing queued: nothing late
+    return {std::move(engines), false};
+  }
   const absl::Time t0 = absl::Now();
   const node_manager::Arbitration a =
       node_manager::Arbitrate(arbitration_.policy, reqs, 0.0, arbitration_.batch);
@@ -424,7 +437,7 @@ void DeviceWorker::Loop() {
     {
       absl::MutexLock lock(&mu_);
       if (stop_) return;
-      for (const auto& [n, e] : engines_) engines.push_back(e);
+      engines = EnginesInOrder();
       retiring.swap(retiring_);
     }
     for (auto& e : retiring) {

@@ -264,6 +264,7 @@ class DeviceWorker {
   // step thread.
   void AwaitRetired();
   std::shared_ptr<engine::ModelEngine> Find(const std::string& model) const;
+  // The device's engines, in the order they were added.
   std::vector<std::shared_ptr<engine::ModelEngine>> Engines() const;
   DeviceUsage Usage() const;
   ArbitrationStats arbitration_stats() const;
@@ -511,6 +512,13 @@ class DeviceWorker {
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<engine::ModelEngine>> engines_ ABSL_GUARDED_BY(mu_);
+  // When each engine was added (a count of Adds): Engines' order.
+  std::map<std::string, int64_t> added_at_ ABSL_GUARDED_BY(mu_);
+  int64_t adds_ ABSL_GUARDED_BY(mu_) = 0;
+  // engines_ in the order they were added (activation order: ties among
+  // equals, as remapping's MRU donor order, go by it). REQUIRES: mu_ held.
+  std::vector<std::shared_ptr<engine::ModelEngine>> EnginesInOrder() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::shared_ptr<engine::ModelEngine>> retiring_ ABSL_GUARDED_BY(mu_);
   // Work for the step thread; called with false if the worker stops first.
   std::vector<std::function<void(bool run)>> tasks_ ABSL_GUARDED_BY(mu_);

@@ -67,7 +67,7 @@ DeviceWorker::RollingIntake DeviceWorker::TakeRollingIntake() {
   in.stop = stop_;
   in.tasks.swap(tasks_);
   in.retiring.swap(retiring_);
-  for (const auto& [n, e] : engines_) in.engines.push_back(e);
+  in.engines = EnginesInOrder();
   return in;
 }
 

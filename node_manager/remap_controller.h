@@ -93,7 +93,8 @@ class RemapController {
   void NoteActive(const std::string& model) { last_active_[model] = ++clock_; }
   // The device's engines now: one first seen counts as active (Mirage's
   // MRU is of the most recently activated model: a model just loaded is
-  // the last the round comes back to), in `engines`' order; one gone is
+  // the last the round comes back to), in `engines`' order (the device's:
+  // the order its models were added); one gone is
   // forgotten (loaded again, it counts anew). Step thread.
   void NoteEngines(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines);
   RemapStats stats() const;

@@ -197,8 +197,13 @@ absl::StatusOr<nlohmann::json> Ensemble(const SimCli::State& s, const sim::SimCo
     auto trace = sim::JitterArrivals(l.trace, s.jitter_ms / 1e3, k, static_cast<uint64_t>(i));
     auto res = sim::Simulate(config, *l.engine, trace, k);
     if (!res.ok()) return res.status();
-    figures.push_back(EnsembleFigures(
-        bench::Summarize(res->replay, s.slo_scale, std::numeric_limits<double>::infinity())));
+    const bench::Report rep =
+        bench::Summarize(res->replay, s.slo_scale, std::numeric_limits<double>::infinity());
+    if (!rep.accounting_ok) {
+      return absl::InternalError(
+          absl::StrCat("ensemble run ", i + 1, " at rate scale ", k, ": accounting mismatch"));
+    }
+    figures.push_back(EnsembleFigures(rep));
   }
   nlohmann::json j = {{"repeats", s.repeats}, {"jitter_ms", s.jitter_ms}};
   std::cout << absl::StrFormat("ensemble of %d runs (arrivals moved by up to %g ms):\n", s.repeats,
@@ -224,6 +229,9 @@ int RunSimulate(const SimCli::State& s) {
   if (!(s.jitter_ms >= 0)) return Fail("--jitter-ms: at least 0");
   if (s.repeats > 1 && s.jitter_ms == 0) {
     return Fail("--repeats above 1 needs --jitter-ms above 0 (else every run is the same)");
+  }
+  if (s.repeats == 1 && s.jitter_ms > 0) {
+    return Fail("--jitter-ms applies to an ensemble's runs after the first: add --repeats N");
   }
   auto l = Load(s);
   if (!l.ok()) return Fail(std::string(l.status().message()));

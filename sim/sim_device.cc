@@ -387,12 +387,13 @@ void SimDevice::CreditDecodes(Resident* res, int steps) {
   }
 }
 
-void SimDevice::RecordStep(const Resident& res, double start, int steps, const StepWork& w) const {
+void SimDevice::RecordStep(const Resident& res, double start, double end, int steps,
+                           const StepWork& w) const {
   if (!hooks_.step) return;
   SimStepRecord rec;
   rec.model = res.model;
   rec.start_s = start;
-  rec.end_s = events_->now();
+  rec.end_s = end;
   rec.steps = steps;
   rec.work = w;
   rec.running = static_cast<int>(res.running.size());

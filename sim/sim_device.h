@@ -501,8 +501,9 @@ class SimDevice {
   void RollReschedule();
   void RollEvent(uint64_t version);
   void RollEnd(Resident* res);
-  // Hooks::step for res's step(s) begun at `start` and ending now.
-  void RecordStep(const Resident& res, double start, int steps, const StepWork& w) const;
+  // Hooks::step for res's step(s) begun at `start` and ended at `end`.
+  void RecordStep(const Resident& res, double start, double end, int steps,
+                  const StepWork& w) const;
 
   const std::string node_id_, name_;
   const int64_t memory_;

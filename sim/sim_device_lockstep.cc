@@ -128,7 +128,7 @@ void SimDevice::EndIteration(uint64_t version, int iterations) {
   chunks_.clear();
   if (hooks_.step) {
     for (const Resident& res : residents_) {
-      if (res.stepped) RecordStep(res, start_, decode_only_ ? iterations : 1, res.step.w);
+      if (res.stepped) RecordStep(res, start_, now, decode_only_ ? iterations : 1, res.step.w);
     }
   }
   model_steps_ += static_cast<int64_t>(stepped_) * iterations;

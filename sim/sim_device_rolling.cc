@@ -184,7 +184,7 @@ void SimDevice::RollUnstretch() {
     if (j >= s.n) continue;  // it ends now: its event comes next
     CreditDecodes(&res, j);
     SyncHeld(&res);  // the blocks its j steps wrote
-    if (j > 0) RecordStep(res, s.start, j, s.w);
+    if (j > 0) RecordStep(res, s.start, s.start + Cum(s.t0, s.delta, j), j, s.w);
     model_steps_ += j;
     const double last = s.t0 + (j - 1) * s.delta;  // step j - 1's time, if j > 0
     s.start += Cum(s.t0, s.delta, j);
@@ -277,7 +277,7 @@ void SimDevice::RollEnd(Resident* res) {
     }
   }
   s.chunks.clear();
-  RecordStep(*res, s.start, s.n, s.w);
+  RecordStep(*res, s.start, now, s.n, s.w);
   model_steps_ += s.n;
   s.follows = StepsAhead(*res);
   s.last_s = s.t0 + (s.n - 1) * s.delta;

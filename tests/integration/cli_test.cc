@@ -232,6 +232,15 @@ TEST_F(CliTest, SimulateAndSweepWriteTheirResults) {
   }
   EXPECT_DOUBLE_EQ(ens["slo_attainment"]["runs"][0].get<double>(),
                    j["runs"][0]["total"]["slo_attainment"].get<double>());
+  EXPECT_DOUBLE_EQ(ens["ttft_p50_ms"]["runs"][0].get<double>(),
+                   j["runs"][0]["total"]["ttft_ms"]["p50"].get<double>());
+  // The jittered runs are other runs: their TTFTs differ from the first's.
+  EXPECT_NE(ens["ttft_p99_ms"]["runs"][1].get<double>(),
+            ens["ttft_p99_ms"]["runs"][0].get<double>());
+  r = Exec({"simulate", "--config", config, "--trace", Path("t.jsonl"), "--jitter-ms", "1"},
+           Path("jit.log"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--jitter-ms applies to an ensemble"), std::string::npos) << r.output;
   r = Exec({"simulate", "--config", config, "--trace", Path("t.jsonl"), "--repeats", "2"},
            Path("rep.log"));
   EXPECT_EQ(r.exit_code, 2);

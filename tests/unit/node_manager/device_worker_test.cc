@@ -127,6 +127,28 @@ TEST(DeviceWorker, ActivationTakesKvFromOtherModelsAndTheirOutputsStayExact) {
   w->Stop();
 }
 
+// The device lists its engines in the order they were added (the ties of
+// remapping's MRU donor order and of device-wide shedding go by it), not
+// by name; a model loaded again comes last.
+TEST(DeviceWorker, EnginesAreListedInActivationOrder) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "m", {});
+  constexpr int64_t kPage = 64 << 10;
+  auto w = std::move(*DeviceWorker::Create("cpu:0", 64 << 20, testing::HostPages(kPage)));
+  auto names = [&] {
+    std::vector<std::string> out;
+    for (const auto& e : w->Engines()) out.push_back(e->name());
+    return out;
+  };
+  for (const char* name : {"b", "c", "a"}) ASSERT_TRUE(testing::Activate(name, path, w.get()).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"b", "c", "a"}));
+  ASSERT_TRUE(w->Remove("b"));
+  EXPECT_EQ(names(), (std::vector<std::string>{"c", "a"}));
+  ASSERT_TRUE(testing::Activate("b", path, w.get()).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"c", "a", "b"}));
+  w->Stop();
+}
+
 // Weights take room from part-used slabs by moving KV blocks, not by
 // dropping them: kept sessions interleaved over the slabs, half of them
 // forgotten, leave slabs half full; a reservation that fits only once the

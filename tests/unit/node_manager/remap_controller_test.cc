@@ -165,6 +165,14 @@ TEST(RemapController, TheModelLoadedLastLendsFirst) {
   c.Lend(d.engines, layer, t0);
   EXPECT_EQ(a.remapper()->alpha(), 1);
   EXPECT_EQ(b.remapper()->alpha(), 0);
+  ASSERT_TRUE(a.remapper()->SetAlpha(0).ok());
+  // Seen together, in the order given (the device's: activation), not by
+  // name: b then a makes a the latest.
+  RemapController c2(SlowLink());
+  c2.NoteEngines({d.engines[1], d.engines[0]});
+  c2.Lend(d.engines, layer, t0);
+  EXPECT_EQ(a.remapper()->alpha(), 1);
+  EXPECT_EQ(b.remapper()->alpha(), 0);
 }
 
 // Under rolling steps the device worker finishes steps in flight only for

@@ -283,7 +283,7 @@ void CheckDeterministicAndConserved(const SimConfig& c, const EngineModel& engin
 TEST(SimulatorTest, JitterMovesEachArrivalWithinItsBound) {
   std::vector<bench::TraceRecord> t;
   for (int i = 0; i < 50; ++i) t.push_back(Req(absl::StrCat("r", i), "a", i * 0.1, 10, 10));
-  bench::TraceRecord after = Req("next", "a", 0, 10, 10);
+  bench::TraceRecord after = Req("next", "a", 3.0, 10, 10);
   after.after = "r3";
   after.delay_s = 0.5;
   t.push_back(after);
@@ -308,7 +308,7 @@ TEST(SimulatorTest, JitterMovesEachArrivalWithinItsBound) {
   }
   EXPECT_GE(moved, 48);
   EXPECT_GE(differ, 48);
-  EXPECT_EQ(a[50].arrival_s, 0);  // follows r3's end
+  EXPECT_EQ(a[50].arrival_s, 3.0);  // follows r3's end
   EXPECT_EQ(a[51].arrival_s, 2.0);
   // The spread covers the bound: some draws in each outer fifth.
   int low = 0, high = 0;
