@@ -473,8 +473,13 @@ class DeviceWorker {
     double victims_ms = 0;   // their steps in flight ending
     double shed_ms = 0;      // their sequences shed
   };
-  // An ask of at least kSlowAskMs logs where its time went; returns freed.
+  // An ask of at least kSlowAskMs logs where its time went, at most one
+  // line per kSlowAskLogEvery (the next line counts those not logged);
+  // returns freed. Step thread only.
   static constexpr double kSlowAskMs = 5;
+  static constexpr absl::Duration kSlowAskLogEvery = absl::Milliseconds(100);
+  absl::Time slow_ask_logged_ = absl::InfinitePast();  // step thread only
+  int64_t slow_asks_unlogged_ = 0;                     // step thread only
   int64_t LogSlowAsk(const std::string& model, int64_t bytes, bool admission, int64_t freed,
                      absl::Time began, const AskTimes& t);
   // Finishes `steps` (removed from in_flight_, each engine's in order),

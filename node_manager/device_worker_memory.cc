@@ -4,6 +4,7 @@
 // ShedForShortfall over every engine's holdings.
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "memory/memory_ladder.h"
@@ -96,14 +97,22 @@ int64_t DeviceWorker::ReclaimFor(const std::string& model, int64_t bytes, uint64
 
 int64_t DeviceWorker::LogSlowAsk(const std::string& model, int64_t bytes, bool admission,
                                  int64_t freed, absl::Time began, const AskTimes& t) {
-  const double ms = absl::ToDoubleMilliseconds(absl::Now() - began);
+  const absl::Time now = absl::Now();
+  const double ms = absl::ToDoubleMilliseconds(now - began);
   if (ms < kSlowAskMs) return freed;
+  if (now - slow_ask_logged_ < kSlowAskLogEvery) {
+    ++slow_asks_unlogged_;
+    return freed;
+  }
+  slow_ask_logged_ = now;
+  const int64_t unlogged = std::exchange(slow_asks_unlogged_, 0);
   spdlog::info(
       "model {}: asked the other models for {} bytes of KV ({}) in {:.1f} ms: lends {:.1f}, idle "
       "sessions {:.1f}, {} victim model(s)' steps ended in {:.1f}, their sequences shed in "
-      "{:.1f}; {} bytes freed",
+      "{:.1f}; {} bytes freed{}",
       model, bytes, admission ? "an admission" : "growth", ms, t.lend_ms, t.sessions_ms, t.victims,
-      t.victims_ms, t.shed_ms, freed);
+      t.victims_ms, t.shed_ms, freed,
+      unlogged > 0 ? absl::StrCat(" (", unlogged, " slow ask(s) before it not logged)") : "");
   return freed;
 }
 
