@@ -177,10 +177,7 @@ void SimDevice::RemapIdle() {
   const double at = std::max(events_->now() + period, paused_until_);
   events_->At(at, [this, v] {
     // A step boundary ticks for a GPU stepping (RemapStep).
-    const bool stepping = Rolling() ? std::any_of(residents_.begin(), residents_.end(),
-                                                  [](const Resident& r) { return r.step.on; })
-                                    : busy_;
-    if (v != remap_wake_ || stepping) return;
+    if (v != remap_wake_ || AnyStepOn()) return;
     RemapTick();
     RemapIdle();
   });
