@@ -65,8 +65,8 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget, bool ahead) {
   while (*budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_seqs) {
     Sequence* s = waiting_.front().get();
-    // Checked before the prefix is attached, which marks the request as
-    // admitted once (arbitration would take it for a preempted one).
+    // Checked before the prefix is attached (its blocks would be held by
+    // a sequence that then waits).
     if (ahead && (s->req.lease || s->load || s->req.params.sampling.has_penalties())) {
       plan->drain = true;
       break;
@@ -99,7 +99,9 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget, bool ahead) {
     // elastic mode other models' running sequences may hold the memory for
     // a while. (An ahead plan could not ask the other models.)
     if (!ok) {
-      plan->drain = ahead && options_.reclaim != nullptr;
+      const bool ask_later = ahead && options_.reclaim != nullptr;
+      plan->drain = ask_later;
+      s->kv_refused = !ask_later;
       break;
     }
     if (s->load) {
@@ -108,6 +110,8 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget, bool ahead) {
     }
     AddChunk(plan, s, take);
     *budget -= take;
+    s->admitted_once = true;
+    s->kv_refused = false;
     s->admitted_at = KvRecencyNow();
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -139,8 +143,8 @@ bool BatchPlanner::ReserveOrPreempt(Sequence* seq, int tokens) {
 }
 
 void BatchPlanner::AttachSessionPrefix(Sequence* seq) {
-  if (seq->admitted_once) return;
-  seq->admitted_once = true;
+  if (seq->prefix_taken) return;
+  seq->prefix_taken = true;
   int common = 0;
   const int layers = kv_->layout().num_layers;
   int resident = layers;

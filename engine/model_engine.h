@@ -164,6 +164,8 @@ struct QueuedRequest {
   bool reject_if_slo_unmet = false;
   int tokens_left = 0;     // prompt tokens still to prefill
   bool preempted = false;  // was running; always re-admitted first
+  // Its model found no KV room for it at its last admission attempt.
+  bool kv_refused = false;
 };
 
 struct EngineStats {

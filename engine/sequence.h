@@ -40,7 +40,16 @@ struct Sequence {
   int64_t pending_step = -1;
   int pending_row = -1;
   SequenceKv kv;
-  bool admitted_once = false;  // true once admitted (a preempted one waits again)
+  // True once admitted (a preempted one waits again, and is re-admitted
+  // first). A request refused for KV room has not been admitted.
+  bool admitted_once = false;
+  // Its session prefix and lease were looked up (BatchPlanner::
+  // AttachSessionPrefix, at its first admission attempt): a later attempt
+  // (it did not fit, or it was preempted and recomputes) does not again.
+  bool prefix_taken = false;
+  // Its last admission attempt found no KV room (an ahead plan, which asks
+  // no other model, does not count); cleared when admitted.
+  bool kv_refused = false;
   // When it last entered the running set (KvRecencyNow; larger = newer).
   uint64_t admitted_at = 0;
   bool done = false;    // its last token is out; the engine retires it

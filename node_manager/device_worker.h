@@ -57,6 +57,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +69,7 @@
 #include "memory/kv_arena.h"
 #include "memory/memory_ladder.h"
 #include "node_manager/arbitration.h"
+#include "node_manager/arbitration_log.h"
 #include "node_manager/model_memory.h"
 #include "node_manager/prefill_cost_model.h"
 #include "node_manager/remap_controller.h"
@@ -140,6 +142,13 @@ struct DeviceArbitrationOptions {
   // in time sheds load early instead of failing every stream by its
   // deadline. 0 (the default): no bound.
   double max_queue_wait_ms = 0;
+  // Log, at info, each change in a queued request's arbitration state
+  // (ArbitrationTracker: queued, late, on time, refused for KV, rejected,
+  // left the queue) with its predicted start, deadline and cost and its
+  // model's fitted prefill cost, so scripts/arbitration-timeline.py can
+  // line a run up with the simulator's (`ballast simulate --step-log`).
+  // Costs a few lines per request. Default off.
+  bool log_decisions = false;
   // Begin every engine's step before finishing any, so the models' forwards
   // overlap on the device (their own streams) and with each other's host
   // work. Off: each engine's step runs whole before the next begins (the
@@ -507,6 +516,11 @@ class DeviceWorker {
     bool first_holds_first = false;
   };
   StepOrder Arbitrate(std::vector<std::shared_ptr<engine::ModelEngine>> engines);
+  // Why a request of the decision is refused (overload bound, or late and
+  // it asked to be rejected), if it is.
+  std::optional<absl::Status> Refusal(bool on_time, bool rejectable, double wait_ms) const;
+  // log_decisions: the decision's changes, one line each. Step thread only.
+  void LogDecision(absl::Time now, const std::vector<ArbitrationEntry>& queued);
 
   const std::string name_;
   const int64_t memory_bytes_;
@@ -530,6 +544,7 @@ class DeviceWorker {
   std::thread thread_;
   DeviceArbitrationOptions arbitration_;
   std::map<std::string, PrefillCostModel> costs_;  // per model; step thread only
+  ArbitrationTracker decisions_;                   // log_decisions; step thread only
   // Per model: moving average of decode-only steps taken alone (DecodeStepMs).
   std::map<std::string, double> decode_step_ms_ ABSL_GUARDED_BY(mu_);
   std::vector<InFlight> in_flight_;  // begun, not finished, in order; step thread only

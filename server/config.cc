@@ -396,7 +396,7 @@ absl::Status ParseDevices(YamlSection& s, const std::string* file, node_manager:
   return absl::OkStatus();
 }
 
-// node.arbitration: the per-device policy and its queue-wait bound.
+// node.arbitration: the per-device policy, its queue-wait bound and its log.
 absl::Status ParseArbitration(YamlSection& s, const std::string* file,
                               node_manager::NodeOptions* o) {
   YAML::Node a = s.Child("arbitration");
@@ -405,6 +405,7 @@ absl::Status ParseArbitration(YamlSection& s, const std::string* file,
   RETURN_IF_ERROR(as.Check());
   RETURN_IF_ERROR(as.Get("policy", &o->arbitration_policy));
   RETURN_IF_ERROR(as.Get("max_queue_wait_ms", &o->max_queue_wait_ms));
+  RETURN_IF_ERROR(as.Get("log_decisions", &o->log_arbitration));
   RETURN_IF_ERROR(as.Finish());
   if (!(o->max_queue_wait_ms >= 0)) {
     return as.Error("node.arbitration.max_queue_wait_ms", "must be >= 0 (0 = no bound)");

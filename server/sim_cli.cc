@@ -69,8 +69,10 @@ SimCli::SimCli(CLI::App* app) : s_(std::make_unique<State>()) {
   s.cmd->add_option("--jitter-ms", s.jitter_ms, "the ensemble's arrival jitter, milliseconds")
       ->capture_default_str();
   s.cmd->add_flag("--step-log", s.step_log,
-                  "also write every model step to steps-<rate>.csv (scripts/step-timeline.py "
-                  "lines it up with a node's step log)");
+                  "also write every model step to steps-<rate>.csv and every change in a "
+                  "queued request's arbitration state to arbitration-<rate>.csv "
+                  "(scripts/step-timeline.py and scripts/arbitration-timeline.py line them up "
+                  "with a node's logs)");
   s.sweep = s.cmd->add_subcommand("sweep", "the fewest GPUs meeting the SLOs, per policy");
   common(s.sweep);
   s.sweep
@@ -256,6 +258,8 @@ int RunSimulate(const SimCli::State& s) {
     if (s.step_log) {
       WriteFileAtomic(fs::path(s.out) / absl::StrCat("steps-", k, ".csv"),
                       sim::StepsCsv(config, res->steps));
+      WriteFileAtomic(fs::path(s.out) / absl::StrCat("arbitration-", k, ".csv"),
+                      sim::ArbitrationCsv(res->arbitration));
     }
     bench::Report rep =
         bench::Summarize(res->replay, s.slo_scale, std::numeric_limits<double>::infinity());

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "memory/remap_plan.h"
 
 namespace ballast::sim {
@@ -238,10 +239,11 @@ void SimDevice::Admit() {
     const double cost_s = costs_[r->model].PredictMs(PrefillEnd(*r) - r->prefilled) / 1e3;
     reqs.push_back({static_cast<uint64_t>(r->index), r->release, r->deadline, cost_s, r->prompt});
   }
+  if (reqs.empty() && hooks_.arbitration) NoteDecision({}, {}, {});  // those admitted left
   if (!any) return;
-  const node_manager::Arbitration a =
-      node_manager::Arbitrate(config_->policy.arbitration, std::move(reqs), events_->now(),
-                              {256, config_->policy.max_batch_tokens});
+  const node_manager::Arbitration a = node_manager::Arbitrate(
+      config_->policy.arbitration, reqs, events_->now(), {256, config_->policy.max_batch_tokens});
+  if (hooks_.arbitration) NoteDecision(reqs, a.order, by_id);
   order.insert(order.end(), a.order.begin(), a.order.end());
   const bool elastic = config_->policy.elastic();
   int64_t total_kv = kv_used();
@@ -281,6 +283,7 @@ void SimDevice::Admit() {
     if (!fits && Remapping()) fits = LendFor(*res, bytes + watermark, total_kv);
     if (!fits || (tp && hooks_.group_fits && !hooks_.group_fits(r->model, r->kv_bytes))) {
       if (!fits) NoteKvWait(r);
+      r->kv_refused = !fits;
       // Elastic: the first request that does not fit stops admission,
       // unless it cannot fit even with no KV in use (only once another
       // model's weights leave): it waits without blocking the others.
@@ -290,6 +293,7 @@ void SimDevice::Admit() {
       continue;
     }
     if (r->admitted < 0) r->admitted = events_->now();
+    r->kv_refused = false;
     TakeSession(r);
     r->requeued = false;
     r->admit_order = ++admit_clock_;
@@ -303,6 +307,42 @@ void SimDevice::Admit() {
   }
   std::erase_if(pending_, [&](SimRequest* r) { return admitted.count(r) > 0; });
   if (!admitted.empty()) ShedSessions();
+}
+
+void SimDevice::NoteDecision(const std::vector<node_manager::PendingRequest>& reqs,
+                             const std::vector<uint64_t>& order,
+                             const std::map<uint64_t, SimRequest*>& requests) {
+  // As the node's DeviceWorker::Arbitrate: times from now, each request's
+  // predicted start the costs of those before it in the order.
+  const double now = events_->now();
+  std::map<uint64_t, const node_manager::PendingRequest*> by_id;
+  for (const auto& p : reqs) by_id[p.id] = &p;
+  std::vector<node_manager::ArbitrationEntry> entries;
+  double t = 0;
+  for (uint64_t id : order) {
+    const node_manager::PendingRequest& p = *by_id.at(id);
+    const SimRequest& r = *requests.at(id);
+    const node_manager::PrefillCostModel& fit = costs_[r.model];
+    node_manager::ArbitrationEntry e;
+    e.id = absl::StrCat(r.index);
+    e.model = Spec(r.model).name;
+    e.tokens = p.tokens;
+    e.arrival_s = p.arrival_s - now;
+    e.start_s = t;
+    e.deadline_s = p.deadline_s - now;
+    e.cost_s = p.cost_s;
+    t += p.cost_s;
+    e.late = t > e.deadline_s;
+    e.kv_refused = r.kv_refused;
+    e.fit_intercept_ms = fit.intercept_ms();
+    e.fit_ms_per_token = fit.ms_per_token();
+    e.fit_steps = fit.samples();
+    entries.push_back(std::move(e));
+  }
+  const int64_t kv_free = memory_ - weight_bytes() - kv_used();
+  for (const node_manager::ArbitrationEvent& ev : decisions_.Decide(now, entries)) {
+    hooks_.arbitration(now, ev, kv_free);
+  }
 }
 
 StepWork SimDevice::WorkOf(const Resident& res, int* k, std::vector<Chunk>* chunks) {

@@ -196,6 +196,7 @@
 
 #include "ballast/v1/admin.pb.h"
 #include "ballast/v1/node.pb.h"
+#include "node_manager/arbitration_log.h"
 #include "node_manager/prefill_cost_model.h"
 #include "sim/engine_model.h"
 #include "sim/event_queue.h"
@@ -237,6 +238,11 @@ class SimDevice {
     std::function<void(int model)> stepped;
     // Each model step as it ends (unset: none recorded).
     std::function<void(const SimStepRecord&)> step;
+    // Each change in a queued request's arbitration state, as the node's
+    // log_decisions reports it (entry.id: the request's index; unset:
+    // none), with the GPU's free KV bytes then.
+    std::function<void(double now_s, const node_manager::ArbitrationEvent&, int64_t kv_free)>
+        arbitration;
   };
 
   SimDevice(std::string node_id, std::string name, int64_t memory_bytes, const SimConfig* config,
@@ -445,6 +451,11 @@ class SimDevice {
   bool CopyPaused();
   bool AnyStepOn() const;
   void NoteKvWait(SimRequest* r);
+  // hooks_.arbitration: a decision over `reqs` (`requests` by their ids)
+  // in `order` (arbitration's), its changes reported.
+  void NoteDecision(const std::vector<node_manager::PendingRequest>& reqs,
+                    const std::vector<uint64_t>& order,
+                    const std::map<uint64_t, SimRequest*>& requests);
 
   // KV held block by block (policy.kv_paged; sim_device_kv.cc).
   bool Paged(int model) const;
@@ -523,6 +534,7 @@ class SimDevice {
   bool decode_only_ = false;
   std::vector<Chunk> chunks_;                            // the prefill chunks of a single iteration
   std::map<int, node_manager::PrefillCostModel> costs_;  // per model, as the node's
+  node_manager::ArbitrationTracker decisions_;           // hooks_.arbitration
   int64_t model_steps_ = 0;
   // Rolling: the service per unit of weight each step on the GPU has had
   // since served_ was 0 (it grows by dt / the weights' sum), as of

@@ -44,7 +44,8 @@ struct SimRequest {
   // not prefilled.
   KvOrigin origin = KvOrigin::kNone;
   int reused = 0;
-  bool kv_waited = false;  // refused admission for KV room at least once
+  bool kv_waited = false;   // refused admission for KV room at least once
+  bool kv_refused = false;  // ... at its last try (cleared when admitted)
 };
 
 // The tokens a request prefills: its prompt, and after a preemption the

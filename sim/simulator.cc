@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "sim/simulator_impl.h"
@@ -59,6 +60,13 @@ SimDevice::Hooks Simulator::HooksFor(int d) {
   h.drained = [this, d](int m) { Drained(d, m); };
   if (record_steps_) {
     h.step = [this, d](const SimStepRecord& rec) { steps_.push_back({d, rec}); };
+    h.arbitration = [this, d](double now, const node_manager::ArbitrationEvent& ev,
+                              int64_t kv_free) {
+      SimArbitrationRow row{d, now, ev, kv_free};
+      int i = 0;
+      if (absl::SimpleAtoi(ev.entry.id, &i)) row.event.entry.id = trace_[static_cast<size_t>(i)].id;
+      arbitration_.push_back(std::move(row));
+    };
   }
   auto members = [this, d](int m) -> const std::vector<int>* {
     const ModelState& ms = models_[static_cast<size_t>(m)];
@@ -173,7 +181,7 @@ SimResult Simulator::Run() {
   // ended), as a replay skips them.
   out.advisories_skipped = advisories_ - out.advisories_sent;
   stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  return SimResult{std::move(out), stats_, std::move(steps_)};
+  return SimResult{std::move(out), stats_, std::move(steps_), std::move(arbitration_)};
 }
 
 int64_t Simulator::RunEvents(double until) {
@@ -427,6 +435,22 @@ std::string StepsCsv(const SimConfig& config, const std::vector<SimStepRow>& ste
                           s.steps, w.decode_tokens, w.decode_context, w.prefill_tokens,
                           w.prefill_attention, w.prefill_logits, s.running, s.waiting, s.kv_bytes,
                           s.lent_layers, s.device_lent);
+  }
+  return out;
+}
+
+std::string ArbitrationCsv(const std::vector<SimArbitrationRow>& rows) {
+  std::string out =
+      "gpu,t_s,request,model,event,tokens,arrival_ms,start_ms,deadline_ms,cost_ms,queued_ms,"
+      "fit_ms,fit_ms_per_token,fit_steps,kv_free_mib\n";
+  for (const SimArbitrationRow& row : rows) {
+    const node_manager::ArbitrationEntry& e = row.event.entry;
+    absl::StrAppendFormat(&out, "%d,%.6f,%s,%s,%s,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.6f,%d,%d\n",
+                          row.gpu, row.t_s, e.id, e.model,
+                          node_manager::ArbitrationChangeName(row.event.change), e.tokens,
+                          e.arrival_s * 1e3, e.start_s * 1e3, e.deadline_s * 1e3, e.cost_s * 1e3,
+                          row.event.queued_s * 1e3, e.fit_intercept_ms, e.fit_ms_per_token,
+                          e.fit_steps, row.kv_free >> 20);
   }
   return out;
 }

@@ -73,6 +73,7 @@
 #include "bench/report.h"
 #include "bench/trace.h"
 #include "nlohmann/json.hpp"
+#include "node_manager/arbitration_log.h"
 #include "sim/engine_model.h"
 #include "sim/sim_config.h"
 #include "sim/sim_remap.h"
@@ -171,15 +172,27 @@ struct SimStepRow {
   SimStepRecord step;  // step.model: the index in SimConfig::models
 };
 
+// A change in a queued request's arbitration state on GPU `gpu`
+// (SimDevice::Hooks::arbitration): what a node logs with
+// node.arbitration.log_decisions. event.entry.id is the trace's request id.
+struct SimArbitrationRow {
+  int gpu = 0;
+  double t_s = 0;
+  node_manager::ArbitrationEvent event;
+  int64_t kv_free = 0;  // the GPU's KV room then: memory less weights and KV held
+};
+
 struct SimResult {
   bench::ReplayResult replay;
   SimStats stats;
-  std::vector<SimStepRow> steps;  // record_steps: every model step, as they ended
+  std::vector<SimStepRow> steps;               // record_steps: every model step, as they ended
+  std::vector<SimArbitrationRow> arbitration;  // record_steps: every arbitration change
 };
 
-// record_steps: keep every model step in SimResult::steps (memory grows
-// with the steps: for runs of one or a few GPUs, to line them up with a
-// node's step log).
+// record_steps: keep every model step in SimResult::steps and every change
+// in a queued request's arbitration state in SimResult::arbitration
+// (memory grows with them: for runs of one or a few GPUs, to line them up
+// with a node's logs).
 absl::StatusOr<SimResult> Simulate(const SimConfig& config, const EngineModel& engine,
                                    const std::vector<bench::TraceRecord>& trace,
                                    double rate_scale = 1.0, bool record_steps = false);
@@ -199,6 +212,12 @@ std::vector<bench::TraceRecord> JitterArrivals(const std::vector<bench::TraceRec
 // steps, the StepWork columns ParseRecordedSteps reads (step_replay.h),
 // running, waiting, kv_bytes, lent_layers, device_lent.
 std::string StepsCsv(const SimConfig& config, const std::vector<SimStepRow>& steps);
+
+// `rows` as CSV, one row per change: gpu, t_s, request, model, event
+// (ArbitrationChangeName), tokens, then arrival_ms, start_ms, deadline_ms,
+// cost_ms and queued_ms (from t_s), the model's cost fit (fit_ms,
+// fit_ms_per_token, fit_steps) and kv_free_mib.
+std::string ArbitrationCsv(const std::vector<SimArbitrationRow>& rows);
 
 nlohmann::json ToJson(const SimStats& s);
 

@@ -158,7 +158,8 @@ class Simulator {
   bool tick_scheduled_ = false;
   SimStats stats_;
   const bool record_steps_;
-  std::vector<SimStepRow> steps_;  // record_steps_
+  std::vector<SimStepRow> steps_;               // record_steps_
+  std::vector<SimArbitrationRow> arbitration_;  // record_steps_
   double last_rebalance_ = 0;
   struct Migration {
     int model = -1, from = -1, to = -1;

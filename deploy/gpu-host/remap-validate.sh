@@ -8,7 +8,8 @@
 #     --policy off|remap --trace OUT/<mode>/v/trace.jsonl --rate-scale 2,4
 # Env: MODES ("true false": node.memory.remap.enabled, one run each),
 # RATES ("2 4"), SLOW_STEP_MS (0; 0.001 logs every step for
-# scripts/step-log.py), LIMIT (seconds per mode, 420), BUILD (a folder with
+# scripts/step-log.py), LOG_ARBITRATION (false; true for
+# scripts/arbitration-timeline.py), LIMIT (seconds per mode, 420), BUILD (a folder with
 # server/ballast; default: the ballast on PATH, as prebuilt.sh run puts it).
 # Writes OUT/<mode>/v.tgz (sim-validate.sh's folder, requests CSVs kept)
 # and OUT/<mode>/serve.log.xz; prints each run's report and the node's
@@ -37,6 +38,7 @@ for mode in ${MODES:-true false}; do
   KV_PRESSURE=0.05 LOG_LEVEL=info REMAP=$mode HOST_CACHE_MIB=16384 MODEL_DIR=$MODEL N=4 \
     MEMORY_MIB=73728 ROLLING=true SEED=7 DURATION=120 PRATE=1 BRATE=2 PROMPT_MAX=3072 \
     OUTPUT_MAX=1024 RATES="${RATES:-2 4}" SLOW_STEP_MS="${SLOW_STEP_MS:-0}" KEEP_REQUESTS=1 \
+    LOG_ARBITRATION="${LOG_ARBITRATION:-false}" \
     TRACE_ARGS="--persistent-fraction 0 --group-fraction 0 --prompt-mean 2048 --output-mean 256" \
     BUILD="$BUILD" timeout "${LIMIT:-420}" bash deploy/gpu-host/sim-validate.sh "$dir/v"
   echo "remap=$mode: sim-validate rc=$? in $(($(date +%s) - t0)) s"

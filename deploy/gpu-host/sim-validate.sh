@@ -34,7 +34,9 @@
 # bursty` flags, none of those above).
 # STEP_DONE (node.engine.step_done, spinning_thread). SLOW_STEP_MS
 # (node.engine.slow_step_warn_ms, 0 = off; 0.001 logs every step with its
-# work, for scripts/step-log.py). KEEP_REQUESTS (0; 1 keeps each scale's
+# work, for scripts/step-log.py). LOG_ARBITRATION (node.arbitration.
+# log_decisions, false; true logs each queued request's arbitration
+# changes, for scripts/arbitration-timeline.py). KEEP_REQUESTS (0; 1 keeps each scale's
 # requests CSV, xz-compressed: per-request preemptions, TTFT and TPOT for a
 # per-model comparison with the simulator's). A rate scale may be
 # repeated (RATES="4 4 4": three replays on one daemon, reported as 4, 4-2
@@ -83,6 +85,7 @@ node:
   stream_threads: ${STREAM_THREADS:-2}
   memory: {mode: elastic, slab_mib: 64, remap: {enabled: ${REMAP:-false}},
            host_weight_cache_mib: ${HOST_CACHE_MIB:-16384}}
+  arbitration: {log_decisions: ${LOG_ARBITRATION:-false}}
   devices:
     - {name: "${DEVICE:-cuda:0}", memory_mib: ${MEMORY_MIB:-40960}}
   engine: {backend: ${BACKEND:-cuda}, cuda_graphs: true, block_tokens: 16, max_batch_tokens: 2048,

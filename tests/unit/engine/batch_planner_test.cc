@@ -235,6 +235,30 @@ TEST_F(BatchPlannerTest, AdmissionOrderKeepsPreemptedFirstThenRank) {
   EXPECT_EQ(Ids(planner_->waiting()), (std::vector<std::string>{"p", "c", "a", "b"}));
 }
 
+// Regression: the first admission attempt marked a request admitted even
+// when it did not fit, so a request refused for KV room was taken for a
+// preempted one: excluded from arbitration and kept at the front of its
+// model's queue, where a later, on-time request could not pass it.
+TEST_F(BatchPlannerTest, ARequestRefusedForKvIsNotTakenForAPreemptedOne) {
+  Init(14);
+  Add("a", 16);    // 8 blocks
+  Add("big", 12);  // 6 blocks: 2 short, with a's growth block per layer
+  StepPlan p = planner_->Plan();
+  ASSERT_EQ(p.chunks.size(), 1u);
+  ASSERT_EQ(Ids(planner_->waiting()), std::vector<std::string>{"big"});
+  EXPECT_FALSE(planner_->waiting().front()->admitted_once);
+  Add("small", 1);
+  // Arbitration puts the later request first: it is.
+  planner_->SetAdmissionOrder({{"small", 0}, {"big", 1}});
+  EXPECT_EQ(Ids(planner_->waiting()), (std::vector<std::string>{"small", "big"}));
+  Advance(p);
+  p = planner_->Plan();
+  ASSERT_EQ(p.chunks.size(), 2u);  // a's decode (10 blocks), then small (2)
+  EXPECT_EQ(p.chunks[1].seq->req.id, "small");
+  EXPECT_TRUE(p.chunks[1].seq->admitted_once);
+  EXPECT_EQ(Ids(planner_->waiting()), std::vector<std::string>{"big"});
+}
+
 TEST_F(BatchPlannerTest, HoldingsAndPreemptByRequestId) {
   Init(64);
   Add("lo", 8, /*priority=*/-1);
