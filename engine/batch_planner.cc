@@ -101,7 +101,7 @@ void BatchPlanner::PlanAdmissions(StepPlan* plan, int* budget, bool ahead) {
     if (!ok) {
       const bool ask_later = ahead && options_.reclaim != nullptr;
       plan->drain = ask_later;
-      s->kv_refused = !ask_later;
+      if (!ask_later) s->kv_refused = true;
       break;
     }
     if (s->load) {

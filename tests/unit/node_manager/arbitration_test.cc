@@ -1,10 +1,16 @@
 // Arbitration policies: Moore-Hodgson is optimal (fewest deadline misses)
 // against brute force over all orders; FineServe's batch respects its
-// anchor; FCFS/EDF order as documented.
+// anchor; FCFS/EDF order as documented. ArbitrationTracker reports each
+// change once.
 #include "node_manager/arbitration.h"
 
 #include <algorithm>
 #include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "node_manager/arbitration_log.h"
 
 #include "gtest/gtest.h"
 
@@ -100,6 +106,46 @@ TEST(Arbitration, PolicyNamesParse) {
   EXPECT_EQ(*ParseArbitrationPolicy("moore_hodgson"), ArbitrationPolicy::kMooreHodgson);
   EXPECT_EQ(*ParseArbitrationPolicy("fineserve_batch"), ArbitrationPolicy::kFineServeBatch);
   EXPECT_FALSE(ParseArbitrationPolicy("lifo").ok());
+}
+
+ArbitrationEntry Entry(const std::string& id, bool late, bool kv_refused, bool rejected = false) {
+  return ArbitrationEntry{
+      .id = id, .model = "m", .late = late, .kv_refused = kv_refused, .rejected = rejected};
+}
+
+// Events as "id:event" strings, with a left or rejected one's queued time.
+std::vector<std::string> Names(const std::vector<ArbitrationEvent>& events) {
+  std::vector<std::string> out;
+  for (const ArbitrationEvent& ev : events) {
+    std::string s = absl::StrCat(ev.entry.id, ":", ArbitrationChangeName(ev.change));
+    if (ev.change == ArbitrationChange::kLeft || ev.change == ArbitrationChange::kRejected) {
+      absl::StrAppend(&s, "@", static_cast<int>(ev.queued_s * 1000 + 0.5), "ms");
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+TEST(ArbitrationTracker, ReportsEachChangeOnce) {
+  ArbitrationTracker t;
+  using V = std::vector<std::string>;
+  EXPECT_EQ(Names(t.Decide(10.0, {Entry("a", false, false), Entry("b", true, true)})),
+            (V{"a:queued", "b:queued", "b:kv_refused"}));
+  // Nothing changed: nothing to report.
+  EXPECT_EQ(Names(t.Decide(10.5, {Entry("a", false, false), Entry("b", true, true)})), V{});
+  EXPECT_EQ(Names(t.Decide(11.0, {Entry("a", true, false), Entry("b", false, false)})),
+            (V{"a:late", "b:on_time", "b:kv_fits"}));
+  // a left (admitted), queued 2.5 s from its first decision; c is new.
+  EXPECT_EQ(Names(t.Decide(12.5, {Entry("b", false, false), Entry("c", false, false)})),
+            (V{"c:queued", "a:left@2500ms"}));
+  EXPECT_EQ(Names(t.Decide(
+                13.0, {Entry("b", false, false, /*rejected=*/true), Entry("c", false, false)})),
+            (V{"b:rejected@3000ms"}));
+  // An empty queue: the rest left; a rejected one is not reported again.
+  EXPECT_EQ(Names(t.Decide(14.0, {})), (V{"c:left@1500ms"}));
+  EXPECT_EQ(Names(t.Decide(15.0, {})), V{});
+  // A request seen again after it left is new.
+  EXPECT_EQ(Names(t.Decide(16.0, {Entry("a", false, false)})), V{"a:queued"});
 }
 
 }  // namespace

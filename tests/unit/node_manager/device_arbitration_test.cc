@@ -4,12 +4,16 @@
 // asked to be rejected.
 #include <atomic>
 #include <map>
+#include <regex>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/model_engine.h"
 #include "gtest/gtest.h"
 #include "node_manager/device_worker.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/unit/engine/test_util.h"
 
 namespace ballast::node_manager {
@@ -188,6 +192,51 @@ TEST(DeviceArbitration, UnmeetableSloIsServedLateUnlessRejectionWasAsked) {
   EXPECT_NE(reject.result.status().message().find("TTFT SLO"), std::string::npos);
   EXPECT_EQ(w->arbitration_stats().rejected, 1);
   w->Stop();
+}
+
+// node.arbitration.log_decisions: a line for each change of each queued
+// request, in the form scripts/arbitration-timeline.py parses (its LINE).
+TEST(DeviceArbitration, TheDecisionLogHasALinePerChange) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  auto out = std::make_shared<std::ostringstream>();
+  const std::shared_ptr<spdlog::logger> was = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(*out)));
+  DeviceArbitrationOptions arb;
+  arb.log_decisions = true;
+  auto w = Worker(arb);
+  auto e = Engine("a", path, w.get());
+  Order order;
+  Sink late("late", &order), reject("reject", &order), fine("fine", &order);
+  ASSERT_TRUE(e->Submit(Req("fine", 20, 60000), &fine).ok());
+  ASSERT_TRUE(e->Submit(Req("late", 50, 0.01), &late).ok());  // no estimate meets 0.01 ms
+  ASSERT_TRUE(e->Submit(Req("reject", 50, 0.01, /*reject=*/true), &reject).ok());
+  ASSERT_TRUE(w->Add(e).ok());
+  ASSERT_TRUE(WaitAll(&order, 3));
+  w->Stop();
+  spdlog::set_default_logger(was);
+  const std::regex line(
+      R"(arbitration (\S+) at ([0-9.]+): (\S+) (\S+) (\w+); (\d+) tokens, arrived (-?[0-9.]+) s, )"
+      R"(start (-?[0-9.]+) ms, deadline (-?[0-9.]+) ms, cost (-?[0-9.]+) ms, queued ([0-9.]+) ms; )"
+      R"(fit ([0-9.]+) ms \+ ([0-9.]+) ms/token over (\d+) steps; (\d+) queued, KV free (\d+) MiB)");
+  std::map<std::string, std::vector<std::string>> events;  // request -> its events
+  std::istringstream lines(out->str());
+  for (std::string l; std::getline(lines, l);) {
+    if (l.find("arbitration cpu:0") == std::string::npos) continue;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(l, m, line)) << l;
+    EXPECT_EQ(m[4], "a");
+    events[m[3]].push_back(m[5]);
+    if (m[3] == "late" && m[5] == "queued") {
+      EXPECT_GT(std::stod(m[8]) + std::stod(m[10]), std::stod(m[9]))
+          << l;  // start + cost > deadline
+    }
+  }
+  EXPECT_EQ(events["fine"], (std::vector<std::string>{"queued", "left"}));
+  EXPECT_EQ(events["late"], (std::vector<std::string>{"queued", "left"}));
+  EXPECT_EQ(events["reject"], (std::vector<std::string>{"queued", "rejected"}));
+  EXPECT_EQ(reject.result.status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 // Past the overload bound a waiting request is refused at once, asked or

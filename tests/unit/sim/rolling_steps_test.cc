@@ -9,6 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/sim_config.h"
@@ -117,6 +121,30 @@ TEST(RollingStepsTest, StepLogHoldsEveryStepWithItsTimes) {
     const char* b_prefill =
         rolling ? "\n0,b,0.000000,0.016000,1,0,0,10," : "\n0,b,0.005000,0.018000,1,0,0,10,";
     EXPECT_NE(csv.find(b_prefill), std::string::npos) << csv;
+    // Arbitration's changes (the node's log_decisions): each request
+    // queued, then gone (admitted) at a later decision, under its trace
+    // id and model name.
+    EXPECT_TRUE(plain->arbitration.empty());
+    std::map<std::string, std::vector<const SimArbitrationRow*>> by_id;
+    for (const SimArbitrationRow& row : r->arbitration) by_id[row.event.entry.id].push_back(&row);
+    ASSERT_EQ(by_id.size(), 2u) << rolling;
+    for (const auto& [id, model] : {std::pair{"x", "a"}, std::pair{"y", "b"}}) {
+      const auto& rows = by_id[id];
+      ASSERT_EQ(rows.size(), 2u) << rolling << " " << id;
+      EXPECT_EQ(rows[0]->event.change, node_manager::ArbitrationChange::kQueued);
+      EXPECT_EQ(rows[1]->event.change, node_manager::ArbitrationChange::kLeft);
+      EXPECT_EQ(rows[0]->event.entry.model, model);
+      EXPECT_NEAR(rows[1]->event.queued_s, rows[1]->t_s - rows[0]->t_s, 1e-12);
+      // Queued when its model first admits (lockstep: b's at the next
+      // iteration), gone by its first step's start.
+      EXPECT_GE(rows[1]->event.queued_s, 0.0);
+      EXPECT_GT(rows[0]->event.entry.cost_s, 0.0);
+      EXPECT_GT(rows[0]->kv_free, 0);
+    }
+    const std::string arb = ArbitrationCsv(r->arbitration);
+    EXPECT_EQ(arb.rfind("gpu,t_s,request,model,event,", 0), 0u) << arb;
+    EXPECT_EQ(std::count(arb.begin(), arb.end(), '\n'), 5) << arb;
+    EXPECT_NE(arb.find("\n0,0.000000,x,a,queued,10,"), std::string::npos) << arb;
   }
 }
 
