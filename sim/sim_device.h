@@ -473,6 +473,12 @@ class SimDevice {
   // boundary): each running request, oldest first, holds the blocks of its
   // next step's tokens, preempting where they do not fit.
   void GrowKv(Resident* res);
+  // Ahead steps: as `res` begins a step, the node plans its next one at
+  // once (engine/batch_planner.cc's ahead plan): each running request,
+  // oldest first, takes the blocks of its tokens in that step where they
+  // fit now, preempting nobody (GrowKv, when that step begins, takes what
+  // is still missing).
+  void ReserveAhead(Resident* res);
   // Grows r's blocks to `tokens`; false if r itself was preempted.
   bool Reserve(Resident* res, SimRequest* r, int tokens);
   // A running request of a model other than `res` (null: any) newer than

@@ -18,6 +18,10 @@
 //    first, as far as the shortfall; then this model's newest, and so on
 //    until it fits or the growing request was the one preempted (the
 //    model's pass ends).
+//  * Ahead steps: as a model begins a step, the node plans the next one at
+//    once, and that plan's running requests take their blocks then where
+//    they fit, preempting nobody (ReserveAhead); another model admitting
+//    before that next step begins sees them held.
 //  * A preempted request frees all its blocks and waits again, ahead of
 //    the arbitration's order (admitted first); it then prefills its prompt
 //    and the output it had generated (its session's KV is not reused) and
@@ -89,6 +93,33 @@ void SimDevice::GrowKv(Resident* res) {
     const int tokens = decoding ? r->prompt + r->generated : r->prefilled + take;
     if (!Reserve(res, r, tokens)) break;  // r was the newest: the rest went before it
     budget -= take;
+  }
+}
+
+void SimDevice::ReserveAhead(Resident* res) {
+  if (!Paged(res->model) || res->shadow || !res->step.on) return;
+  std::map<const SimRequest*, int> flying;  // the step just begun computes these
+  for (const Chunk& c : res->step.chunks) flying[c.r] += c.tokens;
+  int budget = config_->policy.max_batch_tokens;
+  for (SimRequest* r : res->running) {
+    if (budget <= 0) break;
+    auto it = flying.find(r);
+    const int f = it == flying.end() ? 0 : it->second;
+    const int done = r->prefilled + f;
+    int tokens = 0, take = 1;
+    if (r->prefilled >= PrefillEnd(*r)) {
+      tokens = r->prompt + r->generated + 1;  // decoding now: the next token's KV
+    } else if (done >= PrefillEnd(*r)) {
+      tokens = PrefillEnd(*r) + 1;  // its prompt ends now: its first token's KV
+    } else {
+      take = std::min(PrefillEnd(*r) - done, budget);
+      tokens = done + take;
+    }
+    budget -= take;
+    const int64_t need = BlocksBytes(res->model, tokens) - r->kv_held;
+    if (need <= 0 || !Fits(*res, need, kv_used())) continue;  // the ahead plan asks nobody
+    r->kv_held += need;
+    res->kv_used += need;
   }
 }
 

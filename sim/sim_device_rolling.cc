@@ -103,6 +103,7 @@ void SimDevice::RollStart() {
     if (res.step.on || !std::exchange(res.step.follows, false)) continue;
     GrowKv(&res);  // kv_paged: the running requests' blocks for this step
     begin(res, true);
+    ReserveAhead(&res);  // the node plans the next one now
   }
   // kv_paged: the models about to begin grow their running requests first
   // (the engine's PlanRunning before PlanAdmissions).
@@ -111,7 +112,10 @@ void SimDevice::RollStart() {
   }
   Admit();
   for (Resident& res : residents_) {
-    if (!res.step.on) begin(res, false);
+    if (!res.step.on) {
+      begin(res, false);
+      if (res.step.on && StepsAhead(res)) ReserveAhead(&res);
+    }
     flying += res.step.on ? 1 : 0;
   }
   // One model alone, decodes only (none admitted for its next step): a

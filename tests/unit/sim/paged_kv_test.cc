@@ -64,6 +64,34 @@ TEST(PagedKvTest, BothRequestsStartAndTheNewestIsPreemptedWhenGrowthRunsOut) {
   EXPECT_EQ(rep.total.preempted_requests, 1);
 }
 
+// Ahead steps: as a model begins a step, the node plans its next one at
+// once, and the running requests' blocks for that step are taken then
+// (ReserveAhead), before another model's admission can take them. Room for
+// 3,200 tokens (200 blocks of 16), 2,048 tokens a step. At 0, A (3,000
+// tokens, model a) prefills 2,048 in its first step and holds its second
+// chunk's blocks (188 in all) from the start; C (model b) decodes beside
+// it, so the GPU admits between their steps. B (500 tokens: 32 blocks, and
+// a block for each running request's growth) arrives for model c at 5 ms:
+// 222 blocks do not fit, so B waits for A to end. (When the blocks were
+// taken only as A's second step began, B was admitted at 5 ms and then
+// preempted for A's second chunk.)
+TEST(PagedKvTest, AheadStepsHoldTheNextChunksBlocksBeforeOtherModelsAdmit) {
+  SimConfig c = Paged({Model("a"), Model("b"), Model("c")}, 3200);
+  c.policy.max_batch_tokens = 2048;
+  ASSERT_TRUE(c.policy.rolling_steps && c.policy.ahead_steps);
+  auto r =
+      Simulate(c, ConstantEngine(),
+               {Req("A", "a", 0, 3000, 2), Req("C", "b", 0, 16, 50), Req("B", "c", 0.005, 500, 2)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto &a = Find(*r, "A"), &b = Find(*r, "B");
+  for (const char* id : {"A", "B", "C"}) EXPECT_EQ(Find(*r, id).status, "OK") << id;
+  EXPECT_EQ(r->stats.preemptions, 0);
+  EXPECT_EQ(b.preemptions, 0);
+  EXPECT_EQ(r->stats.remap.kv_wait_requests, 1);
+  // B's prefill begins once A has ended and given its blocks back.
+  EXPECT_GE(b.ttft_ms() + 5, a.e2e_ms()) << b.ttft_ms() << " " << a.e2e_ms();
+}
+
 TEST(PagedKvTest, WholeReservationsNeverPreempt) {
   SimConfig c = Paged({Model("a")}, 1500);
   c.policy.kv_paged = false;
