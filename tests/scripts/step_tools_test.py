@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""scripts/step-log.py and scripts/step-timeline.py on node logs and a
-simulated step log written here, their outputs worked out by hand.
+"""scripts/step-log.py, scripts/step-timeline.py and scripts/step-medians.py
+on node logs and a simulated step log written here, their outputs worked
+out by hand.
 
 Usage (ctest runs it): step_tools_test.py SCRIPTS_DIR
 """
@@ -101,6 +102,28 @@ class StepTools(unittest.TestCase):
         # collection after the device idled (10).
         self.assertEqual(ms, ["-1.000", "10.000", "10.000", "10.000"])
 
+
+    def test_medians_by_kind_of_step(self):
+        out = run(os.path.join(SCRIPTS, "step-medians.py"), self.sim, self.log, "--from-s", "0",
+                  "--to-s", "10")
+        rows = {" ".join(l.split()[:2]): l.split()[2:] for l in out.splitlines()[1:5]}
+        # The node's last run: a's 1,000-token prefill (50 ms), b's
+        # 500-token one (100 ms), five decodes of 10 ms (a's second and
+        # third began as the step before them was collected, not when
+        # launched). The simulator: its single steps only (the stretch
+        # left out): 40 and 200 ms, no decode.
+        self.assertEqual(rows["prefill >="][1:], ["nan", "0", "nan", "0", "nan"])
+        self.assertEqual(rows["prefill 600-1899"], ["50.0", "1", "40.0", "1", "0.800"])
+        self.assertEqual(rows["prefill <"][1:], ["100.0", "1", "200.0", "1", "2.000"])
+        self.assertEqual(rows["decode only"], ["10.0", "5", "nan", "0", "nan"])
+        # |ln 0.8| + |ln 2|
+        self.assertIn("error (sum of |ln(sim/node)|): 0.916", out)
+        # a's back-to-back decodes alone: 10 ms each from the collection
+        # before them (11 from their launches).
+        out = run(os.path.join(SCRIPTS, "step-medians.py"), self.sim, self.log, "--from-s",
+                  "0.04", "--to-s", "0.1")
+        decode = [l.split() for l in out.splitlines() if l.startswith("decode only")][0]
+        self.assertEqual(decode[2:4], ["10.0", "2"])
 
 if __name__ == "__main__":
     SCRIPTS = sys.argv.pop(1)
