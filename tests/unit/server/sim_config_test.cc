@@ -31,6 +31,9 @@ TEST(SimConfigTest, CommittedExamplesParse) {
   EXPECT_EQ(remap->variants.at("off").kv_block_tokens, 16);
   EXPECT_FALSE(remap->variants.at("whole").kv_paged);
   EXPECT_TRUE(remap->variants.at("off").charge_workspace);
+  // The sharing rule refitted to the 8B models' steps on the card.
+  EXPECT_EQ(remap->variants.at("off").rolling_share_exponent, 0.6);
+  EXPECT_EQ(remap->variants.at("remap").rolling_overlap_share, 0.5);
   auto h100 = ReadSimConfig(kDir + "validate-h100.yaml");
   ASSERT_TRUE(h100.ok()) << h100.status();
   EXPECT_EQ(h100->calibration_path, kDir + "calibration-h100.json");
