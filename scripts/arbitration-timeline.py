@@ -27,10 +27,12 @@ Usage: scripts/arbitration-timeline.py SERVE_LOG[.gz|.xz] NODE_REQUESTS_CSV
 import argparse
 import collections
 import csv
-import gzip
-import lzma
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from log_open import open_log  # noqa: E402
 
 LINE = re.compile(
     r"arbitration (\S+) at ([0-9.]+): (\S+) (\S+) (\w+); (\d+) tokens, arrived (-?[0-9.]+) s, "
@@ -38,20 +40,13 @@ LINE = re.compile(
     r"fit ([0-9.]+) ms \+ ([0-9.]+) ms/token over (\d+) steps")
 
 
-def _open(path):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt")
-    if path.endswith(".xz"):
-        return lzma.open(path, "rt")
-    return open(path)
-
 
 def node_events(path):
     """Each node request's events: id -> dict(model, tokens, arrival (unix
     seconds), events [(t, event, start_ms, deadline_ms, cost_ms, queued_ms,
     fit_ms, fit_ms_per_token)])."""
     reqs = {}
-    with _open(path) as f:
+    with open_log(path) as f:
         for line in f:
             if "arbitration " not in line:
                 continue

@@ -25,12 +25,14 @@ Usage: scripts/step-medians.py SIM_STEPS_CSV SERVE_LOG[.gz|.xz] [...]
 """
 import argparse
 import csv
-import gzip
-import lzma
 import math
+import os
 import re
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from log_open import open_log  # noqa: E402
 
 STEP = re.compile(
     r"model (\S+): slow step, [0-9.]+ ms \(\d+ chunks, (\d+) prefill tokens, \d+ loads\): "
@@ -42,18 +44,11 @@ KINDS = [("prefill >= 1900", lambda p: p >= 1900),
          ("decode only", lambda p: p == 0)]
 
 
-def _open(path):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt")
-    if path.endswith(".xz"):
-        return lzma.open(path, "rt")
-    return open(path)
-
 
 def node_steps(path, gap_s):
     """(start_s, end_s, prefill_tokens) of the log's last run."""
     steps, collected = [], {}
-    with _open(path) as f:
+    with open_log(path) as f:
         for line in f:
             m = STEP.search(line) if "slow step" in line else None
             if not m:
