@@ -47,6 +47,11 @@ absl::Status CheckPolicyRanges(const YamlSection& s, const sim::SimPolicy& polic
   const sim::SimPolicy* p = &policy;
   if (p->max_batch_tokens <= 0) return s.Error(s.Key("max_batch_tokens"), "must be > 0");
   if (p->kv_block_tokens <= 0) return s.Error(s.Key("kv_block_tokens"), "must be > 0");
+  if (p->max_context < 0) return s.Error(s.Key("max_context"), "must be >= 0 (0: not charged)");
+  if (p->gpu_sms <= 0) return s.Error(s.Key("gpu_sms"), "must be > 0");
+  if (p->page_mib < 0 || p->page_mib > 4096) {
+    return s.Error(s.Key("page_mib"), "must be in [0, 4096] (0: bytes exact)");
+  }
   if (p->control_interval_s <= 0) return s.Error(s.Key("control_interval_s"), "must be > 0");
   if (p->demand_window_s <= 0) return s.Error(s.Key("demand_window_s"), "must be > 0");
   if (p->kv_pressure_free_fraction < 0 || p->kv_pressure_free_fraction >= 1) {
@@ -114,6 +119,9 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("kv_paged", &p->kv_paged));
   RETURN_IF_ERROR(s.Get("kv_block_tokens", &p->kv_block_tokens));
   RETURN_IF_ERROR(s.Get("charge_workspace", &p->charge_workspace));
+  RETURN_IF_ERROR(s.Get("page_mib", &p->page_mib));
+  RETURN_IF_ERROR(s.Get("max_context", &p->max_context));
+  RETURN_IF_ERROR(s.Get("gpu_sms", &p->gpu_sms));
   const YAML::Node remap = s.Child("remap");
   RETURN_IF_ERROR(s.Finish());
   if (remap) RETURN_IF_ERROR(ParseRemap(remap, s.Key("remap"), file, &p->remap));

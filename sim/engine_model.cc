@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/attention_plan.h"
 #include "engine/graph_buckets.h"
 #include "nlohmann/json.hpp"
 
@@ -46,7 +47,8 @@ ModelShape TensorParallelPart(const ModelShape& shape, int tp) {
   return part;
 }
 
-int64_t EngineWorkspaceBytes(const ModelShape& s, int max_batch_tokens, int max_seqs) {
+int64_t EngineWorkspaceBytes(const ModelShape& s, int max_batch_tokens, int max_seqs,
+                             const WorkspaceContext& ctx) {
   const int64_t t = max_batch_tokens, a = 2;  // BF16 activations
   const int64_t rows = std::min<int64_t>(engine::GraphBucketTokens(std::max(max_seqs, 1)), t);
   const int64_t h = s.hidden, q = static_cast<int64_t>(s.heads) * s.head_dim,
@@ -56,7 +58,15 @@ int64_t EngineWorkspaceBytes(const ModelShape& s, int max_batch_tokens, int max_
                               + 2 * t * q * a                 // queries, attention output
                               + 3 * t * i * a;                // gate/up, MLP activations
   const int64_t logits = rows * h * a + rows * static_cast<int64_t>(s.vocab) * 4;
-  return activations + logits + (32LL << 20) + 2 * (16LL << 20);
+  int64_t context = 0;
+  if (ctx.max_context > 0) {
+    context =
+        static_cast<int64_t>(engine::MaxPagedAttentionWorkspaceBytes(
+            static_cast<int>(t), s.heads, s.kv_heads, s.head_dim, ctx.max_context, ctx.num_sms)) +
+        static_cast<int64_t>(s.layers) * rows *
+            ((ctx.max_context + ctx.block_tokens - 1) / std::max(ctx.block_tokens, 1)) * 4;
+  }
+  return activations + logits + (32LL << 20) + 2 * (16LL << 20) + context;
 }
 
 absl::StatusOr<ModelShape> NamedShape(const std::string& name) {

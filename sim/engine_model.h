@@ -94,16 +94,27 @@ struct ModelShape {
 // `shape`. REQUIRES: heads % tp == 0.
 ModelShape TensorParallelPart(const ModelShape& shape, int tp);
 
+// What of an engine's buffers grows with the node's context and the GPU
+// (EngineWorkspaceBytes): max_context 0 (the default) leaves it out.
+struct WorkspaceContext {
+  int max_context = 0;    // node.engine.max_context
+  int block_tokens = 16;  // node.engine.block_tokens
+  int num_sms = 132;      // the GPU's SMs (H100 and H200 SXM: 132)
+};
+
 // The device memory an engine of `shape` allocates beside its weights and
 // KV, as the CUDA executor does (engine/cuda/cuda_executor.cc): a step's
 // activations for max_batch_tokens rows, the logits of the sampled rows
 // (max_seqs, rounded up to a graph bucket), the 32 MiB cuBLASLt workspace
-// and two 16 MiB KV staging buffers; not its attention workspace nor its
-// step metadata, whose block tables grow with node.engine.max_context
-// (about 4 MiB for llama-8b at 4,096 tokens, 128 MiB at 131,072). About
-// 416 MiB for llama-8b at 2,048 tokens and 128 sequences. FP8 weights'
-// scratch is not counted.
-int64_t EngineWorkspaceBytes(const ModelShape& shape, int max_batch_tokens, int max_seqs);
+// and two 16 MiB KV staging buffers; with `ctx.max_context`, also its
+// attention workspace (engine::MaxPagedAttentionWorkspaceBytes) and its
+// step metadata's block tables (a row per layer and sampled row, of
+// max_context / block_tokens entries; their small per-token header is
+// not counted). About 416 MiB for llama-8b at 2,048 tokens and 128
+// sequences, 437 with a context of 4,096 on 132 SMs (the daemon logs
+// 437.4). FP8 weights' scratch is not counted.
+int64_t EngineWorkspaceBytes(const ModelShape& shape, int max_batch_tokens, int max_seqs,
+                             const WorkspaceContext& ctx = {});
 
 // A shape by name: llama-1b, llama-3b, llama-8b, qwen-14b, qwen-32b,
 // llama-70b (BF16 weights and KV; callers set the dtypes).

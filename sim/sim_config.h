@@ -241,7 +241,18 @@ struct SimPolicy {
   // remapping). Loads and placement still count weights alone. Default
   // false, as the figures published before it.
   bool charge_workspace = false;
-  SimRemap remap;  // policy.remap (off by default)
+  // The node's memory page in MiB (node.memory.slab_mib): each resident's
+  // weights are mapped in whole pages, and the KV arena carves whole pages
+  // of what is left, so the KV room is that rounded down. 0 (the default,
+  // as the figures published before it): bytes exact.
+  int page_mib = 0;
+  // node.engine.max_context: with charge_workspace, the engines' attention
+  // workspace and block tables are charged too (EngineWorkspaceBytes'
+  // WorkspaceContext, at kv_block_tokens and gpu_sms). 0 (the default, as
+  // the figures published before it): not charged.
+  int max_context = 0;
+  int gpu_sms = 132;  // the GPU's SMs (H100 and H200 SXM: 132)
+  SimRemap remap;     // policy.remap (off by default)
 };
 
 struct SimCluster {

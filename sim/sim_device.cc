@@ -118,12 +118,17 @@ int SimDevice::Requests() const {
 }
 
 int64_t SimDevice::weight_bytes() const {
+  const int64_t page = static_cast<int64_t>(config_->policy.page_mib) << 20;
   int64_t w = 0;
   for (const auto& r : residents_) {
-    w += Spec(r.model).Part().weight_bytes() + Workspace(r.model);
+    const int64_t weights = Spec(r.model).Part().weight_bytes();
+    w += (page > 0 ? (weights + page - 1) / page * page : weights) + Workspace(r.model);
     // Lent layers' bytes are KV room now (remapping).
     if (r.lent.alpha > 0) w -= r.lent.alpha * LayerBytes(Spec(r.model).Part());
   }
+  // The KV arena's whole pages: the room left over, rounded down, is the
+  // KV's (what is below a page counts with the weights).
+  if (page > 0 && w < memory_) w = memory_ - (memory_ - w) / page * page;
   return w;
 }
 
@@ -151,8 +156,9 @@ int64_t SimDevice::KvCapacity(int model) const {
 
 int64_t SimDevice::Workspace(int model) const {
   if (!config_->policy.charge_workspace) return 0;
-  return EngineWorkspaceBytes(Spec(model).Part(), config_->policy.max_batch_tokens,
-                              Spec(model).max_seqs);
+  const SimPolicy& p = config_->policy;
+  return EngineWorkspaceBytes(Spec(model).Part(), p.max_batch_tokens, Spec(model).max_seqs,
+                              {p.max_context, p.kv_block_tokens, p.gpu_sms});
 }
 
 void SimDevice::Report(v1::DeviceState* s, std::vector<v1::ResidentModel>* models) {

@@ -34,6 +34,9 @@ TEST(SimConfigTest, CommittedExamplesParse) {
   // The sharing rule refitted to the 8B models' steps on the card.
   EXPECT_EQ(remap->variants.at("off").rolling_share_exponent, 0.6);
   EXPECT_EQ(remap->variants.at("remap").rolling_overlap_share, 0.5);
+  // The daemon's KV room: whole 64 MiB pages, the engines' context buffers.
+  EXPECT_EQ(remap->variants.at("off").page_mib, 64);
+  EXPECT_EQ(remap->variants.at("off").max_context, 4096);
   auto h100 = ReadSimConfig(kDir + "validate-h100.yaml");
   ASSERT_TRUE(h100.ok()) << h100.status();
   EXPECT_EQ(h100->calibration_path, kDir + "calibration-h100.json");
@@ -245,6 +248,23 @@ TEST(SimConfigTest, PagedKvIsReadAndChecked) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("kv_block_tokens"), std::string::npos);
   EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
+  // The daemon's KV room: pages and the engines' context buffers.
+  EXPECT_EQ(dflt->config.policy.page_mib, 0);
+  EXPECT_EQ(dflt->config.policy.max_context, 0);
+  EXPECT_EQ(dflt->config.policy.gpu_sms, 132);
+  auto room =
+      ParseSimConfig(base + "policy: {page_mib: 64, max_context: 4096, gpu_sms: 114}\n", "s.yaml");
+  ASSERT_TRUE(room.ok()) << room.status();
+  EXPECT_EQ(room->config.policy.page_mib, 64);
+  EXPECT_EQ(room->config.policy.max_context, 4096);
+  EXPECT_EQ(room->config.policy.gpu_sms, 114);
+  for (const char* key : {"page_mib: -1", "max_context: -5", "gpu_sms: 0"}) {
+    auto b = ParseSimConfig(base + "policy: {" + key + "}\n", "s.yaml");
+    ASSERT_FALSE(b.ok()) << key;
+    EXPECT_NE(b.status().message().find(std::string(key).substr(0, std::string(key).find(':'))),
+              std::string::npos)
+        << b.status();
+  }
 }
 
 TEST(SimConfigTest, RemapHasTheDaemonsDefaultsAndKeys) {

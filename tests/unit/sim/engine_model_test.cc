@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/attention_plan.h"
 
 namespace ballast::sim {
 namespace {
@@ -356,6 +357,17 @@ TEST(EngineModelTest, WorkspaceIsTheExecutorsBuffers) {
   EXPECT_LT(EngineWorkspaceBytes(*NamedShape("llama-8b"), 2048, 8), expect);
   EXPECT_EQ(EngineWorkspaceBytes(*NamedShape("llama-8b"), 64, 128),
             EngineWorkspaceBytes(*NamedShape("llama-8b"), 64, 64));
+  // With the node's context (4,096 tokens in blocks of 16) on 132 SMs:
+  // the attention workspace of its split plan and the block tables (32
+  // layers x 128 rows x 256 blocks x 4 bytes). The daemon logged 437.4 MiB
+  // for this engine on an H200 (docs/benchmarks.md, session 54): within
+  // the per-token metadata header left out.
+  const int64_t with = EngineWorkspaceBytes(*NamedShape("llama-8b"), 2048, 128, {4096, 16, 132});
+  EXPECT_EQ(with, expect +
+                      static_cast<int64_t>(
+                          engine::MaxPagedAttentionWorkspaceBytes(2048, 32, 8, 128, 4096, 132)) +
+                      32LL * 128 * 256 * 4);
+  EXPECT_NEAR(static_cast<double>(with) / mib, 437.4, 1.5);
 }
 
 }  // namespace

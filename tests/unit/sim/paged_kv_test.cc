@@ -119,6 +119,31 @@ TEST(PagedKvTest, ChargedWorkspaceTakesItsRoomFromKv) {
   EXPECT_EQ(r->stats.recomputed_tokens, 736);
 }
 
+// page_mib (the node's slab_mib): the weights take whole pages and the KV
+// arena carves whole pages of the rest, so the KV room is rounded down;
+// the room the first decision sees (the arbitration CSV's kv_free) is
+// worked out here.
+TEST(PagedKvTest, PagesRoundTheWeightsUpAndTheKvRoomDown) {
+  const SimModel a = Model("a");
+  const int64_t weights = a.shape.weight_bytes(), per_token = a.shape.kv_bytes_per_token();
+  for (const int page_mib : {0, 2, 8}) {
+    SCOPED_TRACE(page_mib);
+    SimConfig c = Paged({a}, 1500);
+    c.policy.page_mib = page_mib;
+    auto r = Simulate(c, ConstantEngine(), {Req("1", "a", 0, 500, 10)}, 1.0, true);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_FALSE(r->arbitration.empty());
+    const int64_t page = static_cast<int64_t>(page_mib) << 20;
+    int64_t room = 1500 * per_token;
+    if (page > 0) {
+      const int64_t mapped = (weights + page - 1) / page * page;
+      room = (weights + 1500 * per_token - mapped) / page * page;
+    }
+    EXPECT_EQ(r->arbitration[0].kv_free, room);
+    EXPECT_EQ(Find(*r, "1").status, "OK");
+  }
+}
+
 TEST(PagedKvTest, AnotherModelsNewerRequestGivesWayFirst) {
   // x (model a) is admitted first, y (model b) a step later, and both
   // grow alike: 94 blocks of room, so x's growth is the one that runs
