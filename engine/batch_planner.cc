@@ -253,15 +253,23 @@ std::vector<std::unique_ptr<Sequence>> BatchPlanner::TakeAll() {
   return out;
 }
 
+bool HoldsItsPlace(const Sequence& s) {
+  // Preempted; or waiting with the session prefix it took (KV blocks no
+  // one else can use or shed): several such waiting sequences could each
+  // hold what the other needs, so it is tried first, one at a time.
+  return s.admitted_once || s.kv.num_blocks() > 0;
+}
+
 void BatchPlanner::SetAdmissionOrder(const absl::flat_hash_map<std::string, int>& rank) {
-  // Keys once per sequence (not per comparison): preempted first, then rank.
+  // Keys once per sequence (not per comparison): those holding their
+  // place first, then rank.
   std::vector<std::pair<std::pair<int, int>, std::unique_ptr<Sequence>>> keyed;
   keyed.reserve(waiting_.size());
   for (auto& s : waiting_) {
     auto it = rank.find(s->req.id);
     const std::pair<int, int> key =
-        s->admitted_once ? std::pair<int, int>(0, 0)
-                         : std::pair<int, int>(1, it == rank.end() ? INT_MAX : it->second);
+        HoldsItsPlace(*s) ? std::pair<int, int>(0, 0)
+                          : std::pair<int, int>(1, it == rank.end() ? INT_MAX : it->second);
     keyed.emplace_back(key, std::move(s));
   }
   std::stable_sort(keyed.begin(), keyed.end(),

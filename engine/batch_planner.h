@@ -15,14 +15,16 @@
 //      and so on; when that is the sequence being planned, the pass ends.
 //      So the newest sequence on the device gives way first, and the oldest
 //      always progresses.
-//   2. Waiting sequences, in order (preempted ones first), are admitted
+//   2. Waiting sequences, in order (preempted ones first, and those
+//      holding a session prefix they took at an attempt that did not
+//      fit: see HoldsItsPlace), are admitted
 //      while budget and max_seqs allow, the KV manager's admission
 //      watermark passes and blocks can be reserved without preempting
 //      anyone (other models' idle session KV is taken through
 //      options.reclaim, once a pass); the first that does not fit ends the
 //      pass (it waits).
 //   3. A chunk asks for logits iff it computes the sequence's last token.
-//   4. At its first admission a sequence takes its session's device cache
+//   4. At its first admission attempt a sequence takes its session's device cache
 //      (KvManager::TakePrefix); if its lease (engine/kv_tiers.h) covers
 //      more of the prompt, the plan loads the lease's chunks into its
 //      blocks (PlannedLoad) and it computes only the rest. A preempted
@@ -94,6 +96,13 @@ struct StepPlan {
   bool empty() const { return chunks.empty(); }
 };
 
+// Whether a waiting sequence keeps its place at the front of the queue,
+// whatever the arbitration's order: it was preempted (it recomputes, first),
+// or it holds KV blocks (the session prefix taken at an admission attempt
+// that did not fit). Arbitration leaves such sequences out (the engine's
+// Queued() reports them as `preempted`).
+bool HoldsItsPlace(const Sequence& s);
+
 class BatchPlanner {
  public:
   // `kv` must outlive the planner.
@@ -126,8 +135,9 @@ class BatchPlanner {
   std::vector<std::unique_ptr<Sequence>> TakeDone();
   // Removes everything: running (newest first), then waiting (in order).
   std::vector<std::unique_ptr<Sequence>> TakeAll();
-  // Admission order: ascending rank; preempted sequences stay first,
-  // sequences without a rank go last (stable: arrival order among equals).
+  // Admission order: ascending rank; sequences holding their place
+  // (HoldsItsPlace) stay first, sequences without a rank go last (stable:
+  // arrival order among equals).
   void SetAdmissionOrder(const absl::flat_hash_map<std::string, int>& rank);
 
   // Device shedding: preempts the running sequence of `request_id`; returns

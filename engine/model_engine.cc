@@ -414,7 +414,7 @@ std::vector<QueuedRequest> ModelEngine::Queued() {
   out.reserve(planner_->waiting().size());
   for (const auto& s : planner_->waiting()) {
     out.push_back({s->req.id, s->req.arrival, s->req.ttft_slo_ms, s->req.reject_if_slo_unmet,
-                   s->remaining(), s->admitted_once, s->kv_refused});
+                   s->remaining(), HoldsItsPlace(*s), s->kv_refused});
   }
   return out;
 }

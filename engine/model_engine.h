@@ -162,8 +162,10 @@ struct QueuedRequest {
   absl::Time arrival;
   double ttft_slo_ms = 0;
   bool reject_if_slo_unmet = false;
-  int tokens_left = 0;     // prompt tokens still to prefill
-  bool preempted = false;  // was running; always re-admitted first
+  int tokens_left = 0;  // prompt tokens still to prefill
+  // Re-admitted first regardless (BatchPlanner's HoldsItsPlace: it was
+  // running, or holds its session's KV blocks while it waits).
+  bool preempted = false;
   // Its model found no KV room for it at its last admission attempt.
   bool kv_refused = false;
 };

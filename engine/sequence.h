@@ -47,8 +47,9 @@ struct Sequence {
   // AttachSessionPrefix, at its first admission attempt): a later attempt
   // (it did not fit, or it was preempted and recomputes) does not again.
   bool prefix_taken = false;
-  // Its last admission attempt found no KV room (an ahead plan, which asks
-  // no other model, does not count); cleared when admitted.
+  // Its last admission attempt found no KV room (an ahead plan that will
+  // ask the device's other models at the next step does not count);
+  // cleared when admitted.
   bool kv_refused = false;
   // When it last entered the running set (KvRecencyNow; larger = newer).
   uint64_t admitted_at = 0;

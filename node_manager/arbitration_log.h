@@ -5,7 +5,7 @@
 // to be lined up request by request (scripts/arbitration-timeline.py).
 //
 // A request's state at a decision: on time or late (served back to back in
-// the decision's order from its predicted costs, does its prefill start
+// the decision's order from its predicted costs, does its prefill end
 // after its deadline?) and whether its model refused it for KV room at its
 // last admission attempt. An event is reported for a request seen for the
 // first time (kQueued), for each change of its state (kLate, kOnTime,
@@ -34,7 +34,7 @@ struct ArbitrationEntry {
   double start_s = 0;       // its prefill's predicted start in the order
   double deadline_s = 0;    // its TTFT deadline
   double cost_s = 0;        // its predicted prefill time
-  bool late = false;        // start_s + cost_s > deadline_s
+  bool late = false;        // start_s + cost_s > deadline_s (its prefill ends late)
   bool kv_refused = false;  // its model found no KV room for it last time
   bool rejected = false;    // this decision refused it (RESOURCE_EXHAUSTED)
   // Its model's prefill cost fit (PrefillCostModel) the cost came from.

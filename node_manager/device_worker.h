@@ -21,9 +21,14 @@
 // and orders them with the configured policy (arbitration.h). Engines
 // admit in that order, and the engine holding the first request steps
 // first. Running sequences keep decoding every pass, so admission never
-// starves decodes; preempted sequences are re-admitted first. A request
+// starves decodes; preempted sequences (and those holding a session prefix
+// they took at an attempt that did not fit) are re-admitted first; a
+// request merely refused for KV room stays in the order, so on-time
+// requests may pass it. A request
 // expected to miss its TTFT deadline is still served (late) unless it
-// asked for rejection, when it fails with RESOURCE_EXHAUSTED.
+// asked for rejection, when it fails with RESOURCE_EXHAUSTED. With
+// log_decisions, each queued request's changes are logged
+// (device_worker_arbitration.cc, ArbitrationTracker).
 //
 // Removing a model hands its engine to the step thread, which closes it
 // (ModelEngine::Close: outstanding requests fail UNAVAILABLE, and a Submit
@@ -516,6 +521,10 @@ class DeviceWorker {
     bool first_holds_first = false;
   };
   StepOrder Arbitrate(std::vector<std::shared_ptr<engine::ModelEngine>> engines);
+  // `engines` by the place (`first`, per engine: INT32_MAX for none) of
+  // their first request in the decision's order.
+  static StepOrder InStepOrder(std::vector<std::shared_ptr<engine::ModelEngine>> engines,
+                               const std::vector<int>& first);
   // Why a request of the decision is refused (overload bound, or late and
   // it asked to be rejected), if it is.
   std::optional<absl::Status> Refusal(bool on_time, bool rejectable, double wait_ms) const;

@@ -5,6 +5,7 @@
 // for each change in a queued request's state (ArbitrationTracker).
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <optional>
 #include <utility>
 
@@ -27,9 +28,10 @@ struct DeviceQueue {
 
 // Times are seconds relative to `now`: deadline = arrival + TTFT SLO,
 // cost = the model's predicted prefill time for the tokens left.
+// `log`: each request's log entry too (else `entries` stays empty).
 DeviceQueue GatherQueue(const std::vector<std::shared_ptr<engine::ModelEngine>>& engines,
                         std::map<std::string, PrefillCostModel>* costs, double default_ttft_ms,
-                        absl::Time now) {
+                        absl::Time now, bool log) {
   DeviceQueue q;
   for (size_t i = 0; i < engines.size(); ++i) {
     if (!engines[i]->HasWork()) continue;
@@ -45,6 +47,7 @@ DeviceQueue GatherQueue(const std::vector<std::shared_ptr<engine::ModelEngine>>&
       q.reqs.push_back(p);
       q.owner.emplace_back(i, r.id);
       q.rejectable.push_back(r.reject_if_slo_unmet);
+      if (!log) continue;
       ArbitrationEntry e;
       e.id = r.id;
       e.model = engines[i]->name();
@@ -67,9 +70,10 @@ DeviceQueue GatherQueue(const std::vector<std::shared_ptr<engine::ModelEngine>>&
 DeviceWorker::StepOrder DeviceWorker::Arbitrate(
     std::vector<std::shared_ptr<engine::ModelEngine>> engines) {
   const absl::Time now = absl::Now();
-  DeviceQueue q = GatherQueue(engines, &costs_, arbitration_.default_ttft_ms, now);
+  const bool log = arbitration_.log_decisions;
+  DeviceQueue q = GatherQueue(engines, &costs_, arbitration_.default_ttft_ms, now, log);
   if (q.reqs.empty()) {
-    if (arbitration_.log_decisions) LogDecision(now, {});
+    if (log) LogDecision(now, {});
     absl::MutexLock lock(&mu_);
     arb_stats_.expected_late = 0;  // nothing queued: nothing late
     return {std::move(engines), false};
@@ -86,29 +90,33 @@ DeviceWorker::StepOrder DeviceWorker::Arbitrate(
   for (size_t pos = 0; pos < a.order.size(); ++pos) {
     const uint64_t id = a.order[pos];
     const auto& [e, rid] = q.owner[id];
-    ArbitrationEntry& entry = q.entries[id];
     // Served back to back in this order, does it start prefilling late?
-    entry.start_s = t;
+    const double start = t;
     t += q.reqs[id].cost_s;
     const bool on_time = t <= q.reqs[id].deadline_s;
-    entry.late = !on_time;
     const double wait_ms = std::max(0.0, t - q.reqs[id].arrival_s) * 1e3;
-    if (const std::optional<absl::Status> why = Refusal(on_time, q.rejectable[id], wait_ms)) {
+    const std::optional<absl::Status> why = Refusal(on_time, q.rejectable[id], wait_ms);
+    if (why) {
       t -= q.reqs[id].cost_s;  // it will not take device time
       engines[e]->RejectWaiting(rid, *why);
-      entry.rejected = true;
       ++rejected;
     } else {
       late += !on_time;
       ranks[e][rid] = static_cast<int>(pos);
       first[e] = std::min(first[e], static_cast<int>(pos));
     }
-    if (arbitration_.log_decisions) logged.push_back(std::move(entry));
+    if (log) {
+      ArbitrationEntry& entry = q.entries[id];
+      entry.start_s = start;
+      entry.late = !on_time;
+      entry.rejected = why.has_value();
+      logged.push_back(std::move(entry));
+    }
   }
   for (size_t i = 0; i < engines.size(); ++i) {
     if (!ranks[i].empty()) engines[i]->SetAdmissionOrder(ranks[i]);
   }
-  if (arbitration_.log_decisions) LogDecision(now, logged);
+  if (log) LogDecision(now, logged);
   {
     absl::MutexLock lock(&mu_);
     ++arb_stats_.decisions;
@@ -116,6 +124,11 @@ DeviceWorker::StepOrder DeviceWorker::Arbitrate(
     arb_stats_.expected_late = late;
     arb_stats_.last_decision_us = decision_us;
   }
+  return InStepOrder(std::move(engines), first);
+}
+
+DeviceWorker::StepOrder DeviceWorker::InStepOrder(
+    std::vector<std::shared_ptr<engine::ModelEngine>> engines, const std::vector<int>& first) {
   // The engine holding the first request in the order steps first.
   std::vector<size_t> idx(engines.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;

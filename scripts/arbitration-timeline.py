@@ -40,7 +40,6 @@ LINE = re.compile(
     r"fit ([0-9.]+) ms \+ ([0-9.]+) ms/token over (\d+) steps")
 
 
-
 def node_events(path):
     """Each node request's events: id -> dict(model, tokens, arrival (unix
     seconds), events [(t, event, start_ms, deadline_ms, cost_ms, queued_ms,
@@ -68,7 +67,7 @@ def sim_events(path):
     """The simulator's events by trace request id, in the node's form
     (t: simulated seconds; arrival likewise)."""
     reqs = {}
-    for r in csv.DictReader(open(path)):
+    for r in csv.DictReader(open_log(path)):
         t = float(r["t_s"])
         q = reqs.setdefault(r["request"], dict(model=r["model"], tokens=int(r["tokens"]),
                                                arrival=t + float(r["arrival_ms"]) / 1e3,
@@ -113,12 +112,14 @@ def digest(q):
     if q is None:
         return None
     ev = q["events"]
-    late_at = next((t for t, e, *_ in ev if e == "late"), None)
+    # Late when first queued (its prefill's predicted end past its
+    # deadline), or at its first "late" event.
     queued_late = ev[0][1] == "queued" and ev[0][2] + ev[0][4] > ev[0][3]
+    late_at = ev[0][0] if queued_late else next((t for t, e, *_ in ev if e == "late"), None)
     flips = sum(1 for _, e, *_ in ev if e in ("late", "on_time"))
     left = next((x for x in ev if x[1] in ("left", "rejected")), None)
     return dict(
-        late_ms=0.0 if queued_late else (None if late_at is None else (late_at - q["arrival"]) * 1e3),
+        late_ms=None if late_at is None else (late_at - q["arrival"]) * 1e3,
         flips=flips,
         kv=sum(1 for _, e, *_ in ev if e == "kv_refused"),
         queued_ms=None if left is None else left[5],
@@ -149,10 +150,9 @@ def main():
     ap.add_argument("--match-ms", type=float, default=50.0)
     a = ap.parse_args()
     node = node_events(a.log)
-    node_rows = list(csv.DictReader(open(a.node_requests)))
-    node_by_id = {r["id"]: r for r in node_rows}
+    node_rows = list(csv.DictReader(open_log(a.node_requests)))
     sim = sim_events(a.sim_arbitration)
-    sim_by_id = {r["id"]: r for r in csv.DictReader(open(a.sim_requests))}
+    sim_by_id = {r["id"]: r for r in csv.DictReader(open_log(a.sim_requests))}
     ids = match(node, node_rows, a.match_ms)
     node_by_trace = {tid: node[nid] for nid, tid in ids.items()}
     cols = "%6s %2s %2s %7s %6s %4s %3s" % ("late", "fl", "kv", "queued", "cost", "met", "pre")

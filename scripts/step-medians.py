@@ -44,7 +44,6 @@ KINDS = [("prefill >= 1900", lambda p: p >= 1900),
          ("decode only", lambda p: p == 0)]
 
 
-
 def node_steps(path, gap_s):
     """(start_s, end_s, prefill_tokens) of the log's last run."""
     steps, collected = [], {}

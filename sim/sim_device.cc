@@ -245,8 +245,10 @@ void SimDevice::Admit() {
     const double cost_s = costs_[r->model].PredictMs(PrefillEnd(*r) - r->prefilled) / 1e3;
     reqs.push_back({static_cast<uint64_t>(r->index), r->release, r->deadline, cost_s, r->prompt});
   }
-  if (reqs.empty() && hooks_.arbitration) NoteDecision({}, {}, {});  // those admitted left
-  if (!any) return;
+  if (!any) {
+    if (reqs.empty() && hooks_.arbitration) NoteDecision({}, {}, {});  // those admitted left
+    return;
+  }
   const node_manager::Arbitration a = node_manager::Arbitrate(
       config_->policy.arbitration, reqs, events_->now(), {256, config_->policy.max_batch_tokens});
   if (hooks_.arbitration) NoteDecision(reqs, a.order, by_id);
@@ -288,8 +290,10 @@ void SimDevice::Admit() {
     // already counts as free).
     if (!fits && Remapping()) fits = LendFor(*res, bytes + watermark, total_kv);
     if (!fits || (tp && hooks_.group_fits && !hooks_.group_fits(r->model, r->kv_bytes))) {
-      if (!fits) NoteKvWait(r);
-      r->kv_refused = !fits;
+      if (!fits) {
+        NoteKvWait(r);
+        r->kv_refused = true;
+      }
       // Elastic: the first request that does not fit stops admission,
       // unless it cannot fit even with no KV in use (only once another
       // model's weights leave): it waits without blocking the others.

@@ -101,6 +101,7 @@ void SimDevice::ReserveAhead(Resident* res) {
   std::map<const SimRequest*, int> flying;  // the step just begun computes these
   for (const Chunk& c : res->step.chunks) flying[c.r] += c.tokens;
   int budget = config_->policy.max_batch_tokens;
+  bool took = false;
   for (SimRequest* r : res->running) {
     if (budget <= 0) break;
     auto it = flying.find(r);
@@ -108,19 +109,24 @@ void SimDevice::ReserveAhead(Resident* res) {
     const int done = r->prefilled + f;
     int tokens = 0, take = 1;
     if (r->prefilled >= PrefillEnd(*r)) {
-      tokens = r->prompt + r->generated + 1;  // decoding now: the next token's KV
+      if (r->generated + 1 >= r->output) continue;  // its last token comes now: left out
+      tokens = r->prompt + r->generated + 1;        // the next token's KV
     } else if (done >= PrefillEnd(*r)) {
-      tokens = PrefillEnd(*r) + 1;  // its prompt ends now: its first token's KV
+      if (r->recompute + 1 >= r->output) continue;  // its prompt's token is its last
+      tokens = PrefillEnd(*r) + 1;                  // its first token's KV
     } else {
       take = std::min(PrefillEnd(*r) - done, budget);
       tokens = done + take;
     }
-    budget -= take;
     const int64_t need = BlocksBytes(res->model, tokens) - r->kv_held;
-    if (need <= 0 || !Fits(*res, need, kv_used())) continue;  // the ahead plan asks nobody
+    if (need > 0 && !Fits(*res, need, kv_used())) continue;  // the ahead plan asks nobody
+    budget -= take;
+    if (need <= 0) continue;
     r->kv_held += need;
     res->kv_used += need;
+    took = true;
   }
+  if (took) ShedSessions();  // idle sessions' KV counted as free: it gives way
 }
 
 bool SimDevice::Reserve(Resident* res, SimRequest* r, int tokens) {

@@ -259,6 +259,30 @@ TEST_F(BatchPlannerTest, ARequestRefusedForKvIsNotTakenForAPreemptedOne) {
   EXPECT_EQ(Ids(planner_->waiting()), std::vector<std::string>{"big"});
 }
 
+// A refused request that took its session's prefix holds those blocks
+// while it waits (no one else can use or shed them): it keeps its place at
+// the front, as a preempted one does, so two such requests never each hold
+// what the other needs.
+TEST_F(BatchPlannerTest, ARefusedRequestHoldingItsSessionPrefixKeepsItsPlace) {
+  Init(14);
+  Add("a", 16);  // 8 blocks
+  StepPlan p = planner_->Plan();
+  ASSERT_EQ(p.chunks.size(), 1u);
+  SequenceKv kept;
+  ASSERT_TRUE(kv_->Reserve(&kept, 8));  // 4 blocks: 2 free
+  kv_->Keep("s", std::move(kept), Tokens(8), 0);
+  Sequence* turn = Add("turn2", 20, 0, "s");  // takes the 4, needs 6 more: refused
+  Advance(p);
+  p = planner_->Plan();
+  ASSERT_EQ(Ids(planner_->waiting()), std::vector<std::string>{"turn2"});
+  EXPECT_EQ(turn->kv.num_blocks(), 4);
+  EXPECT_FALSE(turn->admitted_once);
+  EXPECT_TRUE(HoldsItsPlace(*turn));
+  Add("small", 1);
+  planner_->SetAdmissionOrder({{"small", 0}, {"turn2", 1}});
+  EXPECT_EQ(Ids(planner_->waiting()), (std::vector<std::string>{"turn2", "small"}));
+}
+
 TEST_F(BatchPlannerTest, HoldingsAndPreemptByRequestId) {
   Init(64);
   Add("lo", 8, /*priority=*/-1);

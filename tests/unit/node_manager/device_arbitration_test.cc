@@ -200,9 +200,16 @@ TEST(DeviceArbitration, TheDecisionLogHasALinePerChange) {
   engine::testing::TempDir dir;
   const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
   auto out = std::make_shared<std::ostringstream>();
-  const std::shared_ptr<spdlog::logger> was = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(*out)));
+  // The default logger writes to `out` until this scope ends (a failed
+  // ASSERT included), then is restored.
+  struct Capture {
+    explicit Capture(std::ostringstream* o) : was(spdlog::default_logger()) {
+      spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+          "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(*o)));
+    }
+    ~Capture() { spdlog::set_default_logger(was); }
+    std::shared_ptr<spdlog::logger> was;
+  } capture(out.get());
   DeviceArbitrationOptions arb;
   arb.log_decisions = true;
   auto w = Worker(arb);
@@ -215,7 +222,6 @@ TEST(DeviceArbitration, TheDecisionLogHasALinePerChange) {
   ASSERT_TRUE(w->Add(e).ok());
   ASSERT_TRUE(WaitAll(&order, 3));
   w->Stop();
-  spdlog::set_default_logger(was);
   const std::regex line(
       R"(arbitration (\S+) at ([0-9.]+): (\S+) (\S+) (\w+); (\d+) tokens, arrived (-?[0-9.]+) s, )"
       R"(start (-?[0-9.]+) ms, deadline (-?[0-9.]+) ms, cost (-?[0-9.]+) ms, queued ([0-9.]+) ms; )"
