@@ -249,9 +249,13 @@ void SimDevice::Admit() {
     if (reqs.empty() && hooks_.arbitration) NoteDecision({}, {}, {});  // those admitted left
     return;
   }
-  const node_manager::Arbitration a = node_manager::Arbitrate(
-      config_->policy.arbitration, reqs, events_->now(), {256, config_->policy.max_batch_tokens});
-  if (hooks_.arbitration) NoteDecision(reqs, a.order, by_id);
+  // The requests are copied only when their decision is recorded.
+  std::vector<node_manager::PendingRequest> logged;
+  if (hooks_.arbitration) logged = reqs;
+  const node_manager::Arbitration a =
+      node_manager::Arbitrate(config_->policy.arbitration, std::move(reqs), events_->now(),
+                              {256, config_->policy.max_batch_tokens});
+  if (hooks_.arbitration) NoteDecision(logged, a.order, by_id);
   order.insert(order.end(), a.order.begin(), a.order.end());
   const bool elastic = config_->policy.elastic();
   int64_t total_kv = kv_used();
