@@ -12,21 +12,26 @@ window's last step. Where the two
 part (a model stepping less often, holding fewer sequences, or admitting
 later) says where a simulated run's attainment departs from the daemon's.
 
-The node's run is its last one: the steps after the last stretch of at
-least --gap-s with no step in flight. Its clock starts at that run's first
-launch; the simulator's at its first step's start (both at the first
+The node's run begins after a stretch of at least --gap-s with no step in
+flight: the one that puts each model's first step closest to the
+simulator's (scripts/run_start.py; at a low rate a run can idle that long
+inside it; --last-gap takes the last such stretch). Its clock starts at
+that run's first launch; the simulator's at its first step's start (both at the first
 request's arrival, give or take the node's admission).
 
 Usage: scripts/step-timeline.py SERVE_LOG[.gz] SIM_STEPS_CSV [--window-s 1]
-       [--from-s 0] [--to-s inf] [--gap-s 0.5] [--model NAME]
+       [--from-s 0] [--to-s inf] [--gap-s 0.5] [--model NAME] [--last-gap]
 """
 import argparse
 import collections
 import csv
-import gzip
 import importlib.util
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from log_open import open_log  # noqa: E402
+from run_start import first_steps, run_start  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "step_log", os.path.join(os.path.dirname(os.path.abspath(__file__)), "step-log.py"))
@@ -34,29 +39,25 @@ step_log = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(step_log)
 
 
-def node_steps(path, gap_s):
-    """Every model's logged steps of the last run: (model, start_s, end_s,
-    decodes, kv_tokens, prefill_tokens), seconds from the run's start."""
-    opener = gzip.open if path.endswith(".gz") else open
+def node_steps(path, gap_s, sim_first=None):
+    """Every model's logged steps of the measured run: (model, start_s,
+    end_s, decodes, kv_tokens, prefill_tokens), seconds from the run's
+    start."""
     steps = []
-    with opener(path, "rt") as f:
+    with open_log(path) as f:
         for line in f:
             m = step_log.STEP.search(line) if "slow step" in line else None
             if m:
                 g = m.groups()
-                steps.append((g[0], int(g[7]), int(g[8]), int(g[3]), int(g[4]), int(g[2])))
+                steps.append((g[0], int(g[7]) / 1e6, int(g[8]) / 1e6, int(g[3]), int(g[4]),
+                              int(g[2])))
     if not steps:
         sys.exit("no steps with their work and times in %s (log every step: SLOW_STEP_MS=0.001)"
                  % path)
     steps.sort(key=lambda s: s[1])
-    first, end = 0, steps[0][2]
-    for i in range(1, len(steps)):
-        if steps[i][1] - end >= gap_s * 1e6:
-            first = i
-        end = max(end, steps[i][2])
+    first = run_start(steps, gap_s, sim_first)
     t0 = steps[first][1]
-    return [(s[0], (s[1] - t0) / 1e6, (s[2] - t0) / 1e6, s[3], s[4], s[5])
-            for s in steps[first:]]
+    return [(s[0], s[1] - t0, s[2] - t0, s[3], s[4], s[5]) for s in steps[first:]]
 
 
 def sim_steps(path):
@@ -86,6 +87,10 @@ def main():
     ap.add_argument("--to-s", type=float, default=float("inf"))
     ap.add_argument("--gap-s", type=float, default=0.5)
     ap.add_argument("--model")
+    ap.add_argument("--last-gap", action="store_true",
+                    help="the node's run begins after its last stretch of --gap-s idle "
+                    "(by default, after the one that lines its models' first steps up "
+                    "with the simulator's)")
     a = ap.parse_args()
     if a.window_s <= 0:
         sys.exit("--window-s must be > 0")
@@ -94,7 +99,10 @@ def main():
         return int(t // a.window_s)
 
     node = collections.defaultdict(lambda: [0, 0, 0, 0])  # steps, decodes, kv, prefill
-    for model, _, end, dec, kv, pre in node_steps(a.log, a.gap_s):
+    simulated = sim_steps(a.sim)
+    sim_first = None if a.last_gap else first_steps(
+        [(s["model"], s["start"]) for s in simulated])
+    for model, _, end, dec, kv, pre in node_steps(a.log, a.gap_s, sim_first):
         if a.model in (None, model) and a.from_s <= end < a.to_s:
             v = node[(key(end), model)]
             v[0] += 1
@@ -102,7 +110,7 @@ def main():
             v[2] += kv
             v[3] += pre
     sim = collections.defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0])
-    for s in sim_steps(a.sim):
+    for s in simulated:
         if a.model in (None, s["model"]) and a.from_s <= s["end"] < a.to_s:
             v = sim[(key(s["end"]), s["model"])]
             v[0] += s["n"]

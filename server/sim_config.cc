@@ -65,6 +65,13 @@ absl::Status CheckPolicyRanges(const YamlSection& s, const sim::SimPolicy& polic
   if (!(p->rolling_share_exponent >= 0 && p->rolling_share_exponent <= 4)) {
     return s.Error(s.Key("rolling_share_exponent"), "must be in [0, 4]");
   }
+  if (p->rolling_skinny_rows < 0) return s.Error(s.Key("rolling_skinny_rows"), "must be >= 0");
+  if (!(p->rolling_skinny_weight > 0 && p->rolling_skinny_weight <= 100)) {
+    return s.Error(s.Key("rolling_skinny_weight"), "must be in (0, 100]");
+  }
+  if (!(p->rolling_cross_weight >= 0 && p->rolling_cross_weight <= 1)) {
+    return s.Error(s.Key("rolling_cross_weight"), "must be in [0, 1]");
+  }
   if (!(p->rolling_overlap_share >= 0 && p->rolling_overlap_share <= 1)) {
     return s.Error(s.Key("rolling_overlap_share"), "must be in [0, 1]");
   }
@@ -103,6 +110,9 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("rolling_steps", &p->rolling_steps));
   RETURN_IF_ERROR(s.Get("rolling_share_exponent", &p->rolling_share_exponent));
   RETURN_IF_ERROR(s.Get("rolling_overlap_share", &p->rolling_overlap_share));
+  RETURN_IF_ERROR(s.Get("rolling_skinny_rows", &p->rolling_skinny_rows));
+  RETURN_IF_ERROR(s.Get("rolling_skinny_weight", &p->rolling_skinny_weight));
+  RETURN_IF_ERROR(s.Get("rolling_cross_weight", &p->rolling_cross_weight));
   RETURN_IF_ERROR(s.Get("lockstep_overlap_share", &p->lockstep_overlap_share));
   RETURN_IF_ERROR(s.Get("ahead_steps", &p->ahead_steps));
   RETURN_IF_ERROR(s.Get("step_host_s", &p->step_host_s));

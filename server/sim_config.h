@@ -12,6 +12,8 @@
 //            min_kv_fraction: 0.1, max_batch_tokens: 8192, overlap_steps: true,
 //            rolling_steps: true, rolling_share_exponent: 0.5,
 //            rolling_overlap_share: 0.3, lockstep_overlap_share: 0,
+//            rolling_skinny_rows: 2, rolling_skinny_weight: 1,
+//            rolling_cross_weight: 1,
 //            ahead_steps: true, step_host_s: 0, request_path_s: 0,
 //            control_interval_s: 1, demand_window_s: 60,
 //            rebalance_interval_s: 30, migration_threshold: 0.2,

@@ -140,6 +140,25 @@ struct SimPolicy {
   // 2,048-token prefill chunk got 22-33% of the GPU (0.5 predicts 22-37%,
   // 0 predicts 50%). The shares always add up to the whole GPU.
   double rolling_share_exponent = 0.5;
+  // Rolling: a decode-only step of at most rolling_skinny_rows rows (the
+  // CUDA engine's skinny GEMV, engine/cuda/kernels.h's
+  // kSkinnyGemmDefaultMaxM: 2) weighs rolling_skinny_weight times what its
+  // work gives. Its kernels take the SMs that a larger step's cuBLASLt
+  // GEMMs leave: on the H200, beside a step of 3 or more rows it got 0.70-
+  // 0.77 of its time alone and the larger one 0.35-0.36; three at once
+  // (one of 1 row), 0.53 and 0.29 each (docs/benchmarks.md, session 55).
+  // 1 (the default): no difference; 2 fits those. Costs nothing.
+  int rolling_skinny_rows = 2;
+  double rolling_skinny_weight = 1;
+  // Rolling: how much a step of the other kind (a decode-only step against
+  // one with prefill chunks) counts against a step's share. 1 (the
+  // default): one GPU shared by weight. Below 1, HBM-bound decodes and
+  // compute-bound prefill chunks overlap and their shares add up to more
+  // than one, as on the H200: a 2,048-token chunk beside one, two and
+  // three decoding 8B models got 0.78-0.83, 0.71-0.78 and 0.71 of the GPU,
+  // the steps beside it 1.0-1.12 of it in all (docs/benchmarks.md, session
+  // 55). Costs nothing.
+  double rolling_cross_weight = 1;
   // Rolling: the share of the engine's concurrent overlap
   // (EngineModel::OverlapSeconds, measured with one host thread per model)
   // that the node realises. A decode-only step's launch latency is

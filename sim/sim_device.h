@@ -50,16 +50,19 @@
 //    small steps), during which the model
 //    waits but takes none of the GPU, then GPU work s - l. The GPU is shared by
 //    the steps whose work is on it: each progresses at g / G of its alone
-//    rate, g its work to the power policy.rolling_share_exponent and G
-//    the sum of those on the GPU (0: processor sharing, equal shares;
-//    the default 0.5: a long step gets more than a short one, as
-//    measured). The shares add up to one: the device does its steps' work
-//    at serial speed (the measurements below), but a short step is no
-//    longer held by a long one. A step's tokens come when its work is
-//    done; its model then admits and begins its next step. Without ahead
-//    steps, one model alone steps every host + s, as lockstep; k
-//    identical models begun together take host + l + k (s - l) a step, as
-//    a lockstep iteration.
+//    rate, g its work to the power policy.rolling_share_exponent (times
+//    policy.rolling_skinny_weight for a decode-only step of at most
+//    rolling_skinny_rows rows, whose skinny GEMVs take more of the SMs)
+//    and G the sum of those on the GPU (0: processor sharing, equal
+//    shares; the default 0.5: a long step gets more than a short one, as
+//    measured), where a step of the other kind (decode-only against one
+//    with prefill chunks) counts policy.rolling_cross_weight of its
+//    weight: below 1, HBM-bound decodes and compute-bound prefills
+//    overlap, and their shares add up to more than the GPU. The shares add up to one: the device
+//    does its steps' work at serial speed (the measurements below), but a short step is no longer
+//    held by a long one. A step's tokens come when its work is done; its model then admits and
+//    begins its next step. Without ahead steps, one model alone steps every host + s, as lockstep;
+//    k identical models begun together take host + l + k (s - l) a step, as a lockstep iteration.
 //  * Ahead steps (policy.ahead_steps, the node's node.engine.ahead_steps;
 //    device_worker_rolling.cc's BeginAheadSteps, the engine's
 //    CanBeginAhead). A model's next step is planned as its current one
@@ -329,7 +332,8 @@ class SimDevice {
     double work = 0;      // its GPU work, in seconds alone
     bool joined = false;  // its work is on the GPU (after the delay)
     double weight = 0;    // joined: its share of the GPU, relative
-    double finish = 0;    // joined: the device's served_ at which it is done
+    int kind = 0;         // joined: 1 with prefill chunks, 0 decode-only
+    double finish = 0;    // joined: its kind's served_ at which it is done
     StepWork w;
     std::vector<Chunk> chunks;
     // A stretch (n > 1): step i (from 0) takes t0 + i * delta alone.
@@ -511,8 +515,10 @@ class SimDevice {
   void RollStretch(Resident* res, int k);
   // A stretch under way goes on as an ordinary step (Speed above).
   void RollUnstretch();
-  double Sharing() const;  // the weights of the steps whose work is on the GPU
-  void RollAdvance();      // served_ up to now
+  // The weights of the steps whose work is on the GPU, as a step of
+  // `kind` counts them (the other kind's at policy.rolling_cross_weight).
+  double Sharing(int kind) const;
+  void RollAdvance();  // served_ up to now
   // `s`'s work joins the GPU with `left` seconds of it (alone) to do.
   void RollJoin(Step* s, double left);
   void RollReschedule();
@@ -542,10 +548,11 @@ class SimDevice {
   std::map<int, node_manager::PrefillCostModel> costs_;  // per model, as the node's
   node_manager::ArbitrationTracker decisions_;           // hooks_.arbitration
   int64_t model_steps_ = 0;
-  // Rolling: the service per unit of weight each step on the GPU has had
-  // since served_ was 0 (it grows by dt / the weights' sum), as of
-  // served_at_.
-  double served_ = 0, served_at_ = 0;
+  // Rolling: the service per unit of weight each step on the GPU of each
+  // kind (decode-only, with prefill) has had since it was 0 (it grows by
+  // dt / Sharing(kind)), as of served_at_.
+  std::array<double, 2> served_{};
+  double served_at_ = 0;
   double pending_at_ = -1;                 // when the pending RollEvent is due (-1: none)
   std::map<int, CachedSession> sessions_;  // by the simulator's session index
   int64_t session_bytes_ = 0;              // their bytes

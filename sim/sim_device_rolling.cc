@@ -3,10 +3,14 @@
 // work is on the GPU share it (processor sharing).
 //
 // The shared clock: a step on the GPU with weight g (its work to the
-// power policy.rolling_share_exponent) gets g / G of the GPU, G the sum of
-// the weights on it. served_ grows by dt / G, so a step that joins with
-// work w when served_ is v is done when served_ reaches v + w / g: one
-// event per step end, whatever joins or leaves meanwhile.
+// power policy.rolling_share_exponent, times policy.rolling_skinny_weight
+// for a decode-only step of at most rolling_skinny_rows rows) gets g / G
+// of the GPU, G the sum of the weights on it (a step of the other kind,
+// decode-only against one with prefill chunks, counted at
+// policy.rolling_cross_weight). Each kind's served_ grows by dt / its G,
+// so a step that joins with work w when its kind's served_ is v is done
+// when that reaches v + w / g: one event per step end, whatever joins or
+// leaves meanwhile.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -42,23 +46,32 @@ int StepsWithin(double t0, double delta, int n, double elapsed) {
 
 }  // namespace
 
-double SimDevice::Sharing() const {
+double SimDevice::Sharing(int kind) const {
+  const double cross = config_->policy.rolling_cross_weight;
   double g = 0;
-  for (const Resident& r : residents_) g += r.step.on && r.step.joined ? r.step.weight : 0;
+  for (const Resident& r : residents_) {
+    const Step& s = r.step;
+    if (s.on && s.joined) g += s.kind == kind ? s.weight : cross * s.weight;
+  }
   return g;
 }
 
 void SimDevice::RollAdvance() {
   const double now = events_->now();
-  const double g = Sharing();
-  if (g > 0) served_ += (now - served_at_) / g;
+  for (int kind = 0; kind < 2; ++kind) {
+    const double g = Sharing(kind);
+    if (g > 0) served_[kind] += (now - served_at_) / g;
+  }
   served_at_ = now;
 }
 
 void SimDevice::RollJoin(Step* s, double left) {
   s->joined = true;
-  s->weight = std::pow(s->work, config_->policy.rolling_share_exponent);
-  s->finish = served_ + (left > 0 ? left / s->weight : 0);
+  const SimPolicy& p = config_->policy;
+  const bool skinny = s->w.prefill_tokens == 0 && s->w.decode_tokens <= p.rolling_skinny_rows;
+  s->weight = std::pow(s->work, p.rolling_share_exponent) * (skinny ? p.rolling_skinny_weight : 1);
+  s->kind = s->w.prefill_tokens > 0 ? 1 : 0;
+  s->finish = served_[s->kind] + (left > 0 ? left / s->weight : 0);
 }
 
 bool SimDevice::LoneStepInFlight() const {
@@ -213,7 +226,7 @@ void SimDevice::RollUnstretch() {
 
 void SimDevice::RollReschedule() {
   double next = std::numeric_limits<double>::infinity();
-  const double g = Sharing();
+  const double g[2] = {Sharing(0), Sharing(1)};
   for (const Resident& r : residents_) {
     const Step& s = r.step;
     if (!s.on) continue;
@@ -222,7 +235,7 @@ void SimDevice::RollReschedule() {
     } else if (!s.joined) {
       next = std::min(next, s.start + s.delay);
     } else {
-      next = std::min(next, served_at_ + std::max(0.0, s.finish - served_) * g);
+      next = std::min(next, served_at_ + std::max(0.0, s.finish - served_[s.kind]) * g[s.kind]);
     }
   }
   if (next == pending_at_) return;  // the event due then still stands
@@ -245,7 +258,7 @@ void SimDevice::RollEvent(uint64_t version) {
     const Step& s = r.step;
     if (!s.on) continue;
     const bool done = s.n > 1 ? s.start + Cum(s.t0, s.delta, s.n) <= now
-                              : s.joined && s.finish <= served_ + kServedEps;
+                              : s.joined && s.finish <= served_[s.kind] + kServedEps;
     if (done) ended.push_back(r.model);
   }
   std::vector<std::pair<Resident*, SimRequest*>> done;

@@ -107,23 +107,62 @@ class StepTools(unittest.TestCase):
         out = run(os.path.join(SCRIPTS, "step-medians.py"), self.sim, self.log, "--from-s", "0",
                   "--to-s", "10")
         rows = {" ".join(l.split()[:2]): l.split()[2:] for l in out.splitlines()[1:5]}
-        # The node's last run: a's 1,000-token prefill (50 ms), b's
-        # 500-token one (100 ms), five decodes of 10 ms (a's second and
-        # third began as the step before them was collected, not when
-        # launched). The simulator: its single steps only (the stretch
-        # left out): 40 and 200 ms, no decode.
+        # The node's run: a's 1,000-token prefill (50 ms), b's 500-token
+        # one (100 ms), five decodes of 10 ms (a's second and third began
+        # as the step before them was collected, not when launched). The
+        # simulator: 40 and 200 ms, and the stretch's 3 decodes of 20 ms.
         self.assertEqual(rows["prefill >="][1:], ["nan", "0", "nan", "0", "nan"])
         self.assertEqual(rows["prefill 600-1899"], ["50.0", "1", "40.0", "1", "0.800"])
         self.assertEqual(rows["prefill <"][1:], ["100.0", "1", "200.0", "1", "2.000"])
-        self.assertEqual(rows["decode only"], ["10.0", "5", "nan", "0", "nan"])
-        # |ln 0.8| + |ln 2|
-        self.assertIn("error (sum of |ln(sim/node)|): 0.916", out)
+        self.assertEqual(rows["decode only"], ["10.0", "5", "20.0", "3", "2.000"])
+        # |ln 0.8| + |ln 2| + |ln 2|
+        self.assertIn("error (sum of |ln(sim/node)|): 1.609", out)
         # a's back-to-back decodes alone: 10 ms each from the collection
         # before them (11 from their launches).
         out = run(os.path.join(SCRIPTS, "step-medians.py"), self.sim, self.log, "--from-s",
                   "0.04", "--to-s", "0.1")
         decode = [l.split() for l in out.splitlines() if l.startswith("decode only")][0]
         self.assertEqual(decode[2:4], ["10.0", "2"])
+
+    def test_a_run_that_idles_inside_is_clocked_from_its_start(self):
+        # A warm-up, 2 s idle, then the run: a's prefill and decode, 0.7 s
+        # with nothing in flight, b's prefill and a's decode. The
+        # simulator starts b 0.75 s after a, as the node did from the
+        # run's start (not from after its idle stretch).
+        base = 1_000_000_000
+        log = os.path.join(self.dir.name, "idle.log")
+        with open(log, "w") as f:
+            f.writelines([
+                step("a", base, base + 5_000, prefill=8),
+                step("a", base + 2_000_000, base + 2_050_000, prefill=1000),
+                step("a", base + 2_050_000, base + 2_060_000, decodes=1, kv=1000),
+                step("b", base + 2_760_000, base + 2_860_000, prefill=500),
+                step("a", base + 2_860_000, base + 2_870_000, decodes=1, kv=1001),
+            ])
+        sim = os.path.join(self.dir.name, "steps-2.csv")
+        with open(sim, "w") as f:
+            f.write("gpu,model,start_s,end_s,steps,decode_tokens,decode_context,prefill_tokens,"
+                    "prefill_attention,prefill_logits,running,waiting,kv_bytes,lent_layers,"
+                    "device_lent\n")
+            f.write("0,a,5.0,5.05,1,0,0,1000,10000,1,1,0,100,0,0\n")
+            f.write("0,b,5.75,5.85,1,0,0,500,5000,1,1,0,50,0,0\n")
+
+        def prefills(*extra):
+            out = run(os.path.join(SCRIPTS, "step-medians.py"), sim, log, "--from-s", "0",
+                      "--to-s", "0.5", *extra)
+            rows = {" ".join(l.split()[:2]): l.split()[2:] for l in out.splitlines()[1:5]}
+            return rows["prefill 600-1899"][:2], rows["prefill <"][1:3]
+
+        # From the run's start: a's prefill at 0, b's at 0.76 (outside).
+        self.assertEqual(prefills(), (["50.0", "1"], ["nan", "0"]))
+        # From after the idle stretch (the old rule): b's at 0, a's before.
+        self.assertEqual(prefills("--last-gap"), (["nan", "0"], ["100.0", "1"]))
+        out = run(os.path.join(SCRIPTS, "step-timeline.py"), log, sim, "--window-s", "0.5")
+        rows = [l.split()[:2] for l in out.splitlines()[2:]]
+        # Windows by when steps end: a's second decode (0.87 s) and b's
+        # prefill (0.86 s, simulated 0.85 s) in the second.
+        self.assertEqual(rows, [["0.0", "a"], ["0.5", "a"], ["0.5", "b"]])
+
 
 if __name__ == "__main__":
     SCRIPTS = sys.argv.pop(1)

@@ -31,9 +31,13 @@ TEST(SimConfigTest, CommittedExamplesParse) {
   EXPECT_EQ(remap->variants.at("off").kv_block_tokens, 16);
   EXPECT_FALSE(remap->variants.at("whole").kv_paged);
   EXPECT_TRUE(remap->variants.at("off").charge_workspace);
-  // The sharing rule refitted to the 8B models' steps on the card.
+  // The sharing rule refitted to the daemon's 8B runs, a skinny decode
+  // step's weight as measured on the card.
   EXPECT_EQ(remap->variants.at("off").rolling_share_exponent, 0.6);
-  EXPECT_EQ(remap->variants.at("remap").rolling_overlap_share, 0.5);
+  EXPECT_EQ(remap->variants.at("remap").rolling_overlap_share, 0.3);
+  EXPECT_EQ(remap->variants.at("remap").rolling_skinny_weight, 2);
+  EXPECT_EQ(remap->variants.at("remap").rolling_skinny_rows, 2);
+  EXPECT_EQ(remap->variants.at("remap").rolling_cross_weight, 1);
   // The daemon's KV room: whole 64 MiB pages, the engines' context buffers.
   EXPECT_EQ(remap->variants.at("off").page_mib, 64);
   EXPECT_EQ(remap->variants.at("off").max_context, 4096);
@@ -198,7 +202,8 @@ TEST(SimConfigTest, OverlapSharesAreReadAndChecked) {
   };
   for (const Share& sh :
        {Share{"rolling_overlap_share", &sim::SimPolicy::rolling_overlap_share, 0.3},
-        Share{"lockstep_overlap_share", &sim::SimPolicy::lockstep_overlap_share, 0}}) {
+        Share{"lockstep_overlap_share", &sim::SimPolicy::lockstep_overlap_share, 0},
+        Share{"rolling_cross_weight", &sim::SimPolicy::rolling_cross_weight, 1}}) {
     SCOPED_TRACE(sh.key);
     auto dflt = ParseSimConfig(base, "s.yaml");
     ASSERT_TRUE(dflt.ok()) << dflt.status();
@@ -212,6 +217,30 @@ TEST(SimConfigTest, OverlapSharesAreReadAndChecked) {
       EXPECT_NE(bad.status().message().find(sh.key), std::string::npos);
       EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
     }
+  }
+}
+
+// A skinny decode step's weight (rolling_skinny_weight, 1 by default, in
+// (0, 100]) and its rows (rolling_skinny_rows, 2, at least 0): read per
+// variant; out of range, an error naming the key and the file.
+TEST(SimConfigTest, SkinnyStepsWeightIsReadAndChecked) {
+  const std::string base = "calibration: c.json\nmodels: [{name: a, shape: llama-1b}]\n";
+  auto dflt = ParseSimConfig(base, "s.yaml");
+  ASSERT_TRUE(dflt.ok()) << dflt.status();
+  EXPECT_EQ(dflt->config.policy.rolling_skinny_weight, 1);
+  EXPECT_EQ(dflt->config.policy.rolling_skinny_rows, 2);
+  auto set = ParseSimConfig(
+      base + "policies: {v: {rolling_skinny_weight: 2.5, rolling_skinny_rows: 4}}\n", "s.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->variants.at("v").rolling_skinny_weight, 2.5);
+  EXPECT_EQ(set->variants.at("v").rolling_skinny_rows, 4);
+  for (const char* bad_value :
+       {"rolling_skinny_weight: 0", "rolling_skinny_weight: 101", "rolling_skinny_rows: -1"}) {
+    auto bad = ParseSimConfig(base + "policy: {" + bad_value + "}\n", "s.yaml");
+    ASSERT_FALSE(bad.ok()) << bad_value;
+    const std::string key = std::string(bad_value).substr(0, std::string(bad_value).find(':'));
+    EXPECT_NE(bad.status().message().find(key), std::string::npos) << bad.status();
+    EXPECT_NE(bad.status().message().find("s.yaml"), std::string::npos);
   }
 }
 

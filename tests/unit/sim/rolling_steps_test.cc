@@ -212,6 +212,56 @@ TEST(RollingStepsTest, SharesFollowTheWorkToTheExponent) {
   }
 }
 
+// policy.rolling_skinny_weight: a decode-only step of at most
+// rolling_skinny_rows rows (the engine's skinny GEMVs) weighs that much
+// more. Two llama-1b models (1 ms latency, 4 ms of work a step, equal
+// shares otherwise): a prefills x and b y1 (y2 and y3, come at the same
+// instant, wait for b's next step), both done at 1 + 2 x 4 = 9 ms. From
+// 10, a's decode step (1 row) shares the GPU with b's step of y1's decode
+// and y2-y3's prefill: weighing 2 against 1, a is done at
+// 10 + 4 x 3/2 = 16 and b, 2 ms of work then left, at 18 (weight 1: both
+// at 18). b's last step, alone, ends at 23.
+TEST(RollingStepsTest, ASkinnyDecodeStepWeighsMore) {
+  for (const double weight : {1.0, 2.0}) {
+    SimConfig c = OneGpu({Model("a", "llama-1b"), Model("b", "llama-1b")}, true);
+    c.policy.rolling_skinny_weight = weight;
+    auto r = Simulate(c, LayerEngine(1e-3, 0.25e-3),
+                      {Req("x", "a", 0, 10, 2), Req("y1", "b", 0, 10, 2), Req("y2", "b", 0, 10, 2),
+                       Req("y3", "b", 0, 10, 2)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NEAR(Find(*r, "x").ttft_ms(), 9, 1e-6) << weight;
+    EXPECT_NEAR(Find(*r, "x").e2e_ms(), weight == 2 ? 16 : 18, 1e-6) << weight;
+    EXPECT_NEAR(Find(*r, "y1").e2e_ms(), 18, 1e-6) << weight;
+    for (const char* id : {"y2", "y3"}) {
+      EXPECT_NEAR(Find(*r, id).ttft_ms(), 18, 1e-6) << weight << " " << id;
+      EXPECT_NEAR(Find(*r, id).e2e_ms(), 23, 1e-6) << weight << " " << id;
+    }
+  }
+}
+
+// policy.rolling_cross_weight: a step of the other kind (decode-only
+// against one with prefill chunks) counts that much of its weight. a and
+// b (llama-1b) prefill x and y from 0 (done at 9). z reaches b at 5 ms;
+// without ahead steps b admits it at 9, so from 10 a's decode step shares
+// the GPU with b's step holding z's prefill. Weight 1: each gets half and
+// both end at 18. Weight 0.5: each counts the other at half, gets 2/3,
+// and both end at 10 + 4 x 3/2 = 16: 8 ms of work in 6.
+TEST(RollingStepsTest, PrefillAndDecodeStepsOverlapByTheCrossWeight) {
+  for (const double cross : {1.0, 0.5}) {
+    SimConfig c = OneGpu({Model("a", "llama-1b"), Model("b", "llama-1b")}, true);
+    c.policy.ahead_steps = false;
+    c.policy.rolling_cross_weight = cross;
+    auto r =
+        Simulate(c, LayerEngine(1e-3, 0.25e-3),
+                 {Req("x", "a", 0, 10, 2), Req("y", "b", 0, 10, 2), Req("z", "b", 0.005, 10, 1)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const double end = cross == 1 ? 18 : 16;
+    EXPECT_NEAR(Find(*r, "x").e2e_ms(), end, 1e-6) << cross;
+    EXPECT_NEAR(Find(*r, "y").e2e_ms(), end, 1e-6) << cross;
+    EXPECT_NEAR(Find(*r, "z").ttft_ms(), end - 5, 1e-6) << cross;
+  }
+}
+
 // Without ahead steps, host time begins each step of each model: a model
 // waits for it, while the other model's step has the GPU to itself
 // meanwhile.
