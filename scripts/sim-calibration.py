@@ -10,17 +10,20 @@ where present (chunked prefill: a chunk over a prefix, alone and beside
 decodes), calib-<shape>-buckets.jsonl where present (decode steps at the
 CUDA graphs' row buckets between powers of two, spread contexts), and calib-<shape>-concurrent.jsonl
 where present (decode steps of 2 or 4 copies at once, context 1024: the
-"concurrent" points).
+"concurrent" points), and with --with-small calib-<shape>-small.jsonl
+(short chunks of 48-504 tokens, alone and beside 8 or 16 decodes, read as
+the mixed ones).
 
 Usage: scripts/sim-calibration.py --dir DIR --date YYYY-MM-DD --memory-gib G
            --h2d-gbps R --activation-ratio X --out configs/sim/calibration-h200.json
-           [--kv-tiers-from FILE]
+           [--kv-tiers-from FILE] [--with-small [--small-date YYYY-MM-DD]]
 
 The session KV tiers' load rates ("kv_tiers": DRAM, SSD and peer, with their
 source) are not measured by sim-calibrate.sh: they are kept from the file
 being replaced (--out), or taken from --kv-tiers-from.
 """
 import argparse
+import itertools
 import json
 import os
 
@@ -91,6 +94,11 @@ def main():
     ap.add_argument("--h2d-gbps", type=float, required=True)
     ap.add_argument("--activation-ratio", type=float, required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--with-small", action="store_true",
+                    help="fit the short chunks of calib-<shape>-small.jsonl too (the committed "
+                    "H200 file leaves them out: docs/benchmarks.md, session 55)")
+    ap.add_argument("--small-date", help="when the short chunks (calib-<shape>-small.jsonl) "
+                    "were measured, where that differs from --date")
     ap.add_argument("--kv-tiers-from", help="a calibration JSON whose kv_tiers to keep "
                     "(default: --out, if it exists)")
     a = ap.parse_args()
@@ -126,7 +134,10 @@ def main():
     # tokens need (measured: 8B 32 + 2,048 as slow as 256 + 2,048; 1B 32
     # + 2,048 slower than its parts apart), which the model, linear in
     # FLOPs, does not represent (docs/benchmarks.md, session 40).
-    for name, run in optional_runs(a.dir, "mixed"):
+    # Short chunks (calib-<shape>-small.jsonl, SMALL_ONLY=1), with
+    # --with-small, are read the same way.
+    small_runs = optional_runs(a.dir, "small") if a.with_small else iter(())
+    for name, run in itertools.chain(optional_runs(a.dir, "mixed"), small_runs):
         alone = {}
         for r in run["mixed"]:
             b, c = r["batch"], r["chunk"]
@@ -161,6 +172,8 @@ def main():
                                    decode_tokens=b, decode_context=b * mean_ctx,
                                    ms=round(d["ms_per_step"], 4),
                                    ms_alone=round(alone[b], 4)))
+    small = a.with_small and any(
+        os.path.exists(os.path.join(a.dir, f"calib-{s}-small.jsonl")) for s in ("1b", "3b", "8b"))
     out = dict(
         device=device, date=a.date,
         command=("deploy/gpu-host/sim-calibrate.sh OUT (ballast bench-engine, CUDA graphs, "
@@ -169,6 +182,8 @@ def main():
                     if large else "")
                  + ("decode steps at the graph buckets from calib-<shape>-buckets.jsonl; "
                     if buckets else "")
+                 + ("short chunks from calib-<shape>-small.jsonl (SMALL_ONLY=1%s); "
+                    % (", " + a.small_date if a.small_date else "") if small else "")
                  + "scripts/sim-calibration.py"),
         memory_bytes=int(a.memory_gib * (1 << 30)), h2d_bytes_per_s=a.h2d_gbps * 1e9,
         activation_ratio=a.activation_ratio)

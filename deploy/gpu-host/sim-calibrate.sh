@@ -16,8 +16,11 @@
 # row buckets between powers of two (320 ... 960 sequences, contexts
 # spread around 200), where cuBLASLt's heuristic picks differ from those
 # at powers of two.
+# OUT/calib-<shape>-small.jsonl holds short chunks (48-504 tokens: a
+# prompt's last chunk, a short prompt), alone and beside 8 or 16 decodes.
 # SHAPES picks shapes (default: 1b 3b 8b); LARGE_ONLY=1 runs only the
 # large batches, PREFILL_ONLY=1 only the many-prompt and mixed prefills,
+# SMALL_ONLY=1 only the short chunks,
 # BUCKETS_ONLY=1 only the graph buckets (adding them to an earlier run's
 # OUT).
 # Usage (repository root, GPU host): deploy/gpu-host/sim-calibrate.sh OUT_DIR
@@ -57,6 +60,17 @@ for s in ${SHAPES:-1b 3b 8b}; do
       >> "$FILE"
   }
   echo "== $s" >> "$OUT/summary.txt"
+  # Short chunks: each over a prefix as long, alone and beside 8 or 16
+  # decodes at context 256, sized so that a step's rows (B + C) are a
+  # multiple of 128, as scripts/sim-calibration.py keeps mixed steps
+  # (all but the smallest, 64 rows, which counts alone only).
+  if [ "${SMALL_ONLY:-0}" = 1 ]; then
+    FILE="$OUT/calib-$s-small.jsonl"
+    : > "$FILE"
+    run 256 0 8 --mixed 56,120,248,376,504 || true
+    run 256 0 16 --mixed 48,112,240,368,496 || true
+    continue
+  fi
   if [ "${LARGE_ONLY:-0}" != 1 ] && [ "${PREFILL_ONLY:-0}" != 1 ] && [ "${BUCKETS_ONLY:-0}" != 1 ]; then
     : > "$FILE"
     run 256 512 1,8,32,128,256
