@@ -96,7 +96,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--with-small", action="store_true",
                     help="fit the short chunks of calib-<shape>-small.jsonl too (the committed "
-                    "H200 file leaves them out: docs/benchmarks.md, session 55)")
+                    "H200 file is made with them: docs/benchmarks.md, session 55)")
     ap.add_argument("--small-date", help="when the short chunks (calib-<shape>-small.jsonl) "
                     "were measured, where that differs from --date")
     ap.add_argument("--kv-tiers-from", help="a calibration JSON whose kv_tiers to keep "

@@ -114,7 +114,8 @@ std::array<double, kFeatures> StepFeatures(const ModelShape& s, const StepWork& 
           layers2 * w.prefill_tokens + head2 * w.prefill_logits,
           4.0 * s.layers * s.heads * s.head_dim * w.prefill_attention,
           s.kv_dtype_bytes == 1 ? w.decode_context * 2.0 * s.layers * s.kv_heads * s.head_dim : 0.0,
-          past_ridge};
+          past_ridge,
+          graph ? 0.0 : static_cast<double>(s.layers)};
 }
 
 namespace {

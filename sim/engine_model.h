@@ -5,7 +5,7 @@
 //
 // A step runs B decode tokens (their KV spans C tokens in total) and P
 // prefill tokens (chunks whose attention spans A query x key pairs in
-// total). Its time is linear in ten features of the model's shape:
+// total). Its time is linear in eleven features of the model's shape:
 //
 //   t = k0                                  per-step host cost
 //     + k1 * layers                         kernel launches per layer
@@ -18,6 +18,7 @@
 //     + k8 * C * KV elements per token if the KV is FP8   dequantisation
 //     + k9 * 2 * (layer params * max(0, B + P - R)
 //                 + LM head params * max(0, B + L - R))  GEMM FLOPs past the ridge
+//     + k10 * layers if the step is launched eagerly   eager kernel launches
 //
 // (dense params = layer params + LM head params. The LM head multiplies
 // only the sampled rows: every decode, and the last token of each prompt
@@ -41,7 +42,16 @@
 // 8B's 1,024-sequence step on the H200 (docs/benchmarks.md, "Large
 // batches in the engine model").
 //
-// The coefficients k0..k9 (seconds per unit) are one per card, fitted by
+// k10: a decode-only step replays its bucket's CUDA graph, while a step
+// with prefill chunks launches its kernels one by one. Without it the
+// model was 4-12% low for chunks of 100-500 tokens (measured on the H200,
+// docs/benchmarks.md, session 55: an 8B's 248-token chunk beside 8
+// decodes took 8.98 ms, predicted 7.86), and fitting those points moved a
+// 1B's batch-1 decode from +19% to +25%; with k10 (13 us a layer on the
+// H200) the 8B chunks come within 7%, the 1B ones within 12%, and the
+// rest stays where it was.
+//
+// The coefficients k0..k10 (seconds per unit) are one per card, fitted by
 // non-negative least squares on the relative error over every recorded
 // step of every calibrated shape, so a shape never measured (a 70B) is
 // predicted from the same physical rates. R is fitted with them: the fit
@@ -121,7 +131,9 @@ int64_t EngineWorkspaceBytes(const ModelShape& shape, int max_batch_tokens, int 
 absl::StatusOr<ModelShape> NamedShape(const std::string& name);
 
 // What one engine step computes.
-inline constexpr int kFeatures = 10;
+inline constexpr int kFeatures = 11;
+// The index of k9, the GEMM FLOPs past the ridge (R's own coefficient).
+inline constexpr int kRidgeFeature = 9;
 
 struct StepWork {
   int decode_tokens = 0;         // B
@@ -202,7 +214,7 @@ absl::StatusOr<Calibration> ParseCalibration(const std::string& json, const std:
 
 class EngineModel {
  public:
-  // Fits k0..k9 and R to `calibration`'s points. INVALID_ARGUMENT if there
+  // Fits k0..k10 and R to `calibration`'s points. INVALID_ARGUMENT if there
   // are too few points to identify them (fewer than kFeatures, or no
   // prefill point).
   static absl::StatusOr<EngineModel> Fit(const Calibration& calibration);
@@ -275,7 +287,7 @@ class EngineModel {
   KvLinkRates kv_rates_;
 };
 
-// The features of a step (the k0..k9 multipliers above), R =
+// The features of a step (the k0..k10 multipliers above), R =
 // `ridge_tokens`.
 std::array<double, kFeatures> StepFeatures(const ModelShape& shape, const StepWork& work,
                                            double ridge_tokens);

@@ -143,7 +143,7 @@ std::vector<std::array<double, kK>> Rows(const Calibration& c, double ridge) {
   std::vector<std::array<double, kK>> rows;
   for (const CalibrationPoint& p : c.points) {
     std::array<double, kK> f = StepFeatures(p.shape, p.work, std::max(ridge, 0.0));
-    if (ridge < 0) f[kK - 1] = 0;
+    if (ridge < 0) f[kRidgeFeature] = 0;
     for (double& x : f) x /= p.seconds;
     rows.push_back(f);
   }
@@ -220,9 +220,9 @@ absl::StatusOr<EngineModel> EngineModel::Fit(const Calibration& c) {
   // it R means nothing.
   double ridge_share = 0;
   for (const auto& r : Rows(c, best_ridge))
-    ridge_share = std::max(ridge_share, best_k[kK - 1] * r[kK - 1]);
+    ridge_share = std::max(ridge_share, best_k[kRidgeFeature] * r[kRidgeFeature]);
   if (ridge_share < 1e-3) {
-    best_k[kK - 1] = 0;
+    best_k[kRidgeFeature] = 0;
     best_ridge = 0;
   }
   const OverlapFit overlap = FitOverlap(c.concurrent, best_k, best_ridge);

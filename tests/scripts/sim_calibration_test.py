@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """scripts/sim-calibration.py against the committed H200 calibration: the
 raw bench-engine runs in configs/sim/raw-h200 rebuild
-configs/sim/calibration-h200.json exactly, and --with-small adds the short
-chunks of calib-<shape>-small.jsonl (alone and beside their decodes) and
-says so in the command, leaving every other point as it was.
+configs/sim/calibration-h200.json exactly (with --with-small, as it was
+made), and without --with-small the short chunks of
+calib-<shape>-small.jsonl (alone and beside their decodes) are left out
+and the command does not name them, every other point as it was.
 
 Usage (ctest runs it): sim_calibration_test.py SOURCE_DIR
 """
@@ -37,17 +38,18 @@ class SimCalibration(unittest.TestCase):
             return text, f.read()
 
     def test_the_raw_runs_rebuild_the_committed_file(self):
-        built, committed = self.build()
+        built, committed = self.build("--with-small", "--small-date", "2026-12-04")
         self.assertEqual(built, committed)
 
-    def test_short_chunks_are_added_with_their_flag(self):
-        built, committed = self.build("--with-small", "--small-date", "2026-12-04")
+    def test_short_chunks_are_left_out_without_their_flag(self):
+        built, committed = self.build()
         built, committed = json.loads(built), json.loads(committed)
         self.assertIn("short chunks from calib-<shape>-small.jsonl (SMALL_ONLY=1, 2026-12-04)",
-                      built["command"])
+                      committed["command"])
+        self.assertNotIn("short chunks", built["command"])
         key = lambda p: json.dumps(p, sort_keys=True)  # noqa: E731
-        left = [key(p) for p in built["points"]]
-        for p in committed["points"]:  # every committed point, as it was
+        left = [key(p) for p in committed["points"]]
+        for p in built["points"]:  # every point built without them, as committed
             left.remove(key(p))
         added = [json.loads(k) for k in left]
         # Per shape (1b, 8b) and decode batch (8, 16): 5 chunks alone, and

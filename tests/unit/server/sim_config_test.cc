@@ -33,7 +33,7 @@ TEST(SimConfigTest, CommittedExamplesParse) {
   EXPECT_TRUE(remap->variants.at("off").charge_workspace);
   // The sharing rule refitted to the daemon's 8B runs, a skinny decode
   // step's weight as measured on the card.
-  EXPECT_EQ(remap->variants.at("off").rolling_share_exponent, 0.6);
+  EXPECT_EQ(remap->variants.at("off").rolling_share_exponent, 0.55);
   EXPECT_EQ(remap->variants.at("remap").rolling_overlap_share, 0.3);
   EXPECT_EQ(remap->variants.at("remap").rolling_skinny_weight, 2);
   EXPECT_EQ(remap->variants.at("remap").rolling_skinny_rows, 2);

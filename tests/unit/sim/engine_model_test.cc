@@ -47,11 +47,12 @@ Calibration Synthetic(const std::array<double, kFeatures>& k, double ridge = 0) 
 }
 
 // The grid holds the true ridge (192 tokens), so the fit finds it and
-// every coefficient exactly.
+// every coefficient exactly (k10 from the prefills, launched eagerly,
+// against the decode steps' graphs).
 TEST(EngineModelTest, FitRecoversKnownCoefficients) {
   const std::array<double, kFeatures> k = {2e-3,     3e-5,       1 / 3e12,   1 / 2e12,
                                            2e-7,     1 / 400e12, 1 / 600e12, 1 / 300e12,
-                                           1 / 1e13, 1 / 800e12};
+                                           1 / 1e13, 1 / 800e12, 1.5e-5};
   auto m = EngineModel::Fit(Synthetic(k, 192));
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->ridge_tokens(), 192);
@@ -96,6 +97,15 @@ TEST(EngineModelTest, DecodeStepsCountTheirGraphsPaddedRows) {
   EXPECT_DOUBLE_EQ(StepFeatures(s, {300, 300 * 100.0, 100, 5050, 1}, 192)[9],
                    layers2 * (400 - 192) + 2 * s.lm_head_params() * (301 - 192));
   EXPECT_DOUBLE_EQ(StepFeatures(s, {100, 100 * 100.0, 0, 0}, 192)[9], 0);
+}
+
+// k10's feature: the layers of a step launched eagerly (one with prefill
+// chunks), none for a decode-only step's graph.
+TEST(EngineModelTest, EagerStepsCountTheirLayers) {
+  const ModelShape s = *NamedShape("llama-8b");
+  EXPECT_EQ(StepFeatures(s, {8, 8 * 100.0, 0, 0}, 192)[10], 0);
+  EXPECT_EQ(StepFeatures(s, {8, 8 * 100.0, 120, 7260, 1}, 192)[10], 32);
+  EXPECT_EQ(StepFeatures(s, {0, 0, 512, PrefillAttentionPairs(512, 0), 1}, 192)[10], 32);
 }
 
 // The LM head multiplies the sampled rows only: a prefill's tokens cost the
