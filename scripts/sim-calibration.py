@@ -136,7 +136,7 @@ def main():
     # FLOPs, does not represent (docs/benchmarks.md, session 40).
     # Short chunks (calib-<shape>-small.jsonl, SMALL_ONLY=1), with
     # --with-small, are read the same way.
-    small_runs = optional_runs(a.dir, "small") if a.with_small else iter(())
+    small_runs = list(optional_runs(a.dir, "small")) if a.with_small else []
     for name, run in itertools.chain(optional_runs(a.dir, "mixed"), small_runs):
         alone = {}
         for r in run["mixed"]:
@@ -172,8 +172,6 @@ def main():
                                    decode_tokens=b, decode_context=b * mean_ctx,
                                    ms=round(d["ms_per_step"], 4),
                                    ms_alone=round(alone[b], 4)))
-    small = a.with_small and any(
-        os.path.exists(os.path.join(a.dir, f"calib-{s}-small.jsonl")) for s in ("1b", "3b", "8b"))
     out = dict(
         device=device, date=a.date,
         command=("deploy/gpu-host/sim-calibrate.sh OUT (ballast bench-engine, CUDA graphs, "
@@ -183,7 +181,7 @@ def main():
                  + ("decode steps at the graph buckets from calib-<shape>-buckets.jsonl; "
                     if buckets else "")
                  + ("short chunks from calib-<shape>-small.jsonl (SMALL_ONLY=1%s); "
-                    % (", " + a.small_date if a.small_date else "") if small else "")
+                    % (", " + a.small_date if a.small_date else "") if small_runs else "")
                  + "scripts/sim-calibration.py"),
         memory_bytes=int(a.memory_gib * (1 << 30)), h2d_bytes_per_s=a.h2d_gbps * 1e9,
         activation_ratio=a.activation_ratio)

@@ -34,6 +34,8 @@ _spec = importlib.util.spec_from_file_location("step_timeline",
                                                os.path.join(_here, "step-timeline.py"))
 timeline = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(timeline)
+sys.path.insert(0, _here)
+from run_start import run_start  # noqa: E402
 WORK = ["decode_tokens", "decode_context", "prefill_tokens", "prefill_attention", "prefill_logits"]
 
 
@@ -53,12 +55,8 @@ def last_run(path):
     if not steps:
         sys.exit("no steps with their work in %s (SLOW_STEP_MS=0.001)" % path)
     steps.sort(key=lambda s: s["launch"])
-    first, end = 0, steps[0]["collected"]
-    for i in range(1, len(steps)):
-        if steps[i]["launch"] - end >= 5e5:
-            first = i
-        end = max(end, steps[i]["collected"])
-    return steps[first:]
+    spans = [(s["model"], s["launch"] / 1e6, s["collected"] / 1e6) for s in steps]
+    return steps[run_start(spans, 0.5):]
 
 
 def predict(steps, ballast, calibration, shape):
