@@ -58,20 +58,25 @@ struct GpuExecutorOptions {
   // deterministic mode.
   int gemm_tune_candidates = 0;
   // At Init, launch each cuBLASLt product a step runs (each layer
-  // product with layer 0's weights, and the LM head's) at every decode
-  // graph bucket up to the executor's rows (min(GraphBucketTokens(max_seqs),
-  // max_batch_tokens); engine/graph_buckets.h), on zeros, queued on the
-  // step stream and not waited for; a product whose algorithm was already
-  // launched for its shape is skipped (Gemm::SetWarming). cuBLASLt sets a
+  // product with layer 0's weights, and the LM head's) at every row
+  // bucket (engine/graph_buckets.h) up to max_batch_tokens, the rows of
+  // an eager step with prefill chunks (the LM head's, which runs on the
+  // sampled rows, up to the graphs' rows: min(GraphBucketTokens(max_seqs),
+  // max_batch_tokens)), on zeros, queued on the step stream and not
+  // waited for; a product whose algorithm was already launched for its
+  // shape is skipped (Gemm::SetWarming). cuBLASLt sets a
   // kernel's attributes at its first launch, and on an H200 that call
   // waited for all the work queued on the device: a busy server's first
   // step in a new bucket (the head's rows change with every step that
   // finishes prompts) blocked its launch for the step in flight
   // (docs/benchmarks.md, "The prefill launch that waited for the
-  // device"). Costs, for an 8B at max_seqs 1,024 on an H200, 4-18 ms of
-  // an activation, and 230-400 ms more of a process's first, where
-  // cuBLASLt loads the kernels (docs/benchmarks.md, "Products warmed at
-  // activation"); on a device busy with other models each first launch
+  // device"), and so did the first prefill step of a new bucket past the
+  // graphs' rows (docs/benchmarks.md, "Prefill buckets warmed too").
+  // Costs, for an 8B at max_seqs 1,024 on an H200, 4-18 ms of an
+  // activation (buckets up to max_seqs only; see the same section for the
+  // prefill buckets' cost), and 230-400 ms more of a process's first,
+  // where cuBLASLt loads the kernels (docs/benchmarks.md, "Products
+  // warmed at activation"); on a device busy with other models each first launch
   // also waits for their queued work, as it would in this model's steps.
   // With tuning (gemm_tune_candidates) a row count between buckets runs
   // its own pick or its bucket's timed winner, which may still be a first

@@ -120,6 +120,9 @@ class CudaExecutor final : public Executor {
   AttentionPlan last_attention_plan() const { return last_attention_plan_; }
   // The SMs its steps run on: the device's, or its SM partition's.
   int num_sms() const { return num_sms_; }
+  // cuBLASLt plans its steps made whose algorithm the warm-up at
+  // activation did not launch (Gemm::unwarmed_plans; for tests).
+  int unwarmed_gemm_plans() const { return gemm_->unwarmed_plans(); }
 
  private:
   struct StepShape {
@@ -188,8 +191,9 @@ class CudaExecutor final : public Executor {
   absl::Status Linear(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                       int k, bool x_in_fp8 = false);
   // GpuExecutorOptions::warm_products: one product of every shape a step
-  // can run through cuBLASLt, at every decode graph bucket up to
-  // max_rows_ and at max_rows_, queued on stream_ (not waited for). A
+  // can run through cuBLASLt, at every row bucket (engine/graph_buckets.h)
+  // up to max_batch_tokens (the LM head's up to max_rows_), and at
+  // max_rows_ and max_batch_tokens, queued on stream_ (not waited for). A
   // failure is logged, not returned (an optimization; the steps report
   // what is wrong). REQUIRES: Init's buffers allocated; no layer streamed
   // yet.

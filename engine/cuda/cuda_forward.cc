@@ -4,6 +4,7 @@
 // executor's lifecycle, graphs and sampling in cuda_executor.cc.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 #include "engine/cuda/cuda_executor.h"
@@ -24,12 +25,15 @@ absl::Status CudaExecutor::Linear(const void* x, const void* w, const float* w_s
 absl::Status CudaExecutor::WarmProducts() {
   const int H = config_.hidden_size, Q = config_.q_dim(), I = config_.intermediate_size;
   const size_t a = ActSize(act_);
-  // Zeros in, so no product meets a NaN; the outputs are scratch.
+  // Zeros in, so no product meets a NaN; the outputs are scratch. The
+  // layer products' inputs hold max_batch_tokens rows, the LM head's
+  // max_rows_.
+  const size_t T = static_cast<size_t>(options_.max_batch_tokens);
   const size_t R = static_cast<size_t>(max_rows_);
-  const std::pair<DeviceBuffer*, int> inputs[] = {
-      {&x_, H}, {&attn_, Q}, {&act_buf_, I}, {&x_sel_, H}};
-  for (auto [buf, cols] : inputs) {
-    BALLAST_CUDA_RETURN(cudaMemsetAsync(buf->get(), 0, R * cols * a, stream_), "warm-up inputs");
+  const std::tuple<DeviceBuffer*, int, size_t> inputs[] = {
+      {&x_, H, T}, {&attn_, Q, T}, {&act_buf_, I, T}, {&x_sel_, H, R}};
+  for (auto [buf, cols, rows] : inputs) {
+    BALLAST_CUDA_RETURN(cudaMemsetAsync(buf->get(), 0, rows * cols * a, stream_), "warm-up inputs");
   }
   gemm_->SetWarming(true);  // untimed; each algorithm once per shape
   absl::Status st = WarmBuckets(weights_->layer(0));
@@ -43,9 +47,13 @@ absl::Status CudaExecutor::WarmProducts() {
 absl::Status CudaExecutor::WarmBuckets(const DeviceLayer& L) {
   const ModelConfig& c = config_;
   const int H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size;
-  // Every bucket, and max_rows_ itself, to which graph steps are clamped
-  // when it is not a bucket.
-  for (int m = 1;; m = std::min(GraphBucketTokens(m + 1), max_rows_)) {
+  const int T = options_.max_batch_tokens;
+  // Every bucket up to max_batch_tokens, and max_rows_ and max_batch_tokens
+  // themselves where they are not buckets (graph steps are clamped to
+  // max_rows_). Eager steps (prefill chunks) of more rows than max_rows_
+  // run their layer products at their bucket's algorithm too; only the
+  // LM head, which runs on sampled rows, stops at max_rows_.
+  for (int m = 1;;) {
     // The layer products as Enqueue and Mlp run them (gate/up unfused).
     if (auto s = Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), m, Q + 2 * KV, H); !s.ok())
       return s;
@@ -53,11 +61,15 @@ absl::Status CudaExecutor::WarmBuckets(const DeviceLayer& L) {
     if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), m, 2 * I, H); !s.ok())
       return s;
     if (auto s = Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), m, H, I); !s.ok()) return s;
-    if (auto s = gemm_->Run(x_sel_.get(), weights_->lm_head(), logits_.get(), m, c.vocab_size, H,
-                            act_, true, stream_);
-        !s.ok())
-      return s;
-    if (m == max_rows_) return absl::OkStatus();
+    if (m <= max_rows_) {
+      if (auto s = gemm_->Run(x_sel_.get(), weights_->lm_head(), logits_.get(), m, c.vocab_size, H,
+                              act_, true, stream_);
+          !s.ok())
+        return s;
+    }
+    if (m == T) return absl::OkStatus();
+    const int next = GraphBucketTokens(m + 1);
+    m = m < max_rows_ ? std::min(next, max_rows_) : std::min(next, T);
   }
 }
 

@@ -344,6 +344,11 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
   if (auto s = ChooseAlgo(p.get(), m, n, k, type, out_f32, fp8, w_scale, x_scale); !s.ok()) {
     return s;
   }
+  if (!warming_ && !warmed_.empty()) {
+    Key shape = p->bucket;
+    std::get<0>(shape) = 0;
+    if (warmed_.count({shape, AlgoBytes(p->algo)}) == 0) ++unwarmed_plans_;
+  }
   Plan* raw = p.get();
   plans_.emplace(key, std::move(p));
   return raw;

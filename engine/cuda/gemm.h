@@ -135,6 +135,11 @@ class Gemm {
   void SetWarming(bool warming) { warming_ = warming; }
   // cuBLASLt products launched while warming, not skipped (tests).
   int warm_launches() const { return static_cast<int>(warmed_.size()); }
+  // Plans made after warming, not while it, whose algorithm was not launched
+  // for their shape while warming: each may be a kernel whose first launch
+  // in the process (and its wait for the device's queued work) falls on a
+  // step. 0 until something was warmed (tests).
+  int unwarmed_plans() const { return unwarmed_plans_; }
   // Shape buckets timed so far (tests, benchmarks).
   int tuned_buckets() const { return static_cast<int>(tuned_.size()); }
   // Where RunFp8 puts x rounded to E4M3 ([m][k] bytes, [m] scales) and
@@ -184,6 +189,7 @@ class Gemm {
   bool batch_invariant_ = false;
   int tune_candidates_ = 0;
   bool warming_ = false;
+  int unwarmed_plans_ = 0;
   // While warming: the shapes (m = 0) and algorithms launched.
   std::set<std::pair<Key, std::array<uint64_t, 8>>> warmed_;
   void* tune_events_[2] = {nullptr, nullptr};  // cudaEvent_t, made at the first tuning

@@ -271,6 +271,32 @@ TEST_F(CudaModel, WarmedProductsChangeNoLogits) {
   }
 }
 
+// The warm-up at activation launches every cuBLASLt algorithm an eager
+// step can take up to max_batch_tokens rows, not only the decode graphs'
+// (max_seqs): a prefill step of 1,200 rows then makes no plan whose
+// algorithm the warm-up did not launch, so no step waits on a kernel's
+// first launch. (Warming only up to max_seqs rows, as before, fails here.)
+TEST_F(CudaModel, WarmUpCoversPrefillStepsPastTheDecodeRows) {
+  constexpr int kSeqs = 12, kPrompt = 100, kVocab = 512;
+  GpuHarness h(model_, 16, "auto", /*graphs=*/true, 2048, /*max_batch_tokens=*/1536,
+               WeightQuant::kNone, false, 0, /*warm_products=*/true, /*max_seqs=*/16);
+  std::vector<SequenceKv> seqs(kSeqs);
+  std::vector<SequenceChunk> prefill;
+  std::vector<std::vector<int>> toks(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) {
+    for (int i = 0; i < kPrompt; ++i) toks[s].push_back((s * 19 + i * 3) % kVocab);
+    ASSERT_TRUE(h.kv->Reserve(&seqs[s], kPrompt).ok());
+    prefill.push_back({&seqs[s], 0, absl::MakeConstSpan(toks[s]), LogitsMode::kLast});
+  }
+  std::vector<float> out;
+  ASSERT_TRUE(h.executor->Forward(prefill, &out).ok());
+  EXPECT_EQ(out.size(), static_cast<size_t>(kSeqs) * kVocab);
+  const auto* ce = dynamic_cast<const cuda::CudaExecutor*>(h.executor.get());
+  ASSERT_NE(ce, nullptr);
+  EXPECT_EQ(ce->unwarmed_gemm_plans(), 0);
+  for (auto& s : seqs) h.kv->Release(&s);
+}
+
 // A decode batch past the power-of-two buckets (300 sequences: the
 // 320-row bucket, engine/graph_buckets.h) replayed from a graph matches
 // the same steps run eagerly at their exact size.

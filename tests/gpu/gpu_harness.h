@@ -50,7 +50,7 @@ class GpuHarness {
   GpuHarness(const std::string& model_dir, int block_tokens, const std::string& kv_dtype = "auto",
              bool graphs = true, int max_context = 2048, int max_batch_tokens = 512,
              WeightQuant quant = WeightQuant::kNone, bool deterministic = false,
-             int sm_partition = 0, bool warm_products = true) {
+             int sm_partition = 0, bool warm_products = true, int max_seqs = 0) {
     auto cfg = ModelConfig::Load(model_dir + "/config.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     config = *cfg;
@@ -70,6 +70,7 @@ class GpuHarness {
     o.deterministic = deterministic;
     o.sm_partition = sm_partition;
     o.warm_products = warm_products;
+    o.max_seqs = max_seqs;
     auto e = CreateGpuExecutor(config, model_dir, kv.get(), o);
     EXPECT_TRUE(e.ok()) << e.status();
     executor = std::move(*e);
