@@ -72,9 +72,9 @@ struct GpuExecutorOptions {
   // (docs/benchmarks.md, "The prefill launch that waited for the
   // device"), and so did the first prefill step of a new bucket past the
   // graphs' rows (docs/benchmarks.md, "Prefill buckets warmed too").
-  // Costs, for an 8B at max_seqs 1,024 on an H200, 4-18 ms of an
-  // activation (buckets up to max_seqs only; see the same section for the
-  // prefill buckets' cost), and 230-400 ms more of a process's first,
+  // Costs, for an 8B at max_seqs 1,024 and max_batch_tokens 8,192 on an
+  // H200, about 4 ms of an activation (357-359 ms against 353-356 not
+  // warmed), and 230-400 ms more of a process's first,
   // where cuBLASLt loads the kernels (docs/benchmarks.md, "Products
   // warmed at activation"); on a device busy with other models each first launch
   // also waits for their queued work, as it would in this model's steps.
