@@ -115,6 +115,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("rolling_cross_weight", &p->rolling_cross_weight));
   RETURN_IF_ERROR(s.Get("lockstep_overlap_share", &p->lockstep_overlap_share));
   RETURN_IF_ERROR(s.Get("ahead_steps", &p->ahead_steps));
+  RETURN_IF_ERROR(s.Get("ahead_admissions_lend", &p->ahead_admissions_lend));
   RETURN_IF_ERROR(s.Get("step_host_s", &p->step_host_s));
   RETURN_IF_ERROR(s.Get("request_path_s", &p->request_path_s));
   RETURN_IF_ERROR(s.Get("control_interval_s", &p->control_interval_s));

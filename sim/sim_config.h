@@ -182,6 +182,16 @@ struct SimPolicy {
   // request that arrives meanwhile waits for the step already queued.
   // Default true, as node_manager::DeviceArbitrationOptions::ahead_steps.
   bool ahead_steps = true;
+  // With ahead_steps and remapping: whether the plan made as a model's
+  // step begins (for the step after it) may have layers lent for an
+  // admission. false (the default, the daemon's rule: BatchPlanner's
+  // ahead plans ask nobody for KV): such an admission waits, that step
+  // goes out with the running requests' chunks, and the model plans again
+  // once its steps have ended (StepPlan::drain), with the whole ladder. On
+  // the H200 that made every other step of a model admitting under
+  // remapping a short one (docs/benchmarks.md, session 56). true: it lends
+  // at once (the simpler rule of the hand-worked remapping tests).
+  bool ahead_admissions_lend = false;
   // Host time of a model step outside the GPU work (draining the inbox,
   // planning, streaming tokens, finishing sequences): the mean of the
   // node's ballast_node_step_host_seconds, measured under `ballast serve`

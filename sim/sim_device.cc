@@ -224,10 +224,14 @@ void SimDevice::Admit() {
   // plans that one at once).
   const bool rolling = Rolling();
   const double now = events_->now();
+  // A model whose step begins now plans the one after (the node's ahead
+  // plan), unless it drains (Resident::drain).
+  auto ahead_plan = [&](const Resident& res) {
+    return rolling && res.step.on && StepsAhead(res) && res.step.start == now;
+  };
   auto flying = [&](int model) {
     const Resident* res = Find(model);
-    return rolling && res != nullptr && res->step.on &&
-           !(StepsAhead(*res) && res->step.start == now);
+    return rolling && res != nullptr && res->step.on && (!ahead_plan(*res) || res->step.no_follow);
   };
   std::vector<node_manager::PendingRequest> reqs;
   std::map<uint64_t, SimRequest*> by_id;
@@ -292,7 +296,15 @@ void SimDevice::Admit() {
     bool fits = Fits(*res, bytes + watermark, total_kv);
     // The memory ladder's next rung: remapped layers (idle session KV
     // already counts as free).
-    if (!fits && Remapping()) fits = LendFor(*res, bytes + watermark, total_kv);
+    if (!fits && Remapping()) {
+      if (ahead_plan(*res) && !config_->policy.ahead_admissions_lend) {
+        // Asks nobody (Resident::drain): it waits for the model's next plan.
+        res->drain = true;
+        blocked.insert(r->model);
+        continue;
+      }
+      fits = LendFor(*res, bytes + watermark, total_kv);
+    }
     if (!fits || (tp && hooks_.group_fits && !hooks_.group_fits(r->model, r->kv_bytes))) {
       if (!fits) {
         NoteKvWait(r);

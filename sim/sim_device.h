@@ -345,6 +345,9 @@ class SimDevice {
     bool ahead = false;
     bool follows = false;
     double last_s = 0;
+    // The model plans nothing while this step runs (a drain: Resident::
+    // drain), so no step follows it.
+    bool no_follow = false;
   };
   struct Resident {
     int model = 0;
@@ -356,6 +359,12 @@ class SimDevice {
     StepWork tp_work = {};  // tp > 1, leading: the last step's work
     bool stepped = false;   // stepped in the iteration under way
     Step step{};            // rolling
+    // Rolling, ahead steps, remapping: an ahead plan (made as a step
+    // begins, for the one after) left out an admission that needed lent
+    // layers, which the node's ahead plans never ask for (BatchPlanner):
+    // the model plans again, with the whole ladder, only once its steps
+    // in flight have ended (StepPlan::drain). Cleared by that plan.
+    bool drain = false;
     // Remapping: the layers it lends and streams (alpha 0: none), whether
     // their plan was made under the timing constraint (the daemon's
     // set_respect_timing), and when it last stepped (MRU donor order).

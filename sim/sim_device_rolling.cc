@@ -116,7 +116,9 @@ void SimDevice::RollStart() {
     if (res.step.on || !std::exchange(res.step.follows, false)) continue;
     GrowKv(&res);  // kv_paged: the running requests' blocks for this step
     begin(res, true);
-    ReserveAhead(&res);  // the node plans the next one now
+    // The node plans the next one now, unless its last plan drained.
+    res.step.no_follow = res.step.on && res.drain;
+    if (!res.step.no_follow) ReserveAhead(&res);
   }
   // kv_paged: the models about to begin grow their running requests first
   // (the engine's PlanRunning before PlanAdmissions).
@@ -127,6 +129,7 @@ void SimDevice::RollStart() {
   for (Resident& res : residents_) {
     if (!res.step.on) {
       begin(res, false);
+      if (res.step.on) res.drain = false;  // planned with nothing in flight
       if (res.step.on && StepsAhead(res)) ReserveAhead(&res);
     }
     flying += res.step.on ? 1 : 0;
@@ -296,7 +299,8 @@ void SimDevice::RollEnd(Resident* res) {
   s.chunks.clear();
   RecordStep(*res, s.start, now, s.n, s.w);
   model_steps_ += s.n;
-  s.follows = StepsAhead(*res);
+  s.follows = StepsAhead(*res) && !s.no_follow;
+  s.no_follow = false;
   s.last_s = s.t0 + (s.n - 1) * s.delta;
   if (s.n == 1) s.last_s = now - s.start;
   // T_c's sample, as the daemon times a decode step alone on its stream

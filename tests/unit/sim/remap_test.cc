@@ -43,6 +43,9 @@ SimConfig Gpu(std::vector<std::string> names, bool remap) {
   c.policy.min_kv_fraction = 0;
   c.policy.kv_pressure_free_fraction = 0;
   c.policy.remap.enabled = remap;
+  // Worked by hand with an ahead plan that lends (the daemon's ahead plans
+  // do not: TheAheadPlanLendsNothingAsTheDaemons).
+  c.policy.ahead_admissions_lend = true;
   return c;
 }
 
@@ -88,6 +91,28 @@ TEST(SimRemapTest, TheIdleModelLendsTheLayersTheBurstNeedsByHand) {
   EXPECT_TRUE(off->stats.remap_json.is_null());
   EXPECT_FALSE(ToJson(off->stats).contains("remap"));
   EXPECT_EQ(ToJson(off->stats).at("kv_wait_requests"), 3);  // with remapping off too
+}
+
+// The daemon's ahead plans ask nobody for KV (BatchPlanner): r1-r3,
+// which arrive while r0's first step is in flight, need lent layers, so
+// the plan made as that step begins leaves them out and drains. The
+// second step carries r0 alone; the model plans again once it has ended,
+// lends b's 5 layers then and admits r1-r3, whose prompts end a step
+// later than with an ahead plan that lends (policy.ahead_admissions_lend).
+TEST(SimRemapTest, TheAheadPlanLendsNothingAsTheDaemons) {
+  SimConfig daemon = Gpu({"a", "b"}, true);
+  daemon.policy.ahead_admissions_lend = false;
+  auto lends = Simulate(Gpu({"a", "b"}, true), testing::ConstantEngine(), Burst());
+  auto waits = Simulate(daemon, testing::ConstantEngine(), Burst());
+  ASSERT_TRUE(lends.ok()) << lends.status();
+  ASSERT_TRUE(waits.ok()) << waits.status();
+  EXPECT_DOUBLE_EQ(Find(*waits, "r0").ttft_ms(), Find(*lends, "r0").ttft_ms());
+  for (int i = 1; i < 4; ++i) {
+    const std::string id = absl::StrCat("r", i);
+    EXPECT_NEAR(Find(*waits, id).ttft_ms(), Find(*lends, id).ttft_ms() + kStep * 1e3, 1e-6) << id;
+  }
+  EXPECT_EQ(waits->stats.remap.max_alpha.at(1), 5);  // the same layers, lent a step later
+  EXPECT_EQ(waits->stats.remap.kv_wait_requests, 0);
 }
 
 // Equal idle donors lend in MRU order of activation (the daemon's
