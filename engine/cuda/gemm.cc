@@ -286,6 +286,12 @@ absl::Status Gemm::ChooseAlgo(Plan* p, int m, int n, int k, ActType type, bool o
   return absl::OkStatus();
 }
 
+std::pair<Gemm::Key, std::array<uint64_t, 8>> Gemm::WarmKey(const Plan& p) {
+  Key shape = p.bucket;
+  std::get<0>(shape) = 0;
+  return {shape, AlgoBytes(p.algo)};
+}
+
 absl::Status Gemm::CheckRuns(const Plan& p) const {
   cublasLtMatmulHeuristicResult_t check{};
   absl::Status s = Check(Lt().cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), p.op,
@@ -344,11 +350,7 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
   if (auto s = ChooseAlgo(p.get(), m, n, k, type, out_f32, fp8, w_scale, x_scale); !s.ok()) {
     return s;
   }
-  if (!warming_ && !warmed_.empty()) {
-    Key shape = p->bucket;
-    std::get<0>(shape) = 0;
-    if (warmed_.count({shape, AlgoBytes(p->algo)}) == 0) ++unwarmed_plans_;
-  }
+  if (!warming_ && !warmed_.empty() && warmed_.count(WarmKey(*p)) == 0) ++unwarmed_plans_;
   Plan* raw = p.get();
   plans_.emplace(key, std::move(p));
   return raw;
@@ -395,9 +397,7 @@ int Gemm::Matmul(const Plan& p, const void* algo, const void* w, const void* x, 
 absl::Status Gemm::Launch(Plan* p, const void* w, const void* x, void* y, cudaStream_t stream,
                           const char* what) {
   if (warming_) {
-    Key shape = p->bucket;
-    std::get<0>(shape) = 0;
-    if (!warmed_.emplace(shape, AlgoBytes(p->algo)).second) return absl::OkStatus();  // launched
+    if (!warmed_.insert(WarmKey(*p)).second) return absl::OkStatus();  // launched
   } else if (!p->candidates.empty()) {
     if (auto s = Tune(p, w, x, y, stream); !s.ok()) return s;
   }

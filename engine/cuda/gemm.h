@@ -170,6 +170,8 @@ class Gemm {
   // OK if p->algo runs p's shape within the workspace; else why not
   // (cuBLASLt's check, or the workspace it wants).
   absl::Status CheckRuns(const Plan& p) const;
+  // p's entry in warmed_: its shape (row count 0) and algorithm.
+  static std::pair<Key, std::array<uint64_t, 8>> WarmKey(const Plan& p);
   absl::Status SetScalePointers(Plan* p, const float* w_scale, const float* x_scale);
   // One product with p's descriptors and `algo`.
   // Returns cuBLASLt's status (cublasStatus_t).

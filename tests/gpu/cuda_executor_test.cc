@@ -275,7 +275,8 @@ TEST_F(CudaModel, WarmedProductsChangeNoLogits) {
 // step can take up to max_batch_tokens rows, not only the decode graphs'
 // (max_seqs): a prefill step of 1,200 rows then makes no plan whose
 // algorithm the warm-up did not launch, so no step waits on a kernel's
-// first launch. (Warming only up to max_seqs rows, as before, fails here.)
+// first launch. (Warming only up to max_seqs rows, as before, would leave
+// that step's bucket unwarmed: reasoned from the code, not run.)
 TEST_F(CudaModel, WarmUpCoversPrefillStepsPastTheDecodeRows) {
   constexpr int kSeqs = 12, kPrompt = 100, kVocab = 512;
   GpuHarness h(model_, 16, "auto", /*graphs=*/true, 2048, /*max_batch_tokens=*/1536,
