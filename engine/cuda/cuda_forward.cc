@@ -37,6 +37,7 @@ absl::Status CudaExecutor::WarmProducts() {
   }
   gemm_->SetWarming(true);  // untimed; each algorithm once per shape
   absl::Status st = WarmBuckets(weights_->layer(0));
+  if (st.ok()) st = WarmOverlapped(weights_->layer(0));
   gemm_->SetWarming(false);
   if (!st.ok()) {  // an optimization: the steps report what is really wrong
     spdlog::warn("warming the products at activation stopped: {}", st.ToString());
@@ -73,44 +74,28 @@ absl::Status CudaExecutor::WarmBuckets(const DeviceLayer& L) {
   }
 }
 
-absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in) {
+absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in, size_t row0) {
   const int H = config_.hidden_size, I = config_.intermediate_size;
+  const size_t a = ActSize(act_);
+  uint8_t* x = x_.get<uint8_t>() + row0 * H * a;
+  uint8_t* gate_up = gate_up_.get<uint8_t>() + row0 * 2 * I * a;
+  uint8_t* act = act_buf_.get<uint8_t>() + row0 * I * a;
+  uint8_t* out = o_.get<uint8_t>() + row0 * H * a;
   const bool fused = fp8_in.q != nullptr;
   if (L.gate_up_scale == nullptr && gemm_->UsesSkinny(T, H)) {
     // Decode-sized, unquantized: the product and the SiLU in one launch.
-    if (auto s =
-            gemm_->RunSkinnySiluMul(x_.get(), L.gate_up, act_buf_.get(), T, I, H, act_, stream_);
-        !s.ok())
+    if (auto s = gemm_->RunSkinnySiluMul(x, L.gate_up, act, T, I, H, act_, stream_); !s.ok())
       return s;
   } else {
-    if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), T, 2 * I, H, fused);
-        !s.ok())
+    if (auto s = Linear(x, L.gate_up, L.gate_up_scale, gate_up, T, 2 * I, H, fused); !s.ok())
       return s;
-    BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_, fp8_in),
-                        "silu");
+    BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up, T, I, act, act_, stream_, fp8_in), "silu");
   }
   // The down projection's output feeds the next layer's input norm.
-  return Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I, fused);
+  return Linear(act, L.down, L.down_scale, out, T, H, I, fused);
 }
 
-absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
-  const ModelConfig& c = config_;
-  const int Tmax = options_.max_batch_tokens;
-  const int T = sh.tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
-  int* tok = meta_.get<int>();
-  TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
-  const int* rows = tok + 3 * Tmax;
-  // The split-KV kernel skips tokens that prefill tiles cover.
-  const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T, tok + 6 * Tmax};
-  const auto* tiles = reinterpret_cast<const PrefillTile*>(meta_.get<uint8_t>() + tiles_offset_);
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  if (sh.resolve || sh.graph) {  // graphs serve steps with and without ahead tokens
-    BALLAST_CUDA_RETURN(
-        LaunchResolveTokens(tok, tok + 5 * Tmax,
-                            reinterpret_cast<const int*>(meta_.get<uint8_t>() + out_offset_), T,
-                            stream_),
-        "ahead tokens");
-  }
+PagedKv CudaExecutor::StepKv(const StepShape& sh) const {
   const KvLayout& lay = kv_->layout();
   const memory::BlockAddressing addr = kv_->allocator()->addressing();
   PagedKv kv;
@@ -125,13 +110,22 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   kv.dtype = kv_type_;
   kv.k_scale = lay.k_scale;
   kv.v_scale = lay.v_scale;
+  return kv;
+}
+
+absl::Status CudaExecutor::Layers(const StepShape& sh, PagedKv kv) {
+  const ModelConfig& c = config_;
+  const int Tmax = options_.max_batch_tokens;
+  const int T = sh.tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+  const int* tok = meta_.get<int>();
+  const TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
+  // The split-KV kernel skips tokens that prefill tiles cover.
+  const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T, tok + 6 * Tmax};
+  const auto* tiles = reinterpret_cast<const PrefillTile*>(meta_.get<uint8_t>() + tiles_offset_);
+  const float eps = static_cast<float>(c.rms_norm_eps);
   const int* table = reinterpret_cast<const int*>(meta_.get<uint8_t>() + table_offset_);
   const AttentionPlan& plan = sh.attention;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const DeviceWeights& w = *weights_;
-
-  BALLAST_CUDA_RETURN(LaunchEmbedding(w.embed(), act_, tok, T, H, resid_.get<float>(), stream_),
-                      "embedding");
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     auto streamed = StreamBefore(l);  // remapping: maybe its slot's tensors
     if (!streamed.ok()) return streamed.status();
@@ -169,7 +163,28 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
     if (auto s = Mlp(L, T, fp8_in); !s.ok()) return s;
     if (auto s = StreamAfter(l); !s.ok()) return s;
   }
-  if (auto s = StreamJoin(); !s.ok()) return s;
+  return StreamJoin();
+}
+
+absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
+  const ModelConfig& c = config_;
+  const int Tmax = options_.max_batch_tokens;
+  const int T = sh.tokens, H = c.hidden_size;
+  int* tok = meta_.get<int>();
+  const int* rows = tok + 3 * Tmax;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const DeviceWeights& w = *weights_;
+  if (sh.resolve || sh.graph) {  // graphs serve steps with and without ahead tokens
+    BALLAST_CUDA_RETURN(
+        LaunchResolveTokens(tok, tok + 5 * Tmax,
+                            reinterpret_cast<const int*>(meta_.get<uint8_t>() + out_offset_), T,
+                            stream_),
+        "ahead tokens");
+  }
+  BALLAST_CUDA_RETURN(LaunchEmbedding(w.embed(), act_, tok, T, H, resid_.get<float>(), stream_),
+                      "embedding");
+  const PagedKv kv = StepKv(sh);
+  if (auto s = sh.split > 0 ? OverlappedLayers(sh, kv) : Layers(sh, kv); !s.ok()) return s;
   BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), nullptr, w.final_norm(), eps,
                                        T, H, x_.get(), act_, stream_),
                       "final norm");
