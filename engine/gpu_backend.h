@@ -113,19 +113,6 @@ struct GpuExecutorOptions {
   // (--interference-sms; docs/benchmarks.md has what it does). Default 0.
   int sm_partition = 0;
   bool sm_partition_rest = false;
-  // Nano-batch overlap (NanoFlow-style; engine/cuda/cuda_forward_overlap.cc):
-  // a decode-only graph step of at least this many rows (its bucket) runs
-  // as two halves whose layers interleave, so one half's attention
-  // (HBM-bound) runs on a second stream beside the other half's products
-  // (compute-bound at these rows). Costs each layer's weights read twice
-  // and a second graph per bucket; not with layers streamed (remapping), a
-  // lease's KV still loading, or in deterministic mode. 0: off. Default 0.
-  int overlap_min_rows = 0;
-  // The SMs the overlapped steps' cuBLASLt products aim at
-  // (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), leaving the rest to the other
-  // half's attention; 0: no target (the products' kernels take the whole
-  // device, and attention's blocks wait for their SMs). Default 0.
-  int overlap_gemm_sms = 0;
 };
 
 // True when this binary was built with the CUDA backend.

@@ -58,8 +58,6 @@ struct GpuEngineBenchOptions {
   int skinny_gemm_max_m = 2;     // see GpuExecutorOptions
   int gemm_tune_candidates = 0;  // GpuExecutorOptions::gemm_tune_candidates
   bool deterministic = false;    // GpuExecutorOptions::deterministic
-  int overlap_min_rows = 0;      // GpuExecutorOptions::overlap_min_rows
-  int overlap_gemm_sms = 0;      // GpuExecutorOptions::overlap_gemm_sms
   // "static": one cudaMalloc'd block pool; "arena": the elastic KV slab
   // arena over CUDA VMM pages (64 MiB slabs), as elastic nodes use.
   std::string kv_pool = "static";

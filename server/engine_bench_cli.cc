@@ -68,15 +68,6 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
        "cuBLASLt algorithms timed per GEMM shape and row bucket (0 = the heuristic's first)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  c->add_option("--overlap-rows", o.overlap_min_rows,
-                "decode steps of at least this many rows run as two overlapped halves "
-                "(GpuExecutorOptions::overlap_min_rows; 0 = off)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  c->add_option("--overlap-gemm-sms", o.overlap_gemm_sms,
-                "SMs the overlapped steps' products aim at (0 = no target)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
   c->add_option("--hbm-bytes-per-s", o.hbm_bytes_per_s,
                 "HBM bandwidth of the roofline (default: the device's datasheet figure)");
   c->add_option("--interference-batch", o.interference_batch,

@@ -98,12 +98,6 @@ CudaExecutor::~CudaExecutor() {
     if (st) cudaStreamSynchronize(st);
     if (st) cudaStreamDestroy(st);
   }
-  for (int i = 0; i < 2; ++i) {
-    if (side_streams_[i]) cudaStreamSynchronize(side_streams_[i]);
-    if (side_streams_[i]) cudaStreamDestroy(side_streams_[i]);
-    if (in_done_[i]) cudaEventDestroy(in_done_[i]);
-    if (attn_done_[i]) cudaEventDestroy(attn_done_[i]);
-  }
   if (stream_switch_) cudaEventDestroy(stream_switch_);
 }
 
@@ -193,12 +187,6 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       "device query");
   int least = 0, greatest = 0;
   BALLAST_CUDA_RETURN(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream priorities");
-  // Overlapped steps: each step stream one level above its attention
-  // stream, so the products' and the small kernels' blocks are placed
-  // before the other half's attention blocks as SMs free up.
-  const bool overlap = options_.overlap_min_rows > 0 && greatest < least;
-  const int side_priority[2] = {least, overlap ? greatest + 1 : greatest};
-  if (overlap) least -= 1;
   if (options_.sm_partition > 0) {  // the step streams on a partition's SMs
     auto part =
         SmPartition::Create(options_.device, options_.sm_partition, options_.sm_partition_rest);
@@ -219,31 +207,6 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming),
                       "stream event");
   stream_ = streams_[0];
-  if (options_.overlap_min_rows > 0) {  // overlapped steps' attention streams
-    if (!partition_ && options_.overlap_gemm_sms > 0) {
-      // Attention on the SMs the products leave (a green context), so
-      // its blocks never hold the SMs the step stream's kernels need.
-      auto part = SmPartition::Create(options_.device, options_.overlap_gemm_sms, /*rest=*/true);
-      if (!part.ok()) return part.status();
-      side_partition_ = std::move(*part);
-    }
-    for (int i = 0; i < 2; ++i) {
-      const int priority = side_priority[i];
-      if (SmPartition* p = side_partition_ ? side_partition_.get() : partition_.get()) {
-        auto s = p->NewStream(priority);
-        if (!s.ok()) return s.status();
-        side_streams_[i] = *s;
-      } else {
-        BALLAST_CUDA_RETURN(
-            cudaStreamCreateWithPriority(&side_streams_[i], cudaStreamNonBlocking, priority),
-            "overlap stream");
-      }
-      BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&in_done_[i], cudaEventDisableTiming),
-                          "overlap event");
-      BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&attn_done_[i], cudaEventDisableTiming),
-                          "overlap event");
-    }
-  }
   for (StartedStep& slot : slots_) {
     BALLAST_CUDA_RETURN(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "step event");
   }
@@ -394,11 +357,7 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
                      sh.sample,
                      sh.attention.partition_tokens,
                      sh.attention.num_partitions,
-                     sh.attention.workspace_rows,
-                     sh.split,
-                     sh.attention_b.partition_tokens,
-                     sh.attention_b.num_partitions,
-                     sh.attention_b.workspace_rows};
+                     sh.attention.workspace_rows};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     // Plans (cuBLASLt heuristics) are made on a first, uncaptured run,

@@ -118,9 +118,6 @@ class CudaExecutor final : public Executor {
   int last_graph_rows() const { return last_graph_rows_; }
   // The split-KV attention plan of the last step staged (for tests).
   AttentionPlan last_attention_plan() const { return last_attention_plan_; }
-  // Where the last step staged split its overlapped halves (0: not
-  // overlapped; for tests).
-  int last_overlap_split() const { return last_overlap_split_; }
   // The SMs its steps run on: the device's, or its SM partition's.
   int num_sms() const { return num_sms_; }
   // cuBLASLt plans its steps made whose algorithm the warm-up at
@@ -145,22 +142,6 @@ class CudaExecutor final : public Executor {
     int64_t small_context = 0;
     int small_longest = 0;
     AttentionPlan attention;
-    // > 0: an overlapped step (GpuExecutorOptions::overlap_min_rows) of
-    // two halves, rows [0, split) and [split, tokens); `attention` is the
-    // first half's plan, `attention_b` the second's (each over its own
-    // rows, in its own order: cuda_forward_overlap.cc).
-    int split = 0;
-    AttentionPlan attention_b;
-  };
-  // One half of an overlapped step: its rows' slices of the activations
-  // and metadata, and its attention plan.
-  struct Half {
-    int rows = 0;
-    float* resid = nullptr;
-    uint8_t *x = nullptr, *qkv = nullptr, *q = nullptr, *attn = nullptr, *o = nullptr;
-    size_t row0 = 0;  // first row, for Mlp
-    TokenMap tm, tm_small;
-    AttentionPlan plan;
   };
   CudaExecutor(const ModelConfig& config, KvCache* kv, const CudaExecutorOptions& options);
   absl::Status Init(const std::string& model_dir);
@@ -200,33 +181,16 @@ class CudaExecutor final : public Executor {
   absl::Status QueueKvPieces(absl::Span<const KvBlockCopy> copies, bool to_host,
                              cudaStream_t stream, const char* what);
   absl::Status ReserveLoadSpans(size_t spans);
+  // The step's kernels on stream_: embedding, Layers, final norm, LM head
+  // and sampling.
   absl::Status Enqueue(const StepShape& shape);
   // The step's KV addressing (block_ids unset: per layer).
   PagedKv StepKv(const StepShape& shape) const;
-  // Enqueue's decoder layers, one after the other on stream_.
+  // Enqueue's decoder layers, one after the other.
   absl::Status Layers(const StepShape& shape, PagedKv kv);
-  // Enqueue's decoder layers for an overlapped step (shape.split > 0;
-  // cuda_forward_overlap.cc): the halves interleave on stream_, and each
-  // half's attention runs on side_stream() beside the other's products.
-  absl::Status OverlappedLayers(const StepShape& shape, PagedKv kv);
-  // Half h's input norm, QKV product and RoPE + KV write of layer l on
-  // stream_; then its attention on side_stream().
-  absl::Status HalfIn(int h, const Half& half, const DeviceLayer& L, int l, PagedKv kv,
-                      const StepShape& shape);
-  // Half h's O product, post-attention norm and MLP of its layer, on
-  // stream_ after its attention.
-  absl::Status HalfOut(int h, const Half& half, const DeviceLayer& L);
-  // The overlapped steps' second stream: the one matching stream_'s priority.
-  cudaStream_t side_stream() const { return side_streams_[stream_ == streams_[1] ? 1 : 0]; }
-  // Whether a decode graph step of `tokens` rows (its bucket) runs overlapped,
-  // and where its halves split (0: not overlapped).
-  int OverlapSplit(int tokens) const;
-  // Each half's attention order and plan (after WriteTokens).
-  void PlanHalves(StepShape* shape);
   // Layer L's MLP over x_ (post-attention norm output; fp8_in: its E4M3
-  // rows for FP8 layers): gate_up, SiLU-and-multiply, down into o_; rows
-  // [row0, row0 + T) of each.
-  absl::Status Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in, size_t row0 = 0);
+  // rows for FP8 layers): gate_up, SiLU-and-multiply, down into o_.
+  absl::Status Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in);
   // y[m][n] = x[m][k] w[n][k]^T on stream_: w in the activation type, or
   // E4M3 with per-row scales when w_scale is set (Gemm::RunFp8; with
   // x_in_fp8, x's E4M3 rows are already in the Gemm's fp8_input()).
@@ -242,9 +206,6 @@ class CudaExecutor final : public Executor {
   absl::Status WarmProducts();
   // WarmProducts' launches, with layer L's weights.
   absl::Status WarmBuckets(const DeviceLayer& L);
-  // The same for the overlapped steps' halves at their SM target (none
-  // without one: those are WarmBuckets' plans).
-  absl::Status WarmOverlapped(const DeviceLayer& L);
   // Remapping inside Enqueue (cuda_layer_stream.cc): the tensors layer l
   // computes with (its slot's when streamed), after ordering the step
   // after its copy; after layer l, the next copy into its slot; at the
@@ -272,10 +233,6 @@ class CudaExecutor final : public Executor {
   // The split-KV attention's plan for a staged step: the fixed one in
   // deterministic mode, else from its contexts (engine/attention_plan.h).
   AttentionPlan PlanAttention(const StepShape& shape) const;
-  // The same for `tokens` slots of these contexts on `sms` SMs (0: the
-  // executor's; not deterministic mode).
-  AttentionPlan PlanAttention(int tokens, int max_context, int64_t total, int longest,
-                              int sms = 0) const;
   // The smallest power of two >= x (block-table buckets).
   static int NextPow2(int x) {
     int p = 1;
@@ -292,15 +249,6 @@ class CudaExecutor final : public Executor {
   cudaStream_t stream_ = nullptr;
   cudaStream_t streams_[2] = {nullptr, nullptr};
   cudaEvent_t stream_switch_ = nullptr;  // orders a switched-to stream after the other
-  // Overlapped steps (options_.overlap_min_rows > 0): the attention
-  // streams (priorities as streams_), and per half the events ordering its
-  // attention after its RoPE (in_done_) and its O product after its
-  // attention (attn_done_), recorded again every layer.
-  cudaStream_t side_streams_[2] = {nullptr, nullptr};
-  // options_.overlap_gemm_sms > 0: the green context of the SMs past
-  // them, side_streams_' (destroyed in ~CudaExecutor's body, before it).
-  std::unique_ptr<SmPartition> side_partition_;
-  cudaEvent_t in_done_[2] = {nullptr, nullptr}, attn_done_[2] = {nullptr, nullptr};
   std::unique_ptr<StepDoneWaiter>
       step_waiter_;  // options_.step_done != kHostFunction, made on first use
   // A started sampled step (StartForwardSample): its pinned mirror (its
@@ -399,14 +347,12 @@ class CudaExecutor final : public Executor {
   std::atomic<int64_t> stall_ns_{0};
 
   // (tokens, max_blocks, sample, the attention plan's partition length,
-  // count and workspace rows, the overlapped halves' split and the second
-  // half's plan) -> instantiated graph
-  using GraphKey = std::tuple<int, int, bool, int, int, int, int, int, int, int>;
+  // count and workspace rows) -> instantiated graph
+  using GraphKey = std::tuple<int, int, bool, int, int, int>;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   int64_t graph_replays_ = 0;
   int last_graph_rows_ = 0;
   AttentionPlan last_attention_plan_;
-  int last_overlap_split_ = 0;
 };
 
 }  // namespace ballast::engine::cuda

@@ -37,7 +37,6 @@ absl::Status CudaExecutor::WarmProducts() {
   }
   gemm_->SetWarming(true);  // untimed; each algorithm once per shape
   absl::Status st = WarmBuckets(weights_->layer(0));
-  if (st.ok()) st = WarmOverlapped(weights_->layer(0));
   gemm_->SetWarming(false);
   if (!st.ok()) {  // an optimization: the steps report what is really wrong
     spdlog::warn("warming the products at activation stopped: {}", st.ToString());
@@ -74,25 +73,24 @@ absl::Status CudaExecutor::WarmBuckets(const DeviceLayer& L) {
   }
 }
 
-absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in, size_t row0) {
+absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in) {
   const int H = config_.hidden_size, I = config_.intermediate_size;
-  const size_t a = ActSize(act_);
-  uint8_t* x = x_.get<uint8_t>() + row0 * H * a;
-  uint8_t* gate_up = gate_up_.get<uint8_t>() + row0 * 2 * I * a;
-  uint8_t* act = act_buf_.get<uint8_t>() + row0 * I * a;
-  uint8_t* out = o_.get<uint8_t>() + row0 * H * a;
   const bool fused = fp8_in.q != nullptr;
   if (L.gate_up_scale == nullptr && gemm_->UsesSkinny(T, H)) {
     // Decode-sized, unquantized: the product and the SiLU in one launch.
-    if (auto s = gemm_->RunSkinnySiluMul(x, L.gate_up, act, T, I, H, act_, stream_); !s.ok())
+    if (auto s =
+            gemm_->RunSkinnySiluMul(x_.get(), L.gate_up, act_buf_.get(), T, I, H, act_, stream_);
+        !s.ok())
       return s;
   } else {
-    if (auto s = Linear(x, L.gate_up, L.gate_up_scale, gate_up, T, 2 * I, H, fused); !s.ok())
+    if (auto s = Linear(x_.get(), L.gate_up, L.gate_up_scale, gate_up_.get(), T, 2 * I, H, fused);
+        !s.ok())
       return s;
-    BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up, T, I, act, act_, stream_, fp8_in), "silu");
+    BALLAST_CUDA_RETURN(LaunchSiluMul(gate_up_.get(), T, I, act_buf_.get(), act_, stream_, fp8_in),
+                        "silu");
   }
   // The down projection's output feeds the next layer's input norm.
-  return Linear(act, L.down, L.down_scale, out, T, H, I, fused);
+  return Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I, fused);
 }
 
 PagedKv CudaExecutor::StepKv(const StepShape& sh) const {
@@ -183,8 +181,7 @@ absl::Status CudaExecutor::Enqueue(const StepShape& sh) {
   }
   BALLAST_CUDA_RETURN(LaunchEmbedding(w.embed(), act_, tok, T, H, resid_.get<float>(), stream_),
                       "embedding");
-  const PagedKv kv = StepKv(sh);
-  if (auto s = sh.split > 0 ? OverlappedLayers(sh, kv) : Layers(sh, kv); !s.ok()) return s;
+  if (auto s = Layers(sh, StepKv(sh)); !s.ok()) return s;
   BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), nullptr, w.final_norm(), eps,
                                        T, H, x_.get(), act_, stream_),
                       "final norm");

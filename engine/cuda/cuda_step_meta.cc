@@ -78,7 +78,6 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Shape(absl::Span<const Seq
     sh.max_context = std::min(sh.max_blocks * BT, options_.max_context);
     sh.seqs = sh.tokens;
     sh.rows = sh.tokens;
-    sh.split = OverlapSplit(sh.tokens);
   } else {
     sh.max_blocks = std::max(need_blocks, 1);
     sh.seqs = static_cast<int>(batch.size());
@@ -167,19 +166,14 @@ AttentionPlan CudaExecutor::PlanAttention(const StepShape& sh) const {
   if (options_.deterministic) {
     return PlanPagedAttentionFixed(sh.tokens, sh.max_context, fixed_partition_tokens_);
   }
-  return PlanAttention(sh.tokens, sh.max_context, sh.small_context, sh.small_longest);
-}
-
-AttentionPlan CudaExecutor::PlanAttention(int tokens, int max_context, int64_t total, int longest,
-                                          int sms) const {
   AttentionWork w;
-  w.num_tokens = tokens;
+  w.num_tokens = sh.tokens;
   w.num_heads = config_.num_attention_heads;
   w.num_kv_heads = config_.num_key_value_heads;
-  w.max_context = max_context;
-  w.total_context = total;
-  w.longest_context = longest;
-  return PlanPagedAttention(w, sms > 0 ? sms : num_sms_);
+  w.max_context = sh.max_context;
+  w.total_context = sh.small_context;
+  w.longest_context = sh.small_longest;
+  return PlanPagedAttention(w, num_sms_);
 }
 
 absl::Status CudaExecutor::ReservePenalties(size_t entries) {
@@ -292,13 +286,8 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
   auto sh = Shape(batch, sampling.size(), sample);
   if (!sh.ok()) return sh.status();
   WriteTokens(batch, &*sh);
-  if (sh->split > 0) {
-    PlanHalves(&*sh);
-  } else {
-    sh->attention = PlanAttention(*sh);
-  }
+  sh->attention = PlanAttention(*sh);
   last_attention_plan_ = sh->attention;
-  last_overlap_split_ = sh->split;
   if (auto s = WriteSampleParams(sampling, *sh); !s.ok()) return s;
   WriteBlockTable(batch, *sh);
   if (auto s = Upload(*sh); !s.ok()) return s;

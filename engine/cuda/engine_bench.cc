@@ -429,8 +429,6 @@ GpuExecutorOptions BenchExecutorOptions(const GpuEngineBenchOptions& o, int max_
   eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
   eo.gemm_tune_candidates = o.gemm_tune_candidates;
   eo.deterministic = o.deterministic;
-  eo.overlap_min_rows = o.overlap_min_rows;
-  eo.overlap_gemm_sms = o.overlap_gemm_sms;
   return eo;
 }
 
@@ -538,8 +536,6 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   out["interleave_kv"] = o.interleave_kv;
   const GpuExecutorOptions eo = BenchExecutorOptions(o, max_batch, longest);
   out["deterministic"] = o.deterministic;
-  out["overlap_min_rows"] = o.overlap_min_rows;
-  out["overlap_gemm_sms"] = o.overlap_gemm_sms;
   const auto t_load = Clock::now();
   auto ex = cuda::CudaExecutor::Create(c, o.model_dir, &kv, eo);
   if (!ex.ok()) return ex.status();

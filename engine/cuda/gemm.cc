@@ -306,11 +306,11 @@ absl::Status Gemm::CheckRuns(const Plan& p) const {
 
 absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, bool out_f32, bool fp8,
                                           const float* w_scale, const float* x_scale) {
-  const Key key{m, n, k, static_cast<int>(type), out_f32, fp8, sm_target_};
+  const Key key{m, n, k, static_cast<int>(type), out_f32, fp8};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto p = std::make_unique<Plan>();
-  p->bucket = Key{RowBucket(m), n, k, static_cast<int>(type), out_f32, fp8, sm_target_};
+  p->bucket = Key{RowBucket(m), n, k, static_cast<int>(type), out_f32, fp8};
   const cudaDataType_t act = type == ActType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
   const cudaDataType_t in = fp8 ? CUDA_R_8F_E4M3 : act;
   const cudaDataType_t out = out_f32 ? CUDA_R_32F : act;
@@ -324,15 +324,6 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
        {std::pair{CUBLASLT_MATMUL_DESC_TRANSA, &ta}, std::pair{CUBLASLT_MATMUL_DESC_TRANSB, &tb}}) {
     if (auto s =
             Check(Lt().cublasLtMatmulDescSetAttribute(p->op, attr, v, sizeof(*v)), "transpose");
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (sm_target_ > 0) {
-    const int32_t sms = sm_target_;
-    if (auto s = Check(Lt().cublasLtMatmulDescSetAttribute(
-                           p->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)),
-                       "SM count target");
         !s.ok()) {
       return s;
     }

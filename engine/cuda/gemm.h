@@ -140,13 +140,6 @@ class Gemm {
   // in the process (and its wait for the device's queued work) falls on a
   // step. 0 until something was warmed (tests).
   int unwarmed_plans() const { return unwarmed_plans_; }
-  // The SMs the cuBLASLt products queued from now on aim at
-  // (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: cuBLASLt picks and sizes its
-  // kernels for that many, leaving the rest to work on other streams);
-  // each target plans its own algorithms. 0 (default): the whole device.
-  // The skinny kernels ignore it.
-  void set_sm_target(int sms) { sm_target_ = sms; }
-  int sm_target() const { return sm_target_; }
   // Shape buckets timed so far (tests, benchmarks).
   int tuned_buckets() const { return static_cast<int>(tuned_.size()); }
   // Where RunFp8 puts x rounded to E4M3 ([m][k] bytes, [m] scales) and
@@ -157,8 +150,7 @@ class Gemm {
 
  private:
   struct Plan;
-  // (m, n, k, type, out_f32, fp8, sm_target)
-  using Key = std::tuple<int, int, int, int, bool, bool, int>;
+  using Key = std::tuple<int, int, int, int, bool, bool>;
   Gemm() = default;
   // INTERNAL unless an FP8 product of m rows and depth k fits the scratch.
   absl::Status CheckFp8Shape(int m, int k) const;
@@ -199,7 +191,6 @@ class Gemm {
   bool batch_invariant_ = false;
   int tune_candidates_ = 0;
   bool warming_ = false;
-  int sm_target_ = 0;
   int unwarmed_plans_ = 0;
   // While warming: the shapes (m = 0) and algorithms launched.
   std::set<std::pair<Key, std::array<uint64_t, 8>>> warmed_;

@@ -50,8 +50,7 @@ class GpuHarness {
   GpuHarness(const std::string& model_dir, int block_tokens, const std::string& kv_dtype = "auto",
              bool graphs = true, int max_context = 2048, int max_batch_tokens = 512,
              WeightQuant quant = WeightQuant::kNone, bool deterministic = false,
-             int sm_partition = 0, bool warm_products = true, int max_seqs = 0,
-             int overlap_min_rows = 0, int overlap_gemm_sms = 0) {
+             int sm_partition = 0, bool warm_products = true, int max_seqs = 0) {
     auto cfg = ModelConfig::Load(model_dir + "/config.json");
     EXPECT_TRUE(cfg.ok()) << cfg.status();
     config = *cfg;
@@ -72,8 +71,6 @@ class GpuHarness {
     o.sm_partition = sm_partition;
     o.warm_products = warm_products;
     o.max_seqs = max_seqs;
-    o.overlap_min_rows = overlap_min_rows;
-    o.overlap_gemm_sms = overlap_gemm_sms;
     auto e = CreateGpuExecutor(config, model_dir, kv.get(), o);
     EXPECT_TRUE(e.ok()) << e.status();
     executor = std::move(*e);
