@@ -160,8 +160,10 @@ int CountOnTime(absl::Span<const PendingRequest> requests, absl::Span<const uint
   return n;
 }
 
-Arbitration Arbitrate(ArbitrationPolicy policy, std::vector<PendingRequest> rs, double now_s,
-                      const BatchLimits& limits, const BatchCost& batch_cost) {
+namespace {
+
+Arbitration ByPolicy(ArbitrationPolicy policy, std::vector<PendingRequest> rs, double now_s,
+                     const BatchLimits& limits, const BatchCost& batch_cost) {
   switch (policy) {
     case ArbitrationPolicy::kMooreHodgson:
       return MooreHodgson(std::move(rs), now_s);
@@ -179,6 +181,36 @@ Arbitration Arbitrate(ArbitrationPolicy policy, std::vector<PendingRequest> rs, 
   Arbitration a;
   a.order = Ids(rs);
   a.on_time = OnTimeInOrder(rs, now_s);
+  return a;
+}
+
+}  // namespace
+
+Arbitration Arbitrate(ArbitrationPolicy policy, std::vector<PendingRequest> rs, double now_s,
+                      const BatchLimits& limits, const BatchCost& batch_cost,
+                      double promote_after_slo) {
+  if (!(promote_after_slo > 0)) return ByPolicy(policy, std::move(rs), now_s, limits, batch_cost);
+  std::vector<PendingRequest> aged, rest;
+  for (PendingRequest& r : rs) {
+    const bool old = now_s - r.arrival_s > promote_after_slo * (r.deadline_s - r.arrival_s);
+    (old ? aged : rest).push_back(std::move(r));
+  }
+  if (aged.empty()) return ByPolicy(policy, std::move(rest), now_s, limits, batch_cost);
+  std::sort(aged.begin(), aged.end(), [](const PendingRequest& a, const PendingRequest& b) {
+    return a.arrival_s < b.arrival_s || (a.arrival_s == b.arrival_s && a.id < b.id);
+  });
+  double after = now_s;
+  for (const PendingRequest& r : aged) after += r.cost_s;
+  const Arbitration tail = ByPolicy(policy, rest, after, limits, batch_cost);
+  Arbitration a;
+  a.order = Ids(aged);
+  a.order.insert(a.order.end(), tail.order.begin(), tail.order.end());
+  if (policy == ArbitrationPolicy::kFineServeBatch) {
+    a.batch = static_cast<int>(aged.size()) + tail.batch;
+  }
+  std::vector<PendingRequest> all = std::move(aged);
+  all.insert(all.end(), rest.begin(), rest.end());
+  a.on_time = CountOnTime(all, a.order, now_s);
   return a;
 }
 

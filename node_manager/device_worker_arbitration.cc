@@ -79,8 +79,8 @@ DeviceWorker::StepOrder DeviceWorker::Arbitrate(
     return {std::move(engines), false};
   }
   const absl::Time t0 = absl::Now();
-  const node_manager::Arbitration a =
-      node_manager::Arbitrate(arbitration_.policy, q.reqs, 0.0, arbitration_.batch);
+  const node_manager::Arbitration a = node_manager::Arbitrate(
+      arbitration_.policy, q.reqs, 0.0, arbitration_.batch, {}, arbitration_.promote_after_slo);
   const double decision_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
   std::vector<absl::flat_hash_map<std::string, int>> ranks(engines.size());
   std::vector<int> first(engines.size(), INT32_MAX);

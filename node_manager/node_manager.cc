@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<NodeManager>> NodeManager::Create(const NodeOptio
     arb.policy = *policy;
   }
   arb.max_queue_wait_ms = options.max_queue_wait_ms;
+  arb.promote_after_slo = options.promote_after_slo;
   arb.log_decisions = options.log_arbitration;
   arb.overlap_steps = options.overlap_steps;
   arb.priority_streams = options.priority_streams;

@@ -90,6 +90,8 @@ struct NodeOptions {
   std::string arbitration_policy = "moore_hodgson";
   // DeviceArbitrationOptions::max_queue_wait_ms (0, the default: none).
   double max_queue_wait_ms = 0;
+  // DeviceArbitrationOptions::promote_after_slo (0, the default: no aging).
+  double promote_after_slo = 0;
   // DeviceArbitrationOptions::log_decisions (default off).
   bool log_arbitration = false;
   // DeviceArbitrationOptions::overlap_steps (node.engine.overlap_steps).

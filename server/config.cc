@@ -405,10 +405,14 @@ absl::Status ParseArbitration(YamlSection& s, const std::string* file,
   RETURN_IF_ERROR(as.Check());
   RETURN_IF_ERROR(as.Get("policy", &o->arbitration_policy));
   RETURN_IF_ERROR(as.Get("max_queue_wait_ms", &o->max_queue_wait_ms));
+  RETURN_IF_ERROR(as.Get("promote_after_slo", &o->promote_after_slo));
   RETURN_IF_ERROR(as.Get("log_decisions", &o->log_arbitration));
   RETURN_IF_ERROR(as.Finish());
   if (!(o->max_queue_wait_ms >= 0)) {
     return as.Error("node.arbitration.max_queue_wait_ms", "must be >= 0 (0 = no bound)");
+  }
+  if (!(o->promote_after_slo >= 0)) {
+    return as.Error("node.arbitration.promote_after_slo", "must be >= 0 (0 = no aging)");
   }
   if (auto p = node_manager::ParseArbitrationPolicy(o->arbitration_policy); !p.ok()) {
     return as.Error("node.arbitration.policy", std::string(p.status().message()));

@@ -59,6 +59,9 @@ absl::Status CheckPolicyRanges(const YamlSection& s, const sim::SimPolicy& polic
   }
   if (p->migration_threshold < 0) return s.Error(s.Key("migration_threshold"), "must be >= 0");
   if (!(p->step_host_s >= 0)) return s.Error(s.Key("step_host_s"), "must be >= 0");
+  if (!(p->promote_after_slo >= 0)) {
+    return s.Error(s.Key("promote_after_slo"), "must be >= 0 (0: no aging)");
+  }
   if (!(p->request_path_s >= 0 && p->request_path_s < 60)) {
     return s.Error(s.Key("request_path_s"), "must be in [0, 60) seconds");
   }
@@ -102,6 +105,7 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("placement", &placement));
   RETURN_IF_ERROR(s.Get("activation", &activation));
   RETURN_IF_ERROR(s.Get("arbitration", &arbitration));
+  RETURN_IF_ERROR(s.Get("promote_after_slo", &p->promote_after_slo));
   RETURN_IF_ERROR(s.Get("idle_evict_after_s", &p->idle_evict_after_s));
   RETURN_IF_ERROR(s.Get("kv_pressure_free_fraction", &p->kv_pressure_free_fraction));
   RETURN_IF_ERROR(s.Get("min_kv_fraction", &p->min_kv_fraction));
@@ -116,6 +120,8 @@ absl::Status ParsePolicy(const YAML::Node& node, const std::string& key, const s
   RETURN_IF_ERROR(s.Get("lockstep_overlap_share", &p->lockstep_overlap_share));
   RETURN_IF_ERROR(s.Get("ahead_steps", &p->ahead_steps));
   RETURN_IF_ERROR(s.Get("ahead_admissions_lend", &p->ahead_admissions_lend));
+  RETURN_IF_ERROR(s.Get("growth_waits_for_victims", &p->growth_waits_for_victims));
+  RETURN_IF_ERROR(s.Get("ahead_growth_asks_nobody", &p->ahead_growth_asks_nobody));
   RETURN_IF_ERROR(s.Get("step_host_s", &p->step_host_s));
   RETURN_IF_ERROR(s.Get("request_path_s", &p->request_path_s));
   RETURN_IF_ERROR(s.Get("control_interval_s", &p->control_interval_s));

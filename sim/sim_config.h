@@ -115,6 +115,10 @@ struct SimPolicy {
   Activation activation = Activation::kOnDemand;
   bool fixed() const { return activation == Activation::kFixed || !elastic(); }
   node_manager::ArbitrationPolicy arbitration = node_manager::ArbitrationPolicy::kMooreHodgson;
+  // Arbitration's aging (node_manager::Arbitrate's promote_after_slo, the
+  // node's node.arbitration.promote_after_slo): a request queued more than
+  // this many times its TTFT SLO is served first. 0: no aging.
+  double promote_after_slo = 0;
   double idle_evict_after_s = 45;  // <= 0: never evict for room
   // KV-pressure eviction (idle_eviction.h) below this free fraction; 0: off.
   double kv_pressure_free_fraction = 0.05;
@@ -192,6 +196,25 @@ struct SimPolicy {
   // remapping a short one (docs/benchmarks.md, session 56). true: it lends
   // at once (the simpler rule of the hand-worked remapping tests).
   bool ahead_admissions_lend = false;
+  // Rolling, kv_paged: a running request's growth that must preempt the
+  // requests of a model with a step in flight waits for that model's
+  // steps (its queued ahead step too) to end first, as the daemon's
+  // DeviceWorker::DrainVictims does: the device's loop begins and plans
+  // no other step meanwhile, the victims keep the tokens of those steps
+  // (a first token among them), and the growth then plans again. On the
+  // H200 those waits took 5-117 ms each (the node's "asked the other
+  // models" lines, session 56's rate-4 runs). Default true, the daemon's
+  // rule; false: the victim is preempted at once and loses its step's
+  // tokens (the rule before session 58).
+  bool growth_waits_for_victims = true;
+  // Rolling, kv_paged, ahead_steps: as a step planned ahead begins, a
+  // running request whose blocks for it do not fit in the free KV is left
+  // out of it (preempting nobody), and the model's next step is planned
+  // only once that one has ended, with the whole ladder: the daemon's
+  // BatchPlanner::PlanRunning for an ahead plan (StepPlan::drain). Default
+  // true; false: that step's growth preempts as a plan made with nothing
+  // in flight does (the rule before session 58).
+  bool ahead_growth_asks_nobody = true;
   // Host time of a model step outside the GPU work (draining the inbox,
   // planning, streaming tokens, finishing sequences): the mean of the
   // node's ballast_node_step_host_seconds, measured under `ballast serve`

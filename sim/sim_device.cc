@@ -256,9 +256,9 @@ void SimDevice::Admit() {
   // The requests are copied only when their decision is recorded.
   std::vector<node_manager::PendingRequest> logged;
   if (hooks_.arbitration) logged = reqs;
-  const node_manager::Arbitration a =
-      node_manager::Arbitrate(config_->policy.arbitration, std::move(reqs), events_->now(),
-                              {256, config_->policy.max_batch_tokens});
+  const node_manager::Arbitration a = node_manager::Arbitrate(
+      config_->policy.arbitration, std::move(reqs), events_->now(),
+      {256, config_->policy.max_batch_tokens}, {}, config_->policy.promote_after_slo);
   if (hooks_.arbitration) NoteDecision(logged, a.order, by_id);
   order.insert(order.end(), a.order.begin(), a.order.end());
   const bool elastic = config_->policy.elastic();
@@ -374,14 +374,14 @@ void SimDevice::NoteDecision(const std::vector<node_manager::PendingRequest>& re
 StepWork SimDevice::WorkOf(const Resident& res, int* k, std::vector<Chunk>* chunks) {
   StepWork w;
   for (const SimRequest* r : res.running) {
-    if (r->prefilled < PrefillEnd(*r)) continue;
+    if (r->prefilled < PrefillEnd(*r) || r->sits_out) continue;
     ++w.decode_tokens;
     w.decode_context += r->prompt + r->generated;
     *k = std::min(*k, r->output - r->generated);
   }
   int budget = config_->policy.max_batch_tokens - w.decode_tokens;
   for (SimRequest* r : res.running) {
-    if (r->prefilled >= PrefillEnd(*r) || budget <= 0) continue;
+    if (r->prefilled >= PrefillEnd(*r) || r->sits_out || budget <= 0) continue;
     const int n = std::min(budget, PrefillEnd(*r) - r->prefilled);
     const bool last = n == PrefillEnd(*r) - r->prefilled;  // its last token is sampled
     chunks->push_back({r, n});
@@ -414,6 +414,9 @@ bool SimDevice::PlanResident(Resident* res, StepWork* w, int* k, std::vector<Chu
     const bool tp = Spec(res->model).tp > 1 && hooks_.members_steps;
     if (tp && hooks_.members_steps(res->model) < res->tp_steps) return false;  // lockstep
     *w = WorkOf(*res, k, chunks);
+    // Every running request sat out (a plan made ahead found no room for
+    // any): no step, as the node launches none.
+    if (w->decode_tokens + w->prefill_tokens == 0) return false;
     res->last_active = ++active_clock_;  // MRU order among remapping's donors
     if (!tp) return true;
     ++res->tp_steps;
@@ -449,7 +452,7 @@ bool SimDevice::AdmissionMayChange() const {
 
 void SimDevice::CreditDecodes(Resident* res, int steps) {
   for (SimRequest* r : res->running) {
-    if (r->prefilled >= PrefillEnd(*r)) r->generated += steps;
+    if (r->prefilled >= PrefillEnd(*r) && !r->sits_out) r->generated += steps;
   }
 }
 

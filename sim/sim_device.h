@@ -484,16 +484,36 @@ class SimDevice {
   int StepTokens(const Resident& res) const;
   // Before `res` plans a step (and before the GPU's admissions at that
   // boundary): each running request, oldest first, holds the blocks of its
-  // next step's tokens, preempting where they do not fit.
-  void GrowKv(Resident* res);
+  // next step's tokens, preempting where they do not fit. False: a victim's
+  // model has a step in flight, and `res` waits for it (policy.
+  // growth_waits_for_victims; VictimDrain): it begins no step now.
+  bool GrowKv(Resident* res);
   // Ahead steps: as `res` begins a step, the node plans its next one at
   // once (engine/batch_planner.cc's ahead plan): each running request,
   // oldest first, takes the blocks of its tokens in that step where they
-  // fit now, preempting nobody (GrowKv, when that step begins, takes what
-  // is still missing).
+  // fit now, preempting nobody (when that step begins, GrowAhead takes
+  // what fits then; with ahead_growth_asks_nobody false, GrowKv takes what
+  // is still missing, preempting).
   void ReserveAhead(Resident* res);
-  // Grows r's blocks to `tokens`; false if r itself was preempted.
-  bool Reserve(Resident* res, SimRequest* r, int tokens);
+  // As a step planned ahead begins (policy.ahead_growth_asks_nobody): each
+  // running request, oldest first, holds the blocks of its tokens in it
+  // where they fit now, else sits out of it (SimRequest::sits_out). True
+  // if one sat out: the model plans its next step once this one ended.
+  bool GrowAhead(Resident* res);
+  // The requests that sat out of res's step in flight are in its next.
+  static void SitIn(Resident* res);
+  enum class Grown { kHeld, kPreempted, kWaits };
+  // Grows r's blocks to `tokens`: kPreempted if r itself was preempted,
+  // kWaits if the next victim's model has a step in flight (its owner is
+  // then set as victim_drain_.of; nothing of that model was taken).
+  Grown Reserve(Resident* res, SimRequest* r, int tokens);
+  // Whether a growth must wait for `owner`'s steps before preempting its
+  // requests (rolling, policy.growth_waits_for_victims, a step in flight).
+  bool WaitsForSteps(const Resident& owner) const;
+  // Rolling: while a growth waits for a victim model's steps, the steps
+  // already queued begin (planning none after them) and nothing else; true
+  // while the wait lasts (RollStart does nothing more).
+  bool VictimDrainHolds();
   // A running request of a model other than `res` (null: any) newer than
   // `than` (lowest priority first, then newest), or null.
   std::pair<Resident*, SimRequest*> NewerVictim(const Resident* res, int64_t than);
@@ -519,6 +539,10 @@ class SimDevice {
   // Rolling (sim_device_rolling.cc).
   // Admits, begins a step for each model that can, and reschedules.
   void RollStart();
+  // RollStart's first part: each model whose step ended begins the one
+  // planned ahead while it ran (counted in *began, *last the latest);
+  // stops where a growth begins to wait for a victim's steps.
+  void BeginQueuedSteps(int* k, int* began, Resident** last);
   // `ahead`: the step planned while the model's last one ran.
   bool RollBegin(Resident* res, int* k, bool ahead);
   void RollStretch(Resident* res, int k);
@@ -569,6 +593,13 @@ class SimDevice {
   SessionCounters session_counters_;
   KvCounters kv_counters_;
   int64_t admit_clock_ = 0;  // admissions so far (SimRequest::admit_order)
+  // Rolling: a growth of model `for_` waits for model `of`'s steps in
+  // flight to end (the daemon's DrainVictims; -1: none), since when.
+  struct VictimDrain {
+    int for_ = -1, of = -1;
+    double since = 0;
+  } victim_drain_;
+  bool growth_may_wait_ = true;  // false while queued steps grow during a wait
   // Remapping.
   std::map<int, RemapTimings> timings_;  // by model, as first needed
   double last_shortfall_ = -1e300;       // when a KV shortfall was last seen

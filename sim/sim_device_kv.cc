@@ -28,9 +28,16 @@
 //    samples its next token. Its first token's time stays the first one.
 //  * A decode stretch runs only as many steps as its blocks fit, and its
 //    requests hold the blocks they wrote when it ends or is cut.
-// Not modelled: the daemon finishes every step in flight on the device
-// before it preempts (a wait of the stepping model); here a victim whose
-// step is in flight loses that step's tokens instead.
+//  * A victim's steps in flight (rolling, policy.growth_waits_for_victims,
+//    the daemon's DrainVictims): where the next victim's model has a step
+//    in flight, the growing model begins nothing and the device's loop
+//    waits (victim_drain_): the steps already queued on the GPU (each
+//    model's ahead step) begin, planning none after them, and no other
+//    step is planned or admitted until that model's steps have ended. Its
+//    requests keep those steps' tokens, and the growth then plans again
+//    (the room may have come from requests that ended). Growth that
+//    queued steps take meanwhile preempts at once (the daemon's ahead
+//    plans ask nobody; such growth is the simulator's own).
 #include <algorithm>
 #include <climits>
 #include <map>
@@ -82,8 +89,8 @@ int SimDevice::StepTokens(const Resident& res) const {
   return std::min(tokens, config_->policy.max_batch_tokens);
 }
 
-void SimDevice::GrowKv(Resident* res) {
-  if (!Paged(res->model) || res->shadow) return;
+bool SimDevice::GrowKv(Resident* res) {
+  if (!Paged(res->model) || res->shadow) return true;
   int budget = config_->policy.max_batch_tokens;
   for (size_t i = 0; i < res->running.size() && budget > 0; ++i) {
     SimRequest* r = res->running[i];
@@ -91,9 +98,45 @@ void SimDevice::GrowKv(Resident* res) {
     const int take = decoding ? 1 : std::min(PrefillEnd(*r) - r->prefilled, budget);
     // A decode writes the KV of its last sampled token: prompt + generated.
     const int tokens = decoding ? r->prompt + r->generated : r->prefilled + take;
-    if (!Reserve(res, r, tokens)) break;  // r was the newest: the rest went before it
+    const Grown g = Reserve(res, r, tokens);
+    if (g == Grown::kWaits) {
+      victim_drain_.for_ = res->model;
+      victim_drain_.since = events_->now();
+      ++kv_counters_.victim_drains;
+      return false;
+    }
+    if (g == Grown::kPreempted) break;  // r was the newest: the rest went before it
     budget -= take;
   }
+  return true;
+}
+
+bool SimDevice::GrowAhead(Resident* res) {
+  if (!Paged(res->model) || res->shadow) return false;
+  int budget = config_->policy.max_batch_tokens;
+  bool out = false, took = false;
+  for (SimRequest* r : res->running) {
+    if (budget <= 0) break;
+    const bool decoding = r->prefilled >= PrefillEnd(*r);
+    const int take = decoding ? 1 : std::min(PrefillEnd(*r) - r->prefilled, budget);
+    const int tokens = decoding ? r->prompt + r->generated : r->prefilled + take;
+    const int64_t need = BlocksBytes(res->model, tokens) - r->kv_held;
+    if (need > 0 && !Fits(*res, need, kv_used())) {
+      r->sits_out = out = true;
+      continue;
+    }
+    budget -= take;
+    if (need <= 0) continue;
+    r->kv_held += need;
+    res->kv_used += need;
+    took = true;
+  }
+  if (took) ShedSessions();  // idle sessions' KV counted as free: it gives way
+  return out;
+}
+
+bool SimDevice::WaitsForSteps(const Resident& owner) const {
+  return Rolling() && growth_may_wait_ && config_->policy.growth_waits_for_victims && owner.step.on;
 }
 
 void SimDevice::ReserveAhead(Resident* res) {
@@ -129,9 +172,9 @@ void SimDevice::ReserveAhead(Resident* res) {
   if (took) ShedSessions();  // idle sessions' KV counted as free: it gives way
 }
 
-bool SimDevice::Reserve(Resident* res, SimRequest* r, int tokens) {
+SimDevice::Grown SimDevice::Reserve(Resident* res, SimRequest* r, int tokens) {
   const int64_t need = BlocksBytes(res->model, tokens) - r->kv_held;
-  if (need <= 0) return true;
+  if (need <= 0) return Grown::kHeld;
   auto fits = [&] {
     if (!Fits(*res, need, kv_used()) && !(Remapping() && LendFor(*res, need, kv_used()))) {
       return false;
@@ -142,15 +185,19 @@ bool SimDevice::Reserve(Resident* res, SimRequest* r, int tokens) {
     return true;
   };
   while (true) {
-    if (fits()) return true;
+    if (fits()) return Grown::kHeld;
     SimRequest* own = res->running.back();
     for (auto v = NewerVictim(res, own->admit_order); v.second != nullptr;
          v = NewerVictim(res, own->admit_order)) {
+      if (WaitsForSteps(*v.first)) {
+        victim_drain_.of = v.first->model;
+        return Grown::kWaits;
+      }
       Preempt(v.first, v.second);
-      if (fits()) return true;
+      if (fits()) return Grown::kHeld;
     }
     Preempt(res, own);
-    if (own == r) return false;
+    if (own == r) return Grown::kPreempted;
   }
 }
 
@@ -179,6 +226,7 @@ void SimDevice::Preempt(Resident* owner, SimRequest* v) {
   owner->kv_used -= v->kv_held;
   v->kv_held = 0;
   std::erase(owner->running, v);
+  v->sits_out = false;
   // A step in flight that carried its chunk no longer advances it.
   std::erase_if(owner->step.chunks, [&](const Chunk& c) { return c.r == v; });
   std::erase_if(chunks_, [&](const Chunk& c) { return c.r == v; });

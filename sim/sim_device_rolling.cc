@@ -94,7 +94,71 @@ bool SimDevice::StepsAhead(const Resident& res) const {
          res.lent.alpha == 0;
 }
 
+void SimDevice::SitIn(Resident* res) {
+  for (SimRequest* r : res->running) r->sits_out = false;
+}
+
+bool SimDevice::VictimDrainHolds() {
+  if (victim_drain_.of < 0) return false;
+  // The steps queued behind those that ended begin: they are on the GPU's
+  // streams already. The loop, waiting, plans none after them, and their
+  // growth asks no one to wait (the daemon's ahead plans ask nobody).
+  growth_may_wait_ = false;
+  int k = INT_MAX;
+  for (Resident& res : residents_) {
+    if (res.model == victim_drain_.for_ || res.step.on || !std::exchange(res.step.follows, false)) {
+      continue;
+    }
+    if (config_->policy.ahead_growth_asks_nobody) {
+      GrowAhead(&res);
+    } else {
+      GrowKv(&res);
+    }
+    if (RollBegin(&res, &k, /*ahead=*/true)) {
+      res.step.no_follow = true;
+    } else {
+      SitIn(&res);
+    }
+  }
+  growth_may_wait_ = true;
+  const Resident* of = Find(victim_drain_.of);
+  if (of != nullptr && of->step.on) return true;
+  kv_counters_.victim_drain_s += events_->now() - victim_drain_.since;
+  victim_drain_ = {};
+  return false;
+}
+
+void SimDevice::BeginQueuedSteps(int* k, int* began, Resident** last) {
+  // Ahead steps: a model whose step just ended begins the one planned
+  // while it ran, from the requests admitted before; this boundary's
+  // admissions go to the step after (the node plans that one now).
+  for (Resident& res : residents_) {
+    if (res.step.on || !std::exchange(res.step.follows, false)) continue;
+    // kv_paged: the running requests' blocks for this step; planned
+    // ahead, the node's plan asked nobody.
+    const bool out = config_->policy.ahead_growth_asks_nobody && GrowAhead(&res);
+    if (!config_->policy.ahead_growth_asks_nobody && !GrowKv(&res)) {
+      res.step.follows = true;  // begins once the victims' steps have ended
+      return;
+    }
+    if (RollBegin(&res, k, /*ahead=*/true)) {
+      ++*began;
+      *last = &res;
+    } else {
+      SitIn(&res);  // nothing to step: it plans afresh
+    }
+    // The node plans the next one now, unless its last plan drained.
+    res.step.no_follow = res.step.on && (res.drain || out);
+    if (!res.step.no_follow) ReserveAhead(&res);
+  }
+}
+
 void SimDevice::RollStart() {
+  // A growth waits for a victim model's steps: the loop does nothing else.
+  if (VictimDrainHolds()) {
+    RollReschedule();
+    return;
+  }
   RemapStep();
   // A revert's copies: the steps in flight end, then the copies run alone.
   if (CopyPaused()) {
@@ -109,22 +173,19 @@ void SimDevice::RollStart() {
       last = &res;
     }
   };
-  // Ahead steps: a model whose step just ended begins the one planned
-  // while it ran, from the requests admitted before; this boundary's
-  // admissions go to the step after (the node plans that one now).
-  for (Resident& res : residents_) {
-    if (res.step.on || !std::exchange(res.step.follows, false)) continue;
-    GrowKv(&res);  // kv_paged: the running requests' blocks for this step
-    begin(res, true);
-    // The node plans the next one now, unless its last plan drained.
-    res.step.no_follow = res.step.on && res.drain;
-    if (!res.step.no_follow) ReserveAhead(&res);
-  }
+  auto held = [&] {  // a growth began to wait for a victim model's steps
+    if (!VictimDrainHolds()) return false;
+    RollReschedule();
+    return true;
+  };
+  BeginQueuedSteps(&k, &began, &last);
+  if (held()) return;
   // kv_paged: the models about to begin grow their running requests first
   // (the engine's PlanRunning before PlanAdmissions).
   for (Resident& res : residents_) {
-    if (!res.step.on) GrowKv(&res);
+    if (!res.step.on && !GrowKv(&res)) break;
   }
+  if (held()) return;
   Admit();
   for (Resident& res : residents_) {
     if (!res.step.on) {
@@ -139,7 +200,9 @@ void SimDevice::RollStart() {
   // whose host time the last one hid, as each of the stretch's steps
   // hides the next one's).
   const double host = config_->policy.step_host_s;
-  auto decoding = [](const SimRequest* r) { return r->prefilled >= PrefillEnd(*r); };
+  auto decoding = [](const SimRequest* r) {
+    return r->prefilled >= PrefillEnd(*r) && !r->sits_out;
+  };
   if (began == 1 && flying == 1 && k > 1 && last->step.chunks.empty() &&
       std::all_of(last->running.begin(), last->running.end(), decoding) && !last->shadow &&
       Spec(last->model).tp == 1 && !Lending() && !AdmissionMayChange() &&
@@ -297,6 +360,7 @@ void SimDevice::RollEnd(Resident* res) {
     }
   }
   s.chunks.clear();
+  SitIn(res);
   RecordStep(*res, s.start, now, s.n, s.w);
   model_steps_ += s.n;
   s.follows = StepsAhead(*res) && !s.no_follow;

@@ -46,6 +46,9 @@ struct SimRequest {
   int reused = 0;
   bool kv_waited = false;   // refused admission for KV room at least once
   bool kv_refused = false;  // ... at its last try (cleared when admitted)
+  // Left out of its model's step in flight: that step was planned ahead
+  // and its blocks did not fit (policy.ahead_growth_asks_nobody).
+  bool sits_out = false;
 };
 
 // The tokens a request prefills: its prompt, and after a preemption the
@@ -56,6 +59,10 @@ inline int PrefillEnd(const SimRequest& r) { return r.prompt + r.recompute; }
 struct KvCounters {
   int64_t preemptions = 0;
   int64_t recomputed_tokens = 0;  // KV tokens preempted requests gave back
+  // Growths that waited for a victim model's steps (policy.
+  // growth_waits_for_victims), and the seconds they waited in all.
+  int64_t victim_drains = 0;
+  double victim_drain_s = 0;
 };
 
 // A session's KV kept on a GPU between its turns.

@@ -171,6 +171,8 @@ SimResult Simulator::Run() {
     stats_.remap.Add(d->remap_counters());
     stats_.preemptions += d->kv_counters().preemptions;
     stats_.recomputed_tokens += d->kv_counters().recomputed_tokens;
+    stats_.victim_drains += d->kv_counters().victim_drains;
+    stats_.victim_drain_s += d->kv_counters().victim_drain_s;
     stats_.kv_bytes_at_end += d->kv_used();
   }
   if (config_.policy.remap.enabled) {
@@ -472,7 +474,9 @@ nlohmann::json ToJson(const SimStats& s) {
                       {"unfinished", s.unfinished},
                       {"kv_wait_requests", s.remap.kv_wait_requests},
                       {"preemptions", s.preemptions},
-                      {"recomputed_tokens", s.recomputed_tokens}};
+                      {"recomputed_tokens", s.recomputed_tokens},
+                      {"victim_drains", s.victim_drains},
+                      {"victim_drain_s", s.victim_drain_s}};
   if (s.sessions.sessions > 0) j["session_kv"] = ToJson(s.sessions);
   if (!s.remap_json.is_null()) j["remap"] = s.remap_json;
   return j;

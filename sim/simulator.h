@@ -146,6 +146,10 @@ struct SimStats {
   // when admitted again). 0 without kv_paged.
   int64_t preemptions = 0;
   int64_t recomputed_tokens = 0;
+  // Rolling, kv_paged: growths that waited for a victim model's steps in
+  // flight (policy.growth_waits_for_victims), and the seconds they waited.
+  int64_t victim_drains = 0;
+  double victim_drain_s = 0;
   // KV the GPUs' running requests still hold at the end: 0 unless some
   // were unfinished (not in ToJson; conservation tests check it).
   int64_t kv_bytes_at_end = 0;

@@ -102,6 +102,66 @@ TEST(Arbitration, FineServeBatchMeetsItsAnchorAndSetsHopelessAside) {
   EXPECT_EQ(b.order, (std::vector<uint64_t>{1, 2}));
 }
 
+// Aging: r1 (SLO 1 s, queued 3.5 s, 0.4 s of prefill) is late whatever
+// the order, and Moore-Hodgson alone serves it last, after r2 and r3 (both
+// on time). Past 3 SLOs of waiting it goes first; then the rest are ordered
+// from when it ends (0.4 s): r2 (due at 0.5) and r3 (due at 0.7) cannot
+// both make it, so the longer, r2, is put behind. Not yet past 4 SLOs: as
+// without aging.
+TEST(Arbitration, AgingServesALongLateRequestFirst) {
+  const std::vector<PendingRequest> rs = {
+      {1, -3.5, -2.5, 0.40, 400},  // arrival, deadline, cost, tokens
+      {2, -0.5, 0.5, 0.20, 200},
+      {3, -0.3, 0.7, 0.15, 150},
+  };
+  const Arbitration none = Arbitrate(ArbitrationPolicy::kMooreHodgson, rs, 0.0);
+  EXPECT_EQ(none.order, (std::vector<uint64_t>{2, 3, 1}));
+  EXPECT_EQ(none.on_time, 2);
+  const Arbitration aged = Arbitrate(ArbitrationPolicy::kMooreHodgson, rs, 0.0, {}, {}, 3);
+  EXPECT_EQ(aged.order, (std::vector<uint64_t>{1, 3, 2}));
+  EXPECT_EQ(aged.on_time, 1);  // r3 at 0.55
+  EXPECT_EQ(aged.on_time, CountOnTime(rs, aged.order, 0.0));
+  EXPECT_EQ(Arbitrate(ArbitrationPolicy::kMooreHodgson, rs, 0.0, {}, {}, 4).order, none.order);
+  // Every policy puts it first, and fineserve_batch counts it in its batch.
+  for (auto p :
+       {ArbitrationPolicy::kFcfs, ArbitrationPolicy::kEdf, ArbitrationPolicy::kFineServeBatch}) {
+    EXPECT_EQ(Arbitrate(p, rs, 0.0, {}, {}, 3).order.front(), 1u);
+  }
+  EXPECT_EQ(Arbitrate(ArbitrationPolicy::kFineServeBatch, rs, 0.0, {}, {}, 3).batch,
+            1 + Arbitrate(ArbitrationPolicy::kFineServeBatch, {rs[1], rs[2]}, 0.4).batch);
+}
+
+// The requests aging leaves are still ordered optimally, from when the
+// promoted ones end: against brute force over the rest's orders.
+TEST(Arbitration, AgingKeepsMooreHodgsonOptimalForTheRest) {
+  std::mt19937 rng(99);
+  int promoted = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto rs = Random(rng, 1 + trial % 8);
+    const double now = 1.0, k = 1.0;  // arrivals in [0, 0.5], slack up to 1.2
+    const Arbitration a = Arbitrate(ArbitrationPolicy::kMooreHodgson, rs, now, {}, {}, k);
+    std::vector<PendingRequest> aged, rest;
+    for (const auto& r : rs) {
+      (now - r.arrival_s > k * (r.deadline_s - r.arrival_s) ? aged : rest).push_back(r);
+    }
+    std::sort(aged.begin(), aged.end(), [](const auto& x, const auto& y) {
+      return x.arrival_s < y.arrival_s || (x.arrival_s == y.arrival_s && x.id < y.id);
+    });
+    promoted += static_cast<int>(aged.size());
+    double after = now;
+    for (size_t i = 0; i < aged.size(); ++i) {
+      EXPECT_EQ(a.order[i], aged[i].id) << "trial " << trial;
+      after += aged[i].cost_s;
+    }
+    const std::vector<uint64_t> tail(a.order.begin() + static_cast<int64_t>(aged.size()),
+                                     a.order.end());
+    EXPECT_EQ(CountOnTime(rest, tail, after), rest.empty() ? 0 : BruteForceBest(rest, after))
+        << "trial " << trial;
+    EXPECT_EQ(a.on_time, CountOnTime(rs, a.order, now));
+  }
+  EXPECT_GT(promoted, 50);  // the trials do exercise aging
+}
+
 TEST(Arbitration, PolicyNamesParse) {
   EXPECT_EQ(*ParseArbitrationPolicy("moore_hodgson"), ArbitrationPolicy::kMooreHodgson);
   EXPECT_EQ(*ParseArbitrationPolicy("fineserve_batch"), ArbitrationPolicy::kFineServeBatch);

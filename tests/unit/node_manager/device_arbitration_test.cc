@@ -265,6 +265,39 @@ TEST(DeviceArbitration, AQueueBeyondTheWaitBoundIsRefusedEarly) {
   w->Stop();
 }
 
+// Aging: "old" (TTFT SLO 100 ms, queued 1 s ago) is late whatever the
+// order, so Moore-Hodgson serves it after the two on time; having waited
+// 10 SLOs, past promote_after_slo 3, it is admitted first.
+TEST(DeviceArbitration, AgingAdmitsALongLateRequestFirst) {
+  engine::testing::TempDir dir;
+  const std::string path = engine::testing::WriteTinyModel(dir, "a", {});
+  for (const double k : {0.0, 3.0}) {
+    SCOPED_TRACE(k);
+    DeviceArbitrationOptions arb;
+    arb.promote_after_slo = k;
+    auto w = Worker(arb);
+    auto e = Engine("a", path, w.get());
+    Order order;
+    std::vector<std::unique_ptr<Sink>> sinks;
+    for (const char* id : {"on-time-1", "on-time-2", "old"}) {
+      sinks.push_back(std::make_unique<Sink>(id, &order));
+      GenerationRequest r = Req(id, 20, 60000);
+      if (std::string(id) == "old") {
+        r.ttft_slo_ms = 100;
+        r.arrival = absl::Now() - absl::Seconds(1);
+      }
+      ASSERT_TRUE(e->Submit(std::move(r), sinks.back().get()).ok());
+    }
+    ASSERT_TRUE(w->Add(e).ok());
+    ASSERT_TRUE(WaitAll(&order, 3));
+    const std::vector<std::string> want =
+        k > 0 ? std::vector<std::string>{"old", "on-time-1", "on-time-2"}
+              : std::vector<std::string>{"on-time-1", "on-time-2", "old"};
+    EXPECT_EQ(order.ids, want);
+    w->Stop();
+  }
+}
+
 TEST(PrefillCostModel, FitsMeasuredStepsAndStartsFromThePrior) {
   PrefillCostModel m(/*prior_ms_per_token=*/0.1);
   EXPECT_DOUBLE_EQ(m.PredictMs(100), 10.0);  // prior

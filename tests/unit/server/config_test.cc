@@ -31,7 +31,8 @@ TEST(Config, ShippedConfigsParse) {
 
 TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   auto c = ParseConfig(
-      "node: {arbitration: {policy: edf, max_queue_wait_ms: 1500, log_decisions: true}, "
+      "node: {arbitration: {policy: edf, max_queue_wait_ms: 1500, log_decisions: true, "
+      "promote_after_slo: 4}, "
       "engine: {slow_step_warn_ms: 50, overlap_steps: false, deterministic: true, "
       "priority_streams: decode, rolling_steps: false, ahead_steps: false, "
       "step_done: host_function, gemm_tune_candidates: 8, warm_products: false}}",
@@ -102,6 +103,10 @@ TEST(Config, OverloadAndSlowStepKnobsParseAndBadValuesNameTheirKey) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("node.stream_threads"), std::string::npos) << bad.status();
   EXPECT_EQ(c->node.options.max_queue_wait_ms, 1500);
+  EXPECT_EQ(c->node.options.promote_after_slo, 4);
+  EXPECT_NE(Msg("node: {arbitration: {promote_after_slo: -1}}")
+                .find("node.arbitration.promote_after_slo"),
+            std::string::npos);
   EXPECT_TRUE(c->node.options.log_arbitration);
   EXPECT_NE(
       Msg("node: {arbitration: {log_decisions: often}}").find("node.arbitration.log_decisions"),

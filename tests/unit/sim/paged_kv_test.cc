@@ -164,6 +164,80 @@ TEST(PagedKvTest, AnotherModelsNewerRequestGivesWayFirst) {
   }
 }
 
+// The scenario above, rolling, by hand: 94 blocks of room; x (model a) is
+// admitted at 0 and y (model b, arriving at 5 ms while x steps alone) at
+// x's first step's end, 10 ms; then both step every 10 ms, each planning
+// its next step as one begins. At 2.53 s x has 253 tokens and its decode
+// needs a 48th block (753 tokens of KV) while y holds 47: 95 of 94.
+SimConfig VictimScenario(bool wait, bool ahead_asks_nobody, double host_s) {
+  SimConfig c = Paged({Model("a"), Model("b")}, 1510);
+  c.policy.growth_waits_for_victims = wait;
+  c.policy.ahead_growth_asks_nobody = ahead_asks_nobody;
+  c.policy.step_host_s = host_s;
+  return c;
+}
+const std::vector<bench::TraceRecord> kVictimTrace = {Req("x", "a", 0, 500, 600),
+                                                      Req("y", "b", 0.005, 500, 600)};
+
+// x's step planned ahead for 2.53 s finds no room for its block: x sits
+// out of it (nothing to step), and its next plan, made then with the whole
+// ladder, must preempt y, whose step (2.53-2.54 s) is in flight. Waiting
+// for it (the daemon's DrainVictims), x steps 2.54-2.55 s and y keeps that
+// step's token (one token more to recompute: 752, not 751); y's next step
+// has no room for its 48th block either, so nothing else was queued.
+// Preempting at once, x steps 2.53-2.54 s and y loses that token.
+TEST(PagedKvTest, GrowthWaitsForTheVictimsStepInFlight) {
+  auto waited = Simulate(VictimScenario(true, true, 0), ConstantEngine(), kVictimTrace);
+  auto at_once = Simulate(VictimScenario(false, true, 0), ConstantEngine(), kVictimTrace);
+  ASSERT_TRUE(waited.ok() && at_once.ok());
+  for (const SimResult* r : {&*waited, &*at_once}) {
+    EXPECT_EQ(Find(*r, "x").preemptions, 0);
+    EXPECT_EQ(Find(*r, "y").preemptions, 1);
+    EXPECT_EQ(Find(*r, "y").status, "OK");
+  }
+  EXPECT_NEAR(Find(*waited, "x").e2e_ms(), 6010, 1e-6);
+  EXPECT_NEAR(Find(*at_once, "x").e2e_ms(), 6000, 1e-6);
+  EXPECT_EQ(waited->stats.recomputed_tokens, 752);
+  EXPECT_EQ(at_once->stats.recomputed_tokens, 751);
+  EXPECT_EQ(waited->stats.victim_drains, 1);
+  EXPECT_NEAR(waited->stats.victim_drain_s, 0.010, 1e-9);
+  EXPECT_EQ(at_once->stats.victim_drains, 0);
+}
+
+// With 2 ms of host time a step planned afresh takes 12 ms and one
+// planned ahead 10 (its host time hidden), so x's and y's steps part: x's
+// ahead step due at 2.532 s finds no room, and y's step (2.524-2.534 s)
+// is in flight with its next one planned ahead and queued behind it.
+// Waiting, the device plans nothing, but y's queued step begins (2.534-
+// 2.544 s: on the GPU already in the daemon); x's growth waits 12 ms in
+// all and its step, planned afresh, runs 2.544-2.556 s; y keeps two more
+// tokens. Without the wait, x's plan preempts y at once and steps 2.532-
+// 2.544 s.
+TEST(PagedKvTest, AVictimsQueuedStepRunsBeforeTheGrowthGoesOn) {
+  auto waited = Simulate(VictimScenario(true, true, 0.002), ConstantEngine(), kVictimTrace);
+  auto at_once = Simulate(VictimScenario(false, true, 0.002), ConstantEngine(), kVictimTrace);
+  ASSERT_TRUE(waited.ok() && at_once.ok());
+  EXPECT_NEAR(waited->stats.victim_drain_s, 0.012, 1e-9);
+  EXPECT_NEAR(Find(*waited, "x").e2e_ms(), 6016, 1e-6);
+  EXPECT_NEAR(Find(*at_once, "x").e2e_ms(), 6004, 1e-6);
+  EXPECT_EQ(waited->stats.recomputed_tokens, at_once->stats.recomputed_tokens + 2);
+}
+
+// The plan made ahead asks nobody (policy.ahead_growth_asks_nobody, the
+// daemon's BatchPlanner): x's step due at 2.532 s, out of room, goes
+// without x, so x plans again at once, afresh, and its 2 ms of host time
+// are no longer hidden (x ends at 6,004 ms). Growing in the step planned
+// ahead (the old rule) preempts y there and hides them (6,002 ms).
+TEST(PagedKvTest, APlanMadeAheadLeavesOutWhatDoesNotFit) {
+  auto nobody = Simulate(VictimScenario(false, true, 0.002), ConstantEngine(), kVictimTrace);
+  auto grows = Simulate(VictimScenario(false, false, 0.002), ConstantEngine(), kVictimTrace);
+  ASSERT_TRUE(nobody.ok() && grows.ok());
+  EXPECT_NEAR(Find(*nobody, "x").e2e_ms(), 6004, 1e-6);
+  EXPECT_NEAR(Find(*grows, "x").e2e_ms(), 6002, 1e-6);
+  EXPECT_EQ(nobody->stats.recomputed_tokens, grows->stats.recomputed_tokens);
+  EXPECT_EQ(Find(*nobody, "y").preemptions, 1);
+}
+
 TEST(PagedKvTest, AdmissionLeavesABlockPerRunningRequest) {
   // 1,000 tokens of room (62 blocks). The first request's 600-token
   // prompt takes 38 blocks; the second's 360 need 23, and with the first's
