@@ -474,6 +474,12 @@ class SimDevice {
   // where they fit now, else sits out of it (SimRequest::sits_out). True
   // if one sat out: the model plans its next step once this one ended.
   bool GrowAhead(Resident* res);
+  // The KV tokens r's next step writes, with at most `budget` of its
+  // prompt; *take: the step's tokens it takes.
+  static int StepKvTokens(const SimRequest& r, int budget, int* take);
+  // r holds the blocks of `tokens` if they fit now, preempting nobody
+  // (*took set when it took any); false if they do not fit.
+  bool HoldIfFits(Resident* res, SimRequest* r, int tokens, bool* took);
   // The requests that sat out of res's step in flight are in its next.
   static void SitIn(Resident* res);
   enum class Grown { kHeld, kPreempted, kWaits };
@@ -515,7 +521,9 @@ class SimDevice {
   void RollStart();
   // RollStart's first part: each model whose step ended begins the one
   // planned ahead while it ran (counted in *began, *last the latest);
-  // stops where a growth begins to wait for a victim's steps.
+  // stops where a growth begins to wait for a victim's steps. While one
+  // waits (victim_drain_), the waiting model's is left and none plans the
+  // step after.
   void BeginQueuedSteps(int* k, int* began, Resident** last);
   // `ahead`: the step planned while the model's last one ran.
   bool RollBegin(Resident* res, int* k, bool ahead);

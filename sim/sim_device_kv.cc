@@ -89,15 +89,30 @@ int SimDevice::StepTokens(const Resident& res) const {
   return std::min(tokens, config_->policy.max_batch_tokens);
 }
 
+int SimDevice::StepKvTokens(const SimRequest& r, int budget, int* take) {
+  const bool decoding = r.prefilled >= PrefillEnd(r);
+  *take = decoding ? 1 : std::min(PrefillEnd(r) - r.prefilled, budget);
+  // A decode writes the KV of its last sampled token: prompt + generated.
+  return decoding ? r.prompt + r.generated : r.prefilled + *take;
+}
+
+bool SimDevice::HoldIfFits(Resident* res, SimRequest* r, int tokens, bool* took) {
+  const int64_t need = BlocksBytes(res->model, tokens) - r->kv_held;
+  if (need <= 0) return true;
+  if (!Fits(*res, need, kv_used())) return false;
+  r->kv_held += need;
+  res->kv_used += need;
+  *took = true;
+  return true;
+}
+
 bool SimDevice::GrowKv(Resident* res) {
   if (!Paged(res->model) || res->shadow) return true;
   int budget = config_->policy.max_batch_tokens;
   for (size_t i = 0; i < res->running.size() && budget > 0; ++i) {
     SimRequest* r = res->running[i];
-    const bool decoding = r->prefilled >= PrefillEnd(*r);
-    const int take = decoding ? 1 : std::min(PrefillEnd(*r) - r->prefilled, budget);
-    // A decode writes the KV of its last sampled token: prompt + generated.
-    const int tokens = decoding ? r->prompt + r->generated : r->prefilled + take;
+    int take = 0;
+    const int tokens = StepKvTokens(*r, budget, &take);
     const Grown g = Reserve(res, r, tokens);
     if (g == Grown::kWaits) {
       victim_drain_.for_ = res->model;
@@ -117,19 +132,12 @@ bool SimDevice::GrowAhead(Resident* res) {
   bool out = false, took = false;
   for (SimRequest* r : res->running) {
     if (budget <= 0) break;
-    const bool decoding = r->prefilled >= PrefillEnd(*r);
-    const int take = decoding ? 1 : std::min(PrefillEnd(*r) - r->prefilled, budget);
-    const int tokens = decoding ? r->prompt + r->generated : r->prefilled + take;
-    const int64_t need = BlocksBytes(res->model, tokens) - r->kv_held;
-    if (need > 0 && !Fits(*res, need, kv_used())) {
+    int take = 0;
+    if (!HoldIfFits(res, r, StepKvTokens(*r, budget, &take), &took)) {
       r->sits_out = out = true;
       continue;
     }
     budget -= take;
-    if (need <= 0) continue;
-    r->kv_held += need;
-    res->kv_used += need;
-    took = true;
   }
   if (took) ShedSessions();  // idle sessions' KV counted as free: it gives way
   return out;
@@ -161,13 +169,8 @@ void SimDevice::ReserveAhead(Resident* res) {
       take = std::min(PrefillEnd(*r) - done, budget);
       tokens = done + take;
     }
-    const int64_t need = BlocksBytes(res->model, tokens) - r->kv_held;
-    if (need > 0 && !Fits(*res, need, kv_used())) continue;  // the ahead plan asks nobody
+    if (!HoldIfFits(res, r, tokens, &took)) continue;  // the ahead plan asks nobody
     budget -= take;
-    if (need <= 0) continue;
-    r->kv_held += need;
-    res->kv_used += need;
-    took = true;
   }
   if (took) ShedSessions();  // idle sessions' KV counted as free: it gives way
 }

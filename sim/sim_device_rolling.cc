@@ -104,22 +104,9 @@ bool SimDevice::VictimDrainHolds() {
   // streams already. The loop, waiting, plans none after them, and their
   // growth asks no one to wait (the daemon's ahead plans ask nobody).
   growth_may_wait_ = false;
-  int k = INT_MAX;
-  for (Resident& res : residents_) {
-    if (res.model == victim_drain_.for_ || res.step.on || !std::exchange(res.step.follows, false)) {
-      continue;
-    }
-    if (config_->policy.ahead_growth_asks_nobody) {
-      GrowAhead(&res);
-    } else {
-      GrowKv(&res);
-    }
-    if (RollBegin(&res, &k, /*ahead=*/true)) {
-      res.step.no_follow = true;
-    } else {
-      SitIn(&res);
-    }
-  }
+  int k = INT_MAX, began = 0;
+  Resident* last = nullptr;
+  BeginQueuedSteps(&k, &began, &last);
   growth_may_wait_ = true;
   const Resident* of = Find(victim_drain_.of);
   if (of != nullptr && of->step.on) return true;
@@ -132,8 +119,12 @@ void SimDevice::BeginQueuedSteps(int* k, int* began, Resident** last) {
   // Ahead steps: a model whose step just ended begins the one planned
   // while it ran, from the requests admitted before; this boundary's
   // admissions go to the step after (the node plans that one now).
+  const bool holding = victim_drain_.of >= 0;
   for (Resident& res : residents_) {
-    if (res.step.on || !std::exchange(res.step.follows, false)) continue;
+    if (res.step.on || (holding && res.model == victim_drain_.for_) ||
+        !std::exchange(res.step.follows, false)) {
+      continue;
+    }
     // kv_paged: the running requests' blocks for this step; planned
     // ahead, the node's plan asked nobody.
     const bool out = config_->policy.ahead_growth_asks_nobody && GrowAhead(&res);
@@ -147,8 +138,9 @@ void SimDevice::BeginQueuedSteps(int* k, int* began, Resident** last) {
     } else {
       SitIn(&res);  // nothing to step: it plans afresh
     }
-    // The node plans the next one now, unless its last plan drained.
-    res.step.no_follow = res.step.on && (res.drain || out);
+    // The node plans the next one now, unless its last plan drained or
+    // its loop waits for a victim's steps.
+    res.step.no_follow = res.step.on && (holding || res.drain || out);
     if (!res.step.no_follow) ReserveAhead(&res);
   }
 }
