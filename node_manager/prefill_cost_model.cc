@@ -6,6 +6,10 @@ namespace ballast::node_manager {
 
 void PrefillCostModel::Record(int tokens, double ms) {
   if (tokens <= 0 || ms < 0) return;
+  if (warmup_left_ > 0) {
+    --warmup_left_;
+    return;
+  }
   samples_.emplace_back(tokens, ms);
   while (static_cast<int>(samples_.size()) > window_) samples_.pop_front();
   Fit();

@@ -8,6 +8,15 @@
 // it has 4 samples spanning at least two token counts it uses the prior
 // b = prior_ms_per_token, a = 0; the fit is clamped to b >= 0 and a >= 0.
 //
+// The first `warmup_steps` steps recorded are left out: a model's first
+// step pays one-time costs. On the H200 (docs/benchmarks.md, issue 20,
+// session 59) a model's 8-token warm-up prompt took 119-177 ms for the
+// first model of a process (its launch loads the kernels) and 134 ms for
+// another whose collection waited behind its next step's first graph
+// instantiation, against 2-3 ms for the others; one such sample among a
+// few pulled the slope below zero, and the clamped fit predicted 50-77 ms
+// for any prompt until the window had forgotten it, 64 prefill steps later.
+//
 // Thread-safety: not thread-safe; the device's step thread owns it.
 #pragma once
 
@@ -18,8 +27,8 @@ namespace ballast::node_manager {
 
 class PrefillCostModel {
  public:
-  explicit PrefillCostModel(double prior_ms_per_token = 0.05, int window = 64)
-      : prior_(prior_ms_per_token), window_(window) {}
+  explicit PrefillCostModel(double prior_ms_per_token = 0.05, int window = 64, int warmup_steps = 1)
+      : prior_(prior_ms_per_token), window_(window), warmup_left_(warmup_steps) {}
 
   void Record(int tokens, double ms);
   // Estimated milliseconds to prefill `tokens` tokens.
@@ -32,6 +41,7 @@ class PrefillCostModel {
   void Fit();
   const double prior_;
   const int window_;
+  int warmup_left_;  // steps still to leave out
   std::deque<std::pair<int, double>> samples_;
   double a_ = 0, b_ = prior_;
 };

@@ -316,6 +316,30 @@ TEST(PrefillCostModel, FitsMeasuredStepsAndStartsFromThePrior) {
   EXPECT_NEAR(w.PredictMs(50), 50.0, 1e-9);
 }
 
+// The H200's rate-4 validation run (issue 20, session 59): m1's warm-up of
+// 8 tokens took 201 ms, then its prompts 46, 30 and 26 ms. Fitted with the
+// warm-up, the slope fell below zero and the clamped fit was 77 ms for any
+// prompt; without it, the fit follows the prompts.
+TEST(PrefillCostModel, LeavesOutTheModelsFirstStep) {
+  const std::pair<int, double> steps[] = {
+      {8, 201.0}, {2048, 46.0}, {1025, 30.0}, {965, 26.0}, {1500, 35.0}};
+  PrefillCostModel with_first(0.05, 64, /*warmup_steps=*/0);
+  PrefillCostModel model;  // leaves out one
+  for (auto [t, ms] : steps) {
+    with_first.Record(t, ms);
+    model.Record(t, ms);
+  }
+  EXPECT_EQ(with_first.samples(), 5);
+  EXPECT_DOUBLE_EQ(with_first.ms_per_token(), 0.0);
+  EXPECT_NEAR(with_first.PredictMs(218), (201.0 + 46 + 30 + 26 + 35) / 5, 1e-9);
+  EXPECT_EQ(model.samples(), 4);
+  // Least squares over the four prompts: 0.0170 ms a token from 10.8 ms.
+  EXPECT_NEAR(model.ms_per_token(), 0.016963, 1e-5);
+  EXPECT_NEAR(model.intercept_ms(), 10.765, 1e-2);
+  EXPECT_LT(model.PredictMs(218), 15.0);
+  EXPECT_GT(model.PredictMs(3072), 60.0);
+}
+
 // priority_streams "decode": a model's decode-only steps run urgent while
 // another model's prefill chunks overlap them; a step carrying prefill
 // tokens never does.
