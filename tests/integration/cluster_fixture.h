@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -108,6 +109,43 @@ class ClusterTest : public ::testing::Test {
     const auto sched_config = config("scheduler.yaml", setup_.scheduler_yaml);
     const auto node_config = config("node.yaml", setup_.node_yaml);
 
+    // Ports are picked free, but a test running beside this one can bind
+    // one before the child does (a TSan CI run: "cannot listen on
+    // 127.0.0.1:27807 (port 27807 already in use)", and the nodes found
+    // another test's server there). A child that exits for that is
+    // launched again, with every process on new ports.
+    for (int attempt = 1;; ++attempt) {
+      Launch(sched_config, node_config);
+      ASSERT_TRUE(testing::WaitForPort(sched_port_, 20000)) << Logs();
+      grpc::ChannelArguments args;  // retry fast while the scheduler starts
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
+      channel_ = grpc::CreateCustomChannel(Addr(sched_port_), ClientCredentials(), args);
+      inference_ = v1::Inference::NewStub(channel_);
+      admin_ = v1::Admin::NewStub(channel_);
+      const bool registered =
+          WaitFor([&] { return !AllRunning() || AliveNodes() == 2; }, absl::Seconds(20)) &&
+          AllRunning();
+      if (registered) break;
+      const bool port_taken = Logs().find("cannot listen on") != std::string::npos;
+      ASSERT_TRUE(port_taken && attempt < 3) << "nodes did not register\n" << Logs();
+      std::cerr << "a port was taken before its process bound it; launching again\n" << Logs();
+      StopAll();
+    }
+    // The first two models are registered and loaded (one per node).
+    for (size_t i = 0; i < setup_.models.size() && i < 2; ++i) Register(setup_.models[i].first);
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return ReadyReplicas(setup_.models[0].first) == 1 &&
+                 ReadyReplicas(setup_.models[1].first) == 1;
+        },
+        absl::Seconds(20)))
+        << Logs();
+  }
+
+  // Starts the scheduler and both nodes on fresh ports (SetUp).
+  void Launch(const std::vector<std::string>& sched_config,
+              const std::vector<std::string>& node_config) {
     sched_port_ = testing::FreePort();
     sched_metrics_ = testing::FreePort();
     const std::string bin = std::string(BALLAST_BINARY_DIR) + "/server/ballast";
@@ -140,25 +178,16 @@ class ClusterTest : public ::testing::Test {
       node_args.insert(node_args.end(), extra.begin(), extra.end());
       nodes_[i] = std::make_unique<ChildProcess>(node_args, (dir_ / (id + ".log")).string());
     }
-    ASSERT_TRUE(testing::WaitForPort(sched_port_, 20000)) << Logs();
-    grpc::ChannelArguments args;  // retry fast while the scheduler starts
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
-    channel_ = grpc::CreateCustomChannel(Addr(sched_port_), ClientCredentials(), args);
-    inference_ = v1::Inference::NewStub(channel_);
-    admin_ = v1::Admin::NewStub(channel_);
-    ASSERT_TRUE(WaitFor([&] { return AliveNodes() == 2; }, absl::Seconds(20)))
-        << "nodes did not register\n"
-        << Logs();
-    // The first two models are registered and loaded (one per node).
-    for (size_t i = 0; i < setup_.models.size() && i < 2; ++i) Register(setup_.models[i].first);
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          return ReadyReplicas(setup_.models[0].first) == 1 &&
-                 ReadyReplicas(setup_.models[1].first) == 1;
-        },
-        absl::Seconds(20)))
-        << Logs();
+  }
+  bool AllRunning() {
+    return scheduler_->running() && nodes_[0]->running() && nodes_[1]->running();
+  }
+  void StopAll() {
+    inference_.reset();
+    admin_.reset();
+    channel_.reset();
+    for (auto& n : nodes_) n->Stop(SIGTERM);
+    scheduler_->Stop(SIGTERM);
   }
 
   // kill -9 of the scheduler, then the same command again (same ports and
@@ -181,11 +210,7 @@ class ClusterTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    inference_.reset();
-    admin_.reset();
-    channel_.reset();
-    for (auto& n : nodes_) n->Stop(SIGTERM);
-    scheduler_->Stop(SIGTERM);
+    StopAll();
     if (HasFailure() || getenv("BALLAST_TEST_LOGS")) std::cerr << Logs();
     std::filesystem::remove_all(dir_);
   }
