@@ -10,10 +10,10 @@
 //
 // The first `warmup_steps` steps recorded are left out: a model's first
 // step pays one-time costs. On the H200 (docs/benchmarks.md, issue 20,
-// session 59) a model's 8-token warm-up prompt took 119-177 ms for the
-// first model of a process (its launch loads the kernels) and 134 ms for
-// another whose collection waited behind its next step's first graph
-// instantiation, against 2-3 ms for the others; one such sample among a
+// session 59) a model's 8-token warm-up prompt took 119-215 ms for the
+// first model of a process (its launch loads the kernels) and 131-162 ms
+// for others whose collection waited behind their next step's first graph
+// instantiation, against 2-3 ms for the rest; one such sample among a
 // few pulled the slope below zero, and the clamped fit predicted 50-77 ms
 // for any prompt until the window had forgotten it, 64 prefill steps later.
 //

@@ -127,12 +127,10 @@ def summarize(steps, shape, bw, peak):
     """Per band (decode-only steps by batch size, and the steps with
     prefill): steps, roofline s, serial s, and over the measured steps
     only: measured s, their roofline s and serial s."""
+    names = ["decode only, %d-%d sequences" % b for b in BANDS] + ["prefill"]
     bands = collections.OrderedDict(
-        ("decode only, %d-%d sequences" % b, dict(steps=0, roofline_s=0.0, serial_s=0.0,
-                                                   measured_steps=0, measured_s=0.0,
-                                                   measured_roofline_s=0.0,
-                                                   measured_serial_s=0.0)) for b in BANDS)
-    bands["prefill"] = dict(bands[next(iter(bands))], steps=0)
+        (name, dict(steps=0, roofline_s=0.0, serial_s=0.0, measured_steps=0, measured_s=0.0,
+                    measured_roofline_s=0.0, measured_serial_s=0.0)) for name in names)
     for d, c, p, a, done, ms in steps:
         roof, serial = step_bounds(shape, bw, peak, d, c, p, a, done)
         if p > 0:
