@@ -196,7 +196,13 @@ void PrintEngineResult(const nlohmann::json& j, const nlohmann::json& hf) {
             << absl::StrFormat(", roofline at %.2f TB/s (device-to-device copy measures %.2f TB/s)",
                                j["hbm_bytes_per_s"].get<double>() / 1e12,
                                j["copy_bytes_per_s"].get<double>() / 1e12)
-            << "\n\n";
+            << "\n";
+  if (j.contains("first_steps_ms")) {
+    const auto& f = j["first_steps_ms"];
+    std::cout << absl::StrFormat("first 8-token steps after activation: %.1f, %.1f, %.1f ms\n",
+                                 f[0].get<double>(), f[1].get<double>(), f[2].get<double>());
+  }
+  std::cout << "\n";
   auto hf_decode = [&](int batch) -> double {
     if (!hf.contains("decode")) return 0;
     for (const auto& d : hf["decode"]) {

@@ -15,7 +15,8 @@
 // bytes_per_step, roofline_ms, roofline_fraction}], prefill: {tokens,
 // ms, tokens_per_s, tflops, fraction_of_gemm_peak,
 // fraction_of_gemm_peak_random}, gemm_peak_tflops, gemm_peak_random_tflops,
-// gemm_tune_candidates,
+// gemm_tune_candidates, first_steps_ms (the first three 8-token prefills
+// after activation),
 // concurrent: {models, decode: [{batch, ms_per_step, tokens_per_s}]},
 // mixed: [...] (engine_bench_mixed.h),
 // interference: {...}}
@@ -87,6 +88,30 @@ absl::StatusOr<PrefillTimes> TimePrefill(cuda::CudaExecutor* e, KvCache* kv,
 absl::StatusOr<PrefillTimes> TimePrefill(cuda::CudaExecutor* e, KvCache* kv,
                                          const std::vector<int>& prompt, int runs) {
   return TimePrefill(e, kv, std::vector<std::vector<int>>{prompt}, runs);
+}
+
+// Milliseconds of the executor's first three steps (an 8-token prefill,
+// its KV released after each): the first pays what a server's first
+// request after activation pays once (kernels loaded at their first
+// launch, first-use allocations), the others are the steady state.
+absl::StatusOr<nlohmann::json> TimeFirstSteps(cuda::CudaExecutor* e, KvCache* kv,
+                                              const ModelConfig& c) {
+  const std::vector<int> prompt = PromptFor(8, c);
+  const std::vector<DeviceSampling> greedy(1);
+  nlohmann::json ms = nlohmann::json::array();
+  for (int r = 0; r < 3; ++r) {
+    SequenceKv seq;
+    if (auto st = kv->Reserve(&seq, static_cast<int>(prompt.size())); !st.ok()) return st;
+    const std::vector<SequenceChunk> chunk = {
+        {&seq, 0, absl::MakeConstSpan(prompt), LogitsMode::kLast}};
+    std::vector<int> sampled;
+    const auto t0 = Clock::now();
+    absl::Status st = e->ForwardSample(chunk, greedy, &sampled, nullptr);
+    ms.push_back(Seconds(t0, Clock::now()) * 1e3);
+    kv->Release(&seq);
+    if (!st.ok()) return st;
+  }
+  return ms;
 }
 
 // Mean milliseconds of `steps` batch-1 decode steps on `e` at `context`
@@ -542,6 +567,9 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   out["load_s"] = Seconds(t_load, Clock::now());
   cuda::CudaExecutor& e = **ex;
   out["weight_bytes"] = static_cast<double>(e.weight_bytes());
+  auto first = TimeFirstSteps(&e, &kv, c);
+  if (!first.ok()) return first.status();
+  out["first_steps_ms"] = *first;
 
   out["context_sigma"] = o.context_sigma;
   auto decode = MeasureDecode(o, c, *hbm, &kv, &e);
