@@ -193,14 +193,18 @@ void PrintEngineResult(const nlohmann::json& j, const nlohmann::json& hf) {
   std::cout << "device: " << j["device"].get<std::string>() << ", weights "
             << absl::StrFormat("%.2f GiB", j["weight_bytes"].get<double>() / (1 << 30)) << ", load "
             << absl::StrFormat("%.1f s", j["load_s"].get<double>())
-            << absl::StrFormat(", roofline at %.2f TB/s (device-to-device copy measures %.2f TB/s)",
-                               j["hbm_bytes_per_s"].get<double>() / 1e12,
-                               j["copy_bytes_per_s"].get<double>() / 1e12)
+            << absl::StrFormat(
+                   ", roofline at %.2f TB/s (device-to-device copy measures %.2f TB/s, reads "
+                   "alone %.2f TB/s)",
+                   j["hbm_bytes_per_s"].get<double>() / 1e12,
+                   j["copy_bytes_per_s"].get<double>() / 1e12,
+                   j.value("read_bytes_per_s", 0.0) / 1e12)
             << "\n";
   if (j.contains("first_steps_ms")) {
     const auto& f = j["first_steps_ms"];
-    std::cout << absl::StrFormat("first 8-token steps after activation: %.1f, %.1f, %.1f ms\n",
-                                 f[0].get<double>(), f[1].get<double>(), f[2].get<double>());
+    std::cout << absl::StrFormat(
+        "first steps after activation (8-token prefills): %.1f, %.1f, %.1f ms\n",
+        f[0].get<double>(), f[1].get<double>(), f[2].get<double>());
   }
   std::cout << "\n";
   auto hf_decode = [&](int batch) -> double {

@@ -15,7 +15,7 @@
 // bytes_per_step, roofline_ms, roofline_fraction}], prefill: {tokens,
 // ms, tokens_per_s, tflops, fraction_of_gemm_peak,
 // fraction_of_gemm_peak_random}, gemm_peak_tflops, gemm_peak_random_tflops,
-// gemm_tune_candidates, first_steps_ms (the first three 8-token prefills
+// gemm_tune_candidates, first_steps_ms (the first three prefills of 8 tokens or fewer
 // after activation),
 // concurrent: {models, decode: [{batch, ms_per_step, tokens_per_s}]},
 // mixed: [...] (engine_bench_mixed.h),
@@ -90,13 +90,13 @@ absl::StatusOr<PrefillTimes> TimePrefill(cuda::CudaExecutor* e, KvCache* kv,
   return TimePrefill(e, kv, std::vector<std::vector<int>>{prompt}, runs);
 }
 
-// Milliseconds of the executor's first three steps (an 8-token prefill,
+// Milliseconds of the executor's first three steps (a prefill of `tokens`,
 // its KV released after each): the first pays what a server's first
 // request after activation pays once (kernels loaded at their first
 // launch, first-use allocations), the others are the steady state.
 absl::StatusOr<nlohmann::json> TimeFirstSteps(cuda::CudaExecutor* e, KvCache* kv,
-                                              const ModelConfig& c) {
-  const std::vector<int> prompt = PromptFor(8, c);
+                                              const ModelConfig& c, int tokens) {
+  const std::vector<int> prompt = PromptFor(tokens, c);
   const std::vector<DeviceSampling> greedy(1);
   nlohmann::json ms = nlohmann::json::array();
   for (int r = 0; r < 3; ++r) {
@@ -567,7 +567,8 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   out["load_s"] = Seconds(t_load, Clock::now());
   cuda::CudaExecutor& e = **ex;
   out["weight_bytes"] = static_cast<double>(e.weight_bytes());
-  auto first = TimeFirstSteps(&e, &kv, c);
+  // 8 tokens, or fewer where the executor's steps hold fewer.
+  auto first = TimeFirstSteps(&e, &kv, c, std::min(8, eo.max_batch_tokens));
   if (!first.ok()) return first.status();
   out["first_steps_ms"] = *first;
 

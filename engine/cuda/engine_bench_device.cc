@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/bench_kernels.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/engine_bench_util.h"
 #include "engine/cuda/gemm.h"
@@ -92,6 +93,36 @@ absl::StatusOr<double> CopyBandwidth() {
   return 2.0 * kBytes * kIters / Seconds(t0, Clock::now());
 }
 
+// Reads of 4 GiB by a read-only kernel (bench_kernels.h), 4 blocks per
+// SM: bytes read per second, the rate a decode step's reads can reach
+// (the copy above also writes, and HBM turning between the two costs).
+absl::StatusOr<double> ReadBandwidth(int sms) {
+  constexpr size_t kBytes = 4ull << 30;
+  const int blocks = 4 * sms;
+  cuda::DeviceBuffer a, out;
+  if (auto s = a.Allocate(kBytes, "read bandwidth"); !s.ok()) return s;
+  if (auto s = out.Allocate(blocks * sizeof(uint32_t), "read bandwidth"); !s.ok()) return s;
+  BALLAST_CUDA_RETURN(cudaMemset(a.get(), 1, kBytes), "memset");
+  const auto* in = static_cast<const uint4*>(a.get());
+  auto* o = static_cast<uint32_t*>(out.get());
+  BALLAST_CUDA_RETURN(cuda::LaunchReadAll(in, kBytes / 16, o, blocks, nullptr), "read");
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  constexpr int kIters = 10;
+  cudaEventRecord(e0, nullptr);
+  for (int i = 0; i < kIters; ++i) {
+    BALLAST_CUDA_RETURN(cuda::LaunchReadAll(in, kBytes / 16, o, blocks, nullptr), "read");
+  }
+  cudaEventRecord(e1, nullptr);
+  BALLAST_CUDA_RETURN(cudaEventSynchronize(e1), "read bandwidth");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return static_cast<double>(kBytes) * kIters / (ms * 1e-3);
+}
+
 double DatasheetBandwidth(const std::string& name) {
   if (name.find("H200") != std::string::npos) return 4.8e12;
   if (name.find("H100") != std::string::npos) {
@@ -110,6 +141,9 @@ absl::StatusOr<double> DescribeDevice(const GpuEngineBenchOptions& o, nlohmann::
   auto copy_bw = CopyBandwidth();
   if (!copy_bw.ok()) return copy_bw.status();
   (*out)["copy_bytes_per_s"] = *copy_bw;
+  auto read_bw = ReadBandwidth(prop.multiProcessorCount);
+  if (!read_bw.ok()) return read_bw.status();
+  (*out)["read_bytes_per_s"] = *read_bw;
   double hbm = o.hbm_bytes_per_s > 0 ? o.hbm_bytes_per_s : DatasheetBandwidth(prop.name);
   if (hbm <= 0) hbm = *copy_bw;
   (*out)["hbm_bytes_per_s"] = hbm;

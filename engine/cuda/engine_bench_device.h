@@ -14,9 +14,10 @@
 
 namespace ballast::engine::bench_internal {
 
-// The device's name, its measured copy rate and the HBM rate the rooflines
-// use (o.hbm_bytes_per_s, else the datasheet's, else the copy rate) into
-// `out` ("device", "copy_bytes_per_s", "hbm_bytes_per_s"); returns that
+// The device's name, its measured copy and read-only rates and the HBM
+// rate the rooflines use (o.hbm_bytes_per_s, else the datasheet's, else
+// the copy rate) into `out` ("device", "copy_bytes_per_s",
+// "read_bytes_per_s", "hbm_bytes_per_s"); returns that
 // HBM rate. Makes o.device current.
 absl::StatusOr<double> DescribeDevice(const GpuEngineBenchOptions& o, nlohmann::json* out);
 
