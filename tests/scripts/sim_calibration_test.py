@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""scripts/sim-calibration.py against the committed H200 calibration: the
-raw bench-engine runs in configs/sim/raw-h200 rebuild
-configs/sim/calibration-h200.json exactly (with --with-small, as it was
-made), and without --with-small the short chunks of
+"""scripts/sim-calibration.py against the committed calibrations: the raw
+bench-engine runs in configs/sim/raw-<card> rebuild
+configs/sim/calibration-<card>.json exactly for the H200 and the H100
+(with --with-small, as they were made), and without --with-small the short chunks of
 calib-<shape>-small.jsonl (alone and beside their decodes) are left out
 and the command does not name them, every other point as it was.
 
@@ -19,14 +19,14 @@ SOURCE = None
 
 
 class SimCalibration(unittest.TestCase):
-    def build(self, *extra):
-        committed = os.path.join(SOURCE, "configs/sim/calibration-h200.json")
+    def build(self, *extra, card="h200"):
+        committed = os.path.join(SOURCE, f"configs/sim/calibration-{card}.json")
         with open(committed) as f:
             c = json.load(f)
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "calibration.json")
             subprocess.run([sys.executable, os.path.join(SOURCE, "scripts/sim-calibration.py"),
-                            "--dir", os.path.join(SOURCE, "configs/sim/raw-h200"), "--date",
+                            "--dir", os.path.join(SOURCE, f"configs/sim/raw-{card}"), "--date",
                             c["date"], "--memory-gib", repr(c["memory_bytes"] / (1 << 30)),
                             "--h2d-gbps", repr(c["h2d_bytes_per_s"] / 1e9),
                             "--activation-ratio", repr(c["activation_ratio"]),
@@ -40,6 +40,12 @@ class SimCalibration(unittest.TestCase):
     def test_the_raw_runs_rebuild_the_committed_file(self):
         built, committed = self.build("--with-small", "--small-date", "2026-12-04")
         self.assertEqual(built, committed)
+
+    def test_the_h100_raw_runs_rebuild_its_committed_file(self):
+        # Made in one session (2026-12-05): the short chunks share its date.
+        built, committed = self.build("--with-small", card="h100")
+        self.assertEqual(built, committed)
+        self.assertIn("NVIDIA H100", json.loads(built)["device"])
 
     def test_short_chunks_are_left_out_without_their_flag(self):
         built, committed = self.build()

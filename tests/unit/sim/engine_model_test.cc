@@ -256,7 +256,7 @@ TEST_P(CommittedCalibrationTest, PredictsItsMeasurements) {
                 p.shape_name.c_str(), p.copies, p.work.decode_tokens, p.seconds * 1e3, pred * 1e3,
                 100 * (pred - p.seconds) / p.seconds);
   }
-  if (cerr.empty()) return;  // the H100's calibration has none
+  ASSERT_FALSE(cerr.empty());
   // One overlap per layer fits 2 copies well but 4 copies of 1B less so
   // (11-15% low on the H200: four small steps overlap more than two).
   std::sort(cerr.begin(), cerr.end());
