@@ -228,7 +228,8 @@ struct DeviceArbitrationOptions {
 
 class DeviceWorker {
  public:
-  // Fails only if the elastic arena cannot be reserved.
+  // Fails only if the elastic arena cannot be reserved. A GPU's budget
+  // (memory_bytes) is cut to what the device has free, with a warning.
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Create(
       std::string name, int64_t memory_bytes, const DeviceMemoryOptions& memory,
       const DeviceArbitrationOptions& arbitration = {});
@@ -349,6 +350,10 @@ class DeviceWorker {
     }
   };
   DeviceWorker(std::string name, int64_t memory_bytes);
+  // memory_bytes, or the GPU's free bytes when fewer (in whole slabs; the
+  // cut is logged). memory.gpu >= 0.
+  static int64_t BudgetOnGpu(const std::string& name, int64_t memory_bytes,
+                             const DeviceMemoryOptions& memory);
   void Loop();
   // The loop with rolling_steps (device_worker_rolling.cc).
   void RollingLoop();

@@ -111,6 +111,38 @@ TEST(CudaActivation, HostCopiesComeFromTheArenaPinnedAtStartAndAFullOneDropsTheO
   (*node)->Shutdown();
 }
 
+// A budget above the device's memory is cut to what is free on it, in
+// both memory modes, so the node reports (and the scheduler places by) the
+// memory the GPU has; a budget that fits is kept.
+TEST(CudaActivation, ABudgetPastTheDeviceIsCutToItsFreeMemory) {
+  BALLAST_SKIP_WITHOUT_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  for (const std::string mode : {"static", "elastic"}) {
+    for (const int64_t asked : {static_cast<int64_t>(total) * 2, int64_t{1} << 30}) {
+      NodeOptions n;
+      n.engine.backend = "cuda";
+      n.memory_mode = mode;
+      n.slab_bytes = 64u << 20;
+      n.devices = {DeviceOptions{"cuda:0", asked}};
+      auto node = NodeManager::Create(n);
+      ASSERT_TRUE(node.ok()) << node.status();
+      const int64_t budget = (*node)->devices()[0]->memory_bytes();
+      if (asked > static_cast<int64_t>(total)) {
+        EXPECT_LE(budget, static_cast<int64_t>(free0)) << mode;
+        EXPECT_GT(budget, static_cast<int64_t>(free0) - (256ll << 20)) << mode;
+        EXPECT_EQ(budget % (64ll << 20), 0) << mode;
+      } else {
+        EXPECT_EQ(budget, asked) << mode;
+      }
+      EXPECT_EQ((*node)->devices()[0]->Usage().memory_total_bytes, budget) << mode;
+      (*node)->Shutdown();
+    }
+  }
+}
+
 // Both memory modes charge what the device really gives (cudaMemGetInfo),
 // workspace included, and the same workspace for the same model.
 TEST(CudaActivation, BothMemoryModesChargeTheRealBytes) {
