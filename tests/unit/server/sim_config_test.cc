@@ -19,6 +19,14 @@ TEST(SimConfigTest, CommittedExamplesParse) {
     ASSERT_TRUE(f.ok()) << name << ": " << f.status();
     EXPECT_EQ(f->calibration_path, kDir + "calibration-h200.json") << name;
   }
+  for (const char* name : {"validate-h100.yaml", "offline-h100.yaml"}) {
+    auto f = ReadSimConfig(kDir + name);
+    ASSERT_TRUE(f.ok()) << name << ": " << f.status();
+    EXPECT_EQ(f->calibration_path, kDir + "calibration-h100.json") << name;
+  }
+  auto offline = ReadSimConfig(kDir + "offline-h100.yaml");
+  ASSERT_TRUE(offline.ok());
+  EXPECT_EQ(offline->config.cluster.gpu_memory_bytes, 79LL << 30);  // an 80 GB card's free memory
   // The daemon's remapping validation: remapping off and on, as the
   // two sim-validate.sh runs (REMAP=false|true).
   auto remap = ReadSimConfig(kDir + "remap-validate-h200.yaml");
@@ -41,9 +49,6 @@ TEST(SimConfigTest, CommittedExamplesParse) {
   // The daemon's KV room: whole 64 MiB pages, the engines' context buffers.
   EXPECT_EQ(remap->variants.at("off").page_mib, 64);
   EXPECT_EQ(remap->variants.at("off").max_context, 4096);
-  auto h100 = ReadSimConfig(kDir + "validate-h100.yaml");
-  ASSERT_TRUE(h100.ok()) << h100.status();
-  EXPECT_EQ(h100->calibration_path, kDir + "calibration-h100.json");
   auto prism = ReadSimConfig(kDir + "prism-58.yaml");
   ASSERT_TRUE(prism.ok());
   EXPECT_EQ(prism->config.models.size(), 58u);  // Prism's Table 3
