@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,29 @@
 
 namespace ballast::engine::bench_internal {
 namespace {
+
+// Milliseconds `iters` calls of `launch` take on `stream`, timed by
+// events (the launches are queued between them; nothing waits between
+// calls).
+absl::StatusOr<float> EventMs(cudaStream_t stream, int iters,
+                              const std::function<absl::Status()>& launch) {
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  absl::Status st = cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess
+                        ? absl::OkStatus()
+                        : absl::InternalError("cudaEventCreate failed");
+  if (st.ok()) cudaEventRecord(e0, stream);
+  for (int i = 0; i < iters && st.ok(); ++i) st = launch();
+  float ms = 0;
+  if (st.ok()) {
+    cudaEventRecord(e1, stream);
+    if (cudaEventSynchronize(e1) != cudaSuccess) st = absl::InternalError("event wait failed");
+    cudaEventElapsedTime(&ms, e0, e1);
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  if (!st.ok()) return st;
+  return ms;
+}
 
 // cuBLASLt's BF16 rate on an 8192^3 product, its algorithm timed as the
 // engine's (tune_candidates). Zeros, or uniform values in [-1, 1): the
@@ -57,24 +81,13 @@ absl::StatusOr<double> GemmPeakTflops(int tune_candidates, bool random_data) {
         !s.ok())
       return s;
   }
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   constexpr int kIters = 20;
-  cudaEventRecord(e0, st);
-  for (int i = 0; i < kIters; ++i) {
-    if (auto s = (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st);
-        !s.ok())
-      return s;
-  }
-  cudaEventRecord(e1, st);
-  BALLAST_CUDA_RETURN(cudaEventSynchronize(e1), "gemm peak");
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  auto ms = EventMs(st, kIters, [&] {
+    return (*g)->Run(a.get(), b.get(), c.get(), n, n, n, cuda::ActType::kBF16, false, st);
+  });
   cudaStreamDestroy(st);
-  return 2.0 * n * n * static_cast<double>(n) * kIters / (ms * 1e-3) / 1e12;
+  if (!ms.ok()) return ms.status();
+  return 2.0 * n * n * static_cast<double>(n) * kIters / (*ms * 1e-3) / 1e12;
 }
 
 // Device-to-device copy of 2 GiB: bytes read + written per second.
@@ -106,21 +119,13 @@ absl::StatusOr<double> ReadBandwidth(int sms) {
   const auto* in = static_cast<const uint4*>(a.get());
   auto* o = static_cast<uint32_t*>(out.get());
   BALLAST_CUDA_RETURN(cuda::LaunchReadAll(in, kBytes / 16, o, blocks, nullptr), "read");
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   constexpr int kIters = 10;
-  cudaEventRecord(e0, nullptr);
-  for (int i = 0; i < kIters; ++i) {
+  auto ms = EventMs(nullptr, kIters, [&]() -> absl::Status {
     BALLAST_CUDA_RETURN(cuda::LaunchReadAll(in, kBytes / 16, o, blocks, nullptr), "read");
-  }
-  cudaEventRecord(e1, nullptr);
-  BALLAST_CUDA_RETURN(cudaEventSynchronize(e1), "read bandwidth");
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return static_cast<double>(kBytes) * kIters / (ms * 1e-3);
+    return absl::OkStatus();
+  });
+  if (!ms.ok()) return ms.status();
+  return static_cast<double>(kBytes) * kIters / (*ms * 1e-3);
 }
 
 double DatasheetBandwidth(const std::string& name) {
