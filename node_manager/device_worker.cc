@@ -18,7 +18,11 @@ namespace ballast::node_manager {
 absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
     std::string name, int64_t memory_bytes, const DeviceMemoryOptions& memory,
     const DeviceArbitrationOptions& arbitration) {
-  if (memory.gpu >= 0) memory_bytes = BudgetOnGpu(name, memory_bytes, memory);
+  if (memory.gpu >= 0) {
+    auto budget = BudgetOnGpu(name, memory_bytes, memory);
+    if (!budget.ok()) return budget.status();
+    memory_bytes = *budget;
+  }
   std::unique_ptr<DeviceWorker> w(new DeviceWorker(std::move(name), memory_bytes));
   w->gpu_ = memory.gpu;
   w->arbitration_ = arbitration;
@@ -58,13 +62,18 @@ absl::StatusOr<std::unique_ptr<DeviceWorker>> DeviceWorker::Create(
 // weights (docs/benchmarks.md, session 60). So a GPU's budget is at most
 // its free memory when the node starts, in whole slabs. Where the device
 // cannot be asked (no CUDA in this build), the budget stays and the engine
-// reports what is wrong.
-int64_t DeviceWorker::BudgetOnGpu(const std::string& name, int64_t memory_bytes,
-                                  const DeviceMemoryOptions& memory) {
+// reports what is wrong. Less than one slab free is an error.
+absl::StatusOr<int64_t> DeviceWorker::BudgetOnGpu(const std::string& name, int64_t memory_bytes,
+                                                  const DeviceMemoryOptions& memory) {
   auto info = engine::GpuMemoryInfo(memory.gpu);
   if (!info.ok() || memory_bytes <= info->first) return memory_bytes;
   const int64_t slab = static_cast<int64_t>(memory.slab_bytes);
   const int64_t budget = info->first / slab * slab;
+  if (budget <= 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device ", name, ": its memory_mib asks for ", memory_bytes >> 20, " MiB, but only ",
+        info->first >> 20, " MiB are free on it, less than one KV slab"));
+  }
   spdlog::warn(
       "device {}: its memory_mib asks for {} MiB, but only {} MiB of its {} MiB are free: the "
       "node's budget on it is {} MiB",

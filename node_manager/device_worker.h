@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/model_engine.h"
 #include "memory/balloon.h"
@@ -351,9 +352,9 @@ class DeviceWorker {
   };
   DeviceWorker(std::string name, int64_t memory_bytes);
   // memory_bytes, or the GPU's free bytes when fewer (in whole slabs; the
-  // cut is logged). memory.gpu >= 0.
-  static int64_t BudgetOnGpu(const std::string& name, int64_t memory_bytes,
-                             const DeviceMemoryOptions& memory);
+  // cut is logged; none is an error). memory.gpu >= 0.
+  static absl::StatusOr<int64_t> BudgetOnGpu(const std::string& name, int64_t memory_bytes,
+                                             const DeviceMemoryOptions& memory);
   void Loop();
   // The loop with rolling_steps (device_worker_rolling.cc).
   void RollingLoop();

@@ -29,7 +29,9 @@ absl::StatusOr<float> EventMs(cudaStream_t stream, int iters,
   if (st.ok()) {
     cudaEventRecord(e1, stream);
     if (cudaEventSynchronize(e1) != cudaSuccess) st = absl::InternalError("event wait failed");
-    cudaEventElapsedTime(&ms, e0, e1);
+    if (st.ok() && cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+      st = absl::InternalError("cudaEventElapsedTime failed");
+    }
   }
   if (e0) cudaEventDestroy(e0);
   if (e1) cudaEventDestroy(e1);

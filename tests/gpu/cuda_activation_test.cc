@@ -126,6 +126,7 @@ TEST(CudaActivation, ABudgetPastTheDeviceIsCutToItsFreeMemory) {
       n.engine.backend = "cuda";
       n.memory_mode = mode;
       n.slab_bytes = 64u << 20;
+      n.host_weight_cache_bytes = 0;  // nothing pinned: not what is tested
       n.devices = {DeviceOptions{"cuda:0", asked}};
       auto node = NodeManager::Create(n);
       ASSERT_TRUE(node.ok()) << node.status();
