@@ -229,8 +229,9 @@ struct DeviceArbitrationOptions {
 
 class DeviceWorker {
  public:
-  // Fails only if the elastic arena cannot be reserved. A GPU's budget
-  // (memory_bytes) is cut to what the device has free, with a warning.
+  // Fails if the elastic arena cannot be reserved, or if a GPU has less
+  // than one slab free. A GPU's budget (memory_bytes) is cut to what the
+  // device has free, with a warning.
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Create(
       std::string name, int64_t memory_bytes, const DeviceMemoryOptions& memory,
       const DeviceArbitrationOptions& arbitration = {});
