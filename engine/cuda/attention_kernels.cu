@@ -11,8 +11,9 @@
 // group of kLanes lanes takes one key per load, each lane 8 elements of it,
 // so K and V rows are read whole with coalesced vector copies and the loop
 // has no block barrier. Every lane group keeps its own online softmax (base
-// 2); the groups, then the warps, then the partitions (PartitionMergeKernel)
-// are merged in a fixed order, so a query's result depends only on its own
+// 2); the groups, then the warps, then the partitions (by the last
+// partition to finish, ArriveAndMerge, or by PartitionMergeKernel) are
+// merged in a fixed order, so a query's result depends only on its own
 // keys and the partition length (deterministic mode relies on it). CUDA
 // cores, FP32 accumulation.
 #include <algorithm>
@@ -251,7 +252,11 @@ __global__ void __launch_bounds__(kThreads)
   WaitPriorGrid();
 
   PagedBlockTask w;
-  if (!GetPagedBlockTask(tokens, num_heads, kv, partition_tokens, G, ws, &w)) return;
+  if (const PagedTask task = GetPagedBlockTask(tokens, num_heads, kv, partition_tokens, G, ws, &w);
+      task != PagedTask::kWork) {
+    if (task == PagedTask::kEmptySplit) ArriveAndMerge(w, num_heads, D, ws, out);
+    return;
+  }
   const int ng = w.ng;
   const int lane = threadIdx.x & 31;
   // This lane's 8 columns of each head's query, scaled for base-2 softmax.
@@ -286,9 +291,11 @@ __global__ void __launch_bounds__(kThreads)
   if (lane < Shape::kSlices) StoreWarpState(st, lane, WarpStateView<G, D>(smem[threadIdx.x >> 5]));
   __syncthreads();
   MergeWarpsAndStore<T, G, D>(&smem[0][0], kWarpBytes, w, num_heads, kv.v_scale, ws, out);
+  if (!w.direct) ArriveAndMerge(w, num_heads, D, ws, out);
 }
 
-// grid (ws.rows slots, H): merges the partitions of the split tokens; the
+// grid (ws.rows slots, H), one warp a block: merges the partitions of the
+// split tokens (MergePartitionsInWarp); the
 // attention kernel wrote the others' output.
 template <typename T>
 __global__ void PartitionMergeKernel(TokenMap tokens, int parts, int partition_tokens, int head_dim,
@@ -300,25 +307,12 @@ __global__ void PartitionMergeKernel(TokenMap tokens, int parts, int partition_t
   if (t >= tokens.num_tokens || tokens.pos[t] < partition_tokens) return;  // -1: skipped
   const size_t th = static_cast<size_t>(slot) * gridDim.y + blockIdx.y;
   const size_t oh = static_cast<size_t>(t) * gridDim.y + blockIdx.y;
-  float mx = -INFINITY;
-  for (int p = 0; p < parts; ++p) mx = fmaxf(mx, ws.m[th * parts + p]);
-  float denom = 0.0f;
-  for (int p = 0; p < parts; ++p) {
-    const float m = ws.m[th * parts + p];
-    if (m != -INFINITY) denom += exp2f(m - mx) * ws.l[th * parts + p];
-  }
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float num = 0.0f;
-    for (int p = 0; p < parts; ++p) {
-      const float m = ws.m[th * parts + p];
-      if (m != -INFINITY) num += exp2f(m - mx) * ws.o[(th * parts + p) * head_dim + d];
-    }
-    out[oh * head_dim + d] = FromF<T>(num / denom);
-  }
+  MergePartitionsInWarp(ws, th, parts, head_dim, out + oh * head_dim, threadIdx.x);
 }
 
-Workspace Carve(void* workspace, int rows, int H, int D, int parts) {
+Workspace Carve(void* workspace, unsigned* arrivals, int rows, int H, int D, int parts) {
   Workspace w;
+  w.arrivals = arrivals;
   w.o = static_cast<float*>(workspace);
   w.m = w.o + static_cast<size_t>(rows) * H * parts * D;
   w.l = w.m + static_cast<size_t>(rows) * H * parts;
@@ -398,7 +392,7 @@ bool PagedAttentionSupports(int head_dim) {
 
 cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
                                  float scale, const AttentionPlan& plan, void* workspace, void* out,
-                                 ActType type, cudaStream_t stream) {
+                                 ActType type, cudaStream_t stream, unsigned* merge_counts) {
   if (tokens.num_tokens == 0) return cudaSuccess;
   if (kv.num_kv_heads <= 0 || num_heads % kv.num_kv_heads != 0) return cudaErrorInvalidValue;
   if (plan.num_partitions > 1 &&
@@ -408,8 +402,8 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
   if (kv.dtype != KvType::kFP8E4M3 && (kv.dtype == KvType::kBF16) != (type == ActType::kBF16)) {
     return cudaErrorInvalidValue;  // KV is stored in the activation type or in FP8
   }
-  const Workspace ws =
-      Carve(workspace, plan.workspace_rows, num_heads, kv.head_dim, plan.num_partitions);
+  const Workspace ws = Carve(workspace, merge_counts, plan.workspace_rows, num_heads, kv.head_dim,
+                             plan.num_partitions);
   cudaError_t e = cudaErrorInvalidValue;
   if (PagedAttentionMmaSupports(kv.head_dim, kv.dtype, type)) {
     dim3 grid;
@@ -426,11 +420,13 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
               : LaunchForHeadDim<T, T>(qt, tokens, num_heads, kv, scale, plan, ws, o, stream);
     });
   }
-  if (e != cudaSuccess || plan.num_partitions == 1 || ws.rows == 0) return e;
+  if (e != cudaSuccess || plan.num_partitions == 1 || ws.rows == 0 || merge_counts != nullptr) {
+    return e;  // merged by the attention's last partitions (ArriveAndMerge)
+  }
   BALLAST_DISPATCH_ACT(type, T, {
-    return LaunchKernel(PartitionMergeKernel<T>, dim3(ws.rows, num_heads),
-                        std::min(kv.head_dim, 128), 0, stream, tokens, plan.num_partitions,
-                        plan.partition_tokens, kv.head_dim, ws, static_cast<T*>(out));
+    return LaunchKernel(PartitionMergeKernel<T>, dim3(ws.rows, num_heads), 32, 0, stream, tokens,
+                        plan.num_partitions, plan.partition_tokens, kv.head_dim, ws,
+                        static_cast<T*>(out));
   });
   return cudaErrorInvalidValue;
 }

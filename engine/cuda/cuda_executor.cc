@@ -293,11 +293,17 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       {&x_sel_, R * H * a, "logit rows"},
       {&logits_, R * static_cast<size_t>(c.vocab_size) * sizeof(float), "logits"},
       {&attn_ws_, ws, "attention workspace"},
+      {&attn_counts_, T * c.num_attention_heads * sizeof(unsigned), "attention merge counts"},
   };
   for (const Alloc& al : allocs) {
     if (auto s = al.buf->Allocate(al.bytes, al.what); !s.ok()) return s;
     workspace_bytes_ += static_cast<int64_t>(al.bytes);
   }
+  // Zero once: each attention launch leaves its counts zero
+  // (LaunchPagedAttention).
+  BALLAST_CUDA_RETURN(
+      cudaMemset(attn_counts_.get(), 0, T * c.num_attention_heads * sizeof(unsigned)),
+      "attention merge counts");
   BALLAST_CUDA_RETURN(cudaMemcpy(inv_freq_.get(), inv_freq_host_.data(),
                                  inv_freq_host_.size() * sizeof(float), cudaMemcpyHostToDevice),
                       "rope table");

@@ -273,6 +273,9 @@ class CudaExecutor final : public Executor {
   // Activations, sized for max_batch_tokens rows.
   DeviceBuffer inv_freq_, resid_, x_, qkv_, q_, attn_, o_, gate_up_, act_buf_, x_sel_, logits_,
       attn_ws_;
+  // [max_batch_tokens][heads] unsigned, zero between attention launches:
+  // the split-KV partitions' arrivals (LaunchPagedAttention's merge_counts).
+  DeviceBuffer attn_counts_;
   // Step metadata: tokens, seq, pos, rows, pos_small, from_row, order
   // (int32 x max_batch_tokens each; pos_small is pos with -1 for tokens in
   // prefill tiles; from_row the previous step's row an ahead token takes,

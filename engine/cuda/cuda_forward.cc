@@ -147,7 +147,8 @@ absl::Status CudaExecutor::Layers(const StepShape& sh, PagedKv kv) {
         "rope/kv write");
     if (sh.small_tokens > 0 || sh.graph) {
       BALLAST_CUDA_RETURN(LaunchPagedAttention(q_.get(), tm_small, c.num_attention_heads, kv, scale,
-                                               plan, attn_ws_.get(), attn_.get(), act_, stream_),
+                                               plan, attn_ws_.get(), attn_.get(), act_, stream_,
+                                               attn_counts_.get<unsigned>()),
                           "attention");
     }
     BALLAST_CUDA_RETURN(

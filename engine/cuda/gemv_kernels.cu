@@ -16,7 +16,10 @@ constexpr int kChunk = 32 * 8;  // K elements a warp covers per step (16 bytes a
 // block with C independent 16-byte loads per chunk and lane, and (one or two
 // rows) 4 chunks in flight. It waits for the kernel producing x before it
 // loads anything: an L2 prefetch of the first chunk before the wait (which
-// PDL allows for weights) cost 0.1 ms a batch-1 step on an H200. Partial sums
+// PDL allows for weights) cost 0.1 ms a batch-1 step on an H200, and an L2
+// prefetch of the next product's first rows from this one's last blocks,
+// meant to keep HBM busy through the kernels between products, cost
+// 0.1-0.5 ms (8-32 MB a product; docs/benchmarks.md, session 61). Partial sums
 // are reduced within each warp by shuffles, then across warps in shared
 // memory.
 //

@@ -136,10 +136,15 @@ bool PagedAttentionSupports(int head_dim);
 // 16 up to 128 run on tensor cores, KV in the activation type or FP8 (FP16
 // MMAs; P in two parts, so its error is about FP32's, with an absolute
 // floor of about 2^-25 from FP16's subnormals when the KV is FP8); other
-// head sizes on CUDA cores (FP32 throughout).
+// head sizes on CUDA cores (FP32 throughout). merge_counts: [T][H]
+// unsigned, zero before the first launch (each launch leaves them zero),
+// with which a split token's last partition to finish merges the
+// partitions in the attention launch itself; null: a second launch merges
+// them. Either gives the same bits.
 cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, PagedKv kv,
                                  float scale, const AttentionPlan& plan, void* workspace, void* out,
-                                 ActType type, cudaStream_t stream);
+                                 ActType type, cudaStream_t stream,
+                                 unsigned* merge_counts = nullptr);
 
 // Prefill attention on tensor cores for chunks of many tokens: each tile is
 // up to 128 consecutive tokens of one chunk (flat token indices

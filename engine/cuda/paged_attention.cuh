@@ -24,6 +24,18 @@ struct PagedWorkspace {
   float* m;  // [rows][H][parts], running max, base 2 (-inf: empty partition)
   float* l;  // [rows][H][parts], softmax denominator
   int rows;
+  // [rows][H], zero between launches: how many of a split token's
+  // partitions (blocks of its first query head's chunk) have written their
+  // partials; the last to arrive merges them (ArriveAndMerge). Null: a
+  // PartitionMergeKernel launch after the attention merges instead.
+  unsigned* arrivals;
+};
+
+// What GetPagedBlockTask found for the block.
+enum class PagedTask {
+  kSkip,        // nothing to do
+  kWork,        // attend its keys
+  kEmptySplit,  // an empty partition of a split token: marked empty, to be counted
 };
 
 // What one block attends: query heads [head0, head0 + ng) of token t (one
@@ -35,12 +47,15 @@ struct PagedBlockTask {
 
 // The block's task, from grid.x = (token slot, KV head chunk of G query
 // heads), a token's chunks adjacent so that the slots' order (tokens.order)
-// is the blocks' order, and grid.z = partition. False when the block has nothing
-// to do: a padding token, a split token past the workspace's rows, or an
-// empty partition (whose workspace entries it marks empty: m = -inf).
-__device__ __forceinline__ bool GetPagedBlockTask(const TokenMap& tokens, int num_heads,
-                                                  const PagedKv& kv, int partition_tokens, int G,
-                                                  const PagedWorkspace& ws, PagedBlockTask* task) {
+// is the blocks' order, and grid.z = partition. kSkip when the block has
+// nothing to do: a padding token, a split token past the workspace's rows,
+// or an empty partition of a token that is not split; an empty partition
+// of a split token marks its workspace entries empty (m = -inf) and is
+// kEmptySplit.
+__device__ __forceinline__ PagedTask GetPagedBlockTask(const TokenMap& tokens, int num_heads,
+                                                       const PagedKv& kv, int partition_tokens,
+                                                       int G, const PagedWorkspace& ws,
+                                                       PagedBlockTask* task) {
   const int group = num_heads / kv.num_kv_heads;
   const int chunks = (group + G - 1) / G;
   const int per_token = kv.num_kv_heads * chunks;
@@ -49,7 +64,7 @@ __device__ __forceinline__ bool GetPagedBlockTask(const TokenMap& tokens, int nu
   const int hc = blockIdx.x % per_token;
   w.t = tokens.order != nullptr ? tokens.order[w.slot] : w.slot;
   const int pos = tokens.pos[w.t];
-  if (pos < 0) return false;
+  if (pos < 0) return PagedTask::kSkip;
   w.seq = tokens.seq[w.t];
   const int parts = gridDim.z, part = blockIdx.z;
   w.kvh = hc / chunks;
@@ -63,17 +78,104 @@ __device__ __forceinline__ bool GetPagedBlockTask(const TokenMap& tokens, int nu
   // puts every split token in the first ws.rows slots (nothing is written
   // past them, should a caller's order break that).
   w.direct = parts == 1 || pos < partition_tokens;
-  if (!w.direct && w.slot >= ws.rows) return false;
+  if (!w.direct && w.slot >= ws.rows) return PagedTask::kSkip;
   if (w.start >= w.end) {  // only with parts > 1: an empty partition
+    if (w.direct) return PagedTask::kSkip;
     const int tid = threadIdx.x;
-    if (!w.direct && tid < w.ng) {
+    if (tid < w.ng) {
       const size_t i = (static_cast<size_t>(w.slot) * num_heads + w.head0 + tid) * parts + part;
       ws.m[i] = -INFINITY;
       ws.l[i] = 0.0f;
     }
-    return false;
+    return PagedTask::kEmptySplit;
   }
-  return true;
+  return PagedTask::kWork;
+}
+
+// One warp merges partials row th's `parts` partitions into out_row
+// [head_dim] (at most 256): lanes load the partitions' maxima, weights and
+// outputs side by side (head_dim / 32 columns a lane), and every sum runs
+// in partition order, so the result is the same wherever it runs. Reads
+// past L1: in ArriveAndMerge the partials were written by other blocks of
+// the same launch (and a cached line may hold a neighbour row's stale
+// values). An empty partition (m = -inf) adds nothing; its o was never
+// written, so it is loaded and discarded, never multiplied.
+template <typename T>
+__device__ __forceinline__ void MergePartitionsInWarp(const PagedWorkspace& ws, size_t th,
+                                                      int parts, int head_dim,
+                                                      T* __restrict__ out_row, int lane) {
+  constexpr int kMaxCols = 8;  // head_dim <= 256
+  const float* m_row = ws.m + th * parts;
+  const float* l_row = ws.l + th * parts;
+  const float* o_rows = ws.o + th * parts * head_dim;
+  float mx = -INFINITY;
+  for (int p = lane; p < parts; p += 32) mx = fmaxf(mx, __ldcg(m_row + p));
+  mx = WarpMax(mx);
+  float denom = 0.0f, num[kMaxCols];
+#pragma unroll
+  for (int j = 0; j < kMaxCols; ++j) num[j] = 0.0f;
+  for (int p0 = 0; p0 < parts; p0 += 32) {
+    const int mine = p0 + lane;
+    const float m = mine < parts ? __ldcg(m_row + mine) : -INFINITY;
+    const float w = m == -INFINITY ? 0.0f : exp2f(m - mx);
+    const float wl = w * (mine < parts ? __ldcg(l_row + mine) : 0.0f);
+    const int n = min(32, parts - p0);
+#pragma unroll 4
+    for (int i = 0; i < n; ++i) {
+      const bool empty = __shfl_sync(0xffffffffu, m, i) == -INFINITY;
+      const float wi = __shfl_sync(0xffffffffu, w, i);
+      denom += __shfl_sync(0xffffffffu, wl, i);
+      const float* o = o_rows + static_cast<size_t>(p0 + i) * head_dim;
+#pragma unroll
+      for (int j = 0; j < kMaxCols; ++j) {
+        const int d = lane + 32 * j;
+        if (d < head_dim) {
+          const float v = __ldcg(o + d);
+          num[j] = empty ? num[j] : num[j] + wi * v;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxCols; ++j) {
+    const int d = lane + 32 * j;
+    if (d < head_dim) out_row[d] = FromF<T>(num[j] / denom);
+  }
+}
+
+// A split token's block, once its partials (or its empty marks) are
+// written: counts itself among its head chunk's partitions, and the last
+// of them to arrive merges the chunk's heads into out and resets the
+// count for the next launch (the threadfence-reduction pattern: each
+// block's writes are made visible before it counts, the last reads after
+// it counted). Saves the PartitionMergeKernel launch (6 us of each layer
+// of a batch-1 step on an H200, launch included); on an H100 the 8B
+// step went 5.90 -> 5.86 ms at batch 1 and 6.10 -> 6.04 at batch 2. The
+// merge must be parallel: a first form, a thread a column looping over
+// the partitions through L2, cost 0.6 ms a step (docs/benchmarks.md,
+// session 61). Whole block; no-op when ws.arrivals is null.
+template <typename T>
+__device__ __forceinline__ void ArriveAndMerge(const PagedBlockTask& w, int num_heads, int head_dim,
+                                               const PagedWorkspace& ws, T* __restrict__ out) {
+  if (ws.arrivals == nullptr) return;
+  __threadfence();
+  __syncthreads();
+  bool mine = false;  // thread 0: this block arrived last (no shared memory: the
+                      // CUDA-core kernel's 48 KB are full)
+  if (threadIdx.x == 0) {
+    unsigned* count = ws.arrivals + static_cast<size_t>(w.slot) * num_heads + w.head0;
+    mine = atomicAdd(count, 1u) + 1u == gridDim.z;
+    if (mine) *count = 0u;  // every partition has counted: none reads it again
+  }
+  if (!__syncthreads_or(mine)) return;
+  __threadfence();
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  for (int g = static_cast<int>(threadIdx.x) / 32; g < w.ng; g += warps) {  // a warp a head
+    const size_t th = static_cast<size_t>(w.slot) * num_heads + w.head0 + g;
+    MergePartitionsInWarp(ws, th, gridDim.z, head_dim,
+                          out + (static_cast<size_t>(w.t) * num_heads + w.head0 + g) * head_dim,
+                          static_cast<int>(threadIdx.x) % 32);
+  }
 }
 
 // cp.async of kBytes (16 or 8) into shared memory; when !valid nothing is
@@ -213,7 +315,8 @@ constexpr bool PagedAttentionMmaServes(int head_dim) {
 // Tensor-core paged attention (paged_attention_mma_kernels.cu): whether it
 // serves head size D with KV of the activation type or FP8, and its launch, on
 // the same grid, plan and workspace as the CUDA-core kernel's (G query
-// heads a block: 1, 2, 4 or 8). The caller launches the partition merge.
+// heads a block: 1, 2, 4 or 8). The launch merges the partitions itself
+// when ws.arrivals is set; otherwise the caller launches the merge.
 bool PagedAttentionMmaSupports(int head_dim, KvType kv_type, ActType act_type);
 cudaError_t LaunchPagedAttentionMma(const void* q, TokenMap tokens, int num_heads,
                                     const PagedKv& kv, float scale, int partition_tokens, dim3 grid,

@@ -365,7 +365,12 @@ __global__ void __launch_bounds__(kThreads)
   AllowNextGrid();
   WaitPriorGrid();
   PagedBlockTask w;
-  if (!GetPagedBlockTask(tokens, num_heads, kv, partition_tokens, heads_per_block, ws, &w)) return;
+  if (const PagedTask task =
+          GetPagedBlockTask(tokens, num_heads, kv, partition_tokens, heads_per_block, ws, &w);
+      task != PagedTask::kWork) {
+    if (task == PagedTask::kEmptySplit) ArriveAndMerge(w, num_heads, D, ws, out);
+    return;
+  }
   const int g = (threadIdx.x & 31) >> 2;
   uint8_t* mine = smem + (threadIdx.x >> 5) * S::kWarpBytes;
   WarpChunks<KvT, D> keys(kv, w, mine);
@@ -390,6 +395,7 @@ __global__ void __launch_bounds__(kThreads)
   StoreWarpState<KvT, D>(st, w.ng, mine);
   __syncthreads();
   MergeWarpsAndStore<T, kRows, D>(smem, S::kWarpBytes, w, num_heads, kv.v_scale, ws, out);
+  if (!w.direct) ArriveAndMerge(w, num_heads, D, ws, out);
 }
 
 template <typename T, typename KvT, int D>

@@ -191,6 +191,23 @@ void RunAttention(const AttnCase& c) {
     ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T, d_first}, c.heads, kv, scale,
                                    plan, ws, d_out, act, nullptr),
               cudaSuccess);
+    // Merged by each split token's last partition instead of a second
+    // launch: the same bits, and the counts left zero (twice, so the
+    // second launch starts from the first's leftovers).
+    unsigned* d_counts = ToDevice(std::vector<unsigned>(static_cast<size_t>(T) * c.heads, 0u));
+    for (int run = 0; run < 2; ++run) {
+      uint16_t* d_fused = ToDevice(std::vector<uint16_t>(q.size(), 0));
+      ASSERT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T, d_first}, c.heads, kv, scale,
+                                     plan, ws, d_fused, act, nullptr, d_counts),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(ToHost(d_fused, q.size()), ToHost(d_out, q.size())) << "merged in the launch";
+      EXPECT_EQ(ToHost(d_counts, static_cast<size_t>(T) * c.heads),
+                std::vector<unsigned>(static_cast<size_t>(T) * c.heads, 0u))
+          << "counts left behind";
+      cudaFree(d_fused);
+    }
+    cudaFree(d_counts);
     // The same launch taking its tokens in another order: the same output
     // bit for bit. Reversed, or with `some`, the split tokens reversed and
     // the rest reversed after them.
