@@ -24,11 +24,15 @@ int RoundPartition(int64_t n) {
   return static_cast<int>(p);
 }
 
-// The few-blocks rule's partitions before rounding their length: no
-// context up to max_context is cut into more (FillDevice).
-int64_t FillDeviceParts(int64_t blocks, int max_context, int num_sms) {
-  const int64_t want = CeilDiv(static_cast<int64_t>(kAttentionBlocksPerSm) * num_sms, blocks);
-  return std::max<int64_t>(1, std::min(want, CeilDiv(max_context, kMinPartitionTokens)));
+// The few-blocks rule's partitions before rounding their length: as many
+// as fit the `slots` in one wave (all blocks start at once, and none waits
+// for a slot behind a block of the same length), and no context up to
+// max_context is cut into more (FillDevice). A second, partial wave cost
+// more than the fewer partitions did on an H100 (batches 8-24 at context
+// 1,024: 0.6-1.8% of a step; docs/benchmarks.md, session 62).
+int64_t FillDeviceParts(int64_t blocks, int max_context, int64_t slots) {
+  const int64_t fit = slots / std::max<int64_t>(blocks, 1);
+  return std::max<int64_t>(1, std::min(fit, CeilDiv(max_context, kMinPartitionTokens)));
 }
 
 AttentionPlan Unsplit(int max_context) {
@@ -37,11 +41,11 @@ AttentionPlan Unsplit(int max_context) {
   return p;
 }
 
-// Few blocks: every context cut into about kAttentionBlocksPerSm blocks
-// per SM, partitions of at least kMinPartitionTokens.
-AttentionPlan FillDevice(int64_t blocks, int num_tokens, int max_context, int num_sms) {
+// Few blocks: every context cut into as many partitions as the slots hold
+// in one wave, of at least kMinPartitionTokens keys.
+AttentionPlan FillDevice(int64_t blocks, int num_tokens, int max_context, int64_t slots) {
   if (max_context <= kMinPartitionTokens) return Unsplit(max_context);
-  const int64_t parts = FillDeviceParts(blocks, max_context, num_sms);
+  const int64_t parts = FillDeviceParts(blocks, max_context, slots);
   int64_t len = CeilDiv(max_context, parts);
   len = CeilDiv(len, kMinPartitionTokens) * kMinPartitionTokens;
   AttentionPlan p;
@@ -53,14 +57,15 @@ AttentionPlan FillDevice(int64_t blocks, int num_tokens, int max_context, int nu
 
 }  // namespace
 
-AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms) {
+AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms, int blocks_per_sm) {
   const int max_context = std::max(work.max_context, 1);
   const int T = std::max(work.num_tokens, 0);
   const int64_t per_token = BlocksPerToken(work.num_heads, work.num_kv_heads);
   const int64_t blocks = T * per_token;
   num_sms = std::max(num_sms, 1);
+  const int64_t slots = static_cast<int64_t>(std::max(blocks_per_sm, 1)) * num_sms;
   if (T == 0) return Unsplit(max_context);
-  if (blocks < 2L * num_sms) return FillDevice(blocks, T, max_context, num_sms);
+  if (blocks < 2L * num_sms) return FillDevice(blocks, T, max_context, slots);
   // Many blocks: a balanced share of the keys for each resident block.
   // A context past twice the share would run on long after the rest; cut
   // the long ones into partitions of about the share. (Up to twice, the
@@ -72,7 +77,6 @@ AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms) {
   if (work.total_context <= 0) return Unsplit(max_context);
   const int longest =
       work.longest_context > 0 ? std::min(work.longest_context, max_context) : max_context;
-  const int64_t slots = static_cast<int64_t>(kAttentionBlocksPerSm) * num_sms;
   const int64_t share = CeilDiv(work.total_context * per_token, slots);
   if (longest <= 2 * share) return Unsplit(max_context);
   int len = RoundPartition(share);
@@ -103,9 +107,11 @@ size_t PagedAttentionWorkspaceBytes(const AttentionPlan& plan, int num_heads, in
 }
 
 size_t MaxPagedAttentionWorkspaceBytes(int max_tokens, int num_heads, int num_kv_heads,
-                                       int head_dim, int max_context, int num_sms) {
+                                       int head_dim, int max_context, int num_sms,
+                                       int blocks_per_sm) {
   const int64_t per_token = BlocksPerToken(num_heads, num_kv_heads);
   num_sms = std::max(num_sms, 1);
+  const int64_t slots = static_cast<int64_t>(std::max(blocks_per_sm, 1)) * num_sms;
   size_t most = 0;
   // The few-blocks rule: t rows and FillDeviceParts partitions at most (a
   // shorter context may round to more partitions than the longest does,
@@ -114,13 +120,12 @@ size_t MaxPagedAttentionWorkspaceBytes(int max_tokens, int num_heads, int num_kv
     AttentionPlan p;
     p.workspace_rows = t;
     p.num_partitions =
-        static_cast<int>(FillDeviceParts(t * per_token, std::max(max_context, 1), num_sms));
+        static_cast<int>(FillDeviceParts(t * per_token, std::max(max_context, 1), slots));
     most = std::max(most, PagedAttentionWorkspaceBytes(p, num_heads, head_dim));
   }
   // The balanced rule: its rows and partitions at their bounds.
   AttentionPlan b;
-  b.workspace_rows = static_cast<int>(std::min<int64_t>(
-      max_tokens, CeilDiv(static_cast<int64_t>(kAttentionBlocksPerSm) * num_sms, per_token)));
+  b.workspace_rows = static_cast<int>(std::min<int64_t>(max_tokens, CeilDiv(slots, per_token)));
   b.num_partitions = static_cast<int>(
       std::min<int64_t>(kMaxSplitPartitions, CeilDiv(max_context, kMinSplitTokens)));
   return std::max(most, PagedAttentionWorkspaceBytes(b, num_heads, head_dim));

@@ -39,12 +39,14 @@ inline constexpr int kMinSplitTokens = 256;
 inline constexpr int kMaxSplitPartitions = 16;
 // Query heads per block of the kernel (larger GQA groups take several).
 inline constexpr int kAttentionMaxGroup = 8;
-// Blocks the kernel keeps resident per SM, about: the CUDA-core kernel's
-// (its shared memory). The tensor-core kernel fits 3 at head sizes 80-128
-// (68 KB of shared memory; its 124 registers would allow 4) and 5 at 64;
-// its measurements (docs/benchmarks.md, sessions 38-39) were made with 4.
-// Retuning for it, or taking the figure from the occupancy API per
-// kernel, is not measured.
+// Blocks of the attention kernel resident per SM that a plan assumes
+// where it knows no device: the most either kernel keeps on an sm_90 SM
+// (the CUDA-core kernel 4; the tensor-core kernel 3 at head sizes 80-128,
+// whose 68 KB of shared memory allow no more, and 5 at 64). The executor
+// plans with its kernel's own figure (cudaOccupancy..., see
+// PagedAttentionBlocksPerSm in engine/cuda/kernels.h); this bound serves
+// callers without a GPU, such as the simulator's workspace estimate (more
+// resident blocks never make a plan need less workspace).
 inline constexpr int kAttentionBlocksPerSm = 4;
 
 struct AttentionPlan {
@@ -72,9 +74,13 @@ struct AttentionWork {
   int longest_context = 0;
 };
 
-// The plan of a launch on `num_sms` SMs. The balanced rule's split tokens
-// must come first in the launch's order (workspace_rows).
-AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms);
+// The plan of a launch on `num_sms` SMs that each keep `blocks_per_sm` of
+// the kernel's blocks resident (its slots: num_sms x blocks_per_sm). Few
+// blocks (under two per SM): every context cut into as many partitions as
+// fit the slots in one wave. Many: only the contexts past a balanced share
+// of the keys per slot are cut. The balanced rule's split tokens must come
+// first in the launch's order (workspace_rows).
+AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms, int blocks_per_sm);
 
 // The batch-invariant plan (deterministic mode): partitions of a fixed
 // length (partition_tokens rounded up to kAttentionTile), so a query's keys
@@ -87,9 +93,12 @@ AttentionPlan PlanPagedAttentionFixed(int num_tokens, int max_context, int parti
 // Bytes of workspace `plan` needs (0 when nothing is split).
 size_t PagedAttentionWorkspaceBytes(const AttentionPlan& plan, int num_heads, int head_dim);
 
-// The most workspace PlanPagedAttention asks for over every launch of at
-// most max_tokens tokens and contexts of at most max_context.
+// The most workspace PlanPagedAttention(..., num_sms, blocks_per_sm) asks
+// for over every launch of at most max_tokens tokens and contexts of at
+// most max_context. It grows with blocks_per_sm: a bound made with
+// kAttentionBlocksPerSm holds the executor's plans on sm_90.
 size_t MaxPagedAttentionWorkspaceBytes(int max_tokens, int num_heads, int num_kv_heads,
-                                       int head_dim, int max_context, int num_sms);
+                                       int head_dim, int max_context, int num_sms,
+                                       int blocks_per_sm);
 
 }  // namespace ballast::engine

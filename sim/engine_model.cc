@@ -60,11 +60,14 @@ int64_t EngineWorkspaceBytes(const ModelShape& s, int max_batch_tokens, int max_
   const int64_t logits = rows * h * a + rows * static_cast<int64_t>(s.vocab) * 4;
   int64_t context = 0;
   if (ctx.max_context > 0) {
-    context =
-        static_cast<int64_t>(engine::MaxPagedAttentionWorkspaceBytes(
-            static_cast<int>(t), s.heads, s.kv_heads, s.head_dim, ctx.max_context, ctx.num_sms)) +
-        static_cast<int64_t>(s.layers) * rows *
-            ((ctx.max_context + ctx.block_tokens - 1) / std::max(ctx.block_tokens, 1)) * 4;
+    // The attention workspace at the plan's bound of resident blocks (the
+    // node's kernel keeps 3 on sm_90 for 8B's BF16 KV, which needs 4 MB
+    // less: engine/attention_plan.h).
+    context = static_cast<int64_t>(engine::MaxPagedAttentionWorkspaceBytes(
+                  static_cast<int>(t), s.heads, s.kv_heads, s.head_dim, ctx.max_context,
+                  ctx.num_sms, engine::kAttentionBlocksPerSm)) +
+              static_cast<int64_t>(s.layers) * rows *
+                  ((ctx.max_context + ctx.block_tokens - 1) / std::max(ctx.block_tokens, 1)) * 4;
   }
   return activations + logits + (32LL << 20) + 2 * (16LL << 20) + context;
 }

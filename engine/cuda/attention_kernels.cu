@@ -381,7 +381,57 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
 #undef BALLAST_ATTN_CASE
 }
 
+// The CUDA-core kernel's resident blocks per SM (LaunchForGroup's kernel).
+template <typename T, typename KvT, int D>
+cudaError_t CoreBlocksPerSm(int group, int* blocks) {
+  if constexpr (PagedAttentionMmaServes(D)) {
+    return cudaErrorInvalidValue;  // not built here (LaunchForGroup)
+  } else {
+#define BALLAST_ATTN_OCC_GROUP(G)                         \
+  case G:                                                 \
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor( \
+        blocks, PagedAttentionKernel<T, KvT, D, G>, kThreads, 0);
+    switch (HeadsPerBlock(group)) {
+      BALLAST_ATTN_OCC_GROUP(1)
+      BALLAST_ATTN_OCC_GROUP(2)
+      BALLAST_ATTN_OCC_GROUP(4)
+      BALLAST_ATTN_OCC_GROUP(8)
+      default:
+        return cudaErrorInvalidValue;
+    }
+#undef BALLAST_ATTN_OCC_GROUP
+  }
+}
+
+template <typename T, typename KvT>
+cudaError_t CoreBlocksPerSmForDim(int head_dim, int group, int* blocks) {
+#define BALLAST_ATTN_OCC_CASE(DIM) \
+  case DIM:                        \
+    return CoreBlocksPerSm<T, KvT, DIM>(group, blocks);
+  switch (head_dim) {
+    BALLAST_ATTENTION_HEAD_DIMS(BALLAST_ATTN_OCC_CASE)
+    default:
+      return cudaErrorInvalidValue;
+  }
+#undef BALLAST_ATTN_OCC_CASE
+}
+
 }  // namespace
+
+cudaError_t PagedAttentionBlocksPerSm(int num_heads, int num_kv_heads, int head_dim, KvType kv,
+                                      ActType type, int* blocks) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return cudaErrorInvalidValue;
+  if (PagedAttentionMmaSupports(head_dim, kv, type)) {
+    return PagedAttentionMmaBlocksPerSm(head_dim, kv, type, blocks);
+  }
+  BALLAST_DISPATCH_ACT(type, T, {
+    const int group = num_heads / num_kv_heads;
+    return kv == KvType::kFP8E4M3 ? CoreBlocksPerSmForDim<T, __nv_fp8_e4m3>(head_dim, group, blocks)
+                                  : CoreBlocksPerSmForDim<T, T>(head_dim, group, blocks);
+  });
+  return cudaErrorInvalidValue;
+}
+
 bool PagedAttentionSupports(int head_dim) {
 #define BALLAST_ATTN_SUPPORTS(DIM) \
   if (head_dim == DIM) return true;

@@ -177,7 +177,8 @@ size_t CudaExecutor::AttentionWorkspaceBytes() {
     return bytes();
   }
   return MaxPagedAttentionWorkspaceBytes(T, c.num_attention_heads, c.num_key_value_heads,
-                                         c.head_dim, options_.max_context, num_sms_);
+                                         c.head_dim, options_.max_context, num_sms_,
+                                         attention_blocks_per_sm_);
 }
 
 absl::Status CudaExecutor::Init(const std::string& model_dir) {
@@ -217,6 +218,10 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   auto kt = KvTypeOf(kv_->layout().dtype, act_);
   if (!kt.ok()) return kt.status();
   kv_type_ = *kt;
+  BALLAST_CUDA_RETURN(
+      PagedAttentionBlocksPerSm(config_.num_attention_heads, config_.num_key_value_heads,
+                                config_.head_dim, kv_type_, act_, &attention_blocks_per_sm_),
+      "attention occupancy");
   if (config_.weight_quant == WeightQuant::kFp8) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device);

@@ -120,6 +120,9 @@ class CudaExecutor final : public Executor {
   AttentionPlan last_attention_plan() const { return last_attention_plan_; }
   // The SMs its steps run on: the device's, or its SM partition's.
   int num_sms() const { return num_sms_; }
+  // The split-KV attention kernel's resident blocks an SM, as its plans
+  // assume (PagedAttentionBlocksPerSm).
+  int attention_blocks_per_sm() const { return attention_blocks_per_sm_; }
   // cuBLASLt plans its steps made whose algorithm the warm-up at
   // activation did not launch (Gemm::unwarmed_plans; for tests).
   int unwarmed_gemm_plans() const { return gemm_->unwarmed_plans(); }
@@ -225,9 +228,10 @@ class CudaExecutor final : public Executor {
   ActType act_ = ActType::kBF16;
   KvType kv_type_ = KvType::kBF16;
   int num_sms_ = 0;
-  bool prefill_kernel_ok_ = false;  // tensor-core prefill attention usable here
-  int fixed_partition_tokens_ = 0;  // deterministic mode: the split-KV partition length
-  int max_table_blocks_ = 0;        // ceil(max_context / block_tokens)
+  int attention_blocks_per_sm_ = 1;  // the split-KV kernel's, for its plans (Init)
+  bool prefill_kernel_ok_ = false;   // tensor-core prefill attention usable here
+  int fixed_partition_tokens_ = 0;   // deterministic mode: the split-KV partition length
+  int max_table_blocks_ = 0;         // ceil(max_context / block_tokens)
   // The split-KV attention's token order into `order` (cuda_step_meta.cc).
   static void WriteAttentionOrder(const int* pos_small, int tokens, int* order);
   // The split-KV attention's plan for a staged step: the fixed one in

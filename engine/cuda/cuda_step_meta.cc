@@ -173,7 +173,7 @@ AttentionPlan CudaExecutor::PlanAttention(const StepShape& sh) const {
   w.max_context = sh.max_context;
   w.total_context = sh.small_context;
   w.longest_context = sh.small_longest;
-  return PlanPagedAttention(w, num_sms_);
+  return PlanPagedAttention(w, num_sms_, attention_blocks_per_sm_);
 }
 
 absl::Status CudaExecutor::ReservePenalties(size_t entries) {

@@ -146,6 +146,13 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
                                  ActType type, cudaStream_t stream,
                                  unsigned* merge_counts = nullptr);
 
+// Blocks of LaunchPagedAttention's kernel for these heads and types that
+// one SM of the current device keeps resident (the occupancy API): the
+// plan's blocks_per_sm (PlanPagedAttention). 3 for Llama-3-8B's BF16 KV on
+// an H100 or H200 (the tensor-core kernel's shared memory).
+cudaError_t PagedAttentionBlocksPerSm(int num_heads, int num_kv_heads, int head_dim, KvType kv,
+                                      ActType type, int* blocks);
+
 // Prefill attention on tensor cores for chunks of many tokens: each tile is
 // up to 128 consecutive tokens of one chunk (flat token indices
 // [first_token, first_token + n), positions [pos0, pos0 + n) of block-table

@@ -322,5 +322,9 @@ cudaError_t LaunchPagedAttentionMma(const void* q, TokenMap tokens, int num_head
                                     const PagedKv& kv, float scale, int partition_tokens, dim3 grid,
                                     int heads_per_block, const PagedWorkspace& ws, void* out,
                                     ActType type, cudaStream_t stream);
+// Blocks of the tensor-core kernel for these types and head size that an
+// SM of the current device keeps resident (the occupancy API).
+cudaError_t PagedAttentionMmaBlocksPerSm(int head_dim, KvType kv_type, ActType act_type,
+                                         int* blocks);
 
 }  // namespace ballast::engine::cuda

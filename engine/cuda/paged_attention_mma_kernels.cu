@@ -398,17 +398,49 @@ __global__ void __launch_bounds__(kThreads)
   if (!w.direct) ArriveAndMerge(w, num_heads, D, ws, out);
 }
 
+// Raises the kernel's dynamic shared memory limit to its Shape (once per
+// device).
+template <typename T, typename KvT, int D>
+cudaError_t AllowSmem() {
+  static std::atomic<uint64_t> smem_set{0};  // per device (SetMaxDynamicSmemOnce)
+  return SetMaxDynamicSmemOnce(&PagedAttentionMmaKernel<T, KvT, D>, Shape<KvT, D>::kBytes,
+                               &smem_set);
+}
+
 template <typename T, typename KvT, int D>
 cudaError_t Launch(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv, float scale,
                    int partition_tokens, dim3 grid, int heads_per_block, const PagedWorkspace& ws,
                    T* out, cudaStream_t stream) {
-  auto* kernel = &PagedAttentionMmaKernel<T, KvT, D>;
-  constexpr int kBytes = Shape<KvT, D>::kBytes;
-  static std::atomic<uint64_t> smem_set{0};  // per device (SetMaxDynamicSmemOnce)
-  const cudaError_t e = SetMaxDynamicSmemOnce(kernel, kBytes, &smem_set);
+  const cudaError_t e = AllowSmem<T, KvT, D>();
   if (e != cudaSuccess) return e;
-  return LaunchKernel(kernel, grid, kThreads, kBytes, stream, q, tokens, num_heads, kv, scale,
-                      partition_tokens, heads_per_block, ws, out);
+  return LaunchKernel(&PagedAttentionMmaKernel<T, KvT, D>, grid, kThreads, Shape<KvT, D>::kBytes,
+                      stream, q, tokens, num_heads, kv, scale, partition_tokens, heads_per_block,
+                      ws, out);
+}
+
+template <typename T, typename KvT, int D>
+cudaError_t BlocksPerSm(int* blocks) {
+  const cudaError_t e = AllowSmem<T, KvT, D>();
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, &PagedAttentionMmaKernel<T, KvT, D>,
+                                                       kThreads, Shape<KvT, D>::kBytes);
+}
+
+template <typename T, typename KvT>
+cudaError_t BlocksPerSmForDim(int head_dim, int* blocks) {
+  switch (head_dim) {
+#define BALLAST_MMA_OCC_CASE(DIM)                 \
+  case DIM:                                       \
+    if constexpr (PagedAttentionMmaServes(DIM)) { \
+      return BlocksPerSm<T, KvT, DIM>(blocks);    \
+    } else {                                      \
+      return cudaErrorInvalidValue;               \
+    }
+    BALLAST_ATTENTION_HEAD_DIMS(BALLAST_MMA_OCC_CASE)
+#undef BALLAST_MMA_OCC_CASE
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 template <typename T, typename KvT>
@@ -455,6 +487,16 @@ cudaError_t LaunchPagedAttentionMma(const void* q, TokenMap tokens, int num_head
                                                 grid, heads_per_block, ws, out, stream)
                : LaunchForDim<T, T>(q, tokens, num_heads, kv, scale, partition_tokens, grid,
                                     heads_per_block, ws, out, stream);
+  });
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t PagedAttentionMmaBlocksPerSm(int head_dim, KvType kv_type, ActType act_type,
+                                         int* blocks) {
+  if (!PagedAttentionMmaSupports(head_dim, kv_type, act_type)) return cudaErrorInvalidValue;
+  BALLAST_DISPATCH_ACT(act_type, T, {
+    return kv_type == KvType::kFP8E4M3 ? BlocksPerSmForDim<T, __nv_fp8_e4m3>(head_dim, blocks)
+                                       : BlocksPerSmForDim<T, T>(head_dim, blocks);
   });
   return cudaErrorInvalidValue;
 }

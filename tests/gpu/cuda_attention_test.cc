@@ -39,6 +39,13 @@ struct AttnCase {
   int num_sms = 132;
   bool some_split = false;  // the plan must split some tokens, not all
   bool fp16_act = false;    // FP8 caches with FP16 activations (else BF16)
+  // > 0: the fixed plan (deterministic mode's) with partitions of this many
+  // keys, every token split; else the plan for num_sms.
+  int fixed_partition = 0;
+  // The plan's resident blocks an SM; 0: the kernel's (the occupancy API).
+  // With few num_sms, 4 makes the slots the balanced-rule cases were
+  // written for.
+  int blocks_per_sm = 0;
 };
 
 // The executor's order (CudaExecutor::WriteAttentionOrder): longest
@@ -143,7 +150,13 @@ void RunAttention(const AttnCase& c) {
     work.total_context += p + 1;
     work.longest_context = std::max(work.longest_context, p + 1);
   }
-  const AttentionPlan plan = PlanPagedAttention(work, c.num_sms);
+  int resident = 0;
+  ASSERT_EQ(PagedAttentionBlocksPerSm(c.heads, Hkv, D, c.kv, act, &resident), cudaSuccess);
+  ASSERT_GE(resident, 1);
+  const AttentionPlan plan =
+      c.fixed_partition > 0
+          ? PlanPagedAttentionFixed(T, max_ctx, c.fixed_partition)
+          : PlanPagedAttention(work, c.num_sms, c.blocks_per_sm > 0 ? c.blocks_per_sm : resident);
   uint8_t* d_pool = ToDevice(pool);
   int* d_table = ToDevice(table);
   int* d_seq = ToDevice(tseq);
@@ -294,9 +307,28 @@ TEST(CudaAttention, PagedAttentionMatchesReference) {
       // into slots other than their tokens (1,000 and 800 into 512-key
       // partitions; 900 into 256-key ones with two head chunks); the
       // others write their output directly.
-      RunAttention(
-          {D, 8, 2, 16, {40, 1000, 7, 800, 20, 1}, {1, 1, 1, 1, 1, 1}, kv, false, 2, true});
-      RunAttention({D, 12, 1, 7, {5, 900, 60}, {5, 1, 1}, kv, false, 2, true});
+      RunAttention({D,
+                    8,
+                    2,
+                    16,
+                    {40, 1000, 7, 800, 20, 1},
+                    {1, 1, 1, 1, 1, 1},
+                    kv,
+                    false,
+                    2,
+                    true,
+                    false,
+                    0,
+                    4});
+      RunAttention({D, 12, 1, 7, {5, 900, 60}, {5, 1, 1}, kv, false, 2, true, false, 0, 4});
+      if (D == 64 || D == 128) {
+        // More partitions than a warp has lanes (the merge loops over
+        // them): 4,500 keys in 36 fixed 128-key partitions, as
+        // deterministic mode cuts long contexts.
+        AttnCase f{D, 8, 2, 16, {4500, 1000, 5}, {1, 1, 1}, kv};
+        f.fixed_partition = 128;
+        RunAttention(f);
+      }
     }
     if (kv == KvType::kFP8E4M3) {  // FP8 caches with FP16 activations: decodes, a chunk
       for (int D : {16, 64, 80, 128, 256}) {
@@ -305,6 +337,7 @@ TEST(CudaAttention, PagedAttentionMatchesReference) {
         RunAttention(d);
         AttnCase g{D, 12, 2, 7, {5, 900, 60}, {5, 1, 1}, kv, false, 2, true};  // groups of 6
         g.fp16_act = true;
+        g.blocks_per_sm = 4;
         RunAttention(g);
         AttnCase p{D, 4, 4, 16, {700}, {37}, kv};
         p.fp16_act = true;
@@ -331,6 +364,34 @@ TEST(CudaAttention, HeadDimListsAgree) {
   }
   for (int d : {8, 16, 32, 64, 80, 96, 128, 256}) EXPECT_TRUE(PagedAttentionSupports(d)) << d;
   for (int d : {0, 4, 12, 72, 100, 130, 512}) EXPECT_FALSE(PagedAttentionSupports(d)) << d;
+}
+
+// The plan's resident blocks per SM, from the occupancy API: the
+// tensor-core kernel's shared memory (68 KB at head sizes 80-128 with
+// BF16 KV, half that with FP8) bounds it on sm_90; unsupported shapes fail.
+TEST(CudaAttention, ResidentBlocksFollowTheKernelsSharedMemory) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  int bf16 = 0, fp8 = 0, d64 = 0, core = 0, bad = 0;
+  ASSERT_EQ(PagedAttentionBlocksPerSm(32, 8, 128, KvType::kBF16, ActType::kBF16, &bf16),
+            cudaSuccess);
+  ASSERT_EQ(PagedAttentionBlocksPerSm(32, 8, 128, KvType::kFP8E4M3, ActType::kBF16, &fp8),
+            cudaSuccess);
+  ASSERT_EQ(PagedAttentionBlocksPerSm(32, 8, 64, KvType::kBF16, ActType::kBF16, &d64), cudaSuccess);
+  ASSERT_EQ(PagedAttentionBlocksPerSm(16, 4, 256, KvType::kBF16, ActType::kBF16, &core),
+            cudaSuccess);  // the CUDA-core kernel
+  EXPECT_GE(bf16, 1);
+  EXPECT_GT(fp8, bf16);  // half the staged bytes
+  EXPECT_GT(d64, bf16);
+  EXPECT_GE(core, 1);
+  if (major == 9) {
+    EXPECT_EQ(bf16, 3);  // 228 KB of shared memory an SM
+  }
+  EXPECT_NE(PagedAttentionBlocksPerSm(30, 8, 128, KvType::kBF16, ActType::kBF16, &bad),
+            cudaSuccess);  // 30 heads over 8
+  EXPECT_NE(PagedAttentionBlocksPerSm(32, 8, 100, KvType::kBF16, ActType::kBF16, &bad),
+            cudaSuccess);  // no kernel for 100
 }
 
 }  // namespace

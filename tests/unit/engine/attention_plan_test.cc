@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace ballast::engine {
 namespace {
 
 constexpr int kSms = 132;  // an H100/H200
+constexpr int kBps = 3;    // the tensor-core kernel's resident blocks there (8B, BF16 KV)
 
 // Llama-3-8B's heads (32 over 8 KV heads: one block per KV head a token).
 AttentionWork Llama8b(const std::vector<int>& contexts, int max_context = 0) {
@@ -31,22 +33,56 @@ AttentionWork Llama8b(const std::vector<int>& contexts, int max_context = 0) {
 }
 
 TEST(AttentionPlan, OneSequenceFillsTheDevice) {
-  // 8 blocks on 132 SMs: 66 partitions wanted (about four blocks an SM),
-  // at most 4,096 / 64 = 64 of 64 keys.
-  const AttentionPlan p = PlanPagedAttention(Llama8b({4096}), kSms);
-  EXPECT_EQ(p.partition_tokens, 64);
-  EXPECT_EQ(p.num_partitions, 64);
+  // 8 blocks on 132 SMs of 3 slots: 49 partitions fit one wave; 4,096 / 49
+  // keys rounded up to 128, so 32 of them.
+  const AttentionPlan p = PlanPagedAttention(Llama8b({4096}), kSms, kBps);
+  EXPECT_EQ(p.partition_tokens, 128);
+  EXPECT_EQ(p.num_partitions, 32);
   EXPECT_EQ(p.workspace_rows, 1);
+  // 4 slots an SM: 66 fit, at most 4,096 / 64 = 64 of 64 keys.
+  const AttentionPlan four = PlanPagedAttention(Llama8b({4096}), kSms, 4);
+  EXPECT_EQ(four.partition_tokens, 64);
+  EXPECT_EQ(four.num_partitions, 64);
   // A context of one partition is not split, and needs no workspace.
-  const AttentionPlan q = PlanPagedAttention(Llama8b({50}), kSms);
+  const AttentionPlan q = PlanPagedAttention(Llama8b({50}), kSms, kBps);
   EXPECT_EQ(q.num_partitions, 1);
   EXPECT_EQ(PagedAttentionWorkspaceBytes(q, 32, 128), 0u);
+}
+
+// Few blocks: every token's partitions start in one wave of the slots,
+// never in a second, partial one (measured on an H100: batches 8-24 at
+// context 1,024, docs/benchmarks.md, session 62).
+TEST(AttentionPlan, FewBlocksFitOneWave) {
+  struct Case {
+    int batch, partitions, partition_tokens;
+  };
+  // Context 1,040 (a graph bucket's bound past 1,024 keys), 8 blocks a token;
+  // lengths are multiples of 64.
+  for (const Case c : {Case{8, 6, 192}, Case{16, 3, 384}, Case{24, 2, 576}, Case{32, 1, 1088}}) {
+    const AttentionPlan p =
+        PlanPagedAttention(Llama8b(std::vector<int>(c.batch, 1040)), kSms, kBps);
+    EXPECT_EQ(p.num_partitions, c.partitions) << c.batch;
+    EXPECT_EQ(p.partition_tokens, c.partition_tokens) << c.batch;
+  }
+  for (int sms : {1, 7, 132}) {
+    for (int bps : {1, 3, 4, 5}) {
+      for (int t = 1; t * 8 < 2 * sms; ++t) {
+        for (int ctx : {1, 63, 64, 65, 300, 1024, 1040, 4096, 32768}) {
+          const AttentionPlan p = PlanPagedAttention(Llama8b(std::vector<int>(t, ctx)), sms, bps);
+          ASSERT_LE(static_cast<int64_t>(t) * 8 * p.num_partitions,
+                    std::max<int64_t>(static_cast<int64_t>(bps) * sms, t * 8))
+              << t << " x " << ctx << " on " << sms << " x " << bps;
+          ASSERT_GE(static_cast<int64_t>(p.partition_tokens) * p.num_partitions, ctx);
+        }
+      }
+    }
+  }
 }
 
 TEST(AttentionPlan, EqualContextsInALargeBatchAreNotSplit) {
   for (int batch : {64, 256, 1000}) {
     for (int ctx : {300, 1024, 1040, 4096}) {  // 1,040: just past a 1,024 partition
-      const AttentionPlan p = PlanPagedAttention(Llama8b(std::vector<int>(batch, ctx)), kSms);
+      const AttentionPlan p = PlanPagedAttention(Llama8b(std::vector<int>(batch, ctx)), kSms, kBps);
       EXPECT_EQ(p.num_partitions, 1) << batch << " x " << ctx;
       EXPECT_EQ(p.workspace_rows, 0);
     }
@@ -55,23 +91,23 @@ TEST(AttentionPlan, EqualContextsInALargeBatchAreNotSplit) {
 
 TEST(AttentionPlan, ALongContextAmongShortOnesIsSplit) {
   // 63 contexts of 500 and one of 4,000: a share is 35,500 keys x 8 heads
-  // over 528 resident blocks = 538, so partitions of 1,024 (4 cover 4,096).
+  // over 396 resident blocks = 718, so partitions of 1,024 (4 cover 4,096).
   std::vector<int> ctx(63, 500);
   ctx.push_back(4000);
-  const AttentionPlan p = PlanPagedAttention(Llama8b(ctx, 4096), kSms);
+  const AttentionPlan p = PlanPagedAttention(Llama8b(ctx, 4096), kSms, kBps);
   EXPECT_EQ(p.partition_tokens, 1024);
   EXPECT_EQ(p.num_partitions, 4);
-  EXPECT_EQ(p.workspace_rows, 64);  // at most 528 / 8 split tokens
+  EXPECT_EQ(p.workspace_rows, 50);  // at most 396 / 8 split tokens
   // Unknown contexts: nothing to balance against, not split.
   AttentionWork w = Llama8b(ctx, 4096);
   w.total_context = 0;
-  EXPECT_EQ(PlanPagedAttention(w, kSms).num_partitions, 1);
+  EXPECT_EQ(PlanPagedAttention(w, kSms, kBps).num_partitions, 1);
 }
 
 TEST(AttentionPlan, PartitionsAreCappedForVeryLongContexts) {
   std::vector<int> ctx(100, 20);
   ctx.push_back(120000);
-  const AttentionPlan p = PlanPagedAttention(Llama8b(ctx), kSms);
+  const AttentionPlan p = PlanPagedAttention(Llama8b(ctx), kSms, kBps);
   EXPECT_LE(p.num_partitions, kMaxSplitPartitions);
   EXPECT_GE(p.partition_tokens * p.num_partitions, 120000);
 }
@@ -91,11 +127,11 @@ TEST(AttentionPlan, FixedPlanSplitsEveryTokenAtOneLength) {
 // holds them.
 TEST(AttentionPlan, FewBlocksBoundHoldsBelowTheLongestContext) {
   for (int sms : {1, 7, 132}) {
-    const size_t bound = MaxPagedAttentionWorkspaceBytes(64, 32, 8, 128, 256, sms);
+    const size_t bound = MaxPagedAttentionWorkspaceBytes(64, 32, 8, 128, 256, sms, kBps);
     for (int t = 1; t <= 64; ++t) {
       for (int c = 1; c <= 256; ++c) {
         AttentionWork w = Llama8b(std::vector<int>(t, c));
-        const AttentionPlan p = PlanPagedAttention(w, sms);
+        const AttentionPlan p = PlanPagedAttention(w, sms, kBps);
         ASSERT_LE(PagedAttentionWorkspaceBytes(p, 32, 128), bound) << t << " x " << c;
       }
     }
@@ -104,7 +140,8 @@ TEST(AttentionPlan, FewBlocksBoundHoldsBelowTheLongestContext) {
 
 // Random batches (log-normal contexts, as a server's), many shapes: every
 // plan covers the longest context, the split tokens fit workspace_rows, and
-// the workspace stays within the executor's bound.
+// the workspace stays within the executor's bound, and within the bound
+// made with kAttentionBlocksPerSm (the simulator's) for fewer slots.
 TEST(AttentionPlan, SplitTokensAlwaysFitTheWorkspaceBound) {
   std::mt19937_64 rng(7);
   struct Heads {
@@ -112,10 +149,13 @@ TEST(AttentionPlan, SplitTokensAlwaysFitTheWorkspaceBound) {
   };
   int balanced_splits = 0;
   for (const Heads h : {Heads{32, 8, 128}, Heads{12, 1, 64}, Heads{64, 8, 128}, Heads{8, 8, 64}}) {
-    for (int sms : {1, 16, 132}) {
+    for (const auto& [sms, bps] :
+         {std::pair{1, 4}, std::pair{16, 1}, std::pair{132, 3}, std::pair{132, 4}}) {
       const int max_tokens = 1024, max_context = 32768;
       const size_t bound =
-          MaxPagedAttentionWorkspaceBytes(max_tokens, h.q, h.kv, h.dim, max_context, sms);
+          MaxPagedAttentionWorkspaceBytes(max_tokens, h.q, h.kv, h.dim, max_context, sms, bps);
+      const size_t sim_bound = MaxPagedAttentionWorkspaceBytes(
+          max_tokens, h.q, h.kv, h.dim, max_context, sms, kAttentionBlocksPerSm);
       for (int trial = 0; trial < 300; ++trial) {
         const int n = 1 + static_cast<int>(rng() % max_tokens);
         const double mean = 16.0 + static_cast<double>(rng() % 4000);
@@ -130,7 +170,7 @@ TEST(AttentionPlan, SplitTokensAlwaysFitTheWorkspaceBound) {
         w.num_kv_heads = h.kv;
         // A graph bucket's bound: up to twice the longest, within the limit.
         w.max_context = std::min(max_context, w.longest_context * (1 + trial % 2));
-        const AttentionPlan p = PlanPagedAttention(w, sms);
+        const AttentionPlan p = PlanPagedAttention(w, sms, bps);
         ASSERT_GE(static_cast<int64_t>(p.partition_tokens) * p.num_partitions, w.max_context);
         ASSERT_GE(p.partition_tokens, 1);
         const int split = static_cast<int>(
@@ -142,6 +182,7 @@ TEST(AttentionPlan, SplitTokensAlwaysFitTheWorkspaceBound) {
           ASSERT_EQ(split, 0);
         }
         ASSERT_LE(PagedAttentionWorkspaceBytes(p, h.q, h.dim), bound);
+        ASSERT_LE(bound, sim_bound);
       }
     }
   }

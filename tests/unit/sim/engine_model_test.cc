@@ -374,8 +374,8 @@ TEST(EngineModelTest, WorkspaceIsTheExecutorsBuffers) {
   // the per-token metadata header left out.
   const int64_t with = EngineWorkspaceBytes(*NamedShape("llama-8b"), 2048, 128, {4096, 16, 132});
   EXPECT_EQ(with, expect +
-                      static_cast<int64_t>(
-                          engine::MaxPagedAttentionWorkspaceBytes(2048, 32, 8, 128, 4096, 132)) +
+                      static_cast<int64_t>(engine::MaxPagedAttentionWorkspaceBytes(
+                          2048, 32, 8, 128, 4096, 132, engine::kAttentionBlocksPerSm)) +
                       32LL * 128 * 256 * 4);
   EXPECT_NEAR(static_cast<double>(with) / mib, 437.4, 1.5);
 }
