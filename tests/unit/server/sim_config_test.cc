@@ -24,6 +24,12 @@ TEST(SimConfigTest, CommittedExamplesParse) {
     ASSERT_TRUE(f.ok()) << name << ": " << f.status();
     EXPECT_EQ(f->calibration_path, kDir + "calibration-h100.json") << name;
   }
+  // The H100's rolling validation: its own overlap share (session 62).
+  auto h100 = ReadSimConfig(kDir + "validate-h100.yaml");
+  ASSERT_TRUE(h100.ok());
+  EXPECT_TRUE(h100->variants.at("rolling").rolling_steps);
+  EXPECT_EQ(h100->variants.at("rolling").rolling_overlap_share, 0.5);
+  EXPECT_EQ(h100->variants.at("rolling").step_host_s, 27.3e-6);
   auto offline = ReadSimConfig(kDir + "offline-h100.yaml");
   ASSERT_TRUE(offline.ok());
   EXPECT_EQ(offline->config.cluster.gpu_memory_bytes, 79LL << 30);  // an 80 GB card's free memory
