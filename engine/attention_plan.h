@@ -14,8 +14,9 @@
 // write partial results to the workspace, and a merge kernel combines them.
 //
 // Two rules choose partition_tokens (PlanPagedAttention):
-// - Few blocks (under two per SM): split every context into about
-//   four blocks per SM, so a small batch fills the device.
+// - Few blocks (under two per SM): split every context into as many
+//   partitions as start in one wave of the kernel's resident blocks, so a
+//   small batch fills the device.
 // - Many blocks: when the longest context is past twice a balanced share
 //   of the step's keys, split the contexts longer than about that share.
 //   With spread contexts, one long sequence's blocks would otherwise run
@@ -39,14 +40,14 @@ inline constexpr int kMinSplitTokens = 256;
 inline constexpr int kMaxSplitPartitions = 16;
 // Query heads per block of the kernel (larger GQA groups take several).
 inline constexpr int kAttentionMaxGroup = 8;
-// Blocks of the attention kernel resident per SM that a plan assumes
-// where it knows no device: the most either kernel keeps on an sm_90 SM
-// (the CUDA-core kernel 4; the tensor-core kernel 3 at head sizes 80-128,
-// whose 68 KB of shared memory allow no more, and 5 at 64). The executor
-// plans with its kernel's own figure (cudaOccupancy..., see
-// PagedAttentionBlocksPerSm in engine/cuda/kernels.h); this bound serves
-// callers without a GPU, such as the simulator's workspace estimate (more
-// resident blocks never make a plan need less workspace).
+// Blocks of the attention kernel resident per SM that a caller without a
+// GPU assumes (the simulator's workspace estimate): the CUDA-core
+// kernel's 4 on sm_90. The executor plans with its own kernel's figure
+// (the occupancy API: PagedAttentionBlocksPerSm in engine/cuda/kernels.h),
+// which for the tensor-core kernel that serves most shapes is 3 at head
+// sizes 80-128 (68 KB of shared memory) and 5 at 64. The workspace grows
+// with the figure, so an estimate made with 4 is a few MB over the
+// executor's at 80-128 and a few MB under at 64.
 inline constexpr int kAttentionBlocksPerSm = 4;
 
 struct AttentionPlan {
@@ -95,8 +96,7 @@ size_t PagedAttentionWorkspaceBytes(const AttentionPlan& plan, int num_heads, in
 
 // The most workspace PlanPagedAttention(..., num_sms, blocks_per_sm) asks
 // for over every launch of at most max_tokens tokens and contexts of at
-// most max_context. It grows with blocks_per_sm: a bound made with
-// kAttentionBlocksPerSm holds the executor's plans on sm_90.
+// most max_context. It grows with blocks_per_sm.
 size_t MaxPagedAttentionWorkspaceBytes(int max_tokens, int num_heads, int num_kv_heads,
                                        int head_dim, int max_context, int num_sms,
                                        int blocks_per_sm);

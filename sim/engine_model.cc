@@ -60,9 +60,10 @@ int64_t EngineWorkspaceBytes(const ModelShape& s, int max_batch_tokens, int max_
   const int64_t logits = rows * h * a + rows * static_cast<int64_t>(s.vocab) * 4;
   int64_t context = 0;
   if (ctx.max_context > 0) {
-    // The attention workspace at the plan's bound of resident blocks (the
-    // node's kernel keeps 3 on sm_90 for 8B's BF16 KV, which needs 4 MB
-    // less: engine/attention_plan.h).
+    // The attention workspace at kAttentionBlocksPerSm resident blocks an
+    // SM: the node's kernel keeps its own figure (engine/attention_plan.h),
+    // 3 at head size 128 on sm_90 (llama-8b: about 4 MiB less than this)
+    // and 5 at 64 (llama-1b: about 2 MiB more).
     context = static_cast<int64_t>(engine::MaxPagedAttentionWorkspaceBytes(
                   static_cast<int>(t), s.heads, s.kv_heads, s.head_dim, ctx.max_context,
                   ctx.num_sms, engine::kAttentionBlocksPerSm)) +

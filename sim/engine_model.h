@@ -121,8 +121,10 @@ struct WorkspaceContext {
 // step metadata's block tables (a row per layer and sampled row, of
 // max_context / block_tokens entries; their small per-token header is
 // not counted). About 416 MiB for llama-8b at 2,048 tokens and 128
-// sequences, 437 with a context of 4,096 on 132 SMs (the daemon logs
-// 437.4). FP8 weights' scratch is not counted.
+// sequences, 437 with a context of 4,096 on 132 SMs (the daemon logged
+// 437.4 before its attention plans took the kernel's own 3 resident
+// blocks an SM, which need about 4 MiB less). FP8 weights' scratch is
+// not counted.
 int64_t EngineWorkspaceBytes(const ModelShape& shape, int max_batch_tokens, int max_seqs,
                              const WorkspaceContext& ctx = {});
 

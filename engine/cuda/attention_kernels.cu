@@ -341,29 +341,42 @@ bool PagedGrid(TokenMap tokens, int num_heads, const PagedKv& kv, const Attentio
   return true;
 }
 
+// The CUDA-core kernel for a GQA group (HeadsPerBlock heads a block);
+// null where none is built (head sizes the tensor-core kernel serves).
+template <typename T>
+using CoreKernel = void (*)(const T*, TokenMap, int, PagedKv, float, int, Workspace, T*);
+
+template <typename T, typename KvT, int D>
+CoreKernel<T> CoreKernelFor(int group) {
+  if constexpr (PagedAttentionMmaServes(D)) {
+    return nullptr;  // the tensor-core kernel's, FP8 too (not built here)
+  } else {
+    switch (HeadsPerBlock(group)) {
+      case 1:
+        return PagedAttentionKernel<T, KvT, D, 1>;
+      case 2:
+        return PagedAttentionKernel<T, KvT, D, 2>;
+      case 4:
+        return PagedAttentionKernel<T, KvT, D, 4>;
+      case 8:
+        return PagedAttentionKernel<T, KvT, D, 8>;
+      default:
+        return nullptr;
+    }
+  }
+}
+
 template <typename T, typename KvT, int D>
 cudaError_t LaunchForGroup(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv,
                            float scale, const AttentionPlan& plan, Workspace ws, T* out,
                            cudaStream_t stream) {
-  if constexpr (PagedAttentionMmaServes(D)) {
-    return cudaErrorInvalidValue;  // the tensor-core kernel's, FP8 too (not built here)
-  } else {
-    dim3 grid;
-    if (!PagedGrid(tokens, num_heads, kv, plan, &grid)) return cudaErrorInvalidValue;
-#define BALLAST_ATTN_GROUP(G)                                                                     \
-  case G:                                                                                         \
-    return LaunchKernel(PagedAttentionKernel<T, KvT, D, G>, grid, kThreads, 0, stream, q, tokens, \
-                        num_heads, kv, scale, plan.partition_tokens, ws, out);
-    switch (HeadsPerBlock(num_heads / kv.num_kv_heads)) {
-      BALLAST_ATTN_GROUP(1)
-      BALLAST_ATTN_GROUP(2)
-      BALLAST_ATTN_GROUP(4)
-      BALLAST_ATTN_GROUP(8)
-      default:
-        return cudaErrorInvalidValue;
-    }
-#undef BALLAST_ATTN_GROUP
+  const auto kernel = CoreKernelFor<T, KvT, D>(num_heads / kv.num_kv_heads);
+  dim3 grid;
+  if (kernel == nullptr || !PagedGrid(tokens, num_heads, kv, plan, &grid)) {
+    return cudaErrorInvalidValue;
   }
+  return LaunchKernel(kernel, grid, kThreads, 0, stream, q, tokens, num_heads, kv, scale,
+                      plan.partition_tokens, ws, out);
 }
 
 template <typename T, typename KvT>
@@ -384,23 +397,9 @@ cudaError_t LaunchForHeadDim(const T* q, TokenMap tokens, int num_heads, const P
 // The CUDA-core kernel's resident blocks per SM (LaunchForGroup's kernel).
 template <typename T, typename KvT, int D>
 cudaError_t CoreBlocksPerSm(int group, int* blocks) {
-  if constexpr (PagedAttentionMmaServes(D)) {
-    return cudaErrorInvalidValue;  // not built here (LaunchForGroup)
-  } else {
-#define BALLAST_ATTN_OCC_GROUP(G)                         \
-  case G:                                                 \
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor( \
-        blocks, PagedAttentionKernel<T, KvT, D, G>, kThreads, 0);
-    switch (HeadsPerBlock(group)) {
-      BALLAST_ATTN_OCC_GROUP(1)
-      BALLAST_ATTN_OCC_GROUP(2)
-      BALLAST_ATTN_OCC_GROUP(4)
-      BALLAST_ATTN_OCC_GROUP(8)
-      default:
-        return cudaErrorInvalidValue;
-    }
-#undef BALLAST_ATTN_OCC_GROUP
-  }
+  const auto kernel = CoreKernelFor<T, KvT, D>(group);
+  if (kernel == nullptr) return cudaErrorInvalidValue;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, kThreads, 0);
 }
 
 template <typename T, typename KvT>

@@ -222,6 +222,11 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       PagedAttentionBlocksPerSm(config_.num_attention_heads, config_.num_key_value_heads,
                                 config_.head_dim, kv_type_, act_, &attention_blocks_per_sm_),
       "attention occupancy");
+  if (attention_blocks_per_sm_ < 1) {
+    return absl::FailedPreconditionError(absl::StrCat("the attention kernel for head size ",
+                                                      config_.head_dim, " cannot run on device ",
+                                                      options_.device, " (no block fits an SM)"));
+  }
   if (config_.weight_quant == WeightQuant::kFp8) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device);
