@@ -407,62 +407,51 @@ cudaError_t AllowSmem() {
                                &smem_set);
 }
 
-template <typename T, typename KvT, int D>
-cudaError_t Launch(const T* q, TokenMap tokens, int num_heads, const PagedKv& kv, float scale,
-                   int partition_tokens, dim3 grid, int heads_per_block, const PagedWorkspace& ws,
-                   T* out, cudaStream_t stream) {
-  const cudaError_t e = AllowSmem<T, KvT, D>();
-  if (e != cudaSuccess) return e;
-  return LaunchKernel(&PagedAttentionMmaKernel<T, KvT, D>, grid, kThreads, Shape<KvT, D>::kBytes,
-                      stream, q, tokens, num_heads, kv, scale, partition_tokens, heads_per_block,
-                      ws, out);
-}
-
-template <typename T, typename KvT, int D>
-cudaError_t BlocksPerSm(int* blocks) {
-  const cudaError_t e = AllowSmem<T, KvT, D>();
-  if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, &PagedAttentionMmaKernel<T, KvT, D>,
-                                                       kThreads, Shape<KvT, D>::kBytes);
-}
+// One instantiation of the kernel, as the launch and the occupancy query both
+// see it: the entry point, its dynamic shared memory, and the call that lets
+// it have that much. `fn` is null where no instantiation serves the shape.
+template <typename T>
+struct MmaKernel {
+  using Fn = void (*)(const T*, TokenMap, int, PagedKv, float, int, int, PagedWorkspace, T*);
+  Fn fn = nullptr;
+  int smem_bytes = 0;
+  cudaError_t (*allow_smem)() = nullptr;
+};
 
 template <typename T, typename KvT>
-cudaError_t BlocksPerSmForDim(int head_dim, int* blocks) {
+MmaKernel<T> MmaKernelForDim(int head_dim) {
   switch (head_dim) {
-#define BALLAST_MMA_OCC_CASE(DIM)                 \
-  case DIM:                                       \
-    if constexpr (PagedAttentionMmaServes(DIM)) { \
-      return BlocksPerSm<T, KvT, DIM>(blocks);    \
-    } else {                                      \
-      return cudaErrorInvalidValue;               \
-    }
-    BALLAST_ATTENTION_HEAD_DIMS(BALLAST_MMA_OCC_CASE)
-#undef BALLAST_MMA_OCC_CASE
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
-template <typename T, typename KvT>
-cudaError_t LaunchForDim(const void* q, TokenMap tokens, int num_heads, const PagedKv& kv,
-                         float scale, int partition_tokens, dim3 grid, int heads_per_block,
-                         const PagedWorkspace& ws, void* out, cudaStream_t stream) {
-  const T* qt = static_cast<const T*>(q);
-  T* o = static_cast<T*>(out);
-  switch (kv.head_dim) {
-#define BALLAST_MMA_CASE(DIM)                                                              \
-  case DIM:                                                                                \
-    if constexpr (PagedAttentionMmaServes(DIM)) {                                          \
-      return Launch<T, KvT, DIM>(qt, tokens, num_heads, kv, scale, partition_tokens, grid, \
-                                 heads_per_block, ws, o, stream);                          \
-    } else {                                                                               \
-      return cudaErrorInvalidValue;                                                        \
+#define BALLAST_MMA_CASE(DIM)                                                 \
+  case DIM:                                                                   \
+    if constexpr (PagedAttentionMmaServes(DIM)) {                             \
+      return {&PagedAttentionMmaKernel<T, KvT, DIM>, Shape<KvT, DIM>::kBytes, \
+              &AllowSmem<T, KvT, DIM>};                                       \
+    } else {                                                                  \
+      return {};                                                              \
     }
     BALLAST_ATTENTION_HEAD_DIMS(BALLAST_MMA_CASE)
 #undef BALLAST_MMA_CASE
     default:
-      return cudaErrorInvalidValue;
+      return {};
   }
+}
+
+// The kernel table: the one place that maps (KV type, head size) to an
+// instantiation; LaunchPagedAttentionMma and PagedAttentionMmaBlocksPerSm
+// both go through it, so the plan's occupancy is the launched kernel's.
+template <typename T>
+MmaKernel<T> MmaKernelFor(KvType kv_type, int head_dim) {
+  return kv_type == KvType::kFP8E4M3 ? MmaKernelForDim<T, __nv_fp8_e4m3>(head_dim)
+                                     : MmaKernelForDim<T, T>(head_dim);
+}
+
+// The instantiation for (kv_type, head_dim) with its shared memory limit
+// raised; null `fn` (and cudaErrorInvalidValue) where none serves.
+template <typename T>
+cudaError_t ReadyMmaKernel(KvType kv_type, int head_dim, MmaKernel<T>* kernel) {
+  *kernel = MmaKernelFor<T>(kv_type, head_dim);
+  if (kernel->fn == nullptr) return cudaErrorInvalidValue;
+  return kernel->allow_smem();
 }
 
 }  // namespace
@@ -482,11 +471,12 @@ cudaError_t LaunchPagedAttentionMma(const void* q, TokenMap tokens, int num_head
     return cudaErrorInvalidValue;
   }
   BALLAST_DISPATCH_ACT(type, T, {
-    return kv.dtype == KvType::kFP8E4M3
-               ? LaunchForDim<T, __nv_fp8_e4m3>(q, tokens, num_heads, kv, scale, partition_tokens,
-                                                grid, heads_per_block, ws, out, stream)
-               : LaunchForDim<T, T>(q, tokens, num_heads, kv, scale, partition_tokens, grid,
-                                    heads_per_block, ws, out, stream);
+    MmaKernel<T> kernel;
+    const cudaError_t e = ReadyMmaKernel<T>(kv.dtype, kv.head_dim, &kernel);
+    if (e != cudaSuccess) return e;
+    return LaunchKernel(kernel.fn, grid, kThreads, kernel.smem_bytes, stream,
+                        static_cast<const T*>(q), tokens, num_heads, kv, scale, partition_tokens,
+                        heads_per_block, ws, static_cast<T*>(out));
   });
   return cudaErrorInvalidValue;
 }
@@ -495,8 +485,11 @@ cudaError_t PagedAttentionMmaBlocksPerSm(int head_dim, KvType kv_type, ActType a
                                          int* blocks) {
   if (!PagedAttentionMmaSupports(head_dim, kv_type, act_type)) return cudaErrorInvalidValue;
   BALLAST_DISPATCH_ACT(act_type, T, {
-    return kv_type == KvType::kFP8E4M3 ? BlocksPerSmForDim<T, __nv_fp8_e4m3>(head_dim, blocks)
-                                       : BlocksPerSmForDim<T, T>(head_dim, blocks);
+    MmaKernel<T> kernel;
+    const cudaError_t e = ReadyMmaKernel<T>(kv_type, head_dim, &kernel);
+    if (e != cudaSuccess) return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel.fn, kThreads,
+                                                         kernel.smem_bytes);
   });
   return cudaErrorInvalidValue;
 }
