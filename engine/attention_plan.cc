@@ -55,6 +55,19 @@ AttentionPlan FillDevice(int64_t blocks, int num_tokens, int max_context, int64_
   return p;
 }
 
+// The stream plan, where the launch has enough chunks to share out:
+// every resident block of one wave takes an equal run of them. The chunk
+// count is bounded from the contexts' sum (each unit's last chunk may be
+// partial); past int's range the partitioned rules plan instead.
+bool StreamFits(const AttentionWork& work, int64_t per_token, int64_t slots) {
+  if (!work.streamable || work.total_context <= 0) return false;
+  const int64_t most =
+      per_token * (CeilDiv(work.total_context, kAttentionStreamChunk) + work.num_tokens);
+  const int64_t least = per_token * CeilDiv(work.total_context, kAttentionStreamChunk);
+  return least >= slots * kMinStreamChunksPerBlock && most * slots < (int64_t{1} << 62) &&
+         most <= 0x7fffffff;
+}
+
 }  // namespace
 
 AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms, int blocks_per_sm) {
@@ -66,6 +79,12 @@ AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms, int blo
   const int64_t slots = static_cast<int64_t>(std::max(blocks_per_sm, 1)) * num_sms;
   if (T == 0) return Unsplit(max_context);
   if (blocks < 2L * num_sms) return FillDevice(blocks, T, max_context, slots);
+  if (StreamFits(work, per_token, slots)) {
+    AttentionPlan p = Unsplit(max_context);
+    p.streamed_ctas = static_cast<int>(slots);
+    p.workspace_rows = T;
+    return p;
+  }
   // Many blocks: a balanced share of the keys for each resident block.
   // A context past twice the share would run on long after the rest; cut
   // the long ones into partitions of about the share. (Up to twice, the
@@ -89,6 +108,10 @@ AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms, int blo
   return p;
 }
 
+int AttentionUnitsPerToken(int num_heads, int num_kv_heads) {
+  return static_cast<int>(BlocksPerToken(num_heads, num_kv_heads));
+}
+
 AttentionPlan PlanPagedAttentionFixed(int num_tokens, int max_context, int partition_tokens) {
   AttentionPlan p;
   p.partition_tokens = static_cast<int>(
@@ -99,7 +122,16 @@ AttentionPlan PlanPagedAttentionFixed(int num_tokens, int max_context, int parti
   return p;
 }
 
+namespace {
+
+size_t StreamWorkspaceBytes(int64_t ctas, int head_dim) {
+  return static_cast<size_t>(2 * ctas) * kAttentionMaxGroup * (head_dim + 2) * sizeof(float);
+}
+
+}  // namespace
+
 size_t PagedAttentionWorkspaceBytes(const AttentionPlan& plan, int num_heads, int head_dim) {
+  if (plan.streamed_ctas > 0) return StreamWorkspaceBytes(plan.streamed_ctas, head_dim);
   if (plan.num_partitions <= 1) return 0;
   const size_t partials =
       static_cast<size_t>(plan.workspace_rows) * num_heads * plan.num_partitions;
@@ -128,7 +160,10 @@ size_t MaxPagedAttentionWorkspaceBytes(int max_tokens, int num_heads, int num_kv
   b.workspace_rows = static_cast<int>(std::min<int64_t>(max_tokens, CeilDiv(slots, per_token)));
   b.num_partitions = static_cast<int>(
       std::min<int64_t>(kMaxSplitPartitions, CeilDiv(max_context, kMinSplitTokens)));
-  return std::max(most, PagedAttentionWorkspaceBytes(b, num_heads, head_dim));
+  most = std::max(most, PagedAttentionWorkspaceBytes(b, num_heads, head_dim));
+  // The stream plan: its pieces (with the balanced rule's bound above for
+  // Llama-3-8B on an H100 it adds nothing: 3.3 MB against 13).
+  return std::max(most, StreamWorkspaceBytes(slots, head_dim));
 }
 
 }  // namespace ballast::engine

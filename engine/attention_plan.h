@@ -13,7 +13,7 @@
 // its other partitions' blocks return at once. A split token's partitions
 // write partial results to the workspace, and a merge kernel combines them.
 //
-// Two rules choose partition_tokens (PlanPagedAttention):
+// Three rules choose the plan (PlanPagedAttention):
 // - Few blocks (under two per SM): split every context into as many
 //   partitions as start in one wave of the kernel's resident blocks, so a
 //   small batch fills the device.
@@ -21,6 +21,18 @@
 //   of the step's keys, split the contexts longer than about that share.
 //   With spread contexts, one long sequence's blocks would otherwise run
 //   long after the rest, the SMs mostly idle.
+// - Many blocks, where the kernel can stream (AttentionWork::streamable):
+//   the stream plan. The grid is one wave of the kernel's resident blocks
+//   (streamed_ctas), and the launch's keys, in chunks of
+//   kAttentionStreamChunk, are shared out equally among them: block b
+//   takes chunks [b N / C, (b + 1) N / C) of the N chunks of every
+//   (token, KV head, head group) unit laid end to end in the launch's
+//   order, so every SM reads the same number of bytes whatever the
+//   contexts (one and a third waves of equal blocks left the SMs idle 29%
+//   of a batch-64 launch on an H100). A unit cut between blocks is merged
+//   from its pieces by the last block to finish one; a block that holds a
+//   whole unit writes the output. WriteAttentionStreamStarts gives each
+//   block its first unit.
 #pragma once
 
 #include <cstddef>
@@ -49,6 +61,12 @@ inline constexpr int kAttentionMaxGroup = 8;
 // with the figure, so an estimate made with 4 is a few MB over the
 // executor's at 80-128 and a few MB under at 64.
 inline constexpr int kAttentionBlocksPerSm = 4;
+// Keys a chunk of the stream plan: the tensor-core kernel's keys a warp
+// stages at a time.
+inline constexpr int kAttentionStreamChunk = 16;
+// The stream plan's fewest chunks a block: below this the launch is too
+// small to share out, and the other rules plan it.
+inline constexpr int kMinStreamChunksPerBlock = 8;
 
 struct AttentionPlan {
   int num_partitions = 1;
@@ -59,6 +77,21 @@ struct AttentionPlan {
   // as the executor's longest-first order does, needs no more; with no
   // order it is every token.
   int workspace_rows = 0;
+  // > 0: the stream plan (num_partitions 1): this many blocks share the
+  // launch's key chunks equally, and workspace_rows is every token (a
+  // unit cut between blocks counts its pieces' arrivals by token slot).
+  int streamed_ctas = 0;
+};
+
+// Where block b of a stream plan starts: the order slot of the token
+// whose units hold its first chunk, that slot's first chunk, and the
+// launch's chunks in all (the same in every entry). Four ints, read by the
+// kernel as an int4.
+struct AttentionStreamStart {
+  int slot = 0;
+  int slot_chunk = 0;
+  int total_chunks = 0;
+  int unused = 0;
 };
 
 // What the planner knows of a launch.
@@ -73,6 +106,9 @@ struct AttentionWork {
   // the kernel attends for (0: unknown; only the few-blocks rule applies).
   int64_t total_context = 0;
   int longest_context = 0;
+  // The launch's kernel can run the stream plan (the tensor-core kernel);
+  // false: only the partitioned rules.
+  bool streamable = false;
 };
 
 // The plan of a launch on `num_sms` SMs that each keep `blocks_per_sm` of
@@ -91,8 +127,57 @@ AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms, int blo
 // bit for bit. Every one of `num_tokens` slots may be split.
 AttentionPlan PlanPagedAttentionFixed(int num_tokens, int max_context, int partition_tokens);
 
-// Bytes of workspace `plan` needs (0 when nothing is split).
+// Bytes of workspace `plan` needs (0 when nothing is split). A stream
+// plan's: two pieces a block (the end of one unit, the start of another),
+// each kAttentionMaxGroup heads of head_dim + 2 floats.
 size_t PagedAttentionWorkspaceBytes(const AttentionPlan& plan, int num_heads, int head_dim);
+
+// Units (blocks of the partitioned kernel) a token makes: one per KV head
+// and group of kAttentionMaxGroup query heads.
+int AttentionUnitsPerToken(int num_heads, int num_kv_heads);
+
+// The chunks a unit of a token with `context` keys (0: a token the kernel
+// skips) holds.
+inline int AttentionStreamChunks(int context) {
+  return context > 0 ? (context + kAttentionStreamChunk - 1) / kAttentionStreamChunk : 0;
+}
+
+// The block that holds chunk j of a stream plan of `ctas` blocks over
+// `total` chunks: the b with b total / ctas <= j < (b + 1) total / ctas.
+inline int AttentionStreamBlockOf(int64_t j, int64_t total, int ctas) {
+  return static_cast<int>(((j + 1) * ctas - 1) / total);
+}
+
+// Fills starts[0, ctas) for a stream plan over the tokens whose contexts,
+// in the launch's order, are context_of_slot(0 .. num_slots - 1) (0: a
+// skipped token), each making `units_per_token` units (KV heads times head
+// groups). Returns the launch's chunks. A block with no chunks (fewer
+// chunks than blocks) gets slot 0; the kernel returns at once for it.
+template <typename ContextOfSlot>
+int64_t WriteAttentionStreamStarts(int num_slots, ContextOfSlot context_of_slot,
+                                   int units_per_token, int ctas, AttentionStreamStart* starts) {
+  int64_t total = 0;
+  for (int s = 0; s < num_slots; ++s) {
+    total += static_cast<int64_t>(units_per_token) * AttentionStreamChunks(context_of_slot(s));
+  }
+  int slot = 0;
+  int64_t slot_chunk = 0;  // chunks before `slot`
+  for (int b = 0; b < ctas; ++b) {
+    const int64_t first = total > 0 ? b * total / ctas : 0;
+    // Past the slots that end at or before `first` (skipped ones too).
+    while (slot < num_slots) {
+      const int64_t n =
+          static_cast<int64_t>(units_per_token) * AttentionStreamChunks(context_of_slot(slot));
+      if (slot_chunk + n > first) break;
+      slot_chunk += n;
+      ++slot;
+    }
+    const bool any = slot < num_slots && total > 0;
+    starts[b] = {any ? slot : 0, any ? static_cast<int>(slot_chunk) : 0, static_cast<int>(total),
+                 0};
+  }
+  return total;
+}
 
 // The most workspace PlanPagedAttention(..., num_sms, blocks_per_sm) asks
 // for over every launch of at most max_tokens tokens and contexts of at

@@ -415,7 +415,33 @@ cudaError_t CoreBlocksPerSmForDim(int head_dim, int group, int* blocks) {
 #undef BALLAST_ATTN_OCC_CASE
 }
 
+// A stream plan's launch: one block per plan.streamed_ctas on the
+// tensor-core kernel, the workspace carved as its pieces
+// (paged_attention_stream.cuh), the merge in the launch.
+cudaError_t LaunchStreamed(const void* q, TokenMap tokens, int num_heads, const PagedKv& kv,
+                           float scale, const AttentionPlan& plan, void* workspace, void* out,
+                           ActType type, cudaStream_t stream, unsigned* merge_counts) {
+  if (!PagedAttentionMmaSupports(kv.head_dim, kv.dtype, type) || merge_counts == nullptr ||
+      tokens.stream == nullptr || plan.workspace_rows < tokens.num_tokens) {
+    return cudaErrorInvalidValue;
+  }
+  const size_t pieces = 2 * static_cast<size_t>(plan.streamed_ctas) * kMaxGroup;
+  Workspace ws;
+  ws.arrivals = merge_counts;
+  ws.o = static_cast<float*>(workspace);
+  ws.m = ws.o + pieces * kv.head_dim;
+  ws.l = ws.m + pieces;
+  ws.rows = tokens.num_tokens;
+  const int G = HeadsPerBlock(num_heads / kv.num_kv_heads);
+  return LaunchPagedAttentionMma(q, tokens, num_heads, kv, scale, 0, dim3(plan.streamed_ctas), G,
+                                 ws, out, type, stream, /*streamed=*/true);
+}
+
 }  // namespace
+
+bool PagedAttentionCanStream(int head_dim, KvType kv, ActType type) {
+  return PagedAttentionMmaSupports(head_dim, kv, type);
+}
 
 cudaError_t PagedAttentionBlocksPerSm(int num_heads, int num_kv_heads, int head_dim, KvType kv,
                                       ActType type, int* blocks) {
@@ -450,6 +476,10 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
   }
   if (kv.dtype != KvType::kFP8E4M3 && (kv.dtype == KvType::kBF16) != (type == ActType::kBF16)) {
     return cudaErrorInvalidValue;  // KV is stored in the activation type or in FP8
+  }
+  if (plan.streamed_ctas > 0) {
+    return LaunchStreamed(q, tokens, num_heads, kv, scale, plan, workspace, out, type, stream,
+                          merge_counts);
   }
   const Workspace ws = Carve(workspace, merge_counts, plan.workspace_rows, num_heads, kv.head_dim,
                              plan.num_partitions);

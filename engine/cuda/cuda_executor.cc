@@ -227,6 +227,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
                                                       config_.head_dim, " cannot run on device ",
                                                       options_.device, " (no block fits an SM)"));
   }
+  attention_streams_ = PagedAttentionCanStream(config_.head_dim, kv_type_, act_);
   if (config_.weight_quant == WeightQuant::kFp8) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device);
@@ -321,7 +322,9 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       (options_.max_context + kv_->layout().block_tokens - 1) / kv_->layout().block_tokens;
   // Every array starts 256-byte aligned (SampleParams holds 8-byte fields).
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
-  params_offset_ = align(7 * T * sizeof(int));
+  stream_offset_ = align(7 * T * sizeof(int));
+  params_offset_ = align(stream_offset_ + static_cast<size_t>(num_sms_) * attention_blocks_per_sm_ *
+                                              sizeof(AttentionStreamStart));
   tiles_offset_ = align(params_offset_ + T * sizeof(SampleParams));
   out_offset_ = align(tiles_offset_ + T * sizeof(PrefillTile));
   logprobs_offset_ = align(out_offset_ + T * sizeof(int));
@@ -373,7 +376,8 @@ absl::Status CudaExecutor::Run(const StepShape& sh) {
                      sh.sample,
                      sh.attention.partition_tokens,
                      sh.attention.num_partitions,
-                     sh.attention.workspace_rows};
+                     sh.attention.workspace_rows,
+                     sh.attention.streamed_ctas};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     // Plans (cuBLASLt heuristics) are made on a first, uncaptured run,

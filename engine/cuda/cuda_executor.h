@@ -229,11 +229,15 @@ class CudaExecutor final : public Executor {
   KvType kv_type_ = KvType::kBF16;
   int num_sms_ = 0;
   int attention_blocks_per_sm_ = 1;  // the split-KV kernel's, for its plans (Init)
+  bool attention_streams_ = false;   // it runs stream plans (Init)
   bool prefill_kernel_ok_ = false;   // tensor-core prefill attention usable here
   int fixed_partition_tokens_ = 0;   // deterministic mode: the split-KV partition length
   int max_table_blocks_ = 0;         // ceil(max_context / block_tokens)
   // The split-KV attention's token order into `order` (cuda_step_meta.cc).
   static void WriteAttentionOrder(const int* pos_small, int tokens, int* order);
+  // A stream plan's block starts into the staged metadata (its contexts
+  // from the staged order); no-op for other plans.
+  void WriteAttentionStream(const StepShape& shape);
   // The split-KV attention's plan for a staged step: the fixed one in
   // deterministic mode, else from its contexts (engine/attention_plan.h).
   AttentionPlan PlanAttention(const StepShape& shape) const;
@@ -316,6 +320,7 @@ class CudaExecutor final : public Executor {
   void* host_meta_ = nullptr;
   size_t meta_bytes_ = 0;
   size_t table_offset_ = 0, params_offset_ = 0, tiles_offset_ = 0, out_offset_ = 0;
+  size_t stream_offset_ = 0;  // [num_sms_ x attention_blocks_per_sm_] AttentionStreamStart
   // Sampling log-probabilities (SampleLogprobs x max_batch_tokens), after
   // the output tokens.
   size_t logprobs_offset_ = 0;
@@ -354,8 +359,8 @@ class CudaExecutor final : public Executor {
   std::atomic<int64_t> stall_ns_{0};
 
   // (tokens, max_blocks, sample, the attention plan's partition length,
-  // count and workspace rows) -> instantiated graph
-  using GraphKey = std::tuple<int, int, bool, int, int, int>;
+  // count, workspace rows and stream blocks) -> instantiated graph
+  using GraphKey = std::tuple<int, int, bool, int, int, int, int>;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   int64_t graph_replays_ = 0;
   int last_graph_rows_ = 0;

@@ -118,7 +118,9 @@ absl::Status CudaExecutor::Layers(const StepShape& sh, PagedKv kv) {
   const int* tok = meta_.get<int>();
   const TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
   // The split-KV kernel skips tokens that prefill tiles cover.
-  const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T, tok + 6 * Tmax};
+  const TokenMap tm_small{
+      tm.seq, tok + 4 * Tmax, T, tok + 6 * Tmax,
+      reinterpret_cast<const AttentionStreamStart*>(meta_.get<uint8_t>() + stream_offset_)};
   const auto* tiles = reinterpret_cast<const PrefillTile*>(meta_.get<uint8_t>() + tiles_offset_);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int* table = reinterpret_cast<const int*>(meta_.get<uint8_t>() + table_offset_);

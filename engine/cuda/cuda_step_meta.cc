@@ -173,7 +173,21 @@ AttentionPlan CudaExecutor::PlanAttention(const StepShape& sh) const {
   w.max_context = sh.max_context;
   w.total_context = sh.small_context;
   w.longest_context = sh.small_longest;
+  w.streamable = attention_streams_;
   return PlanPagedAttention(w, num_sms_, attention_blocks_per_sm_);
+}
+
+void CudaExecutor::WriteAttentionStream(const StepShape& sh) {
+  const int ctas = sh.attention.streamed_ctas;
+  if (ctas <= 0) return;
+  const int Tmax = options_.max_batch_tokens;
+  auto* base = static_cast<uint8_t*>(host_meta_);
+  const int* pos_small = reinterpret_cast<const int*>(base) + 4 * Tmax;
+  const int* order = pos_small + 2 * Tmax;
+  WriteAttentionStreamStarts(
+      sh.tokens, [&](int s) { return pos_small[order[s]] + 1; },
+      AttentionUnitsPerToken(config_.num_attention_heads, config_.num_key_value_heads), ctas,
+      reinterpret_cast<AttentionStreamStart*>(base + stream_offset_));
 }
 
 absl::Status CudaExecutor::ReservePenalties(size_t entries) {
@@ -287,6 +301,7 @@ absl::StatusOr<CudaExecutor::StepShape> CudaExecutor::Stage(
   if (!sh.ok()) return sh.status();
   WriteTokens(batch, &*sh);
   sh->attention = PlanAttention(*sh);
+  WriteAttentionStream(*sh);
   last_attention_plan_ = sh->attention;
   if (auto s = WriteSampleParams(sampling, *sh); !s.ok()) return s;
   WriteBlockTable(batch, *sh);

@@ -63,6 +63,10 @@ struct TokenMap {
   // Any order gives the same output bit for bit, if the plan's split tokens
   // come first (AttentionPlan::workspace_rows).
   const int* order = nullptr;
+  // [plan.streamed_ctas], 16-byte aligned, LaunchPagedAttention with a
+  // stream plan only: each block's start (WriteAttentionStreamStarts over
+  // the tokens' contexts in `order`).
+  const AttentionStreamStart* stream = nullptr;
 };
 
 // dst[n] = src[n] converted to `dst_type`.
@@ -136,7 +140,9 @@ bool PagedAttentionSupports(int head_dim);
 // 16 up to 128 run on tensor cores, KV in the activation type or FP8 (FP16
 // MMAs; P in two parts, so its error is about FP32's, with an absolute
 // floor of about 2^-25 from FP16's subnormals when the KV is FP8); other
-// head sizes on CUDA cores (FP32 throughout). merge_counts: [T][H]
+// head sizes on CUDA cores (FP32 throughout). A stream plan
+// (plan.streamed_ctas > 0) needs the tensor-core kernel, tokens.stream and
+// merge_counts. merge_counts: [T][H]
 // unsigned, zero before the first launch (each launch leaves them zero),
 // with which a split token's last partition to finish merges the
 // partitions in the attention launch itself; null: a second launch merges
@@ -145,6 +151,10 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
                                  float scale, const AttentionPlan& plan, void* workspace, void* out,
                                  ActType type, cudaStream_t stream,
                                  unsigned* merge_counts = nullptr);
+
+// Whether LaunchPagedAttention runs stream plans for this head size and
+// these types (AttentionWork::streamable): the tensor-core kernel's shapes.
+bool PagedAttentionCanStream(int head_dim, KvType kv, ActType type);
 
 // Blocks of LaunchPagedAttention's kernel for these heads and types that
 // one SM of the current device keeps resident (the occupancy API): the

@@ -143,32 +143,42 @@ __device__ __forceinline__ void MergePartitionsInWarp(const PagedWorkspace& ws, 
   }
 }
 
-// A split token's block, once its partials (or its empty marks) are
-// written: counts itself among its head chunk's partitions, and the last
-// of them to arrive merges the chunk's heads into out and resets the
+// A split unit's block, once its partials (or its empty marks) are
+// written: counts itself among the unit's `expected` writers, and returns
+// true (in every thread) in the last of them to arrive, which resets the
 // count for the next launch (the threadfence-reduction pattern: each
 // block's writes are made visible before it counts, the last reads after
-// it counted). Saves the PartitionMergeKernel launch (6 us of each layer
-// of a batch-1 step on an H200, launch included); on an H100 the 8B
-// step went 5.90 -> 5.86 ms at batch 1 and 6.10 -> 6.04 at batch 2. The
-// merge must be parallel: a first form, a thread a column looping over
-// the partitions through L2, cost 0.6 ms a step (docs/benchmarks.md,
-// session 61). Whole block; no-op when ws.arrivals is null.
-template <typename T>
-__device__ __forceinline__ void ArriveAndMerge(const PagedBlockTask& w, int num_heads, int head_dim,
-                                               const PagedWorkspace& ws, T* __restrict__ out) {
-  if (ws.arrivals == nullptr) return;
+// it counted). Whole block; false when ws.arrivals is null.
+__device__ __forceinline__ bool ArriveLast(const PagedBlockTask& w, int num_heads,
+                                           const PagedWorkspace& ws, unsigned expected) {
+  if (ws.arrivals == nullptr) return false;
   __threadfence();
   __syncthreads();
   bool mine = false;  // thread 0: this block arrived last (no shared memory: the
                       // CUDA-core kernel's 48 KB are full)
   if (threadIdx.x == 0) {
     unsigned* count = ws.arrivals + static_cast<size_t>(w.slot) * num_heads + w.head0;
-    mine = atomicAdd(count, 1u) + 1u == gridDim.z;
-    if (mine) *count = 0u;  // every partition has counted: none reads it again
+    mine = atomicAdd(count, 1u) + 1u == expected;
+    if (mine) *count = 0u;  // every writer has counted: none reads it again
   }
-  if (!__syncthreads_or(mine)) return;
+  if (!__syncthreads_or(mine)) return false;
   __threadfence();
+  return true;
+}
+
+// A split token's block, once its partials (or its empty marks) are
+// written: the last of its head chunk's partitions to arrive (ArriveLast)
+// merges the chunk's heads into out. Saves the PartitionMergeKernel launch
+// (6 us of each layer of a batch-1 step on an H200, launch included); on
+// an H100 the 8B step went 5.90 -> 5.86 ms at batch 1 and 6.10 -> 6.04 at
+// batch 2. The merge must be parallel: a first form, a thread a column
+// looping over the partitions through L2, cost 0.6 ms a step
+// (docs/benchmarks.md, session 61). Whole block; no-op when ws.arrivals is
+// null.
+template <typename T>
+__device__ __forceinline__ void ArriveAndMerge(const PagedBlockTask& w, int num_heads, int head_dim,
+                                               const PagedWorkspace& ws, T* __restrict__ out) {
+  if (!ArriveLast(w, num_heads, ws, gridDim.z)) return;
   const int warps = static_cast<int>(blockDim.x) / 32;
   for (int g = static_cast<int>(threadIdx.x) / 32; g < w.ng; g += warps) {  // a warp a head
     const size_t th = static_cast<size_t>(w.slot) * num_heads + w.head0 + g;
@@ -272,6 +282,28 @@ struct WarpStateView {
       : o(reinterpret_cast<float*>(p)), m(o + G * D), l(m + G) {}
 };
 
+// Element (head g, dim d) of the block's kPagedAttentionWarps warp states
+// (warp k's at smem + k * warp_bytes), merged in a fixed order: the
+// running max, the denominator and the unnormalised output.
+template <int G, int D>
+__device__ __forceinline__ void MergeWarpStates(const uint8_t* smem, int warp_bytes, int g, int d,
+                                                float* m_out, float* l_out, float* o_out) {
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kPagedAttentionWarps; ++k)
+    m = fmaxf(m, WarpStateView<G, D>(const_cast<uint8_t*>(smem) + k * warp_bytes).m[g]);
+  float l = 0.0f, o = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPagedAttentionWarps; ++k) {  // a fixed order
+    const WarpStateView<G, D> v(const_cast<uint8_t*>(smem) + k * warp_bytes);
+    if (v.m[g] == -INFINITY) continue;
+    const float a = exp2f(v.m[g] - m);
+    l += v.l[g] * a;
+    o += v.o[g * D + d] * a;
+  }
+  *m_out = m, *l_out = l, *o_out = o;
+}
+
 // The block's end, after __syncthreads(): merges the kPagedAttentionWarps
 // warps' states (warp w's at smem + w * warp_bytes) in a fixed order and
 // writes the output (direct) or the partition's partial result.
@@ -283,19 +315,8 @@ __device__ __forceinline__ void MergeWarpsAndStore(uint8_t* smem, int warp_bytes
   const int parts = gridDim.z, part = blockIdx.z;
   for (int i = threadIdx.x; i < w.ng * D; i += blockDim.x) {
     const int g = i / D, d = i % D;
-    float m = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < kPagedAttentionWarps; ++k)
-      m = fmaxf(m, WarpStateView<G, D>(smem + k * warp_bytes).m[g]);
-    float l = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPagedAttentionWarps; ++k) {  // a fixed order
-      const WarpStateView<G, D> v(smem + k * warp_bytes);
-      if (v.m[g] == -INFINITY) continue;
-      const float a = exp2f(v.m[g] - m);
-      l += v.l[g] * a;
-      o += v.o[g * D + d] * a;
-    }
+    float m, l, o;
+    MergeWarpStates<G, D>(smem, warp_bytes, g, d, &m, &l, &o);
     o *= v_scale;
     if (w.direct) {
       out[(static_cast<size_t>(w.t) * num_heads + w.head0 + g) * D + d] = FromF<T>(o / l);
@@ -321,11 +342,13 @@ constexpr bool PagedAttentionMmaServes(int head_dim) {
 // the same grid, plan and workspace as the CUDA-core kernel's (G query
 // heads a block: 1, 2, 4 or 8). The launch merges the partitions itself
 // when ws.arrivals is set; otherwise the caller launches the merge.
+// streamed: the stream plan's kernel (grid.x: the plan's blocks;
+// tokens.stream set; ws carved as its pieces, arrivals set).
 bool PagedAttentionMmaSupports(int head_dim, KvType kv_type, ActType act_type);
 cudaError_t LaunchPagedAttentionMma(const void* q, TokenMap tokens, int num_heads,
                                     const PagedKv& kv, float scale, int partition_tokens, dim3 grid,
                                     int heads_per_block, const PagedWorkspace& ws, void* out,
-                                    ActType type, cudaStream_t stream);
+                                    ActType type, cudaStream_t stream, bool streamed = false);
 // Blocks of the tensor-core kernel for these types and head size that an
 // SM of the current device keeps resident (the occupancy API).
 cudaError_t PagedAttentionMmaBlocksPerSm(int head_dim, KvType kv_type, ActType act_type,

@@ -46,6 +46,9 @@ struct AttnCase {
   // With few num_sms, 4 makes the slots the balanced-rule cases were
   // written for.
   int blocks_per_sm = 0;
+  // The stream plan where the kernel runs it (PagedAttentionCanStream):
+  // the launch's chunks shared out among num_sms x blocks_per_sm blocks.
+  bool stream = false;
 };
 
 // The executor's order (CudaExecutor::WriteAttentionOrder): longest
@@ -57,12 +60,52 @@ std::vector<int> LongestFirst(const std::vector<int>& pos) {
   return order;
 }
 
+// A stream plan's launches (the plan's blocks, the executor's order and
+// block starts): into out, and again into a second buffer, which must
+// hold the same bits, with the merge counts left zero after each.
+void RunStreamed(const void* d_q, int* d_seq, int* d_pos, const std::vector<int>& tpos, int heads,
+                 const PagedKv& kv, float scale, const AttentionPlan& plan, void* ws,
+                 uint16_t* d_out, size_t out_elems, ActType act) {
+  const int T = static_cast<int>(tpos.size());
+  const std::vector<int> order = LongestFirst(tpos);
+  std::vector<AttentionStreamStart> starts(plan.streamed_ctas);
+  const int64_t chunks = WriteAttentionStreamStarts(
+      T, [&](int s) { return tpos[order[s]] + 1; }, AttentionUnitsPerToken(heads, kv.num_kv_heads),
+      plan.streamed_ctas, starts.data());
+  ASSERT_GT(chunks, static_cast<int64_t>(plan.streamed_ctas)) << "every block has chunks";
+  int* d_order = ToDevice(order);
+  AttentionStreamStart* d_starts = ToDevice(starts);
+  unsigned* d_counts = ToDevice(std::vector<unsigned>(static_cast<size_t>(T) * heads, 0u));
+  uint16_t* d_again = ToDevice(std::vector<uint16_t>(out_elems, 0));
+  TokenMap tm{d_seq, d_pos, T, d_order, d_starts};
+  for (uint16_t* dst : {d_out, d_again}) {
+    ASSERT_EQ(
+        LaunchPagedAttention(d_q, tm, heads, kv, scale, plan, ws, dst, act, nullptr, d_counts),
+        cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(ToHost(d_counts, static_cast<size_t>(T) * heads),
+              std::vector<unsigned>(static_cast<size_t>(T) * heads, 0u))
+        << "counts left behind";
+  }
+  EXPECT_EQ(ToHost(d_again, out_elems), ToHost(d_out, out_elems)) << "the same launch again";
+  // Without merge counts, or without block starts, a stream plan is refused.
+  EXPECT_EQ(LaunchPagedAttention(d_q, tm, heads, kv, scale, plan, ws, d_again, act, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchPagedAttention(d_q, TokenMap{d_seq, d_pos, T, d_order}, heads, kv, scale, plan,
+                                 ws, d_again, act, nullptr, d_counts),
+            cudaErrorInvalidValue);
+  for (void* p : {static_cast<void*>(d_order), static_cast<void*>(d_starts),
+                  static_cast<void*>(d_counts), static_cast<void*>(d_again)}) {
+    cudaFree(p);
+  }
+}
+
 void RunAttention(const AttnCase& c) {
   SCOPED_TRACE(::testing::Message()
                << (c.prefill_kernel ? "prefill " : "split-kv ") << "D=" << c.head_dim
                << " H=" << c.heads << " Hkv=" << c.kv_heads << " kv=" << static_cast<int>(c.kv)
                << " len0=" << c.seq_lens[0] << " q0=" << c.queries[0]
-               << (c.fp16_act ? " fp16 activations" : ""));
+               << (c.fp16_act ? " fp16 activations" : "") << (c.stream ? " stream" : ""));
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int D = c.head_dim, Hkv = c.kv_heads, BT = c.block_tokens, S = c.seq_lens.size();
@@ -150,6 +193,8 @@ void RunAttention(const AttnCase& c) {
     work.total_context += p + 1;
     work.longest_context = std::max(work.longest_context, p + 1);
   }
+  const bool stream = c.stream && PagedAttentionCanStream(D, c.kv, act);
+  work.streamable = stream;
   int resident = 0;
   ASSERT_EQ(PagedAttentionBlocksPerSm(c.heads, Hkv, D, c.kv, act, &resident), cudaSuccess);
   ASSERT_GE(resident, 1);
@@ -194,7 +239,11 @@ void RunAttention(const AttnCase& c) {
         cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(d_tiles);
+  } else if (stream) {
+    ASSERT_GT(plan.streamed_ctas, 0) << "a stream plan";
+    RunStreamed(d_q, d_seq, d_pos, tpos, c.heads, kv, scale, plan, ws, d_out, q.size(), act);
   } else {
+    ASSERT_EQ(plan.streamed_ctas, 0);
     // A plan that splits only some tokens needs them first: the executor's
     // order. Otherwise any order (none: token order).
     const bool some = plan.num_partitions > 1 && plan.workspace_rows < T;
@@ -321,6 +370,23 @@ TEST(CudaAttention, PagedAttentionMatchesReference) {
                     0,
                     4});
       RunAttention({D, 12, 1, 7, {5, 900, 60}, {5, 1, 1}, kv, false, 2, true, false, 0, 4});
+      // The stream plan on few SMs, so that its blocks cut units in many
+      // places: 8 blocks over spread contexts (a unit cut among up to four
+      // blocks, whole units written directly, a skipped padding token);
+      // 21 blocks over two head groups a KV head and an odd block size;
+      // 10 over one long context (every block inside one unit). Head
+      // sizes of the tensor-core kernel only (the others have none).
+      if (D <= 128) {
+        AttnCase s1{D, 8, 2, 16, {40, 1000, 7, 800, 20, 1}, {1, 1, 1, 1, 1, 1}, kv};
+        s1.num_sms = 2, s1.blocks_per_sm = 4, s1.stream = true;
+        RunAttention(s1);
+        AttnCase s2{D, 12, 1, 7, {5, 900, 60, 333}, {5, 1, 1, 2}, kv};
+        s2.num_sms = 7, s2.blocks_per_sm = 3, s2.stream = true;
+        RunAttention(s2);
+        AttnCase s3{D, 4, 4, 16, {2000, 3}, {2, 1}, kv};
+        s3.num_sms = 2, s3.blocks_per_sm = 5, s3.stream = true;
+        RunAttention(s3);
+      }
       if (D == 64 || D == 128) {
         // More partitions than a warp has lanes (the merge loops over
         // them): 4,500 keys in 36 fixed 128-key partitions, as
@@ -342,6 +408,11 @@ TEST(CudaAttention, PagedAttentionMatchesReference) {
         AttnCase p{D, 4, 4, 16, {700}, {37}, kv};
         p.fp16_act = true;
         RunAttention(p);
+        if (D <= 128) {
+          AttnCase st{D, 8, 2, 16, {40, 1000, 7, 800, 20, 1}, {1, 1, 1, 1, 1, 1}, kv};
+          st.fp16_act = true, st.num_sms = 2, st.blocks_per_sm = 4, st.stream = true;
+          RunAttention(st);
+        }
       }
     }
     for (int D : {64, 80, 96, 128, 256}) {  // the tensor-core prefill kernel

@@ -429,6 +429,63 @@ TEST_F(CudaModel, SpreadContextsSplitOnlyTheLongestAndMatchTheCpuBackend) {
   EXPECT_EQ(decisive.decisive_mismatch, 0) << d.argmax_mismatch << " argmax flips in all";
 }
 
+// A decode batch planned as the stream plan (engine/attention_plan.h): on
+// an 8-SM partition 48 spread contexts make many more chunks than its
+// blocks, so units are cut between blocks and merged from pieces, and
+// whole ones written directly; replayed from a graph, the logits match
+// the CPU backend's.
+TEST_F(CudaModel, StreamPlanMatchesTheCpuBackend) {
+  constexpr int kSeqs = 48, kSteps = 3;
+  testing::ExecutorHarness cpu(model_, 16);
+  GpuHarness gpu(model_, 16, "auto", /*graphs=*/true, 2048, 512, WeightQuant::kNone,
+                 /*deterministic=*/false, /*sm_partition=*/8);
+  ASSERT_NE(gpu.executor, nullptr);
+  auto run = [&](auto& h) {
+    std::vector<SequenceKv> seqs(kSeqs);
+    std::vector<std::vector<int>> toks(kSeqs);
+    for (int s = 0; s < kSeqs; ++s) {
+      const int len = 10 + (s * 97) % 390;
+      for (int i = 0; i < len; ++i) toks[s].push_back((s * 13 + i * 7) % 500);
+      EXPECT_TRUE(h.kv->Reserve(&seqs[s], len + kSteps).ok());
+    }
+    std::vector<float> out;
+    for (int s = 0; s < kSeqs; ++s) {
+      SequenceChunk c{&seqs[s], 0, absl::MakeConstSpan(toks[s]), LogitsMode::kLast};
+      EXPECT_TRUE(h.executor->Forward({c}, &out).ok());
+    }
+    std::vector<float> all;
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<SequenceChunk> batch;
+      std::vector<int> next(kSeqs);
+      for (int s = 0; s < kSeqs; ++s) {
+        next[s] = (step * 11 + s * 5) % 500;
+        batch.push_back({&seqs[s], static_cast<int>(toks[s].size()),
+                         absl::MakeConstSpan(&next[s], 1), LogitsMode::kLast});
+      }
+      EXPECT_TRUE(h.executor->Forward(batch, &out).ok());
+      all.insert(all.end(), out.begin(), out.end());
+      for (int s = 0; s < kSeqs; ++s) toks[s].push_back(next[s]);
+    }
+    for (auto& s : seqs) h.kv->Release(&s);
+    return all;
+  };
+  const auto want = run(cpu);
+  const auto got = run(gpu);
+  const auto* ge = dynamic_cast<const cuda::CudaExecutor*>(gpu.executor.get());
+  ASSERT_NE(ge, nullptr);
+  EXPECT_GE(ge->graph_replays(), kSteps - 1);
+  const AttentionPlan plan = ge->last_attention_plan();
+  EXPECT_EQ(ge->num_sms(), 8);
+  EXPECT_EQ(plan.streamed_ctas, ge->num_sms() * ge->attention_blocks_per_sm());
+  const auto d = CompareLogits(got, want, 512);
+  std::cout << "stream plan, cuda vs cpu: max abs diff " << d.max_abs << " (max |logit| "
+            << d.max_mag << "), argmax mismatches " << d.argmax_mismatch << " of " << kSteps * kSeqs
+            << "\n";
+  EXPECT_LT(d.max_abs, kHalfTolerance * std::max(1.0, d.max_mag));
+  const auto decisive = CompareLogits(got, want, 512, 2.0 * d.max_abs / std::max(1e-9, d.max_mag));
+  EXPECT_EQ(decisive.decisive_mismatch, 0) << d.argmax_mismatch << " argmax flips in all";
+}
+
 TEST_F(CudaModel, SamplerFollowsTheSoftmax) {
   GpuHarness h(model_, 16, "auto", /*graphs=*/true);
   SequenceKv seq;

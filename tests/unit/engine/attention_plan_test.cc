@@ -188,5 +188,80 @@ TEST(AttentionPlan, SplitTokensAlwaysFitTheWorkspaceBound) {
   EXPECT_GT(balanced_splits, 100);  // the balanced rule was exercised
 }
 
+// The stream plan: a large batch on a kernel that streams gets one wave
+// of blocks and no partitions; the same batch on one that does not, or a
+// launch too small to share out, keeps the partitioned rules.
+TEST(AttentionPlan, StreamPlanTakesLargeBatchesOnAKernelThatStreams) {
+  AttentionWork w = Llama8b(std::vector<int>(64, 1024));
+  EXPECT_EQ(PlanPagedAttention(w, kSms, kBps).streamed_ctas, 0);
+  w.streamable = true;
+  const AttentionPlan p = PlanPagedAttention(w, kSms, kBps);
+  EXPECT_EQ(p.streamed_ctas, kSms * kBps);
+  EXPECT_EQ(p.num_partitions, 1);
+  EXPECT_EQ(p.workspace_rows, 64);
+  EXPECT_EQ(PagedAttentionWorkspaceBytes(p, 32, 128),
+            2u * kSms * kBps * kAttentionMaxGroup * (128 + 2) * sizeof(float));
+  // Few blocks: the few-blocks rule, stream or not.
+  AttentionWork small = Llama8b(std::vector<int>(8, 1024));
+  small.streamable = true;
+  EXPECT_EQ(PlanPagedAttention(small, kSms, kBps).streamed_ctas, 0);
+  // 64 contexts of 40 keys: 3 chunks a unit, 1,536 in all, under 8 a block.
+  AttentionWork brief = Llama8b(std::vector<int>(64, 40));
+  brief.streamable = true;
+  EXPECT_EQ(PlanPagedAttention(brief, kSms, kBps).streamed_ctas, 0);
+  // Unknown contexts: nothing to share out.
+  w.total_context = 0;
+  EXPECT_EQ(PlanPagedAttention(w, kSms, kBps).streamed_ctas, 0);
+}
+
+// Every block's start, checked by brute force over random launches: the
+// slot it names holds its first chunk (skipped tokens passed), the slot's
+// first chunk is the chunks of the slots before it, and
+// AttentionStreamBlockOf finds each chunk's block.
+TEST(AttentionPlan, StreamStartsPointAtEachBlocksFirstChunk) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 300);
+    std::vector<int> ctx(n);
+    for (int& c : ctx) c = rng() % 5 == 0 ? 0 : 1 + static_cast<int>(rng() % 3000);
+    const int units = 1 + static_cast<int>(rng() % 16);
+    const int ctas = 1 + static_cast<int>(rng() % 700);
+    std::vector<AttentionStreamStart> starts(ctas);
+    const int64_t total = WriteAttentionStreamStarts(
+        n, [&](int s) { return ctx[s]; }, units, ctas, starts.data());
+    std::vector<int64_t> before(n + 1, 0);  // chunks before slot s
+    for (int s = 0; s < n; ++s) before[s + 1] = before[s] + units * AttentionStreamChunks(ctx[s]);
+    ASSERT_EQ(total, before[n]);
+    for (int b = 0; b < ctas; ++b) {
+      ASSERT_EQ(starts[b].total_chunks, total);
+      const int64_t first = b * total / ctas, end = (b + 1) * total / ctas;
+      if (first == end) continue;  // no chunks: the kernel returns
+      const int s = starts[b].slot;
+      ASSERT_EQ(starts[b].slot_chunk, before[s]) << "trial " << trial << " block " << b;
+      ASSERT_LE(before[s], first);
+      ASSERT_LT(first, before[s + 1]) << "the slot holds the block's first chunk";
+      for (int64_t j = first; j < end; j += std::max<int64_t>(1, (end - first) / 3)) {
+        ASSERT_EQ(AttentionStreamBlockOf(j, total, ctas), b);
+      }
+      ASSERT_EQ(AttentionStreamBlockOf(end - 1, total, ctas), b);
+    }
+  }
+}
+
+// The executor sizes its workspace once for every plan: the bound holds
+// the stream plan's pieces too, for every shape.
+TEST(AttentionPlan, WorkspaceBoundHoldsTheStreamPlan) {
+  for (const auto& [sms, bps] : {std::pair{1, 4}, std::pair{132, 3}, std::pair{132, 6}}) {
+    for (int dim : {64, 128}) {
+      AttentionWork w = Llama8b(std::vector<int>(256, 2000));
+      w.streamable = true;
+      const AttentionPlan p = PlanPagedAttention(w, sms, bps);
+      ASSERT_GT(p.streamed_ctas, 0);
+      EXPECT_LE(PagedAttentionWorkspaceBytes(p, 32, dim),
+                MaxPagedAttentionWorkspaceBytes(256, 32, 8, dim, 64, sms, bps));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ballast::engine
