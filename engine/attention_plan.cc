@@ -59,12 +59,15 @@ AttentionPlan FillDevice(int64_t blocks, int num_tokens, int max_context, int64_
 // every resident block of one wave takes an equal run of them. The chunk
 // count is bounded from the contexts' sum (each unit's last chunk may be
 // partial); past int's range the partitioned rules plan instead.
-bool StreamFits(const AttentionWork& work, int64_t per_token, int64_t slots) {
-  if (!work.streamable || work.total_context <= 0) return false;
+bool StreamFits(const AttentionWork& work, int64_t per_token, int64_t slots, int64_t ctas) {
+  if (ctas <= 0 || work.total_context <= 0) return false;
+  const int64_t attended = work.attended_tokens > 0 ? work.attended_tokens : work.num_tokens;
+  const double waves = static_cast<double>(attended * per_token) / static_cast<double>(slots);
+  if (waves <= 1.0 || waves > kMaxStreamWaves) return false;
   const int64_t most =
       per_token * (CeilDiv(work.total_context, kAttentionStreamChunk) + work.num_tokens);
   const int64_t least = per_token * CeilDiv(work.total_context, kAttentionStreamChunk);
-  return least >= slots * kMinStreamChunksPerBlock && most * slots < (int64_t{1} << 62) &&
+  return least >= ctas * kMinStreamChunksPerBlock && most * ctas < (int64_t{1} << 62) &&
          most <= 0x7fffffff;
 }
 
@@ -79,9 +82,12 @@ AttentionPlan PlanPagedAttention(const AttentionWork& work, int num_sms, int blo
   const int64_t slots = static_cast<int64_t>(std::max(blocks_per_sm, 1)) * num_sms;
   if (T == 0) return Unsplit(max_context);
   if (blocks < 2L * num_sms) return FillDevice(blocks, T, max_context, slots);
-  if (StreamFits(work, per_token, slots)) {
+  const int64_t ctas =
+      static_cast<int64_t>(std::min(std::max(work.stream_blocks_per_sm, 0), blocks_per_sm)) *
+      num_sms;
+  if (StreamFits(work, per_token, slots, ctas)) {
     AttentionPlan p = Unsplit(max_context);
-    p.streamed_ctas = static_cast<int>(slots);
+    p.streamed_ctas = static_cast<int>(ctas);
     p.workspace_rows = T;
     return p;
   }

@@ -21,15 +21,22 @@
 //   of the step's keys, split the contexts longer than about that share.
 //   With spread contexts, one long sequence's blocks would otherwise run
 //   long after the rest, the SMs mostly idle.
-// - Many blocks, where the kernel can stream (AttentionWork::streamable):
-//   the stream plan. The grid is one wave of the kernel's resident blocks
-//   (streamed_ctas), and the launch's keys, in chunks of
+// - Many blocks, where the kernel can stream (AttentionWork::
+//   stream_blocks_per_sm) and the unsplit grid would leave its second
+//   wave less than half full: the stream plan. The grid is one wave of the
+//   stream kernel's resident blocks (streamed_ctas), and the launch's keys,
+//   in chunks of
 //   kAttentionStreamChunk, are shared out equally among them: block b
 //   takes chunks [b N / C, (b + 1) N / C) of the N chunks of every
 //   (token, KV head, head group) unit laid end to end in the launch's
 //   order, so every SM reads the same number of bytes whatever the
 //   contexts (one and a third waves of equal blocks left the SMs idle 29%
-//   of a batch-64 launch on an H100). A unit cut between blocks is merged
+//   of a batch-64 launch on an H100). Each switch between units costs the
+//   block a restart of its copies, so where the unsplit grid's waves are
+//   fuller the partitioned rules plan (on an H100 the stream plan was
+//   1.3% faster a step at 1.29 waves of equal contexts and 2.3-3% slower
+//   at 0.97, 1.94, 2.59 and 5.17; docs/benchmarks.md, session 63). A unit
+//   cut between blocks is merged
 //   from its pieces by the last block to finish one; a block that holds a
 //   whole unit writes the output. WriteAttentionStreamStarts gives each
 //   block its first unit.
@@ -67,6 +74,9 @@ inline constexpr int kAttentionStreamChunk = 16;
 // The stream plan's fewest chunks a block: below this the launch is too
 // small to share out, and the other rules plan it.
 inline constexpr int kMinStreamChunksPerBlock = 8;
+// The stream plan is taken while the unsplit grid's attended blocks fill
+// more than one wave of resident blocks and at most this many.
+inline constexpr double kMaxStreamWaves = 1.5;
 
 struct AttentionPlan {
   int num_partitions = 1;
@@ -106,9 +116,13 @@ struct AttentionWork {
   // the kernel attends for (0: unknown; only the few-blocks rule applies).
   int64_t total_context = 0;
   int longest_context = 0;
-  // The launch's kernel can run the stream plan (the tensor-core kernel);
-  // false: only the partitioned rules.
-  bool streamable = false;
+  // Tokens the kernel attends for (the others, padding and tokens of
+  // prefill tiles, make blocks that return at once); 0: num_tokens.
+  int attended_tokens = 0;
+  // > 0: the launch's kernel can run the stream plan (the tensor-core
+  // kernel), keeping this many of its blocks resident an SM (at most
+  // blocks_per_sm); 0: only the partitioned rules.
+  int stream_blocks_per_sm = 0;
 };
 
 // The plan of a launch on `num_sms` SMs that each keep `blocks_per_sm` of
@@ -152,7 +166,8 @@ inline int AttentionStreamBlockOf(int64_t j, int64_t total, int ctas) {
 // in the launch's order, are context_of_slot(0 .. num_slots - 1) (0: a
 // skipped token), each making `units_per_token` units (KV heads times head
 // groups). Returns the launch's chunks. A block with no chunks (fewer
-// chunks than blocks) gets slot 0; the kernel returns at once for it.
+// chunks than blocks, which PlanPagedAttention never plans) gets slot 0;
+// the kernel returns at once for it, and counts only blocks with chunks.
 template <typename ContextOfSlot>
 int64_t WriteAttentionStreamStarts(int num_slots, ContextOfSlot context_of_slot,
                                    int units_per_token, int ctas, AttentionStreamStart* starts) {

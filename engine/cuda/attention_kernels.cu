@@ -439,8 +439,14 @@ cudaError_t LaunchStreamed(const void* q, TokenMap tokens, int num_heads, const 
 
 }  // namespace
 
-bool PagedAttentionCanStream(int head_dim, KvType kv, ActType type) {
-  return PagedAttentionMmaSupports(head_dim, kv, type);
+cudaError_t PagedAttentionStreamBlocksPerSm(int head_dim, KvType kv, ActType type, int* blocks) {
+  *blocks = 0;
+  if (!PagedAttentionMmaSupports(head_dim, kv, type)) return cudaSuccess;
+  int partitioned = 0, streamed = 0;
+  cudaError_t e = PagedAttentionMmaBlocksPerSm(head_dim, kv, type, &partitioned);
+  if (e == cudaSuccess) e = PagedAttentionMmaBlocksPerSm(head_dim, kv, type, &streamed, true);
+  *blocks = std::min(partitioned, streamed);
+  return e;
 }
 
 cudaError_t PagedAttentionBlocksPerSm(int num_heads, int num_kv_heads, int head_dim, KvType kv,

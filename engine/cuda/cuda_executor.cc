@@ -227,7 +227,9 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
                                                       config_.head_dim, " cannot run on device ",
                                                       options_.device, " (no block fits an SM)"));
   }
-  attention_streams_ = PagedAttentionCanStream(config_.head_dim, kv_type_, act_);
+  BALLAST_CUDA_RETURN(PagedAttentionStreamBlocksPerSm(config_.head_dim, kv_type_, act_,
+                                                      &attention_stream_blocks_per_sm_),
+                      "stream attention occupancy");
   if (config_.weight_quant == WeightQuant::kFp8) {
     int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device);

@@ -228,11 +228,11 @@ class CudaExecutor final : public Executor {
   ActType act_ = ActType::kBF16;
   KvType kv_type_ = KvType::kBF16;
   int num_sms_ = 0;
-  int attention_blocks_per_sm_ = 1;  // the split-KV kernel's, for its plans (Init)
-  bool attention_streams_ = false;   // it runs stream plans (Init)
-  bool prefill_kernel_ok_ = false;   // tensor-core prefill attention usable here
-  int fixed_partition_tokens_ = 0;   // deterministic mode: the split-KV partition length
-  int max_table_blocks_ = 0;         // ceil(max_context / block_tokens)
+  int attention_blocks_per_sm_ = 1;         // the split-KV kernel's, for its plans (Init)
+  int attention_stream_blocks_per_sm_ = 0;  // the stream plan's kernel's (0: none; Init)
+  bool prefill_kernel_ok_ = false;          // tensor-core prefill attention usable here
+  int fixed_partition_tokens_ = 0;          // deterministic mode: the split-KV partition length
+  int max_table_blocks_ = 0;                // ceil(max_context / block_tokens)
   // The split-KV attention's token order into `order` (cuda_step_meta.cc).
   static void WriteAttentionOrder(const int* pos_small, int tokens, int* order);
   // A stream plan's block starts into the staged metadata (its contexts

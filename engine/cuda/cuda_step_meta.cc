@@ -173,7 +173,8 @@ AttentionPlan CudaExecutor::PlanAttention(const StepShape& sh) const {
   w.max_context = sh.max_context;
   w.total_context = sh.small_context;
   w.longest_context = sh.small_longest;
-  w.streamable = attention_streams_;
+  w.attended_tokens = sh.small_tokens;
+  w.stream_blocks_per_sm = attention_stream_blocks_per_sm_;
   return PlanPagedAttention(w, num_sms_, attention_blocks_per_sm_);
 }
 

@@ -61,7 +61,8 @@ struct TokenMap {
   // tokens in, a permutation (the executor's: longest context first, so a
   // long sequence does not start last and run alone). Null: 0, 1, ...
   // Any order gives the same output bit for bit, if the plan's split tokens
-  // come first (AttentionPlan::workspace_rows).
+  // come first (AttentionPlan::workspace_rows); not with a stream plan,
+  // whose cuts between blocks follow the order.
   const int* order = nullptr;
   // [plan.streamed_ctas], 16-byte aligned, LaunchPagedAttention with a
   // stream plan only: each block's start (WriteAttentionStreamStarts over
@@ -152,9 +153,11 @@ cudaError_t LaunchPagedAttention(const void* q, TokenMap tokens, int num_heads, 
                                  ActType type, cudaStream_t stream,
                                  unsigned* merge_counts = nullptr);
 
-// Whether LaunchPagedAttention runs stream plans for this head size and
-// these types (AttentionWork::streamable): the tensor-core kernel's shapes.
-bool PagedAttentionCanStream(int head_dim, KvType kv, ActType type);
+// Blocks of the stream plan's kernel for this head size and these types
+// that one SM keeps resident (AttentionWork::stream_blocks_per_sm): at
+// most PagedAttentionBlocksPerSm's figure; 0 where LaunchPagedAttention
+// runs no stream plans (the CUDA-core kernel's head sizes).
+cudaError_t PagedAttentionStreamBlocksPerSm(int head_dim, KvType kv, ActType type, int* blocks);
 
 // Blocks of LaunchPagedAttention's kernel for these heads and types that
 // one SM of the current device keeps resident (the occupancy API): the

@@ -349,9 +349,10 @@ cudaError_t LaunchPagedAttentionMma(const void* q, TokenMap tokens, int num_head
                                     const PagedKv& kv, float scale, int partition_tokens, dim3 grid,
                                     int heads_per_block, const PagedWorkspace& ws, void* out,
                                     ActType type, cudaStream_t stream, bool streamed = false);
-// Blocks of the tensor-core kernel for these types and head size that an
-// SM of the current device keeps resident (the occupancy API).
+// Blocks of the tensor-core kernel (streamed: the stream plan's, which
+// holds more registers at some head sizes) for these types and head size
+// that an SM of the current device keeps resident (the occupancy API).
 cudaError_t PagedAttentionMmaBlocksPerSm(int head_dim, KvType kv_type, ActType act_type,
-                                         int* blocks);
+                                         int* blocks, bool streamed = false);
 
 }  // namespace ballast::engine::cuda

@@ -72,11 +72,11 @@ __global__ void __launch_bounds__(kThreads)
       MergeWarpsAndStore<T, kRows, D>(smem, S::kWarpBytes, w, num_heads, kv.v_scale, ws, out);
     } else {
       const int b0 = StreamBlockOf(first, total, ctas);
-      const int n = StreamBlockOf(first + chunks - 1, total, ctas) - b0 + 1;
+      const int b1 = StreamBlockOf(first + chunks - 1, total, ctas);
       const int piece = j == first ? static_cast<int>(blockIdx.x) : ctas + blockIdx.x;
       MergeWarpsAndStorePiece<kRows, D>(smem, S::kWarpBytes, w, kv.v_scale, pieces, piece);
-      if (ArriveLast(w, num_heads, ws, n)) {
-        MergeStreamPieces<T, kRows>(w, num_heads, D, pieces, b0, n, ctas, out);
+      if (ArriveLast(w, num_heads, ws, StreamBlocksHolding(b0, b1, total, ctas))) {
+        MergeStreamPieces<T, kRows>(w, num_heads, D, pieces, b0, b1, total, ctas, out);
       }
     }
     __syncthreads();  // the warps' states are read before the next segment's copies
@@ -175,22 +175,14 @@ cudaError_t LaunchPagedAttentionMma(const void* q, TokenMap tokens, int num_head
 }
 
 cudaError_t PagedAttentionMmaBlocksPerSm(int head_dim, KvType kv_type, ActType act_type,
-                                         int* blocks) {
+                                         int* blocks, bool streamed) {
   if (!PagedAttentionMmaSupports(head_dim, kv_type, act_type)) return cudaErrorInvalidValue;
   BALLAST_DISPATCH_ACT(act_type, T, {
     MmaKernel<T> kernel;
     const cudaError_t e = ReadyMmaKernel<T>(kv_type, head_dim, &kernel);
     if (e != cudaSuccess) return e;
-    // The fewer of the two kernels' (a stream plan's grid is one wave).
-    int partitioned = 0, streamed = 0;
-    cudaError_t o = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&partitioned, kernel.fn, kThreads,
-                                                                  kernel.smem_bytes);
-    if (o == cudaSuccess) {
-      o = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&streamed, kernel.stream_fn, kThreads,
-                                                        kernel.smem_bytes);
-    }
-    *blocks = std::min(partitioned, streamed);
-    return o;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        blocks, streamed ? kernel.stream_fn : kernel.fn, kThreads, kernel.smem_bytes);
   });
   return cudaErrorInvalidValue;
 }

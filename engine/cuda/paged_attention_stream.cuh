@@ -18,10 +18,28 @@
 
 namespace ballast::engine::cuda {
 
+static_assert(sizeof(AttentionStreamStart) == 16, "read as an int4");
+
 // AttentionStreamBlockOf (engine/attention_plan.h) in device code: the
 // block that holds chunk j of `total` shared among `ctas`.
 __device__ __forceinline__ int StreamBlockOf(int64_t j, int64_t total, int ctas) {
   return static_cast<int>(((j + 1) * ctas - 1) / total);
+}
+
+// Whether block b of `ctas` holds any of `total` chunks: every block does
+// when total >= ctas (the plans PlanPagedAttention makes); with fewer
+// chunks some hold none, write no piece and are not counted.
+__device__ __forceinline__ bool StreamBlockHolds(int b, int64_t total, int ctas) {
+  return b * total / ctas < (b + 1) * total / ctas;
+}
+
+// The blocks that hold chunks among [first_block, last_block].
+__device__ __forceinline__ int StreamBlocksHolding(int first_block, int last_block, int64_t total,
+                                                   int ctas) {
+  if (total >= ctas) return last_block - first_block + 1;
+  int n = 0;
+  for (int b = first_block; b <= last_block; ++b) n += StreamBlockHolds(b, total, ctas);
+  return n;
 }
 
 // A block's walk over the units its chunks lie in, from the
@@ -115,26 +133,30 @@ __device__ __forceinline__ void MergeWarpsAndStorePiece(const uint8_t* smem, int
 }
 
 // The last block of a cut unit (ArriveLast): its heads' pieces (piece
-// `first_block`, then ctas + b for b in (first_block, first_block + n))
-// merged in that order into out, a warp a head; reads past L1 (the pieces
-// were written by other blocks of the launch).
+// `first_block`, then ctas + b for the blocks b in (first_block,
+// last_block] that hold chunks) merged in that order into out, a warp a
+// head; reads past L1 (the pieces were written by other blocks of the
+// launch).
 template <typename T, int G>
 __device__ __forceinline__ void MergeStreamPieces(const PagedBlockTask& w, int num_heads,
                                                   int head_dim, const StreamPieces& ws,
-                                                  int first_block, int n, int ctas,
-                                                  T* __restrict__ out) {
+                                                  int first_block, int last_block, int64_t total,
+                                                  int ctas, T* __restrict__ out) {
   constexpr int kMaxCols = 8;  // head_dim <= 256
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warps = static_cast<int>(blockDim.x) / 32;
   for (int g = static_cast<int>(threadIdx.x) / 32; g < w.ng; g += warps) {
-    auto piece = [&](int k) { return (k == 0 ? first_block : ctas + first_block + k) * G + g; };
+    auto piece = [&](int b) { return (b == first_block ? b : ctas + b) * G + g; };
     float mx = -INFINITY;
-    for (int k = 0; k < n; ++k) mx = fmaxf(mx, __ldcg(ws.m + piece(k)));
+    for (int b = first_block; b <= last_block; ++b) {
+      if (StreamBlockHolds(b, total, ctas)) mx = fmaxf(mx, __ldcg(ws.m + piece(b)));
+    }
     float denom = 0.0f, num[kMaxCols];
 #pragma unroll
     for (int j = 0; j < kMaxCols; ++j) num[j] = 0.0f;
-    for (int k = 0; k < n; ++k) {
-      const int p = piece(k);
+    for (int b = first_block; b <= last_block; ++b) {
+      if (!StreamBlockHolds(b, total, ctas)) continue;
+      const int p = piece(b);
       const float m = __ldcg(ws.m + p);
       const float wgt = m == -INFINITY ? 0.0f : exp2f(m - mx);
       denom += wgt * __ldcg(ws.l + p);

@@ -67,7 +67,11 @@ void RunStreamed(const void* d_q, int* d_seq, int* d_pos, const std::vector<int>
                  const PagedKv& kv, float scale, const AttentionPlan& plan, void* ws,
                  uint16_t* d_out, size_t out_elems, ActType act) {
   const int T = static_cast<int>(tpos.size());
-  const std::vector<int> order = LongestFirst(tpos);
+  // The executor's order with the padding token moved to the middle: a
+  // block's walk passes a token with no chunks.
+  std::vector<int> order = LongestFirst(tpos);
+  order.insert(order.begin() + T / 2, order.back());
+  order.pop_back();
   std::vector<AttentionStreamStart> starts(plan.streamed_ctas);
   const int64_t chunks = WriteAttentionStreamStarts(
       T, [&](int s) { return tpos[order[s]] + 1; }, AttentionUnitsPerToken(heads, kv.num_kv_heads),
@@ -193,10 +197,14 @@ void RunAttention(const AttnCase& c) {
     work.total_context += p + 1;
     work.longest_context = std::max(work.longest_context, p + 1);
   }
-  const bool stream = c.stream && PagedAttentionCanStream(D, c.kv, act);
-  work.streamable = stream;
-  int resident = 0;
+  int resident = 0, stream_resident = 0;
   ASSERT_EQ(PagedAttentionBlocksPerSm(c.heads, Hkv, D, c.kv, act, &resident), cudaSuccess);
+  ASSERT_EQ(PagedAttentionStreamBlocksPerSm(D, c.kv, act, &stream_resident), cudaSuccess);
+  ASSERT_LE(stream_resident, resident);
+  const bool stream = c.stream && stream_resident > 0;
+  work.attended_tokens =
+      static_cast<int>(std::count_if(tpos.begin(), tpos.end(), [](int p) { return p >= 0; }));
+  if (stream) work.stream_blocks_per_sm = c.blocks_per_sm > 0 ? c.blocks_per_sm : stream_resident;
   ASSERT_GE(resident, 1);
   const AttentionPlan plan =
       c.fixed_partition > 0
@@ -370,22 +378,27 @@ TEST(CudaAttention, PagedAttentionMatchesReference) {
                     0,
                     4});
       RunAttention({D, 12, 1, 7, {5, 900, 60}, {5, 1, 1}, kv, false, 2, true, false, 0, 4});
-      // The stream plan on few SMs, so that its blocks cut units in many
-      // places: 8 blocks over spread contexts (a unit cut among up to four
-      // blocks, whole units written directly, a skipped padding token);
-      // 21 blocks over two head groups a KV head and an odd block size;
-      // 10 over one long context (every block inside one unit). Head
-      // sizes of the tensor-core kernel only (the others have none).
+      // The stream plan on few SMs (each case 1.2-1.5 waves of unsplit
+      // blocks), so that its blocks cut units in many places: 8 blocks
+      // over spread contexts (a unit cut among three blocks, whole units
+      // written directly); 12 over two head groups a KV head (the second
+      // of 4 heads) and an odd block size; 10 over one long context and
+      // two short ones; 8 over three equal contexts, where every other
+      // block starts exactly at a unit (written directly, or the unit's
+      // first piece). Head sizes of the tensor-core kernel only.
       if (D <= 128) {
         AttnCase s1{D, 8, 2, 16, {40, 1000, 7, 800, 20, 1}, {1, 1, 1, 1, 1, 1}, kv};
         s1.num_sms = 2, s1.blocks_per_sm = 4, s1.stream = true;
         RunAttention(s1);
         AttnCase s2{D, 12, 1, 7, {5, 900, 60, 333}, {5, 1, 1, 2}, kv};
-        s2.num_sms = 7, s2.blocks_per_sm = 3, s2.stream = true;
+        s2.num_sms = 4, s2.blocks_per_sm = 3, s2.stream = true;
         RunAttention(s2);
         AttnCase s3{D, 4, 4, 16, {2000, 3}, {2, 1}, kv};
         s3.num_sms = 2, s3.blocks_per_sm = 5, s3.stream = true;
         RunAttention(s3);
+        AttnCase s4{D, 4, 4, 16, {1024, 1024, 1024}, {1, 1, 1}, kv};
+        s4.num_sms = 2, s4.blocks_per_sm = 4, s4.stream = true;
+        RunAttention(s4);
       }
       if (D == 64 || D == 128) {
         // More partitions than a warp has lanes (the merge loops over

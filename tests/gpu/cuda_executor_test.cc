@@ -430,16 +430,22 @@ TEST_F(CudaModel, SpreadContextsSplitOnlyTheLongestAndMatchTheCpuBackend) {
 }
 
 // A decode batch planned as the stream plan (engine/attention_plan.h): on
-// an 8-SM partition 48 spread contexts make many more chunks than its
-// blocks, so units are cut between blocks and merged from pieces, and
-// whole ones written directly; replayed from a graph, the logits match
-// the CPU backend's.
+// an 8-SM partition, spread contexts in about 1.25 waves of unsplit blocks
+// make many more chunks than its blocks, so units are cut between blocks
+// and merged from pieces, and whole ones written directly; replayed from
+// a graph, the logits match the CPU backend's.
 TEST_F(CudaModel, StreamPlanMatchesTheCpuBackend) {
-  constexpr int kSeqs = 48, kSteps = 3;
+  constexpr int kSteps = 3;
   testing::ExecutorHarness cpu(model_, 16);
   GpuHarness gpu(model_, 16, "auto", /*graphs=*/true, 2048, 512, WeightQuant::kNone,
                  /*deterministic=*/false, /*sm_partition=*/8);
   ASSERT_NE(gpu.executor, nullptr);
+  const auto* ge = dynamic_cast<const cuda::CudaExecutor*>(gpu.executor.get());
+  ASSERT_NE(ge, nullptr);
+  ASSERT_EQ(ge->num_sms(), 8);
+  // Two blocks a token (two KV heads): 1.25 waves of the partition's slots.
+  const int slots = ge->num_sms() * ge->attention_blocks_per_sm();
+  const int kSeqs = slots * 5 / 8;
   auto run = [&](auto& h) {
     std::vector<SequenceKv> seqs(kSeqs);
     std::vector<std::vector<int>> toks(kSeqs);
@@ -471,12 +477,10 @@ TEST_F(CudaModel, StreamPlanMatchesTheCpuBackend) {
   };
   const auto want = run(cpu);
   const auto got = run(gpu);
-  const auto* ge = dynamic_cast<const cuda::CudaExecutor*>(gpu.executor.get());
-  ASSERT_NE(ge, nullptr);
   EXPECT_GE(ge->graph_replays(), kSteps - 1);
   const AttentionPlan plan = ge->last_attention_plan();
-  EXPECT_EQ(ge->num_sms(), 8);
-  EXPECT_EQ(plan.streamed_ctas, ge->num_sms() * ge->attention_blocks_per_sm());
+  EXPECT_GT(plan.streamed_ctas, 0) << kSeqs << " sequences on " << slots << " slots";
+  EXPECT_LE(plan.streamed_ctas, slots);
   const auto d = CompareLogits(got, want, 512);
   std::cout << "stream plan, cuda vs cpu: max abs diff " << d.max_abs << " (max |logit| "
             << d.max_mag << "), argmax mismatches " << d.argmax_mismatch << " of " << kSteps * kSeqs

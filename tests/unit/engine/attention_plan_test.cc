@@ -191,23 +191,42 @@ TEST(AttentionPlan, SplitTokensAlwaysFitTheWorkspaceBound) {
 // The stream plan: a large batch on a kernel that streams gets one wave
 // of blocks and no partitions; the same batch on one that does not, or a
 // launch too small to share out, keeps the partitioned rules.
-TEST(AttentionPlan, StreamPlanTakesLargeBatchesOnAKernelThatStreams) {
+TEST(AttentionPlan, StreamPlanTakesABatchOfOneAndAHalfWaves) {
+  // 64 x 8 blocks on 396 slots: 1.29 waves.
   AttentionWork w = Llama8b(std::vector<int>(64, 1024));
   EXPECT_EQ(PlanPagedAttention(w, kSms, kBps).streamed_ctas, 0);
-  w.streamable = true;
+  w.stream_blocks_per_sm = kBps;
   const AttentionPlan p = PlanPagedAttention(w, kSms, kBps);
   EXPECT_EQ(p.streamed_ctas, kSms * kBps);
   EXPECT_EQ(p.num_partitions, 1);
   EXPECT_EQ(p.workspace_rows, 64);
   EXPECT_EQ(PagedAttentionWorkspaceBytes(p, 32, 128),
             2u * kSms * kBps * kAttentionMaxGroup * (128 + 2) * sizeof(float));
+  // The stream kernel keeps fewer blocks resident: its own wave.
+  w.stream_blocks_per_sm = 2;
+  EXPECT_EQ(PlanPagedAttention(w, kSms, kBps).streamed_ctas, kSms * 2);
+  w.stream_blocks_per_sm = 7;  // never past the partitioned kernel's
+  EXPECT_EQ(PlanPagedAttention(w, kSms, kBps).streamed_ctas, kSms * kBps);
+  // Padding tokens of a graph bucket are not attended: 64 of 96 still
+  // make 1.29 waves.
+  AttentionWork padded = Llama8b(std::vector<int>(64, 1024));
+  padded.num_tokens = 96;
+  padded.attended_tokens = 64;
+  padded.stream_blocks_per_sm = kBps;
+  EXPECT_EQ(PlanPagedAttention(padded, kSms, kBps).streamed_ctas, kSms * kBps);
+  // Fuller waves (one, two, five): the partitioned rules.
+  for (int batch : {48, 128, 256}) {
+    AttentionWork full = Llama8b(std::vector<int>(batch, 1024));
+    full.stream_blocks_per_sm = kBps;
+    EXPECT_EQ(PlanPagedAttention(full, kSms, kBps).streamed_ctas, 0) << batch;
+  }
   // Few blocks: the few-blocks rule, stream or not.
   AttentionWork small = Llama8b(std::vector<int>(8, 1024));
-  small.streamable = true;
+  small.stream_blocks_per_sm = kBps;
   EXPECT_EQ(PlanPagedAttention(small, kSms, kBps).streamed_ctas, 0);
   // 64 contexts of 40 keys: 3 chunks a unit, 1,536 in all, under 8 a block.
   AttentionWork brief = Llama8b(std::vector<int>(64, 40));
-  brief.streamable = true;
+  brief.stream_blocks_per_sm = kBps;
   EXPECT_EQ(PlanPagedAttention(brief, kSms, kBps).streamed_ctas, 0);
   // Unknown contexts: nothing to share out.
   w.total_context = 0;
@@ -251,14 +270,15 @@ TEST(AttentionPlan, StreamStartsPointAtEachBlocksFirstChunk) {
 // The executor sizes its workspace once for every plan: the bound holds
 // the stream plan's pieces too, for every shape.
 TEST(AttentionPlan, WorkspaceBoundHoldsTheStreamPlan) {
-  for (const auto& [sms, bps] : {std::pair{1, 4}, std::pair{132, 3}, std::pair{132, 6}}) {
+  for (const auto& [sms, bps] : {std::pair{16, 4}, std::pair{132, 3}, std::pair{132, 6}}) {
     for (int dim : {64, 128}) {
-      AttentionWork w = Llama8b(std::vector<int>(256, 2000));
-      w.streamable = true;
+      const int tokens = (sms * bps * 5 / 4) / 8;  // about 1.25 waves of 8 blocks a token
+      AttentionWork w = Llama8b(std::vector<int>(tokens, 2000));
+      w.stream_blocks_per_sm = bps;
       const AttentionPlan p = PlanPagedAttention(w, sms, bps);
-      ASSERT_GT(p.streamed_ctas, 0);
+      ASSERT_GT(p.streamed_ctas, 0) << sms << " x " << bps;
       EXPECT_LE(PagedAttentionWorkspaceBytes(p, 32, dim),
-                MaxPagedAttentionWorkspaceBytes(256, 32, 8, dim, 64, sms, bps));
+                MaxPagedAttentionWorkspaceBytes(tokens, 32, 8, dim, 64, sms, bps));
     }
   }
 }
