@@ -353,6 +353,30 @@ TEST_F(CudaModel, GraphBucketsPastPowersOfTwoMatchEagerSteps) {
   EXPECT_LE(d.argmax_mismatch, 4 * kSeqs / 100);
 }
 
+// `steps` decode steps of every sequence at once (token (step * 11 + s * 5)
+// % 500 for sequence s), appended to toks; then the sequences' KV is
+// released. Returns the steps' logits, in order.
+template <typename Harness>
+std::vector<float> DecodeStepsAndRelease(Harness& h, std::vector<SequenceKv>& seqs,
+                                         std::vector<std::vector<int>>& toks, int steps) {
+  const int n = static_cast<int>(seqs.size());
+  std::vector<float> out, all;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<SequenceChunk> batch;
+    std::vector<int> next(n);
+    for (int s = 0; s < n; ++s) {
+      next[s] = (step * 11 + s * 5) % 500;
+      batch.push_back({&seqs[s], static_cast<int>(toks[s].size()), absl::MakeConstSpan(&next[s], 1),
+                       LogitsMode::kLast});
+    }
+    EXPECT_TRUE(h.executor->Forward(batch, &out).ok());
+    all.insert(all.end(), out.begin(), out.end());
+    for (int s = 0; s < n; ++s) toks[s].push_back(next[s]);
+  }
+  for (auto& s : seqs) h.kv->Release(&s);
+  return all;
+}
+
 // A decode batch of spread contexts (one of 900 tokens after 299 of 8),
 // replayed from a graph: the attention plan splits only the long context
 // (the balanced rule, engine/attention_plan.h) into the first of 264
@@ -386,21 +410,7 @@ TEST_F(CudaModel, SpreadContextsSplitOnlyTheLongestAndMatchTheCpuBackend) {
                       LogitsMode::kLast};
       EXPECT_TRUE(h.executor->Forward({c}, &out).ok());
     }
-    std::vector<float> all;
-    for (int step = 0; step < kSteps; ++step) {
-      std::vector<SequenceChunk> batch;
-      std::vector<int> next(kSeqs);
-      for (int s = 0; s < kSeqs; ++s) {
-        next[s] = (step * 11 + s * 5) % 500;
-        batch.push_back({&seqs[s], static_cast<int>(toks[s].size()),
-                         absl::MakeConstSpan(&next[s], 1), LogitsMode::kLast});
-      }
-      EXPECT_TRUE(h.executor->Forward(batch, &out).ok());
-      all.insert(all.end(), out.begin(), out.end());
-      for (int s = 0; s < kSeqs; ++s) toks[s].push_back(next[s]);
-    }
-    for (auto& s : seqs) h.kv->Release(&s);
-    return all;
+    return DecodeStepsAndRelease(h, seqs, toks, kSteps);
   };
   const auto want = run(cpu);
   const auto got = run(gpu);
@@ -459,21 +469,7 @@ TEST_F(CudaModel, StreamPlanMatchesTheCpuBackend) {
       SequenceChunk c{&seqs[s], 0, absl::MakeConstSpan(toks[s]), LogitsMode::kLast};
       EXPECT_TRUE(h.executor->Forward({c}, &out).ok());
     }
-    std::vector<float> all;
-    for (int step = 0; step < kSteps; ++step) {
-      std::vector<SequenceChunk> batch;
-      std::vector<int> next(kSeqs);
-      for (int s = 0; s < kSeqs; ++s) {
-        next[s] = (step * 11 + s * 5) % 500;
-        batch.push_back({&seqs[s], static_cast<int>(toks[s].size()),
-                         absl::MakeConstSpan(&next[s], 1), LogitsMode::kLast});
-      }
-      EXPECT_TRUE(h.executor->Forward(batch, &out).ok());
-      all.insert(all.end(), out.begin(), out.end());
-      for (int s = 0; s < kSeqs; ++s) toks[s].push_back(next[s]);
-    }
-    for (auto& s : seqs) h.kv->Release(&s);
-    return all;
+    return DecodeStepsAndRelease(h, seqs, toks, kSteps);
   };
   const auto want = run(cpu);
   const auto got = run(gpu);
