@@ -72,11 +72,15 @@ absl::Status TypeErrorStatus(std::string_view message);
 
 // The most one value may hold, so that a template cannot make the server
 // allocate gigabytes ('x' * 10**10, doubling a list, a huge center()
-// width): strings of 64 MiB and lists of 4,194,304 items (about 128 MiB of
-// values). Past them, OUT_OF_RANGE "OverflowError: ..." naming the cap.
-inline constexpr uint64_t kMaxStringBytes = uint64_t{64} << 20;
-inline constexpr uint64_t kMaxListItems = uint64_t{1} << 22;
+// width): strings of kMaxStringBytes (16 MiB, value.h) and lists of
+// 1,048,576 items (about 32 MiB of values). Past them, OUT_OF_RANGE
+// "OverflowError: ..." naming the cap.
+inline constexpr uint64_t kMaxListItems = uint64_t{1} << 20;
 absl::Status CheckStringBytes(uint64_t bytes);
 absl::Status CheckListItems(uint64_t items);
+
+// v.Str() (v.Repr() with `repr`) for a filter or test to work on:
+// OverflowError past kMaxStringBytes, where Str() and Repr() cut the text.
+absl::StatusOr<std::string> TextOf(const Value& v, bool repr = false);
 
 }  // namespace ballast::chat

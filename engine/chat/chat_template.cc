@@ -113,8 +113,9 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::stri
   return FromTokenizerConfig(config, std::move(override_source));
 }
 
-absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
-  return Evaluate(parsed_->body, context);
+absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context,
+                                                 const RenderLimits& limits) const {
+  return Evaluate(parsed_->body, context, limits.max_steps);
 }
 
 nlohmann::ordered_json ChatTemplate::MakeContext(const ChatRequest& request) const {
@@ -127,8 +128,9 @@ nlohmann::ordered_json ChatTemplate::MakeContext(const ChatRequest& request) con
   return context;
 }
 
-absl::StatusOr<std::string> ChatTemplate::Apply(const ChatRequest& request) const {
-  return Render(MakeContext(request));
+absl::StatusOr<std::string> ChatTemplate::Apply(const ChatRequest& request,
+                                                const RenderLimits& limits) const {
+  return Render(MakeContext(request), limits);
 }
 
 bool IsTemplateException(const absl::Status& status) { return IsRaisedException(status); }

@@ -17,16 +17,17 @@
 // its line:column. Render fails with INVALID_ARGUMENT when the template
 // calls raise_exception(msg) (message exactly `msg`; IsTemplateException()
 // is true) or hits a runtime error. A render's work is bounded whatever the
-// template: RESOURCE_EXHAUSTED past 64 MiB of text (16 MiB from one tojson)
-// or 1,000,000 steps (statements and expressions, a loop iteration 16, a
-// value one more per 16 items or KiB),
-// OUT_OF_RANGE for strings over 64 MiB or lists over 4,194,304 items, and
-// ranges over 100,000 items are refused as Jinja's sandbox does.
+// template: RESOURCE_EXHAUSTED past 16 MiB of text (from the whole render or
+// one tojson) or RenderLimits::max_steps, OUT_OF_RANGE for strings over
+// 16 MiB or lists over 1,048,576 items, and ranges over 100,000 items are
+// refused as Jinja's sandbox does. 16 MiB is four times the largest request
+// gRPC accepts by default; a million-token prompt is about 4 MiB.
 //
 // Thread-safety: immutable after creation; Render/Apply may run
 // concurrently from any number of threads.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,17 @@ struct ChatRequest {
   // Extra template keyword arguments (e.g. {"enable_thinking": false});
   // they override everything else, as **kwargs do in transformers.
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+};
+
+// The work one render may do.
+struct RenderLimits {
+  // Steps: a statement or an expression is one, a loop iteration 16, a
+  // value or a printed container's text one more per 16 items or 64 bytes.
+  // Default 1,000,000: about a second of one core in a release build at
+  // worst (a per-character filter such as wordcount on every byte); a
+  // 2,000-message conversation takes about 1% of it. Fuzzers lower it, since
+  // sanitizer and coverage builds run some thirty times slower.
+  int64_t max_steps = 1'000'000;
 };
 
 struct ParsedTemplate;  // the syntax tree (chat_template.cc)
@@ -76,11 +88,13 @@ class ChatTemplate {
 
   // Renders with exactly `context` as the template's variables (plus the
   // globals raise_exception, strftime_now, range, namespace, dict).
-  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context) const;
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context,
+                                     const RenderLimits& limits = {}) const;
   // The context transformers' apply_chat_template passes for `request`.
   nlohmann::ordered_json MakeContext(const ChatRequest& request) const;
   // Render(MakeContext(request)).
-  absl::StatusOr<std::string> Apply(const ChatRequest& request) const;
+  absl::StatusOr<std::string> Apply(const ChatRequest& request,
+                                    const RenderLimits& limits = {}) const;
 
   const std::string& source() const { return source_; }
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }

@@ -1,6 +1,8 @@
 #include "engine/chat/evaluator.h"
 
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -13,22 +15,42 @@
 namespace ballast::chat {
 namespace {
 
-constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+constexpr size_t kMaxOutputBytes = kMaxStringBytes;
 constexpr int kMaxCallDepth = 64;
-// The steps one render may take: a statement or an expression is one, a
-// loop iteration 16 (a scope and a loop object of 13 attributes), a value
-// one more per 16 items or KiB (SizeSteps). Conversations of thousands of
-// messages fit (a few dozen to a hundred steps a message); nested loops
-// over Jinja's largest ranges (10^10 iterations) stop in about a tenth of
-// a second, a few seconds in a sanitizer build.
-constexpr int64_t kMaxSteps = 1'000'000;
+// The steps of a render (RenderLimits::max_steps): a statement or an
+// expression is one, a loop iteration 16 (a scope and a loop object of 13
+// attributes), a value or printed text one more per 16 items or 64 bytes
+// (SizeSteps, Print): scanning 64 bytes a character at a time
+// (wordcount, title, a repr's escapes) costs about what a statement does.
 constexpr int64_t kLoopIterationSteps = 16;
+constexpr int kBytesPerStepShift = 6;  // 64 bytes
 
 int64_t SizeSteps(const Value& v) {
-  if (v.is_string()) return static_cast<int64_t>(v.AsString().size() >> 10);
+  if (v.is_string()) return static_cast<int64_t>(v.AsString().size() >> kBytesPerStepShift);
   if (v.is_sequence()) return static_cast<int64_t>(v.AsList().size() >> 4);
   if (v.is_dict()) return static_cast<int64_t>(v.AsDict().items.size() >> 4);
   return 0;
+}
+
+// `v`, or OverflowError for a string over kMaxStringBytes: built-ins check
+// what they build, and this catches the rest (a container's text that
+// Str() or Repr() cut at the cap).
+absl::StatusOr<Value> CheckSize(Value v) {
+  if (v.is_string()) {
+    if (auto st = CheckStringBytes(v.AsString().size()); !st.ok()) return st;
+  }
+  return v;
+}
+
+// 1000000 as "1,000,000" (n >= 0).
+std::string WithCommas(int64_t n) {
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
 }
 
 struct Frame {
@@ -60,7 +82,8 @@ absl::Status At(SourcePos pos, const absl::Status& status) {
 
 class Evaluator {
  public:
-  explicit Evaluator(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
+  Evaluator(std::shared_ptr<Frame> frame, int64_t max_steps)
+      : frame_(std::move(frame)), max_steps_(max_steps) {}
   // Breaks the reference cycles a template can make, so the values are
   // freed: a namespace that holds itself (`set ns.me = ns`, directly or
   // through other values), or a loop.changed() whose remembered value holds
@@ -77,13 +100,18 @@ class Evaluator {
   absl::StatusOr<Value> Eval(const Expr& e);
 
  private:
-  // Counts n steps against kMaxSteps: RESOURCE_EXHAUSTED past it.
+  // Counts n steps against max_steps_: RESOURCE_EXHAUSTED past it.
   absl::Status Step(int64_t n = 1) {
     steps_ += n;
-    if (steps_ <= kMaxSteps) return absl::OkStatus();
+    if (steps_ <= max_steps_) return absl::OkStatus();
     return absl::ResourceExhaustedError(
-        "the render took more than 1,000,000 steps (statements, expressions and loop "
-        "iterations)");
+        Cat("the render took more than ", WithCommas(max_steps_),
+            " steps (statements, expressions, loop iterations and the size of values and text)"));
+  }
+  // Appends `text` to `out`, counting its size in steps.
+  absl::Status Print(std::string_view text, std::string* out) {
+    out->append(text);
+    return Step(static_cast<int64_t>(text.size() >> kBytesPerStepShift));
   }
   absl::StatusOr<Flow> ExecOne(const Stmt& s, std::string* out);
   absl::StatusOr<Flow> ExecFor(const Stmt& s, std::string* out);
@@ -110,6 +138,7 @@ class Evaluator {
 
   std::shared_ptr<Frame> frame_;
   int call_depth_ = 0;
+  const int64_t max_steps_;
   int64_t steps_ = 0;
   // Namespaces assigned to, and loops' remembered values (the destructor).
   std::vector<Value> assigned_namespaces_;
@@ -124,7 +153,7 @@ absl::StatusOr<Flow> Evaluator::Exec(const StmtList& body, std::string* out) {
     if (!flow.ok()) return At(s->pos, flow.status());
     if (*flow != Flow::kNormal) return flow;
     if (out->size() > kMaxOutputBytes) {
-      return absl::ResourceExhaustedError("chat template: rendered text exceeds 64 MiB");
+      return absl::ResourceExhaustedError("chat template: rendered text exceeds 16 MiB");
     }
   }
   return Flow::kNormal;
@@ -139,10 +168,10 @@ absl::StatusOr<Flow> Evaluator::ExecOne(const Stmt& s, std::string* out) {
       auto v = Eval(*s.expr);
       if (!v.ok()) return v.status();
       if (v->is_string()) {
-        out->append(v->AsString());
-      } else {
-        out->append(v->Str());
+        out->append(v->AsString());  // counted as a value already
+        return Flow::kNormal;
       }
+      if (auto st = Print(v->Str(), out); !st.ok()) return st;  // a repr: escapes cost
       return Flow::kNormal;
     }
     case Stmt::Kind::kIf: {
@@ -189,7 +218,7 @@ absl::StatusOr<Flow> Evaluator::ExecCaptureBlock(const Stmt& s, std::string* out
     v = std::move(*filtered);
   }
   if (s.kind == Stmt::Kind::kFilterBlock) {
-    out->append(v.Str());
+    if (auto st = Print(v.Str(), out); !st.ok()) return st;
     return Flow::kNormal;
   }
   if (auto st = Assign(s.target, v, s.pos); !st.ok()) return st;
@@ -401,6 +430,7 @@ absl::StatusOr<Value> Evaluator::ApplyChain(const Expr& e, const Value& input) {
   Kwargs kwargs;
   if (auto st = EvalArgs(e, 1, &args, &kwargs); !st.ok()) return st;
   auto r = ApplyFilter(e.name, v, args, kwargs);
+  if (r.ok()) r = CheckSize(std::move(*r));
   if (!r.ok()) return At(e.pos, r.status());
   return r;
 }
@@ -408,10 +438,11 @@ absl::StatusOr<Value> Evaluator::ApplyChain(const Expr& e, const Value& input) {
 absl::StatusOr<Value> Evaluator::Eval(const Expr& e) {
   if (auto st = Step(); !st.ok()) return At(e.pos, st);
   auto v = EvalInner(e);
+  if (v.ok()) v = CheckSize(std::move(*v));
   if (!v.ok()) return At(e.pos, v.status());
   // A large value costs in proportion to its size (what copying or
   // scanning it costs), so that a loop over operations on multi-million-item
-  // lists or 64 MiB strings stops within the budget too.
+  // lists or 16 MiB strings stops within the budget too.
   if (auto st = Step(SizeSteps(*v)); !st.ok()) return At(e.pos, st);
   return v;
 }
@@ -547,7 +578,7 @@ absl::StatusOr<Value> Evaluator::EvalBinary(const Expr& e) {
     std::string joined = left->Str();
     joined += right->Str();
     if (joined.size() > kMaxOutputBytes) {
-      return absl::ResourceExhaustedError("chat template: string exceeds 64 MiB");
+      return absl::ResourceExhaustedError("chat template: string exceeds 16 MiB");
     }
     return Value::String(std::move(joined));
   }
@@ -581,7 +612,8 @@ absl::StatusOr<Value> Evaluator::EvalCompare(const Expr& e) {
 
 }  // namespace
 
-absl::StatusOr<std::string> Evaluate(const StmtList& body, const nlohmann::ordered_json& context) {
+absl::StatusOr<std::string> Evaluate(const StmtList& body, const nlohmann::ordered_json& context,
+                                     int64_t max_steps) {
   if (!context.is_object()) {
     return absl::InvalidArgumentError("chat template context must be a JSON object");
   }
@@ -589,7 +621,7 @@ absl::StatusOr<std::string> Evaluate(const StmtList& body, const nlohmann::order
   for (auto& [k, v] : internal::MakeGlobals().items) globals->vars[k.AsString()] = std::move(v);
   auto top = std::make_shared<Frame>(Frame{{}, globals});
   for (const auto& [k, v] : context.items()) top->vars[k] = Value::FromJson(v);
-  Evaluator evaluator(top);
+  Evaluator evaluator(top, max_steps);
   std::string out;
   auto flow = evaluator.Exec(body, &out);
   if (!flow.ok()) return flow.status();

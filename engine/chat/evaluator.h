@@ -5,8 +5,8 @@
 // fresh scope (a `set` inside does not leak out; namespace() objects carry
 // state across iterations), `if` blocks share their enclosing scope, and
 // top-level `set` shadows context variables. Output and recursion are
-// bounded (64 MiB, 64 nested macro calls, range() ≤ 100000), as a server
-// must be.
+// bounded (16 MiB, 64 nested macro calls, range() ≤ 100000, `max_steps`;
+// chat_template.h's RenderLimits), as a server must be.
 //
 // Errors: raise_exception(msg) fails with INVALID_ARGUMENT whose message is
 // exactly `msg` (IsRaisedException() tells it apart); other runtime errors
@@ -18,6 +18,7 @@
 // concurrent calls on one tree are safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -27,7 +28,8 @@
 
 namespace ballast::chat {
 
-absl::StatusOr<std::string> Evaluate(const StmtList& body, const nlohmann::ordered_json& context);
+absl::StatusOr<std::string> Evaluate(const StmtList& body, const nlohmann::ordered_json& context,
+                                     int64_t max_steps);
 
 // Whether `status` came from the template's raise_exception().
 bool IsRaisedException(const absl::Status& status);

@@ -36,7 +36,9 @@ constexpr std::string_view kJinjaFilters[] = {
 
 absl::StatusOr<Value> FilterTrim(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   BIND("trim", "chars");
-  const std::string s = in.Str();
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  const std::string& s = *text;
   if (!b.Has(0) || b.Get(0).is_none()) {
     return Value::String(std::string(unicode::Strip(s, unicode::StripSide::kBoth)));
   }
@@ -47,24 +49,32 @@ absl::StatusOr<Value> FilterTrim(const Value& in, const ValueList& args, const K
 
 absl::StatusOr<Value> FilterUpper(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   BIND("upper");
-  return Value::String(unicode::Upper(in.Str()));
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  return Value::String(unicode::Upper(*text));
 }
 
 absl::StatusOr<Value> FilterLower(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   BIND("lower");
-  return Value::String(unicode::Lower(in.Str()));
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  return Value::String(unicode::Lower(*text));
 }
 
 absl::StatusOr<Value> FilterCapitalize(const Value& in, const ValueList& args,
                                        const Kwargs& kwargs) {
   BIND("capitalize");
-  return Value::String(unicode::Capitalize(in.Str()));
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  return Value::String(unicode::Capitalize(*text));
 }
 
 // Jinja's title: words start after '-', whitespace or an opening bracket.
 absl::StatusOr<Value> FilterTitle(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   BIND("title");
-  const std::string s = in.Str();
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  const std::string& s = *text;
   std::string out;
   bool word_start = true;
   for (size_t i = 0; i < s.size();) {
@@ -82,7 +92,10 @@ absl::StatusOr<Value> FilterTitle(const Value& in, const ValueList& args, const 
 
 absl::StatusOr<Value> FilterString(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   BIND("string");
-  return in.is_string() ? in : Value::String(in.Str());
+  if (in.is_string()) return in;
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  return Value::String(std::move(*text));
 }
 
 absl::StatusOr<Value> FilterSafe(const Value& in, const ValueList& args, const Kwargs& kwargs) {
@@ -108,9 +121,15 @@ absl::StatusOr<Value> FilterDefault(const Value& in, const ValueList& args, cons
 
 absl::StatusOr<Value> FilterReplace(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   BIND("replace", "old", "new", "count");
-  auto method = GetAttr(Value::String(in.Str()), "replace");
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  auto method = GetAttr(Value::String(std::move(*text)), "replace");
   if (!method.ok()) return method.status();
-  ValueList call_args = {Value::String(b.Get(0).Str()), Value::String(b.Get(1).Str())};
+  auto old_text = TextOf(b.Get(0));
+  if (!old_text.ok()) return old_text.status();
+  auto new_text = TextOf(b.Get(1));
+  if (!new_text.ok()) return new_text.status();
+  ValueList call_args = {Value::String(std::move(*old_text)), Value::String(std::move(*new_text))};
   if (b.Has(2) && !b.Get(2).is_none()) call_args.push_back(b.Get(2));
   return method->AsCallable().fn(call_args, {});
 }
@@ -130,7 +149,9 @@ absl::StatusOr<Value> FilterIndent(const Value& in, const ValueList& args, const
   if (auto st = CheckStringBytes(std::max<int64_t>(spaces, 0)); !st.ok()) return st;
   std::string indention =
       b.Get(0).is_string() ? b.Get(0).AsString() : std::string(std::max<int64_t>(spaces, 0), ' ');
-  const std::string s = in.Str() + "\n";  // Jinja appends a newline before splitlines()
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  const std::string s = *text + "\n";  // Jinja appends a newline before splitlines()
   const auto lines = unicode::SplitLines(s);
   // Every line but the first may take the indention.
   if (auto st = CheckStringBytes(s.size() + lines.size() * (indention.size() + 1)); !st.ok()) {
@@ -151,7 +172,9 @@ absl::StatusOr<Value> FilterIndent(const Value& in, const ValueList& args, const
 
 absl::StatusOr<Value> FilterCenter(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   BIND("center", "width");
-  const std::string s = in.Str();
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  const std::string& s = *text;
   const int64_t width = b.Has(0) ? b.Get(0).AsInt() : 80;
   const int64_t len = static_cast<int64_t>(unicode::Length(s));
   if (width <= len) return Value::String(s);
@@ -166,7 +189,9 @@ absl::StatusOr<Value> FilterCenter(const Value& in, const ValueList& args, const
 absl::StatusOr<Value> FilterWordcount(const Value& in, const ValueList& args,
                                       const Kwargs& kwargs) {
   BIND("wordcount");
-  const std::string s = in.Str();
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  const std::string& s = *text;
   int64_t words = 0;
   bool in_word = false;
   for (size_t i = 0; i < s.size();) {
@@ -183,7 +208,9 @@ absl::StatusOr<Value> FilterWordcount(const Value& in, const ValueList& args,
 absl::StatusOr<Value> FilterEscape(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   BIND("escape");
   std::string out;
-  for (char c : in.Str()) {
+  auto text = TextOf(in);
+  if (!text.ok()) return text.status();
+  for (char c : *text) {
     switch (c) {
       case '&':
         out += "&amp;";
@@ -312,7 +339,9 @@ absl::StatusOr<Value> FilterToJson(const Value& in, const ValueList& args, const
 // Jinja's format filter: `fmt|format(args...)` is Python's `fmt % args`.
 absl::StatusOr<Value> FilterFormat(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   if (!kwargs.empty()) return absl::UnimplementedError("unsupported: format filter with keywords");
-  auto text = PercentFormat(in.Str(), args);
+  auto format = TextOf(in);
+  if (!format.ok()) return format.status();
+  auto text = PercentFormat(*format, args);
   if (!text.ok()) return text.status();
   return Value::String(std::move(*text));
 }

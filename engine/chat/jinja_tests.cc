@@ -31,8 +31,10 @@ absl::StatusOr<bool> CompareTest(const Value& v, const ValueList& args, std::str
 }
 
 // Python's str.islower()/isupper(): some cased character, all in that case.
-bool CaseTest(const Value& v, bool (*is_case)(char32_t)) {
-  const std::string s = v.Str();
+absl::StatusOr<bool> CaseTest(const Value& v, bool (*is_case)(char32_t)) {
+  auto text = TextOf(v);
+  if (!text.ok()) return text.status();
+  const std::string& s = *text;
   bool cased = false;
   for (size_t i = 0; i < s.size();) {
     char32_t cp;

@@ -1,7 +1,6 @@
 // Python's json.dumps for interpreter values (HF's tojson filter).
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "absl/status/status.h"
 #include "engine/chat/builtins.h"
@@ -13,18 +12,35 @@ namespace {
 // The most JSON text one tojson call writes (a tools schema is a few KiB).
 constexpr size_t kMaxJsonBytes = size_t{16} << 20;
 
+// The error once the JSON text passes kMaxJsonBytes.
+absl::Status TooLong() {
+  return absl::ResourceExhaustedError("tojson: the JSON text exceeds 16 MiB");
+}
+
 void AppendU(unsigned v, std::string* out) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "\\u%04x", v);
-  out->append(buf);
+  static constexpr char kHex[] = "0123456789abcdef";
+  const char buf[6] = {
+      '\\', 'u', kHex[(v >> 12) & 0xF], kHex[(v >> 8) & 0xF], kHex[(v >> 4) & 0xF], kHex[v & 0xF]};
+  out->append(buf, sizeof(buf));
 }
 
 // json's encode_basestring(_ascii): escapes '"', '\\' and control
 // characters; with ensure_ascii every non-ASCII code point as \uXXXX
-// (surrogate pairs above U+FFFF).
+// (surrogate pairs above U+FFFF). Stops once `out` passes kMaxJsonBytes
+// (the caller then fails).
 void AppendString(std::string_view s, bool ensure_ascii, std::string* out) {
   out->push_back('"');
-  for (size_t i = 0; i < s.size();) {
+  for (size_t i = 0; i < s.size() && out->size() <= kMaxJsonBytes;) {
+    // A run of printable ASCII other than '"' and '\\' is copied as is.
+    size_t run = i;
+    while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7F && s[run] != '"' && s[run] != '\\') {
+      ++run;
+    }
+    if (run > i) {
+      out->append(s.substr(i, std::min(run - i, kMaxJsonBytes + 1 - out->size())));
+      i = run;
+      continue;
+    }
     char32_t cp;
     const int n = unicode::DecodeAt(s, i, &cp);
     switch (cp) {
@@ -96,9 +112,7 @@ absl::Status Encoder::Encode(const Value& v, int depth, std::string* out) {
   if (depth > 512) return absl::InvalidArgumentError("RecursionError: value nested too deeply");
   // Every value appends at least one byte, so this also bounds the work on
   // a value that shares its parts (2^40 values from 40 doublings).
-  if (out->size() > kMaxJsonBytes) {
-    return absl::ResourceExhaustedError("tojson: the JSON text exceeds 16 MiB");
-  }
+  if (out->size() > kMaxJsonBytes) return TooLong();
   switch (v.kind()) {
     case Value::Kind::kNone:
       out->append("null");
@@ -194,6 +208,7 @@ absl::Status Encoder::EncodeDict(const ValueDict& dict, int depth, std::string* 
 absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& options) {
   std::string out;
   if (auto st = Encoder(options).Encode(v, 0, &out); !st.ok()) return st;
+  if (out.size() > kMaxJsonBytes) return TooLong();
   return out;
 }
 

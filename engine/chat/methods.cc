@@ -408,13 +408,20 @@ absl::Status TypeErrorStatus(std::string_view message) {
 absl::Status CheckStringBytes(uint64_t bytes) {
   if (bytes <= kMaxStringBytes) return absl::OkStatus();
   return absl::OutOfRangeError(
-      Cat("OverflowError: a string of ", bytes, " bytes is over the limit of 64 MiB"));
+      Cat("OverflowError: a string of ", bytes, " bytes is over the limit of 16 MiB"));
 }
 
 absl::Status CheckListItems(uint64_t items) {
   if (items <= kMaxListItems) return absl::OkStatus();
   return absl::OutOfRangeError(
-      Cat("OverflowError: a list of ", items, " items is over the limit of 4,194,304"));
+      Cat("OverflowError: a list of ", items, " items is over the limit of 1,048,576"));
+}
+
+absl::StatusOr<std::string> TextOf(const Value& v, bool repr) {
+  std::string s = repr ? v.Repr() : v.Str();
+  if (s.size() <= kMaxStringBytes) return s;
+  return absl::OutOfRangeError(
+      Cat("OverflowError: the text of a ", v.TypeName(), " is over the limit of 16 MiB"));
 }
 
 ArgBinder::ArgBinder(std::string_view function, const ValueList& args, const Kwargs& kwargs,

@@ -40,6 +40,7 @@ absl::StatusOr<Value> Repeat(const Value& seq, int64_t n) {
   }
   if (over(seq.AsList().size(), kMaxListItems)) return CheckListItems(kMaxListItems + 1);
   ValueList out;
+  out.reserve(seq.AsList().size() * n);
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.AsList().begin(), seq.AsList().end());
   return seq.kind() == Value::Kind::kTuple ? Value::Tuple(std::move(out))
                                            : Value::List(std::move(out));
@@ -168,7 +169,9 @@ namespace {
 absl::StatusOr<std::string> FormatOne(std::string_view spec, char conv, const Value& v) {
   char buf[512];
   if (conv == 's' || conv == 'r') {
-    std::string s = conv == 's' ? v.Str() : v.Repr();
+    auto text = TextOf(v, /*repr=*/conv == 'r');
+    if (!text.ok()) return text.status();
+    std::string s = std::move(*text);
     size_t k = 0;
     bool left = false;
     for (; k < spec.size() && std::string_view("-+ #0").find(spec[k]) != std::string_view::npos;

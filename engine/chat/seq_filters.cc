@@ -114,7 +114,9 @@ absl::StatusOr<Value> FilterJoin(const Value& in, const ValueList& args, const K
   BIND("join", "d", "attribute");
   auto items = Iterate(in);
   if (!items.ok()) return items.status();
-  const std::string sep = b.Has(0) ? b.Get(0).Str() : "";
+  absl::StatusOr<std::string> sep_text = b.Has(0) ? TextOf(b.Get(0)) : std::string();
+  if (!sep_text.ok()) return sep_text.status();
+  const std::string& sep = *sep_text;
   std::string out;
   for (size_t i = 0; i < items->size(); ++i) {
     Value v = (*items)[i];

@@ -27,16 +27,55 @@ bool Printable(char32_t cp) {
   return true;
 }
 
+// Python's \xhh, \uhhhh or \Uhhhhhhhh escape of a code point, appended
+// at once (one append, not a byte at a time: escaping 16 MiB of control
+// bytes is the costliest thing a template can print).
 void AppendEscape(char32_t cp, std::string* out) {
-  char buf[16];
-  if (cp < 0x100) {
-    std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned>(cp));
-  } else if (cp < 0x10000) {
-    std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
-  } else {
-    std::snprintf(buf, sizeof(buf), "\\U%08x", static_cast<unsigned>(cp));
+  static constexpr char kHex[] = "0123456789abcdef";
+  const int digits = cp < 0x100 ? 2 : (cp < 0x10000 ? 4 : 8);
+  char buf[10] = {'\\', digits == 2 ? 'x' : (digits == 4 ? 'u' : 'U')};
+  for (int k = 0; k < digits; ++k) buf[2 + k] = kHex[(cp >> (4 * (digits - 1 - k))) & 0xF];
+  out->append(buf, 2 + digits);
+}
+
+// Python's repr() of a str appended to `out`, stopping once `out` holds
+// more than `limit` bytes (the caller then sees a cut, over-long text).
+void AppendStringRepr(std::string_view s, size_t limit, std::string* out) {
+  const bool has_single = s.find('\'') != std::string_view::npos;
+  const bool has_double = s.find('"') != std::string_view::npos;
+  const char quote = (has_single && !has_double) ? '"' : '\'';
+  out->reserve(out->size() + std::min(s.size(), limit) + 2);
+  out->push_back(quote);
+  for (size_t i = 0; i < s.size() && out->size() <= limit;) {
+    // A run of printable ASCII other than the quote and '\\' is copied as is.
+    size_t run = i;
+    while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7F && s[run] != quote && s[run] != '\\') {
+      ++run;
+    }
+    if (run > i) {
+      out->append(s.substr(i, std::min(run - i, limit + 1 - out->size())));
+      i = run;
+      continue;
+    }
+    char32_t cp;
+    const int n = unicode::DecodeAt(s, i, &cp);
+    if (cp == static_cast<char32_t>(quote) || cp == '\\') {
+      out->push_back('\\');
+      out->push_back(static_cast<char>(cp));
+    } else if (cp == '\n') {
+      out->append("\\n");
+    } else if (cp == '\r') {
+      out->append("\\r");
+    } else if (cp == '\t') {
+      out->append("\\t");
+    } else if ((n == 1 && cp >= 0x80) || !Printable(cp)) {
+      AppendEscape(cp, out);  // n == 1 && cp >= 0x80: an invalid byte (Python: a surrogate escape)
+    } else {
+      out->append(s.substr(i, n));
+    }
+    i += n;
   }
-  out->append(buf);
+  out->push_back(quote);
 }
 
 // Where a Repr is: the objects on the path from the outermost value, and
@@ -46,92 +85,112 @@ void AppendEscape(char32_t cp, std::string* out) {
 // kMaxReprDepth nested containers, "..." too: a deep value cannot overflow
 // the stack. After kMaxReprValues values, "..." for the rest: a value that
 // shares its parts (`set ns.x = [ns.x, ns.x]` in a loop) is exponentially
-// large printed, and could otherwise hold the render for hours.
+// large printed, and could otherwise hold the render for hours. Past
+// kMaxStringBytes written, the text is cut (Value::Repr).
 constexpr int kMaxReprDepth = 200;
 constexpr int64_t kMaxReprValues = 1 << 20;
 struct ReprGuard {
   std::vector<const Object*> objects;
   int depth = 0;
   int64_t values_left = kMaxReprValues;
+  // Whether the text is already longer than kMaxStringBytes.
+  bool Full(const std::string& out) const { return out.size() > kMaxStringBytes; }
 };
 
-std::string ReprOf(const Value& v, ReprGuard* g);
+void AppendRepr(const Value& v, ReprGuard* g, std::string* out);
 
-std::string JoinRepr(const ValueList& items, ReprGuard* g) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += ReprOf(items[i], g);
+void AppendItems(const ValueList& items, ReprGuard* g, std::string* out) {
+  for (size_t i = 0; i < items.size() && !g->Full(*out); ++i) {
+    if (i > 0) out->append(", ");
+    AppendRepr(items[i], g, out);
   }
-  return out;
 }
 
-std::string DictRepr(const ValueDict& dict, ReprGuard* g) {
-  std::string out = "{";
-  for (size_t i = 0; i < dict.items.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += Cat(ReprOf(dict.items[i].first, g), ": ", ReprOf(dict.items[i].second, g));
+void AppendDict(const ValueDict& dict, ReprGuard* g, std::string* out) {
+  out->push_back('{');
+  for (size_t i = 0; i < dict.items.size() && !g->Full(*out); ++i) {
+    if (i > 0) out->append(", ");
+    AppendRepr(dict.items[i].first, g, out);
+    out->append(": ");
+    AppendRepr(dict.items[i].second, g, out);
   }
-  return out + "}";
+  out->push_back('}');
 }
 
-std::string ObjectRepr(const Object& o, ReprGuard* g) {
+void AppendObject(const Object& o, ReprGuard* g, std::string* out) {
   if (std::find(g->objects.begin(), g->objects.end(), &o) != g->objects.end()) {
-    return Cat("<", o.type_name, " {...}>");  // Python: the recursive dict as {...}
+    out->append(Cat("<", o.type_name, " {...}>"));  // Python: the recursive dict as {...}
+    return;
   }
   g->objects.push_back(&o);
-  std::string out = Cat("<", o.type_name, " ", DictRepr(o.attrs, g), ">");
+  out->append(Cat("<", o.type_name, " "));
+  AppendDict(o.attrs, g, out);
+  out->push_back('>');
   g->objects.pop_back();
-  return out;
 }
 
 // A container's repr, one level deeper.
-std::string ContainerRepr(const Value& v, ReprGuard* g) {
-  if (g->depth >= kMaxReprDepth) return "...";
+void AppendContainer(const Value& v, ReprGuard* g, std::string* out) {
+  if (g->depth >= kMaxReprDepth) {
+    out->append("...");
+    return;
+  }
   ++g->depth;
-  std::string out;
   switch (v.kind()) {
     case Value::Kind::kList:
-      out = Cat("[", JoinRepr(v.AsList(), g), "]");
+      out->push_back('[');
+      AppendItems(v.AsList(), g, out);
+      out->push_back(']');
       break;
     case Value::Kind::kTuple:
-      out = Cat("(", JoinRepr(v.AsList(), g), v.AsList().size() == 1 ? ",)" : ")");
+      out->push_back('(');
+      AppendItems(v.AsList(), g, out);
+      out->append(v.AsList().size() == 1 ? ",)" : ")");
       break;
     case Value::Kind::kDict:
-      out = DictRepr(v.AsDict(), g);
+      AppendDict(v.AsDict(), g, out);
       break;
     default:
-      out = ObjectRepr(v.AsObject(), g);
+      AppendObject(v.AsObject(), g, out);
   }
   --g->depth;
-  return out;
 }
 
-std::string ReprOf(const Value& v, ReprGuard* g) {
-  if (g->values_left <= 0) return "...";
+void AppendRepr(const Value& v, ReprGuard* g, std::string* out) {
+  if (g->values_left <= 0) {
+    out->append("...");
+    return;
+  }
   --g->values_left;
   switch (v.kind()) {
     case Value::Kind::kList:
     case Value::Kind::kTuple:
     case Value::Kind::kDict:
     case Value::Kind::kObject:
-      return ContainerRepr(v, g);
+      AppendContainer(v, g, out);
+      return;
     case Value::Kind::kUndefined:
-      return "Undefined";
+      out->append("Undefined");
+      return;
     case Value::Kind::kNone:
-      return "None";
+      out->append("None");
+      return;
     case Value::Kind::kBool:
-      return v.AsBool() ? "True" : "False";
+      out->append(v.AsBool() ? "True" : "False");
+      return;
     case Value::Kind::kInt:
-      return std::to_string(v.AsInt());
+      out->append(std::to_string(v.AsInt()));
+      return;
     case Value::Kind::kFloat:
-      return FloatRepr(v.AsDouble());
+      out->append(FloatRepr(v.AsDouble()));
+      return;
     case Value::Kind::kString:
-      return StringRepr(v.AsString());
+      AppendStringRepr(v.AsString(), kMaxStringBytes, out);
+      return;
     case Value::Kind::kCallable:
-      return Cat("<function ", v.AsCallable().name, ">");
+      out->append(Cat("<function ", v.AsCallable().name, ">"));
+      return;
   }
-  return "";
 }
 
 int Sign(double d) { return d < 0 ? -1 : (d > 0 ? 1 : 0); }
@@ -300,7 +359,9 @@ std::string Value::Str() const {
 
 std::string Value::Repr() const {
   ReprGuard guard;
-  return ReprOf(*this, &guard);
+  std::string out;
+  AppendRepr(*this, &guard, &out);
+  return out;
 }
 
 std::string Value::TypeName() const {
@@ -452,32 +513,8 @@ std::string FloatRepr(double d) {
 }
 
 std::string StringRepr(std::string_view s) {
-  const bool has_single = s.find('\'') != std::string_view::npos;
-  const bool has_double = s.find('"') != std::string_view::npos;
-  const char quote = (has_single && !has_double) ? '"' : '\'';
-  std::string out(1, quote);
-  for (size_t i = 0; i < s.size();) {
-    char32_t cp;
-    const int n = unicode::DecodeAt(s, i, &cp);
-    if (cp == static_cast<char32_t>(quote) || cp == '\\') {
-      out.push_back('\\');
-      out.push_back(static_cast<char>(cp));
-    } else if (cp == '\n') {
-      out += "\\n";
-    } else if (cp == '\r') {
-      out += "\\r";
-    } else if (cp == '\t') {
-      out += "\\t";
-    } else if (n == 1 && cp >= 0x80) {
-      AppendEscape(cp, &out);  // an invalid byte (Python would hold a surrogate escape)
-    } else if (!Printable(cp)) {
-      AppendEscape(cp, &out);
-    } else {
-      out.append(s.substr(i, n));
-    }
-    i += n;
-  }
-  out.push_back(quote);
+  std::string out;
+  AppendStringRepr(s, std::string::npos - 1, &out);
   return out;
 }
 

@@ -121,9 +121,12 @@ class Value {
 
   // Python's bool(x).
   bool Truthy() const;
-  // Python's str(x); undefined is "".
+  // Python's str(x); undefined is "". A container's text, like Repr's, is
+  // cut once it passes kMaxStringBytes: longer means "too large".
   std::string Str() const;
-  // Python's repr(x).
+  // Python's repr(x), cut once it passes kMaxStringBytes (so at most a few
+  // bytes over it): a text longer than kMaxStringBytes was cut, and the
+  // evaluator refuses it (OverflowError) wherever it would become a value.
   std::string Repr() const;
   // Python's type name: "str", "int", "NoneType", "dict", ...
   std::string TypeName() const;
@@ -138,6 +141,10 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   Data data_;
 };
+
+// The longest string a template may make (16 MiB): longer ones are
+// refused with OverflowError (builtins.h's CheckStringBytes).
+inline constexpr uint64_t kMaxStringBytes = uint64_t{16} << 20;
 
 // Python's `a == b` (1 == 1.0 == True; [1] != (1,)).
 bool Equals(const Value& a, const Value& b);

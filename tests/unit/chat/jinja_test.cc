@@ -55,6 +55,15 @@ TEST(ChatExpressions, LiteralsPrintAsPython) {
             "None|True|1.0|1e-05|1e+16");
   EXPECT_EQ(R("{{ [1, 'a', none] }}|{{ {'k': (1,)} }}"), "[1, 'a', None]|{'k': (1,)}");
   EXPECT_EQ(R("{{ \"it's\" }}|{{ [\"it's\"] }}"), "it's|[\"it's\"]");
+  // Quotes, backslashes, controls, DEL, a format character and an emoji
+  // between plain runs, as Python's repr() and json.dumps write them.
+  const Json ctx = {
+      {"xs", {"a'b", "c\"d", "e'f\"g", "t\tb\\ \x01 \x7f \u00e9 \u200b \U0001F600 z"}}};
+  EXPECT_EQ(R("{{ xs }}", ctx),
+            "[\"a'b\", 'c\"d', 'e\\'f\"g', 't\\tb\\\\ \\x01 \\x7f \u00e9 \\u200b \U0001F600 z']");
+  EXPECT_EQ(
+      R("{{ xs | tojson }}", ctx),
+      "[\"a'b\", \"c\\\"d\", \"e'f\\\"g\", \"t\\tb\\\\ \\u0001 \x7f \u00e9 \u200b \U0001F600 z\"]");
 }
 
 TEST(ChatExpressions, ArithmeticFollowsPython) {
@@ -260,24 +269,57 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   EXPECT_TRUE(doubling.code() == absl::StatusCode::kResourceExhausted ||
               doubling.code() == absl::StatusCode::kOutOfRange)
       << doubling;
-  const absl::Status concat = RenderError("{{ ([0] * 3000000) + ([0] * 3000000) }}");
+  const absl::Status concat = RenderError("{{ ([0] * 600000) + ([0] * 600000) }}");
   EXPECT_EQ(concat.code(), absl::StatusCode::kOutOfRange) << concat;
-  EXPECT_THAT(concat.message(), HasSubstr("6000000 items is over the limit of 4,194,304"));
+  EXPECT_THAT(concat.message(), HasSubstr("1200000 items is over the limit of 1,048,576"));
   // Size caps wherever a value is built, overflow-safe.
-  for (const char* big : {"{{ [0] * 5000000 }}", "{{ 'ab' * 4611686018427387904 }}",
-                          "{{ [0, 0] * 4611686018427387904 }}", "{{ 'a' | center(99999999999) }}",
-                          "{{ 'a' | indent(99999999999) }}", "{{ '%99999999999s' % 'a' }}",
-                          "{{ '%999999999999999999999999s' % 'a' }}",
+  for (const char* big : {"{{ [0] * 2000000 }}", "{{ 'x' * 17000000 }}",
+                          "{{ 'ab' * 4611686018427387904 }}", "{{ [0, 0] * 4611686018427387904 }}",
+                          "{{ 'a' | center(99999999999) }}", "{{ 'a' | indent(99999999999) }}",
+                          "{{ '%99999999999s' % 'a' }}", "{{ '%999999999999999999999999s' % 'a' }}",
                           "{% set s = 'x' * 5000000 %}{{ s | list | length }}",
                           "{% set s = ',' * 5000000 %}{{ s.split(',') | length }}",
-                          "{% set s = 'x' * 40000000 %}{{ [s, s] | join }}",
-                          "{% set s = 'x' * 40000000 %}{{ s.replace('x', 'yy') }}"}) {
+                          "{% set s = 'x' * 9000000 %}{{ [s, s] | join }}",
+                          "{% set s = 'x' * 9000000 %}{{ s.replace('x', 'yy') }}"}) {
     const absl::Status st = RenderError(big);
     EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << big << ": " << st;
   }
-  // Operations on large values cost in proportion to their size.
+  // A container's text and a JSON text stop at their caps instead of being
+  // escaped in full (fuzzer finds that took seconds): over 16 MiB, a
+  // container's text is refused wherever it would become a value, and the
+  // rendered output is refused.
+  for (const char* cut : {"{% set s = 'x' * 9000000 %}{{ [s, s] | string | length }}",
+                          "{% set s = 'x' * 9000000 %}{{ [s, s] is lower }}",
+                          "{% set s = 'x' * 9000000 %}{{ ('%r' % ([s, s],)) | length }}",
+                          "{% set s = 'x' * 9000000 %}{{ [1, 2] | join([s, s]) | length }}"}) {
+    const absl::Status st = RenderError(cut);
+    EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << cut << ": " << st;
+    EXPECT_THAT(st.message(), HasSubstr("over the limit of 16 MiB")) << cut;
+  }
+  const absl::Status escaped = RenderError("{{ ('\\n' * 9000000,) }}");
+  EXPECT_EQ(escaped.code(), absl::StatusCode::kResourceExhausted) << escaped;
+  EXPECT_THAT(escaped.message(), HasSubstr("16 MiB"));
+  for (const char* json :
+       {"{{ ('\\n' * 10000000) | tojson }}", "{% set s = 'x' * 9000000 %}{{ [s, s] | tojson }}"}) {
+    const absl::Status st = RenderError(json);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << json << ": " << st;
+    EXPECT_THAT(st.message(), HasSubstr("16 MiB")) << json;
+  }
+  // Operations on large values cost in proportion to their size: a
+  // character-at-a-time filter over a 100 KB string in a loop stops at the
+  // budget (it held a core for 4 s when a step was a KiB).
+  const absl::Status scans = RenderError(
+      "{% set s = 'x' * 100000 %}{% for i in range(100000) %}{{ s | wordcount }}{% endfor %}");
+  EXPECT_EQ(scans.code(), absl::StatusCode::kResourceExhausted) << scans;
+  // A smaller budget (RenderLimits) stops sooner, naming itself.
+  auto small = ChatTemplate::Create("{% for i in range(100) %}{{ i }}{% endfor %}");
+  ASSERT_TRUE(small.ok());
+  EXPECT_TRUE((*small)->Render(Json::object()).ok());
+  const auto limited = (*small)->Render(Json::object(), RenderLimits{.max_steps = 1'000});
+  EXPECT_EQ(limited.status().code(), absl::StatusCode::kResourceExhausted) << limited.status();
+  EXPECT_THAT(limited.status().message(), HasSubstr("more than 1,000 steps"));
   const absl::Status copies = RenderError(
-      "{% set x = [0] * 4000000 %}{% for i in range(100000) %}{% if x + [] %}{% endif %}"
+      "{% set x = [0] * 1000000 %}{% for i in range(100000) %}{% if x + [] %}{% endif %}"
       "{% endfor %}");
   EXPECT_EQ(copies.code(), absl::StatusCode::kResourceExhausted) << copies;
   const std::string shared =
