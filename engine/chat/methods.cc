@@ -370,7 +370,7 @@ absl::StatusOr<Value> CallListMethod(const Value& obj, std::string_view m, const
     for (size_t i = 0; i < items.size(); ++i) {
       if (Equals(items[i], b.Get(0))) return Value::Int(static_cast<int64_t>(i));
     }
-    return absl::InvalidArgumentError(Cat("ValueError: ", b.Get(0).Repr(), " is not in list"));
+    return absl::InvalidArgumentError(Cat("ValueError: ", b.Get(0).ShortRepr(), " is not in list"));
   }
   return absl::UnimplementedError(Cat("unsupported list method '", m, "'"));
 }
@@ -460,7 +460,7 @@ absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
     if (const Value* v = obj.AsDict().Find(key)) return *v;
   } else if ((obj.is_sequence() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     if (auto v = IndexSequence(obj, key.AsInt())) return *v;
-    return Value::Undefined(Cat(ObjectRepr(obj), " has no element ", key.Repr()));
+    return Value::Undefined(Cat(ObjectRepr(obj), " has no element ", key.ShortRepr()));
   } else if (obj.is_object() && key.is_string()) {
     if (const Value* v = obj.AsObject().attrs.Find(key.AsString())) return *v;
   }
@@ -468,7 +468,7 @@ absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
     if (auto m = Method(obj, key.AsString())) return *m;
     return MissingAttr(obj, key.AsString());
   }
-  return Value::Undefined(Cat(ObjectRepr(obj), " has no element ", key.Repr()));
+  return Value::Undefined(Cat(ObjectRepr(obj), " has no element ", key.ShortRepr()));
 }
 
 }  // namespace ballast::chat

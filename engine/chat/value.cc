@@ -93,8 +93,9 @@ struct ReprGuard {
   std::vector<const Object*> objects;
   int depth = 0;
   int64_t values_left = kMaxReprValues;
-  // Whether the text is already longer than kMaxStringBytes.
-  bool Full(const std::string& out) const { return out.size() > kMaxStringBytes; }
+  size_t max_bytes = kMaxStringBytes;
+  // Whether the text is already longer than max_bytes.
+  bool Full(const std::string& out) const { return out.size() > max_bytes; }
 };
 
 void AppendRepr(const Value& v, ReprGuard* g, std::string* out);
@@ -185,7 +186,7 @@ void AppendRepr(const Value& v, ReprGuard* g, std::string* out) {
       out->append(FloatRepr(v.AsDouble()));
       return;
     case Value::Kind::kString:
-      AppendStringRepr(v.AsString(), kMaxStringBytes, out);
+      AppendStringRepr(v.AsString(), g->max_bytes, out);
       return;
     case Value::Kind::kCallable:
       out->append(Cat("<function ", v.AsCallable().name, ">"));
@@ -362,6 +363,16 @@ std::string Value::Repr() const {
   std::string out;
   AppendRepr(*this, &guard, &out);
   return out;
+}
+
+std::string Value::ShortRepr(size_t max_bytes) const {
+  ReprGuard guard;
+  guard.max_bytes = max_bytes;
+  std::string out;
+  AppendRepr(*this, &guard, &out);
+  if (out.size() <= max_bytes) return out;
+  out.resize(max_bytes);
+  return out + "...";
 }
 
 std::string Value::TypeName() const {

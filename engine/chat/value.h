@@ -128,6 +128,9 @@ class Value {
   // bytes over it): a text longer than kMaxStringBytes was cut, and the
   // evaluator refuses it (OverflowError) wherever it would become a value.
   std::string Repr() const;
+  // Repr() for a message: cut after `max_bytes`, "..." marking the cut, in
+  // time proportional to max_bytes whatever the value's size.
+  std::string ShortRepr(size_t max_bytes = 200) const;
   // Python's type name: "str", "int", "NoneType", "dict", ...
   std::string TypeName() const;
 

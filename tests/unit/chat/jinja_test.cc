@@ -335,6 +335,13 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   EXPECT_EQ(R(towers + "{{ ns.x == ns.y }}|{{ ns.x == ns.z }}|{{ ns.x < ns.z }}|"
                        "{{ ns.z in [ns.x, ns.y] }}"),
             "True|False|True|False");
+  // A missing item's message shows a short repr of the key: a lookup with
+  // such a value as the key is as cheap as any (it printed 2^20 values).
+  EXPECT_EQ(R(shared + "{{ [1][ns.x] is defined }}|{{ {}[ns.x] is defined }}"), "False|False");
+  const absl::Status missing = RenderError("{% set s = 'x' * 1000 %}{{ {}[[s]].y }}");
+  EXPECT_THAT(missing.message(), HasSubstr("has no element ['xxx")) << missing;
+  EXPECT_THAT(missing.message(), HasSubstr("x...")) << missing;
+  EXPECT_LT(missing.message().size(), 400u) << missing;
   const absl::Status json = RenderError(shared + "{{ ns.x | tojson }}");
   EXPECT_EQ(json.code(), absl::StatusCode::kResourceExhausted) << json;
   EXPECT_THAT(json.message(), HasSubstr("16 MiB"));
