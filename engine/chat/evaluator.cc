@@ -1,5 +1,6 @@
 #include "engine/chat/evaluator.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,16 +20,39 @@ constexpr size_t kMaxOutputBytes = kMaxStringBytes;
 constexpr int kMaxCallDepth = 64;
 // The steps of a render (RenderLimits::max_steps): a statement or an
 // expression is one, a loop iteration 16 (a scope and a loop object of 13
-// attributes), a value or printed text one more per 16 items or 64 bytes
-// (SizeSteps, Print): scanning 64 bytes a character at a time
-// (wordcount, title, a repr's escapes) costs about what a statement does.
+// attributes), and work in proportion to size one more per 16 items or 64
+// bytes (SizeSteps): scanning 64 bytes a character at a time (wordcount,
+// title, a repr's escapes) costs about what a statement does. Work is a
+// value made (Eval: a new string, list or dict), printed text (Print), and
+// a value read whole: a filter's input (but the length, first or last of a
+// list, and default), a string test's or comparison's operands, and the
+// string, list or dict whose method is called (Read). Reading a variable,
+// attribute or item costs nothing more: a loop that asks messages|length
+// or messages[i] on each of N messages stays linear in N.
 constexpr int64_t kLoopIterationSteps = 16;
 constexpr int kBytesPerStepShift = 6;  // 64 bytes
+
+// Filters whose work does not grow with their input, on that input.
+bool ConstantTimeFilter(std::string_view name, const Value& input) {
+  if (name == "default" || name == "d") return true;
+  if (input.is_dict()) return name == "length" || name == "count";
+  return input.is_sequence() &&
+         (name == "length" || name == "count" || name == "first" || name == "last");
+}
+
+// Tests that read their input (and arguments) whole.
+bool ScanningTest(std::string_view name) {
+  static constexpr std::string_view kScanning[] = {
+      "lower", "upper", "in", "eq", "equalto", "==", "ne", "!=",          "lt",
+      "<",     "le",    "<=", "gt", ">",       "ge", ">=", "greaterthan", "lessthan"};
+  return std::find(std::begin(kScanning), std::end(kScanning), name) != std::end(kScanning);
+}
 
 int64_t SizeSteps(const Value& v) {
   if (v.is_string()) return static_cast<int64_t>(v.AsString().size() >> kBytesPerStepShift);
   if (v.is_sequence()) return static_cast<int64_t>(v.AsList().size() >> 4);
   if (v.is_dict()) return static_cast<int64_t>(v.AsDict().items.size() >> 4);
+  if (v.is_object()) return static_cast<int64_t>(v.AsObject().attrs.items.size() >> 4);
   return 0;
 }
 
@@ -108,6 +132,14 @@ class Evaluator {
         Cat("the render took more than ", WithCommas(max_steps_),
             " steps (statements, expressions, loop iterations and the size of values and text)"));
   }
+  // Counts reading `v` whole (a scan or a copy) in steps.
+  absl::Status Read(const Value& v) { return Step(SizeSteps(v)); }
+  // Counts an attribute or item lookup in `obj`: a list's is by index (free);
+  // a dict's or object's key is searched item by item, a string's index
+  // counted in code points.
+  absl::Status ReadForLookup(const Value& obj) {
+    return obj.is_sequence() ? absl::OkStatus() : Read(obj);
+  }
   // Appends `text` to `out`, counting its size in steps.
   absl::Status Print(std::string_view text, std::string* out) {
     out->append(text);
@@ -167,11 +199,7 @@ absl::StatusOr<Flow> Evaluator::ExecOne(const Stmt& s, std::string* out) {
     case Stmt::Kind::kOutput: {
       auto v = Eval(*s.expr);
       if (!v.ok()) return v.status();
-      if (v->is_string()) {
-        out->append(v->AsString());  // counted as a value already
-        return Flow::kNormal;
-      }
-      if (auto st = Print(v->Str(), out); !st.ok()) return st;  // a repr: escapes cost
+      if (auto st = Print(v->is_string() ? v->AsString() : v->Str(), out); !st.ok()) return st;
       return Flow::kNormal;
     }
     case Stmt::Kind::kIf: {
@@ -300,6 +328,7 @@ Value Evaluator::MakeLoop(const ValueList& items, size_t i, std::shared_ptr<Valu
 absl::StatusOr<Flow> Evaluator::ExecFor(const Stmt& s, std::string* out) {
   auto iterable = Eval(*s.expr);
   if (!iterable.ok()) return iterable.status();
+  if (auto st = Read(*iterable); !st.ok()) return At(s.pos, st);  // Iterate copies it
   auto all = Iterate(*iterable);
   if (!all.ok()) return At(s.expr->pos, all.status());
   const std::shared_ptr<Frame> outer = frame_;
@@ -429,6 +458,9 @@ absl::StatusOr<Value> Evaluator::ApplyChain(const Expr& e, const Value& input) {
   ValueList args;
   Kwargs kwargs;
   if (auto st = EvalArgs(e, 1, &args, &kwargs); !st.ok()) return st;
+  if (!ConstantTimeFilter(e.name, v)) {
+    if (auto st = Read(v); !st.ok()) return At(e.pos, st);
+  }
   auto r = ApplyFilter(e.name, v, args, kwargs);
   if (r.ok()) r = CheckSize(std::move(*r));
   if (!r.ok()) return At(e.pos, r.status());
@@ -440,10 +472,11 @@ absl::StatusOr<Value> Evaluator::Eval(const Expr& e) {
   auto v = EvalInner(e);
   if (v.ok()) v = CheckSize(std::move(*v));
   if (!v.ok()) return At(e.pos, v.status());
-  // A large value costs in proportion to its size (what copying or
-  // scanning it costs), so that a loop over operations on multi-million-item
-  // lists or 16 MiB strings stops within the budget too.
-  if (auto st = Step(SizeSteps(*v)); !st.ok()) return At(e.pos, st);
+  // A value made here costs in proportion to its size (what building it
+  // cost); one read from a variable or container costs nothing more.
+  if (v->Unshared()) {
+    if (auto st = Read(*v); !st.ok()) return At(e.pos, st);
+  }
   return v;
 }
 
@@ -476,14 +509,26 @@ absl::StatusOr<Value> Evaluator::EvalInner(const Expr& e) {
     case Expr::Kind::kGetAttr: {
       auto obj = Eval(*e.children[0]);
       if (!obj.ok()) return obj.status();
-      return GetAttr(*obj, e.name);
+      // A dict's or object's key is searched item by item; a method may read
+      // its string, list or dict whole.
+      if (auto st = ReadForLookup(*obj); !st.ok()) return st;
+      auto attr = GetAttr(*obj, e.name);
+      if (attr.ok() && attr->is_callable() && obj->is_sequence()) {
+        if (auto st = Read(*obj); !st.ok()) return st;
+      }
+      return attr;
     }
     case Expr::Kind::kGetItem: {
       auto obj = Eval(*e.children[0]);
       if (!obj.ok()) return obj.status();
       auto key = Eval(*e.children[1]);
       if (!key.ok()) return key.status();
-      return GetItem(*obj, *key);
+      if (auto st = ReadForLookup(*obj); !st.ok()) return st;  // as kGetAttr
+      auto item = GetItem(*obj, *key);
+      if (item.ok() && item->is_callable() && obj->is_sequence()) {
+        if (auto st = Read(*obj); !st.ok()) return st;
+      }
+      return item;
     }
     case Expr::Kind::kSlice:
       return EvalSlice(e);
@@ -525,7 +570,18 @@ absl::StatusOr<Value> Evaluator::EvalFilterOrTest(const Expr& e) {
   ValueList args;
   Kwargs kwargs;
   if (auto st = EvalArgs(e, 1, &args, &kwargs); !st.ok()) return st;
-  if (e.kind == Expr::Kind::kFilter) return ApplyFilter(e.name, *input, args, kwargs);
+  if (e.kind == Expr::Kind::kFilter) {
+    if (!ConstantTimeFilter(e.name, *input)) {
+      if (auto st = Read(*input); !st.ok()) return st;
+    }
+    return ApplyFilter(e.name, *input, args, kwargs);
+  }
+  if (ScanningTest(e.name)) {
+    if (auto st = Read(*input); !st.ok()) return st;
+    for (const Value& a : args) {
+      if (auto st = Read(a); !st.ok()) return st;
+    }
+  }
   auto r = ApplyTest(e.name, *input, args);
   if (!r.ok()) return r.status();
   return Value::Bool(*r != e.negated);
@@ -591,6 +647,8 @@ absl::StatusOr<Value> Evaluator::EvalCompare(const Expr& e) {
   for (size_t i = 0; i < e.ops.size(); ++i) {
     auto right = Eval(*e.children[i + 1]);
     if (!right.ok()) return right.status();
+    if (auto st = Read(*left); !st.ok()) return st;  // ==, in, <: both read whole
+    if (auto st = Read(*right); !st.ok()) return st;
     const std::string& op = e.ops[i];
     bool result;
     if (op == "==" || op == "!=") {

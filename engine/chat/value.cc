@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -345,6 +346,19 @@ bool Value::Truthy() const {
       return true;
   }
   return false;
+}
+
+bool Value::Unshared() const {
+  return std::visit(
+      [](const auto& d) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(d)>, std::monostate> ||
+                      std::is_arithmetic_v<std::decay_t<decltype(d)>>) {
+          return false;
+        } else {
+          return d.use_count() == 1;
+        }
+      },
+      data_);
 }
 
 std::string Value::Str() const {

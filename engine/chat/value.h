@@ -121,6 +121,9 @@ class Value {
 
   // Python's bool(x).
   bool Truthy() const;
+  // Whether this is a string, list, dict or object whose data no other
+  // value holds: one just made, not one read from a variable or container.
+  bool Unshared() const;
   // Python's str(x); undefined is "". A container's text, like Repr's, is
   // cut once it passes kMaxStringBytes: longer means "too large".
   std::string Str() const;

@@ -345,13 +345,25 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   const absl::Status json = RenderError(shared + "{{ ns.x | tojson }}");
   EXPECT_EQ(json.code(), absl::StatusCode::kResourceExhausted) << json;
   EXPECT_THAT(json.message(), HasSubstr("16 MiB"));
-  // A long conversation stays far inside the budget.
+  // A long conversation stays far inside the budget, also where each
+  // message asks messages|length and messages[i] (Qwen3's template does):
+  // reading a variable costs nothing more, so 20,000 messages fit (a step
+  // per 16 items read would take 50,000,000 steps).
   Json msgs = Json::array();
-  for (int i = 0; i < 2000; ++i) msgs.push_back({{"role", "user"}, {"content", "hi"}});
+  for (int i = 0; i < 20000; ++i) msgs.push_back({{"role", "user"}, {"content", "hi"}});
   EXPECT_EQ(
       R("{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}", {{"messages", msgs}})
           .size(),
-      size_t{2000 * 8});
+      size_t{20000 * 8});
+  const std::string indexed =
+      R("{% for m in messages %}{% set i = (messages | length - 1) - loop.index0 %}"
+        "{{ messages[i].content[0] }}{% endfor %}",
+        {{"messages", msgs}});
+  EXPECT_EQ(indexed, std::string(20000, 'h'));
+  // Copying the list in each iteration is work, and stops at the budget.
+  const absl::Status copied = RenderError(
+      "{% for m in messages %}{{ messages[::-1][0].role }}{% endfor %}", {{"messages", msgs}});
+  EXPECT_EQ(copied.code(), absl::StatusCode::kResourceExhausted) << copied;
 }
 
 TEST(ChatContext, MakeContextLikeTransformers) {
