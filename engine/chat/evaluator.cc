@@ -24,11 +24,13 @@ constexpr int kMaxCallDepth = 64;
 // bytes (SizeSteps): scanning 64 bytes a character at a time (wordcount,
 // title, a repr's escapes) costs about what a statement does. Work is a
 // value made (Eval: a new string, list or dict), printed text (Print), and
-// a value read whole: a filter's input (but the length, first or last of a
-// list, and default), a string test's or comparison's operands, and the
-// string, list or dict whose method is called (Read). Reading a variable,
-// attribute or item costs nothing more: a loop that asks messages|length
-// or messages[i] on each of N messages stays linear in N.
+// a value read whole (Read): a filter's input (but the length, first or
+// last of a list, and default), a string test's or comparison's operands,
+// a built-in call's arguments (not a macro's), a loop's iterable (copied),
+// the string or list whose method is called, a string indexed or sliced
+// (by code point) and a dict or object searched for a key. Reading a
+// variable, an attribute or a list item costs nothing more: a loop that
+// asks messages|length or messages[i] on each of N messages stays linear.
 constexpr int64_t kLoopIterationSteps = 16;
 constexpr int kBytesPerStepShift = 6;  // 64 bytes
 
@@ -370,10 +372,12 @@ absl::StatusOr<Flow> Evaluator::ExecFor(const Stmt& s, std::string* out) {
 absl::Status Evaluator::ExecMacro(const Stmt& s) {
   std::weak_ptr<Frame> scope = frame_;
   const Stmt* stmt = &s;
-  frame_->vars[s.name] =
-      Value::MakeCallable(s.name, [this, stmt, scope](const ValueList& args, const Kwargs& kwargs) {
+  frame_->vars[s.name] = Value::MakeCallable(
+      s.name,
+      [this, stmt, scope](const ValueList& args, const Kwargs& kwargs) {
         return CallMacro(*stmt, scope, args, kwargs);
-      });
+      },
+      /*reads_args=*/false);
   return absl::OkStatus();
 }
 
@@ -561,6 +565,9 @@ absl::StatusOr<Value> Evaluator::EvalSlice(const Expr& e) {
     if (!v.ok()) return v.status();
     parts[i] = std::move(*v);
   }
+  if (parts[0].is_string()) {  // counted in code points: read whole
+    if (auto st = Read(parts[0]); !st.ok()) return st;
+  }
   return Slice(parts[0], parts[1], parts[2], parts[3]);
 }
 
@@ -620,6 +627,14 @@ absl::StatusOr<Value> Evaluator::EvalCall(const Expr& e) {
   ValueList args;
   Kwargs kwargs;
   if (auto st = EvalArgs(e, 1, &args, &kwargs); !st.ok()) return st;
+  if (callee->AsCallable().reads_args) {
+    for (const Value& a : args) {
+      if (auto st = Read(a); !st.ok()) return st;
+    }
+    for (const auto& kv : kwargs) {
+      if (auto st = Read(kv.second); !st.ok()) return st;
+    }
+  }
   return callee->AsCallable().fn(args, kwargs);
 }
 

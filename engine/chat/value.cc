@@ -246,9 +246,9 @@ Value Value::Dict(ValueDict dict) {
 Value Value::MakeObject(std::shared_ptr<Object> object) {
   return Value(Kind::kObject, std::move(object));
 }
-Value Value::MakeCallable(std::string name, decltype(Callable::fn) fn) {
-  return Value(Kind::kCallable,
-               std::make_shared<const Callable>(Callable{std::move(name), std::move(fn)}));
+Value Value::MakeCallable(std::string name, decltype(Callable::fn) fn, bool reads_args) {
+  return Value(Kind::kCallable, std::make_shared<const Callable>(
+                                    Callable{std::move(name), std::move(fn), reads_args}));
 }
 
 Value Value::FromJson(const nlohmann::ordered_json& j) {

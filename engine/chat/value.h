@@ -50,6 +50,10 @@ using Kwargs = std::vector<std::pair<std::string, Value>>;
 struct Callable {
   std::string name;
   std::function<absl::StatusOr<Value>(const ValueList& args, const Kwargs& kwargs)> fn;
+  // Whether a call may read its arguments whole (a built-in such as
+  // loop.changed or a method compares or scans them); a macro only binds
+  // them to its parameters. The evaluator counts the reading in steps.
+  bool reads_args = true;
 };
 
 // An attribute bag: namespace() (mutable) or the loop variable.
@@ -86,7 +90,7 @@ class Value {
   static Value Tuple(ValueList items);
   static Value Dict(ValueDict dict);
   static Value MakeObject(std::shared_ptr<Object> object);
-  static Value MakeCallable(std::string name, decltype(Callable::fn) fn);
+  static Value MakeCallable(std::string name, decltype(Callable::fn) fn, bool reads_args = true);
   // JSON → Value (objects keep their key order).
   static Value FromJson(const nlohmann::ordered_json& j);
 

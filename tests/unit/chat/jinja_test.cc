@@ -311,6 +311,15 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   const absl::Status scans = RenderError(
       "{% set s = 'x' * 100000 %}{% for i in range(100000) %}{{ s | wordcount }}{% endfor %}");
   EXPECT_EQ(scans.code(), absl::StatusCode::kResourceExhausted) << scans;
+  // So does a built-in that compares its argument each iteration, and a
+  // string indexed from its end.
+  for (const char* reads :
+       {"{% set s = 'x' * 10000000 %}{% for i in range(100000) %}{{ loop.changed(s) }}{% endfor %}",
+        "{% set s = 'x' * 10000000 %}{% for i in range(100000) %}{{ s[-1] }}{{ s[-2:] }}"
+        "{% endfor %}"}) {
+    const absl::Status st = RenderError(reads);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << reads << ": " << st;
+  }
   // A smaller budget (RenderLimits) stops sooner, naming itself.
   auto small = ChatTemplate::Create("{% for i in range(100) %}{{ i }}{% endfor %}");
   ASSERT_TRUE(small.ok());
