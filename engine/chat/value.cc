@@ -435,8 +435,8 @@ bool EqualsIn(const Value& a, const Value& b, EqualPairs* seen) {
     case K::kUndefined:
     case K::kNone:
       return true;
-    case K::kString:
-      return a.AsString() == b.AsString();
+    case K::kString:  // one shared string is equal to itself without a scan
+      return &a.AsString() == &b.AsString() || a.AsString() == b.AsString();
     case K::kList:
     case K::kTuple: {
       const auto &x = a.AsList(), &y = b.AsList();
@@ -483,6 +483,7 @@ absl::StatusOr<int> Compare(const Value& a, const Value& b, std::string_view op)
     return a.AsInt() < b.AsInt() ? -1 : (a.AsInt() > b.AsInt() ? 1 : 0);
   }
   if (a.is_string() && b.is_string()) {
+    if (&a.AsString() == &b.AsString()) return 0;  // one shared string
     const int c = a.AsString().compare(b.AsString());
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
