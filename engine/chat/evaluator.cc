@@ -45,8 +45,8 @@ bool ConstantTimeFilter(std::string_view name, const Value& input) {
 // Tests that read their input (and arguments) whole.
 bool ScanningTest(std::string_view name) {
   static constexpr std::string_view kScanning[] = {
-      "lower", "upper", "in", "eq", "equalto", "==", "ne", "!=",          "lt",
-      "<",     "le",    "<=", "gt", ">",       "ge", ">=", "greaterthan", "lessthan"};
+      "lower", "upper", "in", "eq", "equalto", "==", "ne",          "!=",       "lt",    "<",
+      "le",    "<=",    "gt", ">",  "ge",      ">=", "greaterthan", "lessthan", "sameas"};
   return std::find(std::begin(kScanning), std::end(kScanning), name) != std::end(kScanning);
 }
 

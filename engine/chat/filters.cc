@@ -315,7 +315,9 @@ absl::StatusOr<Value> FilterToJson(const Value& in, const ValueList& args, const
   options.ensure_ascii = b.Get(0).Truthy();
   const Value& indent = b.Get(1);
   if (indent.is_int() && !indent.is_bool()) {
-    options.indent = std::string(std::max<int64_t>(indent.AsInt(), 0), ' ');
+    const int64_t spaces = std::max<int64_t>(indent.AsInt(), 0);
+    if (auto st = CheckStringBytes(spaces); !st.ok()) return st;  // indent=10**14 aborted
+    options.indent = std::string(spaces, ' ');
   } else if (indent.is_string()) {
     options.indent = indent.AsString();
   } else if (!indent.is_undefined() && !indent.is_none()) {

@@ -21,7 +21,8 @@ absl::Status Unsupported(std::string_view op, const Value& a, const Value& b) {
 absl::Status Overflow() { return absl::OutOfRangeError("OverflowError: integer overflow"); }
 
 absl::StatusOr<Value> Repeat(const Value& seq, int64_t n) {
-  if (n <= 0) {
+  const bool empty = seq.is_string() ? seq.AsString().empty() : seq.AsList().empty();
+  if (n <= 0 || empty) {  // '' * 3000000000 is '' at once
     if (seq.is_string()) return Value::String("");
     return seq.kind() == Value::Kind::kTuple ? Value::Tuple({}) : Value::List({});
   }
@@ -70,9 +71,15 @@ absl::StatusOr<Value> IntOp(std::string_view op, int64_t x, int64_t y) {
     r = op == "//" ? q : m;
   } else if (op == "**") {
     if (y < 0) return FloatOp(op, static_cast<double>(x), static_cast<double>(y));
-    r = 1;
-    for (int64_t i = 0; i < y; ++i) {
-      if (__builtin_mul_overflow(r, x, &r)) return Overflow();
+    r = 1;  // square and multiply: 1 ** 3000000000 is 32 squarings, not 3e9 products
+    int64_t base = x;
+    for (int64_t e = y; e > 0; e >>= 1) {
+      if ((e & 1) != 0 && __builtin_mul_overflow(r, base, &r)) return Overflow();
+      if (e > 1 && __builtin_mul_overflow(base, base, &base)) {
+        // base overflows: the result does too unless it is 0 or ±1 already
+        // (a base of 0 or ±1 never overflows, so x is beyond them here).
+        return Overflow();
+      }
     }
   }
   return Value::Int(r);
@@ -166,8 +173,10 @@ namespace {
 
 // One %-conversion of PercentFormat: `spec` is the flags/width/precision
 // between '%' and `conv`.
+constexpr uint64_t kMaxNumberWidth = 4096;
+
 absl::StatusOr<std::string> FormatOne(std::string_view spec, char conv, const Value& v) {
-  char buf[512];
+  char buf[2 * kMaxNumberWidth + 512];  // a float's 309 integer digits, sign, precision, width
   if (conv == 's' || conv == 'r') {
     auto text = TextOf(v, /*repr=*/conv == 'r');
     if (!text.ok()) return text.status();
@@ -187,8 +196,12 @@ absl::StatusOr<std::string> FormatOne(std::string_view spec, char conv, const Va
       size_t keep = 0;
       for (++k; k < spec.size() && spec[k] >= '0' && spec[k] <= '9'; ++k)
         keep = keep * 10 + (spec[k] - '0');
-      const auto offsets = unicode::Offsets(s);
-      if (keep + 1 < offsets.size()) s.resize(offsets[keep]);
+      size_t at = 0;  // the byte offset of code point `keep` (scanning no further)
+      for (size_t i = 0; i < keep && at < s.size(); ++i) {
+        char32_t cp;
+        at += unicode::DecodeAt(s, at, &cp);
+      }
+      s.resize(std::min(at, s.size()));
     }
     const size_t len = unicode::Length(s);
     if (len >= width) return s;
@@ -198,6 +211,19 @@ absl::StatusOr<std::string> FormatOne(std::string_view spec, char conv, const Va
   if (!v.is_number()) {
     return TypeError(
         Cat("%", std::string(1, conv), " format: a real number is required, not ", v.TypeName()));
+  }
+  // Width and precision: at most kMaxNumberWidth digits' worth, so that the
+  // text fits `buf` and glibc never formats a billion digits.
+  for (size_t k = 0; k < spec.size();) {
+    uint64_t n = 0;
+    for (; k < spec.size() && spec[k] >= '0' && spec[k] <= '9'; ++k) {
+      n = n * 10 + (spec[k] - '0');
+      if (n > kMaxNumberWidth) {
+        return absl::OutOfRangeError(Cat("OverflowError: a %-format width or precision over ",
+                                         kMaxNumberWidth, " for a number"));
+      }
+    }
+    if (k < spec.size() && (spec[k] < '0' || spec[k] > '9')) ++k;
   }
   const std::string f = Cat("%", spec);
   if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {

@@ -2,6 +2,7 @@
 // unique, min, max, sum, map, select/reject, selectattr/rejectattr, attr,
 // dictsort, batch.
 #include <algorithm>
+#include <cmath>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
@@ -226,8 +227,11 @@ absl::StatusOr<Value> FilterUnique(const Value& in, const ValueList& args, const
       return TypeErrorStatus(Cat("unhashable type: '", k.TypeName(), "'"));
     }
     ValueList& bucket = seen[hash(k)];
-    const bool dup =
-        std::any_of(bucket.begin(), bucket.end(), [&](const Value& s) { return Equals(s, k); });
+    // NaN: one float object in Python's set, however often the list holds it.
+    const bool nan = k.is_float() && std::isnan(k.AsDouble());
+    const bool dup = std::any_of(bucket.begin(), bucket.end(), [&](const Value& s) {
+      return nan ? s.is_float() && std::isnan(s.AsDouble()) : Equals(s, k);
+    });
     if (dup) continue;
     bucket.push_back(k);
     out.push_back((*items)[i]);
@@ -259,11 +263,33 @@ absl::StatusOr<Value> FilterMax(const Value& in, const ValueList& args, const Kw
   return MinMax(in, args, kwargs, true);
 }
 
+// sum(items, start=[...]): lists appended in place, linear in the result
+// (adding each to a growing copy was quadratic).
+absl::StatusOr<Value> SumLists(const Value& start, const ValueList& items, const Value& attribute) {
+  ValueList total = start.AsList();
+  for (const Value& item : items) {
+    Value v = item;
+    if (!attribute.is_undefined() && !attribute.is_none()) {
+      auto got = GetPath(item, attribute);
+      if (!got.ok()) return got.status();
+      v = std::move(*got);
+    }
+    if (v.kind() != Value::Kind::kList) return BinaryOp("+", Value::List({}), v);  // its TypeError
+    if (auto st = CheckListItems(total.size() + v.AsList().size()); !st.ok()) return st;
+    total.insert(total.end(), v.AsList().begin(), v.AsList().end());
+  }
+  return Value::List(std::move(total));
+}
+
 absl::StatusOr<Value> FilterSum(const Value& in, const ValueList& args, const Kwargs& kwargs) {
   BIND("sum", "attribute", "start");
   auto items = Iterate(in);
   if (!items.ok()) return items.status();
   Value total = b.Has(1) ? b.Get(1) : Value::Int(0);
+  if (total.is_string()) {  // Python's sum() refuses strings
+    return TypeErrorStatus("sum() can't sum strings [use ''.join(seq) instead]");
+  }
+  if (total.kind() == Value::Kind::kList) return SumLists(total, *items, b.Get(0));
   for (const Value& item : *items) {
     Value v = item;
     if (b.Has(0) && !b.Get(0).is_none()) {
@@ -371,6 +397,10 @@ absl::StatusOr<Value> FilterBatch(const Value& in, const ValueList& args, const 
   if (!items.ok()) return items.status();
   const int64_t n = b.Get(0).is_number() ? b.Get(0).AsInt() : 0;
   if (n <= 0) return absl::InvalidArgumentError("ValueError: batch size must be positive");
+  // The fill makes the last batch n items long.
+  if (b.Has(1) && !b.Get(1).is_none()) {
+    if (auto st = CheckListItems(n); !st.ok()) return st;
+  }
   ValueList out, batch;
   for (const Value& item : *items) {
     batch.push_back(item);

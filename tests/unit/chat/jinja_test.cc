@@ -328,6 +328,26 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   EXPECT_EQ(
       R("{% set s = 'x' * 1000000 %}{{ ([s, 'y', s] * 1000) | sort | unique | list | length }}"),
       "2");
+  // One large integer cannot make a built-in loop for seconds: powers by
+  // squaring, an empty sequence repeated, %-format widths, tojson's indent,
+  // batch's fill; sum of lists appends in place; NaN is one key to unique.
+  EXPECT_EQ(R("{{ 1 ** 3000000000 }}|{{ (-1) ** 3000000001 }}|{{ 0 ** 3000000000 }}|{{ 2 ** 62 }}|"
+              "{{ 3 ** 39 }}|{{ ('' * 3000000000) | length }}|{{ ([] * 3000000000) | length }}"),
+            "1|-1|0|4611686018427387904|4052555153018976267|0|0");
+  EXPECT_FALSE(RenderError("{{ 2 ** 64 }}").ok());
+  EXPECT_EQ(
+      R("{{ '%5.2f' | format(1.5) }}|{{ '%.3s' | format('h\u00e9llo') }}|{{ '%.0s' % 'ab' }}"),
+      " 1.50|h\u00e9l|");
+  for (const char* wide : {"{{ '%.100000000f' | format(1.5) }}", "{{ '%1000000000d' % 1 }}",
+                           "{{ [] | tojson(indent=100000000000000) }}",
+                           "{{ ([1] | batch(50000000, 0) | first) | length }}"}) {
+    const absl::Status st = RenderError(wide);
+    EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << wide << ": " << st;
+  }
+  EXPECT_EQ(R("{{ [[1], [2, 3]] | sum(start=[]) }}|{{ [1, 2.5] | sum }}"), "[1, 2, 3]|3.5");
+  EXPECT_THAT(std::string(RenderError("{{ ['a'] | sum(start='') }}").message()),
+              HasSubstr("can't sum strings"));
+  EXPECT_EQ(R("{% set n = 'nan' | float %}{{ ([n] * 3) | unique | list | length }}"), "1");
   // A smaller budget (RenderLimits) stops sooner, naming itself.
   auto small = ChatTemplate::Create("{% for i in range(100) %}{{ i }}{% endfor %}");
   ASSERT_TRUE(small.ok());
