@@ -58,12 +58,17 @@ int64_t SizeSteps(const Value& v) {
   return 0;
 }
 
-// `v`, or OverflowError for a string over kMaxStringBytes: built-ins check
-// what they build, and this catches the rest (a container's text that
-// Str() or Repr() cut at the cap).
+// `v`, or OverflowError for a string over kMaxStringBytes (built-ins check
+// what they build, and this catches the rest: a container's text that
+// Str() or Repr() cut at the cap), or RecursionError for a value nested
+// deeper than kMaxValueDepth.
 absl::StatusOr<Value> CheckSize(Value v) {
   if (v.is_string()) {
     if (auto st = CheckStringBytes(v.AsString().size()); !st.ok()) return st;
+  }
+  if (v.depth() > kMaxValueDepth) {
+    return absl::OutOfRangeError(Cat("RecursionError: a value nested ", v.depth(),
+                                     " deep is over the limit of ", kMaxValueDepth));
   }
   return v;
 }

@@ -195,6 +195,18 @@ void AppendRepr(const Value& v, ReprGuard* g, std::string* out) {
   }
 }
 
+// One more than the deepest item.
+int DepthOf(const ValueList& items) {
+  int deepest = 0;
+  for (const Value& v : items) deepest = std::max(deepest, v.depth());
+  return deepest + 1;
+}
+int DepthOf(const ValueDict& dict) {
+  int deepest = 0;
+  for (const auto& [k, v] : dict.items) deepest = std::max({deepest, k.depth(), v.depth()});
+  return deepest + 1;
+}
+
 int Sign(double d) { return d < 0 ? -1 : (d > 0 ? 1 : 0); }
 
 }  // namespace
@@ -235,16 +247,20 @@ Value Value::String(std::string s) {
   return Value(Kind::kString, std::make_shared<const std::string>(std::move(s)));
 }
 Value Value::List(ValueList items) {
-  return Value(Kind::kList, std::make_shared<const ValueList>(std::move(items)));
+  const int depth = DepthOf(items);
+  return Value(Kind::kList, std::make_shared<const ValueList>(std::move(items)), depth);
 }
 Value Value::Tuple(ValueList items) {
-  return Value(Kind::kTuple, std::make_shared<const ValueList>(std::move(items)));
+  const int depth = DepthOf(items);
+  return Value(Kind::kTuple, std::make_shared<const ValueList>(std::move(items)), depth);
 }
 Value Value::Dict(ValueDict dict) {
-  return Value(Kind::kDict, std::make_shared<const ValueDict>(std::move(dict)));
+  const int depth = DepthOf(dict);
+  return Value(Kind::kDict, std::make_shared<const ValueDict>(std::move(dict)), depth);
 }
 Value Value::MakeObject(std::shared_ptr<Object> object) {
-  return Value(Kind::kObject, std::move(object));
+  const int depth = DepthOf(object->attrs);
+  return Value(Kind::kObject, std::move(object), depth);
 }
 Value Value::MakeCallable(std::string name, decltype(Callable::fn) fn, bool reads_args) {
   return Value(Kind::kCallable, std::make_shared<const Callable>(

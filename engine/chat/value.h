@@ -125,6 +125,11 @@ class Value {
 
   // Python's bool(x).
   bool Truthy() const;
+  // How deeply containers nest in this value: 0 for a scalar, one more than
+  // its deepest item for a list, tuple or dict, and for an object one more
+  // than its deepest attribute when it was made (a namespace assigned to
+  // later keeps that figure; Equals compares objects by identity).
+  int depth() const { return depth_; }
   // Whether this is a string, list, dict or object whose data no other
   // value holds: one just made, not one read from a variable or container.
   bool Unshared() const;
@@ -146,11 +151,17 @@ class Value {
       std::variant<std::monostate, bool, int64_t, double, std::shared_ptr<const std::string>,
                    std::shared_ptr<const ValueList>, std::shared_ptr<const ValueDict>,
                    std::shared_ptr<Object>, std::shared_ptr<const Callable>>;
-  Value(Kind kind, Data data) : kind_(kind), data_(std::move(data)) {}
+  Value(Kind kind, Data data, int depth = 0) : kind_(kind), depth_(depth), data_(std::move(data)) {}
 
   Kind kind_ = Kind::kUndefined;
+  int depth_ = 0;
   Data data_;
 };
+
+// The deepest a template's value may nest (Value::depth): deeper ones are
+// refused with RecursionError, so that comparing, printing or freeing one
+// never recurses past it (a 300,000-deep list overflowed the stack).
+inline constexpr int kMaxValueDepth = 512;
 
 // The longest string a template may make (16 MiB): longer ones are
 // refused with OverflowError (builtins.h's CheckStringBytes).

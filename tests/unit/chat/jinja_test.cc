@@ -348,6 +348,17 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   EXPECT_THAT(std::string(RenderError("{{ ['a'] | sum(start='') }}").message()),
               HasSubstr("can't sum strings"));
   EXPECT_EQ(R("{% set n = 'nan' | float %}{{ ([n] * 3) | unique | list | length }}"), "1");
+  // Values nest at most 512 deep, so comparing or freeing one never
+  // overflows the stack (a 300,000-deep list did both).
+  const absl::Status deep = RenderError(
+      "{% set ns = namespace(x=1) %}{% for i in range(2000) %}{% set ns.x = [[[ns.x]]] %}"
+      "{% endfor %}");
+  EXPECT_EQ(deep.code(), absl::StatusCode::kOutOfRange) << deep;
+  EXPECT_THAT(deep.message(), HasSubstr("RecursionError: a value nested 513 deep"));
+  EXPECT_EQ(R("{% set ns = namespace(x=1, y=1) %}{% for i in range(500) %}"
+              "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}"
+              "{{ ns.x == ns.y }}|{{ ns.x < ns.y }}|{{ ns.x | tojson | length }}"),
+            "True|False|1001");
   // A smaller budget (RenderLimits) stops sooner, naming itself.
   auto small = ChatTemplate::Create("{% for i in range(100) %}{{ i }}{% endfor %}");
   ASSERT_TRUE(small.ok());
