@@ -54,13 +54,15 @@ struct ChatRequest {
 
 // The work one render may do.
 struct RenderLimits {
-  // Steps: a statement or an expression is one, a loop iteration 16, a
-  // value or a printed container's text one more per 16 items or 64 bytes.
-  // Default 1,000,000: about a second of one core in a release build at
-  // worst (a per-character filter such as wordcount on every byte); a
-  // 2,000-message conversation takes about 1% of it. Fuzzers lower it, since
-  // sanitizer and coverage builds run some thirty times slower.
-  int64_t max_steps = 1'000'000;
+  // Steps: a statement or an expression is one, a loop iteration 16, and
+  // work in proportion to size (a value made or read whole, printed text)
+  // one more per 16 items or 64 bytes (evaluator.cc says which). Default
+  // 4,000,000: Qwen3's template takes about 125 steps a message, so a
+  // conversation of 30,000 messages fits (0.2 s for 8,000); the worst
+  // template, a per-character filter such as wordcount on every byte, holds
+  // a core about 2 s in a release build. Fuzzers lower it, since sanitizer
+  // and coverage builds run some thirty times slower.
+  int64_t max_steps = 4'000'000;
 };
 
 struct ParsedTemplate;  // the syntax tree (chat_template.cc)

@@ -9,8 +9,11 @@
 namespace ballast::chat {
 namespace {
 
-// The most JSON text one tojson call writes (a tools schema is a few KiB).
+// The most JSON text one tojson call writes (a tools schema is a few KiB),
+// and the most values it encodes: a value that shares its parts (2^24
+// leaves from 24 doublings) reached 16 MiB only after some 3,000,000 values.
 constexpr size_t kMaxJsonBytes = size_t{16} << 20;
+constexpr int64_t kMaxJsonValues = int64_t{1} << 20;
 
 // The error once the JSON text passes kMaxJsonBytes.
 absl::Status TooLong() {
@@ -106,6 +109,7 @@ class Encoder {
   absl::Status EncodeDict(const ValueDict& dict, int depth, std::string* out);
 
   const JsonOptions& o_;
+  int64_t values_ = 0;
 };
 
 absl::Status Encoder::Encode(const Value& v, int depth, std::string* out) {
@@ -113,6 +117,9 @@ absl::Status Encoder::Encode(const Value& v, int depth, std::string* out) {
   // Every value appends at least one byte, so this also bounds the work on
   // a value that shares its parts (2^40 values from 40 doublings).
   if (out->size() > kMaxJsonBytes) return TooLong();
+  if (++values_ > kMaxJsonValues) {
+    return absl::ResourceExhaustedError("tojson: more than 1,048,576 values");
+  }
   switch (v.kind()) {
     case Value::Kind::kNone:
       out->append("null");

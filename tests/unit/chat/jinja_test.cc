@@ -27,11 +27,28 @@ absl::Status CreateError(const std::string& source) {
   return tpl.ok() ? absl::OkStatus() : tpl.status();
 }
 
-absl::Status RenderError(const std::string& source, const Json& context = Json::object()) {
+absl::Status RenderError(const std::string& source, const Json& context = Json::object(),
+                         const RenderLimits& limits = {}) {
   auto tpl = ChatTemplate::Create(source);
   if (!tpl.ok()) return tpl.status();
-  auto out = (*tpl)->Render(context);
+  auto out = (*tpl)->Render(context, limits);
   return out.ok() ? absl::OkStatus() : out.status();
+}
+
+// The limit tests render with 1,000,000 steps, a quarter of the default, so
+// that templates run to the budget finish sooner in sanitizer builds.
+constexpr RenderLimits kTestLimits{.max_steps = 1'000'000};
+
+absl::Status LimitedError(const std::string& source, const Json& context = Json::object()) {
+  return RenderError(source, context, kTestLimits);
+}
+
+std::string LimitedR(const std::string& source, const Json& context = Json::object()) {
+  auto tpl = ChatTemplate::Create(source);
+  if (!tpl.ok()) return "CREATE ERROR: " + tpl.status().ToString();
+  auto out = (*tpl)->Render(context, kTestLimits);
+  if (!out.ok()) return "RENDER ERROR: " + out.status().ToString();
+  return *out;
 }
 
 // A float (or other non-int) where a filter or method wants an int never
@@ -255,21 +272,21 @@ TEST(ChatExpressions, RecursiveAndDeepValuesPrint) {
 // A render's work is bounded whatever the template: nested loops over
 // Jinja's largest ranges stop at the step budget, as does doubling a list
 // (large values cost steps) or at the item cap, and a value that shares its parts compares with
-// itself at once and stops tojson at its 16 MiB cap; each is an error the caller sees.
+// itself at once and stops tojson at its value cap; each is an error the caller sees.
 TEST(ChatLimits, EveryRenderIsBounded) {
-  const absl::Status loops = RenderError(
+  const absl::Status loops = LimitedError(
       "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
   EXPECT_EQ(loops.code(), absl::StatusCode::kResourceExhausted) << loops;
   EXPECT_THAT(loops.message(), HasSubstr("1,000,000 steps"));
   EXPECT_THAT(loops.message(), HasSubstr("chat template 1:"));
-  const absl::Status doubling = RenderError(
+  const absl::Status doubling = LimitedError(
       "{% set ns = namespace(x=[0]) %}{% for i in range(40) %}{% set ns.x = ns.x + ns.x %}"
       "{% endfor %}");
   // The step budget (large values cost steps) or the item cap stops it.
   EXPECT_TRUE(doubling.code() == absl::StatusCode::kResourceExhausted ||
               doubling.code() == absl::StatusCode::kOutOfRange)
       << doubling;
-  const absl::Status concat = RenderError("{{ ([0] * 600000) + ([0] * 600000) }}");
+  const absl::Status concat = LimitedError("{{ ([0] * 600000) + ([0] * 600000) }}");
   EXPECT_EQ(concat.code(), absl::StatusCode::kOutOfRange) << concat;
   EXPECT_THAT(concat.message(), HasSubstr("1200000 items is over the limit of 1,048,576"));
   // Size caps wherever a value is built, overflow-safe.
@@ -281,7 +298,7 @@ TEST(ChatLimits, EveryRenderIsBounded) {
                           "{% set s = ',' * 5000000 %}{{ s.split(',') | length }}",
                           "{% set s = 'x' * 9000000 %}{{ [s, s] | join }}",
                           "{% set s = 'x' * 9000000 %}{{ s.replace('x', 'yy') }}"}) {
-    const absl::Status st = RenderError(big);
+    const absl::Status st = LimitedError(big);
     EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << big << ": " << st;
   }
   // A container's text and a JSON text stop at their caps instead of being
@@ -292,23 +309,23 @@ TEST(ChatLimits, EveryRenderIsBounded) {
                           "{% set s = 'x' * 9000000 %}{{ [s, s] is lower }}",
                           "{% set s = 'x' * 9000000 %}{{ ('%r' % ([s, s],)) | length }}",
                           "{% set s = 'x' * 9000000 %}{{ [1, 2] | join([s, s]) | length }}"}) {
-    const absl::Status st = RenderError(cut);
+    const absl::Status st = LimitedError(cut);
     EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << cut << ": " << st;
     EXPECT_THAT(st.message(), HasSubstr("over the limit of 16 MiB")) << cut;
   }
-  const absl::Status escaped = RenderError("{{ ('\\n' * 9000000,) }}");
+  const absl::Status escaped = LimitedError("{{ ('\\n' * 9000000,) }}");
   EXPECT_EQ(escaped.code(), absl::StatusCode::kResourceExhausted) << escaped;
   EXPECT_THAT(escaped.message(), HasSubstr("16 MiB"));
   for (const char* json :
        {"{{ ('\\n' * 10000000) | tojson }}", "{% set s = 'x' * 9000000 %}{{ [s, s] | tojson }}"}) {
-    const absl::Status st = RenderError(json);
+    const absl::Status st = LimitedError(json);
     EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << json << ": " << st;
     EXPECT_THAT(st.message(), HasSubstr("16 MiB")) << json;
   }
   // Operations on large values cost in proportion to their size: a
   // character-at-a-time filter over a 100 KB string in a loop stops at the
   // budget (it held a core for 4 s when a step was a KiB).
-  const absl::Status scans = RenderError(
+  const absl::Status scans = LimitedError(
       "{% set s = 'x' * 100000 %}{% for i in range(100000) %}{{ s | wordcount }}{% endfor %}");
   EXPECT_EQ(scans.code(), absl::StatusCode::kResourceExhausted) << scans;
   // So does a built-in that compares its argument each iteration, and a
@@ -317,47 +334,56 @@ TEST(ChatLimits, EveryRenderIsBounded) {
        {"{% set s = 'x' * 10000000 %}{% for i in range(100000) %}{{ loop.changed(s) }}{% endfor %}",
         "{% set s = 'x' * 10000000 %}{% for i in range(100000) %}{{ s[-1] }}{{ s[-2:] }}"
         "{% endfor %}"}) {
-    const absl::Status st = RenderError(reads);
+    const absl::Status st = LimitedError(reads);
     EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << reads << ": " << st;
   }
-  // unique hashes its keys, and sort/unique lower-case and compare a string
-  // held many times once (42 s and 11 s when compared item by item).
-  EXPECT_EQ(R("{{ range(100000) | unique | list | length }}|{{ [1, 1.0, true, 'a', 'A', (1, 'a'),"
-              " (1, 'A'), none, none] | unique | list }}"),
-            "100000|[1, 'a', (1, 'a'), (1, 'A'), None]");
+  // unique hashes its keys (42 s on range(100000) comparing each with every
+  // key seen), and sort/unique lower-case a string held many times once.
   EXPECT_EQ(
-      R("{% set s = 'x' * 1000000 %}{{ ([s, 'y', s] * 1000) | sort | unique | list | length }}"),
+      LimitedR("{{ range(100000) | unique | list | length }}|{{ [1, 1.0, true, 'a', 'A', (1, 'a'),"
+               " (1, 'A'), none, none] | unique | list }}"),
+      "100000|[1, 'a', (1, 'a'), (1, 'A'), None]");
+  EXPECT_EQ(
+      LimitedR(
+          "{% set s = 'x' * 3000 %}{{ ([s, 'y', s] * 1000) | sort | unique | list | length }}"),
       "2");
+  // A list counts the strings it holds: a built-in reading each item of
+  // [s] * 1000 reads s a thousand times (4 s when only items counted).
+  const absl::Status held =
+      LimitedError("{% set s = 'x' * 1000000 %}{{ ([s] * 1000) | map('wordcount') | sum }}");
+  EXPECT_EQ(held.code(), absl::StatusCode::kResourceExhausted) << held;
   // One large integer cannot make a built-in loop for seconds: powers by
   // squaring, an empty sequence repeated, %-format widths, tojson's indent,
   // batch's fill; sum of lists appends in place; NaN is one key to unique.
-  EXPECT_EQ(R("{{ 1 ** 3000000000 }}|{{ (-1) ** 3000000001 }}|{{ 0 ** 3000000000 }}|{{ 2 ** 62 }}|"
-              "{{ 3 ** 39 }}|{{ ('' * 3000000000) | length }}|{{ ([] * 3000000000) | length }}"),
-            "1|-1|0|4611686018427387904|4052555153018976267|0|0");
-  EXPECT_FALSE(RenderError("{{ 2 ** 64 }}").ok());
   EXPECT_EQ(
-      R("{{ '%5.2f' | format(1.5) }}|{{ '%.3s' | format('h\u00e9llo') }}|{{ '%.0s' % 'ab' }}"),
+      LimitedR("{{ 1 ** 3000000000 }}|{{ (-1) ** 3000000001 }}|{{ 0 ** 3000000000 }}|{{ 2 ** 62 }}|"
+               "{{ 3 ** 39 }}|{{ ('' * 3000000000) | length }}|{{ ([] * 3000000000) | length }}"),
+      "1|-1|0|4611686018427387904|4052555153018976267|0|0");
+  EXPECT_FALSE(LimitedError("{{ 2 ** 64 }}").ok());
+  EXPECT_EQ(
+      LimitedR(
+          "{{ '%5.2f' | format(1.5) }}|{{ '%.3s' | format('h\u00e9llo') }}|{{ '%.0s' % 'ab' }}"),
       " 1.50|h\u00e9l|");
   for (const char* wide : {"{{ '%.100000000f' | format(1.5) }}", "{{ '%1000000000d' % 1 }}",
                            "{{ [] | tojson(indent=100000000000000) }}",
                            "{{ ([1] | batch(50000000, 0) | first) | length }}"}) {
-    const absl::Status st = RenderError(wide);
+    const absl::Status st = LimitedError(wide);
     EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << wide << ": " << st;
   }
-  EXPECT_EQ(R("{{ [[1], [2, 3]] | sum(start=[]) }}|{{ [1, 2.5] | sum }}"), "[1, 2, 3]|3.5");
-  EXPECT_THAT(std::string(RenderError("{{ ['a'] | sum(start='') }}").message()),
+  EXPECT_EQ(LimitedR("{{ [[1], [2, 3]] | sum(start=[]) }}|{{ [1, 2.5] | sum }}"), "[1, 2, 3]|3.5");
+  EXPECT_THAT(std::string(LimitedError("{{ ['a'] | sum(start='') }}").message()),
               HasSubstr("can't sum strings"));
-  EXPECT_EQ(R("{% set n = 'nan' | float %}{{ ([n] * 3) | unique | list | length }}"), "1");
+  EXPECT_EQ(LimitedR("{% set n = 'nan' | float %}{{ ([n] * 3) | unique | list | length }}"), "1");
   // Values nest at most 512 deep, so comparing or freeing one never
   // overflows the stack (a 300,000-deep list did both).
-  const absl::Status deep = RenderError(
+  const absl::Status deep = LimitedError(
       "{% set ns = namespace(x=1) %}{% for i in range(2000) %}{% set ns.x = [[[ns.x]]] %}"
       "{% endfor %}");
   EXPECT_EQ(deep.code(), absl::StatusCode::kOutOfRange) << deep;
   EXPECT_THAT(deep.message(), HasSubstr("RecursionError: a value nested 513 deep"));
-  EXPECT_EQ(R("{% set ns = namespace(x=1, y=1) %}{% for i in range(500) %}"
-              "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}"
-              "{{ ns.x == ns.y }}|{{ ns.x < ns.y }}|{{ ns.x | tojson | length }}"),
+  EXPECT_EQ(LimitedR("{% set ns = namespace(x=1, y=1) %}{% for i in range(500) %}"
+                     "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}"
+                     "{{ ns.x == ns.y }}|{{ ns.x < ns.y }}|{{ ns.x | tojson | length }}"),
             "True|False|1001");
   // A smaller budget (RenderLimits) stops sooner, naming itself.
   auto small = ChatTemplate::Create("{% for i in range(100) %}{{ i }}{% endfor %}");
@@ -366,50 +392,66 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   const auto limited = (*small)->Render(Json::object(), RenderLimits{.max_steps = 1'000});
   EXPECT_EQ(limited.status().code(), absl::StatusCode::kResourceExhausted) << limited.status();
   EXPECT_THAT(limited.status().message(), HasSubstr("more than 1,000 steps"));
-  const absl::Status copies = RenderError(
+  const absl::Status copies = LimitedError(
       "{% set x = [0] * 1000000 %}{% for i in range(100000) %}{% if x + [] %}{% endif %}"
       "{% endfor %}");
   EXPECT_EQ(copies.code(), absl::StatusCode::kResourceExhausted) << copies;
   const std::string shared =
       "{% set ns = namespace(x=0) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}"
       "{% endfor %}";
-  EXPECT_EQ(R(shared + "{{ ns.x == ns.x }}|{{ [ns.x] == [ns.x] }}|{{ ns.x in [1, ns.x] }}"),
+  EXPECT_EQ(LimitedR(shared + "{{ ns.x == ns.x }}|{{ [ns.x] == [ns.x] }}|{{ ns.x in [1, ns.x] }}"),
             "True|True|True");
   // Two such values built apart compare each pair of parts once.
   const std::string towers =
       "{% set ns = namespace(x=0, y=0, z=1) %}{% for i in range(40) %}"
       "{% set ns.x = [ns.x, ns.x] %}{% set ns.y = [ns.y, ns.y] %}{% set ns.z = [ns.z, ns.z] %}"
       "{% endfor %}";
-  EXPECT_EQ(R(towers + "{{ ns.x == ns.y }}|{{ ns.x == ns.z }}|{{ ns.x < ns.z }}|"
-                       "{{ ns.z in [ns.x, ns.y] }}"),
+  EXPECT_EQ(LimitedR(towers + "{{ ns.x == ns.y }}|{{ ns.x == ns.z }}|{{ ns.x < ns.z }}|"
+                              "{{ ns.z in [ns.x, ns.y] }}"),
             "True|False|True|False");
   // A missing item's message shows a short repr of the key: a lookup with
   // such a value as the key is as cheap as any (it printed 2^20 values).
-  EXPECT_EQ(R(shared + "{{ [1][ns.x] is defined }}|{{ {}[ns.x] is defined }}"), "False|False");
-  const absl::Status missing = RenderError("{% set s = 'x' * 1000 %}{{ {}[[s]].y }}");
+  EXPECT_EQ(LimitedR(shared + "{{ [1][ns.x] is defined }}|{{ {}[ns.x] is defined }}"),
+            "False|False");
+  const absl::Status missing = LimitedError("{% set s = 'x' * 1000 %}{{ {}[[s]].y }}");
   EXPECT_THAT(missing.message(), HasSubstr("has no element ['xxx")) << missing;
   EXPECT_THAT(missing.message(), HasSubstr("x...")) << missing;
   EXPECT_LT(missing.message().size(), 400u) << missing;
-  const absl::Status json = RenderError(shared + "{{ ns.x | tojson }}");
+  const absl::Status json = LimitedError(shared + "{{ ns.x | tojson }}");
   EXPECT_EQ(json.code(), absl::StatusCode::kResourceExhausted) << json;
-  EXPECT_THAT(json.message(), HasSubstr("16 MiB"));
+  EXPECT_THAT(json.message(), HasSubstr("tojson: more than 1,048,576 values"));
   // A long conversation stays far inside the budget, also where each
   // message asks messages|length and messages[i] (Qwen3's template does):
   // reading a variable costs nothing more, so 20,000 messages fit (a step
   // per 16 items read would take 50,000,000 steps).
   Json msgs = Json::array();
   for (int i = 0; i < 20000; ++i) msgs.push_back({{"role", "user"}, {"content", "hi"}});
-  EXPECT_EQ(
-      R("{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}", {{"messages", msgs}})
-          .size(),
-      size_t{20000 * 8});
-  const std::string indexed =
-      R("{% for m in messages %}{% set i = (messages | length - 1) - loop.index0 %}"
-        "{{ messages[i].content[0] }}{% endfor %}",
-        {{"messages", msgs}});
+  EXPECT_EQ(LimitedR("{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}",
+                     {{"messages", msgs}})
+                .size(),
+            size_t{20000 * 8});
+  const std::string indexed = LimitedR(
+      "{% for m in messages %}{% set i = (messages | length - 1) - loop.index0 %}"
+      "{{ messages[i].content[0] }}{% endfor %}",
+      {{"messages", msgs}});
   EXPECT_EQ(indexed, std::string(20000, 'h'));
+  // The default budget (4,000,000 steps) fits a conversation of 20,000
+  // messages through a real template's shape; Qwen3's (about 125 steps a
+  // message) stopped at 8,000 under 1,000,000, as this does under it.
+  std::string qwen_like;
+  for (int i = 0; i < 2; ++i) {  // two passes, as Qwen3's template makes
+    qwen_like +=
+        "{% for m in messages %}{% set i = (messages | length - 1) - loop.index0 %}"
+        "{% if m.role == 'user' and not (m.content.startswith('<x>') and "
+        "m.content.endswith('</x>')) %}{% set c = m.content.split('</y>')[-1].lstrip('x') %}"
+        "{% endif %}{% endfor %}";
+  }
+  EXPECT_TRUE(RenderError(qwen_like, {{"messages", msgs}}).ok())
+      << RenderError(qwen_like, {{"messages", msgs}});
+  EXPECT_EQ(LimitedError(qwen_like, {{"messages", msgs}}).code(),
+            absl::StatusCode::kResourceExhausted);
   // Copying the list in each iteration is work, and stops at the budget.
-  const absl::Status copied = RenderError(
+  const absl::Status copied = LimitedError(
       "{% for m in messages %}{{ messages[::-1][0].role }}{% endfor %}", {{"messages", msgs}});
   EXPECT_EQ(copied.code(), absl::StatusCode::kResourceExhausted) << copied;
 }
