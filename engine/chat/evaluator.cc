@@ -12,92 +12,13 @@
 #include "absl/strings/match.h"
 #include "engine/chat/builtins.h"
 #include "engine/chat/operators.h"
+#include "engine/chat/work.h"
 
 namespace ballast::chat {
 namespace {
 
 constexpr size_t kMaxOutputBytes = kMaxStringBytes;
 constexpr int kMaxCallDepth = 64;
-// The steps of a render (RenderLimits::max_steps): a statement or an
-// expression is one, a loop iteration 16 (a scope and a loop object of 13
-// attributes), and work in proportion to size one more per 16 items or 64
-// bytes (SizeSteps): scanning 64 bytes a character at a time (wordcount,
-// title, a repr's escapes) costs about what a statement does. Work is a
-// value made (Eval: a new string, list or dict), printed text (Print), and
-// a value read whole (Read): a filter's input (but the length, first or
-// last of a list, and default), a string test's or comparison's operands,
-// a built-in call's arguments (not a macro's), a loop's iterable (copied),
-// the string or list whose method is called, a string indexed or sliced
-// (by code point) and a dict or object searched for a key. Reading a
-// variable, an attribute or a list item costs nothing more: a loop that
-// asks messages|length or messages[i] on each of N messages stays linear.
-constexpr int64_t kLoopIterationSteps = 16;
-constexpr int kBytesPerStepShift = 6;  // 64 bytes
-
-// Filters whose work does not grow with their input, on that input.
-bool ConstantTimeFilter(std::string_view name, const Value& input) {
-  if (name == "default" || name == "d") return true;
-  if (input.is_dict()) return name == "length" || name == "count";
-  return input.is_sequence() &&
-         (name == "length" || name == "count" || name == "first" || name == "last");
-}
-
-// Tests that read their input (and arguments) whole.
-bool ScanningTest(std::string_view name) {
-  static constexpr std::string_view kScanning[] = {
-      "lower", "upper", "in", "eq", "equalto", "==", "ne",          "!=",       "lt",    "<",
-      "le",    "<=",    "gt", ">",  "ge",      ">=", "greaterthan", "lessthan", "sameas"};
-  return std::find(std::begin(kScanning), std::end(kScanning), name) != std::end(kScanning);
-}
-
-// A list's or dict's size counts the strings it holds too: [s] * 1000 is
-// cheap to make, but a built-in that reads each item (map, sort, ==) reads
-// s a thousand times.
-int64_t SizeSteps(const Value& v) {
-  const auto bytes = [](const Value& item) {
-    return item.is_string() ? item.AsString().size() : 0;
-  };
-  if (v.is_string()) return static_cast<int64_t>(v.AsString().size() >> kBytesPerStepShift);
-  if (v.is_sequence()) {
-    uint64_t held = 0;
-    for (const Value& item : v.AsList()) held += bytes(item);
-    return static_cast<int64_t>((v.AsList().size() >> 4) + (held >> kBytesPerStepShift));
-  }
-  if (v.is_dict()) {
-    uint64_t held = 0;
-    for (const auto& [key, item] : v.AsDict().items) held += bytes(key) + bytes(item);
-    return static_cast<int64_t>((v.AsDict().items.size() >> 4) + (held >> kBytesPerStepShift));
-  }
-  if (v.is_object()) return static_cast<int64_t>(v.AsObject().attrs.items.size() >> 4);
-  return 0;
-}
-
-// `v`, or OverflowError for a string over kMaxStringBytes (built-ins check
-// what they build, and this catches the rest: a container's text that
-// Str() or Repr() cut at the cap), or RecursionError for a value nested
-// deeper than kMaxValueDepth.
-absl::StatusOr<Value> CheckSize(Value v) {
-  if (v.is_string()) {
-    if (auto st = CheckStringBytes(v.AsString().size()); !st.ok()) return st;
-  }
-  if (v.depth() > kMaxValueDepth) {
-    return absl::OutOfRangeError(Cat("RecursionError: a value nested ", v.depth(),
-                                     " deep is over the limit of ", kMaxValueDepth));
-  }
-  return v;
-}
-
-// 1000000 as "1,000,000" (n >= 0).
-std::string WithCommas(int64_t n) {
-  const std::string digits = std::to_string(n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
-  return out;
-}
-
 struct Frame {
   absl::flat_hash_map<std::string, Value> vars;
   std::shared_ptr<Frame> parent;
@@ -128,7 +49,7 @@ absl::Status At(SourcePos pos, const absl::Status& status) {
 class Evaluator {
  public:
   Evaluator(std::shared_ptr<Frame> frame, int64_t max_steps)
-      : frame_(std::move(frame)), max_steps_(max_steps) {}
+      : frame_(std::move(frame)), budget_(max_steps) {}
   // Breaks the reference cycles a template can make, so the values are
   // freed: a namespace that holds itself (`set ns.me = ns`, directly or
   // through other values), or a loop.changed() whose remembered value holds
@@ -145,14 +66,8 @@ class Evaluator {
   absl::StatusOr<Value> Eval(const Expr& e);
 
  private:
-  // Counts n steps against max_steps_: RESOURCE_EXHAUSTED past it.
-  absl::Status Step(int64_t n = 1) {
-    steps_ += n;
-    if (steps_ <= max_steps_) return absl::OkStatus();
-    return absl::ResourceExhaustedError(
-        Cat("the render took more than ", WithCommas(max_steps_),
-            " steps (statements, expressions, loop iterations and the size of values and text)"));
-  }
+  // Counts n steps: RESOURCE_EXHAUSTED past the budget.
+  absl::Status Step(int64_t n = 1) { return budget_.Charge(n); }
   // Counts reading `v` whole (a scan or a copy) in steps.
   absl::Status Read(const Value& v) { return Step(SizeSteps(v)); }
   // Counts an attribute or item lookup in `obj`: a list's is by index (free);
@@ -164,7 +79,7 @@ class Evaluator {
   // Appends `text` to `out`, counting its size in steps.
   absl::Status Print(std::string_view text, std::string* out) {
     out->append(text);
-    return Step(static_cast<int64_t>(text.size() >> kBytesPerStepShift));
+    return Step(TextSteps(text.size()));
   }
   absl::StatusOr<Flow> ExecOne(const Stmt& s, std::string* out);
   absl::StatusOr<Flow> ExecFor(const Stmt& s, std::string* out);
@@ -187,12 +102,10 @@ class Evaluator {
   absl::Status EvalArgs(const Expr& e, size_t first, ValueList* args, Kwargs* kwargs);
   absl::StatusOr<Value> CallMacro(const Stmt& s, const std::weak_ptr<Frame>& scope,
                                   const ValueList& args, const Kwargs& kwargs);
-  Value MakeLoop(const ValueList& items, size_t i, std::shared_ptr<Value> last_changed);
 
   std::shared_ptr<Frame> frame_;
   int call_depth_ = 0;
-  const int64_t max_steps_;
-  int64_t steps_ = 0;
+  WorkBudget budget_;
   // Namespaces assigned to, and loops' remembered values (the destructor).
   std::vector<Value> assigned_namespaces_;
   absl::flat_hash_set<const Object*> assigned_seen_;
@@ -309,43 +222,6 @@ absl::Status Evaluator::Assign(const Target& t, const Value& v, SourcePos pos) {
   return absl::OkStatus();
 }
 
-Value Evaluator::MakeLoop(const ValueList& items, size_t i, std::shared_ptr<Value> last_changed) {
-  const int64_t n = static_cast<int64_t>(items.size());
-  const int64_t idx = static_cast<int64_t>(i);
-  auto loop = std::make_shared<Object>();
-  loop->type_name = "LoopContext";
-  auto set = [&](const char* name, Value v) {
-    loop->attrs.items.emplace_back(Value::String(name), std::move(v));
-  };
-  set("index0", Value::Int(idx));
-  set("index", Value::Int(idx + 1));
-  set("revindex0", Value::Int(n - idx - 1));
-  set("revindex", Value::Int(n - idx));
-  set("first", Value::Bool(idx == 0));
-  set("last", Value::Bool(idx == n - 1));
-  set("length", Value::Int(n));
-  set("depth", Value::Int(1));
-  set("depth0", Value::Int(0));
-  set("previtem", idx > 0 ? items[i - 1] : Value::Undefined("there is no previous item"));
-  set("nextitem", idx + 1 < n ? items[i + 1] : Value::Undefined("there is no next item"));
-  set("cycle",
-      Value::MakeCallable("loop.cycle",
-                          [idx](const ValueList& args, const Kwargs&) -> absl::StatusOr<Value> {
-                            if (args.empty()) return TypeErrorStatus("no items for cycling given");
-                            return args[idx % static_cast<int64_t>(args.size())];
-                          }));
-  set("changed", Value::MakeCallable(
-                     "loop.changed",
-                     [last_changed](const ValueList& args, const Kwargs&) -> absl::StatusOr<Value> {
-                       Value now = Value::List(args);
-                       if (!last_changed->is_undefined() && Equals(*last_changed, now))
-                         return Value::Bool(false);
-                       *last_changed = std::move(now);
-                       return Value::Bool(true);
-                     }));
-  return Value::MakeObject(std::move(loop));
-}
-
 absl::StatusOr<Flow> Evaluator::ExecFor(const Stmt& s, std::string* out) {
   auto iterable = Eval(*s.expr);
   if (!iterable.ok()) return iterable.status();
@@ -378,7 +254,7 @@ absl::StatusOr<Flow> Evaluator::ExecFor(const Stmt& s, std::string* out) {
   for (size_t i = 0; i < items.size(); ++i) {
     if (auto st = Step(kLoopIterationSteps); !st.ok()) return At(s.pos, st);
     frame_ = std::make_shared<Frame>(Frame{{}, outer});
-    frame_->vars["loop"] = MakeLoop(items, i, last_changed);
+    frame_->vars["loop"] = internal::MakeLoop(items, i, last_changed);
     absl::Status st = Assign(s.target, items[i], s.pos);
     absl::StatusOr<Flow> flow = st.ok() ? Exec(s.body, out) : st;
     frame_ = outer;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -40,6 +41,9 @@ namespace internal {
 ValueDict MakeGlobals();
 // The error raise_exception(message) returns.
 absl::Status RaisedException(std::string message);
+// The `loop` variable of iteration i over `items` (globals.cc); its
+// changed() remembers its last arguments in `last_changed`.
+Value MakeLoop(const ValueList& items, size_t i, std::shared_ptr<Value> last_changed);
 }  // namespace internal
 
 }  // namespace ballast::chat

@@ -1,6 +1,7 @@
 // The interpreter's global functions: Jinja's range/namespace/dict and
 // Hugging Face's raise_exception/strftime_now.
 #include <ctime>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
@@ -112,6 +113,43 @@ ValueDict MakeGlobals() {
     g.Set(Value::String(name), Unsupported(name));
   }
   return g;
+}
+
+Value MakeLoop(const ValueList& items, size_t i, std::shared_ptr<Value> last_changed) {
+  const int64_t n = static_cast<int64_t>(items.size());
+  const int64_t idx = static_cast<int64_t>(i);
+  auto loop = std::make_shared<Object>();
+  loop->type_name = "LoopContext";
+  auto set = [&](const char* name, Value v) {
+    loop->attrs.items.emplace_back(Value::String(name), std::move(v));
+  };
+  set("index0", Value::Int(idx));
+  set("index", Value::Int(idx + 1));
+  set("revindex0", Value::Int(n - idx - 1));
+  set("revindex", Value::Int(n - idx));
+  set("first", Value::Bool(idx == 0));
+  set("last", Value::Bool(idx == n - 1));
+  set("length", Value::Int(n));
+  set("depth", Value::Int(1));
+  set("depth0", Value::Int(0));
+  set("previtem", idx > 0 ? items[i - 1] : Value::Undefined("there is no previous item"));
+  set("nextitem", idx + 1 < n ? items[i + 1] : Value::Undefined("there is no next item"));
+  set("cycle",
+      Value::MakeCallable("loop.cycle",
+                          [idx](const ValueList& args, const Kwargs&) -> absl::StatusOr<Value> {
+                            if (args.empty()) return TypeErrorStatus("no items for cycling given");
+                            return args[idx % static_cast<int64_t>(args.size())];
+                          }));
+  set("changed", Value::MakeCallable(
+                     "loop.changed",
+                     [last_changed](const ValueList& args, const Kwargs&) -> absl::StatusOr<Value> {
+                       Value now = Value::List(args);
+                       if (!last_changed->is_undefined() && Equals(*last_changed, now))
+                         return Value::Bool(false);
+                       *last_changed = std::move(now);
+                       return Value::Bool(true);
+                     }));
+  return Value::MakeObject(std::move(loop));
 }
 
 }  // namespace internal
