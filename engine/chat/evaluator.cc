@@ -469,6 +469,16 @@ absl::StatusOr<Value> Evaluator::EvalSlice(const Expr& e) {
 absl::StatusOr<Value> Evaluator::EvalFilterOrTest(const Expr& e) {
   auto input = Eval(*e.children[0]);
   if (!input.ok()) return input.status();
+  // wordcount and the lower/upper tests read a container's text (its repr)
+  // and return a number: the text is made here and counted.
+  const bool reads_text = e.kind == Expr::Kind::kFilter ? e.name == "wordcount"
+                                                        : (e.name == "lower" || e.name == "upper");
+  if (reads_text && !input->is_string() && !input->is_undefined()) {
+    auto text = TextOf(*input);
+    if (!text.ok()) return text.status();
+    if (auto st = Step(TextSteps(text->size())); !st.ok()) return st;
+    input = Value::String(std::move(*text));
+  }
   ValueList args;
   Kwargs kwargs;
   if (auto st = EvalArgs(e, 1, &args, &kwargs); !st.ok()) return st;

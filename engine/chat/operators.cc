@@ -1,6 +1,7 @@
 #include "engine/chat/operators.h"
 
 #include <cmath>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "engine/chat/builtins.h"
@@ -178,9 +179,6 @@ constexpr uint64_t kMaxNumberWidth = 4096;
 absl::StatusOr<std::string> FormatOne(std::string_view spec, char conv, const Value& v) {
   char buf[2 * kMaxNumberWidth + 512];  // a float's 309 integer digits, sign, precision, width
   if (conv == 's' || conv == 'r') {
-    auto text = TextOf(v, /*repr=*/conv == 'r');
-    if (!text.ok()) return text.status();
-    std::string s = std::move(*text);
     size_t k = 0;
     bool left = false;
     for (; k < spec.size() && std::string_view("-+ #0").find(spec[k]) != std::string_view::npos;
@@ -192,12 +190,28 @@ absl::StatusOr<std::string> FormatOne(std::string_view spec, char conv, const Va
       width = width * 10 + (spec[k] - '0');
       if (auto st = CheckStringBytes(width); !st.ok()) return st;  // before it can wrap
     }
-    if (k < spec.size() && spec[k] == '.') {  // precision truncates (in code points)
-      size_t keep = 0;
-      for (++k; k < spec.size() && spec[k] >= '0' && spec[k] <= '9'; ++k)
-        keep = keep * 10 + (spec[k] - '0');
+    std::optional<uint64_t> keep;  // the precision: code points kept
+    if (k < spec.size() && spec[k] == '.') {
+      uint64_t p = 0;
+      for (++k; k < spec.size() && spec[k] >= '0' && spec[k] <= '9'; ++k) {
+        p = std::min<uint64_t>(p * 10 + (spec[k] - '0'), kMaxStringBytes + 1);
+      }
+      keep = p;
+    }
+    std::string s;
+    if (keep && (conv == 'r' || !v.is_string()) && !v.is_undefined()) {
+      // Only `keep` code points are printed: a repr is made that far (4 bytes
+      // a code point at most), not in full ('%.1s' % (x,) on a value that
+      // shares its parts made 2^20 values each time).
+      s = v.ReprPrefix(4 * *keep + 4);
+    } else {
+      auto text = TextOf(v, /*repr=*/conv == 'r');
+      if (!text.ok()) return text.status();
+      s = std::move(*text);
+    }
+    if (keep) {
       size_t at = 0;  // the byte offset of code point `keep` (scanning no further)
-      for (size_t i = 0; i < keep && at < s.size(); ++i) {
+      for (uint64_t i = 0; i < *keep && at < s.size(); ++i) {
         char32_t cp;
         at += unicode::DecodeAt(s, at, &cp);
       }

@@ -395,11 +395,16 @@ std::string Value::Repr() const {
   return out;
 }
 
-std::string Value::ShortRepr(size_t max_bytes) const {
+std::string Value::ReprPrefix(size_t max_bytes) const {
   ReprGuard guard;
   guard.max_bytes = max_bytes;
   std::string out;
   AppendRepr(*this, &guard, &out);
+  return out;
+}
+
+std::string Value::ShortRepr(size_t max_bytes) const {
+  std::string out = ReprPrefix(max_bytes);
   if (out.size() <= max_bytes) return out;
   out.resize(max_bytes);
   return out + "...";

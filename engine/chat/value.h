@@ -143,6 +143,9 @@ class Value {
   // Repr() for a message: cut after `max_bytes`, "..." marking the cut, in
   // time proportional to max_bytes whatever the value's size.
   std::string ShortRepr(size_t max_bytes = 200) const;
+  // At least the first `max_bytes` of Repr() (all of it when shorter; a few
+  // bytes more at most), in time proportional to max_bytes.
+  std::string ReprPrefix(size_t max_bytes) const;
   // Python's type name: "str", "int", "NoneType", "dict", ...
   std::string TypeName() const;
 

@@ -352,6 +352,22 @@ TEST(ChatLimits, EveryRenderIsBounded) {
   const absl::Status held =
       LimitedError("{% set s = 'x' * 1000000 %}{{ ([s] * 1000) | map('wordcount') | sum }}");
   EXPECT_EQ(held.code(), absl::StatusCode::kResourceExhausted) << held;
+  // A container's text that a built-in reads without returning it counts,
+  // and a %-format precision makes only that much of a repr.
+  const std::string tower =
+      "{% set ns = namespace(x=0) %}{% for i in range(24) %}{% set ns.x = [ns.x, ns.x] %}"
+      "{% endfor %}";
+  for (const char* text : {"{% for i in range(300) %}{{ ns.x | wordcount }}{% endfor %}",
+                           "{% for i in range(300) %}{{ ns.x is lower }}{% endfor %}"}) {
+    const absl::Status st = LimitedError(tower + text);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << text << ": " << st;
+  }
+  EXPECT_EQ(LimitedR(tower + "{% for i in range(300) %}{{ '%.3s' % (ns.x,) }}{{ '%.2r' | "
+                             "format('ab') }}{% endfor %}")
+                .substr(0, 10),
+            "[[['a[[['a");
+  EXPECT_EQ(LimitedR("{{ '%.4s' % ([1, 2],) }}|{{ '%.3r' % 'xyz' }}|{{ '%.9s' % none }}"),
+            "[1, |'xy|None");
   // One large integer cannot make a built-in loop for seconds: powers by
   // squaring, an empty sequence repeated, %-format widths, tojson's indent,
   // batch's fill; sum of lists appends in place; NaN is one key to unique.
