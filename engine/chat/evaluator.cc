@@ -9,7 +9,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "engine/chat/builtins.h"
 #include "engine/chat/operators.h"
 #include "engine/chat/work.h"
@@ -33,17 +32,8 @@ struct Frame {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-// Adds "chat template L:C: " to an error that has no position yet.
 absl::Status At(SourcePos pos, const absl::Status& status) {
-  if (status.ok() || IsRaisedException(status) ||
-      absl::StartsWith(status.message(), "chat template ")) {
-    return status;
-  }
-  absl::Status located(status.code(),
-                       Cat("chat template ", FormatPos(pos), ": ", status.message()));
-  status.ForEachPayload(
-      [&](absl::string_view url, const absl::Cord& payload) { located.SetPayload(url, payload); });
-  return located;
+  return internal::LocateError(pos, status);
 }
 
 class Evaluator {
@@ -469,11 +459,8 @@ absl::StatusOr<Value> Evaluator::EvalSlice(const Expr& e) {
 absl::StatusOr<Value> Evaluator::EvalFilterOrTest(const Expr& e) {
   auto input = Eval(*e.children[0]);
   if (!input.ok()) return input.status();
-  // wordcount and the lower/upper tests read a container's text (its repr)
-  // and return a number: the text is made here and counted.
-  const bool reads_text = e.kind == Expr::Kind::kFilter ? e.name == "wordcount"
-                                                        : (e.name == "lower" || e.name == "upper");
-  if (reads_text && !input->is_string() && !input->is_undefined()) {
+  if (ReadsText(e.kind == Expr::Kind::kFilter, e.name) && !input->is_string() &&
+      !input->is_undefined()) {  // the text is made here and counted
     auto text = TextOf(*input);
     if (!text.ok()) return text.status();
     if (auto st = Step(TextSteps(text->size())); !st.ok()) return st;

@@ -41,6 +41,9 @@ namespace internal {
 ValueDict MakeGlobals();
 // The error raise_exception(message) returns.
 absl::Status RaisedException(std::string message);
+// `status` with "chat template L:C: " before its message, unless it is OK,
+// raised by the template, or already located (globals.cc).
+absl::Status LocateError(SourcePos pos, const absl::Status& status);
 // The `loop` variable of iteration i over `items` (globals.cc); its
 // changed() remembers its last arguments in `last_changed`.
 Value MakeLoop(const ValueList& items, size_t i, std::shared_ptr<Value> last_changed);

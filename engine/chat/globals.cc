@@ -5,8 +5,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "engine/chat/builtins.h"
 #include "engine/chat/evaluator.h"
+#include "engine/chat/lexer.h"
 
 namespace ballast::chat {
 namespace {
@@ -95,6 +97,18 @@ bool IsRaisedException(const absl::Status& status) {
 }
 
 namespace internal {
+
+absl::Status LocateError(SourcePos pos, const absl::Status& status) {
+  if (status.ok() || IsRaisedException(status) ||
+      absl::StartsWith(status.message(), "chat template ")) {
+    return status;
+  }
+  absl::Status located(status.code(),
+                       Cat("chat template ", FormatPos(pos), ": ", status.message()));
+  status.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { located.SetPayload(url, payload); });
+  return located;
+}
 
 absl::Status RaisedException(std::string message) {
   absl::Status status = absl::InvalidArgumentError(message);

@@ -40,6 +40,10 @@ bool ScanningTest(std::string_view name) {
   return std::find(std::begin(kScanning), std::end(kScanning), name) != std::end(kScanning);
 }
 
+bool ReadsText(bool is_filter, std::string_view name) {
+  return is_filter ? name == "wordcount" : (name == "lower" || name == "upper");
+}
+
 int64_t SizeSteps(const Value& v) {
   const auto bytes = [](const Value& item) {
     return item.is_string() ? item.AsString().size() : 0;

@@ -46,6 +46,10 @@ bool ConstantTimeFilter(std::string_view name, const Value& input);
 // Whether test `name` reads its input and arguments whole (lower, upper,
 // the comparisons, in, sameas).
 bool ScanningTest(std::string_view name);
+// Whether filter (is_filter) or test `name` reads a container's text (its
+// repr) and returns a number: wordcount, and the lower/upper tests. The
+// evaluator makes that text and counts it.
+bool ReadsText(bool is_filter, std::string_view name);
 
 // `v`, or OUT_OF_RANGE: OverflowError for a string over kMaxStringBytes
 // (built-ins check what they build, and this catches the rest: a
