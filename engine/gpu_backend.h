@@ -45,6 +45,12 @@ struct GpuExecutorOptions {
   // rather than cuBLASLt (decode). Default 2: measured faster than
   // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
   int skinny_gemm_max_m = 2;
+  // Fold the RMSNorms between skinny products into them (decode steps of
+  // at most two tokens, unquantized weights; kernels.h, SkinnyNormOut):
+  // 62 fewer launches a step for 32 layers. Off in deterministic mode (no
+  // skinny kernel there). Default on; off only to measure it
+  // (bench-engine --no-fold-norms).
+  bool fold_norms = true;
   // cuBLASLt algorithms timed per GEMM shape and row bucket (up to 2,048
   // rows) at its first uncaptured call (Gemm's tuning, engine/cuda/gemm.h):
   // the fastest is kept. Costs each bucket's first step about this many x 4

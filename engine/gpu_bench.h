@@ -56,6 +56,7 @@ struct GpuEngineBenchOptions {
   double hbm_bytes_per_s = 0;
   bool gemm_peak = true;         // also time an 8192^3 cuBLASLt GEMM
   int skinny_gemm_max_m = 2;     // see GpuExecutorOptions
+  bool fold_norms = true;        // GpuExecutorOptions::fold_norms
   int gemm_tune_candidates = 0;  // GpuExecutorOptions::gemm_tune_candidates
   bool deterministic = false;    // GpuExecutorOptions::deterministic
   // "static": one cudaMalloc'd block pool; "arena": the elastic KV slab

@@ -60,6 +60,9 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_flag("!--no-graphs", o.cuda_graphs, "disable CUDA graphs for decode steps");
   c->add_flag("--deterministic", o.deterministic,
               "batch-invariant kernels (engine.deterministic), to measure their cost");
+  c->add_flag("!--no-fold-norms", o.fold_norms,
+              "run the RMSNorms between skinny products as their own launches (to measure the "
+              "folding)");
   c->add_option("--skinny-max-m", o.skinny_gemm_max_m,
                 "GEMMs with at most this many rows use the skinny kernel (0 = cuBLASLt only)")
       ->capture_default_str();

@@ -307,6 +307,10 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
       {&logits_, R * static_cast<size_t>(c.vocab_size) * sizeof(float), "logits"},
       {&attn_ws_, ws, "attention workspace"},
       {&attn_counts_, T * c.num_attention_heads * sizeof(unsigned), "attention merge counts"},
+      {&norm_ss_,
+       static_cast<size_t>(kSkinnyNormMaxM) *
+           SkinnyNormBlocks(kSkinnyNormMaxM, static_cast<int>(H)) * sizeof(float),
+       "folded norm sums"},
   };
   for (const Alloc& al : allocs) {
     if (auto s = al.buf->Allocate(al.bytes, al.what); !s.ok()) return s;

@@ -191,9 +191,31 @@ class CudaExecutor final : public Executor {
   PagedKv StepKv(const StepShape& shape) const;
   // Enqueue's decoder layers, one after the other.
   absl::Status Layers(const StepShape& shape, PagedKv kv);
+  // Layer l's parts: input norm (unless `folded` into the previous down
+  // projection) and qkv product into qkv_; RoPE, the KV write and
+  // attention into attn_; the o product and post-attention norm into x_
+  // (one launch when `fold`).
+  absl::Status QkvProjection(const DeviceLayer& L, int l, int T, bool folded,
+                             const Fp8Rows& fp8_in);
+  absl::Status Attend(const StepShape& shape, PagedKv kv, int l, const DeviceLayer& L);
+  absl::Status OutputProjection(const DeviceLayer& L, int T, bool fold, const Fp8Rows& fp8_in);
+  // RMSNorms folded into the skinny products around them (kernels.h,
+  // SkinnyNormOut; GpuExecutorOptions::fold_norms): whether a step of T
+  // tokens folds them (unquantized weights, every layer product skinny),
+  // and whether layer l's down projection also folds layer l + 1's input
+  // norm (l + 1 exists and is not streamed: its norm weight stays put).
+  bool FoldsNorms(int T) const;
+  bool FoldsNextInputNorm(int l) const;
+  // The folded norm's producer: resid_ += x w^T, x_ = gamma * resid_.
+  SkinnyNormOut NormOut(const void* bias, const void* gamma) const;
+  SkinnyNormIn NormIn(int T) const;
   // Layer L's MLP over x_ (post-attention norm output; fp8_in: its E4M3
   // rows for FP8 layers): gate_up, SiLU-and-multiply, down into o_.
-  absl::Status Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in);
+  // fold_in: x_ is the folded post-attention norm's (gate/up scales it);
+  // next_norm: down folds the next layer's input norm of this weight into
+  // resid_ and x_ instead of writing o_ (null: it writes o_).
+  absl::Status Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in, bool fold_in = false,
+                   const void* next_norm = nullptr);
   // y[m][n] = x[m][k] w[n][k]^T on stream_: w in the activation type, or
   // E4M3 with per-row scales when w_scale is set (Gemm::RunFp8; with
   // x_in_fp8, x's E4M3 rows are already in the Gemm's fp8_input()).
@@ -281,6 +303,9 @@ class CudaExecutor final : public Executor {
   // Activations, sized for max_batch_tokens rows.
   DeviceBuffer inv_freq_, resid_, x_, qkv_, q_, attn_, o_, gate_up_, act_buf_, x_sel_, logits_,
       attn_ws_;
+  // [kSkinnyNormMaxM][SkinnyNormBlocks(., hidden)] FP32: a folded norm's
+  // per-block sums of squares, from its producer to its consumer.
+  DeviceBuffer norm_ss_;
   // [max_batch_tokens][heads] unsigned, zero between attention launches:
   // the split-KV partitions' arrivals (LaunchPagedAttention's merge_counts).
   DeviceBuffer attn_counts_;

@@ -73,13 +73,39 @@ absl::Status CudaExecutor::WarmBuckets(const DeviceLayer& L) {
   }
 }
 
-absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in) {
+bool CudaExecutor::FoldsNorms(int T) const {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size;
+  return options_.fold_norms && weights_->layer(0).qkv_scale == nullptr &&
+         SkinnyNormSupports(T, H) && gemm_->UsesSkinny(T, H) && gemm_->UsesSkinny(T, c.q_dim()) &&
+         gemm_->UsesSkinny(T, c.intermediate_size);
+}
+
+bool CudaExecutor::FoldsNextInputNorm(int l) const {
+  const int next = l + 1;
+  if (next >= config_.num_hidden_layers) return false;  // the final norm runs on its own
+  return stream_index_.empty() || stream_index_[static_cast<size_t>(next)] < 0;
+}
+
+SkinnyNormOut CudaExecutor::NormOut(const void* bias, const void* gamma) const {
+  return {resid_.get<float>(), bias, gamma, x_.get(), norm_ss_.get<float>()};
+}
+
+SkinnyNormIn CudaExecutor::NormIn(int T) const {
+  const int H = config_.hidden_size;
+  return {norm_ss_.get<float>(), SkinnyNormBlocks(T, H), H,
+          static_cast<float>(config_.rms_norm_eps)};
+}
+
+absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_in, bool fold_in,
+                               const void* next_norm) {
   const int H = config_.hidden_size, I = config_.intermediate_size;
   const bool fused = fp8_in.q != nullptr;
   if (L.gate_up_scale == nullptr && gemm_->UsesSkinny(T, H)) {
     // Decode-sized, unquantized: the product and the SiLU in one launch.
-    if (auto s =
-            gemm_->RunSkinnySiluMul(x_.get(), L.gate_up, act_buf_.get(), T, I, H, act_, stream_);
+    const SkinnyNormIn in = NormIn(T);
+    if (auto s = gemm_->RunSkinnySiluMul(x_.get(), L.gate_up, act_buf_.get(), T, I, H, act_,
+                                         stream_, fold_in ? &in : nullptr);
         !s.ok())
       return s;
   } else {
@@ -90,6 +116,10 @@ absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_i
                         "silu");
   }
   // The down projection's output feeds the next layer's input norm.
+  if (next_norm != nullptr) {
+    return gemm_->RunSkinnyNormOut(act_buf_.get(), L.down, T, H, I, NormOut(nullptr, next_norm),
+                                   act_, stream_);
+  }
   return Linear(act_buf_.get(), L.down, L.down_scale, o_.get(), T, H, I, fused);
 }
 
@@ -112,21 +142,9 @@ PagedKv CudaExecutor::StepKv(const StepShape& sh) const {
 }
 
 absl::Status CudaExecutor::Layers(const StepShape& sh, PagedKv kv) {
-  const ModelConfig& c = config_;
-  const int Tmax = options_.max_batch_tokens;
-  const int T = sh.tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
-  const int* tok = meta_.get<int>();
-  const TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
-  // The split-KV kernel skips tokens that prefill tiles cover.
-  const TokenMap tm_small{
-      tm.seq, tok + 4 * Tmax, T, tok + 6 * Tmax,
-      reinterpret_cast<const AttentionStreamStart*>(meta_.get<uint8_t>() + stream_offset_)};
-  const auto* tiles = reinterpret_cast<const PrefillTile*>(meta_.get<uint8_t>() + tiles_offset_);
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const int* table = reinterpret_cast<const int*>(meta_.get<uint8_t>() + table_offset_);
-  const AttentionPlan& plan = sh.attention;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
+  const int T = sh.tokens;
+  const bool fold = FoldsNorms(T);
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
     auto streamed = StreamBefore(l);  // remapping: maybe its slot's tensors
     if (!streamed.ok()) return streamed.status();
     const DeviceLayer& L = **streamed;
@@ -136,35 +154,76 @@ absl::Status CudaExecutor::Layers(const StepShape& sh, PagedKv kv) {
     // FP8 layers: the norms and SiLU also write their output in E4M3 for
     // the product that follows (no quantization launch of its own).
     const Fp8Rows fp8_in = L.qkv_scale != nullptr ? gemm_->fp8_input() : Fp8Rows{};
-    const bool fused = fp8_in.q != nullptr;
-    BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr,
-                                         L.input_norm, eps, T, H, x_.get(), act_, stream_, fp8_in),
-                        "input norm");
-    if (auto s = Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), T, Q + 2 * KV, H, fused); !s.ok())
-      return s;
-    kv.block_ids = table + static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
-    BALLAST_CUDA_RETURN(
-        LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, {L.q_norm, L.k_norm, eps}, inv_freq_.get<float>(),
-                          tm, c.num_attention_heads, kv, q_.get(), act_, stream_),
-        "rope/kv write");
-    if (sh.small_tokens > 0 || sh.graph) {
-      BALLAST_CUDA_RETURN(LaunchPagedAttention(q_.get(), tm_small, c.num_attention_heads, kv, scale,
-                                               plan, attn_ws_.get(), attn_.get(), act_, stream_,
-                                               attn_counts_.get<unsigned>()),
-                          "attention");
-    }
-    BALLAST_CUDA_RETURN(
-        LaunchPrefillAttention(q_.get(), tiles, sh.prefill_tiles, c.num_attention_heads, kv, scale,
-                               attn_.get(), act_, stream_),
-        "prefill attention");
-    if (auto s = Linear(attn_.get(), L.o, L.o_scale, o_.get(), T, H, Q); !s.ok()) return s;
-    BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), L.o_bias, L.post_norm, eps,
-                                         T, H, x_.get(), act_, stream_, fp8_in),
-                        "post-attention norm");
-    if (auto s = Mlp(L, T, fp8_in); !s.ok()) return s;
+    // Folded: the previous down projection normed x_ (FoldsNextInputNorm).
+    const bool input_folded = fold && l > 0 && FoldsNextInputNorm(l - 1);
+    if (auto s = QkvProjection(L, l, T, input_folded, fp8_in); !s.ok()) return s;
+    if (auto s = Attend(sh, kv, l, L); !s.ok()) return s;
+    if (auto s = OutputProjection(L, T, fold, fp8_in); !s.ok()) return s;
+    const void* next_norm =
+        fold && FoldsNextInputNorm(l) ? weights_->layer(l + 1).input_norm : nullptr;
+    if (auto s = Mlp(L, T, fp8_in, fold, next_norm); !s.ok()) return s;
     if (auto s = StreamAfter(l); !s.ok()) return s;
   }
   return StreamJoin();
+}
+
+absl::Status CudaExecutor::QkvProjection(const DeviceLayer& L, int l, int T, bool folded,
+                                         const Fp8Rows& fp8_in) {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size, N = c.q_dim() + 2 * c.kv_dim();
+  if (folded)
+    return gemm_->RunSkinnyNormIn(x_.get(), L.qkv, qkv_.get(), T, N, H, NormIn(T), act_, stream_);
+  BALLAST_CUDA_RETURN(
+      LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr, L.input_norm,
+                       static_cast<float>(c.rms_norm_eps), T, H, x_.get(), act_, stream_, fp8_in),
+      "input norm");
+  return Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), T, N, H, fp8_in.q != nullptr);
+}
+
+absl::Status CudaExecutor::Attend(const StepShape& sh, PagedKv kv, int l, const DeviceLayer& L) {
+  const ModelConfig& c = config_;
+  const int Tmax = options_.max_batch_tokens, T = sh.tokens;
+  const int* tok = meta_.get<int>();
+  const uint8_t* meta = meta_.get<uint8_t>();
+  const TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
+  // The split-KV kernel skips tokens that prefill tiles cover.
+  const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T, tok + 6 * Tmax,
+                          reinterpret_cast<const AttentionStreamStart*>(meta + stream_offset_)};
+  const auto* tiles = reinterpret_cast<const PrefillTile*>(meta + tiles_offset_);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  kv.block_ids = reinterpret_cast<const int*>(meta + table_offset_) +
+                 static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
+  BALLAST_CUDA_RETURN(
+      LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, {L.q_norm, L.k_norm, eps}, inv_freq_.get<float>(),
+                        tm, c.num_attention_heads, kv, q_.get(), act_, stream_),
+      "rope/kv write");
+  if (sh.small_tokens > 0 || sh.graph) {
+    BALLAST_CUDA_RETURN(LaunchPagedAttention(q_.get(), tm_small, c.num_attention_heads, kv, scale,
+                                             sh.attention, attn_ws_.get(), attn_.get(), act_,
+                                             stream_, attn_counts_.get<unsigned>()),
+                        "attention");
+  }
+  BALLAST_CUDA_RETURN(
+      LaunchPrefillAttention(q_.get(), tiles, sh.prefill_tiles, c.num_attention_heads, kv, scale,
+                             attn_.get(), act_, stream_),
+      "prefill attention");
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::OutputProjection(const DeviceLayer& L, int T, bool fold,
+                                            const Fp8Rows& fp8_in) {
+  const int H = config_.hidden_size, Q = config_.q_dim();
+  if (fold) {
+    return gemm_->RunSkinnyNormOut(attn_.get(), L.o, T, H, Q, NormOut(L.o_bias, L.post_norm), act_,
+                                   stream_);
+  }
+  if (auto s = Linear(attn_.get(), L.o, L.o_scale, o_.get(), T, H, Q); !s.ok()) return s;
+  BALLAST_CUDA_RETURN(LaunchAddRmsNorm(resid_.get<float>(), o_.get(), L.o_bias, L.post_norm,
+                                       static_cast<float>(config_.rms_norm_eps), T, H, x_.get(),
+                                       act_, stream_, fp8_in),
+                      "post-attention norm");
+  return absl::OkStatus();
 }
 
 absl::Status CudaExecutor::Enqueue(const StepShape& sh) {

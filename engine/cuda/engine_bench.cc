@@ -391,6 +391,7 @@ GpuExecutorOptions BenchExecutorOptions(const GpuEngineBenchOptions& o, int max_
   eo.max_context = std::max({decode_len, o.prefill_tokens, 2 * longest_chunk});
   eo.cuda_graphs = o.cuda_graphs;
   eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
+  eo.fold_norms = o.fold_norms;
   eo.gemm_tune_candidates = o.gemm_tune_candidates;
   eo.deterministic = o.deterministic;
   return eo;
@@ -463,6 +464,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   out["interleave_kv"] = o.interleave_kv;
   const GpuExecutorOptions eo = BenchExecutorOptions(o, max_batch, longest);
   out["deterministic"] = o.deterministic;
+  out["fold_norms"] = o.fold_norms;
   const auto t_load = Clock::now();
   auto ex = cuda::CudaExecutor::Create(c, o.model_dir, &kv, eo);
   if (!ex.ok()) return ex.status();

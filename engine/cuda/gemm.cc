@@ -358,18 +358,42 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
 
 bool Gemm::UsesSkinny(int m, int k) const { return m <= skinny_max_m_ && SkinnyGemmSupports(m, k); }
 
+namespace {
+
+absl::Status SkinnyStatus(cudaError_t e, const char* what, int m, int k) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, " (", m, " rows of depth ", k, "): ", cudaGetErrorString(e)));
+}
+
+}  // namespace
+
 absl::Status Gemm::RunSkinnySiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
-                                    int k, ActType type, cudaStream_t stream) {
+                                    int k, ActType type, cudaStream_t stream,
+                                    const SkinnyNormIn* norm_in) {
   if (m == 0) return absl::OkStatus();
   if (!UsesSkinny(m, k)) {
     return absl::InternalError(absl::StrCat("skinny gate/up + SiLU: ", m, " rows of depth ", k,
                                             " are not a skinny product"));
   }
-  const cudaError_t e = LaunchSkinnyGemmSiluMul(x, w_gate_up, y, m, inter, k, type, stream);
-  if (e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("skinny gate/up + SiLU: ", cudaGetErrorString(e)));
-  }
-  return absl::OkStatus();
+  return SkinnyStatus(LaunchSkinnyGemmSiluMul(x, w_gate_up, y, m, inter, k, type, stream, norm_in),
+                      "skinny gate/up + SiLU", m, k);
+}
+
+absl::Status Gemm::RunSkinnyNormOut(const void* x, const void* w, int m, int n, int k,
+                                    const SkinnyNormOut& out, ActType type, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  if (!UsesSkinny(m, k)) return SkinnyStatus(cudaErrorInvalidValue, "skinny norm producer", m, k);
+  return SkinnyStatus(LaunchSkinnyGemmNormOut(x, w, m, n, k, out, type, stream),
+                      "skinny norm producer", m, k);
+}
+
+absl::Status Gemm::RunSkinnyNormIn(const void* x, const void* w, void* y, int m, int n, int k,
+                                   const SkinnyNormIn& in, ActType type, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  if (!UsesSkinny(m, k)) return SkinnyStatus(cudaErrorInvalidValue, "skinny normed product", m, k);
+  return SkinnyStatus(LaunchSkinnyGemm(x, w, y, m, n, k, type, false, stream, &in),
+                      "skinny normed product", m, k);
 }
 
 absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int k, ActType type,

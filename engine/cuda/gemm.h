@@ -115,8 +115,17 @@ class Gemm {
   // y[m][inter] = silu(x w_gate^T) * (x w_up^T) for an MLP's w_gate_up
   // ([2 * inter][k], gate rows first) in one launch: LaunchSkinnyGemmSiluMul.
   // REQUIRES: UsesSkinny(m, k).
+  // norm_in: the product after a folded RMSNorm (kernels.h, SkinnyNormIn).
   absl::Status RunSkinnySiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
-                                int k, ActType type, cudaStream_t stream);
+                                int k, ActType type, cudaStream_t stream,
+                                const SkinnyNormIn* norm_in = nullptr);
+  // The products around a folded RMSNorm (kernels.h): the one before it,
+  // which writes `out` and no y, and a plain one after it.
+  // REQUIRES: UsesSkinny(m, k) and SkinnyNormSupports(m, the norm's width).
+  absl::Status RunSkinnyNormOut(const void* x, const void* w, int m, int n, int k,
+                                const SkinnyNormOut& out, ActType type, cudaStream_t stream);
+  absl::Status RunSkinnyNormIn(const void* x, const void* w, void* y, int m, int n, int k,
+                               const SkinnyNormIn& in, ActType type, cudaStream_t stream);
   // y[m][n] = (x_scale[m] * e4m3(x / x_scale)[m][k]) (w_scale[n] *
   // e4m3(w)[n][k])^T, y in the activation type. Needs m <= fp8_rows and
   // k <= fp8_max_k.

@@ -23,18 +23,32 @@ constexpr int kChunk = 32 * 8;  // K elements a warp covers per step (16 bytes a
 // are reduced within each warp by shuffles, then across warps in shared
 // memory.
 //
-// kSiluPairs: w is an MLP's [gate; up] ([2n][k], gate rows first) and y
-// [m][n] = silu(x w_gate^T) * (x w_up^T): a block owns C / 2 gate rows and
-// the up rows of the same outputs, and its epilogue rounds both sums to T
-// and applies SiluTimes as SiluMulKernel does, so the result is bit for bit
-// that of the product followed by LaunchSiluMul, with one launch and no
+// kEpi == kSiluPairs: w is an MLP's [gate; up] ([2n][k], gate rows first)
+// and y [m][n] = silu(x w_gate^T) * (x w_up^T): a block owns C / 2 gate rows
+// and the up rows of the same outputs, and its epilogue rounds both sums to
+// T and applies SiluTimes as SiluMulKernel does, so the result is bit for
+// bit that of the product followed by LaunchSiluMul, with one launch and no
 // [m][2n] intermediate.
-template <typename T, typename OutT, int M, int C, bool kSiluPairs = false>
+//
+// kEpi == kNormOut (the o and down projections before a folded RMSNorm,
+// kernels.h): each output, rounded to T as y would hold it, is added (with
+// the bias) to the FP32 residual row; gamma * r goes to xg in T, and the
+// block's sum of r^2 per row to sumsq[row][block]. y is not written.
+// kNormIn (the qkv and gate/up products after one): after the K loop the
+// block sums the producer's per-block sums in a fixed order (the same in
+// every block and run) and scales each row's dot products by
+// rsqrt(sum / hidden + eps) before rounding: x · w, x = T(gamma * r), is the
+// norm's product up to where the rounding to T happens.
+enum class Epi { kPlain, kSiluPairs, kNormOut };
+
+template <typename T, typename OutT, int M, int C, Epi kEpi = Epi::kPlain, bool kNormIn = false>
 __global__ void __launch_bounds__(kWarps * 32)
     SkinnyGemmKernel(const T* __restrict__ x, const T* __restrict__ w, OutT* __restrict__ y, int m,
-                     int n, int k) {
+                     int n, int k, SkinnyNormIn norm_in, SkinnyNormOut norm_out) {
+  constexpr bool kSiluPairs = kEpi == Epi::kSiluPairs;
   static_assert(!kSiluPairs || C % 2 == 0, "pairs of gate and up rows");
   __shared__ float red[kWarps][M][C];
+  __shared__ float row_ss[kWarps][M];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * (kSiluPairs ? C / 2 : C);
   const T* wr[C];
@@ -81,7 +95,31 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (lane == 0) red[warp][i][c] = v;
     }
   }
+  if constexpr (kNormIn) {  // the producer's sums of squares, in a fixed order
+    float s[M];
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      s[i] = 0.0f;
+      if (i < m) {
+        const float* part = norm_in.sumsq + static_cast<size_t>(i) * norm_in.blocks;
+        for (int b = threadIdx.x; b < norm_in.blocks; b += blockDim.x) s[i] += part[b];
+      }
+      s[i] = WarpSum(s[i]);
+      if (lane == 0) row_ss[warp][i] = s[i];
+    }
+  }
   __syncthreads();
+  float inv[M];  // the folded norm's 1 / rms per row (1 without one)
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    inv[i] = 1.0f;
+    if constexpr (kNormIn) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int wv = 0; wv < kWarps; ++wv) ss += row_ss[wv][i];
+      inv[i] = rsqrtf(ss / static_cast<float>(norm_in.hidden) + norm_in.eps);
+    }
+  }
   if constexpr (kSiluPairs) {
     for (int idx = threadIdx.x; idx < M * (C / 2); idx += blockDim.x) {
       const int i = idx / (C / 2), c = idx % (C / 2);
@@ -90,10 +128,36 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int wv = 0; wv < kWarps; ++wv) g += red[wv][i][c];
 #pragma unroll
       for (int wv = 0; wv < kWarps; ++wv) u += red[wv][i][c + C / 2];
+      g *= inv[i], u *= inv[i];  // 1 without a folded norm: the same bits
       if (i < m && n0 + c < n) {
         y[static_cast<size_t>(i) * n + n0 + c] =
             FromF<OutT>(SiluTimes(ToF(FromF<T>(g)), ToF(FromF<T>(u))));
       }
+    }
+  } else if constexpr (kEpi == Epi::kNormOut) {
+    // red[0][i][c] then holds r^2: only its own thread read red[.][i][c].
+    for (int idx = threadIdx.x; idx < M * C; idx += blockDim.x) {
+      const int i = idx / C, c = idx % C;
+      float v = 0.0f;
+#pragma unroll
+      for (int wv = 0; wv < kWarps; ++wv) v += red[wv][i][c];
+      float r = 0.0f;
+      if (i < m && n0 + c < n) {
+        const size_t at = static_cast<size_t>(i) * n + n0 + c;
+        r = norm_out.resid[at] + ToF(FromF<T>(v));
+        if (norm_out.bias != nullptr) r += ToF(static_cast<const T*>(norm_out.bias)[n0 + c]);
+        norm_out.resid[at] = r;
+        static_cast<T*>(norm_out.xg)[at] =
+            FromF<T>(ToF(static_cast<const T*>(norm_out.gamma)[n0 + c]) * r);
+      }
+      red[0][i][c] = r * r;
+    }
+    __syncthreads();
+    if (threadIdx.x < m && threadIdx.x < M) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int c = 0; c < C; ++c) ss += red[0][threadIdx.x][c];
+      norm_out.sumsq[static_cast<size_t>(threadIdx.x) * gridDim.x + blockIdx.x] = ss;
     }
   } else {
     for (int idx = threadIdx.x; idx < M * C; idx += blockDim.x) {
@@ -101,50 +165,91 @@ __global__ void __launch_bounds__(kWarps * 32)
       float v = 0.0f;
 #pragma unroll
       for (int wv = 0; wv < kWarps; ++wv) v += red[wv][i][c];
-      if (i < m && n0 + c < n) y[static_cast<size_t>(i) * n + n0 + c] = FromF<OutT>(v);
+      if (i < m && n0 + c < n) y[static_cast<size_t>(i) * n + n0 + c] = FromF<OutT>(v * inv[i]);
     }
   }
 }
 
+// The columns a block owns at M rows (its C; for kSiluPairs C / 2).
+constexpr int BlockCols(int m) { return m <= 4 ? 8 : 4; }
+
 // n: y's columns (for kSiluPairs, the MLP's intermediate size: w has 2n
 // rows).
-template <typename T, typename OutT, int M, int C, bool kSiluPairs>
+template <typename T, typename OutT, int M, int C, Epi kEpi, bool kNormIn>
 cudaError_t LaunchM(const void* x, const void* w, void* y, int m, int n, int k,
-                    cudaStream_t stream) {
-  constexpr int kCols = kSiluPairs ? C / 2 : C;
-  return LaunchKernel(SkinnyGemmKernel<T, OutT, M, C, kSiluPairs>, (n + kCols - 1) / kCols,
+                    const SkinnyNormIn& in, const SkinnyNormOut& out, cudaStream_t stream) {
+  static_assert(C == BlockCols(M), "SkinnyNormBlocks counts blocks of BlockCols columns");
+  constexpr int kCols = kEpi == Epi::kSiluPairs ? C / 2 : C;
+  return LaunchKernel(SkinnyGemmKernel<T, OutT, M, C, kEpi, kNormIn>, (n + kCols - 1) / kCols,
                       kWarps * 32, 0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
-                      static_cast<OutT*>(y), m, n, k);
+                      static_cast<OutT*>(y), m, n, k, in, out);
 }
 
-template <typename T, typename OutT, bool kSiluPairs = false>
+template <typename T, typename OutT, Epi kEpi = Epi::kPlain>
 cudaError_t Dispatch(const void* x, const void* w, void* y, int m, int n, int k,
-                     cudaStream_t stream) {
-  if (m <= 1) return LaunchM<T, OutT, 1, 8, kSiluPairs>(x, w, y, m, n, k, stream);
-  if (m <= 2) return LaunchM<T, OutT, 2, 8, kSiluPairs>(x, w, y, m, n, k, stream);
-  if (m <= 4) return LaunchM<T, OutT, 4, 8, kSiluPairs>(x, w, y, m, n, k, stream);
-  return LaunchM<T, OutT, 8, 4, kSiluPairs>(x, w, y, m, n, k, stream);
+                     const SkinnyNormIn* in, const SkinnyNormOut& out, cudaStream_t stream) {
+  const SkinnyNormIn none{};
+  // Folded norms (one or two rows): kNormOut always, kNormIn when given.
+  if constexpr (kEpi != Epi::kNormOut) {
+    if (in == nullptr) {
+      if (m <= 1) return LaunchM<T, OutT, 1, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
+      if (m <= 2) return LaunchM<T, OutT, 2, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
+      if (m <= 4) return LaunchM<T, OutT, 4, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
+      return LaunchM<T, OutT, 8, 4, kEpi, false>(x, w, y, m, n, k, none, out, stream);
+    }
+    if (m <= 1) return LaunchM<T, OutT, 1, 8, kEpi, true>(x, w, y, m, n, k, *in, out, stream);
+    return LaunchM<T, OutT, 2, 8, kEpi, true>(x, w, y, m, n, k, *in, out, stream);
+  } else {
+    if (m <= 1) return LaunchM<T, OutT, 1, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
+    return LaunchM<T, OutT, 2, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
+  }
+}
+
+bool NormInValid(const SkinnyNormIn* in, int m) {
+  return in == nullptr || (SkinnyNormSupports(m, in->hidden) && in->sumsq != nullptr &&
+                           in->blocks == SkinnyNormBlocks(m, in->hidden));
 }
 
 }  // namespace
 
 bool SkinnyGemmSupports(int m, int k) { return m >= 1 && m <= kSkinnyGemmMaxM && k % 8 == 0; }
 
+bool SkinnyNormSupports(int m, int n) { return m <= kSkinnyNormMaxM && SkinnyGemmSupports(m, n); }
+
+int SkinnyNormBlocks(int m, int n) { return (n + BlockCols(m) - 1) / BlockCols(m); }
+
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
-                             ActType type, bool out_f32, cudaStream_t stream) {
-  if (!SkinnyGemmSupports(m, k)) return cudaErrorInvalidValue;
+                             ActType type, bool out_f32, cudaStream_t stream,
+                             const SkinnyNormIn* norm_in) {
+  if (!SkinnyGemmSupports(m, k) || !NormInValid(norm_in, m)) return cudaErrorInvalidValue;
   BALLAST_DISPATCH_ACT(type, T, {
-    return out_f32 ? Dispatch<T, float>(x, w, y, m, n, k, stream)
-                   : Dispatch<T, T>(x, w, y, m, n, k, stream);
+    return out_f32 ? Dispatch<T, float>(x, w, y, m, n, k, norm_in, {}, stream)
+                   : Dispatch<T, T>(x, w, y, m, n, k, norm_in, {}, stream);
   });
   return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchSkinnyGemmSiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
-                                    int k, ActType type, cudaStream_t stream) {
-  if (!SkinnyGemmSupports(m, k) || inter <= 0) return cudaErrorInvalidValue;
-  BALLAST_DISPATCH_ACT(type, T,
-                       { return Dispatch<T, T, true>(x, w_gate_up, y, m, inter, k, stream); });
+                                    int k, ActType type, cudaStream_t stream,
+                                    const SkinnyNormIn* norm_in) {
+  if (!SkinnyGemmSupports(m, k) || inter <= 0 || !NormInValid(norm_in, m)) {
+    return cudaErrorInvalidValue;
+  }
+  BALLAST_DISPATCH_ACT(type, T, {
+    return Dispatch<T, T, Epi::kSiluPairs>(x, w_gate_up, y, m, inter, k, norm_in, {}, stream);
+  });
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchSkinnyGemmNormOut(const void* x, const void* w, int m, int n, int k,
+                                    const SkinnyNormOut& out, ActType type, cudaStream_t stream) {
+  if (!SkinnyGemmSupports(m, k) || !SkinnyNormSupports(m, n) || out.resid == nullptr ||
+      out.gamma == nullptr || out.xg == nullptr || out.sumsq == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  BALLAST_DISPATCH_ACT(type, T, {
+    return Dispatch<T, T, Epi::kNormOut>(x, w, nullptr, m, n, k, nullptr, out, stream);
+  });
   return cudaErrorInvalidValue;
 }
 

@@ -194,15 +194,48 @@ constexpr int kSkinnyGemmMaxM = 8;
 // cuBLASLt at 1 row (6.70 vs 7.17 ms/step) and loses from 4 rows on.
 constexpr int kSkinnyGemmDefaultMaxM = 2;
 bool SkinnyGemmSupports(int m, int k);
+// RMSNorms folded into the skinny products around them (decode steps of at
+// most kSkinnyNormMaxM rows, unquantized weights): no norm launch between
+// the o projection and gate/up, nor between down and the next layer's qkv.
+// The producer (LaunchSkinnyGemmNormOut, n = hidden) adds each output,
+// rounded to the activation type, and the bias to the FP32 residual row r,
+// writes xg = gamma * r in the activation type and each block's sum of r^2
+// per row; the consumer (LaunchSkinnyGemm or LaunchSkinnyGemmSiluMul with a
+// SkinnyNormIn) sums those in a fixed order and scales its dot products by
+// 1 / rms = rsqrt(sum / hidden + eps) before rounding. The residual is
+// bit for bit the unfolded one; the normed product differs from
+// LaunchAddRmsNorm + product only in where its input is rounded.
+constexpr int kSkinnyNormMaxM = 2;
+struct SkinnyNormOut {
+  float* resid = nullptr;       // [m][n] FP32 residual stream, updated
+  const void* bias = nullptr;   // [n] added with the product, or null
+  const void* gamma = nullptr;  // [n] the norm's weight
+  void* xg = nullptr;           // [m][n] gamma * r, the consumer's x
+  float* sumsq = nullptr;       // [m][SkinnyNormBlocks(m, n)]
+};
+struct SkinnyNormIn {
+  const float* sumsq = nullptr;  // a producer's, complete when the consumer waits for it
+  int blocks = 0;                // SkinnyNormBlocks(m, hidden)
+  int hidden = 0;                // the producer's n
+  float eps = 0.0f;
+};
+bool SkinnyNormSupports(int m, int n);
+// The producer's blocks, each writing one sum of squares per row.
+int SkinnyNormBlocks(int m, int n);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
-                             ActType type, bool out_f32, cudaStream_t stream);
+                             ActType type, bool out_f32, cudaStream_t stream,
+                             const SkinnyNormIn* norm_in = nullptr);
 // An MLP's gate/up product and its SiLU in one launch, for decode-sized m
 // as LaunchSkinnyGemm: y[m][inter] = silu(x w_gate^T) * (x w_up^T), w_gate_up
 // [2 * inter][k] with the gate rows first, y in the activation type. Bit for
 // bit the result of LaunchSkinnyGemm into [m][2 * inter] followed by
 // LaunchSiluMul.
 cudaError_t LaunchSkinnyGemmSiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
-                                    int k, ActType type, cudaStream_t stream);
+                                    int k, ActType type, cudaStream_t stream,
+                                    const SkinnyNormIn* norm_in = nullptr);
+// The producer: x[m][k] w[n][k]^T into `out` (nothing else written).
+cudaError_t LaunchSkinnyGemmNormOut(const void* x, const void* w, int m, int n, int k,
+                                    const SkinnyNormOut& out, ActType type, cudaStream_t stream);
 
 // FP8 (E4M3) weights, one FP32 scale per row (output channel).
 // Per row r of src [rows][cols]: scales[r] = max|row| / 448 (1 when the row
