@@ -51,6 +51,11 @@ struct GpuExecutorOptions {
   // skinny kernel there). Default on; off only to measure it
   // (bench-engine --no-fold-norms).
   bool fold_norms = true;
+  // With fold_norms (and no Qwen3 head norms): RoPE and the KV write in the
+  // qkv product's epilogue (kernels.h, LaunchSkinnyGemmRopeKv), one launch
+  // a layer fewer. Default on; off only to measure it (bench-engine
+  // --no-fold-rope).
+  bool fold_rope = true;
   // cuBLASLt algorithms timed per GEMM shape and row bucket (up to 2,048
   // rows) at its first uncaptured call (Gemm's tuning, engine/cuda/gemm.h):
   // the fastest is kept. Costs each bucket's first step about this many x 4

@@ -57,6 +57,7 @@ struct GpuEngineBenchOptions {
   bool gemm_peak = true;         // also time an 8192^3 cuBLASLt GEMM
   int skinny_gemm_max_m = 2;     // see GpuExecutorOptions
   bool fold_norms = true;        // GpuExecutorOptions::fold_norms
+  bool fold_rope = true;         // GpuExecutorOptions::fold_rope
   int gemm_tune_candidates = 0;  // GpuExecutorOptions::gemm_tune_candidates
   bool deterministic = false;    // GpuExecutorOptions::deterministic
   // "static": one cudaMalloc'd block pool; "arena": the elastic KV slab

@@ -63,6 +63,9 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_flag("!--no-fold-norms", o.fold_norms,
               "run the RMSNorms between skinny products as their own launches (to measure the "
               "folding)");
+  c->add_flag("!--no-fold-rope", o.fold_rope,
+              "run RoPE and the KV write as their own launch after a skinny qkv product (to "
+              "measure the folding)");
   c->add_option("--skinny-max-m", o.skinny_gemm_max_m,
                 "GEMMs with at most this many rows use the skinny kernel (0 = cuBLASLt only)")
       ->capture_default_str();

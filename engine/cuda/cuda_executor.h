@@ -195,9 +195,15 @@ class CudaExecutor final : public Executor {
   // projection) and qkv product into qkv_; RoPE, the KV write and
   // attention into attn_; the o product and post-attention norm into x_
   // (one launch when `fold`).
-  absl::Status QkvProjection(const DeviceLayer& L, int l, int T, bool folded,
-                             const Fp8Rows& fp8_in);
-  absl::Status Attend(const StepShape& shape, PagedKv kv, int l, const DeviceLayer& L);
+  // rope: RoPE and the KV write in the product's epilogue (q to q_, k and
+  // v into the cache, nothing to qkv_).
+  absl::Status QkvProjection(const DeviceLayer& L, int l, int T, bool folded, const Fp8Rows& fp8_in,
+                             const SkinnyRope* rope = nullptr);
+  // rope: RoPE and the KV write too (else the qkv product did them).
+  absl::Status Attend(const StepShape& shape, const PagedKv& kv, const DeviceLayer& L, bool rope);
+  // The step's tokens (sequence and position of each) and layer l's KV.
+  TokenMap StepTokens(int T) const;
+  PagedKv LayerKv(const StepShape& shape, PagedKv kv, int l) const;
   absl::Status OutputProjection(const DeviceLayer& L, int T, bool fold, const Fp8Rows& fp8_in);
   // RMSNorms folded into the skinny products around them (kernels.h,
   // SkinnyNormOut; GpuExecutorOptions::fold_norms): whether a step of T

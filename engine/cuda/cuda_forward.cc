@@ -156,8 +156,17 @@ absl::Status CudaExecutor::Layers(const StepShape& sh, PagedKv kv) {
     const Fp8Rows fp8_in = L.qkv_scale != nullptr ? gemm_->fp8_input() : Fp8Rows{};
     // Folded: the previous down projection normed x_ (FoldsNextInputNorm).
     const bool input_folded = fold && l > 0 && FoldsNextInputNorm(l - 1);
-    if (auto s = QkvProjection(L, l, T, input_folded, fp8_in); !s.ok()) return s;
-    if (auto s = Attend(sh, kv, l, L); !s.ok()) return s;
+    // And RoPE with the KV write in the qkv product (no Qwen3 head norms).
+    const PagedKv layer_kv = LayerKv(sh, kv, l);
+    const bool rope_folded =
+        fold && options_.fold_rope && L.q_norm == nullptr &&
+        SkinnyRopeSupports(T, config_.hidden_size, config_.num_attention_heads, layer_kv);
+    const SkinnyRope rope{inv_freq_.get<float>(),     StepTokens(T), layer_kv, q_.get(), L.qkv_bias,
+                          config_.num_attention_heads};
+    if (auto s = QkvProjection(L, l, T, input_folded, fp8_in, rope_folded ? &rope : nullptr);
+        !s.ok())
+      return s;
+    if (auto s = Attend(sh, layer_kv, L, !rope_folded); !s.ok()) return s;
     if (auto s = OutputProjection(L, T, fold, fp8_in); !s.ok()) return s;
     const void* next_norm =
         fold && FoldsNextInputNorm(l) ? weights_->layer(l + 1).input_norm : nullptr;
@@ -168,36 +177,56 @@ absl::Status CudaExecutor::Layers(const StepShape& sh, PagedKv kv) {
 }
 
 absl::Status CudaExecutor::QkvProjection(const DeviceLayer& L, int l, int T, bool folded,
-                                         const Fp8Rows& fp8_in) {
+                                         const Fp8Rows& fp8_in, const SkinnyRope* rope) {
   const ModelConfig& c = config_;
   const int H = c.hidden_size, N = c.q_dim() + 2 * c.kv_dim();
+  if (!folded) {
+    BALLAST_CUDA_RETURN(
+        LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr, L.input_norm,
+                         static_cast<float>(c.rms_norm_eps), T, H, x_.get(), act_, stream_, fp8_in),
+        "input norm");
+  }
+  const SkinnyNormIn in = NormIn(T);
+  if (rope != nullptr) {
+    return gemm_->RunSkinnyRopeKv(x_.get(), L.qkv, T, H, folded ? &in : nullptr, *rope, act_,
+                                  stream_);
+  }
   if (folded)
-    return gemm_->RunSkinnyNormIn(x_.get(), L.qkv, qkv_.get(), T, N, H, NormIn(T), act_, stream_);
-  BALLAST_CUDA_RETURN(
-      LaunchAddRmsNorm(resid_.get<float>(), l == 0 ? nullptr : o_.get(), nullptr, L.input_norm,
-                       static_cast<float>(c.rms_norm_eps), T, H, x_.get(), act_, stream_, fp8_in),
-      "input norm");
+    return gemm_->RunSkinnyNormIn(x_.get(), L.qkv, qkv_.get(), T, N, H, in, act_, stream_);
   return Linear(x_.get(), L.qkv, L.qkv_scale, qkv_.get(), T, N, H, fp8_in.q != nullptr);
 }
 
-absl::Status CudaExecutor::Attend(const StepShape& sh, PagedKv kv, int l, const DeviceLayer& L) {
+TokenMap CudaExecutor::StepTokens(int T) const {
+  const int Tmax = options_.max_batch_tokens;
+  const int* tok = meta_.get<int>();
+  return TokenMap{tok + Tmax, tok + 2 * Tmax, T};
+}
+
+PagedKv CudaExecutor::LayerKv(const StepShape& sh, PagedKv kv, int l) const {
+  kv.block_ids = reinterpret_cast<const int*>(meta_.get<uint8_t>() + table_offset_) +
+                 static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
+  return kv;
+}
+
+absl::Status CudaExecutor::Attend(const StepShape& sh, const PagedKv& kv, const DeviceLayer& L,
+                                  bool rope) {
   const ModelConfig& c = config_;
   const int Tmax = options_.max_batch_tokens, T = sh.tokens;
   const int* tok = meta_.get<int>();
   const uint8_t* meta = meta_.get<uint8_t>();
-  const TokenMap tm{tok + Tmax, tok + 2 * Tmax, T};
+  const TokenMap tm = StepTokens(T);
   // The split-KV kernel skips tokens that prefill tiles cover.
   const TokenMap tm_small{tm.seq, tok + 4 * Tmax, T, tok + 6 * Tmax,
                           reinterpret_cast<const AttentionStreamStart*>(meta + stream_offset_)};
   const auto* tiles = reinterpret_cast<const PrefillTile*>(meta + tiles_offset_);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  kv.block_ids = reinterpret_cast<const int*>(meta + table_offset_) +
-                 static_cast<size_t>(l) * sh.seqs * sh.max_blocks;
-  BALLAST_CUDA_RETURN(
-      LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, {L.q_norm, L.k_norm, eps}, inv_freq_.get<float>(),
-                        tm, c.num_attention_heads, kv, q_.get(), act_, stream_),
-      "rope/kv write");
+  if (rope) {
+    BALLAST_CUDA_RETURN(
+        LaunchRopeKvWrite(qkv_.get(), L.qkv_bias, {L.q_norm, L.k_norm, eps}, inv_freq_.get<float>(),
+                          tm, c.num_attention_heads, kv, q_.get(), act_, stream_),
+        "rope/kv write");
+  }
   if (sh.small_tokens > 0 || sh.graph) {
     BALLAST_CUDA_RETURN(LaunchPagedAttention(q_.get(), tm_small, c.num_attention_heads, kv, scale,
                                              sh.attention, attn_ws_.get(), attn_.get(), act_,

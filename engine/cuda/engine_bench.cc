@@ -392,6 +392,7 @@ GpuExecutorOptions BenchExecutorOptions(const GpuEngineBenchOptions& o, int max_
   eo.cuda_graphs = o.cuda_graphs;
   eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
   eo.fold_norms = o.fold_norms;
+  eo.fold_rope = o.fold_rope;
   eo.gemm_tune_candidates = o.gemm_tune_candidates;
   eo.deterministic = o.deterministic;
   return eo;
@@ -465,6 +466,7 @@ absl::StatusOr<std::string> RunGpuEngineBench(const GpuEngineBenchOptions& o) {
   const GpuExecutorOptions eo = BenchExecutorOptions(o, max_batch, longest);
   out["deterministic"] = o.deterministic;
   out["fold_norms"] = o.fold_norms;
+  out["fold_rope"] = o.fold_rope;
   const auto t_load = Clock::now();
   auto ex = cuda::CudaExecutor::Create(c, o.model_dir, &kv, eo);
   if (!ex.ok()) return ex.status();

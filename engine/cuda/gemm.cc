@@ -388,6 +388,15 @@ absl::Status Gemm::RunSkinnyNormOut(const void* x, const void* w, int m, int n, 
                       "skinny norm producer", m, k);
 }
 
+absl::Status Gemm::RunSkinnyRopeKv(const void* x, const void* w, int m, int k,
+                                   const SkinnyNormIn* norm_in, const SkinnyRope& rope,
+                                   ActType type, cudaStream_t stream) {
+  if (m == 0) return absl::OkStatus();
+  if (!UsesSkinny(m, k)) return SkinnyStatus(cudaErrorInvalidValue, "skinny qkv + RoPE", m, k);
+  return SkinnyStatus(LaunchSkinnyGemmRopeKv(x, w, m, k, norm_in, rope, type, stream),
+                      "skinny qkv + RoPE", m, k);
+}
+
 absl::Status Gemm::RunSkinnyNormIn(const void* x, const void* w, void* y, int m, int n, int k,
                                    const SkinnyNormIn& in, ActType type, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();

@@ -124,6 +124,11 @@ class Gemm {
   // REQUIRES: UsesSkinny(m, k) and SkinnyNormSupports(m, the norm's width).
   absl::Status RunSkinnyNormOut(const void* x, const void* w, int m, int n, int k,
                                 const SkinnyNormOut& out, ActType type, cudaStream_t stream);
+  // The qkv product with RoPE and the KV write in its epilogue
+  // (LaunchSkinnyGemmRopeKv; norm_in as RunSkinnySiluMul's).
+  absl::Status RunSkinnyRopeKv(const void* x, const void* w, int m, int k,
+                               const SkinnyNormIn* norm_in, const SkinnyRope& rope, ActType type,
+                               cudaStream_t stream);
   absl::Status RunSkinnyNormIn(const void* x, const void* w, void* y, int m, int n, int k,
                                const SkinnyNormIn& in, ActType type, cudaStream_t stream);
   // y[m][n] = (x_scale[m] * e4m3(x / x_scale)[m][k]) (w_scale[n] *

@@ -237,6 +237,25 @@ cudaError_t LaunchSkinnyGemmSiluMul(const void* x, const void* w_gate_up, void* 
 cudaError_t LaunchSkinnyGemmNormOut(const void* x, const void* w, int m, int n, int k,
                                     const SkinnyNormOut& out, ActType type, cudaStream_t stream);
 
+// The qkv product of a decode step with LaunchRopeKvWrite in its epilogue
+// (no Qwen3 head norms): q to q_out [m][num_heads][D], k and v into the
+// paged cache, bit for bit the product rounded to the activation type and
+// then LaunchRopeKvWrite (with the norm folded in when norm_in is set, as
+// LaunchSkinnyGemm). w [(num_heads + 2 Hkv) D][k] as DeviceLayer::qkv.
+// Needs SkinnyRopeSupports; tokens.num_tokens == m.
+struct SkinnyRope {
+  const float* inv_freq = nullptr;  // [D/2] as LaunchRopeKvWrite's
+  TokenMap tokens;                  // the m tokens' sequences and positions
+  PagedKv kv;                       // this layer's cache (block_ids set)
+  void* q_out = nullptr;
+  const void* bias = nullptr;  // [(num_heads + 2 Hkv) D] or null
+  int num_heads = 0;
+};
+bool SkinnyRopeSupports(int m, int k, int num_heads, const PagedKv& kv);
+cudaError_t LaunchSkinnyGemmRopeKv(const void* x, const void* w, int m, int k,
+                                   const SkinnyNormIn* norm_in, const SkinnyRope& rope,
+                                   ActType type, cudaStream_t stream);
+
 // FP8 (E4M3) weights, one FP32 scale per row (output channel).
 // Per row r of src [rows][cols]: scales[r] = max|row| / 448 (1 when the row
 // is zero), dst[r][i] = e4m3(src[r][i] / scales[r]) rounded to nearest

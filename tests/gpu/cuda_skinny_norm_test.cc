@@ -5,7 +5,9 @@
 // same, and the normed products are as close to a double-precision
 // reference as the unfolded ones; a folded run repeats bit for bit; BF16
 // and FP16, one and two rows, with and without a bias, output counts that
-// do and do not fill the consumers' blocks.
+// do and do not fill the consumers' blocks. And the qkv product with RoPE
+// and the KV write in its epilogue (RunSkinnyRopeKv) against the product
+// and LaunchRopeKvWrite.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -249,6 +251,122 @@ TEST(CudaSkinnyNorm, RefusesWhatItCannotFold) {
           .code(),
       absl::StatusCode::kInternal);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// The qkv product with RoPE and the KV write in its epilogue
+// (RunSkinnyRopeKv) against the product rounded into qkv and then
+// LaunchRopeKvWrite: q and the cache bit for bit.
+struct RopeShape {
+  int m, D, H, Hkv, k;
+  bool bias, fp8, norm_in, padding;  // padding: the last token's position is -1
+};
+
+void CheckRope(Gemm& g, const RopeShape& sh, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message()
+               << "m " << sh.m << " D " << sh.D << " H " << sh.H << " Hkv " << sh.Hkv << " k "
+               << sh.k << (sh.bias ? " bias" : "") << (sh.fp8 ? " fp8" : "")
+               << (sh.norm_in ? " norm_in" : "") << (sh.padding ? " padding" : ""));
+  const ActType type = ActType::kBF16;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int width = (sh.H + 2 * sh.Hkv) * sh.D, BT = 16;
+  std::vector<uint16_t> x(static_cast<size_t>(kSkinnyGemmMaxM) * sh.k), w(width * sh.k),
+      bias(width);
+  for (auto& v : x) v = ToBits(nd(rng), type);
+  for (auto& v : w) v = ToBits(0.05f * nd(rng), type);
+  for (auto& v : bias) v = ToBits(0.1f * nd(rng), type);
+  std::vector<float> inv(sh.D / 2);
+  for (int i = 0; i < sh.D / 2; ++i) inv[i] = 1.0f / std::pow(500000.0f, 2.0f * i / sh.D);
+  std::vector<int> seq = {0, 1}, pos = {5, 40};
+  if (sh.padding) pos[sh.m - 1] = -1;
+  const std::vector<int> table = {2, 0, 0, 1, 3, 4};  // 2 seqs x 3 blocks
+  const size_t row = static_cast<size_t>(sh.Hkv) * sh.D * (sh.fp8 ? 1 : 2),
+               block_bytes = 2 * BT * row;
+  // A producer's per-block sums of squares (any positive values).
+  const int blocks = SkinnyNormBlocks(sh.m, sh.k);
+  std::vector<float> sums(static_cast<size_t>(kSkinnyNormMaxM) * blocks);
+  for (auto& v : sums) v = 1.0f + std::abs(nd(rng));
+  uint16_t* dx = ToDevice(x);
+  uint16_t* dw = ToDevice(w);
+  uint16_t* dbias = sh.bias ? ToDevice(bias) : nullptr;
+  float* dinv = ToDevice(inv);
+  int* dseq = ToDevice(seq);
+  int* dpos = ToDevice(pos);
+  int* dtable = ToDevice(table);
+  float* dsums = ToDevice(sums);
+  const SkinnyNormIn in{dsums, blocks, sh.k, 1e-5f};
+  uint16_t* dqkv = ToDevice(std::vector<uint16_t>(static_cast<size_t>(sh.m) * width));
+  std::vector<uint8_t> pools[2];
+  std::vector<uint16_t> qs[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    uint8_t* dpool = ToDevice(std::vector<uint8_t>(block_bytes * 5, 0x5A));
+    uint16_t* dq = ToDevice(std::vector<uint16_t>(static_cast<size_t>(sh.m) * sh.H * sh.D, 0x1234));
+    PagedKv kv;
+    kv.block_ids = dtable;
+    kv.max_blocks = 3;
+    kv.base = dpool;
+    kv.block_bytes = block_bytes;
+    kv.block_tokens = BT;
+    kv.num_kv_heads = sh.Hkv;
+    kv.head_dim = sh.D;
+    if (sh.fp8) {
+      kv.dtype = KvType::kFP8E4M3;
+      kv.k_scale = 0.5f;
+      kv.v_scale = 0.25f;
+    }
+    const TokenMap tokens{dseq, dpos, sh.m};
+    if (fused == 1) {
+      ASSERT_TRUE(SkinnyRopeSupports(sh.m, sh.k, sh.H, kv));
+      const SkinnyRope rope{dinv, tokens, kv, dq, dbias, sh.H};
+      ASSERT_TRUE(
+          g.RunSkinnyRopeKv(dx, dw, sh.m, sh.k, sh.norm_in ? &in : nullptr, rope, type, nullptr)
+              .ok());
+    } else {
+      if (sh.norm_in) {
+        ASSERT_TRUE(g.RunSkinnyNormIn(dx, dw, dqkv, sh.m, width, sh.k, in, type, nullptr).ok());
+      } else {
+        ASSERT_TRUE(g.Run(dx, dw, dqkv, sh.m, width, sh.k, type, false, nullptr).ok());
+      }
+      ASSERT_EQ(LaunchRopeKvWrite(dqkv, dbias, QkNorm{}, dinv, tokens, sh.H, kv, dq, type, nullptr),
+                cudaSuccess);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    pools[fused] = ToHost(dpool, block_bytes * 5);
+    qs[fused] = ToHost(dq, static_cast<size_t>(sh.m) * sh.H * sh.D);
+    cudaFree(dpool);
+    cudaFree(dq);
+  }
+  EXPECT_EQ(qs[1], qs[0]) << "q differs from the product + LaunchRopeKvWrite";
+  EXPECT_EQ(pools[1], pools[0]) << "the KV cache differs from the product + LaunchRopeKvWrite";
+  size_t written = 0;
+  for (uint8_t b : pools[1]) written += b != 0x5A;
+  EXPECT_GT(written, row) << "no K or V was written";
+  for (void* p :
+       {static_cast<void*>(dx), static_cast<void*>(dw), static_cast<void*>(dbias),
+        static_cast<void*>(dinv), static_cast<void*>(dseq), static_cast<void*>(dpos),
+        static_cast<void*>(dtable), static_cast<void*>(dsums), static_cast<void*>(dqkv)}) {
+    cudaFree(p);
+  }
+}
+
+TEST(CudaSkinnyRope, RopeEpilogueMatchesTheProductThenLaunchRopeKvWrite) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  auto g = Gemm::Create(GemmOptions{});
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::mt19937 rng(9);
+  for (const RopeShape sh : {RopeShape{1, 128, 32, 8, 4096, false, false, true, false},
+                             RopeShape{2, 64, 4, 2, 256, true, false, false, false},
+                             RopeShape{2, 64, 4, 2, 256, true, true, true, false},
+                             RopeShape{1, 16, 6, 3, 512, false, true, false, false},
+                             RopeShape{2, 128, 8, 1, 1024, true, false, true, true}}) {
+    CheckRope(**g, sh, rng);
+  }
+  PagedKv odd;
+  odd.num_kv_heads = 2;
+  odd.head_dim = 12;  // pairs of 4 need D % 8 == 0
+  EXPECT_FALSE(SkinnyRopeSupports(1, 256, 4, odd));
+  odd.head_dim = 64;
+  EXPECT_TRUE(SkinnyRopeSupports(2, 256, 4, odd));
+  EXPECT_FALSE(SkinnyRopeSupports(3, 256, 4, odd));
 }
 
 }  // namespace
