@@ -4,12 +4,12 @@
 // with more rows x traffic from L1 outgrows the weight stream and cuBLASLt
 // wins, so larger products go there.
 #include "engine/cuda/common.cuh"
+#include "engine/cuda/skinny_epilogues.cuh"
 
 namespace ballast::engine::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kChunk = 32 * 8;  // K elements a warp covers per step (16 bytes a lane)
+using namespace skinny;  // NOLINT: this file's helpers (skinny_epilogues.cuh)
 
 // A block owns C output columns; its 8 warps split K into interleaved
 // 256-element chunks, so each column's weight row is read by the whole
@@ -39,89 +39,13 @@ constexpr int kChunk = 32 * 8;  // K elements a warp covers per step (16 bytes a
 // every block and run) and scales each row's dot products by
 // rsqrt(sum / hidden + eps) before rounding: x · w, x = T(gamma * r), is the
 // norm's product up to where the rounding to T happens.
-enum class Epi { kPlain, kSiluPairs, kNormOut, kRopeKv };
-// Producer sums a kNormIn thread loads before its K loop (512 blocks, a
-// 4,096-wide norm, at 256 threads); any more it reads after.
-constexpr int kPreSums = 2;
-
+//
 // kEpi == kRopeKv (the qkv product of a decode step, kernels.h,
 // LaunchSkinnyGemmRopeKv): a block's 8 rows are 4 RoPE pairs (d, d + D/2)
-// of one q or k head, or 8 consecutive V columns; its epilogue does what
-// LaunchRopeKvWrite does with the rounded product, with the same
-// arithmetic, and y is not written.
-struct RopeCols {
-  bool rotated;  // a block of q/k pairs, else of V columns
-  int head;      // rotated: q heads then k heads; else the V head
-  int d0;        // rotated: the first pair's d (< D/2); else the first column in the head
-};
-
-__device__ __forceinline__ RopeCols RopeColsOf(const SkinnyRope& r, int block) {
-  const int D = r.kv.head_dim, half = D / 2;
-  const int rot_blocks = (r.num_heads + r.kv.num_kv_heads) * half / 4;
-  if (block < rot_blocks) return {true, block * 4 / half, block * 4 % half};
-  const int col = (block - rot_blocks) * 8;
-  return {false, col / D, col % D};
-}
-
-// The qkv row of column c (< 8) of a block at `cols`.
-__device__ __forceinline__ int RopeRow(const SkinnyRope& r, const RopeCols& cols, int c) {
-  const int D = r.kv.head_dim;
-  if (cols.rotated) return cols.head * D + cols.d0 + (c & 3) + (c >= 4 ? D / 2 : 0);
-  return (r.num_heads + r.kv.num_kv_heads + cols.head) * D + cols.d0 + c;
-}
-
-// What a kRopeKv thread t < M * 8 (row i = t / 8, column c = t % 8) loads
-// before the K loop: its token, bias, and for rotated pairs (c < 4) the
-// angle's sine and cosine, as RopePrologue computes them.
-struct RopePre {
-  int pos = -1, seq = 0;
-  float bias1 = 0.0f, bias2 = 0.0f, sin = 0.0f, cos = 0.0f;
-};
-
-template <typename T>
-__device__ __forceinline__ RopePre LoadRopePre(const SkinnyRope& r, const RopeCols& cols, int i,
-                                               int c, int m) {
-  RopePre p;
-  if (i >= m) return p;
-  p.pos = r.tokens.pos[i];
-  p.seq = r.tokens.seq[i];
-  const T* bias = static_cast<const T*>(r.bias);
-  if (bias != nullptr) p.bias1 = ToF(bias[RopeRow(r, cols, c)]);
-  if (cols.rotated && c < 4) {
-    if (bias != nullptr) p.bias2 = ToF(bias[RopeRow(r, cols, c + 4)]);
-    sincosf(static_cast<float>(p.pos) * r.inv_freq[cols.d0 + c], &p.sin, &p.cos);
-  }
-  return p;
-}
-
-// The epilogue of thread (i, c): v1 its column's sum, v2 its pair's (c < 4).
-template <typename T, typename KvT>
-__device__ __forceinline__ void RopeStore(const SkinnyRope& r, const RopeCols& cols,
-                                          const RopePre& p, int i, int c, float v1, float v2) {
-  if (p.pos < 0) return;  // a padding token: LaunchRopeKvWrite skips it too
-  const int D = r.kv.head_dim, half = D / 2;
-  const float x1 = ToF(FromF<T>(v1)) + p.bias1;
-  if (!cols.rotated) {
-    KvT* v = reinterpret_cast<KvT*>(KvSlot(r.kv, p.seq, p.pos, cols.head, true, sizeof(KvT)));
-    v[cols.d0 + c] = FromF<KvT>(x1 * (1.0f / r.kv.v_scale));
-    return;
-  }
-  if (c >= 4) return;  // the pair's first column stores both
-  const float x2 = ToF(FromF<T>(v2)) + p.bias2;
-  const float o1 = x1 * p.cos - x2 * p.sin, o2 = x2 * p.cos + x1 * p.sin;
-  const int d = cols.d0 + c;
-  if (cols.head < r.num_heads) {
-    T* q = static_cast<T*>(r.q_out) + (static_cast<size_t>(i) * r.num_heads + cols.head) * D;
-    q[d] = FromF<T>(o1);
-    q[d + half] = FromF<T>(o2);
-  } else {
-    KvT* kp = reinterpret_cast<KvT*>(
-        KvSlot(r.kv, p.seq, p.pos, cols.head - r.num_heads, false, sizeof(KvT)));
-    const float inv = 1.0f / r.kv.k_scale;
-    kp[d] = FromF<KvT>(o1 * inv);
-    kp[d + half] = FromF<KvT>(o2 * inv);
-  }
-}
+// of one q or k head, or 8 consecutive V columns (skinny_epilogues.cuh,
+// RopeCols); its epilogue does what LaunchRopeKvWrite does with the
+// rounded product, with the same arithmetic, and y is not written.
+enum class Epi { kPlain, kSiluPairs, kNormOut, kRopeKv };
 
 template <typename T, typename OutT, int M, int C, Epi kEpi = Epi::kPlain, bool kNormIn = false,
           typename KvT = T>
@@ -130,9 +54,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                      int n, int k, SkinnyNormIn norm_in, SkinnyNormOut norm_out, SkinnyRope rope) {
   constexpr bool kSiluPairs = kEpi == Epi::kSiluPairs;
   static_assert(!kSiluPairs || C % 2 == 0, "pairs of gate and up rows");
-  __shared__ float red[kWarps][M][C];
+  __shared__ WarpSums<M, C> red;
   __shared__ float row_ss[kWarps][M];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * (kSiluPairs ? C / 2 : C);
   RopeCols rope_cols{};
   if constexpr (kEpi == Epi::kRopeKv) rope_cols = RopeColsOf(rope, blockIdx.x);
@@ -146,160 +69,43 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   AllowNextGrid();
   WaitPriorGrid();
-  // The folded norm's operands are loaded now, so their latency hides
-  // behind the weight stream rather than adding to the block's tail (on an
-  // H100, loaded in the epilogue, two rows lost 3% a step).
-  float pre_ss[M][kPreSums];                             // kNormIn: the producer's first sums
-  float pre_r = 0.0f, pre_add = 0.0f, pre_gamma = 0.0f;  // kNormOut: this thread's output
-  if constexpr (kNormIn) {
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-#pragma unroll
-      for (int j = 0; j < kPreSums; ++j) {
-        const int b = threadIdx.x + j * blockDim.x;
-        pre_ss[i][j] = i < m && b < norm_in.blocks
-                           ? norm_in.sumsq[static_cast<size_t>(i) * norm_in.blocks + b]
-                           : 0.0f;
-      }
-    }
-  }
+  // The epilogue's own operands first: their latency hides behind the K loop.
+  NormInSums<M> sums;
+  if constexpr (kNormIn) sums.Load(norm_in, m);
   RopePre rope_pre;
   if constexpr (kEpi == Epi::kRopeKv) {
     if (threadIdx.x < M * C) {
       rope_pre = LoadRopePre<T>(rope, rope_cols, threadIdx.x / C, threadIdx.x % C, m);
     }
   }
-  if constexpr (kEpi == Epi::kNormOut) {
-    const int i = threadIdx.x / C, c = threadIdx.x % C;
-    if (threadIdx.x < M * C && i < m && n0 + c < n) {
-      pre_r = norm_out.resid[static_cast<size_t>(i) * n + n0 + c];
-      if (norm_out.bias != nullptr) pre_add = ToF(static_cast<const T*>(norm_out.bias)[n0 + c]);
-      pre_gamma = ToF(static_cast<const T*>(norm_out.gamma)[n0 + c]);
-    }
-  }
+  NormOutPre out_pre;
+  if constexpr (kEpi == Epi::kNormOut) out_pre = LoadNormOutPre<T, M, C>(norm_out, m, n, n0);
   float acc[M][C];
-#pragma unroll
-  for (int i = 0; i < M; ++i)
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
-  const int chunks = (k + kChunk - 1) / kChunk;
-  // Chunks in flight per warp: 4 for one or two rows (on an H200, 8B
-  // shapes, 9% faster than 2: docs/benchmarks.md, "The skinny GEMV's loads
-  // in flight"); more rows hold more registers per chunk.
-  constexpr int kUnroll = M <= 2 ? 4 : 2;
-#pragma unroll kUnroll
-  for (int ch = warp; ch < chunks; ch += kWarps) {
-    const int k0 = ch * kChunk + lane * 8;
-    if (k0 >= k) continue;
-    float wf[C][8];
-#pragma unroll
-    for (int c = 0; c < C; ++c) Load8(wr[c] + k0, wf[c]);
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      float xf[8];
-      Load8(x + static_cast<size_t>(i) * k + k0, xf);
-#pragma unroll
-      for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][c] += xf[j] * wf[c][j];
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float v = WarpSum(acc[i][c]);
-      if (lane == 0) red[warp][i][c] = v;
-    }
-  }
-  if constexpr (kNormIn) {  // the producer's sums of squares, in a fixed order
-    float s[M];
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      s[i] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kPreSums; ++j) s[i] += pre_ss[i][j];
-      if (i < m) {  // past kPreSums sums a thread (hidden > 4,096 at 256 threads)
-        const float* part = norm_in.sumsq + static_cast<size_t>(i) * norm_in.blocks;
-        for (int b = threadIdx.x + kPreSums * blockDim.x; b < norm_in.blocks; b += blockDim.x) {
-          s[i] += part[b];
-        }
-      }
-      s[i] = WarpSum(s[i]);
-      if (lane == 0) row_ss[warp][i] = s[i];
-    }
-  }
+  AccumulateK<T, M, C>(x, wr, k, acc);
+  StoreWarpSums<M, C>(acc, red);
+  if constexpr (kNormIn) sums.Reduce(norm_in, m, row_ss);
   __syncthreads();
-  float inv[M];  // the folded norm's 1 / rms per row (1 without one)
+  float inv[M];  // the folded norm's 1 / rms per row (1 without one: the same bits)
 #pragma unroll
-  for (int i = 0; i < M; ++i) {
-    inv[i] = 1.0f;
-    if constexpr (kNormIn) {
-      float ss = 0.0f;
-#pragma unroll
-      for (int wv = 0; wv < kWarps; ++wv) ss += row_ss[wv][i];
-      inv[i] = rsqrtf(ss / static_cast<float>(norm_in.hidden) + norm_in.eps);
-    }
-  }
+  for (int i = 0; i < M; ++i) inv[i] = kNormIn ? InvRms<M>(row_ss, norm_in, i) : 1.0f;
   if constexpr (kSiluPairs) {
     for (int idx = threadIdx.x; idx < M * (C / 2); idx += blockDim.x) {
       const int i = idx / (C / 2), c = idx % (C / 2);
-      float g = 0.0f, u = 0.0f;
-#pragma unroll
-      for (int wv = 0; wv < kWarps; ++wv) g += red[wv][i][c];
-#pragma unroll
-      for (int wv = 0; wv < kWarps; ++wv) u += red[wv][i][c + C / 2];
-      g *= inv[i], u *= inv[i];  // 1 without a folded norm: the same bits
+      const float g = BlockSumOf<M, C>(red, i, c) * inv[i];
+      const float u = BlockSumOf<M, C>(red, i, c + C / 2) * inv[i];
       if (i < m && n0 + c < n) {
         y[static_cast<size_t>(i) * n + n0 + c] =
             FromF<OutT>(SiluTimes(ToF(FromF<T>(g)), ToF(FromF<T>(u))));
       }
     }
   } else if constexpr (kEpi == Epi::kNormOut) {
-    // Thread idx < M * C owns output (idx / C, idx % C) and loaded its
-    // operands above; red[0][i][c] then holds r^2 (only that thread read
-    // red[.][i][c]).
-    static_assert(M * C <= kWarps * 32, "one output a thread");
-    if (threadIdx.x < M * C) {
-      const int i = threadIdx.x / C, c = threadIdx.x % C;
-      float v = 0.0f;
-#pragma unroll
-      for (int wv = 0; wv < kWarps; ++wv) v += red[wv][i][c];
-      float r = 0.0f;
-      if (i < m && n0 + c < n) {
-        const size_t at = static_cast<size_t>(i) * n + n0 + c;
-        // resid + o, then + bias: LaunchAddRmsNorm's order and bits.
-        r = pre_r + ToF(FromF<T>(v));
-        if (norm_out.bias != nullptr) r += pre_add;
-        norm_out.resid[at] = r;
-        static_cast<T*>(norm_out.xg)[at] = FromF<T>(pre_gamma * r);
-      }
-      red[0][i][c] = r * r;
-    }
-    __syncthreads();
-    if (threadIdx.x < m && threadIdx.x < M) {
-      float ss = 0.0f;
-#pragma unroll
-      for (int c = 0; c < C; ++c) ss += red[0][threadIdx.x][c];
-      norm_out.sumsq[static_cast<size_t>(threadIdx.x) * gridDim.x + blockIdx.x] = ss;
-    }
+    NormOutEpilogue<T, M, C>(norm_out, out_pre, red, m, n, n0);
   } else if constexpr (kEpi == Epi::kRopeKv) {
-    static_assert(C == 8, "4 pairs or 8 V columns a block");
-    if (threadIdx.x < M * C) {
-      const int i = threadIdx.x / C, c = threadIdx.x % C;
-      float v1 = 0.0f, v2 = 0.0f;
-#pragma unroll
-      for (int wv = 0; wv < kWarps; ++wv) v1 += red[wv][i][c];
-#pragma unroll
-      for (int wv = 0; wv < kWarps; ++wv) v2 += red[wv][i][(c + 4) % C];
-      RopeStore<T, KvT>(rope, rope_cols, rope_pre, i, c, v1 * inv[i], v2 * inv[i]);
-    }
+    RopeEpilogue<T, KvT, M, C>(rope, rope_cols, rope_pre, red, inv);
   } else {
     for (int idx = threadIdx.x; idx < M * C; idx += blockDim.x) {
       const int i = idx / C, c = idx % C;
-      float v = 0.0f;
-#pragma unroll
-      for (int wv = 0; wv < kWarps; ++wv) v += red[wv][i][c];
+      const float v = BlockSumOf<M, C>(red, i, c);
       if (i < m && n0 + c < n) y[static_cast<size_t>(i) * n + n0 + c] = FromF<OutT>(v * inv[i]);
     }
   }
