@@ -34,16 +34,7 @@ void AppendU(unsigned v, std::string* out) {
 void AppendString(std::string_view s, bool ensure_ascii, std::string* out) {
   out->push_back('"');
   for (size_t i = 0; i < s.size() && out->size() <= kMaxJsonBytes;) {
-    // A run of printable ASCII other than '"' and '\\' is copied as is.
-    size_t run = i;
-    while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7F && s[run] != '"' && s[run] != '\\') {
-      ++run;
-    }
-    if (run > i) {
-      out->append(s.substr(i, std::min(run - i, kMaxJsonBytes + 1 - out->size())));
-      i = run;
-      continue;
-    }
+    if (unicode::AppendPlainRun(s, '"', kMaxJsonBytes, &i, out)) continue;
     char32_t cp;
     const int n = unicode::DecodeAt(s, i, &cp);
     switch (cp) {

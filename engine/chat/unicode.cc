@@ -158,6 +158,17 @@ int DecodeAt(std::string_view s, size_t i, char32_t* cp) {
   return len;
 }
 
+bool AppendPlainRun(std::string_view s, char quote, size_t limit, size_t* i, std::string* out) {
+  size_t run = *i;
+  while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7F && s[run] != quote && s[run] != '\\') {
+    ++run;
+  }
+  if (run == *i) return false;
+  if (out->size() <= limit) out->append(s.substr(*i, std::min(run - *i, limit + 1 - out->size())));
+  *i = run;
+  return true;
+}
+
 void Append(char32_t cp, std::string* out) { tokenizer::AppendUtf8(cp, out); }
 
 bool IsAscii(std::string_view s) {

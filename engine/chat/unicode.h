@@ -25,6 +25,11 @@ namespace ballast::chat::unicode {
 // Decodes the code point starting at s[i] into *cp and returns its length in
 // bytes (1..4). An invalid byte decodes as itself with length 1.
 int DecodeAt(std::string_view s, size_t i, char32_t* cp);
+// Escaping's fast path (reprs, JSON): the run of printable ASCII other than
+// `quote` and '\\' at s[*i], appended to *out as is but only until *out
+// holds limit + 1 bytes; *i moves past the whole run. False (nothing done)
+// when s[*i] starts no such run.
+bool AppendPlainRun(std::string_view s, char quote, size_t limit, size_t* i, std::string* out);
 
 // Appends the UTF-8 encoding of `cp` to *out (tokenizer::AppendUtf8).
 void Append(char32_t cp, std::string* out);

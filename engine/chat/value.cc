@@ -48,16 +48,7 @@ void AppendStringRepr(std::string_view s, size_t limit, std::string* out) {
   out->reserve(out->size() + std::min(s.size(), limit) + 2);
   out->push_back(quote);
   for (size_t i = 0; i < s.size() && out->size() <= limit;) {
-    // A run of printable ASCII other than the quote and '\\' is copied as is.
-    size_t run = i;
-    while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7F && s[run] != quote && s[run] != '\\') {
-      ++run;
-    }
-    if (run > i) {
-      out->append(s.substr(i, std::min(run - i, limit + 1 - out->size())));
-      i = run;
-      continue;
-    }
+    if (unicode::AppendPlainRun(s, quote, limit, &i, out)) continue;
     char32_t cp;
     const int n = unicode::DecodeAt(s, i, &cp);
     if (cp == static_cast<char32_t>(quote) || cp == '\\') {

@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 
 #include "engine/cuda/common.cuh"
+#include "engine/cuda/skinny_epilogues.cuh"
 
 namespace ballast::engine::cuda {
 namespace {
@@ -39,7 +40,10 @@ __device__ __forceinline__ void Fp8x16ToFloat(const uint4& raw, float out[16]) {
   }
 }
 
-constexpr int kWarps = 8;
+using skinny::BlockSumOf;
+using skinny::kWarps;
+using skinny::StoreWarpSums;
+using skinny::WarpSums;
 constexpr int kChunk = 32 * 16;  // K elements a warp covers per step (16 bytes of w a lane)
 
 // As gemv_kernels.cu's SkinnyGemmKernel, over E4M3 weights and E4M3
@@ -53,7 +57,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     SkinnyFp8Kernel(const __nv_fp8_e4m3* __restrict__ xq, const float* __restrict__ x_scale,
                     const __nv_fp8_e4m3* __restrict__ w, const float* __restrict__ w_scale,
                     OutT* __restrict__ y, int m, int n, int k) {
-  __shared__ float red[kWarps][M][C];
+  __shared__ WarpSums<M, C> red;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * C;
   AllowNextGrid();
@@ -97,20 +101,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int j = 0; j < 16; ++j) acc[i][c] += xf[i][j] * wf[j];
     }
   }
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float v = WarpSum(acc[i][c]);
-      if (lane == 0) red[warp][i][c] = v;
-    }
-  }
+  StoreWarpSums<M, C>(acc, red);
   __syncthreads();
   for (int idx = threadIdx.x; idx < M * C; idx += blockDim.x) {
     const int i = idx / C, c = idx % C;
-    float v = 0.0f;
-#pragma unroll
-    for (int wv = 0; wv < kWarps; ++wv) v += red[wv][i][c];
+    const float v = BlockSumOf<M, C>(red, i, c);
     if (i < m && n0 + c < n) {
       y[static_cast<size_t>(i) * n + n0 + c] = FromF<OutT>(v * x_scale[i] * w_scale[n0 + c]);
     }

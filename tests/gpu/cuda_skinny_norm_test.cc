@@ -25,20 +25,12 @@
 namespace ballast::engine::cuda {
 namespace {
 
+using testing::FromActBits;
+using testing::ToActBits;
 using testing::ToDevice;
 using testing::ToHost;
 
 bool HaveGpu() { return GpuMemoryInfo(0).ok(); }
-
-uint16_t ToBits(float f, ActType type) {
-  if (type == ActType::kBF16) return FloatToBF16(f);
-  return __half_as_ushort(__float2half_rn(f));
-}
-
-float FromBits(uint16_t bits, ActType type) {
-  if (type == ActType::kBF16) return BF16ToFloat(bits);
-  return __half2float(__ushort_as_half(bits));
-}
 
 // o projection [hidden][k] -> norm over hidden -> qkv-like [n][hidden] and
 // gate/up [2 inter][hidden].
@@ -57,7 +49,7 @@ Host MakeInputs(const Shape& sh, ActType type, std::mt19937& rng) {
   Host h;
   auto fill = [&](std::vector<uint16_t>& v, size_t n, float scale, float mean = 0.0f) {
     v.resize(n);
-    for (auto& e : v) e = ToBits(mean + scale * nd(rng), type);
+    for (auto& e : v) e = ToActBits(mean + scale * nd(rng), type);
   };
   // The kernels read x in blocks of up to kSkinnyGemmMaxM rows (the
   // engine's buffers always hold them): pad.
@@ -88,11 +80,11 @@ Reference Expected(const Shape& sh, const Host& h, const std::vector<float>& res
     for (int j = 0; j < sh.hidden; ++j) ss += static_cast<double>(r[j]) * r[j];
     const double inv = 1.0 / std::sqrt(ss / sh.hidden + eps);
     std::vector<double> xn(static_cast<size_t>(sh.hidden));
-    for (int j = 0; j < sh.hidden; ++j) xn[j] = FromBits(h.gamma[j], type) * r[j] * inv;
+    for (int j = 0; j < sh.hidden; ++j) xn[j] = FromActBits(h.gamma[j], type) * r[j] * inv;
     auto dot = [&](const std::vector<uint16_t>& w, int row) {
       double s = 0;
       for (int j = 0; j < sh.hidden; ++j) {
-        s += xn[j] * FromBits(w[static_cast<size_t>(row) * sh.hidden + j], type);
+        s += xn[j] * FromActBits(w[static_cast<size_t>(row) * sh.hidden + j], type);
       }
       return s;
     };
@@ -113,11 +105,11 @@ Errors Compare(const Reference& ref, const std::vector<uint16_t>& y, const std::
                ActType type) {
   Errors e;
   for (size_t i = 0; i < ref.y.size(); ++i) {
-    e.y = std::max(e.y, std::abs(ref.y[i] - FromBits(y[i], type)));
+    e.y = std::max(e.y, std::abs(ref.y[i] - FromActBits(y[i], type)));
     e.y_mag = std::max(e.y_mag, std::abs(ref.y[i]));
   }
   for (size_t i = 0; i < ref.z.size(); ++i) {
-    e.z = std::max(e.z, std::abs(ref.z[i] - FromBits(z[i], type)));
+    e.z = std::max(e.z, std::abs(ref.z[i] - FromActBits(z[i], type)));
     e.z_mag = std::max(e.z_mag, std::abs(ref.z[i]));
   }
   return e;
@@ -271,9 +263,9 @@ void CheckRope(Gemm& g, const RopeShape& sh, std::mt19937& rng) {
   const int width = (sh.H + 2 * sh.Hkv) * sh.D, BT = 16;
   std::vector<uint16_t> x(static_cast<size_t>(kSkinnyGemmMaxM) * sh.k), w(width * sh.k),
       bias(width);
-  for (auto& v : x) v = ToBits(nd(rng), type);
-  for (auto& v : w) v = ToBits(0.05f * nd(rng), type);
-  for (auto& v : bias) v = ToBits(0.1f * nd(rng), type);
+  for (auto& v : x) v = ToActBits(nd(rng), type);
+  for (auto& v : w) v = ToActBits(0.05f * nd(rng), type);
+  for (auto& v : bias) v = ToActBits(0.1f * nd(rng), type);
   std::vector<float> inv(sh.D / 2);
   for (int i = 0; i < sh.D / 2; ++i) inv[i] = 1.0f / std::pow(500000.0f, 2.0f * i / sh.D);
   std::vector<int> seq = {0, 1}, pos = {5, 40};

@@ -20,20 +20,12 @@
 namespace ballast::engine::cuda {
 namespace {
 
+using testing::FromActBits;
+using testing::ToActBits;
 using testing::ToDevice;
 using testing::ToHost;
 
 bool HaveGpu() { return GpuMemoryInfo(0).ok(); }
-
-uint16_t ToBits(float f, ActType type) {
-  if (type == ActType::kBF16) return FloatToBF16(f);
-  return __half_as_ushort(__float2half_rn(f));
-}
-
-float FromBits(uint16_t bits, ActType type) {
-  if (type == ActType::kBF16) return BF16ToFloat(bits);
-  return __half2float(__ushort_as_half(bits));
-}
 
 struct Shape {
   int m, inter, k;
@@ -47,8 +39,8 @@ void CheckFusedSilu(Gemm& g, Shape sh, ActType type, std::mt19937& rng) {
   // The kernel reads x in blocks of up to kSkinnyGemmMaxM rows (the
   // engine's activation buffers always hold them): pad the allocation.
   std::vector<uint16_t> x(static_cast<size_t>(kSkinnyGemmMaxM) * sh.k), w(ws);
-  for (size_t i = 0; i < xs; ++i) x[i] = ToBits(nd(rng), type);
-  for (auto& v : w) v = ToBits(0.05f * nd(rng), type);
+  for (size_t i = 0; i < xs; ++i) x[i] = ToActBits(nd(rng), type);
+  for (auto& v : w) v = ToActBits(0.05f * nd(rng), type);
   const size_t outs = static_cast<size_t>(sh.m) * sh.inter;
   uint16_t* dx = ToDevice(x);
   uint16_t* dw = ToDevice(w);
@@ -69,12 +61,12 @@ void CheckFusedSilu(Gemm& g, Shape sh, ActType type, std::mt19937& rng) {
       if (one[at] != two[at]) ++differ;
       double gate = 0, up = 0;
       for (int k = 0; k < sh.k; ++k) {
-        const double xv = FromBits(x[static_cast<size_t>(i) * sh.k + k], type);
-        gate += xv * FromBits(w[static_cast<size_t>(j) * sh.k + k], type);
-        up += xv * FromBits(w[static_cast<size_t>(sh.inter + j) * sh.k + k], type);
+        const double xv = FromActBits(x[static_cast<size_t>(i) * sh.k + k], type);
+        gate += xv * FromActBits(w[static_cast<size_t>(j) * sh.k + k], type);
+        up += xv * FromActBits(w[static_cast<size_t>(sh.inter + j) * sh.k + k], type);
       }
       const double want = gate / (1 + std::exp(-gate)) * up;
-      max_err = std::max(max_err, std::abs(want - FromBits(one[at], type)));
+      max_err = std::max(max_err, std::abs(want - FromActBits(one[at], type)));
       max_mag = std::max(max_mag, std::abs(want));
     }
   }
