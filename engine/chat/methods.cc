@@ -95,7 +95,7 @@ std::vector<std::string> SplitOn(const std::string& s, const std::string& sep, i
   if (!from_right) {
     size_t start = 0, hit;
     while ((maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) &&
-           (hit = s.find(sep, start)) != std::string::npos) {
+           (hit = unicode::Find(s, sep, start)) != std::string::npos) {
       parts.push_back(s.substr(start, hit - start));
       start = hit + sep.size();
     }
@@ -104,9 +104,12 @@ std::vector<std::string> SplitOn(const std::string& s, const std::string& sep, i
   }
   size_t end = s.size();
   std::vector<std::string> rev;
+  // rfind(sep, end - sep.size()) as a forward search of the reversed text.
+  const std::string r_s = unicode::Reversed(s), r_sep = unicode::Reversed(sep);
   while ((maxsplit < 0 || static_cast<int64_t>(rev.size()) < maxsplit) && end >= sep.size()) {
-    const size_t hit = s.rfind(sep, end - sep.size());
-    if (hit == std::string::npos) break;
+    const size_t r_hit = unicode::Find(r_s, r_sep, s.size() - end);
+    if (r_hit == std::string::npos) break;
+    const size_t hit = s.size() - r_hit - sep.size();
     rev.push_back(s.substr(hit + sep.size(), end - hit - sep.size()));
     end = hit;
   }
@@ -125,9 +128,9 @@ absl::StatusOr<Value> StrSplit(const std::string& s, const ArgBinder& b, bool fr
     if (!sep.ok()) return sep.status();
     if (sep->empty()) return absl::InvalidArgumentError("ValueError: empty separator");
     uint64_t n = 1;  // the parts, counted before any is made
-    for (size_t at = s.find(*sep);
+    for (size_t at = unicode::Find(s, *sep);
          at != std::string::npos && (maxsplit < 0 || n <= static_cast<uint64_t>(maxsplit));
-         at = s.find(*sep, at + sep->size())) {
+         at = unicode::Find(s, *sep, at + sep->size())) {
       if (auto st = CheckListItems(++n); !st.ok()) return st;
     }
     parts = SplitOn(s, *sep, maxsplit, from_right);
@@ -185,7 +188,7 @@ absl::StatusOr<Value> StrReplace(const std::string& s, const ArgBinder& b) {
     return Value::String(std::move(out));
   }
   size_t start = 0, hit;
-  while (count != 0 && (hit = s.find(*from, start)) != std::string::npos) {
+  while (count != 0 && (hit = unicode::Find(s, *from, start)) != std::string::npos) {
     out.append(s, start, hit - start);
     out += *to;
     if (auto st = CheckStringBytes(out.size()); !st.ok()) return st;
@@ -202,10 +205,14 @@ absl::StatusOr<Value> StrFind(const std::string& s, const ArgBinder& b, std::str
   if (method == "count") {
     if (sub->empty()) return Value::Int(static_cast<int64_t>(unicode::Length(s)) + 1);
     int64_t n = 0;
-    for (size_t p = s.find(*sub); p != std::string::npos; p = s.find(*sub, p + sub->size())) ++n;
+    for (size_t p = unicode::Find(s, *sub); p != std::string::npos;
+         p = unicode::Find(s, *sub, p + sub->size())) {
+      ++n;
+    }
     return Value::Int(n);
   }
-  const size_t p = method == "find" || method == "index" ? s.find(*sub) : s.rfind(*sub);
+  const size_t p = method == "find" || method == "index" ? unicode::Find(s, *sub)
+                                                         : unicode::ReverseFind(s, *sub);
   if (p == std::string::npos) {
     if (method == "index" || method == "rindex") {
       return absl::InvalidArgumentError("ValueError: substring not found");

@@ -308,7 +308,7 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
         return TypeError(
             Cat("'in <string>' requires string as left operand, not ", item.TypeName()));
       }
-      return container.AsString().find(item.AsString()) != std::string::npos;
+      return unicode::Find(container.AsString(), item.AsString()) != std::string::npos;
     case Value::Kind::kList:
     case Value::Kind::kTuple:
       for (const Value& v : container.AsList()) {

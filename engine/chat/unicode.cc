@@ -1,5 +1,7 @@
 #include "engine/chat/unicode.h"
 
+#include <string.h>  // memmem (GNU)
+
 #include <algorithm>
 
 #include "engine/tokenizer/utf8.h"
@@ -167,6 +169,21 @@ bool AppendPlainRun(std::string_view s, char quote, size_t limit, size_t* i, std
   if (out->size() <= limit) out->append(s.substr(*i, std::min(run - *i, limit + 1 - out->size())));
   *i = run;
   return true;
+}
+
+size_t Find(std::string_view hay, std::string_view needle, size_t from) {
+  if (from > hay.size()) return std::string_view::npos;
+  const void* hit = memmem(hay.data() + from, hay.size() - from, needle.data(), needle.size());
+  if (hit == nullptr) return std::string_view::npos;
+  return static_cast<size_t>(static_cast<const char*>(hit) - hay.data());
+}
+
+std::string Reversed(std::string_view s) { return std::string(s.rbegin(), s.rend()); }
+
+size_t ReverseFind(std::string_view hay, std::string_view needle) {
+  if (needle.size() > hay.size()) return std::string_view::npos;
+  const size_t r = Find(Reversed(hay), Reversed(needle));
+  return r == std::string_view::npos ? r : hay.size() - r - needle.size();
 }
 
 void Append(char32_t cp, std::string* out) { tokenizer::AppendUtf8(cp, out); }
