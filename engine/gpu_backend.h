@@ -47,7 +47,7 @@ struct GpuExecutorOptions {
   int skinny_gemm_max_m = 2;
   // Fold the RMSNorms between skinny products into them (decode steps of
   // at most two tokens, unquantized weights; kernels.h, SkinnyNormOut):
-  // 62 fewer launches a step for 32 layers. Off in deterministic mode (no
+  // 63 fewer launches a step for 32 layers. Off in deterministic mode (no
   // skinny kernel there). Default on; off only to measure it
   // (bench-engine --no-fold-norms).
   bool fold_norms = true;
