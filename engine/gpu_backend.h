@@ -46,7 +46,7 @@ struct GpuExecutorOptions {
   // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
   int skinny_gemm_max_m = 2;
   // Fold the RMSNorms between skinny products into them (decode steps of
-  // at most two tokens, unquantized weights; kernels.h, SkinnyNormOut):
+  // at most two tokens, one with FP8 weights; kernels.h, SkinnyNormOut):
   // 63 fewer launches a step for 32 layers. Off in deterministic mode (no
   // skinny kernel there). Default on; off only to measure it
   // (bench-engine --no-fold-norms).

@@ -27,8 +27,16 @@ struct Matrix {
 // zero row), e4m3 rounding to nearest even and saturating: the values the
 // CUDA backend's E4M3 weights and per-row scales stand for. Returns the
 // scales. The CPU backend also rounds each linear layer's input this way,
-// one scale per token, as the CUDA backend quantizes its activations.
+// one scale per token, as the CUDA backend quantizes its activations, in
+// steps of more than kFp8UnroundedInputMaxTokens tokens.
 std::vector<float> RoundRowsToFp8(Matrix* m);
+// Steps of at most this many tokens multiply FP8 weights by unrounded
+// inputs: the CUDA backend's decode products of one or two rows read E4M3
+// weights beside BF16/FP16 activations (W8A16, engine/cuda/kernels.h,
+// SkinnyGemmFp8WeightsSupports), which quantizing would only make slower
+// and less exact. (Not in the CUDA deterministic mode, which has no skinny
+// kernel: there every step rounds.)
+constexpr int kFp8UnroundedInputMaxTokens = 2;
 void RoundRowsToFp8(float* data, int rows, int cols, float* scales = nullptr);
 
 struct LayerWeights {

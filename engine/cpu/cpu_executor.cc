@@ -338,8 +338,9 @@ void CpuExecutor::AttentionBlock(int l, const LayerWeights& L,
     RmsNorm(x->data() + static_cast<size_t>(t) * H, L.input_norm, c.rms_norm_eps, H,
             &h[static_cast<size_t>(t) * H]);
   }
-  const bool fp8 = c.weight_quant == WeightQuant::kFp8;
-  if (fp8) RoundRowsToFp8(h.data(), T, H);  // FP8 activations, one scale per token
+  // FP8 activations, one scale per token (not in one- or two-token steps)
+  const bool fp8 = c.weight_quant == WeightQuant::kFp8 && T > kFp8UnroundedInputMaxTokens;
+  if (fp8) RoundRowsToFp8(h.data(), T, H);
   Linear(L.q, &L.q_bias, h.data(), T, q.data());
   Linear(L.k, &L.k_bias, h.data(), T, k.data());
   Linear(L.v, &L.v_bias, h.data(), T, v.data());
@@ -375,8 +376,9 @@ void CpuExecutor::MlpBlock(const LayerWeights& L, int T, std::vector<float>* x) 
     RmsNorm(x->data() + static_cast<size_t>(t) * H, L.post_norm, c.rms_norm_eps, H,
             &h[static_cast<size_t>(t) * H]);
   }
-  const bool fp8 = c.weight_quant == WeightQuant::kFp8;
-  if (fp8) RoundRowsToFp8(h.data(), T, H);  // FP8 activations, one scale per token
+  // FP8 activations, one scale per token (not in one- or two-token steps)
+  const bool fp8 = c.weight_quant == WeightQuant::kFp8 && T > kFp8UnroundedInputMaxTokens;
+  if (fp8) RoundRowsToFp8(h.data(), T, H);
   Linear(L.gate, nullptr, h.data(), T, gate.data());
   Linear(L.up, nullptr, h.data(), T, up.data());
   for (size_t i = 0; i < gate.size(); ++i) {

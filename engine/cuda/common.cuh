@@ -140,6 +140,17 @@ __device__ __forceinline__ void Load8<__nv_fp8_e4m3>(const __nv_fp8_e4m3* p, flo
   for (int i = 0; i < 8; ++i) out[i] = ToF(e[i]);
 }
 
+// 16 consecutive E4M3 values (a 16-byte load's) as floats.
+__device__ __forceinline__ void Fp8x16ToFloat(const uint4& raw, float out[16]) {
+  const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
 // Stores 8 floats as consecutive elements of T (16-byte aligned for
 // 2-byte types, 8-byte aligned for FP8), each rounded as FromF<T>.
 template <typename T>

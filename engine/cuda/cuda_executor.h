@@ -207,7 +207,8 @@ class CudaExecutor final : public Executor {
   absl::Status OutputProjection(const DeviceLayer& L, int T, bool fold, const Fp8Rows& fp8_in);
   // RMSNorms folded into the skinny products around them (kernels.h,
   // SkinnyNormOut; GpuExecutorOptions::fold_norms): whether a step of T
-  // tokens folds them (unquantized weights, every layer product skinny),
+  // tokens folds them (every layer product skinny; E4M3 weights at one
+  // token only),
   // and whether layer l's down projection also folds layer l + 1's input
   // norm (l + 1 exists and is not streamed: its norm weight stays put).
   bool FoldsNorms(int T) const;

@@ -29,17 +29,6 @@ cudaError_t LaunchQuantize(const void* src, int rows, int cols, void* dst, float
                       static_cast<__nv_fp8_e4m3*>(dst), scales);
 }
 
-// 16 consecutive E4M3 values (16-byte aligned) as floats.
-__device__ __forceinline__ void Fp8x16ToFloat(const uint4& raw, float out[16]) {
-  const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[i], __NV_E4M3)));
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
 using skinny::BlockSumOf;
 using skinny::kWarps;
 using skinny::StoreWarpSums;
@@ -69,38 +58,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       PrefetchL2(w + static_cast<size_t>(min(n0 + c, n - 1)) * k + warp * kChunk + lane * 16);
   }
   WaitPriorGrid();
+  const __nv_fp8_e4m3* wr[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) wr[c] = w + static_cast<size_t>(min(n0 + c, n - 1)) * k;
   float acc[M][C];
-#pragma unroll
-  for (int i = 0; i < M; ++i)
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
-  const int chunks = (k + kChunk - 1) / kChunk;
-#pragma unroll 2
-  for (int ch = warp; ch < chunks; ch += kWarps) {
-    const int k0 = ch * kChunk + lane * 16;
-    if (k0 >= k) continue;
-    uint4 raw[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const size_t row = static_cast<size_t>(min(n0 + c, n - 1));
-      raw[c] = *reinterpret_cast<const uint4*>(w + row * k + k0);
-    }
-    float xf[M][16];
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      const size_t r = static_cast<size_t>(min(i, m - 1));
-      Fp8x16ToFloat(*reinterpret_cast<const uint4*>(xq + r * k + k0), xf[i]);
-    }
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      float wf[16];
-      Fp8x16ToFloat(raw[c], wf);
-#pragma unroll
-      for (int i = 0; i < M; ++i)
-#pragma unroll
-        for (int j = 0; j < 16; ++j) acc[i][c] += xf[i][j] * wf[j];
-    }
-  }
+  skinny::AccumulateK<__nv_fp8_e4m3, M, C>(xq, wr, m, k, acc);
   StoreWarpSums<M, C>(acc, red);
   __syncthreads();
   for (int idx = threadIdx.x; idx < M * C; idx += blockDim.x) {

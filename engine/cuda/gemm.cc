@@ -358,6 +358,14 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
 
 bool Gemm::UsesSkinny(int m, int k) const { return m <= skinny_max_m_ && SkinnyGemmSupports(m, k); }
 
+bool Gemm::UsesSkinnyFp8Weights(int m, int k) const {
+  return m <= skinny_max_m_ && SkinnyGemmFp8WeightsSupports(m, k);
+}
+
+bool Gemm::UsesSkinnyFor(const float* w_scale, int m, int k) const {
+  return w_scale == nullptr ? UsesSkinny(m, k) : UsesSkinnyFp8Weights(m, k);
+}
+
 namespace {
 
 absl::Status SkinnyStatus(cudaError_t e, const char* what, int m, int k) {
@@ -370,38 +378,47 @@ absl::Status SkinnyStatus(cudaError_t e, const char* what, int m, int k) {
 
 absl::Status Gemm::RunSkinnySiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
                                     int k, ActType type, cudaStream_t stream,
-                                    const SkinnyNormIn* norm_in) {
+                                    const SkinnyNormIn* norm_in, const float* w_scale) {
   if (m == 0) return absl::OkStatus();
-  if (!UsesSkinny(m, k)) {
+  if (!UsesSkinnyFor(w_scale, m, k)) {
     return absl::InternalError(absl::StrCat("skinny gate/up + SiLU: ", m, " rows of depth ", k,
                                             " are not a skinny product"));
   }
-  return SkinnyStatus(LaunchSkinnyGemmSiluMul(x, w_gate_up, y, m, inter, k, type, stream, norm_in),
-                      "skinny gate/up + SiLU", m, k);
+  return SkinnyStatus(
+      LaunchSkinnyGemmSiluMul(x, w_gate_up, y, m, inter, k, type, stream, norm_in, w_scale),
+      "skinny gate/up + SiLU", m, k);
 }
 
 absl::Status Gemm::RunSkinnyNormOut(const void* x, const void* w, int m, int n, int k,
-                                    const SkinnyNormOut& out, ActType type, cudaStream_t stream) {
+                                    const SkinnyNormOut& out, ActType type, cudaStream_t stream,
+                                    const float* w_scale) {
   if (m == 0) return absl::OkStatus();
-  if (!UsesSkinny(m, k)) return SkinnyStatus(cudaErrorInvalidValue, "skinny norm producer", m, k);
-  return SkinnyStatus(LaunchSkinnyGemmNormOut(x, w, m, n, k, out, type, stream),
+  if (!UsesSkinnyFor(w_scale, m, k)) {
+    return SkinnyStatus(cudaErrorInvalidValue, "skinny norm producer", m, k);
+  }
+  return SkinnyStatus(LaunchSkinnyGemmNormOut(x, w, m, n, k, out, type, stream, w_scale),
                       "skinny norm producer", m, k);
 }
 
 absl::Status Gemm::RunSkinnyRopeKv(const void* x, const void* w, int m, int k,
                                    const SkinnyNormIn* norm_in, const SkinnyRope& rope,
-                                   ActType type, cudaStream_t stream) {
+                                   ActType type, cudaStream_t stream, const float* w_scale) {
   if (m == 0) return absl::OkStatus();
-  if (!UsesSkinny(m, k)) return SkinnyStatus(cudaErrorInvalidValue, "skinny qkv + RoPE", m, k);
-  return SkinnyStatus(LaunchSkinnyGemmRopeKv(x, w, m, k, norm_in, rope, type, stream),
+  if (!UsesSkinnyFor(w_scale, m, k)) {
+    return SkinnyStatus(cudaErrorInvalidValue, "skinny qkv + RoPE", m, k);
+  }
+  return SkinnyStatus(LaunchSkinnyGemmRopeKv(x, w, m, k, norm_in, rope, type, stream, w_scale),
                       "skinny qkv + RoPE", m, k);
 }
 
 absl::Status Gemm::RunSkinnyNormIn(const void* x, const void* w, void* y, int m, int n, int k,
-                                   const SkinnyNormIn& in, ActType type, cudaStream_t stream) {
+                                   const SkinnyNormIn& in, ActType type, cudaStream_t stream,
+                                   const float* w_scale) {
   if (m == 0) return absl::OkStatus();
-  if (!UsesSkinny(m, k)) return SkinnyStatus(cudaErrorInvalidValue, "skinny normed product", m, k);
-  return SkinnyStatus(LaunchSkinnyGemm(x, w, y, m, n, k, type, false, stream, &in),
+  if (!UsesSkinnyFor(w_scale, m, k)) {
+    return SkinnyStatus(cudaErrorInvalidValue, "skinny normed product", m, k);
+  }
+  return SkinnyStatus(LaunchSkinnyGemm(x, w, y, m, n, k, type, false, stream, &in, w_scale),
                       "skinny normed product", m, k);
 }
 
@@ -490,6 +507,10 @@ Fp8Rows Gemm::fp8_input() const {
 absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                           int k, ActType type, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
+  if (UsesSkinnyFp8Weights(m, k)) {  // x as it is (W8A16)
+    return SkinnyStatus(LaunchSkinnyGemm(x, w, y, m, n, k, type, false, stream, nullptr, w_scale),
+                        "skinny FP8-weight gemm", m, k);
+  }
   if (auto st = CheckFp8Shape(m, k); !st.ok()) return st;
   const Fp8Rows in = fp8_input();
   const SrcType src = type == ActType::kBF16 ? SrcType::kBF16 : SrcType::kF16;

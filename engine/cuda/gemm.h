@@ -10,11 +10,13 @@
 // calls can be captured in CUDA graphs. A caller-provided workspace keeps
 // cuBLASLt from allocating.
 //
-// FP8 weights (E4M3, one scale per output channel; RunFp8): x is rounded to
-// E4M3 per row (one scale per token) into the Gemm's own scratch, then
-// decode-sized products run the skinny FP8 kernel and larger ones cuBLASLt's
-// FP8 GEMM with both scale vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
-// both accumulate in FP32.
+// FP8 weights (E4M3, one scale per output channel; RunFp8): products of one
+// or two rows (UsesSkinnyFp8Weights) run the skinny kernel on x as it is
+// (W8A16, kernels.h), as do the fused skinny runs below given a w_scale;
+// larger ones round x to E4M3 per row (one scale per token) into the
+// Gemm's own scratch, then run the skinny FP8 kernel (up to skinny_max_m
+// rows) or cuBLASLt's FP8 GEMM with both scale vectors
+// (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F); all accumulate in FP32.
 //
 // Tuning (tune_candidates > 0): the first uncaptured product of a shape
 // (not warming: SetWarming)
@@ -112,28 +114,40 @@ class Gemm {
   // Whether Run takes the skinny kernel for m rows of depth k (decode-sized
   // products; never in batch-invariant mode).
   bool UsesSkinny(int m, int k) const;
+  // Whether RunFp8 and the skinny runs take E4M3 weights with x unquantized
+  // for m rows (one or two, never in batch-invariant mode), and which of the
+  // two applies to weights with (E4M3) or without scales.
+  bool UsesSkinnyFp8Weights(int m, int k) const;
+  bool UsesSkinnyFor(const float* w_scale, int m, int k) const;
   // y[m][inter] = silu(x w_gate^T) * (x w_up^T) for an MLP's w_gate_up
   // ([2 * inter][k], gate rows first) in one launch: LaunchSkinnyGemmSiluMul.
-  // REQUIRES: UsesSkinny(m, k).
+  // REQUIRES: UsesSkinnyFor(w_scale, m, k).
   // norm_in: the product after a folded RMSNorm (kernels.h, SkinnyNormIn).
+  // w_scale (here and below): E4M3 weights' row scales, null for weights
+  // in the activation type.
   absl::Status RunSkinnySiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
                                 int k, ActType type, cudaStream_t stream,
-                                const SkinnyNormIn* norm_in = nullptr);
+                                const SkinnyNormIn* norm_in = nullptr,
+                                const float* w_scale = nullptr);
   // The products around a folded RMSNorm (kernels.h): the one before it,
   // which writes `out` and no y, and a plain one after it.
-  // REQUIRES: UsesSkinny(m, k) and SkinnyNormSupports(m, the norm's width).
+  // REQUIRES: UsesSkinnyFor(w_scale, m, k) and SkinnyNormSupports(m, the
+  // norm's width).
   absl::Status RunSkinnyNormOut(const void* x, const void* w, int m, int n, int k,
-                                const SkinnyNormOut& out, ActType type, cudaStream_t stream);
+                                const SkinnyNormOut& out, ActType type, cudaStream_t stream,
+                                const float* w_scale = nullptr);
   // The qkv product with RoPE and the KV write in its epilogue
   // (LaunchSkinnyGemmRopeKv; norm_in as RunSkinnySiluMul's).
   absl::Status RunSkinnyRopeKv(const void* x, const void* w, int m, int k,
                                const SkinnyNormIn* norm_in, const SkinnyRope& rope, ActType type,
-                               cudaStream_t stream);
+                               cudaStream_t stream, const float* w_scale = nullptr);
   absl::Status RunSkinnyNormIn(const void* x, const void* w, void* y, int m, int n, int k,
-                               const SkinnyNormIn& in, ActType type, cudaStream_t stream);
+                               const SkinnyNormIn& in, ActType type, cudaStream_t stream,
+                               const float* w_scale = nullptr);
   // y[m][n] = (x_scale[m] * e4m3(x / x_scale)[m][k]) (w_scale[n] *
-  // e4m3(w)[n][k])^T, y in the activation type. Needs m <= fp8_rows and
-  // k <= fp8_max_k.
+  // e4m3(w)[n][k])^T, y in the activation type; where
+  // UsesSkinnyFp8Weights(m, k), x (w_scale[n] e4m3(w)[n][k])^T instead.
+  // Needs m <= fp8_rows and k <= fp8_max_k.
   absl::Status RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                       int k, ActType type, cudaStream_t stream);
   // The same product with x already in fp8_input() (rows of k bytes and

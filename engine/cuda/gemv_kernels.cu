@@ -48,10 +48,11 @@ using namespace skinny;  // NOLINT: this file's helpers (skinny_epilogues.cuh)
 enum class Epi { kPlain, kSiluPairs, kNormOut, kRopeKv };
 
 template <typename T, typename OutT, int M, int C, Epi kEpi = Epi::kPlain, bool kNormIn = false,
-          typename KvT = T>
+          typename KvT = T, typename W = T>
 __global__ void __launch_bounds__(kWarps * 32)
-    SkinnyGemmKernel(const T* __restrict__ x, const T* __restrict__ w, OutT* __restrict__ y, int m,
-                     int n, int k, SkinnyNormIn norm_in, SkinnyNormOut norm_out, SkinnyRope rope) {
+    SkinnyGemmKernel(const T* __restrict__ x, const W* __restrict__ w,
+                     const float* __restrict__ w_scale, OutT* __restrict__ y, int m, int n, int k,
+                     SkinnyNormIn norm_in, SkinnyNormOut norm_out, SkinnyRope rope) {
   constexpr bool kSiluPairs = kEpi == Epi::kSiluPairs;
   static_assert(!kSiluPairs || C % 2 == 0, "pairs of gate and up rows");
   __shared__ WarpSums<M, C> red;
@@ -59,16 +60,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int n0 = blockIdx.x * (kSiluPairs ? C / 2 : C);
   RopeCols rope_cols{};
   if constexpr (kEpi == Epi::kRopeKv) rope_cols = RopeColsOf(rope, blockIdx.x);
-  const T* wr[C];
+  const W* wr[C];
+  int rows[C];
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     int row = kSiluPairs ? (c < C / 2 ? min(n0 + c, n - 1) : n + min(n0 + c - C / 2, n - 1))
                          : min(n0 + c, n - 1);
     if constexpr (kEpi == Epi::kRopeKv) row = RopeRow(rope, rope_cols, c);
     wr[c] = w + static_cast<size_t>(row) * k;
+    rows[c] = row;
   }
   AllowNextGrid();
   WaitPriorGrid();
+  float scale[C];  // E4M3 weights' row scales (unused for 2-byte weights)
+#pragma unroll
+  for (int c = 0; c < C; ++c) scale[c] = sizeof(W) == 1 ? w_scale[rows[c]] : 1.0f;
   // The epilogue's own operands first: their latency hides behind the K loop.
   NormInSums<M> sums;
   if constexpr (kNormIn) sums.Load(norm_in, m);
@@ -81,7 +87,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   NormOutPre out_pre;
   if constexpr (kEpi == Epi::kNormOut) out_pre = LoadNormOutPre<T, M, C>(norm_out, m, n, n0);
   float acc[M][C];
-  AccumulateK<T, M, C>(x, wr, k, acc);
+  if constexpr (sizeof(W) == 1) {
+    AccumulateK<T, M, C>(x, wr, m, k, acc);
+  } else {
+    AccumulateK<T, M, C>(x, wr, k, acc);
+  }
+  ScaleSums<W, M, C>(scale, acc);
   StoreWarpSums<M, C>(acc, red);
   if constexpr (kNormIn) sums.Reduce(norm_in, m, row_ss);
   __syncthreads();
@@ -116,50 +127,60 @@ constexpr int BlockCols(int m) { return m <= 4 ? 8 : 4; }
 
 // n: y's columns (for kSiluPairs, the MLP's intermediate size: w has 2n
 // rows).
-template <typename T, typename OutT, int M, int C, Epi kEpi, bool kNormIn, typename KvT = T>
-cudaError_t LaunchM(const void* x, const void* w, void* y, int m, int n, int k,
-                    const SkinnyNormIn& in, const SkinnyNormOut& out, cudaStream_t stream,
+template <typename T, typename OutT, int M, int C, Epi kEpi, bool kNormIn, typename KvT = T,
+          typename W = T>
+cudaError_t LaunchM(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
+                    int k, const SkinnyNormIn& in, const SkinnyNormOut& out, cudaStream_t stream,
                     const SkinnyRope& rope = {}) {
   static_assert(C == BlockCols(M), "SkinnyNormBlocks counts blocks of BlockCols columns");
   constexpr int kCols = kEpi == Epi::kSiluPairs ? C / 2 : C;
-  return LaunchKernel(SkinnyGemmKernel<T, OutT, M, C, kEpi, kNormIn, KvT>, (n + kCols - 1) / kCols,
-                      kWarps * 32, 0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
-                      static_cast<OutT*>(y), m, n, k, in, out, rope);
+  return LaunchKernel(SkinnyGemmKernel<T, OutT, M, C, kEpi, kNormIn, KvT, W>,
+                      (n + kCols - 1) / kCols, kWarps * 32, 0, stream, static_cast<const T*>(x),
+                      static_cast<const W*>(w), w_scale, static_cast<OutT*>(y), m, n, k, in, out,
+                      rope);
 }
 
-template <typename T, typename KvT>
-cudaError_t DispatchRope(const void* x, const void* w, int m, int n, int k, const SkinnyNormIn* in,
-                         const SkinnyRope& rope, cudaStream_t stream) {
+// Up to kSkinnyNormMaxM rows (the folded decode products; E4M3 weights are
+// built for these only).
+template <typename T, typename OutT, Epi kEpi, bool kNormIn, typename KvT = T, typename W = T>
+cudaError_t LaunchFew(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
+                      int k, const SkinnyNormIn& in, const SkinnyNormOut& out, cudaStream_t stream,
+                      const SkinnyRope& rope = {}) {
+  if (m <= 1) {
+    return LaunchM<T, OutT, 1, 8, kEpi, kNormIn, KvT, W>(x, w, w_scale, y, m, n, k, in, out, stream,
+                                                         rope);
+  }
+  return LaunchM<T, OutT, 2, 8, kEpi, kNormIn, KvT, W>(x, w, w_scale, y, m, n, k, in, out, stream,
+                                                       rope);
+}
+
+template <typename T, typename KvT, typename W>
+cudaError_t DispatchRope(const void* x, const void* w, const float* w_scale, int m, int n, int k,
+                         const SkinnyNormIn* in, const SkinnyRope& rope, cudaStream_t stream) {
   constexpr Epi kRope = Epi::kRopeKv;
-  const SkinnyNormIn none{};
   if (in == nullptr) {
-    if (m <= 1)
-      return LaunchM<T, T, 1, 8, kRope, false, KvT>(x, w, nullptr, m, n, k, none, {}, stream, rope);
-    return LaunchM<T, T, 2, 8, kRope, false, KvT>(x, w, nullptr, m, n, k, none, {}, stream, rope);
+    return LaunchFew<T, T, kRope, false, KvT, W>(x, w, w_scale, nullptr, m, n, k, {}, {}, stream,
+                                                 rope);
   }
-  if (m <= 1)
-    return LaunchM<T, T, 1, 8, kRope, true, KvT>(x, w, nullptr, m, n, k, *in, {}, stream, rope);
-  return LaunchM<T, T, 2, 8, kRope, true, KvT>(x, w, nullptr, m, n, k, *in, {}, stream, rope);
+  return LaunchFew<T, T, kRope, true, KvT, W>(x, w, w_scale, nullptr, m, n, k, *in, {}, stream,
+                                              rope);
 }
 
-template <typename T, typename OutT, Epi kEpi = Epi::kPlain>
-cudaError_t Dispatch(const void* x, const void* w, void* y, int m, int n, int k,
-                     const SkinnyNormIn* in, const SkinnyNormOut& out, cudaStream_t stream) {
+template <typename T, typename OutT, Epi kEpi = Epi::kPlain, typename W = T>
+cudaError_t Dispatch(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
+                     int k, const SkinnyNormIn* in, const SkinnyNormOut& out, cudaStream_t stream) {
   const SkinnyNormIn none{};
-  // Folded norms (one or two rows): kNormOut always, kNormIn when given.
-  if constexpr (kEpi != Epi::kNormOut) {
-    if (in == nullptr) {
-      if (m <= 1) return LaunchM<T, OutT, 1, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
-      if (m <= 2) return LaunchM<T, OutT, 2, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
-      if (m <= 4) return LaunchM<T, OutT, 4, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
-      return LaunchM<T, OutT, 8, 4, kEpi, false>(x, w, y, m, n, k, none, out, stream);
+  constexpr bool kWide = kEpi != Epi::kNormOut && sizeof(W) > 1;  // up to 8 rows
+  if (in != nullptr)
+    return LaunchFew<T, OutT, kEpi, true, T, W>(x, w, w_scale, y, m, n, k, *in, out, stream);
+  if constexpr (kWide) {
+    if (m > 2) {
+      if (m <= 4)
+        return LaunchM<T, OutT, 4, 8, kEpi, false>(x, w, w_scale, y, m, n, k, none, out, stream);
+      return LaunchM<T, OutT, 8, 4, kEpi, false>(x, w, w_scale, y, m, n, k, none, out, stream);
     }
-    if (m <= 1) return LaunchM<T, OutT, 1, 8, kEpi, true>(x, w, y, m, n, k, *in, out, stream);
-    return LaunchM<T, OutT, 2, 8, kEpi, true>(x, w, y, m, n, k, *in, out, stream);
-  } else {
-    if (m <= 1) return LaunchM<T, OutT, 1, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
-    return LaunchM<T, OutT, 2, 8, kEpi, false>(x, w, y, m, n, k, none, out, stream);
   }
+  return LaunchFew<T, OutT, kEpi, false, T, W>(x, w, w_scale, y, m, n, k, none, out, stream);
 }
 
 bool NormInValid(const SkinnyNormIn* in, int m) {
@@ -167,45 +188,80 @@ bool NormInValid(const SkinnyNormIn* in, int m) {
                            in->blocks == SkinnyNormBlocks(m, in->hidden));
 }
 
+// E4M3 weights (w_scale set) take one or two rows and k % 16 == 0.
+bool WeightsValid(const float* w_scale, int m, int k) {
+  return w_scale == nullptr || SkinnyGemmFp8WeightsSupports(m, k);
+}
+
 }  // namespace
 
 bool SkinnyGemmSupports(int m, int k) { return m >= 1 && m <= kSkinnyGemmMaxM && k % 8 == 0; }
+
+bool SkinnyGemmFp8WeightsSupports(int m, int k) {
+  return m >= 1 && m <= kSkinnyNormMaxM && k % 16 == 0;
+}
 
 bool SkinnyNormSupports(int m, int n) { return m <= kSkinnyNormMaxM && SkinnyGemmSupports(m, n); }
 
 int SkinnyNormBlocks(int m, int n) { return (n + BlockCols(m) - 1) / BlockCols(m); }
 
+// The 2-byte (W = T) or E4M3 (w_scale set) instantiation of a launch.
+#define BALLAST_DISPATCH_WEIGHTS(w_scale, W, ...) \
+  do {                                            \
+    if ((w_scale) != nullptr) {                   \
+      using W = __nv_fp8_e4m3;                    \
+      __VA_ARGS__;                                \
+    } else {                                      \
+      using W = T;                                \
+      __VA_ARGS__;                                \
+    }                                             \
+  } while (0)
+
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
                              ActType type, bool out_f32, cudaStream_t stream,
-                             const SkinnyNormIn* norm_in) {
-  if (!SkinnyGemmSupports(m, k) || !NormInValid(norm_in, m)) return cudaErrorInvalidValue;
+                             const SkinnyNormIn* norm_in, const float* w_scale) {
+  if (!SkinnyGemmSupports(m, k) || !NormInValid(norm_in, m) || !WeightsValid(w_scale, m, k) ||
+      (out_f32 && w_scale != nullptr)) {
+    return cudaErrorInvalidValue;
+  }
   BALLAST_DISPATCH_ACT(type, T, {
-    return out_f32 ? Dispatch<T, float>(x, w, y, m, n, k, norm_in, {}, stream)
-                   : Dispatch<T, T>(x, w, y, m, n, k, norm_in, {}, stream);
+    if (out_f32) return Dispatch<T, float>(x, w, nullptr, y, m, n, k, norm_in, {}, stream);
+    BALLAST_DISPATCH_WEIGHTS(w_scale, W, {
+      return Dispatch<T, T, Epi::kPlain, W>(x, w, w_scale, y, m, n, k, norm_in, {}, stream);
+    });
   });
   return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchSkinnyGemmSiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
                                     int k, ActType type, cudaStream_t stream,
-                                    const SkinnyNormIn* norm_in) {
-  if (!SkinnyGemmSupports(m, k) || inter <= 0 || !NormInValid(norm_in, m)) {
+                                    const SkinnyNormIn* norm_in, const float* w_scale) {
+  if (!SkinnyGemmSupports(m, k) || inter <= 0 || !NormInValid(norm_in, m) ||
+      !WeightsValid(w_scale, m, k)) {
     return cudaErrorInvalidValue;
   }
   BALLAST_DISPATCH_ACT(type, T, {
-    return Dispatch<T, T, Epi::kSiluPairs>(x, w_gate_up, y, m, inter, k, norm_in, {}, stream);
+    BALLAST_DISPATCH_WEIGHTS(w_scale, W, {
+      return Dispatch<T, T, Epi::kSiluPairs, W>(x, w_gate_up, w_scale, y, m, inter, k, norm_in, {},
+                                                stream);
+    });
   });
   return cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchSkinnyGemmNormOut(const void* x, const void* w, int m, int n, int k,
-                                    const SkinnyNormOut& out, ActType type, cudaStream_t stream) {
+                                    const SkinnyNormOut& out, ActType type, cudaStream_t stream,
+                                    const float* w_scale) {
   if (!SkinnyGemmSupports(m, k) || !SkinnyNormSupports(m, n) || out.resid == nullptr ||
-      out.gamma == nullptr || out.xg == nullptr || out.sumsq == nullptr) {
+      out.gamma == nullptr || out.xg == nullptr || out.sumsq == nullptr ||
+      !WeightsValid(w_scale, m, k)) {
     return cudaErrorInvalidValue;
   }
   BALLAST_DISPATCH_ACT(type, T, {
-    return Dispatch<T, T, Epi::kNormOut>(x, w, nullptr, m, n, k, nullptr, out, stream);
+    BALLAST_DISPATCH_WEIGHTS(w_scale, W, {
+      return Dispatch<T, T, Epi::kNormOut, W>(x, w, w_scale, nullptr, m, n, k, nullptr, out,
+                                              stream);
+    });
   });
   return cudaErrorInvalidValue;
 }
@@ -217,25 +273,30 @@ bool SkinnyRopeSupports(int m, int k, int num_heads, const PagedKv& kv) {
 
 cudaError_t LaunchSkinnyGemmRopeKv(const void* x, const void* w, int m, int k,
                                    const SkinnyNormIn* norm_in, const SkinnyRope& rope,
-                                   ActType type, cudaStream_t stream) {
+                                   ActType type, cudaStream_t stream, const float* w_scale) {
   if (!SkinnyRopeSupports(m, k, rope.num_heads, rope.kv) || !NormInValid(norm_in, m) ||
-      rope.q_out == nullptr || rope.inv_freq == nullptr || rope.tokens.num_tokens != m) {
+      !WeightsValid(w_scale, m, k) || rope.q_out == nullptr || rope.inv_freq == nullptr ||
+      rope.tokens.num_tokens != m) {
     return cudaErrorInvalidValue;
   }
   const int D = rope.kv.head_dim, Hkv = rope.kv.num_kv_heads;
   // Blocks of 8 columns: (H + Hkv) D / 8 of pairs, then Hkv D / 8 of V.
   const int n = (rope.num_heads + 2 * Hkv) * D;
   BALLAST_DISPATCH_ACT(type, T, {
-    switch (rope.kv.dtype) {
-      case KvType::kFP8E4M3:
-        return DispatchRope<T, __nv_fp8_e4m3>(x, w, m, n, k, norm_in, rope, stream);
-      case KvType::kBF16:
-        return DispatchRope<T, __nv_bfloat16>(x, w, m, n, k, norm_in, rope, stream);
-      case KvType::kF16:
-        return DispatchRope<T, __half>(x, w, m, n, k, norm_in, rope, stream);
-    }
+    BALLAST_DISPATCH_WEIGHTS(w_scale, W, {
+      switch (rope.kv.dtype) {
+        case KvType::kFP8E4M3:
+          return DispatchRope<T, __nv_fp8_e4m3, W>(x, w, w_scale, m, n, k, norm_in, rope, stream);
+        case KvType::kBF16:
+          return DispatchRope<T, __nv_bfloat16, W>(x, w, w_scale, m, n, k, norm_in, rope, stream);
+        case KvType::kF16:
+          return DispatchRope<T, __half, W>(x, w, w_scale, m, n, k, norm_in, rope, stream);
+      }
+    });
   });
   return cudaErrorInvalidValue;
 }
+
+#undef BALLAST_DISPATCH_WEIGHTS
 
 }  // namespace ballast::engine::cuda

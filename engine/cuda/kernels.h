@@ -195,7 +195,7 @@ constexpr int kSkinnyGemmMaxM = 8;
 constexpr int kSkinnyGemmDefaultMaxM = 2;
 bool SkinnyGemmSupports(int m, int k);
 // RMSNorms folded into the skinny products around them (decode steps of at
-// most kSkinnyNormMaxM rows, unquantized weights): no norm launch between
+// most kSkinnyNormMaxM rows; 2-byte or E4M3 weights): no norm launch between
 // the o projection and gate/up, nor between down and the next layer's qkv.
 // The producer (LaunchSkinnyGemmNormOut, n = hidden) adds each output,
 // rounded to the activation type, and the bias to the FP32 residual row r,
@@ -222,9 +222,17 @@ struct SkinnyNormIn {
 bool SkinnyNormSupports(int m, int n);
 // The producer's blocks, each writing one sum of squares per row.
 int SkinnyNormBlocks(int m, int n);
+// E4M3 weights with bf16/fp16 activations (W8A16): with w_scale set, w
+// [n][k] is E4M3 with one FP32 scale per row (w_scale [n]), each product
+// x · (w_scale[r] w[r]) with x unquantized, FP32 sums scaled per warp
+// before they are added. Built for SkinnyGemmFp8WeightsSupports: one or
+// two rows (the folded decode products; more take LaunchSkinnyGemmFp8
+// on quantized x), k % 16 == 0, y in the activation type. Every launch
+// below takes it.
+bool SkinnyGemmFp8WeightsSupports(int m, int k);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
                              ActType type, bool out_f32, cudaStream_t stream,
-                             const SkinnyNormIn* norm_in = nullptr);
+                             const SkinnyNormIn* norm_in = nullptr, const float* w_scale = nullptr);
 // An MLP's gate/up product and its SiLU in one launch, for decode-sized m
 // as LaunchSkinnyGemm: y[m][inter] = silu(x w_gate^T) * (x w_up^T), w_gate_up
 // [2 * inter][k] with the gate rows first, y in the activation type. Bit for
@@ -232,10 +240,12 @@ cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n
 // LaunchSiluMul.
 cudaError_t LaunchSkinnyGemmSiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
                                     int k, ActType type, cudaStream_t stream,
-                                    const SkinnyNormIn* norm_in = nullptr);
+                                    const SkinnyNormIn* norm_in = nullptr,
+                                    const float* w_scale = nullptr);
 // The producer: x[m][k] w[n][k]^T into `out` (nothing else written).
 cudaError_t LaunchSkinnyGemmNormOut(const void* x, const void* w, int m, int n, int k,
-                                    const SkinnyNormOut& out, ActType type, cudaStream_t stream);
+                                    const SkinnyNormOut& out, ActType type, cudaStream_t stream,
+                                    const float* w_scale = nullptr);
 
 // The qkv product of a decode step with LaunchRopeKvWrite in its epilogue
 // (no Qwen3 head norms): q to q_out [m][num_heads][D], k and v into the
@@ -254,7 +264,8 @@ struct SkinnyRope {
 bool SkinnyRopeSupports(int m, int k, int num_heads, const PagedKv& kv);
 cudaError_t LaunchSkinnyGemmRopeKv(const void* x, const void* w, int m, int k,
                                    const SkinnyNormIn* norm_in, const SkinnyRope& rope,
-                                   ActType type, cudaStream_t stream);
+                                   ActType type, cudaStream_t stream,
+                                   const float* w_scale = nullptr);
 
 // FP8 (E4M3) weights, one FP32 scale per row (output channel).
 // Per row r of src [rows][cols]: scales[r] = max|row| / 448 (1 when the row

@@ -52,6 +52,71 @@ __device__ __forceinline__ void AccumulateK(const T* __restrict__ x, const T* co
   }
 }
 
+// 16 consecutive elements of x (a chunk's share of a lane) as floats: two
+// 16-byte loads of a 2-byte type, one of E4M3.
+template <typename X>
+__device__ __forceinline__ void Load16(const X* p, float out[16]) {
+  Load8(p, out);
+  Load8(p + 8, out + 8);
+}
+template <>
+__device__ __forceinline__ void Load16<__nv_fp8_e4m3>(const __nv_fp8_e4m3* p, float out[16]) {
+  Fp8x16ToFloat(*reinterpret_cast<const uint4*>(p), out);
+}
+
+// AccumulateK over E4M3 weights: interleaved 512-element chunks, one
+// 16-byte weight load a column and 16 elements of x a row (rows past m
+// read row m - 1) per lane and chunk, each column's 16 weights converted
+// to float as its FMAs need them (16 floats a column at once would cost
+// the second resident block). x in the activation type (W8A16, the folded
+// decode products of one or two rows) or E4M3 (fp8_kernels.cu's W8A8
+// kernel); the scales are the caller's (ScaleSums).
+template <typename X, int M, int C>
+__device__ __forceinline__ void AccumulateK(const X* __restrict__ x,
+                                            const __nv_fp8_e4m3* const (&wr)[C], int m, int k,
+                                            float (&acc)[M][C]) {
+  constexpr int kChunk8 = 32 * 16;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
+  const int chunks = (k + kChunk8 - 1) / kChunk8;
+#pragma unroll 2
+  for (int ch = warp; ch < chunks; ch += kWarps) {
+    const int k0 = ch * kChunk8 + lane * 16;
+    if (k0 >= k) continue;
+    uint4 raw[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) raw[c] = *reinterpret_cast<const uint4*>(wr[c] + k0);
+    float xf[M][16];
+#pragma unroll
+    for (int i = 0; i < M; ++i) Load16(x + static_cast<size_t>(min(i, m - 1)) * k + k0, xf[i]);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      float wf[16];
+      Fp8x16ToFloat(raw[c], wf);
+#pragma unroll
+      for (int i = 0; i < M; ++i)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) acc[i][c] += xf[i][j] * wf[j];
+    }
+  }
+}
+
+// The E4M3 rows' scales on a thread's sums, before StoreWarpSums: each
+// warp's share is scaled, then the shares are summed (for 2-byte weights
+// nothing is done).
+template <typename W, int M, int C>
+__device__ __forceinline__ void ScaleSums(const float (&scale)[C], float (&acc)[M][C]) {
+  if constexpr (sizeof(W) == 1) {
+#pragma unroll
+    for (int i = 0; i < M; ++i)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[i][c] *= scale[c];
+  }
+}
+
 // Each warp's sums (shuffles) into red[warp]; a barrier must follow.
 template <int M, int C>
 __device__ __forceinline__ void StoreWarpSums(const float (&acc)[M][C], WarpSums<M, C>& red) {

@@ -7,7 +7,9 @@
 // and FP16, one and two rows, with and without a bias, output counts that
 // do and do not fill the consumers' blocks. And the qkv product with RoPE
 // and the KV write in its epilogue (RunSkinnyRopeKv) against the product
-// and LaunchRopeKvWrite.
+// and LaunchRopeKvWrite. Each also with E4M3 weights (W8A16: the products'
+// w_scale), against the same launches on the same E4M3 weights and a
+// reference over their dequantized values.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -32,11 +34,58 @@ using testing::ToHost;
 
 bool HaveGpu() { return GpuMemoryInfo(0).ok(); }
 
+// A weight matrix [rows][cols] on the device: in the activation type, or
+// E4M3 with one scale a row (LaunchQuantizeRowsFp8 of it). *values: what
+// the device's weights stand for (dequantized), for the references.
+struct DevWeights {
+  void* w = nullptr;
+  float* scale = nullptr;  // null: the activation type
+};
+
+DevWeights Upload(const std::vector<uint16_t>& bits, int rows, int cols, ActType type, bool fp8,
+                  std::vector<double>* values) {
+  DevWeights d;
+  uint16_t* src = ToDevice(bits);
+  values->resize(bits.size());
+  if (!fp8) {
+    d.w = src;
+    for (size_t i = 0; i < bits.size(); ++i) (*values)[i] = FromActBits(bits[i], type);
+    return d;
+  }
+  uint8_t* q = nullptr;
+  EXPECT_EQ(cudaMalloc(&q, bits.size()), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&d.scale, rows * sizeof(float)), cudaSuccess);
+  const SrcType st = type == ActType::kBF16 ? SrcType::kBF16 : SrcType::kF16;
+  EXPECT_EQ(LaunchQuantizeRowsFp8(src, st, rows, cols, q, d.scale, nullptr), cudaSuccess);
+  const auto qh = ToHost(q, bits.size());
+  const auto sh = ToHost(d.scale, static_cast<size_t>(rows));
+  for (size_t i = 0; i < qh.size(); ++i) {
+    (*values)[i] = static_cast<double>(Fp8E4M3ToFloat(qh[i])) * sh[i / cols];
+  }
+  cudaFree(src);
+  d.w = q;
+  return d;
+}
+
+void Free(const DevWeights& d) {
+  cudaFree(d.w);
+  cudaFree(d.scale);
+}
+
+// The plain product on either kind of weights (E4M3: RunFp8, which takes
+// one or two rows unquantized).
+absl::Status Plain(Gemm& g, const void* x, const DevWeights& w, void* y, int m, int n, int k,
+                   ActType type) {
+  if (w.scale != nullptr) return g.RunFp8(x, w.w, w.scale, y, m, n, k, type, nullptr);
+  return g.Run(x, w.w, y, m, n, k, type, false, nullptr);
+}
+
 // o projection [hidden][k] -> norm over hidden -> qkv-like [n][hidden] and
 // gate/up [2 inter][hidden].
 struct Shape {
   int m, k, hidden, n, inter;
   bool bias;
+  bool fp8 = false;  // E4M3 weights
 };
 
 struct Host {
@@ -66,12 +115,14 @@ Host MakeInputs(const Shape& sh, ActType type, std::mt19937& rng) {
 }
 
 // What the products after the norm give in double precision, from the
-// residual the GPU computed (bit-identical in both paths, checked).
+// residual the GPU computed (bit-identical in both paths, checked), over
+// the weights' values (w_n, w_gu: as Upload gives them).
 struct Reference {
   std::vector<double> y, z;
 };
 
-Reference Expected(const Shape& sh, const Host& h, const std::vector<float>& resid, float eps,
+Reference Expected(const Shape& sh, const Host& h, const std::vector<double>& w_n,
+                   const std::vector<double>& w_gu, const std::vector<float>& resid, float eps,
                    ActType type) {
   Reference ref;
   for (int i = 0; i < sh.m; ++i) {
@@ -81,16 +132,14 @@ Reference Expected(const Shape& sh, const Host& h, const std::vector<float>& res
     const double inv = 1.0 / std::sqrt(ss / sh.hidden + eps);
     std::vector<double> xn(static_cast<size_t>(sh.hidden));
     for (int j = 0; j < sh.hidden; ++j) xn[j] = FromActBits(h.gamma[j], type) * r[j] * inv;
-    auto dot = [&](const std::vector<uint16_t>& w, int row) {
+    auto dot = [&](const std::vector<double>& w, int row) {
       double s = 0;
-      for (int j = 0; j < sh.hidden; ++j) {
-        s += xn[j] * FromActBits(w[static_cast<size_t>(row) * sh.hidden + j], type);
-      }
+      for (int j = 0; j < sh.hidden; ++j) s += xn[j] * w[static_cast<size_t>(row) * sh.hidden + j];
       return s;
     };
-    for (int c = 0; c < sh.n; ++c) ref.y.push_back(dot(h.w_n, c));
+    for (int c = 0; c < sh.n; ++c) ref.y.push_back(dot(w_n, c));
     for (int c = 0; c < sh.inter; ++c) {
-      const double g = dot(h.w_gu, c), u = dot(h.w_gu, sh.inter + c);
+      const double g = dot(w_gu, c), u = dot(w_gu, sh.inter + c);
       ref.z.push_back(g / (1 + std::exp(-g)) * u);
     }
   }
@@ -142,24 +191,28 @@ void FreeRun(const Run& r) {
 }
 
 void CheckFolded(Gemm& g, const Shape& sh, ActType type, std::mt19937& rng) {
-  SCOPED_TRACE(::testing::Message() << (type == ActType::kBF16 ? "bf16 " : "fp16 ") << "m " << sh.m
-                                    << " k " << sh.k << " hidden " << sh.hidden << " n " << sh.n
-                                    << " inter " << sh.inter << (sh.bias ? " bias" : ""));
+  SCOPED_TRACE(::testing::Message()
+               << (type == ActType::kBF16 ? "bf16 " : "fp16 ") << "m " << sh.m << " k " << sh.k
+               << " hidden " << sh.hidden << " n " << sh.n << " inter " << sh.inter
+               << (sh.bias ? " bias" : "") << (sh.fp8 ? " e4m3 weights" : ""));
   const float eps = 1e-5f;
   const Host h = MakeInputs(sh, type, rng);
   uint16_t* x = ToDevice(h.x);
-  uint16_t* w_o = ToDevice(h.w_o);
+  std::vector<double> o_val, n_val, gu_val;
+  const DevWeights w_o = Upload(h.w_o, sh.hidden, sh.k, type, sh.fp8, &o_val);
   uint16_t* bias = sh.bias ? ToDevice(h.bias) : nullptr;
   uint16_t* gamma = ToDevice(h.gamma);
-  uint16_t* w_n = ToDevice(h.w_n);
-  uint16_t* w_gu = ToDevice(h.w_gu);
+  const DevWeights w_n = Upload(h.w_n, sh.n, sh.hidden, type, sh.fp8, &n_val);
+  const DevWeights w_gu = Upload(h.w_gu, 2 * sh.inter, sh.hidden, type, sh.fp8, &gu_val);
   // Unfolded: product, add + norm, products.
   const Run a = NewRun(sh, h);
-  ASSERT_TRUE(g.Run(x, w_o, a.o, sh.m, sh.hidden, sh.k, type, false, nullptr).ok());
+  ASSERT_TRUE(Plain(g, x, w_o, a.o, sh.m, sh.hidden, sh.k, type).ok());
   ASSERT_EQ(LaunchAddRmsNorm(a.resid, a.o, bias, gamma, eps, sh.m, sh.hidden, a.xn, type, nullptr),
             cudaSuccess);
-  ASSERT_TRUE(g.Run(a.xn, w_n, a.y, sh.m, sh.n, sh.hidden, type, false, nullptr).ok());
-  ASSERT_TRUE(g.RunSkinnySiluMul(a.xn, w_gu, a.z, sh.m, sh.inter, sh.hidden, type, nullptr).ok());
+  ASSERT_TRUE(Plain(g, a.xn, w_n, a.y, sh.m, sh.n, sh.hidden, type).ok());
+  ASSERT_TRUE(g.RunSkinnySiluMul(a.xn, w_gu.w, a.z, sh.m, sh.inter, sh.hidden, type, nullptr,
+                                 nullptr, w_gu.scale)
+                  .ok());
   // Folded, twice.
   const SkinnyNormIn in{nullptr, SkinnyNormBlocks(sh.m, sh.hidden), sh.hidden, eps};
   std::vector<uint16_t> y[2], z[2];
@@ -168,12 +221,15 @@ void CheckFolded(Gemm& g, const Shape& sh, ActType type, std::mt19937& rng) {
     const Run b = NewRun(sh, h);
     SkinnyNormIn bin = in;
     bin.sumsq = b.ss;
-    ASSERT_TRUE(g.RunSkinnyNormOut(x, w_o, sh.m, sh.hidden, sh.k,
-                                   {b.resid, bias, gamma, b.xn, b.ss}, type, nullptr)
+    ASSERT_TRUE(g.RunSkinnyNormOut(x, w_o.w, sh.m, sh.hidden, sh.k,
+                                   {b.resid, bias, gamma, b.xn, b.ss}, type, nullptr, w_o.scale)
                     .ok());
-    ASSERT_TRUE(g.RunSkinnyNormIn(b.xn, w_n, b.y, sh.m, sh.n, sh.hidden, bin, type, nullptr).ok());
     ASSERT_TRUE(
-        g.RunSkinnySiluMul(b.xn, w_gu, b.z, sh.m, sh.inter, sh.hidden, type, nullptr, &bin).ok());
+        g.RunSkinnyNormIn(b.xn, w_n.w, b.y, sh.m, sh.n, sh.hidden, bin, type, nullptr, w_n.scale)
+            .ok());
+    ASSERT_TRUE(g.RunSkinnySiluMul(b.xn, w_gu.w, b.z, sh.m, sh.inter, sh.hidden, type, nullptr,
+                                   &bin, w_gu.scale)
+                    .ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     y[rep] = ToHost(b.y, static_cast<size_t>(sh.m) * sh.n);
     z[rep] = ToHost(b.z, static_cast<size_t>(sh.m) * sh.inter);
@@ -185,7 +241,7 @@ void CheckFolded(Gemm& g, const Shape& sh, ActType type, std::mt19937& rng) {
   EXPECT_EQ(resid[0], resid_a) << "the folded residual differs from LaunchAddRmsNorm's";
   EXPECT_EQ(y[0], y[1]) << "a folded run did not repeat bit for bit";
   EXPECT_EQ(z[0], z[1]) << "a folded run did not repeat bit for bit";
-  const Reference ref = Expected(sh, h, resid_a, eps, type);
+  const Reference ref = Expected(sh, h, n_val, gu_val, resid_a, eps, type);
   const Errors unfolded = Compare(ref, ToHost(a.y, ref.y.size()), ToHost(a.z, ref.z.size()), type);
   const Errors folded = Compare(ref, y[0], z[0], type);
   ASSERT_GT(folded.y_mag, 0.0);
@@ -197,8 +253,8 @@ void CheckFolded(Gemm& g, const Shape& sh, ActType type, std::mt19937& rng) {
   EXPECT_LT(folded.y, 2.0 * unfolded.y + 1e-3 * folded.y_mag);
   EXPECT_LT(folded.z, 2.0 * unfolded.z + 1e-3 * folded.z_mag);
   FreeRun(a);
-  for (void* p : {static_cast<void*>(x), static_cast<void*>(w_o), static_cast<void*>(bias),
-                  static_cast<void*>(gamma), static_cast<void*>(w_n), static_cast<void*>(w_gu)}) {
+  for (const DevWeights& w : {w_o, w_n, w_gu}) Free(w);
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(bias), static_cast<void*>(gamma)}) {
     cudaFree(p);
   }
 }
@@ -209,10 +265,13 @@ TEST(CudaSkinnyNorm, FoldedNormMatchesNormThenProduct) {
   ASSERT_TRUE(g.ok()) << g.status();
   std::mt19937 rng(5);
   for (const ActType type : {ActType::kBF16, ActType::kF16}) {
-    for (const Shape sh :
-         {Shape{1, 4096, 4096, 6144, 1432, false}, Shape{2, 512, 264, 77, 96, true},
-          Shape{1, 1024, 1000, 130, 64, true}, Shape{2, 2048, 2048, 512, 301, false}}) {
+    for (Shape sh : {Shape{1, 4096, 4096, 6144, 1432, false}, Shape{2, 512, 264, 77, 96, true},
+                     Shape{1, 1024, 1000, 130, 64, true}, Shape{2, 2048, 2048, 512, 301, false}}) {
       CheckFolded(**g, sh, type, rng);
+      if (sh.k % 16 == 0 && sh.hidden % 16 == 0) {  // E4M3 rows of 16-byte loads
+        sh.fp8 = true;
+        CheckFolded(**g, sh, type, rng);
+      }
     }
   }
 }
@@ -226,6 +285,9 @@ TEST(CudaSkinnyNorm, RefusesWhatItCannotFold) {
   EXPECT_TRUE(SkinnyNormSupports(2, 4096));
   EXPECT_FALSE(SkinnyNormSupports(3, 4096));  // skinny, but more rows than the fold takes
   EXPECT_FALSE(SkinnyNormSupports(1, 4100));  // not a multiple of 8
+  EXPECT_TRUE(SkinnyGemmFp8WeightsSupports(2, 4096));
+  EXPECT_FALSE(SkinnyGemmFp8WeightsSupports(3, 4096));  // W8A16 takes one or two rows
+  EXPECT_FALSE(SkinnyGemmFp8WeightsSupports(1, 4104));  // E4M3 rows of whole 16-byte loads
   float dummy = 0;
   const SkinnyNormOut out{&dummy, nullptr, &dummy, &dummy, &dummy};
   EXPECT_EQ(
@@ -251,13 +313,15 @@ TEST(CudaSkinnyNorm, RefusesWhatItCannotFold) {
 struct RopeShape {
   int m, D, H, Hkv, k;
   bool bias, fp8, norm_in, padding;  // padding: the last token's position is -1
+  bool e4m3_weights = false;
 };
 
 void CheckRope(Gemm& g, const RopeShape& sh, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message()
                << "m " << sh.m << " D " << sh.D << " H " << sh.H << " Hkv " << sh.Hkv << " k "
                << sh.k << (sh.bias ? " bias" : "") << (sh.fp8 ? " fp8" : "")
-               << (sh.norm_in ? " norm_in" : "") << (sh.padding ? " padding" : ""));
+               << (sh.norm_in ? " norm_in" : "") << (sh.padding ? " padding" : "")
+               << (sh.e4m3_weights ? " e4m3 weights" : ""));
   const ActType type = ActType::kBF16;
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int width = (sh.H + 2 * sh.Hkv) * sh.D, BT = 16;
@@ -278,7 +342,8 @@ void CheckRope(Gemm& g, const RopeShape& sh, std::mt19937& rng) {
   std::vector<float> sums(static_cast<size_t>(kSkinnyNormMaxM) * blocks);
   for (auto& v : sums) v = 1.0f + std::abs(nd(rng));
   uint16_t* dx = ToDevice(x);
-  uint16_t* dw = ToDevice(w);
+  std::vector<double> w_val;
+  const DevWeights dw = Upload(w, width, sh.k, type, sh.e4m3_weights, &w_val);
   uint16_t* dbias = sh.bias ? ToDevice(bias) : nullptr;
   float* dinv = ToDevice(inv);
   int* dseq = ToDevice(seq);
@@ -309,14 +374,15 @@ void CheckRope(Gemm& g, const RopeShape& sh, std::mt19937& rng) {
     if (fused == 1) {
       ASSERT_TRUE(SkinnyRopeSupports(sh.m, sh.k, sh.H, kv));
       const SkinnyRope rope{dinv, tokens, kv, dq, dbias, sh.H};
-      ASSERT_TRUE(
-          g.RunSkinnyRopeKv(dx, dw, sh.m, sh.k, sh.norm_in ? &in : nullptr, rope, type, nullptr)
-              .ok());
+      ASSERT_TRUE(g.RunSkinnyRopeKv(dx, dw.w, sh.m, sh.k, sh.norm_in ? &in : nullptr, rope, type,
+                                    nullptr, dw.scale)
+                      .ok());
     } else {
       if (sh.norm_in) {
-        ASSERT_TRUE(g.RunSkinnyNormIn(dx, dw, dqkv, sh.m, width, sh.k, in, type, nullptr).ok());
+        ASSERT_TRUE(
+            g.RunSkinnyNormIn(dx, dw.w, dqkv, sh.m, width, sh.k, in, type, nullptr, dw.scale).ok());
       } else {
-        ASSERT_TRUE(g.Run(dx, dw, dqkv, sh.m, width, sh.k, type, false, nullptr).ok());
+        ASSERT_TRUE(Plain(g, dx, dw, dqkv, sh.m, width, sh.k, type).ok());
       }
       ASSERT_EQ(LaunchRopeKvWrite(dqkv, dbias, QkNorm{}, dinv, tokens, sh.H, kv, dq, type, nullptr),
                 cudaSuccess);
@@ -332,10 +398,10 @@ void CheckRope(Gemm& g, const RopeShape& sh, std::mt19937& rng) {
   size_t written = 0;
   for (uint8_t b : pools[1]) written += b != 0x5A;
   EXPECT_GT(written, row) << "no K or V was written";
-  for (void* p :
-       {static_cast<void*>(dx), static_cast<void*>(dw), static_cast<void*>(dbias),
-        static_cast<void*>(dinv), static_cast<void*>(dseq), static_cast<void*>(dpos),
-        static_cast<void*>(dtable), static_cast<void*>(dsums), static_cast<void*>(dqkv)}) {
+  Free(dw);
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dbias), static_cast<void*>(dinv),
+                  static_cast<void*>(dseq), static_cast<void*>(dpos), static_cast<void*>(dtable),
+                  static_cast<void*>(dsums), static_cast<void*>(dqkv)}) {
     cudaFree(p);
   }
 }
@@ -345,11 +411,13 @@ TEST(CudaSkinnyRope, RopeEpilogueMatchesTheProductThenLaunchRopeKvWrite) {
   auto g = Gemm::Create(GemmOptions{});
   ASSERT_TRUE(g.ok()) << g.status();
   std::mt19937 rng(9);
-  for (const RopeShape sh : {RopeShape{1, 128, 32, 8, 4096, false, false, true, false},
-                             RopeShape{2, 64, 4, 2, 256, true, false, false, false},
-                             RopeShape{2, 64, 4, 2, 256, true, true, true, false},
-                             RopeShape{1, 16, 6, 3, 512, false, true, false, false},
-                             RopeShape{2, 128, 8, 1, 1024, true, false, true, true}}) {
+  for (RopeShape sh : {RopeShape{1, 128, 32, 8, 4096, false, false, true, false},
+                       RopeShape{2, 64, 4, 2, 256, true, false, false, false},
+                       RopeShape{2, 64, 4, 2, 256, true, true, true, false},
+                       RopeShape{1, 16, 6, 3, 512, false, true, false, false},
+                       RopeShape{2, 128, 8, 1, 1024, true, false, true, true}}) {
+    CheckRope(**g, sh, rng);
+    sh.e4m3_weights = true;
     CheckRope(**g, sh, rng);
   }
   PagedKv odd;

@@ -145,16 +145,26 @@ TEST(Fp8Weights, TheEngineOptionReachesTheWeights) {
   auto served = testing::GreedyTokens(o, prompt, kSteps);
   ASSERT_TRUE(served.ok()) << served.status();
   // The same greedy continuation, recomputed step by step from executors
-  // over rounded (fp8) and full weights.
+  // over rounded (fp8) and full weights, stepped as the engine steps it:
+  // the prompt in one step, then one token a step (FP8 steps of one token
+  // leave their inputs unrounded: kFp8UnroundedInputMaxTokens).
   auto greedy = [&](ExecutorHarness& h) {
-    std::vector<int> seq = prompt, out;
-    for (int i = 0; i < kSteps; ++i) {
-      const auto logits = h.PromptLogits(seq);
-      const float* last = logits.data() + logits.size() - h.config.vocab_size;
-      const int next = static_cast<int>(std::max_element(last, last + h.config.vocab_size) - last);
+    std::vector<int> toks = prompt, out;
+    SequenceKv seq;
+    EXPECT_TRUE(h.kv->Reserve(&seq, static_cast<int>(prompt.size()) + kSteps).ok());
+    for (int i = 0, start = 0; i < kSteps; ++i) {
+      SequenceChunk c{&seq, start, absl::MakeConstSpan(toks).subspan(start), LogitsMode::kLast};
+      std::vector<float> logits;
+      const absl::Status st = h.executor->Forward({c}, &logits);
+      EXPECT_TRUE(st.ok()) << st;
+      if (logits.size() != static_cast<size_t>(h.config.vocab_size)) break;
+      const int next =
+          static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      start = static_cast<int>(toks.size());
       out.push_back(next);
-      seq.push_back(next);
+      toks.push_back(next);
     }
+    h.kv->Release(&seq);
     return out;
   };
   ExecutorHarness fp8(o.path, 16, DType::kF32, WeightQuant::kFp8);
