@@ -171,8 +171,11 @@ cudaError_t Dispatch(const void* x, const void* w, const float* w_scale, void* y
                      int k, const SkinnyNormIn* in, const SkinnyNormOut& out, cudaStream_t stream) {
   const SkinnyNormIn none{};
   constexpr bool kWide = kEpi != Epi::kNormOut && sizeof(W) > 1;  // up to 8 rows
-  if (in != nullptr)
-    return LaunchFew<T, OutT, kEpi, true, T, W>(x, w, w_scale, y, m, n, k, *in, out, stream);
+  if constexpr (kEpi != Epi::kNormOut) {  // a producer takes no folded norm in
+    if (in != nullptr) {
+      return LaunchFew<T, OutT, kEpi, true, T, W>(x, w, w_scale, y, m, n, k, *in, out, stream);
+    }
+  }
   if constexpr (kWide) {
     if (m > 2) {
       if (m <= 4)
