@@ -17,6 +17,7 @@
 #include "engine/host_arena.h"
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
+#include "engine/weights.h"
 #include "memory/block_allocator.h"
 
 namespace ballast::engine {
@@ -45,6 +46,12 @@ struct GpuExecutorOptions {
   // rather than cuBLASLt (decode). Default 2: measured faster than
   // cuBLASLt at 1 row, slower from 4 rows (H100, 8B shapes); 0 off.
   int skinny_gemm_max_m = 2;
+  // FP8 products (E4M3 weights) with at most this many rows read the
+  // activations as they are (W8A16 on the skinny kernel, up to 4 rows);
+  // larger ones quantize them to E4M3 per token first (W8A8). The default
+  // is the CPU reference's (engine/weights.h, kFp8UnroundedInputMaxTokens);
+  // 0: always quantize.
+  int skinny_fp8_max_m = kFp8UnroundedInputMaxTokens;
   // Fold the RMSNorms between skinny products into them (decode steps of
   // at most two tokens, one with FP8 weights; kernels.h, SkinnyNormOut):
   // 63 fewer launches a step for 32 layers. Off in deterministic mode (no

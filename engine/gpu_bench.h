@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/weights.h"
 
 namespace ballast::engine {
 
@@ -56,6 +57,7 @@ struct GpuEngineBenchOptions {
   double hbm_bytes_per_s = 0;
   bool gemm_peak = true;         // also time an 8192^3 cuBLASLt GEMM
   int skinny_gemm_max_m = 2;     // see GpuExecutorOptions
+  int skinny_fp8_max_m = kFp8UnroundedInputMaxTokens;  // see GpuExecutorOptions
   bool fold_norms = true;        // GpuExecutorOptions::fold_norms
   bool fold_rope = true;         // GpuExecutorOptions::fold_rope
   int gemm_tune_candidates = 0;  // GpuExecutorOptions::gemm_tune_candidates

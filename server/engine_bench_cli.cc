@@ -69,6 +69,10 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
   c->add_option("--skinny-max-m", o.skinny_gemm_max_m,
                 "GEMMs with at most this many rows use the skinny kernel (0 = cuBLASLt only)")
       ->capture_default_str();
+  c->add_option("--skinny-fp8-max-m", o.skinny_fp8_max_m,
+                "FP8 products with at most this many rows read unquantized activations (W8A16; "
+                "0 = always quantize)")
+      ->capture_default_str();
   c->add_option(
        "--gemm-tune", o.gemm_tune_candidates,
        "cuBLASLt algorithms timed per GEMM shape and row bucket (0 = the heuristic's first)")

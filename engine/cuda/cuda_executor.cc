@@ -271,6 +271,7 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   GemmOptions go;
   go.workspace_bytes = kGemmWorkspace;
   go.skinny_max_m = options_.skinny_gemm_max_m;
+  go.skinny_fp8_max_m = options_.skinny_fp8_max_m;
   go.fp8_rows = fp8_rows;
   go.fp8_max_k = fp8_k;
   go.batch_invariant = options_.deterministic;

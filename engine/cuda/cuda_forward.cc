@@ -15,8 +15,8 @@
 namespace ballast::engine::cuda {
 
 // The CPU reference leaves FP8 layers' inputs unrounded where the W8A16
-// products take them.
-static_assert(kSkinnyNormMaxM == kFp8UnroundedInputMaxTokens, "engine/weights.h");
+// products take them (GpuExecutorOptions::skinny_fp8_max_m's default).
+static_assert(kFp8UnroundedInputMaxTokens <= kSkinnyFp8WeightsMaxM, "engine/weights.h");
 
 absl::Status CudaExecutor::Linear(const void* x, const void* w, const float* w_scale, void* y,
                                   int m, int n, int k, bool x_in_fp8) {

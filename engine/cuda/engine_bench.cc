@@ -391,6 +391,7 @@ GpuExecutorOptions BenchExecutorOptions(const GpuEngineBenchOptions& o, int max_
   eo.max_context = std::max({decode_len, o.prefill_tokens, 2 * longest_chunk});
   eo.cuda_graphs = o.cuda_graphs;
   eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
+  eo.skinny_fp8_max_m = o.skinny_fp8_max_m;
   eo.fold_norms = o.fold_norms;
   eo.fold_rope = o.fold_rope;
   eo.gemm_tune_candidates = o.gemm_tune_candidates;

@@ -212,6 +212,8 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(const GemmOptions& o) {
   }
   g->workspace_bytes_ = o.workspace_bytes;
   g->skinny_max_m_ = o.batch_invariant ? 0 : std::min(o.skinny_max_m, kSkinnyGemmMaxM);
+  g->skinny_fp8_max_m_ =
+      o.batch_invariant ? 0 : std::min(o.skinny_fp8_max_m, kSkinnyFp8WeightsMaxM);
   g->batch_invariant_ = o.batch_invariant;
   g->tune_candidates_ = o.batch_invariant ? 0 : std::max(o.tune_candidates, 0);
   if (o.fp8_rows > 0 && o.fp8_max_k > 0) {
@@ -359,7 +361,7 @@ absl::StatusOr<Gemm::Plan*> Gemm::GetPlan(int m, int n, int k, ActType type, boo
 bool Gemm::UsesSkinny(int m, int k) const { return m <= skinny_max_m_ && SkinnyGemmSupports(m, k); }
 
 bool Gemm::UsesSkinnyFp8Weights(int m, int k) const {
-  return m <= skinny_max_m_ && SkinnyGemmFp8WeightsSupports(m, k);
+  return m <= skinny_fp8_max_m_ && SkinnyGemmFp8WeightsSupports(m, k);
 }
 
 bool Gemm::UsesSkinnyFor(const float* w_scale, int m, int k) const {

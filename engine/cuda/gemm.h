@@ -10,8 +10,8 @@
 // calls can be captured in CUDA graphs. A caller-provided workspace keeps
 // cuBLASLt from allocating.
 //
-// FP8 weights (E4M3, one scale per output channel; RunFp8): products of one
-// or two rows (UsesSkinnyFp8Weights) run the skinny kernel on x as it is
+// FP8 weights (E4M3, one scale per output channel; RunFp8): products of up
+// to skinny_fp8_max_m rows (UsesSkinnyFp8Weights) run the skinny kernel on x as it is
 // (W8A16, kernels.h), as do the fused skinny runs below given a w_scale;
 // larger ones round x to E4M3 per row (one scale per token) into the
 // Gemm's own scratch, then run the skinny FP8 kernel (up to skinny_max_m
@@ -87,6 +87,10 @@ struct GemmOptions {
   // Products with at most this many rows use the CUDA-core skinny kernel
   // (LaunchSkinnyGemm) instead of cuBLASLt; 0 = never.
   int skinny_max_m = kSkinnyGemmDefaultMaxM;
+  // FP8 products (RunFp8, E4M3 weights) with at most this many rows read x
+  // as it is on the skinny kernel (W8A16; at most kSkinnyFp8WeightsMaxM);
+  // larger ones quantize x to E4M3 first (W8A8). 0 = always quantize.
+  int skinny_fp8_max_m = kSkinnyFp8WeightsMaxM;
   // The largest x RunFp8 quantizes for cuBLASLt (rows x k bytes + rows
   // floats of scratch, allocated by Create); 0: no FP8 products.
   int fp8_rows = 0;
@@ -115,7 +119,7 @@ class Gemm {
   // products; never in batch-invariant mode).
   bool UsesSkinny(int m, int k) const;
   // Whether RunFp8 and the skinny runs take E4M3 weights with x unquantized
-  // for m rows (one or two, never in batch-invariant mode), and which of the
+  // for m rows (up to skinny_fp8_max_m, never in batch-invariant mode), and which of the
   // two applies to weights with (E4M3) or without scales.
   bool UsesSkinnyFp8Weights(int m, int k) const;
   bool UsesSkinnyFor(const float* w_scale, int m, int k) const;
@@ -216,6 +220,7 @@ class Gemm {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int skinny_max_m_ = 0;
+  int skinny_fp8_max_m_ = 0;
   bool batch_invariant_ = false;
   int tune_candidates_ = 0;
   bool warming_ = false;

@@ -170,7 +170,10 @@ template <typename T, typename OutT, Epi kEpi = Epi::kPlain, typename W = T>
 cudaError_t Dispatch(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                      int k, const SkinnyNormIn* in, const SkinnyNormOut& out, cudaStream_t stream) {
   const SkinnyNormIn none{};
-  constexpr bool kWide = kEpi != Epi::kNormOut && sizeof(W) > 1;  // up to 8 rows
+  // Unfolded products take up to 8 rows of 2-byte weights, up to
+  // kSkinnyFp8WeightsMaxM of E4M3 ones.
+  constexpr bool kWide = kEpi != Epi::kNormOut;
+  static_assert(kSkinnyFp8WeightsMaxM == 4, "E4M3 weights take the 4-row kernel at most");
   if constexpr (kEpi != Epi::kNormOut) {  // a producer takes no folded norm in
     if (in != nullptr) {
       return LaunchFew<T, OutT, kEpi, true, T, W>(x, w, w_scale, y, m, n, k, *in, out, stream);
@@ -178,9 +181,13 @@ cudaError_t Dispatch(const void* x, const void* w, const float* w_scale, void* y
   }
   if constexpr (kWide) {
     if (m > 2) {
-      if (m <= 4)
-        return LaunchM<T, OutT, 4, 8, kEpi, false>(x, w, w_scale, y, m, n, k, none, out, stream);
-      return LaunchM<T, OutT, 8, 4, kEpi, false>(x, w, w_scale, y, m, n, k, none, out, stream);
+      if (sizeof(W) == 1 || m <= 4) {
+        return LaunchM<T, OutT, 4, 8, kEpi, false, T, W>(x, w, w_scale, y, m, n, k, none, out,
+                                                         stream);
+      }
+      if constexpr (sizeof(W) > 1) {
+        return LaunchM<T, OutT, 8, 4, kEpi, false>(x, w, w_scale, y, m, n, k, none, out, stream);
+      }
     }
   }
   return LaunchFew<T, OutT, kEpi, false, T, W>(x, w, w_scale, y, m, n, k, none, out, stream);
@@ -191,7 +198,8 @@ bool NormInValid(const SkinnyNormIn* in, int m) {
                            in->blocks == SkinnyNormBlocks(m, in->hidden));
 }
 
-// E4M3 weights (w_scale set) take one or two rows and k % 16 == 0.
+// E4M3 weights (w_scale set) take up to kSkinnyFp8WeightsMaxM rows and
+// k % 16 == 0.
 bool WeightsValid(const float* w_scale, int m, int k) {
   return w_scale == nullptr || SkinnyGemmFp8WeightsSupports(m, k);
 }
@@ -201,7 +209,7 @@ bool WeightsValid(const float* w_scale, int m, int k) {
 bool SkinnyGemmSupports(int m, int k) { return m >= 1 && m <= kSkinnyGemmMaxM && k % 8 == 0; }
 
 bool SkinnyGemmFp8WeightsSupports(int m, int k) {
-  return m >= 1 && m <= kSkinnyNormMaxM && k % 16 == 0;
+  return m >= 1 && m <= kSkinnyFp8WeightsMaxM && k % 16 == 0;
 }
 
 bool SkinnyNormSupports(int m, int n) { return m <= kSkinnyNormMaxM && SkinnyGemmSupports(m, n); }

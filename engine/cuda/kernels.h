@@ -225,10 +225,11 @@ int SkinnyNormBlocks(int m, int n);
 // E4M3 weights with bf16/fp16 activations (W8A16): with w_scale set, w
 // [n][k] is E4M3 with one FP32 scale per row (w_scale [n]), each product
 // x · (w_scale[r] w[r]) with x unquantized, FP32 sums scaled per warp
-// before they are added. Built for SkinnyGemmFp8WeightsSupports: one or
-// two rows (the folded decode products; more take LaunchSkinnyGemmFp8
-// on quantized x), k % 16 == 0, y in the activation type. Every launch
-// below takes it.
+// before they are added. Built for SkinnyGemmFp8WeightsSupports: up to
+// kSkinnyFp8WeightsMaxM rows (the folded epilogues up to kSkinnyNormMaxM;
+// more rows take LaunchSkinnyGemmFp8 or cuBLASLt on quantized x),
+// k % 16 == 0, y in the activation type. Every launch below takes it.
+constexpr int kSkinnyFp8WeightsMaxM = 4;
 bool SkinnyGemmFp8WeightsSupports(int m, int k);
 cudaError_t LaunchSkinnyGemm(const void* x, const void* w, void* y, int m, int n, int k,
                              ActType type, bool out_f32, cudaStream_t stream,

@@ -69,7 +69,7 @@ __device__ __forceinline__ void Load16<__nv_fp8_e4m3>(const __nv_fp8_e4m3* p, fl
 // read row m - 1) per lane and chunk, each column's 16 weights converted
 // to float as its FMAs need them (16 floats a column at once would cost
 // the second resident block). x in the activation type (W8A16, the folded
-// decode products of one or two rows) or E4M3 (fp8_kernels.cu's W8A8
+// decode products of up to four rows) or E4M3 (fp8_kernels.cu's W8A8
 // kernel); the scales are the caller's (ScaleSums).
 template <typename X, int M, int C>
 __device__ __forceinline__ void AccumulateK(const X* __restrict__ x,

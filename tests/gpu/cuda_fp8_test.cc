@@ -12,6 +12,7 @@
 #include <cmath>
 #include <iostream>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/device_weights.h"
@@ -158,23 +159,29 @@ TEST(CudaFp8, BothProductsMatchTheDequantizedReference) {
   ASSERT_EQ(cuda::LaunchQuantizeRowsFp8(d_wsrc, SrcType::kBF16, n, k, d_w, d_ws, nullptr),
             cudaSuccess);
   RoundRowsToFp8(&w);  // the values the device's bytes and scales stand for
-  for (int skinny : {cuda::kSkinnyGemmMaxM, 0}) {
+  // (skinny_max_m, skinny_fp8_max_m): W8A16 up to 4 rows and the W8A8
+  // skinny kernel past it; cuBLASLt only; W8A16 beside cuBLASLt.
+  const std::pair<int, int> limits[] = {
+      {cuda::kSkinnyGemmMaxM, cuda::kSkinnyFp8WeightsMaxM}, {0, 0}, {0, 2}};
+  for (const auto& [skinny, w8a16_max] : limits) {
     cuda::GemmOptions go;
     go.skinny_max_m = skinny;
+    go.skinny_fp8_max_m = w8a16_max;
     go.fp8_rows = max_m;
     go.fp8_max_k = k;
     auto g = cuda::Gemm::Create(go);
     ASSERT_TRUE(g.ok()) << g.status();
-    for (int m : {1, 2, 5, 8, 64, 300}) {
-      SCOPED_TRACE(::testing::Message() << "m=" << m << " skinny limit " << skinny);
+    for (int m : {1, 2, 3, 4, 5, 8, 64, 300}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "m=" << m << " skinny limit " << skinny << ", W8A16 limit " << w8a16_max);
       std::vector<float> x = Normal(static_cast<size_t>(m) * k, 1.0f, 100 + m);
       std::vector<uint16_t> xb(x.size());
       for (size_t i = 0; i < x.size(); ++i) {
         xb[i] = FloatToBF16(x[i]);
         x[i] = BF16ToFloat(xb[i]);
       }
-      // What the products multiply: x as it is for one or two rows on the
-      // skinny kernel (W8A16), else E4M3 per token.
+      // What the products multiply: x as it is for up to skinny_fp8_max_m
+      // rows on the skinny kernel (W8A16), else E4M3 per token.
       const bool w8a16 = (*g)->UsesSkinnyFp8Weights(m, k);
       if (!w8a16) RoundRowsToFp8(x.data(), m, k);
       uint16_t* d_x = ToDevice(xb);
@@ -194,7 +201,7 @@ TEST(CudaFp8, BothProductsMatchTheDequantizedReference) {
       // summation order and the BF16 output rounding (2^-9) differ from it
       // (measured on an H200: at most 0.3% of max |y|).
       const bool skinny_path = m <= skinny;
-      EXPECT_EQ(w8a16, skinny_path && m <= cuda::kSkinnyNormMaxM);
+      EXPECT_EQ(w8a16, m <= w8a16_max);
       std::cout << "m=" << m
                 << (w8a16         ? " skinny W8A16"
                     : skinny_path ? " skinny"

@@ -73,7 +73,7 @@ void Free(const DevWeights& d) {
 }
 
 // The plain product on either kind of weights (E4M3: RunFp8, which takes
-// one or two rows unquantized).
+// up to four rows unquantized).
 absl::Status Plain(Gemm& g, const void* x, const DevWeights& w, void* y, int m, int n, int k,
                    ActType type) {
   if (w.scale != nullptr) return g.RunFp8(x, w.w, w.scale, y, m, n, k, type, nullptr);
@@ -285,8 +285,8 @@ TEST(CudaSkinnyNorm, RefusesWhatItCannotFold) {
   EXPECT_TRUE(SkinnyNormSupports(2, 4096));
   EXPECT_FALSE(SkinnyNormSupports(3, 4096));  // skinny, but more rows than the fold takes
   EXPECT_FALSE(SkinnyNormSupports(1, 4100));  // not a multiple of 8
-  EXPECT_TRUE(SkinnyGemmFp8WeightsSupports(2, 4096));
-  EXPECT_FALSE(SkinnyGemmFp8WeightsSupports(3, 4096));  // W8A16 takes one or two rows
+  EXPECT_TRUE(SkinnyGemmFp8WeightsSupports(4, 4096));
+  EXPECT_FALSE(SkinnyGemmFp8WeightsSupports(5, 4096));  // W8A16 takes up to four rows
   EXPECT_FALSE(SkinnyGemmFp8WeightsSupports(1, 4104));  // E4M3 rows of whole 16-byte loads
   float dummy = 0;
   const SkinnyNormOut out{&dummy, nullptr, &dummy, &dummy, &dummy};
