@@ -55,9 +55,10 @@ struct GpuEngineBenchOptions {
   // (H100 SXM 3.35 TB/s, H100 PCIe 2.0, H200 4.8), else the measured
   // device-to-device copy rate.
   double hbm_bytes_per_s = 0;
-  bool gemm_peak = true;         // also time an 8192^3 cuBLASLt GEMM
-  int skinny_gemm_max_m = 2;     // see GpuExecutorOptions
-  int skinny_fp8_max_m = kFp8UnroundedInputMaxTokens;  // see GpuExecutorOptions
+  bool gemm_peak = true;      // also time an 8192^3 cuBLASLt GEMM
+  int skinny_gemm_max_m = 2;  // see GpuExecutorOptions
+  // GpuExecutorOptions::skinny_fp8_max_m
+  int skinny_fp8_max_m = kFp8UnroundedInputMaxTokens;
   bool fold_norms = true;        // GpuExecutorOptions::fold_norms
   bool fold_rope = true;         // GpuExecutorOptions::fold_rope
   int gemm_tune_candidates = 0;  // GpuExecutorOptions::gemm_tune_candidates
