@@ -31,14 +31,15 @@ struct Matrix {
 // steps of more than kFp8UnroundedInputMaxTokens tokens.
 std::vector<float> RoundRowsToFp8(Matrix* m);
 // Steps of at most this many tokens multiply FP8 weights by unrounded
-// inputs: the CUDA backend's decode products of one or two rows read E4M3
+// inputs: the CUDA backend's decode products of up to four rows read E4M3
 // weights beside BF16/FP16 activations (W8A16, engine/cuda/kernels.h,
 // SkinnyGemmFp8WeightsSupports; GpuExecutorOptions::skinny_fp8_max_m's
-// default), which quantizing would only make slower and less exact. (Not
-// in the CUDA deterministic mode, which has no skinny kernel: there every
-// step rounds.) The kernel takes up to four rows; three and four are not
-// the default until measured against cuBLASLt's W8A8 product on a card.
-constexpr int kFp8UnroundedInputMaxTokens = 2;
+// default), which quantizing would only make slower and less exact (on an
+// H100, 8B shape: 5.59 ms a step at three rows and 5.62 at four, against
+// 6.01 and 5.97 quantized through cuBLASLt; docs/benchmarks.md, session
+// 67). (Not in the CUDA deterministic mode, which has no skinny kernel:
+// there every step rounds.)
+constexpr int kFp8UnroundedInputMaxTokens = 4;
 void RoundRowsToFp8(float* data, int rows, int cols, float* scales = nullptr);
 
 struct LayerWeights {
