@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/gpu_backend.h"
 #include "engine/weights.h"
 
 namespace ballast::engine {
@@ -59,10 +60,12 @@ struct GpuEngineBenchOptions {
   int skinny_gemm_max_m = 2;  // see GpuExecutorOptions
   // GpuExecutorOptions::skinny_fp8_max_m
   int skinny_fp8_max_m = kFp8UnroundedInputMaxTokens;
-  bool fold_norms = true;        // GpuExecutorOptions::fold_norms
-  bool fold_rope = true;         // GpuExecutorOptions::fold_rope
-  int gemm_tune_candidates = 0;  // GpuExecutorOptions::gemm_tune_candidates
-  bool deterministic = false;    // GpuExecutorOptions::deterministic
+  int skinny_mma_max_m = kSkinnyMmaDefaultMaxM;  // GpuExecutorOptions::skinny_mma_max_m
+  bool skinny_mma_2byte = false;                 // GpuExecutorOptions::skinny_mma_2byte
+  bool fold_norms = true;                        // GpuExecutorOptions::fold_norms
+  bool fold_rope = true;                         // GpuExecutorOptions::fold_rope
+  int gemm_tune_candidates = 0;                  // GpuExecutorOptions::gemm_tune_candidates
+  bool deterministic = false;                    // GpuExecutorOptions::deterministic
   // "static": one cudaMalloc'd block pool; "arena": the elastic KV slab
   // arena over CUDA VMM pages (64 MiB slabs), as elastic nodes use.
   std::string kv_pool = "static";

@@ -73,6 +73,12 @@ EngineBenchCli::EngineBenchCli(CLI::App* app) : s_(std::make_unique<State>()) {
                 "FP8 products with at most this many rows read unquantized activations (W8A16; "
                 "0 = always quantize)")
       ->capture_default_str();
+  c->add_option("--skinny-mma-max-m", o.skinny_mma_max_m,
+                "FP8 GEMMs past --skinny-max-m rows and up to this many use the tensor-core "
+                "skinny kernel (0 = off; at most 16)")
+      ->capture_default_str();
+  c->add_flag("--skinny-mma-2byte", o.skinny_mma_2byte,
+              "BF16/FP16 GEMMs take the tensor-core skinny kernel too (to measure it)");
   c->add_option(
        "--gemm-tune", o.gemm_tune_candidates,
        "cuBLASLt algorithms timed per GEMM shape and row bucket (0 = the heuristic's first)")

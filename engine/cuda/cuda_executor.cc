@@ -272,6 +272,8 @@ absl::Status CudaExecutor::Init(const std::string& model_dir) {
   go.workspace_bytes = kGemmWorkspace;
   go.skinny_max_m = options_.skinny_gemm_max_m;
   go.skinny_fp8_max_m = options_.skinny_fp8_max_m;
+  go.skinny_mma_max_m = options_.skinny_mma_max_m;
+  go.skinny_mma_2byte = options_.skinny_mma_2byte;
   go.fp8_rows = fp8_rows;
   go.fp8_max_k = fp8_k;
   go.batch_invariant = options_.deterministic;

@@ -17,6 +17,7 @@ namespace ballast::engine::cuda {
 // The CPU reference leaves FP8 layers' inputs unrounded where the W8A16
 // products take them (GpuExecutorOptions::skinny_fp8_max_m's default).
 static_assert(kFp8UnroundedInputMaxTokens <= kSkinnyFp8WeightsMaxM, "engine/weights.h");
+static_assert(kSkinnyMmaDefaultMaxM <= kSkinnyMmaMaxM, "engine/gpu_backend.h");
 
 absl::Status CudaExecutor::Linear(const void* x, const void* w, const float* w_scale, void* y,
                                   int m, int n, int k, bool x_in_fp8) {
@@ -111,7 +112,8 @@ absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_i
                                const void* next_norm) {
   const int H = config_.hidden_size, I = config_.intermediate_size;
   const bool fused = fp8_in.q != nullptr;
-  if (gemm_->UsesSkinnyFor(L.gate_up_scale, T, H)) {
+  if (fold_in ? gemm_->UsesSkinnyFor(L.gate_up_scale, T, H)
+              : gemm_->UsesSkinnySiluMul(L.gate_up_scale, T, H)) {
     // Decode-sized (E4M3 weights: W8A16): the product and the SiLU in one launch.
     const SkinnyNormIn in = NormIn(T);
     if (auto s = gemm_->RunSkinnySiluMul(x_.get(), L.gate_up, act_buf_.get(), T, I, H, act_,

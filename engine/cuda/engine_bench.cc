@@ -392,6 +392,8 @@ GpuExecutorOptions BenchExecutorOptions(const GpuEngineBenchOptions& o, int max_
   eo.cuda_graphs = o.cuda_graphs;
   eo.skinny_gemm_max_m = o.skinny_gemm_max_m;
   eo.skinny_fp8_max_m = o.skinny_fp8_max_m;
+  eo.skinny_mma_max_m = o.skinny_mma_max_m;
+  eo.skinny_mma_2byte = o.skinny_mma_2byte;
   eo.fold_norms = o.fold_norms;
   eo.fold_rope = o.fold_rope;
   eo.gemm_tune_candidates = o.gemm_tune_candidates;

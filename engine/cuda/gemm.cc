@@ -214,6 +214,8 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(const GemmOptions& o) {
   g->skinny_max_m_ = o.batch_invariant ? 0 : std::min(o.skinny_max_m, kSkinnyGemmMaxM);
   g->skinny_fp8_max_m_ =
       o.batch_invariant ? 0 : std::min(o.skinny_fp8_max_m, kSkinnyFp8WeightsMaxM);
+  g->skinny_mma_max_m_ = o.batch_invariant ? 0 : std::min(o.skinny_mma_max_m, kSkinnyMmaMaxM);
+  g->skinny_mma_2byte_ = o.skinny_mma_2byte;
   g->batch_invariant_ = o.batch_invariant;
   g->tune_candidates_ = o.batch_invariant ? 0 : std::max(o.tune_candidates, 0);
   if (o.fp8_rows > 0 && o.fp8_max_k > 0) {
@@ -368,6 +370,17 @@ bool Gemm::UsesSkinnyFor(const float* w_scale, int m, int k) const {
   return w_scale == nullptr ? UsesSkinny(m, k) : UsesSkinnyFp8Weights(m, k);
 }
 
+bool Gemm::UsesSkinnyMma(const float* w_scale, int m, int k) const {
+  // Past the CUDA-core kernel's rows; E4M3 weights here only where x is
+  // taken as it is (W8A16: RunFp8Quantized has the W8A8 form).
+  return m > skinny_max_m_ && m <= skinny_mma_max_m_ && SkinnyMmaSupports(m, k) &&
+         (w_scale == nullptr ? skinny_mma_2byte_ : m <= skinny_fp8_max_m_);
+}
+
+bool Gemm::UsesSkinnySiluMul(const float* w_scale, int m, int k) const {
+  return UsesSkinnyMma(w_scale, m, k) || UsesSkinnyFor(w_scale, m, k);
+}
+
 namespace {
 
 absl::Status SkinnyStatus(cudaError_t e, const char* what, int m, int k) {
@@ -382,6 +395,10 @@ absl::Status Gemm::RunSkinnySiluMul(const void* x, const void* w_gate_up, void* 
                                     int k, ActType type, cudaStream_t stream,
                                     const SkinnyNormIn* norm_in, const float* w_scale) {
   if (m == 0) return absl::OkStatus();
+  if (norm_in == nullptr && UsesSkinnyMma(w_scale, m, k)) {
+    return SkinnyStatus(LaunchSkinnyMmaSiluMul(x, w_gate_up, y, m, inter, k, type, stream, w_scale),
+                        "tensor-core skinny gate/up + SiLU", m, k);
+  }
   if (!UsesSkinnyFor(w_scale, m, k)) {
     return absl::InternalError(absl::StrCat("skinny gate/up + SiLU: ", m, " rows of depth ", k,
                                             " are not a skinny product"));
@@ -432,6 +449,10 @@ absl::Status Gemm::Run(const void* x, const void* w, void* y, int m, int n, int 
     if (e != cudaSuccess)
       return absl::InternalError(absl::StrCat("skinny gemm: ", cudaGetErrorString(e)));
     return absl::OkStatus();
+  }
+  if (UsesSkinnyMma(nullptr, m, k)) {
+    return SkinnyStatus(LaunchSkinnyMma(x, w, y, m, n, k, type, out_f32, stream),
+                        "tensor-core skinny gemm", m, k);
   }
   auto plan = GetPlan(m, n, k, type, out_f32, false);
   if (!plan.ok()) return plan.status();
@@ -509,6 +530,10 @@ Fp8Rows Gemm::fp8_input() const {
 absl::Status Gemm::RunFp8(const void* x, const void* w, const float* w_scale, void* y, int m, int n,
                           int k, ActType type, cudaStream_t stream) {
   if (m == 0) return absl::OkStatus();
+  if (UsesSkinnyMma(w_scale, m, k)) {  // x as it is (W8A16), on tensor cores
+    return SkinnyStatus(LaunchSkinnyMma(x, w, y, m, n, k, type, false, stream, w_scale),
+                        "tensor-core skinny FP8-weight gemm", m, k);
+  }
   if (UsesSkinnyFp8Weights(m, k)) {  // x as it is (W8A16)
     return SkinnyStatus(LaunchSkinnyGemm(x, w, y, m, n, k, type, false, stream, nullptr, w_scale),
                         "skinny FP8-weight gemm", m, k);
@@ -531,6 +556,10 @@ absl::Status Gemm::RunFp8Quantized(const void* w, const float* w_scale, void* y,
   const Fp8Rows in = fp8_input();
   const void* xq = in.q;
   float* x_scale = in.scale;
+  if (m > skinny_max_m_ && m <= skinny_mma_max_m_ && SkinnyMmaSupports(m, k)) {
+    return SkinnyStatus(LaunchSkinnyMmaFp8(xq, x_scale, w, w_scale, y, m, n, k, type, stream),
+                        "tensor-core skinny FP8 gemm", m, k);
+  }
   if (m <= skinny_max_m_ && SkinnyGemmFp8Supports(m, k)) {
     const cudaError_t e =
         LaunchSkinnyGemmFp8(xq, x_scale, w, w_scale, y, m, n, k, type, false, stream);

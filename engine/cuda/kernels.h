@@ -285,6 +285,33 @@ cudaError_t LaunchSkinnyGemmFp8(const void* xq, const float* x_scale, const void
                                 const float* w_scale, void* y, int m, int n, int k, ActType type,
                                 bool out_f32, cudaStream_t stream);
 
+// The skinny product on tensor cores (skinny_mma_kernels.cu), for decode
+// steps of up to kSkinnyMmaMaxM rows past the CUDA-core kernel's: the rows
+// of x are mma.sync's B columns, so the arithmetic no longer grows with
+// the rows and the weight stream stays the bound. k % kSkinnyMmaKMultiple
+// == 0, 16-byte aligned rows; FP32 sums, added in a fixed order (warps,
+// then K chunks) that does not depend on m.
+//   LaunchSkinnyMma: 2-byte w (w_scale null), y in the activation type or
+//     FP32; or E4M3 w with row scales and x as it is (W8A16), y in the
+//     activation type.
+//   LaunchSkinnyMmaSiluMul: as LaunchSkinnyGemmSiluMul (w_gate_up [2 inter]
+//     [k], gate rows first; the same rounding and SiluTimes), 2-byte or
+//     E4M3 (W8A16) weights.
+//   LaunchSkinnyMmaFp8: E4M3 xq and w, y = sum * x_scale[m] * w_scale[n]
+//     (W8A8, as LaunchSkinnyGemmFp8).
+constexpr int kSkinnyMmaMaxM = 16;
+constexpr int kSkinnyMmaKMultiple = 128;
+bool SkinnyMmaSupports(int m, int k);
+cudaError_t LaunchSkinnyMma(const void* x, const void* w, void* y, int m, int n, int k,
+                            ActType type, bool out_f32, cudaStream_t stream,
+                            const float* w_scale = nullptr);
+cudaError_t LaunchSkinnyMmaSiluMul(const void* x, const void* w_gate_up, void* y, int m, int inter,
+                                   int k, ActType type, cudaStream_t stream,
+                                   const float* w_scale = nullptr);
+cudaError_t LaunchSkinnyMmaFp8(const void* xq, const float* x_scale, const void* w,
+                               const float* w_scale, void* y, int m, int n, int k, ActType type,
+                               cudaStream_t stream);
+
 // Sampling, one row per request, by engine/sampler.h's rule (the CPU
 // sampler is the reference): log-probabilities of the raw logits (rows
 // with top_logprobs >= 0), then the row's penalties applied in place, then

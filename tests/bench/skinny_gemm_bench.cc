@@ -1,10 +1,10 @@
 // Decode-sized GEMMs on the GPU host (issue 18, item 1): the four products
 // of one Llama-3-8B layer (qkv 6144x4096, o 4096x4096, gate/up 28672x4096,
-// down 4096x14336; BF16) at M = 1..32 rows, through cuBLASLt and the
-// skinny kernel (M <= 8). Four layers' weights (1.7 GB, far past L2) are
-// walked in turn, so every product streams its weights from HBM, as in a
-// step. Prints the time per layer and the weight bytes per second.
-// Usage: skinny_gemm_bench [iterations]   (default 50)
+// down 4096x14336; BF16) at M = 1..32 rows, through cuBLASLt, the
+// skinny kernel (M <= 8) and the tensor-core skinny kernel (M <= 16). Four layers' weights (1.7 GB,
+// far past L2) are walked in turn, so every product streams its weights from HBM, as in a step.
+// Prints the time per layer and the weight bytes per second. Usage: skinny_gemm_bench [iterations]
+// (default 50)
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -82,12 +82,20 @@ int main(int argc, char** argv) {
   Must(cudaStreamCreate(&st), "stream");
   cuda::GemmOptions lt_opts;
   lt_opts.skinny_max_m = 0;
+  lt_opts.skinny_mma_max_m = 0;
   auto lt = cuda::Gemm::Create(lt_opts);
   Must(lt.status(), "cuBLASLt");
   cuda::GemmOptions core_opts;
   core_opts.skinny_max_m = cuda::kSkinnyGemmMaxM;
+  core_opts.skinny_mma_max_m = 0;
   auto core = cuda::Gemm::Create(core_opts);
   Must(core.status(), "skinny");
+  cuda::GemmOptions mma_opts;
+  mma_opts.skinny_max_m = 0;
+  mma_opts.skinny_mma_max_m = cuda::kSkinnyMmaMaxM;
+  mma_opts.skinny_mma_2byte = true;
+  auto mma = cuda::Gemm::Create(mma_opts);
+  Must(mma.status(), "tensor-core skinny");
 
   using Product = std::function<void(const void* w, int m, int n, int k)>;
   struct Method {
@@ -103,6 +111,10 @@ int main(int argc, char** argv) {
       {"skinny", cuda::kSkinnyGemmMaxM,
        [&](const void* w, int m, int n, int k) {
          Must((*core)->Run(x, w, y, m, n, k, ActType::kBF16, false, st), "skinny");
+       }},
+      {"mma", cuda::kSkinnyMmaMaxM,
+       [&](const void* w, int m, int n, int k) {
+         Must((*mma)->Run(x, w, y, m, n, k, ActType::kBF16, false, st), "tensor-core skinny");
        }},
   };
   cudaEvent_t a, b;

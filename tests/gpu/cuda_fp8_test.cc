@@ -159,21 +159,31 @@ TEST(CudaFp8, BothProductsMatchTheDequantizedReference) {
   ASSERT_EQ(cuda::LaunchQuantizeRowsFp8(d_wsrc, SrcType::kBF16, n, k, d_w, d_ws, nullptr),
             cudaSuccess);
   RoundRowsToFp8(&w);  // the values the device's bytes and scales stand for
-  // (skinny_max_m, skinny_fp8_max_m): W8A16 up to 4 rows and the W8A8
-  // skinny kernel past it; cuBLASLt only; W8A16 beside cuBLASLt.
-  const std::pair<int, int> limits[] = {
-      {cuda::kSkinnyGemmMaxM, cuda::kSkinnyFp8WeightsMaxM}, {0, 0}, {0, 2}};
-  for (const auto& [skinny, w8a16_max] : limits) {
+  // (skinny_max_m, skinny_fp8_max_m, skinny_mma_max_m): the CUDA-core
+  // kernels (W8A16 up to 4 rows, W8A8 to 8); cuBLASLt only; W8A16 beside
+  // cuBLASLt; the defaults (CUDA-core W8A16 to 2 rows, tensor-core W8A16 to
+  // 4 and W8A8 to 16); tensor-core W8A16 from one row.
+  struct Limits {
+    int skinny, w8a16, mma;
+  };
+  const Limits limits[] = {
+      {cuda::kSkinnyGemmMaxM, cuda::kSkinnyFp8WeightsMaxM, 0},
+      {0, 0, 0},
+      {0, 2, 0},
+      {cuda::kSkinnyGemmDefaultMaxM, cuda::kSkinnyFp8WeightsMaxM, cuda::kSkinnyMmaMaxM},
+      {0, cuda::kSkinnyFp8WeightsMaxM, cuda::kSkinnyMmaMaxM}};
+  for (const auto& [skinny, w8a16_max, mma] : limits) {
     cuda::GemmOptions go;
     go.skinny_max_m = skinny;
     go.skinny_fp8_max_m = w8a16_max;
+    go.skinny_mma_max_m = mma;
     go.fp8_rows = max_m;
     go.fp8_max_k = k;
     auto g = cuda::Gemm::Create(go);
     ASSERT_TRUE(g.ok()) << g.status();
-    for (int m : {1, 2, 3, 4, 5, 8, 64, 300}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "m=" << m << " skinny limit " << skinny << ", W8A16 limit " << w8a16_max);
+    for (int m : {1, 2, 3, 4, 5, 8, 9, 12, 16, 64, 300}) {
+      SCOPED_TRACE(::testing::Message() << "m=" << m << " skinny limit " << skinny
+                                        << ", W8A16 limit " << w8a16_max << ", mma limit " << mma);
       std::vector<float> x = Normal(static_cast<size_t>(m) * k, 1.0f, 100 + m);
       std::vector<uint16_t> xb(x.size());
       for (size_t i = 0; i < x.size(); ++i) {
@@ -200,11 +210,13 @@ TEST(CudaFp8, BothProductsMatchTheDequantizedReference) {
       // Every path multiplies the reference's values; only the FP32
       // summation order and the BF16 output rounding (2^-9) differ from it
       // (measured on an H200: at most 0.3% of max |y|).
-      const bool skinny_path = m <= skinny;
+      const bool tensor_cores = m > skinny && m <= mma;
       EXPECT_EQ(w8a16, m <= w8a16_max);
-      std::cout << "m=" << m
-                << (w8a16         ? " skinny W8A16"
-                    : skinny_path ? " skinny"
+      EXPECT_EQ((*g)->UsesSkinnyMma(d_ws, m, k), w8a16 && tensor_cores);
+      std::cout << "m=" << m << (w8a16 ? " W8A16" : " W8A8")
+                << (tensor_cores  ? " tensor-core skinny"
+                    : m <= skinny ? " skinny"
+                    : w8a16       ? " skinny"
                                   : " cuBLASLt")
                 << ": max error " << max_err << " of max |y| " << max_mag << "\n";
       EXPECT_LT(max_err, 0.005 * max_mag);
@@ -301,6 +313,60 @@ TEST_F(CudaFp8Model, LogitsMatchTheCpuBackendOverRoundedWeights) {
   EXPECT_LT(base.max_abs, 0.03 * std::max(1.0, base.max_mag));
   EXPECT_LT(d.max_abs, 0.15 * std::max(1.0, d.max_mag));
   EXPECT_EQ(d.decisive_mismatch, 0);
+}
+
+// Decode steps of several sequences (3, 4, 8 and 12: W8A16 on the
+// tensor-core skinny kernel at up to four rows, W8A8 past it; graphs of
+// 4, 8 and 16 rows) against the CPU reference stepping the same batches,
+// which rounds the same steps' activations (kFp8UnroundedInputMaxTokens).
+TEST_F(CudaFp8Model, BatchedDecodeStepsMatchTheCpuBackend) {
+  constexpr int kSteps = 3;
+  testing::ExecutorHarness cpu(model_, 16, DType::kF32, WeightQuant::kFp8);
+  GpuHarness gpu(model_, 16, "auto", true, 2048, 512, WeightQuant::kFp8);
+  for (const int n : {3, 4, 8, 12}) {
+    SCOPED_TRACE(::testing::Message() << n << " sequences");
+    auto run = [&](auto& h) {
+      std::vector<SequenceKv> seqs(n);
+      std::vector<std::vector<int>> toks(n);
+      std::vector<SequenceChunk> prefill;
+      for (int s = 0; s < n; ++s) {
+        for (int i = 0; i < 10 + 3 * s; ++i) toks[s].push_back((s * 31 + i * 17 + 5) % 500);
+        EXPECT_TRUE(h.kv->Reserve(&seqs[s], static_cast<int>(toks[s].size()) + kSteps).ok());
+        prefill.push_back({&seqs[s], 0, absl::MakeConstSpan(toks[s]), LogitsMode::kLast});
+      }
+      std::vector<float> out, all;
+      EXPECT_TRUE(h.executor->Forward(prefill, &out).ok());
+      for (int step = 0; step < kSteps; ++step) {
+        std::vector<SequenceChunk> batch;
+        for (int s = 0; s < n; ++s) {  // the same next tokens on both backends
+          toks[s].push_back((s * 7 + step * 13 + 3) % 500);
+          const int pos = static_cast<int>(toks[s].size()) - 1;
+          batch.push_back(
+              {&seqs[s], pos, absl::MakeConstSpan(toks[s]).subspan(pos, 1), LogitsMode::kLast});
+        }
+        out.clear();
+        EXPECT_TRUE(h.executor->Forward(batch, &out).ok());
+        all.insert(all.end(), out.begin(), out.end());
+      }
+      for (auto& q : seqs) h.kv->Release(&q);
+      return all;
+    };
+    const auto want = run(cpu);
+    const auto got = run(gpu);
+    ASSERT_EQ(got.size(), static_cast<size_t>(n) * kSteps * 512);
+    const auto d = CompareLogits(got, want, 512);
+    // Decisive: the CPU prefers its argmax by more than twice the largest
+    // difference seen, which rounding alone cannot overturn.
+    const auto decisive =
+        CompareLogits(got, want, 512, 2.0 * d.max_abs / std::max(1e-9, d.max_mag));
+    std::cout << n << " sequences, fp8 cuda vs fp8 cpu: max abs diff " << d.max_abs
+              << " (max |logit| " << d.max_mag << "), argmax mismatches " << d.argmax_mismatch
+              << " (" << decisive.decisive_mismatch << " decisive)\n";
+    // As LogitsMatchTheCpuBackendOverRoundedWeights: FP8's own differences
+    // reach 9% of max |logit|; a wiring error reaches the logits' size.
+    EXPECT_LT(d.max_abs, 0.15 * std::max(1.0, d.max_mag));
+    EXPECT_EQ(decisive.decisive_mismatch, 0);
+  }
 }
 
 TEST_F(CudaFp8Model, HalvesTheLinearWeightsBytes) {

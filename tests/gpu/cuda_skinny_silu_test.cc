@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -36,9 +37,9 @@ void CheckFusedSilu(Gemm& g, Shape sh, ActType type, std::mt19937& rng) {
                                     << sh.inter << "x" << sh.k);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const size_t xs = static_cast<size_t>(sh.m) * sh.k, ws = 2 * static_cast<size_t>(sh.inter) * sh.k;
-  // The kernel reads x in blocks of up to kSkinnyGemmMaxM rows (the
-  // engine's activation buffers always hold them): pad the allocation.
-  std::vector<uint16_t> x(static_cast<size_t>(kSkinnyGemmMaxM) * sh.k), w(ws);
+  // The CUDA-core kernel reads x in blocks of up to kSkinnyGemmMaxM rows
+  // (the engine's activation buffers always hold them): pad the allocation.
+  std::vector<uint16_t> x(static_cast<size_t>(std::max(kSkinnyGemmMaxM, sh.m)) * sh.k), w(ws);
   for (size_t i = 0; i < xs; ++i) x[i] = ToActBits(nd(rng), type);
   for (auto& v : w) v = ToActBits(0.05f * nd(rng), type);
   const size_t outs = static_cast<size_t>(sh.m) * sh.inter;
@@ -47,7 +48,7 @@ void CheckFusedSilu(Gemm& g, Shape sh, ActType type, std::mt19937& rng) {
   uint16_t* d_gu = ToDevice(std::vector<uint16_t>(2 * outs));
   uint16_t* d_two = ToDevice(std::vector<uint16_t>(outs));
   uint16_t* d_one = ToDevice(std::vector<uint16_t>(outs, 0xFFFF));  // NaN: unwritten shows
-  ASSERT_TRUE(g.UsesSkinny(sh.m, sh.k));
+  ASSERT_TRUE(g.UsesSkinnySiluMul(nullptr, sh.m, sh.k));
   ASSERT_TRUE(g.Run(dx, dw, d_gu, sh.m, 2 * sh.inter, sh.k, type, false, nullptr).ok());
   ASSERT_EQ(LaunchSiluMul(d_gu, sh.m, sh.inter, d_two, type, nullptr), cudaSuccess);
   ASSERT_TRUE(g.RunSkinnySiluMul(dx, dw, d_one, sh.m, sh.inter, sh.k, type, nullptr).ok());
@@ -94,23 +95,61 @@ TEST(CudaSkinnySilu, FusedGateUpMatchesTheTwoLaunchesBitForBit) {
   }
 }
 
+// The same on the tensor-core kernel (LaunchSkinnyMmaSiluMul; 3 to 16
+// rows past the CUDA-core kernel's 2): a gate row's sum is the same in a
+// tile of 8 gate and 8 up rows as among 16 rows of the plain product.
+TEST(CudaSkinnySilu, TensorCoreFusedGateUpMatchesTheTwoLaunchesBitForBit) {
+  if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
+  GemmOptions go;
+  go.skinny_max_m = 2;
+  go.skinny_mma_max_m = kSkinnyMmaMaxM;
+  go.skinny_mma_2byte = true;
+  auto g = Gemm::Create(go);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::mt19937 rng(13);
+  for (const ActType type : {ActType::kBF16, ActType::kF16}) {
+    for (const Shape sh :
+         {Shape{3, 96, 512}, Shape{8, 1432, 4096}, Shape{9, 301, 1152}, Shape{16, 77, 128}}) {
+      ASSERT_FALSE((*g)->UsesSkinny(sh.m, sh.k));
+      CheckFusedSilu(**g, sh, type, rng);
+    }
+  }
+}
+
 TEST(CudaSkinnySilu, RefusesProductsTooTallForTheSkinnyKernel) {
   if (!HaveGpu()) GTEST_SKIP() << "no usable GPU";
   GemmOptions go;
   go.skinny_max_m = 2;
+  {  // three rows go to the tensor-core kernel (skinny_mma_max_m's default)
+    GemmOptions with_mma = go;
+    with_mma.skinny_mma_2byte = true;
+    auto mma = Gemm::Create(with_mma);
+    ASSERT_TRUE(mma.ok()) << mma.status();
+    EXPECT_FALSE((*mma)->UsesSkinny(3, 512));
+    EXPECT_TRUE((*mma)->UsesSkinnySiluMul(nullptr, 3, 512));
+    EXPECT_FALSE((*mma)->UsesSkinnySiluMul(nullptr, kSkinnyMmaMaxM + 1, 512));
+    EXPECT_FALSE((*mma)->UsesSkinnySiluMul(nullptr, 3, 520));  // k % 128 != 0
+  }
+  EXPECT_FALSE(Gemm::Create(go).value()->UsesSkinnySiluMul(nullptr, 3, 512));  // 2-byte: off
+  go.skinny_mma_2byte = true;
+  go.skinny_mma_max_m = 0;
   auto g = Gemm::Create(go);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_TRUE((*g)->UsesSkinny(2, 512));
   EXPECT_FALSE((*g)->UsesSkinny(3, 512));
   EXPECT_FALSE((*g)->UsesSkinny(1, 500));  // k % 8 != 0
+  EXPECT_FALSE((*g)->UsesSkinnySiluMul(nullptr, 3, 512));
   const absl::Status s =
       (*g)->RunSkinnySiluMul(nullptr, nullptr, nullptr, 3, 64, 512, ActType::kBF16, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   go.skinny_max_m = kSkinnyGemmMaxM;
+  go.skinny_mma_max_m = kSkinnyMmaMaxM;
+  go.skinny_mma_2byte = true;
   go.batch_invariant = true;
   auto inv = Gemm::Create(go);
   ASSERT_TRUE(inv.ok()) << inv.status();
   EXPECT_FALSE((*inv)->UsesSkinny(1, 512));
+  EXPECT_FALSE((*inv)->UsesSkinnySiluMul(nullptr, 12, 512));
 }
 
 }  // namespace
