@@ -112,8 +112,7 @@ absl::Status CudaExecutor::Mlp(const DeviceLayer& L, int T, const Fp8Rows& fp8_i
                                const void* next_norm) {
   const int H = config_.hidden_size, I = config_.intermediate_size;
   const bool fused = fp8_in.q != nullptr;
-  if (fold_in ? gemm_->UsesSkinnyFor(L.gate_up_scale, T, H)
-              : gemm_->UsesSkinnySiluMul(L.gate_up_scale, T, H)) {
+  if (gemm_->UsesSkinnySiluMul(L.gate_up_scale, T, H)) {  // true wherever fold_in is
     // Decode-sized (E4M3 weights: W8A16): the product and the SiLU in one launch.
     const SkinnyNormIn in = NormIn(T);
     if (auto s = gemm_->RunSkinnySiluMul(x_.get(), L.gate_up, act_buf_.get(), T, I, H, act_,

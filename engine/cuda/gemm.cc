@@ -370,11 +370,14 @@ bool Gemm::UsesSkinnyFor(const float* w_scale, int m, int k) const {
   return w_scale == nullptr ? UsesSkinny(m, k) : UsesSkinnyFp8Weights(m, k);
 }
 
+bool Gemm::MmaRows(int m, int k) const {
+  return m > skinny_max_m_ && m <= skinny_mma_max_m_ && SkinnyMmaSupports(m, k);
+}
+
 bool Gemm::UsesSkinnyMma(const float* w_scale, int m, int k) const {
-  // Past the CUDA-core kernel's rows; E4M3 weights here only where x is
-  // taken as it is (W8A16: RunFp8Quantized has the W8A8 form).
-  return m > skinny_max_m_ && m <= skinny_mma_max_m_ && SkinnyMmaSupports(m, k) &&
-         (w_scale == nullptr ? skinny_mma_2byte_ : m <= skinny_fp8_max_m_);
+  // E4M3 weights here only where x is taken as it is (W8A16:
+  // RunFp8Quantized has the W8A8 form).
+  return MmaRows(m, k) && (w_scale == nullptr ? skinny_mma_2byte_ : m <= skinny_fp8_max_m_);
 }
 
 bool Gemm::UsesSkinnySiluMul(const float* w_scale, int m, int k) const {
@@ -556,7 +559,7 @@ absl::Status Gemm::RunFp8Quantized(const void* w, const float* w_scale, void* y,
   const Fp8Rows in = fp8_input();
   const void* xq = in.q;
   float* x_scale = in.scale;
-  if (m > skinny_max_m_ && m <= skinny_mma_max_m_ && SkinnyMmaSupports(m, k)) {
+  if (MmaRows(m, k)) {
     return SkinnyStatus(LaunchSkinnyMmaFp8(xq, x_scale, w, w_scale, y, m, n, k, type, stream),
                         "tensor-core skinny FP8 gemm", m, k);
   }

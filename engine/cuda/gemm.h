@@ -205,6 +205,9 @@ class Gemm {
   Gemm() = default;
   // INTERNAL unless an FP8 product of m rows and depth k fits the scratch.
   absl::Status CheckFp8Shape(int m, int k) const;
+  // Rows the tensor-core skinny kernel takes: past skinny_max_m, up to
+  // skinny_mma_max_m (either weight type).
+  bool MmaRows(int m, int k) const;
   // fp8: E4M3 operands with per-row (w_scale) and per-token (x_scale)
   // scale vectors, set on the descriptor before the heuristic runs.
   absl::StatusOr<Plan*> GetPlan(int m, int n, int k, ActType type, bool out_f32, bool fp8,

@@ -255,7 +255,6 @@ cudaError_t Launch(const void* x, const float* x_scale, const void* w, const flo
   constexpr int kOwned = kEpi == Epi::kSiluPairs ? kTileRows / 2 : kTileRows;
   const int blocks = (n + kOwned - 1) / kOwned;
   auto* out = static_cast<OutT*>(y);
-
   if (m <= 8) {
     return LaunchKernel(SkinnyMmaKernel<T, OutT, kMode, kEpi, 1>, blocks, kWarps * 32, 0, stream, x,
                         x_scale, w, w_scale, out, m, n, k);
