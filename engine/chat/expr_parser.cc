@@ -80,30 +80,34 @@ absl::StatusOr<ExprPtr> Parser::ParseCondExpr() {
   return expr;
 }
 
-absl::StatusOr<ExprPtr> Parser::ParseOr() {
-  auto left = ParseAnd();
+absl::StatusOr<ExprPtr> Parser::ParseLeftAssoc(absl::FunctionRef<absl::StatusOr<ExprPtr>()> next,
+                                               std::initializer_list<std::string_view> ops,
+                                               bool keywords) {
+  auto left = next();
   if (!left.ok()) return left.status();
-  while (IsName("or")) {
+  while (true) {
+    std::string op;
+    for (const std::string_view o : ops) {
+      if (keywords ? IsName(o) : IsOp(o)) {
+        op = std::string(o);
+        break;
+      }
+    }
+    if (op.empty()) return left;
     const SourcePos pos = Current().pos;
     Advance();
-    auto right = ParseAnd();
+    auto right = next();
     if (!right.ok()) return right.status();
-    left = MakeBinary("or", std::move(*left), std::move(*right), pos);
+    left = MakeBinary(std::move(op), std::move(*left), std::move(*right), pos);
   }
-  return left;
+}
+
+absl::StatusOr<ExprPtr> Parser::ParseOr() {
+  return ParseLeftAssoc([this] { return ParseAnd(); }, {"or"}, /*keywords=*/true);
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseAnd() {
-  auto left = ParseNot();
-  if (!left.ok()) return left.status();
-  while (IsName("and")) {
-    const SourcePos pos = Current().pos;
-    Advance();
-    auto right = ParseNot();
-    if (!right.ok()) return right.status();
-    left = MakeBinary("and", std::move(*left), std::move(*right), pos);
-  }
-  return left;
+  return ParseLeftAssoc([this] { return ParseNot(); }, {"and"}, /*keywords=*/true);
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseNot() {
@@ -157,57 +161,19 @@ absl::StatusOr<ExprPtr> Parser::ParseCompare() {
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseMath1() {
-  auto left = ParseConcat();
-  if (!left.ok()) return left.status();
-  while (IsOp("+") || IsOp("-")) {
-    const std::string op = Current().value;
-    const SourcePos pos = Current().pos;
-    Advance();
-    auto right = ParseConcat();
-    if (!right.ok()) return right.status();
-    left = MakeBinary(op, std::move(*left), std::move(*right), pos);
-  }
-  return left;
+  return ParseLeftAssoc([this] { return ParseConcat(); }, {"+", "-"});
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseConcat() {
-  auto left = ParseMath2();
-  if (!left.ok()) return left.status();
-  while (IsOp("~")) {
-    const SourcePos pos = Current().pos;
-    Advance();
-    auto right = ParseMath2();
-    if (!right.ok()) return right.status();
-    left = MakeBinary("~", std::move(*left), std::move(*right), pos);
-  }
-  return left;
+  return ParseLeftAssoc([this] { return ParseMath2(); }, {"~"});
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseMath2() {
-  auto left = ParsePow();
-  if (!left.ok()) return left.status();
-  while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
-    const std::string op = Current().value;
-    const SourcePos pos = Current().pos;
-    Advance();
-    auto right = ParsePow();
-    if (!right.ok()) return right.status();
-    left = MakeBinary(op, std::move(*left), std::move(*right), pos);
-  }
-  return left;
+  return ParseLeftAssoc([this] { return ParsePow(); }, {"*", "/", "//", "%"});
 }
 
 absl::StatusOr<ExprPtr> Parser::ParsePow() {
-  auto left = ParseUnary(/*with_filter=*/true);
-  if (!left.ok()) return left.status();
-  while (IsOp("**")) {
-    const SourcePos pos = Current().pos;
-    Advance();
-    auto right = ParseUnary(/*with_filter=*/true);
-    if (!right.ok()) return right.status();
-    left = MakeBinary("**", std::move(*left), std::move(*right), pos);
-  }
-  return left;
+  return ParseLeftAssoc([this] { return ParseUnary(/*with_filter=*/true); }, {"**"});
 }
 
 absl::StatusOr<ExprPtr> Parser::ParseUnary(bool with_filter) {

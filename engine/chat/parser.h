@@ -16,8 +16,11 @@
 // Thread-safety: Parse is a pure function.
 #pragma once
 
+#include <initializer_list>
+#include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "engine/chat/ast.h"
 #include "engine/chat/lexer.h"
@@ -67,6 +70,11 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseConcat();
   absl::StatusOr<ExprPtr> ParseMath2();
   absl::StatusOr<ExprPtr> ParsePow();
+  // One left-associative level: operands from `next` joined by any of
+  // `ops`, operator tokens or (`keywords`) names such as "and".
+  absl::StatusOr<ExprPtr> ParseLeftAssoc(absl::FunctionRef<absl::StatusOr<ExprPtr>()> next,
+                                         std::initializer_list<std::string_view> ops,
+                                         bool keywords = false);
   absl::StatusOr<ExprPtr> ParseUnary(bool with_filter);
   absl::StatusOr<ExprPtr> ParseUnaryInner(bool with_filter);
   absl::StatusOr<ExprPtr> ParsePrimary();
